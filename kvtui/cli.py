@@ -1,0 +1,148 @@
+"""kvtui's command line. Keep imports here light: ``kvtui --help`` must start in well under 0.3 s.
+
+Each command lives in ``kvtui/commands/<name>.py`` as ``run(args) -> int`` and is imported only
+when that command runs.
+
+Exit codes (every command): 0 ok / ready; 1 the boot failed or the prediction says it will;
+2 usage error; 3 connection, config or unreadable input; 4 refused; 5 timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+EXIT_REFUSED = 4
+EXIT_TIMEOUT = 5
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on usage errors, which is already kvtui's usage code."""
+
+
+def _add_calc_edits(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set",
+        dest="set",
+        action="append",
+        default=[],
+        metavar="FLAG=VALUE",
+        help="edit a flag (engine names and aliases: mem-fraction-static, tp, max-model-len, …)",
+    )
+    p.add_argument("--unset", dest="unset", action="append", default=[], metavar="FLAG", help="remove a flag")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="kvtui",
+        description=(
+            "Watch SGLang / vLLM servers boot on GPU hosts, predict their KV pool, "
+            "and apply flag edits safely."
+        ),
+        epilog="Exit codes: 0 ok, 1 failed, 2 usage, 3 connection/config/input, 4 refused, 5 timed out.",
+    )
+    parser.add_argument(
+        "--hosts",
+        metavar="PATH",
+        help="hosts.toml (default: $KVTUI_HOSTS, ./hosts.toml, $XDG_CONFIG_HOME/kvtui/hosts.toml)",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("connect", help="live console for one or more hosts ('demo' always exists)")
+    p.add_argument("host", nargs="+", metavar="HOST")
+    p.add_argument("--readonly", action="store_true", help="hide every action that changes a host")
+
+    p = sub.add_parser("wait", help="follow a boot until it is ready (0) or fails (1)")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="give up after S seconds (exit 5)")
+    p.add_argument("--next", action="store_true", help="wait for the next boot to start, not the current one")
+    p.add_argument(
+        "--follow-restarts", action="store_true", help="keep waiting through automatic restarts until one is ready"
+    )
+    p.add_argument("--json", action="store_true", help="print the boot as JSON on stdout")
+
+    p = sub.add_parser(
+        "replay", help="analyse a saved log (raw, journalctl short/short-iso/short-precise/cat/json, docker logs)"
+    )
+    p.add_argument("path", metavar="PATH|-")
+    p.add_argument("--json", action="store_true", help="print the analysis as JSON on stdout")
+
+    p = sub.add_parser("calc", help="predict the KV pool for edited flags")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--log", metavar="PATH", help="calibrate from a saved log")
+    src.add_argument("--host", metavar="HOST", help="calibrate from the host's latest boot")
+    src.add_argument("--model", metavar="CONFIG.json", help="no boot yet: size from a model config.json")
+    p.add_argument("--boot", type=int, metavar="N", help="which boot of the log (default: last that sized its pool)")
+    p.add_argument("--gpu-mem-gib", type=float, metavar="G", help="GPU memory per device in GiB")
+    p.add_argument("--tp", type=int, metavar="N", help="tensor-parallel size (with --model)")
+    p.add_argument("--weights-gib", type=float, metavar="W", help="weights per rank in GiB (with --model)")
+    p.add_argument("--engine", choices=["sglang", "vllm"], help="engine (with --model; default sglang)")
+    _add_calc_edits(p)
+    p.add_argument(
+        "--full-context", type=int, default=1, metavar="K", help="full-context requests that must fit (default 1)"
+    )
+    p.add_argument("--json", action="store_true", help="print the prediction as JSON on stdout")
+
+    p = sub.add_parser("apply", help="edit the server's flags and (optionally) restart, safely")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument(
+        "--set", dest="set", action="append", default=[], metavar="FLAG[=VALUE]", help="set a flag (bare: boolean)"
+    )
+    p.add_argument("--unset", dest="unset", action="append", default=[], metavar="FLAG", help="remove a flag")
+    p.add_argument("--restart", action="store_true", help="restart and wait for the new boot")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--dry-run", action="store_true", help="show the diff and commands, change nothing")
+    p.add_argument("--force", action="store_true", help="apply even when the prediction says it will fail")
+    p.add_argument("--rollback-on-failure", action="store_true", help="restore the previous flags if the boot fails")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S")
+
+    p = sub.add_parser("rollback", help="restore the newest (or a named) backup of the server's flags")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--to", metavar="BACKUP", help="the backup file to restore")
+    p.add_argument("--restart", action="store_true")
+    p.add_argument("--yes", action="store_true")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S")
+
+    p = sub.add_parser("hosts", help="list and validate the inventory")
+    p.add_argument("--check", action="store_true", help="validate and exit 3 on problems")
+    p.add_argument("--connect", action="store_true", help="also reach each host")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from kvtui import __version__
+
+        print(f"kvtui {__version__}")
+        return EXIT_OK
+    if not args.command:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        module = importlib.import_module(f"kvtui.commands.{args.command}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"kvtui.commands.{args.command}":
+            raise
+        print(f"kvtui: '{args.command}' is not available in this build yet", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        code: int = module.run(args)
+    except KeyboardInterrupt:
+        print("kvtui: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

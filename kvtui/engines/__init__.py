@@ -1,0 +1,1 @@
+"""Engine grammars: SGLang and vLLM startup logs -> typed events. Pure core."""
