@@ -57,3 +57,27 @@ class ConnUpdate:
 
 
 MonitorUpdate = LogBatch | BootState | GpuUpdate | ConnUpdate
+
+
+# ---------------------------------------------------------------------------------------------
+# The monitor itself (implementation lands with the hosts issue). Signature is the contract.
+# ---------------------------------------------------------------------------------------------
+#
+# class HostMonitor:
+#     def __init__(self, name: str, backend: HostBackend, *, host: HostConfig | None = None,
+#                  state_dir: Path | None = None, log_window: int = 5000,
+#                  gpu_history: int = 3600, flush_interval: float = 0.05,
+#                  gpu_interval: float = 1.0, start: LogStart = LogStart.CURRENT_BOOT,
+#                  clock: Callable[[], float] = time.time) -> None
+#     async def run(self, sink: Callable[[Sequence[MonitorUpdate]], None]) -> None
+#         """Run until cancelled; ``sink`` gets batches at most every ``flush_interval``."""
+#     tracker: BootTracker            # .boots, .current
+#     status: ConnStatus
+#     latest_gpus: tuple[GpuSample, ...]
+#     def gpu_history(self, index: int) -> Sequence[tuple[float, float]]   # (ts, used_mib), bounded
+#     spool: Spool                    # the complete log on disk; search/filter read it back
+#         def read(self, start_seq: int, count: int) -> list[LogLine]
+#         def search(self, pattern: str, *, regex: bool = False, rank: str | None = None,
+#                    start_seq: int = 0, reverse: bool = False, limit: int = 1000) -> list[LogLine]
+#         def __len__(self) -> int
+#     async def close(self) -> None
