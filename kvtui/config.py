@@ -1,0 +1,576 @@
+"""hosts.toml: the inventory (``[hosts.NAME]``) plus ``[ui]``, ``[keymap]`` and ``[calc]``.
+
+Pure core: pydantic + tomllib, no asyncssh/textual. ``load_config`` reads one file (the only I/O
+here, on the path it is given or finds) and reports *every* problem of that file at once in one
+``ConfigError`` whose lines name the file, the table, the key, the value and what was expected.
+
+Lookup order (``find_hosts_file``): ``--hosts PATH``, ``$KVTUI_HOSTS``, ``./hosts.toml``,
+``$XDG_CONFIG_HOME/kvtui/hosts.toml`` (default ``~/.config``). The host name ``demo`` always
+exists (a default simulated host) unless the file defines it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]+$")
+CONTAINER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_GPU_LIST_RE = re.compile(r"^\s*\d+\s*(?:-\s*\d+\s*)?(?:,\s*\d+\s*(?:-\s*\d+\s*)?)*$")
+MAX_GPUS = 1024
+
+DEFAULT_THEME = "kvtui-dark"
+DEFAULT_STALL_SECONDS = 120.0
+DEFAULT_LOG_LINES = 5000
+
+# Keys by the kind of host they make sense on.
+KIND_KEYS = ("ssh", "local", "demo")
+SSH_ONLY_KEYS = ("port", "identity_file", "known_hosts", "strict_host_key")
+DEMO_ONLY_KEYS = ("demo_speed", "demo_seed", "demo_engine", "demo_model")
+# A demo host simulates its own unit and GPUs: these describe a real server and are refused there.
+NOT_ON_DEMO_KEYS = ("unit", "log_file", "container", "launch_script", "start_command", "stop_command", "sudo", "engine")
+SOURCE_KEYS = ("unit", "log_file", "container")
+
+_GPUS_EXPECTED = 'expected GPU indices as "0-3", "0,2,4" or a list of integers like [0, 1, 2]'
+_REMOTE_PATH_EXPECTED = "expected an absolute path on the host (or one starting with ~/)"
+
+
+class ConfigError(Exception):
+    """A hosts file (or a host name) is wrong. ``str()`` is the user-facing message: one line per
+    problem; ``problems`` holds them for a UI."""
+
+    def __init__(self, message: str, problems: list[ConfigProblem] | None = None) -> None:
+        super().__init__(message)
+        self.problems: list[ConfigProblem] = problems or []
+
+
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    """One problem: where (file, ``[table]``, key), the offending value, and what was expected."""
+
+    file: str
+    table: str  # "hosts.NAME", "ui", "keymap", "calc", or "" for the top level
+    key: str | None
+    expected: str
+    value: Any = _MISSING
+
+    def __str__(self) -> str:
+        where = f"[{self.table}] " if self.table else ""
+        if self.key is None:
+            return f"{self.file}: {where}{self.expected}"
+        if self.value is _MISSING:
+            return f"{self.file}: {where}{self.key}: {self.expected}"
+        return f"{self.file}: {where}{self.key} = {format_value(self.value)}: {self.expected}"
+
+
+def format_value(value: object, limit: int = 80) -> str:
+    """A value as TOML would spell it (strings double-quoted with escapes), cut to ``limit``."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+    elif isinstance(value, int | float):
+        text = repr(value)
+    elif isinstance(value, dict):
+        text = "a table {" + ", ".join(str(k) for k in list(value)[:6]) + ("…}" if len(value) > 6 else "}")
+    elif isinstance(value, list):
+        text = "[" + ", ".join(format_value(v, limit) for v in value) + "]"
+    else:
+        text = str(value)
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# Value parsers (also used by the models' validators)
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_gpus(value: object) -> list[int] | None:
+    """``"0-3"`` / ``"0,2,4"`` / ``"0-1,6"`` / ``[0, 2]`` / ``None`` -> sorted unique indices.
+    Raises ``ValueError`` with the expected form."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if not _GPU_LIST_RE.match(value):
+            raise ValueError(_GPUS_EXPECTED)
+        out: list[int] = []
+        for part in value.split(","):
+            lo, _, hi = part.partition("-")
+            a = int(lo)
+            b = int(hi) if hi.strip() else a
+            if b < a:
+                raise ValueError(f'expected a rising range like "0-3", got "{part.strip()}"')
+            if b >= MAX_GPUS:
+                raise ValueError(f"expected GPU indices below {MAX_GPUS}")
+            out.extend(range(a, b + 1))
+        values = out
+    elif isinstance(value, list):
+        if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ValueError(_GPUS_EXPECTED)
+        values = list(value)
+    else:
+        raise ValueError(_GPUS_EXPECTED)
+    if any(v < 0 or v >= MAX_GPUS for v in values):
+        raise ValueError(f"expected GPU indices from 0 to {MAX_GPUS - 1}")
+    if len(set(values)) != len(values):
+        raise ValueError("expected each GPU index once")
+    return sorted(values)
+
+
+def _check_text(value: str, what: str) -> str:
+    if not value.strip():
+        raise ValueError(f"expected {what}, got an empty string")
+    if "\x00" in value:
+        raise ValueError(f"expected {what} without NUL bytes")
+    return value
+
+
+def _check_remote_path(value: str) -> str:
+    _check_text(value, "a path")
+    if "\n" in value or "\r" in value:
+        raise ValueError(_REMOTE_PATH_EXPECTED + ", without line breaks")
+    if not (value.startswith("/") or value.startswith("~/")):
+        raise ValueError(_REMOTE_PATH_EXPECTED)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, validate_default=False)
+
+
+class HostConfig(_Strict):
+    """One ``[hosts.NAME]`` table. Exactly one of ``ssh`` / ``local`` / ``demo``."""
+
+    ssh: str | None = None
+    local: bool = False
+    demo: bool = False
+    port: int | None = Field(default=None, ge=1, le=65535)
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    strict_host_key: bool = True
+    engine: Literal["sglang", "vllm", "auto"] = "auto"
+    unit: str | None = None
+    log_file: str | None = None
+    container: str | None = None
+    launch_script: str | None = None
+    start_command: str | None = None
+    stop_command: str | None = None
+    gpus: list[int] | None = None
+    sudo: bool = False
+    readonly: bool = False
+    demo_speed: float = Field(default=1.0, gt=0, le=100000)
+    demo_seed: int = 0
+    demo_engine: Literal["sglang", "vllm"] = "sglang"
+    demo_model: str | None = None
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, v: object) -> list[int] | None:
+        return parse_gpus(v)
+
+    @field_validator("ssh")
+    @classmethod
+    def _ssh(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        expected = 'expected "user@host", "host" or an ~/.ssh/config alias'
+        if not v or any(c.isspace() or ord(c) < 32 for c in v) or v.startswith("-"):
+            raise ValueError(expected + " (no spaces, not starting with '-')")
+        user, at, host = v.rpartition("@")
+        if at and (not user or not host):
+            raise ValueError(expected)
+        return v
+
+    @field_validator("unit")
+    @classmethod
+    def _unit(cls, v: str | None) -> str | None:
+        if v is not None and (not UNIT_RE.match(v) or len(v) > 256):
+            raise ValueError(
+                "expected a systemd unit name like \"sglang.service\" (letters, digits, ':', '_', '.', '@', '-')"
+            )
+        return v
+
+    @field_validator("container")
+    @classmethod
+    def _container(cls, v: str | None) -> str | None:
+        if v is not None and (not CONTAINER_RE.match(v) or len(v) > 256):
+            raise ValueError("expected a Docker container name or id (letters, digits, '_', '.', '-')")
+        return v
+
+    @field_validator("log_file", "launch_script")
+    @classmethod
+    def _remote_path(cls, v: str | None) -> str | None:
+        return None if v is None else _check_remote_path(v)
+
+    @field_validator("identity_file", "known_hosts")
+    @classmethod
+    def _local_path(cls, v: str | None) -> str | None:
+        return None if v is None else _check_text(v, "a path on this machine")
+
+    @field_validator("start_command", "stop_command", "demo_model")
+    @classmethod
+    def _nonempty(cls, v: str | None) -> str | None:
+        return None if v is None else _check_text(v, "a non-empty string")
+
+    @model_validator(mode="after")
+    def _rules(self) -> HostConfig:
+        problems = host_rule_problems({k: getattr(self, k) for k in self.model_fields_set})
+        if problems:
+            raise ValueError("; ".join(f"{k}: {m}" if k else m for k, m, _ in problems))
+        return self
+
+    # -- derived views ---------------------------------------------------------------------
+
+    @property
+    def kind(self) -> Literal["ssh", "local", "demo"]:
+        if self.demo:
+            return "demo"
+        if self.local:
+            return "local"
+        return "ssh"
+
+    @property
+    def target(self) -> str:
+        """Where it runs, for listings: the ssh target (with a non-default port), ``localhost``
+        or ``simulated``."""
+        if self.kind == "ssh":
+            assert self.ssh is not None
+            return f"{self.ssh}:{self.port}" if self.port else self.ssh
+        return "localhost" if self.kind == "local" else "simulated"
+
+    @property
+    def ssh_user(self) -> str | None:
+        if self.ssh and "@" in self.ssh:
+            return self.ssh.rpartition("@")[0]
+        return None
+
+    @property
+    def ssh_host(self) -> str | None:
+        if self.ssh is None:
+            return None
+        host = self.ssh.rpartition("@")[2]
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        return host
+
+    @property
+    def log_source(self) -> Literal["file", "docker", "journal", "demo"]:
+        """What ``follow_log`` follows: a log file wins over a container, which wins over the
+        unit's journal (a unit may still own restarts)."""
+        if self.demo:
+            return "demo"
+        if self.log_file:
+            return "file"
+        if self.container:
+            return "docker"
+        return "journal"
+
+    @property
+    def source_label(self) -> str:
+        """``unit X`` / ``file Y`` / ``container Z`` (joined with ``, `` when several)."""
+        parts = []
+        if self.unit:
+            parts.append(f"unit {self.unit}")
+        if self.log_file:
+            parts.append(f"file {self.log_file}")
+        if self.container:
+            parts.append(f"container {self.container}")
+        return ", ".join(parts) if parts else ("simulated unit" if self.demo else "")
+
+    @property
+    def identity_path(self) -> Path | None:
+        return Path(self.identity_file).expanduser() if self.identity_file else None
+
+    @property
+    def known_hosts_path(self) -> Path | None:
+        return Path(self.known_hosts).expanduser() if self.known_hosts else None
+
+
+def host_rule_problems(given: Mapping[str, object]) -> list[tuple[str | None, str, object]]:
+    """Cross-key rules of one host table, on the keys *given* (raw TOML values or a model's
+    set fields): ``(key or None, expected, value or _MISSING)`` per broken rule."""
+    out: list[tuple[str | None, str, object]] = []
+    kinds = [k for k in KIND_KEYS if (given.get(k) is not None if k == "ssh" else given.get(k) is True)]
+    if not kinds:
+        out.append((None, 'needs exactly one of ssh = "user@host", local = true or demo = true: none is set', _MISSING))
+    elif len(kinds) > 1:
+        out.append((None, f"needs exactly one of ssh, local = true or demo = true: {' and '.join(kinds)} are set",
+                    _MISSING))
+    kind = kinds[0] if len(kinds) == 1 else None
+    if kind is not None and kind != "demo" and not any(given.get(k) is not None for k in SOURCE_KEYS):
+        out.append((None, "needs at least one of unit, log_file or container (what to follow): none is set",
+                    _MISSING))
+    has_start = given.get("start_command") is not None
+    has_stop = given.get("stop_command") is not None
+    if has_start != has_stop:
+        key, other = ("start_command", "stop_command") if has_start else ("stop_command", "start_command")
+        out.append((key, f"{other} is missing: restarting without a unit needs both (or neither)", given[key]))
+    if kind is not None and kind != "demo":
+        for key in DEMO_ONLY_KEYS:
+            if key in given:
+                out.append((key, "only for demo hosts (demo = true)", given[key]))
+    if kind is not None and kind != "ssh":
+        for key in SSH_ONLY_KEYS:
+            if key in given:
+                out.append((key, "only for ssh hosts", given[key]))
+    if kind == "demo":
+        for key in NOT_ON_DEMO_KEYS:
+            if key in given:
+                hint = "use demo_engine" if key == "engine" else "a demo host simulates its own server"
+                out.append((key, f"not for demo hosts ({hint})", given[key]))
+    return out
+
+
+class UiConfig(_Strict):
+    theme: str = DEFAULT_THEME
+    stall_seconds: float = Field(default=DEFAULT_STALL_SECONDS, gt=0, le=86400)
+    log_lines: int = Field(default=DEFAULT_LOG_LINES, ge=100, le=10_000_000)
+
+    @field_validator("theme")
+    @classmethod
+    def _theme(cls, v: str) -> str:
+        return _check_text(v, "a theme name")
+
+
+class CalcConfig(_Strict):
+    graph_margin_gib: float | None = Field(default=None, ge=0, le=1024)
+
+
+def _demo_default() -> HostConfig:
+    return HostConfig(demo=True)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The loaded inventory. ``path`` is None when no hosts file was found."""
+
+    hosts: dict[str, HostConfig] = field(default_factory=dict)
+    ui: UiConfig = field(default_factory=UiConfig)
+    keymap: dict[str, str] = field(default_factory=dict)
+    calc: CalcConfig = field(default_factory=CalcConfig)
+    path: Path | None = None
+
+    def names(self) -> list[str]:
+        """Host names in file order; the default ``demo`` last when the file does not define it."""
+        names = list(self.hosts)
+        if "demo" not in self.hosts:
+            names.append("demo")
+        return names
+
+    def host(self, name: str) -> HostConfig:
+        if name in self.hosts:
+            return self.hosts[name]
+        if name == "demo":
+            return _demo_default()
+        where = str(self.path) if self.path else "no hosts file found (" + ", ".join(search_locations()) + ")"
+        close = difflib.get_close_matches(name, self.names(), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"unknown host '{name}' ({where}): known hosts are {', '.join(self.names())}{hint}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding and loading
+# ---------------------------------------------------------------------------------------------
+
+
+def _config_home() -> Path:
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    return Path(xdg) if xdg else Path.home() / ".config"
+
+
+def state_dir() -> Path:
+    """``$XDG_STATE_HOME/kvtui`` (default ``~/.local/state/kvtui``). Not created here."""
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
+    return base / "kvtui"
+
+
+def search_locations() -> list[str]:
+    return ["--hosts PATH", "$KVTUI_HOSTS", "./hosts.toml", str(_config_home() / "kvtui" / "hosts.toml")]
+
+
+def find_hosts_file(explicit: str | None) -> Path | None:
+    """The hosts file to read: an explicit ``--hosts`` or ``$KVTUI_HOSTS`` path is returned even if
+    missing (loading it then says so); ``./hosts.toml`` and the XDG one only when they exist."""
+    if explicit:
+        return Path(explicit).expanduser()
+    env = os.environ.get("KVTUI_HOSTS")
+    if env:
+        return Path(env).expanduser()
+    for candidate in (Path("hosts.toml"), _config_home() / "kvtui" / "hosts.toml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(explicit: str | None = None) -> Config:
+    """Find and load the hosts file; no file -> defaults (only the ``demo`` host)."""
+    path = find_hosts_file(explicit)
+    if path is None:
+        return Config()
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: hosts file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected a hosts.toml file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the hosts file: {exc.strerror or exc}") from None
+    return parse_config(data, path)
+
+
+_TOP_KEYS = ("hosts", "ui", "keymap", "calc")
+
+
+def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
+    """Validate TOML text. Raises one ``ConfigError`` listing every problem found."""
+    fname = str(path)
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{fname}: not UTF-8 text (byte {exc.start}): expected a TOML file") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{fname}: not valid TOML: {exc}") from None
+
+    problems: list[ConfigProblem] = []
+
+    def add(table: str, key: str | None, expected: str, value: Any = _MISSING) -> None:
+        problems.append(ConfigProblem(fname, table, key, expected, value))
+
+    for key, value in raw.items():
+        if key not in _TOP_KEYS:
+            add("", f"unknown section '{key}'", _expected_one_of(key, _TOP_KEYS, "sections"), value)
+
+    hosts: dict[str, HostConfig] = {}
+    raw_hosts = raw.get("hosts", {})
+    if not isinstance(raw_hosts, dict):
+        add("", "hosts", "expected tables [hosts.NAME]", raw_hosts)
+        raw_hosts = {}
+    for name, table in raw_hosts.items():
+        tname = f"hosts.{name}" if HOST_NAME_RE.match(name) else f"hosts.{json.dumps(name)}"
+        if not HOST_NAME_RE.match(name):
+            add(tname, None, f"host name {json.dumps(name)}: expected letters, digits, '-' and '_' only")
+        if not isinstance(table, dict):
+            add("hosts", name, "expected a table [hosts." + name + "] of host settings", table)
+            continue
+        host = _validate(HostConfig, table, tname, add)
+        for rkey, expected, value in host_rule_problems(table):
+            add(tname, rkey, expected, value)
+        if host is not None and HOST_NAME_RE.match(name):
+            hosts[name] = host
+
+    ui = _section(raw, "ui", UiConfig, add) or UiConfig()
+    calc = _section(raw, "calc", CalcConfig, add) or CalcConfig()
+
+    keymap: dict[str, str] = {}
+    raw_keymap = raw.get("keymap", {})
+    if not isinstance(raw_keymap, dict):
+        add("", "keymap", "expected a table [keymap] of binding id = \"key\"", raw_keymap)
+    else:
+        for bid, keys in raw_keymap.items():
+            if not isinstance(keys, str) or not keys.strip() or any(c.isspace() for c in keys.strip()):
+                add("keymap", bid, 'expected a key string like "ctrl+r" or "f5,ctrl+r" (no spaces)', keys)
+            else:
+                keymap[bid] = keys.strip()
+
+    if problems:
+        n = len(problems)
+        lines = [str(p) for p in problems]
+        header = f"{fname}: {n} problem{'s' if n > 1 else ''} in the hosts file:"
+        raise ConfigError(header + "\n  " + "\n  ".join(lines), problems)
+    return Config(hosts=hosts, ui=ui, keymap=keymap, calc=calc, path=Path(path))
+
+
+def _section(raw: dict[str, Any], name: str, model: type[_Strict], add: Any) -> Any:
+    value = raw.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        add("", name, f"expected a table [{name}]", value)
+        return None
+    return _validate(model, value, name, add)
+
+
+def _validate(model: type[_Strict], table: dict[str, Any], tname: str, add: Any) -> Any:
+    """Validate one table; report field errors (cross-key rules are reported by the caller)."""
+    try:
+        return model.model_validate(table)
+    except ValidationError as exc:
+        for err in exc.errors(include_url=False):
+            loc = err["loc"]
+            if not loc:
+                continue  # the model-level rules: reported separately, with their keys
+            key = str(loc[0])
+            value = table.get(key, _MISSING)
+            if err["type"] == "extra_forbidden":
+                add(tname, f"unknown key '{key}'", _expected_one_of(key, tuple(model.model_fields), "keys"), value)
+            else:
+                add(tname, key, _expected(err, model, key), value)
+        return None
+
+
+def _expected_one_of(key: str, allowed: tuple[str, ...], what: str) -> str:
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"expected one of the {what} {', '.join(allowed)}{hint}"
+
+
+_TYPE_WORDS = {
+    "string_type": "expected a string",
+    "bool_type": "expected true or false",
+    "int_type": "expected an integer",
+    "float_type": "expected a number",
+    "list_type": "expected a list",
+}
+
+
+def _expected(err: Any, model: type[_Strict], key: str) -> str:
+    etype: str = err["type"]
+    ctx = err.get("ctx") or {}
+    if etype == "value_error":
+        msg = str(ctx.get("error", err["msg"]))
+        return msg if msg.startswith("expected") else "expected " + msg
+    if etype == "literal_error":
+        return "expected one of " + str(ctx.get("expected", "")).replace("'", '"')
+    if etype in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        bounds: dict[str, object] = {}
+        for m in model.model_fields[key].metadata:
+            for attr in ("gt", "ge", "lt", "le"):
+                if getattr(m, attr, None) is not None:
+                    bounds[attr] = getattr(m, attr)
+        parts = []
+        if "gt" in bounds:
+            parts.append(f"above {bounds['gt']}")
+        if "ge" in bounds:
+            parts.append(f"at least {bounds['ge']}")
+        if "lt" in bounds:
+            parts.append(f"below {bounds['lt']}")
+        if "le" in bounds:
+            parts.append(f"at most {bounds['le']}")
+        return "expected a number " + " and ".join(parts)
+    if etype in _TYPE_WORDS:
+        # the nullable fields report e.g. "string_type" for a wrong type
+        return _TYPE_WORDS[etype]
+    return "expected " + str(err["msg"]).lower()
