@@ -1,0 +1,926 @@
+"""``LocalBackend``: the ``HostBackend`` for the machine kvtui runs on.
+
+- Log: a log file followed in-process with ``tail -F`` semantics from a byte offset (rotation by
+  rename, truncation, a file that appears later), after a bounded scan back to the last server
+  start; or the unit's journal through ``journalctl -u UNIT -o json -f`` with journald cursors,
+  the current boot found from the unit's ``InvocationID`` (else a bounded scan back); or
+  ``docker logs -f --timestamps``. Resuming after a cursor (``after_cursor``) neither loses nor
+  repeats a line: file cursors are byte offsets, journal cursors journald's own, docker cursors
+  the line's RFC 3339 timestamp.
+- GPU memory through NVML (``pynvml``, imported lazily). Without a GPU or driver the status says
+  so plainly and ``gpu_stream`` yields nothing.
+- ``run()`` through an asyncio subprocess (a shell string built by ``kvtui.hosts.commands``).
+
+No orphans: every child (journalctl, docker logs, commands) gets ``PR_SET_PDEATHSIG`` (Linux), so
+it dies with kvtui even on ``kill -9``; ``close()`` terminates them and waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from kvtui.engines.events import LogRecord
+from kvtui.gpu import GpuProcess, GpuSample
+from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
+
+MAX_LINE_BYTES: Final = 1 << 20  # longer lines are cut (the rest up to the newline dropped)
+READ_CHUNK: Final = 1 << 20
+DEFAULT_SCAN_BACK_BYTES: Final = 16 << 20
+DEFAULT_JOURNAL_SCAN_LINES: Final = 20_000
+_TERMINATOR: Final = re.compile(rb"[\r\n]")
+
+NO_GPU_PREFIX: Final = "no NVIDIA GPU or driver on this machine"
+
+
+class LocalHost(Protocol):
+    """What ``LocalBackend`` reads from a ``kvtui.config.HostConfig`` (structural)."""
+
+    @property
+    def unit(self) -> str | None: ...
+    @property
+    def log_file(self) -> str | None: ...
+    @property
+    def container(self) -> str | None: ...
+    @property
+    def gpus(self) -> list[int] | None: ...
+    @property
+    def engine(self) -> str: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Child processes that die with us
+# ---------------------------------------------------------------------------------------------
+
+
+def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+_PREEXEC: Callable[[], None] | None = _pdeathsig if sys.platform.startswith("linux") else None
+
+
+async def _stop_process(proc: asyncio.subprocess.Process, grace: float = 2.0) -> None:
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.terminate()
+    try:
+        await asyncio.wait_for(proc.wait(), grace)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# Splitting bytes into records (with byte-offset cursors)
+# ---------------------------------------------------------------------------------------------
+
+
+class _FileSplitter:
+    """Splits a byte stream at ``\\n`` / ``\\r`` into records whose cursor is the absolute byte
+    offset just after the line's terminator; keeps a partial last line (bounded)."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset  # absolute offset of the first byte not yet consumed
+        self._partial = b""
+        self._discard = False  # inside an over-long line: drop bytes up to its terminator
+
+    def feed(self, data: bytes) -> list[LogRecord]:
+        out: list[LogRecord] = []
+        buf = self._partial + data if self._partial else data
+        base = self.offset - len(self._partial)
+        pos = 0
+        for m in _TERMINATOR.finditer(buf):
+            end = m.end()
+            piece = buf[pos : m.start()]
+            if self._discard:
+                self._discard = False
+            elif piece:
+                out.append(_file_record(piece, base + end))
+            pos = end
+        rest = buf[pos:]
+        if self._discard:
+            rest = b""
+        elif len(rest) > MAX_LINE_BYTES:
+            out.append(_file_record(rest[:MAX_LINE_BYTES], base + pos + MAX_LINE_BYTES))
+            rest = b""
+            self._discard = True
+        self._partial = rest
+        self.offset = base + len(buf)
+        return out
+
+    def flush(self) -> list[LogRecord]:
+        """The partial last line as a record (the file ended without a terminator)."""
+        piece, self._partial, self._discard = self._partial, b"", False
+        return [_file_record(piece, self.offset)] if piece else []
+
+    @property
+    def consumed(self) -> int:
+        """Offset up to which every byte belongs to an emitted (or dropped) record."""
+        return self.offset - len(self._partial)
+
+
+def _file_record(piece: bytes, end_offset: int) -> LogRecord:
+    return LogRecord(text=piece.decode("utf-8", "replace"), cursor=str(end_offset), source="file")
+
+
+def boot_start_offset(data: bytes, base: int = 0, *, engine: str = "auto") -> int | None:
+    """The absolute offset of the last server start in ``data`` (which starts at ``base``, at a
+    line start), decided by the engine parser and boot tracker (the monitor's own notion of a
+    boot); None when no boot starts in ``data``."""
+    splitter = _FileSplitter(base)
+    records = splitter.feed(data) + splitter.flush()
+    starts = _boot_starts(records, engine)
+    if not starts:
+        return None
+    i = starts[-1]
+    return int(records[i - 1].cursor or base) if i > 0 else base
+
+
+def _boot_starts(records: Sequence[LogRecord], engine: str) -> list[int]:
+    """Indices of the records that open a boot: the tracker's decision when the engine core is
+    available, else a few well-known first lines."""
+    found = _tracker_boot_starts(records, engine)
+    return _regex_boot_starts(records) if found is None else found
+
+
+def _tracker_boot_starts(records: Sequence[LogRecord], engine: str) -> list[int] | None:
+    try:
+        from kvtui.boot import BootTracker
+        from kvtui.engines.events import Engine
+        from kvtui.engines.parse import LineParser  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    hint = None if engine == "auto" else Engine(engine)
+    parser = LineParser(hint)
+    tracker = BootTracker(hint)
+    out: list[int] = []
+    try:
+        for i, rec in enumerate(records):
+            before = len(tracker.boots)
+            for parsed in parser.feed(rec):
+                tracker.feed(parsed)
+            if len(tracker.boots) > before:
+                out.append(i)
+    except NotImplementedError:
+        return None
+    return out
+
+
+# Lines that open a boot when the engine parser is not available.
+_START_RE: Final = re.compile(
+    r"server_args=|vLLM (?:API )?server version|non-default args:|Initializing a V1 LLM engine"
+)
+
+
+def _regex_boot_starts(records: Sequence[LogRecord]) -> list[int]:
+    out: list[int] = []
+    prev_start = False
+    for i, rec in enumerate(records):
+        hit = _START_RE.search(rec.text) is not None
+        if hit and not prev_start:
+            out.append(i)
+        prev_start = hit
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# journald JSON and docker lines
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_journal_json(line: bytes | str) -> LogRecord | None:
+    """One ``journalctl -o json`` line -> a record (``kvtui.engines.shapes`` when present)."""
+    try:
+        from kvtui.engines.shapes import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
+            parse_journal_json as shapes_parse,
+        )
+    except ImportError:
+        pass
+    else:
+        rec = shapes_parse(line)
+        return rec if isinstance(rec, LogRecord) else None
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    msg = obj.get("MESSAGE")
+    if isinstance(msg, list):
+        text = bytes(b & 0xFF for b in msg if isinstance(b, int)).decode("utf-8", "replace")
+    elif isinstance(msg, str):
+        text = msg
+    else:
+        text = ""
+    ts = None
+    rt = obj.get("__REALTIME_TIMESTAMP")
+    if isinstance(rt, str) and rt.isdigit():
+        ts = datetime.fromtimestamp(int(rt) / 1e6, UTC)
+    pid = obj.get("_PID")
+    ident = obj.get("SYSLOG_IDENTIFIER")
+    cursor = obj.get("__CURSOR")
+    return LogRecord(
+        text=text,
+        ts=ts,
+        cursor=cursor if isinstance(cursor, str) else None,
+        source="journal",
+        pid=int(pid) if isinstance(pid, str) and pid.isdigit() else None,
+        ident=ident if isinstance(ident, str) else None,
+    )
+
+
+_DOCKER_TS: Final = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d) ?")
+
+
+def parse_docker_line(line: str) -> LogRecord:
+    """One ``docker logs --timestamps`` line; the cursor is its RFC 3339 timestamp as printed."""
+    m = _DOCKER_TS.match(line)
+    if not m:
+        return LogRecord(text=line, source="docker")
+    frac = (m.group(2) or "")[:7].ljust(7, "0") if m.group(2) else ""
+    zone = "+00:00" if m.group(3) == "Z" else m.group(3)
+    try:
+        ts: datetime | None = datetime.fromisoformat(m.group(1) + frac + zone)
+    except ValueError:
+        ts = None
+    stamp = line[: m.end()].rstrip(" ")
+    return LogRecord(text=line[m.end() :], ts=ts, cursor=stamp, source="docker")
+
+
+def _docker_key(stamp: str) -> tuple[str, str]:
+    """Sortable (seconds, nanoseconds) key of a docker timestamp (always UTC ``Z`` in practice)."""
+    m = _DOCKER_TS.match(stamp + " ")
+    if not m:
+        return (stamp, "")
+    return (m.group(1), (m.group(2) or ".").ljust(10, "0"))
+
+
+# ---------------------------------------------------------------------------------------------
+# NVML
+# ---------------------------------------------------------------------------------------------
+
+
+class Nvml:
+    """The NVML calls kvtui needs, behind one object (``pynvml`` imported lazily). ``module`` lets
+    a caller pass another implementation of the same functions (tests on machines without GPUs).
+    """
+
+    def __init__(self, module: Any | None = None) -> None:
+        self._mod = module
+        self.error: str | None = None
+        self._ok = False
+
+    def init(self) -> bool:
+        if self._ok:
+            return True
+        try:
+            if self._mod is None:
+                import pynvml
+
+                self._mod = pynvml
+            self._mod.nvmlInit()
+            count = int(self._mod.nvmlDeviceGetCount())
+        except Exception as exc:  # ImportError, NVMLError_LibraryNotFound / DriverNotLoaded / …
+            self.error = f"{NO_GPU_PREFIX} (NVML: {_nvml_text(exc)})"
+            return False
+        if count == 0:
+            self.error = f"{NO_GPU_PREFIX} (NVML found no devices)"
+            with contextlib.suppress(Exception):
+                self._mod.nvmlShutdown()
+            return False
+        self._ok = True
+        self.error = None
+        return True
+
+    def shutdown(self) -> None:
+        if self._ok and self._mod is not None:
+            self._ok = False
+            with contextlib.suppress(Exception):
+                self._mod.nvmlShutdown()
+
+    def _indices(self, wanted: Sequence[int] | None) -> list[int]:
+        assert self._mod is not None
+        count = int(self._mod.nvmlDeviceGetCount())
+        return [i for i in range(count) if wanted is None or i in wanted]
+
+    def sample(self, wanted: Sequence[int] | None, ts: float, *, processes: bool = True) -> list[GpuSample]:
+        nv = self._mod
+        assert nv is not None
+        out: list[GpuSample] = []
+        for i in self._indices(wanted):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+            uuid = _opt_str(nv.nvmlDeviceGetUUID, h)
+            util_raw = _opt(nv.nvmlDeviceGetUtilizationRates, h)
+            util = float(util_raw.gpu) if util_raw is not None else None
+            temp = _opt_float(nv.nvmlDeviceGetTemperature, h, 0)  # NVML_TEMPERATURE_GPU
+            power_mw = _opt_float(nv.nvmlDeviceGetPowerUsage, h)
+            power = power_mw / 1000.0 if power_mw is not None else None
+            procs: tuple[GpuProcess, ...] = ()
+            if processes:
+                procs = tuple(self._procs(h, i, uuid))
+            out.append(
+                GpuSample(
+                    index=i,
+                    used_mib=mem.used / 1048576.0,
+                    total_mib=mem.total / 1048576.0,
+                    util=util,
+                    ts=ts,
+                    uuid=uuid,
+                    name=_opt_str(nv.nvmlDeviceGetName, h) or "",
+                    temperature_c=temp,
+                    power_w=power,
+                    processes=procs,
+                )
+            )
+        return out
+
+    def _procs(self, handle: Any, index: int, uuid: str | None) -> list[GpuProcess]:
+        nv = self._mod
+        assert nv is not None
+        try:
+            infos = nv.nvmlDeviceGetComputeRunningProcesses(handle)
+        except Exception:
+            return []
+        out = []
+        for p in infos:
+            used = getattr(p, "usedGpuMemory", None)
+            out.append(
+                GpuProcess(
+                    pid=int(p.pid),
+                    used_mib=(used / 1048576.0) if isinstance(used, int) else 0.0,
+                    gpu_index=index,
+                    gpu_uuid=uuid,
+                    name=_proc_name(int(p.pid)),
+                )
+            )
+        return out
+
+    def processes(self, wanted: Sequence[int] | None) -> list[GpuProcess]:
+        nv = self._mod
+        assert nv is not None
+        out: list[GpuProcess] = []
+        for i in self._indices(wanted):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            out.extend(self._procs(h, i, _opt_str(nv.nvmlDeviceGetUUID, h)))
+        return out
+
+
+def _s(v: object) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _opt(fn: Callable[..., Any], *args: Any) -> Any:
+    """An optional NVML reading: None when the device does not support it."""
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+def _opt_str(fn: Callable[..., Any], *args: Any) -> str | None:
+    v = _opt(fn, *args)
+    return None if v is None else _s(v)
+
+
+def _opt_float(fn: Callable[..., Any], *args: Any) -> float | None:
+    v = _opt(fn, *args)
+    try:
+        return None if v is None else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _nvml_text(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text or type(exc).__name__
+
+
+def _proc_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# The backend
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _FileState:
+    fh: Any = None
+    ident: tuple[int, int] | None = None
+
+
+class LocalBackend:
+    """``HostBackend`` for this machine (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        host: LocalHost,
+        *,
+        clock: Callable[[], float] = time.time,
+        poll_interval: float = 0.1,
+        scan_back_bytes: int = DEFAULT_SCAN_BACK_BYTES,
+        journal_scan_lines: int = DEFAULT_JOURNAL_SCAN_LINES,
+        nvml: Nvml | None = None,
+        journalctl: Sequence[str] = ("journalctl",),
+        systemctl: Sequence[str] = ("systemctl",),
+        docker: Sequence[str] = ("docker",),
+    ) -> None:
+        self.name = name
+        self.host = host
+        self._clock = clock
+        self._poll = poll_interval
+        self._scan_back = scan_back_bytes
+        self._journal_scan = journal_scan_lines
+        self._nvml = nvml or Nvml()
+        self._journalctl = list(journalctl)
+        self._systemctl = list(systemctl)
+        self._docker = list(docker)
+        self._state = ConnState.CONNECTING
+        self._log_detail = ""
+        self._started = False
+        self._closed = asyncio.Event()
+        self._procs: set[asyncio.subprocess.Process] = set()
+        self._gpu_ok = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def status(self) -> ConnStatus:
+        parts = [f"local: {self._source_label()}"]
+        if self._log_detail:
+            parts.append(self._log_detail)
+        if self._started and not self._gpu_ok and self._nvml.error:
+            parts.append(self._nvml.error)
+        return ConnStatus(self._state, detail="; ".join(parts))
+
+    @property
+    def gpu_error(self) -> str | None:
+        """Why there is no GPU data (None when NVML works or before ``start``)."""
+        return None if self._gpu_ok else self._nvml.error
+
+    def _source_label(self) -> str:
+        if self.host.log_file:
+            return f"file {self.host.log_file}"
+        if self.host.container:
+            return f"container {self.host.container}"
+        if self.host.unit:
+            return f"unit {self.host.unit}"
+        return "no log source"
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        if not (self.host.log_file or self.host.container or self.host.unit):
+            self._state = ConnState.FAILED
+            raise BackendError(f"host '{self.name}': no log source (set unit, log_file or container)")
+        self._gpu_ok = await asyncio.to_thread(self._nvml.init)
+        self._started = True
+        self._state = ConnState.CONNECTED
+
+    async def close(self) -> None:
+        self._closed.set()
+        procs = list(self._procs)
+        await asyncio.gather(*(_stop_process(p) for p in procs), return_exceptions=True)
+        self._procs.clear()
+        if self._gpu_ok:
+            await asyncio.to_thread(self._nvml.shutdown)
+            self._gpu_ok = False
+        self._state = ConnState.CLOSED
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Sleep unless closed first; True when closed."""
+        try:
+            await asyncio.wait_for(self._closed.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    # -- logs ------------------------------------------------------------------------------------
+
+    def follow_log(
+        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
+    ) -> AsyncIterator[list[LogRecord]]:
+        if self.host.log_file:
+            return self._follow_file(Path(self.host.log_file).expanduser(), start, after_cursor)
+        if self.host.container:
+            return self._follow_docker(self.host.container, start, after_cursor)
+        if self.host.unit:
+            return self._follow_journal(self.host.unit, start, after_cursor)
+        raise BackendError(f"host '{self.name}': no log source (set unit, log_file or container)")
+
+    def _scan_start(self, path: Path) -> int:
+        """Offset of the current boot's first line: the last server start within the last
+        ``scan_back_bytes`` of the file, else the first whole line of that window."""
+        try:
+            with open(path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                base = max(0, size - self._scan_back)
+                fh.seek(base)
+                data = fh.read(size - base)
+        except FileNotFoundError:
+            return 0
+        if base > 0:  # start at the first whole line of the window
+            cut = _TERMINATOR.search(data)
+            if cut is None:
+                return size
+            data = data[cut.end() :]
+            base += cut.end()
+        found = boot_start_offset(data, base, engine=self.host.engine)
+        return base if found is None else found
+
+    async def _follow_file(
+        self, path: Path, start: LogStart, after_cursor: str | None
+    ) -> AsyncIterator[list[LogRecord]]:
+        if after_cursor is not None and after_cursor.strip().isdigit():
+            offset = int(after_cursor)
+        elif start == LogStart.NEXT_BOOT:
+            try:
+                offset = os.stat(path).st_size
+            except FileNotFoundError:
+                offset = 0
+        else:
+            offset = await asyncio.to_thread(self._scan_start, path)
+        st = _FileState()
+        splitter = _FileSplitter(offset)
+        try:
+            while not self._closed.is_set():
+                if st.fh is None:
+                    try:
+                        st.fh = await asyncio.to_thread(open, path, "rb")
+                    except FileNotFoundError:
+                        self._log_detail = f"waiting for {path} to appear"
+                        if await self._sleep(self._poll):
+                            return
+                        continue
+                    except OSError as exc:
+                        self._log_detail = f"cannot read {path}: {exc.strerror or exc}"
+                        if await self._sleep(max(self._poll, 1.0)):
+                            return
+                        continue
+                    self._log_detail = ""
+                    fst = os.fstat(st.fh.fileno())
+                    st.ident = (fst.st_dev, fst.st_ino)
+                    if fst.st_size < splitter.consumed:  # replaced or truncated while away
+                        splitter = _FileSplitter(0)
+                    st.fh.seek(splitter.offset)
+                data = await asyncio.to_thread(st.fh.read, READ_CHUNK)
+                if data:
+                    records = splitter.feed(data)
+                    if records:
+                        yield records
+                    continue
+                # at EOF: rotated (renamed away / replaced)? truncated? else wait
+                try:
+                    pst = os.stat(path)
+                    now_ident: tuple[int, int] | None = (pst.st_dev, pst.st_ino)
+                except FileNotFoundError:
+                    pst = None
+                    now_ident = None
+                if now_ident != st.ident:
+                    tail = await asyncio.to_thread(st.fh.read)  # written just before the rename
+                    records = splitter.feed(tail) + splitter.flush() if tail else splitter.flush()
+                    st.fh.close()
+                    st.fh = None
+                    splitter = _FileSplitter(0)
+                    if records:
+                        yield records
+                    continue
+                if pst is not None and pst.st_size < splitter.offset:  # truncated in place
+                    records = splitter.flush()
+                    splitter = _FileSplitter(0)
+                    st.fh.seek(0)
+                    if records:
+                        yield records
+                    continue
+                if await self._sleep(self._poll):
+                    return
+        finally:
+            if st.fh is not None:
+                st.fh.close()
+
+    async def _spawn(self, argv: Sequence[str]) -> asyncio.subprocess.Process:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                preexec_fn=_PREEXEC,
+            )
+        except FileNotFoundError as exc:
+            raise BackendError(f"cannot run {argv[0]}: not found on this machine") from exc
+        except OSError as exc:
+            raise BackendError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
+        self._procs.add(proc)
+        return proc
+
+    async def _capture(self, argv: Sequence[str], timeout: float = 30.0) -> tuple[int, bytes, bytes]:
+        proc = await self._spawn(argv)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        except TimeoutError:
+            await _stop_process(proc)
+            raise BackendError(f"{argv[0]} did not answer within {timeout:g} s") from None
+        finally:
+            self._procs.discard(proc)
+        return proc.returncode or 0, out, err
+
+    async def _first_line(self, argv: Sequence[str], timeout: float = 30.0) -> bytes:
+        proc = await self._spawn(argv)
+        assert proc.stdout is not None
+        try:
+            return await asyncio.wait_for(proc.stdout.readline(), timeout)
+        except (TimeoutError, ValueError):
+            return b""
+        finally:
+            await _stop_process(proc)
+            self._procs.discard(proc)
+
+    async def _journal_start_cursor(self, unit: str) -> tuple[str | None, bool]:
+        """(cursor of the current boot's first entry, True when found by InvocationID)."""
+        try:
+            rc, out, _ = await self._capture([*self._systemctl, "show", "-p", "InvocationID", "--value", unit])
+        except BackendError:
+            rc, out = 1, b""
+        inv = out.decode(errors="replace").strip() if rc == 0 else ""
+        if re.fullmatch(r"[0-9a-f]{32}", inv):
+            # the invocation's first entry (the manager's "Starting …" carries INVOCATION_ID)
+            raw = await self._first_line(
+                [*self._journalctl, "--no-pager", "-o", "json", f"INVOCATION_ID={inv}", "+",
+                 f"_SYSTEMD_INVOCATION_ID={inv}"]
+            )
+            rec = parse_journal_json(raw) if raw else None
+            if rec is not None and rec.cursor:
+                return rec.cursor, True
+        # bounded scan back over the unit's journal
+        rc, out, _ = await self._capture(
+            [*self._journalctl, "--no-pager", "-o", "json", "-u", unit, "-n", str(self._journal_scan)]
+        )
+        records = [r for r in (parse_journal_json(x) for x in out.splitlines()) if r is not None]
+        if not records:
+            return None, False
+        idx = _journal_boot_start(records, self.host.engine)
+        return records[idx].cursor, False
+
+    async def _follow_journal(
+        self, unit: str, start: LogStart, after_cursor: str | None
+    ) -> AsyncIterator[list[LogRecord]]:
+        cursor = after_cursor
+        inclusive: str | None = None
+        if cursor is None and start == LogStart.CURRENT_BOOT:
+            inclusive, _ = await self._journal_start_cursor(unit)
+        first = True
+        while not self._closed.is_set():
+            argv = [*self._journalctl, "--no-pager", "-o", "json", "-u", unit, "-f"]
+            if cursor is not None:
+                argv += ["--after-cursor", cursor]
+            elif inclusive is not None:
+                argv += ["--cursor", inclusive]
+            elif start == LogStart.NEXT_BOOT or not first:
+                argv += ["-n", "0"]
+            else:
+                argv += ["-n", str(self._journal_scan)]
+            first = False
+            proc = await self._spawn(argv)
+            assert proc.stdout is not None
+            partial = b""
+            try:
+                while True:
+                    data = await proc.stdout.read(1 << 16)
+                    if not data:
+                        break
+                    buf = partial + data
+                    lines = buf.split(b"\n")
+                    partial = lines.pop()
+                    if len(partial) > 64 * MAX_LINE_BYTES:  # a broken stream: resync at the next line
+                        partial = b""
+                    batch = []
+                    for raw in lines:
+                        rec = parse_journal_json(raw)
+                        if rec is None:
+                            continue
+                        batch.append(rec)
+                        if rec.cursor:
+                            cursor = rec.cursor
+                    if batch:
+                        self._log_detail = ""
+                        yield batch
+            finally:
+                await _stop_process(proc)
+                self._procs.discard(proc)
+            if self._closed.is_set():
+                return
+            err = b""
+            if proc.stderr is not None:
+                with contextlib.suppress(Exception):
+                    err = await proc.stderr.read(4096)
+            msg = err.decode(errors="replace").strip().splitlines()
+            self._log_detail = f"journalctl exited ({proc.returncode}){': ' + msg[-1] if msg else ''}; restarting"
+            if await self._sleep(1.0):
+                return
+
+    async def _follow_docker(
+        self, container: str, start: LogStart, after_cursor: str | None
+    ) -> AsyncIterator[list[LogRecord]]:
+        since: str | None = None
+        skip_until: str | None = after_cursor
+        if after_cursor:
+            since = after_cursor
+        elif start == LogStart.CURRENT_BOOT:
+            rc, out, err = await self._capture([*self._docker, "inspect", "-f", "{{.State.StartedAt}}", container])
+            if rc != 0:
+                raise BackendError(
+                    f"docker inspect {container}: {err.decode(errors='replace').strip() or 'failed'}"
+                )
+            since = out.decode().strip() or None
+        while not self._closed.is_set():
+            argv = [*self._docker, "logs", "-f", "--timestamps"]
+            if since:
+                argv += ["--since", since]
+            else:
+                argv += ["--tail", "0"]
+            proc = await self._spawn([*argv, container])
+            # docker logs writes the container's stderr to ours: read both, merged by time order
+            assert proc.stdout is not None
+            assert proc.stderr is not None
+            queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=256)
+
+            async def pump(reader: asyncio.StreamReader, q: asyncio.Queue[bytes | None] = queue) -> None:
+                while chunk := await reader.read(1 << 16):
+                    await q.put(chunk)
+                await q.put(None)
+
+            pumps = [asyncio.create_task(pump(proc.stdout)), asyncio.create_task(pump(proc.stderr))]
+            splitters = {0: b""}
+            done = 0
+            try:
+                while done < 2:
+                    chunk = await queue.get()
+                    if chunk is None:
+                        done += 1
+                        continue
+                    buf = splitters[0] + chunk
+                    lines = buf.split(b"\n")
+                    splitters[0] = lines.pop()[-MAX_LINE_BYTES:]
+                    batch = []
+                    for raw in lines:
+                        rec = parse_docker_line(raw.decode("utf-8", "replace").rstrip("\r"))
+                        if skip_until and rec.cursor and _docker_key(rec.cursor) <= _docker_key(skip_until):
+                            continue
+                        batch.append(rec)
+                        if rec.cursor:
+                            since = skip_until = rec.cursor
+                    if batch:
+                        yield batch
+            finally:
+                for t in pumps:
+                    t.cancel()
+                await _stop_process(proc)
+                self._procs.discard(proc)
+            if await self._sleep(1.0):
+                return
+
+    # -- GPUs ------------------------------------------------------------------------------------
+
+    async def gpu_stream(self, interval_s: float = 1.0) -> AsyncIterator[list[GpuSample]]:
+        if not self._started:
+            await self.start()
+        if not self._gpu_ok:
+            return
+        wanted = self.host.gpus
+        while not self._closed.is_set():
+            t0 = time.monotonic()
+            try:
+                samples = await asyncio.to_thread(self._nvml.sample, wanted, self._clock())
+            except Exception as exc:
+                raise BackendError(f"NVML: {_nvml_text(exc)}") from exc
+            yield samples
+            if await self._sleep(max(0.0, interval_s - (time.monotonic() - t0))):
+                return
+
+    async def gpu_processes(self) -> list[GpuProcess]:
+        if not self._gpu_ok:
+            return []
+        return await asyncio.to_thread(self._nvml.processes, self.host.gpus)
+
+    async def server_pids(self) -> set[int]:
+        unit = self.host.unit
+        if not unit:
+            return set()
+        try:
+            rc, out, _ = await self._capture(
+                [*self._systemctl, "show", "-p", "MainPID", "-p", "ControlGroup", unit], timeout=10.0
+            )
+        except BackendError:
+            return set()
+        if rc != 0:
+            return set()
+        props = dict(line.split("=", 1) for line in out.decode(errors="replace").splitlines() if "=" in line)
+        return await asyncio.to_thread(_pids_of, props.get("MainPID", ""), props.get("ControlGroup", ""))
+
+    # -- commands --------------------------------------------------------------------------------
+
+    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
+        try:
+            proc = await asyncio.create_subprocess_shell(
+                command,
+                stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=_PREEXEC,
+            )
+        except OSError as exc:
+            raise BackendError(f"cannot run a shell on this machine: {exc.strerror or exc}") from exc
+        self._procs.add(proc)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(input), timeout)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            return CommandResult(command, 124, "", f"timed out after {timeout:g} s")
+        finally:
+            self._procs.discard(proc)
+        return CommandResult(
+            command, proc.returncode if proc.returncode is not None else -1,
+            out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
+        )
+
+
+def _journal_boot_start(records: Sequence[LogRecord], engine: str) -> int:
+    """Index of the current boot's first record in a journal window (the tracker's last boot
+    start, else the last systemd ``Starting``/``Started`` line, else 0)."""
+    starts = _tracker_boot_starts(records, engine)
+    if starts:
+        return starts[-1]
+    for i in range(len(records) - 1, -1, -1):
+        r = records[i]
+        if r.ident == "systemd" and (r.text.startswith("Started ") or r.text.startswith("Starting ")):
+            return i
+    return 0
+
+
+def _pids_of(main_pid: str, cgroup: str) -> set[int]:
+    pids: set[int] = set()
+    if main_pid.strip().isdigit() and int(main_pid) > 0:
+        pids.add(int(main_pid))
+    if cgroup.startswith("/"):
+        root = Path("/sys/fs/cgroup") / cgroup.lstrip("/")
+        for procs in _walk(root, "cgroup.procs"):
+            with contextlib.suppress(OSError):
+                pids.update(int(x) for x in procs.read_text().split() if x.isdigit())
+    if pids:
+        pids |= _descendants(pids)
+    return pids
+
+
+def _walk(root: Path, name: str) -> Iterable[Path]:
+    if not root.is_dir():
+        return []
+    return (Path(d) / name for d, _, files in os.walk(root) if name in files)
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(d.name))
+    out: set[int] = set()
+    todo = list(roots)
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
