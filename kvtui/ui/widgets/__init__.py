@@ -1,0 +1,1 @@
+"""The console's widgets; each renders only the data it is given."""

@@ -1,0 +1,314 @@
+"""The boot panel: phase timeline, key figures, live KV usage, failure banner and stall notice.
+
+Each widget renders only what it is given (a ``Boot``, the current time); none parses text.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from datetime import datetime
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.content import Content
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import Sparkline, Static
+
+from kvtui.boot import Boot, BootStatus, PhaseSpan
+from kvtui.engines.events import PHASE_ORDER, Model, Phase
+from kvtui.ui import formatting as fmt
+
+_FINAL_TARGET = {Phase.READY}
+
+
+def _span_seconds(span: PhaseSpan, now: datetime | None, live: bool) -> float | None:
+    if span.seconds is not None and span.end is not None:
+        return span.seconds
+    if span.end is not None:
+        return fmt.seconds_between(span.start, span.end)
+    if live:
+        return fmt.seconds_between(span.start, now)
+    return span.seconds
+
+
+def _progress(span: PhaseSpan, width: int = 10) -> Content:
+    if span.progress_total:
+        done = span.progress_done or 0
+        filled, empty = fmt.bar(done / span.progress_total, width)
+        unit = fmt.PROGRESS_UNITS.get(span.name, "")
+        return Content.assemble(
+            ("━" * filled, "$" + fmt.PHASE_VARIABLE.get(span.name, "phase-load")),
+            ("━" * empty, "$foreground 15%"),
+            (f" {done}/{span.progress_total}{' ' + unit if unit else ''}", "$text-muted"),
+        )
+    if span.progress_done is not None:
+        unit = fmt.PROGRESS_UNITS.get(span.name, "")
+        return Content.styled(f"{span.progress_done}{' ' + unit if unit else ''}", "$text-muted")
+    return Content("")
+
+
+class PhaseTimeline(Widget):
+    """Every phase of the boot in order: done ✔ with its time, the current one ticking, the rest
+    pending; a draft model's phases nested under the target's."""
+
+    DEFAULT_CSS = """
+    PhaseTimeline {
+        height: auto;
+        padding: 0 1;
+    }
+    """
+
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._boot: Boot | None = None
+        self._now: datetime | None = None
+
+    def show(self, boot: Boot | None, now: datetime | None) -> None:
+        self._boot = boot
+        self._now = now
+        self.refresh(layout=True)
+
+    def _rows(self) -> Iterable[Content]:
+        boot = self._boot
+        if boot is None:
+            yield Content.styled("waiting for the server's log…", "$text-muted italic")
+            return
+        target = [s for s in boot.phases if s.model is Model.TARGET]
+        draft = [s for s in boot.phases if s.model is Model.DRAFT]
+        reached = {s.name for s in target}
+        failed = boot.status is BootStatus.FAILED
+        stopped = boot.status is BootStatus.STOPPED
+        current = target[-1] if target else None
+        live = boot.status is BootStatus.STARTING
+        for span in target:
+            is_current = span is current and span.end is None and span.name not in _FINAL_TARGET
+            var = "$" + fmt.PHASE_VARIABLE[span.name]
+            if span is current and failed:
+                icon, icon_style, name_style = "✖", "$phase-failed bold", "$phase-failed bold"
+            elif span is current and stopped and span.end is None:
+                icon, icon_style, name_style = "■", "$text-muted", "$text-muted"
+            elif is_current:
+                icon, icon_style, name_style = "▶", f"{var} bold", f"{var} bold"
+            else:
+                icon, icon_style, name_style = "✔", var, "$foreground"
+            seconds = _span_seconds(span, self._now, live and is_current)
+            time_text = "" if span.name in _FINAL_TARGET else fmt.duration(seconds)
+            yield Content.assemble(
+                (f"{icon} ", icon_style),
+                (f"{fmt.phase_label(span.name):<14}", name_style),
+                (f"{time_text:>8}", "$foreground bold" if is_current else "$text-muted"),
+                "  ",
+                _progress(span),
+            )
+            for d in draft:
+                if d.name == span.name:
+                    d_seconds = _span_seconds(d, self._now, live and d.end is None)
+                    yield Content.assemble(
+                        ("  ↳ ", "$text-muted"),
+                        (f"draft {fmt.phase_label(d.name):<12}", "$text-muted"),
+                        (f"{fmt.duration(d_seconds):>6}", "$text-muted"),
+                        "  ",
+                        _progress(d),
+                    )
+        if failed or stopped:
+            return
+        for phase in PHASE_ORDER:
+            if phase in reached or (phase is Phase.COMPILE and boot.phase is not None):
+                continue
+            if current is not None and PHASE_ORDER.index(phase) < PHASE_ORDER.index(current.name):
+                continue
+            yield Content.assemble(("· ", "$text-disabled"), (fmt.phase_label(phase), "$text-disabled"))
+
+    def render(self) -> Content:
+        return Content("\n").join(list(self._rows()))
+
+
+class BootFigures(Widget):
+    """The boot's key figures: pool tokens, KV GiB per rank, memory left, graph memory, context."""
+
+    DEFAULT_CSS = """
+    BootFigures {
+        height: auto;
+        padding: 0 1;
+    }
+    """
+
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._boot: Boot | None = None
+
+    def show(self, boot: Boot | None) -> None:
+        self._boot = boot
+        self.refresh(layout=True)
+
+    def figures(self) -> list[tuple[str, str]]:
+        boot = self._boot
+        if boot is None:
+            return []
+        m = boot.metrics
+        rows = [
+            ("KV tokens", fmt.tokens(m.max_total_num_tokens)),
+            ("KV / rank", fmt.gib(m.kv_cache_gib)),
+            ("weights / rank", fmt.gib(m.weights_gib)),
+            ("free after pool", fmt.gib(m.avail_after_pool_gib)),
+            ("graph memory", fmt.gib(m.graph_mem_gib)),
+            ("context", fmt.tokens(m.context_len)),
+            ("max running", fmt.tokens(m.max_running_requests)),
+        ]
+        if m.max_concurrency is not None:
+            rows.append(("max concurrency", f"{m.max_concurrency:.2f}×"))
+        return rows
+
+    def render(self) -> Content:
+        rows = self.figures()
+        if not rows:
+            return Content.styled("no figures yet", "$text-muted italic")
+        width = max(1, self.size.width - 2) if self.size.width else 30
+        lines: list[Content] = []
+        for label, value in rows:
+            pad = max(1, width - len(label) - len(value))
+            value_style = "$text-disabled" if value == "—" else "$foreground bold"
+            lines.append(Content.assemble((label, "$text-muted"), " " * pad, (value, value_style)))
+        return Content("\n").join(lines)
+
+
+class KvUsage(Vertical):
+    """After ready: the live KV-pool usage gauge, its sparkline and the serving load."""
+
+    DEFAULT_CSS = """
+    KvUsage {
+        height: auto;
+        padding: 0 1;
+        display: none;
+        &.-serving { display: block; }
+        #kv-gauge { height: 1; }
+        #kv-load { height: 1; color: $text-muted; }
+        Sparkline {
+            height: 2;
+            margin: 0 0;
+            & > .sparkline--max-color { color: $warning; }
+            & > .sparkline--min-color { color: $phase-ready; }
+        }
+    }
+    """
+
+    history: deque[float]
+
+    def __init__(self, *, history: int = 120, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.history = deque(maxlen=history)
+        self._usage: float | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="kv-gauge")
+        yield Sparkline([], id="kv-spark")
+        yield Static(id="kv-load")
+
+    def show(self, boot: Boot | None) -> None:
+        serving = boot is not None and boot.status is BootStatus.READY and boot.live.token_usage is not None
+        self.set_class(serving, "-serving")
+        if boot is None or not serving:
+            return
+        usage = boot.live.token_usage
+        assert usage is not None
+        if usage != self._usage or not self.history:
+            self.history.append(usage)
+        self._usage = usage
+        width = max(8, (self.size.width or 30) - 22)
+        filled, empty = fmt.bar(usage, width)
+        style = "$error" if usage >= 0.95 else "$warning" if usage >= 0.8 else "$phase-ready"
+        self.query_one("#kv-gauge", Static).update(
+            Content.assemble(
+                ("KV usage ", "$text-muted"),
+                ("█" * filled, style),
+                ("█" * empty, "$foreground 12%"),
+                (f" {fmt.percent(usage):>6}", "$foreground bold"),
+            )
+        )
+        self.query_one("#kv-spark", Sparkline).data = list(self.history)
+        live = boot.live
+        parts = [
+            f"running {live.running_reqs}" if live.running_reqs is not None else None,
+            f"queued {live.queue_reqs}" if live.queue_reqs is not None else None,
+            f"{live.gen_throughput:,.0f} tok/s" if live.gen_throughput is not None else None,
+        ]
+        self.query_one("#kv-load", Static).update(" · ".join(p for p in parts if p))
+
+
+class FailureBanner(Static):
+    """The diagnosis of a failed boot and the hint that points the right way."""
+
+    DEFAULT_CSS = """
+    FailureBanner {
+        display: none;
+        height: auto;
+        padding: 0 1;
+        background: $error-muted;
+        border-left: thick $error;
+        &.-failed { display: block; }
+    }
+    """
+
+    def show(self, boot: Boot | None) -> None:
+        failure = boot.failure if boot is not None and boot.status is BootStatus.FAILED else None
+        self.set_class(failure is not None, "-failed")
+        if failure is None:
+            self.update("")
+            return
+        where = f" in {fmt.phase_label(failure.phase)}" if failure.phase is not None else ""
+        title = fmt.FAILURE_TITLES.get(failure.kind, "failed")
+        message = failure.message.strip()
+        if len(message) > 400:
+            message = message[:399] + "…"
+        parts: list[Content] = [
+            Content.assemble(
+                ("✖ BOOT FAILED", "$error bold"),
+                (where, "$error bold"),
+                ("  ·  ", "$text-muted"),
+                (title, "$foreground bold"),
+                (f"  [{failure.kind.value}]", "$text-muted"),
+            )
+        ]
+        if message:
+            parts.append(Content.styled(message, "$foreground"))
+        if failure.hint:
+            parts.append(Content.assemble(("Hint: ", "$warning bold"), (failure.hint, "$foreground")))
+        self.update(Content("\n").join(parts))
+
+
+class StallNotice(Static):
+    """"possibly hung in <phase> for Ns": no log line and no GPU-memory change for a while."""
+
+    DEFAULT_CSS = """
+    StallNotice {
+        display: none;
+        height: auto;
+        padding: 0 1;
+        background: $warning-muted;
+        border-left: thick $warning;
+        &.-stalled { display: block; }
+    }
+    """
+
+    stalled_for: reactive[float | None] = reactive(None)
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._phase: Phase | None = None
+
+    def show(self, phase: Phase | None, seconds: float | None) -> None:
+        self._phase = phase
+        self.stalled_for = seconds
+        self.set_class(seconds is not None, "-stalled")
+        if seconds is None:
+            self.update("")
+            return
+        self.update(
+            Content.assemble(
+                ("⏸ possibly hung", "$warning bold"),
+                (f" in {fmt.phase_label(phase)} for {fmt.duration(seconds)}", "$foreground bold"),
+                ("  —  no log line and no GPU-memory change since", "$text-muted"),
+            )
+        )

@@ -1,0 +1,277 @@
+"""The GPU panel: per-GPU memory bars, the memory history plot with phase bands, per-process
+memory, and the warning about memory held by processes that are not the server's."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import RenderResult
+from textual.content import Content
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+from textual_plotext import PlotextPlot
+
+from kvtui.engines.events import Phase
+from kvtui.gpu import GpuProcess, GpuSample
+from kvtui.ui import formatting as fmt
+from kvtui.ui.themes import rgb
+
+
+def _foreign_by_gpu(foreign: Sequence[GpuProcess]) -> dict[int, float]:
+    held: dict[int, float] = {}
+    for proc in foreign:
+        if proc.gpu_index is not None:
+            held[proc.gpu_index] = held.get(proc.gpu_index, 0.0) + proc.used_mib
+    return held
+
+
+class GpuBars(Widget):
+    """One row per server GPU: used/total as a bar (the server's part and any foreign part)."""
+
+    DEFAULT_CSS = """
+    GpuBars {
+        height: auto;
+        padding: 0 1;
+    }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.samples: tuple[GpuSample, ...] = ()
+        self.foreign: tuple[GpuProcess, ...] = ()
+
+    def show(self, samples: Sequence[GpuSample], foreign: Sequence[GpuProcess] = ()) -> None:
+        samples = tuple(samples)
+        foreign = tuple(foreign)
+        if samples == self.samples and foreign == self.foreign:
+            return
+        layout = len(samples) != len(self.samples)
+        self.samples, self.foreign = samples, foreign
+        self.refresh(layout=layout)
+
+    def render(self) -> Content:
+        if not self.samples:
+            return Content.styled("no GPU readings yet", "$text-muted italic")
+        held = _foreign_by_gpu(self.foreign)
+        width = self.size.width or 34
+        rows: list[Content] = []
+        for s in self.samples:
+            total = max(s.total_mib, 1.0)
+            figures = f" {s.used_gib:5.1f}/{s.total_gib:.0f}G"
+            util = "" if s.util is None else f"{s.util:4.0f}%"
+            bar_width = max(4, width - 3 - len(figures) - len(util))
+            foreign_mib = min(held.get(s.index, 0.0), s.used_mib)
+            used_cells = round(min(1.0, s.used_mib / total) * bar_width)
+            foreign_cells = min(used_cells, math.ceil(foreign_mib / total * bar_width)) if foreign_mib else 0
+            server_cells = used_cells - foreign_cells
+            free_cells = bar_width - used_cells
+            high = s.used_mib / total >= 0.97
+            used_style = "$gpu-stale" if s.stale else ("$warning" if high else "$gpu-used")
+            rows.append(
+                Content.assemble(
+                    (f"{s.index:>2} ", "$text-muted"),
+                    ("█" * server_cells, used_style),
+                    ("█" * foreign_cells, "$gpu-foreign"),
+                    ("█" * free_cells, "$foreground 10%"),
+                    (figures, "$gpu-stale" if s.stale else "$foreground"),
+                    (util, "$text-muted"),
+                )
+            )
+        return Content("\n").join(rows)
+
+
+class ForeignWarning(Static):
+    """Memory on the server's GPUs held by other processes (a stale one is a classic restart OOM)."""
+
+    DEFAULT_CSS = """
+    ForeignWarning {
+        display: none;
+        height: auto;
+        padding: 0 1;
+        color: $foreground;
+        background: $warning-muted;
+        &.-shown { display: block; }
+    }
+    """
+
+    def show(self, foreign: Sequence[GpuProcess]) -> None:
+        self.set_class(bool(foreign), "-shown")
+        if not foreign:
+            self.update("")
+            return
+        lines = [Content.styled("⚠ memory held by processes that are not the server's", "$warning bold")]
+        for proc in list(foreign)[:3]:
+            where = f"GPU {proc.gpu_index}" if proc.gpu_index is not None else "GPU ?"
+            name = f" {proc.name}" if proc.name else ""
+            lines.append(Content(f"  {where}: {proc.used_mib / 1024:.1f} GiB, PID {proc.pid}{name}"))
+        if len(foreign) > 3:
+            lines.append(Content.styled(f"  and {len(foreign) - 3} more (p)", "$text-muted"))
+        self.update(Content("\n").join(lines))
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseBand:
+    """A boot phase as a time band: from ``start`` (epoch seconds) until the next band."""
+
+    start: float
+    phase: Phase | None  # None = failed
+
+
+class GpuHistoryPlot(PlotextPlot):
+    """Memory over time (the busiest server GPU), each stretch coloured by the boot phase it
+    belongs to. Redrawn at most once a second, only when the data changed and it is visible."""
+
+    DEFAULT_CSS = """
+    GpuHistoryPlot {
+        height: 1fr;
+        min-height: 6;
+    }
+    """
+
+    def __init__(self, *, history: int = 3600, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.points: deque[tuple[float, float]] = deque(maxlen=history)
+        self.total_gib: float = 0.0
+        self.bands: tuple[PhaseBand, ...] = ()
+        self.origin: float | None = None
+        self._dirty = True
+        self._version = 0
+        self._cache_key: tuple[object, ...] | None = None
+        self._cache: Text | None = None
+        self.redraws = 0  # plot builds, for tests and the curious
+
+    def on_mount(self) -> None:
+        self.plt.theme("clear")
+        self.set_interval(1.0, self.redraw_if_needed, name="gpu-plot-redraw")
+        self.app.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def _theme_changed(self, _theme: object) -> None:
+        self._dirty = True
+        self.redraw_if_needed()
+
+    def add(self, samples: Sequence[GpuSample]) -> None:
+        fresh = [s for s in samples if not s.stale]
+        if not fresh:
+            return
+        ts = max(s.ts for s in fresh)
+        if self.points and ts <= self.points[-1][0]:
+            return
+        self.points.append((ts, max(s.used_gib for s in fresh)))
+        self.total_gib = max(s.total_gib for s in fresh)
+        self._dirty = True
+
+    def set_bands(self, bands: Sequence[PhaseBand], origin: float | None) -> None:
+        bands = tuple(bands)
+        if bands != self.bands or origin != self.origin:
+            self.bands, self.origin = bands, origin
+            self._dirty = True
+
+    def redraw_if_needed(self) -> bool:
+        """Rebuild the figure if its data changed and it is on screen; True when it did."""
+        if not self._dirty or not self.display or not self.is_on_screen:
+            return False
+        self._dirty = False
+        self._version += 1
+        self._fill()
+        self.refresh()
+        return True
+
+    def _phase_colour(self, phase: Phase | None) -> tuple[int, int, int]:
+        variables = self.app.theme_variables
+        name = "phase-failed" if phase is None else fmt.PHASE_VARIABLE[phase]
+        return rgb(variables.get(name, variables.get("primary", "#808080")))
+
+    def _fill(self) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.theme("clear")
+        points = list(self.points)
+        if not points:
+            return
+        cells = max(8, (self.size.width or 40) - 6) * 2
+        if len(points) > cells:
+            step = len(points) / cells
+            points = [points[min(len(points) - 1, int(i * step))] for i in range(cells)] + [points[-1]]
+        origin = self.origin if self.origin is not None else points[0][0]
+        bands = self.bands or (PhaseBand(points[0][0], Phase.LAUNCH),)
+        band_starts = [b.start for b in bands]
+        segments: list[tuple[Phase | None, list[float], list[float]]] = []
+        for ts, used in points:
+            idx = 0
+            for i, start in enumerate(band_starts):
+                if ts >= start:
+                    idx = i
+            phase = bands[idx].phase
+            x = ts - origin
+            if not segments or segments[-1][0] != phase:
+                if segments:  # join the stretches so the area has no gaps
+                    segments[-1][1].append(x)
+                    segments[-1][2].append(used)
+                segments.append((phase, [], []))
+            segments[-1][1].append(x)
+            segments[-1][2].append(used)
+        for phase, xs, ys in segments:
+            plt.plot(xs, ys, marker="braille", color=self._phase_colour(phase), fillx=True)
+        top = max(self.total_gib, max(p[1] for p in points), 1.0)
+        plt.ylim(0, top)
+        span = max(1.0, points[-1][0] - origin)
+        plt.xlim(min(0.0, points[0][0] - origin), points[-1][0] - origin)
+        ticks = [0.0, span / 2, span]
+        plt.xticks(ticks, [fmt.duration(t) for t in ticks])
+        plt.yticks([0, top / 2, top], [f"{0:.0f}", f"{top / 2:.0f}", f"{top:.0f}G"])
+        muted = rgb(self.app.theme_variables.get("foreground-muted", "#808080"))
+        plt.ticks_color(muted)
+        plt.axes_color("default")
+        plt.canvas_color("default")
+
+    def render(self) -> RenderResult:
+        key = (self.size, self._version, self.app.theme)
+        if key != self._cache_key or self._cache is None:
+            if not self.points:
+                return Content.styled("collecting GPU memory samples…", "$text-muted italic")
+            self._cache = Text.from_ansi(self._build())
+            self._cache_key = key
+            self.redraws += 1
+        return self._cache
+
+    def _build(self) -> str:
+        self.plt.plotsize(self.size.width, self.size.height)
+        self.plt._set_size(self.size.width, self.size.height)
+        built: str = self.plt.build()
+        return built
+
+
+class ProcessTable(DataTable[str]):
+    """Per-process GPU memory on the server's GPUs; the server's own processes marked."""
+
+    DEFAULT_CSS = """
+    ProcessTable {
+        height: 1fr;
+        display: none;
+        &.-shown { display: block; }
+    }
+    """
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        self.add_columns("GPU", "PID", "MiB", "owner", "process")
+
+    def show(self, processes: Sequence[GpuProcess], server_pids: set[int]) -> None:
+        self.clear()
+        rows = sorted(processes, key=lambda p: (p.gpu_index if p.gpu_index is not None else -1, -p.used_mib))
+        for proc in rows:
+            ours = proc.pid in server_pids
+            owner = Text("server", style="") if ours else Text("OTHER", style="bold")
+            self.add_row(
+                "?" if proc.gpu_index is None else str(proc.gpu_index),
+                str(proc.pid),
+                f"{proc.used_mib:,.0f}",
+                owner,  # type: ignore[arg-type]
+                proc.name,
+            )

@@ -1,0 +1,184 @@
+"""The host header line and the fleet summary (one line per host when several are open)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from textual.content import Content
+from textual.widget import Widget
+
+from kvtui.boot import Boot, BootStatus
+from kvtui.hosts.backend import ConnState, ConnStatus
+from kvtui.ui import formatting as fmt
+
+_STATE_STYLE: dict[ConnState, tuple[str, str]] = {
+    ConnState.CONNECTING: ("◌", "$text-muted"),
+    ConnState.CONNECTED: ("●", "$success"),
+    ConnState.RECONNECTING: ("◌", "$warning"),
+    ConnState.HOSTKEY_REFUSED: ("✖", "$error"),
+    ConnState.AUTH_FAILED: ("✖", "$error"),
+    ConnState.FAILED: ("✖", "$error"),
+    ConnState.CLOSED: ("○", "$text-muted"),
+}
+
+
+def conn_text(status: ConnStatus | None) -> Content:
+    """"● connected", "◌ reconnecting in 4s", "✖ host key refused" …"""
+    if status is None:
+        return Content.styled("◌ connecting", "$text-muted")
+    icon, style = _STATE_STYLE.get(status.state, ("?", "$text-muted"))
+    label = status.state.value
+    if status.state is ConnState.RECONNECTING and status.retry_in is not None:
+        label = f"reconnecting in {max(0, round(status.retry_in))}s"
+    parts = [Content.styled(f"{icon} {label}", f"{style} bold")]
+    if status.detail and status.state is not ConnState.CONNECTED:
+        parts.append(Content.styled(f" ({status.detail})", "$text-muted"))
+    if not status.strict_host_key:
+        parts.append(Content.styled(" · host key not checked", "$warning"))
+    return Content.assemble(*parts)
+
+
+def boot_state_text(boot: Boot | None, elapsed: float | None) -> Content:
+    """The boot in a few words: "▶ graph capture 2m 13s", "✔ ready", "✖ failed: oom_graph_capture"."""
+    if boot is None:
+        return Content.styled("no boot yet", "$text-muted")
+    if boot.status is BootStatus.READY:
+        return Content.styled("✔ ready", "$phase-ready bold")
+    if boot.status is BootStatus.FAILED:
+        kind = boot.failure.kind.value if boot.failure is not None else "unknown"
+        return Content.styled(f"✖ failed: {kind}", "$phase-failed bold")
+    if boot.status is BootStatus.STOPPED:
+        return Content.styled("■ stopped", "$text-muted bold")
+    phase = boot.phase
+    var = "$" + fmt.PHASE_VARIABLE[phase] if phase is not None else "$text-muted"
+    tail = f" {fmt.duration(elapsed)}" if elapsed is not None else ""
+    return Content.styled(f"▶ {fmt.phase_label(phase)}{tail}", f"{var} bold")
+
+
+@dataclass(frozen=True, slots=True)
+class HostInfo:
+    """What the header says about a host (from its config and the current boot)."""
+
+    name: str
+    kind: str  # "ssh" | "local" | "demo"
+    target: str  # user@host, "this machine", "simulated"
+    source: str  # "unit sglang-k26", "log /root/x.log", "container c"
+    readonly: bool = False
+    gpus: str = ""
+
+
+class HostBar(Widget):
+    """host · engine · unit/log/container · connection state · readonly — and the boot, right."""
+
+    DEFAULT_CSS = """
+    HostBar {
+        height: 1;
+        background: $panel;
+        padding: 0 1;
+    }
+    """
+
+    def __init__(self, info: HostInfo, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.info = info
+        self.status: ConnStatus | None = None
+        self.boot: Boot | None = None
+        self.elapsed: float | None = None
+        self.boot_number: int | None = None
+
+    def show(
+        self, status: ConnStatus | None, boot: Boot | None, elapsed: float | None, boot_number: int | None
+    ) -> None:
+        self.status, self.boot, self.elapsed, self.boot_number = status, boot, elapsed, boot_number
+        self.refresh()
+
+    def left(self) -> Content:
+        info = self.info
+        engine = "engine ?"
+        if self.boot is not None and self.boot.engine.value != "unknown":
+            engine = self.boot.engine.value + (f" {self.boot.version_hint}" if self.boot.version_hint else "")
+        parts: list[Content] = [
+            Content.styled(info.name, "$accent bold"),
+            Content.styled(info.target, "$text-muted"),
+            Content.styled(engine, "$foreground"),
+            Content.styled(info.source, "$foreground"),
+        ]
+        if info.gpus:
+            parts.append(Content.styled(f"GPUs {info.gpus}", "$text-muted"))
+        parts.append(conn_text(self.status))
+        if info.readonly:
+            parts.append(Content.styled("readonly", "$warning bold"))
+        return Content.styled(" · ", "$text-muted").join(parts)
+
+    def right(self) -> Content:
+        number = f"boot {self.boot_number}  " if self.boot_number is not None else ""
+        return Content.assemble((number, "$text-muted"), boot_state_text(self.boot, self.elapsed))
+
+    def render(self) -> Content:
+        left, right = self.left(), self.right()
+        width = self.size.width or 120
+        gap = width - left.cell_length - right.cell_length
+        if gap < 2:
+            return left
+        return Content.assemble(left, " " * gap, right)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRow:
+    name: str
+    status: ConnStatus | None
+    boot: Boot | None
+    elapsed: float | None
+    readonly: bool = False
+
+
+class FleetSummary(Widget):
+    """One line per host: state, phase, pool tokens, KV usage. Click a line to open its tab."""
+
+    DEFAULT_CSS = """
+    FleetSummary {
+        height: auto;
+        max-height: 8;
+        background: $surface;
+        padding: 0 1;
+    }
+    """
+
+    def __init__(self, names: Sequence[str], *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.rows: dict[str, FleetRow] = {n: FleetRow(n, None, None, None) for n in names}
+        self.active: str | None = names[0] if names else None
+
+    def update_row(self, row: FleetRow) -> None:
+        if self.rows.get(row.name) != row:
+            self.rows[row.name] = row
+            self.refresh(layout=True)
+
+    def set_active(self, name: str) -> None:
+        self.active = name
+        self.refresh()
+
+    def render(self) -> Content:
+        width = max(len(n) for n in self.rows) if self.rows else 4
+        lines: list[Content] = []
+        for row in self.rows.values():
+            boot = row.boot
+            tokens = fmt.tokens(boot.metrics.max_total_num_tokens) if boot is not None else "—"
+            usage = fmt.percent(boot.live.token_usage) if boot is not None else "—"
+            marker = "▸" if row.name == self.active else " "
+            line = Content.assemble(
+                (f"{marker} ", "$accent bold"),
+                (f"{row.name:<{width}}", "$accent bold" if row.name == self.active else "$foreground bold"),
+                "  ",
+                conn_text(row.status),
+                "  ",
+                boot_state_text(boot, row.elapsed),
+                ("   tokens ", "$text-muted"),
+                (tokens, "$foreground"),
+                ("   KV ", "$text-muted"),
+                (usage, "$foreground"),
+                ("   readonly" if row.readonly else "", "$warning"),
+            )
+            lines.append(line.stylize(f"@click=app.switch_host('{row.name}')"))
+        return Content("\n").join(lines)

@@ -1,0 +1,873 @@
+"""The log panel: a bounded, line-API log view with follow/pause, search and filter over the
+whole spool, error jumps, marks, timestamps and wrapping.
+
+``LogView`` keeps at most ``window`` lines in memory. Everything older lives in the host's spool
+(``HostMonitor.spool``), which search, filter and history reads reach through :class:`LogSource`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import ClassVar, Protocol
+
+from rich.style import Style
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.cache import LRUCache
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Input, Static
+
+from kvtui.monitor import LogLine
+
+MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)
+SPOOL_MATCH_LIMIT = 1000
+
+
+class LogSource(Protocol):
+    """The complete log of a host (``kvtui.spool.Spool`` satisfies this)."""
+
+    def read(self, start_seq: int, count: int) -> list[LogLine]: ...
+
+    def search(
+        self,
+        pattern: str,
+        *,
+        regex: bool = False,
+        rank: str | None = None,
+        start_seq: int = 0,
+        reverse: bool = False,
+        limit: int = 1000,
+    ) -> list[LogLine]: ...
+
+    def __len__(self) -> int: ...
+
+
+# --------------------------------------------------------------------------------------------
+# Matching (pure)
+# --------------------------------------------------------------------------------------------
+
+_RANK_TOKEN = r"(?:DP|TP|PP|EP|CP)\d+"
+_RANK_RE = re.compile(rf"^(?:[A-Za-z]+_)?{_RANK_TOKEN}(?:\s+(?:[A-Za-z]+_)?{_RANK_TOKEN})*$", re.IGNORECASE)
+_SPLIT_RANK = re.compile(r"[\s_]+")
+
+
+def _rank_tokens(rank: str) -> set[str]:
+    return {t.upper() for t in _SPLIT_RANK.split(rank) if t}
+
+
+@dataclass(frozen=True, slots=True)
+class TextQuery:
+    """A search or text filter: plain text, case-insensitive unless it has an upper-case letter
+    (smart case)."""
+
+    text: str
+
+    @property
+    def ignore_case(self) -> bool:
+        return self.text == self.text.lower()
+
+    def compiled(self) -> re.Pattern[str]:
+        return re.compile(re.escape(self.text), re.IGNORECASE if self.ignore_case else 0)
+
+    def spool_args(self) -> tuple[str, bool]:
+        """(pattern, regex) for ``LogSource.search`` (a plain pattern there is smart case too)."""
+        return self.text, False
+
+
+@dataclass(frozen=True, slots=True)
+class LineFilter:
+    """``&`` filter: a rank such as ``TP3`` / ``DP0 TP1`` / ``Worker_TP2``, or text."""
+
+    raw: str
+    rank: str | None = None
+    query: TextQuery | None = None
+
+    @classmethod
+    def parse(cls, raw: str) -> LineFilter | None:
+        raw = raw.strip()
+        if not raw:
+            return None
+        if _RANK_RE.match(raw):
+            return cls(raw=raw, rank=raw)
+        return cls(raw=raw, query=TextQuery(raw))
+
+    def matches(self, line: LogLine) -> bool:
+        if self.rank is not None:
+            if line.rank is None:
+                return False
+            wanted = _rank_tokens(self.rank)
+            have = _rank_tokens(line.rank)
+            return wanted <= have or self.rank.upper() == line.rank.upper()
+        if self.query is not None:
+            return self.query.compiled().search(line.text) is not None
+        return True
+
+
+class ViewMode(StrEnum):
+    LIVE = "live"  # the newest lines, in memory
+    HISTORY = "history"  # a window read back from the spool around a search hit
+    FILTER = "filter"  # only lines that pass the & filter (from the whole spool)
+
+
+# --------------------------------------------------------------------------------------------
+# The view
+# --------------------------------------------------------------------------------------------
+
+
+class LogView(ScrollView, can_focus=True):
+    """A bounded log view (line API). Widgets above it call its methods; it never does I/O
+    itself except through its ``source`` in workers."""
+
+    ALLOW_MAXIMIZE = True
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "logview--prefix",
+        "logview--timestamp",
+        "logview--phase",
+        "logview--error",
+        "logview--warning",
+        "logview--progress",
+        "logview--serving",
+        "logview--marker",
+        "logview--match",
+        "logview--cursor",
+        "logview--mark",
+        "logview--gutter",
+    }
+
+    DEFAULT_CSS = """
+    LogView {
+        background: $surface;
+        scrollbar-size-vertical: 1;
+        & > .logview--prefix { color: $text-muted; }
+        & > .logview--timestamp { color: $text-muted; }
+        & > .logview--phase { color: $accent; text-style: bold; }
+        & > .logview--error { color: $error; text-style: bold; }
+        & > .logview--warning { color: $warning; }
+        & > .logview--progress { color: $text-muted; }
+        & > .logview--serving { color: $phase-ready 80%; }
+        & > .logview--marker { color: $log-marker; text-style: bold; }
+        & > .logview--match { background: $log-match; color: $foreground; text-style: bold; }
+        & > .logview--cursor { background: $primary 25%; }
+        & > .logview--mark { color: $log-mark; text-style: bold; }
+        & > .logview--gutter { color: $log-mark; }
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("end", "follow_end", "Follow", show=False, id="log.end"),
+    ]
+
+    follow: reactive[bool] = reactive(True)
+    wrap: reactive[bool] = reactive(False)
+    timestamps: reactive[bool] = reactive(False)
+    pending: reactive[int] = reactive(0)
+    mode: reactive[ViewMode] = reactive(ViewMode.LIVE)
+
+    class StatusChanged(Message):
+        """Follow, mode, filter, search or pending count changed (for the status line)."""
+
+        def __init__(self, log_view: LogView) -> None:
+            super().__init__()
+            self.log_view = log_view
+
+        @property
+        def control(self) -> LogView:
+            return self.log_view
+
+        def can_replace(self, message: Message) -> bool:
+            return isinstance(message, LogView.StatusChanged) and message.log_view is self.log_view
+
+    def __init__(
+        self,
+        *,
+        window: int = 5000,
+        source: LogSource | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(id=id, classes=classes)
+        self.window = max(100, window)
+        self.source = source
+        self._live: list[LogLine] = []
+        self._view: list[LogLine] = self._live
+        self._row_starts: list[int] = []
+        self._max_width = 0
+        self.cursor: int | None = None  # seq of the current line
+        self.marks: set[int] = set()
+        self.search_query: TextQuery | None = None
+        self.line_filter: LineFilter | None = None
+        self.message: str = ""  # last search/filter result for the status line
+        self._cache: LRUCache[tuple[object, ...], Strip] = LRUCache(2000)
+        self._version = 0
+        self._programmatic_scroll = False
+        self._end_scheduled = False
+
+    # ---- data in ------------------------------------------------------------------------
+
+    @property
+    def lines(self) -> Sequence[LogLine]:
+        """The lines currently shown (live tail, history window or filtered)."""
+        return self._view
+
+    @property
+    def live_lines(self) -> Sequence[LogLine]:
+        return self._live
+
+    def append(self, lines: Iterable[LogLine]) -> None:
+        """Add newly arrived lines (oldest first); keeps at most ``window`` in memory."""
+        new = list(lines)
+        if not new:
+            return
+        self._live.extend(new)
+        live_trim = max(0, len(self._live) - self.window)
+        if live_trim:
+            del self._live[:live_trim]
+        if self.mode is ViewMode.LIVE:
+            self._after_view_change(added=len(new), trimmed=live_trim)
+        elif self.mode is ViewMode.FILTER and self.line_filter is not None:
+            passing = [line for line in new if self.line_filter.matches(line)]
+            if passing:
+                self._view.extend(passing)
+                trim = max(0, len(self._view) - self.window)
+                if trim:
+                    del self._view[:trim]
+                self._after_view_change(added=len(passing), trimmed=trim)
+        else:  # HISTORY: the tail moves on without us
+            self.pending += len(new)
+            self._post_status()
+
+    def _after_view_change(self, *, added: int, trimmed: int) -> None:
+        old_rows = self.virtual_size.height
+        removed_rows = self._row_starts[trimmed] if self.wrap and trimmed and self._row_starts else trimmed
+        self._rebuild_rows()
+        if self.follow:
+            self.pending = 0
+            self._scroll_to_end()
+        else:
+            self.pending += added
+            if removed_rows:
+                self._programmatic_scroll = True
+                self.scroll_to(y=max(0, self.scroll_y - removed_rows), animate=False, immediate=True)
+                self._programmatic_scroll = False
+        if old_rows != self.virtual_size.height or not self.follow:
+            self.refresh()
+        self._post_status()
+
+    def _line_length(self, line: LogLine) -> int:
+        return 1 + (13 if self.timestamps else 0) + min(len(line.text), MAX_DISPLAY_CHARS)
+
+    def _rebuild_rows(self) -> None:
+        view = self._view
+        width = self._max_width
+        for line in view[-2048:]:  # new lines are at the end; a full rescan happens on toggles
+            width = max(width, self._line_length(line))
+        self._max_width = width
+        if self.wrap:
+            content = max(10, self.scrollable_content_region.width or self.size.width or 80)
+            starts = [0]
+            total = 0
+            for line in view:
+                total += 1 if line.style == "marker" else max(1, math.ceil(self._line_length(line) / content))
+                starts.append(total)
+            self._row_starts = starts
+            self.virtual_size = Size(content, total)
+        else:
+            self._row_starts = []
+            self.virtual_size = Size(width + 1, len(view))
+
+    def _rescan(self) -> None:
+        self._max_width = 0
+        for line in self._view:
+            self._max_width = max(self._max_width, self._line_length(line))
+        self._version += 1
+        self._cache.clear()
+        self._rebuild_rows()
+        self.refresh()
+
+    def on_resize(self) -> None:
+        if self.wrap:
+            self._cache.clear()
+            self._rebuild_rows()
+        if self.follow:
+            self._scroll_to_end()
+
+    # ---- scrolling / follow ---------------------------------------------------------------
+
+    def _scroll_to_end(self) -> None:
+        self._programmatic_scroll = True
+        self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
+        self._programmatic_scroll = False
+        if not self._end_scheduled:  # again once layout has settled (sizes may be stale now)
+            self._end_scheduled = True
+            self.call_after_refresh(self._settle_end)
+
+    def _settle_end(self) -> None:
+        self._end_scheduled = False
+        if self.follow:
+            self._programmatic_scroll = True
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
+            self._programmatic_scroll = False
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if self._programmatic_scroll:
+            return
+        if new_value < old_value and self.follow:
+            self.follow = False  # the user scrolled up: pause, count new lines instead
+        elif (
+            not self.follow
+            and self.mode is not ViewMode.HISTORY
+            and new_value > old_value
+            and new_value >= self.max_scroll_y
+        ):
+            self.follow = True  # scrolled back to the bottom: follow again
+
+    def watch_follow(self, follow: bool) -> None:
+        if follow:
+            self.pending = 0
+            if self.mode is ViewMode.HISTORY:
+                if self.line_filter is not None:
+                    self.set_filter(self.line_filter.raw)
+                else:
+                    self._show(self._live, ViewMode.LIVE)
+            self.cursor = None
+            self._version += 1
+            self._scroll_to_end()
+            self.refresh()
+        self._post_status()
+
+    def action_follow_end(self) -> None:
+        self.follow = True
+
+    def toggle_follow(self) -> None:
+        self.follow = not self.follow
+
+    def watch_wrap(self) -> None:
+        self._rescan()
+        if self.follow:
+            self._scroll_to_end()
+        elif self.cursor is not None:
+            self._scroll_to_seq(self.cursor)
+        self._post_status()
+
+    def watch_timestamps(self) -> None:
+        self._rescan()
+        if self.follow:
+            self._scroll_to_end()
+        self._post_status()
+
+    def _post_status(self) -> None:
+        if self.is_attached:
+            self.post_message(self.StatusChanged(self))
+
+    def _show(self, lines: list[LogLine], mode: ViewMode) -> None:
+        self._view = lines
+        self.mode = mode
+        self._rescan()
+
+    # ---- positions ------------------------------------------------------------------------
+
+    def _index_of(self, seq: int) -> int | None:
+        view = self._view
+        i = bisect_left(view, seq, key=lambda line: line.seq)
+        return i if i < len(view) and view[i].seq == seq else None
+
+    def _row_of_index(self, index: int) -> int:
+        return self._row_starts[index] if self.wrap and self._row_starts else index
+
+    def _index_at_row(self, row: int) -> int:
+        if self.wrap and self._row_starts:
+            return max(0, bisect_right(self._row_starts, row) - 1)
+        return row
+
+    def _scroll_to_seq(self, seq: int) -> None:
+        index = self._index_of(seq)
+        if index is None:
+            return
+        row = self._row_of_index(index)
+        height = self.scrollable_content_region.height or self.size.height
+        self._programmatic_scroll = True
+        self.scroll_to(y=max(0, row - height // 2), animate=False, immediate=True)
+        self._programmatic_scroll = False
+
+    def current_index(self) -> int | None:
+        """Index (in the view) of the current line: the cursor, else the last line on screen."""
+        if self.cursor is not None:
+            index = self._index_of(self.cursor)
+            if index is not None:
+                return index
+        if not self._view:
+            return None
+        height = self.scrollable_content_region.height or self.size.height or 1
+        bottom = self._index_at_row(int(self.scroll_y) + height - 1)
+        return min(len(self._view) - 1, bottom)
+
+    def set_cursor(self, seq: int) -> None:
+        """Make ``seq`` the current line (stop following) and bring it into view."""
+        self.follow = False
+        self.cursor = seq
+        self._version += 1
+        self._scroll_to_seq(seq)
+        self.refresh()
+        self._post_status()
+
+    # ---- errors, marks ----------------------------------------------------------------------
+
+    def next_error(self, forward: bool = True) -> bool:
+        """Jump to the next (or previous) error line in the view; False when there is none."""
+        view = self._view
+        if not view:
+            return False
+        start = self.current_index()
+        if start is None:
+            return False
+        if self.cursor is None and not forward:
+            start += 1  # from the bottom of the screen, the last line itself counts
+        rng = range(start + 1, len(view)) if forward else range(start - 1, -1, -1)
+        for i in rng:
+            if view[i].style == "error":
+                self.set_cursor(view[i].seq)
+                return True
+        self.message = f"no {'next' if forward else 'previous'} error in view"
+        self._post_status()
+        return False
+
+    def toggle_mark(self) -> int | None:
+        """Mark (or unmark) the current line, or the newest line when following."""
+        if not self._view:
+            return None
+        index = self._index_of(self.cursor) if self.cursor is not None else len(self._view) - 1
+        if index is None:
+            return None
+        seq = self._view[index].seq
+        if seq in self.marks:
+            self.marks.discard(seq)
+        else:
+            self.marks.add(seq)
+            if len(self.marks) > 1000:
+                self.marks.discard(min(self.marks))
+        self._version += 1
+        self.refresh()
+        return seq
+
+    # ---- search -------------------------------------------------------------------------
+
+    def set_search(self, text: str) -> None:
+        self.search_query = TextQuery(text) if text else None
+        self._version += 1
+        self._cache.clear()
+        self.refresh()
+        if self.search_query is not None:
+            self.find(forward=False, include_current=True)
+        else:
+            self.message = ""
+            self._post_status()
+
+    def find(self, forward: bool = True, include_current: bool = False) -> None:
+        """Go to the next (``n``, newer) or previous (``N``, older) match; beyond the lines in
+        memory the spool is searched."""
+        query = self.search_query
+        if query is None:
+            return
+        pattern = query.compiled()
+        view = self._view
+        start = self.current_index()
+        if start is not None:
+            if include_current:
+                rng = range(start, -1, -1) if not forward else range(start, len(view))
+            else:
+                rng = range(start + 1, len(view)) if forward else range(start - 1, -1, -1)
+            for i in rng:
+                if self.line_filter is not None and not self.line_filter.matches(view[i]):
+                    continue
+                if pattern.search(view[i].text):
+                    self.set_cursor(view[i].seq)
+                    self.message = f"/{query.text}"
+                    self._post_status()
+                    return
+        if self.source is None:
+            self.message = f"/{query.text}: no {'newer' if forward else 'older'} match"
+            self._post_status()
+            return
+        edge = (view[-1].seq + 1) if forward and view else (view[0].seq - 1 if view else 0)
+        if not forward and edge < 0:
+            self.message = f"/{query.text}: no older match"
+            self._post_status()
+            return
+        self._search_spool(query, edge, forward)
+
+    @work(exclusive=True, group="log-search", exit_on_error=False)
+    async def _search_spool(self, query: TextQuery, start_seq: int, forward: bool) -> None:
+        source = self.source
+        if source is None:
+            return
+        pattern, regex = query.spool_args()
+        rank = self.line_filter.rank if self.line_filter is not None else None
+        self.message = f"/{query.text}: searching the spool…"
+        self._post_status()
+        hits = await asyncio.to_thread(
+            source.search, pattern, regex=regex, rank=rank, start_seq=start_seq, reverse=not forward, limit=1
+        )
+        if not hits:
+            self.message = f"/{query.text}: no {'newer' if forward else 'older'} match in the whole log"
+            self._post_status()
+            return
+        await self._jump_via_source(hits[0].seq)
+        self.message = f"/{query.text}: found in the spool (line {hits[0].seq + 1:,})"
+        self._post_status()
+
+    async def _jump_via_source(self, seq: int) -> None:
+        if self._index_of(seq) is None and self.source is not None:
+            source = self.source
+            half = self.window // 2
+            start = max(0, seq - half)
+            lines = await asyncio.to_thread(source.read, start, self.window)
+            if self.line_filter is not None:
+                lines = [ln for ln in lines if self.line_filter.matches(ln)]
+            self.follow = False
+            self._show(lines, ViewMode.HISTORY)
+        self.set_cursor(seq)
+
+    async def count_matches(self) -> int | None:
+        """How many lines of the whole log match the search (capped at SPOOL_MATCH_LIMIT)."""
+        if self.search_query is None:
+            return None
+        if self.source is None:
+            pattern = self.search_query.compiled()
+            return sum(1 for line in self._view if pattern.search(line.text))
+        pattern_s, regex = self.search_query.spool_args()
+        source = self.source
+        hits = await asyncio.to_thread(source.search, pattern_s, regex=regex, limit=SPOOL_MATCH_LIMIT)
+        return len(hits)
+
+    # ---- filter -------------------------------------------------------------------------
+
+    def set_filter(self, text: str) -> None:
+        """``&`` filter; empty text clears it. Lines come from the whole spool when there is one."""
+        self.line_filter = LineFilter.parse(text)
+        self.cursor = None
+        if self.line_filter is None:
+            self.message = "filter cleared"
+            self._show(self._live, ViewMode.LIVE)
+            self.follow = True
+            self._scroll_to_end()
+            self._post_status()
+            return
+        flt = self.line_filter
+        in_memory = [line for line in self._live if flt.matches(line)]
+        self._show(in_memory, ViewMode.FILTER)
+        self.follow = True
+        self._scroll_to_end()
+        self.message = f"&{flt.raw}: {len(in_memory):,} lines in memory"
+        self._post_status()
+        if self.source is not None:
+            self._filter_from_spool(flt)
+
+    @work(exclusive=True, group="log-filter", exit_on_error=False)
+    async def _filter_from_spool(self, flt: LineFilter) -> None:
+        source = self.source
+        if source is None:
+            return
+        if flt.rank is not None:
+            pattern, regex, rank = "", False, flt.rank
+        else:
+            assert flt.query is not None
+            pattern, regex = flt.query.spool_args()
+            rank = None
+        hits = await asyncio.to_thread(
+            source.search, pattern, regex=regex, rank=rank, start_seq=-1, reverse=True, limit=self.window
+        )
+        if self.line_filter is not flt:
+            return  # replaced meanwhile
+        hits = sorted((h for h in hits if flt.matches(h)), key=lambda line: line.seq)
+        # keep lines that arrived while we searched
+        newest = hits[-1].seq if hits else -1
+        hits.extend(line for line in self._view if line.seq > newest)
+        self._show(hits[-self.window :], ViewMode.FILTER)
+        if self.follow:
+            self._scroll_to_end()
+        more = " (newest shown)" if len(hits) >= self.window else ""
+        self.message = f"&{flt.raw}: {len(hits):,} lines in the whole log{more}"
+        self._post_status()
+
+    # ---- rendering ------------------------------------------------------------------------
+
+    def _styles(self) -> dict[str, Style]:
+        get = self.get_component_rich_style
+        return {
+            name: get(f"logview--{name}", partial=True)
+            for name in (
+                "prefix", "timestamp", "phase", "error", "warning", "progress", "serving", "marker", "match",
+                "cursor", "mark", "gutter",
+            )
+        }
+
+    def _line_text(self, line: LogLine, styles: dict[str, Style]) -> Text:
+        text = line.text if len(line.text) <= MAX_DISPLAY_CHARS else line.text[: MAX_DISPLAY_CHARS - 1] + "…"
+        body = Text(text, no_wrap=True, end="")
+        kind = line.style
+        if kind in ("phase", "error", "warning", "progress", "serving"):
+            body.stylize(styles[kind])
+        elif text.startswith("[") and (close := text.find("]", 0, 48)) > 0:
+            body.stylize(styles["prefix"], 0, close + 1)
+        query = self.search_query
+        if query is not None:
+            for m in query.compiled().finditer(text):
+                if m.end() > m.start():
+                    body.stylize(styles["match"], m.start(), m.end())
+        marked = line.seq in self.marks
+        gutter = Text("▌" if marked else " ", style=styles["gutter"] if marked else Style())
+        parts = [gutter]
+        if self.timestamps:
+            stamp = line.ts.strftime("%H:%M:%S.%f")[:12] if line.ts is not None else ""
+            parts.append(Text(f"{stamp:<12} ", style=styles["timestamp"]))
+        parts.append(body)
+        return Text.assemble(*parts, no_wrap=True, end="")
+
+    def _marker_strip(self, line: LogLine, width: int, styles: dict[str, Style], base: Style) -> Strip:
+        label = f" {line.text.strip(' ─-')} "
+        left = 3
+        right = max(0, width - left - len(label))
+        text = Text("─" * left + label + "─" * right, style=styles["marker"], no_wrap=True, end="")
+        return Strip(list(text.render(self.app.console)), text.cell_len).apply_style(base)
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        row = scroll_y + y
+        width = self.scrollable_content_region.width or self.size.width
+        base = self.rich_style
+        view = self._view
+        if not view:
+            return Strip.blank(width, base)
+        index = self._index_at_row(row)
+        if index >= len(view):
+            return Strip.blank(width, base)
+        line = view[index]
+        sub_row = row - self._row_starts[index] if self.wrap and self._row_starts else 0
+        is_cursor = line.seq == self.cursor
+        key = (line.seq, sub_row, width, self._version, is_cursor, line.seq in self.marks, self.wrap)
+        styles = self._styles()
+        row_base = base + styles["cursor"] if is_cursor else base
+        strip = self._cache.get(key)
+        if strip is None:
+            if line.style == "marker":
+                strip = self._marker_strip(line, width, styles, row_base) if sub_row == 0 else Strip.blank(0)
+            else:
+                text = self._line_text(line, styles)
+                full = Strip(list(text.render(self.app.console)), text.cell_len)
+                if self.wrap:
+                    cuts = [*range(width, text.cell_len, width), text.cell_len]
+                    pieces = full.divide(cuts)
+                    strip = pieces[sub_row] if sub_row < len(pieces) else Strip.blank(0)
+                else:
+                    strip = full
+                strip = strip.apply_style(row_base)
+            self._cache[key] = strip
+        if self.wrap or line.style == "marker":
+            out = strip.crop_extend(0, width, row_base)
+        else:
+            out = strip.crop_extend(scroll_x, scroll_x + width, row_base)
+        return out.apply_offsets(scroll_x, row)
+
+
+# --------------------------------------------------------------------------------------------
+# The panel: view + status line + find bar
+# --------------------------------------------------------------------------------------------
+
+
+class FindBar(Horizontal):
+    """The one-line input for ``/`` search and ``&`` filter, docked under the log."""
+
+    DEFAULT_CSS = """
+    FindBar {
+        dock: bottom;
+        height: 1;
+        display: none;
+        background: $panel;
+        &.-open { display: block; }
+        #find-label { width: auto; padding: 0 0 0 1; color: $accent; text-style: bold; }
+        Input {
+            border: none;
+            height: 1;
+            padding: 0 1;
+            width: 1fr;
+            background: $panel;
+            &:focus { border: none; background: $panel; }
+        }
+    }
+    """
+
+    class Submitted(Message):
+        def __init__(self, bar: FindBar, kind: str, value: str) -> None:
+            super().__init__()
+            self.bar = bar
+            self.kind = kind
+            self.value = value
+
+        @property
+        def control(self) -> FindBar:
+            return self.bar
+
+    class Closed(Message):
+        def __init__(self, bar: FindBar) -> None:
+            super().__init__()
+            self.bar = bar
+
+        @property
+        def control(self) -> FindBar:
+            return self.bar
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Close", show=False, id="find.close")]
+
+    kind: str = "search"
+
+    def compose(self) -> ComposeResult:
+        yield Static("/", id="find-label")
+        yield Input(id="find-input", select_on_focus=True)
+
+    def open(self, kind: str, value: str = "") -> None:
+        self.kind = kind
+        self.query_one("#find-label", Static).update("/" if kind == "search" else "&")
+        field = self.query_one("#find-input", Input)
+        field.placeholder = (
+            "search the whole log (smart case) — Enter to find, n/N next/previous"
+            if kind == "search"
+            else "filter: text, or a rank such as TP3 — empty clears"
+        )
+        field.value = value
+        self.add_class("-open")
+        field.focus()
+
+    def action_close(self) -> None:
+        self.remove_class("-open")
+        self.post_message(self.Closed(self))
+
+    @on(Input.Submitted, "#find-input")
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.remove_class("-open")
+        self.post_message(self.Submitted(self, self.kind, event.value))
+
+
+class LogStatus(Horizontal):
+    """Follow state, mode and messages on the left; the "N new lines" badge on the right."""
+
+    DEFAULT_CSS = """
+    LogStatus {
+        dock: bottom;
+        height: 1;
+        background: $surface;
+        #log-state { width: 1fr; color: $text-muted; padding: 0 1; }
+        #log-badge {
+            width: auto;
+            padding: 0 1;
+            display: none;
+            background: $accent;
+            color: $text;
+            text-style: bold;
+            &.-shown { display: block; }
+        }
+    }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="log-state")
+        yield Static(id="log-badge")
+
+    def show(self, view: LogView) -> None:
+        parts: list[Content] = []
+        if view.follow:
+            parts.append(Content.styled("● following", "$success"))
+        else:
+            parts.append(Content.styled("⏸ paused", "$warning"))
+        if view.mode is ViewMode.HISTORY:
+            parts.append(Content.styled("history from the spool", "$accent"))
+        if view.line_filter is not None:
+            parts.append(Content.styled(f"filter &{view.line_filter.raw}", "$accent"))
+        if view.search_query is not None:
+            parts.append(Content(f"search /{view.search_query.text}"))
+        if view.wrap:
+            parts.append(Content("wrap"))
+        if view.timestamps:
+            parts.append(Content("timestamps"))
+        if view.message:
+            parts.append(Content.styled(view.message, "$text-muted italic"))
+        self.query_one("#log-state", Static).update(Content(" · ").join(parts))
+        badge = self.query_one("#log-badge", Static)
+        badge.set_class(view.pending > 0, "-shown")
+        if view.pending > 0:
+            noun = "line" if view.pending == 1 else "lines"
+            badge.update(f"↓ {view.pending:,} new {noun} (f)")
+
+
+class LogPanel(Vertical):
+    """The log with its status line and find bar."""
+
+    DEFAULT_CSS = """
+    LogPanel {
+        height: 1fr;
+    }
+    """
+
+    def __init__(
+        self, *, window: int = 5000, source: LogSource | None = None, id: str | None = None, classes: str | None = None
+    ) -> None:
+        super().__init__(id=id, classes=classes)
+        self._window = window
+        self._source = source
+
+    def compose(self) -> ComposeResult:
+        yield FindBar()
+        yield LogStatus()
+        yield LogView(window=self._window, source=self._source)
+
+    @property
+    def view(self) -> LogView:
+        return self.query_one(LogView)
+
+    def on_mount(self) -> None:
+        self.query_one(LogStatus).show(self.view)
+
+    @on(LogView.StatusChanged)
+    def _status(self, event: LogView.StatusChanged) -> None:
+        event.stop()
+        self.query_one(LogStatus).show(event.log_view)
+
+    def open_find(self, kind: str) -> None:
+        view = self.view
+        current = ""
+        if kind == "search" and view.search_query is not None:
+            current = view.search_query.text
+        elif kind == "filter" and view.line_filter is not None:
+            current = view.line_filter.raw
+        self.query_one(FindBar).open(kind, current)
+
+    @on(FindBar.Submitted)
+    def _find(self, event: FindBar.Submitted) -> None:
+        event.stop()
+        view = self.view
+        view.focus()
+        if event.kind == "search":
+            view.set_search(event.value)
+        else:
+            view.set_filter(event.value)
+
+    @on(FindBar.Closed)
+    def _find_closed(self, event: FindBar.Closed) -> None:
+        event.stop()
+        self.view.focus()

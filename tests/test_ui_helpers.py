@@ -1,0 +1,201 @@
+"""Shared helpers for the UI tests (real data objects, a small harness app), and their own tests."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from textual.app import App, ComposeResult
+from textual.pilot import Pilot
+from textual.widget import Widget
+
+from kvtui.boot import Boot, BootMetrics, BootStatus, Failure, LiveMetrics, PhaseSpan
+from kvtui.engines.events import Engine, FailureKind, Model, Phase
+from kvtui.gpu import GpuProcess, GpuSample
+from kvtui.monitor import LogLine
+from kvtui.ui.themes import DEFAULT_THEME, load_themes, theme_variable_defaults
+
+T0 = datetime(2026, 5, 1, 12, 0, 0)
+
+
+class Harness(App[None]):
+    """Mounts a few widgets under kvtui's themes (their CSS needs kvtui's variables)."""
+
+    def __init__(self, *widgets: Widget, theme: str = DEFAULT_THEME) -> None:
+        super().__init__()
+        self._widgets = widgets
+        for t in load_themes().themes:
+            self.register_theme(t)
+        self.theme = theme
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return theme_variable_defaults(self.current_theme)
+
+    def compose(self) -> ComposeResult:
+        yield from self._widgets
+
+
+def span(
+    phase: Phase,
+    start_s: float,
+    end_s: float | None = None,
+    *,
+    model: Model = Model.TARGET,
+    done: int | None = None,
+    total: int | None = None,
+) -> PhaseSpan:
+    start = T0 + timedelta(seconds=start_s)
+    end = T0 + timedelta(seconds=end_s) if end_s is not None else None
+    return PhaseSpan(
+        name=phase,
+        model=model,
+        start=start,
+        end=end,
+        seconds=(end_s - start_s) if end_s is not None else None,
+        progress_done=done,
+        progress_total=total,
+    )
+
+
+def loading_boot() -> Boot:
+    """An SGLang boot 40 s into loading its weights (24 of 64 shards)."""
+    return Boot(
+        engine=Engine.SGLANG,
+        version_hint="0.5.10",
+        status=BootStatus.STARTING,
+        phase=Phase.LOAD_WEIGHTS,
+        phases=[
+            span(Phase.LAUNCH, 0, 2.5),
+            span(Phase.INIT, 2.5, 9.0),
+            span(Phase.LOAD_WEIGHTS, 9.0, done=24, total=64),
+        ],
+        flags={"mem_fraction_static": 0.85, "tp_size": 8, "context_length": 200000},
+        ranks=[f"TP{i}" for i in range(8)],
+        started_at=T0,
+    )
+
+
+def ready_boot(usage: float = 0.42) -> Boot:
+    boot = Boot(
+        engine=Engine.SGLANG,
+        version_hint="0.5.10",
+        status=BootStatus.READY,
+        phase=Phase.READY,
+        phases=[
+            span(Phase.LAUNCH, 0, 2.5),
+            span(Phase.INIT, 2.5, 9.0),
+            span(Phase.LOAD_WEIGHTS, 9.0, 71.0, done=64, total=64),
+            span(Phase.KV_ALLOCATE, 71.0, 74.0),
+            span(Phase.GRAPH_CAPTURE, 74.0, 112.0, done=36, total=36),
+            span(Phase.HTTP_UP, 112.0, 114.0),
+            span(Phase.READY, 114.0, 114.0),
+        ],
+        metrics=BootMetrics(
+            max_total_num_tokens=1_234_567,
+            kv_cache_gib=61.4,
+            weights_gib=72.1,
+            avail_after_pool_gib=4.12,
+            graph_mem_gib=1.23,
+            context_len=200_000,
+            max_running_requests=1024,
+        ),
+        live=LiveMetrics(token_usage=usage, running_reqs=12, queue_reqs=0, gen_throughput=1534.2),
+        started_at=T0,
+    )
+    return boot
+
+
+def failed_boot() -> Boot:
+    return Boot(
+        engine=Engine.SGLANG,
+        status=BootStatus.FAILED,
+        phase=Phase.GRAPH_CAPTURE,
+        phases=[
+            span(Phase.LAUNCH, 0, 2.5),
+            span(Phase.INIT, 2.5, 9.0),
+            span(Phase.LOAD_WEIGHTS, 9.0, 71.0, done=64, total=64),
+            span(Phase.KV_ALLOCATE, 71.0, 74.0),
+            span(Phase.GRAPH_CAPTURE, 74.0, done=12, total=36),
+        ],
+        failure=Failure(
+            kind=FailureKind.OOM_GRAPH_CAPTURE,
+            phase=Phase.GRAPH_CAPTURE,
+            message="Capture cuda graph failed: CUDA out of memory. Tried to allocate 2.00 GiB",
+            hint="lower --mem-fraction-static (e.g. 0.80) or --cuda-graph-max-bs",
+        ),
+        started_at=T0,
+        ended_at=T0 + timedelta(seconds=90),
+    )
+
+
+def gpu_samples(used_gib: float = 80.0, *, n: int = 8, ts: float = 1000.0, stale: bool = False) -> list[GpuSample]:
+    return [
+        GpuSample(
+            index=i,
+            used_mib=used_gib * 1024,
+            total_mib=97_887.0,
+            util=97.0,
+            ts=ts,
+            name="NVIDIA H100",
+            stale=stale,
+        )
+        for i in range(n)
+    ]
+
+
+def foreign_process(gpu: int = 3, gib: float = 6.0) -> GpuProcess:
+    return GpuProcess(pid=4411, used_mib=gib * 1024, gpu_index=gpu, name="python3")
+
+
+def log_lines(count: int, *, start: int = 0, boot: int = 0) -> list[LogLine]:
+    """Realistic SGLang-ish lines with ranks, a few phase lines and errors at known seqs."""
+    out: list[LogLine] = []
+    for seq in range(start, start + count):
+        rank = f"TP{seq % 8}"
+        style = ""
+        text = f"[2026-05-01 12:00:{seq % 60:02d} {rank}] scheduler tick {seq}"
+        if seq % 100 == 50:
+            style = "error"
+            text = f"[2026-05-01 12:00:{seq % 60:02d} {rank}] RuntimeError: boom {seq}"
+        elif seq % 100 == 10:
+            style = "phase"
+            text = f"[2026-05-01 12:00:{seq % 60:02d} {rank}] Load weight begin. avail mem=94.10 GB"
+        out.append(
+            LogLine(seq=seq, text=text, ts=T0 + timedelta(seconds=seq / 10), rank=rank, boot=boot, style=style)
+        )
+    return out
+
+
+def plain(widget: Widget) -> str:
+    """The text a widget renders (no styles)."""
+    rendered = widget.render()
+    return getattr(rendered, "plain", str(rendered))
+
+
+async def wait_for(pilot: Pilot[Any], predicate: Callable[[], bool], *, timeout: float = 10.0,
+                   step: float = 0.02) -> None:
+    """Pause the test until ``predicate()`` holds (or fail after ``timeout`` seconds)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await pilot.pause(step)
+
+
+async def run_all(steps: Iterable[Callable[[], Awaitable[None]]]) -> None:
+    for step in steps:
+        await step()
+
+
+def test_fixture_boots_are_consistent() -> None:
+    assert loading_boot().phases[-1].end is None
+    assert ready_boot().status is BootStatus.READY
+    failed = failed_boot()
+    assert failed.failure is not None
+    assert failed.failure.phase is failed.phase
+    lines = log_lines(200)
+    assert [ln.seq for ln in lines if ln.style == "error"] == [50, 150]

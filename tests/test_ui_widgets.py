@@ -1,0 +1,193 @@
+"""Each widget renders exactly the data it is given (real Boot / GpuSample / LogLine objects)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from test_ui_helpers import (
+    T0,
+    Harness,
+    failed_boot,
+    foreign_process,
+    gpu_samples,
+    loading_boot,
+    plain,
+    ready_boot,
+)
+
+from kvtui.boot import Boot, BootStatus
+from kvtui.engines.events import Phase
+from kvtui.ui.stall import StallDetector
+from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice
+from kvtui.ui.widgets.gpu import ForeignWarning, GpuBars, GpuHistoryPlot, PhaseBand
+
+
+async def test_timeline_ticks_the_current_phase_and_lists_what_is_next() -> None:
+    timeline = PhaseTimeline()
+    async with Harness(timeline).run_test(size=(80, 20)) as pilot:
+        boot = loading_boot()
+        timeline.show(boot, T0 + timedelta(seconds=21.0))
+        await pilot.pause()
+        text = plain(timeline)
+        lines = text.splitlines()
+        assert lines[0].startswith("✔ launch")
+        assert "2.5s" in lines[0]
+        assert lines[1].startswith("✔ init")
+        assert "6.5s" in lines[1]
+        assert lines[2].startswith("▶ load weights")
+        assert "12s" in lines[2]
+        assert "24/64 shards" in lines[2]
+        assert [ln.split("· ")[1] for ln in lines[3:]] == ["KV allocate", "graph capture", "HTTP up", "ready"]
+        timeline.show(boot, T0 + timedelta(seconds=9 + 125))
+        assert "2m 05s" in plain(timeline).splitlines()[2]  # the current phase keeps ticking
+
+
+async def test_timeline_marks_the_failed_phase_and_lists_nothing_after_it() -> None:
+    timeline = PhaseTimeline()
+    async with Harness(timeline).run_test(size=(80, 20)) as pilot:
+        timeline.show(failed_boot(), T0 + timedelta(seconds=500))
+        await pilot.pause()
+        lines = plain(timeline).splitlines()
+        assert lines[-1].startswith("✖ graph capture")
+        assert "12/36 batches" in lines[-1]
+        assert not any(ln.startswith("·") for ln in lines)
+
+
+async def test_failure_banner_shows_diagnosis_and_hint_only_on_failure() -> None:
+    banner = FailureBanner()
+    async with Harness(banner).run_test(size=(100, 10)) as pilot:
+        banner.show(ready_boot())
+        await pilot.pause()
+        assert not banner.has_class("-failed")
+        assert banner.region.height == 0
+        banner.show(failed_boot())
+        await pilot.pause()
+        assert banner.has_class("-failed")
+        text = str(banner.render())
+        assert "BOOT FAILED in graph capture" in text
+        assert "out of memory in CUDA-graph capture" in text
+        assert "[oom_graph_capture]" in text
+        assert "Hint: lower --mem-fraction-static" in text
+        assert banner.region.height >= 3
+
+
+async def test_figures_show_thousands_separators_and_gib() -> None:
+    figures = BootFigures()
+    async with Harness(figures).run_test(size=(40, 12)) as pilot:
+        figures.show(ready_boot())
+        await pilot.pause()
+        text = plain(figures)
+        assert "1,234,567" in text
+        assert "61.40 GiB" in text
+        assert "200,000" in text
+        figures.show(loading_boot())
+        assert "—" in plain(figures)  # unknown yet, not zero
+
+
+async def test_kv_usage_appears_after_ready_and_keeps_a_bounded_history() -> None:
+    usage = KvUsage(history=5)
+    async with Harness(usage).run_test(size=(60, 8)) as pilot:
+        usage.show(loading_boot())
+        await pilot.pause()
+        assert not usage.has_class("-serving")
+        for i in range(8):
+            usage.show(ready_boot(usage=0.1 * (i + 1)))
+        await pilot.pause()
+        assert usage.has_class("-serving")
+        assert len(usage.history) == 5
+        assert usage.history[-1] == 0.8
+        gauge = str(usage.query_one("#kv-gauge").render())
+        assert "80.0%" in gauge
+        assert "running 12" in str(usage.query_one("#kv-load").render())
+
+
+async def test_gpu_bars_one_row_per_gpu_and_the_foreign_warning() -> None:
+    bars = GpuBars()
+    warning = ForeignWarning()
+    async with Harness(bars, warning).run_test(size=(40, 20)) as pilot:
+        bars.show(gpu_samples(80.0, n=4), [foreign_process(3, 6.0)])
+        warning.show([foreign_process(3, 6.0)])
+        await pilot.pause()
+        rows = plain(bars).splitlines()
+        assert len(rows) == 4
+        assert all("80.0/96G" in r for r in rows)
+        assert rows[3].startswith(" 3 ")
+        text = str(warning.render())
+        assert "GPU 3: 6.0 GiB, PID 4411 python3" in text
+        assert warning.has_class("-shown")
+        warning.show([])
+        assert not warning.has_class("-shown")
+
+
+async def test_gpu_plot_redraws_only_when_changed_and_visible() -> None:
+    plot = GpuHistoryPlot()
+    async with Harness(plot).run_test(size=(50, 14)) as pilot:
+        await pilot.pause()
+        for t in range(30):
+            plot.add(gpu_samples(5.0 + t * 2.5, ts=1000.0 + t))
+        plot.set_bands([PhaseBand(1000.0, Phase.LOAD_WEIGHTS), PhaseBand(1020.0, Phase.KV_ALLOCATE)], 1000.0)
+        assert plot.redraw_if_needed() is True
+        await pilot.pause()
+        builds = plot.redraws
+        assert builds >= 1
+        assert plot.redraw_if_needed() is False  # nothing changed
+        plot.refresh()
+        await pilot.pause()
+        assert plot.redraws == builds  # a repaint reuses the built figure
+        plot.display = False
+        plot.add(gpu_samples(90.0, ts=2000.0))
+        assert plot.redraw_if_needed() is False  # hidden: no work
+        plot.display = True
+        await pilot.pause()
+        assert plot.redraw_if_needed() is True
+        # stale samples and repeats do not count as new data
+        plot.add(gpu_samples(95.0, ts=3000.0, stale=True))
+        plot.add(gpu_samples(95.0, ts=2000.0))
+        assert plot.redraw_if_needed() is False
+
+
+async def test_gpu_plot_history_is_bounded() -> None:
+    plot = GpuHistoryPlot(history=50)
+    async with Harness(plot).run_test(size=(50, 14)):
+        for t in range(200):
+            plot.add(gpu_samples(10.0, ts=float(t)))
+        assert len(plot.points) == 50
+
+
+async def test_stall_notice_text() -> None:
+    notice = StallNotice()
+    async with Harness(notice).run_test(size=(100, 5)) as pilot:
+        notice.show(Phase.GRAPH_CAPTURE, 134.0)
+        await pilot.pause()
+        assert "possibly hung in graph capture for 2m 14s" in str(notice.render())
+        assert notice.has_class("-stalled")
+        notice.show(Phase.GRAPH_CAPTURE, None)
+        assert not notice.has_class("-stalled")
+
+
+def test_stall_detector_needs_both_log_and_gpu_silence() -> None:
+    boot = loading_boot()
+    det = StallDetector(120)
+    det.log_activity(0.0)
+    det.gpu_activity(gpu_samples(10.0), 0.0)
+    assert det.check(boot, 100.0) is None
+    det.gpu_activity(gpu_samples(10.01), 100.0)  # a few MiB of jitter is not progress
+    assert det.check(boot, 121.0) == 121.0
+    det.gpu_activity(gpu_samples(12.0), 130.0)  # memory moved: alive
+    assert det.check(boot, 200.0) is None
+    assert det.check(boot, 251.0) == 121.0
+    det.log_activity(251.0)
+    assert det.check(boot, 300.0) is None
+
+
+def test_stall_detector_is_quiet_in_final_states_and_when_off() -> None:
+    det = StallDetector(10)
+    det.log_activity(0.0)
+    for boot in (ready_boot(), failed_boot()):
+        assert det.check(boot, 1000.0) is None
+    stopped = loading_boot()
+    stopped.status = BootStatus.STOPPED
+    assert det.check(stopped, 1000.0) is None
+    assert StallDetector(0).check(loading_boot(), 1e9) is None
+    fresh: Boot = loading_boot()
+    assert StallDetector(10).check(fresh, 1e9) is None  # no activity seen yet: no claim
