@@ -8,12 +8,38 @@ CONTRACT shared with ``kvtui/ui`` and ``kvtui/commands/wait.py`` — the update 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Protocol
 
-from kvtui.boot import Boot
+from kvtui.boot import Boot, BootTracker, BootUpdate
+from kvtui.engines.events import (
+    BootBoundary,
+    BoundaryKind,
+    Engine,
+    FailureText,
+    LogRecord,
+    ParsedLine,
+    PhaseMark,
+    Progress,
+    Serving,
+    Warning_,
+)
+from kvtui.engines.text import strip_ansi
 from kvtui.gpu import GpuProcess, GpuSample
-from kvtui.hosts.backend import ConnStatus
+from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend, LogStart, aclose_iter
+
+if TYPE_CHECKING:
+    from kvtui.spool import Spool
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,25 +85,599 @@ class ConnUpdate:
 MonitorUpdate = LogBatch | BootState | GpuUpdate | ConnUpdate
 
 
+
 # ---------------------------------------------------------------------------------------------
-# The monitor itself (implementation lands with the hosts issue). Signature is the contract.
+# The monitor
 # ---------------------------------------------------------------------------------------------
-#
-# class HostMonitor:
-#     def __init__(self, name: str, backend: HostBackend, *, host: HostConfig | None = None,
-#                  state_dir: Path | None = None, log_window: int = 5000,
-#                  gpu_history: int = 3600, flush_interval: float = 0.05,
-#                  gpu_interval: float = 1.0, start: LogStart = LogStart.CURRENT_BOOT,
-#                  clock: Callable[[], float] = time.time) -> None
-#     async def run(self, sink: Callable[[Sequence[MonitorUpdate]], None]) -> None
-#         """Run until cancelled; ``sink`` gets batches at most every ``flush_interval``."""
-#     tracker: BootTracker            # .boots, .current
-#     status: ConnStatus
-#     latest_gpus: tuple[GpuSample, ...]
-#     def gpu_history(self, index: int) -> Sequence[tuple[float, float]]   # (ts, used_mib), bounded
-#     spool: Spool                    # the complete log on disk; search/filter read it back
-#         def read(self, start_seq: int, count: int) -> list[LogLine]
-#         def search(self, pattern: str, *, regex: bool = False, rank: str | None = None,
-#                    start_seq: int = 0, reverse: bool = False, limit: int = 1000) -> list[LogLine]
-#         def __len__(self) -> int
-#     async def close(self) -> None
+
+MIN_FLUSH_INTERVAL: Final = 0.05  # log lines reach a view at most every 50 ms
+INGEST_SLICE: Final = 2000  # records parsed between two yields to the event loop
+_PENDING_BOOT_STATES: Final = 32
+_NON_RETRYABLE: Final = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
+_ERROR_LEVELS: Final = frozenset({"ERROR", "CRITICAL", "FATAL", "EXCEPTION"})
+MARKER_RULE: Final = "────────"
+
+
+class MonitorHost(Protocol):
+    """What the monitor reads from a ``kvtui.config.HostConfig`` (structural)."""
+
+    @property
+    def engine(self) -> str: ...
+    @property
+    def demo(self) -> bool: ...
+    @property
+    def demo_engine(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def source_label(self) -> str: ...
+
+
+Sink = Callable[[Sequence[MonitorUpdate]], None]
+
+
+def engine_hint_for(host: MonitorHost | None) -> Engine | None:
+    """The engine a host declares (``engine``; demo hosts: ``demo_engine``); None = detect."""
+    if host is None:
+        return None
+    name = host.demo_engine if host.demo else host.engine
+    try:
+        engine = Engine(name)
+    except ValueError:
+        return None
+    return None if engine is Engine.UNKNOWN else engine
+
+
+def line_style(parsed: ParsedLine) -> str:
+    """The display style of a parsed line: error > phase > warning > progress > serving."""
+    level = parsed.level
+    phase = warning = progress = serving = False
+    for ev in parsed.events:
+        if isinstance(ev, FailureText):
+            return "error"
+        if isinstance(ev, PhaseMark):
+            phase = True
+        elif isinstance(ev, BootBoundary):
+            phase = phase or ev.kind is BoundaryKind.STARTED
+        elif isinstance(ev, Warning_):
+            warning = True
+        elif isinstance(ev, Progress):
+            progress = True
+        elif isinstance(ev, Serving):
+            serving = True
+    if level is not None and level.upper() in _ERROR_LEVELS:
+        return "error"
+    if phase:
+        return "phase"
+    if warning or (level is not None and level.upper().startswith("WARN")):
+        return "warning"
+    if progress:
+        return "progress"
+    if serving:
+        return "serving"
+    return ""
+
+
+def _display_pieces(text: str) -> list[str]:
+    """The physical lines of a record as the parser splits them, ANSI stripped."""
+    if "\x1b" in text:
+        text = strip_ansi(text)
+    if "\r" in text or "\n" in text:
+        return [p for p in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if p.strip()]
+    return [text] if text and not text.isspace() else []
+
+
+def _changed(upd: BootUpdate) -> bool:
+    return (
+        upd.new_boot or upd.phase_changed or upd.metrics_changed or upd.failed or upd.ready or upd.serving
+    )
+
+
+def _default_state_dir() -> Path:
+    from kvtui.config import state_dir
+
+    return state_dir()
+
+
+class HostMonitor:
+    """Runs one host: streams -> spool -> ``LineParser`` -> ``BootTracker``; GPU history;
+    connection state. Publishes batched ``MonitorUpdate``s to one sink.
+
+    - Every record reaches the on-disk ``spool`` before any view sees it (also a record the
+      parser or tracker rejects); one spool file per boot, so the record is parsed first to know
+      its boot. The in-memory window (``recent``) is bounded by ``log_window``.
+    - ``run(sink)``: the sink gets a list of updates at most every ``flush_interval`` (≥ 50 ms):
+      ``ConnUpdate``s (each change), one ``LogBatch`` (the lines since the last flush; when more
+      than ``log_window`` arrived, only the newest ``log_window`` — the older ones are in the
+      spool, and a view keeps no more than its window anyway: ``lines[0].seq`` shows the gap),
+      ``BootState``s (one per boot that changed, ``new_boot=True`` the first time a boot index is
+      published; a restart also puts a ``style="marker"`` line in the log), and the latest
+      ``GpuUpdate`` (``foreign`` = processes on the server's GPUs that are not the server's).
+    - Reconnects are the backend's business; a log stream that fails (``BackendError``) is
+      reopened after the last cursor seen, so nothing is lost or repeated, with capped backoff.
+    - ``run`` returns only when ``close()`` was called, or when the host cannot be reached for
+      a reason retrying will not fix (``status`` then says why: host key, auth, configuration).
+    - ``resume=True`` continues the newest spool set of this host and source (replaying it into
+      the tracker, then following after its last cursor); by default each monitor starts a new
+      spool set (see ``kvtui.spool``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        backend: HostBackend,
+        *,
+        host: MonitorHost | None = None,
+        state_dir: Path | None = None,
+        log_window: int = 5000,
+        gpu_history: int = 3600,
+        flush_interval: float = 0.05,
+        gpu_interval: float = 1.0,
+        start: LogStart = LogStart.CURRENT_BOOT,
+        clock: Callable[[], float] = time.time,
+        resume: bool = False,
+        pids_interval: float = 10.0,
+        owns_backend: bool = True,
+    ) -> None:
+        from kvtui.engines.parse import LineParser
+        from kvtui.spool import Spool
+
+        self.name = name
+        self.backend = backend
+        self.host = host
+        self.clock = clock
+        self.log_window = max(1, log_window)
+        self.flush_interval = max(MIN_FLUSH_INTERVAL, flush_interval)
+        self.gpu_interval = gpu_interval
+        self.pids_interval = pids_interval
+        self.start_mode = start
+        self.owns_backend = owns_backend
+        hint = engine_hint_for(host)
+        self.parser = LineParser(hint)
+        self.tracker = BootTracker(hint)
+        source = f"{host.kind}:{host.source_label}" if host is not None else type(backend).__name__
+        root = state_dir if state_dir is not None else _default_state_dir()
+        self.spool: Spool = (
+            Spool.resume(root, name, source=source) if resume else Spool.create(root, name, source=source)
+        )
+        self.status: ConnStatus = ConnStatus(ConnState.CONNECTING)
+        self.latest_gpus: tuple[GpuSample, ...] = ()
+        self.foreign: tuple[GpuProcess, ...] = ()
+        self.server_pids: frozenset[int] = frozenset()
+        self.recent: deque[LogLine] = deque(maxlen=self.log_window)
+        self.lines_seen = 0  # lines ingested by this monitor (spool length minus a resumed part)
+        self.ingest_errors = 0
+        self._gpu_hist: dict[int, deque[tuple[float, float]]] = {}
+        self._gpu_history_len = max(1, gpu_history)
+        self._pending_lines: deque[LogLine] = deque(maxlen=self.log_window)
+        self._pending_boots: deque[BootState] = deque(maxlen=_PENDING_BOOT_STATES)
+        self._pending_conn: list[ConnUpdate] = []
+        self._pending_gpu: GpuUpdate | None = None
+        self._published_boots = -1  # highest boot index already published
+        self._stream_note = ""
+        self._dirty = asyncio.Event()
+        self._closed = asyncio.Event()
+        self._pids_now = asyncio.Event()
+        self._procs: list[GpuProcess] = []
+        self._sink: Sink | None = None
+        self._replayed = False
+        self._resume = resume
+
+    # -- public ------------------------------------------------------------------------------
+
+    def gpu_history(self, index: int) -> Sequence[tuple[float, float]]:
+        """(ts, used_mib) samples of GPU ``index``, oldest first, at most ``gpu_history``."""
+        return tuple(self._gpu_hist.get(index, ()))
+
+    @property
+    def boots(self) -> list[Boot]:
+        return self.tracker.boots
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    async def run(self, sink: Sink) -> None:
+        """Run until ``close()`` (or a non-retryable connection failure); see the class doc."""
+        self._sink = sink
+        flusher = asyncio.create_task(self._flush_loop(), name=f"monitor-flush:{self.name}")
+        try:
+            if self._resume and not self._replayed:
+                await self._replay_spool()
+            if not await self._start_backend():
+                return
+            await self._run_streams()
+        finally:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+            self._poll_status()
+            if self._sink is not None:
+                self._flush()
+            if not self.spool.closed:
+                with contextlib.suppress(Exception):
+                    self.spool.flush()
+
+    async def _run_streams(self) -> None:
+        tasks = [
+            asyncio.create_task(self._log_loop(), name=f"monitor-log:{self.name}"),
+            asyncio.create_task(self._gpu_loop(), name=f"monitor-gpu:{self.name}"),
+            asyncio.create_task(self._pids_loop(), name=f"monitor-pids:{self.name}"),
+        ]
+        streams: asyncio.Future[list[None]] = asyncio.gather(*tasks)
+        closer: asyncio.Future[object] = asyncio.ensure_future(self._closed.wait())
+        try:
+            waiting: set[asyncio.Future[object]] = {streams, closer}  # type: ignore[arg-type]
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if streams in done:
+                streams.result()  # a bug in a loop surfaces here
+            else:  # closed: the backend ends its streams; do not wait forever for one that does not
+                await asyncio.wait(tasks, timeout=2.0)
+        finally:
+            closer.cancel()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            with contextlib.suppress(BaseException):
+                await streams
+
+    async def close(self) -> None:
+        """End every stream (closing the backend when the monitor owns it) and the spool."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._dirty.set()
+        self._pids_now.set()
+        if self.owns_backend:
+            with contextlib.suppress(Exception):
+                await self.backend.close()
+        self.spool.close()
+
+    # -- connection ----------------------------------------------------------------------------
+
+    def _poll_status(self) -> None:
+        try:
+            st = self.backend.status()
+        except Exception as exc:  # a backend bug must not kill the view
+            st = ConnStatus(ConnState.FAILED, f"status unavailable: {exc}")
+        if self._stream_note and st.state is ConnState.CONNECTED:
+            detail = f"{st.detail}; {self._stream_note}" if st.detail else self._stream_note
+            st = ConnStatus(st.state, detail, st.retry_in, st.fingerprint, st.strict_host_key)
+        self._set_status(st)
+
+    def _set_status(self, st: ConnStatus) -> None:
+        if st != self.status:
+            self.status = st
+            self._pending_conn.append(ConnUpdate(st))
+            if len(self._pending_conn) > 16:
+                del self._pending_conn[:-16]
+            self._dirty.set()
+
+    async def _start_backend(self) -> bool:
+        delay = 0.5
+        while not self._closed.is_set():
+            try:
+                await self.backend.start()
+            except BackendError as exc:
+                st = self.backend.status()
+                detail = str(exc) or st.detail
+                if st.state in _NON_RETRYABLE:
+                    self._set_status(
+                        ConnStatus(st.state, detail, None, st.fingerprint, st.strict_host_key)
+                    )
+                    return False
+                self._set_status(ConnStatus(ConnState.RECONNECTING, detail, delay, st.fingerprint, st.strict_host_key))
+                if await self._sleep(delay):
+                    return False
+                delay = min(delay * 2, 30.0)
+                continue
+            self._poll_status()
+            return True
+        return False
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Sleep unless closed first; True when closed."""
+        try:
+            await asyncio.wait_for(self._closed.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    # -- logs --------------------------------------------------------------------------------------
+
+    async def _log_loop(self) -> None:
+        cursor = self.spool.last_cursor if self._resume else None
+        delay = 0.5
+        while not self._closed.is_set():
+            it: AsyncIterator[list[LogRecord]] | None = None
+            try:
+                it = self.backend.follow_log(self.start_mode, after_cursor=cursor)
+                async for batch in it:
+                    delay = 0.5
+                    if self._stream_note:
+                        self._stream_note = ""
+                        self._poll_status()
+                    for i in range(0, len(batch), INGEST_SLICE):
+                        self._ingest(batch[i : i + INGEST_SLICE])
+                        last = next((r.cursor for r in reversed(batch[i : i + INGEST_SLICE]) if r.cursor), None)
+                        if last is not None:
+                            cursor = last
+                        await asyncio.sleep(0)
+            except BackendError as exc:
+                if self._closed.is_set():
+                    return
+                self._stream_note = f"log stream: {exc}"
+                self._poll_status()
+                if self.backend.status().state in _NON_RETRYABLE:
+                    return
+                if await self._sleep(delay):
+                    return
+                delay = min(delay * 2, 30.0)
+                continue
+            finally:
+                if it is not None:
+                    with contextlib.suppress(Exception):
+                        await aclose_iter(it)
+            if self._closed.is_set():
+                return
+            # the stream ended without an error (the backend closed): stop following
+            return
+
+    def _ingest(self, records: Sequence[LogRecord]) -> None:
+        """Parse, spool and track a slice of records (synchronous, bounded work)."""
+        for rec in records:
+            try:
+                parsed = self.parser.feed(rec)
+            except Exception:
+                self._note_ingest_error("parser", rec)
+                parsed = [ParsedLine(text=p, ts=rec.ts, record=rec) for p in _display_pieces(rec.text)]
+            if not parsed:
+                continue
+            t = rec.text
+            plain = len(parsed) == 1 and "\x1b" not in t and "\r" not in t and "\n" not in t
+            pieces = [t] if plain else _display_pieces(t)
+            same = len(pieces) == len(parsed)
+            last = len(parsed) - 1
+            for i, p in enumerate(parsed):
+                boots_before = len(self.tracker.boots)
+                try:
+                    upd = self.tracker.feed(p)
+                except Exception:
+                    self._note_ingest_error("tracker", rec)
+                    upd = BootUpdate()
+                nboots = len(self.tracker.boots)
+                boot = max(nboots - 1, 0)
+                if nboots > boots_before and nboots > 1:
+                    self._push(self.spool.append(self._marker_text(boot, p), boot=boot, ts=p.ts or rec.ts,
+                                                 style="marker"))
+                text = pieces[i] if same else p.text
+                try:
+                    style = line_style(p)
+                except Exception:
+                    style = ""
+                line = self.spool.append(
+                    text,
+                    boot=boot,
+                    ts=p.ts or rec.ts,
+                    rank=p.rank,
+                    style=style,
+                    cursor=rec.cursor if i == last else None,
+                    ident=rec.ident,
+                )
+                self._push(line)
+                if nboots and (_changed(upd) or nboots > boots_before):
+                    self._note_boot(boot)
+
+    def _marker_text(self, boot: int, parsed: ParsedLine) -> str:
+        when = parsed.ts.strftime(" %Y-%m-%d %H:%M:%S") if parsed.ts is not None else ""
+        return f"{MARKER_RULE} boot {boot + 1} started{when} {MARKER_RULE}"
+
+    def _note_ingest_error(self, where: str, rec: LogRecord) -> None:
+        self.ingest_errors += 1
+        if self.ingest_errors <= 5:
+            log.exception("%s: %s failed on a line (kept in the spool): %.200r", self.name, where, rec.text)
+
+    def _push(self, line: LogLine) -> None:
+        self.lines_seen += 1
+        self.recent.append(line)
+        self._pending_lines.append(line)
+        self._dirty.set()
+
+    def _note_boot(self, index: int) -> None:
+        boot = self.tracker.boots[index]
+        new = index > self._published_boots
+        if new:
+            self._published_boots = index
+            self._pids_now.set()
+        if self._pending_boots and self._pending_boots[-1].index == index:
+            prev = self._pending_boots.pop()
+            new = new or prev.new_boot
+        self._pending_boots.append(BootState(index=index, boot=boot, new_boot=new))
+        self._dirty.set()
+
+    async def _replay_spool(self) -> None:
+        """A resumed spool: rebuild the tracker from it (in slices, yielding to the loop)."""
+        from kvtui.spool import iter_spooled
+
+        self._replayed = True
+        batch: list[LogRecord] = []
+        for sp in iter_spooled(self.spool):
+            if sp.style == "marker":
+                continue
+            batch.append(LogRecord(text=sp.text, ts=sp.ts, cursor=sp.cursor, source="spool", ident=sp.ident))
+            if len(batch) >= INGEST_SLICE:
+                self._replay_records(batch)
+                batch = []
+                await asyncio.sleep(0)
+        self._replay_records(batch)
+        if self.tracker.boots:
+            self._note_boot(len(self.tracker.boots) - 1)
+
+    def _replay_records(self, records: Sequence[LogRecord]) -> None:
+        for rec in records:
+            try:
+                for p in self.parser.feed(rec):
+                    self.tracker.feed(p)
+            except Exception:
+                self._note_ingest_error("replay", rec)
+
+    # -- GPUs ----------------------------------------------------------------------------------------
+
+    async def _gpu_loop(self) -> None:
+        delay = 1.0
+        while not self._closed.is_set():
+            it: AsyncIterator[list[GpuSample]] | None = None
+            try:
+                it = self.backend.gpu_stream(self.gpu_interval)
+                async for samples in it:
+                    delay = 1.0
+                    self._on_gpu(samples)
+            except BackendError as exc:
+                if self._closed.is_set():
+                    return
+                log.info("%s: GPU stream: %s", self.name, exc)
+                if self.latest_gpus and not all(s.stale for s in self.latest_gpus):
+                    from dataclasses import replace
+
+                    self._on_gpu([replace(s, stale=True) for s in self.latest_gpus], record=False)
+                if self.backend.status().state in _NON_RETRYABLE:
+                    return
+                if await self._sleep(delay):
+                    return
+                delay = min(delay * 2, 30.0)
+                continue
+            finally:
+                if it is not None:
+                    with contextlib.suppress(Exception):
+                        await aclose_iter(it)
+            return  # the stream ended: no GPU data on this host (status says why), or closed
+
+    def _on_gpu(self, samples: Sequence[GpuSample], *, record: bool = True) -> None:
+        self.latest_gpus = tuple(samples)
+        if record:
+            now = self.clock()
+            for s in samples:
+                hist = self._gpu_hist.get(s.index)
+                if hist is None:
+                    hist = self._gpu_hist[s.index] = deque(maxlen=self._gpu_history_len)
+                hist.append((s.ts or now, s.used_mib))
+        self.foreign = self._foreign()
+        self._pending_gpu = GpuUpdate(self.latest_gpus, self.foreign)
+        self._dirty.set()
+
+    def _foreign(self) -> tuple[GpuProcess, ...]:
+        pids = self.server_pids
+        if not pids:
+            return ()  # unknown server PIDs: nothing can be called foreign
+        gpus = {s.index for s in self.latest_gpus}
+        procs: list[GpuProcess] = [p for s in self.latest_gpus for p in s.processes]
+        if not procs:
+            procs = self._procs
+        return tuple(p for p in procs if p.pid not in pids and (p.gpu_index is None or p.gpu_index in gpus))
+
+    async def _pids_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                pids = await self.backend.server_pids()
+                procs: list[GpuProcess] = []
+                if not any(s.processes for s in self.latest_gpus):
+                    procs = await self.backend.gpu_processes()
+            except BackendError as exc:
+                log.info("%s: server PIDs / GPU processes: %s", self.name, exc)
+            else:
+                self.server_pids = frozenset(pids)
+                self._procs = procs
+                foreign = self._foreign()
+                if foreign != self.foreign and self.latest_gpus:
+                    self.foreign = foreign
+                    self._pending_gpu = GpuUpdate(self.latest_gpus, foreign)
+                    self._dirty.set()
+            self._pids_now.clear()
+            try:
+                await asyncio.wait_for(self._pids_now.wait(), self.pids_interval)
+            except TimeoutError:
+                pass
+
+    # -- publishing ------------------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = 0.0
+        while True:
+            try:
+                await asyncio.wait_for(self._dirty.wait(), 0.25)
+            except TimeoutError:
+                pass
+            wait = self.flush_interval - (loop.time() - last)
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._dirty.clear()
+            self._poll_status()
+            if self._flush():
+                last = loop.time()
+
+    def _flush(self) -> bool:
+        updates: list[MonitorUpdate] = []
+        updates.extend(self._pending_conn)
+        self._pending_conn.clear()
+        if self._pending_lines:
+            updates.append(LogBatch(tuple(self._pending_lines)))
+            self._pending_lines.clear()
+            with contextlib.suppress(Exception):
+                self.spool.flush()
+        updates.extend(self._pending_boots)
+        self._pending_boots.clear()
+        if self._pending_gpu is not None:
+            updates.append(self._pending_gpu)
+            self._pending_gpu = None
+        if not updates or self._sink is None:
+            return False
+        self._sink(updates)
+        return True
+
+
+# ---------------------------------------------------------------------------------------------
+# One-shot: the boots of a host (``kvtui calc --host``)
+# ---------------------------------------------------------------------------------------------
+
+
+async def read_boots(
+    backend: HostBackend,
+    *,
+    timeout: float,
+    host: MonitorHost | None = None,
+    idle: float = 0.5,
+    start_backend: bool = True,
+) -> list[Boot]:
+    """Follow the host's current boot until caught up (no record for ``idle`` seconds after a
+    batch) or ``timeout``; return the tracker's boots. Writes no spool. Starts the backend unless
+    told not to; never closes it. Raises ``BackendError`` when the host cannot be reached."""
+    from kvtui.engines.parse import LineParser
+
+    hint = engine_hint_for(host)
+    parser = LineParser(hint)
+    tracker = BootTracker(hint)
+    if start_backend:
+        await asyncio.wait_for(backend.start(), timeout)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    it = backend.follow_log(LogStart.CURRENT_BOOT)
+    got_any = False
+    try:
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            try:
+                batch = await asyncio.wait_for(anext(it), min(idle, left) if got_any else left)
+            except TimeoutError:
+                break  # caught up: the stream went quiet
+            except StopAsyncIteration:
+                break
+            got_any = True
+            for rec in batch:
+                for p in parser.feed(rec):
+                    tracker.feed(p)
+    finally:
+        await aclose_iter(it)
+    return tracker.boots

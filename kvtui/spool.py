@@ -239,6 +239,10 @@ class Spool:
         return self._segments[-1].boot if self._segments else None
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def last_cursor(self) -> str | None:
         """The cursor of the newest record written (resume the source after it)."""
         return self._last_cursor

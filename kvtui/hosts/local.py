@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from kvtui.engines.events import LogRecord
-from kvtui.gpu import GpuProcess, GpuSample
+from kvtui.gpu import GpuProcess, GpuSample, process_from_nvml, sample_from_nvml
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
 
 MAX_LINE_BYTES: Final = 1 << 20  # longer lines are cut (the rest up to the newline dropped)
@@ -329,26 +329,20 @@ class Nvml:
         for i in self._indices(wanted):
             h = nv.nvmlDeviceGetHandleByIndex(i)
             mem = nv.nvmlDeviceGetMemoryInfo(h)
-            uuid = _opt_str(nv.nvmlDeviceGetUUID, h)
-            util_raw = _opt(nv.nvmlDeviceGetUtilizationRates, h)
-            util = float(util_raw.gpu) if util_raw is not None else None
-            temp = _opt_float(nv.nvmlDeviceGetTemperature, h, 0)  # NVML_TEMPERATURE_GPU
-            power_mw = _opt_float(nv.nvmlDeviceGetPowerUsage, h)
-            power = power_mw / 1000.0 if power_mw is not None else None
-            procs: tuple[GpuProcess, ...] = ()
-            if processes:
-                procs = tuple(self._procs(h, i, uuid))
+            uuid = _opt_str(nv, "nvmlDeviceGetUUID", h)
+            util_raw = _opt(nv, "nvmlDeviceGetUtilizationRates", h)
+            procs = self._procs(h, i, uuid) if processes else []
             out.append(
-                GpuSample(
-                    index=i,
-                    used_mib=mem.used / 1048576.0,
-                    total_mib=mem.total / 1048576.0,
-                    util=util,
-                    ts=ts,
+                sample_from_nvml(
+                    i,
+                    mem.used,
+                    mem.total,
+                    ts,
+                    util_gpu=_float_or_none(getattr(util_raw, "gpu", None)),
                     uuid=uuid,
-                    name=_opt_str(nv.nvmlDeviceGetName, h) or "",
-                    temperature_c=temp,
-                    power_w=power,
+                    name=_opt_str(nv, "nvmlDeviceGetName", h) or "",
+                    temperature_c=_opt_float(nv, "nvmlDeviceGetTemperature", h, 0),  # NVML_TEMPERATURE_GPU
+                    power_mw=_opt_float(nv, "nvmlDeviceGetPowerUsage", h),
                     processes=procs,
                 )
             )
@@ -364,13 +358,10 @@ class Nvml:
         out = []
         for p in infos:
             used = getattr(p, "usedGpuMemory", None)
+            pid = int(p.pid)
             out.append(
-                GpuProcess(
-                    pid=int(p.pid),
-                    used_mib=(used / 1048576.0) if isinstance(used, int) else 0.0,
-                    gpu_index=index,
-                    gpu_uuid=uuid,
-                    name=_proc_name(int(p.pid)),
+                process_from_nvml(
+                    pid, used if isinstance(used, int) else None, gpu_index=index, gpu_uuid=uuid, name=_proc_name(pid)
                 )
             )
         return out
@@ -381,7 +372,7 @@ class Nvml:
         out: list[GpuProcess] = []
         for i in self._indices(wanted):
             h = nv.nvmlDeviceGetHandleByIndex(i)
-            out.extend(self._procs(h, i, _opt_str(nv.nvmlDeviceGetUUID, h)))
+            out.extend(self._procs(h, i, _opt_str(nv, "nvmlDeviceGetUUID", h)))
         return out
 
 
@@ -389,21 +380,24 @@ def _s(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _opt(fn: Callable[..., Any], *args: Any) -> Any:
-    """An optional NVML reading: None when the device does not support it."""
+def _opt(mod: Any, fn: str, *args: Any) -> Any:
+    """An optional NVML reading: None when the device (or this pynvml) does not support it."""
     try:
-        return fn(*args)
+        return getattr(mod, fn)(*args)
     except Exception:
         return None
 
 
-def _opt_str(fn: Callable[..., Any], *args: Any) -> str | None:
-    v = _opt(fn, *args)
+def _opt_str(mod: Any, fn: str, *args: Any) -> str | None:
+    v = _opt(mod, fn, *args)
     return None if v is None else _s(v)
 
 
-def _opt_float(fn: Callable[..., Any], *args: Any) -> float | None:
-    v = _opt(fn, *args)
+def _opt_float(mod: Any, fn: str, *args: Any) -> float | None:
+    return _float_or_none(_opt(mod, fn, *args))
+
+
+def _float_or_none(v: Any) -> float | None:
     try:
         return None if v is None else float(v)
     except (TypeError, ValueError):
