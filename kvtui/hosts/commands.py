@@ -1,0 +1,510 @@
+"""Every shell command kvtui runs on a host, built in one place with ``shlex.quote``.
+
+Commands are POSIX ``sh`` strings (the login shell of an SSH session, or ``sh -c`` locally).
+Config values (units, paths, containers, cursors) only ever reach the shell as single quoted
+words, so quotes, ``;``, ``$()``, backticks or newlines in them are data, never commands. The only
+strings that run as given are the operator's own ``start_command`` / ``stop_command``.
+
+**Followers die with their channel.** OpenSSH does not deliver SSH "signal" requests for root
+logins (style.md §7) and closing a channel without a PTY leaves a quiet ``journalctl -f`` running
+forever. Every long-lived command (``journalctl -f``, ``tail -F``, ``nvidia-smi -lms``, ``docker
+logs -f``) is therefore wrapped by ``guard()``: a small ``sh`` script that runs the follower in the
+background and a watcher that blocks reading the channel's stdin; when the channel closes (quit,
+disconnect, network cut seen by sshd) stdin reaches EOF and the watcher kills the follower. When
+the follower exits by itself, the wrapper exits with its status and takes the watcher down.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+
+# ---------------------------------------------------------------------------------------------
+# Quoting helpers
+# ---------------------------------------------------------------------------------------------
+
+q = shlex.quote
+
+
+def qpath(path: str) -> str:
+    """Quote a remote path; a leading ``~/`` stays the login's home (``"$HOME"/'rest'``)."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + q(path[2:])
+    return q(path)
+
+
+def sudo_prefix(sudo: bool) -> str:
+    """``sudo -n`` (never prompts: a missing sudoers rule fails fast instead of hanging)."""
+    return "sudo -n " if sudo else ""
+
+
+def sh_c(script: str) -> str:
+    """Run ``script`` with ``sh`` whatever the login shell is."""
+    return "sh -c " + q(script)
+
+
+# ---------------------------------------------------------------------------------------------
+# The follower guard
+# ---------------------------------------------------------------------------------------------
+
+GUARD_MARK = "# kvtui-guard"
+_GUARD = """{prelude}exec 3<&0
+{cmd} </dev/null &
+p=$!
+( while read -r _ <&3; do :; done; kill -TERM "$p" 2>/dev/null ) >/dev/null 2>&1 &
+w=$!
+exec 3<&-
+wait "$p"; r=$?
+kill "$w" 2>/dev/null
+exit "$r" """ + GUARD_MARK
+
+
+def guard(command: str, prelude: str = "") -> str:
+    """Wrap a long-lived ``command`` (one simple command, so ``$!`` is its PID) so it dies when
+    the channel's stdin closes. ``prelude`` (sh lines) runs first, e.g. to emit control lines."""
+    if prelude and not prelude.endswith("\n"):
+        prelude += "\n"
+    return sh_c(_GUARD.format(prelude=prelude, cmd=command))
+
+
+def unwrap_guard(command: str) -> str:
+    """The follower inside a ``guard()`` string (for fakes and tests); else ``command``."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    if len(words) == 3 and words[:2] == ["sh", "-c"] and words[2].endswith(GUARD_MARK):
+        for line in words[2].splitlines():
+            if line.endswith(" </dev/null &"):
+                return line[: -len(" </dev/null &")]
+    if len(words) == 3 and words[:2] == ["sh", "-c"]:
+        return words[2]
+    return command
+
+
+# ---------------------------------------------------------------------------------------------
+# journald
+# ---------------------------------------------------------------------------------------------
+
+# Fields asked of `journalctl -o json` (cursor and timestamps always come with it).
+JOURNAL_FIELDS: tuple[str, ...] = (
+    "MESSAGE",
+    "_PID",
+    "SYSLOG_IDENTIFIER",
+    "PRIORITY",
+    "_SYSTEMD_INVOCATION_ID",
+    "INVOCATION_ID",
+    "MESSAGE_ID",
+    "UNIT",
+    "_SYSTEMD_UNIT",
+)
+# systemd's catalog ids of the manager's "Starting …" / "Started …" lines.
+MESSAGE_ID_UNIT_STARTING = "7d4958e842da4a758f6c1cdc7b36dcc5"
+MESSAGE_ID_UNIT_STARTED = "39f53479d3a045ac8e11786248231fbf"
+_INVOCATION_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+def journal_follow(
+    unit: str,
+    *,
+    cursor: str | None = None,
+    after_cursor: str | None = None,
+    lines: int | None = None,
+    sudo: bool = False,
+    fields: Sequence[str] = JOURNAL_FIELDS,
+) -> str:
+    """``journalctl -u UNIT -o json -f`` from a cursor (inclusive), after a cursor (exclusive),
+    the last ``lines`` entries (``0``: only new ones) or, with none of these, every entry."""
+    args = [
+        "journalctl", "-u", q(unit), "-o", "json", "--output-fields=" + q(",".join(fields)),
+        "--no-pager", "-q", "-f",
+    ]
+    if after_cursor is not None:
+        args.append("--after-cursor=" + q(after_cursor))
+    elif cursor is not None:
+        args.append("--cursor=" + q(cursor))
+    elif lines is not None:
+        args.append(f"-n {int(lines)}")
+    else:
+        args.append("-n all")
+    return guard(sudo_prefix(sudo) + " ".join(args))
+
+
+def journal_boot_start(unit: str, *, sudo: bool = False) -> str:
+    """One round trip that prints where the unit's current boot starts in its journal:
+
+    ``invocation=<id>`` then, when found, one JSON entry (its ``__CURSOR`` is the start): the
+    first entry of the current invocation (``_SYSTEMD_INVOCATION_ID`` / ``INVOCATION_ID``), or
+    else the manager's last ``Starting``/``Started`` line for the unit."""
+    sp = sudo_prefix(sudo)
+    u = q(unit)
+    script = f"""id=$({sp}systemctl show -p InvocationID --value {u} 2>/dev/null)
+echo "invocation=$id"
+c=
+case "$id" in *[!0-9a-f]*|'') ;; *)
+  c=$({sp}journalctl -o json --output-fields=_PID -q --no-pager \\
+      _SYSTEMD_INVOCATION_ID="$id" + INVOCATION_ID="$id" 2>/dev/null | head -n 1) ;;
+esac
+if [ -z "$c" ]; then
+  c=$({sp}journalctl -o json --output-fields=_PID,MESSAGE_ID -q --no-pager -r -n 1 \\
+      UNIT={u} MESSAGE_ID={MESSAGE_ID_UNIT_STARTING} + UNIT={u} MESSAGE_ID={MESSAGE_ID_UNIT_STARTED} 2>/dev/null)
+fi
+[ -n "$c" ] && printf '%s\\n' "$c"
+exit 0"""
+    return sh_c(script)
+
+
+def journal_last_cursor(unit: str, *, sudo: bool = False) -> str:
+    """The unit's newest entry (JSON with ``__CURSOR``), or nothing when it has none."""
+    return f"{sudo_prefix(sudo)}journalctl -u {q(unit)} -o json --output-fields=_PID -q --no-pager -n 1"
+
+
+# ---------------------------------------------------------------------------------------------
+# systemd
+# ---------------------------------------------------------------------------------------------
+
+_PROP_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+
+
+def systemctl_show(unit: str, props: Iterable[str], *, sudo: bool = False, value: bool = False) -> str:
+    """``systemctl show -p A -p B UNIT`` (``A=…`` lines; ``--value`` prints bare values)."""
+    plist = list(props)
+    for p in plist:
+        if not _PROP_RE.match(p):
+            raise ValueError(f"not a systemd property name: {p!r}")
+    ps = " ".join(f"-p {p}" for p in plist)
+    return f"{sudo_prefix(sudo)}systemctl show {ps}{' --value' if value else ''} {q(unit)}"
+
+
+def systemctl(verb: str, unit: str | None = None, *, sudo: bool = False) -> str:
+    """``systemctl daemon-reload`` / ``restart UNIT`` / ``start`` / ``stop`` / ``is-active`` …"""
+    if verb not in ("daemon-reload", "restart", "start", "stop", "is-active", "reset-failed", "cat", "status"):
+        raise ValueError(f"unsupported systemctl verb {verb!r}")
+    if verb == "daemon-reload":
+        return f"{sudo_prefix(sudo)}systemctl daemon-reload"
+    if unit is None:
+        raise ValueError(f"systemctl {verb} needs a unit")
+    extra = " --no-pager" if verb in ("cat", "status") else ""
+    return f"{sudo_prefix(sudo)}systemctl {verb}{extra} {q(unit)}"
+
+
+def daemon_reload(*, sudo: bool = False) -> str:
+    return systemctl("daemon-reload", sudo=sudo)
+
+
+def restart_unit(unit: str, *, sudo: bool = False) -> str:
+    return systemctl("restart", unit, sudo=sudo)
+
+
+# ---------------------------------------------------------------------------------------------
+# Log files: bounded scan back to the last server start, then `tail -F` from a byte offset
+# ---------------------------------------------------------------------------------------------
+
+# Lines that open a server's boot in a raw log (extended regex, matched by `grep -E`).
+SERVER_START_PATTERNS: tuple[str, ...] = (
+    r"server_args=ServerArgs\(",  # SGLang
+    r"vLLM API server version",  # vLLM (first line)
+    r"non-default args: \{",  # vLLM >= 0.10 (second line)
+    r"args: Namespace\(",  # vLLM < 0.10
+)
+PRIMARY_START_PATTERNS: tuple[str, ...] = (r"server_args=ServerArgs\(", r"vLLM API server version")
+SCAN_WINDOW_BYTES = 64 * 1024 * 1024
+SCAN_MATCH_LIMIT = 50
+# In-band control lines of the file follower start with NUL (a text log never holds one).
+CONTROL_PREFIX = b"\x00kvtui:"
+
+
+def file_scan_back(path: str, *, window: int = SCAN_WINDOW_BYTES,
+                   patterns: Sequence[str] = SERVER_START_PATTERNS) -> str:
+    """Prints ``stat INODE SIZE START`` (``START`` = first byte of the scanned window) then up to
+    ``SCAN_MATCH_LIMIT`` lines ``OFFSET:TEXT`` (offset relative to ``START``, text cut to 200
+    chars) of server-start lines in the last ``window`` bytes; or ``missing``."""
+    pat = "|".join(patterns)
+    script = f"""f={qpath(path)}
+set -- $(stat -L -c '%i %s' -- "$f" 2>/dev/null)
+if [ $# -ne 2 ]; then echo missing; exit 0; fi
+ino=$1; size=$2; win={int(window)}
+if [ "$size" -gt "$win" ]; then start=$((size - win)); else start=0; fi
+echo "stat $ino $size $start"
+tail -c +$((start + 1)) -- "$f" | head -c $((size - start)) \\
+  | LC_ALL=C grep -a -b -E {q(pat)} | tail -n {SCAN_MATCH_LIMIT} | cut -c1-200
+exit 0"""
+    return sh_c(script)
+
+
+def file_stat(path: str) -> str:
+    """``INODE SIZE`` of a remote file, or ``missing``."""
+    return sh_c(f"stat -L -c '%i %s' -- {qpath(path)} 2>/dev/null || echo missing")
+
+
+def file_follow(path: str, *, offset: int, inode: int | None = None) -> str:
+    """Follow ``path`` from byte ``offset`` with ``tail -F`` semantics (rotation, truncation).
+
+    Before following it prints control lines (prefixed ``\\0kvtui:``): when the file at ``path``
+    is not ``inode`` any more (rotated while disconnected), the rest of the old file (found by
+    inode in the same directory) then ``rotated`` (or ``rotated-lost`` when the old file is gone),
+    or ``truncated`` when the file shrank below ``offset``; then ``follow ino=I off=O``. tail's
+    own notices (replaced / truncated / appeared) arrive in-band on the same stream (stderr is
+    merged, ``LC_ALL=C``)."""
+    off = max(0, int(offset))
+    ino = "" if inode is None else str(int(inode))
+    prelude = f"""f={qpath(path)}; off={off}; ino={ino}
+cur=$(stat -L -c %i -- "$f" 2>/dev/null); size=$(stat -L -c %s -- "$f" 2>/dev/null)
+if [ -n "$ino" ] && [ -n "$cur" ] && [ "$cur" != "$ino" ]; then
+  old=$(find "$(dirname -- "$f")" -maxdepth 1 -inum "$ino" 2>/dev/null | head -n 1)
+  if [ -n "$old" ]; then tail -c +$((off + 1)) -- "$old"; printf '\\000kvtui:rotated\\n'
+  else printf '\\000kvtui:rotated-lost\\n'; fi
+  off=0
+elif [ -n "$size" ] && [ "$size" -lt "$off" ]; then printf '\\000kvtui:truncated\\n'; off=0
+fi
+printf '\\000kvtui:follow ino=%s off=%s\\n' "$cur" "$off"
+"""
+    return guard('LC_ALL=C tail -c +$((off + 1)) -F -- "$f" 2>&1', prelude=prelude)
+
+
+# tail's own notices when it follows by name (GNU coreutils, LC_ALL=C).
+TAIL_NEW_FILE_RE = re.compile(rb"tail: .*(?:has been replaced;  following new file|has appeared;  following new file)$")
+TAIL_TRUNCATED_RE = re.compile(rb"tail: .*: file truncated$")
+TAIL_OTHER_RE = re.compile(
+    rb"tail: (?:.*has become inaccessible.*|cannot open .*|.*: No such file or directory|cannot follow .*|"
+    rb"inotify .*|.*has been replaced with an untailable .*|.*: cannot .*)$"
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Docker
+# ---------------------------------------------------------------------------------------------
+
+_DOCKER_TS_RE = re.compile(r"^[0-9T:.+Z-]{10,40}$")
+
+
+def docker_inspect(container: str, fmt: str, *, sudo: bool = False) -> str:
+    """``docker inspect -f FMT CONTAINER`` (``fmt`` e.g. ``{{.State.StartedAt}}``)."""
+    return f"{sudo_prefix(sudo)}docker inspect -f {q(fmt)} {q(container)}"
+
+
+def docker_logs_follow(container: str, *, since: str | None = None, tail: int | None = None,
+                       sudo: bool = False) -> str:
+    """``docker logs -f --timestamps`` from an RFC 3339 ``since`` (inclusive) or the last
+    ``tail`` lines; the container's stderr is merged in order."""
+    args = [f"{sudo_prefix(sudo)}docker", "logs", "-f", "--timestamps"]
+    if since is not None:
+        if not _DOCKER_TS_RE.match(since):
+            raise ValueError(f"not a docker timestamp: {since!r}")
+        args += ["--since", q(since)]
+    elif tail is not None:
+        args += ["--tail", str(int(tail))]
+    args.append(q(container))
+    return guard(" ".join(args) + " 2>&1")
+
+
+def remote_now_rfc3339() -> str:
+    return "date -u +%Y-%m-%dT%H:%M:%S.%NZ"
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUs
+# ---------------------------------------------------------------------------------------------
+
+_FIELD_RE = re.compile(r"^[a-z_.]+$")
+
+
+def _fields(fields: Sequence[str] | str) -> str:
+    if isinstance(fields, str):
+        fields = [f.strip() for f in fields.split(",")]
+    for f in fields:
+        if not _FIELD_RE.match(f):
+            raise ValueError(f"not an nvidia-smi field: {f!r}")
+    return ",".join(fields)
+
+
+def nvidia_smi_query_gpu(fields: Sequence[str] | str, *, interval_ms: int | None = None) -> str:
+    """``nvidia-smi --query-gpu=… --format=csv,noheader,nounits`` once, or as one long-lived
+    stream with ``-lms N`` (guarded)."""
+    cmd = f"nvidia-smi --query-gpu={_fields(fields)} --format=csv,noheader,nounits"
+    if interval_ms is None:
+        return cmd
+    return guard(f"{cmd} -lms {max(10, int(interval_ms))}")
+
+
+def nvidia_smi_compute_apps(fields: Sequence[str] | str) -> str:
+    return f"nvidia-smi --query-compute-apps={_fields(fields)} --format=csv,noheader,nounits"
+
+
+# ---------------------------------------------------------------------------------------------
+# Server processes
+# ---------------------------------------------------------------------------------------------
+
+PS_MARK = "--ps--"
+# Engine entry points, for hosts with neither unit, pidfile nor container.
+ENGINE_PROCESS_PATTERN = r"sglang\.launch_server|sglang serve|vllm serve|vllm\.entrypoints"
+
+
+def server_pids_unit(unit: str, *, sudo: bool = False) -> str:
+    """Prints ``MainPID=N``, ``cgroup=PID`` lines (every process in the unit's cgroup, v2 or v1),
+    then ``--ps--`` and ``PID PPID`` for every process (to add MainPID's descendants)."""
+    sp = sudo_prefix(sudo)
+    u = q(unit)
+    script = f"""{sp}systemctl show -p MainPID {u} 2>/dev/null
+cg=$({sp}systemctl show -p ControlGroup --value {u} 2>/dev/null)
+if [ -n "$cg" ]; then
+  for base in /sys/fs/cgroup /sys/fs/cgroup/unified /sys/fs/cgroup/systemd; do
+    if [ -d "$base$cg" ]; then
+      find "$base$cg" -name cgroup.procs -exec cat {{}} + 2>/dev/null | sed 's/^/cgroup=/'; break
+    fi
+  done
+fi
+echo {PS_MARK}
+ps -e -o pid=,ppid="""
+    return sh_c(script)
+
+
+def server_pids_pidfile(pidfile: str) -> str:
+    """Prints ``MainPID=N`` from a pidfile, then ``--ps--`` and the process table."""
+    script = f"""p=$(head -n 1 -- {qpath(pidfile)} 2>/dev/null | tr -cd 0-9)
+[ -n "$p" ] && echo "MainPID=$p"
+echo {PS_MARK}
+ps -e -o pid=,ppid="""
+    return sh_c(script)
+
+
+def server_pids_container(container: str, *, sudo: bool = False) -> str:
+    script = f"""p=$({sudo_prefix(sudo)}docker inspect -f '{{{{.State.Pid}}}}' {q(container)} 2>/dev/null)
+[ -n "$p" ] && echo "MainPID=$p"
+echo {PS_MARK}
+ps -e -o pid=,ppid="""
+    return sh_c(script)
+
+
+def server_pids_by_pattern(pattern: str = ENGINE_PROCESS_PATTERN) -> str:
+    script = f"""for p in $(pgrep -f {q(pattern)} 2>/dev/null); do echo "MainPID=$p"; done
+echo {PS_MARK}
+ps -e -o pid=,ppid="""
+    return sh_c(script)
+
+
+_PIDFILE_RES = (
+    re.compile(r"\$!\s*>>?\s*(\"[^\"]+\"|'[^']+'|[^\s;&|]+)"),  # … & echo $! > /run/x.pid
+    re.compile(r"\$\(\s*cat\s+(\"[^\"]+\"|'[^']+'|[^\s)]+)\s*\)"),  # kill $(cat /run/x.pid)
+    re.compile(r"`\s*cat\s+(\"[^\"]+\"|'[^']+'|[^\s`]+)\s*`"),
+)
+
+
+def pidfile_from_commands(start_command: str | None, stop_command: str | None) -> str | None:
+    """The pidfile a ``start_command`` writes (``echo $! > F``) or a ``stop_command`` reads
+    (``kill $(cat F)``), if either says; None otherwise."""
+    for text in (start_command, stop_command):
+        if not text:
+            continue
+        for rx in _PIDFILE_RES:
+            m = rx.search(text)
+            if m:
+                return m.group(1).strip("'\"")
+    return None
+
+
+def parse_server_pids(output: str) -> set[int]:
+    """The server's PIDs from one of the ``server_pids_*`` outputs: main PIDs, every cgroup
+    member, and the descendants of all of them."""
+    roots: set[int] = set()
+    children: dict[int, list[int]] = {}
+    in_ps = False
+    for line in output.splitlines():
+        line = line.strip()
+        if line == PS_MARK:
+            in_ps = True
+            continue
+        if in_ps:
+            parts = line.split()
+            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                children.setdefault(int(parts[1]), []).append(int(parts[0]))
+            continue
+        key, _, val = line.partition("=")
+        if key in ("MainPID", "cgroup") and val.strip().isdigit() and int(val) > 0:
+            roots.add(int(val))
+    out: set[int] = set()
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if pid in out:
+            continue
+        out.add(pid)
+        stack.extend(children.get(pid, ()))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Files: read, hash, atomic write, backup
+# ---------------------------------------------------------------------------------------------
+
+
+def read_file(path: str, *, sudo: bool = False) -> str:
+    return f"{sudo_prefix(sudo)}cat -- {qpath(path)}"
+
+
+def file_sha256(path: str, *, sudo: bool = False) -> str:
+    """Prints the hex SHA-256 of the file (first word of ``sha256sum``)."""
+    return f"{sudo_prefix(sudo)}sha256sum -- {qpath(path)}"
+
+
+EXIT_CHANGED = 17  # write_file_atomic: the file is not the one that was read
+EXIT_EXISTS = 18  # backup_copy: the backup name is taken
+
+
+def write_file_atomic(path: str, *, sudo: bool = False, expect_sha256: str | None = None) -> str:
+    """Replace ``path`` with stdin atomically: a temp file in the same directory, mode and owner
+    copied from the old file, fsync, ``mv`` over it, fsync the directory. With ``expect_sha256``
+    the current file must still have that hash (else exit 17, nothing written)."""
+    if expect_sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", expect_sha256):
+        raise ValueError("expect_sha256 must be 64 hex digits")
+    check = ""
+    if expect_sha256:
+        check = (f'h=$(sha256sum -- "$f" 2>/dev/null | cut -d" " -f1)\n'
+                 f'[ "$h" = {expect_sha256} ] || {{ echo "kvtui: $f changed since it was read" >&2; '
+                 f"exit {EXIT_CHANGED}; }}\n")
+    script = f"""set -e
+f={qpath(path)}
+d=$(dirname -- "$f"); b=$(basename -- "$f")
+{check}t=$(mktemp "$d/.$b.kvtui-XXXXXX")
+trap 'rm -f -- "$t"' EXIT
+cat > "$t"
+if [ -e "$f" ]; then
+  chmod --reference="$f" -- "$t"
+  chown --reference="$f" -- "$t"
+fi
+sync -- "$t" 2>/dev/null || sync
+mv -f -- "$t" "$f"
+trap - EXIT
+sync -- "$d" 2>/dev/null || true"""
+    return f"{sudo_prefix(sudo)}{sh_c(script)}"
+
+
+def backup_copy(path: str, backup_path: str, *, sudo: bool = False) -> str:
+    """Copy ``path`` to ``backup_path`` keeping mode, owner and times; refuses (exit 18) to
+    overwrite an existing backup."""
+    script = f"""set -e
+s={qpath(path)}; t={qpath(backup_path)}
+if [ -e "$t" ]; then echo "kvtui: backup $t already exists" >&2; exit {EXIT_EXISTS}; fi
+cp -p -- "$s" "$t"
+sync -- "$t" 2>/dev/null || true"""
+    return f"{sudo_prefix(sudo)}{sh_c(script)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the operator's own commands
+# ---------------------------------------------------------------------------------------------
+
+
+def detached(command: str) -> str:
+    """Start ``command`` (the operator's ``start_command``) so it outlives the SSH session: new
+    session (``setsid``), ``nohup``, stdin from /dev/null, output to /dev/null unless the command
+    redirects it itself. Prints the PID of the started shell."""
+    return f"nohup setsid sh -c {q(command)} </dev/null >/dev/null 2>&1 & echo $!"
+
+
+def shell(command: str) -> str:
+    """The operator's ``stop_command`` (or any configured command) as written, under ``sh``."""
+    return sh_c(command)

@@ -1,0 +1,1109 @@
+"""``SshBackend``: a remote GPU host over one asyncssh connection (several channels on it).
+
+- Connection: ``~/.ssh/config`` aliases and the agent are honoured (``ssh_config=[]`` keeps the
+  user's file out, for tests); keepalives on; a connect timeout; strict host keys by default. An
+  unknown or changed host key is refused (``ConnState.HOSTKEY_REFUSED``) with the offered key's
+  fingerprint and how to trust it; ``trust_host_key()`` adds an *unknown* key on request. Drops are
+  retried in the background with capped exponential backoff and jitter; authentication, host-key
+  and configuration failures are not retried blindly (``retry()`` tries again on demand).
+- ``follow_log``: batches of ``LogRecord``s, resumed after a drop without losing or repeating a
+  line — journald cursors (``-o json``: ``__CURSOR``), byte offsets for files (``tail -F``
+  semantics, rotation and truncation, in-band control lines), ``TS#n`` for ``docker logs``. Before
+  following, the current boot's start is found: the unit's ``InvocationID`` (or its last
+  ``Started`` line), a bounded scan back of the file for the last server start, the container's
+  ``StartedAt``.
+- ``gpu_stream``: one long-lived ``nvidia-smi --query-gpu … -lms N`` channel, filtered to the
+  host's ``gpus``; the last good sample is repeated with ``stale=True`` while the host is slow or
+  away; falls back to periodic one-shot queries when the stream keeps dying.
+- No orphans: every follower runs under ``commands.guard`` and dies when its channel closes, even
+  for root logins where sshd ignores signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import re
+import signal
+import time
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import asyncssh
+
+from kvtui import gpu as gpu_mod
+from kvtui.config import HostConfig
+from kvtui.engines.events import LogRecord
+from kvtui.engines.text import MAX_LINE_CHARS
+from kvtui.gpu import GpuProcess, GpuSample
+from kvtui.hosts import commands as C
+from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
+
+READ_CHUNK: Final = 1 << 16
+MAX_QUEUED_BATCHES: Final = 256  # per stream: at most this many chunks read ahead of the consumer
+MAX_BATCH_RECORDS: Final = 5000
+SCAN_WINDOW_BYTES: Final = C.SCAN_WINDOW_BYTES
+JOURNAL_FALLBACK_LINES: Final = 2000  # no InvocationID and no Started line: the last N entries
+
+_DEFAULT: Any = object()
+
+
+class Backoff:
+    """Capped exponential backoff with jitter: attempt ``n`` waits ``min(cap, initial * 2**n)``
+    scaled by a random factor in ``[1 - jitter, 1]``; the first attempt after a reset waits
+    ``first`` (0: reconnect at once after a drop)."""
+
+    def __init__(self, initial: float = 0.5, cap: float = 30.0, *, first: float = 0.0, jitter: float = 0.5,
+                 rng: random.Random | None = None) -> None:
+        self.initial, self.cap, self.first, self.jitter = initial, cap, first, jitter
+        self.rng = rng or random.Random()
+        self.attempt = 0
+
+    def next(self) -> float:
+        n = self.attempt
+        self.attempt += 1
+        if n == 0:
+            return self.first
+        base = min(self.cap, self.initial * (2.0 ** (n - 1)))
+        return base * (1.0 - self.jitter * self.rng.random())
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class _Fatal(Exception):
+    """A connection failure that retrying will not fix."""
+
+    def __init__(self, status: ConnStatus) -> None:
+        super().__init__(status.detail)
+        self.status = status
+
+
+class _Closed(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Record decoding
+# ---------------------------------------------------------------------------------------------
+
+
+def _decode(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace")
+    if len(text) > MAX_LINE_CHARS:
+        text = text[:MAX_LINE_CHARS]
+    return text
+
+
+def _journal_message(value: object) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(b, int) for b in value):
+        return _decode(bytes(b & 0xFF for b in value))
+    return None
+
+
+def parse_journal_json(line: bytes | str) -> LogRecord | None:
+    """One ``journalctl -o json`` line -> ``LogRecord`` (``kvtui.engines.shapes`` when present)."""
+    try:
+        from kvtui.engines import shapes  # type: ignore[attr-defined,unused-ignore]
+
+        parsed: LogRecord | None = shapes.parse_journal_json(line)
+        return parsed
+    except (ImportError, AttributeError):
+        pass
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    text = _journal_message(obj.get("MESSAGE"))
+    if text is None:
+        text = ""
+    ts = None
+    rt = obj.get("__REALTIME_TIMESTAMP")
+    if isinstance(rt, str) and rt.isdigit():
+        ts = datetime.fromtimestamp(int(rt) / 1e6, tz=UTC)
+    pid = obj.get("_PID")
+    ident = obj.get("SYSLOG_IDENTIFIER")
+    return LogRecord(
+        text=text[:MAX_LINE_CHARS],
+        ts=ts,
+        cursor=obj.get("__CURSOR") if isinstance(obj.get("__CURSOR"), str) else None,
+        source="journal",
+        pid=int(pid) if isinstance(pid, str) and pid.isdigit() else None,
+        ident=ident if isinstance(ident, str) else None,
+    )
+
+
+_DOCKER_LINE_RE = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) ?(.*)$", re.S)
+
+
+def parse_docker_ts(stamp: str) -> datetime | None:
+    """RFC 3339 with nanoseconds (``2026-03-04T09:12:00.123456789Z``) -> aware datetime (µs)."""
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", stamp)
+    if not m:
+        return None
+    frac = (m.group(2) or "0")[:6].ljust(6, "0")
+    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
+    try:
+        return datetime.fromisoformat(f"{m.group(1)}.{frac}{tz}")
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Followers: the command to (re)start a stream, and the bytes -> records state machine with the
+# resume position. ``feed`` only advances the position for complete records; ``reset`` drops a
+# partial line when a channel ends (it will be read again after the resume point).
+# ---------------------------------------------------------------------------------------------
+
+
+class _Follower:
+    source = "raw"
+    note: str = ""  # a user-facing remark (rotation, truncation) for the status line
+
+    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None) -> None:
+        self.backend = backend
+        self.start = start
+        self.after_cursor = after_cursor
+        self.located = False
+        self._buf = b""
+
+    async def command(self, conn: asyncssh.SSHClientConnection) -> str:
+        raise NotImplementedError
+
+    def feed(self, chunk: bytes) -> list[LogRecord]:
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        self._buf = b""
+
+    def _lines(self, chunk: bytes) -> list[bytes]:
+        data = self._buf + chunk
+        parts = data.split(b"\n")
+        self._buf = parts.pop()
+        if len(self._buf) > 4 * MAX_LINE_CHARS:  # a runaway line: cut, keep the stream alive
+            parts.append(self._buf)
+            self._buf = b""
+        return parts
+
+
+class _JournalFollower(_Follower):
+    source = "journal"
+
+    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None) -> None:
+        super().__init__(backend, start, after_cursor)
+        self.unit = backend.host.unit or ""
+        # where to (re)start: ("after", cursor) | ("cursor", cursor) | ("lines", n) | ("all", None)
+        self.resume: tuple[str, str | None] = ("after", after_cursor) if after_cursor else ("all", None)
+        self.invocation: str | None = None
+
+    async def command(self, conn: asyncssh.SSHClientConnection) -> str:
+        sudo = self.backend.host.sudo
+        if not self.located:
+            if self.after_cursor is None and self.start is LogStart.CURRENT_BOOT:
+                res = await conn.run(C.journal_boot_start(self.unit, sudo=sudo), check=False, timeout=60)
+                self.resume = self._parse_boot_start(str(res.stdout or ""))
+            elif self.after_cursor is None:
+                res = await conn.run(C.journal_last_cursor(self.unit, sudo=sudo), check=False, timeout=60)
+                rec = parse_journal_json(str(res.stdout or "").strip().split("\n")[-1]) if res.stdout else None
+                self.resume = ("after", rec.cursor) if rec and rec.cursor else ("all", None)
+            self.located = True
+        kind, cur = self.resume
+        if kind == "after":
+            return C.journal_follow(self.unit, after_cursor=cur, sudo=sudo)
+        if kind == "cursor":
+            return C.journal_follow(self.unit, cursor=cur, sudo=sudo)
+        if kind == "lines":
+            return C.journal_follow(self.unit, lines=int(cur or 0), sudo=sudo)
+        return C.journal_follow(self.unit, sudo=sudo)
+
+    def _parse_boot_start(self, out: str) -> tuple[str, str | None]:
+        for line in out.splitlines():
+            if line.startswith("invocation="):
+                self.invocation = line.partition("=")[2].strip() or None
+            elif line.startswith("{"):
+                rec = parse_journal_json(line)
+                if rec is not None and rec.cursor:
+                    return ("cursor", rec.cursor)
+        self.note = "current boot not found in the journal (no InvocationID, no Started line): from the last lines"
+        return ("lines", str(JOURNAL_FALLBACK_LINES))
+
+    def feed(self, chunk: bytes) -> list[LogRecord]:
+        out: list[LogRecord] = []
+        for line in self._lines(chunk):
+            if not line.strip():
+                continue
+            rec = parse_journal_json(line)
+            if rec is None:
+                continue
+            out.append(rec)
+            if rec.cursor:
+                self.resume = ("after", rec.cursor)
+        return out
+
+
+_SPLIT_RE = re.compile(rb"[\r\n]")
+
+
+class _FileFollower(_Follower):
+    """Byte-exact: every record's cursor is the file offset right after its terminator."""
+
+    source = "file"
+
+    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None) -> None:
+        super().__init__(backend, start, after_cursor)
+        self.path = backend.host.log_file or ""
+        self.offset = 0  # next byte of the file to read
+        self.inode: int | None = None
+        self.skip_partial = False  # the scan window began mid-line: drop up to the first newline
+        if after_cursor is not None:
+            off = after_cursor.partition(":")[0]
+            self.offset = int(off) if off.isdigit() else 0
+            self.located = True
+
+    async def command(self, conn: asyncssh.SSHClientConnection) -> str:
+        if not self.located:
+            if self.start is LogStart.CURRENT_BOOT:
+                res = await conn.run(C.file_scan_back(self.path, window=self.backend.scan_window), check=False,
+                                     timeout=120)
+                self._apply_scan(str(res.stdout or ""))
+            else:
+                res = await conn.run(C.file_stat(self.path), check=False, timeout=60)
+                parts = str(res.stdout or "").split()
+                if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                    self.inode, self.offset = int(parts[0]), int(parts[1])
+                else:
+                    self.inode, self.offset = None, 0
+            self.located = True
+        return C.file_follow(self.path, offset=self.offset, inode=self.inode)
+
+    def _apply_scan(self, out: str) -> None:
+        lines = out.splitlines()
+        if not lines or lines[0].strip() == "missing" or not lines[0].startswith("stat "):
+            self.offset, self.inode = 0, None
+            self.note = f"{self.path} does not exist yet: waiting for it"
+            return
+        _, ino, size, start = lines[0].split()[:4]
+        self.inode, window_start = int(ino), int(start)
+        matches: list[tuple[int, str]] = []
+        for line in lines[1:]:
+            rel, sep, text = line.partition(":")
+            if sep and rel.isdigit():
+                matches.append((window_start + int(rel), text))
+        if not matches:
+            self.offset = window_start
+            self.skip_partial = window_start > 0
+            if window_start > 0:
+                self.note = f"no server start in the last {int(size) - window_start} bytes of {self.path}"
+            return
+        primary = [re.compile(p) for p in C.PRIMARY_START_PATTERNS]
+        chosen = matches[-1]
+        if not any(p.search(chosen[1]) for p in primary):
+            # vLLM prints its version line right before the args line: start there
+            for off, text in reversed(matches[:-1]):
+                if chosen[0] - off > 8192:
+                    break
+                if any(p.search(text) for p in primary):
+                    chosen = (off, text)
+                    break
+        self.offset = chosen[0]
+
+    def feed(self, chunk: bytes) -> list[LogRecord]:
+        data = self._buf + chunk
+        out: list[LogRecord] = []
+        pos = 0
+        n = len(data)
+        while pos < n:
+            m = _SPLIT_RE.search(data, pos)
+            if m is None:
+                break
+            end = m.end()
+            piece = data[pos : m.start()]
+            pos = end
+            self._piece(piece, end - m.start(), out, data[m.start() : m.end()] == b"\n")
+        self._buf = data[pos:]
+        if len(self._buf) > 4 * MAX_LINE_CHARS:
+            self._piece(self._buf, 0, out, True)
+            self._buf = b""
+        return out
+
+    def _piece(self, piece: bytes, term: int, out: list[LogRecord], newline: bool) -> None:
+        if CONTROL_MARK in piece:
+            before, _, ctl = piece.partition(CONTROL_MARK)
+            if before:
+                self._piece(before, 0, out, False)
+            self._control(ctl.decode("utf-8", "replace"))
+            return
+        if b"tail: " in piece:
+            idx = piece.find(b"tail: ")
+            notice = piece[idx:]
+            if C.TAIL_NEW_FILE_RE.match(notice) or C.TAIL_TRUNCATED_RE.match(notice) or C.TAIL_OTHER_RE.match(notice):
+                if idx > 0:
+                    self._piece(piece[:idx], 0, out, False)
+                self._tail_notice(notice)
+                return
+        self.offset += len(piece) + term
+        if self.skip_partial:
+            self.skip_partial = False
+            return
+        if not piece:
+            return
+        out.append(LogRecord(text=_decode(piece), cursor=str(self.offset), source="file"))
+
+    def _control(self, ctl: str) -> None:
+        if ctl.startswith("follow "):
+            kv = dict(p.partition("=")[::2] for p in ctl.split()[1:])
+            ino, off = kv.get("ino", ""), kv.get("off", "")
+            self.inode = int(ino) if ino.isdigit() else None
+            if off.isdigit():
+                self.offset = int(off)
+        elif ctl.startswith("rotated-lost"):
+            self.offset, self.inode = 0, None
+            self.note = f"{self.path} was rotated while disconnected and the old file is gone: lines may be missing"
+        elif ctl.startswith("rotated"):
+            self.offset, self.inode = 0, None
+            self.note = f"{self.path} was rotated while disconnected (the old file's rest was read)"
+        elif ctl.startswith("truncated"):
+            self.offset = 0
+            self.note = f"{self.path} was truncated while disconnected"
+
+    def _tail_notice(self, notice: bytes) -> None:
+        if C.TAIL_NEW_FILE_RE.match(notice):
+            self.offset, self.inode = 0, None
+            self.note = f"{self.path} was replaced (rotated): following the new file"
+        elif C.TAIL_TRUNCATED_RE.match(notice):
+            self.offset = 0
+            self.note = f"{self.path} was truncated: following from its start"
+        else:
+            self.note = notice.decode("utf-8", "replace")
+
+
+CONTROL_MARK: Final = C.CONTROL_PREFIX
+
+
+class _DockerFollower(_Follower):
+    """Cursor ``TS#n``: the RFC 3339 timestamp of the last line and how many lines with exactly
+    that timestamp were delivered (docker's ``--since`` is inclusive)."""
+
+    source = "docker"
+
+    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None) -> None:
+        super().__init__(backend, start, after_cursor)
+        self.container = backend.host.container or ""
+        self.since: str | None = None
+        self.seen_at_since = 0  # lines at exactly `since` already delivered
+        self._skip = 0
+        if after_cursor:
+            ts, _, n = after_cursor.partition("#")
+            self.since, self.seen_at_since = ts, int(n) if n.isdigit() else 0
+            self.located = True
+
+    async def command(self, conn: asyncssh.SSHClientConnection) -> str:
+        sudo = self.backend.host.sudo
+        if not self.located:
+            if self.start is LogStart.CURRENT_BOOT:
+                res = await conn.run(C.docker_inspect(self.container, "{{.State.StartedAt}}", sudo=sudo), check=False,
+                                     timeout=60)
+                if res.exit_status != 0:
+                    raise BackendError(f"docker inspect {self.container}: {str(res.stderr or '').strip()}")
+                self.since = str(res.stdout or "").strip() or None
+            else:
+                res = await conn.run(C.remote_now_rfc3339(), check=False, timeout=60)
+                self.since = str(res.stdout or "").strip() or None
+            self.seen_at_since = 0
+            self.located = True
+        self._skip = self.seen_at_since
+        if self.since and parse_docker_ts(self.since) is None:
+            self.since = None
+        return C.docker_logs_follow(self.container, since=self.since, tail=None if self.since else 0,
+                                    sudo=sudo)
+
+    def feed(self, chunk: bytes) -> list[LogRecord]:
+        out: list[LogRecord] = []
+        for line in self._lines(chunk):
+            line = line.rstrip(b"\r")
+            m = _DOCKER_LINE_RE.match(line)
+            if m is None:
+                if line:  # a docker error line (merged stderr) — not a log line of the container
+                    self.note = _decode(line)
+                continue
+            stamp = m.group(1).decode()
+            if self.since is not None and stamp == self.since and self._skip > 0:
+                self._skip -= 1
+                continue
+            if self.since is not None and stamp < self.since and len(stamp) == len(self.since):
+                continue
+            if stamp == self.since:
+                self.seen_at_since += 1
+            else:
+                self.since, self.seen_at_since = stamp, 1
+            self._skip = 0
+            out.append(LogRecord(text=_decode(m.group(2)), ts=parse_docker_ts(stamp),
+                                 cursor=f"{stamp}#{self.seen_at_since}", source="docker"))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The backend
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Stream:
+    queue: asyncio.Queue[list[Any] | None]
+    task: asyncio.Task[None] | None = None
+
+
+class SshBackend:
+    """One remote host over SSH (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        host: HostConfig,
+        *,
+        known_hosts: Any = _DEFAULT,
+        ssh_config: Sequence[str] | None = None,
+        clock: Callable[[], float] = time.time,
+        connect_timeout: float = 15.0,
+        keepalive_interval: float = 15.0,
+        keepalive_count_max: int = 3,
+        backoff: Backoff | None = None,
+        scan_window: int = SCAN_WINDOW_BYTES,
+        stale_after: float | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        if host.kind != "ssh" or not host.ssh:
+            raise BackendError(f"{name}: not an ssh host (kind {host.kind})")
+        self.name = name
+        self.host = host
+        self._known_hosts = known_hosts
+        self._ssh_config = ssh_config
+        self._clock = clock
+        self.connect_timeout = connect_timeout
+        self.keepalive_interval = keepalive_interval
+        self.keepalive_count_max = keepalive_count_max
+        self.backoff = backoff or Backoff()
+        self.scan_window = scan_window
+        self.stale_after = stale_after
+        self._extra = dict(options or {})
+        self._status = ConnStatus(ConnState.CONNECTING, self.host.target, strict_host_key=host.strict_host_key)
+        self._listeners: list[Callable[[ConnStatus], None]] = []
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._generation = 0
+        self._changed = asyncio.Event()
+        self._supervisor: asyncio.Task[None] | None = None
+        self._closed = False
+        self._streams: set[_Stream] = set()
+        self._procs: set[asyncssh.SSHClientProcess[bytes]] = set()
+        self._offered_key: asyncssh.SSHKey | None = None
+        self._gpu_uuid_index: dict[str, int] = {}
+        self.reconnects = 0
+        self.last_connect_seconds: float | None = None
+        self.login_user: str | None = None
+        self.notes: list[str] = []
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def status(self) -> ConnStatus:
+        return self._status
+
+    def add_status_listener(self, callback: Callable[[ConnStatus], None]) -> None:
+        """``callback(status)`` on every change (called on the event loop)."""
+        self._listeners.append(callback)
+
+    def _set_status(self, state: ConnState, detail: str = "", *, retry_in: float | None = None,
+                    fingerprint: str | None = None) -> None:
+        st = ConnStatus(state, detail, retry_in, fingerprint, self.host.strict_host_key)
+        if st == self._status:
+            return
+        self._status = st
+        for cb in list(self._listeners):
+            with contextlib.suppress(Exception):
+                cb(st)
+
+    def _note(self, text: str) -> None:
+        if text and (not self.notes or self.notes[-1] != text):
+            self.notes.append(text)
+            del self.notes[:-20]
+
+    # -- connection ------------------------------------------------------------------------------
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        h = self.host
+        kw: dict[str, Any] = {
+            "connect_timeout": self.connect_timeout,
+            "login_timeout": self.connect_timeout,
+            "keepalive_interval": self.keepalive_interval,
+            "keepalive_count_max": self.keepalive_count_max,
+        }
+        if self._ssh_config is not None:
+            kw["config"] = list(self._ssh_config)
+        if h.port:
+            kw["port"] = h.port
+        if h.ssh_user:
+            kw["username"] = h.ssh_user
+        if h.identity_path:
+            kw["client_keys"] = [str(h.identity_path)]
+        if not h.strict_host_key:
+            kw["known_hosts"] = None  # explicit in hosts.toml and shown in the UI
+        elif self._known_hosts is not _DEFAULT:
+            kw["known_hosts"] = self._known_hosts
+        elif h.known_hosts_path:
+            kw["known_hosts"] = str(h.known_hosts_path)
+        kw.update(self._extra)
+        return kw
+
+    def _known_hosts_file(self) -> Path:
+        if isinstance(self._known_hosts, str | Path):
+            return Path(self._known_hosts)
+        return self.host.known_hosts_path or Path.home() / ".ssh" / "known_hosts"
+
+    async def _connect(self) -> asyncssh.SSHClientConnection:
+        host = self.host.ssh_host or ""
+        t0 = time.monotonic()
+        try:
+            conn = await asyncssh.connect(host, **self._connect_kwargs())
+        except asyncssh.HostKeyNotVerifiable as exc:
+            raise _Fatal(await self._hostkey_status(exc)) from exc
+        except asyncssh.PermissionDenied as exc:
+            raise _Fatal(ConnStatus(
+                ConnState.AUTH_FAILED,
+                f"{self.host.target}: authentication failed ({exc.reason}); check the user, identity_file "
+                "or the agent (ssh-add -l), then retry",
+                strict_host_key=self.host.strict_host_key)) from exc
+        except (asyncssh.KeyImportError, asyncssh.ConfigParseError, FileNotFoundError, PermissionError,
+                ValueError) as exc:
+            raise _Fatal(ConnStatus(ConnState.FAILED, f"{self.host.target}: {exc}",
+                                    strict_host_key=self.host.strict_host_key)) from exc
+        self.last_connect_seconds = time.monotonic() - t0
+        self.login_user = conn.get_extra_info("username")
+        return conn
+
+    async def _hostkey_status(self, exc: Exception) -> ConnStatus:
+        host = self.host.ssh_host or ""
+        port = self.host.port or 22
+        fingerprint: str | None = None
+        keytype = "host"
+        try:
+            kw: dict[str, Any] = {}
+            if self._ssh_config is not None:
+                kw["config"] = list(self._ssh_config)
+            key = await asyncio.wait_for(
+                asyncssh.get_server_host_key(host, self.host.port or (), **kw), timeout=self.connect_timeout)
+            if key is not None:
+                self._offered_key = key
+                fingerprint = key.get_fingerprint("sha256")
+                keytype = key.get_algorithm()
+        except (OSError, asyncssh.Error, TimeoutError):
+            pass
+        kh = self._known_hosts_file()
+        changed = False
+        try:
+            if kh.exists() and self._offered_key is not None:
+                known = asyncssh.read_known_hosts(str(kh)).match(host, host, port)[0]
+                changed = bool(known) and all(
+                    k.public_data != self._offered_key.public_data for k in known)
+        except (OSError, ValueError, asyncssh.Error):
+            pass
+        spec = host if port == 22 else f"[{host}]:{port}"
+        fp = fingerprint or "(could not read it)"
+        if changed:
+            detail = (f"host key for {spec} CHANGED: {kh} has a different key. Offered {keytype} key {fp}. "
+                      f"This may be an attack, or the host was reinstalled. If you know why, remove the old "
+                      f"entry (ssh-keygen -R '{spec}' -f {kh}) and connect again to trust the new key.")
+        else:
+            detail = (f"host key for {spec} is not known ({kh}). Offered {keytype} key {fp}. "
+                      f"Compare it with the host's own (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub); "
+                      f"to trust it, accept it in kvtui or run: ssh-keyscan -p {port} {host} >> {kh}")
+        del exc
+        return ConnStatus(ConnState.HOSTKEY_REFUSED, detail, None, fingerprint, self.host.strict_host_key)
+
+    async def trust_host_key(self) -> Path:
+        """Append the refused host's offered key to its known_hosts file and connect again. Only
+        for an *unknown* key: a changed key must be removed by the operator first."""
+        st = self._status
+        if st.state is not ConnState.HOSTKEY_REFUSED or self._offered_key is None:
+            raise BackendError(f"{self.name}: no refused host key to trust")
+        if "CHANGED" in st.detail:
+            raise BackendError(f"{self.name}: the host key changed; remove the old entry first ({st.detail})")
+        host = self.host.ssh_host or ""
+        spec = host if not self.host.port or self.host.port == 22 else f"[{host}]:{self.host.port}"
+        kh = self._known_hosts_file()
+        kh.parent.mkdir(parents=True, exist_ok=True)
+        line = f"{spec} {self._offered_key.export_public_key().decode().strip()}\n"
+        with kh.open("a") as f:
+            f.write(line)
+        await self.retry()
+        return kh
+
+    async def start(self) -> None:
+        """First connection attempt. Raises ``BackendError`` for failures retrying cannot fix
+        (host key, authentication, configuration; ``status()`` says which); a network failure
+        returns with ``RECONNECTING`` and keeps trying in the background."""
+        if self._is_closed():
+            raise BackendError(f"{self.name}: closed")
+        if self._supervisor is not None:
+            return
+        self._set_status(ConnState.CONNECTING, self.host.target)
+        try:
+            conn = await self._connect()
+        except _Fatal as exc:
+            self._set_status(exc.status.state, exc.status.detail, fingerprint=exc.status.fingerprint)
+            raise BackendError(exc.status.detail) from None
+        except (OSError, asyncssh.Error, TimeoutError) as exc:
+            self.backoff.next()  # this was attempt 0: the next one waits
+            delay = self.backoff.next()
+            self._set_status(ConnState.RECONNECTING, _describe(exc), retry_in=delay)
+            self._supervisor = asyncio.create_task(self._supervise(None, first_error=exc, first_delay=delay))
+            return
+        self._up(conn)
+        self._supervisor = asyncio.create_task(self._supervise(conn))
+
+    async def retry(self) -> None:
+        """Try again now (after a refused host key was trusted, credentials fixed, …)."""
+        if self._supervisor is not None and not self._supervisor.done():
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+        self._supervisor = None
+        self.backoff.reset()
+        await self.start()
+
+    def _up(self, conn: asyncssh.SSHClientConnection) -> None:
+        self._conn = conn
+        self._generation += 1
+        if self._generation > 1:
+            self.reconnects += 1
+        self.backoff.reset()
+        who = self.login_user or self.host.ssh_user or ""
+        port = self.host.port or 22
+        detail = f"{who}@{self.host.ssh_host}:{port}" if who else f"{self.host.ssh_host}:{port}"
+        if who == "root":
+            detail += " (as root)"
+        self._set_status(ConnState.CONNECTED, detail)
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _supervise(self, conn: asyncssh.SSHClientConnection | None,
+                         first_error: BaseException | None = None, first_delay: float | None = None) -> None:
+        error = first_error
+        try:
+            while not self._is_closed():
+                if conn is None:
+                    if first_delay is not None:
+                        delay, first_delay = first_delay, None
+                    else:
+                        delay = self.backoff.next()
+                    if error is not None or delay > 0:
+                        self._set_status(ConnState.RECONNECTING, _describe(error), retry_in=delay)
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    try:
+                        conn = await self._connect()
+                    except _Fatal as exc:
+                        self._set_status(exc.status.state, exc.status.detail, fingerprint=exc.status.fingerprint)
+                        self._wake()
+                        return
+                    except (OSError, asyncssh.Error, TimeoutError) as exc:
+                        error = exc
+                        continue
+                    self._up(conn)
+                await conn.wait_closed()
+                if self._is_closed():
+                    return
+                self._conn = None
+                conn = None
+                error = ConnectionError("connection lost")
+                self._set_status(ConnState.RECONNECTING, "connection lost", retry_in=0.0)
+                self._wake()
+        except asyncio.CancelledError:
+            raise
+
+    def _is_closed(self) -> bool:
+        return self._closed
+
+    def _fatal(self) -> bool:
+        return self._status.state in (ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED, ConnState.FAILED)
+
+    async def _connection(self, after_generation: int = 0, *, fail_fast: bool = False
+                          ) -> tuple[asyncssh.SSHClientConnection, int]:
+        """The live connection (newer than ``after_generation``), waiting while reconnecting.
+        Streams wait through fatal states too (``retry()`` / ``trust_host_key()`` wake them);
+        with ``fail_fast`` a fatal state raises ``BackendError``."""
+        while True:
+            if self._is_closed():
+                raise _Closed
+            conn = self._conn
+            if conn is not None and self._generation > after_generation and not conn.is_closed():
+                return conn, self._generation
+            changed = self._changed
+            if self._fatal():
+                if fail_fast:
+                    raise BackendError(self._status.detail)
+            elif self._supervisor is None:
+                with contextlib.suppress(BackendError):
+                    await self.start()
+                continue
+            await changed.wait()
+
+    async def close(self) -> None:
+        """Stop every stream and channel, then the connection; the remote followers exit with
+        their channels (guard)."""
+        if self._is_closed():
+            return
+        self._closed = True
+        for s in list(self._streams):
+            if s.task is not None:
+                s.task.cancel()
+        for proc in list(self._procs):
+            proc.close()
+        for s in list(self._streams):
+            if s.task is not None:
+                with contextlib.suppress(BaseException):
+                    await s.task
+            with contextlib.suppress(asyncio.QueueFull):
+                s.queue.put_nowait(None)
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(BaseException):
+                await self._supervisor
+        conn = self._conn
+        self._conn = None
+        if conn is not None:
+            conn.close()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(conn.wait_closed(), 5)
+        self._set_status(ConnState.CLOSED, "")
+        self._wake()
+
+    # -- one-shot commands ----------------------------------------------------------------------
+
+    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
+        """Run one shell command; waits (up to ``timeout``) while reconnecting."""
+        try:
+            conn, _ = await asyncio.wait_for(self._connection(fail_fast=True), timeout)
+        except TimeoutError:
+            raise BackendError(f"{self.name}: not connected ({self._status.state.value}: "
+                               f"{self._status.detail})") from None
+        except _Closed:
+            raise BackendError(f"{self.name}: closed") from None
+        try:
+            res = await conn.run(command, input=input, timeout=timeout, check=False, encoding=None)
+        except asyncssh.TimeoutError as exc:
+            raise BackendError(f"{self.name}: timed out after {timeout:g} s: {command[:200]}") from exc
+        except (asyncssh.Error, OSError) as exc:
+            raise BackendError(f"{self.name}: {_describe(exc)} while running: {command[:200]}") from exc
+        status = res.exit_status
+        if status is None or status < 0:
+            status = _signal_status(res.exit_signal)
+        return CommandResult(command, int(status), _as_text(res.stdout), _as_text(res.stderr))
+
+    # -- streams ---------------------------------------------------------------------------------
+
+    def _follower(self, start: LogStart, after_cursor: str | None) -> _Follower:
+        src = self.host.log_source
+        if src == "file":
+            return _FileFollower(self, start, after_cursor)
+        if src == "docker":
+            return _DockerFollower(self, start, after_cursor)
+        return _JournalFollower(self, start, after_cursor)
+
+    async def follow_log(
+        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
+    ) -> AsyncGenerator[list[LogRecord], None]:
+        follower = self._follower(start, after_cursor)
+        stream = _Stream(asyncio.Queue(MAX_QUEUED_BATCHES))
+        self._streams.add(stream)
+        stream.task = asyncio.create_task(self._pump_log(follower, stream))
+        try:
+            while True:
+                batch = await stream.queue.get()
+                if batch is None:
+                    return
+                while len(batch) < MAX_BATCH_RECORDS and not stream.queue.empty():
+                    more = stream.queue.get_nowait()
+                    if more is None:
+                        if batch:
+                            yield batch
+                        return
+                    batch.extend(more)
+                yield batch
+        finally:
+            self._streams.discard(stream)
+            if stream.task is not None and not stream.task.done():
+                stream.task.cancel()
+                with contextlib.suppress(BaseException):
+                    await stream.task
+
+    async def _pump_log(self, follower: _Follower, stream: _Stream) -> None:
+        generation = 0
+        failures = Backoff(initial=0.5, cap=10.0, first=0.0, rng=self.backoff.rng)
+        try:
+            while not self._is_closed():
+                try:
+                    conn, generation = await self._connection(generation)
+                except _Closed:
+                    break
+                lost = False
+                try:
+                    cmd = await follower.command(conn)
+                    ok = await self._stream_once(conn, cmd, follower, stream)
+                    if ok:
+                        failures.reset()
+                except BackendError as exc:
+                    self._note(str(exc))
+                except (asyncssh.Error, OSError, asyncio.IncompleteReadError) as exc:
+                    self._note(_describe(exc))
+                    lost = conn.is_closed()
+                follower.reset()
+                if follower.note:
+                    self._note(follower.note)
+                    follower.note = ""
+                if self._is_closed():
+                    break
+                if lost or conn.is_closed():
+                    continue  # wait for a newer connection
+                # the remote command ended by itself on a live connection: retry after a pause
+                generation -= 1  # the same connection is fine
+                await asyncio.sleep(failures.next() or 0.2)
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                if self._is_closed():
+                    stream.queue.put_nowait(None)
+
+    async def _stream_once(self, conn: asyncssh.SSHClientConnection, cmd: str, follower: _Follower,
+                           stream: _Stream) -> bool:
+        """Run one follower channel until it ends; True when it delivered something."""
+        delivered = False
+        async with conn.create_process(cmd, encoding=None) as proc:
+            self._procs.add(proc)
+            stderr_task = asyncio.create_task(_read_limited(proc.stderr, 4096))
+            try:
+                while True:
+                    chunk = await proc.stdout.read(READ_CHUNK)
+                    if not chunk:
+                        break
+                    records = follower.feed(chunk)
+                    if records:
+                        delivered = True
+                        await stream.queue.put(records)
+                    if follower.note:
+                        self._note(follower.note)
+                        follower.note = ""
+            finally:
+                self._procs.discard(proc)
+                proc.close()
+                err = b""
+                with contextlib.suppress(BaseException):
+                    err = await asyncio.wait_for(stderr_task, 1.0)
+                if err.strip():
+                    self._note(f"{self.name}: {_decode(err.strip()[-500:])}")
+        return delivered
+
+    async def gpu_stream(self, interval_s: float = 1.0) -> AsyncGenerator[list[GpuSample], None]:
+        stale_after = self.stale_after if self.stale_after is not None else max(3 * interval_s, interval_s + 2.0)
+        stream = _Stream(asyncio.Queue(64))
+        self._streams.add(stream)
+        stream.task = asyncio.create_task(self._pump_gpu(interval_s, stream))
+        last: list[GpuSample] | None = None
+        try:
+            while True:
+                try:
+                    batch = await asyncio.wait_for(stream.queue.get(), stale_after)
+                except TimeoutError:
+                    if self._is_closed():
+                        return
+                    if last is not None:
+                        yield gpu_mod.mark_stale(last)
+                    continue
+                if batch is None:
+                    return
+                last = batch
+                yield batch
+        finally:
+            self._streams.discard(stream)
+            if stream.task is not None and not stream.task.done():
+                stream.task.cancel()
+                with contextlib.suppress(BaseException):
+                    await stream.task
+
+    def _select(self, samples: list[GpuSample]) -> list[GpuSample]:
+        for s in samples:
+            if s.uuid:
+                self._gpu_uuid_index[s.uuid.upper()] = s.index
+        return gpu_mod.select_gpus(samples, self.host.gpus)
+
+    async def _pump_gpu(self, interval_s: float, stream: _Stream) -> None:
+        generation = 0
+        quick_deaths = 0
+        interval_ms = max(50, int(interval_s * 1000))
+        try:
+            while not self._is_closed():
+                try:
+                    conn, generation = await self._connection(generation)
+                except _Closed:
+                    break
+                try:
+                    # one immediate reading (first paint, and the GPU count for grouping ticks)
+                    res = await conn.run(C.nvidia_smi_query_gpu(gpu_mod.QUERY_GPU_FIELDS), check=False,
+                                         timeout=max(10.0, 5 * interval_s), encoding=None)
+                    first = gpu_mod.parse_query_gpu_csv(_as_text(res.stdout), self._clock())
+                    if res.exit_status != 0 or not first:
+                        msg = _as_text(res.stderr).strip() or _as_text(res.stdout).strip() or "no output"
+                        self._note(f"{self.name}: nvidia-smi: {msg[:300]}")
+                        await asyncio.sleep(max(interval_s, 5.0))
+                        generation -= 1
+                        continue
+                    await stream.queue.put(self._select(first))
+                    if quick_deaths >= 2:  # the -lms stream keeps dying: sample with one-shots
+                        await self._poll_gpu(conn, interval_s, stream)
+                    else:
+                        t0 = time.monotonic()
+                        await self._stream_gpu(conn, interval_ms, len(first), stream)
+                        if not conn.is_closed():
+                            quick = time.monotonic() - t0 < 3 * interval_s
+                            quick_deaths = quick_deaths + 1 if quick else 0
+                except (asyncssh.Error, OSError, asyncio.IncompleteReadError) as exc:
+                    self._note(_describe(exc))
+                if self._is_closed():
+                    break
+                if not conn.is_closed():
+                    generation -= 1
+                    await asyncio.sleep(interval_s)
+        finally:
+            if self._is_closed():
+                with contextlib.suppress(asyncio.QueueFull):
+                    stream.queue.put_nowait(None)
+
+    async def _stream_gpu(self, conn: asyncssh.SSHClientConnection, interval_ms: int, count: int,
+                          stream: _Stream) -> None:
+        ticks = gpu_mod.QueryGpuTicks(expected=count)
+        async with conn.create_process(C.nvidia_smi_query_gpu(gpu_mod.QUERY_GPU_FIELDS, interval_ms=interval_ms),
+                                       encoding=None) as proc:
+            self._procs.add(proc)
+            buf = b""
+            try:
+                while True:
+                    chunk = await proc.stdout.read(READ_CHUNK)
+                    if not chunk:
+                        break
+                    buf += chunk
+                    lines = buf.split(b"\n")
+                    buf = lines.pop()[-65536:]
+                    now = self._clock()
+                    for line in lines:
+                        done = ticks.feed(_decode(line), now)
+                        if done:
+                            await self._put_latest(stream, self._select(done))
+            finally:
+                self._procs.discard(proc)
+                proc.close()
+
+    async def _poll_gpu(self, conn: asyncssh.SSHClientConnection, interval_s: float, stream: _Stream) -> None:
+        while not self._is_closed() and not conn.is_closed():
+            await asyncio.sleep(interval_s)
+            res = await conn.run(C.nvidia_smi_query_gpu(gpu_mod.QUERY_GPU_FIELDS), check=False,
+                                 timeout=max(10.0, 5 * interval_s), encoding=None)
+            samples = gpu_mod.parse_query_gpu_csv(_as_text(res.stdout), self._clock())
+            if samples:
+                await self._put_latest(stream, self._select(samples))
+
+    async def _put_latest(self, stream: _Stream, batch: list[GpuSample]) -> None:
+        """GPU samples are state, not history: a slow consumer gets the newest, not a backlog."""
+        while stream.queue.full():
+            with contextlib.suppress(asyncio.QueueEmpty):
+                stream.queue.get_nowait()
+        await stream.queue.put(batch)
+
+    async def gpu_processes(self) -> list[GpuProcess]:
+        res = await self.run(C.nvidia_smi_compute_apps(gpu_mod.QUERY_APPS_FIELDS), timeout=30)
+        if not res.ok:
+            raise BackendError(f"{self.name}: nvidia-smi --query-compute-apps failed: "
+                               f"{(res.stderr or res.stdout).strip()[:300]}")
+        procs = gpu_mod.parse_compute_apps_csv(res.stdout)
+        if not self._gpu_uuid_index:
+            q = await self.run(C.nvidia_smi_query_gpu(("index", "uuid")), timeout=30)
+            for line in q.stdout.splitlines():
+                num, _, uuid = line.partition(",")
+                if num.strip().isdigit() and uuid.strip():
+                    self._gpu_uuid_index[uuid.strip().upper()] = int(num)
+        out: list[GpuProcess] = []
+        wanted = None if self.host.gpus is None else set(self.host.gpus)
+        for p in procs:
+            idx = p.gpu_index
+            if idx is None and p.gpu_uuid:
+                idx = self._gpu_uuid_index.get(p.gpu_uuid.upper())
+            if wanted is not None and (idx is None or idx not in wanted):
+                continue
+            out.append(GpuProcess(pid=p.pid, used_mib=p.used_mib, gpu_index=idx, gpu_uuid=p.gpu_uuid, name=p.name))
+        return out
+
+    async def server_pids(self) -> set[int]:
+        h = self.host
+        if h.unit:
+            cmd = C.server_pids_unit(h.unit, sudo=h.sudo)
+        elif h.container:
+            cmd = C.server_pids_container(h.container, sudo=h.sudo)
+        else:
+            pidfile = C.pidfile_from_commands(h.start_command, h.stop_command)
+            cmd = C.server_pids_pidfile(pidfile) if pidfile else C.server_pids_by_pattern()
+        res = await self.run(cmd, timeout=30)
+        return C.parse_server_pids(res.stdout)
+
+
+async def _read_limited(reader: asyncssh.SSHReader[bytes], limit: int) -> bytes:
+    """Drain a channel's stderr, keeping the last ``limit`` bytes."""
+    kept = b""
+    with contextlib.suppress(asyncssh.Error, OSError):
+        while True:
+            chunk = await reader.read(READ_CHUNK)
+            if not chunk:
+                break
+            kept = (kept + chunk)[-limit:]
+    return kept
+
+
+def _signal_status(exit_signal: object) -> int:
+    """A remote process killed by a signal: ``128 + signum`` like a shell; -1 when unknown."""
+    if isinstance(exit_signal, tuple) and exit_signal and isinstance(exit_signal[0], str):
+        try:
+            return 128 + int(signal.Signals["SIG" + exit_signal[0]])
+        except KeyError:
+            pass
+    return -1
+
+
+def _as_text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return ""
+    if isinstance(exc, asyncssh.DisconnectError):
+        return f"disconnected: {exc.reason}" if exc.reason else "disconnected"
+    if isinstance(exc, asyncssh.ConnectionLost):
+        return "connection lost"
+    if isinstance(exc, TimeoutError):
+        return "timed out connecting"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc) or type(exc).__name__
+    return str(exc) or type(exc).__name__

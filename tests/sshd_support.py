@@ -1,0 +1,745 @@
+"""Reusable SSH test infrastructure: a real OpenSSH sshd on 127.0.0.1, fake GPU-host tools, a real
+journal written with systemd-journal-remote, a loopback TCP proxy that cuts connections, and an
+in-process asyncssh server.
+
+Use from a test module (``tests/`` is on ``sys.path`` under pytest's default import mode)::
+
+    from sshd_support import SshdInstance, start_sshd, requires_sshd, FakeTools, JournalWriter
+
+    pytestmark = [pytest.mark.sshd, requires_sshd]
+
+    @pytest.fixture(scope="module")
+    def sshd(tmp_path_factory):
+        tools = FakeTools.create(tmp_path_factory.mktemp("host"))
+        inst = start_sshd(tmp_path_factory.mktemp("sshd"), user="root", path_prefix=tools.bin_dir)
+        yield inst
+        inst.stop()
+
+    cfg = sshd.host_config(unit="sglang.service")     # a HostConfig that reaches it
+    backend = SshBackend("t", cfg, ssh_config=[])
+
+``start_sshd`` runs ``/usr/sbin/sshd -D -e -f CFG`` with its own host key, ``AuthorizedKeysFile``
+and ``SetEnv PATH=<path_prefix>:…`` so the fake ``systemctl`` / ``nvidia-smi`` / ``journalctl`` /
+``docker`` come first (tests must assert that before changing anything:
+``sshd.assert_fake_path()``). The daemon is killed by its PID in ``stop()``.
+
+Nothing here talks to anything but 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pwd
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import pytest
+
+from kvtui.config import HostConfig
+
+SSHD = Path("/usr/sbin/sshd")
+JOURNAL_REMOTE = next(
+    (p for p in (Path("/lib/systemd/systemd-journal-remote"), Path("/usr/lib/systemd/systemd-journal-remote"))
+     if p.exists()),
+    Path("/lib/systemd/systemd-journal-remote"),
+)
+REAL_JOURNALCTL = shutil.which("journalctl") or "/usr/bin/journalctl"
+
+
+def sshd_available() -> bool:
+    return SSHD.exists() and os.geteuid() == 0
+
+
+def _require_reason() -> str | None:
+    if not SSHD.exists():
+        return f"{SSHD} is not installed"
+    if os.geteuid() != 0:
+        return "the test sshd needs root (to log in as a chosen user)"
+    return None
+
+
+def _required() -> bool:
+    return os.environ.get("KVTUI_REQUIRE_SSHD") == "1"
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip (developer machine) or fail (CI: ``KVTUI_REQUIRE_SSHD=1``) for a missing tool."""
+    if _required():
+        pytest.fail(f"KVTUI_REQUIRE_SSHD=1 but {reason}")
+    pytest.skip(reason)
+
+
+# Mark a test (or ``pytestmark``) that needs the real sshd: skipped when it is missing, except in
+# CI (``KVTUI_REQUIRE_SSHD=1``), where the test runs and ``start_sshd`` fails it.
+requires_sshd = pytest.mark.skipif(_require_reason() is not None and not _required(),
+                                   reason=_require_reason() or "")
+
+requires_journal_remote = pytest.mark.skipif(
+    not JOURNAL_REMOTE.exists() and not _required(),
+    reason="systemd-journal-remote is not installed",
+)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _write_key(path: Path, key: asyncssh.SSHKey) -> None:
+    key.write_private_key(str(path))
+    key.write_public_key(str(path) + ".pub")
+    path.chmod(0o600)
+
+
+# ---------------------------------------------------------------------------------------------
+# A real OpenSSH sshd
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SshdInstance:
+    workdir: Path
+    port: int
+    user: str
+    client_key: Path  # the login's private key (identity_file)
+    known_hosts: Path  # pins this sshd's host key for [127.0.0.1]:port
+    host_key: Path
+    bin_dir: Path | None
+    path_value: str  # the PATH every session gets
+    config_path: Path
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"
+
+    @property
+    def target(self) -> str:
+        return f"{self.user}@{self.host}"
+
+    def host_config(self, port: int | None = None, **keys: Any) -> HostConfig:
+        """A ``HostConfig`` for this sshd (pass ``port=`` to go through a proxy)."""
+        keys.setdefault("identity_file", str(self.client_key))
+        keys.setdefault("known_hosts", str(self.known_hosts))
+        return HostConfig(ssh=self.target, port=port or self.port, **keys)
+
+    def ssh_argv(self, command: str, port: int | None = None) -> list[str]:
+        """argv for the OpenSSH client running ``command`` on this sshd (for cross-checks)."""
+        return [
+            "ssh", "-F", "/dev/null", "-p", str(port or self.port), "-i", str(self.client_key),
+            "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+            "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", self.target, command,
+        ]
+
+    def run(self, command: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` over a real ``ssh`` client (blocking; for setup and assertions)."""
+        return subprocess.run(self.ssh_argv(command), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, check=False)
+
+    def assert_fake_path(self) -> None:
+        """The session PATH puts the fake tools first: check before any test changes anything."""
+        assert self.bin_dir is not None, "this sshd was started without a fake-tools dir"
+        out = self.run("echo \"$PATH\"; command -v systemctl; command -v nvidia-smi; command -v journalctl")
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.split()
+        # the login shell's rc files may prepend their own dirs; the fakes must precede the system's
+        dirs = lines[0].split(":")
+        assert str(self.bin_dir) in dirs, lines
+        assert dirs.index(str(self.bin_dir)) < min(dirs.index(d) for d in ("/usr/bin", "/bin") if d in dirs), lines
+        assert lines[1:] == [str(self.bin_dir / t) for t in ("systemctl", "nvidia-smi", "journalctl")], lines
+
+    def rotate_host_key(self) -> None:
+        """Restart the daemon with a *new* host key (known_hosts keeps the old one)."""
+        self.stop()
+        _write_key(self.host_key, asyncssh.generate_private_key("ssh-ed25519"))
+        self._spawn()
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def _spawn(self) -> None:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        check = subprocess.run([str(SSHD), "-t", "-f", str(self.config_path)], capture_output=True, text=True,
+                               check=False)
+        if check.returncode != 0:
+            raise RuntimeError(f"sshd -t rejected {self.config_path}: {check.stderr}")
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [str(SSHD), "-D", "-e", "-f", str(self.config_path)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sshd exited with {self.proc.returncode}: {self.log_text()[-2000:]}")
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.5) as s:
+                    if s.recv(64).startswith(b"SSH-"):
+                        return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError("sshd did not start listening within 10 s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.proc = None
+
+
+def ensure_user(name: str) -> pwd.struct_passwd:
+    """An unlocked login account (created with ``useradd`` when missing; root only)."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pass
+    subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True, capture_output=True)
+    # an unlocked account with no password: "*" not "!"
+    subprocess.run(["usermod", "-p", "*", name], check=True, capture_output=True)
+    return pwd.getpwnam(name)
+
+
+def start_sshd(
+    workdir: Path,
+    *,
+    user: str = "root",
+    path_prefix: Path | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    port: int | None = None,
+    extra_config: Iterable[str] = (),
+) -> SshdInstance:
+    """Start an sshd on 127.0.0.1 that lets ``user`` log in with a fresh key. ``path_prefix`` is put
+    first in every session's PATH (``SetEnv``); ``extra_env`` adds more variables."""
+    if not sshd_available():
+        skip_or_fail(_require_reason() or "sshd unavailable")
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.chmod(workdir, 0o755)
+    account = ensure_user(user)
+    host_key = workdir / "ssh_host_ed25519_key"
+    _write_key(host_key, asyncssh.generate_private_key("ssh-ed25519"))
+    client_key = workdir / "id_ed25519"
+    ckey = asyncssh.generate_private_key("ssh-ed25519")
+    _write_key(client_key, ckey)
+    auth = workdir / f"authorized_keys_{user}"
+    auth.write_bytes(ckey.export_public_key())
+    os.chmod(auth, 0o644)
+    if account.pw_uid != 0:  # the login must be able to read the key (StrictModes is off)
+        os.chown(auth, account.pw_uid, account.pw_gid)
+    port = port or free_port()
+    known_hosts = workdir / "known_hosts"
+    host_pub = asyncssh.read_public_key(str(host_key) + ".pub").export_public_key().decode().strip()
+    known_hosts.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
+    std_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    path_value = f"{path_prefix}:{std_path}" if path_prefix else std_path
+    env = {"PATH": path_value, **(extra_env or {})}
+    setenv = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    config = workdir / "sshd_config"
+    config.write_text(
+        textwrap.dedent(
+            f"""\
+            ListenAddress 127.0.0.1
+            Port {port}
+            HostKey {host_key}
+            PidFile {workdir / "sshd.pid"}
+            AuthorizedKeysFile {workdir}/authorized_keys_%u
+            UsePAM no
+            StrictModes no
+            PasswordAuthentication no
+            KbdInteractiveAuthentication no
+            PubkeyAuthentication yes
+            PermitRootLogin prohibit-password
+            AllowUsers {user}
+            SetEnv {setenv}
+            PrintMotd no
+            PrintLastLog no
+            MaxSessions 64
+            MaxStartups 64
+            LogLevel VERBOSE
+            """
+        )
+        + "".join(line + "\n" for line in extra_config)
+    )
+    inst = SshdInstance(
+        workdir=workdir, port=port, user=user, client_key=client_key, known_hosts=known_hosts, host_key=host_key,
+        bin_dir=path_prefix, path_value=path_value, config_path=config, log_path=workdir / "sshd.log",
+    )
+    inst._spawn()
+    return inst
+
+
+# ---------------------------------------------------------------------------------------------
+# Fake GPU-host tools (PATH prefix) and a real journal
+# ---------------------------------------------------------------------------------------------
+
+_FAKE_SYSTEMCTL = r'''
+"""Fake systemctl: records every call; answers `show` from STATE/units/UNIT/PROP files.
+
+STATE/systemctl.calls gets one line per call (args joined by spaces, shell-quoted).
+A hook STATE/hooks/<verb> (executable) runs with the unit as argument for start/stop/restart/
+daemon-reload, so a test can make a restart do something real.
+"""
+import os, shlex, subprocess, sys
+STATE = os.environ.get("KVTUI_FAKE_STATE") or {state!r}
+args = sys.argv[1:]
+with open(os.path.join(STATE, "systemctl.calls"), "a") as f:
+    f.write(" ".join(shlex.quote(a) for a in args) + "\n")
+opts = [a for a in args if a.startswith("-")]
+words = []
+props = []
+i = 0
+while i < len(args):
+    a = args[i]
+    if a in ("-p", "--property"):
+        props += args[i + 1].split(","); i += 2; continue
+    if a.startswith("--property="):
+        props += a.split("=", 1)[1].split(","); i += 1; continue
+    if a.startswith("-p") and len(a) > 2:
+        props += a[2:].split(","); i += 1; continue
+    if not a.startswith("-"):
+        words.append(a)
+    i += 1
+verb = words[0] if words else ""
+units = words[1:]
+def unit_dir(u):
+    if "." not in u: u += ".service"
+    return os.path.join(STATE, "units", u)
+if verb == "show":
+    value_only = "--value" in opts
+    for u in units or [""]:
+        d = unit_dir(u)
+        for p in props:
+            try:
+                v = open(os.path.join(d, p)).read().rstrip("\n")
+            except OSError:
+                v = ""
+            print(v if value_only else f"{{p}}={{v}}")
+    sys.exit(0)
+if verb == "is-active":
+    try:
+        v = open(os.path.join(unit_dir(units[0]), "ActiveState")).read().strip()
+    except (OSError, IndexError):
+        v = "inactive"
+    print(v); sys.exit(0 if v == "active" else 3)
+if verb in ("start", "stop", "restart", "daemon-reload", "reload", "kill", "reset-failed"):
+    hook = os.path.join(STATE, "hooks", verb)
+    if os.access(hook, os.X_OK):
+        sys.exit(subprocess.call([hook, *units]))
+    sys.exit(0)
+if verb == "cat":
+    for u in units:
+        try:
+            sys.stdout.write(open(os.path.join(unit_dir(u), "unit_file")).read())
+        except OSError:
+            print(f"No files found for {{u}}.", file=sys.stderr); sys.exit(1)
+    sys.exit(0)
+print(f"fake systemctl: unsupported: {{args}}", file=sys.stderr)
+sys.exit(1)
+'''
+
+_FAKE_NVIDIA_SMI = r'''
+"""Fake nvidia-smi: --query-gpu answers STATE/gpu.csv (re-read every tick, so tests can change
+it); -lms N / -l N repeat every interval; --query-compute-apps answers STATE/apps.csv.
+STATE/nvidia-smi.delay (seconds) delays each tick (a slow host)."""
+import os, sys, time
+STATE = os.environ.get("KVTUI_FAKE_STATE") or {state!r}
+args = sys.argv[1:]
+def read(name):
+    try:
+        return open(os.path.join(STATE, name)).read()
+    except OSError:
+        return ""
+interval = None
+for i, a in enumerate(args):
+    if a.startswith("-lms="): interval = int(a[5:]) / 1000
+    elif a == "-lms": interval = int(args[i + 1]) / 1000
+    elif a.startswith("--loop-ms="): interval = int(a.split("=")[1]) / 1000
+    elif a in ("-l", "--loop"): interval = float(args[i + 1])
+    elif a.startswith("--loop="): interval = float(a.split("=")[1])
+if any(a.startswith("--query-compute-apps") for a in args):
+    sys.stdout.write(read("apps.csv")); sys.exit(0)
+if not any(a.startswith("--query-gpu") for a in args):
+    print("fake nvidia-smi: unsupported", args, file=sys.stderr); sys.exit(2)
+while True:
+    delay = read("nvidia-smi.delay").strip()
+    if delay:
+        time.sleep(float(delay))
+    sys.stdout.write(read("gpu.csv")); sys.stdout.flush()
+    if interval is None:
+        break
+    time.sleep(interval)
+'''
+
+_FAKE_DOCKER = r'''
+"""Fake docker: `logs [-f] [--timestamps] [--since TS] NAME` prints STATE/docker.log (lines
+"TS message"), following appends when -f; `inspect -f FMT NAME` answers STATE/docker.inspect.<key>."""
+import os, sys, time
+STATE = os.environ.get("KVTUI_FAKE_STATE") or {state!r}
+args = sys.argv[1:]
+if args[:1] == ["inspect"]:
+    fmt = args[args.index("-f") + 1] if "-f" in args else ""
+    key = "StartedAt" if "StartedAt" in fmt else ("Pid" if "Pid" in fmt else "Running")
+    try:
+        print(open(os.path.join(STATE, "docker.inspect." + key)).read().strip()); sys.exit(0)
+    except OSError:
+        print("Error: No such object: " + args[-1], file=sys.stderr); sys.exit(1)
+if args[:1] == ["logs"]:
+    follow = "-f" in args or "--follow" in args
+    ts = "--timestamps" in args or "-t" in args
+    since = None
+    for i, a in enumerate(args):
+        if a == "--since": since = args[i + 1]
+        elif a.startswith("--since="): since = a.split("=", 1)[1]
+    path = os.path.join(STATE, "docker.log")
+    pos = 0
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.seek(pos); data = f.read(); pos += len(data)
+        except OSError:
+            data = b""
+        for line in data.splitlines(keepends=True):
+            stamp, _, rest = line.partition(b" ")
+            if since and stamp.decode() < since:
+                continue
+            sys.stdout.buffer.write(line if ts else rest)
+        sys.stdout.flush()
+        if not follow:
+            break
+        time.sleep(0.05)
+    sys.exit(0)
+print("fake docker: unsupported", args, file=sys.stderr); sys.exit(1)
+'''
+
+
+@dataclass
+class FakeTools:
+    """A PATH-prefix dir of fake tools (``systemctl``, ``nvidia-smi``, ``docker``) and a
+    ``journalctl`` wrapper that execs the real one on ``journal_dir``; their state in ``state``."""
+
+    root: Path
+    bin_dir: Path
+    state: Path
+    journal_dir: Path
+
+    @classmethod
+    def create(cls, root: Path, python: str = sys.executable) -> FakeTools:
+        bin_dir, state, jdir = root / "bin", root / "state", root / "journal"
+        for d in (bin_dir, state, state / "units", state / "hooks", jdir):
+            d.mkdir(parents=True, exist_ok=True)
+        os.chmod(root, 0o755)
+        for d in (bin_dir, state, state / "units", jdir):
+            os.chmod(d, 0o777)
+        for name, body in (("systemctl", _FAKE_SYSTEMCTL), ("nvidia-smi", _FAKE_NVIDIA_SMI),
+                           ("docker", _FAKE_DOCKER)):
+            p = bin_dir / name
+            p.write_text(f"#!{python}\n" + body.format(state=str(state)))
+            p.chmod(0o755)
+        jc = bin_dir / "journalctl"
+        jc.write_text(f"#!/bin/sh\nexec {shlex.quote(REAL_JOURNALCTL)} --directory={shlex.quote(str(jdir))} \"$@\"\n")
+        jc.chmod(0o755)
+        (state / "systemctl.calls").touch()
+        os.chmod(state / "systemctl.calls", 0o666)
+        return cls(root=root, bin_dir=bin_dir, state=state, journal_dir=jdir)
+
+    def set_unit(self, unit: str, **props: str | int) -> None:
+        """Answer ``systemctl show -p PROP UNIT`` with these values."""
+        d = self.state / "units" / (unit if "." in unit else unit + ".service")
+        d.mkdir(parents=True, exist_ok=True)
+        for k, v in props.items():
+            (d / k).write_text(f"{v}\n")
+
+    def systemctl_calls(self) -> list[str]:
+        return (self.state / "systemctl.calls").read_text().splitlines()
+
+    def set_gpus(self, csv: str) -> None:
+        _atomic_write(self.state / "gpu.csv", csv)
+
+    def set_apps(self, csv: str) -> None:
+        _atomic_write(self.state / "apps.csv", csv)
+
+    def set_gpu_delay(self, seconds: float | None) -> None:
+        _atomic_write(self.state / "nvidia-smi.delay", "" if seconds is None else str(seconds))
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.chmod(tmp, 0o666)
+    tmp.replace(path)
+
+
+@dataclass
+class JournalWriter:
+    """Writes a real journal file with ``systemd-journal-remote`` from export format, entry by
+    entry, while followers read it (``journalctl --directory``): cursors are journald's own."""
+
+    directory: Path
+    boot_id: str = "0123456789abcdef0123456789abcdef"
+    hostname: str = "gpu-test"
+    proc: subprocess.Popen[bytes] | None = None
+    _seq: int = 0
+    _t0_us: int = field(default_factory=lambda: int(time.time() * 1_000_000))
+
+    def start(self) -> JournalWriter:
+        if not JOURNAL_REMOTE.exists():
+            skip_or_fail(f"{JOURNAL_REMOTE} is not installed (Debian package systemd-journal-remote)")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [str(JOURNAL_REMOTE), f"--output={self.directory / 'remote.journal'}", "-"],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        return self
+
+    def write(self, message: str | bytes, **fields: str | int) -> None:
+        """One entry; ``fields`` e.g. ``_SYSTEMD_UNIT="sglang.service", _PID=7``."""
+        assert self.proc is not None, "start() first"
+        assert self.proc.stdin is not None
+        self._seq += 1
+        base: dict[str, str | int] = {
+            "__REALTIME_TIMESTAMP": self._t0_us + self._seq * 1000,
+            "__MONOTONIC_TIMESTAMP": 1_000_000 + self._seq * 1000,
+            "_BOOT_ID": self.boot_id,
+            "_HOSTNAME": self.hostname,
+            "SYSLOG_IDENTIFIER": "python3",
+            "PRIORITY": 6,
+        }
+        base.update(fields)
+        out = bytearray()
+        for k, v in base.items():
+            out += f"{k}={v}\n".encode()
+        msg = message.encode() if isinstance(message, str) else message
+        if b"\n" in msg:  # binary-safe field form: NAME\n<le64 size><data>\n
+            out += b"MESSAGE\n" + len(msg).to_bytes(8, "little") + msg + b"\n"
+        else:
+            out += b"MESSAGE=" + msg + b"\n"
+        out += b"\n"
+        self.proc.stdin.write(bytes(out))
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+def processes_matching(marker: str, names: Iterable[str] = ("journalctl", "tail", "nvidia-smi", "docker")) -> list[str]:
+    """``ps`` lines of processes whose command line holds ``marker`` and one of ``names``
+    (the remote followers a test started; ``marker`` is a unique temp path)."""
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,user=,args="], capture_output=True, text=True, check=True).stdout
+    me = str(os.getpid())
+    hits = []
+    for line in out.splitlines():
+        parts = line.split(None, 3)
+        if len(parts) < 4 or parts[0] == me:
+            continue
+        args = parts[3]
+        if marker in args and any(n in args for n in names) and not args.startswith("ps "):
+            hits.append(line.strip())
+    return hits
+
+
+async def wait_no_processes(marker: str, names: Iterable[str] = ("journalctl", "tail", "nvidia-smi", "docker"),
+                            timeout: float = 5.0) -> list[str]:
+    """Poll until no matching process is left (or the timeout); returns what is left."""
+    names = tuple(names)
+    deadline = time.monotonic() + timeout
+    left = processes_matching(marker, names)
+    while left and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        left = processes_matching(marker, names)
+    return left
+
+
+# ---------------------------------------------------------------------------------------------
+# A loopback TCP proxy that can cut every connection through it
+# ---------------------------------------------------------------------------------------------
+
+
+class CutProxy:
+    """``127.0.0.1:<port>`` -> ``127.0.0.1:<target>``. ``cut()`` aborts every live connection
+    (both sides see a reset), like a network drop; new connections are accepted afterwards
+    unless ``refuse`` is set."""
+
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self.target = (target_host, target_port)
+        self.port = 0
+        self.connections = 0
+        self.cuts = 0
+        self.refuse = False
+        self._server: asyncio.base_events.Server | None = None
+        self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> CutProxy:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refuse:
+            writer.transport.abort()
+            return
+        try:
+            ur, uw = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.transport.abort()
+            return
+        self.connections += 1
+        pair = (writer, uw)
+        self._pairs.add(pair)
+
+        async def pump(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            try:
+                while data := await r.read(65536):
+                    w.write(data)
+                    await w.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                w.transport.abort()
+
+        t1 = asyncio.create_task(pump(reader, uw))
+        t2 = asyncio.create_task(pump(ur, writer))
+        for t in (t1, t2):
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
+        await asyncio.gather(t1, t2, return_exceptions=True)
+        self._pairs.discard(pair)
+
+    def cut(self) -> int:
+        """Abort every live connection; returns how many were cut."""
+        n = len(self._pairs)
+        for a, b in list(self._pairs):
+            a.transport.abort()
+            b.transport.abort()
+        self._pairs.clear()
+        self.cuts += 1
+        return n
+
+    @property
+    def live(self) -> int:
+        return len(self._pairs)
+
+    async def close(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# An in-process asyncssh server (style.md §7, option 1)
+# ---------------------------------------------------------------------------------------------
+
+Handler = Callable[[asyncssh.SSHServerProcess[bytes]], Awaitable[None]]
+
+
+class _NoAuthServer(asyncssh.SSHServer):
+    def __init__(self, owner: FakeSshServer) -> None:
+        self.owner = owner
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self.owner.connections.append(conn)
+
+    def begin_auth(self, username: str) -> bool:
+        return False  # no authentication needed
+
+
+@dataclass
+class FakeSshServer:
+    """An asyncssh server in the test's own event loop. ``handler(process)`` answers each command
+    (``process.command`` is the exact string the client sent; see ``inner_command``)."""
+
+    handler: Handler
+    workdir: Path
+    port: int = 0
+    host_key: asyncssh.SSHKey = field(default_factory=lambda: asyncssh.generate_private_key("ssh-ed25519"))
+    commands: list[str] = field(default_factory=list)
+    connections: list[asyncssh.SSHServerConnection] = field(default_factory=list)
+    _server: asyncssh.SSHAcceptor | None = None
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.workdir / "known_hosts"
+
+    async def start(self) -> FakeSshServer:
+        async def factory(process: asyncssh.SSHServerProcess[bytes]) -> None:
+            self.commands.append(process.command or "")
+            try:
+                await self.handler(process)
+            except (asyncssh.Error, OSError, BrokenPipeError):
+                pass
+            finally:
+                if not process.is_closing():
+                    process.exit(0)
+
+        self._server = await asyncssh.create_server(
+            lambda: _NoAuthServer(self), "127.0.0.1", self.port, server_host_keys=[self.host_key],
+            process_factory=factory, encoding=None,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        pub = self.host_key.export_public_key().decode().strip()
+        self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {pub}\n")
+        return self
+
+    def host_config(self, port: int | None = None, **keys: Any) -> HostConfig:
+        keys.setdefault("unit", "sglang.service")
+        keys.setdefault("known_hosts", str(self.known_hosts))
+        return HostConfig(ssh="tester@127.0.0.1", port=port or self.port, **keys)
+
+    def drop_connections(self) -> None:
+        for c in self.connections:
+            c.abort()
+        self.connections.clear()
+
+    async def close(self) -> None:
+        self.drop_connections()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def fake_ssh_server(handler: Handler, workdir: Path) -> AsyncIterator[FakeSshServer]:
+    srv = await FakeSshServer(handler, workdir).start()
+    try:
+        yield srv
+    finally:
+        await srv.close()
+
+
+def inner_command(command: str) -> str:
+    """The command inside kvtui's stream guard (``sh -c '<guard> CMD …'``), else ``command``."""
+    from kvtui.hosts.commands import unwrap_guard
+
+    return unwrap_guard(command)
