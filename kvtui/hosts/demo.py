@@ -1,0 +1,1115 @@
+"""DemoBackend: a simulated 8-GPU host running an inference server under a systemd-style unit.
+
+Everything a real host offers the monitor and the service layer, without a GPU or a network:
+
+* a unit file (``Description=``, ``Environment=``, ``ExecStart=`` with the engine's flags,
+  ``Restart=``, ``RestartSec=``) and a small JSON state, kept in
+  ``$XDG_STATE_HOME/kvtui/demo/NAME/`` — an edit or restart made by one kvtui process is seen by
+  the next (reads and writes take a file lock; writes are atomic);
+* a journal: every boot's lines (``kvtui.hosts.demo_models`` simulates the engine), systemd's
+  own lines (``Started …``, ``Stopping …``, ``Main process exited …``, ``Failed with result …``,
+  ``Scheduled restart job …``), journald-like cursors (``follow_log(after_cursor=…)`` resumes
+  exactly), ``LogStart.CURRENT_BOOT`` / ``NEXT_BOOT``;
+* per-GPU memory, utilization, temperature and power following the boot's phases, the
+  server's processes and PIDs, and optionally a stale foreign process on one GPU;
+* the service methods ``kvtui.hosts.service`` drives: ``read_unit`` / ``write_unit`` /
+  ``daemon_reload`` (the flags a restart uses are read at reload, like systemd) /
+  ``effective_execstart`` (what ``systemctl show -p ExecStart`` says) / ``restart`` / ``stop``.
+
+Time model: the state holds *epochs* — each explicit (re)start records its start time, the unit
+as loaded, the seed and the speed. A boot is a pure function of those and the clock; a failed
+boot under ``Restart=on-failure`` is followed by automatic restarts every ``RestartSec``
+(compressed by the speed), computed, not stored. ``demo_speed`` compresses simulated time
+(printed timestamps and ``elapsed=`` figures are the compressed, wall-clock ones).
+
+The demo host runs no shell commands: ``run()`` answers exit 127.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import fcntl
+import json
+import os
+import random
+import re
+import secrets
+import shlex
+import tempfile
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvtui.engines.events import LogRecord
+from kvtui.gpu import GpuProcess, GpuSample
+from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
+from kvtui.hosts.demo_models import (
+    DEFAULT_PRESET,
+    PRESETS,
+    BootInput,
+    BootScript,
+    ForeignProcess,
+    GpuSpec,
+    Preset,
+    SimLine,
+    serving_interval,
+    serving_load,
+    serving_tick,
+    simulate_boot,
+    systemd_timespan,
+)
+
+if TYPE_CHECKING:
+    from kvtui.config import HostConfig
+
+STATE_FORMAT = 1
+MAX_EPOCHS = 32  # older epochs (and their boots) are forgotten, like a vacuumed journal
+BACKLOG_SERVING_LINES = 1000  # CURRENT_BOOT starts with the boot's lines plus at most this many serving lines
+MAX_BATCH = 2000
+STOP_DELAY_S = 1.5  # simulated seconds between "Stopping …" and "Stopped …"
+SYSTEMD_PID = 1
+
+
+class DemoError(BackendError):
+    """A demo-host operation was refused or its state is unusable; ``str()`` is user-facing."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Unit files
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UnitInfo:
+    description: str
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    restart: str
+    restart_sec: float
+    error: str | None = None  # why systemd would refuse to start it
+
+
+_TIMESPAN_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hr": 3600.0}
+
+
+def parse_timespan(text: str) -> float | None:
+    """systemd time spans: ``10``, ``10s``, ``500ms``, ``1min 30s``."""
+    text = text.strip()
+    if not text:
+        return None
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    total = 0.0
+    pos = 0
+    for m in re.finditer(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)", text):
+        if m.start() != pos or m.group(2) not in _TIMESPAN_UNITS:
+            return None
+        total += float(m.group(1)) * _TIMESPAN_UNITS[m.group(2)]
+        pos = m.end()
+    return total if pos == len(text) else None
+
+
+def _logical_lines(text: str) -> Iterator[str]:
+    """Unit-file lines with ``\\`` continuations joined and comments dropped (also inside a
+    continuation, as systemd does)."""
+    buf: str | None = None
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if stripped.startswith(("#", ";")):
+            continue
+        if buf is None and not stripped:
+            continue
+        if raw.rstrip().endswith("\\"):
+            buf = (buf or "") + raw.rstrip()[:-1] + " "
+            continue
+        yield (buf or "") + raw
+        buf = None
+    if buf is not None:
+        yield buf
+
+
+def parse_unit(text: str) -> UnitInfo:
+    section = ""
+    description = ""
+    exec_starts: list[str] = []
+    env: dict[str, str] = {}
+    restart = "no"
+    restart_sec = 0.1
+    svc_type = "simple"
+    error: str | None = None
+    for line in _logical_lines(text):
+        s = line.strip()
+        if s.startswith("[") and s.endswith("]"):
+            section = s[1:-1]
+            continue
+        key, eq, value = s.partition("=")
+        if not eq:
+            continue
+        key, value = key.strip(), value.strip()
+        if section == "Unit" and key == "Description":
+            description = value
+        elif section == "Service":
+            if key == "ExecStart":
+                if value:
+                    exec_starts.append(value)
+                else:
+                    exec_starts.clear()
+            elif key == "Environment":
+                try:
+                    for assignment in shlex.split(value):
+                        k, e, v = assignment.partition("=")
+                        if e and k:
+                            env[k] = v
+                except ValueError:
+                    error = f"Invalid environment assignment, ignoring: {value}"
+            elif key == "Restart":
+                restart = value
+            elif key == "RestartSec":
+                span = parse_timespan(value)
+                if span is not None:
+                    restart_sec = max(span, 0.0)
+            elif key == "Type":
+                svc_type = value
+    argv: tuple[str, ...] = ()
+    if not exec_starts:
+        error = "Service has no ExecStart=, ExecStop=, or SuccessAction=. Refusing."
+    elif len(exec_starts) > 1 and svc_type != "oneshot":
+        error = (
+            "Service has more than one ExecStart= setting, which is only allowed for Type=oneshot services. Refusing."
+        )
+    else:
+        cmd = exec_starts[0].lstrip("-@:+!")
+        try:
+            argv = tuple(shlex.split(cmd))
+        except ValueError:
+            error = f"Invalid ExecStart= line, unbalanced quotes: {exec_starts[0]}"
+        if argv and not argv[0].startswith("/"):
+            error = error or f"Neither a valid executable name nor an absolute path: {argv[0]}"
+    return UnitInfo(description, argv, env, restart, restart_sec, error)
+
+
+def _restarts_after(unit: UnitInfo, script: BootScript) -> bool:
+    if script.outcome != "failed":
+        return False
+    if unit.restart in ("always", "on-failure"):
+        return True
+    return unit.restart == "on-abnormal" and script.result == "signal"
+
+
+# ---------------------------------------------------------------------------------------------
+# Persistent state
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Epoch:
+    """One explicit start of the unit (and the automatic restarts that follow it)."""
+
+    id: int
+    start: float
+    unit: str  # the unit as loaded when this epoch started
+    g0: int  # global boot number of its first boot
+    counter0: int = 0  # systemd restart counter at its first boot
+    end: float | None = None  # explicit stop / restart time
+    max_boots: int | None = None  # cut short by a daemon-reload during an automatic-restart chain
+    seed: int = 0
+    speed: float = 1.0
+    foreign: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class DemoState:
+    state_id: str
+    model: str
+    engine: str
+    seed: int
+    created: float
+    unit_name: str
+    loaded_unit: str
+    epochs: list[Epoch]
+    foreign: dict[str, Any] | None = None
+    format: int = STATE_FORMAT
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> DemoState:
+        raw = json.loads(text)
+        if not isinstance(raw, dict) or raw.get("format") != STATE_FORMAT:
+            raise ValueError("unknown state format")
+        epochs = [Epoch(**e) for e in raw.pop("epochs")]
+        return cls(epochs=epochs, **raw)
+
+
+def _atomic_write(path: Path, text: str, mode: int | None = None) -> None:
+    """Temp file in the same directory, fsync, rename: readers see the old or the new file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Boots as line sequences
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    t: float
+    text: str
+    pid: int
+    ident: str
+
+
+@dataclass(slots=True)
+class BootView:
+    """The lines of one boot: ``pre`` (``Started`` + the engine's boot lines, cut at a stop),
+    then serving lines (ready boots: one per interval, until a stop; unbounded while running),
+    then ``tail`` (systemd's lines when the process ended)."""
+
+    g: int
+    epoch: Epoch
+    k: int
+    start: float
+    script: BootScript
+    unit: UnitInfo
+    unit_name: str
+    pre: list[Line]
+    tail: list[Line]
+    serving_n: int | None  # None: unbounded (ready, still running); 0 when not ready
+    interval: float
+    ready_t: float | None
+    death_t: float | None  # when the server's processes are gone (None: still running)
+    next_start: float | None  # the automatic restart that follows, if any
+
+    def length(self) -> int | None:
+        if self.serving_n is None:
+            return None
+        return len(self.pre) + self.serving_n + len(self.tail)
+
+    def serving_t(self, j: int) -> float:
+        assert self.ready_t is not None
+        return self.ready_t + (j + 1) * self.interval
+
+    def first_index_after(self, t: float) -> int:
+        """The index of the first line whose time is > t."""
+        i = bisect.bisect_right([ln.t for ln in self.pre], t)
+        if i < len(self.pre):
+            return i
+        if self.ready_t is not None and (self.serving_n is None or self.serving_n > 0):
+            j = max(0, int((t - self.ready_t) / self.interval) - 1)
+            while self.serving_t(j) <= t:
+                j += 1
+            if self.serving_n is None or j < self.serving_n:
+                return len(self.pre) + j
+        base = len(self.pre) + (self.serving_n or 0)
+        return base + bisect.bisect_right([ln.t for ln in self.tail], t)
+
+
+class _Timeline:
+    """Pure computations over a state snapshot: which boots exist, their lines, GPU memory."""
+
+    def __init__(self, backend: DemoBackend, state: DemoState) -> None:
+        self.b = backend
+        self.state = state
+        self.preset = PRESETS[state.model]
+
+    # -- epochs -------------------------------------------------------------------------------
+
+    def unit_of(self, e: Epoch) -> UnitInfo:
+        return self.b.unit_cache(e.unit)
+
+    def script(self, e: Epoch, k: int, start: float) -> BootScript:
+        key = (self.state.state_id, e.id, k)
+        cached = self.b._scripts.get(key)
+        if cached is not None:
+            self.b._scripts.move_to_end(key)
+            return cached
+        unit = self.unit_of(e)
+        foreign = ForeignProcess(**e.foreign) if e.foreign else None
+        script = simulate_boot(
+            BootInput(
+                argv=unit.argv,
+                env=unit.env,
+                preset=self.preset,
+                gpu=self.b.gpu,
+                seed=e.seed,
+                boot_no=e.g0 + k,
+                start=start,
+                speed=e.speed,
+                foreign=foreign,
+            )
+        )
+        self.b._scripts[key] = script
+        while len(self.b._scripts) > 64:
+            self.b._scripts.popitem(last=False)
+        return script
+
+    def cycle(self, e: Epoch) -> float | None:
+        """Seconds between automatic restarts, or None when boot 0 is not restarted."""
+        unit = self.unit_of(e)
+        if unit.error:
+            return None
+        s0 = self.script(e, 0, e.start)
+        if not _restarts_after(unit, s0):
+            return None
+        return (s0.end_t - s0.start) + unit.restart_sec / e.speed
+
+    def boot_start(self, e: Epoch, k: int) -> float:
+        c = self.cycle(e)
+        return e.start if k == 0 or c is None else e.start + k * c
+
+    def n_boots(self, e: Epoch, now: float) -> int:
+        """How many boots of this epoch have started by ``now``."""
+        if self.unit_of(e).error or e.start > now:
+            return 0
+        c = self.cycle(e)
+        if c is None or c <= 0:
+            return 1
+        limit = now if e.end is None else min(now, e.end)
+        n = int((limit - e.start) // c) + 1
+        while n > 1 and self.boot_start(e, n - 1) > limit:
+            n -= 1
+        while self.boot_start(e, n) <= limit and (e.end is None or self.boot_start(e, n) < e.end):
+            n += 1
+        if e.end is not None:
+            while n > 1 and self.boot_start(e, n - 1) >= e.end:
+                n -= 1
+        if e.max_boots is not None:
+            n = min(n, e.max_boots)
+        return n
+
+    def locate(self, g: int, now: float) -> tuple[Epoch, int] | None:
+        for e in self.state.epochs:
+            n = self.n_boots(e, now)
+            if e.g0 <= g < e.g0 + n:
+                return e, g - e.g0
+        return None
+
+    def last_boot(self, now: float) -> int | None:
+        """The global number of the newest boot started by ``now``."""
+        for e in reversed(self.state.epochs):
+            n = self.n_boots(e, now)
+            if n:
+                return e.g0 + n - 1
+        return None
+
+    def first_boot(self) -> int | None:
+        for e in self.state.epochs:
+            if not self.unit_of(e).error:
+                return e.g0
+        return None
+
+    # -- one boot's lines ---------------------------------------------------------------------
+
+    def view(self, g: int, now: float) -> BootView | None:
+        found = self.locate(g, now)
+        if found is None:
+            return None
+        e, k = found
+        unit = self.unit_of(e)
+        start = self.boot_start(e, k)
+        script = self.script(e, k, start)
+        name = self.state.unit_name
+        desc = unit.description or name
+        sd = "systemd"
+        pre = [Line(start, f"Started {desc}.", SYSTEMD_PID, sd)]
+        pre += [Line(ln.t, ln.text, ln.pid, ln.ident) for ln in script.lines]
+        interval = serving_interval(e.speed)
+        c = self.cycle(e)
+        next_start = None
+        if _restarts_after(unit, script) and c is not None:
+            next_start = e.start + (k + 1) * c
+        stop = e.end if e.end is not None and e.end >= start and (next_start is None or e.end < next_start) else None
+        stop_done = None if stop is None else stop + STOP_DELAY_S / e.speed
+        cpu = 1.15 * (len(script.rank_pids) + 1)
+        tail: list[Line] = []
+        ready_t = script.end_t if script.outcome == "ready" else None
+        serving_n: int | None = 0
+        death_t: float | None = None
+        if stop is not None and stop_done is not None and (script.outcome == "ready" or stop < script.end_t):
+            # stopped while running: lines up to the stop, then systemd's stop sequence
+            pre = [ln for ln in pre if ln.t <= stop]
+            if ready_t is not None and ready_t <= stop:
+                serving_n = self._serving_count(ready_t, interval, stop)
+            else:
+                ready_t = None
+            consumed = systemd_timespan((stop_done - start) * cpu)
+            tail = [
+                Line(stop, f"Stopping {desc}...", SYSTEMD_PID, sd),
+                Line(stop_done, f"{name}: Deactivated successfully.", SYSTEMD_PID, sd),
+                Line(stop_done, f"Stopped {desc}.", SYSTEMD_PID, sd),
+                Line(stop_done, f"{name}: Consumed {consumed} CPU time.", SYSTEMD_PID, sd),
+            ]
+            death_t = stop_done
+            next_start = None
+        elif script.outcome == "failed":
+            f_t = script.end_t
+            tail = [
+                Line(
+                    f_t,
+                    f"{name}: Main process exited, code={script.exit_code}, status={script.exit_status}",
+                    SYSTEMD_PID,
+                    sd,
+                ),
+                Line(f_t, f"{name}: Failed with result '{script.result}'.", SYSTEMD_PID, sd),
+                Line(f_t, f"{name}: Consumed {systemd_timespan((f_t - start) * cpu)} CPU time.", SYSTEMD_PID, sd),
+            ]
+            death_t = f_t
+            if next_start is not None:
+                if e.end is not None and e.end < next_start:
+                    tail.append(Line(max(e.end, f_t), f"Stopped {desc}.", SYSTEMD_PID, sd))
+                    next_start = None
+                else:
+                    counter = e.counter0 + k + 1
+                    tail.append(
+                        Line(
+                            next_start,
+                            f"{name}: Scheduled restart job, restart counter is at {counter}.",
+                            SYSTEMD_PID,
+                            sd,
+                        )
+                    )
+                    tail.append(Line(next_start, f"Stopped {desc}.", SYSTEMD_PID, sd))
+        else:
+            serving_n = None  # ready and running
+        return BootView(
+            g=g,
+            epoch=e,
+            k=k,
+            start=start,
+            script=script,
+            unit=unit,
+            unit_name=name,
+            pre=pre,
+            tail=tail,
+            serving_n=serving_n,
+            interval=interval,
+            ready_t=ready_t,
+            death_t=death_t,
+            next_start=next_start,
+        )
+
+    @staticmethod
+    def _serving_count(ready_t: float, interval: float, stop: float) -> int:
+        n = max(0, int((stop - ready_t) / interval))
+        while n > 0 and ready_t + n * interval > stop:
+            n -= 1
+        while ready_t + (n + 1) * interval <= stop:
+            n += 1
+        return n
+
+    def line(self, v: BootView, i: int) -> Line | None:
+        if i < len(v.pre):
+            return v.pre[i]
+        j = i - len(v.pre)
+        if v.ready_t is not None and (v.serving_n is None or j < v.serving_n):
+            return self.serving_line(v, j)
+        if v.serving_n is None:
+            return None
+        j -= v.serving_n
+        return v.tail[j] if 0 <= j < len(v.tail) else None
+
+    def serving_line(self, v: BootView, j: int) -> Line:
+        facts = v.script.serving
+        assert facts is not None
+        assert v.ready_t is not None
+        t = v.serving_t(j)
+        ms = v.unit.env.get("SGLANG_LOG_MS", "0").strip().lower() in ("1", "true", "yes")
+        tag = " TP0" if len(v.script.rank_pids) > 1 else ""
+        tick = serving_tick(
+            facts, v.epoch.seed, v.g, j, t, (t - v.ready_t) * v.epoch.speed, lambda ts, tg: _stamp(ts, tg, ms), tag
+        )
+        return Line(t, tick.text, tick.pid, v.script.exe.rsplit("/", 1)[-1] or "python")
+
+
+def _stamp(t: float, tag: str, ms: bool) -> str:
+    text = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    if ms:
+        text += f".{round((t % 1.0) * 1000) % 1000:03d}"
+    return f"[{text}{tag}]"
+
+
+# ---------------------------------------------------------------------------------------------
+# The backend
+# ---------------------------------------------------------------------------------------------
+
+
+def resolve_preset(name: str | None) -> str:
+    """A preset key from ``demo_model`` (a key, case-insensitive, or a unique prefix of one)."""
+    if name is None or not name.strip():
+        return DEFAULT_PRESET
+    key = name.strip().lower()
+    if key in PRESETS:
+        return key
+    matches = [k for k in PRESETS if k.startswith(key)]
+    if len(matches) == 1:
+        return matches[0]
+    known = ", ".join(PRESETS)
+    raise DemoError(f"demo_model '{name}' is not a demo preset; expected one of: {known}")
+
+
+class DemoBackend:
+    """A simulated GPU host (see the module docstring). Implements ``HostBackend``."""
+
+    def __init__(
+        self,
+        name: str = "demo",
+        host: HostConfig | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
+        speed: float | None = None,
+        seed: int | None = None,
+        engine: str | None = None,
+        model: str | None = None,
+        gpus: Sequence[int] | None = None,
+        readonly: bool | None = None,
+        state_dir: Path | None = None,
+        gpu: GpuSpec | None = None,
+        poll_interval: float = 0.05,
+    ) -> None:
+        self.name = name
+        self.clock: Callable[[], float] = clock or time.time
+        self.speed = float(speed if speed is not None else getattr(host, "demo_speed", 1.0))
+        if not self.speed > 0:
+            raise DemoError(f"demo host '{name}': demo_speed must be > 0, got {self.speed}")
+        self.seed = int(seed if seed is not None else getattr(host, "demo_seed", 0))
+        self.engine = str(engine or getattr(host, "demo_engine", None) or "sglang")
+        self.model_key = resolve_preset(model if model is not None else getattr(host, "demo_model", None))
+        if self.engine != PRESETS[self.model_key].engine:
+            raise DemoError(
+                f"demo host '{name}': demo_engine '{self.engine}' is not simulated with demo_model "
+                f"'{self.model_key}' (engine {PRESETS[self.model_key].engine}); presets: {', '.join(PRESETS)}"
+            )
+        sel = gpus if gpus is not None else getattr(host, "gpus", None)
+        self.gpu = gpu or GpuSpec()
+        self.gpus: tuple[int, ...] | None = None if sel is None else tuple(sorted(set(sel)))
+        if self.gpus is not None:
+            bad = [g for g in self.gpus if not 0 <= g < self.gpu.count]
+            if bad:
+                raise DemoError(
+                    f"demo host '{name}': gpus {bad} do not exist (the demo host has GPUs 0-{self.gpu.count - 1})"
+                )
+        self.readonly = bool(readonly if readonly is not None else getattr(host, "readonly", False))
+        if state_dir is None:
+            from kvtui.config import state_dir as _state_root
+
+            state_dir = _state_root() / "demo" / name
+        self.state_dir = state_dir
+        self.poll_interval = poll_interval
+        self.preset: Preset = PRESETS[self.model_key]
+        self._status = ConnStatus(ConnState.CONNECTING, "simulated host")
+        self._closed = False
+        self._state: DemoState | None = None
+        self._state_sig: tuple[int, int] | None = None
+        self._units: dict[str, UnitInfo] = {}
+        self._scripts: OrderedDict[tuple[str, int, int], BootScript] = OrderedDict()
+
+    # -- paths and locking ----------------------------------------------------------------------
+
+    @property
+    def state_path(self) -> Path:
+        return self.state_dir / "state.json"
+
+    @property
+    def unit_name(self) -> str:
+        return self._load().unit_name
+
+    @property
+    def unit_path(self) -> Path:
+        return self.state_dir / self._load().unit_name
+
+    @contextlib.contextmanager
+    def _locked(self, exclusive: bool) -> Iterator[None]:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.state_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+
+    def unit_cache(self, text: str) -> UnitInfo:
+        info = self._units.get(text)
+        if info is None:
+            info = parse_unit(text)
+            if len(self._units) > 32:
+                self._units.clear()
+            self._units[text] = info
+        return info
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def _fresh_state(self, now: float) -> DemoState:
+        preset = self.preset
+        unit_text = preset.unit_text(self.gpus)
+        st = DemoState(
+            state_id=secrets.token_hex(4),
+            model=self.model_key,
+            engine=self.engine,
+            seed=self.seed,
+            created=now,
+            unit_name=preset.unit_name,
+            loaded_unit=unit_text,
+            epochs=[Epoch(id=0, start=now, unit=unit_text, g0=0, seed=self.seed, speed=self.speed)],
+        )
+        _atomic_write(self.state_dir / st.unit_name, unit_text, 0o644)
+        return st
+
+    def _read_state_file(self) -> DemoState | None:
+        try:
+            text = self.state_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise DemoError(f"demo host '{self.name}': cannot read {self.state_path}: {exc}") from exc
+        try:
+            st = DemoState.from_json(text)
+        except (ValueError, TypeError, KeyError):
+            return None  # unusable (or an older format): start over
+        if st.model != self.model_key or st.engine != self.engine or st.model not in PRESETS:
+            return None  # the host was reconfigured: a new simulated server
+        return st
+
+    def _sig(self) -> tuple[int, int] | None:
+        try:
+            s = os.stat(self.state_path)
+        except FileNotFoundError:
+            return None
+        return (s.st_mtime_ns, s.st_size)
+
+    def _load(self) -> DemoState:
+        """The current state (re-read when another process changed it; created on first use)."""
+        sig = self._sig()
+        if self._state is not None and sig == self._state_sig:
+            return self._state
+        with self._locked(exclusive=False):
+            st = self._read_state_file()
+            sig = self._sig()
+        if st is None:
+            with self._locked(exclusive=True):
+                st = self._read_state_file()
+                if st is None:
+                    st = self._fresh_state(self.clock())
+                    self._write_state(st)
+                sig = self._sig()
+        self._state, self._state_sig = st, sig
+        return st
+
+    def _write_state(self, st: DemoState) -> None:
+        if len(st.epochs) > MAX_EPOCHS:
+            st.epochs = st.epochs[-MAX_EPOCHS:]
+        _atomic_write(self.state_path, st.to_json() + "\n", 0o644)
+        self._state, self._state_sig = st, self._sig()
+
+    @contextlib.contextmanager
+    def _mutate(self) -> Iterator[DemoState]:
+        if self.readonly:
+            raise DemoError(f"demo host '{self.name}' is readonly: no edits or restarts")
+        with self._locked(exclusive=True):
+            st = self._read_state_file()
+            if st is None:
+                st = self._fresh_state(self.clock())
+            yield st
+            self._write_state(st)
+
+    def _timeline(self) -> _Timeline:
+        return _Timeline(self, self._load())
+
+    # -- HostBackend --------------------------------------------------------------------------------
+
+    def status(self) -> ConnStatus:
+        return self._status
+
+    async def start(self) -> None:
+        self._load()
+        self._closed = False
+        self._status = ConnStatus(ConnState.CONNECTED, f"simulated host, speed ×{self.speed:g}")
+
+    async def close(self) -> None:
+        self._closed = True
+        self._status = ConnStatus(ConnState.CLOSED, "closed")
+
+    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
+        return CommandResult(command, 127, "", "demo host runs no shell commands\n")
+
+    def cursor(self, g: int, i: int) -> str:
+        return f"demo:{self._load().state_id}:{g}:{i}"
+
+    def _parse_cursor(self, cursor: str) -> tuple[int, int] | None:
+        m = re.fullmatch(r"demo:([0-9a-f]+):(\d+):(\d+)", cursor.strip())
+        if not m or m.group(1) != self._load().state_id:
+            return None
+        return int(m.group(2)), int(m.group(3))
+
+    def _record(self, g: int, i: int, ln: Line) -> LogRecord:
+        return LogRecord(
+            text=ln.text,
+            ts=datetime.fromtimestamp(ln.t).astimezone(),
+            cursor=self.cursor(g, i),
+            source="demo",
+            pid=ln.pid,
+            ident=ln.ident,
+        )
+
+    def _start_position(self, start: LogStart, after_cursor: str | None) -> tuple[int, int, bool]:
+        """(boot, line index, trim the serving backlog)."""
+        tl = self._timeline()
+        now = self.clock()
+        if after_cursor:
+            pos = self._parse_cursor(after_cursor)
+            if pos is not None:
+                g, i = pos
+                first = tl.first_boot()
+                if first is not None and g < first:
+                    return first, 0, False  # vacuumed: resume at the oldest boot kept
+                return g, i + 1, False
+        cur = tl.last_boot(now)
+        if cur is None:
+            first = tl.first_boot()
+            return (first if first is not None else 0), 0, False
+        if start == LogStart.NEXT_BOOT:
+            v = tl.view(cur, now)
+            return cur, (v.first_index_after(now) if v is not None else 0), False
+        return cur, 0, True
+
+    def read_lines(
+        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None, limit: int = MAX_BATCH
+    ) -> list[LogRecord]:
+        """What ``follow_log`` would yield first, synchronously (tests, one-shot readers)."""
+        g, i, trim = self._start_position(start, after_cursor)
+        out, _ = self._collect(g, i, trim, limit)
+        return out
+
+    def _collect(self, g: int, i: int, trim: bool, limit: int) -> tuple[list[LogRecord], tuple[int, int, bool]]:
+        with self._locked(exclusive=False):
+            tl = self._timeline()
+            now = self.clock()
+        out: list[LogRecord] = []
+        v = tl.view(g, now)
+        while len(out) < limit and v is not None:
+            if trim and i == len(v.pre) and v.ready_t is not None:
+                n_now = tl._serving_count(v.ready_t, v.interval, now)
+                if v.serving_n is not None:
+                    n_now = min(n_now, v.serving_n)
+                i = len(v.pre) + max(0, n_now - BACKLOG_SERVING_LINES)
+                trim = False
+            ln = tl.line(v, i)
+            if ln is None:
+                length = v.length()
+                if length is not None and i >= length:
+                    nxt = tl.view(g + 1, now)
+                    if nxt is not None:
+                        g, i, trim, v = g + 1, 0, False, nxt
+                        continue
+                break
+            if ln.t > now:
+                break
+            out.append(self._record(g, i, ln))
+            i += 1
+        return out, (g, i, trim)
+
+    async def follow_log(
+        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
+    ) -> AsyncIterator[list[LogRecord]]:
+        g, i, trim = self._start_position(start, after_cursor)
+        while not self._closed:
+            batch, (g, i, trim) = self._collect(g, i, trim, MAX_BATCH)
+            if batch:
+                yield batch
+                if len(batch) >= MAX_BATCH:
+                    await asyncio.sleep(0)
+                    continue
+            await asyncio.sleep(self.poll_interval)
+
+    # -- GPUs -----------------------------------------------------------------------------------------
+
+    def gpu_uuid(self, index: int) -> str:
+        rng = random.Random(f"uuid:{self.seed}:{index}")
+        return "GPU-" + str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+    def _selected(self) -> tuple[int, ...]:
+        return self.gpus if self.gpus is not None else tuple(range(self.gpu.count))
+
+    def _alive_view(self, tl: _Timeline, now: float) -> BootView | None:
+        g = tl.last_boot(now)
+        if g is None:
+            return None
+        v = tl.view(g, now)
+        if v is None or (v.death_t is not None and now >= v.death_t):
+            return None
+        return v
+
+    def samples_at(self, now: float) -> list[GpuSample]:
+        """Every selected GPU's reading at ``now`` (what one ``nvidia-smi`` tick would print)."""
+        tl = self._timeline()
+        v = self._alive_view(tl, now)
+        foreign = tl.state.foreign
+        load = 0.0
+        serving = False
+        if v is not None and v.ready_t is not None and now >= v.ready_t:
+            serving = True
+            load = serving_load(v.epoch.seed, v.g, (now - v.ready_t) * v.epoch.speed)
+        out: list[GpuSample] = []
+        rng = random.Random(f"gpu-noise:{self.seed}:{int(now * 2)}")
+        for idx in self._selected():
+            used = float(self.gpu.idle_mib)
+            procs: list[GpuProcess] = []
+            util = 0.0
+            if v is not None and idx in v.script.rank_pids:
+                mib = v.script.mem_at(idx, now)
+                used += mib
+                if mib > 0:
+                    procs.append(GpuProcess(v.script.rank_pids[idx], round(mib), idx, self.gpu_uuid(idx), v.script.exe))
+                util = 20.0 + 75.0 * load + rng.uniform(-4, 4) if serving else v.script.util_at(now)
+            if foreign and foreign.get("gpu") == idx:
+                used += float(foreign["mib"])
+                procs.append(
+                    GpuProcess(
+                        int(foreign["pid"]),
+                        float(foreign["mib"]),
+                        idx,
+                        self.gpu_uuid(idx),
+                        str(foreign.get("name", "python3")),
+                    )
+                )
+            util = max(0.0, min(100.0, util))
+            hw = random.Random(f"hw-temp:{self.seed}:{idx}")
+            temp = 31.0 + 4.0 * hw.random() + 0.42 * util
+            power = self.gpu.idle_w + (self.gpu.max_w - self.gpu.idle_w) * 0.82 * util / 100.0 + rng.uniform(0, 3)
+            out.append(
+                GpuSample(
+                    index=idx,
+                    used_mib=float(round(min(used, self.gpu.total_mib))),
+                    total_mib=float(self.gpu.total_mib),
+                    util=float(round(util)),
+                    ts=now,
+                    uuid=self.gpu_uuid(idx),
+                    name=self.gpu.name,
+                    temperature_c=float(round(temp)),
+                    power_w=round(power, 2),
+                    processes=tuple(procs),
+                )
+            )
+        return out
+
+    async def gpu_stream(self, interval_s: float = 1.0) -> AsyncIterator[list[GpuSample]]:
+        while not self._closed:
+            yield self.samples_at(self.clock())
+            await asyncio.sleep(interval_s)
+
+    async def gpu_processes(self) -> list[GpuProcess]:
+        return [p for s in self.samples_at(self.clock()) for p in s.processes]
+
+    async def server_pids(self) -> set[int]:
+        return self.server_pids_at(self.clock())
+
+    def server_pids_at(self, now: float) -> set[int]:
+        v = self._alive_view(self._timeline(), now)
+        if v is None:
+            return set()
+        return {v.script.main_pid, *v.script.rank_pids.values(), *v.script.aux_pids}
+
+    # -- the service layer's methods ----------------------------------------------------------------
+
+    def read_unit(self) -> str:
+        path = self.unit_path
+        try:
+            return path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            text = self._load().loaded_unit
+            _atomic_write(path, text, 0o644)
+            return text
+
+    def write_unit(self, text: str) -> None:
+        """Replace the unit file atomically. Takes effect at the next ``daemon_reload``."""
+        if self.readonly:
+            raise DemoError(f"demo host '{self.name}' is readonly: no edits or restarts")
+        self._load()
+        _atomic_write(self.unit_path, text, 0o644)
+
+    def needs_reload(self) -> bool:
+        """The unit file differs from what was loaded (systemctl's "changed on disk" warning)."""
+        return self.read_unit() != self._load().loaded_unit
+
+    def daemon_reload(self) -> None:
+        """Load the unit file: the next (re)start — also an automatic one — uses it."""
+        text = self.read_unit()
+        with self._mutate() as st:
+            now = self.clock()
+            tl = _Timeline(self, st)
+            last = st.epochs[-1]
+            if text != last.unit and last.end is None:
+                # an automatic-restart chain in progress restarts with the newly loaded unit
+                n = tl.n_boots(last, now)
+                c = tl.cycle(last)
+                if n and c is not None:
+                    k = n - 1
+                    next_start = last.start + (k + 1) * c
+                    if next_start > now:
+                        last.max_boots = n
+                        st.epochs.append(
+                            Epoch(
+                                id=last.id + 1,
+                                start=next_start,
+                                unit=text,
+                                g0=last.g0 + n,
+                                counter0=last.counter0 + n,
+                                seed=last.seed,
+                                speed=last.speed,
+                                foreign=last.foreign,
+                            )
+                        )
+            st.loaded_unit = text
+
+    def effective_execstart(self) -> str:
+        """What ``systemctl show -p ExecStart`` prints for the loaded unit."""
+        st = self._load()
+        info = self.unit_cache(st.loaded_unit)
+        argv = " ".join(_systemd_quote(a) for a in info.argv)
+        path = info.argv[0] if info.argv else ""
+        now = self.clock()
+        tl = _Timeline(self, st)
+        g = tl.last_boot(now)
+        v = tl.view(g, now) if g is not None else None
+        start_time, stop_time, pid, code, status = "[n/a]", "[n/a]", 0, "(null)", "0/0"
+        if v is not None:
+            start_time = f"[{_sd_time(v.start)}]"
+            if v.death_t is not None and now >= v.death_t:
+                stop_time = f"[{_sd_time(v.death_t)}]"
+                if v.script.outcome == "failed" and v.script.end_t <= v.death_t:
+                    code, status = v.script.exit_code, v.script.exit_status
+                else:
+                    code, status = "killed", "15/TERM"
+            pid = v.script.main_pid
+        return (
+            f"ExecStart={{ path={path} ; argv[]={argv} ; ignore_errors=no ; start_time={start_time} ; "
+            f"stop_time={stop_time} ; pid={pid} ; code={code} ; status={status} }}"
+        )
+
+    def restart(self) -> None:
+        """``systemctl restart``: stop the current boot (systemd lines), start a new one now."""
+        with self._mutate() as st:
+            now = self.clock()
+            info = self.unit_cache(st.loaded_unit)
+            if info.error:
+                raise DemoError(
+                    f"Failed to restart {st.unit_name}: Unit {st.unit_name} has a bad unit file setting. ({info.error})"
+                )
+            delay = self._end_current(st, now)
+            last = st.epochs[-1]
+            n = _Timeline(self, st).n_boots(last, now)
+            st.epochs.append(
+                Epoch(
+                    id=last.id + 1,
+                    start=now + delay,
+                    unit=st.loaded_unit,
+                    g0=last.g0 + n,
+                    seed=self.seed,
+                    speed=self.speed,
+                    foreign=dict(st.foreign) if st.foreign else None,
+                )
+            )
+
+    def stop(self) -> None:
+        """``systemctl stop``: the current boot stops (systemd lines); nothing restarts."""
+        with self._mutate() as st:
+            self._end_current(st, self.clock())
+
+    def _end_current(self, st: DemoState, now: float) -> float:
+        """End the newest epoch at ``now``; seconds until its processes are gone."""
+        tl = _Timeline(self, st)
+        last = st.epochs[-1]
+        if last.end is not None and last.end <= now:
+            return 0.0
+        if last.start > now:  # not started yet (a restart right after a restart): cancel it
+            last.end = last.start
+            last.max_boots = 0
+            return max(0.0, last.start - now)
+        g = tl.last_boot(now)
+        v = tl.view(g, now) if g is not None else None
+        last.end = now
+        if v is None or (v.death_t is not None and v.death_t <= now):
+            return 0.0
+        return (STOP_DELAY_S + 0.2) / last.speed
+
+    def set_foreign_process(
+        self, gpu: int | None, mib: float = 18432.0, pid: int = 41877, name: str = "python3"
+    ) -> None:
+        """Put (or with ``gpu=None`` remove) a stale foreign process holding ``mib`` on one GPU.
+        Its memory shows at once; the server feels it from its next start."""
+        if gpu is not None and not 0 <= gpu < self.gpu.count:
+            raise DemoError(f"demo host '{self.name}': no GPU {gpu}")
+        with self._mutate() as st:
+            st.foreign = None if gpu is None else asdict(ForeignProcess(gpu, float(mib), pid, name))
+
+    def unit_status(self) -> str:
+        """systemd's ``ActiveState (SubState)`` of the unit now."""
+        tl = self._timeline()
+        now = self.clock()
+        g = tl.last_boot(now)
+        v = tl.view(g, now) if g is not None else None
+        if v is None:
+            return "inactive (dead)"
+        if v.death_t is None or now < v.death_t:
+            if v.tail and v.tail[0].t <= now:
+                return "deactivating (stop-sigterm)"
+            return "active (running)"
+        if v.next_start is not None:
+            return "activating (auto-restart)"
+        if v.script.outcome == "failed" and not (v.epoch.end is not None and v.epoch.end < v.script.end_t):
+            return "failed (failed)"
+        return "inactive (dead)"
+
+    def boot_script(self, g: int | None = None) -> BootScript | None:
+        """The simulated script of boot ``g`` (default: the newest) — for tests and tooling."""
+        tl = self._timeline()
+        now = self.clock()
+        g = tl.last_boot(now) if g is None else g
+        v = tl.view(g, now) if g is not None else None
+        return None if v is None else v.script
+
+    def current_boot(self) -> int | None:
+        return self._timeline().last_boot(self.clock())
+
+
+def _systemd_quote(arg: str) -> str:
+    if arg and not re.search(r"[\s\"'\\]", arg):
+        return arg
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _sd_time(t: float) -> str:
+    return time.strftime("%a %Y-%m-%d %H:%M:%S %Z", time.localtime(t))
+
+
+__all__ = [
+    "PRESETS",
+    "DemoBackend",
+    "DemoError",
+    "DemoState",
+    "Epoch",
+    "SimLine",
+    "UnitInfo",
+    "parse_timespan",
+    "parse_unit",
+    "resolve_preset",
+]

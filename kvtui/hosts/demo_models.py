@@ -1,0 +1,1353 @@
+"""The simulated engines behind the demo host: model presets and the SGLang boot simulation.
+
+A boot is a **pure function** of its inputs (the unit's argv and environment, the preset, the
+GPU, the seed, the boot number, the start time and the speed): :func:`simulate_boot` returns a
+:class:`BootScript` — every line the engine prints with its time, the per-GPU memory the server
+holds over time, and how the boot ends (ready, or the process exits). ``kvtui.hosts.demo`` turns
+scripts into a systemd-style journal with cursors.
+
+The figures follow the engine's own sizing (``engines.md`` §2, written here independently: this
+module must never import ``kvtui.kvcalc``, which is tested against it):
+
+* P = free memory after distributed init (min over ranks), A = free after the weights (min);
+* rest = A − P·(1 − f); tokens = floor(int(rest·2^30) / cell), capped, page-aligned;
+  tokens ≤ 0 → ``Not enough memory. Please try to increase --mem-fraction-static.``;
+* each rank allocates ``N + page`` rows of ``cell`` bytes; the request table
+  ``max_running_requests × (context_len + 4) × 4`` bytes, CUDA graphs and a draft model come out of
+  the P·(1 − f) headroom; a capture that needs more than is free dies with the CUDA OOM text.
+
+Log lines use SGLang 0.5.x format strings (0.5.10 or 0.5.14 capture lines, by preset).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardware and models
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """The simulated card (all GPUs of a demo host are alike)."""
+
+    name: str = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    total_mib: int = 97887
+    count: int = 8
+    idle_mib: int = 1
+    idle_w: float = 34.0
+    max_w: float = 600.0
+
+    @property
+    def total_gib(self) -> float:
+        return self.total_mib / 1024.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """What the simulation needs to know about a model (per the engine's own formulas)."""
+
+    path: str
+    arch: str  # the class name SGLang prints in `Load weight end … type=`
+    layers: int
+    attention: str  # "mla" | "gqa"
+    max_context: int
+    weights_gib: float  # all ranks together (divided by TP)
+    shards: int
+    load_seconds: float  # simulated seconds for the whole checkpoint
+    kv_heads: int = 0
+    head_dim: int = 0
+    v_head_dim: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    dtype: str = "bfloat16"
+    quant: str | None = None
+    replicated_gib: float = 0.0  # per rank, not divided by TP (embeddings of a draft, …)
+    # CUDA-graph memory: the first (largest) graph allocates the shared pool (per captured bs of
+    # the largest batch), every graph adds a fixed part and a part per batch row.
+    graph_pool_per_bs_gib: float = 0.008
+    graph_per_graph_gib: float = 0.04
+    graph_per_bs_gib: float = 0.0025
+    capture_seconds_per_graph: float = 2.2
+    decode_tok_s: float = 40.0  # per request at low batch
+
+    def cell_bytes(self, tp: int, kv_bytes: int) -> int:
+        """Bytes per token per rank (engines.md §2.3)."""
+        if self.attention == "mla":
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * self.layers * kv_bytes
+        heads = max(1, self.kv_heads // tp)
+        return heads * (self.head_dim + self.v_head_dim) * self.layers * kv_bytes
+
+
+KIMI_K26 = ModelSpec(
+    path="/models/Kimi-K2.6",
+    arch="DeepseekV3ForCausalLM",
+    layers=61,
+    attention="mla",
+    kv_lora_rank=512,
+    qk_rope_head_dim=64,
+    max_context=262144,
+    weights_gib=543.17924,  # seed 0: a 192,406-token pool at 0.85 (under a 200,000 context)
+    shards=64,
+    load_seconds=236.0,
+    quant="compressed-tensors",
+    graph_pool_per_bs_gib=0.0085,
+    graph_per_graph_gib=0.04,
+    graph_per_bs_gib=0.0025,
+    capture_seconds_per_graph=3.1,
+    decode_tok_s=38.0,
+)
+
+LLAMA_70B = ModelSpec(
+    path="/models/Llama-3.1-70B-Instruct",
+    arch="LlamaForCausalLM",
+    layers=80,
+    attention="gqa",
+    kv_heads=8,
+    head_dim=128,
+    v_head_dim=128,
+    max_context=131072,
+    weights_gib=131.42,
+    shards=30,
+    load_seconds=150.0,
+    graph_pool_per_bs_gib=0.0012,
+    graph_per_graph_gib=0.012,
+    graph_per_bs_gib=0.0002,
+    capture_seconds_per_graph=0.9,
+    decode_tok_s=32.0,
+)
+
+QWEN3_32B = ModelSpec(
+    path="/models/Qwen3-32B",
+    arch="Qwen3ForCausalLM",
+    layers=64,
+    attention="gqa",
+    kv_heads=8,
+    head_dim=128,
+    v_head_dim=128,
+    max_context=40960,
+    weights_gib=61.03,
+    shards=17,
+    load_seconds=70.0,
+    graph_pool_per_bs_gib=0.004,
+    graph_per_graph_gib=0.02,
+    graph_per_bs_gib=0.0009,
+    capture_seconds_per_graph=1.1,
+    decode_tok_s=55.0,
+)
+
+QWEN3_32B_EAGLE3 = ModelSpec(
+    path="/models/Qwen3-32B-EAGLE3",
+    arch="LlamaForCausalLMEagle3",
+    layers=1,
+    attention="gqa",
+    kv_heads=8,
+    head_dim=128,
+    v_head_dim=128,
+    max_context=40960,
+    weights_gib=0.78,
+    replicated_gib=0.31,
+    shards=1,
+    load_seconds=3.0,
+    graph_pool_per_bs_gib=0.0015,
+    graph_per_graph_gib=0.01,
+    graph_per_bs_gib=0.0002,
+    capture_seconds_per_graph=0.5,
+)
+
+MODELS: dict[str, ModelSpec] = {m.path: m for m in (KIMI_K26, LLAMA_70B, QWEN3_32B, QWEN3_32B_EAGLE3)}
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """A demo deployment: the unit the demo host starts with."""
+
+    key: str
+    description: str  # the unit's Description=
+    unit_name: str
+    model: ModelSpec
+    flags: tuple[str, ...]  # one flag (with its value) per ExecStart continuation line
+    gpus: tuple[int, ...]  # CUDA_VISIBLE_DEVICES
+    version: str = "0.5.14"  # which SGLang 0.5.x format strings to print
+    engine: str = "sglang"
+    exe: str = "/opt/sglang/venv/bin/python"
+    module: str = "sglang.launch_server"
+    workdir: str = "/opt/sglang"
+    restart_sec: int = 10
+
+    def unit_text(self, gpus: Sequence[int] | None = None) -> str:
+        # the configured GPUs become CUDA_VISIBLE_DEVICES when there are as many as the preset uses
+        use = gpus if gpus and len(gpus) == len(self.gpus) else self.gpus
+        visible = ",".join(str(g) for g in use)
+        cont = " \\\n    ".join([f"{self.exe} -m {self.module}", *self.flags])
+        return (
+            "[Unit]\n"
+            f"Description={self.description}\n"
+            "After=network-online.target\n"
+            "Wants=network-online.target\n"
+            "\n"
+            "[Service]\n"
+            "Type=simple\n"
+            "User=root\n"
+            f"WorkingDirectory={self.workdir}\n"
+            f"Environment=CUDA_VISIBLE_DEVICES={visible}\n"
+            "Environment=SGLANG_LOG_MS=1\n"
+            f"ExecStart={cont}\n"
+            "Restart=on-failure\n"
+            f"RestartSec={self.restart_sec}\n"
+            "TimeoutStartSec=900\n"
+            "\n"
+            "[Install]\n"
+            "WantedBy=multi-user.target\n"
+        )
+
+
+PRESETS: dict[str, Preset] = {
+    p.key: p
+    for p in (
+        Preset(
+            key="kimi-k2.6",
+            description="SGLang server (Kimi K2.6, TP8)",
+            unit_name="sglang-k26.service",
+            model=KIMI_K26,
+            flags=(
+                "--model-path /models/Kimi-K2.6",
+                "--served-model-name kimi-k2.6",
+                "--tp 8",
+                "--trust-remote-code",
+                "--context-length 200000",
+                "--mem-fraction-static 0.85",
+                "--max-running-requests 64",
+                "--cuda-graph-max-bs 64",
+                "--host 0.0.0.0 --port 30000",
+            ),
+            gpus=(0, 1, 2, 3, 4, 5, 6, 7),
+        ),
+        Preset(
+            key="llama-70b",
+            description="SGLang server (Llama 3.1 70B, TP4)",
+            unit_name="sglang-llama70b.service",
+            model=LLAMA_70B,
+            flags=(
+                "--model-path /models/Llama-3.1-70B-Instruct",
+                "--tp 4",
+                "--mem-fraction-static 0.88",
+                "--context-length 131072",
+                "--host 0.0.0.0 --port 30000",
+            ),
+            gpus=(0, 1, 2, 3),
+            version="0.5.10",
+        ),
+        Preset(
+            key="qwen3-32b-eagle3",
+            description="SGLang server (Qwen3 32B + EAGLE3 draft, TP2)",
+            unit_name="sglang-qwen3-eagle.service",
+            model=QWEN3_32B,
+            flags=(
+                "--model-path /models/Qwen3-32B",
+                "--tp 2",
+                "--speculative-algorithm EAGLE3",
+                "--speculative-draft-model-path /models/Qwen3-32B-EAGLE3",
+                "--speculative-num-steps 3",
+                "--speculative-eagle-topk 1",
+                "--speculative-num-draft-tokens 4",
+                "--mem-fraction-static 0.85",
+                "--max-running-requests 128",
+                "--cuda-graph-max-bs 64",
+                "--host 0.0.0.0 --port 30000",
+            ),
+            gpus=(0, 1),
+        ),
+    )
+}
+DEFAULT_PRESET = "kimi-k2.6"
+
+
+# ---------------------------------------------------------------------------------------------
+# What a simulation returns
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SimLine:
+    t: float  # absolute wall-clock seconds
+    text: str
+    pid: int
+    ident: str
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignProcess:
+    """A stale process of someone else holding memory on one GPU (the classic restart OOM)."""
+
+    gpu: int
+    mib: float
+    pid: int = 41877
+    name: str = "python3"
+
+
+@dataclass(frozen=True, slots=True)
+class ServingFacts:
+    tokens: int
+    max_running_requests: int
+    context_len: int
+    decode_tok_s: float
+    tp_pid: int
+
+
+@dataclass(slots=True)
+class BootScript:
+    """One boot, fully determined. Times are absolute wall-clock seconds."""
+
+    start: float
+    lines: list[SimLine]
+    outcome: str  # "ready" | "failed"
+    end_t: float  # the ready line's time, or the time the main process exits
+    exit_code: str = ""  # systemd "code=" of the main process when failed: "killed" | "exited"
+    exit_status: str = ""  # systemd "status=": "9/KILL", "2/INVALIDARGUMENT", "1/FAILURE"
+    result: str = ""  # systemd "Failed with result '…'": "signal" | "exit-code"
+    main_pid: int = 0
+    rank_pids: dict[int, int] = field(default_factory=dict)  # physical GPU -> scheduler pid
+    aux_pids: tuple[int, ...] = ()  # detokenizer etc. (no GPU memory)
+    exe: str = ""
+    # physical GPU -> keyframes (t, MiB held by the server on it); piecewise linear
+    mem: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    util: list[tuple[float, float]] = field(default_factory=list)  # keyframes (t, util %) while booting
+    serving: ServingFacts | None = None
+    speed: float = 1.0
+
+    @property
+    def duration(self) -> float:
+        return self.end_t - self.start
+
+    def mem_at(self, gpu: int, t: float) -> float:
+        frames = self.mem.get(gpu)
+        if not frames or t < frames[0][0]:
+            return 0.0
+        return _interp(frames, t)
+
+    def util_at(self, t: float) -> float:
+        if not self.util or t < self.util[0][0]:
+            return 0.0
+        return _interp(self.util, t)
+
+
+def _interp(frames: Sequence[tuple[float, float]], t: float) -> float:
+    i = bisect.bisect_right(frames, t, key=lambda f: f[0])
+    if i >= len(frames):
+        return frames[-1][1]
+    if i == 0:
+        return frames[0][1]
+    t0, v0 = frames[i - 1]
+    t1, v1 = frames[i]
+    if t1 <= t0:
+        return v1
+    return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+
+
+@dataclass(frozen=True, slots=True)
+class BootInput:
+    argv: tuple[str, ...]  # the ExecStart argv (executable first)
+    env: Mapping[str, str]
+    preset: Preset
+    gpu: GpuSpec
+    seed: int
+    boot_no: int
+    start: float
+    speed: float
+    foreign: ForeignProcess | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Small formatting helpers (torch, tqdm, Python repr)
+# ---------------------------------------------------------------------------------------------
+
+
+def torch_size(nbytes: float) -> str:
+    """``c10::CachingAllocator::format_size``."""
+    if nbytes <= 1024:
+        return f"{int(nbytes)} bytes"
+    if nbytes <= MIB:
+        return f"{nbytes / 1024:.2f} KiB"
+    if nbytes <= GIB:
+        return f"{nbytes / MIB:.2f} MiB"
+    return f"{nbytes / GIB:.2f} GiB"
+
+
+def tqdm_interval(seconds: float) -> str:
+    s = int(seconds)
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h:d}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def tqdm_rate(n: int, elapsed: float) -> str:
+    if n <= 0 or elapsed <= 0:
+        return "?it/s"
+    rate = n / elapsed
+    return f"{rate:5.2f}it/s" if rate >= 1 else f"{1 / rate:5.2f}s/it"
+
+
+def tqdm_remaining(n: int, total: int, elapsed: float) -> str:
+    if n <= 0 or elapsed <= 0:
+        return "?"
+    return tqdm_interval((total - n) * elapsed / n)
+
+
+_BAR_CHARS = " ▏▎▍▌▋▊▉█"
+
+
+def tqdm_bar(frac: float, width: int = 10) -> str:
+    nsyms = len(_BAR_CHARS) - 1
+    full, part = divmod(int(frac * width * nsyms), nsyms)
+    out = _BAR_CHARS[-1] * full
+    if full < width:
+        out += _BAR_CHARS[part] + _BAR_CHARS[0] * (width - full - 1)
+    return out
+
+
+def systemd_timespan(seconds: float) -> str:
+    """systemd's ``format_timespan`` at millisecond accuracy (``Consumed … CPU time``)."""
+    ms = round(seconds * 1000)
+    parts: list[str] = []
+    for unit, size in (("h", 3600_000), ("min", 60_000)):
+        if ms >= size:
+            parts.append(f"{ms // size}{unit}")
+            ms %= size
+    if ms or not parts:
+        sec, milli = divmod(ms, 1000)
+        parts.append(f"{sec}.{milli:03d}s".replace(".000s", "s") if milli else f"{sec}s")
+    return " ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument parsing (the engine's own argparse, simplified: same errors, same abbreviations)
+# ---------------------------------------------------------------------------------------------
+
+_BOOL = "bool"
+# dest name -> (type, default). Order = the order of ServerArgs fields in the engine's dump.
+SGLANG_ARGS: dict[str, tuple[str, object]] = {
+    "model_path": ("str", None),
+    "tokenizer_path": ("str", None),
+    "tokenizer_mode": ("str", "auto"),
+    "skip_tokenizer_init": (_BOOL, False),
+    "load_format": ("str", "auto"),
+    "trust_remote_code": (_BOOL, False),
+    "context_length": ("int", None),
+    "is_embedding": (_BOOL, False),
+    "revision": ("str", None),
+    "host": ("str", "127.0.0.1"),
+    "port": ("int", 30000),
+    "skip_server_warmup": (_BOOL, False),
+    "dtype": ("str", "auto"),
+    "quantization": ("str", None),
+    "kv_cache_dtype": ("str", "auto"),
+    "mem_fraction_static": ("float", None),
+    "max_running_requests": ("int", None),
+    "max_queued_requests": ("int", None),
+    "max_total_tokens": ("int", None),
+    "chunked_prefill_size": ("int", None),
+    "max_prefill_tokens": ("int", 16384),
+    "schedule_policy": ("str", "fcfs"),
+    "schedule_conservativeness": ("float", 1.0),
+    "page_size": ("int", None),
+    "device": ("str", "cuda"),
+    "tp_size": ("int", 1),
+    "pp_size": ("int", 1),
+    "stream_interval": ("int", 1),
+    "random_seed": ("int", None),
+    "watchdog_timeout": ("float", 300.0),
+    "log_level": ("str", "info"),
+    "log_requests": (_BOOL, False),
+    "api_key": ("str", None),
+    "served_model_name": ("str", None),
+    "reasoning_parser": ("str", None),
+    "tool_call_parser": ("str", None),
+    "dp_size": ("int", 1),
+    "load_balance_method": ("str", "round_robin"),
+    "attention_backend": ("str", None),
+    "speculative_algorithm": ("str", None),
+    "speculative_draft_model_path": ("str", None),
+    "speculative_num_steps": ("int", None),
+    "speculative_eagle_topk": ("int", None),
+    "speculative_num_draft_tokens": ("int", None),
+    "ep_size": ("int", 1),
+    "enable_dp_attention": (_BOOL, False),
+    "disable_radix_cache": (_BOOL, False),
+    "cuda_graph_max_bs": ("int", None),
+    "disable_cuda_graph": (_BOOL, False),
+    "enable_torch_compile": (_BOOL, False),
+    "enable_mixed_chunk": (_BOOL, False),
+    "enable_metrics": (_BOOL, False),
+}
+_ALIASES: dict[str, str] = {
+    "tp": "tp_size",
+    "tensor_parallel_size": "tp_size",
+    "dp": "dp_size",
+    "data_parallel_size": "dp_size",
+    "pp": "pp_size",
+    "pipeline_parallel_size": "pp_size",
+    "ep": "ep_size",
+    "expert_parallel_size": "ep_size",
+    "model": "model_path",
+}
+_OPTION_NAMES: dict[str, str] = {"--" + k.replace("_", "-"): k for k in SGLANG_ARGS} | {
+    "--" + k.replace("_", "-"): v for k, v in _ALIASES.items()
+}
+
+
+class ArgError(Exception):
+    """argparse's complaint: printed to stderr, exit status 2."""
+
+
+def parse_sglang_args(args: Sequence[str]) -> dict[str, object]:
+    """The engine's argparse: ``--k v`` / ``--k=v``, unique-prefix abbreviations, typed values."""
+    values: dict[str, object] = {}
+    unknown: list[str] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        i += 1
+        if not tok.startswith("--") or tok == "--":
+            unknown.append(tok)
+            continue
+        name, eq, inline = tok.partition("=")
+        dest = _OPTION_NAMES.get(name)
+        if dest is None:
+            matches = sorted({d for opt, d in _OPTION_NAMES.items() if opt.startswith(name)})
+            if len(matches) > 1:
+                opts = ", ".join(sorted(o for o, d in _OPTION_NAMES.items() if o.startswith(name)))
+                raise ArgError(f"ambiguous option: {name} could match {opts}")
+            if not matches:
+                unknown.append(tok)
+                if not eq and i < len(args) and not args[i].startswith("--"):
+                    unknown.append(args[i])
+                    i += 1
+                continue
+            dest = matches[0]
+        kind = SGLANG_ARGS[dest][0]
+        opt = "--" + dest.replace("_", "-")
+        if kind == _BOOL:
+            if eq:
+                raise ArgError(f"argument {opt}: ignored explicit argument {inline!r}")
+            values[dest] = True
+            continue
+        if eq:
+            raw = inline
+        else:
+            if i >= len(args) or (args[i].startswith("--") and len(args[i]) > 2):
+                raise ArgError(f"argument {opt}: expected one argument")
+            raw = args[i]
+            i += 1
+        try:
+            values[dest] = int(raw) if kind == "int" else float(raw) if kind == "float" else raw
+        except ValueError:
+            raise ArgError(f"argument {opt}: invalid {kind} value: {raw!r}") from None
+    if unknown:
+        raise ArgError("unrecognized arguments: " + " ".join(unknown))
+    if "model_path" not in values:
+        raise ArgError("the following arguments are required: --model-path")
+    return values
+
+
+# ---------------------------------------------------------------------------------------------
+# The SGLang boot
+# ---------------------------------------------------------------------------------------------
+
+CAPTURE_FAILED_HELP = (
+    "Possible solutions:",
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)",
+    "3. disable torch compile by not using --enable-torch-compile",
+    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)",
+    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose ",
+)
+
+
+def default_capture_bs(max_bs: int) -> list[int]:
+    """SGLang's batch sizes to capture, ascending, up to ``max_bs``."""
+    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 1025, 16)]
+    return [b for b in sizes if b <= max_bs]
+
+
+def _kv_dtype(arg: object, model_dtype: str) -> tuple[str, int]:
+    text = str(arg or "auto")
+    if text.startswith("fp8_e5m2"):
+        return "torch.float8_e5m2", 1
+    if text.startswith("fp8"):
+        return "torch.float8_e4m3fn", 1
+    if text in ("float16", "half"):
+        return "torch.float16", 2
+    return f"torch.{model_dtype}", 2
+
+
+def _site_packages(exe: str) -> str:
+    base = exe.rsplit("/bin/", 1)[0] if "/bin/" in exe else "/usr"
+    if base in ("/usr", "/usr/local"):
+        return "/usr/local/lib/python3.12/dist-packages"
+    return f"{base}/lib/python3.12/site-packages"
+
+
+class _Sim:
+    """Collects lines and memory keyframes on the simulated time axis (seconds after start)."""
+
+    def __init__(self, inp: BootInput, ms: bool) -> None:
+        self.inp = inp
+        self.ms = ms
+        self.lines: list[tuple[float, int, SimLine]] = []
+        self.mem: dict[int, list[tuple[float, float]]] = {}
+        self.util: list[tuple[float, float]] = [(inp.start, 0.0)]
+        self.ident = inp.argv[0].rsplit("/", 1)[-1] if inp.argv else "python"
+        self._seq = 0
+
+    def at(self, sim_t: float) -> float:
+        return self.inp.start + sim_t / self.inp.speed
+
+    def real(self, sim_seconds: float) -> float:
+        return sim_seconds / self.inp.speed
+
+    def stamp(self, t: float, tag: str = "") -> str:
+        lt = time.localtime(t)
+        text = time.strftime("%Y-%m-%d %H:%M:%S", lt)
+        if self.ms:
+            text += f".{round((t % 1.0) * 1000) % 1000:03d}"
+        return f"[{text}{tag}]"
+
+    def emit(self, sim_t: float, text: str, pid: int, *, tag: str | None = "", raw: bool = False) -> None:
+        t = self.at(sim_t)
+        line = text if raw else f"{self.stamp(t, tag or '')} {text}"
+        self._seq += 1
+        self.lines.append((t, self._seq, SimLine(t, line, pid, self.ident)))
+
+    def mem_frame(self, gpu: int, sim_t: float, mib: float) -> None:
+        """Memory reaches ``mib`` at ``sim_t``, ramping linearly from the previous frame."""
+        self.mem.setdefault(gpu, []).append((self.at(sim_t), mib))
+
+    def mem_step(self, gpu: int, sim_t: float, mib: float) -> None:
+        """Memory jumps to ``mib`` at ``sim_t`` (it held its previous value until then)."""
+        frames = self.mem.setdefault(gpu, [])
+        t = self.at(sim_t)
+        if frames:
+            frames.append((t, frames[-1][1]))
+        frames.append((t, mib))
+
+    def util_frame(self, sim_t: float, util: float) -> None:
+        self.util.append((self.at(sim_t), util))
+
+    def sorted_lines(self) -> list[SimLine]:
+        return [line for _, _, line in sorted(self.lines, key=lambda x: (x[0], x[1]))]
+
+
+def simulate_boot(inp: BootInput) -> BootScript:
+    """The whole boot for these inputs (see the module docstring)."""
+    return _SglangBoot(inp).run()
+
+
+class _SglangBoot:
+    def __init__(self, inp: BootInput) -> None:
+        self.inp = inp
+        ms = inp.env.get("SGLANG_LOG_MS", "0").strip().lower() in ("1", "true", "yes")
+        self.sim = _Sim(inp, ms)
+        rng = random.Random(f"pids:{inp.seed}:{inp.boot_no}")
+        self.main_pid = rng.randrange(2000, 60000)
+        self.exe = inp.argv[0] if inp.argv else "python"
+        self.site = _site_packages(self.exe)
+        self.jit = random.Random(f"timing:{inp.seed}:{shlex.join(inp.argv)}")
+        self.rank_pids: dict[int, int] = {}
+        self.aux_pids: tuple[int, ...] = ()
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _fail(self, sim_t: float, *, code: str, status: str, result: str) -> BootScript:
+        for gpu in list(self.sim.mem):
+            self.sim.mem_frame(gpu, sim_t, self.sim.mem[gpu][-1][1])
+            self.sim.mem_frame(gpu, sim_t, 0.0)
+        self.sim.util_frame(sim_t, 0.0)
+        return BootScript(
+            start=self.inp.start,
+            lines=self.sim.sorted_lines(),
+            outcome="failed",
+            end_t=self.sim.at(sim_t),
+            exit_code=code,
+            exit_status=status,
+            result=result,
+            main_pid=self.main_pid,
+            rank_pids=self.rank_pids,
+            aux_pids=self.aux_pids,
+            exe=self.exe,
+            mem=self.sim.mem,
+            util=self.sim.util,
+            speed=self.inp.speed,
+        )
+
+    def _traceback(self, frames: Sequence[tuple[str, int, str, str]]) -> list[str]:
+        out = ["Traceback (most recent call last):"]
+        for path, lineno, func, code in frames:
+            out.append(f'  File "{self.site}/sglang/{path}", line {lineno}, in {func}')
+            out.append(f"    {code}")
+        return out
+
+    def _scheduler_frames(self) -> list[tuple[str, int, str, str]]:
+        return [
+            ("srt/managers/scheduler.py", 3061, "run_scheduler_process", "scheduler = Scheduler("),
+            ("srt/managers/scheduler.py", 362, "__init__", "self.init_model_worker()"),
+            ("srt/managers/scheduler.py", 518, "init_model_worker", "self.init_tp_model_worker()"),
+            (
+                "srt/managers/scheduler.py",
+                476,
+                "init_tp_model_worker",
+                "self.tp_worker = TpModelWorker(**worker_kwargs)",
+            ),
+            ("srt/managers/tp_worker.py", 247, "__init__", "self._init_model_runner()"),
+            ("srt/managers/tp_worker.py", 330, "_init_model_runner", "self._model_runner = ModelRunner("),
+            ("srt/model_executor/model_runner.py", 412, "__init__", "self.initialize(pre_model_load_memory)"),
+        ]
+
+    def _die(self, sim_t: float, rank_tag: str, pid: int, lines: Sequence[str]) -> BootScript:
+        """A scheduler raised: its traceback, the main process's SIGQUIT, the process tree killed."""
+        first, *rest = lines
+        self.sim.emit(sim_t, f"Scheduler hit an exception: {first}", pid, tag=rank_tag)
+        for i, text in enumerate(rest):
+            self.sim.emit(sim_t + 0.0001 * (i + 1), text, pid, raw=True)
+        t = sim_t + 0.35
+        self.sim.emit(t, "Received sigquit from a child process. It usually means the child failed.", self.main_pid)
+        return self._fail(t + 0.25, code="killed", status="9/KILL", result="signal")
+
+    # -- the boot -------------------------------------------------------------------------------
+
+    def run(self) -> BootScript:
+        inp, sim, jit = self.inp, self.sim, self.jit
+        preset, gpu = inp.preset, inp.gpu
+        new_fmt = preset.version >= "0.5.14"
+        argv = list(inp.argv)
+        # python -m sglang.launch_server ARGS
+        if len(argv) < 3 or argv[1] != "-m" or argv[2] not in ("sglang.launch_server", "sglang.srt.server"):
+            text = f"{self.exe}: No module named {argv[2] if len(argv) > 2 else 'sglang'}"
+            sim.emit(0.3, text, self.main_pid, raw=True)
+            return self._fail(0.35, code="exited", status="1/FAILURE", result="exit-code")
+        try:
+            args = parse_sglang_args(argv[3:])
+        except ArgError as exc:
+            sim.emit(
+                1.6,
+                "usage: launch_server.py [-h] --model-path MODEL_PATH [--tokenizer-path TOKENIZER_PATH] [...]",
+                self.main_pid,
+                raw=True,
+            )
+            sim.emit(1.6001, f"launch_server.py: error: {exc}", self.main_pid, raw=True)
+            return self._fail(1.65, code="exited", status="2/INVALIDARGUMENT", result="exit-code")
+
+        model_path = str(args["model_path"])
+        model = MODELS.get(model_path.rstrip("/"), preset.model)
+        tp = _arg_int(args, "tp_size", 1)
+        visible = _visible_gpus(inp.env, gpu.count)
+        spec = args.get("speculative_algorithm")
+        draft: ModelSpec | None = None
+        if spec:
+            draft_path = str(args.get("speculative_draft_model_path") or "")
+            draft = MODELS.get(draft_path.rstrip("/")) or QWEN3_32B_EAGLE3
+
+        # ---- resolved server args (ServerArgs.__post_init__) -------------------------------
+        chunk = _arg_int(args, "chunked_prefill_size", 8192)
+        max_bs = _arg_int(args, "cuda_graph_max_bs", 256 if tp < 4 else 512)
+        if "mem_fraction_static" in args:
+            frac = _arg_float(args, "mem_fraction_static", 0.0)
+        else:
+            reserved = 512 + max(chunk, 2048) * 1.5 + max_bs * 2 + tp / 8 * 1024
+            if gpu.total_mib > 60 * 1024:
+                reserved = max(reserved, 10240)
+            if spec:
+                reserved += 4096
+            frac = round((gpu.total_mib - reserved) / gpu.total_mib, 3)
+        page = max(1, _arg_int(args, "page_size", 1))
+        kv_torch, kv_bytes = _kv_dtype(args.get("kv_cache_dtype"), model.dtype)
+        rseed = args.get("random_seed")
+        if rseed is None:
+            rseed = random.Random(f"rseed:{inp.seed}:{inp.boot_no}").randrange(1, 2**30)
+        resolved: dict[str, object] = dict(args)
+        resolved.update(
+            tokenizer_path=args.get("tokenizer_path") or model_path,
+            served_model_name=args.get("served_model_name") or model_path,
+            mem_fraction_static=frac,
+            chunked_prefill_size=chunk,
+            cuda_graph_max_bs=max_bs,
+            page_size=page,
+            random_seed=rseed,
+        )
+        if spec:
+            resolved.setdefault("speculative_num_steps", 3)
+            resolved.setdefault("speculative_eagle_topk", 1)
+            resolved.setdefault("speculative_num_draft_tokens", 4)
+        dump = ", ".join(f"{k}={resolved.get(k, d)!r}" for k, (_, d) in SGLANG_ARGS.items())
+        t = 3.6 + jit.uniform(0.0, 0.8)
+        sim.emit(t, f"server_args=ServerArgs({dump})", self.main_pid)
+
+        if tp > len(visible) or tp < 1:
+            tb = [
+                *self._traceback(self._scheduler_frames()[:1]),
+                "RuntimeError: CUDA error: invalid device ordinal",
+                "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+                "below might be incorrect.",
+                "",
+            ]
+            return self._die(t + 2.0, " TP0" if tp > 1 else "", self.main_pid + 2, tb)
+
+        ranks = list(range(tp))
+        phys = {r: visible[r] for r in ranks}
+        self.rank_pids = {phys[r]: self.main_pid + 2 + r for r in ranks}
+        self.aux_pids = (self.main_pid + 2 + tp,)
+        tag = {r: (f" TP{r}" if tp > 1 else "") for r in ranks}
+        pid = {r: self.main_pid + 2 + r for r in ranks}
+        hw = random.Random(f"hw:{inp.seed}")  # the same cards every boot: per-GPU constants
+        ctx_gib = {g: 0.86 + 0.04 * hw.random() for g in range(gpu.count)}
+        for r in ranks:
+            sim.mem_frame(phys[r], 0.0, 0.0)
+
+        # ---- P1 distributed init ------------------------------------------------------------
+        t0 = t + 3.2 + jit.uniform(0.0, 0.6)
+        free0: dict[int, float] = {}
+        p_r: dict[int, float] = {}
+        for r in ranks:
+            g = phys[r]
+            foreign = inp.foreign.mib / 1024.0 if inp.foreign and inp.foreign.gpu == g else 0.0
+            free0[r] = gpu.total_gib - gpu.idle_mib / 1024.0 - foreign
+            p_r[r] = free0[r] - ctx_gib[g]
+            sim.emit(t0 + 0.03 * r, "Init torch distributed begin.", pid[r], tag=tag[r])
+            sim.mem_frame(g, t0 + 0.03 * r, 0.0)
+        t1 = t0 + 3.3
+        big_p = min(p_r.values())
+        for r in ranks:
+            el = 3.2 + 0.4 * jit.random()
+            sim.emit(
+                t1 + 0.04 * r,
+                f"Init torch distributed ends. elapsed={self.sim.real(el):.2f} s, mem usage={ctx_gib[phys[r]]:.2f} GB",
+                pid[r],
+                tag=tag[r],
+            )
+            sim.mem_frame(phys[r], t1 + 0.04 * r, ctx_gib[phys[r]] * 1024)
+            if tp > 1 and big_p < p_r[r] * 0.9:
+                sim.emit(
+                    t1 + 0.04 * r + 0.001,
+                    "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+                    f"min_per_gpu_memory={big_p}, local_gpu_memory={p_r[r]}, "
+                    f"local_gpu_memory * 0.9={p_r[r] * 0.9}",
+                    pid[r],
+                    tag=tag[r],
+                )
+        sim.util_frame(t1, 2.0)
+
+        # ---- P2 weights -------------------------------------------------------------------
+        t2 = t1 + 0.5
+        w_r = model.weights_gib / tp + model.replicated_gib
+        for r in ranks:
+            sim.emit(t2 + 0.03 * r, f"Load weight begin. avail mem={p_r[r]:.2f} GB", pid[r], tag=tag[r])
+        for r in ranks:
+            sim.mem_frame(phys[r], t2 + 0.4, ctx_gib[phys[r]] * 1024)
+        load_s = model.load_seconds * (8 / max(tp, 1)) ** 0.35
+        t_load_end = self._shards(t2 + 0.4, load_s, model.shards, ranks, phys, ctx_gib, w_r, pid[0])
+        a_r = {r: p_r[r] - w_r for r in ranks}
+        quant = f"quant={model.quant}, " if model.quant else ""
+        for r in ranks:
+            sim.emit(
+                t_load_end + 0.05 * r,
+                f"Load weight end. elapsed={self.sim.real(t_load_end - t2):.2f} s, type={model.arch}, "
+                f"{quant}avail mem={a_r[r]:.2f} GB, mem usage={w_r:.2f} GB.",
+                pid[r],
+                tag=tag[r],
+            )
+        big_a = min(a_r.values())
+
+        # ---- P3 KV pool -------------------------------------------------------------------
+        context_len = _arg_int(args, "context_length", model.max_context)
+        cell = model.cell_bytes(tp, kv_bytes)
+        sizing_cell = float(cell)
+        if draft is not None and new_fmt:
+            sizing_cell = cell * (1 + draft.layers / model.layers)
+        rest = big_a - big_p * (1 - frac)
+        tokens = int(int(rest * GIB) // sizing_cell) if rest > 0 else math.floor(rest * GIB / sizing_cell)
+        cap = _arg_int(args, "max_total_tokens", 0) if "max_total_tokens" in args else None
+        t3 = t_load_end + 0.05 * tp + 0.3
+        if cap is not None and tokens > 0:
+            if cap > tokens:
+                for r in ranks:
+                    sim.emit(
+                        t3 + 0.01 * r,
+                        f"max_total_tokens={cap} is larger than the profiled value {tokens}. "
+                        "Use the profiled value instead.",
+                        pid[r],
+                        tag=tag[r],
+                    )
+            tokens = min(tokens, cap)
+        tokens = tokens // page * page
+        sim.emit(t3 + 0.05, f"Using KV cache dtype: {kv_torch}", pid[0], tag=tag[0])
+        if tokens <= 0:
+            tb = [
+                *self._traceback(
+                    [
+                        *self._scheduler_frames(),
+                        ("srt/model_executor/model_runner.py", 611, "initialize", "self.init_memory_pool("),
+                        (
+                            "srt/model_executor/model_runner_kv_cache_mixin.py",
+                            402,
+                            "init_memory_pool",
+                            "self.max_total_num_tokens = self.profile_max_num_token(total_gpu_memory)",
+                        ),
+                        ("srt/model_executor/pool_configurator.py", 118, "calculate_pool_sizes", "raise RuntimeError("),
+                    ]
+                ),
+                "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+                f"Current value: mem_fraction_static={frac}",
+                "",
+            ]
+            return self._die(t3 + 0.3, tag[0], pid[0], tb)
+
+        if "max_running_requests" in args:
+            mrr = _arg_int(args, "max_running_requests", 1)
+        else:
+            mrr = min(max(int(tokens / context_len * 512), 2048), 4096)
+        mrr = max(1, min(mrr, max(tokens // 2, 1)))
+        draft_tokens = _arg_int(resolved, "speculative_num_draft_tokens", 0) if spec else 0
+        req_table_gib = (mrr + 1) * (context_len + 4 + draft_tokens) * 4 / GIB
+        kv_gib = (tokens + page) * cell / GIB
+        misc_gib = 16 / 1024
+        avail = {r: a_r[r] - kv_gib - req_table_gib - misc_gib for r in ranks}
+        t4 = t3 + 0.4
+        for r in ranks:
+            sim.emit(t4 + 0.02 * r, self._kv_line(model, tokens, page, cell, kv_torch, tp, new_fmt), pid[r], tag=tag[r])
+            sim.mem_step(phys[r], t4 + 0.02 * r, (free0[r] - (a_r[r] - kv_gib)) * 1024)
+        t5 = t4 + 0.5
+        for r in ranks:
+            sim.emit(t5 + 0.02 * r, f"Memory pool end. avail mem={avail[r]:.2f} GB", pid[r], tag=tag[r])
+            sim.mem_step(phys[r], t5 + 0.02 * r, (free0[r] - avail[r]) * 1024)
+
+        # ---- P4 CUDA graphs ----------------------------------------------------------------
+        t_cap = t5 + 1.5 + 0.02 * tp
+        capture_bs = [b for b in default_capture_bs(max_bs) if b <= mrr]
+        disabled = bool(args.get("disable_cuda_graph"))
+        if not disabled and capture_bs:
+            role = "verify" if spec else "decode"
+            ntok = draft_tokens if spec else 1
+            res = self._capture(
+                t_cap, "target", role, ntok, model, capture_bs, ranks, phys, free0, avail, tag, pid, new_fmt
+            )
+            if isinstance(res, BootScript):
+                return res
+            t_cap = res
+        # ---- the draft model (EAGLE): its own load, pool and capture ------------------------
+        if draft is not None:
+            t_d = t_cap + 0.8
+            wd = draft.weights_gib / tp + draft.replicated_gib
+            for r in ranks:
+                sim.emit(t_d + 0.02 * r, f"Load weight begin. avail mem={avail[r]:.2f} GB", pid[r], tag=tag[r])
+            base = {r: free0[r] - avail[r] for r in ranks}
+            t_de = self._shards(t_d + 0.3, draft.load_seconds, draft.shards, ranks, phys, None, wd, pid[0], base)
+            for r in ranks:
+                avail[r] -= wd
+                sim.emit(
+                    t_de + 0.02 * r,
+                    f"Load weight end. elapsed={self.sim.real(t_de - t_d):.2f} s, type={draft.arch}, "
+                    f"avail mem={avail[r]:.2f} GB, mem usage={wd:.2f} GB.",
+                    pid[r],
+                    tag=tag[r],
+                )
+            dcell = draft.cell_bytes(tp, kv_bytes)
+            dkv_gib = (tokens + page) * dcell / GIB
+            t_dk = t_de + 0.3 + 0.02 * tp
+            for r in ranks:
+                avail[r] -= dkv_gib
+                sim.emit(
+                    t_dk + 0.02 * r,
+                    self._kv_line(draft, tokens, page, dcell, kv_torch, tp, new_fmt),
+                    pid[r],
+                    tag=tag[r],
+                )
+                sim.mem_step(phys[r], t_dk + 0.02 * r, (free0[r] - avail[r]) * 1024)
+            t_dp = t_dk + 0.2 + 0.02 * tp
+            for r in ranks:
+                sim.emit(t_dp + 0.02 * r, f"Memory pool end. avail mem={avail[r]:.2f} GB", pid[r], tag=tag[r])
+            t_cap = t_dp + 0.5 + 0.02 * tp
+            if not disabled and capture_bs:
+                res = self._capture(
+                    t_cap, "draft", "decode", 1, draft, capture_bs, ranks, phys, free0, avail, tag, pid, new_fmt
+                )
+                if isinstance(res, BootScript):
+                    return res
+                t_cap = res
+
+        # ---- P5 summary, P6 HTTP, P7 ready --------------------------------------------------
+        t6 = t_cap + 0.6
+        sim.util_frame(t6, 0.0)
+        max_prefill = _arg_int(args, "max_prefill_tokens", 16384)
+        sim.emit(
+            t6,
+            f"max_total_num_tokens={tokens}, chunked_prefill_size={chunk}, max_prefill_tokens={max_prefill}, "
+            f"max_running_requests={mrr}, context_len={context_len}, available_gpu_mem={avail[0]:.2f} GB",
+            pid[0],
+            tag=tag[0],
+        )
+        host = str(args.get("host") or "127.0.0.1")
+        port = _arg_int(args, "port", 30000)
+        t7 = t6 + 1.1
+        m = self.main_pid
+        sim.emit(t7, f"INFO:     Started server process [{m}]", m)
+        sim.emit(t7 + 0.001, "INFO:     Waiting for application startup.", m)
+        sim.emit(t7 + 0.002, "INFO:     Application startup complete.", m)
+        sim.emit(t7 + 0.003, f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)", m)
+        t8 = t7 + 1.0
+        if not args.get("skip_server_warmup"):
+            cport = 40000 + jit.randrange(20000)
+            sim.emit(t8, f'INFO:     127.0.0.1:{cport} - "GET /get_model_info HTTP/1.1" 200 OK', m)
+            sim.emit(
+                t8 + 0.3,
+                "Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
+                "#running-req: 0, #queue-req: 0,",
+                pid[0],
+                tag=tag[0],
+            )
+            sim.util_frame(t8 + 0.3, 15.0)
+            sim.emit(t8 + 1.0, f'INFO:     127.0.0.1:{cport + 14} - "POST /generate HTTP/1.1" 200 OK', m)
+            sim.util_frame(t8 + 1.05, 0.0)
+            t8 += 1.1
+        sim.emit(t8, "The server is fired up and ready to roll!", m)
+        for r in ranks:
+            sim.mem_frame(phys[r], t8, (free0[r] - avail[r]) * 1024)
+        return BootScript(
+            start=inp.start,
+            lines=sim.sorted_lines(),
+            outcome="ready",
+            end_t=sim.at(t8),
+            main_pid=m,
+            rank_pids=self.rank_pids,
+            aux_pids=self.aux_pids,
+            exe=self.exe,
+            mem=sim.mem,
+            util=sim.util,
+            serving=ServingFacts(tokens, mrr, context_len, model.decode_tok_s, pid[0]),
+            speed=inp.speed,
+        )
+
+    # -- pieces ---------------------------------------------------------------------------------
+
+    def _kv_line(self, model: ModelSpec, tokens: int, page: int, cell: int, dtype: str, tp: int, new_fmt: bool) -> str:
+        rows = tokens + page
+        dt = f"dtype: {dtype}, " if new_fmt else ""
+        if model.attention == "mla":
+            return f"KV Cache is allocated. {dt}#tokens: {tokens}, KV size: {rows * cell / GIB:.2f} GB"
+        heads = max(1, model.kv_heads // tp)
+        kv_bytes = cell // (heads * (model.head_dim + model.v_head_dim) * model.layers)
+        k = rows * heads * model.head_dim * model.layers * kv_bytes / GIB
+        v = rows * heads * model.v_head_dim * model.layers * kv_bytes / GIB
+        return f"KV Cache is allocated. {dt}#tokens: {tokens}, K size: {k:.2f} GB, V size: {v:.2f} GB"
+
+    def _shards(
+        self,
+        t: float,
+        seconds: float,
+        shards: int,
+        ranks: Sequence[int],
+        phys: Mapping[int, int],
+        ctx_gib: Mapping[int, float] | None,
+        w_r: float,
+        pid0: int,
+        base_gib: Mapping[int, float] | None = None,
+    ) -> float:
+        """tqdm shard progress (TP0's process, no prefix) with memory ramping on every rank."""
+        sim, jit = self.sim, self.jit
+        weights = [0.7 + 0.6 * jit.random() for _ in range(shards)]
+        scale = seconds / sum(weights)
+        desc = "Loading safetensors checkpoint shards"
+        sim.emit(t, f"{desc}:   0% Completed | 0/{shards} [00:00<?, ?it/s]", pid0, raw=True)
+        done_t = t
+        for k in range(1, shards + 1):
+            done_t += weights[k - 1] * scale
+            el = sim.real(done_t - t)
+            pct = 100.0 * k / shards
+            sim.emit(
+                done_t,
+                f"{desc}: {pct:3.0f}% Completed | {k}/{shards} "
+                f"[{tqdm_interval(el)}<{tqdm_remaining(k, shards, el)}, {tqdm_rate(k, el)}]",
+                pid0,
+                raw=True,
+            )
+            for r in ranks:
+                base = ctx_gib[phys[r]] if ctx_gib is not None else (base_gib or {}).get(r, 0.0)
+                sim.mem_frame(phys[r], done_t, (base + w_r * k / shards) * 1024)
+        sim.util_frame(t, 4.0)
+        sim.util_frame(done_t, 4.0)
+        return done_t + 0.3
+
+    def _capture(
+        self,
+        t: float,
+        who: str,
+        role: str,
+        ntok: int,
+        model: ModelSpec,
+        capture_bs: Sequence[int],
+        ranks: Sequence[int],
+        phys: Mapping[int, int],
+        free0: Mapping[int, float],
+        avail: dict[int, float],
+        tag: Mapping[int, str],
+        pid: Mapping[int, int],
+        new_fmt: bool,
+    ) -> float | BootScript:
+        sim, inp = self.sim, self.inp
+        bs_list = ", ".join(str(b) for b in capture_bs)
+        word = "cuda graph" if who == "target" else "draft cuda graph"
+        begin_avail = dict(avail)
+        for r in ranks:
+            if new_fmt:
+                text = (
+                    f"Capture {who} {role} CUDA graph begin. backend=full, num_tokens_per_bs={ntok}, "
+                    f"bs=[{bs_list}], avail mem={avail[r]:.2f} GB"
+                )
+            else:
+                text = f"Capture {word} begin. This can take up to several minutes. avail mem={avail[r]:.2f} GB"
+            sim.emit(t + 0.01 * r, text, pid[r], tag=tag[r])
+        if not new_fmt and who == "target":
+            sim.emit(t + 0.005, f"Capture cuda graph bs [{bs_list}]", pid[0], tag=tag[0])
+        sim.util_frame(t, 35.0)
+        order = sorted(capture_bs, reverse=True)
+        total = len(order)
+        desc_t = t + 0.05 + 0.01 * len(ranks)
+        start_t = desc_t
+        used = dict.fromkeys(ranks, 0.0)
+        for k, bs in enumerate(order):
+            el = sim.real(desc_t - start_t)
+            sim.emit(
+                desc_t,
+                f"Capturing batches (bs={bs} avail_mem={avail[0]:.2f} GB): {100.0 * k / total:3.0f}%|"
+                f"{tqdm_bar(k / total)}| {k}/{total} [{tqdm_interval(el)}<{tqdm_remaining(k, total, el)}, "
+                f"{tqdm_rate(k, el)}]",
+                pid[0],
+                raw=True,
+            )
+            need = model.graph_per_graph_gib + model.graph_per_bs_gib * bs
+            if k == 0:
+                need += model.graph_pool_per_bs_gib * bs
+            # the rank with the least free memory fails first
+            short = [r for r in ranks if avail[r] - need < 0.02]
+            if short:
+                r = min(short, key=lambda x: (avail[x], x))
+                return self._capture_oom(desc_t + 0.4, r, need, model, phys, free0, avail, used, tag, pid)
+            dur = model.capture_seconds_per_graph * (0.55 + 0.45 * bs / order[0]) * (0.9 + 0.2 * self.jit.random())
+            desc_t += dur
+            for r in ranks:
+                avail[r] -= need
+                used[r] += need
+                sim.mem_step(phys[r], desc_t, (free0[r] - avail[r]) * 1024)
+        el = sim.real(desc_t - start_t)
+        sim.emit(
+            desc_t,
+            f"Capturing batches (bs={order[-1]} avail_mem={avail[0]:.2f} GB): 100%|{tqdm_bar(1.0)}| "
+            f"{total}/{total} [{tqdm_interval(el)}<00:00, {tqdm_rate(total, el)}]",
+            pid[0],
+            raw=True,
+        )
+        t_end = desc_t + 0.2
+        for r in ranks:
+            mem_use = begin_avail[r] - avail[r]
+            if new_fmt:
+                text = (
+                    f"Capture {who} {role} CUDA graph end. elapsed={sim.real(t_end - t):.2f} s, "
+                    f"mem usage={mem_use:.2f} GB, avail mem={avail[r]:.2f} GB."
+                )
+            else:
+                text = (
+                    f"Capture {word} end. Time elapsed: {sim.real(t_end - t):.2f} s. "
+                    f"mem usage={mem_use:.2f} GB. avail mem={avail[r]:.2f} GB."
+                )
+            sim.emit(t_end + 0.02 * r, text, pid[r], tag=tag[r])
+        sim.util_frame(t_end, 0.0)
+        _ = inp
+        return t_end + 0.02 * len(ranks)
+
+    def _capture_oom(
+        self,
+        t: float,
+        r: int,
+        need: float,
+        model: ModelSpec,
+        phys: Mapping[int, int],
+        free0: Mapping[int, float],
+        avail: Mapping[int, float],
+        used_graphs: Mapping[int, float],
+        tag: Mapping[int, str],
+        pid: Mapping[int, int],
+    ) -> BootScript:
+        inp = self.inp
+        g = phys[r]
+        total = inp.gpu.total_gib
+        free = max(avail[r], 0.0)
+        foreign_gib = inp.foreign.mib / 1024.0 if inp.foreign and inp.foreign.gpu == g else 0.0
+        own = total - free - foreign_gib - inp.gpu.idle_mib / 1024.0
+        reserved_unalloc = 0.12 + 0.2 * self.jit.random()
+        allocated = max(own - 0.55 - reserved_unalloc, 0.0)
+        local = phys[r] if "CUDA_VISIBLE_DEVICES" not in inp.env else r
+        procs = ""
+        if inp.foreign is not None and foreign_gib:
+            procs = f"Process {inp.foreign.pid} has {torch_size(foreign_gib * GIB)} memory in use. "
+        oom = (
+            f"CUDA out of memory. Tried to allocate {torch_size(need * GIB)}. GPU {local} has a total capacity of "
+            f"{torch_size(total * GIB)} of which {torch_size(free * GIB)} is free. {procs}Including non-PyTorch "
+            f"memory, this process has {torch_size(own * GIB)} memory in use. Of the allocated memory "
+            f"{torch_size(allocated * GIB)} is allocated by PyTorch, with {torch_size(used_graphs[r] * GIB)} "
+            f"allocated in private pools (e.g., CUDA Graphs), and {torch_size(reserved_unalloc * GIB)} is reserved "
+            "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+            "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+        )
+        inner = self._traceback(
+            [
+                ("srt/model_executor/cuda_graph_runner.py", 391, "__init__", "self.capture()"),
+                ("srt/model_executor/cuda_graph_runner.py", 503, "capture", ") = self.capture_one_batch_size("),
+                ("srt/model_executor/cuda_graph_runner.py", 654, "capture_one_batch_size", "run_once()"),
+                (
+                    "srt/model_executor/cuda_graph_runner.py",
+                    641,
+                    "run_once",
+                    "logits_output_or_pp_proxy_tensors = forward(",
+                ),
+            ]
+        )
+        outer = self._traceback(
+            [
+                *self._scheduler_frames(),
+                ("srt/model_executor/model_runner.py", 640, "initialize", "self.init_device_graphs()"),
+                (
+                    "srt/model_executor/model_runner.py",
+                    1875,
+                    "init_device_graphs",
+                    "self.graph_runner = graph_runners[self.device](self)",
+                ),
+                ("srt/model_executor/cuda_graph_runner.py", 393, "__init__", "raise Exception("),
+            ]
+        )
+        tb = [
+            *inner,
+            f"torch.OutOfMemoryError: {oom}",
+            "",
+            "During handling of the above exception, another exception occurred:",
+            "",
+            *outer,
+            f"Exception: Capture cuda graph failed: {oom}",
+            *CAPTURE_FAILED_HELP,
+            "",
+        ]
+        _ = model, free0
+        return self._die(t, tag[r], pid[r], tb)
+
+
+def _arg_int(args: Mapping[str, object], key: str, default: int) -> int:
+    v = args.get(key)
+    if isinstance(v, bool) or v is None:
+        return default
+    if isinstance(v, int | float):
+        return int(v)
+    try:
+        return int(str(v))
+    except ValueError:
+        return default
+
+
+def _arg_float(args: Mapping[str, object], key: str, default: float) -> float:
+    v = args.get(key)
+    if isinstance(v, bool) or v is None:
+        return default
+    if isinstance(v, int | float):
+        return float(v)
+    try:
+        return float(str(v))
+    except ValueError:
+        return default
+
+
+def _visible_gpus(env: Mapping[str, str], count: int) -> list[int]:
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return list(range(count))
+    out: list[int] = []
+    for part in raw.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) >= count:
+            break  # CUDA stops at the first invalid entry
+        out.append(int(part))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving (after ready): one record per tick, a pure function of (seed, boot, tick)
+# ---------------------------------------------------------------------------------------------
+
+SERVING_INTERVAL_S = 5.0  # simulated seconds between serving lines
+MIN_SERVING_INTERVAL = 0.1  # real seconds, whatever the speed
+
+
+def serving_interval(speed: float) -> float:
+    return max(SERVING_INTERVAL_S / speed, MIN_SERVING_INTERVAL)
+
+
+def serving_load(seed: int, boot_no: int, sim_t: float) -> float:
+    """Offered load in [0, 1] at ``sim_t`` simulated seconds after ready: smooth, seeded."""
+    rng = random.Random(f"load:{seed}:{boot_no}")
+    p1, p2, p3 = (rng.uniform(0, 2 * math.pi) for _ in range(3))
+    x = 0.5 + 0.28 * math.sin(2 * math.pi * sim_t / 900 + p1) + 0.14 * math.sin(2 * math.pi * sim_t / 130 + p2)
+    x += 0.06 * math.sin(2 * math.pi * sim_t / 23 + p3)
+    ramp = min(1.0, sim_t / 60.0)  # traffic arrives after ready
+    return max(0.0, min(1.0, x * ramp))
+
+
+@dataclass(frozen=True, slots=True)
+class ServingTick:
+    text: str
+    pid: int
+    load: float
+
+
+def serving_tick(
+    facts: ServingFacts,
+    seed: int,
+    boot_no: int,
+    j: int,
+    t: float,
+    sim_t: float,
+    stamp: Callable[[float, str], str],
+    tag: str,
+) -> ServingTick:
+    """Serving line ``j`` of a boot, printed at ``t``, ``sim_t`` simulated seconds after ready."""
+    load = serving_load(seed, boot_no, sim_t)
+    rng = random.Random(f"tick:{seed}:{boot_no}:{j}")
+    running = round(load * facts.max_running_requests * 0.9)
+    # the pool fills with the running requests' contexts (plus the radix cache), never quite full
+    usage = min(0.96, max(0.0, 0.04 + 0.86 * load + rng.uniform(-0.03, 0.03))) if running else 0.0
+    used = int(usage * facts.tokens)
+    queue = max(0, int((load - 0.85) * facts.max_running_requests * 2)) if load > 0.85 else 0
+    kind = rng.random()
+    if running and kind < 0.15:
+        new_seq = 1 + rng.randrange(4)
+        new_tok = new_seq * (200 + rng.randrange(6000))
+        cached = int(new_tok * rng.random() * 0.6)
+        text = (
+            f"Prefill batch. #new-seq: {new_seq}, #new-token: {new_tok}, #cached-token: {cached}, "
+            f"token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queue},"
+        )
+        return ServingTick(f"{stamp(t, tag)} {text}", facts.tp_pid, load)
+    per_req = facts.decode_tok_s * (1.0 - 0.45 * min(1.0, running / max(facts.max_running_requests, 1)))
+    gen = running * per_req * (0.92 + 0.16 * rng.random())
+    text = (
+        f"Decode batch. #running-req: {running}, #token: {used}, token usage: {usage:.2f}, cuda graph: True, "
+        f"gen throughput (token/s): {gen:.2f}, #queue-req: {queue},"
+    )
+    return ServingTick(f"{stamp(t, tag)} {text}", facts.tp_pid, load)

@@ -1,0 +1,602 @@
+"""The simulated demo host (kvtui/hosts/demo.py, demo_models.py) and the backend factory.
+
+The figures are checked with this file's own arithmetic from engines.md §2 (never kvcalc).
+A manual clock makes most tests instant; one test runs a real boot at high speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from kvtui.hosts.backend import HostBackend, LogStart
+from kvtui.hosts.demo import DemoBackend, DemoError, parse_timespan, parse_unit
+from kvtui.hosts.demo_models import PRESETS, default_capture_bs
+
+GIB = 1 << 30
+T0 = 1_780_000_000.0  # a fixed start time
+
+
+class Clock:
+    def __init__(self, t: float = T0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(tmp_path: Path, clock: Clock, name: str = "demo", **kw: object) -> DemoBackend:
+    kw.setdefault("speed", 1.0)
+    b = DemoBackend(name, clock=clock, state_dir=tmp_path / "demo" / name, **kw)  # type: ignore[arg-type]
+    b.current_boot()  # creates the state (the first boot starts at the clock's now)
+    return b
+
+
+def texts(backend: DemoBackend, **kw: object) -> list[str]:
+    return [r.text for r in backend.read_lines(limit=100_000, **kw)]  # type: ignore[arg-type]
+
+
+def set_flag(backend: DemoBackend, flag: str, value: str) -> None:
+    unit = backend.read_unit()
+    new, n = re.subn(rf"--{flag} \S+", f"--{flag} {value}", unit)
+    assert n == 1
+    backend.write_unit(new)
+    backend.daemon_reload()
+
+
+def until(backend: DemoBackend, clock: Clock, pattern: str, limit: float = 3600.0, step: float = 5.0) -> list[str]:
+    """Advance the clock until a line matching ``pattern`` appears; return the boot's lines."""
+    end = clock.t + limit
+    while clock.t < end:
+        lines = texts(backend)
+        if any(re.search(pattern, t) for t in lines):
+            return lines
+        clock.t += step
+    raise AssertionError(f"no line matching {pattern!r} within {limit} s")
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures: engines.md §2 with this test's own arithmetic
+# ---------------------------------------------------------------------------------------------
+
+
+def _floats(lines: list[str], pattern: str) -> list[float]:
+    return [float(m.group(1)) for t in lines if (m := re.search(pattern, t))]
+
+
+def check_sizing(lines: list[str], *, cell: int, page: int = 1, draft_ratio: float = 0.0, mla: bool) -> int:
+    args = next(t for t in lines if "server_args=ServerArgs(" in t)
+    f = float(re.search(r"mem_fraction_static=([\d.]+)", args).group(1))  # type: ignore[union-attr]
+    begin = _floats(lines, r"Load weight begin\. avail mem=([\d.]+) GB")
+    end = _floats(lines, r"Load weight end\..* avail mem=([\d.]+) GB")
+    n_ranks = len({m.group(1) for t in lines if (m := re.search(r" (TP\d+)\] Load weight begin", t))}) or 1
+    p, a = min(begin[:n_ranks]), min(end[:n_ranks])  # the target's lines (a draft's come later)
+    kv_lines = [t for t in lines if "KV Cache is allocated" in t]
+    n = int(re.search(r"#tokens: (\d+)", kv_lines[0]).group(1))  # type: ignore[union-attr]
+    assert n % page == 0
+    sizing = cell * (1 + draft_ratio)
+    expected = math.floor((a - p * (1 - f)) * GIB / sizing) // page * page
+    slack = (0.005 + 0.005 * (1 - f)) * GIB / sizing + page  # printed figures are rounded to 0.01
+    assert abs(expected - n) <= slack, (expected, n, slack)
+    # the pool holds N + page rows of `cell` bytes
+    if mla:
+        kv = float(re.search(r"KV size: ([\d.]+) GB", kv_lines[0]).group(1))  # type: ignore[union-attr]
+    else:
+        k = float(re.search(r"K size: ([\d.]+) GB", kv_lines[0]).group(1))  # type: ignore[union-attr]
+        v = float(re.search(r"V size: ([\d.]+) GB", kv_lines[0]).group(1))  # type: ignore[union-attr]
+        kv = k + v
+    assert kv == pytest.approx((n + page) * cell / GIB, abs=0.011)
+    # every rank got the same pool
+    assert {re.search(r"#tokens: (\d+)", t).group(1) for t in kv_lines} == {str(n)}  # type: ignore[union-attr]
+    return n
+
+
+def test_kimi_boot_reaches_ready_with_the_engines_figures(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock)
+    lines = until(b, clock, r"The server is fired up and ready to roll!")
+    # P1 … P7 in the SGLang 0.5.14 formats, per-rank prefixes, tqdm without a prefix
+    assert lines[0] == "Started SGLang server (Kimi K2.6, TP8)."
+    order = [
+        "server_args=ServerArgs(",
+        "Init torch distributed ends. elapsed=",
+        "Load weight begin. avail mem=",
+        "Loading safetensors checkpoint shards: 100% Completed | 64/64",
+        "Load weight end. elapsed=",
+        "Using KV cache dtype: torch.bfloat16",
+        "KV Cache is allocated. dtype: torch.bfloat16, #tokens: ",
+        "Memory pool end. avail mem=",
+        "Capture target decode CUDA graph begin. backend=full, num_tokens_per_bs=1, bs=[1, 2, 4, 8, 12, 16, 24, 32, "
+        "40, 48, 56, 64], avail mem=",
+        "Capturing batches (bs=64 avail_mem=",
+        "Capture target decode CUDA graph end. elapsed=",
+        "max_total_num_tokens=",
+        "INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
+        '"POST /generate HTTP/1.1" 200 OK',
+        "The server is fired up and ready to roll!",
+    ]
+    pos = [next(i for i, t in enumerate(lines) if s in t) for s in order]
+    assert pos == sorted(pos)
+    assert all(re.match(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} TP[0-7]\] ", t) for t in lines if "Init torch" in t)
+    assert len([t for t in lines if "Memory pool end" in t]) == 8
+    assert all(t.startswith("Capturing batches (bs=") for t in lines if "Capturing batches" in t)
+    n = check_sizing(lines, cell=(512 + 64) * 61 * 2, mla=True)
+    assert n == 192_406  # the brief's story: a pool smaller than the 200,000-token context
+    summary = next(t for t in lines if "max_total_num_tokens=" in t)
+    assert f"max_total_num_tokens={n}, " in summary
+    assert "max_running_requests=64, context_len=200000" in summary
+    # the request table comes out of the headroom: 65 × 200,004 × 4 B ≈ 52 MB, not GB
+    a0 = _floats(lines, r"TP0\] Load weight end\..* avail mem=([\d.]+) GB")[0]
+    pool_end0 = _floats(lines, r"TP0\] Memory pool end\. avail mem=([\d.]+) GB")[0]
+    kv0 = _floats(lines, r"TP0\] KV Cache is allocated.*KV size: ([\d.]+) GB")[0]
+    req_table = 65 * 200_004 * 4 / GIB
+    assert pool_end0 == pytest.approx(a0 - kv0 - req_table - 16 / 1024, abs=0.02)
+    # capture: the trail falls while graphs are captured; usage = begin avail - end avail
+    trail = _floats(lines, r"Capturing batches \(bs=\d+ avail_mem=([\d.]+) GB\)")
+    assert trail == sorted(trail, reverse=True)
+    assert len(trail) == 13  # 12 batch sizes + tqdm's final refresh
+    cap_end = next(t for t in lines if "TP0] Capture target decode CUDA graph end" in t)
+    usage = float(re.search(r"mem usage=([\d.]+) GB", cap_end).group(1))  # type: ignore[union-attr]
+    after = float(re.search(r"avail mem=([\d.]+) GB", cap_end).group(1))  # type: ignore[union-attr]
+    assert usage == pytest.approx(pool_end0 - after, abs=0.011)
+    assert f"available_gpu_mem={after:.2f} GB" in summary
+
+
+def test_llama_tp4_gqa_old_capture_format_and_idle_gpus(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock, model="llama-70b")
+    lines = until(b, clock, r"fired up and ready")
+    assert any(
+        t.endswith("] Capture cuda graph bs [" + ", ".join(map(str, default_capture_bs(512))) + "]") for t in lines
+    )
+    assert any("Capture cuda graph end. Time elapsed: " in t for t in lines)
+    assert not any("dtype: torch" in t for t in lines if "KV Cache is allocated" in t)  # 0.5.10 format
+    check_sizing(lines, cell=(8 // 4) * (128 + 128) * 80 * 2, mla=False)
+    summary = next(t for t in lines if "max_total_num_tokens=" in t)
+    n = int(re.search(r"max_total_num_tokens=(\d+)", summary).group(1))  # type: ignore[union-attr]
+    mrr = int(re.search(r"max_running_requests=(\d+)", summary).group(1))  # type: ignore[union-attr]
+    assert mrr == min(max(int(n / 131072 * 512), 2048), 4096)  # the engine's default
+    samples = b.samples_at(clock.t)
+    assert [s.index for s in samples] == list(range(8))
+    assert all(s.used_mib > 60_000 for s in samples[:4])
+    assert all(s.used_mib < 10 and not s.processes for s in samples[4:])
+
+
+def test_eagle_draft_repeats_load_pool_and_capture(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock, model="qwen3-32b-eagle3")
+    lines = until(b, clock, r"fired up and ready")
+    assert len([t for t in lines if "Load weight end" in t]) == 4  # target + draft on 2 ranks
+    assert len([t for t in lines if "type=LlamaForCausalLMEagle3" in t]) == 2
+    kv = [t for t in lines if "KV Cache is allocated" in t]
+    assert len(kv) == 4
+    assert len({re.search(r"#tokens: (\d+)", t).group(1) for t in kv}) == 1  # type: ignore[union-attr]
+    assert any("Capture target verify CUDA graph begin. backend=full, num_tokens_per_bs=4" in t for t in lines)
+    assert any("Capture draft decode CUDA graph end." in t for t in lines)
+    # 0.5.14: the target's cell is inflated by draft_layers/target_layers when sizing
+    check_sizing(lines, cell=(8 // 2) * 256 * 64 * 2, draft_ratio=1 / 64, mla=False)
+    draft_kv = kv[2]
+    n = int(re.search(r"#tokens: (\d+)", draft_kv).group(1))  # type: ignore[union-attr]
+    k = float(re.search(r"K size: ([\d.]+) GB", draft_kv).group(1))  # type: ignore[union-attr]
+    assert k == pytest.approx((n + 1) * 4 * 128 * 1 * 2 / GIB, abs=0.006)
+
+
+# ---------------------------------------------------------------------------------------------
+# Failures
+# ---------------------------------------------------------------------------------------------
+
+
+def test_too_high_fraction_dies_in_capture_with_the_oom_text(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock)
+    set_flag(b, "mem-fraction-static", "0.99")
+    b.restart()
+    clock.t += 10
+    lines = until(b, clock, r"Failed with result")
+    boot = lines[lines.index(next(t for t in lines if t.startswith("Started "))) :]
+    assert any("Capture target decode CUDA graph begin" in t for t in boot)
+    i = next(i for i, t in enumerate(boot) if "Scheduler hit an exception: Traceback (most recent call last):" in t)
+    assert re.match(r"\[[\d\- :.]+ TP\d\] Scheduler hit an exception", boot[i])
+    tail = boot[i:]
+    assert any(t.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ") for t in tail)
+    cap = next(t for t in tail if t.startswith("Exception: Capture cuda graph failed: CUDA out of memory."))
+    assert re.search(r"Tried to allocate [\d.]+ (GiB|MiB)\. GPU \d has a total capacity of 95\.59 GiB of which", cap)
+    assert "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)" in tail
+    assert any("Received sigquit from a child process. It usually means the child failed." in t for t in tail)
+    assert "sglang-k26.service: Main process exited, code=killed, status=9/KILL" in tail
+    assert "sglang-k26.service: Failed with result 'signal'." in tail
+    assert not any("fired up and ready" in t for t in boot)
+    # the OOM came while the capture was running: a trail exists and did not finish
+    assert any(t.startswith("Capturing batches (bs=64 avail_mem=") for t in boot)
+    assert not any("100%|" in t for t in boot if t.startswith("Capturing batches"))
+    # GPU memory is released when the process tree dies
+    assert b.server_pids_at(clock.t) == set()
+    assert all(s.used_mib < 10 for s in b.samples_at(clock.t))
+
+
+def test_too_low_fraction_fails_with_not_enough_memory(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock)
+    set_flag(b, "mem-fraction-static", "0.70")
+    b.restart()
+    clock.t += 10
+    lines = until(b, clock, r"Failed with result")
+    assert any(
+        t == "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+        "Current value: mem_fraction_static=0.7"
+        for t in lines
+    )
+    boot = lines[lines.index([t for t in lines if t.startswith("Started ")][-1]) :]
+    assert not any("KV Cache is allocated" in t for t in boot)
+    assert not any("Capture" in t for t in boot)
+    assert any("Received sigquit" in t for t in boot)
+
+
+def test_unknown_flag_is_refused_by_argparse(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock)
+    b.write_unit(b.read_unit().replace("--tp 8", "--tp 8 --mem-fraction 0.9 --no-such-flag 3"))
+    b.daemon_reload()
+    b.restart()
+    clock.t += 5
+    lines = texts(b)
+    # --mem-fraction is a unique abbreviation (argparse accepts it); --no-such-flag is not an option
+    assert "launch_server.py: error: unrecognized arguments: --no-such-flag 3" in lines
+    assert "sglang-k26.service: Main process exited, code=exited, status=2/INVALIDARGUMENT" in lines
+    assert "sglang-k26.service: Failed with result 'exit-code'." in lines
+    assert b.unit_status() == "activating (auto-restart)"
+
+
+def test_restart_on_failure_chain_then_a_reload_fixes_it(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock, speed=10.0)
+    set_flag(b, "mem-fraction-static", "0.70")
+    b.restart()
+    clock.t += 1
+    first = b.current_boot()
+    assert first == 1
+    clock.t += 600
+    later = b.current_boot()
+    assert later is not None
+    assert later > first + 5
+    lines = texts(b, after_cursor=b.cursor(first, 0))
+    counters = [int(m.group(1)) for t in lines if (m := re.search(r"restart counter is at (\d+)\.", t))]
+    assert counters[:3] == [1, 2, 3]
+    assert lines.count("Stopped SGLang server (Kimi K2.6, TP8).") >= 5
+    # a daemon-reload with a good fraction: the next automatic restart uses it and gets ready
+    set_flag(b, "mem-fraction-static", "0.85")
+    clock.t += 120
+    lines = texts(b)
+    assert any("mem_fraction_static=0.85" in t for t in lines)
+    assert any("fired up and ready" in t for t in lines)
+    assert b.unit_status() == "active (running)"
+
+
+def test_readonly_host_refuses_changes(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock, readonly=True)
+    with pytest.raises(DemoError, match="readonly"):
+        b.write_unit("x")
+    with pytest.raises(DemoError, match="readonly"):
+        b.restart()
+
+
+# ---------------------------------------------------------------------------------------------
+# State, restarts, cursors, determinism
+# ---------------------------------------------------------------------------------------------
+
+
+def test_state_persists_across_instances(tmp_path: Path) -> None:
+    clock = Clock()
+    one = make(tmp_path, clock)
+    assert one.unit_path == tmp_path / "demo" / "demo" / "sglang-k26.service"
+    assert one.unit_path.read_text() == one.read_unit()
+    set_flag(one, "mem-fraction-static", "0.88")
+    clock.t += 5
+    one.restart()
+    clock.t += 30
+    two = DemoBackend("demo", clock=clock, state_dir=tmp_path / "demo" / "demo")
+    assert "--mem-fraction-static 0.88" in two.read_unit()
+    assert two.current_boot() == one.current_boot() == 1
+    assert "0.88" in two.effective_execstart()
+    assert texts(two) == texts(one)
+    assert any("mem_fraction_static=0.88" in t for t in texts(two))
+    # and a change by the second is seen by the first (which re-reads the state)
+    two.restart()
+    clock.t += 10
+    assert one.current_boot() == 2
+
+
+def test_edit_without_reload_is_not_used(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock)
+    b.write_unit(b.read_unit().replace("--mem-fraction-static 0.85", "--mem-fraction-static 0.9"))
+    assert b.needs_reload()
+    assert "--mem-fraction-static 0.85" in b.effective_execstart()
+    b.restart()
+    clock.t += 30
+    assert any("mem_fraction_static=0.85" in t for t in texts(b))
+    b.daemon_reload()
+    assert not b.needs_reload()
+    es = b.effective_execstart()
+    assert es.startswith("ExecStart={ path=/opt/sglang/venv/bin/python ; argv[]=/opt/sglang/venv/bin/python -m ")
+    assert "--mem-fraction-static 0.9 " in es
+    assert re.search(r"; pid=\d+ ; code=\(null\) ; status=0/0 }$", es)
+
+
+def test_restart_writes_systemd_lines_and_starts_a_new_boot(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock)
+    until(b, clock, "fired up and ready")
+    clock.t += 30
+    old_pids = b.server_pids_at(clock.t)
+    assert len(old_pids) == 10  # main + 8 schedulers + detokenizer
+    first = b.current_boot()
+    b.restart()
+    assert b.unit_status() == "deactivating (stop-sigterm)"
+    clock.t += 10
+    assert b.current_boot() == (first or 0) + 1
+    all_lines = texts(b, after_cursor=b.cursor(0, 0))
+    i = all_lines.index("Stopping SGLang server (Kimi K2.6, TP8)...")
+    assert all_lines[i + 1 : i + 4] == [
+        "sglang-k26.service: Deactivated successfully.",
+        "Stopped SGLang server (Kimi K2.6, TP8).",
+        all_lines[i + 3],
+    ]
+    assert re.fullmatch(r"sglang-k26\.service: Consumed (\d+min )?[\d.]+s CPU time\.", all_lines[i + 3])
+    assert all_lines[i + 4] == "Started SGLang server (Kimi K2.6, TP8)."
+    assert "server_args=ServerArgs(" in all_lines[i + 5]
+    # the new boot has new PIDs; CURRENT_BOOT starts at its Started line
+    assert texts(b)[0] == "Started SGLang server (Kimi K2.6, TP8)."
+    assert b.server_pids_at(clock.t).isdisjoint(old_pids)
+    b.stop()
+    clock.t += 5
+    assert b.server_pids_at(clock.t) == set()
+    assert b.unit_status() == "inactive (dead)"
+
+
+def test_cursors_resume_without_loss_or_repetition(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock, speed=4.0)
+    got: list[tuple[str | None, str]] = []
+    cursor: str | None = None
+    for step in range(120):
+        clock.t += 1.7
+        if step == 40:
+            b.restart()
+        if step == 80:
+            set_flag(b, "mem-fraction-static", "0.99")
+            b.restart()
+        batch = b.read_lines(after_cursor=cursor, limit=37) if cursor else b.read_lines(limit=37)
+        got += [(r.cursor, r.text) for r in batch]
+        if batch:
+            cursor = batch[-1].cursor
+    full = [(r.cursor, r.text) for r in b.read_lines(after_cursor=b.cursor(0, 0), limit=100_000)]
+    full = [(b.cursor(0, 0), "Started SGLang server (Kimi K2.6, TP8)."), *full]
+    assert len({c for c, _ in got}) == len(got)  # no repetition
+    assert got == full[: len(got)]  # no loss, same order
+    assert len(got) > 400
+    assert sum(1 for _, t in got if t.startswith("Started ")) == 3
+    times = [r.ts for r in b.read_lines(after_cursor=b.cursor(0, 0), limit=100_000)]
+    assert times == sorted(times)  # type: ignore[type-var]
+
+
+def test_determinism_same_seed_flags_start(tmp_path: Path) -> None:
+    def run(seed: int, where: str) -> list[str]:
+        clock = Clock()
+        b = make(tmp_path / where, clock, seed=seed, speed=20.0)
+        clock.t += 200
+        return texts(b)
+
+    a, b_, c = run(3, "a"), run(3, "b"), run(4, "c")
+    assert a == b_
+    assert len(a) > 300
+    assert a != c
+    # different seeds: different per-rank jitter, same shape
+    assert [t[:12] for t in a if "Load weight" in t] == [t[:12] for t in c if "Load weight" in t]
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUs and processes
+# ---------------------------------------------------------------------------------------------
+
+
+def test_gpu_memory_follows_the_phases(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock, gpus=[0, 3])
+    script = b.boot_script()
+    assert script is not None
+    start = script.start
+    idle = b.samples_at(start + 1)
+    assert [s.index for s in idle] == [0, 3]
+    assert all(s.used_mib <= 1 for s in idle)
+    lines = script.lines
+
+    def t_of(s: str) -> float:
+        return next(ln.t for ln in lines if s in ln.text)
+
+    mid_load = (t_of("Load weight begin") + t_of("Load weight end")) / 2
+    after_load = t_of("TP0] Load weight end") + 0.01
+    after_pool = t_of("TP7] Memory pool end") + 0.01
+    ready = script.end_t + 1
+    used = [b.samples_at(t)[0].used_mib / 1024 for t in (mid_load, after_load, after_pool, ready)]
+    assert 20 < used[0] < 60  # weights ramping
+    assert 67 < used[1] < 70  # ≈ 67.9 GiB of weights + context
+    assert used[2] - used[1] == pytest.approx(12.59 + 0.05 + 0.016, abs=0.05)  # the pool jump
+    assert used[3] - used[2] == pytest.approx(1.79, abs=0.05)  # CUDA graphs
+    s = b.samples_at(ready)[0]
+    assert s.total_mib == 97887
+    assert s.name == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    assert s.uuid
+    assert s.uuid.startswith("GPU-")
+    assert s.processes[0].pid in script.rank_pids.values()
+    assert s.processes[0].used_mib == pytest.approx(s.used_mib - 1, abs=1)
+
+
+async def test_gpu_stream_processes_and_foreign(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock)
+    await b.start()
+    stream = b.gpu_stream(interval_s=0.0)
+    first = await anext(stream)
+    assert len(first) == 8
+    await stream.aclose()
+    b.set_foreign_process(3, mib=20480)
+    samples = b.samples_at(clock.t)
+    assert samples[3].used_mib >= 20480
+    procs = await b.gpu_processes()
+    assert 41877 in {p.pid for p in procs}
+    assert 41877 not in await b.server_pids()
+    # the next boot feels the stale process: P is the minimum over ranks, and the ranks say so
+    b.restart()
+    clock.t += 5
+    lines = until(b, clock, r"Load weight end", step=2.0)
+    assert any("The memory capacity is unbalanced. Some GPUs may be occupied by other processes." in t for t in lines)
+    begin = _floats(lines, r"TP3\] Load weight begin\. avail mem=([\d.]+) GB")
+    assert begin[-1] == pytest.approx(94.7 - 20.0, abs=0.1)
+    b.set_foreign_process(None)
+    assert all(p.pid != 41877 for p in await b.gpu_processes())
+    await b.close()
+
+
+async def test_run_status_and_protocol(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock)
+    assert isinstance(b, HostBackend)
+    res = await b.run("nvidia-smi")
+    assert res.exit_status == 127
+    assert "demo host runs no shell commands" in res.stderr
+    await b.start()
+    assert b.status().state == "connected"
+    await b.close()
+    assert b.status().state == "closed"
+
+
+# ---------------------------------------------------------------------------------------------
+# follow_log (async, real clock)
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_follow_log_real_boot_at_high_speed_reaches_ready(tmp_path: Path) -> None:
+    b = DemoBackend("fast", speed=600.0, state_dir=tmp_path / "fast", poll_interval=0.02)
+    await b.start()
+    seen: list[str] = []
+    started = time.monotonic()
+
+    async def follow() -> None:
+        async for batch in b.follow_log():
+            seen.extend(r.text for r in batch)
+            assert all(r.source == "demo" and r.cursor for r in batch)
+            if any("fired up and ready" in r.text for r in batch):
+                return
+
+    await asyncio.wait_for(follow(), timeout=10)
+    assert time.monotonic() - started < 5
+    assert seen[0] == "Started SGLang server (Kimi K2.6, TP8)."
+    assert sum("Loading safetensors" in t for t in seen) == 65
+    await b.close()
+
+
+async def test_follow_next_boot_only_yields_new_lines(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock, poll_interval=0.001)
+    clock.t += 400
+    it = b.follow_log(LogStart.NEXT_BOOT)
+    task = asyncio.ensure_future(anext(it))
+    await asyncio.sleep(0.02)
+    assert not task.done()  # nothing new yet
+    b.restart()
+    clock.t += 3
+    batch = await asyncio.wait_for(task, 2)
+    assert batch[0].text == "Stopping SGLang server (Kimi K2.6, TP8)..."
+    assert "Started SGLang server (Kimi K2.6, TP8)." in [r.text for r in batch]
+    await b.close()
+    await it.aclose()
+
+
+def test_current_boot_backlog_is_bounded(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock)
+    clock.t += 3 * 24 * 3600  # three days of serving
+    lines = b.read_lines(limit=100_000)
+    assert lines[0].text.startswith("Started ")
+    assert sum("Decode batch" in r.text or "Prefill batch" in r.text for r in lines) <= 1000 + 2
+    assert any("fired up and ready" in r.text for r in lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Units, presets, factory
+# ---------------------------------------------------------------------------------------------
+
+
+def test_parse_unit() -> None:
+    text = (
+        "[Unit]\nDescription=My server\n[Service]\n"
+        'Environment=A=1 "B=two words"\nEnvironment=CUDA_VISIBLE_DEVICES=4,5\n'
+        "ExecStart=/bin/false\nExecStart=\n"
+        "ExecStart=/usr/bin/python3 -m sglang.launch_server \\\n"
+        "  # a comment inside the continuation\n"
+        "  --model-path '/models/with space' \\\n  --tp 2\n"
+        "Restart=on-failure\nRestartSec=1min 30s\n"
+    )
+    u = parse_unit(text)
+    assert u.error is None
+    assert u.description == "My server"
+    assert u.argv == (
+        "/usr/bin/python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/models/with space",
+        "--tp",
+        "2",
+    )
+    assert u.env == {"A": "1", "B": "two words", "CUDA_VISIBLE_DEVICES": "4,5"}
+    assert (u.restart, u.restart_sec) == ("on-failure", 90.0)
+    assert parse_unit("[Service]\nType=simple\n").error is not None
+    assert parse_unit("[Service]\nExecStart=/a\nExecStart=/b\n").error is not None
+    assert parse_timespan("500ms") == 0.5
+    assert parse_timespan("10") == 10.0
+    assert parse_timespan("soon") is None
+
+
+def test_bad_unit_refuses_restart(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock)
+    b.write_unit("[Service]\nType=simple\n")
+    b.daemon_reload()
+    with pytest.raises(DemoError, match="bad unit file setting"):
+        b.restart()
+
+
+def test_presets_and_bad_config(tmp_path: Path) -> None:
+    assert set(PRESETS) == {"kimi-k2.6", "llama-70b", "qwen3-32b-eagle3"}
+    clock = Clock()
+    assert make(tmp_path, clock, name="x", model="LLAMA").model_key == "llama-70b"
+    with pytest.raises(DemoError, match=r"not a demo preset; expected one of: kimi-k2\.6"):
+        DemoBackend("y", model="gpt-5", state_dir=tmp_path / "y")
+    with pytest.raises(DemoError, match="do not exist"):
+        DemoBackend("z", gpus=[9], state_dir=tmp_path / "z")
+
+
+def test_factory_builds_each_kind_lazily(tmp_path: Path) -> None:
+    from kvtui.config import HostConfig
+    from kvtui.hosts.factory import make_backend
+    from kvtui.hosts.local import LocalBackend
+    from kvtui.hosts.ssh import SshBackend
+
+    clock = Clock()
+    demo = make_backend("demo-b", HostConfig(demo=True, demo_speed=10.0, demo_seed=7), clock=clock)
+    assert isinstance(demo, DemoBackend)
+    assert (demo.speed, demo.seed, demo.clock) == (10.0, 7, clock)
+    assert demo.state_dir == tmp_path / "state" / "kvtui" / "demo" / "demo-b"
+    local = make_backend("here", HostConfig(local=True, log_file="/tmp/x.log"))
+    assert isinstance(local, LocalBackend)
+    ssh = make_backend("far", HostConfig(ssh="root@gpu-a", unit="sglang.service"))
+    assert isinstance(ssh, SshBackend)
+    assert isinstance(demo, HostBackend)
