@@ -446,7 +446,11 @@ async def test_gpu_stream_processes_and_foreign(tmp_path: Path) -> None:
     first = await anext(stream)
     assert len(first) == 8
     await stream.aclose()
-    b.set_foreign_process(3, mib=20480)
+    seeded = b.set_foreign_process()
+    assert seeded is not None
+    assert seeded == make(tmp_path / "other", Clock()).set_foreign_process()  # from the seed
+    fp = b.set_foreign_process(gpu=3, mib=20480, pid=41877)
+    assert fp is not None
     samples = b.samples_at(clock.t)
     assert samples[3].used_mib >= 20480
     procs = await b.gpu_processes()
@@ -459,7 +463,7 @@ async def test_gpu_stream_processes_and_foreign(tmp_path: Path) -> None:
     assert any("The memory capacity is unbalanced. Some GPUs may be occupied by other processes." in t for t in lines)
     begin = _floats(lines, r"TP3\] Load weight begin\. avail mem=([\d.]+) GB")
     assert begin[-1] == pytest.approx(94.7 - 20.0, abs=0.1)
-    b.set_foreign_process(None)
+    b.set_foreign_process(False)
     assert all(p.pid != 41877 for p in await b.gpu_processes())
     await b.close()
 
@@ -582,6 +586,22 @@ def test_presets_and_bad_config(tmp_path: Path) -> None:
         DemoBackend("y", model="gpt-5", state_dir=tmp_path / "y")
     with pytest.raises(DemoError, match="do not exist"):
         DemoBackend("z", gpus=[9], state_dir=tmp_path / "z")
+
+
+def test_the_simulation_never_imports_the_calculator() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kvtui.hosts.demo, kvtui.hosts.demo_models, kvtui.hosts.factory; "
+        "bad = [m for m in sys.modules if m == 'kvtui.kvcalc' or m.startswith(('textual', 'asyncssh'))]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for mod in ("demo.py", "demo_models.py"):
+        src = (Path(__file__).parent.parent / "kvtui" / "hosts" / mod).read_text()
+        assert "kvcalc" not in src.replace("kvtui.kvcalc``, which is tested against it", "")
 
 
 def test_factory_builds_each_kind_lazily(tmp_path: Path) -> None:

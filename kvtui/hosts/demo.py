@@ -327,10 +327,11 @@ class BootView:
 class _Timeline:
     """Pure computations over a state snapshot: which boots exist, their lines, GPU memory."""
 
-    def __init__(self, backend: DemoBackend, state: DemoState) -> None:
+    def __init__(self, backend: DemoBackend, state: DemoState, cache_key: object = None) -> None:
         self.b = backend
         self.state = state
         self.preset = PRESETS[state.model]
+        self.cache_key = cache_key  # set when ``state`` is the saved state: views may be cached
 
     # -- epochs -------------------------------------------------------------------------------
 
@@ -421,6 +422,20 @@ class _Timeline:
     # -- one boot's lines ---------------------------------------------------------------------
 
     def view(self, g: int, now: float) -> BootView | None:
+        key = (self.cache_key, g)
+        if self.cache_key is not None:
+            cached = self.b._views.get(key)
+            if cached is not None:
+                return cached
+        v = self._view(g, now)
+        if v is not None and self.cache_key is not None:
+            # once a boot exists its lines depend only on the state (not on now)
+            self.b._views[key] = v
+            while len(self.b._views) > 16:
+                self.b._views.popitem(last=False)
+        return v
+
+    def _view(self, g: int, now: float) -> BootView | None:
         found = self.locate(g, now)
         if found is None:
             return None
@@ -584,7 +599,7 @@ class DemoBackend:
         readonly: bool | None = None,
         state_dir: Path | None = None,
         gpu: GpuSpec | None = None,
-        poll_interval: float = 0.05,
+        poll_interval: float = 0.1,
     ) -> None:
         self.name = name
         self.clock: Callable[[], float] = clock or time.time
@@ -622,6 +637,8 @@ class DemoBackend:
         self._state_sig: tuple[int, int] | None = None
         self._units: dict[str, UnitInfo] = {}
         self._scripts: OrderedDict[tuple[str, int, int], BootScript] = OrderedDict()
+        self._views: OrderedDict[tuple[object, int], BootView] = OrderedDict()
+        self._uuids: dict[int, str] = {}
 
     # -- paths and locking ----------------------------------------------------------------------
 
@@ -732,7 +749,8 @@ class DemoBackend:
             self._write_state(st)
 
     def _timeline(self) -> _Timeline:
-        return _Timeline(self, self._load())
+        st = self._load()
+        return _Timeline(self, st, (st.state_id, self._state_sig))
 
     # -- HostBackend --------------------------------------------------------------------------------
 
@@ -843,8 +861,11 @@ class DemoBackend:
     # -- GPUs -----------------------------------------------------------------------------------------
 
     def gpu_uuid(self, index: int) -> str:
-        rng = random.Random(f"uuid:{self.seed}:{index}")
-        return "GPU-" + str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        known = self._uuids.get(index)
+        if known is None:
+            rng = random.Random(f"uuid:{self.seed}:{index}")
+            known = self._uuids[index] = "GPU-" + str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        return known
 
     def _selected(self) -> tuple[int, ...]:
         return self.gpus if self.gpus is not None else tuple(range(self.gpu.count))
@@ -892,8 +913,7 @@ class DemoBackend:
                     )
                 )
             util = max(0.0, min(100.0, util))
-            hw = random.Random(f"hw-temp:{self.seed}:{idx}")
-            temp = 31.0 + 4.0 * hw.random() + 0.42 * util
+            temp = 31.0 + 4.0 * (int(self.gpu_uuid(idx)[4:12], 16) / 0xFFFFFFFF) + 0.42 * util
             power = self.gpu.idle_w + (self.gpu.max_w - self.gpu.idle_w) * 0.82 * util / 100.0 + rng.uniform(0, 3)
             out.append(
                 GpuSample(
@@ -1052,14 +1072,38 @@ class DemoBackend:
         return (STOP_DELAY_S + 0.2) / last.speed
 
     def set_foreign_process(
-        self, gpu: int | None, mib: float = 18432.0, pid: int = 41877, name: str = "python3"
-    ) -> None:
-        """Put (or with ``gpu=None`` remove) a stale foreign process holding ``mib`` on one GPU.
-        Its memory shows at once; the server feels it from its next start."""
-        if gpu is not None and not 0 <= gpu < self.gpu.count:
-            raise DemoError(f"demo host '{self.name}': no GPU {gpu}")
+        self,
+        enabled: bool = True,
+        *,
+        gpu: int | None = None,
+        mib: float | None = None,
+        pid: int | None = None,
+        name: str = "python3",
+    ) -> ForeignProcess | None:
+        """Put (or, with ``enabled=False``, remove) a stale foreign process holding memory on one
+        GPU — the classic cause of an OOM on restart. Unset fields come from the seed (a GPU of
+        the server's, 12–24 GiB, a PID). Its memory shows at once; the server feels it from its
+        next start. Returns what was set."""
+        if not enabled:
+            with self._mutate() as st:
+                st.foreign = None
+            return None
+        rng = random.Random(f"foreign:{self.seed}")
+        if gpu is None:
+            visible = self.unit_cache(self._load().loaded_unit).env.get("CUDA_VISIBLE_DEVICES", "")
+            choices = [int(x) for x in visible.split(",") if x.strip().isdigit()] or list(range(self.gpu.count))
+            gpu = rng.choice(choices)
+        if not 0 <= gpu < self.gpu.count:
+            raise DemoError(f"demo host '{self.name}': no GPU {gpu} (it has GPUs 0-{self.gpu.count - 1})")
+        proc = ForeignProcess(
+            gpu=gpu,
+            mib=float(mib if mib is not None else rng.choice((12288, 18432, 24576))),
+            pid=pid if pid is not None else rng.randrange(30000, 60000),
+            name=name,
+        )
         with self._mutate() as st:
-            st.foreign = None if gpu is None else asdict(ForeignProcess(gpu, float(mib), pid, name))
+            st.foreign = asdict(proc)
+        return proc
 
     def unit_status(self) -> str:
         """systemd's ``ActiveState (SubState)`` of the unit now."""
