@@ -1,0 +1,322 @@
+"""``kvtui calc``: predict the KV pool for edited flags, calibrated from a boot's own log.
+
+    kvtui calc --log PATH [--boot N] [--gpu-mem-gib G] [--set FLAG=VALUE …] [--unset FLAG …]
+               [--full-context K] [--json]
+    kvtui calc --model config.json --gpu-mem-gib G --tp N [--weights-gib W] [--engine E] [--set …] [--json]
+
+Exit codes: 0 the prediction boots (also at low confidence), 1 the verdict is ``oom_risk`` or
+``no_fit``, 2 usage (bad option or edit), 3 unreadable input (missing file, no boot that sized its
+pool, a config.json without the needed keys).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+from kvtui import kvcalc as kc
+from kvtui.boot import Boot
+from kvtui.engines.events import Engine
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+
+
+class _Fail(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------------
+
+
+def _open_log(path: str) -> BinaryIO:
+    if path == "-":
+        return sys.stdin.buffer
+    p = Path(path)
+    try:
+        return p.open("rb")
+    except FileNotFoundError:
+        raise _Fail(EXIT_INPUT, f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise _Fail(EXIT_INPUT, f"{path}: is a directory, expected a log file") from None
+    except PermissionError:
+        raise _Fail(EXIT_INPUT, f"{path}: permission denied") from None
+    except OSError as exc:
+        raise _Fail(EXIT_INPUT, f"{path}: cannot open ({exc.strerror or exc})") from None
+
+
+def read_log_boots(path: str) -> list[Boot]:
+    """Every boot of a saved log (any shape ``kvtui replay`` reads), in order."""
+    try:
+        from kvtui.commands.replay import InputError, analyse, read_chunks
+    except ImportError as exc:  # the engine core is not in this build
+        raise _Fail(EXIT_INPUT, f"reading logs needs the engine core ({exc})") from None
+    stream = _open_log(path)
+    try:
+        boots, _shape = analyse(read_chunks(stream, path))
+    except InputError as exc:
+        raise _Fail(EXIT_INPUT, str(exc)) from None
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    return boots
+
+
+def _read_config(path: str) -> dict[str, object]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _Fail(EXIT_INPUT, f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise _Fail(EXIT_INPUT, f"{path}: is a directory, expected a model config.json") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _Fail(EXIT_INPUT, f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _Fail(EXIT_INPUT, f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise _Fail(EXIT_INPUT, f"{path}: expected a JSON object (a model's config.json), got {type(data).__name__}")
+    return data
+
+
+def graph_margin_from_config(hosts: str | None, err: TextIO) -> float:
+    """``[calc] graph_margin_gib`` from hosts.toml when there is one, else the calculator's default.
+
+    An explicit ``--hosts`` that is broken is an error (exit 3); a broken file found by the default
+    lookup only earns a warning, so an unrelated hosts.toml does not block a calculation.
+    """
+    try:
+        from kvtui.config import ConfigError, find_hosts_file, load_config
+    except ImportError:
+        return kc.DEFAULT_GRAPH_MARGIN_GIB
+    try:
+        found = find_hosts_file(hosts)
+    except ConfigError as exc:
+        if hosts:
+            raise _Fail(EXIT_INPUT, str(exc)) from None
+        return kc.DEFAULT_GRAPH_MARGIN_GIB
+    if found is None:
+        return kc.DEFAULT_GRAPH_MARGIN_GIB
+    try:
+        config = load_config(hosts)
+    except ConfigError as exc:
+        if hosts:
+            raise _Fail(EXIT_INPUT, str(exc)) from None
+        print(
+            f"kvtui calc: warning: ignoring {found}, using the default graph margin "
+            f"{kc.DEFAULT_GRAPH_MARGIN_GIB:.2f} GiB:\n{exc}",
+            file=err,
+        )
+        return kc.DEFAULT_GRAPH_MARGIN_GIB
+    margin = config.calc.graph_margin_gib
+    return kc.DEFAULT_GRAPH_MARGIN_GIB if margin is None else float(margin)
+
+
+# ---------------------------------------------------------------------------------------------
+# Human output
+# ---------------------------------------------------------------------------------------------
+
+
+def _gib(v: float | None) -> str:
+    return "—" if v is None else f"{v:,.2f} GiB"
+
+
+def _tok(v: float | None) -> str:
+    return "—" if v is None else f"{int(v):,}"
+
+
+def _fr(v: float | None) -> str:
+    return "—" if v is None else f"{v:.3f}".rstrip("0").rstrip(".")
+
+
+def _value(v: object) -> str:
+    if v is None:
+        return "(unset: engine default)"
+    if isinstance(v, float):
+        return _fr(v)
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) >= 10000 else str(v)
+    return str(v)
+
+
+def render(pred: kc.Prediction, source: str) -> str:
+    m = pred.model
+    ff = kc.fraction_flag(m.engine)
+    page_name = "block_size" if m.engine is Engine.VLLM else "page_size"
+    out: list[str] = [f"kvtui calc · {m.engine.value} · {source} · basis {m.basis} · confidence {pred.confidence}", ""]
+    obs = [f"{ff} {_fr(m.fraction)}", f"{_tok(m.tokens)} tokens"]
+    if m.kv_cache_gib is not None:
+        obs.append(f"KV {_gib(m.kv_cache_gib)} per rank")
+    if m.avail_after_pool_gib is not None and m.engine is Engine.SGLANG:
+        obs.append(f"{_gib(m.avail_after_pool_gib)} free after the pools")
+    if m.graph_mem_gib is not None:
+        obs.append(f"graphs {_gib(m.graph_mem_gib)}")
+    out.append("observed   " + " · ".join(obs))
+    cell = f"cell {m.cell_bytes:,} B/token/rank"
+    if m.sizing_cell_bytes != m.cell_bytes:
+        cell += f" (the engine sized with {m.sizing_cell_bytes:,} B)"
+    out.append(f"           {cell} · {page_name} {m.page_size}")
+    if pred.edits.values:
+        out.append("edits      " + " · ".join(f"{k} = {_value(v)}" for k, v in pred.edits.values.items()))
+    else:
+        out.append("edits      none (the boot as it is)")
+    delta = pred.tokens - m.tokens
+    rows: list[tuple[str, str]] = [
+        ("tokens", f"{_tok(pred.tokens)}" + (f"  ({delta:+,})" if delta else "")),
+        ("KV pool", f"{_gib(pred.kv_cache_gib)} per rank"),
+    ]
+    if pred.avail_after_pool_gib is not None:
+        label = "outside the budget" if m.engine is Engine.VLLM else "free after the pools"
+        rows.append((label, _gib(pred.avail_after_pool_gib)))
+    if pred.graph_need_gib is not None or pred.graph_headroom_gib is not None:
+        rows.append(
+            (
+                "graph capture",
+                f"needs ≈ {_gib(pred.graph_need_gib)} → headroom {_gib(pred.graph_headroom_gib)}"
+                f" (margin {pred.margin_gib:.2f} + activations {pred.activation_gib:.2f} GiB)",
+            )
+        )
+    if pred.req_to_token_gib is not None:
+        rows.append(
+            (
+                "req_to_token",
+                f"{pred.req_to_token_gib:,.3f} GiB ({pred.req_to_token_gib * 1024:,.1f} MiB)"
+                + (f" for {pred.running_requests:,} requests" if pred.running_requests else ""),
+            )
+        )
+    if pred.full_context_requests is not None and pred.context_len:
+        rows.append(("full context", f"{pred.full_context_requests:,.2f} requests of {pred.context_len:,} tokens"))
+    if pred.tokens_per_0_01 is not None:
+        rows.append((f"per +0.01 {ff}", f"{pred.tokens_per_0_01:,} tokens"))
+    k = pred.full_context
+    rows.append(
+        (f"min {ff} for {k} full-context request{'s' if k != 1 else ''}", _fr(pred.min_fraction_for_full_context))
+    )
+    rows.append((f"max safe {ff} (verdict ok)", _fr(pred.max_safe_fraction)))
+    width = max(len(a) for a, _ in rows)
+    head = f"predicted  {ff} {_fr(pred.fraction)}"
+    out.append(head)
+    out.extend(f"           {a:<{width}}  {b}" for a, b in rows)
+    out.append("")
+    verdict = pred.verdict.value.upper()
+    out.append(
+        f"verdict    {verdict}"
+        + ("   (confidence low: treat the numbers as estimates)" if pred.confidence == "low" else "")
+    )
+    out.extend(f"  · {r}" for r in pred.reasons)
+    out.append("")
+    out.append("how")
+    out.extend(f"  {line}" for line in pred.explain)
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    if getattr(args, "full_context", 1) is not None and args.full_context < 1:
+        raise _Fail(EXIT_USAGE, f"--full-context {args.full_context}: expected a whole number ≥ 1")
+    if args.gpu_mem_gib is not None and not args.gpu_mem_gib > 0:
+        raise _Fail(EXIT_USAGE, f"--gpu-mem-gib {args.gpu_mem_gib}: expected the GPU's memory in GiB (> 0)")
+    if args.model:
+        if args.boot is not None:
+            raise _Fail(EXIT_USAGE, "--boot goes with --log, not --model")
+        missing = [o for o, v in (("--gpu-mem-gib G", args.gpu_mem_gib), ("--tp N", args.tp)) if v is None]
+        if missing:
+            raise _Fail(EXIT_USAGE, f"--model needs {' and '.join(missing)}")
+        if args.tp < 1:
+            raise _Fail(EXIT_USAGE, f"--tp {args.tp}: expected a whole number ≥ 1")
+        if args.weights_gib is not None and args.weights_gib < 0:
+            raise _Fail(EXIT_USAGE, f"--weights-gib {args.weights_gib}: expected GiB per rank ≥ 0")
+    else:
+        for opt, val in (("--tp", args.tp), ("--weights-gib", args.weights_gib), ("--engine", args.engine)):
+            if val is not None:
+                hint = " (to predict another TP size use --set tp=N)" if opt == "--tp" else ""
+                raise _Fail(EXIT_USAGE, f"{opt} goes with --model{hint}")
+
+
+def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, str]:
+    sets: Sequence[str] = args.set or []
+    unsets: Sequence[str] = args.unset or []
+    if args.model:
+        engine = Engine(args.engine) if args.engine else Engine.SGLANG
+        config = _read_config(args.model)
+        try:
+            edits = kc.parse_edits(engine, sets, unsets)
+        except kc.CalcError as exc:
+            raise _Fail(EXIT_USAGE, str(exc)) from None
+        try:
+            model = kc.from_config(
+                config,
+                gpu_mem_gib=args.gpu_mem_gib,
+                tp=args.tp,
+                weights_gib=args.weights_gib,
+                engine=engine,
+                flags={k: v for k, v in edits.values.items() if v is not None},
+            )
+        except kc.CalcError as exc:
+            raise _Fail(EXIT_INPUT if exc.kind == "input" else EXIT_USAGE, f"{args.model}: {exc}") from None
+        source = f"config {args.model} (TP {args.tp}, {args.gpu_mem_gib:g} GiB GPUs)"
+    else:
+        try:  # catch a malformed edit before reading a possibly large log
+            kc.parse_edits(Engine.UNKNOWN, sets, unsets)
+        except kc.CalcError as exc:
+            raise _Fail(EXIT_USAGE, str(exc)) from None
+        boots = read_log_boots(args.log)
+        try:
+            boot, others = kc.select_boot(boots, args.boot)
+        except kc.CalcError as exc:
+            raise _Fail(EXIT_INPUT if exc.kind == "input" else EXIT_USAGE, f"{args.log}: {exc}") from None
+        try:
+            model = kc.calibrate(boot, gpu_mem_gib=args.gpu_mem_gib, others=others)
+        except kc.CalcError as exc:
+            raise _Fail(EXIT_INPUT, f"{args.log}: boot {boots.index(boot) + 1}: {exc}") from None
+        try:
+            edits = kc.parse_edits(model.engine, sets, unsets)
+        except kc.CalcError as exc:
+            raise _Fail(EXIT_USAGE, str(exc)) from None
+        source = f"boot {boots.index(boot) + 1} of {len(boots)} in {'stdin' if args.log == '-' else args.log}"
+        if others:
+            source += f" (+{len(others)} sibling boot{'s' if len(others) != 1 else ''})"
+    try:
+        pred = kc.predict(model, edits, full_context=args.full_context, graph_margin_gib=margin)
+    except kc.CalcError as exc:
+        raise _Fail(EXIT_USAGE, str(exc)) from None
+    return pred, source
+
+
+def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    try:
+        if getattr(args, "host", None):
+            raise _Fail(
+                EXIT_USAGE,
+                f"--host {args.host}: calibrating from a live host needs the hosts layer, which this build does "
+                "not wire into calc yet; save the log and use --log PATH",
+            )
+        _check_options(args)
+        margin = graph_margin_from_config(getattr(args, "hosts", None), err)
+        pred, source = _predict(args, margin)
+    except _Fail as exc:
+        print(f"kvtui calc: {exc}", file=err)
+        return exc.code
+    if args.json:
+        json.dump(pred.to_json(), out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        out.write(render(pred, source))
+    return EXIT_FAILED if pred.verdict in (kc.Verdict.OOM_RISK, kc.Verdict.NO_FIT) else EXIT_OK
