@@ -277,6 +277,33 @@ def test_restart_on_failure_chain_then_a_reload_fixes_it(tmp_path: Path) -> None
     assert b.unit_status() == "active (running)"
 
 
+def test_restart_during_a_restart_chain_stops_the_running_boot_at_once(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock, speed=10.0)
+    set_flag(b, "mem-fraction-static", "0.99")
+    b.restart()
+    clock.t += 1
+    while b.current_boot() != 2:  # boot 1 dies in capture, boot 2 is the automatic restart
+        clock.t += 1.0
+    clock.t += 3  # the second boot of the chain is loading its weights
+    assert b.unit_status() == "active (running)"
+    set_flag(b, "mem-fraction-static", "0.85")  # a reload during the chain …
+    b.restart()  # … and an explicit restart: the running boot stops now, the new one starts
+    stopped_at = clock.t
+    clock.t += 2
+    lines = texts(b, after_cursor=b.cursor(1, 0))
+    i = lines.index("Stopping SGLang server (Kimi K2.6, TP8)...")
+    assert lines[i + 4] == "Started SGLang server (Kimi K2.6, TP8)."
+    assert sum("Capture cuda graph failed" in t for t in lines) == 1  # only the first boot got that far
+    recs = b.read_lines(after_cursor=b.cursor(1, 0), limit=100_000)
+    started = [r for r in recs if r.text.startswith("Started ")][-1]
+    assert started.ts is not None
+    assert started.ts.timestamp() - stopped_at == pytest.approx(0.17, abs=0.01)
+    clock.t += 60
+    assert any("mem_fraction_static=0.85" in t for t in texts(b))
+    assert any("fired up and ready" in t for t in texts(b))
+
+
 def test_readonly_host_refuses_changes(tmp_path: Path) -> None:
     clock = Clock()
     b = make(tmp_path, clock, readonly=True)

@@ -977,7 +977,9 @@ class DemoBackend:
             now = self.clock()
             tl = _Timeline(self, st)
             last = st.epochs[-1]
-            if text != last.unit and last.end is None:
+            if last.start > now and last.end is None:
+                last.unit = text  # a queued start execs what is loaded when it runs
+            elif text != last.unit and last.end is None:
                 # an automatic-restart chain in progress restarts with the newly loaded unit
                 n = tl.n_boots(last, now)
                 c = tl.cycle(last)
@@ -1055,21 +1057,23 @@ class DemoBackend:
             self._end_current(st, self.clock())
 
     def _end_current(self, st: DemoState, now: float) -> float:
-        """End the newest epoch at ``now``; seconds until its processes are gone."""
+        """Stop whatever runs or is about to start at ``now``: cancel pending starts (a queued
+        restart, an automatic restart after a failure), end the running epoch. Returns the
+        seconds until the server's processes are gone (when a new start may begin)."""
+        for e in reversed(st.epochs):
+            if e.start > now:
+                if e.end is None or e.end > e.start:
+                    e.end, e.max_boots = e.start, 0
+                continue
+            if e.end is None or e.end > now:
+                e.end = now
+            break
         tl = _Timeline(self, st)
-        last = st.epochs[-1]
-        if last.end is not None and last.end <= now:
-            return 0.0
-        if last.start > now:  # not started yet (a restart right after a restart): cancel it
-            last.end = last.start
-            last.max_boots = 0
-            return max(0.0, last.start - now)
         g = tl.last_boot(now)
         v = tl.view(g, now) if g is not None else None
-        last.end = now
-        if v is None or (v.death_t is not None and v.death_t <= now):
+        if v is None or v.death_t is None or v.death_t <= now:
             return 0.0
-        return (STOP_DELAY_S + 0.2) / last.speed
+        return (v.death_t - now) + 0.2 / v.epoch.speed
 
     def set_foreign_process(
         self,
