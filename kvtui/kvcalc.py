@@ -315,6 +315,13 @@ def parse_edits(engine: Engine, sets: Sequence[str], unsets: Sequence[str]) -> E
     values: dict[str, object] = {}
     origin: dict[str, str] = {}
     for item in sets:
+        if "=" not in item and _concept(canonical_flag(engine, item)) is None:
+            name = canonical_flag(engine, item)  # a bare boolean flag (--set enable-torch-compile)
+            if name in origin and origin[name] != f"--set {item}":
+                raise CalcError(f"--set {item}: {name} is already given by {origin[name]}; give it once")
+            values[name] = True
+            origin[name] = f"--set {item}"
+            continue
         if "=" not in item:
             raise CalcError(
                 f"--set {item!r}: expected FLAG=VALUE, e.g. --set mem-fraction-static=0.88 "
@@ -1222,9 +1229,10 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
     graph = _graph_model_sglang(boot, pool_end, c)
     cgmb = _as_int(flags.get("cuda_graph_max_bs"))
     if graph is None:
-        graph = _estimated_graph(
-            cgmb or (max(boot.capture_bs) if boot.capture_bs else None), c, "the log shows no capture memory"
+        why = (
+            "capture has not finished yet" if boot.status is BootStatus.STARTING else "the log shows no capture memory"
         )
+        graph = _estimated_graph(cgmb or (max(boot.capture_bs) if boot.capture_bs else None), c, why)
     # a sibling boot that finished capture measures the need better than an OOM estimate
     if graph.source in ("capture-oom", "estimated"):
         for o in others:
@@ -1947,7 +1955,16 @@ def _evaluate(
         )
     slope = model.slope_gib or 0.0
     budget0 = model.tokens_raw * model.sizing_cell_bytes / GIB
-    budget = budget0 + slope * df + d_weights
+    d_act = 0.0
+    if eng is Engine.VLLM and s.chunk != model.chunked_prefill_size:
+        # vLLM profiles the activation peak of a max_num_batched_tokens batch inside its budget
+        d_act = activation_allowance_gib(s.chunk) - activation_allowance_gib(model.chunked_prefill_size)
+        if with_explain:
+            lows.append(
+                f"max_num_batched_tokens {model.chunked_prefill_size or 'default'} → {s.chunk or 'default'}: the "
+                f"profiled activation peak changes by ≈ {d_act:+.2f} GiB (estimate)"
+            )
+    budget = budget0 + slope * df + d_weights - d_act
     raw = budget * GIB / cell_s if cell_s > 0 else 0.0
     capped = s.cap is not None and raw > s.cap
     tokens = floor_page(min(raw, float(s.cap)) if s.cap is not None else raw, s.page)
@@ -1960,6 +1977,7 @@ def _evaluate(
             f"N({_frac(s.fraction)}) = floor_page(({budget0:.2f} GiB + {sym} {slope:.2f} × ({_frac(s.fraction)} − "
             f"{_frac(model.fraction)})"
             + (f" + {d_weights:.2f} GiB weights freed" if d_weights else "")
+            + (f" − {d_act:.2f} GiB activations" if d_act else "")
             + f") × 2^30 / {cell_s:,.0f} B, page {s.page}) = {tokens:,} tokens"
             + (f" (capped at {s.cap:,})" if capped else "")
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -576,6 +577,92 @@ def test_vllm_kv_too_small_boot_calibrates_from_its_error() -> None:
     assert ok.tokens >= 524288
 
 
+def test_vllm_batched_tokens_edit_moves_the_profiled_activations() -> None:
+    fx = _fixture("vllm-llama8b-tp2.log")
+    model = kc.calibrate(gen.make_boot(fx.truths[0]), gpu_mem_gib=gen.H100.total_gib)
+    pred = kc.predict(model, {"max-num-batched-tokens": 2048})
+    _, truth = gen.vllm_boot(
+        gen.LLAMA8B, gen.H100, gen.VllmFlags(gpu_memory_utilization=0.9, max_num_batched_tokens=2048)
+    )
+    assert pred.tokens > model.tokens
+    assert pred.tokens == pytest.approx(truth.tokens, rel=0.005)
+    assert pred.confidence == "low"
+    assert any("activation peak" in r for r in pred.reasons)
+
+
+# ---------------------------------------------------------------------------------------------
+# Against the demo host's engine simulation (kvtui/hosts/demo_models.py, written independently)
+# ---------------------------------------------------------------------------------------------
+
+
+def _demo_boot(key: str, fraction: float) -> tuple[str, Boot]:
+    dm = pytest.importorskip("kvtui.hosts.demo_models")
+    parse = pytest.importorskip("kvtui.engines.parse")
+    from kvtui.boot import BootTracker
+
+    preset = dm.PRESETS[key]
+    argv = [preset.exe, "-m", preset.module]
+    for flag in preset.flags:
+        argv += shlex.split(flag)
+    argv[argv.index("--mem-fraction-static") + 1] = str(fraction)
+    script = dm.simulate_boot(
+        dm.BootInput(
+            argv=tuple(argv),
+            env={"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in preset.gpus)},
+            preset=preset,
+            gpu=dm.GpuSpec(),
+            seed=7,
+            boot_no=1,
+            start=1.7e9,
+            speed=1.0,
+        )
+    )
+    tracker = BootTracker()
+    try:
+        for parsed in parse.parse_bytes("\n".join(line.text for line in script.lines).encode()):
+            tracker.feed(parsed)
+    except NotImplementedError:
+        pytest.skip("BootTracker is not implemented yet (engine core)")
+    return script.outcome, tracker.boots[-1]
+
+
+DEMO_PRESETS = [("kimi-k2.6", 0.85), ("llama-70b", 0.88), ("qwen3-32b-eagle3", 0.85)]
+
+
+@pytest.mark.parametrize(("key", "f0"), DEMO_PRESETS)
+def test_demo_host_boots_are_predicted_within_half_a_percent(key: str, f0: float) -> None:
+    outcome, boot = _demo_boot(key, f0)
+    assert outcome == "ready"
+    model = kc.calibrate(boot)
+    assert model.identity is not None
+    assert model.identity.ok, model.reasons
+    assert model.confidence == "high"
+    for f in (round(f0 - 0.05, 3), round(f0 + 0.03, 3)):
+        _, other = _demo_boot(key, f)
+        truth = other.metrics.max_total_num_tokens
+        assert truth is not None
+        assert kc.predict(model, {"mem_fraction_static": f}).tokens == pytest.approx(truth, rel=0.005)
+
+
+@pytest.mark.parametrize(("key", "f0"), DEMO_PRESETS)
+def test_demo_host_outcomes_agree_with_the_verdicts(key: str, f0: float) -> None:
+    """Where the calculator says ok the simulated engine boots; where it dies, the calculator warned."""
+    _, boot = _demo_boot(key, f0)
+    model = kc.calibrate(boot)
+    for f in (0.3, 0.7, 0.9, 0.95, 0.99):
+        outcome, other = _demo_boot(key, f)
+        verdict = kc.predict(model, {"mem_fraction_static": f}).verdict
+        if verdict is kc.Verdict.OK:
+            assert outcome == "ready", f
+        if outcome != "ready":
+            assert other.failure is not None
+            expected = kc.Verdict.NO_FIT if other.failure.kind is FailureKind.OOM_KV_ALLOCATE else kc.Verdict.OOM_RISK
+            assert verdict is expected, f
+    safe = kc.predict(model).max_safe_fraction
+    assert safe is not None
+    assert _demo_boot(key, safe)[0] == "ready"
+
+
 # ---------------------------------------------------------------------------------------------
 # Operator mistakes (issue 3): the calculator gets each one right
 # ---------------------------------------------------------------------------------------------
@@ -856,6 +943,25 @@ def test_unmodelled_flag_is_accepted_with_low_confidence() -> None:
     assert any("enable_torch_compile is not modelled" in r for r in pred.reasons)
     assert pred.tokens == model.tokens
     assert pred.to_json()["edits"] == {"enable_torch_compile": "true"}
+
+
+def test_bare_boolean_flag_is_accepted_unmodelled() -> None:
+    e = kc.parse_edits(Engine.SGLANG, ["--enable-torch-compile"], [])
+    assert e.values == {"enable_torch_compile": True}
+    assert e.unmodelled == ("enable_torch_compile",)
+
+
+def test_live_boot_before_capture() -> None:
+    boot = llama70b_journal()
+    boot.status = BootStatus.STARTING
+    boot.phase = Phase.KV_ALLOCATE
+    boot.facts.pop("available_gpu_mem_gib")
+    boot.metrics.available_gpu_mem_gib = None
+    model = kc.calibrate(boot)
+    assert model.graph is not None
+    assert model.graph.source == "estimated"
+    assert any("capture has not finished yet" in r for r in model.reasons)
+    assert kc.predict(model).verdict is kc.Verdict.OK
 
 
 def test_lower_max_running_requests_shrinks_graphs_and_request_table() -> None:
