@@ -1411,13 +1411,21 @@ def _calibrate_vllm(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[B
     if graph_mem is not None:
         graph = GraphModel(need_gib=graph_mem, source="observed", note=f"graphs took {graph_mem:.2f} GiB")
     elif boot.failure is not None and boot.failure.kind is FailureKind.OOM_GRAPH_CAPTURE:
-        tried = facts.get("oom_tried_gib") or _from_text(boot, _TRIED_RE) or 0.5
-        need = tried + (total * (1 - u) if total else 0.0)
-        graph = GraphModel(
-            need_gib=need,
-            source="capture-oom",
-            note=f"capture died: it needed more than the {need - tried:.2f} GiB outside the budget",
-        )
+        if total is not None:
+            tried = facts.get("oom_tried_gib") or _from_text(boot, _TRIED_RE) or 0.5
+            need = tried + total * (1 - u)
+            graph = GraphModel(
+                need_gib=need,
+                source="capture-oom",
+                note=f"capture died: it needed more than the {need - tried:.2f} GiB outside the budget",
+            )
+            c.explain.append(
+                f"capture died at u={_frac(u)}: it needs more than total × (1 − u) = {need - tried:.2f} GiB, plus the "
+                f"{tried:.2f} GiB it tried to allocate → ≈ {need:.2f} GiB"
+            )
+    else:
+        graph = GraphModel(need_gib=0.5, source="estimated", note="graph memory not printed")
+        c.reasons.append("the log shows no CUDA-graph memory: capture need assumed 0.50 GiB")
     vt = _version_tuple(boot.version_hint)
     in_budget = vt is not None and vt >= (0, 21)
     weights = m.weights_gib if m.weights_gib is not None else facts.get("weights_gib")
@@ -1973,9 +1981,13 @@ def _evaluate(
         sym = "P" if eng is Engine.SGLANG else "total"
         if model.basis == "two-point":
             sym = "slope"
+        move = (
+            f" + {sym} {slope:.2f} × ({_frac(s.fraction)} − {_frac(model.fraction)})"
+            if model.slope_gib is not None
+            else ""
+        )
         explain.append(
-            f"N({_frac(s.fraction)}) = floor_page(({budget0:.2f} GiB + {sym} {slope:.2f} × ({_frac(s.fraction)} − "
-            f"{_frac(model.fraction)})"
+            f"N({_frac(s.fraction)}) = floor_page(({budget0:.2f} GiB{move}"
             + (f" + {d_weights:.2f} GiB weights freed" if d_weights else "")
             + (f" − {d_act:.2f} GiB activations" if d_act else "")
             + f") × 2^30 / {cell_s:,.0f} B, page {s.page}) = {tokens:,} tokens"
@@ -2119,6 +2131,16 @@ def _evaluate(
                 f"{tokens:,} tokens hold {full_ctx:.2f} full-context requests of {ctx:,} tokens, fewer than the "
                 f"{k} wanted"
                 + (" (a single one does not fit: it boots, but such a request cannot run)" if full_ctx < 1 else "")
+            )
+        if (
+            headroom is None
+            and model.observed_verdict_hint == FailureKind.OOM_GRAPH_CAPTURE.value
+            and s.fraction >= model.fraction - 1e-9
+        ):
+            verdict = Verdict.OOM_RISK
+            reasons.append(
+                f"the boot died in CUDA-graph capture at {fname}={_frac(model.fraction)} and the headroom cannot be "
+                f"sized here: at {_frac(s.fraction)} it would die again"
             )
         if headroom is None and eng is Engine.VLLM and model.gpu_mem_gib is None:
             reasons.append("graph headroom not checked: the device total is unknown (pass --gpu-mem-gib)")

@@ -1266,6 +1266,46 @@ def test_parsed_shared_samples_hold_the_identity(name: str) -> None:
         assert kc.predict(model).verdict is kc.Verdict.OOM_RISK
 
 
+REAL = FIX / "real"
+
+
+@pytest.mark.parametrize(
+    ("name", "hypothesis", "verdict"),
+    [
+        ("01-sglang-llama32-3b-tp1-hicache-ready.log", "standard", kc.Verdict.TIGHT),  # 25,169 < 35,000 context
+        ("03-sglang-laguna-int4-tp1-swa-dflash-ready.log", "standard", kc.Verdict.OK),
+        ("17-sglang-llama31-8b-tp1-docs-2025-01-ready.log", "standard", kc.Verdict.OK),
+        ("04-vllm-laguna-int4-tp1-maxlen-kv-too-small.log", "vllm", kc.Verdict.NO_FIT),
+        ("13-vllm-qwen3-4b-tp1-graph-capture-oom.log", "vllm", kc.Verdict.OOM_RISK),
+        ("06-vllm-gptoss120b-tp4-ray-multinode-ready.log", "vllm", kc.Verdict.OK),
+    ],
+)
+def test_parsed_real_boots(name: str, hypothesis: str, verdict: kc.Verdict) -> None:
+    boots = _parse_boots(REAL / name)
+    chosen, others = kc.select_boot(boots)
+    model = kc.calibrate(chosen, others=others)
+    assert model.identity is not None
+    assert model.identity.ok, model.reasons
+    assert model.identity.hypothesis == hypothesis
+    assert model.confidence == "high"
+    pred = kc.predict(model)
+    assert pred.verdict is verdict, pred.reasons
+    assert pred.tokens == model.tokens
+    if name.startswith("03"):  # the DFlash draft's weights were loaded before sizing
+        assert model.after_load_gib == pytest.approx(46.25)
+        assert any("draft model's `Load weight end`" in r for r in model.reasons)
+
+
+@pytest.mark.parametrize(
+    "name", ["23-sglang-gemma4-26b-a4b-tp1-not-enough-memory.log", "12-vllm-llava-7b-tp1-no-kv-memory.log"]
+)
+def test_parsed_real_boots_that_never_sized_a_pool(name: str) -> None:
+    boots = _parse_boots(REAL / name)
+    with pytest.raises(kc.CalcError, match="no boot in the log sized its KV pool") as err:
+        kc.select_boot(boots)
+    assert err.value.kind == "input"
+
+
 def test_margin_default_is_documented() -> None:
     assert kc.DEFAULT_GRAPH_MARGIN_GIB == 1.0
     assert kc.activation_allowance_gib(8192) == pytest.approx(1.0)
