@@ -366,16 +366,8 @@ def floor_page(tokens: float, page: int) -> int:
     return int(tokens // page) * page
 
 
-def _f(x: float | None, digits: int = 2) -> str:
-    return "?" if x is None else f"{x:,.{digits}f}"
-
-
-def _tok(x: float | None) -> str:
-    return "?" if x is None else f"{int(x):,}"
-
-
 def _frac(x: float) -> str:
-    return f"{x:.3f}".rstrip("0").rstrip(".") if x is not None else "?"
+    return f"{x:.3f}".rstrip("0").rstrip(".")
 
 
 def _as_float(v: object) -> float | None:
@@ -989,7 +981,11 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
 
     # --- P, A ---------------------------------------------------------------------------------
     p = _fact(boot, "avail_before_load_gib", m.avail_before_load_gib)
+    if p is None:
+        p = _min_rank_fact(boot, "avail_before_load_gib")
     a_target = _fact(boot, "avail_after_load_gib", m.avail_after_load_gib)
+    if a_target is None:
+        a_target = _min_rank_fact(boot, "avail_after_load_gib")
     weights = _fact(boot, "weights_gib", m.weights_gib)
     a_draft = dfacts.get("avail_after_load_gib")
     a_candidates: list[tuple[float, str]] = []
@@ -1127,6 +1123,11 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
                 )
             elif name.startswith("dsa-fp8-sizing"):
                 _, layers_s, per_s = name.split(":")
+                c.explain.append(
+                    f"allocated cell = {per_s} × {layers_s} layers = {cell:,} B (DSA fp8 layout: "
+                    f"{'656 + 132' if per_s == '788' else '656'} B per layer); sizing cell = 708 × {layers_s} = "
+                    f"{sizer:,} B"
+                )
                 c.reasons.append(
                     f"sizing cell {sizer:,} B ≠ allocated cell {cell:,} B: DSA with fp8 KV before SGLang 0.5.17 "
                     f"sized with (576+132)·{layers_s} B but allocates {per_s}·{layers_s}; the pool is "
