@@ -4,16 +4,63 @@ Pure core: no textual, no asyncssh, no I/O.
 
 CONTRACT (other modules rely on these names; change them only together with their users):
 - ``Boot`` fields below, ``Boot.to_json()`` (the ``kvtui replay --json`` boot object),
-- ``BootTracker.feed(parsed) -> BootUpdate``, ``BootTracker.boots``, ``BootTracker.current``.
+- ``BootTracker.feed(parsed) -> BootUpdate``, ``BootTracker.boots``, ``BootTracker.current``,
+  ``BootTracker.finish()`` (end of input: a boot that ends on an exception is failed).
+
+How the tracker reads a log:
+- **Boots** split at systemd ``Started …`` / ``Stopping …`` / ``Scheduled restart job`` lines,
+  at an engine argument dump (SGLang ``server_args=…``, a vLLM banner) once the current boot is
+  past launch, and at an argument dump after a finished boot. A boot cut short by a stop is
+  ``stopped``; one replaced without a stop is ``failed`` when it ended on an exception, else
+  ``stopped``.
+- **Phases** are spans over all ranks: start = the first rank's start line, end = the last
+  rank's end line (order-independent: min/max of timestamps). A later phase's start closes the
+  earlier open ones. A failure or stop closes the running phase; the current phase of a live
+  (or ready) boot keeps ``end = None``.
+- **Failures** collect evidence (``FailureText``) with the phase each line arrived in. A fatal
+  line (``Received sigquit``, ``scheduler died``, a failed systemd exit, vLLM ``EngineCore failed
+  to start``) fails the boot; ``finish()`` also fails a boot whose log ends on an exception.
+  The kind comes from the text when the text decides it (``Not enough memory`` ->
+  ``oom_kv_allocate``, vLLM ``To serve at least one request`` -> ``kv_too_small``, NCCL errors),
+  else from the phase (a CUDA OOM in capture -> ``oom_graph_capture``, in weight loading ->
+  ``oom_weights``, after ready -> ``oom_runtime``), else ``crash``; ``unknown`` when nothing but
+  a process exit was seen.
+- **Figures** (target model only in ``metrics``/``facts``; the draft's in ``draft_facts``): avail
+  and free figures are the minimum over ranks, graph memory the maximum over ranks of each rank's
+  summed captures, sizes and counts the TP0 (lowest rank) value. ``kv_cache_gib`` is one rank's
+  target pool (K+V, MLA ``KV size``, or the hybrid ``SWAKVPool`` total) and ``cell_bytes`` that
+  pool's bytes / (``#tokens`` + page).
 """
 
 from __future__ import annotations
 
+import math
+import re
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Final
 
-from kvtui.engines.events import Engine, FailureKind, Model, ParsedLine, Phase
+from kvtui.engines.events import (
+    PHASE_RANK,
+    BootBoundary,
+    BoundaryKind,
+    CaptureSizes,
+    Engine,
+    FailureKind,
+    FailureText,
+    Flags,
+    Metric,
+    Model,
+    ParsedLine,
+    Phase,
+    PhaseMark,
+    Progress,
+    Serving,
+    VersionHint,
+    Warning_,
+)
 
 
 class BootStatus(StrEnum):
@@ -77,6 +124,31 @@ class LiveMetrics:
     gen_throughput: float | None = None
 
 
+def _iso(dt: datetime | None) -> str | None:
+    return dt.isoformat() if dt is not None else None
+
+
+def _json_safe(value: object, depth: int = 0) -> object:
+    """A flag value as JSON can carry it (tuples -> lists, sets -> sorted lists, others -> str)."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if depth > 8:
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return [_json_safe(v, depth + 1) for v in value]
+    if isinstance(value, set | frozenset):
+        items = [_json_safe(v, depth + 1) for v in value]
+        try:
+            return sorted(items)  # type: ignore[type-var]
+        except TypeError:
+            return items
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v, depth + 1) for k, v in value.items()}
+    return repr(value)
+
+
 @dataclass(slots=True)
 class Boot:
     engine: Engine = Engine.UNKNOWN
@@ -105,10 +177,56 @@ class Boot:
     last_line: int = 0
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    # notable non-fatal lines (rank imbalance, token cap ignored, …), bounded
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         """The boot object of ``kvtui replay --json`` (see the engine-core issue for the shape)."""
-        raise NotImplementedError  # implemented with BootTracker
+        m = self.metrics
+        failure: dict[str, object] | None = None
+        if self.failure is not None:
+            f = self.failure
+            failure = {
+                "kind": f.kind.value,
+                "phase": f.phase.value if f.phase is not None else None,
+                "message": f.message,
+                "traceback": list(f.traceback),
+                "hint": f.hint,
+            }
+        return {
+            "engine": self.engine.value,
+            "version_hint": self.version_hint,
+            "status": self.status.value,
+            "phase": self.phase.value if self.phase is not None else None,
+            "phases": [
+                {
+                    "name": s.name.value,
+                    "model": s.model.value,
+                    "start": _iso(s.start),
+                    "end": _iso(s.end),
+                    "seconds": s.seconds if s.end is not None else None,
+                }
+                for s in self.phases
+            ],
+            "failure": failure,
+            "flags": {str(k): _json_safe(v) for k, v in self.flags.items()},
+            "metrics": {
+                "max_total_num_tokens": m.max_total_num_tokens,
+                "kv_cache_gib": m.kv_cache_gib,
+                "cell_bytes": m.cell_bytes,
+                "avail_before_load_gib": m.avail_before_load_gib,
+                "avail_after_load_gib": m.avail_after_load_gib,
+                "weights_gib": m.weights_gib,
+                "avail_after_pool_gib": m.avail_after_pool_gib,
+                "graph_mem_gib": m.graph_mem_gib,
+                "available_gpu_mem_gib": m.available_gpu_mem_gib,
+                "context_len": m.context_len,
+                "max_running_requests": m.max_running_requests,
+                "max_concurrency": m.max_concurrency,
+                "token_usage": m.token_usage,
+            },
+            "ranks": list(self.ranks),
+        }
 
 
 @dataclass(slots=True)
@@ -123,16 +241,715 @@ class BootUpdate:
     serving: bool = False
 
 
-class BootTracker:
-    """Turns parsed lines into boots; splits restarts; classifies failures by text and phase."""
+# ---------------------------------------------------------------------------------------------
+# Aggregation rules
+# ---------------------------------------------------------------------------------------------
 
-    def __init__(self, engine_hint: Engine | None = None) -> None:
+MAX_TRACEBACK_LINES: Final = 40
+MAX_TRACEBACK_LINE_CHARS: Final = 2000
+MAX_EVIDENCE: Final = 64
+MAX_TRAIL: Final = 4096
+MAX_WARNINGS: Final = 32
+MAX_RANKS: Final = 1024
+_RECENT_LINES: Final = 64
+_TB_HEADER: Final = "Traceback (most recent call last)"
+
+_MIN_METRICS: Final = frozenset(
+    {
+        "avail_before_load_gib",
+        "avail_after_load_gib",
+        "avail_after_pool_gib",
+        "graph_begin_avail_gib",
+        "avail_after_graph_gib",
+        "capture_avail_gib",
+        "available_gpu_mem_gib",
+        "gpu_free_gib",
+        "oom_free_gib",
+        "dsv4_available_gib",
+    }
+)
+_MAX_METRICS: Final = frozenset(
+    {
+        "weights_gib",
+        "init_mem_usage_gib",
+        "oom_tried_gib",
+        "oom_capacity_gib",
+        "kv_needed_gib",
+        "gpu_total_gib",
+        "compile_seconds",
+        "load_seconds",
+        "init_engine_seconds",
+        "mamba_cache_gib",
+    }
+)
+_POOL_METRICS: Final = frozenset({"kv_cache_gib", "kv_tokens", "swa_kv_gib", "graph_mem_gib"})
+
+_RANK_TAG_RE = re.compile(r"([A-Za-z_]*?)(\d+)")
+_DEFAULT_OOM_PHASE_KIND: Final = {
+    Phase.LOAD_WEIGHTS: FailureKind.OOM_WEIGHTS,
+    Phase.COMPILE: FailureKind.OOM_KV_ALLOCATE,
+    Phase.KV_ALLOCATE: FailureKind.OOM_KV_ALLOCATE,
+    Phase.GRAPH_CAPTURE: FailureKind.OOM_GRAPH_CAPTURE,
+    Phase.HTTP_UP: FailureKind.OOM_RUNTIME,
+    Phase.READY: FailureKind.OOM_RUNTIME,
+}
+
+
+def rank_sort_key(rank: str | None) -> tuple[int, ...]:
+    """Natural order of rank tags: the main process first, then ``DP0 TP0`` < ``DP0 TP1`` < …"""
+    if rank is None or rank == "main":
+        return (-1,)
+    nums = [int(n) for _, n in _RANK_TAG_RE.findall(rank)]
+    return (len(nums), *nums) if nums else (1 << 30,)
+
+
+def _is_oom(text: str) -> bool:
+    return "OutOfMemoryError" in text or "CUDA out of memory" in text or "CUDA error: out of memory" in text
+
+
+def _fmt(v: object) -> str:
+    return "?" if v is None else str(v)
+
+
+def hint_for(kind: FailureKind, engine: Engine, flags: dict[str, object], facts: dict[str, float]) -> str:
+    """A one-line hint in the right direction for a failure kind, with the boot's own numbers."""
+    vllm = engine is Engine.VLLM
+    if vllm:
+        util = flags.get("gpu_memory_utilization")
+        frac = f"--gpu-memory-utilization (now {util})" if util is not None else "--gpu-memory-utilization"
+    else:
+        mfs = flags.get("mem_fraction_static")
+        frac = f"--mem-fraction-static (now {mfs})" if mfs is not None else "--mem-fraction-static"
+    if kind is FailureKind.OOM_GRAPH_CAPTURE:
+        if vllm:
+            return (
+                f"CUDA-graph capture ran out of GPU memory: lower {frac}, capture fewer sizes "
+                "(--max-num-seqs / --cuda-graph-sizes), or run with --enforce-eager"
+            )
+        bs = flags.get("cuda_graph_max_bs")
+        bs_txt = f"--cuda-graph-max-bs (now {bs})" if bs is not None else "--cuda-graph-max-bs"
+        return (
+            f"CUDA-graph capture ran out of GPU memory: lower {frac} to leave more headroom, "
+            f"or lower {bs_txt} / --max-running-requests so fewer graphs are captured"
+        )
+    if kind is FailureKind.OOM_KV_ALLOCATE:
+        if vllm:
+            return (
+                f"no GPU memory left for the KV cache: raise {frac}, lower --max-model-len / "
+                "--max-num-batched-tokens, or use more GPUs (--tensor-parallel-size)"
+            )
+        return (
+            f"the KV pool does not fit in the static budget left after the weights: raise {frac}, "
+            "or use more GPUs (--tp) / a quantized checkpoint"
+        )
+    if kind is FailureKind.KV_TOO_SMALL:
+        est = facts.get("estimated_max_len")
+        if vllm:
+            cap = f" to at most {int(est)}" if est is not None else ""
+            return f"the KV cache cannot hold one full-length request: lower --max-model-len{cap}, or raise {frac}"
+        return f"the KV pool cannot hold one full-context request: lower --context-length, or raise {frac}"
+    if kind is FailureKind.OOM_WEIGHTS:
+        return (
+            "the weights do not fit in free GPU memory: use more GPUs (tensor parallelism), a quantized "
+            "checkpoint, or free the GPUs (other processes may hold memory)"
+        )
+    if kind is FailureKind.OOM_RUNTIME:
+        if vllm:
+            return f"out of GPU memory while serving: lower {frac} or --max-num-batched-tokens / --max-num-seqs"
+        return (
+            f"out of GPU memory while serving: lower {frac} (more headroom for activations) or "
+            "--chunked-prefill-size / --max-running-requests"
+        )
+    if kind is FailureKind.GPU_BUSY:
+        return (
+            "GPU memory is held by other processes at start: free the GPUs (a stale server? `nvidia-smi` "
+            "lists the PIDs) before starting"
+        )
+    if kind is FailureKind.NCCL:
+        return (
+            "multi-GPU communication (NCCL) failed: rerun with NCCL_DEBUG=INFO, check that every GPU is "
+            "healthy and visible, the P2P/NVLink/IB settings, and whether another rank died first"
+        )
+    if kind is FailureKind.CRASH:
+        return "a server process died: the message is the exception it died with; the traceback shows where"
+    return "the server exited without a recognised error: read the last lines of the log"
+
+
+# ---------------------------------------------------------------------------------------------
+# The tracker
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Evidence:
+    ft: FailureText
+    phase: Phase | None
+    ts: datetime | None
+    before: list[str]
+    engine: bool  # the line came from the engine (not a systemd exit line)
+
+
+class _Work:
+    """Aggregation state of the current boot (discarded when the next boot starts)."""
+
+    __slots__ = (
+        "activity",
+        "best",
+        "best_line",
+        "draft_ranks",
+        "evidence",
+        "fact_src",
+        "follow",
+        "follow_open",
+        "pending_bs",
+        "printed",
+        "rank_set",
+        "serving",
+        "spans",
+        "stopped_by_operator",
+        "version_explicit",
+    )
+
+    def __init__(self) -> None:
+        self.spans: dict[tuple[Phase, Model], PhaseSpan] = {}
+        self.printed: dict[tuple[Phase, Model], float] = {}
+        self.activity: Phase | None = None  # the phase of the latest start line (any model)
+        self.evidence: list[_Evidence] = []
+        self.best: _Evidence | None = None  # the evidence whose text is failure.message
+        self.best_line = -1  # the line number of ``best``
+        self.draft_ranks: dict[str, dict[str, float]] = {}  # per-rank draft pools / graphs
+        self.pending_bs: int | None = None  # the bs of a tqdm `Capturing batches (bs=…)` line
+        self.follow: list[str] = []  # continuation lines after the best evidence
+        self.follow_open = False
+        self.fact_src: dict[tuple[Model, str], tuple[int, ...]] = {}
+        self.serving: dict[str, Serving] = {}
+        self.rank_set: set[str] = set()
+        self.stopped_by_operator = False
+        self.version_explicit = False
+
+
+class BootTracker:
+    """Turns parsed lines into boots; splits restarts; classifies failures by text and phase.
+
+    ``max_boots`` bounds the boots kept (the oldest are dropped; None keeps all, for replay).
+    """
+
+    def __init__(
+        self,
+        engine_hint: Engine | None = None,
+        *,
+        max_boots: int | None = 1000,
+    ) -> None:
         self.boots: list[Boot] = []
         self.engine_hint = engine_hint
+        self.max_boots = max_boots
+        self._line = -1
+        self._last_ts: datetime | None = None
+        self._recent: deque[str] = deque(maxlen=_RECENT_LINES)
+        self._w = _Work()
 
     @property
     def current(self) -> Boot | None:
         return self.boots[-1] if self.boots else None
 
+    # -----------------------------------------------------------------------------------------
     def feed(self, parsed: ParsedLine) -> BootUpdate:
-        raise NotImplementedError
+        """Account one parsed line to the current boot (starting or ending boots as needed)."""
+        self._line += 1
+        ts = parsed.ts
+        if ts is not None:
+            self._last_ts = ts
+        else:
+            ts = self._last_ts
+        events = parsed.events
+        boot = self.boots[-1] if self.boots else None
+        if not events:
+            if boot is not None:
+                boot.last_line = self._line
+                w = self._w
+                if w.follow_open:
+                    self._follow(parsed)
+            self._recent.append(parsed.text)
+            return BootUpdate()
+        upd = BootUpdate()
+        for ev in events:
+            if isinstance(ev, BootBoundary):
+                boot = self._boundary(ev, ts, upd)
+        if boot is None:
+            if parsed.engine is None:
+                self._recent.append(parsed.text)
+                return upd
+            boot = self._new_boot(ts, upd)
+        w = self._w
+        boot.last_line = self._line
+        if parsed.engine is not None and boot.engine is Engine.UNKNOWN:
+            boot.engine = parsed.engine
+        rank = parsed.rank
+        if rank is not None and parsed.engine is not None and rank not in w.rank_set and len(w.rank_set) < MAX_RANKS:
+            w.rank_set.add(rank)
+            boot.ranks = sorted(w.rank_set, key=rank_sort_key)
+        metrics_touched = False
+        for ev in events:
+            if isinstance(ev, Metric):
+                self._metric(boot, ev, rank)
+                metrics_touched = True
+            elif isinstance(ev, PhaseMark):
+                self._phase(boot, ev, ts, upd)
+            elif isinstance(ev, Serving):
+                self._serving(boot, ev, rank)
+                upd.serving = True
+            elif isinstance(ev, Progress):
+                self._progress(boot, ev, ts, upd)
+            elif isinstance(ev, FailureText):
+                self._failure_text(boot, ev, ts, parsed, upd)
+            elif isinstance(ev, Flags):
+                boot.flags.update(ev.values)
+                metrics_touched = True
+            elif isinstance(ev, CaptureSizes):
+                if ev.model is Model.TARGET and not boot.capture_bs:
+                    boot.capture_bs = list(ev.sizes)[:MAX_TRAIL]
+            elif isinstance(ev, Warning_):
+                if len(boot.warnings) < MAX_WARNINGS:
+                    boot.warnings.append(ev.text[:MAX_TRACEBACK_LINE_CHARS])
+            elif isinstance(ev, VersionHint):
+                self._version(boot, ev.version)
+        if metrics_touched:
+            self._refresh_metrics(boot)
+            upd.metrics_changed = True
+        if w.follow_open and w.best_line != self._line:
+            self._follow(parsed)
+        self._recent.append(parsed.text)
+        return upd
+
+    def finish(self) -> None:
+        """End of input: a boot whose log ends on an exception (no fatal line yet) is failed."""
+        boot = self.current
+        if boot is None or boot.status is not BootStatus.STARTING:
+            return
+        if any(e.ft.specificity >= 2 for e in self._w.evidence):
+            self._fail(boot, self._w.evidence[-1].ts or self._last_ts)
+
+    # ---- boots --------------------------------------------------------------------------------
+    def _new_boot(self, ts: datetime | None, upd: BootUpdate) -> Boot:
+        boot = Boot(engine=self.engine_hint or Engine.UNKNOWN, first_line=self._line, last_line=self._line)
+        boot.started_at = ts
+        self.boots.append(boot)
+        if self.max_boots is not None and len(self.boots) > self.max_boots:
+            del self.boots[: len(self.boots) - self.max_boots]
+        self._w = _Work()
+        upd.new_boot = True
+        return boot
+
+    def _end_replaced(self, boot: Boot, ts: datetime | None) -> None:
+        """The boot is replaced by a new one without having finished."""
+        if boot.status is BootStatus.STARTING:
+            if any(e.ft.specificity >= 2 for e in self._w.evidence):
+                self._fail(boot, ts)
+            else:
+                boot.status = BootStatus.STOPPED
+                self._close_open(boot, ts)
+                boot.ended_at = ts
+
+    def _boundary(self, ev: BootBoundary, ts: datetime | None, upd: BootUpdate) -> Boot | None:
+        boot = self.current
+        kind = ev.kind
+        if kind is BoundaryKind.STARTED:
+            if boot is None:
+                boot = self._new_boot(ts, upd)
+            elif ev.new_args:
+                past_launch = boot.phase is not None and PHASE_RANK[boot.phase] > PHASE_RANK[Phase.LAUNCH]
+                if (
+                    boot.status is not BootStatus.STARTING
+                    or past_launch
+                    or self._w.stopped_by_operator
+                    or (boot.flags and (boot.phases or boot.failure))
+                ):
+                    self._end_replaced(boot, ts)
+                    boot = self._new_boot(ts, upd)
+            else:
+                if boot.phases or boot.flags or boot.failure or boot.status is not BootStatus.STARTING:
+                    self._end_replaced(boot, ts)
+                    boot = self._new_boot(ts, upd)
+            if not ev.new_args:
+                self._phase(boot, PhaseMark(Phase.LAUNCH), ts, upd)
+            return boot
+        if boot is None:
+            return None
+        if kind is BoundaryKind.STOPPING:
+            self._w.stopped_by_operator = True
+            self._w.follow_open = False
+            if boot.status is BootStatus.STARTING:
+                boot.status = BootStatus.STOPPED
+                self._close_open(boot, ts)
+            if boot.ended_at is None:
+                boot.ended_at = ts
+        elif kind is BoundaryKind.RESTART_SCHEDULED:
+            if boot.status is BootStatus.STARTING and not self._w.stopped_by_operator:
+                self._fail(boot, ts)
+                upd.failed = True
+        elif kind is BoundaryKind.PROCESS_EXITED:
+            if boot.status is BootStatus.STARTING and not self._w.evidence:
+                # a clean exit; a failed exit carries a FailureText on the same line
+                boot.status = BootStatus.STOPPED
+                self._close_open(boot, ts)
+            if boot.ended_at is None:
+                boot.ended_at = ts
+        return boot
+
+    # ---- phases -------------------------------------------------------------------------------
+    def _close_open(self, boot: Boot, ts: datetime | None) -> None:
+        for s in boot.phases:
+            if s.end is None:
+                self._close(s, ts)
+
+    def _close(self, s: PhaseSpan, ts: datetime | None) -> None:
+        if ts is None:
+            ts = s.start
+        if ts is not None and s.start is not None and ts < s.start:
+            ts = s.start
+        if ts is not None and (s.end is None or ts > s.end):
+            s.end = ts
+        if s.end is None:
+            # no timestamp at all: mark it closed with the engine's own figure, if any
+            s.end = s.start
+        self._set_seconds(s)
+
+    def _set_seconds(self, s: PhaseSpan) -> None:
+        """Wall time over all ranks; a rank's own printed ``elapsed=`` is a lower bound that also
+        fixes the 1-second resolution of SGLang's stamps."""
+        printed = self._w.printed.get((s.name, s.model))
+        if s.start is not None and s.end is not None:
+            wall = max((s.end - s.start).total_seconds(), 0.0)
+            s.seconds = round(max(wall, printed) if printed is not None else wall, 3)
+        else:
+            s.seconds = printed
+
+    def _phase(self, boot: Boot, ev: PhaseMark, ts: datetime | None, upd: BootUpdate) -> None:
+        if boot.status is not BootStatus.STARTING:
+            return  # late lines of a finished boot do not move its phases
+        w = self._w
+        key = (ev.phase, ev.model)
+        span = w.spans.get(key)
+        if ev.seconds is not None:
+            prev = w.printed.get(key)
+            if prev is None or ev.seconds > prev:
+                w.printed[key] = ev.seconds
+        if ev.end:
+            if span is None:
+                return
+            if ts is not None and (span.end is None or ts > span.end):
+                if span.start is None or ts >= span.start:
+                    span.end = ts
+                else:
+                    span.end = span.start
+            elif span.end is None:
+                span.end = ts if ts is not None else span.start
+            self._set_seconds(span)
+            upd.phase_changed = True
+            return
+        rank_new = PHASE_RANK[ev.phase]
+        if span is None:
+            span = PhaseSpan(ev.phase, ev.model, start=ts)
+            for s in boot.phases:
+                if s.end is None and (
+                    PHASE_RANK[s.name] < rank_new
+                    or (ev.model is Model.TARGET and rank_new >= PHASE_RANK[Phase.HTTP_UP])
+                ):
+                    self._close(s, ts)
+            boot.phases.append(span)
+            w.spans[key] = span
+            w.activity = ev.phase
+            if ev.model is Model.TARGET and (boot.phase is None or rank_new > PHASE_RANK[boot.phase]):
+                boot.phase = ev.phase
+            upd.phase_changed = True
+            if ev.phase is Phase.READY and boot.status is BootStatus.STARTING:
+                boot.status = BootStatus.READY
+                upd.ready = True
+            return
+        if ts is not None and (span.start is None or ts < span.start):
+            span.start = ts
+            if span.end is not None:
+                self._set_seconds(span)
+        if span.end is not None and boot.status is BootStatus.STARTING:
+            # a repeated start (a second capture, another rank): reopen only the latest phase
+            latest = max((PHASE_RANK[s.name] for s in boot.phases if s.model is ev.model), default=-1)
+            if rank_new >= latest:
+                span.end = None
+                span.seconds = None
+                w.activity = ev.phase
+                upd.phase_changed = True
+
+    def _progress(self, boot: Boot, ev: Progress, ts: datetime | None, upd: BootUpdate) -> None:
+        span = self._w.spans.get((ev.phase, ev.model))
+        if span is None:
+            if boot.status is not BootStatus.STARTING:
+                return
+            self._phase(boot, PhaseMark(ev.phase, ev.model), ts, upd)
+            span = self._w.spans.get((ev.phase, ev.model))
+            if span is None:
+                return
+        span.progress_done = ev.done
+        span.progress_total = ev.total
+        upd.phase_changed = True
+
+    # ---- figures ------------------------------------------------------------------------------
+    def _metric(self, boot: Boot, ev: Metric, rank: str | None) -> None:
+        name, v, model = ev.name, ev.value, ev.model
+        if not math.isfinite(v):
+            return
+        rk = rank or "main"
+        facts = boot.facts if model is Model.TARGET else boot.draft_facts
+        if model is Model.TARGET:
+            if name == "capture_bs":
+                self._w.pending_bs = int(v)
+            elif name == "capture_avail_gib" and self._w.pending_bs is not None:
+                entry = (self._w.pending_bs, v)
+                self._w.pending_bs = None
+                trail = boot.capture_trail
+                if (not trail or trail[-1] != entry) and len(trail) < MAX_TRAIL:
+                    trail.append(entry)
+        if name in _POOL_METRICS:
+            self._pool_metric(boot, facts, name, v, model, rk)
+            return
+        if model is Model.TARGET:
+            rf = self._rank_dict(boot.rank_facts, rk)
+            if rf is not None:
+                old = rf.get(name)
+                if old is None or (name not in _MIN_METRICS and name not in _MAX_METRICS):
+                    rf[name] = v
+                elif name in _MIN_METRICS:
+                    rf[name] = min(old, v)
+                else:
+                    rf[name] = max(old, v)
+        if name in _MIN_METRICS:
+            old = facts.get(name)
+            facts[name] = v if old is None else min(old, v)
+        elif name in _MAX_METRICS:
+            old = facts.get(name)
+            facts[name] = v if old is None else max(old, v)
+        else:
+            self._lowest_rank_fact(facts, model, name, v, rank)
+
+    @staticmethod
+    def _rank_dict(store: dict[str, dict[str, float]], rk: str) -> dict[str, float] | None:
+        rf = store.get(rk)
+        if rf is None:
+            if len(store) >= MAX_RANKS:
+                return None
+            rf = store[rk] = {}
+        return rf
+
+    def _lowest_rank_fact(self, facts: dict[str, float], model: Model, name: str, v: float, rank: str | None) -> None:
+        """Sizes and counts: the lowest rank's (TP0's) latest value, whatever the line order."""
+        key = rank_sort_key(rank)
+        src = self._w.fact_src.get((model, name))
+        if src is None or key <= src:
+            facts[name] = v
+            self._w.fact_src[(model, name)] = key
+
+    def _pool_metric(self, boot: Boot, facts: dict[str, float], name: str, v: float, model: Model, rk: str) -> None:
+        """Per-rank pools: K+V lines add up (hybrid pools), tokens take the largest pool, graph
+        captures add up. The boot's figure: the lowest rank's pool; the max over ranks of graphs."""
+        store = boot.rank_facts if model is Model.TARGET else self._w.draft_ranks
+        sums = self._rank_dict(store, rk)
+        if sums is None:
+            return
+        if name == "kv_tokens":
+            old = sums.get(name)
+            sums[name] = v if old is None else max(old, v)
+        elif name == "kv_cache_gib" and boot.engine is Engine.VLLM:
+            sums[name] = v  # vLLM prints its KV budget once per worker (and may repeat it)
+        else:
+            sums[name] = round(sums.get(name, 0.0) + v, 6)
+        if name == "graph_mem_gib":
+            facts[name] = max(r[name] for r in store.values() if name in r)
+        else:
+            self._lowest_rank_fact(facts, model, name, sums[name], None if rk == "main" else rk)
+
+    def _serving(self, boot: Boot, ev: Serving, rank: str | None) -> None:
+        w = self._w
+        rk = rank or "main"
+        if rk not in w.serving and len(w.serving) >= MAX_RANKS:
+            return
+        w.serving[rk] = ev
+        vals = w.serving.values()
+        live = boot.live
+        tu = [s.token_usage for s in vals if s.token_usage is not None]
+        live.token_usage = max(tu) if tu else None
+        rr = [s.running_reqs for s in vals if s.running_reqs is not None]
+        live.running_reqs = sum(rr) if rr else None
+        qr = [s.queue_reqs for s in vals if s.queue_reqs is not None]
+        live.queue_reqs = sum(qr) if qr else None
+        gt = [s.gen_throughput for s in vals if s.gen_throughput is not None]
+        live.gen_throughput = round(sum(gt), 3) if gt else None
+        boot.metrics.token_usage = live.token_usage
+
+    def _version(self, boot: Boot, version: str) -> None:
+        w = self._w
+        inferred = version.startswith(">=")
+        if not inferred:
+            if not w.version_explicit:
+                boot.version_hint = version
+                w.version_explicit = True
+            return
+        if w.version_explicit:
+            return
+        if boot.version_hint is None or _vkey(version) > _vkey(boot.version_hint):
+            boot.version_hint = version
+
+    def _refresh_metrics(self, boot: Boot) -> None:
+        f = boot.facts
+        m = boot.metrics
+
+        def as_int(name: str) -> int | None:
+            v = f.get(name)
+            return int(v) if v is not None else None
+
+        tokens = as_int("max_total_num_tokens")
+        pool_tokens = f.get("full_tokens")
+        if pool_tokens is None:
+            pool_tokens = f.get("kv_tokens")
+        if tokens is None and pool_tokens is not None and pool_tokens > 0:
+            tokens = int(pool_tokens)
+        m.max_total_num_tokens = tokens
+        kv = f.get("swa_kv_gib")
+        if kv is None:
+            kv = f.get("kv_cache_gib")
+        m.kv_cache_gib = round(kv, 4) if kv is not None else None
+        m.cell_bytes = None
+        n = pool_tokens if pool_tokens is not None and pool_tokens > 0 else tokens
+        if kv is not None and n is not None and n > 0 and kv > 0:
+            if boot.engine is Engine.VLLM:
+                m.cell_bytes = round(kv * (1 << 30) / n)
+            else:
+                page = boot.flags.get("page_size")
+                pg = page if isinstance(page, int) and not isinstance(page, bool) and page > 0 else 1
+                m.cell_bytes = round(kv * (1 << 30) / (n + pg))
+        elif f.get("dsv4_bytes_per_full_token") is not None:
+            m.cell_bytes = round(f["dsv4_bytes_per_full_token"])
+        m.avail_before_load_gib = f.get("avail_before_load_gib")
+        m.avail_after_load_gib = f.get("avail_after_load_gib")
+        m.weights_gib = f.get("weights_gib")
+        m.avail_after_pool_gib = f.get("avail_after_pool_gib")
+        m.graph_mem_gib = round(f["graph_mem_gib"], 4) if "graph_mem_gib" in f else None
+        m.available_gpu_mem_gib = f.get("available_gpu_mem_gib")
+        m.context_len = as_int("context_len")
+        m.max_running_requests = as_int("max_running_requests")
+        mc = f.get("max_concurrency")
+        if mc is None and tokens is not None and m.context_len and boot.engine is not Engine.VLLM:
+            mc = round(tokens / m.context_len, 2)
+        m.max_concurrency = mc
+        m.token_usage = boot.live.token_usage
+
+    # ---- failures -----------------------------------------------------------------------------
+    def _before_context(self) -> list[str]:
+        recent = self._recent
+        for i in range(len(recent) - 1, -1, -1):
+            if _TB_HEADER in recent[i]:
+                return [s[:MAX_TRACEBACK_LINE_CHARS] for s in list(recent)[i:]]
+        return []
+
+    def _failure_text(
+        self, boot: Boot, ft: FailureText, ts: datetime | None, parsed: ParsedLine, upd: BootUpdate
+    ) -> None:
+        w = self._w
+        if w.stopped_by_operator or boot.status is BootStatus.STOPPED:
+            return
+        if len(w.evidence) < MAX_EVIDENCE:
+            before = self._before_context() if ft.specificity >= 2 else []
+            ev = _Evidence(ft, w.activity, ts, before, parsed.engine is not None)
+            w.evidence.append(ev)
+            if w.best is None or ft.specificity > w.best.ft.specificity:
+                w.best = ev
+                w.best_line = self._line
+                w.follow = []
+                w.follow_open = True
+        if ft.fatal and boot.status in (BootStatus.STARTING, BootStatus.READY):
+            self._fail(boot, ts)
+            upd.failed = True
+        elif boot.status is BootStatus.FAILED:
+            self._build_failure(boot)
+
+    def _follow(self, parsed: ParsedLine) -> None:
+        w = self._w
+        if parsed.prefixed or len(w.follow) >= MAX_TRACEBACK_LINES:
+            w.follow_open = False
+            return
+        w.follow.append(parsed.text[:MAX_TRACEBACK_LINE_CHARS])
+        if self.current is not None and self.current.status is BootStatus.FAILED:
+            self._build_failure(self.current)
+
+    def _fail(self, boot: Boot, ts: datetime | None) -> None:
+        boot.status = BootStatus.FAILED
+        self._close_open(boot, ts)
+        boot.ended_at = ts
+        self._build_failure(boot)
+
+    def _build_failure(self, boot: Boot) -> None:
+        w = self._w
+        evidence = w.evidence
+        decider: _Evidence | None = None
+        kind = FailureKind.UNKNOWN
+        for e in evidence:  # 1. the text decides
+            k = e.ft.kind
+            if k is not None and k not in (FailureKind.NCCL, FailureKind.CRASH, FailureKind.UNKNOWN):
+                decider, kind = e, k
+                break
+        if decider is None:  # 2. a CUDA OOM: the phase decides
+            for e in evidence:
+                if _is_oom(e.ft.text):
+                    decider = e
+                    by_phase = _DEFAULT_OOM_PHASE_KIND.get(e.phase) if e.phase is not None else None
+                    if by_phase is None:
+                        # before any weights: memory was already taken, unless the text says weights
+                        by_phase = FailureKind.OOM_WEIGHTS if "weight" in e.ft.text.lower() else FailureKind.GPU_BUSY
+                    kind = by_phase
+                    break
+        if decider is None:  # 3. NCCL
+            for e in evidence:
+                if e.ft.kind is FailureKind.NCCL:
+                    decider, kind = e, FailureKind.NCCL
+                    break
+        best = w.best
+        if decider is None:
+            # 4. the engine said something died: a crash; only a process exit: unknown
+            decider = best
+            if any(e.engine for e in evidence):
+                kind = FailureKind.CRASH
+        msg_ev = decider if decider is not None and decider.ft.specificity >= 2 else best
+        if best is not None and msg_ev is not None and best.ft.specificity > msg_ev.ft.specificity + 1:
+            msg_ev = best
+        phase = decider.phase if decider is not None else w.activity
+        if phase is None:
+            phase = boot.phase
+        hint = next((e.ft.hint for e in evidence if e.ft.hint), None)
+        if hint is None:
+            hint = hint_for(kind, boot.engine, boot.flags, boot.facts)
+            if kind is not FailureKind.GPU_BUSY and any(
+                "unbalanced" in s or "occupied by other processes" in s for s in boot.warnings
+            ):
+                hint += " (the GPUs were unbalanced at start: other processes may hold memory)"
+        message = msg_ev.ft.text if msg_ev is not None else "the server exited"
+        tb: list[str] = []
+        if msg_ev is not None:
+            before = msg_ev.before
+            if before and before[-1] == message:
+                before = before[:-1]
+            tb = [*before, message[:MAX_TRACEBACK_LINE_CHARS]]
+            if msg_ev is best:
+                tb.extend(w.follow)
+            if len(tb) > MAX_TRACEBACK_LINES:
+                tb = tb[-MAX_TRACEBACK_LINES:]
+        boot.failure = Failure(kind=kind, phase=phase, message=message, traceback=tb, hint=hint)
+
+
+def _vkey(v: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for part in v.lstrip(">=~").split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        out.append(int(digits) if digits else 0)
+    return tuple(out)

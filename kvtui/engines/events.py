@@ -140,6 +140,14 @@ METRIC_NAMES: frozenset[str] = frozenset(
         "compile_seconds",  # vLLM `torch.compile takes X s in total`
         "load_seconds",  # weights load seconds when printed
         "init_engine_seconds",  # vLLM `init engine … took X seconds`
+        "graph_mem_estimate_gib",  # vLLM `Estimated CUDA graph memory: X GiB total` (≥0.21 profiling)
+        "kv_blocks",  # vLLM KV block count (V0 `# GPU blocks: N`, `num_gpu_blocks is: N`)
+        "mamba_cache_gib",  # SGLang `Mamba Cache is allocated. … conv_state size + ssm_state size`
+        "mamba_cache_size",  # SGLang `Mamba Cache is allocated. max_mamba_cache_size: N`
+        "dsv4_c128_state_fixed_gib",  # `DSV4 memory calculation: … c128_state_fixed=X GB`
+        "dsv4_swa_fixed_gib",  # `DSV4 memory calculation: … swa_fixed=X GB`
+        "dsv4_c128_state_fixed_overhead_gib",  # `… c128_state_fixed_overhead=X GB`
+        "dsv4_hisparse_fixed_overhead_gib",  # `… hisparse_fixed_overhead=X GB`
     }
 )
 
@@ -237,8 +245,25 @@ class VersionHint:
     version: str
 
 
+@dataclass(frozen=True, slots=True)
+class CaptureSizes:
+    """The CUDA-graph batch sizes a capture runs (SGLang `Capture cuda graph bs [1, 2, 4, …]`)."""
+
+    sizes: tuple[int, ...]
+    model: Model = Model.TARGET
+
+
 LogEvent = (
-    PhaseMark | Metric | Flags | FailureText | Warning_ | Progress | BootBoundary | Serving | VersionHint
+    PhaseMark
+    | Metric
+    | Flags
+    | FailureText
+    | Warning_
+    | Progress
+    | BootBoundary
+    | Serving
+    | VersionHint
+    | CaptureSizes
 )
 
 
@@ -264,3 +289,6 @@ class ParsedLine:
     engine: Engine | None = None
     events: tuple[LogEvent, ...] = field(default_factory=tuple)
     record: LogRecord | None = None
+    # True when the engine printed its own log prefix on this line (timestamp / level); False for
+    # continuation lines (traceback frames, tqdm bars, third-party output without a prefix).
+    prefixed: bool = False

@@ -1,0 +1,301 @@
+"""``kvtui replay PATH|- [--json]``: analyse a saved SGLang / vLLM log.
+
+Accepts raw engine output, ``journalctl`` short / short-iso / short-precise / cat / json,
+``docker logs`` (± ``--timestamps``), gzip-compressed or not. The file is read in chunks, so a
+multi-GB journal never sits in memory as one string.
+
+Exit codes: 0 when the last boot is ready, starting or stopped (and when the log holds no boot
+at all), 1 when it failed, 2 usage, 3 unreadable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import sys
+from collections.abc import Iterator
+from datetime import datetime
+from typing import BinaryIO, TextIO
+
+from kvtui.boot import Boot, BootStatus, BootTracker, PhaseSpan
+from kvtui.engines.events import Engine
+from kvtui.engines.parse import LineParser, parse_chunks
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INPUT = 3
+CHUNK_BYTES = 4 << 20
+
+# the flags worth a line in the human summary, in this order (engine names)
+_KEY_FLAGS: dict[Engine, tuple[str, ...]] = {
+    Engine.SGLANG: (
+        "model_path",
+        "mem_fraction_static",
+        "tp_size",
+        "dp_size",
+        "pp_size",
+        "ep_size",
+        "context_length",
+        "max_running_requests",
+        "max_total_tokens",
+        "chunked_prefill_size",
+        "cuda_graph_max_bs",
+        "page_size",
+        "kv_cache_dtype",
+        "speculative_algorithm",
+    ),
+    Engine.VLLM: (
+        "model",
+        "gpu_memory_utilization",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "data_parallel_size",
+        "max_model_len",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "kv_cache_dtype",
+        "block_size",
+        "enforce_eager",
+    ),
+}
+
+
+class InputError(Exception):
+    """The input cannot be read (exit 3)."""
+
+
+def _open(path: str) -> BinaryIO:
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        f: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed by the caller
+    except FileNotFoundError as exc:
+        raise InputError(f"{path}: no such file") from exc
+    except IsADirectoryError as exc:
+        raise InputError(f"{path}: is a directory, expected a log file") from exc
+    except PermissionError as exc:
+        raise InputError(f"{path}: permission denied") from exc
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open ({exc.strerror or exc})") from exc
+    return f
+
+
+def read_chunks(stream: BinaryIO, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The stream in chunks; gzip input is decompressed on the fly."""
+    try:
+        head = stream.read(chunk_bytes)
+    except OSError as exc:
+        raise InputError(f"{name}: cannot read ({exc.strerror or exc})") from exc
+    if head[:2] == b"\x1f\x8b":
+        gz = gzip.GzipFile(fileobj=_Prepend(head, stream), mode="rb")
+        stream = gz  # type: ignore[assignment]
+        try:
+            head = gz.read(chunk_bytes)
+        except (OSError, EOFError) as exc:
+            raise InputError(f"{name}: damaged gzip data ({exc})") from exc
+    while head:
+        yield head
+        try:
+            head = stream.read(chunk_bytes)
+        except (OSError, EOFError) as exc:
+            raise InputError(f"{name}: read failed ({exc})") from exc
+
+
+class _Prepend(io.RawIOBase):
+    """A stream whose first bytes were already read (to sniff gzip)."""
+
+    def __init__(self, first: bytes, rest: BinaryIO) -> None:
+        self._first = first
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._first:
+            n = min(len(b), len(self._first))
+            b[:n] = self._first[:n]
+            self._first = self._first[n:]
+            return n
+        data = self._rest.read(len(b))
+        n = len(data)
+        b[:n] = data
+        return n
+
+
+def analyse(chunks: Iterator[bytes], engine_hint: Engine | None = None) -> tuple[list[Boot], str | None]:
+    """Run a whole log through the parser and the tracker: (boots, detected input shape)."""
+    tracker = BootTracker(engine_hint, max_boots=None)
+    shape: list[str] = []
+    feed = tracker.feed
+    for parsed in parse_chunks(chunks, engine_hint, parser=LineParser(engine_hint), shape_out=shape):
+        feed(parsed)
+    tracker.finish()
+    return tracker.boots, (shape[0] if shape else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Human output
+# ---------------------------------------------------------------------------------------------
+
+
+def _dur(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    m, s = divmod(round(seconds), 60)
+    if m < 60:
+        return f"{m}m {s:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h {m:02d}m"
+
+
+def _when(dt: datetime | None) -> str:
+    if dt is None:
+        return "—"
+    text = dt.strftime("%Y-%m-%d %H:%M:%S")
+    if dt.utcoffset() is not None:
+        text += dt.strftime("%z")
+    return text
+
+
+def _gib(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f} GiB"
+
+
+def _n(v: float | None) -> str:
+    return "—" if v is None else f"{int(v):,}"
+
+
+def _ranks(ranks: list[str]) -> str:
+    if not ranks:
+        return "1 process"
+    if len(ranks) <= 4:
+        return ", ".join(ranks)
+    return f"{len(ranks)} ranks ({ranks[0]} … {ranks[-1]})"
+
+
+def _phase_row(span: PhaseSpan, failed_phase: bool) -> str:
+    dur = _dur(span.seconds) if span.end is not None else ("" if span.name.value == "ready" else "running")
+    prog = ""
+    if span.progress_total:
+        prog = f"  {span.progress_done}/{span.progress_total}"
+    mark = "  ✗" if failed_phase else ""
+    return f"    {span.name.value:<14} {span.model.value:<7} {_when(span.start):<25} {dur:>9}{prog}{mark}"
+
+
+def render_boot(boot: Boot, index: int, total: int) -> list[str]:
+    out: list[str] = []
+    version = boot.version_hint or "version not printed"
+    status = boot.status.value.upper()
+    where = f" in {boot.failure.phase.value}" if boot.failure is not None and boot.failure.phase else ""
+    out.append(f"Boot {index} of {total} · {boot.engine.value} ({version}) · {status}{where} · {_ranks(boot.ranks)}")
+    if boot.phases:
+        out.append(f"    {'phase':<14} {'model':<7} {'start':<25} {'duration':>9}")
+        last_failed = boot.failure.phase if boot.failure is not None else None
+        for i, span in enumerate(boot.phases):
+            is_last_of_phase = span.name is last_failed and all(s.name is not last_failed for s in boot.phases[i + 1 :])
+            out.append(_phase_row(span, boot.status is BootStatus.FAILED and is_last_of_phase))
+    m = boot.metrics
+    out.append("  Figures (per rank; avail = free GPU memory, min over ranks)")
+    kv = f"{_n(m.max_total_num_tokens)} tokens · {_gib(m.kv_cache_gib)}"
+    if m.cell_bytes is not None:
+        kv += f" · {m.cell_bytes:,} B/token"
+    out.append(f"    {'KV pool':<16} {kv}")
+    out.append(
+        f"    {'memory':<16} before weights {_gib(m.avail_before_load_gib)} · after weights "
+        f"{_gib(m.avail_after_load_gib)} (weights {_gib(m.weights_gib)}) · after pool {_gib(m.avail_after_pool_gib)}"
+    )
+    if m.graph_mem_gib is not None or m.available_gpu_mem_gib is not None:
+        out.append(
+            f"    {'CUDA graphs':<16} {_gib(m.graph_mem_gib)} · free after start-up {_gib(m.available_gpu_mem_gib)}"
+        )
+    limits = []
+    if m.context_len is not None:
+        limits.append(f"context {m.context_len:,} tokens")
+    if m.max_running_requests is not None:
+        limits.append(f"max running {m.max_running_requests:,}")
+    if m.max_concurrency is not None:
+        limits.append(f"{m.max_concurrency:.2f} full-context requests fit")
+    if limits:
+        out.append(f"    {'limits':<16} {' · '.join(limits)}")
+    if boot.draft_facts:
+        d = boot.draft_facts
+        parts = []
+        if "weights_gib" in d:
+            parts.append(f"weights {_gib(d['weights_gib'])}")
+        if "kv_cache_gib" in d:
+            parts.append(f"KV {_gib(d['kv_cache_gib'])}")
+        if "graph_mem_gib" in d:
+            parts.append(f"graphs {_gib(d['graph_mem_gib'])}")
+        if parts:
+            out.append(f"    {'draft model':<16} {' · '.join(parts)}")
+    live = boot.live
+    if live.token_usage is not None or live.running_reqs is not None:
+        usage = f"{live.token_usage:.0%}" if live.token_usage is not None else "—"
+        out.append(
+            f"    {'serving':<16} KV usage {usage} · running {_fmt(live.running_reqs)} · queued {_fmt(live.queue_reqs)}"
+        )
+    flags = [
+        f"{k}={boot.flags[k]}" for k in _KEY_FLAGS.get(boot.engine, ()) if k in boot.flags and boot.flags[k] is not None
+    ]
+    if flags:
+        out.append(f"    {'flags':<16} {' '.join(flags)}")
+    for w in boot.warnings[:3]:
+        out.append(f"    warning: {_clip(w, 200)}")
+    if boot.failure is not None:
+        f = boot.failure
+        ph = f" in {f.phase.value}" if f.phase is not None else ""
+        out.append(f"  Failure: {f.kind.value}{ph}")
+        out.append(f"    {_clip(f.message, 400)}")
+        out.append(f"    hint: {f.hint}")
+    return out
+
+
+def _fmt(v: object) -> str:
+    return "—" if v is None else f"{v}"
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def render(boots: list[Boot], source: str, shape: str | None) -> str:
+    lines = [f"{source}: {len(boots)} boot{'s' if len(boots) != 1 else ''} (input: {shape or 'empty'})"]
+    for i, boot in enumerate(boots, 1):
+        lines.append("")
+        lines.extend(render_boot(boot, i, len(boots)))
+    return "\n".join(lines) + "\n"
+
+
+def to_json(boots: list[Boot], source: str) -> dict[str, object]:
+    return {"source": source, "boots": [b.to_json() for b in boots]}
+
+
+def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    path: str = args.path
+    try:
+        stream = _open(path)
+        try:
+            boots, shape = analyse(read_chunks(stream, path))
+        finally:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+    except InputError as exc:
+        print(f"kvtui replay: {exc}", file=err)
+        return EXIT_INPUT
+    source = "-" if path == "-" else path
+    if getattr(args, "json", False):
+        json.dump(to_json(boots, source), out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        out.write(render(boots, source, shape))
+    if not boots:
+        print(f"kvtui replay: no SGLang or vLLM boot found in {source}", file=err)
+        return EXIT_OK
+    return EXIT_FAILED if boots[-1].status is BootStatus.FAILED else EXIT_OK

@@ -1,0 +1,391 @@
+"""The line dispatcher: records off the wire -> engine grammars -> ``ParsedLine``s.
+
+``LineParser.feed(record)`` splits a record on ``\\r``/``\\n`` (tqdm redraws), strips ANSI,
+recognises the systemd manager's own lines (``Started …``, ``Stopping …``, ``Main process
+exited …``) as ``BootBoundary`` events, auto-detects the engine from the first lines that sniff
+as SGLang or vLLM, and hands every line to that engine's grammar.
+
+``parse_bytes(data)`` / ``parse_chunks(chunks)`` run a whole saved log through input-shape
+detection (``kvtui.engines.shapes``) and the parser. By default they skip what cannot change a
+boot — runs of serving lines are coalesced to the last line per rank, HTTP access lines are
+dropped once the engine is known — which is what makes ``kvtui replay`` fast on multi-GB logs;
+``all_lines=True`` yields every line (the live view does not use this path at all).
+
+Pure core: no I/O beyond the bytes it is given; no textual/asyncssh.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+from typing import Protocol, cast
+
+from kvtui.engines.events import (
+    BootBoundary,
+    BoundaryKind,
+    Engine,
+    FailureText,
+    LogEvent,
+    LogRecord,
+    ParsedLine,
+)
+from kvtui.engines.sglang import SglangGrammar
+from kvtui.engines.text import MAX_LINE_CHARS, strip_ansi
+
+
+class Grammar(Protocol):
+    """What an engine grammar offers (``SglangGrammar``, ``VllmGrammar``)."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    def sniff(self, text: str) -> bool: ...
+
+    def parse(self, text: str, ts: datetime | None = None) -> ParsedLine: ...
+
+    def reset(self) -> None: ...
+
+
+def _make_vllm() -> Grammar | None:
+    try:
+        from kvtui.engines.vllm import VllmGrammar
+    except ImportError:  # pragma: no cover - the vLLM grammar ships with the package
+        return None
+    grammar: Grammar = VllmGrammar()
+    return grammar
+
+
+# ---------------------------------------------------------------------------------------------
+# systemd manager lines (`journalctl -u UNIT` interleaves them with the service's output)
+# ---------------------------------------------------------------------------------------------
+
+# Without a syslog identifier (``journalctl -o cat``) only unambiguous shapes are accepted.
+_SYSTEMD_PLAIN_RE = re.compile(r"^(?:Started|Stopping|Stopped) [^\[\]]{1,300}?\.(?:\.\.)?$")
+_SYSTEMD_UNIT_RE = re.compile(
+    r"^[\w@.:\\-]+\.service: (?:Main process exited|Failed with result|Scheduled restart job|Deactivated successfully)"
+)
+_EXIT_OK_RE = re.compile(r"code=exited, status=0/SUCCESS")
+# A tqdm bar with a log line glued to its end (no newline in between), e.g.
+# `Capturing batches (…): 0%|  | 0/8 [00:00<?, ?it/s][2026-02-09 14:38:28] Attempting …`.
+_GLUED_STAMP_RE = re.compile(r"(?<=\])\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+
+
+def systemd_events(text: str) -> tuple[LogEvent, ...]:
+    """The ``BootBoundary`` (and, for a failed exit, ``FailureText``) of a systemd manager line."""
+    if text.startswith("Started "):
+        return (BootBoundary(BoundaryKind.STARTED),)
+    if text.startswith("Stopping ") or text.startswith("Stopped "):
+        return (BootBoundary(BoundaryKind.STOPPING),)
+    if "Scheduled restart job" in text:
+        return (BootBoundary(BoundaryKind.RESTART_SCHEDULED),)
+    if "Deactivated successfully" in text:
+        return (BootBoundary(BoundaryKind.STOPPING),)
+    if "Main process exited" in text:
+        if _EXIT_OK_RE.search(text):
+            return (BootBoundary(BoundaryKind.PROCESS_EXITED),)
+        hint = None
+        if "status=9/KILL" in text:
+            hint = "the server was killed with SIGKILL: the host's OOM killer (dmesg -T | grep -i oom) or an operator"
+        return (
+            BootBoundary(BoundaryKind.PROCESS_EXITED),
+            FailureText(text, None, fatal=True, specificity=0, hint=hint),
+        )
+    if "Failed with result" in text:
+        hint = None
+        if "'oom-kill'" in text:
+            hint = "the kernel's OOM killer ended the service (host RAM, not GPU memory): check dmesg -T | grep -i oom"
+        return (
+            BootBoundary(BoundaryKind.PROCESS_EXITED),
+            FailureText(text, None, fatal=True, specificity=0, hint=hint),
+        )
+    return ()
+
+
+def _is_plain_systemd(text: str) -> bool:
+    c = text[:1]
+    if c == "S" and (text.startswith("Started ") or text.startswith("Stopping ") or text.startswith("Stopped ")):
+        return "server process" not in text and _SYSTEMD_PLAIN_RE.match(text) is not None
+    return ".service: " in text and _SYSTEMD_UNIT_RE.match(text) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# LineParser
+# ---------------------------------------------------------------------------------------------
+
+
+class LineParser:
+    """Records -> parsed lines, for one stream (one host's journal or one file).
+
+    ``engine_hint`` fixes the engine; otherwise the first line that sniffs as SGLang or vLLM
+    decides, and a later boot of the other engine (its argument dump / banner) switches over.
+    """
+
+    def __init__(self, engine_hint: Engine | None = None) -> None:
+        self._sglang = SglangGrammar()
+        self._vllm = _make_vllm()
+        self._grammars: list[Grammar] = [self._sglang]
+        if self._vllm is not None:
+            self._grammars.append(self._vllm)
+        self.engine_hint = engine_hint
+        self._grammar: Grammar | None = None
+        if engine_hint is Engine.SGLANG:
+            self._grammar = self._sglang
+        elif engine_hint is Engine.VLLM and self._vllm is not None:
+            self._grammar = self._vllm
+
+    @property
+    def engine(self) -> Engine | None:
+        """The engine detected (or hinted) so far; None before any engine line."""
+        return self._grammar.engine if self._grammar is not None else None
+
+    def reset(self) -> None:
+        """A boot boundary: every grammar forgets its per-boot state."""
+        for g in self._grammars:
+            g.reset()
+
+    def feed(self, record: LogRecord) -> list[ParsedLine]:
+        """One record -> its lines (a record may hold several ``\\r``-joined tqdm redraws)."""
+        text = record.text
+        if "\x1b" in text:
+            text = strip_ansi(text)
+        if "\r" in text or "\n" in text:
+            out: list[ParsedLine] = []
+            for piece in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+                if piece.strip():
+                    self._feed_piece(piece, record, out)
+            return out
+        if not text or text.isspace():
+            return []
+        out = []
+        self._feed_piece(text, record, out)
+        return out
+
+    def _feed_piece(self, piece: str, record: LogRecord, out: list[ParsedLine]) -> None:
+        if len(piece) > MAX_LINE_CHARS:
+            piece = piece[:MAX_LINE_CHARS]
+        if "][20" in piece and not piece.startswith("["):
+            m = _GLUED_STAMP_RE.search(piece)
+            if m is not None and "|" in piece[: m.start()]:
+                out.append(self._parse(piece[: m.start()], record))
+                piece = piece[m.start() :]
+        out.append(self._parse(piece, record))
+
+    def _parse(self, text: str, record: LogRecord) -> ParsedLine:
+        ident = record.ident
+        if ident == "systemd" or (ident is None and _is_plain_systemd(text)):
+            events = systemd_events(text)
+            if events:
+                kind = events[0].kind if isinstance(events[0], BootBoundary) else None
+                if kind is BoundaryKind.STARTED or kind is BoundaryKind.STOPPING:
+                    self.reset()
+            return ParsedLine(text=text, ts=record.ts, events=events, record=record, prefixed=True)
+        grammar = self._grammar
+        if grammar is None:
+            for g in self._grammars:
+                if g.sniff(text):
+                    grammar = self._grammar = g
+                    break
+            else:
+                return ParsedLine(text=text, ts=record.ts, record=record)
+        parsed = grammar.parse(text, record.ts)
+        if parsed.engine is None and self.engine_hint is None and len(self._grammars) > 1:
+            parsed = self._maybe_switch(grammar, text, record, parsed)
+        parsed.record = record
+        if not parsed.prefixed and parsed.level is not None:
+            parsed.prefixed = True
+        return parsed
+
+    def _maybe_switch(self, current: Grammar, text: str, record: LogRecord, parsed: ParsedLine) -> ParsedLine:
+        """A line the current engine does not claim: a new boot of the other engine?"""
+        for g in self._grammars:
+            if g is current or not g.sniff(text):
+                continue
+            other = g.parse(text, record.ts)
+            for ev in other.events:
+                if isinstance(ev, BootBoundary) and ev.kind is BoundaryKind.STARTED:
+                    self._grammar = g
+                    current.reset()
+                    return other
+        return parsed
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole logs: shapes -> prefilter -> LineParser
+# ---------------------------------------------------------------------------------------------
+
+_HEAD_BYTES = 64 * 1024
+_ARM_LINES = 400  # keep every line this far after a line that may belong to a failure
+_FAIL_TRIGGERS = (b"rror", b"Traceback", b"xception", b'File "', b"NCCL", b"out of memory", b"ailed", b"SIGQUIT")
+_FAIL_TRIGGERS2 = (b"sigquit", b"died", b"crashed", b"Killed", b"killed", b"Main process exited")
+
+
+def _serving_key(line: bytes) -> bytes | None:
+    """If ``line`` is a serving line (SGLang ``Decode/Prefill batch``, vLLM ``Engine 000: …
+    KV cache usage``), the key of the rank that printed it; else None."""
+    p = line.find(b"] Decode batch")
+    if p < 0:
+        p = line.find(b"] Prefill batch")
+    if p >= 0:
+        q = line.rfind(b"[", 0, p)
+        if q < 0:
+            return b""
+        tag = line[q + 20 : p]  # `[YYYY-MM-DD HH:MM:SS` is 20 bytes; the rest are rank tags
+        if tag[:1] in (b".", b","):
+            sp = tag.find(b" ")
+            tag = tag[sp:] if sp >= 0 else b""
+        return tag
+    p = line.find(b"Engine 0")
+    if p >= 0 and b"KV cache usage" in line:
+        return line[p : p + 11]
+    return None
+
+
+def _is_access_line(line: bytes) -> bool:
+    return b"INFO:     " in line and b" HTTP/1." in line and b' - "' in line
+
+
+class _Prefilter:
+    """Drops lines that cannot change a boot, across chunk boundaries. See ``parse_chunks``."""
+
+    def __init__(self, parser: LineParser) -> None:
+        self._parser = parser
+        self._armed = 0
+        self._pending: dict[bytes, bytes] = {}
+
+    def filter(self, lines: list[bytes]) -> list[bytes]:
+        keep: list[bytes] = []
+        pending = self._pending
+        armed = self._armed
+        drop_access = self._parser.engine is Engine.SGLANG
+        append = keep.append
+        for ln in lines:
+            if armed <= 0:
+                if b" batch" in ln or b"Engine 0" in ln:
+                    key = _serving_key(ln)
+                    # a `\r` inside the line may glue a tqdm redraw to it: keep such lines whole
+                    if key is not None and ln.find(b"\r", 0, len(ln) - 1) < 0:
+                        if key in pending:
+                            del pending[key]
+                        pending[key] = ln
+                        continue
+                if drop_access and b"INFO:     " in ln and _is_access_line(ln):
+                    continue
+            if pending:
+                keep.extend(pending.values())
+                pending.clear()
+            append(ln)
+            if _trigger(ln):
+                armed = _ARM_LINES
+            else:
+                armed -= 1
+        self._armed = armed
+        return keep
+
+    def flush(self) -> list[bytes]:
+        out = list(self._pending.values())
+        self._pending.clear()
+        return out
+
+
+def _trigger(ln: bytes) -> bool:
+    for t in _FAIL_TRIGGERS:
+        if t in ln:
+            return True
+    return any(t in ln for t in _FAIL_TRIGGERS2)
+
+
+RecordsFn = Callable[[bytes, str], Iterable[LogRecord]]
+
+
+def _fallback_detect(head: bytes) -> str:
+    return "raw"
+
+
+def _fallback_records(data: bytes, shape: str) -> Iterator[LogRecord]:
+    # TEMPORARY until kvtui.engines.shapes lands: raw engine output only.
+    for line in data.split(b"\n"):
+        if line:
+            yield LogRecord(line.decode("utf-8", "replace"), source="raw")
+
+
+def _shapes() -> tuple[Callable[[bytes], str], RecordsFn]:
+    """``kvtui.engines.shapes`` (detect_shape, iter_records)."""
+    try:
+        mod = importlib.import_module("kvtui.engines.shapes")
+    except ImportError:
+        return _fallback_detect, _fallback_records
+    detect = cast(Callable[[bytes], str], mod.detect_shape)
+    iter_records = cast(Callable[[bytes, str], Iterable[LogRecord]], mod.iter_records)
+    return detect, iter_records
+
+
+def parse_chunks(
+    chunks: Iterable[bytes],
+    engine_hint: Engine | None = None,
+    *,
+    all_lines: bool = False,
+    parser: LineParser | None = None,
+    shape_out: list[str] | None = None,
+) -> Iterator[ParsedLine]:
+    """A whole log, given as byte chunks cut anywhere, -> parsed lines in order.
+
+    The input shape (raw, journalctl short/short-iso/short-precise/cat/json, docker logs) is
+    detected from the first 64 KiB. Unless ``all_lines``, lines that cannot change a boot are
+    skipped (see the module docstring); the boots a ``BootTracker`` builds are the same either
+    way. ``shape_out``, when given, receives the detected shape.
+    """
+    detect_shape, records = _shapes()
+    parser = parser if parser is not None else LineParser(engine_hint)
+    prefilter = None if all_lines else _Prefilter(parser)
+    shape: str | None = None
+    buf = b""
+    for chunk in chunks:
+        if not chunk:
+            continue
+        buf = buf + chunk if buf else chunk
+        if shape is None:
+            if len(buf) < _HEAD_BYTES:
+                continue
+            shape = detect_shape(buf[:_HEAD_BYTES])
+            if shape_out is not None:
+                shape_out.append(shape)
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            if len(buf) > MAX_LINE_CHARS * 4:  # a runaway line: hand it over, it gets cut
+                block, buf = buf, b""
+            else:
+                continue
+        else:
+            block, buf = buf[: cut + 1], buf[cut + 1 :]
+        yield from _parse_block(block, shape, parser, prefilter, records)
+    if shape is None:
+        if not buf:
+            return
+        shape = detect_shape(buf[:_HEAD_BYTES])
+        if shape_out is not None:
+            shape_out.append(shape)
+    if buf:
+        yield from _parse_block(buf, shape, parser, prefilter, records)
+    if prefilter is not None:
+        rest = prefilter.flush()
+        if rest:
+            yield from _parse_block(b"\n".join(rest), shape, parser, None, records)
+
+
+def _parse_block(
+    block: bytes, shape: str, parser: LineParser, prefilter: _Prefilter | None, records: RecordsFn
+) -> Iterator[ParsedLine]:
+    if prefilter is not None:
+        kept = prefilter.filter(block.split(b"\n"))
+        if not kept:
+            return
+        block = b"\n".join(kept)
+    for rec in records(block, shape):
+        yield from parser.feed(rec)
+
+
+def parse_bytes(data: bytes, engine_hint: Engine | None = None, *, all_lines: bool = False) -> Iterator[ParsedLine]:
+    """A whole saved log (any supported shape) -> parsed lines. See ``parse_chunks``."""
+    return parse_chunks((data,), engine_hint, all_lines=all_lines)
