@@ -186,6 +186,70 @@ def test_eagle_draft_repeats_load_pool_and_capture(tmp_path: Path) -> None:
     assert k == pytest.approx((n + 1) * 4 * 128 * 1 * 2 / GIB, abs=0.006)
 
 
+def test_vllm_variant_boot_and_sizing(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock, engine="vllm")
+    assert b.model_key == "vllm-llama-70b"
+    lines = until(b, clock, r"Application startup complete\.")
+    assert lines[0] == "Started vLLM server (Llama 3.1 70B, TP4)."
+    assert re.fullmatch(
+        r"\(APIServer pid=\d+\) INFO \d\d-\d\d \d\d:\d\d:\d\d \[api_server\.py:1839\] vLLM API server version 0\.11\.0",
+        lines[1],
+    )
+    assert "'tensor_parallel_size': 4, 'gpu_memory_utilization': 0.9}" in lines[2]
+    # engines.md §3.3 (0.11): kv = total·u − non-KV; blocks of 16 tokens × cell bytes
+    weights = _floats(lines, r"Model loading took ([\d.]+) GiB")
+    assert len(weights) == 4
+    assert weights[0] == pytest.approx(131.42 / 4, abs=1e-3)
+    kv = _floats(lines, r"Available KV cache memory: ([\d.]+) GiB")[0]
+    assert kv + weights[0] < 97887 / 1024 * 0.9  # the budget is a fraction of the device total
+    tokens = int(next(t for t in lines if "GPU KV cache size" in t).split("size: ")[1].split(" ")[0].replace(",", ""))
+    cell = (8 // 4) * (128 + 128) * 80 * 2
+    assert tokens % 16 == 0
+    assert tokens == pytest.approx(kv * GIB / cell, abs=0.005 * GIB / cell + 16)
+    conc = _floats(lines, r"Maximum concurrency for 131,072 tokens per request: ([\d.]+)x")[0]
+    assert conc == pytest.approx(tokens / 131072, abs=0.006)
+    assert any("Capturing CUDA graphs (decode, FULL): 100%" in t for t in lines)
+    assert len([t for t in lines if "Graph capturing finished in" in t]) == 4
+    clock.t += 60
+    serving = [t for t in texts(b) if "Engine 000: Avg prompt throughput" in t]
+    assert serving
+    assert re.search(r"GPU KV cache usage: [\d.]+%, Prefix cache hit rate: [\d.]+%$", serving[-1])
+    samples = b.samples_at(clock.t)
+    assert all(s.used_mib / 1024 > 80 for s in samples[:4])  # ≈ 0.9 × 95.6 GiB (minus the profile's peak)
+    assert all(s.used_mib < 10 for s in samples[4:])
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        ("0.35", "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`"),
+        ("0.40", "ValueError: To serve at least one request with the models's max seq len (131072), (10.00 GiB KV"),
+        (
+            "busy",
+            "ValueError: Free memory on device cuda:2 (75.05/95.59 GiB) on startup is less than desired GPU "
+            "memory utilization (0.9, 86.03 GiB).",
+        ),
+    ],
+)
+def test_vllm_variant_failures(tmp_path: Path, setup: str, expected: str) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock, engine="vllm")
+    if setup == "busy":
+        b.set_foreign_process(gpu=2, mib=20480)
+    else:
+        set_flag(b, "gpu-memory-utilization", setup)
+    b.restart()
+    clock.t += 1
+    lines = until(b, clock, r"Failed with result 'exit-code'")
+    assert any(expected in t for t in lines)
+    assert any(
+        t.endswith("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+        for t in lines
+    )
+    assert "vllm-llama70b.service: Main process exited, code=exited, status=1/FAILURE" in lines
+
+
 # ---------------------------------------------------------------------------------------------
 # Failures
 # ---------------------------------------------------------------------------------------------
@@ -606,13 +670,15 @@ def test_bad_unit_refuses_restart(tmp_path: Path) -> None:
 
 
 def test_presets_and_bad_config(tmp_path: Path) -> None:
-    assert set(PRESETS) == {"kimi-k2.6", "llama-70b", "qwen3-32b-eagle3"}
+    assert set(PRESETS) == {"kimi-k2.6", "llama-70b", "qwen3-32b-eagle3", "vllm-llama-70b"}
     clock = Clock()
     assert make(tmp_path, clock, name="x", model="LLAMA").model_key == "llama-70b"
     with pytest.raises(DemoError, match=r"not a demo preset; expected one of: kimi-k2\.6"):
         DemoBackend("y", model="gpt-5", state_dir=tmp_path / "y")
     with pytest.raises(DemoError, match="do not exist"):
         DemoBackend("z", gpus=[9], state_dir=tmp_path / "z")
+    with pytest.raises(DemoError, match="is not simulated with demo_model"):
+        DemoBackend("w", engine="vllm", model="kimi", state_dir=tmp_path / "w")
 
 
 def test_the_simulation_never_imports_the_calculator() -> None:

@@ -52,6 +52,7 @@ from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
 from kvtui.hosts.demo_models import (
     DEFAULT_PRESET,
+    DEFAULT_PRESETS,
     PRESETS,
     BootInput,
     BootScript,
@@ -448,7 +449,7 @@ class _Timeline:
         sd = "systemd"
         pre = [Line(start, f"Started {desc}.", SYSTEMD_PID, sd)]
         pre += [Line(ln.t, ln.text, ln.pid, ln.ident) for ln in script.lines]
-        interval = serving_interval(e.speed)
+        interval = serving_interval(e.speed, script.serving.interval_s if script.serving else 5.0)
         c = self.cycle(e)
         next_start = None
         if _restarts_after(unit, script) and c is not None:
@@ -548,19 +549,8 @@ class _Timeline:
         assert facts is not None
         assert v.ready_t is not None
         t = v.serving_t(j)
-        ms = v.unit.env.get("SGLANG_LOG_MS", "0").strip().lower() in ("1", "true", "yes")
-        tag = " TP0" if len(v.script.rank_pids) > 1 else ""
-        tick = serving_tick(
-            facts, v.epoch.seed, v.g, j, t, (t - v.ready_t) * v.epoch.speed, lambda ts, tg: _stamp(ts, tg, ms), tag
-        )
+        tick = serving_tick(facts, v.epoch.seed, v.g, j, t, (t - v.ready_t) * v.epoch.speed)
         return Line(t, tick.text, tick.pid, v.script.exe.rsplit("/", 1)[-1] or "python")
-
-
-def _stamp(t: float, tag: str, ms: bool) -> str:
-    text = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
-    if ms:
-        text += f".{round((t % 1.0) * 1000) % 1000:03d}"
-    return f"[{text}{tag}]"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -568,10 +558,11 @@ def _stamp(t: float, tag: str, ms: bool) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def resolve_preset(name: str | None) -> str:
-    """A preset key from ``demo_model`` (a key, case-insensitive, or a unique prefix of one)."""
+def resolve_preset(name: str | None, engine: str = "sglang") -> str:
+    """A preset key from ``demo_model`` (a key, case-insensitive, or a unique prefix of one);
+    without one, the engine's default preset."""
     if name is None or not name.strip():
-        return DEFAULT_PRESET
+        return DEFAULT_PRESETS.get(engine, DEFAULT_PRESET)
     key = name.strip().lower()
     if key in PRESETS:
         return key
@@ -608,7 +599,9 @@ class DemoBackend:
             raise DemoError(f"demo host '{name}': demo_speed must be > 0, got {self.speed}")
         self.seed = int(seed if seed is not None else getattr(host, "demo_seed", 0))
         self.engine = str(engine or getattr(host, "demo_engine", None) or "sglang")
-        self.model_key = resolve_preset(model if model is not None else getattr(host, "demo_model", None))
+        if self.engine not in DEFAULT_PRESETS:
+            raise DemoError(f"demo host '{name}': demo_engine '{self.engine}' is not simulated (sglang, vllm)")
+        self.model_key = resolve_preset(model if model is not None else getattr(host, "demo_model", None), self.engine)
         if self.engine != PRESETS[self.model_key].engine:
             raise DemoError(
                 f"demo host '{name}': demo_engine '{self.engine}' is not simulated with demo_model "
