@@ -284,6 +284,26 @@ _MAX_METRICS: Final = frozenset(
 )
 _POOL_METRICS: Final = frozenset({"kv_cache_gib", "kv_tokens", "swa_kv_gib", "graph_mem_gib"})
 
+# target figures that feed ``BootMetrics`` (others only update ``facts``)
+_METRICS_INPUTS: Final = frozenset(
+    {
+        "max_total_num_tokens",
+        "full_tokens",
+        "kv_tokens",
+        "swa_kv_gib",
+        "kv_cache_gib",
+        "dsv4_bytes_per_full_token",
+        "avail_before_load_gib",
+        "avail_after_load_gib",
+        "weights_gib",
+        "avail_after_pool_gib",
+        "graph_mem_gib",
+        "available_gpu_mem_gib",
+        "context_len",
+        "max_running_requests",
+        "max_concurrency",
+    }
+)
 _RANK_TAG_RE = re.compile(r"([A-Za-z_]*?)(\d+)")
 _DEFAULT_OOM_PHASE_KIND: Final = {
     Phase.LOAD_WEIGHTS: FailureKind.OOM_WEIGHTS,
@@ -492,7 +512,8 @@ class BootTracker:
         for ev in events:
             if isinstance(ev, Metric):
                 self._metric(boot, ev, rank)
-                metrics_touched = True
+                if ev.model is Model.TARGET and ev.name in _METRICS_INPUTS:
+                    metrics_touched = True
             elif isinstance(ev, PhaseMark):
                 self._phase(boot, ev, ts, upd)
             elif isinstance(ev, Serving):

@@ -217,75 +217,176 @@ class LineParser:
 
 _HEAD_BYTES = 64 * 1024
 _ARM_LINES = 400  # keep every line this far after a line that may belong to a failure
+_MAX_RUN = 8192  # a run of serving lines is reduced whenever it grows past this
 _FAIL_TRIGGERS = (b"rror", b"Traceback", b"xception", b'File "', b"NCCL", b"out of memory", b"ailed", b"SIGQUIT")
 _FAIL_TRIGGERS2 = (b"sigquit", b"died", b"crashed", b"Killed", b"killed", b"Main process exited")
-
-
-def _serving_key(line: bytes) -> bytes | None:
-    """If ``line`` is a serving line (SGLang ``Decode/Prefill batch``, vLLM ``Engine 000: …
-    KV cache usage``), the key of the rank that printed it; else None."""
-    p = line.find(b"] Decode batch")
-    if p < 0:
-        p = line.find(b"] Prefill batch")
-    if p >= 0:
-        q = line.rfind(b"[", 0, p)
-        if q < 0:
-            return b""
-        tag = line[q + 20 : p]  # `[YYYY-MM-DD HH:MM:SS` is 20 bytes; the rest are rank tags
-        if tag[:1] in (b".", b","):
-            sp = tag.find(b" ")
-            tag = tag[sp:] if sp >= 0 else b""
-        return tag
-    p = line.find(b"Engine 0")
-    if p >= 0 and b"KV cache usage" in line:
-        return line[p : p + 11]
-    return None
+# the rank tag of a serving line: SGLang `…:SS[.mmm]( DP1)( TP3)] Decode batch`, vLLM `Engine 000: … KV cache usage`
+_SERVING_TAG_RE = re.compile(
+    rb"\d((?: [A-Z][A-Z_]*\d+)*)\] (?:Decode|Prefill) batch|(Engine \d+): [^\n]*?KV cache usage"
+)
 
 
 def _is_access_line(line: bytes) -> bool:
     return b"INFO:     " in line and b" HTTP/1." in line and b' - "' in line
 
 
+def _progress_desc(line: bytes) -> bytes | None:
+    """The description of a tqdm redraw (`Capturing batches (bs=8 avail_mem=7.19 GB)`, `Loading …
+    shards`), or None when the line is not one we can group safely."""
+    if b"\r" in line:
+        return None
+    k = line.find(b"%|")
+    if k < 0:
+        k = line.find(b"% Completed |")
+        if k < 0:
+            return None
+    s = line.rfind(b"Capturing ", 0, k)
+    if s < 0:
+        s = line.rfind(b"shards:", 0, k)
+        if s < 0:
+            return None
+    return line[s : k - 3]
+
+
+def _reduce_run(run: list[bytes], mixed: bool) -> list[bytes]:
+    """A run of serving lines -> its first line plus the last line of every rank, in order.
+
+    The tracker keeps each rank's latest serving figures; nothing in between can change a boot.
+    ``mixed`` is False when every line is known to carry the same rank tag (the common case: the
+    prefilter checked it with one substring test per line); then the run keeps first and last.
+    """
+    if len(run) <= 2:
+        return run
+    if not mixed:
+        return [run[0], run[-1]]
+    out: list[bytes] = [run[0]]
+    last: dict[bytes, bytes] = {}
+    for ln in run[1:]:
+        m = _SERVING_TAG_RE.search(ln)
+        if m is None:  # not a serving line after all: it stays, in order
+            out.extend(last.values())
+            last.clear()
+            out.append(ln)
+            continue
+        key = m.group(1) if m.group(2) is None else m.group(2)
+        last.pop(key, None)
+        last[key] = ln
+    out.extend(last.values())
+    return out
+
+
+_NEVER = b"\x00\x00never\x00\x00"
+
+
+def _needles(m: re.Match[bytes]) -> tuple[bytes, bytes]:
+    """Substrings that prove a line is a serving line of this rank tag.
+
+    SGLang: ``<tag>] Decode batch`` / ``<tag>] Prefill batch``. Within one boot every rank's tag
+    has the same components (all `DPn TPm`, or all `TPm`), so one tag is never a suffix of another.
+    vLLM: ``Engine 00n: Avg prompt throughput`` (the serving line of that engine).
+    """
+    engine = m.group(2)
+    if engine is None:
+        tag = m.group(1)
+        return tag + b"] Decode batch", tag + b"] Prefill batch"
+    return engine + b": Avg prompt throughput", _NEVER
+
+
 class _Prefilter:
-    """Drops lines that cannot change a boot, across chunk boundaries. See ``parse_chunks``."""
+    """Drops lines that cannot change a boot, across chunk boundaries. See ``parse_chunks``.
+
+    * a run of serving lines keeps its first line and each rank's last line;
+    * a run of redraws of one progress bar keeps its first and last redraw;
+    * HTTP access lines are dropped once the engine is known to be SGLang;
+    * everything within ``_ARM_LINES`` after a line that may belong to a failure is kept, so the
+      traceback the tracker reports is the same as with every line.
+    """
 
     def __init__(self, parser: LineParser) -> None:
         self._parser = parser
         self._armed = 0
-        self._pending: dict[bytes, bytes] = {}
+        self._run: list[bytes] = []  # the pending serving run
+        self._mixed = False  # the pending run holds more than one rank tag
+        self._n1 = _NEVER  # the needles of the current rank tag
+        self._n2 = _NEVER
+        self._desc: bytes | None = None  # the pending progress group
+        self._held: bytes | None = None  # its latest redraw, not yet kept
+
+    def _flush(self, keep: list[bytes]) -> None:
+        if self._run:
+            keep.extend(_reduce_run(self._run, self._mixed))
+            self._run = []
+            self._mixed = False
+        if self._held is not None:
+            keep.append(self._held)
+            self._held = None
+        self._desc = None
 
     def filter(self, lines: list[bytes]) -> list[bytes]:
         keep: list[bytes] = []
-        pending = self._pending
-        armed = self._armed
-        drop_access = self._parser.engine is Engine.SGLANG
         append = keep.append
+        armed = self._armed
+        run = self._run
+        run_append = run.append
+        desc = self._desc
+        n1, n2 = self._n1, self._n2
+        drop_access = self._parser.engine is Engine.SGLANG
         for ln in lines:
             if armed <= 0:
-                if b" batch" in ln or b"Engine 0" in ln:
-                    key = _serving_key(ln)
-                    # a `\r` inside the line may glue a tqdm redraw to it: keep such lines whole
-                    if key is not None and ln.find(b"\r", 0, len(ln) - 1) < 0:
-                        if key in pending:
-                            del pending[key]
-                        pending[key] = ln
+                if n1 in ln or n2 in ln:  # a serving line of the current rank: the hot path
+                    if desc is not None:
+                        self._flush(keep)
+                        desc = None
+                        run = self._run
+                        run_append = run.append
+                    run_append(ln)
+                    continue
+                if (b" batch" in ln or b"Engine 0" in ln) and b"%|" not in ln:
+                    m = _SERVING_TAG_RE.search(ln)
+                    if m is not None:  # a serving line of another rank (or the first one)
+                        if desc is not None:
+                            self._flush(keep)
+                            desc = None
+                            run = self._run
+                            run_append = run.append
+                        if run:
+                            self._mixed = True
+                        n1, n2 = self._n1, self._n2 = _needles(m)
+                        run_append(ln)
+                        continue
+                if b"%" in ln:
+                    d = _progress_desc(ln)
+                    if d is not None:
+                        if d == desc:
+                            self._held = ln
+                            continue
+                        self._flush(keep)
+                        run = self._run
+                        run_append = run.append
+                        desc = self._desc = d
+                        append(ln)
                         continue
                 if drop_access and b"INFO:     " in ln and _is_access_line(ln):
                     continue
-            if pending:
-                keep.extend(pending.values())
-                pending.clear()
+            if run or desc is not None:
+                self._flush(keep)
+                desc = None
+                run = self._run
+                run_append = run.append
             append(ln)
             if _trigger(ln):
                 armed = _ARM_LINES
             else:
                 armed -= 1
+        if len(run) > _MAX_RUN:
+            self._run = _reduce_run(run, self._mixed)
+            self._mixed = True
         self._armed = armed
         return keep
 
     def flush(self) -> list[bytes]:
-        out = list(self._pending.values())
-        self._pending.clear()
+        out: list[bytes] = []
+        self._flush(out)
         return out
 
 

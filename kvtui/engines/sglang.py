@@ -44,6 +44,14 @@ from kvtui.engines.events import (
 TARGET: Final = Model.TARGET
 DRAFT: Final = Model.DRAFT
 
+# Events are frozen dataclasses: the marks without a printed duration are shared constants.
+_PM_CACHE: Final = {(ph, mo, end): PhaseMark(ph, mo, end) for ph in Phase for mo in Model for end in (False, True)}
+
+
+def _pm(phase: Phase, model: Model = TARGET, end: bool = False) -> PhaseMark:
+    return _PM_CACHE[(phase, model, end)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Regular expressions (compiled once)
 # ---------------------------------------------------------------------------------------------
@@ -200,12 +208,28 @@ def generic_failure(text: str) -> tuple[LogEvent, ...]:
 # ---------------------------------------------------------------------------------------------
 
 
+_SIMPLE_LITERALS: Final[dict[str, object]] = {"None": None, "True": True, "False": False}
+_INT_FULL_RE = re.compile(r"-?\d+")
+_FLOAT_FULL_RE = re.compile(r"-?\d+\.\d*(?:[eE][-+]?\d+)?|-?\d+[eE][-+]?\d+")
+
+
 def _literal(value: str) -> object:
     value = value.strip()
     if not value:
         return ""
     if len(value) > _MAX_VALUE_CHARS:
         return value
+    # the common shapes without ast (an argument dump has ~250 of them, one per boot)
+    if value in _SIMPLE_LITERALS:
+        return _SIMPLE_LITERALS[value]
+    c = value[0]
+    if c == "'" and value[-1] == "'" and len(value) >= 2 and "\\" not in value and "'" not in value[1:-1]:
+        return value[1:-1]
+    if c.isdigit() or c == "-":
+        if _INT_FULL_RE.fullmatch(value):
+            return int(value)
+        if _FLOAT_FULL_RE.fullmatch(value):
+            return float(value)
     try:
         return ast.literal_eval(value)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -435,7 +459,7 @@ class SglangGrammar:
     def _uvicorn(msg: str) -> tuple[LogEvent, ...]:
         body = msg[5:].lstrip()
         if body.startswith("Started server process") or body.startswith("Uvicorn running on"):
-            return (PhaseMark(Phase.HTTP_UP),)
+            return (_pm(Phase.HTTP_UP, TARGET),)
         return ()
 
     # ---- phase lines --------------------------------------------------------------------------
@@ -459,7 +483,7 @@ class SglangGrammar:
                 self._load_model = model
                 if model is DRAFT:
                     self._draft_load_seen = True
-                ev: list[LogEvent] = [PhaseMark(Phase.LOAD_WEIGHTS, model)]
+                ev: list[LogEvent] = [_pm(Phase.LOAD_WEIGHTS, model)]
                 v = _float_re(_AVAIL_RE, msg)
                 if v is not None:
                     ev.append(Metric("avail_before_load_gib", v, model))
@@ -481,7 +505,7 @@ class SglangGrammar:
                 return tuple(ev)
             if msg.startswith("Loaded weights leave no GPU memory"):
                 return (
-                    PhaseMark(Phase.KV_ALLOCATE),
+                    _pm(Phase.KV_ALLOCATE, TARGET),
                     FailureText(msg, FailureKind.OOM_KV_ALLOCATE, specificity=3),
                     *self._note_era("0.5.18"),
                 )
@@ -492,7 +516,7 @@ class SglangGrammar:
                 era = self._note_era("0.5.23") if msg.startswith("Init parallel") else ()
                 if st.load_ended:  # the draft worker's own init (newer builds)
                     return era
-                return (PhaseMark(Phase.INIT), *era)
+                return (_pm(Phase.INIT, TARGET), *era)
             if msg.startswith("Init torch distributed ends") or msg.startswith("Init parallel ends"):
                 st = self._rank_state(rank)
                 model = DRAFT if st.load_ended else TARGET
@@ -518,20 +542,20 @@ class SglangGrammar:
                 st = self._rank_state(rank)
                 model = DRAFT if st.pool_ended else TARGET
                 st.pool_ended = True
-                ev = [PhaseMark(Phase.KV_ALLOCATE, model, end=True)]
+                ev = [_pm(Phase.KV_ALLOCATE, model, True)]
                 v = _float_re(_AVAIL_RE, msg)
                 if v is not None:
                     ev.append(Metric("avail_after_pool_gib", v, model))
                 return tuple(ev)
             if msg.startswith("Memory baseline taken"):
-                ev = [PhaseMark(Phase.INIT, end=True)]
+                ev = [_pm(Phase.INIT, TARGET, True)]
                 v = _float_re(_MEMUSE_RE, msg)
                 if v is not None:
                     ev.append(Metric("init_mem_usage_gib", v))
                 return (*ev, *self._note_era("0.5.23"))
             if msg.startswith("Mamba Cache is allocated"):
                 model = self._pool_model(rank)
-                ev = [PhaseMark(Phase.KV_ALLOCATE, model)]
+                ev = [_pm(Phase.KV_ALLOCATE, model)]
                 conv = _num_after(msg, "conv_state size: ")
                 ssm = _num_after(msg, "ssm_state size: ")
                 if conv is not None or ssm is not None:
@@ -557,7 +581,7 @@ class SglangGrammar:
                 model = self._pool_model(rank)
                 if model is TARGET:
                     st.hybrid = True
-                ev = [PhaseMark(Phase.KV_ALLOCATE, model)]
+                ev = [_pm(Phase.KV_ALLOCATE, model)]
                 full = _int_after(msg, "full_layer_tokens=")
                 swa = _int_after(msg, "swa_layer_tokens=")
                 if full is not None:
@@ -571,7 +595,7 @@ class SglangGrammar:
         if c == "S":
             if msg.startswith("SWAKVPool mem usage"):
                 model = self._pool_model(rank)
-                ev = [PhaseMark(Phase.KV_ALLOCATE, model)]
+                ev = [_pm(Phase.KV_ALLOCATE, model)]
                 v = _num_after(msg, "mem usage: ")
                 if v is not None:
                     ev.append(Metric("swa_kv_gib", v, model))
@@ -596,7 +620,7 @@ class SglangGrammar:
             if msg.startswith("DSV4 ") or msg.startswith("DSv4 "):
                 return self._dsv4(msg, rank)
             if msg.startswith("Draft model loaded"):
-                ev = [PhaseMark(Phase.LOAD_WEIGHTS, DRAFT, end=True)]
+                ev = [_pm(Phase.LOAD_WEIGHTS, DRAFT, True)]
                 v = _float_re(_MEMUSE_RE, msg)
                 if v is not None:
                     ev.append(Metric("weights_gib", v, DRAFT))
@@ -604,7 +628,7 @@ class SglangGrammar:
             return None
         if c == "T":
             if msg.startswith("The server is fired up and ready to roll"):
-                return (PhaseMark(Phase.READY),)
+                return (_pm(Phase.READY, TARGET),)
             if msg.startswith("The memory capacity is unbalanced"):
                 return (Warning_(msg, FailureKind.GPU_BUSY),)
             return None
@@ -631,7 +655,7 @@ class SglangGrammar:
             return None
         if c == "N":
             if msg.startswith("Not enough memory"):
-                return (PhaseMark(Phase.KV_ALLOCATE), FailureText(msg, FailureKind.OOM_KV_ALLOCATE, specificity=3))
+                return (_pm(Phase.KV_ALLOCATE, TARGET), FailureText(msg, FailureKind.OOM_KV_ALLOCATE, specificity=3))
             return None
         # a pool label in front: `{label} KV Cache is allocated. …` (0.5.23)
         if "KV Cache is allocated" in msg:
@@ -646,7 +670,7 @@ class SglangGrammar:
         # a new boot: forget the previous boot's per-rank state
         self.reset()
         values = parse_server_args(dump)
-        ev: list[LogEvent] = [BootBoundary(BoundaryKind.STARTED, new_args=True), PhaseMark(Phase.LAUNCH)]
+        ev: list[LogEvent] = [BootBoundary(BoundaryKind.STARTED, new_args=True), _pm(Phase.LAUNCH, TARGET)]
         ev.append(Flags(values))
         if dump.lstrip().startswith("{"):
             ev.extend(self._note_era("0.5.23"))
@@ -665,7 +689,7 @@ class SglangGrammar:
             model = DRAFT
         else:
             model = TARGET
-        ev: list[LogEvent] = [PhaseMark(Phase.KV_ALLOCATE, model)]
+        ev: list[LogEvent] = [_pm(Phase.KV_ALLOCATE, model)]
         tokens = _TOKENS_RE.search(msg)
         m = _K_V_RE.search(msg)
         kv = float(m.group(1)) + float(m.group(2)) if m is not None else _float_re(_KV_SIZE_RE, msg)
@@ -683,7 +707,7 @@ class SglangGrammar:
 
     def _dsv4(self, msg: str, rank: str | None) -> tuple[LogEvent, ...]:
         model = self._pool_model(rank)
-        ev: list[LogEvent] = [PhaseMark(Phase.KV_ALLOCATE, model)]
+        ev: list[LogEvent] = [_pm(Phase.KV_ALLOCATE, model)]
         body = msg[5:]
         kv = {k: float(v) for k, v in _KEYVAL_RE.findall(body)}
         if body.startswith("memory calculation"):
@@ -736,7 +760,7 @@ class SglangGrammar:
         if is_begin:
             self._capture_model = model
             self._capturing = True
-            ev.append(PhaseMark(Phase.GRAPH_CAPTURE, model))
+            ev.append(_pm(Phase.GRAPH_CAPTURE, model))
             v = _float_re(_AVAIL_RE, msg)
             if v is not None:
                 ev.append(Metric("graph_begin_avail_gib", v, model))
@@ -759,7 +783,7 @@ class SglangGrammar:
         else:
             # `Capture cuda graph bs [1, 2, 4, …]` / `Capture cuda graph num tokens […]`
             model = self._capture_model
-            ev.append(PhaseMark(Phase.GRAPH_CAPTURE, model))
+            ev.append(_pm(Phase.GRAPH_CAPTURE, model))
         if "num tokens" in head or "prefill" in head or "piecewise" in head:
             return tuple(ev)  # token-count lists are not decode batch sizes
         m = _BS_LIST_RE.search(msg)
@@ -818,12 +842,12 @@ class SglangGrammar:
             return (FailureText(msg, FailureKind.GPU_BUSY, specificity=3),)
         if ("Not enough memory" in msg and "mem-fraction-static" in msg) or "Loaded weights leave no GPU memory" in msg:
             # the pool sizing step raised: the boot is in kv_allocate
-            return (PhaseMark(Phase.KV_ALLOCATE), FailureText(msg, FailureKind.OOM_KV_ALLOCATE, specificity=3))
+            return (_pm(Phase.KV_ALLOCATE, TARGET), FailureText(msg, FailureKind.OOM_KV_ALLOCATE, specificity=3))
         return generic_failure(msg)
 
     def _capture_progress(self, msg: str) -> tuple[LogEvent, ...]:
         model = self._capture_model
-        ev: list[LogEvent] = [PhaseMark(Phase.GRAPH_CAPTURE, model)]
+        ev: list[LogEvent] = [_pm(Phase.GRAPH_CAPTURE, model)]
         m = _PROGRESS_RE.search(msg)
         label = "batches" if msg.startswith("Capturing batches") else "num tokens"
         if m is not None:

@@ -1,0 +1,114 @@
+"""Parser throughput: `kvtui replay`'s pipeline vs `grep -E '<phase patterns>'` (issue 7, benchmark 1).
+
+Generates the pinned multi-rank log (bench/gen_log.py: 8 ranks, ~150-byte lines, 2 % phase/figure
+lines, 8 % tqdm, 90 % serving) in the raw, short-iso and json shapes under a temporary directory,
+then times, over each file:
+
+* kvtui: the whole ``kvtui replay`` pipeline in-process (chunked read -> shape detection ->
+  prefilter -> records -> LineParser -> BootTracker -> boots), best of ``--runs``;
+* grep: ``grep -E '<the phase patterns>' FILE`` printing the matching lines into a pipe (what an
+  operator would reach for), best of runs.
+
+Budget: >= 300k lines/s raw and short-iso, >= 150k lines/s json.
+
+    .venv/bin/python bench/bench_parser.py [--lines 1000000] [--runs 2] [--full] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gen_log import SHAPES, write
+
+from kvtui.boot import BootTracker
+from kvtui.commands.replay import analyse, read_chunks
+from kvtui.engines.parse import parse_chunks
+
+PHASE_PATTERNS = (
+    "server_args=|Init torch distributed|Load weight (begin|end)|KV Cache is allocated|Memory pool end|"
+    "Capture .*graph|max_total_num_tokens=|Uvicorn running|fired up and ready|Traceback|Error|out of memory|"
+    "Started |Stopping "
+)
+BUDGET = {"raw": 300_000, "short-iso": 300_000, "json": 150_000}
+
+
+def time_kvtui(path: Path, *, full: bool = False) -> tuple[float, int, str]:
+    t0 = time.perf_counter()
+    with path.open("rb") as f:
+        if full:
+            tracker = BootTracker(max_boots=None)
+            for parsed in parse_chunks(read_chunks(f, str(path)), all_lines=True):
+                tracker.feed(parsed)
+            tracker.finish()
+            boots = tracker.boots
+        else:
+            boots, _shape = analyse(read_chunks(f, str(path)))
+    dt = time.perf_counter() - t0
+    last = boots[-1].status.value if boots else "-"
+    return dt, len(boots), last
+
+
+def time_grep(path: Path) -> float:
+    grep = shutil.which("grep") or "grep"
+    t0 = time.perf_counter()
+    # stdout must not be /dev/null: GNU grep then stops at the first match (it behaves like -q)
+    subprocess.run([grep, "-E", PHASE_PATTERNS, str(path)], stdout=subprocess.PIPE, check=False)
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="kvtui parser throughput vs grep -E")
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--full", action="store_true", help="also time the unfiltered path (every line parsed)")
+    ap.add_argument("--keep", type=Path, help="write the logs here and keep them")
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="kvtui-bench-")) if a.keep is None else a.keep
+    tmp.mkdir(parents=True, exist_ok=True)
+    rows = []
+    ok = True
+    try:
+        for shape in SHAPES:
+            path = tmp / f"bench-{shape}.log"
+            if not path.exists():
+                write(path, shape, a.lines)
+            n = sum(1 for _ in path.open("rb"))
+            size = path.stat().st_size
+            best = min(time_kvtui(path) for _ in range(a.runs))
+            g = min(time_grep(path) for _ in range(a.runs))
+            rate = n / best[0]
+            row = [shape, f"{n:,}", f"{size / n:.0f}", f"{rate:,.0f}", f"{n / g:,.0f}"]
+            row += [f"{g / best[0]:.3f}", f"{best[1]}"]
+            if a.full:
+                full = min(time_kvtui(path, full=True) for _ in range(a.runs))
+                row.append(f"{n / full[0]:,.0f}")
+            meets = rate >= BUDGET[shape]
+            ok &= meets
+            row.append(f">= {BUDGET[shape] // 1000}k: {'met' if meets else 'MISSED'}")
+            rows.append(row)
+    finally:
+        if a.keep is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    head = ["shape", "lines", "B/line", "kvtui lines/s", "grep -E lines/s", "kvtui/grep", "boots"]
+    if a.full:
+        head.append("unfiltered lines/s")
+    head.append("budget")
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    print(" | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
+    print("-+-".join("-" * w for w in widths))
+    for r in rows:
+        print(" | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
