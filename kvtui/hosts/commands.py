@@ -122,14 +122,15 @@ def journal_follow(
         "journalctl", "-u", q(unit), "-o", "json", "--output-fields=" + q(",".join(fields)),
         "--no-pager", "-q", "-f",
     ]
+    # `-f` alone shows only the last 10 entries, even from a cursor: --no-tail shows them all
     if after_cursor is not None:
-        args.append("--after-cursor=" + q(after_cursor))
+        args += ["--no-tail", "--after-cursor=" + q(after_cursor)]
     elif cursor is not None:
-        args.append("--cursor=" + q(cursor))
+        args += ["--no-tail", "--cursor=" + q(cursor)]
     elif lines is not None:
         args.append(f"-n {int(lines)}")
     else:
-        args.append("-n all")
+        args.append("--no-tail")
     return guard(sudo_prefix(sudo) + " ".join(args))
 
 

@@ -1,0 +1,205 @@
+"""``kvtui apply HOST (--set FLAG[=VALUE] | --unset FLAG)… [--restart] [--yes] [--dry-run] [--force]
+[--rollback-on-failure] [--timeout S]``.
+
+Shows the diff of the server's effective flags file, the exact commands that will run and the
+calculator's prediction for the new flags, then (after a confirmation on the terminal, or
+``--yes``) applies the edit through the guarded path of ``kvtui.hosts.service``: backup, atomic
+write, verify, and with ``--restart`` a restart followed until the new boot is ready or failed.
+
+The plan goes to stdout, progress and errors to stderr. Exit codes: 0 applied (and, with
+``--restart``, ready); 1 the new boot failed or the edit is not in effect (also when
+``--rollback-on-failure`` then brought the previous flags back: the output says so); 2 usage;
+3 connection, configuration or a host-side error; 4 refused (readonly host, container, an unsafe
+edit, a prediction of ``no_fit``/``oom_risk`` without ``--force``, the file changed since it was
+read, no terminal to confirm on); 5 timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
+
+from kvtui.cli import EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from kvtui.config import HostConfig
+    from kvtui.hosts.backend import HostBackend
+    from kvtui.hosts.service import ApplyOutcome, ApplyPlan
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    stdin: TextIO | None = None,
+    clock: Callable[[], float] | None = None,
+) -> int:
+    return asyncio.run(
+        apply_main(args, stdout=stdout or sys.stdout, stderr=stderr or sys.stderr, stdin=stdin or sys.stdin,
+                   clock=clock)
+    )
+
+
+async def apply_main(
+    args: argparse.Namespace,
+    *,
+    stdout: TextIO,
+    stderr: TextIO,
+    stdin: TextIO,
+    clock: Callable[[], float] | None = None,
+) -> int:
+    from kvtui import flags
+    from kvtui.hosts import service
+
+    try:
+        edits = flags.parse_edit_args(list(args.set or []), list(args.unset or []))
+    except flags.FlagError as exc:
+        print(f"kvtui apply: {exc}", file=stderr)
+        return EXIT_USAGE
+    if not edits:
+        print("kvtui apply: nothing to apply: give --set FLAG[=VALUE] or --unset FLAG", file=stderr)
+        return EXIT_USAGE
+    if args.timeout is not None and args.timeout <= 0:
+        print(f"kvtui apply: --timeout {args.timeout:g}: expected a number of seconds above 0", file=stderr)
+        return EXIT_USAGE
+    opened = await open_host(args, stderr, clock)
+    if isinstance(opened, int):
+        return opened
+    name, host, backend, margin = opened
+    try:
+        try:
+            plan = await service.plan_apply(
+                name, host, backend, edits,
+                restart=bool(args.restart), force=bool(args.force),
+                rollback_on_failure=bool(args.rollback_on_failure), timeout=float(args.timeout),
+                graph_margin_gib=margin, clock=clock or time.time,
+            )
+        except service.ServiceError as exc:
+            print(f"kvtui apply: {exc}", file=stderr)
+            return exc.code
+        stdout.write(plan.render())
+        stdout.flush()
+        return await confirm_and_execute(plan, backend, args, stdout=stdout, stderr=stderr, stdin=stdin,
+                                         clock=clock, verb="apply")
+    finally:
+        await backend.close()
+
+
+async def open_host(
+    args: argparse.Namespace, stderr: TextIO, clock: Callable[[], float] | None
+) -> int | tuple[str, HostConfig, HostBackend, float | None]:
+    """(name, host config, started backend, graph margin) or an exit code (config/connection)."""
+    from kvtui.config import ConfigError, load_config
+    from kvtui.hosts.backend import BackendError
+    from kvtui.hosts.factory import make_backend
+
+    verb = args.command or "apply"
+    try:
+        config = load_config(getattr(args, "hosts", None))
+        host = config.host(args.host)
+    except ConfigError as exc:
+        print(f"kvtui {verb}: {exc}", file=stderr)
+        return EXIT_INPUT
+    try:
+        backend = make_backend(args.host, host, clock=clock)
+        await backend.start()
+    except BackendError as exc:
+        print(f"kvtui {verb}: {args.host}: {exc}", file=stderr)
+        return EXIT_INPUT
+    return args.host, host, backend, config.calc.graph_margin_gib
+
+
+async def confirm_and_execute(
+    plan: ApplyPlan,
+    backend: HostBackend,
+    args: argparse.Namespace,
+    *,
+    stdout: TextIO,
+    stderr: TextIO,
+    stdin: TextIO,
+    clock: Callable[[], float] | None,
+    verb: str,
+) -> int:
+    from kvtui.hosts import service
+
+    if plan.refused:
+        for r in plan.blocking:
+            print(f"kvtui {verb}: refused: {r.reason}", file=stderr)
+        if not getattr(args, "dry_run", False):
+            await service.execute(plan, backend, clock=clock or time.time)  # audits the refusal
+        return EXIT_REFUSED
+    if getattr(args, "dry_run", False):
+        print("dry run: nothing was changed", file=stderr)
+        return EXIT_OK
+    if not plan.changed:
+        print(f"kvtui {verb}: {plan.source.path} already says this; nothing to do", file=stderr)
+        return EXIT_OK
+    if not args.yes:
+        answer = await _ask(stdin, stderr, f"{'Roll back' if verb == 'rollback' else 'Apply'} this on {plan.name}"
+                            + (" and restart" if plan.restart else "") + "? [y/N] ")
+        if answer is None:
+            print(f"kvtui {verb}: refused: no terminal to confirm on; pass --yes to {verb} without asking",
+                  file=stderr)
+            return EXIT_REFUSED
+        if answer not in ("y", "yes"):
+            print(f"kvtui {verb}: not applied (answered {answer or 'no'})", file=stderr)
+            return EXIT_REFUSED
+
+    def progress(msg: str) -> None:
+        print(msg, file=stderr, flush=True)
+
+    outcome = await service.execute(plan, backend, progress, clock=clock or time.time)
+    if outcome.status in ("error", "refused"):
+        print(f"kvtui {verb}: {outcome.messages[-1] if outcome.messages else outcome.status}", file=stderr)
+    summary = _summary(outcome, plan)
+    if summary:
+        stdout.write(summary)
+        stdout.flush()
+    return outcome.code
+
+
+def _summary(outcome: ApplyOutcome, plan: ApplyPlan) -> str:
+    lines: list[str] = []
+    status = {
+        "written": "written",
+        "ready": "applied; the new boot is ready",
+        "failed": "the new boot failed",
+        "not_in_effect": "edit not in effect",
+        "timeout": "timed out waiting for the new boot",
+        "unchanged": "nothing to do",
+        "error": "not applied",
+        "refused": "refused",
+    }.get(outcome.status, outcome.status)
+    if plan.action == "rollback" and outcome.status == "ready":
+        status = "rolled back; the boot is ready"
+    if outcome.rolled_back:
+        status += "; rolled back to the previous flags"
+        last = next((m for m in reversed(outcome.messages) if m.startswith("rolled back")), None)
+        if last:
+            status += f" ({last[len('rolled back: '):]})"
+    lines.append(f"{plan.name}: {status}")
+    if outcome.backup_path and outcome.status not in ("error", "refused", "unchanged"):
+        lines.append(f"  previous version: {outcome.backup_path}")
+    lines.extend(outcome.reality)
+    return "\n".join(lines) + "\n"
+
+
+async def _ask(stdin: TextIO, stderr: TextIO, prompt: str) -> str | None:
+    """The answer (lower case), or None when there is no terminal to ask on."""
+    try:
+        interactive = stdin.isatty()
+    except (AttributeError, ValueError):
+        interactive = False
+    if not interactive:
+        return None
+    stderr.write(prompt)
+    stderr.flush()
+    line = await asyncio.to_thread(stdin.readline)
+    if not line:
+        return None
+    return line.strip().lower()

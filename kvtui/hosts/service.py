@@ -1,0 +1,1349 @@
+"""The one guarded write path to a host: edit the server's flags, back up, write atomically,
+verify, restart, follow the new boot, roll back — and audit every change.
+
+Two phases, so a UI can show what will happen before anything does:
+
+``plan_apply(...)`` / ``plan_rollback(...)`` read the *effective* flags (for a unit: the file
+whose ``ExecStart=`` systemd runs — the last drop-in that sets it, else the fragment, from
+``systemctl show -p FragmentPath -p DropInPaths``; a unit whose ExecStart runs a script: that
+script; otherwise the configured ``launch_script``; containers are read-only), make the edit in
+memory (``kvtui.flags``: only the edited bytes change), and return an ``ApplyPlan``: the unified
+diff, the exact commands that will run, the calculator's prediction and verdict for the new flags
+(calibrated from the host's latest boot), and any refusals (readonly host, container, a verdict of
+``no_fit`` / ``oom_risk`` unless forced).
+
+``execute(plan, backend, progress)`` then: checks the file still has the hash it had when read
+(else refuses: it changed), copies it to ``<file>.kvtui-<UTC timestamp>`` and checks the copy,
+writes the new text atomically (temp file in the same directory, mode and owner kept, fsync,
+rename; the remote side verifies the content's hash before the rename, so a write cut midway
+never replaces the file), re-reads it and checks every edited flag (else restores the backup).
+For a unit: ``systemctl daemon-reload``, then ``systemctl show -p ExecStart`` must carry the new
+values (else restore + reload), then ``systemctl restart``. Without a unit: the configured stop
+command, a bounded wait until the old server's PIDs have released their GPU memory, then the
+start command detached so it outlives the SSH session. With a restart it follows the new boot
+until ready or failed: the boot's own argument dump must carry the edits ("edit not in effect"
+otherwise), and prediction is compared with reality. ``rollback_on_failure`` restores the backup
+through the same verified path and restarts again. Demo hosts take the same flow through
+``DemoBackend``'s service methods (``read_unit``/``write_unit``/``daemon_reload``/
+``effective_execstart``/``restart``), backups included, so edits persist in the demo's state.
+
+Every executed change (and every refusal at execution) is appended to the audit log
+(``kvtui.audit``). Errors the operator can act on are ``ServiceError`` with an exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import difflib
+import hashlib
+import re
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+from kvtui import audit
+from kvtui import flags as fl
+from kvtui.boot import Boot, BootStatus
+from kvtui.engines.events import Engine
+from kvtui.hosts import commands as cmds
+from kvtui.hosts.backend import BackendError, CommandResult, HostBackend, LogStart, aclose_iter
+
+if TYPE_CHECKING:
+    from kvtui.config import HostConfig
+    from kvtui.kvcalc import Prediction
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+EXIT_REFUSED = 4
+EXIT_TIMEOUT = 5
+
+BACKUP_MARK = ".kvtui-"
+PRE_ROLLBACK = ".pre-rollback"
+DEFAULT_STOP_WAIT_S = 180.0  # how long the old server may take to release its GPU memory
+FOLLOW_SETTLE_S = 1.0  # let the log follower reach the end before the restart is issued
+CMD_TIMEOUT_S = 60.0
+
+ProgressFn = Callable[[str], None]
+
+
+class ServiceError(Exception):
+    """An apply/rollback that cannot go on; ``str()`` says what happened and what state the
+    host is in; ``code`` is the CLI exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_INPUT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@runtime_checkable
+class DemoService(Protocol):
+    """The plain service methods of ``kvtui.hosts.demo.DemoBackend``."""
+
+    @property
+    def unit_path(self) -> Path: ...
+
+    def read_unit(self) -> str: ...
+
+    def write_unit(self, text: str) -> None: ...
+
+    def daemon_reload(self) -> None: ...
+
+    def effective_execstart(self) -> str: ...
+
+    def restart(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+# =============================================================================================
+# Data
+# =============================================================================================
+
+
+@dataclass(frozen=True, slots=True)
+class FlagSource:
+    """Where the server's flags live. ``kind``: unit (a unit file or drop-in) or script."""
+
+    kind: fl.Kind
+    path: str
+    text: str
+    sha256: str
+    unit: str | None = None
+    demo: bool = False
+    via: tuple[str, ...] = ()  # how it was found, for the operator
+    files: tuple[str, ...] = ()  # every unit file consulted (fragment, drop-ins)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    reason: str
+    forceable: bool  # --force overrides it (a verdict); a readonly host or container never
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStep:
+    title: str
+    command: str | None = None  # the exact shell command (None: a demo step, or a wait)
+
+
+@dataclass(slots=True)
+class ApplyPlan:
+    """What an apply (or a rollback) will do. Built by ``plan_apply`` / ``plan_rollback``."""
+
+    name: str
+    host: HostConfig
+    action: Literal["apply", "rollback"]
+    source: FlagSource
+    engine: Engine
+    edits: list[fl.Edit]
+    new_text: str
+    changes: list[fl.Change]
+    warnings: list[str]
+    diff: str
+    backup_path: str  # apply: where the backup goes; rollback: the backup restored
+    steps: list[PlanStep]
+    cmd: dict[str, str]  # the command strings execute() runs (the same ones shown in steps)
+    refusals: list[Refusal] = field(default_factory=list)
+    prediction: Prediction | None = None
+    prediction_note: str | None = None  # why there is no prediction, or a caveat
+    calibration: Boot | None = None
+    force: bool = False
+    restart: bool = False
+    rollback_on_failure: bool = False
+    timeout: float = 1800.0
+    pre_rollback_path: str | None = None  # rollback: where the current file is saved first
+
+    @property
+    def changed(self) -> bool:
+        return self.new_text != self.source.text
+
+    @property
+    def blocking(self) -> list[Refusal]:
+        """The refusals that stop this plan (a forceable one only without ``force``)."""
+        return [r for r in self.refusals if not (r.forceable and self.force)]
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.blocking)
+
+    @property
+    def verdict(self) -> str | None:
+        return None if self.prediction is None else str(self.prediction.verdict)
+
+    def render(self) -> str:
+        """The human view: file, diff, commands, prediction, refusals."""
+        out: list[str] = []
+        what = "roll back" if self.action == "rollback" else "edit"
+        out.append(f"{self.name}: {what} {self.source.path} ({self.source.kind}"
+                   + (f" of {self.source.unit}" if self.source.unit and self.source.kind == "unit" else "") + ")")
+        out.extend(f"  {v}" for v in self.source.via)
+        if self.action == "rollback":
+            out.append(f"  restore {self.backup_path}")
+        for c in self.changes:
+            out.append(f"  {c.describe()}")
+        for w in self.warnings:
+            out.append(f"  warning: {w}")
+        out.append("")
+        out.append(self.diff.rstrip("\n") if self.diff else "(no change: the file already says this)")
+        out.append("")
+        if self.changed:
+            out.append("Commands:")
+            for i, st in enumerate(self.steps, 1):
+                out.append(f"  {i}. {st.title}")
+                if st.command:
+                    lines = st.command.splitlines() or [""]
+                    out.append(f"     $ {lines[0]}")
+                    out.extend(f"       {ln}" for ln in lines[1:])
+            out.append("")
+        if self.prediction is not None:
+            out.extend(render_prediction(self.prediction))
+        if self.prediction_note:
+            out.append(f"Prediction: {self.prediction_note}")
+        for r in self.refusals:
+            forced = " (overridden by --force)" if r.forceable and self.force else (
+                " (--force overrides)" if r.forceable else "")
+            out.append(f"REFUSED: {r.reason}{forced}")
+        return "\n".join(out).rstrip("\n") + "\n"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "host": self.name,
+            "action": self.action,
+            "file": self.source.path,
+            "kind": self.source.kind,
+            "unit": self.source.unit,
+            "engine": self.engine.value,
+            "edits": [str(e) for e in self.edits],
+            "changes": [c.describe() for c in self.changes],
+            "diff": self.diff,
+            "backup": self.backup_path,
+            "commands": [{"title": s.title, "command": s.command} for s in self.steps],
+            "prediction": None if self.prediction is None else self.prediction.to_json(),
+            "prediction_note": self.prediction_note,
+            "refusals": [r.reason for r in self.blocking],
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(slots=True)
+class ApplyOutcome:
+    """What ``execute`` did. ``code``: the CLI exit code (DESIGN)."""
+
+    code: int
+    status: str  # unchanged | written | ready | failed | refused | restored | timeout | error
+    messages: list[str] = field(default_factory=list)
+    backup_path: str | None = None
+    boot: Boot | None = None
+    rolled_back: bool = False
+    reality: list[str] = field(default_factory=list)  # prediction vs reality lines
+
+    def render(self) -> str:
+        return "\n".join([*self.messages, *self.reality]) + "\n"
+
+
+def render_prediction(p: Prediction) -> list[str]:
+    js = p.to_json()
+    pred = js.get("predicted")
+    lines = [f"Prediction: verdict {p.verdict} (confidence {p.confidence}, basis {p.model.basis})"]
+    if isinstance(pred, dict):
+        tok = pred.get("max_total_num_tokens")
+        kv = pred.get("kv_cache_gib")
+        head = pred.get("graph_headroom_gib")
+        bits = []
+        if isinstance(tok, int):
+            bits.append(f"{tok:,} tokens")
+        if isinstance(kv, (int, float)):
+            bits.append(f"KV {kv:.2f} GiB per rank")
+        if isinstance(head, (int, float)):
+            bits.append(f"graph headroom {head:+.2f} GiB")
+        if bits:
+            lines.append("  " + ", ".join(bits))
+    if p.max_safe_fraction is not None:
+        lines.append(f"  largest safe fraction: {p.max_safe_fraction:.2f}")
+    lines.extend(f"  - {r}" for r in p.reasons)
+    return lines
+
+
+# =============================================================================================
+# Helpers
+# =============================================================================================
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def backup_name(path: str, now: float) -> str:
+    """``<file>.kvtui-<UTC timestamp>`` (sorts by time)."""
+    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{path}{BACKUP_MARK}{stamp}"
+
+
+def unified_diff(old: str, new: str, path: str, new_label: str | None = None) -> str:
+    return "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile=path, tofile=new_label or path
+        )
+    )
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    t = " ".join(text.split())
+    return t if len(t) <= limit else t[: limit - 1] + "…"
+
+
+async def _run(
+    backend: HostBackend, command: str, *, input: bytes | None = None, timeout: float | None = CMD_TIMEOUT_S
+) -> CommandResult:
+    try:
+        return await backend.run(command, input=input, timeout=timeout)
+    except BackendError as exc:
+        raise ServiceError(f"connection to the host failed: {exc}", EXIT_INPUT) from exc
+
+
+def _read_local(path: str) -> str:
+    """A demo host's file (local, small)."""
+    return Path(path).read_text(encoding="utf-8")
+
+
+def _copy_local(src: str, dest: str) -> bool:
+    """Copy a demo host's file keeping its mode and times; False when ``dest`` exists."""
+    if Path(dest).exists():
+        return False
+    shutil.copy2(src, dest)
+    return True
+
+
+def _is_demo(backend: HostBackend) -> bool:
+    return isinstance(backend, DemoService) and callable(getattr(backend, "write_unit", None))
+
+
+def _demo(backend: HostBackend) -> DemoService:
+    assert isinstance(backend, DemoService)
+    return backend
+
+
+def _sudo(host: HostConfig) -> bool:
+    return bool(getattr(host, "sudo", False))
+
+
+# =============================================================================================
+# Reading the effective flags
+# =============================================================================================
+
+
+async def read_remote_file(backend: HostBackend, path: str, *, sudo: bool = False) -> tuple[str, str]:
+    """(text, sha256) of a file on the host, read exactly (the host's own hash must match)."""
+    for _attempt in range(2):
+        h = await _run(backend, cmds.file_sha256(path, sudo=sudo))
+        if not h.ok:
+            raise ServiceError(f"cannot read {path}: {_one_line(h.stderr or h.stdout) or f'exit {h.exit_status}'}")
+        remote = (h.stdout.split() or [""])[0]
+        if not re.fullmatch(r"[0-9a-f]{64}", remote):
+            raise ServiceError(f"cannot hash {path}: sha256sum said {_one_line(h.stdout)!r}")
+        r = await _run(backend, cmds.read_file(path, sudo=sudo))
+        if not r.ok:
+            raise ServiceError(f"cannot read {path}: {_one_line(r.stderr) or f'exit {r.exit_status}'}")
+        if sha256_text(r.stdout) == remote:
+            return r.stdout, remote
+    raise ServiceError(
+        f"{path} cannot be read exactly (it changed while being read, or holds bytes that are not UTF-8 text); "
+        "kvtui edits only files it can write back byte for byte"
+    )
+
+
+def _parse_props(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        k, sep, v = line.partition("=")
+        if sep:
+            out[k.strip()] = v.strip()
+    return out
+
+
+async def locate_source(name: str, host: HostConfig, backend: HostBackend) -> FlagSource:
+    """Find the file that holds the flags the server will run with, and read it."""
+    if _is_demo(backend):
+        demo = _demo(backend)
+        text = demo.read_unit()
+        path = str(demo.unit_path)
+        unit = getattr(backend, "unit_name", None)
+        return FlagSource("unit", path, text, sha256_text(text), unit=unit if isinstance(unit, str) else None,
+                          demo=True, via=("the demo host's unit file",))
+    sudo = _sudo(host)
+    if host.unit:
+        return await _locate_unit(name, host, backend, host.unit, sudo)
+    if host.launch_script:
+        text, sha = await read_remote_file(backend, host.launch_script, sudo=sudo)
+        return FlagSource("script", host.launch_script, text, sha, via=("launch_script in hosts.toml",))
+    if host.container:
+        raise ServiceError(
+            f"host '{name}' runs the server in container {host.container!r}: its flags come from the container's "
+            "definition, which kvtui does not edit (containers are read-only); set unit or launch_script to edit",
+            EXIT_REFUSED,
+        )
+    raise ServiceError(
+        f"host '{name}': kvtui does not know where the server's flags live; set unit or launch_script in hosts.toml",
+        EXIT_INPUT,
+    )
+
+
+async def _locate_unit(name: str, host: HostConfig, backend: HostBackend, unit: str, sudo: bool) -> FlagSource:
+    show = await _run(backend, cmds.systemctl_show(unit, ["FragmentPath", "DropInPaths"], sudo=sudo))
+    if not show.ok:
+        raise ServiceError(f"systemctl show {unit} failed: {_one_line(show.stderr) or f'exit {show.exit_status}'}")
+    props = _parse_props(show.stdout)
+    frag = props.get("FragmentPath", "")
+    drops = props.get("DropInPaths", "").split()
+    if not frag:
+        raise ServiceError(
+            f"systemd has no unit file for {unit!r} (FragmentPath is empty): is the unit name in hosts.toml right?"
+        )
+    paths = [frag, *drops]
+    texts: list[tuple[str, str, str]] = []
+    for p in paths:
+        text, sha = await read_remote_file(backend, p, sudo=sudo)
+        texts.append((p, text, sha))
+    try:
+        idx = fl.find_effective_execstart([(p, t) for p, t, _ in texts])
+    except fl.FlagError as exc:
+        raise ServiceError(f"unit {unit}: {exc}") from exc
+    path, text, sha = texts[idx]
+    via: list[str] = []
+    if idx > 0:
+        via.append(f"the drop-in {path} overrides ExecStart= of {frag}")
+    elif drops:
+        via.append(f"ExecStart= is in the fragment (drop-ins {', '.join(drops)} do not set it)")
+    if path.startswith(("/usr/lib/", "/lib/")):
+        via.append(f"{path} belongs to a package: an upgrade may overwrite this edit (a drop-in survives)")
+    try:
+        fl.parse_command(text, "unit")
+    except fl.NoServerCommand as exc:
+        script = host.launch_script or exc.runs
+        if not script:
+            raise ServiceError(f"{path}: {exc}", EXIT_INPUT) from exc
+        stext, ssha = await read_remote_file(backend, script, sudo=sudo)
+        how = "launch_script in hosts.toml" if host.launch_script else f"ExecStart= of {path} runs it"
+        return FlagSource("script", script, stext, ssha, unit=unit, via=(*via, how), files=tuple(paths))
+    except fl.FlagError as exc:
+        raise ServiceError(f"{path}: {exc}", EXIT_INPUT) from exc
+    return FlagSource("unit", path, text, sha, unit=unit, via=tuple(via), files=tuple(paths))
+
+
+# =============================================================================================
+# Planning
+# =============================================================================================
+
+
+async def plan_apply(
+    name: str,
+    host: HostConfig,
+    backend: HostBackend,
+    edits: Sequence[fl.Edit],
+    *,
+    restart: bool = False,
+    force: bool = False,
+    rollback_on_failure: bool = False,
+    timeout: float = 1800.0,
+    graph_margin_gib: float | None = None,
+    boot: Boot | None = None,
+    predict: bool = True,
+    boots_timeout: float = 20.0,
+    clock: Callable[[], float] = time.time,
+) -> ApplyPlan:
+    """Read the effective flags, edit them in memory, predict, and say what would run.
+
+    ``boot``: the host's latest boot when the caller has it (the TUI); else it is read from the
+    host (bounded by ``boots_timeout``). Raises ``ServiceError`` for an edit kvtui will not make
+    (exit 4) or a host it cannot read (exit 3).
+    """
+    if not edits:
+        raise ServiceError("nothing to apply: give --set FLAG=VALUE or --unset FLAG", EXIT_USAGE)
+    source = await locate_source(name, host, backend)
+    try:
+        result = fl.apply_edits(source.text, source.kind, edits)
+    except fl.NoServerCommand as exc:
+        raise ServiceError(f"{source.path}: {exc}", EXIT_INPUT) from exc
+    except fl.FlagError as exc:
+        raise ServiceError(f"{source.path}: {exc}", EXIT_REFUSED) from exc
+    plan = ApplyPlan(
+        name=name,
+        host=host,
+        action="apply",
+        source=source,
+        engine=result.engine,
+        edits=list(edits),
+        new_text=result.new_text,
+        changes=list(result.changes),
+        warnings=list(result.warnings),
+        diff=unified_diff(source.text, result.new_text, source.path),
+        backup_path=backup_name(source.path, clock()),
+        steps=[],
+        cmd={},
+        force=force,
+        restart=restart,
+        rollback_on_failure=rollback_on_failure,
+        timeout=timeout,
+    )
+    _refuse_readonly(plan, backend)
+    _build_steps(plan, backend)
+    if predict and plan.changed:
+        await _predict(plan, backend, boot, graph_margin_gib, boots_timeout)
+    return plan
+
+
+def _refuse_readonly(plan: ApplyPlan, backend: HostBackend) -> None:
+    if plan.host.readonly or bool(getattr(backend, "readonly", False)):
+        plan.refusals.append(
+            Refusal(f"host '{plan.name}' is readonly (readonly = true): kvtui never edits or restarts it", False)
+        )
+
+
+def _unit_name(plan: ApplyPlan) -> str | None:
+    return plan.source.unit or plan.host.unit
+
+
+def _build_steps(plan: ApplyPlan, backend: HostBackend) -> None:
+    src, sudo = plan.source, _sudo(plan.host)
+    steps: list[PlanStep] = []
+    c: dict[str, str] = {}
+    if src.demo:
+        if plan.action == "rollback" and plan.pre_rollback_path:
+            steps.append(PlanStep(f"save the current unit as {plan.pre_rollback_path}"))
+        if plan.action == "apply":
+            steps.append(PlanStep(f"back up {src.path} to {plan.backup_path}"))
+        steps.append(PlanStep(f"write {src.path} atomically, then re-read it and check the flags"))
+        steps.append(PlanStep("daemon-reload, then check the loaded ExecStart carries the new flags"))
+        if plan.restart:
+            steps.append(PlanStep("restart the unit and follow the new boot"))
+        plan.steps, plan.cmd = steps, c
+        return
+    c["hash"] = cmds.file_sha256(src.path, sudo=sudo)
+    save_to = plan.pre_rollback_path if plan.action == "rollback" else plan.backup_path
+    assert save_to is not None
+    c["backup"] = cmds.backup_copy(src.path, save_to, sudo=sudo)
+    c["hash_backup"] = cmds.file_sha256(save_to, sudo=sudo)
+    c["write"] = cmds.write_file_atomic(
+        src.path, sudo=sudo, expect_sha256=src.sha256, content_sha256=sha256_text(plan.new_text)
+    )
+    c["read"] = cmds.read_file(src.path, sudo=sudo)
+    steps.append(PlanStep(f"check {src.path} is unchanged since it was read (sha256 {src.sha256[:12]}…)", c["hash"]))
+    steps.append(PlanStep(f"back up {src.path} to {save_to}", c["backup"]))
+    steps.append(PlanStep("check the backup equals the file that was read", c["hash_backup"]))
+    steps.append(PlanStep(f"write {src.path} atomically (new text on stdin; its hash is checked before the rename)",
+                          c["write"]))
+    steps.append(PlanStep(f"re-read {src.path} and check every edited flag", c["read"]))
+    unit = _unit_name(plan)
+    if unit:
+        c["reload"] = cmds.daemon_reload(sudo=sudo)
+        c["show"] = cmds.systemctl_show(unit, ["ExecStart"], sudo=sudo)
+        steps.append(PlanStep("reload systemd's view of the unit", c["reload"]))
+        steps.append(PlanStep("check the ExecStart systemd will run carries the new flags", c["show"]))
+        if plan.restart:
+            c["restart"] = cmds.restart_unit(unit, sudo=sudo)
+            steps.append(PlanStep(f"restart {unit} and follow the new boot", c["restart"]))
+    elif plan.restart:
+        if not (plan.host.stop_command and plan.host.start_command):
+            plan.refusals.append(Refusal(
+                f"host '{plan.name}' has no unit and no start_command/stop_command: kvtui can write the script "
+                "but cannot restart the server (drop --restart, or configure both commands)", False))
+        else:
+            c["stop"] = cmds.shell(plan.host.stop_command)
+            c["start"] = cmds.detached(plan.host.start_command)
+            steps.append(PlanStep("stop the server (stop_command)", c["stop"]))
+            steps.append(PlanStep(f"wait (at most {DEFAULT_STOP_WAIT_S:.0f} s) until its processes have released "
+                                  "their GPU memory"))
+            steps.append(PlanStep("start it detached from this session (start_command)", c["start"]))
+    plan.steps, plan.cmd = steps, c
+
+
+async def _predict(
+    plan: ApplyPlan,
+    backend: HostBackend,
+    boot: Boot | None,
+    graph_margin_gib: float | None,
+    boots_timeout: float,
+) -> None:
+    try:
+        from kvtui import kvcalc
+    except ImportError:  # pragma: no cover - the calculator ships with the package
+        plan.prediction_note = "the calculator is not available in this build"
+        return
+    boots: list[Boot]
+    if boot is not None:
+        boots = [boot]
+    else:
+        try:
+            boots = await read_latest_boots(backend, plan.engine, timeout=boots_timeout)
+        except (BackendError, TimeoutError) as exc:
+            plan.prediction_note = f"none: cannot read the host's boots ({exc})"
+            return
+        if not boots:
+            plan.prediction_note = "none: the host's log holds no boot yet"
+            return
+    try:
+        chosen, others = kvcalc.select_boot(boots, None)
+        model = kvcalc.calibrate(chosen, others=others)
+        mapping, drift = _prediction_edits(plan, chosen, set(kvcalc.EDITABLE_FLAGS.get(plan.engine, ())))
+        margin = kvcalc.DEFAULT_GRAPH_MARGIN_GIB if graph_margin_gib is None else graph_margin_gib
+        pred = kvcalc.predict(model, mapping, graph_margin_gib=margin)
+    except kvcalc.CalcError as exc:
+        plan.prediction_note = f"none: {exc}"
+        return
+    plan.prediction = pred
+    plan.calibration = chosen
+    if drift:
+        plan.warnings.append(
+            "the running boot used " + ", ".join(drift) + "; the prediction is for what the file will say"
+        )
+    if pred.verdict in (kvcalc.Verdict.NO_FIT, kvcalc.Verdict.OOM_RISK):
+        why = "; ".join(pred.reasons) if pred.reasons else ""
+        safe = (f"; the largest safe fraction is {pred.max_safe_fraction:.2f}"
+                if pred.max_safe_fraction is not None else "")
+        plan.refusals.append(Refusal(
+            f"the calculator predicts {pred.verdict}" + (f": {why}" if why else "") + safe, True))
+
+
+async def read_latest_boots(
+    backend: HostBackend, engine: Engine | None, *, timeout: float, idle: float = 0.5
+) -> list[Boot]:
+    """The host's current boot (and any after it), read until that boot is ready or failed, the
+    stream goes quiet for ``idle`` seconds, or ``timeout``. (A serving server never goes quiet:
+    once its boot is over, the serving lines that follow do not change the calibration.)"""
+    from kvtui.boot import BootTracker
+    from kvtui.engines.parse import LineParser
+
+    hint = engine if engine in (Engine.SGLANG, Engine.VLLM) else None
+    parser, tracker = LineParser(hint), BootTracker(hint, max_boots=16)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    it = backend.follow_log(LogStart.CURRENT_BOOT)
+    got_any = False
+    try:
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            try:
+                batch = await asyncio.wait_for(anext(it), min(idle, left) if got_any else left)
+            except (TimeoutError, StopAsyncIteration):
+                break
+            got_any = True
+            for rec in batch:
+                for parsed in parser.feed(rec):
+                    tracker.feed(parsed)
+            cur = tracker.current
+            if cur is not None and cur.status in (BootStatus.READY, BootStatus.FAILED):
+                break
+    finally:
+        await aclose_iter(it)
+    return list(tracker.boots)
+
+
+def _prediction_edits(
+    plan: ApplyPlan, boot: Boot, modelled: set[str]
+) -> tuple[dict[str, object], list[str]]:
+    """The calculator's edits: the requested ones, plus every modelled flag whose value in the
+    new file differs from what the running boot used (the file may have been edited before)."""
+    engine = plan.engine
+    mapping: dict[str, object] = {}
+    for e in plan.edits:
+        key = fl.dest_name(engine, e.flag)
+        mapping[key] = e.value
+    drift: list[str] = []
+    try:
+        cmd = fl.parse_command(plan.new_text, plan.source.kind)
+    except fl.FlagError:
+        return mapping, drift
+    for occ in cmd.flags:
+        dest = fl.dest_name(engine, occ.canonical)
+        if dest not in modelled or dest in mapping or dest not in boot.flags:
+            continue
+        if isinstance(occ.value, str) and not fl.same_value(boot.flags[dest], occ.value):
+            mapping[dest] = occ.value
+            drift.append(f"{dest}={boot.flags[dest]!r} (the file says {occ.value})")
+    return mapping, drift
+
+
+# =============================================================================================
+# Rollback planning
+# =============================================================================================
+
+
+async def list_backups(host: HostConfig, backend: HostBackend, source: FlagSource) -> list[str]:
+    """kvtui's backups of the source file, oldest first (pre-rollback copies excluded)."""
+    if source.demo:
+        p = Path(source.path)
+        names = sorted(x.name for x in p.parent.glob(p.name + BACKUP_MARK + "*"))
+        return [str(p.parent / n) for n in names if not n.endswith(PRE_ROLLBACK)]
+    r = await _run(backend, cmds.list_backups(source.path, sudo=_sudo(host)))
+    if not r.ok:
+        raise ServiceError(f"cannot list the backups of {source.path}: {_one_line(r.stderr)}")
+    prefix = source.path + BACKUP_MARK
+    found = sorted(ln for ln in r.stdout.splitlines() if ln.startswith(prefix) and not ln.endswith(PRE_ROLLBACK))
+    return found
+
+
+async def plan_rollback(
+    name: str,
+    host: HostConfig,
+    backend: HostBackend,
+    *,
+    to: str | None = None,
+    restart: bool = False,
+    timeout: float = 1800.0,
+    clock: Callable[[], float] = time.time,
+) -> ApplyPlan:
+    """Restore the newest backup of the effective flags file (or ``to``) through the same
+    verified path; the current file is saved first as ``<backup name>.pre-rollback``."""
+    source = await locate_source(name, host, backend)
+    backups = await list_backups(host, backend, source)
+    if to is not None:
+        want = to if "/" in to else str(Path(source.path).parent / to)
+        if not want.startswith(source.path + BACKUP_MARK):
+            raise ServiceError(
+                f"--to {to}: not a kvtui backup of {source.path} (backups are named {source.path}{BACKUP_MARK}<time>)",
+                EXIT_USAGE,
+            )
+        chosen = want
+    else:
+        if not backups:
+            raise ServiceError(f"no kvtui backup of {source.path} to roll back to", EXIT_REFUSED)
+        chosen = backups[-1]
+    if source.demo:
+        try:
+            btext = _read_local(chosen)
+        except OSError as exc:
+            raise ServiceError(f"cannot read the backup {chosen}: {exc.strerror or exc}") from exc
+    else:
+        btext, _ = await read_remote_file(backend, chosen, sudo=_sudo(host))
+    try:
+        old_cmd = fl.parse_command(source.text, source.kind)
+        new_cmd = fl.parse_command(btext, source.kind)
+    except fl.FlagError as exc:
+        raise ServiceError(f"{chosen}: {exc}", EXIT_INPUT) from exc
+    edits = _edits_between(old_cmd, new_cmd)
+    changes = [
+        fl.Change(f"--{e.flag}", "remove" if e.value is None else "set", old_cmd.get(e.flag), new_cmd.get(e.flag), 0)
+        for e in edits
+    ]
+    plan = ApplyPlan(
+        name=name,
+        host=host,
+        action="rollback",
+        source=source,
+        engine=new_cmd.engine,
+        edits=edits,
+        new_text=btext,
+        changes=changes,
+        warnings=[],
+        diff=unified_diff(source.text, btext, source.path, new_label=chosen),
+        backup_path=chosen,
+        steps=[],
+        cmd={},
+        restart=restart,
+        timeout=timeout,
+        pre_rollback_path=backup_name(source.path, clock()) + PRE_ROLLBACK,
+    )
+    _refuse_readonly(plan, backend)
+    _build_steps(plan, backend)
+    return plan
+
+
+def _edits_between(old: fl.ServerCommand, new: fl.ServerCommand) -> list[fl.Edit]:
+    """The edits that turn ``old``'s flags into ``new``'s (to verify a rollback)."""
+    ov, nv = old.values(), new.values()
+    out: list[fl.Edit] = []
+    for k, v in nv.items():
+        if k not in ov or ov[k] != v:
+            out.append(fl.Edit(k, v))
+    for k in ov:
+        if k not in nv:
+            out.append(fl.Edit(k, None))
+    return out
+
+
+# =============================================================================================
+# Execution
+# =============================================================================================
+
+
+class _Ctx:
+    def __init__(self, plan: ApplyPlan, backend: HostBackend, progress: ProgressFn | None) -> None:
+        self.plan = plan
+        self.backend = backend
+        self._progress = progress
+        self.log: list[str] = []
+
+    def say(self, msg: str) -> None:
+        self.log.append(msg)
+        if self._progress is not None:
+            self._progress(msg)
+
+
+async def execute(
+    plan: ApplyPlan,
+    backend: HostBackend,
+    progress: ProgressFn | None = None,
+    *,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    stop_wait_s: float = DEFAULT_STOP_WAIT_S,
+    settle_s: float | None = None,
+) -> ApplyOutcome:
+    """Carry out a plan (see the module docstring). Never raises for a host-side failure: the
+    outcome says what happened and in which state the host was left; every attempt is audited."""
+    ctx = _Ctx(plan, backend, progress)
+    if plan.refused:
+        out = ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {r.reason}" for r in plan.blocking])
+        _audit(plan, out, clock)
+        return out
+    if not plan.changed:
+        out = ApplyOutcome(EXIT_OK, "unchanged", [f"{plan.source.path} already says this; nothing to do"])
+        if plan.restart:
+            out.messages.append("not restarting: nothing changed")
+        return out
+    try:
+        out = await _execute(ctx, clock=clock, sleep=sleep, stop_wait_s=stop_wait_s, settle_s=settle_s)
+    except ServiceError as exc:
+        out = ApplyOutcome(exc.code, "error", [*ctx.log, str(exc)], backup_path=_saved_copy(plan))
+    except asyncio.CancelledError:
+        out = ApplyOutcome(130, "error", [*ctx.log, "interrupted"], backup_path=_saved_copy(plan))
+        _audit(plan, out, clock)
+        raise
+    _audit(plan, out, clock)
+    return out
+
+
+def _saved_copy(plan: ApplyPlan) -> str:
+    return plan.pre_rollback_path if plan.action == "rollback" and plan.pre_rollback_path else plan.backup_path
+
+
+async def _execute(
+    ctx: _Ctx,
+    *,
+    clock: Callable[[], float],
+    sleep: Callable[[float], Awaitable[None]],
+    stop_wait_s: float,
+    settle_s: float | None,
+) -> ApplyOutcome:
+    plan = ctx.plan
+    saved = _saved_copy(plan)
+    if plan.source.demo:
+        await _write_demo(ctx, saved)
+    else:
+        await _write_remote(ctx, saved)
+    what = "rolled back to " + plan.backup_path if plan.action == "rollback" else "written"
+    ctx.say(f"{plan.source.path}: {what}; the previous version is saved as {saved}")
+    if not plan.restart:
+        hint = "restart the server for it to take effect" if plan.action == "apply" else "restart to use it"
+        ctx.say(f"not restarted: {hint}")
+        return ApplyOutcome(EXIT_OK, "written", list(ctx.log), backup_path=saved)
+    boot, code, status = await _restart_and_follow(ctx, clock=clock, sleep=sleep, stop_wait_s=stop_wait_s,
+                                                   settle_s=settle_s)
+    out = ApplyOutcome(code, status, list(ctx.log), backup_path=saved, boot=boot)
+    if boot is not None and plan.prediction is not None:
+        out.reality = _reality(plan, boot)
+    if code != EXIT_OK and plan.rollback_on_failure and plan.action == "apply":
+        out = await _auto_rollback(ctx, out, clock=clock, sleep=sleep, stop_wait_s=stop_wait_s, settle_s=settle_s)
+    return out
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+
+async def _write_remote(ctx: _Ctx, saved: str) -> None:
+    plan, backend, c = ctx.plan, ctx.backend, ctx.plan.cmd
+    src = plan.source
+    ctx.say(f"checking {src.path} is unchanged since it was read")
+    h = await _run(backend, c["hash"])
+    cur = (h.stdout.split() or [""])[0] if h.ok else ""
+    if cur != src.sha256:
+        detail = "it is gone or unreadable: " + _one_line(h.stderr) if not h.ok else "its hash differs"
+        raise ServiceError(
+            f"{src.path} changed since it was read ({detail}); nothing was written; plan again to see the new diff",
+            EXIT_REFUSED,
+        )
+    ctx.say(f"backing up to {saved}")
+    b = await _run(backend, c["backup"])
+    if not b.ok:
+        why = "a file by that name exists" if b.exit_status == cmds.EXIT_EXISTS else _one_line(b.stderr)
+        raise ServiceError(f"cannot back up {src.path} to {saved}: {why}; nothing was written", EXIT_INPUT)
+    hb = await _run(backend, c["hash_backup"])
+    if not hb.ok or (hb.stdout.split() or [""])[0] != src.sha256:
+        raise ServiceError(
+            f"the backup {saved} does not equal the file that was read ({src.path} changed meanwhile?); "
+            "nothing was written",
+            EXIT_REFUSED,
+        )
+    ctx.say(f"writing {src.path}")
+    w = await _run(backend, c["write"], input=plan.new_text.encode("utf-8"))
+    if not w.ok:
+        if w.exit_status == cmds.EXIT_CHANGED:
+            raise ServiceError(
+                f"{src.path} changed between the backup and the write; nothing was written (backup {saved})",
+                EXIT_REFUSED,
+            )
+        if w.exit_status == cmds.EXIT_INCOMPLETE:
+            raise ServiceError(
+                f"the new text of {src.path} arrived incomplete; the file was not replaced (backup {saved})",
+                EXIT_INPUT,
+            )
+        raise ServiceError(
+            f"cannot write {src.path}: {_one_line(w.stderr) or f'exit {w.exit_status}'}; the file is unchanged "
+            f"(backup {saved})",
+            EXIT_INPUT,
+        )
+    problems = await _check_written(ctx)
+    if problems:
+        await _restore(ctx, saved, "the re-read file " + "; ".join(problems))
+        raise ServiceError(
+            f"{src.path} did not read back as written ({'; '.join(problems)}); restored from {saved}", EXIT_INPUT
+        )
+    unit = _unit_name(plan)
+    if unit:
+        await _reload_and_check(ctx, saved)
+
+
+async def _check_written(ctx: _Ctx) -> list[str]:
+    plan = ctx.plan
+    r = await _run(ctx.backend, plan.cmd["read"])
+    if not r.ok:
+        return [f"could not be read: {_one_line(r.stderr)}"]
+    if r.stdout != plan.new_text:
+        problems = fl.check_text(r.stdout, plan.source.kind, plan.edits)
+        return problems or ["differs from the text that was sent"]
+    return fl.check_text(r.stdout, plan.source.kind, plan.edits)
+
+
+async def _restore(ctx: _Ctx, saved: str, why: str) -> None:
+    """Put the saved copy back (after a failed check); best effort, said out loud."""
+    plan, backend = ctx.plan, ctx.backend
+    ctx.say(f"restoring {plan.source.path} from {saved}: {why}")
+    if plan.source.demo:
+        _demo(backend).write_unit(_read_local(saved))
+        _demo(backend).daemon_reload()
+        return
+    sudo = _sudo(plan.host)
+    try:
+        text, _sha = await read_remote_file(backend, saved, sudo=sudo)
+        w = await _run(backend, cmds.write_file_atomic(plan.source.path, sudo=sudo,
+                                                       content_sha256=sha256_text(text)), input=text.encode())
+        if not w.ok:
+            raise ServiceError(f"restoring failed: {_one_line(w.stderr)}")
+        unit = _unit_name(plan)
+        if unit and plan.source.kind == "unit":
+            await _run(backend, cmds.daemon_reload(sudo=sudo))
+    except ServiceError as exc:
+        raise ServiceError(
+            f"{why}, and restoring {plan.source.path} from {saved} failed too: {exc}; restore it by hand "
+            f"(cp -p {saved} {plan.source.path})",
+            EXIT_FAILED,
+        ) from exc
+
+
+async def _reload_and_check(ctx: _Ctx, saved: str) -> None:
+    plan, backend = ctx.plan, ctx.backend
+    ctx.say("systemctl daemon-reload")
+    r = await _run(backend, plan.cmd["reload"])
+    if not r.ok:
+        await _restore(ctx, saved, f"daemon-reload failed ({_one_line(r.stderr)})")
+        raise ServiceError(f"systemctl daemon-reload failed: {_one_line(r.stderr)}; restored from {saved}",
+                           EXIT_FAILED)
+    if plan.source.kind != "unit":
+        return  # the flags live in a script the unit runs: systemd does not see them
+    s = await _run(backend, plan.cmd["show"])
+    problems = _check_execstart(plan, s.stdout if s.ok else "")
+    if problems:
+        await _restore(ctx, saved, "systemd does not run the edited command: " + "; ".join(problems))
+        raise ServiceError(
+            "after daemon-reload, systemd's ExecStart does not carry the edit (" + "; ".join(problems)
+            + f"); another unit file may override it; restored from {saved}",
+            EXIT_FAILED,
+        )
+    ctx.say("systemd's ExecStart carries the new flags")
+
+
+def _check_execstart(plan: ApplyPlan, show_output: str) -> list[str]:
+    argvs = fl.parse_systemctl_execstart(show_output)
+    if not argvs:
+        text = show_output.strip()
+        if text.startswith("ExecStart=") and "argv[]=" not in text and text[len("ExecStart="):].strip():
+            import shlex
+
+            try:
+                argvs = [shlex.split(text[len("ExecStart="):])]
+            except ValueError:
+                argvs = []
+    if not argvs:
+        return ["systemctl show -p ExecStart printed no command"]
+    for argv in argvs:
+        try:
+            cmd = fl.parse_argv(argv)
+        except fl.FlagError:
+            continue
+        return fl.check_command(cmd, plan.edits)
+    return ["systemd's ExecStart does not start a server"]
+
+
+async def _write_demo(ctx: _Ctx, saved: str) -> None:
+    plan = ctx.plan
+    demo = _demo(ctx.backend)
+    src = plan.source
+    current = demo.read_unit()
+    if sha256_text(current) != src.sha256:
+        raise ServiceError(f"{src.path} changed since it was read; nothing was written", EXIT_REFUSED)
+    ctx.say(f"backing up to {saved}")
+    if not _copy_local(src.path, saved):
+        raise ServiceError(f"cannot back up {src.path}: {saved} exists; nothing was written", EXIT_INPUT)
+    if sha256_text(_read_local(saved)) != src.sha256:
+        raise ServiceError(f"the backup {saved} does not equal the file that was read; nothing was written",
+                           EXIT_REFUSED)
+    ctx.say(f"writing {src.path}")
+    try:
+        demo.write_unit(plan.new_text)
+    except BackendError as exc:
+        raise ServiceError(f"cannot write {src.path}: {exc}", EXIT_REFUSED) from exc
+    back = demo.read_unit()
+    problems = fl.check_text(back, "unit", plan.edits) if back == plan.new_text else ["differs from what was sent"]
+    if problems:
+        await _restore(ctx, saved, "; ".join(problems))
+        raise ServiceError(f"{src.path} did not read back as written; restored from {saved}", EXIT_INPUT)
+    ctx.say("daemon-reload")
+    demo.daemon_reload()
+    problems = _check_execstart(plan, demo.effective_execstart())
+    if problems:
+        await _restore(ctx, saved, "; ".join(problems))
+        raise ServiceError("the loaded ExecStart does not carry the edit: " + "; ".join(problems), EXIT_FAILED)
+    ctx.say("the loaded ExecStart carries the new flags")
+
+
+# -- restarting and following ------------------------------------------------------------------
+
+
+async def _restart_and_follow(
+    ctx: _Ctx,
+    *,
+    clock: Callable[[], float],
+    sleep: Callable[[float], Awaitable[None]],
+    stop_wait_s: float,
+    settle_s: float | None,
+) -> tuple[Boot | None, int, str]:
+    plan, backend = ctx.plan, ctx.backend
+    follower = BootFollower(backend, plan.engine, progress=ctx.say)
+    settle = settle_s if settle_s is not None else (0.05 if plan.source.demo else FOLLOW_SETTLE_S)
+    await follower.start(settle)
+    try:
+        try:
+            follower.mark()
+            await _trigger_restart(ctx, sleep=sleep, clock=clock, stop_wait_s=stop_wait_s)
+            follower.triggered()
+        except ServiceError as exc:
+            raise ServiceError(
+                f"{exc}; the new flags are written (previous version: {_saved_copy(plan)}) but the server was not "
+                f"restarted with them: restart it, or run 'kvtui rollback {plan.name}'",
+                exc.code,
+            ) from exc
+        boot = await follower.wait(plan.timeout, expect=plan.edits)
+    finally:
+        await follower.close()
+    if boot is None:
+        last = follower.last_phase()
+        ctx.say(f"timed out after {plan.timeout:g} s waiting for the new boot" + (f" (last phase: {last})" if last
+                                                                                  else " (no boot seen)"))
+        return follower.current(), EXIT_TIMEOUT, "timeout"
+    problems = fl.check_dump(plan.engine, boot.flags, plan.edits) if boot.flags else []
+    if not boot.flags:
+        ctx.say("note: the new boot printed no argument dump; the edit was checked in systemd/the file only")
+    if problems:
+        ctx.say("edit not in effect: " + "; ".join(problems))
+        return boot, EXIT_FAILED, "not_in_effect"
+    if boot.flags:
+        ctx.say("the new boot's own argument dump carries the edits")
+    if boot.status is BootStatus.READY:
+        ctx.say("the new boot is ready")
+        return boot, EXIT_OK, "ready"
+    fail = boot.failure
+    if fail is not None:
+        where = f" in {fail.phase.value}" if fail.phase else ""
+        ctx.say(f"the new boot failed{where}: {fail.kind.value}: {_one_line(fail.message, 200)}")
+        if fail.hint:
+            ctx.say(f"hint: {fail.hint}")
+    else:
+        ctx.say(f"the new boot ended: {boot.status.value}")
+    return boot, EXIT_FAILED, "failed"
+
+
+async def _trigger_restart(
+    ctx: _Ctx, *, sleep: Callable[[float], Awaitable[None]], clock: Callable[[], float], stop_wait_s: float
+) -> None:
+    plan, backend = ctx.plan, ctx.backend
+    if plan.source.demo:
+        ctx.say("restarting the unit")
+        try:
+            _demo(backend).restart()
+        except BackendError as exc:
+            raise ServiceError(f"restart failed: {exc}", EXIT_FAILED) from exc
+        return
+    if "restart" in plan.cmd:
+        unit = _unit_name(plan)
+        ctx.say(f"systemctl restart {unit}")
+        r = await _run(backend, plan.cmd["restart"], timeout=max(CMD_TIMEOUT_S, plan.timeout))
+        if not r.ok:
+            raise ServiceError(f"systemctl restart {unit} failed: {_one_line(r.stderr) or r.exit_status}",
+                               EXIT_FAILED)
+        return
+    old = await _safe_pids(backend)
+    ctx.say("stopping the server (stop_command)")
+    r = await _run(backend, plan.cmd["stop"])
+    if not r.ok:
+        ctx.say(f"stop_command exited {r.exit_status}: {_one_line(r.stderr)}")
+    await _wait_gpu_release(ctx, old, sleep=sleep, clock=clock, limit=stop_wait_s)
+    ctx.say("starting the server detached (start_command)")
+    s = await _run(backend, plan.cmd["start"])
+    if not s.ok:
+        raise ServiceError(f"start_command failed (exit {s.exit_status}): {_one_line(s.stderr)}", EXIT_FAILED)
+
+
+async def _safe_pids(backend: HostBackend) -> set[int]:
+    try:
+        return set(await backend.server_pids())
+    except BackendError:
+        return set()
+
+
+async def _wait_gpu_release(
+    ctx: _Ctx, old: set[int], *, sleep: Callable[[float], Awaitable[None]], clock: Callable[[], float], limit: float
+) -> None:
+    if not old:
+        ctx.say("the server's PIDs are unknown: not waiting for its GPU memory")
+        return
+    ctx.say(f"waiting for PIDs {', '.join(map(str, sorted(old)))} to release their GPU memory")
+    deadline = clock() + limit
+    while True:
+        try:
+            procs = await ctx.backend.gpu_processes()
+            alive = await ctx.backend.server_pids()
+        except BackendError as exc:
+            raise ServiceError(f"cannot watch the old server stop: {exc}", EXIT_INPUT) from exc
+        holding = {p.pid for p in procs if p.pid in old} | (old & set(alive))
+        if not holding:
+            ctx.say("the old server's GPU memory is free")
+            return
+        if clock() >= deadline:
+            raise ServiceError(
+                f"the old server (PIDs {', '.join(map(str, sorted(holding)))}) still holds GPU memory after "
+                f"{limit:g} s; not starting a second one",
+                EXIT_FAILED,
+            )
+        await sleep(1.0)
+
+
+class BootFollower:
+    """Follows a host's log from *now* and tracks the boots that start from here on."""
+
+    def __init__(self, backend: HostBackend, engine: Engine | None, *, progress: ProgressFn | None = None) -> None:
+        from kvtui.boot import BootTracker
+        from kvtui.engines.parse import LineParser
+
+        hint = engine if engine in (Engine.SGLANG, Engine.VLLM) else None
+        self._backend = backend
+        self._parser = LineParser(hint)
+        self._tracker = BootTracker(hint, max_boots=16)
+        self._progress = progress
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+        self._phase_seen: dict[int, str] = {}
+        self._before: set[int] = set()  # boots seen before the restart was issued (ignored)
+        self._during: set[int] = set()  # boots that began while it ran (trusted once they end)
+        self._marked = False
+
+    async def start(self, settle: float) -> None:
+        self._task = asyncio.create_task(self._pump(), name="kvtui-boot-follower")
+        await asyncio.sleep(0)
+        await asyncio.sleep(settle)
+
+    async def _pump(self) -> None:
+        it = self._backend.follow_log(LogStart.NEXT_BOOT)
+        try:
+            async for batch in it:
+                for rec in batch:
+                    for parsed in self._parser.feed(rec):
+                        self._tracker.feed(parsed)
+                self._report()
+                self._changed.set()
+        except BackendError as exc:
+            self._error = exc
+            self._changed.set()
+        finally:
+            await aclose_iter(it)
+
+    def _report(self) -> None:
+        if self._progress is None:
+            return
+        for i, b in enumerate(self._tracker.boots):
+            if b.phase is not None and self._phase_seen.get(i) != b.phase.value:
+                self._phase_seen[i] = b.phase.value
+                self._progress(f"boot: {b.phase.value}")
+
+    def mark(self) -> None:
+        """Call right before issuing the restart: boots seen so far belong to the old server."""
+        self._before = {id(b) for b in self._tracker.boots}
+        self._marked = True
+
+    def triggered(self) -> None:
+        """Call when the restart command returned."""
+        self._during = {id(b) for b in self._tracker.boots} - self._before
+
+    def _candidates(self) -> list[Boot]:
+        """Boots begun after the mark, except those stopped (by the restart itself, or an
+        automatic restart of the old unit that the restart replaced)."""
+        return [b for b in self._tracker.boots if id(b) not in self._before and b.status is not BootStatus.STOPPED]
+
+    def current(self) -> Boot | None:
+        c = self._candidates()
+        return c[-1] if c else None
+
+    def last_phase(self) -> str | None:
+        b = self.current()
+        return None if b is None or b.phase is None else b.phase.value
+
+    async def wait(self, timeout: float, expect: Iterable[fl.Edit] = ()) -> Boot | None:
+        """The first boot that is ready or failed (None on timeout). A boot whose argument dump
+        contradicts ``expect`` is returned as soon as its dump is seen."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        expect = list(expect)
+        while True:
+            for b in self._candidates():
+                if b.status in (BootStatus.READY, BootStatus.FAILED):
+                    return b
+                # a boot that began after the restart returned and runs other flags: not in effect
+                if id(b) not in self._during and b.flags and expect and fl.check_dump(b.engine, b.flags, expect):
+                    return b
+            if self._error is not None:
+                raise ServiceError(f"lost the host's log while following the new boot: {self._error}", EXIT_INPUT)
+            left = deadline - loop.time()
+            if left <= 0:
+                return None
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(left, 1.0))
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+
+def _reality(plan: ApplyPlan, boot: Boot) -> list[str]:
+    p = plan.prediction
+    if p is None:
+        return []
+    out: list[str] = []
+    actual = boot.metrics.max_total_num_tokens
+    if actual is not None and p.tokens:
+        err = (actual - p.tokens) / p.tokens * 100 if p.tokens else 0.0
+        out.append(f"Prediction vs reality: predicted {p.tokens:,} tokens, the boot sized {actual:,} ({err:+.2f} %)")
+    elif actual is None:
+        out.append(f"Prediction vs reality: predicted {p.tokens:,} tokens; the boot did not size its pool")
+    fails = boot.status is BootStatus.FAILED
+    predicted_fail = str(p.verdict) in ("oom_risk", "no_fit")
+    held = fails == predicted_fail
+    out.append(f"Verdict {p.verdict}: {'held' if held else 'did not hold'} (the boot {boot.status.value})")
+    return out
+
+
+async def _auto_rollback(
+    ctx: _Ctx,
+    out: ApplyOutcome,
+    *,
+    clock: Callable[[], float],
+    sleep: Callable[[float], Awaitable[None]],
+    stop_wait_s: float,
+    settle_s: float | None,
+) -> ApplyOutcome:
+    plan = ctx.plan
+    ctx.say(f"rolling back to {plan.backup_path} (--rollback-on-failure)")
+    try:
+        rb = await plan_rollback(plan.name, plan.host, ctx.backend, to=plan.backup_path, restart=True,
+                                 timeout=plan.timeout, clock=clock)
+    except ServiceError as exc:
+        out.messages.append(f"rollback could not be planned: {exc}")
+        return out
+    rb_out = await execute(rb, ctx.backend, ctx.say, clock=clock, sleep=sleep, stop_wait_s=stop_wait_s,
+                           settle_s=settle_s)
+    out.rolled_back = rb_out.status in ("ready", "written")
+    tail = ("the previous flags are back and the boot is ready" if rb_out.status == "ready"
+            else f"the rollback ended {rb_out.status}")
+    out.messages = [*ctx.log, f"rolled back: {tail}"]
+    if rb_out.status != "ready":
+        out.messages.extend(rb_out.messages[-3:])
+    out.code = EXIT_FAILED if out.code in (EXIT_OK, EXIT_FAILED) else out.code
+    return out
+
+
+# =============================================================================================
+# Audit
+# =============================================================================================
+
+
+def _audit(plan: ApplyPlan, out: ApplyOutcome, clock: Callable[[], float]) -> None:
+    entry: dict[str, object] = {
+        "host": plan.name,
+        "target": _target(plan.host),
+        "action": plan.action,
+        "file": plan.source.path,
+        "kind": plan.source.kind,
+        "unit": plan.source.unit,
+        "login": getattr(plan.host, "ssh_user", None) or ("demo" if plan.source.demo else None),
+        "edits": [str(e) for e in plan.edits] if plan.action == "apply" else [],
+        "diff": plan.diff,
+        "backup": _saved_copy(plan),
+        "restored_from": plan.backup_path if plan.action == "rollback" else None,
+        "restart": plan.restart,
+        "forced": bool(plan.force and any(r.forceable for r in plan.refusals)),
+        "verdict": plan.verdict,
+        "outcome": out.status,
+        "exit": out.code,
+        "rolled_back": out.rolled_back,
+        "detail": out.messages[-6:],
+    }
+    with contextlib.suppress(OSError):
+        audit.append(entry, now=clock())
+
+
+def _target(host: HostConfig) -> str:
+    try:
+        return str(host.target)
+    except Exception:  # pragma: no cover - a config without the property
+        return ""
+
+
+__all__ = [
+    "ApplyOutcome",
+    "ApplyPlan",
+    "BootFollower",
+    "DemoService",
+    "FlagSource",
+    "PlanStep",
+    "Refusal",
+    "ServiceError",
+    "execute",
+    "list_backups",
+    "locate_source",
+    "plan_apply",
+    "plan_rollback",
+    "read_remote_file",
+    "unified_diff",
+]
+

@@ -1,0 +1,172 @@
+"""``kvtui apply`` / ``kvtui rollback`` end to end on the simulated demo host (real CLI, real
+DemoBackend, real calculator and parsers): the issue's "Done means" for the demo host."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from kvtui.audit import read_entries
+from kvtui.cli import main
+from kvtui.config import parse_config
+from kvtui.flags import get_flag
+from kvtui.hosts.demo import DemoBackend
+
+HOSTS = """
+[hosts.demo]
+demo = true
+demo_speed = 400.0
+
+[hosts.ro]
+demo = true
+demo_speed = 400.0
+readonly = true
+"""
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Path:
+    p = tmp_path / "hosts.toml"
+    p.write_text(HOSTS)
+    return p
+
+
+def _demo(hosts: Path, name: str = "demo") -> DemoBackend:
+    cfg = parse_config(hosts.read_text(), hosts)
+    return DemoBackend(name, cfg.host(name))
+
+
+def _kvtui(hosts: Path, *argv: str) -> int:
+    return main(["--hosts", str(hosts), *argv])
+
+
+def _fraction(hosts: Path) -> object:
+    return get_flag(_demo(hosts).read_unit(), "unit", "mem-fraction-static")
+
+
+def test_oom_risk_edit_is_refused_with_the_verdict(hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _demo(hosts).read_unit()
+    code = _kvtui(hosts, "apply", "demo", "--set", "mem-fraction-static=0.99", "--restart", "--yes")
+    out, err = capsys.readouterr()
+    assert code == 4
+    assert "verdict oom_risk" in out
+    assert "-    --mem-fraction-static 0.85 \\" in out  # the diff is shown
+    assert "+    --mem-fraction-static 0.99 \\" in out
+    assert "refused: the calculator predicts oom_risk" in err
+    assert "largest safe fraction" in err
+    assert _demo(hosts).read_unit() == before  # nothing written
+    assert not list(_demo(hosts).unit_path.parent.glob("*.kvtui-*"))  # no backup either
+    entry = read_entries()[-1]
+    assert entry["outcome"] == "refused"
+    assert entry["verdict"] == "oom_risk"
+    assert entry["host"] == "demo"
+
+
+def test_forced_edit_dies_in_capture_then_rollback_restores(
+    hosts: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _demo(hosts).read_unit()
+    code = _kvtui(hosts, "apply", "demo", "--set", "mem-fraction-static=0.99", "--restart", "--yes", "--force")
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "the new boot's own argument dump carries the edits" in err
+    assert "failed in graph_capture: oom_graph_capture" in err
+    assert "Verdict oom_risk: held (the boot failed)" in out
+    assert _fraction(hosts) == "0.99"
+    backups = sorted(_demo(hosts).unit_path.parent.glob("*.service.kvtui-*"))
+    assert len(backups) == 1
+    assert backups[0].read_text() == before  # the backup is the old file
+    entry = read_entries()[-1]
+    assert entry["outcome"] == "failed"
+    assert entry["forced"] is True
+    assert "+    --mem-fraction-static 0.99 \\" in str(entry["diff"])
+
+    # kvtui rollback brings the previous flags back, through the same verified path
+    code = _kvtui(hosts, "rollback", "demo", "--restart", "--yes", "--timeout", "60")
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "rolled back; the boot is ready" in out
+    assert _demo(hosts).read_unit() == before
+    pre = sorted(_demo(hosts).unit_path.parent.glob("*.pre-rollback"))
+    assert len(pre) == 1
+    assert get_flag(pre[0].read_text(), "unit", "mem-fraction-static") == "0.99"
+    assert read_entries()[-1]["action"] == "rollback"
+
+
+def test_rollback_on_failure_brings_the_previous_flags_back(
+    hosts: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _kvtui(hosts, "apply", "demo", "--set", "mem-fraction-static=0.99", "--restart", "--yes", "--force",
+                  "--rollback-on-failure", "--timeout", "60")
+    out, err = capsys.readouterr()
+    assert code == 1  # the edit failed, even though the rollback then succeeded
+    assert "failed in graph_capture" in err
+    assert "rolled back to the previous flags (the previous flags are back and the boot is ready)" in out
+    assert _fraction(hosts) == "0.85"
+    assert "--mem-fraction-static 0.85" in _demo(hosts).effective_execstart()  # loaded by systemd
+    outcomes = [(e["action"], e["outcome"]) for e in read_entries()]
+    assert outcomes[-2:] == [("rollback", "ready"), ("apply", "failed")]
+
+
+def test_safe_edit_is_applied_and_confirmed(hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = _kvtui(hosts, "apply", "demo", "--set", "mem-fraction-static=0.88", "--set", "max-num-seqs=48",
+                  "--restart", "--yes", "--timeout", "60")
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "max-num-seqs is the other engine's name" in out
+    assert "applied; the new boot is ready" in out
+    assert "Prediction vs reality: predicted" in out
+    assert "held (the boot ready)" in out
+    unit = _demo(hosts).read_unit()
+    assert get_flag(unit, "unit", "mem-fraction-static") == "0.88"
+    assert get_flag(unit, "unit", "max-running-requests") == "48"
+
+
+def test_dry_run_and_no_terminal(hosts: Path, capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    before = _demo(hosts).read_unit()
+    assert _kvtui(hosts, "apply", "demo", "--set", "cuda-graph-max-bs=32", "--dry-run") == 0
+    out, _ = capsys.readouterr()
+    assert "+    --cuda-graph-max-bs 32 \\" in out
+    assert "Commands:" in out
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))  # not a terminal
+    assert _kvtui(hosts, "apply", "demo", "--set", "cuda-graph-max-bs=32") == 4
+    _, err = capsys.readouterr()
+    assert "no terminal to confirm on; pass --yes" in err
+    assert _demo(hosts).read_unit() == before
+    assert read_entries() == []  # nothing was attempted
+
+
+def test_refusals_and_usage(hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _kvtui(hosts, "apply", "ro", "--set", "cuda-graph-max-bs=32", "--yes") == 4
+    _, err = capsys.readouterr()
+    assert "readonly" in err
+    assert _kvtui(hosts, "apply", "demo", "--set", "mem-fraction-static=1.5", "--yes") == 4
+    _, err = capsys.readouterr()
+    assert "must lie in (0, 1)" in err
+    assert _kvtui(hosts, "apply", "demo", "--unset", "no-such-flag", "--yes") == 4
+    _, err = capsys.readouterr()
+    assert "has no --no-such-flag" in err
+    assert _kvtui(hosts, "apply", "demo") == 2
+    assert _kvtui(hosts, "apply", "nowhere", "--set", "tp=2") == 3
+    assert _kvtui(hosts, "rollback", "demo", "--yes") == 4  # no backup yet
+    _, err = capsys.readouterr()
+    assert "no kvtui backup" in err
+    assert _kvtui(hosts, "rollback", "demo", "--to", "/etc/passwd", "--yes") == 2
+
+
+def test_edit_without_restart_persists_in_demo_state(hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _kvtui(hosts, "apply", "demo", "--set", "enable-metrics", "--yes") == 0
+    out, err = capsys.readouterr()
+    assert "not restarted" in err
+    assert "demo: written" in out
+    # a new process (a new DemoBackend) sees the edit, loaded by daemon-reload
+    demo = _demo(hosts)
+    assert get_flag(demo.read_unit(), "unit", "enable-metrics") is True
+    assert "--enable-metrics" in demo.effective_execstart()
+    entry = read_entries()[-1]
+    assert entry["outcome"] == "written"
+    assert json.dumps(entry)  # serialisable
