@@ -90,6 +90,7 @@ MonitorUpdate = LogBatch | BootState | GpuUpdate | ConnUpdate
 # The monitor
 # ---------------------------------------------------------------------------------------------
 
+CLOSE_GRACE: Final = 0.2  # seconds the streams get to end by themselves after close()
 MIN_FLUSH_INTERVAL: Final = 0.05  # log lines reach a view at most every 50 ms
 INGEST_SLICE: Final = 2000  # records parsed between two yields to the event loop
 _PENDING_BOOT_STATES: Final = 32
@@ -311,8 +312,8 @@ class HostMonitor:
             done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if streams in done:
                 streams.result()  # a bug in a loop surfaces here
-            else:  # closed: the backend ends its streams; do not wait forever for one that does not
-                await asyncio.wait(tasks, timeout=2.0)
+            else:  # closed: the backend ends its streams; a stream still asleep is cancelled
+                await asyncio.wait(tasks, timeout=CLOSE_GRACE)
         finally:
             closer.cancel()
             for t in tasks:
@@ -378,7 +379,8 @@ class HostMonitor:
     async def _sleep(self, seconds: float) -> bool:
         """Sleep unless closed first; True when closed."""
         try:
-            await asyncio.wait_for(self._closed.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._closed.wait()
         except TimeoutError:
             return False
         return True
@@ -594,7 +596,8 @@ class HostMonitor:
                     self._dirty.set()
             self._pids_now.clear()
             try:
-                await asyncio.wait_for(self._pids_now.wait(), self.pids_interval)
+                async with asyncio.timeout(self.pids_interval):
+                    await self._pids_now.wait()
             except TimeoutError:
                 pass
 
@@ -605,7 +608,8 @@ class HostMonitor:
         last = 0.0
         while True:
             try:
-                await asyncio.wait_for(self._dirty.wait(), 0.25)
+                async with asyncio.timeout(0.25):
+                    await self._dirty.wait()
             except TimeoutError:
                 pass
             wait = self.flush_interval - (loop.time() - last)
@@ -658,7 +662,8 @@ async def read_boots(
     parser = LineParser(hint)
     tracker = BootTracker(hint)
     if start_backend:
-        await asyncio.wait_for(backend.start(), timeout)
+        async with asyncio.timeout(timeout):
+            await backend.start()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     it = backend.follow_log(LogStart.CURRENT_BOOT)
@@ -669,7 +674,8 @@ async def read_boots(
             if left <= 0:
                 break
             try:
-                batch = await asyncio.wait_for(anext(it), min(idle, left) if got_any else left)
+                async with asyncio.timeout(min(idle, left) if got_any else left):
+                    batch = await anext(it)
             except TimeoutError:
                 break  # caught up: the stream went quiet
             except StopAsyncIteration:

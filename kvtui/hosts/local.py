@@ -82,7 +82,8 @@ async def _stop_process(proc: asyncio.subprocess.Process, grace: float = 2.0) ->
     with contextlib.suppress(ProcessLookupError):
         proc.terminate()
     try:
-        await asyncio.wait_for(proc.wait(), grace)
+        async with asyncio.timeout(grace):
+            await proc.wait()
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
@@ -142,11 +143,30 @@ def _file_record(piece: bytes, end_offset: int) -> LogRecord:
     return LogRecord(text=piece.decode("utf-8", "replace"), cursor=str(end_offset), source="file")
 
 
+class _Splitter(Protocol):
+    def feed(self, chunk: bytes) -> list[LogRecord]: ...
+    def flush(self) -> list[LogRecord]: ...
+
+
+def make_splitter(base_offset: int) -> _Splitter:
+    """Bytes of a log file -> records whose cursor is the byte offset after each line: the input
+    shape (raw, journalctl short*/json, docker) detected by ``kvtui.engines.shapes`` when
+    available, else raw lines."""
+    try:
+        from kvtui.engines.shapes import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
+            RecordSplitter,
+        )
+    except ImportError:
+        return _FileSplitter(base_offset)
+    splitter: _Splitter = RecordSplitter(None, base_offset=base_offset)
+    return splitter
+
+
 def boot_start_offset(data: bytes, base: int = 0, *, engine: str = "auto") -> int | None:
     """The absolute offset of the last server start in ``data`` (which starts at ``base``, at a
     line start), decided by the engine parser and boot tracker (the monitor's own notion of a
     boot); None when no boot starts in ``data``."""
-    splitter = _FileSplitter(base)
+    splitter = make_splitter(base)
     records = splitter.feed(data) + splitter.flush()
     starts = _boot_starts(records, engine)
     if not starts:
@@ -508,7 +528,8 @@ class LocalBackend:
     async def _sleep(self, seconds: float) -> bool:
         """Sleep unless closed first; True when closed."""
         try:
-            await asyncio.wait_for(self._closed.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._closed.wait()
         except TimeoutError:
             return False
         return True
@@ -559,7 +580,8 @@ class LocalBackend:
         else:
             offset = await asyncio.to_thread(self._scan_start, path)
         st = _FileState()
-        splitter = _FileSplitter(offset)
+        pos = offset  # bytes of the current file read so far
+        splitter = make_splitter(pos)
         try:
             while not self._closed.is_set():
                 if st.fh is None:
@@ -578,11 +600,13 @@ class LocalBackend:
                     self._log_detail = ""
                     fst = os.fstat(st.fh.fileno())
                     st.ident = (fst.st_dev, fst.st_ino)
-                    if fst.st_size < splitter.consumed:  # replaced or truncated while away
-                        splitter = _FileSplitter(0)
-                    st.fh.seek(splitter.offset)
+                    if fst.st_size < pos:  # replaced or truncated while we were away
+                        pos = 0
+                        splitter = make_splitter(0)
+                    st.fh.seek(pos)
                 data = await asyncio.to_thread(st.fh.read, READ_CHUNK)
                 if data:
+                    pos += len(data)
                     records = splitter.feed(data)
                     if records:
                         yield records
@@ -596,16 +620,18 @@ class LocalBackend:
                     now_ident = None
                 if now_ident != st.ident:
                     tail = await asyncio.to_thread(st.fh.read)  # written just before the rename
-                    records = splitter.feed(tail) + splitter.flush() if tail else splitter.flush()
+                    records = (splitter.feed(tail) if tail else []) + splitter.flush()
                     st.fh.close()
                     st.fh = None
-                    splitter = _FileSplitter(0)
+                    pos = 0
+                    splitter = make_splitter(0)
                     if records:
                         yield records
                     continue
-                if pst is not None and pst.st_size < splitter.offset:  # truncated in place
+                if pst is not None and pst.st_size < pos:  # truncated in place
                     records = splitter.flush()
-                    splitter = _FileSplitter(0)
+                    pos = 0
+                    splitter = make_splitter(0)
                     st.fh.seek(0)
                     if records:
                         yield records
@@ -635,7 +661,8 @@ class LocalBackend:
     async def _capture(self, argv: Sequence[str], timeout: float = 30.0) -> tuple[int, bytes, bytes]:
         proc = await self._spawn(argv)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+            async with asyncio.timeout(timeout):
+                out, err = await proc.communicate()
         except TimeoutError:
             await _stop_process(proc)
             raise BackendError(f"{argv[0]} did not answer within {timeout:g} s") from None
@@ -647,7 +674,8 @@ class LocalBackend:
         proc = await self._spawn(argv)
         assert proc.stdout is not None
         try:
-            return await asyncio.wait_for(proc.stdout.readline(), timeout)
+            async with asyncio.timeout(timeout):
+                return await proc.stdout.readline()
         except (TimeoutError, ValueError):
             return b""
         finally:
@@ -852,7 +880,8 @@ class LocalBackend:
             raise BackendError(f"cannot run a shell on this machine: {exc.strerror or exc}") from exc
         self._procs.add(proc)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(input), timeout)
+            async with asyncio.timeout(timeout):
+                out, err = await proc.communicate(input)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)

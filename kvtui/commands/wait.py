@@ -1,0 +1,292 @@
+"""``kvtui wait HOST [--timeout S] [--next] [--follow-restarts] [--json]``.
+
+Follows the host's current boot (``--next``: the next one to start) until it is ready (exit 0)
+or fails (exit 1); ``--follow-restarts`` keeps waiting through automatic restarts until a boot is
+ready or the time runs out. A boot stopped by an operator (a manual restart) is not a failure:
+the wait goes on with the boot that replaces it. Phase progress goes to stderr
+(``[  12.3s] load_weights``, seconds since the boot started); then the boot's summary to stdout
+(``--json``: the boot object of ``kvtui replay --json``, also on a timeout when a boot was seen).
+Exit codes: 0 ready, 1 failed, 3 connection or configuration, 5 timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TextIO
+
+from kvtui.boot import Boot, BootStatus
+from kvtui.cli import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
+from kvtui.engines.events import Model, Phase
+from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
+from kvtui.monitor import BootState, ConnUpdate, HostMonitor, MonitorUpdate
+
+_FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
+
+
+@dataclass(slots=True)
+class Outcome:
+    code: int
+    boot: Boot | None = None
+    index: int | None = None
+    message: str = ""
+
+
+@dataclass(slots=True)
+class Waiter:
+    """The sink of the monitor: decides when the wait is over, prints progress."""
+
+    monitor: HostMonitor
+    err: TextIO
+    next_boot: bool
+    follow_restarts: bool
+    t0: float
+    clock: Callable[[], float] = time.monotonic
+    done: asyncio.Future[Outcome] | None = None
+    following: int | None = None
+    base: int = 0  # the first boot followed: boots are numbered from it in messages
+    printed: dict[int, int] = field(default_factory=dict)  # boot index -> phase spans printed
+    noted_end: set[int] = field(default_factory=set)
+    last_conn: ConnStatus | None = None
+
+    def __call__(self, updates: Sequence[MonitorUpdate]) -> None:
+        if self.done is None or self.done.done():
+            return
+        boots_changed = False
+        for u in updates:
+            if isinstance(u, ConnUpdate):
+                self._conn(u.status)
+            elif isinstance(u, BootState):
+                boots_changed = True
+        if boots_changed and not self.done.done():
+            self._boots()
+
+    # -- connection ------------------------------------------------------------------------
+
+    def _conn(self, st: ConnStatus) -> None:
+        prev, self.last_conn = self.last_conn, st
+        if st.state in _FATAL_STATES:
+            msg = st.detail or st.state.value
+            if st.state is ConnState.HOSTKEY_REFUSED and st.fingerprint and st.fingerprint not in msg:
+                msg += f" (offered key {st.fingerprint})"
+            self._finish(Outcome(EXIT_INPUT, message=f"{self.monitor.name}: {st.state.value}: {msg}"))
+            return
+        if st.state is ConnState.RECONNECTING and (prev is None or prev.state is not ConnState.RECONNECTING):
+            retry = f", retrying in {st.retry_in:.0f} s" if st.retry_in else ""
+            self._say(f"connection lost{retry}: {st.detail}" if st.detail else f"connection lost{retry}")
+        elif st.state is ConnState.CONNECTED and prev is not None and prev.state is ConnState.RECONNECTING:
+            self._say("reconnected")
+
+    # -- boots -------------------------------------------------------------------------------
+
+    def _eligible(self, index: int, boot: Boot) -> bool:
+        """``--next``: the first boot that really starts after now (not the running server's
+        lines, which the tracker groups into an implicit boot without a launch phase)."""
+        if not self.next_boot:
+            return True
+        return index > 0 or any(p.name is Phase.LAUNCH for p in boot.phases)
+
+    def _boots(self) -> None:
+        boots = self.monitor.tracker.boots
+        if not boots:
+            return
+        last = len(boots) - 1
+        if self.following is None:
+            if self.next_boot:
+                first = next((i for i, b in enumerate(boots) if self._eligible(i, b)), None)
+                if first is None:
+                    return
+                self.following = first
+            else:
+                self.following = last
+            self.base = self.following
+        for i in range(self.following, last + 1):
+            boot = boots[i]
+            if i != self.following:
+                self.following = i
+            self._progress(i, boot)
+            if boot.status is BootStatus.READY:
+                self._finish(Outcome(EXIT_OK, boot, i))
+                return
+            if boot.status is BootStatus.FAILED:
+                if not self.follow_restarts:
+                    self._finish(Outcome(EXIT_FAILED, boot, i))
+                    return
+                if i not in self.noted_end:
+                    self.noted_end.add(i)
+                    self._say_failure(i, boot)
+                    self._say("waiting for an automatic restart (--follow-restarts)")
+            elif boot.status is BootStatus.STOPPED and i not in self.noted_end:
+                self.noted_end.add(i)
+                self._say(f"boot {self.number(i)} stopped before it was ready; waiting for the next boot")
+
+    def _elapsed(self, boot: Boot, at: datetime | None) -> float:
+        """Seconds from the boot's start to ``at`` (else since the wait began)."""
+        start = boot.started_at
+        if start is not None and at is not None:
+            try:
+                return max(0.0, (at - start).total_seconds())
+            except TypeError:  # naive vs aware
+                pass
+        return self.clock() - self.t0
+
+    def _progress(self, index: int, boot: Boot) -> None:
+        done = self.printed.get(index)
+        if done is None:
+            done = self.printed[index] = 0
+            if index > self.base or self.next_boot:
+                when = f" at {boot.started_at:%H:%M:%S}" if boot.started_at is not None else ""
+                self._say(f"boot {self.number(index)} started{when}")
+        for span in boot.phases[done:]:
+            name = span.name.value + (" (draft)" if span.model is Model.DRAFT else "")
+            self._say(name, self._elapsed(boot, span.start))
+        self.printed[index] = len(boot.phases)
+
+    def _say_failure(self, index: int, boot: Boot) -> None:
+        f = boot.failure
+        if f is None:
+            self._say(f"boot {self.number(index)} failed")
+            return
+        where = f" in {f.phase.value}" if f.phase is not None else ""
+        self._say(f"failed{where}: {f.kind.value}: {_clip(f.message, 300)}", self._elapsed(boot, boot.ended_at))
+        if f.hint:
+            self._say(f"hint: {f.hint}")
+
+    # -- output --------------------------------------------------------------------------------
+
+    def number(self, index: int) -> int:
+        """The boot's number for messages: 1 = the first boot this wait followed."""
+        return index - self.base + 1
+
+    def _say(self, text: str, elapsed: float | None = None) -> None:
+        stamp = f"[{elapsed:6.1f}s] " if elapsed is not None else ""
+        print(f"{stamp}{text}", file=self.err, flush=True)
+
+    def _finish(self, outcome: Outcome) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_result(outcome)
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _summary(boot: Boot, index: int, total: int) -> str:
+    try:
+        from kvtui.commands.replay import render_boot
+    except ImportError:  # pragma: no cover - replay is part of the package
+        return f"boot {index + 1}: {boot.status.value}\n"
+    return "\n".join(render_boot(boot, index + 1, total)) + "\n"
+
+
+async def wait_for_boot(
+    args: argparse.Namespace,
+    *,
+    stdout: TextIO,
+    stderr: TextIO,
+    clock: Callable[[], float] | None = None,
+) -> int:
+    from kvtui.config import ConfigError, load_config
+    from kvtui.hosts.factory import make_backend
+    from kvtui.spool import SpoolError
+
+    timeout: float = args.timeout
+    if not timeout > 0:
+        print(f"kvtui wait: --timeout must be a positive number of seconds, got {timeout:g}", file=stderr)
+        return EXIT_USAGE
+    try:
+        config = load_config(getattr(args, "hosts", None))
+        host = config.host(args.host)
+    except ConfigError as exc:
+        print(f"kvtui wait: {exc}", file=stderr)
+        return EXIT_INPUT
+    try:
+        backend = make_backend(args.host, host, clock=clock)
+        monitor = HostMonitor(
+            args.host,
+            backend,
+            host=host,
+            start=LogStart.NEXT_BOOT if args.next else LogStart.CURRENT_BOOT,
+            gpu_interval=5.0,  # the wait does not look at GPUs; keep the host quiet
+            log_window=1000,
+            clock=clock or time.time,
+        )
+    except (BackendError, SpoolError) as exc:
+        print(f"kvtui wait: {args.host}: {exc}", file=stderr)
+        return EXIT_INPUT
+    loop = asyncio.get_running_loop()
+    waiter = Waiter(
+        monitor, stderr, next_boot=bool(args.next), follow_restarts=bool(args.follow_restarts), t0=loop.time(),
+        clock=loop.time,
+    )
+    waiter.done = loop.create_future()
+    what = "the next boot" if args.next else "the current boot"
+    print(f"kvtui wait: {args.host} ({host.source_label or host.kind}): following {what}", file=stderr)
+    task = asyncio.create_task(monitor.run(waiter))
+    try:
+        pending: set[asyncio.Future[Any]] = {waiter.done, task}
+        done, _ = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if waiter.done in done:
+            outcome = waiter.done.result()
+        elif task in done:
+            crash = task.exception()
+            st = monitor.status
+            detail = str(crash) if crash is not None else (st.detail or st.state.value)
+            outcome = Outcome(EXIT_INPUT, message=f"{args.host}: {detail}")
+        else:
+            boots = monitor.tracker.boots
+            idx = waiter.following if waiter.following is not None else (len(boots) - 1 if boots else None)
+            boot = boots[idx] if idx is not None and boots else None
+            phase = f" in {boot.phase.value}" if boot is not None and boot.phase is not None else ""
+            seen = "no boot seen"
+            if boot is not None and idx is not None:
+                seen = f"boot {waiter.number(idx)} still {boot.status.value}{phase}"
+            outcome = Outcome(EXIT_TIMEOUT, boot, idx, f"timed out after {timeout:g} s: {seen}")
+    finally:
+        await monitor.close()
+        _, still = await asyncio.wait({task}, timeout=5.0)
+        for t in still:
+            t.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return _report(outcome, monitor, args, stdout, stderr, waiter)
+
+
+def _report(
+    outcome: Outcome, monitor: HostMonitor, args: argparse.Namespace, stdout: TextIO, stderr: TextIO, waiter: Waiter
+) -> int:
+    boot, idx = outcome.boot, outcome.index
+    if outcome.code == EXIT_FAILED and boot is not None and idx is not None:
+        waiter._say_failure(idx, boot)
+    elif outcome.code == EXIT_OK and boot is not None and idx is not None:
+        took = boot.phases[-1].start if boot.phases else None
+        print(f"kvtui wait: {args.host}: boot {waiter.number(idx)} is ready"
+              + (f" after {waiter._elapsed(boot, took):.1f} s" if took is not None else ""), file=stderr)
+    if outcome.message:
+        print(f"kvtui wait: {outcome.message}", file=stderr)
+    if boot is not None and idx is not None:
+        if args.json:
+            json.dump(boot.to_json(), stdout, indent=2, ensure_ascii=False)
+            stdout.write("\n")
+        else:
+            stdout.write(_summary(boot, idx, len(monitor.tracker.boots)))
+        stdout.flush()
+    return outcome.code
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    clock: Callable[[], float] | None = None,
+) -> int:
+    return asyncio.run(
+        wait_for_boot(args, stdout=stdout or sys.stdout, stderr=stderr or sys.stderr, clock=clock)
+    )
