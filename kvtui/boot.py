@@ -416,8 +416,11 @@ class _Work:
         "activity",
         "best",
         "best_line",
+        "closed_at",
+        "closed_by",
         "draft_ranks",
         "evidence",
+        "explicit_end",
         "fact_src",
         "follow",
         "follow_open",
@@ -433,6 +436,11 @@ class _Work:
     def __init__(self) -> None:
         self.spans: dict[tuple[Phase, Model], PhaseSpan] = {}
         self.printed: dict[tuple[Phase, Model], float] = {}
+        # how each span ended: its last explicit end line, the span whose start cut it short, or
+        # the time of the stop / failure that ended it (see ``BootTracker._settle``)
+        self.explicit_end: dict[tuple[Phase, Model], datetime] = {}
+        self.closed_by: dict[tuple[Phase, Model], tuple[Phase, Model]] = {}
+        self.closed_at: dict[tuple[Phase, Model], datetime | None] = {}
         self.activity: Phase | None = None  # the phase of the latest start line (any model)
         self.evidence: list[_Evidence] = []
         self.best: _Evidence | None = None  # the evidence whose text is failure.message
@@ -477,7 +485,8 @@ class BootTracker:
         """Account one parsed line to the current boot (starting or ending boots as needed)."""
         self._line += 1
         ts = parsed.ts
-        if ts is not None:
+        timed = ts is not None
+        if timed:
             self._last_ts = ts
         else:
             ts = self._last_ts
@@ -494,7 +503,7 @@ class BootTracker:
         upd = BootUpdate()
         for ev in events:
             if isinstance(ev, BootBoundary):
-                boot = self._boundary(ev, ts, upd)
+                boot = self._boundary(ev, ts, upd, any(isinstance(e, FailureText) for e in events))
         if boot is None:
             if parsed.engine is None:
                 self._recent.append(parsed.text)
@@ -515,12 +524,12 @@ class BootTracker:
                 if ev.model is Model.TARGET and ev.name in _METRICS_INPUTS:
                     metrics_touched = True
             elif isinstance(ev, PhaseMark):
-                self._phase(boot, ev, ts, upd)
+                self._phase(boot, ev, ts, upd, timed)
             elif isinstance(ev, Serving):
                 self._serving(boot, ev, rank)
                 upd.serving = True
             elif isinstance(ev, Progress):
-                self._progress(boot, ev, ts, upd)
+                self._progress(boot, ev, ts, upd, timed)
             elif isinstance(ev, FailureText):
                 self._failure_text(boot, ev, ts, parsed, upd)
             elif isinstance(ev, Flags):
@@ -571,7 +580,7 @@ class BootTracker:
                 self._close_open(boot, ts)
                 boot.ended_at = ts
 
-    def _boundary(self, ev: BootBoundary, ts: datetime | None, upd: BootUpdate) -> Boot | None:
+    def _boundary(self, ev: BootBoundary, ts: datetime | None, upd: BootUpdate, failed_exit: bool) -> Boot | None:
         boot = self.current
         kind = ev.kind
         if kind is BoundaryKind.STARTED:
@@ -609,7 +618,7 @@ class BootTracker:
                 self._fail(boot, ts)
                 upd.failed = True
         elif kind is BoundaryKind.PROCESS_EXITED:
-            if boot.status is BootStatus.STARTING and not self._w.evidence:
+            if boot.status is BootStatus.STARTING and not failed_exit and not self._w.evidence:
                 # a clean exit; a failed exit carries a FailureText on the same line
                 boot.status = BootStatus.STOPPED
                 self._close_open(boot, ts)
@@ -619,33 +628,52 @@ class BootTracker:
 
     # ---- phases -------------------------------------------------------------------------------
     def _close_open(self, boot: Boot, ts: datetime | None) -> None:
-        for s in boot.phases:
-            if s.end is None:
-                self._close(s, ts)
+        """A stop or a failure ends every running phase at ``ts``."""
+        w = self._w
+        for key, s in w.spans.items():
+            if s.end is None and key not in w.explicit_end:
+                w.closed_at[key] = ts
+                w.closed_by.pop(key, None)
+                self._settle(key)
 
-    def _close(self, s: PhaseSpan, ts: datetime | None) -> None:
-        if ts is None:
-            ts = s.start
-        if ts is not None and s.start is not None and ts < s.start:
-            ts = s.start
-        if ts is not None and (s.end is None or ts > s.end):
-            s.end = ts
-        if s.end is None:
-            # no timestamp at all: mark it closed with the engine's own figure, if any
-            s.end = s.start
+    def _settle(self, key: tuple[Phase, Model]) -> None:
+        """A span's end: its last explicit end line, else when it was cut short (the start of a
+        later phase, a stop, a failure), else still running. Independent of the line order."""
+        w = self._w
+        s = w.spans[key]
+        end = w.explicit_end.get(key)
+        closed = end is not None
+        if end is None:
+            closer = w.closed_by.get(key)
+            if closer is not None:
+                end = w.spans[closer].start
+                closed = True
+            elif key in w.closed_at:
+                end = w.closed_at[key]
+                closed = True
+        if closed:
+            if end is None or (s.start is not None and end < s.start):
+                end = s.start  # no time on the closing line, or a stamp before the start
+            s.end = end
+        else:
+            s.end = None
         self._set_seconds(s)
 
     def _set_seconds(self, s: PhaseSpan) -> None:
         """Wall time over all ranks; a rank's own printed ``elapsed=`` is a lower bound that also
         fixes the 1-second resolution of SGLang's stamps."""
         printed = self._w.printed.get((s.name, s.model))
-        if s.start is not None and s.end is not None:
+        if s.end is None:
+            s.seconds = None
+        elif s.start is not None:
             wall = max((s.end - s.start).total_seconds(), 0.0)
             s.seconds = round(max(wall, printed) if printed is not None else wall, 3)
         else:
             s.seconds = printed
 
-    def _phase(self, boot: Boot, ev: PhaseMark, ts: datetime | None, upd: BootUpdate) -> None:
+    def _phase(self, boot: Boot, ev: PhaseMark, ts: datetime | None, upd: BootUpdate, timed: bool = True) -> None:
+        """``timed`` is False when the line had no time of its own (tqdm bars, traceback frames):
+        ``ts`` is then the previous line's, good enough to open a phase but never to move one."""
         if boot.status is not BootStatus.STARTING:
             return  # late lines of a finished boot do not move its phases
         w = self._w
@@ -658,54 +686,68 @@ class BootTracker:
         if ev.end:
             if span is None:
                 return
-            if ts is not None and (span.end is None or ts > span.end):
-                if span.start is None or ts >= span.start:
-                    span.end = ts
-                else:
-                    span.end = span.start
-            elif span.end is None:
-                span.end = ts if ts is not None else span.start
-            self._set_seconds(span)
+            if ts is not None:
+                old = w.explicit_end.get(key)
+                if old is None or ts > old:
+                    w.explicit_end[key] = ts
+            elif key not in w.explicit_end and span.end is None:
+                w.closed_at[key] = None  # ended, but the line has no time
+            self._settle(key)
             upd.phase_changed = True
             return
         rank_new = PHASE_RANK[ev.phase]
         if span is None:
             span = PhaseSpan(ev.phase, ev.model, start=ts)
-            for s in boot.phases:
-                if s.end is None and (
-                    PHASE_RANK[s.name] < rank_new
-                    or (ev.model is Model.TARGET and rank_new >= PHASE_RANK[Phase.HTTP_UP])
+            for k, s in w.spans.items():
+                if (
+                    s.end is None
+                    and k not in w.explicit_end
+                    and (
+                        PHASE_RANK[s.name] < rank_new
+                        or (ev.model is Model.TARGET and rank_new >= PHASE_RANK[Phase.HTTP_UP])
+                    )
                 ):
-                    self._close(s, ts)
+                    w.closed_by[k] = key
+                    w.closed_at.pop(k, None)
             boot.phases.append(span)
             w.spans[key] = span
+            for k, closer in list(w.closed_by.items()):
+                if closer == key:
+                    self._settle(k)
             w.activity = ev.phase
             if ev.model is Model.TARGET and (boot.phase is None or rank_new > PHASE_RANK[boot.phase]):
                 boot.phase = ev.phase
             upd.phase_changed = True
-            if ev.phase is Phase.READY and boot.status is BootStatus.STARTING:
+            if ev.phase is Phase.READY:
                 boot.status = BootStatus.READY
                 upd.ready = True
             return
+        if not timed:
+            return
         if ts is not None and (span.start is None or ts < span.start):
             span.start = ts
-            if span.end is not None:
-                self._set_seconds(span)
-        if span.end is not None and boot.status is BootStatus.STARTING:
+            self._settle(key)
+            for k, closer in w.closed_by.items():
+                if closer == key:
+                    self._settle(k)  # the spans it cut short end earlier too
+        if span.end is not None:
             # a repeated start (a second capture, another rank): reopen only the latest phase
             latest = max((PHASE_RANK[s.name] for s in boot.phases if s.model is ev.model), default=-1)
-            if rank_new >= latest:
+            if rank_new >= latest and (ts is None or span.end is None or ts >= span.end):
+                w.explicit_end.pop(key, None)
+                w.closed_by.pop(key, None)
+                w.closed_at.pop(key, None)
                 span.end = None
                 span.seconds = None
                 w.activity = ev.phase
                 upd.phase_changed = True
 
-    def _progress(self, boot: Boot, ev: Progress, ts: datetime | None, upd: BootUpdate) -> None:
+    def _progress(self, boot: Boot, ev: Progress, ts: datetime | None, upd: BootUpdate, timed: bool) -> None:
         span = self._w.spans.get((ev.phase, ev.model))
         if span is None:
             if boot.status is not BootStatus.STARTING:
                 return
-            self._phase(boot, PhaseMark(ev.phase, ev.model), ts, upd)
+            self._phase(boot, PhaseMark(ev.phase, ev.model), ts, upd, timed)
             span = self._w.spans.get((ev.phase, ev.model))
             if span is None:
                 return

@@ -253,7 +253,7 @@ def _reduce_run(run: list[bytes], mixed: bool) -> list[bytes]:
 
     The tracker keeps each rank's latest serving figures; nothing in between can change a boot.
     ``mixed`` is False when every line is known to carry the same rank tag (the common case: the
-    prefilter checked it with one substring test per line); then the run keeps first and last.
+    prefilter checked it with one substring search per line); then the run keeps first and last.
     """
     if len(run) <= 2:
         return run
@@ -281,8 +281,7 @@ _NEVER = b"\x00\x00never\x00\x00"
 def _needles(m: re.Match[bytes]) -> tuple[bytes, bytes]:
     """Substrings that prove a line is a serving line of this rank tag.
 
-    SGLang: ``<tag>] Decode batch`` / ``<tag>] Prefill batch``. Within one boot every rank's tag
-    has the same components (all `DPn TPm`, or all `TPm`), so one tag is never a suffix of another.
+    SGLang: ``<tag>] Decode batch`` / ``<tag>] Prefill batch``, found right after the stamp.
     vLLM: ``Engine 00n: Avg prompt throughput`` (the serving line of that engine).
     """
     engine = m.group(2)
@@ -309,6 +308,7 @@ class _Prefilter:
         self._mixed = False  # the pending run holds more than one rank tag
         self._n1 = _NEVER  # the needles of the current rank tag
         self._n2 = _NEVER
+        self._anchor_free = False  # vLLM needles carry the engine index: no stamp anchor needed
         self._desc: bytes | None = None  # the pending progress group
         self._held: bytes | None = None  # its latest redraw, not yet kept
 
@@ -330,10 +330,18 @@ class _Prefilter:
         run_append = run.append
         desc = self._desc
         n1, n2 = self._n1, self._n2
+        anchor_free = self._anchor_free
         drop_access = self._parser.engine is Engine.SGLANG
         for ln in lines:
+            if not ln:
+                continue  # an empty line is no record at all
             if armed <= 0:
-                if n1 in ln or n2 in ln:  # a serving line of the current rank: the hot path
+                p = ln.find(n1)
+                if p < 0:
+                    p = ln.find(n2)
+                # a serving line of the current rank (the hot path): the tag must follow the stamp
+                # (`…:SS TP0]`, `….mmm TP0]`), so `TP0` never matches `DP1 TP0` nor `` matches `TP10`
+                if p >= 4 and (anchor_free or ln[p - 3] == 58 or ln[p - 4] == 46 or ln[p - 4] == 44):
                     if desc is not None:
                         self._flush(keep)
                         desc = None
@@ -352,6 +360,7 @@ class _Prefilter:
                         if run:
                             self._mixed = True
                         n1, n2 = self._n1, self._n2 = _needles(m)
+                        anchor_free = self._anchor_free = m.group(2) is not None
                         run_append(ln)
                         continue
                 if b"%" in ln:

@@ -730,10 +730,7 @@ class SglangGrammar:
 
     def _summary(self, msg: str) -> tuple[LogEvent, ...]:
         ev: list[LogEvent] = []
-        if self._capturing:
-            # printed once every model's graphs are captured: a capture without its end line ends here
-            self._capturing = False
-            ev.append(PhaseMark(Phase.GRAPH_CAPTURE, self._capture_model, end=True))
+        self._capturing = False
         names = {
             "max_total_num_tokens": "max_total_num_tokens",
             "chunked_prefill_size": "chunked_prefill_size",
