@@ -60,19 +60,9 @@ def _facts(boot: Boot) -> dict[str, object]:
     }
 
 
-# vLLM grammar (task B) gaps that make a vLLM sample miss a fact; removed as B's grammar lands.
-_B_PENDING: dict[str, str] = {
-    "21-vllm-v1-oom-loading-weights-fragment.log": (
-        "task B: VllmGrammar.sniff() does not yet recognise `(EngineCore_DP0 pid=…) ERROR mm-dd …` fragments"
-    ),
-}
-
-
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_real_sample_replays_to_expected_facts(name: str) -> None:
     boots = _replay(name)
-    if name in _B_PENDING and len(boots) != 1:
-        pytest.xfail(_B_PENDING[name])
     assert len(boots) == 1, f"{name}: {len(boots)} boots"
     got = _facts(boots[0])
     want = dict(EXPECTED[name])

@@ -165,6 +165,19 @@ def test_sample_0514_journal_json_mla() -> None:
     assert abs(b["metrics"]["cell_bytes"] - 70272) / 70272 < 0.001
 
 
+def test_year_less_vllm_stamps_take_the_year_from_the_clock() -> None:
+    from datetime import datetime
+
+    path = FIX / "vllm-0.11-llama8b-tp2-ready.log"
+    with path.open("rb") as f:
+        boots, shape = replay.analyse(replay.read_chunks(f, "x"), clock=lambda: datetime(2031, 12, 1, 3, 4, 5))
+    assert shape == "raw"
+    first = boots[0].phases[0].start
+    assert first is not None
+    # `INFO 08-21 10:02:03` prints no year: the clock's (a log is never from the future)
+    assert (first.year, first.month, first.day) == (2031, 8, 21)
+
+
 def test_sample_vllm_011() -> None:
     code, out, _ = run_replay(FIX / "vllm-0.11-llama8b-tp2-ready.log")
     assert code == 0

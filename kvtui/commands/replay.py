@@ -15,7 +15,7 @@ import gzip
 import io
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import BinaryIO, TextIO
 
@@ -125,12 +125,18 @@ class _Prepend(io.RawIOBase):
         return n
 
 
-def analyse(chunks: Iterator[bytes], engine_hint: Engine | None = None) -> tuple[list[Boot], str | None]:
-    """Run a whole log through the parser and the tracker: (boots, detected input shape)."""
+def analyse(
+    chunks: Iterator[bytes], engine_hint: Engine | None = None, *, clock: Callable[[], datetime] | None = None
+) -> tuple[list[Boot], str | None]:
+    """Run a whole log through the parser and the tracker: (boots, detected input shape).
+
+    ``clock`` gives "now" for the year of year-less stamps (vLLM, journalctl ``short``) when the
+    log itself does not say it (default: the current time)."""
     tracker = BootTracker(engine_hint, max_boots=None)
     shape: list[str] = []
     feed = tracker.feed
-    for parsed in parse_chunks(chunks, engine_hint, parser=LineParser(engine_hint), shape_out=shape):
+    parser = LineParser(engine_hint, clock=clock)
+    for parsed in parse_chunks(chunks, engine_hint, parser=parser, shape_out=shape, clock=clock):
         feed(parsed)
     tracker.finish()
     return tracker.boots, (shape[0] if shape else None)

@@ -16,11 +16,10 @@ Pure core: no I/O beyond the bytes it is given; no textual/asyncssh.
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import Protocol, cast
+from typing import Protocol
 
 from kvtui.engines.events import (
     BootBoundary,
@@ -32,7 +31,9 @@ from kvtui.engines.events import (
     ParsedLine,
 )
 from kvtui.engines.sglang import SglangGrammar
+from kvtui.engines.shapes import detect_shape, iter_records
 from kvtui.engines.text import MAX_LINE_CHARS, strip_ansi
+from kvtui.engines.vllm import VllmGrammar
 
 
 class Grammar(Protocol):
@@ -46,15 +47,6 @@ class Grammar(Protocol):
     def parse(self, text: str, ts: datetime | None = None) -> ParsedLine: ...
 
     def reset(self) -> None: ...
-
-
-def _make_vllm() -> Grammar | None:
-    try:
-        from kvtui.engines.vllm import VllmGrammar
-    except ImportError:  # pragma: no cover - the vLLM grammar ships with the package
-        return None
-    grammar: Grammar = VllmGrammar()
-    return grammar
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,17 +114,15 @@ class LineParser:
     decides, and a later boot of the other engine (its argument dump / banner) switches over.
     """
 
-    def __init__(self, engine_hint: Engine | None = None) -> None:
+    def __init__(self, engine_hint: Engine | None = None, *, clock: Callable[[], datetime] | None = None) -> None:
         self._sglang = SglangGrammar()
-        self._vllm = _make_vllm()
-        self._grammars: list[Grammar] = [self._sglang]
-        if self._vllm is not None:
-            self._grammars.append(self._vllm)
+        self._vllm = VllmGrammar(clock=clock)  # the year of vLLM's year-less stamps when no wrapper has one
+        self._grammars: list[Grammar] = [self._sglang, self._vllm]
         self.engine_hint = engine_hint
         self._grammar: Grammar | None = None
         if engine_hint is Engine.SGLANG:
             self._grammar = self._sglang
-        elif engine_hint is Engine.VLLM and self._vllm is not None:
+        elif engine_hint is Engine.VLLM:
             self._grammar = self._vllm
 
     @property
@@ -190,7 +180,7 @@ class LineParser:
             else:
                 return ParsedLine(text=text, ts=record.ts, record=record)
         parsed = grammar.parse(text, record.ts)
-        if parsed.engine is None and self.engine_hint is None and len(self._grammars) > 1:
+        if parsed.engine is None and self.engine_hint is None:
             parsed = self._maybe_switch(grammar, text, record, parsed)
         parsed.record = record
         if not parsed.prefixed and parsed.level is not None:
@@ -409,28 +399,6 @@ def _trigger(ln: bytes) -> bool:
 RecordsFn = Callable[[bytes, str], Iterable[LogRecord]]
 
 
-def _fallback_detect(head: bytes) -> str:
-    return "raw"
-
-
-def _fallback_records(data: bytes, shape: str) -> Iterator[LogRecord]:
-    # TEMPORARY until kvtui.engines.shapes lands: raw engine output only.
-    for line in data.split(b"\n"):
-        if line:
-            yield LogRecord(line.decode("utf-8", "replace"), source="raw")
-
-
-def _shapes() -> tuple[Callable[[bytes], str], RecordsFn]:
-    """``kvtui.engines.shapes`` (detect_shape, iter_records)."""
-    try:
-        mod = importlib.import_module("kvtui.engines.shapes")
-    except ImportError:
-        return _fallback_detect, _fallback_records
-    detect = cast(Callable[[bytes], str], mod.detect_shape)
-    iter_records = cast(Callable[[bytes, str], Iterable[LogRecord]], mod.iter_records)
-    return detect, iter_records
-
-
 def parse_chunks(
     chunks: Iterable[bytes],
     engine_hint: Engine | None = None,
@@ -438,16 +406,21 @@ def parse_chunks(
     all_lines: bool = False,
     parser: LineParser | None = None,
     shape_out: list[str] | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> Iterator[ParsedLine]:
     """A whole log, given as byte chunks cut anywhere, -> parsed lines in order.
 
     The input shape (raw, journalctl short/short-iso/short-precise/cat/json, docker logs) is
     detected from the first 64 KiB. Unless ``all_lines``, lines that cannot change a boot are
     skipped (see the module docstring); the boots a ``BootTracker`` builds are the same either
-    way. ``shape_out``, when given, receives the detected shape.
+    way. ``shape_out``, when given, receives the detected shape. ``clock`` gives "now" for the year
+    of year-less stamps (journalctl ``short``, vLLM) when nothing in the log says it.
     """
-    detect_shape, records = _shapes()
-    parser = parser if parser is not None else LineParser(engine_hint)
+
+    def records(data: bytes, shape: str) -> Iterable[LogRecord]:
+        return iter_records(data, shape, now=clock)
+
+    parser = parser if parser is not None else LineParser(engine_hint, clock=clock)
     prefilter = None if all_lines else _Prefilter(parser)
     shape: str | None = None
     buf = b""
@@ -496,6 +469,12 @@ def _parse_block(
         yield from parser.feed(rec)
 
 
-def parse_bytes(data: bytes, engine_hint: Engine | None = None, *, all_lines: bool = False) -> Iterator[ParsedLine]:
+def parse_bytes(
+    data: bytes,
+    engine_hint: Engine | None = None,
+    *,
+    all_lines: bool = False,
+    clock: Callable[[], datetime] | None = None,
+) -> Iterator[ParsedLine]:
     """A whole saved log (any supported shape) -> parsed lines. See ``parse_chunks``."""
-    return parse_chunks((data,), engine_hint, all_lines=all_lines)
+    return parse_chunks((data,), engine_hint, all_lines=all_lines, clock=clock)
