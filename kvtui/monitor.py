@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
-from kvtui.boot import Boot, BootTracker, BootUpdate
+from kvtui.boot import Boot, BootStatus, BootTracker, BootUpdate
 from kvtui.engines.events import (
     BootBoundary,
     BoundaryKind,
@@ -653,8 +653,9 @@ async def read_boots(
     idle: float = 0.5,
     start_backend: bool = True,
 ) -> list[Boot]:
-    """Follow the host's current boot until caught up (no record for ``idle`` seconds after a
-    batch) or ``timeout``; return the tracker's boots. Writes no spool. Starts the backend unless
+    """Follow the host's current boot until it is over (ready, failed or stopped: a serving
+    server never goes quiet), until the stream goes quiet for ``idle`` seconds (a stalled or
+    stopped server), or ``timeout``; return the tracker's boots. Writes no spool. Starts the backend unless
     told not to; never closes it. Raises ``BackendError`` when the host cannot be reached."""
     from kvtui.engines.parse import LineParser
 
@@ -684,6 +685,28 @@ async def read_boots(
             for rec in batch:
                 for p in parser.feed(rec):
                     tracker.feed(p)
+            cur = tracker.current
+            if cur is not None and cur.status is not BootStatus.STARTING:
+                break  # the current boot is over (ready, failed, stopped): its figures are in
     finally:
         await aclose_iter(it)
     return tracker.boots
+
+
+async def host_boots(
+    name: str, hosts: str | None = None, *, timeout: float = 60.0, idle: float = 0.5
+) -> list[Boot]:
+    """The boots of a configured host as its log shows them now, for ``kvtui calc --host``:
+    hosts.toml -> backend -> ``read_boots`` -> close. Raises ``kvtui.config.ConfigError`` (bad
+    file, unknown host), ``BackendError`` (unreachable) or ``TimeoutError`` (nothing within
+    ``timeout``); the last boot is the host's current one."""
+    from kvtui.config import load_config
+    from kvtui.hosts.factory import make_backend
+
+    host = load_config(hosts).host(name)
+    backend = make_backend(name, host)
+    try:
+        return await read_boots(backend, timeout=timeout, host=host, idle=idle)
+    finally:
+        with contextlib.suppress(Exception):
+            await backend.close()

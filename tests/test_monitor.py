@@ -343,3 +343,79 @@ async def test_next_boot_mode_skips_the_past(tmp_path: Path) -> None:
         await sink.wait(lambda s: len(s.lines) >= 1)
         await asyncio.sleep(0.1)
         assert [ln.text for ln in sink.lines] == ["new 1"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The demo host, end to end (fast demo_speed)
+# ---------------------------------------------------------------------------------------------
+
+
+def _demo(tmp_path: Path, speed: float = 300.0) -> tuple[Any, HostConfig]:
+    demo = pytest.importorskip("kvtui.hosts.demo")
+    host = HostConfig(demo=True, demo_speed=speed)
+    return demo.DemoBackend("demo", host, state_dir=tmp_path / "demo"), host
+
+
+@needs_tracker
+async def test_demo_boot_to_ready_then_capture_oom_after_a_restart(tmp_path: Path) -> None:
+    backend, host = _demo(tmp_path)
+    backend.set_foreign_process(gpu=3, mib=12288, pid=4242)
+    mon = HostMonitor("demo", backend, host=host, state_dir=tmp_path / "state", gpu_interval=0.05)
+    async with running(mon) as sink:
+        await sink.wait(lambda s: any(st == BootStatus.READY for *_, st in s.boot_seen), timeout=20)
+        seen = list(dict.fromkeys(ph for _, _, ph, _ in sink.boot_seen if ph is not None))
+        order = list(Phase)
+        assert [order.index(p) for p in seen] == sorted(order.index(p) for p in seen)  # advanced in order
+        assert len(seen) >= 3  # published as it went, not only at the end
+        assert seen[-1] == Phase.READY
+        boot = mon.tracker.current
+        assert boot is not None
+        names = [p.name for p in boot.phases]
+        for ph in (Phase.LOAD_WEIGHTS, Phase.KV_ALLOCATE, Phase.GRAPH_CAPTURE, Phase.READY):
+            assert ph in names
+        assert boot.metrics.max_total_num_tokens
+        # GPU memory of the 8 simulated GPUs, and the stale process flagged as foreign
+        await sink.wait(lambda s: any(u.foreign for u in s.of(GpuUpdate)))
+        up = [u for u in sink.of(GpuUpdate) if u.foreign][-1]
+        assert len(up.samples) == 8
+        assert [(p.pid, p.gpu_index) for p in up.foreign] == [(4242, 3)]
+        assert len(mon.gpu_history(0)) >= 2
+        # the operator raises the fraction too high and restarts: the new boot dies in capture
+        unit = backend.read_unit().replace("--mem-fraction-static 0.85", "--mem-fraction-static 0.99")
+        backend.write_unit(unit)
+        backend.daemon_reload()
+        backend.restart()
+        await sink.wait(lambda s: any(i == 1 and st == BootStatus.FAILED for i, _, _, st in s.boot_seen), timeout=20)
+        failed = mon.tracker.boots[1]
+        assert failed.failure is not None
+        assert failed.failure.kind == FailureKind.OOM_GRAPH_CAPTURE
+        new_boots = [i for i, new, _, _ in sink.boot_seen if new]
+        assert new_boots == list(range(len(new_boots)))  # 0, 1, then automatic restarts
+        assert new_boots[:2] == [0, 1], [(b.status, b.phase) for b in mon.tracker.boots]
+        assert any(ln.style == "marker" and ln.boot == 1 for ln in sink.lines)
+        assert mon.tracker.boots[0].status in (BootStatus.STOPPED, BootStatus.READY)
+        # lines were batched, never one update per line
+        assert len(sink.of(LogBatch)) < len(sink.lines) / 5
+        # search reaches the whole spool
+        hits = mon.spool.search("CUDA out of memory")
+        assert hits
+        assert all(h.boot == 1 for h in hits)
+
+
+@needs_tracker
+async def test_host_boots_for_calc(tmp_path: Path) -> None:
+    (tmp_path / "hosts.toml").write_text("[hosts.demo]\ndemo = true\ndemo_speed = 300\n")
+    from kvtui.monitor import host_boots
+
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    boots = await host_boots("demo", str(tmp_path / "hosts.toml"), timeout=20, idle=0.3)
+    assert loop.time() - t0 < 10  # returns when the boot is over, not at the timeout
+    assert boots[-1].status == BootStatus.READY
+    kvcalc = pytest.importorskip("kvtui.kvcalc")
+    model = kvcalc.calibrate(boots[-1])
+    assert model is not None
+    from kvtui.config import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown host"):
+        await host_boots("nope", str(tmp_path / "hosts.toml"))
