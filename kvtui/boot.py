@@ -492,6 +492,14 @@ class BootTracker:
             ts = self._last_ts
         events = parsed.events
         boot = self.boots[-1] if self.boots else None
+        if boot is not None and len(events) == 1 and type(events[0]) is Serving:
+            # the hot path of a serving boot: one serving line
+            boot.last_line = self._line
+            self._serving(boot, events[0], parsed.rank)
+            if self._w.follow_open:
+                self._follow(parsed)
+            self._recent.append(parsed.text)
+            return BootUpdate(serving=True)
         if not events:
             if boot is not None:
                 boot.last_line = self._line
@@ -835,8 +843,15 @@ class BootTracker:
         if rk not in w.serving and len(w.serving) >= MAX_RANKS:
             return
         w.serving[rk] = ev
-        vals = w.serving.values()
         live = boot.live
+        if len(w.serving) == 1:
+            live.token_usage = ev.token_usage
+            live.running_reqs = ev.running_reqs
+            live.queue_reqs = ev.queue_reqs
+            live.gen_throughput = round(ev.gen_throughput, 3) if ev.gen_throughput is not None else None
+            boot.metrics.token_usage = live.token_usage
+            return
+        vals = w.serving.values()
         tu = [s.token_usage for s in vals if s.token_usage is not None]
         live.token_usage = max(tu) if tu else None
         rr = [s.running_reqs for s in vals if s.running_reqs is not None]

@@ -111,6 +111,25 @@ def _int_after(text: str, key: str) -> int | None:
     return int(m.group()) if m else None
 
 
+def _to_float(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        v = float(value.rstrip(",% "))
+    except ValueError:
+        return None
+    return v if v == v and v not in (float("inf"), float("-inf")) else None
+
+
+def _to_int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value.rstrip(", "))
+    except ValueError:
+        return None
+
+
 def _float_re(rx: re.Pattern[str], text: str) -> float | None:
     m = rx.search(text)
     return float(m.group(1)) if m else None
@@ -339,6 +358,7 @@ class SglangGrammar:
         self._era: str | None = None
         self._stamp_key = ""
         self._stamp_dt: datetime | None = None
+        self._tp_of: dict[str, int | None] = {}
 
     def reset(self) -> None:
         """Forget the per-boot state (a new boot starts)."""
@@ -407,9 +427,12 @@ class SglangGrammar:
                 tags = m.group(3)
                 if tags:
                     rank = tags[1:]
-                    tm = _TP_RE.search(rank)
-                    if tm is not None:
-                        tp = int(tm.group(1))
+                    tp = self._tp_of.get(rank, -1)
+                    if tp == -1:
+                        tm = _TP_RE.search(rank)
+                        tp = int(tm.group(1)) if tm is not None else None
+                        if len(self._tp_of) < 4096:
+                            self._tp_of[rank] = tp
                 if msg[:1] in ("D", "I", "W", "E", "C") and not msg.startswith("INFO:"):
                     lm = _LEVEL_RE.match(msg)
                     if lm is not None:
@@ -447,13 +470,18 @@ class SglangGrammar:
     # ---- serving ------------------------------------------------------------------------------
     @staticmethod
     def _serving(msg: str) -> Serving:
-        # hybrid models print `full token usage: …, swa token usage: …`: the first is the full pool
-        return Serving(
-            token_usage=_num_after(msg, "token usage: "),
-            running_reqs=_int_after(msg, "#running-req: "),
-            queue_reqs=_int_after(msg, "#queue-req: "),
-            gen_throughput=_num_after(msg, "gen throughput (token/s): "),
-        )
+        """`Decode batch, #running-req: 12, #token: 9000, token usage: 0.42, …` (0.4.x: `Decode batch.`)."""
+        # hybrid models print `full token usage` / `swa token usage`: the first is the full pool's.
+        # Each value runs to the next comma (`find` gives -1 for the last one: `% (n + 1)` -> the end).
+        i = msg.find("token usage: ")
+        usage = _to_float(msg[i + 13 : msg.find(",", i + 13) % (len(msg) + 1)]) if i >= 0 else None
+        i = msg.find("#running-req: ")
+        running = _to_int(msg[i + 14 : msg.find(",", i + 14) % (len(msg) + 1)]) if i >= 0 else None
+        i = msg.find("#queue-req: ")
+        queued = _to_int(msg[i + 12 : msg.find(",", i + 12) % (len(msg) + 1)]) if i >= 0 else None
+        i = msg.find("gen throughput (token/s): ")
+        gen = _to_float(msg[i + 26 : msg.find(",", i + 26) % (len(msg) + 1)]) if i >= 0 else None
+        return Serving(token_usage=usage, running_reqs=running, queue_reqs=queued, gen_throughput=gen)
 
     @staticmethod
     def _uvicorn(msg: str) -> tuple[LogEvent, ...]:
