@@ -423,49 +423,50 @@ def parse_chunks(
     parser = parser if parser is not None else LineParser(engine_hint, clock=clock)
     prefilter = None if all_lines else _Prefilter(parser)
     shape: str | None = None
-    buf = b""
+    rest = b""  # the partial last line of the chunks so far (all of the head until the shape is known)
     for chunk in chunks:
         if not chunk:
             continue
-        buf = buf + chunk if buf else chunk
         if shape is None:
-            if len(buf) < _HEAD_BYTES:
+            rest = rest + chunk if rest else chunk
+            if len(rest) < _HEAD_BYTES:
                 continue
-            shape = detect_shape(buf[:_HEAD_BYTES])
+            shape = detect_shape(rest[:_HEAD_BYTES])
             if shape_out is not None:
                 shape_out.append(shape)
-        cut = buf.rfind(b"\n")
-        if cut < 0:
-            if len(buf) > MAX_LINE_CHARS * 4:  # a runaway line: hand it over, it gets cut
-                block, buf = buf, b""
-            else:
-                continue
+            lines = rest.split(b"\n")
         else:
-            block, buf = buf[: cut + 1], buf[cut + 1 :]
-        yield from _parse_block(block, shape, parser, prefilter, records)
+            lines = chunk.split(b"\n")  # no copy of the chunk: the carried partial line joins its first piece
+            if rest:
+                lines[0] = rest + lines[0]
+        rest = lines.pop()
+        if len(rest) > MAX_LINE_CHARS * 4:  # a runaway line without a newline: hand it over, it gets cut
+            lines.append(rest)
+            rest = b""
+        if lines:
+            yield from _parse_lines(lines, shape, parser, prefilter, records)
     if shape is None:
-        if not buf:
+        if not rest:
             return
-        shape = detect_shape(buf[:_HEAD_BYTES])
+        shape = detect_shape(rest[:_HEAD_BYTES])
         if shape_out is not None:
             shape_out.append(shape)
-    if buf:
-        yield from _parse_block(buf, shape, parser, prefilter, records)
+    if rest:
+        yield from _parse_lines(rest.split(b"\n"), shape, parser, prefilter, records)
     if prefilter is not None:
-        rest = prefilter.flush()
-        if rest:
-            yield from _parse_block(b"\n".join(rest), shape, parser, None, records)
+        kept = prefilter.flush()
+        if kept:
+            yield from _parse_lines(kept, shape, parser, None, records)
 
 
-def _parse_block(
-    block: bytes, shape: str, parser: LineParser, prefilter: _Prefilter | None, records: RecordsFn
+def _parse_lines(
+    lines: list[bytes], shape: str, parser: LineParser, prefilter: _Prefilter | None, records: RecordsFn
 ) -> Iterator[ParsedLine]:
     if prefilter is not None:
-        kept = prefilter.filter(block.split(b"\n"))
-        if not kept:
+        lines = prefilter.filter(lines)
+        if not lines:
             return
-        block = b"\n".join(kept)
-    for rec in records(block, shape):
+    for rec in records(b"\n".join(lines), shape):
         yield from parser.feed(rec)
 
 
