@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -199,3 +199,142 @@ def test_fixture_boots_are_consistent() -> None:
     assert failed.failure.phase is failed.phase
     lines = log_lines(200)
     assert [ln.seq for ln in lines if ln.style == "error"] == [50, 150]
+
+
+# --------------------------------------------------------------------------------------------
+# Whole-app helpers: demo hosts on an injected clock
+# --------------------------------------------------------------------------------------------
+
+T_START = 1_777_000_000.0  # 2026-04-24 03:06:40 UTC: every demo boot below starts here
+
+
+class FakeClock:
+    """The one clock of a test: the demo host, the monitor and the console all read it."""
+
+    def __init__(self, t: float = T_START) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def demo_backend(name: str, host: Any, clock: FakeClock) -> Any:
+    from kvtui.hosts.demo import DemoBackend
+
+    return DemoBackend(name, host, clock=clock, poll_interval=0.01)
+
+
+def demo_app(
+    clock: FakeClock,
+    *,
+    hosts: Sequence[str] = ("demo",),
+    speed: float = 10.0,
+    readonly: bool = False,
+    theme: str | None = None,
+    config: Any = None,
+    host_options: Mapping[str, Any] | None = None,
+) -> Any:
+    """The real console on demo hosts whose clock is ``clock`` (fast monitor intervals)."""
+    from kvtui.config import HostConfig
+    from kvtui.ui.app import KvtuiApp
+    from kvtui.ui.host_pane import HostSpec
+
+    specs = [HostSpec(n, HostConfig(demo=True, demo_speed=speed, **(host_options or {}))) for n in hosts]
+    app = KvtuiApp(
+        specs,
+        backend_factory=lambda name, host: demo_backend(name, host, clock),
+        config=config,
+        readonly=readonly,
+        clock=clock,
+        theme=theme,
+        monitor_options={"gpu_interval": 0.05, "flush_interval": 0.05},
+    )
+    app.animation_level = "none"
+    return app
+
+
+def start_demo(name: str, clock: FakeClock, speed: float = 10.0) -> None:
+    """Start the demo host's server now (its first boot begins at ``clock``'s time), so a test
+    can move the clock on and open the console on a boot that is already under way or ready."""
+    from kvtui.config import HostConfig
+    from kvtui.hosts.demo import DemoBackend
+
+    DemoBackend(name, HostConfig(demo=True, demo_speed=speed), clock=clock).read_unit()
+
+
+def set_demo_fraction(name: str, fraction: float, clock: FakeClock, speed: float = 10.0) -> None:
+    """Edit the demo host's unit (as `kvtui apply` would) and restart it now."""
+    import re
+
+    from kvtui.config import HostConfig
+    from kvtui.hosts.demo import DemoBackend
+
+    backend = DemoBackend(name, HostConfig(demo=True, demo_speed=speed), clock=clock)
+    unit = backend.read_unit()
+    edited, n = re.subn(r"--mem-fraction-static[ =][0-9.]+", f"--mem-fraction-static {fraction}", unit)
+    assert n == 1, "the demo unit carries --mem-fraction-static once"
+    backend.write_unit(edited)
+    backend.daemon_reload()
+    backend.restart()
+
+
+async def settle(pilot: Pilot[Any], app: Any, *, timeout: float = 10.0) -> None:
+    """Wait until every pane has taken in all its host produced up to the clock's now."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last: tuple[int, ...] | None = None
+    while True:
+        await pilot.pause(0.03)
+        panes = app.main_screen.panes
+        state = tuple(
+            v
+            for p in panes
+            for v in (
+                p.monitor.lines_seen if p.monitor is not None else -1,
+                p.lines_received,
+                int(p.gpu_plot.points[-1][0]) if p.gpu_plot.points else -1,
+            )
+        )
+        ready = all(
+            p.monitor is not None
+            and p.monitor.lines_seen == p.lines_received
+            and p.gpu_plot.points
+            and p.gpu_plot.points[-1][0] >= app.clock() - 1e-6
+            for p in panes
+        )
+        if ready and state == last:
+            return
+        last = state
+        if loop.time() > deadline:
+            raise AssertionError(f"hosts did not settle within {timeout}s: {state}")
+
+
+async def run_clock(
+    pilot: Pilot[Any],
+    app: Any,
+    clock: FakeClock,
+    *,
+    until: Callable[[], bool] | None = None,
+    seconds: float | None = None,
+    step: float = 1.0,
+    limit: float = 600.0,
+) -> None:
+    """Move the shared clock forward ``step`` at a time, letting the console catch up after each
+    step, until ``until()`` holds or ``seconds`` have passed."""
+    await settle(pilot, app)
+    start = clock.t
+    while True:
+        if until is not None and until():
+            return
+        if seconds is not None and clock.t - start >= seconds - 1e-9:
+            return
+        if clock.t - start > limit:
+            raise AssertionError("condition not met before the clock limit")
+        clock.advance(step)
+        await settle(pilot, app)
+        app.main_screen.active_pane.tick()

@@ -12,13 +12,15 @@ from datetime import datetime
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
+from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
-from textual.widgets import Sparkline, Static
+from textual.widgets import Sparkline
 
-from kvtui.boot import Boot, BootStatus, PhaseSpan
+from kvtui.boot import Boot, BootStatus, Failure, PhaseSpan
 from kvtui.engines.events import PHASE_ORDER, Model, Phase
 from kvtui.ui import formatting as fmt
+from kvtui.ui.widgets.quiet import QuietStatic
 
 _FINAL_TARGET = {Phase.READY}
 
@@ -33,15 +35,22 @@ def _span_seconds(span: PhaseSpan, now: datetime | None, live: bool) -> float | 
     return span.seconds
 
 
-def _progress(span: PhaseSpan, width: int = 10) -> Content:
+def _progress(span: PhaseSpan, room: int = 30) -> Content:
+    """``━━━━━━━━━━ 24/64 shards`` in ``room`` cells (the bar shrinks, then goes)."""
     if span.progress_total:
         done = span.progress_done or 0
-        filled, empty = fmt.bar(done / span.progress_total, width)
         unit = fmt.PROGRESS_UNITS.get(span.name, "")
+        label = f"{done}/{span.progress_total}"
+        if room - len(label) - len(unit) - 2 >= 6:
+            label += f" {unit}"
+        width = min(16, room - len(label) - 1)
+        if width < 4:
+            return Content.styled(label, "$text-muted")
+        filled, empty = fmt.bar(done / span.progress_total, width)
         return Content.assemble(
             ("━" * filled, "$" + fmt.PHASE_VARIABLE.get(span.name, "phase-load")),
             ("━" * empty, "$foreground 15%"),
-            (f" {done}/{span.progress_total}{' ' + unit if unit else ''}", "$text-muted"),
+            (f" {label}", "$text-muted"),
         )
     if span.progress_done is not None:
         unit = fmt.PROGRESS_UNITS.get(span.name, "")
@@ -57,6 +66,8 @@ class PhaseTimeline(Widget):
     PhaseTimeline {
         height: auto;
         padding: 0 1;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
     }
     """
 
@@ -64,11 +75,20 @@ class PhaseTimeline(Widget):
         super().__init__(name=name, id=id, classes=classes)
         self._boot: Boot | None = None
         self._now: datetime | None = None
+        self._rows_shown = -1
 
     def show(self, boot: Boot | None, now: datetime | None) -> None:
         self._boot = boot
         self._now = now
-        self.refresh(layout=True)
+        rows = self._row_count()
+        self.refresh(layout=rows != self._rows_shown)
+        self._rows_shown = rows
+
+    def _row_count(self) -> int:
+        return sum(1 for _ in self._rows())
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return max(1, self._row_count())
 
     def _rows(self) -> Iterable[Content]:
         boot = self._boot
@@ -82,6 +102,7 @@ class PhaseTimeline(Widget):
         stopped = boot.status is BootStatus.STOPPED
         current = target[-1] if target else None
         live = boot.status is BootStatus.STARTING
+        room = max(0, (self.size.width or 80) - 2 - 26)
         for span in target:
             is_current = span is current and span.end is None and span.name not in _FINAL_TARGET
             var = "$" + fmt.PHASE_VARIABLE[span.name]
@@ -100,7 +121,7 @@ class PhaseTimeline(Widget):
                 (f"{fmt.phase_label(span.name):<14}", name_style),
                 (f"{time_text:>8}", "$foreground bold" if is_current else "$text-muted"),
                 "  ",
-                _progress(span),
+                _progress(span, room),
             )
             for d in draft:
                 if d.name == span.name:
@@ -110,7 +131,7 @@ class PhaseTimeline(Widget):
                         (f"draft {fmt.phase_label(d.name):<12}", "$text-muted"),
                         (f"{fmt.duration(d_seconds):>6}", "$text-muted"),
                         "  ",
-                        _progress(d),
+                        _progress(d, room),
                     )
         if failed or stopped:
             return
@@ -132,16 +153,24 @@ class BootFigures(Widget):
     BootFigures {
         height: auto;
         padding: 0 1;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
     }
     """
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self._boot: Boot | None = None
+        self._rows_shown = -1
 
     def show(self, boot: Boot | None) -> None:
         self._boot = boot
-        self.refresh(layout=True)
+        rows = len(self.figures())
+        self.refresh(layout=rows != self._rows_shown)
+        self._rows_shown = rows
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return max(1, len(self.figures()))
 
     def figures(self) -> list[tuple[str, str]]:
         boot = self._boot
@@ -200,45 +229,60 @@ class KvUsage(Vertical):
         super().__init__(id=id, classes=classes)
         self.history = deque(maxlen=history)
         self._usage: float | None = None
+        self._bucket: int | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="kv-gauge")
+        yield QuietStatic(id="kv-gauge")
         yield Sparkline([], id="kv-spark")
-        yield Static(id="kv-load")
+        yield QuietStatic(id="kv-load")
 
-    def show(self, boot: Boot | None) -> None:
+    def show(self, boot: Boot | None, now: float | None = None) -> None:
+        """``now`` (clock seconds) buckets the sparkline: one point per second of the host's
+        time, the newest value in that second winning (independent of how updates batch)."""
         serving = boot is not None and boot.status is BootStatus.READY and boot.live.token_usage is not None
         self.set_class(serving, "-serving")
         if boot is None or not serving:
             return
         usage = boot.live.token_usage
         assert usage is not None
-        if usage != self._usage or not self.history:
+        bucket = int(now) if now is not None else None
+        if self.history and bucket is not None and bucket == self._bucket:
+            self.history[-1] = usage
+        elif bucket is not None or usage != self._usage or not self.history:
             self.history.append(usage)
+        self._bucket = bucket
         self._usage = usage
         width = max(8, (self.size.width or 30) - 22)
         filled, empty = fmt.bar(usage, width)
         style = "$error" if usage >= 0.95 else "$warning" if usage >= 0.8 else "$phase-ready"
-        self.query_one("#kv-gauge", Static).update(
-            Content.assemble(
+        self.query_one("#kv-gauge", QuietStatic).set(
+            (filled, empty, fmt.percent(usage), style),
+            lambda: Content.assemble(
                 ("KV usage ", "$text-muted"),
                 ("█" * filled, style),
                 ("█" * empty, "$foreground 12%"),
                 (f" {fmt.percent(usage):>6}", "$foreground bold"),
-            )
+            ),
         )
-        self.query_one("#kv-spark", Sparkline).data = list(self.history)
+        spark = self.query_one("#kv-spark", Sparkline)
+        data = list(self.history)
+        if spark.data != data:
+            spark.data = data
         live = boot.live
         parts = [
             f"running {live.running_reqs}" if live.running_reqs is not None else None,
             f"queued {live.queue_reqs}" if live.queue_reqs is not None else None,
             f"{live.gen_throughput:,.0f} tok/s" if live.gen_throughput is not None else None,
         ]
-        self.query_one("#kv-load", Static).update(" · ".join(p for p in parts if p))
+        load = " · ".join(p for p in parts if p)
+        self.query_one("#kv-load", QuietStatic).set(load, lambda: load)
 
 
-class FailureBanner(Static):
-    """The diagnosis of a failed boot and the hint that points the right way."""
+class FailureBanner(QuietStatic):
+    """The diagnosis of a failed boot and the hint that points the right way.
+
+    While an automatic restart (``Restart=on-failure``) boots again, the previous boot's failure
+    stays up, marked as the previous one: in a restart loop it is the only place it shows."""
 
     DEFAULT_CSS = """
     FailureBanner {
@@ -248,15 +292,37 @@ class FailureBanner(Static):
         background: $error-muted;
         border-left: thick $error;
         &.-failed { display: block; }
+        &.-previous { background: $error-muted 50%; border-left: thick $error 50%; }
     }
     """
 
-    def show(self, boot: Boot | None) -> None:
+    previous: bool = False
+
+    def show(self, boot: Boot | None, previous: Boot | None = None) -> None:
+        """``previous``: the boot before ``boot`` (shown when it failed and ``boot`` is starting)."""
         failure = boot.failure if boot is not None and boot.status is BootStatus.FAILED else None
+        self.previous = False
+        if (
+            failure is None
+            and boot is not None
+            and boot.status is BootStatus.STARTING
+            and previous is not None
+            and previous.status is BootStatus.FAILED
+        ):
+            failure = previous.failure
+            self.previous = failure is not None
         self.set_class(failure is not None, "-failed")
+        self.set_class(self.previous, "-previous")
         if failure is None:
-            self.update("")
+            self.set(None, lambda: "")
             return
+        shown = failure
+        self.set(
+            (shown.kind, shown.phase, shown.message, shown.hint, self.previous),
+            lambda: self._content(shown, self.previous),
+        )
+
+    def _content(self, failure: Failure, previous: bool = False) -> Content:
         where = f" in {fmt.phase_label(failure.phase)}" if failure.phase is not None else ""
         title = fmt.FAILURE_TITLES.get(failure.kind, "failed")
         message = failure.message.strip()
@@ -264,7 +330,7 @@ class FailureBanner(Static):
             message = message[:399] + "…"
         parts: list[Content] = [
             Content.assemble(
-                ("✖ BOOT FAILED", "$error bold"),
+                ("✖ PREVIOUS BOOT FAILED" if previous else "✖ BOOT FAILED", "$error bold"),
                 (where, "$error bold"),
                 ("  ·  ", "$text-muted"),
                 (title, "$foreground bold"),
@@ -275,10 +341,12 @@ class FailureBanner(Static):
             parts.append(Content.styled(message, "$foreground"))
         if failure.hint:
             parts.append(Content.assemble(("Hint: ", "$warning bold"), (failure.hint, "$foreground")))
-        self.update(Content("\n").join(parts))
+        if previous:
+            parts.append(Content.styled("restarted automatically; the new boot is starting", "$text-muted italic"))
+        return Content("\n").join(parts)
 
 
-class StallNotice(Static):
+class StallNotice(QuietStatic):
     """"possibly hung in <phase> for Ns": no log line and no GPU-memory change for a while."""
 
     DEFAULT_CSS = """
@@ -303,12 +371,13 @@ class StallNotice(Static):
         self.stalled_for = seconds
         self.set_class(seconds is not None, "-stalled")
         if seconds is None:
-            self.update("")
+            self.set(None, lambda: "")
             return
-        self.update(
-            Content.assemble(
+        self.set(
+            (phase, fmt.duration(seconds)),
+            lambda: Content.assemble(
                 ("⏸ possibly hung", "$warning bold"),
                 (f" in {fmt.phase_label(phase)} for {fmt.duration(seconds)}", "$foreground bold"),
                 ("  —  no log line and no GPU-memory change since", "$text-muted"),
-            )
+            ),
         )

@@ -11,14 +11,16 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.app import RenderResult
 from textual.content import Content
+from textual.geometry import Size
 from textual.widget import Widget
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 from textual_plotext import PlotextPlot
 
 from kvtui.engines.events import Phase
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.ui import formatting as fmt
 from kvtui.ui.themes import rgb
+from kvtui.ui.widgets.quiet import QuietStatic
 
 
 def _foreign_by_gpu(foreign: Sequence[GpuProcess]) -> dict[int, float]:
@@ -29,6 +31,10 @@ def _foreign_by_gpu(foreign: Sequence[GpuProcess]) -> dict[int, float]:
     return held
 
 
+def _tick(seconds: float) -> str:
+    return ("-" if seconds < 0 else "") + fmt.duration(abs(seconds))
+
+
 class GpuBars(Widget):
     """One row per server GPU: used/total as a bar (the server's part and any foreign part)."""
 
@@ -36,6 +42,8 @@ class GpuBars(Widget):
     GpuBars {
         height: auto;
         padding: 0 1;
+        text-wrap: nowrap;
+        text-overflow: clip;
     }
     """
 
@@ -52,6 +60,9 @@ class GpuBars(Widget):
         layout = len(samples) != len(self.samples)
         self.samples, self.foreign = samples, foreign
         self.refresh(layout=layout)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return max(1, len(self.samples))
 
     def render(self) -> Content:
         if not self.samples:
@@ -84,7 +95,7 @@ class GpuBars(Widget):
         return Content("\n").join(rows)
 
 
-class ForeignWarning(Static):
+class ForeignWarning(QuietStatic):
     """Memory on the server's GPUs held by other processes (a stale one is a classic restart OOM)."""
 
     DEFAULT_CSS = """
@@ -100,9 +111,11 @@ class ForeignWarning(Static):
 
     def show(self, foreign: Sequence[GpuProcess]) -> None:
         self.set_class(bool(foreign), "-shown")
+        self.set(tuple(foreign), lambda: self._content(foreign))
+
+    def _content(self, foreign: Sequence[GpuProcess]) -> Content:
         if not foreign:
-            self.update("")
-            return
+            return Content("")
         lines = [Content.styled("⚠ memory held by processes that are not the server's", "$warning bold")]
         for proc in list(foreign)[:3]:
             where = f"GPU {proc.gpu_index}" if proc.gpu_index is not None else "GPU ?"
@@ -110,7 +123,7 @@ class ForeignWarning(Static):
             lines.append(Content(f"  {where}: {proc.used_mib / 1024:.1f} GiB, PID {proc.pid}{name}"))
         if len(foreign) > 3:
             lines.append(Content.styled(f"  and {len(foreign) - 3} more (p)", "$text-muted"))
-        self.update(Content("\n").join(lines))
+        return Content("\n").join(lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,13 +229,14 @@ class GpuHistoryPlot(PlotextPlot):
             segments[-1][1].append(x)
             segments[-1][2].append(used)
         for phase, xs, ys in segments:
-            plt.plot(xs, ys, marker="braille", color=self._phase_colour(phase), fillx=True)
+            plt.plot(xs, ys, marker="hd", color=self._phase_colour(phase), fillx=True)
         top = max(self.total_gib, max(p[1] for p in points), 1.0)
         plt.ylim(0, top)
-        span = max(1.0, points[-1][0] - origin)
-        plt.xlim(min(0.0, points[0][0] - origin), points[-1][0] - origin)
-        ticks = [0.0, span / 2, span]
-        plt.xticks(ticks, [fmt.duration(t) for t in ticks])
+        lo = min(0.0, points[0][0] - origin)
+        hi = max(lo + 1.0, points[-1][0] - origin)
+        plt.xlim(lo, hi)
+        ticks = [lo, (lo + hi) / 2, hi] if lo < 0 else [0.0, hi / 2, hi]
+        plt.xticks(ticks, [_tick(t) for t in ticks])
         plt.yticks([0, top / 2, top], [f"{0:.0f}", f"{top / 2:.0f}", f"{top:.0f}G"])
         muted = rgb(self.app.theme_variables.get("foreground-muted", "#808080"))
         plt.ticks_color(muted)
@@ -234,7 +248,10 @@ class GpuHistoryPlot(PlotextPlot):
         if key != self._cache_key or self._cache is None:
             if not self.points:
                 return Content.styled("collecting GPU memory samples…", "$text-muted italic")
-            self._cache = Text.from_ansi(self._build())
+            try:
+                self._cache = Text.from_ansi(self._build())
+            except (ArithmeticError, ValueError, IndexError):  # plotext on degenerate data
+                return Content.styled("collecting GPU memory samples…", "$text-muted italic")
             self._cache_key = key
             self.redraws += 1
         return self._cache

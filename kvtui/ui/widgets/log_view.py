@@ -32,6 +32,7 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 
 from kvtui.monitor import LogLine
+from kvtui.ui.widgets.quiet import QuietStatic
 
 MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)
 SPOOL_MATCH_LIMIT = 1000
@@ -159,7 +160,7 @@ class LogView(ScrollView, can_focus=True):
         & > .logview--error { color: $error; text-style: bold; }
         & > .logview--warning { color: $warning; }
         & > .logview--progress { color: $text-muted; }
-        & > .logview--serving { color: $phase-ready 80%; }
+        & > .logview--serving { color: $foreground 70%; }
         & > .logview--marker { color: $log-marker; text-style: bold; }
         & > .logview--match { background: $log-match; color: $foreground; text-style: bold; }
         & > .logview--cursor { background: $primary 25%; }
@@ -786,8 +787,8 @@ class LogStatus(Horizontal):
     """
 
     def compose(self) -> ComposeResult:
-        yield Static(id="log-state")
-        yield Static(id="log-badge")
+        yield QuietStatic(id="log-state")
+        yield QuietStatic(id="log-badge")
 
     def show(self, view: LogView) -> None:
         parts: list[Content] = []
@@ -807,12 +808,14 @@ class LogStatus(Horizontal):
             parts.append(Content("timestamps"))
         if view.message:
             parts.append(Content.styled(view.message, "$text-muted italic"))
-        self.query_one("#log-state", Static).update(Content(" · ").join(parts))
-        badge = self.query_one("#log-badge", Static)
+        state = Content(" · ").join(parts)
+        self.query_one("#log-state", QuietStatic).set(state.markup, lambda: state)
+        badge = self.query_one("#log-badge", QuietStatic)
         badge.set_class(view.pending > 0, "-shown")
         if view.pending > 0:
             noun = "line" if view.pending == 1 else "lines"
-            badge.update(f"↓ {view.pending:,} new {noun} (f)")
+            text = f"↓ {view.pending:,} new {noun} (f)"
+            badge.set(text, lambda: text)
 
 
 class LogPanel(Vertical):

@@ -1,0 +1,445 @@
+"""``KvtuiApp``: the live console of ``kvtui connect``.
+
+One ``HostPane`` per host (a tab each when there are several, with a fleet summary above);
+the main screen carries every key binding (each with an ``id`` for ``[keymap]``) and hands the
+action to the active host's pane.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Footer, Input, TabbedContent, TabPane
+
+from kvtui.config import CalcConfig, Config, UiConfig
+from kvtui.ui.commands import KvtuiCommands
+from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec
+from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen
+from kvtui.ui.themes import DEFAULT_THEME, load_themes, theme_variable_defaults
+from kvtui.ui.widgets.calculator import CalculatorPanel
+from kvtui.ui.widgets.host import FleetSummary
+from kvtui.ui.widgets.log_view import LogView
+
+# The main screen's bindings. Ids are what users remap in hosts.toml [keymap].
+MAIN_BINDINGS: list[BindingType] = [
+    Binding("question_mark", "help", "Help", id="help", tooltip="every key, with its id for [keymap]"),
+    Binding("q", "app.quit", "Quit", id="quit"),
+    Binding("slash", "search", "Search", id="search", tooltip="search the whole log (smart case)"),
+    Binding("n", "find(True)", "Next match", show=False, id="search.next"),
+    Binding("N", "find(False)", "Previous match", show=False, id="search.previous"),
+    Binding("ampersand", "filter", "Filter", id="filter", tooltip="show only lines with this text or rank (TP3)"),
+    Binding("f", "follow", "Follow", id="follow", tooltip="follow the newest lines, or pause"),
+    Binding("e", "error(True)", "Next error", show=False, id="error.next"),
+    Binding("E", "error(False)", "Previous error", show=False, id="error.previous"),
+    Binding("t", "timestamps", "Timestamps", show=False, id="timestamps"),
+    Binding("w", "wrap", "Wrap", show=False, id="wrap"),
+    Binding("m", "mark", "Mark line", show=False, id="mark"),
+    Binding("c", "calculator", "Calculator", id="calculator", tooltip="edit flags, see the next boot's KV pool"),
+    Binding("x", "explain", "Explain", id="explain", tooltip="how the prediction is computed"),
+    Binding("p", "processes", "Processes", id="processes", tooltip="per-process GPU memory"),
+    Binding("R", "restart", "Restart", id="restart", tooltip="restart the server (asks first)"),
+    Binding("a", "apply", "Apply", id="apply", tooltip="apply the calculator's edits"),
+    Binding("u", "rollback", "Rollback", show=False, id="rollback"),
+    Binding("tab", "panel(1)", "Next panel", show=False, id="panel.next"),
+    Binding("shift+tab", "panel(-1)", "Previous panel", show=False, id="panel.previous"),
+    Binding("escape", "escape", "Leave field", show=False, id="escape"),
+]
+
+# Ids of bindings owned by widgets and dialogs (also remappable).
+WIDGET_BINDING_IDS = (
+    "log.end", "find.close", "calc.leave", "calc.up", "calc.down", "help.close", "confirm.cancel", "confirm.yes",
+    "explain.close",
+)
+
+CHANGES_HOST = frozenset({"restart", "apply", "rollback"})
+
+
+def _shell_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+class MainScreen(Screen[None]):
+    """The console: one pane per host."""
+
+    BINDINGS: ClassVar[list[BindingType]] = MAIN_BINDINGS
+    COMMANDS: ClassVar = {KvtuiCommands}
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (130, "-medium"), (160, "-wide")]  # noqa: RUF012
+
+    def __init__(
+        self,
+        specs: Sequence[HostSpec],
+        *,
+        backend_factory: BackendFactory,
+        clock: Clock,
+        ui: UiConfig,
+        calc: CalcConfig,
+        readonly: bool,
+        monitor_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(id="main")
+        self.monitor_options = monitor_options
+        self.specs = list(specs)
+        self.host_names = [s.name for s in self.specs]
+        self._backend_factory = backend_factory
+        self._clock = clock
+        self._ui = ui
+        self._calc = calc
+        self.readonly = readonly
+
+    def _pane(self, spec: HostSpec) -> HostPane:
+        return HostPane(
+            spec,
+            backend_factory=self._backend_factory,
+            clock=self._clock,
+            ui=self._ui,
+            calc=self._calc,
+            readonly=self.readonly,
+            monitor_options=self.monitor_options,
+            id=f"pane-{spec.name}",
+        )
+
+    def compose(self) -> ComposeResult:
+        if len(self.specs) > 1:
+            yield FleetSummary(self.host_names)
+            with TabbedContent(id="hosts"):
+                for spec in self.specs:
+                    with TabPane(spec.name, id=f"host-{spec.name}"):
+                        yield self._pane(spec)
+        else:
+            yield self._pane(self.specs[0])
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self._focus_log)
+
+    def _focus_log(self) -> None:
+        pane = self.active_pane
+        if pane is not None:
+            pane.log_view.focus()
+
+    # ---- which host ------------------------------------------------------------------------
+
+    @property
+    def panes(self) -> list[HostPane]:
+        return list(self.query(HostPane))
+
+    @property
+    def active_pane(self) -> HostPane | None:
+        if len(self.specs) > 1:
+            tabs = self.query_one(TabbedContent)
+            active = tabs.active
+            if not active:
+                return None
+            return self.query_one(f"#pane-{active.removeprefix('host-')}", HostPane)
+        panes = self.panes
+        return panes[0] if panes else None
+
+    def switch_host(self, name: str) -> None:
+        if name not in self.host_names or len(self.specs) < 2:
+            return
+        self.query_one(TabbedContent).active = f"host-{name}"
+
+    @on(TabbedContent.TabActivated)
+    def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        name = (event.pane.id or "").removeprefix("host-")
+        self.query_one(FleetSummary).set_active(name)
+        pane = self.active_pane
+        if pane is not None:
+            pane.gpu_plot.redraw_if_needed()
+            self.call_after_refresh(pane.log_view.focus)
+        self.refresh_bindings()
+
+    @on(HostPane.Summary)
+    def _summary(self, event: HostPane.Summary) -> None:
+        event.stop()
+        if len(self.specs) > 1:
+            self.query_one(FleetSummary).update_row(event.row)
+
+    @on(CalculatorPanel.Left)
+    def _left_calculator(self, event: CalculatorPanel.Left) -> None:
+        event.stop()
+        self._focus_log()
+
+    # ---- bindings ---------------------------------------------------------------------------
+
+    def command_bindings(self) -> list[Binding]:
+        return [b for b in MAIN_BINDINGS if isinstance(b, Binding)]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        pane = self.active_pane
+        if action in CHANGES_HOST:
+            if pane is None or pane.readonly:
+                return False  # hidden: readonly hosts offer nothing that changes them
+            if action == "restart":
+                return pane.can_restart()
+        if action == "explain" and pane is not None and pane.calculator.prediction is None:
+            return None
+        return True
+
+    # ---- actions ------------------------------------------------------------------------------
+
+    def _view(self) -> LogView | None:
+        pane = self.active_pane
+        return pane.log_view if pane is not None else None
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(self.key_rows()))
+
+    def key_rows(self) -> list[tuple[str, str, str]]:
+        """(key, description, id) of every binding, with the user's remaps applied."""
+        rows: list[tuple[str, str, str]] = []
+        seen: set[str] = set()
+        for key, active in self.active_bindings.items():
+            binding = active.binding
+            if binding.id is None or binding.id in seen:
+                continue
+            if not active.enabled and self.check_action(binding.action.split("(")[0], ()) is False:
+                continue
+            seen.add(binding.id)
+            rows.append((self.app.get_key_display(binding) or key, binding.description, binding.id))
+        order = {b.id: i for i, b in enumerate(self.command_bindings())}
+        rows.sort(key=lambda r: order.get(r[2], 999))
+        return rows
+
+    def action_search(self) -> None:
+        pane = self.active_pane
+        if pane is not None:
+            pane.log_panel.open_find("search")
+
+    def action_filter(self) -> None:
+        pane = self.active_pane
+        if pane is not None:
+            pane.log_panel.open_find("filter")
+
+    def action_find(self, forward: bool) -> None:
+        view = self._view()
+        if view is not None:
+            if view.search_query is None:
+                self.notify("nothing to repeat: search with / first", severity="warning", timeout=3)
+                return
+            view.find(forward=forward)
+
+    def action_follow(self) -> None:
+        view = self._view()
+        if view is not None:
+            view.toggle_follow()
+
+    def action_error(self, forward: bool) -> None:
+        view = self._view()
+        if view is not None:
+            view.next_error(forward)
+
+    def action_timestamps(self) -> None:
+        view = self._view()
+        if view is not None:
+            view.timestamps = not view.timestamps
+
+    def action_wrap(self) -> None:
+        view = self._view()
+        if view is not None:
+            view.wrap = not view.wrap
+
+    def action_mark(self) -> None:
+        view = self._view()
+        if view is not None and view.toggle_mark() is None:
+            self.notify("no line to mark yet", severity="warning", timeout=3)
+
+    def action_calculator(self) -> None:
+        pane = self.active_pane
+        if pane is not None and not pane.calculator.focus_first():
+            self.notify("the calculator needs a boot that sized its KV pool", severity="warning", timeout=4)
+
+    def action_explain(self) -> None:
+        pane = self.active_pane
+        if pane is None:
+            return
+        calc = pane.calculator
+        self.app.push_screen(ExplainScreen(calc.explain_lines(), calc.reason_lines(), calc.verdict))
+
+    def action_processes(self) -> None:
+        pane = self.active_pane
+        if pane is not None:
+            pane.toggle_processes()
+
+    def action_restart(self) -> None:
+        pane = self.active_pane
+        if pane is None or pane.readonly:
+            return
+        boot = pane.boot
+        state = "no boot seen yet"
+        if boot is not None:
+            from kvtui.ui import formatting as fmt
+
+            state = f"the current boot is {boot.status.value}" + (
+                f" in {fmt.phase_label(boot.phase)}" if boot.phase is not None else ""
+            )
+        body = (
+            f"Restart the server on {pane.host_name}?\n\n"
+            f"It stops now ({state}) and a new boot starts. The log marks the restart."
+        )
+
+        def done(answer: bool | None) -> None:
+            if answer:
+                pane.restart()
+
+        self.app.push_screen(ConfirmScreen(f"Restart {pane.host_name}", body), done)
+
+    def action_apply(self) -> None:
+        pane = self.active_pane
+        if pane is None or pane.readonly:
+            return
+        sets, unsets = pane.calculator.edits()
+        if not sets and not unsets:
+            self.notify("edit a flag in the calculator first (c)", severity="warning", timeout=4)
+            return
+        args = []
+        for edit in sets:
+            flag, _, value = edit.partition("=")
+            args.append(f"--set {_shell_quote(flag.replace('_', '-') + '=' + value)}")
+        args += [f"--unset {_shell_quote(u.replace('_', '-'))}" for u in unsets]
+        command = f"kvtui apply {pane.host_name} {' '.join(args)} --restart"
+        self.app.copy_to_clipboard(command)
+        self.notify(command, title="apply: command copied to the clipboard", timeout=10)
+
+    def action_rollback(self) -> None:
+        pane = self.active_pane
+        if pane is None or pane.readonly:
+            return
+        command = f"kvtui rollback {pane.host_name} --restart"
+        self.app.copy_to_clipboard(command)
+        self.notify(command, title="rollback: command copied to the clipboard", timeout=10)
+
+    def action_panel(self, step: int) -> None:
+        pane = self.active_pane
+        if pane is None:
+            return
+        panels = pane.panels()
+        focused = self.focused
+        current = 0
+        for i, panel in enumerate(panels):
+            if focused is not None and (focused is panel or panel in focused.ancestors):
+                current = i
+                break
+        else:
+            current = -1 if step > 0 else 0
+        target = panels[(current + step) % len(panels)]
+        if isinstance(target, CalculatorPanel):
+            if not target.focus_first():
+                target = panels[(current + 2 * step) % len(panels)]
+                target.focus()
+        else:
+            target.focus()
+
+    def action_escape(self) -> None:
+        if isinstance(self.focused, Input):
+            self._focus_log()
+
+
+class KvtuiApp(App[int]):
+    """The live console."""
+
+    CSS_PATH = "kvtui.tcss"
+    TITLE = "kvtui"
+    COMMAND_PALETTE_BINDING = "ctrl+p"
+
+    def __init__(
+        self,
+        specs: Sequence[HostSpec],
+        *,
+        backend_factory: BackendFactory,
+        config: Config | None = None,
+        readonly: bool = False,
+        clock: Clock = time.time,
+        theme: str | None = None,
+        monitor_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``monitor_options`` are passed to each ``HostMonitor`` (tests shorten its intervals)."""
+        self._variable_cache: dict[str, dict[str, str]] = {}  # read by App.__init__ (CSS variables)
+        super().__init__()
+        if not specs:
+            raise ValueError("KvtuiApp needs at least one host")
+        self.specs = list(specs)
+        self.config = config or Config()
+        self.readonly = readonly
+        self.clock = clock
+        self._backend_factory = backend_factory
+        self.monitor_options = dict(monitor_options or {})
+        loaded = load_themes()
+        for t in loaded.themes:
+            self.register_theme(t)
+        self.startup_problems: list[str] = list(loaded.problems)
+        wanted = theme or self.config.ui.theme
+        if wanted not in self.available_themes:
+            fallback = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
+            self.startup_problems.append(
+                f"theme {wanted!r} is not available (known: {', '.join(sorted(self.available_themes))}); "
+                f"using {fallback}"
+            )
+            wanted = fallback
+        self.theme = wanted
+        self.startup_problems.extend(self._keymap_problems(self.config.keymap))
+
+    # ---- themes and keys ----------------------------------------------------------------------
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        theme = self.current_theme
+        cached = self._variable_cache.get(theme.name)
+        if cached is None:
+            cached = self._variable_cache[theme.name] = theme_variable_defaults(theme)
+        return cached
+
+    @staticmethod
+    def binding_ids() -> list[str]:
+        ids = [b.id for b in MAIN_BINDINGS if isinstance(b, Binding) and b.id]
+        return [*ids, *WIDGET_BINDING_IDS]
+
+    def _keymap_problems(self, keymap: dict[str, str]) -> list[str]:
+        known = set(self.binding_ids())
+        where = f"{self.config.path}" if self.config.path else "hosts.toml"
+        return [
+            f"{where} [keymap]: unknown binding id {bid!r} (known: {', '.join(sorted(known))})"
+            for bid in keymap
+            if bid not in known
+        ]
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    def get_default_screen(self) -> Screen[None]:
+        return MainScreen(
+            self.specs,
+            backend_factory=self._backend_factory,
+            clock=self.clock,
+            ui=self.config.ui,
+            calc=self.config.calc,
+            readonly=self.readonly,
+            monitor_options=self.monitor_options,
+        )
+
+    def on_mount(self) -> None:
+        known = set(self.binding_ids())
+        keymap = {k: v for k, v in self.config.keymap.items() if k in known}
+        if keymap:
+            self.set_keymap(keymap)
+        for problem in self.startup_problems:
+            self.notify(problem, title="kvtui", severity="warning", timeout=15)
+
+    @property
+    def main_screen(self) -> MainScreen:
+        screen = self.screen_stack[0]
+        assert isinstance(screen, MainScreen)
+        return screen
+
+    def action_switch_host(self, name: str) -> None:
+        self.main_screen.switch_host(name)
+
+    def host_panes(self) -> Iterable[Widget]:
+        return self.main_screen.panes

@@ -1,0 +1,419 @@
+"""One host's console: it owns the host's monitor (an async worker living exactly as long as the
+pane) and hands each widget the data it renders."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.widget import Widget
+
+from kvtui.boot import Boot, BootStatus
+from kvtui.config import CalcConfig, HostConfig, UiConfig
+from kvtui.gpu import GpuProcess, GpuSample
+from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend
+from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, LogLine, MonitorUpdate
+from kvtui.ui import formatting as fmt
+from kvtui.ui.stall import StallDetector
+from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice
+from kvtui.ui.widgets.calculator import CalculatorPanel
+from kvtui.ui.widgets.gpu import ForeignWarning, GpuBars, GpuHistoryPlot, PhaseBand, ProcessTable
+from kvtui.ui.widgets.host import FleetRow, HostBar, HostInfo
+from kvtui.ui.widgets.log_view import LogPanel, LogView
+
+if TYPE_CHECKING:
+    from kvtui.monitor import HostMonitor
+
+Clock = Callable[[], float]
+BackendFactory = Callable[[str, HostConfig], HostBackend]
+
+
+@dataclass(frozen=True, slots=True)
+class HostSpec:
+    """A host to open: its name and its configuration."""
+
+    name: str
+    config: HostConfig
+
+
+def host_info(spec: HostSpec, readonly: bool) -> HostInfo:
+    cfg = spec.config
+    if cfg.demo:
+        source = "unit (simulated)"
+    elif cfg.unit:
+        source = f"unit {cfg.unit}"
+    elif cfg.log_file:
+        source = f"log {cfg.log_file}"
+    elif cfg.container:
+        source = f"container {cfg.container}"
+    else:
+        source = "?"
+    gpus = ",".join(str(g) for g in cfg.gpus) if cfg.gpus else ""
+    return HostInfo(
+        name=spec.name,
+        kind=cfg.kind,
+        target=cfg.target,
+        source=source,
+        readonly=readonly or cfg.readonly,
+        gpus=gpus,
+    )
+
+
+class Panel(Vertical):
+    """A bordered panel with a title; focusable panels take part in the tab cycle."""
+
+
+class GpuPanel(Panel, can_focus=True):
+    """The GPU panel (focusable so ``tab`` can land on it)."""
+
+
+class HostPane(Vertical):
+    """The whole console of one host."""
+
+    class Updates(Message):
+        """A batch of monitor updates (the monitor flushes at most every ~50 ms)."""
+
+        def __init__(self, updates: Sequence[MonitorUpdate]) -> None:
+            super().__init__()
+            self.updates = updates
+
+    class Summary(Message):
+        """The host's one-line state changed (for the fleet summary)."""
+
+        def __init__(self, row: FleetRow) -> None:
+            super().__init__()
+            self.row = row
+
+        def can_replace(self, message: Message) -> bool:
+            return isinstance(message, HostPane.Summary) and message.row.name == self.row.name
+
+    def __init__(
+        self,
+        spec: HostSpec,
+        *,
+        backend_factory: BackendFactory,
+        clock: Clock,
+        ui: UiConfig,
+        calc: CalcConfig,
+        readonly: bool = False,
+        monitor_options: Mapping[str, Any] | None = None,
+        id: str | None = None,
+    ) -> None:
+        super().__init__(id=id, classes="host-pane")
+        self.monitor_options = dict(monitor_options or {})
+        self.spec = spec
+        self.host_name = spec.name
+        self.readonly = readonly or spec.config.readonly
+        self.info = host_info(spec, self.readonly)
+        self._backend_factory = backend_factory
+        self.clock = clock
+        self.ui_config = ui
+        self.calc_config = calc
+        self.backend: HostBackend | None = None
+        self.monitor: HostMonitor | None = None
+        self.status: ConnStatus | None = None
+        self.boot: Boot | None = None
+        self.boot_index: int | None = None
+        self.boots: list[Boot] = []
+        self.samples: tuple[GpuSample, ...] = ()
+        self.foreign: tuple[GpuProcess, ...] = ()
+        self.stall = StallDetector(ui.stall_seconds)
+        self.error: str | None = None
+        self.lines_received = 0
+        self._show_processes = False
+
+    # ---- layout -----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield HostBar(self.info)
+        yield FailureBanner()
+        yield StallNotice()
+        with Horizontal(id="body"):
+            with GpuPanel(id="gpu-panel", classes="panel"):
+                yield GpuBars()
+                yield ForeignWarning()
+                yield GpuHistoryPlot()
+                yield ProcessTable()
+            with Vertical(id="center"):
+                with Panel(id="boot-panel", classes="panel"):
+                    yield PhaseTimeline()
+                    yield KvUsage()
+                with Panel(id="log-panel", classes="panel"):
+                    yield LogPanel(window=self.ui_config.log_lines)
+            with Vertical(id="side"):
+                with Panel(id="figures-panel", classes="panel"):
+                    yield BootFigures()
+                with Panel(id="calc-panel", classes="panel"):
+                    yield CalculatorPanel(graph_margin_gib=self.calc_config.graph_margin_gib)
+
+    def on_mount(self) -> None:
+        self.query_one("#gpu-panel").border_title = "GPU memory"
+        self.query_one("#boot-panel").border_title = "Boot"
+        self.query_one("#log-panel").border_title = "Log"
+        self.query_one("#figures-panel").border_title = "Figures"
+        self.query_one("#calc-panel").border_title = "Calculator"
+        self.set_interval(1.0, self.tick, name="host-tick")
+        self.run_monitor()
+
+    # ---- widgets ------------------------------------------------------------------------------
+
+    @property
+    def log_panel(self) -> LogPanel:
+        return self.query_one(LogPanel)
+
+    @property
+    def log_view(self) -> LogView:
+        return self.query_one(LogView)
+
+    @property
+    def calculator(self) -> CalculatorPanel:
+        return self.query_one(CalculatorPanel)
+
+    @property
+    def gpu_plot(self) -> GpuHistoryPlot:
+        return self.query_one(GpuHistoryPlot)
+
+    def panels(self) -> list[Widget]:
+        """Focus targets for ``tab``, in order: GPUs, log, calculator."""
+        return [self.query_one(GpuPanel), self.log_view, self.calculator]
+
+    # ---- the monitor worker -------------------------------------------------------------------
+
+    @work(exclusive=True, group="monitor", exit_on_error=False, description="host monitor")
+    async def run_monitor(self) -> None:
+        from kvtui.monitor import HostMonitor
+
+        try:
+            backend = self._backend_factory(self.host_name, self.spec.config)
+        except (BackendError, OSError, ValueError) as exc:
+            self._fatal(str(exc))
+            return
+        self.backend = backend
+        monitor = HostMonitor(
+            self.host_name,
+            backend,
+            host=self.spec.config,
+            log_window=self.ui_config.log_lines,
+            clock=self.clock,
+            **self.monitor_options,
+        )
+        self.monitor = monitor
+        self.log_view.source = monitor.spool
+        try:
+            await monitor.run(self._sink)
+        except (BackendError, OSError) as exc:
+            self._fatal(str(exc))
+        finally:
+            await monitor.close()
+
+    def _sink(self, updates: Sequence[MonitorUpdate]) -> None:
+        self.post_message(self.Updates(tuple(updates)))
+
+    def _fatal(self, message: str) -> None:
+        self.error = message
+        self.status = ConnStatus(ConnState.FAILED, detail=message)
+        self.query_one(HostBar).show(self.status, self.boot, None, None)
+        self.notify(message, title=f"{self.host_name}: cannot monitor", severity="error", timeout=10)
+        self._post_summary()
+
+    # ---- updates in -----------------------------------------------------------------------------
+
+    @on(Updates)
+    def _on_updates(self, event: Updates) -> None:
+        event.stop()
+        self.apply_updates(event.updates)
+
+    def apply_updates(self, updates: Sequence[MonitorUpdate]) -> None:
+        now = self.clock()
+        lines: list[LogLine] = []
+        boot_state: BootState | None = None
+        gpu: GpuUpdate | None = None
+        new_boot = False
+        conn_changed = False
+        for update in updates:
+            if isinstance(update, LogBatch):
+                lines.extend(update.lines)
+            elif isinstance(update, BootState):
+                boot_state = update
+                new_boot = new_boot or update.new_boot
+            elif isinstance(update, GpuUpdate):
+                gpu = update
+                self.query_one(GpuHistoryPlot).add(update.samples)
+            elif isinstance(update, ConnUpdate):
+                self.status = update.status
+                conn_changed = True
+        if lines:
+            self.lines_received += len(lines)
+            self.log_view.append(lines)
+            self.stall.log_activity(now)
+        if gpu is not None:
+            self.samples, self.foreign = gpu.samples, gpu.foreign
+            self.stall.gpu_activity(gpu.samples, now)
+            self.query_one(GpuBars).show(gpu.samples, gpu.foreign)
+            self.query_one(ForeignWarning).show(gpu.foreign)
+            self._gpu_subtitle()
+        if boot_state is not None:
+            if new_boot:
+                self.query_one(KvUsage).history.clear()
+                self.stall.reset(now)
+            self.boot = boot_state.boot
+            self.boot_index = boot_state.index
+            if self.monitor is not None:
+                self.boots = list(self.monitor.tracker.boots)
+            self._show_boot()
+        if boot_state is not None or conn_changed:
+            self._refresh_live(now)
+
+    def _gpu_subtitle(self) -> None:
+        if not self.samples:
+            return
+        used = sum(s.used_gib for s in self.samples)
+        total = sum(s.total_gib for s in self.samples)
+        name = self.samples[0].name
+        label = f"{len(self.samples)} × {name}" if name else f"{len(self.samples)} GPUs"
+        subtitle = f"{label} · {used:,.0f}/{total:,.0f} GiB"
+        panel = self.query_one("#gpu-panel")
+        if panel.border_subtitle != subtitle:
+            panel.border_subtitle = subtitle
+
+    def _show_boot(self) -> None:
+        boot = self.boot
+        self.query_one(BootFigures).show(boot)
+        self.query_one(KvUsage).show(boot, self.clock())
+        previous = self.boots[-2] if len(self.boots) >= 2 and self.boots[-1] is boot else None
+        self.query_one(FailureBanner).show(boot, previous)
+        self.calculator.set_boot(boot, self.boots)
+        self.query_one(GpuHistoryPlot).set_bands(self._bands(), self._origin())
+
+    def _bands(self) -> list[PhaseBand]:
+        bands: list[PhaseBand] = []
+        for boot in self.boots[-4:]:
+            for span in boot.phases:
+                if span.model.value == "target" and span.start is not None:
+                    bands.append(PhaseBand(fmt.epoch(span.start), span.name))
+            if boot.status is BootStatus.FAILED and boot.ended_at is not None:
+                bands.append(PhaseBand(fmt.epoch(boot.ended_at), None))
+        bands.sort(key=lambda b: b.start)
+        return bands
+
+    def _origin(self) -> float | None:
+        boot = self.boot
+        if boot is None:
+            return None
+        start = boot.started_at or (boot.phases[0].start if boot.phases else None)
+        return fmt.epoch(start) if start is not None else None
+
+    def _now(self, now: float) -> datetime:
+        return datetime.fromtimestamp(now)
+
+    def current_elapsed(self, now: float) -> float | None:
+        boot = self.boot
+        if boot is None or boot.status is not BootStatus.STARTING:
+            return None
+        target = [s for s in boot.phases if s.model.value == "target"]
+        if not target or target[-1].start is None:
+            return None
+        return fmt.seconds_between(target[-1].start, self._now(now))
+
+    def _refresh_live(self, now: float) -> None:
+        now_dt = self._now(now)
+        boot = self.boot
+        self.query_one(PhaseTimeline).show(boot, now_dt)
+        elapsed = self.current_elapsed(now)
+        number = None if self.boot_index is None else self.boot_index + 1
+        self.query_one(HostBar).show(self.status, boot, elapsed, number)
+        if boot is not None:
+            start = boot.started_at or (boot.phases[0].start if boot.phases else None)
+            end = boot.ended_at if boot.status is not BootStatus.STARTING else now_dt
+            total = fmt.seconds_between(start, end)
+            label = {"starting": "booting", "ready": "ready after", "failed": "failed after",
+                     "stopped": "stopped after"}[boot.status.value]
+            if boot.status is BootStatus.READY:
+                ready = next((s for s in boot.phases if s.name.value == "ready"), None)
+                total = fmt.seconds_between(start, ready.start if ready else end)
+            subtitle = f"{label} {fmt.duration(total)}"
+            panel = self.query_one("#boot-panel")
+            if panel.border_subtitle != subtitle:
+                panel.border_subtitle = subtitle
+        stalled = self.stall.check(boot, now)
+        self.query_one(StallNotice).show(boot.phase if boot else None, stalled)
+        self._post_summary(elapsed)
+
+    def tick(self) -> None:
+        """Once a second: tick the current phase's clock and the stall detector."""
+        self._refresh_live(self.clock())
+
+    def _post_summary(self, elapsed: float | None = None) -> None:
+        self.post_message(
+            self.Summary(FleetRow(self.host_name, self.status, self.boot, elapsed, readonly=self.readonly))
+        )
+
+    # ---- actions the screen delegates ---------------------------------------------------------------
+
+    def toggle_processes(self) -> bool:
+        self._show_processes = not self._show_processes
+        self.query_one(ProcessTable).set_class(self._show_processes, "-shown")
+        self.query_one(GpuHistoryPlot).display = not self._show_processes
+        if self._show_processes:
+            self.query_one(ProcessTable).show(self._known_processes(), set())
+            self.poll_processes()
+        else:
+            self.workers.cancel_group(self, "processes")
+        return self._show_processes
+
+    def _known_processes(self) -> list[GpuProcess]:
+        procs: list[GpuProcess] = []
+        for s in self.samples:
+            procs.extend(
+                p if p.gpu_index is not None else GpuProcess(p.pid, p.used_mib, s.index, p.gpu_uuid, p.name)
+                for p in s.processes
+            )
+        return procs
+
+    @work(exclusive=True, group="processes", exit_on_error=False, description="GPU processes")
+    async def poll_processes(self) -> None:
+        while self._show_processes:
+            backend = self.backend
+            if backend is not None:
+                try:
+                    processes = await backend.gpu_processes()
+                    pids = await backend.server_pids()
+                except (BackendError, OSError) as exc:
+                    self.notify(str(exc), title="GPU processes", severity="warning")
+                    return
+                gpus = {s.index for s in self.samples}
+                shown = [p for p in processes if p.gpu_index is None or not gpus or p.gpu_index in gpus]
+                self.query_one(ProcessTable).show(shown, pids)
+            await asyncio.sleep(2.0)
+
+    def can_restart(self) -> bool | None:
+        """False: hidden (readonly); None: shown but unavailable; True: available."""
+        if self.readonly:
+            return False
+        from kvtui.ui.actions import restart_available
+
+        return True if restart_available(self.backend) else None
+
+    @work(exclusive=True, group="restart", exit_on_error=False, description="restart")
+    async def restart(self) -> None:
+        from kvtui.ui.actions import RestartUnavailable, restart_host
+
+        if self.readonly:
+            self.notify("this host is readonly", severity="warning")
+            return
+        try:
+            message = await restart_host(self.backend)
+        except RestartUnavailable as exc:
+            self.notify(str(exc), title="restart", severity="warning")
+            return
+        except (BackendError, OSError) as exc:
+            self.notify(str(exc), title="restart failed", severity="error", timeout=10)
+            return
+        self.notify(message, title=f"{self.host_name}: restart")
