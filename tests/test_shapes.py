@@ -246,6 +246,31 @@ def test_journal_short_continuation_lines_keep_the_entry() -> None:
     assert (rs[-1].ident, rs[-1].pid) == ("systemd", 1)
 
 
+def test_short_iso_continuations_and_odd_lines_at_every_chunk_boundary() -> None:
+    # the fast ASCII path hands over to the generic one mid-block; every cut must give the same
+    pre = "2026-03-04T09:15:00+0000 h100-a python3[7001]: "
+    data = (
+        f"{pre}[2026-03-04 09:15:00] Scheduler hit an exception: Traceback (most recent call last):\n"
+        f"{' ' * len(pre)}  File \"/sgl/scheduler.py\", line 2570, in run\n"
+        f"{' ' * len(pre)}RuntimeError: Not enough memory.\n"
+        "2026-03-04T09:15:01+0000 h100-a python3[7000]: caf\u00e9 \u2713\n"
+        "stray line\n"
+        "2026-03-04T09:15:02+0000 h100-a systemd[1]: sglang.service: Main process exited, code=exited\n"
+    ).encode()
+    want = list(iter_records(data, "short-iso"))
+    assert [(r.text, r.pid) for r in want] == [
+        ("[2026-03-04 09:15:00] Scheduler hit an exception: Traceback (most recent call last):", 7001),
+        ('  File "/sgl/scheduler.py", line 2570, in run', 7001),
+        ("RuntimeError: Not enough memory.", 7001),
+        ("caf\u00e9 \u2713", 7000),
+        ("stray line", None),
+        ("sglang.service: Main process exited, code=exited", 1),
+    ]
+    for cut in range(1, len(data)):
+        sp = RecordSplitter("short-iso")
+        assert sp.feed(data[:cut]) + sp.feed(data[cut:]) + sp.flush() == want, cut
+
+
 def test_lines_that_do_not_fit_the_shape_are_kept_as_text() -> None:
     data = (b"2026-03-04T09:12:00+0000 h python3[1]: fine\n"
             b"2026-13-45T99:99:99+0000 h python3[1]: bad stamp\n"

@@ -355,7 +355,7 @@ class RecordSplitter:
         return i
 
     # -- lines -> records --------------------------------------------------------------------
-    def _lines(self, block: bytes, cut_off: int = 0) -> Iterator[LogRecord]:
+    def _lines(self, block: bytes, cut_off: int = 0, _generic: bool = False) -> Iterator[LogRecord]:
         """Records for the complete lines in ``block`` (``cut_off``: the block is the first MiB
         of a longer line of that many bytes)."""
         shape = self.shape or "raw"
@@ -387,6 +387,9 @@ class RecordSplitter:
                     yield _rec(line, None, str(end if end <= limit else limit), source, None, None)
                 pos = end
             self._offset = self._offset + cut_off if cut_off else min(pos, limit)
+            return
+        if shape == "short-iso" and not _generic and not cut_off and block.isascii():
+            yield from self._short_iso_fast(block, source)
             return
         lines = block.split(b"\n")
         if block.endswith(b"\n"):
@@ -463,6 +466,63 @@ class RecordSplitter:
         if cut_off:
             pos = self._offset + cut_off  # the dropped tail still counts for offsets
         self._offset = min(pos, limit) if not cut_off else pos
+
+    def _short_iso_fast(self, block: bytes, source: str) -> Iterator[LogRecord]:
+        """``short-iso`` over an ASCII block: the common lines inline, the rest (continuations,
+        lines that do not fit) through the generic path. Same records as ``_lines``."""
+        text = block.decode("ascii")
+        tlines = text.split("\n")
+        if text.endswith("\n"):
+            tlines.pop()
+        pos = self._offset
+        limit = pos + len(block)
+        heads = self._heads
+        ts_key, ts_val = self._ts_key, self._ts_val
+        cont = self._cont
+        for i, line in enumerate(tlines):
+            n = len(line)
+            end = pos + n + 1
+            sp = line.find(" ", 19, 40)
+            c = line.find(": ", sp + 1) if sp > 0 else -1
+            if c < 0 or n > MAX_LINE_BYTES or line[10:11] != "T":
+                # the rare line: hand the rest of the block to the generic path (it keeps state)
+                self._offset = pos
+                self._ts_key, self._ts_val = ts_key, ts_val
+                self._cont = cont
+                rest = "\n".join(tlines[i:]) + ("\n" if text.endswith("\n") else "")
+                yield from self._lines(rest.encode("ascii"), _generic=True)
+                return
+            key = line[:sp]
+            if key != ts_key:
+                ts_val = self._iso(key)
+                ts_key = key
+            head = line[sp + 1:c]
+            got = heads.get(head)
+            if got is None:
+                got = _journal_head(head)
+                if len(heads) > 4096:
+                    heads.clear()
+                heads[head] = got
+            if ts_val is None or not got[1]:
+                self._offset = pos
+                self._ts_key, self._ts_val = ts_key, ts_val
+                self._cont = cont
+                rest = "\n".join(tlines[i:]) + ("\n" if text.endswith("\n") else "")
+                yield from self._lines(rest.encode("ascii"), _generic=True)
+                return
+            msg = line[c + 2:]
+            cont = (ts_val, got[0], got[1], c + 2)
+            cursor = str(end if end <= limit else limit)
+            if "\r" in msg:
+                for p in msg.split("\r"):
+                    if p:
+                        yield _rec(p, ts_val, cursor, source, got[0], got[1])
+            elif msg:
+                yield _rec(msg, ts_val, cursor, source, got[0], got[1])
+            pos = end
+        self._cont = cont
+        self._ts_key, self._ts_val = ts_key, ts_val
+        self._offset = min(pos, limit)
 
     # -- wrappers ----------------------------------------------------------------------------
     def _wrapped_parser(self, shape: str) -> Callable[[str], _Parsed | None]:

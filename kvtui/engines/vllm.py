@@ -180,6 +180,8 @@ _NCCL_RE = re.compile(r"NCCL error|DistBackendError|NCCL WARN|collective operati
 # How far an engine stamp may trail or lead its wrapper stamp (log forwarding delays, clock skew)
 # and still be read as the same instant in a quarter-hour-aligned zone.
 _STAMP_SLACK = timedelta(minutes=3)
+_MIN_REUSE = timedelta(minutes=5)
+_SECS = tuple(timedelta(seconds=i) for i in range(62))
 
 
 def _f(s: str) -> float:
@@ -296,6 +298,10 @@ _CONFIG_KEYS = {
 }
 
 
+# Events are immutable: the common ones are built once.
+_PM: dict[Phase, PhaseMark] = {p: PhaseMark(p) for p in Phase}
+_START: dict[Phase, Events] = {p: (PhaseMark(p),) for p in Phase}
+
 # --------------------------------------------------------------------------------------------
 # The grammar
 # --------------------------------------------------------------------------------------------
@@ -318,6 +324,9 @@ class VllmGrammar:
         self._stamp_key = ""
         self._stamp_wrap: datetime | None = None
         self._stamp_val: datetime | None = None
+        self._min_key = "\x00"  # "MM-DD HH:MM" of the minute cached in _min_base
+        self._min_wrap: datetime | None = None
+        self._min_base: datetime | None = None  # that minute at :00, or None: use the wrapper's ts
         self._offset: timedelta | None = None
         self.reset()
 
@@ -392,16 +401,9 @@ class VllmGrammar:
         events = self._classify(msg, level) if msg else _NONE
         if self._cur_tp is not None:
             tp = self._cur_tp
-        return ParsedLine(
-            text=msg,
-            ts=when,
-            rank=rank,
-            tp=tp,
-            level=level,
-            engine=Engine.VLLM if (recognised or events) else None,
-            events=events,
-            prefixed=level is not None,
-        )
+        # positional: several times cheaper than keywords on the hot path (field order is the contract's)
+        return ParsedLine(msg, when, rank, tp, level, Engine.VLLM if (recognised or events) else None, events, None,
+                          level is not None)
 
     def _read_tag(self, tag: str) -> _Tag | None:
         m = _TAG_RE.fullmatch(tag)
@@ -431,15 +433,33 @@ class VllmGrammar:
 
     # -- time -------------------------------------------------------------------------------
     def _stamp(self, key: str, wrap: datetime | None) -> datetime | None:
+        """The line's time from its year-less stamp ``key`` ("MM-DD HH:MM:SS") and the wrapper's."""
         if key == self._stamp_key and wrap is self._stamp_wrap:
             return self._stamp_val
-        last = self._stamp_wrap
-        if key == self._stamp_key and wrap is not None and last is not None and self._stamp_val is not None \
-                and wrap.tzinfo == last.tzinfo and abs(wrap - last) < timedelta(minutes=5):
-            # same engine second, a later wrapper stamp: the cached value still holds
-            self._stamp_wrap = wrap
-            return self._stamp_val
-        val = self._compute_stamp(key, wrap)
+        # the same minute as the last computed stamp (and a wrapper of the same kind, near the one
+        # that minute was placed with): only the seconds differ
+        mw = self._min_wrap
+        if key.startswith(self._min_key) and (
+            (wrap is None and mw is None)
+            or (wrap is not None and mw is not None and wrap.tzinfo == mw.tzinfo and abs(wrap - mw) < _MIN_REUSE)
+        ):
+            base = self._min_base
+            ss = key[12:14]
+            if base is None:
+                val = wrap
+            elif ss.isdigit() and int(ss) < 62:
+                val = base + _SECS[int(ss)]
+            else:
+                val = wrap
+        else:
+            val = self._compute_stamp(key, wrap)
+            self._min_key = key[:11]
+            self._min_wrap = wrap
+            ss = key[12:14]
+            if val is None or val is wrap or not ss.isdigit():
+                self._min_base = None
+            else:
+                self._min_base = val - _SECS[min(int(ss), 61)]
         self._stamp_key, self._stamp_wrap, self._stamp_val = key, wrap, val
         return val
 
@@ -522,14 +542,14 @@ class VllmGrammar:
     def _banner(self, version: str) -> Events:
         self._new_boot_marker()
         return (VersionHint(version.rstrip(",")), BootBoundary(BoundaryKind.STARTED, new_args=True),
-                PhaseMark(Phase.LAUNCH))
+                _PM[Phase.LAUNCH])
 
     def _on_vllm(self, msg: str) -> Events:
         m = _BANNER_RE.match(msg)
         if m is not None:
             return self._banner(m.group(1))
         if msg.startswith("vLLM is using nccl"):
-            return (PhaseMark(Phase.INIT),)
+            return _START[Phase.INIT]
         return _NONE
 
     def _on_non_default(self, msg: str) -> Events:
@@ -538,7 +558,7 @@ class VllmGrammar:
         self._new_boot_marker()
         values = parse_arg_dict(msg[len("non-default args:"):])
         flags = self._flags(values, only_new=False)
-        ev: list[LogEvent] = [BootBoundary(BoundaryKind.STARTED, new_args=True), PhaseMark(Phase.LAUNCH)]
+        ev: list[LogEvent] = [BootBoundary(BoundaryKind.STARTED, new_args=True), _PM[Phase.LAUNCH]]
         if flags is not None:
             ev.append(flags)
         mml = values.get("max_model_len")
@@ -551,7 +571,7 @@ class VllmGrammar:
             return _NONE
         self._new_boot_marker()
         flags = self._flags(parse_kv_args(msg[len("args: "):]), only_new=False)
-        ev: list[LogEvent] = [BootBoundary(BoundaryKind.STARTED, new_args=True), PhaseMark(Phase.LAUNCH)]
+        ev: list[LogEvent] = [BootBoundary(BoundaryKind.STARTED, new_args=True), _PM[Phase.LAUNCH]]
         if flags is not None:
             ev.append(flags)
         return tuple(ev)
@@ -581,13 +601,13 @@ class VllmGrammar:
         if m is not None:
             return (Metric("context_len", float(m.group(1))),)
         if msg.startswith("Using cache directory") and "torch.compile" in msg:
-            return (PhaseMark(Phase.COMPILE),)
+            return _START[Phase.COMPILE]
         return _NONE
 
     # -- init -------------------------------------------------------------------------------
     def _on_world_size(self, msg: str) -> Events:
         if " rank=" in msg and "distributed_init_method" in msg:
-            return (PhaseMark(Phase.INIT),)
+            return _START[Phase.INIT]
         return _NONE
 
     def _on_rank(self, msg: str) -> Events:
@@ -598,46 +618,46 @@ class VllmGrammar:
         self._cur_tp = tp
         if self._cur_key is not None:
             self._pid_tp[self._cur_key] = tp
-        return (PhaseMark(Phase.INIT),)
+        return _START[Phase.INIT]
 
     def _on_waiting(self, msg: str) -> Events:
         if msg.startswith("Waiting for init message"):
-            return (PhaseMark(Phase.INIT),)
+            return _START[Phase.INIT]
         if msg.startswith("Waiting for application startup"):
-            return (PhaseMark(Phase.HTTP_UP),)
+            return _START[Phase.HTTP_UP]
         return _NONE
 
     def _on_found(self, msg: str) -> Events:
-        return (PhaseMark(Phase.INIT),) if msg.startswith("Found nccl from library") else _NONE
+        return _START[Phase.INIT] if msg.startswith("Found nccl from library") else _NONE
 
     # -- weights ----------------------------------------------------------------------------
     def _on_starting(self, msg: str) -> Events:
         if msg.startswith("Starting to load model"):
-            return (PhaseMark(Phase.LOAD_WEIGHTS),)
+            return _START[Phase.LOAD_WEIGHTS]
         if msg.startswith(("Starting vLLM API server", "Starting vLLM server")):
-            return (PhaseMark(Phase.HTTP_UP),)
+            return _START[Phase.HTTP_UP]
         return _NONE
 
     def _on_loading(self, msg: str) -> Events:
         m = _SHARDS_RE.match(msg)
         if m is not None:
-            return (PhaseMark(Phase.LOAD_WEIGHTS),
+            return (_PM[Phase.LOAD_WEIGHTS],
                     Progress(Phase.LOAD_WEIGHTS, int(m.group(1)), int(m.group(2)), label="checkpoint shards"))
         m = _LOAD_TOOK_RE.match(msg)
         if m is not None:
             return (Metric("load_seconds", float(m.group(1))),)
         m = _V0_WEIGHTS_RE.match(msg)
         if m is not None:
-            return (PhaseMark(Phase.LOAD_WEIGHTS), Metric("weights_gib", float(m.group(1))),
+            return (_PM[Phase.LOAD_WEIGHTS], Metric("weights_gib", float(m.group(1))),
                     PhaseMark(Phase.LOAD_WEIGHTS, end=True))
         if msg.startswith(("Loading model from scratch", "Loading drafter model")):
-            return (PhaseMark(Phase.LOAD_WEIGHTS),)
+            return _START[Phase.LOAD_WEIGHTS]
         return _NONE
 
     def _on_model(self, msg: str) -> Events:
         m = _MODEL_TOOK_RE.match(msg)
         if m is not None:
-            return (PhaseMark(Phase.LOAD_WEIGHTS), Metric("weights_gib", float(m.group(1))),
+            return (_PM[Phase.LOAD_WEIGHTS], Metric("weights_gib", float(m.group(1))),
                     PhaseMark(Phase.LOAD_WEIGHTS, end=True, seconds=float(m.group(2))))
         return _NONE
 
@@ -645,15 +665,15 @@ class VllmGrammar:
         # 0.7-0.9: "model weights take X GiB; …; the rest of the memory reserved for KV Cache is Y GiB."
         m = _V08_REST_RE.search(msg)
         if m is not None:
-            return (PhaseMark(Phase.KV_ALLOCATE), Metric("kv_cache_gib", float(m.group(1))))
+            return (_PM[Phase.KV_ALLOCATE], Metric("kv_cache_gib", float(m.group(1))))
         return _NONE
 
     def _on_time(self, msg: str) -> Events:
-        return (PhaseMark(Phase.LOAD_WEIGHTS),) if msg.startswith("Time spent downloading weights") else _NONE
+        return _START[Phase.LOAD_WEIGHTS] if msg.startswith("Time spent downloading weights") else _NONE
 
     def _on_failed(self, msg: str) -> Events:
         if msg.startswith("Failed to create") and "weights" in msg and _OOM_RE.search(msg):
-            return (PhaseMark(Phase.LOAD_WEIGHTS),
+            return (_PM[Phase.LOAD_WEIGHTS],
                     FailureText(msg, kind=FailureKind.OOM_WEIGHTS, specificity=3,
                                 hint=VLLM_HINTS[FailureKind.OOM_WEIGHTS]),
                     *_oom_metrics(msg))
@@ -663,22 +683,22 @@ class VllmGrammar:
     def _on_compile_word(self, msg: str) -> Events:
         if msg.startswith(("Dynamo bytecode transform", "Compiling a graph", "Cache the graph",
                            "Directly load the compiled graph", "Directly load AOT")):
-            return (PhaseMark(Phase.COMPILE),)
+            return _START[Phase.COMPILE]
         return _NONE
 
     def _on_torch_compile(self, msg: str) -> Events:
         m = _COMPILE_TOOK_RE.match(msg)
         if m is not None:
-            return (PhaseMark(Phase.COMPILE), Metric("compile_seconds", float(m.group(1))))
+            return (_PM[Phase.COMPILE], Metric("compile_seconds", float(m.group(1))))
         return _NONE
 
     def _on_initial(self, msg: str) -> Events:
-        return (PhaseMark(Phase.COMPILE),) if msg.startswith("Initial profiling/warmup run") else _NONE
+        return _START[Phase.COMPILE] if msg.startswith("Initial profiling/warmup run") else _NONE
 
     # -- KV sizing --------------------------------------------------------------------------
     def _on_memory(self, msg: str) -> Events:
         if msg.startswith("Memory profiling results"):
-            ev: list[LogEvent] = [PhaseMark(Phase.KV_ALLOCATE)]
+            ev: list[LogEvent] = [_PM[Phase.KV_ALLOCATE]]
             m = _V0_PROFILE_KV_RE.search(msg)
             if m is not None:
                 ev.append(Metric("kv_cache_gib", float(m.group(1))))
@@ -692,7 +712,7 @@ class VllmGrammar:
                     ev.append(flags)
             return tuple(ev)
         if msg.startswith("Memory profiling takes"):
-            return (PhaseMark(Phase.KV_ALLOCATE),)
+            return _START[Phase.KV_ALLOCATE]
         return _NONE
 
     def _on_the_lower(self, msg: str) -> Events:
@@ -706,27 +726,27 @@ class VllmGrammar:
         return tuple(ev)
 
     def _on_profiling(self, msg: str) -> Events:
-        return (PhaseMark(Phase.KV_ALLOCATE),) if msg.startswith("Profiling CUDA graph memory") else _NONE
+        return _START[Phase.KV_ALLOCATE] if msg.startswith("Profiling CUDA graph memory") else _NONE
 
     def _on_estimated(self, msg: str) -> Events:
         m = _EST_GRAPH_RE.match(msg)
         if m is not None:
-            return (PhaseMark(Phase.KV_ALLOCATE), Metric("graph_mem_estimate_gib", float(m.group(1))))
+            return (_PM[Phase.KV_ALLOCATE], Metric("graph_mem_estimate_gib", float(m.group(1))))
         return _NONE
 
     def _on_available(self, msg: str) -> Events:
         m = _KV_MEM_RE.match(msg)
         if m is not None:
-            return (PhaseMark(Phase.KV_ALLOCATE), Metric("kv_cache_gib", _f(m.group(1))))
+            return (_PM[Phase.KV_ALLOCATE], Metric("kv_cache_gib", _f(m.group(1))))
         if msg.startswith("Available routes are"):
-            return (PhaseMark(Phase.HTTP_UP),)
+            return _START[Phase.HTTP_UP]
         return _NONE
 
     def _on_kv_size(self, msg: str) -> Events:
         m = _KV_SIZE_RE.match(msg)
         if m is None:
             return _NONE
-        ev: list[LogEvent] = [PhaseMark(Phase.KV_ALLOCATE)]
+        ev: list[LogEvent] = [_PM[Phase.KV_ALLOCATE]]
         if m.group(2) is None:  # "GPU + host" (hisparse) is not the device pool
             ev.append(Metric("max_total_num_tokens", _f(m.group(3))))
         c = _CONCURRENCY_RE.search(msg, m.end())
@@ -739,17 +759,17 @@ class VllmGrammar:
         c = _CONCURRENCY_RE.match(msg)
         if c is None:
             return _NONE
-        return (PhaseMark(Phase.KV_ALLOCATE), Metric("context_len", _f(c.group(1))),
+        return (_PM[Phase.KV_ALLOCATE], Metric("context_len", _f(c.group(1))),
                 Metric("max_concurrency", float(c.group(2))))
 
     def _on_hash(self, msg: str) -> Events:
         m = _BLOCKS_RE.match(msg)
         if m is None:
             return _NONE
-        return (PhaseMark(Phase.KV_ALLOCATE), Metric("kv_blocks", float(m.group(2))))
+        return (_PM[Phase.KV_ALLOCATE], Metric("kv_blocks", float(m.group(2))))
 
     def _on_overriding(self, msg: str) -> Events:
-        return (PhaseMark(Phase.KV_ALLOCATE),) if msg.startswith("Overriding num_gpu_blocks") else _NONE
+        return _START[Phase.KV_ALLOCATE] if msg.startswith("Overriding num_gpu_blocks") else _NONE
 
     def _on_vllm_lower(self, msg: str) -> Events:
         m = _CACHE_INFO_BLOCKS_RE.search(msg)
@@ -761,10 +781,10 @@ class VllmGrammar:
     def _on_capturing(self, msg: str) -> Events:
         m = _CAPTURE_TQDM_RE.match(msg)
         if m is not None:
-            return (PhaseMark(Phase.GRAPH_CAPTURE),
+            return (_PM[Phase.GRAPH_CAPTURE],
                     Progress(Phase.GRAPH_CAPTURE, int(m.group(2)), int(m.group(3)), label=m.group(1) or ""))
         if msg.startswith(("Capturing the model for CUDA graphs", "Capturing cudagraphs", "Capturing CUDA graph")):
-            return (PhaseMark(Phase.GRAPH_CAPTURE),)
+            return _START[Phase.GRAPH_CAPTURE]
         return _NONE
 
     def _on_graph(self, msg: str) -> Events:
@@ -775,9 +795,9 @@ class VllmGrammar:
         # evidence that a capture happened
         secs = float(m.group(1))
         if m.group(2) is not None:
-            return (PhaseMark(Phase.GRAPH_CAPTURE), Metric("graph_mem_gib", float(m.group(2))),
+            return (_PM[Phase.GRAPH_CAPTURE], Metric("graph_mem_gib", float(m.group(2))),
                     PhaseMark(Phase.GRAPH_CAPTURE, end=True, seconds=secs))
-        return (PhaseMark(Phase.GRAPH_CAPTURE), PhaseMark(Phase.GRAPH_CAPTURE, end=True, seconds=secs))
+        return (_PM[Phase.GRAPH_CAPTURE], PhaseMark(Phase.GRAPH_CAPTURE, end=True, seconds=secs))
 
     def _on_init(self, msg: str) -> Events:
         m = _INIT_ENGINE_RE.match(msg)
@@ -785,10 +805,10 @@ class VllmGrammar:
 
     # -- HTTP, ready, serving ---------------------------------------------------------------
     def _on_started(self, msg: str) -> Events:
-        return (PhaseMark(Phase.HTTP_UP),) if msg.startswith("Started server process") else _NONE
+        return _START[Phase.HTTP_UP] if msg.startswith("Started server process") else _NONE
 
     def _on_application(self, msg: str) -> Events:
-        return (PhaseMark(Phase.READY),) if msg.startswith("Application startup complete") else _NONE
+        return _START[Phase.READY] if msg.startswith("Application startup complete") else _NONE
 
     def _on_engine(self, msg: str) -> Events:
         if "GPU KV cache usage" in msg:
