@@ -724,6 +724,15 @@ class DemoBackend:
         self._state, self._state_sig = st, sig
         return st
 
+    def _refresh_unlocked(self) -> None:
+        """Re-read the state if another process changed it (the caller holds a lock)."""
+        sig = self._sig()
+        if sig == self._state_sig and self._state is not None:
+            return
+        st = self._read_state_file()
+        if st is not None:
+            self._state, self._state_sig = st, self._sig()
+
     def _write_state(self, st: DemoState) -> None:
         if len(st.epochs) > MAX_EPOCHS:
             st.epochs = st.epochs[-MAX_EPOCHS:]
@@ -811,9 +820,14 @@ class DemoBackend:
         return out
 
     def _collect(self, g: int, i: int, trim: bool, limit: int) -> tuple[list[LogRecord], tuple[int, int, bool]]:
+        self._load()  # creates the state if needed (takes its own locks)
+        # Read the state and the clock under the shared lock: a restart by another process (which
+        # holds the exclusive lock while it reads its clock and writes) is either fully before
+        # ``now`` or fully after it, so no line beyond a stop is ever handed out.
         with self._locked(exclusive=False):
-            tl = self._timeline()
+            self._refresh_unlocked()
             now = self.clock()
+        tl = self._timeline()
         out: list[LogRecord] = []
         v = tl.view(g, now)
         while len(out) < limit and v is not None:
