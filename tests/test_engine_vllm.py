@@ -29,6 +29,7 @@ from kvtui.engines.events import (
     Progress,
     Serving,
     VersionHint,
+    Warning_,
 )
 from kvtui.engines.text import split_physical
 from kvtui.engines.vllm import VLLM_HINTS, VllmGrammar, parse_arg_dict, parse_kv_args
@@ -469,6 +470,13 @@ def test_wrappers_rank_below_the_cause() -> None:
     assert g.parse("(Worker pid=1) INFO 03-19 06:35:51 model_runner.py:1399] CUDA graphs can take additional 1~3 "
                    "GiB memory per GPU. If you are running out of memory, consider decreasing").events == ()
     assert g.parse("(APIServer pid=1) WARNING 01-01 00:00:00 [a.py:1] ValueError: only a warning").events == ()
+    # NCCL's own warnings are notable, not failures; its errors are
+    (w,) = g.parse("gpu-a:2350:2410 [0] NCCL WARN Failed to open libibverbs.so[.1]").events
+    assert w == Warning_("gpu-a:2350:2410 [0] NCCL WARN Failed to open libibverbs.so[.1]", kind=FailureKind.NCCL)
+    (f,) = g.parse("[rank3]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: "
+                   "WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.").events
+    assert isinstance(f, FailureText)
+    assert f.kind is FailureKind.NCCL
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,6 +21,10 @@ Notes for the tracker (BootTracker):
   ``BootBoundary(STARTED, new_args=True)``; other lines only add keys not seen before in the
   boot (``max_seq_len`` of the engine config as ``max_model_len``, ``gpu_memory_utilization``
   from the free-memory error, …).
+- ``PhaseMark`` starts repeat (every worker, every tqdm redraw) and arrive out of order across
+  ranks (Ray forwards worker output late): a start of the current or an earlier phase is no news.
+  Figure lines that close a phase (``Model loading took``, ``Graph capturing finished``) also
+  carry its start mark, so a fragment without the opening line still gets the phase.
 - Timestamps: the engine's own stamp has no year. With a wrapper ``ts`` (journald, docker) the
   year comes from the wrapper, and when the wrapper is offset-aware the stamp is made aware too
   (the engine's UTC offset is inferred from the wrapper, to the quarter hour) and expressed in
@@ -52,6 +56,7 @@ from kvtui.engines.events import (
     Progress,
     Serving,
     VersionHint,
+    Warning_,
 )
 from kvtui.engines.text import strip_ansi
 
@@ -921,7 +926,11 @@ class VllmGrammar:
     def _oom_or_nccl(self, msg: str, *, specificity: int) -> Events:
         if _OOM_RE.search(msg):
             return (FailureText(msg, specificity=specificity), *_oom_metrics(msg))
-        if _NCCL_RE.search(msg):
+        m = _NCCL_RE.search(msg)
+        if m is not None:
+            if m.group(0) == "NCCL WARN" and specificity < 3:
+                # NCCL's own warnings (no IB verbs, a slow path) also show in healthy boots
+                return (Warning_(msg, kind=FailureKind.NCCL),)
             return (FailureText(msg, kind=FailureKind.NCCL, specificity=specificity,
                                 hint=VLLM_HINTS[FailureKind.NCCL]),)
         return _NONE
