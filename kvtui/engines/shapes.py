@@ -190,12 +190,22 @@ def _int_or_none(v: object) -> int | None:
     return int(s) if s.isdigit() and len(s) < 20 else None
 
 
+_rt_last: tuple[int, datetime] = (-1, _EPOCH)  # the last second converted (entries come in bursts)
+
+
 def _realtime(v: object) -> datetime | None:
     """journald ``__REALTIME_TIMESTAMP`` (µs since the epoch, a string) -> aware UTC datetime."""
+    global _rt_last
     if type(v) is str and v.isdigit() and len(v) <= 16:
         us = int(v)
-        if us < _FLOAT_EXACT_US:  # float seconds round back to the exact µs before 2100 (tested)
-            return datetime.fromtimestamp(us / 1e6, UTC)
+        if us < _FLOAT_EXACT_US:
+            sec, frac = divmod(us, 1_000_000)
+            last = _rt_last
+            if last[0] == sec:
+                return last[1].replace(microsecond=frac)
+            base = datetime.fromtimestamp(sec, UTC)
+            _rt_last = (sec, base)
+            return base.replace(microsecond=frac) if frac else base
     else:
         us_or_none = _int_or_none(v)
         if us_or_none is None:
@@ -410,19 +420,24 @@ class RecordSplitter:
                     yield _rec(raw.decode("utf-8", "replace"), None, str(min(end, limit)), source, None, None)
                 pos = end
         elif shape == "json":
-            for raw in lines:
-                end = pos + len(raw) + 1
-                pos = end
-                if len(raw) > MAX_LINE_BYTES:
-                    raw = raw[:MAX_LINE_BYTES]
-                stripped = raw.strip()
+            # cursors come from the journal; one decode for the block (bad UTF-8 -> U+FFFD, the same
+            # as decoding each MESSAGE): json.loads on str skips its own encoding sniffing
+            pos = limit
+            loads = json.loads
+            for line in block.decode("utf-8", "replace").split("\n"):
+                if len(line) > MAX_LINE_BYTES:
+                    line = line[:MAX_LINE_BYTES]
+                stripped = line.strip()
                 if not stripped:
                     continue
                 rec = None
-                if stripped[:1] == b"{" and stripped[-1:] == b"}":
-                    rec = _journal_record(_loads(stripped))
+                if stripped[0] == "{" and stripped[-1] == "}":
+                    try:
+                        rec = _journal_record(loads(stripped))
+                    except (ValueError, RecursionError):
+                        rec = None
                 if rec is None:
-                    for p in _pieces(raw.decode("utf-8", "replace")):
+                    for p in _pieces(line):
                         yield _rec(p, None, None, source, None, None)
                     continue
                 text = rec.text
