@@ -135,6 +135,12 @@ class SshdInstance:
         keys.setdefault("known_hosts", str(self.known_hosts))
         return HostConfig(ssh=self.target, port=port or self.port, **keys)
 
+    def trust_port(self, port: int) -> None:
+        """Also pin this sshd's host key for ``[127.0.0.1]:port`` (a proxy in front of it)."""
+        pub = asyncssh.read_public_key(str(self.host_key) + ".pub").export_public_key().decode().strip()
+        with self.known_hosts.open("a") as f:
+            f.write(f"[127.0.0.1]:{port} {pub}\n")
+
     def ssh_argv(self, command: str, port: int | None = None) -> list[str]:
         """argv for the OpenSSH client running ``command`` on this sshd (for cross-checks)."""
         return [
@@ -490,30 +496,34 @@ def _atomic_write(path: Path, text: str) -> None:
 
 @dataclass
 class JournalWriter:
-    """Writes a real journal file with ``systemd-journal-remote`` from export format, entry by
-    entry, while followers read it (``journalctl --directory``): cursors are journald's own."""
+    """Writes a real journal file with ``systemd-journal-remote`` from export format while
+    followers read it (``journalctl --directory``): cursors are journald's own.
+
+    ``write()`` buffers entries; ``flush()`` appends them in one ``systemd-journal-remote`` run
+    (which closes the file, so ``journalctl -f`` is woken reliably; a long-running
+    journal-remote does not always notify followers of its writes)."""
 
     directory: Path
     boot_id: str = "0123456789abcdef0123456789abcdef"
     hostname: str = "gpu-test"
-    proc: subprocess.Popen[bytes] | None = None
+    autoflush: int = 0  # flush every N entries (0: only on flush()/close())
+    _pending: bytearray = field(default_factory=bytearray)
+    _pending_count: int = 0
     _seq: int = 0
     _t0_us: int = field(default_factory=lambda: int(time.time() * 1_000_000))
+
+    @property
+    def path(self) -> Path:
+        return self.directory / "remote.journal"
 
     def start(self) -> JournalWriter:
         if not JOURNAL_REMOTE.exists():
             skip_or_fail(f"{JOURNAL_REMOTE} is not installed (Debian package systemd-journal-remote)")
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [str(JOURNAL_REMOTE), f"--output={self.directory / 'remote.journal'}", "-"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
         return self
 
     def write(self, message: str | bytes, **fields: str | int) -> None:
         """One entry; ``fields`` e.g. ``_SYSTEMD_UNIT="sglang.service", _PID=7``."""
-        assert self.proc is not None, "start() first"
-        assert self.proc.stdin is not None
         self._seq += 1
         base: dict[str, str | int] = {
             "__REALTIME_TIMESTAMP": self._t0_us + self._seq * 1000,
@@ -524,7 +534,7 @@ class JournalWriter:
             "PRIORITY": 6,
         }
         base.update(fields)
-        out = bytearray()
+        out = self._pending
         for k, v in base.items():
             out += f"{k}={v}\n".encode()
         msg = message.encode() if isinstance(message, str) else message
@@ -533,25 +543,33 @@ class JournalWriter:
         else:
             out += b"MESSAGE=" + msg + b"\n"
         out += b"\n"
-        self.proc.stdin.write(bytes(out))
-        self.proc.stdin.flush()
+        self._pending_count += 1
+        if self.autoflush and self._pending_count >= self.autoflush:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        res = subprocess.run([str(JOURNAL_REMOTE), f"--output={self.path}", "-"], input=bytes(self._pending),
+                             capture_output=True, timeout=30, check=False)
+        if res.returncode != 0:
+            raise RuntimeError(f"systemd-journal-remote failed: {res.stderr.decode(errors='replace')}")
+        self._pending.clear()
+        self._pending_count = 0
 
     def close(self) -> None:
-        if self.proc is not None:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
+        self.flush()
 
 
-def processes_matching(marker: str, names: Iterable[str] = ("journalctl", "tail", "nvidia-smi", "docker")) -> list[str]:
-    """``ps`` lines of processes whose command line holds ``marker`` and one of ``names``
-    (the remote followers a test started; ``marker`` is a unique temp path)."""
-    out = subprocess.run(["ps", "-eo", "pid=,ppid=,user=,args="], capture_output=True, text=True, check=True).stdout
+def processes_matching(marker: str, names: Iterable[str] = ("journalctl", "tail", "nvidia-smi", "docker"),
+                       exclude: Iterable[str] = ()) -> list[str]:
+    """``ps`` lines of processes whose command line holds ``marker`` and one of ``names`` and
+    none of ``exclude`` (the remote followers a test started; ``marker`` is a unique temp path
+    or unit name). kvtui's guard shells hold the follower's command line too and contain
+    ``kvtui-guard``: exclude that to count the followers themselves."""
+    exclude = tuple(exclude)
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,user=,args="], capture_output=True, text=True,
+                         check=True).stdout
     me = str(os.getpid())
     hits = []
     for line in out.splitlines():
@@ -559,20 +577,21 @@ def processes_matching(marker: str, names: Iterable[str] = ("journalctl", "tail"
         if len(parts) < 4 or parts[0] == me:
             continue
         args = parts[3]
-        if marker in args and any(n in args for n in names) and not args.startswith("ps "):
+        if (marker in args and any(n in args for n in names) and not args.startswith("ps ")
+                and not any(x in args for x in exclude)):
             hits.append(line.strip())
     return hits
 
 
 async def wait_no_processes(marker: str, names: Iterable[str] = ("journalctl", "tail", "nvidia-smi", "docker"),
-                            timeout: float = 5.0) -> list[str]:
+                            timeout: float = 5.0, exclude: Iterable[str] = ()) -> list[str]:
     """Poll until no matching process is left (or the timeout); returns what is left."""
-    names = tuple(names)
+    names, exclude = tuple(names), tuple(exclude)
     deadline = time.monotonic() + timeout
-    left = processes_matching(marker, names)
+    left = processes_matching(marker, names, exclude)
     while left and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-        left = processes_matching(marker, names)
+        left = processes_matching(marker, names, exclude)
     return left
 
 

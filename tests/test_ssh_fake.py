@@ -112,6 +112,8 @@ class FakeHost:
             pos = len(self.entries)
         else:
             pos = 0
+        if "--no-tail" not in inner and not re.search(r" -n \d", inner):
+            pos = max(pos, len(self.entries) - 10)  # like journalctl -f: only the last 10 entries
         while True:
             while pos < len(self.entries):
                 process.stdout.write(json.dumps(self.entries[pos]).encode() + b"\n")
@@ -491,3 +493,125 @@ async def test_server_pids_choose_the_right_source(tmp_path: Path) -> None:
         assert "head -n 1 -- /r/p" in seen[1]
         await b.close()
         await b2.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The followers' byte -> record state machines (pure)
+# ---------------------------------------------------------------------------------------------
+
+
+def _file_follower(after: str | None = "0") -> Any:
+    from kvtui.hosts.ssh import _FileFollower
+
+    b = SshBackend("x", HostConfig(ssh="h", log_file="/var/log/s.log"))
+    return _FileFollower(b, LogStart.CURRENT_BOOT, after)
+
+
+FILE_BYTES = (b"first line\n" b"Loading 10%\rLoading 50%\rLoading 100%\r\n" b"\n" b"caf\xc3\xa9 \xff bad\n"
+              b"tail: not a notice, a log line\n" b"last\n")
+
+
+def _expected_file_records(data: bytes) -> list[tuple[str, str]]:
+    """(text, cursor) by a straightforward reading of the bytes."""
+    out = []
+    piece = b""
+    for i, byte in enumerate(data):
+        ch = bytes([byte])
+        if ch in (b"\n", b"\r"):
+            if piece:
+                out.append((piece.decode("utf-8", "replace"), str(i + 1)))
+            piece = b""
+        else:
+            piece += ch
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_file_follower_offsets_are_exact_under_any_chunking(seed: int) -> None:
+    rng = random.Random(seed)
+    f = _file_follower()
+    got: list[tuple[str, str | None]] = []
+    pos = 0
+    while pos < len(FILE_BYTES):
+        n = rng.randint(1, 9)
+        got += [(r.text, r.cursor) for r in f.feed(FILE_BYTES[pos : pos + n])]
+        pos += n
+    assert got == _expected_file_records(FILE_BYTES)
+    assert f.offset == len(FILE_BYTES)
+    # a progress redraw is delivered at its \r, before any newline arrives
+    f2 = _file_follower()
+    assert [r.text for r in f2.feed(b"Capturing 1/9\rCapturing 2/9\rCaptu")] == ["Capturing 1/9", "Capturing 2/9"]
+    assert f2.offset == len(b"Capturing 1/9\rCapturing 2/9\r")
+
+
+def test_file_follower_control_lines_and_tail_notices() -> None:
+    f = _file_follower(None)
+    f.offset = 7
+    recs = f.feed(b"\x00kvtui:follow ino=42 off=100\nabc\n")
+    assert (f.inode, [r.cursor for r in recs]) == (42, ["104"])
+    # tail's notices are not file bytes and not log lines; offsets restart in the new file
+    recs = f.feed(b"x\ntail: '/var/log/s.log' has been replaced;  following new file\nnew\n")
+    assert [(r.text, r.cursor) for r in recs] == [("x", "106"), ("new", "4")]
+    assert f.inode is None
+    assert f.want_inode
+    recs = f.feed(b"tail: /var/log/s.log: file truncated\nagain\n")
+    assert [(r.text, r.cursor) for r in recs] == [("again", "6")]
+    assert "truncated" in f.note
+    # a notice glued to an unterminated last line of the old file
+    recs = f.feed(b"partialtail: '/var/log/s.log' has appeared;  following new file\nz\n")
+    assert [(r.text, r.cursor) for r in recs] == [("partial", "13"), ("z", "2")]
+    # the reconnect prelude's control lines
+    f.offset = 50
+    recs = f.feed(b"rest of old\n\x00kvtui:rotated\n\x00kvtui:follow ino=7 off=0\nnew file\n")
+    assert [(r.text, r.cursor) for r in recs] == [("rest of old", "62"), ("new file", "9")]
+    assert "rotated while disconnected" in f.note
+    assert f.inode == 7
+
+
+def test_file_follower_skips_the_partial_first_line_of_a_scan_window() -> None:
+    f = _file_follower(None)
+    f._apply_scan("stat 9 5000 1000\n")
+    assert (f.offset, f.inode, f.skip_partial) == (1000, 9, True)
+    recs = f.feed(b"end of a line\nwhole line\n")
+    assert [(r.text, r.cursor) for r in recs] == [("whole line", "1025")]
+    # the last server start wins; vLLM's version line just before its args line is the start
+    f = _file_follower(None)
+    f._apply_scan("stat 9 90000 0\n10:[x] server_args=ServerArgs(a\n"
+                  "5000:(APIServer pid=1) INFO vLLM API server version 0.11.0\n"
+                  "5080:(APIServer pid=1) INFO non-default args: {'a': 1}\n")
+    assert f.offset == 5000
+    f._apply_scan("missing\n")
+    assert (f.offset, f.inode) == (0, None)
+
+
+def test_docker_follower_cursor_skips_what_was_delivered() -> None:
+    from kvtui.hosts.ssh import _DockerFollower
+
+    b = SshBackend("x", HostConfig(ssh="h", container="vllm"))
+    d = _DockerFollower(b, LogStart.CURRENT_BOOT, "2026-03-04T09:12:00.000000002Z#2")
+    d._skip = d.seen_at_since
+    lines = (b"2026-03-04T09:12:00.000000002Z a\n2026-03-04T09:12:00.000000002Z b\n"
+             b"2026-03-04T09:12:00.000000002Z c\n2026-03-04T09:12:01.000000000Z d\r\n"
+             b"Error response from daemon: boom\n")
+    recs = d.feed(lines)
+    assert [(r.text, r.cursor) for r in recs] == [("c", "2026-03-04T09:12:00.000000002Z#3"),
+                                                  ("d", "2026-03-04T09:12:01.000000000Z#1")]
+    assert recs[1].ts is not None
+    assert recs[1].ts.second == 1
+    assert d.note == "Error response from daemon: boom"
+
+
+def test_journal_follower_splits_multiline_entries_sharing_the_cursor() -> None:
+    from kvtui.hosts.ssh import _JournalFollower
+
+    b = SshBackend("x", HostConfig(ssh="h", unit="u"))
+    j = _JournalFollower(b, LogStart.CURRENT_BOOT, None)
+    e1 = json.dumps({"__CURSOR": "c1", "MESSAGE": "a\nb\r\nc"}).encode()
+    e2 = json.dumps({"__CURSOR": "c2", "MESSAGE": [104, 105, 255]}).encode()
+    recs = j.feed(e1 + b"\n" + e2[:10])
+    assert [(r.text, r.cursor) for r in recs] == [("a", "c1"), ("b", "c1"), ("c", "c1")]
+    assert j.resume == ("after", "c1")
+    recs = j.feed(e2[10:] + b"\nnot json\n")
+    assert [(r.text, r.cursor) for r in recs] == [("hi\ufffd", "c2")]
+    j.reset()  # a dropped channel forgets a partial line; the cursor says where to resume
+    assert j.resume == ("after", "c2")

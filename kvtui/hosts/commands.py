@@ -387,6 +387,18 @@ ps -e -o pid=,ppid="""
     return sh_c(script)
 
 
+def pids_alive(pids: Iterable[int]) -> str:
+    """Prints those of ``pids`` that are still running (a zombie, already dead but not reaped,
+    does not count), one per line."""
+    plist = " ".join(str(int(p)) for p in pids if int(p) > 0)
+    script = f"""for p in {plist}; do
+  s=$(ps -o stat= -p "$p" 2>/dev/null)
+  case "$s" in ''|Z*) ;; *) echo "$p" ;; esac
+done
+exit 0"""
+    return sh_c(script)
+
+
 _PIDFILE_RES = (
     re.compile(r"\$!\s*>>?\s*(\"[^\"]+\"|'[^']+'|[^\s;&|]+)"),  # … & echo $! > /run/x.pid
     re.compile(r"\$\(\s*cat\s+(\"[^\"]+\"|'[^']+'|[^\s)]+)\s*\)"),  # kill $(cat /run/x.pid)

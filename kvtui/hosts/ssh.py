@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 import re
 import signal
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -39,13 +38,14 @@ import asyncssh
 from kvtui import gpu as gpu_mod
 from kvtui.config import HostConfig
 from kvtui.engines.events import LogRecord
+from kvtui.engines.shapes import parse_journal_json
 from kvtui.engines.text import MAX_LINE_CHARS
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts import commands as C
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
 
-READ_CHUNK: Final = 1 << 16
-MAX_QUEUED_BATCHES: Final = 256  # per stream: at most this many chunks read ahead of the consumer
+READ_CHUNK: Final = 1 << 18
+MAX_QUEUED_BATCHES: Final = 64  # per stream: at most this many chunks (of READ_CHUNK bytes) read ahead
 MAX_BATCH_RECORDS: Final = 5000
 SCAN_WINDOW_BYTES: Final = C.SCAN_WINDOW_BYTES
 JOURNAL_FALLBACK_LINES: Final = 2000  # no InvocationID and no Started line: the last N entries
@@ -100,48 +100,6 @@ def _decode(raw: bytes) -> str:
     return text
 
 
-def _journal_message(value: object) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(b, int) for b in value):
-        return _decode(bytes(b & 0xFF for b in value))
-    return None
-
-
-def parse_journal_json(line: bytes | str) -> LogRecord | None:
-    """One ``journalctl -o json`` line -> ``LogRecord`` (``kvtui.engines.shapes`` when present)."""
-    try:
-        from kvtui.engines import shapes  # type: ignore[attr-defined,unused-ignore]
-
-        parsed: LogRecord | None = shapes.parse_journal_json(line)
-        return parsed
-    except (ImportError, AttributeError):
-        pass
-    try:
-        obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(obj, dict):
-        return None
-    text = _journal_message(obj.get("MESSAGE"))
-    if text is None:
-        text = ""
-    ts = None
-    rt = obj.get("__REALTIME_TIMESTAMP")
-    if isinstance(rt, str) and rt.isdigit():
-        ts = datetime.fromtimestamp(int(rt) / 1e6, tz=UTC)
-    pid = obj.get("_PID")
-    ident = obj.get("SYSLOG_IDENTIFIER")
-    return LogRecord(
-        text=text[:MAX_LINE_CHARS],
-        ts=ts,
-        cursor=obj.get("__CURSOR") if isinstance(obj.get("__CURSOR"), str) else None,
-        source="journal",
-        pid=int(pid) if isinstance(pid, str) and pid.isdigit() else None,
-        ident=ident if isinstance(ident, str) else None,
-    )
-
-
 _DOCKER_LINE_RE = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) ?(.*)$", re.S)
 
 
@@ -184,6 +142,10 @@ class _Follower:
 
     def reset(self) -> None:
         self._buf = b""
+
+    async def after_feed(self, conn: asyncssh.SSHClientConnection) -> None:
+        """Called after each chunk (on the live connection): a follower may ask the host
+        something it needs for resuming."""
 
     def _lines(self, chunk: bytes) -> list[bytes]:
         data = self._buf + chunk
@@ -244,13 +206,18 @@ class _JournalFollower(_Follower):
             rec = parse_journal_json(line)
             if rec is None:
                 continue
-            out.append(rec)
+            if "\n" in rec.text or "\r" in rec.text:
+                # one record per physical line; the pieces of an entry share its cursor and are
+                # always delivered together
+                out.extend(replace(rec, text=p) for p in _PHYSICAL_RE.split(rec.text) if p)
+            else:
+                out.append(rec)
             if rec.cursor:
                 self.resume = ("after", rec.cursor)
         return out
 
 
-_SPLIT_RE = re.compile(rb"[\r\n]")
+_PHYSICAL_RE = re.compile(r"\r\n|\r|\n")
 
 
 class _FileFollower(_Follower):
@@ -264,6 +231,7 @@ class _FileFollower(_Follower):
         self.offset = 0  # next byte of the file to read
         self.inode: int | None = None
         self.skip_partial = False  # the scan window began mid-line: drop up to the first newline
+        self.want_inode = False  # tail followed a new file: learn its inode (to resume after a drop)
         if after_cursor is not None:
             off = after_cursor.partition(":")[0]
             self.offset = int(off) if off.isdigit() else 0
@@ -317,29 +285,40 @@ class _FileFollower(_Follower):
         self.offset = chosen[0]
 
     def feed(self, chunk: bytes) -> list[LogRecord]:
-        data = self._buf + chunk
+        data = self._buf + chunk if self._buf else chunk
+        lines = data.split(b"\n")
+        rest = lines.pop()
         out: list[LogRecord] = []
-        pos = 0
-        n = len(data)
-        while pos < n:
-            m = _SPLIT_RE.search(data, pos)
-            if m is None:
-                break
-            end = m.end()
-            piece = data[pos : m.start()]
-            pos = end
-            self._piece(piece, end - m.start(), out, data[m.start() : m.end()] == b"\n")
-        self._buf = data[pos:]
-        if len(self._buf) > 4 * MAX_LINE_CHARS:
-            self._piece(self._buf, 0, out, True)
-            self._buf = b""
+        offset = self.offset
+        for line in lines:
+            if self.skip_partial or b"\r" in line or b"\x00" in line or b"tail: " in line:
+                self.offset = offset
+                pieces = line.split(b"\r")
+                for piece in pieces:
+                    self._piece(piece, 1, out)
+                offset = self.offset
+                continue
+            offset += len(line) + 1  # the fast path: a plain line
+            if line:
+                out.append(LogRecord(_decode(line), None, str(offset), "file"))
+        self.offset = offset
+        if b"\r" in rest:  # tqdm redraws: every \r-terminated piece is complete now
+            *done, rest = rest.split(b"\r")
+            for piece in done:
+                self._piece(piece, 1, out)
+        if len(rest) > 4 * MAX_LINE_CHARS:  # a runaway line: cut it, keep the stream alive
+            self._piece(rest, 0, out)
+            rest = b""
+        self._buf = rest
         return out
 
-    def _piece(self, piece: bytes, term: int, out: list[LogRecord], newline: bool) -> None:
+    def _piece(self, piece: bytes, term: int, out: list[LogRecord]) -> None:
+        """One physical piece of the file followed by ``term`` terminator bytes (or a control
+        line / tail notice, which are not file bytes)."""
         if CONTROL_MARK in piece:
             before, _, ctl = piece.partition(CONTROL_MARK)
             if before:
-                self._piece(before, 0, out, False)
+                self._piece(before, 0, out)
             self._control(ctl.decode("utf-8", "replace"))
             return
         if b"tail: " in piece:
@@ -347,7 +326,7 @@ class _FileFollower(_Follower):
             notice = piece[idx:]
             if C.TAIL_NEW_FILE_RE.match(notice) or C.TAIL_TRUNCATED_RE.match(notice) or C.TAIL_OTHER_RE.match(notice):
                 if idx > 0:
-                    self._piece(piece[:idx], 0, out, False)
+                    self._piece(piece[:idx], 0, out)
                 self._tail_notice(notice)
                 return
         self.offset += len(piece) + term
@@ -375,8 +354,20 @@ class _FileFollower(_Follower):
             self.offset = 0
             self.note = f"{self.path} was truncated while disconnected"
 
+    async def after_feed(self, conn: asyncssh.SSHClientConnection) -> None:
+        if not self.want_inode:
+            return
+        self.want_inode = False
+        res = await conn.run(C.file_stat(self.path), check=False, timeout=30)
+        parts = str(res.stdout or "").split()
+        # (a truncation since then keeps the inode; two rotations within this round trip would
+        # make it wrong, then a resume after a drop may start in the wrong place)
+        if len(parts) == 2 and parts[0].isdigit():
+            self.inode = int(parts[0])
+
     def _tail_notice(self, notice: bytes) -> None:
         if C.TAIL_NEW_FILE_RE.match(notice):
+            self.want_inode = True
             self.offset, self.inode = 0, None
             self.note = f"{self.path} was replaced (rotated): following the new file"
         elif C.TAIL_TRUNCATED_RE.match(notice):
@@ -899,6 +890,7 @@ class SshBackend:
                     if records:
                         delivered = True
                         await stream.queue.put(records)
+                    await follower.after_feed(conn)
                     if follower.note:
                         self._note(follower.note)
                         follower.note = ""
