@@ -303,7 +303,7 @@ def test_carriage_returns_split_physical_lines() -> None:
 
 def test_two_mib_line_is_cut_to_one_mib_not_dropped() -> None:
     data = gzip.decompress((SF / "long-line-2mib.log.gz").read_bytes())
-    for rs in (list(iter_records(data)), _chunked(data, 64 * 1024)):
+    for rs in (list(iter_records(data)), _chunked(data, 64 * 1024), _chunked(data, 4096)):
         assert len(rs) == 3
         assert len(rs[1].text.encode()) == MAX_LINE_BYTES
         assert rs[1].text.startswith("(APIServer pid=2211) INFO 08-21 10:02:03 [utils.py:233] non-default args:")

@@ -298,9 +298,10 @@ class RecordSplitter:
         self.shape: str | None = shape
         self._now: Callable[[], datetime] = now or datetime.now
         self._source_override = source
-        self._buf = b""
+        self._parts: list[bytes] = []  # the partial last line, as it arrived
+        self._plen = 0
         self._skip = False  # dropping the tail of an over-long line
-        self._offset = base_offset  # stream offset of the first byte of self._buf
+        self._offset = base_offset  # stream offset of the first byte of the partial line
         # journald short*: continuation lines of a multi-line message are indented to the message
         self._cont: tuple[datetime | None, int | None, str | None, int] | None = None
         self._ts_key = ""
@@ -321,20 +322,31 @@ class RecordSplitter:
 
     # -- bytes -> complete lines ------------------------------------------------------------
     def _consume(self, chunk: bytes, *, final: bool) -> Iterator[LogRecord]:
-        data = self._buf + chunk if self._buf else bytes(chunk)
-        self._buf = b""
         if self._skip:
-            i = self._terminator(data)
+            i = self._terminator(chunk)
             if i < 0:
-                self._offset += len(data)
+                self._offset += len(chunk)
                 return
             self._offset += i + 1
-            data = data[i + 1:]
+            chunk = chunk[i + 1:]
             self._skip = False
+        if not final and self.shape is not None and self._last_terminator(chunk) < 0:
+            # no line ends in this chunk: hold it (linear in the line's length, however it trickles)
+            if chunk:
+                self._parts.append(bytes(chunk))
+                self._plen += len(chunk)
+                if self._plen > MAX_LINE_BYTES:
+                    rest = b"".join(self._parts)
+                    self._parts, self._plen = [], 0
+                    yield from self._lines(rest[:MAX_LINE_BYTES], cut_off=len(rest))
+                    self._skip = True
+            return
+        data = b"".join((*self._parts, chunk)) if self._parts else bytes(chunk)
+        self._parts, self._plen = [], 0
         if self.shape is None:
             shape = _detect(data, final=final or len(data) >= HEAD_BYTES)
             if shape is None:
-                self._buf = data
+                self._parts, self._plen = [data], len(data)
                 return
             self.shape = shape
         if final:
@@ -347,8 +359,8 @@ class RecordSplitter:
         if len(rest) > MAX_LINE_BYTES:
             yield from self._lines(rest[:MAX_LINE_BYTES], cut_off=len(rest))
             self._skip = True
-            rest = b""
-        self._buf = rest
+        elif rest:
+            self._parts, self._plen = [rest], len(rest)
 
     def _terminator(self, data: bytes) -> int:
         i = data.find(b"\n")
