@@ -167,7 +167,7 @@ class Boot:
     facts: dict[str, float] = field(default_factory=dict)
     # the same for the draft model (speculative decoding), never mixed into ``facts``
     draft_facts: dict[str, float] = field(default_factory=dict)
-    # per-rank target figures, e.g. rank_facts["TP3"]["avail_before_load_gib"]
+    # per-rank target figures, e.g. rank_facts["TP3"]["avail_before_load_gib"] ("main": no rank tag)
     rank_facts: dict[str, dict[str, float]] = field(default_factory=dict)
     # CUDA-graph capture trail: (bs, avail_gib) from tqdm `Capturing batches (bs=… avail_mem=…)`
     capture_trail: list[tuple[int, float]] = field(default_factory=list)
@@ -524,7 +524,7 @@ class BootTracker:
         rank = parsed.rank
         if rank is not None and parsed.engine is not None and rank not in w.rank_set and len(w.rank_set) < MAX_RANKS:
             w.rank_set.add(rank)
-            boot.ranks = sorted(w.rank_set, key=rank_sort_key)
+            boot.ranks = sorted(w.rank_set, key=lambda r: (rank_sort_key(r), r))
         metrics_touched = False
         for ev in events:
             if isinstance(ev, Metric):

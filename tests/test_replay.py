@@ -415,6 +415,56 @@ def test_small_chunks_give_the_same_answer(tmp_path: Path) -> None:
     assert [b.to_json() for b in whole] == [b.to_json() for b in chunked]
 
 
+def _summary(boots: list[object]) -> list[object]:
+    return [
+        (b.to_json(), b.facts, b.draft_facts, b.rank_facts, b.capture_trail, b.capture_bs, b.live)  # type: ignore[attr-defined]
+        for b in boots
+    ]
+
+
+@pytest.mark.parametrize("shape", ["raw", "short-iso", "json"])
+def test_two_core_replay_equals_one_pass(shape: str, tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+    from gen_log import write
+
+    path = tmp_path / f"log-{shape}.log"
+    write(path, shape, 30_000)
+    seq, seq_shape = replay.analyse(replay.read_chunks(path.open("rb"), "x"))
+    par, par_shape = replay.analyse_path(str(path), parallel_min_bytes=0)
+    assert par_shape == seq_shape == shape
+    assert len(par) == 8
+    assert _summary(par) == _summary(seq)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "sglang/journal-short-iso-three-boots.journal",
+        "sglang/fail-0.5.13-runtime-oom.log",
+        "sglang/two-boots-restart.log",
+        "real/03-sglang-laguna-int4-tp1-swa-dflash-ready.log",
+        "real/06-vllm-gptoss120b-tp4-ray-multinode-ready.log",
+        "sglang-0.5.14-deepseek-v3-tp8-ready.json",
+    ],
+)
+def test_two_core_replay_cut_anywhere_equals_one_pass(name: str) -> None:
+    path = FIX / name
+    seq, _ = replay.analyse(replay.read_chunks(path.open("rb"), "x"))
+    par, _ = replay.analyse_path(str(path), parallel_min_bytes=0)
+    assert _summary(par) == _summary(seq)
+
+
+def test_two_core_replay_falls_back_when_the_worker_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_args: object) -> None:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(replay, "_filter_tail", broken)
+    path = FIX / "sglang" / "journal-short-iso-three-boots.journal"
+    par, _ = replay.analyse_path(str(path), parallel_min_bytes=0)
+    seq, _ = replay.analyse(replay.read_chunks(path.open("rb"), "x"))
+    assert _summary(par) == _summary(seq)
+
+
 def test_stdin_and_the_cli_entry_point() -> None:
     data = (FIX / "sglang-0.4.10-qwen72b-tp2-capture-oom.log").read_bytes()
     proc = subprocess.run(
@@ -442,7 +492,7 @@ def test_human_output() -> None:
     assert "Boot 1 of 1 · sglang (version not printed) · FAILED in graph_capture · TP0, TP1" in out
     assert "load_weights   target  2026-04-01 17:40:20          4m 00s  30/30" in out
     assert "59,821 tokens · 9.12 GiB" in out
-    assert "before weights 78.61 GiB" in out
+    assert "free before weights 78.61 GiB · weights 67.90 GiB · free after weights 10.70 GiB" in out
     assert "Failure: oom_graph_capture in graph_capture" in out
     assert "hint: CUDA-graph capture ran out of GPU memory" in out
     code, out, _ = run_replay(SGL / "sglang-0.5.13-kimi-k2-mla-tp8-ready.log", as_json=False)

@@ -14,19 +14,27 @@ import argparse
 import gzip
 import io
 import json
+import multiprocessing
+import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import BinaryIO, TextIO
+from typing import BinaryIO, Protocol, TextIO
 
 from kvtui.boot import Boot, BootStatus, BootTracker, PhaseSpan
 from kvtui.engines.events import Engine
-from kvtui.engines.parse import LineParser, parse_chunks
+from kvtui.engines.parse import LineParser, Prefilter, parse_chunks
+from kvtui.engines.shapes import detect_shape, iter_records
+from kvtui.engines.text import MAX_LINE_CHARS
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INPUT = 3
 CHUNK_BYTES = 4 << 20
+PARALLEL_MIN_BYTES = 16 << 20  # smaller files are not worth a second process
+_HEAD_BYTES = 64 * 1024
+_PREROLL_BYTES = 1 << 20  # the second half's prefilter first reads this much of the first half
 
 # the flags worth a line in the human summary, in this order (engine names)
 _KEY_FLAGS: dict[Engine, tuple[str, ...]] = {
@@ -62,6 +70,10 @@ _KEY_FLAGS: dict[Engine, tuple[str, ...]] = {
 }
 
 
+class Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 class InputError(Exception):
     """The input cannot be read (exit 3)."""
 
@@ -82,7 +94,7 @@ def _open(path: str) -> BinaryIO:
     return f
 
 
-def read_chunks(stream: BinaryIO, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+def read_chunks(stream: Readable, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
     """The stream in chunks; gzip input is decompressed on the fly."""
     try:
         head = stream.read(chunk_bytes)
@@ -90,7 +102,7 @@ def read_chunks(stream: BinaryIO, name: str, chunk_bytes: int = CHUNK_BYTES) -> 
         raise InputError(f"{name}: cannot read ({exc.strerror or exc})") from exc
     if head[:2] == b"\x1f\x8b":
         gz = gzip.GzipFile(fileobj=_Prepend(head, stream), mode="rb")
-        stream = gz  # type: ignore[assignment]
+        stream = gz
         try:
             head = gz.read(chunk_bytes)
         except (OSError, EOFError) as exc:
@@ -106,7 +118,7 @@ def read_chunks(stream: BinaryIO, name: str, chunk_bytes: int = CHUNK_BYTES) -> 
 class _Prepend(io.RawIOBase):
     """A stream whose first bytes were already read (to sniff gzip)."""
 
-    def __init__(self, first: bytes, rest: BinaryIO) -> None:
+    def __init__(self, first: bytes, rest: Readable) -> None:
         self._first = first
         self._rest = rest
 
@@ -123,6 +135,141 @@ class _Prepend(io.RawIOBase):
         n = len(data)
         b[:n] = data
         return n
+
+
+def analyse_path(
+    path: str,
+    engine_hint: Engine | None = None,
+    *,
+    clock: Callable[[], datetime] | None = None,
+    parallel_min_bytes: int = PARALLEL_MIN_BYTES,
+) -> tuple[list[Boot], str | None]:
+    """A log file (or ``-``): like ``analyse``; a large plain file on Linux is prefiltered on two
+    cores (the second half in a forked process), with the same result as one pass."""
+    stream = _open(path)
+    try:
+        if stream is sys.stdin.buffer or not sys.platform.startswith("linux"):
+            return analyse(read_chunks(stream, path), engine_hint, clock=clock)
+        try:
+            head = stream.read(_HEAD_BYTES)
+            size = os.fstat(stream.fileno()).st_size
+            stream.seek(0)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{path}: cannot read ({exc})") from exc
+        if size < max(parallel_min_bytes, 2 * _HEAD_BYTES) or head[:2] == b"\x1f\x8b" or not stream.seekable():
+            return analyse(read_chunks(stream, path), engine_hint, clock=clock)
+        return _analyse_parallel(stream, path, head, size, engine_hint, clock)
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def _analyse_parallel(
+    stream: BinaryIO,
+    path: str,
+    head: bytes,
+    size: int,
+    engine_hint: Engine | None,
+    clock: Callable[[], datetime] | None,
+) -> tuple[list[Boot], str | None]:
+    cut = head.rfind(b"\n")
+    shape = detect_shape(head[: cut + 1] if cut >= 0 else head)
+    # does the head say SGLang? then the tail's worker may drop HTTP access lines too
+    probe = LineParser(engine_hint, clock=clock)
+    for rec in iter_records(head[: cut + 1], shape, now=clock):
+        probe.feed(rec)
+    drop_access = probe.engine is Engine.SGLANG
+    stream.seek(size // 2)
+    stream.readline()
+    boundary = stream.tell()
+    stream.seek(0)
+    if boundary >= size:
+        return analyse(read_chunks(stream, path), engine_hint, clock=clock)
+    ctx = multiprocessing.get_context("fork")
+    with tempfile.TemporaryFile(prefix="kvtui-replay-") as spill:
+        worker = ctx.Process(target=_worker, args=(path, boundary, drop_access, spill), daemon=True)
+        worker.start()
+        try:
+            tracker = BootTracker(engine_hint, max_boots=None)
+            parser = LineParser(engine_hint, clock=clock)
+            feed = tracker.feed
+            for parsed in parse_chunks(
+                read_chunks(_Limited(stream, boundary), path), engine_hint, parser=parser, clock=clock, shape=shape
+            ):
+                feed(parsed)
+            worker.join()
+        finally:
+            if worker.is_alive():
+                worker.terminate()
+                worker.join()
+        if worker.exitcode != 0:  # the worker could not read its half: do it all here
+            stream.seek(0)
+            return analyse(read_chunks(stream, path), engine_hint, clock=clock)
+        spill.seek(0)
+        for parsed in parse_chunks(
+            read_chunks(spill, path), engine_hint, parser=parser, all_lines=True, clock=clock, shape=shape
+        ):
+            feed(parsed)
+    tracker.finish()
+    return tracker.boots, shape
+
+
+def _worker(path: str, start: int, drop_access: bool, spill: BinaryIO) -> None:
+    try:
+        _filter_tail(path, start, drop_access, spill)
+    except BaseException:  # the parent redoes this half itself; no traceback on the terminal
+        os._exit(1)
+
+
+def _filter_tail(path: str, start: int, drop_access: bool, spill: BinaryIO) -> None:
+    """In a forked process: prefilter ``path`` from ``start`` to its end into ``spill``."""
+    prefilter = Prefilter(drop_access=drop_access)
+    with open(path, "rb") as f:
+        pre = max(0, start - _PREROLL_BYTES)
+        f.seek(pre)
+        lines = f.read(start - pre).split(b"\n")
+        prefilter.preroll(lines[1:-1] if pre > 0 else lines[:-1])
+        rest = b""
+        while chunk := f.read(CHUNK_BYTES):
+            lines = chunk.split(b"\n")
+            if rest:
+                lines[0] = rest + lines[0]
+            rest = lines.pop()
+            if len(rest) > MAX_LINE_CHARS * 4:
+                lines.append(rest)
+                rest = b""
+            kept = prefilter.filter(lines)
+            if kept:
+                spill.write(b"\n".join(kept) + b"\n")
+        kept = prefilter.filter([rest]) if rest else []
+        kept += prefilter.flush()
+        if kept:
+            spill.write(b"\n".join(kept) + b"\n")
+    spill.flush()
+
+
+class _Limited(io.RawIOBase):
+    """The first ``limit`` bytes of a stream."""
+
+    def __init__(self, stream: BinaryIO, limit: int) -> None:
+        self._stream = stream
+        self._left = limit
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        n = self._left if size is None or size < 0 else min(size, self._left)
+        data = self._stream.read(n)
+        self._left -= len(data)
+        return data
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
 
 
 def analyse(
@@ -206,19 +353,34 @@ def render_boot(boot: Boot, index: int, total: int) -> list[str]:
             is_last_of_phase = span.name is last_failed and all(s.name is not last_failed for s in boot.phases[i + 1 :])
             out.append(_phase_row(span, boot.status is BootStatus.FAILED and is_last_of_phase))
     m = boot.metrics
-    out.append("  Figures (per rank; avail = free GPU memory, min over ranks)")
-    kv = f"{_n(m.max_total_num_tokens)} tokens · {_gib(m.kv_cache_gib)}"
+    out.append("  Figures (per rank; free = free GPU memory, the minimum over ranks)")
+    kv = []
+    if m.max_total_num_tokens is not None:
+        kv.append(f"{m.max_total_num_tokens:,} tokens")
+    if m.kv_cache_gib is not None:
+        kv.append(_gib(m.kv_cache_gib))
     if m.cell_bytes is not None:
-        kv += f" · {m.cell_bytes:,} B/token"
-    out.append(f"    {'KV pool':<16} {kv}")
-    out.append(
-        f"    {'memory':<16} before weights {_gib(m.avail_before_load_gib)} · after weights "
-        f"{_gib(m.avail_after_load_gib)} (weights {_gib(m.weights_gib)}) · after pool {_gib(m.avail_after_pool_gib)}"
-    )
-    if m.graph_mem_gib is not None or m.available_gpu_mem_gib is not None:
-        out.append(
-            f"    {'CUDA graphs':<16} {_gib(m.graph_mem_gib)} · free after start-up {_gib(m.available_gpu_mem_gib)}"
-        )
+        kv.append(f"{m.cell_bytes:,} B/token")
+    if kv:
+        out.append(f"    {'KV pool':<16} {' · '.join(kv)}")
+    mem = []
+    if m.avail_before_load_gib is not None:
+        mem.append(f"free before weights {_gib(m.avail_before_load_gib)}")
+    if m.weights_gib is not None:
+        mem.append(f"weights {_gib(m.weights_gib)}")
+    if m.avail_after_load_gib is not None:
+        mem.append(f"free after weights {_gib(m.avail_after_load_gib)}")
+    if m.avail_after_pool_gib is not None:
+        mem.append(f"free after pool {_gib(m.avail_after_pool_gib)}")
+    if mem:
+        out.append(f"    {'memory':<16} {' · '.join(mem)}")
+    graphs = []
+    if m.graph_mem_gib is not None:
+        graphs.append(_gib(m.graph_mem_gib))
+    if m.available_gpu_mem_gib is not None:
+        graphs.append(f"free after start-up {_gib(m.available_gpu_mem_gib)}")
+    if graphs:
+        out.append(f"    {'CUDA graphs':<16} {' · '.join(graphs)}")
     limits = []
     if m.context_len is not None:
         limits.append(f"context {m.context_len:,} tokens")
@@ -286,12 +448,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     err = stderr if stderr is not None else sys.stderr
     path: str = args.path
     try:
-        stream = _open(path)
-        try:
-            boots, shape = analyse(read_chunks(stream, path))
-        finally:
-            if stream is not sys.stdin.buffer:
-                stream.close()
+        boots, shape = analyse_path(path)
     except InputError as exc:
         print(f"kvtui replay: {exc}", file=err)
         return EXIT_INPUT

@@ -281,7 +281,7 @@ def _needles(m: re.Match[bytes]) -> tuple[bytes, bytes]:
     return engine + b": Avg prompt throughput", _NEVER
 
 
-class _Prefilter:
+class Prefilter:
     """Drops lines that cannot change a boot, across chunk boundaries. See ``parse_chunks``.
 
     * a run of serving lines keeps its first line and each rank's last line;
@@ -289,10 +289,17 @@ class _Prefilter:
     * HTTP access lines are dropped once the engine is known to be SGLang;
     * everything within ``_ARM_LINES`` after a line that may belong to a failure is kept, so the
       traceback the tracker reports is the same as with every line.
+
+    ``filter(lines)`` takes the physical lines (``bytes``, split on ``\\n``) in order and returns
+    those to parse; ``flush()`` returns what is still held back at the end. A separate instance may
+    filter a later part of the same log (``kvtui replay`` does, on a second core): warm it with
+    ``preroll`` on the lines just before its part so it knows whether a failure window is open.
+    ``drop_access`` fixes whether HTTP access lines are dropped (default: once ``parser`` is SGLang).
     """
 
-    def __init__(self, parser: LineParser) -> None:
+    def __init__(self, parser: LineParser | None = None, *, drop_access: bool | None = None) -> None:
         self._parser = parser
+        self._drop_access = drop_access
         self._armed = 0
         self._run: list[bytes] = []  # the pending serving run
         self._mixed = False  # the pending run holds more than one rank tag
@@ -321,7 +328,9 @@ class _Prefilter:
         desc = self._desc
         n1, n2 = self._n1, self._n2
         anchor_free = self._anchor_free
-        drop_access = self._parser.engine is Engine.SGLANG
+        drop_access = self._drop_access
+        if drop_access is None:
+            drop_access = self._parser is not None and self._parser.engine is Engine.SGLANG
         for ln in lines:
             if not ln:
                 continue  # an empty line is no record at all
@@ -388,6 +397,15 @@ class _Prefilter:
         self._flush(out)
         return out
 
+    def preroll(self, lines: list[bytes]) -> None:
+        """Run over lines that precede this instance's part of the log, keeping nothing: afterwards
+        it knows whether a failure window is still open (``_ARM_LINES`` lines of them suffice)."""
+        self.filter(lines)
+        self._run = []
+        self._mixed = False
+        self._desc = None
+        self._held = None
+
 
 def _trigger(ln: bytes) -> bool:
     for t in _FAIL_TRIGGERS:
@@ -407,6 +425,7 @@ def parse_chunks(
     parser: LineParser | None = None,
     shape_out: list[str] | None = None,
     clock: Callable[[], datetime] | None = None,
+    shape: str | None = None,
 ) -> Iterator[ParsedLine]:
     """A whole log, given as byte chunks cut anywhere, -> parsed lines in order.
 
@@ -414,15 +433,17 @@ def parse_chunks(
     detected from the first 64 KiB. Unless ``all_lines``, lines that cannot change a boot are
     skipped (see the module docstring); the boots a ``BootTracker`` builds are the same either
     way. ``shape_out``, when given, receives the detected shape. ``clock`` gives "now" for the year
-    of year-less stamps (journalctl ``short``, vLLM) when nothing in the log says it.
+    of year-less stamps (journalctl ``short``, vLLM) when nothing in the log says it. ``shape``
+    skips the detection (a part of a log whose head was already seen).
     """
 
     def records(data: bytes, shape: str) -> Iterable[LogRecord]:
         return iter_records(data, shape, now=clock)
 
     parser = parser if parser is not None else LineParser(engine_hint, clock=clock)
-    prefilter = None if all_lines else _Prefilter(parser)
-    shape: str | None = None
+    prefilter = None if all_lines else Prefilter(parser)
+    if shape is not None and shape_out is not None:
+        shape_out.append(shape)
     rest = b""  # the partial last line of the chunks so far (all of the head until the shape is known)
     for chunk in chunks:
         if not chunk:
@@ -460,7 +481,7 @@ def parse_chunks(
 
 
 def _parse_lines(
-    lines: list[bytes], shape: str, parser: LineParser, prefilter: _Prefilter | None, records: RecordsFn
+    lines: list[bytes], shape: str, parser: LineParser, prefilter: Prefilter | None, records: RecordsFn
 ) -> Iterator[ParsedLine]:
     if prefilter is not None:
         lines = prefilter.filter(lines)
