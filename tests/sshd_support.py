@@ -757,6 +757,33 @@ async def fake_ssh_server(handler: Handler, workdir: Path) -> AsyncIterator[Fake
         await srv.close()
 
 
+class ThreadedFakeSshServer:
+    """A ``FakeSshServer`` on its own event loop in a thread, for code under test that runs its
+    own ``asyncio.run`` (CLI commands). ``handler`` runs on the server's loop."""
+
+    def __init__(self, handler: Handler, workdir: Path) -> None:
+        import threading
+
+        self._handler = handler
+        self._workdir = workdir
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self.server: FakeSshServer | None = None
+
+    def __enter__(self) -> FakeSshServer:
+        self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(FakeSshServer(self._handler, self._workdir).start(), self._loop)
+        self.server = fut.result(timeout=10)
+        return self.server
+
+    def __exit__(self, *exc: object) -> None:
+        if self.server is not None:
+            asyncio.run_coroutine_threadsafe(self.server.close(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+
 def inner_command(command: str) -> str:
     """The command inside kvtui's stream guard (``sh -c '<guard> CMD …'``), else ``command``."""
     from kvtui.hosts.commands import unwrap_guard

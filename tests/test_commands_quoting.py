@@ -123,6 +123,10 @@ BUILDERS: list[tuple[str, Callable[[str], str], Callable[[str], list[str]]]] = [
     ("server_pids_container", lambda v: C.server_pids_container(v), lambda v: ["docker", "inspect", "-f",
                                                                                "{{.State.Pid}}", v]),
     ("server_pids_pattern", lambda v: C.server_pids_by_pattern(v), lambda v: ["pgrep", "-f", v]),
+    ("probe_unit", lambda v: C.probe_host(unit=v), lambda v: ["systemctl", "show", "-p", "LoadState", "--value", v]),
+    ("probe_journal", lambda v: C.probe_host(unit=v, sudo=True), lambda v: ["sudo", "-n", "journalctl", "-u", v]),
+    ("probe_container", lambda v: C.probe_host(container=v),
+     lambda v: ["docker", "inspect", "-f", "{{.State.Status}}", v]),
 ]
 
 

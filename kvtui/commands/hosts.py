@@ -1,0 +1,220 @@
+"""``kvtui hosts [--check] [--connect]``: list and validate the inventory.
+
+- plain: the hosts table (name, kind, target, what it follows, GPUs, notes) on stdout;
+- ``--check``: also offline checks beyond the schema (identity files exist; a disabled host-key
+  check is flagged) — exit 3 on any problem, every message on stderr;
+- ``--connect``: also reach every host at once (SSH through ``SshBackend`` with one probe round
+  trip: login user, GPUs, the unit / log file / container it follows; demo and local hosts
+  through ``kvtui.hosts.factory``), one result line per host; exit 3 when any is unreachable.
+
+A hosts file that does not validate exits 3 with all of its problems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+from kvtui.cli import EXIT_INPUT, EXIT_OK
+
+if TYPE_CHECKING:
+    from kvtui.config import Config, HostConfig
+    from kvtui.hosts.backend import HostBackend
+
+CONNECT_TIMEOUT_S = 20.0
+
+
+def format_gpus(gpus: Sequence[int] | None) -> str:
+    """``[0, 1, 2, 3, 6]`` -> ``0-3,6``; None -> ``all``."""
+    if gpus is None:
+        return "all"
+    parts: list[str] = []
+    run: list[int] = []
+    for g in sorted(gpus):
+        if run and g == run[-1] + 1:
+            run.append(g)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [g]
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+def host_notes(name: str, host: HostConfig, config: Config) -> list[str]:
+    notes: list[str] = []
+    if host.readonly:
+        notes.append("readonly")
+    if host.sudo:
+        notes.append("sudo")
+    if host.kind == "ssh" and not host.strict_host_key:
+        notes.append("HOST KEY NOT CHECKED")
+    if host.engine != "auto":
+        notes.append(host.engine)
+    if host.demo:
+        notes.append(f"{host.demo_engine}, speed {host.demo_speed:g}x")
+        if host.demo_model:
+            notes.append(host.demo_model)
+    if host.start_command:
+        notes.append("start/stop commands")
+    if host.launch_script:
+        notes.append(f"script {host.launch_script}")
+    if name == "demo" and "demo" not in config.hosts:
+        notes.append("built in")
+    return notes
+
+
+def render_table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for r in rows:
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return "\n".join(out)
+
+
+def offline_problems(config: Config) -> tuple[list[str], list[str]]:
+    """(problems, warnings) that the schema cannot see: files on this machine."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    where = str(config.path) if config.path else "hosts.toml"
+    for name, host in config.hosts.items():
+        if host.kind != "ssh":
+            continue
+        ident = host.identity_path
+        if ident is not None and not ident.is_file():
+            problems.append(f"{where}: [hosts.{name}] identity_file = \"{host.identity_file}\": "
+                            f"expected an existing private key file ({ident} not found)")
+        kh = host.known_hosts_path
+        if kh is not None and host.strict_host_key and not kh.exists():
+            warnings.append(f"{where}: [hosts.{name}] known_hosts = \"{host.known_hosts}\": {kh} does not exist "
+                            "yet; the first connection will show the host key to trust")
+        if not host.strict_host_key:
+            warnings.append(f"{where}: [hosts.{name}] strict_host_key = false: the host's identity is not "
+                            "checked (anyone on the path can pose as it)")
+    return problems, warnings
+
+
+@dataclass
+class ConnectResult:
+    name: str
+    ok: bool
+    summary: str
+
+
+async def _probe_ssh(backend: HostBackend, host: HostConfig) -> str:
+    from kvtui.hosts import commands as C
+
+    res = await backend.run(C.probe_host(unit=host.unit, log_file=host.log_file, container=host.container,
+                                         sudo=host.sudo), timeout=CONNECT_TIMEOUT_S)
+    info = C.parse_probe(res.stdout)
+    parts = []
+    gpus = info.get("gpus", "?")
+    parts.append("no nvidia-smi" if gpus == "none" else f"{gpus} GPUs")
+    if host.unit:
+        load, _, active = info.get("unit", "/").partition("/")
+        if load == "not-found" or not load:
+            parts.append(f"unit {host.unit} NOT FOUND")
+        else:
+            parts.append(f"unit {host.unit} {active or '?'}")
+        if info.get("journal") == "denied":
+            parts.append("journal NOT READABLE (sudo = true, or the systemd-journal group)")
+    if host.log_file:
+        log = info.get("log", "missing")
+        parts.append(f"log {host.log_file} {'(' + log + ' bytes)' if log.isdigit() else log.upper()}")
+    if host.container:
+        parts.append(f"container {host.container} {info.get('container', 'missing')}")
+    return ", ".join(parts)
+
+
+def _probe_ok(summary: str) -> bool:
+    return not any(bad in summary for bad in ("NOT FOUND", "MISSING", "UNREADABLE", "NOT READABLE"))
+
+
+async def connect_one(name: str, host: HostConfig) -> ConnectResult:
+    from kvtui.hosts.backend import BackendError, ConnState
+
+    try:
+        from kvtui.hosts.factory import make_backend
+    except ImportError:
+        if host.kind != "ssh":
+            return ConnectResult(name, True, f"skipped: no {host.kind} backend in this build")
+        from kvtui.hosts.ssh import SshBackend
+
+        backend: HostBackend = SshBackend(name, host)
+    else:
+        backend = make_backend(name, host)
+    try:
+        try:
+            await asyncio.wait_for(backend.start(), CONNECT_TIMEOUT_S)
+        except BackendError as exc:
+            return ConnectResult(name, False, str(exc))
+        except TimeoutError:
+            return ConnectResult(name, False, f"no answer within {CONNECT_TIMEOUT_S:g} s")
+        st = backend.status()
+        if st.state is ConnState.RECONNECTING:
+            return ConnectResult(name, False, f"unreachable: {st.detail or 'no connection'}")
+        if st.state is not ConnState.CONNECTED:
+            return ConnectResult(name, False, f"{st.state.value}: {st.detail}".rstrip(": "))
+        if host.kind == "ssh":
+            try:
+                summary = await _probe_ssh(backend, host)
+            except BackendError as exc:
+                return ConnectResult(name, False, f"connected, but the probe failed: {exc}")
+            return ConnectResult(name, _probe_ok(summary), f"{st.detail}: {summary}")
+        return ConnectResult(name, True, st.detail or st.state.value)
+    finally:
+        try:
+            await asyncio.wait_for(backend.close(), 10)
+        except (TimeoutError, BackendError):
+            pass
+
+
+async def connect_all(config: Config, names: list[str]) -> list[ConnectResult]:
+    return list(await asyncio.gather(*(connect_one(n, config.host(n)) for n in names)))
+
+
+def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    from kvtui.config import ConfigError, load_config, search_locations
+
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    try:
+        config = load_config(getattr(args, "hosts", None))
+    except ConfigError as exc:
+        print(f"kvtui hosts: {exc}", file=err)
+        return EXIT_INPUT
+    names = config.names()
+    rows = [["NAME", "KIND", "TARGET", "FOLLOWS", "GPUS", "NOTES"]]
+    for name in names:
+        host = config.host(name)
+        rows.append([name, host.kind, host.target, host.source_label or "-", format_gpus(host.gpus),
+                     ", ".join(host_notes(name, host, config))])
+    print(render_table(rows), file=out)
+    if config.path is None:
+        print("kvtui hosts: no hosts file found (looked at " + ", ".join(search_locations()) + "); "
+              "only the built-in demo host exists", file=err)
+    code = EXIT_OK
+    if getattr(args, "check", False) or getattr(args, "connect", False):
+        problems, warnings = offline_problems(config)
+        for w in warnings:
+            print(f"kvtui hosts: warning: {w}", file=err)
+        for p in problems:
+            print(f"kvtui hosts: {p}", file=err)
+        if problems:
+            code = EXIT_INPUT
+        elif getattr(args, "check", False):
+            where = config.path or "defaults"
+            print(f"kvtui hosts: {where}: {len(config.hosts)} host(s) OK", file=err)
+    if getattr(args, "connect", False):
+        results = asyncio.run(connect_all(config, names))
+        width = max(len(r.name) for r in results)
+        for r in results:
+            print(f"{'ok  ' if r.ok else 'FAIL'}  {r.name.ljust(width)}  {r.summary}", file=out)
+        if not all(r.ok for r in results):
+            code = EXIT_INPUT
+    return code
