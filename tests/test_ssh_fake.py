@@ -310,16 +310,24 @@ async def test_unreachable_host_reconnects_with_backoff(tmp_path: Path) -> None:
     b = SshBackend("gpu-a", srv.host_config(port=port), ssh_config=[], connect_timeout=2,
                    backoff=Backoff(initial=0.05, cap=0.1, rng=random.Random(0)))
     b.add_status_listener(lambda s: states.append((s.state, s.retry_in)))
-    await b.start()  # a network failure does not raise
+    with pytest.raises(BackendError, match="unreachable: connection refused"):
+        await b.start()
     assert b.status().state is ConnState.RECONNECTING
     assert "refused" in b.status().detail
+    with pytest.raises(BackendError, match="unreachable"):
+        await b.run("echo x")  # a one-shot command does not wait for an unreachable host
+    # a stream connects by itself, with backoff
+    it = b.follow_log()
+    nxt = asyncio.ensure_future(it.__anext__())
     await asyncio.sleep(0.4)
-    assert sum(1 for s, _ in states if s is ConnState.RECONNECTING) >= 2
-    assert all(r is not None and r <= 0.1 for s, r in states if s is ConnState.RECONNECTING)
+    waits = [r for s, r in states if s is ConnState.RECONNECTING and r is not None]
+    assert len(waits) >= 2  # it kept trying, saying when the next attempt comes
+    assert all(r <= 0.1 for r in waits)  # capped
     # the host comes back on the same port: the backend reconnects by itself
     srv2 = await FakeSshServer(host.handle, tmp_path / "srv2", port=port, host_key=srv.host_key).start()
     try:
-        records = await collect(b.follow_log(), 3)
+        first = await asyncio.wait_for(nxt, 10)
+        records = first + (await collect(it, 3 - len(first)) if len(first) < 3 else [])
         assert [r.text for r in records] == ["[TP0] line 1", "[TP0] line 2", "[TP0] line 3"]
         assert b.status().state is ConnState.CONNECTED
     finally:

@@ -492,6 +492,7 @@ class SshBackend:
         self._generation = 0
         self._changed = asyncio.Event()
         self._supervisor: asyncio.Task[None] | None = None
+        self._start_lock = asyncio.Lock()
         self._closed = False
         self._streams: set[_Stream] = set()
         self._procs: set[asyncssh.SSHClientProcess[bytes]] = set()
@@ -637,9 +638,15 @@ class SshBackend:
         return kh
 
     async def start(self) -> None:
-        """First connection attempt. Raises ``BackendError`` for failures retrying cannot fix
-        (host key, authentication, configuration; ``status()`` says which); a network failure
-        returns with ``RECONNECTING`` and keeps trying in the background."""
+        """The first connection attempt. Raises ``BackendError`` when it fails: ``status()`` then
+        says ``RECONNECTING`` for a network failure (``start()`` may be called again; a stream
+        started without it connects by itself, with backoff) or the fatal state (host key,
+        authentication, configuration) that only the operator can fix. After a success, drops
+        are retried in the background."""
+        async with self._start_lock:
+            await self._start_locked()
+
+    async def _start_locked(self) -> None:
         if self._is_closed():
             raise BackendError(f"{self.name}: closed")
         if self._supervisor is not None:
@@ -649,13 +656,13 @@ class SshBackend:
             conn = await self._connect()
         except _Fatal as exc:
             self._set_status(exc.status.state, exc.status.detail, fingerprint=exc.status.fingerprint)
+            self._wake()
             raise BackendError(exc.status.detail) from None
         except (OSError, asyncssh.Error, TimeoutError) as exc:
-            self.backoff.next()  # this was attempt 0: the next one waits
-            delay = self.backoff.next()
-            self._set_status(ConnState.RECONNECTING, _describe(exc), retry_in=delay)
-            self._supervisor = asyncio.create_task(self._supervise(None, first_error=exc, first_delay=delay))
-            return
+            detail = _describe(exc)
+            self._set_status(ConnState.RECONNECTING, detail)
+            self._wake()
+            raise BackendError(f"{self.host.target}: unreachable: {detail}") from None
         self._up(conn)
         self._supervisor = asyncio.create_task(self._supervise(conn))
 
@@ -687,16 +694,12 @@ class SshBackend:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def _supervise(self, conn: asyncssh.SSHClientConnection | None,
-                         first_error: BaseException | None = None, first_delay: float | None = None) -> None:
-        error = first_error
+    async def _supervise(self, conn: asyncssh.SSHClientConnection | None) -> None:
+        error: BaseException | None = None
         try:
             while not self._is_closed():
                 if conn is None:
-                    if first_delay is not None:
-                        delay, first_delay = first_delay, None
-                    else:
-                        delay = self.backoff.next()
+                    delay = self.backoff.next()
                     if error is not None or delay > 0:
                         self._set_status(ConnState.RECONNECTING, _describe(error), retry_in=delay)
                     if delay > 0:
@@ -744,8 +747,17 @@ class SshBackend:
                 if fail_fast:
                     raise BackendError(self._status.detail)
             elif self._supervisor is None:
-                with contextlib.suppress(BackendError):
+                try:
                     await self.start()
+                except BackendError:
+                    if self._fatal() or self._is_closed():
+                        continue
+                    if fail_fast:
+                        raise
+                    delay = self.backoff.next()
+                    self._set_status(ConnState.RECONNECTING, self._status.detail, retry_in=delay)
+                    if delay > 0:
+                        await asyncio.sleep(delay)
                 continue
             await changed.wait()
 
