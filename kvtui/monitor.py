@@ -92,7 +92,7 @@ MonitorUpdate = LogBatch | BootState | GpuUpdate | ConnUpdate
 
 CLOSE_GRACE: Final = 0.2  # seconds the streams get to end by themselves after close()
 MIN_FLUSH_INTERVAL: Final = 0.05  # log lines reach a view at most every 50 ms
-INGEST_SLICE: Final = 2000  # records parsed between two yields to the event loop
+INGEST_SLICE: Final = 256  # records parsed between two yields to the event loop (~25 ms at worst)
 _PENDING_BOOT_STATES: Final = 32
 _NON_RETRYABLE: Final = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 _ERROR_LEVELS: Final = frozenset({"ERROR", "CRITICAL", "FATAL", "EXCEPTION"})

@@ -37,7 +37,7 @@ from kvtui.gpu import GpuProcess, GpuSample, process_from_nvml, sample_from_nvml
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
 
 MAX_LINE_BYTES: Final = 1 << 20  # longer lines are cut (the rest up to the newline dropped)
-READ_CHUNK: Final = 1 << 20
+READ_CHUNK: Final = 256 << 10  # small enough that splitting one chunk never stalls the event loop
 DEFAULT_SCAN_BACK_BYTES: Final = 16 << 20
 DEFAULT_JOURNAL_SCAN_LINES: Final = 20_000
 _TERMINATOR: Final = re.compile(rb"[\r\n]")
@@ -166,6 +166,9 @@ def boot_start_offset(data: bytes, base: int = 0, *, engine: str = "auto") -> in
     """The absolute offset of the last server start in ``data`` (which starts at ``base``, at a
     line start), decided by the engine parser and boot tracker (the monitor's own notion of a
     boot); None when no boot starts in ``data``."""
+    fast = _fast_boot_start(data, engine)
+    if fast is not None:
+        return None if fast < 0 else base + fast
     splitter = make_splitter(base)
     records = splitter.feed(data) + splitter.flush()
     starts = _boot_starts(records, engine)
@@ -173,6 +176,35 @@ def boot_start_offset(data: bytes, base: int = 0, *, engine: str = "auto") -> in
         return None
     i = starts[-1]
     return int(records[i - 1].cursor or base) if i > 0 else base
+
+
+def _fast_boot_start(data: bytes, engine: str) -> int | None:
+    """The engine core's replay path (lines that cannot change a boot skipped: ~10x faster on
+    serving-heavy logs) -> the offset in ``data`` of the line that opens the last boot; -1 when
+    none does; None when that path is not available or the shape has no byte cursors."""
+    try:
+        from kvtui.boot import BootTracker
+        from kvtui.engines.events import Engine
+        from kvtui.engines.parse import parse_chunks  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    hint = None if engine == "auto" else Engine(engine)
+    tracker = BootTracker(hint)
+    last: LogRecord | None = None
+    try:
+        for parsed in parse_chunks((data,), hint):
+            before = len(tracker.boots)
+            tracker.feed(parsed)
+            if len(tracker.boots) > before:
+                last = parsed.record
+    except NotImplementedError:
+        return None
+    if last is None:
+        return -1
+    if last.cursor is None or not last.cursor.isdigit():
+        return None  # e.g. journald JSON: cursors are journald's, not offsets
+    end = int(last.cursor)
+    return data.rfind(b"\n", 0, max(end - 1, 0)) + 1
 
 
 def _boot_starts(records: Sequence[LogRecord], engine: str) -> list[int]:
