@@ -408,3 +408,52 @@ async def test_stall_detector_on_a_real_log_file_that_stops(tmp_path: Path, fixt
         await wait_for(pilot, lambda: not notice.has_class("-stalled") or pane.lines_received > cut, timeout=10)
         pane.tick()
         assert not notice.has_class("-stalled")
+
+
+async def test_restart_on_a_local_host_runs_its_stop_and_start_commands(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("")
+    record = tmp_path / "calls.txt"
+    host = HostConfig(
+        local=True,
+        log_file=str(log),
+        stop_command=f"echo stop >> {record}",
+        start_command=f"echo start >> {record}",
+    )
+    clock = FakeClock()
+    from kvtui.hosts.factory import make_backend
+
+    app = KvtuiApp(
+        [HostSpec("box", host)],
+        backend_factory=lambda name, cfg: make_backend(name, cfg, clock=clock),
+        clock=clock,
+        monitor_options={"gpu_interval": 0.05, "flush_interval": 0.05},
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        pane = pane_of(app)
+        await wait_for(pilot, lambda: pane.backend is not None)
+        assert app.main_screen.check_action("restart", ()) is True
+        await pilot.press("R")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: record.exists() and record.read_text().count("\n") >= 2, timeout=10)
+        assert record.read_text().split() == ["stop", "start"]
+
+
+async def test_restart_is_disabled_where_kvtui_cannot_restart(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("")
+    clock = FakeClock()
+    from kvtui.hosts.factory import make_backend
+
+    app = KvtuiApp(
+        [HostSpec("box", HostConfig(local=True, log_file=str(log)))],
+        backend_factory=lambda name, cfg: make_backend(name, cfg, clock=clock),
+        clock=clock,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        pane = pane_of(app)
+        await wait_for(pilot, lambda: pane.backend is not None)
+        assert app.main_screen.check_action("restart", ()) is None  # shown, disabled
+        await pilot.press("R")
+        assert isinstance(app.screen, MainScreen)

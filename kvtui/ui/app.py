@@ -164,6 +164,17 @@ class MainScreen(Screen[None]):
         if len(self.specs) > 1:
             self.query_one(FleetSummary).update_row(event.row)
 
+    @on(CalculatorPanel.Computed)
+    def _computed(self, event: CalculatorPanel.Computed) -> None:
+        event.stop()
+        self.refresh_bindings()  # "explain" is enabled once there is a prediction
+        self.call_after_refresh(self.refresh_bindings)
+
+    @on(HostPane.Connected)
+    def _connected(self, event: HostPane.Connected) -> None:
+        event.stop()
+        self.refresh_bindings()  # what the host allows (restart) is known once it is reached
+
     @on(CalculatorPanel.Left)
     def _left_calculator(self, event: CalculatorPanel.Left) -> None:
         event.stop()

@@ -84,6 +84,9 @@ class HostPane(Vertical):
             super().__init__()
             self.updates = updates
 
+    class Connected(Message):
+        """The host's backend exists (the actions it allows can be known)."""
+
     class Summary(Message):
         """The host's one-line state changed (for the fleet summary)."""
 
@@ -196,6 +199,7 @@ class HostPane(Vertical):
             self._fatal(str(exc))
             return
         self.backend = backend
+        self.post_message(self.Connected())
         monitor = HostMonitor(
             self.host_name,
             backend,
@@ -399,7 +403,7 @@ class HostPane(Vertical):
             return False
         from kvtui.ui.actions import restart_available
 
-        return True if restart_available(self.backend) else None
+        return True if restart_available(self.backend, self.spec.config) else None
 
     @work(exclusive=True, group="restart", exit_on_error=False, description="restart")
     async def restart(self) -> None:
@@ -409,7 +413,7 @@ class HostPane(Vertical):
             self.notify("this host is readonly", severity="warning")
             return
         try:
-            message = await restart_host(self.backend)
+            message = await restart_host(self.backend, self.spec.config)
         except RestartUnavailable as exc:
             self.notify(str(exc), title="restart", severity="warning")
             return

@@ -203,6 +203,32 @@ class BootFigures(Widget):
         return Content("\n").join(lines)
 
 
+class KvGauge(Widget):
+    """``KV usage ██████░░░░  42.0%``, as wide as the widget is."""
+
+    DEFAULT_CSS = """
+    KvGauge { height: 1; }
+    """
+
+    usage: reactive[float | None] = reactive(None)
+
+    def render(self) -> Content:
+        usage = self.usage
+        if usage is None:
+            return Content("")
+        label = "KV usage "
+        pct = f" {fmt.percent(usage):>6}"
+        width = max(4, self.size.width - len(label) - len(pct))
+        filled, empty = fmt.bar(usage, width)
+        style = "$error" if usage >= 0.95 else "$warning" if usage >= 0.8 else "$phase-ready"
+        return Content.assemble(
+            (label, "$text-muted"),
+            ("█" * filled, style),
+            ("█" * empty, "$foreground 12%"),
+            (pct, "$foreground bold"),
+        )
+
+
 class KvUsage(Vertical):
     """After ready: the live KV-pool usage gauge, its sparkline and the serving load."""
 
@@ -232,7 +258,7 @@ class KvUsage(Vertical):
         self._bucket: int | None = None
 
     def compose(self) -> ComposeResult:
-        yield QuietStatic(id="kv-gauge")
+        yield KvGauge(id="kv-gauge")
         yield Sparkline([], id="kv-spark")
         yield QuietStatic(id="kv-load")
 
@@ -252,20 +278,9 @@ class KvUsage(Vertical):
             self.history.append(usage)
         self._bucket = bucket
         self._usage = usage
-        width = max(8, (self.size.width or 30) - 22)
-        filled, empty = fmt.bar(usage, width)
-        style = "$error" if usage >= 0.95 else "$warning" if usage >= 0.8 else "$phase-ready"
-        self.query_one("#kv-gauge", QuietStatic).set(
-            (filled, empty, fmt.percent(usage), style),
-            lambda: Content.assemble(
-                ("KV usage ", "$text-muted"),
-                ("█" * filled, style),
-                ("█" * empty, "$foreground 12%"),
-                (f" {fmt.percent(usage):>6}", "$foreground bold"),
-            ),
-        )
+        self.query_one(KvGauge).usage = usage
         spark = self.query_one("#kv-spark", Sparkline)
-        data = list(self.history)
+        data = list(self.history) if len(self.history) >= 2 else []  # one bar would fill the box
         if spark.data != data:
             spark.data = data
         live = boot.live

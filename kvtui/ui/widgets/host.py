@@ -166,19 +166,25 @@ class FleetSummary(Widget):
             boot = row.boot
             tokens = fmt.tokens(boot.metrics.max_total_num_tokens) if boot is not None else "—"
             usage = fmt.percent(boot.live.token_usage) if boot is not None else "—"
-            marker = "▸" if row.name == self.active else " "
+            active = row.name == self.active
             line = Content.assemble(
-                (f"{marker} ", "$accent bold"),
-                (f"{row.name:<{width}}", "$accent bold" if row.name == self.active else "$foreground bold"),
+                ("▸ " if active else "  ", "$accent bold"),
+                (f"{row.name:<{width}}", "$accent bold" if active else "$foreground bold"),
                 "  ",
-                conn_text(row.status),
-                "  ",
-                boot_state_text(boot, row.elapsed),
-                ("   tokens ", "$text-muted"),
-                (tokens, "$foreground"),
+                _pad(conn_text(row.status), 18),
+                _pad(boot_state_text(boot, row.elapsed), 28),
+                ("tokens ", "$text-muted"),
+                (f"{tokens:>10}", "$foreground"),
                 ("   KV ", "$text-muted"),
-                (usage, "$foreground"),
+                (f"{usage:>6}", "$foreground"),
                 ("   readonly" if row.readonly else "", "$warning"),
             )
             lines.append(line.stylize(f"@click=app.switch_host('{row.name}')"))
         return Content("\n").join(lines)
+
+
+def _pad(content: Content, width: int) -> Content:
+    """``content`` cut or padded to ``width`` cells (table-like columns)."""
+    if content.cell_length >= width:
+        return content.truncate(width - 1, ellipsis=True).pad_right(1)
+    return content.pad_right(width - content.cell_length)
