@@ -197,7 +197,8 @@ class HostMonitor:
     - Reconnects are the backend's business; a log stream that fails (``BackendError``) is
       reopened after the last cursor seen, so nothing is lost or repeated, with capped backoff.
     - ``run`` returns only when ``close()`` was called, or when the host cannot be reached for
-      a reason retrying will not fix (``status`` then says why: host key, auth, configuration).
+      a reason retrying will not fix (``status`` then says why: host key, auth, configuration);
+      with ``retry_start=False`` (one-shot commands) also when the first connection fails.
     - ``resume=True`` continues the newest spool set of this host and source (replaying it into
       the tracker, then following after its last cursor); by default each monitor starts a new
       spool set (see ``kvtui.spool``).
@@ -219,6 +220,7 @@ class HostMonitor:
         resume: bool = False,
         pids_interval: float = 10.0,
         owns_backend: bool = True,
+        retry_start: bool = True,
     ) -> None:
         from kvtui.engines.parse import LineParser
         from kvtui.spool import Spool
@@ -233,6 +235,7 @@ class HostMonitor:
         self.pids_interval = pids_interval
         self.start_mode = start
         self.owns_backend = owns_backend
+        self.retry_start = retry_start
         hint = engine_hint_for(host)
         self.parser = LineParser(hint)
         self.tracker = BootTracker(hint)
@@ -362,10 +365,9 @@ class HostMonitor:
             except BackendError as exc:
                 st = self.backend.status()
                 detail = str(exc) or st.detail
-                if st.state in _NON_RETRYABLE:
-                    self._set_status(
-                        ConnStatus(st.state, detail, None, st.fingerprint, st.strict_host_key)
-                    )
+                if st.state in _NON_RETRYABLE or not self.retry_start:
+                    state = st.state if st.state in _NON_RETRYABLE else ConnState.FAILED  # given up
+                    self._set_status(ConnStatus(state, detail, None, st.fingerprint, st.strict_host_key))
                     return False
                 self._set_status(ConnStatus(ConnState.RECONNECTING, detail, delay, st.fingerprint, st.strict_host_key))
                 if await self._sleep(delay):

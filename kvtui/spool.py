@@ -62,7 +62,7 @@ DEFAULT_KEEP_SETS: Final = 8
 DEFAULT_MAX_BYTES: Final = 2 << 30  # 2 GiB of old sets per host
 
 
-class SpoolError(Exception):
+class SpoolError(OSError):
     """The spool directory cannot be used; ``str()`` is user-facing."""
 
 

@@ -77,7 +77,7 @@ class Waiter:
                 msg += f" (offered key {st.fingerprint})"
             self._finish(Outcome(EXIT_INPUT, message=f"{self.monitor.name}: {st.state.value}: {msg}"))
             return
-        if st.state is ConnState.RECONNECTING and (prev is None or prev.state is not ConnState.RECONNECTING):
+        if st.state is ConnState.RECONNECTING and prev is not None and prev.state is ConnState.CONNECTED:
             retry = f", retrying in {st.retry_in:.0f} s" if st.retry_in else ""
             self._say(f"connection lost{retry}: {st.detail}" if st.detail else f"connection lost{retry}")
         elif st.state is ConnState.CONNECTED and prev is not None and prev.state is ConnState.RECONNECTING:
@@ -217,6 +217,7 @@ async def wait_for_boot(
             gpu_interval=5.0,  # the wait does not look at GPUs; keep the host quiet
             log_window=1000,
             clock=clock or time.time,
+            retry_start=False,  # an unreachable host is exit 3 at once; later drops are waited out
         )
     except (BackendError, SpoolError) as exc:
         print(f"kvtui wait: {args.host}: {exc}", file=stderr)
@@ -239,7 +240,7 @@ async def wait_for_boot(
             crash = task.exception()
             st = monitor.status
             detail = str(crash) if crash is not None else (st.detail or st.state.value)
-            outcome = Outcome(EXIT_INPUT, message=f"{args.host}: {detail}")
+            outcome = Outcome(EXIT_INPUT, message=f"{args.host}: cannot follow the host: {detail}")
         else:
             boots = monitor.tracker.boots
             idx = waiter.following if waiter.following is not None else (len(boots) - 1 if boots else None)
