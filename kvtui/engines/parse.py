@@ -6,10 +6,13 @@ exited …``) as ``BootBoundary`` events, auto-detects the engine from the first
 as SGLang or vLLM, and hands every line to that engine's grammar.
 
 ``parse_bytes(data)`` / ``parse_chunks(chunks)`` run a whole saved log through input-shape
-detection (``kvtui.engines.shapes``) and the parser. By default they skip what cannot change a
-boot — runs of serving lines are coalesced to the last line per rank, HTTP access lines are
-dropped once the engine is known — which is what makes ``kvtui replay`` fast on multi-GB logs;
-``all_lines=True`` yields every line (the live view does not use this path at all).
+detection (``kvtui.engines.shapes``) and the parser. By default a ``Prefilter`` first skips, on
+the raw bytes, what cannot change a boot — a run of serving lines keeps its first line and each
+rank's last one, a run of redraws of one progress bar its first and last, HTTP access lines go
+once the engine is known to be SGLang, nothing goes near a failure — which is what makes
+``kvtui replay`` fast on multi-GB logs; ``all_lines=True`` yields every line. The boots a
+``BootTracker`` builds are the same either way (a property test checks it). The live path
+(``LineParser.feed`` per record) sees every line.
 
 Pure core: no I/O beyond the bytes it is given; no textual/asyncssh.
 """
