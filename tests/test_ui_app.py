@@ -17,6 +17,7 @@ from test_ui_helpers import (
     start_demo,
     wait_for,
 )
+from textual.command import CommandList
 from textual.widget import Widget
 
 from kvtui.boot import BootStatus
@@ -28,6 +29,7 @@ from kvtui.ui.host_pane import HostPane, HostSpec
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen
 from kvtui.ui.widgets.boot import FailureBanner, PhaseTimeline, StallNotice
 from kvtui.ui.widgets.calculator import CalculatorPanel
+from kvtui.ui.widgets.gpu import ProcessTable
 from kvtui.ui.widgets.host import FleetSummary, HostBar
 from kvtui.ui.widgets.log_view import FindBar, LogView, ViewMode
 
@@ -457,3 +459,63 @@ async def test_restart_is_disabled_where_kvtui_cannot_restart(tmp_path: Path) ->
         assert app.main_screen.check_action("restart", ()) is None  # shown, disabled
         await pilot.press("R")
         assert isinstance(app.screen, MainScreen)
+
+
+async def test_per_process_memory_and_the_foreign_process_warning() -> None:
+    clock = ready_demo()
+    from kvtui.hosts.demo import DemoBackend
+
+    stale = DemoBackend("demo", HostConfig(demo=True, demo_speed=SPEED), clock=clock).set_foreign_process(
+        gpu=3, mib=18432, pid=4242, name="python3"
+    )
+    assert stale is not None
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = pane_of(app)
+        await settle(pilot, app)
+        # the warning names the GPU, the memory and the PID that is not the server's
+        warning = pane.query_one("ForeignWarning")
+        await wait_for(pilot, lambda: warning.has_class("-shown"))
+        text = str(warning.render())
+        assert "GPU 3: 18.0 GiB, PID 4242 python3" in text
+        # p shows per-process memory instead of the plot; the stranger is marked
+        await pilot.press("p")
+        table = pane.query_one(ProcessTable)
+        assert table.has_class("-shown")
+        assert not pane.gpu_plot.display
+        await wait_for(pilot, lambda: table.row_count > 1)
+        rows = [table.get_row_at(i) for i in range(table.row_count)]
+        stranger = [r for r in rows if r[1] == "4242"]
+        assert len(stranger) == 1
+        assert stranger[0][0] == "3"
+        assert "OTHER" in str(stranger[0][3])
+        assert any("server" in str(r[3]) for r in rows)
+        await pilot.press("p")
+        assert displayed(pane.gpu_plot)
+        assert not table.has_class("-shown")
+
+
+def displayed(widget: Widget) -> bool:
+    return bool(widget.display)
+
+
+def _palette_hits(app: KvtuiApp) -> int:
+    lists = app.screen.query(CommandList)
+    return lists.first().option_count if lists else 0
+
+
+async def test_the_command_palette_runs_console_actions_and_switches_theme() -> None:
+    clock = ready_demo()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("ctrl+p")
+        await pilot.press(*"kvtui-light")
+        await wait_for(pilot, lambda: _palette_hits(app) > 0)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.theme == "kvtui-light")
+        await pilot.press("ctrl+p")
+        await pilot.press(*"log: wrap")
+        await wait_for(pilot, lambda: _palette_hits(app) > 0)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: pane_of(app).log_view.wrap)

@@ -17,9 +17,11 @@ from test_ui_helpers import (
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Phase
+from kvtui.hosts.backend import ConnState, ConnStatus
 from kvtui.ui.stall import StallDetector
 from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice
 from kvtui.ui.widgets.gpu import ForeignWarning, GpuBars, GpuHistoryPlot, PhaseBand
+from kvtui.ui.widgets.host import ConnBanner, HostBar, HostInfo
 
 
 async def test_timeline_ticks_the_current_phase_and_lists_what_is_next() -> None:
@@ -191,3 +193,60 @@ def test_stall_detector_is_quiet_in_final_states_and_when_off() -> None:
     assert StallDetector(0).check(loading_boot(), 1e9) is None
     fresh: Boot = loading_boot()
     assert StallDetector(10).check(fresh, 1e9) is None  # no activity seen yet: no claim
+
+
+async def test_connection_states_in_the_header_and_the_fatal_banner() -> None:
+    info = HostInfo(name="gpu-a", kind="ssh", target="root@gpu-a", source="unit sglang", readonly=True)
+    bar = HostBar(info)
+    banner = ConnBanner()
+    async with Harness(bar, banner).run_test(size=(160, 10)) as pilot:
+        bar.show(ConnStatus(ConnState.CONNECTED), loading_boot(), 12.0, 1)
+        await pilot.pause()
+        left = bar.left().plain
+        assert "gpu-a · root@gpu-a" in left
+        assert "● connected" in left
+        assert left.endswith("readonly")
+        assert "boot 1" in bar.right().plain
+        assert "▶ load weights 12s" in bar.right().plain
+        bar.show(ConnStatus(ConnState.RECONNECTING, detail="connection lost", retry_in=4.2), None, None, None)
+        assert "◌ reconnecting in 4s (connection lost)" in bar.left().plain
+        refused = ConnStatus(
+            ConnState.HOSTKEY_REFUSED,
+            detail="add it with: ssh-keyscan -p 22 gpu-a >> ~/.ssh/known_hosts",
+            fingerprint="SHA256:abc123",
+        )
+        bar.show(refused, None, None, None)
+        banner.show(refused)
+        await pilot.pause()
+        assert "✖ host key refused (SHA256:abc123)" in bar.left().plain
+        assert banner.has_class("-shown")
+        text = str(banner.render())
+        assert "cannot monitor this host: host key refused" in text
+        assert "SHA256:abc123" in text
+        assert "ssh-keyscan" in text
+        banner.show(ConnStatus(ConnState.RECONNECTING, retry_in=2.0))
+        assert not banner.has_class("-shown")  # retrying is not fatal
+
+
+def test_reconnect_countdown_ticks_with_the_clock() -> None:
+    from kvtui.config import CalcConfig, HostConfig, UiConfig
+    from kvtui.ui.host_pane import HostPane, HostSpec
+
+    now = [100.0]
+    pane = HostPane(
+        HostSpec("demo", HostConfig(demo=True)),
+        backend_factory=lambda name, host: None,  # type: ignore[arg-type,return-value]
+        clock=lambda: now[0],
+        ui=UiConfig(),
+        calc=CalcConfig(),
+    )
+    pane.status = ConnStatus(ConnState.RECONNECTING, retry_in=10.0)
+    pane._status_at = 100.0
+    now[0] = 103.5
+    status = pane.live_status(now[0])
+    assert status is not None
+    assert status.retry_in == 6.5
+    now[0] = 200.0
+    status = pane.live_status(now[0])
+    assert status is not None
+    assert status.retry_in == 0.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,7 @@ from kvtui.ui.stall import StallDetector
 from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice
 from kvtui.ui.widgets.calculator import CalculatorPanel
 from kvtui.ui.widgets.gpu import ForeignWarning, GpuBars, GpuHistoryPlot, PhaseBand, ProcessTable
-from kvtui.ui.widgets.host import FleetRow, HostBar, HostInfo
+from kvtui.ui.widgets.host import ConnBanner, FleetRow, HostBar, HostInfo
 from kvtui.ui.widgets.log_view import LogPanel, LogView
 
 if TYPE_CHECKING:
@@ -122,6 +122,7 @@ class HostPane(Vertical):
         self.backend: HostBackend | None = None
         self.monitor: HostMonitor | None = None
         self.status: ConnStatus | None = None
+        self._status_at: float = 0.0  # clock time the status arrived (for the retry countdown)
         self.boot: Boot | None = None
         self.boot_index: int | None = None
         self.boots: list[Boot] = []
@@ -136,6 +137,7 @@ class HostPane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield HostBar(self.info)
+        yield ConnBanner()
         yield FailureBanner()
         yield StallNotice()
         with Horizontal(id="body"):
@@ -224,6 +226,7 @@ class HostPane(Vertical):
         self.error = message
         self.status = ConnStatus(ConnState.FAILED, detail=message)
         self.query_one(HostBar).show(self.status, self.boot, None, None)
+        self.query_one(ConnBanner).show(self.status)
         self.notify(message, title=f"{self.host_name}: cannot monitor", severity="error", timeout=10)
         self._post_summary()
 
@@ -252,6 +255,7 @@ class HostPane(Vertical):
                 self.query_one(GpuHistoryPlot).add(update.samples)
             elif isinstance(update, ConnUpdate):
                 self.status = update.status
+                self._status_at = now
                 conn_changed = True
         if lines:
             self.lines_received += len(lines)
@@ -332,7 +336,9 @@ class HostPane(Vertical):
         self.query_one(PhaseTimeline).show(boot, now_dt)
         elapsed = self.current_elapsed(now)
         number = None if self.boot_index is None else self.boot_index + 1
-        self.query_one(HostBar).show(self.status, boot, elapsed, number)
+        status = self.live_status(now)
+        self.query_one(HostBar).show(status, boot, elapsed, number)
+        self.query_one(ConnBanner).show(status)
         if boot is not None:
             start = boot.started_at or (boot.phases[0].start if boot.phases else None)
             end = boot.ended_at if boot.status is not BootStatus.STARTING else now_dt
@@ -349,6 +355,13 @@ class HostPane(Vertical):
         stalled = self.stall.check(boot, now)
         self.query_one(StallNotice).show(boot.phase if boot else None, stalled)
         self._post_summary(elapsed)
+
+    def live_status(self, now: float) -> ConnStatus | None:
+        """The connection status with "reconnecting in Ns" counted down to ``now``."""
+        status = self.status
+        if status is not None and status.state is ConnState.RECONNECTING and status.retry_in is not None:
+            return replace(status, retry_in=max(0.0, status.retry_in - (now - self._status_at)))
+        return status
 
     def tick(self) -> None:
         """Once a second: tick the current phase's clock and the stall detector."""

@@ -11,6 +11,7 @@ from textual.widget import Widget
 from kvtui.boot import Boot, BootStatus
 from kvtui.hosts.backend import ConnState, ConnStatus
 from kvtui.ui import formatting as fmt
+from kvtui.ui.widgets.quiet import QuietStatic
 
 _STATE_STYLE: dict[ConnState, tuple[str, str]] = {
     ConnState.CONNECTING: ("◌", "$text-muted"),
@@ -32,8 +33,11 @@ def conn_text(status: ConnStatus | None) -> Content:
     if status.state is ConnState.RECONNECTING and status.retry_in is not None:
         label = f"reconnecting in {max(0, round(status.retry_in))}s"
     parts = [Content.styled(f"{icon} {label}", f"{style} bold")]
-    if status.detail and status.state is not ConnState.CONNECTED:
-        parts.append(Content.styled(f" ({status.detail})", "$text-muted"))
+    if status.state is ConnState.HOSTKEY_REFUSED and status.fingerprint:
+        parts.append(Content.styled(f" ({status.fingerprint})", "$text-muted"))
+    elif status.detail and status.state in (ConnState.CONNECTING, ConnState.RECONNECTING):
+        detail = status.detail if len(status.detail) <= 60 else status.detail[:59] + "…"
+        parts.append(Content.styled(f" ({detail})", "$text-muted"))
     if not status.strict_host_key:
         parts.append(Content.styled(" · host key not checked", "$warning"))
     return Content.assemble(*parts)
@@ -54,6 +58,44 @@ def boot_state_text(boot: Boot | None, elapsed: float | None) -> Content:
     var = "$" + fmt.PHASE_VARIABLE[phase] if phase is not None else "$text-muted"
     tail = f" {fmt.duration(elapsed)}" if elapsed is not None else ""
     return Content.styled(f"▶ {fmt.phase_label(phase)}{tail}", f"{var} bold")
+
+
+FATAL_STATES = frozenset({ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED, ConnState.FAILED})
+
+
+class ConnBanner(QuietStatic):
+    """Why a host cannot be reached when retrying will not help (host key, authentication,
+    configuration): the backend's message, which says what to do (e.g. how to trust a key)."""
+
+    DEFAULT_CSS = """
+    ConnBanner {
+        display: none;
+        height: auto;
+        padding: 0 1;
+        background: $error-muted;
+        border-left: thick $error;
+        &.-shown { display: block; }
+    }
+    """
+
+    def show(self, status: ConnStatus | None) -> None:
+        fatal = status is not None and status.state in FATAL_STATES
+        self.set_class(fatal, "-shown")
+        if status is None or not fatal:
+            self.set(None, lambda: "")
+            return
+        shown = status
+        self.set((shown.state, shown.detail, shown.fingerprint), lambda: self._content(shown))
+
+    @staticmethod
+    def _content(status: ConnStatus) -> Content:
+        parts = [Content.styled(f"✖ cannot monitor this host: {status.state.value}", "$error bold")]
+        if status.fingerprint:
+            key = Content.styled(status.fingerprint, "$foreground bold")
+            parts.append(Content.assemble(("offered host key ", "$text-muted"), key))
+        if status.detail:
+            parts.append(Content.styled(status.detail, "$foreground"))
+        return Content("\n").join(parts)
 
 
 @dataclass(frozen=True, slots=True)
