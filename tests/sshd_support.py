@@ -29,6 +29,7 @@ Nothing here talks to anything but 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import pwd
@@ -38,6 +39,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -246,7 +248,13 @@ def start_sshd(
     client_key = workdir / "id_ed25519"
     ckey = asyncssh.generate_private_key("ssh-ed25519")
     _write_key(client_key, ckey)
-    auth = workdir / f"authorized_keys_{user}"
+    auth_dir = workdir
+    if account.pw_uid != 0:
+        # sshd reads authorized_keys as the user: pytest's temp dirs (0700) are not traversable
+        auth_dir = Path(tempfile.mkdtemp(prefix="kvtui-sshd-keys-", dir="/tmp"))
+        auth_dir.chmod(0o755)
+        atexit.register(shutil.rmtree, auth_dir, True)
+    auth = auth_dir / f"authorized_keys_{user}"
     auth.write_bytes(ckey.export_public_key())
     os.chmod(auth, 0o644)
     if account.pw_uid != 0:  # the login must be able to read the key (StrictModes is off)
@@ -267,7 +275,7 @@ def start_sshd(
             Port {port}
             HostKey {host_key}
             PidFile {workdir / "sshd.pid"}
-            AuthorizedKeysFile {workdir}/authorized_keys_%u
+            AuthorizedKeysFile {auth_dir}/authorized_keys_%u
             UsePAM no
             StrictModes no
             PasswordAuthentication no

@@ -16,6 +16,8 @@ import asyncio
 import json
 import os
 import random
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -497,3 +499,31 @@ async def test_measure_lines_per_second(sshd: SshdInstance, tools: FakeTools) ->
     _record("lines_per_s_journal_json", int(journal_rate))
     assert file_rate > 5000
     assert journal_rate > 2000
+
+
+async def test_non_root_login_follows_and_leaves_nothing(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A plain user: the same streams, and the same clean exit (there sshd would deliver
+    signals too, but the guard does not rely on them)."""
+    inst = start_sshd(tmp_path_factory.mktemp("sshd-user"), user="kvtui-test")
+    logdir = Path(tempfile.mkdtemp(prefix="kvtui-userlog-", dir="/tmp"))  # readable by that user
+    os.chmod(logdir, 0o755)
+    log = logdir / "server.log"
+    log.write_text("[2026-01-01 00:00:00] server_args=ServerArgs(model_path='m')\nready\n")
+    os.chmod(log, 0o644)
+    b = SshBackend("u", inst.host_config(log_file=str(log)), ssh_config=[], connect_timeout=5,
+                   options={"agent_path": None})
+    try:
+        await b.start()
+        assert b.status().detail == f"kvtui-test@127.0.0.1:{inst.port}"
+        col = Collector(b, b.follow_log())
+        await col.wait_for(2)
+        assert [r.text for r in col.records] == ["[2026-01-01 00:00:00] server_args=ServerArgs(model_path='m')",
+                                                 "ready"]
+        res = await b.run("id -un")
+        assert res.stdout.strip() == "kvtui-test"
+        await col.stop()
+    finally:
+        await b.close()
+        inst.stop()
+    assert await wait_no_processes(str(log), ("tail", "kvtui-guard")) == []
+    shutil.rmtree(logdir)
