@@ -251,6 +251,11 @@ def test_server_args_dict_with_non_literal_values_and_truncation() -> None:
             {"full_tokens": 100, "swa_tokens": 80},
         ),
         (
+            "[t TP0] Use sliding window memory pool (all SWA). swa_layer_tokens=300000",
+            [(Phase.KV_ALLOCATE, T, False)],
+            {"swa_tokens": 300000},
+        ),
+        (
             "[t TP0] SWAKVPool mem usage: 28.93 GB, swa size: 148717, full size: 185897",
             [(Phase.KV_ALLOCATE, T, False)],
             {"swa_kv_gib": 28.93, "swa_tokens": 148717, "full_tokens": 185897},
@@ -724,6 +729,21 @@ def test_reset_and_a_new_args_dump_forget_the_draft_state() -> None:
     assert marks(g.parse("[2026-01-02 03:04:05] Load weight begin. avail mem=1.00 GB"))[0][1] is D
     g.parse("[2026-01-02 03:04:06] server_args=ServerArgs(tp_size=1)")
     assert marks(g.parse("[2026-01-02 03:04:07] Load weight begin. avail mem=1.00 GB"))[0][1] is T
+
+
+def test_post_capture_kv_sizing_is_the_targets_pool() -> None:
+    g = SglangGrammar()
+    g.parse("[2026-01-02 03:04:05 TP0] KV Cache VA upper bound. #tokens: 900000, KV size: 60.00 GB")
+    g.parse("[2026-01-02 03:04:05 TP0] Memory pool end. avail mem=20.00 GB")
+    g.parse(
+        "[2026-01-02 03:04:06 TP0] Capture target decode CUDA graph end. elapsed=5.00 s, mem usage=1.00 GB, avail mem=19.00 GB."
+    )
+    p = g.parse(
+        "[2026-01-02 03:04:07 TP0] Post-capture KV sizing: KV cache allocated. dtype: torch.bfloat16, #tokens: 812345, "
+        "KV size: 54.20 GB, avail mem=2.10 GB"
+    )
+    assert marks(p) == [(Phase.KV_ALLOCATE, T, False)]
+    assert metrics(p) == {"kv_tokens": 812345, "kv_cache_gib": 54.20}
 
 
 def test_version_hints() -> None:

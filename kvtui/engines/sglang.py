@@ -710,7 +710,10 @@ class SglangGrammar:
 
     def _kv_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...]:
         st = self._rank_state(rank)
-        if st.pool_ended:
+        if msg.startswith("Post-capture"):
+            # 0.5.23 post-capture sizing: the target's real pool, sized after its graphs (engines.md 2.2)
+            model = TARGET
+        elif st.pool_ended:
             model = DRAFT
         elif st.kv_lines >= 1 and self._draft_load_seen and not st.hybrid:
             # 0.4.10 prints `Memory pool end` on TP0 only: a second pool with the draft loading
