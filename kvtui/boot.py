@@ -579,14 +579,15 @@ class BootTracker:
         return boot
 
     def _end_replaced(self, boot: Boot, ts: datetime | None) -> None:
-        """The boot is replaced by a new one without having finished."""
+        """The boot is replaced by a new one (the next start says this one is over)."""
         if boot.status is BootStatus.STARTING:
             if any(e.ft.specificity >= 2 for e in self._w.evidence):
                 self._fail(boot, ts)
             else:
                 boot.status = BootStatus.STOPPED
                 self._close_open(boot, ts)
-                boot.ended_at = ts
+        if boot.ended_at is None:
+            boot.ended_at = ts
 
     def _boundary(self, ev: BootBoundary, ts: datetime | None, upd: BootUpdate, failed_exit: bool) -> Boot | None:
         boot = self.current
