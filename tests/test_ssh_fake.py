@@ -623,3 +623,23 @@ def test_journal_follower_splits_multiline_entries_sharing_the_cursor() -> None:
     assert [(r.text, r.cursor) for r in recs] == [("hi\ufffd", "c2")]
     j.reset()  # a dropped channel forgets a partial line; the cursor says where to resume
     assert j.resume == ("after", "c2")
+
+
+async def test_ssh_config_alias_is_honoured_and_trusted_under_its_real_name(tmp_path: Path) -> None:
+    host = FakeHost()
+    async with fake_ssh_server(host.handle, tmp_path / "srv") as srv:
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text(f"Host gpu-box\n  HostName 127.0.0.1\n  Port {srv.port}\n  User tester\n")
+        kh = tmp_path / "kh"
+        kh.write_text("")
+        b = SshBackend("box", HostConfig(ssh="gpu-box", unit="u", known_hosts=str(kh)), ssh_config=[str(cfg)],
+                       connect_timeout=5)
+        with pytest.raises(BackendError) as ei:
+            await b.start()
+        assert f"[127.0.0.1]:{srv.port}" in str(ei.value)
+        await b.trust_host_key()
+        assert kh.read_text().startswith(f"[127.0.0.1]:{srv.port} ssh-ed25519 ")
+        assert b.status().state is ConnState.CONNECTED
+        assert b.status().detail == f"tester@gpu-box:{srv.port}"
+        assert (await b.run("echo via alias")).stdout == "via alias\n"
+        await b.close()

@@ -580,9 +580,23 @@ class SshBackend:
         self.login_user = conn.get_extra_info("username")
         return conn
 
+    def _resolved(self) -> tuple[str, int]:
+        """The real host name and port after ``~/.ssh/config`` (``HostName``, ``Port``): what
+        known_hosts entries are matched against."""
+        alias = self.host.ssh_host or ""
+        kw: dict[str, Any] = {}
+        if self._ssh_config is not None:
+            kw["config"] = list(self._ssh_config)
+        if self.host.port:
+            kw["port"] = self.host.port
+        try:
+            opts = asyncssh.SSHClientConnectionOptions(host=alias, **kw)
+            return str(opts.host or alias), int(opts.port or 22)
+        except Exception:  # a broken config is reported by the connection attempt itself
+            return alias, self.host.port or 22
+
     async def _hostkey_status(self, exc: Exception) -> ConnStatus:
-        host = self.host.ssh_host or ""
-        port = self.host.port or 22
+        host, port = self._resolved()
         fingerprint: str | None = None
         keytype = "host"
         try:
@@ -590,7 +604,8 @@ class SshBackend:
             if self._ssh_config is not None:
                 kw["config"] = list(self._ssh_config)
             key = await asyncio.wait_for(
-                asyncssh.get_server_host_key(host, self.host.port or (), **kw), timeout=self.connect_timeout)
+                asyncssh.get_server_host_key(self.host.ssh_host or host, self.host.port or (), **kw),
+                timeout=self.connect_timeout)
             if key is not None:
                 self._offered_key = key
                 fingerprint = key.get_fingerprint("sha256")
@@ -627,8 +642,8 @@ class SshBackend:
             raise BackendError(f"{self.name}: no refused host key to trust")
         if "CHANGED" in st.detail:
             raise BackendError(f"{self.name}: the host key changed; remove the old entry first ({st.detail})")
-        host = self.host.ssh_host or ""
-        spec = host if not self.host.port or self.host.port == 22 else f"[{host}]:{self.host.port}"
+        host, port = self._resolved()
+        spec = host if port == 22 else f"[{host}]:{port}"
         kh = self._known_hosts_file()
         kh.parent.mkdir(parents=True, exist_ok=True)
         line = f"{spec} {self._offered_key.export_public_key().decode().strip()}\n"
@@ -683,7 +698,8 @@ class SshBackend:
             self.reconnects += 1
         self.backoff.reset()
         who = self.login_user or self.host.ssh_user or ""
-        port = self.host.port or 22
+        peer = conn.get_extra_info("peername")
+        port = peer[1] if isinstance(peer, tuple) and len(peer) >= 2 else (self.host.port or 22)
         detail = f"{who}@{self.host.ssh_host}:{port}" if who else f"{self.host.ssh_host}:{port}"
         if who == "root":
             detail += " (as root)"
