@@ -643,3 +643,16 @@ async def test_ssh_config_alias_is_honoured_and_trusted_under_its_real_name(tmp_
         assert b.status().detail == f"tester@gpu-box:{srv.port}"
         assert (await b.run("echo via alias")).stdout == "via alias\n"
         await b.close()
+
+
+@pytest.mark.parametrize("stamp", ["2026-03-04T09:12:00.123456789Z", "2026-03-04T09:12:00Z",
+                                   "2026-03-04T09:12:00.5+02:00", "2026-03-04T09:12:00-05:30"])
+def test_docker_timestamps_cached_parse_matches_full_parse(stamp: str) -> None:
+    from kvtui.hosts.ssh import _DockerFollower, parse_docker_ts
+
+    d = _DockerFollower(SshBackend("x", HostConfig(ssh="h", container="c")), LogStart.CURRENT_BOOT, None)
+    d._ts("2026-03-04T09:12:00.000000001Z")  # prime the cache with the same second
+    assert d._ts(stamp) == parse_docker_ts(stamp)
+    assert parse_docker_ts(stamp) is not None
+    recs = d.feed(f"{stamp} hello world\n".encode())
+    assert [(r.text, r.ts) for r in recs] == [("hello world", parse_docker_ts(stamp))]

@@ -497,8 +497,23 @@ async def test_measure_lines_per_second(sshd: SshdInstance, tools: FakeTools) ->
     await b.close()
     await b2.close()
     _record("lines_per_s_journal_json", int(journal_rate))
+    # docker logs --timestamps (the fake docker replays a file)
+    (tools.state / "docker.inspect.StartedAt").write_text("2026-03-04T09:00:00.000000000Z\n")
+    with (tools.state / "docker.log").open("w") as f:
+        for i in range(n):
+            f.write(f"2026-03-04T09:{10 + i // 60000:02d}:{(i // 1000) % 60:02d}.{i % 1000:06d}000Z "
+                    f"{messages[i % len(messages)][:160]}\n")
+    b = make_backend(sshd, unit=None, container="bench")
+    t0 = time.monotonic()
+    col = Collector(b, b.follow_log(LogStart.CURRENT_BOOT))
+    await col.wait_for(n, timeout=120)
+    docker_rate = n / (time.monotonic() - t0)
+    await col.stop()
+    await b.close()
+    _record("lines_per_s_docker_ts", int(docker_rate))
     assert file_rate > 5000
     assert journal_rate > 2000
+    assert docker_rate > 5000
 
 
 async def test_non_root_login_follows_and_leaves_nothing(tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -29,7 +29,7 @@ import signal
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -392,6 +392,8 @@ class _DockerFollower(_Follower):
         self.since: str | None = None
         self.seen_at_since = 0  # lines at exactly `since` already delivered
         self._skip = 0
+        self._ts_key = ""
+        self._ts_base: datetime | None = None
         if after_cursor:
             ts, _, n = after_cursor.partition("#")
             self.since, self.seen_at_since = ts, int(n) if n.isdigit() else 0
@@ -421,12 +423,17 @@ class _DockerFollower(_Follower):
         out: list[LogRecord] = []
         for line in self._lines(chunk):
             line = line.rstrip(b"\r")
-            m = _DOCKER_LINE_RE.match(line)
-            if m is None:
-                if line:  # a docker error line (merged stderr) — not a log line of the container
-                    self.note = _decode(line)
-                continue
-            stamp = m.group(1).decode()
+            stamp_b, _, text = line.partition(b" ")
+            quick = len(stamp_b) >= 20 and stamp_b[4:5] == b"-" and stamp_b[10:11] == b"T" and (
+                stamp_b[-1:] == b"Z" or stamp_b[-1:].isdigit())
+            if not quick:
+                m = _DOCKER_LINE_RE.match(line)
+                if m is None:
+                    if line:  # a docker error line (merged stderr) — not a log line of the container
+                        self.note = _decode(line)
+                    continue
+                stamp_b, text = m.group(1), m.group(2)
+            stamp = stamp_b.decode("ascii", "replace")
             if self.since is not None and stamp == self.since and self._skip > 0:
                 self._skip -= 1
                 continue
@@ -437,9 +444,23 @@ class _DockerFollower(_Follower):
             else:
                 self.since, self.seen_at_since = stamp, 1
             self._skip = 0
-            out.append(LogRecord(text=_decode(m.group(2)), ts=parse_docker_ts(stamp),
+            out.append(LogRecord(text=_decode(text), ts=self._ts(stamp),
                                  cursor=f"{stamp}#{self.seen_at_since}", source="docker"))
         return out
+
+    def _ts(self, stamp: str) -> datetime | None:
+        """``parse_docker_ts`` with the whole-second part cached (lines come many per second)."""
+        sec, rest = stamp[:19], stamp[19:]
+        if rest.endswith("Z"):
+            tz, frac = "Z", rest[1:-1] if rest.startswith(".") else ""
+        else:
+            tz, frac = rest[-6:], rest[1:-6] if rest.startswith(".") else ""
+        key = sec + tz
+        if key != self._ts_key:
+            self._ts_key, self._ts_base = key, parse_docker_ts(key)
+        if self._ts_base is None or (frac and not frac.isdigit()):
+            return parse_docker_ts(stamp)
+        return self._ts_base + timedelta(microseconds=int(frac[:6].ljust(6, "0")) if frac else 0)
 
 
 # ---------------------------------------------------------------------------------------------
