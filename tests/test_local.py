@@ -499,3 +499,19 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+async def test_sudo_hosts_run_journalctl_through_sudo_n(tmp_path: Path) -> None:
+    b = LocalBackend("l", _host(unit="x.service", sudo=True), journalctl=("journalctl",), systemctl=("systemctl",))
+    assert b._journalctl[:3] == ["sudo", "-n", "journalctl"]
+    assert b._systemctl[:3] == ["sudo", "-n", "systemctl"]
+    plain = LocalBackend("l", _host(unit="x.service"))
+    assert plain._journalctl == ["journalctl"]
+    if shutil.which("sudo") is None:  # the error names what is missing
+        await b.start()
+        try:
+            with pytest.raises(BackendError, match="sudo"):
+                async for _ in b.follow_log(LogStart.NEXT_BOOT):
+                    pass
+        finally:
+            await b.close()

@@ -503,8 +503,10 @@ class LocalBackend:
         self._scan_back = scan_back_bytes
         self._journal_scan = journal_scan_lines
         self._nvml = nvml or Nvml()
-        self._journalctl = list(journalctl)
-        self._systemctl = list(systemctl)
+        # ``sudo = true``: journalctl and systemctl run through ``sudo -n`` (never a prompt)
+        sudo = ["sudo", "-n"] if getattr(host, "sudo", False) else []
+        self._journalctl = [*sudo, *journalctl]
+        self._systemctl = [*sudo, *systemctl]
         self._docker = list(docker)
         self._state = ConnState.CONNECTING
         self._log_detail = ""
