@@ -301,7 +301,6 @@ def test_model_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
         (["--log", str(QWEN_OOM), "--boot", "5"], "--boot 5: the log holds 1 boot"),
         (["--model", "config.json", "--tp", "4"], "--model needs --gpu-mem-gib"),
         (["--model", "config.json", "--gpu-mem-gib", "80", "--tp", "2", "--boot", "1"], "--boot goes with --log"),
-        (["--host", "gpu-a"], "needs the hosts layer"),
     ],
 )
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
@@ -393,3 +392,27 @@ def test_graph_margin_from_hosts_toml(capsys: pytest.CaptureFixture[str], tmp_pa
     assert code == 3
     assert out == ""
     assert "graph_margin" in err
+
+
+# --host: calibrate from a live host's log (the simulated demo host; no network)
+
+
+def test_host_calibrates_from_the_demo_hosts_boot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "hosts.toml").write_text("[hosts.fast]\ndemo = true\ndemo_speed = 600.0\n")
+    code, out, err = calc(capsys, "--host", "fast", "--set", "mem-fraction-static=0.9", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["basis"] == "calibrated"
+    assert doc["observed"]["mem_fraction_static"] == 0.85
+    # the demo's default preset is the brief's Kimi story: 192,406 tokens at 0.85
+    assert doc["observed"]["max_total_num_tokens"] == 192_406
+    assert doc["predicted"]["max_total_num_tokens"] > 192_406
+
+
+def test_host_unknown_exits_3_naming_the_known_hosts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "hosts.toml").write_text("[hosts.fast]\ndemo = true\n")
+    code, out, err = calc(capsys, "--host", "gpu-a")
+    assert code == 3
+    assert out == ""
+    assert "gpu-a" in err
+    assert "fast" in err

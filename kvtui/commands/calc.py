@@ -248,6 +248,32 @@ def _check_options(args: argparse.Namespace) -> None:
                 raise _Fail(EXIT_USAGE, f"{opt} goes with --model{hint}")
 
 
+HOST_READ_TIMEOUT_S = 60.0
+
+
+def _source_boots(args: argparse.Namespace) -> tuple[list[Boot], str]:
+    """The boots to calibrate from: a saved log (``--log``) or the host's log as it is now (``--host``)."""
+    if not getattr(args, "host", None):
+        return read_log_boots(args.log), ("stdin" if args.log == "-" else args.log)
+    import asyncio
+
+    from kvtui.config import ConfigError
+    from kvtui.hosts.backend import BackendError
+    from kvtui.monitor import host_boots
+
+    try:
+        boots = asyncio.run(host_boots(args.host, getattr(args, "hosts", None), timeout=HOST_READ_TIMEOUT_S))
+    except ConfigError as exc:
+        raise _Fail(EXIT_INPUT, str(exc)) from None
+    except BackendError as exc:
+        raise _Fail(EXIT_INPUT, f"host {args.host}: {exc}") from None
+    except TimeoutError:
+        raise _Fail(
+            EXIT_INPUT, f"host {args.host}: no log arrived within {HOST_READ_TIMEOUT_S:.0f} s"
+        ) from None
+    return boots, f"host {args.host}"
+
+
 def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, str]:
     sets: Sequence[str] = args.set or []
     unsets: Sequence[str] = args.unset or []
@@ -275,20 +301,20 @@ def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, st
             kc.parse_edits(Engine.UNKNOWN, sets, unsets)
         except kc.CalcError as exc:
             raise _Fail(EXIT_USAGE, str(exc)) from None
-        boots = read_log_boots(args.log)
+        boots, label = _source_boots(args)
         try:
             boot, others = kc.select_boot(boots, args.boot)
         except kc.CalcError as exc:
-            raise _Fail(EXIT_INPUT if exc.kind == "input" else EXIT_USAGE, f"{args.log}: {exc}") from None
+            raise _Fail(EXIT_INPUT if exc.kind == "input" else EXIT_USAGE, f"{label}: {exc}") from None
         try:
             model = kc.calibrate(boot, gpu_mem_gib=args.gpu_mem_gib, others=others)
         except kc.CalcError as exc:
-            raise _Fail(EXIT_INPUT, f"{args.log}: boot {boots.index(boot) + 1}: {exc}") from None
+            raise _Fail(EXIT_INPUT, f"{label}: boot {boots.index(boot) + 1}: {exc}") from None
         try:
             edits = kc.parse_edits(model.engine, sets, unsets)
         except kc.CalcError as exc:
             raise _Fail(EXIT_USAGE, str(exc)) from None
-        source = f"boot {boots.index(boot) + 1} of {len(boots)} in {'stdin' if args.log == '-' else args.log}"
+        source = f"boot {boots.index(boot) + 1} of {len(boots)} in {label}"
         if others:
             source += f" (+{len(others)} sibling boot{'s' if len(others) != 1 else ''})"
     try:
@@ -302,12 +328,6 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     try:
-        if getattr(args, "host", None):
-            raise _Fail(
-                EXIT_USAGE,
-                f"--host {args.host}: calibrating from a live host needs the hosts layer, which this build does "
-                "not wire into calc yet; save the log and use --log PATH",
-            )
         _check_options(args)
         margin = graph_margin_from_config(getattr(args, "hosts", None), err)
         pred, source = _predict(args, margin)
