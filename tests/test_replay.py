@@ -465,6 +465,26 @@ def test_two_core_replay_falls_back_when_the_worker_fails(monkeypatch: pytest.Mo
     assert _summary(par) == _summary(seq)
 
 
+def test_a_fifo_is_read_in_one_pass(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    fifo = tmp_path / "boot.fifo"
+    os.mkfifo(fifo)
+    data = (FIX / "sglang-0.4.10-qwen72b-tp2-capture-oom.log").read_bytes()
+
+    def writer() -> None:
+        with fifo.open("wb") as f:
+            f.write(data)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    boots, shape = replay.analyse_path(str(fifo), parallel_min_bytes=0)
+    t.join(timeout=10)
+    assert shape == "raw"
+    assert boots[0].failure is not None
+
+
 def test_stdin_and_the_cli_entry_point() -> None:
     data = (FIX / "sglang-0.4.10-qwen72b-tp2-capture-oom.log").read_bytes()
     proc = subprocess.run(

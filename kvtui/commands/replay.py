@@ -148,15 +148,15 @@ def analyse_path(
     cores (the second half in a forked process), with the same result as one pass."""
     stream = _open(path)
     try:
-        if stream is sys.stdin.buffer or not sys.platform.startswith("linux"):
-            return analyse(read_chunks(stream, path), engine_hint, clock=clock)
+        if stream is sys.stdin.buffer or not sys.platform.startswith("linux") or not stream.seekable():
+            return analyse(read_chunks(stream, path), engine_hint, clock=clock)  # pipes, FIFOs, stdin
         try:
-            head = stream.read(_HEAD_BYTES)
             size = os.fstat(stream.fileno()).st_size
+            head = stream.read(_HEAD_BYTES) if size >= max(parallel_min_bytes, 2 * _HEAD_BYTES) else b""
             stream.seek(0)
         except (OSError, ValueError) as exc:
             raise InputError(f"{path}: cannot read ({exc})") from exc
-        if size < max(parallel_min_bytes, 2 * _HEAD_BYTES) or head[:2] == b"\x1f\x8b" or not stream.seekable():
+        if not head or head[:2] == b"\x1f\x8b":
             return analyse(read_chunks(stream, path), engine_hint, clock=clock)
         return _analyse_parallel(stream, path, head, size, engine_hint, clock)
     finally:
