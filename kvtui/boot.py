@@ -1001,7 +1001,11 @@ class BootTracker:
         phase = decider.phase if decider is not None else w.activity
         if phase is None:
             phase = boot.phase
-        hint = next((e.ft.hint for e in evidence if e.ft.hint), None)
+        # The line that decided the kind gives the hint. Another line's hint (systemd's SIGKILL
+        # note after SGLang killed its own process tree) only speaks when nothing more specific did.
+        hint = decider.ft.hint if decider is not None else None
+        if hint is None and kind in (FailureKind.CRASH, FailureKind.UNKNOWN):
+            hint = next((e.ft.hint for e in evidence if e.ft.hint), None)
         if hint is None:
             hint = hint_for(kind, boot.engine, boot.flags, boot.facts)
             if kind is not FailureKind.GPU_BUSY and any(

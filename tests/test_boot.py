@@ -139,6 +139,33 @@ def test_systemd_lifecycle() -> None:
     assert second.flags["mem_fraction_static"] == 0.8
 
 
+def test_capture_oom_keeps_its_hint_when_systemd_reports_the_sigkill_after_it() -> None:
+    """SGLang kills its own process tree after a scheduler dies; systemd then says status=9/KILL.
+    That exit must not replace the capture-OOM diagnosis with an "OOM killer" hint."""
+    lines = [
+        ("systemd", "Started sglang.service - SGLang."),
+        ("python3", "[2026-03-04 09:00:00] server_args=ServerArgs(mem_fraction_static=0.99, cuda_graph_max_bs=64)"),
+        ("python3", "[2026-03-04 09:04:00 TP0] Capture cuda graph begin. This can take up to several minutes. "
+         "avail mem=1.32 GB"),
+        ("python3", "[2026-03-04 09:04:10 TP0] Scheduler hit an exception: Traceback (most recent call last):"),
+        ("python3", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.02 GiB. GPU 0 has a total "
+         "capacity of 79.25 GiB of which 51.20 MiB is free."),
+        ("python3", "[2026-03-04 09:04:10] Received sigquit from a child process. It usually means the child failed."),
+        ("systemd", "sglang.service: Main process exited, code=killed, status=9/KILL"),
+        ("systemd", "sglang.service: Failed with result 'signal'."),
+    ]
+    tr = BootTracker()
+    parser = LineParser()
+    for ident, text in lines:
+        for p in parser.feed(LogRecord(text, ident=ident)):
+            tr.feed(p)
+    (boot,) = tr.boots
+    assert boot.failure is not None
+    assert boot.failure.kind is FailureKind.OOM_GRAPH_CAPTURE
+    assert "SIGKILL" not in boot.failure.hint
+    assert "--mem-fraction-static" in boot.failure.hint
+
+
 def test_systemd_lines_without_identifier_only_in_unambiguous_shapes() -> None:
     p = LineParser()
     (started,) = p.feed(LogRecord("Started sglang.service - SGLang server."))
