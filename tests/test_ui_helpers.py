@@ -224,7 +224,7 @@ class FakeClock:
 def demo_backend(name: str, host: Any, clock: FakeClock) -> Any:
     from kvtui.hosts.demo import DemoBackend
 
-    return DemoBackend(name, host, clock=clock, poll_interval=0.01)
+    return DemoBackend(name, host, clock=clock, poll_interval=0.05)
 
 
 def demo_app(
@@ -250,7 +250,7 @@ def demo_app(
         readonly=readonly,
         clock=clock,
         theme=theme,
-        monitor_options={"gpu_interval": 0.05, "flush_interval": 0.05},
+        monitor_options={"gpu_interval": 0.1, "flush_interval": 0.05},
     )
     app.animation_level = "none"
     return app

@@ -34,13 +34,18 @@ async def _finish(pilot: Pilot[Any], app: KvtuiApp) -> None:
     await pilot.pause()
 
 
-def _booting(speed: float, until: Callable[[KvtuiApp], bool], step: float) -> tuple[KvtuiApp, Callable[
-        [Pilot[Any]], Awaitable[None]]]:
+def _booting(
+    speed: float, until: Callable[[KvtuiApp], bool], step: float, *, coarse: float = 0.0
+) -> tuple[KvtuiApp, Callable[[Pilot[Any]], Awaitable[None]]]:
+    """Follow a boot from its start: ``coarse`` clock seconds in 1 s steps, then ``step`` until
+    ``until(app)``."""
     clock = FakeClock()
     start_demo("demo", clock, speed)
     app = demo_app(clock, speed=speed)
 
     async def run_before(pilot: Pilot[Any]) -> None:
+        if coarse:
+            await run_clock(pilot, app, clock, seconds=coarse, step=1.0)
         await run_clock(pilot, app, clock, until=lambda: until(app), step=step, limit=120)
         await _finish(pilot, app)
 
@@ -61,13 +66,15 @@ def _progress(app: KvtuiApp) -> int:
 
 @pytest.mark.slow
 def test_snapshot_loading_weights(snap_compare: SnapCompare) -> None:
-    app, run_before = _booting(20.0, lambda a: _phase(a) is Phase.LOAD_WEIGHTS and _progress(a) >= 30, 1.0)
+    app, run_before = _booting(40.0, lambda a: _phase(a) is Phase.LOAD_WEIGHTS and _progress(a) >= 30, 1.0)
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
 @pytest.mark.slow
 def test_snapshot_graph_capture(snap_compare: SnapCompare) -> None:
-    app, run_before = _booting(20.0, lambda a: _phase(a) is Phase.GRAPH_CAPTURE and _progress(a) >= 4, 0.5)
+    app, run_before = _booting(
+        40.0, lambda a: _phase(a) is Phase.GRAPH_CAPTURE and _progress(a) >= 4, 0.1, coarse=6.0
+    )
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
@@ -78,7 +85,7 @@ def test_snapshot_ready_with_kv_usage(snap_compare: SnapCompare) -> None:
     app = demo_app(clock, speed=40.0)
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        await run_clock(pilot, app, clock, seconds=24.0, step=1.0)  # ready after ~8 s, then serving
+        await run_clock(pilot, app, clock, seconds=18.0, step=1.0)  # ready after ~7 s, then serving
         await _finish(pilot, app)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -159,7 +166,7 @@ async def _readme_session() -> str:
     start_demo("demo", clock, 40.0)
     app: KvtuiApp = demo_app(clock, speed=40.0)
     async with app.run_test(size=README_SIZE) as pilot:
-        await run_clock(pilot, app, clock, seconds=16.0, step=0.5)
+        await run_clock(pilot, app, clock, seconds=16.0, step=1.0)
         await _finish(pilot, app)
         svg: str = app.export_screenshot(title="kvtui connect demo")
         return svg

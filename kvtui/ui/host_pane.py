@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widget import Widget
+from textual.worker import Worker, WorkerState
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.config import CalcConfig, HostConfig, UiConfig
@@ -229,6 +230,20 @@ class HostPane(Vertical):
         self.query_one(ConnBanner).show(self.status)
         self.notify(message, title=f"{self.host_name}: cannot monitor", severity="error", timeout=10)
         self._post_summary()
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        """A worker that dies of an unexpected error says so instead of vanishing."""
+        worker = event.worker
+        if worker.state is not WorkerState.ERROR or worker.node is not self:
+            return
+        event.stop()
+        error = worker.error
+        message = f"{type(error).__name__}: {error}" if error is not None else "unknown error"
+        if worker.group == "monitor":
+            self._fatal(f"the monitor stopped: {message}")
+        else:
+            self.notify(message, title=f"{self.host_name}: {worker.description or worker.group}", severity="error")
 
     # ---- updates in -----------------------------------------------------------------------------
 

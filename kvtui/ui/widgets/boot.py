@@ -280,7 +280,8 @@ class KvUsage(Vertical):
         self._usage = usage
         self.query_one(KvGauge).usage = usage
         spark = self.query_one("#kv-spark", Sparkline)
-        data = list(self.history) if len(self.history) >= 2 else []  # one bar would fill the box
+        data = list(self.history)
+        spark.display = len(data) >= 2  # one value would draw a meaningless full box
         if spark.data != data:
             spark.data = data
         live = boot.live

@@ -498,7 +498,7 @@ class LogView(ScrollView, can_focus=True):
                     continue
                 if pattern.search(view[i].text):
                     self.set_cursor(view[i].seq)
-                    self.message = f"/{query.text}"
+                    self.message = f"match on line {view[i].seq + 1:,}"
                     self._post_status()
                     return
         if self.source is None:
