@@ -341,9 +341,9 @@ class FailureBanner(QuietStatic):
     def _content(self, failure: Failure, previous: bool = False) -> Content:
         where = f" in {fmt.phase_label(failure.phase)}" if failure.phase is not None else ""
         title = fmt.FAILURE_TITLES.get(failure.kind, "failed")
-        message = failure.message.strip()
-        if len(message) > 400:
-            message = message[:399] + "…"
+        message = " ".join(failure.message.split())
+        if len(message) > 240:  # two lines or so: the log holds the rest
+            message = message[:239] + "…"
         parts: list[Content] = [
             Content.assemble(
                 ("✖ PREVIOUS BOOT FAILED" if previous else "✖ BOOT FAILED", "$error bold"),

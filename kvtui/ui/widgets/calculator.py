@@ -357,17 +357,17 @@ class CalculatorPanel(Vertical):
         per = _num(predicted, "tokens_per_0_01")
         if per is not None:
             rows.append(("tokens per +0.01", f"{per:+,.0f}", "$text-muted"))
-        rows.append(("max safe fraction", fmt.fraction(_num(data, "max_safe_fraction")), "$accent bold"))
         width = max(20, (self.size.width or 36) - 2)
-        lines: list[Content] = []
-        for label, value, style in rows:
-            pad = max(1, width - len(label) - len(value))
-            lines.append(Content.assemble((label, "$text-muted"), " " * pad, (value, style)))
+        # the verdict and the largest safe fraction first: they are what a short panel must show
         verdict = str(data.get("verdict", ""))
         var = fmt.VERDICT_VARIABLE.get(verdict, "text-muted")
         badge = Content.styled(f" {verdict.upper().replace('_', ' ')} ", f"bold $background on ${var}")
         pad = max(1, width - len("verdict") - badge.cell_length)
-        lines.append(Content.assemble(("verdict", "$text-muted"), " " * pad, badge))
+        lines: list[Content] = [Content.assemble(("verdict", "$text-muted"), " " * pad, badge)]
+        rows.insert(0, ("max safe fraction", fmt.fraction(_num(data, "max_safe_fraction")), "$accent bold"))
+        for label, value, style in rows:
+            pad = max(1, width - len(label) - len(value))
+            lines.append(Content.assemble((label, "$text-muted"), " " * pad, (value, style)))
         result.update(Content("\n").join(lines))
         reason_list = self.reason_lines()[:3]
         reasons.update(Content("\n").join([Content.styled(f"• {r}", "$text-muted") for r in reason_list]))
