@@ -1252,7 +1252,9 @@ class _Resolved:
     notes: list[str] = field(default_factory=list)
 
 
-def _resolve(engine: Engine, edit: Edit) -> _Resolved:
+def _resolve(engine: Engine, edit: Edit, *, strict: bool = True) -> _Resolved:
+    """Resolve an edit's flag name for the engine; ``strict`` also checks the value (an edit to
+    make), without it the value is taken as given (a value read back, to compare)."""
     n = _norm(edit.flag)
     if not n:
         raise FlagError("empty flag name")
@@ -1276,8 +1278,10 @@ def _resolve(engine: Engine, edit: Edit) -> _Resolved:
                 value = True
             elif low in _FALSE:
                 value = False
-            else:
+            elif strict:
                 raise FlagError(f"--{name} is a switch; --set {name} turns it on, --unset {name} removes it")
+    elif not strict:
+        pass
     elif value is True and spec is not None:
         raise FlagError(f"--{name} needs a value: --set {name}=VALUE")
     elif value is False and spec is not None:
@@ -1612,7 +1616,7 @@ def check_command(cmd: ServerCommand, edits: Iterable[Edit]) -> list[str]:
     problems: list[str] = []
     for e in edits:
         try:
-            r = _resolve(cmd.engine, e)
+            r = _resolve(cmd.engine, e, strict=False)
         except FlagError as exc:
             problems.append(str(exc))
             continue
@@ -1648,7 +1652,7 @@ def check_dump(engine: Engine, dump: Mapping[str, object], edits: Iterable[Edit]
         if e.value is None:
             continue
         try:
-            r = _resolve(engine, e)
+            r = _resolve(engine, e, strict=False)
         except FlagError as exc:
             problems.append(str(exc))
             continue

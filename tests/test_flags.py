@@ -316,6 +316,17 @@ def test_check_text_and_dump() -> None:
                       parse_edit_args(["mem-fraction-static=0.9"])) == []
 
 
+def test_checks_compare_values_read_back_without_refusing_them() -> None:
+    # a rollback verifies values it read from a backup: a quoted value with a space is compared,
+    # not refused as an edit would be
+    unit = '[Service]\nExecStart=/x -m sglang.launch_server --served-model-name "kimi k2" --tp 8\n'
+    assert check_text(unit, "unit", [Edit("served-model-name", "kimi k2"), Edit("tp", "8")]) == []
+    assert check_text(unit, "unit", [Edit("served-model-name", "kimi")]) == [
+        "--served-model-name is kimi k2, expected kimi"
+    ]
+    assert check_dump(Engine.SGLANG, {"served_model_name": "kimi k2"}, [Edit("served-model-name", "kimi k2")]) == []
+
+
 def test_names_and_mapping_edits() -> None:
     assert canonical_flag(Engine.SGLANG, "--tensor-parallel-size") == "tp-size"
     assert canonical_flag(Engine.VLLM, "tp") == "tensor-parallel-size"

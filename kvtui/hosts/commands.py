@@ -574,11 +574,12 @@ def parse_probe(output: str) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def detached(command: str) -> str:
+def detached(command: str, log_file: str | None = None) -> str:
     """Start ``command`` (the operator's ``start_command``) so it outlives the SSH session: new
-    session (``setsid``), ``nohup``, stdin from /dev/null, output to /dev/null unless the command
-    redirects it itself. Prints the PID of the started shell."""
-    return f"nohup setsid sh -c {q(command)} </dev/null >/dev/null 2>&1 & echo $!"
+    session (``setsid``), ``nohup``, stdin from /dev/null, output appended to ``log_file`` (else
+    /dev/null) unless the command redirects it itself. Prints the PID of the started shell."""
+    out = qpath(log_file) if log_file else "/dev/null"
+    return f"nohup setsid sh -c {q(command)} </dev/null >>{out} 2>&1 & echo $!"
 
 
 def shell(command: str) -> str:

@@ -38,6 +38,7 @@ import contextlib
 import difflib
 import hashlib
 import re
+import shlex
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -556,7 +557,7 @@ def _build_steps(plan: ApplyPlan, backend: HostBackend) -> None:
                 "but cannot restart the server (drop --restart, or configure both commands)", False))
         else:
             c["stop"] = cmds.shell(plan.host.stop_command)
-            c["start"] = cmds.detached(plan.host.start_command)
+            c["start"] = cmds.detached(plan.host.start_command, log_file=plan.host.log_file)
             steps.append(PlanStep("stop the server (stop_command)", c["stop"]))
             steps.append(PlanStep(f"wait (at most {DEFAULT_STOP_WAIT_S:.0f} s) until its processes have released "
                                   "their GPU memory"))
@@ -586,7 +587,7 @@ async def _predict(
             plan.prediction_note = f"none: cannot read the host's boots ({exc})"
             return
         if not boots:
-            plan.prediction_note = "none: the host's log holds no boot yet"
+            plan.prediction_note = "none: no server boot was found in the host's log to calibrate from"
             return
     try:
         chosen, others = kvcalc.select_boot(boots, None)
@@ -612,11 +613,12 @@ async def _predict(
 
 
 async def read_latest_boots(
-    backend: HostBackend, engine: Engine | None, *, timeout: float, idle: float = 0.5
+    backend: HostBackend, engine: Engine | None, *, timeout: float, idle: float = 0.5, first: float = 8.0
 ) -> list[Boot]:
     """The host's current boot (and any after it), read until that boot is ready or failed, the
-    stream goes quiet for ``idle`` seconds, or ``timeout``. (A serving server never goes quiet:
-    once its boot is over, the serving lines that follow do not change the calibration.)"""
+    stream goes quiet for ``idle`` seconds, or ``timeout``; an empty log gives up after ``first``
+    seconds. (A serving server never goes quiet: once its boot is over, the serving lines that
+    follow do not change the calibration.)"""
     from kvtui.boot import BootTracker
     from kvtui.engines.parse import LineParser
 
@@ -632,7 +634,7 @@ async def read_latest_boots(
             if left <= 0:
                 break
             try:
-                batch = await asyncio.wait_for(anext(it), min(idle, left) if got_any else left)
+                batch = await asyncio.wait_for(anext(it), min(idle, left) if got_any else min(first, left))
             except (TimeoutError, StopAsyncIteration):
                 break
             got_any = True
@@ -643,7 +645,8 @@ async def read_latest_boots(
             if cur is not None and cur.status in (BootStatus.READY, BootStatus.FAILED):
                 break
     finally:
-        await aclose_iter(it)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(aclose_iter(it), 5.0)
     return list(tracker.boots)
 
 
@@ -716,7 +719,7 @@ async def plan_rollback(
     else:
         if not backups:
             raise ServiceError(f"no kvtui backup of {source.path} to roll back to", EXIT_REFUSED)
-        chosen = backups[-1]
+        chosen = await _newest_different(host, backend, source, backups)
     if source.demo:
         try:
             btext = _read_local(chosen)
@@ -755,6 +758,20 @@ async def plan_rollback(
     _refuse_readonly(plan, backend)
     _build_steps(plan, backend)
     return plan
+
+
+async def _newest_different(host: HostConfig, backend: HostBackend, source: FlagSource, backups: list[str]) -> str:
+    """The newest backup whose content differs from the current file (a backup equal to it —
+    say, left by an apply that was rolled back already — would roll back to nothing)."""
+    for path in reversed(backups[-20:]):
+        if source.demo:
+            sha = sha256_text(_read_local(path))
+        else:
+            r = await _run(backend, cmds.file_sha256(path, sudo=_sudo(host)))
+            sha = (r.stdout.split() or [""])[0] if r.ok else ""
+        if sha != source.sha256:
+            return path
+    return backups[-1]
 
 
 def _edits_between(old: fl.ServerCommand, new: fl.ServerCommand) -> list[fl.Edit]:
@@ -976,8 +993,6 @@ def _check_execstart(plan: ApplyPlan, show_output: str) -> list[str]:
     if not argvs:
         text = show_output.strip()
         if text.startswith("ExecStart=") and "argv[]=" not in text and text[len("ExecStart="):].strip():
-            import shlex
-
             try:
                 argvs = [shlex.split(text[len("ExecStart="):])]
             except ValueError:
@@ -1130,10 +1145,12 @@ async def _wait_gpu_release(
     while True:
         try:
             procs = await ctx.backend.gpu_processes()
-            alive = await ctx.backend.server_pids()
         except BackendError as exc:
-            raise ServiceError(f"cannot watch the old server stop: {exc}", EXIT_INPUT) from exc
-        holding = {p.pid for p in procs if p.pid in old} | (old & set(alive))
+            ctx.say(f"cannot read GPU processes ({exc}); watching the PIDs only")
+            procs = []
+        r = await _run(ctx.backend, cmds.pids_alive(old))
+        alive = {int(x) for x in r.stdout.split() if x.isdigit()} if r.ok else set(old)
+        holding = {p.pid for p in procs if p.pid in old} | (old & alive)
         if not holding:
             ctx.say("the old server's GPU memory is free")
             return
@@ -1238,11 +1255,11 @@ class BootFollower:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), min(left, 1.0))
 
-    async def close(self) -> None:
-        if self._task is not None:
+    async def close(self, grace: float = 5.0) -> None:
+        """Stop following (bounded: a backend that is slow to let go is left to finish alone)."""
+        if self._task is not None and not self._task.done():
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await asyncio.wait({self._task}, timeout=grace)
 
 
 def _reality(plan: ApplyPlan, boot: Boot) -> list[str]:
