@@ -67,6 +67,9 @@ async def apply_main(
     if args.timeout is not None and args.timeout <= 0:
         print(f"kvtui apply: --timeout {args.timeout:g}: expected a number of seconds above 0", file=stderr)
         return EXIT_USAGE
+    if args.rollback_on_failure and not args.restart:
+        print("kvtui apply: note: --rollback-on-failure acts only with --restart (nothing is restarted)",
+              file=stderr)
     opened = await open_host(args, stderr, clock)
     if isinstance(opened, int):
         return opened

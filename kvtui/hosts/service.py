@@ -29,6 +29,19 @@ through the same verified path and restarts again. Demo hosts take the same flow
 
 Every executed change (and every refusal at execution) is appended to the audit log
 (``kvtui.audit``). Errors the operator can act on are ``ServiceError`` with an exit code.
+
+From a UI (the console's ``a`` / ``u``)::
+
+    edits = kvtui.flags.parse_edit_args(sets, unsets)          # or flags.edits_from_mapping(...)
+    plan = await plan_apply(name, host, backend, edits, restart=True, boot=monitor.tracker.current,
+                            rollback_on_failure=toggle, graph_margin_gib=config.calc.graph_margin_gib)
+    show plan.diff, plan.steps, plan.prediction / plan.prediction_note, plan.refusals (plan.refused)
+    outcome = await execute(plan, backend, progress=lambda line: ...)   # never raises for the host
+    outcome.code / .status / .messages / .reality / .rolled_back / .boot
+    # rollback: plan = await plan_rollback(name, host, backend, restart=True); then execute(...)
+
+``execute`` follows the new boot on its own log stream (``follow_log(NEXT_BOOT)``), next to the
+monitor's; it never blocks the event loop (demo file operations are a few KiB).
 """
 
 from __future__ import annotations
