@@ -34,9 +34,19 @@ from kvtui.engines.events import (
 )
 from kvtui.engines.text import strip_ansi
 from kvtui.gpu import GpuProcess, GpuSample
-from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend, LogStart, aclose_iter
+from kvtui.hosts.backend import (
+    BackendError,
+    BlockLogSource,
+    ConnState,
+    ConnStatus,
+    HostBackend,
+    LogStart,
+    RecordBlock,
+    aclose_iter,
+)
 
 if TYPE_CHECKING:
+    from kvtui.engines.parse import LivePlan, LivePrefilter
     from kvtui.spool import Spool
 
 log = logging.getLogger(__name__)
@@ -84,6 +94,27 @@ class ConnUpdate:
 
 MonitorUpdate = LogBatch | BootState | GpuUpdate | ConnUpdate
 
+_new = object.__new__
+_set_seq = LogLine.__dict__["seq"].__set__
+_set_text = LogLine.__dict__["text"].__set__
+_set_ts = LogLine.__dict__["ts"].__set__
+_set_rank = LogLine.__dict__["rank"].__set__
+_set_boot = LogLine.__dict__["boot"].__set__
+_set_style = LogLine.__dict__["style"].__set__
+
+
+def _line(seq: int, text: str, ts: datetime | None, rank: str | None, boot: int, style: str) -> LogLine:
+    """``LogLine(...)`` without the frozen dataclass's per-field ``object.__setattr__`` (the hot
+    path builds one per line)."""
+    line: LogLine = _new(LogLine)
+    _set_seq(line, seq)
+    _set_text(line, text)
+    _set_ts(line, ts)
+    _set_rank(line, rank)
+    _set_boot(line, boot)
+    _set_style(line, style)
+    return line
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,6 +128,10 @@ _PENDING_BOOT_STATES: Final = 32
 _NON_RETRYABLE: Final = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 _ERROR_LEVELS: Final = frozenset({"ERROR", "CRITICAL", "FATAL", "EXCEPTION"})
 MARKER_RULE: Final = "────────"
+_TEXT_BAD: Final = str.maketrans({"\n": " ", "\r": " "})
+SKIPPED_SLICE: Final = 4096  # lines spooled without parsing between two yields to the event loop
+# a run of lines spooled without parsing, not yet in the window: (first seq, boot, texts, ts, ranks, styles)
+_Staged = tuple[int, int, list[str], list[datetime | None], list[str | None], list[str | None]]
 
 
 class MonitorHost(Protocol):
@@ -221,8 +256,9 @@ class HostMonitor:
         pids_interval: float = 10.0,
         owns_backend: bool = True,
         retry_start: bool = True,
+        live_prefilter: bool = True,
     ) -> None:
-        from kvtui.engines.parse import LineParser
+        from kvtui.engines.parse import LineParser, LivePrefilter
         from kvtui.spool import Spool
 
         self.name = name
@@ -239,6 +275,8 @@ class HostMonitor:
         hint = engine_hint_for(host)
         self.parser = LineParser(hint)
         self.tracker = BootTracker(hint)
+        # lines that cannot change a boot are spooled without being parsed (same spool, same boots)
+        self._live: LivePrefilter | None = LivePrefilter() if live_prefilter else None
         source = f"{host.kind}:{host.source_label}" if host is not None else type(backend).__name__
         root = state_dir if state_dir is not None else _default_state_dir()
         self.spool: Spool = (
@@ -248,7 +286,12 @@ class HostMonitor:
         self.latest_gpus: tuple[GpuSample, ...] = ()
         self.foreign: tuple[GpuProcess, ...] = ()
         self.server_pids: frozenset[int] = frozenset()
-        self.recent: deque[LogLine] = deque(maxlen=self.log_window)
+        self._recent: deque[LogLine] = deque(maxlen=self.log_window)
+        # lines spooled since the window was last brought up to date: LogLines (parsed lines) and
+        # runs of skipped lines (first seq, boot, rows) that become LogLines only if they are among
+        # the newest ``log_window`` when a view or ``recent`` asks (most are pushed out unseen)
+        self._staged: list[LogLine | _Staged] = []
+        self._staged_n = 0
         self.lines_seen = 0  # lines ingested by this monitor (spool length minus a resumed part)
         self.ingest_errors = 0
         self._gpu_hist: dict[int, deque[tuple[float, float]]] = {}
@@ -392,21 +435,25 @@ class HostMonitor:
     async def _log_loop(self) -> None:
         cursor = self.spool.last_cursor if self._resume else None
         delay = 0.5
+        blocks = isinstance(self.backend, BlockLogSource)
         while not self._closed.is_set():
-            it: AsyncIterator[list[LogRecord]] | None = None
+            it: AsyncIterator[list[LogRecord]] | AsyncIterator[RecordBlock] | None = None
             try:
-                it = self.backend.follow_log(self.start_mode, after_cursor=cursor)
+                if blocks:
+                    it = self.backend.follow_log_blocks(self.start_mode, after_cursor=cursor)  # type: ignore[attr-defined]
+                else:
+                    it = self.backend.follow_log(self.start_mode, after_cursor=cursor)
+                assert it is not None
                 async for batch in it:
                     delay = 0.5
                     if self._stream_note:
                         self._stream_note = ""
                         self._poll_status()
-                    for i in range(0, len(batch), INGEST_SLICE):
-                        self._ingest(batch[i : i + INGEST_SLICE])
-                        last = next((r.cursor for r in reversed(batch[i : i + INGEST_SLICE]) if r.cursor), None)
-                        if last is not None:
-                            cursor = last
-                        await asyncio.sleep(0)
+                    block = batch if isinstance(batch, RecordBlock) else RecordBlock.of(batch)
+                    await self._ingest_block(block)
+                    last = block.last_cursor()
+                    if last is not None:
+                        cursor = last
             except BackendError as exc:
                 if self._closed.is_set():
                     return
@@ -427,50 +474,156 @@ class HostMonitor:
             # the stream ended without an error (the backend closed): stop following
             return
 
+    async def _ingest_block(self, block: RecordBlock) -> None:
+        """Ingest a block in bounded slices (at most ``INGEST_SLICE`` parsed lines or
+        ``SKIPPED_SLICE`` spooled ones), yielding to the event loop between them."""
+        plan = self._plan(block)
+        n = len(block)
+        if plan is None:
+            for i in range(0, n, INGEST_SLICE):
+                self._ingest_range(block, None, i, min(i + INGEST_SLICE, n))
+                await asyncio.sleep(0)
+            return
+        styles = plan[0]
+        a = 0
+        while a < n:
+            b, parsed = a, 0
+            while b < n and parsed < INGEST_SLICE and b - a < SKIPPED_SLICE:
+                if styles[b] is None:
+                    parsed += 1
+                b += 1
+            self._ingest_range(block, plan, a, b)
+            a = b
+            await asyncio.sleep(0)
+
     def _ingest(self, records: Sequence[LogRecord]) -> None:
         """Parse, spool and track a slice of records (synchronous, bounded work)."""
-        for rec in records:
-            try:
-                parsed = self.parser.feed(rec)
-            except Exception:
-                self._note_ingest_error("parser", rec)
-                parsed = [ParsedLine(text=p, ts=rec.ts, record=rec) for p in _display_pieces(rec.text)]
-            if not parsed:
+        block = RecordBlock.of(list(records))
+        self._ingest_range(block, self._plan(block), 0, len(block))
+
+    def _plan(self, block: RecordBlock) -> LivePlan | None:
+        """Which lines of a block to parse (``LivePrefilter``); None: every line."""
+        live = self._live
+        if live is None:
+            return None
+        return live.plan(block.texts, block.ts, block.idents, sglang=self.parser.engine is Engine.SGLANG)
+
+    def _ingest_range(self, block: RecordBlock, plan: LivePlan | None, a: int, b: int) -> None:
+        """Records ``a`` .. ``b - 1`` of a block: the lines the plan skips go to the spool and the
+        view as the parser would have shown them, in order, one write per run; the others are
+        parsed and tracked (``_ingest_record``)."""
+        if plan is None:
+            for i in range(a, b):
+                self._ingest_record(block.record(i))
+            return
+        styles = plan[0]
+        sglang = self.parser.engine is Engine.SGLANG
+        start = -1  # first line of a pending run of skipped lines
+        for i in range(a, b):
+            if styles[i] is not None:
+                if start < 0:
+                    start = i
                 continue
-            t = rec.text
-            plain = len(parsed) == 1 and "\x1b" not in t and "\r" not in t and "\n" not in t
-            pieces = [t] if plain else _display_pieces(t)
-            same = len(pieces) == len(parsed)
-            last = len(parsed) - 1
-            for i, p in enumerate(parsed):
-                boots_before = len(self.tracker.boots)
-                try:
-                    upd = self.tracker.feed(p)
-                except Exception:
-                    self._note_ingest_error("tracker", rec)
-                    upd = BootUpdate()
-                nboots = len(self.tracker.boots)
-                boot = max(nboots - 1, 0)
-                if nboots > boots_before and nboots > 1:
-                    self._push(self.spool.append(self._marker_text(boot, p), boot=boot, ts=p.ts or rec.ts,
-                                                 style="marker"))
-                text = pieces[i] if same else p.text
-                try:
-                    style = line_style(p)
-                except Exception:
-                    style = ""
-                line = self.spool.append(
-                    text,
-                    boot=boot,
-                    ts=p.ts or rec.ts,
-                    rank=p.rank,
-                    style=style,
-                    cursor=rec.cursor if i == last else None,
-                    ident=rec.ident,
-                )
-                self._push(line)
-                if nboots and (_changed(upd) or nboots > boots_before):
-                    self._note_boot(boot)
+            if start >= 0:
+                self._spool_run(block, plan, start, i)
+                start = -1
+            self._ingest_record(block.record(i))
+            if sglang and self.parser.engine is not Engine.SGLANG:
+                # another engine's boot began: the rest of the block is parsed line by line
+                for j in range(i + 1, len(styles)):
+                    styles[j] = None
+                sglang = False
+        if start >= 0:
+            self._spool_run(block, plan, start, b)
+
+    def _spool_run(self, block: RecordBlock, plan: LivePlan, a: int, b: int) -> None:
+        boot = max(len(self.tracker.boots) - 1, 0)
+        styles, tss, ranks = plan
+        texts, ts, rk, st = block.texts[a:b], tss[a:b], ranks[a:b], styles[a:b]
+        first = self.spool.extend(texts, ts, rk, st, block.cursors[a:b],
+                                  block.idents[a:b] if block.idents is not None else None, boot=boot)
+        self.lines_seen += b - a
+        self._staged.append((first, boot, texts, ts, rk, st))
+        self._staged_n += b - a
+        if self._staged_n > 4 * self.log_window:
+            self._materialize()
+        self._dirty.set()
+
+    def _materialize(self) -> None:
+        """Bring the window (``recent``) and the lines pending for the sink up to date."""
+        staged = self._staged
+        if not staged:
+            return
+        want = self.log_window
+        lines: list[LogLine] = []
+        for item in reversed(staged):
+            if len(lines) >= want:
+                break
+            if isinstance(item, LogLine):
+                lines.append(item)
+                continue
+            first, boot, texts, tss, ranks, styles = item
+            n = len(texts)
+            for k in range(n - 1, max(n - (want - len(lines)), 0) - 1, -1):
+                text = texts[k]
+                if "\n" in text or "\r" in text:
+                    text = text.translate(_TEXT_BAD)
+                lines.append(_line(first + k, text, tss[k], ranks[k], boot, styles[k] or ""))
+        lines.reverse()
+        self._recent.extend(lines)
+        self._pending_lines.extend(lines)
+        staged.clear()
+        self._staged_n = 0
+
+    @property
+    def recent(self) -> deque[LogLine]:
+        """The newest ``log_window`` display lines (the rest is in the spool)."""
+        self._materialize()
+        return self._recent
+
+    def _ingest_record(self, rec: LogRecord) -> None:
+        """One record through the parser and the tracker into the spool."""
+        try:
+            parsed = self.parser.feed(rec)
+        except Exception:
+            self._note_ingest_error("parser", rec)
+            parsed = [ParsedLine(text=p, ts=rec.ts, record=rec) for p in _display_pieces(rec.text)]
+        if not parsed:
+            return
+        t = rec.text
+        plain = len(parsed) == 1 and "\x1b" not in t and "\r" not in t and "\n" not in t
+        pieces = [t] if plain else _display_pieces(t)
+        same = len(pieces) == len(parsed)
+        last = len(parsed) - 1
+        for i, p in enumerate(parsed):
+            boots_before = len(self.tracker.boots)
+            try:
+                upd = self.tracker.feed(p)
+            except Exception:
+                self._note_ingest_error("tracker", rec)
+                upd = BootUpdate()
+            nboots = len(self.tracker.boots)
+            boot = max(nboots - 1, 0)
+            if nboots > boots_before and nboots > 1:
+                self._push(self.spool.append(self._marker_text(boot, p), boot=boot, ts=p.ts or rec.ts,
+                                             style="marker"))
+            text = pieces[i] if same else p.text
+            try:
+                style = line_style(p)
+            except Exception:
+                style = ""
+            line = self.spool.append(
+                text,
+                boot=boot,
+                ts=p.ts or rec.ts,
+                rank=p.rank,
+                style=style,
+                cursor=rec.cursor if i == last else None,
+                ident=rec.ident,
+            )
+            self._push(line)
+            if nboots and (_changed(upd) or nboots > boots_before):
+                self._note_boot(boot)
 
     def _marker_text(self, boot: int, parsed: ParsedLine) -> str:
         when = parsed.ts.strftime(" %Y-%m-%d %H:%M:%S") if parsed.ts is not None else ""
@@ -483,8 +636,10 @@ class HostMonitor:
 
     def _push(self, line: LogLine) -> None:
         self.lines_seen += 1
-        self.recent.append(line)
-        self._pending_lines.append(line)
+        self._staged.append(line)
+        self._staged_n += 1
+        if self._staged_n > 4 * self.log_window:
+            self._materialize()
         self._dirty.set()
 
     def _note_boot(self, index: int) -> None:
@@ -626,6 +781,7 @@ class HostMonitor:
         updates: list[MonitorUpdate] = []
         updates.extend(self._pending_conn)
         self._pending_conn.clear()
+        self._materialize()
         if self._pending_lines:
             updates.append(LogBatch(tuple(self._pending_lines)))
             self._pending_lines.clear()
@@ -654,14 +810,22 @@ async def read_boots(
     host: MonitorHost | None = None,
     idle: float = 0.5,
     start_backend: bool = True,
+    engine: Engine | None = None,
+    first: float | None = None,
+    close_grace: float = 5.0,
 ) -> list[Boot]:
     """Follow the host's current boot until it is over (ready, failed or stopped: a serving
     server never goes quiet), until the stream goes quiet for ``idle`` seconds (a stalled or
     stopped server), or ``timeout``; return the tracker's boots. Writes no spool. Starts the backend unless
-    told not to; never closes it. Raises ``BackendError`` when the host cannot be reached."""
+    told not to; never closes it. Raises ``BackendError`` when the host cannot be reached.
+
+    The one reader of "the host's boots now" (``kvtui calc --host``, the service layer's
+    prediction): ``engine`` overrides the host's declared engine (the service knows it from the
+    flags file); ``first`` gives up on a log that yields nothing within that many seconds
+    (default: ``timeout``); closing the log stream waits at most ``close_grace`` seconds."""
     from kvtui.engines.parse import LineParser
 
-    hint = engine_hint_for(host)
+    hint = engine if engine in (Engine.SGLANG, Engine.VLLM) else engine_hint_for(host)
     parser = LineParser(hint)
     tracker = BootTracker(hint)
     if start_backend:
@@ -677,7 +841,8 @@ async def read_boots(
             if left <= 0:
                 break
             try:
-                async with asyncio.timeout(min(idle, left) if got_any else left):
+                wait = min(idle, left) if got_any else (left if first is None else min(first, left))
+                async with asyncio.timeout(wait):
                     batch = await anext(it)
             except TimeoutError:
                 break  # caught up: the stream went quiet
@@ -691,7 +856,9 @@ async def read_boots(
             if cur is not None and cur.status is not BootStatus.STARTING:
                 break  # the current boot is over (ready, failed, stopped): its figures are in
     finally:
-        await aclose_iter(it)
+        # bounded: a follower slow to let go (a dropped SSH channel) is left to finish alone
+        with contextlib.suppress(TimeoutError, BackendError):
+            await asyncio.wait_for(aclose_iter(it), close_grace)
     return tracker.boots
 
 

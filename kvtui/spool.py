@@ -42,7 +42,7 @@ import shutil
 import threading
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -296,6 +296,78 @@ class Spool:
             if cursor:
                 self._last_cursor = cursor
         return LogLine(seq=seq, text=clean, ts=ts, rank=rank, boot=boot, style=style)
+
+    def extend(
+        self,
+        texts: Sequence[str],
+        ts: Sequence[datetime | None],
+        ranks: Sequence[str | None],
+        styles: Sequence[str | None],
+        cursors: Sequence[str | None],
+        idents: Sequence[str | None] | None,
+        *,
+        boot: int,
+    ) -> int:
+        """Append several display lines of one boot in one write, given in columns (line ``i`` is
+        ``texts[i]`` with ``ts[i]``, ``ranks[i]``, …; ``idents`` None: none has one); each line is
+        written exactly as ``append`` writes it. Returns the ``seq`` of the first line."""
+        if not texts:
+            return self._count
+        last_ts, last_s = self._last_ts, self._last_ts_s
+        parts: list[str] = []
+        add = parts.append
+        last_cursor: str | None = None
+        for text, t, rank, style, cursor, ident in zip(
+            texts, ts, ranks, styles, cursors, idents if idents is not None else itertools.repeat(None), strict=False
+        ):
+            if t is None:
+                ts_s = ""
+            elif t is last_ts or t == last_ts:
+                ts_s = last_s
+            else:
+                ts_s = last_s = t.isoformat()
+                last_ts = t
+            if "\n" in text or "\r" in text:
+                text = text.translate(_TEXT_BAD)
+            head = f"{ts_s}\t{rank or ''}\t{style or ''}\t{cursor or ''}\t{ident or ''}\t"
+            if head.count("\t") != 5 or "\n" in head or "\r" in head:
+                head = "\t".join(
+                    f.translate(_FIELD_BAD) for f in (ts_s, rank or "", style or "", cursor or "", ident or "")
+                ) + "\t"
+            add(head + text + "\n")
+            if cursor:
+                last_cursor = cursor
+        self._last_ts, self._last_ts_s = last_ts, last_s
+        blob = "".join(parts)
+        raw = blob.encode("utf-8", "replace")
+        n = len(parts)
+        with self._lock:
+            if self._closed:
+                raise SpoolError(f"the spool {self.directory} is closed")
+            seg = self._segments[-1] if self._segments else None
+            if seg is None or seg.boot != boot:
+                seg = self._start_segment(boot)
+            elif self._writer is None:  # resumed: continue the last segment
+                self._writer = self._open_writer(seg.path)
+            first_k = (-seg.count) % STRIDE  # the first row that starts a block
+            if first_k < n:
+                # ASCII (the common case): characters are bytes; else measure each row's bytes
+                sizes = map(len, parts) if len(raw) == len(blob) else (
+                    len(x.encode("utf-8", "replace")) for x in parts)
+                starts = itertools.accumulate(sizes, initial=seg.size)
+                seg.blocks.extend(itertools.islice(starts, first_k, n, STRIDE))
+            assert self._writer is not None
+            try:
+                self._writer.write(raw)
+            except OSError as exc:
+                raise SpoolError(f"cannot write the spool {seg.path}: {exc.strerror or exc}") from exc
+            seg.size += len(raw)
+            seg.count += n
+            seq = self._count
+            self._count += n
+            if last_cursor is not None:
+                self._last_cursor = last_cursor
+        return seq
 
     def _start_segment(self, boot: int) -> _Segment:
         if self._writer is not None:

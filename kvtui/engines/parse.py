@@ -20,8 +20,8 @@ Pure core: no I/O beyond the bytes it is given; no textual/asyncssh.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from kvtui.engines.events import (
@@ -415,6 +415,209 @@ def _trigger(ln: bytes) -> bool:
         if t in ln:
             return True
     return any(t in ln for t in _FAIL_TRIGGERS2)
+
+
+# ---------------------------------------------------------------------------------------------
+# The live path: the same rules over records, deciding per batch which lines to parse
+# ---------------------------------------------------------------------------------------------
+
+_FAIL_TRIGGERS_S = tuple(t.decode() for t in _FAIL_TRIGGERS + _FAIL_TRIGGERS2)
+_SERVING_TAG_S_RE = re.compile(r"\d((?: [A-Z][A-Z_]*\d+)*)\] (?:Decode|Prefill) batch")
+_STAMP_S_RE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+_PROGRESS_COUNT_RE = re.compile(r"(\d+)/(\d+) \[")  # the SGLang grammar's tqdm count
+_LIVE_MAX_CHARS = 16 * 1024  # longer lines are always parsed (the parser cuts them)
+
+# What the live prefilter says about a batch of lines: per line the display style the parser would
+# give it, or None when the line must be parsed; the timestamp and the rank the parser would give
+# it (meaningful where the style is not None).
+LivePlan = tuple[list[str | None], list[datetime | None], list[str | None]]
+
+
+def _trigger_s(text: str) -> bool:
+    return any(t in text for t in _FAIL_TRIGGERS_S)
+
+
+class LivePrefilter:
+    """``Prefilter``'s rules for a live stream (``HostMonitor``): one batch of records at a time,
+    nothing held back — the tracker is as current after each batch as if every line was parsed.
+
+    ``plan(texts, ts, idents)`` takes a batch's records in columns (their texts, wrapper
+    timestamps and syslog identifiers) and returns a ``LivePlan``: for a line that cannot change
+    a boot, the display style, timestamp and rank the SGLang grammar would give it, so that it is
+    spooled and shown exactly as if it had been parsed, without being parsed; None for a line to
+    parse. Skipped:
+
+    * a run of SGLang serving lines (``[stamp TAG] Decode batch`` / ``Prefill batch``) keeps its
+      first line and each rank's last line of the batch;
+    * a run of redraws of one tqdm bar (``Capturing batches (…)``, ``Loading … shards``) keeps its
+      first and its last redraw of the batch;
+    * nothing within ``_ARM_LINES`` lines after a line that may belong to a failure, no line with
+      ANSI or ``\\r``/``\\n``, no systemd line, and nothing while the stream's engine is not known
+      to be SGLang (``sglang=False``: every line is parsed, the failure window is still tracked).
+    """
+
+    def __init__(self) -> None:
+        self._armed = 0
+        self._n1 = "\x00never\x00"  # the needles of the current serving rank tag
+        self._n2 = "\x00never\x00"
+        self._rank: str | None = None
+        self._desc: str | None = None  # the current progress bar
+        self._stamps: dict[str, datetime | None] = {}
+
+    def _stamp(self, stamp: str) -> datetime | None:
+        """``YYYY-MM-DD HH:MM:SS`` -> naive datetime, as the SGLang grammar reads it (cached)."""
+        stamps = self._stamps
+        try:
+            return stamps[stamp]
+        except KeyError:
+            pass
+        dt: datetime | None = None
+        if _STAMP_S_RE.fullmatch(stamp) is not None:
+            try:
+                dt = datetime.fromisoformat(stamp)
+            except ValueError:
+                dt = None
+        if len(stamps) >= 4096:
+            stamps.clear()
+        stamps[stamp] = dt
+        return dt
+
+    def _serving_ts(self, text: str, p: int, ts: datetime | None) -> tuple[bool, datetime | None]:
+        """(ok, ts) for a serving line whose rank tag starts at ``p``: the grammar's own stamp
+        (``[YYYY-MM-DD HH:MM:SS(.ffffff)``) unless the record's ts carries an offset."""
+        if text[0] != "[":
+            return False, None
+        if p == 20:
+            frac = ""
+        elif 22 <= p <= 27 and (text[20] == "." or text[20] == ",") and text[21:p].isdecimal():
+            frac = text[21:p]
+        else:
+            return False, None
+        own = self._stamp(text[1:20])
+        if own is None:
+            return False, None
+        if ts is not None and ts.tzinfo is not None:
+            return True, ts
+        if frac:
+            return True, own + timedelta(microseconds=int(frac.ljust(6, "0")[:6]))
+        return True, own
+
+    def plan(
+        self,
+        texts: Sequence[str],
+        tss: Sequence[datetime | None] | None = None,
+        idents: Sequence[str | None] | None = None,
+        *,
+        sglang: bool = True,
+    ) -> LivePlan:
+        """See the class docstring."""
+        n = len(texts)
+        styles: list[str | None] = [None] * n
+        out_ts: list[datetime | None] = list(tss) if tss is not None else [None] * n
+        ranks: list[str | None] = [None] * n
+        armed = self._armed
+        n1, n2 = self._n1, self._n2
+        rank = self._rank
+        desc = self._desc
+        run_first = -1  # index of the current serving run's first line in this batch
+        last_of: dict[str | None, int] = {}  # rank -> index of its latest line in the current run
+        held = -1  # index of the current progress bar's latest redraw in this batch
+        stamps = self._stamps
+        for i, t in enumerate(texts):
+            if sglang and armed <= 0 and (idents is None or idents[i] != "systemd") and len(t) < _LIVE_MAX_CHARS \
+                    and "\x1b" not in t and "\r" not in t and "\n" not in t:
+                ok = False
+                ts: datetime | None = None
+                p = t.find(n1)
+                if p < 0:
+                    p = t.find(n2)
+                if p == 20 and t[0] == "[":  # the hot path: `[YYYY-MM-DD HH:MM:SS TAG] Decode batch`
+                    own = stamps.get(t[1:20])
+                    if own is not None:
+                        ok = True
+                        ts = out_ts[i]
+                        if ts is None or ts.tzinfo is None:
+                            ts = own
+                if not ok and p >= 0:
+                    ok, ts = self._serving_ts(t, p, out_ts[i])
+                if not ok and " batch" in t and "%|" not in t:
+                    m = _SERVING_TAG_S_RE.search(t)
+                    if m is not None:
+                        ok, ts = self._serving_ts(t, m.start(1), out_ts[i])
+                        if ok:
+                            tag = m.group(1)
+                            n1, n2 = tag + "] Decode batch", tag + "] Prefill batch"
+                            rank = tag[1:] or None
+                if ok:
+                    if desc is not None:  # a serving line ends a progress bar
+                        held = -1  # its latest redraw stays parsed
+                        desc = None
+                    if run_first < 0:
+                        run_first = i  # the run's first line: parsed
+                    else:
+                        styles[i] = "serving"
+                        out_ts[i] = ts
+                        ranks[i] = rank
+                    last_of[rank] = i
+                    continue
+                if "%" in t and t[0] != "[" and "][20" not in t and ".service: " not in t:
+                    d, style = _live_progress(t)
+                    if d is not None:
+                        if run_first >= 0:
+                            _end_run(styles, last_of)
+                            run_first = -1
+                        if d == desc:
+                            if held >= 0:
+                                styles[held] = style  # a middle redraw: its ts is the record's
+                            held = i  # the latest redraw: parsed unless a later one follows
+                            continue
+                        held = -1
+                        desc = d  # a new bar: its first redraw is parsed
+                        continue
+            # a line to parse: it ends a serving run and a progress bar
+            if run_first >= 0:
+                _end_run(styles, last_of)
+                run_first = -1
+            if desc is not None:
+                held = -1
+                desc = None
+            if _trigger_s(t):
+                armed = _ARM_LINES
+            else:
+                armed -= 1
+        if run_first >= 0:
+            _end_run(styles, last_of)
+        self._armed = armed
+        self._n1, self._n2, self._rank = n1, n2, rank
+        self._desc = desc
+        return styles, out_ts, ranks
+
+
+def _end_run(styles: list[str | None], last_of: dict[str | None, int]) -> None:
+    """A serving run ends: each rank's latest line is parsed."""
+    for idx in last_of.values():
+        styles[idx] = None
+    last_of.clear()
+
+
+def _live_progress(text: str) -> tuple[str | None, str]:
+    """(the bar's description, the display style the SGLang grammar gives its redraws) for an
+    unprefixed tqdm redraw whose events do not depend on anything but the line; (None, "")
+    otherwise."""
+    k = text.find("%|")
+    if k < 0:
+        k = text.find("% Completed |")
+        if k < 0:
+            return None, ""
+    if text.startswith("Capturing batches") or text.startswith("Capturing num tokens"):
+        style = "phase"  # the grammar marks graph_capture on every redraw
+    elif (text.startswith("Loading ") or text.startswith("Multi-thread loading")) and "shards:" in text[:40]:
+        if _PROGRESS_COUNT_RE.search(text) is None:
+            return None, ""
+        style = "progress"
+    else:
+        return None, ""
+    return text[: max(k - 3, 0)], style
 
 
 RecordsFn = Callable[[bytes, str], Iterable[LogRecord]]

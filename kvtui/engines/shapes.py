@@ -251,21 +251,32 @@ def _loads(line: bytes | str) -> object:
         return None
 
 
-def _journal_record(obj: object) -> LogRecord | None:
+JournalFields = tuple[str, datetime | None, str | None, int | None, str | None]
+
+
+def journal_fields(obj: object) -> JournalFields | None:
+    """One decoded ``journalctl -o json`` object -> (text, ts, cursor, pid, ident), or None when
+    it is no journal entry (the fields of ``LogRecord``; ``text`` may still hold newlines)."""
     if not isinstance(obj, dict) or not ("MESSAGE" in obj or "__CURSOR" in obj or "__REALTIME_TIMESTAMP" in obj):
         return None
     msg = obj.get("MESSAGE")
     cursor = obj.get("__CURSOR")
     ident = obj.get("SYSLOG_IDENTIFIER")
     pid = obj.get("_PID")
-    return _rec(
+    return (
         msg if type(msg) is str else _message(msg),
         _realtime(obj.get("__REALTIME_TIMESTAMP")),
         cursor if type(cursor) is str else _first_str(cursor),
-        "journal",
         int(pid) if type(pid) is str and pid.isdigit() and len(pid) < 20 else _int_or_none(pid),
         ident if type(ident) is str else _first_str(ident),
     )
+
+
+def _journal_record(obj: object) -> LogRecord | None:
+    f = journal_fields(obj)
+    if f is None:
+        return None
+    return _rec(f[0], f[1], f[2], "journal", f[3], f[4])
 
 
 # --------------------------------------------------------------------------------------------

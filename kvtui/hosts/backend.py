@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
@@ -52,6 +53,69 @@ class CommandResult:
 
 class BackendError(Exception):
     """A host could not be reached or a command could not run; ``str()`` is user-facing."""
+
+
+@dataclass(slots=True, eq=False)
+class RecordBlock:
+    """Consecutive records of one log stream, in columns: the bulk form of ``list[LogRecord]``
+    (``follow_log_blocks``). Record ``i`` is ``LogRecord(texts[i], ts[i], cursors[i], source,
+    pids[i], idents[i])``, a missing column meaning None for every record. The monitor reads a
+    block without building a ``LogRecord`` per line (most lines only go to the spool)."""
+
+    texts: list[str]
+    cursors: list[str | None]
+    source: str = "raw"
+    ts: list[datetime | None] | None = None
+    idents: list[str | None] | None = None
+    pids: list[int | None] | None = None
+    _records: list[LogRecord] | None = None  # the records this block was made from, if any
+
+    @classmethod
+    def of(cls, records: list[LogRecord]) -> RecordBlock:
+        """A block of existing records (kept: ``record(i)`` returns them)."""
+        ts = [r.ts for r in records]
+        idents = [r.ident for r in records]
+        pids = [r.pid for r in records]
+        return cls(
+            [r.text for r in records], [r.cursor for r in records], records[0].source if records else "raw",
+            ts if any(t is not None for t in ts) else None,
+            idents if any(i is not None for i in idents) else None,
+            pids if any(p is not None for p in pids) else None,
+            records,
+        )
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def record(self, i: int) -> LogRecord:
+        if self._records is not None:
+            return self._records[i]
+        return LogRecord(
+            self.texts[i], self.ts[i] if self.ts is not None else None, self.cursors[i], self.source,
+            self.pids[i] if self.pids is not None else None, self.idents[i] if self.idents is not None else None,
+        )
+
+    def records(self) -> list[LogRecord]:
+        if self._records is not None:
+            return self._records
+        return [self.record(i) for i in range(len(self.texts))]
+
+    def last_cursor(self) -> str | None:
+        """The cursor of the newest record that has one."""
+        for c in reversed(self.cursors):
+            if c:
+                return c
+        return None
+
+
+@runtime_checkable
+class BlockLogSource(Protocol):
+    """Optional: a backend that can deliver its log as ``RecordBlock``s (same records, same order
+    and resume semantics as ``follow_log``). The monitor prefers it when a backend offers it."""
+
+    def follow_log_blocks(
+        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
+    ) -> AsyncIterator[RecordBlock]: ...
 
 
 @runtime_checkable

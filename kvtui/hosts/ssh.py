@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import re
 import signal
@@ -38,11 +39,11 @@ import asyncssh
 from kvtui import gpu as gpu_mod
 from kvtui.config import HostConfig
 from kvtui.engines.events import LogRecord
-from kvtui.engines.shapes import parse_journal_json
+from kvtui.engines.shapes import journal_fields, parse_journal_json
 from kvtui.engines.text import MAX_LINE_CHARS
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts import commands as C
-from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
+from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart, RecordBlock
 
 READ_CHUNK: Final = 1 << 18
 MAX_QUEUED_BATCHES: Final = 64  # per stream: at most this many chunks (of READ_CHUNK bytes) read ahead
@@ -140,6 +141,10 @@ class _Follower:
     def feed(self, chunk: bytes) -> list[LogRecord]:
         raise NotImplementedError
 
+    def feed_block(self, chunk: bytes) -> RecordBlock:
+        """``feed`` as a ``RecordBlock`` (followers with a bulk fast path override this)."""
+        return RecordBlock.of(self.feed(chunk))
+
     def reset(self) -> None:
         self._buf = b""
 
@@ -199,8 +204,49 @@ class _JournalFollower(_Follower):
         return ("lines", str(JOURNAL_FALLBACK_LINES))
 
     def feed(self, chunk: bytes) -> list[LogRecord]:
+        return self.feed_block(chunk).records()
+
+    def feed_block(self, chunk: bytes) -> RecordBlock:
+        lines = self._lines(chunk)
+        objs = _json_objects(lines)
+        if objs is None:  # not one JSON object per line: line by line
+            return RecordBlock.of(self._feed_lines(lines))
+        texts: list[str] = []
+        tss: list[datetime | None] = []
+        cursors: list[str | None] = []
+        pids: list[int | None] = []
+        idents: list[str | None] = []
+        last: str | None = None
+        for obj in objs:
+            f = journal_fields(obj)
+            if f is None:
+                continue
+            text, ts, cursor, pid, ident = f
+            if "\n" in text or "\r" in text:
+                # one record per physical line; the pieces of an entry share its cursor and are
+                # always delivered together
+                for piece in _PHYSICAL_RE.split(text):
+                    if piece:
+                        texts.append(piece)
+                        tss.append(ts)
+                        cursors.append(cursor)
+                        pids.append(pid)
+                        idents.append(ident)
+            else:
+                texts.append(text)
+                tss.append(ts)
+                cursors.append(cursor)
+                pids.append(pid)
+                idents.append(ident)
+            if cursor:
+                last = cursor
+        if last is not None:
+            self.resume = ("after", last)
+        return RecordBlock(texts, cursors, "journal", tss, idents, pids)
+
+    def _feed_lines(self, lines: list[bytes]) -> list[LogRecord]:
         out: list[LogRecord] = []
-        for line in self._lines(chunk):
+        for line in lines:
             if not line.strip():
                 continue
             rec = parse_journal_json(line)
@@ -218,6 +264,45 @@ class _JournalFollower(_Follower):
 
 
 _PHYSICAL_RE = re.compile(r"\r\n|\r|\n")
+
+
+def _merge(a: RecordBlock, b: RecordBlock) -> RecordBlock:
+    """One block of ``a``'s records then ``b``'s."""
+    if a._records is not None or b._records is not None or a.source != b.source:
+        return RecordBlock.of(a.records() + b.records())
+    n, m = len(a.texts), len(b.texts)
+
+    def col(x: list[Any] | None, y: list[Any] | None) -> list[Any] | None:
+        if x is None and y is None:
+            return None
+        return (x if x is not None else [None] * n) + (y if y is not None else [None] * m)
+
+    return RecordBlock(a.texts + b.texts, a.cursors + b.cursors, a.source, col(a.ts, b.ts), col(a.idents, b.idents),
+                       col(a.pids, b.pids))
+
+
+def _json_objects(lines: list[bytes]) -> list[object] | None:
+    """The JSON objects of ``journalctl -o json`` lines decoded in one ``json.loads`` (blank lines
+    and lines that are no JSON object skipped, as ``parse_journal_json`` would); None when the
+    block does not decode that way (a bad line): then decode line by line."""
+    kept: list[str] = []
+    try:
+        text = b"\n".join(lines).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    for line in text.split("\n"):
+        line = line.strip(" \t\n\r\x0b\x0c")  # what bytes.strip() strips
+        if line[:1] == "{" and line[-1:] == "}":
+            kept.append(line)
+    if not kept:
+        return []
+    try:
+        objs = json.loads("[" + ",".join(kept) + "]")
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(objs, list) or len(objs) != len(kept):
+        return None
+    return objs
 
 
 class _FileFollower(_Follower):
@@ -285,7 +370,17 @@ class _FileFollower(_Follower):
         self.offset = chosen[0]
 
     def feed(self, chunk: bytes) -> list[LogRecord]:
+        return self.feed_block(chunk).records()
+
+    def feed_block(self, chunk: bytes) -> RecordBlock:
         data = self._buf + chunk if self._buf else chunk
+        if not self.skip_partial and b"\r" not in data and b"\x00" not in data and b"tail: " not in data:
+            fast = self._plain_block(data)
+            if fast is not None:
+                return fast
+        return RecordBlock.of(self._feed_slow(data))
+
+    def _feed_slow(self, data: bytes) -> list[LogRecord]:
         lines = data.split(b"\n")
         rest = lines.pop()
         out: list[LogRecord] = []
@@ -311,6 +406,38 @@ class _FileFollower(_Follower):
             rest = b""
         self._buf = rest
         return out
+
+    def _plain_block(self, data: bytes) -> RecordBlock | None:
+        """The records of a chunk of plain UTF-8 lines (no ``\\r``, no control or tail lines: the
+        common case) as a block: one decode and one split for the chunk. None when it is not that."""
+        end = data.rfind(b"\n")
+        if end < 0 or len(data) - end - 1 > 4 * MAX_LINE_CHARS:
+            return None
+        body = data[:end]
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        lines = text.split("\n")
+        offset = self.offset
+        texts: list[str] = []
+        cursors: list[str | None] = []
+        add_text, add_cursor = texts.append, cursors.append
+        if len(text) == len(body):  # ASCII: characters are bytes
+            for line in lines:
+                offset += len(line) + 1
+                if line:
+                    add_text(line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS])
+                    add_cursor(str(offset))
+        else:
+            for line in lines:
+                offset += (len(line) if line.isascii() else len(line.encode("utf-8"))) + 1
+                if line:
+                    add_text(line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS])
+                    add_cursor(str(offset))
+        self.offset = offset
+        self._buf = data[end + 1 :]
+        return RecordBlock(texts, cursors, "file")
 
     def _piece(self, piece: bytes, term: int, out: list[LogRecord]) -> None:
         """One physical piece of the file followed by ``term`` terminator bytes (or a control
@@ -470,7 +597,7 @@ class _DockerFollower(_Follower):
 
 @dataclass(eq=False)
 class _Stream:
-    queue: asyncio.Queue[list[Any] | None]
+    queue: asyncio.Queue[Any]  # log streams: RecordBlock | None; GPU streams: list[GpuSample] | None
     task: asyncio.Task[None] | None = None
 
 
@@ -863,23 +990,31 @@ class SshBackend:
     async def follow_log(
         self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
     ) -> AsyncGenerator[list[LogRecord], None]:
+        async for block in self.follow_log_blocks(start, after_cursor):
+            yield list(block.records())
+
+    async def follow_log_blocks(
+        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
+    ) -> AsyncGenerator[RecordBlock, None]:
+        """``follow_log`` as ``RecordBlock``s (one per chunk read; what is queued is delivered
+        together, up to ``MAX_BATCH_RECORDS`` records)."""
         follower = self._follower(start, after_cursor)
         stream = _Stream(asyncio.Queue(MAX_QUEUED_BATCHES))
         self._streams.add(stream)
         stream.task = asyncio.create_task(self._pump_log(follower, stream))
         try:
             while True:
-                batch = await stream.queue.get()
-                if batch is None:
+                block = await stream.queue.get()
+                if block is None:
                     return
-                while len(batch) < MAX_BATCH_RECORDS and not stream.queue.empty():
+                while len(block) < MAX_BATCH_RECORDS and not stream.queue.empty():
                     more = stream.queue.get_nowait()
                     if more is None:
-                        if batch:
-                            yield batch
+                        if len(block):
+                            yield block
                         return
-                    batch.extend(more)
-                yield batch
+                    block = _merge(block, more)
+                yield block
         finally:
             self._streams.discard(stream)
             if stream.task is not None and not stream.task.done():
@@ -935,10 +1070,10 @@ class SshBackend:
                     chunk = await proc.stdout.read(READ_CHUNK)
                     if not chunk:
                         break
-                    records = follower.feed(chunk)
-                    if records:
+                    block = follower.feed_block(chunk)
+                    if block.texts:
                         delivered = True
-                        await stream.queue.put(records)
+                        await stream.queue.put(block)
                     await follower.after_feed(conn)
                     if follower.note:
                         self._note(follower.note)

@@ -1,0 +1,294 @@
+# ruff: noqa: E501  (log lines are quoted verbatim)
+"""The live path's prefilter (``LivePrefilter``), the spool's bulk write (``Spool.extend``) and the
+SSH followers' bulk records (``RecordBlock``): fast, and exactly the same result as parsing every line.
+
+* a monitor that skips the lines which cannot change a boot writes the same spool (byte for byte),
+  builds the same boots and shows the same window as one that parses every line — over raw and
+  journal records, multi-rank runs, millisecond stamps, progress bars, failures, ANSI, ``\\r`` and
+  systemd lines, whatever the batch sizes;
+* it does skip: a serving run costs two parsed lines per batch;
+* ``Spool.extend`` writes what ``append`` writes (and the index finds every line back);
+* the followers' blocks hold the records ``feed`` returns.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_parse_fuzz import summary
+
+from kvtui.config import HostConfig
+from kvtui.engines.events import LogRecord
+from kvtui.engines.parse import LivePrefilter
+from kvtui.hosts.backend import LogStart, RecordBlock
+from kvtui.hosts.ssh import SshBackend, _FileFollower, _JournalFollower
+from kvtui.monitor import HostMonitor, LogBatch
+from kvtui.spool import Spool
+
+FIX = Path(__file__).parent / "fixtures"
+SETTINGS = settings(deadline=None, max_examples=20, suppress_health_check=[HealthCheck.too_slow,
+                                                                          HealthCheck.function_scoped_fixture])
+
+
+def _serving(t: datetime, tag: str, k: int, frac: str = "", kind: str = "Decode") -> str:
+    stamp = t.strftime("%Y-%m-%d %H:%M:%S") + frac
+    if kind == "Prefill":
+        return (f"[{stamp}{tag}] Prefill batch, #new-seq: 1, #new-token: {100 + k}, #cached-token: 0, "
+                f"token usage: {k % 90 / 100:.2f}, #running-req: {k % 7}, #queue-req: {k % 3}")
+    return (f"[{stamp}{tag}] Decode batch, #running-req: {k % 9}, #token: {k * 10}, token usage: {k % 97 / 100:.2f}, "
+            f"cuda graph: True, gen throughput (token/s): {100 + k % 50}.00, #queue-req: {k % 4}")
+
+
+def engine_lines(seed: int = 7) -> list[tuple[str | None, str]]:
+    """(syslog identifier, line): several boots of several kinds, with long serving runs."""
+    rng = random.Random(seed)
+    out: list[tuple[str | None, str]] = []
+
+    def fixture(name: str) -> list[str]:
+        return [ln for ln in (FIX / name).read_text().splitlines() if ln.strip()]
+
+    t = datetime(2026, 3, 1, 10, 0, 0)
+    out.append(("systemd", "Started sglang.service - SGLang server."))
+    out += [("python3", ln) for ln in fixture("sglang/sglang-0.5.12-qwen3-32b-tp4-eagle3-ready.log")]
+    for k in range(900):  # one rank, whole-second stamps, a Prefill line now and then
+        t += timedelta(milliseconds=rng.choice((0, 250, 1000)))
+        out.append(("python3", _serving(t, " TP0", k, kind="Prefill" if k % 10 == 0 else "Decode")))
+    for k in range(400):  # DP attention: ranks interleave, millisecond stamps (`.` and `,`)
+        t += timedelta(milliseconds=37)
+        frac = f"{'.' if k % 3 else ','}{t.microsecond // 1000:03d}"
+        out.append(("python3", _serving(t, f" DP{k % 4} TP{k % 4}", k, frac)))
+    for k in range(50):  # untagged main-process serving lines
+        out.append(("python3", _serving(t, "", k)))
+    out.append(("python3", "\x1b[32m" + _serving(t, " TP0", 1) + "\x1b[0m"))  # ANSI: always parsed
+    out.append(("python3", _serving(t, " TP1", 2) + "\rCapturing batches (bs=8 avail_mem=7.19 GB):  50%|█  | 1/2"))
+    out.append(("systemd", "Stopping sglang.service - SGLang server..."))
+    out.append(("systemd", "Started sglang.service - SGLang server."))
+    # a boot that dies in graph capture, with long progress bars before
+    boot2 = fixture("sglang-0.4.10-qwen72b-tp2-capture-oom.log")
+    cut = next(i for i, ln in enumerate(boot2) if "Capture cuda graph begin" in ln) + 1
+    out += [("python3", ln) for ln in boot2[:cut]]
+    for bs in (160, 152, 144):
+        for k in range(40):
+            out.append(("python3", f"Capturing batches (bs={bs} avail_mem=7.{bs % 10}9 GB):  {k * 2:2d}%|████      | {k}/50 [00:{k:02d}<00:30,  1.10it/s]"))
+    for k in range(30):
+        out.append(("python3", f"Loading safetensors checkpoint shards: {k * 3:3d}% Completed | {k}/30 [00:{k:02d}<00:00,  1.52it/s]"))
+    out += [("python3", ln) for ln in boot2[cut:]]
+    out.append(("systemd", "sglang.service: Main process exited, code=exited, status=1/FAILURE"))
+    # a third boot: serving, then a runtime OOM in the middle of serving lines
+    out.append(("systemd", "Started sglang.service - SGLang server."))
+    out += [("python3", ln) for ln in fixture("sglang/sglang-0.5.10-deepseek-v3-dp4-attention-ready.log")]
+    for k in range(600):
+        t += timedelta(seconds=1)
+        out.append(("python3", _serving(t, f" DP{k % 2} TP{k % 2}", k)))
+        if k == 300:
+            out += [("python3", ln) for ln in fixture("sglang/fail-0.5.13-runtime-oom.log")[-12:]]
+    out.append(("python3", "garbage \x00 line with NCCL in it"))
+    for k in range(200):
+        out.append(("python3", _serving(t, " TP0", k)))
+    return out
+
+
+def records(kind: str) -> list[LogRecord]:
+    lines = engine_lines()
+    if kind == "raw":  # a log file: no wrapper ts, no identifier, systemd lines are not in it
+        return [LogRecord(text, None, str(i), "file") for i, (ident, text) in enumerate(lines) if ident != "systemd"]
+    t0 = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
+    return [LogRecord(text, t0 + timedelta(microseconds=137 * i), f"s=1;i={i:x}", "journal", 7, ident)
+            for i, (ident, text) in enumerate(lines)]
+
+
+def monitor(tmp: Path, name: str, *, live: bool) -> HostMonitor:
+    backend: Any = SimpleNamespace(name=name)
+    return HostMonitor(name, backend, state_dir=tmp / name, log_window=300, live_prefilter=live)
+
+
+def feed(mon: HostMonitor, recs: list[LogRecord], sizes: list[int], *, columns: bool) -> list[Any]:
+    """Ingest ``recs`` in batches of the given sizes (cycled); return what the sink got."""
+    got: list[Any] = []
+    mon._sink = got.extend
+    i = k = 0
+    while i < len(recs):
+        n = sizes[k % len(sizes)]
+        batch = recs[i : i + n]
+        if columns:  # a follower's bulk block (records built on demand)
+            block = RecordBlock([r.text for r in batch], [r.cursor for r in batch], batch[0].source,
+                                [r.ts for r in batch], [r.ident for r in batch], [r.pid for r in batch])
+            mon._ingest_range(block, mon._plan(block), 0, len(block))
+        else:
+            mon._ingest(batch)
+        if k % 3 == 0:
+            mon._flush()
+        i += n
+        k += 1
+    mon._flush()
+    return [ln for u in got if isinstance(u, LogBatch) for ln in u.lines]
+
+
+def same_result(a: HostMonitor, b: HostMonitor) -> None:
+    fa, fb = a.spool.files(), b.spool.files()
+    assert [p.name for p in fa] == [p.name for p in fb]
+    for x, y in zip(fa, fb, strict=True):
+        assert x.read_bytes() == y.read_bytes(), x.name
+    assert summary(a.tracker.boots) == summary(b.tracker.boots)
+    # and what the console shows besides: phase progress (`64/64 shards`), live serving figures
+    assert [[(p.name, p.model, p.progress_done, p.progress_total) for p in boot.phases] for boot in a.tracker.boots] \
+        == [[(p.name, p.model, p.progress_done, p.progress_total) for p in boot.phases] for boot in b.tracker.boots]
+    assert [boot.live for boot in a.tracker.boots] == [boot.live for boot in b.tracker.boots]
+    assert list(a.recent) == list(b.recent)
+    assert a.lines_seen == b.lines_seen == len(a.spool)
+    assert a.spool.last_cursor == b.spool.last_cursor
+
+
+def test_skipping_lines_changes_nothing_raw_and_journal(tmp_path: Path) -> None:
+    for kind in ("raw", "journal"):
+        recs = records(kind)
+        full = monitor(tmp_path, f"full-{kind}", live=False)
+        lines_full = feed(full, recs, [256], columns=False)
+        for columns in (False, True):
+            fast = monitor(tmp_path, f"fast-{kind}-{columns}", live=True)
+            lines_fast = feed(fast, recs, [256], columns=columns)
+            same_result(fast, full)
+            assert lines_fast == lines_full
+        # the boots are the real thing: three of them, the second failed in capture
+        boots = full.tracker.boots
+        assert len(boots) >= 3
+        assert any(b.failure is not None for b in boots)
+        assert boots[0].live.token_usage is not None
+
+
+@SETTINGS
+@given(sizes=st.lists(st.integers(1, 700), min_size=1, max_size=6), kind=st.sampled_from(["raw", "journal"]),
+       columns=st.booleans())
+def test_any_batching_gives_the_same_spool_and_boots(tmp_path_factory: Any, sizes: list[int], kind: str,
+                                                     columns: bool) -> None:
+    tmp = tmp_path_factory.mktemp("batches")
+    recs = records(kind)
+    full = monitor(tmp, "full", live=False)
+    feed(full, recs, [97], columns=False)
+    fast = monitor(tmp, "fast", live=True)
+    feed(fast, recs, sizes, columns=columns)
+    same_result(fast, full)
+
+
+def test_a_serving_run_parses_two_lines_per_batch() -> None:
+    t = datetime(2026, 3, 1, 10, 0, 0)
+    lines = ["[2026-03-01 10:00:00 TP0] The server is fired up and ready to roll!"]
+    lines += [_serving(t + timedelta(seconds=k // 4), " TP0", k) for k in range(2000)]
+    pf = LivePrefilter()
+    styles, tss, ranks = pf.plan(lines, None, None, sglang=True)
+    parsed = [i for i, s in enumerate(styles) if s is None]
+    assert parsed == [0, 1, 2000]  # the ready line, the run's first and its last
+    assert styles[5] == "serving"
+    assert ranks[5] == "TP0"
+    assert tss[5] == t + timedelta(seconds=1)
+    # the next batch goes on with the run: again its first and last only
+    styles, _, _ = pf.plan(lines[1:100], None, None, sglang=True)
+    assert [i for i, s in enumerate(styles) if s is None] == [0, 98]
+    # before the engine is known to be SGLang nothing is skipped
+    assert all(s is None for s in LivePrefilter().plan(lines, None, None, sglang=False)[0])
+
+
+def test_nothing_is_skipped_near_a_failure() -> None:
+    t = datetime(2026, 3, 1, 10, 0, 0)
+    lines = [_serving(t, " TP0", k) for k in range(10)]
+    lines.append("[2026-03-01 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):")
+    lines += [_serving(t, " TP0", k) for k in range(500)]
+    styles, _, _ = LivePrefilter().plan(lines, None, None, sglang=True)
+    parsed = {i for i, s in enumerate(styles) if s is None}
+    assert set(range(10, 411)) <= parsed  # the trigger line and the 400 after it
+    assert 200 not in {i for i, s in enumerate(styles) if s is not None}
+    assert styles[450] == "serving"
+
+
+def test_spool_extend_writes_what_append_writes(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    a = Spool.create(tmp_path / "a", "h")
+    b = Spool.create(tmp_path / "b", "h")
+    aware = datetime(2026, 3, 1, tzinfo=UTC)
+    rows = []
+    for i in range(300):
+        text = rng.choice(["plain line", "tab\there", "new\nline", "cr\rhere", "ünïcode ✓", "", "x" * 300])
+        ts = rng.choice([None, datetime(2026, 3, 1, 10, 0, i % 60), aware + timedelta(microseconds=i)])
+        rank = rng.choice([None, "TP0", "DP1 TP1", "bad\trank"])
+        style = rng.choice(["", "serving", "phase", None])
+        cursor = rng.choice([None, str(i), f"s=1;i={i}", "tab\tcursor"])
+        ident = rng.choice([None, "python3", "new\nident"])
+        rows.append((text, ts, rank, style, cursor, ident))
+    for i, (text, ts, rank, style, cursor, ident) in enumerate(rows):
+        a.append(text, boot=i // 100, ts=ts, rank=rank, style=style or "", cursor=cursor, ident=ident)
+    for k in range(0, 300, 100):  # one boot per call, in uneven pieces
+        for lo, hi in ((k, k + 7), (k + 7, k + 70), (k + 70, k + 100)):
+            part = rows[lo:hi]
+            first = b.extend([r[0] for r in part], [r[1] for r in part], [r[2] for r in part],
+                             [r[3] for r in part], [r[4] for r in part], [r[5] for r in part], boot=k // 100)
+            assert first == lo
+    a.flush()
+    b.flush()
+    assert [p.read_bytes() for p in a.files()] == [p.read_bytes() for p in b.files()]
+    assert a.last_cursor == b.last_cursor
+    assert len(b) == 300
+    assert a.read(0, 300) == b.read(0, 300)
+    assert [ln.seq for ln in b.read(137, 50)] == list(range(137, 187))
+    assert [ln.seq for ln in b.search("ünïcode")] == [ln.seq for ln in a.search("ünïcode")]
+    assert b.index_bytes() == a.index_bytes()
+
+
+def _backend(**keys: Any) -> SshBackend:
+    return SshBackend("x", HostConfig(ssh="h", **keys))
+
+
+def test_file_follower_blocks_are_its_records() -> None:
+    data = (b"plain ascii line\n" * 50 + "ünïcode line ✓\n".encode() * 20 + b"\xff\xfe bad utf-8\n"
+            + b"tqdm 1/9\rtqdm 2/9\rtqdm 3/9\n" + b"\x00kvtui:follow ino=9 off=0\n" + b"\n\nafter empties\n"
+            + b"x" * 5000 + b"\npartial")
+    for step in (1, 7, 64, 4096, len(data)):
+        f_rec = _FileFollower(_backend(log_file="/l"), LogStart.CURRENT_BOOT, "0")
+        f_blk = _FileFollower(_backend(log_file="/l"), LogStart.CURRENT_BOOT, "0")
+        recs: list[LogRecord] = []
+        blks: list[LogRecord] = []
+        for i in range(0, len(data), step):
+            recs += f_rec._feed_slow(f_rec._buf + data[i : i + step])
+            blks += f_blk.feed_block(data[i : i + step]).records()
+        assert blks == recs, step
+        assert f_blk.offset == f_rec.offset
+    # the fast path is taken for plain chunks: a column block, no records behind it
+    f = _FileFollower(_backend(log_file="/l"), LogStart.CURRENT_BOOT, "0")
+    block = f.feed_block("a\nbé\nc\n".encode())
+    assert block._records is None
+    assert block.texts == ["a", "bé", "c"]
+    assert block.cursors == ["2", "6", "8"]  # byte offsets after each line
+    assert block.record(1) == LogRecord("bé", None, "6", "file")
+
+
+def test_journal_follower_blocks_are_its_records() -> None:
+    import json
+
+    entries = [
+        {"__CURSOR": "c1", "__REALTIME_TIMESTAMP": "1772614800000000", "_PID": "7", "SYSLOG_IDENTIFIER": "python3",
+         "MESSAGE": "one"},
+        {"__CURSOR": "c2", "__REALTIME_TIMESTAMP": "1772614800000123", "SYSLOG_IDENTIFIER": "python3",
+         "MESSAGE": "two\nlines\r\nhere"},
+        {"__CURSOR": "c3", "__REALTIME_TIMESTAMP": "1772614801000000", "MESSAGE": [104, 105]},
+        {"__CURSOR": "c4", "MESSAGE": "ünï"},
+    ]
+    good = b"".join(json.dumps(e).encode() + b"\n" for e in entries)
+    bad = good + b"not json\n" + b'{"MESSAGE": "broken\n' + json.dumps(entries[0]).encode() + b"\n"
+    for data in (good, bad, good + b"\xff\n"):
+        j1 = _JournalFollower(_backend(unit="u"), LogStart.CURRENT_BOOT, None)
+        j2 = _JournalFollower(_backend(unit="u"), LogStart.CURRENT_BOOT, None)
+        got = j1.feed_block(data).records()
+        want = j2._feed_lines(data.split(b"\n"))
+        assert got == want
+        assert j1.resume == j2.resume
+    j = _JournalFollower(_backend(unit="u"), LogStart.CURRENT_BOOT, None)
+    block = j.feed_block(good)
+    assert block._records is None
+    assert block.texts == ["one", "two", "lines", "here", "hi", "ünï"]
+    assert block.cursors == ["c1", "c2", "c2", "c2", "c3", "c4"]
+    assert j.resume == ("after", "c4")
