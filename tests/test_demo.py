@@ -11,10 +11,12 @@ import math
 import re
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
-from kvtui.hosts.backend import HostBackend, LogStart
+from kvtui.boot import BootMetrics, BootStatus, BootTracker, Failure, PhaseSpan
+from kvtui.hosts.backend import HostBackend, LogStart, aclose_iter
 from kvtui.hosts.demo import DemoBackend, DemoError, parse_timespan, parse_unit
 from kvtui.hosts.demo_models import PRESETS, default_capture_bs
 
@@ -124,7 +126,22 @@ def test_kimi_boot_reaches_ready_with_the_engines_figures(tmp_path: Path) -> Non
     assert pos == sorted(pos)
     assert all(re.match(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} TP[0-7]\] ", t) for t in lines if "Init torch" in t)
     assert len([t for t in lines if "Memory pool end" in t]) == 8
-    assert all(t.startswith("Capturing batches (bs=") for t in lines if "Capturing batches" in t)
+    # tqdm as a real journal holds it: each weight-shard redraw its own record ("\r" first, the
+    # bar format ends with a newline; close() redraws once more and adds an empty line) ...
+    shard_recs = [t for t in lines if "Loading safetensors checkpoint shards" in t]
+    assert len(shard_recs) == 64 + 2
+    assert all(t.startswith("\r") and t.count("\r") == 1 for t in shard_recs)
+    assert shard_recs[-1][1:].startswith("Loading safetensors checkpoint shards: 100% Completed | 64/64 [")
+    assert lines[lines.index("") - 1] == shard_recs[-1]
+    # ... and the capture loop's bar ONE record of \r-joined redraws (the newline comes at close)
+    cap_recs = [t for t in lines if "Capturing batches" in t]
+    assert len(cap_recs) == 1
+    redraws = cap_recs[0].split("\r")
+    assert redraws[0] == ""
+    assert redraws[1] == "  0%|          | 0/12 [00:00<?, ?it/s]"
+    assert all(t.startswith("Capturing batches (bs=") for t in redraws[2:])
+    assert redraws[-1].startswith("Capturing batches (bs=1 avail_mem=")
+    assert "100%|██████████| 12/12 [" in redraws[-1]
     n = check_sizing(lines, cell=(512 + 64) * 61 * 2, mla=True)
     assert n == 192_406  # the brief's story: a pool smaller than the 200,000-token context
     summary = next(t for t in lines if "max_total_num_tokens=" in t)
@@ -137,9 +154,20 @@ def test_kimi_boot_reaches_ready_with_the_engines_figures(tmp_path: Path) -> Non
     req_table = 65 * 200_004 * 4 / GIB
     assert pool_end0 == pytest.approx(a0 - kv0 - req_table - 16 / 1024, abs=0.02)
     # capture: the trail falls while graphs are captured; usage = begin avail - end avail
-    trail = _floats(lines, r"Capturing batches \(bs=\d+ avail_mem=([\d.]+) GB\)")
+    trail = _floats(redraws, r"Capturing batches \(bs=\d+ avail_mem=([\d.]+) GB\)")
     assert trail == sorted(trail, reverse=True)
-    assert len(trail) == 13  # 12 batch sizes + tqdm's final refresh
+    assert len(trail) == 12 * 2 + 1  # per size: set_description, update; then close()'s refresh
+    sizes = [int(m.group(1)) for t in redraws if (m := re.search(r"\(bs=(\d+) ", t))]
+    assert list(dict.fromkeys(sizes)) == sorted(default_capture_bs(64), reverse=True)
+    # the record is journald's when the bar closed: after the last graph, before the "end" lines
+    recs = b.read_lines(limit=100_000)
+    cap = next(r for r in recs if "Capturing batches" in r.text)
+    end_rec = next(r for r in recs if "TP0] Capture target decode CUDA graph end" in r.text)
+    begin_rec = next(r for r in recs if "TP7] Capture target decode CUDA graph begin" in r.text)
+    assert cap.ts is not None
+    assert end_rec.ts is not None
+    assert begin_rec.ts is not None
+    assert 0 < (end_rec.ts - cap.ts).total_seconds() < 0.5 < (cap.ts - begin_rec.ts).total_seconds()
     cap_end = next(t for t in lines if "TP0] Capture target decode CUDA graph end" in t)
     usage = float(re.search(r"mem usage=([\d.]+) GB", cap_end).group(1))  # type: ignore[union-attr]
     after = float(re.search(r"avail mem=([\d.]+) GB", cap_end).group(1))  # type: ignore[union-attr]
@@ -275,9 +303,15 @@ def test_too_high_fraction_dies_in_capture_with_the_oom_text(tmp_path: Path) -> 
     assert "sglang-k26.service: Main process exited, code=killed, status=9/KILL" in tail
     assert "sglang-k26.service: Failed with result 'signal'." in tail
     assert not any("fired up and ready" in t for t in boot)
-    # the OOM came while the capture was running: a trail exists and did not finish
-    assert any(t.startswith("Capturing batches (bs=64 avail_mem=") for t in boot)
-    assert not any("100%|" in t for t in boot if t.startswith("Capturing batches"))
+    # the OOM came while the capture was running: TP0's bar did not finish; its pending line is
+    # one record that journald ended just before the failing rank's traceback (pid-change), or
+    # that TP0's own exception closed
+    caps = [t for t in boot if "Capturing batches" in t]
+    assert len(caps) == 1
+    assert boot.index(caps[0]) == i - 1
+    redraws = [p for p in caps[0].split("\r") if p]
+    assert redraws[1].startswith("Capturing batches (bs=64 avail_mem=")
+    assert not any("100%|" in t for t in redraws)
     # GPU memory is released when the process tree dies
     assert b.server_pids_at(clock.t) == set()
     assert all(s.used_mib < 10 for s in b.samples_at(clock.t))
@@ -536,7 +570,7 @@ async def test_gpu_stream_processes_and_foreign(tmp_path: Path) -> None:
     stream = b.gpu_stream(interval_s=0.0)
     first = await anext(stream)
     assert len(first) == 8
-    await stream.aclose()
+    await aclose_iter(stream)
     seeded = b.set_foreign_process()
     assert seeded is not None
     assert seeded == make(tmp_path / "other", Clock()).set_foreign_process()  # from the seed
@@ -593,7 +627,8 @@ async def test_follow_log_real_boot_at_high_speed_reaches_ready(tmp_path: Path) 
     await asyncio.wait_for(follow(), timeout=10)
     assert time.monotonic() - started < 5
     assert seen[0] == "Started SGLang server (Kimi K2.6, TP8)."
-    assert sum("Loading safetensors" in t for t in seen) == 65
+    assert sum("Loading safetensors" in t for t in seen) == 64 + 2  # 0 %, each shard, close()'s redraw
+    assert sum("Capturing batches" in t for t in seen) == 1  # one record of \r-joined redraws
     await b.close()
 
 
@@ -611,7 +646,7 @@ async def test_follow_next_boot_only_yields_new_lines(tmp_path: Path) -> None:
     assert batch[0].text == "Stopping SGLang server (Kimi K2.6, TP8)..."
     assert "Started SGLang server (Kimi K2.6, TP8)." in [r.text for r in batch]
     await b.close()
-    await it.aclose()
+    await aclose_iter(it)
 
 
 def test_current_boot_backlog_is_bounded(tmp_path: Path) -> None:
@@ -713,3 +748,259 @@ def test_factory_builds_each_kind_lazily(tmp_path: Path) -> None:
     ssh = make_backend("far", HostConfig(ssh="root@gpu-a", unit="sglang.service"))
     assert isinstance(ssh, SshBackend)
     assert isinstance(demo, HostBackend)
+
+
+# ---------------------------------------------------------------------------------------------
+# The journal's tqdm records through the real parser and tracker
+# ---------------------------------------------------------------------------------------------
+
+
+class _Seen(NamedTuple):
+    t: float
+    status: BootStatus
+    spans: list[PhaseSpan]
+    failure: Failure | None
+    metrics: BootMetrics
+
+    def span(self, phase: str) -> PhaseSpan | None:
+        return next((s for s in self.spans if s.name.value == phase and s.model.value == "target"), None)
+
+
+def _track(b: DemoBackend, clock: Clock, until_t: float, step: float) -> list[_Seen]:
+    """Follow the journal with cursors like the monitor, feeding the real LineParser and
+    BootTracker; the current boot after each poll."""
+    from dataclasses import replace
+
+    from kvtui.engines.parse import LineParser
+
+    parser, tracker = LineParser(), BootTracker()
+    cursor: str | None = None
+    seen: list[_Seen] = []
+    while clock.t < until_t:
+        batch = b.read_lines(after_cursor=cursor, limit=100_000) if cursor else b.read_lines(limit=100_000)
+        for rec in batch:
+            for p in parser.feed(rec):
+                tracker.feed(p)
+            cursor = rec.cursor
+        boot = tracker.current
+        if boot is not None:
+            seen.append(_Seen(clock.t, boot.status, [replace(s) for s in boot.phases], boot.failure, boot.metrics))
+        clock.t += step
+    return seen
+
+
+def test_parser_and_tracker_follow_the_journals_progress_records(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock, speed=5.0)
+    script = b.boot_script()
+    assert script is not None
+    seen = _track(b, clock, script.end_t + 1, 0.25)
+    last = seen[-1]
+    assert last.status is BootStatus.READY
+    assert last.failure is None
+    assert last.metrics.max_total_num_tokens == 192_406
+    # weights: one record per shard, so the span's progress climbs while loading
+    loads = [(s.progress_done, s.progress_total) for st in seen if (s := st.span("load_weights"))]
+    done = sorted({d for d, _ in loads if d is not None})
+    assert len(done) > 20
+    assert done[-1] == 64
+    assert {t for _, t in loads if t is not None} == {64}
+    # capture: the bar is one record at its close, so progress jumps from nothing to 12/12 —
+    # exactly what a real journal lets a follower see
+    caps = [(s.progress_done, s.progress_total) for st in seen if (s := st.span("graph_capture"))]
+    assert (None, None) in caps
+    assert caps[-1] == (12, 12)
+    assert {c for c in caps if c != (None, None)} == {(12, 12)}
+
+
+def test_tracker_sees_a_capture_oom_after_the_partial_bar(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock, speed=5.0)
+    set_flag(b, "mem-fraction-static", "0.99")
+    b.restart()
+    clock.t += 1
+    script = b.boot_script()
+    assert script is not None
+    assert script.outcome == "failed"
+    seen = _track(b, clock, script.end_t + 1, 0.5)
+    last = seen[-1]
+    assert last.status is BootStatus.FAILED
+    assert last.failure is not None
+    assert last.failure.kind.value == "oom_graph_capture"
+    assert last.failure.phase is not None
+    assert last.failure.phase.value == "graph_capture"
+    cap = last.span("graph_capture")
+    assert cap is not None
+    assert cap.progress_total == 12
+    assert cap.progress_done is not None
+    assert cap.progress_done < 12
+
+
+def test_vllm_capture_bars_are_single_records_the_tracker_follows(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock, engine="vllm", speed=5.0)
+    script = b.boot_script()
+    assert script is not None
+    seen = _track(b, clock, script.end_t + 1, 0.5)
+    lines = texts(b)
+    for desc, n in (("(mixed prefill-decode, PIECEWISE)", 67), ("(decode, FULL)", 35)):
+        recs = [t for t in lines if f"Capturing CUDA graphs {desc}" in t]
+        assert len(recs) == 1
+        assert re.match(r"\(Worker_TP0 pid=\d+\) \r", recs[0])
+        parts = recs[0].split("\r")[1:]
+        assert len(parts) == n + 2
+        assert parts[-1] == parts[-2]
+        assert f"100%|██████████| {n}/{n} [" in parts[-1]
+    loads = [t for t in lines if "Loading safetensors" in t]
+    assert all(re.match(r"\(Worker_TP0 pid=\d+\) \rLoading safetensors", t) for t in loads)
+    empty = [i for i, t in enumerate(lines) if re.fullmatch(r"\(Worker_TP0 pid=\d+\) ", t)]  # close()'s newline
+    assert len(empty) == 1
+    assert lines[empty[0] - 1] == lines[empty[0] - 2] == loads[-1]
+    last = seen[-1]
+    assert last.status is BootStatus.READY
+    cap = last.span("graph_capture")
+    assert cap is not None
+    assert cap.progress_done == cap.progress_total
+    tokens = int(next(t for t in lines if "GPU KV cache size" in t).split("size: ")[1].split(" ")[0].replace(",", ""))
+    assert last.metrics.max_total_num_tokens == tokens
+    assert last.metrics.graph_mem_gib == pytest.approx(0.9)
+
+
+def test_a_bar_interrupted_by_another_process_is_cut_there() -> None:
+    """journald's pid-change line break, a line of the same process glued, and end of stream."""
+    from kvtui.hosts.demo_models import BootInput, GpuSpec, _Sim
+
+    inp = BootInput(argv=("/x",), env={}, preset=PRESETS["kimi-k2.6"], gpu=GpuSpec(), seed=0, boot_no=0,
+                    start=100.0, speed=1.0)
+    sim = _Sim(inp, ms=False)
+    bar = sim.tqdm(7)
+    sim.draw(bar, 1.0, "a 1/4")
+    sim.draw(bar, 2.0, "a 2/4")
+    sim.emit(2.5, "other process", 8, raw=True)  # ends the pending line
+    sim.draw(bar, 3.0, "a 3/4")
+    sim.emit(3.5, "same process", 7, raw=True)  # glued to the pending redraws
+    sim.draw(bar, 4.0, "a 4/4")
+    lines = sim.sorted_lines(eof=109.0)
+    assert [(ln.t, ln.text, ln.pid) for ln in lines] == [
+        (102.5, "\ra 1/4\ra 2/4", 7),
+        (102.5, "other process", 8),
+        (103.5, "\ra 3/4same process", 7),
+        (109.0, "\ra 4/4", 7),  # never closed: the stream's end flushes it
+    ]
+    closed = _Sim(inp, ms=False)
+    run = closed.tqdm(7, "(W pid=7) ")
+    closed.draw(run, 1.0, "b 0/2")
+    closed.draw(run, 2.0, "b 2/2")
+    closed.close(run, 2.5)
+    assert [(ln.t, ln.text) for ln in closed.sorted_lines()] == [(102.5, "(W pid=7) \rb 0/2\rb 2/2\rb 2/2")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Two processes always agree (bug: a cancelled restart epoch resurfacing)
+# ---------------------------------------------------------------------------------------------
+
+
+def _view_of(b: DemoBackend, now: float, since: int) -> tuple[object, ...]:
+    lines = [(r.cursor, r.text) for r in b.read_lines(after_cursor=b.cursor(since, 0), limit=100_000)]
+    return (b.unit_status(), b.current_boot(), b.server_pids_at(now), b.effective_execstart(), lines)
+
+
+def test_fix_during_a_pending_auto_restart_then_restart_is_seen_alike_by_a_fresh_process(tmp_path: Path) -> None:
+    """Two failed boots, an automatic restart pending; write_unit + daemon_reload (which queues
+    the automatic restart with the new unit) + restart (which cancels it and starts now): the
+    cancelled start must never become a boot, in this process or in a fresh one."""
+    clock = Clock()
+    state = tmp_path / "demo" / "demo"
+    b = make(tmp_path, clock, speed=400.0)
+    set_flag(b, "mem-fraction-static", "0.99")
+    b.restart()
+    while not (b.current_boot() == 2 and b.unit_status() == "activating (auto-restart)"):
+        clock.t += 0.005
+        assert clock.t < T0 + 60
+    set_flag(b, "mem-fraction-static", "0.85")  # queues the automatic restart with the fix ...
+    b.restart()  # ... which this restart replaces: the new boot starts now
+    assert b.current_boot() == 3
+    assert b.unit_status() == "active (running)"
+    assert texts(b)[0] == "Started SGLang server (Kimi K2.6, TP8)."  # this process caches the view now
+    for _ in range(40):  # past the cancelled start (0.025 s away) and on to ready
+        clock.t += 0.05
+        fresh = DemoBackend("demo", clock=clock, speed=400.0, state_dir=state)
+        assert _view_of(fresh, clock.t, 2) == _view_of(b, clock.t, 2)
+        assert fresh.unit_status() == b.unit_status() == "active (running)"
+    lines = texts(b)
+    assert lines[0] == "Started SGLang server (Kimi K2.6, TP8)."
+    assert not any(t.startswith(("Stopping", "Stopped")) for t in lines)
+    assert any("mem_fraction_static=0.85" in t for t in lines)
+    assert any("fired up and ready" in t for t in lines)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_any_sequence_of_operations_reads_the_same_from_a_fresh_process(tmp_path: Path, seed: int) -> None:
+    """A seeded random walk of restarts, stops, edits with and without reload and clock steps
+    (speed 400, so boots fail, auto-restart and get ready within the walk): after every step a
+    fresh backend on the same state agrees with the long-lived one, and the journal's times
+    never go backwards."""
+    import random
+
+    rng = random.Random(seed)
+    clock = Clock()
+    state = tmp_path / "demo" / "demo"
+    b = make(tmp_path, clock, speed=400.0)
+    for _step in range(30):
+        op = rng.choice(["tick", "tick", "tick", "restart", "stop", "edit", "edit+restart", "restart_sec"])
+        if op == "tick":
+            clock.t += rng.choice([0.004, 0.02, 0.08, 0.3, 0.9])
+        elif op == "restart":
+            b.restart()
+        elif op == "stop":
+            b.stop()
+        else:
+            unit = b.read_unit()
+            if op == "restart_sec":
+                unit = re.sub(r"RestartSec=\S+", f"RestartSec={rng.choice([1, 5, 10, 30])}", unit)
+            else:
+                frac = rng.choice(["0.70", "0.85", "0.88", "0.99"])
+                unit = re.sub(r"--mem-fraction-static \S+", f"--mem-fraction-static {frac}", unit)
+            b.write_unit(unit)
+            b.daemon_reload()
+            if op == "edit+restart":
+                b.restart()
+        b.unit_status()  # the long-lived instance computes (and caches) views now
+        cur = b.current_boot() or 0
+        fresh = DemoBackend("demo", clock=clock, speed=400.0, state_dir=state)
+        since = max(0, cur - 2)
+        mine, theirs = _view_of(b, clock.t, since), _view_of(fresh, clock.t, since)
+        assert mine == theirs, (op, _step)
+        times = [r.ts for r in b.read_lines(after_cursor=b.cursor(since, 0), limit=100_000)]
+        assert times == sorted(times)  # type: ignore[type-var]
+
+
+# ---------------------------------------------------------------------------------------------
+# close() is prompt
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_close_ends_a_sleeping_gpu_stream_and_log_follower_at_once(tmp_path: Path) -> None:
+    clock = Clock()
+    b = make(tmp_path, clock, poll_interval=3600.0)
+    await b.start()
+    gpus = b.gpu_stream(interval_s=3600.0)
+    assert len(await anext(gpus)) == 8
+    logs = b.follow_log()
+    assert await anext(logs)  # the boot's first lines; then it sleeps a poll interval
+    next_gpu = asyncio.ensure_future(anext(gpus))
+    next_log = asyncio.ensure_future(anext(logs))
+    await asyncio.sleep(0)
+    assert not next_gpu.done()
+    assert not next_log.done()
+    await b.close()
+    done, _ = await asyncio.wait({next_gpu, next_log}, timeout=10)  # an hour without the fix
+    assert done == {next_gpu, next_log}
+    for fut in (next_gpu, next_log):
+        assert isinstance(fut.exception(), StopAsyncIteration)
+    # a restarted backend streams again (a fresh wake-up event)
+    await b.start()
+    again = b.gpu_stream(interval_s=3600.0)
+    assert len(await anext(again)) == 8
+    await b.close()
+    assert await anext(again, None) is None  # closed: the stream ends

@@ -380,8 +380,13 @@ class _Timeline:
         return e.start if k == 0 or c is None else e.start + k * c
 
     def n_boots(self, e: Epoch, now: float) -> int:
-        """How many boots of this epoch have started by ``now``."""
-        if self.unit_of(e).error or e.start > now:
+        """How many boots of this epoch have started by ``now``.
+
+        An epoch cancelled before it started (a pending start — queued, or created by a
+        daemon-reload during an automatic-restart chain — that a restart or stop replaced) has
+        ``max_boots == 0`` and never has a boot, whatever the clock says: otherwise its boot
+        number would collide with the boot that replaced it once ``now`` passes its start."""
+        if self.unit_of(e).error or e.start > now or e.max_boots == 0:
             return 0
         c = self.cycle(e)
         if c is None or c <= 0:
@@ -626,6 +631,7 @@ class DemoBackend:
         self.preset: Preset = PRESETS[self.model_key]
         self._status = ConnStatus(ConnState.CONNECTING, "simulated host")
         self._closed = False
+        self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         self._state: DemoState | None = None
         self._state_sig: tuple[int, int] | None = None
         self._units: dict[str, UnitInfo] = {}
@@ -766,6 +772,9 @@ class DemoBackend:
 
     async def close(self) -> None:
         self._closed = True
+        if self._wake is not None:
+            self._wake[1].set()  # wake the streams' sleeps: they see ``_closed`` and end
+            self._wake = None
         self._status = ConnStatus(ConnState.CLOSED, "closed")
 
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
@@ -780,11 +789,11 @@ class DemoBackend:
             return None
         return int(m.group(2)), int(m.group(3))
 
-    def _record(self, g: int, i: int, ln: Line) -> LogRecord:
+    def _record(self, state_id: str, g: int, i: int, ln: Line) -> LogRecord:
         return LogRecord(
             text=ln.text,
             ts=datetime.fromtimestamp(ln.t).astimezone(),
-            cursor=self.cursor(g, i),
+            cursor=f"demo:{state_id}:{g}:{i}",
             source="demo",
             pid=ln.pid,
             ident=ln.ident,
@@ -827,7 +836,9 @@ class DemoBackend:
         with self._locked(exclusive=False):
             self._refresh_unlocked()
             now = self.clock()
-        tl = self._timeline()
+            st, sig = self._state, self._state_sig
+        assert st is not None
+        tl = _Timeline(self, st, (st.state_id, sig))  # the state read with ``now``, not a newer one
         out: list[LogRecord] = []
         v = tl.view(g, now)
         while len(out) < limit and v is not None:
@@ -848,7 +859,7 @@ class DemoBackend:
                 break
             if ln.t > now:
                 break
-            out.append(self._record(g, i, ln))
+            out.append(self._record(tl.state.state_id, g, i, ln))
             i += 1
         return out, (g, i, trim)
 
@@ -863,7 +874,18 @@ class DemoBackend:
                 if len(batch) >= MAX_BATCH:
                     await asyncio.sleep(0)
                     continue
-            await asyncio.sleep(self.poll_interval)
+            await self._pause(self.poll_interval)
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less when ``close()`` is called meanwhile (streams end promptly)."""
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        if self._wake is None or self._wake[0] is not loop:
+            self._wake = (loop, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake[1].wait()
 
     # -- GPUs -----------------------------------------------------------------------------------------
 
@@ -941,7 +963,7 @@ class DemoBackend:
     async def gpu_stream(self, interval_s: float = 1.0) -> AsyncIterator[list[GpuSample]]:
         while not self._closed:
             yield self.samples_at(self.clock())
-            await asyncio.sleep(interval_s)
+            await self._pause(interval_s)
 
     async def gpu_processes(self) -> list[GpuProcess]:
         return [p for s in self.samples_at(self.clock()) for p in s.processes]

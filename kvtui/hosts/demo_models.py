@@ -452,6 +452,25 @@ def tqdm_bar(frac: float, width: int = 10) -> str:
     return out
 
 
+def _shard_bar(desc: str, k: int, total: int, elapsed: float) -> str:
+    """The weight loaders' bar format: ``{desc}: {percentage:3.0f}% Completed | {n}/{total} [...]``."""
+    return (
+        f"{desc}: {100.0 * k / total:3.0f}% Completed | {k}/{total} "
+        f"[{tqdm_interval(elapsed)}<{tqdm_remaining(k, total, elapsed)}, {tqdm_rate(k, elapsed)}]"
+    )
+
+
+def _capture_bar(desc: str, k: int, total: int, elapsed: float) -> str:
+    """tqdm's default bar: ``{desc}: {percentage:3.0f}%|{bar}| {n}/{total} [...]`` (no desc: just the bar)."""
+    head = f"{desc}: " if desc else ""
+    if k == 0:
+        return f"{head}  0%|{tqdm_bar(0.0)}| 0/{total} [00:00<?, ?it/s]"
+    return (
+        f"{head}{100.0 * k / total:3.0f}%|{tqdm_bar(k / total)}| {k}/{total} "
+        f"[{tqdm_interval(elapsed)}<{tqdm_remaining(k, total, elapsed)}, {tqdm_rate(k, elapsed)}]"
+    )
+
+
 def systemd_timespan(seconds: float) -> str:
     """systemd's ``format_timespan`` at millisecond accuracy (``Consumed … CPU time``)."""
     ms = round(seconds * 1000)
@@ -641,6 +660,21 @@ def _site_packages(exe: str) -> str:
     return f"{base}/lib/python3.12/site-packages"
 
 
+@dataclass(slots=True)
+class _TqdmRun:
+    """One tqdm bar on a process's stderr. tqdm writes ``\\r`` + the bar at every redraw and a
+    newline only when the bar closes; journald cuts a stream into records at newlines, so the
+    whole run is **one** record (``\\r``-joined redraws) that appears when the bar closes — or
+    earlier, when another process writes to the same stream meanwhile (journald ends the
+    pending line: ``_LINE_BREAK=pid-change``), or when the stream ends (``eof``). A line the
+    same process logs meanwhile is glued to the pending redraws (one record)."""
+
+    pid: int
+    prefix: str  # what the process's stream wrapper puts at the start of a line (vLLM: "(Worker pid=N) ")
+    draws: list[tuple[float, int, str]] = field(default_factory=list)  # (t, seq, bar text)
+    closed: tuple[float, int] | None = None  # (t, seq) of the newline
+
+
 class _Sim:
     """Collects lines and memory keyframes on the simulated time axis (seconds after start)."""
 
@@ -648,6 +682,7 @@ class _Sim:
         self.inp = inp
         self.ms = ms
         self.lines: list[tuple[float, int, SimLine]] = []
+        self.runs: list[_TqdmRun] = []
         self.mem: dict[int, list[tuple[float, float]]] = {}
         self.util: list[tuple[float, float]] = [(inp.start, 0.0)]
         self.ident = inp.argv[0].rsplit("/", 1)[-1] if inp.argv else "python"
@@ -687,8 +722,71 @@ class _Sim:
     def util_frame(self, sim_t: float, util: float) -> None:
         self.util.append((self.at(sim_t), util))
 
-    def sorted_lines(self) -> list[SimLine]:
-        return [line for _, _, line in sorted(self.lines, key=lambda x: (x[0], x[1]))]
+    def tqdm(self, pid: int, prefix: str = "") -> _TqdmRun:
+        """Open a tqdm bar written by ``pid`` (see ``_TqdmRun``); draw it with ``draw``."""
+        run = _TqdmRun(pid, prefix)
+        self.runs.append(run)
+        return run
+
+    def draw(self, run: _TqdmRun, sim_t: float, text: str) -> None:
+        """A redraw of ``run`` at ``sim_t`` (``\\r`` + ``text`` on the process's stderr)."""
+        assert run.closed is None, "a closed tqdm bar is not redrawn"
+        self._seq += 1
+        run.draws.append((self.at(sim_t), self._seq, text))
+
+    def close(self, run: _TqdmRun, sim_t: float, text: str | None = None) -> None:
+        """tqdm's ``close()``: a last redraw (``text``, default the last one) and the newline."""
+        if text is None and run.draws:
+            text = run.draws[-1][2]
+        if text is not None:
+            self.draw(run, sim_t, text)
+        self._seq += 1
+        run.closed = (self.at(sim_t), self._seq)
+
+    def sorted_lines(self, eof: float | None = None) -> list[SimLine]:
+        """Every journal record in order. ``eof``: when the stream ends (the process tree died):
+        a bar still open then becomes a record of its own (``_LINE_BREAK=eof``)."""
+        entries = sorted(self.lines, key=lambda x: (x[0], x[1]))
+        if not self.runs:
+            return [line for _, _, line in entries]
+        glued: set[int] = set()  # seq of lines glued to a pending bar (they are in its record)
+        extra: list[tuple[float, float, SimLine]] = []
+        for run in self.runs:
+            if not run.draws:
+                continue
+            pending: list[str] = []
+            di = 0
+            first = run.draws[0][:2]
+            end = run.closed
+            if end is None:
+                last_t = run.draws[-1][0] if eof is None else max(eof, run.draws[-1][0])
+                end = (last_t, self._seq + 1)
+
+            def record(t: float, order: float, text: str, run: _TqdmRun = run) -> None:
+                extra.append((t, order, SimLine(t, run.prefix + text, run.pid, self.ident)))
+
+            for t, seq, line in entries:
+                if (t, seq) <= first:
+                    continue
+                if (t, seq) > end:
+                    break
+                while di < len(run.draws) and run.draws[di][:2] < (t, seq):
+                    pending.append("\r" + run.draws[di][2])
+                    di += 1
+                if not pending:
+                    continue
+                if line.pid == run.pid:
+                    body = line.text[len(run.prefix):] if line.text.startswith(run.prefix) else line.text
+                    glued.add(seq)
+                    record(t, seq, "".join(pending) + body)
+                else:
+                    record(t, seq - 0.5, "".join(pending))  # pid-change: the pending line ends first
+                pending = []
+            pending += ["\r" + d[2] for d in run.draws[di:]]
+            if pending:
+                record(end[0], end[1], "".join(pending))
+        merged = [(t, float(seq), line) for t, seq, line in entries if seq not in glued] + extra
+        return [line for _, _, line in sorted(merged, key=lambda x: (x[0], x[1]))]
 
 
 def simulate_boot(inp: BootInput) -> BootScript:
@@ -722,7 +820,7 @@ class _SglangBoot:
         self.sim.util_frame(sim_t, 0.0)
         return BootScript(
             start=self.inp.start,
-            lines=self.sim.sorted_lines(),
+            lines=self.sim.sorted_lines(eof=self.sim.at(sim_t)),
             outcome="failed",
             end_t=self.sim.at(sim_t),
             exit_code=code,
@@ -1113,22 +1211,20 @@ class _SglangBoot:
         weights = [0.7 + 0.6 * jit.random() for _ in range(shards)]
         scale = seconds / sum(weights)
         desc = "Loading safetensors checkpoint shards"
-        sim.emit(t, f"{desc}:   0% Completed | 0/{shards} [00:00<?, ?it/s]", pid0, raw=True)
+        # the loader's bar format ends with "\\n": every redraw is a record of its own ("\\r" first);
+        # close() redraws the final state and writes one more newline (an empty record)
+        sim.emit(t, f"\r{desc}:   0% Completed | 0/{shards} [00:00<?, ?it/s]", pid0, raw=True)
         done_t = t
         for k in range(1, shards + 1):
             done_t += weights[k - 1] * scale
             el = sim.real(done_t - t)
-            pct = 100.0 * k / shards
-            sim.emit(
-                done_t,
-                f"{desc}: {pct:3.0f}% Completed | {k}/{shards} "
-                f"[{tqdm_interval(el)}<{tqdm_remaining(k, shards, el)}, {tqdm_rate(k, el)}]",
-                pid0,
-                raw=True,
-            )
+            sim.emit(done_t, "\r" + _shard_bar(desc, k, shards, el), pid0, raw=True)
             for r in ranks:
                 base = ctx_gib[phys[r]] if ctx_gib is not None else (base_gib or {}).get(r, 0.0)
                 sim.mem_frame(phys[r], done_t, (base + w_r * k / shards) * 1024)
+        close_t = done_t + 0.01
+        sim.emit(close_t, "\r" + _shard_bar(desc, shards, shards, sim.real(close_t - t)), pid0, raw=True)
+        sim.emit(close_t, "", pid0, raw=True)
         sim.util_frame(t, 4.0)
         sim.util_frame(done_t, 4.0)
         return done_t + 0.3
@@ -1170,16 +1266,15 @@ class _SglangBoot:
         desc_t = t + 0.05 + 0.01 * len(ranks)
         start_t = desc_t
         used = dict.fromkeys(ranks, 0.0)
+        # TP0's tqdm over the batch sizes: the bar, then per size set_description (before the
+        # capture) and the update (after it); all of it one journal record (see ``_TqdmRun``)
+        bar = sim.tqdm(pid[0])
+        sim.draw(bar, desc_t, _capture_bar("", 0, total, 0.0))
+        desc = ""
         for k, bs in enumerate(order):
             el = sim.real(desc_t - start_t)
-            sim.emit(
-                desc_t,
-                f"Capturing batches (bs={bs} avail_mem={avail[0]:.2f} GB): {100.0 * k / total:3.0f}%|"
-                f"{tqdm_bar(k / total)}| {k}/{total} [{tqdm_interval(el)}<{tqdm_remaining(k, total, el)}, "
-                f"{tqdm_rate(k, el)}]",
-                pid[0],
-                raw=True,
-            )
+            desc = f"Capturing batches (bs={bs} avail_mem={avail[0]:.2f} GB)"
+            sim.draw(bar, desc_t, _capture_bar(desc, k, total, el))
             need = model.graph_per_graph_gib + model.graph_per_bs_gib * bs
             if k == 0:
                 need += model.graph_pool_per_bs_gib * bs
@@ -1187,21 +1282,19 @@ class _SglangBoot:
             short = [r for r in ranks if avail[r] - need < 0.02]
             if short:
                 r = min(short, key=lambda x: (avail[x], x))
-                return self._capture_oom(desc_t + 0.4, r, need, model, phys, free0, avail, used, tag, pid)
+                oom_t = desc_t + 0.4
+                if r == 0:  # TP0's own exception leaves the loop: tqdm closes before the traceback
+                    sim.close(bar, oom_t, _capture_bar(desc, k, total, sim.real(oom_t - start_t)))
+                # another rank's traceback ends TP0's pending bar line (journald: pid-change)
+                return self._capture_oom(oom_t, r, need, model, phys, free0, avail, used, tag, pid)
             dur = model.capture_seconds_per_graph * (0.55 + 0.45 * bs / order[0]) * (0.9 + 0.2 * self.jit.random())
             desc_t += dur
             for r in ranks:
                 avail[r] -= need
                 used[r] += need
                 sim.mem_step(phys[r], desc_t, (free0[r] - avail[r]) * 1024)
-        el = sim.real(desc_t - start_t)
-        sim.emit(
-            desc_t,
-            f"Capturing batches (bs={order[-1]} avail_mem={avail[0]:.2f} GB): 100%|{tqdm_bar(1.0)}| "
-            f"{total}/{total} [{tqdm_interval(el)}<00:00, {tqdm_rate(total, el)}]",
-            pid[0],
-            raw=True,
-        )
+            sim.draw(bar, desc_t, _capture_bar(desc, k + 1, total, sim.real(desc_t - start_t)))
+        sim.close(bar, desc_t + 0.001, _capture_bar(desc, total, total, sim.real(desc_t + 0.001 - start_t)))
         t_end = desc_t + 0.2
         for r in ranks:
             mem_use = begin_avail[r] - avail[r]
@@ -1379,7 +1472,7 @@ class _VllmBoot:
     def _script(self, outcome: str, sim_t: float, **kw: object) -> BootScript:
         return BootScript(
             start=self.inp.start,
-            lines=self.sim.sorted_lines(),
+            lines=self.sim.sorted_lines(eof=self.sim.at(sim_t) if outcome == "failed" else None),
             outcome=outcome,
             end_t=self.sim.at(sim_t),
             main_pid=self.main_pid,
@@ -1568,7 +1661,8 @@ class _VllmBoot:
         load_s = model.load_seconds * (8 / max(tp, 1)) ** 0.35
         desc = "Loading safetensors checkpoint shards"
         t_l = t + 0.8
-        self.raw(t_l, wname[0], wpid[0], f"{desc}:   0% Completed | 0/{model.shards} [00:00<?, ?it/s]")
+        # the bar format ends with "\\n": one record per redraw, after the stream's line prefix
+        self.raw(t_l, wname[0], wpid[0], f"\r{desc}:   0% Completed | 0/{model.shards} [00:00<?, ?it/s]")
         for r in ranks:
             sim.mem_frame(phys[r], t_l, ctx_gib[phys[r]] * 1024)
         weights = [0.7 + 0.6 * jit.random() for _ in range(model.shards)]
@@ -1578,15 +1672,12 @@ class _VllmBoot:
             done += weights[k - 1] * scale
             el = sim.real(done - t_l)
             if k % max(1, model.shards // 8) == 0 or k == model.shards:
-                self.raw(
-                    done,
-                    wname[0],
-                    wpid[0],
-                    f"{desc}: {100.0 * k / model.shards:3.0f}% Completed | {k}/{model.shards} "
-                    f"[{tqdm_interval(el)}<{tqdm_remaining(k, model.shards, el)}, {tqdm_rate(k, el)}]",
-                )
+                self.raw(done, wname[0], wpid[0], "\r" + _shard_bar(desc, k, model.shards, el))
             for r in ranks:
                 sim.mem_frame(phys[r], done, (ctx_gib[phys[r]] + w_r * k / model.shards) * 1024)
+        # close(): the final state redrawn, then one more newline (a record holding only the prefix)
+        self.raw(done, wname[0], wpid[0], "\r" + _shard_bar(desc, model.shards, model.shards, sim.real(done - t_l)))
+        self.raw(done, wname[0], wpid[0], "")
         sim.util_frame(t_l, 3.0)
         for r in ranks:
             self.log(
@@ -1703,16 +1794,18 @@ class _VllmBoot:
             fw = [b for b in [1, 2, 4, *range(8, 257, 8)] if b <= max_seqs]
             g_s = 0.09 * len(pw) + 0.06 * len(fw)
             sim.util_frame(t, 45.0)
+            # worker 0's tqdm bars (one journal record each, see ``_TqdmRun``): PIECEWISE, then FULL
+            pdesc = "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)"
+            piece = sim.tqdm(wpid[0], f"({wname[0]} pid={wpid[0]}) ")
+            sim.draw(piece, t, _capture_bar(pdesc, 0, len(pw), 0.0))
             if free < g_need:
-                k = int(len(pw) * max(free, 0.0) / g_need)
-                self.raw(
-                    t + g_s * 0.5,
-                    wname[0],
-                    wpid[0],
-                    f"Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): "
-                    f"{100.0 * k / len(pw):3.0f}%|{tqdm_bar(k / len(pw))}| {k}/{len(pw)} "
-                    f"[00:0{min(k // 10, 9)}<?, ?it/s]",
-                )
+                k_fail = int(len(pw) * max(free, 0.0) / g_need)
+                step = g_s * 0.5 / max(k_fail, 1)
+                for k in range(1, k_fail + 1):
+                    sim.draw(piece, t + step * k, _capture_bar(pdesc, k, len(pw), sim.real(step * k)))
+                # the exception leaves the loop: tqdm's close() redraws and ends the line first
+                fail_t = t + g_s * 0.5 + 0.2
+                sim.close(piece, fail_t - 0.001, _capture_bar(pdesc, k_fail, len(pw), sim.real(g_s * 0.5 + 0.2)))
                 oom = (
                     f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {torch_size(g_need / 4 * GIB)}. "
                     f"GPU {0 if 'CUDA_VISIBLE_DEVICES' in inp.env else phys[0]} has a total capacity of "
@@ -1726,25 +1819,18 @@ class _VllmBoot:
                     oom,
                 ]
                 return self._fail(t + g_s * 0.5 + 0.2, wname[0], wpid[0], "gpu_model_runner.py:3442", exc_lines)
-            for frac in (0.49, 1.0):
-                k = round(len(pw) * frac)
-                el = sim.real(g_s * 0.6 * frac)
-                self.raw(
-                    t + g_s * 0.6 * frac,
-                    wname[0],
-                    wpid[0],
-                    f"Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): {100.0 * k / len(pw):3.0f}%|"
-                    f"{tqdm_bar(k / len(pw))}| {k}/{len(pw)} [{tqdm_interval(el)}<"
-                    f"{tqdm_remaining(k, len(pw), el)}, {tqdm_rate(k, el)}]",
-                )
-            el = sim.real(g_s * 0.4)
-            self.raw(
-                t + g_s,
-                wname[0],
-                wpid[0],
-                f"Capturing CUDA graphs (decode, FULL): 100%|{tqdm_bar(1.0)}| {len(fw)}/{len(fw)} "
-                f"[{tqdm_interval(el)}<00:00, {tqdm_rate(len(fw), el)}]",
-            )
+            p_s = g_s * 0.6
+            for k in range(1, len(pw) + 1):
+                sim.draw(piece, t + p_s * k / len(pw), _capture_bar(pdesc, k, len(pw), sim.real(p_s * k / len(pw))))
+            sim.close(piece, t + p_s + 0.001)
+            fdesc = "Capturing CUDA graphs (decode, FULL)"
+            full = sim.tqdm(wpid[0], f"({wname[0]} pid={wpid[0]}) ")
+            f0 = t + p_s + 0.002
+            f_s = g_s - p_s - 0.002
+            sim.draw(full, f0, _capture_bar(fdesc, 0, len(fw), 0.0))
+            for k in range(1, len(fw) + 1):
+                sim.draw(full, f0 + f_s * k / len(fw), _capture_bar(fdesc, k, len(fw), sim.real(f_s * k / len(fw))))
+            sim.close(full, t + g_s)
             for r in ranks:
                 sim.mem_step(phys[r], t + g_s, (ctx_gib[phys[r]] + w_r + non_torch + kv_alloc + g_need) * 1024)
                 self.log(
