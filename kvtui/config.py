@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from kvtui.demo_presets import DEMO_ENGINES, PresetError, resolve_preset_name
+
 HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]+$")
 CONTAINER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -338,7 +340,26 @@ def host_rule_problems(given: Mapping[str, object]) -> list[tuple[str | None, st
             if key in given:
                 hint = "use demo_engine" if key == "engine" else "a demo host simulates its own server"
                 out.append((key, f"not for demo hosts ({hint})", given[key]))
+        out.extend(_demo_preset_problems(given))
     return out
+
+
+def _demo_preset_problems(given: Mapping[str, object]) -> list[tuple[str | None, str, object]]:
+    """``demo_model`` must name a simulated deployment of ``demo_engine`` (what the demo host will
+    resolve at start). Values of the wrong type are the fields' own errors, not repeated here."""
+    model = given.get("demo_model")
+    engine = given.get("demo_engine", "sglang")
+    if not isinstance(model, str) or not model.strip() or engine not in DEMO_ENGINES:
+        return []
+    try:
+        resolve_preset_name(model, str(engine))
+    except PresetError as exc:
+        # the problem, minus the "demo_model '…'" the message's prefix already shows
+        problem = exc.problem.replace(f"demo_model '{model}' ", "", 1)
+        if "demo_engine" not in given and problem.endswith(f"demo_engine is '{engine}'"):
+            problem += " (the default)"
+        return [("demo_model", f"{problem}; {exc.expected}", model)]
+    return []
 
 
 class UiConfig(_Strict):

@@ -48,7 +48,7 @@ demo = true
 demo_speed = 10.0
 demo_seed = 7
 demo_engine = "vllm"
-demo_model = "llama-70b-tp4"
+demo_model = "vllm-llama-70b"
 gpus = "0,2,4"
 
 [ui]
@@ -97,7 +97,7 @@ def test_good_file_loads_every_key(tmp_path: Path) -> None:
     assert (box.kind, box.target, box.gpus, box.log_source) == ("local", "localhost", [0, 2], "docker")
     d = cfg.host("demo-b")
     assert (d.kind, d.demo_speed, d.demo_seed, d.demo_engine, d.demo_model, d.gpus) == (
-        "demo", 10.0, 7, "vllm", "llama-70b-tp4", [0, 2, 4])
+        "demo", 10.0, 7, "vllm", "vllm-llama-70b", [0, 2, 4])
     assert cfg.ui == UiConfig(theme="kvtui-light", stall_seconds=60, log_lines=20000)
     assert cfg.keymap == {"quit": "ctrl+q", "search": "f3,slash"}
     assert cfg.calc == CalcConfig(graph_margin_gib=1.5)
@@ -261,6 +261,17 @@ BAD_TABLES = [
     ('[hosts.h]\ndemo = true\ndemo_engine = "trt"\n', 'demo_engine = "trt": expected one of "sglang" or "vllm"',
      None),
     ('[hosts.h]\ndemo = true\ndemo_model = ""\n', 'demo_model = "": expected a non-empty string', None),
+    # demo_model names a preset of demo_engine (checked here, not first when the demo host starts)
+    ('[hosts.h]\ndemo = true\ndemo_model = "gpt-5"\n',
+     '[hosts.h] demo_model = "gpt-5": is not a demo preset; expected one of (a name or a unique prefix): '
+     "kimi-k2.6 (sglang), llama-70b (sglang), qwen3-32b-eagle3 (sglang), vllm-llama-70b (vllm)", None),
+    ('[hosts.h]\ndemo = true\ndemo_engine = "vllm"\ndemo_model = "kimi"\n',
+     '[hosts.h] demo_model = "kimi": is the sglang preset kimi-k2.6 but demo_engine is \'vllm\'; '
+     "expected a vllm preset: vllm-llama-70b (vllm)", None),
+    ('[hosts.h]\ndemo = true\ndemo_model = "vllm-llama-70b"\n',
+     "but demo_engine is 'sglang' (the default); expected a sglang preset: kimi-k2.6 (sglang), llama-70b (sglang), "
+     "qwen3-32b-eagle3 (sglang)", None),
+    ('[hosts.h]\ndemo = true\ndemo_model = 7\n', "[hosts.h] demo_model = 7: expected a string", None),
     # kind keys themselves
     ('[hosts.h]\nssh = "a b"\nunit = "u"\n', '[hosts.h] ssh = "a b": expected "user@host"', None),
     ('[hosts.h]\nssh = "-oProxyCommand=x"\nunit = "u"\n', "not starting with '-'", None),
@@ -340,3 +351,40 @@ def test_direct_construction_applies_the_rules() -> None:
         HostConfig(ssh="h")
     assert HostConfig(ssh="u@[::1]", unit="x").ssh_host == "::1"
     assert HostConfig(local=True, unit="x", gpus="0-1").gpus == [0, 1]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("model", "engine", "key"),
+    [("kimi", "sglang", "kimi-k2.6"), ("LLAMA", "sglang", "llama-70b"), (" Qwen3-32B-Eagle3 ", "sglang",
+     "qwen3-32b-eagle3"), ("vllm", "vllm", "vllm-llama-70b"), (None, "vllm", "vllm-llama-70b"),
+     (None, "sglang", "kimi-k2.6")],
+)
+def test_demo_model_accepts_a_name_or_a_unique_prefix(model: str | None, engine: str, key: str) -> None:
+    from kvtui.demo_presets import resolve_preset_name
+
+    host = HostConfig(demo=True, demo_engine=engine, **({"demo_model": model} if model else {}))  # type: ignore[arg-type]
+    assert host.demo_model == model
+    assert resolve_preset_name(host.demo_model, host.demo_engine) == key
+
+
+def test_an_ambiguous_prefix_lists_what_it_matches(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kvtui.demo_presets as dp
+
+    monkeypatch.setattr(dp, "PRESET_ENGINES", {"llama-70b": "sglang", "llama-8b": "sglang", "kimi": "sglang"})
+    with pytest.raises(dp.PresetError) as ei:
+        dp.resolve_preset_name("llama", "sglang")
+    assert ei.value.problem == "demo_model 'llama' matches llama-70b and llama-8b"
+    assert ei.value.expected.endswith("llama-70b (sglang), llama-8b (sglang), kimi (sglang)")
+    with pytest.raises(ValueError, match="matches llama-70b and llama-8b"):
+        HostConfig(demo=True, demo_model="llama")
+    assert dp.resolve_preset_name("llama-8", "sglang") == "llama-8b"
+
+
+def test_the_pure_preset_names_are_the_demo_hosts_presets() -> None:
+    """config checks names from kvtui.demo_presets (pure); the demo host simulates PRESETS."""
+    from kvtui.demo_presets import DEFAULT_PRESETS, PRESET_ENGINES
+    from kvtui.hosts.demo_models import PRESETS
+
+    assert list(PRESET_ENGINES) == list(PRESETS)
+    assert {k: p.engine for k, p in PRESETS.items()} == PRESET_ENGINES
+    assert all(PRESET_ENGINES[k] == e for e, k in DEFAULT_PRESETS.items())

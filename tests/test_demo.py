@@ -708,12 +708,36 @@ def test_presets_and_bad_config(tmp_path: Path) -> None:
     assert set(PRESETS) == {"kimi-k2.6", "llama-70b", "qwen3-32b-eagle3", "vllm-llama-70b"}
     clock = Clock()
     assert make(tmp_path, clock, name="x", model="LLAMA").model_key == "llama-70b"
-    with pytest.raises(DemoError, match=r"not a demo preset; expected one of: kimi-k2\.6"):
+    with pytest.raises(DemoError, match=r"not a demo preset; expected one of \(a name or a unique prefix\): kimi"):
         DemoBackend("y", model="gpt-5", state_dir=tmp_path / "y")
     with pytest.raises(DemoError, match="do not exist"):
         DemoBackend("z", gpus=[9], state_dir=tmp_path / "z")
-    with pytest.raises(DemoError, match="is not simulated with demo_model"):
+    with pytest.raises(DemoError, match=r"demo host 'w': demo_model 'kimi' is the sglang preset kimi-k2\.6 but "
+                       r"demo_engine is 'vllm'; expected a vllm preset: vllm-llama-70b \(vllm\)"):
         DemoBackend("w", engine="vllm", model="kimi", state_dir=tmp_path / "w")
+    with pytest.raises(DemoError, match="demo_engine 'trt' is not simulated; expected one of: sglang, vllm"):
+        DemoBackend("v", engine="trt", state_dir=tmp_path / "v")
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+@pytest.mark.parametrize("model", ["kimi", "KIMI-K2.6", "llama", "llama-70b-tp4", "qwen", "vllm", "vllm-llama-70b",
+                                   "gpt-5", "k", None])
+def test_a_hosts_file_that_loads_is_a_demo_host_that_starts(tmp_path: Path, engine: str, model: str | None) -> None:
+    """config (pure core) and the demo host resolve demo_model / demo_engine alike."""
+    from kvtui.config import ConfigError, parse_config
+
+    body = f'[hosts.d]\ndemo = true\ndemo_engine = "{engine}"\n' + (f'demo_model = "{model}"\n' if model is not None
+                                                                     else "")
+    try:
+        host = parse_config(body, tmp_path / "hosts.toml").host("d")
+    except ConfigError as exc:
+        problems = exc.problems
+        with pytest.raises(DemoError):
+            DemoBackend("d", engine=engine, model=model, state_dir=tmp_path / "d")
+        assert [p.key for p in problems] == ["demo_model"]
+        return
+    b = DemoBackend("d", host, state_dir=tmp_path / "d")
+    assert PRESETS[b.model_key].engine == engine
 
 
 def test_the_simulation_never_imports_the_calculator() -> None:

@@ -47,12 +47,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvtui.demo_presets import PresetError, resolve_preset_name
 from kvtui.engines.events import LogRecord
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
 from kvtui.hosts.demo_models import (
-    DEFAULT_PRESET,
-    DEFAULT_PRESETS,
     PRESETS,
     BootInput,
     BootScript,
@@ -564,18 +563,13 @@ class _Timeline:
 
 
 def resolve_preset(name: str | None, engine: str = "sglang") -> str:
-    """A preset key from ``demo_model`` (a key, case-insensitive, or a unique prefix of one);
-    without one, the engine's default preset."""
-    if name is None or not name.strip():
-        return DEFAULT_PRESETS.get(engine, DEFAULT_PRESET)
-    key = name.strip().lower()
-    if key in PRESETS:
-        return key
-    matches = [k for k in PRESETS if k.startswith(key)]
-    if len(matches) == 1:
-        return matches[0]
-    known = ", ".join(PRESETS)
-    raise DemoError(f"demo_model '{name}' is not a demo preset; expected one of: {known}")
+    """A preset key from ``demo_model`` (a key, case-insensitive, or a unique prefix of one) of
+    the ``demo_engine``; without one, the engine's default preset. The same check as the
+    configuration's (``kvtui.demo_presets``)."""
+    try:
+        return resolve_preset_name(name, engine)
+    except PresetError as exc:
+        raise DemoError(str(exc)) from None
 
 
 class DemoBackend:
@@ -604,14 +598,12 @@ class DemoBackend:
             raise DemoError(f"demo host '{name}': demo_speed must be > 0, got {self.speed}")
         self.seed = int(seed if seed is not None else getattr(host, "demo_seed", 0))
         self.engine = str(engine or getattr(host, "demo_engine", None) or "sglang")
-        if self.engine not in DEFAULT_PRESETS:
-            raise DemoError(f"demo host '{name}': demo_engine '{self.engine}' is not simulated (sglang, vllm)")
-        self.model_key = resolve_preset(model if model is not None else getattr(host, "demo_model", None), self.engine)
-        if self.engine != PRESETS[self.model_key].engine:
-            raise DemoError(
-                f"demo host '{name}': demo_engine '{self.engine}' is not simulated with demo_model "
-                f"'{self.model_key}' (engine {PRESETS[self.model_key].engine}); presets: {', '.join(PRESETS)}"
+        try:
+            self.model_key = resolve_preset_name(
+                model if model is not None else getattr(host, "demo_model", None), self.engine
             )
+        except PresetError as exc:
+            raise DemoError(f"demo host '{name}': {exc}") from None
         sel = gpus if gpus is not None else getattr(host, "gpus", None)
         self.gpu = gpu or GpuSpec()
         self.gpus: tuple[int, ...] | None = None if sel is None else tuple(sorted(set(sel)))

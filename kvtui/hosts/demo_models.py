@@ -301,8 +301,8 @@ PRESETS: dict[str, Preset] = {
         ),
     )
 }
-DEFAULT_PRESET = "kimi-k2.6"
-DEFAULT_PRESETS = {"sglang": "kimi-k2.6", "vllm": "vllm-llama-70b"}
+# the names (and their engines) live in the pure ``kvtui.demo_presets`` that configuration checks
+# against; a test keeps PRESETS equal to them
 
 
 # ---------------------------------------------------------------------------------------------
