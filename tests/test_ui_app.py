@@ -20,6 +20,7 @@ from test_ui_helpers import (
 from textual.command import CommandList
 from textual.widget import Widget
 
+from kvtui.audit import read_entries
 from kvtui.boot import BootStatus
 from kvtui.config import Config, HostConfig, UiConfig
 from kvtui.engines.events import FailureKind, Phase
@@ -275,6 +276,13 @@ async def test_restart_asks_first_and_marks_the_log() -> None:
         await run_clock(pilot, app, clock, until=lambda: status_of(pane) is BootStatus.READY, limit=60)
         assert pane.boot_index == 1
         assert "boot 2" in pane.query_one(HostBar).right().plain
+        # the log kept following through the restart (the shorter boot panel made the view taller)
+        assert following(pane.log_view)
+        assert pane.log_view.pending == 0
+        # through the service layer: audited like every change kvtui makes to a host
+        entry = read_entries()[-1]
+        assert (entry["action"], entry["how"], entry["outcome"], entry["host"]) == (
+            "restart", "demo", "restarted", "demo")
 
 
 async def test_readonly_hides_every_action_that_changes_a_host() -> None:
@@ -440,6 +448,12 @@ async def test_restart_on_a_local_host_runs_its_stop_and_start_commands(tmp_path
         await pilot.press("y")
         await wait_for(pilot, lambda: record.exists() and record.read_text().count("\n") >= 2, timeout=10)
         assert record.read_text().split() == ["stop", "start"]
+        await wait_for(pilot, lambda: pane.busy is None)
+        entry = read_entries()[-1]
+        assert (entry["action"], entry["how"], entry["outcome"]) == ("restart", "commands", "restarted")
+        # started detached, its output appended to the host's log file (which the console follows)
+        assert entry["commands"] == [f"sh -c 'echo stop >> {record}'", f"nohup setsid sh -c 'echo start >> {record}' "
+                                     f"</dev/null >>{log} 2>&1 & echo $!"]
 
 
 async def test_restart_is_disabled_where_kvtui_cannot_restart(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_ui_helpers import FakeClock, demo_app, run_clock, set_demo_fraction, settle, start_demo
+from test_ui_helpers import FakeClock, demo_app, run_clock, set_demo_fraction, settle, start_demo, wait_for
 from textual.pilot import Pilot
 
 from kvtui.boot import BootStatus
@@ -152,6 +152,38 @@ def test_snapshot_two_demo_hosts(snap_compare: SnapCompare) -> None:
     async def run_before(pilot: Pilot[Any]) -> None:
         await run_clock(pilot, app, clock, seconds=3.0, step=1.0)
         await _finish(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+# The apply dialog shows the demo host's file paths, which live under XDG_STATE_HOME: pinned for
+# that snapshot so the picture does not depend on pytest's temporary directory.
+PINNED_STATE = Path("/tmp/kvtui-snapshots/state")
+
+
+@pytest.mark.slow
+def test_snapshot_apply_confirm_dialog(snap_compare: SnapCompare, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`a` after a safe edit: the flag change, the prediction, the coloured diff, what runs, and
+    the automatic-rollback toggle (on: the running boot is ready)."""
+    import shutil
+
+    from kvtui.ui.screens import ApplyScreen
+
+    shutil.rmtree(PINNED_STATE / "kvtui" / "demo" / "demo", ignore_errors=True)
+    monkeypatch.setenv("XDG_STATE_HOME", str(PINNED_STATE))
+    clock = FakeClock()
+    start_demo("demo", clock, 40.0)
+    clock.advance(12.0)
+    app = demo_app(clock, speed=40.0)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await _finish(pilot, app)
+        await pilot.press("c", *"0.88", "enter", "escape")
+        await _finish(pilot, app)
+        await pilot.press("a")
+        await wait_for(pilot, lambda: isinstance(app.screen, ApplyScreen))
+        await pilot.pause()
+        await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 

@@ -167,25 +167,9 @@ async def confirm_and_execute(
 
 
 def _summary(outcome: ApplyOutcome, plan: ApplyPlan) -> str:
-    lines: list[str] = []
-    status = {
-        "written": "written",
-        "ready": "applied; the new boot is ready",
-        "failed": "the new boot failed",
-        "not_in_effect": "edit not in effect",
-        "timeout": "timed out waiting for the new boot",
-        "unchanged": "nothing to do",
-        "error": "not applied",
-        "refused": "refused",
-    }.get(outcome.status, outcome.status)
-    if plan.action == "rollback" and outcome.status == "ready":
-        status = "rolled back; the boot is ready"
-    if outcome.rolled_back:
-        status += "; rolled back to the previous flags"
-        last = next((m for m in reversed(outcome.messages) if m.startswith("rolled back")), None)
-        if last:
-            status += f" ({last[len('rolled back: '):]})"
-    lines.append(f"{plan.name}: {status}")
+    from kvtui.hosts.service import outcome_headline
+
+    lines = [outcome_headline(outcome, plan.action, plan.name)]
     if outcome.backup_path and outcome.status not in ("error", "refused", "unchanged"):
         lines.append(f"  previous version: {outcome.backup_path}")
     lines.extend(outcome.reality)

@@ -262,6 +262,35 @@ class ApplyOutcome:
         return "\n".join([*self.messages, *self.reality]) + "\n"
 
 
+_STATUS_WORDS = {
+    "written": "written",
+    "ready": "applied; the new boot is ready",
+    "failed": "the new boot failed",
+    "not_in_effect": "edit not in effect",
+    "timeout": "timed out waiting for the new boot",
+    "unchanged": "nothing to do",
+    "error": "not applied",
+    "refused": "refused",
+    "restarted": "restarted; a new boot starts",
+}
+
+
+def outcome_headline(outcome: ApplyOutcome, action: str, name: str) -> str:
+    """One line for the operator: ``demo: applied; the new boot is ready`` (CLI and console)."""
+    status = _STATUS_WORDS.get(outcome.status, outcome.status)
+    if action == "rollback":
+        status = {"ready": "rolled back; the boot is ready", "written": "rolled back (not restarted)",
+                  "error": "not rolled back"}.get(outcome.status, status)
+    elif action == "restart":
+        status = {"ready": "restarted; the new boot is ready", "error": "not restarted"}.get(outcome.status, status)
+    if outcome.rolled_back:
+        status += "; rolled back to the previous flags"
+        last = next((m for m in reversed(outcome.messages) if m.startswith("rolled back")), None)
+        if last:
+            status += f" ({last[len('rolled back: '):]})"
+    return f"{name}: {status}"
+
+
 def render_prediction(p: Prediction) -> list[str]:
     js = p.to_json()
     pred = js.get("predicted")
@@ -468,14 +497,17 @@ async def plan_apply(
     timeout: float = 1800.0,
     graph_margin_gib: float | None = None,
     boot: Boot | None = None,
+    boots: Sequence[Boot] | None = None,
     predict: bool = True,
     boots_timeout: float = 20.0,
     clock: Callable[[], float] = time.time,
 ) -> ApplyPlan:
     """Read the effective flags, edit them in memory, predict, and say what would run.
 
-    ``boot``: the host's latest boot when the caller has it (the TUI); else it is read from the
-    host (bounded by ``boots_timeout``). Raises ``ServiceError`` for an edit kvtui will not make
+    ``boots`` (the host's boots as a monitor tracked them, the TUI) or ``boot`` (one boot):
+    what the calculator calibrates from, as ``kvtui calc`` would (the last boot that sized its
+    pool, with its same-deployment siblings); without either they are read from the host
+    (bounded by ``boots_timeout``). Raises ``ServiceError`` for an edit kvtui will not make
     (exit 4) or a host it cannot read (exit 3).
     """
     if not edits:
@@ -509,7 +541,8 @@ async def plan_apply(
     _refuse_readonly(plan, backend)
     _build_steps(plan, backend)
     if predict and plan.changed:
-        await _predict(plan, backend, boot, graph_margin_gib, boots_timeout)
+        known = list(boots) if boots else ([boot] if boot is not None else None)
+        await _predict(plan, backend, known, graph_margin_gib, boots_timeout)
     return plan
 
 
@@ -581,9 +614,11 @@ def _build_steps(plan: ApplyPlan, backend: HostBackend) -> None:
 async def _predict(
     plan: ApplyPlan,
     backend: HostBackend,
-    boot: Boot | None,
+    known: list[Boot] | None,
     graph_margin_gib: float | None,
     boots_timeout: float,
+    *,
+    refuse: bool = True,
 ) -> None:
     try:
         from kvtui import kvcalc
@@ -591,11 +626,14 @@ async def _predict(
         plan.prediction_note = "the calculator is not available in this build"
         return
     boots: list[Boot]
-    if boot is not None:
-        boots = [boot]
+    if known:
+        boots = known
     else:
+        from kvtui.monitor import read_boots
+
         try:
-            boots = await read_latest_boots(backend, plan.engine, timeout=boots_timeout)
+            boots = await read_boots(backend, timeout=boots_timeout, host=plan.host, engine=plan.engine,
+                                     first=8.0, start_backend=False)
         except (BackendError, TimeoutError) as exc:
             plan.prediction_note = f"none: cannot read the host's boots ({exc})"
             return
@@ -617,50 +655,12 @@ async def _predict(
         plan.warnings.append(
             "the running boot used " + ", ".join(drift) + "; the prediction is for what the file will say"
         )
-    if pred.verdict in (kvcalc.Verdict.NO_FIT, kvcalc.Verdict.OOM_RISK):
+    if refuse and pred.verdict in (kvcalc.Verdict.NO_FIT, kvcalc.Verdict.OOM_RISK):
         why = "; ".join(pred.reasons) if pred.reasons else ""
         safe = (f"; the largest safe fraction is {pred.max_safe_fraction:.2f}"
                 if pred.max_safe_fraction is not None else "")
         plan.refusals.append(Refusal(
             f"the calculator predicts {pred.verdict}" + (f": {why}" if why else "") + safe, True))
-
-
-async def read_latest_boots(
-    backend: HostBackend, engine: Engine | None, *, timeout: float, idle: float = 0.5, first: float = 8.0
-) -> list[Boot]:
-    """The host's current boot (and any after it), read until that boot is ready or failed, the
-    stream goes quiet for ``idle`` seconds, or ``timeout``; an empty log gives up after ``first``
-    seconds. (A serving server never goes quiet: once its boot is over, the serving lines that
-    follow do not change the calibration.)"""
-    from kvtui.boot import BootTracker
-    from kvtui.engines.parse import LineParser
-
-    hint = engine if engine in (Engine.SGLANG, Engine.VLLM) else None
-    parser, tracker = LineParser(hint), BootTracker(hint, max_boots=16)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    it = backend.follow_log(LogStart.CURRENT_BOOT)
-    got_any = False
-    try:
-        while True:
-            left = deadline - loop.time()
-            if left <= 0:
-                break
-            try:
-                batch = await asyncio.wait_for(anext(it), min(idle, left) if got_any else min(first, left))
-            except (TimeoutError, StopAsyncIteration):
-                break
-            got_any = True
-            for rec in batch:
-                for parsed in parser.feed(rec):
-                    tracker.feed(parsed)
-            cur = tracker.current
-            if cur is not None and cur.status in (BootStatus.READY, BootStatus.FAILED):
-                break
-    finally:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(aclose_iter(it), 5.0)
-    return list(tracker.boots)
 
 
 def _prediction_edits(
@@ -715,10 +715,15 @@ async def plan_rollback(
     to: str | None = None,
     restart: bool = False,
     timeout: float = 1800.0,
+    boots: Sequence[Boot] | None = None,
+    graph_margin_gib: float | None = None,
     clock: Callable[[], float] = time.time,
 ) -> ApplyPlan:
     """Restore the newest backup of the effective flags file (or ``to``) through the same
-    verified path; the current file is saved first as ``<backup name>.pre-rollback``."""
+    verified path; the current file is saved first as ``<backup name>.pre-rollback``.
+
+    With ``boots`` (the TUI's), the calculator's prediction for the restored flags is attached
+    (for information: a rollback is never refused on a verdict)."""
     source = await locate_source(name, host, backend)
     backups = await list_backups(host, backend, source)
     if to is not None:
@@ -770,6 +775,8 @@ async def plan_rollback(
     )
     _refuse_readonly(plan, backend)
     _build_steps(plan, backend)
+    if boots and plan.changed:
+        await _predict(plan, backend, list(boots), graph_margin_gib, 0.0, refuse=False)
     return plan
 
 
@@ -1064,29 +1071,24 @@ async def _restart_and_follow(
     stop_wait_s: float,
     settle_s: float | None,
 ) -> tuple[Boot | None, int, str]:
-    plan, backend = ctx.plan, ctx.backend
-    follower = BootFollower(backend, plan.engine, progress=ctx.say)
-    settle = settle_s if settle_s is not None else (0.05 if plan.source.demo else FOLLOW_SETTLE_S)
-    await follower.start(settle)
+    plan = ctx.plan
+    how = _restart_how(plan.source.demo, plan.cmd)
     try:
-        try:
-            follower.mark()
-            await _trigger_restart(ctx, sleep=sleep, clock=clock, stop_wait_s=stop_wait_s)
-            follower.triggered()
-        except ServiceError as exc:
-            raise ServiceError(
-                f"{exc}; the new flags are written (previous version: {_saved_copy(plan)}) but the server was not "
-                f"restarted with them: restart it, or run 'kvtui rollback {plan.name}'",
-                exc.code,
-            ) from exc
-        boot = await follower.wait(plan.timeout, expect=plan.edits)
-    finally:
-        await follower.close()
+        follower, boot = await _follow_restart(
+            ctx.backend, plan.engine, ctx.say,
+            lambda: _issue_restart(ctx.backend, how, plan.cmd, _unit_name(plan), say=ctx.say, timeout=plan.timeout,
+                                   sleep=sleep, clock=clock, stop_wait_s=stop_wait_s),
+            timeout=plan.timeout, expect=plan.edits,
+            settle=settle_s if settle_s is not None else (0.05 if plan.source.demo else FOLLOW_SETTLE_S),
+        )
+    except _RestartFailed as exc:
+        raise ServiceError(
+            f"{exc.error}; the new flags are written (previous version: {_saved_copy(plan)}) but the server was not "
+            f"restarted with them: restart it, or run 'kvtui rollback {plan.name}'",
+            exc.error.code,
+        ) from exc.error
     if boot is None:
-        last = follower.last_phase()
-        ctx.say(f"timed out after {plan.timeout:g} s waiting for the new boot" + (f" (last phase: {last})" if last
-                                                                                  else " (no boot seen)"))
-        return follower.current(), EXIT_TIMEOUT, "timeout"
+        return _timed_out(ctx.say, follower, plan.timeout)
     problems = fl.check_dump(plan.engine, boot.flags, plan.edits) if boot.flags else []
     if not boot.flags:
         ctx.say("note: the new boot printed no argument dump; the edit was checked in systemd/the file only")
@@ -1095,49 +1097,112 @@ async def _restart_and_follow(
         return boot, EXIT_FAILED, "not_in_effect"
     if boot.flags:
         ctx.say("the new boot's own argument dump carries the edits")
+    return _boot_result(ctx.say, boot)
+
+
+class _RestartFailed(Exception):
+    def __init__(self, error: ServiceError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+async def _follow_restart(
+    backend: HostBackend,
+    engine: Engine | None,
+    say: ProgressFn,
+    trigger: Callable[[], Awaitable[None]],
+    *,
+    timeout: float,
+    expect: Sequence[fl.Edit] = (),
+    settle: float,
+) -> tuple[BootFollower, Boot | None]:
+    """Start following the log, issue the restart, wait for the new boot to end (None: timed
+    out). A failed ``trigger`` raises ``_RestartFailed``."""
+    follower = BootFollower(backend, engine, progress=say)
+    await follower.start(settle)
+    try:
+        try:
+            follower.mark()
+            await trigger()
+            follower.triggered()
+        except ServiceError as exc:
+            raise _RestartFailed(exc) from exc
+        boot = await follower.wait(timeout, expect=expect)
+    finally:
+        await follower.close()
+    return follower, boot
+
+
+def _timed_out(say: ProgressFn, follower: BootFollower, timeout: float) -> tuple[Boot | None, int, str]:
+    last = follower.last_phase()
+    say(f"timed out after {timeout:g} s waiting for the new boot" + (f" (last phase: {last})" if last
+                                                                     else " (no boot seen)"))
+    return follower.current(), EXIT_TIMEOUT, "timeout"
+
+
+def _boot_result(say: ProgressFn, boot: Boot) -> tuple[Boot, int, str]:
     if boot.status is BootStatus.READY:
-        ctx.say("the new boot is ready")
+        say("the new boot is ready")
         return boot, EXIT_OK, "ready"
     fail = boot.failure
     if fail is not None:
         where = f" in {fail.phase.value}" if fail.phase else ""
-        ctx.say(f"the new boot failed{where}: {fail.kind.value}: {_one_line(fail.message, 200)}")
+        say(f"the new boot failed{where}: {fail.kind.value}: {_one_line(fail.message, 200)}")
         if fail.hint:
-            ctx.say(f"hint: {fail.hint}")
+            say(f"hint: {fail.hint}")
     else:
-        ctx.say(f"the new boot ended: {boot.status.value}")
+        say(f"the new boot ended: {boot.status.value}")
     return boot, EXIT_FAILED, "failed"
 
 
-async def _trigger_restart(
-    ctx: _Ctx, *, sleep: Callable[[float], Awaitable[None]], clock: Callable[[], float], stop_wait_s: float
+RestartHow = Literal["demo", "unit", "commands"]
+
+
+def _restart_how(demo: bool, cmd: dict[str, str]) -> RestartHow:
+    if demo:
+        return "demo"
+    return "unit" if "restart" in cmd else "commands"
+
+
+async def _issue_restart(
+    backend: HostBackend,
+    how: RestartHow,
+    cmd: dict[str, str],
+    unit: str | None,
+    *,
+    say: ProgressFn,
+    timeout: float,
+    sleep: Callable[[float], Awaitable[None]],
+    clock: Callable[[], float],
+    stop_wait_s: float,
 ) -> None:
-    plan, backend = ctx.plan, ctx.backend
-    if plan.source.demo:
-        ctx.say("restarting the unit")
+    """The restart itself, the same for an apply and the console's ``R``: the demo host's
+    ``restart()``, ``systemctl restart UNIT``, or stop_command, a bounded wait for the old
+    server's GPU memory, and start_command detached. Raises ``ServiceError``."""
+    if how == "demo":
+        say("restarting the unit")
         try:
             _demo(backend).restart()
         except BackendError as exc:
             raise ServiceError(f"restart failed: {exc}", EXIT_FAILED) from exc
         return
-    if "restart" in plan.cmd:
-        unit = _unit_name(plan)
-        ctx.say(f"systemctl restart {unit}")
-        r = await _run(backend, plan.cmd["restart"], timeout=max(CMD_TIMEOUT_S, plan.timeout))
+    if how == "unit":
+        say(f"systemctl restart {unit}")
+        r = await _run(backend, cmd["restart"], timeout=max(CMD_TIMEOUT_S, timeout))
         if not r.ok:
             raise ServiceError(f"systemctl restart {unit} failed: {_one_line(r.stderr) or r.exit_status}",
                                EXIT_FAILED)
         return
     old = await _safe_pids(backend)
-    ctx.say("stopping the server (stop_command)")
-    r = await _run(backend, plan.cmd["stop"])
+    say("stopping the server (stop_command)")
+    r = await _run(backend, cmd["stop"])
     if not r.ok:
-        ctx.say(f"stop_command exited {r.exit_status}: {_one_line(r.stderr)}")
-    await _wait_gpu_release(ctx, old, sleep=sleep, clock=clock, limit=stop_wait_s)
-    ctx.say("starting the server detached (start_command)")
-    s = await _run(backend, plan.cmd["start"])
-    if not s.ok:
-        raise ServiceError(f"start_command failed (exit {s.exit_status}): {_one_line(s.stderr)}", EXIT_FAILED)
+        say(f"stop_command exited {r.exit_status}: {_one_line(r.stderr)}")
+    await _wait_gpu_release(backend, say, old, sleep=sleep, clock=clock, limit=stop_wait_s)
+    say("starting the server detached (start_command)")
+    st = await _run(backend, cmd["start"])
+    if not st.ok:
+        raise ServiceError(f"start_command failed (exit {st.exit_status}): {_one_line(st.stderr)}", EXIT_FAILED)
 
 
 async def _safe_pids(backend: HostBackend) -> set[int]:
@@ -1148,24 +1213,30 @@ async def _safe_pids(backend: HostBackend) -> set[int]:
 
 
 async def _wait_gpu_release(
-    ctx: _Ctx, old: set[int], *, sleep: Callable[[float], Awaitable[None]], clock: Callable[[], float], limit: float
+    backend: HostBackend,
+    say: ProgressFn,
+    old: set[int],
+    *,
+    sleep: Callable[[float], Awaitable[None]],
+    clock: Callable[[], float],
+    limit: float,
 ) -> None:
     if not old:
-        ctx.say("the server's PIDs are unknown: not waiting for its GPU memory")
+        say("the server's PIDs are unknown: not waiting for its GPU memory")
         return
-    ctx.say(f"waiting for PIDs {', '.join(map(str, sorted(old)))} to release their GPU memory")
+    say(f"waiting for PIDs {', '.join(map(str, sorted(old)))} to release their GPU memory")
     deadline = clock() + limit
     while True:
         try:
-            procs = await ctx.backend.gpu_processes()
+            procs = await backend.gpu_processes()
         except BackendError as exc:
-            ctx.say(f"cannot read GPU processes ({exc}); watching the PIDs only")
+            say(f"cannot read GPU processes ({exc}); watching the PIDs only")
             procs = []
-        r = await _run(ctx.backend, cmds.pids_alive(old))
+        r = await _run(backend, cmds.pids_alive(old))
         alive = {int(x) for x in r.stdout.split() if x.isdigit()} if r.ok else set(old)
         holding = {p.pid for p in procs if p.pid in old} | (old & alive)
         if not holding:
-            ctx.say("the old server's GPU memory is free")
+            say("the old server's GPU memory is free")
             return
         if clock() >= deadline:
             raise ServiceError(
@@ -1323,6 +1394,172 @@ async def _auto_rollback(
 
 
 # =============================================================================================
+# Restart (the console's R): the same restart an apply ends with, audited
+# =============================================================================================
+
+
+@dataclass(slots=True)
+class RestartPlan:
+    """What a plain restart will do. Built by ``plan_restart``; carried out by ``restart``."""
+
+    name: str
+    host: HostConfig
+    how: RestartHow | None  # None: kvtui cannot restart this host (see refusals)
+    steps: list[PlanStep]
+    cmd: dict[str, str]
+    unit: str | None = None
+    refusals: list[Refusal] = field(default_factory=list)
+    follow: bool = False
+    timeout: float = 1800.0
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.refusals)
+
+    def render(self) -> str:
+        out = [f"{self.name}: restart the server"]
+        for i, st in enumerate(self.steps, 1):
+            out.append(f"  {i}. {st.title}")
+            if st.command:
+                out.append(f"     $ {st.command}")
+        out.extend(f"REFUSED: {r.reason}" for r in self.refusals)
+        return "\n".join(out) + "\n"
+
+
+def restart_unavailable(name: str, host: HostConfig, backend: HostBackend | None) -> str | None:
+    """Why kvtui cannot restart this host's server (None: it can)."""
+    if host.readonly or bool(getattr(backend, "readonly", False)):
+        return f"host '{name}' is readonly (readonly = true): kvtui never edits or restarts it"
+    if host.demo:
+        return None if backend is None or _is_demo(backend) else f"host '{name}' is not a demo backend"
+    if host.unit or (host.stop_command and host.start_command):
+        return None
+    if host.container:
+        return (f"host '{name}' runs the server in container {host.container!r}: kvtui does not restart containers "
+                "(set unit, or start_command and stop_command, in hosts.toml)")
+    return f"host '{name}' has no unit and no start_command/stop_command in hosts.toml: kvtui cannot restart it"
+
+
+def plan_restart(
+    name: str, host: HostConfig, backend: HostBackend, *, follow: bool = False, timeout: float = 1800.0
+) -> RestartPlan:
+    """How this host's server restarts: the demo host's restart, ``systemctl restart UNIT``
+    (``sudo -n`` when configured), or stop_command / wait for the GPU memory / start_command
+    detached. A host kvtui cannot restart gets a refusal that says why."""
+    plan = RestartPlan(name, host, None, [], {}, unit=host.unit, follow=follow, timeout=timeout)
+    why = restart_unavailable(name, host, backend)
+    if why is not None:
+        plan.refusals.append(Refusal(why, False))
+        return plan
+    sudo = _sudo(host)
+    if _is_demo(backend):
+        plan.how = "demo"
+        plan.steps.append(PlanStep("restart the unit (simulated systemctl restart)"))
+    elif host.unit:
+        plan.how = "unit"
+        plan.cmd["restart"] = cmds.restart_unit(host.unit, sudo=sudo)
+        plan.steps.append(PlanStep(f"restart {host.unit}", plan.cmd["restart"]))
+    else:
+        assert host.stop_command
+        assert host.start_command
+        plan.how = "commands"
+        plan.cmd["stop"] = cmds.shell(host.stop_command)
+        plan.cmd["start"] = cmds.detached(host.start_command, log_file=host.log_file)
+        plan.steps.append(PlanStep("stop the server (stop_command)", plan.cmd["stop"]))
+        plan.steps.append(PlanStep(f"wait (at most {DEFAULT_STOP_WAIT_S:.0f} s) until its processes have released "
+                                   "their GPU memory"))
+        plan.steps.append(PlanStep("start it detached from this session (start_command)", plan.cmd["start"]))
+    if follow:
+        plan.steps.append(PlanStep("follow the new boot until it is ready or failed"))
+    return plan
+
+
+class _Say:
+    """Progress lines: kept (for the outcome and the audit) and passed on."""
+
+    def __init__(self, progress: ProgressFn | None) -> None:
+        self.log: list[str] = []
+        self._progress = progress
+
+    def __call__(self, msg: str) -> None:
+        self.log.append(msg)
+        if self._progress is not None:
+            self._progress(msg)
+
+
+async def restart(
+    plan: RestartPlan,
+    backend: HostBackend,
+    progress: ProgressFn | None = None,
+    *,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    stop_wait_s: float = DEFAULT_STOP_WAIT_S,
+    settle_s: float | None = None,
+) -> ApplyOutcome:
+    """Restart the server as planned; with ``plan.follow`` wait until the new boot is ready or
+    failed. Never raises for the host; every attempt is audited (action ``restart``)."""
+    say = _Say(progress)
+    if plan.refused or plan.how is None:
+        out = ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {r.reason}" for r in plan.refusals])
+        _audit_restart(plan, out, clock)
+        return out
+    how = plan.how
+
+    async def trigger() -> None:
+        await _issue_restart(backend, how, plan.cmd, plan.unit, say=say, timeout=plan.timeout, sleep=sleep,
+                             clock=clock, stop_wait_s=stop_wait_s)
+
+    try:
+        if plan.follow:
+            settle = settle_s if settle_s is not None else (0.05 if how == "demo" else FOLLOW_SETTLE_S)
+            follower, boot = await _follow_restart(backend, _engine_of(plan.host), say, trigger,
+                                                   timeout=plan.timeout, settle=settle)
+            boot, code, status = _timed_out(say, follower, plan.timeout) if boot is None else _boot_result(say, boot)
+            out = ApplyOutcome(code, status, list(say.log), boot=boot)
+        else:
+            await trigger()
+            say("restarted: a new boot starts")
+            out = ApplyOutcome(EXIT_OK, "restarted", list(say.log))
+    except _RestartFailed as exc:
+        out = ApplyOutcome(exc.error.code, "error", [*say.log, str(exc.error)])
+    except ServiceError as exc:
+        out = ApplyOutcome(exc.code, "error", [*say.log, str(exc)])
+    except asyncio.CancelledError:
+        _audit_restart(plan, ApplyOutcome(130, "error", [*say.log, "interrupted"]), clock)
+        raise
+    _audit_restart(plan, out, clock)
+    return out
+
+
+def _engine_of(host: HostConfig) -> Engine | None:
+    name = host.demo_engine if host.demo else host.engine
+    try:
+        engine = Engine(name)
+    except ValueError:
+        return None
+    return engine if engine in (Engine.SGLANG, Engine.VLLM) else None
+
+
+def _audit_restart(plan: RestartPlan, out: ApplyOutcome, clock: Callable[[], float]) -> None:
+    entry: dict[str, object] = {
+        "host": plan.name,
+        "target": _target(plan.host),
+        "action": "restart",
+        "file": None,
+        "unit": plan.unit,
+        "login": getattr(plan.host, "ssh_user", None) or ("demo" if plan.how == "demo" else None),
+        "how": plan.how,
+        "commands": [st.command for st in plan.steps if st.command],
+        "outcome": out.status,
+        "exit": out.code,
+        "detail": out.messages[-6:],
+    }
+    with contextlib.suppress(OSError):
+        audit.append(entry, now=clock())
+
+
+# =============================================================================================
 # Audit
 # =============================================================================================
 
@@ -1367,13 +1604,18 @@ __all__ = [
     "FlagSource",
     "PlanStep",
     "Refusal",
+    "RestartPlan",
     "ServiceError",
     "execute",
     "list_backups",
     "locate_source",
+    "outcome_headline",
     "plan_apply",
+    "plan_restart",
     "plan_rollback",
     "read_remote_file",
+    "restart",
+    "restart_unavailable",
     "unified_diff",
 ]
 

@@ -45,8 +45,9 @@ MAIN_BINDINGS: list[BindingType] = [
     Binding("x", "explain", "Explain", id="explain", tooltip="how the prediction is computed"),
     Binding("p", "processes", "Processes", id="processes", tooltip="per-process GPU memory"),
     Binding("R", "restart", "Restart", id="restart", tooltip="restart the server (asks first)"),
-    Binding("a", "apply", "Apply", id="apply", tooltip="apply the calculator's edits"),
-    Binding("u", "rollback", "Rollback", show=False, id="rollback"),
+    Binding("a", "apply", "Apply", id="apply", tooltip="apply the calculator's edits and restart (asks first)"),
+    Binding("u", "rollback", "Rollback", show=False, id="rollback",
+            tooltip="restore the flags file's newest backup and restart (asks first)"),
     Binding("tab", "panel(1)", "Next panel", show=False, id="panel.next"),
     Binding("shift+tab", "panel(-1)", "Previous panel", show=False, id="panel.previous"),
     Binding("escape", "escape", "Leave field", show=False, id="escape"),
@@ -55,16 +56,10 @@ MAIN_BINDINGS: list[BindingType] = [
 # Ids of bindings owned by widgets and dialogs (also remappable).
 WIDGET_BINDING_IDS = (
     "log.end", "find.close", "calc.leave", "calc.up", "calc.down", "help.close", "confirm.cancel", "confirm.yes",
-    "explain.close",
+    "explain.close", "apply.force", "apply.rollback", "notice.close",
 )
 
 CHANGES_HOST = frozenset({"restart", "apply", "rollback"})
-
-
-def _shell_quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
 
 
 class MainScreen(Screen[None]):
@@ -282,8 +277,22 @@ class MainScreen(Screen[None]):
             pane.toggle_processes()
 
     def action_restart(self) -> None:
+        """``R``: a confirm that names what will run, then the service layer's restart."""
+        from kvtui.hosts.service import plan_restart
+
         pane = self.active_pane
         if pane is None or pane.readonly:
+            return
+        if pane.busy is not None:
+            self.notify(f"{pane.busy} in progress on {pane.host_name}: wait for it to end", severity="warning",
+                        timeout=4)
+            return
+        if pane.backend is None:
+            self.notify(f"{pane.host_name} is not connected yet", severity="warning", timeout=4)
+            return
+        plan = plan_restart(pane.host_name, pane.spec.config, pane.backend)
+        if plan.refused:
+            self.notify(plan.refusals[0].reason, title="restart", severity="warning", timeout=8)
             return
         boot = pane.boot
         state = "no boot seen yet"
@@ -293,41 +302,27 @@ class MainScreen(Screen[None]):
             state = f"the current boot is {boot.status.value}" + (
                 f" in {fmt.phase_label(boot.phase)}" if boot.phase is not None else ""
             )
+        steps = "\n".join(f"  {st.title}" + (f"\n    $ {st.command}" if st.command else "") for st in plan.steps)
         body = (
             f"Restart the server on {pane.host_name}?\n\n"
-            f"It stops now ({state}) and a new boot starts. The log marks the restart."
+            f"It stops now ({state}) and a new boot starts. The log marks the restart.\n\n{steps}"
         )
 
         def done(answer: bool | None) -> None:
             if answer:
-                pane.restart()
+                pane.start_restart(plan)
 
         self.app.push_screen(ConfirmScreen(f"Restart {pane.host_name}", body), done)
 
     def action_apply(self) -> None:
         pane = self.active_pane
-        if pane is None or pane.readonly:
-            return
-        sets, unsets = pane.calculator.edits()
-        if not sets and not unsets:
-            self.notify("edit a flag in the calculator first (c)", severity="warning", timeout=4)
-            return
-        args = []
-        for edit in sets:
-            flag, _, value = edit.partition("=")
-            args.append(f"--set {_shell_quote(flag.replace('_', '-') + '=' + value)}")
-        args += [f"--unset {_shell_quote(u.replace('_', '-'))}" for u in unsets]
-        command = f"kvtui apply {pane.host_name} {' '.join(args)} --restart"
-        self.app.copy_to_clipboard(command)
-        self.notify(command, title="apply: command copied to the clipboard", timeout=10)
+        if pane is not None and not pane.readonly:
+            pane.start_apply()
 
     def action_rollback(self) -> None:
         pane = self.active_pane
-        if pane is None or pane.readonly:
-            return
-        command = f"kvtui rollback {pane.host_name} --restart"
-        self.app.copy_to_clipboard(command)
-        self.notify(command, title="rollback: command copied to the clipboard", timeout=10)
+        if pane is not None and not pane.readonly:
+            pane.start_rollback()
 
     def action_panel(self, step: int) -> None:
         pane = self.active_pane
@@ -353,6 +348,10 @@ class MainScreen(Screen[None]):
     def action_escape(self) -> None:
         if isinstance(self.focused, Input):
             self._focus_log()
+            return
+        pane = self.active_pane
+        if pane is not None and pane.action_banner.shown and not pane.action_banner.running:
+            pane.action_banner.hide()
 
 
 class KvtuiApp(App[int]):

@@ -13,6 +13,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.widget import Widget
 from textual.worker import Worker, WorkerState
 
@@ -22,7 +23,9 @@ from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend
 from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, LogLine, MonitorUpdate
 from kvtui.ui import formatting as fmt
+from kvtui.ui.screens import ApplyScreen, NoticeScreen
 from kvtui.ui.stall import StallDetector
+from kvtui.ui.widgets.action import ActionBanner, Severity
 from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice
 from kvtui.ui.widgets.calculator import CalculatorPanel
 from kvtui.ui.widgets.gpu import ForeignWarning, GpuBars, GpuHistoryPlot, PhaseBand, ProcessTable
@@ -30,6 +33,8 @@ from kvtui.ui.widgets.host import ConnBanner, FleetRow, HostBar, HostInfo
 from kvtui.ui.widgets.log_view import LogPanel, LogView
 
 if TYPE_CHECKING:
+    from kvtui.flags import Edit
+    from kvtui.hosts.service import ApplyOutcome, ApplyPlan, RestartPlan
     from kvtui.monitor import HostMonitor
 
 Clock = Callable[[], float]
@@ -133,6 +138,8 @@ class HostPane(Vertical):
         self.error: str | None = None
         self.lines_received = 0
         self._show_processes = False
+        self.busy: str | None = None  # the host-changing action running ("an apply", …)
+        self.last_outcome: ApplyOutcome | None = None
 
     # ---- layout -----------------------------------------------------------------------------
 
@@ -141,6 +148,7 @@ class HostPane(Vertical):
         yield ConnBanner()
         yield FailureBanner()
         yield StallNotice()
+        yield ActionBanner()
         with Horizontal(id="body"):
             with GpuPanel(id="gpu-panel", classes="panel"):
                 yield GpuBars()
@@ -425,27 +433,188 @@ class HostPane(Vertical):
                 self.query_one(ProcessTable).show(shown, pids)
             await asyncio.sleep(2.0)
 
+    # ---- changing the host: a / u / R, through kvtui.hosts.service -------------------------------
+
     def can_restart(self) -> bool | None:
         """False: hidden (readonly); None: shown but unavailable; True: available."""
         if self.readonly:
             return False
-        from kvtui.ui.actions import restart_available
+        from kvtui.hosts.service import restart_unavailable
 
-        return True if restart_available(self.backend, self.spec.config) else None
+        return None if restart_unavailable(self.host_name, self.spec.config, self.backend) else True
 
-    @work(exclusive=True, group="restart", exit_on_error=False, description="restart")
-    async def restart(self) -> None:
-        from kvtui.ui.actions import RestartUnavailable, restart_host
+    @property
+    def action_banner(self) -> ActionBanner:
+        return self.query_one(ActionBanner)
 
-        if self.readonly:
-            self.notify("this host is readonly", severity="warning")
-            return
+    def calculator_edits(self) -> list[Edit] | str:
+        """The flags the user changed in the calculator, as edits of the server's flags file
+        (validated as the calculator validates them), or why there is nothing to apply."""
+        from kvtui import flags, kvcalc
+
+        sets, unsets = self.calculator.edits()
+        if not sets and not unsets:
+            return "no edits to apply: change a flag in the calculator first (c)"
+        engine = self.calculator.engine
+        if engine is None:
+            return "the calculator has no boot to work from yet"
         try:
-            message = await restart_host(self.backend, self.spec.config)
-        except RestartUnavailable as exc:
-            self.notify(str(exc), title="restart", severity="warning")
+            edits = kvcalc.parse_edits(engine, sets, unsets)
+        except kvcalc.CalcError as exc:
+            return f"the calculator's edit is not valid: {exc}"
+        return flags.edits_from_mapping(dict(edits.values))
+
+    def rollback_default(self) -> tuple[bool, str]:
+        """The automatic-rollback toggle's default, and why: on when the running boot is ready
+        (the current flags are known to work, so going back restores service), off otherwise
+        (going back would restart into flags that have not produced a ready boot)."""
+        boot = self.boot
+        if boot is not None and boot.status is BootStatus.READY:
+            return True, ("on by default: the running boot is ready with the current flags, so going back to "
+                          "them restores service")
+        state = "no boot seen" if boot is None else f"the current boot is {boot.status.value}"
+        return False, (f"off by default: {state}, so the current flags are not known to work (going back "
+                       "would restart into them)")
+
+    def _begin(self, what: str) -> bool:
+        if self.busy is not None:
+            self.notify(f"{self.busy} in progress on {self.host_name}: wait for it to end", severity="warning",
+                        timeout=4)
+            return False
+        if self.backend is None:
+            self.notify(f"{self.host_name} is not connected yet", severity="warning", timeout=4)
+            return False
+        self.busy = what
+        return True
+
+    def _progress(self, line: str) -> None:
+        self.action_banner.progress(line)
+
+    def _known_boots(self) -> list[Boot] | None:
+        return list(self.monitor.tracker.boots) if self.monitor is not None else None
+
+    def start_apply(self) -> None:
+        """``a``: plan the calculator's edits, confirm, apply and restart."""
+        if self.readonly:
             return
-        except (BackendError, OSError) as exc:
-            self.notify(str(exc), title="restart failed", severity="error", timeout=10)
+        edits = self.calculator_edits()
+        if isinstance(edits, str):
+            self.notify(edits, severity="warning", timeout=5)
             return
-        self.notify(message, title=f"{self.host_name}: restart")
+        if self._begin("an apply"):
+            self._apply_worker(edits)
+
+    def start_rollback(self) -> None:
+        """``u``: restore the newest backup of the flags file, confirm, restart."""
+        if not self.readonly and self._begin("a rollback"):
+            self._rollback_worker()
+
+    def start_restart(self, plan: RestartPlan) -> None:
+        """``R`` (after its confirm): restart through the service layer."""
+        if not self.readonly and self._begin("a restart"):
+            self._restart_worker(plan)
+
+    @work(group="service", exit_on_error=False, description="apply")
+    async def _apply_worker(self, edits: list[Edit]) -> None:
+        from kvtui.hosts import service
+
+        backend = self.backend
+        assert backend is not None
+        banner = self.action_banner
+        try:
+            banner.start(f"apply on {self.host_name}", "reading the server's flags…")
+            try:
+                plan = await service.plan_apply(
+                    self.host_name, self.spec.config, backend, edits, restart=True, boots=self._known_boots(),
+                    graph_margin_gib=self.calc_config.graph_margin_gib, clock=self.clock,
+                )
+            except service.ServiceError as exc:
+                banner.hide()
+                await self.app.push_screen_wait(NoticeScreen(f"Cannot apply on {self.host_name}", str(exc)))
+                return
+            banner.hide()
+            on, why = self.rollback_default()
+            decision = await self.app.push_screen_wait(ApplyScreen(plan, rollback_default=on, rollback_why=why))
+            if decision is None:
+                self.notify("nothing was changed", title=f"{self.host_name}: apply cancelled", timeout=4)
+                return
+            plan.force = decision.force
+            plan.rollback_on_failure = decision.rollback_on_failure
+            await self._execute(plan)
+        finally:
+            self.busy = None
+
+    @work(group="service", exit_on_error=False, description="rollback")
+    async def _rollback_worker(self) -> None:
+        from kvtui.hosts import service
+
+        backend = self.backend
+        assert backend is not None
+        banner = self.action_banner
+        try:
+            banner.start(f"rollback on {self.host_name}", "looking for kvtui's backups…")
+            try:
+                plan = await service.plan_rollback(self.host_name, self.spec.config, backend, restart=True,
+                                                   boots=self._known_boots(),
+                                                   graph_margin_gib=self.calc_config.graph_margin_gib,
+                                                   clock=self.clock)
+            except service.ServiceError as exc:
+                banner.hide()
+                await self.app.push_screen_wait(NoticeScreen(f"Cannot roll back {self.host_name}", str(exc)))
+                return
+            banner.hide()
+            decision = await self.app.push_screen_wait(ApplyScreen(plan))
+            if decision is None:
+                self.notify("nothing was changed", title=f"{self.host_name}: rollback cancelled", timeout=4)
+                return
+            await self._execute(plan)
+        finally:
+            self.busy = None
+
+    async def _execute(self, plan: ApplyPlan) -> None:
+        from kvtui.hosts import service
+
+        backend = self.backend
+        assert backend is not None
+        verb = "apply" if plan.action == "apply" else "rollback"
+        self.action_banner.start(f"{verb} on {self.host_name}")
+        outcome = await service.execute(plan, backend, self._progress, clock=self.clock)
+        self.last_outcome = outcome
+        self._show_outcome(service.outcome_headline(outcome, plan.action, plan.name), outcome, verb)
+
+    def _show_outcome(self, headline: str, outcome: ApplyOutcome, verb: str) -> None:
+        if outcome.code == 0:
+            severity: Severity = "ok"
+        elif outcome.status == "timeout" or outcome.rolled_back:
+            severity = "warning"
+        else:
+            severity = "failed"
+        detail = list(outcome.reality)
+        if severity != "ok":
+            why = [m for m in outcome.messages if m.startswith(("the new boot failed", "hint:", "edit not in effect",
+                                                                 "rolled back", "refused", "timed out"))]
+            detail += why or outcome.messages[-2:]
+        self.action_banner.finish(severity, headline, detail)
+        toast: SeverityLevel = "information" if severity == "ok" else (
+            "warning" if severity == "warning" else "error")
+        self.notify("\n".join([headline, *outcome.reality]), title=f"{self.host_name}: {verb}", severity=toast,
+                    timeout=8 if severity == "ok" else 15)
+
+    @work(group="service", exit_on_error=False, description="restart")
+    async def _restart_worker(self, plan: RestartPlan) -> None:
+        from kvtui.hosts import service
+
+        backend = self.backend
+        assert backend is not None
+        try:
+            self.action_banner.start(f"restart on {self.host_name}")
+            outcome = await service.restart(plan, backend, self._progress, clock=self.clock)
+            self.last_outcome = outcome
+            if outcome.code == 0:
+                self.action_banner.hide()
+                self.notify(f"{self.host_name}: restarted — following the new boot; the log marks it",
+                            title=f"{self.host_name}: restart")
+            else:
+                self._show_outcome(service.outcome_headline(outcome, "restart", self.host_name), outcome, "restart")
+        finally:
+            self.busy = None

@@ -1,7 +1,7 @@
 """Theme files: ``themes/*.toml`` -> Textual ``Theme`` objects.
 
 A theme file holds the fields of Textual's ``Theme`` plus a ``[variables]`` table for kvtui's
-own colours (phase, severity, GPU, log and verdict colours). Every kvtui variable left out is
+own colours (phase, severity, GPU, log, verdict and diff colours). Every kvtui variable left out is
 derived from the standard colours (:func:`variable_defaults`), so a file with only ``name`` and
 ``primary`` is a complete theme. A ``[variables]`` value may name a standard colour as
 ``"$accent"``.
@@ -69,9 +69,12 @@ _DERIVED: dict[str, str] = {
     "verdict-tight": "warning",
     "verdict-oom-risk": "error",
     "verdict-no-fit": "error",
+    "diff-add": "success",
+    "diff-remove": "error",
+    "diff-hunk": "accent",
 }
 KVTUI_VARIABLES: frozenset[str] = frozenset(_DERIVED)
-_RESERVED_PREFIXES = ("phase-", "severity-", "gpu-", "log-", "verdict-")
+_RESERVED_PREFIXES = ("phase-", "severity-", "gpu-", "log-", "verdict-", "diff-")
 
 
 class ThemeError(Exception):
