@@ -30,15 +30,23 @@ through the same verified path and restarts again. Demo hosts take the same flow
 Every executed change (and every refusal at execution) is appended to the audit log
 (``kvtui.audit``). Errors the operator can act on are ``ServiceError`` with an exit code.
 
-From a UI (the console's ``a`` / ``u``)::
+From a UI (the console's ``a`` / ``u`` / ``R``, ``kvtui.ui.host_pane``)::
 
     edits = kvtui.flags.parse_edit_args(sets, unsets)          # or flags.edits_from_mapping(...)
-    plan = await plan_apply(name, host, backend, edits, restart=True, boot=monitor.tracker.current,
-                            rollback_on_failure=toggle, graph_margin_gib=config.calc.graph_margin_gib)
+    plan = await plan_apply(name, host, backend, edits, restart=True, boots=monitor.tracker.boots,
+                            graph_margin_gib=config.calc.graph_margin_gib)
     show plan.diff, plan.steps, plan.prediction / plan.prediction_note, plan.refusals (plan.refused)
+    plan.force = …; plan.rollback_on_failure = …                # what the operator chose
     outcome = await execute(plan, backend, progress=lambda line: ...)   # never raises for the host
-    outcome.code / .status / .messages / .reality / .rolled_back / .boot
-    # rollback: plan = await plan_rollback(name, host, backend, restart=True); then execute(...)
+    outcome.code / .status / .messages / .reality / .rolled_back / .boot; outcome_headline(...)
+    # rollback: plan = await plan_rollback(name, host, backend, restart=True, boots=…); execute(...)
+    # restart:  plan = plan_restart(name, host, backend); outcome = await restart(plan, backend, progress)
+
+``plan_restart`` / ``restart`` are the restart an apply ends with (demo ``restart()``, ``systemctl
+restart UNIT``, or stop_command + wait for the GPU memory + start_command detached), on their own
+and audited (action ``restart``); ``restart_unavailable`` says why a host cannot be restarted.
+The host's boots, when the caller has none, are read by ``kvtui.monitor.read_boots`` (the one
+reader, shared with ``kvtui calc --host``).
 
 ``execute`` follows the new boot on its own log stream (``follow_log(NEXT_BOOT)``), next to the
 monitor's; it never blocks the event loop (demo file operations are a few KiB).
