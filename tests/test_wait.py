@@ -9,8 +9,9 @@ import asyncio
 import io
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,13 +38,26 @@ def demo_hosts(tmp_path: Path, speed: float = FAST) -> None:
     hosts_file(tmp_path, f"[hosts.demo]\ndemo = true\ndemo_speed = {speed}\n")
 
 
-def demo_backend() -> DemoBackend:
-    return DemoBackend("demo", load_config().host("demo"))
+class FakeClock:
+    """The demo host's and the monitor's time, moved by the test (nothing depends on how fast
+    the machine is: a boot's lines exist once the clock has passed them)."""
+
+    def __init__(self, t: float = 1_780_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
 
 
-def set_fraction(fraction: str, *, restart_sec: int | None = None, restart: bool = True) -> None:
+def demo_backend(clock: Callable[[], float] | None = None) -> DemoBackend:
+    return DemoBackend("demo", load_config().host("demo"), clock=clock)
+
+
+def set_fraction(
+    fraction: str, *, restart_sec: int | None = None, restart: bool = True, clock: Callable[[], float] | None = None
+) -> None:
     """Edit the demo unit through DemoBackend's service methods (as ``kvtui apply`` will)."""
-    b = demo_backend()
+    b = demo_backend(clock)
     unit = b.read_unit()
     import re
 
@@ -86,17 +100,52 @@ def test_wait_demo_too_high_fraction_exits_1_with_capture_oom(
     assert "hint:" in err
 
 
-def test_wait_timeout_exits_5(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+class Cue:
+    """A ``--timeout`` timer that expires when the test says so (not after real seconds)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.asked: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        await self.event.wait()
+
+
+async def test_wait_timeout_exits_5_with_the_boot_as_far_as_it_got(tmp_path: Path) -> None:
     demo_hosts(tmp_path, speed=1.0)  # a real-time boot: minutes
-    assert main(["wait", "demo", "--timeout", "0.7", "--json"]) == 5
-    out, err = capsys.readouterr()
-    assert "timed out after 0.7 s" in err
-    assert json.loads(out)["status"] == "starting"  # the boot as far as it got
+    clock = FakeClock()
+    boot = demo_backend(clock).boot_script()
+    assert boot is not None
+    clock.t += 60  # loading its weights
+    cue = Cue()
+    out, err = io.StringIO(), io.StringIO()
+    task = asyncio.create_task(_run_wait(["demo", "--timeout", "0.7", "--json"], out, err, clock=clock, timer=cue))
+    await _until(lambda: "load_weights" in err.getvalue())  # the boot was seen ...
+    assert not task.done()
+    cue.event.set()  # ... then the time is up
+    assert await asyncio.wait_for(task, 30) == 5
+    assert cue.asked == [0.7]
+    assert "timed out after 0.7 s: boot 1 still starting in load_weights" in err.getvalue()
+    assert json.loads(out.getvalue())["status"] == "starting"  # the boot as far as it got
 
 
-async def _run_wait(argv: list[str], stdout: io.StringIO, stderr: io.StringIO) -> int:
+def test_wait_timeout_exits_5_on_the_real_clock(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    demo_hosts(tmp_path, speed=1.0)  # a real-time boot: minutes
+    assert main(["wait", "demo", "--timeout", "0.3"]) == 5
+    assert "timed out after 0.3 s" in capsys.readouterr().err
+
+
+async def _run_wait(
+    argv: list[str],
+    stdout: io.StringIO,
+    stderr: io.StringIO,
+    *,
+    clock: Callable[[], float] | None = None,
+    timer: Callable[[float], Awaitable[object]] | None = None,
+) -> int:
     args = build_parser().parse_args(["wait", *argv])
-    return await wait_for_boot(args, stdout=stdout, stderr=stderr)
+    return await wait_for_boot(args, stdout=stdout, stderr=stderr, clock=clock, timer=timer)
 
 
 async def _until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -109,12 +158,27 @@ async def _until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
 
 async def test_follow_restarts_waits_through_a_failed_boot(tmp_path: Path) -> None:
     demo_hosts(tmp_path)
-    set_fraction("0.99", restart_sec=300)  # Restart=on-failure, after 1 s of wall time
+    clock = FakeClock()
+    set_fraction("0.99", restart_sec=300, clock=clock)  # Restart=on-failure, 1 s (of the clock) after
+    clock.t += 0.1  # the first boot's processes are gone: the restarted one runs
+    assert demo_backend(clock).current_boot() == 1
+    failed = demo_backend(clock).boot_script()
+    assert failed is not None
+    assert failed.outcome == "failed"
+    clock.t = failed.end_t + 0.01  # the failure is in the journal; the automatic restart is 1 s away
     out, err = io.StringIO(), io.StringIO()
-    task = asyncio.create_task(_run_wait(["demo", "--follow-restarts", "--timeout", "60", "--json"], out, err))
+    task = asyncio.create_task(
+        _run_wait(["demo", "--follow-restarts", "--timeout", "60", "--json"], out, err, clock=clock)
+    )
     await _until(lambda: "waiting for an automatic restart" in err.getvalue())
+    assert not task.done()
     # the operator fixes the flag; the automatic restart picks up the reloaded unit
-    set_fraction("0.85", restart=False)
+    set_fraction("0.85", restart=False, clock=clock)
+    clock.t += 1.0
+    again = demo_backend(clock).boot_script()
+    assert again is not None
+    assert again.start > failed.end_t
+    clock.t = again.end_t + 0.01
     code = await asyncio.wait_for(task, 60)
     text = err.getvalue()
     assert code == 0, text
@@ -134,15 +198,43 @@ async def test_without_follow_restarts_a_failure_ends_the_wait(tmp_path: Path) -
     assert json.loads(out.getvalue())["failure"]["kind"] == "oom_kv_allocate"
 
 
-async def test_next_waits_for_the_next_boot(tmp_path: Path) -> None:
+async def test_next_waits_for_the_next_boot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     demo_hosts(tmp_path)
-    demo_backend().read_unit()  # the demo boot starts now and is ready after ~3 s
-    await asyncio.sleep(1.5)
+    clock = FakeClock()
+    first = demo_backend(clock).boot_script()  # the demo boot starts now ...
+    assert first is not None
+    clock.t = first.end_t + 30  # ... and is ready and serving
+    # when the wait's follower has taken its place in the journal (LogStart.NEXT_BOOT: after now)
+    placed = asyncio.Event()
+    collected: list[str] = []
+    start_position, collect = DemoBackend._start_position, DemoBackend._collect
+
+    def spy_start(self: DemoBackend, *a: Any) -> tuple[int, int, bool]:
+        placed.set()
+        return start_position(self, *a)
+
+    def spy_collect(self: DemoBackend, *a: Any) -> Any:
+        got = collect(self, *a)
+        collected.extend(r.text for r in got[0])
+        return got
+
+    monkeypatch.setattr(DemoBackend, "_start_position", spy_start)
+    monkeypatch.setattr(DemoBackend, "_collect", spy_collect)
     out, err = io.StringIO(), io.StringIO()
-    task = asyncio.create_task(_run_wait(["demo", "--next", "--timeout", "60"], out, err))
-    await asyncio.sleep(0.5)
+    task = asyncio.create_task(_run_wait(["demo", "--next", "--timeout", "60"], out, err, clock=clock))
+    await asyncio.wait_for(placed.wait(), 30)
+    clock.t += 30  # the ready boot keeps serving: lines the wait reads and must not count
+    await _until(lambda: any("Decode batch" in t for t in collected))
+    await asyncio.sleep(0.3)  # a flush or two: time for a wrong exit (its absence is not timing)
     assert not task.done()  # the ready boot does not count: --next waits for a new one
-    set_fraction("0.99")  # a restart with a fraction that dies in capture
+    assert "fired up and ready" not in collected  # only what came after the wait began
+    set_fraction("0.99", clock=clock)  # a restart with a fraction that dies in capture
+    clock.t += 0.1  # the ready boot's processes are gone: the restarted one runs
+    assert demo_backend(clock).current_boot() == 1
+    second = demo_backend(clock).boot_script()
+    assert second is not None
+    assert second.start > first.start
+    clock.t = second.end_t + 0.01
     code = await asyncio.wait_for(task, 60)
     assert code == 1, err.getvalue()
     assert "boot 1 started" in err.getvalue()
@@ -202,3 +294,106 @@ def test_unreachable_ssh_host_exits_3_at_once(tmp_path: Path, capsys: pytest.Cap
     err = capsys.readouterr().err
     assert "gpu-a" in err
     assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------------------------
+# --timeout holds on every path
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_a_boot_stopped_before_ready_then_nothing_times_out(tmp_path: Path) -> None:
+    """The reported case: "boot 1 stopped before it was ready; waiting for the next boot", and
+    no next boot comes: the wait ends with 5 when its time is up."""
+    demo_hosts(tmp_path, speed=1.0)
+    clock = FakeClock()
+    demo_backend(clock).current_boot()
+    clock.t += 30  # loading weights
+    cue = Cue()
+    out, err = io.StringIO(), io.StringIO()
+    task = asyncio.create_task(_run_wait(["demo", "--timeout", "10", "--json"], out, err, clock=clock, timer=cue))
+    await _until(lambda: "load_weights" in err.getvalue())
+    demo_backend(clock).stop()  # an operator stops it; nothing restarts
+    clock.t += 5
+    await _until(lambda: "boot 1 stopped before it was ready; waiting for the next boot" in err.getvalue())
+    assert not task.done()
+    cue.event.set()
+    assert await asyncio.wait_for(task, 30) == 5
+    assert "timed out after 10 s: boot 1 still stopped" in err.getvalue()
+    assert json.loads(out.getvalue())["status"] == "stopped"
+
+
+async def test_a_host_that_will_not_close_does_not_hold_the_exit_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the time is up, closing is bounded: a backend whose close() never returns and a log
+    stream that ignores its cancellation (for a while) are left behind; the wait returns 5."""
+    import kvtui.commands.wait as wait_mod
+
+    monkeypatch.setattr(wait_mod, "CLOSE_LIMIT", 0.2)
+    demo_hosts(tmp_path)
+    clock = FakeClock()
+    demo_backend(clock).current_boot()
+    loop = asyncio.get_running_loop()
+    stubborn_until = loop.time() + 30.0  # set once the wait is over
+    release = asyncio.Event()
+
+    async def never_closes(self: DemoBackend) -> None:
+        await asyncio.Event().wait()
+
+    async def stubborn_log(self: DemoBackend, *a: Any, **kw: Any) -> Any:
+        yield [rec for rec in self.read_lines()]
+        while True:
+            try:
+                await release.wait()
+                return
+            except asyncio.CancelledError:
+                if loop.time() > stubborn_until:
+                    raise
+
+    monkeypatch.setattr(DemoBackend, "close", never_closes)
+    monkeypatch.setattr(DemoBackend, "follow_log", stubborn_log)
+    cue = Cue()
+    out, err = io.StringIO(), io.StringIO()
+    task = asyncio.create_task(_run_wait(["demo", "--timeout", "5"], out, err, clock=clock, timer=cue))
+    await _until(lambda: "launch" in err.getvalue())
+    cue.event.set()
+    assert await asyncio.wait_for(task, 20) == 5  # without the bound: never
+    assert "timed out after 5 s" in err.getvalue()
+    release.set()  # let the stubborn stream end before the test's loop closes
+
+
+def test_a_blocked_event_loop_still_exits_5_at_the_hard_deadline(tmp_path: Path) -> None:
+    """A synchronous call that blocks the event loop (a stuck lock, a hung read): the timer can
+    not fire, the hard deadline (SIGALRM in the main thread) still ends the wait with 5."""
+    import subprocess
+    import sys
+    import time
+
+    demo_hosts(tmp_path)
+    script = (
+        "import sys, time\n"
+        "import kvtui.commands.wait as w\n"
+        "from kvtui.hosts.demo import DemoBackend\n"
+        "from kvtui.cli import main\n"
+        "w.HARD_GRACE = 1.0\n"
+        "DemoBackend._collect = lambda self, *a: time.sleep(120)\n"
+        "sys.exit(main(['wait', 'demo', '--timeout', '0.5']))\n"
+    )
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90, cwd=tmp_path)
+    took = time.monotonic() - t0
+    assert res.returncode == 5, res.stderr
+    assert "timed out after 0.5 s: demo did not answer in time" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert took < 60  # the blocking call alone would take 120 s
+
+
+def test_the_hard_deadline_is_disarmed_after_the_wait(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import signal
+
+    before = signal.getsignal(signal.SIGALRM)
+    demo_hosts(tmp_path)
+    assert main(["wait", "demo", "--timeout", "60"]) == 0
+    assert signal.getsignal(signal.SIGALRM) is before
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert "is ready" in capsys.readouterr().err

@@ -7,16 +7,24 @@ the wait goes on with the boot that replaces it. Phase progress goes to stderr
 (``[  12.3s] load_weights``, seconds since the boot started); then the boot's summary to stdout
 (``--json``: the boot object of ``kvtui replay --json``, also on a timeout when a boot was seen).
 Exit codes: 0 ready, 1 failed, 3 connection or configuration, 5 timed out.
+
+``--timeout`` holds on every path: the wait itself races a timer; closing the host afterwards is
+bounded (a host that does not close, a stream that ignores cancellation are left behind); and in
+the main thread a hard deadline (``--timeout`` + ``HARD_GRACE``, SIGALRM) ends a wait whose event
+loop is blocked by a synchronous call, still with exit 5.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TextIO
@@ -25,9 +33,11 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.cli import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 from kvtui.engines.events import Model, Phase
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
-from kvtui.monitor import BootState, ConnUpdate, HostMonitor, MonitorUpdate
+from kvtui.monitor import BootState, ConnUpdate, HostMonitor, LogBatch, MonitorUpdate
 
 _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
+CLOSE_LIMIT = 1.5  # seconds for closing the host, then as much for its streams to end, after the wait
+HARD_GRACE = 5.0  # the hard deadline: --timeout + this, when the event loop itself did not get there
 
 
 @dataclass(slots=True)
@@ -62,7 +72,9 @@ class Waiter:
         for u in updates:
             if isinstance(u, ConnUpdate):
                 self._conn(u.status)
-            elif isinstance(u, BootState):
+            elif isinstance(u, BootState | LogBatch):
+                # lines too: a boot's status can change without a BootState (the tracker reports no
+                # change when a "Stopping …" line stops a boot that is still starting)
                 boots_changed = True
         if boots_changed and not self.done.done():
             self._boots()
@@ -192,7 +204,10 @@ async def wait_for_boot(
     stdout: TextIO,
     stderr: TextIO,
     clock: Callable[[], float] | None = None,
+    timer: Callable[[float], Awaitable[object]] | None = None,
 ) -> int:
+    """The wait. ``clock``: the hosts' time (the demo host's, the monitor's); ``timer``: what
+    ``--timeout`` waits on (default ``asyncio.sleep``; tests pass an event to time out on cue)."""
     from kvtui.config import ConfigError, load_config
     from kvtui.hosts.factory import make_backend
     from kvtui.spool import SpoolError
@@ -231,9 +246,10 @@ async def wait_for_boot(
     what = "the next boot" if args.next else "the current boot"
     print(f"kvtui wait: {args.host} ({host.source_label or host.kind}): following {what}", file=stderr)
     task = asyncio.create_task(monitor.run(waiter))
+    expiry = asyncio.ensure_future((timer or asyncio.sleep)(timeout))
     try:
-        pending: set[asyncio.Future[Any]] = {waiter.done, task}
-        done, _ = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        pending: set[asyncio.Future[Any]] = {waiter.done, task, expiry}
+        done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         if waiter.done in done:
             outcome = waiter.done.result()
         elif task in done:
@@ -251,12 +267,51 @@ async def wait_for_boot(
                 seen = f"boot {waiter.number(idx)} still {boot.status.value}{phase}"
             outcome = Outcome(EXIT_TIMEOUT, boot, idx, f"timed out after {timeout:g} s: {seen}")
     finally:
-        await monitor.close()
-        _, still = await asyncio.wait({task}, timeout=5.0)
-        for t in still:
-            t.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        expiry.cancel()
+        await _close_bounded(monitor, task)
     return _report(outcome, monitor, args, stdout, stderr, waiter)
+
+
+async def _close_bounded(monitor: HostMonitor, task: asyncio.Task[None]) -> None:
+    """Close the host and let the monitor end, each within ``CLOSE_LIMIT``: a host that does not
+    close or a stream that ignores its cancellation must not hold the exit code back."""
+    with contextlib.suppress(TimeoutError, Exception):
+        async with asyncio.timeout(CLOSE_LIMIT):
+            await monitor.close()
+    _, still = await asyncio.wait({task}, timeout=CLOSE_LIMIT)
+    if still:
+        task.cancel()
+        _, still = await asyncio.wait({task}, timeout=CLOSE_LIMIT)
+    if not still:
+        with contextlib.suppress(BaseException):
+            task.result()  # retrieved: a crash after the outcome was decided is not reported twice
+
+
+class _Overdue(SystemExit):
+    """The hard deadline passed: the wait is ended from the SIGALRM handler. A ``SystemExit``, so
+    that asyncio lets it out of the task that was running (a blocked, synchronous call) instead of
+    storing it as that task's result."""
+
+
+@contextlib.contextmanager
+def _hard_deadline(seconds: float) -> Iterator[None]:
+    """Raise ``_Overdue`` in the main thread after ``seconds`` (and every second after, should
+    the cleanup block too). Only in the main thread, where signals are delivered; else a no-op."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def on_alarm(signum: int, frame: object) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        raise _Overdue(EXIT_TIMEOUT)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _report(
@@ -288,6 +343,20 @@ def run(
     stderr: TextIO | None = None,
     clock: Callable[[], float] | None = None,
 ) -> int:
-    return asyncio.run(
-        wait_for_boot(args, stdout=stdout or sys.stdout, stderr=stderr or sys.stderr, clock=clock)
-    )
+    err = stderr or sys.stderr
+    timeout = float(args.timeout)
+    coro = wait_for_boot(args, stdout=stdout or sys.stdout, stderr=err, clock=clock)
+    if not timeout > 0:  # a usage error, reported by the wait itself
+        return asyncio.run(coro)
+    try:
+        with _hard_deadline(timeout + HARD_GRACE):
+            return asyncio.run(coro)
+    except _Overdue:
+        with contextlib.suppress(Exception):
+            print(
+                f"kvtui wait: timed out after {timeout:g} s: {args.host} did not answer in time "
+                f"(a call blocked for more than {HARD_GRACE:g} s beyond the timeout)",
+                file=err,
+                flush=True,
+            )
+        return EXIT_TIMEOUT
