@@ -612,20 +612,27 @@ async def test_run_status_and_protocol(tmp_path: Path) -> None:
 
 
 async def test_follow_log_real_boot_at_high_speed_reaches_ready(tmp_path: Path) -> None:
+    """The real clock: a whole boot in about a second of wall time, and no line handed out
+    before the clock reaches it (what is checked does not depend on the machine's speed)."""
     b = DemoBackend("fast", speed=600.0, state_dir=tmp_path / "fast", poll_interval=0.02)
     await b.start()
     seen: list[str] = []
-    started = time.monotonic()
+    early: list[str] = []
 
     async def follow() -> None:
         async for batch in b.follow_log():
+            now = time.time()
+            early.extend(r.text for r in batch if r.ts is not None and r.ts.timestamp() > now)
             seen.extend(r.text for r in batch)
             assert all(r.source == "demo" and r.cursor for r in batch)
             if any("fired up and ready" in r.text for r in batch):
                 return
 
-    await asyncio.wait_for(follow(), timeout=10)
-    assert time.monotonic() - started < 5
+    await asyncio.wait_for(follow(), timeout=120)  # a hang guard; the boot itself is ~1 s of wall time
+    script = b.boot_script()
+    assert script is not None
+    assert script.duration < 2.0  # 600x: a Kimi boot of minutes in about a second
+    assert early == []
     assert seen[0] == "Started SGLang server (Kimi K2.6, TP8)."
     assert sum("Loading safetensors" in t for t in seen) == 64 + 2  # 0 %, each shard, close()'s redraw
     assert sum("Capturing batches" in t for t in seen) == 1  # one record of \r-joined redraws
@@ -642,7 +649,7 @@ async def test_follow_next_boot_only_yields_new_lines(tmp_path: Path) -> None:
     assert not task.done()  # nothing new yet
     b.restart()
     clock.t += 3
-    batch = await asyncio.wait_for(task, 2)
+    batch = await asyncio.wait_for(task, 30)  # a hang guard
     assert batch[0].text == "Stopping SGLang server (Kimi K2.6, TP8)..."
     assert "Started SGLang server (Kimi K2.6, TP8)." in [r.text for r in batch]
     await b.close()

@@ -47,7 +47,7 @@ class Collector:
     def texts(self) -> list[str]:
         return [r.text for r in self.records]
 
-    async def wait(self, pred: Callable[[list[str]], bool], timeout: float = 5.0) -> None:
+    async def wait(self, pred: Callable[[list[str]], bool], timeout: float = 30.0) -> None:
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
         while not pred(self.texts):
@@ -57,6 +57,42 @@ class Collector:
             if loop.time() > end:
                 raise AssertionError(f"timed out; got {len(self.texts)} lines, last {self.texts[-3:]}")
             await asyncio.sleep(0.01)
+
+
+async def until(pred: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Wait for a condition (not for a time): the machine may be slow, the outcome is the same."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not pred():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def read_pos(path: Path) -> int | None:
+    """How far this process's open file on ``path`` has been read (its offset in
+    /proc/self/fdinfo): the follower's position, observed without asking it."""
+    best: int | None = None
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != str(path):
+                continue
+            with open(f"/proc/self/fdinfo/{fd}") as fh:
+                pos = int(next(ln for ln in fh if ln.startswith("pos:")).split()[1])
+        except (OSError, StopIteration, ValueError):
+            continue
+        best = pos if best is None else max(best, pos)
+    return best
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size
+
+
+async def read_to_end(path: Path) -> None:
+    """Until the follower has read everything ``path`` holds now (a partial line too)."""
+    size = _size(path)
+    await until(lambda: read_pos(path) == size, f"the follower to read {path.name} to byte {size}")
 
 
 @asynccontextmanager
@@ -92,7 +128,8 @@ async def test_file_current_boot_then_append_rotate_truncate_no_loss_no_repeat(t
         # appends, including a line written in two parts and a tqdm \r redraw
         _append(log, "a1", "a2")
         _append(log, "half-", end="")
-        await asyncio.sleep(POLL * 3)
+        await read_to_end(log)  # the follower holds "half-" without its newline ...
+        assert "half-" not in c.texts  # ... and hands out no half line
         _append(log, "line")
         _append(log, "Capturing batches 10%\rCapturing batches 50%", end="\r\n")
         expected += ["a1", "a2", "half-line", "Capturing batches 10%", "Capturing batches 50%"]
@@ -106,25 +143,26 @@ async def test_file_current_boot_then_append_rotate_truncate_no_loss_no_repeat(t
         expected += ["before-rotate", "written-to-old-after-rename", "r1", "r2"]
         await c.wait(lambda t: len(t) >= len(expected))
 
-        # truncation in place (copytruncate), then new lines
-        await asyncio.sleep(POLL * 3)
+        # truncation in place (copytruncate), noticed before new lines come
+        await read_to_end(log)
         log.write_text("")
-        await asyncio.sleep(POLL * 5)
+        await until(lambda: read_pos(log) == 0, "the follower to notice the truncation")
         _append(log, "t1")
         expected += ["t1"]
         await c.wait(lambda t: len(t) >= len(expected))
 
         # the file disappears, then comes back
         os.unlink(log)
-        await asyncio.sleep(POLL * 5)
-        assert "waiting for" in b.status().detail
+        await until(lambda: "waiting for" in b.status().detail, "the follower to notice the file is gone")
         _append(log, "back")
         expected += ["back"]
         await c.wait(lambda t: len(t) >= len(expected))
-        await asyncio.sleep(POLL * 5)
-        assert c.texts == expected  # nothing lost, nothing repeated, in order
+        # a last line as a sync point: once it is in, anything repeated or reordered before it is too
+        _append(log, "sync")
+        await c.wait(lambda t: t[-1:] == ["sync"])
+        assert c.texts == [*expected, "sync"]  # nothing lost, nothing repeated, in order
         assert all(r.cursor and r.cursor.isdigit() for r in c.records)  # byte offsets
-    await asyncio.wait_for(c.task, 2.0)  # close() ends the stream
+    await asyncio.wait_for(c.task, 10.0)  # close() ends the stream
 
 
 async def test_file_cursor_resume_and_next_boot(tmp_path: Path) -> None:
@@ -141,7 +179,9 @@ async def test_file_cursor_resume_and_next_boot(tmp_path: Path) -> None:
         await c.wait(lambda t: len(t) == 2)
         assert c.texts == ["l2", "l3"]
         n = Collector(b.follow_log(LogStart.NEXT_BOOT))
-        await asyncio.sleep(POLL * 5)
+        await until(lambda: sum(1 for fd in os.listdir("/proc/self/fd") if _is(fd, log)) >= 2,
+                    "the NEXT_BOOT follower to open the file at its end")
+        await read_to_end(log)
         _append(log, "l4")
         await n.wait(lambda t: t == ["l4"])
         await c.wait(lambda t: t[-1] == "l4")
@@ -151,9 +191,8 @@ async def test_file_waits_for_a_missing_file_and_cuts_huge_lines(tmp_path: Path)
     log = tmp_path / "later.log"
     async with backend(_host(log_file=str(log))) as b:
         c = Collector(b.follow_log())
-        await asyncio.sleep(POLL * 5)
+        await until(lambda: f"waiting for {log} to appear" in b.status().detail, "the waiting status")
         assert b.status().state == ConnState.CONNECTED
-        assert f"waiting for {log} to appear" in b.status().detail
         huge = "x" * (3 << 20)
         _append(log, "first", huge, "after")
         await c.wait(lambda t: len(t) >= 3, timeout=10)
@@ -294,9 +333,10 @@ async def test_journal_current_boot_by_invocation_id_and_cursor_resume(tmp_path:
     j.write(service("after restart of kvtui", inv2, 5000))
     async with backend(host, journalctl=journalctl, systemctl=fake_systemctl(tmp_path, {})) as b:
         c2 = Collector(b.follow_log(after_cursor=cursor))
-        await c2.wait(lambda t: len(t) >= 1, timeout=10)
-        await asyncio.sleep(0.2)
-        assert c2.texts == ["after restart of kvtui"]
+        await c2.wait(lambda t: len(t) >= 1)
+        j.write(service("sync", inv2, 5000))  # a sync point: a repeat would come before it
+        await c2.wait(lambda t: t[-1:] == ["sync"])
+        assert c2.texts == ["after restart of kvtui", "sync"]
 
 
 @needs_journal
@@ -316,8 +356,9 @@ async def test_journal_scan_back_without_invocation_id(tmp_path: Path) -> None:
     ) as b:
         c = Collector(b.follow_log())
         await c.wait(lambda t: len(t) >= 2)
-        await asyncio.sleep(0.1)
-        assert c.texts == ["Started sglang.service.", "second boot"]
+        j.write(service("sync", inv2))  # a sync point: an extra line would come before it
+        await c.wait(lambda t: t[-1:] == ["sync"])
+        assert c.texts == ["Started sglang.service.", "second boot", "sync"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -446,11 +487,10 @@ async def test_close_leaves_no_child_running(tmp_path: Path) -> None:
                      systemctl=("false",))
     await b.start()
     c = Collector(b.follow_log(LogStart.NEXT_BOOT))
-    await asyncio.sleep(0.3)
+    await until(lambda: bool(b._procs), "journalctl -f to be running")
     procs = list(b._procs)
-    assert procs, "journalctl -f should be running"
     await b.close()
-    await asyncio.wait_for(c.task, 3.0)
+    await asyncio.wait_for(c.task, 10.0)
     assert all(p.returncode is not None for p in procs)
 
 
@@ -485,11 +525,14 @@ asyncio.run(main())
     assert _alive(follower)
     proc.kill()
     await proc.wait()
-    for _ in range(100):
-        if not _alive(follower):
-            break
-        await asyncio.sleep(0.02)
-    assert not _alive(follower), "journalctl -f outlived kvtui"
+    await until(lambda: not _alive(follower), "journalctl -f to die with kvtui (it outlived it)")
+
+
+def _is(fd: str, path: Path) -> bool:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:
