@@ -124,6 +124,18 @@ def parse_docker_ts(stamp: str) -> datetime | None:
 # ---------------------------------------------------------------------------------------------
 
 
+async def _run_answer(conn: asyncssh.SSHClientConnection, command: str, *, timeout: float) -> Any:
+    """Run a command whose answer decides where a stream starts (the current boot's cursor, a
+    file's offset, a container's start). A channel that closed without an exit status — the
+    connection dropped mid-command — is an error, not an empty answer: the follower locates
+    again on the next connection instead of falling back (to the last lines, a whole journal or
+    a file's first byte)."""
+    res = await conn.run(command, check=False, timeout=timeout)
+    if res.exit_status is None and res.exit_signal is None:
+        raise asyncssh.ConnectionLost("the connection dropped while locating where the stream starts")
+    return res
+
+
 class _Follower:
     source = "raw"
     note: str = ""  # a user-facing remark (rotation, truncation) for the status line
@@ -176,10 +188,10 @@ class _JournalFollower(_Follower):
         sudo = self.backend.host.sudo
         if not self.located:
             if self.after_cursor is None and self.start is LogStart.CURRENT_BOOT:
-                res = await conn.run(C.journal_boot_start(self.unit, sudo=sudo), check=False, timeout=60)
+                res = await _run_answer(conn, C.journal_boot_start(self.unit, sudo=sudo), timeout=60)
                 self.resume = self._parse_boot_start(str(res.stdout or ""))
             elif self.after_cursor is None:
-                res = await conn.run(C.journal_last_cursor(self.unit, sudo=sudo), check=False, timeout=60)
+                res = await _run_answer(conn, C.journal_last_cursor(self.unit, sudo=sudo), timeout=60)
                 rec = parse_journal_json(str(res.stdout or "").strip().split("\n")[-1]) if res.stdout else None
                 self.resume = ("after", rec.cursor) if rec and rec.cursor else ("all", None)
             self.located = True
@@ -325,11 +337,11 @@ class _FileFollower(_Follower):
     async def command(self, conn: asyncssh.SSHClientConnection) -> str:
         if not self.located:
             if self.start is LogStart.CURRENT_BOOT:
-                res = await conn.run(C.file_scan_back(self.path, window=self.backend.scan_window), check=False,
-                                     timeout=120)
+                res = await _run_answer(conn, C.file_scan_back(self.path, window=self.backend.scan_window),
+                                        timeout=120)
                 self._apply_scan(str(res.stdout or ""))
             else:
-                res = await conn.run(C.file_stat(self.path), check=False, timeout=60)
+                res = await _run_answer(conn, C.file_stat(self.path), timeout=60)
                 parts = str(res.stdout or "").split()
                 if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
                     self.inode, self.offset = int(parts[0]), int(parts[1])
@@ -485,7 +497,11 @@ class _FileFollower(_Follower):
         if not self.want_inode:
             return
         self.want_inode = False
-        res = await conn.run(C.file_stat(self.path), check=False, timeout=30)
+        try:
+            res = await _run_answer(conn, C.file_stat(self.path), timeout=30)
+        except BaseException:
+            self.want_inode = True  # asked again on the next connection
+            raise
         parts = str(res.stdout or "").split()
         # (a truncation since then keeps the inode; two rotations within this round trip would
         # make it wrong, then a resume after a drop may start in the wrong place)
@@ -530,13 +546,13 @@ class _DockerFollower(_Follower):
         sudo = self.backend.host.sudo
         if not self.located:
             if self.start is LogStart.CURRENT_BOOT:
-                res = await conn.run(C.docker_inspect(self.container, "{{.State.StartedAt}}", sudo=sudo), check=False,
-                                     timeout=60)
+                res = await _run_answer(conn, C.docker_inspect(self.container, "{{.State.StartedAt}}", sudo=sudo),
+                                        timeout=60)
                 if res.exit_status != 0:
                     raise BackendError(f"docker inspect {self.container}: {str(res.stderr or '').strip()}")
                 self.since = str(res.stdout or "").strip() or None
             else:
-                res = await conn.run(C.remote_now_rfc3339(), check=False, timeout=60)
+                res = await _run_answer(conn, C.remote_now_rfc3339(), timeout=60)
                 self.since = str(res.stdout or "").strip() or None
             self.seen_at_since = 0
             self.located = True
