@@ -21,7 +21,7 @@ from kvtui.hosts.demo import DemoBackend
 from kvtui.ui.app import KvtuiApp, MainScreen
 from kvtui.ui.commands import main_screen_commands
 from kvtui.ui.host_pane import HostPane
-from kvtui.ui.screens import ApplyScreen, HelpScreen, NoticeScreen
+from kvtui.ui.screens import ApplyScreen, ConfirmScreen, HelpScreen, NoticeScreen
 
 SPEED = 40.0
 SIZE = (130, 38)
@@ -137,6 +137,14 @@ async def test_apply_a_safe_fraction_from_the_calculator_then_roll_it_back() -> 
 
         before = pane.last_outcome
         await pilot.press("y")
+        await wait_for(pilot, lambda: isinstance(app.screen, MainScreen))
+        # q while it runs asks first (quitting would stop following it and the automatic rollback)
+        assert pane.busy == "an apply"
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "An apply on demo is still running" in str(_screen(app).body)
+        await pilot.press("n")
+        assert isinstance(app.screen, MainScreen)
         outcome = await _until_outcome(pilot, app, clock, pane, before)
         assert outcome.status == "ready", outcome.messages
         assert outcome.code == 0
@@ -313,3 +321,6 @@ async def test_apply_rollback_and_restart_are_offered_and_hidden_on_readonly_hos
             await pilot.press("escape")
             await wait_for(pilot, lambda: _pane(app).busy is None)
             assert isinstance(app.screen, MainScreen)
+        # with nothing running, q quits at once
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None)

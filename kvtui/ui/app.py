@@ -30,7 +30,7 @@ from kvtui.ui.widgets.log_view import LogView
 # The main screen's bindings. Ids are what users remap in hosts.toml [keymap].
 MAIN_BINDINGS: list[BindingType] = [
     Binding("question_mark", "help", "Help", id="help", tooltip="every key, with its id for [keymap]"),
-    Binding("q", "app.quit", "Quit", id="quit"),
+    Binding("q", "quit", "Quit", id="quit"),
     Binding("slash", "search", "Search", id="search", tooltip="search the whole log (smart case)"),
     Binding("n", "find(True)", "Next match", show=False, id="search.next"),
     Binding("N", "find(False)", "Previous match", show=False, id="search.previous"),
@@ -196,6 +196,26 @@ class MainScreen(Screen[None]):
     def _view(self) -> LogView | None:
         pane = self.active_pane
         return pane.log_view if pane is not None else None
+
+    def action_quit(self) -> None:
+        """Quit; while an apply, rollback or restart is running, ask first (quitting stops
+        following it, and with it the automatic rollback)."""
+        busy = [p for p in self.panes if p.busy is not None]
+        if not busy:
+            self.app.exit()
+            return
+        what = "; ".join(f"{p.busy} on {p.host_name}" for p in busy)
+        body = (
+            f"{what[0].upper()}{what[1:]} is still running.\n\n"
+            "Quitting stops following it: what was written stays, a restart already issued goes on, "
+            "and no automatic rollback happens."
+        )
+
+        def done(answer: bool | None) -> None:
+            if answer:
+                self.app.exit()
+
+        self.app.push_screen(ConfirmScreen("Quit while a change is running?", body, confirm_label="Quit"), done)
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(self.key_rows()))
