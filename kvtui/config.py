@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from kvtui.demo_presets import DEMO_ENGINES, PresetError, resolve_preset_name
+from kvtui.demo_presets import DEMO_ENGINES, DEMO_GPU_COUNT, PresetError, resolve_preset_name
 
 HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]+$")
@@ -341,7 +341,21 @@ def host_rule_problems(given: Mapping[str, object]) -> list[tuple[str | None, st
                 hint = "use demo_engine" if key == "engine" else "a demo host simulates its own server"
                 out.append((key, f"not for demo hosts ({hint})", given[key]))
         out.extend(_demo_preset_problems(given))
+        out.extend(_demo_gpu_problems(given))
     return out
+
+
+def _demo_gpu_problems(given: Mapping[str, object]) -> list[tuple[str | None, str, object]]:
+    """A demo host simulates ``DEMO_GPU_COUNT`` GPUs: ``gpus`` must be among them."""
+    raw = given.get("gpus")
+    try:
+        gpus = parse_gpus(raw)
+    except ValueError:
+        return []  # the field's own error
+    if gpus and max(gpus) >= DEMO_GPU_COUNT:
+        return [("gpus", f"expected GPU indices 0-{DEMO_GPU_COUNT - 1} (the demo host has {DEMO_GPU_COUNT} GPUs)",
+                 raw)]
+    return []
 
 
 def _demo_preset_problems(given: Mapping[str, object]) -> list[tuple[str | None, str, object]]:

@@ -19,6 +19,7 @@ PRESET_ENGINES: Mapping[str, str] = {
     "vllm-llama-70b": "vllm",
 }
 DEMO_ENGINES: tuple[str, ...] = ("sglang", "vllm")
+DEMO_GPU_COUNT = 8  # the simulated host's GPUs: 0 … 7
 DEFAULT_PRESET = "kimi-k2.6"
 DEFAULT_PRESETS: Mapping[str, str] = {"sglang": "kimi-k2.6", "vllm": "vllm-llama-70b"}
 
@@ -68,6 +69,7 @@ __all__ = [
     "DEFAULT_PRESET",
     "DEFAULT_PRESETS",
     "DEMO_ENGINES",
+    "DEMO_GPU_COUNT",
     "PRESET_ENGINES",
     "PresetError",
     "preset_list",

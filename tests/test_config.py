@@ -196,7 +196,8 @@ BAD_KEYS = [
     ("port = 0", "port", "0", "at least 1"),
     ("identity_file = 3", "identity_file", "3", "expected a string"),
     ('identity_file = ""', "identity_file", '""', "expected a path on this machine"),
-    ("known_hosts = true", "known_hosts", "true", "expected a string"),
+    ('known_hosts = true', "known_hosts", "true", "expected a string"),
+    ('known_hosts = " "', "known_hosts", '" "', "expected a path on this machine, got an empty string"),
     ('strict_host_key = "no"', "strict_host_key", '"no"', "expected true or false"),
     ('engine = "trtllm"', "engine", '"trtllm"', 'expected one of "sglang", "vllm" or "auto"'),
     ('log_file = "dsv4.log"', "log_file", '"dsv4.log"', "expected an absolute path on the host"),
@@ -272,6 +273,11 @@ BAD_TABLES = [
      "but demo_engine is 'sglang' (the default); expected a sglang preset: kimi-k2.6 (sglang), llama-70b (sglang), "
      "qwen3-32b-eagle3 (sglang)", None),
     ('[hosts.h]\ndemo = true\ndemo_model = 7\n', "[hosts.h] demo_model = 7: expected a string", None),
+    ("[hosts.h]\ndemo = true\ndemo_speed = 1e6\n", "[hosts.h] demo_speed = 1000000.0: expected a number above 0 "
+     "and at most 100000", None),
+    ('[hosts.h]\ndemo = true\ngpus = "0-15"\n',
+     '[hosts.h] gpus = "0-15": expected GPU indices 0-7 (the demo host has 8 GPUs)', None),
+    ('[hosts.h]\ndemo = true\ngpus = [2, 8]\n', "[hosts.h] gpus = [2, 8]: expected GPU indices 0-7", None),
     # kind keys themselves
     ('[hosts.h]\nssh = "a b"\nunit = "u"\n', '[hosts.h] ssh = "a b": expected "user@host"', None),
     ('[hosts.h]\nssh = "-oProxyCommand=x"\nunit = "u"\n', "not starting with '-'", None),
@@ -388,3 +394,17 @@ def test_the_pure_preset_names_are_the_demo_hosts_presets() -> None:
     assert list(PRESET_ENGINES) == list(PRESETS)
     assert {k: p.engine for k, p in PRESETS.items()} == PRESET_ENGINES
     assert all(PRESET_ENGINES[k] == e for e, k in DEFAULT_PRESETS.items())
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [('unit = "u.service"', '"u.service"'), ('log_file = "/l"', '"/l"'), ('container = "c"', '"c"'),
+     ('launch_script = "/s.sh"', '"/s.sh"'), ('start_command = "go"\nstop_command = "halt"', '"go"'),
+     ("sudo = true", "true"), ('engine = "vllm"', '"vllm"')],
+)
+def test_every_real_server_key_is_refused_on_a_demo_host(tmp_path: Path, line: str, shown: str) -> None:
+    path = write(tmp_path, f"[hosts.h]\ndemo = true\n{line}\n")
+    with pytest.raises(ConfigError) as ei:
+        load_config(str(path))
+    key = line.split(" ", 1)[0]
+    assert f"{path}: [hosts.h] {key} = {shown}: not for demo hosts" in str(ei.value)

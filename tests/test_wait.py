@@ -397,3 +397,53 @@ def test_the_hard_deadline_is_disarmed_after_the_wait(tmp_path: Path, capsys: py
     assert signal.getsignal(signal.SIGALRM) is before
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     assert "is ready" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# the rest of issue 4's "Done means" for kvtui wait
+# ---------------------------------------------------------------------------------------------
+
+
+def test_default_timeout_is_1800_s() -> None:
+    args = build_parser().parse_args(["wait", "demo"])
+    assert args.timeout == 1800.0
+    assert (args.next, args.follow_restarts, args.json) == (False, False, False)
+
+
+def test_json_is_the_boot_object_of_replay_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--json`` prints the boot object ``kvtui replay --json`` gives for the same journal."""
+    demo_hosts(tmp_path)
+    assert main(["wait", "demo", "--json", "--timeout", "60"]) == 0
+    waited = json.loads(capsys.readouterr().out)
+    # the same boot's journal, as `journalctl -o json` would write it, through kvtui replay
+    b = demo_backend()
+    journal = tmp_path / "boot.json"
+    with journal.open("w") as fh:
+        for r in b.read_lines(limit=100_000):
+            if r.ts is None:
+                continue
+            fh.write(json.dumps({"__CURSOR": r.cursor, "__REALTIME_TIMESTAMP": str(int(r.ts.timestamp() * 1e6)),
+                                 "_PID": str(r.pid), "SYSLOG_IDENTIFIER": r.ident, "MESSAGE": r.text}) + "\n")
+            if "fired up and ready" in r.text:
+                break
+    assert main(["replay", str(journal), "--json"]) == 0
+    replayed = json.loads(capsys.readouterr().out)["boots"][-1]
+    assert replayed == waited
+
+
+def test_apply_a_fraction_too_high_then_wait_exits_1_with_capture_oom(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo's fraction set too high by ``kvtui apply`` (forced past the calculator's
+    refusal): ``kvtui wait demo`` then exits 1 with ``oom_graph_capture``."""
+    demo_hosts(tmp_path)
+    code = main(["apply", "demo", "--set", "mem-fraction-static=0.99", "--restart", "--yes", "--force",
+                 "--timeout", "60"])
+    assert code == 1, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["wait", "demo", "--json", "--timeout", "60"]) == 1
+    out, err = capsys.readouterr()
+    boot = json.loads(out)
+    assert boot["failure"]["kind"] == "oom_graph_capture"
+    assert boot["flags"]["mem_fraction_static"] == 0.99
+    assert "failed in graph_capture: oom_graph_capture" in err

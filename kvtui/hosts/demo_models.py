@@ -34,6 +34,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kvtui.demo_presets import DEMO_GPU_COUNT
+
 GIB = 1 << 30
 MIB = 1 << 20
 
@@ -49,7 +51,7 @@ class GpuSpec:
 
     name: str = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
     total_mib: int = 97887
-    count: int = 8
+    count: int = DEMO_GPU_COUNT
     idle_mib: int = 1
     idle_w: float = 34.0
     max_w: float = 600.0
