@@ -291,7 +291,8 @@ class KvUsage(Vertical):
             f"{live.gen_throughput:,.0f} tok/s" if live.gen_throughput is not None else None,
         ]
         load = " · ".join(p for p in parts if p)
-        self.query_one("#kv-load", QuietStatic).set(load, lambda: load)
+        # one row, as wide as the panel (CSS): a new figure needs a repaint, never a layout pass
+        self.query_one("#kv-load", QuietStatic).set(load, lambda: load, layout=False)
 
 
 class FailureBanner(QuietStatic):

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar, Protocol
 
+from rich.cells import cell_len
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import on, work
@@ -24,7 +26,7 @@ from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
-from textual.geometry import Size
+from textual.geometry import Offset, Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -35,6 +37,7 @@ from kvtui.monitor import LogLine
 from kvtui.ui.widgets.quiet import QuietStatic
 
 MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)
+_PLAIN = Style()
 SPOOL_MATCH_LIMIT = 1000
 
 
@@ -217,6 +220,7 @@ class LogView(ScrollView, can_focus=True):
         self._version = 0
         self._programmatic_scroll = False
         self._end_scheduled = False
+        self._frame: tuple[Offset, int, Style, dict[str, Style]] | None = None  # see render_lines
 
     # ---- data in ------------------------------------------------------------------------
 
@@ -253,9 +257,8 @@ class LogView(ScrollView, can_focus=True):
             self._post_status()
 
     def _after_view_change(self, *, added: int, trimmed: int) -> None:
-        old_rows = self.virtual_size.height
         removed_rows = self._row_starts[trimmed] if self.wrap and trimmed and self._row_starts else trimmed
-        self._rebuild_rows()
+        self._rebuild_rows(added)
         if self.follow:
             self.pending = 0
             self._scroll_to_end()
@@ -265,18 +268,20 @@ class LogView(ScrollView, can_focus=True):
                 self._programmatic_scroll = True
                 self.scroll_to(y=max(0, self.scroll_y - removed_rows), animate=False, immediate=True)
                 self._programmatic_scroll = False
-        if old_rows != self.virtual_size.height or not self.follow:
-            self.refresh()
+        # always repaint: a full window that follows keeps its height and scroll offset while every
+        # row now shows another line (no refresh would leave the view frozen during a storm)
+        self.refresh()
         self._post_status()
 
     def _line_length(self, line: LogLine) -> int:
         return 1 + (13 if self.timestamps else 0) + min(len(line.text), MAX_DISPLAY_CHARS)
 
-    def _rebuild_rows(self) -> None:
+    def _rebuild_rows(self, added: int = 2048) -> None:
         view = self._view
         width = self._max_width
-        for line in view[-2048:]:  # new lines are at the end; a full rescan happens on toggles
-            width = max(width, self._line_length(line))
+        extra = 1 + (13 if self.timestamps else 0)
+        for line in view[-added:] if added > 0 else ():  # new lines are at the end; toggles rescan all
+            width = max(width, extra + min(len(line.text), MAX_DISPLAY_CHARS))
         self._max_width = width
         if self.wrap:
             content = max(10, self.scrollable_content_region.width or self.size.width or 80)
@@ -642,6 +647,38 @@ class LogView(ScrollView, can_focus=True):
         parts.append(body)
         return Text.assemble(*parts, no_wrap=True, end="")
 
+    def _line_strip(self, line: LogLine, styles: dict[str, Style]) -> Strip:
+        """The line as ``_line_text`` renders it, built straight from segments for the common
+        case (printable text, no search highlight): a storm brings a new screenful every frame."""
+        text = line.text if len(line.text) <= MAX_DISPLAY_CHARS else line.text[: MAX_DISPLAY_CHARS - 1] + "…"
+        if self.search_query is not None or not text or not text.isprintable():
+            rich_text = self._line_text(line, styles)
+            return Strip(list(rich_text.render(self.app.console)), rich_text.cell_len)
+        marked = line.seq in self.marks
+        segments = [Segment("▌", styles["gutter"]) if marked else Segment(" ", _PLAIN)]
+        if self.timestamps:
+            stamp = line.ts.strftime("%H:%M:%S.%f")[:12] if line.ts is not None else ""
+            segments.append(Segment(f"{stamp:<12} ", styles["timestamp"]))
+        kind = line.style
+        if kind in ("phase", "error", "warning", "progress", "serving"):
+            segments.append(Segment(text, styles[kind]))
+        elif text.startswith("[") and (close := text.find("]", 0, 48)) > 0:
+            segments.append(Segment(text[: close + 1], styles["prefix"]))
+            if close + 1 < len(text):
+                segments.append(Segment(text[close + 1 :], _PLAIN))
+        else:
+            segments.append(Segment(text, _PLAIN))
+        return Strip(segments, sum(cell_len(seg.text) for seg in segments))
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # what every row of this frame shares, computed once per frame instead of once per row
+        width = self.scrollable_content_region.width or self.size.width
+        self._frame = (self.scroll_offset, width, self.rich_style, self._styles())
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame = None
+
     def _marker_strip(self, line: LogLine, width: int, styles: dict[str, Style], base: Style) -> Strip:
         label = f" {line.text.strip(' ─-')} "
         left = 3
@@ -650,10 +687,12 @@ class LogView(ScrollView, can_focus=True):
         return Strip(list(text.render(self.app.console)), text.cell_len).apply_style(base)
 
     def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
+        frame = self._frame
+        if frame is None:
+            frame = (self.scroll_offset, self.scrollable_content_region.width or self.size.width, self.rich_style,
+                     self._styles())
+        (scroll_x, scroll_y), width, base, styles = frame
         row = scroll_y + y
-        width = self.scrollable_content_region.width or self.size.width
-        base = self.rich_style
         view = self._view
         if not view:
             return Strip.blank(width, base)
@@ -664,17 +703,15 @@ class LogView(ScrollView, can_focus=True):
         sub_row = row - self._row_starts[index] if self.wrap and self._row_starts else 0
         is_cursor = line.seq == self.cursor
         key = (line.seq, sub_row, width, self._version, is_cursor, line.seq in self.marks, self.wrap)
-        styles = self._styles()
         row_base = base + styles["cursor"] if is_cursor else base
         strip = self._cache.get(key)
         if strip is None:
             if line.style == "marker":
                 strip = self._marker_strip(line, width, styles, row_base) if sub_row == 0 else Strip.blank(0)
             else:
-                text = self._line_text(line, styles)
-                full = Strip(list(text.render(self.app.console)), text.cell_len)
+                full = self._line_strip(line, styles)
                 if self.wrap:
-                    cuts = [*range(width, text.cell_len, width), text.cell_len]
+                    cuts = [*range(width, full.cell_length, width), full.cell_length]
                     pieces = full.divide(cuts)
                     strip = pieces[sub_row] if sub_row < len(pieces) else Strip.blank(0)
                 else:
@@ -775,7 +812,7 @@ class LogStatus(Horizontal):
         dock: bottom;
         height: 1;
         background: $surface;
-        #log-state { width: 1fr; color: $text-muted; padding: 0 1; }
+        #log-state { width: 1fr; height: 1; color: $text-muted; padding: 0 1; }
         #log-badge {
             width: auto;
             padding: 0 1;
@@ -811,7 +848,8 @@ class LogStatus(Horizontal):
         if view.message:
             parts.append(Content.styled(view.message, "$text-muted italic"))
         state = Content(" · ").join(parts)
-        self.query_one("#log-state", QuietStatic).set(state.markup, lambda: state)
+        # one row, 1fr wide (CSS): a new state is a repaint, not a layout pass of the screen
+        self.query_one("#log-state", QuietStatic).set(state.markup, lambda: state, layout=False)
         badge = self.query_one("#log-badge", QuietStatic)
         badge.set_class(view.pending > 0, "-shown")
         if view.pending > 0:

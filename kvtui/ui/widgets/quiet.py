@@ -20,10 +20,12 @@ class QuietStatic(Static):
         super().__init__(content, id=id, classes=classes)
         self._key: object = _UNSET
 
-    def set(self, key: Hashable, build: Callable[[], VisualType]) -> bool:
-        """Show ``build()`` unless ``key`` equals the last one; True when it updated."""
+    def set(self, key: Hashable, build: Callable[[], VisualType], *, layout: bool = True) -> bool:
+        """Show ``build()`` unless ``key`` equals the last one; True when it updated. ``layout=False``
+        for a widget whose size the CSS fixes: no layout pass of the whole screen (the costliest
+        step of a busy console: ~30 ms each on a small machine), only a repaint."""
         if key == self._key:
             return False
         self._key = key
-        self.update(build())
+        self.update(build(), layout=layout)
         return True
