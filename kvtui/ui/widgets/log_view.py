@@ -14,6 +14,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import pairwise
 from typing import ClassVar, Protocol
 
 from rich.cells import cell_len
@@ -648,27 +649,45 @@ class LogView(ScrollView, can_focus=True):
         return Text.assemble(*parts, no_wrap=True, end="")
 
     def _line_strip(self, line: LogLine, styles: dict[str, Style]) -> Strip:
-        """The line as ``_line_text`` renders it, built straight from segments for the common
-        case (printable text, no search highlight): a storm brings a new screenful every frame."""
+        """``_line_text(line).render()`` as a strip — the same segments, cut where Rich cuts them
+        (at each styled span) — built directly for the common case (printable text, no search
+        highlight): a storm brings a new screenful of lines every frame."""
         text = line.text if len(line.text) <= MAX_DISPLAY_CHARS else line.text[: MAX_DISPLAY_CHARS - 1] + "…"
         if self.search_query is not None or not text or not text.isprintable():
             rich_text = self._line_text(line, styles)
             return Strip(list(rich_text.render(self.app.console)), rich_text.cell_len)
-        marked = line.seq in self.marks
-        segments = [Segment("▌", styles["gutter"]) if marked else Segment(" ", _PLAIN)]
+        spans: list[tuple[int, int, Style]] = []  # (start, end, style): only styles Rich keeps (truthy)
+        if line.seq in self.marks:
+            head = "▌"
+            if styles["gutter"]:
+                spans.append((0, 1, styles["gutter"]))
+        else:
+            head = " "
         if self.timestamps:
             stamp = line.ts.strftime("%H:%M:%S.%f")[:12] if line.ts is not None else ""
-            segments.append(Segment(f"{stamp:<12} ", styles["timestamp"]))
+            stamp = f"{stamp:<12} "
+            if styles["timestamp"]:
+                spans.append((len(head), len(head) + len(stamp), styles["timestamp"]))
+            head += stamp
+        start = len(head)
         kind = line.style
         if kind in ("phase", "error", "warning", "progress", "serving"):
-            segments.append(Segment(text, styles[kind]))
-        elif text.startswith("[") and (close := text.find("]", 0, 48)) > 0:
-            segments.append(Segment(text[: close + 1], styles["prefix"]))
-            if close + 1 < len(text):
-                segments.append(Segment(text[close + 1 :], _PLAIN))
-        else:
-            segments.append(Segment(text, _PLAIN))
-        return Strip(segments, sum(cell_len(seg.text) for seg in segments))
+            if styles[kind]:
+                spans.append((start, start + len(text), styles[kind]))
+        elif text.startswith("[") and (close := text.find("]", 0, 48)) > 0 and styles["prefix"]:
+            spans.append((start, start + close + 1, styles["prefix"]))
+        full = head + text
+        if not spans:
+            return Strip([Segment(full)], cell_len(full))
+        cuts = sorted({0, len(full), *(a for a, _, _ in spans), *(b for _, b, _ in spans)})
+        segments: list[Segment] = []
+        k = 0
+        for a, b in pairwise(cuts):
+            while k < len(spans) and spans[k][1] <= a:
+                k += 1
+            style = spans[k][2] if k < len(spans) and spans[k][0] <= a else _PLAIN
+            segments.append(Segment(full[a:b], style))
+        return Strip(segments, cell_len(full))
 
     def render_lines(self, crop: Region) -> list[Strip]:
         # what every row of this frame shares, computed once per frame instead of once per row
