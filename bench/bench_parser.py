@@ -32,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import Row, loadavg, median
 from gen_log import SHAPES, write
 
 from kvtui.boot import BootTracker
@@ -83,6 +84,32 @@ def time_grep(path: Path) -> float:
     # stdout must not be /dev/null: GNU grep then stops at the first match (it behaves like -q)
     subprocess.run([grep, "-E", PHASE_PATTERNS, str(path)], stdout=subprocess.PIPE, check=False)
     return time.perf_counter() - t0
+
+
+def run(quick: bool, workdir: Path, *, lines: int | None = None, runs: int | None = None) -> list[Row]:
+    """Benchmark 1 for the suite (``python -m bench``): one row per shape, median of ``runs``."""
+    n = lines or (300_000 if quick else 1_000_000)
+    runs = runs or (2 if quick else 3)
+    work = workdir / "parser"
+    work.mkdir(parents=True, exist_ok=True)
+    rows: list[Row] = []
+    for shape in SHAPES:
+        path = work / f"bench-{shape}.log"
+        if not path.exists():
+            write(path, shape, n)
+        count = sum(1 for _ in path.open("rb"))
+        load0 = loadavg()
+        k = [time_kvtui(path) for _ in range(runs)]
+        g = [time_grep(path) for _ in range(runs)]
+        wall = median([x[0] for x in k])
+        cpu = median([x[3] for x in k])
+        rate = count / wall
+        rows.append(Row(
+            "1 parser (replay)", shape, rate, "lines/s", count / median(g), "grep -E", f">= {BUDGET[shape] // 1000}k",
+            rate >= BUDGET[shape],
+            f"{count:,} lines, {k[0][1]} boots, {count / cpu:,.0f} lines per CPU-second, load {load0}",
+        ))
+    return rows
 
 
 def main() -> int:

@@ -123,6 +123,8 @@ def _line(seq: int, text: str, ts: datetime | None, rank: str | None, boot: int,
 
 CLOSE_GRACE: Final = 0.2  # seconds the streams get to end by themselves after close()
 MIN_FLUSH_INTERVAL: Final = 0.05  # log lines reach a view at most every 50 ms
+STORM_BATCH: Final = 500  # a batch this large (>= 10,000 lines/s at 50 ms) ...
+STORM_FLUSH_INTERVAL: Final = 0.1  # ... makes the next one wait this long
 INGEST_SLICE: Final = 256  # records parsed between two yields to the event loop (~25 ms at worst)
 _PENDING_BOOT_STATES: Final = 32
 _NON_RETRYABLE: Final = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
@@ -227,8 +229,13 @@ class HostMonitor:
       than ``log_window`` arrived, only the newest ``log_window`` — the older ones are in the
       spool, and a view keeps no more than its window anyway: ``lines[0].seq`` shows the gap),
       ``BootState``s (one per boot that changed, ``new_boot=True`` the first time a boot index is
-      published; a restart also puts a ``style="marker"`` line in the log), and the latest
+      published; a restart also puts a ``style="marker"`` line in the log; a boot whose only
+      change is its live serving figures at most every ``serving_interval`` seconds), and the latest
       ``GpuUpdate`` (``foreign`` = processes on the server's GPUs that are not the server's).
+    - Lines that cannot change a boot (most serving lines, tqdm redraws, HTTP access lines of a
+      known SGLang server) are spooled and shown without being parsed (``LivePrefilter``; the
+      spool, the boots and the view are the same as when every line is parsed; ``live_prefilter=
+      False`` parses every line).
     - Reconnects are the backend's business; a log stream that fails (``BackendError``) is
       reopened after the last cursor seen, so nothing is lost or repeated, with capped backoff.
     - ``run`` returns only when ``close()`` was called, or when the host cannot be reached for
@@ -257,6 +264,7 @@ class HostMonitor:
         owns_backend: bool = True,
         retry_start: bool = True,
         live_prefilter: bool = True,
+        serving_interval: float = 0.25,
     ) -> None:
         from kvtui.engines.parse import LineParser, LivePrefilter
         from kvtui.spool import Spool
@@ -292,6 +300,7 @@ class HostMonitor:
         # the newest ``log_window`` when a view or ``recent`` asks (most are pushed out unseen)
         self._staged: list[LogLine | _Staged] = []
         self._staged_n = 0
+        self._batch_lines = 0  # lines in the last batch flushed (sets the pace in a storm)
         self.lines_seen = 0  # lines ingested by this monitor (spool length minus a resumed part)
         self.ingest_errors = 0
         self._gpu_hist: dict[int, deque[tuple[float, float]]] = {}
@@ -301,6 +310,11 @@ class HostMonitor:
         self._pending_conn: list[ConnUpdate] = []
         self._pending_gpu: GpuUpdate | None = None
         self._published_boots = -1  # highest boot index already published
+        # a boot whose only change is its live serving figures is published at most every
+        # ``serving_interval`` seconds (a server in a storm prints them many times a second)
+        self.serving_interval = max(0.0, serving_interval)
+        self._serving_due: int | None = None
+        self._serving_at = -1e9
         self._stream_note = ""
         self._dirty = asyncio.Event()
         self._closed = asyncio.Event()
@@ -340,7 +354,7 @@ class HostMonitor:
                 await flusher
             self._poll_status()
             if self._sink is not None:
-                self._flush()
+                self._flush(final=True)
             if not self.spool.closed:
                 with contextlib.suppress(Exception):
                     self.spool.flush()
@@ -623,7 +637,13 @@ class HostMonitor:
             )
             self._push(line)
             if nboots and (_changed(upd) or nboots > boots_before):
-                self._note_boot(boot)
+                if upd.serving and nboots == boots_before and not (
+                    upd.new_boot or upd.phase_changed or upd.metrics_changed or upd.failed or upd.ready
+                ):
+                    self._serving_due = boot  # published by the flush, at most every serving_interval
+                    self._dirty.set()
+                else:
+                    self._note_boot(boot)
 
     def _marker_text(self, boot: int, parsed: ParsedLine) -> str:
         when = parsed.ts.strftime(" %Y-%m-%d %H:%M:%S") if parsed.ts is not None else ""
@@ -769,7 +789,11 @@ class HostMonitor:
                     await self._dirty.wait()
             except TimeoutError:
                 pass
-            wait = self.flush_interval - (loop.time() - last)
+            # a storm (a batch of STORM_BATCH lines or more): half as many, twice as large batches;
+            # every line still reaches the spool at once, a view only repaints less often
+            interval = self.flush_interval if self._batch_lines < STORM_BATCH else max(self.flush_interval,
+                                                                                       STORM_FLUSH_INTERVAL)
+            wait = interval - (loop.time() - last)
             if wait > 0:
                 await asyncio.sleep(wait)
             self._dirty.clear()
@@ -777,10 +801,21 @@ class HostMonitor:
             if self._flush():
                 last = loop.time()
 
-    def _flush(self) -> bool:
+    def _flush(self, *, final: bool = False) -> bool:
+        due = self._serving_due
+        if due is not None:
+            now = time.monotonic()
+            if any(b.index == due for b in self._pending_boots):
+                self._serving_due = None  # published with the other change
+            elif final or now - self._serving_at >= self.serving_interval:
+                self._serving_due = None
+                self._serving_at = now
+                if due < len(self.tracker.boots):
+                    self._note_boot(due)
         updates: list[MonitorUpdate] = []
         updates.extend(self._pending_conn)
         self._pending_conn.clear()
+        self._batch_lines = self._staged_n + len(self._pending_lines)
         self._materialize()
         if self._pending_lines:
             updates.append(LogBatch(tuple(self._pending_lines)))

@@ -59,6 +59,9 @@ def engine_lines(seed: int = 7) -> list[tuple[str | None, str]]:
     for k in range(900):  # one rank, whole-second stamps, a Prefill line now and then
         t += timedelta(milliseconds=rng.choice((0, 250, 1000)))
         out.append(("python3", _serving(t, " TP0", k, kind="Prefill" if k % 10 == 0 else "Decode")))
+        if k % 37 == 0:  # HTTP access lines in between (untagged, tagged, with a fraction)
+            stamp = t.strftime("%Y-%m-%d %H:%M:%S") + ("" if k % 2 else ".250") + ("" if k % 3 else " TP0")
+            out.append(("python3", f'[{stamp}] INFO:     127.0.0.1:{40000 + k} - "POST /generate HTTP/1.1" 200 OK'))
     for k in range(400):  # DP attention: ranks interleave, millisecond stamps (`.` and `,`)
         t += timedelta(milliseconds=37)
         frac = f"{'.' if k % 3 else ','}{t.microsecond // 1000:03d}"
@@ -190,6 +193,11 @@ def test_a_serving_run_parses_two_lines_per_batch() -> None:
     # the next batch goes on with the run: again its first and last only
     styles, _, _ = pf.plan(lines[1:100], None, None, sglang=True)
     assert [i for i, s in enumerate(styles) if s is None] == [0, 98]
+    # HTTP access lines are skipped and do not end the run
+    access = '[2026-03-01 10:00:09] INFO:     127.0.0.1:4711 - "POST /generate HTTP/1.1" 200 OK'
+    styles, tss, ranks = LivePrefilter().plan([lines[1], lines[2], access, lines[3], lines[4]], None, None)
+    assert styles == [None, "serving", "", "serving", None]
+    assert tss[2] == datetime(2026, 3, 1, 10, 0, 9)
     # before the engine is known to be SGLang nothing is skipped
     assert all(s is None for s in LivePrefilter().plan(lines, None, None, sglang=False)[0])
 

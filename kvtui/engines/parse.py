@@ -425,6 +425,8 @@ _FAIL_TRIGGERS_S = tuple(t.decode() for t in _FAIL_TRIGGERS + _FAIL_TRIGGERS2)
 _SERVING_TAG_S_RE = re.compile(r"\d((?: [A-Z][A-Z_]*\d+)*)\] (?:Decode|Prefill) batch")
 _STAMP_S_RE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 _PROGRESS_COUNT_RE = re.compile(r"(\d+)/(\d+) \[")  # the SGLang grammar's tqdm count
+# an SGLang-prefixed uvicorn access line (`[stamp] INFO:     127.0.0.1:5000 - "POST /generate HTTP/1.1" 200 OK`)
+_ACCESS_S_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\] INFO:     ")
 _LIVE_MAX_CHARS = 16 * 1024  # longer lines are always parsed (the parser cuts them)
 
 # What the live prefilter says about a batch of lines: per line the display style the parser would
@@ -451,6 +453,8 @@ class LivePrefilter:
       first line and each rank's last line of the batch;
     * a run of redraws of one tqdm bar (``Capturing batches (…)``, ``Loading … shards``) keeps its
       first and its last redraw of the batch;
+    * HTTP access lines (``[stamp] INFO:     … "POST /generate HTTP/1.1" 200``) are not parsed
+      (nor do they end a serving run);
     * nothing within ``_ARM_LINES`` lines after a line that may belong to a failure, no line with
       ANSI or ``\\r``/``\\n``, no systemd line, and nothing while the stream's engine is not known
       to be SGLang (``sglang=False``: every line is parsed, the failure window is still tracked).
@@ -498,6 +502,18 @@ class LivePrefilter:
             return False, None
         if ts is not None and ts.tzinfo is not None:
             return True, ts
+        if frac:
+            return True, own + timedelta(microseconds=int(frac.ljust(6, "0")[:6]))
+        return True, own
+
+    def _prefix_ts(self, m: re.Match[str], ts: datetime | None) -> tuple[bool, datetime | None]:
+        """(ok, ts) of a line whose SGLang prefix ``m`` matched (groups: stamp, fraction, tags)."""
+        own = self._stamp(m.group(1))
+        if own is None:
+            return False, None
+        if ts is not None and ts.tzinfo is not None:
+            return True, ts
+        frac = m.group(2)
         if frac:
             return True, own + timedelta(microseconds=int(frac.ljust(6, "0")[:6]))
         return True, own
@@ -560,6 +576,16 @@ class LivePrefilter:
                         ranks[i] = rank
                     last_of[rank] = i
                     continue
+                if "] INFO:     " in t and " HTTP/1." in t and ' - "' in t:
+                    m = _ACCESS_S_RE.match(t)
+                    if m is not None:
+                        ok, ts = self._prefix_ts(m, out_ts[i])
+                        body = t[m.end() :]
+                        if ok and not (body.startswith("Started server process") or body.startswith("Uvicorn running")):
+                            styles[i] = ""  # an HTTP access line: no event, shown plain
+                            out_ts[i] = ts
+                            ranks[i] = m.group(3)[1:] or None
+                            continue  # it neither ends a serving run nor a progress bar
                 if "%" in t and t[0] != "[" and "][20" not in t and ".service: " not in t:
                     d, style = _live_progress(t)
                     if d is not None:
