@@ -97,3 +97,52 @@ async def test_a_fixed_size_panel_updates_without_a_layout_pass() -> None:
         assert calls == [False, True]
         await pilot.pause()
         assert "second" in str(quiet.render())
+
+
+def _spy(widget: Widget) -> list[bool]:
+    """Record each refresh of ``widget`` as its ``layout`` flag."""
+    calls: list[bool] = []
+    original = widget.refresh
+
+    def spy(*args: object, layout: bool = False, **kwargs: object) -> Widget:
+        calls.append(layout)
+        return original(*args, layout=layout, **kwargs)  # type: ignore[arg-type]
+
+    widget.refresh = spy  # type: ignore[method-assign]
+    return calls
+
+
+async def test_panels_told_the_same_state_each_second_do_not_repaint() -> None:
+    from datetime import timedelta
+
+    from test_ui_helpers import T0, loading_boot, ready_boot
+
+    from kvtui.hosts.backend import ConnState, ConnStatus
+    from kvtui.ui.widgets.boot import PhaseTimeline
+    from kvtui.ui.widgets.host import FleetRow, FleetSummary, HostBar, HostInfo
+
+    bar = HostBar(HostInfo("gpu-a", "ssh", "root@gpu-a", "unit sglang"))
+    timeline = PhaseTimeline()
+    fleet = FleetSummary([f"gpu-{i}" for i in range(4)])
+    async with Harness(bar, timeline, fleet).run_test(size=(140, 30)) as pilot:
+        up = ConnStatus(ConnState.CONNECTED)
+        boot = ready_boot()
+        bar.show(up, boot, 60.0, 1)
+        timeline.show(boot, T0 + timedelta(minutes=10))
+        await pilot.pause()
+        bar_calls, timeline_calls, fleet_calls = _spy(bar), _spy(timeline), _spy(fleet)
+        for _ in range(3):  # the once-a-second tick with nothing new to show
+            bar.show(up, boot, 60.0, 1)
+            timeline.show(boot, T0 + timedelta(minutes=10))
+        assert bar_calls == []
+        assert timeline_calls == []
+        bar.show(ConnStatus(ConnState.RECONNECTING, retry_in=2.0), boot, 60.0, 1)  # a change: repainted
+        timeline.show(loading_boot(), T0 + timedelta(minutes=10))
+        assert bar_calls == [False]
+        assert len(timeline_calls) == 1
+        # a fleet row's new state: a repaint of the summary, never a layout pass of the screen
+        fleet.update_row(FleetRow("gpu-2", up, boot, 61.0))
+        fleet.update_row(FleetRow("gpu-2", up, boot, 61.0))
+        assert fleet_calls == [False]
+        await pilot.pause()
+        assert "gpu-2" in str(fleet.render())

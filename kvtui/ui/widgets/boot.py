@@ -76,11 +76,16 @@ class PhaseTimeline(Widget):
         self._boot: Boot | None = None
         self._now: datetime | None = None
         self._rows_shown = -1
+        self._shown: tuple[str, ...] | None = None
 
     def show(self, boot: Boot | None, now: datetime | None) -> None:
         self._boot = boot
         self._now = now
-        rows = self._row_count()
+        shown = tuple(row.markup for row in self._rows())
+        if shown == self._shown:  # told the state every second: repaint only a change
+            return
+        self._shown = shown
+        rows = len(shown)
         self.refresh(layout=rows != self._rows_shown)
         self._rows_shown = rows
 

@@ -128,12 +128,16 @@ class HostBar(Widget):
         self.boot: Boot | None = None
         self.elapsed: float | None = None
         self.boot_number: int | None = None
+        self._shown: tuple[str, str] | None = None
 
     def show(
         self, status: ConnStatus | None, boot: Boot | None, elapsed: float | None, boot_number: int | None
     ) -> None:
         self.status, self.boot, self.elapsed, self.boot_number = status, boot, elapsed, boot_number
-        self.refresh()
+        shown = (self.left().markup, self.right().markup)
+        if shown != self._shown:  # the bar is told the state every second: repaint only a change
+            self._shown = shown
+            self.refresh()
 
     def left(self) -> Content:
         info = self.info
@@ -184,6 +188,8 @@ class FleetSummary(Widget):
         max-height: 8;
         background: $surface;
         padding: 0 1;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
     }
     """
 
@@ -195,7 +201,9 @@ class FleetSummary(Widget):
     def update_row(self, row: FleetRow) -> None:
         if self.rows.get(row.name) != row:
             self.rows[row.name] = row
-            self.refresh(layout=True)
+            # one unwrapped line per host, hosts fixed: a row's new state never changes the height,
+            # so no layout pass of the screen (32 hosts ticking each second made 32 a second)
+            self.refresh()
 
     def set_active(self, name: str) -> None:
         self.active = name

@@ -1,0 +1,145 @@
+"""Many hosts (issue 7, benchmark 7): 32 demo hosts in one console, keystroke-to-screen latency.
+
+The real console (``KvtuiApp``, one tab and one ``HostMonitor`` per host, the fleet summary) runs
+headless under Pilot with 32 simulated 8-GPU hosts (``demo_speed`` 20: they go through their boots
+and serve while we type; 8 GPUs each sampled at 1 Hz), config and state in a scratch directory.
+Keys are sent the way ``Pilot.press`` sends them, alternately ``t`` (timestamps in the active
+host's log) and ``ctrl+pagedown``-style tab switches through the first hosts; the time from the
+key to the first frame drawn after its action ran is recorded. Budget p95 < 150 ms.
+
+    .venv/bin/python bench/bench_hosts.py [--hosts 32] [--seconds 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from common import Row, loadavg, percentile, table
+
+BUDGET_MS = 150.0
+
+
+async def _measure(hosts: int, seconds: float, work: Path) -> dict[str, Any]:
+    from textual import events
+
+    from kvtui.config import Config, HostConfig
+    from kvtui.hosts.factory import make_backend
+    from kvtui.ui.app import KvtuiApp
+    from kvtui.ui.host_pane import HostSpec
+
+    names = [f"gpu-{i:02d}" for i in range(hosts)]
+    specs = [HostSpec(n, HostConfig(demo=True, demo_speed=20.0, demo_seed=i)) for i, n in enumerate(names)]
+    app = KvtuiApp(specs, backend_factory=make_backend, config=Config(), monitor_options={"state_dir": work / "state"})
+    app.animation_level = "none"
+    frames: list[float] = []
+    latencies: list[float] = []
+    acted = asyncio.Event()
+    drawn = asyncio.Event()
+    act_at: list[float] = []
+    async with app.run_test(size=(200, 56)) as pilot:
+        original = app._display
+
+        def display(screen: Any, renderable: Any) -> None:
+            if renderable is not None:
+                frames.append(time.perf_counter())
+                drawn.set()
+            original(screen, renderable)
+
+        app._display = display  # type: ignore[method-assign]
+        screen = app.main_screen
+        timestamps = screen.action_timestamps
+        switch = app.action_switch_host
+
+        def on_timestamps() -> None:
+            act_at.append(time.perf_counter())
+            acted.set()
+            timestamps()
+
+        def on_switch(name: str) -> None:
+            act_at.append(time.perf_counter())
+            acted.set()
+            switch(name)
+
+        screen.action_timestamps = on_timestamps  # type: ignore[method-assign]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while sum(1 for p in screen.panes if p.monitor is not None and p.monitor.lines_seen) < hosts:
+            if loop.time() > deadline:
+                break
+            await pilot.pause(0.1)
+        connected = sum(1 for p in screen.panes if p.monitor is not None and p.monitor.lines_seen)
+        await asyncio.sleep(2.0)
+
+        def send_key(key: str) -> None:
+            event = events.Key(key, key)
+            event.set_sender(app)
+            assert app._driver is not None
+            app._driver.send_message(event)
+
+        end = loop.time() + seconds
+        k = 0
+        while loop.time() < end:
+            n = len(act_at)
+            acted.clear()
+            t0 = time.perf_counter()
+            if k % 2 == 0:
+                send_key("t")
+            else:  # what the tab bar / palette does: show another host
+                app.call_later(on_switch, names[(k // 2) % min(hosts, 8)])
+            k += 1
+            try:
+                async with asyncio.timeout(2.0):
+                    await acted.wait()
+                    while not (frames and frames[-1] >= act_at[-1]):
+                        drawn.clear()
+                        await drawn.wait()
+            except TimeoutError:
+                pass
+            if len(act_at) == n:
+                latencies.append(2000.0)
+                continue
+            first = next((f for f in frames if f >= act_at[-1]), time.perf_counter())
+            latencies.append((first - t0) * 1000)
+            await asyncio.sleep(0.3)
+        seen = sum(p.monitor.lines_seen for p in screen.panes if p.monitor is not None)
+    return {"latencies": latencies, "connected": connected, "lines": seen}
+
+
+def run(quick: bool, workdir: Path, *, hosts: int = 32, seconds: float | None = None) -> list[Row]:
+    secs = seconds or (15.0 if quick else 40.0)
+    work = workdir / "hosts"
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("XDG_STATE_HOME", str(work / "xdg-state"))
+    load0 = loadavg()
+    res = asyncio.run(_measure(hosts, secs, work))
+    lat = res["latencies"]
+    p50, p95 = percentile(lat, 50), percentile(lat, 95)
+    return [Row("7 many hosts", f"{hosts} demo hosts: keystroke p95", p95, "ms", budget="< 150 ms", met=p95 < BUDGET_MS,
+                note=f"p50 {p50:.0f} ms, max {max(lat):.0f} ms, {len(lat)} keys (t / switch host) over {secs:.0f} s; "
+                     f"{res['connected']}/{hosts} hosts streaming, {res['lines']:,} lines; load {load0}")]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hosts", type=int, default=32)
+    ap.add_argument("--seconds", type=float, default=None)
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="kvtui-bench-hosts-"))
+    try:
+        rows = run(a.quick, work, hosts=a.hosts, seconds=a.seconds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(table(rows))
+    return 0 if all(r.met is not False for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
