@@ -620,6 +620,7 @@ class BootTracker:
             if boot.status is BootStatus.STARTING:
                 boot.status = BootStatus.STOPPED
                 self._close_open(boot, ts)
+                upd.phase_changed = True  # its running phase ended: live views must show "stopped"
             if boot.ended_at is None:
                 boot.ended_at = ts
         elif kind is BoundaryKind.RESTART_SCHEDULED:
@@ -631,6 +632,7 @@ class BootTracker:
                 # a clean exit; a failed exit carries a FailureText on the same line
                 boot.status = BootStatus.STOPPED
                 self._close_open(boot, ts)
+                upd.phase_changed = True
             if boot.ended_at is None:
                 boot.ended_at = ts
         return boot

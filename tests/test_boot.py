@@ -166,6 +166,24 @@ def test_capture_oom_keeps_its_hint_when_systemd_reports_the_sigkill_after_it() 
     assert "--mem-fraction-static" in boot.failure.hint
 
 
+def test_a_stop_while_starting_is_reported_to_live_views() -> None:
+    """A boot stopped mid-start changes state (stopped, phases closed): feed must say so."""
+    tr = BootTracker()
+    parser = LineParser()
+    upd = None
+    for ident, text in [
+        ("systemd", "Started sglang.service - SGLang."),
+        ("python3", "[2026-03-04 09:00:00] server_args=ServerArgs(mem_fraction_static=0.9)"),
+        ("python3", "[2026-03-04 09:00:05 TP0] Load weight begin. avail mem=78.00 GB"),
+        ("systemd", "Stopping sglang.service - SGLang..."),
+    ]:
+        for p in parser.feed(LogRecord(text, ident=ident)):
+            upd = tr.feed(p)
+    assert upd is not None
+    assert upd.phase_changed
+    assert tr.boots[-1].status is BootStatus.STOPPED
+
+
 def test_systemd_lines_without_identifier_only_in_unambiguous_shapes() -> None:
     p = LineParser()
     (started,) = p.feed(LogRecord("Started sglang.service - SGLang server."))
