@@ -36,7 +36,9 @@ async def _measure(hosts: int, seconds: float, work: Path) -> dict[str, Any]:
 
     names = [f"gpu-{i:02d}" for i in range(hosts)]
     specs = [HostSpec(n, HostConfig(demo=True, demo_speed=20.0, demo_seed=i)) for i, n in enumerate(names)]
-    app = KvtuiApp(specs, backend_factory=make_backend, config=Config(), monitor_options={"state_dir": work / "state"})
+    # as `kvtui connect` makes it (freeze_gc: one console per process)
+    app = KvtuiApp(specs, backend_factory=make_backend, config=Config(), monitor_options={"state_dir": work / "state"},
+                   freeze_gc=True)
     app.animation_level = "none"
     frames: list[float] = []
     latencies: list[float] = []

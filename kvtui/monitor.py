@@ -323,6 +323,7 @@ class HostMonitor:
         self._sink: Sink | None = None
         self._replayed = False
         self._resume = resume
+        self.published = 0  # sink calls so far: a view counting the batches it applied knows it is current
 
     # -- public ------------------------------------------------------------------------------
 
@@ -337,6 +338,23 @@ class HostMonitor:
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
+
+    @property
+    def pending(self) -> bool:
+        """Whether something taken in (lines, a boot change, a GPU reading, a status) is not yet
+        handed to the sink, or a new boot's server PIDs are still to be read; the flush loop hands
+        it over within ``flush_interval`` (a serving-only boot change within ``serving_interval``).
+        With ``published``, a test on a frozen clock knows when the view holds everything the host
+        produced up to now."""
+        return bool(
+            self._staged
+            or self._pending_lines
+            or self._pending_boots
+            or self._pending_conn
+            or self._pending_gpu is not None
+            or self._serving_due is not None
+            or (self._pids_now.is_set() and not self._closed.is_set())
+        )
 
     async def run(self, sink: Sink) -> None:
         """Run until ``close()`` (or a non-retryable connection failure); see the class doc."""
@@ -829,6 +847,7 @@ class HostMonitor:
             self._pending_gpu = None
         if not updates or self._sink is None:
             return False
+        self.published += 1
         self._sink(updates)
         return True
 

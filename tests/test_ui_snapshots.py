@@ -1,31 +1,97 @@
 """Snapshots of the console (pytest-textual-snapshot) on demo hosts, with the clock and the seed
-fixed: every value on screen (times, memory, tokens, log lines) is a function of them.
+fixed: every value on screen (times, memory, tokens, log lines, the GPU plot, the KV sparkline) is
+a function of them.
+
+The clock only moves between ``_settle``s: after each step the test waits until every pane holds
+all its host produced up to the clock's now (the demo host has no line after the monitor's last
+cursor, the monitor has nothing left to publish, the pane applied every batch, the GPU plot has
+the reading at now). How fast the machine is, or how the monitor's real-time batching and
+throttling fell, then changes when the screen is ready, never what it shows.
 
 Review changes with the HTML report pytest prints, then accept them with ``--snapshot-update``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_ui_helpers import FakeClock, demo_app, run_clock, set_demo_fraction, settle, start_demo, wait_for
+from rich.text import Text
+from test_ui_helpers import FakeClock, Harness, demo_app, gpu_samples, set_demo_fraction, start_demo, wait_for
 from textual.pilot import Pilot
 
 from kvtui.boot import BootStatus
 from kvtui.engines.events import Phase
+from kvtui.hosts.demo import DemoBackend
 from kvtui.ui.app import KvtuiApp
+from kvtui.ui.host_pane import HostPane
+from kvtui.ui.widgets.gpu import GpuHistoryPlot, PhaseBand
 
 SIZE = (130, 38)
 SnapCompare = Callable[..., bool]
 
 
+SETTLE_TIMEOUT = 60.0  # real seconds: generous, a loaded CI machine is slow, never different
+
+
+def _caught_up(pane: HostPane, now: float) -> bool:
+    """The pane shows everything its demo host produced up to ``now``."""
+    monitor, backend = pane.monitor, pane.backend
+    if monitor is None or not isinstance(backend, DemoBackend):
+        return False
+    if backend.read_lines(after_cursor=monitor.spool.last_cursor, limit=1):
+        return False  # a line at or before now the monitor has not taken in yet
+    if not pane.up_to_date:
+        return False  # taken in, not yet published or not yet applied
+    points = pane.gpu_plot.points
+    return bool(points) and points[-1][0] >= now
+
+
+async def _settle(pilot: Pilot[Any], app: KvtuiApp) -> None:
+    """Wait (real time, as long as it takes) until every pane is caught up with the clock."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_TIMEOUT
+    while not all(_caught_up(p, app.clock()) for p in app.main_screen.panes):
+        if loop.time() > deadline:
+            raise AssertionError(f"the console did not catch up with the clock in {SETTLE_TIMEOUT:.0f} s")
+        await pilot.pause(0.01)
+    await pilot.pause()  # what the last batch set off (summaries, refreshes)
+
+
+async def _run_clock(
+    pilot: Pilot[Any],
+    app: KvtuiApp,
+    clock: FakeClock,
+    *,
+    seconds: float | None = None,
+    until: Callable[[], bool] | None = None,
+    step: float = 1.0,
+    limit: float = 120.0,
+) -> None:
+    """Move the clock ``step`` at a time, settling after each step, until ``until()`` holds or
+    ``seconds`` have passed."""
+    await _settle(pilot, app)
+    start = clock.t
+    while True:
+        if until is not None and until():
+            return
+        if seconds is not None and clock.t - start >= seconds - 1e-9:
+            return
+        if clock.t - start > limit:
+            raise AssertionError("condition not met before the clock limit")
+        clock.advance(step)
+        await _settle(pilot, app)
+        for pane in app.main_screen.panes:
+            pane.tick()
+
+
 async def _finish(pilot: Pilot[Any], app: KvtuiApp) -> None:
     """Everything drawn for the clock's now (the plot redraws on a 1 s timer otherwise)."""
-    await settle(pilot, app)
+    await _settle(pilot, app)
     for pane in app.main_screen.panes:
         pane.tick()
         pane.gpu_plot.redraw_if_needed()
@@ -45,8 +111,8 @@ def _booting(
 
     async def run_before(pilot: Pilot[Any]) -> None:
         if coarse:
-            await run_clock(pilot, app, clock, seconds=coarse, step=1.0)
-        await run_clock(pilot, app, clock, until=lambda: until(app), step=step, limit=120)
+            await _run_clock(pilot, app, clock, seconds=coarse, step=1.0)
+        await _run_clock(pilot, app, clock, until=lambda: until(app), step=step, limit=120)
         await _finish(pilot, app)
 
     return app, run_before
@@ -85,7 +151,7 @@ def test_snapshot_ready_with_kv_usage(snap_compare: SnapCompare) -> None:
     app = demo_app(clock, speed=40.0)
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        await run_clock(pilot, app, clock, seconds=18.0, step=1.0)  # ready after ~7 s, then serving
+        await _run_clock(pilot, app, clock, seconds=18.0, step=1.0)  # ready after ~7 s, then serving
         await _finish(pilot, app)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -103,7 +169,7 @@ def test_snapshot_failed_with_banner(snap_compare: SnapCompare) -> None:
         return pane is not None and pane.boot is not None and pane.boot.status is BootStatus.FAILED
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        await run_clock(pilot, app, clock, until=failed, step=0.25, limit=30)
+        await _run_clock(pilot, app, clock, until=failed, step=0.25, limit=30)
         await _finish(pilot, app)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -135,7 +201,7 @@ def test_snapshot_light_theme(snap_compare: SnapCompare) -> None:
     app = demo_app(clock, speed=40.0, theme="kvtui-light")
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        await run_clock(pilot, app, clock, seconds=6.0, step=1.0)
+        await _run_clock(pilot, app, clock, seconds=6.0, step=1.0)
         await _finish(pilot, app)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -150,7 +216,7 @@ def test_snapshot_two_demo_hosts(snap_compare: SnapCompare) -> None:
     app = demo_app(clock, speed=40.0, hosts=("demo-a", "demo-b"))
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        await run_clock(pilot, app, clock, seconds=3.0, step=1.0)
+        await _run_clock(pilot, app, clock, seconds=3.0, step=1.0)
         await _finish(pilot, app)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -198,7 +264,7 @@ async def _readme_session() -> str:
     start_demo("demo", clock, 40.0)
     app: KvtuiApp = demo_app(clock, speed=40.0)
     async with app.run_test(size=README_SIZE) as pilot:
-        await run_clock(pilot, app, clock, seconds=16.0, step=1.0)
+        await _run_clock(pilot, app, clock, seconds=16.0, step=1.0)
         await _finish(pilot, app)
         svg: str = app.export_screenshot(title="kvtui connect demo")
         return svg
@@ -213,3 +279,46 @@ async def test_readme_screenshot_is_a_real_demo_session() -> None:
         README_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         README_SCREENSHOT.write_text(svg, encoding="utf-8")
     assert README_SCREENSHOT.read_text(encoding="utf-8") == svg
+
+
+# ---------------------------------------------------------------------------------------------
+# The GPU plot's figure is a function of its data, size and theme (not of when its timer fired)
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_gpu_plot_figure_does_not_depend_on_redraw_timing() -> None:
+    """Two plots given the same readings and bands show the same figure, whatever their redraw
+    ticks saw: ``a`` is drawn once at the end; ``b`` on many ticks along the way, the bands
+    arriving late, and once while it was narrower (a figure filled at a tick and painted at
+    another size must not keep that tick's sampling)."""
+    bands = [PhaseBand(1000.0, Phase.LOAD_WEIGHTS), PhaseBand(1120.0, Phase.KV_ALLOCATE)]
+    readings = [gpu_samples(5.0 + 0.3 * t, ts=1000.0 + t) for t in range(200)]  # more than the cells
+    a, b = GpuHistoryPlot(id="a"), GpuHistoryPlot(id="b")
+    async with Harness(a, b).run_test(size=(70, 24)) as pilot:
+        await pilot.pause()
+        for samples in readings:
+            a.add(samples)
+        a.set_bands(bands, 1000.0)
+        assert a.redraw_if_needed() is True
+        for i, samples in enumerate(readings):
+            b.add(samples)
+            if i == 150:
+                b.set_bands(bands, 1000.0)
+            if i % 37 == 0:
+                b.redraw_if_needed()
+                await pilot.pause()
+        b.styles.width = 30
+        await pilot.pause()
+        assert b.redraw_if_needed() is True  # the last readings, drawn while narrow
+        await pilot.pause()
+        b.styles.width = "1fr"  # back to a's size: a repaint, no new data
+        await pilot.pause()
+        assert b.redraw_if_needed() is False
+        assert a.size == b.size
+        fig_a, fig_b = a.render(), b.render()
+        assert isinstance(fig_a, Text)
+        assert isinstance(fig_b, Text)
+        assert fig_a.plain == fig_b.plain
+        assert fig_a.spans == fig_b.spans
+        assert "collecting" not in fig_a.plain
+        assert len({span.style for span in fig_a.spans}) >= 3  # two phase colours and the ticks

@@ -33,6 +33,6 @@ def run(args: argparse.Namespace) -> int:
     from kvtui.hosts.factory import make_backend
     from kvtui.ui.app import KvtuiApp
 
-    app = KvtuiApp(specs, backend_factory=make_backend, config=config, readonly=args.readonly)
+    app = KvtuiApp(specs, backend_factory=make_backend, config=config, readonly=args.readonly, freeze_gc=True)
     code = app.run()
     return EXIT_OK if code is None else int(code)

@@ -7,13 +7,15 @@ action to the active host's pane.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from textual import on
+from textual import messages, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Input, TabbedContent, TabPane
@@ -62,6 +64,53 @@ WIDGET_BINDING_IDS = (
 CHANGES_HOST = frozenset({"restart", "apply", "rollback"})
 
 
+class KeysFooter(Footer):
+    """Textual's footer, rebuilt only when the keys it shows changed. Textual recomposes it (a
+    dozen widgets mounted and styled, then a layout pass of the screen) on every focus change and
+    binding refresh, most of which change nothing it shows: with many hosts that cost more than
+    the key that caused it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._shown_keys: tuple[object, ...] | None = None
+        self._recompose_due = False
+
+    def bindings_changed(self, screen: Screen[Any]) -> None:
+        self._bindings_ready = True
+        if not screen.app.app_focus:
+            return
+        if self.is_attached and screen is self.screen and not self._recompose_due:
+            self._recompose_due = True
+            self.call_after_refresh(self._recompose_if_changed)
+
+    def _keys(self) -> tuple[object, ...]:
+        """Everything ``compose`` reads: the same keys give the same footer."""
+        app = self.app
+        shown = tuple(
+            (binding.key, app.get_key_display(binding), binding.description, binding.action, binding.group,
+             enabled, tooltip)
+            for (_, binding, enabled, tooltip) in self.screen.active_bindings.values()
+            if binding.show
+        )
+        palette = self.screen.active_bindings.get(app.COMMAND_PALETTE_BINDING)
+        palette_key = None
+        if palette is not None:
+            _, binding, enabled, tooltip = palette
+            palette_key = (binding.key, app.get_key_display(binding), binding.description, binding.action, enabled,
+                           binding.tooltip or tooltip)
+        return shown, palette_key, self.show_command_palette, app.ENABLE_COMMAND_PALETTE
+
+    async def _recompose_if_changed(self) -> None:
+        self._recompose_due = False
+        if not self.is_attached:
+            return
+        keys = self._keys()
+        if keys == self._shown_keys:
+            return
+        self._shown_keys = keys
+        await self.recompose()
+
+
 class MainScreen(Screen[None]):
     """The console: one pane per host."""
 
@@ -89,8 +138,11 @@ class MainScreen(Screen[None]):
         self._ui = ui
         self._calc = calc
         self.readonly = readonly
+        self._panes: list[HostPane] = []
+        self._pane_by_name: dict[str, HostPane] = {}
+        self._tabs: TabbedContent | None = None
 
-    def _pane(self, spec: HostSpec) -> HostPane:
+    def _pane(self, spec: HostSpec, *, shown: bool = True) -> HostPane:
         return HostPane(
             spec,
             backend_factory=self._backend_factory,
@@ -99,6 +151,7 @@ class MainScreen(Screen[None]):
             calc=self._calc,
             readonly=self.readonly,
             monitor_options=self.monitor_options,
+            shown=shown,
             id=f"pane-{spec.name}",
         )
 
@@ -106,15 +159,27 @@ class MainScreen(Screen[None]):
         if len(self.specs) > 1:
             yield FleetSummary(self.host_names)
             with TabbedContent(id="hosts"):
-                for spec in self.specs:
+                for i, spec in enumerate(self.specs):
                     with TabPane(spec.name, id=f"host-{spec.name}"):
-                        yield self._pane(spec)
+                        yield self._pane(spec, shown=i == 0)  # the first tab is the one shown
         else:
             yield self._pane(self.specs[0])
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.call_after_refresh(self._focus_log)
+
+    async def _on_layout(self, message: messages.Layout) -> None:
+        """A widget in a hidden host's tab asked for a layout pass of the screen (its size may have
+        changed): nothing on screen moves, so there is none — the tab gets one when it is shown
+        (Textual has already dropped the arrangements its change made stale). With many hosts
+        these passes (~100 ms each here) were most of what made keys slow. Anything else goes on
+        to Textual's handler."""
+        if len(self.specs) > 1 and any(
+            isinstance(node, Widget) and not node.display for node in message.widget.ancestors
+        ):
+            message.prevent_default()
+            message.stop()
 
     def _focus_log(self) -> None:
         pane = self.active_pane
@@ -125,27 +190,49 @@ class MainScreen(Screen[None]):
 
     @property
     def panes(self) -> list[HostPane]:
-        return list(self.query(HostPane))
+        # found once: with many hosts a query walks thousands of widgets, and the bindings ask for
+        # the active pane on every key
+        if len(self._panes) != len(self.specs) or not all(p.is_attached for p in self._panes):
+            self._panes = list(self.query(HostPane))
+            self._pane_by_name = {p.host_name: p for p in self._panes}
+        return list(self._panes)
 
     @property
     def active_pane(self) -> HostPane | None:
         if len(self.specs) > 1:
-            tabs = self.query_one(TabbedContent)
+            tabs = self._tabs
+            if tabs is None or not tabs.is_attached:
+                tabs = self._tabs = self.query_one(TabbedContent)
             active = tabs.active
             if not active:
                 return None
-            return self.query_one(f"#pane-{active.removeprefix('host-')}", HostPane)
+            self.panes  # noqa: B018 (fills the index)
+            pane = self._pane_by_name.get(active.removeprefix("host-"))
+            if pane is None:
+                raise NoMatches(f"no pane for tab {active!r}")
+            return pane
         panes = self.panes
         return panes[0] if panes else None
 
     def switch_host(self, name: str) -> None:
         if name not in self.host_names or len(self.specs) < 2:
             return
+        self._show_only(name)  # its widgets catch up before the tab's first frame
         self.query_one(TabbedContent).active = f"host-{name}"
+
+    def _show_only(self, name: str) -> None:
+        """Tell each pane whether it is on screen (hidden ones keep data only)."""
+        for pane in self.panes:
+            if pane.host_name != name:
+                pane.set_shown(False)
+        for pane in self.panes:
+            if pane.host_name == name:
+                pane.set_shown(True)
 
     @on(TabbedContent.TabActivated)
     def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
         name = (event.pane.id or "").removeprefix("host-")
+        self._show_only(name)  # a tab clicked, or the palette's switch
         self.query_one(FleetSummary).set_active(name)
         pane = self.active_pane
         if pane is not None:
@@ -162,6 +249,9 @@ class MainScreen(Screen[None]):
     @on(CalculatorPanel.Computed)
     def _computed(self, event: CalculatorPanel.Computed) -> None:
         event.stop()
+        pane = self.active_pane
+        if pane is not None and event.panel is not pane.calculator:
+            return  # another host's: the keys shown are the active host's
         self.refresh_bindings()  # "explain" is enabled once there is a prediction
         self.call_after_refresh(self.refresh_bindings)
 
@@ -391,10 +481,14 @@ class KvtuiApp(App[int]):
         clock: Clock = time.time,
         theme: str | None = None,
         monitor_options: Mapping[str, Any] | None = None,
+        freeze_gc: bool = False,
     ) -> None:
-        """``monitor_options`` are passed to each ``HostMonitor`` (tests shorten its intervals)."""
+        """``monitor_options`` are passed to each ``HostMonitor`` (tests shorten its intervals).
+        ``freeze_gc``: once the console is built, its objects leave the garbage collector's scans
+        (``kvtui connect``, which runs one console per process, sets it; see ``_freeze_gc``)."""
         self._variable_cache: dict[str, dict[str, str]] = {}  # read by App.__init__ (CSS variables)
         super().__init__()
+        self.freeze_gc = freeze_gc
         if not specs:
             raise ValueError("KvtuiApp needs at least one host")
         self.specs = list(specs)
@@ -455,12 +549,22 @@ class KvtuiApp(App[int]):
         )
 
     def on_mount(self) -> None:
+        if self.freeze_gc:
+            self.call_after_refresh(self._freeze_gc)
         known = set(self.binding_ids())
         keymap = {k: v for k, v in self.config.keymap.items() if k in known}
         if keymap:
             self.set_keymap(keymap)
         for problem in self.startup_problems:
             self.notify(problem, title="kvtui", severity="warning", timeout=15)
+
+    def _freeze_gc(self) -> None:
+        """The console's widgets, styles and caches live as long as the process: move them out of
+        the garbage collector's scans. Each full collection otherwise walked all of them — with
+        many hosts ~600k objects, a 0.3-0.5 s pause every few seconds (a key waited for it).
+        Objects made from here on are collected as usual."""
+        gc.collect()  # nothing unreachable is frozen with them
+        gc.freeze()
 
     @property
     def main_screen(self) -> MainScreen:

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 Clock = Callable[[], float]
 BackendFactory = Callable[[str, HostConfig], HostBackend]
+W = TypeVar("W", bound=Widget)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +114,16 @@ class HostPane(Vertical):
         calc: CalcConfig,
         readonly: bool = False,
         monitor_options: Mapping[str, Any] | None = None,
+        shown: bool = True,
         id: str | None = None,
     ) -> None:
+        """``shown``: whether the pane starts on screen (False for a host whose tab is not the
+        first); ``set_shown`` follows the tabs from there."""
         super().__init__(id=id, classes="host-pane")
+        self._widgets: dict[type[Widget], Widget] = {}
+        self._boot_panel: Widget | None = None
+        self._shown = shown
+        self._stale = False  # data changed while hidden: the widgets catch up when shown
         self.monitor_options = dict(monitor_options or {})
         self.spec = spec
         self.host_name = spec.name
@@ -137,6 +145,7 @@ class HostPane(Vertical):
         self.stall = StallDetector(ui.stall_seconds)
         self.error: str | None = None
         self.lines_received = 0
+        self.batches_applied = 0  # monitor batches taken in (``up_to_date`` compares it)
         self._show_processes = False
         self.busy: str | None = None  # the host-changing action running ("an apply", …)
         self.last_outcome: ApplyOutcome | None = None
@@ -178,21 +187,61 @@ class HostPane(Vertical):
 
     # ---- widgets ------------------------------------------------------------------------------
 
+    def _one(self, kind: type[W]) -> W:
+        """The pane's (only) widget of ``kind``, found once: a batch touches a dozen of them and
+        a query walks the pane's ~100 widgets each time."""
+        widget = self._widgets.get(kind)
+        if widget is None or not widget.is_attached:
+            widget = self._widgets[kind] = self.query_one(kind)
+        return cast(W, widget)
+
     @property
     def log_panel(self) -> LogPanel:
-        return self.query_one(LogPanel)
+        return self._one(LogPanel)
 
     @property
     def log_view(self) -> LogView:
-        return self.query_one(LogView)
+        return self._one(LogView)
 
     @property
     def calculator(self) -> CalculatorPanel:
-        return self.query_one(CalculatorPanel)
+        return self._one(CalculatorPanel)
 
     @property
     def gpu_plot(self) -> GpuHistoryPlot:
-        return self.query_one(GpuHistoryPlot)
+        return self._one(GpuHistoryPlot)
+
+    # ---- on screen or not -----------------------------------------------------------------------
+
+    @property
+    def shown(self) -> bool:
+        """Whether the pane is on screen (its host's tab is the active one)."""
+        return self._shown
+
+    def set_shown(self, shown: bool) -> None:
+        """The screen shows this pane (``True``) or another host's. A hidden pane keeps taking in
+        its host's data — the log's lines, the boots, the GPU readings and history, the KV usage,
+        the stall clock, the fleet summary's row — but touches no widget: with many hosts, hidden
+        panes re-styling and re-laying out the screen made every key slow. Shown again, it brings
+        every widget up to date before the next frame."""
+        if shown == self._shown:
+            return
+        self._shown = shown
+        if self.is_attached:
+            self.log_view.hold(not shown)
+        if shown and self._stale:
+            self._stale = False
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        """Render what a hidden pane kept: the same widget calls its updates would have made."""
+        if self.samples or self.foreign:
+            self._one(GpuBars).show(self.samples, self.foreign)
+            self._one(ForeignWarning).show(self.foreign)
+            self._gpu_subtitle()
+        if self.boot is not None:
+            self._render_boot()
+        self._refresh_live(self.clock())
 
     def panels(self) -> list[Widget]:
         """Focus targets for ``tab``, in order: GPUs, log, calculator."""
@@ -258,7 +307,16 @@ class HostPane(Vertical):
     @on(Updates)
     def _on_updates(self, event: Updates) -> None:
         event.stop()
+        self.batches_applied += 1
         self.apply_updates(event.updates)
+
+    @property
+    def up_to_date(self) -> bool:
+        """Whether the pane shows everything its monitor took in: nothing is waiting to be
+        published and every published batch is applied. On a frozen clock, once the backend has
+        nothing newer either, the screen is a function of the clock (tests wait for this)."""
+        monitor = self.monitor
+        return monitor is not None and not monitor.pending and self.batches_applied == monitor.published
 
     def apply_updates(self, updates: Sequence[MonitorUpdate]) -> None:
         now = self.clock()
@@ -275,32 +333,49 @@ class HostPane(Vertical):
                 new_boot = new_boot or update.new_boot
             elif isinstance(update, GpuUpdate):
                 gpu = update
-                self.query_one(GpuHistoryPlot).add(update.samples)
+                self.gpu_plot.add(update.samples)  # the history is data: kept while hidden too
             elif isinstance(update, ConnUpdate):
                 self.status = update.status
                 self._status_at = now
                 conn_changed = True
+        shown = self._shown
         if lines:
             self.lines_received += len(lines)
-            self.log_view.append(lines)
+            view = self.log_view
+            if view.held == shown:
+                view.hold(not shown)
+            view.append(lines)  # held (hidden): the lines only, no row/scroll/repaint work
             self.stall.log_activity(now)
         if gpu is not None:
             self.samples, self.foreign = gpu.samples, gpu.foreign
             self.stall.gpu_activity(gpu.samples, now)
-            self.query_one(GpuBars).show(gpu.samples, gpu.foreign)
-            self.query_one(ForeignWarning).show(gpu.foreign)
-            self._gpu_subtitle()
+            if shown:
+                self._one(GpuBars).show(gpu.samples, gpu.foreign)
+                self._one(ForeignWarning).show(gpu.foreign)
+                self._gpu_subtitle()
+            else:
+                self._stale = True
         if boot_state is not None:
+            kv = self._one(KvUsage)
             if new_boot:
-                self.query_one(KvUsage).history.clear()
+                kv.history.clear()
                 self.stall.reset(now)
             self.boot = boot_state.boot
             self.boot_index = boot_state.index
             if self.monitor is not None:
                 self.boots = list(self.monitor.tracker.boots)
-            self._show_boot()
+            # the usage sparkline keeps a point per second of the host's time: fed while hidden too
+            kv.show(self.boot, self.clock())
+            if shown:
+                self._render_boot()
+            else:
+                self._stale = True
         if boot_state is not None or conn_changed:
-            self._refresh_live(now)
+            if shown:
+                self._refresh_live(now)
+            else:
+                self._stale = True
+                self._post_summary(self.current_elapsed(now))  # the fleet summary stays live
 
     def _gpu_subtitle(self) -> None:
         if not self.samples:
@@ -310,18 +385,18 @@ class HostPane(Vertical):
         name = self.samples[0].name
         label = f"{len(self.samples)} × {name}" if name else f"{len(self.samples)} GPUs"
         subtitle = f"{label} · {used:,.0f}/{total:,.0f} GiB"
-        panel = self.query_one("#gpu-panel")
+        panel = self._one(GpuPanel)
         if panel.border_subtitle != subtitle:
             panel.border_subtitle = subtitle
 
-    def _show_boot(self) -> None:
+    def _render_boot(self) -> None:
+        """The boot's widgets (the KV usage is fed by ``apply_updates``, shown or not)."""
         boot = self.boot
-        self.query_one(BootFigures).show(boot)
-        self.query_one(KvUsage).show(boot, self.clock())
+        self._one(BootFigures).show(boot)
         previous = self.boots[-2] if len(self.boots) >= 2 and self.boots[-1] is boot else None
-        self.query_one(FailureBanner).show(boot, previous)
+        self._one(FailureBanner).show(boot, previous)
         self.calculator.set_boot(boot, self.boots)
-        self.query_one(GpuHistoryPlot).set_bands(self._bands(), self._origin())
+        self.gpu_plot.set_bands(self._bands(), self._origin())
 
     def _bands(self) -> list[PhaseBand]:
         bands: list[PhaseBand] = []
@@ -356,12 +431,12 @@ class HostPane(Vertical):
     def _refresh_live(self, now: float) -> None:
         now_dt = self._now(now)
         boot = self.boot
-        self.query_one(PhaseTimeline).show(boot, now_dt)
+        self._one(PhaseTimeline).show(boot, now_dt)
         elapsed = self.current_elapsed(now)
         number = None if self.boot_index is None else self.boot_index + 1
         status = self.live_status(now)
-        self.query_one(HostBar).show(status, boot, elapsed, number)
-        self.query_one(ConnBanner).show(status)
+        self._one(HostBar).show(status, boot, elapsed, number)
+        self._one(ConnBanner).show(status)
         if boot is not None:
             start = boot.started_at or (boot.phases[0].start if boot.phases else None)
             end = boot.ended_at if boot.status is not BootStatus.STARTING else now_dt
@@ -372,11 +447,13 @@ class HostPane(Vertical):
                 ready = next((s for s in boot.phases if s.name.value == "ready"), None)
                 total = fmt.seconds_between(start, ready.start if ready else end)
             subtitle = f"{label} {fmt.duration(total)}"
-            panel = self.query_one("#boot-panel")
+            panel = self._boot_panel
+            if panel is None:
+                panel = self._boot_panel = self.query_one("#boot-panel")
             if panel.border_subtitle != subtitle:
                 panel.border_subtitle = subtitle
         stalled = self.stall.check(boot, now)
-        self.query_one(StallNotice).show(boot.phase if boot else None, stalled)
+        self._one(StallNotice).show(boot.phase if boot else None, stalled)
         self._post_summary(elapsed)
 
     def live_status(self, now: float) -> ConnStatus | None:
@@ -387,8 +464,13 @@ class HostPane(Vertical):
         return status
 
     def tick(self) -> None:
-        """Once a second: tick the current phase's clock and the stall detector."""
-        self._refresh_live(self.clock())
+        """Once a second: tick the current phase's clock and the stall detector (hidden: only the
+        fleet summary's row, which stays live)."""
+        now = self.clock()
+        if self._shown:
+            self._refresh_live(now)
+        else:
+            self._post_summary(self.current_elapsed(now))
 
     def _post_summary(self, elapsed: float | None = None) -> None:
         self.post_message(

@@ -15,8 +15,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
+from textual.geometry import Size
 from textual.message import Message
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Input, Label, Static
 
 from kvtui import kvcalc
@@ -95,6 +97,53 @@ class FlagField(Horizontal):
         self.input.set_class(self.edited, "-edited")
 
 
+ResultRow = tuple[Content, Content]  # label, value
+
+
+class ResultRows(Widget):
+    """The prediction as ``label … value`` rows spread over the width the widget has when it is
+    painted, or a message (an error). Rows padded to the width at the time of the computation
+    would keep a width the panel may no longer have (its scrollbar comes and goes with the height
+    of the panels above it): what shows would depend on when the prediction was made."""
+
+    DEFAULT_CSS = """
+    ResultRows {
+        height: auto;
+        &.-rows { text-wrap: nowrap; text-overflow: clip; }
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.rows: tuple[ResultRow, ...] | None = None
+        self.message: Content = Content("")
+
+    def show_rows(self, rows: Sequence[ResultRow]) -> None:
+        self.rows = tuple(rows)
+        self.add_class("-rows")
+        self.refresh(layout=True)
+
+    def show_message(self, message: Content) -> None:
+        self.rows = None
+        self.message = message
+        self.remove_class("-rows")
+        self.refresh(layout=True)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if self.rows is not None:
+            return len(self.rows)
+        return super().get_content_height(container, viewport, width)
+
+    def render(self) -> Content:
+        if self.rows is None:
+            return self.message
+        width = max(20, (self.size.width or 36) - 2)
+        return Content("\n").join(
+            Content.assemble(label, " " * max(1, width - label.cell_length - value.cell_length), value)
+            for label, value in self.rows
+        )
+
+
 class CalculatorPanel(Vertical):
     """Edit the flags the calculator knows; see what the next boot would do."""
 
@@ -146,7 +195,7 @@ class CalculatorPanel(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(Content.styled("waiting for the boot to size its KV pool…", "$text-muted italic"), id="calc-basis")
         yield Vertical(id="calc-fields")
-        yield Static(id="calc-result")
+        yield ResultRows(id="calc-result")
         yield Static(id="calc-reasons")
         yield Static(
             Content.assemble(("c", "$accent bold"), " edit  ", ("⏎", "$accent bold"), " recompute  ",
@@ -313,15 +362,15 @@ class CalculatorPanel(Vertical):
 
     def _render_result(self) -> None:
         basis = self.query_one("#calc-basis", Static)
-        result = self.query_one("#calc-result", Static)
+        result = self.query_one("#calc-result", ResultRows)
         reasons = self.query_one("#calc-reasons", Static)
         data = self.result
         if data is None:
             if self.error and self.model is None:
                 basis.update(Content.styled(self._waiting_text(), "$text-muted italic"))
-                result.update("")
+                result.show_message(Content(""))
             else:
-                result.update(Content.styled(self.error or "", "$error"))
+                result.show_message(Content.styled(self.error or "", "$error"))
             reasons.update("")
             return
         confidence = str(data.get("confidence", ""))
@@ -357,18 +406,16 @@ class CalculatorPanel(Vertical):
         per = _num(predicted, "tokens_per_0_01")
         if per is not None:
             rows.append(("tokens per +0.01", f"{per:+,.0f}", "$text-muted"))
-        width = max(20, (self.size.width or 36) - 2)
         # the verdict and the largest safe fraction first: they are what a short panel must show
         verdict = str(data.get("verdict", ""))
         var = fmt.VERDICT_VARIABLE.get(verdict, "text-muted")
         badge = Content.styled(f" {verdict.upper().replace('_', ' ')} ", f"bold $background on ${var}")
-        pad = max(1, width - len("verdict") - badge.cell_length)
-        lines: list[Content] = [Content.assemble(("verdict", "$text-muted"), " " * pad, badge)]
+        lines: list[ResultRow] = [(Content.styled("verdict", "$text-muted"), badge)]
         rows.insert(0, ("max safe fraction", fmt.fraction(_num(data, "max_safe_fraction")), "$accent bold"))
-        for label, value, style in rows:
-            pad = max(1, width - len(label) - len(value))
-            lines.append(Content.assemble((label, "$text-muted"), " " * pad, (value, style)))
-        result.update(Content("\n").join(lines))
+        lines.extend(
+            (Content.styled(label, "$text-muted"), Content.styled(value, style)) for label, value, style in rows
+        )
+        result.show_rows(lines)  # spread over the width the rows have when painted
         reason_list = self.reason_lines()[:3]
         reasons.update(Content("\n").join([Content.styled(f"• {r}", "$text-muted") for r in reason_list]))
 

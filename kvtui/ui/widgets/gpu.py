@@ -136,7 +136,12 @@ class PhaseBand:
 
 class GpuHistoryPlot(PlotextPlot):
     """Memory over time (the busiest server GPU), each stretch coloured by the boot phase it
-    belongs to. Redrawn at most once a second, only when the data changed and it is visible."""
+    belongs to. Redrawn at most once a second, only when the data changed and it is visible.
+
+    The figure is a function of the data (points, bands, origin), the size and the theme, built
+    when the plot is painted: the 1 s timer only decides *when* a change is painted, never what a
+    painted figure shows (a figure filled at a timer tick and painted later, or at another size,
+    would show the data of that tick)."""
 
     DEFAULT_CSS = """
     GpuHistoryPlot {
@@ -151,8 +156,8 @@ class GpuHistoryPlot(PlotextPlot):
         self.total_gib: float = 0.0
         self.bands: tuple[PhaseBand, ...] = ()
         self.origin: float | None = None
-        self._dirty = True
-        self._version = 0
+        self._dirty = True  # data changed since the last repaint was asked for
+        self._version = 0  # bumped on every change of the data the figure is built from
         self._cache_key: tuple[object, ...] | None = None
         self._cache: Text | None = None
         self.redraws = 0  # plot builds, for tests and the curious
@@ -163,8 +168,12 @@ class GpuHistoryPlot(PlotextPlot):
         self.app.theme_changed_signal.subscribe(self, self._theme_changed)
 
     def _theme_changed(self, _theme: object) -> None:
-        self._dirty = True
+        self._changed()
         self.redraw_if_needed()
+
+    def _changed(self) -> None:
+        self._dirty = True
+        self._version += 1
 
     def add(self, samples: Sequence[GpuSample]) -> None:
         fresh = [s for s in samples if not s.stale]
@@ -175,21 +184,20 @@ class GpuHistoryPlot(PlotextPlot):
             return
         self.points.append((ts, max(s.used_gib for s in fresh)))
         self.total_gib = max(s.total_gib for s in fresh)
-        self._dirty = True
+        self._changed()
 
     def set_bands(self, bands: Sequence[PhaseBand], origin: float | None) -> None:
         bands = tuple(bands)
         if bands != self.bands or origin != self.origin:
             self.bands, self.origin = bands, origin
-            self._dirty = True
+            self._changed()
 
     def redraw_if_needed(self) -> bool:
-        """Rebuild the figure if its data changed and it is on screen; True when it did."""
+        """Repaint (the figure is rebuilt from the current data) if the data changed since the
+        last repaint and the plot is on screen; True when it did."""
         if not self._dirty or not self.display or not self.is_on_screen:
             return False
         self._dirty = False
-        self._version += 1
-        self._fill()
         self.refresh()
         return True
 
@@ -249,6 +257,7 @@ class GpuHistoryPlot(PlotextPlot):
             if not self.points:
                 return Content.styled("collecting GPU memory samples…", "$text-muted italic")
             try:
+                self._fill()
                 self._cache = Text.from_ansi(self._build())
             except (ArithmeticError, ValueError, IndexError):  # plotext on degenerate data
                 return Content.styled("collecting GPU memory samples…", "$text-muted italic")

@@ -40,6 +40,7 @@ from kvtui.ui.widgets.quiet import QuietStatic
 MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)
 _PLAIN = Style()
 SPOOL_MATCH_LIMIT = 1000
+CACHED_ROWS = 400
 
 
 class LogSource(Protocol):
@@ -217,11 +218,19 @@ class LogView(ScrollView, can_focus=True):
         self.search_query: TextQuery | None = None
         self.line_filter: LineFilter | None = None
         self.message: str = ""  # last search/filter result for the status line
-        self._cache: LRUCache[tuple[object, ...], Strip] = LRUCache(2000)
+        # rendered rows: a few screenfuls (each strip carries Textual's own caches, ~15 objects the
+        # garbage collector walks; thousands of them per host made its full passes slow)
+        self._cache: LRUCache[tuple[object, ...], Strip] = LRUCache(CACHED_ROWS)
         self._version = 0
         self._programmatic_scroll = False
         self._end_scheduled = False
         self._frame: tuple[Offset, int, Style, dict[str, Style]] | None = None  # see render_lines
+        # while held (its host's tab is hidden) ``append`` keeps the lines and counts what the view
+        # would have done with them; ``hold(False)`` does it once (see ``hold``)
+        self._held = False
+        self._held_added = 0
+        self._held_trimmed = 0
+        self._held_pending = 0
 
     # ---- data in ------------------------------------------------------------------------
 
@@ -234,6 +243,41 @@ class LogView(ScrollView, can_focus=True):
     def live_lines(self) -> Sequence[LogLine]:
         return self._live
 
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    def hold(self, held: bool) -> None:
+        """``hold(True)`` while the view is not on screen (its host's tab is hidden): ``append``
+        keeps the lines (the same lines in memory, the same filter) but does no row, scroll,
+        repaint or status work — a hidden view asking for layout passes made a console of many
+        hosts slow. ``hold(False)`` does that work once, with the same outcome as doing it for each
+        batch: the rows and width of every line added, following to the end or, paused, the count
+        of new lines and the scroll position kept on the same lines."""
+        if held == self._held:
+            return
+        self._held = held
+        if held:
+            self._cache.clear()  # off screen: nothing to repaint, no rendered rows worth keeping
+            return
+        added, trimmed, pending = self._held_added, self._held_trimmed, self._held_pending
+        self._held_added = self._held_trimmed = self._held_pending = 0
+        if added or trimmed:
+            self._after_view_change(added=added, trimmed=trimmed)
+        if pending:
+            self.pending += pending
+            self._post_status()
+
+    def _settle_held(self) -> None:
+        """The view is being replaced while held: what was counted for the old one becomes the new
+        line count it would have reached (rows and scroll are set anew by the caller)."""
+        added, pending = self._held_added, self._held_pending
+        self._held_added = self._held_trimmed = self._held_pending = 0
+        if self.follow and self.mode is not ViewMode.HISTORY:
+            added = 0
+        if added or pending:
+            self.pending += added + pending
+
     def append(self, lines: Iterable[LogLine]) -> None:
         """Add newly arrived lines (oldest first); keeps at most ``window`` in memory."""
         new = list(lines)
@@ -244,7 +288,7 @@ class LogView(ScrollView, can_focus=True):
         if live_trim:
             del self._live[:live_trim]
         if self.mode is ViewMode.LIVE:
-            self._after_view_change(added=len(new), trimmed=live_trim)
+            self._view_changed(added=len(new), trimmed=live_trim)
         elif self.mode is ViewMode.FILTER and self.line_filter is not None:
             passing = [line for line in new if self.line_filter.matches(line)]
             if passing:
@@ -252,13 +296,27 @@ class LogView(ScrollView, can_focus=True):
                 trim = max(0, len(self._view) - self.window)
                 if trim:
                     del self._view[:trim]
-                self._after_view_change(added=len(passing), trimmed=trim)
+                self._view_changed(added=len(passing), trimmed=trim)
+        elif self._held:
+            self._held_pending += len(new)
         else:  # HISTORY: the tail moves on without us
             self.pending += len(new)
             self._post_status()
 
+    def _view_changed(self, *, added: int, trimmed: int) -> None:
+        if self._held:
+            self._held_added += added
+            self._held_trimmed += trimmed
+        else:
+            self._after_view_change(added=added, trimmed=trimmed)
+
     def _after_view_change(self, *, added: int, trimmed: int) -> None:
-        removed_rows = self._row_starts[trimmed] if self.wrap and trimmed and self._row_starts else trimmed
+        # (held: ``trimmed`` can exceed the lines the rows were built for; all of them went)
+        removed_rows = (
+            self._row_starts[min(trimmed, len(self._row_starts) - 1)]
+            if self.wrap and trimmed and self._row_starts
+            else trimmed
+        )
         self._rebuild_rows(added)
         if self.follow:
             self.pending = 0
@@ -292,10 +350,25 @@ class LogView(ScrollView, can_focus=True):
                 total += 1 if line.style == "marker" else max(1, math.ceil(self._line_length(line) / content))
                 starts.append(total)
             self._row_starts = starts
-            self.virtual_size = Size(content, total)
+            self._set_virtual_size(Size(content, total))
         else:
             self._row_starts = []
-            self.virtual_size = Size(width + 1, len(view))
+            self._set_virtual_size(Size(width + 1, len(view)))
+
+    def _set_virtual_size(self, size: Size) -> None:
+        """A log that grew (a new line, timestamps shown) repaints itself and its scrollbars; it
+        asks for a layout pass of the screen (``virtual_size`` is a layout reactive: ~40 ms for a
+        console here, ~100 ms with many hosts) only when a scrollbar appears or goes, which
+        changes the space around it. Textual does the same on a layout pass (``_size_updated``:
+        the scrollbars' window and the scroll offsets clamped); before the first layout it is left
+        to that."""
+        if size == self.virtual_size:
+            return
+        if not self.container_size:
+            self.virtual_size = size
+            return
+        self.set_reactive(LogView.virtual_size, size)
+        self._scroll_update(size)  # a scrollbar shown or hidden here asks for the layout pass
 
     def _rescan(self) -> None:
         self._max_width = 0
@@ -385,6 +458,8 @@ class LogView(ScrollView, can_focus=True):
             self.post_message(self.StatusChanged(self))
 
     def _show(self, lines: list[LogLine], mode: ViewMode) -> None:
+        if self._held:
+            self._settle_held()
         self._view = lines
         self.mode = mode
         self._rescan()
