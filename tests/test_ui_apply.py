@@ -145,6 +145,12 @@ async def test_apply_a_safe_fraction_from_the_calculator_then_roll_it_back() -> 
         assert "An apply on demo is still running" in str(_screen(app).body)
         await pilot.press("n")
         assert isinstance(app.screen, MainScreen)
+        await pilot.press("ctrl+q")  # Textual's own quit key asks the same question
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "An apply on demo is still running" in str(_screen(app).body)
+        await pilot.press("n")
+        assert isinstance(app.screen, MainScreen)
+        assert app.is_running
         outcome = await _until_outcome(pilot, app, clock, pane, before)
         assert outcome.status == "ready", outcome.messages
         assert outcome.code == 0
@@ -321,6 +327,6 @@ async def test_apply_rollback_and_restart_are_offered_and_hidden_on_readonly_hos
             await pilot.press("escape")
             await wait_for(pilot, lambda: _pane(app).busy is None)
             assert isinstance(app.screen, MainScreen)
-        # with nothing running, q quits at once
-        await pilot.press("q")
+        # with nothing running, q (and Textual's ctrl+q) quits at once
+        await pilot.press("ctrl+q" if readonly else "q")
         await wait_for(pilot, lambda: app.return_code is not None)
