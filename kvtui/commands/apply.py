@@ -20,8 +20,8 @@ import argparse
 import asyncio
 import sys
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from kvtui.cli import EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
@@ -29,6 +29,36 @@ if TYPE_CHECKING:
     from kvtui.config import HostConfig
     from kvtui.hosts.backend import HostBackend
     from kvtui.hosts.service import ApplyOutcome, ApplyPlan
+
+
+class CommandMain(Protocol):
+    def __call__(
+        self,
+        args: argparse.Namespace,
+        *,
+        stdout: TextIO,
+        stderr: TextIO,
+        stdin: TextIO,
+        clock: Callable[[], float] | None = None,
+    ) -> Coroutine[Any, Any, int]: ...
+
+
+PlanMaker = Callable[[str, "HostConfig", "HostBackend", float | None], Awaitable["ApplyPlan"]]
+
+
+def run_main(
+    main: CommandMain,
+    args: argparse.Namespace,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    stdin: TextIO | None = None,
+    clock: Callable[[], float] | None = None,
+) -> int:
+    """Run an async command (``apply_main``, ``rollback_main``) on the process's streams."""
+    return asyncio.run(
+        main(args, stdout=stdout or sys.stdout, stderr=stderr or sys.stderr, stdin=stdin or sys.stdin, clock=clock)
+    )
 
 
 def run(
@@ -39,10 +69,7 @@ def run(
     stdin: TextIO | None = None,
     clock: Callable[[], float] | None = None,
 ) -> int:
-    return asyncio.run(
-        apply_main(args, stdout=stdout or sys.stdout, stderr=stderr or sys.stderr, stdin=stdin or sys.stdin,
-                   clock=clock)
-    )
+    return run_main(apply_main, args, stdout=stdout, stderr=stderr, stdin=stdin, clock=clock)
 
 
 async def apply_main(
@@ -70,25 +97,47 @@ async def apply_main(
     if args.rollback_on_failure and not args.restart:
         print("kvtui apply: note: --rollback-on-failure acts only with --restart (nothing is restarted)",
               file=stderr)
+
+    async def make_plan(name: str, host: HostConfig, backend: HostBackend, margin: float | None) -> ApplyPlan:
+        return await service.plan_apply(
+            name, host, backend, edits,
+            restart=bool(args.restart), force=bool(args.force),
+            rollback_on_failure=bool(args.rollback_on_failure), timeout=float(args.timeout),
+            graph_margin_gib=margin, clock=clock or time.time,
+        )
+
+    return await plan_and_execute(args, make_plan, verb="apply", stdout=stdout, stderr=stderr, stdin=stdin,
+                                  clock=clock)
+
+
+async def plan_and_execute(
+    args: argparse.Namespace,
+    make_plan: PlanMaker,
+    *,
+    verb: str,
+    stdout: TextIO,
+    stderr: TextIO,
+    stdin: TextIO,
+    clock: Callable[[], float] | None,
+) -> int:
+    """Open the host, make the plan (``apply`` or ``rollback``), print it, confirm and execute it;
+    the backend is closed whatever happens."""
+    from kvtui.hosts import service
+
     opened = await open_host(args, stderr, clock)
     if isinstance(opened, int):
         return opened
     name, host, backend, margin = opened
     try:
         try:
-            plan = await service.plan_apply(
-                name, host, backend, edits,
-                restart=bool(args.restart), force=bool(args.force),
-                rollback_on_failure=bool(args.rollback_on_failure), timeout=float(args.timeout),
-                graph_margin_gib=margin, clock=clock or time.time,
-            )
+            plan = await make_plan(name, host, backend, margin)
         except service.ServiceError as exc:
-            print(f"kvtui apply: {exc}", file=stderr)
+            print(f"kvtui {verb}: {exc}", file=stderr)
             return exc.code
         stdout.write(plan.render())
         stdout.flush()
         return await confirm_and_execute(plan, backend, args, stdout=stdout, stderr=stderr, stdin=stdin,
-                                         clock=clock, verb="apply")
+                                         clock=clock, verb=verb)
     finally:
         await backend.close()
 

@@ -12,13 +12,16 @@ configuration, 4 refused (readonly host, no backup, no terminal to confirm on), 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kvtui.cli import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from kvtui.config import HostConfig
+    from kvtui.hosts.backend import HostBackend
+    from kvtui.hosts.service import ApplyPlan
 
 
 def run(
@@ -29,10 +32,9 @@ def run(
     stdin: TextIO | None = None,
     clock: Callable[[], float] | None = None,
 ) -> int:
-    return asyncio.run(
-        rollback_main(args, stdout=stdout or sys.stdout, stderr=stderr or sys.stderr, stdin=stdin or sys.stdin,
-                      clock=clock)
-    )
+    from kvtui.commands.apply import run_main
+
+    return run_main(rollback_main, args, stdout=stdout, stderr=stderr, stdin=stdin, clock=clock)
 
 
 async def rollback_main(
@@ -43,28 +45,20 @@ async def rollback_main(
     stdin: TextIO,
     clock: Callable[[], float] | None = None,
 ) -> int:
-    from kvtui.commands.apply import confirm_and_execute, open_host
+    from kvtui.commands.apply import plan_and_execute
     from kvtui.hosts import service
 
     if args.timeout is not None and args.timeout <= 0:
         print(f"kvtui rollback: --timeout {args.timeout:g}: expected a number of seconds above 0", file=stderr)
         return EXIT_USAGE
-    opened = await open_host(args, stderr, clock)
-    if isinstance(opened, int):
-        return opened
-    name, host, backend, _margin = opened
-    try:
-        try:
-            plan = await service.plan_rollback(
-                name, host, backend, to=args.to, restart=bool(args.restart),
-                timeout=float(args.timeout), clock=clock or time.time,
-            )
-        except service.ServiceError as exc:
-            print(f"kvtui rollback: {exc}", file=stderr)
-            return exc.code
-        stdout.write(plan.render())
-        stdout.flush()
-        return await confirm_and_execute(plan, backend, args, stdout=stdout, stderr=stderr, stdin=stdin,
-                                         clock=clock, verb="rollback")
-    finally:
-        await backend.close()
+
+    async def make_plan(
+        name: str, host: HostConfig, backend: HostBackend, _margin: float | None
+    ) -> ApplyPlan:
+        return await service.plan_rollback(
+            name, host, backend, to=args.to, restart=bool(args.restart),
+            timeout=float(args.timeout), clock=clock or time.time,
+        )
+
+    return await plan_and_execute(args, make_plan, verb="rollback", stdout=stdout, stderr=stderr, stdin=stdin,
+                                  clock=clock)
