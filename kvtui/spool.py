@@ -313,32 +313,17 @@ class Spool:
         written exactly as ``append`` writes it. Returns the ``seq`` of the first line."""
         if not texts:
             return self._count
-        last_ts, last_s = self._last_ts, self._last_ts_s
-        parts: list[str] = []
-        add = parts.append
+        fast = self._rows_fast(texts, ts, ranks, styles, cursors, idents)
+        if fast is not None:
+            parts, blob = fast
+        else:  # a field with a tab or a line break, a text with a line break: row by row
+            parts = self._rows(texts, ts, ranks, styles, cursors, idents)
+            blob = "".join(parts)
         last_cursor: str | None = None
-        for text, t, rank, style, cursor, ident in zip(
-            texts, ts, ranks, styles, cursors, idents if idents is not None else itertools.repeat(None), strict=False
-        ):
-            if t is None:
-                ts_s = ""
-            elif t is last_ts or t == last_ts:
-                ts_s = last_s
-            else:
-                ts_s = last_s = t.isoformat()
-                last_ts = t
-            if "\n" in text or "\r" in text:
-                text = text.translate(_TEXT_BAD)
-            head = f"{ts_s}\t{rank or ''}\t{style or ''}\t{cursor or ''}\t{ident or ''}\t"
-            if head.count("\t") != 5 or "\n" in head or "\r" in head:
-                head = "\t".join(
-                    f.translate(_FIELD_BAD) for f in (ts_s, rank or "", style or "", cursor or "", ident or "")
-                ) + "\t"
-            add(head + text + "\n")
+        for cursor in reversed(cursors):
             if cursor:
                 last_cursor = cursor
-        self._last_ts, self._last_ts_s = last_ts, last_s
-        blob = "".join(parts)
+                break
         raw = blob.encode("utf-8", "replace")
         n = len(parts)
         with self._lock:
@@ -368,6 +353,87 @@ class Spool:
             if last_cursor is not None:
                 self._last_cursor = last_cursor
         return seq
+
+    def _iso(self, ts: Sequence[datetime | None]) -> list[str]:
+        """The ISO strings of a column of timestamps (consecutive equal ones formatted once)."""
+        last_ts, last_s = self._last_ts, self._last_ts_s
+        out: list[str] = []
+        add = out.append
+        for t in ts:
+            if t is last_ts:
+                add(last_s)
+            elif t is None:
+                add("")
+            elif t == last_ts:
+                last_ts = t
+                add(last_s)
+            else:
+                last_s = t.isoformat()
+                last_ts = t
+                add(last_s)
+        self._last_ts, self._last_ts_s = last_ts, last_s
+        return out
+
+    def _rows_fast(
+        self,
+        texts: Sequence[str],
+        ts: Sequence[datetime | None],
+        ranks: Sequence[str | None],
+        styles: Sequence[str | None],
+        cursors: Sequence[str | None],
+        idents: Sequence[str | None] | None,
+    ) -> tuple[list[str], str] | None:
+        """The rows of ``extend`` built in bulk, and joined; or None when one of them needs cleaning (a tab or a
+        line break in a field, a line break in a text): checked once over the whole block."""
+        last = self._last_ts, self._last_ts_s
+        isos = self._iso(ts)
+        if idents is None:
+            rows = [f"{i}\t{r or ''}\t{s or ''}\t{c or ''}\t\t{x}\n"
+                    for i, r, s, c, x in zip(isos, ranks, styles, cursors, texts, strict=False)]
+        else:
+            rows = [f"{i}\t{r or ''}\t{s or ''}\t{c or ''}\t{d or ''}\t{x}\n"
+                    for i, r, s, c, d, x in zip(isos, ranks, styles, cursors, idents, texts, strict=False)]
+        blob = "".join(rows)
+        n = len(rows)
+        # every row holds its 5 separators, its one newline, and the texts' own tabs: nothing else
+        if blob.count("\n") == n and "\r" not in blob and blob.count("\t") == 5 * n + "".join(texts).count("\t"):
+            return rows, blob
+        self._last_ts, self._last_ts_s = last
+        return None
+
+    def _rows(
+        self,
+        texts: Sequence[str],
+        ts: Sequence[datetime | None],
+        ranks: Sequence[str | None],
+        styles: Sequence[str | None],
+        cursors: Sequence[str | None],
+        idents: Sequence[str | None] | None,
+    ) -> list[str]:
+        """The rows of ``extend`` one by one, each cleaned as ``append`` cleans it."""
+        last_ts, last_s = self._last_ts, self._last_ts_s
+        parts: list[str] = []
+        add = parts.append
+        for text, t, rank, style, cursor, ident in zip(
+            texts, ts, ranks, styles, cursors, idents if idents is not None else itertools.repeat(None), strict=False
+        ):
+            if t is None:
+                ts_s = ""
+            elif t is last_ts or t == last_ts:
+                ts_s = last_s
+            else:
+                ts_s = last_s = t.isoformat()
+                last_ts = t
+            if "\n" in text or "\r" in text:
+                text = text.translate(_TEXT_BAD)
+            head = f"{ts_s}\t{rank or ''}\t{style or ''}\t{cursor or ''}\t{ident or ''}\t"
+            if head.count("\t") != 5 or "\n" in head or "\r" in head:
+                head = "\t".join(
+                    f.translate(_FIELD_BAD) for f in (ts_s, rank or "", style or "", cursor or "", ident or "")
+                ) + "\t"
+            add(head + text + "\n")
+        self._last_ts, self._last_ts_s = last_ts, last_s
+        return parts
 
     def _start_segment(self, boot: int) -> _Segment:
         if self._writer is not None:

@@ -300,3 +300,88 @@ def test_journal_follower_blocks_are_its_records() -> None:
     assert block.texts == ["one", "two", "lines", "here", "hi", "ünï"]
     assert block.cursors == ["c1", "c2", "c2", "c2", "c3", "c4"]
     assert j.resume == ("after", "c4")
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs of hot serving lines planned in bulk: the same plan as line by line
+# ---------------------------------------------------------------------------------------------
+
+
+def _plans_agree(texts: list[str], tss: list[datetime | None] | None = None,
+                 idents: list[str | None] | None = None, sizes: tuple[int, ...] = (100_000,)) -> list[str | None]:
+    """Plan ``texts`` in batches of ``sizes`` with and without the bulk path; the plans must be equal
+    (styles, timestamps, ranks). Returns the styles."""
+    bulk, ref = LivePrefilter(), LivePrefilter(bulk=False)
+    out: list[str | None] = []
+    i = k = 0
+    while i < len(texts):
+        n = sizes[k % len(sizes)]
+        args = (texts[i : i + n], tss[i : i + n] if tss is not None else None,
+                idents[i : i + n] if idents is not None else None)
+        got, want = bulk.plan(*args), ref.plan(*args)
+        assert got == want, i
+        out += got[0]
+        i += n
+        k += 1
+    return out
+
+
+def test_a_bulk_run_ends_where_the_per_line_hot_path_ends() -> None:
+    t = datetime(2026, 3, 1, 10, 0, 0)
+    ready = "[2026-03-01 10:00:00 TP0] The server is fired up and ready to roll!"
+    run = [_serving(t + timedelta(seconds=k // 3), " TP0", k, kind="Prefill" if k % 10 == 0 else "Decode")
+           for k in range(300)]
+    breakers = {
+        "ansi": "\x1b[32m" + run[5] + "\x1b[0m",
+        "ansi-inside": run[5][:60] + "\x1b[0m" + run[5][60:],
+        "cr": run[5] + "\rCapturing batches (bs=8 avail_mem=7.19 GB):  50%|█  | 1/2",
+        "bad-stamp": run[5].replace("2026-03-01", "2026-13-41"),
+        "prefill-naming-decode": run[10] + " TP0] Decode batch",  # a Prefill line with the Decode needle later
+        "no-bracket": " " + run[5][1:],
+        "other-tag": run[5].replace(" TP0]", " TP1]"),
+        "fraction": run[5].replace(" TP0]", ".250 TP0]"),
+        "long": run[5] + "x" * 17_000,
+        "access": '[2026-03-01 10:00:09] INFO:     127.0.0.1:4711 - "POST /generate HTTP/1.1" 200 OK',
+        "error": "[2026-03-01 10:00:09 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+    }
+    for name, bad in breakers.items():
+        for pos in (1, 2, 63, 64, 65, 150, 299):
+            texts = [ready, *run[:pos], bad, *run[pos:]]
+            styles = _plans_agree(texts)
+            if name == "error":  # nothing is skipped within 400 lines after it
+                assert "serving" not in styles[pos + 1 : pos + 300], pos
+            else:
+                assert styles.count("serving") >= 150, (name, pos)  # the bulk path did run
+    # a systemd line inside a journal batch, aware journal stamps (kept) and naive ones (the line's own)
+    texts = [ready, *run]
+    aware: list[datetime | None] = [datetime(2026, 3, 1, 10, tzinfo=UTC) + timedelta(microseconds=k)
+                                    for k in range(len(texts))]
+    idents: list[str | None] = ["python3"] * len(texts)
+    idents[77] = "systemd"
+    _plans_agree(texts, aware, idents)
+    mixed: list[datetime | None] = list(aware)
+    mixed[40] = None
+    mixed[41] = datetime(2026, 3, 1, 9)
+    _plans_agree(texts, mixed, idents)
+    styles = _plans_agree(texts, [None] * len(texts), None)
+    assert [i for i, s in enumerate(styles) if s is None] == [0, 1, len(texts) - 1]
+
+
+def test_bulk_runs_of_any_length_and_batching_plan_the_same() -> None:
+    rng = random.Random(11)
+    t = datetime(2026, 3, 1, 10, 0, 0)
+    texts = ["[2026-03-01 10:00:00 TP0] The server is fired up and ready to roll!"]
+    for k in range(12_000):  # long runs (past the 4096-line windows), ranks switching now and then
+        t += timedelta(milliseconds=rng.choice((0, 0, 100, 1000)))
+        tag = " TP0" if (k // 3000) % 2 == 0 else " DP1 TP1"
+        texts.append(_serving(t, tag, k, kind="Prefill" if rng.random() < 0.1 else "Decode"))
+        if rng.random() < 0.002:
+            texts.append(f"Capturing batches (bs=8 avail_mem=7.19 GB):  {k % 100:2d}%|█  | 1/2")
+    for sizes in ((100_000,), (1, 7, 64, 65, 4097), (2000,)):
+        styles = _plans_agree(texts, sizes=sizes)
+        assert styles.count("serving") > 11_000
+    # a run costs its first and last line: in one batch, the ready line, each progress redraw and
+    # the run edges around it, and the edges where the rank tag changes
+    styles = _plans_agree(texts)
+    bars = sum(1 for x in texts if x.startswith("Capturing"))
+    assert sum(1 for s in styles if s is None) <= 3 * bars + 10

@@ -237,3 +237,42 @@ def test_host_dir_name() -> None:
     assert host_dir_name("../etc") == "_.._etc"
     assert "/" not in host_dir_name("a/b")
     assert os.sep not in host_dir_name("a/b")
+
+
+def test_extend_clean_blocks_in_bulk_and_dirty_ones_row_by_row(tmp_path: Path) -> None:
+    """``extend`` builds clean blocks in bulk and falls back to cleaning row by row when one field
+    holds a tab or a line break: either way the bytes are ``append``'s, and the timestamp cache
+    carried from block to block stays right (a fallback after a bulk attempt included)."""
+    from datetime import timedelta
+
+    naive = datetime(2026, 3, 4, 9, 12, 0)
+    rows: list[tuple[str, datetime | None, str | None, str | None, str | None, str | None]] = []
+    for i in range(400):
+        ts = None if i % 50 == 7 else (naive + timedelta(seconds=i // 4) if i < 200 else TS + timedelta(microseconds=i))
+        rows.append((f"[2026-03-04 09:12:00 TP0] Decode batch {i}\twith a tab", ts, "TP0" if i % 3 else None,
+                     "serving" if i % 5 else None, str(1000 + i) if i % 7 else None, "python3" if i >= 300 else None))
+    dirty = {
+        120: ("line\nbreak", 0),   # a text with a newline
+        180: ("cr\rhere", 0),     # a text with a carriage return
+        230: ("bad\trank", 2),    # a field with a tab
+        260: ("bad\ncursor", 4),  # a field with a newline
+        330: ("new\nident", 5),   # an identifier with a newline
+    }
+    for i, (value, col) in dirty.items():
+        r = list(rows[i])
+        r[col] = value
+        rows[i] = tuple(r)  # type: ignore[assignment]
+    a = Spool.create(tmp_path / "a", "h")
+    b = Spool.create(tmp_path / "b", "h")
+    for text, ts, rank, style, cursor, ident in rows:
+        a.append(text, boot=0, ts=ts, rank=rank, style=style or "", cursor=cursor, ident=ident)
+    for lo in range(0, 400, 37):
+        part = rows[lo : lo + 37]
+        b.extend([r[0] for r in part], [r[1] for r in part], [r[2] for r in part], [r[3] for r in part],
+                 [r[4] for r in part], [r[5] for r in part] if any(r[5] for r in part) else None, boot=0)
+    a.flush()
+    b.flush()
+    assert [p.read_bytes() for p in a.files()] == [p.read_bytes() for p in b.files()]
+    assert a.last_cursor == b.last_cursor == "1398"
+    assert a.read(0, 400) == b.read(0, 400)
+    assert b.read(120, 1)[0].text == "line break"

@@ -19,6 +19,9 @@ Pure core: no I/O beyond the bytes it is given; no textual/asyncssh.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import operator
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
@@ -460,10 +463,11 @@ class LivePrefilter:
       to be SGLang (``sglang=False``: every line is parsed, the failure window is still tracked).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, bulk: bool = True) -> None:
+        self._bulk = bulk  # plan runs of hot serving lines in bulk (False: line by line, the reference)
         self._armed = 0
-        self._n1 = "\x00never\x00"  # the needles of the current serving rank tag
-        self._n2 = "\x00never\x00"
+        self._n1 = _NEVER_S  # the needles of the current serving rank tag
+        self._n2 = _NEVER_S
         self._rank: str | None = None
         self._desc: str | None = None  # the current progress bar
         self._stamps: dict[str, datetime | None] = {}
@@ -518,6 +522,80 @@ class LivePrefilter:
             return True, own + timedelta(microseconds=int(frac.ljust(6, "0")[:6]))
         return True, own
 
+    def _hot_run(
+        self,
+        texts: Sequence[str],
+        out_ts: list[datetime | None],
+        no_ts: bool,
+        idents: Sequence[str | None] | None,
+        a: int,
+        n1: str,
+        n2: str,
+    ) -> int:
+        """Plan in bulk the run of hot serving lines that starts at ``a``: the lines the per-line
+        hot path would take — ``[YYYY-MM-DD HH:MM:SS TAG] Decode batch`` (or ``Prefill batch`` with
+        no ``Decode`` needle anywhere) of the current tag (needles ``n1``, ``n2``), a valid stamp, no ANSI, ``\\r`` or
+        ``\\n``, no systemd identifier, not over-long. Sets their timestamps in ``out_ts``; returns
+        the index after the run (``a`` when it is empty). The tests run in C over windows of
+        growing size (``map`` of ``str`` methods); Python only sees the Prefill lines."""
+        n = len(texts)
+        j = a
+        w = 64
+        while j < n:
+            window = texts[j : j + w]
+            size = len(window)
+            d = list(map(str.startswith, window, itertools.repeat(n1), itertools.repeat(20)))
+            k = 0
+            while k < size:
+                try:
+                    k = d.index(False, k)
+                except ValueError:
+                    k = size
+                    break
+                t = window[k]
+                if not t.startswith(n2, 20) or n1 in t:
+                    break
+                k += 1
+            j += k
+            if k < size:
+                break
+            w = min(w * 2, 4096)
+        if j <= a:
+            return a
+        run = texts[a:j]
+        opens = list(map(str.startswith, run, itertools.repeat("[")))
+        if False in opens:
+            j = a + opens.index(False)
+        joined = "".join(texts[a:j])
+        if "\x1b" in joined or "\r" in joined or "\n" in joined:
+            j = next(k for k in range(a, j) if "\x1b" in texts[k] or "\r" in texts[k] or "\n" in texts[k])
+        if j > a and idents is not None:
+            with contextlib.suppress(ValueError):
+                j = idents.index("systemd", a, j)
+        if j > a and max(map(len, texts[a:j])) >= _LIVE_MAX_CHARS:
+            j = next(k for k in range(a, j) if len(texts[k]) >= _LIVE_MAX_CHARS)
+        if j <= a:
+            return a
+        stamps = self._stamps
+        keys = list(map(_STAMP_OF, texts[a:j]))
+        for key in set(keys).difference(stamps):  # stamps not seen yet: read (and cached) once each
+            self._stamp(key)
+        owns = list(map(stamps.get, keys))
+        if None in owns:  # an invalid stamp (or one the bounded cache let go): the run ends before it
+            k = owns.index(None)
+            j = a + k
+            del owns[k:]
+        if j <= a:
+            return a
+        if no_ts:
+            out_ts[a:j] = owns
+        else:
+            mine = out_ts[a:j]
+            if None in mine or not all(map(_TZINFO, mine)):  # naive or missing record stamps: the line's own
+                out_ts[a:j] = [t if t is not None and t.tzinfo is not None else o
+                               for t, o in zip(mine, owns, strict=True)]
+        return j
+
     def plan(
         self,
         texts: Sequence[str],
@@ -539,7 +617,10 @@ class LivePrefilter:
         last_of: dict[str | None, int] = {}  # rank -> index of its latest line in the current run
         held = -1  # index of the current progress bar's latest redraw in this batch
         stamps = self._stamps
+        skip_to = 0  # lines before this index were planned in bulk (a run of hot serving lines)
         for i, t in enumerate(texts):
+            if i < skip_to:
+                continue
             if sglang and armed <= 0 and (idents is None or idents[i] != "systemd") and len(t) < _LIVE_MAX_CHARS \
                     and "\x1b" not in t and "\r" not in t and "\n" not in t:
                 ok = False
@@ -575,6 +656,14 @@ class LivePrefilter:
                         out_ts[i] = ts
                         ranks[i] = rank
                     last_of[rank] = i
+                    if self._bulk and i + 1 < n and n1 != _NEVER_S and (texts[i + 1].startswith(n1, 20)
+                                                         or texts[i + 1].startswith(n2, 20)):
+                        skip_to = self._hot_run(texts, out_ts, tss is None, idents, i + 1, n1, n2)
+                        if skip_to > i + 1:
+                            k = skip_to - i - 1
+                            styles[i + 1 : skip_to] = ["serving"] * k
+                            ranks[i + 1 : skip_to] = [rank] * k
+                            last_of[rank] = skip_to - 1
                     continue
                 if "] INFO:     " in t and " HTTP/1." in t and ' - "' in t:
                     m = _ACCESS_S_RE.match(t)
@@ -617,6 +706,11 @@ class LivePrefilter:
         self._n1, self._n2, self._rank = n1, n2, rank
         self._desc = desc
         return styles, out_ts, ranks
+
+
+_NEVER_S = "\x00never\x00"
+_STAMP_OF = operator.itemgetter(slice(1, 20))
+_TZINFO = operator.attrgetter("tzinfo")
 
 
 def _end_run(styles: list[str | None], last_of: dict[str | None, int]) -> None:
