@@ -7,6 +7,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import RenderResult
@@ -14,13 +15,15 @@ from textual.content import Content
 from textual.geometry import Size
 from textual.widget import Widget
 from textual.widgets import DataTable
-from textual_plotext import PlotextPlot
 
 from kvtui.engines.events import Phase
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.ui import formatting as fmt
 from kvtui.ui.themes import rgb
 from kvtui.ui.widgets.quiet import QuietStatic
+
+if TYPE_CHECKING:
+    from textual_plotext import Plot
 
 
 def _foreign_by_gpu(foreign: Sequence[GpuProcess]) -> dict[int, float]:
@@ -51,14 +54,30 @@ class GpuBars(Widget):
         super().__init__(id=id, classes=classes)
         self.samples: tuple[GpuSample, ...] = ()
         self.foreign: tuple[GpuProcess, ...] = ()
+        self._shown: tuple[object, ...] | None = None
+        self.repaints = 0  # refreshes asked for, for tests and the curious
+
+    @staticmethod
+    def _key(samples: Sequence[GpuSample], foreign: Sequence[GpuProcess]) -> tuple[object, ...]:
+        """Everything a row shows: a new reading with the same figures (its time, temperature and
+        power change every second) repaints nothing."""
+        held = _foreign_by_gpu(foreign)
+        return tuple(
+            (s.index, s.used_mib, s.total_mib, None if s.util is None else round(s.util), s.stale,
+             held.get(s.index, 0.0))
+            for s in samples
+        )
 
     def show(self, samples: Sequence[GpuSample], foreign: Sequence[GpuProcess] = ()) -> None:
         samples = tuple(samples)
         foreign = tuple(foreign)
-        if samples == self.samples and foreign == self.foreign:
-            return
-        layout = len(samples) != len(self.samples)
+        key = self._key(samples, foreign)
         self.samples, self.foreign = samples, foreign
+        if key == self._shown:
+            return
+        layout = self._shown is None or len(key) != len(self._shown)
+        self._shown = key
+        self.repaints += 1
         self.refresh(layout=layout)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
@@ -134,17 +153,24 @@ class PhaseBand:
     phase: Phase | None  # None = failed
 
 
-class GpuHistoryPlot(PlotextPlot):
+class GpuHistoryPlot(Widget):
     """Memory over time (the busiest server GPU), each stretch coloured by the boot phase it
-    belongs to. Redrawn at most once a second, only when the data changed and it is visible.
+    belongs to, drawn with plotext (imported when the first figure is built, not at start-up).
 
     The figure is a function of the data (points, bands, origin), the size and the theme, built
     when the plot is painted: the 1 s timer only decides *when* a change is painted, never what a
     painted figure shows (a figure filled at a timer tick and painted later, or at another size,
-    would show the data of that tick)."""
+    would show the data of that tick).
+
+    The timer repaints only what a user can see change: a new phase band, a reading that moves the
+    curve by at least half a row's resolution, or enough time for the x axis to move by one plot
+    cell (its span over its cells: every second in a boot's first minutes, about every 50 s an
+    hour in). An idle server's flat curve an hour long is not rebuilt every second; its axis
+    labels are then at most one cell's time old. ``redraw_if_needed`` repaints any change."""
 
     DEFAULT_CSS = """
     GpuHistoryPlot {
+        width: 1fr;
         height: 1fr;
         min-height: 6;
     }
@@ -156,23 +182,36 @@ class GpuHistoryPlot(PlotextPlot):
         self.total_gib: float = 0.0
         self.bands: tuple[PhaseBand, ...] = ()
         self.origin: float | None = None
+        self._plot: Plot | None = None
         self._dirty = True  # data changed since the last repaint was asked for
+        self._visible = True  # a change since then that shows at once (new bands, a moved curve)
+        self._drawn: tuple[float, float] | None = None  # the newest point at the last repaint
         self._version = 0  # bumped on every change of the data the figure is built from
         self._cache_key: tuple[object, ...] | None = None
         self._cache: Text | None = None
         self.redraws = 0  # plot builds, for tests and the curious
 
+    @property
+    def plt(self) -> Plot:
+        """The plotext figure (plotext is imported on first use: ~0.1 s kept out of start-up)."""
+        if self._plot is None:
+            from textual_plotext import Plot
+
+            self._plot = Plot()
+            self._plot.theme("clear")
+        return self._plot
+
     def on_mount(self) -> None:
-        self.plt.theme("clear")
-        self.set_interval(1.0, self.redraw_if_needed, name="gpu-plot-redraw")
+        self.set_interval(1.0, self._tick, name="gpu-plot-redraw")
         self.app.theme_changed_signal.subscribe(self, self._theme_changed)
 
     def _theme_changed(self, _theme: object) -> None:
-        self._changed()
+        self._changed(visible=True)
         self.redraw_if_needed()
 
-    def _changed(self) -> None:
+    def _changed(self, *, visible: bool = False) -> None:
         self._dirty = True
+        self._visible = self._visible or visible
         self._version += 1
 
     def add(self, samples: Sequence[GpuSample]) -> None:
@@ -182,15 +221,38 @@ class GpuHistoryPlot(PlotextPlot):
         ts = max(s.ts for s in fresh)
         if self.points and ts <= self.points[-1][0]:
             return
-        self.points.append((ts, max(s.used_gib for s in fresh)))
-        self.total_gib = max(s.total_gib for s in fresh)
-        self._changed()
+        used = max(s.used_gib for s in fresh)
+        self.points.append((ts, used))
+        total = max(s.total_gib for s in fresh)
+        moved = total != self.total_gib or self._drawn is None or abs(used - self._drawn[1]) >= self._y_step()
+        self.total_gib = total
+        self._changed(visible=moved)
+
+    def _y_step(self) -> float:
+        """Half the curve's vertical resolution (GiB): plotext's ``hd`` marker draws two dots a row."""
+        top = max(self.total_gib, 1.0)
+        return top / (4 * max(1, self.size.height or 10))
 
     def set_bands(self, bands: Sequence[PhaseBand], origin: float | None) -> None:
         bands = tuple(bands)
         if bands != self.bands or origin != self.origin:
             self.bands, self.origin = bands, origin
-            self._changed()
+            self._changed(visible=True)
+
+    def _due(self) -> bool:
+        """Whether the timer should repaint: a visible change, or the x axis moved a cell."""
+        if not self._dirty:
+            return False
+        if self._visible or self._drawn is None or not self.points:
+            return True
+        first, last = self.points[0][0], self.points[-1][0]
+        lo = min(first, self.origin if self.origin is not None else first)
+        cells = max(8, (self.size.width or 40) - 6) * 2
+        return last - self._drawn[0] >= max(1.0, (last - lo) / cells) - 1e-6
+
+    def _tick(self) -> None:
+        if self._due():
+            self.redraw_if_needed()
 
     def redraw_if_needed(self) -> bool:
         """Repaint (the figure is rebuilt from the current data) if the data changed since the
@@ -198,6 +260,8 @@ class GpuHistoryPlot(PlotextPlot):
         if not self._dirty or not self.display or not self.is_on_screen:
             return False
         self._dirty = False
+        self._visible = False
+        self._drawn = self.points[-1] if self.points else None
         self.refresh()
         return True
 

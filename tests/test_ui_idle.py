@@ -1,0 +1,111 @@
+"""An idle console repaints only what a user can see change (issue 7, budget 5: < 3 % of a core).
+
+The GPU plot of an hour-long flat curve is not rebuilt every second, the GPU bars ignore readings
+whose figures are the same; a visible change still shows at the next tick."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from test_ui_helpers import Harness, gpu_samples
+
+from kvtui.engines.events import Phase
+from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot, PhaseBand
+
+HOUR = 3600.0
+
+
+def _waiting(plot: GpuHistoryPlot) -> bool:
+    """Data changed since the plot last asked for a repaint."""
+    return plot._dirty
+
+
+def _flat_hour(plot: GpuHistoryPlot, used: float = 80.0) -> float:
+    """An hour of 1 Hz readings at ``used`` GiB from a boot that started at 0; returns the last ts."""
+    for t in range(int(HOUR)):
+        plot.add(gpu_samples(used, n=2, ts=float(t)))
+    plot.set_bands([PhaseBand(0.0, Phase.LOAD_WEIGHTS), PhaseBand(60.0, Phase.READY)], 0.0)
+    return HOUR - 1
+
+
+async def test_flat_hour_long_curve_repaints_about_once_per_plot_cell_not_every_second() -> None:
+    plot = GpuHistoryPlot()
+    async with Harness(plot).run_test(size=(50, 14)) as pilot:
+        await pilot.pause()
+        last = _flat_hour(plot)
+        plot._tick()
+        await pilot.pause()
+        builds = plot.redraws
+        assert builds == 1
+        ticks_redrawn = 0
+        for s in range(1, 121):  # two minutes of 1 Hz readings, same memory
+            plot.add(gpu_samples(80.0, n=2, ts=last + s))
+            before = _waiting(plot)
+            plot._tick()
+            ticks_redrawn += before and not _waiting(plot)
+            await pilot.pause()
+        # 50 columns -> 88 x cells over ~3720 s: one cell is ~42 s, so 2-3 repaints, never 120
+        assert 2 <= ticks_redrawn <= 3
+        assert plot.redraws == builds + ticks_redrawn
+        # a direct call still paints any change at once (what the snapshot tests use)
+        plot.add(gpu_samples(80.0, n=2, ts=last + 121))
+        assert plot.redraw_if_needed() is True
+
+
+async def test_a_memory_change_or_new_phase_repaints_at_the_next_tick() -> None:
+    plot = GpuHistoryPlot()
+    async with Harness(plot).run_test(size=(50, 14)) as pilot:
+        await pilot.pause()
+        last = _flat_hour(plot)
+        plot._tick()
+        await pilot.pause()
+        plot.add(gpu_samples(80.0, n=2, ts=last + 1))
+        plot._tick()
+        assert _waiting(plot)  # same memory, a second later: waits
+        plot.add(gpu_samples(86.0, n=2, ts=last + 2))  # +6 GiB: the curve moves by rows
+        plot._tick()
+        assert not _waiting(plot)
+        await pilot.pause()
+        plot.add(gpu_samples(86.0, n=2, ts=last + 3))
+        plot._tick()
+        assert _waiting(plot)
+        plot.set_bands([*plot.bands, PhaseBand(last + 3, None)], 0.0)  # the boot failed: a band
+        plot._tick()
+        assert not _waiting(plot)
+
+
+async def test_a_young_boot_repaints_every_second() -> None:
+    plot = GpuHistoryPlot()
+    async with Harness(plot).run_test(size=(50, 14)) as pilot:
+        await pilot.pause()
+        plot.set_bands([PhaseBand(0.0, Phase.LAUNCH)], 0.0)
+        redrawn = 0
+        for t in range(30):  # 30 s of a boot whose memory does not move yet: the axis does
+            plot.add(gpu_samples(2.0, n=2, ts=float(t)))
+            before = _waiting(plot)
+            plot._tick()
+            redrawn += before and not _waiting(plot)
+            await pilot.pause()
+        assert redrawn == 30
+
+
+async def test_gpu_bars_repaint_only_when_a_shown_figure_changes() -> None:
+    bars = GpuBars()
+    async with Harness(bars).run_test(size=(40, 12)) as pilot:
+        samples = gpu_samples(80.0, n=4, ts=1000.0)
+        bars.show(samples)
+        await pilot.pause()
+        shown = bars.repaints
+        # a second later: new time, temperature and power, the same memory and utilisation
+        later = [replace(s, ts=1001.0, temperature_c=60.0, power_w=300.5) for s in samples]
+        bars.show(later)
+        assert bars.repaints == shown
+        assert bars.samples[0].ts == 1001.0  # the data is kept all the same
+        busier = [replace(s, util=55.0) if s.index == 2 else s for s in later]
+        bars.show(busier)
+        assert bars.repaints == shown + 1
+        await pilot.pause()
+        assert "55%" in str(bars.render()).splitlines()[2]
+        more = [replace(s, used_mib=s.used_mib + 1.0) for s in busier]
+        bars.show(more)
+        assert bars.repaints == shown + 2
