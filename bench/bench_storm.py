@@ -104,8 +104,9 @@ async def _storm(work: Path, seconds: float, rate: float) -> dict[str, Any]:
     prelude = _prelude()
     log.write_text(prelude)
     spec = HostSpec("storm", HostConfig(local=True, log_file=str(log)))
+    # as `kvtui connect` makes it (freeze_gc: one console per process, full collections paced)
     app = KvtuiApp([spec], backend_factory=make_backend, config=Config(),
-                   monitor_options={"state_dir": work / "state"})
+                   monitor_options={"state_dir": work / "state"}, freeze_gc=True)
     app.animation_level = "none"
     frames: list[float] = []
     actions: list[float] = []

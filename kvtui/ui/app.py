@@ -141,6 +141,7 @@ class MainScreen(Screen[None]):
         self._panes: list[HostPane] = []
         self._pane_by_name: dict[str, HostPane] = {}
         self._tabs: TabbedContent | None = None
+        self._fleet_summary: FleetSummary | None = None
 
     def _pane(self, spec: HostSpec, *, shown: bool = True) -> HostPane:
         return HostPane(
@@ -168,6 +169,22 @@ class MainScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.call_after_refresh(self._focus_log)
+        # one timer for every host (32 hosts with a timer each made 32 wake-ups and repaints a
+        # second, at 32 different moments)
+        self.set_interval(1.0, self.tick, name="host-tick")
+
+    def tick(self) -> None:
+        """Once a second: each pane ticks (the shown one refreshes its clocks and stall notice),
+        and the fleet summary takes every host's row in one repaint."""
+        rows = [pane.tick_row() for pane in self.panes]
+        if len(self.specs) > 1:
+            self._fleet().update_rows(rows)
+
+    def _fleet(self) -> FleetSummary:
+        fleet = self._fleet_summary
+        if fleet is None or not fleet.is_attached:
+            fleet = self._fleet_summary = self.query_one(FleetSummary)
+        return fleet
 
     async def _on_layout(self, message: messages.Layout) -> None:
         """A widget in a hidden host's tab asked for a layout pass of the screen (its size may have
@@ -233,7 +250,7 @@ class MainScreen(Screen[None]):
     def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
         name = (event.pane.id or "").removeprefix("host-")
         self._show_only(name)  # a tab clicked, or the palette's switch
-        self.query_one(FleetSummary).set_active(name)
+        self._fleet().set_active(name)
         pane = self.active_pane
         if pane is not None:
             pane.gpu_plot.redraw_if_needed()
@@ -244,7 +261,7 @@ class MainScreen(Screen[None]):
     def _summary(self, event: HostPane.Summary) -> None:
         event.stop()
         if len(self.specs) > 1:
-            self.query_one(FleetSummary).update_row(event.row)
+            self._fleet().update_row(event.row)
 
     @on(CalculatorPanel.Computed)
     def _computed(self, event: CalculatorPanel.Computed) -> None:
@@ -495,6 +512,7 @@ class GcPacer:
         self._collect = collect
         self._get_count = get_count
         self._saved: tuple[int, int, int] | None = None
+        self._froze = False
         self._gen2_threshold = gc.get_threshold()[2]
         self._last_input = -1e18
         self._last_full = clock()
@@ -513,6 +531,7 @@ class GcPacer:
         if freeze:
             self._collect(2)  # nothing unreachable is frozen with the rest
             gc.freeze()
+            self._froze = True
         gc.set_threshold(t0, t1, 1 << 30)  # no automatic full collection: ``tick`` decides
         self._last_full = self._clock()
 
@@ -520,6 +539,9 @@ class GcPacer:
         if self._saved is not None:
             gc.set_threshold(*self._saved)
             self._saved = None
+            if self._froze:
+                gc.unfreeze()  # back in the oldest generation: collected as usual again
+                self._froze = False
 
     def input_seen(self) -> None:
         self._last_input = self._clock()

@@ -146,6 +146,7 @@ class HostPane(Vertical):
         self.error: str | None = None
         self.lines_received = 0
         self.batches_applied = 0  # monitor batches taken in (``up_to_date`` compares it)
+        self._summary_posted: tuple[object, ...] | None = None  # the fleet row's state last posted
         self._show_processes = False
         self.busy: str | None = None  # the host-changing action running ("an apply", …)
         self.last_outcome: ApplyOutcome | None = None
@@ -182,8 +183,7 @@ class HostPane(Vertical):
         self.query_one("#log-panel").border_title = "Log"
         self.query_one("#figures-panel").border_title = "Figures"
         self.query_one("#calc-panel").border_title = "Calculator"
-        self.set_interval(1.0, self.tick, name="host-tick")
-        self.run_monitor()
+        self.run_monitor()  # the screen's one 1 s timer ticks every pane (``tick_row``)
 
     # ---- widgets ------------------------------------------------------------------------------
 
@@ -371,11 +371,19 @@ class HostPane(Vertical):
             else:
                 self._stale = True
         if boot_state is not None or conn_changed:
+            # the fleet summary hears of a new state (connection, boot, phase, failure) at once;
+            # figures that change all the time (KV usage, phase clock) wait for the screen's 1 s
+            # tick, which repaints every host's row at once (with many hosts, a repaint per host
+            # per serving update made most of the console's frames)
+            summary = self._summary_key()
+            post = summary != self._summary_posted
+            self._summary_posted = summary
             if shown:
-                self._refresh_live(now)
+                self._refresh_live(now, post=post)
             else:
                 self._stale = True
-                self._post_summary(self.current_elapsed(now))  # the fleet summary stays live
+                if post:
+                    self._post_summary(self.current_elapsed(now))
 
     def _gpu_subtitle(self) -> None:
         if not self.samples:
@@ -428,7 +436,7 @@ class HostPane(Vertical):
             return None
         return fmt.seconds_between(target[-1].start, self._now(now))
 
-    def _refresh_live(self, now: float) -> None:
+    def _refresh_live(self, now: float, *, post: bool = True) -> FleetRow:
         now_dt = self._now(now)
         boot = self.boot
         self._one(PhaseTimeline).show(boot, now_dt)
@@ -454,7 +462,10 @@ class HostPane(Vertical):
                 panel.border_subtitle = subtitle
         stalled = self.stall.check(boot, now)
         self._one(StallNotice).show(boot.phase if boot else None, stalled)
-        self._post_summary(elapsed)
+        row = self.summary_row(elapsed)
+        if post:
+            self.post_message(self.Summary(row))
+        return row
 
     def live_status(self, now: float) -> ConnStatus | None:
         """The connection status with "reconnecting in Ns" counted down to ``now``."""
@@ -464,18 +475,34 @@ class HostPane(Vertical):
         return status
 
     def tick(self) -> None:
-        """Once a second: tick the current phase's clock and the stall detector (hidden: only the
-        fleet summary's row, which stays live)."""
+        """Tick the current phase's clock and the stall detector, and tell the fleet summary."""
+        self.post_message(self.Summary(self.tick_row()))
+
+    def tick_row(self) -> FleetRow:
+        """What the screen's 1 s timer calls for every pane: shown, the phase clock, the stall
+        detector and the header tick; hidden, nothing is rendered (the stall detector is
+        checked when shown). Returns the fleet summary's row, which the screen hands over for
+        all hosts at once (one repaint a second, not one per host)."""
         now = self.clock()
-        if self._shown:
-            self._refresh_live(now)
-        else:
-            self._post_summary(self.current_elapsed(now))
+        if self._shown and self.is_attached:
+            return self._refresh_live(now, post=False)
+        return self.summary_row(self.current_elapsed(now))
+
+    def _summary_key(self) -> tuple[object, ...]:
+        """What makes a fleet-summary row say something new (not a figure that moves)."""
+        status, boot = self.status, self.boot
+        return (
+            None if status is None else (status.state, status.detail, status.fingerprint, status.strict_host_key),
+            self.boot_index,
+            None if boot is None else (boot.status, boot.phase, boot.failure.kind if boot.failure else None,
+                                       boot.engine, boot.metrics.max_total_num_tokens),
+        )
+
+    def summary_row(self, elapsed: float | None = None) -> FleetRow:
+        return FleetRow(self.host_name, self.status, self.boot, elapsed, readonly=self.readonly)
 
     def _post_summary(self, elapsed: float | None = None) -> None:
-        self.post_message(
-            self.Summary(FleetRow(self.host_name, self.status, self.boot, elapsed, readonly=self.readonly))
-        )
+        self.post_message(self.Summary(self.summary_row(elapsed)))
 
     # ---- actions the screen delegates ---------------------------------------------------------------
 

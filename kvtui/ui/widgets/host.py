@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from textual.content import Content
+from textual.geometry import Size
 from textual.widget import Widget
 
 from kvtui.boot import Boot, BootStatus
@@ -180,7 +181,12 @@ class FleetRow:
 
 
 class FleetSummary(Widget):
-    """One line per host: state, phase, pool tokens, KV usage. Click a line to open its tab."""
+    """One line per host: state, phase, pool tokens, KV usage. Click a line to open its tab.
+
+    With many hosts every host's row changes every second or so (phase clocks, KV usage): a row
+    is rebuilt only when told something new, the widget repaints only when a line it shows (the
+    first ``max-height`` rows) changed, and ``update_rows`` takes a whole second's rows in one
+    repaint."""
 
     DEFAULT_CSS = """
     FleetSummary {
@@ -196,40 +202,77 @@ class FleetSummary(Widget):
     def __init__(self, names: Sequence[str], *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.rows: dict[str, FleetRow] = {n: FleetRow(n, None, None, None) for n in names}
+        self._order = {n: i for i, n in enumerate(self.rows)}
+        self._lines: dict[str, Content] = {}  # each row's line as last built (rebuilt when told anew)
+        self._width = max((len(n) for n in self.rows), default=4)
         self.active: str | None = names[0] if names else None
+        self.repaints = 0  # refreshes asked for (tests check that unseen rows ask for none)
+
+    def visible_rows(self) -> int:
+        """How many rows are on screen (all of them before the first layout)."""
+        height = self.size.height
+        return min(height, len(self.rows)) if height else len(self.rows)
 
     def update_row(self, row: FleetRow) -> None:
-        if self.rows.get(row.name) != row:
+        self.update_rows((row,))
+
+    def update_rows(self, rows: Sequence[FleetRow]) -> None:
+        """Take new rows; one repaint if a line on screen changed. One unwrapped line per host,
+        hosts fixed: a row's new state never changes the height, so no layout pass either."""
+        visible = self.visible_rows()
+        changed = False
+        for row in rows:
+            if row.name not in self._order:
+                continue
             self.rows[row.name] = row
-            # one unwrapped line per host, hosts fixed: a row's new state never changes the height,
-            # so no layout pass of the screen (32 hosts ticking each second made 32 a second)
+            if self._order[row.name] >= visible:
+                self._lines.pop(row.name, None)  # off screen: built when needed
+                continue
+            line = self._line(row)
+            if self._lines.get(row.name) != line:
+                self._lines[row.name] = line
+                changed = True
+        if changed:
+            self.repaints += 1
             self.refresh()
 
     def set_active(self, name: str) -> None:
-        self.active = name
+        previous, self.active = self.active, name
+        for n in (previous, name):
+            if n is not None:
+                self._lines.pop(n, None)
+        self.repaints += 1
         self.refresh()
 
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self.rows)  # one line per host, never wrapped
+
+    def _line(self, row: FleetRow) -> Content:
+        boot = row.boot
+        tokens = fmt.tokens(boot.metrics.max_total_num_tokens) if boot is not None else "—"
+        usage = fmt.percent(boot.live.token_usage) if boot is not None else "—"
+        active = row.name == self.active
+        line = Content.assemble(
+            ("▸ " if active else "  ", "$accent bold"),
+            (f"{row.name:<{self._width}}", "$accent bold" if active else "$foreground bold"),
+            "  ",
+            _pad(conn_text(row.status), 18),
+            _pad(boot_state_text(boot, row.elapsed), 28),
+            ("tokens ", "$text-muted"),
+            (f"{tokens:>10}", "$foreground"),
+            ("   KV ", "$text-muted"),
+            (f"{usage:>6}", "$foreground"),
+            ("   readonly" if row.readonly else "", "$warning"),
+        )
+        return line.stylize(f"@click=app.switch_host('{row.name}')")
+
     def render(self) -> Content:
-        width = max(len(n) for n in self.rows) if self.rows else 4
         lines: list[Content] = []
-        for row in self.rows.values():
-            boot = row.boot
-            tokens = fmt.tokens(boot.metrics.max_total_num_tokens) if boot is not None else "—"
-            usage = fmt.percent(boot.live.token_usage) if boot is not None else "—"
-            active = row.name == self.active
-            line = Content.assemble(
-                ("▸ " if active else "  ", "$accent bold"),
-                (f"{row.name:<{width}}", "$accent bold" if active else "$foreground bold"),
-                "  ",
-                _pad(conn_text(row.status), 18),
-                _pad(boot_state_text(boot, row.elapsed), 28),
-                ("tokens ", "$text-muted"),
-                (f"{tokens:>10}", "$foreground"),
-                ("   KV ", "$text-muted"),
-                (f"{usage:>6}", "$foreground"),
-                ("   readonly" if row.readonly else "", "$warning"),
-            )
-            lines.append(line.stylize(f"@click=app.switch_host('{row.name}')"))
+        for row in list(self.rows.values())[: self.visible_rows()]:
+            line = self._lines.get(row.name)
+            if line is None:
+                line = self._lines[row.name] = self._line(row)
+            lines.append(line)
         return Content("\n").join(lines)
 
 

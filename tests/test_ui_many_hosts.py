@@ -1,0 +1,214 @@
+"""Many hosts in one console (issue 7, benchmark 7): full garbage collections paced away from
+keystrokes (``GcPacer``), one 1 s timer for every pane, and a fleet summary that repaints once
+for a whole second's rows and never for a row that is not on screen."""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import replace
+
+from test_ui_helpers import FakeClock, Harness, demo_app, loading_boot, plain, ready_boot, run_clock
+
+from kvtui.boot import BootStatus
+from kvtui.hosts.backend import ConnState, ConnStatus
+from kvtui.ui import formatting as fmt
+from kvtui.ui.app import GcPacer
+from kvtui.ui.widgets.host import FleetRow, FleetSummary
+
+# ---- GcPacer ------------------------------------------------------------------------------------
+
+
+class Counts:
+    """A stand-in for ``gc.get_count`` / ``gc.collect`` that records the collections asked for."""
+
+    def __init__(self) -> None:
+        self.gen2 = 0  # generation-1 collections since the last full one
+        self.collected: list[int] = []
+
+    def get_count(self) -> tuple[int, int, int]:
+        return (0, 0, self.gen2)
+
+    def collect(self, generation: int) -> int:
+        self.collected.append(generation)
+        self.gen2 = 0
+        return 0
+
+
+def pacer(clock: FakeClock, counts: Counts) -> GcPacer:
+    p = GcPacer(clock=clock, quiet=1.0, min_interval=10.0, max_interval=60.0, collect=counts.collect,
+                get_count=counts.get_count)
+    p.start(freeze=False)
+    return p
+
+
+def test_gc_pacer_takes_full_collections_off_pythons_schedule_and_gives_them_back() -> None:
+    before = gc.get_threshold()
+    p = GcPacer()
+    p.start()
+    try:
+        assert p.started is True
+        assert gc.get_threshold()[:2] == before[:2]
+        assert gc.get_threshold()[2] > 1_000_000  # Python no longer starts a full collection
+        assert gc.get_freeze_count() > 0  # what existed at start-up left the scans
+    finally:
+        p.stop()
+    stopped = not p.started
+    assert stopped
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0  # back in the oldest generation
+    p.stop()  # twice is harmless
+    assert gc.get_threshold() == before
+
+
+def test_gc_pacer_collects_when_due_and_nobody_is_typing() -> None:
+    clock, counts = FakeClock(0.0), Counts()
+    p = pacer(clock, counts)
+    try:
+        clock.advance(30)
+        assert not p.tick()  # not due: too few generation-1 collections since the last full one
+        counts.gen2 = 10
+        assert p.tick()
+        assert counts.collected == [2]
+        counts.gen2 = 10
+        clock.advance(5)
+        assert not p.tick()  # due, but the last one was 5 s ago (min_interval 10 s)
+        clock.advance(5)
+        assert p.tick()
+        assert p.collections == 2
+    finally:
+        p.stop()
+
+
+def test_gc_pacer_waits_for_a_quiet_moment_but_not_forever() -> None:
+    clock, counts = FakeClock(0.0), Counts()
+    p = pacer(clock, counts)
+    try:
+        counts.gen2 = 50
+        for _ in range(49):  # someone types every half second for ~25 s
+            clock.advance(0.5)
+            p.input_seen()
+            assert not p.tick()
+        clock.advance(1.0)  # a second without a key
+        assert p.tick()
+        counts.gen2 = 50
+        ran_at = clock.t
+        forced_at = None
+        while clock.t - ran_at < 70:  # typing without a pause: max_interval (60 s) wins
+            clock.advance(0.5)
+            p.input_seen()
+            if p.tick():
+                forced_at = clock.t - ran_at
+                break
+        assert forced_at == 60.0
+        assert counts.collected == [2, 2]
+    finally:
+        p.stop()
+
+
+def test_gc_pacer_does_nothing_before_start() -> None:
+    clock, counts = FakeClock(0.0), Counts()
+    p = GcPacer(clock=clock, collect=counts.collect, get_count=counts.get_count)
+    counts.gen2 = 100
+    clock.advance(100)
+    assert not p.tick()
+    assert counts.collected == []
+
+
+# ---- FleetSummary -------------------------------------------------------------------------------
+
+
+def names(n: int) -> list[str]:
+    return [f"gpu-{i:02d}" for i in range(n)]
+
+
+def connected() -> ConnStatus:
+    return ConnStatus(ConnState.CONNECTED)
+
+
+async def test_fleet_summary_repaints_only_for_rows_on_screen() -> None:
+    hosts = names(12)
+    fleet = FleetSummary(hosts)
+    async with Harness(fleet).run_test(size=(120, 20)) as pilot:
+        await pilot.pause()
+        assert fleet.size.height == 8  # max-height: 8 rows of 12
+        assert fleet.visible_rows() == 8
+        rows = plain(fleet).splitlines()
+        assert len(rows) == 8
+        assert rows[0].startswith("▸ gpu-00")
+        before = fleet.repaints
+        # rows 9-12 are not on screen: new states for them repaint nothing
+        fleet.update_rows([FleetRow(n, connected(), ready_boot(), None) for n in hosts[8:]])
+        assert fleet.repaints == before
+        assert fleet.rows["gpu-11"].boot is not None  # ... but the row is kept
+        # a second's rows for every host: one repaint
+        fleet.update_rows([FleetRow(n, connected(), ready_boot(0.5), None) for n in hosts])
+        assert fleet.repaints == before + 1
+        await pilot.pause()
+        rows = plain(fleet).splitlines()
+        assert all("✔ ready" in r and "50.0%" in r for r in rows)
+        # the same rows again: nothing to repaint
+        fleet.update_rows([FleetRow(n, connected(), ready_boot(0.5), None) for n in hosts])
+        assert fleet.repaints == before + 1
+        # a figure that moves on a shown row: a repaint
+        fleet.update_row(FleetRow("gpu-03", connected(), ready_boot(0.6), None))
+        assert fleet.repaints == before + 2
+        await pilot.pause()
+        assert "60.0%" in plain(fleet).splitlines()[3]
+
+
+async def test_fleet_summary_rows_read_as_before_and_follow_the_active_host() -> None:
+    hosts = names(3)
+    fleet = FleetSummary(hosts)
+    async with Harness(fleet).run_test(size=(120, 20)) as pilot:
+        boot = loading_boot()
+        fleet.update_rows([
+            FleetRow("gpu-00", connected(), boot, 42.0),
+            FleetRow("gpu-01", ConnStatus(ConnState.RECONNECTING, retry_in=4.2), None, None),
+            FleetRow("gpu-02", connected(), ready_boot(0.42), None, readonly=True),
+        ])
+        await pilot.pause()
+        rows = plain(fleet).splitlines()
+        assert rows[0].startswith("▸ gpu-00  ● connected")
+        assert "▶ load weights 42s" in rows[0]
+        assert "◌ reconnecting i…" in rows[1]  # cut to its column
+        assert "no boot yet" in rows[1]
+        assert "✔ ready" in rows[2]
+        assert f"tokens {fmt.tokens(1_234_567):>10}" in rows[2]
+        assert rows[2].rstrip().endswith("readonly")
+        fleet.set_active("gpu-02")
+        await pilot.pause()
+        rows = plain(fleet).splitlines()
+        assert rows[0].startswith("  gpu-00")
+        assert rows[2].startswith("▸ gpu-02")
+        # a click on a row opens its host
+        assert "switch_host('gpu-01')" in str(fleet.render().spans)
+
+
+# ---- the console: one timer, one repaint a second ---------------------------------------------
+
+
+async def test_one_timer_ticks_every_pane_and_the_summary_repaints_once() -> None:
+    clock = FakeClock()
+    hosts = ("demo-a", "demo-b", "demo-c")
+    app = demo_app(clock, speed=40.0, hosts=hosts)
+    async with app.run_test(size=(130, 38)) as pilot:
+        screen = app.main_screen
+        panes = screen.panes
+        await run_clock(pilot, app, clock, until=lambda: all(
+            p.boot is not None and p.boot.status is BootStatus.READY for p in panes), limit=60)
+        # no pane runs a timer of its own: the screen's one ticks them all
+        assert all(not [t for t in p._timers if t.name == "host-tick"] for p in panes)
+        assert [t.name for t in screen._timers].count("host-tick") == 1
+        fleet = screen.query_one(FleetSummary)
+        # every row's state changes at once (as a second of serving moves every KV figure)
+        for p in panes:
+            assert p.boot is not None
+            p.boot = replace(p.boot, live=replace(p.boot.live, token_usage=0.777))
+        before = fleet.repaints
+        screen.tick()
+        assert fleet.repaints == before + 1
+        rows = plain(fleet).splitlines()  # what it paints now (before another batch comes in)
+        assert len(rows) == 3
+        assert all(fmt.percent(0.777) in r for r in rows), rows
+        screen.tick()  # nothing new: no repaint
+        assert fleet.repaints == before + 1
