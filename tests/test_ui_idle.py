@@ -5,11 +5,16 @@ whose figures are the same; a visible change still shows at the next tick."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 from test_ui_helpers import Harness, gpu_samples
 
-from kvtui.engines.events import Phase
+from kvtui.engines.events import LogRecord, Phase
+from kvtui.hosts.backend import LogStart, aclose_iter
+from kvtui.hosts.demo import DemoBackend
 from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot, PhaseBand
 
 HOUR = 3600.0
@@ -109,3 +114,51 @@ async def test_gpu_bars_repaint_only_when_a_shown_figure_changes() -> None:
         more = [replace(s, used_mib=s.used_mib + 1.0) for s in busier]
         bars.show(more)
         assert bars.repaints == shown + 2
+
+
+# ---- the demo host's log follower while its server idles ----------------------------------------
+
+
+def _ts(record: LogRecord) -> float:
+    assert record.ts is not None
+    return record.ts.timestamp()
+
+
+async def _next_batch(it: AsyncIterator[list[LogRecord]], timeout: float = 30.0) -> list[LogRecord]:
+    return await asyncio.wait_for(anext(it), timeout)  # a hang guard
+
+
+async def test_demo_follower_polls_an_idle_server_with_one_stat_until_a_line_is_due(tmp_path: Path) -> None:
+    clock = [1_780_000_000.0]
+    state = tmp_path / "demo" / "demo"
+    b = DemoBackend("demo", clock=lambda: clock[0], state_dir=state, poll_interval=0.002)
+    b.current_boot()  # the server starts at the clock's now
+    clock[0] += 3600  # an hour later it is ready and serving: a line every few seconds
+    it = b.follow_log(LogStart.CURRENT_BOOT)
+    try:
+        backlog = await _next_batch(it)
+        last = _ts(backlog[-1])
+        task = asyncio.ensure_future(anext(it))
+        await asyncio.sleep(0.1)
+        assert not task.done()  # no line is due
+        assert b.idle_polls >= 10  # ~50 polls, each one stat, not a locked re-read of the state
+        # the clock reaches the next serving line: it comes at the next poll
+        for _ in range(120):
+            if task.done():
+                break
+            clock[0] += 0.5
+            await asyncio.sleep(0.01)
+        batch = await asyncio.wait_for(task, 30)
+        assert batch
+        assert _ts(batch[0]) > last
+        # another process restarts the server between two lines: seen at once, not at the next line
+        task = asyncio.ensure_future(anext(it))
+        await asyncio.sleep(0.02)
+        assert not task.done()
+        other = DemoBackend("demo", clock=lambda: clock[0], state_dir=state)
+        other.restart()
+        batch = await asyncio.wait_for(task, 30)
+        assert batch[0].text == "Stopping SGLang server (Kimi K2.6, TP8)..."
+    finally:
+        await b.close()
+        await aclose_iter(it)

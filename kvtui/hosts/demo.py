@@ -620,6 +620,7 @@ class DemoBackend:
             state_dir = _state_root() / "demo" / name
         self.state_dir = state_dir
         self.poll_interval = poll_interval
+        self.idle_polls = 0  # follower polls answered by one stat (nothing due yet), for tests
         self.preset: Preset = PRESETS[self.model_key]
         self._status = ConnStatus(ConnState.CONNECTING, "simulated host")
         self._closed = False
@@ -821,6 +822,15 @@ class DemoBackend:
         return out
 
     def _collect(self, g: int, i: int, trim: bool, limit: int) -> tuple[list[LogRecord], tuple[int, int, bool]]:
+        out, pos, _, _ = self._collect_due(g, i, trim, limit)
+        return out, pos
+
+    def _collect_due(
+        self, g: int, i: int, trim: bool, limit: int
+    ) -> tuple[list[LogRecord], tuple[int, int, bool], float | None, tuple[int, int] | None]:
+        """``_collect``, plus when the next line is due (clock seconds; None: not known from the
+        state alone) and the signature of the state that was read: until the state file changes
+        or the clock reaches that time, collecting again would find nothing."""
         self._load()  # creates the state if needed (takes its own locks)
         # Read the state and the clock under the shared lock: a restart by another process (which
         # holds the exclusive lock while it reads its clock and writes) is either fully before
@@ -832,6 +842,7 @@ class DemoBackend:
         assert st is not None
         tl = _Timeline(self, st, (st.state_id, sig))  # the state read with ``now``, not a newer one
         out: list[LogRecord] = []
+        due: float | None = None
         v = tl.view(g, now)
         while len(out) < limit and v is not None:
             if trim and i == len(v.pre) and v.ready_t is not None:
@@ -850,17 +861,26 @@ class DemoBackend:
                         continue
                 break
             if ln.t > now:
+                due = ln.t
                 break
             out.append(self._record(tl.state.state_id, g, i, ln))
             i += 1
-        return out, (g, i, trim)
+        return out, (g, i, trim), due, sig
 
     async def follow_log(
         self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
     ) -> AsyncIterator[list[LogRecord]]:
         g, i, trim = self._start_position(start, after_cursor)
+        due: float | None = None
+        sig: tuple[int, int] | None = None
         while not self._closed:
-            batch, (g, i, trim) = self._collect(g, i, trim, MAX_BATCH)
+            # an idle server's next line may be seconds away: until then, and while no process
+            # changed the state (a restart, an edit), a poll is one stat, not a locked re-read
+            if due is not None and self.clock() < due and self._sig() == sig:
+                self.idle_polls += 1
+                await self._pause(self.poll_interval)
+                continue
+            batch, (g, i, trim), due, sig = self._collect_due(g, i, trim, MAX_BATCH)
             if batch:
                 yield batch
                 if len(batch) >= MAX_BATCH:
