@@ -7,13 +7,14 @@ from __future__ import annotations
 import gc
 from dataclasses import replace
 
-from test_ui_helpers import FakeClock, Harness, demo_app, loading_boot, plain, ready_boot, run_clock
+from test_ui_helpers import FakeClock, Harness, demo_app, loading_boot, log_lines, plain, ready_boot, run_clock
 
 from kvtui.boot import BootStatus
 from kvtui.hosts.backend import ConnState, ConnStatus
 from kvtui.ui import formatting as fmt
 from kvtui.ui.app import GcPacer
 from kvtui.ui.widgets.host import FleetRow, FleetSummary
+from kvtui.ui.widgets.log_view import MAX_DISPLAY_CHARS, LogPanel
 
 # ---- GcPacer ------------------------------------------------------------------------------------
 
@@ -212,3 +213,30 @@ async def test_one_timer_ticks_every_pane_and_the_summary_repaints_once() -> Non
         assert all(fmt.percent(0.777) in r for r in rows), rows
         screen.tick()  # nothing new: no repaint
         assert fleet.repaints == before + 1
+
+
+# ---- a key in a storm: the log view's own work ------------------------------------------------
+
+
+async def test_timestamps_toggle_measures_the_widest_line_of_the_window() -> None:
+    panel = LogPanel(window=300)
+    async with Harness(panel).run_test(size=(80, 30)) as pilot:
+        view = panel.view
+        lines = log_lines(200)
+        long = replace(lines[120], text="x" * (MAX_DISPLAY_CHARS + 500))  # cut for display
+        medium = replace(lines[121], text="y" * 150)
+        view.append([*lines[:120], long, medium, *lines[122:]])
+        await pilot.pause()
+        widest = MAX_DISPLAY_CHARS
+        assert view.virtual_size.width == 1 + widest + 1
+        view.timestamps = True
+        await pilot.pause()
+        assert view.virtual_size.width == 1 + 13 + widest + 1
+        view.timestamps = False
+        await pilot.pause()
+        assert view.virtual_size.width == 1 + widest + 1
+        # the long line leaves the window: the next toggle measures what is left
+        view.append(log_lines(300, start=200))
+        view.timestamps = True
+        await pilot.pause()
+        assert view.virtual_size.width == 1 + 13 + max(len(ln.text) for ln in view.lines) + 1

@@ -371,12 +371,14 @@ class LogView(ScrollView, can_focus=True):
         self._scroll_update(size)  # a scrollbar shown or hidden here asks for the layout pass
 
     def _rescan(self) -> None:
-        self._max_width = 0
-        for line in self._view:
-            self._max_width = max(self._max_width, self._line_length(line))
+        # the widest line, as ``_line_length`` measures it (a key toggling timestamps or wrap
+        # pays this over the whole window: one pass in C, not a method call per line)
+        view = self._view
+        extra = 1 + (13 if self.timestamps else 0)
+        self._max_width = extra + min(MAX_DISPLAY_CHARS, max(len(line.text) for line in view)) if view else 0
         self._version += 1
         self._cache.clear()
-        self._rebuild_rows()
+        self._rebuild_rows(added=0)
         self.refresh()
 
     def on_resize(self) -> None:
