@@ -385,3 +385,81 @@ def test_bulk_runs_of_any_length_and_batching_plan_the_same() -> None:
     styles = _plans_agree(texts)
     bars = sum(1 for x in texts if x.startswith("Capturing"))
     assert sum(1 for s in styles if s is None) <= 3 * bars + 10
+
+
+# ---------------------------------------------------------------------------------------------
+# The journal in bulk: columns decoded with C-level maps, the same as entry by entry
+# ---------------------------------------------------------------------------------------------
+
+
+def test_journal_columns_are_journal_fields() -> None:
+    from kvtui.engines.shapes import _FLOAT_EXACT_US, journal_columns, journal_fields
+
+    rng = random.Random(5)
+    edges = [0, 1, 999_999, 1_000_000, 500_000, 1_772_614_800_000_000, 1_772_614_800_999_999,
+             1_772_614_800_500_000, _FLOAT_EXACT_US - 1, 4_000_000_000_999_999, 2_147_483_647_999_999]
+    stamps = edges + [rng.randrange(_FLOAT_EXACT_US) for _ in range(20_000)]
+    dicts: list[dict[str, object]] = []
+    for i, us in enumerate(stamps):
+        o: dict[str, object] = {"MESSAGE": f"line {i}", "__REALTIME_TIMESTAMP": str(us), "_PID": str(7000 + i % 5)}
+        if i % 3:
+            o["__CURSOR"] = f"s=1;i={i:x}"
+        if i % 4:
+            o["SYSLOG_IDENTIFIER"] = "python3"
+        dicts.append(o)
+    objs: list[object] = list(dicts)
+    cols = journal_columns(objs)
+    assert cols is not None
+    want = [journal_fields(o) for o in objs]
+    assert [tuple(c[k] for c in cols) for k in range(len(objs))] == want
+    assert [t.isoformat() for t in cols[1] if t is not None] == [w[1].isoformat() for w in want
+                                                                  if w is not None and w[1] is not None]
+    # pids and stamps that are not plain digit strings: still the same answer (per entry)
+    odd = [dict(o) for o in dicts[:50]]
+    odd[3]["_PID"] = None
+    odd[4]["_PID"] = ""
+    odd[5]["__REALTIME_TIMESTAMP"] = " 12"
+    odd[6].pop("__REALTIME_TIMESTAMP")
+    cols = journal_columns(list(odd))
+    assert cols is not None
+    assert [tuple(c[k] for c in cols) for k in range(len(odd))] == [journal_fields(o) for o in odd]
+    # what only the per-entry path handles: None (the caller decodes entry by entry)
+    for bad in ({"MESSAGE": [104, 105]}, {"MESSAGE": None}, {"__CURSOR": "c"}, {"MESSAGE": "x", "_PID": 7},
+                {"MESSAGE": "x", "__CURSOR": ["a", "b"]}, {"MESSAGE": "x", "__REALTIME_TIMESTAMP": str(_FLOAT_EXACT_US)},
+                [1, 2]):
+        assert journal_columns([objs[0], bad]) is None, bad
+    assert journal_columns([]) == ([], [], [], [], [])
+
+
+def test_journal_follower_bulk_path_equals_entry_by_entry() -> None:
+    import json
+
+    rng = random.Random(9)
+    entries = []
+    for i in range(3000):
+        e: dict[str, object] = {"__CURSOR": f"s=6f1c;i={i:x}", "__REALTIME_TIMESTAMP": str(1772614800000000 + i * 137),
+                                "_PID": "7001", "SYSLOG_IDENTIFIER": "python3", "PRIORITY": "6",
+                                "MESSAGE": _serving(datetime(2026, 3, 1, 10), " TP0", i)}
+        if i % 500 == 7:
+            e["MESSAGE"] = "ünïcode ✓ \"quoted\" \\ back\\slash\ttab"
+        entries.append(e)
+    good = b"".join(json.dumps(e, ensure_ascii=bool(i % 2)).encode() + b"\n" for i, e in enumerate(entries))
+    multi = dict(entries[10], MESSAGE="two\nlines")
+    for data, fast in ((good, True), (good[:5000] + json.dumps(multi).encode() + b"\n" + good[5000:], False),
+                       (good[:5000] + b"\n" + good[5000:], False), (good[:5000] + b"  \n" + good[5000:], False)):
+        for step in (1 << 18, 4096, 777, rng.randrange(100, 20_000)):
+            j_blk = _JournalFollower(_backend(unit="u"), LogStart.CURRENT_BOOT, None)
+            j_ref = _JournalFollower(_backend(unit="u"), LogStart.CURRENT_BOOT, None)
+            got: list[LogRecord] = []
+            took_fast = 0
+            for i in range(0, len(data), step):
+                chunk = data[i : i + step]
+                probe = _JournalFollower(_backend(unit="u"), LogStart.CURRENT_BOOT, None)
+                probe._buf = j_blk._buf
+                took_fast += probe._fast_block(chunk) is not None
+                got += j_blk.feed_block(chunk).records()
+            want = j_ref._feed_lines(data.split(b"\n"))
+            assert got == want, (fast, step)
+            assert j_blk.resume == j_ref.resume
+            if fast:
+                assert took_fast >= len(range(0, len(data), step)) - 1

@@ -656,3 +656,26 @@ def test_docker_timestamps_cached_parse_matches_full_parse(stamp: str) -> None:
     assert parse_docker_ts(stamp) is not None
     recs = d.feed(f"{stamp} hello world\n".encode())
     assert [(r.text, r.ts) for r in recs] == [("hello world", parse_docker_ts(stamp))]
+
+
+async def test_aes_gcm_is_offered_first_unless_the_ssh_config_chooses(tmp_path: Path) -> None:
+    """kvtui offers AES-GCM first (cheaper per byte than chacha20-poly1305 with AES instructions);
+    a ``Ciphers`` line in the user's ssh config is honoured as it is."""
+    host = FakeHost()
+    async with fake_ssh_server(host.handle, tmp_path / "srv") as srv:
+        b = backend(srv)
+        assert b._connect_kwargs()["encryption_algs"] == "^aes128-gcm@openssh.com,aes256-gcm@openssh.com"
+        await b.start()
+        assert b._conn is not None
+        assert b._conn.get_extra_info("recv_cipher") == "aes128-gcm@openssh.com"
+        assert (await b.run("echo gcm")).stdout == "gcm\n"
+        await b.close()
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("Host *\n  Ciphers chacha20-poly1305@openssh.com\n")
+        b = SshBackend("gpu-a", srv.host_config(), ssh_config=[str(cfg)], connect_timeout=5,
+                       options={"agent_path": None})
+        assert "encryption_algs" not in b._connect_kwargs()
+        await b.start()
+        assert b._conn is not None
+        assert b._conn.get_extra_info("recv_cipher") == "chacha20-poly1305@openssh.com"
+        await b.close()

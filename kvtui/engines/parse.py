@@ -20,7 +20,6 @@ Pure core: no I/O beyond the bytes it is given; no textual/asyncssh.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import operator
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -471,6 +470,7 @@ class LivePrefilter:
         self._rank: str | None = None
         self._desc: str | None = None  # the current progress bar
         self._stamps: dict[str, datetime | None] = {}
+        self._hot: dict[str, datetime] = {}  # see _hot_run
 
     def _stamp(self, stamp: str) -> datetime | None:
         """``YYYY-MM-DD HH:MM:SS`` -> naive datetime, as the SGLang grammar reads it (cached)."""
@@ -534,38 +534,59 @@ class LivePrefilter:
     ) -> int:
         """Plan in bulk the run of hot serving lines that starts at ``a``: the lines the per-line
         hot path would take — ``[YYYY-MM-DD HH:MM:SS TAG] Decode batch`` (or ``Prefill batch`` with
-        no ``Decode`` needle anywhere) of the current tag (needles ``n1``, ``n2``), a valid stamp, no ANSI, ``\\r`` or
-        ``\\n``, no systemd identifier, not over-long. Sets their timestamps in ``out_ts``; returns
-        the index after the run (``a`` when it is empty). The tests run in C over windows of
-        growing size (``map`` of ``str`` methods); Python only sees the Prefill lines."""
+        no ``Decode`` needle anywhere) of the current tag (needles ``n1``, ``n2``), a valid stamp,
+        no ANSI, ``\\r`` or ``\\n``, no systemd identifier, not over-long. Sets their timestamps in
+        ``out_ts``; returns the index after the run (``a`` when it is empty).
+
+        Over windows of growing size, in C: each line's head (stamp and needle) is looked up in a
+        cache of the heads seen (``_hot``); Python sees a head once per second of log, and the
+        Prefill lines."""
         n = len(texts)
+        cut = operator.itemgetter(slice(0, 20 + len(n1)))
+        hot = self._hot  # `[YYYY-MM-DD HH:MM:SS` + n1 -> the stamp's datetime (valid stamps only)
+        stamps = self._stamps
+        owns_run: list[datetime | None] = []
         j = a
         w = 64
         while j < n:
             window = texts[j : j + w]
             size = len(window)
-            d = list(map(str.startswith, window, itertools.repeat(n1), itertools.repeat(20)))
+            heads = list(map(cut, window))
+            owns = list(map(hot.get, heads))
+            if None in owns:  # Decode lines of a second not seen yet: their stamps are read once each
+                added = False
+                for head in set(heads).difference(hot):
+                    if head[:1] == "[" and head.endswith(n1):
+                        own = self._stamp(head[1:20])
+                        if own is not None:
+                            if len(hot) >= 4096:
+                                hot.clear()
+                            hot[head] = own
+                            added = True
+                if added:
+                    owns = list(map(hot.get, heads))
             k = 0
-            while k < size:
+            while k < size:  # the rest: Prefill lines (no Decode needle anywhere), or the run's end
                 try:
-                    k = d.index(False, k)
+                    k = owns.index(None, k)
                 except ValueError:
                     k = size
                     break
                 t = window[k]
-                if not t.startswith(n2, 20) or n1 in t:
+                if t[:1] != "[" or not t.startswith(n2, 20) or n1 in t:
                     break
+                own = stamps.get(t[1:20]) or self._stamp(t[1:20])
+                if own is None:
+                    break
+                owns[k] = own
                 k += 1
             j += k
+            owns_run += owns[:k] if k < size else owns
             if k < size:
                 break
-            w = min(w * 2, 4096)
+            w = min(w * 2, 1024)
         if j <= a:
             return a
-        run = texts[a:j]
-        opens = list(map(str.startswith, run, itertools.repeat("[")))
-        if False in opens:
-            j = a + opens.index(False)
         joined = "".join(texts[a:j])
         if "\x1b" in joined or "\r" in joined or "\n" in joined:
             j = next(k for k in range(a, j) if "\x1b" in texts[k] or "\r" in texts[k] or "\n" in texts[k])
@@ -576,17 +597,7 @@ class LivePrefilter:
             j = next(k for k in range(a, j) if len(texts[k]) >= _LIVE_MAX_CHARS)
         if j <= a:
             return a
-        stamps = self._stamps
-        keys = list(map(_STAMP_OF, texts[a:j]))
-        for key in set(keys).difference(stamps):  # stamps not seen yet: read (and cached) once each
-            self._stamp(key)
-        owns = list(map(stamps.get, keys))
-        if None in owns:  # an invalid stamp (or one the bounded cache let go): the run ends before it
-            k = owns.index(None)
-            j = a + k
-            del owns[k:]
-        if j <= a:
-            return a
+        owns = owns_run[: j - a]
         if no_ts:
             out_ts[a:j] = owns
         else:
