@@ -81,7 +81,10 @@ class KeysFooter(Footer):
             return
         if self.is_attached and screen is self.screen and not self._recompose_due:
             self._recompose_due = True
-            self.call_after_refresh(self._recompose_if_changed)
+            if self._shown_keys is None:  # nothing shown yet: in the first frame, not after it
+                self.call_next(self._recompose_if_changed)
+            else:
+                self.call_after_refresh(self._recompose_if_changed)
 
     def _keys(self) -> tuple[object, ...]:
         """Everything ``compose`` reads: the same keys give the same footer."""
@@ -168,6 +171,10 @@ class MainScreen(Screen[None]):
         yield KeysFooter()
 
     def on_mount(self) -> None:
+        try:  # before the first frame, so that the footer's first keys are the log's
+            self._focus_log()
+        except NoMatches:
+            pass
         self.call_after_refresh(self._focus_log)
         # one timer for every host (32 hosts with a timer each made 32 wake-ups and repaints a
         # second, at 32 different moments)

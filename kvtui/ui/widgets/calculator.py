@@ -3,12 +3,14 @@ the prediction (tokens, headroom, verdict, max safe fraction) updating as you ty
 
 It renders and computes only from what it is given (a ``Boot`` and its sibling boots); the
 calculator itself (``kvtui.kvcalc``) is pure and fast, so it runs on the event loop, debounced.
+It is imported when the first boot reaches the panel, not while the console paints its first
+frame.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -21,10 +23,12 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Input, Label, Static
 
-from kvtui import kvcalc
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine
 from kvtui.ui import formatting as fmt
+
+if TYPE_CHECKING:
+    from kvtui import kvcalc
 
 DEBOUNCE_S = 0.25
 
@@ -211,6 +215,8 @@ class CalculatorPanel(Vertical):
 
     def set_boot(self, boot: Boot | None, boots: Sequence[Boot] = ()) -> None:
         """Recalibrate when the boot's figures changed; keeps the user's edits."""
+        from kvtui import kvcalc
+
         if boot is None:
             return
         m = boot.metrics
@@ -241,6 +247,8 @@ class CalculatorPanel(Vertical):
         self.recompute()
 
     def _observed(self, boot: Boot, flag: str) -> str:
+        from kvtui import kvcalc
+
         if flag in boot.flags:
             return _as_text(boot.flags[flag])
         if self.result is not None:
@@ -257,6 +265,8 @@ class CalculatorPanel(Vertical):
         return ""
 
     def _build_fields(self, boot: Boot) -> None:
+        from kvtui import kvcalc
+
         container = self.query_one("#calc-fields", Vertical)
         container.remove_children()
         assert self.engine is not None
@@ -269,6 +279,8 @@ class CalculatorPanel(Vertical):
 
     @property
     def margin_gib(self) -> float:
+        from kvtui import kvcalc
+
         return kvcalc.DEFAULT_GRAPH_MARGIN_GIB if self.graph_margin_gib is None else self.graph_margin_gib
 
     # ---- editing ---------------------------------------------------------------------------
@@ -321,6 +333,8 @@ class CalculatorPanel(Vertical):
 
     def recompute(self) -> None:
         """Predict for the current edits and show it."""
+        from kvtui import kvcalc
+
         self.computations += 1
         for f in self.fields:
             f.input.remove_class("-invalid")
