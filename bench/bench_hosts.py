@@ -42,6 +42,7 @@ async def _measure(hosts: int, seconds: float, work: Path) -> dict[str, Any]:
     app.animation_level = "none"
     frames: list[float] = []
     latencies: list[float] = []
+    kinds: list[str] = []  # "t" or "switch", per latency
     acted = asyncio.Event()
     drawn = asyncio.Event()
     act_at: list[float] = []
@@ -95,6 +96,7 @@ async def _measure(hosts: int, seconds: float, work: Path) -> dict[str, Any]:
                 send_key("t")
             else:  # what the tab bar / palette does: show another host
                 app.call_later(on_switch, names[(k // 2) % min(hosts, 8)])
+            kinds.append("t" if k % 2 == 0 else "switch")
             k += 1
             try:
                 async with asyncio.timeout(2.0):
@@ -111,7 +113,7 @@ async def _measure(hosts: int, seconds: float, work: Path) -> dict[str, Any]:
             latencies.append((first - t0) * 1000)
             await asyncio.sleep(0.3)
         seen = sum(p.monitor.lines_seen for p in screen.panes if p.monitor is not None)
-    return {"latencies": latencies, "connected": connected, "lines": seen}
+    return {"latencies": latencies, "kinds": kinds, "connected": connected, "lines": seen}
 
 
 def run(quick: bool, workdir: Path, *, hosts: int = 32, seconds: float | None = None) -> list[Row]:
@@ -123,9 +125,14 @@ def run(quick: bool, workdir: Path, *, hosts: int = 32, seconds: float | None = 
     res = asyncio.run(_measure(hosts, secs, work))
     lat = res["latencies"]
     p50, p95 = percentile(lat, 50), percentile(lat, 95)
+    by_kind = "; ".join(
+        f"{kind} p50 {percentile(xs, 50):.0f} / p95 {percentile(xs, 95):.0f} ms"
+        for kind in ("t", "switch")
+        if (xs := [x for x, k in zip(lat, res["kinds"], strict=True) if k == kind])
+    )
     return [Row("7 many hosts", f"{hosts} demo hosts: keystroke p95", p95, "ms", budget="< 150 ms", met=p95 < BUDGET_MS,
-                note=f"p50 {p50:.0f} ms, max {max(lat):.0f} ms, {len(lat)} keys (t / switch host) over {secs:.0f} s; "
-                     f"{res['connected']}/{hosts} hosts streaming, {res['lines']:,} lines; load {load0}")]
+                note=f"p50 {p50:.0f} ms, max {max(lat):.0f} ms, {len(lat)} keys (t / switch host) over {secs:.0f} s "
+                     f"({by_kind}); {res['connected']}/{hosts} hosts streaming, {res['lines']:,} lines; load {load0}")]
 
 
 def main() -> int:

@@ -5,9 +5,20 @@ for a whole second's rows and never for a row that is not on screen."""
 from __future__ import annotations
 
 import gc
+import time
 from dataclasses import replace
 
-from test_ui_helpers import FakeClock, Harness, demo_app, loading_boot, log_lines, plain, ready_boot, run_clock
+from test_ui_helpers import (
+    FakeClock,
+    Harness,
+    demo_app,
+    loading_boot,
+    log_lines,
+    plain,
+    ready_boot,
+    run_clock,
+    wait_for,
+)
 
 from kvtui.boot import BootStatus
 from kvtui.hosts.backend import ConnState, ConnStatus
@@ -240,3 +251,46 @@ async def test_timestamps_toggle_measures_the_widest_line_of_the_window() -> Non
         view.timestamps = True
         await pilot.pause()
         assert view.virtual_size.width == 1 + 13 + max(len(ln.text) for ln in view.lines) + 1
+
+
+# ---- hidden hosts prepared in the background -----------------------------------------------------
+
+
+async def test_hidden_hosts_calculators_are_built_in_the_background_not_on_first_show() -> None:
+    clock = FakeClock()
+    app = demo_app(clock, speed=40.0, hosts=("demo-a", "demo-b", "demo-c"))
+    async with app.run_test(size=(130, 38)) as pilot:
+        screen = app.main_screen
+        a, b, c = screen.panes
+        await run_clock(pilot, app, clock, until=lambda: all(
+            p.boot is not None and p.boot.status is BootStatus.READY for p in (a, b, c)), limit=60)
+        await wait_for(pilot, lambda: not b.needs_warm_up and not c.needs_warm_up)
+        assert not b.shown
+        assert b.boot is not None
+        assert b.calculator.engine is b.boot.engine
+        assert b.calculator.fields  # built while hidden
+        builds: list[object] = []
+        build = b.calculator._build_fields
+
+        def counting(boot: object) -> None:
+            builds.append(boot)
+            build(boot)  # type: ignore[arg-type,unused-ignore]
+
+        b.calculator._build_fields = counting  # type: ignore[method-assign,assignment,unused-ignore]
+        app.action_switch_host("demo-b")
+        await pilot.pause()
+        await pilot.pause()
+        assert b.shown
+        assert builds == []  # shown: brought up to date, nothing mounted in the key's way
+        assert [f.flag for f in b.calculator.fields] == [f.flag for f in a.calculator.fields]
+
+        # no background work while someone types
+        c.calculator.engine = None
+        assert c.needs_warm_up
+        app.last_input = time.monotonic()
+        assert not screen.warm_up()
+        assert c.calculator.engine is None
+        app.last_input = time.monotonic() - 5.0
+        assert screen.warm_up()
+        assert not c.needs_warm_up
+        assert not screen.warm_up()  # nothing left to prepare

@@ -62,6 +62,7 @@ WIDGET_BINDING_IDS = (
 )
 
 CHANGES_HOST = frozenset({"restart", "apply", "rollback"})
+WARM_UP_QUIET = 1.0  # seconds without input before hidden panes are prepared in the background
 
 
 class KeysFooter(Footer):
@@ -179,6 +180,18 @@ class MainScreen(Screen[None]):
         # one timer for every host (32 hosts with a timer each made 32 wake-ups and repaints a
         # second, at 32 different moments)
         self.set_interval(1.0, self.tick, name="host-tick")
+        if len(self.specs) > 1:
+            self.set_interval(0.25, self.warm_up, name="warm-up")
+
+    def warm_up(self) -> bool:
+        """A hidden host's calculator fields, built in the background — one pane at a time,
+        in tab order, at most four a second, and only when no key came for ``WARM_UP_QUIET``
+        seconds — so that showing it for the first time does not mount them in the key's way.
+        True when a pane was warmed."""
+        app = self.app
+        if isinstance(app, KvtuiApp) and time.monotonic() - app.last_input < WARM_UP_QUIET:
+            return False
+        return any(pane.warm_up() for pane in self.panes)
 
     def tick(self) -> None:
         """Once a second: each pane ticks (the shown one refreshes its clocks and stall notice),
@@ -595,6 +608,7 @@ class KvtuiApp(App[int]):
         super().__init__()
         self.freeze_gc = freeze_gc
         self.gc_pacer = GcPacer()
+        self.last_input = -1e18  # time.monotonic() of the last key, click or scroll
         if not specs:
             raise ValueError("KvtuiApp needs at least one host")
         self.specs = list(specs)
@@ -674,6 +688,7 @@ class KvtuiApp(App[int]):
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, (events.Key, events.MouseDown, events.MouseScrollDown, events.MouseScrollUp)):
+            self.last_input = time.monotonic()
             self.gc_pacer.input_seen()
         await super().on_event(event)
 

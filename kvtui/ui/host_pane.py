@@ -19,6 +19,7 @@ from textual.worker import Worker, WorkerState
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.config import CalcConfig, HostConfig, UiConfig
+from kvtui.engines.events import Engine
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend
 from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, LogLine, MonitorUpdate
@@ -232,6 +233,28 @@ class HostPane(Vertical):
         if shown and self._stale:
             self._stale = False
             self._catch_up()
+
+    @property
+    def needs_warm_up(self) -> bool:
+        """Hidden, with a boot whose engine the calculator has no flag fields for yet."""
+        boot = self.boot
+        return (
+            not self._shown
+            and boot is not None
+            and boot.engine is not Engine.UNKNOWN
+            and self.is_attached
+            and self.calculator.engine != boot.engine
+        )
+
+    def warm_up(self) -> bool:
+        """Hidden: build the calculator's flag fields for the boot's engine now (the screen
+        calls this for one hidden pane at a time, in the background). Mounting ~30 fields was
+        the costliest part of showing a host for the first time (~100 ms here, in the key's
+        way); shown later, the pane only brings them up to date. True when it did."""
+        if not self.needs_warm_up:
+            return False
+        self.calculator.set_boot(self.boot, self.boots)
+        return True
 
     def _catch_up(self) -> None:
         """Render what a hidden pane kept: the same widget calls its updates would have made."""
