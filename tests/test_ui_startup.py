@@ -9,7 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
-from test_ui_helpers import FakeClock, demo_app, start_demo
+from test_ui_helpers import FakeClock, demo_app, start_demo, wait_for
 from textual.screen import Screen
 from textual.widgets._footer import FooterKey
 
@@ -17,7 +17,7 @@ from kvtui.ui.app import KeysFooter, MainScreen
 from kvtui.ui.widgets.log_view import LogView
 
 
-async def test_the_first_frame_has_the_footers_keys_and_the_log_focused() -> None:
+async def test_the_first_frame_has_the_footers_keys_and_the_log_focused_and_then_the_monitor_starts() -> None:
     clock = FakeClock()
     start_demo("demo", clock)
     app = demo_app(clock)
@@ -29,6 +29,7 @@ async def test_the_first_frame_has_the_footers_keys_and_the_log_focused() -> Non
             footer = screen.query_one(KeysFooter)
             first["keys"] = [key.description for key in footer.query(FooterKey)]
             first["focused"] = type(screen.focused).__name__ if screen.focused is not None else None
+            first["monitors"] = [pane.monitor for pane in screen.panes]
         display(screen, renderable)
 
     app._display = record
@@ -39,6 +40,9 @@ async def test_the_first_frame_has_the_footers_keys_and_the_log_focused() -> Non
         assert "Quit" in first["keys"]
         assert "Search" in first["keys"]  # the log's own keys: it had the focus before that frame
         assert first["focused"] == LogView.__name__
+        # the host's monitor (parser, first batch, GPU plot, calculator) starts after that frame
+        assert first["monitors"] == [None]
+        await wait_for(pilot, lambda: app.main_screen.panes[0].monitor is not None)
         settled = [key.description for key in app.main_screen.query_one(KeysFooter).query(FooterKey)]
         assert set(first["keys"]) <= set(settled)
 
