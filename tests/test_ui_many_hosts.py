@@ -117,6 +117,45 @@ def test_gc_pacer_waits_for_a_quiet_moment_but_not_forever() -> None:
         p.stop()
 
 
+def test_gc_pacer_freezes_survivors_and_now_and_then_thaws_everything_first() -> None:
+    clock, counts = FakeClock(0.0), Counts()
+    calls: list[str] = []
+    p = GcPacer(clock=clock, quiet=1.0, min_interval=10.0, max_interval=60.0, thorough=600.0,
+                collect=counts.collect, get_count=counts.get_count,
+                freeze=lambda: calls.append("freeze"), unfreeze=lambda: calls.append("unfreeze"))
+    p.start()
+    assert calls == ["freeze"]  # start-up objects out of the scans (after a collection)
+    assert counts.collected == [2]
+    calls.clear()
+    counts.gen2 = 10
+    clock.advance(30)
+    assert p.tick()
+    assert calls == ["freeze"]  # what survived is frozen; nothing thawed
+    calls.clear()
+    # typing without a pause past max_interval: a forced collection, never the thorough one
+    clock.advance(700)
+    counts.gen2 = 10
+    p.input_seen()
+    assert p.tick()
+    assert calls == ["freeze"]
+    assert p.thorough_collections == 0
+    calls.clear()
+    # the next quiet moment after ``thorough`` seconds: thaw, collect, freeze again
+    clock.advance(30)
+    counts.gen2 = 10
+    assert p.tick()
+    assert calls == ["unfreeze", "freeze"]
+    assert p.thorough_collections == 1
+    assert p.collections == 3
+    calls.clear()
+    clock.advance(30)
+    counts.gen2 = 10
+    assert p.tick()
+    assert calls == ["freeze"]  # the next thorough one is 600 s away
+    p.stop()
+    assert calls == ["freeze", "unfreeze"]
+
+
 def test_gc_pacer_does_nothing_before_start() -> None:
     clock, counts = FakeClock(0.0), Counts()
     p = GcPacer(clock=clock, collect=counts.collect, get_count=counts.get_count)
