@@ -463,3 +463,44 @@ def test_journal_follower_bulk_path_equals_entry_by_entry() -> None:
             assert j_blk.resume == j_ref.resume
             if fast:
                 assert took_fast >= len(range(0, len(data), step)) - 1
+
+
+def test_stamps_read_from_a_known_minute_equal_a_full_parse() -> None:
+    import re as _re
+
+    def reference(stamp: str) -> datetime | None:
+        if _re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", stamp) is None:
+            return None
+        try:
+            return datetime.fromisoformat(stamp)
+        except ValueError:
+            return None
+
+    t = datetime(2024, 2, 28, 23, 58, 30)
+    stamps = [(t + timedelta(seconds=k)).strftime("%Y-%m-%d %H:%M:%S") for k in range(0, 200_000, 7)]
+    stamps += ["2026-02-28 23:59:59", "2026-02-29 00:00:00", "2026-02-28 23:59:60", "2026-02-28 23:59:61",
+               "2026-02-28 23:59:5x", "2026-02-28 23:59:5", "2026-02-28 23:59:٥٥", "2026-02-28 23:59:-1",
+               "2026-02-28 23:59: 1", "2026-02-28 24:00:00", "2026-02-28 23:60:00", "2024-12-31 23:59:59"]
+    pf = LivePrefilter()
+    for s in stamps:
+        assert pf._stamp(s) == reference(s), s
+        assert pf._stamp(s) == reference(s), s  # cached
+
+
+def test_file_follower_cursors_in_bulk_are_the_byte_offsets() -> None:
+    rng = random.Random(4)
+    t = datetime(2026, 3, 1, 10)
+    plain = "".join(_serving(t, " TP0", k)[: rng.randrange(5, 170)] + "\n" for k in range(5000)).encode()
+    for data in (plain, plain[:9000] + b"\n" + plain[9000:], plain[:7000] + "é\n".encode() + plain[7000:]):
+        for step in (65536, 4096, 333):
+            f_blk = _FileFollower(_backend(log_file="/l"), LogStart.CURRENT_BOOT, "100")
+            f_rec = _FileFollower(_backend(log_file="/l"), LogStart.CURRENT_BOOT, "100")
+            got: list[LogRecord] = []
+            want: list[LogRecord] = []
+            for i in range(0, len(data), step):
+                got += f_blk.feed_block(data[i : i + step]).records()
+                want += f_rec._feed_slow(f_rec._buf + data[i : i + step])
+            assert got == want, step
+            assert f_blk.offset == f_rec.offset == 100 + len(data)
+    assert [r.cursor for r in got[:2]] == [str(100 + len(want[0].text) + 1),
+                                          str(100 + len(want[0].text) + len(want[1].text) + 2)]

@@ -429,6 +429,7 @@ _STAMP_S_RE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 _PROGRESS_COUNT_RE = re.compile(r"(\d+)/(\d+) \[")  # the SGLang grammar's tqdm count
 # an SGLang-prefixed uvicorn access line (`[stamp] INFO:     127.0.0.1:5000 - "POST /generate HTTP/1.1" 200 OK`)
 _ACCESS_S_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\] INFO:     ")
+_SECONDS = {f"{s:02d}": timedelta(seconds=s) for s in range(60)}  # a valid stamp's seconds
 _LIVE_MAX_CHARS = 16 * 1024  # longer lines are always parsed (the parser cuts them)
 
 # What the live prefilter says about a batch of lines: per line the display style the parser would
@@ -471,6 +472,7 @@ class LivePrefilter:
         self._desc: str | None = None  # the current progress bar
         self._stamps: dict[str, datetime | None] = {}
         self._hot: dict[str, datetime] = {}  # see _hot_run
+        self._minutes: dict[str, datetime] = {}  # see _stamp
 
     def _stamp(self, stamp: str) -> datetime | None:
         """``YYYY-MM-DD HH:MM:SS`` -> naive datetime, as the SGLang grammar reads it (cached)."""
@@ -480,11 +482,19 @@ class LivePrefilter:
         except KeyError:
             pass
         dt: datetime | None = None
-        if _STAMP_S_RE.fullmatch(stamp) is not None:
+        minute = self._minutes.get(stamp[:17])  # `YYYY-MM-DD HH:MM:` of a valid stamp -> its :00
+        sec = _SECONDS.get(stamp[17:])
+        if minute is not None and sec is not None:  # the next second of a minute seen: no parsing
+            dt = minute + sec
+        elif _STAMP_S_RE.fullmatch(stamp) is not None:
             try:
                 dt = datetime.fromisoformat(stamp)
             except ValueError:
                 dt = None
+            if dt is not None:
+                if len(self._minutes) >= 1024:
+                    self._minutes.clear()
+                self._minutes[stamp[:17]] = dt.replace(second=0)
         if len(stamps) >= 4096:
             stamps.clear()
         stamps[stamp] = dt
@@ -557,7 +567,7 @@ class LivePrefilter:
                 added = False
                 for head in set(heads).difference(hot):
                     if head[:1] == "[" and head.endswith(n1):
-                        own = self._stamp(head[1:20])
+                        own = stamps.get(head[1:20]) or self._stamp(head[1:20])
                         if own is not None:
                             if len(hot) >= 4096:
                                 hot.clear()
