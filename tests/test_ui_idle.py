@@ -10,11 +10,12 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
-from test_ui_helpers import Harness, gpu_samples
+from test_ui_helpers import Harness, gpu_samples, ready_boot
 
 from kvtui.engines.events import LogRecord, Phase
 from kvtui.hosts.backend import LogStart, aclose_iter
 from kvtui.hosts.demo import DemoBackend
+from kvtui.ui.widgets.boot import BootFigures
 from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot, PhaseBand
 
 HOUR = 3600.0
@@ -162,3 +163,20 @@ async def test_demo_follower_polls_an_idle_server_with_one_stat_until_a_line_is_
     finally:
         await b.close()
         await aclose_iter(it)
+
+
+async def test_boot_figures_repaint_only_when_a_figure_changes() -> None:
+    figures = BootFigures()
+    async with Harness(figures).run_test(size=(40, 12)) as pilot:
+        boot = ready_boot()
+        figures.show(boot)
+        await pilot.pause()
+        shown = figures.repaints
+        figures.show(ready_boot())  # the same figures, told again with the next serving line
+        assert figures.repaints == shown
+        other = ready_boot()
+        other.metrics.max_total_num_tokens = 123_456
+        figures.show(other)
+        assert figures.repaints == shown + 1
+        await pilot.pause()
+        assert "123,456" in str(figures.render())

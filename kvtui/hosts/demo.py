@@ -621,6 +621,7 @@ class DemoBackend:
         self.state_dir = state_dir
         self.poll_interval = poll_interval
         self.idle_polls = 0  # follower polls answered by one stat (nothing due yet), for tests
+        self._collected_due: tuple[float | None, tuple[int, int] | None] = (None, None)
         self.preset: Preset = PRESETS[self.model_key]
         self._status = ConnStatus(ConnState.CONNECTING, "simulated host")
         self._closed = False
@@ -822,7 +823,8 @@ class DemoBackend:
         return out
 
     def _collect(self, g: int, i: int, trim: bool, limit: int) -> tuple[list[LogRecord], tuple[int, int, bool]]:
-        out, pos, _, _ = self._collect_due(g, i, trim, limit)
+        out, pos, due, sig = self._collect_due(g, i, trim, limit)
+        self._collected_due = (due, sig)  # read by ``follow_log`` right after (no await between)
         return out, pos
 
     def _collect_due(
@@ -880,7 +882,8 @@ class DemoBackend:
                 self.idle_polls += 1
                 await self._pause(self.poll_interval)
                 continue
-            batch, (g, i, trim), due, sig = self._collect_due(g, i, trim, MAX_BATCH)
+            batch, (g, i, trim) = self._collect(g, i, trim, MAX_BATCH)
+            due, sig = self._collected_due
             if batch:
                 yield batch
                 if len(batch) >= MAX_BATCH:

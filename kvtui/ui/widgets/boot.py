@@ -167,10 +167,19 @@ class BootFigures(Widget):
         super().__init__(name=name, id=id, classes=classes)
         self._boot: Boot | None = None
         self._rows_shown = -1
+        self._shown: list[tuple[str, str]] | None = None
+        self.repaints = 0  # refreshes asked for, for tests and the curious
 
     def show(self, boot: Boot | None) -> None:
+        """Told the boot on every batch (a serving line every few seconds): repaint only when a
+        figure changed."""
         self._boot = boot
-        rows = len(self.figures())
+        figures = self.figures()
+        if figures == self._shown:
+            return
+        self._shown = figures
+        rows = len(figures)
+        self.repaints += 1
         self.refresh(layout=rows != self._rows_shown)
         self._rows_shown = rows
 
