@@ -136,11 +136,9 @@ async def _kvtui_once(inst: object, shape: str, log: Path, nlines: int, work: Pa
         t0 = time.perf_counter()
         c0 = time.process_time()
         if shape == "raw":
-            def append() -> None:
-                with live.open("ab") as out, log.open("rb") as src:
-                    shutil.copyfileobj(src, out, 1 << 20)
-
-            writer = asyncio.create_task(asyncio.to_thread(append))
+            # the host's writer is another process (its CPU is not kvtui's)
+            writer = await asyncio.create_subprocess_exec(
+                "sh", "-c", f"cat {shlex.quote(str(log))} >> {shlex.quote(str(live))}")
         else:
             go.touch()
             writer = None
@@ -152,7 +150,7 @@ async def _kvtui_once(inst: object, shape: str, log: Path, nlines: int, work: Pa
         dt = time.perf_counter() - t0
         cpu = time.process_time() - c0
         if writer is not None:
-            await writer
+            await writer.wait()
     finally:
         await mon.close()
         with contextlib.suppress(Exception):
