@@ -331,6 +331,7 @@ class HostMonitor:
         self._serving_at = -1e9
         self._stream_note = ""
         self._dirty = asyncio.Event()
+        self._repaced = asyncio.Event()
         self._closed = asyncio.Event()
         self._pids_now = asyncio.Event()
         self._procs: list[GpuProcess] = []
@@ -344,6 +345,17 @@ class HostMonitor:
     def gpu_history(self, index: int) -> Sequence[tuple[float, float]]:
         """(ts, used_mib) samples of GPU ``index``, oldest first, at most ``gpu_history``."""
         return tuple(self._gpu_hist.get(index, ()))
+
+    def set_pace(self, *, flush_interval: float, serving_interval: float) -> None:
+        """How often the sink hears of lines (``flush_interval``, at least 50 ms) and of serving-only
+        boot changes (``serving_interval``) from now on: a view that is not on screen needs fewer
+        batches. A shorter flush interval takes effect at once (what is pending is flushed)."""
+        flush_interval = max(MIN_FLUSH_INTERVAL, flush_interval)
+        shorter = flush_interval < self.flush_interval
+        self.flush_interval = flush_interval
+        self.serving_interval = max(0.0, serving_interval)
+        if shorter:
+            self._repaced.set()
 
     @property
     def boots(self) -> list[Boot]:
@@ -835,7 +847,10 @@ class HostMonitor:
                                                                                        STORM_FLUSH_INTERVAL)
             wait = interval - (loop.time() - last)
             if wait > 0:
-                await asyncio.sleep(wait)
+                self._repaced.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await self._repaced.wait()  # a shorter pace (a view shown) ends the wait
             self._dirty.clear()
             self._poll_status()
             if self._flush():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from kvtui.config import HostConfig
 from kvtui.engines.events import LogRecord
 from kvtui.hosts.backend import RecordBlock
 from kvtui.hosts.local import LocalBackend
-from kvtui.monitor import SKIPPED_SLICE, STORM_BATCH, STORM_SERVING_INTERVAL, HostMonitor
+from kvtui.monitor import SKIPPED_SLICE, STORM_BATCH, STORM_SERVING_INTERVAL, HostMonitor, LogBatch
 
 FIXTURES = Path(__file__).parent / "fixtures"
 pytest.importorskip("kvtui.engines.parse")
@@ -110,3 +111,42 @@ async def test_serving_figures_are_paced_to_once_a_second_in_a_storm(tmp_path: P
         await slow.close()
     finally:
         await mon.close()
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        if loop.time() > end:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.01)
+
+
+async def test_a_shorter_pace_flushes_what_is_pending_at_once(tmp_path: Path) -> None:
+    log = tmp_path / "paced.log"
+    log.write_text("")
+    host = HostConfig(local=True, log_file=str(log))
+    backend = LocalBackend("paced", host, poll_interval=0.02, systemctl=("false",))
+    mon = HostMonitor("paced", backend, host=host, state_dir=tmp_path / "state", flush_interval=0.05)
+    batches: list[int] = []
+    task = asyncio.create_task(mon.run(lambda updates: batches.append(
+        sum(len(u.lines) for u in updates if isinstance(u, LogBatch)))))
+    try:
+        loop = asyncio.get_running_loop()
+        mon.set_pace(flush_interval=30.0, serving_interval=5.0)
+        assert (mon.flush_interval, mon.serving_interval) == (30.0, 5.0)
+        with log.open("a") as fh:
+            fh.write("".join(f"line {i}\n" for i in range(10)))
+        await until(lambda: len(mon.spool) >= 10)
+        assert len(mon.spool) == 10  # taken in and spooled at once ...
+        await asyncio.sleep(0.3)
+        shown = sum(batches)
+        assert shown < 10  # ... but not handed over: the flush waits its 30 s
+        t0 = loop.time()
+        mon.set_pace(flush_interval=0.05, serving_interval=0.25)
+        await until(lambda: sum(batches) >= 10)
+        assert sum(batches) == 10
+        assert loop.time() - t0 < 1.0  # not after the rest of the 30 s
+    finally:
+        await mon.close()
+        await asyncio.wait_for(task, 5)

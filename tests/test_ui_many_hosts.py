@@ -23,7 +23,8 @@ from test_ui_helpers import (
 from kvtui.boot import BootStatus
 from kvtui.hosts.backend import ConnState, ConnStatus
 from kvtui.ui import formatting as fmt
-from kvtui.ui.app import GcPacer
+from kvtui.ui.app import PACE_HIDDEN_FROM, GcPacer
+from kvtui.ui.host_pane import HIDDEN_FLUSH_INTERVAL, HIDDEN_SERVING_INTERVAL
 from kvtui.ui.widgets.host import FleetRow, FleetSummary
 from kvtui.ui.widgets.log_view import MAX_DISPLAY_CHARS, LogPanel
 
@@ -333,3 +334,33 @@ async def test_hidden_hosts_calculators_are_built_in_the_background_not_on_first
         assert screen.warm_up()
         assert not c.needs_warm_up
         assert not screen.warm_up()  # nothing left to prepare
+
+
+async def test_many_hosts_hidden_monitors_hand_over_batches_less_often() -> None:
+    clock = FakeClock()
+    hosts = tuple(f"demo-{i}" for i in range(PACE_HIDDEN_FROM))
+    app = demo_app(clock, speed=40.0, hosts=hosts)
+    async with app.run_test(size=(130, 38)) as pilot:
+        screen = app.main_screen
+        panes = screen.panes
+        await wait_for(pilot, lambda: all(p.monitor is not None for p in panes))
+
+        def paces() -> list[tuple[float, float]]:
+            return [(p.monitor.flush_interval, p.monitor.serving_interval) for p in panes if p.monitor is not None]
+
+        base = (0.05, 0.25)  # demo_app's flush interval, the monitor's default serving interval
+        hidden = (HIDDEN_FLUSH_INTERVAL, HIDDEN_SERVING_INTERVAL)
+        assert paces() == [base] + [hidden] * (len(hosts) - 1)
+        app.action_switch_host("demo-2")
+        await pilot.pause()
+        assert paces() == [hidden, hidden, base, hidden, hidden][: len(hosts)]
+
+
+async def test_a_few_hosts_are_not_paced() -> None:
+    clock = FakeClock()
+    app = demo_app(clock, speed=40.0, hosts=("demo-a", "demo-b"))
+    async with app.run_test(size=(130, 38)) as pilot:
+        panes = app.main_screen.panes
+        await wait_for(pilot, lambda: all(p.monitor is not None for p in panes))
+        paces = [(p.monitor.flush_interval, p.monitor.serving_interval) for p in panes if p.monitor]
+        assert paces == [(0.05, 0.25)] * 2

@@ -62,6 +62,7 @@ WIDGET_BINDING_IDS = (
 )
 
 CHANGES_HOST = frozenset({"restart", "apply", "rollback"})
+PACE_HIDDEN_FROM = 5  # hosts in one console from which hidden hosts' monitors flush less often
 WARM_UP_QUIET = 2.0  # seconds without input before hidden panes are prepared in the background
 
 
@@ -157,6 +158,7 @@ class MainScreen(Screen[None]):
             readonly=self.readonly,
             monitor_options=self.monitor_options,
             shown=shown,
+            pace_hidden=len(self.specs) >= PACE_HIDDEN_FROM,
             id=f"pane-{spec.name}",
         )
 

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 Clock = Callable[[], float]
 BackendFactory = Callable[[str, HostConfig], HostBackend]
 W = TypeVar("W", bound=Widget)
+HIDDEN_FLUSH_INTERVAL = 0.25  # seconds between a hidden pane's batches (``pace_hidden``)
+HIDDEN_SERVING_INTERVAL = 1.0  # seconds between its serving-only boot changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +118,18 @@ class HostPane(Vertical):
         readonly: bool = False,
         monitor_options: Mapping[str, Any] | None = None,
         shown: bool = True,
+        pace_hidden: bool = False,
         id: str | None = None,
     ) -> None:
         """``shown``: whether the pane starts on screen (False for a host whose tab is not the
-        first); ``set_shown`` follows the tabs from there."""
+        first); ``set_shown`` follows the tabs from there. ``pace_hidden`` (a console of many
+        hosts): while hidden, the monitor hands over batches at most every
+        ``HIDDEN_FLUSH_INTERVAL`` and serving-only boot changes at most every
+        ``HIDDEN_SERVING_INTERVAL`` seconds (nothing is drawn from them; 31 hidden hosts serving
+        made ~120 batches a second)."""
         super().__init__(id=id, classes="host-pane")
+        self.pace_hidden = pace_hidden
+        self._pace_base: tuple[float, float] | None = None  # the monitor's own (flush, serving)
         self._widgets: dict[type[Widget], Widget] = {}
         self._boot_panel: Widget | None = None
         self._shown = shown
@@ -231,11 +240,21 @@ class HostPane(Vertical):
         if shown == self._shown:
             return
         self._shown = shown
+        self._pace_monitor()
         if self.is_attached:
             self.log_view.hold(not shown)
         if shown and self._stale:
             self._stale = False
             self._catch_up()
+
+    def _pace_monitor(self) -> None:
+        monitor, base = self.monitor, self._pace_base
+        if monitor is None or base is None:
+            return
+        flush, serving = base
+        if self.pace_hidden and not self._shown:
+            flush, serving = max(flush, HIDDEN_FLUSH_INTERVAL), max(serving, HIDDEN_SERVING_INTERVAL)
+        monitor.set_pace(flush_interval=flush, serving_interval=serving)
 
     @property
     def needs_warm_up(self) -> bool:
@@ -295,6 +314,8 @@ class HostPane(Vertical):
             **self.monitor_options,
         )
         self.monitor = monitor
+        self._pace_base = (monitor.flush_interval, monitor.serving_interval)
+        self._pace_monitor()
         self.log_view.source = monitor.spool
         try:
             await monitor.run(self._sink)
