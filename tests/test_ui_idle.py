@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
-from test_ui_helpers import Harness, gpu_samples, ready_boot
+from test_ui_helpers import Harness, foreign_process, gpu_samples, ready_boot
+from textual.widget import Widget
 
 from kvtui.engines.events import LogRecord, Phase
 from kvtui.hosts.backend import LogStart, aclose_iter
@@ -180,3 +181,30 @@ async def test_boot_figures_repaint_only_when_a_figure_changes() -> None:
         assert figures.repaints == shown + 1
         await pilot.pause()
         assert "123,456" in str(figures.render())
+
+
+async def test_gpu_bar_rows_are_the_strips_the_text_renders_to_and_are_kept() -> None:
+    bars = GpuBars()
+    async with Harness(bars).run_test(size=(44, 12)) as pilot:
+        base = gpu_samples(80.0, n=6, ts=1000.0)
+        cases = [
+            base,
+            [replace(s, util=None) if s.index == 1 else s for s in base],
+            [replace(s, stale=True) if s.index == 2 else s for s in base],
+            [replace(s, used_mib=s.total_mib * 0.99) if s.index == 3 else s for s in base],  # >= 97 %: warning
+        ]
+        foreign = [foreign_process(4, 6.0)]
+        for samples in cases:
+            bars.show(samples, foreign)
+            await pilot.pause()
+            for y in range(len(samples)):
+                kept = bars.render_line(y)
+                bars._dirty_regions.add(bars.size.region)  # the plain path: render() as text
+                plain = Widget.render_line(bars, y)
+                assert list(kept) == list(plain), (y, samples[y])
+        # a reading that shows what an earlier one showed reuses its strip
+        rendered = len(bars._strips)
+        bars.show(cases[0], foreign)
+        await pilot.pause()
+        assert len(bars._strips) == rendered
+        assert bars.render_line(0) is bars.render_line(0)

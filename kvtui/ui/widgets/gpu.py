@@ -4,8 +4,8 @@ memory, and the warning about memory held by processes that are not the server's
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Sequence
+from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -13,6 +13,8 @@ from rich.text import Text
 from textual.app import RenderResult
 from textual.content import Content
 from textual.geometry import Size
+from textual.strip import Strip
+from textual.visual import Visual
 from textual.widget import Widget
 from textual.widgets import DataTable
 
@@ -24,6 +26,9 @@ from kvtui.ui.widgets.quiet import QuietStatic
 
 if TYPE_CHECKING:
     from textual_plotext import Plot
+
+
+ROW_STRIPS = 256  # GPU bar rows kept rendered (8 GPUs x the few utilisation values each wanders over)
 
 
 def _foreign_by_gpu(foreign: Sequence[GpuProcess]) -> dict[int, float]:
@@ -55,6 +60,7 @@ class GpuBars(Widget):
         self.samples: tuple[GpuSample, ...] = ()
         self.foreign: tuple[GpuProcess, ...] = ()
         self._shown: tuple[object, ...] | None = None
+        self._strips: OrderedDict[tuple[object, ...], Strip] = OrderedDict()  # row strips, LRU
         self.repaints = 0  # refreshes asked for, for tests and the curious
 
     @staticmethod
@@ -83,35 +89,58 @@ class GpuBars(Widget):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return max(1, len(self.samples))
 
+    def _row(self, s: GpuSample, held: Mapping[int, float], width: int) -> Content:
+        total = max(s.total_mib, 1.0)
+        figures = f" {s.used_gib:5.1f}/{s.total_gib:.0f}G"
+        util = "" if s.util is None else f"{s.util:4.0f}%"
+        bar_width = max(4, width - 3 - len(figures) - len(util))
+        foreign_mib = min(held.get(s.index, 0.0), s.used_mib)
+        used_cells = round(min(1.0, s.used_mib / total) * bar_width)
+        foreign_cells = min(used_cells, math.ceil(foreign_mib / total * bar_width)) if foreign_mib else 0
+        server_cells = used_cells - foreign_cells
+        free_cells = bar_width - used_cells
+        high = s.used_mib / total >= 0.97
+        used_style = "$gpu-stale" if s.stale else ("$warning" if high else "$gpu-used")
+        return Content.assemble(
+            (f"{s.index:>2} ", "$text-muted"),
+            ("█" * server_cells, used_style),
+            ("█" * foreign_cells, "$gpu-foreign"),
+            ("█" * free_cells, "$foreground 10%"),
+            (figures, "$gpu-stale" if s.stale else "$foreground"),
+            (util, "$text-muted"),
+        )
+
     def render(self) -> Content:
         if not self.samples:
             return Content.styled("no GPU readings yet", "$text-muted italic")
         held = _foreign_by_gpu(self.foreign)
         width = self.size.width or 34
-        rows: list[Content] = []
-        for s in self.samples:
-            total = max(s.total_mib, 1.0)
-            figures = f" {s.used_gib:5.1f}/{s.total_gib:.0f}G"
-            util = "" if s.util is None else f"{s.util:4.0f}%"
-            bar_width = max(4, width - 3 - len(figures) - len(util))
-            foreign_mib = min(held.get(s.index, 0.0), s.used_mib)
-            used_cells = round(min(1.0, s.used_mib / total) * bar_width)
-            foreign_cells = min(used_cells, math.ceil(foreign_mib / total * bar_width)) if foreign_mib else 0
-            server_cells = used_cells - foreign_cells
-            free_cells = bar_width - used_cells
-            high = s.used_mib / total >= 0.97
-            used_style = "$gpu-stale" if s.stale else ("$warning" if high else "$gpu-used")
-            rows.append(
-                Content.assemble(
-                    (f"{s.index:>2} ", "$text-muted"),
-                    ("█" * server_cells, used_style),
-                    ("█" * foreign_cells, "$gpu-foreign"),
-                    ("█" * free_cells, "$foreground 10%"),
-                    (figures, "$gpu-stale" if s.stale else "$foreground"),
-                    (util, "$text-muted"),
-                )
-            )
-        return Content("\n").join(rows)
+        return Content("\n").join([self._row(s, held, width) for s in self.samples])
+
+    def render_line(self, y: int) -> Strip:
+        """A row's strip, kept by what the row shows, the width and the theme: a serving GPU's
+        utilisation wanders over a few values, and rendering all eight rows' styled text anew
+        each second was most of an idle console's frame. The same strip ``render`` would give
+        (``Visual.to_strips`` of the row); a text selection takes the plain path."""
+        width = self.size.width
+        samples = self.samples
+        if not samples or not width or y >= len(samples) or self.text_selection is not None:
+            return super().render_line(y)
+        held = _foreign_by_gpu(self.foreign)
+        s = samples[y]
+        util = None if s.util is None else round(s.util)
+        key = (y, s.index, s.used_mib, s.total_mib, util, s.stale, held.get(s.index, 0.0), width, self.app.theme,
+               self.visual_style)
+        strip = self._strips.get(key)
+        if strip is None:  # rendered at its line: the segments carry their (x, y) offsets
+            row = Content("\n" * y) + self._row(s, held, width)
+            strip = Visual.to_strips(self, row, width, y + 1, self.visual_style)[y]
+            self._strips[key] = strip
+            if len(self._strips) > ROW_STRIPS:
+                self._strips.popitem(last=False)
+        else:
+            self._strips.move_to_end(key)
+        return strip
 
 
 class ForeignWarning(QuietStatic):
