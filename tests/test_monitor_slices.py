@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,6 +63,7 @@ async def test_a_large_chunk_is_ingested_in_slices_that_let_other_tasks_run(tmp_
     whole._ingest(records)  # one synchronous pass over the whole chunk (the reference)
 
     sliced = monitor(tmp_path, "sliced")
+    sliced.step_budget = 0.0  # yield after every slice
     turns: list[int] = []  # how many lines were spooled each time another task got the loop
     done = asyncio.Event()
 
@@ -95,6 +97,31 @@ async def test_a_large_chunk_is_ingested_in_slices_that_let_other_tasks_run(tmp_
     assert [b.to_json() for b in sliced.tracker.boots] == [b.to_json() for b in whole.tracker.boots]
     for m in (whole, sliced):
         await m.close()
+
+
+async def test_slices_within_the_step_budget_run_without_a_yield(tmp_path: Path) -> None:
+    """The monitor keeps its share of a busy loop: it yields once its step budget is spent, not
+    after every slice."""
+    records = storm_records(5 * SKIPPED_SLICE)
+    mon = monitor(tmp_path, "budget")
+    mon.step_budget = 60.0  # far more than this block takes
+    turns: list[int] = []
+    done = asyncio.Event()
+
+    async def other_task() -> None:
+        while not done.is_set():
+            turns.append(len(mon.spool))
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(other_task())
+    await asyncio.sleep(0)
+    mon._step_started = time.perf_counter()
+    await mon._ingest_block(RecordBlock.of(records))
+    done.set()
+    await other
+    assert set(turns) <= {0, len(records)}  # nobody else ran in the middle of the block
+    assert len(mon.spool) == len(records)
+    await mon.close()
 
 
 async def test_serving_figures_are_paced_to_once_a_second_in_a_storm(tmp_path: Path) -> None:
