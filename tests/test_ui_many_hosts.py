@@ -12,6 +12,7 @@ from test_ui_helpers import (
     FakeClock,
     Harness,
     demo_app,
+    failed_boot,
     loading_boot,
     log_lines,
     plain,
@@ -182,30 +183,67 @@ async def test_fleet_summary_repaints_only_for_rows_on_screen() -> None:
     fleet = FleetSummary(hosts)
     async with Harness(fleet).run_test(size=(120, 20)) as pilot:
         await pilot.pause()
-        assert fleet.size.height == 8  # max-height: 8 rows of 12
-        assert fleet.visible_rows() == 8
+        assert fleet.size.height == 8  # max-height: 7 hosts' lines and the others' sum
+        assert fleet.visible_rows() == 7
         rows = plain(fleet).splitlines()
         assert len(rows) == 8
         assert rows[0].startswith("▸ gpu-00")
+        assert rows[7] == "  +5 more: · 5 other"
         before = fleet.repaints
-        # rows 9-12 are not on screen: new states for them repaint nothing
-        fleet.update_rows([FleetRow(n, connected(), ready_boot(), None) for n in hosts[8:]])
-        assert fleet.repaints == before
-        assert fleet.rows["gpu-11"].boot is not None  # ... but the row is kept
+        # rows 8-12 are not on screen: their new state shows only in the sum (one repaint) ...
+        fleet.update_rows([FleetRow(n, connected(), ready_boot(), None) for n in hosts[7:]])
+        assert fleet.repaints == before + 1
+        assert fleet.rows["gpu-11"].boot is not None  # ... and the row is kept
+        await pilot.pause()
+        assert plain(fleet).splitlines()[7] == "  +5 more: ✔ 5 ready"
+        # ... and a figure that moves on them (KV usage) repaints nothing
+        fleet.update_rows([FleetRow(n, connected(), ready_boot(0.9), None) for n in hosts[7:]])
+        assert fleet.repaints == before + 1
         # a second's rows for every host: one repaint
         fleet.update_rows([FleetRow(n, connected(), ready_boot(0.5), None) for n in hosts])
-        assert fleet.repaints == before + 1
-        await pilot.pause()
-        rows = plain(fleet).splitlines()
-        assert all("✔ ready" in r and "50.0%" in r for r in rows)
-        # the same rows again: nothing to repaint
-        fleet.update_rows([FleetRow(n, connected(), ready_boot(0.5), None) for n in hosts])
-        assert fleet.repaints == before + 1
-        # a figure that moves on a shown row: a repaint
-        fleet.update_row(FleetRow("gpu-03", connected(), ready_boot(0.6), None))
         assert fleet.repaints == before + 2
         await pilot.pause()
+        rows = plain(fleet).splitlines()
+        assert all("✔ ready" in r and "50.0%" in r for r in rows[:7])
+        # the same rows again: nothing to repaint
+        fleet.update_rows([FleetRow(n, connected(), ready_boot(0.5), None) for n in hosts])
+        assert fleet.repaints == before + 2
+        # a figure that moves on a shown row: a repaint
+        fleet.update_row(FleetRow("gpu-03", connected(), ready_boot(0.6), None))
+        assert fleet.repaints == before + 3
+        await pilot.pause()
         assert "60.0%" in plain(fleet).splitlines()[3]
+
+
+async def test_fleet_summary_window_holds_the_active_host_and_sums_up_the_others() -> None:
+    hosts = names(12)
+    fleet = FleetSummary(hosts)
+    async with Harness(fleet).run_test(size=(120, 20)) as pilot:
+        fleet.update_rows([FleetRow(n, connected(), ready_boot(), None) for n in hosts])
+        fleet.update_row(FleetRow("gpu-10", connected(), failed_boot(), None))
+        fleet.update_row(FleetRow("gpu-09", ConnStatus(ConnState.RECONNECTING, retry_in=3), None, None))
+        fleet.update_row(FleetRow("gpu-08", connected(), loading_boot(), 12.0))
+        await pilot.pause()
+        rows = plain(fleet).splitlines()
+        assert [r[2:8] for r in rows[:7]] == hosts[:7]
+        assert rows[7] == "  +5 more: ✖ 1 failed · ◌ 1 unreachable · ▶ 1 booting · ✔ 2 ready"
+        # the failed host out of view: its sum opens the first host that needs a look
+        assert "switch_host('gpu-09')" in str(fleet.render().spans)
+        # the active host out of the window: the window moves just enough to hold it
+        fleet.set_active("gpu-10")
+        await pilot.pause()
+        rows = plain(fleet).splitlines()
+        assert [r[2:8] for r in rows[:7]] == hosts[4:11]
+        assert rows[6].startswith("▸ gpu-10")
+        assert "✖ failed" in rows[6]
+        assert rows[7] == "  +5 more: ✔ 5 ready"
+        # back to a host in the window: it stays where it is
+        fleet.set_active("gpu-05")
+        await pilot.pause()
+        assert [r[2:8] for r in plain(fleet).splitlines()[:7]] == hosts[4:11]
+        fleet.set_active("gpu-00")
+        await pilot.pause()
+        assert [r[2:8] for r in plain(fleet).splitlines()[:7]] == hosts[:7]
 
 
 async def test_fleet_summary_rows_read_as_before_and_follow_the_active_host() -> None:

@@ -183,10 +183,14 @@ class FleetRow:
 class FleetSummary(Widget):
     """One line per host: state, phase, pool tokens, KV usage. Click a line to open its tab.
 
+    More hosts than fit (``max-height``): the lines show a window of hosts that always holds the
+    active one, and the last line sums up the others ("+24 more: ✖ 2 failed · ▶ 3 booting · …"),
+    so a failure on a host out of view is seen at once.
+
     With many hosts every host's row changes every second or so (phase clocks, KV usage): a row
-    is rebuilt only when told something new, the widget repaints only when a line it shows (the
-    first ``max-height`` rows) changed, and ``update_rows`` takes a whole second's rows in one
-    repaint."""
+    is rebuilt only when told something new, the widget repaints only when a line it shows (a
+    host's line in the window, or the sum of the others) changed, and ``update_rows`` takes a
+    whole second's rows in one repaint."""
 
     DEFAULT_CSS = """
     FleetSummary {
@@ -207,11 +211,79 @@ class FleetSummary(Widget):
         self._width = max((len(n) for n in self.rows), default=4)
         self.active: str | None = names[0] if names else None
         self.repaints = 0  # refreshes asked for (tests check that unseen rows ask for none)
+        self._first = 0  # the first host in the window (kept while the active host is in it)
+        self._others: Content | None = None  # the last line summing up the hosts out of the window
+
+    def window(self) -> tuple[int, int]:
+        """(first, count): the hosts whose lines are on screen (all of them before the first
+        layout). With more hosts than lines, ``count`` leaves the last line to the others' sum and
+        the window moves as little as it must to hold the active host."""
+        total = len(self.rows)
+        height = self.size.height
+        if not height or total <= height:
+            return 0, total
+        count = max(1, height - 1)
+        active = self._order.get(self.active, 0) if self.active is not None else 0
+        first = self._first
+        if active < first:
+            first = active
+        elif active >= first + count:
+            first = active - count + 1
+        self._first = first = max(0, min(first, total - count))
+        return first, count
 
     def visible_rows(self) -> int:
-        """How many rows are on screen (all of them before the first layout)."""
-        height = self.size.height
-        return min(height, len(self.rows)) if height else len(self.rows)
+        """How many hosts' lines are on screen."""
+        return self.window()[1]
+
+    def _shown(self, name: str, window: tuple[int, int]) -> bool:
+        first, count = window
+        return first <= self._order[name] < first + count
+
+    def _others_line(self, window: tuple[int, int]) -> Content | None:
+        """The hosts out of the window in one line: how many, and how many of them failed, cannot
+        be reached, are booting, ready or neither; clicking it opens the first that failed."""
+        first, count = window
+        names = list(self.rows)
+        hidden = names[:first] + names[first + count:]
+        if not hidden:
+            return None
+        counts = {"failed": 0, "unreachable": 0, "booting": 0, "ready": 0, "idle": 0}
+        first_failed: str | None = None
+        for name in hidden:
+            row = self.rows[name]
+            boot = row.boot
+            if row.status is not None and (row.status.state in FATAL_STATES
+                                           or row.status.state is ConnState.RECONNECTING):
+                counts["unreachable"] += 1
+                first_failed = first_failed or name
+            elif boot is not None and boot.status is BootStatus.FAILED:
+                counts["failed"] += 1
+                first_failed = first_failed or name
+            elif boot is not None and boot.status is BootStatus.STARTING:
+                counts["booting"] += 1
+            elif boot is not None and boot.status is BootStatus.READY:
+                counts["ready"] += 1
+            else:
+                counts["idle"] += 1
+        styles = {
+            "failed": ("✖", "$phase-failed bold"),
+            "unreachable": ("◌", "$warning bold"),
+            "booting": ("▶", "$accent"),
+            "ready": ("✔", "$phase-ready"),
+            "idle": ("·", "$text-muted"),
+        }
+        parts: list[Content | tuple[str, str] | str] = [(f"  +{len(hidden)} more: ", "$text-muted")]
+        shown = [k for k, n in counts.items() if n]
+        for i, key in enumerate(shown):
+            icon, style = styles[key]
+            parts.append((f"{icon} {counts[key]} {key if key != 'idle' else 'other'}", style))
+            if i < len(shown) - 1:
+                parts.append((" · ", "$text-muted"))
+        line = Content.assemble(*parts)
+        if first_failed is not None:
+            line = line.stylize(f"@click=app.switch_host('{first_failed}')")
+        return line
 
     def update_row(self, row: FleetRow) -> None:
         self.update_rows((row,))
@@ -219,18 +291,25 @@ class FleetSummary(Widget):
     def update_rows(self, rows: Sequence[FleetRow]) -> None:
         """Take new rows; one repaint if a line on screen changed. One unwrapped line per host,
         hosts fixed: a row's new state never changes the height, so no layout pass either."""
-        visible = self.visible_rows()
+        window = self.window()
         changed = False
+        others = False
         for row in rows:
             if row.name not in self._order:
                 continue
             self.rows[row.name] = row
-            if self._order[row.name] >= visible:
+            if not self._shown(row.name, window):
                 self._lines.pop(row.name, None)  # off screen: built when needed
+                others = True
                 continue
             line = self._line(row)
             if self._lines.get(row.name) != line:
                 self._lines[row.name] = line
+                changed = True
+        if others:
+            summed = self._others_line(window)
+            if summed != self._others:
+                self._others = summed
                 changed = True
         if changed:
             self.repaints += 1
@@ -267,12 +346,16 @@ class FleetSummary(Widget):
         return line.stylize(f"@click=app.switch_host('{row.name}')")
 
     def render(self) -> Content:
+        first, count = window = self.window()
         lines: list[Content] = []
-        for row in list(self.rows.values())[: self.visible_rows()]:
+        for row in list(self.rows.values())[first : first + count]:
             line = self._lines.get(row.name)
             if line is None:
                 line = self._lines[row.name] = self._line(row)
             lines.append(line)
+        self._others = self._others_line(window)
+        if self._others is not None:
+            lines.append(self._others)
         return Content("\n").join(lines)
 
 
