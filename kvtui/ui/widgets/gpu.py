@@ -305,15 +305,8 @@ class GpuHistoryPlot(Widget):
         size and theme; else the plot area stays empty for that frame) and the figure of the
         current data is built right after that frame. Rebuilding with plotext
         (20-50 ms) in the frame that shows the switched-to host was a large part of the
-        switch's latency; the figure of the current data follows one frame later. A figure
-        out of date is repainted now (the pane may not be laid out yet, so ``redraw_if_needed``
-        would skip it and the switch would show the old figure until the next timer tick)."""
+        switch's latency; the figure of the current data follows one frame later."""
         self._defer = True
-        if self._dirty and self.display:
-            self._dirty = False
-            self._visible = False
-            self._drawn = self.points[-1] if self.points else None
-            self.refresh()
 
     def _rebuild(self) -> None:
         self._defer = False
