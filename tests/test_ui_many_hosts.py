@@ -22,7 +22,6 @@ from test_ui_helpers import (
     run_clock,
     wait_for,
 )
-from textual.content import Content
 
 from kvtui.boot import BootStatus
 from kvtui.hosts.backend import ConnState, ConnStatus
@@ -445,38 +444,30 @@ async def test_gpu_plot_shown_again_paints_its_last_figure_then_the_new_one() ->
         assert figure.spans == new.spans
 
 
-async def test_gpu_plot_shown_again_without_a_figure_of_its_size_paints_an_empty_area_first() -> None:
-    """No last figure, or one of another size: the switch's frame shows an empty plot area (not a
-    stale figure cropped or stretched) and the figure follows right after; nothing changed: the
-    same figure, nothing deferred or built."""
+async def test_gpu_plot_shown_again_builds_at_once_without_a_figure_of_its_size() -> None:
+    """No last figure, or one of another size or theme: the first paint builds (a stale figure
+    cropped or stretched, or in the old theme's colours, is not shown); nothing changed: no build."""
     plot = GpuHistoryPlot(id="p")
     async with Harness(plot).run_test(size=(70, 24)) as pilot:
         await pilot.pause()
         plot.add(gpu_samples(5.0, ts=1000.0))
         plot.add(gpu_samples(6.0, ts=1001.0))
         plot.defer_next_build()  # never built yet
-        held = plot.render()
-        assert isinstance(held, Content)
-        assert held.plain == ""
-        assert plot.render() is held  # the same frame painting again: still no build
-        assert (plot.redraws, plot.deferred) == (0, 1)
-        await pilot.pause()
-        await pilot.pause()
         first = plot.render()
         assert isinstance(first, Text)
-        assert (plot.redraws, plot.deferred) == (1, 1)
+        assert (plot.redraws, plot.deferred) == (1, 0)
         plot.defer_next_build()  # nothing changed: the same figure, no build
         assert plot.render() is first
-        assert (plot.redraws, plot.deferred) == (1, 1)
+        assert (plot.redraws, plot.deferred) == (1, 0)
         wide = plot.size
         plot.add(gpu_samples(7.0, ts=1002.0))
         plot.defer_next_build()
-        plot.styles.width = 30  # shown again at another size
-        await pilot.pause()
+        plot.styles.width = 30  # shown again at another size: the paint builds the figure
         await pilot.pause()
         await pilot.pause()
         assert plot.size != wide
-        assert (plot.redraws, plot.deferred) == (2, 2)
+        assert plot.deferred == 0
+        assert plot.redraws == 2
         narrow = plot.render()
         assert isinstance(narrow, Text)
         assert max(len(line) for line in narrow.plain.splitlines()) <= plot.size.width
@@ -500,29 +491,3 @@ async def test_switching_hosts_defers_the_plots_rebuild_past_the_first_frame() -
         await wait_for(pilot, lambda: b.gpu_plot.redraws == builds + 1)
         assert b.gpu_plot._cache_key is not None
         assert b.gpu_plot._cache_key[1] == b.gpu_plot._version  # the current data's figure
-
-
-async def test_gpu_plot_repainted_unchanged_reuses_its_lines() -> None:
-    """A repaint of an unchanged figure (the pane shown again) reuses its rendered lines; a new
-    figure, another size or a theme renders them anew."""
-    plot = GpuHistoryPlot(id="p")
-    async with Harness(plot).run_test(size=(70, 24)) as pilot:
-        await pilot.pause()
-        for t in range(10):
-            plot.add(gpu_samples(5.0 + t, ts=1000.0 + t))
-        plot.redraw_if_needed()
-        await pilot.pause()
-        lines = [plot.render_line(y) for y in range(plot.size.height)]
-        plot.refresh()
-        assert [plot.render_line(y) for y in range(plot.size.height)] == lines
-        assert all(a is b for a, b in zip([plot.render_line(y) for y in range(plot.size.height)], lines, strict=True))
-        plot.add(gpu_samples(30.0, ts=1100.0))
-        plot.redraw_if_needed()
-        moved = [plot.render_line(y) for y in range(plot.size.height)]
-        assert moved != lines
-        assert plot.redraws == 2
-        pilot.app.theme = "textual-light" if pilot.app.theme != "textual-light" else "textual-dark"
-        await pilot.pause()
-        themed = [plot.render_line(y) for y in range(plot.size.height)]
-        assert [s.text for s in themed] == [s.text for s in moved]
-        assert themed != moved  # the new theme's colours

@@ -15,7 +15,7 @@ from textual.content import Content
 from textual.geometry import Size
 from textual.strip import Strip
 from textual.visual import Visual
-from textual.widget import Widget, _RenderCache
+from textual.widget import Widget
 from textual.widgets import DataTable
 
 from kvtui.engines.events import Phase
@@ -219,9 +219,6 @@ class GpuHistoryPlot(Widget):
         self._cache_key: tuple[object, ...] | None = None
         self._cache: Text | None = None
         self._defer = False  # shown again: the next paint may show the last figure, rebuilt after
-        self._holding: tuple[object, ...] | None = None  # the key the held figure stands in for
-        self._held: Text | Content | None = None  # painted while the build waits a frame
-        self._strips: tuple[Text, Size, object, list[Strip]] | None = None  # the figure's lines
         self.redraws = 0  # plot builds, for tests and the curious
         self.deferred = 0  # paints that showed the last figure while the new one waited a frame
 
@@ -300,17 +297,15 @@ class GpuHistoryPlot(Widget):
         return True
 
     def defer_next_build(self) -> None:
-        """The plot is coming back on screen (its host's tab was switched to): if its figure is
-        out of date, its next paint shows the last figure it built (if that was built at the same
-        size and theme; else the plot area stays empty for that frame) and the figure of the
-        current data is built right after that frame. Rebuilding with plotext
+        """The plot is coming back on screen (its host's tab was switched to): its next paint
+        shows the last figure it built, if that was built at the same size and theme, and the
+        figure of the current data is built right after that frame. Rebuilding with plotext
         (20-50 ms) in the frame that shows the switched-to host was a large part of the
         switch's latency; the figure of the current data follows one frame later."""
         self._defer = True
 
     def _rebuild(self) -> None:
         self._defer = False
-        self._holding = self._held = None
         self.refresh()
 
     def _phase_colour(self, phase: Phase | None) -> tuple[int, int, int]:
@@ -366,20 +361,15 @@ class GpuHistoryPlot(Widget):
     def render(self) -> RenderResult:
         key = (self.size, self._version, self.app.theme)
         defer, self._defer = self._defer, False
-        if key == self._holding and self._held is not None:
-            return self._held  # painted again in the frame that deferred the build
         if key != self._cache_key or self._cache is None:
+            previous = self._cache_key
+            if defer and self._cache is not None and previous is not None and previous[0] == key[0] \
+                    and previous[2] == key[2]:
+                self.deferred += 1
+                self.call_after_refresh(self._rebuild)
+                return self._cache
             if not self.points:
                 return Content.styled("collecting GPU memory samples…", "$text-muted italic")
-            if defer:  # the switch's frame: the last figure if it fits, else an empty plot area
-                previous = self._cache_key
-                fits = self._cache is not None and previous is not None and previous[0] == key[0] \
-                    and previous[2] == key[2]
-                self._held = self._cache if fits and self._cache is not None else Content("")
-                self.deferred += 1
-                self._holding = key
-                self.call_after_refresh(self._rebuild)
-                return self._held
             try:
                 self._fill()
                 self._cache = Text.from_ansi(self._build())
@@ -388,24 +378,6 @@ class GpuHistoryPlot(Widget):
             self._cache_key = key
             self.redraws += 1
         return self._cache
-
-    def _render_content(self) -> None:
-        """Textual's line rendering, with the lines of the last figure kept: a figure painted
-        again unchanged (the host's tab shown again, a repaint of the pane around it) reuses its
-        strips instead of rendering its styled text anew (~7 ms a switch with 32 hosts)."""
-        figure = self.render()
-        size, style = self.size, self.visual_style
-        kept = self._strips
-        if (isinstance(figure, Text) and kept is not None and kept[0] is figure and kept[1] == size
-                and kept[2] == style and self.text_selection is None):
-            self._render_cache = _RenderCache(size, kept[3])
-            self._dirty_regions.clear()
-            return
-        super()._render_content()
-        if isinstance(figure, Text) and self.text_selection is None:
-            self._strips = (figure, size, style, self._render_cache.lines)
-        else:
-            self._strips = None
 
     def _build(self) -> str:
         self.plt.plotsize(self.size.width, self.size.height)
