@@ -8,13 +8,11 @@ import gc
 import time
 from dataclasses import replace
 
-from rich.text import Text
 from test_ui_helpers import (
     FakeClock,
     Harness,
     demo_app,
     failed_boot,
-    gpu_samples,
     loading_boot,
     log_lines,
     plain,
@@ -28,7 +26,6 @@ from kvtui.hosts.backend import ConnState, ConnStatus
 from kvtui.ui import formatting as fmt
 from kvtui.ui.app import PACE_HIDDEN_FROM, GcPacer
 from kvtui.ui.host_pane import HIDDEN_FLUSH_INTERVAL, HIDDEN_SERVING_INTERVAL
-from kvtui.ui.widgets.gpu import GpuHistoryPlot
 from kvtui.ui.widgets.host import FleetRow, FleetSummary
 from kvtui.ui.widgets.log_view import MAX_DISPLAY_CHARS, LogPanel
 
@@ -405,89 +402,3 @@ async def test_a_few_hosts_are_not_paced() -> None:
         await wait_for(pilot, lambda: all(p.monitor is not None for p in panes))
         paces = [(p.monitor.flush_interval, p.monitor.serving_interval) for p in panes if p.monitor]
         assert paces == [(0.05, 0.25)] * 2
-
-
-# ---- the GPU plot on a host switch ---------------------------------------------------------------
-
-
-async def test_gpu_plot_shown_again_paints_its_last_figure_then_the_new_one() -> None:
-    """Back on screen, the plot's first paint is its last figure (no plotext in the switch's
-    frame); the figure of the current data is built right after and equals a fresh plot's."""
-    plot, fresh = GpuHistoryPlot(id="p"), GpuHistoryPlot(id="fresh")
-    async with Harness(plot, fresh).run_test(size=(70, 24)) as pilot:
-        await pilot.pause()
-        for t in range(40):
-            fresh.add(gpu_samples(5.0 + t, ts=1000.0 + t))
-        for t in range(20):
-            plot.add(gpu_samples(5.0 + t, ts=1000.0 + t))
-        assert plot.redraw_if_needed()
-        await pilot.pause()
-        old = plot.render()
-        assert isinstance(old, Text)
-        builds = plot.redraws
-        for t in range(20, 40):  # readings that came while the host was hidden
-            plot.add(gpu_samples(5.0 + t, ts=1000.0 + t))
-        plot.defer_next_build()
-        assert plot.render() is old  # the switch's frame: the last figure, nothing built
-        assert (plot.redraws, plot.deferred) == (builds, 1)
-        await pilot.pause()
-        await pilot.pause()
-        assert plot.redraws == builds + 1  # built right after
-        new = plot.render()
-        assert isinstance(new, Text)
-        assert new.plain != old.plain
-        assert (plot.redraws, plot.deferred) == (builds + 1, 1)  # painted again, not rebuilt
-        assert plot.size == fresh.size
-        figure = fresh.render()
-        assert isinstance(figure, Text)
-        assert figure.plain == new.plain
-        assert figure.spans == new.spans
-
-
-async def test_gpu_plot_shown_again_builds_at_once_without_a_figure_of_its_size() -> None:
-    """No last figure, or one of another size or theme: the first paint builds (a stale figure
-    cropped or stretched, or in the old theme's colours, is not shown); nothing changed: no build."""
-    plot = GpuHistoryPlot(id="p")
-    async with Harness(plot).run_test(size=(70, 24)) as pilot:
-        await pilot.pause()
-        plot.add(gpu_samples(5.0, ts=1000.0))
-        plot.add(gpu_samples(6.0, ts=1001.0))
-        plot.defer_next_build()  # never built yet
-        first = plot.render()
-        assert isinstance(first, Text)
-        assert (plot.redraws, plot.deferred) == (1, 0)
-        plot.defer_next_build()  # nothing changed: the same figure, no build
-        assert plot.render() is first
-        assert (plot.redraws, plot.deferred) == (1, 0)
-        wide = plot.size
-        plot.add(gpu_samples(7.0, ts=1002.0))
-        plot.defer_next_build()
-        plot.styles.width = 30  # shown again at another size: the paint builds the figure
-        await pilot.pause()
-        await pilot.pause()
-        assert plot.size != wide
-        assert plot.deferred == 0
-        assert plot.redraws == 2
-        narrow = plot.render()
-        assert isinstance(narrow, Text)
-        assert max(len(line) for line in narrow.plain.splitlines()) <= plot.size.width
-
-
-async def test_switching_hosts_defers_the_plots_rebuild_past_the_first_frame() -> None:
-    clock = FakeClock()
-    app = demo_app(clock, speed=40.0, hosts=("demo-a", "demo-b"))
-    async with app.run_test(size=(130, 38)) as pilot:
-        b = app.main_screen.panes[1]
-        await run_clock(pilot, app, clock, until=lambda: len(b.gpu_plot.points) >= 3, limit=60)
-        app.action_switch_host("demo-b")
-        await wait_for(pilot, lambda: b.gpu_plot.redraws >= 1)
-        app.action_switch_host("demo-a")
-        await pilot.pause()
-        builds, deferred = b.gpu_plot.redraws, b.gpu_plot.deferred
-        await run_clock(pilot, app, clock, until=lambda: b.gpu_plot._version > (b.gpu_plot._cache_key or (0, 0))[1],
-                        limit=30)
-        app.action_switch_host("demo-b")  # new readings came while hidden
-        await wait_for(pilot, lambda: b.gpu_plot.deferred == deferred + 1)
-        await wait_for(pilot, lambda: b.gpu_plot.redraws == builds + 1)
-        assert b.gpu_plot._cache_key is not None
-        assert b.gpu_plot._cache_key[1] == b.gpu_plot._version  # the current data's figure

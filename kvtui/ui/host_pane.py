@@ -243,8 +243,6 @@ class HostPane(Vertical):
         self._pace_monitor()
         if self.is_attached:
             self.log_view.hold(not shown)
-            if shown:
-                self.gpu_plot.defer_next_build()  # plotext out of the switch's first frame
         if shown and self._stale:
             self._stale = False
             self._catch_up()

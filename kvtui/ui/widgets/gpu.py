@@ -218,9 +218,7 @@ class GpuHistoryPlot(Widget):
         self._version = 0  # bumped on every change of the data the figure is built from
         self._cache_key: tuple[object, ...] | None = None
         self._cache: Text | None = None
-        self._defer = False  # shown again: the next paint may show the last figure, rebuilt after
         self.redraws = 0  # plot builds, for tests and the curious
-        self.deferred = 0  # paints that showed the last figure while the new one waited a frame
 
     @property
     def plt(self) -> Plot:
@@ -296,18 +294,6 @@ class GpuHistoryPlot(Widget):
         self.refresh()
         return True
 
-    def defer_next_build(self) -> None:
-        """The plot is coming back on screen (its host's tab was switched to): its next paint
-        shows the last figure it built, if that was built at the same size and theme, and the
-        figure of the current data is built right after that frame. Rebuilding with plotext
-        (20-50 ms) in the frame that shows the switched-to host was a large part of the
-        switch's latency; the figure of the current data follows one frame later."""
-        self._defer = True
-
-    def _rebuild(self) -> None:
-        self._defer = False
-        self.refresh()
-
     def _phase_colour(self, phase: Phase | None) -> tuple[int, int, int]:
         variables = self.app.theme_variables
         name = "phase-failed" if phase is None else fmt.PHASE_VARIABLE[phase]
@@ -360,14 +346,7 @@ class GpuHistoryPlot(Widget):
 
     def render(self) -> RenderResult:
         key = (self.size, self._version, self.app.theme)
-        defer, self._defer = self._defer, False
         if key != self._cache_key or self._cache is None:
-            previous = self._cache_key
-            if defer and self._cache is not None and previous is not None and previous[0] == key[0] \
-                    and previous[2] == key[2]:
-                self.deferred += 1
-                self.call_after_refresh(self._rebuild)
-                return self._cache
             if not self.points:
                 return Content.styled("collecting GPU memory samples…", "$text-muted italic")
             try:
