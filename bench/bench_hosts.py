@@ -15,13 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from common import Row, loadavg, percentile, table
+from common import Row, loadavg, percentile, run_standalone
 
 BUDGET_MS = 150.0
 
@@ -141,13 +139,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="kvtui-bench-hosts-"))
-    try:
-        rows = run(a.quick, work, hosts=a.hosts, seconds=a.seconds)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(table(rows))
-    return 0 if all(r.met is not False for r in rows) else 1
+    return run_standalone("hosts", run, a.quick, hosts=a.hosts, seconds=a.seconds)
 
 
 if __name__ == "__main__":

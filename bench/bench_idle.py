@@ -12,14 +12,12 @@ GPUs are sampled at 1 Hz. After the first paint and a settling time, the process
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from common import Row, loadavg, table
+from common import Row, loadavg, run_standalone
 from ttyapp import TtyApp, isolated_env, kvtui_argv
 
 BUDGET_PCT = 3.0
@@ -63,13 +61,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="kvtui-bench-idle-"))
-    try:
-        rows = run(a.quick, work, seconds=a.seconds)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(table(rows))
-    return 0 if all(r.met is not False for r in rows) else 1
+    return run_standalone("idle", run, a.quick, seconds=a.seconds)
 
 
 if __name__ == "__main__":

@@ -30,11 +30,10 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, Row, loadavg, median, table
+from common import ROOT, Row, loadavg, median, run_standalone
 
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -245,13 +244,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="kvtui-bench-ingest-"))
-    try:
-        rows = run(a.quick, work, lines=a.lines, runs=a.runs)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(table(rows))
-    return 0 if all(r.met is not False for r in rows) else 1
+    return run_standalone("ingest", run, a.quick, lines=a.lines, runs=a.runs)
 
 
 if __name__ == "__main__":

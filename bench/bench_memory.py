@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from common import ROOT, Row, loadavg, table
+from common import ROOT, Row, loadavg, run_standalone
 
 BUDGET_MB = 200.0
 
@@ -143,13 +141,7 @@ def main() -> int:
     ap.add_argument("--lines", type=int, default=None)
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="kvtui-bench-memory-"))
-    try:
-        rows = run(a.quick, work, lines=a.lines)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(table(rows))
-    return 0 if all(r.met is not False for r in rows) else 1
+    return run_standalone("memory", run, a.quick, lines=a.lines)
 
 
 if __name__ == "__main__":

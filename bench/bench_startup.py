@@ -16,14 +16,12 @@ the first full paint.
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from common import Row, loadavg, median, table
+from common import Row, loadavg, median, run_standalone
 from ttyapp import TtyApp, isolated_env, kvtui_argv
 
 PAINT_NEEDLES = (b"demo", b"GPU", b"Log", b"Calculator", b"Quit")
@@ -89,13 +87,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="kvtui-bench-startup-"))
-    try:
-        rows = run(a.quick, work, runs=a.runs)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(table(rows))
-    return 0 if all(r.met is not False for r in rows) else 1
+    return run_standalone("startup", run, a.quick, runs=a.runs)
 
 
 if __name__ == "__main__":

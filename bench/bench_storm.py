@@ -19,14 +19,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from common import Row, loadavg, percentile, table
+from common import Row, loadavg, percentile, run_standalone
 
 RATE = 20_000
 BUDGET_MS = 100.0
@@ -230,13 +228,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=RATE)
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="kvtui-bench-storm-"))
-    try:
-        rows = run(a.quick, work, seconds=a.seconds, rate=a.rate)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(table(rows))
-    return 0 if all(r.met is not False for r in rows) else 1
+    return run_standalone("storm", run, a.quick, seconds=a.seconds, rate=a.rate)
 
 
 if __name__ == "__main__":

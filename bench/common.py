@@ -8,8 +8,10 @@ in the same run (when the benchmark has one), their ratio, the budget and whethe
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -120,3 +122,15 @@ def table(rows: Sequence[Row]) -> str:
     for b in body:
         out.append("| " + " | ".join(c.ljust(w) for c, w in zip(b, widths, strict=True)) + " |")
     return "\n".join(out)
+
+
+def run_standalone(name: str, run: Callable[..., list[Row]], quick: bool, **options: object) -> int:
+    """A benchmark run as a script (``bench/bench_NAME.py``): in a scratch directory removed
+    afterwards, its rows printed as the table; exit 0 when no budget was missed."""
+    work = Path(tempfile.mkdtemp(prefix=f"kvtui-bench-{name}-"))
+    try:
+        rows = run(quick, work, **options)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(table(rows))
+    return 0 if all(r.met is not False for r in rows) else 1
