@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import BinaryIO, Protocol, TextIO
 
+from kvtui import fmt
 from kvtui.boot import Boot, BootStatus, BootTracker, PhaseSpan
 from kvtui.engines.events import Engine
 from kvtui.engines.parse import LineParser, Prefilter, parse_chunks
@@ -296,15 +297,7 @@ def analyse(
 
 
 def _dur(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    m, s = divmod(round(seconds), 60)
-    if m < 60:
-        return f"{m}m {s:02d}s"
-    h, m = divmod(m, 60)
-    return f"{h}h {m:02d}m"
+    return "" if seconds is None else fmt.duration(seconds)
 
 
 def _when(dt: datetime | None) -> str:
@@ -316,12 +309,8 @@ def _when(dt: datetime | None) -> str:
     return text
 
 
-def _gib(v: float | None) -> str:
-    return "—" if v is None else f"{v:.2f} GiB"
-
-
-def _n(v: float | None) -> str:
-    return "—" if v is None else f"{int(v):,}"
+_gib = fmt.gib
+_n = fmt.tokens
 
 
 def _ranks(ranks: list[str]) -> str:
@@ -361,7 +350,7 @@ def render_boot(boot: Boot, index: int, total: int) -> list[str]:
     if m.kv_cache_gib is not None:
         kv.append(_gib(m.kv_cache_gib))
     if m.cell_bytes is not None:
-        kv.append(f"{m.cell_bytes:,} B/token")
+        kv.append(f"≈{m.cell_bytes:,} B/token (printed KV size ÷ tokens)")
     if kv:
         out.append(f"    {'KV pool':<16} {' · '.join(kv)}")
     mem = []
@@ -388,7 +377,7 @@ def render_boot(boot: Boot, index: int, total: int) -> list[str]:
     if m.max_running_requests is not None:
         limits.append(f"max running {m.max_running_requests:,}")
     if m.max_concurrency is not None:
-        limits.append(f"{m.max_concurrency:.2f} full-context requests fit")
+        limits.append(f"{fmt.capacity(m.max_concurrency)} full-context requests fit")
     if limits:
         out.append(f"    {'limits':<16} {' · '.join(limits)}")
     if boot.draft_facts:

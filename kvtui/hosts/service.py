@@ -68,7 +68,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from kvtui import audit
+from kvtui import audit, fmt
 from kvtui import flags as fl
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine
@@ -300,24 +300,15 @@ def outcome_headline(outcome: ApplyOutcome, action: str, name: str) -> str:
 
 
 def render_prediction(p: Prediction) -> list[str]:
-    js = p.to_json()
-    pred = js.get("predicted")
     lines = [f"Prediction: verdict {p.verdict} (confidence {p.confidence}, basis {p.model.basis})"]
-    if isinstance(pred, dict):
-        tok = pred.get("max_total_num_tokens")
-        kv = pred.get("kv_cache_gib")
-        head = pred.get("graph_headroom_gib")
-        bits = []
-        if isinstance(tok, int):
-            bits.append(f"{tok:,} tokens")
-        if isinstance(kv, (int, float)):
-            bits.append(f"KV {kv:.2f} GiB per rank")
-        if isinstance(head, (int, float)):
-            bits.append(f"graph headroom {head:+.2f} GiB")
-        if bits:
-            lines.append("  " + ", ".join(bits))
+    bits = [f"{fmt.tokens(p.tokens)} tokens"]
+    if p.kv_cache_gib is not None:
+        bits.append(f"KV {fmt.gib(p.kv_cache_gib)} per rank")
+    if p.graph_headroom_gib is not None:
+        bits.append(f"graph headroom {fmt.signed_gib(p.graph_headroom_gib)}")
+    lines.append("  " + ", ".join(bits))
     if p.max_safe_fraction is not None:
-        lines.append(f"  largest safe fraction: {p.max_safe_fraction:.2f}")
+        lines.append(f"  largest safe fraction: {fmt.safe_max(p.max_safe_fraction)}")
     lines.extend(f"  - {r}" for r in p.reasons)
     return lines
 
@@ -665,7 +656,7 @@ async def _predict(
         )
     if refuse and pred.verdict in (kvcalc.Verdict.NO_FIT, kvcalc.Verdict.OOM_RISK):
         why = "; ".join(pred.reasons) if pred.reasons else ""
-        safe = (f"; the largest safe fraction is {pred.max_safe_fraction:.2f}"
+        safe = (f"; the largest safe fraction is {fmt.safe_max(pred.max_safe_fraction)}"
                 if pred.max_safe_fraction is not None else "")
         plan.refusals.append(Refusal(
             f"the calculator predicts {pred.verdict}" + (f": {why}" if why else "") + safe, True))
