@@ -4,7 +4,8 @@ Each command lives in ``kvtui/commands/<name>.py`` as ``run(args) -> int`` and i
 when that command runs.
 
 Exit codes (every command): 0 ok / ready; 1 the boot failed or the prediction says it will;
-2 usage error; 3 connection, config or unreadable input; 4 refused; 5 timed out.
+2 usage error (also an edit malformed as given); 3 connection, config or unreadable input (text
+without a boot is not unreadable: see ``kvtui.commands.replay``); 4 refused; 5 timed out.
 """
 
 from __future__ import annotations

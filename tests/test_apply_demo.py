@@ -144,7 +144,7 @@ def test_refusals_and_usage(hosts: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert _kvtui(hosts, "apply", "ro", "--set", "cuda-graph-max-bs=32", "--yes") == 4
     _, err = capsys.readouterr()
     assert "readonly" in err
-    assert _kvtui(hosts, "apply", "demo", "--set", "mem-fraction-static=1.5", "--yes") == 4
+    assert _kvtui(hosts, "apply", "demo", "--set", "mem-fraction-static=1.5", "--yes") == 2  # usage, as in calc
     _, err = capsys.readouterr()
     assert "must lie in (0, 1)" in err
     assert _kvtui(hosts, "apply", "demo", "--unset", "no-such-flag", "--yes") == 4
@@ -170,3 +170,26 @@ def test_edit_without_restart_persists_in_demo_state(hosts: Path, capsys: pytest
     entry = read_entries()[-1]
     assert entry["outcome"] == "written"
     assert json.dumps(entry)  # serialisable
+
+
+LLAMA_JOURNAL = Path(__file__).parent / "fixtures" / "sglang-0.5.10-llama70b-tp4-ready.journal"
+
+
+@pytest.mark.parametrize(
+    "edit",
+    ["mem-fraction-static=abc", "mem-fraction-static=1.5", "mem-fraction-static=0", "max-running-requests=-1",
+     "cuda-graph-max-bs=x", "mem-fraction-static=0.9;reboot"],
+)
+def test_a_malformed_value_is_a_usage_error_in_apply_as_in_calc(
+    hosts: Path, capsys: pytest.CaptureFixture[str], edit: str
+) -> None:
+    """Issue 10, item 10: `--set mem-fraction-static=abc` exited 2 from calc but 4 from apply."""
+    before = _demo(hosts).read_unit()
+    assert _kvtui(hosts, "calc", "--log", str(LLAMA_JOURNAL), "--set", edit) == 2
+    capsys.readouterr()
+    assert _kvtui(hosts, "apply", "demo", "--set", edit, "--yes") == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("kvtui apply: --")  # names the flag and the value
+    assert out == ""  # no plan: the edit is malformed before anything is planned
+    assert _demo(hosts).read_unit() == before
+    assert read_entries() == []

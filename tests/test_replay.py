@@ -374,12 +374,36 @@ def test_journal_with_systemd_restarts_and_stops() -> None:
 
 
 def test_no_boot_is_an_empty_list_a_note_and_exit_0(tmp_path: Path) -> None:
+    """Readable text without a boot is an answer (zero boots), not unreadable input."""
     p = tmp_path / "noise.log"
-    p.write_bytes(b"\x00\xff\xfe garbage\nnot a log line\r\n" * 100)
+    p.write_bytes("garbage ü\nnot a log line\r\n".encode() * 100)
     code, out, err = run_replay(p)
     assert code == 0
     assert json.loads(out) == {"source": str(p), "boots": []}
-    assert "no SGLang or vLLM boot" in err
+    assert "no SGLang or vLLM boot found in" in err
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\x00\xff\xfe garbage\nnot a log line\r\n" * 100, bytes(range(256)) * 40, b"\x7fELF\x02\x01" + b"\x01" * 5000],
+)
+@pytest.mark.parametrize("gz", [False, True])
+def test_binary_input_is_unreadable_exit_3(tmp_path: Path, data: bytes, gz: bool) -> None:
+    """Issue 10, item 10: a binary file is not "no boot found" (exit 0) but unreadable input (3)."""
+    p = tmp_path / ("blob.bin.gz" if gz else "blob.bin")
+    p.write_bytes(gzip.compress(data) if gz else data)
+    code, out, err = run_replay(p)
+    assert code == 3
+    assert out == ""
+    assert f"kvtui replay: {p}: binary data, not a text log" in err
+
+
+def test_the_readme_is_text_without_a_boot(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = Path(__file__).parents[1] / "README.md"
+    assert cli_main(["replay", str(readme)]) == 0
+    assert "no SGLang or vLLM boot found in" in capsys.readouterr().err
+    assert cli_main(["calc", "--log", str(readme)]) == 3  # calc needs a boot: same sentence, exit 3
+    assert "no SGLang or vLLM boot found in" in capsys.readouterr().err
 
 
 def test_empty_file(tmp_path: Path) -> None:

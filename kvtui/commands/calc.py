@@ -5,8 +5,9 @@
     kvtui calc --model config.json --gpu-mem-gib G --tp N [--weights-gib W] [--engine E] [--set …] [--json]
 
 Exit codes: 0 the prediction boots (also at low confidence), 1 the verdict is ``oom_risk`` or
-``no_fit``, 2 usage (bad option or edit), 3 unreadable input (missing file, no boot that sized its
-pool, a config.json without the needed keys).
+``no_fit``, 2 usage (bad option or edit: a malformed value is 2 here as in ``apply``), 3 input that
+is unreadable (missing file, binary data: the rule of ``kvtui.commands.replay``) or lacks what the
+calculator needs (no boot found, no boot that sized its pool, a config.json without the needed keys).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _open_log(path: str) -> BinaryIO:
 def read_log_boots(path: str) -> list[Boot]:
     """Every boot of a saved log (any shape ``kvtui replay`` reads), in order."""
     try:
-        from kvtui.commands.replay import InputError, analyse, read_chunks
+        from kvtui.commands.replay import InputError, analyse, no_boot_found, read_chunks
     except ImportError as exc:  # the engine core is not in this build
         raise _Fail(EXIT_INPUT, f"reading logs needs the engine core ({exc})") from None
     stream = _open_log(path)
@@ -70,6 +71,8 @@ def read_log_boots(path: str) -> list[Boot]:
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
+    if not boots:  # readable text, but calc needs a boot: exit 3, in replay's words
+        raise _Fail(EXIT_INPUT, no_boot_found("stdin" if path == "-" else path))
     return boots
 
 

@@ -516,6 +516,8 @@ async def plan_apply(
         result = fl.apply_edits(source.text, source.kind, edits)
     except fl.NoServerCommand as exc:
         raise ServiceError(f"{source.path}: {exc}", EXIT_INPUT) from exc
+    except fl.BadValue as exc:  # malformed as given: a usage error, as in `kvtui calc`
+        raise ServiceError(str(exc), EXIT_USAGE) from exc
     except fl.FlagError as exc:
         raise ServiceError(f"{source.path}: {exc}", EXIT_REFUSED) from exc
     plan = ApplyPlan(
