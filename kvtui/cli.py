@@ -42,10 +42,10 @@ def _add_calc_edits(p: argparse.ArgumentParser) -> None:
 HOSTS_HELP = "hosts.toml (default: $KVTUI_HOSTS, ./hosts.toml, $XDG_CONFIG_HOME/kvtui/hosts.toml)"
 
 
-def _global_options() -> argparse.ArgumentParser:
+def _global_options() -> _Parser:
     """The global options, also accepted after the command (``kvtui hosts --check --hosts x.toml``).
     Their default is SUPPRESS, so a command that does not repeat one keeps the value given before it."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--hosts", metavar="PATH", default=argparse.SUPPRESS, help=HOSTS_HELP)
     return common
 

@@ -38,3 +38,44 @@ def test_hosts_check_with_hosts_after_the_command(tmp_path: Path, capsys: pytest
     out, err = capsys.readouterr()
     assert "lab" in out
     assert f"{hosts}: 1 host(s) OK" in err
+
+
+def _console_start_problems(hosts: Path) -> list[str]:
+    """What the console itself reports at start for this hosts file (its own checks)."""
+    from kvtui.config import load_config
+    from kvtui.hosts.factory import make_backend
+    from kvtui.ui.app import KvtuiApp
+    from kvtui.ui.host_pane import HostSpec
+
+    config = load_config(str(hosts))
+    app = KvtuiApp([HostSpec("demo", config.host("demo"))], backend_factory=make_backend, config=config)
+    return list(app.startup_problems)
+
+
+@pytest.mark.parametrize(
+    ("ui", "fragment"),
+    [
+        ('[ui]\ntheme = "nope"\n', '[ui] theme = "nope": expected one of the themes'),
+        ('[ui]\ntheme = "kvtui-drak"\n', "(did you mean 'kvtui-dark'?)"),
+        ('[keymap]\nnosuch = "x"\n', '[keymap] nosuch = "x": expected a binding id, one of'),
+        ('[keymap]\nserach = "ctrl+f"\n', "(did you mean 'search'?)"),
+    ],
+)
+def test_hosts_check_rejects_what_the_console_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], ui: str, fragment: str
+) -> None:
+    """Issue 10, item 12: `[ui] theme = "nope"` passed `hosts --check`; the console then complained."""
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(ui)
+    assert main(["hosts", "--check", "--hosts", str(hosts)]) == 3
+    err = capsys.readouterr().err
+    assert f"kvtui hosts: {hosts}: " in err  # file, key, value, expectation
+    assert fragment in err
+    assert _console_start_problems(hosts)  # and the console does reject it
+
+
+def test_a_theme_hosts_check_accepts_is_one_the_console_uses(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[ui]\ntheme = "kvtui-light"\n\n[keymap]\nsearch = "ctrl+f"\n')
+    assert main(["hosts", "--check", "--hosts", str(hosts)]) == 0
+    assert _console_start_problems(hosts) == []
