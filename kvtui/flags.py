@@ -264,6 +264,11 @@ def dest_name(engine: Engine, name: str) -> str:
     return spec.dest(engine) if spec is not None else _norm(name).replace("-", "_")
 
 
+def known_names(engine: Engine) -> frozenset[str]:
+    """Every spelling in kvtui's flag table for this engine (its own names, without ``--``)."""
+    return _OWN_NAMES[engine]
+
+
 def suggest(engine: Engine, name: str) -> list[str]:
     """Close known spellings for a flag name kvtui does not know (a typo)."""
     return difflib.get_close_matches(_norm(name), sorted(_OWN_NAMES[engine]), n=3, cutoff=0.75)

@@ -193,3 +193,89 @@ def test_a_malformed_value_is_a_usage_error_in_apply_as_in_calc(
     assert out == ""  # no plan: the edit is malformed before anything is planned
     assert _demo(hosts).read_unit() == before
     assert read_entries() == []
+
+
+def test_an_unknown_flag_is_refused_with_the_nearest_known_ones(
+    hosts: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 10, item 9: `apply demo --set foo=1 --yes` wrote the flag and exited 0."""
+    before = _demo(hosts).read_unit()
+    assert _kvtui(hosts, "apply", "demo", "--set", "foo=1", "--yes") == 4
+    out, err = capsys.readouterr()
+    assert "kvtui apply: refused: --foo is not a flag SGLang accepts" in err
+    assert "unrecognized arguments: --foo" in err
+    assert "pass --force to write it anyway" in err
+    assert "REFUSED: --foo is not a flag SGLang accepts" in out
+    assert _demo(hosts).read_unit() == before
+    assert read_entries()[-1]["outcome"] == "refused"
+    # a misspelling names the flags it is close to
+    assert _kvtui(hosts, "apply", "demo", "--set", "cuda-grahp-max-bs=32", "--yes") == 4
+    _, err = capsys.readouterr()
+    assert "nearest known flags: --cuda-graph-max-bs" in err
+    assert _demo(hosts).read_unit() == before
+
+
+def test_a_flag_the_running_boot_knows_is_not_refused(hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Not in kvtui's table, but in the engine's own argument dump of the running boot."""
+    from kvtui.engines.events import Engine
+    from kvtui.flags import lookup
+
+    assert lookup(Engine.SGLANG, "enable-mixed-chunk") is None  # kvtui's own table does not have it
+    assert _kvtui(hosts, "wait", "demo", "--timeout", "60") == 0  # a boot has printed its ServerArgs
+    capsys.readouterr()
+    assert _kvtui(hosts, "apply", "demo", "--set", "enable-mixed-chunk", "--dry-run") == 0
+    out, _ = capsys.readouterr()
+    assert "+    --enable-mixed-chunk \\" in out
+    assert "REFUSED" not in out
+
+
+def test_a_forced_unknown_flag_fails_as_bad_args_in_the_engine(
+    hosts: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--force writes it; the (simulated) engine's argparse refuses it with exit status 2, and kvtui
+    diagnoses the failure (bad_args), not "unknown … exited without a recognised error"."""
+    code = _kvtui(hosts, "apply", "demo", "--set", "foo=1", "--yes", "--force", "--restart", "--timeout", "60")
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "(overridden by --force)" in out
+    assert "the new boot failed in launch: bad_args: launch_server.py: error: unrecognized arguments: --foo 1" in err
+    assert "hint: " in err
+    assert "--foo" in err.split("hint: ")[-1]
+    journal = _whole_journal(_demo(hosts))
+    assert "launch_server.py: error: unrecognized arguments: --foo 1" in journal
+    assert "status=2/INVALIDARGUMENT" in journal
+    entry = read_entries()[-1]
+    assert (entry["outcome"], entry["forced"]) == ("failed", True)
+
+
+def _whole_journal(demo: DemoBackend) -> str:
+    """Every line of the demo host's journal since its first boot (the unit may have restarted
+    since: Restart=on-failure)."""
+    sid = demo._load().state_id
+    for g in range(8):  # from the first boot kept (a cursor past its first line: the rest follows)
+        recs = demo.read_lines(after_cursor=f"demo:{sid}:{g}:0", limit=100_000)
+        if recs:
+            return "\n".join(r.text for r in recs)
+    return ""
+
+
+async def test_the_service_plan_refuses_an_unknown_flag_for_every_caller(hosts: Path) -> None:
+    """The refusal lives in the plan (kvtui.hosts.service), so the console's apply refuses too."""
+    from kvtui.flags import parse_edit_args
+    from kvtui.hosts import service
+
+    cfg = parse_config(HOSTS, hosts)
+    backend = DemoBackend("demo", cfg.host("demo"))
+    await backend.start()
+    try:
+        plan = await service.plan_apply("demo", cfg.host("demo"), backend, parse_edit_args(["foo=1"]))
+        assert plan.refused
+        assert [r.forceable for r in plan.blocking] == [True]
+        assert "--foo is not a flag SGLang accepts" in plan.blocking[0].reason
+        plan.force = True
+        assert not plan.refused
+        # known flags, and flags the file already passes, are not refused
+        plan = await service.plan_apply("demo", cfg.host("demo"), backend, parse_edit_args(["cuda-graph-max-bs=32"]))
+        assert not plan.refused
+    finally:
+        await backend.close()

@@ -541,10 +541,45 @@ async def plan_apply(
     )
     _refuse_readonly(plan, backend)
     _build_steps(plan, backend)
+    seen: list[Boot] | None = list(boots) if boots else ([boot] if boot is not None else None)
     if predict and plan.changed:
-        known = list(boots) if boots else ([boot] if boot is not None else None)
-        await _predict(plan, backend, known, graph_margin_gib, boots_timeout)
+        seen = await _predict(plan, backend, seen, graph_margin_gib, boots_timeout)
+    _refuse_unknown_flags(plan, seen)
     return plan
+
+
+def _refuse_unknown_flags(plan: ApplyPlan, boots: Sequence[Boot] | None) -> None:
+    """An edit that sets a flag the engine does not accept stops the server at start (argparse:
+    ``error: unrecognized arguments``, exit status 2): refused unless forced. Known: kvtui's flag
+    table, the flags the file already passes, and the running boot's own argument dump (SGLang
+    prints every ServerArgs field, vLLM its non-default ones)."""
+    engine = plan.engine if plan.engine in (Engine.SGLANG, Engine.VLLM) else Engine.SGLANG
+    try:
+        in_file = {o.canonical for o in fl.parse_command(plan.source.text, plan.source.kind).flags}
+    except fl.FlagError:
+        in_file = set()
+    dump: set[str] = set()
+    for b in boots or ():
+        if b.engine in (engine, Engine.UNKNOWN):
+            dump.update(k.replace("_", "-") for k in b.flags)
+    eng = "vLLM" if engine is Engine.VLLM else "SGLang"
+    for e in plan.edits:
+        if e.value is None:
+            continue  # removing: refused already when the file has no such flag
+        name = e.flag.strip().lstrip("-").lower().replace("_", "-")
+        base = name[3:] if engine is Engine.VLLM and name.startswith("no-") else name
+        if fl.lookup(engine, name) is not None or {name, base} & (in_file | dump):
+            continue
+        candidates = sorted(fl.known_names(engine) | in_file | dump)
+        near = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
+        helper = "vllm serve --help" if engine is Engine.VLLM else "python -m sglang.launch_server --help"
+        nearest = ("nearest known flags: " + ", ".join(f"--{n}" for n in near)) if near else (
+            f"no known flag is close to it (`{helper}` lists them all)")
+        where = " or the running boot's argument dump" if dump else ""
+        plan.refusals.append(Refusal(
+            f"--{name} is not a flag {eng} accepts (not in kvtui's flag table, the file{where}); {nearest}; "
+            f"the engine would refuse it at start (`error: unrecognized arguments: --{name}`, exit status 2): "
+            "check the spelling, or pass --force to write it anyway", True))
 
 
 def _refuse_readonly(plan: ApplyPlan, backend: HostBackend) -> None:
@@ -620,12 +655,14 @@ async def _predict(
     boots_timeout: float,
     *,
     refuse: bool = True,
-) -> None:
+) -> list[Boot] | None:
+    """Attach the calculator's prediction (and a refusal on its verdict); the boots it read (or
+    was given), None when none could be read."""
     try:
         from kvtui import kvcalc
     except ImportError:  # pragma: no cover - the calculator ships with the package
         plan.prediction_note = "the calculator is not available in this build"
-        return
+        return known
     boots: list[Boot]
     if known:
         boots = known
@@ -637,10 +674,10 @@ async def _predict(
                                      first=8.0, start_backend=False)
         except (BackendError, TimeoutError) as exc:
             plan.prediction_note = f"none: cannot read the host's boots ({exc})"
-            return
+            return None
         if not boots:
             plan.prediction_note = "none: no server boot was found in the host's log to calibrate from"
-            return
+            return None
     try:
         chosen, others = kvcalc.select_boot(boots, None)
         model = kvcalc.calibrate(chosen, others=others)
@@ -649,7 +686,7 @@ async def _predict(
         pred = kvcalc.predict(model, mapping, graph_margin_gib=margin)
     except kvcalc.CalcError as exc:
         plan.prediction_note = f"none: {exc}"
-        return
+        return boots
     plan.prediction = pred
     plan.calibration = chosen
     if drift:
@@ -662,6 +699,7 @@ async def _predict(
                 if pred.max_safe_fraction is not None else "")
         plan.refusals.append(Refusal(
             f"the calculator predicts {pred.verdict}" + (f": {why}" if why else "") + safe, True))
+    return boots
 
 
 def _prediction_edits(
