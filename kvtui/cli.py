@@ -111,7 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--dry-run", action="store_true", help="show the diff and commands, change nothing")
     p.add_argument(
-        "--force", action="store_true", help="apply even when the prediction says it will fail, or a flag is unknown to the engine"
+        "--force",
+        action="store_true",
+        help="apply even when the prediction says it will fail, or a flag is unknown to the engine",
     )
     p.add_argument("--rollback-on-failure", action="store_true", help="restore the previous flags if the boot fails")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S")
