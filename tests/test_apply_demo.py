@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -279,3 +280,67 @@ async def test_the_service_plan_refuses_an_unknown_flag_for_every_caller(hosts: 
         assert not plan.refused
     finally:
         await backend.close()
+
+
+def _run_cmd(hosts: Path, clock: float, *argv: str) -> int:
+    """A command with the clock standing still (as two commands in one second see it)."""
+    from kvtui.cli import build_parser
+    from kvtui.commands import apply, rollback
+
+    args = build_parser().parse_args(["--hosts", str(hosts), *argv])
+    module = apply if args.command == "apply" else rollback
+    return module.run(args, clock=lambda: clock)
+
+
+def test_backup_names_never_collide(hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 10, item 13: names had one-second stamps; a second rollback within the second failed
+    ("… .pre-rollback exists; nothing was written", exit 3)."""
+    t = 1_780_000_000.0
+    assert _run_cmd(hosts, t, "apply", "demo", "--set", "cuda-graph-max-bs=32", "--yes") == 0
+    assert _run_cmd(hosts, t, "apply", "demo", "--set", "cuda-graph-max-bs=16", "--yes") == 0
+    assert _run_cmd(hosts, t, "rollback", "demo", "--yes") == 0
+    assert _run_cmd(hosts, t, "rollback", "demo", "--yes") == 0
+    _, err = capsys.readouterr()
+    assert "exists" not in err
+    folder = _demo(hosts).unit_path.parent
+    copies = sorted(p.name for p in folder.glob("*.kvtui-*"))
+    assert len(copies) == len(set(copies)) == 4  # two backups, two pre-rollback copies
+    assert all(re.search(r"\.kvtui-\d{8}T\d{6}\.\d{6}Z", c) for c in copies)
+    assert get_flag(_demo(hosts).read_unit(), "unit", "cuda-graph-max-bs") == "64"  # back to the start
+
+
+def test_backups_sort_by_time_across_name_styles() -> None:
+    from kvtui.hosts.service import backup_name, backup_sort_key
+
+    old_style = "/u.service.kvtui-20260501T120000Z"  # written by an earlier kvtui
+    names = [
+        "/u.service.kvtui-20260501T120000.000002Z",
+        "/u.service.kvtui-20260501T115959.999999Z",
+        old_style,
+        "/u.service.kvtui-20260501T120000.000001Z",
+    ]
+    assert sorted(names, key=backup_sort_key) == [names[1], old_style, names[3], names[0]]
+    a = backup_name("/v.service", 1_780_000_000.0)
+    b = backup_name("/v.service", 1_780_000_000.0)  # the clock did not move: still a new name
+    c = backup_name("/v.service", 1_770_000_000.0, taken=[])  # nor when it goes back
+    assert len({a, b, c}) == 3
+    assert sorted([c, b, a], key=backup_sort_key) == [a, b, c]
+
+
+def test_a_rollback_plan_names_the_real_lines(hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 10, item 15: rollback plans said `(line 0)` for every change."""
+    assert _kvtui(hosts, "apply", "demo", "--set", "cuda-graph-max-bs=32", "--set", "enable-metrics",
+                  "--unset", "max-running-requests", "--yes") == 0
+    capsys.readouterr()
+    assert _kvtui(hosts, "rollback", "demo", "--yes") == 0
+    out, _ = capsys.readouterr()
+    assert "(line 0)" not in out
+    assert "line 0," not in out
+    restored = _demo(hosts).read_unit().splitlines()
+    graph = re.search(r"--cuda-graph-max-bs: 32 -> 64 \(line (\d+)\)", out)
+    added = re.search(r"--max-running-requests: added 64 \(line (\d+)\)", out)
+    assert graph is not None
+    assert added is not None
+    assert "--cuda-graph-max-bs 64" in restored[int(graph.group(1)) - 1]
+    assert "--max-running-requests 64" in restored[int(added.group(1)) - 1]
+    assert re.search(r"--enable-metrics: removed \(was on, line \d+\)", out)

@@ -13,10 +13,11 @@ diff, the exact commands that will run, the calculator's prediction and verdict 
 ``no_fit`` / ``oom_risk`` unless forced).
 
 ``execute(plan, backend, progress)`` then: checks the file still has the hash it had when read
-(else refuses: it changed), copies it to ``<file>.kvtui-<UTC timestamp>`` and checks the copy,
-writes the new text atomically (temp file in the same directory, mode and owner kept, fsync,
-rename; the remote side verifies the content's hash before the rename, so a write cut midway
-never replaces the file), re-reads it and checks every edited flag (else restores the backup).
+(else refuses: it changed), copies it to ``<file>.kvtui-<UTC time, µs>`` (``backup_name``: names
+never collide) and checks the copy, writes the new text atomically (temp file in the same
+directory, mode and owner kept, fsync, rename; the remote side verifies the content's hash
+before the rename, so a write cut midway never replaces the file), re-reads it and checks every
+edited flag (else restores the backup).
 For a unit: ``systemctl daemon-reload``, then ``systemctl show -p ExecStart`` must carry the new
 values (else restore + reload), then ``systemctl restart``. Without a unit: the configured stop
 command, a bounded wait until the old server's PIDs have released their GPU memory, then the
@@ -322,10 +323,38 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def backup_name(path: str, now: float) -> str:
-    """``<file>.kvtui-<UTC timestamp>`` (sorts by time)."""
-    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{path}{BACKUP_MARK}{stamp}"
+_ISSUED: dict[str, int] = {}  # path -> the last backup stamp (µs since the epoch) this process named
+
+
+def backup_name(path: str, now: float, taken: Iterable[str] = ()) -> str:
+    """``<file>.kvtui-<UTC time to the microsecond>`` (``…kvtui-20260501T120000.123456Z``).
+
+    Names never collide: a stamp is never issued twice by one process, even with a clock that
+    stands still (two rollbacks within one second failed with a one-second stamp), nor equal to
+    a name in ``taken`` (what already exists, when the caller knows); across processes the
+    microsecond keeps them apart, and the copy itself never overwrites (``cmds.backup_copy``)."""
+    us = round(now * 1_000_000)
+    last = _ISSUED.get(path)
+    if last is not None and us <= last:
+        us = last + 1
+    taken_set = {t.removesuffix(PRE_ROLLBACK) for t in taken}
+    while True:
+        secs, frac = divmod(us, 1_000_000)
+        stamp = datetime.fromtimestamp(secs, UTC).strftime("%Y%m%dT%H%M%S") + f".{frac:06d}Z"
+        name = f"{path}{BACKUP_MARK}{stamp}"
+        if name not in taken_set:
+            break
+        us += 1
+    _ISSUED[path] = us
+    return name
+
+
+def backup_sort_key(name: str) -> tuple[str, str]:
+    """Sort backups by time: ``…kvtui-20260501T120000Z`` (older kvtui, whole seconds) before
+    ``…kvtui-20260501T120000.000001Z`` of the same second."""
+    stamp = name.rpartition(BACKUP_MARK)[2].removesuffix(PRE_ROLLBACK)
+    digits = "".join(c for c in stamp if c.isdigit())
+    return digits.ljust(20, "0"), name
 
 
 def unified_diff(old: str, new: str, path: str, new_label: str | None = None) -> str:
@@ -531,7 +560,7 @@ async def plan_apply(
         changes=list(result.changes),
         warnings=list(result.warnings),
         diff=unified_diff(source.text, result.new_text, source.path),
-        backup_path=backup_name(source.path, clock()),
+        backup_path=backup_name(source.path, clock(), _existing_copies(source)),
         steps=[],
         cmd={},
         force=force,
@@ -736,14 +765,23 @@ async def list_backups(host: HostConfig, backend: HostBackend, source: FlagSourc
     """kvtui's backups of the source file, oldest first (pre-rollback copies excluded)."""
     if source.demo:
         p = Path(source.path)
-        names = sorted(x.name for x in p.parent.glob(p.name + BACKUP_MARK + "*"))
-        return [str(p.parent / n) for n in names if not n.endswith(PRE_ROLLBACK)]
+        names = [str(p.parent / x.name) for x in p.parent.glob(p.name + BACKUP_MARK + "*")]
+        return sorted((n for n in names if not n.endswith(PRE_ROLLBACK)), key=backup_sort_key)
     r = await _run(backend, cmds.list_backups(source.path, sudo=_sudo(host)))
     if not r.ok:
         raise ServiceError(f"cannot list the backups of {source.path}: {_one_line(r.stderr)}")
     prefix = source.path + BACKUP_MARK
-    found = sorted(ln for ln in r.stdout.splitlines() if ln.startswith(prefix) and not ln.endswith(PRE_ROLLBACK))
-    return found
+    found = [ln for ln in r.stdout.splitlines() if ln.startswith(prefix) and not ln.endswith(PRE_ROLLBACK)]
+    return sorted(found, key=backup_sort_key)
+
+
+def _existing_copies(source: FlagSource) -> list[str]:
+    """The demo host's backups and pre-rollback copies of the file (local, cheap): names a new
+    backup must not take. On a real host the copy command refuses to overwrite instead."""
+    if not source.demo:
+        return []
+    p = Path(source.path)
+    return [str(p.parent / x.name) for x in p.parent.glob(p.name + BACKUP_MARK + "*")]
 
 
 async def plan_rollback(
@@ -790,10 +828,7 @@ async def plan_rollback(
     except fl.FlagError as exc:
         raise ServiceError(f"{chosen}: {exc}", EXIT_INPUT) from exc
     edits = _edits_between(old_cmd, new_cmd)
-    changes = [
-        fl.Change(f"--{e.flag}", "remove" if e.value is None else "set", old_cmd.get(e.flag), new_cmd.get(e.flag), 0)
-        for e in edits
-    ]
+    changes = _rollback_changes(old_cmd, new_cmd, source.text, btext, edits)
     plan = ApplyPlan(
         name=name,
         host=host,
@@ -810,7 +845,7 @@ async def plan_rollback(
         cmd={},
         restart=restart,
         timeout=timeout,
-        pre_rollback_path=backup_name(source.path, clock()) + PRE_ROLLBACK,
+        pre_rollback_path=backup_name(source.path, clock(), _existing_copies(source)) + PRE_ROLLBACK,
     )
     _refuse_readonly(plan, backend)
     _build_steps(plan, backend)
@@ -831,6 +866,27 @@ async def _newest_different(host: HostConfig, backend: HostBackend, source: Flag
         if sha != source.sha256:
             return path
     return backups[-1]
+
+
+def _rollback_changes(
+    old: fl.ServerCommand, new: fl.ServerCommand, old_text: str, new_text: str, edits: Sequence[fl.Edit]
+) -> list[fl.Change]:
+    """What a rollback changes, each with its real line: in the restored text for a flag it sets
+    or adds, in the current text for one it removes (was ``(line 0)`` for every one)."""
+
+    def line_of(cmd: fl.ServerCommand, text: str, flag: str) -> int:
+        occ = cmd.find(flag)
+        return text.count("\n", 0, occ[-1].start) + 1 if occ else cmd.exec_line
+
+    out: list[fl.Change] = []
+    for e in edits:
+        before, after = old.get(e.flag), new.get(e.flag)
+        if e.value is None:
+            out.append(fl.Change(f"--{e.flag}", "remove", before, None, line_of(old, old_text, e.flag)))
+        else:
+            action: Literal["add", "set"] = "add" if before is None else "set"
+            out.append(fl.Change(f"--{e.flag}", action, before, after, line_of(new, new_text, e.flag)))
+    return out
 
 
 def _edits_between(old: fl.ServerCommand, new: fl.ServerCommand) -> list[fl.Edit]:
