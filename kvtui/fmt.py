@@ -19,6 +19,12 @@ from __future__ import annotations
 
 import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
+from typing import TYPE_CHECKING
+
+from kvtui.engines.events import Model, Phase
+
+if TYPE_CHECKING:
+    from kvtui.boot import Boot
 
 UNKNOWN = "—"
 
@@ -164,3 +170,32 @@ def stamp(seconds: float) -> str:
     """The elapsed-time column of ``kvtui wait``'s progress lines: ``[  12.3s]``."""
     return f"[{max(0.0, seconds):6.1f}s]"
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Where a boot is
+# ---------------------------------------------------------------------------------------------
+
+HEARTBEAT_S = 9.0
+"""A command that waits on a boot (``wait``, ``apply --restart``) prints where it is after this long
+without output: a CI log is never silent for more than 10 s."""
+
+# What the engine counts while a phase makes progress.
+PROGRESS_UNITS: dict[Phase, str] = {
+    Phase.LOAD_WEIGHTS: "shards",
+    Phase.GRAPH_CAPTURE: "batches",
+    Phase.COMPILE: "shapes",
+}
+
+
+def boot_progress(boot: Boot) -> str:
+    """The phase a boot is in and its progress: ``load_weights 12/61 shards``,
+    ``graph_capture 20/36 batches (draft)``; ``starting`` before its first phase (a heartbeat)."""
+    if not boot.phases:
+        return boot.status.value
+    span = boot.phases[-1]
+    text = span.name.value + (" (draft)" if span.model is Model.DRAFT else "")
+    if span.progress_total:
+        unit = PROGRESS_UNITS.get(span.name, "steps")
+        text += f" {span.progress_done or 0}/{span.progress_total} {unit}"
+    return text

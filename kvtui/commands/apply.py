@@ -206,7 +206,7 @@ async def confirm_and_execute(
     def progress(msg: str) -> None:
         print(msg, file=stderr, flush=True)
 
-    outcome = await service.execute(plan, backend, progress, clock=clock or time.time)
+    outcome = await service.execute(plan, backend, progress, clock=clock or time.time, heartbeat=progress)
     if outcome.status in ("error", "refused"):
         print(f"kvtui {verb}: {outcome.messages[-1] if outcome.messages else outcome.status}", file=stderr)
     summary = _summary(outcome, plan)

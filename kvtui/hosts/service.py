@@ -908,10 +908,13 @@ def _edits_between(old: fl.ServerCommand, new: fl.ServerCommand) -> list[fl.Edit
 
 
 class _Ctx:
-    def __init__(self, plan: ApplyPlan, backend: HostBackend, progress: ProgressFn | None) -> None:
+    def __init__(
+        self, plan: ApplyPlan, backend: HostBackend, progress: ProgressFn | None, heartbeat: ProgressFn | None = None
+    ) -> None:
         self.plan = plan
         self.backend = backend
         self._progress = progress
+        self.heartbeat = heartbeat  # "still waiting" lines: shown, never kept in the log or the audit
         self.log: list[str] = []
 
     def say(self, msg: str) -> None:
@@ -929,10 +932,13 @@ async def execute(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     stop_wait_s: float = DEFAULT_STOP_WAIT_S,
     settle_s: float | None = None,
+    heartbeat: ProgressFn | None = None,
 ) -> ApplyOutcome:
     """Carry out a plan (see the module docstring). Never raises for a host-side failure: the
-    outcome says what happened and in which state the host was left; every attempt is audited."""
-    ctx = _Ctx(plan, backend, progress)
+    outcome says what happened and in which state the host was left; every attempt is audited.
+    ``heartbeat`` gets a line saying where the restart is (the new boot's phase and progress)
+    whenever nothing was said for ``fmt.HEARTBEAT_S`` while it waits (the CLI's stderr)."""
+    ctx = _Ctx(plan, backend, progress, heartbeat)
     if plan.refused:
         out = ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {r.reason}" for r in plan.blocking])
         _audit(plan, out, clock)
@@ -1172,9 +1178,10 @@ async def _restart_and_follow(
         follower, boot = await _follow_restart(
             ctx.backend, plan.engine, ctx.say,
             lambda: _issue_restart(ctx.backend, how, plan.cmd, _unit_name(plan), say=ctx.say, timeout=plan.timeout,
-                                   sleep=sleep, clock=clock, stop_wait_s=stop_wait_s),
+                                   sleep=sleep, clock=clock, stop_wait_s=stop_wait_s, beat=ctx.heartbeat),
             timeout=plan.timeout, expect=plan.edits,
             settle=settle_s if settle_s is not None else (0.05 if plan.source.demo else FOLLOW_SETTLE_S),
+            heartbeat=ctx.heartbeat,
         )
     except _RestartFailed as exc:
         raise ServiceError(
@@ -1210,10 +1217,11 @@ async def _follow_restart(
     timeout: float,
     expect: Sequence[fl.Edit] = (),
     settle: float,
+    heartbeat: ProgressFn | None = None,
 ) -> tuple[BootFollower, Boot | None]:
     """Start following the log, issue the restart, wait for the new boot to end (None: timed
     out). A failed ``trigger`` raises ``_RestartFailed``."""
-    follower = BootFollower(backend, engine, progress=say)
+    follower = BootFollower(backend, engine, progress=say, heartbeat=heartbeat)
     await follower.start(settle)
     try:
         try:
@@ -1270,6 +1278,7 @@ async def _issue_restart(
     sleep: Callable[[float], Awaitable[None]],
     clock: Callable[[], float],
     stop_wait_s: float,
+    beat: ProgressFn | None = None,
 ) -> None:
     """The restart itself, the same for an apply and the console's ``R``: the demo host's
     ``restart()``, ``systemctl restart UNIT``, or stop_command, a bounded wait for the old
@@ -1293,7 +1302,7 @@ async def _issue_restart(
     r = await _run(backend, cmd["stop"])
     if not r.ok:
         say(f"stop_command exited {r.exit_status}: {_one_line(r.stderr)}")
-    await _wait_gpu_release(backend, say, old, sleep=sleep, clock=clock, limit=stop_wait_s)
+    await _wait_gpu_release(backend, say, old, sleep=sleep, clock=clock, limit=stop_wait_s, beat=beat)
     say("starting the server detached (start_command)")
     st = await _run(backend, cmd["start"])
     if not st.ok:
@@ -1315,12 +1324,15 @@ async def _wait_gpu_release(
     sleep: Callable[[float], Awaitable[None]],
     clock: Callable[[], float],
     limit: float,
+    beat: ProgressFn | None = None,
 ) -> None:
     if not old:
         say("the server's PIDs are unknown: not waiting for its GPU memory")
         return
-    say(f"waiting for PIDs {', '.join(map(str, sorted(old)))} to release their GPU memory")
-    deadline = clock() + limit
+    pids = ", ".join(map(str, sorted(old)))
+    say(f"waiting for PIDs {pids} to release their GPU memory")
+    began = last = clock()
+    deadline = began + limit
     while True:
         try:
             procs = await backend.gpu_processes()
@@ -1339,13 +1351,24 @@ async def _wait_gpu_release(
                 f"{limit:g} s; not starting a second one",
                 EXIT_FAILED,
             )
+        if beat is not None and clock() - last >= fmt.HEARTBEAT_S:
+            last = clock()
+            beat(f"… still waiting after {fmt.duration(last - began)}: PIDs "
+                 f"{', '.join(map(str, sorted(holding)))} still hold GPU memory (at most {limit:g} s)")
         await sleep(1.0)
 
 
 class BootFollower:
     """Follows a host's log from *now* and tracks the boots that start from here on."""
 
-    def __init__(self, backend: HostBackend, engine: Engine | None, *, progress: ProgressFn | None = None) -> None:
+    def __init__(
+        self,
+        backend: HostBackend,
+        engine: Engine | None,
+        *,
+        progress: ProgressFn | None = None,
+        heartbeat: ProgressFn | None = None,
+    ) -> None:
         from kvtui.boot import BootTracker
         from kvtui.engines.parse import LineParser
 
@@ -1361,6 +1384,8 @@ class BootFollower:
         self._before: set[int] = set()  # boots seen before the restart was issued (ignored)
         self._during: set[int] = set()  # boots that began while it ran (trusted once they end)
         self._marked = False
+        self._heartbeat = heartbeat
+        self._last_out: float | None = None  # loop time of the last progress line
 
     async def start(self, settle: float) -> None:
         self._task = asyncio.create_task(self._pump(), name="kvtui-boot-follower")
@@ -1389,6 +1414,22 @@ class BootFollower:
             if b.phase is not None and self._phase_seen.get(i) != b.phase.value:
                 self._phase_seen[i] = b.phase.value
                 self._progress(f"boot: {b.phase.value}")
+                self._last_out = asyncio.get_running_loop().time()
+
+    def _beat(self, now: float, since: float) -> None:
+        """A heartbeat when nothing was said for ``fmt.HEARTBEAT_S``: the new boot's phase and
+        its progress (shards, batches), or that none has started yet."""
+        if self._heartbeat is None:
+            return
+        if self._last_out is None:
+            self._last_out = since
+        if now - self._last_out < fmt.HEARTBEAT_S:
+            return
+        self._last_out = now
+        boot = self.current()
+        where = (f"the new boot is in {fmt.boot_progress(boot)}" if boot is not None and boot.phases
+                 else "no new boot has started yet")
+        self._heartbeat(f"… still waiting after {fmt.duration(now - since)}: {where}")
 
     def mark(self) -> None:
         """Call right before issuing the restart: boots seen so far belong to the old server."""
@@ -1416,9 +1457,11 @@ class BootFollower:
         """The first boot that is ready or failed (None on timeout). A boot whose argument dump
         contradicts ``expect`` is returned as soon as its dump is seen."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        since = loop.time()
+        deadline = since + timeout
         expect = list(expect)
         while True:
+            self._beat(loop.time(), since)
             for b in self._candidates():
                 if b.status in (BootStatus.READY, BootStatus.FAILED):
                     return b
@@ -1431,8 +1474,11 @@ class BootFollower:
             if left <= 0:
                 return None
             self._changed.clear()
+            nap = min(left, 1.0)
+            if self._heartbeat is not None and self._last_out is not None:  # wake for the next heartbeat
+                nap = min(nap, max(0.01, self._last_out + fmt.HEARTBEAT_S - loop.time()))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(left, 1.0))
+                await asyncio.wait_for(self._changed.wait(), nap)
 
     async def close(self, grace: float = 5.0) -> None:
         """Stop following (bounded: a backend that is slow to let go is left to finish alone)."""
@@ -1477,7 +1523,7 @@ async def _auto_rollback(
         out.messages.append(f"rollback could not be planned: {exc}")
         return out
     rb_out = await execute(rb, ctx.backend, ctx.say, clock=clock, sleep=sleep, stop_wait_s=stop_wait_s,
-                           settle_s=settle_s)
+                           settle_s=settle_s, heartbeat=ctx.heartbeat)
     out.rolled_back = rb_out.status in ("ready", "written")
     tail = ("the previous flags are back and the boot is ready" if rb_out.status == "ready"
             else f"the rollback ended {rb_out.status}")

@@ -33,12 +33,8 @@ PHASE_VARIABLE: dict[Phase, str] = {
     Phase.READY: "phase-ready",
 }
 
-# What the engine counts while a phase makes progress.
-PROGRESS_UNITS: dict[Phase, str] = {
-    Phase.LOAD_WEIGHTS: "shards",
-    Phase.GRAPH_CAPTURE: "batches",
-    Phase.COMPILE: "shapes",
-}
+# What the engine counts while a phase makes progress (kvtui.fmt: the CLI's heartbeat says the same).
+PROGRESS_UNITS = fmt.PROGRESS_UNITS
 
 FAILURE_TITLES: dict[FailureKind, str] = {
     FailureKind.OOM_WEIGHTS: "out of memory loading weights",
