@@ -42,6 +42,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final
 
+from kvtui import fmt
 from kvtui.engines.events import (
     PHASE_RANK,
     BootBoundary,
@@ -924,7 +925,7 @@ class BootTracker:
         m.max_running_requests = as_int("max_running_requests")
         mc = f.get("max_concurrency")
         if mc is None and tokens is not None and m.context_len and boot.engine is not Engine.VLLM:
-            mc = round(tokens / m.context_len, 2)
+            mc = fmt.round_down(tokens / m.context_len, 2)  # a capacity: rounded down, as calc shows it
         m.max_concurrency = mc
         m.token_usage = boot.live.token_usage
 

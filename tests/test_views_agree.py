@@ -123,3 +123,20 @@ def test_replay_durations_are_the_consoles(capsys: pytest.CaptureFixture[str]) -
     for s in spans:
         assert f" {fmt.duration(s.seconds)}" in out
     assert not re.search(r"\d s\b", out.split("Figures")[0])  # no "4.2 s" beside the console's "4.2s"
+
+
+def test_full_context_capacity_reads_the_same_in_replay_calc_and_the_boot_panel(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """432,078 / 131,072 = 3.2964…: every view says 3.29 (a capacity rounded down; replay and the
+    boot panel said 3.30 from a nearest rounding in the tracker)."""
+    from kvtui.ui.widgets.boot import BootFigures
+
+    main(["replay", str(LLAMA_JOURNAL)])
+    assert "3.29 full-context requests fit" in capsys.readouterr().out
+    main(["calc", "--log", str(LLAMA_JOURNAL)])
+    assert "3.29 requests of 131,072 tokens" in _row(capsys.readouterr().out, "full context")
+    boots, _ = analyse_path(str(LLAMA_JOURNAL))
+    figures = BootFigures()
+    figures._boot = boots[-1]  # what show() sets; figures() is the widget's text
+    assert ("max concurrency", "3.29×") in figures.figures()
