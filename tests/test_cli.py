@@ -60,6 +60,7 @@ def _console_start_problems(hosts: Path) -> list[str]:
         ('[keymap]\nnosuch = "x"\n', '[keymap] nosuch = "x": expected a binding id, one of'),
         ('[keymap]\nserach = "ctrl+f"\n', "(did you mean 'search'?)"),
     ],
+    ids=["unknown-theme", "misspelt-theme", "unknown-binding", "misspelt-binding"],
 )
 def test_hosts_check_rejects_what_the_console_would(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], ui: str, fragment: str

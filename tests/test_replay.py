@@ -387,6 +387,7 @@ def test_no_boot_is_an_empty_list_a_note_and_exit_0(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "data",
     [b"\x00\xff\xfe garbage\nnot a log line\r\n" * 100, bytes(range(256)) * 40, b"\x7fELF\x02\x01" + b"\x01" * 5000],
+    ids=["nul-and-text", "every-byte", "control-bytes"],
 )
 @pytest.mark.parametrize("gz", [False, True])
 def test_binary_input_is_unreadable_exit_3(tmp_path: Path, data: bytes, gz: bool) -> None:
