@@ -978,6 +978,7 @@ class BootTracker:
         evidence = w.evidence
         decider: _Evidence | None = None
         kind = FailureKind.UNKNOWN
+        torch_oom = False  # the kind came from a CUDA out-of-memory in a phase, not the engine's own words
         for e in evidence:  # 1. the text decides
             k = e.ft.kind
             if k is not None and k not in (FailureKind.NCCL, FailureKind.CRASH, FailureKind.UNKNOWN):
@@ -992,6 +993,7 @@ class BootTracker:
                         # before any weights: memory was already taken, unless the text says weights
                         by_phase = FailureKind.OOM_WEIGHTS if "weight" in e.ft.text.lower() else FailureKind.GPU_BUSY
                     kind = by_phase
+                    torch_oom = True
                     break
         if decider is None:  # 3. NCCL
             for e in evidence:
@@ -1015,6 +1017,13 @@ class BootTracker:
         hint = decider.ft.hint if decider is not None else None
         if hint is None and kind in (FailureKind.CRASH, FailureKind.UNKNOWN):
             hint = next((e.ft.hint for e in evidence if e.ft.hint), None)
+        if hint is None and torch_oom and kind is FailureKind.OOM_KV_ALLOCATE and boot.engine is not Engine.VLLM:
+            # not "Not enough memory" (a budget too small: raise the fraction) but torch failing to
+            # allocate the pools the engine sized: they outgrew what the weights left, so the other way
+            mfs = boot.flags.get("mem_fraction_static")
+            now = f" (now {mfs})" if mfs is not None else ""
+            hint = (f"allocating the KV pool and the request table ran out of GPU memory: lower "
+                    f"--mem-fraction-static{now}, or --context-length / --max-running-requests")
         if hint is None:
             hint = hint_for(kind, boot.engine, boot.flags, boot.facts)
             if kind is not FailureKind.GPU_BUSY and any(

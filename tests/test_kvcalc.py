@@ -719,6 +719,8 @@ def test_the_demo_engine_dies_allocating_pools_that_do_not_fit() -> None:
     assert boot.failure is not None
     assert boot.failure.kind is FailureKind.OOM_KV_ALLOCATE
     assert "CUDA out of memory. Tried to allocate" in boot.failure.message
+    assert boot.failure.hint.startswith("allocating the KV pool and the request table ran out of GPU memory: lower")
+    assert "raise" not in boot.failure.hint  # not the "Not enough memory" hint: the other direction
     assert boot.metrics.avail_after_pool_gib is None
     _, base = _demo_boot("llama-70b", 0.88)
     assert kc.predict(kc.calibrate(base), {"mem_fraction_static": 0.99}).verdict is kc.Verdict.NO_FIT
