@@ -198,11 +198,7 @@ class Waiter:
         boots = self.monitor.tracker.boots
         if self.following is not None and self.following < len(boots):
             boot = boots[self.following]
-            if boot.status is BootStatus.STARTING and boot.phases:
-                where = f"in {fmt.boot_progress(boot)}"
-            else:
-                where = boot.status.value + (f" in {boot.phase.value}" if boot.phase is not None else "")
-            return f"… still waiting after {waited}: boot {self.number(self.following)} {where}"
+            return f"… still waiting after {waited}: boot {self.number(self.following)} {_where(boot)}"
         st = self.last_conn
         if st is not None and st.state is not ConnState.CONNECTED:
             return f"… still waiting after {waited}: connection {st.state.value}" + (
@@ -227,6 +223,14 @@ class Waiter:
     def _finish(self, outcome: Outcome) -> None:
         if self.done is not None and not self.done.done():
             self.done.set_result(outcome)
+
+
+def _where(boot: Boot) -> str:
+    """``in load_weights 12/61 shards`` while a boot starts (the phase and its progress), else its
+    status and phase (``stopped in load_weights``)."""
+    if boot.status is BootStatus.STARTING and boot.phases:
+        return f"in {fmt.boot_progress(boot)}"
+    return boot.status.value + (f" in {boot.phase.value}" if boot.phase is not None else "")
 
 
 def _clip(text: str, n: int) -> str:
@@ -312,11 +316,7 @@ async def wait_for_boot(
             boot = boots[idx] if idx is not None and boots else None
             seen = "no boot seen"
             if boot is not None and idx is not None:
-                if boot.status is BootStatus.STARTING and boot.phases:
-                    where = f"in {fmt.boot_progress(boot)}"  # the phase and its progress (shards, batches)
-                else:
-                    where = boot.status.value + (f" in {boot.phase.value}" if boot.phase is not None else "")
-                seen = f"boot {waiter.number(idx)} still {where}"
+                seen = f"boot {waiter.number(idx)} still {_where(boot)}"
             outcome = Outcome(EXIT_TIMEOUT, boot, idx, f"timed out after {timeout:g} s: {seen}")
     finally:
         beat.cancel()
