@@ -675,7 +675,9 @@ def select_boot(boots: Sequence[Boot], index: int | None = None) -> tuple[Boot, 
     the last boot that sized its pool.
     """
     if not boots:
-        raise CalcError("the log holds no server boot (no engine start line was recognised)", "input")
+        raise CalcError(
+            "no SGLang or vLLM boot found (the text holds no engine start line kvtui recognises)", "input"
+        )
     if index is not None:
         n = len(boots)
         if index == 0 or index > n or index < -n:

@@ -1109,7 +1109,7 @@ def test_select_boot() -> None:
     assert kc.select_boot([b1, b2], -1)[0] is b2
     with pytest.raises(kc.CalcError, match="--boot 4: the log holds 2 boots"):
         kc.select_boot([b1, b2], 4)
-    with pytest.raises(kc.CalcError, match="no server boot"):
+    with pytest.raises(kc.CalcError, match="no SGLang or vLLM boot found"):
         kc.select_boot([])
     other_model = gen.make_boot(_fixture("sglang-mla-dsv3-tp8.log").truths[0])
     assert kc.select_boot([other_model, b2])[1] == []
