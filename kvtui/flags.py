@@ -28,16 +28,38 @@ No I/O: every function takes text and returns text or data.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Literal
 
 from kvtui.engines.events import Engine
+from kvtui.knobs import (
+    SHORT_FLAGS,
+    Knob,
+    dash_name,
+    written_name,
+)
+from kvtui.knobs import (
+    SPECS as SPECS,
+)
+from kvtui.knobs import (
+    ValueKind as ValueKind,
+)
+from kvtui.knobs import (
+    dest_name as dest_name,
+)
+from kvtui.knobs import (
+    known_names as known_names,
+)
+from kvtui.knobs import (
+    lookup as lookup,
+)
+from kvtui.knobs import (
+    suggest as suggest,
+)
 
 Kind = Literal["unit", "script"]
 EditValue = str | bool | None  # str: a value; True: a bare boolean flag; False: boolean off; None: unset
@@ -63,215 +85,13 @@ class NoServerCommand(FlagError):
 
 
 # =============================================================================================
-# What the engines accept
+# What the engines accept: the flag table lives in kvtui.knobs (one vocabulary for every layer)
 # =============================================================================================
-
-
-class ValueKind(StrEnum):
-    BOOL = "bool"
-    FRACTION = "fraction"  # float in (0, 1) (vLLM: (0, 1])
-    POS_INT = "pos_int"  # integer > 0
-    NONNEG_INT = "nonneg_int"
-    NONNEG_FLOAT = "nonneg_float"
-    CHUNK = "chunk"  # integer > 0, or -1 (disabled)
-    PORT = "port"
-    LEN = "len"  # integer > 0; vLLM also accepts 32k / 1m
-    INT_LIST = "int_list"  # one or more integers (nargs="+")
-    STR = "str"
-
-
-@dataclass(frozen=True, slots=True)
-class FlagSpec:
-    """One server setting. ``names[engine]``: the spellings that engine accepts, the first is the
-    one kvtui writes; ``dest``: the key in the engine's own argument dump."""
-
-    concept: str
-    kind: ValueKind
-    names: Mapping[Engine, tuple[str, ...]]
-    dests: Mapping[Engine, str]
-    choices: tuple[str, ...] = ()
-    negatable: frozenset[Engine] = frozenset()  # engines with a --no-FLAG form
-
-    def written(self, engine: Engine) -> str:
-        own = self.names.get(engine)
-        if own:
-            return own[0]
-        other = next(iter(self.names.values()))
-        return other[0]
-
-    def dest(self, engine: Engine) -> str:
-        return self.dests.get(engine) or self.written(engine).replace("-", "_")
-
 
 _SG = Engine.SGLANG
 _VL = Engine.VLLM
-
-
-def _spec(
-    concept: str,
-    kind: ValueKind,
-    sglang: tuple[str, ...] = (),
-    vllm: tuple[str, ...] = (),
-    *,
-    sg_dest: str | None = None,
-    vl_dest: str | None = None,
-    choices: tuple[str, ...] = (),
-) -> FlagSpec:
-    names: dict[Engine, tuple[str, ...]] = {}
-    dests: dict[Engine, str] = {}
-    if sglang:
-        names[_SG] = sglang
-        dests[_SG] = sg_dest or sglang[0].replace("-", "_")
-    if vllm:
-        names[_VL] = vllm
-        dests[_VL] = vl_dest or vllm[0].replace("-", "_")
-    negatable = frozenset({_VL}) if kind is ValueKind.BOOL and vllm else frozenset()
-    return FlagSpec(concept, kind, names, dests, choices, negatable)
-
-
-_V = ValueKind
-SPECS: tuple[FlagSpec, ...] = (
-    # memory and sizing (what the calculator models)
-    _spec("mem_fraction", _V.FRACTION, ("mem-fraction-static",), ("gpu-memory-utilization",)),
-    _spec("max_running", _V.POS_INT, ("max-running-requests",), ("max-num-seqs",)),
-    _spec("context_length", _V.LEN, ("context-length",), ("max-model-len",)),
-    _spec("cuda_graph_max_bs", _V.POS_INT, ("cuda-graph-max-bs",), ("max-cudagraph-capture-size",)),
-    _spec("cuda_graph_bs", _V.INT_LIST, ("cuda-graph-bs",), ("cuda-graph-sizes",)),
-    _spec(
-        "kv_cache_dtype",
-        _V.STR,
-        ("kv-cache-dtype",),
-        ("kv-cache-dtype",),
-        choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "bf16", "bfloat16", "fp4_e2m1"),
-    ),
-    _spec("page_size", _V.POS_INT, ("page-size",), ("block-size",)),
-    _spec("max_total_tokens", _V.POS_INT, ("max-total-tokens",)),
-    _spec("chunked_prefill", _V.CHUNK, ("chunked-prefill-size",), ("max-num-batched-tokens",)),
-    _spec("max_prefill_tokens", _V.POS_INT, ("max-prefill-tokens",)),
-    _spec("swap_space", _V.NONNEG_FLOAT, (), ("swap-space",)),
-    _spec("cpu_offload_gb", _V.NONNEG_FLOAT, (), ("cpu-offload-gb",)),
-    # parallelism
-    _spec(
-        "tp",
-        _V.POS_INT,
-        ("tp-size", "tensor-parallel-size", "tp"),
-        ("tensor-parallel-size", "tp"),
-        sg_dest="tp_size",
-    ),
-    _spec(
-        "pp",
-        _V.POS_INT,
-        ("pp-size", "pipeline-parallel-size"),
-        ("pipeline-parallel-size", "pp"),
-        sg_dest="pp_size",
-    ),
-    _spec("dp", _V.POS_INT, ("dp-size", "data-parallel-size", "dp"), ("data-parallel-size", "dp"), sg_dest="dp_size"),
-    _spec("ep", _V.POS_INT, ("ep-size", "expert-parallel-size", "ep"), (), sg_dest="ep_size"),
-    _spec("nnodes", _V.POS_INT, ("nnodes",)),
-    _spec("node_rank", _V.NONNEG_INT, ("node-rank",)),
-    _spec("dist_init_addr", _V.STR, ("dist-init-addr",)),
-    _spec("enable_dp_attention", _V.BOOL, ("enable-dp-attention",)),
-    _spec("enable_expert_parallel", _V.BOOL, (), ("enable-expert-parallel",)),
-    _spec("distributed_executor_backend", _V.STR, (), ("distributed-executor-backend",)),
-    # model
-    _spec("model", _V.STR, ("model-path", "model"), ("model",), sg_dest="model_path"),
-    _spec("tokenizer", _V.STR, ("tokenizer-path",), ("tokenizer",)),
-    _spec("served_model_name", _V.STR, ("served-model-name",), ("served-model-name",)),
-    _spec("trust_remote_code", _V.BOOL, ("trust-remote-code",), ("trust-remote-code",)),
-    _spec("dtype", _V.STR, ("dtype",), ("dtype",)),
-    _spec("quantization", _V.STR, ("quantization",), ("quantization", "q")),
-    _spec("load_format", _V.STR, ("load-format",), ("load-format",)),
-    _spec("revision", _V.STR, ("revision",), ("revision",)),
-    _spec("seed", _V.NONNEG_INT, ("random-seed",), ("seed",)),
-    # runtime
-    _spec("disable_cuda_graph", _V.BOOL, ("disable-cuda-graph",), ("enforce-eager",)),
-    _spec("enable_torch_compile", _V.BOOL, ("enable-torch-compile",)),
-    _spec("disable_radix_cache", _V.BOOL, ("disable-radix-cache",)),
-    _spec("enable_prefix_caching", _V.BOOL, (), ("enable-prefix-caching",)),
-    _spec("enable_chunked_prefill", _V.BOOL, (), ("enable-chunked-prefill",)),
-    _spec("enable_hierarchical_cache", _V.BOOL, ("enable-hierarchical-cache",)),
-    _spec("enable_metrics", _V.BOOL, ("enable-metrics",)),
-    _spec("skip_server_warmup", _V.BOOL, ("skip-server-warmup",)),
-    _spec("attention_backend", _V.STR, ("attention-backend",), ()),
-    _spec("schedule_conservativeness", _V.NONNEG_FLOAT, ("schedule-conservativeness",)),
-    _spec("watchdog_timeout", _V.NONNEG_FLOAT, ("watchdog-timeout",)),
-    _spec("max_seq_len_to_capture", _V.POS_INT, (), ("max-seq-len-to-capture",)),
-    _spec("speculative_algorithm", _V.STR, ("speculative-algorithm",)),
-    _spec("speculative_draft_model_path", _V.STR, ("speculative-draft-model-path",)),
-    _spec("speculative_num_steps", _V.POS_INT, ("speculative-num-steps",)),
-    _spec("speculative_eagle_topk", _V.POS_INT, ("speculative-eagle-topk",)),
-    _spec("speculative_num_draft_tokens", _V.POS_INT, ("speculative-num-draft-tokens",)),
-    # serving
-    _spec("host", _V.STR, ("host",), ("host",)),
-    _spec("port", _V.PORT, ("port",), ("port",)),
-    _spec("api_key", _V.STR, ("api-key",), ("api-key",)),
-    _spec("log_level", _V.STR, ("log-level",), ("uvicorn-log-level",)),
-    _spec("tool_call_parser", _V.STR, ("tool-call-parser",), ("tool-call-parser",)),
-    _spec("reasoning_parser", _V.STR, ("reasoning-parser",), ("reasoning-parser",)),
-    _spec("enable_auto_tool_choice", _V.BOOL, (), ("enable-auto-tool-choice",)),
-)
-
-
-def _norm(name: str) -> str:
-    """``--Mem_Fraction_Static`` -> ``mem-fraction-static``."""
-    return name.strip().lstrip("-").lower().replace("_", "-")
-
-
-def _build_index(engine: Engine) -> dict[str, FlagSpec]:
-    index: dict[str, FlagSpec] = {}
-    # the other engine's names first, so the engine's own spellings win a clash
-    for other in (e for e in (_SG, _VL) if e is not engine):
-        for spec in SPECS:
-            for n in spec.names.get(other, ()):
-                index[n] = spec
-    for spec in SPECS:
-        for n in spec.names.get(engine, ()):
-            index[n] = spec
-    return index
-
-
-_INDEX: dict[Engine, dict[str, FlagSpec]] = {e: _build_index(e) for e in (_SG, _VL)}
-_INDEX[Engine.UNKNOWN] = _INDEX[_SG]
-_OWN_NAMES: dict[Engine, frozenset[str]] = {
-    e: frozenset(n for s in SPECS for n in s.names.get(e, ())) for e in (_SG, _VL)
-}
-_OWN_NAMES[Engine.UNKNOWN] = _OWN_NAMES[_SG] | _OWN_NAMES[_VL]
-# single-dash spellings vLLM accepts (``-tp 4``)
-_SHORT = frozenset({"tp", "pp", "dp", "q"})
-
-
-def lookup(engine: Engine, name: str) -> FlagSpec | None:
-    """The setting a flag name means for this engine (any alias, either engine's spelling)."""
-    n = _norm(name)
-    spec = _INDEX[engine].get(n)
-    if spec is None and engine is _VL and n.startswith("no-"):
-        s2 = _INDEX[_VL].get(n[3:])
-        if s2 is not None and _VL in s2.negatable:
-            return s2
-    return spec
-
-
-def canonical_flag(engine: Engine, name: str) -> str:
-    """The spelling kvtui writes for this flag on this engine (``tp`` -> ``tp-size`` for SGLang,
-    ``tensor-parallel-size`` for vLLM); an unknown flag comes back normalised."""
-    spec = lookup(engine, name)
-    return spec.written(engine) if spec is not None else _norm(name)
-
-
-def dest_name(engine: Engine, name: str) -> str:
-    """The key of this flag in the engine's own argument dump (``tp`` -> ``tp_size`` / ``tensor_parallel_size``)."""
-    spec = lookup(engine, name)
-    return spec.dest(engine) if spec is not None else _norm(name).replace("-", "_")
-
-
-def known_names(engine: Engine) -> frozenset[str]:
-    """Every spelling in kvtui's flag table for this engine (its own names, without ``--``)."""
-    return _OWN_NAMES[engine]
-
-
-def suggest(engine: Engine, name: str) -> list[str]:
-    """Close known spellings for a flag name kvtui does not know (a typo)."""
-    return difflib.get_close_matches(_norm(name), sorted(_OWN_NAMES[engine]), n=3, cutoff=0.75)
+_norm = dash_name
+canonical_flag = written_name  # the spelling kvtui writes (``tp`` -> ``tp-size`` on SGLang)
 
 
 # =============================================================================================
@@ -325,7 +145,7 @@ def _check_safe(flag: str, value: str) -> None:
     )
 
 
-def validate_value(engine: Engine, spec: FlagSpec | None, flag: str, value: str) -> str:
+def validate_value(engine: Engine, spec: Knob | None, flag: str, value: str) -> str:
     """Check a value the way the engine would; return it as it will be written.
 
     Raises FlagError saying why the engine (or the shell) would refuse it.
@@ -653,7 +473,7 @@ class FlagOccurrence:
 
     name: str
     canonical: str
-    spec: FlagSpec | None
+    spec: Knob | None
     flag: Word
     values: tuple[Word, ...]
     inline: bool  # --k=v
@@ -794,7 +614,7 @@ def _parse_flags(
         body = v[2:] if v.startswith("--") else v[1:]
         name, eq, inline_val = body.partition("=")
         spec = lookup(engine, name)
-        if v.startswith("-") and not v.startswith("--") and _norm(name) not in _SHORT:
+        if v.startswith("-") and not v.startswith("--") and _norm(name) not in SHORT_FLAGS:
             spec = None  # -O3 style: keep as an unknown flag
         negated = (
             spec is not None and engine is _VL and _norm(name).startswith("no-") and spec.kind is ValueKind.BOOL
@@ -1257,7 +1077,7 @@ class EditResult:
 @dataclass(slots=True)
 class _Resolved:
     edit: Edit
-    spec: FlagSpec | None
+    spec: Knob | None
     name: str  # the spelling to write when adding (engine's own)
     value: EditValue  # validated
     notes: list[str] = field(default_factory=list)
@@ -1272,7 +1092,7 @@ def _resolve(engine: Engine, edit: Edit, *, strict: bool = True) -> _Resolved:
     spec = lookup(engine, n)
     notes: list[str] = []
     value = edit.value
-    if spec is not None and n not in _OWN_NAMES[engine] and not (engine is _VL and n.startswith("no-")):
+    if spec is not None and n not in known_names(engine) and not (engine is _VL and n.startswith("no-")):
         eng = "vLLM" if engine is _VL else "SGLang"
         notes.append(f"{n} is the other engine's name; this {eng} server calls it --{spec.written(engine)}")
     if spec is not None and engine is _VL and n.startswith("no-") and spec.kind is ValueKind.BOOL:

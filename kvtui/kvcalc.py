@@ -40,6 +40,9 @@ from enum import StrEnum
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine, FailureKind
+from kvtui.knobs import EDITABLE_FLAGS as EDITABLE_FLAGS
+from kvtui.knobs import MEMORY_ALIASES, MEMORY_ROLES, Memory, underscore_name
+from kvtui.knobs import fraction_flag as fraction_flag
 
 GIB = float(1 << 30)
 MIB_PER_GIB = 1024.0
@@ -116,76 +119,11 @@ VERDICT_RANK: dict[Verdict, int] = {Verdict.OK: 0, Verdict.TIGHT: 1, Verdict.OOM
 # Flags: names, aliases, values
 # ---------------------------------------------------------------------------------------------
 
-_FRACTION = {Engine.SGLANG: "mem_fraction_static", Engine.VLLM: "gpu_memory_utilization"}
-
-# concept -> (sglang name, vllm name, extra aliases). Both engines' names are aliases of each other.
-_CONCEPTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "fraction": (
-        "mem_fraction_static",
-        "gpu_memory_utilization",
-        ("mem_fraction", "mfs", "gmu", "fraction", "memory_fraction", "gpu_mem_util"),
-    ),
-    "max_requests": ("max_running_requests", "max_num_seqs", ("max_running_reqs", "max_seqs")),
-    "context": ("context_length", "max_model_len", ("context_len", "max_seq_len", "context", "max_context_len")),
-    "graph_bs": ("cuda_graph_max_bs", "max_cudagraph_capture_size", ("max_capture_size",)),
-    "kv_dtype": ("kv_cache_dtype", "kv_cache_dtype", ("kv_dtype",)),
-    "page": ("page_size", "block_size", ()),
-    "token_cap": ("max_total_tokens", "num_gpu_blocks_override", ()),
-    "chunk": ("chunked_prefill_size", "max_num_batched_tokens", ("chunk_size", "chunked_prefill")),
-    "tp": ("tp_size", "tensor_parallel_size", ("tp", "tensor_parallel")),
-}
-
-
-def _norm(name: str) -> str:
-    return name.strip().lstrip("-").strip().replace("-", "_").lower()
-
-
-def _build_aliases() -> dict[Engine, dict[str, str]]:
-    out: dict[Engine, dict[str, str]] = {Engine.SGLANG: {}, Engine.VLLM: {}}
-    for sg, vl, extra in _CONCEPTS.values():
-        for alias in (sg, vl, *extra):
-            out[Engine.SGLANG][alias] = sg
-            out[Engine.VLLM][alias] = vl
-    out[Engine.UNKNOWN] = dict(out[Engine.SGLANG])
-    return out
-
-
-FLAG_ALIASES: dict[Engine, dict[str, str]] = _build_aliases()
-"""Per engine: every accepted spelling (``_`` form, lower case) → the engine's own flag name.
-``--mem-fraction-static``, ``mem-fraction-static`` and ``mem_fraction_static`` all normalise to the
-same key; the other engine's names are accepted as aliases (``max-model-len`` on SGLang means
-``context_length``)."""
-
-EDITABLE_FLAGS: dict[Engine, tuple[str, ...]] = {
-    Engine.SGLANG: (
-        "mem_fraction_static",
-        "max_running_requests",
-        "context_length",
-        "cuda_graph_max_bs",
-        "chunked_prefill_size",
-        "kv_cache_dtype",
-        "page_size",
-        "max_total_tokens",
-        "tp_size",
-    ),
-    Engine.VLLM: (
-        "gpu_memory_utilization",
-        "max_num_seqs",
-        "max_model_len",
-        "max_cudagraph_capture_size",
-        "max_num_batched_tokens",
-        "kv_cache_dtype",
-        "block_size",
-        "num_gpu_blocks_override",
-        "tensor_parallel_size",
-    ),
-}
-EDITABLE_FLAGS[Engine.UNKNOWN] = EDITABLE_FLAGS[Engine.SGLANG]
-
-_CONCEPT_OF: dict[str, str] = {}
-for _c, (_sg, _vl, _x) in _CONCEPTS.items():
-    _CONCEPT_OF[_sg] = _c
-    _CONCEPT_OF[_vl] = _c
+FLAG_ALIASES = MEMORY_ALIASES
+"""Per engine: every accepted spelling (``_`` form, lower case) → the engine's own flag name
+(``kvtui.knobs``). ``--mem-fraction-static``, ``mem-fraction-static`` and ``mem_fraction_static``
+all normalise to the same key; the other engine's names are accepted as aliases (``max-model-len``
+on SGLang means ``context_length``)."""
 
 _FLAG_NAME_RE = re.compile(r"^[a-z][a-z0-9_.]*$")
 
@@ -208,26 +146,21 @@ KV_DTYPE_BYTES: dict[str, float | None] = {
 }
 
 
-def fraction_flag(engine: Engine) -> str:
-    """The engine's memory-fraction flag: ``mem_fraction_static`` / ``gpu_memory_utilization``."""
-    return _FRACTION.get(engine, _FRACTION[Engine.SGLANG])
-
-
 def canonical_flag(engine: Engine, name: str) -> str:
     """The engine's own ``_`` name for ``name`` (any alias, with or without dashes).
 
     Unknown but well-formed names are returned normalised (the calculator accepts them and says it
     cannot model them); malformed names raise ``CalcError``.
     """
-    key = _norm(name)
+    key = underscore_name(name)
     if not key or not _FLAG_NAME_RE.match(key):
         raise CalcError(f"flag {name!r}: expected a flag name such as mem-fraction-static or max-running-requests")
     table = FLAG_ALIASES.get(engine, FLAG_ALIASES[Engine.SGLANG])
     return table.get(key, key)
 
 
-def _concept(name: str) -> str | None:
-    return _CONCEPT_OF.get(name)
+def _concept(name: str) -> Memory | None:
+    return MEMORY_ROLES.get(name)
 
 
 _NONE_WORDS = {"none", "null", "unset", "default"}
