@@ -7,9 +7,10 @@ from collections.abc import Mapping, Sequence
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine
-from kvtui.knobs import fraction_flag
+from kvtui.knobs import Memory, fraction_flag, memory_name
 from kvtui.kvcalc.arith import _as_float, _as_int
-from kvtui.kvcalc.model import CalcError
+from kvtui.kvcalc.defaults import _dtype_bytes, _model_dtype_bytes
+from kvtui.kvcalc.model import Basis, CalcError, MemoryModel, Notes
 
 _TRIED_RE = re.compile(r"Tried to allocate ([\d.]+) ?(GiB|MiB|KiB|B)\b")
 _FREE_RE = re.compile(r"of which ([\d.]+) ?(GiB|MiB|KiB|B) is free")
@@ -205,3 +206,59 @@ def _looks_mla(flags: Mapping[str, object], cell: int, tp: int) -> bool:
     if any(k in name for k in ("deepseek", "kimi", "glm-5", "mla")):
         return True
     return any(cell % per == 0 and 20 <= cell // per <= 128 for per in (576 * 2, 576, 656, 788))
+
+
+def observed_outcome(boot: Boot) -> str:
+    """What the boot did: ``ready``, its failure kind, or its status."""
+    if boot.status is BootStatus.READY:
+        return "ready"
+    return boot.failure.kind.value if boot.failure is not None else boot.status.value
+
+
+def boot_model(
+    boot: Boot,
+    notes: Notes,
+    *,
+    basis: Basis,
+    fraction: float,
+    tokens: int,
+    tokens_raw: float,
+    page_size: int,
+    cell_bytes: int,
+    sizing_cell_bytes: int,
+    slope_gib: float | None,
+) -> MemoryModel:
+    """The model of a calibrated boot with what every engine reads the same way (its flags in the
+    engine's names, its graph memory, context, outcome, and the calibration's notes); each
+    engine's calibration adds what it found with ``dataclasses.replace``."""
+    flags, m, facts, engine = boot.flags, boot.metrics, boot.facts, boot.engine
+
+    def flag(role: Memory) -> object:
+        return flags.get(memory_name(engine, role) or "")
+
+    kv_dtype = str(flags.get("kv_cache_dtype") or "auto")
+    model_bytes = _model_dtype_bytes(flags)
+    return MemoryModel(
+        engine=engine,
+        basis=basis,
+        confidence=notes.confidence,
+        fraction=fraction,
+        tokens=tokens,
+        tokens_raw=tokens_raw,
+        page_size=page_size,
+        cell_bytes=cell_bytes,
+        sizing_cell_bytes=sizing_cell_bytes,
+        slope_gib=slope_gib,
+        graph_mem_gib=m.graph_mem_gib if m.graph_mem_gib is not None else facts.get("graph_mem_gib"),
+        context_len=_as_int(m.context_len) or _as_int(facts.get("context_len")) or _as_int(flag(Memory.CONTEXT)),
+        cuda_graph_max_bs=_as_int(flag(Memory.GRAPH_BS)),
+        kv_cache_dtype=kv_dtype,
+        kv_elem_bytes=_dtype_bytes(kv_dtype, model_bytes),
+        model_elem_bytes=model_bytes,
+        tp=_as_int(flag(Memory.TP)) or 1,
+        version_hint=boot.version_hint,
+        observed_verdict_hint=observed_outcome(boot),
+        reasons=tuple(notes.reasons),
+        explain=tuple(notes.explain),
+        flags=dict(flags),
+    )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from kvtui.engines.events import Engine
+from kvtui.knobs import Memory
 from kvtui.kvcalc.arith import _as_int, _frac, floor_page
 from kvtui.kvcalc.defaults import (
     _dtype_bytes,
@@ -14,15 +16,17 @@ from kvtui.kvcalc.defaults import (
     default_running_requests,
     extend_capture_bs,
 )
-from kvtui.kvcalc.edits import edits_from_mapping
+from kvtui.kvcalc.edits import Edits, edits_from_mapping
 from kvtui.kvcalc.model import (
     GIB,
     MIB_PER_GIB,
+    Basis,
     CalcError,
     GraphModel,
+    GraphSource,
     IdentityCheck,
     MemoryModel,
-    _Cal,
+    Notes,
     activation_allowance_gib,
 )
 
@@ -110,53 +114,54 @@ def estimate_weights_gib(cfg: Mapping[str, object]) -> float | None:
     return params * bytes_per / GIB
 
 
-def from_config(
-    config: Mapping[str, object],
-    *,
-    gpu_mem_gib: float,
-    tp: int,
-    weights_gib: float | None = None,
-    engine: Engine = Engine.SGLANG,
-    flags: Mapping[str, object] | None = None,
-) -> MemoryModel:
-    """A model of a deployment that has not booted yet, from its ``config.json``.
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A deployment described by its ``config.json`` and the flags it will run with."""
 
-    ``weights_gib``: per rank (estimated from the config when None, which lowers confidence).
-    ``flags``: the engine flags it will run with (engine names or aliases).
-    """
-    if gpu_mem_gib is None or not gpu_mem_gib > 0:
-        raise CalcError(f"--gpu-mem-gib {gpu_mem_gib}: expected the GPU's memory in GiB, e.g. 79.2 for an 80 GB card")
-    if tp < 1:
-        raise CalcError(f"--tp {tp}: expected a whole number ≥ 1")
-    if engine is Engine.UNKNOWN:
-        engine = Engine.SGLANG
+    engine: Engine
+    given: Edits
+    gpu_mem_gib: float
+    tp: int
+    weights_gib: float  # per rank
+    kv_dtype: str
+    model_bytes: float
+    kv_bytes: float
+    cell: int
+    tp_scales: bool
+    page: int
+    ctx: int | None
+    chunk: int
+    max_bs: int
+    p: float  # free before the weights (estimated)
+    a: float  # free after them
+
+
+def _given_int(given: Edits, role: Memory) -> int | None:
+    _present, value = given.get(role)
+    return int(value) if isinstance(value, int) else None
+
+
+def _plan(
+    config: Mapping[str, object], gpu_mem_gib: float, tp: int, weights_gib: float | None, engine: Engine,
+    given: Edits, c: Notes,
+) -> _Planned:
     cfg: Mapping[str, object] = config
     tc = config.get("text_config")
     if isinstance(tc, Mapping) and ("num_hidden_layers" in tc or "hidden_size" in tc):
         cfg = tc
-    given = edits_from_mapping(engine, flags or {})
-    c = _Cal()
-    c.low("no boot observed yet: P (free memory after init), weights and graph memory are estimates")
-    fr_present, fr = given.get("fraction")
-    kvd_present, kvd = given.get("kv_dtype")
+    kvd_present, kvd = given.get(Memory.KV_DTYPE)
     kv_dtype = str(kvd) if kvd_present and kvd else "auto"
     model_bytes = 4.0 if str(cfg.get("torch_dtype") or cfg.get("dtype") or "").lower() == "float32" else 2.0
     kv_bytes = _dtype_bytes(kv_dtype, model_bytes)
-    _, page_v = given.get("page")
-    _, cap_v = given.get("token_cap")
-    _, ctx_v = given.get("context")
-    _, chunk_v = given.get("chunk")
-    _, mrr_v = given.get("max_requests")
-    _, gbs_v = given.get("graph_bs")
+    page_v, ctx_v, chunk_v, gbs_v = (_given_int(given, r) for r in (Memory.PAGE, Memory.CONTEXT, Memory.CHUNK,
+                                                                      Memory.GRAPH_BS))
     cell, kind, tp_scales = _config_cell(cfg, tp=tp, kv_bytes=kv_bytes)
     if kind in ("dsa",):
-        page = int(page_v) if isinstance(page_v, int) else 64
+        page = page_v if page_v is not None else 64
     else:
-        page = int(page_v) if isinstance(page_v, int) else (16 if engine is Engine.VLLM else 1)
-    ctx = int(ctx_v) if isinstance(ctx_v, int) else _cfg_int(cfg, "max_position_embeddings")
+        page = page_v if page_v is not None else (16 if engine is Engine.VLLM else 1)
     tier_chunk, tier_bs = _sglang_tier(gpu_mem_gib, tp)
-    chunk = int(chunk_v) if isinstance(chunk_v, int) else (8192 if engine is Engine.VLLM else tier_chunk)
-    max_bs = int(gbs_v) if isinstance(gbs_v, int) else tier_bs
+    chunk = chunk_v if chunk_v is not None else (8192 if engine is Engine.VLLM else tier_chunk)
     if weights_gib is None:
         total_w = estimate_weights_gib(cfg)
         if total_w is None:
@@ -177,117 +182,145 @@ def from_config(
         f"A = P − weights {weights_gib:.2f} = {a:.2f} GiB"
     )
     c.explain.append(f"cell = {cell:,} B per token per rank ({kind}, KV {kv_bytes:g} B per element, TP {tp})")
+    ctx = ctx_v if ctx_v is not None else _cfg_int(cfg, "max_position_embeddings")
+    max_bs = gbs_v if gbs_v is not None else tier_bs
+    return _Planned(engine, given, gpu_mem_gib, tp, weights_gib, kv_dtype, model_bytes, kv_bytes, cell, tp_scales,
+                    page, ctx, chunk, max_bs, p, a)
+
+
+def _reserve_graph(max_bs: int, workspace_gib: float) -> GraphModel:
+    """The engine's own graph reserve: a workspace plus 2 MiB per batch size up to ``max_bs``."""
     graph_bs = extend_capture_bs([], max_bs)
-    if engine is Engine.VLLM:
-        u = float(fr) if fr_present and isinstance(fr, float) else 0.9
-        act = activation_allowance_gib(chunk)
-        kv = gpu_mem_gib * u - weights_gib - act - 0.5
-        raw = max(0.0, kv) * GIB / cell
-        n = floor_page(raw, page)
-        c.explain.append(
-            f"kv = total·u − weights − activations − non-torch = {gpu_mem_gib:.2f} × {_frac(u)} − {weights_gib:.2f} − "
-            f"{act:.2f} − 0.50 = {kv:.2f} GiB → {n:,} tokens"
-        )
-        graph_need = 0.3 + max_bs * 2 / MIB_PER_GIB
-        return MemoryModel(
-            engine=engine,
-            basis="config",
-            confidence=c.confidence,
-            fraction=u,
-            tokens=max(n, 0),
-            tokens_raw=max(raw, 0.0) if kv > 0 else kv * GIB / cell,
-            page_size=page,
-            cell_bytes=cell,
-            sizing_cell_bytes=cell,
-            slope_gib=gpu_mem_gib,
-            weights_gib=weights_gib,
-            max_total_tokens=int(cap_v) * page if isinstance(cap_v, int) else None,
-            kv_cache_gib=kv,
-            avail_after_pool_gib=gpu_mem_gib * (1 - u),
-            graph=GraphModel(
-                need_gib=graph_need,
-                bs=tuple(graph_bs),
-                per_graph_gib=0.0,
-                per_bs_gib=(graph_need - 0.3) / max(1, sum(graph_bs)),
-                fixed_gib=0.3,
-                source="estimated",
-            ),
-            max_running_requests=int(mrr_v) if isinstance(mrr_v, int) else None,
-            running_requests=int(mrr_v) if isinstance(mrr_v, int) else 256,
-            context_len=ctx,
-            chunked_prefill_size=chunk,
-            cuda_graph_max_bs=max_bs,
-            kv_cache_dtype=kv_dtype,
-            kv_elem_bytes=kv_bytes,
-            model_elem_bytes=model_bytes,
-            tp=tp,
-            tp_scales_cell=tp_scales,
-            gpu_mem_gib=gpu_mem_gib,
-            identity=IdentityCheck(False, "unchecked"),
-            reasons=tuple(c.reasons),
-            explain=tuple(c.explain),
-            flags=dict(given.values),
-        )
-    if fr_present and isinstance(fr, float):
-        f = fr
-    else:
-        f = default_mem_fraction(gpu_mem_gib, tp, chunk=chunk, max_bs=max_bs)
-        c.reasons.append(
-            f"mem_fraction_static not given: SGLang's default for a {gpu_mem_gib:.0f} GiB card is {_frac(f)}"
-        )
-    rest = a - p * (1 - f)
-    raw = rest * GIB / cell
-    cap = int(cap_v) if isinstance(cap_v, int) else None
-    n = floor_page(min(raw, cap) if cap else raw, page)
-    c.explain.append(
-        f"rest = A − P·(1 − f) = {a:.2f} − {p:.2f} × (1 − {_frac(f)}) = {rest:.2f} GiB → {max(n, 0):,} tokens"
-    )
-    mrr = int(mrr_v) if isinstance(mrr_v, int) else None
-    mrr_eff = mrr or default_running_requests(max(n, 0), ctx)
-    req = _req_table_gib(mrr_eff, ctx)
-    pool_end = a - max(0, n + page) * cell / GIB - req
-    need = 0.5 + max_bs * 2 / MIB_PER_GIB
-    gm = GraphModel(
+    need = workspace_gib + max_bs * 2 / MIB_PER_GIB
+    return GraphModel(
         need_gib=need,
         bs=tuple(graph_bs),
         per_graph_gib=0.0,
-        per_bs_gib=(need - 0.5) / max(1, sum(graph_bs)),
-        fixed_gib=0.5,
-        source="estimated",
+        per_bs_gib=(need - workspace_gib) / max(1, sum(graph_bs)),
+        fixed_gib=workspace_gib,
+        source=GraphSource.ESTIMATED,
     )
-    c.reasons.append(f"capture need assumed {need:.2f} GiB (SGLang's own reserve: 2 MiB per batch size up to {max_bs})")
+
+
+def _config_model(
+    d: _Planned, c: Notes, *, fraction: float, tokens: int, tokens_raw: float, slope_gib: float,
+    kv_cache_gib: float, graph: GraphModel,
+) -> MemoryModel:
+    """The fields a config-based model of either engine has the same way."""
     return MemoryModel(
-        engine=Engine.SGLANG,
-        basis="config",
+        engine=d.engine,
+        basis=Basis.CONFIG,
         confidence=c.confidence,
-        fraction=f,
-        tokens=max(n, 0),
-        tokens_raw=raw,
-        page_size=page,
-        cell_bytes=cell,
-        sizing_cell_bytes=cell,
-        slope_gib=p,
-        pre_load_gib=p,
-        after_load_gib=a,
-        weights_gib=weights_gib,
-        max_total_tokens=cap,
-        kv_cache_gib=max(0, n + page) * cell / GIB,
-        avail_after_pool_gib=pool_end,
-        target_pool_end_gib=pool_end,
-        graph=gm,
-        max_running_requests=mrr,
-        running_requests=mrr_eff,
-        context_len=ctx,
-        chunked_prefill_size=chunk,
-        cuda_graph_max_bs=max_bs,
-        kv_cache_dtype=kv_dtype,
-        kv_elem_bytes=kv_bytes,
-        model_elem_bytes=model_bytes,
-        tp=tp,
-        tp_scales_cell=tp_scales,
-        gpu_mem_gib=gpu_mem_gib,
+        fraction=fraction,
+        tokens=tokens,
+        tokens_raw=tokens_raw,
+        page_size=d.page,
+        cell_bytes=d.cell,
+        sizing_cell_bytes=d.cell,
+        slope_gib=slope_gib,
+        weights_gib=d.weights_gib,
+        kv_cache_gib=kv_cache_gib,
+        graph=graph,
+        context_len=d.ctx,
+        chunked_prefill_size=d.chunk,
+        cuda_graph_max_bs=d.max_bs,
+        kv_cache_dtype=d.kv_dtype,
+        kv_elem_bytes=d.kv_bytes,
+        model_elem_bytes=d.model_bytes,
+        tp=d.tp,
+        tp_scales_cell=d.tp_scales,
+        gpu_mem_gib=d.gpu_mem_gib,
         identity=IdentityCheck(False, "unchecked"),
         reasons=tuple(c.reasons),
         explain=tuple(c.explain),
-        flags=dict(given.values),
+        flags=dict(d.given.values),
     )
+
+
+def _config_vllm(d: _Planned, c: Notes) -> MemoryModel:
+    """vLLM: the budget is total·u minus the weights, the activations and the non-torch memory."""
+    fr_present, fr = d.given.get(Memory.FRACTION)
+    u = float(fr) if fr_present and isinstance(fr, float) else 0.9
+    act = activation_allowance_gib(d.chunk)
+    kv = d.gpu_mem_gib * u - d.weights_gib - act - 0.5
+    raw = max(0.0, kv) * GIB / d.cell
+    n = floor_page(raw, d.page)
+    c.explain.append(
+        f"kv = total·u − weights − activations − non-torch = {d.gpu_mem_gib:.2f} × {_frac(u)} − {d.weights_gib:.2f} − "
+        f"{act:.2f} − 0.50 = {kv:.2f} GiB → {n:,} tokens"
+    )
+    cap, mrr = _given_int(d.given, Memory.TOKEN_CAP), _given_int(d.given, Memory.MAX_REQUESTS)
+    base = _config_model(d, c, fraction=u, tokens=max(n, 0), tokens_raw=max(raw, 0.0) if kv > 0 else kv * GIB / d.cell,
+                         slope_gib=d.gpu_mem_gib, kv_cache_gib=kv, graph=_reserve_graph(d.max_bs, 0.3))
+    return replace(
+        base,
+        max_total_tokens=cap * d.page if cap is not None else None,
+        avail_after_pool_gib=d.gpu_mem_gib * (1 - u),
+        max_running_requests=mrr,
+        running_requests=mrr if mrr is not None else 256,
+    )
+
+
+def _config_sglang(d: _Planned, c: Notes) -> MemoryModel:
+    """SGLang: ``rest = A − P·(1 − f)`` with P and A estimated from the card and the weights."""
+    fr_present, fr = d.given.get(Memory.FRACTION)
+    if fr_present and isinstance(fr, float):
+        f = fr
+    else:
+        f = default_mem_fraction(d.gpu_mem_gib, d.tp, chunk=d.chunk, max_bs=d.max_bs)
+        c.reasons.append(
+            f"mem_fraction_static not given: SGLang's default for a {d.gpu_mem_gib:.0f} GiB card is {_frac(f)}"
+        )
+    rest = d.a - d.p * (1 - f)
+    raw = rest * GIB / d.cell
+    cap = _given_int(d.given, Memory.TOKEN_CAP)
+    n = floor_page(min(raw, cap) if cap else raw, d.page)
+    c.explain.append(
+        f"rest = A − P·(1 − f) = {d.a:.2f} − {d.p:.2f} × (1 − {_frac(f)}) = {rest:.2f} GiB → {max(n, 0):,} tokens"
+    )
+    mrr = _given_int(d.given, Memory.MAX_REQUESTS)
+    mrr_eff = mrr or default_running_requests(max(n, 0), d.ctx)
+    pool_end = d.a - max(0, n + d.page) * d.cell / GIB - _req_table_gib(mrr_eff, d.ctx)
+    graph = _reserve_graph(d.max_bs, 0.5)
+    c.reasons.append(
+        f"capture need assumed {graph.need_gib:.2f} GiB (SGLang's own reserve: 2 MiB per batch size up to {d.max_bs})"
+    )
+    base = _config_model(d, c, fraction=f, tokens=max(n, 0), tokens_raw=raw, slope_gib=d.p,
+                         kv_cache_gib=max(0, n + d.page) * d.cell / GIB, graph=graph)
+    return replace(
+        base,
+        pre_load_gib=d.p,
+        after_load_gib=d.a,
+        max_total_tokens=cap,
+        avail_after_pool_gib=pool_end,
+        target_pool_end_gib=pool_end,
+        max_running_requests=mrr,
+        running_requests=mrr_eff,
+    )
+
+
+def from_config(
+    config: Mapping[str, object],
+    *,
+    gpu_mem_gib: float,
+    tp: int,
+    weights_gib: float | None = None,
+    engine: Engine = Engine.SGLANG,
+    flags: Mapping[str, object] | None = None,
+) -> MemoryModel:
+    """A model of a deployment that has not booted yet, from its ``config.json``.
+
+    ``weights_gib``: per rank (estimated from the config when None, which lowers confidence).
+    ``flags``: the engine flags it will run with (engine names or aliases).
+    """
+    if gpu_mem_gib is None or not gpu_mem_gib > 0:
+        raise CalcError(f"--gpu-mem-gib {gpu_mem_gib}: expected the GPU's memory in GiB, e.g. 79.2 for an 80 GB card")
+    if tp < 1:
+        raise CalcError(f"--tp {tp}: expected a whole number ≥ 1")
+    if engine is Engine.UNKNOWN:
+        engine = Engine.SGLANG
+    given = edits_from_mapping(engine, flags or {})
+    c = Notes()
+    c.low("no boot observed yet: P (free memory after init), weights and graph memory are estimates")
+    d = _plan(config, gpu_mem_gib, tp, weights_gib, engine, given, c)
+    return _config_vllm(d, c) if engine is Engine.VLLM else _config_sglang(d, c)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from kvtui.boot import Boot
 from kvtui.engines.events import FailureKind
 from kvtui.kvcalc.boots import _FREE_RE, _TRIED_RE, _from_text
 from kvtui.kvcalc.defaults import extend_capture_bs
-from kvtui.kvcalc.model import MIB_PER_GIB, GraphModel, _Cal
+from kvtui.kvcalc.model import MIB_PER_GIB, GraphModel, GraphSource, Notes
 
 
 def _fit_graph_costs(points: Sequence[tuple[int, float]]) -> tuple[float, float] | None:
@@ -41,17 +42,24 @@ def _split_total(total: float, bs: Sequence[int]) -> tuple[float, float]:
     return total / (2 * len(bs)), total / (2 * max(1, sum(bs)))
 
 
-def _graph_model_sglang(boot: Boot, pool_end: float | None, c: _Cal) -> GraphModel | None:
-    """Capture need from a boot: measured when capture finished, estimated when it died in it."""
-    flags = boot.flags
-    if flags.get("disable_cuda_graph") is True:
-        return GraphModel(need_gib=0.0, source="disabled", note="CUDA graphs disabled (--disable-cuda-graph)")
+@dataclass(frozen=True, slots=True)
+class _Capture:
+    """What a boot printed about its CUDA-graph capture."""
+
+    bs: list[int]  # the batch sizes it captures
+    trail: list[tuple[int, float]]  # (bs, avail before capturing it), as tqdm printed them
+    begin: float | None  # avail when capture began
+    graph_mem: float | None  # the target's graphs, as reported
+    draft_graph: float | None  # the draft model's graphs
+    afters: list[float]  # avail after the graphs (every line that says it)
+    fit: tuple[float, float] | None  # per-graph and per-batch-size cost from the trail
+
+
+def _read_capture(boot: Boot) -> _Capture:
     trail = list(boot.capture_trail)
     bs_list = sorted(set(boot.capture_bs)) or sorted({b for b, _ in trail})
     facts, dfacts, m = boot.facts, boot.draft_facts, boot.metrics
-    begin = facts.get("graph_begin_avail_gib")
     graph_mem = m.graph_mem_gib if m.graph_mem_gib is not None else facts.get("graph_mem_gib")
-    draft_graph = dfacts.get("graph_mem_gib")
     afters = [
         x
         for x in (
@@ -67,96 +75,117 @@ def _graph_model_sglang(boot: Boot, pool_end: float | None, c: _Cal) -> GraphMod
     for (b0, a0), (_b1, a1) in itertools.pairwise(trail):
         points.append((b0, a0 - a1))
     end_avail = facts.get("avail_after_graph_gib")
-    captured_all = boot.failure is None or boot.failure.kind is not FailureKind.OOM_GRAPH_CAPTURE
-    if trail and end_avail is not None and captured_all:
+    if trail and end_avail is not None and not _died_in_capture(boot):
         points.append((trail[-1][0], trail[-1][1] - end_avail))
-    fit = _fit_graph_costs(points)
+    return _Capture(bs_list, trail, facts.get("graph_begin_avail_gib"), graph_mem, dfacts.get("graph_mem_gib"),
+                    afters, _fit_graph_costs(points))
 
-    died_in_capture = boot.failure is not None and boot.failure.kind is FailureKind.OOM_GRAPH_CAPTURE
-    if died_in_capture:
-        start = pool_end if pool_end is not None else begin
-        tried = facts.get("oom_tried_gib") or _from_text(boot, _TRIED_RE)
-        free = facts.get("oom_free_gib")
-        if free is None:
-            free = _from_text(boot, _FREE_RE)
-        if free is None and trail:
-            free = trail[-1][1]
-        if start is None or free is None:
-            c.low("the boot died in CUDA-graph capture but printed no avail figures to size what capture needed")
-            return GraphModel(need_gib=max(graph_mem or 0.0, 1.0) * 2, bs=tuple(bs_list), source="capture-oom")
-        used = max(0.0, start - free)
-        if fit is None and bs_list:
-            a, b = _split_total(used, [bb for bb, _ in trail] or bs_list)
-        elif fit is None:
-            a, b = 0.0, 0.0
-        else:
-            a, b = fit
-        failing_bs = trail[-1][0] if trail else None
-        remaining = [bb for bb in bs_list if failing_bs is not None and bb < failing_bs]
-        rest_cost = sum(a + b * bb for bb in remaining)
-        need = used + (tried or 0.0) + rest_cost
-        total_cost = sum(a + b * bb for bb in bs_list)
-        note = (
-            f"capture died: it had used {used:.2f} GiB (from {start:.2f} down to {free:.2f} GiB free)"
-            + (f" when it tried to allocate {tried:.2f} GiB" if tried else "")
-            + (f" at bs={failing_bs}" if failing_bs is not None else "")
-            + (f"; the {len(remaining)} smaller batch sizes left need ≈ {rest_cost:.2f} GiB more" if remaining else "")
-            + f" → capture needs ≈ {need:.2f} GiB"
-        )
-        c.explain.append(note)
+
+def _died_in_capture(boot: Boot) -> bool:
+    return boot.failure is not None and boot.failure.kind is FailureKind.OOM_GRAPH_CAPTURE
+
+
+def _graph_model_sglang(boot: Boot, pool_end: float | None, c: Notes) -> GraphModel | None:
+    """Capture need from a boot: measured when capture finished, estimated when it died in it."""
+    if boot.flags.get("disable_cuda_graph") is True:
+        return GraphModel(need_gib=0.0, source=GraphSource.DISABLED, note="CUDA graphs disabled (--disable-cuda-graph)")
+    cap = _read_capture(boot)
+    if _died_in_capture(boot):
+        return _capture_oom_graph(boot, cap, pool_end, c)
+    if pool_end is not None and cap.afters:
+        return _observed_graph(cap, pool_end, c)
+    if cap.graph_mem is not None:
+        a, b = _split_total(cap.graph_mem, cap.bs)
+        need = cap.graph_mem + (cap.draft_graph or 0.0)
         return GraphModel(
             need_gib=need,
-            bs=tuple(bs_list),
+            bs=tuple(cap.bs),
             per_graph_gib=a,
             per_bs_gib=b,
-            fixed_gib=max(0.0, need - total_cost),
-            source="capture-oom",
-            note=note,
-        )
-    if pool_end is not None and afters:
-        need = max(0.0, pool_end - min(afters))
-        reported = (graph_mem or 0.0) + (draft_graph or 0.0)
-        need = max(need, reported)
-        total_graph = graph_mem if graph_mem is not None else need
-        if fit is None:
-            a, b = _split_total(total_graph, bs_list)
-        else:
-            a, b = fit
-        cost_obs = sum(a + b * bb for bb in bs_list)
-        if bs_list and cost_obs > 0 and graph_mem:
-            scale = graph_mem / cost_obs  # fitted costs re-scaled to the reported total
-            a, b, cost_obs = a * scale, b * scale, graph_mem
-        note = (
-            f"capture needed {need:.2f} GiB: {pool_end:.2f} GiB free after the pools → {min(afters):.2f} GiB "
-            f"after the graphs"
-            + (f" (graphs {graph_mem:.2f} GiB" if graph_mem is not None else "")
-            + (f" + draft graphs {draft_graph:.2f} GiB)" if draft_graph else (")" if graph_mem is not None else ""))
-        )
-        c.explain.append(note)
-        return GraphModel(
-            need_gib=need,
-            bs=tuple(bs_list),
-            per_graph_gib=a,
-            per_bs_gib=b,
-            fixed_gib=max(0.0, need - cost_obs),
-            source="observed",
-            note=note,
-        )
-    if graph_mem is not None:
-        a, b = _split_total(graph_mem, bs_list)
-        need = graph_mem + (draft_graph or 0.0)
-        return GraphModel(
-            need_gib=need,
-            bs=tuple(bs_list),
-            per_graph_gib=a,
-            per_bs_gib=b,
-            fixed_gib=need - graph_mem,
-            source="observed",
+            fixed_gib=need - cap.graph_mem,
+            source=GraphSource.OBSERVED,
         )
     return None
 
 
-def _estimated_graph(max_bs: int | None, c: _Cal, why: str) -> GraphModel:
+def _capture_oom_graph(boot: Boot, cap: _Capture, pool_end: float | None, c: Notes) -> GraphModel:
+    """The boot died in capture: what it had used, plus what it asked for, plus the batch sizes
+    it had not reached yet."""
+    facts, trail, bs_list = boot.facts, cap.trail, cap.bs
+    start = pool_end if pool_end is not None else cap.begin
+    tried = facts.get("oom_tried_gib") or _from_text(boot, _TRIED_RE)
+    free = facts.get("oom_free_gib")
+    if free is None:
+        free = _from_text(boot, _FREE_RE)
+    if free is None and trail:
+        free = trail[-1][1]
+    if start is None or free is None:
+        c.low("the boot died in CUDA-graph capture but printed no avail figures to size what capture needed")
+        return GraphModel(need_gib=max(cap.graph_mem or 0.0, 1.0) * 2, bs=tuple(bs_list),
+                          source=GraphSource.CAPTURE_OOM)
+    used = max(0.0, start - free)
+    if cap.fit is None and bs_list:
+        a, b = _split_total(used, [bb for bb, _ in trail] or bs_list)
+    elif cap.fit is None:
+        a, b = 0.0, 0.0
+    else:
+        a, b = cap.fit
+    failing_bs = trail[-1][0] if trail else None
+    remaining = [bb for bb in bs_list if failing_bs is not None and bb < failing_bs]
+    rest_cost = sum(a + b * bb for bb in remaining)
+    need = used + (tried or 0.0) + rest_cost
+    total_cost = sum(a + b * bb for bb in bs_list)
+    note = (
+        f"capture died: it had used {used:.2f} GiB (from {start:.2f} down to {free:.2f} GiB free)"
+        + (f" when it tried to allocate {tried:.2f} GiB" if tried else "")
+        + (f" at bs={failing_bs}" if failing_bs is not None else "")
+        + (f"; the {len(remaining)} smaller batch sizes left need ≈ {rest_cost:.2f} GiB more" if remaining else "")
+        + f" → capture needs ≈ {need:.2f} GiB"
+    )
+    c.explain.append(note)
+    return GraphModel(
+        need_gib=need,
+        bs=tuple(bs_list),
+        per_graph_gib=a,
+        per_bs_gib=b,
+        fixed_gib=max(0.0, need - total_cost),
+        source=GraphSource.CAPTURE_OOM,
+        note=note,
+    )
+
+
+def _observed_graph(cap: _Capture, pool_end: float, c: Notes) -> GraphModel:
+    """The boot finished capture: the need is what the pools left minus what the graphs left (at
+    least what the engine reported), spread over the batch sizes by the trail's costs."""
+    graph_mem, draft_graph, bs_list = cap.graph_mem, cap.draft_graph, cap.bs
+    need = max(0.0, pool_end - min(cap.afters))
+    reported = (graph_mem or 0.0) + (draft_graph or 0.0)
+    need = max(need, reported)
+    total_graph = graph_mem if graph_mem is not None else need
+    a, b = _split_total(total_graph, bs_list) if cap.fit is None else cap.fit
+    cost_obs = sum(a + b * bb for bb in bs_list)
+    if bs_list and cost_obs > 0 and graph_mem:
+        scale = graph_mem / cost_obs  # fitted costs re-scaled to the reported total
+        a, b, cost_obs = a * scale, b * scale, graph_mem
+    note = (
+        f"capture needed {need:.2f} GiB: {pool_end:.2f} GiB free after the pools → {min(cap.afters):.2f} GiB "
+        f"after the graphs"
+        + (f" (graphs {graph_mem:.2f} GiB" if graph_mem is not None else "")
+        + (f" + draft graphs {draft_graph:.2f} GiB)" if draft_graph else (")" if graph_mem is not None else ""))
+    )
+    c.explain.append(note)
+    return GraphModel(
+        need_gib=need,
+        bs=tuple(bs_list),
+        per_graph_gib=a,
+        per_bs_gib=b,
+        fixed_gib=max(0.0, need - cost_obs),
+        source=GraphSource.OBSERVED,
+        note=note,
+    )
+
+
+def _estimated_graph(max_bs: int | None, c: Notes, why: str) -> GraphModel:
     """SGLang's own reserve for graphs (``cuda_graph_max_bs × 2 MiB``) plus a workspace, as a
     stand-in when the log does not show what capture took."""
     mbs = max_bs or 160
@@ -166,4 +195,5 @@ def _estimated_graph(max_bs: int | None, c: _Cal, why: str) -> GraphModel:
     c.reasons.append(
         f"{why}: capture need assumed {need:.2f} GiB (0.5 GiB workspace + 2 MiB per batch size up to {mbs})"
     )
-    return GraphModel(need_gib=need, bs=tuple(bs), per_graph_gib=a, per_bs_gib=b, fixed_gib=0.5, source="estimated")
+    return GraphModel(need_gib=need, bs=tuple(bs), per_graph_gib=a, per_bs_gib=b, fixed_gib=0.5,
+                      source=GraphSource.ESTIMATED)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Literal
 
 from kvtui.engines.events import Engine
 
@@ -57,13 +58,16 @@ def activation_allowance_gib(chunked_prefill_size: int | None) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
+ErrorKind = Literal["usage", "input"]
+
+
 class CalcError(ValueError):
     """User-facing problem: bad flag/value, a boot that never sized its pool, missing inputs.
 
     ``kind``: "usage" (a bad edit or option) or "input" (the log / config lacks what is needed).
     """
 
-    def __init__(self, message: str, kind: str = "usage") -> None:
+    def __init__(self, message: str, kind: ErrorKind = "usage") -> None:
         super().__init__(message)
         self.kind = kind
 
@@ -78,6 +82,29 @@ class Verdict(StrEnum):
 VERDICT_RANK: dict[Verdict, int] = {Verdict.OK: 0, Verdict.TIGHT: 1, Verdict.OOM_RISK: 2, Verdict.NO_FIT: 3}
 
 
+class Basis(StrEnum):
+    """What a model stands on."""
+
+    CALIBRATED = "calibrated"  # one boot's own figures
+    TWO_POINT = "two-point"  # two boots of one deployment at different fractions: the slope measured
+    CONFIG = "config"  # a config.json: no boot yet, every figure an estimate
+
+
+class Confidence(StrEnum):
+    HIGH = "high"
+    LOW = "low"  # something the calculator could not check or does not model: treat as an estimate
+
+
+class GraphSource(StrEnum):
+    """Where a capture need comes from."""
+
+    OBSERVED = "observed"  # the boot finished capture: measured
+    CAPTURE_OOM = "capture-oom"  # the boot died in capture: what it had used plus what it asked for
+    ESTIMATED = "estimated"  # not shown: SGLang's own reserve
+    DISABLED = "disabled"  # --disable-cuda-graph
+    OTHER_BOOT = "other-boot"  # measured on a sibling boot of the same deployment
+
+
 @dataclass(frozen=True, slots=True)
 class GraphModel:
     """What capture needs from the memory left after the pools, and how it scales with the
@@ -88,7 +115,7 @@ class GraphModel:
     per_graph_gib: float = 0.0
     per_bs_gib: float = 0.0
     fixed_gib: float = 0.0
-    source: str = "observed"  # observed | capture-oom | estimated | disabled | other-boot
+    source: GraphSource = GraphSource.OBSERVED
     note: str = ""
 
     def cost(self, bs: Sequence[int]) -> float:
@@ -122,8 +149,8 @@ class MemoryModel:
     """
 
     engine: Engine
-    basis: str  # calibrated | two-point | config
-    confidence: str  # high | low
+    basis: Basis
+    confidence: Confidence
     fraction: float
     tokens: int
     tokens_raw: float  # the unrounded budget in tokens (N ≤ raw < N + page unless capped)
@@ -169,13 +196,14 @@ class MemoryModel:
 
 
 @dataclass(slots=True)
-class _Cal:
-    """Scratch state while calibrating one SGLang boot."""
+class Notes:
+    """What a calibration says as it goes: reasons (shown with the verdict), explain lines (the
+    formulas with the numbers in), and whether anything lowered the confidence."""
 
     reasons: list[str] = field(default_factory=list)
     explain: list[str] = field(default_factory=list)
-    confidence: str = "high"
+    confidence: Confidence = Confidence.HIGH
 
     def low(self, reason: str) -> None:
-        self.confidence = "low"
+        self.confidence = Confidence.LOW
         self.reasons.append(reason)

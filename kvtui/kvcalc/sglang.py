@@ -1,13 +1,29 @@
-"""Calibrating an SGLang boot: the sizing identity and the known explanations when it fails."""
+"""Calibrating an SGLang boot: the sizing identity, and the known explanations when it fails.
+
+One boot fixes P (free before the weights), A (free after them), f, N and the allocated cell
+(``KV size / (N + page)``); the identity ``floor_page((A − P·(1 − f) − bias)·2^30 / sizer) == N``
+is checked within the rounding of the printed GiB figures (engines.md §4). When the plain reading
+(``standard``) does not give N, the sizing cell the engine really divided by is searched among
+the known explanations, each a ``Hypothesis``, tried in order:
+
+* ``draft-in-cell``: EAGLE/STANDALONE (≥0.5.14) and DFlash targets size with the draft's KV share;
+* ``dsa-fp8-sizing``: DSA with fp8 KV before 0.5.17 sized with 708 B/layer but allocates 656/788;
+* ``mm-reserve``: VLMs (≥0.5.18) take a multimodal reservation before sizing;
+* ``dsv4`` / ``dsv4-bias``: DeepSeek-V4 prints its own bytes per full token and a fixed bias;
+
+each with A read after the target's weights, then after the draft's (newer builds load the
+draft's weights before sizing). A ``--max-total-tokens`` cap is part of every reading. If none
+explains the numbers, the model says ``confidence: low`` and uses the empirical cell.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 
 from kvtui.boot import Boot, BootStatus
-from kvtui.engines.events import Engine, FailureKind
+from kvtui.engines.events import FailureKind
 from kvtui.knobs import fraction_flag
 from kvtui.kvcalc.arith import _as_int, _frac, _snap_cell, floor_page
 from kvtui.kvcalc.boots import (
@@ -21,10 +37,21 @@ from kvtui.kvcalc.boots import (
     _never_sized,
     _page_of,
     _pool_end_of,
+    boot_model,
 )
-from kvtui.kvcalc.defaults import _dtype_bytes, _model_dtype_bytes
 from kvtui.kvcalc.graphs import _estimated_graph, _graph_model_sglang
-from kvtui.kvcalc.model import _AVAIL_SLACK, _PRINT_EPS, GIB, CalcError, IdentityCheck, MemoryModel, _Cal
+from kvtui.kvcalc.model import (
+    _AVAIL_SLACK,
+    _PRINT_EPS,
+    GIB,
+    Basis,
+    CalcError,
+    GraphModel,
+    GraphSource,
+    IdentityCheck,
+    MemoryModel,
+    Notes,
+)
 
 _SGLANG_VLM_RESERVES_GIB = (100 / 1024, (100 + 1024) / 1024)  # mm reservation (≈0.5.18+)
 
@@ -39,56 +66,66 @@ def _interval_tokens(
     return lo, hi
 
 
-def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[Boot]) -> MemoryModel:
-    c = _Cal()
-    flags = boot.flags
-    m, facts, dfacts = boot.metrics, boot.facts, boot.draft_facts
-    f = _boot_fraction(boot)
-    if f is None:
-        raise CalcError(
-            "the boot's argument dump (server_args=…) has no mem_fraction_static: cannot place it on the fraction line",
-            "input",
-        )
-    n = _boot_tokens(boot)
-    if n is None:
-        raise _never_sized(boot)
-    page, page_note = _page_of(boot, n)
-    if page_note:
-        c.reasons.append(page_note)
-    cap = _as_int(flags.get("max_total_tokens"))
-    spec = flags.get("speculative_algorithm") not in (None, "None", "", "NONE") or bool(dfacts)
-    kv_dtype = str(flags.get("kv_cache_dtype") or "auto")
-    model_bytes = _model_dtype_bytes(flags)
-    tp = _as_int(flags.get("tp_size")) or 1
+# ---------------------------------------------------------------------------------------------
+# What the boot printed
+# ---------------------------------------------------------------------------------------------
 
-    # --- P, A ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Pool:
+    """What an SGLang boot printed about its KV pool (engines.md §2.1, §4)."""
+
+    f: float  # mem_fraction_static
+    n: int  # the tokens it made
+    page: int
+    cap: int | None  # --max-total-tokens
+    p: float | None  # P: free before the weights (min over ranks)
+    a_target: float | None  # A: free after the target's weights
+    a_candidates: tuple[tuple[float, str], ...]  # (A, whose weights) the engine may have sized from
+    cell: int  # bytes per token per rank the pool allocated
+    cell_lo: float  # … within the rounding of the printed GiB
+    cell_hi: float
+    bpft: float | None  # DeepSeek-V4's own bytes per full token
+    dsv4_available: float | None  # DeepSeek-V4's own budget after its bias
+    kv_gib: float | None  # the pool's printed size
+    draft_cell: int  # the draft model's pool (a separate pool, carved from the headroom)
+    draft_n: float
+
+    @property
+    def is_dsv4(self) -> bool:
+        return self.bpft is not None
+
+
+def _avails(boot: Boot) -> tuple[float | None, float | None, tuple[tuple[float, str], ...]]:
+    """P, the target's A, and the A's the engine may have sized from (the draft's when lower)."""
+    m = boot.metrics
     p = _fact(boot, "avail_before_load_gib", m.avail_before_load_gib)
     if p is None:
         p = _min_rank_fact(boot, "avail_before_load_gib")
     a_target = _fact(boot, "avail_after_load_gib", m.avail_after_load_gib)
     if a_target is None:
         a_target = _min_rank_fact(boot, "avail_after_load_gib")
-    weights = _fact(boot, "weights_gib", m.weights_gib)
-    a_draft = dfacts.get("avail_after_load_gib")
-    a_candidates: list[tuple[float, str]] = []
+    a_draft = boot.draft_facts.get("avail_after_load_gib")
+    candidates: list[tuple[float, str]] = []
     if a_target is not None:
-        a_candidates.append((a_target, "target"))
+        candidates.append((a_target, "target"))
     if a_draft is not None and (a_target is None or a_draft < a_target):
-        a_candidates.append((a_draft, "draft"))
+        candidates.append((a_draft, "draft"))
+    return p, a_target, tuple(candidates)
 
-    # --- cells --------------------------------------------------------------------------------
+
+def _cell(boot: Boot, n: int, page: int, c: Notes) -> tuple[int, float, float, float | None]:
+    """The allocated cell, the interval the printed rounding leaves it, and the pool's GiB."""
+    m, facts = boot.metrics, boot.facts
     bpft = facts.get("dsv4_bytes_per_full_token")
     kv_gib = m.kv_cache_gib if m.kv_cache_gib is not None else facts.get("kv_cache_gib")
     swa_gib = facts.get("swa_kv_gib")
     if swa_gib is not None and (kv_gib is None or swa_gib > kv_gib):
         kv_gib = swa_gib
-    is_dsv4 = bpft is not None
-    if is_dsv4:
-        assert bpft is not None
-        cell_lo, cell_hi = bpft - _PRINT_EPS, bpft + _PRINT_EPS
-        cell = round(bpft)
+    if bpft is not None:
         c.explain.append(f"cell = {bpft:,.2f} B per full token (the engine's `DSV4 memory calculation` line)")
-    elif kv_gib is not None and kv_gib > 0:
+        return round(bpft), bpft - _PRINT_EPS, bpft + _PRINT_EPS, kv_gib
+    if kv_gib is not None and kv_gib > 0:
         rows = n + page
         eps = 2 * _PRINT_EPS  # K + V are two rounded figures
         cell_lo, cell_hi = (kv_gib - eps) * GIB / rows, (kv_gib + eps) * GIB / rows
@@ -104,294 +141,382 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
             )
             + " (all the layers this rank holds; the pool line is per rank, not per layer)"
         )
-    elif m.cell_bytes:
+        return cell, cell_lo, cell_hi, kv_gib
+    if m.cell_bytes:
         cell = int(m.cell_bytes)
-        cell_lo, cell_hi = cell * 0.9995, cell * 1.0005
-    else:
-        raise CalcError(
-            "the boot printed #tokens but no pool size (`KV Cache is allocated … K size/V size` or `KV size`): "
-            "cannot tell the bytes per token",
-            "input",
-        )
-    # draft pool cell (separate pool, carved from the headroom)
+        return cell, cell * 0.9995, cell * 1.0005, kv_gib
+    raise CalcError(
+        "the boot printed #tokens but no pool size (`KV Cache is allocated … K size/V size` or `KV size`): "
+        "cannot tell the bytes per token",
+        "input",
+    )
+
+
+def _read_pool(boot: Boot, f: float, n: int, page: int, c: Notes) -> _Pool:
+    p, a_target, a_candidates = _avails(boot)
+    cell, cell_lo, cell_hi, kv_gib = _cell(boot, n, page, c)
     draft_cell = 0
-    draft_kv = dfacts.get("kv_cache_gib")
-    draft_n = dfacts.get("kv_tokens") or n
+    draft_kv = boot.draft_facts.get("kv_cache_gib")
+    draft_n = boot.draft_facts.get("kv_tokens") or n
     if draft_kv is not None and draft_kv > 0 and draft_n:
         draft_cell = _snap_cell(
             (draft_kv - 2 * _PRINT_EPS) * GIB / (draft_n + page), (draft_kv + 2 * _PRINT_EPS) * GIB / (draft_n + page)
         )
+    return _Pool(
+        f, n, page, _as_int(boot.flags.get("max_total_tokens")), p, a_target, a_candidates, cell, cell_lo, cell_hi,
+        boot.facts.get("dsv4_bytes_per_full_token"), boot.facts.get("dsv4_available_gib"), kv_gib, draft_cell, draft_n,
+    )
 
-    # --- identity -----------------------------------------------------------------------------
-    identity = IdentityCheck(ok=False, hypothesis="unchecked")
-    sizer = cell
-    bias = 0.0
-    a_used = a_target
-    rest: float | None = None
-    tokens_raw = float(n)
 
-    def rest_bounds(a_val: float, p_val: float) -> tuple[float, float, float]:
-        d = _PRINT_EPS + _AVAIL_SLACK
-        mid = a_val - p_val * (1 - f)
-        return (a_val - d) - (p_val + d) * (1 - f), (a_val + d) - (p_val - d) * (1 - f), mid
+# ---------------------------------------------------------------------------------------------
+# The hypotheses
+# ---------------------------------------------------------------------------------------------
 
-    if p is not None and a_candidates:
-        matched = False
-        tried: list[str] = []
-        for a_val, a_src in a_candidates:
-            r_lo, r_hi, r_mid = rest_bounds(a_val, p)
-            # name, sizer_lo, sizer_hi, sizer, bias, exact allocated cell (0 = keep)
-            hyps: list[tuple[str, float, float, float, float, int]] = []
-            if is_dsv4:
-                hyps.append(("dsv4", cell_lo, cell_hi, float(bpft or cell), 0.0, 0))
-            else:
-                hyps.append(("standard", cell_lo, cell_hi, float(cell), 0.0, 0))
-                if draft_cell:
-                    hyps.append(
-                        (
-                            "draft-in-cell",
-                            cell_lo + draft_cell - 1,
-                            cell_hi + draft_cell + 1,
-                            float(cell + draft_cell),
-                            0.0,
-                            0,
-                        )
-                    )
-                for per_alloc in (788, 656):
-                    layers = round(cell / per_alloc)
-                    if layers >= 1 and cell_lo - 1 <= layers * per_alloc <= cell_hi + 1:
-                        sz = 708.0 * layers
-                        hyps.append((f"dsa-fp8-sizing:{layers}:{per_alloc}", sz, sz, sz, 0.0, layers * per_alloc))
-                for r in _SGLANG_VLM_RESERVES_GIB:
-                    hyps.append((f"mm-reserve:{r:.3f}", cell_lo, cell_hi, float(cell), r, 0))
-            for name, s_lo, s_hi, s_mid, b, exact in hyps:
-                lo, hi = _interval_tokens(r_lo - b, r_hi - b, s_lo, s_hi, page, cap)
-                tried.append(f"{name} with A={a_val:.2f} ({a_src}): {lo:,}–{hi:,}")
-                if lo <= n <= hi:
-                    identity = IdentityCheck(True, name, lo, hi, r_mid, a_val)
-                    sizer = round(s_mid)
-                    bias = b
-                    if exact:
-                        cell = exact
-                    a_used = a_val
-                    rest = r_mid
-                    matched = True
-                    break
-            if matched:
-                break
-        if not matched and is_dsv4:
-            avail = facts.get("dsv4_available_gib")
-            a_val, a_src = a_candidates[0]
-            r_lo, r_hi, r_mid = rest_bounds(a_val, p)
-            if avail is not None:
-                lo, hi = _interval_tokens(avail - _PRINT_EPS, avail + _PRINT_EPS, cell_lo, cell_hi, page, cap)
-                if lo <= n <= hi and avail < r_mid:
-                    bias = r_mid - avail
-                    identity = IdentityCheck(True, "dsv4-bias", lo, hi, r_mid, a_val)
-                    sizer, rest, a_used, matched = round(float(bpft or cell)), r_mid, a_val, True
-        if not matched:
-            a_val, a_src = a_candidates[0]
-            r_lo, r_hi, r_mid = rest_bounds(a_val, p)
-            lo, hi = _interval_tokens(r_lo, r_hi, cell_lo, cell_hi, page, cap)
-            rest, a_used = r_mid, a_val
-            empirical = r_mid * GIB / n if r_mid > 0 else float(cell)
-            sizer = max(1, round(empirical))
-            identity = IdentityCheck(False, "unexplained", lo, hi, r_mid, a_val)
-            c.low(
-                f"the log's figures do not follow the sizing formula: rest = {r_mid:.2f} GiB with the allocated cell "
-                f"{cell:,} B gives {lo:,}–{hi:,} tokens, the engine made {n:,}; no known quirk explains it "
-                f"(memory taken by another process, an env override, an unknown version quirk?): "
-                f"using the empirical sizing cell {sizer:,} B"
-            )
-        name = identity.hypothesis
-        if identity.ok:
-            if name == "draft-in-cell":
-                c.reasons.append(
-                    f"sizing cell {sizer:,} B ≠ allocated cell {cell:,} B: the speculative target sizes with the "
-                    f"draft's KV share ({draft_cell:,} B/token) included (EAGLE/STANDALONE ≥0.5.14, DFlash)"
-                )
-            elif name.startswith("dsa-fp8-sizing"):
-                _, layers_s, per_s = name.split(":")
-                c.explain.append(
-                    f"allocated cell = {per_s} × {layers_s} layers = {cell:,} B (DSA fp8 layout: "
-                    f"{'656 + 132' if per_s == '788' else '656'} B per layer); sizing cell = 708 × {layers_s} = "
-                    f"{sizer:,} B"
-                )
-                c.reasons.append(
-                    f"sizing cell {sizer:,} B ≠ allocated cell {cell:,} B: DSA with fp8 KV before SGLang 0.5.17 "
-                    f"sized with (576+132)·{layers_s} B but allocates {per_s}·{layers_s}; the pool is "
-                    f"{(cell / sizer - 1) * 100:.1f}% bigger than budgeted and the excess comes out of the headroom"
-                )
-                name = "dsa-fp8-sizing"
-            elif name.startswith("mm-reserve"):
-                c.reasons.append(
-                    f"a multimodal reservation of {bias:.2f} GiB is taken before sizing (VLM, SGLang ≥0.5.18)"
-                )
-            elif name == "dsv4-bias":
-                c.reasons.append(
-                    f"DeepSeek-V4 fixed bias of {bias:.2f} GiB taken before dividing (c128 state per request slot)"
-                )
-            if a_used is not None and a_target is not None and a_used != a_target:
-                c.reasons.append(
-                    f"A = {a_used:.2f} GiB is the draft model's `Load weight end` avail: the draft's weights were "
-                    "loaded before sizing (SGLang ≥0.5.18)"
-                )
-            identity = replace(identity, hypothesis=name)
-        assert rest is not None
-        raw = (rest - bias) * GIB / sizer
-        if cap is not None and n >= floor_page(cap, page) and raw > n + page:
-            tokens_raw = raw
-            c.reasons.append(f"the pool is capped by max_total_tokens={cap:,} (the budget would give {int(raw):,})")
-        else:
-            tokens_raw = min(max(raw, float(n)), float(n + page - 1)) if identity.ok else float(n) + (page - 1) / 2
-        ok_mark = "✓" if identity.ok else "✗"
-        c.explain.insert(
-            0,
-            f"rest = A − P·(1 − f) = {a_used:.2f} − {p:.2f} × (1 − {_frac(f)}) = {rest:.2f} GiB"
-            + (f" − {bias:.2f} GiB bias" if bias else ""),
+
+@dataclass(frozen=True, slots=True)
+class Hypothesis:
+    """One reading of how the engine sized its pool: the cell it divided the budget by (an
+    interval, from the printed rounding), a bias it took first, the cell it really allocated when
+    the reading fixes it, and what the reading says when it explains the boot."""
+
+    name: str  # what the identity check records
+    sizer_lo: float
+    sizer_hi: float
+    sizer: float
+    bias_gib: float = 0.0
+    alloc_cell: int = 0  # 0: the measured cell
+    explain: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+
+def _standard(o: _Pool) -> Iterator[Hypothesis]:
+    yield Hypothesis("standard", o.cell_lo, o.cell_hi, float(o.cell))
+
+
+def _draft_share(o: _Pool) -> Iterator[Hypothesis]:
+    """A speculative target sizes with the draft's KV share in its cell."""
+    if not o.draft_cell:
+        return
+    sizer = o.cell + o.draft_cell
+    yield Hypothesis(
+        "draft-in-cell", o.cell_lo + o.draft_cell - 1, o.cell_hi + o.draft_cell + 1, float(sizer),
+        reasons=(
+            f"sizing cell {sizer:,} B ≠ allocated cell {o.cell:,} B: the speculative target sizes with the "
+            f"draft's KV share ({o.draft_cell:,} B/token) included (EAGLE/STANDALONE ≥0.5.14, DFlash)",
+        ),
+    )
+
+
+def _dsa_fp8_sizing(o: _Pool) -> Iterator[Hypothesis]:
+    """DSA with fp8 KV before 0.5.17: sized with (576+132)·L, allocated 656·L or (656+132)·L."""
+    for per in (788, 656):
+        layers = round(o.cell / per)
+        if not (layers >= 1 and o.cell_lo - 1 <= layers * per <= o.cell_hi + 1):
+            continue
+        cell, sizer = layers * per, 708 * layers
+        yield Hypothesis(
+            "dsa-fp8-sizing", float(sizer), float(sizer), float(sizer), alloc_cell=cell,
+            explain=(
+                f"allocated cell = {per} × {layers} layers = {cell:,} B (DSA fp8 layout: "
+                f"{'656 + 132' if per == 788 else '656'} B per layer); sizing cell = 708 × {layers} = {sizer:,} B",
+            ),
+            reasons=(
+                f"sizing cell {sizer:,} B ≠ allocated cell {cell:,} B: DSA with fp8 KV before SGLang 0.5.17 "
+                f"sized with (576+132)·{layers} B but allocates {per}·{layers}; the pool is "
+                f"{(cell / sizer - 1) * 100:.1f}% bigger than budgeted and the excess comes out of the headroom",
+            ),
         )
-        c.explain.insert(
-            0,
-            f"P = {p:.2f} GiB free before the weights (min over ranks), A = {a_used:.2f} GiB after them, "
-            f"f = {_frac(f)}",
+
+
+def _multimodal_reserve(o: _Pool) -> Iterator[Hypothesis]:
+    """A VLM takes a reservation before sizing (``SGLANG_VLM_CACHE_SIZE_MB``, + the feature cache)."""
+    for r in _SGLANG_VLM_RESERVES_GIB:
+        yield Hypothesis(
+            f"mm-reserve:{r:.3f}", o.cell_lo, o.cell_hi, float(o.cell), bias_gib=r,
+            reasons=(f"a multimodal reservation of {r:.2f} GiB is taken before sizing (VLM, SGLang ≥0.5.18)",),
         )
-        c.explain.append(
-            f"check: floor_page({rest - bias:.2f} GiB × 2^30 / {sizer:,} B, page {page}) = "
-            f"{identity.expected_lo:,}–{identity.expected_hi:,} tokens (printed-GiB rounding); the engine made {n:,} "
-            f"{ok_mark}"
+
+
+def _dsv4(o: _Pool) -> Iterator[Hypothesis]:
+    """DeepSeek-V4 divides by the bytes per full token it prints."""
+    yield Hypothesis("dsv4", o.cell_lo, o.cell_hi, float(o.bpft or o.cell))
+
+
+_HYPOTHESES: tuple[Callable[[_Pool], Iterator[Hypothesis]], ...] = (
+    _standard,
+    _draft_share,
+    _dsa_fp8_sizing,
+    _multimodal_reserve,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# The identity
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Fit:
+    """The reading that explains the boot (or the best that can be said without one)."""
+
+    identity: IdentityCheck
+    sizer: int
+    bias: float
+    cell: int
+    a_used: float | None
+    rest: float | None
+    tokens_raw: float
+    p: float | None
+
+
+def _rest_bounds(o: _Pool, a: float, p: float) -> tuple[float, float, float]:
+    """``rest = A − P·(1 − f)``: its interval under the printed rounding, and its middle."""
+    d = _PRINT_EPS + _AVAIL_SLACK
+    mid = a - p * (1 - o.f)
+    return (a - d) - (p + d) * (1 - o.f), (a + d) - (p - d) * (1 - o.f), mid
+
+
+def _match(o: _Pool, a: float, p: float, h: Hypothesis) -> tuple[Hypothesis, IdentityCheck] | None:
+    r_lo, r_hi, r_mid = _rest_bounds(o, a, p)
+    lo, hi = _interval_tokens(r_lo - h.bias_gib, r_hi - h.bias_gib, h.sizer_lo, h.sizer_hi, o.page, o.cap)
+    if lo <= o.n <= hi:
+        return h, IdentityCheck(True, h.name, lo, hi, r_mid, a)
+    return None
+
+
+def _dsv4_bias(o: _Pool, p: float) -> tuple[Hypothesis, IdentityCheck] | None:
+    """DeepSeek-V4 ≥0.5.15 takes a fixed bias (the c128 state per request slot) before dividing:
+    its printed budget is what it divided."""
+    a = o.a_candidates[0][0]
+    _lo, _hi, r_mid = _rest_bounds(o, a, p)
+    avail = o.dsv4_available
+    if avail is None:
+        return None
+    lo, hi = _interval_tokens(avail - _PRINT_EPS, avail + _PRINT_EPS, o.cell_lo, o.cell_hi, o.page, o.cap)
+    if not (lo <= o.n <= hi and avail < r_mid):
+        return None
+    bias = r_mid - avail
+    h = Hypothesis(
+        "dsv4-bias", o.cell_lo, o.cell_hi, float(o.bpft or o.cell), bias_gib=bias,
+        reasons=(f"DeepSeek-V4 fixed bias of {bias:.2f} GiB taken before dividing (c128 state per request slot)",),
+    )
+    return h, IdentityCheck(True, "dsv4-bias", lo, hi, r_mid, a)
+
+
+def _explained(o: _Pool, p: float) -> tuple[Hypothesis, IdentityCheck] | None:
+    """The first hypothesis that gives the boot's N, with A after the target's weights first."""
+    generators = (_dsv4,) if o.is_dsv4 else _HYPOTHESES
+    for a, _whose in o.a_candidates:
+        for generate in generators:
+            for h in generate(o):
+                found = _match(o, a, p, h)
+                if found is not None:
+                    return found
+    return _dsv4_bias(o, p) if o.is_dsv4 else None
+
+
+def _fit(o: _Pool, others: Sequence[Boot], c: Notes) -> _Fit:
+    """Check the identity (or say why it cannot be checked) and place the boot on the fraction line."""
+    if o.p is None or not o.a_candidates:
+        return _unchecked(o, others, c)
+    p = o.p
+    found = _explained(o, p)
+    if found is None:
+        a = o.a_candidates[0][0]
+        r_lo, r_hi, r_mid = _rest_bounds(o, a, p)
+        lo, hi = _interval_tokens(r_lo, r_hi, o.cell_lo, o.cell_hi, o.page, o.cap)
+        sizer = max(1, round(r_mid * GIB / o.n if r_mid > 0 else float(o.cell)))
+        identity = IdentityCheck(False, "unexplained", lo, hi, r_mid, a)
+        c.low(
+            f"the log's figures do not follow the sizing formula: rest = {r_mid:.2f} GiB with the allocated cell "
+            f"{o.cell:,} B gives {lo:,}–{hi:,} tokens, the engine made {o.n:,}; no known quirk explains it "
+            f"(memory taken by another process, an env override, an unknown version quirk?): "
+            f"using the empirical sizing cell {sizer:,} B"
         )
+        fit = _Fit(identity, sizer, 0.0, o.cell, a, r_mid, 0.0, p)
     else:
-        missing = []
-        if p is None:
-            missing.append("`Load weight begin … avail mem` (P)")
-        if not a_candidates:
-            missing.append("`Load weight end … avail mem` (A)")
-        c.reasons.append(f"the identity cannot be checked: the log lacks {' and '.join(missing)}")
-        if p is None and a_target is not None and f < 1:
-            budget = n * cell / GIB
-            p = (a_target - budget) / (1 - f)
-            c.reasons.append(f"P derived from the pool instead: (A − N·cell)/(1 − f) ≈ {p:.2f} GiB (less precise)")
-            c.confidence = "low"
-        elif p is None and not others:
-            c.low("without P (free memory before the weights) the tokens per unit of fraction are unknown")
+        h, identity = found
+        c.explain.extend(h.explain)
+        c.reasons.extend(h.reasons)
+        a_used = identity.after_load_gib
+        if a_used is not None and o.a_target is not None and a_used != o.a_target:
+            c.reasons.append(
+                f"A = {a_used:.2f} GiB is the draft model's `Load weight end` avail: the draft's weights were "
+                "loaded before sizing (SGLang ≥0.5.18)"
+            )
+        fit = _Fit(identity, round(h.sizer), h.bias_gib, h.alloc_cell or o.cell, a_used, identity.rest_gib, 0.0, p)
+    return replace(fit, tokens_raw=_tokens_raw(o, fit, c))
 
-    slope: float | None = p
-    basis = "calibrated"
-    # --- two-point ----------------------------------------------------------------------------
-    best: tuple[float, Boot, int] | None = None
-    for o in others:
-        fo, no = _boot_fraction(o), _boot_tokens(o)
+
+def _tokens_raw(o: _Pool, fit: _Fit, c: Notes) -> float:
+    """Where the boot sits between N and N + page (the unrounded budget), and the check lines."""
+    assert fit.rest is not None
+    assert fit.a_used is not None
+    assert fit.p is not None
+    ok = fit.identity.ok
+    raw = (fit.rest - fit.bias) * GIB / fit.sizer
+    if o.cap is not None and o.n >= floor_page(o.cap, o.page) and raw > o.n + o.page:
+        tokens_raw = raw
+        c.reasons.append(f"the pool is capped by max_total_tokens={o.cap:,} (the budget would give {int(raw):,})")
+    else:
+        tokens_raw = min(max(raw, float(o.n)), float(o.n + o.page - 1)) if ok else float(o.n) + (o.page - 1) / 2
+    c.explain.insert(
+        0,
+        f"rest = A − P·(1 − f) = {fit.a_used:.2f} − {fit.p:.2f} × (1 − {_frac(o.f)}) = {fit.rest:.2f} GiB"
+        + (f" − {fit.bias:.2f} GiB bias" if fit.bias else ""),
+    )
+    c.explain.insert(
+        0,
+        f"P = {fit.p:.2f} GiB free before the weights (min over ranks), A = {fit.a_used:.2f} GiB after them, "
+        f"f = {_frac(o.f)}",
+    )
+    c.explain.append(
+        f"check: floor_page({fit.rest - fit.bias:.2f} GiB × 2^30 / {fit.sizer:,} B, page {o.page}) = "
+        f"{fit.identity.expected_lo:,}–{fit.identity.expected_hi:,} tokens (printed-GiB rounding); the engine made "
+        f"{o.n:,} {'✓' if ok else '✗'}"
+    )
+    return tokens_raw
+
+
+def _unchecked(o: _Pool, others: Sequence[Boot], c: Notes) -> _Fit:
+    """The log lacks P or A: say so; derive P from the pool when A is known."""
+    missing = []
+    if o.p is None:
+        missing.append("`Load weight begin … avail mem` (P)")
+    if not o.a_candidates:
+        missing.append("`Load weight end … avail mem` (A)")
+    c.reasons.append(f"the identity cannot be checked: the log lacks {' and '.join(missing)}")
+    p = o.p
+    if p is None and o.a_target is not None and o.f < 1:
+        budget = o.n * o.cell / GIB
+        p = (o.a_target - budget) / (1 - o.f)
+        c.low(f"P derived from the pool instead: (A − N·cell)/(1 − f) ≈ {p:.2f} GiB (less precise)")
+    elif p is None and not others:
+        c.low("without P (free memory before the weights) the tokens per unit of fraction are unknown")
+    return _Fit(IdentityCheck(ok=False, hypothesis="unchecked"), o.cell, 0.0, o.cell, o.a_target, None, float(o.n), p)
+
+
+# ---------------------------------------------------------------------------------------------
+# Slope, pool end, capture
+# ---------------------------------------------------------------------------------------------
+
+
+def _two_point(o: _Pool, sizer: int, p: float | None, others: Sequence[Boot], c: Notes) -> tuple[float | None, Basis]:
+    """The slope measured by the sibling boot furthest away on the fraction line, when there is one."""
+    f, n = o.f, o.n
+    best: tuple[float, int] | None = None
+    for other in others:
+        fo, no = _boot_fraction(other), _boot_tokens(other)
         if fo is None or no is None or abs(fo - f) < 1e-6:
             continue
         if best is None or abs(fo - f) > abs(best[0] - f):
-            best = (fo, o, no)
-    if best is not None:
-        fo, o, no = best
-        slope_tokens = (n - no) / (f - fo)
-        measured = slope_tokens * sizer / GIB
-        if slope_tokens > 0:
-            if slope is not None and abs(measured - slope) > 0.02 * slope:
-                c.reasons.append(
-                    f"the two boots' slope ({slope_tokens:,.0f} tokens per 1.0 of fraction) differs from P/cell by "
-                    f"{abs(measured / slope - 1) * 100:.1f}%: using the measured one"
-                )
-            slope = measured
-            basis = "two-point"
-            c.explain.append(
-                f"two-point: {no:,} tokens at f={_frac(fo)} and {n:,} at f={_frac(f)} → "
-                f"{slope_tokens * 0.01:,.0f} tokens per +0.01 (slope {measured:.2f} GiB per 1.0 of fraction)"
-            )
-
-    # --- pool end, graphs, requests --------------------------------------------------------------
-    pool_ends = [
-        x
-        for x in (m.avail_after_pool_gib, facts.get("avail_after_pool_gib"), dfacts.get("avail_after_pool_gib"))
-        if x is not None
-    ]
-    pool_end = min(pool_ends) if pool_ends else None
-    if pool_end is None and a_used is not None:
-        pool_end = (
-            a_used - (n + page) * cell / GIB - (draft_n + page) * draft_cell / GIB
-            if draft_cell
-            else a_used - (n + page) * cell / GIB
+            best = (fo, no)
+    if best is None:
+        return p, Basis.CALIBRATED
+    fo, no = best
+    slope_tokens = (n - no) / (f - fo)
+    measured = slope_tokens * sizer / GIB
+    if slope_tokens <= 0:
+        return p, Basis.CALIBRATED
+    if p is not None and abs(measured - p) > 0.02 * p:
+        c.reasons.append(
+            f"the two boots' slope ({slope_tokens:,.0f} tokens per 1.0 of fraction) differs from P/cell by "
+            f"{abs(measured / p - 1) * 100:.1f}%: using the measured one"
         )
+    c.explain.append(
+        f"two-point: {no:,} tokens at f={_frac(fo)} and {n:,} at f={_frac(f)} → "
+        f"{slope_tokens * 0.01:,.0f} tokens per +0.01 (slope {measured:.2f} GiB per 1.0 of fraction)"
+    )
+    return measured, Basis.TWO_POINT
+
+
+def _pool_ends(boot: Boot, o: _Pool, fit: _Fit, c: Notes) -> tuple[float | None, float | None]:
+    """Free memory after every pool (what capture starts with), and right after the target's own."""
+    m, facts = boot.metrics, boot.facts
+    pool_end = _pool_end_of(boot)
+    if pool_end is None and fit.a_used is not None:
+        pool_end = fit.a_used - (o.n + o.page) * fit.cell / GIB
+        if o.draft_cell:
+            pool_end -= (o.draft_n + o.page) * o.draft_cell / GIB
         c.reasons.append("no `Memory pool end` line: memory after the pool estimated as A − pool")
     target_ends = [x for x in (m.avail_after_pool_gib, facts.get("avail_after_pool_gib")) if x is not None]
-    target_end = min(target_ends) if target_ends else (pool_end if not draft_cell else None)
+    target_end = min(target_ends) if target_ends else (pool_end if not o.draft_cell else None)
+    return pool_end, target_end
+
+
+def _graph(boot: Boot, pool_end: float | None, others: Sequence[Boot], c: Notes) -> GraphModel:
+    """What capture needs: measured, estimated from a death in capture, or SGLang's own reserve;
+    a sibling boot that finished capture measures it better than an estimate."""
     graph = _graph_model_sglang(boot, pool_end, c)
-    cgmb = _as_int(flags.get("cuda_graph_max_bs"))
     if graph is None:
         why = (
             "capture has not finished yet" if boot.status is BootStatus.STARTING else "the log shows no capture memory"
         )
+        cgmb = _as_int(boot.flags.get("cuda_graph_max_bs"))
         graph = _estimated_graph(cgmb or (max(boot.capture_bs) if boot.capture_bs else None), c, why)
-    # a sibling boot that finished capture measures the need better than an OOM estimate
-    if graph.source in ("capture-oom", "estimated"):
-        for o in others:
-            if o.status is BootStatus.READY:
-                og = _graph_model_sglang(o, _pool_end_of(o), _Cal())
-                if og is not None and og.source == "observed" and og.bs:
-                    graph = replace(og, source="other-boot", note=f"capture need measured on a sibling boot: {og.note}")
-                    c.reasons.append(
-                        "capture need taken from a sibling boot of the same deployment that finished capture"
-                    )
-                    break
-    mrr_flag = _as_int(flags.get("max_running_requests"))
-    mrr_eff = _as_int(m.max_running_requests) or _as_int(facts.get("max_running_requests"))
-    ctx = _as_int(m.context_len) or _as_int(facts.get("context_len")) or _as_int(flags.get("context_length"))
-    chunk = _as_int(facts.get("chunked_prefill_size")) or _as_int(flags.get("chunked_prefill_size"))
-    total_gpu = (
-        gpu_mem_gib or facts.get("gpu_total_gib") or facts.get("oom_capacity_gib") or _from_text(boot, _CAPACITY_RE)
-    )
-    tp_scales = not (is_dsv4 or kv_dtype.startswith("fp8_ds") or _looks_mla(flags, cell, tp))
-    if boot.status is BootStatus.READY:
-        hint = "ready"
-    elif boot.failure is not None:
-        hint = boot.failure.kind.value
-    else:
-        hint = boot.status.value
+    if graph.source not in (GraphSource.CAPTURE_OOM, GraphSource.ESTIMATED):
+        return graph
+    for other in others:
+        if other.status is not BootStatus.READY:
+            continue
+        og = _graph_model_sglang(other, _pool_end_of(other), Notes())
+        if og is not None and og.source == GraphSource.OBSERVED and og.bs:
+            c.reasons.append("capture need taken from a sibling boot of the same deployment that finished capture")
+            note = f"capture need measured on a sibling boot: {og.note}"
+            return replace(og, source=GraphSource.OTHER_BOOT, note=note)
+    return graph
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------
+
+
+def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[Boot]) -> MemoryModel:
+    c = Notes()
+    flags, m, facts = boot.flags, boot.metrics, boot.facts
+    f = _boot_fraction(boot)
+    if f is None:
+        raise CalcError(
+            "the boot's argument dump (server_args=…) has no mem_fraction_static: cannot place it on the fraction line",
+            "input",
+        )
+    n = _boot_tokens(boot)
+    if n is None:
+        raise _never_sized(boot)
+    page, page_note = _page_of(boot, n)
+    if page_note:
+        c.reasons.append(page_note)
+    o = _read_pool(boot, f, n, page, c)
+    fit = _fit(o, others, c)
+    slope, basis = _two_point(o, fit.sizer, fit.p, others, c)
+    pool_end, target_end = _pool_ends(boot, o, fit, c)
+    graph = _graph(boot, pool_end, others, c)
     if boot.failure is not None and boot.failure.kind is FailureKind.OOM_GRAPH_CAPTURE:
         c.reasons.append(f"this boot died in CUDA-graph capture at {fraction_flag(boot.engine)}={_frac(f)}")
-
-    return MemoryModel(
-        engine=Engine.SGLANG,
-        basis=basis,
-        confidence=c.confidence,
-        fraction=f,
-        tokens=n,
-        tokens_raw=tokens_raw,
-        page_size=page,
-        cell_bytes=cell,
-        sizing_cell_bytes=sizer,
-        slope_gib=slope,
-        pre_load_gib=p,
-        after_load_gib=a_used,
-        weights_gib=weights,
-        bias_gib=bias,
-        max_total_tokens=cap,
-        kv_cache_gib=kv_gib,
+    base = boot_model(boot, c, basis=basis, fraction=f, tokens=n, tokens_raw=fit.tokens_raw, page_size=page,
+                      cell_bytes=fit.cell, sizing_cell_bytes=fit.sizer, slope_gib=slope)
+    kv_dtype, tp = base.kv_cache_dtype, base.tp
+    return replace(
+        base,
+        pre_load_gib=fit.p,
+        after_load_gib=fit.a_used,
+        weights_gib=_fact(boot, "weights_gib", m.weights_gib),
+        bias_gib=fit.bias,
+        max_total_tokens=o.cap,
+        kv_cache_gib=o.kv_gib,
         avail_after_pool_gib=pool_end,
         target_pool_end_gib=target_end,
         graph=graph,
-        graph_mem_gib=m.graph_mem_gib if m.graph_mem_gib is not None else facts.get("graph_mem_gib"),
-        max_running_requests=mrr_flag,
-        running_requests=mrr_eff,
-        context_len=ctx,
-        chunked_prefill_size=chunk,
-        cuda_graph_max_bs=cgmb,
-        kv_cache_dtype=kv_dtype,
-        kv_elem_bytes=_dtype_bytes(kv_dtype, model_bytes),
-        model_elem_bytes=model_bytes,
-        tp=tp,
-        tp_scales_cell=tp_scales,
-        draft_cell_bytes=draft_cell,
-        gpu_mem_gib=total_gpu,
-        speculative=spec,
+        max_running_requests=_as_int(flags.get("max_running_requests")),
+        running_requests=_as_int(m.max_running_requests) or _as_int(facts.get("max_running_requests")),
+        chunked_prefill_size=_as_int(facts.get("chunked_prefill_size")) or _as_int(flags.get("chunked_prefill_size")),
+        tp_scales_cell=not (o.is_dsv4 or kv_dtype.startswith("fp8_ds") or _looks_mla(flags, fit.cell, tp)),
+        draft_cell_bytes=o.draft_cell,
+        gpu_mem_gib=(
+            gpu_mem_gib or facts.get("gpu_total_gib") or facts.get("oom_capacity_gib") or _from_text(boot, _CAPACITY_RE)
+        ),
+        speculative=flags.get("speculative_algorithm") not in (None, "None", "", "NONE") or bool(boot.draft_facts),
         disable_cuda_graph=flags.get("disable_cuda_graph") is True,
-        version_hint=boot.version_hint,
-        identity=identity,
-        observed_verdict_hint=hint,
-        reasons=tuple(c.reasons),
-        explain=tuple(c.explain),
-        flags=dict(flags),
+        identity=fit.identity,
     )
