@@ -53,10 +53,10 @@ def _parse_value(engine: Engine, name: str, raw: object) -> object:
     if concept is None:
         return raw
     if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE_WORDS):
-        if concept in ("fraction", "kv_dtype", "page", "tp"):
+        if concept in (Memory.FRACTION, Memory.KV_DTYPE, Memory.PAGE, Memory.TP):
             raise CalcError(f"--set {shown}: expected a value (use --unset {name} to return to the engine default)")
         return None
-    if concept == "fraction":
+    if concept is Memory.FRACTION:
         if isinstance(raw, str) and raw.strip().endswith("%"):
             raise CalcError(f"--set {shown}: expected a fraction between 0 and 1, e.g. 0.85 (not a percentage)")
         try:
@@ -66,7 +66,7 @@ def _parse_value(engine: Engine, name: str, raw: object) -> object:
         if not (0.0 < value <= 1.0) or math.isnan(value):
             raise CalcError(f"--set {shown}: expected a fraction between 0 and 1 (exclusive of 0), e.g. 0.85")
         return value
-    if concept == "kv_dtype":
+    if concept is Memory.KV_DTYPE:
         text = str(raw).strip().lower()
         if text not in KV_DTYPE_BYTES:
             allowed = ", ".join(sorted(KV_DTYPE_BYTES))
@@ -85,14 +85,14 @@ def _parse_value(engine: Engine, name: str, raw: object) -> object:
             value_i = int(num)
     except (TypeError, ValueError, OverflowError):
         raise CalcError(f"--set {shown}: expected a whole number") from None
-    if concept == "chunk" and value_i == -1 and engine is not Engine.VLLM:
+    if concept is Memory.CHUNK and value_i == -1 and engine is not Engine.VLLM:
         return -1  # SGLang: chunked prefill disabled
     if value_i < 1:
-        what = "a whole number ≥ 1" + (" (or -1 to disable chunking)" if concept == "chunk" else "")
+        what = "a whole number ≥ 1" + (" (or -1 to disable chunking)" if concept is Memory.CHUNK else "")
         raise CalcError(f"--set {shown}: expected {what}")
     if value_i > 1 << 40:
         raise CalcError(f"--set {shown}: expected a realistic value (got {value_i:,})")
-    if concept == "page" and value_i & (value_i - 1):
+    if concept is Memory.PAGE and value_i & (value_i - 1):
         raise CalcError(f"--set {shown}: expected a power of two (1, 16, 64, 128, 256, …)")
     return value_i
 
@@ -106,10 +106,11 @@ class Edits:
 
     @property
     def unmodelled(self) -> tuple[str, ...]:
+        """The edited flags the calculator does not model (reported, not predicted)."""
         return tuple(k for k in self.values if _concept(k) is None)
 
-    def get(self, concept: str) -> tuple[bool, object]:
-        """(present, value) for a concept (``fraction``, ``context``, …)."""
+    def get(self, concept: Memory) -> tuple[bool, object]:
+        """(present, value) of the edit of a modelled setting (``Memory.FRACTION``, …)."""
         for k, v in self.values.items():
             if _concept(k) == concept:
                 return True, v

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
+from kvtui import fmt
 from kvtui.engines.events import Engine
+from kvtui.knobs import fraction_flag
 
 GIB = float(1 << 30)
 MIB_PER_GIB = 1024.0
@@ -193,6 +195,16 @@ class MemoryModel:
     reasons: tuple[str, ...] = ()
     explain: tuple[str, ...] = ()
     flags: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def page_flag(self) -> str:
+        """The engine's name of the page: ``page_size`` (SGLang) / ``block_size`` (vLLM)."""
+        return "block_size" if self.engine is Engine.VLLM else "page_size"
+
+    def observed_flags(self) -> dict[str, object]:
+        """The modelled flags as this model has them: the fraction (at the 3 decimals shown) and
+        the page. A flag the boot's argument dump does not carry reads its value here."""
+        return {fraction_flag(self.engine): fmt.round_near(self.fraction, 3), self.page_flag: self.page_size}
 
 
 @dataclass(slots=True)

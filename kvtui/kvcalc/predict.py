@@ -7,11 +7,19 @@ from dataclasses import dataclass, replace
 
 from kvtui import fmt
 from kvtui.engines.events import Engine
-from kvtui.knobs import fraction_flag
+from kvtui.knobs import Memory, fraction_flag
 from kvtui.kvcalc.arith import _frac
 from kvtui.kvcalc.defaults import _sglang_tier, default_mem_fraction
 from kvtui.kvcalc.edits import Edits, edits_from_mapping
-from kvtui.kvcalc.model import DEFAULT_GRAPH_MARGIN_GIB, GIB, CalcError, MemoryModel, Verdict, activation_allowance_gib
+from kvtui.kvcalc.model import (
+    DEFAULT_GRAPH_MARGIN_GIB,
+    GIB,
+    CalcError,
+    Confidence,
+    MemoryModel,
+    Verdict,
+    activation_allowance_gib,
+)
 from kvtui.kvcalc.verdict import _Eval, _evaluate, _Settings
 
 
@@ -31,7 +39,7 @@ class Prediction:
     min_fraction_for_full_context: float | None
     max_safe_fraction: float | None
     verdict: Verdict
-    confidence: str
+    confidence: Confidence
     reasons: list[str]
     explain: list[str]
     context_len: int | None = None
@@ -41,9 +49,10 @@ class Prediction:
     activation_gib: float = 0.0
 
     def to_json(self) -> dict[str, object]:
+        """The ``kvtui calc --json`` object (figures rounded once, limits toward the safe side)."""
         mdl = self.model
         ff = fraction_flag(mdl.engine)
-        page_key = "block_size" if mdl.engine is Engine.VLLM else "page_size"
+        page_key = mdl.page_flag
 
         def r(x: float | None, d: int = 3) -> float | None:
             return None if x is None else fmt.round_near(x, d)
@@ -56,8 +65,8 @@ class Prediction:
 
         return {
             "engine": mdl.engine.value,
-            "basis": mdl.basis,
-            "confidence": self.confidence,
+            "basis": str(mdl.basis),
+            "confidence": str(self.confidence),
             "observed": {
                 ff: r(mdl.fraction),
                 "max_total_num_tokens": mdl.tokens,
@@ -85,9 +94,10 @@ class Prediction:
         }
 
 
-def _resolve(model: MemoryModel, edits: Edits, notes: list[str], lows: list[str]) -> _Settings:
+def _resolve_fraction(model: MemoryModel, edits: Edits, notes: list[str]) -> float:
+    """The fraction edited, or the engine's default when unset (SGLang's depends on the card)."""
     eng = model.engine
-    present, val = edits.get("fraction")
+    present, val = edits.get(Memory.FRACTION)
     f = model.fraction
     if present:
         if val is None:
@@ -109,14 +119,21 @@ def _resolve(model: MemoryModel, edits: Edits, notes: list[str], lows: list[str]
                 notes.append(f"{fraction_flag(eng)} unset: SGLang's default for this card is {_frac(f)}")
         else:
             f = float(val)  # type: ignore[arg-type]
+    return f
+
+
+def _resolve(model: MemoryModel, edits: Edits, notes: list[str], lows: list[str]) -> _Settings:
+    """The settings an edit gives: each modelled flag edited, unset (the engine's default), or the boot's."""
+    eng = model.engine
+    f = _resolve_fraction(model, edits, notes)
     ctx = model.context_len
-    p_ctx, v_ctx = edits.get("context")
+    p_ctx, v_ctx = edits.get(Memory.CONTEXT)
     if p_ctx:
         if v_ctx is None:
             lows.append("context length unset: the model's default context is not in the log; keeping the current one")
         else:
             ctx = int(v_ctx)  # type: ignore[call-overload]
-    p_mrr, v_mrr = edits.get("max_requests")
+    p_mrr, v_mrr = edits.get(Memory.MAX_REQUESTS)
     mrr_explicit = model.max_running_requests
     mrr_unset = False
     if p_mrr:
@@ -124,27 +141,27 @@ def _resolve(model: MemoryModel, edits: Edits, notes: list[str], lows: list[str]
             mrr_explicit, mrr_unset = None, True
         else:
             mrr_explicit = int(v_mrr)  # type: ignore[call-overload]
-    p_gbs, v_gbs = edits.get("graph_bs")
+    p_gbs, v_gbs = edits.get(Memory.GRAPH_BS)
     gbs = model.cuda_graph_max_bs
     if p_gbs:
         gbs = None if v_gbs is None else int(v_gbs)  # type: ignore[call-overload]
         if v_gbs is None and model.gpu_mem_gib is not None:
             gbs = _sglang_tier(model.gpu_mem_gib, model.tp)[1]
-    p_dt, v_dt = edits.get("kv_dtype")
+    p_dt, v_dt = edits.get(Memory.KV_DTYPE)
     kv_dtype = model.kv_cache_dtype if not p_dt else ("auto" if v_dt is None else str(v_dt))
-    p_pg, v_pg = edits.get("page")
+    p_pg, v_pg = edits.get(Memory.PAGE)
     page = model.page_size if not p_pg else (1 if v_pg is None else int(v_pg))  # type: ignore[call-overload]
     if eng is Engine.VLLM and p_pg and v_pg is None:
         page = 16
-    p_cap, v_cap = edits.get("token_cap")
+    p_cap, v_cap = edits.get(Memory.TOKEN_CAP)
     cap = model.max_total_tokens
     if p_cap:
         cap = None if v_cap is None else int(v_cap) * (page if eng is Engine.VLLM else 1)  # type: ignore[call-overload]
-    p_ch, v_ch = edits.get("chunk")
+    p_ch, v_ch = edits.get(Memory.CHUNK)
     chunk = model.chunked_prefill_size
     if p_ch:
         chunk = None if v_ch is None else int(v_ch)  # type: ignore[call-overload]
-    p_tp, v_tp = edits.get("tp")
+    p_tp, v_tp = edits.get(Memory.TP)
     tp = model.tp
     if p_tp:
         tp = 1 if v_tp is None else int(v_tp)  # type: ignore[call-overload]
@@ -164,6 +181,40 @@ def _grid_search(lo: int, hi: int, good: Callable[[int], bool]) -> int | None:
         else:
             hi = mid
     return lo
+
+
+@dataclass(frozen=True, slots=True)
+class _Search:
+    """What moving the fraction does: tokens per +0.01, the smallest fraction that holds the
+    full-context requests wanted, the largest whose verdict is ``ok``."""
+
+    tokens_per_0_01: int | None = None
+    min_fraction_for_full_context: float | None = None
+    max_safe_fraction: float | None = None
+
+
+def _search_fractions(model: MemoryModel, s: _Settings, ev: _Eval, full_context: int, margin: float) -> _Search:
+    if model.slope_gib is None:
+        return _Search()
+
+    def at(i: int) -> _Eval:
+        return _evaluate(model, replace(s, fraction=i / 1000), full_context, margin, [], with_explain=False)
+
+    tokens_per = round(model.slope_gib * 0.01 * GIB / ev.cell_s) if ev.cell_s else None
+    top = 1000 if model.engine is Engine.VLLM else 999
+    min_fc = None
+    if s.context_len:
+        need_tokens = full_context * s.context_len
+        below = _grid_search(1, top, lambda i: at(i).tokens < need_tokens)
+        if below is None:
+            min_fc = 0.001
+        elif below < top:
+            min_fc = (below + 1) / 1000
+    max_safe = None
+    hi_ok = _grid_search(1, top, lambda i: not at(i).over_top)
+    if hi_ok is not None and at(hi_ok).verdict is Verdict.OK:
+        max_safe = hi_ok / 1000
+    return _Search(tokens_per, min_fc, max_safe)
 
 
 def predict(
@@ -188,49 +239,20 @@ def predict(
     for name in edits.unmodelled:
         lows.append(f"{name} is not modelled by the calculator: its effect on memory is not included")
     ev = _evaluate(model, s, full_context, graph_margin_gib, lows)
-
-    def at(i: int) -> _Eval:
-        return _evaluate(model, replace(s, fraction=i / 1000), full_context, graph_margin_gib, [], with_explain=False)
-
-    tokens_per = None
-    max_safe = None
-    min_fc = None
-    can_move = model.slope_gib is not None
-    if can_move:
-        tokens_per = round((model.slope_gib or 0.0) * 0.01 * GIB / ev.cell_s) if ev.cell_s else None
-
-        def headroom_ok(i: int) -> bool:
-            return not at(i).over_top
-
-        top = 1000 if model.engine is Engine.VLLM else 999
-        if s.context_len:
-            need_tokens = full_context * s.context_len
-
-            def fits(i: int) -> bool:
-                return at(i).tokens < need_tokens
-
-            below = _grid_search(1, top, fits)
-            if below is None:
-                min_fc = 0.001
-            elif below < top:
-                min_fc = (below + 1) / 1000
-        hi_ok = _grid_search(1, top, headroom_ok)
-        if hi_ok is not None:
-            cand = at(hi_ok)
-            max_safe = hi_ok / 1000 if cand.verdict is Verdict.OK else None
+    found = _search_fractions(model, s, ev, full_context, graph_margin_gib)
+    ff = fraction_flag(model.engine)
     reasons = notes + list(model.reasons) + ev.reasons + lows
-    confidence = "low" if (model.confidence == "low" or lows) else "high"
     explain = list(model.explain) + ev.explain
-    if tokens_per is not None:
-        explain.append(f"tokens per +0.01 of {fraction_flag(model.engine)} = {tokens_per:,}")
-    if max_safe is not None:
-        explain.append(f"max safe {fraction_flag(model.engine)} (verdict ok) = {fmt.safe_max(max_safe)}")
-    elif can_move:
-        reasons.append(f"no {fraction_flag(model.engine)} gives an ok verdict with these flags")
-    if min_fc is not None:
+    if found.tokens_per_0_01 is not None:
+        explain.append(f"tokens per +0.01 of {ff} = {found.tokens_per_0_01:,}")
+    if found.max_safe_fraction is not None:
+        explain.append(f"max safe {ff} (verdict ok) = {fmt.safe_max(found.max_safe_fraction)}")
+    elif model.slope_gib is not None:
+        reasons.append(f"no {ff} gives an ok verdict with these flags")
+    if found.min_fraction_for_full_context is not None:
         explain.append(
-            f"min {fraction_flag(model.engine)} for {full_context} full-context request"
-            f"{'s' if full_context != 1 else ''} = {fmt.safe_min(min_fc)}"
+            f"min {ff} for {full_context} full-context request"
+            f"{'s' if full_context != 1 else ''} = {fmt.safe_min(found.min_fraction_for_full_context)}"
         )
     return Prediction(
         model=model,
@@ -243,11 +265,11 @@ def predict(
         graph_headroom_gib=ev.headroom,
         req_to_token_gib=ev.req_gib if model.engine is Engine.SGLANG else None,
         full_context_requests=ev.full_ctx,
-        tokens_per_0_01=tokens_per,
-        min_fraction_for_full_context=min_fc,
-        max_safe_fraction=max_safe,
+        tokens_per_0_01=found.tokens_per_0_01,
+        min_fraction_for_full_context=found.min_fraction_for_full_context,
+        max_safe_fraction=found.max_safe_fraction,
         verdict=ev.verdict,
-        confidence=confidence,
+        confidence=Confidence.LOW if (model.confidence == Confidence.LOW or lows) else Confidence.HIGH,
         reasons=reasons,
         explain=explain,
         context_len=s.context_len,
