@@ -37,7 +37,7 @@ fractions), ``defaults`` (the engines' rules for unset flags), ``arith`` (small 
 from __future__ import annotations
 
 from kvtui.knobs import EDITABLE_FLAGS, fraction_flag
-from kvtui.kvcalc.arith import floor_page
+from kvtui.kvcalc.arith import GIB, MIB_PER_GIB, floor_page
 from kvtui.kvcalc.boots import same_deployment, select_boot, sized_pool
 from kvtui.kvcalc.calibrate import calibrate
 from kvtui.kvcalc.config import estimate_weights_gib, from_config
@@ -47,8 +47,6 @@ from kvtui.kvcalc.model import (
     ACTIVATION_MIB_PER_TOKEN,
     DEFAULT_CHUNK,
     DEFAULT_GRAPH_MARGIN_GIB,
-    GIB,
-    MIB_PER_GIB,
     VERDICT_RANK,
     CalcError,
     GraphModel,

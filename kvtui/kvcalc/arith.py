@@ -5,6 +5,14 @@ from __future__ import annotations
 import math
 import re
 
+GIB = float(1 << 30)
+MIB_PER_GIB = 1024.0
+
+# Rounding of printed figures: every SGLang "X.XX GB" is ±0.005 GiB. The rank-local avail lines are
+# read a moment after the engine's MIN all-reduce, so allow a little more for them.
+_PRINT_EPS = 0.005
+_AVAIL_SLACK = 0.01
+
 
 def floor_page(tokens: float, page: int) -> int:
     """Round a token count down to the page (0 or below stays as the engine would see it)."""

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine
 from kvtui.knobs import Memory, fraction_flag, memory_name
 from kvtui.kvcalc.arith import _as_float, _as_int
 from kvtui.kvcalc.defaults import _dtype_bytes, _model_dtype_bytes
-from kvtui.kvcalc.model import Basis, CalcError, MemoryModel, Notes
+from kvtui.kvcalc.model import CalcError, MemoryModel, Notes, Sizing
 
 _TRIED_RE = re.compile(r"Tried to allocate ([\d.]+) ?(GiB|MiB|KiB|B)\b")
 _FREE_RE = re.compile(r"of which ([\d.]+) ?(GiB|MiB|KiB|B) is free")
@@ -215,19 +216,7 @@ def observed_outcome(boot: Boot) -> str:
     return boot.failure.kind.value if boot.failure is not None else boot.status.value
 
 
-def boot_model(
-    boot: Boot,
-    notes: Notes,
-    *,
-    basis: Basis,
-    fraction: float,
-    tokens: int,
-    tokens_raw: float,
-    page_size: int,
-    cell_bytes: int,
-    sizing_cell_bytes: int,
-    slope_gib: float | None,
-) -> MemoryModel:
+def boot_model(boot: Boot, notes: Notes, sizing: Sizing) -> MemoryModel:
     """The model of a calibrated boot with what every engine reads the same way (its flags in the
     engine's names, its graph memory, context, outcome, and the calibration's notes); each
     engine's calibration adds what it found with ``dataclasses.replace``."""
@@ -238,17 +227,8 @@ def boot_model(
 
     kv_dtype = str(flags.get("kv_cache_dtype") or "auto")
     model_bytes = _model_dtype_bytes(flags)
-    return MemoryModel(
-        engine=engine,
-        basis=basis,
-        confidence=notes.confidence,
-        fraction=fraction,
-        tokens=tokens,
-        tokens_raw=tokens_raw,
-        page_size=page_size,
-        cell_bytes=cell_bytes,
-        sizing_cell_bytes=sizing_cell_bytes,
-        slope_gib=slope_gib,
+    return replace(
+        sizing.model(engine, notes, flags),
         graph_mem_gib=m.graph_mem_gib if m.graph_mem_gib is not None else facts.get("graph_mem_gib"),
         context_len=_as_int(m.context_len) or _as_int(facts.get("context_len")) or _as_int(flag(Memory.CONTEXT)),
         cuda_graph_max_bs=_as_int(flag(Memory.GRAPH_BS)),
@@ -258,7 +238,4 @@ def boot_model(
         tp=_as_int(flag(Memory.TP)) or 1,
         version_hint=boot.version_hint,
         observed_verdict_hint=observed_outcome(boot),
-        reasons=tuple(notes.reasons),
-        explain=tuple(notes.explain),
-        flags=dict(flags),
     )

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from kvtui.engines.events import Engine
 from kvtui.knobs import Memory
-from kvtui.kvcalc.arith import _as_int, _frac, floor_page
+from kvtui.kvcalc.arith import GIB, MIB_PER_GIB, _as_int, _frac, floor_page
 from kvtui.kvcalc.defaults import (
     _dtype_bytes,
     _req_table_gib,
@@ -18,8 +18,6 @@ from kvtui.kvcalc.defaults import (
 )
 from kvtui.kvcalc.edits import Edits, edits_from_mapping
 from kvtui.kvcalc.model import (
-    GIB,
-    MIB_PER_GIB,
     Basis,
     CalcError,
     GraphModel,
@@ -27,6 +25,7 @@ from kvtui.kvcalc.model import (
     IdentityCheck,
     MemoryModel,
     Notes,
+    Sizing,
     activation_allowance_gib,
 )
 
@@ -202,22 +201,10 @@ def _reserve_graph(max_bs: int, workspace_gib: float) -> GraphModel:
     )
 
 
-def _config_model(
-    d: _Planned, c: Notes, *, fraction: float, tokens: int, tokens_raw: float, slope_gib: float,
-    kv_cache_gib: float, graph: GraphModel,
-) -> MemoryModel:
+def _config_model(d: _Planned, c: Notes, sizing: Sizing, *, kv_cache_gib: float, graph: GraphModel) -> MemoryModel:
     """The fields a config-based model of either engine has the same way."""
-    return MemoryModel(
-        engine=d.engine,
-        basis=Basis.CONFIG,
-        confidence=c.confidence,
-        fraction=fraction,
-        tokens=tokens,
-        tokens_raw=tokens_raw,
-        page_size=d.page,
-        cell_bytes=d.cell,
-        sizing_cell_bytes=d.cell,
-        slope_gib=slope_gib,
+    return replace(
+        sizing.model(d.engine, c, d.given.values),
         weights_gib=d.weights_gib,
         kv_cache_gib=kv_cache_gib,
         graph=graph,
@@ -231,9 +218,6 @@ def _config_model(
         tp_scales_cell=d.tp_scales,
         gpu_mem_gib=d.gpu_mem_gib,
         identity=IdentityCheck(False, "unchecked"),
-        reasons=tuple(c.reasons),
-        explain=tuple(c.explain),
-        flags=dict(d.given.values),
     )
 
 
@@ -250,8 +234,9 @@ def _config_vllm(d: _Planned, c: Notes) -> MemoryModel:
         f"{act:.2f} − 0.50 = {kv:.2f} GiB → {n:,} tokens"
     )
     cap, mrr = _given_int(d.given, Memory.TOKEN_CAP), _given_int(d.given, Memory.MAX_REQUESTS)
-    base = _config_model(d, c, fraction=u, tokens=max(n, 0), tokens_raw=max(raw, 0.0) if kv > 0 else kv * GIB / d.cell,
-                         slope_gib=d.gpu_mem_gib, kv_cache_gib=kv, graph=_reserve_graph(d.max_bs, 0.3))
+    tokens_raw = max(raw, 0.0) if kv > 0 else kv * GIB / d.cell
+    sizing = Sizing(Basis.CONFIG, u, max(n, 0), tokens_raw, d.page, d.cell, d.cell, d.gpu_mem_gib)
+    base = _config_model(d, c, sizing, kv_cache_gib=kv, graph=_reserve_graph(d.max_bs, 0.3))
     return replace(
         base,
         max_total_tokens=cap * d.page if cap is not None else None,
@@ -285,8 +270,8 @@ def _config_sglang(d: _Planned, c: Notes) -> MemoryModel:
     c.reasons.append(
         f"capture need assumed {graph.need_gib:.2f} GiB (SGLang's own reserve: 2 MiB per batch size up to {d.max_bs})"
     )
-    base = _config_model(d, c, fraction=f, tokens=max(n, 0), tokens_raw=raw, slope_gib=d.p,
-                         kv_cache_gib=max(0, n + d.page) * d.cell / GIB, graph=graph)
+    sizing = Sizing(Basis.CONFIG, f, max(n, 0), raw, d.page, d.cell, d.cell, d.p)
+    base = _config_model(d, c, sizing, kv_cache_gib=max(0, n + d.page) * d.cell / GIB, graph=graph)
     return replace(
         base,
         pre_load_gib=d.p,

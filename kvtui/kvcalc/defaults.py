@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kvtui.kvcalc.model import GIB
+from kvtui.kvcalc.arith import GIB
 
 KV_DTYPE_BYTES: dict[str, float | None] = {
     "auto": None,  # the model dtype

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from kvtui.boot import Boot
 from kvtui.engines.events import FailureKind
+from kvtui.kvcalc.arith import MIB_PER_GIB
 from kvtui.kvcalc.boots import _FREE_RE, _TRIED_RE, _from_text
 from kvtui.kvcalc.defaults import extend_capture_bs
-from kvtui.kvcalc.model import MIB_PER_GIB, GraphModel, GraphSource, Notes
+from kvtui.kvcalc.model import GraphModel, GraphSource, Notes
 
 
 def _fit_graph_costs(points: Sequence[tuple[int, float]]) -> tuple[float, float] | None:
@@ -143,15 +144,7 @@ def _capture_oom_graph(boot: Boot, cap: _Capture, pool_end: float | None, c: Not
         + f" → capture needs ≈ {need:.2f} GiB"
     )
     c.explain.append(note)
-    return GraphModel(
-        need_gib=need,
-        bs=tuple(bs_list),
-        per_graph_gib=a,
-        per_bs_gib=b,
-        fixed_gib=max(0.0, need - total_cost),
-        source=GraphSource.CAPTURE_OOM,
-        note=note,
-    )
+    return _spread(need, bs_list, (a, b), total_cost, GraphSource.CAPTURE_OOM, note)
 
 
 def _observed_graph(cap: _Capture, pool_end: float, c: Notes) -> GraphModel:
@@ -174,15 +167,16 @@ def _observed_graph(cap: _Capture, pool_end: float, c: Notes) -> GraphModel:
         + (f" + draft graphs {draft_graph:.2f} GiB)" if draft_graph else (")" if graph_mem is not None else ""))
     )
     c.explain.append(note)
-    return GraphModel(
-        need_gib=need,
-        bs=tuple(bs_list),
-        per_graph_gib=a,
-        per_bs_gib=b,
-        fixed_gib=max(0.0, need - cost_obs),
-        source=GraphSource.OBSERVED,
-        note=note,
-    )
+    return _spread(need, bs_list, (a, b), cost_obs, GraphSource.OBSERVED, note)
+
+
+def _spread(
+    need: float, bs: Sequence[int], costs: tuple[float, float], cost: float, source: GraphSource, note: str
+) -> GraphModel:
+    """A capture need as a per-graph and a per-batch-size cost (``cost`` at ``bs``), the rest fixed."""
+    per_graph, per_bs = costs
+    return GraphModel(need_gib=need, bs=tuple(bs), per_graph_gib=per_graph, per_bs_gib=per_bs,
+                      fixed_gib=max(0.0, need - cost), source=source, note=note)
 
 
 def _estimated_graph(max_bs: int | None, c: Notes, why: str) -> GraphModel:

@@ -10,9 +10,7 @@ from typing import Literal
 from kvtui import fmt
 from kvtui.engines.events import Engine
 from kvtui.knobs import fraction_flag
-
-GIB = float(1 << 30)
-MIB_PER_GIB = 1024.0
+from kvtui.kvcalc.arith import MIB_PER_GIB
 
 # ---------------------------------------------------------------------------------------------
 # Margins
@@ -41,10 +39,6 @@ ACTIVATION_MIB_PER_TOKEN = 0.125
 
 DEFAULT_CHUNK = 8192  # when neither the boot nor the edits say (SGLang's default for 35–160 GiB cards)
 
-# Rounding of printed figures: every SGLang "X.XX GB" is ±0.005 GiB. The rank-local avail lines are
-# read a moment after the engine's MIN all-reduce, so allow a little more for them.
-_PRINT_EPS = 0.005
-_AVAIL_SLACK = 0.01
 
 
 def activation_allowance_gib(chunked_prefill_size: int | None) -> float:
@@ -205,6 +199,38 @@ class MemoryModel:
         """The modelled flags as this model has them: the fraction (at the 3 decimals shown) and
         the page. A flag the boot's argument dump does not carry reads its value here."""
         return {fraction_flag(self.engine): fmt.round_near(self.fraction, 3), self.page_flag: self.page_size}
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    """The core of every model: where the deployment sits on its fraction line and what a token
+    costs. ``model()`` is the base a calibration (or a config) adds what it found to."""
+
+    basis: Basis
+    fraction: float
+    tokens: int
+    tokens_raw: float
+    page_size: int
+    cell_bytes: int
+    sizing_cell_bytes: int
+    slope_gib: float | None
+
+    def model(self, engine: Engine, notes: Notes, flags: Mapping[str, object]) -> MemoryModel:
+        return MemoryModel(
+            engine=engine,
+            basis=self.basis,
+            confidence=notes.confidence,
+            fraction=self.fraction,
+            tokens=self.tokens,
+            tokens_raw=self.tokens_raw,
+            page_size=self.page_size,
+            cell_bytes=self.cell_bytes,
+            sizing_cell_bytes=self.sizing_cell_bytes,
+            slope_gib=self.slope_gib,
+            reasons=tuple(notes.reasons),
+            explain=tuple(notes.explain),
+            flags=dict(flags),
+        )
 
 
 @dataclass(slots=True)

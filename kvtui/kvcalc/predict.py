@@ -8,12 +8,11 @@ from dataclasses import dataclass, replace
 from kvtui import fmt
 from kvtui.engines.events import Engine
 from kvtui.knobs import Memory, fraction_flag
-from kvtui.kvcalc.arith import _frac
+from kvtui.kvcalc.arith import GIB, _frac
 from kvtui.kvcalc.defaults import _sglang_tier, default_mem_fraction
 from kvtui.kvcalc.edits import Edits, edits_from_mapping
 from kvtui.kvcalc.model import (
     DEFAULT_GRAPH_MARGIN_GIB,
-    GIB,
     CalcError,
     Confidence,
     MemoryModel,

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import FailureKind
 from kvtui.knobs import fraction_flag
-from kvtui.kvcalc.arith import _as_int, _frac, _snap_cell, floor_page
+from kvtui.kvcalc.arith import _AVAIL_SLACK, _PRINT_EPS, GIB, _as_int, _frac, _snap_cell, floor_page
 from kvtui.kvcalc.boots import (
     _CAPACITY_RE,
     _boot_fraction,
@@ -40,18 +40,7 @@ from kvtui.kvcalc.boots import (
     boot_model,
 )
 from kvtui.kvcalc.graphs import _estimated_graph, _graph_model_sglang
-from kvtui.kvcalc.model import (
-    _AVAIL_SLACK,
-    _PRINT_EPS,
-    GIB,
-    Basis,
-    CalcError,
-    GraphModel,
-    GraphSource,
-    IdentityCheck,
-    MemoryModel,
-    Notes,
-)
+from kvtui.kvcalc.model import Basis, CalcError, GraphModel, GraphSource, IdentityCheck, MemoryModel, Notes, Sizing
 
 _SGLANG_VLM_RESERVES_GIB = (100 / 1024, (100 + 1024) / 1024)  # mm reservation (≈0.5.18+)
 
@@ -494,8 +483,7 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
     graph = _graph(boot, pool_end, others, c)
     if boot.failure is not None and boot.failure.kind is FailureKind.OOM_GRAPH_CAPTURE:
         c.reasons.append(f"this boot died in CUDA-graph capture at {fraction_flag(boot.engine)}={_frac(f)}")
-    base = boot_model(boot, c, basis=basis, fraction=f, tokens=n, tokens_raw=fit.tokens_raw, page_size=page,
-                      cell_bytes=fit.cell, sizing_cell_bytes=fit.sizer, slope_gib=slope)
+    base = boot_model(boot, c, Sizing(basis, f, n, fit.tokens_raw, page, fit.cell, fit.sizer, slope))
     kv_dtype, tp = base.kv_cache_dtype, base.tp
     return replace(
         base,

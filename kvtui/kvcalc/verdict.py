@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from kvtui import fmt
 from kvtui.engines.events import Engine, FailureKind
 from kvtui.knobs import fraction_flag
-from kvtui.kvcalc.arith import _frac, floor_page
+from kvtui.kvcalc.arith import GIB, _frac, floor_page
 from kvtui.kvcalc.defaults import _dtype_bytes, _req_table_gib, default_running_requests, extend_capture_bs
-from kvtui.kvcalc.model import DEFAULT_CHUNK, GIB, Basis, CalcError, MemoryModel, Verdict, activation_allowance_gib
+from kvtui.kvcalc.model import DEFAULT_CHUNK, Basis, CalcError, MemoryModel, Verdict, activation_allowance_gib
 
 
 @dataclass(slots=True)

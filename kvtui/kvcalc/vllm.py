@@ -13,19 +13,9 @@ from dataclasses import replace
 
 from kvtui.boot import Boot
 from kvtui.engines.events import FailureKind
-from kvtui.kvcalc.arith import _as_float, _as_int, _frac, _snap_cell, _version_tuple, floor_page
+from kvtui.kvcalc.arith import _PRINT_EPS, GIB, _as_float, _as_int, _frac, _snap_cell, _version_tuple, floor_page
 from kvtui.kvcalc.boots import _TRIED_RE, _boot_tokens, _from_text, _never_sized, boot_model
-from kvtui.kvcalc.model import (
-    _PRINT_EPS,
-    GIB,
-    Basis,
-    CalcError,
-    GraphModel,
-    GraphSource,
-    IdentityCheck,
-    MemoryModel,
-    Notes,
-)
+from kvtui.kvcalc.model import Basis, CalcError, GraphModel, GraphSource, IdentityCheck, MemoryModel, Notes, Sizing
 
 
 def _kv_gib(boot: Boot) -> float | None:
@@ -136,8 +126,7 @@ def _calibrate_vllm(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[B
     graph_mem = m.graph_mem_gib if m.graph_mem_gib is not None else facts.get("graph_mem_gib")
     graph = _graph(boot, u, total, graph_mem, c)
     vt = _version_tuple(boot.version_hint)
-    base = boot_model(boot, c, basis=basis, fraction=u, tokens=n, tokens_raw=tokens_raw, page_size=block_eff,
-                      cell_bytes=bpt, sizing_cell_bytes=bpt, slope_gib=slope)
+    base = boot_model(boot, c, Sizing(basis, u, n, tokens_raw, block_eff, bpt, bpt, slope))
     return replace(
         base,
         weights_gib=m.weights_gib if m.weights_gib is not None else facts.get("weights_gib"),
