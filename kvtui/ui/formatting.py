@@ -69,6 +69,7 @@ def phase_label(phase: Phase | str | None) -> str:
 # Numbers, sizes and durations: kvtui.fmt, the one formatting module of every view (CLI too).
 duration = fmt.duration
 tokens = fmt.tokens
+signed_tokens = fmt.signed_tokens
 gib = fmt.gib
 signed_gib = fmt.signed_gib
 percent = fmt.percent
