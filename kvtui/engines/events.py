@@ -253,6 +253,17 @@ class CaptureSizes:
     model: Model = Model.TARGET
 
 
+@dataclass(frozen=True, slots=True)
+class ServerExit:
+    """The server process is gone, as the host backend saw it (not a line the engine printed:
+    ``kvtui.liveness`` makes and reads the record). ``pid`` when known; ``detail`` an exit status
+    when known; ``at_start``: it was already gone when following began."""
+
+    pid: int | None = None
+    detail: str = ""
+    at_start: bool = False
+
+
 LogEvent = (
     PhaseMark
     | Metric
@@ -264,6 +275,7 @@ LogEvent = (
     | Serving
     | VersionHint
     | CaptureSizes
+    | ServerExit
 )
 
 
