@@ -241,7 +241,33 @@ def file_stat(path: str) -> str:
     return sh_c(f"stat -L -c '%i %s' -- {qpath(path)} 2>/dev/null || echo missing")
 
 
-def file_follow(path: str, *, offset: int, inode: int | None = None) -> str:
+def pid_watch_loop(pid_file: str, log_file: str, interval: float = 1.0) -> str:
+    """sh lines that start a background loop printing ``\\0kvtui:pid PID STATE size=N`` whenever
+    what the pid file names changes (STATE ``alive`` / ``dead``; PID ``none`` without a pid file;
+    N: the log file's size then, so the reader knows which lines came before). A zombie is dead.
+    No process is started per check but ``sleep``; the loop ends within ``interval`` after the
+    shell that started it (the follower's guard)."""
+    return f"""pf={qpath(pid_file)}; lf={qpath(log_file)}
+( last=
+  while kill -0 $$ 2>/dev/null; do
+    p=; [ -r "$pf" ] && read -r p 2>/dev/null < "$pf"; p=${{p%%[!0-9]*}}
+    s=dead
+    if [ -z "$p" ]; then s=none
+    elif read -r st 2>/dev/null < /proc/"$p"/stat; then
+      st=${{st##*") "}}; st=${{st%% *}}
+      case "$st" in Z|X|x|'') ;; *) s=alive ;; esac
+    fi
+    if [ "$p $s" != "$last" ]; then
+      sz=$(stat -L -c %s -- "$lf" 2>/dev/null)
+      printf '\\000kvtui:pid %s %s size=%s\\n' "${{p:-none}}" "$s" "${{sz:-0}}"
+      last="$p $s"
+    fi
+    sleep {interval:g}
+  done ) </dev/null 2>/dev/null &
+"""
+
+
+def file_follow(path: str, *, offset: int, inode: int | None = None, pid_file: str | None = None) -> str:
     """Follow ``path`` from byte ``offset`` with ``tail -F`` semantics (rotation, truncation).
 
     Before following it prints control lines (prefixed ``\\0kvtui:``): when the file at ``path``
@@ -263,6 +289,8 @@ elif [ -n "$size" ] && [ "$size" -lt "$off" ]; then printf '\\000kvtui:truncated
 fi
 printf '\\000kvtui:follow ino=%s off=%s\\n' "$cur" "$off"
 """
+    if pid_file:
+        prelude += pid_watch_loop(pid_file, path)
     return guard('LC_ALL=C tail -c +$((off + 1)) -F -- "$f" 2>&1', prelude=prelude)
 
 
@@ -417,6 +445,20 @@ def pidfile_from_commands(start_command: str | None, stop_command: str | None) -
             if m:
                 return m.group(1).strip("'\"")
     return None
+
+
+def server_pid_file(pid_file: str | None, start_command: str | None, stop_command: str | None
+                    ) -> tuple[str, str] | None:
+    """(path, where it comes from) of the server's pid file, for liveness and its PIDs: the
+    ``pid_file`` key, else the file ``start_command`` writes (``echo $! > F``) or ``stop_command``
+    reads; None when neither says (or the path holds a variable kvtui cannot resolve)."""
+    if pid_file:
+        return pid_file, "pid_file"
+    found = pidfile_from_commands(start_command, stop_command)
+    if not found or "$" in found or "`" in found:
+        return None
+    how = "start_command" if start_command and pidfile_from_commands(start_command, None) else "stop_command"
+    return found, how
 
 
 def parse_server_pids(output: str) -> set[int]:

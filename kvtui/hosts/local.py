@@ -35,6 +35,7 @@ from typing import Any, Final, Protocol
 from kvtui.engines.events import LogRecord
 from kvtui.gpu import GpuProcess, GpuSample, process_from_nvml, sample_from_nvml
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
+from kvtui.liveness import DOCKER_STATE_FORMAT, PidWatch, exit_record, parse_docker_state, proc_state, read_pid
 
 MAX_LINE_BYTES: Final = 1 << 20  # longer lines are cut (the rest up to the newline dropped)
 READ_CHUNK: Final = 256 << 10  # small enough that splitting one chunk never stalls the event loop
@@ -58,6 +59,12 @@ class LocalHost(Protocol):
     def gpus(self) -> list[int] | None: ...
     @property
     def engine(self) -> str: ...
+    @property
+    def pid_file(self) -> str | None: ...
+    @property
+    def start_command(self) -> str | None: ...
+    @property
+    def stop_command(self) -> str | None: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -489,6 +496,7 @@ class LocalBackend:
         *,
         clock: Callable[[], float] = time.time,
         poll_interval: float = 0.1,
+        liveness_interval: float = 0.5,
         scan_back_bytes: int = DEFAULT_SCAN_BACK_BYTES,
         journal_scan_lines: int = DEFAULT_JOURNAL_SCAN_LINES,
         nvml: Nvml | None = None,
@@ -500,6 +508,12 @@ class LocalBackend:
         self.host = host
         self._clock = clock
         self._poll = poll_interval
+        self._liveness_interval = liveness_interval
+        from kvtui.hosts.commands import server_pid_file
+
+        found = server_pid_file(getattr(host, "pid_file", None), getattr(host, "start_command", None),
+                                getattr(host, "stop_command", None))
+        self.pid_file: Path | None = Path(found[0]).expanduser() if found else None
         self._scan_back = scan_back_bytes
         self._journal_scan = journal_scan_lines
         self._nvml = nvml or Nvml()
@@ -616,6 +630,11 @@ class LocalBackend:
         st = _FileState()
         pos = offset  # bytes of the current file read so far
         splitter = make_splitter(pos)
+        # liveness: the pid file read at most every ``liveness_interval`` while caught up; a
+        # death is reported once the file's bytes written before it are read (its last lines first)
+        watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
+        next_check = 0.0
+        pending_exit: tuple[LogRecord, int] | None = None
         try:
             while not self._closed.is_set():
                 if st.fh is None:
@@ -667,9 +686,24 @@ class LocalBackend:
                     pos = 0
                     splitter = make_splitter(0)
                     st.fh.seek(0)
+                    pending_exit = None
                     if records:
                         yield records
                     continue
+                if pending_exit is not None and (pst is None or pos >= pending_exit[1]):
+                    yield [*splitter.flush(), pending_exit[0]]
+                    pending_exit = None
+                elif self.pid_file is not None and pending_exit is None and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + self._liveness_interval
+                    gone = watch.observe(*_pid_reading(self.pid_file))
+                    if gone is not None:
+                        rec = exit_record(gone.pid, at_start=gone.at_start, ts=datetime.now(), source="file")
+                        try:
+                            size = os.stat(path).st_size
+                        except FileNotFoundError:
+                            size = 0
+                        pending_exit = (rec, size)
+                        continue
                 if await self._sleep(self._poll):
                     return
         finally:
@@ -813,6 +847,9 @@ class LocalBackend:
                     f"docker inspect {container}: {err.decode(errors='replace').strip() or 'failed'}"
                 )
             since = out.decode().strip() or None
+        # liveness: ``docker logs -f`` ends when the container stops; its state says how
+        watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
+        held = await self._docker_state(container, watch)  # already stopped: said when the stream ends
         while not self._closed.is_set():
             argv = [*self._docker, "logs", "-f", "--timestamps"]
             if since:
@@ -857,8 +894,28 @@ class LocalBackend:
                     t.cancel()
                 await _stop_process(proc)
                 self._procs.discard(proc)
+            if not self._closed.is_set():
+                gone, held = held or await self._docker_state(container, watch), None
+                if gone is not None:
+                    yield [gone]
             if await self._sleep(1.0):
                 return
+
+    async def _docker_state(self, container: str, watch: PidWatch) -> LogRecord | None:
+        """Read the container's state into ``watch``; the exit record when it stopped."""
+        try:
+            rc, out, _ = await self._capture([*self._docker, "inspect", "-f", DOCKER_STATE_FORMAT, container])
+        except BackendError:
+            return None
+        state = parse_docker_state(out.decode(errors="replace")) if rc == 0 else None
+        if state is None:
+            return None
+        started, running, detail = state
+        gone = watch.observe(started, running)
+        if gone is None:
+            return None
+        return exit_record(None, detail or f"container {container} stopped", at_start=gone.at_start,
+                           ts=datetime.now(UTC), source="docker")
 
     # -- GPUs ------------------------------------------------------------------------------------
 
@@ -886,7 +943,12 @@ class LocalBackend:
     async def server_pids(self) -> set[int]:
         unit = self.host.unit
         if not unit:
-            return set()
+            if self.pid_file is None:
+                return set()
+            pid, alive = _pid_reading(self.pid_file)
+            if pid is None or not alive:
+                return set()
+            return {pid} | await asyncio.to_thread(_descendants, {pid})
         try:
             rc, out, _ = await self._capture(
                 [*self._systemctl, "show", "-p", "MainPID", "-p", "ControlGroup", unit], timeout=10.0
@@ -927,6 +989,21 @@ class LocalBackend:
             command, proc.returncode if proc.returncode is not None else -1,
             out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
         )
+
+
+def _pid_reading(pid_file: Path) -> tuple[int | None, bool]:
+    """(the pid the file names, whether that process runs): a zombie does not."""
+    try:
+        pid = read_pid(pid_file.read_text(errors="replace")[:64])
+    except OSError:
+        return None, False
+    if pid is None:
+        return None, False
+    try:
+        state = proc_state(Path(f"/proc/{pid}/stat").read_text(errors="replace"))
+    except OSError:
+        return pid, False
+    return pid, state is not None and state not in ("Z", "X", "x")
 
 
 def _journal_boot_start(records: Sequence[LogRecord], engine: str) -> int:
