@@ -391,6 +391,12 @@ def hint_for(kind: FailureKind, engine: Engine, flags: dict[str, object], facts:
             "multi-GPU communication (NCCL) failed: rerun with NCCL_DEBUG=INFO, check that every GPU is "
             "healthy and visible, the P2P/NVLink/IB settings, and whether another rank died first"
         )
+    if kind is FailureKind.BAD_ARGS:
+        return (
+            "the server refused its command-line arguments: fix the flag the error names in the unit or "
+            "launch script (its usage line lists the accepted flags), or restore the previous flags with "
+            "`kvtui rollback HOST`"
+        )
     if kind is FailureKind.CRASH:
         return "a server process died: the message is the exception it died with; the traceback shows where"
     return "the server exited without a recognised error: read the last lines of the log"

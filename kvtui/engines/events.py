@@ -52,6 +52,7 @@ class FailureKind(StrEnum):
     OOM_RUNTIME = "oom_runtime"
     GPU_BUSY = "gpu_busy"
     NCCL = "nccl"
+    BAD_ARGS = "bad_args"  # the server refused its command line (argparse: unknown flag, bad value)
     CRASH = "crash"
     UNKNOWN = "unknown"
 

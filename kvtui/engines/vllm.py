@@ -39,6 +39,7 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 
+from kvtui.engines.cli_errors import cli_error, usage_engine
 from kvtui.engines.events import (
     PHASE_RANK,
     BootBoundary,
@@ -354,7 +355,9 @@ class VllmGrammar:
             text = strip_ansi(text)
         m = _SNIFF_RE.match(text)
         if m is None:
-            return False
+            if text.startswith("usage: "):
+                return usage_engine(text) is Engine.VLLM
+            return ": error: " in text and _cli_error_of(text) is not None
         if text.startswith("("):
             return True
         rest = text[m.end():]
@@ -513,6 +516,12 @@ class VllmGrammar:
             if ev:
                 return self._note_phase(ev)
         if level is None or level == "ERROR" or level == "CRITICAL":
+            if level is None and ": error: " in msg:
+                ft = _cli_error_of(msg)
+                if ft is not None:
+                    # argparse refused the command line: a boot that ends before it began
+                    self.reset()
+                    return self._note_phase((BootBoundary(BoundaryKind.STARTED, new_args=True), _PM[Phase.LAUNCH], ft))
             if word.endswith(("Error:", "Exception:")) and word[:1].isalpha():
                 return self._note_phase(self._on_exception(msg, sp))
             if "out of memory" in msg or "OutOfMemory" in msg or "NCCL" in msg:
@@ -951,6 +960,12 @@ class VllmGrammar:
             return (FailureText(msg, kind=FailureKind.NCCL, specificity=specificity,
                                 hint=VLLM_HINTS[FailureKind.NCCL]),)
         return _NONE
+
+
+def _cli_error_of(text: str) -> FailureText | None:
+    """vLLM's own argparse refusal (``api_server.py: error: …``, ``vllm serve: error: …``), else None."""
+    got = cli_error(text)
+    return got[1] if got is not None and got[0] is Engine.VLLM else None
 
 
 def _with_text(e: LogEvent, text: str) -> LogEvent:

@@ -45,6 +45,7 @@ FAILURE_TITLES: dict[FailureKind, str] = {
     FailureKind.OOM_RUNTIME: "out of memory while serving",
     FailureKind.GPU_BUSY: "GPU memory held by other processes",
     FailureKind.NCCL: "NCCL / distributed error",
+    FailureKind.BAD_ARGS: "the server refused its arguments",
     FailureKind.CRASH: "server crashed",
     FailureKind.UNKNOWN: "failed",
 }
