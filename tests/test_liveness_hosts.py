@@ -276,7 +276,7 @@ async def test_ssh_systemd_unit_main_process_killed(tmp_path: Path, sshd: SshdIn
     (tools.bin_dir / "journalctl").write_text(
         f"#!/bin/sh\nexec /usr/bin/journalctl --directory={writer.directory} \"$@\"\n")
     tools.set_unit(unit, InvocationID=inv)
-    main = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    main = subprocess.Popen(["sleep", "600"], start_new_session=True)  # noqa: ASYNC220 - the unit's process
     sd = {"_PID": 1, "SYSLOG_IDENTIFIER": "systemd", "UNIT": unit, "INVOCATION_ID": inv}
     writer.write(f"Started {unit} - vLLM.", MESSAGE_ID="39f53479d3a045ac8e11786248231fbf", **sd)  # type: ignore[arg-type]
     for ln in HEAD:
