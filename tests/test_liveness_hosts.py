@@ -299,3 +299,53 @@ async def test_ssh_systemd_unit_main_process_killed(tmp_path: Path, sshd: SshdIn
         watcher.join(10)
     assert_crash(code, out, err, took, "ssh (systemd unit)")
     assert "status=9/KILL" in err
+
+
+def test_hosts_check_says_how_each_server_is_watched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvtui.cli import main
+
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(textwrap.dedent("""\
+        [hosts.keyed]
+        local = true
+        log_file = "/srv/a.log"
+        pid_file = "/run/a.pid"
+
+        [hosts.started]
+        local = true
+        log_file = "/srv/b.log"
+        start_command = "setsid nohup /srv/launch.sh >> /srv/b.log 2>&1 < /dev/null & echo $! > /run/b.pid"
+        stop_command = "kill $(cat /run/b.pid)"
+
+        [hosts.blind]
+        local = true
+        log_file = "/srv/c.log"
+
+        [hosts.unit]
+        ssh = "gpu"
+        unit = "vllm.service"
+
+        [hosts.box]
+        ssh = "gpu"
+        container = "vllm"
+        """))
+    assert main(["--hosts", str(hosts), "hosts", "--check"]) == 0
+    err = capsys.readouterr().err
+    assert "keyed: server liveness: the pid_file key: /run/a.pid" in err
+    assert "started: server liveness: the pid file start_command writes: /run/b.pid" in err
+    assert "blind: server liveness: none: no pid file is known" in err
+    assert "unit: server liveness: systemd's own lines in the journal of vllm.service" in err
+    assert "box: server liveness: the state of container vllm when its log ends" in err
+    assert "demo: server liveness: the simulated unit" in err
+
+
+def test_pid_file_must_be_an_absolute_path(tmp_path: Path) -> None:
+    from kvtui.config import ConfigError, load_config
+
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.a]\nlocal = true\nlog_file = "/x.log"\npid_file = "run/a.pid"\n')
+    with pytest.raises(ConfigError, match="pid_file"):
+        load_config(str(hosts))
+    hosts.write_text('[hosts.d]\ndemo = true\npid_file = "/run/a.pid"\n')
+    with pytest.raises(ConfigError, match="pid_file"):
+        load_config(str(hosts))
