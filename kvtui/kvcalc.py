@@ -150,6 +150,12 @@ def _build_aliases() -> dict[Engine, dict[str, str]]:
 
 
 FLAG_ALIASES: dict[Engine, dict[str, str]] = _build_aliases()
+# vLLM's CPU backend sizes its KV pool from this environment variable (whole GiB; vllm/platforms/cpu.py:
+# kv_cache_memory_bytes = VLLM_CPU_KVCACHE_SPACE × 2^30): the calculator takes it like a flag
+# (``--set VLLM_CPU_KVCACHE_SPACE=2``, or an apply's ``--setenv``), and the pool is that many GiB, not a
+# fraction of a device.
+CPU_KV_SPACE = "vllm_cpu_kvcache_space"
+FLAG_ALIASES[Engine.VLLM][CPU_KV_SPACE] = CPU_KV_SPACE
 """Per engine: every accepted spelling (``_`` form, lower case) → the engine's own flag name.
 ``--mem-fraction-static``, ``mem-fraction-static`` and ``mem_fraction_static`` all normalise to the
 same key; the other engine's names are accepted as aliases (``max-model-len`` on SGLang means
@@ -185,6 +191,7 @@ _CONCEPT_OF: dict[str, str] = {}
 for _c, (_sg, _vl, _x) in _CONCEPTS.items():
     _CONCEPT_OF[_sg] = _c
     _CONCEPT_OF[_vl] = _c
+_CONCEPT_OF[CPU_KV_SPACE] = "cpu_kv_space"
 
 _FLAG_NAME_RE = re.compile(r"^[a-z][a-z0-9_.]*$")
 
@@ -243,6 +250,19 @@ def _parse_value(engine: Engine, name: str, raw: object) -> object:
     shown = f"{name}={raw}"
     if concept is None:
         return raw
+    if concept == "cpu_kv_space":
+        if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE_WORDS):
+            raise CalcError(
+                f"--unset {name}: without VLLM_CPU_KVCACHE_SPACE vLLM sizes the CPU pool from the memory it finds "
+                "free at start, which the log does not say: give a size in GiB (VLLM_CPU_KVCACHE_SPACE=2)"
+            )
+        try:
+            gib = int(str(raw).strip(), 10)  # vLLM reads it with int()
+        except ValueError:
+            raise CalcError(f"--set {shown}: expected a whole number of GiB (vLLM reads it with int())") from None
+        if gib < 0 or gib > 1 << 20:
+            raise CalcError(f"--set {shown}: expected a whole number of GiB from 0")
+        return gib
     if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE_WORDS):
         if concept in ("fraction", "kv_dtype", "page", "tp"):
             raise CalcError(f"--set {shown}: expected a value (use --unset {name} to return to the engine default)")
@@ -297,7 +317,8 @@ class Edits:
 
     @property
     def unmodelled(self) -> tuple[str, ...]:
-        return tuple(k for k in self.values if _concept(k) is None)
+        return tuple(k for k in self.values
+                     if _concept(k) is None or (k == CPU_KV_SPACE and self.engine is not Engine.VLLM))
 
     def get(self, concept: str) -> tuple[bool, object]:
         """(present, value) for a concept (``fraction``, ``context``, …)."""
@@ -1825,6 +1846,7 @@ class _Settings:
     cap: int | None
     chunk: int | None
     tp: int
+    kv_space_gib: float | None = None  # vLLM CPU: the pool is VLLM_CPU_KVCACHE_SPACE GiB
 
 
 @dataclass(slots=True)
@@ -1909,7 +1931,11 @@ def _resolve(model: MemoryModel, edits: Edits, notes: list[str], lows: list[str]
     tp = model.tp
     if p_tp:
         tp = 1 if v_tp is None else int(v_tp)  # type: ignore[call-overload]
-    return _Settings(f, ctx, mrr_explicit, mrr_unset, gbs, p_gbs, kv_dtype, page, cap, chunk, tp)
+    p_cpu, v_cpu = edits.get("cpu_kv_space") if eng is Engine.VLLM else (False, None)
+    if p_cpu and v_cpu is None:
+        _parse_value(eng, CPU_KV_SPACE, None)  # says why it cannot be predicted
+    kv_space = float(v_cpu) if p_cpu and v_cpu is not None else None  # type: ignore[arg-type]
+    return _Settings(f, ctx, mrr_explicit, mrr_unset, gbs, p_gbs, kv_dtype, page, cap, chunk, tp, kv_space)
 
 
 def _cell_ratio(model: MemoryModel, s: _Settings, lows: list[str]) -> float:
@@ -1974,11 +2000,18 @@ def _evaluate(
                 f"profiled activation peak changes by ≈ {d_act:+.2f} GiB (estimate)"
             )
     budget = budget0 + slope * df + d_weights - d_act
+    if s.kv_space_gib is not None:  # vLLM CPU: the pool is what VLLM_CPU_KVCACHE_SPACE says
+        budget = s.kv_space_gib
+        if with_explain:
+            explain.append(f"CPU KV pool = VLLM_CPU_KVCACHE_SPACE = {s.kv_space_gib:g} GiB (the fraction does not "
+                           f"size it); the observed boot's {budget0:.2f} GiB held {model.tokens:,} tokens")
     raw = budget * GIB / cell_s if cell_s > 0 else 0.0
     capped = s.cap is not None and raw > s.cap
     tokens = floor_page(min(raw, float(s.cap)) if s.cap is not None else raw, s.page)
     tokens = max(tokens, 0) if budget > 0 else 0
-    if with_explain:
+    if with_explain and s.kv_space_gib is not None:
+        explain.append(f"N = floor_page({budget:.2f} GiB × 2^30 / {cell_s:,.0f} B, page {s.page}) = {tokens:,} tokens")
+    elif with_explain:
         sym = "P" if eng is Engine.SGLANG else "total"
         if model.basis == "two-point":
             sym = "slope"
@@ -2143,7 +2176,7 @@ def _evaluate(
                 f"the boot died in CUDA-graph capture at {fname}={_frac(model.fraction)} and the headroom cannot be "
                 f"sized here: at {_frac(s.fraction)} it would die again"
             )
-        if headroom is None and eng is Engine.VLLM and model.gpu_mem_gib is None:
+        if headroom is None and eng is Engine.VLLM and model.gpu_mem_gib is None and s.kv_space_gib is None:
             reasons.append("graph headroom not checked: the device total is unknown (pass --gpu-mem-gib)")
     over_top = (headroom is not None and headroom < margin + act) or (
         eng is Engine.VLLM
