@@ -427,6 +427,35 @@ exit 0"""
     return sh_c(script)
 
 
+def proc_environ(pids: Iterable[int], *, sudo: bool = False) -> str:
+    """Prints ``--pid N--`` then the environment each process started with (``/proc/N/environ``,
+    one ``NAME=VALUE`` a line), or ``--unreadable--``; ``parse_proc_environ`` reads it."""
+    plist = " ".join(str(int(p)) for p in pids if int(p) > 0)
+    script = f"""for p in {plist}; do
+  echo "--pid $p--"
+  {sudo_prefix(sudo)}cat /proc/"$p"/environ 2>/dev/null | tr '\\000' '\\n' || echo "--unreadable--"
+done
+exit 0"""
+    return sh_c(script)
+
+
+def parse_proc_environ(output: str) -> dict[int, dict[str, str]]:
+    """{pid: {name: value}} from ``proc_environ``'s output (pids whose environment was unreadable
+    or empty are left out)."""
+    out: dict[int, dict[str, str]] = {}
+    pid: int | None = None
+    for line in output.splitlines():
+        if line.startswith("--pid ") and line.endswith("--") and line[6:-2].isdigit():
+            pid = int(line[6:-2])
+            continue
+        if pid is None or line == "--unreadable--":
+            continue
+        name, eq, value = line.partition("=")
+        if eq and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            out.setdefault(pid, {})[name] = value
+    return out
+
+
 _PIDFILE_RES = (
     re.compile(r"\$!\s*>>?\s*(\"[^\"]+\"|'[^']+'|[^\s;&|]+)"),  # … & echo $! > /run/x.pid
     re.compile(r"\$\(\s*cat\s+(\"[^\"]+\"|'[^']+'|[^\s)]+)\s*\)"),  # kill $(cat /run/x.pid)
