@@ -74,18 +74,23 @@ class PidWatch:
     reported: int | str | None = None  # the last one whose exit was reported
     first: bool = True
 
-    def observe(self, key: int | str | None, alive: bool) -> ServerExit | None:
+    def observe(self, key: int | str | None, alive: bool, *, fresh: bool = False) -> ServerExit | None:
         """One reading: the pid file names pid ``key`` (None: no file or no number; a container
-        is keyed by its start time) and whether that process runs (a zombie does not). Returns
-        the exit to report, if any."""
+        is keyed by its start time) and whether that process runs (a zombie does not). ``fresh``:
+        that process started after following began (a restart issued before the first reading
+        came in), so it is not the old server even when following the next boot. Returns the
+        exit to report, if any."""
         first, self.first = self.first, False
         if key is None:
             return None
         pid = key if isinstance(key, int) else None
         if first:
-            if not self.current_boot:
+            if not self.current_boot and not fresh:
                 self.old = key
                 return None
+            if not self.current_boot and not alive:
+                self.reported = key
+                return ServerExit(pid=pid)  # a new server, already dead
             if alive:
                 self.watched = key
                 return None
@@ -111,6 +116,22 @@ def proc_state(stat_text: str) -> str | None:
         return None
     parts = rest.split()
     return parts[0] if parts else None
+
+
+def proc_age(stat_text: str, uptime_text: str, clock_ticks: int) -> float | None:
+    """Seconds since a process started, from its ``/proc/PID/stat`` (field 22, start time in
+    clock ticks after boot) and ``/proc/uptime``; None when unreadable."""
+    _, sep, rest = stat_text.rpartition(")")
+    parts = rest.split()
+    try:
+        start = int(parts[19]) / max(1, clock_ticks) if sep else None
+        up = float(uptime_text.split()[0])
+    except (IndexError, ValueError):
+        return None
+    return None if start is None else max(0.0, up - start)
+
+
+FRESH_SLACK_S: Final = 1.5  # a process this much younger than the follow is "started after it"
 
 
 def read_pid(text: str) -> int | None:
@@ -149,6 +170,7 @@ __all__ = [
     "exit_text",
     "parse_docker_state",
     "parse_exit",
+    "proc_age",
     "proc_state",
     "read_pid",
 ]

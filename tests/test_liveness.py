@@ -252,3 +252,21 @@ def test_the_real_bad_args_boot_then_its_exit() -> None:
     assert boot.failure is not None
     assert boot.failure.kind is FailureKind.BAD_ARGS
     assert "--max-num-seqs" in boot.failure.message
+
+
+def test_watch_next_boot_a_server_started_after_the_follow_began_is_ours() -> None:
+    """The restart raced the first reading (a slow link): the pid is younger than the follow, so it
+    is the new server, not the old one."""
+    w = PidWatch(current_boot=False)
+    assert w.observe(200, True, fresh=True) is None
+    assert w.observe(200, False) == ServerExit(200)
+    dead_on_arrival = PidWatch(current_boot=False)
+    assert dead_on_arrival.observe(300, False, fresh=True) == ServerExit(300)
+
+
+def test_proc_age() -> None:
+    from kvtui.liveness import proc_age
+
+    stat = "4321 (python3 -m x) S 1 4321 4321 0 -1 4194560 100 0 0 0 10 5 0 0 20 0 3 0 250000 1000 100"
+    assert proc_age(stat, "3000.50 5000.00", 100) == pytest.approx(500.5)
+    assert proc_age("garbage", "3000", 100) is None

@@ -51,12 +51,20 @@ def record_time(backend: str, seconds: float) -> None:
 
 
 async def run_wait(hosts: Path, name: str, kill: callable, *, ready_marker: str = "load_weights",  # type: ignore[valid-type]
-                   timeout: float = 60.0) -> tuple[int, str, str, float]:
-    """``kvtui wait NAME`` in process; once its progress shows ``ready_marker``, ``kill()``;
-    returns (exit code, stdout, stderr, seconds from the kill to the exit)."""
-    args = build_parser().parse_args(["--hosts", str(hosts), "wait", name, "--timeout", str(timeout)])
+                   timeout: float = 60.0, next_boot: bool = False,
+                   start: callable | None = None) -> tuple[int, str, str, float]:  # type: ignore[valid-type]
+    """``kvtui wait NAME`` in process (``--next``: then ``start()`` the server once it follows);
+    once its progress shows ``ready_marker``, ``kill()``; returns (exit code, stdout, stderr,
+    seconds from the kill to the exit)."""
+    argv = ["--hosts", str(hosts), "wait", name, "--timeout", str(timeout)] + (["--next"] if next_boot else [])
+    args = build_parser().parse_args(argv)
     out, err = io.StringIO(), io.StringIO()
     task = asyncio.create_task(wait_for_boot(args, stdout=out, stderr=err))
+    if start is not None:
+        while "following the next boot" not in err.getvalue():
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(1.5)  # the follower is at the end of the log (and has read the old pid)
+        start()
     deadline = time.monotonic() + timeout
     while ready_marker not in err.getvalue():
         assert not task.done(), err.getvalue()
@@ -250,6 +258,61 @@ async def test_ssh_script_host_kill_9_fails_the_boot(tmp_path: Path, sshd: SshdI
     code, out, err, took = await run_wait(hosts, "gpu", lambda: kill9(pid))
     assert_crash(code, out, err, took, "ssh (script host, pid file from start_command)")
     assert f"the server process exited (pid {pid.read_text().strip()})" in err
+
+
+@pytest.mark.sshd
+@requires_sshd
+async def test_ssh_script_host_next_boot_killed(tmp_path: Path, sshd: SshdInstance) -> None:
+    """``wait --next``: the server that runs when the wait starts is the old one (its stop is the
+    restart); the next one is watched, and its death ends the wait."""
+    start, stop, log, pid = script_server(tmp_path / "srv")
+    hosts = ssh_hosts(tmp_path, sshd, log_file=str(log), start_command=start, stop_command=stop)
+    start_and_wait_for_lines(start, log)
+    old = int(pid.read_text())
+
+    def restart() -> None:
+        os.kill(old, signal.SIGKILL)
+        subprocess.run(start, shell=True, check=True)
+
+    code, out, err, took = await run_wait(hosts, "gpu", lambda: kill9(pid), next_boot=True, start=restart)
+    assert int(pid.read_text()) != old
+    assert_crash(code, out, err, took, "ssh (script host, wait --next)")
+
+
+@pytest.mark.sshd
+@requires_sshd
+async def test_ssh_next_boot_when_the_restart_beat_the_follow(tmp_path: Path, sshd: SshdInstance) -> None:
+    """``wait --next`` issued right after the restart (the new server is already running when the
+    follower's first reading comes in): it is younger than the follow, so it is the one watched."""
+    start, stop, log, pid = script_server(tmp_path / "srv")
+    hosts = ssh_hosts(tmp_path, sshd, log_file=str(log), start_command=start, stop_command=stop)
+    subprocess.run(start, shell=True, check=True)  # the server starts, then the wait
+    args = build_parser().parse_args(["--hosts", str(hosts), "wait", "gpu", "--next", "--timeout", "60"])
+    err = io.StringIO()
+    task = asyncio.create_task(wait_for_boot(args, stdout=io.StringIO(), stderr=err))
+    while "following the next boot" not in err.getvalue():
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(1.5)
+    kill9(pid)
+    t_kill = time.monotonic()
+    assert await task == 1, err.getvalue()
+    assert_crash(1, "", err.getvalue(), time.monotonic() - t_kill, "ssh (wait --next after the restart)")
+
+
+async def test_local_script_host_next_boot_killed(tmp_path: Path) -> None:
+    start, stop, log, pid = script_server(tmp_path / "srv")
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(f'[hosts.box]\nlocal = true\nengine = "vllm"\nlog_file = "{log}"\n'
+                     f"start_command = {json.dumps(start)}\nstop_command = {json.dumps(stop)}\n")
+    start_and_wait_for_lines(start, log)
+    old = int(pid.read_text())
+
+    def restart() -> None:
+        os.kill(old, signal.SIGKILL)
+        subprocess.run(start, shell=True, check=True)
+
+    code, out, err, took = await run_wait(hosts, "box", lambda: kill9(pid), next_boot=True, start=restart)
+    assert_crash(code, out, err, took, "local (script host, wait --next)")
 
 
 @pytest.mark.sshd

@@ -242,24 +242,27 @@ def file_stat(path: str) -> str:
 
 
 def pid_watch_loop(pid_file: str, log_file: str, interval: float = 1.0) -> str:
-    """sh lines that start a background loop printing ``\\0kvtui:pid PID STATE size=N`` whenever
-    what the pid file names changes (STATE ``alive`` / ``dead``; PID ``none`` without a pid file;
-    N: the log file's size then, so the reader knows which lines came before). A zombie is dead.
+    """sh lines that start a background loop printing ``\\0kvtui:pid PID STATE size=N age=S``
+    whenever what the pid file names changes (STATE ``alive`` / ``dead``; PID ``none`` without a
+    pid file; N: the log file's size then, so the reader knows which lines came before; S: the
+    process's age in seconds, so the reader knows whether it started after following began). A
+    zombie is dead.
     No process is started per check but ``sleep``; the loop ends within ``interval`` after the
     shell that started it (the follower's guard)."""
     return f"""pf={qpath(pid_file)}; lf={qpath(log_file)}
-( last=
+( last=; hz=$(getconf CLK_TCK 2>/dev/null); hz=${{hz:-100}}
   while kill -0 $$ 2>/dev/null; do
     p=; [ -r "$pf" ] && read -r p 2>/dev/null < "$pf"; p=${{p%%[!0-9]*}}
-    s=dead
+    s=dead; age=
     if [ -z "$p" ]; then s=none
     elif read -r st 2>/dev/null < /proc/"$p"/stat; then
-      st=${{st##*") "}}; st=${{st%% *}}
-      case "$st" in Z|X|x|'') ;; *) s=alive ;; esac
+      set -- ${{st##*") "}}
+      case "$1" in Z|X|x|'') ;; *) s=alive ;; esac
+      if read -r up _ 2>/dev/null < /proc/uptime; then age=$(( ${{up%%.*}} - ${{20:-0}} / hz )); fi
     fi
     if [ "$p $s" != "$last" ]; then
       sz=$(stat -L -c %s -- "$lf" 2>/dev/null)
-      printf '\\000kvtui:pid %s %s size=%s\\n' "${{p:-none}}" "$s" "${{sz:-0}}"
+      printf '\\000kvtui:pid %s %s size=%s age=%s\\n' "${{p:-none}}" "$s" "${{sz:-0}}" "$age"
       last="$p $s"
     fi
     sleep {interval:g}

@@ -45,7 +45,7 @@ from kvtui.engines.text import MAX_LINE_CHARS
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts import commands as C
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart, RecordBlock
-from kvtui.liveness import DOCKER_STATE_FORMAT, PidWatch, exit_record, parse_docker_state
+from kvtui.liveness import DOCKER_STATE_FORMAT, FRESH_SLACK_S, PidWatch, exit_record, parse_docker_state
 
 READ_CHUNK: Final = 1 << 18
 MAX_QUEUED_BATCHES: Final = 64  # per stream: at most this many chunks (of READ_CHUNK bytes) read ahead
@@ -386,6 +386,7 @@ class _FileFollower(_Follower):
         self.pid_file = found[0] if found else None
         self.watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
         self.pending_exit: tuple[LogRecord, int] | None = None  # held until the log is read that far
+        self.t_follow = time.monotonic()  # a process younger than the follow started after it
         if after_cursor is not None:
             off = after_cursor.partition(":")[0]
             self.offset = int(off) if off.isdigit() else 0
@@ -480,7 +481,9 @@ class _FileFollower(_Follower):
             return
         pid = int(parts[0]) if parts[0].isdigit() else None
         size = next((int(p[5:]) for p in parts[2:] if p.startswith("size=") and p[5:].isdigit()), 0)
-        gone = self.watch.observe(pid, parts[1] == "alive")
+        age = next((int(p[4:]) for p in parts[2:] if p.startswith("age=") and p[4:].lstrip("-").isdigit()), None)
+        fresh = age is not None and age <= time.monotonic() - self.t_follow + FRESH_SLACK_S
+        gone = self.watch.observe(pid, parts[1] == "alive", fresh=fresh)
         if gone is not None:
             rec = exit_record(gone.pid, at_start=gone.at_start, ts=datetime.now(), source="file")
             self.pending_exit = (rec, size)
@@ -642,6 +645,8 @@ class _DockerFollower(_Follower):
         # liveness: ``docker logs -f`` ends when the container stops; its state says how
         self.watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
         self._held: LogRecord | None = None
+        self.t_follow = time.monotonic()
+        self._fresh_after: datetime | None = None
         if after_cursor:
             ts, _, n = after_cursor.partition("#")
             self.since, self.seen_at_since = ts, int(n) if n.isdigit() else 0
@@ -659,7 +664,9 @@ class _DockerFollower(_Follower):
         if state is None:
             return None
         started, running, detail = state
-        gone = self.watch.observe(started, running)
+        started_at = parse_docker_ts(started)
+        fresh = self._fresh_after is not None and started_at is not None and started_at >= self._fresh_after
+        gone = self.watch.observe(started, running, fresh=fresh)
         if gone is None:
             return None
         return exit_record(None, detail or f"container {self.container} stopped", at_start=gone.at_start,
@@ -667,8 +674,7 @@ class _DockerFollower(_Follower):
 
     async def command(self, conn: asyncssh.SSHClientConnection) -> str:
         sudo = self.backend.host.sudo
-        if self.watch.first:
-            self._held = await self._state(conn)  # already stopped: said after its lines, when the stream ends
+        first = not self.located
         if not self.located:
             if self.start is LogStart.CURRENT_BOOT:
                 res = await _run_answer(conn, C.docker_inspect(self.container, "{{.State.StartedAt}}", sudo=sudo),
@@ -679,8 +685,13 @@ class _DockerFollower(_Follower):
             else:
                 res = await _run_answer(conn, C.remote_now_rfc3339(), timeout=60)
                 self.since = str(res.stdout or "").strip() or None
+                now = parse_docker_ts(self.since) if self.since else None
+                if now is not None:  # the host's time when following began: a container started after is ours
+                    self._fresh_after = now - timedelta(seconds=time.monotonic() - self.t_follow + FRESH_SLACK_S)
             self.seen_at_since = 0
             self.located = True
+        if first and self.watch.first:
+            self._held = await self._state(conn)  # already stopped: said after its lines, when the stream ends
         self._skip = self.seen_at_since
         if self.since and parse_docker_ts(self.since) is None:
             self.since = None
