@@ -572,6 +572,7 @@ class MemoryModel:
     reasons: tuple[str, ...] = ()
     explain: tuple[str, ...] = ()
     flags: Mapping[str, object] = field(default_factory=dict)
+    cpu_mem_gib: float | None = None  # vLLM CPU backend: the node's memory (the pool is VLLM_CPU_KVCACHE_SPACE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1491,6 +1492,7 @@ def _calibrate_vllm(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[B
         reasons=tuple(c.reasons),
         explain=tuple(c.explain),
         flags=dict(flags),
+        cpu_mem_gib=facts.get("cpu_mem_total_gib"),
     )
 
 
@@ -1932,6 +1934,10 @@ def _resolve(model: MemoryModel, edits: Edits, notes: list[str], lows: list[str]
     if p_tp:
         tp = 1 if v_tp is None else int(v_tp)  # type: ignore[call-overload]
     p_cpu, v_cpu = edits.get("cpu_kv_space") if eng is Engine.VLLM else (False, None)
+    if p_cpu and model.cpu_mem_gib is None:
+        lows.append("VLLM_CPU_KVCACHE_SPACE sizes only vLLM's CPU backend, and this boot did not run on it: "
+                    "its effect is not included")
+        p_cpu = False
     if p_cpu and v_cpu is None:
         _parse_value(eng, CPU_KV_SPACE, None)  # says why it cannot be predicted
     kv_space = float(v_cpu) if p_cpu and v_cpu is not None else None  # type: ignore[arg-type]
@@ -2128,6 +2134,12 @@ def _evaluate(
                 f"no memory left for the KV cache at {fname}={_frac(s.fraction)} ({budget:.2f} GiB): vLLM stops "
                 "with `No available memory for the cache blocks`"
             )
+    elif s.kv_space_gib is not None and model.cpu_mem_gib is not None and s.kv_space_gib > model.cpu_mem_gib:
+        verdict = Verdict.NO_FIT
+        reasons.append(
+            f"VLLM_CPU_KVCACHE_SPACE={s.kv_space_gib:g} GiB is more than the node's {model.cpu_mem_gib:.2f} GiB: vLLM "
+            "refuses to start (`Available memory on node … is less than requested memory for kv`)"
+        )
     elif eng is Engine.VLLM and ctx and tokens < ctx:
         verdict = Verdict.NO_FIT
         reasons.append(

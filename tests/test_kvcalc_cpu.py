@@ -36,7 +36,7 @@ def test_the_cell_is_the_boots_own(model: kvcalc.MemoryModel) -> None:
     assert model.tokens == 1_048_576
 
 
-@pytest.mark.parametrize(("gib", "tokens"), [(1, 1_048_576), (2, 2_097_152), (3, 3_145_728), (16, 16_777_216)])
+@pytest.mark.parametrize(("gib", "tokens"), [(1, 1_048_576), (2, 2_097_152), (3, 3_145_728), (8, 8_388_608)])
 def test_the_pool_scales_with_the_space(model: kvcalc.MemoryModel, gib: int, tokens: int) -> None:
     p = kvcalc.predict(model, {"VLLM_CPU_KVCACHE_SPACE": str(gib)})
     assert p.tokens == tokens
@@ -89,3 +89,20 @@ def test_calc_cli_set_predicts_the_doubled_pool(capsys: pytest.CaptureFixture[st
 def test_an_sglang_boot_does_not_model_it() -> None:
     edits = kvcalc.parse_edits(kvcalc.Engine.SGLANG, ["VLLM_CPU_KVCACHE_SPACE=2"], [])
     assert edits.unmodelled == ("vllm_cpu_kvcache_space",)
+
+
+def test_more_than_the_nodes_memory_is_no_fit(model: kvcalc.MemoryModel) -> None:
+    """`Explicitly set (1.0/10.21) GiB`: 10.21 GiB on the node; vLLM refuses a bigger pool."""
+    assert model.cpu_mem_gib == pytest.approx(10.21)
+    p = kvcalc.predict(model, {"VLLM_CPU_KVCACHE_SPACE": "11"})
+    assert p.verdict is kvcalc.Verdict.NO_FIT
+    assert any("node's 10.21 GiB" in r for r in p.reasons)
+
+
+def test_a_gpu_boot_does_not_take_it() -> None:
+    """On a GPU the variable does nothing: the prediction is the boot's own, with a note."""
+    gpu = kvcalc.calibrate(_boot(Path(__file__).parent / "fixtures" / "vllm-0.11-llama8b-tp2-ready.log"))
+    assert gpu.cpu_mem_gib is None
+    p = kvcalc.predict(gpu, {"VLLM_CPU_KVCACHE_SPACE": "2"})
+    assert p.tokens == gpu.tokens
+    assert any("only vLLM's CPU backend" in r for r in p.reasons)

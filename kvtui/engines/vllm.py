@@ -762,7 +762,8 @@ class VllmGrammar:
     def _on_cpu_kv(self, msg: str) -> Events:
         m = _CPU_KV_RE.match(msg)
         if m is not None:
-            return (_PM[Phase.KV_ALLOCATE], Metric("kv_cache_gib", _f(m.group(1))))
+            return (_PM[Phase.KV_ALLOCATE], Metric("kv_cache_gib", _f(m.group(1))),
+                    Metric("cpu_mem_total_gib", _f(m.group(2))))
         return _NONE
 
     def _on_available(self, msg: str) -> Events:

@@ -753,6 +753,13 @@ def _prediction_edits(
         cmd = fl.parse_command(plan.new_text, plan.source.kind)
     except fl.FlagError:
         return mapping, drift
+    kv = boot.metrics.kv_cache_gib
+    if engine is Engine.VLLM and CPU_KV_SPACE_ENV not in mapping and "cpu_mem_total_gib" in boot.facts and kv:
+        # vLLM CPU: the file's pool size may differ from the running boot's (edited before)
+        space = ev.effective_env(plan.new_text, plan.source.kind).get(CPU_KV_SPACE_ENV)
+        if space is not None and space.isdigit() and abs(int(space) - kv) > 0.05:
+            mapping[CPU_KV_SPACE_ENV] = space
+            drift.append(f"a {kv:g} GiB CPU KV pool (the file says {CPU_KV_SPACE_ENV}={space})")
     for occ in cmd.flags:
         dest = fl.dest_name(engine, occ.canonical)
         if dest not in modelled or dest in mapping or dest not in boot.flags:
