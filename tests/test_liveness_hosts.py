@@ -61,8 +61,7 @@ async def run_wait(hosts: Path, name: str, kill: callable, *, ready_marker: str 
     out, err = io.StringIO(), io.StringIO()
     task = asyncio.create_task(wait_for_boot(args, stdout=out, stderr=err))
     if start is not None:
-        while "following the next boot" not in err.getvalue():
-            await asyncio.sleep(0.02)
+        await until_text(err, "following the next boot")
         await asyncio.sleep(1.5)  # the follower is at the end of the log (and has read the old pid)
         start()
     deadline = time.monotonic() + timeout
@@ -74,6 +73,13 @@ async def run_wait(hosts: Path, name: str, kill: callable, *, ready_marker: str 
     t_kill = time.monotonic()
     code = await task
     return code, out.getvalue(), err.getvalue(), time.monotonic() - t_kill
+
+
+async def until_text(buf: io.StringIO, text: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in buf.getvalue():
+        assert time.monotonic() < deadline, f"never saw {text!r}: {buf.getvalue()}"
+        await asyncio.sleep(0.02)
 
 
 def assert_crash(code: int, out: str, err: str, took: float, backend: str) -> None:
@@ -286,12 +292,11 @@ async def test_ssh_next_boot_when_the_restart_beat_the_follow(tmp_path: Path, ss
     follower's first reading comes in): it is younger than the follow, so it is the one watched."""
     start, stop, log, pid = script_server(tmp_path / "srv")
     hosts = ssh_hosts(tmp_path, sshd, log_file=str(log), start_command=start, stop_command=stop)
-    subprocess.run(start, shell=True, check=True)  # the server starts, then the wait
+    await asyncio.to_thread(subprocess.run, start, shell=True, check=True)  # the server starts, then the wait
     args = build_parser().parse_args(["--hosts", str(hosts), "wait", "gpu", "--next", "--timeout", "60"])
     err = io.StringIO()
     task = asyncio.create_task(wait_for_boot(args, stdout=io.StringIO(), stderr=err))
-    while "following the next boot" not in err.getvalue():
-        await asyncio.sleep(0.02)
+    await until_text(err, "following the next boot")
     await asyncio.sleep(1.5)
     kill9(pid)
     t_kill = time.monotonic()
@@ -412,3 +417,39 @@ def test_pid_file_must_be_an_absolute_path(tmp_path: Path) -> None:
     hosts.write_text('[hosts.d]\ndemo = true\npid_file = "/run/a.pid"\n')
     with pytest.raises(ConfigError, match="pid_file"):
         load_config(str(hosts))
+
+
+async def test_the_console_says_it_at_once(tmp_path: Path) -> None:
+    """The console (the real app, Pilot) on a local script host: kill -9 of the server mid-boot
+    raises the failure banner with "the server process exited" within a second or two."""
+    from test_ui_helpers import plain, wait_for
+
+    from kvtui.boot import BootStatus
+    from kvtui.config import load_config
+    from kvtui.engines.events import Phase
+    from kvtui.hosts.factory import make_backend
+    from kvtui.ui.app import KvtuiApp
+    from kvtui.ui.host_pane import HostSpec
+    from kvtui.ui.widgets.boot import FailureBanner
+
+    start, stop, log, pid = script_server(tmp_path / "srv")
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(f'[hosts.box]\nlocal = true\nengine = "vllm"\nlog_file = "{log}"\n'
+                     f"start_command = {json.dumps(start)}\nstop_command = {json.dumps(stop)}\n")
+    start_and_wait_for_lines(start, log)
+    cfg = load_config(str(hosts)).host("box")
+    app = KvtuiApp([HostSpec("box", cfg)], backend_factory=lambda name, host: make_backend(name, host))
+    async with app.run_test(size=(130, 38)) as pilot:
+        pane = app.main_screen.active_pane
+        assert pane is not None
+        await wait_for(pilot, lambda: pane.boot is not None and pane.boot.phase is Phase.LOAD_WEIGHTS)
+        kill9(pid)
+        t_kill = time.monotonic()
+        await wait_for(pilot, lambda: pane.boot is not None and pane.boot.status is BootStatus.FAILED, timeout=10)
+        banner = pane.query_one(FailureBanner)
+        await wait_for(pilot, lambda: banner.has_class("-failed"), timeout=5)
+        took = time.monotonic() - t_kill
+        text = plain(banner)
+        assert "the server process exited" in text, text
+        assert took < LIMIT_S
+        record_time("the console (local script host)", took)
