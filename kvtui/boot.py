@@ -42,6 +42,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final
 
+from kvtui import fmt
 from kvtui.engines.events import (
     PHASE_RANK,
     BootBoundary,
@@ -993,7 +994,7 @@ class BootTracker:
         m.max_running_requests = as_int("max_running_requests")
         mc = f.get("max_concurrency")
         if mc is None and tokens is not None and m.context_len and boot.engine is not Engine.VLLM:
-            mc = round(tokens / m.context_len, 2)
+            mc = fmt.round_down(tokens / m.context_len, 2)  # a capacity: rounded down, as calc shows it
         m.max_concurrency = mc
         m.token_usage = boot.live.token_usage
 
@@ -1046,6 +1047,7 @@ class BootTracker:
         evidence = w.evidence
         decider: _Evidence | None = None
         kind = FailureKind.UNKNOWN
+        torch_oom = False  # the kind came from a CUDA out-of-memory in a phase, not the engine's own words
         for e in evidence:  # 1. the text decides
             k = e.ft.kind
             if k is not None and k not in (FailureKind.NCCL, FailureKind.CRASH, FailureKind.UNKNOWN):
@@ -1060,6 +1062,7 @@ class BootTracker:
                         # before any weights: memory was already taken, unless the text says weights
                         by_phase = FailureKind.OOM_WEIGHTS if "weight" in e.ft.text.lower() else FailureKind.GPU_BUSY
                     kind = by_phase
+                    torch_oom = True
                     break
         if decider is None:  # 3. NCCL
             for e in evidence:
@@ -1083,6 +1086,13 @@ class BootTracker:
         hint = decider.ft.hint if decider is not None else None
         if hint is None and kind in (FailureKind.CRASH, FailureKind.UNKNOWN):
             hint = next((e.ft.hint for e in evidence if e.ft.hint), None)
+        if hint is None and torch_oom and kind is FailureKind.OOM_KV_ALLOCATE and boot.engine is not Engine.VLLM:
+            # not "Not enough memory" (a budget too small: raise the fraction) but torch failing to
+            # allocate the pools the engine sized: they outgrew what the weights left, so the other way
+            mfs = boot.flags.get("mem_fraction_static")
+            now = f" (now {mfs})" if mfs is not None else ""
+            hint = (f"allocating the KV pool and the request table ran out of GPU memory: lower "
+                    f"--mem-fraction-static{now}, or --context-length / --max-running-requests")
         if hint is None:
             hint = hint_for(kind, boot.engine, boot.flags, boot.facts)
             if kind is not FailureKind.GPU_BUSY and any(

@@ -132,6 +132,8 @@ class Assignment:
     plain: bool
     line_span: tuple[int, int] | None
     dynamic: bool
+    group_span: tuple[int, int] | None = None  # the line of the statement when it holds nothing else
+    group_size: int = 1  # the assignment words of that statement
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,8 +239,9 @@ def _unit_assignments(text: str) -> list[_Item]:
             if got is None:
                 continue
             name, value, vs, ve, plain = got
-            span = (line_start, min(end + 1, len(text))) if alone else None
-            out.append(Assignment(name, value, "environment", w, vs, ve, plain, span, w.dynamic))
+            line = (line_start, min(end + 1, len(text)))
+            span = line if alone else None
+            out.append(Assignment(name, value, "environment", w, vs, ve, plain, span, w.dynamic, line, len(words)))
     out.extend(_command_prefix(text, "unit"))
     return out
 
@@ -333,8 +336,11 @@ def _script_assignments(text: str, cmd: ServerCommand) -> list[_Item]:
             if got is None:
                 continue
             name, value, vs, ve, plain = got
-            span = (line_start, min(end + 1, len(text))) if single else None
-            out.append(Assignment(name, value, where, w, vs, ve, plain, span, w.dynamic))
+            line = (line_start, min(end + 1, len(text)))
+            span = line if single else None
+            whole = alone and len(words) == len(cands) + (1 if where == "export" else 0)
+            out.append(Assignment(name, value, where, w, vs, ve, plain, span, w.dynamic, line if whole else None,
+                                  len(cands)))
     out.extend(_command_prefix(text, "script"))
     return out
 
@@ -368,6 +374,15 @@ def effective_env(text: str, kind: Kind) -> dict[str, str]:
     """The variables the file gives the server (the last assignment of each wins; an empty
     ``Environment=`` resets the unit's list; a script's ``unset NAME`` removes one)."""
     return {k: a.value for k, a in _replay(_raw(text, kind)).items()}
+
+
+def assignment_line(text: str, kind: Kind, name: str) -> int:
+    """The 1-based line of the assignment of ``name`` the server gets (0 when the file sets none)."""
+    try:
+        a = _effective(text, kind, name)
+    except FlagError:
+        return 0
+    return 0 if a is None else _line_no(text, a.word.start)
 
 
 def _effective(text: str, kind: Kind, name: str) -> Assignment | None:
@@ -459,8 +474,19 @@ def _remove_all(text: str, kind: Kind, name: str, cur: Assignment | None) -> tup
                  else "the script before its server command (the environment it is started with may still set it)")
         raise EnvError(f"--unsetenv {name}: {name} is not set in {where}")
     line = _line_no(text, found[0].word.start)
-    for a in sorted(found, key=lambda a: a.word.start, reverse=True):
-        text = _remove(text, kind, a)
+    # a statement whose every assignment goes (``Environment=A=1 A=2``) goes as a line: an empty
+    # ``Environment=`` would reset the unit's list, a bare ``export`` print every variable
+    whole: set[tuple[int, int]] = set()
+    for a in found:
+        if a.group_span is not None and sum(b.group_span == a.group_span for b in found) == a.group_size:
+            whole.add(a.group_span)
+    cuts: list[tuple[int, Assignment | None, tuple[int, int] | None]] = [(s_, None, (s_, e_)) for s_, e_ in whole]
+    cuts += [(a.word.start, a, None) for a in found if a.group_span not in whole]
+    for _pos, one, span in sorted(cuts, key=lambda c: c[0], reverse=True):
+        if span is not None:
+            text = text[: span[0]] + text[span[1] :]
+        elif one is not None:
+            text = _remove(text, kind, one)
     extra = f"; removed {len(found)} assignments" if len(found) > 1 else ""
     return text, Change(_label(name), "remove", cur.value, None, line, extra.lstrip("; "))
 
@@ -570,6 +596,7 @@ __all__ = [
     "EnvResult",
     "Unset",
     "apply_env_edits",
+    "assignment_line",
     "assignments",
     "check_env",
     "check_environment",

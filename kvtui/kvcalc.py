@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine, FailureKind
 
@@ -547,6 +548,9 @@ class MemoryModel:
     max_total_tokens: int | None = None  # SGLang cap / vLLM num_gpu_blocks_override (tokens)
     kv_cache_gib: float | None = None
     avail_after_pool_gib: float | None = None  # after every KV pool, before capture
+    # SGLang: free right after the target's own pools (KV + req_to_token), before anything else is
+    # allocated (a draft model's pools come later): below 0 the allocation itself fails
+    target_pool_end_gib: float | None = None
     graph: GraphModel | None = None
     graph_mem_gib: float | None = None  # as the engine reported it
     max_running_requests: int | None = None  # the explicit flag, if any
@@ -693,7 +697,9 @@ def select_boot(boots: Sequence[Boot], index: int | None = None) -> tuple[Boot, 
     the last boot that sized its pool.
     """
     if not boots:
-        raise CalcError("the log holds no server boot (no engine start line was recognised)", "input")
+        raise CalcError(
+            "no SGLang or vLLM boot found (the text holds no engine start line kvtui recognises)", "input"
+        )
     if index is not None:
         n = len(boots)
         if index == 0 or index > n or index < -n:
@@ -1033,9 +1039,16 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
         eps = 2 * _PRINT_EPS  # K + V are two rounded figures
         cell_lo, cell_hi = (kv_gib - eps) * GIB / rows, (kv_gib + eps) * GIB / rows
         cell = _snap_cell(cell_lo, cell_hi)
+        direct = kv_gib * GIB / rows
         c.explain.append(
-            f"cell = {kv_gib:.2f} GiB × 2^30 / ({n:,} + {page}) = {cell:,} B per token per rank "
-            "(all the layers this rank holds; the pool line is per rank, not per layer)"
+            f"cell = {kv_gib:.2f} GiB × 2^30 / ({n:,} + {page}) ≈ {direct:,.0f} B"
+            + (
+                f"; the printed GiB are rounded (±{eps:.2f}), so the cell lies in {math.ceil(cell_lo):,}–"
+                f"{math.floor(cell_hi):,} B: {cell:,} B per token per rank (the round value in that range)"
+                if cell != round(direct)
+                else " per token per rank"
+            )
+            + " (all the layers this rank holds; the pool line is per rank, not per layer)"
         )
     elif m.cell_bytes:
         cell = int(m.cell_bytes)
@@ -1249,6 +1262,8 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
             else a_used - (n + page) * cell / GIB
         )
         c.reasons.append("no `Memory pool end` line: memory after the pool estimated as A − pool")
+    target_ends = [x for x in (m.avail_after_pool_gib, facts.get("avail_after_pool_gib")) if x is not None]
+    target_end = min(target_ends) if target_ends else (pool_end if not draft_cell else None)
     graph = _graph_model_sglang(boot, pool_end, c)
     cgmb = _as_int(flags.get("cuda_graph_max_bs"))
     if graph is None:
@@ -1302,6 +1317,7 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
         max_total_tokens=cap,
         kv_cache_gib=kv_gib,
         avail_after_pool_gib=pool_end,
+        target_pool_end_gib=target_end,
         graph=graph,
         graph_mem_gib=m.graph_mem_gib if m.graph_mem_gib is not None else facts.get("graph_mem_gib"),
         max_running_requests=mrr_flag,
@@ -1747,6 +1763,7 @@ def from_config(
         max_total_tokens=cap,
         kv_cache_gib=max(0, n + page) * cell / GIB,
         avail_after_pool_gib=pool_end,
+        target_pool_end_gib=pool_end,
         graph=gm,
         max_running_requests=mrr,
         running_requests=mrr_eff,
@@ -1802,7 +1819,13 @@ class Prediction:
         page_key = "block_size" if mdl.engine is Engine.VLLM else "page_size"
 
         def r(x: float | None, d: int = 3) -> float | None:
-            return None if x is None else round(x, d)
+            return None if x is None else fmt.round_near(x, d)
+
+        def down(x: float | None) -> float | None:  # a capacity or a largest safe value: never overstated
+            return None if x is None else fmt.round_down(x, 3)
+
+        def up(x: float | None) -> float | None:  # a smallest value needed: never understated
+            return None if x is None else fmt.round_up(x, 3)
 
         return {
             "engine": mdl.engine.value,
@@ -1824,11 +1847,11 @@ class Prediction:
                 "avail_after_pool_gib": r(self.avail_after_pool_gib),
                 "graph_headroom_gib": r(self.graph_headroom_gib),
                 "req_to_token_gib": r(self.req_to_token_gib, 4),
-                "full_context_requests": r(self.full_context_requests),
+                "full_context_requests": down(self.full_context_requests),
                 "tokens_per_0_01": self.tokens_per_0_01,
             },
-            "min_mem_fraction_for_full_context": r(self.min_fraction_for_full_context),
-            "max_safe_fraction": r(self.max_safe_fraction),
+            "min_mem_fraction_for_full_context": up(self.min_fraction_for_full_context),
+            "max_safe_fraction": down(self.max_safe_fraction),
             "verdict": self.verdict.value,
             "reasons": list(self.reasons),
             "explain": list(self.explain),
@@ -2051,6 +2074,8 @@ def _evaluate(
     full_ctx = tokens / ctx if ctx else None
     # --- memory after the pools and capture -------------------------------------------------
     pool_end: float | None = None
+    target_end: float | None = None  # SGLang: free right after the target's KV pool and request table
+    pools_gib: tuple[float, float] | None = None  # SGLang: (target KV, req_to_token) allocated, GiB
     need: float | None = None
     headroom: float | None = None
     graph_bs: list[int] | None = None
@@ -2081,6 +2106,9 @@ def _evaluate(
                 - (req_gib - obs_req)
                 + d_weights
             )
+            pools_gib = (new_alloc, req_gib)
+            if model.target_pool_end_gib is not None:
+                target_end = model.target_pool_end_gib - (new_alloc - obs_alloc) - (req_gib - obs_req) + d_weights
             if with_explain:
                 explain.append(
                     f"after the pools = {model.avail_after_pool_gib:.2f} − (KV {new_alloc:.2f} − {obs_alloc:.2f})"
@@ -2118,7 +2146,7 @@ def _evaluate(
                 f"({req_gib * 1024:,.1f} MiB)"
             )
         if full_ctx is not None:
-            explain.append(f"full-context requests = {tokens:,} / {ctx:,} = {full_ctx:.2f}")
+            explain.append(f"full-context requests = {tokens:,} / {ctx:,} = {fmt.capacity(full_ctx)}")
     # --- verdict ------------------------------------------------------------------------------
     verdict = Verdict.OK
     fname = fraction_flag(eng)
@@ -2140,6 +2168,9 @@ def _evaluate(
             f"VLLM_CPU_KVCACHE_SPACE={s.kv_space_gib:g} GiB is more than the node's {model.cpu_mem_gib:.2f} GiB: vLLM "
             "refuses to start (`Available memory on node … is less than requested memory for kv`)"
         )
+    elif eng is Engine.SGLANG and target_end is not None and target_end < 0:
+        verdict = Verdict.NO_FIT
+        reasons.append(_no_room_for_pools(model, s, target_end, pools_gib, mrr, ctx))
     elif eng is Engine.VLLM and ctx and tokens < ctx:
         verdict = Verdict.NO_FIT
         reasons.append(
@@ -2158,11 +2189,17 @@ def _evaluate(
             "was free at start (`Free memory on device … is less than desired`)"
         )
     else:
-        if headroom is not None and headroom < margin:
+        if headroom is not None and headroom < 0:
             verdict = Verdict.OOM_RISK
             reasons.append(
-                f"only {headroom:.2f} GiB would be left after capture (needs ≈ {need:.2f} GiB from "
-                f"{pool_end:.2f} GiB) — below the {margin:.2f} GiB margin: likely death in CUDA-graph capture"
+                f"CUDA-graph capture needs ≈ {fmt.gib(need)} but only {fmt.gib(pool_end)} is free after the pools: "
+                "likely death in CUDA-graph capture"
+            )
+        elif headroom is not None and headroom < margin:
+            verdict = Verdict.OOM_RISK
+            reasons.append(
+                f"only {fmt.gib(headroom)} would be left after capture (needs ≈ {fmt.gib(need)} from "
+                f"{fmt.gib(pool_end)}) — below the {fmt.gib(margin)} margin: likely death in CUDA-graph capture"
             )
         elif headroom is not None and headroom < margin + act:
             verdict = Verdict.TIGHT
@@ -2174,8 +2211,8 @@ def _evaluate(
             if verdict is Verdict.OK:
                 verdict = Verdict.TIGHT
             reasons.append(
-                f"{tokens:,} tokens hold {full_ctx:.2f} full-context requests of {ctx:,} tokens, fewer than the "
-                f"{k} wanted"
+                f"{tokens:,} tokens hold {fmt.capacity(full_ctx)} full-context requests of {ctx:,} tokens, "
+                f"fewer than the {k} wanted"
                 + (" (a single one does not fit: it boots, but such a request cannot run)" if full_ctx < 1 else "")
             )
         if (
@@ -2213,6 +2250,44 @@ def _evaluate(
         cell_a,
         over_top,
     )
+
+
+def _no_room_for_pools(
+    model: MemoryModel,
+    s: _Settings,
+    pool_end: float,
+    pools_gib: tuple[float, float] | None,
+    mrr: int | None,
+    ctx: int | None,
+) -> str:
+    """Why an SGLang setting whose pools outgrow the memory left after the weights cannot boot."""
+    fname = fraction_flag(model.engine)
+    kv, req = pools_gib if pools_gib is not None else (None, None)
+    parts = []
+    if kv is not None:
+        parts.append(f"the KV pool {fmt.gib(kv)}")
+    if req is not None:
+        table = f"the request table (req_to_token) {fmt.gib(req)}"
+        if mrr and ctx:
+            table += f" for {mrr:,} requests × {ctx + model.req_extra_tokens:,} tokens"
+        parts.append(table)
+    what = " and ".join(parts) if parts else "the pools"
+    text = (
+        f"the pools need {fmt.gib(-pool_end)} more than the weights leave free at {fname}="
+        f"{fmt.fraction(s.fraction)}: {what} cannot all be allocated, so SGLang dies with CUDA out of memory "
+        "while allocating them (kv_allocate), before the server starts"
+    )
+    if req is not None and kv is not None and req > -pool_end and req >= 0.5 * kv:
+        text += "; the request table is what outgrows the GPU: lower context-length or max-running-requests"
+    elif s.fraction > model.fraction:
+        text += f"; lower {fname}"
+    given_ctx = model.flags.get("context_length") if model.engine is Engine.SGLANG else None
+    if ctx and model.context_len and ctx > model.context_len and given_ctx is None:
+        text += (
+            f"; and context-length {ctx:,} exceeds the model's own {model.context_len:,}, which SGLang refuses at "
+            "start unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
+        )
+    return text
 
 
 def _grid_search(lo: int, hi: int, good: Callable[[int], bool]) -> int | None:
@@ -2288,13 +2363,13 @@ def predict(
     if tokens_per is not None:
         explain.append(f"tokens per +0.01 of {fraction_flag(model.engine)} = {tokens_per:,}")
     if max_safe is not None:
-        explain.append(f"max safe {fraction_flag(model.engine)} (verdict ok) = {_frac(max_safe)}")
+        explain.append(f"max safe {fraction_flag(model.engine)} (verdict ok) = {fmt.safe_max(max_safe)}")
     elif can_move:
         reasons.append(f"no {fraction_flag(model.engine)} gives an ok verdict with these flags")
     if min_fc is not None:
         explain.append(
             f"min {fraction_flag(model.engine)} for {full_context} full-context request"
-            f"{'s' if full_context != 1 else ''} = {_frac(min_fc)}"
+            f"{'s' if full_context != 1 else ''} = {fmt.safe_min(min_fc)}"
         )
     return Prediction(
         model=model,

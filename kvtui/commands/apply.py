@@ -13,8 +13,9 @@ The plan goes to stdout, progress and errors to stderr. Exit codes: 0 applied (a
 ``--restart``, ready); 1 the new boot failed or the edit is not in effect (also when
 ``--rollback-on-failure`` then brought the previous flags back: the output says so); 2 usage;
 3 connection, configuration or a host-side error; 4 refused (readonly host, container, an unsafe
-edit, a prediction of ``no_fit``/``oom_risk`` without ``--force``, the file changed since it was
-read, no terminal to confirm on); 5 timed out.
+edit, a prediction of ``no_fit``/``oom_risk`` or a flag the engine does not accept without
+``--force``, the file changed since it was read, no terminal to confirm on); 5 timed out. A value
+malformed as given (``--set mem-fraction-static=abc``) is a usage error, 2, as in ``kvtui calc``.
 """
 
 from __future__ import annotations
@@ -212,7 +213,7 @@ async def confirm_and_execute(
     def progress(msg: str) -> None:
         print(msg, file=stderr, flush=True)
 
-    outcome = await service.execute(plan, backend, progress, clock=clock or time.time)
+    outcome = await service.execute(plan, backend, progress, clock=clock or time.time, heartbeat=progress)
     if outcome.status in ("error", "refused"):
         print(f"kvtui {verb}: {outcome.messages[-1] if outcome.messages else outcome.status}", file=stderr)
     summary = _summary(outcome, plan)
