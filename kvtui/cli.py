@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", dest="set", action="append", default=[], metavar="FLAG[=VALUE]", help="set a flag (bare: boolean)"
     )
     p.add_argument("--unset", dest="unset", action="append", default=[], metavar="FLAG", help="remove a flag")
+    p.add_argument("--setenv", dest="setenv", action="append", default=[], metavar="NAME=VALUE",
+                   help="set an environment variable the server starts with (unit Environment=, script export)")
+    p.add_argument("--unsetenv", dest="unsetenv", action="append", default=[], metavar="NAME",
+                   help="remove an environment variable the unit or script sets")
     p.add_argument("--restart", action="store_true", help="restart and wait for the new boot")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--dry-run", action="store_true", help="show the diff and commands, change nothing")

@@ -222,10 +222,17 @@ SPECS: tuple[Knob, ...] = (
 )
 """The server flags kvtui.flags parses, validates and edits (``Scope.FLAG``)."""
 
+CPU_KV_SPACE_KNOB = _knob("cpu_kv_space", _V.NONNEG_INT, (), ("VLLM_CPU_KVCACHE_SPACE",),
+                          vl_dest="vllm_cpu_kvcache_space", memory=_M.CPU_KV_SPACE, scope=Scope.ENV)
+"""vLLM's CPU backend sizes its KV pool from this variable (whole GiB; vllm/platforms/cpu.py:
+kv_cache_memory_bytes = VLLM_CPU_KVCACHE_SPACE × 2^30): the calculator takes it like a flag
+(``--set VLLM_CPU_KVCACHE_SPACE=2``, or an apply's ``--setenv``); the pool is that many GiB."""
+
 OTHER_KNOBS: tuple[Knob, ...] = (
     # vLLM caps its pool in blocks; the calculator turns it into tokens with the block size
     _knob("num_gpu_blocks_override", _V.POS_INT, (), ("num-gpu-blocks-override",), memory=_M.TOKEN_CAP,
           scope=Scope.CALC),
+    CPU_KV_SPACE_KNOB,
 )
 """Knobs outside the flag table: calculator-only flags and environment variables."""
 
@@ -307,6 +314,16 @@ def known_names(engine: Engine) -> frozenset[str]:
 def suggest(engine: Engine, name: str) -> list[str]:
     """Close known spellings for a flag name kvtui does not know (a typo)."""
     return difflib.get_close_matches(dash_name(name), sorted(_OWN_NAMES[engine]), n=3, cutoff=0.75)
+
+
+def env_knob(name: str) -> Knob | None:
+    """The environment variable a name means (any case: the calculator spells it in lower case)."""
+    wanted = name.strip().upper()
+    return next((k for k in OTHER_KNOBS if k.scope is Scope.ENV and wanted in _all_names(k)), None)
+
+
+def _all_names(knob: Knob) -> set[str]:
+    return {n for names in knob.names.values() for n in names}
 
 
 # ---------------------------------------------------------------------------------------------

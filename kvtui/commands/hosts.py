@@ -71,6 +71,26 @@ def host_notes(name: str, host: HostConfig, config: Config) -> list[str]:
     return notes
 
 
+def liveness_source(host: HostConfig) -> str:
+    """How kvtui sees that this host's server process is gone (``hosts --check`` says it)."""
+    from kvtui.hosts.commands import server_pid_file
+
+    if host.demo:
+        return "the simulated unit (systemd's lines)"
+    if host.log_source == "journal":
+        return f"systemd's own lines in the journal of {host.unit}"
+    if host.log_source == "docker":
+        return f"the state of container {host.container} when its log ends"
+    found = server_pid_file(host.pid_file, host.start_command, host.stop_command)
+    if found is None:
+        return ("none: no pid file is known (set pid_file, or a start_command that writes one: "
+                "... & echo $! > FILE); a server that dies is seen only by what its log says")
+    path, how = found
+    where = {"pid_file": "the pid_file key", "start_command": "the pid file start_command writes",
+             "stop_command": "the pid file stop_command reads"}[how]
+    return f"{where}: {path}"
+
+
 def render_table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
@@ -241,6 +261,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
             print(f"kvtui hosts: warning: {w}", file=err)
         for p in problems:
             print(f"kvtui hosts: {p}", file=err)
+        if getattr(args, "check", False):
+            for name in names:
+                print(f"kvtui hosts: {name}: server liveness: {liveness_source(config.host(name))}", file=err)
         if problems:
             code = EXIT_INPUT
         elif getattr(args, "check", False):

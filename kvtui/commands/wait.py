@@ -54,6 +54,9 @@ class Outcome:
     boot: Boot | None = None
     index: int | None = None
     message: str = ""
+    # the boot's JSON taken when the wait decided (the monitor goes on feeding serving lines into
+    # the same Boot until it is closed: the printed object is the boot at its ready/failed moment)
+    snapshot: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -222,6 +225,8 @@ class Waiter:
 
     def _finish(self, outcome: Outcome) -> None:
         if self.done is not None and not self.done.done():
+            if outcome.boot is not None and outcome.snapshot is None:
+                outcome.snapshot = outcome.boot.to_json()
             self.done.set_result(outcome)
 
 
@@ -381,7 +386,8 @@ def _report(
         print(f"kvtui wait: {outcome.message}", file=stderr)
     if boot is not None and idx is not None:
         if args.json:
-            json.dump(boot.to_json(), stdout, indent=2, ensure_ascii=False)
+            doc = outcome.snapshot if outcome.snapshot is not None else boot.to_json()
+            json.dump(doc, stdout, indent=2, ensure_ascii=False)
             stdout.write("\n")
         else:
             stdout.write(_summary(boot, idx, len(monitor.tracker.boots)))

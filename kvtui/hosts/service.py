@@ -70,11 +70,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from kvtui import audit, fmt
+from kvtui import envedit as ev
 from kvtui import flags as fl
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine
 from kvtui.hosts import commands as cmds
 from kvtui.hosts.backend import BackendError, CommandResult, HostBackend, LogStart, aclose_iter
+from kvtui.knobs import CPU_KV_SPACE_KNOB, env_knob
 
 if TYPE_CHECKING:
     from kvtui.config import HostConfig
@@ -182,6 +184,7 @@ class ApplyPlan:
     rollback_on_failure: bool = False
     timeout: float = 1800.0
     pre_rollback_path: str | None = None  # rollback: where the current file is saved first
+    env_edits: list[ev.EnvEdit] = field(default_factory=list)  # environment edits (--setenv / --unsetenv)
 
     @property
     def changed(self) -> bool:
@@ -244,6 +247,7 @@ class ApplyPlan:
             "unit": self.source.unit,
             "engine": self.engine.value,
             "edits": [str(e) for e in self.edits],
+            "env": [str(e) for e in self.env_edits],
             "changes": [c.describe() for c in self.changes],
             "diff": self.diff,
             "backup": self.backup_path,
@@ -529,8 +533,13 @@ async def plan_apply(
     predict: bool = True,
     boots_timeout: float = 20.0,
     clock: Callable[[], float] = time.time,
+    env_edits: Sequence[ev.EnvEdit] = (),
 ) -> ApplyPlan:
     """Read the effective flags, edit them in memory, predict, and say what would run.
+
+    ``env_edits`` set or remove environment variables the server starts with (``kvtui.envedit``);
+    an ``Edit`` whose name is an environment variable's (upper case, ``VLLM_CPU_KVCACHE_SPACE``:
+    the console's calculator) is one too.
 
     ``boots`` (the host's boots as a monitor tracked them, the TUI) or ``boot`` (one boot):
     what the calculator calibrates from, as ``kvtui calc`` would (the last boot that sized its
@@ -538,11 +547,25 @@ async def plan_apply(
     (bounded by ``boots_timeout``). Raises ``ServiceError`` for an edit kvtui will not make
     (exit 4) or a host it cannot read (exit 3).
     """
-    if not edits:
-        raise ServiceError("nothing to apply: give --set FLAG=VALUE or --unset FLAG", EXIT_USAGE)
+    edits, env_edits = split_env_edits(edits, env_edits)
+    if not edits and not env_edits:
+        raise ServiceError("nothing to apply: give --set FLAG=VALUE, --unset FLAG, --setenv NAME=VALUE or "
+                           "--unsetenv NAME", EXIT_USAGE)
     source = await locate_source(name, host, backend)
+    new_text, changes, warnings = source.text, [], []
     try:
-        result = fl.apply_edits(source.text, source.kind, edits)
+        if edits:
+            result = fl.apply_edits(source.text, source.kind, edits)
+            new_text, engine = result.new_text, result.engine
+            changes, warnings = list(result.changes), list(result.warnings)
+        else:
+            cmd = fl.parse_command(source.text, source.kind)
+            engine, warnings = cmd.engine, list(cmd.warnings)
+        if env_edits:
+            env_result = ev.apply_env_edits(new_text, source.kind, env_edits)
+            new_text = env_result.new_text
+            changes.extend(env_result.changes)
+            warnings.extend(env_result.warnings)
     except fl.NoServerCommand as exc:
         raise ServiceError(f"{source.path}: {exc}", EXIT_INPUT) from exc
     except fl.BadValue as exc:  # malformed as given: a usage error, as in `kvtui calc`
@@ -554,12 +577,12 @@ async def plan_apply(
         host=host,
         action="apply",
         source=source,
-        engine=result.engine,
+        engine=engine,
         edits=list(edits),
-        new_text=result.new_text,
-        changes=list(result.changes),
-        warnings=list(result.warnings),
-        diff=unified_diff(source.text, result.new_text, source.path),
+        new_text=new_text,
+        changes=changes,
+        warnings=warnings,
+        diff=unified_diff(source.text, new_text, source.path),
         backup_path=backup_name(source.path, clock(), _existing_copies(source)),
         steps=[],
         cmd={},
@@ -567,6 +590,7 @@ async def plan_apply(
         restart=restart,
         rollback_on_failure=rollback_on_failure,
         timeout=timeout,
+        env_edits=list(env_edits),
     )
     _refuse_readonly(plan, backend)
     _build_steps(plan, backend)
@@ -575,6 +599,37 @@ async def plan_apply(
         seen = await _predict(plan, backend, seen, graph_margin_gib, boots_timeout)
     _refuse_unknown_flags(plan, seen)
     return plan
+
+
+_ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
+def split_env_edits(
+    edits: Sequence[fl.Edit], env_edits: Sequence[ev.EnvEdit] = ()
+) -> tuple[list[fl.Edit], list[ev.EnvEdit]]:
+    """Flag edits and environment edits: an ``Edit`` named like an environment variable (upper
+    case: ``VLLM_CPU_KVCACHE_SPACE``; also the calculator's ``vllm_cpu_kvcache_space``) is an
+    environment edit — no engine flag is spelled so. Raises ``ServiceError`` for a bad value."""
+    flags_out: list[fl.Edit] = []
+    env_out = list(env_edits)
+    for e in edits:
+        name = e.flag.strip()
+        if _ENV_NAME_RE.fullmatch(name) or env_knob(name) is not None:
+            if e.value is True or e.value is False:
+                raise ServiceError(f"{name} is an environment variable: give a value ({name}=VALUE)", EXIT_USAGE)
+            try:
+                got = ev.parse_env_args([f"{name.upper()}={e.value}"] if e.value is not None else [],
+                                        [name.upper()] if e.value is None else [])
+            except ev.EnvError as exc:
+                raise ServiceError(str(exc), EXIT_USAGE) from exc
+            env_out.extend(got)
+        else:
+            flags_out.append(e)
+    names = [e.name for e in env_out]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise ServiceError(f"{dup} is given twice; give it once", EXIT_USAGE)
+    return flags_out, env_out
 
 
 def _refuse_unknown_flags(plan: ApplyPlan, boots: Sequence[Boot] | None) -> None:
@@ -658,6 +713,10 @@ def _build_steps(plan: ApplyPlan, backend: HostBackend) -> None:
         c["show"] = cmds.systemctl_show(unit, ["ExecStart"], sudo=sudo)
         steps.append(PlanStep("reload systemd's view of the unit", c["reload"]))
         steps.append(PlanStep("check the ExecStart systemd will run carries the new flags", c["show"]))
+        if plan.env_edits and src.kind == "unit":
+            c["show_env"] = cmds.systemctl_show(unit, ["Environment"], sudo=sudo)
+            steps.append(PlanStep("check the environment systemd will give it carries the new values",
+                                  c["show_env"]))
         if plan.restart:
             c["restart"] = cmds.restart_unit(unit, sudo=sudo)
             steps.append(PlanStep(f"restart {unit} and follow the new boot", c["restart"]))
@@ -673,6 +732,8 @@ def _build_steps(plan: ApplyPlan, backend: HostBackend) -> None:
             steps.append(PlanStep(f"wait (at most {DEFAULT_STOP_WAIT_S:.0f} s) until its processes have released "
                                   "their GPU memory"))
             steps.append(PlanStep("start it detached from this session (start_command)", c["start"]))
+    if plan.env_edits and plan.restart:
+        steps.append(PlanStep("read the new server process's environment (/proc/PID/environ) and check the values"))
     plan.steps, plan.cmd = steps, c
 
 
@@ -713,6 +774,10 @@ async def _predict(
         mapping, drift = _prediction_edits(plan, chosen, set(kvcalc.EDITABLE_FLAGS.get(plan.engine, ())))
         margin = kvcalc.DEFAULT_GRAPH_MARGIN_GIB if graph_margin_gib is None else graph_margin_gib
         pred = kvcalc.predict(model, mapping, graph_margin_gib=margin)
+        for env in plan.env_edits:
+            if not (env.name == CPU_KV_SPACE_ENV and plan.engine is Engine.VLLM):
+                pred.reasons.append(f"{env.name} is not modelled by the calculator: its effect on memory is not "
+                                    "included")
     except kvcalc.CalcError as exc:
         plan.prediction_note = f"none: {exc}"
         return boots
@@ -741,11 +806,21 @@ def _prediction_edits(
     for e in plan.edits:
         key = fl.dest_name(engine, e.flag)
         mapping[key] = e.value
+    for env in plan.env_edits:  # the calculator models vLLM's CPU KV pool size
+        if env.name == CPU_KV_SPACE_ENV and engine is Engine.VLLM:
+            mapping[CPU_KV_SPACE_ENV] = env.value
     drift: list[str] = []
     try:
         cmd = fl.parse_command(plan.new_text, plan.source.kind)
     except fl.FlagError:
         return mapping, drift
+    kv = boot.metrics.kv_cache_gib
+    if engine is Engine.VLLM and CPU_KV_SPACE_ENV not in mapping and "cpu_mem_total_gib" in boot.facts and kv:
+        # vLLM CPU: the file's pool size may differ from the running boot's (edited before)
+        space = ev.effective_env(plan.new_text, plan.source.kind).get(CPU_KV_SPACE_ENV)
+        if space is not None and space.isdigit() and abs(int(space) - kv) > 0.05:
+            mapping[CPU_KV_SPACE_ENV] = space
+            drift.append(f"a {kv:g} GiB CPU KV pool (the file says {CPU_KV_SPACE_ENV}={space})")
     for occ in cmd.flags:
         dest = fl.dest_name(engine, occ.canonical)
         if dest not in modelled or dest in mapping or dest not in boot.flags:
@@ -829,6 +904,14 @@ async def plan_rollback(
         raise ServiceError(f"{chosen}: {exc}", EXIT_INPUT) from exc
     edits = _edits_between(old_cmd, new_cmd)
     changes = _rollback_changes(old_cmd, new_cmd, source.text, btext, edits)
+    env_edits = ev.env_between(source.text, btext, source.kind)
+    old_env = ev.effective_env(source.text, source.kind) if env_edits else {}
+    changes.extend(
+        fl.Change(f"env {e.name}", "remove" if e.value is None else ("set" if e.name in old_env else "add"),
+                  old_env.get(e.name), e.value,
+                  ev.assignment_line(source.text if e.value is None else btext, source.kind, e.name))
+        for e in env_edits
+    )
     plan = ApplyPlan(
         name=name,
         host=host,
@@ -846,6 +929,7 @@ async def plan_rollback(
         restart=restart,
         timeout=timeout,
         pre_rollback_path=backup_name(source.path, clock(), _existing_copies(source)) + PRE_ROLLBACK,
+        env_edits=env_edits,
     )
     _refuse_readonly(plan, backend)
     _build_steps(plan, backend)
@@ -1055,10 +1139,11 @@ async def _check_written(ctx: _Ctx) -> list[str]:
     r = await _run(ctx.backend, plan.cmd["read"])
     if not r.ok:
         return [f"could not be read: {_one_line(r.stderr)}"]
+    problems = fl.check_text(r.stdout, plan.source.kind, plan.edits) + ev.check_env(
+        r.stdout, plan.source.kind, plan.env_edits)
     if r.stdout != plan.new_text:
-        problems = fl.check_text(r.stdout, plan.source.kind, plan.edits)
         return problems or ["differs from the text that was sent"]
-    return fl.check_text(r.stdout, plan.source.kind, plan.edits)
+    return problems
 
 
 async def _restore(ctx: _Ctx, saved: str, why: str) -> None:
@@ -1099,6 +1184,9 @@ async def _reload_and_check(ctx: _Ctx, saved: str) -> None:
         return  # the flags live in a script the unit runs: systemd does not see them
     s = await _run(backend, plan.cmd["show"])
     problems = _check_execstart(plan, s.stdout if s.ok else "")
+    if plan.env_edits and "show_env" in plan.cmd and not problems:
+        e = await _run(backend, plan.cmd["show_env"])
+        problems = _check_systemd_env(plan, e.stdout if e.ok else "", s.stdout if s.ok else "")
     if problems:
         await _restore(ctx, saved, "systemd does not run the edited command: " + "; ".join(problems))
         raise ServiceError(
@@ -1106,7 +1194,21 @@ async def _reload_and_check(ctx: _Ctx, saved: str) -> None:
             + f"); another unit file may override it; restored from {saved}",
             EXIT_FAILED,
         )
-    ctx.say("systemd's ExecStart carries the new flags")
+    ctx.say("systemd's ExecStart carries the new flags" + (" and its environment the new values"
+                                                            if plan.env_edits else ""))
+
+
+def _check_systemd_env(plan: ApplyPlan, show_env: str, show_exec: str) -> list[str]:
+    """The environment systemd gives the server: ``Environment=``, overridden by ExecStart's own
+    ``env NAME=…`` words."""
+    env = ev.parse_environment_property(show_env)
+    for argv in fl.parse_systemctl_execstart(show_exec):
+        try:
+            env.update(fl.parse_argv(argv).env)
+        except fl.FlagError:
+            continue
+        break
+    return ev.check_environment(env, plan.env_edits, what="systemd's environment for the unit")
 
 
 def _check_execstart(plan: ApplyPlan, show_output: str) -> list[str]:
@@ -1148,7 +1250,8 @@ async def _write_demo(ctx: _Ctx, saved: str) -> None:
     except BackendError as exc:
         raise ServiceError(f"cannot write {src.path}: {exc}", EXIT_REFUSED) from exc
     back = demo.read_unit()
-    problems = fl.check_text(back, "unit", plan.edits) if back == plan.new_text else ["differs from what was sent"]
+    problems = (fl.check_text(back, "unit", plan.edits) + ev.check_env(back, "unit", plan.env_edits)
+                if back == plan.new_text else ["differs from what was sent"])
     if problems:
         await _restore(ctx, saved, "; ".join(problems))
         raise ServiceError(f"{src.path} did not read back as written; restored from {saved}", EXIT_INPUT)
@@ -1199,7 +1302,56 @@ async def _restart_and_follow(
         return boot, EXIT_FAILED, "not_in_effect"
     if boot.flags:
         ctx.say("the new boot's own argument dump carries the edits")
+    if plan.env_edits and boot.status is BootStatus.READY:
+        env_problems = await _check_server_env(ctx, boot)
+        if env_problems:
+            ctx.say("environment not in effect: " + "; ".join(env_problems))
+            return boot, EXIT_FAILED, "not_in_effect"
     return _boot_result(ctx.say, boot)
+
+
+CPU_KV_SPACE_ENV = CPU_KV_SPACE_KNOB.written(Engine.VLLM)  # VLLM_CPU_KVCACHE_SPACE
+
+
+async def _check_server_env(ctx: _Ctx, boot: Boot) -> list[str]:
+    """The new boot runs with the environment edits: where the engine prints the value (vLLM's
+    CPU KV pool, ``Explicitly set (X/…) GiB for KV cache``), and in the environment the new server
+    process started with (``/proc/PID/environ``, readable by the same user)."""
+    plan, backend = ctx.plan, ctx.backend
+    problems: list[str] = []
+    space = next((e for e in plan.env_edits if e.name == CPU_KV_SPACE_ENV and e.value is not None), None)
+    kv = boot.metrics.kv_cache_gib
+    if space is not None and space.value is not None and kv is not None and space.value.isdigit():
+        if abs(kv - int(space.value)) < 0.05:
+            ctx.say(f"the new boot sized its CPU KV pool to {kv:g} GiB, as {CPU_KV_SPACE_ENV}={space.value} says")
+        else:
+            problems.append(f"the new boot sized its CPU KV pool to {kv:g} GiB, not the {space.value} GiB of "
+                            f"{CPU_KV_SPACE_ENV}={space.value}")
+    if plan.source.demo:
+        ctx.say("note: the demo host runs no processes: the environment was checked in its unit file")
+        return problems
+    try:
+        pids = sorted(await backend.server_pids())
+    except BackendError:
+        pids = []
+    if not pids:
+        ctx.say("note: the new server's process is unknown (no unit, container or pid file): its environment "
+                "was checked in the file only")
+        return problems
+    r = await _run(backend, cmds.proc_environ(pids[:16], sudo=_sudo(plan.host)))
+    envs = cmds.parse_proc_environ(r.stdout) if r.ok else {}
+    if not envs:
+        ctx.say(f"note: the environment of the new server process (pid {pids[0]}) is not readable by this login: "
+                "it was checked in the file only")
+        return problems
+    pid = min(envs)  # the server's main process (its workers inherit it)
+    found = ev.check_environment(envs[pid], plan.env_edits, what=f"the new server process (pid {pid})")
+    if found:
+        problems.extend(found)
+    else:
+        shown = ", ".join(f"{e.name}={e.value}" if e.value is not None else f"no {e.name}" for e in plan.env_edits)
+        ctx.say(f"the new server process (pid {pid}) runs with {shown} (/proc/{pid}/environ)")
+    return problems
 
 
 class _RestartFailed(Exception):
@@ -1714,7 +1866,7 @@ def _audit(plan: ApplyPlan, out: ApplyOutcome, clock: Callable[[], float]) -> No
         "kind": plan.source.kind,
         "unit": plan.source.unit,
         "login": getattr(plan.host, "ssh_user", None) or ("demo" if plan.source.demo else None),
-        "edits": [str(e) for e in plan.edits] if plan.action == "apply" else [],
+        "edits": [str(e) for e in [*plan.edits, *plan.env_edits]] if plan.action == "apply" else [],
         "diff": plan.diff,
         "backup": _saved_copy(plan),
         "restored_from": plan.backup_path if plan.action == "rollback" else None,

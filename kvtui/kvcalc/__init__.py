@@ -36,6 +36,7 @@ fractions), ``defaults`` (the engines' rules for unset flags), ``arith`` (small 
 
 from __future__ import annotations
 
+from kvtui.engines.events import Engine
 from kvtui.knobs import EDITABLE_FLAGS, fraction_flag
 from kvtui.kvcalc.arith import GIB, MIB_PER_GIB, floor_page
 from kvtui.kvcalc.boots import same_deployment, select_boot, sized_pool
@@ -48,8 +49,11 @@ from kvtui.kvcalc.model import (
     DEFAULT_CHUNK,
     DEFAULT_GRAPH_MARGIN_GIB,
     VERDICT_RANK,
+    Basis,
     CalcError,
+    Confidence,
     GraphModel,
+    GraphSource,
     IdentityCheck,
     MemoryModel,
     Verdict,
@@ -67,9 +71,13 @@ __all__ = [
     "KV_DTYPE_BYTES",
     "MIB_PER_GIB",
     "VERDICT_RANK",
+    "Basis",
     "CalcError",
+    "Confidence",
     "Edits",
+    "Engine",
     "GraphModel",
+    "GraphSource",
     "IdentityCheck",
     "MemoryModel",
     "Prediction",

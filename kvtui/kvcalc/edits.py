@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kvtui.engines.events import Engine
-from kvtui.knobs import MEMORY_ALIASES, MEMORY_ROLES, Memory, underscore_name
+from kvtui.knobs import MEMORY_ALIASES, MEMORY_ROLES, Memory, memory_name, underscore_name
 from kvtui.kvcalc.defaults import KV_DTYPE_BYTES
 from kvtui.kvcalc.model import CalcError
 
@@ -17,6 +17,9 @@ FLAG_ALIASES = MEMORY_ALIASES
 (``kvtui.knobs``). ``--mem-fraction-static``, ``mem-fraction-static`` and ``mem_fraction_static``
 all normalise to the same key; the other engine's names are accepted as aliases (``max-model-len``
 on SGLang means ``context_length``)."""
+
+CPU_KV_SPACE = "vllm_cpu_kvcache_space"
+"""vLLM's CPU KV pool size (``VLLM_CPU_KVCACHE_SPACE``), as the calculator names it."""
 
 _FLAG_NAME_RE = re.compile(r"^[a-z][a-z0-9_.]*$")
 
@@ -52,6 +55,8 @@ def _parse_value(engine: Engine, name: str, raw: object) -> object:
     shown = f"{name}={raw}"
     if concept is None:
         return raw
+    if concept is Memory.CPU_KV_SPACE:
+        return _parse_cpu_kv_space(name, raw)
     if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE_WORDS):
         if concept in (Memory.FRACTION, Memory.KV_DTYPE, Memory.PAGE, Memory.TP):
             raise CalcError(f"--set {shown}: expected a value (use --unset {name} to return to the engine default)")
@@ -97,6 +102,22 @@ def _parse_value(engine: Engine, name: str, raw: object) -> object:
     return value_i
 
 
+def _parse_cpu_kv_space(name: str, raw: object) -> int:
+    shown = f"{name}={raw}"
+    if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE_WORDS):
+        raise CalcError(
+            f"--unset {name}: without VLLM_CPU_KVCACHE_SPACE vLLM sizes the CPU pool from the memory it finds "
+            "free at start, which the log does not say: give a size in GiB (VLLM_CPU_KVCACHE_SPACE=2)"
+        )
+    try:
+        gib = int(str(raw).strip(), 10)  # vLLM reads it with int()
+    except ValueError:
+        raise CalcError(f"--set {shown}: expected a whole number of GiB (vLLM reads it with int())") from None
+    if gib < 0 or gib > 1 << 20:
+        raise CalcError(f"--set {shown}: expected a whole number of GiB from 0")
+    return gib
+
+
 @dataclass(frozen=True, slots=True)
 class Edits:
     """Flag edits in the engine's own names. ``values[name] is None`` means ``--unset``."""
@@ -106,8 +127,9 @@ class Edits:
 
     @property
     def unmodelled(self) -> tuple[str, ...]:
-        """The edited flags the calculator does not model (reported, not predicted)."""
-        return tuple(k for k in self.values if _concept(k) is None)
+        """The edited flags the calculator does not model (reported, not predicted): unknown ones,
+        and modelled ones this engine does not have (``VLLM_CPU_KVCACHE_SPACE`` on SGLang)."""
+        return tuple(k for k in self.values if (role := _concept(k)) is None or memory_name(self.engine, role) is None)
 
     def get(self, concept: Memory) -> tuple[bool, object]:
         """(present, value) of the edit of a modelled setting (``Memory.FRACTION``, …)."""

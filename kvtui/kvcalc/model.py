@@ -189,6 +189,7 @@ class MemoryModel:
     reasons: tuple[str, ...] = ()
     explain: tuple[str, ...] = ()
     flags: Mapping[str, object] = field(default_factory=dict)
+    cpu_mem_gib: float | None = None  # vLLM CPU backend: the node's memory (the pool is VLLM_CPU_KVCACHE_SPACE)
 
     @property
     def page_flag(self) -> str:

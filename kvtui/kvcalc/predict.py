@@ -10,7 +10,7 @@ from kvtui.engines.events import Engine
 from kvtui.knobs import Memory, fraction_flag
 from kvtui.kvcalc.arith import GIB, _frac
 from kvtui.kvcalc.defaults import _sglang_tier, default_mem_fraction
-from kvtui.kvcalc.edits import Edits, edits_from_mapping
+from kvtui.kvcalc.edits import CPU_KV_SPACE, Edits, _parse_value, edits_from_mapping
 from kvtui.kvcalc.model import (
     DEFAULT_GRAPH_MARGIN_GIB,
     CalcError,
@@ -164,7 +164,20 @@ def _resolve(model: MemoryModel, edits: Edits, notes: list[str], lows: list[str]
     tp = model.tp
     if p_tp:
         tp = 1 if v_tp is None else int(v_tp)  # type: ignore[call-overload]
-    return _Settings(f, ctx, mrr_explicit, mrr_unset, gbs, p_gbs, kv_dtype, page, cap, chunk, tp)
+    return _Settings(f, ctx, mrr_explicit, mrr_unset, gbs, p_gbs, kv_dtype, page, cap, chunk, tp,
+                     _resolve_cpu_kv_space(model, edits, lows))
+
+
+def _resolve_cpu_kv_space(model: MemoryModel, edits: Edits, lows: list[str]) -> float | None:
+    """vLLM's CPU pool edited with ``VLLM_CPU_KVCACHE_SPACE`` (None: not edited, or not a CPU boot)."""
+    present, value = edits.get(Memory.CPU_KV_SPACE) if model.engine is Engine.VLLM else (False, None)
+    if present and model.cpu_mem_gib is None:
+        lows.append("VLLM_CPU_KVCACHE_SPACE sizes only vLLM's CPU backend, and this boot did not run on it: "
+                    "its effect is not included")
+        return None
+    if present and value is None:
+        _parse_value(model.engine, CPU_KV_SPACE, None)  # says why it cannot be predicted
+    return float(value) if present and value is not None else None  # type: ignore[arg-type]
 
 
 def _grid_search(lo: int, hi: int, good: Callable[[int], bool]) -> int | None:

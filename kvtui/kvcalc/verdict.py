@@ -25,6 +25,7 @@ class _Settings:
     cap: int | None
     chunk: int | None
     tp: int
+    kv_space_gib: float | None = None  # vLLM CPU: the pool is VLLM_CPU_KVCACHE_SPACE GiB
 
 
 @dataclass(slots=True)
@@ -119,11 +120,18 @@ def _pool_budget(model: MemoryModel, s: _Settings, lows: list[str], explain: lis
                 f"profiled activation peak changes by ≈ {d_act:+.2f} GiB (estimate)"
             )
     budget = budget0 + slope * df + d_weights - d_act
+    if s.kv_space_gib is not None:  # vLLM CPU: the pool is what VLLM_CPU_KVCACHE_SPACE says
+        budget = s.kv_space_gib
+        if explain is not None:
+            explain.append(f"CPU KV pool = VLLM_CPU_KVCACHE_SPACE = {s.kv_space_gib:g} GiB (the fraction does not "
+                           f"size it); the observed boot's {budget0:.2f} GiB held {model.tokens:,} tokens")
     raw = budget * GIB / cell_s if cell_s > 0 else 0.0
     capped = s.cap is not None and raw > s.cap
     tokens = floor_page(min(raw, float(s.cap)) if s.cap is not None else raw, s.page)
     tokens = max(tokens, 0) if budget > 0 else 0
-    if explain is not None:
+    if explain is not None and s.kv_space_gib is not None:
+        explain.append(f"N = floor_page({budget:.2f} GiB × 2^30 / {cell_s:,.0f} B, page {s.page}) = {tokens:,} tokens")
+    elif explain is not None:
         sym = "P" if eng is Engine.SGLANG else "total"
         if model.basis == Basis.TWO_POINT:
             sym = "slope"
@@ -297,6 +305,11 @@ def _no_fit(model: MemoryModel, s: _Settings, ev: _Eval, after: _AfterPools) -> 
             else f"no memory left for the KV cache at {fname}={_frac(s.fraction)} ({ev.budget_gib:.2f} GiB): vLLM "
             "stops with `No available memory for the cache blocks`"
         )
+    elif s.kv_space_gib is not None and model.cpu_mem_gib is not None and s.kv_space_gib > model.cpu_mem_gib:
+        ev.reasons.append(
+            f"VLLM_CPU_KVCACHE_SPACE={s.kv_space_gib:g} GiB is more than the node's {model.cpu_mem_gib:.2f} GiB: vLLM "
+            "refuses to start (`Available memory on node … is less than requested memory for kv`)"
+        )
     elif sglang and after.target_end is not None and after.target_end < 0:
         ev.reasons.append(_no_room_for_pools(model, s, after.target_end, after.pools_gib, ev.mrr, ctx))
     elif model.engine is Engine.VLLM and ctx and ev.tokens < ctx:
@@ -357,7 +370,7 @@ def _fit_verdict(model: MemoryModel, s: _Settings, ev: _Eval, k: int, margin: fl
             f"the boot died in CUDA-graph capture at {fname}={_frac(model.fraction)} and the headroom cannot be "
             f"sized here: at {_frac(s.fraction)} it would die again"
         )
-    if headroom is None and model.engine is Engine.VLLM and model.gpu_mem_gib is None:
+    if headroom is None and model.engine is Engine.VLLM and model.gpu_mem_gib is None and s.kv_space_gib is None:
         ev.reasons.append("graph headroom not checked: the device total is unknown (pass --gpu-mem-gib)")
     return verdict
 

@@ -142,4 +142,5 @@ def _calibrate_vllm(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[B
         free_at_start_gib=facts.get("gpu_free_gib"),
         graphs_in_budget=vt is not None and vt >= (0, 21),
         identity=IdentityCheck(True, "vllm"),
+        cpu_mem_gib=facts.get("cpu_mem_total_gib"),
     )
