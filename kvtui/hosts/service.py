@@ -76,7 +76,7 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine
 from kvtui.hosts import commands as cmds
 from kvtui.hosts.backend import BackendError, CommandResult, HostBackend, LogStart, aclose_iter
-from kvtui.knobs import CPU_KV_SPACE_KNOB, env_knob
+from kvtui.knobs import CPU_KV_SPACE_KNOB, dash_name, env_knob
 
 if TYPE_CHECKING:
     from kvtui.config import HostConfig
@@ -650,7 +650,7 @@ def _refuse_unknown_flags(plan: ApplyPlan, boots: Sequence[Boot] | None) -> None
     for e in plan.edits:
         if e.value is None:
             continue  # removing: refused already when the file has no such flag
-        name = e.flag.strip().lstrip("-").lower().replace("_", "-")
+        name = dash_name(e.flag)
         base = name[3:] if engine is Engine.VLLM and name.startswith("no-") else name
         if fl.lookup(engine, name) is not None or {name, base} & (in_file | dump):
             continue
