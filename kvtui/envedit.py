@@ -31,8 +31,8 @@ from typing import Literal
 
 from kvtui.flags import Change, FlagError, Kind, ServerCommand, Word, parse_command
 from kvtui.flags.layout import _line_bounds
-from kvtui.flags.lexer import _CONTROL_OPS, _Lexer, _line_no, _Op
-from kvtui.flags.locate import _EXEC_RE, _SECTION_RE, _logical_end
+from kvtui.flags.lexer import _Lexer, _line_at, _line_no
+from kvtui.flags.locate import _EXEC_RE, _SECTION_RE, _script_statements, _service_key_lines
 from kvtui.flags.values import _META_NAMES, _SAFE_VALUE
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -163,33 +163,10 @@ def _value_span(text: str, w: Word, kind: Kind) -> tuple[str, str, int, int, boo
 
 def _unit_env_lines(text: str) -> list[tuple[int, int, int, list[Word]]]:
     """(line start, value start, logical end, words) of each ``Environment=`` in ``[Service]``."""
-    lex = _Lexer(text, "unit")
-    out: list[tuple[int, int, int, list[Word]]] = []
-    section = ""
-    pos = 0
-    n = len(text)
-    while pos < n:
-        nl = text.find("\n", pos)
-        line_end = n if nl < 0 else nl
-        line = text[pos:line_end]
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#;":
-            pos = line_end + 1
-            continue
-        sec = _SECTION_RE.match(line)
-        if sec is not None:
-            section = sec.group(1).strip()
-            pos = line_end + 1
-            continue
-        m = _ENV_KEY_RE.match(line)
-        if m is not None and section == "Service":
-            vstart = pos + m.end()
-            items, end = lex.logical_line(vstart)
-            out.append((pos, vstart, end, [it for it in items if isinstance(it, Word)]))
-            pos = end + 1
-            continue
-        pos = _logical_end(text, pos) + 1
-    return out
+    return [
+        (pos, vstart, end, [it for it in items if isinstance(it, Word)])
+        for pos, vstart, items, end in _service_key_lines(text, _ENV_KEY_RE)
+    ]
 
 
 def _section_lines(text: str, section: str) -> list[tuple[int, str]]:
@@ -199,9 +176,7 @@ def _section_lines(text: str, section: str) -> list[tuple[int, str]]:
     pos = 0
     n = len(text)
     while pos < n:
-        nl = text.find("\n", pos)
-        line_end = n if nl < 0 else nl
-        line = text[pos:line_end]
+        line_end, line = _line_at(text, pos)
         sec = _SECTION_RE.match(line)
         if sec is not None:
             cur = sec.group(1).strip()
@@ -247,54 +222,6 @@ def _command_prefix(text: str, kind: Kind) -> list[Assignment]:
         name, value, vs, ve, plain = got
         out.append(Assignment(name, value, "execstart" if kind == "unit" else "prefix", w, vs, ve, plain, None,
                               w.dynamic))
-    return out
-
-
-def _script_statements(text: str) -> list[tuple[int, int, list[Word], bool]]:
-    """(logical line start, its end, a simple command's words, alone on its line) of each simple
-    command of a script, heredoc bodies skipped."""
-    lex = _Lexer(text, "script")
-    out: list[tuple[int, int, list[Word], bool]] = []
-    pos = 0
-    n = len(text)
-    while pos < n:
-        try:
-            items, end = lex.logical_line(pos)
-        except FlagError:
-            nl = text.find("\n", pos)
-            pos = n if nl < 0 else nl + 1
-            continue
-        heredocs: list[tuple[str, bool]] = []
-        groups: list[list[Word]] = [[]]
-        skip_next = False
-        for idx, it in enumerate(items):
-            if isinstance(it, _Op):
-                if it.text in _CONTROL_OPS:
-                    groups.append([])
-                elif it.text.lstrip("0123456789") in ("<<", "<<-"):
-                    nxt = items[idx + 1] if idx + 1 < len(items) else None
-                    if isinstance(nxt, Word):
-                        heredocs.append((nxt.value, it.text.endswith("-")))
-                    skip_next = True
-                else:
-                    skip_next = True
-                continue
-            if skip_next:
-                skip_next = False
-                continue
-            groups[-1].append(it)
-        simple = [g for g in groups if g]
-        alone = len(simple) == 1 and not any(isinstance(it, _Op) for it in items)
-        for g in simple:
-            out.append((pos, end, g, alone))
-        pos = end + 1
-        for delim, strip_tabs in heredocs:
-            while pos < n:
-                nl = text.find("\n", pos)
-                body = text[pos : (n if nl < 0 else nl)]
-                pos = n if nl < 0 else nl + 1
-                if (body.lstrip("\t") if strip_tabs else body) == delim:
-                    break
     return out
 
 

@@ -56,6 +56,14 @@ def _line_no(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
 
+def _line_at(text: str, pos: int) -> tuple[int, str]:
+    """The end of the physical line that starts at ``pos`` (its newline, or the text's end), and
+    the line."""
+    nl = text.find("\n", pos)
+    end = len(text) if nl < 0 else nl
+    return end, text[pos:end]
+
+
 def _unit_continuation(text: str, i: int) -> int | None:
     """If ``text[i]`` is a backslash that ends a unit line (trailing blanks allowed), return the
     index just past the newline (and past comment lines inside the continuation)."""

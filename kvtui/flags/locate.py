@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kvtui.flags.command import ServerCommand, _command_from_words, _mentions_engine
 from kvtui.flags.errors import FlagError, NoServerCommand
-from kvtui.flags.lexer import _ASSIGN_RE, _CONTROL_OPS, Kind, Word, _Item, _Lexer, _line_no, _Op
+from kvtui.flags.lexer import _ASSIGN_RE, _CONTROL_OPS, Kind, Word, _Item, _Lexer, _line_at, _line_no, _Op
 
 _SECTION_RE = re.compile(r"[ \t]*\[([^\]]+)\][ \t]*\r?$")
 _EXEC_RE = re.compile(r"[ \t]*ExecStart[ \t]*=[ \t]*")
@@ -29,17 +29,16 @@ class _ExecLine:
     end: int  # the newline that ends the logical line
 
 
-def _unit_exec_lines(text: str) -> list[_ExecLine]:
-    """Every ``ExecStart=`` of the ``[Service]`` section, empty ones (resets) included."""
+def _service_key_lines(text: str, key_re: re.Pattern[str]) -> list[tuple[int, int, list[_Item], int]]:
+    """(line start, value start, items, end of the logical line) of each line of the ``[Service]``
+    section whose key ``key_re`` matches (``ExecStart=``, ``Environment=``), continuations lexed."""
     lex = _Lexer(text, "unit")
-    out: list[_ExecLine] = []
+    out: list[tuple[int, int, list[_Item], int]] = []
     section = ""
     pos = 0
     n = len(text)
     while pos < n:
-        nl = text.find("\n", pos)
-        line_end = n if nl < 0 else nl
-        line = text[pos:line_end]
+        line_end, line = _line_at(text, pos)
         stripped = line.strip()
         if not stripped or stripped[0] in "#;":
             pos = line_end + 1
@@ -49,17 +48,25 @@ def _unit_exec_lines(text: str) -> list[_ExecLine]:
             section = sec.group(1).strip()
             pos = line_end + 1
             continue
-        m = _EXEC_RE.match(line)
+        m = key_re.match(line)
         if m is not None and section == "Service":
             vstart = pos + m.end()
             items, end = lex.logical_line(vstart)
-            out.append(_ExecLine(_line_no(text, pos), pos, vstart, items, end))
+            out.append((pos, vstart, items, end))
             pos = end + 1
             continue
         # any other key: skip its continuation lines
         end = _logical_end(text, pos)
         pos = end + 1
     return out
+
+
+def _unit_exec_lines(text: str) -> list[_ExecLine]:
+    """Every ``ExecStart=`` of the ``[Service]`` section, empty ones (resets) included."""
+    return [
+        _ExecLine(_line_no(text, pos), pos, vstart, items, end)
+        for pos, vstart, items, end in _service_key_lines(text, _EXEC_RE)
+    ]
 
 
 def _logical_end(text: str, pos: int) -> int:
@@ -175,29 +182,30 @@ def _script_target(words: Sequence[Word]) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _parse_script(text: str) -> ServerCommand:
+def _script_statements(text: str, problems: list[str] | None = None) -> list[tuple[int, int, list[Word], bool]]:
+    """(logical line start, its end, a simple command's words, alone on its line) of each simple
+    command of a script: redirection targets and heredoc bodies skipped; a line that does not lex
+    is skipped too (its error goes to ``problems``)."""
     lex = _Lexer(text, "script")
-    found: list[ServerCommand] = []
-    problems: list[str] = []
+    out: list[tuple[int, int, list[Word], bool]] = []
     pos = 0
     n = len(text)
     while pos < n:
         try:
             items, end = lex.logical_line(pos)
         except FlagError as exc:
-            problems.append(str(exc))
+            if problems is not None:
+                problems.append(str(exc))
             nl = text.find("\n", pos)
             pos = n if nl < 0 else nl + 1
             continue
-        line = _line_no(text, pos)
         heredocs: list[tuple[str, bool]] = []
-        simple: list[Word] = []
+        groups: list[list[Word]] = [[]]
         skip_next = False
         for idx, it in enumerate(items):
             if isinstance(it, _Op):
                 if it.text in _CONTROL_OPS:
-                    _collect(text, simple, line, found)
-                    simple = []
+                    groups.append([])
                 elif it.text.lstrip("0123456789") in ("<<", "<<-"):
                     nxt = items[idx + 1] if idx + 1 < len(items) else None
                     if isinstance(nxt, Word):
@@ -209,16 +217,29 @@ def _parse_script(text: str) -> ServerCommand:
             if skip_next:
                 skip_next = False
                 continue
-            simple.append(it)
-        _collect(text, simple, line, found)
+            groups[-1].append(it)
+        simple = [g for g in groups if g]
+        alone = len(simple) == 1 and not any(isinstance(it, _Op) for it in items)
+        for g in simple:
+            out.append((pos, end, g, alone))
         pos = end + 1
         for delim, strip_tabs in heredocs:
             while pos < n:
                 nl = text.find("\n", pos)
-                body_line = text[pos : (n if nl < 0 else nl)]
+                body = text[pos : (n if nl < 0 else nl)]
                 pos = n if nl < 0 else nl + 1
-                if (body_line.lstrip("\t") if strip_tabs else body_line) == delim:
+                if (body.lstrip("\t") if strip_tabs else body) == delim:
                     break
+    return out
+
+
+def _parse_script(text: str) -> ServerCommand:
+    problems: list[str] = []
+    found: list[ServerCommand] = []
+    for _start, _end, words, _alone in _script_statements(text, problems):
+        cmd = _command_from_words(text, "script", words, _line_no(text, words[0].start))
+        if cmd is not None:
+            found.append(cmd)
     if not found:
         msg = "no server command (python -m sglang.launch_server, sglang serve, vllm serve …) in the script"
         if problems:
@@ -227,16 +248,7 @@ def _parse_script(text: str) -> ServerCommand:
     if len(found) > 1:
         at = ", ".join(str(c.exec_line) for c in found)
         raise FlagError(f"the script starts a server on several lines ({at}); kvtui edits a script with one")
-    cmd = found[0]
-    return cmd
-
-
-def _collect(text: str, simple: list[Word], line: int, found: list[ServerCommand]) -> None:
-    if not simple:
-        return
-    cmd = _command_from_words(text, "script", simple, _line_no(text, simple[0].start))
-    if cmd is not None:
-        found.append(cmd)
+    return found[0]
 
 
 def parse_command(text: str, kind: Kind) -> ServerCommand:
