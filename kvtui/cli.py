@@ -3,9 +3,7 @@
 Each command lives in ``kvtui/commands/<name>.py`` as ``run(args) -> int`` and is imported only
 when that command runs.
 
-Exit codes (every command): 0 ok / ready; 1 the boot failed or the prediction says it will;
-2 usage error (also an edit malformed as given); 3 connection, config or unreadable input (text
-without a boot is not unreadable: see ``kvtui.commands.replay``); 4 refused; 5 timed out.
+Exit codes (every command): ``kvtui.exits``.
 """
 
 from __future__ import annotations
@@ -15,16 +13,9 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INPUT = 3
-EXIT_REFUSED = 4
-EXIT_TIMEOUT = 5
+from kvtui.exits import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
-
-class _Parser(argparse.ArgumentParser):
-    """argparse exits 2 on usage errors, which is already kvtui's usage code."""
+# argparse exits 2 on usage errors, which is already kvtui's usage code (EXIT_USAGE).
 
 
 def _add_calc_edits(p: argparse.ArgumentParser) -> None:
@@ -42,16 +33,16 @@ def _add_calc_edits(p: argparse.ArgumentParser) -> None:
 HOSTS_HELP = "hosts.toml (default: $KVTUI_HOSTS, ./hosts.toml, $XDG_CONFIG_HOME/kvtui/hosts.toml)"
 
 
-def _global_options() -> _Parser:
+def _global_options() -> argparse.ArgumentParser:
     """The global options, also accepted after the command (``kvtui hosts --check --hosts x.toml``).
     Their default is SUPPRESS, so a command that does not repeat one keeps the value given before it."""
-    common = _Parser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--hosts", metavar="PATH", default=argparse.SUPPRESS, help=HOSTS_HELP)
     return common
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = argparse.ArgumentParser(
         prog="kvtui",
         description=(
             "Watch SGLang / vLLM servers boot on GPU hosts, predict their KV pool, "
@@ -146,18 +137,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    try:
-        module = importlib.import_module(f"kvtui.commands.{args.command}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"kvtui.commands.{args.command}":
-            raise
-        print(f"kvtui: '{args.command}' is not available in this build yet", file=sys.stderr)
-        return EXIT_USAGE
+    module = importlib.import_module(f"kvtui.commands.{args.command}")
     try:
         code: int = module.run(args)
     except KeyboardInterrupt:
         print("kvtui: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
     return code

@@ -38,20 +38,6 @@ JSON_KEYS = [
 ]
 
 
-def _parser_works() -> bool:
-    try:
-        from kvtui.boot import BootTracker
-        from kvtui.engines.parse import parse_bytes
-
-        t = BootTracker()
-        for p in parse_bytes(b"[2026-01-01 00:00:00] server_args=ServerArgs(mem_fraction_static=0.8)\n"):
-            t.feed(p)
-    except (ImportError, NotImplementedError):
-        return False
-    return True
-
-
-needs_parser = pytest.mark.skipif(not _parser_works(), reason="the engine core's log parser is not available yet")
 
 
 def calc(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -73,7 +59,6 @@ def calc_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict
 # ---------------------------------------------------------------------------------------------
 
 
-@needs_parser
 def test_capture_oom_sample_human_output(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = calc(capsys, "--log", str(QWEN_OOM))
     assert code == 1, err
@@ -90,7 +75,6 @@ def test_capture_oom_sample_human_output(capsys: pytest.CaptureFixture[str]) -> 
     assert "confidence high" in out
 
 
-@needs_parser
 def test_capture_oom_sample_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, data = calc_json(capsys, "--log", str(QWEN_OOM))
     assert code == 1
@@ -130,7 +114,6 @@ def test_capture_oom_sample_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert pred["graph_headroom_gib"] >= 1.0 + 1.0  # margin + activations for an 8192-token chunk
 
 
-@needs_parser
 def test_ready_journal_with_edits_is_ok(capsys: pytest.CaptureFixture[str]) -> None:
     code, data = calc_json(
         capsys, "--log", str(LLAMA_JOURNAL), "--set", "mem-fraction-static=0.9", "--set", "max-num-seqs=64"
@@ -144,7 +127,6 @@ def test_ready_journal_with_edits_is_ok(capsys: pytest.CaptureFixture[str]) -> N
     assert pred["req_to_token_gib"] == pytest.approx(64 * 131076 * 4 / (1 << 30), abs=1e-4)
 
 
-@needs_parser
 def test_no_fit_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     code, data = calc_json(capsys, "--log", str(LLAMA_JOURNAL), "--set", "mem_fraction_static=0.3")
     assert code == 1
@@ -152,7 +134,6 @@ def test_no_fit_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert any("Not enough memory" in r for r in data["reasons"])
 
 
-@needs_parser
 def test_low_confidence_still_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     code, data = calc_json(capsys, "--log", str(KV / "sglang-unexplained-tp4.log"))
     assert code == 0
@@ -162,7 +143,6 @@ def test_low_confidence_still_exits_0(capsys: pytest.CaptureFixture[str]) -> Non
     assert "confidence low: treat the numbers as estimates" in out
 
 
-@needs_parser
 def test_full_context_k(capsys: pytest.CaptureFixture[str]) -> None:
     _, one = calc_json(capsys, "--log", str(DSV3_JSON))
     code, four = calc_json(capsys, "--log", str(DSV3_JSON), "--full-context", "4")
@@ -173,7 +153,6 @@ def test_full_context_k(capsys: pytest.CaptureFixture[str]) -> None:
     assert four["min_mem_fraction_for_full_context"] > one["min_mem_fraction_for_full_context"]
 
 
-@needs_parser
 def test_two_point_from_a_log_with_two_boots(capsys: pytest.CaptureFixture[str]) -> None:
     truth = json.loads((KV / "truth.json").read_text())["sglang-pair-gqa70b-tp4.log"]["boots"]
     code, data = calc_json(
@@ -188,7 +167,6 @@ def test_two_point_from_a_log_with_two_boots(capsys: pytest.CaptureFixture[str])
     assert "basis two-point" in out
 
 
-@needs_parser
 def test_vllm_pair_gives_the_device_total(capsys: pytest.CaptureFixture[str]) -> None:
     code, data = calc_json(
         capsys, "--log", str(KV / "vllm-pair-llama8b-tp2.log"), "--set", "gpu-memory-utilization=0.95"
@@ -208,7 +186,6 @@ def test_vllm_pair_gives_the_device_total(capsys: pytest.CaptureFixture[str]) ->
     assert data["edits"] == {"gpu_memory_utilization": 0.95}
 
 
-@needs_parser
 def test_vllm_single_boot_needs_the_device_total_to_move(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = calc(capsys, "--log", str(FIX / "vllm-0.11-llama8b-tp2-ready.log"), "--set", "gmu=0.95")
     assert code == 2
@@ -232,7 +209,6 @@ def test_vllm_single_boot_needs_the_device_total_to_move(capsys: pytest.CaptureF
     assert data["verdict"] == "no_fit"
 
 
-@needs_parser
 def test_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(QWEN_OOM.read_bytes())))
     code, data = calc_json(capsys, "--log", "-")
@@ -304,8 +280,6 @@ def test_model_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     ],
 )
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
-    if "--boot" in argv and "--log" in argv and not _parser_works():
-        pytest.skip("needs the log parser")
     code, out, err = calc(capsys, *argv)
     assert code == 2
     assert out == ""
@@ -350,7 +324,6 @@ def test_unreadable_inputs_exit_3(capsys: pytest.CaptureFixture[str], tmp_path: 
         assert "Traceback" not in err
 
 
-@needs_parser
 def test_logs_without_a_sized_pool_exit_3(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     empty = tmp_path / "empty.log"
     empty.write_bytes(b"")
@@ -374,7 +347,6 @@ def test_logs_without_a_sized_pool_exit_3(capsys: pytest.CaptureFixture[str], tm
 # ---------------------------------------------------------------------------------------------
 
 
-@needs_parser
 def test_graph_margin_from_hosts_toml(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     _, default = calc_json(capsys, "--log", str(LLAMA_JOURNAL))
     (tmp_path / "hosts.toml").write_text("[calc]\ngraph_margin_gib = 4.0\n")  # cwd is tmp_path (conftest)

@@ -7,9 +7,8 @@ import sys
 
 import pytest
 
-CORE = ["kvtui.engines.events", "kvtui.boot", "kvtui.gpu", "kvtui.fmt"]
-OPTIONAL_CORE = ["kvtui.engines.sglang", "kvtui.engines.vllm", "kvtui.engines.shapes", "kvtui.kvcalc",
-                 "kvtui.config", "kvtui.flags", "kvtui.engines.parse"]
+CORE = ["kvtui.engines.events", "kvtui.boot", "kvtui.gpu", "kvtui.fmt", "kvtui.engines.sglang", "kvtui.engines.vllm",
+        "kvtui.engines.shapes", "kvtui.kvcalc", "kvtui.config", "kvtui.flags", "kvtui.engines.parse"]
 FORBIDDEN = ("textual", "asyncssh", "rich", "kvtui.hosts", "kvtui.ui")
 
 
@@ -27,15 +26,6 @@ def _check(module: str) -> None:
 
 @pytest.mark.parametrize("module", CORE)
 def test_core_imports_no_ui_or_ssh(module: str) -> None:
-    _check(module)
-
-
-@pytest.mark.parametrize("module", OPTIONAL_CORE)
-def test_optional_core_imports_no_ui_or_ssh(module: str) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        pytest.skip(f"{module} not written yet")
     _check(module)
 
 

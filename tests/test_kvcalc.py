@@ -596,9 +596,9 @@ def test_vllm_batched_tokens_edit_moves_the_profiled_activations() -> None:
 
 
 def _demo_boot(key: str, fraction: float) -> tuple[str, Boot]:
-    dm = pytest.importorskip("kvtui.hosts.demo_models")
-    parse = pytest.importorskip("kvtui.engines.parse")
+    import kvtui.hosts.demo_models as dm
     from kvtui.boot import BootTracker
+    from kvtui.engines import parse
 
     preset = dm.PRESETS[key]
     argv = [preset.exe, "-m", preset.module]
@@ -618,11 +618,8 @@ def _demo_boot(key: str, fraction: float) -> tuple[str, Boot]:
         )
     )
     tracker = BootTracker()
-    try:
-        for parsed in parse.parse_bytes("\n".join(line.text for line in script.lines).encode()):
-            tracker.feed(parsed)
-    except NotImplementedError:
-        pytest.skip("BootTracker is not implemented yet (engine core)")
+    for parsed in parse.parse_bytes("\n".join(line.text for line in script.lines).encode()):
+        tracker.feed(parsed)
     return script.outcome, tracker.boots[-1]
 
 
@@ -1286,15 +1283,12 @@ def test_generator_does_not_import_kvcalc() -> None:
 
 
 def _parse_boots(path: Path) -> list[Boot]:
-    parse = pytest.importorskip("kvtui.engines.parse")
     from kvtui.boot import BootTracker
+    from kvtui.engines import parse
 
     tracker = BootTracker()
-    try:
-        for parsed in parse.parse_bytes(path.read_bytes()):
-            tracker.feed(parsed)
-    except NotImplementedError:
-        pytest.skip("BootTracker is not implemented yet (engine core)")
+    for parsed in parse.parse_bytes(path.read_bytes()):
+        tracker.feed(parsed)
     return tracker.boots
 
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from kvtui.boot import BootStatus, BootTracker
+from kvtui.boot import BootStatus
 from kvtui.config import HostConfig
-from kvtui.engines.events import FailureKind, ParsedLine, Phase
+from kvtui.engines.events import FailureKind, Phase
 from kvtui.hosts.backend import ConnState, LogStart
 from kvtui.hosts.local import LocalBackend, Nvml
 from kvtui.monitor import (
@@ -34,18 +34,8 @@ from kvtui.monitor import (
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
-pytest.importorskip("kvtui.engines.parse", reason="the engine parser (task A) is not in this tree yet")
 
 
-def _tracker_ready() -> bool:
-    try:
-        BootTracker().feed(ParsedLine(text="x"))
-    except NotImplementedError:
-        return False
-    return True
-
-
-needs_tracker = pytest.mark.skipif(not _tracker_ready(), reason="BootTracker (task A) not implemented yet")
 
 
 class Sink:
@@ -271,7 +261,6 @@ async def test_resume_continues_without_duplicates(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@needs_tracker
 async def test_local_file_boot_phases_and_failure(tmp_path: Path) -> None:
     src = (FIXTURES / "sglang-0.4.10-qwen72b-tp2-capture-oom.log").read_text().splitlines()
     log = tmp_path / "server.log"
@@ -299,7 +288,6 @@ async def test_local_file_boot_phases_and_failure(tmp_path: Path) -> None:
         assert len(sink.lines) == len([x for x in src if x.strip()])
 
 
-@needs_tracker
 async def test_restart_publishes_new_boot_and_marker(tmp_path: Path) -> None:
     src = (FIXTURES / "sglang-0.4.10-qwen72b-tp2-capture-oom.log").read_text().splitlines()
     log = tmp_path / "server.log"
@@ -318,7 +306,6 @@ async def test_restart_publishes_new_boot_and_marker(tmp_path: Path) -> None:
         assert mon.spool.search("boot 2 started")[0].style == "marker"
 
 
-@needs_tracker
 async def test_read_boots(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     shutil.copy(FIXTURES / "sglang-0.4.10-qwen72b-tp2-capture-oom.log", log)
@@ -351,12 +338,11 @@ async def test_next_boot_mode_skips_the_past(tmp_path: Path) -> None:
 
 
 def _demo(tmp_path: Path, speed: float = 300.0) -> tuple[Any, HostConfig]:
-    demo = pytest.importorskip("kvtui.hosts.demo")
+    from kvtui.hosts import demo
     host = HostConfig(demo=True, demo_speed=speed)
     return demo.DemoBackend("demo", host, state_dir=tmp_path / "demo"), host
 
 
-@needs_tracker
 async def test_demo_boot_to_ready_then_capture_oom_after_a_restart(tmp_path: Path) -> None:
     backend, host = _demo(tmp_path)
     backend.set_foreign_process(gpu=3, mib=12288, pid=4242)
@@ -402,7 +388,6 @@ async def test_demo_boot_to_ready_then_capture_oom_after_a_restart(tmp_path: Pat
         assert all(h.boot == 1 for h in hits)
 
 
-@needs_tracker
 async def test_host_boots_for_calc(tmp_path: Path) -> None:
     (tmp_path / "hosts.toml").write_text("[hosts.demo]\ndemo = true\ndemo_speed = 300\n")
     from kvtui.monitor import host_boots
@@ -412,7 +397,7 @@ async def test_host_boots_for_calc(tmp_path: Path) -> None:
     boots = await host_boots("demo", str(tmp_path / "hosts.toml"), timeout=20, idle=0.3)
     assert loop.time() - t0 < 10  # returns when the boot is over, not at the timeout
     assert boots[-1].status == BootStatus.READY
-    kvcalc = pytest.importorskip("kvtui.kvcalc")
+    from kvtui import kvcalc
     model = kvcalc.calibrate(boots[-1])
     assert model is not None
     from kvtui.config import ConfigError

@@ -10,8 +10,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from kvtui.config import HostConfig
 from kvtui.engines.events import LogRecord
 from kvtui.hosts.backend import RecordBlock
@@ -19,7 +17,6 @@ from kvtui.hosts.local import LocalBackend
 from kvtui.monitor import SKIPPED_SLICE, STORM_BATCH, STORM_SERVING_INTERVAL, HostMonitor, LogBatch
 
 FIXTURES = Path(__file__).parent / "fixtures"
-pytest.importorskip("kvtui.engines.parse")
 
 
 def monitor(tmp_path: Path, name: str, **kw: object) -> HostMonitor:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
-from kvtui.cli import EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from kvtui.config import HostConfig

@@ -23,11 +23,7 @@ from kvtui import fmt
 from kvtui import kvcalc as kc
 from kvtui.boot import Boot
 from kvtui.engines.events import Engine
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INPUT = 3
+from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_USAGE
 
 
 class _Fail(Exception):
@@ -59,10 +55,8 @@ def _open_log(path: str) -> BinaryIO:
 
 def read_log_boots(path: str) -> list[Boot]:
     """Every boot of a saved log (any shape ``kvtui replay`` reads), in order."""
-    try:
-        from kvtui.commands.replay import InputError, analyse, no_boot_found, read_chunks
-    except ImportError as exc:  # the engine core is not in this build
-        raise _Fail(EXIT_INPUT, f"reading logs needs the engine core ({exc})") from None
+    from kvtui.commands.replay import InputError, analyse, no_boot_found, read_chunks
+
     stream = _open_log(path)
     try:
         boots, _shape = analyse(read_chunks(stream, path))
@@ -100,10 +94,8 @@ def graph_margin_from_config(hosts: str | None, err: TextIO) -> float:
     An explicit ``--hosts`` that is broken is an error (exit 3); a broken file found by the default
     lookup only earns a warning, so an unrelated hosts.toml does not block a calculation.
     """
-    try:
-        from kvtui.config import ConfigError, find_hosts_file, load_config
-    except ImportError:
-        return kc.DEFAULT_GRAPH_MARGIN_GIB
+    from kvtui.config import ConfigError, find_hosts_file, load_config
+
     try:
         found = find_hosts_file(hosts)
     except ConfigError as exc:

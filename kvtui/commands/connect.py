@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvtui.cli import EXIT_INPUT, EXIT_OK
+from kvtui.exits import EXIT_INPUT, EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:

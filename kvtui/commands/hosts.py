@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from kvtui.cli import EXIT_INPUT, EXIT_OK
+from kvtui.exits import EXIT_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
     from kvtui.config import Config, HostConfig
@@ -190,17 +190,9 @@ def _probe_ok(summary: str) -> bool:
 
 async def connect_one(name: str, host: HostConfig) -> ConnectResult:
     from kvtui.hosts.backend import BackendError, ConnState
+    from kvtui.hosts.factory import make_backend
 
-    try:
-        from kvtui.hosts.factory import make_backend
-    except ImportError:
-        if host.kind != "ssh":
-            return ConnectResult(name, True, f"skipped: no {host.kind} backend in this build")
-        from kvtui.hosts.ssh import SshBackend
-
-        backend: HostBackend = SshBackend(name, host)
-    else:
-        backend = make_backend(name, host)
+    backend = make_backend(name, host)
     try:
         try:
             await asyncio.wait_for(backend.start(), CONNECT_TIMEOUT_S)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
-from kvtui.cli import EXIT_USAGE
+from kvtui.exits import EXIT_USAGE
 
 if TYPE_CHECKING:
     from kvtui.config import HostConfig

@@ -37,8 +37,8 @@ from typing import Any, TextIO
 
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
-from kvtui.cli import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 from kvtui.engines.events import Model, Phase
+from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
 from kvtui.monitor import BootState, ConnUpdate, HostMonitor, LogBatch, MonitorUpdate
 
@@ -244,10 +244,8 @@ def _clip(text: str, n: int) -> str:
 
 
 def _summary(boot: Boot, index: int, total: int) -> str:
-    try:
-        from kvtui.commands.replay import render_boot
-    except ImportError:  # pragma: no cover - replay is part of the package
-        return f"boot {index + 1}: {boot.status.value}\n"
+    from kvtui.commands.replay import render_boot
+
     return "\n".join(render_boot(boot, index + 1, total)) + "\n"
 
 

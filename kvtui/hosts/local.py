@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import json
 import os
 import re
 import signal
@@ -32,7 +31,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from kvtui.engines.events import LogRecord
+from kvtui.boot import BootTracker
+from kvtui.engines.events import Engine, LogRecord
+from kvtui.engines.parse import LineParser, parse_chunks
+from kvtui.engines.shapes import RecordSplitter, parse_journal_json
 from kvtui.gpu import GpuProcess, GpuSample, process_from_nvml, sample_from_nvml
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
 from kvtui.liveness import (
@@ -111,71 +113,10 @@ async def _stop_process(proc: asyncio.subprocess.Process, grace: float = 2.0) ->
 # ---------------------------------------------------------------------------------------------
 
 
-class _FileSplitter:
-    """Splits a byte stream at ``\\n`` / ``\\r`` into records whose cursor is the absolute byte
-    offset just after the line's terminator; keeps a partial last line (bounded)."""
-
-    def __init__(self, offset: int) -> None:
-        self.offset = offset  # absolute offset of the first byte not yet consumed
-        self._partial = b""
-        self._discard = False  # inside an over-long line: drop bytes up to its terminator
-
-    def feed(self, data: bytes) -> list[LogRecord]:
-        out: list[LogRecord] = []
-        buf = self._partial + data if self._partial else data
-        base = self.offset - len(self._partial)
-        pos = 0
-        for m in _TERMINATOR.finditer(buf):
-            end = m.end()
-            piece = buf[pos : m.start()]
-            if self._discard:
-                self._discard = False
-            elif piece:
-                out.append(_file_record(piece, base + end))
-            pos = end
-        rest = buf[pos:]
-        if self._discard:
-            rest = b""
-        elif len(rest) > MAX_LINE_BYTES:
-            out.append(_file_record(rest[:MAX_LINE_BYTES], base + pos + MAX_LINE_BYTES))
-            rest = b""
-            self._discard = True
-        self._partial = rest
-        self.offset = base + len(buf)
-        return out
-
-    def flush(self) -> list[LogRecord]:
-        """The partial last line as a record (the file ended without a terminator)."""
-        piece, self._partial, self._discard = self._partial, b"", False
-        return [_file_record(piece, self.offset)] if piece else []
-
-    @property
-    def consumed(self) -> int:
-        """Offset up to which every byte belongs to an emitted (or dropped) record."""
-        return self.offset - len(self._partial)
-
-
-def _file_record(piece: bytes, end_offset: int) -> LogRecord:
-    return LogRecord(text=piece.decode("utf-8", "replace"), cursor=str(end_offset), source="file")
-
-
-class _Splitter(Protocol):
-    def feed(self, chunk: bytes) -> list[LogRecord]: ...
-    def flush(self) -> list[LogRecord]: ...
-
-
-def make_splitter(base_offset: int) -> _Splitter:
+def make_splitter(base_offset: int) -> RecordSplitter:
     """Bytes of a log file -> records whose cursor is the byte offset after each line: the input
-    shape (raw, journalctl short*/json, docker) detected by ``kvtui.engines.shapes`` when
-    available, else raw lines."""
-    try:
-        from kvtui.engines.shapes import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
-            RecordSplitter,
-        )
-    except ImportError:
-        return _FileSplitter(base_offset)
-    splitter: _Splitter = RecordSplitter(None, base_offset=base_offset)
-    return splitter
+    shape (raw, journalctl short*/json, docker) detected by ``kvtui.engines.shapes``."""
+    return RecordSplitter(None, base_offset=base_offset)
 
 
 def boot_start_offset(data: bytes, base: int = 0, *, engine: str = "auto") -> int | None:
@@ -197,24 +138,15 @@ def boot_start_offset(data: bytes, base: int = 0, *, engine: str = "auto") -> in
 def _fast_boot_start(data: bytes, engine: str) -> int | None:
     """The engine core's replay path (lines that cannot change a boot skipped: ~10x faster on
     serving-heavy logs) -> the offset in ``data`` of the line that opens the last boot; -1 when
-    none does; None when that path is not available or the shape has no byte cursors."""
-    try:
-        from kvtui.boot import BootTracker
-        from kvtui.engines.events import Engine
-        from kvtui.engines.parse import parse_chunks  # type: ignore[import-untyped,import-not-found,unused-ignore]
-    except ImportError:
-        return None
+    none does; None when the shape has no byte cursors."""
     hint = None if engine == "auto" else Engine(engine)
     tracker = BootTracker(hint)
     last: LogRecord | None = None
-    try:
-        for parsed in parse_chunks((data,), hint):
-            before = len(tracker.boots)
-            tracker.feed(parsed)
-            if len(tracker.boots) > before:
-                last = parsed.record
-    except NotImplementedError:
-        return None
+    for parsed in parse_chunks((data,), hint):
+        before = len(tracker.boots)
+        tracker.feed(parsed)
+        if len(tracker.boots) > before:
+            last = parsed.record
     if last is None:
         return -1
     if last.cursor is None or not last.cursor.isdigit():
@@ -224,96 +156,23 @@ def _fast_boot_start(data: bytes, engine: str) -> int | None:
 
 
 def _boot_starts(records: Sequence[LogRecord], engine: str) -> list[int]:
-    """Indices of the records that open a boot: the tracker's decision when the engine core is
-    available, else a few well-known first lines."""
-    found = _tracker_boot_starts(records, engine)
-    return _regex_boot_starts(records) if found is None else found
-
-
-def _tracker_boot_starts(records: Sequence[LogRecord], engine: str) -> list[int] | None:
-    try:
-        from kvtui.boot import BootTracker
-        from kvtui.engines.events import Engine
-        from kvtui.engines.parse import LineParser  # type: ignore[import-untyped,import-not-found,unused-ignore]
-    except ImportError:
-        return None
+    """Indices of the records that open a boot (the tracker's decision)."""
     hint = None if engine == "auto" else Engine(engine)
     parser = LineParser(hint)
     tracker = BootTracker(hint)
     out: list[int] = []
-    try:
-        for i, rec in enumerate(records):
-            before = len(tracker.boots)
-            for parsed in parser.feed(rec):
-                tracker.feed(parsed)
-            if len(tracker.boots) > before:
-                out.append(i)
-    except NotImplementedError:
-        return None
-    return out
-
-
-# Lines that open a boot when the engine parser is not available.
-_START_RE: Final = re.compile(
-    r"server_args=|vLLM (?:API )?server version|non-default args:|Initializing a V1 LLM engine"
-)
-
-
-def _regex_boot_starts(records: Sequence[LogRecord]) -> list[int]:
-    out: list[int] = []
-    prev_start = False
     for i, rec in enumerate(records):
-        hit = _START_RE.search(rec.text) is not None
-        if hit and not prev_start:
+        before = len(tracker.boots)
+        for parsed in parser.feed(rec):
+            tracker.feed(parsed)
+        if len(tracker.boots) > before:
             out.append(i)
-        prev_start = hit
     return out
 
 
 # ---------------------------------------------------------------------------------------------
 # journald JSON and docker lines
 # ---------------------------------------------------------------------------------------------
-
-
-def parse_journal_json(line: bytes | str) -> LogRecord | None:
-    """One ``journalctl -o json`` line -> a record (``kvtui.engines.shapes`` when present)."""
-    try:
-        from kvtui.engines.shapes import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
-            parse_journal_json as shapes_parse,
-        )
-    except ImportError:
-        pass
-    else:
-        rec = shapes_parse(line)
-        return rec if isinstance(rec, LogRecord) else None
-    try:
-        obj = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(obj, dict):
-        return None
-    msg = obj.get("MESSAGE")
-    if isinstance(msg, list):
-        text = bytes(b & 0xFF for b in msg if isinstance(b, int)).decode("utf-8", "replace")
-    elif isinstance(msg, str):
-        text = msg
-    else:
-        text = ""
-    ts = None
-    rt = obj.get("__REALTIME_TIMESTAMP")
-    if isinstance(rt, str) and rt.isdigit():
-        ts = datetime.fromtimestamp(int(rt) / 1e6, UTC)
-    pid = obj.get("_PID")
-    ident = obj.get("SYSLOG_IDENTIFIER")
-    cursor = obj.get("__CURSOR")
-    return LogRecord(
-        text=text,
-        ts=ts,
-        cursor=cursor if isinstance(cursor, str) else None,
-        source="journal",
-        pid=int(pid) if isinstance(pid, str) and pid.isdigit() else None,
-        ident=ident if isinstance(ident, str) else None,
-    )
 
 
 _DOCKER_TS: Final = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d) ?")
@@ -1041,7 +900,7 @@ def _pid_reading(pid_file: Path) -> tuple[int | None, bool, float | None]:
 def _journal_boot_start(records: Sequence[LogRecord], engine: str) -> int:
     """Index of the current boot's first record in a journal window (the tracker's last boot
     start, else the last systemd ``Starting``/``Started`` line, else 0)."""
-    starts = _tracker_boot_starts(records, engine)
+    starts = _boot_starts(records, engine)
     if starts:
         return starts[-1]
     for i in range(len(records) - 1, -1, -1):
