@@ -14,7 +14,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
@@ -45,77 +44,13 @@ from kvtui.hosts.backend import (
     RecordBlock,
     aclose_iter,
 )
+from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, LogLine, MonitorUpdate, make_line
 
 if TYPE_CHECKING:
     from kvtui.engines.parse import LivePlan, LivePrefilter
     from kvtui.spool import Spool
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class LogLine:
-    """A line for display. ``seq`` is its index in the host's spool (0-based, all boots)."""
-
-    seq: int
-    text: str  # ANSI stripped; the engine's own prefix kept (it is what operators grep for)
-    ts: datetime | None
-    rank: str | None
-    boot: int  # index into the tracker's boots
-    # "phase" | "error" | "warning" | "progress" | "serving" | "marker" (a new boot starts) | ""
-    style: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class LogBatch:
-    lines: tuple[LogLine, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class BootState:
-    """The current boot changed (phase, figures, failure, ready, serving). ``boot`` is live
-    state owned by the monitor: read it on the event loop, do not mutate it."""
-
-    index: int
-    boot: Boot
-    new_boot: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class GpuUpdate:
-    samples: tuple[GpuSample, ...]
-    # processes holding memory on the server's GPUs that are not the server's (stale / foreign)
-    foreign: tuple[GpuProcess, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ConnUpdate:
-    status: ConnStatus
-
-
-MonitorUpdate = LogBatch | BootState | GpuUpdate | ConnUpdate
-
-_new = object.__new__
-_set_seq = LogLine.__dict__["seq"].__set__
-_set_text = LogLine.__dict__["text"].__set__
-_set_ts = LogLine.__dict__["ts"].__set__
-_set_rank = LogLine.__dict__["rank"].__set__
-_set_boot = LogLine.__dict__["boot"].__set__
-_set_style = LogLine.__dict__["style"].__set__
-
-
-def _line(seq: int, text: str, ts: datetime | None, rank: str | None, boot: int, style: str) -> LogLine:
-    """``LogLine(...)`` without the frozen dataclass's per-field ``object.__setattr__`` (the hot
-    path builds one per line)."""
-    line: LogLine = _new(LogLine)
-    _set_seq(line, seq)
-    _set_text(line, text)
-    _set_ts(line, ts)
-    _set_rank(line, rank)
-    _set_boot(line, boot)
-    _set_style(line, style)
-    return line
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -648,7 +583,7 @@ class HostMonitor:
                 text = texts[k]
                 if "\n" in text or "\r" in text:
                     text = text.translate(_TEXT_BAD)
-                lines.append(_line(first + k, text, tss[k], ranks[k], boot, styles[k] or ""))
+                lines.append(make_line(first + k, text, tss[k], ranks[k], boot, styles[k] or ""))
         lines.reverse()
         self._recent.extend(lines)
         self._pending_lines.extend(lines)
@@ -993,3 +928,29 @@ async def host_boots(
     finally:
         with contextlib.suppress(Exception):
             await backend.close()
+
+
+__all__ = [  # the update types live in kvtui.updates; re-exported for the views that import them from here
+    "CLOSE_GRACE",
+    "INGEST_SLICE",
+    "INGEST_STEP_BUDGET",
+    "MARKER_RULE",
+    "MIN_FLUSH_INTERVAL",
+    "SKIPPED_SLICE",
+    "STORM_BATCH",
+    "STORM_FLUSH_INTERVAL",
+    "STORM_SERVING_INTERVAL",
+    "BootState",
+    "ConnUpdate",
+    "GpuUpdate",
+    "HostMonitor",
+    "LogBatch",
+    "LogLine",
+    "MonitorHost",
+    "MonitorUpdate",
+    "Sink",
+    "engine_hint_for",
+    "host_boots",
+    "line_style",
+    "read_boots",
+]

@@ -48,7 +48,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Final
 
-from kvtui.monitor import LogLine
+from kvtui.updates import LogLine
 
 STRIDE: Final = 32  # one offset kept per STRIDE lines
 _CHUNK_LINES: Final = 4096  # lines read per chunk when scanning (a multiple of STRIDE)

@@ -262,8 +262,8 @@ def _whole_journal(demo: DemoBackend) -> str:
 
 async def test_the_service_plan_refuses_an_unknown_flag_for_every_caller(hosts: Path) -> None:
     """The refusal lives in the plan (kvtui.hosts.service), so the console's apply refuses too."""
+    from kvtui import changes as service
     from kvtui.flags import parse_edit_args
-    from kvtui.hosts import service
 
     cfg = parse_config(HOSTS, hosts)
     backend = DemoBackend("demo", cfg.host("demo"))

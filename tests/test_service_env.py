@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from kvtui import changes as service
 from kvtui.config import HostConfig, load_config
 from kvtui.envedit import EnvEdit, effective_env
 from kvtui.flags import Edit
-from kvtui.hosts import service
 from kvtui.hosts.local import LocalBackend
 
 REAL = Path(__file__).parent / "fixtures" / "real"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from kvtui import changes as service
 from kvtui.config import HostConfig
 from kvtui.flags import get_flag, parse_edit_args
-from kvtui.hosts import service
 from kvtui.hosts.local import LocalBackend
 
 sys.path.insert(0, str(Path(__file__).parent))

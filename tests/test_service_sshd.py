@@ -31,9 +31,9 @@ from pathlib import Path
 
 import pytest
 
+from kvtui import changes as service
 from kvtui.audit import read_entries
 from kvtui.flags import get_flag, parse_edit_args
-from kvtui.hosts import service
 from kvtui.hosts.ssh import SshBackend
 
 sys.path.insert(0, str(Path(__file__).parent))

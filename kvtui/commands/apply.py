@@ -84,7 +84,7 @@ async def apply_main(
     stdin: TextIO,
     clock: Callable[[], float] | None = None,
 ) -> int:
-    from kvtui import envedit, flags
+    from kvtui import changes, envedit, flags
     from kvtui.hosts import service
 
     try:
@@ -107,7 +107,7 @@ async def apply_main(
               file=stderr)
 
     async def make_plan(name: str, host: HostConfig, backend: HostBackend, margin: float | None) -> ApplyPlan:
-        return await service.plan_apply(
+        return await changes.plan_apply(
             name, host, backend, edits,
             restart=bool(args.restart), force=bool(args.force),
             rollback_on_failure=bool(args.rollback_on_failure), timeout=float(args.timeout),

@@ -45,8 +45,8 @@ async def rollback_main(
     stdin: TextIO,
     clock: Callable[[], float] | None = None,
 ) -> int:
+    from kvtui import changes
     from kvtui.commands.apply import plan_and_execute
-    from kvtui.hosts import service
 
     if args.timeout is not None and args.timeout <= 0:
         print(f"kvtui rollback: --timeout {args.timeout:g}: expected a number of seconds above 0", file=stderr)
@@ -55,7 +55,7 @@ async def rollback_main(
     async def make_plan(
         name: str, host: HostConfig, backend: HostBackend, _margin: float | None
     ) -> ApplyPlan:
-        return await service.plan_rollback(
+        return await changes.plan_rollback(
             name, host, backend, to=args.to, restart=bool(args.restart),
             timeout=float(args.timeout), clock=clock or time.time,
         )

@@ -40,7 +40,8 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Model, Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
-from kvtui.monitor import BootState, ConnUpdate, HostMonitor, LogBatch, MonitorUpdate
+from kvtui.monitor import HostMonitor
+from kvtui.updates import BootState, ConnUpdate, LogBatch, MonitorUpdate
 
 _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 CLOSE_LIMIT = 1.5  # seconds for closing the host, then as much for its streams to end, after the wait

@@ -1,6 +1,7 @@
 """The ``HostBackend`` protocol: what every host (SSH, local, demo) offers the monitor and service.
 
-CONTRACT shared by ``ssh.py``, ``local.py``, ``demo.py``, ``monitor.py`` and ``service.py``.
+CONTRACT shared by ``ssh.py``, ``local.py``, ``demo.py``, ``monitor.py`` and ``service/``: the
+monitor reads the streams; the service speaks only to ``service_ops()`` (a ``HostOps``).
 """
 
 from __future__ import annotations
@@ -9,10 +10,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from kvtui.engines.events import LogRecord
 from kvtui.gpu import GpuProcess, GpuSample
+
+if TYPE_CHECKING:
+    from kvtui.hosts.service.model import HostOps
 
 
 class ConnState(StrEnum):
@@ -152,6 +156,11 @@ class HostBackend(Protocol):
 
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
         """Run one shell command (built by ``kvtui.hosts.commands``) on the host."""
+        ...
+
+    def service_ops(self) -> HostOps:
+        """How the guarded service (``kvtui.hosts.service``) finds, reads, backs up and writes the
+        server's flags here, and restarts the server: the one thing the service speaks to."""
         ...
 
 

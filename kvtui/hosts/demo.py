@@ -68,6 +68,7 @@ from kvtui.hosts.demo_models import (
 
 if TYPE_CHECKING:
     from kvtui.config import HostConfig
+    from kvtui.hosts.service.model import HostOps
 
 STATE_FORMAT = 1
 MAX_EPOCHS = 32  # older epochs (and their boots) are forgotten, like a vacuumed journal
@@ -787,6 +788,12 @@ class DemoBackend:
             self._wake[1].set()  # wake the streams' sleeps: they see ``_closed`` and end
             self._wake = None
         self._status = ConnStatus(ConnState.CLOSED, "closed")
+
+    def service_ops(self) -> HostOps:
+        """The guarded service's operations here (``kvtui.hosts.service``)."""
+        from kvtui.hosts.demo_ops import DemoOps
+
+        return DemoOps(self)
 
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
         return CommandResult(command, 127, "", "demo host runs no shell commands\n")

@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from kvtui.boot import BootTracker
 from kvtui.engines.events import Engine, LogRecord
@@ -47,6 +47,9 @@ from kvtui.liveness import (
     proc_state,
     read_pid,
 )
+
+if TYPE_CHECKING:
+    from kvtui.hosts.service.model import HostOps
 
 MAX_LINE_BYTES: Final = 1 << 20  # longer lines are cut (the rest up to the newline dropped)
 READ_CHUNK: Final = 256 << 10  # small enough that splitting one chunk never stalls the event loop
@@ -835,6 +838,12 @@ class LocalBackend:
         return await asyncio.to_thread(_pids_of, props.get("MainPID", ""), props.get("ControlGroup", ""))
 
     # -- commands --------------------------------------------------------------------------------
+
+    def service_ops(self) -> HostOps:
+        """The guarded service's operations here (``kvtui.hosts.service``)."""
+        from kvtui.hosts.service.shell import ShellOps
+
+        return ShellOps(self)
 
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
         try:

@@ -33,7 +33,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import asyncssh
 
@@ -46,6 +46,9 @@ from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts import commands as C
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart, RecordBlock
 from kvtui.liveness import DOCKER_STATE_FORMAT, FRESH_SLACK_S, PidWatch, exit_record, parse_docker_state
+
+if TYPE_CHECKING:
+    from kvtui.hosts.service.model import HostOps
 
 READ_CHUNK: Final = 1 << 18
 MAX_QUEUED_BATCHES: Final = 64  # per stream: at most this many chunks (of READ_CHUNK bytes) read ahead
@@ -1125,6 +1128,12 @@ class SshBackend:
         self._wake()
 
     # -- one-shot commands ----------------------------------------------------------------------
+
+    def service_ops(self) -> HostOps:
+        """The guarded service's operations here (``kvtui.hosts.service``)."""
+        from kvtui.hosts.service.shell import ShellOps
+
+        return ShellOps(self)
 
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
         """Run one shell command; waits (up to ``timeout``) while reconnecting."""

@@ -17,6 +17,7 @@ from textual.notifications import SeverityLevel
 from textual.widget import Widget
 from textual.worker import Worker, WorkerState
 
+from kvtui import changes
 from kvtui.boot import Boot, BootStatus
 from kvtui.config import CalcConfig, HostConfig, UiConfig
 from kvtui.engines.events import Engine
@@ -680,7 +681,7 @@ class HostPane(Vertical):
         try:
             banner.start(f"apply on {self.host_name}", "reading the server's flags…")
             try:
-                plan = await service.plan_apply(
+                plan = await changes.plan_apply(
                     self.host_name, self.spec.config, backend, edits, restart=True, boots=self._known_boots(),
                     graph_margin_gib=self.calc_config.graph_margin_gib, clock=self.clock,
                 )
@@ -710,7 +711,7 @@ class HostPane(Vertical):
         try:
             banner.start(f"rollback on {self.host_name}", "looking for kvtui's backups…")
             try:
-                plan = await service.plan_rollback(self.host_name, self.spec.config, backend, restart=True,
+                plan = await changes.plan_rollback(self.host_name, self.spec.config, backend, restart=True,
                                                    boots=self._known_boots(),
                                                    graph_margin_gib=self.calc_config.graph_margin_gib,
                                                    clock=self.clock)

@@ -1,0 +1,201 @@
+"""Following a restart: a ``BootFollower`` reads the host's log from *now* on its own stream
+(next to the monitor's), the restart is issued, and the first new boot that is ready or failed
+(or whose argument dump contradicts the edits) ends the wait; heartbeats say where it is."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+from kvtui import flags as fl
+from kvtui import fmt
+from kvtui.boot import Boot, BootStatus, BootTracker
+from kvtui.engines.events import Engine
+from kvtui.engines.parse import LineParser
+from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
+from kvtui.hosts.backend import BackendError, HostBackend, LogStart, aclose_iter
+from kvtui.hosts.service.model import ProgressFn, ServiceError
+from kvtui.hosts.service.plan import one_line
+
+
+class RestartFailed(Exception):
+    def __init__(self, error: ServiceError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+async def follow_restart(
+    backend: HostBackend,
+    engine: Engine | None,
+    say: ProgressFn,
+    trigger: Callable[[], Awaitable[None]],
+    *,
+    timeout: float,
+    expect: Sequence[fl.Edit] = (),
+    settle: float,
+    heartbeat: ProgressFn | None = None,
+) -> tuple[BootFollower, Boot | None]:
+    """Start following the log, issue the restart, wait for the new boot to end (None: timed
+    out). A failed ``trigger`` raises ``RestartFailed``."""
+    follower = BootFollower(backend, engine, progress=say, heartbeat=heartbeat)
+    await follower.start(settle)
+    try:
+        try:
+            follower.mark()
+            await trigger()
+            follower.triggered()
+        except ServiceError as exc:
+            raise RestartFailed(exc) from exc
+        boot = await follower.wait(timeout, expect=expect)
+    finally:
+        await follower.close()
+    return follower, boot
+
+
+def timed_out(say: ProgressFn, follower: BootFollower, timeout: float) -> tuple[Boot | None, int, str]:
+    last = follower.last_phase()
+    say(f"timed out after {timeout:g} s waiting for the new boot" + (f" (last phase: {last})" if last
+                                                                     else " (no boot seen)"))
+    return follower.current(), EXIT_TIMEOUT, "timeout"
+
+
+def boot_result(say: ProgressFn, boot: Boot) -> tuple[Boot, int, str]:
+    if boot.status is BootStatus.READY:
+        say("the new boot is ready")
+        return boot, EXIT_OK, "ready"
+    fail = boot.failure
+    if fail is not None:
+        where = f" in {fail.phase.value}" if fail.phase else ""
+        say(f"the new boot failed{where}: {fail.kind.value}: {one_line(fail.message, 200)}")
+        if fail.hint:
+            say(f"hint: {fail.hint}")
+    else:
+        say(f"the new boot ended: {boot.status.value}")
+    return boot, EXIT_FAILED, "failed"
+
+
+class BootFollower:
+    """Follows a host's log from *now* and tracks the boots that start from here on."""
+
+    def __init__(
+        self,
+        backend: HostBackend,
+        engine: Engine | None,
+        *,
+        progress: ProgressFn | None = None,
+        heartbeat: ProgressFn | None = None,
+    ) -> None:
+        hint = engine if engine in (Engine.SGLANG, Engine.VLLM) else None
+        self._backend = backend
+        self._parser = LineParser(hint)
+        self._tracker = BootTracker(hint, max_boots=16)
+        self._progress = progress
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+        self._phase_seen: dict[int, str] = {}
+        self._before: set[int] = set()  # boots seen before the restart was issued (ignored)
+        self._during: set[int] = set()  # boots that began while it ran (trusted once they end)
+        self._marked = False
+        self._heartbeat = heartbeat
+        self._last_out: float | None = None  # loop time of the last progress line
+
+    async def start(self, settle: float) -> None:
+        self._task = asyncio.create_task(self._pump(), name="kvtui-boot-follower")
+        await asyncio.sleep(0)
+        await asyncio.sleep(settle)
+
+    async def _pump(self) -> None:
+        it = self._backend.follow_log(LogStart.NEXT_BOOT)
+        try:
+            async for batch in it:
+                for rec in batch:
+                    for parsed in self._parser.feed(rec):
+                        self._tracker.feed(parsed)
+                self._report()
+                self._changed.set()
+        except BackendError as exc:
+            self._error = exc
+            self._changed.set()
+        finally:
+            await aclose_iter(it)
+
+    def _report(self) -> None:
+        if self._progress is None:
+            return
+        for i, b in enumerate(self._tracker.boots):
+            if b.phase is not None and self._phase_seen.get(i) != b.phase.value:
+                self._phase_seen[i] = b.phase.value
+                self._progress(f"boot: {b.phase.value}")
+                self._last_out = asyncio.get_running_loop().time()
+
+    def _beat(self, now: float, since: float) -> None:
+        """A heartbeat when nothing was said for ``fmt.HEARTBEAT_S``: the new boot's phase and
+        its progress (shards, batches), or that none has started yet."""
+        if self._heartbeat is None:
+            return
+        if self._last_out is None:
+            self._last_out = since
+        if now - self._last_out < fmt.HEARTBEAT_S:
+            return
+        self._last_out = now
+        boot = self.current()
+        where = (f"the new boot is in {fmt.boot_progress(boot)}" if boot is not None and boot.phases
+                 else "no new boot has started yet")
+        self._heartbeat(f"… still waiting after {fmt.duration(now - since)}: {where}")
+
+    def mark(self) -> None:
+        """Call right before issuing the restart: boots seen so far belong to the old server."""
+        self._before = {id(b) for b in self._tracker.boots}
+        self._marked = True
+
+    def triggered(self) -> None:
+        """Call when the restart command returned."""
+        self._during = {id(b) for b in self._tracker.boots} - self._before
+
+    def _candidates(self) -> list[Boot]:
+        """Boots begun after the mark, except those stopped (by the restart itself, or an
+        automatic restart of the old unit that the restart replaced)."""
+        return [b for b in self._tracker.boots if id(b) not in self._before and b.status is not BootStatus.STOPPED]
+
+    def current(self) -> Boot | None:
+        c = self._candidates()
+        return c[-1] if c else None
+
+    def last_phase(self) -> str | None:
+        b = self.current()
+        return None if b is None or b.phase is None else b.phase.value
+
+    async def wait(self, timeout: float, expect: Iterable[fl.Edit] = ()) -> Boot | None:
+        """The first boot that is ready or failed (None on timeout). A boot whose argument dump
+        contradicts ``expect`` is returned as soon as its dump is seen."""
+        loop = asyncio.get_running_loop()
+        since = loop.time()
+        deadline = since + timeout
+        expect = list(expect)
+        while True:
+            self._beat(loop.time(), since)
+            for b in self._candidates():
+                if b.status in (BootStatus.READY, BootStatus.FAILED):
+                    return b
+                # a boot that began after the restart returned and runs other flags: not in effect
+                if id(b) not in self._during and b.flags and expect and fl.check_dump(b.engine, b.flags, expect):
+                    return b
+            if self._error is not None:
+                raise ServiceError(f"lost the host's log while following the new boot: {self._error}", EXIT_INPUT)
+            left = deadline - loop.time()
+            if left <= 0:
+                return None
+            self._changed.clear()
+            nap = min(left, 1.0)
+            if self._heartbeat is not None and self._last_out is not None:  # wake for the next heartbeat
+                nap = min(nap, max(0.01, self._last_out + fmt.HEARTBEAT_S - loop.time()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), nap)
+
+    async def close(self, grace: float = 5.0) -> None:
+        """Stop following (bounded: a backend that is slow to let go is left to finish alone)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.wait({self._task}, timeout=grace)
