@@ -142,7 +142,7 @@ async def plan_and_execute(
         except service.ServiceError as exc:
             print(f"kvtui {verb}: {exc}", file=stderr)
             return exc.code
-        stdout.write(plan.render())
+        stdout.write(service.render_plan(plan))
         stdout.flush()
         return await confirm_and_execute(plan, backend, args, stdout=stdout, stderr=stderr, stdin=stdin,
                                          clock=clock, verb=verb)

@@ -96,7 +96,7 @@ from kvtui.hosts.service.prepare import (
     read_remote_file,
     restart_unavailable,
 )
-from kvtui.hosts.service.render import outcome_headline, render_prediction
+from kvtui.hosts.service.render import outcome_headline, render_plan, render_prediction
 from kvtui.hosts.service.shell import ShellOps
 from kvtui.hosts.service.verify import check_systemd_env
 
@@ -136,6 +136,7 @@ __all__ = [
     "plan_restart",
     "plan_rollback",
     "read_remote_file",
+    "render_plan",
     "render_prediction",
     "restart",
     "restart_unavailable",

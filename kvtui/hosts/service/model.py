@@ -116,12 +116,6 @@ class ApplyPlan:
         """Where the file as it is now is saved: the backup (apply) or the pre-rollback copy."""
         return self.pre_rollback_path if self.action == "rollback" and self.pre_rollback_path else self.backup_path
 
-    def render(self) -> str:
-        """The human view: file, diff, commands, prediction, refusals."""
-        from kvtui.hosts.service.render import render_plan
-
-        return render_plan(self)
-
     def to_json(self) -> dict[str, object]:
         return {
             "host": self.name,
