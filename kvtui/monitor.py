@@ -44,6 +44,7 @@ from kvtui.hosts.backend import (
     RecordBlock,
     aclose_iter,
 )
+from kvtui.retry import doubling
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, LogLine, MonitorUpdate, make_line
 
 if TYPE_CHECKING:
@@ -398,7 +399,7 @@ class HostMonitor:
             self._dirty.set()
 
     async def _start_backend(self) -> bool:
-        delay = 0.5
+        pace = doubling(0.5)
         while not self._closed.is_set():
             try:
                 await self.backend.start()
@@ -409,10 +410,10 @@ class HostMonitor:
                     state = st.state if st.state in _NON_RETRYABLE else ConnState.FAILED  # given up
                     self._set_status(ConnStatus(state, detail, None, st.fingerprint, st.strict_host_key))
                     return False
+                delay = pace.next()
                 self._set_status(ConnStatus(ConnState.RECONNECTING, detail, delay, st.fingerprint, st.strict_host_key))
                 if await self._sleep(delay):
                     return False
-                delay = min(delay * 2, 30.0)
                 continue
             self._poll_status()
             return True
@@ -431,7 +432,7 @@ class HostMonitor:
 
     async def _log_loop(self) -> None:
         cursor = self.spool.last_cursor if self._resume else None
-        delay = 0.5
+        pace = doubling(0.5)
         blocks = isinstance(self.backend, BlockLogSource)
         while not self._closed.is_set():
             it: AsyncIterator[list[LogRecord]] | AsyncIterator[RecordBlock] | None = None
@@ -442,7 +443,7 @@ class HostMonitor:
                     it = self.backend.follow_log(self.start_mode, after_cursor=cursor)
                 assert it is not None
                 async for batch in it:
-                    delay = 0.5
+                    pace.reset()
                     if self._stream_note:
                         self._stream_note = ""
                         self._poll_status()
@@ -458,9 +459,8 @@ class HostMonitor:
                 self._poll_status()
                 if self.backend.status().state in _NON_RETRYABLE:
                     return
-                if await self._sleep(delay):
+                if await self._sleep(pace.next()):
                     return
-                delay = min(delay * 2, 30.0)
                 continue
             finally:
                 if it is not None:
@@ -704,13 +704,13 @@ class HostMonitor:
     # -- GPUs ----------------------------------------------------------------------------------------
 
     async def _gpu_loop(self) -> None:
-        delay = 1.0
+        pace = doubling(1.0)
         while not self._closed.is_set():
             it: AsyncIterator[list[GpuSample]] | None = None
             try:
                 it = self.backend.gpu_stream(self.gpu_interval)
                 async for samples in it:
-                    delay = 1.0
+                    pace.reset()
                     self._on_gpu(samples)
             except BackendError as exc:
                 if self._closed.is_set():
@@ -722,9 +722,8 @@ class HostMonitor:
                     self._on_gpu([replace(s, stale=True) for s in self.latest_gpus], record=False)
                 if self.backend.status().state in _NON_RETRYABLE:
                     return
-                if await self._sleep(delay):
+                if await self._sleep(pace.next()):
                     return
-                delay = min(delay * 2, 30.0)
                 continue
             finally:
                 if it is not None:

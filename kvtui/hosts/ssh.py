@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import itertools
 import json
-import random
 import re
 import signal
 import time
@@ -46,6 +45,7 @@ from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts import commands as C
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart, RecordBlock
 from kvtui.liveness import DOCKER_STATE_FORMAT, FRESH_SLACK_S, PidWatch, exit_record, parse_docker_state
+from kvtui.retry import Backoff
 
 if TYPE_CHECKING:
     from kvtui.hosts.service.model import HostOps
@@ -63,29 +63,6 @@ _PLUS_ONE: Final = (1).__add__
 # ~3 vs ~5 ms per MB), then asyncssh's defaults (chacha20-poly1305, AES-CTR) for servers without it.
 PREFERRED_CIPHERS: Final = "^aes128-gcm@openssh.com,aes256-gcm@openssh.com"
 _DEFAULT_CIPHERS: Final = tuple(asyncssh.encryption.get_default_encryption_algs())
-
-
-class Backoff:
-    """Capped exponential backoff with jitter: attempt ``n`` waits ``min(cap, initial * 2**n)``
-    scaled by a random factor in ``[1 - jitter, 1]``; the first attempt after a reset waits
-    ``first`` (0: reconnect at once after a drop)."""
-
-    def __init__(self, initial: float = 0.5, cap: float = 30.0, *, first: float = 0.0, jitter: float = 0.5,
-                 rng: random.Random | None = None) -> None:
-        self.initial, self.cap, self.first, self.jitter = initial, cap, first, jitter
-        self.rng = rng or random.Random()
-        self.attempt = 0
-
-    def next(self) -> float:
-        n = self.attempt
-        self.attempt += 1
-        if n == 0:
-            return self.first
-        base = min(self.cap, self.initial * (2.0 ** (n - 1)))
-        return base * (1.0 - self.jitter * self.rng.random())
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 class _Fatal(Exception):
