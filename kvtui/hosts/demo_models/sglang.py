@@ -1,0 +1,768 @@
+"""The SGLang 0.5.x boot, simulated: its argument parser, the resolved server arguments, distributed
+init, weights, the KV pool (``rest = A - P*(1 - f)``), CUDA graph capture, a draft model, and the
+engine's own failures and texts."""
+
+from __future__ import annotations
+
+import math
+import random
+import shlex
+from collections.abc import Mapping, Sequence
+
+from kvtui.hosts.demo_models.presets import GIB, MODELS, QWEN3_32B_EAGLE3, ModelSpec
+from kvtui.hosts.demo_models.script import (
+    _BOOL,
+    ArgError,
+    BootInput,
+    BootScript,
+    ServingFacts,
+    _arg_float,
+    _arg_int,
+    _capture_bar,
+    _kv_dtype,
+    _parse_options,
+    _shard_bar,
+    _Sim,
+    _site_packages,
+    _visible_gpus,
+    torch_size,
+)
+
+# dest name -> (type, default). Order = the order of ServerArgs fields in the engine's dump.
+SGLANG_ARGS: dict[str, tuple[str, object]] = {
+    "model_path": ("str", None),
+    "tokenizer_path": ("str", None),
+    "tokenizer_mode": ("str", "auto"),
+    "skip_tokenizer_init": (_BOOL, False),
+    "load_format": ("str", "auto"),
+    "trust_remote_code": (_BOOL, False),
+    "context_length": ("int", None),
+    "is_embedding": (_BOOL, False),
+    "revision": ("str", None),
+    "host": ("str", "127.0.0.1"),
+    "port": ("int", 30000),
+    "skip_server_warmup": (_BOOL, False),
+    "dtype": ("str", "auto"),
+    "quantization": ("str", None),
+    "kv_cache_dtype": ("str", "auto"),
+    "mem_fraction_static": ("float", None),
+    "max_running_requests": ("int", None),
+    "max_queued_requests": ("int", None),
+    "max_total_tokens": ("int", None),
+    "chunked_prefill_size": ("int", None),
+    "max_prefill_tokens": ("int", 16384),
+    "schedule_policy": ("str", "fcfs"),
+    "schedule_conservativeness": ("float", 1.0),
+    "page_size": ("int", None),
+    "device": ("str", "cuda"),
+    "tp_size": ("int", 1),
+    "pp_size": ("int", 1),
+    "stream_interval": ("int", 1),
+    "random_seed": ("int", None),
+    "watchdog_timeout": ("float", 300.0),
+    "log_level": ("str", "info"),
+    "log_requests": (_BOOL, False),
+    "api_key": ("str", None),
+    "served_model_name": ("str", None),
+    "reasoning_parser": ("str", None),
+    "tool_call_parser": ("str", None),
+    "dp_size": ("int", 1),
+    "load_balance_method": ("str", "round_robin"),
+    "attention_backend": ("str", None),
+    "speculative_algorithm": ("str", None),
+    "speculative_draft_model_path": ("str", None),
+    "speculative_num_steps": ("int", None),
+    "speculative_eagle_topk": ("int", None),
+    "speculative_num_draft_tokens": ("int", None),
+    "ep_size": ("int", 1),
+    "enable_dp_attention": (_BOOL, False),
+    "disable_radix_cache": (_BOOL, False),
+    "cuda_graph_max_bs": ("int", None),
+    "disable_cuda_graph": (_BOOL, False),
+    "enable_torch_compile": (_BOOL, False),
+    "enable_mixed_chunk": (_BOOL, False),
+    "enable_metrics": (_BOOL, False),
+}
+
+
+_ALIASES: dict[str, str] = {
+    "tp": "tp_size",
+    "tensor_parallel_size": "tp_size",
+    "dp": "dp_size",
+    "data_parallel_size": "dp_size",
+    "pp": "pp_size",
+    "pipeline_parallel_size": "pp_size",
+    "ep": "ep_size",
+    "expert_parallel_size": "ep_size",
+    "model": "model_path",
+}
+
+
+_OPTION_NAMES: dict[str, str] = {"--" + k.replace("_", "-"): k for k in SGLANG_ARGS} | {
+    "--" + k.replace("_", "-"): v for k, v in _ALIASES.items()
+}
+
+
+def parse_sglang_args(args: Sequence[str]) -> dict[str, object]:
+    """The engine's argparse: ``--k v`` / ``--k=v``, unique-prefix abbreviations, typed values."""
+    values = _parse_options(args, SGLANG_ARGS, _OPTION_NAMES)
+    if "model_path" not in values:
+        raise ArgError("the following arguments are required: --model-path")
+    return values
+
+
+CAPTURE_FAILED_HELP = (
+    "Possible solutions:",
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)",
+    "3. disable torch compile by not using --enable-torch-compile",
+    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)",
+    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose ",
+)
+
+
+def default_capture_bs(max_bs: int) -> list[int]:
+    """SGLang's batch sizes to capture, ascending, up to ``max_bs``."""
+    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 1025, 16)]
+    return [b for b in sizes if b <= max_bs]
+
+
+class _SglangBoot:
+    def __init__(self, inp: BootInput) -> None:
+        self.inp = inp
+        ms = inp.env.get("SGLANG_LOG_MS", "0").strip().lower() in ("1", "true", "yes")
+        self.sim = _Sim(inp, ms)
+        rng = random.Random(f"pids:{inp.seed}:{inp.boot_no}")
+        self.main_pid = rng.randrange(2000, 60000)
+        self.exe = inp.argv[0] if inp.argv else "python"
+        self.site = _site_packages(self.exe)
+        self.jit = random.Random(f"timing:{inp.seed}:{shlex.join(inp.argv)}")
+        self.rank_pids: dict[int, int] = {}
+        self.aux_pids: tuple[int, ...] = ()
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _fail(self, sim_t: float, *, code: str, status: str, result: str) -> BootScript:
+        for gpu in list(self.sim.mem):
+            self.sim.mem_frame(gpu, sim_t, self.sim.mem[gpu][-1][1])
+            self.sim.mem_frame(gpu, sim_t, 0.0)
+        self.sim.util_frame(sim_t, 0.0)
+        return BootScript(
+            start=self.inp.start,
+            lines=self.sim.sorted_lines(eof=self.sim.at(sim_t)),
+            outcome="failed",
+            end_t=self.sim.at(sim_t),
+            exit_code=code,
+            exit_status=status,
+            result=result,
+            main_pid=self.main_pid,
+            rank_pids=self.rank_pids,
+            aux_pids=self.aux_pids,
+            exe=self.exe,
+            mem=self.sim.mem,
+            util=self.sim.util,
+            speed=self.inp.speed,
+        )
+
+    def _traceback(self, frames: Sequence[tuple[str, int, str, str]]) -> list[str]:
+        out = ["Traceback (most recent call last):"]
+        for path, lineno, func, code in frames:
+            out.append(f'  File "{self.site}/sglang/{path}", line {lineno}, in {func}')
+            out.append(f"    {code}")
+        return out
+
+    def _scheduler_frames(self) -> list[tuple[str, int, str, str]]:
+        return [
+            ("srt/managers/scheduler.py", 3061, "run_scheduler_process", "scheduler = Scheduler("),
+            ("srt/managers/scheduler.py", 362, "__init__", "self.init_model_worker()"),
+            ("srt/managers/scheduler.py", 518, "init_model_worker", "self.init_tp_model_worker()"),
+            (
+                "srt/managers/scheduler.py",
+                476,
+                "init_tp_model_worker",
+                "self.tp_worker = TpModelWorker(**worker_kwargs)",
+            ),
+            ("srt/managers/tp_worker.py", 247, "__init__", "self._init_model_runner()"),
+            ("srt/managers/tp_worker.py", 330, "_init_model_runner", "self._model_runner = ModelRunner("),
+            ("srt/model_executor/model_runner.py", 412, "__init__", "self.initialize(pre_model_load_memory)"),
+        ]
+
+    def _die(self, sim_t: float, rank_tag: str, pid: int, lines: Sequence[str]) -> BootScript:
+        """A scheduler raised: its traceback, the main process's SIGQUIT, the process tree killed."""
+        first, *rest = lines
+        self.sim.emit(sim_t, f"Scheduler hit an exception: {first}", pid, tag=rank_tag)
+        for i, text in enumerate(rest):
+            self.sim.emit(sim_t + 0.0001 * (i + 1), text, pid, raw=True)
+        t = sim_t + 0.35
+        self.sim.emit(t, "Received sigquit from a child process. It usually means the child failed.", self.main_pid)
+        return self._fail(t + 0.25, code="killed", status="9/KILL", result="signal")
+
+    # -- the boot -------------------------------------------------------------------------------
+
+    def run(self) -> BootScript:
+        inp, sim, jit = self.inp, self.sim, self.jit
+        preset, gpu = inp.preset, inp.gpu
+        new_fmt = preset.version >= "0.5.14"
+        argv = list(inp.argv)
+        # python -m sglang.launch_server ARGS
+        if len(argv) < 3 or argv[1] != "-m" or argv[2] not in ("sglang.launch_server", "sglang.srt.server"):
+            text = f"{self.exe}: No module named {argv[2] if len(argv) > 2 else 'sglang'}"
+            sim.emit(0.3, text, self.main_pid, raw=True)
+            return self._fail(0.35, code="exited", status="1/FAILURE", result="exit-code")
+        try:
+            args = parse_sglang_args(argv[3:])
+        except ArgError as exc:
+            sim.emit(
+                1.6,
+                "usage: launch_server.py [-h] --model-path MODEL_PATH [--tokenizer-path TOKENIZER_PATH] [...]",
+                self.main_pid,
+                raw=True,
+            )
+            sim.emit(1.6001, f"launch_server.py: error: {exc}", self.main_pid, raw=True)
+            return self._fail(1.65, code="exited", status="2/INVALIDARGUMENT", result="exit-code")
+
+        model_path = str(args["model_path"])
+        model = MODELS.get(model_path.rstrip("/"), preset.model)
+        tp = _arg_int(args, "tp_size", 1)
+        visible = _visible_gpus(inp.env, gpu.count)
+        spec = args.get("speculative_algorithm")
+        draft: ModelSpec | None = None
+        if spec:
+            draft_path = str(args.get("speculative_draft_model_path") or "")
+            draft = MODELS.get(draft_path.rstrip("/")) or QWEN3_32B_EAGLE3
+
+        # ---- resolved server args (ServerArgs.__post_init__) -------------------------------
+        chunk = _arg_int(args, "chunked_prefill_size", 8192)
+        max_bs = _arg_int(args, "cuda_graph_max_bs", 256 if tp < 4 else 512)
+        if "mem_fraction_static" in args:
+            frac = _arg_float(args, "mem_fraction_static", 0.0)
+        else:
+            reserved = 512 + max(chunk, 2048) * 1.5 + max_bs * 2 + tp / 8 * 1024
+            if gpu.total_mib > 60 * 1024:
+                reserved = max(reserved, 10240)
+            if spec:
+                reserved += 4096
+            frac = round((gpu.total_mib - reserved) / gpu.total_mib, 3)
+        page = max(1, _arg_int(args, "page_size", 1))
+        kv_torch, kv_bytes = _kv_dtype(args.get("kv_cache_dtype"), model.dtype)
+        rseed = args.get("random_seed")
+        if rseed is None:
+            rseed = random.Random(f"rseed:{inp.seed}:{inp.boot_no}").randrange(1, 2**30)
+        resolved: dict[str, object] = dict(args)
+        resolved.update(
+            tokenizer_path=args.get("tokenizer_path") or model_path,
+            served_model_name=args.get("served_model_name") or model_path,
+            mem_fraction_static=frac,
+            chunked_prefill_size=chunk,
+            cuda_graph_max_bs=max_bs,
+            page_size=page,
+            random_seed=rseed,
+        )
+        if spec:
+            resolved.setdefault("speculative_num_steps", 3)
+            resolved.setdefault("speculative_eagle_topk", 1)
+            resolved.setdefault("speculative_num_draft_tokens", 4)
+        dump = ", ".join(f"{k}={resolved.get(k, d)!r}" for k, (_, d) in SGLANG_ARGS.items())
+        t = 3.6 + jit.uniform(0.0, 0.8)
+        sim.emit(t, f"server_args=ServerArgs({dump})", self.main_pid)
+
+        if tp > len(visible) or tp < 1:
+            tb = [
+                *self._traceback(self._scheduler_frames()[:1]),
+                "RuntimeError: CUDA error: invalid device ordinal",
+                "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+                "below might be incorrect.",
+                "",
+            ]
+            return self._die(t + 2.0, " TP0" if tp > 1 else "", self.main_pid + 2, tb)
+
+        ranks = list(range(tp))
+        phys = {r: visible[r] for r in ranks}
+        self.rank_pids = {phys[r]: self.main_pid + 2 + r for r in ranks}
+        self.aux_pids = (self.main_pid + 2 + tp,)
+        tag = {r: (f" TP{r}" if tp > 1 else "") for r in ranks}
+        pid = {r: self.main_pid + 2 + r for r in ranks}
+        hw = random.Random(f"hw:{inp.seed}")  # the same cards every boot: per-GPU constants
+        ctx_gib = {g: 0.86 + 0.04 * hw.random() for g in range(gpu.count)}
+        for r in ranks:
+            sim.mem_frame(phys[r], 0.0, 0.0)
+
+        # ---- P1 distributed init ------------------------------------------------------------
+        t0 = t + 3.2 + jit.uniform(0.0, 0.6)
+        free0: dict[int, float] = {}
+        p_r: dict[int, float] = {}
+        for r in ranks:
+            g = phys[r]
+            foreign = inp.foreign.mib / 1024.0 if inp.foreign and inp.foreign.gpu == g else 0.0
+            free0[r] = gpu.total_gib - gpu.idle_mib / 1024.0 - foreign
+            p_r[r] = free0[r] - ctx_gib[g]
+            sim.emit(t0 + 0.03 * r, "Init torch distributed begin.", pid[r], tag=tag[r])
+            sim.mem_frame(g, t0 + 0.03 * r, 0.0)
+        t1 = t0 + 3.3
+        big_p = min(p_r.values())
+        for r in ranks:
+            el = 3.2 + 0.4 * jit.random()
+            sim.emit(
+                t1 + 0.04 * r,
+                f"Init torch distributed ends. elapsed={self.sim.real(el):.2f} s, mem usage={ctx_gib[phys[r]]:.2f} GB",
+                pid[r],
+                tag=tag[r],
+            )
+            sim.mem_frame(phys[r], t1 + 0.04 * r, ctx_gib[phys[r]] * 1024)
+            if tp > 1 and big_p < p_r[r] * 0.9:
+                sim.emit(
+                    t1 + 0.04 * r + 0.001,
+                    "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+                    f"min_per_gpu_memory={big_p}, local_gpu_memory={p_r[r]}, "
+                    f"local_gpu_memory * 0.9={p_r[r] * 0.9}",
+                    pid[r],
+                    tag=tag[r],
+                )
+        sim.util_frame(t1, 2.0)
+
+        # ---- P2 weights -------------------------------------------------------------------
+        t2 = t1 + 0.5
+        w_r = model.weights_gib / tp + model.replicated_gib
+        for r in ranks:
+            sim.emit(t2 + 0.03 * r, f"Load weight begin. avail mem={p_r[r]:.2f} GB", pid[r], tag=tag[r])
+        for r in ranks:
+            sim.mem_frame(phys[r], t2 + 0.4, ctx_gib[phys[r]] * 1024)
+        load_s = model.load_seconds * (8 / max(tp, 1)) ** 0.35
+        t_load_end = self._shards(t2 + 0.4, load_s, model.shards, ranks, phys, ctx_gib, w_r, pid[0])
+        a_r = {r: p_r[r] - w_r for r in ranks}
+        quant = f"quant={model.quant}, " if model.quant else ""
+        for r in ranks:
+            sim.emit(
+                t_load_end + 0.05 * r,
+                f"Load weight end. elapsed={self.sim.real(t_load_end - t2):.2f} s, type={model.arch}, "
+                f"{quant}avail mem={a_r[r]:.2f} GB, mem usage={w_r:.2f} GB.",
+                pid[r],
+                tag=tag[r],
+            )
+        big_a = min(a_r.values())
+
+        # ---- P3 KV pool -------------------------------------------------------------------
+        context_len = _arg_int(args, "context_length", model.max_context)
+        cell = model.cell_bytes(tp, kv_bytes)
+        sizing_cell = float(cell)
+        if draft is not None and new_fmt:
+            sizing_cell = cell * (1 + draft.layers / model.layers)
+        rest = big_a - big_p * (1 - frac)
+        tokens = int(int(rest * GIB) // sizing_cell) if rest > 0 else math.floor(rest * GIB / sizing_cell)
+        cap = _arg_int(args, "max_total_tokens", 0) if "max_total_tokens" in args else None
+        t3 = t_load_end + 0.05 * tp + 0.3
+        if cap is not None and tokens > 0:
+            if cap > tokens:
+                for r in ranks:
+                    sim.emit(
+                        t3 + 0.01 * r,
+                        f"max_total_tokens={cap} is larger than the profiled value {tokens}. "
+                        "Use the profiled value instead.",
+                        pid[r],
+                        tag=tag[r],
+                    )
+            tokens = min(tokens, cap)
+        tokens = tokens // page * page
+        sim.emit(t3 + 0.05, f"Using KV cache dtype: {kv_torch}", pid[0], tag=tag[0])
+        if tokens <= 0:
+            tb = [
+                *self._traceback(
+                    [
+                        *self._scheduler_frames(),
+                        ("srt/model_executor/model_runner.py", 611, "initialize", "self.init_memory_pool("),
+                        (
+                            "srt/model_executor/model_runner_kv_cache_mixin.py",
+                            402,
+                            "init_memory_pool",
+                            "self.max_total_num_tokens = self.profile_max_num_token(total_gpu_memory)",
+                        ),
+                        ("srt/model_executor/pool_configurator.py", 118, "calculate_pool_sizes", "raise RuntimeError("),
+                    ]
+                ),
+                "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+                f"Current value: mem_fraction_static={frac}",
+                "",
+            ]
+            return self._die(t3 + 0.3, tag[0], pid[0], tb)
+
+        if "max_running_requests" in args:
+            mrr = _arg_int(args, "max_running_requests", 1)
+        else:
+            mrr = min(max(int(tokens / context_len * 512), 2048), 4096)
+        mrr = max(1, min(mrr, max(tokens // 2, 1)))
+        draft_tokens = _arg_int(resolved, "speculative_num_draft_tokens", 0) if spec else 0
+        req_table_gib = (mrr + 1) * (context_len + 4 + draft_tokens) * 4 / GIB
+        kv_gib = (tokens + page) * cell / GIB
+        misc_gib = 16 / 1024
+        avail = {r: a_r[r] - kv_gib - req_table_gib - misc_gib for r in ranks}
+        t4 = t3 + 0.4
+        short = min(ranks, key=lambda r: avail[r])
+        if avail[short] < 0:  # the pools do not fit in what the weights left: torch cannot allocate them
+            return self._pool_oom(t4, short, model, tokens, page, cell, req_table_gib, a_r, phys, tag, pid)
+        for r in ranks:
+            sim.emit(t4 + 0.02 * r, self._kv_line(model, tokens, page, cell, kv_torch, tp, new_fmt), pid[r], tag=tag[r])
+            sim.mem_step(phys[r], t4 + 0.02 * r, (free0[r] - (a_r[r] - kv_gib)) * 1024)
+        t5 = t4 + 0.5
+        for r in ranks:
+            sim.emit(t5 + 0.02 * r, f"Memory pool end. avail mem={avail[r]:.2f} GB", pid[r], tag=tag[r])
+            sim.mem_step(phys[r], t5 + 0.02 * r, (free0[r] - avail[r]) * 1024)
+
+        # ---- P4 CUDA graphs ----------------------------------------------------------------
+        t_cap = t5 + 1.5 + 0.02 * tp
+        capture_bs = [b for b in default_capture_bs(max_bs) if b <= mrr]
+        disabled = bool(args.get("disable_cuda_graph"))
+        if not disabled and capture_bs:
+            role = "verify" if spec else "decode"
+            ntok = draft_tokens if spec else 1
+            res = self._capture(
+                t_cap, "target", role, ntok, model, capture_bs, ranks, phys, free0, avail, tag, pid, new_fmt
+            )
+            if isinstance(res, BootScript):
+                return res
+            t_cap = res
+        # ---- the draft model (EAGLE): its own load, pool and capture ------------------------
+        if draft is not None:
+            t_d = t_cap + 0.8
+            wd = draft.weights_gib / tp + draft.replicated_gib
+            for r in ranks:
+                sim.emit(t_d + 0.02 * r, f"Load weight begin. avail mem={avail[r]:.2f} GB", pid[r], tag=tag[r])
+            base = {r: free0[r] - avail[r] for r in ranks}
+            t_de = self._shards(t_d + 0.3, draft.load_seconds, draft.shards, ranks, phys, None, wd, pid[0], base)
+            for r in ranks:
+                avail[r] -= wd
+                sim.emit(
+                    t_de + 0.02 * r,
+                    f"Load weight end. elapsed={self.sim.real(t_de - t_d):.2f} s, type={draft.arch}, "
+                    f"avail mem={avail[r]:.2f} GB, mem usage={wd:.2f} GB.",
+                    pid[r],
+                    tag=tag[r],
+                )
+            dcell = draft.cell_bytes(tp, kv_bytes)
+            dkv_gib = (tokens + page) * dcell / GIB
+            t_dk = t_de + 0.3 + 0.02 * tp
+            for r in ranks:
+                avail[r] -= dkv_gib
+                sim.emit(
+                    t_dk + 0.02 * r,
+                    self._kv_line(draft, tokens, page, dcell, kv_torch, tp, new_fmt),
+                    pid[r],
+                    tag=tag[r],
+                )
+                sim.mem_step(phys[r], t_dk + 0.02 * r, (free0[r] - avail[r]) * 1024)
+            t_dp = t_dk + 0.2 + 0.02 * tp
+            for r in ranks:
+                sim.emit(t_dp + 0.02 * r, f"Memory pool end. avail mem={avail[r]:.2f} GB", pid[r], tag=tag[r])
+            t_cap = t_dp + 0.5 + 0.02 * tp
+            if not disabled and capture_bs:
+                res = self._capture(
+                    t_cap, "draft", "decode", 1, draft, capture_bs, ranks, phys, free0, avail, tag, pid, new_fmt
+                )
+                if isinstance(res, BootScript):
+                    return res
+                t_cap = res
+
+        # ---- P5 summary, P6 HTTP, P7 ready --------------------------------------------------
+        t6 = t_cap + 0.6
+        sim.util_frame(t6, 0.0)
+        max_prefill = _arg_int(args, "max_prefill_tokens", 16384)
+        sim.emit(
+            t6,
+            f"max_total_num_tokens={tokens}, chunked_prefill_size={chunk}, max_prefill_tokens={max_prefill}, "
+            f"max_running_requests={mrr}, context_len={context_len}, available_gpu_mem={avail[0]:.2f} GB",
+            pid[0],
+            tag=tag[0],
+        )
+        host = str(args.get("host") or "127.0.0.1")
+        port = _arg_int(args, "port", 30000)
+        t7 = t6 + 1.1
+        m = self.main_pid
+        sim.emit(t7, f"INFO:     Started server process [{m}]", m)
+        sim.emit(t7 + 0.001, "INFO:     Waiting for application startup.", m)
+        sim.emit(t7 + 0.002, "INFO:     Application startup complete.", m)
+        sim.emit(t7 + 0.003, f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)", m)
+        t8 = t7 + 1.0
+        if not args.get("skip_server_warmup"):
+            cport = 40000 + jit.randrange(20000)
+            sim.emit(t8, f'INFO:     127.0.0.1:{cport} - "GET /get_model_info HTTP/1.1" 200 OK', m)
+            sim.emit(
+                t8 + 0.3,
+                "Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
+                "#running-req: 0, #queue-req: 0,",
+                pid[0],
+                tag=tag[0],
+            )
+            sim.util_frame(t8 + 0.3, 15.0)
+            sim.emit(t8 + 1.0, f'INFO:     127.0.0.1:{cport + 14} - "POST /generate HTTP/1.1" 200 OK', m)
+            sim.util_frame(t8 + 1.05, 0.0)
+            t8 += 1.1
+        sim.emit(t8, "The server is fired up and ready to roll!", m)
+        for r in ranks:
+            sim.mem_frame(phys[r], t8, (free0[r] - avail[r]) * 1024)
+        return BootScript(
+            start=inp.start,
+            lines=sim.sorted_lines(),
+            outcome="ready",
+            end_t=sim.at(t8),
+            main_pid=m,
+            rank_pids=self.rank_pids,
+            aux_pids=self.aux_pids,
+            exe=self.exe,
+            mem=sim.mem,
+            util=sim.util,
+            serving=ServingFacts(tokens, mrr, context_len, model.decode_tok_s, pid[0], "sglang", tag[0], sim.ms),
+            speed=inp.speed,
+        )
+
+    # -- pieces ---------------------------------------------------------------------------------
+
+    def _kv_line(self, model: ModelSpec, tokens: int, page: int, cell: int, dtype: str, tp: int, new_fmt: bool) -> str:
+        rows = tokens + page
+        dt = f"dtype: {dtype}, " if new_fmt else ""
+        if model.attention == "mla":
+            return f"KV Cache is allocated. {dt}#tokens: {tokens}, KV size: {rows * cell / GIB:.2f} GB"
+        heads = max(1, model.kv_heads // tp)
+        kv_bytes = cell // (heads * (model.head_dim + model.v_head_dim) * model.layers)
+        k = rows * heads * model.head_dim * model.layers * kv_bytes / GIB
+        v = rows * heads * model.v_head_dim * model.layers * kv_bytes / GIB
+        return f"KV Cache is allocated. {dt}#tokens: {tokens}, K size: {k:.2f} GB, V size: {v:.2f} GB"
+
+    def _shards(
+        self,
+        t: float,
+        seconds: float,
+        shards: int,
+        ranks: Sequence[int],
+        phys: Mapping[int, int],
+        ctx_gib: Mapping[int, float] | None,
+        w_r: float,
+        pid0: int,
+        base_gib: Mapping[int, float] | None = None,
+    ) -> float:
+        """tqdm shard progress (TP0's process, no prefix) with memory ramping on every rank."""
+        sim, jit = self.sim, self.jit
+        weights = [0.7 + 0.6 * jit.random() for _ in range(shards)]
+        scale = seconds / sum(weights)
+        desc = "Loading safetensors checkpoint shards"
+        # the loader's bar format ends with "\\n": every redraw is a record of its own ("\\r" first);
+        # close() redraws the final state and writes one more newline (an empty record)
+        sim.emit(t, f"\r{desc}:   0% Completed | 0/{shards} [00:00<?, ?it/s]", pid0, raw=True)
+        done_t = t
+        for k in range(1, shards + 1):
+            done_t += weights[k - 1] * scale
+            el = sim.real(done_t - t)
+            sim.emit(done_t, "\r" + _shard_bar(desc, k, shards, el), pid0, raw=True)
+            for r in ranks:
+                base = ctx_gib[phys[r]] if ctx_gib is not None else (base_gib or {}).get(r, 0.0)
+                sim.mem_frame(phys[r], done_t, (base + w_r * k / shards) * 1024)
+        close_t = done_t + 0.01
+        sim.emit(close_t, "\r" + _shard_bar(desc, shards, shards, sim.real(close_t - t)), pid0, raw=True)
+        sim.emit(close_t, "", pid0, raw=True)
+        sim.util_frame(t, 4.0)
+        sim.util_frame(done_t, 4.0)
+        return done_t + 0.3
+
+    def _capture(
+        self,
+        t: float,
+        who: str,
+        role: str,
+        ntok: int,
+        model: ModelSpec,
+        capture_bs: Sequence[int],
+        ranks: Sequence[int],
+        phys: Mapping[int, int],
+        free0: Mapping[int, float],
+        avail: dict[int, float],
+        tag: Mapping[int, str],
+        pid: Mapping[int, int],
+        new_fmt: bool,
+    ) -> float | BootScript:
+        sim, inp = self.sim, self.inp
+        bs_list = ", ".join(str(b) for b in capture_bs)
+        word = "cuda graph" if who == "target" else "draft cuda graph"
+        begin_avail = dict(avail)
+        for r in ranks:
+            if new_fmt:
+                text = (
+                    f"Capture {who} {role} CUDA graph begin. backend=full, num_tokens_per_bs={ntok}, "
+                    f"bs=[{bs_list}], avail mem={avail[r]:.2f} GB"
+                )
+            else:
+                text = f"Capture {word} begin. This can take up to several minutes. avail mem={avail[r]:.2f} GB"
+            sim.emit(t + 0.01 * r, text, pid[r], tag=tag[r])
+        if not new_fmt and who == "target":
+            sim.emit(t + 0.005, f"Capture cuda graph bs [{bs_list}]", pid[0], tag=tag[0])
+        sim.util_frame(t, 35.0)
+        order = sorted(capture_bs, reverse=True)
+        total = len(order)
+        desc_t = t + 0.05 + 0.01 * len(ranks)
+        start_t = desc_t
+        used = dict.fromkeys(ranks, 0.0)
+        # TP0's tqdm over the batch sizes: the bar, then per size set_description (before the
+        # capture) and the update (after it); all of it one journal record (see ``_TqdmRun``)
+        bar = sim.tqdm(pid[0])
+        sim.draw(bar, desc_t, _capture_bar("", 0, total, 0.0))
+        desc = ""
+        for k, bs in enumerate(order):
+            el = sim.real(desc_t - start_t)
+            desc = f"Capturing batches (bs={bs} avail_mem={avail[0]:.2f} GB)"
+            sim.draw(bar, desc_t, _capture_bar(desc, k, total, el))
+            need = model.graph_per_graph_gib + model.graph_per_bs_gib * bs
+            if k == 0:
+                need += model.graph_pool_per_bs_gib * bs
+            # the rank with the least free memory fails first
+            short = [r for r in ranks if avail[r] - need < 0.02]
+            if short:
+                r = min(short, key=lambda x: (avail[x], x))
+                oom_t = desc_t + 0.4
+                if r == 0:  # TP0's own exception leaves the loop: tqdm closes before the traceback
+                    sim.close(bar, oom_t, _capture_bar(desc, k, total, sim.real(oom_t - start_t)))
+                # another rank's traceback ends TP0's pending bar line (journald: pid-change)
+                return self._capture_oom(oom_t, r, need, model, phys, free0, avail, used, tag, pid)
+            dur = model.capture_seconds_per_graph * (0.55 + 0.45 * bs / order[0]) * (0.9 + 0.2 * self.jit.random())
+            desc_t += dur
+            for r in ranks:
+                avail[r] -= need
+                used[r] += need
+                sim.mem_step(phys[r], desc_t, (free0[r] - avail[r]) * 1024)
+            sim.draw(bar, desc_t, _capture_bar(desc, k + 1, total, sim.real(desc_t - start_t)))
+        sim.close(bar, desc_t + 0.001, _capture_bar(desc, total, total, sim.real(desc_t + 0.001 - start_t)))
+        t_end = desc_t + 0.2
+        for r in ranks:
+            mem_use = begin_avail[r] - avail[r]
+            if new_fmt:
+                text = (
+                    f"Capture {who} {role} CUDA graph end. elapsed={sim.real(t_end - t):.2f} s, "
+                    f"mem usage={mem_use:.2f} GB, avail mem={avail[r]:.2f} GB."
+                )
+            else:
+                text = (
+                    f"Capture {word} end. Time elapsed: {sim.real(t_end - t):.2f} s. "
+                    f"mem usage={mem_use:.2f} GB. avail mem={avail[r]:.2f} GB."
+                )
+            sim.emit(t_end + 0.02 * r, text, pid[r], tag=tag[r])
+        sim.util_frame(t_end, 0.0)
+        _ = inp
+        return t_end + 0.02 * len(ranks)
+
+    def _torch_oom(self, r: int, need_gib: float, free_gib: float, phys: Mapping[int, int], private_gib: float) -> str:
+        """torch's CUDA out-of-memory text for rank ``r`` asking for ``need_gib`` with ``free_gib`` free."""
+        inp = self.inp
+        g = phys[r]
+        total = inp.gpu.total_gib
+        free = max(free_gib, 0.0)
+        foreign_gib = inp.foreign.mib / 1024.0 if inp.foreign and inp.foreign.gpu == g else 0.0
+        own = total - free - foreign_gib - inp.gpu.idle_mib / 1024.0
+        reserved_unalloc = 0.12 + 0.2 * self.jit.random()
+        allocated = max(own - 0.55 - reserved_unalloc, 0.0)
+        local = phys[r] if "CUDA_VISIBLE_DEVICES" not in inp.env else r
+        procs = ""
+        if inp.foreign is not None and foreign_gib:
+            procs = f"Process {inp.foreign.pid} has {torch_size(foreign_gib * GIB)} memory in use. "
+        return (
+            f"CUDA out of memory. Tried to allocate {torch_size(need_gib * GIB)}. GPU {local} has a total capacity of "
+            f"{torch_size(total * GIB)} of which {torch_size(free * GIB)} is free. {procs}Including non-PyTorch "
+            f"memory, this process has {torch_size(own * GIB)} memory in use. Of the allocated memory "
+            f"{torch_size(allocated * GIB)} is allocated by PyTorch, with {torch_size(private_gib * GIB)} "
+            f"allocated in private pools (e.g., CUDA Graphs), and {torch_size(reserved_unalloc * GIB)} is reserved "
+            "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+            "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+        )
+
+    def _pool_oom(
+        self,
+        t: float,
+        r: int,
+        model: ModelSpec,
+        tokens: int,
+        page: int,
+        cell: int,
+        req_table_gib: float,
+        a_r: Mapping[int, float],
+        phys: Mapping[int, int],
+        tag: Mapping[int, str],
+        pid: Mapping[int, int],
+    ) -> BootScript:
+        """The request table, then the KV buffers, layer by layer, do not fit: torch's OOM in
+        ``init_memory_pool`` (the engine sized the pool from a budget the allocations outgrow)."""
+        frames = [
+            *self._scheduler_frames(),
+            ("srt/model_executor/model_runner.py", 611, "initialize", "self.init_memory_pool("),
+        ]
+        if a_r[r] < req_table_gib:
+            need, free = req_table_gib, a_r[r]
+            frames += [
+                ("srt/model_executor/model_runner_kv_cache_mixin.py", 455, "init_memory_pool",
+                 "self.req_to_token_pool = ReqToTokenPool("),
+                ("srt/mem_cache/memory_pool.py", 98, "__init__", "self.req_to_token = torch.zeros("),
+            ]
+        else:
+            buffers = model.layers * (1 if model.attention == "mla" else 2)  # K and V per layer (MLA: one)
+            need = (tokens + page) * cell / buffers / GIB
+            left = a_r[r] - req_table_gib
+            free = left - need * math.floor(left / need) if need > 0 else left
+            pool = "MLATokenToKVPool" if model.attention == "mla" else "MHATokenToKVPool"
+            frames += [
+                ("srt/model_executor/model_runner_kv_cache_mixin.py", 502, "init_memory_pool",
+                 f"self.token_to_kv_pool = {pool}("),
+                ("srt/mem_cache/memory_pool.py", 640, "__init__", "self._create_buffers()"),
+                ("srt/mem_cache/memory_pool.py", 671, "_create_buffers", "torch.zeros("),
+            ]
+        oom = self._torch_oom(r, need, free, phys, 0.0)
+        tb = [*self._traceback(frames), f"torch.OutOfMemoryError: {oom}", ""]
+        return self._die(t, tag[r], pid[r], tb)
+
+    def _capture_oom(
+        self,
+        t: float,
+        r: int,
+        need: float,
+        model: ModelSpec,
+        phys: Mapping[int, int],
+        free0: Mapping[int, float],
+        avail: Mapping[int, float],
+        used_graphs: Mapping[int, float],
+        tag: Mapping[int, str],
+        pid: Mapping[int, int],
+    ) -> BootScript:
+        oom = self._torch_oom(r, need, avail[r], phys, used_graphs[r])
+        inner = self._traceback(
+            [
+                ("srt/model_executor/cuda_graph_runner.py", 391, "__init__", "self.capture()"),
+                ("srt/model_executor/cuda_graph_runner.py", 503, "capture", ") = self.capture_one_batch_size("),
+                ("srt/model_executor/cuda_graph_runner.py", 654, "capture_one_batch_size", "run_once()"),
+                (
+                    "srt/model_executor/cuda_graph_runner.py",
+                    641,
+                    "run_once",
+                    "logits_output_or_pp_proxy_tensors = forward(",
+                ),
+            ]
+        )
+        outer = self._traceback(
+            [
+                *self._scheduler_frames(),
+                ("srt/model_executor/model_runner.py", 640, "initialize", "self.init_device_graphs()"),
+                (
+                    "srt/model_executor/model_runner.py",
+                    1875,
+                    "init_device_graphs",
+                    "self.graph_runner = graph_runners[self.device](self)",
+                ),
+                ("srt/model_executor/cuda_graph_runner.py", 393, "__init__", "raise Exception("),
+            ]
+        )
+        tb = [
+            *inner,
+            f"torch.OutOfMemoryError: {oom}",
+            "",
+            "During handling of the above exception, another exception occurred:",
+            "",
+            *outer,
+            f"Exception: Capture cuda graph failed: {oom}",
+            *CAPTURE_FAILED_HELP,
+            "",
+        ]
+        _ = model, free0
+        return self._die(t, tag[r], pid[r], tb)

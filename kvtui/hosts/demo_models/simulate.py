@@ -1,0 +1,16 @@
+"""One boot of the engine a unit's ExecStart runs."""
+
+from __future__ import annotations
+
+from kvtui.hosts.demo_models.script import BootInput, BootScript
+from kvtui.hosts.demo_models.sglang import _SglangBoot
+from kvtui.hosts.demo_models.vllm import _VllmBoot
+
+
+def simulate_boot(inp: BootInput) -> BootScript:
+    """The whole boot for these inputs (see the module docstring). The ExecStart decides the
+    engine, as on a real host: ``vllm serve …`` is vLLM, anything else is tried as SGLang."""
+    argv = inp.argv
+    if len(argv) >= 2 and argv[0].rsplit("/", 1)[-1] == "vllm" and argv[1] == "serve":
+        return _VllmBoot(inp).run()
+    return _SglangBoot(inp).run()
