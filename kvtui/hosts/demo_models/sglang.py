@@ -128,6 +128,12 @@ def default_capture_bs(max_bs: int) -> list[int]:
 
 
 class _SglangBoot:
+    """One SGLang boot. ``run`` goes through the phases in order (arguments, resolved server
+    arguments and ranks, distributed init, weights, KV pool, CUDA graphs, the draft model, ready);
+    each phase leaves what later ones need on the instance (``args``, ``model``, ``tp``, ``ranks``,
+    ``phys``, ``tag``, ``pid``, ``free0`` (P before the context), ``p_r`` (P), ``a_r`` (A),
+    ``avail``, ``tokens``, ``mrr``, …) and returns the time it ended, or the failed boot's script."""
+
     def __init__(self, inp: BootInput) -> None:
         self.inp = inp
         ms = inp.env.get("SGLANG_LOG_MS", "0").strip().lower() in ("1", "true", "yes")
@@ -200,17 +206,37 @@ class _SglangBoot:
     # -- the boot -------------------------------------------------------------------------------
 
     def run(self) -> BootScript:
-        inp, sim, jit = self.inp, self.sim, self.jit
-        preset, gpu = inp.preset, inp.gpu
-        new_fmt = preset.version >= "0.5.14"
-        argv = list(inp.argv)
-        # python -m sglang.launch_server ARGS
+        """The boot, phase by phase; a phase that fails returns the failed boot's script."""
+        args = self._args()
+        if isinstance(args, BootScript):
+            return args
+        t = self._resolve(args)
+        if isinstance(t, BootScript):
+            return t
+        t = self._distributed_init(t)
+        t = self._load_weights(t)
+        t = self._kv_pool(t)
+        if isinstance(t, BootScript):
+            return t
+        t = self._graphs(t, "target")
+        if isinstance(t, BootScript):
+            return t
+        if self.draft is not None:
+            t = self._draft(t, self.draft)
+            if isinstance(t, BootScript):
+                return t
+        return self._ready(t)
+
+    def _args(self) -> dict[str, object] | BootScript:
+        """``python -m sglang.launch_server ARGS``, parsed as the engine's argparse would."""
+        argv = list(self.inp.argv)
+        sim = self.sim
         if len(argv) < 3 or argv[1] != "-m" or argv[2] not in ("sglang.launch_server", "sglang.srt.server"):
             text = f"{self.exe}: No module named {argv[2] if len(argv) > 2 else 'sglang'}"
             sim.emit(0.3, text, self.main_pid, raw=True)
             return self._fail(0.35, code="exited", status="1/FAILURE", result="exit-code")
         try:
-            args = parse_sglang_args(argv[3:])
+            return parse_sglang_args(argv[3:])
         except ArgError as exc:
             sim.emit(
                 1.6,
@@ -221,19 +247,23 @@ class _SglangBoot:
             sim.emit(1.6001, f"launch_server.py: error: {exc}", self.main_pid, raw=True)
             return self._fail(1.65, code="exited", status="2/INVALIDARGUMENT", result="exit-code")
 
+    def _resolve(self, args: dict[str, object]) -> float | BootScript:
+        """The resolved server arguments (``ServerArgs.__post_init__``), printed; the ranks and their
+        GPUs. Returns the time of the ``server_args=`` line."""
+        inp, sim, gpu = self.inp, self.sim, self.inp.gpu
+        self.args = args
+        self.new_fmt = inp.preset.version >= "0.5.14"
         model_path = str(args["model_path"])
-        model = MODELS.get(model_path.rstrip("/"), preset.model)
-        tp = _arg_int(args, "tp_size", 1)
+        model = self.model = MODELS.get(model_path.rstrip("/"), inp.preset.model)
+        tp = self.tp = _arg_int(args, "tp_size", 1)
         visible = _visible_gpus(inp.env, gpu.count)
-        spec = args.get("speculative_algorithm")
-        draft: ModelSpec | None = None
+        spec = self.spec = args.get("speculative_algorithm")
+        self.draft = None
         if spec:
             draft_path = str(args.get("speculative_draft_model_path") or "")
-            draft = MODELS.get(draft_path.rstrip("/")) or QWEN3_32B_EAGLE3
-
-        # ---- resolved server args (ServerArgs.__post_init__) -------------------------------
-        chunk = _arg_int(args, "chunked_prefill_size", 8192)
-        max_bs = _arg_int(args, "cuda_graph_max_bs", 256 if tp < 4 else 512)
+            self.draft = MODELS.get(draft_path.rstrip("/")) or QWEN3_32B_EAGLE3
+        chunk = self.chunk = _arg_int(args, "chunked_prefill_size", 8192)
+        max_bs = self.max_bs = _arg_int(args, "cuda_graph_max_bs", 256 if tp < 4 else 512)
         if "mem_fraction_static" in args:
             frac = _arg_float(args, "mem_fraction_static", 0.0)
         else:
@@ -243,12 +273,13 @@ class _SglangBoot:
             if spec:
                 reserved += 4096
             frac = round((gpu.total_mib - reserved) / gpu.total_mib, 3)
-        page = max(1, _arg_int(args, "page_size", 1))
-        kv_torch, kv_bytes = _kv_dtype(args.get("kv_cache_dtype"), model.dtype)
+        self.frac = frac
+        page = self.page = max(1, _arg_int(args, "page_size", 1))
+        self.kv_torch, self.kv_bytes = _kv_dtype(args.get("kv_cache_dtype"), model.dtype)
         rseed = args.get("random_seed")
         if rseed is None:
             rseed = random.Random(f"rseed:{inp.seed}:{inp.boot_no}").randrange(1, 2**30)
-        resolved: dict[str, object] = dict(args)
+        resolved = self.resolved = dict(args)
         resolved.update(
             tokenizer_path=args.get("tokenizer_path") or model_path,
             served_model_name=args.get("served_model_name") or model_path,
@@ -263,9 +294,8 @@ class _SglangBoot:
             resolved.setdefault("speculative_eagle_topk", 1)
             resolved.setdefault("speculative_num_draft_tokens", 4)
         dump = ", ".join(f"{k}={resolved.get(k, d)!r}" for k, (_, d) in SGLANG_ARGS.items())
-        t = 3.6 + jit.uniform(0.0, 0.8)
+        t = 3.6 + self.jit.uniform(0.0, 0.8)
         sim.emit(t, f"server_args=ServerArgs({dump})", self.main_pid)
-
         if tp > len(visible) or tp < 1:
             tb = [
                 *self._traceback(self._scheduler_frames()[:1]),
@@ -275,22 +305,26 @@ class _SglangBoot:
                 "",
             ]
             return self._die(t + 2.0, " TP0" if tp > 1 else "", self.main_pid + 2, tb)
-
-        ranks = list(range(tp))
-        phys = {r: visible[r] for r in ranks}
-        self.rank_pids = {phys[r]: self.main_pid + 2 + r for r in ranks}
+        ranks = self.ranks = list(range(tp))
+        self.phys = {r: visible[r] for r in ranks}
+        self.rank_pids = {self.phys[r]: self.main_pid + 2 + r for r in ranks}
         self.aux_pids = (self.main_pid + 2 + tp,)
-        tag = {r: (f" TP{r}" if tp > 1 else "") for r in ranks}
-        pid = {r: self.main_pid + 2 + r for r in ranks}
+        self.tag = {r: (f" TP{r}" if tp > 1 else "") for r in ranks}
+        self.pid = {r: self.main_pid + 2 + r for r in ranks}
         hw = random.Random(f"hw:{inp.seed}")  # the same cards every boot: per-GPU constants
-        ctx_gib = {g: 0.86 + 0.04 * hw.random() for g in range(gpu.count)}
+        self.ctx_gib = {g: 0.86 + 0.04 * hw.random() for g in range(gpu.count)}
         for r in ranks:
-            sim.mem_frame(phys[r], 0.0, 0.0)
+            sim.mem_frame(self.phys[r], 0.0, 0.0)
+        return t
 
-        # ---- P1 distributed init ------------------------------------------------------------
+    def _distributed_init(self, t: float) -> float:
+        """P1: every rank's CUDA context; the memory each sees free (``P``), a warning when they differ."""
+        inp, sim, jit, gpu = self.inp, self.sim, self.jit, self.inp.gpu
+        ranks, phys, tag, pid, ctx_gib = self.ranks, self.phys, self.tag, self.pid, self.ctx_gib
         t0 = t + 3.2 + jit.uniform(0.0, 0.6)
         free0: dict[int, float] = {}
         p_r: dict[int, float] = {}
+        self.free0, self.p_r = free0, p_r
         for r in ranks:
             g = phys[r]
             foreign = inp.foreign.mib / 1024.0 if inp.foreign and inp.foreign.gpu == g else 0.0
@@ -299,7 +333,7 @@ class _SglangBoot:
             sim.emit(t0 + 0.03 * r, "Init torch distributed begin.", pid[r], tag=tag[r])
             sim.mem_frame(g, t0 + 0.03 * r, 0.0)
         t1 = t0 + 3.3
-        big_p = min(p_r.values())
+        big_p = self.big_p = min(p_r.values())
         for r in ranks:
             el = 3.2 + 0.4 * jit.random()
             sim.emit(
@@ -309,7 +343,7 @@ class _SglangBoot:
                 tag=tag[r],
             )
             sim.mem_frame(phys[r], t1 + 0.04 * r, ctx_gib[phys[r]] * 1024)
-            if tp > 1 and big_p < p_r[r] * 0.9:
+            if self.tp > 1 and big_p < p_r[r] * 0.9:
                 sim.emit(
                     t1 + 0.04 * r + 0.001,
                     "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
@@ -319,8 +353,12 @@ class _SglangBoot:
                     tag=tag[r],
                 )
         sim.util_frame(t1, 2.0)
+        return t1
 
-        # ---- P2 weights -------------------------------------------------------------------
+    def _load_weights(self, t1: float) -> float:
+        """P2: the target's weights, shard by shard; the memory left after them (``A``)."""
+        sim, model, tp = self.sim, self.model, self.tp
+        ranks, phys, tag, pid, ctx_gib, p_r = self.ranks, self.phys, self.tag, self.pid, self.ctx_gib, self.p_r
         t2 = t1 + 0.5
         w_r = model.weights_gib / tp + model.replicated_gib
         for r in ranks:
@@ -329,7 +367,7 @@ class _SglangBoot:
             sim.mem_frame(phys[r], t2 + 0.4, ctx_gib[phys[r]] * 1024)
         load_s = model.load_seconds * (8 / max(tp, 1)) ** 0.35
         t_load_end = self._shards(t2 + 0.4, load_s, model.shards, ranks, phys, ctx_gib, w_r, pid[0])
-        a_r = {r: p_r[r] - w_r for r in ranks}
+        a_r = self.a_r = {r: p_r[r] - w_r for r in ranks}
         quant = f"quant={model.quant}, " if model.quant else ""
         for r in ranks:
             sim.emit(
@@ -339,18 +377,19 @@ class _SglangBoot:
                 pid[r],
                 tag=tag[r],
             )
-        big_a = min(a_r.values())
+        return t_load_end
 
-        # ---- P3 KV pool -------------------------------------------------------------------
-        context_len = _arg_int(args, "context_length", model.max_context)
-        cell = model.cell_bytes(tp, kv_bytes)
+    def _pool_tokens(self, t3: float) -> int:
+        """``rest = A - P*(1 - f)``, in cells, capped by ``max_total_tokens``, page-aligned."""
+        sim, model, args, ranks, tag, pid = self.sim, self.model, self.args, self.ranks, self.tag, self.pid
+        big_a = min(self.a_r.values())
+        cell = self.cell = model.cell_bytes(self.tp, self.kv_bytes)
         sizing_cell = float(cell)
-        if draft is not None and new_fmt:
-            sizing_cell = cell * (1 + draft.layers / model.layers)
-        rest = big_a - big_p * (1 - frac)
+        if self.draft is not None and self.new_fmt:
+            sizing_cell = cell * (1 + self.draft.layers / model.layers)
+        rest = big_a - self.big_p * (1 - self.frac)
         tokens = int(int(rest * GIB) // sizing_cell) if rest > 0 else math.floor(rest * GIB / sizing_cell)
         cap = _arg_int(args, "max_total_tokens", 0) if "max_total_tokens" in args else None
-        t3 = t_load_end + 0.05 * tp + 0.3
         if cap is not None and tokens > 0:
             if cap > tokens:
                 for r in ranks:
@@ -362,8 +401,18 @@ class _SglangBoot:
                         tag=tag[r],
                     )
             tokens = min(tokens, cap)
-        tokens = tokens // page * page
-        sim.emit(t3 + 0.05, f"Using KV cache dtype: {kv_torch}", pid[0], tag=tag[0])
+        return tokens // self.page * self.page
+
+    def _kv_pool(self, t_load_end: float) -> float | BootScript:
+        """P3: the KV pool and the request table; a pool that cannot fit is the engine's refusal or
+        torch's OOM."""
+        sim, model, args, tp, page = self.sim, self.model, self.args, self.tp, self.page
+        ranks, phys, tag, pid, free0, a_r = self.ranks, self.phys, self.tag, self.pid, self.free0, self.a_r
+        self.context_len = context_len = _arg_int(args, "context_length", model.max_context)
+        t3 = t_load_end + 0.05 * tp + 0.3
+        tokens = self.tokens = self._pool_tokens(t3)
+        cell = self.cell
+        sim.emit(t3 + 0.05, f"Using KV cache dtype: {self.kv_torch}", pid[0], tag=tag[0])
         if tokens <= 0:
             tb = [
                 *self._traceback(
@@ -380,94 +429,95 @@ class _SglangBoot:
                     ]
                 ),
                 "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-                f"Current value: mem_fraction_static={frac}",
+                f"Current value: mem_fraction_static={self.frac}",
                 "",
             ]
             return self._die(t3 + 0.3, tag[0], pid[0], tb)
-
         if "max_running_requests" in args:
             mrr = _arg_int(args, "max_running_requests", 1)
         else:
             mrr = min(max(int(tokens / context_len * 512), 2048), 4096)
-        mrr = max(1, min(mrr, max(tokens // 2, 1)))
-        draft_tokens = _arg_int(resolved, "speculative_num_draft_tokens", 0) if spec else 0
-        req_table_gib = (mrr + 1) * (context_len + 4 + draft_tokens) * 4 / GIB
+        mrr = self.mrr = max(1, min(mrr, max(tokens // 2, 1)))
+        self.draft_tokens = _arg_int(self.resolved, "speculative_num_draft_tokens", 0) if self.spec else 0
+        req_table_gib = (mrr + 1) * (context_len + 4 + self.draft_tokens) * 4 / GIB
         kv_gib = (tokens + page) * cell / GIB
         misc_gib = 16 / 1024
-        avail = {r: a_r[r] - kv_gib - req_table_gib - misc_gib for r in ranks}
+        avail = self.avail = {r: a_r[r] - kv_gib - req_table_gib - misc_gib for r in ranks}
         t4 = t3 + 0.4
         short = min(ranks, key=lambda r: avail[r])
         if avail[short] < 0:  # the pools do not fit in what the weights left: torch cannot allocate them
             return self._pool_oom(t4, short, model, tokens, page, cell, req_table_gib, a_r, phys, tag, pid)
         for r in ranks:
-            sim.emit(t4 + 0.02 * r, self._kv_line(model, tokens, page, cell, kv_torch, tp, new_fmt), pid[r], tag=tag[r])
+            sim.emit(t4 + 0.02 * r, self._kv_line(model, tokens, page, cell, self.kv_torch, tp, self.new_fmt), pid[r],
+                     tag=tag[r])
             sim.mem_step(phys[r], t4 + 0.02 * r, (free0[r] - (a_r[r] - kv_gib)) * 1024)
         t5 = t4 + 0.5
         for r in ranks:
             sim.emit(t5 + 0.02 * r, f"Memory pool end. avail mem={avail[r]:.2f} GB", pid[r], tag=tag[r])
             sim.mem_step(phys[r], t5 + 0.02 * r, (free0[r] - avail[r]) * 1024)
+        return t5 + 1.5 + 0.02 * tp
 
-        # ---- P4 CUDA graphs ----------------------------------------------------------------
-        t_cap = t5 + 1.5 + 0.02 * tp
-        capture_bs = [b for b in default_capture_bs(max_bs) if b <= mrr]
-        disabled = bool(args.get("disable_cuda_graph"))
-        if not disabled and capture_bs:
-            role = "verify" if spec else "decode"
-            ntok = draft_tokens if spec else 1
-            res = self._capture(
-                t_cap, "target", role, ntok, model, capture_bs, ranks, phys, free0, avail, tag, pid, new_fmt
+    def _graphs(self, t_cap: float, who: str) -> float | BootScript:
+        """P4: CUDA graph capture for the target (``verify`` with a draft) or the draft model; the
+        time after it (``t_cap`` when nothing is captured)."""
+        capture_bs = [b for b in default_capture_bs(self.max_bs) if b <= self.mrr]
+        if bool(self.args.get("disable_cuda_graph")) or not capture_bs:
+            return t_cap
+        if who == "target":
+            role, ntok, model = ("verify", self.draft_tokens, self.model) if self.spec else ("decode", 1, self.model)
+        else:
+            assert self.draft is not None
+            role, ntok, model = "decode", 1, self.draft
+        return self._capture(t_cap, who, role, ntok, model, capture_bs, self.ranks, self.phys, self.free0, self.avail,
+                             self.tag, self.pid, self.new_fmt)
+
+    def _draft(self, t_cap: float, draft: ModelSpec) -> float | BootScript:
+        """The draft model (EAGLE): its own load, pool and capture."""
+        sim, tp, tokens, page = self.sim, self.tp, self.tokens, self.page
+        ranks, phys, tag, pid, free0, avail = self.ranks, self.phys, self.tag, self.pid, self.free0, self.avail
+        t_d = t_cap + 0.8
+        wd = draft.weights_gib / tp + draft.replicated_gib
+        for r in ranks:
+            sim.emit(t_d + 0.02 * r, f"Load weight begin. avail mem={avail[r]:.2f} GB", pid[r], tag=tag[r])
+        base = {r: free0[r] - avail[r] for r in ranks}
+        t_de = self._shards(t_d + 0.3, draft.load_seconds, draft.shards, ranks, phys, None, wd, pid[0], base)
+        for r in ranks:
+            avail[r] -= wd
+            sim.emit(
+                t_de + 0.02 * r,
+                f"Load weight end. elapsed={self.sim.real(t_de - t_d):.2f} s, type={draft.arch}, "
+                f"avail mem={avail[r]:.2f} GB, mem usage={wd:.2f} GB.",
+                pid[r],
+                tag=tag[r],
             )
-            if isinstance(res, BootScript):
-                return res
-            t_cap = res
-        # ---- the draft model (EAGLE): its own load, pool and capture ------------------------
-        if draft is not None:
-            t_d = t_cap + 0.8
-            wd = draft.weights_gib / tp + draft.replicated_gib
-            for r in ranks:
-                sim.emit(t_d + 0.02 * r, f"Load weight begin. avail mem={avail[r]:.2f} GB", pid[r], tag=tag[r])
-            base = {r: free0[r] - avail[r] for r in ranks}
-            t_de = self._shards(t_d + 0.3, draft.load_seconds, draft.shards, ranks, phys, None, wd, pid[0], base)
-            for r in ranks:
-                avail[r] -= wd
-                sim.emit(
-                    t_de + 0.02 * r,
-                    f"Load weight end. elapsed={self.sim.real(t_de - t_d):.2f} s, type={draft.arch}, "
-                    f"avail mem={avail[r]:.2f} GB, mem usage={wd:.2f} GB.",
-                    pid[r],
-                    tag=tag[r],
-                )
-            dcell = draft.cell_bytes(tp, kv_bytes)
-            dkv_gib = (tokens + page) * dcell / GIB
-            t_dk = t_de + 0.3 + 0.02 * tp
-            for r in ranks:
-                avail[r] -= dkv_gib
-                sim.emit(
-                    t_dk + 0.02 * r,
-                    self._kv_line(draft, tokens, page, dcell, kv_torch, tp, new_fmt),
-                    pid[r],
-                    tag=tag[r],
-                )
-                sim.mem_step(phys[r], t_dk + 0.02 * r, (free0[r] - avail[r]) * 1024)
-            t_dp = t_dk + 0.2 + 0.02 * tp
-            for r in ranks:
-                sim.emit(t_dp + 0.02 * r, f"Memory pool end. avail mem={avail[r]:.2f} GB", pid[r], tag=tag[r])
-            t_cap = t_dp + 0.5 + 0.02 * tp
-            if not disabled and capture_bs:
-                res = self._capture(
-                    t_cap, "draft", "decode", 1, draft, capture_bs, ranks, phys, free0, avail, tag, pid, new_fmt
-                )
-                if isinstance(res, BootScript):
-                    return res
-                t_cap = res
+        dcell = draft.cell_bytes(tp, self.kv_bytes)
+        dkv_gib = (tokens + page) * dcell / GIB
+        t_dk = t_de + 0.3 + 0.02 * tp
+        for r in ranks:
+            avail[r] -= dkv_gib
+            sim.emit(
+                t_dk + 0.02 * r,
+                self._kv_line(draft, tokens, page, dcell, self.kv_torch, tp, self.new_fmt),
+                pid[r],
+                tag=tag[r],
+            )
+            sim.mem_step(phys[r], t_dk + 0.02 * r, (free0[r] - avail[r]) * 1024)
+        t_dp = t_dk + 0.2 + 0.02 * tp
+        for r in ranks:
+            sim.emit(t_dp + 0.02 * r, f"Memory pool end. avail mem={avail[r]:.2f} GB", pid[r], tag=tag[r])
+        return self._graphs(t_dp + 0.5 + 0.02 * tp, "draft")
 
-        # ---- P5 summary, P6 HTTP, P7 ready --------------------------------------------------
+    def _ready(self, t_cap: float) -> BootScript:
+        """P5 summary, P6 HTTP, P7 ready (after a warmup request unless skipped)."""
+        inp, sim, jit, args = self.inp, self.sim, self.jit, self.args
+        ranks, phys, tag, pid, free0, avail = self.ranks, self.phys, self.tag, self.pid, self.free0, self.avail
+        tokens, mrr, context_len = self.tokens, self.mrr, self.context_len
         t6 = t_cap + 0.6
         sim.util_frame(t6, 0.0)
         max_prefill = _arg_int(args, "max_prefill_tokens", 16384)
         sim.emit(
             t6,
-            f"max_total_num_tokens={tokens}, chunked_prefill_size={chunk}, max_prefill_tokens={max_prefill}, "
+            f"max_total_num_tokens={tokens}, chunked_prefill_size={self.chunk}, max_prefill_tokens={max_prefill}, "
             f"max_running_requests={mrr}, context_len={context_len}, available_gpu_mem={avail[0]:.2f} GB",
             pid[0],
             tag=tag[0],
@@ -509,7 +559,7 @@ class _SglangBoot:
             exe=self.exe,
             mem=sim.mem,
             util=sim.util,
-            serving=ServingFacts(tokens, mrr, context_len, model.decode_tok_s, pid[0], "sglang", tag[0], sim.ms),
+            serving=ServingFacts(tokens, mrr, context_len, self.model.decode_tok_s, pid[0], "sglang", tag[0], sim.ms),
             speed=inp.speed,
         )
 

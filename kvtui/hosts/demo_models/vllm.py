@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kvtui.hosts.demo_models.presets import GIB, MODELS
 from kvtui.hosts.demo_models.script import (
@@ -91,6 +91,12 @@ def _vllm_site(exe: str) -> str:
 
 
 class _VllmBoot:
+    """One vLLM boot. ``run`` goes through the phases in order (arguments, the API server's front
+    end, the workers, weights, torch.compile and the memory profile, the KV cache, CUDA graphs,
+    ready); each phase leaves what later ones need on the instance (``args``, ``model``, ``tp``,
+    ``ranks``, ``phys``, ``wpid``, ``wname``, ``free0``, ``w_r``, ``kv``, ``tokens``, …) and returns
+    the time it ended, or the failed boot's script."""
+
     def __init__(self, inp: BootInput) -> None:
         self.inp = inp
         self.sim = _Sim(inp, ms=False)
@@ -170,27 +176,41 @@ class _VllmBoot:
         return self._script("failed", end, exit_code="exited", exit_status="1/FAILURE", result="exit-code")
 
     def run(self) -> BootScript:
-        inp, sim, jit = self.inp, self.sim, self.jit
-        m = self.main_pid
+        """The boot, phase by phase; a phase that fails returns the failed boot's script."""
         try:
-            args = parse_vllm_args(inp.argv[2:])
+            args = parse_vllm_args(self.inp.argv[2:])
         except ArgError as exc:
+            m = self.main_pid
             self.raw(2.0, "APIServer", m, "usage: vllm serve [model_tag] [options]")
             self.raw(2.0001, "APIServer", m, f"vllm serve: error: {exc}")
             return self._script("failed", 2.1, exit_code="exited", exit_status="2/INVALIDARGUMENT", result="exit-code")
-        model_path = str(args["model"])
-        model = MODELS.get(model_path.rstrip("/"), inp.preset.model)
-        tp = _arg_int(args, "tensor_parallel_size", 1)
-        u = _arg_float(args, "gpu_memory_utilization", 0.9)
-        max_len = _arg_int(args, "max_model_len", model.max_context)
-        block = _arg_int(args, "block_size", 16)
-        max_seqs = _arg_int(args, "max_num_seqs", 256)
-        batched = _arg_int(args, "max_num_batched_tokens", 8192)
-        eager = bool(args.get("enforce_eager"))
-        _, kv_bytes = _kv_dtype(args.get("kv_cache_dtype"), model.dtype)
-        gpu = inp.gpu
-        visible = _visible_gpus(inp.env, gpu.count)
+        steps: tuple[Callable[[float], float | BootScript], ...] = (
+            self._workers, self._load_weights, self._profile, self._kv_cache, self._graphs)
+        t = self._front_end(args)
+        for step in steps:
+            if isinstance(t, BootScript):
+                return t
+            t = step(t)
+        if isinstance(t, BootScript):
+            return t
+        return self._ready(t)
 
+    def _front_end(self, args: dict[str, object]) -> float | BootScript:
+        """The API server: its arguments (a refused ``gpu_memory_utilization``), the model's config,
+        then the engine core's start line; a TP wider than the visible GPUs is refused there."""
+        inp, jit, m = self.inp, self.jit, self.main_pid
+        self.args = args
+        model_path = self.model_path = str(args["model"])
+        model = self.model = MODELS.get(model_path.rstrip("/"), inp.preset.model)
+        tp = self.tp = _arg_int(args, "tensor_parallel_size", 1)
+        u = self.u = _arg_float(args, "gpu_memory_utilization", 0.9)
+        max_len = self.max_len = _arg_int(args, "max_model_len", model.max_context)
+        self.block = _arg_int(args, "block_size", 16)
+        self.max_seqs = _arg_int(args, "max_num_seqs", 256)
+        batched = self.batched = _arg_int(args, "max_num_batched_tokens", 8192)
+        eager = self.eager = bool(args.get("enforce_eager"))
+        _, self.kv_bytes = _kv_dtype(args.get("kv_cache_dtype"), model.dtype)
+        self.visible = _visible_gpus(inp.env, inp.gpu.count)
         t = 2.4 + jit.uniform(0, 0.6)
         self.log(t, "APIServer", m, "api_server.py:1839", f"vLLM API server version {VLLM_VERSION}")
         ordered = {k: args[k] for k in VLLM_ARGS if k in args}
@@ -238,7 +258,7 @@ class _VllmBoot:
             f"served_model_name={args.get('served_model_name') or model_path}, enable_prefix_caching=True, "
             "chunked_prefill_enabled=True, pooler_config=None",
         )
-        if tp < 1 or tp > len(visible):
+        if tp < 1 or tp > len(self.visible):
             return self._fail(
                 t + 1.0,
                 "EngineCore_DP0",
@@ -246,20 +266,27 @@ class _VllmBoot:
                 "core.py:708",
                 [
                     "ValueError: World size "
-                    f"({tp}) is larger than the number of available GPUs ({len(visible)}) in this node."
+                    f"({tp}) is larger than the number of available GPUs ({len(self.visible)}) in this node."
                 ],
             )
-        ranks = list(range(tp))
-        phys = {r: visible[r] for r in ranks}
-        wpid = {r: m + 150 + r for r in ranks}
+        return t
+
+    def _workers(self, t: float) -> float | BootScript:
+        """The workers (one per TP rank) start; each checks the memory others hold on its GPU
+        against ``gpu_memory_utilization``."""
+        inp, sim, gpu, m, tp, u = self.inp, self.sim, self.inp.gpu, self.main_pid, self.tp, self.u
+        ranks = self.ranks = list(range(tp))
+        phys = self.phys = {r: self.visible[r] for r in ranks}
+        wpid = self.wpid = {r: m + 150 + r for r in ranks}
         self.rank_pids = {phys[r]: wpid[r] for r in ranks}
-        wname = {r: f"Worker_TP{r}" if tp > 1 else "EngineCore_DP0" for r in ranks}
+        wname = self.wname = {r: f"Worker_TP{r}" if tp > 1 else "EngineCore_DP0" for r in ranks}
         hw = random.Random(f"hw:{inp.seed}")
-        ctx_gib = {g: 0.50 + 0.04 * hw.random() for g in range(gpu.count)}
+        ctx_gib = self.ctx_gib = {g: 0.50 + 0.04 * hw.random() for g in range(gpu.count)}
         total = gpu.total_gib
-        requested = total * u
+        requested = self.requested = total * u
         t += 8.0 + 0.5 * tp
         free0: dict[int, float] = {}
+        self.free0 = free0
         for r in ranks:
             g = phys[r]
             foreign = inp.foreign.mib / 1024.0 if inp.foreign and inp.foreign.gpu == g else 0.0
@@ -289,14 +316,19 @@ class _VllmBoot:
                 "reduce GPU memory used by other processes.",
             ]
             return self._fail(t + 0.3, wname[r], wpid[r], "gpu_worker.py:196", exc_lines)
-        t += 0.6
+        return t + 0.6
+
+    def _load_weights(self, t: float) -> float:
+        """The weights, shard by shard (worker 0's tqdm bar), every rank's memory ramping."""
+        sim, jit, model, tp = self.sim, self.jit, self.model, self.tp
+        ranks, phys, wpid, wname, ctx_gib = self.ranks, self.phys, self.wpid, self.wname, self.ctx_gib
         for r in ranks:
             self.log(
-                t + 0.02 * r, wname[r], wpid[r], "gpu_model_runner.py:2602", f"Starting to load model {model_path}..."
+                t + 0.02 * r, wname[r], wpid[r], "gpu_model_runner.py:2602",
+                f"Starting to load model {self.model_path}..."
             )
         self.log(t + 0.4, wname[0], wpid[0], "cuda.py:366", "Using Flash Attention backend on V1 engine.")
-        # weights
-        w_r = model.weights_gib / tp + model.replicated_gib
+        w_r = self.w_r = model.weights_gib / tp + model.replicated_gib
         load_s = model.load_seconds * (8 / max(tp, 1)) ** 0.35
         desc = "Loading safetensors checkpoint shards"
         t_l = t + 0.8
@@ -333,11 +365,16 @@ class _VllmBoot:
                 "gpu_model_runner.py:2653",
                 f"Model loading took {w_r:.4f} GiB and {sim.real(done - t) + 0.3 + 0.05 * r:.6f} seconds",
             )
-        t = done + 0.5 + 0.05 * tp
-        # torch.compile + the memory profile
+        return done + 0.5 + 0.05 * tp
+
+    def _profile(self, t: float) -> float:
+        """torch.compile (unless eager) and the memory profile: the activation peak and non-torch
+        memory, and what is left for the KV cache."""
+        inp, sim, jit, model, tp = self.inp, self.sim, self.jit, self.model, self.tp
+        ranks, phys, wpid, wname, ctx_gib, w_r = self.ranks, self.phys, self.wpid, self.wname, self.ctx_gib, self.w_r
         compile_s = 0.0
-        if not eager:
-            h = random.Random(f"cache:{inp.seed}:{model_path}").getrandbits(24)
+        if not self.eager:
+            h = random.Random(f"cache:{inp.seed}:{self.model_path}").getrandbits(24)
             dyn = 10.0 + 6.0 * jit.random()
             compile_s = dyn + 12.0 + 6.0 * jit.random()
             self.log(
@@ -359,15 +396,16 @@ class _VllmBoot:
                 f"torch.compile takes {sim.real(compile_s):.2f} s in total",
             )
             sim.util_frame(t, 60.0)
-        peak = model.vllm_peak_gib * batched / 8192
-        non_torch = 0.35 + (0.25 if tp > 1 else 0.0)
-        t_prof = t + compile_s + 1.0
+        peak = model.vllm_peak_gib * self.batched / 8192
+        non_torch = self.non_torch = 0.35 + (0.25 if tp > 1 else 0.0)
+        t_prof = self.t_prof = t + compile_s + 1.0
+        self.compile_s = compile_s
         for r in ranks:
             base = ctx_gib[phys[r]] + w_r
             sim.mem_frame(phys[r], t_prof - 0.8, base * 1024)
             sim.mem_frame(phys[r], t_prof - 0.4, (base + peak + non_torch) * 1024)
             sim.mem_step(phys[r], t_prof, (base + non_torch) * 1024)
-        kv = requested - (w_r + peak + non_torch)
+        kv = self.kv = self.requested - (w_r + peak + non_torch)
         for r in ranks:
             self.log(
                 t_prof + 0.3 + 0.02 * r,
@@ -376,8 +414,13 @@ class _VllmBoot:
                 "gpu_worker.py:298",
                 f"Available KV cache memory: {kv:.2f} GiB",
             )
-        t = t_prof + 0.4 + 0.02 * tp
-        cell = model.cell_bytes(tp, kv_bytes)  # bytes per token per rank, all layers
+        return t_prof + 0.4 + 0.02 * tp
+
+    def _kv_cache(self, t: float) -> float | BootScript:
+        """The KV cache in blocks, or the engine's refusal: no memory left for it, or not enough for
+        one request of ``max_model_len``."""
+        sim, model, core, kv, block, max_len = self.sim, self.model, self.core_pid, self.kv, self.block, self.max_len
+        cell = self.cell = model.cell_bytes(self.tp, self.kv_bytes)  # bytes per token per rank, all layers
         site = _vllm_site(self.exe)
         if kv <= 0:
             return self._fail(
@@ -412,7 +455,7 @@ class _VllmBoot:
                 ],
             )
         num_blocks = kv_bytes_avail // (block * cell)
-        tokens = num_blocks * block
+        tokens = self.tokens = num_blocks * block
         self.log(t + 0.3, "EngineCore_DP0", core, "kv_cache_utils.py:1087", f"GPU KV cache size: {tokens:,} tokens")
         self.log(
             t + 0.31,
@@ -421,67 +464,80 @@ class _VllmBoot:
             "kv_cache_utils.py:1091",
             f"Maximum concurrency for {max_len:,} tokens per request: {tokens / max_len:.2f}x",
         )
-        kv_alloc = num_blocks * block * cell / GIB
-        for r in ranks:
+        kv_alloc = self.kv_alloc = num_blocks * block * cell / GIB
+        phys, ctx_gib, w_r, non_torch = self.phys, self.ctx_gib, self.w_r, self.non_torch
+        for r in self.ranks:
             sim.mem_step(phys[r], t + 0.4, (ctx_gib[phys[r]] + w_r + non_torch + kv_alloc) * 1024)
-        t += 0.8
-        if not eager:
-            used = ctx_gib[phys[0]] + w_r + non_torch + kv_alloc
-            free = free0[0] - used
-            g_need = model.vllm_graph_gib
-            pw = [b for b in [1, 2, 4, *range(8, 513, 8)] if b <= batched]
-            fw = [b for b in [1, 2, 4, *range(8, 257, 8)] if b <= max_seqs]
-            g_s = 0.09 * len(pw) + 0.06 * len(fw)
-            sim.util_frame(t, 45.0)
-            # worker 0's tqdm bars (one journal record each, see ``_TqdmRun``): PIECEWISE, then FULL
-            pdesc = "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)"
-            piece = sim.tqdm(wpid[0], f"({wname[0]} pid={wpid[0]}) ")
-            sim.draw(piece, t, _capture_bar(pdesc, 0, len(pw), 0.0))
-            if free < g_need:
-                k_fail = int(len(pw) * max(free, 0.0) / g_need)
-                step = g_s * 0.5 / max(k_fail, 1)
-                for k in range(1, k_fail + 1):
-                    sim.draw(piece, t + step * k, _capture_bar(pdesc, k, len(pw), sim.real(step * k)))
-                # the exception leaves the loop: tqdm's close() redraws and ends the line first
-                fail_t = t + g_s * 0.5 + 0.2
-                sim.close(piece, fail_t - 0.001, _capture_bar(pdesc, k_fail, len(pw), sim.real(g_s * 0.5 + 0.2)))
-                oom = (
-                    f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {torch_size(g_need / 4 * GIB)}. "
-                    f"GPU {0 if 'CUDA_VISIBLE_DEVICES' in inp.env else phys[0]} has a total capacity of "
-                    f"{torch_size(total * GIB)} of which {torch_size(max(free, 0.0) * GIB)} is free. "
-                    "Including non-PyTorch "
-                    f"memory, this process has {torch_size(used * GIB)} memory in use."
-                )
-                exc_lines = [
-                    f'  File "{site}/v1/worker/gpu_model_runner.py", line 3442, in capture_model',
-                    "    self._capture_cudagraphs(",
-                    oom,
-                ]
-                return self._fail(t + g_s * 0.5 + 0.2, wname[0], wpid[0], "gpu_model_runner.py:3442", exc_lines)
-            p_s = g_s * 0.6
-            for k in range(1, len(pw) + 1):
-                sim.draw(piece, t + p_s * k / len(pw), _capture_bar(pdesc, k, len(pw), sim.real(p_s * k / len(pw))))
-            sim.close(piece, t + p_s + 0.001)
-            fdesc = "Capturing CUDA graphs (decode, FULL)"
-            full = sim.tqdm(wpid[0], f"({wname[0]} pid={wpid[0]}) ")
-            f0 = t + p_s + 0.002
-            f_s = g_s - p_s - 0.002
-            sim.draw(full, f0, _capture_bar(fdesc, 0, len(fw), 0.0))
-            for k in range(1, len(fw) + 1):
-                sim.draw(full, f0 + f_s * k / len(fw), _capture_bar(fdesc, k, len(fw), sim.real(f_s * k / len(fw))))
-            sim.close(full, t + g_s)
-            for r in ranks:
-                sim.mem_step(phys[r], t + g_s, (ctx_gib[phys[r]] + w_r + non_torch + kv_alloc + g_need) * 1024)
-                self.log(
-                    t + g_s + 0.1 + 0.02 * r,
-                    wname[r],
-                    wpid[r],
-                    "gpu_model_runner.py:3480",
-                    f"Graph capturing finished in {max(1, round(sim.real(g_s)))} secs, took {g_need:.2f} GiB",
-                )
-            t += g_s + 0.2 + 0.02 * tp
+        return t + 0.8
+
+    def _graphs(self, t: float) -> float | BootScript:
+        """CUDA graph capture (unless eager): worker 0's PIECEWISE then FULL bars, or the CUDA OOM of
+        a capture that needs more than is free."""
+        if self.eager:
+            return t
+        inp, sim, model, site = self.inp, self.sim, self.model, _vllm_site(self.exe)
+        ranks, phys, wpid, wname, ctx_gib = self.ranks, self.phys, self.wpid, self.wname, self.ctx_gib
+        w_r, non_torch, kv_alloc = self.w_r, self.non_torch, self.kv_alloc
+        used = ctx_gib[phys[0]] + w_r + non_torch + kv_alloc
+        free = self.free0[0] - used
+        g_need = model.vllm_graph_gib
+        pw = [b for b in [1, 2, 4, *range(8, 513, 8)] if b <= self.batched]
+        fw = [b for b in [1, 2, 4, *range(8, 257, 8)] if b <= self.max_seqs]
+        g_s = 0.09 * len(pw) + 0.06 * len(fw)
+        sim.util_frame(t, 45.0)
+        # worker 0's tqdm bars (one journal record each, see ``_TqdmRun``): PIECEWISE, then FULL
+        pdesc = "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)"
+        piece = sim.tqdm(wpid[0], f"({wname[0]} pid={wpid[0]}) ")
+        sim.draw(piece, t, _capture_bar(pdesc, 0, len(pw), 0.0))
+        if free < g_need:
+            k_fail = int(len(pw) * max(free, 0.0) / g_need)
+            step = g_s * 0.5 / max(k_fail, 1)
+            for k in range(1, k_fail + 1):
+                sim.draw(piece, t + step * k, _capture_bar(pdesc, k, len(pw), sim.real(step * k)))
+            # the exception leaves the loop: tqdm's close() redraws and ends the line first
+            fail_t = t + g_s * 0.5 + 0.2
+            sim.close(piece, fail_t - 0.001, _capture_bar(pdesc, k_fail, len(pw), sim.real(g_s * 0.5 + 0.2)))
+            oom = (
+                f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {torch_size(g_need / 4 * GIB)}. "
+                f"GPU {0 if 'CUDA_VISIBLE_DEVICES' in inp.env else phys[0]} has a total capacity of "
+                f"{torch_size(inp.gpu.total_gib * GIB)} of which {torch_size(max(free, 0.0) * GIB)} is free. "
+                "Including non-PyTorch "
+                f"memory, this process has {torch_size(used * GIB)} memory in use."
+            )
+            exc_lines = [
+                f'  File "{site}/v1/worker/gpu_model_runner.py", line 3442, in capture_model',
+                "    self._capture_cudagraphs(",
+                oom,
+            ]
+            return self._fail(t + g_s * 0.5 + 0.2, wname[0], wpid[0], "gpu_model_runner.py:3442", exc_lines)
+        p_s = g_s * 0.6
+        for k in range(1, len(pw) + 1):
+            sim.draw(piece, t + p_s * k / len(pw), _capture_bar(pdesc, k, len(pw), sim.real(p_s * k / len(pw))))
+        sim.close(piece, t + p_s + 0.001)
+        fdesc = "Capturing CUDA graphs (decode, FULL)"
+        full = sim.tqdm(wpid[0], f"({wname[0]} pid={wpid[0]}) ")
+        f0 = t + p_s + 0.002
+        f_s = g_s - p_s - 0.002
+        sim.draw(full, f0, _capture_bar(fdesc, 0, len(fw), 0.0))
+        for k in range(1, len(fw) + 1):
+            sim.draw(full, f0 + f_s * k / len(fw), _capture_bar(fdesc, k, len(fw), sim.real(f_s * k / len(fw))))
+        sim.close(full, t + g_s)
+        for r in ranks:
+            sim.mem_step(phys[r], t + g_s, (ctx_gib[phys[r]] + w_r + non_torch + kv_alloc + g_need) * 1024)
+            self.log(
+                t + g_s + 0.1 + 0.02 * r,
+                wname[r],
+                wpid[r],
+                "gpu_model_runner.py:3480",
+                f"Graph capturing finished in {max(1, round(sim.real(g_s)))} secs, took {g_need:.2f} GiB",
+            )
+        return t + g_s + 0.2 + 0.02 * self.tp
+
+    def _ready(self, t: float) -> BootScript:
+        """The engine core's summary, then the API server's routes and startup lines."""
+        sim, m, core = self.sim, self.main_pid, self.core_pid
         sim.util_frame(t, 0.0)
-        init_s = sim.real(t - (t_prof - compile_s - 1.0) + 1.0)
+        init_s = sim.real(t - (self.t_prof - self.compile_s - 1.0) + 1.0)
         self.log(
             t + 0.1,
             "EngineCore_DP0",
@@ -490,8 +546,8 @@ class _VllmBoot:
             f"init engine (profile, create kv cache, warmup model) took {init_s:.2f} seconds",
         )
         t += 1.8
-        host = str(args.get("host") or "0.0.0.0")
-        port = _arg_int(args, "port", 8000)
+        host = str(self.args.get("host") or "0.0.0.0")
+        port = _arg_int(self.args, "port", 8000)
         self.log(t, "APIServer", m, "api_server.py:1634", "Supported_tasks: ['generate']")
         self.log(t + 0.01, "APIServer", m, "api_server.py:1912", f"Starting vLLM API server 0 on http://{host}:{port}")
         self.log(t + 0.02, "APIServer", m, "launcher.py:34", "Available routes are:")
@@ -506,6 +562,7 @@ class _VllmBoot:
             "ready",
             t + 0.102,
             serving=ServingFacts(
-                tokens, max_seqs, max_len, model.decode_tok_s, m, "vllm", "APIServer", False, VLLM_SERVING_INTERVAL_S
+                self.tokens, self.max_seqs, self.max_len, self.model.decode_tok_s, m, "vllm", "APIServer", False,
+                VLLM_SERVING_INTERVAL_S,
             ),
         )
