@@ -34,7 +34,7 @@ import gc, json, sys, tempfile
 from pathlib import Path
 from types import SimpleNamespace
 sys.path.insert(0, sys.argv[1])
-from kvtui.hosts.ssh import _FileFollower
+from kvtui.hosts.ssh.followers import _FileFollower
 from kvtui.hosts.backend import LogStart
 from kvtui.monitor import HostMonitor
 

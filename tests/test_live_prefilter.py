@@ -27,7 +27,8 @@ from kvtui.config import HostConfig
 from kvtui.engines.events import LogRecord
 from kvtui.engines.parse import LivePrefilter
 from kvtui.hosts.backend import LogStart, RecordBlock
-from kvtui.hosts.ssh import SshBackend, _FileFollower, _JournalFollower
+from kvtui.hosts.ssh import SshBackend
+from kvtui.hosts.ssh.followers import _FileFollower, _JournalFollower
 from kvtui.monitor import HostMonitor, LogBatch
 from kvtui.spool import Spool
 

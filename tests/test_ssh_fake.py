@@ -509,7 +509,7 @@ async def test_server_pids_choose_the_right_source(tmp_path: Path) -> None:
 
 
 def _file_follower(after: str | None = "0") -> Any:
-    from kvtui.hosts.ssh import _FileFollower
+    from kvtui.hosts.ssh.followers import _FileFollower
 
     b = SshBackend("x", HostConfig(ssh="h", log_file="/var/log/s.log"))
     return _FileFollower(b, LogStart.CURRENT_BOOT, after)
@@ -593,7 +593,7 @@ def test_file_follower_skips_the_partial_first_line_of_a_scan_window() -> None:
 
 
 def test_docker_follower_cursor_skips_what_was_delivered() -> None:
-    from kvtui.hosts.ssh import _DockerFollower
+    from kvtui.hosts.ssh.followers import _DockerFollower
 
     b = SshBackend("x", HostConfig(ssh="h", container="vllm"))
     d = _DockerFollower(b, LogStart.CURRENT_BOOT, "2026-03-04T09:12:00.000000002Z#2")
@@ -610,7 +610,7 @@ def test_docker_follower_cursor_skips_what_was_delivered() -> None:
 
 
 def test_journal_follower_splits_multiline_entries_sharing_the_cursor() -> None:
-    from kvtui.hosts.ssh import _JournalFollower
+    from kvtui.hosts.ssh.followers import _JournalFollower
 
     b = SshBackend("x", HostConfig(ssh="h", unit="u"))
     j = _JournalFollower(b, LogStart.CURRENT_BOOT, None)
@@ -648,7 +648,7 @@ async def test_ssh_config_alias_is_honoured_and_trusted_under_its_real_name(tmp_
 @pytest.mark.parametrize("stamp", ["2026-03-04T09:12:00.123456789Z", "2026-03-04T09:12:00Z",
                                    "2026-03-04T09:12:00.5+02:00", "2026-03-04T09:12:00-05:30"])
 def test_docker_timestamps_cached_parse_matches_full_parse(stamp: str) -> None:
-    from kvtui.hosts.ssh import _DockerFollower, parse_docker_ts
+    from kvtui.hosts.ssh.followers import _DockerFollower, parse_docker_ts
 
     d = _DockerFollower(SshBackend("x", HostConfig(ssh="h", container="c")), LogStart.CURRENT_BOOT, None)
     d._ts("2026-03-04T09:12:00.000000001Z")  # prime the cache with the same second

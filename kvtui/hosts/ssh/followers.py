@@ -1,0 +1,681 @@
+"""The remote log streams of an SSH host: for each source (the unit's journal, a log file, a container's
+log) the command that (re)starts it after the last cursor seen and the state machine that turns its
+bytes into records — so a reconnect neither loses nor repeats a line."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+import asyncssh
+
+from kvtui.engines.events import LogRecord
+from kvtui.engines.shapes import journal_columns, journal_fields, parse_journal_json
+from kvtui.engines.text import MAX_LINE_CHARS
+from kvtui.hosts import commands as C
+from kvtui.hosts.backend import BackendError, LogStart, RecordBlock
+from kvtui.liveness import DOCKER_STATE_FORMAT, FRESH_SLACK_S, PidWatch, exit_record, parse_docker_state
+
+if TYPE_CHECKING:
+    from kvtui.hosts.ssh.backend import SshBackend
+
+READ_CHUNK: Final = 1 << 18
+
+
+MAX_QUEUED_BATCHES: Final = 64  # per stream: at most this many chunks (of READ_CHUNK bytes) read ahead
+
+
+MAX_BATCH_RECORDS: Final = 5000
+
+
+SCAN_WINDOW_BYTES: Final = C.SCAN_WINDOW_BYTES
+
+
+JOURNAL_FALLBACK_LINES: Final = 2000  # no InvocationID and no Started line: the last N entries
+
+
+_PLUS_ONE: Final = (1).__add__
+
+
+class _Closed(Exception):
+    pass
+
+
+def _decode(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace")
+    if len(text) > MAX_LINE_CHARS:
+        text = text[:MAX_LINE_CHARS]
+    return text
+
+
+_DOCKER_LINE_RE = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) ?(.*)$", re.S)
+
+
+def parse_docker_ts(stamp: str) -> datetime | None:
+    """RFC 3339 with nanoseconds (``2026-03-04T09:12:00.123456789Z``) -> aware datetime (µs)."""
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", stamp)
+    if not m:
+        return None
+    frac = (m.group(2) or "0")[:6].ljust(6, "0")
+    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
+    try:
+        return datetime.fromisoformat(f"{m.group(1)}.{frac}{tz}")
+    except ValueError:
+        return None
+
+
+async def _run_answer(conn: asyncssh.SSHClientConnection, command: str, *, timeout: float) -> Any:
+    """Run a command whose answer decides where a stream starts (the current boot's cursor, a
+    file's offset, a container's start). A channel that closed without an exit status — the
+    connection dropped mid-command — is an error, not an empty answer: the follower locates
+    again on the next connection instead of falling back (to the last lines, a whole journal or
+    a file's first byte)."""
+    res = await conn.run(command, check=False, timeout=timeout)
+    if res.exit_status is None and res.exit_signal is None:
+        raise asyncssh.ConnectionLost("the connection dropped while locating where the stream starts")
+    return res
+
+
+class _Follower:
+    source = "raw"
+    note: str = ""  # a user-facing remark (rotation, truncation) for the status line
+
+    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None) -> None:
+        self.backend = backend
+        self.start = start
+        self.after_cursor = after_cursor
+        self.located = False
+        self._buf = b""
+
+    async def command(self, conn: asyncssh.SSHClientConnection) -> str:
+        raise NotImplementedError
+
+    def feed(self, chunk: bytes) -> list[LogRecord]:
+        raise NotImplementedError
+
+    def feed_block(self, chunk: bytes) -> RecordBlock:
+        """``feed`` as a ``RecordBlock`` (followers with a bulk fast path override this)."""
+        return RecordBlock.of(self.feed(chunk))
+
+    def reset(self) -> None:
+        self._buf = b""
+
+    async def after_feed(self, conn: asyncssh.SSHClientConnection) -> None:
+        """Called after each chunk (on the live connection): a follower may ask the host
+        something it needs for resuming."""
+
+    async def ended(self, conn: asyncssh.SSHClientConnection) -> list[LogRecord]:
+        """Called when the remote command ended by itself on a live connection: records to
+        deliver (a container that stopped: the server's exit)."""
+        return []
+
+    def _lines(self, chunk: bytes) -> list[bytes]:
+        data = self._buf + chunk
+        parts = data.split(b"\n")
+        self._buf = parts.pop()
+        if len(self._buf) > 4 * MAX_LINE_CHARS:  # a runaway line: cut, keep the stream alive
+            parts.append(self._buf)
+            self._buf = b""
+        return parts
+
+
+class _JournalFollower(_Follower):
+    source = "journal"
+
+    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None) -> None:
+        super().__init__(backend, start, after_cursor)
+        self.unit = backend.host.unit or ""
+        # where to (re)start: ("after", cursor) | ("cursor", cursor) | ("lines", n) | ("all", None)
+        self.resume: tuple[str, str | None] = ("after", after_cursor) if after_cursor else ("all", None)
+        self.invocation: str | None = None
+
+    async def command(self, conn: asyncssh.SSHClientConnection) -> str:
+        sudo = self.backend.host.sudo
+        if not self.located:
+            if self.after_cursor is None and self.start is LogStart.CURRENT_BOOT:
+                res = await _run_answer(conn, C.journal_boot_start(self.unit, sudo=sudo), timeout=60)
+                self.resume = self._parse_boot_start(str(res.stdout or ""))
+            elif self.after_cursor is None:
+                res = await _run_answer(conn, C.journal_last_cursor(self.unit, sudo=sudo), timeout=60)
+                rec = parse_journal_json(str(res.stdout or "").strip().split("\n")[-1]) if res.stdout else None
+                self.resume = ("after", rec.cursor) if rec and rec.cursor else ("all", None)
+            self.located = True
+        kind, cur = self.resume
+        if kind == "after":
+            return C.journal_follow(self.unit, after_cursor=cur, sudo=sudo)
+        if kind == "cursor":
+            return C.journal_follow(self.unit, cursor=cur, sudo=sudo)
+        if kind == "lines":
+            return C.journal_follow(self.unit, lines=int(cur or 0), sudo=sudo)
+        return C.journal_follow(self.unit, sudo=sudo)
+
+    def _parse_boot_start(self, out: str) -> tuple[str, str | None]:
+        for line in out.splitlines():
+            if line.startswith("invocation="):
+                self.invocation = line.partition("=")[2].strip() or None
+            elif line.startswith("{"):
+                rec = parse_journal_json(line)
+                if rec is not None and rec.cursor:
+                    return ("cursor", rec.cursor)
+        self.note = "current boot not found in the journal (no InvocationID, no Started line): from the last lines"
+        return ("lines", str(JOURNAL_FALLBACK_LINES))
+
+    def feed(self, chunk: bytes) -> list[LogRecord]:
+        return self.feed_block(chunk).records()
+
+    def feed_block(self, chunk: bytes) -> RecordBlock:
+        fast = self._fast_block(chunk)
+        if fast is not None:
+            return fast
+        lines = self._lines(chunk)
+        objs = _json_objects(lines)
+        if objs is None:  # not one JSON object per line: line by line
+            return RecordBlock.of(self._feed_lines(lines))
+        texts: list[str] = []
+        tss: list[datetime | None] = []
+        cursors: list[str | None] = []
+        pids: list[int | None] = []
+        idents: list[str | None] = []
+        last: str | None = None
+        for obj in objs:
+            f = journal_fields(obj)
+            if f is None:
+                continue
+            text, ts, cursor, pid, ident = f
+            if "\n" in text or "\r" in text:
+                # one record per physical line; the pieces of an entry share its cursor and are
+                # always delivered together
+                for piece in _PHYSICAL_RE.split(text):
+                    if piece:
+                        texts.append(piece)
+                        tss.append(ts)
+                        cursors.append(cursor)
+                        pids.append(pid)
+                        idents.append(ident)
+            else:
+                texts.append(text)
+                tss.append(ts)
+                cursors.append(cursor)
+                pids.append(pid)
+                idents.append(ident)
+            if cursor:
+                last = cursor
+        if last is not None:
+            self.resume = ("after", last)
+        return RecordBlock(texts, cursors, "journal", tss, idents, pids)
+
+    def _fast_block(self, chunk: bytes) -> RecordBlock | None:
+        """The common case in bulk: a chunk of complete ``journalctl -o json`` lines, each exactly
+        one object (``{…}`` joined by ``}\\n{``), every entry a plain one (``journal_columns``) with a
+        one-line message. Decoded with one ``json.loads`` and C-level column maps; None when the
+        chunk is not that (then the general path, which gives the same records)."""
+        data = self._buf + chunk if self._buf else chunk
+        end = data.rfind(b"\n")
+        if end <= 0 or len(data) - end - 1 > 4 * MAX_LINE_CHARS:
+            return None
+        try:
+            text = data[:end].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        lines = text.count("\n") + 1
+        if text[:1] != "{" or text[-1:] != "}" or text.count("}\n{") != lines - 1:
+            return None
+        try:
+            objs = json.loads("[" + text.replace("}\n{", "},{") + "]")
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(objs, list) or len(objs) != lines:
+            return None
+        cols = journal_columns(objs)
+        if cols is None:
+            return None
+        texts, tss, cursors, pids, idents = cols
+        joined = "".join(texts)
+        if "\n" in joined or "\r" in joined:  # multi-line messages: one record per physical line
+            return None
+        self._buf = data[end + 1 :]
+        for cursor in reversed(cursors):
+            if cursor:
+                self.resume = ("after", cursor)
+                break
+        return RecordBlock(texts, cursors, "journal", tss, idents, pids)
+
+    def _feed_lines(self, lines: list[bytes]) -> list[LogRecord]:
+        out: list[LogRecord] = []
+        for line in lines:
+            if not line.strip():
+                continue
+            rec = parse_journal_json(line)
+            if rec is None:
+                continue
+            if "\n" in rec.text or "\r" in rec.text:
+                # one record per physical line; the pieces of an entry share its cursor and are
+                # always delivered together
+                out.extend(replace(rec, text=p) for p in _PHYSICAL_RE.split(rec.text) if p)
+            else:
+                out.append(rec)
+            if rec.cursor:
+                self.resume = ("after", rec.cursor)
+        return out
+
+
+_PHYSICAL_RE = re.compile(r"\r\n|\r|\n")
+
+
+def _merge(a: RecordBlock, b: RecordBlock) -> RecordBlock:
+    """One block of ``a``'s records then ``b``'s."""
+    if a._records is not None or b._records is not None or a.source != b.source:
+        return RecordBlock.of(a.records() + b.records())
+    n, m = len(a.texts), len(b.texts)
+
+    def col(x: list[Any] | None, y: list[Any] | None) -> list[Any] | None:
+        if x is None and y is None:
+            return None
+        return (x if x is not None else [None] * n) + (y if y is not None else [None] * m)
+
+    return RecordBlock(a.texts + b.texts, a.cursors + b.cursors, a.source, col(a.ts, b.ts), col(a.idents, b.idents),
+                       col(a.pids, b.pids))
+
+
+def _json_objects(lines: list[bytes]) -> list[object] | None:
+    """The JSON objects of ``journalctl -o json`` lines decoded in one ``json.loads`` (blank lines
+    and lines that are no JSON object skipped, as ``parse_journal_json`` would); None when the
+    block does not decode that way (a bad line): then decode line by line."""
+    kept: list[str] = []
+    try:
+        text = b"\n".join(lines).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    for line in text.split("\n"):
+        line = line.strip(" \t\n\r\x0b\x0c")  # what bytes.strip() strips
+        if line[:1] == "{" and line[-1:] == "}":
+            kept.append(line)
+    if not kept:
+        return []
+    try:
+        objs = json.loads("[" + ",".join(kept) + "]")
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(objs, list) or len(objs) != len(kept):
+        return None
+    return objs
+
+
+class _FileFollower(_Follower):
+    """Byte-exact: every record's cursor is the file offset right after its terminator."""
+
+    source = "file"
+
+    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None) -> None:
+        super().__init__(backend, start, after_cursor)
+        self.path = backend.host.log_file or ""
+        self.offset = 0  # next byte of the file to read
+        self.inode: int | None = None
+        self.skip_partial = False  # the scan window began mid-line: drop up to the first newline
+        self.want_inode = False  # tail followed a new file: learn its inode (to resume after a drop)
+        # liveness: the pid file, watched on the host by the follow command itself (in-band lines)
+        found = C.server_pid_file(backend.host.pid_file, backend.host.start_command, backend.host.stop_command)
+        self.pid_file = found[0] if found else None
+        self.watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
+        self.pending_exit: tuple[LogRecord, int] | None = None  # held until the log is read that far
+        self.t_follow = time.monotonic()  # a process younger than the follow started after it
+        if after_cursor is not None:
+            off = after_cursor.partition(":")[0]
+            self.offset = int(off) if off.isdigit() else 0
+            self.located = True
+
+    async def command(self, conn: asyncssh.SSHClientConnection) -> str:
+        if not self.located:
+            if self.start is LogStart.CURRENT_BOOT:
+                res = await _run_answer(conn, C.file_scan_back(self.path, window=self.backend.scan_window),
+                                        timeout=120)
+                self._apply_scan(str(res.stdout or ""))
+            else:
+                res = await _run_answer(conn, C.file_stat(self.path), timeout=60)
+                parts = str(res.stdout or "").split()
+                if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                    self.inode, self.offset = int(parts[0]), int(parts[1])
+                else:
+                    self.inode, self.offset = None, 0
+            self.located = True
+        return C.file_follow(self.path, offset=self.offset, inode=self.inode, pid_file=self.pid_file)
+
+    def _apply_scan(self, out: str) -> None:
+        lines = out.splitlines()
+        if not lines or lines[0].strip() == "missing" or not lines[0].startswith("stat "):
+            self.offset, self.inode = 0, None
+            self.note = f"{self.path} does not exist yet: waiting for it"
+            return
+        _, ino, size, start = lines[0].split()[:4]
+        self.inode, window_start = int(ino), int(start)
+        matches: list[tuple[int, str]] = []
+        for line in lines[1:]:
+            rel, sep, text = line.partition(":")
+            if sep and rel.isdigit():
+                matches.append((window_start + int(rel), text))
+        if not matches:
+            self.offset = window_start
+            self.skip_partial = window_start > 0
+            if window_start > 0:
+                self.note = f"no server start in the last {int(size) - window_start} bytes of {self.path}"
+            return
+        primary = [re.compile(p) for p in C.PRIMARY_START_PATTERNS]
+        chosen = matches[-1]
+        if not any(p.search(chosen[1]) for p in primary):
+            # vLLM prints its version line right before the args line: start there
+            for off, text in reversed(matches[:-1]):
+                if chosen[0] - off > 8192:
+                    break
+                if any(p.search(text) for p in primary):
+                    chosen = (off, text)
+                    break
+        self.offset = chosen[0]
+
+    def feed(self, chunk: bytes) -> list[LogRecord]:
+        return self.feed_block(chunk).records()
+
+    def feed_block(self, chunk: bytes) -> RecordBlock:
+        data = self._buf + chunk if self._buf else chunk
+        if PID_MARK in data:
+            data = self._pid_lines(data)
+        block: RecordBlock | None = None
+        if not self.skip_partial and b"\r" not in data and b"\x00" not in data and b"tail: " not in data:
+            block = self._plain_block(data)
+        if block is None:
+            block = RecordBlock.of(self._feed_slow(data))
+        if self.pending_exit is not None and self.offset >= self.pending_exit[1]:
+            rec = self.pending_exit[0]
+            self.pending_exit = None
+            block = _merge(block, RecordBlock.of([rec])) if len(block) else RecordBlock.of([rec])
+        return block
+
+    def _pid_lines(self, data: bytes) -> bytes:
+        """Take the pid watcher's lines (``\\0kvtui:pid PID STATE size=N``) out of the stream (they
+        may land inside a log line tail wrote in pieces) and read them into the watch."""
+        out: list[bytes] = []
+        pos = 0
+        while True:
+            i = data.find(PID_MARK, pos)
+            if i < 0:
+                break
+            j = data.find(b"\n", i)
+            if j < 0:
+                break  # incomplete: kept for the next chunk with what follows
+            out.append(data[pos:i])
+            self._pid_line(data[i + len(PID_MARK) : j].decode("ascii", "replace"))
+            pos = j + 1
+        out.append(data[pos:])
+        return b"".join(out)
+
+    def _pid_line(self, text: str) -> None:
+        parts = text.split()
+        if len(parts) < 2:
+            return
+        pid = int(parts[0]) if parts[0].isdigit() else None
+        size = next((int(p[5:]) for p in parts[2:] if p.startswith("size=") and p[5:].isdigit()), 0)
+        age = next((int(p[4:]) for p in parts[2:] if p.startswith("age=") and p[4:].lstrip("-").isdigit()), None)
+        fresh = age is not None and age <= time.monotonic() - self.t_follow + FRESH_SLACK_S
+        gone = self.watch.observe(pid, parts[1] == "alive", fresh=fresh)
+        if gone is not None:
+            rec = exit_record(gone.pid, at_start=gone.at_start, ts=datetime.now(), source="file")
+            self.pending_exit = (rec, size)
+
+    def _feed_slow(self, data: bytes) -> list[LogRecord]:
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        out: list[LogRecord] = []
+        offset = self.offset
+        for line in lines:
+            if self.skip_partial or b"\r" in line or b"\x00" in line or b"tail: " in line:
+                self.offset = offset
+                pieces = line.split(b"\r")
+                for piece in pieces:
+                    self._piece(piece, 1, out)
+                offset = self.offset
+                continue
+            offset += len(line) + 1  # the fast path: a plain line
+            if line:
+                out.append(LogRecord(_decode(line), None, str(offset), "file"))
+        self.offset = offset
+        if b"\r" in rest:  # tqdm redraws: every \r-terminated piece is complete now
+            *done, rest = rest.split(b"\r")
+            for piece in done:
+                self._piece(piece, 1, out)
+        if len(rest) > 4 * MAX_LINE_CHARS:  # a runaway line: cut it, keep the stream alive
+            self._piece(rest, 0, out)
+            rest = b""
+        self._buf = rest
+        return out
+
+    def _plain_block(self, data: bytes) -> RecordBlock | None:
+        """The records of a chunk of plain UTF-8 lines (no ``\\r``, no control or tail lines: the
+        common case) as a block: one decode and one split for the chunk. None when it is not that."""
+        end = data.rfind(b"\n")
+        if end < 0 or len(data) - end - 1 > 4 * MAX_LINE_CHARS:
+            return None
+        body = data[:end]
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        lines = text.split("\n")
+        offset = self.offset
+        if len(text) == len(body) and "" not in lines and max(map(len, lines)) <= MAX_LINE_CHARS:
+            # ASCII, no empty line, none to cut (the common case): cursors in C, each the offset
+            # after its line's newline
+            ends = itertools.accumulate(map(_PLUS_ONE, map(len, lines)), initial=offset)
+            cursors_c: list[str | None] = list(map(str, itertools.islice(ends, 1, None)))
+            self.offset = offset + len(body) + 1
+            self._buf = data[end + 1 :]
+            return RecordBlock(lines, cursors_c, "file")
+        texts: list[str] = []
+        cursors: list[str | None] = []
+        add_text, add_cursor = texts.append, cursors.append
+        if len(text) == len(body):  # ASCII: characters are bytes
+            for line in lines:
+                offset += len(line) + 1
+                if line:
+                    add_text(line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS])
+                    add_cursor(str(offset))
+        else:
+            for line in lines:
+                offset += (len(line) if line.isascii() else len(line.encode("utf-8"))) + 1
+                if line:
+                    add_text(line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS])
+                    add_cursor(str(offset))
+        self.offset = offset
+        self._buf = data[end + 1 :]
+        return RecordBlock(texts, cursors, "file")
+
+    def _piece(self, piece: bytes, term: int, out: list[LogRecord]) -> None:
+        """One physical piece of the file followed by ``term`` terminator bytes (or a control
+        line / tail notice, which are not file bytes)."""
+        if CONTROL_MARK in piece:
+            before, _, ctl = piece.partition(CONTROL_MARK)
+            if before:
+                self._piece(before, 0, out)
+            self._control(ctl.decode("utf-8", "replace"))
+            return
+        if b"tail: " in piece:
+            idx = piece.find(b"tail: ")
+            notice = piece[idx:]
+            if C.TAIL_NEW_FILE_RE.match(notice) or C.TAIL_TRUNCATED_RE.match(notice) or C.TAIL_OTHER_RE.match(notice):
+                if idx > 0:
+                    self._piece(piece[:idx], 0, out)
+                self._tail_notice(notice)
+                return
+        self.offset += len(piece) + term
+        if self.skip_partial:
+            self.skip_partial = False
+            return
+        if not piece:
+            return
+        out.append(LogRecord(text=_decode(piece), cursor=str(self.offset), source="file"))
+
+    def _control(self, ctl: str) -> None:
+        if ctl.startswith("follow "):
+            kv = dict(p.partition("=")[::2] for p in ctl.split()[1:])
+            ino, off = kv.get("ino", ""), kv.get("off", "")
+            self.inode = int(ino) if ino.isdigit() else None
+            if off.isdigit():
+                self.offset = int(off)
+        elif ctl.startswith("rotated-lost"):
+            self.offset, self.inode = 0, None
+            self.note = f"{self.path} was rotated while disconnected and the old file is gone: lines may be missing"
+        elif ctl.startswith("rotated"):
+            self.offset, self.inode = 0, None
+            self.note = f"{self.path} was rotated while disconnected (the old file's rest was read)"
+        elif ctl.startswith("truncated"):
+            self.offset = 0
+            self.note = f"{self.path} was truncated while disconnected"
+
+    async def after_feed(self, conn: asyncssh.SSHClientConnection) -> None:
+        if not self.want_inode:
+            return
+        self.want_inode = False
+        try:
+            res = await _run_answer(conn, C.file_stat(self.path), timeout=30)
+        except BaseException:
+            self.want_inode = True  # asked again on the next connection
+            raise
+        parts = str(res.stdout or "").split()
+        # (a truncation since then keeps the inode; two rotations within this round trip would
+        # make it wrong, then a resume after a drop may start in the wrong place)
+        if len(parts) == 2 and parts[0].isdigit():
+            self.inode = int(parts[0])
+
+    def _tail_notice(self, notice: bytes) -> None:
+        if C.TAIL_NEW_FILE_RE.match(notice):
+            self.want_inode = True
+            self.offset, self.inode = 0, None
+            self.note = f"{self.path} was replaced (rotated): following the new file"
+        elif C.TAIL_TRUNCATED_RE.match(notice):
+            self.offset = 0
+            self.note = f"{self.path} was truncated: following from its start"
+        else:
+            self.note = notice.decode("utf-8", "replace")
+
+
+CONTROL_MARK: Final = C.CONTROL_PREFIX
+
+
+PID_MARK: Final = CONTROL_MARK + b"pid "
+
+
+class _DockerFollower(_Follower):
+    """Cursor ``TS#n``: the RFC 3339 timestamp of the last line and how many lines with exactly
+    that timestamp were delivered (docker's ``--since`` is inclusive)."""
+
+    source = "docker"
+
+    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None) -> None:
+        super().__init__(backend, start, after_cursor)
+        self.container = backend.host.container or ""
+        self.since: str | None = None
+        self.seen_at_since = 0  # lines at exactly `since` already delivered
+        self._skip = 0
+        self._ts_key = ""
+        self._ts_base: datetime | None = None
+        # liveness: ``docker logs -f`` ends when the container stops; its state says how
+        self.watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
+        self._held: LogRecord | None = None
+        self.t_follow = time.monotonic()
+        self._fresh_after: datetime | None = None
+        if after_cursor:
+            ts, _, n = after_cursor.partition("#")
+            self.since, self.seen_at_since = ts, int(n) if n.isdigit() else 0
+            self.located = True
+
+    async def ended(self, conn: asyncssh.SSHClientConnection) -> list[LogRecord]:
+        rec, self._held = self._held or await self._state(conn), None
+        return [rec] if rec is not None else []
+
+    async def _state(self, conn: asyncssh.SSHClientConnection) -> LogRecord | None:
+        """Read the container's state into the watch; the exit record when it stopped."""
+        res = await conn.run(C.docker_inspect(self.container, DOCKER_STATE_FORMAT, sudo=self.backend.host.sudo),
+                             check=False, timeout=60)
+        state = parse_docker_state(str(res.stdout or "")) if res.exit_status == 0 else None
+        if state is None:
+            return None
+        started, running, detail = state
+        started_at = parse_docker_ts(started)
+        fresh = self._fresh_after is not None and started_at is not None and started_at >= self._fresh_after
+        gone = self.watch.observe(started, running, fresh=fresh)
+        if gone is None:
+            return None
+        return exit_record(None, detail or f"container {self.container} stopped", at_start=gone.at_start,
+                           ts=datetime.now(UTC), source="docker")
+
+    async def command(self, conn: asyncssh.SSHClientConnection) -> str:
+        sudo = self.backend.host.sudo
+        first = not self.located
+        if not self.located:
+            if self.start is LogStart.CURRENT_BOOT:
+                res = await _run_answer(conn, C.docker_inspect(self.container, "{{.State.StartedAt}}", sudo=sudo),
+                                        timeout=60)
+                if res.exit_status != 0:
+                    raise BackendError(f"docker inspect {self.container}: {str(res.stderr or '').strip()}")
+                self.since = str(res.stdout or "").strip() or None
+            else:
+                res = await _run_answer(conn, C.remote_now_rfc3339(), timeout=60)
+                self.since = str(res.stdout or "").strip() or None
+                now = parse_docker_ts(self.since) if self.since else None
+                if now is not None:  # the host's time when following began: a container started after is ours
+                    self._fresh_after = now - timedelta(seconds=time.monotonic() - self.t_follow + FRESH_SLACK_S)
+            self.seen_at_since = 0
+            self.located = True
+        if first and self.watch.first:
+            self._held = await self._state(conn)  # already stopped: said after its lines, when the stream ends
+        self._skip = self.seen_at_since
+        if self.since and parse_docker_ts(self.since) is None:
+            self.since = None
+        return C.docker_logs_follow(self.container, since=self.since, tail=None if self.since else 0,
+                                    sudo=sudo)
+
+    def feed(self, chunk: bytes) -> list[LogRecord]:
+        out: list[LogRecord] = []
+        for line in self._lines(chunk):
+            line = line.rstrip(b"\r")
+            stamp_b, _, text = line.partition(b" ")
+            quick = len(stamp_b) >= 20 and stamp_b[4:5] == b"-" and stamp_b[10:11] == b"T" and (
+                stamp_b[-1:] == b"Z" or stamp_b[-1:].isdigit())
+            if not quick:
+                m = _DOCKER_LINE_RE.match(line)
+                if m is None:
+                    if line:  # a docker error line (merged stderr) — not a log line of the container
+                        self.note = _decode(line)
+                    continue
+                stamp_b, text = m.group(1), m.group(2)
+            stamp = stamp_b.decode("ascii", "replace")
+            if self.since is not None and stamp == self.since and self._skip > 0:
+                self._skip -= 1
+                continue
+            if self.since is not None and stamp < self.since and len(stamp) == len(self.since):
+                continue
+            if stamp == self.since:
+                self.seen_at_since += 1
+            else:
+                self.since, self.seen_at_since = stamp, 1
+            self._skip = 0
+            out.append(LogRecord(text=_decode(text), ts=self._ts(stamp),
+                                 cursor=f"{stamp}#{self.seen_at_since}", source="docker"))
+        return out
+
+    def _ts(self, stamp: str) -> datetime | None:
+        """``parse_docker_ts`` with the whole-second part cached (lines come many per second)."""
+        sec, rest = stamp[:19], stamp[19:]
+        if rest.endswith("Z"):
+            tz, frac = "Z", rest[1:-1] if rest.startswith(".") else ""
+        else:
+            tz, frac = rest[-6:], rest[1:-6] if rest.startswith(".") else ""
+        key = sec + tz
+        if key != self._ts_key:
+            self._ts_key, self._ts_base = key, parse_docker_ts(key)
+        if self._ts_base is None or (frac and not frac.isdigit()):
+            return parse_docker_ts(stamp)
+        return self._ts_base + timedelta(microseconds=int(frac[:6].ljust(6, "0")) if frac else 0)
