@@ -19,9 +19,19 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from kvtui.demo_presets import DEMO_ENGINES, DEMO_GPU_COUNT, PresetError, resolve_preset_name
 
@@ -35,14 +45,6 @@ DEFAULT_THEME = "kvtui-dark"
 DEFAULT_STALL_SECONDS = 120.0
 DEFAULT_LOG_LINES = 5000
 
-# Keys by the kind of host they make sense on.
-KIND_KEYS = ("ssh", "local", "demo")
-SSH_ONLY_KEYS = ("port", "identity_file", "known_hosts", "strict_host_key")
-DEMO_ONLY_KEYS = ("demo_speed", "demo_seed", "demo_engine", "demo_model")
-# A demo host simulates its own unit and GPUs: these describe a real server and are refused there.
-NOT_ON_DEMO_KEYS = ("unit", "log_file", "container", "launch_script", "start_command", "stop_command", "sudo", "engine",
-                    "pid_file")
-SOURCE_KEYS = ("unit", "log_file", "container")
 
 _GPUS_EXPECTED = 'expected GPU indices as "0-3", "0,2,4" or a list of integers like [0, 1, 2]'
 _REMOTE_PATH_EXPECTED = "expected an absolute path on the host (or one starting with ~/)"
@@ -161,128 +163,100 @@ class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, validate_default=False)
 
 
-class HostConfig(_Strict):
-    """One ``[hosts.NAME]`` table. Exactly one of ``ssh`` / ``local`` / ``demo``."""
+# -- the keys' types (each check written once, shared by every kind of host that has the key) --
 
-    ssh: str | None = None
-    local: bool = False
-    demo: bool = False
-    port: int | None = Field(default=None, ge=1, le=65535)
-    identity_file: str | None = None
-    known_hosts: str | None = None
-    strict_host_key: bool = True
-    engine: Literal["sglang", "vllm", "auto"] = "auto"
-    unit: str | None = None
-    log_file: str | None = None
-    container: str | None = None
-    launch_script: str | None = None
-    start_command: str | None = None
-    stop_command: str | None = None
-    pid_file: str | None = None  # the server's pid file (liveness); else the one start_command writes
-    gpus: list[int] | None = None
-    sudo: bool = False
+
+def _ssh_target(v: str) -> str:
+    expected = 'expected "user@host", "host" or an ~/.ssh/config alias'
+    if not v or any(c.isspace() or ord(c) < 32 for c in v) or v.startswith("-"):
+        raise ValueError(expected + " (no spaces, not starting with '-')")
+    user, at, host = v.rpartition("@")
+    if at and (not user or not host):
+        raise ValueError(expected)
+    return v
+
+
+def _unit_name(v: str) -> str:
+    if not UNIT_RE.match(v) or len(v) > 256:
+        raise ValueError(
+            "expected a systemd unit name like \"sglang.service\" (letters, digits, ':', '_', '.', '@', '-')"
+        )
+    return v
+
+
+def _container_name(v: str) -> str:
+    if not CONTAINER_RE.match(v) or len(v) > 256:
+        raise ValueError("expected a Docker container name or id (letters, digits, '_', '.', '-')")
+    return v
+
+
+SshTarget = Annotated[str, AfterValidator(_ssh_target)]
+UnitName = Annotated[str, AfterValidator(_unit_name)]
+ContainerName = Annotated[str, AfterValidator(_container_name)]
+RemotePath = Annotated[str, AfterValidator(_check_remote_path)]
+LocalPath = Annotated[str, AfterValidator(lambda v: _check_text(v, "a path on this machine"))]
+NonEmpty = Annotated[str, AfterValidator(lambda v: _check_text(v, "a non-empty string"))]
+GpuList = Annotated[list[int] | None, BeforeValidator(parse_gpus)]
+EngineName = Literal["sglang", "vllm", "auto"]
+
+
+class _HostBase(_Strict):
+    """What every ``[hosts.NAME]`` table may say, whatever its kind. ``HostConfig(**keys)`` at run
+    time builds the kind the keys name (``SshHost``, ``LocalHost`` or ``DemoHost``), checking the
+    same rules as ``parse_config``; for type checkers ``HostConfig`` is their union."""
+
+    gpus: GpuList = None
     readonly: bool = False
-    demo_speed: float = Field(default=1.0, gt=0, le=100000)
-    demo_seed: int = 0
-    demo_engine: Literal["sglang", "vllm"] = "sglang"
-    demo_model: str | None = None
 
-    @field_validator("gpus", mode="before")
+    def __new__(cls, *args: Any, **keys: Any) -> Any:
+        if cls is _HostBase:
+            return host_config(keys)
+        return super().__new__(cls)
+
     @classmethod
-    def _gpus(cls, v: object) -> list[int] | None:
-        return parse_gpus(v)
+    def model_construct(cls, _fields_set: set[str] | None = None, **values: Any) -> Any:  # type: ignore[override]
+        """Without validation (tests); on ``HostConfig`` itself, the kind the values name."""
+        if cls is _HostBase:
+            variant = _VARIANTS.get(_kind_of(values) or "", LocalHost)
+            return variant.model_construct(_fields_set, **{k: v for k, v in values.items()
+                                                           if k in variant.model_fields})
+        return super().model_construct(_fields_set, **values)
 
-    @field_validator("ssh")
-    @classmethod
-    def _ssh(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        expected = 'expected "user@host", "host" or an ~/.ssh/config alias'
-        if not v or any(c.isspace() or ord(c) < 32 for c in v) or v.startswith("-"):
-            raise ValueError(expected + " (no spaces, not starting with '-')")
-        user, at, host = v.rpartition("@")
-        if at and (not user or not host):
-            raise ValueError(expected)
-        return v
-
-    @field_validator("unit")
-    @classmethod
-    def _unit(cls, v: str | None) -> str | None:
-        if v is not None and (not UNIT_RE.match(v) or len(v) > 256):
-            raise ValueError(
-                "expected a systemd unit name like \"sglang.service\" (letters, digits, ':', '_', '.', '@', '-')"
-            )
-        return v
-
-    @field_validator("container")
-    @classmethod
-    def _container(cls, v: str | None) -> str | None:
-        if v is not None and (not CONTAINER_RE.match(v) or len(v) > 256):
-            raise ValueError("expected a Docker container name or id (letters, digits, '_', '.', '-')")
-        return v
-
-    @field_validator("log_file", "launch_script", "pid_file")
-    @classmethod
-    def _remote_path(cls, v: str | None) -> str | None:
-        return None if v is None else _check_remote_path(v)
-
-    @field_validator("identity_file", "known_hosts")
-    @classmethod
-    def _local_path(cls, v: str | None) -> str | None:
-        return None if v is None else _check_text(v, "a path on this machine")
-
-    @field_validator("start_command", "stop_command", "demo_model")
-    @classmethod
-    def _nonempty(cls, v: str | None) -> str | None:
-        return None if v is None else _check_text(v, "a non-empty string")
-
-    @model_validator(mode="after")
-    def _rules(self) -> HostConfig:
-        problems = host_rule_problems({k: getattr(self, k) for k in self.model_fields_set})
+    def _check_rules(self, kind_key: str) -> None:
+        given = {k: getattr(self, k) for k in self.model_fields_set} | {kind_key: getattr(self, kind_key)}
+        problems = host_rule_problems(given)
         if problems:
             raise ValueError("; ".join(f"{k}: {m}" if k else m for k, m, _ in problems))
-        return self
 
-    # -- derived views ---------------------------------------------------------------------
 
-    @property
-    def kind(self) -> Literal["ssh", "local", "demo"]:
-        if self.demo:
-            return "demo"
-        if self.local:
-            return "local"
-        return "ssh"
+class ServerHost(_HostBase):
+    """A host that runs a real server (over SSH or on this machine): what kvtui follows (``unit``,
+    ``log_file``, ``container``: at least one), where the flags live, how it restarts."""
 
-    @property
-    def target(self) -> str:
-        """Where it runs, for listings: the ssh target (with a non-default port), ``localhost``
-        or ``simulated``."""
-        if self.kind == "ssh":
-            assert self.ssh is not None
-            return f"{self.ssh}:{self.port}" if self.port else self.ssh
-        return "localhost" if self.kind == "local" else "simulated"
+    # (in this order: the order "not for demo hosts" problems are listed in)
+    unit: UnitName | None = None
+    log_file: RemotePath | None = None
+    container: ContainerName | None = None
+    launch_script: RemotePath | None = None
+    start_command: NonEmpty | None = None
+    stop_command: NonEmpty | None = None
+    sudo: bool = False
+    engine: EngineName = "auto"
+    pid_file: RemotePath | None = None  # the server's pid file (liveness); else the one start_command writes
 
     @property
-    def ssh_user(self) -> str | None:
-        if self.ssh and "@" in self.ssh:
-            return self.ssh.rpartition("@")[0]
-        return None
+    def demo(self) -> bool:
+        return False
 
     @property
-    def ssh_host(self) -> str | None:
-        if self.ssh is None:
-            return None
-        host = self.ssh.rpartition("@")[2]
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        return host
+    def server_engine(self) -> str:
+        """The engine the host declares (``auto``: detect it from the log)."""
+        return self.engine
 
     @property
-    def log_source(self) -> Literal["file", "docker", "journal", "demo"]:
+    def log_source(self) -> Literal["file", "docker", "journal"]:
         """What ``follow_log`` follows: a log file wins over a container, which wins over the
         unit's journal (a unit may still own restarts)."""
-        if self.demo:
-            return "demo"
         if self.log_file:
             return "file"
         if self.container:
@@ -299,7 +273,42 @@ class HostConfig(_Strict):
             parts.append(f"file {self.log_file}")
         if self.container:
             parts.append(f"container {self.container}")
-        return ", ".join(parts) if parts else ("simulated unit" if self.demo else "")
+        return ", ".join(parts)
+
+
+class SshHost(ServerHost):
+    """``ssh = "user@host"``: a remote host over SSH."""
+
+    ssh: SshTarget
+    port: int | None = Field(default=None, ge=1, le=65535)
+    identity_file: LocalPath | None = None
+    known_hosts: LocalPath | None = None
+    strict_host_key: bool = True
+
+    @model_validator(mode="after")
+    def _rules(self) -> SshHost:
+        self._check_rules("ssh")
+        return self
+
+    @property
+    def kind(self) -> Literal["ssh"]:
+        return "ssh"
+
+    @property
+    def target(self) -> str:
+        """Where it runs, for listings: the ssh target (with a non-default port)."""
+        return f"{self.ssh}:{self.port}" if self.port else self.ssh
+
+    @property
+    def ssh_user(self) -> str | None:
+        return self.ssh.rpartition("@")[0] if "@" in self.ssh else None
+
+    @property
+    def ssh_host(self) -> str:
+        host = self.ssh.rpartition("@")[2]
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        return host
 
     @property
     def identity_path(self) -> Path | None:
@@ -308,6 +317,137 @@ class HostConfig(_Strict):
     @property
     def known_hosts_path(self) -> Path | None:
         return Path(self.known_hosts).expanduser() if self.known_hosts else None
+
+
+class LocalHost(ServerHost):
+    """``local = true``: the machine kvtui runs on."""
+
+    local: Literal[True]
+
+    @model_validator(mode="after")
+    def _rules(self) -> LocalHost:
+        self._check_rules("local")
+        return self
+
+    @property
+    def kind(self) -> Literal["local"]:
+        return "local"
+
+    @property
+    def target(self) -> str:
+        return "localhost"
+
+
+class DemoHost(_HostBase):
+    """``demo = true``: the built-in simulated 8-GPU host (``kvtui.hosts.demo``)."""
+
+    demo: Literal[True] = True
+    demo_speed: float = Field(default=1.0, gt=0, le=100000)
+    demo_seed: int = 0
+    demo_engine: Literal["sglang", "vllm"] = "sglang"
+    demo_model: NonEmpty | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> DemoHost:
+        self._check_rules("demo")
+        return self
+
+    @property
+    def kind(self) -> Literal["demo"]:
+        return "demo"
+
+    @property
+    def target(self) -> str:
+        return "simulated"
+
+    @property
+    def server_engine(self) -> str:
+        return self.demo_engine
+
+    @property
+    def log_source(self) -> Literal["demo"]:
+        return "demo"
+
+    @property
+    def source_label(self) -> str:
+        return "simulated unit"
+
+    # a simulated server has no unit file, log file or container of its own to name
+    @property
+    def unit(self) -> None:
+        return None
+
+    @property
+    def log_file(self) -> None:
+        return None
+
+    @property
+    def container(self) -> None:
+        return None
+
+
+if TYPE_CHECKING:
+    HostConfig: TypeAlias = SshHost | LocalHost | DemoHost
+else:
+    HostConfig = _HostBase
+
+_VARIANTS: dict[str, type[SshHost] | type[LocalHost] | type[DemoHost]] = {
+    "ssh": SshHost,
+    "local": LocalHost,
+    "demo": DemoHost,
+}
+# Every key a host table may have, in the order messages list them; each belongs to the kinds
+# whose model has it (the rules below are derived from that).
+HOST_KEYS = ("ssh", "local", "demo", "port", "identity_file", "known_hosts", "strict_host_key", "engine", "unit",
+             "log_file", "container", "launch_script", "start_command", "stop_command", "pid_file", "gpus", "sudo",
+             "readonly", "demo_speed", "demo_seed", "demo_engine", "demo_model")
+_KEYS_OF = {kind: tuple(model.model_fields) for kind, model in _VARIANTS.items()}
+assert set(HOST_KEYS) == {k for keys in _KEYS_OF.values() for k in keys}, "HOST_KEYS lists every host key once"
+
+
+def _only(kind: str) -> tuple[str, ...]:
+    """The keys only ``kind`` hosts have (besides the one that names the kind), in its model's order."""
+    return tuple(k for k in _KEYS_OF[kind] if k != kind and all(k not in _KEYS_OF[o] for o in _VARIANTS if o != kind))
+
+
+KIND_KEYS = tuple(_VARIANTS)
+SSH_ONLY_KEYS = _only("ssh")
+DEMO_ONLY_KEYS = _only("demo")
+# A demo host simulates its own unit and GPUs: the keys describing a real server are refused there.
+NOT_ON_DEMO_KEYS = tuple(k for k in ServerHost.model_fields if k not in DemoHost.model_fields)
+SOURCE_KEYS = ("unit", "log_file", "container")
+
+# The keys' checks in one model, in HOST_KEYS order: parse_config reports every wrong value and
+# unknown key of a table at once (before the kind is known), then the rules.
+def _key_field(key: str) -> tuple[Any, Any]:
+    if key == "ssh":
+        return SshTarget | None, None
+    if key in KIND_KEYS:
+        return bool, False  # local = false is a value, not a kind: the rules say what is missing
+    fi = next(m.model_fields[key] for m in _VARIANTS.values() if key in m.model_fields)
+    return fi.annotation, fi
+
+
+_KEY_FIELDS: dict[str, Any] = {k: _key_field(k) for k in HOST_KEYS}
+_HostKeys: type[_Strict] = create_model("_HostKeys", __base__=_Strict, **_KEY_FIELDS)
+
+
+def _kind_of(keys: Mapping[str, object]) -> str | None:
+    """The kind a table's keys name (exactly one of ``ssh`` / ``local = true`` / ``demo = true``)."""
+    kinds = [k for k in KIND_KEYS if (keys.get(k) is not None if k == "ssh" else keys.get(k) is True)]
+    return kinds[0] if len(kinds) == 1 else None
+
+
+def host_config(keys: Mapping[str, object]) -> HostConfig:
+    """A host from a table's keys, checked as ``parse_config`` checks it: wrong values and unknown
+    keys, then the rules; raises ``ValueError`` (``pydantic.ValidationError`` for values)."""
+    _HostKeys.model_validate(dict(keys))
+    problems = host_rule_problems(keys)
+    if problems:
+        raise ValueError("; ".join(f"{k}: {m}" if k else m for k, m, _ in problems))
+    kind = _kind_of(keys)
+    assert kind is not None  # a table without exactly one kind breaks a rule
+    return _VARIANTS[kind].model_validate(dict(keys))
 
 
 def host_rule_problems(given: Mapping[str, object]) -> list[tuple[str | None, str, object]]:
@@ -394,7 +534,7 @@ class CalcConfig(_Strict):
 
 
 def _demo_default() -> HostConfig:
-    return HostConfig(demo=True)
+    return DemoHost()
 
 
 @dataclass(frozen=True)
@@ -512,11 +652,13 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
         if not isinstance(table, dict):
             add("hosts", name, "expected a table [hosts." + name + "] of host settings", table)
             continue
-        host = _validate(HostConfig, table, tname, add)
-        for rkey, expected, value in host_rule_problems(table):
+        keys_ok = _validate(_HostKeys, table, tname, add) is not None
+        rules = host_rule_problems(table)
+        for rkey, expected, value in rules:
             add(tname, rkey, expected, value)
-        if host is not None and HOST_NAME_RE.match(name):
-            hosts[name] = host
+        kind = _kind_of(table)
+        if keys_ok and not rules and kind is not None and HOST_NAME_RE.match(name):
+            hosts[name] = _VARIANTS[kind].model_validate(table)
 
     ui = _section(raw, "ui", UiConfig, add) or UiConfig()
     calc = _section(raw, "calc", CalcConfig, add) or CalcConfig()

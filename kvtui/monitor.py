@@ -92,11 +92,7 @@ class MonitorHost(Protocol):
     """What the monitor reads from a ``kvtui.config.HostConfig`` (structural)."""
 
     @property
-    def engine(self) -> str: ...
-    @property
-    def demo(self) -> bool: ...
-    @property
-    def demo_engine(self) -> str: ...
+    def server_engine(self) -> str: ...
     @property
     def kind(self) -> str: ...
     @property
@@ -110,9 +106,8 @@ def engine_hint_for(host: MonitorHost | None) -> Engine | None:
     """The engine a host declares (``engine``; demo hosts: ``demo_engine``); None = detect."""
     if host is None:
         return None
-    name = host.demo_engine if host.demo else host.engine
     try:
-        engine = Engine(name)
+        engine = Engine(host.server_engine)
     except ValueError:
         return None
     return None if engine is Engine.UNKNOWN else engine

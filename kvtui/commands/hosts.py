@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TextIO
 from kvtui.exits import EXIT_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
-    from kvtui.config import Config, HostConfig
+    from kvtui.config import Config, HostConfig, SshHost
     from kvtui.hosts.backend import HostBackend
 
 CONNECT_TIMEOUT_S = 20.0
@@ -49,23 +49,26 @@ def format_gpus(gpus: Sequence[int] | None) -> str:
 
 
 def host_notes(name: str, host: HostConfig, config: Config) -> list[str]:
+    from kvtui.config import DemoHost, SshHost
+
     notes: list[str] = []
     if host.readonly:
         notes.append("readonly")
-    if host.sudo:
-        notes.append("sudo")
-    if host.kind == "ssh" and not host.strict_host_key:
-        notes.append("HOST KEY NOT CHECKED")
-    if host.engine != "auto":
-        notes.append(host.engine)
-    if host.demo:
+    if isinstance(host, DemoHost):
         notes.append(f"{host.demo_engine}, speed {host.demo_speed:g}x")
         if host.demo_model:
             notes.append(host.demo_model)
-    if host.start_command:
-        notes.append("start/stop commands")
-    if host.launch_script:
-        notes.append(f"script {host.launch_script}")
+    else:
+        if host.sudo:
+            notes.append("sudo")
+        if isinstance(host, SshHost) and not host.strict_host_key:
+            notes.append("HOST KEY NOT CHECKED")
+        if host.engine != "auto":
+            notes.append(host.engine)
+        if host.start_command:
+            notes.append("start/stop commands")
+        if host.launch_script:
+            notes.append(f"script {host.launch_script}")
     if name == "demo" and "demo" not in config.hosts:
         notes.append("built in")
     return notes
@@ -159,7 +162,7 @@ class ConnectResult:
     summary: str
 
 
-async def _probe_ssh(backend: HostBackend, host: HostConfig) -> str:
+async def _probe_ssh(backend: HostBackend, host: SshHost) -> str:
     from kvtui.hosts import commands as C
 
     res = await backend.run(C.probe_host(unit=host.unit, log_file=host.log_file, container=host.container,
@@ -189,6 +192,7 @@ def _probe_ok(summary: str) -> bool:
 
 
 async def connect_one(name: str, host: HostConfig) -> ConnectResult:
+    from kvtui.config import SshHost
     from kvtui.hosts.backend import BackendError, ConnState
     from kvtui.hosts.factory import make_backend
 
@@ -205,7 +209,7 @@ async def connect_one(name: str, host: HostConfig) -> ConnectResult:
             return ConnectResult(name, False, f"unreachable: {st.detail or 'no connection'}")
         if st.state is not ConnState.CONNECTED:
             return ConnectResult(name, False, f"{st.state.value}: {st.detail}".rstrip(": "))
-        if host.kind == "ssh":
+        if isinstance(host, SshHost):
             try:
                 summary = await _probe_ssh(backend, host)
             except BackendError as exc:

@@ -6,36 +6,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kvtui.hosts.backend import BackendError, HostBackend
+from kvtui.config import DemoHost, LocalHost
 
 if TYPE_CHECKING:
     from kvtui.config import HostConfig
-
-
-def backend_kind(host: HostConfig) -> str:
-    """``"demo"``, ``"local"`` or ``"ssh"`` (config validation guarantees exactly one)."""
-    if getattr(host, "demo", False):
-        return "demo"
-    if getattr(host, "local", False):
-        return "local"
-    if getattr(host, "ssh", None):
-        return "ssh"
-    raise BackendError("host has none of ssh, local = true, demo = true")
+    from kvtui.hosts.backend import HostBackend
 
 
 def make_backend(name: str, host: HostConfig, *, clock: Callable[[], float] | None = None) -> HostBackend:
-    """The backend for one configured host. ``clock`` (seconds, like ``time.time``) is passed on
-    when given, so tests and the demo host run on an injected time."""
-    try:
-        kind = backend_kind(host)
-    except BackendError as exc:
-        raise BackendError(f"host '{name}': {exc}") from None
+    """The backend for one configured host (its kind: ``DemoHost``, ``LocalHost``, ``SshHost``).
+    ``clock`` (seconds, like ``time.time``) is passed on when given, so tests and the demo host run
+    on an injected time."""
     kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
-    if kind == "demo":
+    if isinstance(host, DemoHost):
         from kvtui.hosts.demo import DemoBackend
 
         return DemoBackend(name, host, **kwargs)
-    if kind == "local":
+    if isinstance(host, LocalHost):
         from kvtui.hosts.local import LocalBackend
 
         return LocalBackend(name, host, **kwargs)

@@ -29,9 +29,10 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
 from kvtui.boot import BootTracker
+from kvtui.config import LocalHost
 from kvtui.engines.events import Engine, LogRecord
 from kvtui.engines.parse import LineParser, parse_chunks
 from kvtui.engines.shapes import RecordSplitter, parse_journal_json
@@ -58,27 +59,6 @@ DEFAULT_JOURNAL_SCAN_LINES: Final = 20_000
 _TERMINATOR: Final = re.compile(rb"[\r\n]")
 
 NO_GPU_PREFIX: Final = "no NVIDIA GPU or driver on this machine"
-
-
-class LocalHost(Protocol):
-    """What ``LocalBackend`` reads from a ``kvtui.config.HostConfig`` (structural)."""
-
-    @property
-    def unit(self) -> str | None: ...
-    @property
-    def log_file(self) -> str | None: ...
-    @property
-    def container(self) -> str | None: ...
-    @property
-    def gpus(self) -> list[int] | None: ...
-    @property
-    def engine(self) -> str: ...
-    @property
-    def pid_file(self) -> str | None: ...
-    @property
-    def start_command(self) -> str | None: ...
-    @property
-    def stop_command(self) -> str | None: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,14 +362,13 @@ class LocalBackend:
         self._liveness_interval = liveness_interval
         from kvtui.hosts.commands import server_pid_file
 
-        found = server_pid_file(getattr(host, "pid_file", None), getattr(host, "start_command", None),
-                                getattr(host, "stop_command", None))
+        found = server_pid_file(host.pid_file, host.start_command, host.stop_command)
         self.pid_file: Path | None = Path(found[0]).expanduser() if found else None
         self._scan_back = scan_back_bytes
         self._journal_scan = journal_scan_lines
         self._nvml = nvml or Nvml()
         # ``sudo = true``: journalctl and systemctl run through ``sudo -n`` (never a prompt)
-        sudo = ["sudo", "-n"] if getattr(host, "sudo", False) else []
+        sudo = ["sudo", "-n"] if host.sudo else []
         self._journalctl = [*sudo, *journalctl]
         self._systemctl = [*sudo, *systemctl]
         self._docker = list(docker)

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kvtui.config import DemoHost
 from kvtui.demo_presets import PresetError, resolve_preset_name
 from kvtui.engines.events import LogRecord
 from kvtui.gpu import GpuProcess, GpuSample
@@ -37,7 +38,6 @@ from kvtui.hosts.demo_models import (
 )
 
 if TYPE_CHECKING:
-    from kvtui.config import HostConfig
     from kvtui.hosts.service.model import HostOps
 
 MAX_BATCH = 2000
@@ -59,7 +59,7 @@ class DemoBackend:
     def __init__(
         self,
         name: str = "demo",
-        host: HostConfig | None = None,
+        host: DemoHost | None = None,
         *,
         clock: Callable[[], float] | None = None,
         speed: float | None = None,
@@ -74,18 +74,19 @@ class DemoBackend:
     ) -> None:
         self.name = name
         self.clock: Callable[[], float] = clock or time.time
-        self.speed = float(speed if speed is not None else getattr(host, "demo_speed", 1.0))
+        cfg = host if host is not None else DemoHost()
+        self.speed = float(speed if speed is not None else cfg.demo_speed)
         if not self.speed > 0:
             raise DemoError(f"demo host '{name}': demo_speed must be > 0, got {self.speed}")
-        self.seed = int(seed if seed is not None else getattr(host, "demo_seed", 0))
-        self.engine = str(engine or getattr(host, "demo_engine", None) or "sglang")
+        self.seed = int(seed if seed is not None else cfg.demo_seed)
+        self.engine = str(engine or cfg.demo_engine)
         try:
             self.model_key = resolve_preset_name(
-                model if model is not None else getattr(host, "demo_model", None), self.engine
+                model if model is not None else cfg.demo_model, self.engine
             )
         except PresetError as exc:
             raise DemoError(f"demo host '{name}': {exc}") from None
-        sel = gpus if gpus is not None else getattr(host, "gpus", None)
+        sel = gpus if gpus is not None else cfg.gpus
         self.gpu = gpu or GpuSpec()
         self.gpus: tuple[int, ...] | None = None if sel is None else tuple(sorted(set(sel)))
         if self.gpus is not None:
@@ -94,7 +95,7 @@ class DemoBackend:
                 raise DemoError(
                     f"demo host '{name}': gpus {bad} do not exist (the demo host has GPUs 0-{self.gpu.count - 1})"
                 )
-        self.readonly = bool(readonly if readonly is not None else getattr(host, "readonly", False))
+        self.readonly = bool(readonly if readonly is not None else cfg.readonly)
         if state_dir is None:
             from kvtui.config import state_dir as _state_root
 

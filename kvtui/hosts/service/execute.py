@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from kvtui import audit
 from kvtui import flags as fl
 from kvtui.boot import Boot, BootStatus
+from kvtui.config import SshHost
 from kvtui.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED
 from kvtui.hosts.backend import HostBackend
 from kvtui.hosts.service.follow import RestartFailed, boot_result, follow_restart, timed_out
@@ -210,7 +211,7 @@ async def restart(
 
 
 def _login(host: HostConfig, ops_login: str | None) -> str | None:
-    return getattr(host, "ssh_user", None) or ops_login
+    return (host.ssh_user if isinstance(host, SshHost) else None) or ops_login
 
 
 def _audit_restart(plan: RestartPlan, out: ApplyOutcome, clock: Callable[[], float], ops_login: str | None) -> None:

@@ -232,9 +232,8 @@ def edits_between(old: fl.ServerCommand, new: fl.ServerCommand) -> list[fl.Edit]
 
 
 def engine_of(host: HostConfig) -> Engine | None:
-    name = host.demo_engine if host.demo else host.engine
     try:
-        engine = Engine(name)
+        engine = Engine(host.server_engine)
     except ValueError:
         return None
     return engine if engine in (Engine.SGLANG, Engine.VLLM) else None

@@ -13,6 +13,7 @@ from kvtui import envedit as ev
 from kvtui import flags as fl
 from kvtui import fmt
 from kvtui.boot import Boot
+from kvtui.config import ServerHost
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_INPUT, EXIT_REFUSED, EXIT_USAGE
 from kvtui.hosts.backend import BackendError, HostBackend
@@ -321,7 +322,7 @@ def restart_unavailable(name: str, host: HostConfig, backend: HostBackend | None
         return why
     if ops is not None:
         return ops.restart_unavailable(name, host)
-    return None if host.demo else config_restart_unavailable(name, host)
+    return config_restart_unavailable(name, host) if isinstance(host, ServerHost) else None
 
 
 def plan_restart(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from kvtui import envedit as ev
 from kvtui import flags as fl
 from kvtui import fmt
+from kvtui.config import ServerHost
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_REFUSED
 from kvtui.hosts import commands as cmds
 from kvtui.hosts.backend import BackendError, CommandResult, HostBackend
@@ -41,8 +42,15 @@ if TYPE_CHECKING:
     from kvtui.config import HostConfig
 
 
+def _server(host: HostConfig) -> ServerHost:
+    """The host as a server host (SSH or local): the only kind shell commands change."""
+    if not isinstance(host, ServerHost):
+        raise ServiceError(f"a {host.kind} host is not changed through shell commands", EXIT_REFUSED)
+    return host
+
+
 def _sudo(host: HostConfig) -> bool:
-    return bool(getattr(host, "sudo", False))
+    return isinstance(host, ServerHost) and host.sudo
 
 
 def _parse_props(text: str) -> dict[str, str]:
@@ -100,8 +108,9 @@ class ShellOps:
             "kvtui edits only files it can write back byte for byte"
         )
 
-    async def locate(self, name: str, host: HostConfig) -> FlagSource:
-        sudo = _sudo(host)
+    async def locate(self, name: str, config: HostConfig) -> FlagSource:
+        host = _server(config)
+        sudo = host.sudo
         if host.unit:
             return await self._locate_unit(host, host.unit, sudo)
         if host.launch_script:
@@ -119,7 +128,7 @@ class ShellOps:
             EXIT_INPUT,
         )
 
-    async def _locate_unit(self, host: HostConfig, unit: str, sudo: bool) -> FlagSource:
+    async def _locate_unit(self, host: ServerHost, unit: str, sudo: bool) -> FlagSource:
         show = await self._run(cmds.systemctl_show(unit, ["FragmentPath", "DropInPaths"], sudo=sudo))
         if not show.ok:
             raise ServiceError(f"systemctl show {unit} failed: {one_line(show.stderr) or f'exit {show.exit_status}'}")
@@ -228,7 +237,7 @@ class ShellOps:
 
     @staticmethod
     def _command_steps(plan: ApplyPlan, steps: list[PlanStep], c: dict[str, str]) -> None:
-        host = plan.host
+        host = _server(plan.host)
         if not (host.stop_command and host.start_command):
             plan.refusals.append(Refusal(
                 f"host '{plan.name}' has no unit and no start_command/stop_command: kvtui can write the script "
@@ -333,15 +342,15 @@ class ShellOps:
     # -- restarting --------------------------------------------------------------------------------
 
     def restart_unavailable(self, name: str, host: HostConfig) -> str | None:
-        if host.demo:
+        if not isinstance(host, ServerHost):
             return f"host '{name}' is not a demo backend"
         return config_restart_unavailable(name, host)
 
     def restart_plan(self, plan: RestartPlan) -> None:
-        host = plan.host
+        host = _server(plan.host)
         if host.unit:
             plan.how = "unit"
-            plan.cmd["restart"] = cmds.restart_unit(host.unit, sudo=_sudo(host))
+            plan.cmd["restart"] = cmds.restart_unit(host.unit, sudo=host.sudo)
             plan.steps.append(PlanStep(f"restart {host.unit}", plan.cmd["restart"]))
         else:
             plan.how = "commands"
@@ -452,7 +461,7 @@ def _write_error(path: str, saved: str, w: CommandResult) -> ServiceError:
     )
 
 
-def _stop_start_steps(host: HostConfig, c: dict[str, str]) -> list[PlanStep]:
+def _stop_start_steps(host: ServerHost, c: dict[str, str]) -> list[PlanStep]:
     """stop_command, the wait for the GPU memory, start_command detached (both commands set)."""
     assert host.stop_command
     assert host.start_command
@@ -465,8 +474,8 @@ def _stop_start_steps(host: HostConfig, c: dict[str, str]) -> list[PlanStep]:
     ]
 
 
-def config_restart_unavailable(name: str, host: HostConfig) -> str | None:
-    """Why kvtui cannot restart this (non-simulated) host's server, from its configuration."""
+def config_restart_unavailable(name: str, host: ServerHost) -> str | None:
+    """Why kvtui cannot restart this server host's server, from its configuration."""
     if host.unit or (host.stop_command and host.start_command):
         return None
     if host.container:
