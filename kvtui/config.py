@@ -19,7 +19,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, TypeAlias
 
 from pydantic import (
     AfterValidator,
@@ -222,11 +222,15 @@ class _HostBase(_Strict):
                                                            if k in variant.model_fields})
         return super().model_construct(_fields_set, **values)
 
-    def _check_rules(self, kind_key: str) -> None:
-        given = {k: getattr(self, k) for k in self.model_fields_set} | {kind_key: getattr(self, kind_key)}
-        problems = host_rule_problems(given)
-        if problems:
-            raise ValueError("; ".join(f"{k}: {m}" if k else m for k, m, _ in problems))
+    _KIND_KEY: ClassVar[str] = ""  # the key that names a kind of host: ssh, local or demo
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        """The cross-key rules on the keys given (the kind's own key always counts as given)."""
+        if self._KIND_KEY:
+            kind = {self._KIND_KEY: getattr(self, self._KIND_KEY)}
+            _raise_rules({k: getattr(self, k) for k in self.model_fields_set} | kind)
+        return self
 
 
 class ServerHost(_HostBase):
@@ -279,16 +283,13 @@ class ServerHost(_HostBase):
 class SshHost(ServerHost):
     """``ssh = "user@host"``: a remote host over SSH."""
 
+    _KIND_KEY: ClassVar[str] = "ssh"
+
     ssh: SshTarget
     port: int | None = Field(default=None, ge=1, le=65535)
     identity_file: LocalPath | None = None
     known_hosts: LocalPath | None = None
     strict_host_key: bool = True
-
-    @model_validator(mode="after")
-    def _rules(self) -> SshHost:
-        self._check_rules("ssh")
-        return self
 
     @property
     def kind(self) -> Literal["ssh"]:
@@ -322,12 +323,9 @@ class SshHost(ServerHost):
 class LocalHost(ServerHost):
     """``local = true``: the machine kvtui runs on."""
 
-    local: Literal[True]
+    _KIND_KEY: ClassVar[str] = "local"
 
-    @model_validator(mode="after")
-    def _rules(self) -> LocalHost:
-        self._check_rules("local")
-        return self
+    local: Literal[True]
 
     @property
     def kind(self) -> Literal["local"]:
@@ -341,16 +339,13 @@ class LocalHost(ServerHost):
 class DemoHost(_HostBase):
     """``demo = true``: the built-in simulated 8-GPU host (``kvtui.hosts.demo``)."""
 
+    _KIND_KEY: ClassVar[str] = "demo"
+
     demo: Literal[True] = True
     demo_speed: float = Field(default=1.0, gt=0, le=100000)
     demo_seed: int = 0
     demo_engine: Literal["sglang", "vllm"] = "sglang"
     demo_model: NonEmpty | None = None
-
-    @model_validator(mode="after")
-    def _rules(self) -> DemoHost:
-        self._check_rules("demo")
-        return self
 
     @property
     def kind(self) -> Literal["demo"]:
@@ -438,13 +433,17 @@ def _kind_of(keys: Mapping[str, object]) -> str | None:
     return kinds[0] if len(kinds) == 1 else None
 
 
+def _raise_rules(keys: Mapping[str, object]) -> None:
+    problems = host_rule_problems(keys)
+    if problems:
+        raise ValueError("; ".join(f"{k}: {m}" if k else m for k, m, _ in problems))
+
+
 def host_config(keys: Mapping[str, object]) -> HostConfig:
     """A host from a table's keys, checked as ``parse_config`` checks it: wrong values and unknown
     keys, then the rules; raises ``ValueError`` (``pydantic.ValidationError`` for values)."""
     _HostKeys.model_validate(dict(keys))
-    problems = host_rule_problems(keys)
-    if problems:
-        raise ValueError("; ".join(f"{k}: {m}" if k else m for k, m, _ in problems))
+    _raise_rules(keys)
     kind = _kind_of(keys)
     assert kind is not None  # a table without exactly one kind breaks a rule
     return _VARIANTS[kind].model_validate(dict(keys))

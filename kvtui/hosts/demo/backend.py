@@ -596,27 +596,13 @@ class DemoBackend:
             now = self.clock()
             if self._alive_view(_Timeline(self, st), now) is None:
                 return
-            for e in reversed(st.epochs):
-                if e.start > now:
-                    if e.end is None or e.end > e.start:
-                        e.end, e.max_boots = e.start, 0
-                    continue
-                if e.end is None or e.end > now:
-                    e.end = e.killed = now
-                break
+            _end_epochs(st, now, killed=True)
 
     def _end_current(self, st: DemoState, now: float) -> float:
         """Stop whatever runs or is about to start at ``now``: cancel pending starts (a queued
         restart, an automatic restart after a failure), end the running epoch. Returns the
         seconds until the server's processes are gone (when a new start may begin)."""
-        for e in reversed(st.epochs):
-            if e.start > now:
-                if e.end is None or e.end > e.start:
-                    e.end, e.max_boots = e.start, 0
-                continue
-            if e.end is None or e.end > now:
-                e.end = now
-            break
+        _end_epochs(st, now)
         tl = _Timeline(self, st)
         g = tl.last_boot(now)
         v = tl.view(g, now) if g is not None else None
@@ -686,3 +672,18 @@ class DemoBackend:
 
     def current_boot(self) -> int | None:
         return self._timeline().last_boot(self.clock())
+
+
+def _end_epochs(st: DemoState, now: float, *, killed: bool = False) -> None:
+    """Cancel the starts still to come (a queued restart, an automatic restart after a failure)
+    and end the running epoch at ``now`` (``killed``: by SIGKILL)."""
+    for e in reversed(st.epochs):
+        if e.start > now:
+            if e.end is None or e.end > e.start:
+                e.end, e.max_boots = e.start, 0
+            continue
+        if e.end is None or e.end > now:
+            e.end = now
+            if killed:
+                e.killed = now
+        break

@@ -211,6 +211,16 @@ class _Timeline:
                 self.b._views.popitem(last=False)
         return v
 
+    def _cut(
+        self, pre: list[Line], stop: float, ready_t: float | None, interval: float
+    ) -> tuple[list[Line], float | None, int]:
+        """A boot cut at ``stop``: its lines up to then, its ready time if it was ready by then, and
+        how many serving lines it printed before."""
+        pre = [ln for ln in pre if ln.t <= stop]
+        if ready_t is not None and ready_t <= stop:
+            return pre, ready_t, self._serving_count(ready_t, interval, stop)
+        return pre, None, 0
+
     def _view(self, g: int, now: float) -> BootView | None:
         found = self.locate(g, now)
         if found is None:
@@ -239,11 +249,7 @@ class _Timeline:
         killed = e.killed is not None and stop == e.killed
         if killed and stop is not None and (script.outcome == "ready" or stop < script.end_t):
             # SIGKILL while running: lines up to the kill, then systemd's lines for a killed main process
-            pre = [ln for ln in pre if ln.t <= stop]
-            if ready_t is not None and ready_t <= stop:
-                serving_n = self._serving_count(ready_t, interval, stop)
-            else:
-                ready_t = None
+            pre, ready_t, serving_n = self._cut(pre, stop, ready_t, interval)
             consumed = systemd_timespan((stop - start) * cpu)
             tail = [
                 Line(stop, f"{name}: Main process exited, code=killed, status=9/KILL", SYSTEMD_PID, sd),
@@ -254,11 +260,7 @@ class _Timeline:
             next_start = None
         elif stop is not None and stop_done is not None and (script.outcome == "ready" or stop < script.end_t):
             # stopped while running: lines up to the stop, then systemd's stop sequence
-            pre = [ln for ln in pre if ln.t <= stop]
-            if ready_t is not None and ready_t <= stop:
-                serving_n = self._serving_count(ready_t, interval, stop)
-            else:
-                ready_t = None
+            pre, ready_t, serving_n = self._cut(pre, stop, ready_t, interval)
             consumed = systemd_timespan((stop_done - start) * cpu)
             tail = [
                 Line(stop, f"Stopping {desc}...", SYSTEMD_PID, sd),

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from kvtui.hosts.demo_models.presets import GIB, MIB, GpuSpec, Preset
 
@@ -386,28 +387,26 @@ class _Sim:
         return [line for _, _, line in sorted(merged, key=lambda x: (x[0], x[1]))]
 
 
-def _arg_int(args: Mapping[str, object], key: str, default: int) -> int:
+_N = TypeVar("_N", int, float)
+
+
+def _arg_num(args: Mapping[str, object], key: str, default: _N, kind: Callable[[str | float], _N]) -> _N:
+    """An argument as a number (``default`` when absent, a switch, or not a number)."""
     v = args.get(key)
     if isinstance(v, bool) or v is None:
         return default
-    if isinstance(v, int | float):
-        return int(v)
     try:
-        return int(str(v))
+        return kind(v if isinstance(v, int | float) else str(v))
     except ValueError:
         return default
+
+
+def _arg_int(args: Mapping[str, object], key: str, default: int) -> int:
+    return _arg_num(args, key, default, int)
 
 
 def _arg_float(args: Mapping[str, object], key: str, default: float) -> float:
-    v = args.get(key)
-    if isinstance(v, bool) or v is None:
-        return default
-    if isinstance(v, int | float):
-        return float(v)
-    try:
-        return float(str(v))
-    except ValueError:
-        return default
+    return _arg_num(args, key, default, float)
 
 
 def _visible_gpus(env: Mapping[str, str], count: int) -> list[int]:
