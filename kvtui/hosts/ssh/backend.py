@@ -503,11 +503,15 @@ class SshBackend:
                     block = _merge(block, more)
                 yield block
         finally:
-            self._streams.discard(stream)
-            if stream.task is not None and not stream.task.done():
-                stream.task.cancel()
-                with contextlib.suppress(BaseException):
-                    await stream.task
+            await self._end_stream(stream)
+
+    async def _end_stream(self, stream: _Stream) -> None:
+        """A stream's consumer is gone: forget it, stop its pump and wait for it."""
+        self._streams.discard(stream)
+        if stream.task is not None and not stream.task.done():
+            stream.task.cancel()
+            with contextlib.suppress(BaseException):
+                await stream.task
 
     async def _pump_log(self, follower: _Follower, stream: _Stream) -> None:
         generation = 0
@@ -600,11 +604,7 @@ class SshBackend:
                 last = batch
                 yield batch
         finally:
-            self._streams.discard(stream)
-            if stream.task is not None and not stream.task.done():
-                stream.task.cancel()
-                with contextlib.suppress(BaseException):
-                    await stream.task
+            await self._end_stream(stream)
 
     def _select(self, samples: list[GpuSample]) -> list[GpuSample]:
         for s in samples:
