@@ -23,6 +23,7 @@ from textual.widgets import Footer, Input, TabbedContent, TabPane
 from kvtui.config import CalcConfig, Config, UiConfig
 from kvtui.ui.commands import KvtuiCommands
 from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec
+from kvtui.ui.keys import is_printable_key
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen
 from kvtui.ui.themes import DEFAULT_THEME, load_themes, theme_variable_defaults
 from kvtui.ui.widgets.calculator import CalculatorPanel
@@ -33,32 +34,37 @@ from kvtui.ui.widgets.log_view import LogView
 MAIN_BINDINGS: list[BindingType] = [
     Binding("question_mark", "help", "Help", id="help", tooltip="every key, with its id for [keymap]"),
     Binding("q", "quit", "Quit", id="quit"),
-    Binding("slash", "search", "Search", id="search", tooltip="search the whole log (smart case)"),
+    Binding("slash", "search", "Search", id="search", tooltip="search the whole log (smart case)", priority=True),
     Binding("n", "find(True)", "Next match", show=False, id="search.next"),
     Binding("N", "find(False)", "Previous match", show=False, id="search.previous"),
-    Binding("ampersand", "filter", "Filter", id="filter", tooltip="show only lines with this text or rank (TP3)"),
+    Binding("ampersand", "filter", "Filter", id="filter", tooltip="show only lines with this text or rank (TP3)",
+            priority=True),
     Binding("f", "follow", "Follow", id="follow", tooltip="follow the newest lines, or pause"),
     Binding("e", "error(True)", "Next error", show=False, id="error.next"),
     Binding("E", "error(False)", "Previous error", show=False, id="error.previous"),
     Binding("t", "timestamps", "Timestamps", show=False, id="timestamps"),
     Binding("w", "wrap", "Wrap", show=False, id="wrap"),
     Binding("m", "mark", "Mark line", show=False, id="mark"),
-    Binding("c", "calculator", "Calculator", id="calculator", tooltip="edit flags, see the next boot's KV pool"),
+    Binding("c", "calculator", "Calculator", id="calculator", tooltip="edit flags, see the next boot's KV pool",
+            priority=True),
     Binding("x", "explain", "Explain", id="explain", tooltip="how the prediction is computed"),
     Binding("p", "processes", "Processes", id="processes", tooltip="per-process GPU memory"),
     Binding("R", "restart", "Restart", id="restart", tooltip="restart the server (asks first)"),
     Binding("a", "apply", "Apply", id="apply", tooltip="apply the calculator's edits and restart (asks first)"),
     Binding("u", "rollback", "Rollback", show=False, id="rollback",
             tooltip="restore the flags file's newest backup and restart (asks first)"),
-    Binding("tab", "panel(1)", "Next panel", show=False, id="panel.next"),
-    Binding("shift+tab", "panel(-1)", "Previous panel", show=False, id="panel.previous"),
+    Binding("tab", "panel(1)", "Next panel", show=False, id="panel.next", priority=True),
+    Binding("shift+tab", "panel(-1)", "Previous panel", show=False, id="panel.previous", priority=True),
     Binding("escape", "escape", "Leave field", show=False, id="escape"),
 ]
 
+# The keys that move focus (c, /, &, tab) are priority bindings: they run as the app takes the key,
+# so the keys typed right after them in a burst go where focus went (kvtui/ui/keys.py).
+
 # Ids of bindings owned by widgets and dialogs (also remappable).
 WIDGET_BINDING_IDS = (
-    "log.end", "find.close", "calc.leave", "calc.up", "calc.down", "help.close", "confirm.cancel", "confirm.yes",
-    "explain.close", "apply.force", "apply.rollback", "notice.close",
+    "log.end", "find.close", "find.search", "find.filter", "calc.enter", "calc.leave", "calc.up", "calc.down",
+    "help.close", "confirm.cancel", "confirm.yes", "explain.close", "apply.force", "apply.rollback", "notice.close",
 )
 
 CHANGES_HOST = frozenset({"restart", "apply", "rollback"})
@@ -222,8 +228,8 @@ class MainScreen(Screen[None]):
 
     def _focus_log(self) -> None:
         pane = self.active_pane
-        if pane is not None:
-            pane.log_view.focus()
+        if pane is not None and pane.log_view.is_attached:
+            self.set_focus(pane.log_view)  # now: keys already typed after this one follow it
 
     # ---- which host ------------------------------------------------------------------------
 
@@ -304,13 +310,36 @@ class MainScreen(Screen[None]):
         event.stop()
         self._focus_log()
 
+    @on(CalculatorPanel.EditingChanged)
+    def _editing_changed(self, event: CalculatorPanel.EditingChanged) -> None:
+        event.stop()
+        self.refresh_bindings()  # the footer shows the editing keys while a flag is edited
+
     # ---- bindings ---------------------------------------------------------------------------
 
     def command_bindings(self) -> list[Binding]:
         return [b for b in MAIN_BINDINGS if isinstance(b, Binding)]
 
+    def typing(self) -> bool:
+        """A text field has the keys (the find bar, a calculator flag being edited)."""
+        focused = self.focused
+        return isinstance(focused, Input) or (isinstance(focused, CalculatorPanel) and focused.editing is not None)
+
+    def _printable_only(self, action: str) -> bool:
+        """Every key bound to ``action`` (remaps applied) types a character."""
+        keymap = self.app.config.keymap if isinstance(self.app, KvtuiApp) else {}
+        keys = [
+            key.strip()
+            for b in MAIN_BINDINGS
+            if isinstance(b, Binding) and b.action.split("(")[0] == action
+            for key in (keymap.get(b.id or "", b.key)).split(",")
+        ]
+        return bool(keys) and all(is_printable_key(k) for k in keys)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         pane = self.active_pane
+        if self.app.screen is self and self.typing() and self._printable_only(action):
+            return False  # typed into the field (and not offered in the footer meanwhile)
         if action in CHANGES_HOST:
             if pane is None or pane.readonly:
                 return False  # hidden: readonly hosts offer nothing that changes them
@@ -490,12 +519,12 @@ class MainScreen(Screen[None]):
         if isinstance(target, CalculatorPanel):
             if not target.focus_first():
                 target = panels[(current + 2 * step) % len(panels)]
-                target.focus()
+                self.set_focus(target)
         else:
-            target.focus()
+            self.set_focus(target)
 
     def action_escape(self) -> None:
-        if isinstance(self.focused, Input):
+        if isinstance(self.focused, Input | CalculatorPanel):
             self._focus_log()
             return
         pane = self.active_pane

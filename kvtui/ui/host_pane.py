@@ -193,6 +193,7 @@ class HostPane(Vertical):
         self.query_one("#log-panel").border_title = "Log"
         self.query_one("#figures-panel").border_title = "Figures"
         self.query_one("#calc-panel").border_title = "Calculator"
+        self.calculator.leave_to = lambda: self.log_view
         # the screen's one 1 s timer ticks every pane (``tick_row``). The monitor starts once the
         # first frame is out: its first batch (parser, GPU plot, calculator) is ~0.3 s of work
         # that used to hold the whole layout back

@@ -21,7 +21,7 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
@@ -32,9 +32,11 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from kvtui.monitor import LogLine
+from kvtui.ui.keys import refocus_key, run_own_binding
 from kvtui.ui.widgets.quiet import QuietStatic
 
 MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)
@@ -826,8 +828,33 @@ class LogView(ScrollView, can_focus=True):
 # --------------------------------------------------------------------------------------------
 
 
+class FindInput(Input, inherit_bindings=False):
+    """The find bar's field. Enter and Esc act as the key is taken (not after it bubbled up): the
+    keys typed after them in one burst (``/weight`` Enter ``n``) already wait in this field's queue
+    and must meet the log, not the field; a key that comes after focus left is handed back to the
+    app (see ``kvtui.ui.keys``). Enter belongs to the bar (its footer key says what it does)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        b for b in Input.BINDINGS if not (isinstance(b, Binding) and b.key == "enter")
+    ]
+
+    async def _on_key(self, event: events.Key) -> None:
+        if refocus_key(self, event):
+            return
+        # the field's own keys (ctrl+a, ctrl+k…) and the bar's (Enter, Esc) act now, in the order
+        # typed: as bindings they would run after the characters typed behind them
+        if await run_own_binding(self, event):
+            return
+        bar = self.parent
+        if isinstance(bar, FindBar) and await run_own_binding(bar, event):
+            return
+        await super()._on_key(event)
+
+
 class FindBar(Horizontal):
-    """The one-line input for ``/`` search and ``&`` filter, docked under the log."""
+    """The one-line input for ``/`` search and ``&`` filter, under the log: while it is open it
+    takes the status line's row (the two were both docked at the bottom, the status line drawn
+    over what was typed)."""
 
     DEFAULT_CSS = """
     FindBar {
@@ -868,13 +895,29 @@ class FindBar(Horizontal):
         def control(self) -> FindBar:
             return self.bar
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Close", show=False, id="find.close")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Cancel", id="find.close"),
+        Binding("enter", "submit_search", "Search", id="find.search"),
+        Binding("enter", "submit_filter", "Filter", id="find.filter"),
+    ]
 
     kind: str = "search"
 
     def compose(self) -> ComposeResult:
         yield Static("/", id="find-label")
-        yield Input(id="find-input", select_on_focus=True)
+        yield FindInput(id="find-input", select_on_focus=True)
+
+    @property
+    def is_open(self) -> bool:
+        return self.has_class("-open")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The footer names what Enter does: search for ``/``, filter for ``&``."""
+        if action == "submit_search":
+            return self.kind == "search"
+        if action == "submit_filter":
+            return self.kind == "filter"
+        return True
 
     def open(self, kind: str, value: str = "") -> None:
         self.kind = kind
@@ -887,17 +930,37 @@ class FindBar(Horizontal):
         )
         field.value = value
         self.add_class("-open")
-        field.focus()
+        self._set_open(True)
+        self.screen.set_focus(field)  # now: the keys typed right after / go into the field
+        self.screen.refresh_bindings()
+
+    def _set_open(self, is_open: bool) -> None:
+        """Open, the bar takes the status line's row (the status line is hidden meanwhile)."""
+        panel = self.parent
+        if isinstance(panel, Widget):
+            panel.set_class(is_open, "-finding")
+            for status in panel.query_children(LogStatus):
+                status.display = not is_open
 
     def action_close(self) -> None:
         self.remove_class("-open")
+        self._set_open(False)
         self.post_message(self.Closed(self))
 
-    @on(Input.Submitted, "#find-input")
-    def _submitted(self, event: Input.Submitted) -> None:
-        event.stop()
+    def action_submit_search(self) -> None:
+        self.submit(self.query_one("#find-input", Input).value)
+
+    def action_submit_filter(self) -> None:
+        self.submit(self.query_one("#find-input", Input).value)
+
+    def submit(self, value: str) -> None:
         self.remove_class("-open")
-        self.post_message(self.Submitted(self, self.kind, event.value))
+        self._set_open(False)
+        panel = self.parent
+        if isinstance(panel, LogPanel):
+            panel.find_now(self.kind, value)  # now, not through a message: see FindInput
+        else:
+            self.post_message(self.Submitted(self, self.kind, value))
 
 
 class LogStatus(Horizontal):
@@ -996,17 +1059,23 @@ class LogPanel(Vertical):
             current = view.line_filter.raw
         self.query_one(FindBar).open(kind, current)
 
+    def find_now(self, kind: str, value: str) -> None:
+        """The find bar's Enter: focus back on the log (now) and search or filter."""
+        view = self.view
+        self.screen.set_focus(view)
+        self.screen.refresh_bindings()
+        if kind == "search":
+            view.set_search(value)
+        else:
+            view.set_filter(value)
+
     @on(FindBar.Submitted)
     def _find(self, event: FindBar.Submitted) -> None:
         event.stop()
-        view = self.view
-        view.focus()
-        if event.kind == "search":
-            view.set_search(event.value)
-        else:
-            view.set_filter(event.value)
+        self.find_now(event.kind, event.value)
 
     @on(FindBar.Closed)
     def _find_closed(self, event: FindBar.Closed) -> None:
         event.stop()
-        self.view.focus()
+        self.screen.set_focus(self.view)
+        self.screen.refresh_bindings()

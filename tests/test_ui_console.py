@@ -1,0 +1,241 @@
+"""The console as a newcomer meets it (issue 10): every defect found, each with the check that
+would have caught it. The real app on real demo hosts, an injected clock, keys as a user types
+them — one at a time (``pilot.press``) or in one burst (``burst``: a paste, a fast typist)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_ui_helpers import (
+    FakeClock,
+    Harness,
+    burst,
+    demo_app,
+    run_clock,
+    screen_text,
+    start_demo,
+    wait_for,
+)
+from textual.containers import VerticalScroll
+
+from kvtui.boot import Boot, BootStatus
+from kvtui.commands.replay import analyse, read_chunks
+from kvtui.ui.app import KvtuiApp
+from kvtui.ui.host_pane import HostPane
+from kvtui.ui.widgets.calculator import CalculatorPanel, edit_window, elide
+from kvtui.ui.widgets.log_view import FindBar, LogStatus, LogView
+
+SPEED = 40.0
+READY_AFTER = 12.0
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def journal_boot() -> Boot:
+    """A real SGLang boot (Llama 70B, TP4, ready): the calculator calibrates on it."""
+    name = "sglang-0.5.10-llama70b-tp4-ready.journal"
+    with (FIXTURES / name).open("rb") as f:
+        boots, _shape = analyse(read_chunks(f, name))
+    return boots[-1]
+
+
+def ready_clock(*hosts: str) -> FakeClock:
+    clock = FakeClock()
+    for name in hosts or ("demo",):
+        start_demo(name, clock, SPEED)
+    clock.advance(READY_AFTER)
+    return clock
+
+
+def pane_of(app: KvtuiApp) -> HostPane:
+    pane = app.main_screen.active_pane
+    assert pane is not None
+    return pane
+
+
+async def ready_app(pilot: Any, app: KvtuiApp, clock: FakeClock) -> HostPane:
+    pane = pane_of(app)
+    await run_clock(pilot, app, clock, until=lambda: pane.boot is not None and pane.boot.status is BootStatus.READY,
+                    limit=60)
+    await wait_for(pilot, lambda: pane.calculator.result is not None)
+    return pane
+
+
+# --------------------------------------------------------------------------------------------
+# 1. a figure is shown whole or visibly elided, never silently cut
+# --------------------------------------------------------------------------------------------
+
+
+def test_elide_and_the_edit_window_never_cut_silently() -> None:
+    assert elide("200000", 6) == "200000"
+    assert elide("200000", 5) == "2000…"
+    assert elide("fp8_e4m3", 8) == "fp8_e4m3"
+    # the editor's window follows the cursor; a cut side shows …
+    assert edit_window("200000", 6, 8) == ("200000", 0, 6)
+    text, start, col = edit_window("1234567890", 10, 6)
+    assert text.startswith("…")
+    assert col == 5
+    assert start > 0
+    text, start, col = edit_window("1234567890", 0, 6)
+    assert text.endswith("…")
+    assert col == 0
+    assert start == 0
+    text, start, col = edit_window("1234567890", 5, 6)
+    assert "…" in text
+    assert 0 < col < 6
+
+
+@pytest.mark.parametrize("width", [24, 30, 36, 44])
+async def test_calculator_shows_each_value_whole_or_elided_at_every_width(width: int) -> None:
+    """A panel with a scrollbar (too short for its rows) at each width: ``200000`` and ``fp8_e4m3``
+    whole, or cut with a visible ``…`` — never ``20000``."""
+    boot = journal_boot()
+    boot.flags.update({"context_length": 200000, "kv_cache_dtype": "fp8_e4m3"})
+    calc = CalculatorPanel()
+    scroll = VerticalScroll(calc)
+    scroll.styles.width = width
+    scroll.styles.height = 12  # shorter than the panel: a scrollbar
+    async with Harness(scroll).run_test(size=(80, 24)) as pilot:
+        calc.set_boot(boot, [boot])
+        await pilot.pause()
+        assert calc.size.width < width  # the scrollbar took a column
+        lines = calc.plain_lines()
+        row = next(line for line in lines if line.startswith("context-"))
+        assert "200000" in row or (row.rstrip().endswith("…") and "20000" not in row.replace("…", ""))
+        dtype = next(line for line in lines if line.startswith("kv-cache"))
+        assert "fp8_e4m3" in dtype or dtype.rstrip().endswith("…")
+        if width >= 30:  # room for the value: whole
+            assert "200000" in row
+            assert "fp8_e4m3" in dtype
+        for line in lines:  # nothing wider than the panel: nothing left for the terminal to cut
+            assert len(line) <= calc.size.width
+
+
+async def test_calculator_result_values_are_whole_and_labels_give_way() -> None:
+    boot = journal_boot()
+    calc = CalculatorPanel()
+    calc.styles.width = 24
+    async with Harness(calc).run_test(size=(80, 40)) as pilot:
+        calc.set_boot(boot, [boot])
+        await pilot.pause()
+        assert calc.result is not None
+        tokens = f"{calc.result['predicted']['max_total_num_tokens']:,}"
+        lines = calc.plain_lines()
+        assert any(line.rstrip().endswith(tokens) for line in lines)  # KV tokens, whole
+        assert all(len(line) <= calc.size.width for line in lines)
+
+
+# --------------------------------------------------------------------------------------------
+# 3. keys typed in a burst all land where they were meant to
+# --------------------------------------------------------------------------------------------
+
+
+async def test_a_burst_into_the_calculator_lands_in_the_field() -> None:
+    """``c``, ctrl+a, ctrl+k, ``0.90``, Enter in one burst (a paste, a fast typist): the fraction
+    is 0.90 — it used to stay 0.85 (the keys went to the log) or end "unset"."""
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(130, 38)) as pilot:
+        pane = await ready_app(pilot, app, clock)
+        calc = pane.calculator
+        await burst(pilot, "c", "ctrl+a", "ctrl+k", "0", ".", "9", "0", "enter")
+        assert calc.fields[0].value == "0.90"
+        await wait_for(pilot, lambda: calc.result is not None and calc.result["edits"] == {"mem_fraction_static": 0.9})
+        # and a burst that leaves the field: what follows Esc is a key of the console again
+        await burst(pilot, "escape", "t")
+        assert app.focused is pane.log_view
+        assert pane.log_view.timestamps
+        assert calc.fields[0].value == "0.90"
+
+
+async def test_an_invalid_value_is_drawn_as_typed_and_flagged() -> None:
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(130, 38)) as pilot:
+        pane = await ready_app(pilot, app, clock)
+        calc = pane.calculator
+        await pilot.press("c", *"abc", "enter")
+        assert calc.error is not None
+        assert calc.fields[0].invalid
+        row = next(line for line in calc.plain_lines() if line.startswith("mem-fraction-static"))
+        assert "abc" in row  # not an empty field
+        assert "abc" in screen_text(app)
+
+
+async def test_the_footer_shows_the_editing_keys_while_a_flag_is_edited() -> None:
+    """While a field has the keys, the footer offers what works there (Enter, Esc) and not the
+    one-letter keys that are typed into it (``x``, ``/``)."""
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(130, 38)) as pilot:
+        pane = await ready_app(pilot, app, clock)
+        calc = pane.calculator
+        shown = {b.binding.description for b in app.screen.active_bindings.values() if b.binding.show}
+        assert {"Explain", "Search"} <= shown
+        await pilot.press("c")
+        await pilot.pause()
+        active = app.screen.active_bindings
+        shown = {b.binding.description for b in active.values() if b.binding.show}
+        assert "Explain" not in shown
+        assert "Search" not in shown
+        assert "Quit" not in shown
+        assert {"Use value", "Leave field"} <= shown
+        footer = screen_text(app).splitlines()[-1]
+        assert "Use value" in footer
+        assert "Explain" not in footer
+        # x and / are typed into the field, not run
+        await pilot.press("ctrl+a", "ctrl+k", "x", "slash")
+        assert calc.fields[0].value == "x/"
+        assert not pane.log_panel.query_one(FindBar).is_open
+        await pilot.press("escape")
+        footer = screen_text(app).splitlines()[-1]
+        assert "Explain" in footer
+
+
+# --------------------------------------------------------------------------------------------
+# 2. what is typed into the find bar is seen; the footer names what Enter does
+# --------------------------------------------------------------------------------------------
+
+
+async def test_the_find_bar_shows_what_is_typed_over_the_status_line() -> None:
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(130, 38)) as pilot:
+        pane = await ready_app(pilot, app, clock)
+        await burst(pilot, "slash", *"Load weight")
+        bar = pane.log_panel.query_one(FindBar)
+        assert bar.is_open
+        assert not pane.log_panel.query_one(LogStatus).display or not bar.region.overlaps(
+            pane.log_panel.query_one(LogStatus).region)
+        text = screen_text(app)
+        assert "/ Load weight" in text or "/Load weight" in text.replace(" ", "")
+        footer = text.splitlines()[-1]
+        assert "Search" in footer
+        assert "Filter" not in footer
+        await pilot.press("escape")
+        await burst(pilot, "ampersand", *"TP3")
+        text = screen_text(app)
+        assert "& TP3" in text or "&TP3" in text.replace(" ", "")
+        footer = text.splitlines()[-1]
+        assert "Filter" in footer
+        assert "Search" not in footer
+
+
+async def test_a_search_typed_in_a_burst_finds_and_n_goes_on() -> None:
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(130, 38)) as pilot:
+        pane = await ready_app(pilot, app, clock)
+        view: LogView = pane.log_view
+        await burst(pilot, "slash", *"weight", "enter")
+        assert view.search_query is not None
+        assert view.search_query.text == "weight"
+        await wait_for(pilot, lambda: view.cursor is not None)
+        first = view.cursor
+        assert first is not None
+        await burst(pilot, "N")
+        await wait_for(pilot, lambda: view.cursor is not None and view.cursor < first)
+        assert app.focused is view
