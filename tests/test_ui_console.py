@@ -13,6 +13,7 @@ from test_ui_helpers import (
     Harness,
     burst,
     demo_app,
+    log_lines,
     run_clock,
     screen_text,
     start_demo,
@@ -24,8 +25,9 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.commands.replay import analyse, read_chunks
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.host_pane import HostPane
+from kvtui.ui.screens import ConfirmScreen
 from kvtui.ui.widgets.calculator import CalculatorPanel, edit_window, elide
-from kvtui.ui.widgets.log_view import FindBar, LogStatus, LogView
+from kvtui.ui.widgets.log_view import FindBar, LogPanel, LogStatus, LogView
 
 SPEED = 40.0
 READY_AFTER = 12.0
@@ -239,3 +241,76 @@ async def test_a_search_typed_in_a_burst_finds_and_n_goes_on() -> None:
         await burst(pilot, "N")
         await wait_for(pilot, lambda: view.cursor is not None and view.cursor < first)
         assert app.focused is view
+
+
+# --------------------------------------------------------------------------------------------
+# 15. small text bugs
+# --------------------------------------------------------------------------------------------
+
+
+async def test_the_restart_question_names_the_boot_state_once() -> None:
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(130, 38)) as pilot:
+        await ready_app(pilot, app, clock)
+        await pilot.press("R")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "the current boot is ready" in app.screen.body
+        assert "ready in ready" not in app.screen.body
+
+
+async def test_an_error_jump_replaces_the_last_miss_in_the_status_line() -> None:
+    panel = LogPanel(window=1000)
+    async with Harness(panel).run_test(size=(100, 20)) as pilot:
+        view = panel.view
+        view.append(log_lines(120))  # errors at 50 (and none after 100)
+        await pilot.pause()
+        assert not view.next_error(True)  # from the bottom: no next error
+        assert view.message == "no next error in view"
+        assert view.next_error(False)  # E: the error at seq 50
+        assert view.cursor == 50
+        assert "no next error" not in view.message
+        assert "51" in view.message  # the line it went to
+
+
+async def test_a_narrow_status_line_keeps_what_happened() -> None:
+    """``no newer match`` is what the status line must show, not the search text it is about."""
+    panel = LogPanel(window=1000)
+    async with Harness(panel).run_test(size=(44, 12)) as pilot:
+        view = panel.view
+        view.append(log_lines(20))
+        await pilot.pause()
+        view.set_search("Load weight begin and then some more words")
+        view.find(forward=True)
+        await pilot.pause()
+        state = panel.query_one(LogStatus).query_one("#log-state")
+        shown = screen_text(pilot.app)
+        assert "no newer match" in view.message
+        assert "no newer match" in shown
+        assert state.size.width < len(view.message) + 20  # it did not fit whole: the key words came first
+
+
+async def test_wrapped_lines_keep_their_left_padding() -> None:
+    panel = LogPanel(window=1000)
+    async with Harness(panel).run_test(size=(40, 20)) as pilot:
+        view = panel.view
+        view.append(log_lines(3))
+        view.wrap = True
+        await pilot.pause()
+        view.scroll_to(y=0, animate=False, immediate=True)
+        rows = [view.render_line(y).text for y in range(view.virtual_size.height)]
+        assert rows[0].startswith(" [2026")  # the gutter
+        continuation = rows[1]
+        assert continuation.startswith(" ")
+        assert not continuation.startswith("  ")
+        assert continuation.strip()
+        # timestamps widen the indent to sit under the text
+        view.timestamps = True
+        await pilot.pause()
+        view.scroll_to(y=0, animate=False, immediate=True)
+        rows = [view.render_line(y).text for y in range(view.virtual_size.height)]
+        assert rows[1].startswith(" " * 14)
+        assert rows[1][14] != " "
+        # every line's text, unwrapped again, is whole
+        joined = "".join(r[1:] if i == 0 else r[14:] for i, r in enumerate(rows[:3]))
+        assert "scheduler tick 0" in joined.rstrip() or "scheduler tick" in joined

@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
+from kvtui.boot import BootStatus
 from kvtui.config import CalcConfig, Config, UiConfig
 from kvtui.ui.commands import KvtuiCommands
 from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec
@@ -477,9 +478,9 @@ class MainScreen(Screen[None]):
         if boot is not None:
             from kvtui.ui import formatting as fmt
 
-            state = f"the current boot is {boot.status.value}" + (
-                f" in {fmt.phase_label(boot.phase)}" if boot.phase is not None else ""
-            )
+            state = f"the current boot is {boot.status.value}"
+            if boot.status is not BootStatus.READY and boot.phase is not None:  # not "ready in ready"
+                state += f" in {fmt.phase_label(boot.phase)}"
         steps = "\n".join(f"  {st.title}" + (f"\n    $ {st.command}" if st.command else "") for st in plan.steps)
         body = (
             f"Restart the server on {pane.host_name}?\n\n"

@@ -64,6 +64,20 @@ class LogSource(Protocol):
     def __len__(self) -> int: ...
 
 
+def _wrapped_rows(length: int, width: int, indent: int) -> int:
+    """Rows a line of ``length`` cells takes wrapped at ``width``, its continuation rows indented
+    by ``indent``."""
+    if length <= width:
+        return 1
+    return 1 + math.ceil((length - width) / max(1, width - indent))
+
+
+def _short(text: str, width: int = 24) -> str:
+    """A search or filter text inside a status message: cut with … so the message's key words
+    (what happened) are never what a narrow status line loses."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 # --------------------------------------------------------------------------------------------
 # Matching (pure)
 # --------------------------------------------------------------------------------------------
@@ -348,14 +362,20 @@ class LogView(ScrollView, can_focus=True):
             content = max(10, self.scrollable_content_region.width or self.size.width or 80)
             starts = [0]
             total = 0
+            indent = self._wrap_indent(content)
             for line in view:
-                total += 1 if line.style == "marker" else max(1, math.ceil(self._line_length(line) / content))
+                total += 1 if line.style == "marker" else _wrapped_rows(self._line_length(line), content, indent)
                 starts.append(total)
             self._row_starts = starts
             self._set_virtual_size(Size(content, total))
         else:
             self._row_starts = []
             self._set_virtual_size(Size(width + 1, len(view)))
+
+    def _wrap_indent(self, width: int) -> int:
+        """Cells a wrapped line's continuation rows are indented by: under its text, past the
+        gutter and the timestamp (never more than half the width)."""
+        return min(1 + (13 if self.timestamps else 0), width // 2)
 
     def _set_virtual_size(self, size: Size) -> None:
         """A log that grew (a new line, timestamps shown) repaints itself and its scrollbars; it
@@ -529,6 +549,7 @@ class LogView(ScrollView, can_focus=True):
         rng = range(start + 1, len(view)) if forward else range(start - 1, -1, -1)
         for i in rng:
             if view[i].style == "error":
+                self.message = f"error on line {view[i].seq + 1:,}"  # (not the last miss, left standing)
                 self.set_cursor(view[i].seq)
                 return True
         self.message = f"no {'next' if forward else 'previous'} error in view"
@@ -589,12 +610,12 @@ class LogView(ScrollView, can_focus=True):
                     self._post_status()
                     return
         if self.source is None:
-            self.message = f"/{query.text}: no {'newer' if forward else 'older'} match"
+            self.message = f"no {'newer' if forward else 'older'} match for /{_short(query.text)}"
             self._post_status()
             return
         edge = (view[-1].seq + 1) if forward and view else (view[0].seq - 1 if view else 0)
         if not forward and edge < 0:
-            self.message = f"/{query.text}: no older match"
+            self.message = f"no older match for /{_short(query.text)}"
             self._post_status()
             return
         self._search_spool(query, edge, forward)
@@ -606,17 +627,17 @@ class LogView(ScrollView, can_focus=True):
             return
         pattern, regex = query.spool_args()
         rank = self.line_filter.rank if self.line_filter is not None else None
-        self.message = f"/{query.text}: searching the spool…"
+        self.message = f"searching the spool for /{_short(query.text)}…"
         self._post_status()
         hits = await asyncio.to_thread(
             source.search, pattern, regex=regex, rank=rank, start_seq=start_seq, reverse=not forward, limit=1
         )
         if not hits:
-            self.message = f"/{query.text}: no {'newer' if forward else 'older'} match in the whole log"
+            self.message = f"no {'newer' if forward else 'older'} match in the whole log for /{_short(query.text)}"
             self._post_status()
             return
         await self._jump_via_source(hits[0].seq)
-        self.message = f"/{query.text}: found in the spool (line {hits[0].seq + 1:,})"
+        self.message = f"found in the spool: line {hits[0].seq + 1:,} (/{_short(query.text)})"
         self._post_status()
 
     async def _jump_via_source(self, seq: int) -> None:
@@ -661,7 +682,7 @@ class LogView(ScrollView, can_focus=True):
         self._show(in_memory, ViewMode.FILTER)
         self.follow = True
         self._scroll_to_end()
-        self.message = f"&{flt.raw}: {len(in_memory):,} lines in memory"
+        self.message = f"{len(in_memory):,} lines in memory match &{_short(flt.raw)}"
         self._post_status()
         if self.source is not None:
             self._filter_from_spool(flt)
@@ -690,7 +711,7 @@ class LogView(ScrollView, can_focus=True):
         if self.follow:
             self._scroll_to_end()
         more = " (newest shown)" if len(hits) >= self.window else ""
-        self.message = f"&{flt.raw}: {len(hits):,} lines in the whole log{more}"
+        self.message = f"{len(hits):,} lines in the whole log match &{_short(flt.raw)}{more}"
         self._post_status()
 
     # ---- rendering ------------------------------------------------------------------------
@@ -809,9 +830,13 @@ class LogView(ScrollView, can_focus=True):
             else:
                 full = self._line_strip(line, styles)
                 if self.wrap:
-                    cuts = [*range(width, full.cell_length, width), full.cell_length]
+                    indent = self._wrap_indent(width)
+                    step = max(1, width - indent)
+                    cuts = [*range(width, full.cell_length, step), full.cell_length]
                     pieces = full.divide(cuts)
                     strip = pieces[sub_row] if sub_row < len(pieces) else Strip.blank(0)
+                    if sub_row:  # a continuation row: under the text, not under the gutter
+                        strip = Strip.join([Strip.blank(indent, row_base), strip])
                 else:
                     strip = full
                 strip = strip.apply_style(row_base)
@@ -971,7 +996,9 @@ class LogStatus(Horizontal):
         dock: bottom;
         height: 1;
         background: $surface;
-        #log-state { width: 1fr; height: 1; color: $text-muted; padding: 0 1; }
+        #log-state {
+            width: 1fr; height: 1; color: $text-muted; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis;
+        }
         #log-badge {
             width: auto;
             padding: 0 1;
@@ -994,6 +1021,8 @@ class LogStatus(Horizontal):
             parts.append(Content.styled("● following", "$success"))
         else:
             parts.append(Content.styled("⏸ paused", "$warning"))
+        if view.message:  # what just happened first: the toggles after it are what a cut loses
+            parts.append(Content.styled(view.message, "$foreground italic"))
         if view.mode is ViewMode.HISTORY:
             parts.append(Content.styled("history from the spool", "$accent"))
         if view.line_filter is not None:
@@ -1004,8 +1033,6 @@ class LogStatus(Horizontal):
             parts.append(Content("wrap"))
         if view.timestamps:
             parts.append(Content("timestamps"))
-        if view.message:
-            parts.append(Content.styled(view.message, "$text-muted italic"))
         state = Content(" · ").join(parts)
         # one row, 1fr wide (CSS): a new state is a repaint, not a layout pass of the screen
         self.query_one("#log-state", QuietStatic).set(state.markup, lambda: state, layout=False)
