@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 from test_ui_helpers import (
+    T_START,
     FakeClock,
     Harness,
     burst,
     demo_app,
+    gpu_samples,
     log_lines,
+    ready_boot,
     run_clock,
     screen_text,
     start_demo,
@@ -23,10 +26,12 @@ from textual.containers import VerticalScroll
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.commands.replay import analyse, read_chunks
+from kvtui.engines.events import Phase
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.host_pane import HostPane
 from kvtui.ui.screens import ConfirmScreen
 from kvtui.ui.widgets.calculator import CalculatorPanel, edit_window, elide
+from kvtui.ui.widgets.gpu import GpuHistoryPlot, PhaseBand, short_gpu_name
 from kvtui.ui.widgets.log_view import FindBar, LogPanel, LogStatus, LogView
 
 SPEED = 40.0
@@ -314,3 +319,101 @@ async def test_wrapped_lines_keep_their_left_padding() -> None:
         # every line's text, unwrapped again, is whole
         joined = "".join(r[1:] if i == 0 else r[14:] for i, r in enumerate(rows[:3]))
         assert "scheduler tick 0" in joined.rstrip() or "scheduler tick" in joined
+
+
+# --------------------------------------------------------------------------------------------
+# 7. the GPU percentage is labelled; KV usage on a fixed 0-100 % scale
+# --------------------------------------------------------------------------------------------
+
+
+async def test_the_gpu_rows_say_which_figure_is_utilisation() -> None:
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(160, 48)) as pilot:
+        pane = await ready_app(pilot, app, clock)
+        gpu = pane.query_one("#gpu-panel")
+        rows = [line[gpu.region.x: gpu.region.right] for line in screen_text(app).splitlines()]
+        head = next(i for i, line in enumerate(rows) if "util" in line)
+        assert "used" in rows[head]
+        assert "%" in rows[head + 1]  # the first GPU's row, under the heads
+
+
+async def test_kv_usage_history_is_drawn_on_a_fixed_scale() -> None:
+    """Ten per cent of the pool is a low bar, not a full one in the colour of a full pool."""
+    from kvtui.ui.widgets.boot import KvUsage
+
+    usage = KvUsage()
+    async with Harness(usage).run_test(size=(40, 8)) as pilot:
+        for t in range(20):  # rising to 10 %: the series' own maximum is 10 %
+            usage.show(ready_boot(usage=0.005 * (t + 1)), float(t))
+        await pilot.pause()
+        spark = usage.query_one("#kv-spark")
+        rows = screen_text(pilot.app).splitlines()[spark.region.y: spark.region.bottom]
+        assert len(rows) == 2
+        assert not rows[0].strip()  # nothing in the upper half at 10 %
+        assert rows[1].strip()  # a low bar in the lower one
+        assert "█" not in rows[1]
+        for t in range(20, 60):
+            usage.show(ready_boot(usage=1.0), float(t))
+        await pilot.pause()
+        rows = screen_text(pilot.app).splitlines()[spark.region.y: spark.region.bottom]
+        assert "█" in rows[0]  # a full pool is full height
+
+
+# --------------------------------------------------------------------------------------------
+# 17. the plot's axes, the GPU name, themes, the palette
+# --------------------------------------------------------------------------------------------
+
+
+async def test_the_plot_axes_carry_units_and_one_clock_across_a_restart() -> None:
+    plot = GpuHistoryPlot()
+    async with Harness(plot).run_test(size=(50, 14)) as pilot:
+        await pilot.pause()
+        for t in range(400):
+            plot.add(gpu_samples(5.0 + (t % 200) * 0.4, ts=T_START + t))
+        # a restart 324 s in: the new boot's bands start there (the old one's stay)
+        plot.set_bands([PhaseBand(T_START, Phase.LOAD_WEIGHTS), PhaseBand(T_START + 324, Phase.LAUNCH)],
+                       T_START + 324)
+        plot.redraw_if_needed()
+        await pilot.pause()
+        text = screen_text(pilot.app)
+        assert "96G" in text
+        assert "48G" in text
+        assert "0G" in text  # a unit on every tick
+        assert "-5m" not in text  # not a boot-relative axis running negative
+        assert "03:06:40" in text  # the wall-clock time of the first reading (TZ=UTC)
+        assert "03:13:19" in text  # and of the last
+
+
+def test_gpu_names_keep_the_words_that_tell_gpus_apart() -> None:
+    assert short_gpu_name("NVIDIA RTX PRO 6000 Blackwell Server Edition") == "RTX PRO 6000 Blackwell"
+    assert short_gpu_name("NVIDIA H100 80GB HBM3") == "H100 80GB HBM3"
+    assert short_gpu_name("NVIDIA GeForce RTX 4090") == "RTX 4090"
+
+
+@pytest.mark.parametrize("size", [(160, 48), (240, 64)])
+async def test_the_gpu_name_is_not_cut(size: tuple[int, int]) -> None:
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=size) as pilot:
+        pane = await ready_app(pilot, app, clock)
+        await pilot.pause()
+        subtitle = str(pane.query_one("#gpu-panel").border_subtitle)
+        assert "RTX PRO 6000 Blackwell" in subtitle
+        assert "…" not in subtitle
+        assert subtitle in screen_text(app)  # on screen whole, not cut by the border
+
+
+async def test_only_themes_that_draw_kvtui_correctly_are_offered() -> None:
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(130, 38)) as pilot:
+        await pilot.pause()
+        themes = set(app.available_themes)
+        assert {"kvtui-dark", "kvtui-light", "kvtui-contrast"} <= themes
+        assert "ansi-dark" not in themes
+        assert "ansi-light" not in themes
+        assert "nord" in themes  # a true-colour built-in draws the bars as kvtui's own do
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Keys" not in titles  # kvtui's "help" (?) lists every key; one list is enough
+        assert "Quit" in titles

@@ -302,6 +302,7 @@ async def settle(pilot: Pilot[Any], app: Any, *, timeout: float = 10.0) -> None:
         )
         ready = all(
             p.monitor is not None
+            and p.up_to_date  # nothing held back by the monitor (a throttled serving-only boot change)
             and p.monitor.lines_seen == p.lines_received
             and p.gpu_plot.points
             and p.gpu_plot.points[-1][0] >= app.clock() - 1e-6

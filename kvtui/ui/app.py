@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from textual import events, messages, on
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.screen import Screen
@@ -26,7 +26,7 @@ from kvtui.ui.commands import KvtuiCommands
 from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec
 from kvtui.ui.keys import is_printable_key
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen
-from kvtui.ui.themes import DEFAULT_THEME, load_themes, theme_variable_defaults
+from kvtui.ui.themes import DEFAULT_THEME, load_themes, theme_variable_defaults, usable_theme
 from kvtui.ui.widgets.calculator import CalculatorPanel
 from kvtui.ui.widgets.host import FleetSummary
 from kvtui.ui.widgets.log_view import LogView
@@ -676,6 +676,10 @@ class KvtuiApp(App[int]):
         loaded = load_themes()
         for t in loaded.themes:
             self.register_theme(t)
+        self.kvtui_themes = [t.name for t in loaded.themes]  # what ``T`` cycles through
+        for name, builtin in list(self.available_themes.items()):
+            if not usable_theme(builtin):
+                self.unregister_theme(name)
         self.startup_problems: list[str] = list(loaded.problems)
         wanted = theme or self.config.ui.theme
         if wanted not in self.available_themes:
@@ -689,6 +693,13 @@ class KvtuiApp(App[int]):
         self.startup_problems.extend(self._keymap_problems(self.config.keymap))
 
     # ---- themes and keys ----------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Textual's palette commands, less "Keys" (kvtui's own help, ``?``, lists every key with
+        its id for ``[keymap]``; two key lists side by side in the palette was one too many)."""
+        for command in super().get_system_commands(screen):
+            if command.title != "Keys":
+                yield command
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         theme = self.current_theme

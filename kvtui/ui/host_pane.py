@@ -29,7 +29,15 @@ from kvtui.ui.stall import StallDetector
 from kvtui.ui.widgets.action import ActionBanner, Severity
 from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice
 from kvtui.ui.widgets.calculator import CalculatorPanel
-from kvtui.ui.widgets.gpu import ForeignWarning, GpuBars, GpuHistoryPlot, PhaseBand, ProcessTable
+from kvtui.ui.widgets.gpu import (
+    ForeignWarning,
+    GpuBars,
+    GpuHeader,
+    GpuHistoryPlot,
+    PhaseBand,
+    ProcessTable,
+    short_gpu_name,
+)
 from kvtui.ui.widgets.host import ConnBanner, FleetRow, HostBar, HostInfo
 from kvtui.ui.widgets.log_view import LogPanel, LogView
 
@@ -82,6 +90,12 @@ class Panel(Vertical):
 
 class GpuPanel(Panel, can_focus=True):
     """The GPU panel (focusable so ``tab`` can land on it)."""
+
+    def on_resize(self) -> None:
+        for pane in self.ancestors:
+            if isinstance(pane, HostPane):
+                pane.gpu_subtitle()
+                return
 
 
 class HostPane(Vertical):
@@ -171,6 +185,7 @@ class HostPane(Vertical):
         yield ActionBanner()
         with Horizontal(id="body"):
             with GpuPanel(id="gpu-panel", classes="panel"):
+                yield GpuHeader()
                 yield GpuBars()
                 yield ForeignWarning()
                 yield GpuHistoryPlot()
@@ -284,7 +299,7 @@ class HostPane(Vertical):
         if self.samples or self.foreign:
             self._one(GpuBars).show(self.samples, self.foreign)
             self._one(ForeignWarning).show(self.foreign)
-            self._gpu_subtitle()
+            self.gpu_subtitle()
         if self.boot is not None:
             self._render_boot()
         self._refresh_live(self.clock())
@@ -400,7 +415,7 @@ class HostPane(Vertical):
             if shown:
                 self._one(GpuBars).show(gpu.samples, gpu.foreign)
                 self._one(ForeignWarning).show(gpu.foreign)
-                self._gpu_subtitle()
+                self.gpu_subtitle()
             else:
                 self._stale = True
         if boot_state is not None:
@@ -433,15 +448,18 @@ class HostPane(Vertical):
                 if post:
                     self._post_summary(self.current_elapsed(now))
 
-    def _gpu_subtitle(self) -> None:
+    def gpu_subtitle(self) -> None:
         if not self.samples:
             return
         used = sum(s.used_gib for s in self.samples)
         total = sum(s.total_gib for s in self.samples)
-        name = self.samples[0].name
+        name = short_gpu_name(self.samples[0].name) if self.samples[0].name else ""
         label = f"{len(self.samples)} × {name}" if name else f"{len(self.samples)} GPUs"
-        subtitle = f"{label} · {used:,.0f}/{total:,.0f} GiB"
         panel = self._one(GpuPanel)
+        room = (panel.size.width or 42) - 6  # the border's corners and the spaces around the subtitle
+        subtitle = f"{label} · {used:,.0f}/{total:,.0f} GiB"
+        if len(subtitle) > room:  # the name before the sum: the sum is on the bars and the plot
+            subtitle = label if len(label) <= room else f"{len(self.samples)} × {name[: max(1, room - 6)]}…"
         if panel.border_subtitle != subtitle:
             panel.border_subtitle = subtitle
 

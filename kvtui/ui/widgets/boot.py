@@ -15,7 +15,6 @@ from textual.content import Content
 from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
-from textual.widgets import Sparkline
 
 from kvtui.boot import Boot, BootStatus, Failure, PhaseSpan
 from kvtui.engines.events import PHASE_ORDER, Model, Phase
@@ -243,6 +242,53 @@ class KvGauge(Widget):
         )
 
 
+_SPARK = " ▁▂▃▄▅▆▇█"
+
+
+class UsageSpark(Widget):
+    """KV-pool usage over time on a fixed 0–100 % scale (Textual's ``Sparkline`` scales to the
+    data's own maximum: 10 % drew full height, in the colour of a full pool). Each column is one
+    reading, coloured as the gauge is (warning from 80 %, error from 95 %); the newest on the
+    right."""
+
+    DEFAULT_CSS = """
+    UsageSpark { height: 2; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.data: list[float] = []
+
+    def set_data(self, data: list[float]) -> None:
+        if data != self.data:
+            self.data = list(data)
+            self.refresh()
+
+    def columns(self, width: int, height: int) -> list[list[str]]:
+        """The glyphs of each column, top row first."""
+        levels = height * 8
+        cols: list[list[str]] = []
+        for value in self.data[-width:] if width > 0 else []:
+            filled = round(min(1.0, max(0.0, value)) * levels)
+            if value > 0 and filled == 0:
+                filled = 1  # a pool in use is never drawn empty
+            cols.append([_SPARK[min(8, max(0, filled - (height - 1 - row) * 8))] for row in range(height)])
+        return cols
+
+    def render(self) -> Content:
+        width, height = self.size.width or 40, max(1, self.size.height or 2)
+        cols = self.columns(width, height)
+        pad = width - len(cols)
+        rows: list[Content] = []
+        for row in range(height):
+            parts: list[tuple[str, str] | str] = [" " * pad]
+            for value, col in zip(self.data[-len(cols):] if cols else [], cols, strict=True):
+                style = "$error" if value >= 0.95 else "$warning" if value >= 0.8 else "$phase-ready"
+                parts.append((col[row], style))
+            rows.append(Content.assemble(*parts))
+        return Content("\n").join(rows)
+
+
 class KvUsage(Vertical):
     """After ready: the live KV-pool usage gauge, its sparkline and the serving load."""
 
@@ -254,12 +300,6 @@ class KvUsage(Vertical):
         &.-serving { display: block; }
         #kv-gauge { height: 1; }
         #kv-load { height: 1; color: $text-muted; }
-        Sparkline {
-            height: 2;
-            margin: 0 0;
-            & > .sparkline--max-color { color: $warning; }
-            & > .sparkline--min-color { color: $phase-ready; }
-        }
     }
     """
 
@@ -273,7 +313,7 @@ class KvUsage(Vertical):
 
     def compose(self) -> ComposeResult:
         yield KvGauge(id="kv-gauge")
-        yield Sparkline([], id="kv-spark")
+        yield UsageSpark(id="kv-spark")
         yield QuietStatic(id="kv-load")
 
     def show(self, boot: Boot | None, now: float | None = None) -> None:
@@ -293,11 +333,8 @@ class KvUsage(Vertical):
         self._bucket = bucket
         self._usage = usage
         self.query_one(KvGauge).usage = usage
-        spark = self.query_one("#kv-spark", Sparkline)
-        data = list(self.history)
-        spark.display = len(data) >= 2  # one value would draw a meaningless full box
-        if spark.data != data:
-            spark.data = data
+        spark = self.query_one("#kv-spark", UsageSpark)
+        spark.set_data(list(self.history))
         live = boot.live
         parts = [
             f"running {live.running_reqs}" if live.running_reqs is not None else None,

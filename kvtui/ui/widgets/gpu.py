@@ -4,6 +4,7 @@ memory, and the warning about memory held by processes that are not the server's
 from __future__ import annotations
 
 import math
+import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -39,8 +40,53 @@ def _foreign_by_gpu(foreign: Sequence[GpuProcess]) -> dict[int, float]:
     return held
 
 
-def _tick(seconds: float) -> str:
-    return ("-" if seconds < 0 else "") + fmt.duration(abs(seconds))
+def clock_tick(epoch_seconds: float, span: float) -> str:
+    """A plot x-axis label: the wall-clock time (local, like the log's timestamps), to the second
+    for spans under an hour. One clock for every boot the plot shows (a boot-relative axis ran
+    from ``-5m 24s`` to ``7.3s`` after a restart)."""
+    return time.strftime("%H:%M:%S" if span < 3600 else "%H:%M", time.localtime(epoch_seconds))
+
+
+_NAME_DROP = ("NVIDIA ", "GeForce ", "Tesla ")
+_NAME_TAIL = (" Server Edition", " Workstation Edition", " Max-Q Workstation Edition", " Edition")
+
+
+def short_gpu_name(name: str) -> str:
+    """``NVIDIA RTX PRO 6000 Blackwell Server Edition`` -> ``RTX PRO 6000 Blackwell``: the words
+    that tell GPUs apart (the vendor and the edition do not)."""
+    short = name.strip()
+    for word in _NAME_DROP:
+        if short.startswith(word):
+            short = short[len(word):]
+    for tail in _NAME_TAIL:
+        if short.endswith(tail):
+            short = short[: -len(tail)]
+            break
+    return short or name
+
+
+class GpuHeader(Widget):
+    """The GPU rows' column heads: which figure is memory and which is utilisation (``51%`` next
+    to ``83.2/96G`` read as memory percent)."""
+
+    DEFAULT_CSS = """
+    GpuHeader {
+        height: 1;
+        padding: 0 1;
+        color: $text-muted;
+        text-wrap: nowrap;
+        text-overflow: clip;
+    }
+    """
+
+    def render(self) -> Content:
+        width = self.size.width or 34
+        left = " # memory"
+        right = f"{'used/total':>10}{'util':>5}"
+        gap = width - len(left) - len(right)
+        if gap < 1:
+            return Content.styled(right.rjust(width), "$text-muted")
+        return Content.styled(left + " " * gap + right, "$text-muted")
 
 
 class GpuBars(Widget):
@@ -333,12 +379,13 @@ class GpuHistoryPlot(Widget):
             plt.plot(xs, ys, marker="hd", color=self._phase_colour(phase), fillx=True)
         top = max(self.total_gib, max(p[1] for p in points), 1.0)
         plt.ylim(0, top)
-        lo = min(0.0, points[0][0] - origin)
+        lo = points[0][0] - origin  # the readings there are (the console may have opened mid-boot)
         hi = max(lo + 1.0, points[-1][0] - origin)
         plt.xlim(lo, hi)
-        ticks = [lo, (lo + hi) / 2, hi] if lo < 0 else [0.0, hi / 2, hi]
-        plt.xticks(ticks, [_tick(t) for t in ticks])
-        plt.yticks([0, top / 2, top], [f"{0:.0f}", f"{top / 2:.0f}", f"{top:.0f}G"])
+        ticks = [lo, (lo + hi) / 2, hi] if (self.size.width or 40) >= 30 else [lo, hi]
+        span = hi - lo
+        plt.xticks(ticks, [clock_tick(origin + t, span) for t in ticks])
+        plt.yticks([0, top / 2, top], [f"{0:.0f}G", f"{top / 2:.0f}G", f"{top:.0f}G"])  # a unit on every tick
         muted = rgb(self.app.theme_variables.get("foreground-muted", "#808080"))
         plt.ticks_color(muted)
         plt.axes_color("default")
