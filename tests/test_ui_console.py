@@ -417,3 +417,47 @@ async def test_only_themes_that_draw_kvtui_correctly_are_offered() -> None:
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert "Keys" not in titles  # kvtui's "help" (?) lists every key; one list is enough
         assert "Quit" in titles
+
+
+# --------------------------------------------------------------------------------------------
+# 8. a host that cannot be reached does not look alive
+# --------------------------------------------------------------------------------------------
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port  # nothing listens there now: every connection is refused
+
+
+async def test_an_unreachable_ssh_host_says_so_in_every_panel() -> None:
+    """A real SSH backend to a loopback port nobody listens on: it keeps reconnecting. The
+    panels used to say "● following" and "collecting GPU memory samples…"."""
+    from kvtui.config import HostConfig
+    from kvtui.hosts.backend import ConnState
+    from kvtui.hosts.factory import make_backend
+    from kvtui.ui.host_pane import HostSpec
+
+    spec = HostSpec("gpu-a", HostConfig(ssh="kvtui@127.0.0.1", port=_closed_port(), unit="sglang"))
+    app = KvtuiApp([spec], backend_factory=make_backend)
+    async with app.run_test(size=(160, 48)) as pilot:
+        pane = pane_of(app)
+        await wait_for(pilot, lambda: pane.status is not None and pane.status.state is ConnState.RECONNECTING,
+                       timeout=20)
+        pane.tick()
+        await pilot.pause()
+        for panel_id in ("#gpu-panel", "#boot-panel", "#log-panel", "#figures-panel", "#calc-panel"):
+            panel = pane.query_one(panel_id)
+            assert panel.has_class("-offline"), panel_id
+            assert "reconnecting" in str(panel.border_subtitle), panel_id
+        text = screen_text(app)
+        assert "● following" not in text
+        assert "collecting GPU memory samples" not in text
+        assert "no GPU readings: ◌ not reached" in text
+        assert "no log yet: ◌ not reached" in text
+        status = pane.log_panel.query_one(LogStatus)
+        status_line = text.splitlines()[status.region.y]
+        assert "not reached" in status_line

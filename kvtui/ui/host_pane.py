@@ -53,6 +53,22 @@ HIDDEN_FLUSH_INTERVAL = 0.25  # seconds between a hidden pane's batches (``pace_
 HIDDEN_SERVING_INTERVAL = 1.0  # seconds between its serving-only boot changes
 
 
+def offline_text(status: ConnStatus | None) -> str | None:
+    """The connection's state in a few words while the host is not reached (None: connected)."""
+    if status is None:
+        return "◌ connecting"
+    if status.state is ConnState.CONNECTED:
+        return None
+    if status.state is ConnState.RECONNECTING:
+        wait = f" in {max(0, round(status.retry_in))}s" if status.retry_in is not None else ""
+        return f"◌ not reached · reconnecting{wait}"
+    if status.state is ConnState.CONNECTING:
+        return "◌ connecting"
+    if status.state is ConnState.CLOSED:
+        return "○ connection closed"
+    return f"✖ not reached: {status.state.value}"
+
+
 @dataclass(frozen=True, slots=True)
 class HostSpec:
     """A host to open: its name and its configuration."""
@@ -172,6 +188,7 @@ class HostPane(Vertical):
         self.batches_applied = 0  # monitor batches taken in (``up_to_date`` compares it)
         self._summary_posted: tuple[object, ...] | None = None  # the fleet row's state last posted
         self._show_processes = False
+        self.offline: str | None = None  # the connection's state while the host is not reached
         self.busy: str | None = None  # the host-changing action running ("an apply", …)
         self.last_outcome: ApplyOutcome | None = None
 
@@ -456,6 +473,8 @@ class HostPane(Vertical):
         name = short_gpu_name(self.samples[0].name) if self.samples[0].name else ""
         label = f"{len(self.samples)} × {name}" if name else f"{len(self.samples)} GPUs"
         panel = self._one(GpuPanel)
+        if self.offline is not None:
+            return  # the panel says the host is not reached
         room = (panel.size.width or 42) - 6  # the border's corners and the spaces around the subtitle
         subtitle = f"{label} · {used:,.0f}/{total:,.0f} GiB"
         if len(subtitle) > room:  # the name before the sum: the sum is on the bars and the plot
@@ -524,14 +543,44 @@ class HostPane(Vertical):
             panel = self._boot_panel
             if panel is None:
                 panel = self._boot_panel = self.query_one("#boot-panel")
-            if panel.border_subtitle != subtitle:
+            if self.offline is None and panel.border_subtitle != subtitle:
                 panel.border_subtitle = subtitle
+        self._show_connection(status)
         stalled = self.stall.check(boot, now)
         self._one(StallNotice).show(boot.phase if boot else None, stalled)
         row = self.summary_row(elapsed)
         if post:
             self.post_message(self.Summary(row))
         return row
+
+    PANEL_IDS = ("#gpu-panel", "#boot-panel", "#log-panel", "#figures-panel", "#calc-panel")
+
+    def _show_connection(self, status: ConnStatus | None) -> None:
+        """Every panel says when the host is not reached (an unreachable host looked alive:
+        "● following", "collecting GPU memory samples…", only the header said otherwise): the
+        panels' borders turn to the warning colour with the state as their subtitle, the log's
+        status line and the empty GPU plot and timeline say it too."""
+        offline = offline_text(status)
+        was = self.offline
+        self.offline = offline
+        if offline == was:
+            return
+        for panel_id in self.PANEL_IDS:
+            panel = self.query_one(panel_id)
+            panel.set_class(offline is not None, "-offline")
+            if offline is not None:
+                panel.border_subtitle = offline
+            elif panel_id in ("#log-panel", "#figures-panel", "#calc-panel"):
+                panel.border_subtitle = ""
+        self.log_view.set_offline(offline)
+        self.gpu_plot.offline = offline
+        self.gpu_plot.refresh()
+        self._one(PhaseTimeline).set_offline(offline)
+        if offline is None:  # back: the panels' own subtitles
+            self.gpu_subtitle()
+            self._boot_panel = None
+            if self.boot is not None:
+                self._refresh_live(self.clock(), post=False)
 
     def live_status(self, now: float) -> ConnStatus | None:
         """The connection status with "reconnecting in Ns" counted down to ``now``."""

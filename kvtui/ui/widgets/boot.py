@@ -76,6 +76,12 @@ class PhaseTimeline(Widget):
         self._now: datetime | None = None
         self._rows_shown = -1
         self._shown: tuple[str, ...] | None = None
+        self.offline: str | None = None  # the host is not reached
+
+    def set_offline(self, offline: str | None) -> None:
+        if offline != self.offline:
+            self.offline = offline
+            self.show(self._boot, self._now)
 
     def show(self, boot: Boot | None, now: datetime | None) -> None:
         self._boot = boot
@@ -97,7 +103,10 @@ class PhaseTimeline(Widget):
     def _rows(self) -> Iterable[Content]:
         boot = self._boot
         if boot is None:
-            yield Content.styled("waiting for the server's log…", "$text-muted italic")
+            if self.offline is not None:
+                yield Content.styled(f"no log yet: {self.offline}", "$warning italic")
+            else:
+                yield Content.styled("waiting for the server's log…", "$text-muted italic")
             return
         target = [s for s in boot.phases if s.model is Model.TARGET]
         draft = [s for s in boot.phases if s.model is Model.DRAFT]

@@ -265,6 +265,7 @@ class GpuHistoryPlot(Widget):
         self._cache_key: tuple[object, ...] | None = None
         self._cache: Text | None = None
         self.redraws = 0  # plot builds, for tests and the curious
+        self.offline: str | None = None  # the host is not reached (said instead of "collecting…")
 
     @property
     def plt(self) -> Plot:
@@ -351,6 +352,9 @@ class GpuHistoryPlot(Widget):
         plt.clear_figure()
         plt.theme("clear")
         points = list(self.points)
+        if self.bands:  # from the first boot the plot knows of (readings before it are idle memory)
+            first = self.bands[0].start
+            points = [p for p in points if p[0] >= first] or points[-1:]
         if not points:
             return
         cells = max(8, (self.size.width or 40) - 6) * 2
@@ -379,10 +383,12 @@ class GpuHistoryPlot(Widget):
             plt.plot(xs, ys, marker="hd", color=self._phase_colour(phase), fillx=True)
         top = max(self.total_gib, max(p[1] for p in points), 1.0)
         plt.ylim(0, top)
-        lo = points[0][0] - origin  # the readings there are (the console may have opened mid-boot)
+        lo = min(0.0, points[0][0] - origin)  # from the boot's start, or the first reading before it
         hi = max(lo + 1.0, points[-1][0] - origin)
         plt.xlim(lo, hi)
-        ticks = [lo, (lo + hi) / 2, hi] if (self.size.width or 40) >= 30 else [lo, hi]
+        # three 8-cell clock labels only where they are well apart: plotext shifts crowded labels
+        # in an order that follows Python's string hashing (a different picture each run)
+        ticks = [lo, (lo + hi) / 2, hi] if (self.size.width or 40) >= 44 else [lo, hi]
         span = hi - lo
         plt.xticks(ticks, [clock_tick(origin + t, span) for t in ticks])
         plt.yticks([0, top / 2, top], [f"{0:.0f}G", f"{top / 2:.0f}G", f"{top:.0f}G"])  # a unit on every tick
@@ -395,6 +401,8 @@ class GpuHistoryPlot(Widget):
         key = (self.size, self._version, self.app.theme)
         if key != self._cache_key or self._cache is None:
             if not self.points:
+                if self.offline is not None:
+                    return Content.styled(f"no GPU readings: {self.offline}", "$warning italic")
                 return Content.styled("collecting GPU memory samples…", "$text-muted italic")
             try:
                 self._fill()

@@ -234,6 +234,7 @@ class LogView(ScrollView, can_focus=True):
         self.search_query: TextQuery | None = None
         self.line_filter: LineFilter | None = None
         self.message: str = ""  # last search/filter result for the status line
+        self.offline: str | None = None  # the host is not reached: what the status line says instead of following
         # rendered rows: a few screenfuls (each strip carries Textual's own caches, ~15 objects the
         # garbage collector walks; thousands of them per host made its full passes slow)
         self._cache: LRUCache[tuple[object, ...], Strip] = LRUCache(CACHED_ROWS)
@@ -476,6 +477,12 @@ class LogView(ScrollView, can_focus=True):
         if self.follow:
             self._scroll_to_end()
         self._post_status()
+
+    def set_offline(self, offline: str | None) -> None:
+        """The host is not reached (``offline`` says how), or reached again (None)."""
+        if offline != self.offline:
+            self.offline = offline
+            self._post_status()
 
     def _post_status(self) -> None:
         if self.is_attached:
@@ -1017,7 +1024,11 @@ class LogStatus(Horizontal):
 
     def show(self, view: LogView) -> None:
         parts: list[Content] = []
-        if view.follow:
+        if view.offline is not None:  # not "● following" a host that is not reached
+            parts.append(Content.styled(f"{view.offline} · new lines when it is", "$warning bold"))
+            if not view.follow:
+                parts.append(Content.styled("⏸ paused", "$warning"))
+        elif view.follow:
             parts.append(Content.styled("● following", "$success"))
         else:
             parts.append(Content.styled("⏸ paused", "$warning"))
