@@ -38,6 +38,11 @@ DEFAULT_LOG_LINES = 5000
 # Keys by the kind of host they make sense on.
 KIND_KEYS = ("ssh", "local", "demo")
 SSH_ONLY_KEYS = ("port", "identity_file", "known_hosts", "strict_host_key")
+# A demo host's simulation runs this many times faster than real time unless ``demo_speed`` says
+# otherwise: the default preset's first boot is ready in ~35 s instead of ~4.7 minutes (every
+# phase keeps its share; the console's header says "demo ×8"; demo_speed = 1 is real time).
+DEMO_DEFAULT_SPEED = 8.0
+
 DEMO_ONLY_KEYS = ("demo_speed", "demo_seed", "demo_engine", "demo_model")
 # A demo host simulates its own unit and GPUs: these describe a real server and are refused there.
 NOT_ON_DEMO_KEYS = ("unit", "log_file", "container", "launch_script", "start_command", "stop_command", "sudo", "engine")
@@ -180,7 +185,7 @@ class HostConfig(_Strict):
     gpus: list[int] | None = None
     sudo: bool = False
     readonly: bool = False
-    demo_speed: float = Field(default=1.0, gt=0, le=100000)
+    demo_speed: float = Field(default=DEMO_DEFAULT_SPEED, gt=0, le=100000)
     demo_seed: int = 0
     demo_engine: Literal["sglang", "vllm"] = "sglang"
     demo_model: str | None = None

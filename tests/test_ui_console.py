@@ -461,3 +461,300 @@ async def test_an_unreachable_ssh_host_says_so_in_every_panel() -> None:
         status = pane.log_panel.query_one(LogStatus)
         status_line = text.splitlines()[status.region.y]
         assert "not reached" in status_line
+
+
+# --------------------------------------------------------------------------------------------
+# 16. every terminal size
+# --------------------------------------------------------------------------------------------
+
+SIZES = [(80, 24), (120, 36), (160, 48), (240, 64)]
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_layout_gives_the_log_the_width_and_keeps_the_boot_state(size: tuple[int, int]) -> None:
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    width, _height = size
+    async with app.run_test(size=size) as pilot:
+        pane = await ready_app(pilot, app, clock)
+        await pilot.pause()
+        text = screen_text(app).splitlines()
+        assert "✔ ready" in text[0]  # the header keeps the boot's state at every size
+        assert "boot 1" in text[0]
+        log = pane.query_one("#log-panel")
+        assert log.region.width >= {80: 78, 120: 78, 160: 110, 240: 180}[width]
+        # the boot's phases are told in full lines, not 16 cells ("Loading safete…")
+        boot = pane.query_one("#boot-panel")
+        assert boot.region.width >= 44
+        assert "launch" in "\n".join(text)
+        # what is not laid out is one key away
+        if width < 110:
+            assert not pane.query_one("#side").display
+            assert "× GPU" in "\n".join(text)  # the GPU summary line instead of the panel
+        else:
+            assert pane.query_one("#calc-panel").region.height >= 8
+            assert pane.calculator.verdict is not None
+            calc_rows = [ln[pane.calculator.region.x: pane.calculator.region.right] for ln in text]
+            assert any("200000" in row for row in calc_rows)  # context-length, whole
+
+
+async def test_at_80x24_the_calculator_and_gpus_open_zoomed_and_z_zooms_any_panel() -> None:
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(80, 24)) as pilot:
+        pane = await ready_app(pilot, app, clock)
+        screen = app.main_screen
+        calc_panel = pane.query_one("#calc-panel")
+        await burst(pilot, "c", "ctrl+a", "ctrl+k", "0", ".", "9")
+        assert screen.maximized is calc_panel
+        assert pane.calculator.fields[0].value == "0.9"
+        text = screen_text(app)
+        assert "mem-fraction-static  0.9" in text
+        assert "verdict" in text
+        await burst(pilot, "escape")
+        assert screen.maximized is None
+        assert app.focused is pane.log_view
+        await burst(pilot, "shift+tab")  # the GPU panel, the one before the log
+        assert screen.maximized is pane.query_one("#gpu-panel")
+        assert "used/total util" in screen_text(app)
+        await burst(pilot, "tab")  # back to the log: the layout again
+        assert screen.maximized is None
+        assert app.focused is pane.log_view
+        await burst(pilot, "z")
+        assert screen.maximized is pane.query_one("#log-panel")
+        assert screen_text(app).splitlines()[0].startswith("╭─ Log")
+        await burst(pilot, "z")
+        assert screen.maximized is None
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)])
+async def test_help_fits_the_screen_scrolls_from_the_keyboard_and_lists_the_new_keys(size: tuple[int, int]) -> None:
+    from kvtui.ui.screens import HelpScreen
+
+    clock = ready_clock("demo-a", "demo-b")  # two hosts: the host keys are offered too
+    app = demo_app(clock, speed=SPEED, hosts=("demo-a", "demo-b"))
+    async with app.run_test(size=size) as pilot:
+        await ready_app(pilot, app, clock)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        dialog = app.screen.query_one("#help-dialog")
+        assert dialog.region.y >= 0
+        assert dialog.region.bottom <= size[1]
+        ids = {bid for _, _, bid in app.screen.rows}
+        assert {"zoom", "host.next", "host.previous", "host.1", "theme.next", "log.down", "log.top",
+                "log.bottom", "log.half_down", "mark.next", "demo.speed"} <= ids
+        for _ in range(12):
+            await pilot.press("pagedown")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "log.end" in text or "Follow" in text  # the last keys can be reached
+        body = app.screen.query_one("DialogBody")
+        assert body.scroll_y > 0 or body.max_scroll_y == 0
+
+
+async def test_the_apply_dialog_shows_the_diff_and_every_step_at_120x36_with_the_keys_on_its_body(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    import tempfile
+
+    from textual.widgets import Button
+
+    from kvtui.ui.screens import ApplyScreen
+
+    state = tempfile.mkdtemp(prefix="kv")  # a path as long as a real unit's (pytest's own is twice that)
+    monkeypatch.setenv("XDG_STATE_HOME", state)
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await ready_app(pilot, app, clock)
+        await pilot.press("c", *"0.88", "enter", "escape")
+        await pilot.press("a")
+        await wait_for(pilot, lambda: isinstance(app.screen, ApplyScreen))
+        await pilot.pause()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ApplyScreen)
+        assert not isinstance(app.focused, Button)  # not Cancel: the keys scroll the body
+        text = screen_text(app)
+        assert "-    --mem-fraction-static 0.85" in text
+        assert "+    --mem-fraction-static 0.88" in text
+        for i in range(1, len(screen.plan.steps) + 1):
+            assert f" {i}. " in text
+        assert "restart the unit and follow the new boot" in text
+        assert "OK" in text
+        assert "Apply (y)" in text
+    shutil.rmtree(state, ignore_errors=True)
+
+
+async def test_the_banner_after_an_apply_shows_the_whole_backup_path_at_80_columns() -> None:
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(80, 24)) as pilot:
+        pane = await ready_app(pilot, app, clock)
+        path = "/var/lib/kvtui/hosts/gpu-a/etc/systemd/system/sglang-k26.service.kvtui-20261201T120000.123456Z"
+        pane.action_banner.finish("ok", "applied on demo: the new boot is ready", [f"backup: {path}"])
+        await pilot.pause()
+        text = "".join(line.strip(" │▎▊▌█▐") for line in screen_text(app).splitlines())
+        assert path in text.replace(" ", "")
+
+
+# --------------------------------------------------------------------------------------------
+# Beyond: long actions never lock the console
+# --------------------------------------------------------------------------------------------
+
+
+async def _apply_running(pilot: Any, app: KvtuiApp, clock: FakeClock) -> HostPane:
+    from kvtui.ui.screens import ApplyScreen
+
+    pane = await ready_app(pilot, app, clock)
+    await pilot.press("c", *"0.88", "enter", "escape")
+    await pilot.press("a")
+    await wait_for(pilot, lambda: isinstance(app.screen, ApplyScreen))
+    await pilot.press("y")
+    # the clock stands still: the new boot never gets ready, the apply keeps following it
+    await wait_for(pilot, lambda: pane.restart_issued)
+    assert pane.busy == "an apply"
+    return pane
+
+
+async def test_a_running_apply_goes_on_in_the_background_and_ctrl_x_stops_it() -> None:
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(130, 38)) as pilot:
+        pane = await _apply_running(pilot, app, clock)
+        banner = pane.action_banner
+        assert banner.shown
+        assert "ctrl+x" in banner.build().plain
+        footer = screen_text(app).splitlines()[-1]
+        assert "Cancel change" in footer
+        await pilot.press("escape")  # out of sight: the apply goes on
+        assert not banner.shown
+        assert pane.busy == "an apply"
+        await pilot.press("t")  # the console is not locked
+        assert pane.log_view.timestamps
+        await pilot.press("ctrl+x")
+        assert pane.busy is None
+        assert banner.shown
+        assert "no longer followed" in banner.build().plain
+        await wait_for(pilot, lambda: not [w for w in app.workers if w.group == "service" and w.is_running])
+        assert pane.busy is None  # the cancelled worker's end did not take the host back
+
+
+async def test_r_during_a_running_apply_asks_and_restarts() -> None:
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(130, 38)) as pilot:
+        pane = await _apply_running(pilot, app, clock)
+        await pilot.press("R")
+        assert isinstance(app.screen, ConfirmScreen)  # asks; it used to refuse
+        assert "an apply is running" in app.screen.body.lower()
+        await pilot.press("y")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and "Restart the server" in app.screen.body)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: pane.busy == "a restart" or pane.last_outcome is not None)
+
+
+# --------------------------------------------------------------------------------------------
+# Beyond: the first run is fast; the keys of less / vim / k9s
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_demo_is_ready_in_under_a_minute_by_default_keeping_its_proportions() -> None:
+    from kvtui.config import Config, HostConfig
+    from kvtui.hosts.demo import DemoBackend
+
+    default = Config().host("demo")
+    assert default.demo_speed == 8.0
+    clock = FakeClock()
+    fast = DemoBackend("demo", default, clock=clock)
+    fast.read_unit()
+    script = fast.boot_script()
+    assert script is not None
+    assert script.outcome == "ready"
+    assert script.end_t - T_START < 60  # ready in under a minute of wall-clock time
+    real = DemoBackend("demo-real", HostConfig(demo=True, demo_speed=1.0), clock=FakeClock())
+    real.read_unit()
+    slow = real.boot_script()
+    assert slow is not None
+    assert abs((slow.end_t - T_START) / (script.end_t - T_START) - 8.0) < 0.05  # the same boot, 8 times slower
+
+
+async def test_the_header_says_the_demo_speed_and_d_switches_to_real_time() -> None:
+    from kvtui.ui.widgets.host import HostBar
+
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(130, 38)) as pilot:
+        pane = await ready_app(pilot, app, clock)
+        assert "demo ×40" in pane.query_one(HostBar).left().plain
+        await pilot.press("D")
+        await wait_for(pilot, lambda: pane.busy is None and pane.last_outcome is not None)
+        assert "demo ×1 real time" in pane.query_one(HostBar).left().plain
+        backend = pane.backend
+        assert backend is not None
+        assert getattr(backend, "speed", None) == 1.0
+        await run_clock(pilot, app, clock, until=lambda: (pane.boot_index or 0) >= 1, limit=10)
+
+
+async def test_host_keys_switch_tabs_and_t_cycles_kvtui_themes() -> None:
+    clock = ready_clock("demo-a", "demo-b", "demo-c")
+    app = demo_app(clock, speed=SPEED, hosts=("demo-a", "demo-b", "demo-c"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await ready_app(pilot, app, clock)
+        screen = app.main_screen
+
+        def active() -> str:
+            pane = screen.active_pane
+            assert pane is not None
+            return pane.host_name
+
+        await pilot.press("3")
+        assert active() == "demo-c"
+        await pilot.press("right_square_bracket")
+        assert active() == "demo-a"  # round the end
+        await pilot.press("left_square_bracket")
+        assert active() == "demo-c"
+        await pilot.press("1")
+        assert active() == "demo-a"
+        assert app.theme == "kvtui-dark"
+        await pilot.press("T")
+        assert app.theme != "kvtui-dark"
+        assert app.theme.startswith("kvtui-")
+
+
+async def test_the_log_moves_like_less_and_jumps_between_marks() -> None:
+    panel = LogPanel(window=1000)
+    async with Harness(panel).run_test(size=(100, 20)) as pilot:
+        view = panel.view
+        view.append(log_lines(300))
+        await pilot.pause()
+        view.focus()
+        await pilot.pause()
+        bottom = view.scroll_y
+        await pilot.press("k")
+        assert view.scroll_y == bottom - 1
+        assert not view.follow  # moving up pauses, as scrolling does
+        await pilot.press("j")
+        assert view.scroll_y == bottom
+        await pilot.press("ctrl+u")
+        assert view.scroll_y < bottom - 3
+        await pilot.press("ctrl+d")
+        assert view.scroll_y == bottom
+        await pilot.press("g")
+        assert view.scroll_y == 0
+        await pilot.press("G")
+        assert view.follow
+        assert view.scroll_y == view.max_scroll_y
+        # marks: m on two lines, ' and " go round them
+        view.set_cursor(100)
+        view.toggle_mark()
+        view.set_cursor(200)
+        view.toggle_mark()
+        await pilot.press("apostrophe")
+        assert view.cursor == 100  # after 200: round to the first
+        await pilot.press("apostrophe")
+        assert view.cursor == 200
+        await pilot.press("quotation_mark")
+        assert view.cursor == 100
+        assert "mark on line 101" in view.message

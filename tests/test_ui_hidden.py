@@ -17,7 +17,7 @@ from kvtui.ui.widgets.host import FleetSummary
 from kvtui.ui.widgets.log_view import LogPanel, LogView
 
 SPEED = 40.0
-SIZE = (130, 38)
+SIZE = (160, 48)  # wide enough for the GPU plot (kvtui.tcss: not laid out below 160 columns)
 
 
 def screen_text(view: LogView) -> list[str]:

@@ -47,6 +47,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvtui.config import DEMO_DEFAULT_SPEED
 from kvtui.demo_presets import PresetError, resolve_preset_name
 from kvtui.engines.events import LogRecord
 from kvtui.gpu import GpuProcess, GpuSample
@@ -593,7 +594,7 @@ class DemoBackend:
     ) -> None:
         self.name = name
         self.clock: Callable[[], float] = clock or time.time
-        self.speed = float(speed if speed is not None else getattr(host, "demo_speed", 1.0))
+        self.speed = float(speed if speed is not None else getattr(host, "demo_speed", DEMO_DEFAULT_SPEED))
         if not self.speed > 0:
             raise DemoError(f"demo host '{name}': demo_speed must be > 0, got {self.speed}")
         self.seed = int(seed if seed is not None else getattr(host, "demo_seed", 0))

@@ -35,6 +35,8 @@ from kvtui.ui.widgets.log_view import LogView
 MAIN_BINDINGS: list[BindingType] = [
     Binding("question_mark", "help", "Help", id="help", tooltip="every key, with its id for [keymap]"),
     Binding("q", "quit", "Quit", id="quit"),
+    Binding("ctrl+x", "cancel_change", "Cancel change", id="change.cancel",
+            tooltip="cancel the running apply/rollback/restart (after its restart step: stop following it)"),
     Binding("slash", "search", "Search", id="search", tooltip="search the whole log (smart case)", priority=True),
     Binding("n", "find(True)", "Next match", show=False, id="search.next"),
     Binding("N", "find(False)", "Previous match", show=False, id="search.previous"),
@@ -54,9 +56,16 @@ MAIN_BINDINGS: list[BindingType] = [
     Binding("a", "apply", "Apply", id="apply", tooltip="apply the calculator's edits and restart (asks first)"),
     Binding("u", "rollback", "Rollback", show=False, id="rollback",
             tooltip="restore the flags file's newest backup and restart (asks first)"),
+    Binding("z", "zoom", "Zoom", show=False, id="zoom", tooltip="the focused panel fills the screen; again, back"),
     Binding("tab", "panel(1)", "Next panel", show=False, id="panel.next", priority=True),
     Binding("shift+tab", "panel(-1)", "Previous panel", show=False, id="panel.previous", priority=True),
     Binding("escape", "escape", "Leave field", show=False, id="escape"),
+    Binding("right_square_bracket", "host(1)", "Next host", show=False, id="host.next"),
+    Binding("left_square_bracket", "host(-1)", "Previous host", show=False, id="host.previous"),
+    *[Binding(str(n), f"host_number({n})", f"Host {n}", show=False, id=f"host.{n}") for n in range(1, 10)],
+    Binding("T", "next_theme", "Next theme", show=False, id="theme.next", tooltip="cycle kvtui's colour themes"),
+    Binding("D", "demo_speed", "Demo speed", show=False, id="demo.speed",
+            tooltip="a demo host: restart its simulation in real time, or at its speed again"),
 ]
 
 # The keys that move focus (c, /, &, tab) are priority bindings: they run as the app takes the key,
@@ -128,7 +137,14 @@ class MainScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = MAIN_BINDINGS
     COMMANDS: ClassVar = {KvtuiCommands}
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (130, "-medium"), (160, "-wide")]  # noqa: RUF012
+    AUTO_FOCUS = "LogView"  # the log (not the first focusable widget: the find bar's hidden field)
+    # kvtui.tcss lays the panels out by these (80x24 narrow+short, 120x36 medium, 160x48 wide,
+    # 240x64 xwide)
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-medium"), (160, "-wide"), (220, "-xwide")]  # noqa: RUF012
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]  # noqa: RUF012
+    SHORT_BELOW = 30
+    NARROW_BELOW = 110
+    SIDE_PANELS = ("gpu-panel", "calc-panel")  # the right-hand column: not shown when narrow
 
     def __init__(
         self,
@@ -231,6 +247,8 @@ class MainScreen(Screen[None]):
         pane = self.active_pane
         if pane is not None and pane.log_view.is_attached:
             self.set_focus(pane.log_view)  # now: keys already typed after this one follow it
+            if self.focused is not pane.log_view:  # not focusable yet (before the first layout)
+                pane.log_view.focus()
 
     # ---- which host ------------------------------------------------------------------------
 
@@ -309,6 +327,8 @@ class MainScreen(Screen[None]):
     @on(CalculatorPanel.Left)
     def _left_calculator(self, event: CalculatorPanel.Left) -> None:
         event.stop()
+        if self.maximized is not None and self._in_hidden_column(self.maximized):
+            self.minimize()
         self._focus_log()
 
     @on(CalculatorPanel.EditingChanged)
@@ -341,6 +361,15 @@ class MainScreen(Screen[None]):
         pane = self.active_pane
         if self.app.screen is self and self.typing() and self._printable_only(action):
             return False  # typed into the field (and not offered in the footer meanwhile)
+        if action in ("host", "host_number"):
+            if len(self.specs) < 2:
+                return False  # one host: nothing to switch to
+            if action == "host_number" and parameters and int(str(parameters[0])) > len(self.specs):
+                return False
+        if action == "demo_speed" and (pane is None or not pane.spec.config.demo or pane.readonly):
+            return False
+        if action == "cancel_change" and (pane is None or pane.busy is None):
+            return False  # offered (in the footer too) while a change runs
         if action in CHANGES_HOST:
             if pane is None or pane.readonly:
                 return False  # hidden: readonly hosts offer nothing that changes them
@@ -440,8 +469,13 @@ class MainScreen(Screen[None]):
 
     def action_calculator(self) -> None:
         pane = self.active_pane
-        if pane is not None and not pane.calculator.focus_first():
+        if pane is None:
+            return
+        if not pane.calculator.fields:
             self.notify("the calculator needs a boot that sized its KV pool", severity="warning", timeout=4)
+            return
+        self._bring_into_view(pane.calculator)
+        pane.calculator.focus_first()
 
     def action_explain(self) -> None:
         pane = self.active_pane
@@ -453,7 +487,95 @@ class MainScreen(Screen[None]):
     def action_processes(self) -> None:
         pane = self.active_pane
         if pane is not None:
-            pane.toggle_processes()
+            shown = pane.toggle_processes()
+            gpu = pane.query_one("#gpu-panel")
+            if shown:
+                self._bring_into_view(gpu)
+            elif self.maximized is gpu and self.narrow:
+                self.minimize()
+
+    # ---- terminal size: zoom, panels not shown ------------------------------------------------------
+
+    @property
+    def narrow(self) -> bool:
+        return self.size.width < self.NARROW_BELOW
+
+    def on_resize(self, event: events.Resize) -> None:
+        short = event.size.height < self.SHORT_BELOW
+        for pane in self.panes:
+            pane.set_compact(short)
+
+    def _panel_of(self, widget: Widget | None) -> Widget | None:
+        """The panel ``widget`` is in (itself when it is one)."""
+        from kvtui.ui.host_pane import Panel
+
+        node: Any = widget
+        while node is not None and not isinstance(node, Screen):
+            if isinstance(node, Panel):
+                return node
+            node = node.parent
+        return None
+
+    def _in_hidden_column(self, widget: Widget | None) -> bool:
+        panel = self._panel_of(widget)
+        return panel is not None and self.narrow and panel.id in self.SIDE_PANELS
+
+    def _bring_into_view(self, widget: Widget) -> None:
+        """Where ``widget``'s panel is not laid out (the right-hand column of a narrow terminal),
+        open it zoomed; back on a panel that is laid out, leave the zoom that was opened so."""
+        panel = self._panel_of(widget)
+        if panel is None:
+            return
+        if self._in_hidden_column(panel):
+            if self.maximized is not panel:
+                self.maximize(panel, container=False)
+        elif self.maximized is not None and self._in_hidden_column(self.maximized):
+            self.minimize()
+
+    def action_host(self, step: int) -> None:
+        """``]`` / ``[``: the next / previous host's tab (round the end)."""
+        pane = self.active_pane
+        if pane is None or len(self.host_names) < 2:
+            return
+        index = self.host_names.index(pane.host_name)
+        self.switch_host(self.host_names[(index + step) % len(self.host_names)])
+
+    def action_host_number(self, number: int) -> None:
+        """``1``-``9``: the host in that tab."""
+        if 1 <= number <= len(self.host_names):
+            self.switch_host(self.host_names[number - 1])
+
+    def action_next_theme(self) -> None:
+        """``T``: the next of kvtui's themes (the palette offers every theme)."""
+        app = self.app
+        names = [n for n in getattr(app, "kvtui_themes", []) if n in app.available_themes]
+        if not names:
+            return
+        current = app.theme
+        app.theme = names[(names.index(current) + 1) % len(names)] if current in names else names[0]
+        self.notify(f"theme {app.theme}", timeout=2)
+
+    def action_demo_speed(self) -> None:
+        """``D`` on a demo host: restart its simulation in real time (×1), or at its configured
+        speed again — the same restart ``R`` does (logged, marked in the log)."""
+        pane = self.active_pane
+        if pane is None or not pane.spec.config.demo:
+            return
+        pane.toggle_demo_speed()
+
+    def action_zoom(self) -> None:
+        """``z``: the focused panel fills the screen; again, back to the layout."""
+        if self.maximized is not None:
+            self.minimize()
+            return
+        panel = self._panel_of(self.focused)
+        if panel is not None:
+            self.maximize(panel, container=False)
+
+    def watch_maximized(self, previous: Widget | None, maximized: Widget | None) -> None:
+        if maximized is None and self._in_hidden_column(self.focused):
+            self._focus_log()  # the zoomed panel was one the layout does not show: back to the log
+        self.refresh_bindings()
 
     def action_restart(self) -> None:
         """``R``: a confirm that names what will run, then the service layer's restart."""
@@ -462,9 +584,18 @@ class MainScreen(Screen[None]):
         pane = self.active_pane
         if pane is None or pane.readonly:
             return
-        if pane.busy is not None:
-            self.notify(f"{pane.busy} in progress on {pane.host_name}: wait for it to end", severity="warning",
-                        timeout=4)
+        if pane.busy is not None:  # ask (it used to refuse): cancel it, or stop following it, and restart
+            running = pane.busy
+            after = "stops following it (its restart goes on)" if pane.restart_issued else "cancels it first"
+            body = (f"{running[0].upper()}{running[1:]} is running on {pane.host_name}.\n\n"
+                    f"Restarting now {after}, then restarts the server.")
+
+            def replace_it(answer: bool | None) -> None:
+                if answer and pane.busy == running:
+                    pane.cancel_change()
+                    self.call_after_refresh(self.action_restart)
+
+            self.app.push_screen(ConfirmScreen(f"Restart {pane.host_name} now?", body), replace_it)
             return
         if pane.backend is None:
             self.notify(f"{pane.host_name} is not connected yet", severity="warning", timeout=4)
@@ -517,19 +648,28 @@ class MainScreen(Screen[None]):
         else:
             current = -1 if step > 0 else 0
         target = panels[(current + step) % len(panels)]
+        if isinstance(target, CalculatorPanel) and not target.fields:
+            target = panels[(current + 2 * step) % len(panels)]
+        self._bring_into_view(target)
         if isinstance(target, CalculatorPanel):
-            if not target.focus_first():
-                target = panels[(current + 2 * step) % len(panels)]
-                self.set_focus(target)
+            target.focus_first()
         else:
             self.set_focus(target)
+
+    def action_cancel_change(self) -> None:
+        pane = self.active_pane
+        if pane is not None and pane.cancel_change() is not None:
+            self.refresh_bindings()
 
     def action_escape(self) -> None:
         if isinstance(self.focused, Input | CalculatorPanel):
             self._focus_log()
+            if self.maximized is not None and self._in_hidden_column(self.maximized):
+                self.minimize()
             return
         pane = self.active_pane
-        if pane is not None and pane.action_banner.shown and not pane.action_banner.running:
+        if pane is not None and pane.action_banner.shown:
+            # running, it goes on in the background (the banner comes back with the outcome)
             pane.action_banner.hide()
 
 

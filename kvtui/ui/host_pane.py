@@ -34,6 +34,7 @@ from kvtui.ui.widgets.gpu import (
     GpuBars,
     GpuHeader,
     GpuHistoryPlot,
+    GpuSummary,
     PhaseBand,
     ProcessTable,
     short_gpu_name,
@@ -77,6 +78,11 @@ class HostSpec:
     config: HostConfig
 
 
+def demo_target(speed: float) -> str:
+    """What the header says a demo host is: its speed (``demo ×8``; ``demo ×1 real time``)."""
+    return f"demo ×{speed:g}" + (" real time" if speed == 1 else "")
+
+
 def host_info(spec: HostSpec, readonly: bool) -> HostInfo:
     cfg = spec.config
     if cfg.demo:
@@ -93,7 +99,7 @@ def host_info(spec: HostSpec, readonly: bool) -> HostInfo:
     return HostInfo(
         name=spec.name,
         kind=cfg.kind,
-        target=cfg.target,
+        target=demo_target(cfg.demo_speed) if cfg.demo else cfg.target,
         source=source,
         readonly=readonly or cfg.readonly,
         gpus=gpus,
@@ -101,7 +107,10 @@ def host_info(spec: HostSpec, readonly: bool) -> HostInfo:
 
 
 class Panel(Vertical):
-    """A bordered panel with a title; focusable panels take part in the tab cycle."""
+    """A bordered panel with a title; focusable panels take part in the tab cycle. Any panel can
+    be zoomed to the whole screen (``z``)."""
+
+    ALLOW_MAXIMIZE = True
 
 
 class GpuPanel(Panel, can_focus=True):
@@ -190,6 +199,9 @@ class HostPane(Vertical):
         self._show_processes = False
         self.offline: str | None = None  # the connection's state while the host is not reached
         self.busy: str | None = None  # the host-changing action running ("an apply", …)
+        self._busy_gen = 0  # bumped by each change begun or cancelled (see ``_end``)
+        self.restart_issued = False  # the running change reached its restart step
+        self._written = False  # the running change wrote the flags file
         self.last_outcome: ApplyOutcome | None = None
 
     # ---- layout -----------------------------------------------------------------------------
@@ -200,22 +212,28 @@ class HostPane(Vertical):
         yield FailureBanner()
         yield StallNotice()
         yield ActionBanner()
+        # The log takes the width left over (kvtui.tcss sizes the rest by terminal size): the boot
+        # and its figures above it, the GPUs and the calculator in a column on the right. Narrow,
+        # that column goes and its panels open zoomed (tab, c, p, z); short, the timeline and the
+        # figures collapse to a few summary lines.
         with Horizontal(id="body"):
-            with GpuPanel(id="gpu-panel", classes="panel"):
-                yield GpuHeader()
-                yield GpuBars()
-                yield ForeignWarning()
-                yield GpuHistoryPlot()
-                yield ProcessTable()
             with Vertical(id="center"):
-                with Panel(id="boot-panel", classes="panel"):
-                    yield PhaseTimeline()
-                    yield KvUsage()
+                with Horizontal(id="top"):
+                    with Panel(id="boot-panel", classes="panel"):
+                        yield PhaseTimeline()
+                        yield KvUsage()
+                    with Panel(id="figures-panel", classes="panel"):
+                        yield GpuSummary()
+                        yield BootFigures()
                 with Panel(id="log-panel", classes="panel"):
                     yield LogPanel(window=self.ui_config.log_lines)
             with Vertical(id="side"):
-                with Panel(id="figures-panel", classes="panel"):
-                    yield BootFigures()
+                with GpuPanel(id="gpu-panel", classes="panel"):
+                    yield GpuHeader()
+                    yield GpuBars()
+                    yield ForeignWarning()
+                    yield GpuHistoryPlot()
+                    yield ProcessTable()
                 with Panel(id="calc-panel", classes="panel"):
                     yield CalculatorPanel(graph_margin_gib=self.calc_config.graph_margin_gib)
 
@@ -256,6 +274,13 @@ class HostPane(Vertical):
     @property
     def gpu_plot(self) -> GpuHistoryPlot:
         return self._one(GpuHistoryPlot)
+
+    # ---- terminal size ------------------------------------------------------------------------------
+
+    def set_compact(self, compact: bool) -> None:
+        """A short terminal: the timeline and the figures say it in a few lines."""
+        self._one(PhaseTimeline).set_compact(compact)
+        self._one(BootFigures).set_compact(compact)
 
     # ---- on screen or not -----------------------------------------------------------------------
 
@@ -315,6 +340,7 @@ class HostPane(Vertical):
         """Render what a hidden pane kept: the same widget calls its updates would have made."""
         if self.samples or self.foreign:
             self._one(GpuBars).show(self.samples, self.foreign)
+            self._one(GpuSummary).show(self.samples)
             self._one(ForeignWarning).show(self.foreign)
             self.gpu_subtitle()
         if self.boot is not None:
@@ -431,6 +457,7 @@ class HostPane(Vertical):
             self.stall.gpu_activity(gpu.samples, now)
             if shown:
                 self._one(GpuBars).show(gpu.samples, gpu.foreign)
+                self._one(GpuSummary).show(gpu.samples)
                 self._one(ForeignWarning).show(gpu.foreign)
                 self.gpu_subtitle()
             else:
@@ -700,19 +727,60 @@ class HostPane(Vertical):
         return False, (f"off by default: {state}, so the current flags are not known to work (going back "
                        "would restart into them)")
 
-    def _begin(self, what: str) -> bool:
+    def _begin(self, what: str) -> int | None:
+        """Mark ``what`` as running; its number (its worker hands it to ``_end``), or None when
+        another change runs or the host is not reached."""
         if self.busy is not None:
-            self.notify(f"{self.busy} in progress on {self.host_name}: wait for it to end", severity="warning",
-                        timeout=4)
-            return False
+            self.notify(f"{self.busy} in progress on {self.host_name}: wait for it to end, or cancel it (ctrl+x)",
+                        severity="warning", timeout=4)
+            return None
         if self.backend is None:
             self.notify(f"{self.host_name} is not connected yet", severity="warning", timeout=4)
-            return False
+            return None
         self.busy = what
-        return True
+        self._busy_gen += 1
+        self.restart_issued = False
+        self._written = False
+        return self._busy_gen
+
+    def _end(self, gen: int) -> None:
+        """A worker is done: it no longer holds the host (unless it was cancelled and another
+        change began since)."""
+        if gen == self._busy_gen:
+            self.busy = None
+
+    # progress lines that say the server is being restarted (kvtui.hosts.service's wording)
+    RESTART_STEP = ("restarting the unit", "systemctl restart", "stopping the server", "starting the server")
 
     def _progress(self, line: str) -> None:
+        if line.startswith(self.RESTART_STEP):
+            self.restart_issued = True
+        if "the previous version is saved as" in line:
+            self._written = True
         self.action_banner.progress(line)
+
+    def cancel_change(self) -> str | None:
+        """``ctrl+x``: stop the running apply, rollback or restart — before its restart step it is
+        cancelled (what was written is said); after it, kvtui stops following (the new boot goes on
+        and the log shows it). What the banner says, or None when nothing runs."""
+        if self.busy is None:
+            return None
+        what = self.busy.removeprefix("an ").removeprefix("a ")
+        if self.restart_issued:
+            headline = f"{what} on {self.host_name}: no longer followed"
+            detail = ["the restart was issued and goes on on the host; the log and the boot panel show the new boot"]
+        elif self._written:
+            headline = f"{what} on {self.host_name} cancelled before the restart"
+            detail = ["the new flags are written but not running: R restarts into them, u rolls them back"]
+        else:
+            headline = f"{what} on {self.host_name} cancelled"
+            detail = ["nothing was restarted; a write under way either finished whole or left the file as it was "
+                      "(written atomically)"]
+        self._busy_gen += 1  # the cancelled worker's end no longer frees the host: it is free now
+        self.busy = None
+        self.workers.cancel_group(self, "service")
+        self.action_banner.finish("warning", headline, detail)
+        return headline
 
     def _known_boots(self) -> list[Boot] | None:
         return list(self.monitor.tracker.boots) if self.monitor is not None else None
@@ -725,21 +793,53 @@ class HostPane(Vertical):
         if isinstance(edits, str):
             self.notify(edits, severity="warning", timeout=5)
             return
-        if self._begin("an apply"):
-            self._apply_worker(edits)
+        gen = self._begin("an apply")
+        if gen is not None:
+            self._apply_worker(edits, gen)
 
     def start_rollback(self) -> None:
         """``u``: restore the newest backup of the flags file, confirm, restart."""
-        if not self.readonly and self._begin("a rollback"):
-            self._rollback_worker()
+        gen = None if self.readonly else self._begin("a rollback")
+        if gen is not None:
+            self._rollback_worker(gen)
+
+    def toggle_demo_speed(self) -> None:
+        """``D``: a demo host's simulation restarts in real time (×1), or at its configured speed
+        again (the default speed when real time is what is configured)."""
+        from kvtui.config import DEMO_DEFAULT_SPEED
+        from kvtui.hosts.demo import DemoBackend
+        from kvtui.hosts.service import plan_restart
+
+        backend = self.backend
+        if not isinstance(backend, DemoBackend) or self.readonly:
+            return
+        if self.busy is not None:
+            self.notify(f"{self.busy} in progress on {self.host_name}: the speed can change after it",
+                        severity="warning", timeout=4)
+            return
+        configured = self.spec.config.demo_speed
+        fast = configured if configured != 1 else DEMO_DEFAULT_SPEED
+        backend.speed = 1.0 if backend.speed != 1 else fast
+        self.info = replace(self.info, target=demo_target(backend.speed))
+        bar = self._one(HostBar)
+        bar.info = self.info
+        bar.refresh()
+        plan = plan_restart(self.host_name, self.spec.config, backend)
+        if plan.refused:
+            self.notify(plan.refusals[0].reason, title="demo speed", severity="warning", timeout=8)
+            return
+        self.notify(f"{self.host_name}: the simulation restarts at ×{backend.speed:g}"
+                    + (" (real time)" if backend.speed == 1 else ""), title="demo speed", timeout=4)
+        self.start_restart(plan)
 
     def start_restart(self, plan: RestartPlan) -> None:
         """``R`` (after its confirm): restart through the service layer."""
-        if not self.readonly and self._begin("a restart"):
-            self._restart_worker(plan)
+        gen = None if self.readonly else self._begin("a restart")
+        if gen is not None:
+            self._restart_worker(plan, gen)
 
     @work(group="service", exit_on_error=False, description="apply")
-    async def _apply_worker(self, edits: list[Edit]) -> None:
+    async def _apply_worker(self, edits: list[Edit], gen: int) -> None:
         from kvtui.hosts import service
 
         backend = self.backend
@@ -753,23 +853,24 @@ class HostPane(Vertical):
                     graph_margin_gib=self.calc_config.graph_margin_gib, clock=self.clock,
                 )
             except service.ServiceError as exc:
-                banner.hide()
+                banner.stop()
                 await self.app.push_screen_wait(NoticeScreen(f"Cannot apply on {self.host_name}", str(exc)))
                 return
             banner.hide()
             on, why = self.rollback_default()
             decision = await self.app.push_screen_wait(ApplyScreen(plan, rollback_default=on, rollback_why=why))
             if decision is None:
+                banner.stop()
                 self.notify("nothing was changed", title=f"{self.host_name}: apply cancelled", timeout=4)
                 return
             plan.force = decision.force
             plan.rollback_on_failure = decision.rollback_on_failure
             await self._execute(plan)
         finally:
-            self.busy = None
+            self._end(gen)
 
     @work(group="service", exit_on_error=False, description="rollback")
-    async def _rollback_worker(self) -> None:
+    async def _rollback_worker(self, gen: int) -> None:
         from kvtui.hosts import service
 
         backend = self.backend
@@ -783,17 +884,18 @@ class HostPane(Vertical):
                                                    graph_margin_gib=self.calc_config.graph_margin_gib,
                                                    clock=self.clock)
             except service.ServiceError as exc:
-                banner.hide()
+                banner.stop()
                 await self.app.push_screen_wait(NoticeScreen(f"Cannot roll back {self.host_name}", str(exc)))
                 return
             banner.hide()
             decision = await self.app.push_screen_wait(ApplyScreen(plan))
             if decision is None:
+                banner.stop()
                 self.notify("nothing was changed", title=f"{self.host_name}: rollback cancelled", timeout=4)
                 return
             await self._execute(plan)
         finally:
-            self.busy = None
+            self._end(gen)
 
     async def _execute(self, plan: ApplyPlan) -> None:
         from kvtui.hosts import service
@@ -814,6 +916,8 @@ class HostPane(Vertical):
         else:
             severity = "failed"
         detail = list(outcome.reality)
+        if outcome.backup_path:
+            detail.append(f"backup: {outcome.backup_path}")  # whole, wrapped (the banner wraps)
         if severity != "ok":
             why = [m for m in outcome.messages if m.startswith(("the new boot failed", "hint:", "edit not in effect",
                                                                  "rolled back", "refused", "timed out"))]
@@ -825,7 +929,7 @@ class HostPane(Vertical):
                     timeout=8 if severity == "ok" else 15)
 
     @work(group="service", exit_on_error=False, description="restart")
-    async def _restart_worker(self, plan: RestartPlan) -> None:
+    async def _restart_worker(self, plan: RestartPlan, gen: int) -> None:
         from kvtui.hosts import service
 
         backend = self.backend
@@ -835,10 +939,10 @@ class HostPane(Vertical):
             outcome = await service.restart(plan, backend, self._progress, clock=self.clock)
             self.last_outcome = outcome
             if outcome.code == 0:
-                self.action_banner.hide()
+                self.action_banner.stop()
                 self.notify(f"{self.host_name}: restarted — following the new boot; the log marks it",
                             title=f"{self.host_name}: restart")
             else:
                 self._show_outcome(service.outcome_headline(outcome, "restart", self.host_name), outcome, "restart")
         finally:
-            self.busy = None
+            self._end(gen)

@@ -77,10 +77,17 @@ class PhaseTimeline(Widget):
         self._rows_shown = -1
         self._shown: tuple[str, ...] | None = None
         self.offline: str | None = None  # the host is not reached
+        self.compact = False  # a short terminal: two lines (the current phase, the phases done)
 
     def set_offline(self, offline: str | None) -> None:
         if offline != self.offline:
             self.offline = offline
+            self.show(self._boot, self._now)
+
+    def set_compact(self, compact: bool) -> None:
+        if compact != self.compact:
+            self.compact = compact
+            self._shown = None
             self.show(self._boot, self._now)
 
     def show(self, boot: Boot | None, now: datetime | None) -> None:
@@ -107,6 +114,9 @@ class PhaseTimeline(Widget):
                 yield Content.styled(f"no log yet: {self.offline}", "$warning italic")
             else:
                 yield Content.styled("waiting for the server's log…", "$text-muted italic")
+            return
+        if self.compact:
+            yield from self._compact_rows(boot)
             return
         target = [s for s in boot.phases if s.model is Model.TARGET]
         draft = [s for s in boot.phases if s.model is Model.DRAFT]
@@ -155,6 +165,34 @@ class PhaseTimeline(Widget):
                 continue
             yield Content.assemble(("· ", "$text-disabled"), (fmt.phase_label(phase), "$text-disabled"))
 
+    def _compact_rows(self, boot: Boot) -> Iterable[Content]:
+        """The boot in two lines: where it is now, then the phases it went through."""
+        target = [s for s in boot.phases if s.model is Model.TARGET]
+        current = target[-1] if target else None
+        live = boot.status is BootStatus.STARTING
+        room = max(0, (self.size.width or 80) - 2 - 26)
+        if boot.status is BootStatus.FAILED:
+            where = f" in {fmt.phase_label(current.name)}" if current is not None else ""
+            yield Content.styled(f"✖ failed{where}", "$phase-failed bold")
+        elif boot.status is BootStatus.STOPPED:
+            yield Content.styled("■ stopped", "$text-muted bold")
+        elif boot.status is BootStatus.READY:
+            yield Content.styled("✔ ready", "$phase-ready bold")
+        elif current is not None:
+            var = "$" + fmt.PHASE_VARIABLE[current.name]
+            seconds = _span_seconds(current, self._now, live)
+            yield Content.assemble(
+                ("▶ ", f"{var} bold"), (f"{fmt.phase_label(current.name):<14}", f"{var} bold"),
+                (f"{fmt.duration(seconds):>8}", "$foreground bold"), "  ", _progress(current, room),
+            )
+        done = [s for s in target if s is not current or not live]
+        parts = [
+            f"{fmt.phase_label(s.name)} {fmt.duration(_span_seconds(s, self._now, False))}"
+            for s in done if s.name not in _FINAL_TARGET
+        ]
+        if parts:
+            yield Content.assemble(("✔ ", "$text-muted"), (" · ".join(parts), "$text-muted"))
+
     def render(self) -> Content:
         return Content("\n").join(list(self._rows()))
 
@@ -177,6 +215,12 @@ class BootFigures(Widget):
         self._rows_shown = -1
         self._shown: list[tuple[str, str]] | None = None
         self.repaints = 0  # refreshes asked for, for tests and the curious
+        self.compact = False  # a short terminal: the key figures as a few wrapped lines
+
+    def set_compact(self, compact: bool) -> None:
+        if compact != self.compact:
+            self.compact = compact
+            self.refresh(layout=True)
 
     def show(self, boot: Boot | None) -> None:
         """Told the boot on every batch (a serving line every few seconds): repaint only when a
@@ -192,7 +236,31 @@ class BootFigures(Widget):
         self._rows_shown = rows
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if self.compact:
+            return max(1, len(self._compact_lines(width)))
         return max(1, len(self.figures()))
+
+    def _compact_lines(self, width: int) -> list[Content]:
+        boot = self._boot
+        if boot is None:
+            return [Content.styled("no figures yet", "$text-muted italic")]
+        m = boot.metrics
+        items = [
+            ("KV ", f"{fmt.tokens(m.max_total_num_tokens)} tok"),
+            ("", f"{fmt.gib(m.kv_cache_gib)}/rank"),
+            ("free ", fmt.gib(m.avail_after_pool_gib)),
+            ("ctx ", fmt.tokens(m.context_len)),
+        ]
+        lines: list[Content] = []
+        line = Content("")
+        for label, value in items:  # whole items per line ("12.59 GiB/rank" is never split)
+            item = Content.assemble((label, "$text-muted"), (value, "$foreground bold"))
+            if line.cell_length and line.cell_length + 3 + item.cell_length > width:
+                lines.append(line)
+                line = Content("")
+            line = Content.assemble(line, (" · ", "$text-muted"), item) if line.cell_length else item
+        lines.append(line)
+        return lines
 
     def figures(self) -> list[tuple[str, str]]:
         boot = self._boot
@@ -213,12 +281,16 @@ class BootFigures(Widget):
         return rows
 
     def render(self) -> Content:
+        width = max(1, self.size.width - 2) if self.size.width else 30
+        if self.compact:
+            return Content("\n").join(self._compact_lines(width))
         rows = self.figures()
         if not rows:
             return Content.styled("no figures yet", "$text-muted italic")
-        width = max(1, self.size.width - 2) if self.size.width else 30
         lines: list[Content] = []
         for label, value in rows:
+            if len(label) + len(value) + 1 > width:  # the figure whole, its label gives way
+                label = label[: max(0, width - len(value) - 2)] + "…"
             pad = max(1, width - len(label) - len(value))
             value_style = "$text-disabled" if value == "—" else "$foreground bold"
             lines.append(Content.assemble((label, "$text-muted"), " " * pad, (value, value_style)))

@@ -8,10 +8,11 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual.app import RenderResult
+from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.geometry import Size
 from textual.strip import Strip
@@ -63,6 +64,46 @@ def short_gpu_name(name: str) -> str:
             short = short[: -len(tail)]
             break
     return short or name
+
+
+class GpuSummary(QuietStatic):
+    """The GPUs in one line, for a terminal too narrow for the GPU panel: how many, the fullest
+    one's memory, the mean utilisation (``8× GPU 83.2/96G max · util 74%``)."""
+
+    DEFAULT_CSS = """
+    GpuSummary {
+        height: 1;
+        padding: 0 1;
+        display: none;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
+    """
+
+    def show(self, samples: Sequence[GpuSample]) -> None:
+        if not samples:
+            self.set(None, lambda: Content.styled("no GPU readings yet", "$text-muted italic"))
+            return
+        fullest = max(samples, key=lambda s: s.used_mib / max(s.total_mib, 1.0))
+        utils = [s.util for s in samples if s.util is not None]
+        util = round(sum(utils) / len(utils)) if utils else None
+        key = (len(samples), round(fullest.used_gib, 1), round(fullest.total_gib), util,
+               any(s.stale for s in samples))
+        self.set(key, lambda: self._content(samples, fullest, util))
+
+    @staticmethod
+    def _content(samples: Sequence[GpuSample], fullest: GpuSample, util: int | None) -> Content:
+        high = fullest.used_mib / max(fullest.total_mib, 1.0) >= 0.97
+        parts: list[tuple[str, str] | str] = [
+            (f"{len(samples)}× GPU ", "$text-muted"),
+            (f"{fullest.used_gib:.1f}/{fullest.total_gib:.0f}G", "$warning bold" if high else "$foreground bold"),
+            (" max", "$text-muted"),
+        ]
+        if util is not None:
+            parts.extend([" · ", ("util ", "$text-muted"), (f"{util}%", "$foreground")])
+        if any(s.stale for s in samples):
+            parts.append((" · stale", "$warning"))
+        return Content.assemble(*parts)
 
 
 class GpuHeader(Widget):
@@ -422,6 +463,13 @@ class GpuHistoryPlot(Widget):
 
 class ProcessTable(DataTable[str]):
     """Per-process GPU memory on the server's GPUs; the server's own processes marked."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+        Binding("g", "scroll_top", "First", show=False),
+        Binding("G", "scroll_bottom", "Last", show=False),
+    ]
 
     DEFAULT_CSS = """
     ProcessTable {

@@ -190,8 +190,17 @@ class LogView(ScrollView, can_focus=True):
     }
     """
 
+    # less / vim / k9s movement (ids for [keymap]); scrolling up pauses following, G follows again
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("end", "follow_end", "Follow", show=False, id="log.end"),
+        Binding("j", "lines(1)", "Line down", show=False, id="log.down"),
+        Binding("k", "lines(-1)", "Line up", show=False, id="log.up"),
+        Binding("g", "first_line", "First line", show=False, id="log.top"),
+        Binding("G", "follow_end", "Last line, follow", show=False, id="log.bottom"),
+        Binding("ctrl+d", "half_page(1)", "Half a page down", show=False, id="log.half_down"),
+        Binding("ctrl+u", "half_page(-1)", "Half a page up", show=False, id="log.half_up"),
+        Binding("apostrophe", "jump_mark(True)", "Next mark", show=False, id="mark.next"),
+        Binding("quotation_mark", "jump_mark(False)", "Previous mark", show=False, id="mark.previous"),
     ]
 
     follow: reactive[bool] = reactive(True)
@@ -562,6 +571,39 @@ class LogView(ScrollView, can_focus=True):
         self.message = f"no {'next' if forward else 'previous'} error in view"
         self._post_status()
         return False
+
+    def action_lines(self, step: int) -> None:
+        """``j``/``k``: a row down/up, at once (not animated: a held key must not queue animations)."""
+        self.scroll_to(y=max(0, self.scroll_y + step), animate=False, immediate=True)
+
+    def action_first_line(self) -> None:
+        self.scroll_to(y=0, animate=False, immediate=True)
+
+    def action_half_page(self, step: int) -> None:
+        height = self.scrollable_content_region.height or self.size.height or 2
+        self.scroll_to(y=max(0, self.scroll_y + step * max(1, height // 2)), animate=False, immediate=True)
+
+    def action_jump_mark(self, forward: bool) -> None:
+        self.jump_mark(forward)
+
+    def jump_mark(self, forward: bool = True) -> bool:
+        """Go to the next (or previous) marked line in the view, round to the first (last)."""
+        in_view = [line.seq for line in self._view if line.seq in self.marks] if self.marks else []
+        if not in_view:
+            self.message = "no marked line in view (m marks one)"
+            self._post_status()
+            return False
+        here = self.current_index()
+        current = self._view[here].seq if here is not None else None
+        if current is None:
+            target = in_view[0] if forward else in_view[-1]
+        elif forward:
+            target = next((seq for seq in in_view if seq > current), in_view[0])
+        else:
+            target = next((seq for seq in reversed(in_view) if seq < current), in_view[-1])
+        self.message = f"mark on line {target + 1:,} ({in_view.index(target) + 1} of {len(in_view)})"
+        self.set_cursor(target)
+        return True
 
     def toggle_mark(self) -> int | None:
         """Mark (or unmark) the current line, or the newest line when following."""
