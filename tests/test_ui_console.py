@@ -758,3 +758,32 @@ async def test_the_log_moves_like_less_and_jumps_between_marks() -> None:
         await pilot.press("quotation_mark")
         assert view.cursor == 100
         assert "mark on line 101" in view.message
+
+
+def test_the_readme_key_table_lists_every_key() -> None:
+    """Every key of the console (the screen's and the log's) is in the README's key table."""
+    from textual.binding import Binding
+    from textual.keys import key_to_character
+
+    from kvtui.ui.app import MAIN_BINDINGS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## The console"): readme.index("## hosts.toml")]
+    bindings = [b for b in [*MAIN_BINDINGS, *LogView.BINDINGS] if isinstance(b, Binding) and b.id]
+    missing = []
+    for binding in bindings:
+        key = binding.key.split(",")[0]
+        if key.isdigit():
+            shown = "`1`–`9`"
+        elif key == "escape":
+            shown = "`esc`"
+        elif key == "shift+tab":
+            continue  # the other way round of tab
+        elif key in ("tab", "slash"):
+            shown = {"tab": "`tab`", "slash": "`/`"}[key]  # (Textual names no character for these)
+        else:
+            char = key_to_character(key) if len(key) > 1 else key
+            shown = f"`{char or key}`"
+        if shown not in section:
+            missing.append(f"{binding.id} ({shown})")
+    assert not missing, missing
