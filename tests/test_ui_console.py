@@ -787,3 +787,26 @@ def test_the_readme_key_table_lists_every_key() -> None:
         if shown not in section:
             missing.append(f"{binding.id} ({shown})")
     assert not missing, missing
+
+
+async def test_every_new_key_is_remappable_in_keymap() -> None:
+    """Remapped in [keymap] by id, a key moves (and no id is reported unknown)."""
+    from kvtui.config import Config
+
+    clock = ready_clock()
+    config = Config(keymap={"zoom": "Z", "log.down": "ctrl+n", "theme.next": "f7"})
+    app = demo_app(clock, speed=SPEED, config=config)
+    async with app.run_test(size=(130, 38)) as pilot:
+        pane = await ready_app(pilot, app, clock)
+        assert not app._keymap_problems(config.keymap)
+        await pilot.press("Z")
+        assert app.main_screen.maximized is not None
+        await pilot.press("Z")
+        assert app.main_screen.maximized is None
+        view = pane.log_view
+        view.scroll_to(y=0, animate=False, immediate=True)
+        await pilot.pause()
+        await pilot.press("ctrl+n")
+        assert view.scroll_y == 1
+        await pilot.press("f7")
+        assert app.theme != "kvtui-dark"

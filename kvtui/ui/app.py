@@ -74,7 +74,9 @@ MAIN_BINDINGS: list[BindingType] = [
 # Ids of bindings owned by widgets and dialogs (also remappable).
 WIDGET_BINDING_IDS = (
     "log.end", "find.close", "find.search", "find.filter", "calc.enter", "calc.leave", "calc.up", "calc.down",
-    "help.close", "confirm.cancel", "confirm.yes", "explain.close", "apply.force", "apply.rollback", "notice.close",
+    "help.close", "confirm.cancel", "confirm.yes", "explain.close",
+    "log.down", "log.up", "log.top", "log.bottom", "log.half_down", "log.half_up", "mark.next", "mark.previous",
+    "apply.force", "apply.rollback", "notice.close",
 )
 
 CHANGES_HOST = frozenset({"restart", "apply", "rollback"})
