@@ -246,11 +246,12 @@ class BootFigures(Widget):
             return [Content.styled("no figures yet", "$text-muted italic")]
         m = boot.metrics
         items = [
-            ("KV ", f"{fmt.tokens(m.max_total_num_tokens)} tok"),
-            ("", f"{fmt.gib(m.kv_cache_gib)}/rank"),
+            ("KV ", "—" if m.max_total_num_tokens is None else f"{fmt.tokens(m.max_total_num_tokens)} tok"),
             ("free ", fmt.gib(m.avail_after_pool_gib)),
             ("ctx ", fmt.tokens(m.context_len)),
         ]
+        if m.kv_cache_gib is not None:
+            items.insert(1, ("", f"{fmt.gib(m.kv_cache_gib)}/rank"))
         lines: list[Content] = []
         line = Content("")
         for label, value in items:  # whole items per line ("12.59 GiB/rank" is never split)
