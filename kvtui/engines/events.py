@@ -52,6 +52,7 @@ class FailureKind(StrEnum):
     OOM_RUNTIME = "oom_runtime"
     GPU_BUSY = "gpu_busy"
     NCCL = "nccl"
+    BAD_ARGS = "bad_args"  # the server refused its command line (argparse: unknown flag, bad value)
     CRASH = "crash"
     UNKNOWN = "unknown"
 
@@ -129,6 +130,7 @@ METRIC_NAMES: frozenset[str] = frozenset(
         "max_concurrency",  # vLLM `Maximum concurrency for N tokens per request: X x`
         "gpu_total_gib",  # device total when a line prints it (vLLM free-memory error, torch OOM)
         "gpu_free_gib",  # device free at start when printed (vLLM `Free memory on device (X/Y GiB)`)
+        "cpu_mem_total_gib",  # vLLM CPU backend: the NUMA node's memory (`Explicitly set (X/TOTAL) GiB for KV cache`)
         "dsv4_bytes_per_full_token",  # `DSV4 memory calculation: bytes_per_full_token=`
         "dsv4_available_gib",  # `DSV4 memory calculation: … available_bytes=X GB`
         "dsv4_full_token",  # `DSV4 memory calculation: … full_token=`
@@ -253,6 +255,17 @@ class CaptureSizes:
     model: Model = Model.TARGET
 
 
+@dataclass(frozen=True, slots=True)
+class ServerExit:
+    """The server process is gone, as the host backend saw it (not a line the engine printed:
+    ``kvtui.liveness`` makes and reads the record). ``pid`` when known; ``detail`` an exit status
+    when known; ``at_start``: it was already gone when following began."""
+
+    pid: int | None = None
+    detail: str = ""
+    at_start: bool = False
+
+
 LogEvent = (
     PhaseMark
     | Metric
@@ -264,6 +277,7 @@ LogEvent = (
     | Serving
     | VersionHint
     | CaptureSizes
+    | ServerExit
 )
 
 

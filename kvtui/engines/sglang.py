@@ -21,6 +21,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Final
 
+from kvtui.engines.cli_errors import cli_error, usage_engine
 from kvtui.engines.events import (
     BootBoundary,
     BoundaryKind,
@@ -222,6 +223,12 @@ def generic_failure(text: str) -> tuple[LogEvent, ...]:
     return ()
 
 
+def _cli_error_of(text: str) -> FailureText | None:
+    """SGLang's own argparse refusal (``launch_server.py: error: …``), else None."""
+    got = cli_error(text)
+    return got[1] if got is not None and got[0] is Engine.SGLANG else None
+
+
 # ---------------------------------------------------------------------------------------------
 # Argument dumps: `server_args=ServerArgs(k=v, …)` and `server_args={'k': v, …}`
 # ---------------------------------------------------------------------------------------------
@@ -380,6 +387,8 @@ class SglangGrammar:
             or text.startswith("Capturing batches (bs=")
             or text.startswith("Capturing num tokens (num_tokens=")
             or (text.startswith("SGLang") and _SGL_VERSION_RE.match(text) is not None)
+            or (text.startswith("usage: ") and usage_engine(text) is Engine.SGLANG)
+            or (": error: " in text and _cli_error_of(text) is not None)
         )
 
     # -----------------------------------------------------------------------------------------
@@ -866,6 +875,12 @@ class SglangGrammar:
             return self._bare_progress(msg)
         if "Capture cuda graph failed" in msg or "CUDA graph failed" in msg:
             return self._capture_failed(msg)
+        if ": error: " in msg:
+            ft = _cli_error_of(msg)
+            if ft is not None:
+                # argparse refused the command line: a boot that ends before it began
+                self.reset()
+                return (BootBoundary(BoundaryKind.STARTED, new_args=True), _pm(Phase.LAUNCH, TARGET), ft)
         if "memory capacity is unbalanced" in msg and ("Error" in msg or "Exception" in msg):
             return (FailureText(msg, FailureKind.GPU_BUSY, specificity=3),)
         if ("Not enough memory" in msg and "mem-fraction-static" in msg) or "Loaded weights leave no GPU memory" in msg:

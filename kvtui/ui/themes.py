@@ -270,3 +270,14 @@ def usable_theme(theme: Theme) -> bool:
 
 def theme_names(themes: Sequence[Theme]) -> list[str]:
     return sorted(t.name for t in themes)
+
+
+def accepted_theme_names(loaded: LoadedThemes | None = None) -> list[str]:
+    """Every name ``[ui] theme`` may take: the themes the console offers (kvtui's theme files and
+    Textual's built-ins). The console checks ``[ui] theme`` against it at start, and
+    ``kvtui hosts --check`` up front: change what the console offers here, and both follow."""
+    from textual.theme import BUILTIN_THEMES
+
+    loaded = load_themes() if loaded is None else loaded
+    builtins = {name for name, theme in BUILTIN_THEMES.items() if usable_theme(theme)}  # not the ANSI ones
+    return sorted(builtins | {t.name for t in loaded.themes})

@@ -278,7 +278,7 @@ class BootFigures(Widget):
             ("max running", fmt.tokens(m.max_running_requests)),
         ]
         if m.max_concurrency is not None:
-            rows.append(("max concurrency", f"{m.max_concurrency:.2f}×"))
+            rows.append(("max concurrency", f"{fmt.capacity(m.max_concurrency)}×"))
         return rows
 
     def render(self) -> Content:

@@ -16,9 +16,9 @@ calculator itself (``kvtui.kvcalc``) is pure and fast, so it runs on the event l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import events
 from textual.binding import Binding, BindingType
@@ -54,11 +54,6 @@ def _as_text(value: object) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
-
-
-def _num(data: Mapping[str, Any], key: str) -> float | None:
-    value = data.get(key)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def elide(text: str, width: int) -> str:
@@ -164,7 +159,6 @@ class CalculatorPanel(Widget, can_focus=True):
         self.boot: Boot | None = None
         self.model: kvcalc.MemoryModel | None = None
         self.prediction: kvcalc.Prediction | None = None
-        self.result: dict[str, Any] | None = None
         self.error: str | None = None
         self.computations = 0
         self.fields: list[FlagField] = []
@@ -217,21 +211,18 @@ class CalculatorPanel(Widget, can_focus=True):
                 f.reset(self._observed(boot, f.flag))
         self.recompute()
 
-    def _observed(self, boot: Boot, flag: str) -> str:
-        from kvtui import kvcalc
+    @property
+    def result(self) -> dict[str, object] | None:
+        """The prediction as ``kvtui calc --json`` writes it (None without one)."""
+        return None if self.prediction is None else self.prediction.to_json()
 
+    def _observed(self, boot: Boot, flag: str) -> str:
+        """A field's value: the boot's own flag, else what the model has (the fraction, the page)."""
         if flag in boot.flags:
             return _as_text(boot.flags[flag])
-        if self.result is not None:
-            observed = self.result.get("observed")
-            if isinstance(observed, dict) and flag in observed:
-                return _as_text(observed[flag])
-        if self.model is not None:
-            try:
-                observed = kvcalc.predict(self.model, {}, graph_margin_gib=self.margin_gib).to_json().get("observed")
-            except kvcalc.CalcError:
-                observed = None
-            if isinstance(observed, dict) and flag in observed:
+        for model in (None if self.prediction is None else self.prediction.model, self.model):
+            observed = {} if model is None else model.observed_flags()
+            if flag in observed:
                 return _as_text(observed[flag])
         return ""
 
@@ -436,7 +427,6 @@ class CalculatorPanel(Widget, can_focus=True):
             f.invalid = False
         if self.model is None or self.engine is None:
             self.prediction = None
-            self.result = None
             self._render_result()
             return
         sets, unsets = self.edits()
@@ -445,14 +435,12 @@ class CalculatorPanel(Widget, can_focus=True):
             self.prediction = kvcalc.predict(self.model, edits, graph_margin_gib=self.margin_gib)
         except kvcalc.CalcError as exc:
             self.prediction = None
-            self.result = None
             self.error = str(exc)
             for f in self.fields:
                 if f.edited and f.flag.replace("_", "-") in str(exc).replace("_", "-"):
                     f.invalid = True
         else:
             self.error = None
-            self.result = self.prediction.to_json()
         self._render_result()
         self.post_message(self.Computed(self))
 
@@ -466,14 +454,14 @@ class CalculatorPanel(Widget, can_focus=True):
 
     @property
     def verdict(self) -> str | None:
-        return None if self.result is None else str(self.result.get("verdict"))
+        return None if self.prediction is None else self.prediction.verdict.value
 
     def _render_result(self) -> None:
         """Build what the prediction shows; ``render`` lays it out at the width it has then."""
-        data = self.result
+        p = self.prediction
         self._rows = ()
         self._reasons = ()
-        if data is None:
+        if p is None:
             if self.error and self.model is None:
                 self._basis = Content.styled(self._waiting_text(), "$text-muted italic")
                 self._message = Content("")
@@ -482,43 +470,33 @@ class CalculatorPanel(Widget, can_focus=True):
             self.refresh(layout=True)
             return
         self._message = Content("")
-        confidence = str(data.get("confidence", ""))
         self._basis = Content.assemble(
             ("model: ", "$text-muted"),
-            (str(data.get("basis", "")), "$foreground"),
+            (str(p.model.basis), "$foreground"),
             (" · confidence ", "$text-muted"),
-            (confidence, "$warning bold" if confidence == "low" else "$foreground"),
+            (str(p.confidence), "$warning bold" if p.confidence == "low" else "$foreground"),
         )
-        predicted = data.get("predicted") or {}
-        observed = data.get("observed") or {}
-        assert isinstance(predicted, dict)
-        assert isinstance(observed, dict)
-        tokens_now = _num(observed, "max_total_num_tokens")
-        tokens_new = _num(predicted, "max_total_num_tokens")
-        delta = ""
-        if tokens_now is not None and tokens_new is not None and tokens_new != tokens_now:
-            delta = f" ({tokens_new - tokens_now:+,.0f})"
+        delta = f" ({fmt.signed_tokens(p.tokens - p.model.tokens)})" if p.tokens != p.model.tokens else ""
+        # figures are formatted from the exact values (kvtui.fmt), not the rounded JSON; the verdict
+        # and the largest safe fraction first: they are what a short panel must show
         rows: list[tuple[str, str, str]] = [
-            ("KV tokens", fmt.tokens(tokens_new) + delta, "$foreground bold"),
-            ("KV / rank", fmt.gib(_num(predicted, "kv_cache_gib")), "$foreground"),
-            ("free after pool", fmt.gib(_num(predicted, "avail_after_pool_gib")), "$foreground"),
+            ("max safe fraction", fmt.safe_max(p.max_safe_fraction), "$accent bold"),
+            ("KV tokens", fmt.tokens(p.tokens) + delta, "$foreground bold"),
+            ("KV / rank", fmt.gib(p.kv_cache_gib), "$foreground"),
+            ("free after pool", fmt.gib(p.avail_after_pool_gib), "$foreground"),
         ]
-        headroom = _num(predicted, "graph_headroom_gib")
+        headroom = p.graph_headroom_gib
         rows.append(
             ("graph headroom", fmt.signed_gib(headroom), "$error bold" if headroom is not None and headroom < 0
              else "$foreground")
         )
-        full = _num(predicted, "full_context_requests")
-        rows.append(("full-context reqs", "—" if full is None else f"{full:.2f}", "$foreground"))
-        per = _num(predicted, "tokens_per_0_01")
-        if per is not None:
-            rows.append(("tokens per +0.01", f"{per:+,.0f}", "$text-muted"))
-        # the verdict and the largest safe fraction first: they are what a short panel must show
-        verdict = str(data.get("verdict", ""))
+        rows.append(("full-context reqs", fmt.capacity(p.full_context_requests), "$foreground"))
+        if p.tokens_per_0_01 is not None:
+            rows.append(("tokens per +0.01", fmt.signed_tokens(p.tokens_per_0_01), "$text-muted"))
+        verdict = p.verdict.value
         var = fmt.VERDICT_VARIABLE.get(verdict, "text-muted")
         badge = Content.styled(f" {verdict.upper().replace('_', ' ')} ", f"bold $background on ${var}")
         lines: list[ResultRow] = [(Content.styled("verdict", "$text-muted"), badge)]
-        rows.insert(0, ("max safe fraction", fmt.fraction(_num(data, "max_safe_fraction")), "$accent bold"))
         lines.extend(
             (Content.styled(label, "$text-muted"), Content.styled(value, style)) for label, value, style in rows
         )

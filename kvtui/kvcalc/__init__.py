@@ -1,0 +1,101 @@
+"""The KV-pool calculator, calibrated from the boot's own log (pure core: no I/O, no UI).
+
+``calibrate(boot)`` reads what the engine printed about itself and builds a ``MemoryModel``;
+``predict(model, edits)`` says what an edited set of flags will give: tokens, KV GiB per rank,
+memory left after the pool, headroom against the CUDA-graph capture, the request table, how many
+full-context requests fit, and a verdict (``ok`` / ``tight`` / ``oom_risk`` / ``no_fit``), with
+``explain`` lines that put the numbers into the formulas.
+
+SGLang (``/work/shared/reference/engines.md`` §2, §4, §6)::
+
+    rest(f)   = A − P·(1 − f)                      GiB; P free before the weights, A after them
+    N(f)      = floor_page(rest(f)·2^30 / cell_sizer), then min(--max-total-tokens)
+    pool_end  = A − (N + page)·cell_alloc − req_to_token − draft pool      (what capture starts with)
+
+One boot fixes P, A, f, N and the allocated cell (``KV size / (N + page)``); the identity
+``floor_page(rest·2^30/cell) == N`` is checked within the rounding of the printed GiB figures.
+When it fails, the sizing cell the engine really used is searched among the known explanations
+(DSA fp8 before 0.5.17 sized with 576+132 B/layer but allocated 656+132; EAGLE/DFlash targets
+inflate the sizing cell by the draft's share; newer builds load the draft's weights before
+sizing; ``--max-total-tokens`` caps; DeepSeek-V4 prints its own ``bytes_per_full_token``). If none
+explains the numbers, the model says ``confidence: low`` and uses the empirical cell.
+
+vLLM (§3.3, §6.6)::
+
+    kv(u') = kv(u) + total·(u' − u);  tokens = floor(kv·2^30 / bytes_per_block)·block_size
+
+Two boots of one deployment at different fractions give the slope (tokens per unit of fraction,
+or vLLM's device total) directly: ``basis: two-point``.
+
+The parts: ``model`` (the MemoryModel, its graph model, errors, verdicts), ``edits`` (flag edits in
+the engine's names, from ``kvtui.knobs``), ``boots`` (what a boot printed; which boot to use),
+``sglang`` / ``vllm`` (calibration), ``graphs`` (what capture needs), ``config`` (a model from a
+``config.json``), ``verdict`` (one setting evaluated), ``predict`` (the prediction and its safe
+fractions), ``defaults`` (the engines' rules for unset flags), ``arith`` (small arithmetic).
+"""
+
+from __future__ import annotations
+
+from kvtui.engines.events import Engine
+from kvtui.knobs import EDITABLE_FLAGS, fraction_flag
+from kvtui.kvcalc.arith import GIB, MIB_PER_GIB, floor_page
+from kvtui.kvcalc.boots import same_deployment, select_boot, sized_pool
+from kvtui.kvcalc.calibrate import calibrate
+from kvtui.kvcalc.config import estimate_weights_gib, from_config
+from kvtui.kvcalc.defaults import KV_DTYPE_BYTES, default_mem_fraction, default_running_requests, extend_capture_bs
+from kvtui.kvcalc.edits import FLAG_ALIASES, Edits, canonical_flag, edits_from_mapping, parse_edits
+from kvtui.kvcalc.model import (
+    ACTIVATION_MIB_PER_TOKEN,
+    DEFAULT_CHUNK,
+    DEFAULT_GRAPH_MARGIN_GIB,
+    VERDICT_RANK,
+    Basis,
+    CalcError,
+    Confidence,
+    GraphModel,
+    GraphSource,
+    IdentityCheck,
+    MemoryModel,
+    Verdict,
+    activation_allowance_gib,
+)
+from kvtui.kvcalc.predict import Prediction, predict
+
+__all__ = [
+    "ACTIVATION_MIB_PER_TOKEN",
+    "DEFAULT_CHUNK",
+    "DEFAULT_GRAPH_MARGIN_GIB",
+    "EDITABLE_FLAGS",
+    "FLAG_ALIASES",
+    "GIB",
+    "KV_DTYPE_BYTES",
+    "MIB_PER_GIB",
+    "VERDICT_RANK",
+    "Basis",
+    "CalcError",
+    "Confidence",
+    "Edits",
+    "Engine",
+    "GraphModel",
+    "GraphSource",
+    "IdentityCheck",
+    "MemoryModel",
+    "Prediction",
+    "Verdict",
+    "activation_allowance_gib",
+    "calibrate",
+    "canonical_flag",
+    "default_mem_fraction",
+    "default_running_requests",
+    "edits_from_mapping",
+    "estimate_weights_gib",
+    "extend_capture_bs",
+    "floor_page",
+    "fraction_flag",
+    "from_config",
+    "parse_edits",
+    "predict",
+    "same_deployment",
+    "select_boot",
+    "sized_pool",
+]

@@ -1,0 +1,146 @@
+"""Calibrating a vLLM boot (engines.md §3.3, §6.6).
+
+``kv(u') = kv(u) + total·(u' − u)``: the budget is a share of the device's *total* memory, so the
+slope is the device total (given, printed in an OOM, or measured by two boots at different
+utilizations), and the bytes per token come from ``Available KV cache memory`` and ``GPU KV cache
+size`` (or, when the boot refused to start, from the KV the error says one request needs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from kvtui.boot import Boot
+from kvtui.engines.events import FailureKind
+from kvtui.kvcalc.arith import _PRINT_EPS, GIB, _as_float, _as_int, _frac, _snap_cell, _version_tuple, floor_page
+from kvtui.kvcalc.boots import _TRIED_RE, _boot_tokens, _from_text, _never_sized, boot_model
+from kvtui.kvcalc.model import Basis, CalcError, GraphModel, GraphSource, IdentityCheck, MemoryModel, Notes, Sizing
+
+
+def _kv_gib(boot: Boot) -> float | None:
+    m = boot.metrics
+    return m.kv_cache_gib if m.kv_cache_gib is not None else boot.facts.get("kv_cache_gib")
+
+
+def _tokens(boot: Boot, kv: float, ctx: int | None, block: int, c: Notes) -> int:
+    """The pool's tokens: printed, or from the KV one full-context request needs (a refused start)."""
+    n = _boot_tokens(boot)
+    if n is not None:
+        return n
+    needed = boot.facts.get("kv_needed_gib")
+    if needed is None or not ctx:
+        raise _never_sized(boot)
+    bpt_f = needed * GIB / ctx
+    c.reasons.append(
+        f"no `GPU KV cache size` line: bytes per token from the error ({needed:.2f} GiB needed for {ctx:,} tokens)"
+    )
+    return floor_page(kv * GIB / bpt_f, block)
+
+
+def _two_point(
+    kv: float, u: float, total: float | None, others: Sequence[Boot], c: Notes
+) -> tuple[float | None, float | None, Basis]:
+    """(device total, slope, basis): two utilizations of one deployment measure the device total."""
+    best: tuple[float, float] | None = None
+    for o in others:
+        uo = _as_float(o.flags.get("gpu_memory_utilization")) or 0.9
+        ko = _kv_gib(o)
+        if ko is None or abs(uo - u) < 1e-6:
+            continue
+        if best is None or abs(uo - u) > abs(best[0] - u):
+            best = (uo, ko)
+    if best is None:
+        return total, total, Basis.CALIBRATED
+    uo, ko = best
+    measured = (kv - ko) / (u - uo)
+    if measured <= 0:
+        return total, total, Basis.CALIBRATED
+    if total is not None and abs(measured - total) > 0.02 * total:
+        c.reasons.append(
+            f"the two boots imply {measured:.2f} GiB per 1.0 of utilization, not the device's {total:.2f} GiB: "
+            "using the measured slope"
+        )
+    c.explain.append(
+        f"two-point: {ko:.2f} GiB KV at u={_frac(uo)} and {kv:.2f} GiB at u={_frac(u)} → "
+        f"{measured:.2f} GiB per 1.0 of utilization (the device total)"
+    )
+    return (measured if total is None else total), measured, Basis.TWO_POINT
+
+
+def _graph(boot: Boot, u: float, total: float | None, graph_mem: float | None, c: Notes) -> GraphModel | None:
+    """What capture needs: reported, or (a death in capture) more than what lies outside the budget."""
+    if graph_mem is not None:
+        return GraphModel(need_gib=graph_mem, source=GraphSource.OBSERVED, note=f"graphs took {graph_mem:.2f} GiB")
+    if boot.failure is not None and boot.failure.kind is FailureKind.OOM_GRAPH_CAPTURE:
+        if total is None:
+            return None
+        tried = boot.facts.get("oom_tried_gib") or _from_text(boot, _TRIED_RE) or 0.5
+        need = tried + total * (1 - u)
+        c.explain.append(
+            f"capture died at u={_frac(u)}: it needs more than total × (1 − u) = {need - tried:.2f} GiB, plus the "
+            f"{tried:.2f} GiB it tried to allocate → ≈ {need:.2f} GiB"
+        )
+        return GraphModel(
+            need_gib=need,
+            source=GraphSource.CAPTURE_OOM,
+            note=f"capture died: it needed more than the {need - tried:.2f} GiB outside the budget",
+        )
+    c.reasons.append("the log shows no CUDA-graph memory: capture need assumed 0.50 GiB")
+    return GraphModel(need_gib=0.5, source=GraphSource.ESTIMATED, note="graph memory not printed")
+
+
+def _calibrate_vllm(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[Boot]) -> MemoryModel:
+    c = Notes()
+    flags, m, facts = boot.flags, boot.metrics, boot.facts
+    u = _as_float(flags.get("gpu_memory_utilization"))
+    if u is None:
+        u = 0.9
+        c.reasons.append("gpu_memory_utilization not in the non-default args: vLLM's default 0.9")
+    kv = _kv_gib(boot)
+    block = _as_int(flags.get("block_size")) or 16
+    ctx = _as_int(m.context_len) or _as_int(facts.get("context_len")) or _as_int(flags.get("max_model_len"))
+    if kv is None:
+        raise _never_sized(boot)
+    if kv <= 0:
+        raise CalcError(
+            f"this boot had no memory for the KV cache (Available KV cache memory: {kv:.2f} GiB): the weights and "
+            "activations already exceed the budget; raise gpu_memory_utilization or use --model for an estimate",
+            "input",
+        )
+    n = _tokens(boot, kv, ctx, block, c)
+    # newer builds report max_concurrency·max_model_len, which is not block-aligned
+    block_eff = 1 if n % block != 0 else block
+    bpt = _snap_cell((kv - _PRINT_EPS) * GIB / (n + block_eff), (kv + _PRINT_EPS) * GIB / max(1, n))
+    tokens_raw = min(max(kv * GIB / bpt, float(n)), float(n + block_eff - 1))
+    c.explain.append(f"bytes per token = {kv:.2f} GiB × 2^30 / {n:,} tokens ≈ {bpt:,} B per rank (block {block})")
+    total = gpu_mem_gib or facts.get("gpu_total_gib") or facts.get("oom_capacity_gib")
+    total, slope, basis = _two_point(kv, u, total, others, c)
+    if total is None:
+        c.reasons.append(
+            "device total unknown (pass --gpu-mem-gib): other utilizations and the graph headroom cannot be sized"
+        )
+    c.explain.insert(
+        0, f"kv(u) = {kv:.2f} GiB at u = {_frac(u)}" + (f"; device total {total:.2f} GiB" if total else "")
+    )
+    graph_mem = m.graph_mem_gib if m.graph_mem_gib is not None else facts.get("graph_mem_gib")
+    graph = _graph(boot, u, total, graph_mem, c)
+    vt = _version_tuple(boot.version_hint)
+    base = boot_model(boot, c, Sizing(basis, u, n, tokens_raw, block_eff, bpt, bpt, slope))
+    return replace(
+        base,
+        weights_gib=m.weights_gib if m.weights_gib is not None else facts.get("weights_gib"),
+        max_total_tokens=(_as_int(flags.get("num_gpu_blocks_override")) or 0) * block or None,
+        kv_cache_gib=kv,
+        avail_after_pool_gib=total * (1 - u) if total else None,
+        graph=graph,
+        max_running_requests=_as_int(flags.get("max_num_seqs")),
+        running_requests=_as_int(flags.get("max_num_seqs")),
+        chunked_prefill_size=_as_int(flags.get("max_num_batched_tokens")),
+        tp_scales_cell=True,
+        gpu_mem_gib=total,
+        free_at_start_gib=facts.get("gpu_free_gib"),
+        graphs_in_budget=vt is not None and vt >= (0, 21),
+        identity=IdentityCheck(True, "vllm"),
+        cpu_mem_gib=facts.get("cpu_mem_total_gib"),
+    )
