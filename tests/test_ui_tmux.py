@@ -72,7 +72,10 @@ class Terminal:
         return lines
 
     def close(self) -> None:
+        socket = self.tmux("display-message", "-p", "#{socket_path}", check=False).strip()
         self.tmux("kill-server", check=False)
+        if socket.endswith(self.socket):  # tmux leaves the socket file behind
+            Path(socket).unlink(missing_ok=True)
 
 
 def _quote(arg: str) -> str:
