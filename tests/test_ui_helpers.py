@@ -302,6 +302,7 @@ async def settle(pilot: Pilot[Any], app: Any, *, timeout: float = 10.0) -> None:
         )
         ready = all(
             p.monitor is not None
+            and p.up_to_date  # nothing held back by the monitor (a throttled serving-only boot change)
             and p.monitor.lines_seen == p.lines_received
             and p.gpu_plot.points
             and p.gpu_plot.points[-1][0] >= app.clock() - 1e-6
@@ -338,3 +339,53 @@ async def run_clock(
         clock.advance(step)
         await settle(pilot, app)
         app.main_screen.active_pane.tick()
+
+
+# --------------------------------------------------------------------------------------------
+# Keys in a burst, and the screen read back as text
+# --------------------------------------------------------------------------------------------
+
+
+def _key_event(key: str) -> Any:
+    """The event ``Pilot.press`` would send for ``key`` (``"c"``, ``"ctrl+a"``, ``"."``)."""
+    import unicodedata
+
+    from textual import events
+    from textual.app import _character_to_key, _get_unicode_name_from_key  # type: ignore[attr-defined]
+    from textual.keys import REPLACED_KEYS
+
+    if len(key) == 1 and not key.isalnum():
+        key = _character_to_key(key)
+    original = REPLACED_KEYS.get(key, key)
+    try:
+        char: str | None = unicodedata.lookup(_get_unicode_name_from_key(original))
+    except KeyError:
+        char = key if len(key) == 1 else None
+    return events.Key(key, char)
+
+
+async def burst(pilot: Pilot[Any], *keys: str) -> None:
+    """Send ``keys`` the way a paste or a fast typist does: all of them queued before the app
+    handles the first (``Pilot.press`` waits for the app to go idle after each key)."""
+    app = pilot.app
+    driver = app._driver
+    assert driver is not None
+    for key in keys:
+        event = _key_event(key)
+        event.set_sender(app)
+        driver.send_message(event)
+    await pilot.pause()
+    await pilot.pause()
+
+
+def screen_text(app: App[Any]) -> str:
+    """What the terminal shows now, as plain text (one line per row)."""
+    import io
+
+    from rich.console import Console
+
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
+                      color_system="truecolor", record=True, legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text()

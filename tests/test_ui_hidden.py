@@ -8,17 +8,16 @@ from typing import Any
 import pytest
 from test_ui_helpers import FakeClock, Harness, demo_app, log_lines, plain, run_clock, settle, start_demo
 from textual.widget import Widget
-from textual.widgets import Sparkline
 
 from kvtui.boot import BootStatus
 from kvtui.ui.host_pane import HostPane
-from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice
+from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice, UsageSpark
 from kvtui.ui.widgets.gpu import GpuBars
 from kvtui.ui.widgets.host import FleetSummary
 from kvtui.ui.widgets.log_view import LogPanel, LogView
 
 SPEED = 40.0
-SIZE = (130, 38)
+SIZE = (160, 48)  # wide enough for the GPU plot (kvtui.tcss: not laid out below 160 columns)
 
 
 def screen_text(view: LogView) -> list[str]:
@@ -122,7 +121,7 @@ def rendered(pane: HostPane) -> dict[str, str]:
     out = {w.__name__: plain(pane.query_one(w)) for w in widgets}
     kv = pane.query_one(KvUsage)
     out["kv"] = repr((kv.has_class("-serving"), list(kv.history), plain(kv.query_one("#kv-gauge")),
-                      plain(kv.query_one("#kv-load")), list(kv.query_one(Sparkline).data or [])))
+                      plain(kv.query_one("#kv-load")), list(kv.query_one(UsageSpark).data)))
     out["log"] = "\n".join(screen_text(pane.log_view))
     out["log_rows"] = str(pane.log_view.virtual_size)
     out["boot_subtitle"] = str(pane.query_one("#boot-panel").border_subtitle)

@@ -21,7 +21,16 @@ from typing import Any
 
 import pytest
 from rich.text import Text
-from test_ui_helpers import FakeClock, Harness, demo_app, gpu_samples, set_demo_fraction, start_demo, wait_for
+from test_ui_helpers import (
+    FakeClock,
+    Harness,
+    demo_app,
+    gpu_samples,
+    screen_text,
+    set_demo_fraction,
+    start_demo,
+    wait_for,
+)
 from textual.pilot import Pilot
 
 from kvtui.boot import BootStatus
@@ -252,6 +261,68 @@ def test_snapshot_apply_confirm_dialog(snap_compare: SnapCompare, monkeypatch: p
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every terminal size (issue 10): the same session at 80x24, 120x36, 160x48 and 240x64; the
+# calculator shows 200000 (context-length) whole at each — at 80x24 in its zoomed view (c).
+# docs/console-WxH.svg are these pictures (the README's walk-through).
+# ---------------------------------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+SIZES = [(80, 24), (120, 36), (160, 48), (240, 64)]
+
+
+def _ready_session(keys: tuple[str, ...] = (), expect: str = "200000"
+                   ) -> tuple[KvtuiApp, Callable[[Pilot[Any]], Awaitable[None]]]:
+    """A demo boot followed from launch to ready, then a few seconds of serving; ``keys`` last.
+    ``expect``: a figure the screen must show whole."""
+    clock = FakeClock()
+    start_demo("demo", clock, 40.0)
+    app = demo_app(clock, speed=40.0)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await _run_clock(pilot, app, clock, seconds=16.0, step=1.0)
+        await _finish(pilot, app)
+        if keys:
+            await pilot.press(*keys)
+            await _finish(pilot, app)
+        assert expect in screen_text(app)  # whole (context-length was cut to 20000 with a scrollbar)
+
+    return app, run_before
+
+
+@pytest.mark.slow
+def test_snapshot_80x24(snap_compare: SnapCompare) -> None:
+    """The log full width; boot and figures in summary lines (context 200,000); a GPU line; the
+    header's boot state."""
+    app, run_before = _ready_session(expect="ctx 200,000")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+@pytest.mark.slow
+def test_snapshot_80x24_calculator(snap_compare: SnapCompare) -> None:
+    """``c`` at 80x24: the calculator zoomed to the whole screen, its first flag being edited."""
+    app, run_before = _ready_session(("c",))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", SIZES[1:], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_at_size(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    app, run_before = _ready_session()
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def test_docs_console_screenshots_are_the_snapshots() -> None:
+    """docs/console-WxH.svg are the snapshots above (refresh with KVTUI_UPDATE_SCREENSHOT=1)."""
+    shots = Path(__file__).parent / "__snapshots__" / "test_ui_snapshots"
+    pairs = [(shots / "test_snapshot_80x24.svg", DOCS / "console-80x24.svg")]
+    pairs += [(shots / f"test_snapshot_at_size[{w}x{h}].svg", DOCS / f"console-{w}x{h}.svg") for w, h in SIZES[1:]]
+    for snapshot, doc in pairs:
+        if os.environ.get("KVTUI_UPDATE_SCREENSHOT") == "1":
+            doc.write_text(snapshot.read_text(encoding="utf-8"), encoding="utf-8")
+        assert doc.read_text(encoding="utf-8") == snapshot.read_text(encoding="utf-8"), doc.name
 
 
 README_SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "screenshot.svg"

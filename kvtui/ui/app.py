@@ -13,18 +13,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from textual import events, messages, on
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
+from kvtui.boot import BootStatus
 from kvtui.config import CalcConfig, Config, UiConfig
 from kvtui.ui.commands import KvtuiCommands
 from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec
+from kvtui.ui.keys import is_printable_key
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen
-from kvtui.ui.themes import DEFAULT_THEME, accepted_theme_names, load_themes, theme_variable_defaults
+from kvtui.ui.themes import DEFAULT_THEME, accepted_theme_names, load_themes, theme_variable_defaults, usable_theme
 from kvtui.ui.widgets.calculator import CalculatorPanel
 from kvtui.ui.widgets.host import FleetSummary
 from kvtui.ui.widgets.log_view import LogView
@@ -33,32 +35,48 @@ from kvtui.ui.widgets.log_view import LogView
 MAIN_BINDINGS: list[BindingType] = [
     Binding("question_mark", "help", "Help", id="help", tooltip="every key, with its id for [keymap]"),
     Binding("q", "quit", "Quit", id="quit"),
-    Binding("slash", "search", "Search", id="search", tooltip="search the whole log (smart case)"),
+    Binding("ctrl+x", "cancel_change", "Cancel change", id="change.cancel",
+            tooltip="cancel the running apply/rollback/restart (after its restart step: stop following it)"),
+    Binding("slash", "search", "Search", id="search", tooltip="search the whole log (smart case)", priority=True),
     Binding("n", "find(True)", "Next match", show=False, id="search.next"),
     Binding("N", "find(False)", "Previous match", show=False, id="search.previous"),
-    Binding("ampersand", "filter", "Filter", id="filter", tooltip="show only lines with this text or rank (TP3)"),
+    Binding("ampersand", "filter", "Filter", id="filter", tooltip="show only lines with this text or rank (TP3)",
+            priority=True),
     Binding("f", "follow", "Follow", id="follow", tooltip="follow the newest lines, or pause"),
     Binding("e", "error(True)", "Next error", show=False, id="error.next"),
     Binding("E", "error(False)", "Previous error", show=False, id="error.previous"),
     Binding("t", "timestamps", "Timestamps", show=False, id="timestamps"),
     Binding("w", "wrap", "Wrap", show=False, id="wrap"),
     Binding("m", "mark", "Mark line", show=False, id="mark"),
-    Binding("c", "calculator", "Calculator", id="calculator", tooltip="edit flags, see the next boot's KV pool"),
+    Binding("c", "calculator", "Calculator", id="calculator", tooltip="edit flags, see the next boot's KV pool",
+            priority=True),
     Binding("x", "explain", "Explain", id="explain", tooltip="how the prediction is computed"),
     Binding("p", "processes", "Processes", id="processes", tooltip="per-process GPU memory"),
     Binding("R", "restart", "Restart", id="restart", tooltip="restart the server (asks first)"),
     Binding("a", "apply", "Apply", id="apply", tooltip="apply the calculator's edits and restart (asks first)"),
     Binding("u", "rollback", "Rollback", show=False, id="rollback",
             tooltip="restore the flags file's newest backup and restart (asks first)"),
-    Binding("tab", "panel(1)", "Next panel", show=False, id="panel.next"),
-    Binding("shift+tab", "panel(-1)", "Previous panel", show=False, id="panel.previous"),
+    Binding("z", "zoom", "Zoom", show=False, id="zoom", tooltip="the focused panel fills the screen; again, back"),
+    Binding("tab", "panel(1)", "Next panel", show=False, id="panel.next", priority=True),
+    Binding("shift+tab", "panel(-1)", "Previous panel", show=False, id="panel.previous", priority=True),
     Binding("escape", "escape", "Leave field", show=False, id="escape"),
+    Binding("right_square_bracket", "host(1)", "Next host", show=False, id="host.next"),
+    Binding("left_square_bracket", "host(-1)", "Previous host", show=False, id="host.previous"),
+    *[Binding(str(n), f"host_number({n})", f"Host {n}", show=False, id=f"host.{n}") for n in range(1, 10)],
+    Binding("T", "next_theme", "Next theme", show=False, id="theme.next", tooltip="cycle kvtui's colour themes"),
+    Binding("D", "demo_speed", "Demo speed", show=False, id="demo.speed",
+            tooltip="a demo host: restart its simulation in real time, or at its speed again"),
 ]
+
+# The keys that move focus (c, /, &, tab) are priority bindings: they run as the app takes the key,
+# so the keys typed right after them in a burst go where focus went (kvtui/ui/keys.py).
 
 # Ids of bindings owned by widgets and dialogs (also remappable).
 WIDGET_BINDING_IDS = (
-    "log.end", "find.close", "calc.leave", "calc.up", "calc.down", "help.close", "confirm.cancel", "confirm.yes",
-    "explain.close", "apply.force", "apply.rollback", "notice.close",
+    "log.end", "find.close", "find.search", "find.filter", "calc.enter", "calc.leave", "calc.up", "calc.down",
+    "help.close", "confirm.cancel", "confirm.yes", "explain.close",
+    "log.down", "log.up", "log.top", "log.bottom", "log.half_down", "log.half_up", "mark.next", "mark.previous",
+    "apply.force", "apply.rollback", "notice.close",
 )
 
 CHANGES_HOST = frozenset({"restart", "apply", "rollback"})
@@ -121,7 +139,14 @@ class MainScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = MAIN_BINDINGS
     COMMANDS: ClassVar = {KvtuiCommands}
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (130, "-medium"), (160, "-wide")]  # noqa: RUF012
+    AUTO_FOCUS = "LogView"  # the log (not the first focusable widget: the find bar's hidden field)
+    # kvtui.tcss lays the panels out by these (80x24 narrow+short, 120x36 medium, 160x48 wide,
+    # 240x64 xwide)
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-medium"), (160, "-wide"), (220, "-xwide")]  # noqa: RUF012
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]  # noqa: RUF012
+    SHORT_BELOW = 30
+    NARROW_BELOW = 110
+    SIDE_PANELS = ("gpu-panel", "calc-panel")  # the right-hand column: not shown when narrow
 
     def __init__(
         self,
@@ -222,8 +247,10 @@ class MainScreen(Screen[None]):
 
     def _focus_log(self) -> None:
         pane = self.active_pane
-        if pane is not None:
-            pane.log_view.focus()
+        if pane is not None and pane.log_view.is_attached:
+            self.set_focus(pane.log_view)  # now: keys already typed after this one follow it
+            if self.focused is not pane.log_view:  # not focusable yet (before the first layout)
+                pane.log_view.focus()
 
     # ---- which host ------------------------------------------------------------------------
 
@@ -302,15 +329,49 @@ class MainScreen(Screen[None]):
     @on(CalculatorPanel.Left)
     def _left_calculator(self, event: CalculatorPanel.Left) -> None:
         event.stop()
+        if self.maximized is not None and self._in_hidden_column(self.maximized):
+            self.minimize()
         self._focus_log()
+
+    @on(CalculatorPanel.EditingChanged)
+    def _editing_changed(self, event: CalculatorPanel.EditingChanged) -> None:
+        event.stop()
+        self.refresh_bindings()  # the footer shows the editing keys while a flag is edited
 
     # ---- bindings ---------------------------------------------------------------------------
 
     def command_bindings(self) -> list[Binding]:
         return [b for b in MAIN_BINDINGS if isinstance(b, Binding)]
 
+    def typing(self) -> bool:
+        """A text field has the keys (the find bar, a calculator flag being edited)."""
+        focused = self.focused
+        return isinstance(focused, Input) or (isinstance(focused, CalculatorPanel) and focused.editing is not None)
+
+    def _printable_only(self, action: str) -> bool:
+        """Every key bound to ``action`` (remaps applied) types a character."""
+        keymap = self.app.config.keymap if isinstance(self.app, KvtuiApp) else {}
+        keys = [
+            key.strip()
+            for b in MAIN_BINDINGS
+            if isinstance(b, Binding) and b.action.split("(")[0] == action
+            for key in (keymap.get(b.id or "", b.key)).split(",")
+        ]
+        return bool(keys) and all(is_printable_key(k) for k in keys)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         pane = self.active_pane
+        if self.app.screen is self and self.typing() and self._printable_only(action):
+            return False  # typed into the field (and not offered in the footer meanwhile)
+        if action in ("host", "host_number"):
+            if len(self.specs) < 2:
+                return False  # one host: nothing to switch to
+            if action == "host_number" and parameters and int(str(parameters[0])) > len(self.specs):
+                return False
+        if action == "demo_speed" and (pane is None or not pane.spec.config.demo or pane.readonly):
+            return False
+        if action == "cancel_change" and (pane is None or pane.busy is None):
+            return False  # offered (in the footer too) while a change runs
         if action in CHANGES_HOST:
             if pane is None or pane.readonly:
                 return False  # hidden: readonly hosts offer nothing that changes them
@@ -410,8 +471,13 @@ class MainScreen(Screen[None]):
 
     def action_calculator(self) -> None:
         pane = self.active_pane
-        if pane is not None and not pane.calculator.focus_first():
+        if pane is None:
+            return
+        if not pane.calculator.fields:
             self.notify("the calculator needs a boot that sized its KV pool", severity="warning", timeout=4)
+            return
+        self._bring_into_view(pane.calculator)
+        pane.calculator.focus_first()
 
     def action_explain(self) -> None:
         pane = self.active_pane
@@ -423,7 +489,95 @@ class MainScreen(Screen[None]):
     def action_processes(self) -> None:
         pane = self.active_pane
         if pane is not None:
-            pane.toggle_processes()
+            shown = pane.toggle_processes()
+            gpu = pane.query_one("#gpu-panel")
+            if shown:
+                self._bring_into_view(gpu)
+            elif self.maximized is gpu and self.narrow:
+                self.minimize()
+
+    # ---- terminal size: zoom, panels not shown ------------------------------------------------------
+
+    @property
+    def narrow(self) -> bool:
+        return self.size.width < self.NARROW_BELOW
+
+    def on_resize(self, event: events.Resize) -> None:
+        short = event.size.height < self.SHORT_BELOW
+        for pane in self.panes:
+            pane.set_compact(short)
+
+    def _panel_of(self, widget: Widget | None) -> Widget | None:
+        """The panel ``widget`` is in (itself when it is one)."""
+        from kvtui.ui.host_pane import Panel
+
+        node: Any = widget
+        while node is not None and not isinstance(node, Screen):
+            if isinstance(node, Panel):
+                return node
+            node = node.parent
+        return None
+
+    def _in_hidden_column(self, widget: Widget | None) -> bool:
+        panel = self._panel_of(widget)
+        return panel is not None and self.narrow and panel.id in self.SIDE_PANELS
+
+    def _bring_into_view(self, widget: Widget) -> None:
+        """Where ``widget``'s panel is not laid out (the right-hand column of a narrow terminal),
+        open it zoomed; back on a panel that is laid out, leave the zoom that was opened so."""
+        panel = self._panel_of(widget)
+        if panel is None:
+            return
+        if self._in_hidden_column(panel):
+            if self.maximized is not panel:
+                self.maximize(panel, container=False)
+        elif self.maximized is not None and self._in_hidden_column(self.maximized):
+            self.minimize()
+
+    def action_host(self, step: int) -> None:
+        """``]`` / ``[``: the next / previous host's tab (round the end)."""
+        pane = self.active_pane
+        if pane is None or len(self.host_names) < 2:
+            return
+        index = self.host_names.index(pane.host_name)
+        self.switch_host(self.host_names[(index + step) % len(self.host_names)])
+
+    def action_host_number(self, number: int) -> None:
+        """``1``-``9``: the host in that tab."""
+        if 1 <= number <= len(self.host_names):
+            self.switch_host(self.host_names[number - 1])
+
+    def action_next_theme(self) -> None:
+        """``T``: the next of kvtui's themes (the palette offers every theme)."""
+        app = self.app
+        names = [n for n in getattr(app, "kvtui_themes", []) if n in app.available_themes]
+        if not names:
+            return
+        current = app.theme
+        app.theme = names[(names.index(current) + 1) % len(names)] if current in names else names[0]
+        self.notify(f"theme {app.theme}", timeout=2)
+
+    def action_demo_speed(self) -> None:
+        """``D`` on a demo host: restart its simulation in real time (×1), or at its configured
+        speed again — the same restart ``R`` does (logged, marked in the log)."""
+        pane = self.active_pane
+        if pane is None or not pane.spec.config.demo:
+            return
+        pane.toggle_demo_speed()
+
+    def action_zoom(self) -> None:
+        """``z``: the focused panel fills the screen; again, back to the layout."""
+        if self.maximized is not None:
+            self.minimize()
+            return
+        panel = self._panel_of(self.focused)
+        if panel is not None:
+            self.maximize(panel, container=False)
+
+    def watch_maximized(self, previous: Widget | None, maximized: Widget | None) -> None:
+        if maximized is None and self._in_hidden_column(self.focused):
+            self._focus_log()  # the zoomed panel was one the layout does not show: back to the log
+        self.refresh_bindings()
 
     def action_restart(self) -> None:
         """``R``: a confirm that names what will run, then the service layer's restart."""
@@ -432,9 +586,18 @@ class MainScreen(Screen[None]):
         pane = self.active_pane
         if pane is None or pane.readonly:
             return
-        if pane.busy is not None:
-            self.notify(f"{pane.busy} in progress on {pane.host_name}: wait for it to end", severity="warning",
-                        timeout=4)
+        if pane.busy is not None:  # ask (it used to refuse): cancel it, or stop following it, and restart
+            running = pane.busy
+            after = "stops following it (its restart goes on)" if pane.restart_issued else "cancels it first"
+            body = (f"{running[0].upper()}{running[1:]} is running on {pane.host_name}.\n\n"
+                    f"Restarting now {after}, then restarts the server.")
+
+            def replace_it(answer: bool | None) -> None:
+                if answer and pane.busy == running:
+                    pane.cancel_change()
+                    self.call_after_refresh(self.action_restart)
+
+            self.app.push_screen(ConfirmScreen(f"Restart {pane.host_name} now?", body), replace_it)
             return
         if pane.backend is None:
             self.notify(f"{pane.host_name} is not connected yet", severity="warning", timeout=4)
@@ -448,9 +611,9 @@ class MainScreen(Screen[None]):
         if boot is not None:
             from kvtui.ui import formatting as fmt
 
-            state = f"the current boot is {boot.status.value}" + (
-                f" in {fmt.phase_label(boot.phase)}" if boot.phase is not None else ""
-            )
+            state = f"the current boot is {boot.status.value}"
+            if boot.status is not BootStatus.READY and boot.phase is not None:  # not "ready in ready"
+                state += f" in {fmt.phase_label(boot.phase)}"
         steps = "\n".join(f"  {st.title}" + (f"\n    $ {st.command}" if st.command else "") for st in plan.steps)
         body = (
             f"Restart the server on {pane.host_name}?\n\n"
@@ -487,19 +650,28 @@ class MainScreen(Screen[None]):
         else:
             current = -1 if step > 0 else 0
         target = panels[(current + step) % len(panels)]
+        if isinstance(target, CalculatorPanel) and not target.fields:
+            target = panels[(current + 2 * step) % len(panels)]
+        self._bring_into_view(target)
         if isinstance(target, CalculatorPanel):
-            if not target.focus_first():
-                target = panels[(current + 2 * step) % len(panels)]
-                target.focus()
+            target.focus_first()
         else:
-            target.focus()
+            self.set_focus(target)
+
+    def action_cancel_change(self) -> None:
+        pane = self.active_pane
+        if pane is not None and pane.cancel_change() is not None:
+            self.refresh_bindings()
 
     def action_escape(self) -> None:
-        if isinstance(self.focused, Input):
+        if isinstance(self.focused, Input | CalculatorPanel):
             self._focus_log()
+            if self.maximized is not None and self._in_hidden_column(self.maximized):
+                self.minimize()
             return
         pane = self.active_pane
-        if pane is not None and pane.action_banner.shown and not pane.action_banner.running:
+        if pane is not None and pane.action_banner.shown:
+            # running, it goes on in the background (the banner comes back with the outcome)
             pane.action_banner.hide()
 
 
@@ -646,6 +818,10 @@ class KvtuiApp(App[int]):
         loaded = load_themes()
         for t in loaded.themes:
             self.register_theme(t)
+        self.kvtui_themes = [t.name for t in loaded.themes]  # what ``T`` cycles through
+        for name, builtin in list(self.available_themes.items()):
+            if not usable_theme(builtin):
+                self.unregister_theme(name)
         self.startup_problems: list[str] = list(loaded.problems)
         wanted = theme or self.config.ui.theme
         accepted = accepted_theme_names(loaded)  # `kvtui hosts --check` checks [ui] theme against the same list
@@ -660,6 +836,13 @@ class KvtuiApp(App[int]):
         self.startup_problems.extend(self._keymap_problems(self.config.keymap))
 
     # ---- themes and keys ----------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Textual's palette commands, less "Keys" (kvtui's own help, ``?``, lists every key with
+        its id for ``[keymap]``; two key lists side by side in the palette was one too many)."""
+        for command in super().get_system_commands(screen):
+            if command.title != "Keys":
+                yield command
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         theme = self.current_theme

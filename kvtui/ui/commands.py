@@ -33,6 +33,12 @@ TOPICS: dict[str, str] = {
     "restart": "server",
     "apply": "server",
     "rollback": "server",
+    "change.cancel": "server",
+    "demo.speed": "server",
+    "zoom": "view",
+    "theme.next": "view",
+    "host.next": "host",
+    "host.previous": "host",
 }
 
 

@@ -30,7 +30,16 @@ from kvtui.ui.stall import StallDetector
 from kvtui.ui.widgets.action import ActionBanner, Severity
 from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice
 from kvtui.ui.widgets.calculator import CalculatorPanel
-from kvtui.ui.widgets.gpu import ForeignWarning, GpuBars, GpuHistoryPlot, PhaseBand, ProcessTable
+from kvtui.ui.widgets.gpu import (
+    ForeignWarning,
+    GpuBars,
+    GpuHeader,
+    GpuHistoryPlot,
+    GpuSummary,
+    PhaseBand,
+    ProcessTable,
+    short_gpu_name,
+)
 from kvtui.ui.widgets.host import ConnBanner, FleetRow, HostBar, HostInfo
 from kvtui.ui.widgets.log_view import LogPanel, LogView
 
@@ -46,12 +55,33 @@ HIDDEN_FLUSH_INTERVAL = 0.25  # seconds between a hidden pane's batches (``pace_
 HIDDEN_SERVING_INTERVAL = 1.0  # seconds between its serving-only boot changes
 
 
+def offline_text(status: ConnStatus | None) -> str | None:
+    """The connection's state in a few words while the host is not reached (None: connected)."""
+    if status is None:
+        return "◌ connecting"
+    if status.state is ConnState.CONNECTED:
+        return None
+    if status.state is ConnState.RECONNECTING:
+        wait = f" in {max(0, round(status.retry_in))}s" if status.retry_in is not None else ""
+        return f"◌ not reached · reconnecting{wait}"
+    if status.state is ConnState.CONNECTING:
+        return "◌ connecting"
+    if status.state is ConnState.CLOSED:
+        return "○ connection closed"
+    return f"✖ not reached: {status.state.value}"
+
+
 @dataclass(frozen=True, slots=True)
 class HostSpec:
     """A host to open: its name and its configuration."""
 
     name: str
     config: HostConfig
+
+
+def demo_target(speed: float) -> str:
+    """What the header says a demo host is: its speed (``demo ×8``; ``demo ×1 real time``)."""
+    return f"demo ×{speed:g}" + (" real time" if speed == 1 else "")
 
 
 def host_info(spec: HostSpec, readonly: bool) -> HostInfo:
@@ -70,7 +100,7 @@ def host_info(spec: HostSpec, readonly: bool) -> HostInfo:
     return HostInfo(
         name=spec.name,
         kind=cfg.kind,
-        target=cfg.target,
+        target=demo_target(cfg.demo_speed) if cfg.demo else cfg.target,
         source=source,
         readonly=readonly or cfg.readonly,
         gpus=gpus,
@@ -78,11 +108,20 @@ def host_info(spec: HostSpec, readonly: bool) -> HostInfo:
 
 
 class Panel(Vertical):
-    """A bordered panel with a title; focusable panels take part in the tab cycle."""
+    """A bordered panel with a title; focusable panels take part in the tab cycle. Any panel can
+    be zoomed to the whole screen (``z``)."""
+
+    ALLOW_MAXIMIZE = True
 
 
 class GpuPanel(Panel, can_focus=True):
     """The GPU panel (focusable so ``tab`` can land on it)."""
+
+    def on_resize(self) -> None:
+        for pane in self.ancestors:
+            if isinstance(pane, HostPane):
+                pane.gpu_subtitle()
+                return
 
 
 class HostPane(Vertical):
@@ -159,7 +198,11 @@ class HostPane(Vertical):
         self.batches_applied = 0  # monitor batches taken in (``up_to_date`` compares it)
         self._summary_posted: tuple[object, ...] | None = None  # the fleet row's state last posted
         self._show_processes = False
+        self.offline: str | None = None  # the connection's state while the host is not reached
         self.busy: str | None = None  # the host-changing action running ("an apply", …)
+        self._busy_gen = 0  # bumped by each change begun or cancelled (see ``_end``)
+        self.restart_issued = False  # the running change reached its restart step
+        self._written = False  # the running change wrote the flags file
         self.last_outcome: ApplyOutcome | None = None
 
     # ---- layout -----------------------------------------------------------------------------
@@ -170,21 +213,28 @@ class HostPane(Vertical):
         yield FailureBanner()
         yield StallNotice()
         yield ActionBanner()
+        # The log takes the width left over (kvtui.tcss sizes the rest by terminal size): the boot
+        # and its figures above it, the GPUs and the calculator in a column on the right. Narrow,
+        # that column goes and its panels open zoomed (tab, c, p, z); short, the timeline and the
+        # figures collapse to a few summary lines.
         with Horizontal(id="body"):
-            with GpuPanel(id="gpu-panel", classes="panel"):
-                yield GpuBars()
-                yield ForeignWarning()
-                yield GpuHistoryPlot()
-                yield ProcessTable()
             with Vertical(id="center"):
-                with Panel(id="boot-panel", classes="panel"):
-                    yield PhaseTimeline()
-                    yield KvUsage()
+                with Horizontal(id="top"):
+                    with Panel(id="boot-panel", classes="panel"):
+                        yield PhaseTimeline()
+                        yield KvUsage()
+                    with Panel(id="figures-panel", classes="panel"):
+                        yield GpuSummary()
+                        yield BootFigures()
                 with Panel(id="log-panel", classes="panel"):
                     yield LogPanel(window=self.ui_config.log_lines)
             with Vertical(id="side"):
-                with Panel(id="figures-panel", classes="panel"):
-                    yield BootFigures()
+                with GpuPanel(id="gpu-panel", classes="panel"):
+                    yield GpuHeader()
+                    yield GpuBars()
+                    yield ForeignWarning()
+                    yield GpuHistoryPlot()
+                    yield ProcessTable()
                 with Panel(id="calc-panel", classes="panel"):
                     yield CalculatorPanel(graph_margin_gib=self.calc_config.graph_margin_gib)
 
@@ -194,6 +244,7 @@ class HostPane(Vertical):
         self.query_one("#log-panel").border_title = "Log"
         self.query_one("#figures-panel").border_title = "Figures"
         self.query_one("#calc-panel").border_title = "Calculator"
+        self.calculator.leave_to = lambda: self.log_view
         # the screen's one 1 s timer ticks every pane (``tick_row``). The monitor starts once the
         # first frame is out: its first batch (parser, GPU plot, calculator) is ~0.3 s of work
         # that used to hold the whole layout back
@@ -224,6 +275,13 @@ class HostPane(Vertical):
     @property
     def gpu_plot(self) -> GpuHistoryPlot:
         return self._one(GpuHistoryPlot)
+
+    # ---- terminal size ------------------------------------------------------------------------------
+
+    def set_compact(self, compact: bool) -> None:
+        """A short terminal: the timeline and the figures say it in a few lines."""
+        self._one(PhaseTimeline).set_compact(compact)
+        self._one(BootFigures).set_compact(compact)
 
     # ---- on screen or not -----------------------------------------------------------------------
 
@@ -283,8 +341,9 @@ class HostPane(Vertical):
         """Render what a hidden pane kept: the same widget calls its updates would have made."""
         if self.samples or self.foreign:
             self._one(GpuBars).show(self.samples, self.foreign)
+            self._one(GpuSummary).show(self.samples)
             self._one(ForeignWarning).show(self.foreign)
-            self._gpu_subtitle()
+            self.gpu_subtitle()
         if self.boot is not None:
             self._render_boot()
         self._refresh_live(self.clock())
@@ -399,8 +458,9 @@ class HostPane(Vertical):
             self.stall.gpu_activity(gpu.samples, now)
             if shown:
                 self._one(GpuBars).show(gpu.samples, gpu.foreign)
+                self._one(GpuSummary).show(gpu.samples)
                 self._one(ForeignWarning).show(gpu.foreign)
-                self._gpu_subtitle()
+                self.gpu_subtitle()
             else:
                 self._stale = True
         if boot_state is not None:
@@ -433,15 +493,20 @@ class HostPane(Vertical):
                 if post:
                     self._post_summary(self.current_elapsed(now))
 
-    def _gpu_subtitle(self) -> None:
+    def gpu_subtitle(self) -> None:
         if not self.samples:
             return
         used = sum(s.used_gib for s in self.samples)
         total = sum(s.total_gib for s in self.samples)
-        name = self.samples[0].name
+        name = short_gpu_name(self.samples[0].name) if self.samples[0].name else ""
         label = f"{len(self.samples)} × {name}" if name else f"{len(self.samples)} GPUs"
-        subtitle = f"{label} · {used:,.0f}/{total:,.0f} GiB"
         panel = self._one(GpuPanel)
+        if self.offline is not None:
+            return  # the panel says the host is not reached
+        room = (panel.size.width or 42) - 6  # the border's corners and the spaces around the subtitle
+        subtitle = f"{label} · {used:,.0f}/{total:,.0f} GiB"
+        if len(subtitle) > room:  # the name before the sum: the sum is on the bars and the plot
+            subtitle = label if len(label) <= room else f"{len(self.samples)} × {name[: max(1, room - 6)]}…"
         if panel.border_subtitle != subtitle:
             panel.border_subtitle = subtitle
 
@@ -506,14 +571,44 @@ class HostPane(Vertical):
             panel = self._boot_panel
             if panel is None:
                 panel = self._boot_panel = self.query_one("#boot-panel")
-            if panel.border_subtitle != subtitle:
+            if self.offline is None and panel.border_subtitle != subtitle:
                 panel.border_subtitle = subtitle
+        self._show_connection(status)
         stalled = self.stall.check(boot, now)
         self._one(StallNotice).show(boot.phase if boot else None, stalled)
         row = self.summary_row(elapsed)
         if post:
             self.post_message(self.Summary(row))
         return row
+
+    PANEL_IDS = ("#gpu-panel", "#boot-panel", "#log-panel", "#figures-panel", "#calc-panel")
+
+    def _show_connection(self, status: ConnStatus | None) -> None:
+        """Every panel says when the host is not reached (an unreachable host looked alive:
+        "● following", "collecting GPU memory samples…", only the header said otherwise): the
+        panels' borders turn to the warning colour with the state as their subtitle, the log's
+        status line and the empty GPU plot and timeline say it too."""
+        offline = offline_text(status)
+        was = self.offline
+        self.offline = offline
+        if offline == was:
+            return
+        for panel_id in self.PANEL_IDS:
+            panel = self.query_one(panel_id)
+            panel.set_class(offline is not None, "-offline")
+            if offline is not None:
+                panel.border_subtitle = offline
+            elif panel_id in ("#log-panel", "#figures-panel", "#calc-panel"):
+                panel.border_subtitle = ""
+        self.log_view.set_offline(offline)
+        self.gpu_plot.offline = offline
+        self.gpu_plot.refresh()
+        self._one(PhaseTimeline).set_offline(offline)
+        if offline is None:  # back: the panels' own subtitles
+            self.gpu_subtitle()
+            self._boot_panel = None
+            if self.boot is not None:
+                self._refresh_live(self.clock(), post=False)
 
     def live_status(self, now: float) -> ConnStatus | None:
         """The connection status with "reconnecting in Ns" counted down to ``now``."""
@@ -633,19 +728,60 @@ class HostPane(Vertical):
         return False, (f"off by default: {state}, so the current flags are not known to work (going back "
                        "would restart into them)")
 
-    def _begin(self, what: str) -> bool:
+    def _begin(self, what: str) -> int | None:
+        """Mark ``what`` as running; its number (its worker hands it to ``_end``), or None when
+        another change runs or the host is not reached."""
         if self.busy is not None:
-            self.notify(f"{self.busy} in progress on {self.host_name}: wait for it to end", severity="warning",
-                        timeout=4)
-            return False
+            self.notify(f"{self.busy} in progress on {self.host_name}: wait for it to end, or cancel it (ctrl+x)",
+                        severity="warning", timeout=4)
+            return None
         if self.backend is None:
             self.notify(f"{self.host_name} is not connected yet", severity="warning", timeout=4)
-            return False
+            return None
         self.busy = what
-        return True
+        self._busy_gen += 1
+        self.restart_issued = False
+        self._written = False
+        return self._busy_gen
+
+    def _end(self, gen: int) -> None:
+        """A worker is done: it no longer holds the host (unless it was cancelled and another
+        change began since)."""
+        if gen == self._busy_gen:
+            self.busy = None
+
+    # progress lines that say the server is being restarted (kvtui.hosts.service's wording)
+    RESTART_STEP = ("restarting the unit", "systemctl restart", "stopping the server", "starting the server")
 
     def _progress(self, line: str) -> None:
+        if line.startswith(self.RESTART_STEP):
+            self.restart_issued = True
+        if "the previous version is saved as" in line:
+            self._written = True
         self.action_banner.progress(line)
+
+    def cancel_change(self) -> str | None:
+        """``ctrl+x``: stop the running apply, rollback or restart — before its restart step it is
+        cancelled (what was written is said); after it, kvtui stops following (the new boot goes on
+        and the log shows it). What the banner says, or None when nothing runs."""
+        if self.busy is None:
+            return None
+        what = self.busy.removeprefix("an ").removeprefix("a ")
+        if self.restart_issued:
+            headline = f"{what} on {self.host_name}: no longer followed"
+            detail = ["the restart was issued and goes on on the host; the log and the boot panel show the new boot"]
+        elif self._written:
+            headline = f"{what} on {self.host_name} cancelled before the restart"
+            detail = ["the new flags are written but not running: R restarts into them, u rolls them back"]
+        else:
+            headline = f"{what} on {self.host_name} cancelled"
+            detail = ["nothing was restarted; a write under way either finished whole or left the file as it was "
+                      "(written atomically)"]
+        self._busy_gen += 1  # the cancelled worker's end no longer frees the host: it is free now
+        self.busy = None
+        self.workers.cancel_group(self, "service")
+        self.action_banner.finish("warning", headline, detail)
+        return headline
 
     def _known_boots(self) -> list[Boot] | None:
         return list(self.monitor.tracker.boots) if self.monitor is not None else None
@@ -658,21 +794,53 @@ class HostPane(Vertical):
         if isinstance(edits, str):
             self.notify(edits, severity="warning", timeout=5)
             return
-        if self._begin("an apply"):
-            self._apply_worker(edits)
+        gen = self._begin("an apply")
+        if gen is not None:
+            self._apply_worker(edits, gen)
 
     def start_rollback(self) -> None:
         """``u``: restore the newest backup of the flags file, confirm, restart."""
-        if not self.readonly and self._begin("a rollback"):
-            self._rollback_worker()
+        gen = None if self.readonly else self._begin("a rollback")
+        if gen is not None:
+            self._rollback_worker(gen)
+
+    def toggle_demo_speed(self) -> None:
+        """``D``: a demo host's simulation restarts in real time (×1), or at its configured speed
+        again (the default speed when real time is what is configured)."""
+        from kvtui.config import DEMO_DEFAULT_SPEED
+        from kvtui.hosts.demo import DemoBackend
+        from kvtui.hosts.service import plan_restart
+
+        backend, cfg = self.backend, self.spec.config
+        if not isinstance(backend, DemoBackend) or not cfg.demo or self.readonly:
+            return
+        if self.busy is not None:
+            self.notify(f"{self.busy} in progress on {self.host_name}: the speed can change after it",
+                        severity="warning", timeout=4)
+            return
+        configured = cfg.demo_speed
+        fast = configured if configured != 1 else DEMO_DEFAULT_SPEED
+        backend.speed = 1.0 if backend.speed != 1 else fast
+        self.info = replace(self.info, target=demo_target(backend.speed))
+        bar = self._one(HostBar)
+        bar.info = self.info
+        bar.refresh()
+        plan = plan_restart(self.host_name, self.spec.config, backend)
+        if plan.refused:
+            self.notify(plan.refusals[0].reason, title="demo speed", severity="warning", timeout=8)
+            return
+        self.notify(f"{self.host_name}: the simulation restarts at ×{backend.speed:g}"
+                    + (" (real time)" if backend.speed == 1 else ""), title="demo speed", timeout=4)
+        self.start_restart(plan)
 
     def start_restart(self, plan: RestartPlan) -> None:
         """``R`` (after its confirm): restart through the service layer."""
-        if not self.readonly and self._begin("a restart"):
-            self._restart_worker(plan)
+        gen = None if self.readonly else self._begin("a restart")
+        if gen is not None:
+            self._restart_worker(plan, gen)
 
     @work(group="service", exit_on_error=False, description="apply")
-    async def _apply_worker(self, edits: list[Edit]) -> None:
+    async def _apply_worker(self, edits: list[Edit], gen: int) -> None:
         from kvtui.hosts import service
 
         backend = self.backend
@@ -686,23 +854,24 @@ class HostPane(Vertical):
                     graph_margin_gib=self.calc_config.graph_margin_gib, clock=self.clock,
                 )
             except service.ServiceError as exc:
-                banner.hide()
+                banner.stop()
                 await self.app.push_screen_wait(NoticeScreen(f"Cannot apply on {self.host_name}", str(exc)))
                 return
             banner.hide()
             on, why = self.rollback_default()
             decision = await self.app.push_screen_wait(ApplyScreen(plan, rollback_default=on, rollback_why=why))
             if decision is None:
+                banner.stop()
                 self.notify("nothing was changed", title=f"{self.host_name}: apply cancelled", timeout=4)
                 return
             plan.force = decision.force
             plan.rollback_on_failure = decision.rollback_on_failure
             await self._execute(plan)
         finally:
-            self.busy = None
+            self._end(gen)
 
     @work(group="service", exit_on_error=False, description="rollback")
-    async def _rollback_worker(self) -> None:
+    async def _rollback_worker(self, gen: int) -> None:
         from kvtui.hosts import service
 
         backend = self.backend
@@ -716,17 +885,18 @@ class HostPane(Vertical):
                                                    graph_margin_gib=self.calc_config.graph_margin_gib,
                                                    clock=self.clock)
             except service.ServiceError as exc:
-                banner.hide()
+                banner.stop()
                 await self.app.push_screen_wait(NoticeScreen(f"Cannot roll back {self.host_name}", str(exc)))
                 return
             banner.hide()
             decision = await self.app.push_screen_wait(ApplyScreen(plan))
             if decision is None:
+                banner.stop()
                 self.notify("nothing was changed", title=f"{self.host_name}: rollback cancelled", timeout=4)
                 return
             await self._execute(plan)
         finally:
-            self.busy = None
+            self._end(gen)
 
     async def _execute(self, plan: ApplyPlan) -> None:
         from kvtui.hosts import service
@@ -747,6 +917,8 @@ class HostPane(Vertical):
         else:
             severity = "failed"
         detail = list(outcome.reality)
+        if outcome.backup_path:
+            detail.append(f"backup: {outcome.backup_path}")  # whole, wrapped (the banner wraps)
         if severity != "ok":
             why = [m for m in outcome.messages if m.startswith(("the new boot failed", "hint:", "edit not in effect",
                                                                  "rolled back", "refused", "timed out"))]
@@ -758,7 +930,7 @@ class HostPane(Vertical):
                     timeout=8 if severity == "ok" else 15)
 
     @work(group="service", exit_on_error=False, description="restart")
-    async def _restart_worker(self, plan: RestartPlan) -> None:
+    async def _restart_worker(self, plan: RestartPlan, gen: int) -> None:
         from kvtui.hosts import service
 
         backend = self.backend
@@ -768,10 +940,10 @@ class HostPane(Vertical):
             outcome = await service.restart(plan, backend, self._progress, clock=self.clock)
             self.last_outcome = outcome
             if outcome.code == 0:
-                self.action_banner.hide()
+                self.action_banner.stop()
                 self.notify(f"{self.host_name}: restarted — following the new boot; the log marks it",
                             title=f"{self.host_name}: restart")
             else:
                 self._show_outcome(service.outcome_headline(outcome, "restart", self.host_name), outcome, "restart")
         finally:
-            self.busy = None
+            self._end(gen)

@@ -3,9 +3,10 @@ prediction, refusals), notices, and the calculator's explanation."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -17,12 +18,60 @@ from textual.widgets import Button, Checkbox, Static
 
 from kvtui.ui import formatting as fmt
 
+ResultT = TypeVar("ResultT")
+
 if TYPE_CHECKING:
     from kvtui.hosts.service import ApplyPlan
     from kvtui.kvcalc import Prediction
 
 
-class HelpScreen(ModalScreen[None]):
+class DialogBody(VerticalScroll):
+    """A dialog's scrolling part: focused when the dialog opens, so the keys scroll it (↑/↓,
+    j/k, page up/down, home/end) — a dialog taller than the terminal used to need the mouse."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j", "scroll_down", "Down", show=False),
+        Binding("k", "scroll_up", "Up", show=False),
+        Binding("g", "scroll_home", "Top", show=False),
+        Binding("G", "scroll_end", "Bottom", show=False),
+        Binding("space", "page_down", "Page down", show=False),
+    ]
+
+
+class FittedDialog(ModalScreen[ResultT]):
+    """A dialog as tall as its content and never taller than the terminal: its ``DialogBody``
+    gets the rows the rest of the dialog leaves, and the keys (the body has focus)."""
+
+    def on_mount(self) -> None:
+        for body in self.query(DialogBody):
+            self.set_focus(body)
+            break
+        self.call_after_refresh(self.fit)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.fit)
+
+    def fit(self) -> None:
+        bodies = list(self.query(DialogBody))
+        dialogs = list(self.query(".dialog"))
+        if not bodies or not dialogs:
+            return
+        body, dialog = bodies[0], dialogs[0]
+        others = 0
+        for child in dialog.children:
+            if child is body or not child.display:
+                continue
+            margin = child.styles.margin
+            others += child.outer_size.height + margin.top + margin.bottom
+        gutter = dialog.styles.gutter.height
+        margin = body.styles.margin
+        room = self.size.height - 2 - gutter - others - margin.top - margin.bottom
+        room = max(3, room)
+        if body.styles.max_height is None or body.styles.max_height.value != room:
+            body.styles.max_height = room
+
+
+class HelpScreen(FittedDialog[None]):
     """Every key of the console, generated from the live binding table (so remaps show)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -44,11 +93,12 @@ class HelpScreen(ModalScreen[None]):
         ]
         with Vertical(id="help-dialog", classes="dialog"):
             yield Static(Content.styled(self.title_text, "bold"), classes="dialog-title")
-            with VerticalScroll():
+            with DialogBody():
                 yield Static(Content("\n").join(lines), id="help-keys")
             yield Static(
                 Content.styled(
-                    "Remap any key in hosts.toml: [keymap] <id> = \"key\"  ·  ctrl+p: command palette  ·  esc closes",
+                    "↑↓ j k pgup pgdn scroll  ·  remap any key in hosts.toml: [keymap] <id> = \"key\"  ·  "
+                    "ctrl+p: command palette  ·  esc closes",
                     "$text-muted",
                 ),
                 classes="dialog-footer",
@@ -58,7 +108,7 @@ class HelpScreen(ModalScreen[None]):
         self.dismiss(result)
 
 
-class ConfirmScreen(ModalScreen[bool]):
+class ConfirmScreen(FittedDialog[bool]):
     """A yes/no question; the dangerous choice is never the default."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -75,13 +125,15 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-dialog", classes="dialog"):
             yield Static(Content.styled(self.title_text, "bold"), classes="dialog-title")
-            yield Static(self.body, id="confirm-body")
+            with DialogBody():
+                yield Static(self.body, id="confirm-body")
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Cancel", id="cancel", variant="default")
-                yield Button(f"{self.confirm_label} (y)", id="confirm", variant="error")
-
-    def on_mount(self) -> None:
-        self.query_one("#cancel", Button).focus()
+                yield Static(Content.assemble(("y", "$accent bold"), (f" {self.confirm_label.lower()}  ·  ",
+                                                                       "$text-muted"),
+                                              ("n/esc", "$accent bold"), (" cancel", "$text-muted")),
+                             classes="dialog-keys")
+                yield Button("Cancel", id="cancel", variant="default", compact=True)
+                yield Button(f"{self.confirm_label} (y)", id="confirm", variant="error", compact=True)
 
     def action_answer(self, answer: bool) -> None:
         self.dismiss(answer)
@@ -91,7 +143,7 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(event.button.id == "confirm")
 
 
-class ExplainScreen(ModalScreen[None]):
+class ExplainScreen(FittedDialog[None]):
     """The calculator's working: the formula with the numbers put in."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -114,7 +166,7 @@ class ExplainScreen(ModalScreen[None]):
             title += f" — verdict {self.verdict}"
         with Vertical(id="explain-dialog", classes="dialog"):
             yield Static(Content.styled(title, "bold"), classes="dialog-title")
-            with VerticalScroll():
+            with DialogBody():
                 yield Static(Content("\n").join(body), id="explain-body")
             yield Static(Content.styled("esc or x closes", "$text-muted"), classes="dialog-footer")
 
@@ -136,10 +188,12 @@ class ApplyDecision:
     rollback_on_failure: bool
 
 
-def diff_content(diff: str) -> Content:
-    """A unified diff coloured with the theme's ``$diff-*`` variables."""
+def diff_content(diff: str, *, context: int | None = None) -> Content:
+    """A unified diff coloured with the theme's ``$diff-*`` variables (``context``: trimmed to
+    that many lines around each change, see ``trim_diff``)."""
     lines: list[Content] = []
-    for line in diff.rstrip("\n").splitlines():
+    source = trim_diff(diff, context) if context is not None else diff.rstrip("\n").splitlines()
+    for line in source:
         if line.startswith(("+++", "---")):
             lines.append(Content.styled(line, "$text-muted bold"))
         elif line.startswith("@@"):
@@ -151,6 +205,62 @@ def diff_content(diff: str) -> Content:
         else:
             lines.append(Content.styled(line, "$foreground 80%"))
     return Content("\n").join(lines)
+
+
+def trim_diff(diff: str, context: int = 1) -> list[str]:
+    """``diff``'s hunks with ``context`` lines around each change (the hunk headers rewritten to
+    match), its ``---``/``+++`` header left out (the dialog names the file above it): the change is
+    what must fit on a 36-row screen."""
+    out: list[str] = []
+    lines = diff.rstrip("\n").splitlines()
+    hunks: list[tuple[int, int, list[str]]] = []
+    for line in lines:
+        if line.startswith(("---", "+++")):
+            continue
+        m = re.match(r"@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@", line)
+        if m:
+            hunks.append((int(m.group(1)), int(m.group(2)), []))
+        elif hunks:
+            hunks[-1][2].append(line)
+        else:
+            out.append(line)
+    for old, new, body in hunks:
+        changed = [i for i, ln in enumerate(body) if ln.startswith(("+", "-"))]
+        keep = sorted({j for i in changed for j in range(i - context, i + context + 1) if 0 <= j < len(body)})
+        runs: list[list[int]] = []
+        for j in keep:
+            if runs and j == runs[-1][-1] + 1:
+                runs[-1].append(j)
+            else:
+                runs.append([j])
+        for run in runs:
+            skipped_old = sum(1 for ln in body[: run[0]] if not ln.startswith("+"))
+            skipped_new = sum(1 for ln in body[: run[0]] if not ln.startswith("-"))
+            part = [body[j] for j in run]
+            n_old = sum(1 for ln in part if not ln.startswith("+"))
+            n_new = sum(1 for ln in part if not ln.startswith("-"))
+            out.append(f"@@ -{old + skipped_old},{n_old} +{new + skipped_new},{n_new} @@")
+            out.extend(part)
+    return out
+
+
+def prediction_summary(p: Prediction) -> Content:
+    """The verdict in one line: badge, pool tokens (and the change), graph headroom, the
+    largest safe fraction."""
+    verdict = str(p.verdict)
+    var = fmt.VERDICT_VARIABLE.get(verdict, "text-muted")
+    now = p.model.tokens
+    delta = f" ({p.tokens - now:+,})" if now and p.tokens != now else ""
+    parts: list[tuple[str, str] | str] = [
+        (f" {verdict.upper().replace('_', ' ')} ", f"bold $background on ${var}"), "  ",
+        (f"{p.tokens:,}", "$foreground bold"), (f" KV tokens{delta}", "$text-muted"),
+    ]
+    if p.graph_headroom_gib is not None:
+        style = "$error bold" if p.graph_headroom_gib < p.margin_gib else "$foreground"
+        parts.extend([("  ·  headroom ", "$text-muted"), (fmt.signed_gib(p.graph_headroom_gib), style)])
+    if p.max_safe_fraction is not None:
+        parts.extend([("  ·  largest safe ", "$text-muted"), (f"{p.max_safe_fraction:.2f}", "$accent bold")])
+    return Content.assemble(*parts)
 
 
 def prediction_content(p: Prediction, note: str | None = None, *, title: str = "Prediction for the new flags"
@@ -184,7 +294,7 @@ def prediction_content(p: Prediction, note: str | None = None, *, title: str = "
     return Content("\n").join(lines)
 
 
-class ApplyScreen(ModalScreen[ApplyDecision | None]):
+class ApplyScreen(FittedDialog[ApplyDecision | None]):
     """Confirm an apply (``a``) or a rollback (``u``): the file and how it was found, the flag
     changes, refusals, the calculator's prediction, the unified diff and the exact commands.
     ``y`` confirms and ``n``/Esc cancels. A refusal by the calculator (``no_fit``/``oom_risk``)
@@ -306,12 +416,22 @@ class ApplyScreen(ModalScreen[ApplyDecision | None]):
         return "Apply anyway (y)" if self.force else "Apply (y)"
 
     def compose(self) -> ComposeResult:
+        """What changes, whether the calculator agrees (one line), the diff and what runs come
+        first — they fit a 120x36 terminal without scrolling; the prediction's details after."""
         plan = self.plan
         with Vertical(id="apply-dialog", classes="dialog"):
             yield Static(self._title(), id="apply-title", classes="dialog-title")
-            with VerticalScroll(id="apply-scroll"):
+            with DialogBody(id="apply-scroll"):
                 yield Static(self._source(), id="apply-source")
                 yield Static(self._refusals(), id="apply-refusals", classes="apply-section")
+                if plan.prediction is not None:
+                    yield Static(prediction_summary(plan.prediction), id="apply-verdict", classes="apply-section")
+                if plan.diff:
+                    yield Static(Content.styled("Diff", "bold"), classes="apply-heading")
+                    yield Static(diff_content(plan.diff, context=1), id="apply-diff")
+                if plan.changed and plan.steps:
+                    yield Static(Content.styled("What runs", "bold"), classes="apply-heading")
+                    yield Static(self._commands(), id="apply-commands")
                 if plan.prediction is not None:
                     title = "Prediction for the new flags" if self.is_apply else "Prediction for the restored flags"
                     yield Static(prediction_content(plan.prediction, plan.prediction_note, title=title),
@@ -319,23 +439,18 @@ class ApplyScreen(ModalScreen[ApplyDecision | None]):
                 elif self.is_apply and plan.prediction_note:
                     yield Static(Content.styled(f"Prediction: {plan.prediction_note}", "$warning"),
                                  id="apply-prediction", classes="apply-section")
-                if plan.diff:
-                    yield Static(Content.styled("Diff", "bold"), classes="apply-heading")
-                    yield Static(diff_content(plan.diff), id="apply-diff")
-                if plan.changed and plan.steps:
-                    yield Static(Content.styled("What runs", "bold"), classes="apply-heading")
-                    yield Static(self._commands(), id="apply-commands")
             if self.offers_rollback:
                 yield Checkbox("Roll back automatically if the new boot fails", self.rollback_default,
-                               id="apply-rollback")
+                               id="apply-rollback", compact=True)
                 yield Static(Content.styled(self.rollback_why, "$text-muted"), id="apply-rollback-why")
-            yield Static(self._keys(), id="apply-keys", classes="dialog-footer")
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Cancel", id="cancel", variant="default")
-                yield Button(self._confirm_label(), id="confirm", variant="error", disabled=bool(self.blocking()))
+                yield Static(self._keys(), id="apply-keys", classes="dialog-keys")
+                yield Button("Cancel", id="cancel", variant="default", compact=True)
+                yield Button(self._confirm_label(), id="confirm", variant="error", disabled=bool(self.blocking()),
+                             compact=True)
 
     def on_mount(self) -> None:
-        self.query_one("#cancel", Button).focus()
+        super().on_mount()  # the body has the keys (not Cancel: the restart step needed the mouse)
         self.query_one("#apply-refusals").display = bool(self.plan.refusals) or not self.plan.changed
 
     def _refresh_state(self) -> None:
@@ -380,7 +495,7 @@ class ApplyScreen(ModalScreen[ApplyDecision | None]):
             self.dismiss(None)
 
 
-class NoticeScreen(ModalScreen[None]):
+class NoticeScreen(FittedDialog[None]):
     """A message that needs reading (an apply kvtui refuses before it can plan, say)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -396,7 +511,8 @@ class NoticeScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="notice-dialog", classes="dialog -error" if self.error else "dialog"):
             yield Static(Content.styled(self.title_text, "bold"), classes="dialog-title")
-            yield Static(Content(self.body), id="notice-body")
+            with DialogBody():
+                yield Static(Content(self.body), id="notice-body")
             yield Static(Content.styled("esc closes", "$text-muted"), classes="dialog-footer")
 
     def action_close(self) -> None:

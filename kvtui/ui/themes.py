@@ -261,6 +261,13 @@ def rgb(value: str, fallback: tuple[int, int, int] = (128, 128, 128)) -> tuple[i
         return fallback
 
 
+def usable_theme(theme: Theme) -> bool:
+    """Whether kvtui draws correctly in ``theme``. An ANSI theme (Textual's ``ansi-dark``,
+    ``ansi-light``) leaves colours to the terminal's 16: kvtui's bars draw their empty cells in the
+    foreground at 10 % opacity, which an ANSI colour cannot blend — empty cells looked full."""
+    return not theme.ansi and not theme.name.startswith("ansi")
+
+
 def theme_names(themes: Sequence[Theme]) -> list[str]:
     return sorted(t.name for t in themes)
 
@@ -272,4 +279,5 @@ def accepted_theme_names(loaded: LoadedThemes | None = None) -> list[str]:
     from textual.theme import BUILTIN_THEMES
 
     loaded = load_themes() if loaded is None else loaded
-    return sorted(set(BUILTIN_THEMES) | {t.name for t in loaded.themes})
+    builtins = {name for name, theme in BUILTIN_THEMES.items() if usable_theme(theme)}  # not the ANSI ones
+    return sorted(builtins | {t.name for t in loaded.themes})

@@ -30,10 +30,9 @@ class ActionBanner(Static):
     ActionBanner {
         display: none;
         height: auto;
-        max-height: 7;
+        max-height: 12;
         padding: 0 1;
-        text-wrap: nowrap;
-        text-overflow: ellipsis;
+        text-wrap: wrap;  /* a backup path is shown whole, wrapped (it was cut with …) */
         background: $primary-muted;
         border-left: thick $primary;
         &.-shown { display: block; }
@@ -44,7 +43,7 @@ class ActionBanner(Static):
     """
 
     RECENT = 3  # progress lines kept on screen under the current step
-    DETAIL = 5  # outcome lines at most (one row each, cut with an ellipsis)
+    DETAIL = 5  # outcome lines at most (each wrapped to the banner's width, never cut)
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -72,10 +71,16 @@ class ActionBanner(Static):
         self._show()
 
     def progress(self, line: str) -> None:
-        """One progress line of the running action."""
+        """One progress line of the running action (shown unless the banner was hidden)."""
         self.steps += 1
         self.lines.append(line)
-        self._show()
+        if self.shown:
+            self._show()
+
+    def stop(self) -> None:
+        """The action is over without an outcome to show (the dialog was cancelled)."""
+        self.running = False
+        self.hide()
 
     def finish(self, severity: Severity, headline: str, detail: Sequence[str] = ()) -> None:
         """The action ended: the headline and a few detail lines stay until hidden."""
@@ -86,7 +91,7 @@ class ActionBanner(Static):
         self._show()
 
     def hide(self) -> None:
-        self.running = False
+        """Out of sight; a running action goes on (and its outcome shows the banner again)."""
         self.outcome = None
         self.remove_class("-shown", "-ok", "-warning", "-failed")
         self.update("")
@@ -109,6 +114,7 @@ class ActionBanner(Static):
             head = Content.assemble(
                 ("⟳ ", "$primary bold"), (self.title_text, "bold"),
                 (f"  ·  {lines[-1]}" if lines else "", "$foreground"),
+                ("   esc: in the background · ctrl+x: cancel", "$text-muted"),
             )
             rest = [Content.styled(f"   {ln}", "$text-muted") for ln in lines[:-1]]
             return Content("\n").join([head, *rest])

@@ -15,7 +15,6 @@ from textual.content import Content
 from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
-from textual.widgets import Sparkline
 
 from kvtui.boot import Boot, BootStatus, Failure, PhaseSpan
 from kvtui.engines.events import PHASE_ORDER, Model, Phase
@@ -77,6 +76,19 @@ class PhaseTimeline(Widget):
         self._now: datetime | None = None
         self._rows_shown = -1
         self._shown: tuple[str, ...] | None = None
+        self.offline: str | None = None  # the host is not reached
+        self.compact = False  # a short terminal: two lines (the current phase, the phases done)
+
+    def set_offline(self, offline: str | None) -> None:
+        if offline != self.offline:
+            self.offline = offline
+            self.show(self._boot, self._now)
+
+    def set_compact(self, compact: bool) -> None:
+        if compact != self.compact:
+            self.compact = compact
+            self._shown = None
+            self.show(self._boot, self._now)
 
     def show(self, boot: Boot | None, now: datetime | None) -> None:
         self._boot = boot
@@ -98,7 +110,13 @@ class PhaseTimeline(Widget):
     def _rows(self) -> Iterable[Content]:
         boot = self._boot
         if boot is None:
-            yield Content.styled("waiting for the server's log…", "$text-muted italic")
+            if self.offline is not None:
+                yield Content.styled(f"no log yet: {self.offline}", "$warning italic")
+            else:
+                yield Content.styled("waiting for the server's log…", "$text-muted italic")
+            return
+        if self.compact:
+            yield from self._compact_rows(boot)
             return
         target = [s for s in boot.phases if s.model is Model.TARGET]
         draft = [s for s in boot.phases if s.model is Model.DRAFT]
@@ -147,6 +165,34 @@ class PhaseTimeline(Widget):
                 continue
             yield Content.assemble(("· ", "$text-disabled"), (fmt.phase_label(phase), "$text-disabled"))
 
+    def _compact_rows(self, boot: Boot) -> Iterable[Content]:
+        """The boot in two lines: where it is now, then the phases it went through."""
+        target = [s for s in boot.phases if s.model is Model.TARGET]
+        current = target[-1] if target else None
+        live = boot.status is BootStatus.STARTING
+        room = max(0, (self.size.width or 80) - 2 - 26)
+        if boot.status is BootStatus.FAILED:
+            where = f" in {fmt.phase_label(current.name)}" if current is not None else ""
+            yield Content.styled(f"✖ failed{where}", "$phase-failed bold")
+        elif boot.status is BootStatus.STOPPED:
+            yield Content.styled("■ stopped", "$text-muted bold")
+        elif boot.status is BootStatus.READY:
+            yield Content.styled("✔ ready", "$phase-ready bold")
+        elif current is not None:
+            var = "$" + fmt.PHASE_VARIABLE[current.name]
+            seconds = _span_seconds(current, self._now, live)
+            yield Content.assemble(
+                ("▶ ", f"{var} bold"), (f"{fmt.phase_label(current.name):<14}", f"{var} bold"),
+                (f"{fmt.duration(seconds):>8}", "$foreground bold"), "  ", _progress(current, room),
+            )
+        done = [s for s in target if s is not current or not live]
+        parts = [
+            f"{fmt.phase_label(s.name)} {fmt.duration(_span_seconds(s, self._now, False))}"
+            for s in done if s.name not in _FINAL_TARGET
+        ]
+        if parts:
+            yield Content.assemble(("✔ ", "$text-muted"), (" · ".join(parts), "$text-muted"))
+
     def render(self) -> Content:
         return Content("\n").join(list(self._rows()))
 
@@ -169,6 +215,12 @@ class BootFigures(Widget):
         self._rows_shown = -1
         self._shown: list[tuple[str, str]] | None = None
         self.repaints = 0  # refreshes asked for, for tests and the curious
+        self.compact = False  # a short terminal: the key figures as a few wrapped lines
+
+    def set_compact(self, compact: bool) -> None:
+        if compact != self.compact:
+            self.compact = compact
+            self.refresh(layout=True)
 
     def show(self, boot: Boot | None) -> None:
         """Told the boot on every batch (a serving line every few seconds): repaint only when a
@@ -184,7 +236,32 @@ class BootFigures(Widget):
         self._rows_shown = rows
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if self.compact:
+            return max(1, len(self._compact_lines(width)))
         return max(1, len(self.figures()))
+
+    def _compact_lines(self, width: int) -> list[Content]:
+        boot = self._boot
+        if boot is None:
+            return [Content.styled("no figures yet", "$text-muted italic")]
+        m = boot.metrics
+        items = [
+            ("KV ", "—" if m.max_total_num_tokens is None else f"{fmt.tokens(m.max_total_num_tokens)} tok"),
+            ("free ", fmt.gib(m.avail_after_pool_gib)),
+            ("ctx ", fmt.tokens(m.context_len)),
+        ]
+        if m.kv_cache_gib is not None:
+            items.insert(1, ("", f"{fmt.gib(m.kv_cache_gib)}/rank"))
+        lines: list[Content] = []
+        line = Content("")
+        for label, value in items:  # whole items per line ("12.59 GiB/rank" is never split)
+            item = Content.assemble((label, "$text-muted"), (value, "$foreground bold"))
+            if line.cell_length and line.cell_length + 3 + item.cell_length > width:
+                lines.append(line)
+                line = Content("")
+            line = Content.assemble(line, (" · ", "$text-muted"), item) if line.cell_length else item
+        lines.append(line)
+        return lines
 
     def figures(self) -> list[tuple[str, str]]:
         boot = self._boot
@@ -205,12 +282,16 @@ class BootFigures(Widget):
         return rows
 
     def render(self) -> Content:
+        width = max(1, self.size.width - 2) if self.size.width else 30
+        if self.compact:
+            return Content("\n").join(self._compact_lines(width))
         rows = self.figures()
         if not rows:
             return Content.styled("no figures yet", "$text-muted italic")
-        width = max(1, self.size.width - 2) if self.size.width else 30
         lines: list[Content] = []
         for label, value in rows:
+            if len(label) + len(value) + 1 > width:  # the figure whole, its label gives way
+                label = label[: max(0, width - len(value) - 2)] + "…"
             pad = max(1, width - len(label) - len(value))
             value_style = "$text-disabled" if value == "—" else "$foreground bold"
             lines.append(Content.assemble((label, "$text-muted"), " " * pad, (value, value_style)))
@@ -243,6 +324,53 @@ class KvGauge(Widget):
         )
 
 
+_SPARK = " ▁▂▃▄▅▆▇█"
+
+
+class UsageSpark(Widget):
+    """KV-pool usage over time on a fixed 0–100 % scale (Textual's ``Sparkline`` scales to the
+    data's own maximum: 10 % drew full height, in the colour of a full pool). Each column is one
+    reading, coloured as the gauge is (warning from 80 %, error from 95 %); the newest on the
+    right."""
+
+    DEFAULT_CSS = """
+    UsageSpark { height: 2; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.data: list[float] = []
+
+    def set_data(self, data: list[float]) -> None:
+        if data != self.data:
+            self.data = list(data)
+            self.refresh()
+
+    def columns(self, width: int, height: int) -> list[list[str]]:
+        """The glyphs of each column, top row first."""
+        levels = height * 8
+        cols: list[list[str]] = []
+        for value in self.data[-width:] if width > 0 else []:
+            filled = round(min(1.0, max(0.0, value)) * levels)
+            if value > 0 and filled == 0:
+                filled = 1  # a pool in use is never drawn empty
+            cols.append([_SPARK[min(8, max(0, filled - (height - 1 - row) * 8))] for row in range(height)])
+        return cols
+
+    def render(self) -> Content:
+        width, height = self.size.width or 40, max(1, self.size.height or 2)
+        cols = self.columns(width, height)
+        pad = width - len(cols)
+        rows: list[Content] = []
+        for row in range(height):
+            parts: list[tuple[str, str] | str] = [" " * pad]
+            for value, col in zip(self.data[-len(cols):] if cols else [], cols, strict=True):
+                style = "$error" if value >= 0.95 else "$warning" if value >= 0.8 else "$phase-ready"
+                parts.append((col[row], style))
+            rows.append(Content.assemble(*parts))
+        return Content("\n").join(rows)
+
+
 class KvUsage(Vertical):
     """After ready: the live KV-pool usage gauge, its sparkline and the serving load."""
 
@@ -254,12 +382,6 @@ class KvUsage(Vertical):
         &.-serving { display: block; }
         #kv-gauge { height: 1; }
         #kv-load { height: 1; color: $text-muted; }
-        Sparkline {
-            height: 2;
-            margin: 0 0;
-            & > .sparkline--max-color { color: $warning; }
-            & > .sparkline--min-color { color: $phase-ready; }
-        }
     }
     """
 
@@ -273,7 +395,7 @@ class KvUsage(Vertical):
 
     def compose(self) -> ComposeResult:
         yield KvGauge(id="kv-gauge")
-        yield Sparkline([], id="kv-spark")
+        yield UsageSpark(id="kv-spark")
         yield QuietStatic(id="kv-load")
 
     def show(self, boot: Boot | None, now: float | None = None) -> None:
@@ -293,11 +415,8 @@ class KvUsage(Vertical):
         self._bucket = bucket
         self._usage = usage
         self.query_one(KvGauge).usage = usage
-        spark = self.query_one("#kv-spark", Sparkline)
-        data = list(self.history)
-        spark.display = len(data) >= 2  # one value would draw a meaningless full box
-        if spark.data != data:
-            spark.data = data
+        spark = self.query_one("#kv-spark", UsageSpark)
+        spark.set_data(list(self.history))
         live = boot.live
         parts = [
             f"running {live.running_reqs}" if live.running_reqs is not None else None,

@@ -1,36 +1,45 @@
 """The calculator panel: the calibrated memory model of the current boot, editable flags, and
 the prediction (tokens, headroom, verdict, max safe fraction) updating as you type.
 
+One widget draws the whole panel — the basis line, a row per flag, the prediction, the reasons —
+and edits the flag under its cursor itself (a one-line editor: the row's value is the text being
+edited). It used to be ~30 widgets (a ``Label`` and an ``Input`` per flag): mounting them made a
+host's first display slow, an ``Input`` narrower than its value showed a silently cut figure
+(``20000`` for 200000), and keys typed in a burst right after ``c`` went to the widget that had
+focus before the ``Input`` got it. Here a value is drawn whole, or visibly elided with ``…``
+(while editing, the window follows the cursor); keys reach the editor in the order they were
+typed (a key that arrives after focus moved on is handed to the widget that has it now).
+
 It renders and computes only from what it is given (a ``Boot`` and its sibling boots); the
 calculator itself (``kvtui.kvcalc``) is pure and fast, so it runs on the event loop, debounced.
-It is imported when the first boot reaches the panel, not while the console paints its first
-frame.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from textual import on
-from textual.app import ComposeResult
+from textual import events
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
 from textual.content import Content
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.timer import Timer
 from textual.widget import Widget
-from textual.widgets import Input, Label, Static
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine
 from kvtui.ui import formatting as fmt
+from kvtui.ui.keys import refocus_key, run_own_binding
 
 if TYPE_CHECKING:
     from kvtui import kvcalc
 
 DEBOUNCE_S = 0.25
+MIN_VALUE_CELLS = 8  # a flag's value keeps at least this many cells (its label is elided first)
+MAX_REASONS = 3
+ELLIPSIS = "…"
 
 
 def _flag_label(flag: str) -> str:
@@ -47,119 +56,81 @@ def _as_text(value: object) -> str:
     return str(value)
 
 
-class FlagField(Horizontal):
-    """One editable flag: its name and an input holding the boot's value."""
+def elide(text: str, width: int) -> str:
+    """``text`` whole if it fits ``width`` cells, else cut with a visible ``…``."""
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text
+    return text[: max(0, width - 1)] + ELLIPSIS
 
-    DEFAULT_CSS = """
-    FlagField {
-        height: 1;
-        Label { width: 22; color: $text-muted; padding: 0 1 0 0; }
-        Input {
-            width: 1fr;
-            height: 1;
-            border: none;
-            padding: 0 1;
-            background: $boost;
-            &:focus { background: $primary 20%; border: none; }
-            &.-edited { color: $accent; text-style: bold; }
-            &.-invalid { color: $error; text-style: bold; }
-        }
-    }
-    """
 
-    def __init__(self, flag: str, observed: str, *, first: bool = False) -> None:
-        super().__init__(classes="-first" if first else None)
-        self.flag = flag
-        self.observed = observed
-        # made here, not in compose, so the panel can read and set it before it is mounted
-        self.input = Input(
-            value=observed,
-            placeholder="unset",
-            select_on_focus=True,
-            id=f"flag-{flag.replace('_', '-')}",
-        )
+def edit_window(value: str, cursor: int, width: int) -> tuple[str, int, int]:
+    """The part of ``value`` an editor ``width`` cells wide shows with the cursor at ``cursor``
+    (the cursor may sit after the last character, which takes a cell): ``(text, start, cursor
+    column)``. A cut side shows ``…`` in place of its outermost character."""
+    if width <= 1:
+        return "", 0, 0
+    if len(value) + 1 <= width:
+        return value, 0, cursor
+    # the window holds `width` cells of value + cursor cell, the cursor inside it
+    start = max(0, min(cursor - width + 2, len(value) + 1 - width))
+    start = min(start, cursor)
+    text = value[start : start + width]
+    shown = list(text)
+    if start > 0 and shown:
+        shown[0] = ELLIPSIS
+    if start + width < len(value) and shown:
+        shown[-1] = ELLIPSIS
+    return "".join(shown), start, cursor - start
 
-    def compose(self) -> ComposeResult:
-        yield Label(_flag_label(self.flag))
-        yield self.input
+
+@dataclass(slots=True)
+class FlagField:
+    """One editable flag: the boot's value (``observed``) and the text in its row (``value``)."""
+
+    flag: str
+    observed: str
+    value: str
+    invalid: bool = False
+
+    @property
+    def label(self) -> str:
+        return _flag_label(self.flag)
 
     @property
     def edited(self) -> bool:
-        return self.input.value.strip() != self.observed
+        return self.value.strip() != self.observed
 
     def reset(self, observed: str) -> None:
         """A new boot: take its value unless the user edited this field."""
         was_edited = self.edited
         self.observed = observed
         if not was_edited:
-            self.input.value = observed
-        self.input.set_class(self.edited, "-edited")
+            self.value = observed
 
 
 ResultRow = tuple[Content, Content]  # label, value
 
 
-class ResultRows(Widget):
-    """The prediction as ``label … value`` rows spread over the width the widget has when it is
-    painted, or a message (an error). Rows padded to the width at the time of the computation
-    would keep a width the panel may no longer have (its scrollbar comes and goes with the height
-    of the panels above it): what shows would depend on when the prediction was made."""
+class CalculatorPanel(Widget, can_focus=True):
+    """Edit the flags the calculator knows; see what the next boot would do.
 
-    DEFAULT_CSS = """
-    ResultRows {
-        height: auto;
-        &.-rows { text-wrap: nowrap; text-overflow: clip; }
-    }
-    """
-
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.rows: tuple[ResultRow, ...] | None = None
-        self.message: Content = Content("")
-
-    def show_rows(self, rows: Sequence[ResultRow]) -> None:
-        self.rows = tuple(rows)
-        self.add_class("-rows")
-        self.refresh(layout=True)
-
-    def show_message(self, message: Content) -> None:
-        self.rows = None
-        self.message = message
-        self.remove_class("-rows")
-        self.refresh(layout=True)
-
-    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        if self.rows is not None:
-            return len(self.rows)
-        return super().get_content_height(container, viewport, width)
-
-    def render(self) -> Content:
-        if self.rows is None:
-            return self.message
-        width = max(20, (self.size.width or 36) - 2)
-        return Content("\n").join(
-            Content.assemble(label, " " * max(1, width - label.cell_length - value.cell_length), value)
-            for label, value in self.rows
-        )
-
-
-class CalculatorPanel(Vertical):
-    """Edit the flags the calculator knows; see what the next boot would do."""
+    Focused, it edits one flag (``editing``): printable keys, paste, ←/→, home/end (ctrl+a /
+    ctrl+e), backspace/delete, ctrl+k / ctrl+u / ctrl+w; ``c`` (or ``tab``) selects the first
+    flag's whole value, so typing replaces it. ↑/↓ move between flags, Enter recomputes at once,
+    Esc leaves."""
 
     DEFAULT_CSS = """
     CalculatorPanel {
         height: auto;
         padding: 0 1;
-        #calc-basis { color: $text-muted; height: 1; }
-        #calc-fields { height: auto; }
-        #calc-result { height: auto; margin-top: 1; }
-        #calc-reasons { height: auto; color: $text-muted; }
-        #calc-keys { height: 1; color: $text-muted; margin-top: 1; }
     }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "leave", "Leave field", show=False, id="calc.leave"),
+        Binding("enter", "submit", "Use value", id="calc.enter", tooltip="recompute the prediction now"),
+        Binding("escape", "leave", "Leave field", id="calc.leave"),
         Binding("up", "field(-1)", "Previous field", show=False, id="calc.up"),
         Binding("down", "field(1)", "Next field", show=False, id="calc.down"),
     ]
@@ -178,6 +149,9 @@ class CalculatorPanel(Vertical):
     class Left(Message):
         """The user left the calculator with Esc."""
 
+    class EditingChanged(Message):
+        """The panel started or stopped editing (the footer's keys change)."""
+
     def __init__(self, *, graph_margin_gib: float | None = None, id: str | None = None) -> None:
         super().__init__(id=id)
         self.graph_margin_gib = graph_margin_gib
@@ -187,25 +161,22 @@ class CalculatorPanel(Vertical):
         self.prediction: kvcalc.Prediction | None = None
         self.error: str | None = None
         self.computations = 0
+        self.fields: list[FlagField] = []
+        self.editing: int | None = None  # the flag being edited (while focused)
+        self.cursor = 0
+        self.selected = False  # the whole value is selected: typing replaces it
+        self._last_edited = 0
         self._signature: tuple[object, ...] | None = None
         self._debounce: Timer | None = None
-
-    def compose(self) -> ComposeResult:
-        yield Static(Content.styled("waiting for the boot to size its KV pool…", "$text-muted italic"), id="calc-basis")
-        yield Vertical(id="calc-fields")
-        yield ResultRows(id="calc-result")
-        yield Static(id="calc-reasons")
-        yield Static(
-            Content.assemble(("c", "$accent bold"), " edit  ", ("⏎", "$accent bold"), " recompute  ",
-                             ("x", "$accent bold"), " explain"),
-            id="calc-keys",
-        )
+        # what the prediction shows (built by ``_render_result``, drawn by ``render``)
+        self._basis: Content = Content.styled("waiting for the boot to size its KV pool…", "$text-muted italic")
+        self._rows: tuple[ResultRow, ...] = ()
+        self._message: Content = Content("")
+        self._reasons: tuple[str, ...] = ()
+        self._field_lines: dict[int, int] = {}  # field index -> line of the panel (at the last layout)
+        self.leave_to: Callable[[], Widget | None] | None = None  # where Esc sends focus
 
     # ---- data in ---------------------------------------------------------------------------
-
-    @property
-    def fields(self) -> list[FlagField]:
-        return list(self.query(FlagField))
 
     def set_boot(self, boot: Boot | None, boots: Sequence[Boot] = ()) -> None:
         """Recalibrate when the boot's figures changed; keeps the user's edits."""
@@ -258,15 +229,17 @@ class CalculatorPanel(Vertical):
     def _build_fields(self, boot: Boot) -> None:
         from kvtui import kvcalc
 
-        container = self.query_one("#calc-fields", Vertical)
-        container.remove_children()
         assert self.engine is not None
         flags = kvcalc.EDITABLE_FLAGS.get(self.engine, ())
         fraction = kvcalc.fraction_flag(self.engine)
         ordered = [fraction, *[f for f in flags if f != fraction]]
-        container.mount_all(
-            FlagField(flag, self._observed(boot, flag), first=i == 0) for i, flag in enumerate(ordered)
-        )
+        self.fields = []
+        for flag in ordered:
+            observed = self._observed(boot, flag)
+            self.fields.append(FlagField(flag, observed, observed))
+        if self.editing is not None:
+            self._start_edit(min(self.editing, len(self.fields) - 1) if self.fields else None)
+        self.refresh(layout=True)
 
     @property
     def margin_gib(self) -> float:
@@ -274,40 +247,163 @@ class CalculatorPanel(Vertical):
 
         return kvcalc.DEFAULT_GRAPH_MARGIN_GIB if self.graph_margin_gib is None else self.graph_margin_gib
 
-    # ---- editing ---------------------------------------------------------------------------
+    # ---- focus and editing -----------------------------------------------------------------------
 
     def focus_first(self) -> bool:
-        fields = self.fields
-        if not fields:
+        """Focus the panel on its first flag, the whole value selected (typing replaces it).
+        The focus moves now, not after the keys already on their way: a fast typist's next
+        keys (``c`` then ``0.9``) land in the field."""
+        if not self.fields:
             return False
-        fields[0].input.focus()
+        self.screen.set_focus(self)
+        self._start_edit(0)
         return True
 
+    def focus_field(self, index: int) -> bool:
+        if not 0 <= index < len(self.fields):
+            return False
+        self.screen.set_focus(self)
+        self._start_edit(index)
+        return True
+
+    def _start_edit(self, index: int | None) -> None:
+        was = self.editing
+        self.editing = index
+        if index is not None:
+            self._last_edited = index
+            self.cursor = len(self.fields[index].value)
+            self.selected = True
+            self._scroll_to_field(index)
+        self.refresh()
+        if (was is None) != (index is None):
+            self.post_message(self.EditingChanged())
+
+    def _scroll_to_field(self, index: int) -> None:
+        line = self._field_lines.get(index)
+        parent = self.parent
+        if line is None or not isinstance(parent, Widget):
+            return
+        top = self.styles.padding.top + self.styles.margin.top
+        parent.scroll_to_region(Region(0, top + line, max(1, self.size.width), 1), animate=False, immediate=True)
+
+    def on_focus(self, event: events.Focus) -> None:
+        if self.editing is None and self.fields:
+            self._start_edit(min(self._last_edited, len(self.fields) - 1))
+
+    def on_blur(self, event: events.Blur) -> None:
+        if self.editing is not None:
+            self._start_edit(None)
+
+    @property
+    def editing_field(self) -> FlagField | None:
+        return None if self.editing is None or self.editing >= len(self.fields) else self.fields[self.editing]
+
     def action_leave(self) -> None:
+        """Esc: focus goes back (now: the keys typed after Esc are the console's again)."""
+        target = self.leave_to() if self.leave_to is not None else None
+        if target is not None and target.is_attached:
+            self.screen.set_focus(target)
         self.post_message(self.Left())
 
-    def action_field(self, step: int) -> None:
-        inputs = [f.input for f in self.fields]
-        focused = self.screen.focused
-        if focused in inputs:
-            assert isinstance(focused, Input)
-            inputs[(inputs.index(focused) + step) % len(inputs)].focus()
+    def action_submit(self) -> None:
+        if self._debounce is not None:
+            self._debounce.stop()
+        self.recompute()
 
-    @on(Input.Changed)
-    def _changed(self, event: Input.Changed) -> None:
+    def action_field(self, step: int) -> None:
+        if not self.fields:
+            return
+        current = self.editing if self.editing is not None else self._last_edited
+        self._start_edit((current + step) % len(self.fields))
+
+    async def _on_key(self, event: events.Key) -> None:
+        if refocus_key(self, event):
+            return
+        field = self.editing_field
+        if field is not None and self._edit_key(field, event.key, event.character):
+            event.stop()
+            event.prevent_default()
+            self._edited()
+            return
+        await run_own_binding(self, event)  # esc, enter, ↑/↓ now: the keys after them meet their effect
+
+    def check_consume_key(self, key: str, character: str | None) -> bool:
+        """While a flag is edited, printable keys are typed into it (the screen's one-letter
+        keys are not run, nor shown in the footer)."""
+        return self.editing is not None and character is not None and character.isprintable()
+
+    def _on_paste(self, event: events.Paste) -> None:
+        field = self.editing_field
+        if field is None or not event.text:
+            return
         event.stop()
-        for f in self.fields:
-            f.input.set_class(f.edited, "-edited")
+        event.prevent_default()
+        text = event.text.splitlines()[0] if event.text.splitlines() else ""
+        self._insert(field, text)
+        self._edited()
+
+    def _insert(self, field: FlagField, text: str) -> None:
+        if self.selected:
+            field.value, self.cursor = text, len(text)
+        else:
+            field.value = field.value[: self.cursor] + text + field.value[self.cursor :]
+            self.cursor += len(text)
+        self.selected = False
+
+    def _edit_key(self, field: FlagField, key: str, character: str | None) -> bool:
+        """Apply one editing key to ``field``; False when it is not an editing key."""
+        value = field.value
+        if character is not None and character.isprintable() and len(character) == 1 and key not in (
+                "enter", "tab", "escape"):
+            self._insert(field, character)
+            return True
+        if key in ("backspace", "ctrl+h"):
+            if self.selected:
+                field.value, self.cursor = "", 0
+            elif self.cursor > 0:
+                field.value = value[: self.cursor - 1] + value[self.cursor :]
+                self.cursor -= 1
+        elif key == "delete":
+            if self.selected:
+                field.value, self.cursor = "", 0
+            else:
+                field.value = value[: self.cursor] + value[self.cursor + 1 :]
+        elif key == "left":
+            self.cursor = 0 if self.selected else max(0, self.cursor - 1)
+        elif key == "right":
+            self.cursor = len(value) if self.selected else min(len(value), self.cursor + 1)
+        elif key in ("home", "ctrl+a"):
+            self.cursor = 0
+        elif key in ("end", "ctrl+e"):
+            self.cursor = len(value)
+        elif key == "ctrl+k":
+            field.value = value[: self.cursor]
+        elif key == "ctrl+u":
+            field.value, self.cursor = value[self.cursor :], 0
+        elif key == "ctrl+w":
+            head = value[: self.cursor].rstrip()
+            cut = max(head.rfind(c) for c in " ,=") + 1 if head else 0
+            field.value, self.cursor = value[:cut] + value[self.cursor :], cut
+        else:
+            return False
+        self.selected = False
+        return True
+
+    def _edited(self) -> None:
+        """The value under the cursor changed (or the cursor moved): repaint, recompute soon."""
+        self.refresh()
         if self._debounce is not None:
             self._debounce.stop()
         self._debounce = self.set_timer(DEBOUNCE_S, self.recompute, name="calc-debounce")
 
-    @on(Input.Submitted)
-    def _submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        if self._debounce is not None:
-            self._debounce.stop()
-        self.recompute()
+    def on_click(self, event: events.Click) -> None:
+        line = event.y - self.styles.padding.top
+        for index, at in self._field_lines.items():
+            if at == line:
+                self.focus_field(index)
+                return
+
+    # ---- the prediction ---------------------------------------------------------------------
 
     def edits(self) -> tuple[list[str], list[str]]:
         sets: list[str] = []
@@ -315,7 +411,7 @@ class CalculatorPanel(Vertical):
         for f in self.fields:
             if not f.edited:
                 continue
-            value = f.input.value.strip()
+            value = f.value.strip()
             if value:
                 sets.append(f"{f.flag}={value}")
             else:
@@ -328,7 +424,7 @@ class CalculatorPanel(Vertical):
 
         self.computations += 1
         for f in self.fields:
-            f.input.remove_class("-invalid")
+            f.invalid = False
         if self.model is None or self.engine is None:
             self.prediction = None
             self._render_result()
@@ -342,13 +438,11 @@ class CalculatorPanel(Vertical):
             self.error = str(exc)
             for f in self.fields:
                 if f.edited and f.flag.replace("_", "-") in str(exc).replace("_", "-"):
-                    f.input.add_class("-invalid")
+                    f.invalid = True
         else:
             self.error = None
         self._render_result()
         self.post_message(self.Computed(self))
-
-    # ---- rendering ---------------------------------------------------------------------------
 
     def explain_lines(self) -> list[str]:
         if self.prediction is None:
@@ -363,28 +457,28 @@ class CalculatorPanel(Vertical):
         return None if self.prediction is None else self.prediction.verdict.value
 
     def _render_result(self) -> None:
-        basis = self.query_one("#calc-basis", Static)
-        result = self.query_one("#calc-result", ResultRows)
-        reasons = self.query_one("#calc-reasons", Static)
+        """Build what the prediction shows; ``render`` lays it out at the width it has then."""
         p = self.prediction
+        self._rows = ()
+        self._reasons = ()
         if p is None:
             if self.error and self.model is None:
-                basis.update(Content.styled(self._waiting_text(), "$text-muted italic"))
-                result.show_message(Content(""))
+                self._basis = Content.styled(self._waiting_text(), "$text-muted italic")
+                self._message = Content("")
             else:
-                result.show_message(Content.styled(self.error or "", "$error"))
-            reasons.update("")
+                self._message = Content.styled(self.error or "", "$error")
+            self.refresh(layout=True)
             return
-        basis.update(
-            Content.assemble(
-                ("model: ", "$text-muted"),
-                (str(p.model.basis), "$foreground"),
-                (" · confidence ", "$text-muted"),
-                (str(p.confidence), "$warning bold" if p.confidence == "low" else "$foreground"),
-            )
+        self._message = Content("")
+        self._basis = Content.assemble(
+            ("model: ", "$text-muted"),
+            (str(p.model.basis), "$foreground"),
+            (" · confidence ", "$text-muted"),
+            (str(p.confidence), "$warning bold" if p.confidence == "low" else "$foreground"),
         )
         delta = f" ({fmt.signed_tokens(p.tokens - p.model.tokens)})" if p.tokens != p.model.tokens else ""
-        # figures are formatted from the exact values (kvtui.fmt), not the rounded JSON
+        # figures are formatted from the exact values (kvtui.fmt), not the rounded JSON; the verdict
+        # and the largest safe fraction first: they are what a short panel must show
         rows: list[tuple[str, str, str]] = [
             ("max safe fraction", fmt.safe_max(p.max_safe_fraction), "$accent bold"),
             ("KV tokens", fmt.tokens(p.tokens) + delta, "$foreground bold"),
@@ -399,7 +493,6 @@ class CalculatorPanel(Vertical):
         rows.append(("full-context reqs", fmt.capacity(p.full_context_requests), "$foreground"))
         if p.tokens_per_0_01 is not None:
             rows.append(("tokens per +0.01", fmt.signed_tokens(p.tokens_per_0_01), "$text-muted"))
-        # the verdict and the largest safe fraction first: they are what a short panel must show
         verdict = p.verdict.value
         var = fmt.VERDICT_VARIABLE.get(verdict, "text-muted")
         badge = Content.styled(f" {verdict.upper().replace('_', ' ')} ", f"bold $background on ${var}")
@@ -407,12 +500,94 @@ class CalculatorPanel(Vertical):
         lines.extend(
             (Content.styled(label, "$text-muted"), Content.styled(value, style)) for label, value, style in rows
         )
-        result.show_rows(lines)  # spread over the width the rows have when painted
-        reason_list = self.reason_lines()[:3]
-        reasons.update(Content("\n").join([Content.styled(f"• {r}", "$text-muted") for r in reason_list]))
+        self._rows = tuple(lines)
+        self._reasons = tuple(self.reason_lines()[:MAX_REASONS])
+        self.refresh(layout=True)
 
     def _waiting_text(self) -> str:
         boot = self.boot
         if boot is not None and boot.status is BootStatus.FAILED and self.error:
             return f"cannot calibrate: {self.error}"
         return "waiting for the boot to size its KV pool…"
+
+    # ---- drawing ------------------------------------------------------------------------------
+
+    @property
+    def result_rows(self) -> tuple[ResultRow, ...]:
+        return self._rows
+
+    def _label_width(self, width: int) -> int:
+        longest = max((len(f.label) for f in self.fields), default=0) + 1
+        return max(1, min(longest, width - MIN_VALUE_CELLS))
+
+    def _field_line(self, index: int, field: FlagField, width: int) -> Content:
+        label_w = self._label_width(width)
+        value_w = max(1, width - label_w)
+        label = Content.styled(elide(field.label, label_w - 1).ljust(label_w), "$text-muted")
+        if field.invalid:
+            style = "$error bold"
+        elif field.edited:
+            style = "$accent bold"
+        else:
+            style = "$foreground"
+        if index != self.editing:
+            text = field.value if field.value else "unset"
+            if not field.value:
+                style = "$text-disabled italic" if not field.edited else "$accent italic"
+            shown = elide(text, value_w)
+            return Content.assemble(label, (shown, style), " " * (value_w - len(shown)))
+        # the row being edited: a highlighted field with the cursor (the selection when all of it is)
+        base = "on $primary 25%"
+        if self.selected and field.value:
+            shown = elide(field.value, value_w)
+            return Content.assemble(label, (shown, f"{style} reverse"), (" " * (value_w - len(shown)), base))
+        text, _start, col = edit_window(field.value, self.cursor, value_w)
+        text = text.ljust(value_w)
+        return Content.assemble(
+            label,
+            (text[:col], f"{style} {base}"),
+            (text[col : col + 1] or " ", f"{style} reverse"),
+            (text[col + 1 :], f"{style} {base}"),
+        )
+
+    def _result_line(self, label: Content, value: Content, width: int) -> Content:
+        room = width - value.cell_length - 1
+        if label.cell_length > room:
+            label = label.truncate(max(0, room), ellipsis=True)
+        return Content.assemble(label, " " * max(1, width - label.cell_length - value.cell_length), value)
+
+    def _keys_line(self) -> Content:
+        if self.editing is not None:
+            return Content.assemble(("⏎", "$accent bold"), " use  ", ("esc", "$accent bold"), " leave  ",
+                                    ("↑↓", "$accent bold"), " field")
+        return Content.assemble(("c", "$accent bold"), " edit  ", ("⏎", "$accent bold"), " recompute  ",
+                                ("x", "$accent bold"), " explain")
+
+    def lines(self, width: int) -> list[Content]:
+        """The panel's lines at ``width`` cells (also records which line holds which flag)."""
+        width = max(10, width)
+        out: list[Content] = list(self._basis.wrap(width)) if self._basis else []
+        self._field_lines = {}
+        for i, field in enumerate(self.fields):
+            self._field_lines[i] = len(out)
+            out.append(self._field_line(i, field, width))
+        out.append(Content(""))
+        if self._rows:
+            out.extend(self._result_line(label, value, width) for label, value in self._rows)
+        elif self._message:
+            out.extend(self._message.wrap(width))
+        for reason in self._reasons:
+            out.extend(Content.styled(f"• {reason}", "$text-muted").wrap(width))
+        out.append(Content(""))
+        out.extend(self._keys_line().wrap(width))
+        return out
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self.lines(width))
+
+    def render(self) -> Content:
+        return Content("\n").join(self.lines(self.size.width or 36))
+
+    def plain_lines(self) -> list[str]:
+        """What the panel shows, as text (tests, the tmux check)."""
+        return [line.plain for line in self.lines(self.size.width or 36)]

@@ -4,13 +4,15 @@ memory, and the warning about memory held by processes that are not the server's
 from __future__ import annotations
 
 import math
+import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual.app import RenderResult
+from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.geometry import Size
 from textual.strip import Strip
@@ -39,8 +41,93 @@ def _foreign_by_gpu(foreign: Sequence[GpuProcess]) -> dict[int, float]:
     return held
 
 
-def _tick(seconds: float) -> str:
-    return ("-" if seconds < 0 else "") + fmt.duration(abs(seconds))
+def clock_tick(epoch_seconds: float, span: float) -> str:
+    """A plot x-axis label: the wall-clock time (local, like the log's timestamps), to the second
+    for spans under an hour. One clock for every boot the plot shows (a boot-relative axis ran
+    from ``-5m 24s`` to ``7.3s`` after a restart)."""
+    return time.strftime("%H:%M:%S" if span < 3600 else "%H:%M", time.localtime(epoch_seconds))
+
+
+_NAME_DROP = ("NVIDIA ", "GeForce ", "Tesla ")
+_NAME_TAIL = (" Server Edition", " Workstation Edition", " Max-Q Workstation Edition", " Edition")
+
+
+def short_gpu_name(name: str) -> str:
+    """``NVIDIA RTX PRO 6000 Blackwell Server Edition`` -> ``RTX PRO 6000 Blackwell``: the words
+    that tell GPUs apart (the vendor and the edition do not)."""
+    short = name.strip()
+    for word in _NAME_DROP:
+        if short.startswith(word):
+            short = short[len(word):]
+    for tail in _NAME_TAIL:
+        if short.endswith(tail):
+            short = short[: -len(tail)]
+            break
+    return short or name
+
+
+class GpuSummary(QuietStatic):
+    """The GPUs in one line, for a terminal too narrow for the GPU panel: how many, the fullest
+    one's memory, the mean utilisation (``8× GPU 83.2/96G max · util 74%``)."""
+
+    DEFAULT_CSS = """
+    GpuSummary {
+        height: 1;
+        padding: 0 1;
+        display: none;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
+    """
+
+    def show(self, samples: Sequence[GpuSample]) -> None:
+        if not samples:
+            self.set(None, lambda: Content.styled("no GPU readings yet", "$text-muted italic"))
+            return
+        fullest = max(samples, key=lambda s: s.used_mib / max(s.total_mib, 1.0))
+        utils = [s.util for s in samples if s.util is not None]
+        util = round(sum(utils) / len(utils)) if utils else None
+        key = (len(samples), round(fullest.used_gib, 1), round(fullest.total_gib), util,
+               any(s.stale for s in samples))
+        self.set(key, lambda: self._content(samples, fullest, util))
+
+    @staticmethod
+    def _content(samples: Sequence[GpuSample], fullest: GpuSample, util: int | None) -> Content:
+        high = fullest.used_mib / max(fullest.total_mib, 1.0) >= 0.97
+        parts: list[tuple[str, str] | str] = [
+            (f"{len(samples)}× GPU ", "$text-muted"),
+            (f"{fullest.used_gib:.1f}/{fullest.total_gib:.0f}G", "$warning bold" if high else "$foreground bold"),
+            (" max", "$text-muted"),
+        ]
+        if util is not None:
+            parts.extend([" · ", ("util ", "$text-muted"), (f"{util}%", "$foreground")])
+        if any(s.stale for s in samples):
+            parts.append((" · stale", "$warning"))
+        return Content.assemble(*parts)
+
+
+class GpuHeader(Widget):
+    """The GPU rows' column heads: which figure is memory and which is utilisation (``51%`` next
+    to ``83.2/96G`` read as memory percent)."""
+
+    DEFAULT_CSS = """
+    GpuHeader {
+        height: 1;
+        padding: 0 1;
+        color: $text-muted;
+        text-wrap: nowrap;
+        text-overflow: clip;
+    }
+    """
+
+    def render(self) -> Content:
+        width = self.size.width or 34
+        left = " # memory"
+        right = f"{'used/total':>10}{'util':>5}"
+        gap = width - len(left) - len(right)
+        if gap < 1:
+            return Content.styled(right.rjust(width), "$text-muted")
+        return Content.styled(left + " " * gap + right, "$text-muted")
 
 
 class GpuBars(Widget):
@@ -219,6 +306,7 @@ class GpuHistoryPlot(Widget):
         self._cache_key: tuple[object, ...] | None = None
         self._cache: Text | None = None
         self.redraws = 0  # plot builds, for tests and the curious
+        self.offline: str | None = None  # the host is not reached (said instead of "collecting…")
 
     @property
     def plt(self) -> Plot:
@@ -305,6 +393,9 @@ class GpuHistoryPlot(Widget):
         plt.clear_figure()
         plt.theme("clear")
         points = list(self.points)
+        if self.bands:  # from the first boot the plot knows of (readings before it are idle memory)
+            first = self.bands[0].start
+            points = [p for p in points if p[0] >= first] or points[-1:]
         if not points:
             return
         cells = max(8, (self.size.width or 40) - 6) * 2
@@ -333,12 +424,15 @@ class GpuHistoryPlot(Widget):
             plt.plot(xs, ys, marker="hd", color=self._phase_colour(phase), fillx=True)
         top = max(self.total_gib, max(p[1] for p in points), 1.0)
         plt.ylim(0, top)
-        lo = min(0.0, points[0][0] - origin)
+        lo = min(0.0, points[0][0] - origin)  # from the boot's start, or the first reading before it
         hi = max(lo + 1.0, points[-1][0] - origin)
         plt.xlim(lo, hi)
-        ticks = [lo, (lo + hi) / 2, hi] if lo < 0 else [0.0, hi / 2, hi]
-        plt.xticks(ticks, [_tick(t) for t in ticks])
-        plt.yticks([0, top / 2, top], [f"{0:.0f}", f"{top / 2:.0f}", f"{top:.0f}G"])
+        # three 8-cell clock labels only where they are well apart: plotext shifts crowded labels
+        # in an order that follows Python's string hashing (a different picture each run)
+        ticks = [lo, (lo + hi) / 2, hi] if (self.size.width or 40) >= 44 else [lo, hi]
+        span = hi - lo
+        plt.xticks(ticks, [clock_tick(origin + t, span) for t in ticks])
+        plt.yticks([0, top / 2, top], [f"{0:.0f}G", f"{top / 2:.0f}G", f"{top:.0f}G"])  # a unit on every tick
         muted = rgb(self.app.theme_variables.get("foreground-muted", "#808080"))
         plt.ticks_color(muted)
         plt.axes_color("default")
@@ -348,6 +442,8 @@ class GpuHistoryPlot(Widget):
         key = (self.size, self._version, self.app.theme)
         if key != self._cache_key or self._cache is None:
             if not self.points:
+                if self.offline is not None:
+                    return Content.styled(f"no GPU readings: {self.offline}", "$warning italic")
                 return Content.styled("collecting GPU memory samples…", "$text-muted italic")
             try:
                 self._fill()
@@ -367,6 +463,13 @@ class GpuHistoryPlot(Widget):
 
 class ProcessTable(DataTable[str]):
     """Per-process GPU memory on the server's GPUs; the server's own processes marked."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+        Binding("g", "scroll_top", "First", show=False),
+        Binding("G", "scroll_bottom", "Last", show=False),
+    ]
 
     DEFAULT_CSS = """
     ProcessTable {

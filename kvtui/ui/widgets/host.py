@@ -25,8 +25,8 @@ _STATE_STYLE: dict[ConnState, tuple[str, str]] = {
 }
 
 
-def conn_text(status: ConnStatus | None) -> Content:
-    """"● connected", "◌ reconnecting in 4s", "✖ host key refused" …"""
+def conn_text(status: ConnStatus | None, *, with_detail: bool = True) -> Content:
+    """"● connected", "◌ reconnecting in 4s", "✖ host key refused" …; ``with_detail``: and why."""
     if status is None:
         return Content.styled("◌ connecting", "$text-muted")
     icon, style = _STATE_STYLE.get(status.state, ("?", "$text-muted"))
@@ -34,6 +34,8 @@ def conn_text(status: ConnStatus | None) -> Content:
     if status.state is ConnState.RECONNECTING and status.retry_in is not None:
         label = f"reconnecting in {max(0, round(status.retry_in))}s"
     parts = [Content.styled(f"{icon} {label}", f"{style} bold")]
+    if not with_detail:
+        return parts[0]
     if status.state is ConnState.HOSTKEY_REFUSED and status.fingerprint:
         parts.append(Content.styled(f" ({status.fingerprint})", "$text-muted"))
     elif status.detail and status.state in (ConnState.CONNECTING, ConnState.RECONNECTING):
@@ -140,20 +142,27 @@ class HostBar(Widget):
             self._shown = shown
             self.refresh()
 
-    def left(self) -> Content:
+    def left(self, level: int = 0) -> Content:
+        """The left part; ``level`` 1-3 leave out what matters least (for a narrow terminal):
+        the unit/log/container and GPUs, then the target and the engine's version, then the
+        connection's detail."""
         info = self.info
         engine = "engine ?"
         if self.boot is not None and self.boot.engine.value != "unknown":
-            engine = self.boot.engine.value + (f" {self.boot.version_hint}" if self.boot.version_hint else "")
-        parts: list[Content] = [
-            Content.styled(info.name, "$accent bold"),
-            Content.styled(info.target, "$text-muted"),
-            Content.styled(engine, "$foreground"),
-            Content.styled(info.source, "$foreground"),
-        ]
-        if info.gpus:
-            parts.append(Content.styled(f"GPUs {info.gpus}", "$text-muted"))
-        parts.append(conn_text(self.status))
+            engine = self.boot.engine.value + (
+                f" {self.boot.version_hint}" if self.boot.version_hint and level < 2 else "")
+        parts: list[Content] = [Content.styled(info.name, "$accent bold")]
+        if level < 2:
+            parts.append(Content.styled(info.target, "$text-muted"))
+        parts.append(Content.styled(engine, "$foreground"))
+        if level < 1:
+            parts.append(Content.styled(info.source, "$foreground"))
+            if info.gpus:
+                parts.append(Content.styled(f"GPUs {info.gpus}", "$text-muted"))
+        conn = conn_text(self.status)
+        if level >= 3:  # the icon and the state, not why
+            conn = conn_text(self.status, with_detail=False)
+        parts.append(conn)
         if info.readonly:
             parts.append(Content.styled("readonly", "$warning bold"))
         return Content.styled(" · ", "$text-muted").join(parts)
@@ -163,12 +172,18 @@ class HostBar(Widget):
         return Content.assemble((number, "$text-muted"), boot_state_text(self.boot, self.elapsed))
 
     def render(self) -> Content:
-        left, right = self.left(), self.right()
+        """The boot's state always shows (on the right); the left gives way, then is cut with …."""
+        right = self.right()
         width = self.size.width or 120
-        gap = width - left.cell_length - right.cell_length
-        if gap < 2:
-            return left
-        return Content.assemble(left, " " * gap, right)
+        for level in range(4):
+            left = self.left(level)
+            gap = width - left.cell_length - right.cell_length
+            if gap >= 2:
+                return Content.assemble(left, " " * gap, right)
+        room = width - right.cell_length - 2
+        if room < 8:
+            return right
+        return Content.assemble(left.truncate(room, ellipsis=True), "  ", right)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
@@ -32,9 +32,11 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from kvtui.monitor import LogLine
+from kvtui.ui.keys import refocus_key, run_own_binding
 from kvtui.ui.widgets.quiet import QuietStatic
 
 MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)
@@ -60,6 +62,20 @@ class LogSource(Protocol):
     ) -> list[LogLine]: ...
 
     def __len__(self) -> int: ...
+
+
+def _wrapped_rows(length: int, width: int, indent: int) -> int:
+    """Rows a line of ``length`` cells takes wrapped at ``width``, its continuation rows indented
+    by ``indent``."""
+    if length <= width:
+        return 1
+    return 1 + math.ceil((length - width) / max(1, width - indent))
+
+
+def _short(text: str, width: int = 24) -> str:
+    """A search or filter text inside a status message: cut with … so the message's key words
+    (what happened) are never what a narrow status line loses."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 # --------------------------------------------------------------------------------------------
@@ -174,8 +190,17 @@ class LogView(ScrollView, can_focus=True):
     }
     """
 
+    # less / vim / k9s movement (ids for [keymap]); scrolling up pauses following, G follows again
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("end", "follow_end", "Follow", show=False, id="log.end"),
+        Binding("j", "lines(1)", "Line down", show=False, id="log.down"),
+        Binding("k", "lines(-1)", "Line up", show=False, id="log.up"),
+        Binding("g", "first_line", "First line", show=False, id="log.top"),
+        Binding("G", "follow_end", "Last line, follow", show=False, id="log.bottom"),
+        Binding("ctrl+d", "half_page(1)", "Half a page down", show=False, id="log.half_down"),
+        Binding("ctrl+u", "half_page(-1)", "Half a page up", show=False, id="log.half_up"),
+        Binding("apostrophe", "jump_mark(True)", "Next mark", show=False, id="mark.next"),
+        Binding("quotation_mark", "jump_mark(False)", "Previous mark", show=False, id="mark.previous"),
     ]
 
     follow: reactive[bool] = reactive(True)
@@ -218,6 +243,7 @@ class LogView(ScrollView, can_focus=True):
         self.search_query: TextQuery | None = None
         self.line_filter: LineFilter | None = None
         self.message: str = ""  # last search/filter result for the status line
+        self.offline: str | None = None  # the host is not reached: what the status line says instead of following
         # rendered rows: a few screenfuls (each strip carries Textual's own caches, ~15 objects the
         # garbage collector walks; thousands of them per host made its full passes slow)
         self._cache: LRUCache[tuple[object, ...], Strip] = LRUCache(CACHED_ROWS)
@@ -346,14 +372,20 @@ class LogView(ScrollView, can_focus=True):
             content = max(10, self.scrollable_content_region.width or self.size.width or 80)
             starts = [0]
             total = 0
+            indent = self._wrap_indent(content)
             for line in view:
-                total += 1 if line.style == "marker" else max(1, math.ceil(self._line_length(line) / content))
+                total += 1 if line.style == "marker" else _wrapped_rows(self._line_length(line), content, indent)
                 starts.append(total)
             self._row_starts = starts
             self._set_virtual_size(Size(content, total))
         else:
             self._row_starts = []
             self._set_virtual_size(Size(width + 1, len(view)))
+
+    def _wrap_indent(self, width: int) -> int:
+        """Cells a wrapped line's continuation rows are indented by: under its text, past the
+        gutter and the timestamp (never more than half the width)."""
+        return min(1 + (13 if self.timestamps else 0), width // 2)
 
     def _set_virtual_size(self, size: Size) -> None:
         """A log that grew (a new line, timestamps shown) repaints itself and its scrollbars; it
@@ -455,6 +487,12 @@ class LogView(ScrollView, can_focus=True):
             self._scroll_to_end()
         self._post_status()
 
+    def set_offline(self, offline: str | None) -> None:
+        """The host is not reached (``offline`` says how), or reached again (None)."""
+        if offline != self.offline:
+            self.offline = offline
+            self._post_status()
+
     def _post_status(self) -> None:
         if self.is_attached:
             self.post_message(self.StatusChanged(self))
@@ -527,11 +565,45 @@ class LogView(ScrollView, can_focus=True):
         rng = range(start + 1, len(view)) if forward else range(start - 1, -1, -1)
         for i in rng:
             if view[i].style == "error":
+                self.message = f"error on line {view[i].seq + 1:,}"  # (not the last miss, left standing)
                 self.set_cursor(view[i].seq)
                 return True
         self.message = f"no {'next' if forward else 'previous'} error in view"
         self._post_status()
         return False
+
+    def action_lines(self, step: int) -> None:
+        """``j``/``k``: a row down/up, at once (not animated: a held key must not queue animations)."""
+        self.scroll_to(y=max(0, self.scroll_y + step), animate=False, immediate=True)
+
+    def action_first_line(self) -> None:
+        self.scroll_to(y=0, animate=False, immediate=True)
+
+    def action_half_page(self, step: int) -> None:
+        height = self.scrollable_content_region.height or self.size.height or 2
+        self.scroll_to(y=max(0, self.scroll_y + step * max(1, height // 2)), animate=False, immediate=True)
+
+    def action_jump_mark(self, forward: bool) -> None:
+        self.jump_mark(forward)
+
+    def jump_mark(self, forward: bool = True) -> bool:
+        """Go to the next (or previous) marked line in the view, round to the first (last)."""
+        in_view = [line.seq for line in self._view if line.seq in self.marks] if self.marks else []
+        if not in_view:
+            self.message = "no marked line in view (m marks one)"
+            self._post_status()
+            return False
+        here = self.current_index()
+        current = self._view[here].seq if here is not None else None
+        if current is None:
+            target = in_view[0] if forward else in_view[-1]
+        elif forward:
+            target = next((seq for seq in in_view if seq > current), in_view[0])
+        else:
+            target = next((seq for seq in reversed(in_view) if seq < current), in_view[-1])
+        self.message = f"mark on line {target + 1:,} ({in_view.index(target) + 1} of {len(in_view)})"
+        self.set_cursor(target)
+        return True
 
     def toggle_mark(self) -> int | None:
         """Mark (or unmark) the current line, or the newest line when following."""
@@ -587,12 +659,12 @@ class LogView(ScrollView, can_focus=True):
                     self._post_status()
                     return
         if self.source is None:
-            self.message = f"/{query.text}: no {'newer' if forward else 'older'} match"
+            self.message = f"no {'newer' if forward else 'older'} match for /{_short(query.text)}"
             self._post_status()
             return
         edge = (view[-1].seq + 1) if forward and view else (view[0].seq - 1 if view else 0)
         if not forward and edge < 0:
-            self.message = f"/{query.text}: no older match"
+            self.message = f"no older match for /{_short(query.text)}"
             self._post_status()
             return
         self._search_spool(query, edge, forward)
@@ -604,17 +676,17 @@ class LogView(ScrollView, can_focus=True):
             return
         pattern, regex = query.spool_args()
         rank = self.line_filter.rank if self.line_filter is not None else None
-        self.message = f"/{query.text}: searching the spool…"
+        self.message = f"searching the spool for /{_short(query.text)}…"
         self._post_status()
         hits = await asyncio.to_thread(
             source.search, pattern, regex=regex, rank=rank, start_seq=start_seq, reverse=not forward, limit=1
         )
         if not hits:
-            self.message = f"/{query.text}: no {'newer' if forward else 'older'} match in the whole log"
+            self.message = f"no {'newer' if forward else 'older'} match in the whole log for /{_short(query.text)}"
             self._post_status()
             return
         await self._jump_via_source(hits[0].seq)
-        self.message = f"/{query.text}: found in the spool (line {hits[0].seq + 1:,})"
+        self.message = f"found in the spool: line {hits[0].seq + 1:,} (/{_short(query.text)})"
         self._post_status()
 
     async def _jump_via_source(self, seq: int) -> None:
@@ -659,7 +731,7 @@ class LogView(ScrollView, can_focus=True):
         self._show(in_memory, ViewMode.FILTER)
         self.follow = True
         self._scroll_to_end()
-        self.message = f"&{flt.raw}: {len(in_memory):,} lines in memory"
+        self.message = f"{len(in_memory):,} lines in memory match &{_short(flt.raw)}"
         self._post_status()
         if self.source is not None:
             self._filter_from_spool(flt)
@@ -688,7 +760,7 @@ class LogView(ScrollView, can_focus=True):
         if self.follow:
             self._scroll_to_end()
         more = " (newest shown)" if len(hits) >= self.window else ""
-        self.message = f"&{flt.raw}: {len(hits):,} lines in the whole log{more}"
+        self.message = f"{len(hits):,} lines in the whole log match &{_short(flt.raw)}{more}"
         self._post_status()
 
     # ---- rendering ------------------------------------------------------------------------
@@ -807,9 +879,13 @@ class LogView(ScrollView, can_focus=True):
             else:
                 full = self._line_strip(line, styles)
                 if self.wrap:
-                    cuts = [*range(width, full.cell_length, width), full.cell_length]
+                    indent = self._wrap_indent(width)
+                    step = max(1, width - indent)
+                    cuts = [*range(width, full.cell_length, step), full.cell_length]
                     pieces = full.divide(cuts)
                     strip = pieces[sub_row] if sub_row < len(pieces) else Strip.blank(0)
+                    if sub_row:  # a continuation row: under the text, not under the gutter
+                        strip = Strip.join([Strip.blank(indent, row_base), strip])
                 else:
                     strip = full
                 strip = strip.apply_style(row_base)
@@ -826,8 +902,33 @@ class LogView(ScrollView, can_focus=True):
 # --------------------------------------------------------------------------------------------
 
 
+class FindInput(Input, inherit_bindings=False):
+    """The find bar's field. Enter and Esc act as the key is taken (not after it bubbled up): the
+    keys typed after them in one burst (``/weight`` Enter ``n``) already wait in this field's queue
+    and must meet the log, not the field; a key that comes after focus left is handed back to the
+    app (see ``kvtui.ui.keys``). Enter belongs to the bar (its footer key says what it does)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        b for b in Input.BINDINGS if not (isinstance(b, Binding) and b.key == "enter")
+    ]
+
+    async def _on_key(self, event: events.Key) -> None:
+        if refocus_key(self, event):
+            return
+        # the field's own keys (ctrl+a, ctrl+k…) and the bar's (Enter, Esc) act now, in the order
+        # typed: as bindings they would run after the characters typed behind them
+        if await run_own_binding(self, event):
+            return
+        bar = self.parent
+        if isinstance(bar, FindBar) and await run_own_binding(bar, event):
+            return
+        await super()._on_key(event)
+
+
 class FindBar(Horizontal):
-    """The one-line input for ``/`` search and ``&`` filter, docked under the log."""
+    """The one-line input for ``/`` search and ``&`` filter, under the log: while it is open it
+    takes the status line's row (the two were both docked at the bottom, the status line drawn
+    over what was typed)."""
 
     DEFAULT_CSS = """
     FindBar {
@@ -868,13 +969,29 @@ class FindBar(Horizontal):
         def control(self) -> FindBar:
             return self.bar
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Close", show=False, id="find.close")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Cancel", id="find.close"),
+        Binding("enter", "submit_search", "Search", id="find.search"),
+        Binding("enter", "submit_filter", "Filter", id="find.filter"),
+    ]
 
     kind: str = "search"
 
     def compose(self) -> ComposeResult:
         yield Static("/", id="find-label")
-        yield Input(id="find-input", select_on_focus=True)
+        yield FindInput(id="find-input", select_on_focus=True)
+
+    @property
+    def is_open(self) -> bool:
+        return self.has_class("-open")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The footer names what Enter does: search for ``/``, filter for ``&``."""
+        if action == "submit_search":
+            return self.kind == "search"
+        if action == "submit_filter":
+            return self.kind == "filter"
+        return True
 
     def open(self, kind: str, value: str = "") -> None:
         self.kind = kind
@@ -887,17 +1004,37 @@ class FindBar(Horizontal):
         )
         field.value = value
         self.add_class("-open")
-        field.focus()
+        self._set_open(True)
+        self.screen.set_focus(field)  # now: the keys typed right after / go into the field
+        self.screen.refresh_bindings()
+
+    def _set_open(self, is_open: bool) -> None:
+        """Open, the bar takes the status line's row (the status line is hidden meanwhile)."""
+        panel = self.parent
+        if isinstance(panel, Widget):
+            panel.set_class(is_open, "-finding")
+            for status in panel.query_children(LogStatus):
+                status.display = not is_open
 
     def action_close(self) -> None:
         self.remove_class("-open")
+        self._set_open(False)
         self.post_message(self.Closed(self))
 
-    @on(Input.Submitted, "#find-input")
-    def _submitted(self, event: Input.Submitted) -> None:
-        event.stop()
+    def action_submit_search(self) -> None:
+        self.submit(self.query_one("#find-input", Input).value)
+
+    def action_submit_filter(self) -> None:
+        self.submit(self.query_one("#find-input", Input).value)
+
+    def submit(self, value: str) -> None:
         self.remove_class("-open")
-        self.post_message(self.Submitted(self, self.kind, event.value))
+        self._set_open(False)
+        panel = self.parent
+        if isinstance(panel, LogPanel):
+            panel.find_now(self.kind, value)  # now, not through a message: see FindInput
+        else:
+            self.post_message(self.Submitted(self, self.kind, value))
 
 
 class LogStatus(Horizontal):
@@ -908,7 +1045,9 @@ class LogStatus(Horizontal):
         dock: bottom;
         height: 1;
         background: $surface;
-        #log-state { width: 1fr; height: 1; color: $text-muted; padding: 0 1; }
+        #log-state {
+            width: 1fr; height: 1; color: $text-muted; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis;
+        }
         #log-badge {
             width: auto;
             padding: 0 1;
@@ -927,10 +1066,16 @@ class LogStatus(Horizontal):
 
     def show(self, view: LogView) -> None:
         parts: list[Content] = []
-        if view.follow:
+        if view.offline is not None:  # not "● following" a host that is not reached
+            parts.append(Content.styled(f"{view.offline} · new lines when it is", "$warning bold"))
+            if not view.follow:
+                parts.append(Content.styled("⏸ paused", "$warning"))
+        elif view.follow:
             parts.append(Content.styled("● following", "$success"))
         else:
             parts.append(Content.styled("⏸ paused", "$warning"))
+        if view.message:  # what just happened first: the toggles after it are what a cut loses
+            parts.append(Content.styled(view.message, "$foreground italic"))
         if view.mode is ViewMode.HISTORY:
             parts.append(Content.styled("history from the spool", "$accent"))
         if view.line_filter is not None:
@@ -941,8 +1086,6 @@ class LogStatus(Horizontal):
             parts.append(Content("wrap"))
         if view.timestamps:
             parts.append(Content("timestamps"))
-        if view.message:
-            parts.append(Content.styled(view.message, "$text-muted italic"))
         state = Content(" · ").join(parts)
         # one row, 1fr wide (CSS): a new state is a repaint, not a layout pass of the screen
         self.query_one("#log-state", QuietStatic).set(state.markup, lambda: state, layout=False)
@@ -996,17 +1139,23 @@ class LogPanel(Vertical):
             current = view.line_filter.raw
         self.query_one(FindBar).open(kind, current)
 
+    def find_now(self, kind: str, value: str) -> None:
+        """The find bar's Enter: focus back on the log (now) and search or filter."""
+        view = self.view
+        self.screen.set_focus(view)
+        self.screen.refresh_bindings()
+        if kind == "search":
+            view.set_search(value)
+        else:
+            view.set_filter(value)
+
     @on(FindBar.Submitted)
     def _find(self, event: FindBar.Submitted) -> None:
         event.stop()
-        view = self.view
-        view.focus()
-        if event.kind == "search":
-            view.set_search(event.value)
-        else:
-            view.set_filter(event.value)
+        self.find_now(event.kind, event.value)
 
     @on(FindBar.Closed)
     def _find_closed(self, event: FindBar.Closed) -> None:
         event.stop()
-        self.view.focus()
+        self.screen.set_focus(self.view)
+        self.screen.refresh_bindings()
