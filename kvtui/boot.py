@@ -433,6 +433,7 @@ class _Work:
         "pending_bs",
         "printed",
         "rank_set",
+        "real_phase",
         "serving",
         "spans",
         "stopped_by_operator",
@@ -458,6 +459,7 @@ class _Work:
         self.fact_src: dict[tuple[Model, str], tuple[int, ...]] = {}
         self.serving: dict[str, Serving] = {}
         self.rank_set: set[str] = set()
+        self.real_phase = False  # a phase line of the engine's own past launch was seen
         self.stopped_by_operator = False
         self.version_explicit = False
 
@@ -481,6 +483,9 @@ class BootTracker:
         self._last_ts: datetime | None = None
         self._recent: deque[str] = deque(maxlen=_RECENT_LINES)
         self._w = _Work()
+        # inferred phase marks (traceback frames) seen before any boot: a fragment's failure that
+        # follows them starts a boot in the phase they say
+        self._pending: deque[tuple[PhaseMark, datetime | None]] = deque(maxlen=_RECENT_LINES)
 
     @property
     def current(self) -> Boot | None:
@@ -491,6 +496,8 @@ class BootTracker:
         """Account one parsed line to the current boot (starting or ending boots as needed)."""
         self._line += 1
         ts = parsed.ts
+        if ts is not None and self._last_ts is not None and (ts.tzinfo is None) is not (self._last_ts.tzinfo is None):
+            ts = None  # a clock of the other kind (a collector's zoned stamp among naive engine stamps)
         timed = ts is not None
         if timed:
             self._last_ts = ts
@@ -522,7 +529,19 @@ class BootTracker:
             if parsed.engine is None:
                 self._recent.append(parsed.text)
                 return upd
+            if all(type(e) is PhaseMark and e.inferred for e in events):
+                self._pending.extend((e, ts) for e in events if isinstance(e, PhaseMark))
+                self._recent.append(parsed.text)
+                return upd
             boot = self._new_boot(ts, upd)
+            if self._pending:
+                pending = list(self._pending)
+                self._pending.clear()
+                if any(isinstance(e, FailureText) for e in events) and not any(
+                    isinstance(e, BootBoundary | Flags) for e in events
+                ):
+                    for mark, mts in pending:  # a fragment: its stack says where it failed
+                        self._phase(boot, mark, mts, upd, mts is not None)
         w = self._w
         boot.last_line = self._line
         if parsed.engine is not None and boot.engine is Engine.UNKNOWN:
@@ -691,9 +710,25 @@ class BootTracker:
     def _phase(self, boot: Boot, ev: PhaseMark, ts: datetime | None, upd: BootUpdate, timed: bool = True) -> None:
         """``timed`` is False when the line had no time of its own (tqdm bars, traceback frames):
         ``ts`` is then the previous line's, good enough to open a phase but never to move one."""
-        if boot.status is not BootStatus.STARTING:
-            return  # late lines of a finished boot do not move its phases
         w = self._w
+        if boot.status is not BootStatus.STARTING:
+            # a fragment whose first line was a fatal wrapper: its stack still says where it failed
+            if (
+                ev.inferred
+                and boot.status is BootStatus.FAILED
+                and not w.real_phase
+                and not ev.end
+                and (boot.phase is None or PHASE_RANK[ev.phase] > PHASE_RANK[boot.phase])
+            ):
+                w.activity = boot.phase = ev.phase
+            return  # late lines of a finished boot do not move its phases
+        if ev.inferred:
+            if w.real_phase or ev.end:
+                return  # the engine's own phase lines say where the boot is
+            if ev.model is Model.TARGET and boot.phase is not None and PHASE_RANK[ev.phase] <= PHASE_RANK[boot.phase]:
+                return  # an outer frame's phase after an inner one's: no step back
+        elif ev.phase is not Phase.LAUNCH:
+            w.real_phase = True
         key = (ev.phase, ev.model)
         span = w.spans.get(key)
         if ev.seconds is not None:
@@ -702,7 +737,13 @@ class BootTracker:
                 w.printed[key] = ev.seconds
         if ev.end:
             if span is None:
-                return
+                if ev.inferred or any(s.name is not Phase.LAUNCH for s in boot.phases):
+                    return
+                # a fragment's first phase line closes a phase it never saw open: it was in it
+                self._phase(boot, PhaseMark(ev.phase, ev.model), ts, upd, timed)
+                span = w.spans.get(key)
+                if span is None:
+                    return
             if ts is not None:
                 old = w.explicit_end.get(key)
                 if old is None or ts > old:
@@ -731,11 +772,14 @@ class BootTracker:
             for k, closer in list(w.closed_by.items()):
                 if closer == key:
                     self._settle(k)
-            w.activity = ev.phase
+            if not (ev.model is Model.TARGET and boot.phase is not None and rank_new < PHASE_RANK[boot.phase]):
+                # a target phase earlier than the one reached (another process's late line) does
+                # not move the boot back: a failure now still belongs to the phase reached
+                w.activity = ev.phase
             if ev.model is Model.TARGET and (boot.phase is None or rank_new > PHASE_RANK[boot.phase]):
                 boot.phase = ev.phase
             upd.phase_changed = True
-            if ev.phase is Phase.READY:
+            if ev.phase is Phase.READY and not ev.inferred:
                 boot.status = BootStatus.READY
                 upd.ready = True
             return
@@ -977,6 +1021,7 @@ class BootTracker:
         evidence = w.evidence
         decider: _Evidence | None = None
         kind = FailureKind.UNKNOWN
+        fragment_oom = False
         for e in evidence:  # 1. the text decides
             k = e.ft.kind
             if k is not None and k not in (FailureKind.NCCL, FailureKind.CRASH, FailureKind.UNKNOWN):
@@ -987,9 +1032,15 @@ class BootTracker:
                 if _is_oom(e.ft.text):
                     decider = e
                     by_phase = _DEFAULT_OOM_PHASE_KIND.get(e.phase) if e.phase is not None else None
-                    if by_phase is None:
-                        # before any weights: memory was already taken, unless the text says weights
-                        by_phase = FailureKind.OOM_WEIGHTS if "weight" in e.ft.text.lower() else FailureKind.GPU_BUSY
+                    if by_phase is None and "weight" in e.ft.text.lower():
+                        by_phase = FailureKind.OOM_WEIGHTS
+                    elif by_phase is None and not boot.phases:
+                        # a fragment (the traceback's end, nothing of its boot): in which phase the
+                        # memory ran out is not in the excerpt
+                        by_phase = FailureKind.UNKNOWN
+                        fragment_oom = True
+                    elif by_phase is None:
+                        by_phase = FailureKind.GPU_BUSY  # before any weights: memory was already taken
                     kind = by_phase
                     break
         if decider is None:  # 3. NCCL
@@ -1014,6 +1065,11 @@ class BootTracker:
         hint = decider.ft.hint if decider is not None else None
         if hint is None and kind in (FailureKind.CRASH, FailureKind.UNKNOWN):
             hint = next((e.ft.hint for e in evidence if e.ft.hint), None)
+        if hint is None and fragment_oom:
+            hint = (
+                "out of GPU memory, but the excerpt does not show in which phase (its start is missing): "
+                "include the lines before the traceback to tell weights, KV pool, graph capture or serving apart"
+            )
         if hint is None:
             hint = hint_for(kind, boot.engine, boot.flags, boot.facts)
             if kind is not FailureKind.GPU_BUSY and any(

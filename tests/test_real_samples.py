@@ -69,11 +69,6 @@ def _facts(boot: Boot) -> dict[str, object]:
 PENDING: frozenset[str] = frozenset(
     {
         "30-vllm-qwen2-7b-tp2-ray-2node-wrapped-ready.log",
-        "41-vllm-0.11rc2-rocm-gemma3-27b-docker-compose-ready.log",
-        "43-vllm-ci-buildkite-stamp-gpu-busy-one-line.log",
-        "44-vllm-enginecore-gpu-busy-traceback-fragment.log",
-        "45-vllm-v0-docker-compose-max-seq-len-one-line.log",
-        "47-vllm-worker-gpu-busy-fragment.log",
     }
 )
 

@@ -193,6 +193,7 @@ def _analyse_parallel(
         try:
             tracker = BootTracker(engine_hint, max_boots=None)
             parser = LineParser(engine_hint, clock=clock)
+            parser.prime(iter_records(head[: cut + 1], shape, now=clock))  # a collector's prefix
             feed = tracker.feed
             for parsed in parse_chunks(
                 read_chunks(_Limited(stream, boundary), path), engine_hint, parser=parser, clock=clock, shape=shape

@@ -92,12 +92,16 @@ class PhaseMark:
     """A phase begins (``end=False``) or ends (``end=True``) on this line.
 
     ``seconds`` is the duration the engine printed itself (``elapsed=…``), when it did.
+    ``inferred`` marks a phase read from indirect evidence (a traceback frame's function, a failure
+    text that only one phase prints): the tracker uses it only while the boot has no phase line of
+    its own past launch (a fragment pasted without its start), and it never makes a boot ready.
     """
 
     phase: Phase
     model: Model = Model.TARGET
     end: bool = False
     seconds: float | None = None
+    inferred: bool = False
 
 
 # Metric names a grammar may emit (per line, per rank; BootTracker aggregates).

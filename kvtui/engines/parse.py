@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from kvtui.engines.collector import PrefixLayer
 from kvtui.engines.events import (
     BootBoundary,
     BoundaryKind,
@@ -67,6 +68,8 @@ _EXIT_OK_RE = re.compile(r"code=exited, status=0/SUCCESS")
 # A tqdm bar with a log line glued to its end (no newline in between), e.g.
 # `Capturing batches (…): 0%|  | 0/8 [00:00<?, ?it/s][2026-02-09 14:38:28] Attempting …`.
 _GLUED_STAMP_RE = re.compile(r"(?<=\])\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+# the end of a tqdm bar: `[00:04<00:00, 10.83it/s]`, `[00:00<?, ?it/s]`, `[01:02<3:04:05,  2.57s/it]`
+_BAR_END_RE = re.compile(r"\[(?:\d+:)?\d\d:\d\d<(?:(?:\d+:)?\d\d:\d\d|\?), *(?:\d+(?:\.\d+)?|\?) ?(?:it/s|s/it)\]")
 
 
 def systemd_events(text: str) -> tuple[LogEvent, ...]:
@@ -125,6 +128,8 @@ class LineParser:
         self._grammars: list[Grammar] = [self._sglang, self._vllm]
         self.engine_hint = engine_hint
         self._grammar: Grammar | None = None
+        self._prefixes = PrefixLayer(clock)  # a log collector's prefix before the engine's lines
+        self._record_ts: datetime | None = None  # the timestamp of the record being fed
         if engine_hint is Engine.SGLANG:
             self._grammar = self._sglang
         elif engine_hint is Engine.VLLM:
@@ -140,6 +145,23 @@ class LineParser:
         for g in self._grammars:
             g.reset()
 
+    def prime(self, records: Iterable[LogRecord], limit: int = 4000) -> None:
+        """Learn a collector's prefix from the head of a saved log before parsing it, so that the
+        lines before the first one that reveals it (a banner, a warning) lose it too."""
+        layer = self._prefixes
+        n = 0
+        for rec in records:
+            text = strip_ansi(rec.text) if "\x1b" in rec.text else rec.text
+            for piece in text.replace("\r", "\n").split("\n") if ("\r" in text or "\n" in text) else (text,):
+                if not piece or (layer.learned and layer.cut(piece) is not None):
+                    continue
+                if _is_plain_systemd(piece) or any(g.sniff(piece) for g in self._grammars):
+                    continue
+                layer.find(piece)
+                n += 1
+                if n >= limit:
+                    return
+
     def feed(self, record: LogRecord) -> list[ParsedLine]:
         """One record -> its lines (a record may hold several ``\\r``-joined tqdm redraws)."""
         text = record.text
@@ -147,27 +169,66 @@ class LineParser:
             text = strip_ansi(text)
         if "\r" in text or "\n" in text:
             out: list[ParsedLine] = []
+            self._record_ts = record.ts
             for piece in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
                 if piece.strip():
                     self._feed_piece(piece, record, out)
+            self._record_ts = None
             return out
         if not text or text.isspace():
             return []
         out = []
+        self._record_ts = record.ts
         self._feed_piece(text, record, out)
+        self._record_ts = None
         return out
 
     def _feed_piece(self, piece: str, record: LogRecord, out: list[ParsedLine]) -> None:
         if len(piece) > MAX_LINE_CHARS:
             piece = piece[:MAX_LINE_CHARS]
+        if "it/s]" in piece or "s/it]" in piece:
+            # lines glued to the end of a progress bar that ended without a newline of its own
+            # (`…| 0/67 [00:00<?, ?it/s](EngineCore_DP0 pid=7) INFO … Graph capturing finished …`)
+            pos = 0
+            for bar in _BAR_END_RE.finditer(piece):
+                end = bar.end()
+                if end < len(piece) and not piece[end:].isspace():
+                    self._emit(piece[pos:end], record, out)
+                    pos = end
+            if pos:
+                piece = piece[pos:]
         if "][20" in piece and not piece.startswith("["):
             m = _GLUED_STAMP_RE.search(piece)
             if m is not None and "|" in piece[: m.start()]:
-                out.append(self._parse(piece[: m.start()], record))
+                self._emit(piece[: m.start()], record, out)
                 piece = piece[m.start() :]
-        out.append(self._parse(piece, record))
+        self._emit(piece, record, out)
 
-    def _parse(self, text: str, record: LogRecord) -> ParsedLine:
+    def _emit(self, text: str, record: LogRecord, out: list[ParsedLine]) -> None:
+        """One line: a learned collector prefix comes off first; a line the engines do not read
+        from its start is searched for the engine line inside it (``PrefixLayer``)."""
+        ts = self._record_ts  # the record's, or the collector's from an earlier piece of the record
+        layer = self._prefixes
+        stripped = layer.cut(text) if layer.learned else None
+        if stripped is not None:
+            text, pts = stripped
+            if not text or text.isspace():
+                return  # the collector's prefix and nothing else
+            if pts is not None and ts is None:
+                ts = self._record_ts = pts
+        parsed = self._parse(text, record, ts)
+        if stripped is None and not parsed.prefixed:
+            found = layer.find(text, heads_only=parsed.engine is not None)
+            if found is not None:
+                rest, pts = found
+                if pts is not None and ts is None:
+                    ts = self._record_ts = pts
+                inner = self._parse(rest, record, ts)
+                if inner.engine is not None or inner.prefixed:
+                    parsed = inner
+        out.append(parsed)
+
+    def _parse(self, text: str, record: LogRecord, ts: datetime | None) -> ParsedLine:
         ident = record.ident
         if ident == "systemd" or (ident is None and _is_plain_systemd(text)):
             events = systemd_events(text)
@@ -175,7 +236,7 @@ class LineParser:
                 kind = events[0].kind if isinstance(events[0], BootBoundary) else None
                 if kind is BoundaryKind.STARTED or kind is BoundaryKind.STOPPING:
                     self.reset()
-            return ParsedLine(text=text, ts=record.ts, events=events, record=record, prefixed=True)
+            return ParsedLine(text=text, ts=ts, events=events, record=record, prefixed=True)
         grammar = self._grammar
         if grammar is None:
             for g in self._grammars:
@@ -183,21 +244,21 @@ class LineParser:
                     grammar = self._grammar = g
                     break
             else:
-                return ParsedLine(text=text, ts=record.ts, record=record)
-        parsed = grammar.parse(text, record.ts)
+                return ParsedLine(text=text, ts=ts, record=record)
+        parsed = grammar.parse(text, ts)
         if parsed.engine is None and self.engine_hint is None:
-            parsed = self._maybe_switch(grammar, text, record, parsed)
+            parsed = self._maybe_switch(grammar, text, ts, parsed)
         parsed.record = record
         if not parsed.prefixed and parsed.level is not None:
             parsed.prefixed = True
         return parsed
 
-    def _maybe_switch(self, current: Grammar, text: str, record: LogRecord, parsed: ParsedLine) -> ParsedLine:
+    def _maybe_switch(self, current: Grammar, text: str, ts: datetime | None, parsed: ParsedLine) -> ParsedLine:
         """A line the current engine does not claim: a new boot of the other engine?"""
         for g in self._grammars:
             if g is current or not g.sniff(text):
                 continue
-            other = g.parse(text, record.ts)
+            other = g.parse(text, ts)
             for ev in other.events:
                 if isinstance(ev, BootBoundary) and ev.kind is BoundaryKind.STARTED:
                     self._grammar = g
@@ -230,6 +291,9 @@ def _progress_desc(line: bytes) -> bytes | None:
     shards`), or None when the line is not one we can group safely."""
     if b"\r" in line:
         return None
+    j = max(line.rfind(b"it/s]"), line.rfind(b"s/it]"))
+    if j >= 0 and line[j + 5 :].strip():
+        return None  # a redraw with a log line glued to its end is no plain redraw
     k = line.find(b"%|")
     if k < 0:
         k = line.find(b"% Completed |")
@@ -745,6 +809,9 @@ def _live_progress(text: str) -> tuple[str | None, str]:
     """(the bar's description, the display style the SGLang grammar gives its redraws) for an
     unprefixed tqdm redraw whose events do not depend on anything but the line; (None, "")
     otherwise."""
+    j = max(text.rfind("it/s]"), text.rfind("s/it]"))
+    if j >= 0 and text[j + 5 :].strip():
+        return None, ""  # a log line glued to the bar's end: parsed
     k = text.find("%|")
     if k < 0:
         k = text.find("% Completed |")
@@ -802,6 +869,8 @@ def parse_chunks(
             shape = detect_shape(rest[:_HEAD_BYTES])
             if shape_out is not None:
                 shape_out.append(shape)
+            head = rest[:_HEAD_BYTES]
+            parser.prime(records(head[: head.rfind(b"\n") + 1], shape))
             lines = rest.split(b"\n")
         else:
             lines = chunk.split(b"\n")  # no copy of the chunk: the carried partial line joins its first piece
@@ -819,6 +888,7 @@ def parse_chunks(
         shape = detect_shape(rest[:_HEAD_BYTES])
         if shape_out is not None:
             shape_out.append(shape)
+        parser.prime(records(rest[:_HEAD_BYTES], shape))
     if rest:
         yield from _parse_lines(rest.split(b"\n"), shape, parser, prefilter, records)
     if prefilter is not None:

@@ -41,6 +41,7 @@ from kvtui.engines.events import (
     VersionHint,
     Warning_,
 )
+from kvtui.engines.stack import frame_engine, frame_phase
 
 TARGET: Final = Model.TARGET
 DRAFT: Final = Model.DRAFT
@@ -223,6 +224,22 @@ def generic_failure(text: str) -> tuple[LogEvent, ...]:
     return ()
 
 
+# SGLang failure texts that identify the engine in a fragment without any SGLang prefix
+_FRAGMENT_STARTS: Final = (
+    "Scheduler hit an exception",
+    "Received sigquit from a child",
+    "Capture cuda graph failed",
+    "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static",
+    "RuntimeError: Loaded weights leave no GPU memory",
+    "Exception: Capture cuda graph failed",
+)
+_INFERRED: Final = {ph: PhaseMark(ph, inferred=True) for ph in Phase}
+
+
+def _inferred(phase: Phase) -> PhaseMark:
+    return _INFERRED[phase]
+
+
 def _cli_error_of(text: str) -> FailureText | None:
     """SGLang's own argparse refusal (``launch_server.py: error: …``), else None."""
     got = cli_error(text)
@@ -389,6 +406,8 @@ class SglangGrammar:
             or (text.startswith("SGLang") and _SGL_VERSION_RE.match(text) is not None)
             or (text.startswith("usage: ") and usage_engine(text) is Engine.SGLANG)
             or (": error: " in text and _cli_error_of(text) is not None)
+            or ('File "' in text and frame_engine(text) is Engine.SGLANG)
+            or text.startswith(_FRAGMENT_STARTS)
         )
 
     # -----------------------------------------------------------------------------------------
@@ -835,7 +854,7 @@ class SglangGrammar:
     def _capture_failed(self, msg: str) -> tuple[LogEvent, ...]:
         self._capturing = False
         # the phase decides the kind: an OOM in capture is oom_graph_capture, anything else a crash
-        ev: list[LogEvent] = [FailureText(msg, None, specificity=3)]
+        ev: list[LogEvent] = [_inferred(Phase.GRAPH_CAPTURE), FailureText(msg, None, specificity=3)]
         ev.extend(oom_metrics(msg))
         return tuple(ev)
 
@@ -859,6 +878,10 @@ class SglangGrammar:
     # ---- lines without the SGLang prefix (tqdm, tracebacks, third-party output) ---------------
     def _unprefixed(self, msg: str) -> tuple[LogEvent, ...]:
         c = msg[:1]
+        if (c == " " or c == "F") and 'File "' in msg[:12]:
+            # a traceback frame: where on the startup stack it failed (used by fragments only)
+            phase = frame_phase(msg)
+            return (_inferred(phase),) if phase is not None else ()
         if c == "C":
             if msg.startswith("Capturing batches") or msg.startswith("Capturing num tokens"):
                 return self._capture_progress(msg)
@@ -875,6 +898,10 @@ class SglangGrammar:
             return self._bare_progress(msg)
         if "Capture cuda graph failed" in msg or "CUDA graph failed" in msg:
             return self._capture_failed(msg)
+        if c == "S" and msg.startswith("Scheduler hit an exception"):  # its prefix cut off (a fragment)
+            return (FailureText(msg, None, fatal=False, specificity=1),)
+        if c == "R" and msg.startswith("Received sigquit from a child"):
+            return (FailureText(msg, None, fatal=True, specificity=0),)
         if ": error: " in msg:
             ft = _cli_error_of(msg)
             if ft is not None:

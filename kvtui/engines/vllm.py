@@ -59,6 +59,7 @@ from kvtui.engines.events import (
     VersionHint,
     Warning_,
 )
+from kvtui.engines.stack import frame_engine, frame_phase
 from kvtui.engines.text import strip_ansi
 
 __all__ = ["VLLM_HINTS", "VllmGrammar", "parse_arg_dict", "parse_kv_args"]
@@ -306,6 +307,15 @@ _CONFIG_KEYS = {
 
 # Events are immutable: the common ones are built once.
 _PM: dict[Phase, PhaseMark] = {p: PhaseMark(p) for p in Phase}
+_INFERRED: dict[Phase, PhaseMark] = {p: PhaseMark(p, inferred=True) for p in Phase}
+# vLLM failure texts that identify the engine in a fragment without any vLLM prefix
+_FRAGMENT_RE = re.compile(
+    r"(?:[\w.]+(?:Error|Exception): )?(?:Free memory on device|To serve at least one request with the model"
+    r"|The model's max seq len \(\d+\) is larger than the maximum number of tokens"
+    r"|No available memory for the cache blocks)"
+    r"|(?:ERROR \d\d-\d\d [\d:]+ \[?[\w.]+:\d+\] )?EngineCore failed to start"
+    r"|RuntimeError: Engine core initialization failed"
+)
 _START: dict[Phase, Events] = {p: (PhaseMark(p),) for p in Phase}
 
 # --------------------------------------------------------------------------------------------
@@ -354,6 +364,10 @@ class VllmGrammar:
         if m is None:
             if text.startswith("usage: "):
                 return usage_engine(text) is Engine.VLLM
+            if 'File "' in text:
+                return frame_engine(text) is Engine.VLLM
+            if _FRAGMENT_RE.match(text) is not None:
+                return True
             return ": error: " in text and _cli_error_of(text) is not None
         if text.startswith("("):
             return True
@@ -503,6 +517,11 @@ class VllmGrammar:
 
     # -- classification ---------------------------------------------------------------------
     def _classify(self, msg: str, level: str | None) -> Events:
+        c = msg[:1]
+        if (c == " " or c == "F") and 'File "' in msg[:12]:
+            # a traceback frame: where on the startup stack it failed (used by fragments only)
+            phase = frame_phase(msg)
+            return self._note_phase((_INFERRED[phase],)) if phase is not None else _NONE
         sp = msg.find(" ")
         word = msg if sp < 0 else msg[:sp]
         h = _DISPATCH.get(word)
@@ -852,6 +871,7 @@ class VllmGrammar:
         if m is None:
             return _NONE
         ev: list[LogEvent] = [
+            _INFERRED[Phase.INIT],  # the free-memory check runs in init_device, before any weights
             FailureText(msg, kind=FailureKind.GPU_BUSY, specificity=3, hint=VLLM_HINTS[FailureKind.GPU_BUSY]),
             Metric("gpu_free_gib", float(m.group(1))),
             Metric("gpu_total_gib", float(m.group(2))),
@@ -863,7 +883,7 @@ class VllmGrammar:
 
     def _on_no(self, msg: str) -> Events:
         if msg.startswith("No available memory for the cache blocks"):
-            return (FailureText(msg, kind=FailureKind.OOM_KV_ALLOCATE, specificity=3,
+            return (_INFERRED[Phase.KV_ALLOCATE], FailureText(msg, kind=FailureKind.OOM_KV_ALLOCATE, specificity=3,
                                 hint=VLLM_HINTS[FailureKind.OOM_KV_ALLOCATE]),)
         return _NONE
 
@@ -881,7 +901,8 @@ class VllmGrammar:
                 hint = (f"--max-model-len {m.group(1)} needs {m.group(2)} GiB of KV cache but {m.group(3)} GiB "
                         f"is available: set --max-model-len to at most {m.group(4)}, or raise "
                         "--gpu-memory-utilization / use more GPUs.")
-        return (FailureText(msg, kind=FailureKind.KV_TOO_SMALL, specificity=3, hint=hint), *ev)
+        return (_INFERRED[Phase.KV_ALLOCATE], FailureText(msg, kind=FailureKind.KV_TOO_SMALL, specificity=3, hint=hint),
+                *ev)
 
     def _on_the(self, msg: str) -> Events:
         m = _V0_TOO_SMALL_RE.match(msg)
@@ -889,7 +910,7 @@ class VllmGrammar:
             return _NONE
         hint = (f"--max-model-len {m.group(1)} does not fit the KV cache ({m.group(2)} tokens): set "
                 f"--max-model-len to at most {m.group(2)}, or raise --gpu-memory-utilization.")
-        return (FailureText(msg, kind=FailureKind.KV_TOO_SMALL, specificity=3, hint=hint),
+        return (_INFERRED[Phase.KV_ALLOCATE], FailureText(msg, kind=FailureKind.KV_TOO_SMALL, specificity=3, hint=hint),
                 Metric("context_len", float(m.group(1))), Metric("estimated_max_len", float(m.group(2))))
 
     def _on_error(self, msg: str) -> Events:
