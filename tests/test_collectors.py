@@ -24,7 +24,7 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.commands.replay import analyse
 from kvtui.engines.collector import PrefixLayer, prefix_timestamp
 from kvtui.engines.events import LogRecord, PhaseMark
-from kvtui.engines.parse import LineParser, _is_plain_systemd
+from kvtui.engines.parse import LineParser, Unwrapper, _is_plain_systemd, wrap_widths
 from kvtui.engines.shapes import detect_shape, iter_records
 
 FIX = Path(__file__).parent / "fixtures"
@@ -51,10 +51,16 @@ PATHS = _fixture_paths()
 
 @cache
 def bare_text(path: Path) -> str:
-    """The engine's own output: the file itself, or a journal's messages one per line."""
+    """The engine's own output: the file itself, or a journal's messages one per line (a terminal
+    capture's wrapped rows joined: a collector prefixes the engine's lines, the terminal wraps
+    what it shows)."""
     data = path.read_bytes()
     shape = detect_shape(data[:65536])
     if shape in ("raw", "docker"):
+        widths = wrap_widths(data[:65536])
+        if widths:
+            u = Unwrapper(widths)
+            data = b"\n".join(u.feed(data.split(b"\n")) + u.flush())
         return data.decode("utf-8", "replace")
     return "\n".join(r.text for r in iter_records(data, shape, now=clock)) + "\n"
 
@@ -181,6 +187,36 @@ def test_a_learned_prefix_comes_off_lines_without_an_anchor() -> None:
     layer2 = PrefixLayer()
     assert layer2.find("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
                        heads_only=True) is None
+
+
+def hard_wrap(text: str, width: int) -> str:
+    """A terminal capture's scrollback: every line cut into rows of ``width`` columns."""
+    out = []
+    for ln in text.split("\n"):
+        if "\r" in ln:  # a capture shows a bar's last redraw only
+            ln = ln.split("\r")[-1]
+        out.extend(ln[i : i + width] for i in range(0, max(len(ln), 1), width))
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("width", [100, 129, 160])
+def test_a_hard_wrapped_capture_reads_like_the_log(width: int) -> None:
+    checked = 0
+    for path in PATHS:
+        bare = bare_text(path)
+        if bare.count("\n") < 30 or "\r" in bare or "\x1b" in bare or "wrapped" in path.name:
+            continue
+        lines = bare.split("\n")
+        if sum(1 for ln in lines if len(ln) > width) < 8:
+            continue  # too few long lines to show a wrap
+        assert essence(replay_text(hard_wrap(bare, width))) == bare_essence(path), f"{path.name} at {width}"
+        checked += 1
+    assert checked >= 5
+
+
+def test_no_fixture_is_taken_for_a_wrapped_capture() -> None:
+    wrapped = {p.name for p in PATHS if wrap_widths(p.read_bytes()[:65536])}
+    assert wrapped == {"30-vllm-qwen2-7b-tp2-ray-2node-wrapped-ready.log"}
 
 
 # ---- fragments: the last K lines of every failed fixture -------------------------------------------

@@ -66,11 +66,7 @@ def _facts(boot: Boot) -> dict[str, object]:
 
 # Logs whose facts kvtui did not yet yield when they were added (the first run); each leaves this
 # set with the fix that makes it pass (strict: a log that passes while listed fails the test).
-PENDING: frozenset[str] = frozenset(
-    {
-        "30-vllm-qwen2-7b-tp2-ray-2node-wrapped-ready.log",
-    }
-)
+PENDING: frozenset[str] = frozenset()
 
 
 @pytest.mark.parametrize(

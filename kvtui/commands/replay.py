@@ -24,7 +24,7 @@ from typing import BinaryIO, Protocol, TextIO
 
 from kvtui.boot import Boot, BootStatus, BootTracker, PhaseSpan
 from kvtui.engines.events import Engine
-from kvtui.engines.parse import LineParser, Prefilter, parse_chunks
+from kvtui.engines.parse import LineParser, Prefilter, parse_chunks, wrap_widths
 from kvtui.engines.shapes import detect_shape, iter_records
 from kvtui.engines.text import MAX_LINE_CHARS
 
@@ -156,7 +156,8 @@ def analyse_path(
             stream.seek(0)
         except (OSError, ValueError) as exc:
             raise InputError(f"{path}: cannot read ({exc})") from exc
-        if not head or head[:2] == b"\x1f\x8b":
+        if not head or head[:2] == b"\x1f\x8b" or wrap_widths(head[: head.rfind(b"\n") + 1]):
+            # gzip, or a hard-wrapped capture (its pieces are joined in one pass)
             return analyse(read_chunks(stream, path), engine_hint, clock=clock)
         return _analyse_parallel(stream, path, head, size, engine_hint, clock)
     finally:
