@@ -280,6 +280,8 @@ _MAX_METRICS: Final = frozenset(
         "load_seconds",
         "init_engine_seconds",
         "mamba_cache_gib",
+        "graph_pool_actual_gib",
+        "hicache_host_gib",
     }
 )
 _POOL_METRICS: Final = frozenset({"kv_cache_gib", "kv_tokens", "swa_kv_gib", "graph_mem_gib"})

@@ -146,6 +146,9 @@ METRIC_NAMES: frozenset[str] = frozenset(
         "load_seconds",  # weights load seconds when printed
         "init_engine_seconds",  # vLLM `init engine … took X seconds`
         "graph_mem_estimate_gib",  # vLLM `Estimated CUDA graph memory: X GiB total` (≥0.21 profiling)
+        "graph_pool_actual_gib",  # vLLM `CUDA graph pool memory: X GiB (actual), Y GiB (estimated)` (≥0.21)
+        "kv_cache_memory_hint_gib",  # vLLM `… Replace gpu_memory_utilization config with --kv-cache-memory=N (X GiB) …`
+        "hicache_host_gib",  # SGLang `Allocating X GB host memory for hierarchical KV cache.` (HiCache; X is 1e9 B)
         "kv_blocks",  # vLLM KV block count (V0 `# GPU blocks: N`, `num_gpu_blocks is: N`)
         "mamba_cache_gib",  # SGLang `Mamba Cache is allocated. … conv_state size + ssm_state size`
         "mamba_cache_size",  # SGLang `Mamba Cache is allocated. max_mamba_cache_size: N`

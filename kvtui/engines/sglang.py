@@ -225,19 +225,27 @@ def generic_failure(text: str) -> tuple[LogEvent, ...]:
 
 
 # SGLang failure texts that identify the engine in a fragment without any SGLang prefix
-_FRAGMENT_STARTS: Final = (
-    "Scheduler hit an exception",
-    "Received sigquit from a child",
-    "Capture cuda graph failed",
-    "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static",
-    "RuntimeError: Loaded weights leave no GPU memory",
-    "Exception: Capture cuda graph failed",
+_FRAGMENT_RE: Final = re.compile(
+    r"(?:[\w.]+(?:Error|Exception): )?(?:Not enough memory\. Please try to increase --mem-fraction-static"
+    r"|Loaded weights leave no GPU memory|Capture cuda graph failed|Scheduler hit an exception"
+    r"|Received sigquit from a child|Rank \d+ scheduler died during initialization)"
 )
 _INFERRED: Final = {ph: PhaseMark(ph, inferred=True) for ph in Phase}
 
 
 def _inferred(phase: Phase) -> PhaseMark:
     return _INFERRED[phase]
+
+
+def _not_enough(msg: str) -> tuple[LogEvent, ...]:
+    """`Not enough memory. Please try to increase --mem-fraction-static.` (0.5.x: `Current value:
+    mem_fraction_static=X`; ≥0.5.18: `Loaded weights leave no GPU memory … under
+    --mem-fraction-static=X`): the fraction from the message when the argument dump is missing."""
+    ev: list[LogEvent] = [_pm(Phase.KV_ALLOCATE, TARGET), FailureText(msg, FailureKind.OOM_KV_ALLOCATE, specificity=3)]
+    m = _MFS_RE.search(msg)
+    if m is not None:
+        ev.append(Flags({"mem_fraction_static": float(m.group(1))}))
+    return tuple(ev)
 
 
 def _cli_error_of(text: str) -> FailureText | None:
@@ -407,7 +415,7 @@ class SglangGrammar:
             or (text.startswith("usage: ") and usage_engine(text) is Engine.SGLANG)
             or (": error: " in text and _cli_error_of(text) is not None)
             or ('File "' in text and frame_engine(text) is Engine.SGLANG)
-            or text.startswith(_FRAGMENT_STARTS)
+            or _FRAGMENT_RE.match(text) is not None
         )
 
     # -----------------------------------------------------------------------------------------
@@ -560,11 +568,7 @@ class SglangGrammar:
                     ev.append(Metric("weights_gib", v, model))
                 return tuple(ev)
             if msg.startswith("Loaded weights leave no GPU memory"):
-                return (
-                    _pm(Phase.KV_ALLOCATE, TARGET),
-                    FailureText(msg, FailureKind.OOM_KV_ALLOCATE, specificity=3),
-                    *self._note_era("0.5.18"),
-                )
+                return (*_not_enough(msg), *self._note_era("0.5.18"))
             return None
         if c == "I":
             if msg.startswith("Init torch distributed begin") or msg.startswith("Init parallel begin"):
@@ -671,10 +675,15 @@ class SglangGrammar:
                 return (FailureText(msg, None, fatal=True, specificity=1),)
             if msg.startswith("SGLang") or msg.startswith("SGLANG"):
                 return self._version_line(msg)
+            if msg.startswith("SWA KV Cache is allocated") or msg.startswith("SWA KV Cache VA upper bound"):
+                return self._kv_line(msg, rank)  # 0.5.23 labels a hybrid model's pools `Full` / `SWA`
             return None
         if c == "D":
             if msg.startswith("DSV4 ") or msg.startswith("DSv4 "):
                 return self._dsv4(msg, rank)
+            if msg.startswith("Disable ") and "CUDA graph" in msg[:40]:
+                # `Disable prefill CUDA graph because …` (0.5.1x+): the boot goes on without it
+                return (Warning_(msg),)
             if msg.startswith("Draft model loaded"):
                 ev = [_pm(Phase.LOAD_WEIGHTS, DRAFT, True)]
                 v = _float_re(_MEMUSE_RE, msg)
@@ -707,16 +716,51 @@ class SglangGrammar:
             return None
         if c == "P":
             if msg.startswith("Post-capture KV sizing"):
-                return self._kv_line(msg, rank)
+                return self._post_capture(msg, rank)
             return None
         if c == "N":
             if msg.startswith("Not enough memory"):
-                return (_pm(Phase.KV_ALLOCATE, TARGET), FailureText(msg, FailureKind.OOM_KV_ALLOCATE, specificity=3))
+                return _not_enough(msg)
+            return None
+        if c == "A":
+            if msg.startswith("Allocating ") and "host memory for hierarchical" in msg:
+                # HiCache: the host pool (CPU RAM) behind the GPU KV pool
+                v = _num_after(msg, "Allocating ")  # decimal GB here (bytes / 1e9)
+                return (Metric("hicache_host_gib", round(v * 1e9 / (1 << 30), 4)),) if v is not None else ()
+            return None
+        if c == "H":
+            if msg.startswith("HiCache auto-sizing") or msg.startswith("HiCache memory headroom"):
+                return (Warning_(msg),)
             return None
         # a pool label in front: `{label} KV Cache is allocated. …` (0.5.23)
         if "KV Cache is allocated" in msg:
             return self._kv_line(msg, rank)
         return None
+
+    def _post_capture(self, msg: str, rank: str | None) -> tuple[LogEvent, ...]:
+        """0.5.23 post-capture KV sizing: the pool is sized after the graphs (not a failure)."""
+        body = msg[len("Post-capture KV sizing: "):]
+        if body.startswith("KV cache allocated"):
+            return self._kv_line(msg, rank)
+        if body.startswith("draft KV cache allocated"):
+            ev: list[LogEvent] = [_pm(Phase.KV_ALLOCATE, DRAFT)]
+            tokens = _TOKENS_RE.search(msg)
+            if tokens is not None:
+                ev.append(Metric("kv_tokens", float(tokens.group(1)), DRAFT))
+            v = _float_re(_KV_SIZE_RE, msg)
+            if v is not None:
+                ev.append(Metric("kv_cache_gib", v, DRAFT))
+            return tuple(ev)
+        if body.startswith("full_layer_tokens="):
+            ev = []
+            full = _int_after(body, "full_layer_tokens=")
+            swa = _int_after(body, "swa_layer_tokens=")
+            if full is not None:
+                ev.append(Metric("full_tokens", float(full)))
+            if swa:
+                ev.append(Metric("swa_tokens", float(swa)))
+            return tuple(ev)
+        return (Warning_(msg),)  # max_running_requests capped, KV-canary workspace, max_bs below …
 
     def _pool_model(self, rank: str | None) -> Model:
         st = self._ranks.get(rank or "")
@@ -912,7 +956,7 @@ class SglangGrammar:
             return (FailureText(msg, FailureKind.GPU_BUSY, specificity=3),)
         if ("Not enough memory" in msg and "mem-fraction-static" in msg) or "Loaded weights leave no GPU memory" in msg:
             # the pool sizing step raised: the boot is in kv_allocate
-            return (_pm(Phase.KV_ALLOCATE, TARGET), FailureText(msg, FailureKind.OOM_KV_ALLOCATE, specificity=3))
+            return _not_enough(msg)
         return generic_failure(msg)
 
     def _capture_progress(self, msg: str) -> tuple[LogEvent, ...]:

@@ -113,8 +113,8 @@ _GIB_PER_UNIT = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0,
 # --------------------------------------------------------------------------------------------
 # Prefix: process tags, level, year-less stamp, [file:line]
 # --------------------------------------------------------------------------------------------
-_TAG_RE = re.compile(r"\((?:([A-Za-z_][\w.-]*) )?(?:rank=(\d+) )?pid=(\d+)(?:, ip=([^)\s]+))?\)")
-_TP_IN_NAME = re.compile(r"(?:^|_)TP(\d+)")
+_TAG_RE = re.compile(r"\((?:([A-Za-z_][\w.-]*(?: TP\d+)?) )?(?:rank=(\d+) )?pid=(\d+)(?:, ip=([^)\s]+))?\)")
+_TP_IN_NAME = re.compile(r"(?:^|[_ ])TP(\d+)")
 _DP_IN_NAME = re.compile(r"(?:^|_)DP(\d+)")
 _HEAD_RE = re.compile(
     r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[?[^\s\]]+:\d+\] ?"
@@ -122,7 +122,7 @@ _HEAD_RE = re.compile(
 _UVICORN_LEVELS = ("INFO:", "WARNING:", "ERROR:", "DEBUG:", "CRITICAL:")
 _REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _SNIFF_RE = re.compile(
-    r"\((?:APIServer|ApiServer|EngineCore|Worker|VllmWorker|RayWorkerWrapper)\w* (?:rank=\d+ )?pid=\d+"
+    r"\((?:APIServer|ApiServer|EngineCore|Worker|VllmWorker|Ray[A-Za-z]*)\w*(?: TP\d+)? (?:rank=\d+ )?pid=\d+"
     r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w.<>-]+:\d+\] "
 )
 # vLLM components imported by other engines print in vLLM's format: not evidence of vLLM.
@@ -155,6 +155,7 @@ _GRAPH_POOL_RE = re.compile(r"CUDA graph pool memory: ([\d.]+) ?GiB \(actual\), 
 _CAPTURE_TQDM_RE = re.compile(r"Capturing CUDA graphs?(?: shapes)?(?: \(([^)]*)\))?:\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)")
 _GRAPH_DONE_RE = re.compile(r"Graph capturing finished in ([\d.]+) ?secs?(?:, took ([\d.]+) ?GiB)?")
 _INIT_ENGINE_RE = re.compile(r"init engine .*? took ([\d.]+) ?s")
+_INIT_COMPILE_RE = re.compile(r"\(compilation: ([\d.]+) ?s")
 _V0_PROFILE_KV_RE = re.compile(r"kv_cache_size=(-?[\d.]+) ?GiB")
 _V0_PROFILE_TOTAL_RE = re.compile(r"total_gpu_memory=([\d.]+) ?GiB")
 _UTIL_EQ_RE = re.compile(r"gpu[_-]memory[_-]utilization=([\d.]+)")
@@ -166,9 +167,14 @@ _SERVING_RE = re.compile(
 )
 _USAGE_RE = re.compile(r"GPU KV cache usage: ([\d.]+)%")
 _FREE_MEM_RE = re.compile(
-    r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) ?GiB\) on startup is less than desired GPU memory "
-    r"utilization \(([\d.]+)"
+    r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) ?GiB\) on startup is less than (?:desired GPU memory "
+    r"utilization|the engine's budget after excluding external process's weights) \(([\d.]+)"
 )
+_FREE_INFO_RE = re.compile(
+    r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) ?GiB\) on startup\. Desired GPU memory utilization is "
+    r"\(([\d.]+)"
+)
+_KV_HINT_RE = re.compile(r"--kv-cache-memory=\d+` \(([\d.]+) ?GiB\) to fit into requested memory")
 _TOO_SMALL_RE = re.compile(
     r"max seq len \((\d+)\), \(([\d.]+) ?GiB KV cache is needed, which is larger than the available KV cache "
     r"memory \((-?[\d.]+) ?GiB\)(?:\. Based on the available memory, the estimated maximum model length is (\d+))?"
@@ -522,6 +528,11 @@ class VllmGrammar:
             # a traceback frame: where on the startup stack it failed (used by fragments only)
             phase = frame_phase(msg)
             return self._note_phase((_INFERRED[phase],)) if phase is not None else _NONE
+        if c == "[" and "] " in msg[:48]:
+            # 0.3x tags a compile message with its model part: `[backbone] Compiling a graph …`
+            k = msg.index("] ")
+            if msg[1:k].replace("_", "").replace("-", "").isalnum():
+                msg = msg[k + 2 :]
         sp = msg.find(" ")
         word = msg if sp < 0 else msg[:sp]
         h = _DISPATCH.get(word)
@@ -667,6 +678,8 @@ class VllmGrammar:
     def _on_starting(self, msg: str) -> Events:
         if msg.startswith("Starting to load model"):
             return _START[Phase.LOAD_WEIGHTS]
+        if msg.startswith("Starting torch.compile"):
+            return _START[Phase.COMPILE]
         if msg.startswith(("Starting vLLM API server", "Starting vLLM server")):
             return _START[Phase.HTTP_UP]
         return _NONE
@@ -834,7 +847,12 @@ class VllmGrammar:
 
     def _on_init(self, msg: str) -> Events:
         m = _INIT_ENGINE_RE.match(msg)
-        return (Metric("init_engine_seconds", float(m.group(1))),) if m is not None else _NONE
+        if m is None:
+            return _NONE
+        c = _INIT_COMPILE_RE.search(msg, m.end())
+        if c is not None:  # `… took 103.27 s (compilation: 40.45 s)`
+            return (Metric("init_engine_seconds", float(m.group(1))), Metric("compile_seconds", float(c.group(1))))
+        return (Metric("init_engine_seconds", float(m.group(1))),)
 
     # -- HTTP, ready, serving ---------------------------------------------------------------
     def _on_started(self, msg: str) -> Events:
@@ -869,7 +887,7 @@ class VllmGrammar:
     def _on_free(self, msg: str) -> Events:
         m = _FREE_MEM_RE.search(msg)
         if m is None:
-            return _NONE
+            return self._free_info(msg)
         ev: list[LogEvent] = [
             _INFERRED[Phase.INIT],  # the free-memory check runs in init_device, before any weights
             FailureText(msg, kind=FailureKind.GPU_BUSY, specificity=3, hint=VLLM_HINTS[FailureKind.GPU_BUSY]),
@@ -879,6 +897,22 @@ class VllmGrammar:
         flags = self._flags({"gpu_memory_utilization": float(m.group(3))}, only_new=True)
         if flags is not None:
             ev.append(flags)
+        return tuple(ev)
+
+    def _free_info(self, msg: str) -> Events:
+        """0.2x-0.3x after the capture: `Free memory on device (F/T GiB) on startup. Desired GPU
+        memory utilization is (u, X GiB). Actual usage is … Replace gpu_memory_utilization config
+        with `--kv-cache-memory=N` (K GiB) …` — the figures, not a failure."""
+        m = _FREE_INFO_RE.match(msg)
+        if m is None:
+            return _NONE
+        ev: list[LogEvent] = [Metric("gpu_free_gib", float(m.group(1))), Metric("gpu_total_gib", float(m.group(2)))]
+        flags = self._flags({"gpu_memory_utilization": float(m.group(3))}, only_new=True)
+        if flags is not None:
+            ev.append(flags)
+        k = _KV_HINT_RE.search(msg, m.end())
+        if k is not None:
+            ev.append(Metric("kv_cache_memory_hint_gib", float(k.group(1))))
         return tuple(ev)
 
     def _on_no(self, msg: str) -> Events:
@@ -932,7 +966,8 @@ class VllmGrammar:
             # (graph_mem_gib is summed per rank over captures; it must not count this one twice)
             m = _GRAPH_POOL_RE.match(msg)
             if m is not None:
-                return (Metric("graph_mem_estimate_gib", float(m.group(2))),)
+                return (Metric("graph_pool_actual_gib", float(m.group(1))),
+                        Metric("graph_mem_estimate_gib", float(m.group(2))))
         return _NONE
 
     def _on_exception(self, msg: str, sp: int) -> Events:
