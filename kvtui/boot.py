@@ -61,6 +61,7 @@ from kvtui.engines.events import (
     VersionHint,
     Warning_,
 )
+from kvtui.engines.unknown import UnrecognisedShape, looks_like_startup, shape_of
 
 
 class BootStatus(StrEnum):
@@ -179,6 +180,8 @@ class Boot:
     ended_at: datetime | None = None
     # notable non-fatal lines (rank imbalance, token cap ignored, …), bounded
     warnings: list[str] = field(default_factory=list)
+    # lines that look like startup information but that no rule recognised, by shape (bounded)
+    unrecognised: list[UnrecognisedShape] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         """The boot object of ``kvtui replay --json`` (see the engine-core issue for the shape)."""
@@ -250,6 +253,7 @@ MAX_TRACEBACK_LINE_CHARS: Final = 2000
 MAX_EVIDENCE: Final = 64
 MAX_TRAIL: Final = 4096
 MAX_WARNINGS: Final = 32
+MAX_UNRECOGNISED: Final = 256  # shapes of unrecognised startup lines kept per boot
 MAX_RANKS: Final = 1024
 _RECENT_LINES: Final = 64
 _TB_HEADER: Final = "Traceback (most recent call last)"
@@ -437,6 +441,7 @@ class _Work:
         "rank_set",
         "real_phase",
         "serving",
+        "shapes",
         "spans",
         "stopped_by_operator",
         "version_explicit",
@@ -462,6 +467,7 @@ class _Work:
         self.serving: dict[str, Serving] = {}
         self.rank_set: set[str] = set()
         self.real_phase = False  # a phase line of the engine's own past launch was seen
+        self.shapes: dict[str, UnrecognisedShape] = {}  # the boot's unrecognised lines by shape
         self.stopped_by_operator = False
         self.version_explicit = False
 
@@ -488,6 +494,9 @@ class BootTracker:
         # inferred phase marks (traceback frames) seen before any boot: a fragment's failure that
         # follows them starts a boot in the phase they say
         self._pending: deque[tuple[PhaseMark, datetime | None]] = deque(maxlen=_RECENT_LINES)
+        # unrecognised startup lines before any boot (each boot keeps its own)
+        self.unrecognised: list[UnrecognisedShape] = []
+        self._shapes: dict[str, UnrecognisedShape] = {}
 
     @property
     def current(self) -> Boot | None:
@@ -521,6 +530,8 @@ class BootTracker:
                 w = self._w
                 if w.follow_open:
                     self._follow(parsed)
+            if (boot is None or boot.status is BootStatus.STARTING) and parsed.prefixed and not parsed.known:
+                self._unrecognised(boot, parsed.text)
             self._recent.append(parsed.text)
             return BootUpdate()
         upd = BootUpdate()
@@ -585,6 +596,33 @@ class BootTracker:
             self._follow(parsed)
         self._recent.append(parsed.text)
         return upd
+
+    def _unrecognised(self, boot: Boot | None, text: str) -> None:
+        """A line no rule recognised: kept by shape when it looks like startup information (the
+        lines before any boot go to the tracker's own list)."""
+        if not looks_like_startup(text):
+            return
+        shape = shape_of(text)
+        index = self._shapes if boot is None else self._w.shapes
+        store = self.unrecognised if boot is None else boot.unrecognised
+        known = index.get(shape)
+        if known is not None:
+            known.count += 1
+        elif len(store) < MAX_UNRECOGNISED:
+            known = index[shape] = UnrecognisedShape(shape, 1, self._line, text[:MAX_TRACEBACK_LINE_CHARS])
+            store.append(known)
+
+    def all_unrecognised(self) -> list[UnrecognisedShape]:
+        """Every boot's unrecognised startup lines and those before any boot, one entry per shape."""
+        merged: dict[str, UnrecognisedShape] = {}
+        for item in [*self.unrecognised, *(u for b in self.boots for u in b.unrecognised)]:
+            have = merged.get(item.shape)
+            if have is None:
+                merged[item.shape] = UnrecognisedShape(item.shape, item.count, item.first_line, item.text)
+            else:
+                have.count += item.count
+                have.first_line = min(have.first_line, item.first_line)
+        return sorted(merged.values(), key=lambda u: u.first_line)
 
     def finish(self) -> None:
         """End of input: a boot whose log ends on an exception (no fatal line yet) is failed."""

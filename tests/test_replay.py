@@ -378,7 +378,7 @@ def test_no_boot_is_an_empty_list_a_note_and_exit_0(tmp_path: Path) -> None:
     p.write_bytes(b"\x00\xff\xfe garbage\nnot a log line\r\n" * 100)
     code, out, err = run_replay(p)
     assert code == 0
-    assert json.loads(out) == {"source": str(p), "boots": []}
+    assert json.loads(out) == {"source": str(p), "boots": [], "unrecognised": []}
     assert "no SGLang or vLLM boot" in err
 
 

@@ -300,3 +300,6 @@ class ParsedLine:
     # True when the engine printed its own log prefix on this line (timestamp / level); False for
     # continuation lines (traceback frames, tqdm bars, third-party output without a prefix).
     prefixed: bool = False
+    # True when a grammar knows the line and that it carries nothing kvtui needs (an import notice,
+    # a route listing): not an "unrecognised startup line" though it has no events.
+    known: bool = False

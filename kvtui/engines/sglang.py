@@ -224,6 +224,27 @@ def generic_failure(text: str) -> tuple[LogEvent, ...]:
     return ()
 
 
+# SGLang lines read from its source that carry nothing kvtui needs (not "unrecognised startup lines")
+_KNOWN_STARTS: Final = (
+    "Ignore import error when loading",  # optional model modules at import
+    "CUDA graphs can take additional",  # piecewise-graph memory advice
+    "Restoring add_bos_token",
+    "FP4 (E2M1) KV Cache might lead",
+    "Using FP8 KV cache but no scaling factors",
+    "Tree cache initialized",
+    "Found local HF snapshot",
+    "Failed to load generation config",
+    "DFLASH draft greedy head folded",
+    "Attempting to acquire lock",  # filelock (kernel JIT caches) at debug level
+    "Attempting to release lock",
+    "Lock ",
+    "Mooncake Configuration loaded",
+    "Loading chat template",
+    "Finish: obj=",  # --log-requests
+    "Using default chat sampling params",
+    "Cache flushed successfully",
+)
+
 # SGLang failure texts that identify the engine in a fragment without any SGLang prefix
 _FRAGMENT_RE: Final = re.compile(
     r"(?:[\w.]+(?:Error|Exception): )?(?:Not enough memory\. Please try to increase --mem-fraction-static"
@@ -484,6 +505,7 @@ class SglangGrammar:
             engine=Engine.SGLANG if (prefixed or events) else None,
             events=events,
             prefixed=prefixed,
+            known=prefixed and not events and msg.startswith(_KNOWN_STARTS),
         )
 
     # -----------------------------------------------------------------------------------------
@@ -722,6 +744,11 @@ class SglangGrammar:
             if msg.startswith("Not enough memory"):
                 return _not_enough(msg)
             return None
+        if c == "F" and msg.startswith("Failed to get GPU memory capacity from nvidia-smi"):
+            # `… Reported total GPU memory per device (MiB): [124546], using min: 124546 MiB.`
+            v = _num_after(msg, "using min: ")
+            return (Metric("gpu_total_gib", round(v / 1024, 4)),) if v is not None else (Warning_(msg),)
+        # (`Full KV Cache is allocated`, 0.5.23, is the labelled pool line below)
         if c == "A":
             if msg.startswith("Allocating ") and "host memory for hierarchical" in msg:
                 # HiCache: the host pool (CPU RAM) behind the GPU KV pool

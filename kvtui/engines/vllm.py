@@ -314,6 +314,15 @@ _CONFIG_KEYS = {
 # Events are immutable: the common ones are built once.
 _PM: dict[Phase, PhaseMark] = {p: PhaseMark(p) for p in Phase}
 _INFERRED: dict[Phase, PhaseMark] = {p: PhaseMark(p, inferred=True) for p in Phase}
+# vLLM lines read from its source that carry nothing kvtui needs (not "unrecognised startup lines")
+_KNOWN_RE = re.compile(
+    r"Route: |Encoder cache will be initialized|Error retrieving safetensors|Overriding max cuda graph capture size"
+    r"|Setting Triton cache manager|In v\d[\d.]*, CUDA graph memory profiling will be enabled"
+    r"|Using FlashInfer autotune cache|FlashInfer autotune cache loaded|Using fp8 data type to store kv cache"
+    r"|Mamba cache mode is set|Warning: Prefix caching in Mamba cache|Loading chat template"
+    r"|CUDA graph memory profiling is enabled|[A-Za-z_.]+(?:Error|Exception)\(|Supported_tasks"
+    r"|CUDA graphs can take additional"
+)
 # vLLM failure texts that identify the engine in a fragment without any vLLM prefix
 _FRAGMENT_RE = re.compile(
     r"(?:[\w.]+(?:Error|Exception): )?(?:Free memory on device|To serve at least one request with the model"
@@ -430,8 +439,11 @@ class VllmGrammar:
         if self._cur_tp is not None:
             tp = self._cur_tp
         # positional: several times cheaper than keywords on the hot path (field order is the contract's)
-        return ParsedLine(msg, when, rank, tp, level, Engine.VLLM if (recognised or events) else None, events, None,
-                          level is not None)
+        parsed = ParsedLine(msg, when, rank, tp, level, Engine.VLLM if (recognised or events) else None, events,
+                            None, level is not None)
+        if not events and level is not None and _KNOWN_RE.match(msg) is not None:
+            parsed.known = True
+        return parsed
 
     def _read_tag(self, tag: str) -> _Tag | None:
         m = _TAG_RE.fullmatch(tag)
@@ -644,6 +656,8 @@ class VllmGrammar:
         m = _MAX_MODEL_LEN_RE.match(msg)
         if m is not None:
             return (Metric("context_len", float(m.group(1))),)
+        if msg.startswith("Using [") and "all-reduce backends" in msg:
+            return _START[Phase.INIT]
         if msg.startswith("Using cache directory") and "torch.compile" in msg:
             return _START[Phase.COMPILE]
         return _NONE
@@ -682,6 +696,26 @@ class VllmGrammar:
             return _START[Phase.COMPILE]
         if msg.startswith(("Starting vLLM API server", "Starting vLLM server")):
             return _START[Phase.HTTP_UP]
+        return _NONE
+
+    def _on_filesystem(self, msg: str) -> Events:
+        # 0.2x, while the weights load: `Filesystem type for checkpoints: EXT4. Checkpoint size: 2.08 GiB. …`
+        return _START[Phase.LOAD_WEIGHTS] if msg.startswith("Filesystem type for checkpoints") else _NONE
+
+    def _on_auto(self, msg: str) -> Events:
+        return _START[Phase.LOAD_WEIGHTS] if msg.startswith("Auto-prefetch is disabled") else _NONE
+
+    def _on_saved(self, msg: str) -> Events:
+        return _START[Phase.COMPILE] if msg.startswith("saved AOT compiled function") else _NONE
+
+    def _on_add(self, msg: str) -> Events:
+        # `Add 3 padding layers, may waste at most 6.25% KV cache memory` (hybrid KV sizing)
+        return (_PM[Phase.KV_ALLOCATE], Warning_(msg)) if "padding layers" in msg else _NONE
+
+    def _on_if(self, msg: str) -> Events:
+        # V0's capture notice continues: `If out-of-memory error occurs during cudagraph capture, …`
+        if msg.startswith("If out-of-memory error occurs during cudagraph"):
+            return _START[Phase.GRAPH_CAPTURE]
         return _NONE
 
     def _on_loading(self, msg: str) -> Events:
@@ -864,6 +898,8 @@ class VllmGrammar:
     def _on_engine(self, msg: str) -> Events:
         if "GPU KV cache usage" in msg:
             return _serving(msg)
+        if "vllm cache_config_info" in msg:  # `Engine 000: vllm cache_config_info … num_gpu_blocks is: N`
+            return self._on_vllm_lower(msg[msg.index("vllm cache_config_info"):])
         if msg.startswith(("Engine core initialization failed", "Engine process failed to start")):
             return (FailureText(msg, fatal=True, specificity=0),)
         if msg.startswith("Engine core proc") and "died unexpectedly" in msg:
@@ -1072,6 +1108,11 @@ _DISPATCH: dict[str, _Handler] = {
     "Found": VllmGrammar._on_found,
     "Starting": VllmGrammar._on_starting,
     "Loading": VllmGrammar._on_loading,
+    "Filesystem": VllmGrammar._on_filesystem,
+    "Auto-prefetch": VllmGrammar._on_auto,
+    "saved": VllmGrammar._on_saved,
+    "Add": VllmGrammar._on_add,
+    "If": VllmGrammar._on_if,
     "Model": VllmGrammar._on_model,
     "model": VllmGrammar._on_model_lower,
     "Time": VllmGrammar._on_time,

@@ -202,6 +202,9 @@ class BootFigures(Widget):
         ]
         if m.max_concurrency is not None:
             rows.append(("max concurrency", f"{m.max_concurrency:.2f}×"))
+        unknown = sum(u.count for u in boot.unrecognised)
+        if unknown:  # quiet: lines a new engine build may print that no rule knows (U lists them)
+            rows.append((f"? {unknown} unrecognised startup line{'s' if unknown != 1 else ''}", "U"))
         return rows
 
     def render(self) -> Content:
@@ -212,6 +215,9 @@ class BootFigures(Widget):
         lines: list[Content] = []
         for label, value in rows:
             pad = max(1, width - len(label) - len(value))
+            if label.startswith("? "):
+                lines.append(Content.styled(label + " " * pad + value, "$text-muted italic"))
+                continue
             value_style = "$text-disabled" if value == "—" else "$foreground bold"
             lines.append(Content.assemble((label, "$text-muted"), " " * pad, (value, value_style)))
         return Content("\n").join(lines)
