@@ -180,11 +180,11 @@ def _analyse_parallel(
 ) -> tuple[list[Boot], str | None]:
     cut = head.rfind(b"\n")
     shape = detect_shape(head[: cut + 1] if cut >= 0 else head)
-    # does the head say SGLang? then the tail's worker may drop HTTP access lines too
+    # does the head name the engine? then the tail's worker may drop HTTP access lines too
     probe = LineParser(engine_hint, clock=clock)
     for rec in iter_records(head[: cut + 1], shape, now=clock):
         probe.feed(rec)
-    drop_access = probe.engine is Engine.SGLANG
+    drop_access = probe.engine is not None
     # this process also parses what both halves keep, so it prefilters the smaller part (2/5)
     stream.seek(size * 2 // 5)
     stream.readline()

@@ -9,7 +9,7 @@ as SGLang or vLLM, and hands every line to that engine's grammar.
 detection (``kvtui.engines.shapes``) and the parser. By default a ``Prefilter`` first skips, on
 the raw bytes, what cannot change a boot — a run of serving lines keeps its first line and each
 rank's last one, a run of redraws of one progress bar its first and last, HTTP access lines go
-once the engine is known to be SGLang, nothing goes near a failure — which is what makes
+once the engine is known, nothing goes near a failure — which is what makes
 ``kvtui replay`` fast on multi-GB logs; ``all_lines=True`` yields every line. The boots a
 ``BootTracker`` builds are the same either way (a property test checks it). The live path
 (``LineParser.feed`` per record) sees every line.
@@ -192,7 +192,7 @@ class LineParser:
             pos = 0
             for bar in _BAR_END_RE.finditer(piece):
                 end = bar.end()
-                if end < len(piece) and not piece[end:].isspace():
+                if end < len(piece) and not piece[end].isspace():  # glued: no space between
                     self._emit(piece[pos:end], record, out)
                     pos = end
             if pos:
@@ -273,7 +273,6 @@ class LineParser:
 
 _HEAD_BYTES = 64 * 1024
 _ARM_LINES = 400  # keep every line this far after a line that may belong to a failure
-_MAX_RUN = 8192  # a run of serving lines is reduced whenever it grows past this
 _FAIL_TRIGGERS = (b"rror", b"Traceback", b"xception", b'File "', b"NCCL", b"out of memory", b"ailed", b"SIGQUIT")
 _FAIL_TRIGGERS2 = (b"sigquit", b"died", b"crashed", b"Killed", b"killed", b"Main process exited")
 # the rank tag of a serving line: SGLang `…:SS[.mmm]( DP1)( TP3)] Decode batch`, vLLM `Engine 000: … KV cache usage`
@@ -291,9 +290,6 @@ def _progress_desc(line: bytes) -> bytes | None:
     shards`), or None when the line is not one we can group safely."""
     if b"\r" in line:
         return None
-    j = max(line.rfind(b"it/s]"), line.rfind(b"s/it]"))
-    if j >= 0 and line[j + 5 :].strip():
-        return None  # a redraw with a log line glued to its end is no plain redraw
     k = line.find(b"%|")
     if k < 0:
         k = line.find(b"% Completed |")
@@ -304,50 +300,80 @@ def _progress_desc(line: bytes) -> bytes | None:
         s = line.rfind(b"shards:", 0, k)
         if s < 0:
             return None
+    e = line.find(b"]", k)  # the bar's end: `… 1.10it/s]`
+    if 0 <= e < len(line) - 1 and line[e + 1] != 32 and line[e + 1] != 9:
+        return None  # a redraw with a line glued to its end (no space between) is no plain redraw
     return line[s : k - 3]
 
 
-def _reduce_run(run: list[bytes], mixed: bool) -> list[bytes]:
-    """A run of serving lines -> its first line plus the last line of every rank, in order.
+_TAG_WORD_RE = re.compile(rb"[A-Z][A-Z_]*\d+")
+
+
+def _serving_key(ln: bytes) -> tuple[bytes, bool] | None:
+    """(rank key, is vLLM) of a serving line, None when it is none: what ``_SERVING_TAG_RE``
+    says (``group(1)`` or ``group(2)``), without a regex search over the whole line for SGLang's
+    lines (the words between the stamp's last digit and ``] Decode batch``, read backwards)."""
+    i = ln.find(b"] Decode batch")
+    if i < 0:
+        i = ln.find(b"] Prefill batch")
+    else:
+        j = ln.find(b"] Prefill batch", 0, i)
+        if j >= 0:
+            i = j
+    if i > 0 and ln.find(b"Engine ", 0, i) < 0:
+        k = i
+        while True:  # the tag words, each `[A-Z][A-Z_]*\d+`, back to the stamp's last digit
+            s = ln.rfind(b" ", 0, k)
+            if s < 0 or not 65 <= ln[s + 1] <= 90 or _TAG_WORD_RE.fullmatch(ln, s + 1, k) is None:
+                break
+            k = s
+        if k > 0 and 48 <= ln[k - 1] <= 57:
+            return ln[k:i], False
+        # otherwise the regex decides (a tag word after no digit, …)
+    m = _SERVING_TAG_RE.search(ln)
+    if m is None:
+        return None
+    return (m.group(1), False) if m.group(2) is None else (m.group(2), True)
+
+
+_MAX_RUN = 8192  # a run of serving lines is reduced whenever it grows past this
+
+
+def _reduce_run(run: list[bytes], segs: list[tuple[bytes, int]]) -> tuple[list[bytes], list[tuple[bytes, int]]]:
+    """A run of serving lines -> its first line plus the last line of every rank, in order (of
+    those last lines), with its segments.
 
     The tracker keeps each rank's latest serving figures; nothing in between can change a boot.
-    ``mixed`` is False when every line is known to carry the same rank tag (the common case: the
-    prefilter checked it with one substring search per line); then the run keeps first and last.
-    """
+    ``segs`` holds (rank key, index of its first line) for each stretch of one rank in ``run``, as
+    the prefilter saw them, so no line is searched again here."""
     if len(run) <= 2:
-        return run
-    if not mixed:
-        return [run[0], run[-1]]
-    out: list[bytes] = [run[0]]
+        return run, segs
+    if len(segs) == 1:
+        return [run[0], run[-1]], [(segs[0][0], 0)]
     last: dict[bytes, bytes] = {}
-    for ln in run[1:]:
-        m = _SERVING_TAG_RE.search(ln)
-        if m is None:  # not a serving line after all: it stays, in order
-            out.extend(last.values())
-            last.clear()
-            out.append(ln)
-            continue
-        key = m.group(1) if m.group(2) is None else m.group(2)
-        last.pop(key, None)
-        last[key] = ln
-    out.extend(last.values())
-    return out
+    n = len(segs)
+    for i in range(n):
+        end = segs[i + 1][1] if i + 1 < n else len(run)
+        if end >= 2:  # the stretch's last line is not the run's first
+            key = segs[i][0]
+            last.pop(key, None)
+            last[key] = run[end - 1]
+    out = [run[0], *last.values()]
+    return out, [(segs[0][0], 0), *((key, i + 1) for i, key in enumerate(last))]
 
 
 _NEVER = b"\x00\x00never\x00\x00"
 
 
-def _needles(m: re.Match[bytes]) -> tuple[bytes, bytes]:
-    """Substrings that prove a line is a serving line of this rank tag.
+def _needles(key: bytes, vllm: bool) -> tuple[bytes, bytes]:
+    """Substrings that prove a line is a serving line of this rank key (see ``_serving_key``).
 
     SGLang: ``<tag>] Decode batch`` / ``<tag>] Prefill batch``, found right after the stamp.
     vLLM: ``Engine 00n: Avg prompt throughput`` (the serving line of that engine).
     """
-    engine = m.group(2)
-    if engine is None:
-        tag = m.group(1)
-        return tag + b"] Decode batch", tag + b"] Prefill batch"
-    return engine + b": Avg prompt throughput", _NEVER
+    if not vllm:
+        return key + b"] Decode batch", key + b"] Prefill batch"
+    return key + b": Avg prompt throughput", _NEVER
 
 
 class Prefilter:
@@ -355,7 +381,7 @@ class Prefilter:
 
     * a run of serving lines keeps its first line and each rank's last line;
     * a run of redraws of one progress bar keeps its first and last redraw;
-    * HTTP access lines are dropped once the engine is known to be SGLang;
+    * HTTP access lines are dropped once the engine is known (SGLang's and vLLM's uvicorn lines);
     * everything within ``_ARM_LINES`` after a line that may belong to a failure is kept, so the
       traceback the tracker reports is the same as with every line.
 
@@ -363,7 +389,8 @@ class Prefilter:
     those to parse; ``flush()`` returns what is still held back at the end. A separate instance may
     filter a later part of the same log (``kvtui replay`` does, on a second core): warm it with
     ``preroll`` on the lines just before its part so it knows whether a failure window is open.
-    ``drop_access`` fixes whether HTTP access lines are dropped (default: once ``parser`` is SGLang).
+    ``drop_access`` fixes whether HTTP access lines are dropped (default: once ``parser`` knows the
+    engine).
     """
 
     def __init__(self, parser: LineParser | None = None, *, drop_access: bool | None = None) -> None:
@@ -371,7 +398,8 @@ class Prefilter:
         self._drop_access = drop_access
         self._armed = 0
         self._run: list[bytes] = []  # the pending serving run
-        self._mixed = False  # the pending run holds more than one rank tag
+        self._segs: list[tuple[bytes, int]] = []  # its stretches of one rank: (key, first index)
+        self._key = b""  # the current rank tag (its lines take the hot path)
         self._n1 = _NEVER  # the needles of the current rank tag
         self._n2 = _NEVER
         self._anchor_free = False  # vLLM needles carry the engine index: no stamp anchor needed
@@ -380,9 +408,9 @@ class Prefilter:
 
     def _flush(self, keep: list[bytes]) -> None:
         if self._run:
-            keep.extend(_reduce_run(self._run, self._mixed))
+            keep.extend(_reduce_run(self._run, self._segs)[0])
             self._run = []
-            self._mixed = False
+            self._segs = []
         if self._held is not None:
             keep.append(self._held)
             self._held = None
@@ -394,12 +422,13 @@ class Prefilter:
         armed = self._armed
         run = self._run
         run_append = run.append
+        key = self._key
         desc = self._desc
         n1, n2 = self._n1, self._n2
         anchor_free = self._anchor_free
         drop_access = self._drop_access
         if drop_access is None:
-            drop_access = self._parser is not None and self._parser.engine is Engine.SGLANG
+            drop_access = self._parser is not None and self._parser.engine is not None
         for ln in lines:
             if not ln:
                 continue  # an empty line is no record at all
@@ -415,20 +444,22 @@ class Prefilter:
                         desc = None
                         run = self._run
                         run_append = run.append
+                    if not run:
+                        self._segs.append((key, 0))
                     run_append(ln)
                     continue
                 if (b" batch" in ln or b"Engine 0" in ln) and b"%|" not in ln:
-                    m = _SERVING_TAG_RE.search(ln)
-                    if m is not None:  # a serving line of another rank (or the first one)
+                    got = _serving_key(ln)
+                    if got is not None:  # a serving line of another rank (or the first one)
                         if desc is not None:
                             self._flush(keep)
                             desc = None
                             run = self._run
                             run_append = run.append
-                        if run:
-                            self._mixed = True
-                        n1, n2 = self._n1, self._n2 = _needles(m)
-                        anchor_free = self._anchor_free = m.group(2) is not None
+                        key = self._key = got[0]
+                        self._segs.append((key, len(run)))
+                        n1, n2 = self._n1, self._n2 = _needles(*got)
+                        anchor_free = self._anchor_free = got[1]
                         run_append(ln)
                         continue
                 if b"%" in ln:
@@ -456,8 +487,7 @@ class Prefilter:
             else:
                 armed -= 1
         if len(run) > _MAX_RUN:
-            self._run = _reduce_run(run, self._mixed)
-            self._mixed = True
+            self._run, self._segs = _reduce_run(run, self._segs)
         self._armed = armed
         return keep
 
@@ -471,7 +501,7 @@ class Prefilter:
         it knows whether a failure window is still open (``_ARM_LINES`` lines of them suffice)."""
         self.filter(lines)
         self._run = []
-        self._mixed = False
+        self._segs = []
         self._desc = None
         self._held = None
 
@@ -810,8 +840,8 @@ def _live_progress(text: str) -> tuple[str | None, str]:
     unprefixed tqdm redraw whose events do not depend on anything but the line; (None, "")
     otherwise."""
     j = max(text.rfind("it/s]"), text.rfind("s/it]"))
-    if j >= 0 and text[j + 5 :].strip():
-        return None, ""  # a log line glued to the bar's end: parsed
+    if j >= 0 and j + 5 < len(text) and not text[j + 5].isspace():
+        return None, ""  # a log line glued to the bar's end (no space between): parsed
     k = text.find("%|")
     if k < 0:
         k = text.find("% Completed |")
