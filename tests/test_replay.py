@@ -422,7 +422,7 @@ def _summary(boots: list[object]) -> list[object]:
     ]
 
 
-@pytest.mark.parametrize("shape", ["raw", "short-iso", "json"])
+@pytest.mark.parametrize("shape", ["raw", "short", "short-iso", "json"])
 def test_two_core_replay_equals_one_pass(shape: str, tmp_path: Path) -> None:
     sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
     from gen_log import write
