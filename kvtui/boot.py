@@ -42,6 +42,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final
 
+from kvtui import fmt
 from kvtui.engines.events import (
     PHASE_RANK,
     BootBoundary,
@@ -57,6 +58,7 @@ from kvtui.engines.events import (
     Phase,
     PhaseMark,
     Progress,
+    ServerExit,
     Serving,
     VersionHint,
     Warning_,
@@ -497,6 +499,8 @@ class BootTracker:
         # unrecognised startup lines before any boot (each boot keeps its own)
         self.unrecognised: list[UnrecognisedShape] = []
         self._shapes: dict[str, UnrecognisedShape] = {}
+        self._idle_lines = 0  # lines since the last boot ended (or since the start, before any)
+        self._idle_ts: datetime | None = None  # the time of the first of them
 
     @property
     def current(self) -> Boot | None:
@@ -506,6 +510,9 @@ class BootTracker:
     def feed(self, parsed: ParsedLine) -> BootUpdate:
         """Account one parsed line to the current boot (starting or ending boots as needed)."""
         self._line += 1
+        ev0 = parsed.events[0] if parsed.events else None
+        if type(ev0) is ServerExit:  # the backend saw the server process gone (kvtui.liveness)
+            return self._server_exit(ev0, parsed.ts, parsed)
         ts = parsed.ts
         if ts is not None and self._last_ts is not None and (ts.tzinfo is None) is not (self._last_ts.tzinfo is None):
             ts = None  # a clock of the other kind (a collector's zoned stamp among naive engine stamps)
@@ -516,6 +523,10 @@ class BootTracker:
             ts = self._last_ts
         events = parsed.events
         boot = self.boots[-1] if self.boots else None
+        if boot is None or boot.status is BootStatus.FAILED or boot.status is BootStatus.STOPPED:
+            if not self._idle_lines:
+                self._idle_ts = ts
+            self._idle_lines += 1  # a line while no boot is open (kvtui.liveness needs them)
         if boot is not None and len(events) == 1 and type(events[0]) is Serving:
             # the hot path of a serving boot: one serving line
             boot.last_line = self._line
@@ -632,11 +643,70 @@ class BootTracker:
         if any(e.ft.specificity >= 2 for e in self._w.evidence):
             self._fail(boot, self._w.evidence[-1].ts or self._last_ts)
 
+    # ---- the server process is gone (kvtui.liveness) ----------------------------------------
+    def _server_exit(self, ev: ServerExit, ts: datetime | None, parsed: ParsedLine) -> BootUpdate:
+        """The backend saw the server process gone. A starting boot is failed: by the evidence
+        it left (as at the end of input), else kind ``crash`` — or ``bad_args`` when its last
+        lines are an argparse refusal — with "the server process exited" and the last lines as
+        context. A ready boot with no error since is stopped (its end is all that is known). A
+        process that exited before any boot line is a boot of its own, failed; one that was
+        already gone when following began ends only a boot that is still open."""
+        upd = BootUpdate()
+        ts = self._exit_ts(ts)
+        boot = self.current
+        context = list(self._recent)[-EXIT_CONTEXT_LINES:]
+        if boot is None or boot.status in (BootStatus.FAILED, BootStatus.STOPPED):
+            idle = self._idle_lines  # the lines before this record that no boot took
+            if ev.at_start or (boot is not None and idle <= 0):
+                return upd
+            # lines no boot line began (a traceback at import, a refused command line), or none
+            context = context[-idle:] if idle > 0 else []
+            start = self._idle_ts if idle > 0 else ts
+            boot = self._new_boot(start, upd)
+            self._phase(boot, PhaseMark(Phase.LAUNCH), start, upd)
+        boot.last_line = self._line
+        w = self._w
+        if w.stopped_by_operator:
+            return upd
+        serious = any(e.ft.specificity >= 2 for e in w.evidence)
+        if boot.status is BootStatus.READY:
+            if not serious:
+                boot.status = BootStatus.STOPPED
+                self._close_open(boot, ts)
+                if boot.ended_at is None:
+                    boot.ended_at = ts
+                upd.phase_changed = True
+                return upd
+        elif not serious:
+            kind, message, hint = exit_diagnosis(context, parsed.text)
+            ft = FailureText(message, kind, fatal=True, specificity=2, hint=hint)
+            evidence = _Evidence(ft, w.activity, ts, [c[:MAX_TRACEBACK_LINE_CHARS] for c in context], True)
+            if len(w.evidence) >= MAX_EVIDENCE:
+                w.evidence.pop(0)
+            w.evidence.append(evidence)
+            w.best = evidence
+            w.best_line = self._line
+            w.follow = []
+            w.follow_open = False
+        self._fail(boot, ts)
+        upd.failed = True
+        return upd
+
+    def _exit_ts(self, ts: datetime | None) -> datetime | None:
+        """The exit's time, naive or aware like the log's own (they are compared)."""
+        last = self._last_ts
+        if ts is None or last is None:
+            return ts or last
+        if (ts.tzinfo is None) != (last.tzinfo is None):
+            ts = ts.astimezone().replace(tzinfo=None) if last.tzinfo is None else ts.astimezone()
+        return max(ts, last)
+
     # ---- boots --------------------------------------------------------------------------------
     def _new_boot(self, ts: datetime | None, upd: BootUpdate) -> Boot:
         boot = Boot(engine=self.engine_hint or Engine.UNKNOWN, first_line=self._line, last_line=self._line)
         boot.started_at = ts
         self.boots.append(boot)
+        self._idle_lines = 0
         if self.max_boots is not None and len(self.boots) > self.max_boots:
             del self.boots[: len(self.boots) - self.max_boots]
         self._w = _Work()
@@ -1008,7 +1078,7 @@ class BootTracker:
         m.max_running_requests = as_int("max_running_requests")
         mc = f.get("max_concurrency")
         if mc is None and tokens is not None and m.context_len and boot.engine is not Engine.VLLM:
-            mc = round(tokens / m.context_len, 2)
+            mc = fmt.round_down(tokens / m.context_len, 2)  # a capacity: rounded down, as calc shows it
         m.max_concurrency = mc
         m.token_usage = boot.live.token_usage
 
@@ -1062,6 +1132,7 @@ class BootTracker:
         decider: _Evidence | None = None
         kind = FailureKind.UNKNOWN
         fragment_oom = False
+        torch_oom = False  # the kind came from a CUDA out-of-memory in a phase, not the engine's own words
         for e in evidence:  # 1. the text decides
             k = e.ft.kind
             if k is not None and k not in (FailureKind.NCCL, FailureKind.CRASH, FailureKind.UNKNOWN):
@@ -1082,6 +1153,7 @@ class BootTracker:
                     elif by_phase is None:
                         by_phase = FailureKind.GPU_BUSY  # before any weights: memory was already taken
                     kind = by_phase
+                    torch_oom = True
                     break
         if decider is None:  # 3. NCCL
             for e in evidence:
@@ -1110,6 +1182,13 @@ class BootTracker:
                 "out of GPU memory, but the excerpt does not show in which phase (its start is missing): "
                 "include the lines before the traceback to tell weights, KV pool, graph capture or serving apart"
             )
+        if hint is None and torch_oom and kind is FailureKind.OOM_KV_ALLOCATE and boot.engine is not Engine.VLLM:
+            # not "Not enough memory" (a budget too small: raise the fraction) but torch failing to
+            # allocate the pools the engine sized: they outgrew what the weights left, so the other way
+            mfs = boot.flags.get("mem_fraction_static")
+            now = f" (now {mfs})" if mfs is not None else ""
+            hint = (f"allocating the KV pool and the request table ran out of GPU memory: lower "
+                    f"--mem-fraction-static{now}, or --context-length / --max-running-requests")
         if hint is None:
             hint = hint_for(kind, boot.engine, boot.flags, boot.facts)
             if kind is not FailureKind.GPU_BUSY and any(
@@ -1128,6 +1207,28 @@ class BootTracker:
             if len(tb) > MAX_TRACEBACK_LINES:
                 tb = tb[-MAX_TRACEBACK_LINES:]
         boot.failure = Failure(kind=kind, phase=phase, message=message, traceback=tb, hint=hint)
+
+
+EXIT_CONTEXT_LINES: Final = 12
+_ARGPARSE_ERROR_RE: Final = re.compile(r"^(?:\S+(?: \S+)?): error: (?:argument |unrecognized arguments|the following "
+                                      r"arguments are required|ambiguous option|invalid choice)")
+_EXIT_HINT: Final = (
+    "the server process exited without an error the engine printed: the last lines are above; a "
+    "kill -9, the kernel's OOM killer (dmesg -T | grep -i oom) or a crash in native code leaves no message"
+)
+
+
+def exit_diagnosis(recent: list[str], text: str) -> tuple[FailureKind, str, str]:
+    """(kind, message, hint) for a server process gone with no recognised failure (``text``: the
+    exit record's): ``bad_args`` when its last lines are an argparse refusal (``PROG: error:
+    argument …``), else ``crash`` with "the server process exited (pid …)"."""
+    what = text.removeprefix("kvtui: ").replace(" is not running", " exited", 1)
+    for line in reversed(recent[-EXIT_CONTEXT_LINES:]):
+        if _ARGPARSE_ERROR_RE.match(line.strip()):
+            hint = ("the server refused its command line (" + line.strip() + "): fix that flag in the unit or "
+                    "launch script, or restore the previous flags with `kvtui rollback HOST`")
+            return FailureKind.BAD_ARGS, line.strip(), hint
+    return FailureKind.CRASH, what, _EXIT_HINT
 
 
 def _vkey(v: str) -> tuple[int, ...]:

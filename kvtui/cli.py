@@ -4,7 +4,8 @@ Each command lives in ``kvtui/commands/<name>.py`` as ``run(args) -> int`` and i
 when that command runs.
 
 Exit codes (every command): 0 ok / ready; 1 the boot failed or the prediction says it will;
-2 usage error; 3 connection, config or unreadable input; 4 refused; 5 timed out.
+2 usage error (also an edit malformed as given); 3 connection, config or unreadable input (text
+without a boot is not unreadable: see ``kvtui.commands.replay``); 4 refused; 5 timed out.
 """
 
 from __future__ import annotations
@@ -38,6 +39,17 @@ def _add_calc_edits(p: argparse.ArgumentParser) -> None:
     p.add_argument("--unset", dest="unset", action="append", default=[], metavar="FLAG", help="remove a flag")
 
 
+HOSTS_HELP = "hosts.toml (default: $KVTUI_HOSTS, ./hosts.toml, $XDG_CONFIG_HOME/kvtui/hosts.toml)"
+
+
+def _global_options() -> _Parser:
+    """The global options, also accepted after the command (``kvtui hosts --check --hosts x.toml``).
+    Their default is SUPPRESS, so a command that does not repeat one keeps the value given before it."""
+    common = _Parser(add_help=False)
+    common.add_argument("--hosts", metavar="PATH", default=argparse.SUPPRESS, help=HOSTS_HELP)
+    return common
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kvtui",
@@ -47,19 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog="Exit codes: 0 ok, 1 failed, 2 usage, 3 connection/config/input, 4 refused, 5 timed out.",
     )
-    parser.add_argument(
-        "--hosts",
-        metavar="PATH",
-        help="hosts.toml (default: $KVTUI_HOSTS, ./hosts.toml, $XDG_CONFIG_HOME/kvtui/hosts.toml)",
-    )
+    parser.add_argument("--hosts", metavar="PATH", help=HOSTS_HELP + "; accepted before or after the command")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    common = [_global_options()]
 
-    p = sub.add_parser("connect", help="live console for one or more hosts ('demo' always exists)")
+    p = sub.add_parser("connect", parents=common, help="live console for one or more hosts ('demo' always exists)")
     p.add_argument("host", nargs="+", metavar="HOST")
     p.add_argument("--readonly", action="store_true", help="hide every action that changes a host")
 
-    p = sub.add_parser("wait", help="follow a boot until it is ready (0) or fails (1)")
+    p = sub.add_parser("wait", parents=common, help="follow a boot until it is ready (0) or fails (1)")
     p.add_argument("host", metavar="HOST")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="give up after S seconds (exit 5)")
     p.add_argument("--next", action="store_true", help="wait for the next boot to start, not the current one")
@@ -69,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the boot as JSON on stdout")
 
     p = sub.add_parser(
-        "replay", help="analyse a saved log (raw, journalctl short/short-iso/short-precise/cat/json, docker logs)"
+        "replay",
+        parents=common,
+        help="analyse a saved log (raw, journalctl short/short-iso/short-precise/cat/json, docker logs)",
     )
     p.add_argument("path", metavar="PATH|-")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON on stdout")
@@ -77,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--unknown", action="store_true", help="list the startup lines no rule recognised, by shape (for a report)"
     )
 
-    p = sub.add_parser("calc", help="predict the KV pool for edited flags")
+    p = sub.add_parser("calc", parents=common, help="predict the KV pool for edited flags")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--log", metavar="PATH", help="calibrate from a saved log")
     src.add_argument("--host", metavar="HOST", help="calibrate from the host's latest boot")
@@ -93,27 +104,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the prediction as JSON on stdout")
 
-    p = sub.add_parser("apply", help="edit the server's flags and (optionally) restart, safely")
+    p = sub.add_parser("apply", parents=common, help="edit the server's flags and (optionally) restart, safely")
     p.add_argument("host", metavar="HOST")
     p.add_argument(
         "--set", dest="set", action="append", default=[], metavar="FLAG[=VALUE]", help="set a flag (bare: boolean)"
     )
     p.add_argument("--unset", dest="unset", action="append", default=[], metavar="FLAG", help="remove a flag")
+    p.add_argument("--setenv", dest="setenv", action="append", default=[], metavar="NAME=VALUE",
+                   help="set an environment variable the server starts with (unit Environment=, script export)")
+    p.add_argument("--unsetenv", dest="unsetenv", action="append", default=[], metavar="NAME",
+                   help="remove an environment variable the unit or script sets")
     p.add_argument("--restart", action="store_true", help="restart and wait for the new boot")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--dry-run", action="store_true", help="show the diff and commands, change nothing")
-    p.add_argument("--force", action="store_true", help="apply even when the prediction says it will fail")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="apply even when the prediction says it will fail, or a flag is unknown to the engine",
+    )
     p.add_argument("--rollback-on-failure", action="store_true", help="restore the previous flags if the boot fails")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S")
 
-    p = sub.add_parser("rollback", help="restore the newest (or a named) backup of the server's flags")
+    p = sub.add_parser("rollback", parents=common, help="restore the newest (or a named) backup of the server's flags")
     p.add_argument("host", metavar="HOST")
     p.add_argument("--to", metavar="BACKUP", help="the backup file to restore")
     p.add_argument("--restart", action="store_true")
     p.add_argument("--yes", action="store_true")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S")
 
-    p = sub.add_parser("hosts", help="list and validate the inventory")
+    p = sub.add_parser("hosts", parents=common, help="list and validate the inventory")
     p.add_argument("--check", action="store_true", help="validate and exit 3 on problems")
     p.add_argument("--connect", action="store_true", help="also reach each host")
     return parser

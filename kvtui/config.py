@@ -40,7 +40,8 @@ KIND_KEYS = ("ssh", "local", "demo")
 SSH_ONLY_KEYS = ("port", "identity_file", "known_hosts", "strict_host_key")
 DEMO_ONLY_KEYS = ("demo_speed", "demo_seed", "demo_engine", "demo_model")
 # A demo host simulates its own unit and GPUs: these describe a real server and are refused there.
-NOT_ON_DEMO_KEYS = ("unit", "log_file", "container", "launch_script", "start_command", "stop_command", "sudo", "engine")
+NOT_ON_DEMO_KEYS = ("unit", "log_file", "container", "launch_script", "start_command", "stop_command", "sudo", "engine",
+                    "pid_file")
 SOURCE_KEYS = ("unit", "log_file", "container")
 
 _GPUS_EXPECTED = 'expected GPU indices as "0-3", "0,2,4" or a list of integers like [0, 1, 2]'
@@ -177,6 +178,7 @@ class HostConfig(_Strict):
     launch_script: str | None = None
     start_command: str | None = None
     stop_command: str | None = None
+    pid_file: str | None = None  # the server's pid file (liveness); else the one start_command writes
     gpus: list[int] | None = None
     sudo: bool = False
     readonly: bool = False
@@ -219,7 +221,7 @@ class HostConfig(_Strict):
             raise ValueError("expected a Docker container name or id (letters, digits, '_', '.', '-')")
         return v
 
-    @field_validator("log_file", "launch_script")
+    @field_validator("log_file", "launch_script", "pid_file")
     @classmethod
     def _remote_path(cls, v: str | None) -> str | None:
         return None if v is None else _check_remote_path(v)

@@ -47,6 +47,12 @@ class FlagError(ValueError):
     """Bad input or an edit kvtui will not make; ``str()`` is the user-facing message."""
 
 
+class BadValue(FlagError):
+    """An edit malformed as given, whatever the host's file says: a value the engine would refuse
+    (not a number, out of range, shell metacharacters), a value for a switch, a switch without its
+    value, the same flag twice. A usage error (exit 2) in every command, as in ``kvtui calc``."""
+
+
 class NoServerCommand(FlagError):
     """The text holds no server command. ``runs`` names the script an ExecStart runs instead
     (``ExecStart=/opt/launch.sh``), so the caller can follow it."""
@@ -258,6 +264,11 @@ def dest_name(engine: Engine, name: str) -> str:
     return spec.dest(engine) if spec is not None else _norm(name).replace("-", "_")
 
 
+def known_names(engine: Engine) -> frozenset[str]:
+    """Every spelling in kvtui's flag table for this engine (its own names, without ``--``)."""
+    return _OWN_NAMES[engine]
+
+
 def suggest(engine: Engine, name: str) -> list[str]:
     """Close known spellings for a flag name kvtui does not know (a typo)."""
     return difflib.get_close_matches(_norm(name), sorted(_OWN_NAMES[engine]), n=3, cutoff=0.75)
@@ -303,12 +314,12 @@ _LEN_RE = re.compile(r"(\d+)([kKmMgG]?)")
 
 def _check_safe(flag: str, value: str) -> None:
     if value == "":
-        raise FlagError(f"--{flag}: empty value; give one (--set {flag}=VALUE) or remove the flag (--unset {flag})")
+        raise BadValue(f"--{flag}: empty value; give one (--set {flag}=VALUE) or remove the flag (--unset {flag})")
     if _SAFE_VALUE.fullmatch(value):
         return
     bad = next(c for c in value if not _SAFE_VALUE.fullmatch(c))
     what = _META_NAMES.get(bad, f"{bad!r}")
-    raise FlagError(
+    raise BadValue(
         f"--{flag}={value!r}: the value contains {what}, which the shell or systemd would interpret; "
         "kvtui writes only plain values (letters, digits and . _ , : / = + @ -)"
     )
@@ -328,11 +339,11 @@ def validate_value(engine: Engine, spec: FlagSpec | None, flag: str, value: str)
         try:
             f = float(value)
         except ValueError:
-            raise FlagError(f"--{flag}={value}: not a number; expected a fraction such as 0.85") from None
+            raise BadValue(f"--{flag}={value}: not a number; expected a fraction such as 0.85") from None
         upper_ok = engine is _VL and f == 1.0
         if not (math.isfinite(f) and 0.0 < f < 1.0) and not upper_ok:
             rng = "(0, 1]" if engine is _VL else "(0, 1)"
-            raise FlagError(
+            raise BadValue(
                 f"--{flag}={value}: a memory fraction must lie in {rng}; {eng} refuses {value} "
                 "(it is the share of GPU memory the server may claim)"
             )
@@ -341,45 +352,45 @@ def validate_value(engine: Engine, spec: FlagSpec | None, flag: str, value: str)
         try:
             n = int(value, 10)
         except ValueError:
-            raise FlagError(f"--{flag}={value}: not an integer; expected a whole number") from None
+            raise BadValue(f"--{flag}={value}: not an integer; expected a whole number") from None
         if kind is ValueKind.POS_INT and n <= 0:
             what = "a negative count" if n < 0 else "zero"
-            raise FlagError(f"--{flag}={value}: {what}; {eng} needs a whole number above 0")
+            raise BadValue(f"--{flag}={value}: {what}; {eng} needs a whole number above 0")
         if kind is ValueKind.NONNEG_INT and n < 0:
-            raise FlagError(f"--{flag}={value}: a negative count; {eng} needs 0 or more")
+            raise BadValue(f"--{flag}={value}: a negative count; {eng} needs 0 or more")
         if kind is ValueKind.CHUNK and (n == 0 or n < -1):
-            raise FlagError(f"--{flag}={value}: expected a size above 0 (or -1 to disable chunking)")
+            raise BadValue(f"--{flag}={value}: expected a size above 0 (or -1 to disable chunking)")
         if kind is ValueKind.PORT and not 1 <= n <= 65535:
-            raise FlagError(f"--{flag}={value}: a TCP port must be 1-65535")
+            raise BadValue(f"--{flag}={value}: a TCP port must be 1-65535")
         return value
     if kind is ValueKind.LEN:
         m = _LEN_RE.fullmatch(value)
         if m is None or (m.group(2) and engine is not _VL):
             if value.lstrip("-").isdigit():
-                raise FlagError(f"--{flag}={value}: a negative length; {eng} needs a number of tokens above 0")
-            raise FlagError(f"--{flag}={value}: expected a number of tokens, such as 131072")
+                raise BadValue(f"--{flag}={value}: a negative length; {eng} needs a number of tokens above 0")
+            raise BadValue(f"--{flag}={value}: expected a number of tokens, such as 131072")
         if int(m.group(1)) <= 0:
-            raise FlagError(f"--{flag}={value}: zero; {eng} needs a number of tokens above 0")
+            raise BadValue(f"--{flag}={value}: zero; {eng} needs a number of tokens above 0")
         return value
     if kind is ValueKind.NONNEG_FLOAT:
         try:
             x = float(value)
         except ValueError:
-            raise FlagError(f"--{flag}={value}: not a number") from None
+            raise BadValue(f"--{flag}={value}: not a number") from None
         if not math.isfinite(x) or x < 0:
-            raise FlagError(f"--{flag}={value}: {eng} needs a number of 0 or more")
+            raise BadValue(f"--{flag}={value}: {eng} needs a number of 0 or more")
         return value
     if kind is ValueKind.INT_LIST:
         parts = [p for p in value.split(",") if p]
         try:
             nums = [int(p) for p in parts]
         except ValueError:
-            raise FlagError(f"--{flag}={value}: expected whole numbers separated by commas (1,2,4,8)") from None
+            raise BadValue(f"--{flag}={value}: expected whole numbers separated by commas (1,2,4,8)") from None
         if not nums or any(n <= 0 for n in nums):
-            raise FlagError(f"--{flag}={value}: batch sizes must be whole numbers above 0")
+            raise BadValue(f"--{flag}={value}: batch sizes must be whole numbers above 0")
         return value
     if kind is ValueKind.BOOL:
-        raise FlagError(f"--{flag} is a switch; use --set {flag} to turn it on or --unset {flag} to turn it off")
+        raise BadValue(f"--{flag} is a switch; use --set {flag} to turn it on or --unset {flag} to turn it off")
     return value
 
 
@@ -1257,7 +1268,7 @@ def _resolve(engine: Engine, edit: Edit, *, strict: bool = True) -> _Resolved:
     make), without it the value is taken as given (a value read back, to compare)."""
     n = _norm(edit.flag)
     if not n:
-        raise FlagError("empty flag name")
+        raise BadValue("empty flag name")
     spec = lookup(engine, n)
     notes: list[str] = []
     value = edit.value
@@ -1279,13 +1290,13 @@ def _resolve(engine: Engine, edit: Edit, *, strict: bool = True) -> _Resolved:
             elif low in _FALSE:
                 value = False
             elif strict:
-                raise FlagError(f"--{name} is a switch; --set {name} turns it on, --unset {name} removes it")
+                raise BadValue(f"--{name} is a switch; --set {name} turns it on, --unset {name} removes it")
     elif not strict:
         pass
     elif value is True and spec is not None:
-        raise FlagError(f"--{name} needs a value: --set {name}=VALUE")
+        raise BadValue(f"--{name} needs a value: --set {name}=VALUE")
     elif value is False and spec is not None:
-        raise FlagError(f"--{name} is not a switch; use --unset {name} to remove it")
+        raise BadValue(f"--{name} is not a switch; use --unset {name} to remove it")
     elif isinstance(value, str):
         value = validate_value(engine, spec, name, value)
     if spec is None and value is not None:
@@ -1312,7 +1323,7 @@ def apply_edits(text: str, kind: Kind, edits: Iterable[Edit]) -> EditResult:
         r = _resolve(engine, e)
         key = r.spec.concept if r.spec is not None else r.name
         if key in seen:
-            raise FlagError(f"{seen[key]} and {e} change the same flag (--{r.name}); give it once")
+            raise BadValue(f"{seen[key]} and {e} change the same flag (--{r.name}); give it once")
         seen[key] = e
         resolved.append(r)
     changes: list[Change] = []

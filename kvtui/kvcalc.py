@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine, FailureKind
 
@@ -150,6 +151,12 @@ def _build_aliases() -> dict[Engine, dict[str, str]]:
 
 
 FLAG_ALIASES: dict[Engine, dict[str, str]] = _build_aliases()
+# vLLM's CPU backend sizes its KV pool from this environment variable (whole GiB; vllm/platforms/cpu.py:
+# kv_cache_memory_bytes = VLLM_CPU_KVCACHE_SPACE × 2^30): the calculator takes it like a flag
+# (``--set VLLM_CPU_KVCACHE_SPACE=2``, or an apply's ``--setenv``), and the pool is that many GiB, not a
+# fraction of a device.
+CPU_KV_SPACE = "vllm_cpu_kvcache_space"
+FLAG_ALIASES[Engine.VLLM][CPU_KV_SPACE] = CPU_KV_SPACE
 """Per engine: every accepted spelling (``_`` form, lower case) → the engine's own flag name.
 ``--mem-fraction-static``, ``mem-fraction-static`` and ``mem_fraction_static`` all normalise to the
 same key; the other engine's names are accepted as aliases (``max-model-len`` on SGLang means
@@ -185,6 +192,7 @@ _CONCEPT_OF: dict[str, str] = {}
 for _c, (_sg, _vl, _x) in _CONCEPTS.items():
     _CONCEPT_OF[_sg] = _c
     _CONCEPT_OF[_vl] = _c
+_CONCEPT_OF[CPU_KV_SPACE] = "cpu_kv_space"
 
 _FLAG_NAME_RE = re.compile(r"^[a-z][a-z0-9_.]*$")
 
@@ -243,6 +251,19 @@ def _parse_value(engine: Engine, name: str, raw: object) -> object:
     shown = f"{name}={raw}"
     if concept is None:
         return raw
+    if concept == "cpu_kv_space":
+        if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE_WORDS):
+            raise CalcError(
+                f"--unset {name}: without VLLM_CPU_KVCACHE_SPACE vLLM sizes the CPU pool from the memory it finds "
+                "free at start, which the log does not say: give a size in GiB (VLLM_CPU_KVCACHE_SPACE=2)"
+            )
+        try:
+            gib = int(str(raw).strip(), 10)  # vLLM reads it with int()
+        except ValueError:
+            raise CalcError(f"--set {shown}: expected a whole number of GiB (vLLM reads it with int())") from None
+        if gib < 0 or gib > 1 << 20:
+            raise CalcError(f"--set {shown}: expected a whole number of GiB from 0")
+        return gib
     if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE_WORDS):
         if concept in ("fraction", "kv_dtype", "page", "tp"):
             raise CalcError(f"--set {shown}: expected a value (use --unset {name} to return to the engine default)")
@@ -297,7 +318,8 @@ class Edits:
 
     @property
     def unmodelled(self) -> tuple[str, ...]:
-        return tuple(k for k in self.values if _concept(k) is None)
+        return tuple(k for k in self.values
+                     if _concept(k) is None or (k == CPU_KV_SPACE and self.engine is not Engine.VLLM))
 
     def get(self, concept: str) -> tuple[bool, object]:
         """(present, value) for a concept (``fraction``, ``context``, …)."""
@@ -526,6 +548,9 @@ class MemoryModel:
     max_total_tokens: int | None = None  # SGLang cap / vLLM num_gpu_blocks_override (tokens)
     kv_cache_gib: float | None = None
     avail_after_pool_gib: float | None = None  # after every KV pool, before capture
+    # SGLang: free right after the target's own pools (KV + req_to_token), before anything else is
+    # allocated (a draft model's pools come later): below 0 the allocation itself fails
+    target_pool_end_gib: float | None = None
     graph: GraphModel | None = None
     graph_mem_gib: float | None = None  # as the engine reported it
     max_running_requests: int | None = None  # the explicit flag, if any
@@ -551,6 +576,7 @@ class MemoryModel:
     reasons: tuple[str, ...] = ()
     explain: tuple[str, ...] = ()
     flags: Mapping[str, object] = field(default_factory=dict)
+    cpu_mem_gib: float | None = None  # vLLM CPU backend: the node's memory (the pool is VLLM_CPU_KVCACHE_SPACE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -671,7 +697,9 @@ def select_boot(boots: Sequence[Boot], index: int | None = None) -> tuple[Boot, 
     the last boot that sized its pool.
     """
     if not boots:
-        raise CalcError("the log holds no server boot (no engine start line was recognised)", "input")
+        raise CalcError(
+            "no SGLang or vLLM boot found (the text holds no engine start line kvtui recognises)", "input"
+        )
     if index is not None:
         n = len(boots)
         if index == 0 or index > n or index < -n:
@@ -1011,9 +1039,16 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
         eps = 2 * _PRINT_EPS  # K + V are two rounded figures
         cell_lo, cell_hi = (kv_gib - eps) * GIB / rows, (kv_gib + eps) * GIB / rows
         cell = _snap_cell(cell_lo, cell_hi)
+        direct = kv_gib * GIB / rows
         c.explain.append(
-            f"cell = {kv_gib:.2f} GiB × 2^30 / ({n:,} + {page}) = {cell:,} B per token per rank "
-            "(all the layers this rank holds; the pool line is per rank, not per layer)"
+            f"cell = {kv_gib:.2f} GiB × 2^30 / ({n:,} + {page}) ≈ {direct:,.0f} B"
+            + (
+                f"; the printed GiB are rounded (±{eps:.2f}), so the cell lies in {math.ceil(cell_lo):,}–"
+                f"{math.floor(cell_hi):,} B: {cell:,} B per token per rank (the round value in that range)"
+                if cell != round(direct)
+                else " per token per rank"
+            )
+            + " (all the layers this rank holds; the pool line is per rank, not per layer)"
         )
     elif m.cell_bytes:
         cell = int(m.cell_bytes)
@@ -1227,6 +1262,8 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
             else a_used - (n + page) * cell / GIB
         )
         c.reasons.append("no `Memory pool end` line: memory after the pool estimated as A − pool")
+    target_ends = [x for x in (m.avail_after_pool_gib, facts.get("avail_after_pool_gib")) if x is not None]
+    target_end = min(target_ends) if target_ends else (pool_end if not draft_cell else None)
     graph = _graph_model_sglang(boot, pool_end, c)
     cgmb = _as_int(flags.get("cuda_graph_max_bs"))
     if graph is None:
@@ -1280,6 +1317,7 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
         max_total_tokens=cap,
         kv_cache_gib=kv_gib,
         avail_after_pool_gib=pool_end,
+        target_pool_end_gib=target_end,
         graph=graph,
         graph_mem_gib=m.graph_mem_gib if m.graph_mem_gib is not None else facts.get("graph_mem_gib"),
         max_running_requests=mrr_flag,
@@ -1470,6 +1508,7 @@ def _calibrate_vllm(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[B
         reasons=tuple(c.reasons),
         explain=tuple(c.explain),
         flags=dict(flags),
+        cpu_mem_gib=facts.get("cpu_mem_total_gib"),
     )
 
 
@@ -1724,6 +1763,7 @@ def from_config(
         max_total_tokens=cap,
         kv_cache_gib=max(0, n + page) * cell / GIB,
         avail_after_pool_gib=pool_end,
+        target_pool_end_gib=pool_end,
         graph=gm,
         max_running_requests=mrr,
         running_requests=mrr_eff,
@@ -1779,7 +1819,13 @@ class Prediction:
         page_key = "block_size" if mdl.engine is Engine.VLLM else "page_size"
 
         def r(x: float | None, d: int = 3) -> float | None:
-            return None if x is None else round(x, d)
+            return None if x is None else fmt.round_near(x, d)
+
+        def down(x: float | None) -> float | None:  # a capacity or a largest safe value: never overstated
+            return None if x is None else fmt.round_down(x, 3)
+
+        def up(x: float | None) -> float | None:  # a smallest value needed: never understated
+            return None if x is None else fmt.round_up(x, 3)
 
         return {
             "engine": mdl.engine.value,
@@ -1801,11 +1847,11 @@ class Prediction:
                 "avail_after_pool_gib": r(self.avail_after_pool_gib),
                 "graph_headroom_gib": r(self.graph_headroom_gib),
                 "req_to_token_gib": r(self.req_to_token_gib, 4),
-                "full_context_requests": r(self.full_context_requests),
+                "full_context_requests": down(self.full_context_requests),
                 "tokens_per_0_01": self.tokens_per_0_01,
             },
-            "min_mem_fraction_for_full_context": r(self.min_fraction_for_full_context),
-            "max_safe_fraction": r(self.max_safe_fraction),
+            "min_mem_fraction_for_full_context": up(self.min_fraction_for_full_context),
+            "max_safe_fraction": down(self.max_safe_fraction),
             "verdict": self.verdict.value,
             "reasons": list(self.reasons),
             "explain": list(self.explain),
@@ -1825,6 +1871,7 @@ class _Settings:
     cap: int | None
     chunk: int | None
     tp: int
+    kv_space_gib: float | None = None  # vLLM CPU: the pool is VLLM_CPU_KVCACHE_SPACE GiB
 
 
 @dataclass(slots=True)
@@ -1909,7 +1956,15 @@ def _resolve(model: MemoryModel, edits: Edits, notes: list[str], lows: list[str]
     tp = model.tp
     if p_tp:
         tp = 1 if v_tp is None else int(v_tp)  # type: ignore[call-overload]
-    return _Settings(f, ctx, mrr_explicit, mrr_unset, gbs, p_gbs, kv_dtype, page, cap, chunk, tp)
+    p_cpu, v_cpu = edits.get("cpu_kv_space") if eng is Engine.VLLM else (False, None)
+    if p_cpu and model.cpu_mem_gib is None:
+        lows.append("VLLM_CPU_KVCACHE_SPACE sizes only vLLM's CPU backend, and this boot did not run on it: "
+                    "its effect is not included")
+        p_cpu = False
+    if p_cpu and v_cpu is None:
+        _parse_value(eng, CPU_KV_SPACE, None)  # says why it cannot be predicted
+    kv_space = float(v_cpu) if p_cpu and v_cpu is not None else None  # type: ignore[arg-type]
+    return _Settings(f, ctx, mrr_explicit, mrr_unset, gbs, p_gbs, kv_dtype, page, cap, chunk, tp, kv_space)
 
 
 def _cell_ratio(model: MemoryModel, s: _Settings, lows: list[str]) -> float:
@@ -1974,11 +2029,18 @@ def _evaluate(
                 f"profiled activation peak changes by ≈ {d_act:+.2f} GiB (estimate)"
             )
     budget = budget0 + slope * df + d_weights - d_act
+    if s.kv_space_gib is not None:  # vLLM CPU: the pool is what VLLM_CPU_KVCACHE_SPACE says
+        budget = s.kv_space_gib
+        if with_explain:
+            explain.append(f"CPU KV pool = VLLM_CPU_KVCACHE_SPACE = {s.kv_space_gib:g} GiB (the fraction does not "
+                           f"size it); the observed boot's {budget0:.2f} GiB held {model.tokens:,} tokens")
     raw = budget * GIB / cell_s if cell_s > 0 else 0.0
     capped = s.cap is not None and raw > s.cap
     tokens = floor_page(min(raw, float(s.cap)) if s.cap is not None else raw, s.page)
     tokens = max(tokens, 0) if budget > 0 else 0
-    if with_explain:
+    if with_explain and s.kv_space_gib is not None:
+        explain.append(f"N = floor_page({budget:.2f} GiB × 2^30 / {cell_s:,.0f} B, page {s.page}) = {tokens:,} tokens")
+    elif with_explain:
         sym = "P" if eng is Engine.SGLANG else "total"
         if model.basis == "two-point":
             sym = "slope"
@@ -2012,6 +2074,8 @@ def _evaluate(
     full_ctx = tokens / ctx if ctx else None
     # --- memory after the pools and capture -------------------------------------------------
     pool_end: float | None = None
+    target_end: float | None = None  # SGLang: free right after the target's KV pool and request table
+    pools_gib: tuple[float, float] | None = None  # SGLang: (target KV, req_to_token) allocated, GiB
     need: float | None = None
     headroom: float | None = None
     graph_bs: list[int] | None = None
@@ -2042,6 +2106,9 @@ def _evaluate(
                 - (req_gib - obs_req)
                 + d_weights
             )
+            pools_gib = (new_alloc, req_gib)
+            if model.target_pool_end_gib is not None:
+                target_end = model.target_pool_end_gib - (new_alloc - obs_alloc) - (req_gib - obs_req) + d_weights
             if with_explain:
                 explain.append(
                     f"after the pools = {model.avail_after_pool_gib:.2f} − (KV {new_alloc:.2f} − {obs_alloc:.2f})"
@@ -2079,7 +2146,7 @@ def _evaluate(
                 f"({req_gib * 1024:,.1f} MiB)"
             )
         if full_ctx is not None:
-            explain.append(f"full-context requests = {tokens:,} / {ctx:,} = {full_ctx:.2f}")
+            explain.append(f"full-context requests = {tokens:,} / {ctx:,} = {fmt.capacity(full_ctx)}")
     # --- verdict ------------------------------------------------------------------------------
     verdict = Verdict.OK
     fname = fraction_flag(eng)
@@ -2095,6 +2162,15 @@ def _evaluate(
                 f"no memory left for the KV cache at {fname}={_frac(s.fraction)} ({budget:.2f} GiB): vLLM stops "
                 "with `No available memory for the cache blocks`"
             )
+    elif s.kv_space_gib is not None and model.cpu_mem_gib is not None and s.kv_space_gib > model.cpu_mem_gib:
+        verdict = Verdict.NO_FIT
+        reasons.append(
+            f"VLLM_CPU_KVCACHE_SPACE={s.kv_space_gib:g} GiB is more than the node's {model.cpu_mem_gib:.2f} GiB: vLLM "
+            "refuses to start (`Available memory on node … is less than requested memory for kv`)"
+        )
+    elif eng is Engine.SGLANG and target_end is not None and target_end < 0:
+        verdict = Verdict.NO_FIT
+        reasons.append(_no_room_for_pools(model, s, target_end, pools_gib, mrr, ctx))
     elif eng is Engine.VLLM and ctx and tokens < ctx:
         verdict = Verdict.NO_FIT
         reasons.append(
@@ -2113,11 +2189,17 @@ def _evaluate(
             "was free at start (`Free memory on device … is less than desired`)"
         )
     else:
-        if headroom is not None and headroom < margin:
+        if headroom is not None and headroom < 0:
             verdict = Verdict.OOM_RISK
             reasons.append(
-                f"only {headroom:.2f} GiB would be left after capture (needs ≈ {need:.2f} GiB from "
-                f"{pool_end:.2f} GiB) — below the {margin:.2f} GiB margin: likely death in CUDA-graph capture"
+                f"CUDA-graph capture needs ≈ {fmt.gib(need)} but only {fmt.gib(pool_end)} is free after the pools: "
+                "likely death in CUDA-graph capture"
+            )
+        elif headroom is not None and headroom < margin:
+            verdict = Verdict.OOM_RISK
+            reasons.append(
+                f"only {fmt.gib(headroom)} would be left after capture (needs ≈ {fmt.gib(need)} from "
+                f"{fmt.gib(pool_end)}) — below the {fmt.gib(margin)} margin: likely death in CUDA-graph capture"
             )
         elif headroom is not None and headroom < margin + act:
             verdict = Verdict.TIGHT
@@ -2129,8 +2211,8 @@ def _evaluate(
             if verdict is Verdict.OK:
                 verdict = Verdict.TIGHT
             reasons.append(
-                f"{tokens:,} tokens hold {full_ctx:.2f} full-context requests of {ctx:,} tokens, fewer than the "
-                f"{k} wanted"
+                f"{tokens:,} tokens hold {fmt.capacity(full_ctx)} full-context requests of {ctx:,} tokens, "
+                f"fewer than the {k} wanted"
                 + (" (a single one does not fit: it boots, but such a request cannot run)" if full_ctx < 1 else "")
             )
         if (
@@ -2143,7 +2225,7 @@ def _evaluate(
                 f"the boot died in CUDA-graph capture at {fname}={_frac(model.fraction)} and the headroom cannot be "
                 f"sized here: at {_frac(s.fraction)} it would die again"
             )
-        if headroom is None and eng is Engine.VLLM and model.gpu_mem_gib is None:
+        if headroom is None and eng is Engine.VLLM and model.gpu_mem_gib is None and s.kv_space_gib is None:
             reasons.append("graph headroom not checked: the device total is unknown (pass --gpu-mem-gib)")
     over_top = (headroom is not None and headroom < margin + act) or (
         eng is Engine.VLLM
@@ -2168,6 +2250,44 @@ def _evaluate(
         cell_a,
         over_top,
     )
+
+
+def _no_room_for_pools(
+    model: MemoryModel,
+    s: _Settings,
+    pool_end: float,
+    pools_gib: tuple[float, float] | None,
+    mrr: int | None,
+    ctx: int | None,
+) -> str:
+    """Why an SGLang setting whose pools outgrow the memory left after the weights cannot boot."""
+    fname = fraction_flag(model.engine)
+    kv, req = pools_gib if pools_gib is not None else (None, None)
+    parts = []
+    if kv is not None:
+        parts.append(f"the KV pool {fmt.gib(kv)}")
+    if req is not None:
+        table = f"the request table (req_to_token) {fmt.gib(req)}"
+        if mrr and ctx:
+            table += f" for {mrr:,} requests × {ctx + model.req_extra_tokens:,} tokens"
+        parts.append(table)
+    what = " and ".join(parts) if parts else "the pools"
+    text = (
+        f"the pools need {fmt.gib(-pool_end)} more than the weights leave free at {fname}="
+        f"{fmt.fraction(s.fraction)}: {what} cannot all be allocated, so SGLang dies with CUDA out of memory "
+        "while allocating them (kv_allocate), before the server starts"
+    )
+    if req is not None and kv is not None and req > -pool_end and req >= 0.5 * kv:
+        text += "; the request table is what outgrows the GPU: lower context-length or max-running-requests"
+    elif s.fraction > model.fraction:
+        text += f"; lower {fname}"
+    given_ctx = model.flags.get("context_length") if model.engine is Engine.SGLANG else None
+    if ctx and model.context_len and ctx > model.context_len and given_ctx is None:
+        text += (
+            f"; and context-length {ctx:,} exceeds the model's own {model.context_len:,}, which SGLang refuses at "
+            "start unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
+        )
+    return text
 
 
 def _grid_search(lo: int, hi: int, good: Callable[[int], bool]) -> int | None:
@@ -2243,13 +2363,13 @@ def predict(
     if tokens_per is not None:
         explain.append(f"tokens per +0.01 of {fraction_flag(model.engine)} = {tokens_per:,}")
     if max_safe is not None:
-        explain.append(f"max safe {fraction_flag(model.engine)} (verdict ok) = {_frac(max_safe)}")
+        explain.append(f"max safe {fraction_flag(model.engine)} (verdict ok) = {fmt.safe_max(max_safe)}")
     elif can_move:
         reasons.append(f"no {fraction_flag(model.engine)} gives an ok verdict with these flags")
     if min_fc is not None:
         explain.append(
             f"min {fraction_flag(model.engine)} for {full_context} full-context request"
-            f"{'s' if full_context != 1 else ''} = {_frac(min_fc)}"
+            f"{'s' if full_context != 1 else ''} = {fmt.safe_min(min_fc)}"
         )
     return Prediction(
         model=model,

@@ -29,6 +29,7 @@ from kvtui.engines.events import (
     ParsedLine,
     PhaseMark,
     Progress,
+    ServerExit,
     Serving,
     Warning_,
 )
@@ -186,7 +187,7 @@ def line_style(parsed: ParsedLine) -> str:
     level = parsed.level
     phase = warning = progress = serving = False
     for ev in parsed.events:
-        if isinstance(ev, FailureText):
+        if isinstance(ev, FailureText | ServerExit):
             return "error"
         if isinstance(ev, PhaseMark):
             phase = phase or not ev.inferred  # a traceback frame's phase is no phase line

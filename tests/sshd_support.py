@@ -405,13 +405,39 @@ while True:
 
 _FAKE_DOCKER = r'''
 """Fake docker: `logs [-f] [--timestamps] [--since TS] NAME` prints STATE/docker.log (lines
-"TS message"), following appends when -f; `inspect -f FMT NAME` answers STATE/docker.inspect.<key>."""
+"TS message"), following appends when -f, until STATE/docker.inspect.State says the container
+stopped ("false …"); `inspect -f FMT NAME` answers STATE/docker.inspect.<key> (the whole state
+line, "RUNNING STARTEDAT EXITCODE OOMKILLED", for kvtui's liveness format)."""
 import os, sys, time
 STATE = os.environ.get("KVTUI_FAKE_STATE") or {state!r}
 args = sys.argv[1:]
+def state_line():
+    """The container's state: a real process (STATE/docker.pid) runs it when that file exists."""
+    try:
+        pid = int(open(os.path.join(STATE, "docker.pid")).read())
+    except (OSError, ValueError):
+        try:
+            return open(os.path.join(STATE, "docker.inspect.State")).read().strip()
+        except OSError:
+            return None
+    try:
+        alive = open(f"/proc/{{pid}}/stat").read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        alive = False
+    started = open(os.path.join(STATE, "docker.inspect.StartedAt")).read().strip()
+    return f"{{'true' if alive else 'false'}} {{started}} {{0 if alive else 137}} false"
+def stopped():
+    line = state_line()
+    return line is not None and line.startswith("false")
 if args[:1] == ["inspect"]:
     fmt = args[args.index("-f") + 1] if "-f" in args else ""
-    key = "StartedAt" if "StartedAt" in fmt else ("Pid" if "Pid" in fmt else "Running")
+    if fmt.startswith("{{{{.State.Running}}}} "):
+        line = state_line()
+        if line is None:
+            print("Error: No such object: " + args[-1], file=sys.stderr); sys.exit(1)
+        print(line); sys.exit(0)
+    else:
+        key = "StartedAt" if "StartedAt" in fmt else ("Pid" if "Pid" in fmt else "Running")
     try:
         print(open(os.path.join(STATE, "docker.inspect." + key)).read().strip()); sys.exit(0)
     except OSError:
@@ -437,7 +463,7 @@ if args[:1] == ["logs"]:
                 continue
             sys.stdout.buffer.write(line if ts else rest)
         sys.stdout.flush()
-        if not follow:
+        if not follow or stopped():
             break
         time.sleep(0.05)
     sys.exit(0)

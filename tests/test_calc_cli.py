@@ -357,7 +357,7 @@ def test_logs_without_a_sized_pool_exit_3(capsys: pytest.CaptureFixture[str], tm
     code, out, err = calc(capsys, "--log", str(empty))
     assert code == 3
     assert out == ""
-    assert "no server boot" in err
+    assert "no SGLang or vLLM boot found in" in err
     code, out, err = calc(capsys, "--log", str(KV / "sglang-not-enough-memory-tp4.log"))
     assert code == 3
     assert out == ""

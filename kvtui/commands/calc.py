@@ -5,8 +5,9 @@
     kvtui calc --model config.json --gpu-mem-gib G --tp N [--weights-gib W] [--engine E] [--set …] [--json]
 
 Exit codes: 0 the prediction boots (also at low confidence), 1 the verdict is ``oom_risk`` or
-``no_fit``, 2 usage (bad option or edit), 3 unreadable input (missing file, no boot that sized its
-pool, a config.json without the needed keys).
+``no_fit``, 2 usage (bad option or edit: a malformed value is 2 here as in ``apply``), 3 input that
+is unreadable (missing file, binary data: the rule of ``kvtui.commands.replay``) or lacks what the
+calculator needs (no boot found, no boot that sized its pool, a config.json without the needed keys).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from kvtui import fmt
 from kvtui import kvcalc as kc
 from kvtui.boot import Boot
 from kvtui.engines.events import Engine
@@ -58,7 +60,7 @@ def _open_log(path: str) -> BinaryIO:
 def read_log_boots(path: str) -> list[Boot]:
     """Every boot of a saved log (any shape ``kvtui replay`` reads), in order."""
     try:
-        from kvtui.commands.replay import InputError, analyse, read_chunks
+        from kvtui.commands.replay import InputError, analyse, no_boot_found, read_chunks
     except ImportError as exc:  # the engine core is not in this build
         raise _Fail(EXIT_INPUT, f"reading logs needs the engine core ({exc})") from None
     stream = _open_log(path)
@@ -69,6 +71,8 @@ def read_log_boots(path: str) -> list[Boot]:
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
+    if not boots:  # readable text, but calc needs a boot: exit 3, in replay's words
+        raise _Fail(EXIT_INPUT, no_boot_found("stdin" if path == "-" else path))
     return boots
 
 
@@ -128,23 +132,16 @@ def graph_margin_from_config(hosts: str | None, err: TextIO) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
-def _gib(v: float | None) -> str:
-    return "—" if v is None else f"{v:,.2f} GiB"
-
-
-def _tok(v: float | None) -> str:
-    return "—" if v is None else f"{int(v):,}"
-
-
-def _fr(v: float | None) -> str:
-    return "—" if v is None else f"{v:.3f}".rstrip("0").rstrip(".")
+_gib = fmt.gib
+_tok = fmt.tokens
+_fr = fmt.fraction
 
 
 def _value(v: object) -> str:
     if v is None:
         return "(unset: engine default)"
     if isinstance(v, float):
-        return _fr(v)
+        return fmt.fraction(v)
     if isinstance(v, int):
         return f"{v:,}" if abs(v) >= 10000 else str(v)
     return str(v)
@@ -164,6 +161,11 @@ def render(pred: kc.Prediction, source: str) -> str:
         obs.append(f"graphs {_gib(m.graph_mem_gib)}")
     out.append("observed   " + " · ".join(obs))
     cell = f"cell {m.cell_bytes:,} B/token/rank"
+    rows_n = m.tokens + (m.page_size if m.engine is Engine.SGLANG else 0)
+    if m.kv_cache_gib and rows_n > 0 and m.basis != "config":
+        direct = round(m.kv_cache_gib * kc.GIB / rows_n)
+        if direct != m.cell_bytes:  # what `replay` shows: the printed (rounded) KV size ÷ tokens
+            cell += f" (exact; the log's rounded KV size ÷ tokens gives ≈{direct:,})"
     if m.sizing_cell_bytes != m.cell_bytes:
         cell += f" (the engine sized with {m.sizing_cell_bytes:,} B)"
     out.append(f"           {cell} · {page_name} {m.page_size}")
@@ -173,7 +175,7 @@ def render(pred: kc.Prediction, source: str) -> str:
         out.append("edits      none (the boot as it is)")
     delta = pred.tokens - m.tokens
     rows: list[tuple[str, str]] = [
-        ("tokens", f"{_tok(pred.tokens)}" + (f"  ({delta:+,})" if delta else "")),
+        ("tokens", f"{_tok(pred.tokens)}" + (f"  ({fmt.signed_tokens(delta)})" if delta else "")),
         ("KV pool", f"{_gib(pred.kv_cache_gib)} per rank"),
     ]
     if pred.avail_after_pool_gib is not None:
@@ -184,26 +186,31 @@ def render(pred: kc.Prediction, source: str) -> str:
             (
                 "graph capture",
                 f"needs ≈ {_gib(pred.graph_need_gib)} → headroom {_gib(pred.graph_headroom_gib)}"
-                f" (margin {pred.margin_gib:.2f} + activations {pred.activation_gib:.2f} GiB)",
+                f" (margin {fmt.gib_number(pred.margin_gib)} + activations {fmt.gib(pred.activation_gib)})",
             )
         )
     if pred.req_to_token_gib is not None:
         rows.append(
             (
                 "req_to_token",
-                f"{pred.req_to_token_gib:,.3f} GiB ({pred.req_to_token_gib * 1024:,.1f} MiB)"
+                f"{fmt.gib(pred.req_to_token_gib, 3)} ({fmt.mib(pred.req_to_token_gib)})"
                 + (f" for {pred.running_requests:,} requests" if pred.running_requests else ""),
             )
         )
     if pred.full_context_requests is not None and pred.context_len:
-        rows.append(("full context", f"{pred.full_context_requests:,.2f} requests of {pred.context_len:,} tokens"))
+        rows.append(
+            ("full context", f"{fmt.capacity(pred.full_context_requests)} requests of {pred.context_len:,} tokens")
+        )
     if pred.tokens_per_0_01 is not None:
         rows.append((f"per +0.01 {ff}", f"{pred.tokens_per_0_01:,} tokens"))
     k = pred.full_context
     rows.append(
-        (f"min {ff} for {k} full-context request{'s' if k != 1 else ''}", _fr(pred.min_fraction_for_full_context))
+        (
+            f"min {ff} for {k} full-context request{'s' if k != 1 else ''}",
+            fmt.safe_min(pred.min_fraction_for_full_context),
+        )
     )
-    rows.append((f"max safe {ff} (verdict ok)", _fr(pred.max_safe_fraction)))
+    rows.append((f"max safe {ff} (verdict ok)", fmt.safe_max(pred.max_safe_fraction)))
     width = max(len(a) for a, _ in rows)
     head = f"predicted  {ff} {_fr(pred.fraction)}"
     out.append(head)

@@ -2,7 +2,9 @@
 
 - plain: the hosts table (name, kind, target, what it follows, GPUs, notes) on stdout;
 - ``--check``: also offline checks beyond the schema (identity files exist; a disabled host-key
-  check is flagged) — exit 3 on any problem, every message on stderr;
+  check is flagged; ``[ui] theme`` names a theme the console offers and every ``[keymap]`` id a
+  binding it has, checked with the console's own lists, so nothing the console would reject at
+  start passes here) — exit 3 on any problem, every message on stderr;
 - ``--connect``: also reach every host at once (SSH through ``SshBackend`` with one probe round
   trip: login user, GPUs, the unit / log file / container it follows; demo and local hosts
   through ``kvtui.hosts.factory``), one result line per host; exit 3 when any is unreachable.
@@ -69,6 +71,26 @@ def host_notes(name: str, host: HostConfig, config: Config) -> list[str]:
     return notes
 
 
+def liveness_source(host: HostConfig) -> str:
+    """How kvtui sees that this host's server process is gone (``hosts --check`` says it)."""
+    from kvtui.hosts.commands import server_pid_file
+
+    if host.demo:
+        return "the simulated unit (systemd's lines)"
+    if host.log_source == "journal":
+        return f"systemd's own lines in the journal of {host.unit}"
+    if host.log_source == "docker":
+        return f"the state of container {host.container} when its log ends"
+    found = server_pid_file(host.pid_file, host.start_command, host.stop_command)
+    if found is None:
+        return ("none: no pid file is known (set pid_file, or a start_command that writes one: "
+                "... & echo $! > FILE); a server that dies is seen only by what its log says")
+    path, how = found
+    where = {"pid_file": "the pid_file key", "start_command": "the pid file start_command writes",
+             "stop_command": "the pid file stop_command reads"}[how]
+    return f"{where}: {path}"
+
+
 def render_table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
@@ -96,6 +118,37 @@ def offline_problems(config: Config) -> tuple[list[str], list[str]]:
         if not host.strict_host_key:
             warnings.append(f"{where}: [hosts.{name}] strict_host_key = false: the host's identity is not "
                             "checked (anyone on the path can pose as it)")
+    return problems, warnings
+
+
+def console_problems(config: Config) -> tuple[list[str], list[str]]:
+    """(problems, warnings) the console would report at start: ``[ui] theme`` not among the themes
+    it offers, a ``[keymap]`` id it has no binding for (problems); a theme file it cannot use
+    (warnings: the console falls back to its default theme)."""
+    import difflib
+
+    from kvtui.config import format_value
+    from kvtui.ui.app import KvtuiApp
+    from kvtui.ui.themes import accepted_theme_names, load_themes
+
+    where = str(config.path) if config.path else "hosts.toml"
+    problems: list[str] = []
+    loaded = load_themes()
+    warnings = [f"{p} (the console reports it and does not offer that theme)" for p in loaded.problems]
+    names = accepted_theme_names(loaded)
+    theme = config.ui.theme
+    if theme not in names:
+        close = difflib.get_close_matches(theme, names, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        problems.append(f"{where}: [ui] theme = {format_value(theme)}: expected one of the themes "
+                        f"{', '.join(names)}{hint}")
+    ids = KvtuiApp.binding_ids()
+    for bid, keys in config.keymap.items():
+        if bid not in ids:
+            close = difflib.get_close_matches(bid, ids, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            problems.append(f"{where}: [keymap] {bid} = {format_value(keys)}: expected a binding id, one of "
+                            f"{', '.join(sorted(ids))}{hint}")
     return problems, warnings
 
 
@@ -201,10 +254,16 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     code = EXIT_OK
     if getattr(args, "check", False) or getattr(args, "connect", False):
         problems, warnings = offline_problems(config)
+        ui_problems, ui_warnings = console_problems(config)
+        problems += ui_problems
+        warnings += ui_warnings
         for w in warnings:
             print(f"kvtui hosts: warning: {w}", file=err)
         for p in problems:
             print(f"kvtui hosts: {p}", file=err)
+        if getattr(args, "check", False):
+            for name in names:
+                print(f"kvtui hosts: {name}: server liveness: {liveness_source(config.host(name))}", file=err)
         if problems:
             code = EXIT_INPUT
         elif getattr(args, "check", False):

@@ -4,8 +4,13 @@ Accepts raw engine output, ``journalctl`` short / short-iso / short-precise / ca
 ``docker logs`` (± ``--timestamps``), gzip-compressed or not. The file is read in chunks, so a
 multi-GB journal never sits in memory as one string.
 
-Exit codes: 0 when the last boot is ready, starting or stopped (and when the log holds no boot
-at all), 1 when it failed, 2 usage, 3 unreadable input.
+Exit codes: 0 when the last boot is ready, starting or stopped, 1 when it failed, 2 usage,
+3 unreadable input. The rule for input, the same in every command that reads a log (``calc --log``
+too): input that cannot be read as text (missing, a directory, no permission, a read error, damaged
+gzip, binary data) is *unreadable*: exit 3 with the reason. Readable text that holds no SGLang or
+vLLM boot (an empty file, a README) is not unreadable: ``replay`` reports zero boots, says so on
+stderr and exits 0; a command that needs a boot (``calc``) says the same sentence and exits 3, as
+for any input that lacks what the command needs.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import BinaryIO, Protocol, TextIO
 
+from kvtui import fmt
 from kvtui.boot import Boot, BootStatus, BootTracker, PhaseSpan
 from kvtui.engines.events import Engine
 from kvtui.engines.parse import LineParser, Prefilter, parse_chunks, wrap_widths
@@ -95,8 +101,29 @@ def _open(path: str) -> BinaryIO:
     return f
 
 
+_TEXT_CONTROLS = frozenset(b"\t\n\r\x0c\x08\x1b")
+
+
+def check_text(head: bytes, name: str) -> None:
+    """Raise ``InputError`` when the start of an input is binary data, not a text log: a NUL byte,
+    or more than a tenth of control bytes / bytes that are not UTF-8 text (logs are text; a
+    journal in ``-o export`` or a core dump is not)."""
+    sample = head[:65536]
+    if not sample:
+        return
+    nul = sample.find(b"\x00")
+    if nul >= 0:
+        raise InputError(f"{name}: binary data, not a text log (a NUL byte at offset {nul:,})")
+    controls = sum(1 for b in sample if b < 0x20 and b not in _TEXT_CONTROLS)
+    bad = sample.decode("utf-8", errors="replace").count("\ufffd")
+    if controls + bad > len(sample) // 10:
+        raise InputError(f"{name}: binary data, not a text log ({controls + bad:,} of the first "
+                         f"{len(sample):,} bytes are neither text nor UTF-8)")
+
+
 def read_chunks(stream: Readable, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """The stream in chunks; gzip input is decompressed on the fly."""
+    """The stream in chunks; gzip input is decompressed on the fly. Binary data (``check_text``)
+    raises ``InputError`` before the first chunk."""
     try:
         head = stream.read(chunk_bytes)
     except OSError as exc:
@@ -108,6 +135,7 @@ def read_chunks(stream: Readable, name: str, chunk_bytes: int = CHUNK_BYTES) -> 
             head = gz.read(chunk_bytes)
         except (OSError, EOFError) as exc:
             raise InputError(f"{name}: damaged gzip data ({exc})") from exc
+    check_text(head, name)
     while head:
         yield head
         try:
@@ -159,11 +187,13 @@ def analyse_path(
             stream.seek(0)
         except (OSError, ValueError) as exc:
             raise InputError(f"{path}: cannot read ({exc})") from exc
-        if not head or head[:2] == b"\x1f\x8b" or wrap_widths(head[: head.rfind(b"\n") + 1]):
-            # gzip, or a hard-wrapped capture (its pieces are joined in one pass)
+        if not head or head[:2] == b"\x1f\x8b":
             return analyse(read_chunks(stream, path), engine_hint, clock=clock, unrecognised=unrecognised)
-        boots, shape = _analyse_parallel(stream, path, head, size, engine_hint, clock, unrecognised)
-        return boots, shape
+        check_text(head, path)
+        if wrap_widths(head[: head.rfind(b"\n") + 1]):
+            # a hard-wrapped capture: its pieces are joined in one pass
+            return analyse(read_chunks(stream, path), engine_hint, clock=clock, unrecognised=unrecognised)
+        return _analyse_parallel(stream, path, head, size, engine_hint, clock, unrecognised)
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
@@ -333,15 +363,7 @@ def locate_lines(path: str, items: list[UnrecognisedShape]) -> None:
 
 
 def _dur(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    m, s = divmod(round(seconds), 60)
-    if m < 60:
-        return f"{m}m {s:02d}s"
-    h, m = divmod(m, 60)
-    return f"{h}h {m:02d}m"
+    return "" if seconds is None else fmt.duration(seconds)
 
 
 def _when(dt: datetime | None) -> str:
@@ -353,12 +375,8 @@ def _when(dt: datetime | None) -> str:
     return text
 
 
-def _gib(v: float | None) -> str:
-    return "—" if v is None else f"{v:.2f} GiB"
-
-
-def _n(v: float | None) -> str:
-    return "—" if v is None else f"{int(v):,}"
+_gib = fmt.gib
+_n = fmt.tokens
 
 
 def _ranks(ranks: list[str]) -> str:
@@ -398,7 +416,7 @@ def render_boot(boot: Boot, index: int, total: int) -> list[str]:
     if m.kv_cache_gib is not None:
         kv.append(_gib(m.kv_cache_gib))
     if m.cell_bytes is not None:
-        kv.append(f"{m.cell_bytes:,} B/token")
+        kv.append(f"≈{m.cell_bytes:,} B/token (printed KV size ÷ tokens)")
     if kv:
         out.append(f"    {'KV pool':<16} {' · '.join(kv)}")
     mem = []
@@ -425,7 +443,7 @@ def render_boot(boot: Boot, index: int, total: int) -> list[str]:
     if m.max_running_requests is not None:
         limits.append(f"max running {m.max_running_requests:,}")
     if m.max_concurrency is not None:
-        limits.append(f"{m.max_concurrency:.2f} full-context requests fit")
+        limits.append(f"{fmt.capacity(m.max_concurrency)} full-context requests fit")
     if limits:
         out.append(f"    {'limits':<16} {' · '.join(limits)}")
     if boot.draft_facts:
@@ -477,6 +495,11 @@ def render(boots: list[Boot], source: str, shape: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def no_boot_found(source: str) -> str:
+    """The one sentence for readable text that holds no boot (``replay``, ``calc --log``)."""
+    return f"no SGLang or vLLM boot found in {source} (the text holds no engine start line kvtui recognises)"
+
+
 def to_json(boots: list[Boot], source: str, unrecognised: list[UnrecognisedShape] | None = None) -> dict[str, object]:
     return {
         "source": source,
@@ -522,7 +545,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
             n = sum(u.count for u in unrecognised)
             out.write(f"\n? {n} unrecognised startup line{'s' if n != 1 else ''} ({len(unrecognised)} shapes): "
                       "--unknown lists them\n")
-    if not boots:
-        print(f"kvtui replay: no SGLang or vLLM boot found in {source}", file=err)
+    if not boots:  # readable text without a boot: an answer (zero boots), not unreadable input
+        print(f"kvtui replay: {no_boot_found(source)}", file=err)
         return EXIT_OK
     return EXIT_FAILED if boots[-1].status is BootStatus.FAILED else EXIT_OK

@@ -4,9 +4,15 @@ Follows the host's current boot (``--next``: the next one to start) until it is 
 or fails (exit 1); ``--follow-restarts`` keeps waiting through automatic restarts until a boot is
 ready or the time runs out. A boot stopped by an operator (a manual restart) is not a failure:
 the wait goes on with the boot that replaces it. Phase progress goes to stderr
-(``[  12.3s] load_weights``, seconds since the boot started); then the boot's summary to stdout
+(``[  12.3s] load_weights``, seconds since the boot started), and a heartbeat whenever nothing
+else was printed for ``HEARTBEAT_S`` (``… still waiting after 40s: boot 1 in load_weights 12/61
+shards``), so a CI log is never silent for more than 10 s; then the boot's summary to stdout
 (``--json``: the boot object of ``kvtui replay --json``, also on a timeout when a boot was seen).
 Exit codes: 0 ready, 1 failed, 3 connection or configuration, 5 timed out.
+
+``--next`` waits for a boot that *starts* after the wait began: the lines of the server already
+running (grouped by the tracker into a boot without a launch) are never that boot, and a timeout
+without a new boot says so ("no new boot started") instead of reporting the running one.
 
 ``--timeout`` holds on every path: the wait itself races a timer; closing the host afterwards is
 bounded (a host that does not close, a stream that ignores cancellation are left behind); and in
@@ -29,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TextIO
 
+from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
 from kvtui.cli import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 from kvtui.engines.events import Model, Phase
@@ -38,6 +45,7 @@ from kvtui.monitor import BootState, ConnUpdate, HostMonitor, LogBatch, MonitorU
 _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 CLOSE_LIMIT = 1.5  # seconds for closing the host, then as much for its streams to end, after the wait
 HARD_GRACE = 5.0  # the hard deadline: --timeout + this, when the event loop itself did not get there
+HEARTBEAT_S = fmt.HEARTBEAT_S  # a heartbeat line after this long without output
 
 
 @dataclass(slots=True)
@@ -46,6 +54,9 @@ class Outcome:
     boot: Boot | None = None
     index: int | None = None
     message: str = ""
+    # the boot's JSON taken when the wait decided (the monitor goes on feeding serving lines into
+    # the same Boot until it is closed: the printed object is the boot at its ready/failed moment)
+    snapshot: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -64,6 +75,7 @@ class Waiter:
     printed: dict[int, int] = field(default_factory=dict)  # boot index -> phase spans printed
     noted_end: set[int] = field(default_factory=set)
     last_conn: ConnStatus | None = None
+    last_out: float | None = None  # clock() of the last line printed (None: t0)
 
     def __call__(self, updates: Sequence[MonitorUpdate]) -> None:
         if self.done is None or self.done.done():
@@ -177,12 +189,53 @@ class Waiter:
         return index - self.base + 1
 
     def _say(self, text: str, elapsed: float | None = None) -> None:
-        stamp = f"[{elapsed:6.1f}s] " if elapsed is not None else ""
+        stamp = f"{fmt.stamp(elapsed)} " if elapsed is not None else ""
         print(f"{stamp}{text}", file=self.err, flush=True)
+        self.last_out = self.clock()
+
+    # -- heartbeat -----------------------------------------------------------------------------
+
+    def heartbeat_text(self) -> str:
+        """Where the wait is: the followed boot's phase and its progress, or what it waits for."""
+        waited = fmt.duration(self.clock() - self.t0)
+        boots = self.monitor.tracker.boots
+        if self.following is not None and self.following < len(boots):
+            boot = boots[self.following]
+            return f"… still waiting after {waited}: boot {self.number(self.following)} {_where(boot)}"
+        st = self.last_conn
+        if st is not None and st.state is not ConnState.CONNECTED:
+            return f"… still waiting after {waited}: connection {st.state.value}" + (
+                f" ({st.detail})" if st.detail else "")
+        if self.next_boot:
+            running = " (the running server goes on; nothing has restarted it)" if boots else ""
+            return f"… still waiting after {waited}: no new boot has started{running}"
+        return f"… still waiting after {waited}: no server log line yet"
+
+    async def heartbeat(self, every: float) -> None:
+        """Print ``heartbeat_text`` whenever nothing was printed for ``every`` seconds."""
+        while True:
+            last = self.t0 if self.last_out is None else self.last_out
+            due = last + every - self.clock()
+            if due > 0:
+                await asyncio.sleep(due)
+                continue
+            if self.done is not None and self.done.done():
+                return
+            self._say(self.heartbeat_text())
 
     def _finish(self, outcome: Outcome) -> None:
         if self.done is not None and not self.done.done():
+            if outcome.boot is not None and outcome.snapshot is None:
+                outcome.snapshot = outcome.boot.to_json()
             self.done.set_result(outcome)
+
+
+def _where(boot: Boot) -> str:
+    """``in load_weights 12/61 shards`` while a boot starts (the phase and its progress), else its
+    status and phase (``stopped in load_weights``)."""
+    if boot.status is BootStatus.STARTING and boot.phases:
+        return f"in {fmt.boot_progress(boot)}"
+    return boot.status.value + (f" in {boot.phase.value}" if boot.phase is not None else "")
 
 
 def _clip(text: str, n: int) -> str:
@@ -247,6 +300,7 @@ async def wait_for_boot(
     print(f"kvtui wait: {args.host} ({host.source_label or host.kind}): following {what}", file=stderr)
     task = asyncio.create_task(monitor.run(waiter))
     expiry = asyncio.ensure_future((timer or asyncio.sleep)(timeout))
+    beat = asyncio.create_task(waiter.heartbeat(HEARTBEAT_S))
     try:
         pending: set[asyncio.Future[Any]] = {waiter.done, task, expiry}
         done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -257,16 +311,20 @@ async def wait_for_boot(
             st = monitor.status
             detail = str(crash) if crash is not None else (st.detail or st.state.value)
             outcome = Outcome(EXIT_INPUT, message=f"{args.host}: cannot follow the host: {detail}")
+        elif args.next and waiter.following is None:
+            # the running server's lines are not the next boot: say that none started
+            running = " (the running server went on; nothing restarted it)" if monitor.tracker.boots else ""
+            outcome = Outcome(EXIT_TIMEOUT, message=f"timed out after {timeout:g} s: no new boot started{running}")
         else:
             boots = monitor.tracker.boots
             idx = waiter.following if waiter.following is not None else (len(boots) - 1 if boots else None)
             boot = boots[idx] if idx is not None and boots else None
-            phase = f" in {boot.phase.value}" if boot is not None and boot.phase is not None else ""
             seen = "no boot seen"
             if boot is not None and idx is not None:
-                seen = f"boot {waiter.number(idx)} still {boot.status.value}{phase}"
+                seen = f"boot {waiter.number(idx)} still {_where(boot)}"
             outcome = Outcome(EXIT_TIMEOUT, boot, idx, f"timed out after {timeout:g} s: {seen}")
     finally:
+        beat.cancel()
         expiry.cancel()
         await _close_bounded(monitor, task)
     return _report(outcome, monitor, args, stdout, stderr, waiter)
@@ -323,12 +381,13 @@ def _report(
     elif outcome.code == EXIT_OK and boot is not None and idx is not None:
         took = boot.phases[-1].start if boot.phases else None
         print(f"kvtui wait: {args.host}: boot {waiter.number(idx)} is ready"
-              + (f" after {waiter._elapsed(boot, took):.1f} s" if took is not None else ""), file=stderr)
+              + (f" after {fmt.duration(waiter._elapsed(boot, took))}" if took is not None else ""), file=stderr)
     if outcome.message:
         print(f"kvtui wait: {outcome.message}", file=stderr)
     if boot is not None and idx is not None:
         if args.json:
-            json.dump(boot.to_json(), stdout, indent=2, ensure_ascii=False)
+            doc = outcome.snapshot if outcome.snapshot is not None else boot.to_json()
+            json.dump(doc, stdout, indent=2, ensure_ascii=False)
             stdout.write("\n")
         else:
             stdout.write(_summary(boot, idx, len(monitor.tracker.boots)))

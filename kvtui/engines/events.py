@@ -134,6 +134,7 @@ METRIC_NAMES: frozenset[str] = frozenset(
         "max_concurrency",  # vLLM `Maximum concurrency for N tokens per request: X x`
         "gpu_total_gib",  # device total when a line prints it (vLLM free-memory error, torch OOM)
         "gpu_free_gib",  # device free at start when printed (vLLM `Free memory on device (X/Y GiB)`)
+        "cpu_mem_total_gib",  # vLLM CPU backend: the NUMA node's memory (`Explicitly set (X/TOTAL) GiB for KV cache`)
         "dsv4_bytes_per_full_token",  # `DSV4 memory calculation: bytes_per_full_token=`
         "dsv4_available_gib",  # `DSV4 memory calculation: … available_bytes=X GB`
         "dsv4_full_token",  # `DSV4 memory calculation: … full_token=`
@@ -261,6 +262,17 @@ class CaptureSizes:
     model: Model = Model.TARGET
 
 
+@dataclass(frozen=True, slots=True)
+class ServerExit:
+    """The server process is gone, as the host backend saw it (not a line the engine printed:
+    ``kvtui.liveness`` makes and reads the record). ``pid`` when known; ``detail`` an exit status
+    when known; ``at_start``: it was already gone when following began."""
+
+    pid: int | None = None
+    detail: str = ""
+    at_start: bool = False
+
+
 LogEvent = (
     PhaseMark
     | Metric
@@ -272,6 +284,7 @@ LogEvent = (
     | Serving
     | VersionHint
     | CaptureSizes
+    | ServerExit
 )
 
 

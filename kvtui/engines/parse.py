@@ -40,6 +40,7 @@ from kvtui.engines.sglang import SglangGrammar
 from kvtui.engines.shapes import detect_shape, iter_records
 from kvtui.engines.text import MAX_LINE_CHARS, strip_ansi
 from kvtui.engines.vllm import VllmGrammar
+from kvtui.liveness import EXIT_IDENT, parse_exit
 
 
 class Grammar(Protocol):
@@ -230,6 +231,10 @@ class LineParser:
 
     def _parse(self, text: str, record: LogRecord, ts: datetime | None) -> ParsedLine:
         ident = record.ident
+        if ident == EXIT_IDENT:  # the backend saw the server process gone (kvtui.liveness)
+            gone = parse_exit(text)
+            if gone is not None:
+                return ParsedLine(text=text, ts=record.ts, events=(gone,), record=record, prefixed=True)
         if ident == "systemd" or (ident is None and _is_plain_systemd(text)):
             events = systemd_events(text)
             if events:

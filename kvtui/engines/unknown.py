@@ -23,6 +23,7 @@ _STARTUP_RE: Final = re.compile(
     r"\d(?:\.\d+)? ?(?:GB|GiB|MiB)\b|\b(?:[Cc]ache|[Gg]raph|[Cc]aptur|[Ll]oad)|NCCL|Error|Exception|\d%\|"
 )
 _HEX_RE: Final = re.compile(r"0x[0-9a-fA-F]+")
+_EXC_LINE_RE: Final = re.compile(r"[\w.]+(?:Error|Exception)(?::|$)")
 _NUM_RE: Final = re.compile(r"(?<![A-Za-z_\d])\d+(?:[.,]\d+)*")  # not the digits of a name (NVFP4, TP0)
 _SPACES_RE: Final = re.compile(r"\s{2,}")
 MAX_SHAPE_CHARS: Final = 160
@@ -34,6 +35,8 @@ def looks_like_startup(text: str) -> bool:
     are not the engine's startup lines.)"""
     if not text or text[0].isspace() or text.startswith(('File "', "Traceback (most recent call last)")):
         return False
+    if _EXC_LINE_RE.match(text):
+        return False  # a traceback's last line (a logged warning's, say): its failure is read, if any
     return _STARTUP_RE.search(text) is not None
 
 

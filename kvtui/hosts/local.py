@@ -28,13 +28,23 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 from kvtui.engines.events import LogRecord
 from kvtui.gpu import GpuProcess, GpuSample, process_from_nvml, sample_from_nvml
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
+from kvtui.liveness import (
+    DOCKER_STATE_FORMAT,
+    FRESH_SLACK_S,
+    PidWatch,
+    exit_record,
+    parse_docker_state,
+    proc_age,
+    proc_state,
+    read_pid,
+)
 
 MAX_LINE_BYTES: Final = 1 << 20  # longer lines are cut (the rest up to the newline dropped)
 READ_CHUNK: Final = 256 << 10  # small enough that splitting one chunk never stalls the event loop
@@ -58,6 +68,12 @@ class LocalHost(Protocol):
     def gpus(self) -> list[int] | None: ...
     @property
     def engine(self) -> str: ...
+    @property
+    def pid_file(self) -> str | None: ...
+    @property
+    def start_command(self) -> str | None: ...
+    @property
+    def stop_command(self) -> str | None: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -489,6 +505,7 @@ class LocalBackend:
         *,
         clock: Callable[[], float] = time.time,
         poll_interval: float = 0.1,
+        liveness_interval: float = 0.5,
         scan_back_bytes: int = DEFAULT_SCAN_BACK_BYTES,
         journal_scan_lines: int = DEFAULT_JOURNAL_SCAN_LINES,
         nvml: Nvml | None = None,
@@ -500,6 +517,12 @@ class LocalBackend:
         self.host = host
         self._clock = clock
         self._poll = poll_interval
+        self._liveness_interval = liveness_interval
+        from kvtui.hosts.commands import server_pid_file
+
+        found = server_pid_file(getattr(host, "pid_file", None), getattr(host, "start_command", None),
+                                getattr(host, "stop_command", None))
+        self.pid_file: Path | None = Path(found[0]).expanduser() if found else None
         self._scan_back = scan_back_bytes
         self._journal_scan = journal_scan_lines
         self._nvml = nvml or Nvml()
@@ -616,6 +639,12 @@ class LocalBackend:
         st = _FileState()
         pos = offset  # bytes of the current file read so far
         splitter = make_splitter(pos)
+        # liveness: the pid file read at most every ``liveness_interval`` while caught up; a
+        # death is reported once the file's bytes written before it are read (its last lines first)
+        watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
+        t_follow = time.monotonic()
+        next_check = 0.0
+        pending_exit: tuple[LogRecord, int] | None = None
         try:
             while not self._closed.is_set():
                 if st.fh is None:
@@ -667,9 +696,26 @@ class LocalBackend:
                     pos = 0
                     splitter = make_splitter(0)
                     st.fh.seek(0)
+                    pending_exit = None
                     if records:
                         yield records
                     continue
+                if pending_exit is not None and (pst is None or pos >= pending_exit[1]):
+                    yield [*splitter.flush(), pending_exit[0]]
+                    pending_exit = None
+                elif self.pid_file is not None and pending_exit is None and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + self._liveness_interval
+                    pid, alive, age = _pid_reading(self.pid_file)
+                    fresh = age is not None and age <= time.monotonic() - t_follow + FRESH_SLACK_S
+                    gone = watch.observe(pid, alive, fresh=fresh)
+                    if gone is not None:
+                        rec = exit_record(gone.pid, at_start=gone.at_start, ts=datetime.now(), source="file")
+                        try:
+                            size = os.stat(path).st_size
+                        except FileNotFoundError:
+                            size = 0
+                        pending_exit = (rec, size)
+                        continue
                 if await self._sleep(self._poll):
                     return
         finally:
@@ -813,6 +859,10 @@ class LocalBackend:
                     f"docker inspect {container}: {err.decode(errors='replace').strip() or 'failed'}"
                 )
             since = out.decode().strip() or None
+        # liveness: ``docker logs -f`` ends when the container stops; its state says how
+        watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
+        fresh_after = datetime.now(UTC) - timedelta(seconds=FRESH_SLACK_S)  # a container started since is ours
+        held = await self._docker_state(container, watch, fresh_after)  # already stopped: said when the stream ends
         while not self._closed.is_set():
             argv = [*self._docker, "logs", "-f", "--timestamps"]
             if since:
@@ -857,8 +907,30 @@ class LocalBackend:
                     t.cancel()
                 await _stop_process(proc)
                 self._procs.discard(proc)
+            if not self._closed.is_set():
+                gone, held = held or await self._docker_state(container, watch, fresh_after), None
+                if gone is not None:
+                    yield [gone]
             if await self._sleep(1.0):
                 return
+
+    async def _docker_state(self, container: str, watch: PidWatch, fresh_after: datetime) -> LogRecord | None:
+        """Read the container's state into ``watch``; the exit record when it stopped (a container
+        started after ``fresh_after`` is the new server even when following the next boot)."""
+        try:
+            rc, out, _ = await self._capture([*self._docker, "inspect", "-f", DOCKER_STATE_FORMAT, container])
+        except BackendError:
+            return None
+        state = parse_docker_state(out.decode(errors="replace")) if rc == 0 else None
+        if state is None:
+            return None
+        started, running, detail = state
+        started_at = _parse_rfc3339(started)
+        gone = watch.observe(started, running, fresh=started_at is not None and started_at >= fresh_after)
+        if gone is None:
+            return None
+        return exit_record(None, detail or f"container {container} stopped", at_start=gone.at_start,
+                           ts=datetime.now(UTC), source="docker")
 
     # -- GPUs ------------------------------------------------------------------------------------
 
@@ -886,7 +958,12 @@ class LocalBackend:
     async def server_pids(self) -> set[int]:
         unit = self.host.unit
         if not unit:
-            return set()
+            if self.pid_file is None:
+                return set()
+            pid, alive, _age = _pid_reading(self.pid_file)
+            if pid is None or not alive:
+                return set()
+            return {pid} | await asyncio.to_thread(_descendants, {pid})
         try:
             rc, out, _ = await self._capture(
                 [*self._systemctl, "show", "-p", "MainPID", "-p", "ControlGroup", unit], timeout=10.0
@@ -927,6 +1004,38 @@ class LocalBackend:
             command, proc.returncode if proc.returncode is not None else -1,
             out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
         )
+
+
+_CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _parse_rfc3339(stamp: str) -> datetime | None:
+    """Docker's ``2026-03-04T09:12:00.123456789Z`` -> an aware datetime (µs), None if it is not one."""
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", stamp.strip())
+    if m is None:
+        return None
+    frac = (m.group(2) or "0")[:6].ljust(6, "0")
+    try:
+        return datetime.fromisoformat(f"{m.group(1)}.{frac}{'+00:00' if m.group(3) == 'Z' else m.group(3)}")
+    except ValueError:
+        return None
+
+
+def _pid_reading(pid_file: Path) -> tuple[int | None, bool, float | None]:
+    """(the pid the file names, whether that process runs — a zombie does not —, its age in s)."""
+    try:
+        pid = read_pid(pid_file.read_text(errors="replace")[:64])
+    except OSError:
+        return None, False, None
+    if pid is None:
+        return None, False, None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
+        uptime = Path("/proc/uptime").read_text()
+    except OSError:
+        return pid, False, None
+    state = proc_state(stat)
+    return pid, state is not None and state not in ("Z", "X", "x"), proc_age(stat, uptime, _CLOCK_TICKS)
 
 
 def _journal_boot_start(records: Sequence[LogRecord], engine: str) -> int:

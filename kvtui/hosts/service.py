@@ -13,10 +13,11 @@ diff, the exact commands that will run, the calculator's prediction and verdict 
 ``no_fit`` / ``oom_risk`` unless forced).
 
 ``execute(plan, backend, progress)`` then: checks the file still has the hash it had when read
-(else refuses: it changed), copies it to ``<file>.kvtui-<UTC timestamp>`` and checks the copy,
-writes the new text atomically (temp file in the same directory, mode and owner kept, fsync,
-rename; the remote side verifies the content's hash before the rename, so a write cut midway
-never replaces the file), re-reads it and checks every edited flag (else restores the backup).
+(else refuses: it changed), copies it to ``<file>.kvtui-<UTC time, µs>`` (``backup_name``: names
+never collide) and checks the copy, writes the new text atomically (temp file in the same
+directory, mode and owner kept, fsync, rename; the remote side verifies the content's hash
+before the rename, so a write cut midway never replaces the file), re-reads it and checks every
+edited flag (else restores the backup).
 For a unit: ``systemctl daemon-reload``, then ``systemctl show -p ExecStart`` must carry the new
 values (else restore + reload), then ``systemctl restart``. Without a unit: the configured stop
 command, a bounded wait until the old server's PIDs have released their GPU memory, then the
@@ -68,7 +69,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from kvtui import audit
+from kvtui import audit, fmt
+from kvtui import envedit as ev
 from kvtui import flags as fl
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine
@@ -181,6 +183,7 @@ class ApplyPlan:
     rollback_on_failure: bool = False
     timeout: float = 1800.0
     pre_rollback_path: str | None = None  # rollback: where the current file is saved first
+    env_edits: list[ev.EnvEdit] = field(default_factory=list)  # environment edits (--setenv / --unsetenv)
 
     @property
     def changed(self) -> bool:
@@ -243,6 +246,7 @@ class ApplyPlan:
             "unit": self.source.unit,
             "engine": self.engine.value,
             "edits": [str(e) for e in self.edits],
+            "env": [str(e) for e in self.env_edits],
             "changes": [c.describe() for c in self.changes],
             "diff": self.diff,
             "backup": self.backup_path,
@@ -300,24 +304,15 @@ def outcome_headline(outcome: ApplyOutcome, action: str, name: str) -> str:
 
 
 def render_prediction(p: Prediction) -> list[str]:
-    js = p.to_json()
-    pred = js.get("predicted")
     lines = [f"Prediction: verdict {p.verdict} (confidence {p.confidence}, basis {p.model.basis})"]
-    if isinstance(pred, dict):
-        tok = pred.get("max_total_num_tokens")
-        kv = pred.get("kv_cache_gib")
-        head = pred.get("graph_headroom_gib")
-        bits = []
-        if isinstance(tok, int):
-            bits.append(f"{tok:,} tokens")
-        if isinstance(kv, (int, float)):
-            bits.append(f"KV {kv:.2f} GiB per rank")
-        if isinstance(head, (int, float)):
-            bits.append(f"graph headroom {head:+.2f} GiB")
-        if bits:
-            lines.append("  " + ", ".join(bits))
+    bits = [f"{fmt.tokens(p.tokens)} tokens"]
+    if p.kv_cache_gib is not None:
+        bits.append(f"KV {fmt.gib(p.kv_cache_gib)} per rank")
+    if p.graph_headroom_gib is not None:
+        bits.append(f"graph headroom {fmt.signed_gib(p.graph_headroom_gib)}")
+    lines.append("  " + ", ".join(bits))
     if p.max_safe_fraction is not None:
-        lines.append(f"  largest safe fraction: {p.max_safe_fraction:.2f}")
+        lines.append(f"  largest safe fraction: {fmt.safe_max(p.max_safe_fraction)}")
     lines.extend(f"  - {r}" for r in p.reasons)
     return lines
 
@@ -331,10 +326,38 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def backup_name(path: str, now: float) -> str:
-    """``<file>.kvtui-<UTC timestamp>`` (sorts by time)."""
-    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{path}{BACKUP_MARK}{stamp}"
+_ISSUED: dict[str, int] = {}  # path -> the last backup stamp (µs since the epoch) this process named
+
+
+def backup_name(path: str, now: float, taken: Iterable[str] = ()) -> str:
+    """``<file>.kvtui-<UTC time to the microsecond>`` (``…kvtui-20260501T120000.123456Z``).
+
+    Names never collide: a stamp is never issued twice by one process, even with a clock that
+    stands still (two rollbacks within one second failed with a one-second stamp), nor equal to
+    a name in ``taken`` (what already exists, when the caller knows); across processes the
+    microsecond keeps them apart, and the copy itself never overwrites (``cmds.backup_copy``)."""
+    us = round(now * 1_000_000)
+    last = _ISSUED.get(path)
+    if last is not None and us <= last:
+        us = last + 1
+    taken_set = {t.removesuffix(PRE_ROLLBACK) for t in taken}
+    while True:
+        secs, frac = divmod(us, 1_000_000)
+        stamp = datetime.fromtimestamp(secs, UTC).strftime("%Y%m%dT%H%M%S") + f".{frac:06d}Z"
+        name = f"{path}{BACKUP_MARK}{stamp}"
+        if name not in taken_set:
+            break
+        us += 1
+    _ISSUED[path] = us
+    return name
+
+
+def backup_sort_key(name: str) -> tuple[str, str]:
+    """Sort backups by time: ``…kvtui-20260501T120000Z`` (older kvtui, whole seconds) before
+    ``…kvtui-20260501T120000.000001Z`` of the same second."""
+    stamp = name.rpartition(BACKUP_MARK)[2].removesuffix(PRE_ROLLBACK)
+    digits = "".join(c for c in stamp if c.isdigit())
+    return digits.ljust(20, "0"), name
 
 
 def unified_diff(old: str, new: str, path: str, new_label: str | None = None) -> str:
@@ -509,8 +532,13 @@ async def plan_apply(
     predict: bool = True,
     boots_timeout: float = 20.0,
     clock: Callable[[], float] = time.time,
+    env_edits: Sequence[ev.EnvEdit] = (),
 ) -> ApplyPlan:
     """Read the effective flags, edit them in memory, predict, and say what would run.
+
+    ``env_edits`` set or remove environment variables the server starts with (``kvtui.envedit``);
+    an ``Edit`` whose name is an environment variable's (upper case, ``VLLM_CPU_KVCACHE_SPACE``:
+    the console's calculator) is one too.
 
     ``boots`` (the host's boots as a monitor tracked them, the TUI) or ``boot`` (one boot):
     what the calculator calibrates from, as ``kvtui calc`` would (the last boot that sized its
@@ -518,13 +546,29 @@ async def plan_apply(
     (bounded by ``boots_timeout``). Raises ``ServiceError`` for an edit kvtui will not make
     (exit 4) or a host it cannot read (exit 3).
     """
-    if not edits:
-        raise ServiceError("nothing to apply: give --set FLAG=VALUE or --unset FLAG", EXIT_USAGE)
+    edits, env_edits = split_env_edits(edits, env_edits)
+    if not edits and not env_edits:
+        raise ServiceError("nothing to apply: give --set FLAG=VALUE, --unset FLAG, --setenv NAME=VALUE or "
+                           "--unsetenv NAME", EXIT_USAGE)
     source = await locate_source(name, host, backend)
+    new_text, changes, warnings = source.text, [], []
     try:
-        result = fl.apply_edits(source.text, source.kind, edits)
+        if edits:
+            result = fl.apply_edits(source.text, source.kind, edits)
+            new_text, engine = result.new_text, result.engine
+            changes, warnings = list(result.changes), list(result.warnings)
+        else:
+            cmd = fl.parse_command(source.text, source.kind)
+            engine, warnings = cmd.engine, list(cmd.warnings)
+        if env_edits:
+            env_result = ev.apply_env_edits(new_text, source.kind, env_edits)
+            new_text = env_result.new_text
+            changes.extend(env_result.changes)
+            warnings.extend(env_result.warnings)
     except fl.NoServerCommand as exc:
         raise ServiceError(f"{source.path}: {exc}", EXIT_INPUT) from exc
+    except fl.BadValue as exc:  # malformed as given: a usage error, as in `kvtui calc`
+        raise ServiceError(str(exc), EXIT_USAGE) from exc
     except fl.FlagError as exc:
         raise ServiceError(f"{source.path}: {exc}", EXIT_REFUSED) from exc
     plan = ApplyPlan(
@@ -532,26 +576,93 @@ async def plan_apply(
         host=host,
         action="apply",
         source=source,
-        engine=result.engine,
+        engine=engine,
         edits=list(edits),
-        new_text=result.new_text,
-        changes=list(result.changes),
-        warnings=list(result.warnings),
-        diff=unified_diff(source.text, result.new_text, source.path),
-        backup_path=backup_name(source.path, clock()),
+        new_text=new_text,
+        changes=changes,
+        warnings=warnings,
+        diff=unified_diff(source.text, new_text, source.path),
+        backup_path=backup_name(source.path, clock(), _existing_copies(source)),
         steps=[],
         cmd={},
         force=force,
         restart=restart,
         rollback_on_failure=rollback_on_failure,
         timeout=timeout,
+        env_edits=list(env_edits),
     )
     _refuse_readonly(plan, backend)
     _build_steps(plan, backend)
+    seen: list[Boot] | None = list(boots) if boots else ([boot] if boot is not None else None)
     if predict and plan.changed:
-        known = list(boots) if boots else ([boot] if boot is not None else None)
-        await _predict(plan, backend, known, graph_margin_gib, boots_timeout)
+        seen = await _predict(plan, backend, seen, graph_margin_gib, boots_timeout)
+    _refuse_unknown_flags(plan, seen)
     return plan
+
+
+_ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
+def split_env_edits(
+    edits: Sequence[fl.Edit], env_edits: Sequence[ev.EnvEdit] = ()
+) -> tuple[list[fl.Edit], list[ev.EnvEdit]]:
+    """Flag edits and environment edits: an ``Edit`` named like an environment variable (upper
+    case: ``VLLM_CPU_KVCACHE_SPACE``; also the calculator's ``vllm_cpu_kvcache_space``) is an
+    environment edit — no engine flag is spelled so. Raises ``ServiceError`` for a bad value."""
+    flags_out: list[fl.Edit] = []
+    env_out = list(env_edits)
+    for e in edits:
+        name = e.flag.strip()
+        if _ENV_NAME_RE.fullmatch(name) or name.lower() == "vllm_cpu_kvcache_space":
+            if e.value is True or e.value is False:
+                raise ServiceError(f"{name} is an environment variable: give a value ({name}=VALUE)", EXIT_USAGE)
+            try:
+                got = ev.parse_env_args([f"{name.upper()}={e.value}"] if e.value is not None else [],
+                                        [name.upper()] if e.value is None else [])
+            except ev.EnvError as exc:
+                raise ServiceError(str(exc), EXIT_USAGE) from exc
+            env_out.extend(got)
+        else:
+            flags_out.append(e)
+    names = [e.name for e in env_out]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise ServiceError(f"{dup} is given twice; give it once", EXIT_USAGE)
+    return flags_out, env_out
+
+
+def _refuse_unknown_flags(plan: ApplyPlan, boots: Sequence[Boot] | None) -> None:
+    """An edit that sets a flag the engine does not accept stops the server at start (argparse:
+    ``error: unrecognized arguments``, exit status 2): refused unless forced. Known: kvtui's flag
+    table, the flags the file already passes, and the running boot's own argument dump (SGLang
+    prints every ServerArgs field, vLLM its non-default ones)."""
+    engine = plan.engine if plan.engine in (Engine.SGLANG, Engine.VLLM) else Engine.SGLANG
+    try:
+        in_file = {o.canonical for o in fl.parse_command(plan.source.text, plan.source.kind).flags}
+    except fl.FlagError:
+        in_file = set()
+    dump: set[str] = set()
+    for b in boots or ():
+        if b.engine in (engine, Engine.UNKNOWN):
+            dump.update(k.replace("_", "-") for k in b.flags)
+    eng = "vLLM" if engine is Engine.VLLM else "SGLang"
+    for e in plan.edits:
+        if e.value is None:
+            continue  # removing: refused already when the file has no such flag
+        name = e.flag.strip().lstrip("-").lower().replace("_", "-")
+        base = name[3:] if engine is Engine.VLLM and name.startswith("no-") else name
+        if fl.lookup(engine, name) is not None or {name, base} & (in_file | dump):
+            continue
+        candidates = sorted(fl.known_names(engine) | in_file | dump)
+        near = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
+        helper = "vllm serve --help" if engine is Engine.VLLM else "python -m sglang.launch_server --help"
+        nearest = ("nearest known flags: " + ", ".join(f"--{n}" for n in near)) if near else (
+            f"no known flag is close to it (`{helper}` lists them all)")
+        where = " or the running boot's argument dump" if dump else ""
+        plan.refusals.append(Refusal(
+            f"--{name} is not a flag {eng} accepts (not in kvtui's flag table, the file{where}); {nearest}; "
+            f"the engine would refuse it at start (`error: unrecognized arguments: --{name}`, exit status 2): "
+            "check the spelling, or pass --force to write it anyway", True))
 
 
 def _refuse_readonly(plan: ApplyPlan, backend: HostBackend) -> None:
@@ -601,6 +712,10 @@ def _build_steps(plan: ApplyPlan, backend: HostBackend) -> None:
         c["show"] = cmds.systemctl_show(unit, ["ExecStart"], sudo=sudo)
         steps.append(PlanStep("reload systemd's view of the unit", c["reload"]))
         steps.append(PlanStep("check the ExecStart systemd will run carries the new flags", c["show"]))
+        if plan.env_edits and src.kind == "unit":
+            c["show_env"] = cmds.systemctl_show(unit, ["Environment"], sudo=sudo)
+            steps.append(PlanStep("check the environment systemd will give it carries the new values",
+                                  c["show_env"]))
         if plan.restart:
             c["restart"] = cmds.restart_unit(unit, sudo=sudo)
             steps.append(PlanStep(f"restart {unit} and follow the new boot", c["restart"]))
@@ -616,6 +731,8 @@ def _build_steps(plan: ApplyPlan, backend: HostBackend) -> None:
             steps.append(PlanStep(f"wait (at most {DEFAULT_STOP_WAIT_S:.0f} s) until its processes have released "
                                   "their GPU memory"))
             steps.append(PlanStep("start it detached from this session (start_command)", c["start"]))
+    if plan.env_edits and plan.restart:
+        steps.append(PlanStep("read the new server process's environment (/proc/PID/environ) and check the values"))
     plan.steps, plan.cmd = steps, c
 
 
@@ -627,12 +744,14 @@ async def _predict(
     boots_timeout: float,
     *,
     refuse: bool = True,
-) -> None:
+) -> list[Boot] | None:
+    """Attach the calculator's prediction (and a refusal on its verdict); the boots it read (or
+    was given), None when none could be read."""
     try:
         from kvtui import kvcalc
     except ImportError:  # pragma: no cover - the calculator ships with the package
         plan.prediction_note = "the calculator is not available in this build"
-        return
+        return known
     boots: list[Boot]
     if known:
         boots = known
@@ -644,19 +763,23 @@ async def _predict(
                                      first=8.0, start_backend=False)
         except (BackendError, TimeoutError) as exc:
             plan.prediction_note = f"none: cannot read the host's boots ({exc})"
-            return
+            return None
         if not boots:
             plan.prediction_note = "none: no server boot was found in the host's log to calibrate from"
-            return
+            return None
     try:
         chosen, others = kvcalc.select_boot(boots, None)
         model = kvcalc.calibrate(chosen, others=others)
         mapping, drift = _prediction_edits(plan, chosen, set(kvcalc.EDITABLE_FLAGS.get(plan.engine, ())))
         margin = kvcalc.DEFAULT_GRAPH_MARGIN_GIB if graph_margin_gib is None else graph_margin_gib
         pred = kvcalc.predict(model, mapping, graph_margin_gib=margin)
+        for env in plan.env_edits:
+            if not (env.name == CPU_KV_SPACE_ENV and plan.engine is Engine.VLLM):
+                pred.reasons.append(f"{env.name} is not modelled by the calculator: its effect on memory is not "
+                                    "included")
     except kvcalc.CalcError as exc:
         plan.prediction_note = f"none: {exc}"
-        return
+        return boots
     plan.prediction = pred
     plan.calibration = chosen
     if drift:
@@ -665,10 +788,11 @@ async def _predict(
         )
     if refuse and pred.verdict in (kvcalc.Verdict.NO_FIT, kvcalc.Verdict.OOM_RISK):
         why = "; ".join(pred.reasons) if pred.reasons else ""
-        safe = (f"; the largest safe fraction is {pred.max_safe_fraction:.2f}"
+        safe = (f"; the largest safe fraction is {fmt.safe_max(pred.max_safe_fraction)}"
                 if pred.max_safe_fraction is not None else "")
         plan.refusals.append(Refusal(
             f"the calculator predicts {pred.verdict}" + (f": {why}" if why else "") + safe, True))
+    return boots
 
 
 def _prediction_edits(
@@ -681,11 +805,21 @@ def _prediction_edits(
     for e in plan.edits:
         key = fl.dest_name(engine, e.flag)
         mapping[key] = e.value
+    for env in plan.env_edits:  # the calculator models vLLM's CPU KV pool size
+        if env.name == CPU_KV_SPACE_ENV and engine is Engine.VLLM:
+            mapping[CPU_KV_SPACE_ENV] = env.value
     drift: list[str] = []
     try:
         cmd = fl.parse_command(plan.new_text, plan.source.kind)
     except fl.FlagError:
         return mapping, drift
+    kv = boot.metrics.kv_cache_gib
+    if engine is Engine.VLLM and CPU_KV_SPACE_ENV not in mapping and "cpu_mem_total_gib" in boot.facts and kv:
+        # vLLM CPU: the file's pool size may differ from the running boot's (edited before)
+        space = ev.effective_env(plan.new_text, plan.source.kind).get(CPU_KV_SPACE_ENV)
+        if space is not None and space.isdigit() and abs(int(space) - kv) > 0.05:
+            mapping[CPU_KV_SPACE_ENV] = space
+            drift.append(f"a {kv:g} GiB CPU KV pool (the file says {CPU_KV_SPACE_ENV}={space})")
     for occ in cmd.flags:
         dest = fl.dest_name(engine, occ.canonical)
         if dest not in modelled or dest in mapping or dest not in boot.flags:
@@ -705,14 +839,23 @@ async def list_backups(host: HostConfig, backend: HostBackend, source: FlagSourc
     """kvtui's backups of the source file, oldest first (pre-rollback copies excluded)."""
     if source.demo:
         p = Path(source.path)
-        names = sorted(x.name for x in p.parent.glob(p.name + BACKUP_MARK + "*"))
-        return [str(p.parent / n) for n in names if not n.endswith(PRE_ROLLBACK)]
+        names = [str(p.parent / x.name) for x in p.parent.glob(p.name + BACKUP_MARK + "*")]
+        return sorted((n for n in names if not n.endswith(PRE_ROLLBACK)), key=backup_sort_key)
     r = await _run(backend, cmds.list_backups(source.path, sudo=_sudo(host)))
     if not r.ok:
         raise ServiceError(f"cannot list the backups of {source.path}: {_one_line(r.stderr)}")
     prefix = source.path + BACKUP_MARK
-    found = sorted(ln for ln in r.stdout.splitlines() if ln.startswith(prefix) and not ln.endswith(PRE_ROLLBACK))
-    return found
+    found = [ln for ln in r.stdout.splitlines() if ln.startswith(prefix) and not ln.endswith(PRE_ROLLBACK)]
+    return sorted(found, key=backup_sort_key)
+
+
+def _existing_copies(source: FlagSource) -> list[str]:
+    """The demo host's backups and pre-rollback copies of the file (local, cheap): names a new
+    backup must not take. On a real host the copy command refuses to overwrite instead."""
+    if not source.demo:
+        return []
+    p = Path(source.path)
+    return [str(p.parent / x.name) for x in p.parent.glob(p.name + BACKUP_MARK + "*")]
 
 
 async def plan_rollback(
@@ -759,10 +902,15 @@ async def plan_rollback(
     except fl.FlagError as exc:
         raise ServiceError(f"{chosen}: {exc}", EXIT_INPUT) from exc
     edits = _edits_between(old_cmd, new_cmd)
-    changes = [
-        fl.Change(f"--{e.flag}", "remove" if e.value is None else "set", old_cmd.get(e.flag), new_cmd.get(e.flag), 0)
-        for e in edits
-    ]
+    changes = _rollback_changes(old_cmd, new_cmd, source.text, btext, edits)
+    env_edits = ev.env_between(source.text, btext, source.kind)
+    old_env = ev.effective_env(source.text, source.kind) if env_edits else {}
+    changes.extend(
+        fl.Change(f"env {e.name}", "remove" if e.value is None else ("set" if e.name in old_env else "add"),
+                  old_env.get(e.name), e.value,
+                  ev.assignment_line(source.text if e.value is None else btext, source.kind, e.name))
+        for e in env_edits
+    )
     plan = ApplyPlan(
         name=name,
         host=host,
@@ -779,7 +927,8 @@ async def plan_rollback(
         cmd={},
         restart=restart,
         timeout=timeout,
-        pre_rollback_path=backup_name(source.path, clock()) + PRE_ROLLBACK,
+        pre_rollback_path=backup_name(source.path, clock(), _existing_copies(source)) + PRE_ROLLBACK,
+        env_edits=env_edits,
     )
     _refuse_readonly(plan, backend)
     _build_steps(plan, backend)
@@ -802,6 +951,27 @@ async def _newest_different(host: HostConfig, backend: HostBackend, source: Flag
     return backups[-1]
 
 
+def _rollback_changes(
+    old: fl.ServerCommand, new: fl.ServerCommand, old_text: str, new_text: str, edits: Sequence[fl.Edit]
+) -> list[fl.Change]:
+    """What a rollback changes, each with its real line: in the restored text for a flag it sets
+    or adds, in the current text for one it removes (was ``(line 0)`` for every one)."""
+
+    def line_of(cmd: fl.ServerCommand, text: str, flag: str) -> int:
+        occ = cmd.find(flag)
+        return text.count("\n", 0, occ[-1].start) + 1 if occ else cmd.exec_line
+
+    out: list[fl.Change] = []
+    for e in edits:
+        before, after = old.get(e.flag), new.get(e.flag)
+        if e.value is None:
+            out.append(fl.Change(f"--{e.flag}", "remove", before, None, line_of(old, old_text, e.flag)))
+        else:
+            action: Literal["add", "set"] = "add" if before is None else "set"
+            out.append(fl.Change(f"--{e.flag}", action, before, after, line_of(new, new_text, e.flag)))
+    return out
+
+
 def _edits_between(old: fl.ServerCommand, new: fl.ServerCommand) -> list[fl.Edit]:
     """The edits that turn ``old``'s flags into ``new``'s (to verify a rollback)."""
     ov, nv = old.values(), new.values()
@@ -821,10 +991,13 @@ def _edits_between(old: fl.ServerCommand, new: fl.ServerCommand) -> list[fl.Edit
 
 
 class _Ctx:
-    def __init__(self, plan: ApplyPlan, backend: HostBackend, progress: ProgressFn | None) -> None:
+    def __init__(
+        self, plan: ApplyPlan, backend: HostBackend, progress: ProgressFn | None, heartbeat: ProgressFn | None = None
+    ) -> None:
         self.plan = plan
         self.backend = backend
         self._progress = progress
+        self.heartbeat = heartbeat  # "still waiting" lines: shown, never kept in the log or the audit
         self.log: list[str] = []
 
     def say(self, msg: str) -> None:
@@ -842,10 +1015,13 @@ async def execute(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     stop_wait_s: float = DEFAULT_STOP_WAIT_S,
     settle_s: float | None = None,
+    heartbeat: ProgressFn | None = None,
 ) -> ApplyOutcome:
     """Carry out a plan (see the module docstring). Never raises for a host-side failure: the
-    outcome says what happened and in which state the host was left; every attempt is audited."""
-    ctx = _Ctx(plan, backend, progress)
+    outcome says what happened and in which state the host was left; every attempt is audited.
+    ``heartbeat`` gets a line saying where the restart is (the new boot's phase and progress)
+    whenever nothing was said for ``fmt.HEARTBEAT_S`` while it waits (the CLI's stderr)."""
+    ctx = _Ctx(plan, backend, progress, heartbeat)
     if plan.refused:
         out = ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {r.reason}" for r in plan.blocking])
         _audit(plan, out, clock)
@@ -962,10 +1138,11 @@ async def _check_written(ctx: _Ctx) -> list[str]:
     r = await _run(ctx.backend, plan.cmd["read"])
     if not r.ok:
         return [f"could not be read: {_one_line(r.stderr)}"]
+    problems = fl.check_text(r.stdout, plan.source.kind, plan.edits) + ev.check_env(
+        r.stdout, plan.source.kind, plan.env_edits)
     if r.stdout != plan.new_text:
-        problems = fl.check_text(r.stdout, plan.source.kind, plan.edits)
         return problems or ["differs from the text that was sent"]
-    return fl.check_text(r.stdout, plan.source.kind, plan.edits)
+    return problems
 
 
 async def _restore(ctx: _Ctx, saved: str, why: str) -> None:
@@ -1006,6 +1183,9 @@ async def _reload_and_check(ctx: _Ctx, saved: str) -> None:
         return  # the flags live in a script the unit runs: systemd does not see them
     s = await _run(backend, plan.cmd["show"])
     problems = _check_execstart(plan, s.stdout if s.ok else "")
+    if plan.env_edits and "show_env" in plan.cmd and not problems:
+        e = await _run(backend, plan.cmd["show_env"])
+        problems = _check_systemd_env(plan, e.stdout if e.ok else "", s.stdout if s.ok else "")
     if problems:
         await _restore(ctx, saved, "systemd does not run the edited command: " + "; ".join(problems))
         raise ServiceError(
@@ -1013,7 +1193,21 @@ async def _reload_and_check(ctx: _Ctx, saved: str) -> None:
             + f"); another unit file may override it; restored from {saved}",
             EXIT_FAILED,
         )
-    ctx.say("systemd's ExecStart carries the new flags")
+    ctx.say("systemd's ExecStart carries the new flags" + (" and its environment the new values"
+                                                            if plan.env_edits else ""))
+
+
+def _check_systemd_env(plan: ApplyPlan, show_env: str, show_exec: str) -> list[str]:
+    """The environment systemd gives the server: ``Environment=``, overridden by ExecStart's own
+    ``env NAME=…`` words."""
+    env = ev.parse_environment_property(show_env)
+    for argv in fl.parse_systemctl_execstart(show_exec):
+        try:
+            env.update(fl.parse_argv(argv).env)
+        except fl.FlagError:
+            continue
+        break
+    return ev.check_environment(env, plan.env_edits, what="systemd's environment for the unit")
 
 
 def _check_execstart(plan: ApplyPlan, show_output: str) -> list[str]:
@@ -1055,7 +1249,8 @@ async def _write_demo(ctx: _Ctx, saved: str) -> None:
     except BackendError as exc:
         raise ServiceError(f"cannot write {src.path}: {exc}", EXIT_REFUSED) from exc
     back = demo.read_unit()
-    problems = fl.check_text(back, "unit", plan.edits) if back == plan.new_text else ["differs from what was sent"]
+    problems = (fl.check_text(back, "unit", plan.edits) + ev.check_env(back, "unit", plan.env_edits)
+                if back == plan.new_text else ["differs from what was sent"])
     if problems:
         await _restore(ctx, saved, "; ".join(problems))
         raise ServiceError(f"{src.path} did not read back as written; restored from {saved}", EXIT_INPUT)
@@ -1085,9 +1280,10 @@ async def _restart_and_follow(
         follower, boot = await _follow_restart(
             ctx.backend, plan.engine, ctx.say,
             lambda: _issue_restart(ctx.backend, how, plan.cmd, _unit_name(plan), say=ctx.say, timeout=plan.timeout,
-                                   sleep=sleep, clock=clock, stop_wait_s=stop_wait_s),
+                                   sleep=sleep, clock=clock, stop_wait_s=stop_wait_s, beat=ctx.heartbeat),
             timeout=plan.timeout, expect=plan.edits,
             settle=settle_s if settle_s is not None else (0.05 if plan.source.demo else FOLLOW_SETTLE_S),
+            heartbeat=ctx.heartbeat,
         )
     except _RestartFailed as exc:
         raise ServiceError(
@@ -1105,7 +1301,56 @@ async def _restart_and_follow(
         return boot, EXIT_FAILED, "not_in_effect"
     if boot.flags:
         ctx.say("the new boot's own argument dump carries the edits")
+    if plan.env_edits and boot.status is BootStatus.READY:
+        env_problems = await _check_server_env(ctx, boot)
+        if env_problems:
+            ctx.say("environment not in effect: " + "; ".join(env_problems))
+            return boot, EXIT_FAILED, "not_in_effect"
     return _boot_result(ctx.say, boot)
+
+
+CPU_KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+
+
+async def _check_server_env(ctx: _Ctx, boot: Boot) -> list[str]:
+    """The new boot runs with the environment edits: where the engine prints the value (vLLM's
+    CPU KV pool, ``Explicitly set (X/…) GiB for KV cache``), and in the environment the new server
+    process started with (``/proc/PID/environ``, readable by the same user)."""
+    plan, backend = ctx.plan, ctx.backend
+    problems: list[str] = []
+    space = next((e for e in plan.env_edits if e.name == CPU_KV_SPACE_ENV and e.value is not None), None)
+    kv = boot.metrics.kv_cache_gib
+    if space is not None and space.value is not None and kv is not None and space.value.isdigit():
+        if abs(kv - int(space.value)) < 0.05:
+            ctx.say(f"the new boot sized its CPU KV pool to {kv:g} GiB, as {CPU_KV_SPACE_ENV}={space.value} says")
+        else:
+            problems.append(f"the new boot sized its CPU KV pool to {kv:g} GiB, not the {space.value} GiB of "
+                            f"{CPU_KV_SPACE_ENV}={space.value}")
+    if plan.source.demo:
+        ctx.say("note: the demo host runs no processes: the environment was checked in its unit file")
+        return problems
+    try:
+        pids = sorted(await backend.server_pids())
+    except BackendError:
+        pids = []
+    if not pids:
+        ctx.say("note: the new server's process is unknown (no unit, container or pid file): its environment "
+                "was checked in the file only")
+        return problems
+    r = await _run(backend, cmds.proc_environ(pids[:16], sudo=_sudo(plan.host)))
+    envs = cmds.parse_proc_environ(r.stdout) if r.ok else {}
+    if not envs:
+        ctx.say(f"note: the environment of the new server process (pid {pids[0]}) is not readable by this login: "
+                "it was checked in the file only")
+        return problems
+    pid = min(envs)  # the server's main process (its workers inherit it)
+    found = ev.check_environment(envs[pid], plan.env_edits, what=f"the new server process (pid {pid})")
+    if found:
+        problems.extend(found)
+    else:
+        shown = ", ".join(f"{e.name}={e.value}" if e.value is not None else f"no {e.name}" for e in plan.env_edits)
+        ctx.say(f"the new server process (pid {pid}) runs with {shown} (/proc/{pid}/environ)")
+    return problems
 
 
 class _RestartFailed(Exception):
@@ -1123,10 +1368,11 @@ async def _follow_restart(
     timeout: float,
     expect: Sequence[fl.Edit] = (),
     settle: float,
+    heartbeat: ProgressFn | None = None,
 ) -> tuple[BootFollower, Boot | None]:
     """Start following the log, issue the restart, wait for the new boot to end (None: timed
     out). A failed ``trigger`` raises ``_RestartFailed``."""
-    follower = BootFollower(backend, engine, progress=say)
+    follower = BootFollower(backend, engine, progress=say, heartbeat=heartbeat)
     await follower.start(settle)
     try:
         try:
@@ -1183,6 +1429,7 @@ async def _issue_restart(
     sleep: Callable[[float], Awaitable[None]],
     clock: Callable[[], float],
     stop_wait_s: float,
+    beat: ProgressFn | None = None,
 ) -> None:
     """The restart itself, the same for an apply and the console's ``R``: the demo host's
     ``restart()``, ``systemctl restart UNIT``, or stop_command, a bounded wait for the old
@@ -1206,7 +1453,7 @@ async def _issue_restart(
     r = await _run(backend, cmd["stop"])
     if not r.ok:
         say(f"stop_command exited {r.exit_status}: {_one_line(r.stderr)}")
-    await _wait_gpu_release(backend, say, old, sleep=sleep, clock=clock, limit=stop_wait_s)
+    await _wait_gpu_release(backend, say, old, sleep=sleep, clock=clock, limit=stop_wait_s, beat=beat)
     say("starting the server detached (start_command)")
     st = await _run(backend, cmd["start"])
     if not st.ok:
@@ -1228,12 +1475,15 @@ async def _wait_gpu_release(
     sleep: Callable[[float], Awaitable[None]],
     clock: Callable[[], float],
     limit: float,
+    beat: ProgressFn | None = None,
 ) -> None:
     if not old:
         say("the server's PIDs are unknown: not waiting for its GPU memory")
         return
-    say(f"waiting for PIDs {', '.join(map(str, sorted(old)))} to release their GPU memory")
-    deadline = clock() + limit
+    pids = ", ".join(map(str, sorted(old)))
+    say(f"waiting for PIDs {pids} to release their GPU memory")
+    began = last = clock()
+    deadline = began + limit
     while True:
         try:
             procs = await backend.gpu_processes()
@@ -1252,13 +1502,24 @@ async def _wait_gpu_release(
                 f"{limit:g} s; not starting a second one",
                 EXIT_FAILED,
             )
+        if beat is not None and clock() - last >= fmt.HEARTBEAT_S:
+            last = clock()
+            beat(f"… still waiting after {fmt.duration(last - began)}: PIDs "
+                 f"{', '.join(map(str, sorted(holding)))} still hold GPU memory (at most {limit:g} s)")
         await sleep(1.0)
 
 
 class BootFollower:
     """Follows a host's log from *now* and tracks the boots that start from here on."""
 
-    def __init__(self, backend: HostBackend, engine: Engine | None, *, progress: ProgressFn | None = None) -> None:
+    def __init__(
+        self,
+        backend: HostBackend,
+        engine: Engine | None,
+        *,
+        progress: ProgressFn | None = None,
+        heartbeat: ProgressFn | None = None,
+    ) -> None:
         from kvtui.boot import BootTracker
         from kvtui.engines.parse import LineParser
 
@@ -1274,6 +1535,8 @@ class BootFollower:
         self._before: set[int] = set()  # boots seen before the restart was issued (ignored)
         self._during: set[int] = set()  # boots that began while it ran (trusted once they end)
         self._marked = False
+        self._heartbeat = heartbeat
+        self._last_out: float | None = None  # loop time of the last progress line
 
     async def start(self, settle: float) -> None:
         self._task = asyncio.create_task(self._pump(), name="kvtui-boot-follower")
@@ -1302,6 +1565,22 @@ class BootFollower:
             if b.phase is not None and self._phase_seen.get(i) != b.phase.value:
                 self._phase_seen[i] = b.phase.value
                 self._progress(f"boot: {b.phase.value}")
+                self._last_out = asyncio.get_running_loop().time()
+
+    def _beat(self, now: float, since: float) -> None:
+        """A heartbeat when nothing was said for ``fmt.HEARTBEAT_S``: the new boot's phase and
+        its progress (shards, batches), or that none has started yet."""
+        if self._heartbeat is None:
+            return
+        if self._last_out is None:
+            self._last_out = since
+        if now - self._last_out < fmt.HEARTBEAT_S:
+            return
+        self._last_out = now
+        boot = self.current()
+        where = (f"the new boot is in {fmt.boot_progress(boot)}" if boot is not None and boot.phases
+                 else "no new boot has started yet")
+        self._heartbeat(f"… still waiting after {fmt.duration(now - since)}: {where}")
 
     def mark(self) -> None:
         """Call right before issuing the restart: boots seen so far belong to the old server."""
@@ -1329,9 +1608,11 @@ class BootFollower:
         """The first boot that is ready or failed (None on timeout). A boot whose argument dump
         contradicts ``expect`` is returned as soon as its dump is seen."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        since = loop.time()
+        deadline = since + timeout
         expect = list(expect)
         while True:
+            self._beat(loop.time(), since)
             for b in self._candidates():
                 if b.status in (BootStatus.READY, BootStatus.FAILED):
                     return b
@@ -1344,8 +1625,11 @@ class BootFollower:
             if left <= 0:
                 return None
             self._changed.clear()
+            nap = min(left, 1.0)
+            if self._heartbeat is not None and self._last_out is not None:  # wake for the next heartbeat
+                nap = min(nap, max(0.01, self._last_out + fmt.HEARTBEAT_S - loop.time()))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(left, 1.0))
+                await asyncio.wait_for(self._changed.wait(), nap)
 
     async def close(self, grace: float = 5.0) -> None:
         """Stop following (bounded: a backend that is slow to let go is left to finish alone)."""
@@ -1390,7 +1674,7 @@ async def _auto_rollback(
         out.messages.append(f"rollback could not be planned: {exc}")
         return out
     rb_out = await execute(rb, ctx.backend, ctx.say, clock=clock, sleep=sleep, stop_wait_s=stop_wait_s,
-                           settle_s=settle_s)
+                           settle_s=settle_s, heartbeat=ctx.heartbeat)
     out.rolled_back = rb_out.status in ("ready", "written")
     tail = ("the previous flags are back and the boot is ready" if rb_out.status == "ready"
             else f"the rollback ended {rb_out.status}")
@@ -1581,7 +1865,7 @@ def _audit(plan: ApplyPlan, out: ApplyOutcome, clock: Callable[[], float]) -> No
         "kind": plan.source.kind,
         "unit": plan.source.unit,
         "login": getattr(plan.host, "ssh_user", None) or ("demo" if plan.source.demo else None),
-        "edits": [str(e) for e in plan.edits] if plan.action == "apply" else [],
+        "edits": [str(e) for e in [*plan.edits, *plan.env_edits]] if plan.action == "apply" else [],
         "diff": plan.diff,
         "backup": _saved_copy(plan),
         "restored_from": plan.backup_path if plan.action == "rollback" else None,

@@ -31,7 +31,7 @@ import signal
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -45,6 +45,7 @@ from kvtui.engines.text import MAX_LINE_CHARS
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts import commands as C
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart, RecordBlock
+from kvtui.liveness import DOCKER_STATE_FORMAT, FRESH_SLACK_S, PidWatch, exit_record, parse_docker_state
 
 READ_CHUNK: Final = 1 << 18
 MAX_QUEUED_BATCHES: Final = 64  # per stream: at most this many chunks (of READ_CHUNK bytes) read ahead
@@ -170,6 +171,11 @@ class _Follower:
     async def after_feed(self, conn: asyncssh.SSHClientConnection) -> None:
         """Called after each chunk (on the live connection): a follower may ask the host
         something it needs for resuming."""
+
+    async def ended(self, conn: asyncssh.SSHClientConnection) -> list[LogRecord]:
+        """Called when the remote command ended by itself on a live connection: records to
+        deliver (a container that stopped: the server's exit)."""
+        return []
 
     def _lines(self, chunk: bytes) -> list[bytes]:
         data = self._buf + chunk
@@ -375,6 +381,12 @@ class _FileFollower(_Follower):
         self.inode: int | None = None
         self.skip_partial = False  # the scan window began mid-line: drop up to the first newline
         self.want_inode = False  # tail followed a new file: learn its inode (to resume after a drop)
+        # liveness: the pid file, watched on the host by the follow command itself (in-band lines)
+        found = C.server_pid_file(backend.host.pid_file, backend.host.start_command, backend.host.stop_command)
+        self.pid_file = found[0] if found else None
+        self.watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
+        self.pending_exit: tuple[LogRecord, int] | None = None  # held until the log is read that far
+        self.t_follow = time.monotonic()  # a process younger than the follow started after it
         if after_cursor is not None:
             off = after_cursor.partition(":")[0]
             self.offset = int(off) if off.isdigit() else 0
@@ -394,7 +406,7 @@ class _FileFollower(_Follower):
                 else:
                     self.inode, self.offset = None, 0
             self.located = True
-        return C.file_follow(self.path, offset=self.offset, inode=self.inode)
+        return C.file_follow(self.path, offset=self.offset, inode=self.inode, pid_file=self.pid_file)
 
     def _apply_scan(self, out: str) -> None:
         lines = out.splitlines()
@@ -432,11 +444,49 @@ class _FileFollower(_Follower):
 
     def feed_block(self, chunk: bytes) -> RecordBlock:
         data = self._buf + chunk if self._buf else chunk
+        if PID_MARK in data:
+            data = self._pid_lines(data)
+        block: RecordBlock | None = None
         if not self.skip_partial and b"\r" not in data and b"\x00" not in data and b"tail: " not in data:
-            fast = self._plain_block(data)
-            if fast is not None:
-                return fast
-        return RecordBlock.of(self._feed_slow(data))
+            block = self._plain_block(data)
+        if block is None:
+            block = RecordBlock.of(self._feed_slow(data))
+        if self.pending_exit is not None and self.offset >= self.pending_exit[1]:
+            rec = self.pending_exit[0]
+            self.pending_exit = None
+            block = _merge(block, RecordBlock.of([rec])) if len(block) else RecordBlock.of([rec])
+        return block
+
+    def _pid_lines(self, data: bytes) -> bytes:
+        """Take the pid watcher's lines (``\\0kvtui:pid PID STATE size=N``) out of the stream (they
+        may land inside a log line tail wrote in pieces) and read them into the watch."""
+        out: list[bytes] = []
+        pos = 0
+        while True:
+            i = data.find(PID_MARK, pos)
+            if i < 0:
+                break
+            j = data.find(b"\n", i)
+            if j < 0:
+                break  # incomplete: kept for the next chunk with what follows
+            out.append(data[pos:i])
+            self._pid_line(data[i + len(PID_MARK) : j].decode("ascii", "replace"))
+            pos = j + 1
+        out.append(data[pos:])
+        return b"".join(out)
+
+    def _pid_line(self, text: str) -> None:
+        parts = text.split()
+        if len(parts) < 2:
+            return
+        pid = int(parts[0]) if parts[0].isdigit() else None
+        size = next((int(p[5:]) for p in parts[2:] if p.startswith("size=") and p[5:].isdigit()), 0)
+        age = next((int(p[4:]) for p in parts[2:] if p.startswith("age=") and p[4:].lstrip("-").isdigit()), None)
+        fresh = age is not None and age <= time.monotonic() - self.t_follow + FRESH_SLACK_S
+        gone = self.watch.observe(pid, parts[1] == "alive", fresh=fresh)
+        if gone is not None:
+            rec = exit_record(gone.pid, at_start=gone.at_start, ts=datetime.now(), source="file")
+            self.pending_exit = (rec, size)
 
     def _feed_slow(self, data: bytes) -> list[LogRecord]:
         lines = data.split(b"\n")
@@ -575,6 +625,7 @@ class _FileFollower(_Follower):
 
 
 CONTROL_MARK: Final = C.CONTROL_PREFIX
+PID_MARK: Final = CONTROL_MARK + b"pid "
 
 
 class _DockerFollower(_Follower):
@@ -591,13 +642,39 @@ class _DockerFollower(_Follower):
         self._skip = 0
         self._ts_key = ""
         self._ts_base: datetime | None = None
+        # liveness: ``docker logs -f`` ends when the container stops; its state says how
+        self.watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
+        self._held: LogRecord | None = None
+        self.t_follow = time.monotonic()
+        self._fresh_after: datetime | None = None
         if after_cursor:
             ts, _, n = after_cursor.partition("#")
             self.since, self.seen_at_since = ts, int(n) if n.isdigit() else 0
             self.located = True
 
+    async def ended(self, conn: asyncssh.SSHClientConnection) -> list[LogRecord]:
+        rec, self._held = self._held or await self._state(conn), None
+        return [rec] if rec is not None else []
+
+    async def _state(self, conn: asyncssh.SSHClientConnection) -> LogRecord | None:
+        """Read the container's state into the watch; the exit record when it stopped."""
+        res = await conn.run(C.docker_inspect(self.container, DOCKER_STATE_FORMAT, sudo=self.backend.host.sudo),
+                             check=False, timeout=60)
+        state = parse_docker_state(str(res.stdout or "")) if res.exit_status == 0 else None
+        if state is None:
+            return None
+        started, running, detail = state
+        started_at = parse_docker_ts(started)
+        fresh = self._fresh_after is not None and started_at is not None and started_at >= self._fresh_after
+        gone = self.watch.observe(started, running, fresh=fresh)
+        if gone is None:
+            return None
+        return exit_record(None, detail or f"container {self.container} stopped", at_start=gone.at_start,
+                           ts=datetime.now(UTC), source="docker")
+
     async def command(self, conn: asyncssh.SSHClientConnection) -> str:
         sudo = self.backend.host.sudo
+        first = not self.located
         if not self.located:
             if self.start is LogStart.CURRENT_BOOT:
                 res = await _run_answer(conn, C.docker_inspect(self.container, "{{.State.StartedAt}}", sudo=sudo),
@@ -608,8 +685,13 @@ class _DockerFollower(_Follower):
             else:
                 res = await _run_answer(conn, C.remote_now_rfc3339(), timeout=60)
                 self.since = str(res.stdout or "").strip() or None
+                now = parse_docker_ts(self.since) if self.since else None
+                if now is not None:  # the host's time when following began: a container started after is ours
+                    self._fresh_after = now - timedelta(seconds=time.monotonic() - self.t_follow + FRESH_SLACK_S)
             self.seen_at_since = 0
             self.located = True
+        if first and self.watch.first:
+            self._held = await self._state(conn)  # already stopped: said after its lines, when the stream ends
         self._skip = self.seen_at_since
         if self.since and parse_docker_ts(self.since) is None:
             self.since = None
@@ -1124,6 +1206,10 @@ class SshBackend:
                     ok = await self._stream_once(conn, cmd, follower, stream)
                     if ok:
                         failures.reset()
+                    if not conn.is_closed() and not self._is_closed():
+                        gone = await follower.ended(conn)
+                        if gone:
+                            await stream.queue.put(RecordBlock.of(gone))
                 except BackendError as exc:
                     self._note(str(exc))
                 except (asyncssh.Error, OSError, asyncio.IncompleteReadError) as exc:
@@ -1320,8 +1406,8 @@ class SshBackend:
         elif h.container:
             cmd = C.server_pids_container(h.container, sudo=h.sudo)
         else:
-            pidfile = C.pidfile_from_commands(h.start_command, h.stop_command)
-            cmd = C.server_pids_pidfile(pidfile) if pidfile else C.server_pids_by_pattern()
+            found = C.server_pid_file(h.pid_file, h.start_command, h.stop_command)
+            cmd = C.server_pids_pidfile(found[0]) if found else C.server_pids_by_pattern()
         res = await self.run(cmd, timeout=30)
         return C.parse_server_pids(res.stdout)
 

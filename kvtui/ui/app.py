@@ -24,7 +24,7 @@ from kvtui.config import CalcConfig, Config, UiConfig
 from kvtui.ui.commands import KvtuiCommands
 from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
-from kvtui.ui.themes import DEFAULT_THEME, load_themes, theme_variable_defaults
+from kvtui.ui.themes import DEFAULT_THEME, accepted_theme_names, load_themes, theme_variable_defaults
 from kvtui.ui.widgets.calculator import CalculatorPanel
 from kvtui.ui.widgets.host import FleetSummary
 from kvtui.ui.widgets.log_view import LogView
@@ -665,10 +665,11 @@ class KvtuiApp(App[int]):
             self.register_theme(t)
         self.startup_problems: list[str] = list(loaded.problems)
         wanted = theme or self.config.ui.theme
-        if wanted not in self.available_themes:
+        accepted = accepted_theme_names(loaded)  # `kvtui hosts --check` checks [ui] theme against the same list
+        if wanted not in accepted:
             fallback = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
             self.startup_problems.append(
-                f"theme {wanted!r} is not available (known: {', '.join(sorted(self.available_themes))}); "
+                f"theme {wanted!r} is not available (known: {', '.join(accepted)}); "
                 f"using {fallback}"
             )
             wanted = fallback

@@ -1,10 +1,13 @@
-"""Number, time and phase formatting shared by the widgets (no textual imports: cheap to test)."""
+"""Phase labels, colours and time helpers shared by the widgets (no textual imports: cheap to test).
+
+Numbers, sizes and durations come from ``kvtui.fmt`` (re-exported here), the formatting module
+the CLI uses too: one rounding rule for every view."""
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 
+from kvtui import fmt
 from kvtui.engines.events import FailureKind, Phase
 
 PHASE_LABELS: dict[Phase, str] = {
@@ -30,12 +33,8 @@ PHASE_VARIABLE: dict[Phase, str] = {
     Phase.READY: "phase-ready",
 }
 
-# What the engine counts while a phase makes progress.
-PROGRESS_UNITS: dict[Phase, str] = {
-    Phase.LOAD_WEIGHTS: "shards",
-    Phase.GRAPH_CAPTURE: "batches",
-    Phase.COMPILE: "shapes",
-}
+# What the engine counts while a phase makes progress (kvtui.fmt: the CLI's heartbeat says the same).
+PROGRESS_UNITS = fmt.PROGRESS_UNITS
 
 FAILURE_TITLES: dict[FailureKind, str] = {
     FailureKind.OOM_WEIGHTS: "out of memory loading weights",
@@ -67,45 +66,16 @@ def phase_label(phase: Phase | str | None) -> str:
         return str(phase)
 
 
-def duration(seconds: float | None) -> str:
-    """``4.2s``, ``12s``, ``3m 05s``, ``1h 02m``; ``—`` when unknown."""
-    if seconds is None or math.isnan(seconds):
-        return "—"
-    seconds = max(0.0, seconds)
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    if seconds < 60:
-        return f"{int(seconds)}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m"
-
-
-def tokens(value: float | None) -> str:
-    return "—" if value is None else f"{int(value):,}"
-
-
-def gib(value: float | None, digits: int = 2) -> str:
-    return "—" if value is None else f"{value:,.{digits}f} GiB"
-
-
-def signed_gib(value: float | None) -> str:
-    return "—" if value is None else f"{value:+,.2f} GiB"
-
-
-def percent(value: float | None) -> str:
-    """``value`` is a 0..1 fraction."""
-    return "—" if value is None else f"{value * 100:.1f}%"
-
-
-def fraction(value: float | None) -> str:
-    """A memory fraction with 2 or 3 decimals: ``0.85``, ``0.875``."""
-    if value is None:
-        return "—"
-    text = f"{value:.3f}"
-    return text[:-1] if text.endswith("0") else text
+# Numbers, sizes and durations: kvtui.fmt, the one formatting module of every view (CLI too).
+duration = fmt.duration
+tokens = fmt.tokens
+gib = fmt.gib
+signed_gib = fmt.signed_gib
+percent = fmt.percent
+fraction = fmt.fraction
+safe_max = fmt.safe_max
+safe_min = fmt.safe_min
+capacity = fmt.capacity
 
 
 def seconds_between(start: datetime | None, end: datetime | None) -> float | None:

@@ -172,10 +172,10 @@ def prediction_content(p: Prediction, note: str | None = None, *, title: str = "
         rows.append(("KV per rank", fmt.gib(p.kv_cache_gib), "$foreground"))
     if p.graph_headroom_gib is not None:
         style = "$error bold" if p.graph_headroom_gib < p.margin_gib else "$foreground"
-        rows.append(("graph headroom", f"{fmt.signed_gib(p.graph_headroom_gib)} (margin {p.margin_gib:.2f} GiB)",
+        rows.append(("graph headroom", f"{fmt.signed_gib(p.graph_headroom_gib)} (margin {fmt.gib(p.margin_gib)})",
                      style))
     if p.max_safe_fraction is not None:
-        rows.append(("largest safe fraction", f"{p.max_safe_fraction:.2f}", "$accent bold"))
+        rows.append(("largest safe fraction", fmt.safe_max(p.max_safe_fraction), "$accent bold"))
     for label, value, style in rows:
         lines.append(Content.assemble(("  " + f"{label:<22}", "$text-muted"), (value, style)))
     lines.extend(Content.styled(f"  • {r}", "$text-muted") for r in p.reasons)

@@ -263,3 +263,13 @@ def rgb(value: str, fallback: tuple[int, int, int] = (128, 128, 128)) -> tuple[i
 
 def theme_names(themes: Sequence[Theme]) -> list[str]:
     return sorted(t.name for t in themes)
+
+
+def accepted_theme_names(loaded: LoadedThemes | None = None) -> list[str]:
+    """Every name ``[ui] theme`` may take: the themes the console offers (kvtui's theme files and
+    Textual's built-ins). The console checks ``[ui] theme`` against it at start, and
+    ``kvtui hosts --check`` up front: change what the console offers here, and both follow."""
+    from textual.theme import BUILTIN_THEMES
+
+    loaded = load_themes() if loaded is None else loaded
+    return sorted(set(BUILTIN_THEMES) | {t.name for t in loaded.themes})

@@ -201,7 +201,7 @@ class BootFigures(Widget):
             ("max running", fmt.tokens(m.max_running_requests)),
         ]
         if m.max_concurrency is not None:
-            rows.append(("max concurrency", f"{m.max_concurrency:.2f}×"))
+            rows.append(("max concurrency", f"{fmt.capacity(m.max_concurrency)}×"))
         unknown = sum(u.count for u in boot.unrecognised)
         if unknown:  # quiet: lines a new engine build may print that no rule knows (U lists them)
             rows.append((f"? {unknown} unrecognised startup line{'s' if unknown != 1 else ''}", "U"))

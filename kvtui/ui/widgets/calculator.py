@@ -405,18 +405,19 @@ class CalculatorPanel(Vertical):
         delta = ""
         if tokens_now is not None and tokens_new is not None and tokens_new != tokens_now:
             delta = f" ({tokens_new - tokens_now:+,.0f})"
+        p = self.prediction  # figures are formatted from the exact values (kvtui.fmt), not the rounded JSON
+        assert p is not None
         rows: list[tuple[str, str, str]] = [
             ("KV tokens", fmt.tokens(tokens_new) + delta, "$foreground bold"),
-            ("KV / rank", fmt.gib(_num(predicted, "kv_cache_gib")), "$foreground"),
-            ("free after pool", fmt.gib(_num(predicted, "avail_after_pool_gib")), "$foreground"),
+            ("KV / rank", fmt.gib(p.kv_cache_gib), "$foreground"),
+            ("free after pool", fmt.gib(p.avail_after_pool_gib), "$foreground"),
         ]
-        headroom = _num(predicted, "graph_headroom_gib")
+        headroom = p.graph_headroom_gib
         rows.append(
             ("graph headroom", fmt.signed_gib(headroom), "$error bold" if headroom is not None and headroom < 0
              else "$foreground")
         )
-        full = _num(predicted, "full_context_requests")
-        rows.append(("full-context reqs", "—" if full is None else f"{full:.2f}", "$foreground"))
+        rows.append(("full-context reqs", fmt.capacity(p.full_context_requests), "$foreground"))
         per = _num(predicted, "tokens_per_0_01")
         if per is not None:
             rows.append(("tokens per +0.01", f"{per:+,.0f}", "$text-muted"))
@@ -425,7 +426,7 @@ class CalculatorPanel(Vertical):
         var = fmt.VERDICT_VARIABLE.get(verdict, "text-muted")
         badge = Content.styled(f" {verdict.upper().replace('_', ' ')} ", f"bold $background on ${var}")
         lines: list[ResultRow] = [(Content.styled("verdict", "$text-muted"), badge)]
-        rows.insert(0, ("max safe fraction", fmt.fraction(_num(data, "max_safe_fraction")), "$accent bold"))
+        rows.insert(0, ("max safe fraction", fmt.safe_max(p.max_safe_fraction), "$accent bold"))
         lines.extend(
             (Content.styled(label, "$text-muted"), Content.styled(value, style)) for label, value, style in rows
         )

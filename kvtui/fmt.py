@@ -1,0 +1,201 @@
+"""How kvtui writes a number, a size or a duration: the one formatting module (pure core).
+
+Every view (``replay``, ``calc``, ``wait``, ``apply``, the calculator's ``explain``, the console
+through ``kvtui.ui.formatting``) formats a figure with these functions, so the same quantity reads
+the same everywhere. The rounding rule, one for all:
+
+* a figure is rounded **once**, from its exact value, at the precision it is shown with (never a
+  rounded figure rounded again: 1.9749 is ``1.97``, not 1.975 then ``1.98``);
+* measured and predicted figures (GiB, tokens, percentages, durations) go to the **nearest**
+  value at that precision (``4.25`` s → ``4.2s``, ``59.7`` s → ``1m 00s``);
+* a **limit** goes toward the safe side: the largest safe value and a capacity (how many
+  full-context requests fit) are rounded **down**, the smallest value needed is rounded **up**
+  (a "largest safe fraction 0.96" must never name a fraction that is itself not safe).
+
+``—`` stands for an unknown value (None) everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
+from typing import TYPE_CHECKING
+
+from kvtui.engines.events import Model, Phase
+
+if TYPE_CHECKING:
+    from kvtui.boot import Boot
+
+UNKNOWN = "—"
+
+# ---------------------------------------------------------------------------------------------
+# Rounding
+# ---------------------------------------------------------------------------------------------
+
+
+def _decimal(x: float) -> Decimal:
+    # repr() is the shortest string that reads back as x: 0.959 stays 0.959 (not 0.95899999…)
+    return Decimal(repr(float(x)))
+
+
+def _directed(x: float, digits: int, rounding: str) -> float:
+    if not math.isfinite(x):
+        return x
+    try:
+        q = _decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=rounding)
+    except InvalidOperation:  # a value too large for the precision: nothing left to round
+        return x
+    return float(q)
+
+
+def round_down(x: float, digits: int) -> float:
+    """``x`` rounded toward −∞ at ``digits`` decimals (0.959 → 0.95 at 2, 0.959 at 3)."""
+    return _directed(x, digits, ROUND_FLOOR)
+
+
+def round_up(x: float, digits: int) -> float:
+    """``x`` rounded toward +∞ at ``digits`` decimals (0.5581 → 0.559 at 3)."""
+    return _directed(x, digits, ROUND_CEILING)
+
+
+def round_near(x: float, digits: int) -> float:
+    """``x`` rounded to the nearest value at ``digits`` decimals (what the ``:.Nf`` formats show)."""
+    return float(f"{x:.{digits}f}") if math.isfinite(x) else x
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+# ---------------------------------------------------------------------------------------------
+
+
+def number(value: float | None, digits: int = 2) -> str:
+    """``1,234.57``: nearest, with thousands separators."""
+    return UNKNOWN if value is None else f"{value:,.{digits}f}"
+
+
+def tokens(value: float | None) -> str:
+    """A whole count (tokens, requests, bytes): ``432,078``."""
+    return UNKNOWN if value is None else f"{int(value):,}"
+
+
+def signed_tokens(value: float | None) -> str:
+    """A change in a count: ``+144,800``, ``-2,048``."""
+    return UNKNOWN if value is None else f"{int(value):+,}"
+
+
+def gib(value: float | None, digits: int = 2) -> str:
+    """``10.83 GiB`` (nearest)."""
+    return UNKNOWN if value is None else f"{value:,.{digits}f} GiB"
+
+
+def gib_number(value: float | None, digits: int = 2) -> str:
+    """The number of a GiB figure without its unit (``10.83``), for formulas."""
+    return UNKNOWN if value is None else f"{value:,.{digits}f}"
+
+
+def signed_gib(value: float | None, digits: int = 2) -> str:
+    """``+2.31 GiB`` / ``-0.32 GiB`` (nearest)."""
+    return UNKNOWN if value is None else f"{value:+,.{digits}f} GiB"
+
+
+def mib(value_gib: float | None, digits: int = 1) -> str:
+    """A GiB figure in MiB: ``1,024.0 MiB``."""
+    return UNKNOWN if value_gib is None else f"{value_gib * 1024:,.{digits}f} MiB"
+
+
+def percent(value: float | None, digits: int = 1) -> str:
+    """A 0..1 fraction as a percentage: ``4.2%``."""
+    return UNKNOWN if value is None else f"{value * 100:.{digits}f}%"
+
+
+def _strip_fraction(text: str) -> str:
+    """``0.850`` → ``0.85``; at least two decimals stay (``0.800`` → ``0.80``)."""
+    while text.endswith("0") and len(text.partition(".")[2]) > 2:
+        text = text[:-1]
+    return text
+
+
+def fraction(value: float | None) -> str:
+    """A memory fraction with 2 or 3 decimals: ``0.85``, ``0.875`` (nearest at 3)."""
+    return UNKNOWN if value is None else _strip_fraction(f"{value:.3f}")
+
+
+def safe_max(value: float | None, digits: int = 3) -> str:
+    """The largest safe value of a fraction, rounded **down** at the precision shown."""
+    return UNKNOWN if value is None else _strip_fraction(f"{round_down(value, digits):.{digits}f}")
+
+
+def safe_min(value: float | None, digits: int = 3) -> str:
+    """The smallest value a fraction needs, rounded **up** at the precision shown."""
+    return UNKNOWN if value is None else _strip_fraction(f"{round_up(value, digits):.{digits}f}")
+
+
+def capacity(value: float | None, digits: int = 2) -> str:
+    """How many of something fit (full-context requests): rounded **down** (``1.9749`` → ``1.97``)."""
+    if value is None:
+        return UNKNOWN
+    return f"{round_down(value, digits):,.{digits}f}"
+
+
+def bytes_per_token(value: float | None) -> str:
+    """``81,920 B/token``."""
+    return UNKNOWN if value is None else f"{int(value):,} B/token"
+
+
+# ---------------------------------------------------------------------------------------------
+# Time
+# ---------------------------------------------------------------------------------------------
+
+
+def duration(seconds: float | None) -> str:
+    """An elapsed time: ``4.2s``, ``12s``, ``3m 05s``, ``1h 02m`` (nearest at the precision shown);
+    ``—`` when unknown."""
+    if seconds is None or math.isnan(seconds):
+        return UNKNOWN
+    seconds = max(0.0, seconds)
+    if math.isinf(seconds):
+        return "∞"
+    if seconds < 9.95:
+        return f"{seconds:.1f}s"
+    if seconds < 59.5:
+        return f"{round(seconds)}s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def stamp(seconds: float) -> str:
+    """The elapsed-time column of ``kvtui wait``'s progress lines: ``[  12.3s]``."""
+    return f"[{max(0.0, seconds):6.1f}s]"
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Where a boot is
+# ---------------------------------------------------------------------------------------------
+
+HEARTBEAT_S = 9.0
+"""A command that waits on a boot (``wait``, ``apply --restart``) prints where it is after this long
+without output: a CI log is never silent for more than 10 s."""
+
+# What the engine counts while a phase makes progress.
+PROGRESS_UNITS: dict[Phase, str] = {
+    Phase.LOAD_WEIGHTS: "shards",
+    Phase.GRAPH_CAPTURE: "batches",
+    Phase.COMPILE: "shapes",
+}
+
+
+def boot_progress(boot: Boot) -> str:
+    """The phase a boot is in and its progress: ``load_weights 12/61 shards``,
+    ``graph_capture 20/36 batches (draft)``; ``starting`` before its first phase (a heartbeat)."""
+    if not boot.phases:
+        return boot.status.value
+    span = boot.phases[-1]
+    text = span.name.value + (" (draft)" if span.model is Model.DRAFT else "")
+    if span.progress_total:
+        unit = PROGRESS_UNITS.get(span.name, "steps")
+        text += f" {span.progress_done or 0}/{span.progress_total} {unit}"
+    return text

@@ -1,0 +1,446 @@
+"""kvtui against a real inference engine (issue 16): vLLM's CPU build boots a tiny Llama (no
+weights: ``--load-format dummy --skip-tokenizer-init``; 2 layers x 2 KV heads x 64 x bf16 = 1,024
+bytes of KV a token) from a launch script whose output goes to a log file, as an operator runs it.
+The same server is one ``local`` host and one host reached through a real OpenSSH sshd on
+127.0.0.1 (the script-host path over SSH), and every step runs the real ``kvtui`` command in a
+subprocess (the console, in process, through Pilot):
+
+1. cold start: ``wait`` exits 0 on both hosts with the tokens the engine printed and the phases
+   with their durations; the console follows the same boot to ready and shows the pool;
+2. ``apply --set max-num-seqs=16 --restart`` (over SSH): the new boot's own argument dump carries
+   it; ``rollback --restart`` (local) brings 8 back;
+3. ``calc --set VLLM_CPU_KVCACHE_SPACE=2`` predicts 2,097,152 tokens; ``apply --setenv
+   VLLM_CPU_KVCACHE_SPACE=2 --restart`` (over SSH): the pool doubles, as predicted, and the new
+   server process runs with the new value;
+4. ``--max-model-len`` beyond the pool: the calculator refuses it (``no_fit``: the file's 1 GiB,
+   not the running boot's 2 GiB); forced, the engine refuses to start and the boot is ``kv_too_small``;
+5. a bad argument (``--max-num-seqs abc``): ``wait --next`` exits 1 with ``bad_args`` naming the
+   flag, on both hosts;
+6. ``kill -9`` of the engine mid-boot: ``wait --next`` exits 1 (``crash``) within 10 s, both hosts.
+
+The steps share one server and run in this order (each leaves the state the next one needs).
+Timings go to stdout (``pytest -s``) and, with ``KVTUI_ENGINE_TIMES=FILE``, to FILE as JSON.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from engine_support import require_engine
+from sshd_support import SshdInstance, free_port, requires_sshd, start_sshd
+
+pytestmark = [pytest.mark.engine, pytest.mark.sshd, requires_sshd]
+
+BOOT_TIMEOUT = 300  # seconds for one boot on a loaded 2-core machine (about 40 s when idle)
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 1024,
+    "max_position_embeddings": 4194304,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+TIMES: dict[str, float] = {}
+
+
+def timed(name: str, seconds: float) -> None:
+    TIMES[name] = round(seconds, 2)
+    print(f"engine suite: {name}: {seconds:.1f} s")
+
+
+@dataclass
+class Rig:
+    """The server's files, the two hosts that reach it, and the kvtui command."""
+
+    work: Path
+    python: Path
+    sshd: SshdInstance
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def script(self) -> Path:
+        return self.work / "launch.sh"
+
+    @property
+    def log(self) -> Path:
+        return self.work / "server.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.work / "server.pid"
+
+    @property
+    def hosts(self) -> Path:
+        return self.work / "hosts.toml"
+
+    @property
+    def start_command(self) -> str:
+        return f"setsid nohup {self.script} >> {self.log} 2>&1 < /dev/null & echo $! > {self.pid_file}"
+
+    @property
+    def stop_command(self) -> str:
+        return f"kill $(cat {self.pid_file})"
+
+    def write(self) -> None:
+        model = self.work / "model"
+        model.mkdir(parents=True, exist_ok=True)
+        (model / "config.json").write_text(json.dumps(TINY_LLAMA, indent=2) + "\n")
+        self.script.write_text(self.original_script())
+        self.script.chmod(0o755)
+        self.log.touch()
+        common = textwrap.dedent(f"""\
+            engine = "vllm"
+            log_file = "{self.log}"
+            launch_script = "{self.script}"
+            start_command = {json.dumps(self.start_command)}
+            stop_command = {json.dumps(self.stop_command)}
+            """)
+        s = self.sshd
+        self.hosts.write_text(
+            "[hosts.cpu]\nlocal = true\n" + common + "\n"
+            f'[hosts.cpussh]\nssh = "{s.target}"\nport = {s.port}\nidentity_file = "{s.client_key}"\n'
+            f'known_hosts = "{s.known_hosts}"\n' + common
+        )
+
+    def original_script(self) -> str:
+        return textwrap.dedent(f"""\
+            #!/bin/bash
+            # vLLM on the CPU, as an operator starts it (kvtui's engine suite)
+            export VLLM_CPU_KVCACHE_SPACE=1
+            exec {self.python} -m vllm.entrypoints.openai.api_server \\
+              --model {self.work / "model"} \\
+              --load-format dummy \\
+              --skip-tokenizer-init \\
+              --enforce-eager \\
+              --max-model-len 4096 \\
+              --max-num-seqs 8 \\
+              --host 127.0.0.1 \\
+              --port {self.port}
+            """)
+
+    # -- the kvtui command ------------------------------------------------------------------------
+
+    async def kvtui(self, *args: str, timeout: float = BOOT_TIMEOUT + 60) -> tuple[int, str, str, float]:
+        """``kvtui --hosts … ARGS`` in a subprocess: (exit code, stdout, stderr, seconds)."""
+        t0 = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kvtui", "--hosts", str(self.hosts), *args,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env, cwd=self.work,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        except TimeoutError:
+            proc.kill()
+            out, err = await proc.communicate()
+            raise AssertionError(f"kvtui {' '.join(args)} did not end within {timeout} s:\n{err.decode()}") from None
+        return proc.returncode or 0, out.decode(), err.decode(), time.monotonic() - t0
+
+    # -- the server ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        subprocess.run(self.start_command, shell=True, check=True, cwd=self.work)
+
+    def server_pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def kill_all(self) -> None:
+        """End the server's whole process group (a kill -9 leaves its engine workers behind)."""
+        pid = self.server_pid()
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+
+    def alive(self) -> bool:
+        pid = self.server_pid()
+        if pid is None:
+            return False
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            return False
+        return state not in ("Z", "X")
+
+    def stop(self) -> None:
+        """Stop the server (as its stop_command does) and wait until its process group is gone."""
+        pid = self.server_pid()
+        if pid is None or not self.alive():
+            self.kill_all()
+            return
+        subprocess.run(self.stop_command, shell=True, check=False, cwd=self.work)
+        deadline = time.monotonic() + 60
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.kill_all()
+
+    def log_since(self, offset: int) -> str:
+        return self.log.read_bytes()[offset:].decode("utf-8", "replace")
+
+    def last_args(self) -> dict[str, object]:
+        """The latest boot's own argument dump (vLLM's ``non-default args: {…}``)."""
+        lines = [ln for ln in self.log.read_text(errors="replace").splitlines() if "non-default args: " in ln]
+        assert lines, "no argument dump in the log"
+        return dict(ast.literal_eval(lines[-1].split("non-default args: ", 1)[1]))
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    python = require_engine()
+    sshd = start_sshd(tmp_path_factory.mktemp("sshd-engine"), user="root")
+    work = tmp_path_factory.mktemp("vllm-cpu")
+    work.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "KVTUI_HOSTS")}
+    env.update(XDG_STATE_HOME=str(work / "state"), XDG_CONFIG_HOME=str(work / "config"), TZ="UTC")
+    r = Rig(work=work, python=python, sshd=sshd, port=free_port(), env=env)
+    r.write()
+    t0 = time.monotonic()
+    try:
+        yield r
+    finally:
+        r.stop()
+        sshd.stop()
+        timed("whole suite (module)", time.monotonic() - t0)
+        out = os.environ.get("KVTUI_ENGINE_TIMES")
+        if out:
+            Path(out).write_text(json.dumps(TIMES, indent=2) + "\n")
+
+
+def _boot_json(out: str) -> dict[str, object]:
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. cold start: wait (both hosts) and the console follow the same real boot to ready
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_cold_start_wait_and_the_console(rig: Rig) -> None:
+    from test_ui_helpers import plain, wait_for
+
+    from kvtui.boot import BootStatus
+    from kvtui.config import load_config
+    from kvtui.hosts.factory import make_backend
+    from kvtui.ui.app import KvtuiApp
+    from kvtui.ui.host_pane import HostSpec
+
+    t0 = time.monotonic()
+    rig.start()
+    waits = [asyncio.create_task(rig.kvtui("wait", host, "--json", "--timeout", str(BOOT_TIMEOUT)))
+             for host in ("cpu", "cpussh")]
+    cfg = load_config(str(rig.hosts)).host("cpu")
+    app = KvtuiApp([HostSpec("cpu", cfg)], backend_factory=lambda name, host: make_backend(name, host))
+    async with app.run_test(size=(130, 38)) as pilot:
+        pane = app.main_screen.active_pane
+        assert pane is not None
+
+        def ready() -> bool:
+            return pane.boot is not None and pane.boot.status is BootStatus.READY
+
+        await wait_for(pilot, ready, timeout=BOOT_TIMEOUT, step=0.2)
+        await pilot.pause(0.3)
+        figures = plain(pane.query_one("BootFigures"))
+        assert "1,048,576" in figures  # the pool the engine printed
+        assert "✔ ready" in pane.query_one("HostBar").right().plain  # type: ignore[attr-defined]
+    timed("cold start: console saw ready", time.monotonic() - t0)
+    for task, host in zip(waits, ("cpu", "cpussh"), strict=True):
+        code, out, err, took = await task
+        assert code == 0, err
+        boot = _boot_json(out)
+        assert boot["status"] == "ready"
+        assert boot["metrics"]["max_total_num_tokens"] == 1_048_576  # type: ignore[index]
+        assert boot["metrics"]["kv_cache_gib"] == pytest.approx(1.0)  # type: ignore[index]
+        phases = {p["name"]: p["seconds"] for p in boot["phases"]}  # type: ignore[attr-defined]
+        assert {"launch", "load_weights", "kv_allocate", "ready"} <= set(phases)
+        assert all(isinstance(s, (int, float)) for n, s in phases.items() if n != "ready"), phases
+        timed(f"cold start: wait {host} -> ready", took)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. apply --set over SSH, rollback locally
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_apply_set_then_rollback(rig: Rig) -> None:
+    code, out, err, took = await rig.kvtui("apply", "cpussh", "--set", "max-num-seqs=16", "--restart", "--yes",
+                                           "--timeout", str(BOOT_TIMEOUT))
+    assert code == 0, err
+    assert "--max-num-seqs 16" in rig.script.read_text()
+    assert "the new boot's own argument dump carries the edits" in err
+    assert rig.last_args()["max_num_seqs"] == 16
+    assert "applied; the new boot is ready" in out
+    timed("apply --set max-num-seqs=16 --restart (ssh)", took)
+    code, out, err, took = await rig.kvtui("rollback", "cpu", "--restart", "--yes", "--timeout", str(BOOT_TIMEOUT))
+    assert code == 0, err
+    assert rig.script.read_text() == rig.original_script()
+    assert rig.last_args()["max_num_seqs"] == 8
+    timed("rollback --restart (local)", took)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. calc predicts the doubled pool; apply --setenv doubles it
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_setenv_doubles_the_pool_as_predicted(rig: Rig) -> None:
+    code, out, err, _ = await rig.kvtui("calc", "--host", "cpu", "--set", "VLLM_CPU_KVCACHE_SPACE=2", "--json")
+    assert code == 0, err
+    predicted = json.loads(out)["predicted"]["max_total_num_tokens"]
+    assert predicted == 2_097_152
+    code, out, err, took = await rig.kvtui("apply", "cpussh", "--setenv", "VLLM_CPU_KVCACHE_SPACE=2", "--restart",
+                                           "--yes", "--timeout", str(BOOT_TIMEOUT))
+    assert code == 0, err
+    assert "-export VLLM_CPU_KVCACHE_SPACE=1\n+export VLLM_CPU_KVCACHE_SPACE=2\n" in out  # the plan's diff
+    assert "the new boot sized its CPU KV pool to 2 GiB, as VLLM_CPU_KVCACHE_SPACE=2 says" in err
+    pid = rig.server_pid()
+    assert f"the new server process (pid {pid}) runs with VLLM_CPU_KVCACHE_SPACE=2 (/proc/{pid}/environ)" in err
+    assert "predicted 2,097,152 tokens, the boot sized 2,097,152 (+0.00 %)" in out
+    code, out, err, _ = await rig.kvtui("wait", "cpu", "--json", "--timeout", "60")
+    assert code == 0, err
+    assert _boot_json(out)["metrics"]["max_total_num_tokens"] == 2_097_152  # type: ignore[index]
+    timed("apply --setenv VLLM_CPU_KVCACHE_SPACE=2 --restart (ssh)", took)
+    # back to 1 GiB in the file (the running server keeps its 2 GiB until the next start)
+    code, _out, err, _ = await rig.kvtui("rollback", "cpu", "--yes")
+    assert code == 0, err
+    assert rig.script.read_text() == rig.original_script()
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. max-model-len beyond the pool: predicted no_fit, and the engine's own refusal
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_max_model_len_beyond_the_pool_is_kv_too_small(rig: Rig) -> None:
+    # the calculator (calibrated from the running 2 GiB boot; the file says 1 GiB again) refuses it ...
+    code, out, err, _ = await rig.kvtui("apply", "cpu", "--set", "max-model-len=2097152", "--restart", "--yes")
+    assert code == 4, err
+    assert "no_fit" in out
+    assert "To serve at least one request" in out
+    assert rig.script.read_text() == rig.original_script()
+    # ... and the engine agrees when forced
+    code, out, err, took = await rig.kvtui("apply", "cpu", "--set", "max-model-len=2097152", "--restart", "--yes",
+                                           "--force", "--timeout", str(BOOT_TIMEOUT))
+    try:
+        assert code == 1, err
+        assert re.search(r"the new boot failed in kv_allocate: kv_too_small: .*To serve at least one request", err), err
+        assert "Verdict no_fit: held (the boot failed)" in out
+        timed("apply --set max-model-len=2097152 --force --restart -> kv_too_small", took)
+    finally:
+        code, _out, err, _ = await rig.kvtui("rollback", "cpu", "--yes")
+        assert code == 0, err
+        assert rig.script.read_text() == rig.original_script()
+        rig.kill_all()
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. a bad argument: bad_args naming the flag
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_a_bad_argument_is_bad_args_naming_the_flag(rig: Rig) -> None:
+    waits = [asyncio.create_task(rig.kvtui("wait", h, "--next", "--json", "--timeout", "120")) for h in ("cpu",
+                                                                                                      "cpussh")]
+    await asyncio.sleep(2.0)  # both followers are at the end of the log
+    rig.script.write_text(rig.original_script().replace("--max-num-seqs 8", "--max-num-seqs abc"))
+    offset = rig.log.stat().st_size
+    await asyncio.to_thread(rig.stop)
+    t_start = time.monotonic()
+    rig.start()
+    results = [await w for w in waits]
+    t_done = time.monotonic()
+    refusal = "api_server.py: error: argument --max-num-seqs: invalid int value: 'abc'"
+    assert refusal in rig.log_since(offset)
+    for (code, out, err, _took), host in zip(results, ("cpu", "cpussh"), strict=True):
+        assert code == 1, f"{host}: {err}"
+        failure = _boot_json(out)["failure"]
+        assert failure["kind"] == "bad_args", failure  # type: ignore[index]
+        assert "--max-num-seqs" in failure["message"]  # type: ignore[index]
+        assert "--max-num-seqs" in failure["hint"]  # type: ignore[index]
+        assert "bad_args" in err
+    timed("bad argument: start -> both waits exit 1 (bad_args)", t_done - t_start)
+    assert t_done - t_start < 60
+    rig.script.write_text(rig.original_script())
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. kill -9 mid-boot: failed within 10 s
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_kill_9_mid_boot_fails_within_10_s(rig: Rig) -> None:
+    await asyncio.to_thread(rig.stop)  # the refused server may still be on its way out
+    waits = [asyncio.create_task(rig.kvtui("wait", h, "--next", "--json", "--timeout", str(BOOT_TIMEOUT)))
+             for h in ("cpu", "cpussh")]
+    await asyncio.sleep(2.0)
+    offset = rig.log.stat().st_size
+    rig.start()
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    while "non-default args: " not in rig.log_since(offset):  # the engine's first lines: mid-boot
+        assert time.monotonic() < deadline, "the engine never started"
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(1.0)  # both followers have the boot's first lines
+    pid = rig.server_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    t_kill = time.monotonic()
+    try:
+        for task, host in zip(waits, ("cpu", "cpussh"), strict=True):
+            code, out, err, _ = await task
+            took = time.monotonic() - t_kill
+            assert code == 1, err
+            failure = _boot_json(out)["failure"]
+            assert failure["kind"] == "crash", failure  # type: ignore[index]
+            assert f"the server process exited (pid {pid})" in failure["message"]  # type: ignore[index]
+            assert took < 10, f"{host}: {took:.1f} s from kill -9 to wait's exit"
+            timed(f"kill -9 -> wait {host} exits 1", took)
+    finally:
+        rig.kill_all()  # the engine's workers outlive a kill -9 of the server
+
+
+def test_the_suite_left_no_server_behind(rig: Rig) -> None:
+    rig.stop()
+    pid = rig.server_pid()
+    assert pid is not None
+    assert _group_members(pid) == [], "processes of the server's group are left"
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live processes (not zombies) of process group ``pgid``."""
+    out: list[int] = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            out.append(int(d.name))
+    return out

@@ -1,0 +1,90 @@
+"""kvtui.fmt: the one formatting module and its rounding rule (issue 10, items 5 and 6)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvtui import fmt
+from kvtui.ui import formatting as ui_fmt
+
+
+def test_safe_limits_round_toward_the_safe_side() -> None:
+    # the largest safe fraction 0.959 is never shown as 0.96 (0.96 itself is not safe)
+    assert fmt.safe_max(0.959) == "0.959"
+    assert fmt.safe_max(0.959, 2) == "0.95"
+    assert fmt.safe_max(0.9) == "0.90"
+    # the smallest fraction needed is never shown below what is needed
+    assert fmt.safe_min(0.5581) == "0.559"
+    assert fmt.safe_min(0.559, 2) == "0.56"
+    # a capacity is never overstated: 1.9749 requests is 1.97, not 1.98
+    assert fmt.capacity(1.97496) == "1.97"
+    assert fmt.capacity(3.2999999) == "3.29"
+    assert fmt.capacity(None) == "—"
+
+
+def test_grid_values_survive_directed_rounding() -> None:
+    # i / 1000 fractions are on the 3-decimal grid: rounding down must not take 0.001 off them
+    for i in range(1, 1000):
+        assert fmt.round_down(i / 1000, 3) == i / 1000
+        assert fmt.round_up(i / 1000, 3) == i / 1000
+
+
+@given(st.floats(min_value=0, max_value=1e6, allow_nan=False))
+def test_directed_rounding_brackets_the_value(x: float) -> None:
+    lo, hi = fmt.round_down(x, 2), fmt.round_up(x, 2)
+    assert lo <= x <= hi
+    assert hi - lo <= 0.01 + 1e-9 * max(1.0, x)
+    # rounding down twice at a coarser precision is rounding down once (no double-rounding drift)
+    assert fmt.round_down(fmt.round_down(x, 3), 2) == lo
+
+
+def test_figures_round_once_to_nearest() -> None:
+    assert fmt.gib(10.825) == f"{10.825:,.2f} GiB"
+    assert fmt.gib(-0.32) == "-0.32 GiB"
+    assert fmt.gib(7617.56) == "7,617.56 GiB"
+    assert fmt.signed_gib(2.3) == "+2.30 GiB"
+    assert fmt.tokens(432078) == "432,078"
+    assert fmt.signed_tokens(144800) == "+144,800"
+    assert fmt.percent(0.042) == "4.2%"
+    assert fmt.fraction(0.85) == "0.85"
+    assert fmt.fraction(0.875) == "0.875"
+    assert fmt.fraction(0.8) == "0.80"
+    assert fmt.mib(1.0) == "1,024.0 MiB"
+    assert fmt.bytes_per_token(81920) == "81,920 B/token"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "—"),
+        (math.nan, "—"),
+        (0.0, "0.0s"),
+        (4.2, "4.2s"),
+        (9.94, "9.9s"),
+        (9.96, "10s"),
+        (12.4, "12s"),
+        (59.4, "59s"),
+        (59.6, "1m 00s"),
+        (185, "3m 05s"),
+        (3599.6, "1h 00m"),
+        (3720, "1h 02m"),
+        (-3, "0.0s"),
+    ],
+)
+def test_one_duration_style(seconds: float | None, text: str) -> None:
+    assert fmt.duration(seconds) == text
+
+
+def test_the_console_formats_with_the_same_functions() -> None:
+    """kvtui.ui.formatting re-exports kvtui.fmt: no second implementation to drift."""
+    for name in ("duration", "tokens", "gib", "signed_gib", "percent", "fraction", "safe_max", "capacity"):
+        assert getattr(ui_fmt, name) is getattr(fmt, name)
+
+
+def test_wait_stamp() -> None:
+    assert fmt.stamp(12.34) == "[  12.3s]"
+    assert fmt.stamp(-1) == "[   0.0s]"
