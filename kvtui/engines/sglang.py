@@ -61,6 +61,20 @@ def _pm(phase: Phase, model: Model = TARGET, end: bool = False) -> PhaseMark:
 # `[2026-05-30 22:08:02.123 DP0 PP1 TP4]` — SGLang's logging prefix (engines.md 1.1).
 _PREFIX_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\] ?")
 _TP_RE = re.compile(r"\bTP(\d+)\b")
+# a scheduler's process title (0.5.x, setproctitle): `sglang::scheduler_DP0_PP1_TP2_EP0`
+_PROC_TITLE_RE = re.compile(r"\s*sglang::scheduler((?:_(?:ATTN_CP|MOE_DP|DP|PP|TP|EP)\d+)*)\s*")
+_PROC_TAG_RE = re.compile(r"_((?:ATTN_CP|MOE_DP|DP|PP|TP|EP)\d+)")
+
+
+def rank_of_process_title(title: str) -> str | None:
+    """The rank label an SGLang scheduler's log lines carry (``DP0 PP1 TP2 EP0``, as in
+    ``[… DP0 PP1 TP2 EP0] …``) from its process title (``sglang::scheduler_DP0_PP1_TP2_EP0``, what
+    ``nvidia-smi`` and ``ps`` show for it): ties a GPU process to its rank. ``""`` for a
+    single-rank scheduler (``sglang::scheduler``), None for any other process."""
+    m = _PROC_TITLE_RE.fullmatch(title)
+    if m is None:
+        return None
+    return " ".join(_PROC_TAG_RE.findall(m.group(1)))
 # Some builds/configs print `LEVEL file.py:123: ` after the bracket.
 _LEVEL_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w./-]+\.py:\d+: ")
 _NUM_RE = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
