@@ -1196,6 +1196,13 @@ class BootTracker:
             ):
                 hint += " (the GPUs were unbalanced at start: other processes may hold memory)"
         message = msg_ev.ft.text if msg_ev is not None else "the server exited"
+        if kind in (FailureKind.CRASH, FailureKind.UNKNOWN) and "root cause above" in message.lower():
+            # vLLM's wrapper (`Engine core initialization failed. See root cause above.`) with the
+            # engine's own error not in the log read (an excerpt cut below it)
+            hint = (
+                "this is the wrapper of the engine's own error, which is printed above these lines "
+                "(\"see root cause above\"): include the lines before it to get the cause and its hint"
+            )
         tb: list[str] = []
         if msg_ev is not None:
             before = msg_ev.before

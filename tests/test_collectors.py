@@ -260,9 +260,10 @@ def test_the_last_k_lines_of_a_failed_boot_are_a_failed_boot(k: int) -> None:
     """Where the tail holds the line that decided the failure (and, for a kind the phase decides,
     a line naming that phase), the fragment is a failed boot of the same engine and kind. Where
     the cause was printed above the cut (a wrapper's "see root cause above", a usage text without
-    its error line), the fragment must not claim another cause: failed with crash/unknown, or no
-    boot when it holds no failure at all."""
-    checked = 0
+    its error line), the fragment is still a failed boot of the same engine but must not claim
+    another cause (crash/unknown, the wrapper's hint says the cause is above), or no boot when it
+    holds only a usage text."""
+    checked = lenient = 0
     for path, engine, kind, message, phase in failed_fixtures():
         lines = [ln for ln in bare_text(path).split("\n") if ln.strip()]
         tail = "\n".join(lines[-k:]) + "\n"
@@ -270,8 +271,17 @@ def test_the_last_k_lines_of_a_failed_boot_are_a_failed_boot(k: int) -> None:
         where = f"{path.relative_to(FIX)}, last {k} lines"
         in_view = message[:80] in tail and (kind not in PHASE_DECIDED or phase in _phases_in(tail))
         if not in_view:
-            if boots and boots[-1].failure is not None:
-                assert boots[-1].failure.kind.value in (kind, "crash", "unknown"), where
+            if not boots:  # only a usage text without its error line (a restart loop's tail)
+                assert kind == "bad_args", f"{where}: no boot"
+                continue
+            last = boots[-1]
+            assert (last.engine.value, last.status) == (engine, BootStatus.FAILED), where
+            assert last.failure is not None
+            assert last.failure.kind.value in (kind, "crash", "unknown"), where
+            if "root cause above" in last.failure.message.lower():
+                assert last.failure.hint is not None
+                assert "include the lines before it" in last.failure.hint, where
+            lenient += 1
             continue
         checked += 1
         assert boots, f"{where}: no boot"
@@ -281,4 +291,5 @@ def test_the_last_k_lines_of_a_failed_boot_are_a_failed_boot(k: int) -> None:
         assert last.failure.kind.value == kind, where
         assert last.failure.phase is not None
         assert last.failure.phase.value == phase, where
-    assert checked >= 10
+    assert checked >= 25  # of 44 failed fixtures, at K=5 already (1229 of 1584 cuts over K=5..40)
+    assert lenient <= 20
