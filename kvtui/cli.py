@@ -123,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S")
 
+    from kvtui.commands import tune as tune_cmd  # issue 14: kvtui tune
+
+    tune_cmd.add_parser(sub, common)
+
     p = sub.add_parser("hosts", parents=common, help="list and validate the inventory")
     p.add_argument("--check", action="store_true", help="validate and exit 3 on problems")
     p.add_argument("--connect", action="store_true", help="also reach each host")
