@@ -99,7 +99,7 @@ def test_capture_oom_steps_down_by_what_the_trail_says() -> None:
     c = planner.next([start, dead], [t])
     assert isinstance(c, Candidate)
     assert c.fraction < 0.99
-    assert "after the failed capture's trail" in c.why
+    assert "by the failed capture's trail" in c.why
     # calibrated from the dead boot alone: not the sibling's graph figure, which would say 0.985
     assert c.fraction <= 0.975
     assert sim_boot(c.fraction).status.value == "ready"

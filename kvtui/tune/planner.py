@@ -305,9 +305,11 @@ class Planner:
                     return self._candidate(model, first, extra,
                                            f"the calculator's largest safe fraction {safe:.3f} (verdict ok), "
                                            f"rounded down to the step {self.bounds.step:g}")
+        died = model.graph is not None and model.graph.source is kvcalc.GraphSource.CAPTURE_OOM
+        if died:  # what the dead boot's capture trail says caps the fraction from now on
+            self.hi = min(self.hi, top / GRID)
         why = ("the largest fraction whose graph headroom keeps the margin "
-               f"({self.margin_gib:g} GiB)" + (" after the failed capture's trail" if self.hi < self.bounds.ceiling
-                                               else ""))
+               f"({self.margin_gib:g} GiB)" + (" by the failed capture's trail" if died else ""))
         return self._candidate(model, top, extra, why)
 
     def _extras(self, current: Mapping[str, int]) -> list[dict[str, int]]:
