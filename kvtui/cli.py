@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--follow-restarts", action="store_true", help="keep waiting through automatic restarts until one is ready"
     )
     p.add_argument("--json", action="store_true", help="print the boot as JSON on stdout")
+    p.add_argument("--probe", action=argparse.BooleanOptionalAction, default=None,
+                   help="after ready, ask the server for one token (default: on when the port is known)")
 
     p = sub.add_parser(
         "replay",
