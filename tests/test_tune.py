@@ -203,6 +203,7 @@ def test_cli_max_tokens_on_the_demo(hosts: Path, capsys: pytest.CaptureFixture[s
     assert steps[-1]["actual_tokens"] == steps[-1]["predicted_tokens"] or abs(
         steps[-1]["actual_tokens"] - steps[-1]["predicted_tokens"]) < 100
     assert all(s["boot_seconds"] is not None for s in steps)
+    assert all(s["probe"].startswith("answered a 1-token request in ") for s in steps)  # ready = answered
     assert "step  setting" in err
     assert "the new boot is ready" in err
     entries = read_entries()
@@ -243,3 +244,49 @@ def test_cli_dry_run_refusals_and_usage(hosts: Path, capsys: pytest.CaptureFixtu
     assert _kvtui(hosts, "tune", "demo", "--goal", "max-tokens", "--also", "tp", "--yes") == 2
     assert "--also tp" in capsys.readouterr().err
     assert _unit(hosts) == before
+
+
+def test_a_step_that_does_not_answer_fails_and_the_tune_rolls_back(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hosts = tmp_path / "hosts.toml"
+    # the demo's server answers 404 to a model it does not serve
+    hosts.write_text(HOSTS.replace("[hosts.demo]\n", '[hosts.demo]\nprobe_model = "no-such-model"\n'))
+    before = _unit(hosts)
+    code = _kvtui(hosts, "tune", "demo", "--goal", "max-tokens", "--yes", "--json", "--max-boots", "2")
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    result = json.loads(out[out.index("{"):])
+    assert [(s["outcome"], s["failure"]) for s in result["steps"]] == [("failed", "not_serving")] * 2
+    assert "/v1/completions: HTTP 404" in result["steps"][0]["probe"]
+    assert "rolled back to the last ready configuration" in result["rolled_back"]
+    assert _unit(hosts) == before  # the configuration before the tune, the last that was ready
+    assert "boot budget is spent" in result["reason"]
+
+
+async def test_a_stop_request_ends_the_tune_after_the_step_in_progress(hosts: Path) -> None:
+    from kvtui.config import load_config
+    from kvtui.hosts.factory import make_backend
+    from kvtui.tune import driver
+
+    cfg = load_config(str(hosts)).host("demo")
+    b = make_backend("demo", cfg)
+    await b.start()
+    try:
+        cmd, boots = await driver.start_state("demo", cfg, b)
+        planner = Planner(cmd.engine, Goal("max-tokens"), Bounds(), start=boots[-1].flags, start_ready=True)
+        run = driver.TuneRun("demo", cfg, b, planner, list(boots), timeout=60)
+
+        def say(msg: str) -> None:
+            if msg.startswith("step 1:"):
+                run.stop.set()  # Ctrl-C / Esc while step 1 runs
+
+        run.say = say
+        result = await driver.tune(run)
+    finally:
+        await b.close()
+    assert result.interrupted
+    assert [s.outcome for s in result.steps] == ["ready"]  # step 1 finished, nothing after it
+    assert result.reason == "stopped by the operator after the step in progress"
+    assert result.final == "0.950"
+    assert not result.met
+    assert get_flag(_unit(hosts), "unit", "mem-fraction-static") == "0.95"

@@ -44,6 +44,7 @@ def _hosts(h: Host, u: Unit, tmp_path: Path, port: int | None = None) -> Path:
         known_hosts = "{s.known_hosts}"
         unit = "{u.name}.service"
         log_file = "{u.log}"
+        probe = false
         """))
     return hosts
 
@@ -92,7 +93,8 @@ async def test_a_connection_dropped_mid_tune_leaves_a_state_rollback_restores(
     _running(root_host, u)
     proxy = await CutProxy(root_host.sshd.port).start()
     root_host.sshd.trust_port(proxy.port)
-    cfg = root_host.sshd.host_config(port=proxy.port, unit=f"{u.name}.service", log_file=str(u.log))
+    cfg = root_host.sshd.host_config(port=proxy.port, unit=f"{u.name}.service", log_file=str(u.log),
+                                     probe=False)  # the stand-in engine serves no HTTP
     b = SshBackend("gpu", cfg, ssh_config=[], connect_timeout=5.0)
     try:
         await b.start()

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 
 from kvtui import audit, changes, fmt, kvcalc
 from kvtui import flags as fl
-from kvtui.boot import Boot, BootStatus
-from kvtui.engines.events import FailureKind
+from kvtui.boot import Boot, BootStatus, Failure, hint_for
+from kvtui.engines.events import FailureKind, Phase
 from kvtui.exits import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT
 from kvtui.hosts import service
 from kvtui.hosts.backend import BackendError, HostBackend
+from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, probe, served_model
 from kvtui.tune.planner import Candidate, Planner, Stop, Tried, boot_seconds
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class TuneStep:
     seconds: float | None = None
     failure: str | None = None
     backup: str | None = None
+    probe: str | None = None  # what the readiness probe found
 
     def to_json(self) -> dict[str, object]:
         c = self.candidate
@@ -55,6 +57,7 @@ class TuneStep:
             "failure": self.failure,
             "boot_seconds": None if self.seconds is None else round(self.seconds, 1),
             "backup": self.backup,
+            "probe": self.probe,
             "why": c.why,
         }
 
@@ -106,6 +109,7 @@ class TuneRun:
     planner: Planner
     boots: list[Boot]
     timeout: float = 1800.0
+    probe_timeout: float = DEFAULT_PROBE_TIMEOUT_S
     margin_gib: float | None = None
     say: Say = print
     step_say: Say | None = None  # each finished step's table row (the CLI's stderr, the dialog)
@@ -194,6 +198,8 @@ async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, str | None] | 
         step.seconds = boot_seconds(boot)
         if boot.failure is not None:
             step.failure = boot.failure.kind.value
+    if out.status == "ready" and boot is not None:
+        await _prove_ready(run, step, boot)
     if out.status == "error":
         step.failure = out.messages[-1] if out.messages else "error"
         run.say(f"step {step.index}: {step.failure}")
@@ -201,7 +207,26 @@ async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, str | None] | 
             run.say(f"the previous flags are saved as {out.backup_path}: `kvtui rollback {run.name} --restart` "
                     "restores them")
         return out.code
-    return Tried(c, out.status, boot), out.backup_path
+    return Tried(c, step.outcome, boot), out.backup_path
+
+
+async def _prove_ready(run: TuneRun, step: TuneStep, boot: Boot) -> None:
+    """A step is ready once the server answers a 1-token request (``kvtui.hosts.probe``; off with
+    ``probe = false``, skipped when the boot's arguments name no port); else it failed,
+    ``not_serving``."""
+    port = boot_port(boot.flags)
+    if not getattr(run.host, "probe", True) or port is None:
+        return
+    res = await probe(run.backend, port, model=getattr(run.host, "probe_model", None) or served_model(boot.flags),
+                      timeout=min(run.timeout, run.probe_timeout))
+    step.probe = res.headline()
+    run.say(f"  {'✔' if res.ok else '✘'} {res.headline()}")
+    if res.ok:
+        return
+    step.outcome, step.failure = "failed", FailureKind.NOT_SERVING.value
+    boot.status = BootStatus.FAILED
+    boot.failure = Failure(FailureKind.NOT_SERVING, Phase.READY, res.error or "no answer",
+                           hint=hint_for(FailureKind.NOT_SERVING, boot.engine, boot.flags, boot.facts))
 
 
 def _calibration_boots(run: TuneRun) -> list[Boot]:
