@@ -132,7 +132,7 @@ async def tune_main(
             err(f"refused: host '{name}' is readonly (readonly = true): kvtui never edits or restarts it")
             return EXIT_REFUSED
         first = planner.next(boots, [])
-        stdout.write(render_tune_plan(name, planner, first, cur))
+        stdout.write(driver.render_plan(name, planner, first, cur))
         stdout.flush()
         if isinstance(first, Stop):
             result = driver.TuneResult(name, planner.goal.describe(), EXIT_OK if first.met else 1, first.met,
@@ -181,37 +181,6 @@ def _stop_on_sigint(stop: asyncio.Event, err: Callable[[str], None]) -> Iterator
         if installed:
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signal.SIGINT)
-
-
-def render_tune_plan(name: str, planner: Planner, first: object, cur: object) -> str:
-    from kvtui import fmt
-    from kvtui.boot import Boot
-    from kvtui.knobs import fraction_flag
-    from kvtui.tune.planner import Candidate
-
-    ff = fraction_flag(planner.engine)
-    b = planner.bounds
-    lines = [f"kvtui tune {name}: goal {planner.goal.describe()}"]
-    if isinstance(cur, Boot):
-        tok = cur.metrics.max_total_num_tokens
-        lines.append(f"  now: {ff} {planner.start.get(ff, '?')}, boot {cur.status.value}"
-                     + (f", {fmt.tokens(tok)} tokens" if tok is not None else ""))
-    else:
-        lines.append("  now: no boot found in the host's log")
-    if isinstance(first, Candidate):
-        lines.append(f"  first candidate: {first.label()} → {fmt.tokens(first.predicted_tokens or 0)} tokens predicted "
-                     f"(verdict {first.verdict}); {first.why}")
-    else:
-        lines.append(f"  nothing to boot: {getattr(first, 'reason', first)}")
-    knobs = ", ".join(planner.also) if planner.also else "none (pass --also to move them)"
-    lines += [
-        f"  moves: {ff} within [{b.floor:g}, {b.ceiling:g}]; other knobs: {knobs}",
-        f"  budget: at most {b.max_boots} boot{'s' if b.max_boots != 1 else ''}; each step is an apply with restart "
-        "(diff, backup, verify, restart, follow the boot)",
-        "  on failure: a capture OOM recalibrates from the boot's capture trail and steps down; a pool that "
-        "does not fit steps up; a tune ending on a failed boot rolls back to the last ready configuration",
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def _report(args: argparse.Namespace, result: object, stdout: TextIO, stderr: TextIO) -> int:

@@ -23,6 +23,7 @@ from kvtui.exits import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT
 from kvtui.hosts import service
 from kvtui.hosts.backend import BackendError, HostBackend
 from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, probe, served_model
+from kvtui.knobs import fraction_flag
 from kvtui.tune.planner import Candidate, Planner, Stop, Tried, boot_seconds
 
 if TYPE_CHECKING:
@@ -311,19 +312,21 @@ def _audit(run: TuneRun, result: TuneResult) -> None:
         audit.append(entry, now=run.clock())
 
 
-async def start_state(name: str, host: HostConfig, backend: HostBackend,
-                      timeout: float = 30.0) -> tuple[fl.ServerCommand, list[Boot]]:
-    """The flags file as it is and the host's boots (``BackendError`` / ``ServiceError``)."""
+async def start_state(name: str, host: HostConfig, backend: HostBackend, timeout: float = 30.0,
+                      boots: Sequence[Boot] | None = None) -> tuple[fl.ServerCommand, list[Boot]]:
+    """The flags file as it is and the host's boots (read from its log unless given: the console
+    passes its monitor's); ``BackendError`` / ``ServiceError``."""
     source = await service.locate_source(name, host, backend)
     try:
         cmd = fl.parse_command(source.text, source.kind)
     except fl.FlagError as exc:
         raise service.ServiceError(f"{source.path}: {exc}") from exc
+    if boots is not None:
+        return cmd, list(boots)
     try:
-        boots = await changes.host_boots(backend, host, cmd.engine, timeout)
+        return cmd, await changes.host_boots(backend, host, cmd.engine, timeout)
     except (BackendError, TimeoutError):
-        boots = []
-    return cmd, boots
+        return cmd, []
 
 
 def running_flags(boots: Sequence[Boot], cmd: fl.ServerCommand) -> dict[str, object]:
@@ -331,3 +334,31 @@ def running_flags(boots: Sequence[Boot], cmd: fl.ServerCommand) -> dict[str, obj
     if boots and boots[-1].flags:
         return dict(boots[-1].flags)
     return {k.replace("-", "_"): v for k, v in cmd.values().items()}
+
+
+def render_plan(name: str, planner: Planner, first: Candidate | Stop, cur: Boot | None) -> str:
+    """The plan the operator confirms: the goal, where the host is, the first candidate, what may
+    move, the boot budget, what happens on failure (the CLI prints it; the console shows it)."""
+    ff = fraction_flag(planner.engine)
+    b = planner.bounds
+    lines = [f"kvtui tune {name}: goal {planner.goal.describe()}"]
+    if cur is not None:
+        tok = cur.metrics.max_total_num_tokens
+        lines.append(f"  now: {ff} {planner.start.get(ff, '?')}, boot {cur.status.value}"
+                     + (f", {fmt.tokens(tok)} tokens" if tok is not None else ""))
+    else:
+        lines.append("  now: no boot found in the host's log")
+    if isinstance(first, Candidate):
+        lines.append(f"  first candidate: {first.label()} → {fmt.tokens(first.predicted_tokens or 0)} tokens predicted "
+                     f"(verdict {first.verdict}); {first.why}")
+    else:
+        lines.append(f"  nothing to boot: {first.reason}")
+    knobs = ", ".join(planner.also) if planner.also else "none (pass --also to move them)"
+    lines += [
+        f"  moves: {ff} within [{b.floor:g}, {b.ceiling:g}]; other knobs: {knobs}",
+        f"  budget: at most {b.max_boots} boot{'s' if b.max_boots != 1 else ''}; each step is an apply with restart "
+        "(diff, backup, verify, restart, follow the boot)",
+        "  on failure: a capture OOM recalibrates from the boot's capture trail and steps down; a pool that "
+        "does not fit steps up; a tune ending on a failed boot rolls back to the last ready configuration",
+    ]
+    return "\n".join(lines) + "\n"
