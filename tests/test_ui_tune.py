@@ -45,11 +45,23 @@ async def _ready(pilot: Any, app: KvtuiApp, clock: FakeClock) -> HostPane:
     return pane
 
 
-async def test_the_boot_panel_shows_the_probe_and_O_tunes_to_the_margin_edge() -> None:
+async def _open_tune(pilot: Any, app: KvtuiApp) -> None:
+    """``O``: the tune dialog, its goal field focused."""
+    await pilot.press("O")
+    await wait_for(pilot, lambda: isinstance(app.screen, TuneScreen) and app.screen.focused is not None
+                   and app.screen.focused.id == "tune-goal")
+
+
+def _demo_console() -> tuple[FakeClock, KvtuiApp]:
+    """The console on a demo host whose first boot started 12 s ago (the test's clock)."""
     clock = FakeClock()
     start_demo("demo", clock, SPEED)
     clock.advance(12.0)
-    app = demo_app(clock, speed=SPEED)
+    return clock, demo_app(clock, speed=SPEED)
+
+
+async def test_the_boot_panel_shows_the_probe_and_O_tunes_to_the_margin_edge() -> None:
+    clock, app = _demo_console()
     app.probe_ready = True  # as `kvtui connect` sets it
     async with app.run_test(size=SIZE) as pilot:
         pane = await _ready(pilot, app, clock)
@@ -59,9 +71,7 @@ async def test_the_boot_panel_shows_the_probe_and_O_tunes_to_the_margin_edge() -
         assert line.endswith(" ms")
 
         # O: the dialog, enter: the plan to confirm (nothing changes before y)
-        await pilot.press("O")
-        await wait_for(pilot, lambda: isinstance(app.screen, TuneScreen) and app.screen.focused is not None
-                       and app.screen.focused.id == "tune-goal")
+        await _open_tune(pilot, app)
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=20)
         body = str(app.screen.body)  # type: ignore[attr-defined]
@@ -85,15 +95,10 @@ async def test_the_boot_panel_shows_the_probe_and_O_tunes_to_the_margin_edge() -
 
 
 async def test_esc_stops_a_running_tune_after_its_step() -> None:
-    clock = FakeClock()
-    start_demo("demo", clock, SPEED)
-    clock.advance(12.0)
-    app = demo_app(clock, speed=SPEED)
+    clock, app = _demo_console()
     async with app.run_test(size=SIZE) as pilot:
         pane = await _ready(pilot, app, clock)
-        await pilot.press("O")
-        await wait_for(pilot, lambda: isinstance(app.screen, TuneScreen) and app.screen.focused is not None
-                       and app.screen.focused.id == "tune-goal")
+        await _open_tune(pilot, app)
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=20)
         await pilot.press("y")
@@ -111,15 +116,10 @@ async def test_esc_stops_a_running_tune_after_its_step() -> None:
 
 
 async def test_a_bad_goal_is_explained_in_the_dialog() -> None:
-    clock = FakeClock()
-    start_demo("demo", clock, SPEED)
-    clock.advance(12.0)
-    app = demo_app(clock, speed=SPEED)
+    clock, app = _demo_console()
     async with app.run_test(size=SIZE) as pilot:
         pane = await _ready(pilot, app, clock)
-        await pilot.press("O")
-        await wait_for(pilot, lambda: isinstance(app.screen, TuneScreen) and app.screen.focused is not None
-                       and app.screen.focused.id == "tune-goal")
+        await _open_tune(pilot, app)
         await pilot.press("ctrl+a", "ctrl+k", *"biggest", "enter")
         await pilot.pause()
         assert isinstance(app.screen, TuneScreen)
