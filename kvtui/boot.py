@@ -406,6 +406,11 @@ def hint_for(kind: FailureKind, engine: Engine, flags: dict[str, object], facts:
         )
     if kind is FailureKind.CRASH:
         return "a server process died: the message is the exception it died with; the traceback shows where"
+    if kind is FailureKind.NOT_SERVING:
+        return (
+            "the log says ready but the server does not answer a 1-token request: check the port and "
+            "--host it listens on, the served model name (probe_model), and the server's log after ready"
+        )
     return "the server exited without a recognised error: read the last lines of the log"
 
 

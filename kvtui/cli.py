@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--follow-restarts", action="store_true", help="keep waiting through automatic restarts until one is ready"
     )
     p.add_argument("--json", action="store_true", help="print the boot as JSON on stdout")
+    p.add_argument("--probe", action=argparse.BooleanOptionalAction, default=None,
+                   help="after ready, ask the server for one token (default: on when the port is known)")
 
     p = sub.add_parser(
         "replay",
@@ -122,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--restart", action="store_true")
     p.add_argument("--yes", action="store_true")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S")
+
+    from kvtui.commands import tune as tune_cmd  # issue 14: kvtui tune
+
+    tune_cmd.add_parser(sub, common)
 
     p = sub.add_parser("hosts", parents=common, help="list and validate the inventory")
     p.add_argument("--check", action="store_true", help="validate and exit 3 on problems")

@@ -211,6 +211,8 @@ class _HostBase(_Strict):
 
     gpus: GpuList = None
     readonly: bool = False
+    probe: bool = True  # after the ready line, ask the server for one token (issue 14)
+    probe_model: NonEmpty | None = None  # the model name the probe asks for (else /v1/models' first)
 
     def __new__(cls, *args: Any, **keys: Any) -> Any:
         if cls is _HostBase:
@@ -399,7 +401,7 @@ _VARIANTS: dict[str, type[SshHost] | type[LocalHost] | type[DemoHost]] = {
 # whose model has it (the rules below are derived from that).
 HOST_KEYS = ("ssh", "local", "demo", "port", "identity_file", "known_hosts", "strict_host_key", "engine", "unit",
              "log_file", "container", "launch_script", "start_command", "stop_command", "pid_file", "gpus", "sudo",
-             "readonly", "demo_speed", "demo_seed", "demo_engine", "demo_model")
+             "readonly", "probe", "probe_model", "demo_speed", "demo_seed", "demo_engine", "demo_model")
 _KEYS_OF = {kind: tuple(model.model_fields) for kind, model in _VARIANTS.items()}
 assert set(HOST_KEYS) == {k for keys in _KEYS_OF.values() for k in keys}, "HOST_KEYS lists every host key once"
 

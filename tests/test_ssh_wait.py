@@ -97,6 +97,7 @@ class Host:
             f'ssh = "{sshd.target}"\nport = {port}\n'
             f'identity_file = "{sshd.client_key}"\nknown_hosts = "{sshd.known_hosts}"\n'
             f'unit = "{self.unit}"\n'
+            "probe = false\n"  # a journal, no server behind it (the probe's own tests: test_probe.py)
         )
         self.lines: list[str] = []  # what the current boot printed, in order
         self.proc: subprocess.Popen[str] | None = None

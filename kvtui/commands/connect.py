@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from kvtui.hosts.factory import make_backend
     from kvtui.ui.app import KvtuiApp
 
-    app = KvtuiApp(specs, backend_factory=make_backend, config=config, readonly=args.readonly, freeze_gc=True)
+    app = KvtuiApp(specs, backend_factory=make_backend, config=config, readonly=args.readonly, freeze_gc=True,
+                   probe_ready=True)
     code = app.run()
     return EXIT_OK if code is None else int(code)

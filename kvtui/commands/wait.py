@@ -322,11 +322,50 @@ async def wait_for_boot(
             if boot is not None and idx is not None:
                 seen = f"boot {waiter.number(idx)} still {_where(boot)}"
             outcome = Outcome(EXIT_TIMEOUT, boot, idx, f"timed out after {timeout:g} s: {seen}")
+        if outcome.code == EXIT_OK and outcome.boot is not None:
+            outcome = await _probe_ready(outcome, monitor, host, args, stderr,
+                                         timeout - (loop.time() - waiter.t0))
     finally:
         beat.cancel()
         expiry.cancel()
         await _close_bounded(monitor, task)
     return _report(outcome, monitor, args, stdout, stderr, waiter)
+
+
+async def _probe_ready(outcome: Outcome, monitor: HostMonitor, host: Any, args: argparse.Namespace,
+                       stderr: TextIO, left: float) -> Outcome:
+    """Prove "ready" with a real request (``kvtui.hosts.probe``): on by default when the boot's
+    arguments name its port (``--no-probe`` or ``probe = false`` turn it off); a boot that does
+    not answer a 1-token request within the time left is failed, kind ``not_serving``."""
+    from kvtui.boot import Failure, hint_for
+    from kvtui.engines.events import FailureKind
+    from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, probe, served_model
+
+    boot = outcome.boot
+    assert boot is not None
+    wanted = getattr(args, "probe", None)
+    if wanted is False or (wanted is None and not getattr(host, "probe", True)):
+        return outcome
+    port = boot_port(boot.flags)
+    if port is None:
+        if wanted:
+            print(f"kvtui wait: {args.host}: --probe: the boot's arguments name no port; not probed", file=stderr)
+        return outcome
+    model = getattr(host, "probe_model", None) or served_model(boot.flags)
+    print(f"kvtui wait: {args.host}: the log says ready; asking the server on port {port} for one token",
+          file=stderr, flush=True)
+    res = await probe(monitor.backend, port, model=model, timeout=max(1.0, min(left, DEFAULT_PROBE_TIMEOUT_S)))
+    snap = outcome.snapshot if outcome.snapshot is not None else boot.to_json()
+    snap["probe"] = res.to_json()
+    if res.ok:
+        print(f"kvtui wait: {args.host}: ✔ {res.headline()}", file=stderr, flush=True)
+        return Outcome(outcome.code, boot, outcome.index, outcome.message, snap)
+    boot.status = BootStatus.FAILED
+    boot.failure = Failure(FailureKind.NOT_SERVING, Phase.READY, res.error or "no answer",
+                           hint=hint_for(FailureKind.NOT_SERVING, boot.engine, boot.flags, boot.facts))
+    failed = boot.to_json()
+    failed["probe"] = res.to_json()
+    return Outcome(EXIT_FAILED, boot, outcome.index, outcome.message, failed)
 
 
 async def _close_bounded(monitor: HostMonitor, task: asyncio.Task[None]) -> None:

@@ -54,6 +54,7 @@ class FailureKind(StrEnum):
     NCCL = "nccl"
     BAD_ARGS = "bad_args"  # the server refused its command line (argparse: unknown flag, bad value)
     CRASH = "crash"
+    NOT_SERVING = "not_serving"  # the log says ready, but the server does not answer a 1-token request
     UNKNOWN = "unknown"
 
 

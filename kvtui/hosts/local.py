@@ -824,6 +824,12 @@ class LocalBackend:
 
         return ShellOps(self)
 
+    def open_port(self, port: int) -> contextlib.AbstractAsyncContextManager[tuple[str, int]]:
+        """The server's port on this machine's loopback (the readiness probe): nothing to open."""
+        from kvtui.hosts.probe import direct
+
+        return direct(port)
+
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
         try:
             proc = await asyncio.create_subprocess_shell(

@@ -56,6 +56,8 @@ MAIN_BINDINGS: list[BindingType] = [
             tooltip="the boot's startup lines no rule recognised, by shape"),
     Binding("R", "restart", "Restart", id="restart", tooltip="restart the server (asks first)"),
     Binding("a", "apply", "Apply", id="apply", tooltip="apply the calculator's edits and restart (asks first)"),
+    Binding("O", "tune", "Tune", show=False, id="tune",
+            tooltip="find the largest fraction that boots, or meet a goal, one safe restart at a time (asks first)"),
     Binding("u", "rollback", "Rollback", show=False, id="rollback",
             tooltip="restore the flags file's newest backup and restart (asks first)"),
     Binding("z", "zoom", "Zoom", show=False, id="zoom", tooltip="the focused panel fills the screen; again, back"),
@@ -657,6 +659,11 @@ class MainScreen(Screen[None]):
         if pane is not None and not pane.readonly:
             pane.start_rollback()
 
+    def action_tune(self) -> None:
+        pane = self.active_pane
+        if pane is not None and not pane.readonly:
+            pane.start_tune()
+
     def action_panel(self, step: int) -> None:
         pane = self.active_pane
         if pane is None:
@@ -691,6 +698,8 @@ class MainScreen(Screen[None]):
                 self.minimize()
             return
         pane = self.active_pane
+        if pane is not None and pane.stop_tune():
+            return  # a tune stops after the step in progress
         if pane is not None and pane.action_banner.shown:
             # running, it goes on in the background (the banner comes back with the outcome)
             pane.action_banner.hide()
@@ -819,13 +828,18 @@ class KvtuiApp(App[int]):
         theme: str | None = None,
         monitor_options: Mapping[str, Any] | None = None,
         freeze_gc: bool = False,
+        probe_ready: bool = False,
     ) -> None:
         """``monitor_options`` are passed to each ``HostMonitor`` (tests shorten its intervals).
         ``freeze_gc``: once the console is built, its objects leave the garbage collector's scans
-        (``kvtui connect``, which runs one console per process, sets it; see ``_freeze_gc``)."""
+        (``kvtui connect``, which runs one console per process, sets it; see ``_freeze_gc``).
+        ``probe_ready``: a boot that says ready is asked for one token (``kvtui.hosts.probe``) and
+        the boot panel shows the answer (``kvtui connect`` sets it; hosts with ``probe = false``
+        are not asked)."""
         self._variable_cache: dict[str, dict[str, str]] = {}  # read by App.__init__ (CSS variables)
         super().__init__()
         self.freeze_gc = freeze_gc
+        self.probe_ready = probe_ready
         self.gc_pacer = GcPacer()
         self.last_input = -1e18  # time.monotonic() of the last key, click or scroll
         if not specs:

@@ -46,6 +46,7 @@ FAILURE_TITLES: dict[FailureKind, str] = {
     FailureKind.NCCL: "NCCL / distributed error",
     FailureKind.BAD_ARGS: "the server refused its arguments",
     FailureKind.CRASH: "server crashed",
+    FailureKind.NOT_SERVING: "ready, but not answering",
     FailureKind.UNKNOWN: "failed",
 }
 

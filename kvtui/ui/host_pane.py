@@ -27,7 +27,7 @@ from kvtui.ui import formatting as fmt
 from kvtui.ui.screens import ApplyScreen, NoticeScreen
 from kvtui.ui.stall import StallDetector
 from kvtui.ui.widgets.action import ActionBanner, Severity
-from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice
+from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, ProbeLine, StallNotice
 from kvtui.ui.widgets.calculator import CalculatorPanel
 from kvtui.ui.widgets.gpu import (
     ForeignWarning,
@@ -44,8 +44,10 @@ from kvtui.ui.widgets.log_view import LogPanel, LogView
 
 if TYPE_CHECKING:
     from kvtui.flags import Edit
+    from kvtui.hosts.probe import ProbeResult
     from kvtui.hosts.service import ApplyOutcome, ApplyPlan, RestartPlan
     from kvtui.monitor import HostMonitor
+    from kvtui.tune.driver import TuneResult
 
 Clock = Callable[[], float]
 BackendFactory = Callable[[str, HostConfig], HostBackend]
@@ -199,6 +201,9 @@ class HostPane(Vertical):
         self._show_processes = False
         self.offline: str | None = None  # the connection's state while the host is not reached
         self.busy: str | None = None  # the host-changing action running ("an apply", …)
+        self.probes: dict[int, ProbeResult | None] = {}  # boot index -> the readiness probe (None: asking)
+        self.tune_stop: asyncio.Event | None = None  # set: the running tune stops after its step
+        self.last_tune: TuneResult | None = None
         self._busy_gen = 0  # bumped by each change begun or cancelled (see ``_end``)
         self.restart_issued = False  # the running change reached its restart step
         self._written = False  # the running change wrote the flags file
@@ -221,6 +226,7 @@ class HostPane(Vertical):
                 with Horizontal(id="top"):
                     with Panel(id="boot-panel", classes="panel"):
                         yield PhaseTimeline()
+                        yield ProbeLine()
                         yield KvUsage()
                     with Panel(id="figures-panel", classes="panel"):
                         yield GpuSummary()
@@ -473,6 +479,7 @@ class HostPane(Vertical):
                 self.boots = list(self.monitor.tracker.boots)
             # the usage sparkline keeps a point per second of the host's time: fed while hidden too
             kv.show(self.boot, self.clock())
+            self._maybe_probe()
             if shown:
                 self._render_boot()
             else:
@@ -513,6 +520,7 @@ class HostPane(Vertical):
         """The boot's widgets (the KV usage is fed by ``apply_updates``, shown or not)."""
         boot = self.boot
         self._one(BootFigures).show(boot)
+        self._show_probe()
         previous = self.boots[-2] if len(self.boots) >= 2 and self.boots[-1] is boot else None
         self._one(FailureBanner).show(boot, previous)
         self.calculator.set_boot(boot, self.boots)
@@ -929,6 +937,130 @@ class HostPane(Vertical):
             "warning" if severity == "warning" else "error")
         self.notify("\n".join([headline, *outcome.reality]), title=f"{self.host_name}: {verb}", severity=toast,
                     timeout=8 if severity == "ok" else 15)
+
+    # ---- proving "ready" with a real request ----------------------------------------------------
+
+    def _maybe_probe(self) -> None:
+        """Once per ready boot: ask the server for one token (``kvtui.hosts.probe``) when the
+        console probes (``kvtui connect``), the host does (``probe``), and the boot names its port."""
+        from kvtui.hosts.probe import boot_port, served_model
+
+        boot, idx = self.boot, self.boot_index
+        if boot is None or idx is None or idx in self.probes or boot.status is not BootStatus.READY:
+            return
+        if not getattr(self.app, "probe_ready", False) or not getattr(self.spec.config, "probe", True):
+            return
+        port = boot_port(boot.flags)
+        if port is None or self.backend is None:
+            return
+        self.probes[idx] = None
+        model = getattr(self.spec.config, "probe_model", None) or served_model(boot.flags)
+        self._probe_worker(idx, port, model)
+
+    @work(group="probe", exit_on_error=False, description="probe")
+    async def _probe_worker(self, idx: int, port: int, model: str | None) -> None:
+        from kvtui.hosts.probe import probe
+
+        backend = self.backend
+        if backend is None:
+            return
+        self._show_probe()
+        self.probes[idx] = await probe(backend, port, model=model)
+        self._show_probe()
+
+    def _show_probe(self) -> None:
+        idx = self.boot_index
+        line = self._one(ProbeLine)
+        if idx is None or idx not in self.probes:
+            line.show(None)
+            return
+        res = self.probes[idx]
+        if res is None:
+            line.show("asking the server for one token…", None)
+        else:
+            line.show(res.headline(), res.ok)
+
+    # ---- tune (O) -------------------------------------------------------------------------------
+
+    def start_tune(self) -> None:
+        """``O``: the tune dialog, then the plan to confirm, then the loop (``kvtui.tune``)."""
+        gen = None if self.readonly else self._begin("a tune")
+        if gen is not None:
+            self._tune_worker(gen)
+
+    def stop_tune(self) -> bool:
+        """``Esc`` while a tune runs: it stops after the step in progress. True when one runs."""
+        if self.busy != "a tune" or self.tune_stop is None:
+            return False
+        if not self.tune_stop.is_set():
+            self.tune_stop.set()
+            self.notify("the tune stops after the step in progress (ctrl+x interrupts it)",
+                        title=f"{self.host_name}: tune", timeout=6)
+        return True
+
+    @work(group="service", exit_on_error=False, description="tune")
+    async def _tune_worker(self, gen: int) -> None:
+        from kvtui.hosts import service
+        from kvtui.hosts.backend import BackendError
+        from kvtui.kvcalc import DEFAULT_GRAPH_MARGIN_GIB
+        from kvtui.tune import driver
+        from kvtui.tune.planner import Bounds, Planner, Stop, TuneError, parse_goal
+        from kvtui.ui.screens import ConfirmScreen, TuneScreen
+
+        backend = self.backend
+        assert backend is not None
+        banner = self.action_banner
+        try:
+            boot = self.boot
+            now = "no boot seen yet" if boot is None else (
+                f"the current boot is {boot.status.value}"
+                + (f" with {boot.metrics.max_total_num_tokens:,} tokens" if boot.metrics.max_total_num_tokens else ""))
+            req = await self.app.push_screen_wait(TuneScreen(self.host_name, now))
+            if req is None:
+                self.notify("nothing was changed", title=f"{self.host_name}: tune cancelled", timeout=4)
+                return
+            try:
+                cmd, boots = await driver.start_state(self.host_name, self.spec.config, backend,
+                                                      boots=self._known_boots())
+                goal = parse_goal(req.goal, req.requests)
+                also = tuple(dict.fromkeys("max-running-requests" if a.lstrip("-") == "max-num-seqs"
+                                           else a.lstrip("-").replace("_", "-") for a in req.also))
+                cur = boots[-1] if boots else None
+                margin = self.calc_config.graph_margin_gib
+                planner = Planner(cmd.engine, goal, Bounds(max_boots=req.max_boots), also,
+                                  DEFAULT_GRAPH_MARGIN_GIB if margin is None else margin,
+                                  driver.running_flags(boots, cmd),
+                                  cur is not None and cur.status is BootStatus.READY,
+                                  None if cur is None else cur.metrics.max_total_num_tokens)
+            except (service.ServiceError, BackendError, TuneError) as exc:
+                await self.app.push_screen_wait(NoticeScreen(f"Cannot tune {self.host_name}", str(exc)))
+                return
+            first = planner.next(boots, [])
+            plan_text = driver.render_plan(self.host_name, planner, first, cur)
+            if isinstance(first, Stop):
+                await self.app.push_screen_wait(NoticeScreen(f"Nothing to tune on {self.host_name}", plan_text,
+                                                             error=not first.met))
+                return
+            if not await self.app.push_screen_wait(ConfirmScreen(f"Tune {self.host_name}", plan_text, "Tune")):
+                self.notify("nothing was changed", title=f"{self.host_name}: tune cancelled", timeout=4)
+                return
+            self.tune_stop = asyncio.Event()
+            banner.start(f"tune on {self.host_name}", first.why)
+            run = driver.TuneRun(self.host_name, self.spec.config, backend, planner, list(boots),
+                                 margin_gib=self.calc_config.graph_margin_gib, say=self._progress,
+                                 step_say=self._progress, clock=self.clock, stop=self.tune_stop)
+            result = await driver.tune(run)
+            self.last_tune = result
+            head = "goal met" if result.met else ("stopped" if result.interrupted else "goal not met")
+            detail = [driver.TABLE_HEAD, *(driver.table_row(s) for s in result.steps), result.reason]
+            if result.rolled_back:
+                detail.append(result.rolled_back)
+            severity: Severity = "ok" if result.met else ("warning" if result.code in (1, 5) else "failed")
+            banner.finish(severity, f"{self.host_name}: tune: {head}"
+                          + (f"; running {result.final}" if result.final else ""), detail)
+        finally:
+            self.tune_stop = None
+            self._end(gen)
 
     @work(group="service", exit_on_error=False, description="restart")
     async def _restart_worker(self, plan: RestartPlan, gen: int) -> None:

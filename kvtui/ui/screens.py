@@ -517,3 +517,112 @@ class NoticeScreen(FittedDialog[None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+
+@dataclass(frozen=True, slots=True)
+class TuneRequest:
+    """What the tune dialog asks for (the CLI's ``--goal``, ``--max-boots``, ``--also``)."""
+
+    goal: str
+    max_boots: int
+    also: tuple[str, ...] = ()
+    requests: int | None = None
+
+
+class TuneScreen(FittedDialog[TuneRequest | None]):
+    """``O``: tune the host — the goal (``max-tokens``, ``context=N``, ``tokens=N``), the boot
+    budget, and the extra knobs it may move (none unless named). Enter starts (after the plan is
+    shown and confirmed), Esc cancels. While a tune runs, Esc stops it after the step in progress."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", id="tune.cancel"),
+    ]
+
+    def __init__(self, host: str, now: str) -> None:
+        super().__init__()
+        self.host = host
+        self.now = now
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import Input
+
+        rules = (
+            "Each step is an apply with restart on the one guarded path: diff, backup, verify, restart, "
+            "follow the new boot, check the edit is in effect, then ask the server for one token.\n"
+            "A capture OOM recalibrates from the boot's capture trail and steps down; a pool that does not fit "
+            "steps up; the tune stops at the first ready boot that meets the goal, or when the budget is spent; "
+            "ending on a failed boot rolls back to the last ready configuration.\n"
+            "Esc stops the tune after the step in progress; ctrl+x interrupts that step."
+        )
+        with Vertical(id="tune-dialog", classes="dialog"):
+            yield Static(Content.styled(f"Tune {self.host}", "bold"), classes="dialog-title")
+            with DialogBody():
+                yield Static(self.now, id="tune-now")
+                yield Static(Content.styled(rules, "$text-muted"), id="tune-rules")
+                yield Static("goal: max-tokens | context=N | context=N×K | tokens=N", classes="dialog-label")
+                yield Input("max-tokens", id="tune-goal")
+                yield Static("boot budget (restarts at most)", classes="dialog-label")
+                yield Input("6", id="tune-max-boots", restrict=r"[0-9]*")
+                yield Static("also move (max-running-requests, cuda-graph-max-bs; blank: the fraction only)",
+                             classes="dialog-label")
+                yield Input("", id="tune-also")
+                yield Static("", id="tune-error")
+            with Horizontal(classes="dialog-buttons"):
+                yield Static(Content.assemble(("enter", "$accent bold"), (" plan  ·  ", "$text-muted"),
+                                              ("esc", "$accent bold"), (" cancel", "$text-muted")),
+                             classes="dialog-keys")
+                yield Button("Cancel", id="cancel", variant="default", compact=True)
+                yield Button("Plan (enter)", id="confirm", variant="primary", compact=True)
+
+    def on_mount(self) -> None:
+        # after the dialog's own mount handler (Textual runs it too), which focuses the body
+        self.call_after_refresh(self._focus_goal)
+
+    def _focus_goal(self) -> None:
+        from textual.widgets import Input
+
+        self.set_focus(self.query_one("#tune-goal", Input))
+
+    def request(self) -> TuneRequest | str:
+        """The request, or what is wrong with it."""
+        from textual.widgets import Input
+
+        from kvtui.tune import TuneError, parse_goal
+
+        goal = self.query_one("#tune-goal", Input).value.strip()
+        requests = None
+        m = re.fullmatch(r"context=([0-9_,]+)\s*[x×*]\s*([0-9]+)", goal)
+        if m:
+            goal, requests = f"context={m.group(1)}", int(m.group(2))
+        try:
+            parse_goal(goal, requests)
+        except TuneError as exc:
+            return str(exc)
+        boots_text = self.query_one("#tune-max-boots", Input).value.strip() or "6"
+        if not boots_text.isdigit() or int(boots_text) < 1:
+            return f"boot budget {boots_text!r}: expected a whole number ≥ 1"
+        also = tuple(a.strip() for a in self.query_one("#tune-also", Input).value.split(",") if a.strip())
+        for a in also:
+            if a.lstrip("-").replace("_", "-") not in ("max-running-requests", "cuda-graph-max-bs", "max-num-seqs"):
+                return f"also {a!r}: expected max-running-requests or cuda-graph-max-bs"
+        return TuneRequest(goal, int(boots_text), also, requests)
+
+    def _submit(self) -> None:
+        got = self.request()
+        if isinstance(got, str):
+            self.query_one("#tune-error", Static).update(Content.styled(got, "$error"))
+            return
+        self.dismiss(got)
+
+    def on_input_submitted(self) -> None:
+        self._submit()
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "confirm":
+            self._submit()
+        else:
+            self.dismiss(None)

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +39,7 @@ from kvtui.hosts.demo_models import (
 )
 
 if TYPE_CHECKING:
+    from kvtui.hosts.demo.http import Serving
     from kvtui.hosts.service.model import HostOps
 
 MAX_BATCH = 2000
@@ -672,6 +674,22 @@ class DemoBackend:
 
     def current_boot(self) -> int | None:
         return self._timeline().last_boot(self.clock())
+
+    def open_port(self, port: int) -> AbstractAsyncContextManager[tuple[str, int]]:
+        """The simulated server's HTTP endpoints (``kvtui.hosts.demo.http``; the readiness probe)."""
+        from kvtui.hosts.demo.http import serve_port
+
+        return serve_port(port, self.serving_now)
+
+    def serving_now(self) -> Serving | None:
+        """What the simulated server answers now: None when no server process runs."""
+        from kvtui.hosts.demo.http import serving_of
+
+        now = self.clock()
+        v = self._alive_view(self._timeline(), now)
+        if v is None:
+            return None
+        return serving_of(v.unit, v.ready_t is not None and now >= v.ready_t)
 
 
 def _end_epochs(st: DemoState, now: float, *, killed: bool = False) -> None:

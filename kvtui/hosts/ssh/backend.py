@@ -101,6 +101,7 @@ class SshBackend:
         self._status = ConnStatus(ConnState.CONNECTING, self.host.target, strict_host_key=host.strict_host_key)
         self._listeners: list[Callable[[ConnStatus], None]] = []
         self._conn: asyncssh.SSHClientConnection | None = None
+        self._forwards: set[asyncssh.SSHListener] = set()
         self._generation = 0
         self._changed = asyncio.Event()
         self._supervisor: asyncio.Task[None] | None = None
@@ -427,6 +428,9 @@ class SshBackend:
             self._supervisor.cancel()
             with contextlib.suppress(BaseException):
                 await self._supervisor
+        for listener in list(self._forwards):  # the probe's port forwards close with the host
+            listener.close()
+        self._forwards.clear()
         conn = self._conn
         self._conn = None
         if conn is not None:
@@ -443,6 +447,29 @@ class SshBackend:
         from kvtui.hosts.service.shell import ShellOps
 
         return ShellOps(self)
+
+    @contextlib.asynccontextmanager
+    async def open_port(self, port: int) -> AsyncGenerator[tuple[str, int], None]:
+        """A local port forward (``127.0.0.1:<ephemeral>`` here → ``127.0.0.1:port`` on the host)
+        over the host's one connection, for the readiness probe; closed on exit, and with the
+        backend (``close``): no listener outlives either."""
+        conn, _ = await self._connection(fail_fast=True)
+        try:
+            listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", port)
+        except (OSError, asyncssh.Error) as exc:
+            raise BackendError(f"cannot forward a local port to 127.0.0.1:{port} on the host: {exc}") from exc
+        self._forwards.add(listener)
+        try:
+            yield "127.0.0.1", listener.get_port()
+        finally:
+            self._forwards.discard(listener)
+            listener.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(listener.wait_closed(), 5)
+
+    def forwards_open(self) -> int:
+        """Local port forwards open now (tests: none may outlive a probe or the backend)."""
+        return len(self._forwards)
 
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
         """Run one shell command; waits (up to ``timeout``) while reconnecting."""

@@ -537,3 +537,28 @@ class StallNotice(QuietStatic):
                 ("  —  no log line and no GPU-memory change since", "$text-muted"),
             ),
         )
+
+
+class ProbeLine(QuietStatic):
+    """The readiness probe of the boot shown (``kvtui.hosts.probe``): asking, answered in N ms, or
+    not serving with the HTTP error. Hidden while there is nothing to say."""
+
+    DEFAULT_CSS = """
+    ProbeLine {
+        display: none;
+        height: auto;
+        padding: 0 1;
+        &.-shown { display: block; }
+    }
+    """
+
+    def show(self, state: str | None, ok: bool | None = None) -> None:
+        """``state``: the line (None: hidden); ``ok``: answered (True), not serving (False),
+        still asking (None)."""
+        self.set_class(state is not None, "-shown")
+        if state is None:
+            self.set(None, lambda: "")
+            return
+        mark, style = {True: ("✔ ", "$success bold"), False: ("✘ ", "$error bold"), None: ("… ", "$text-muted")}[ok]
+        self.set((state, ok), lambda: Content.assemble((mark, style), (state, "$foreground" if ok is not None
+                                                                       else "$text-muted italic")))

@@ -1,0 +1,204 @@
+"""``kvtui tune HOST --goal GOAL [--requests K] [--also KNOB]… [--max-boots N] [--floor F]
+[--ceiling F] [--step S] [--yes] [--dry-run] [--timeout S] [--json]``.
+
+Reads the flags file and the host's boots, asks the calculator for the first candidate
+(``kvtui.tune.planner``), prints the plan (goal, first candidate, predicted tokens, the boot budget,
+what happens on failure) and asks; then runs the loop (``kvtui.tune.driver``) through the guarded
+apply path, with a table of steps on stderr. Ctrl-C stops after the step in progress (a second one
+interrupts it: the service audits and says where the host was left).
+
+Exit codes: 0 the goal is met; 1 not met within the budget (the last ready configuration is left
+running, rolled back to when the last step failed); 2 usage; 3 configuration or connection; 4
+refused (readonly host, no terminal to confirm on, answered no, a step refused); 5 a boot timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TextIO
+
+from kvtui.commands.apply import _ask, open_host, run_main
+from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from kvtui.tune.planner import Planner
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+               common: list[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("tune", parents=common,
+                       help="find the largest memory fraction that boots (or meets a goal), one safe step at a time")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--goal", required=True, metavar="GOAL", help="max-tokens | context=N | tokens=N")
+    p.add_argument("--requests", type=int, metavar="K", help="with context=N: K requests of N tokens (default 1)")
+    p.add_argument("--also", action="append", default=[], metavar="KNOB",
+                   help="also move max-running-requests / cuda-graph-max-bs (only those named)")
+    p.add_argument("--max-boots", type=int, default=6, metavar="N", help="at most N boots (default 6)")
+    p.add_argument("--floor", type=float, default=0.5, metavar="F", help="never below this fraction (default 0.5)")
+    p.add_argument("--ceiling", type=float, default=0.99, metavar="F", help="never above this fraction (default 0.99)")
+    p.add_argument("--step", type=float, default=0.01, metavar="S",
+                   help="the grid of first candidates and of steps up after a pool that did not fit (default 0.01)")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="per boot (default 1800)")
+    p.add_argument("--json", action="store_true", help="the result as JSON on stdout")
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    stdin: TextIO | None = None,
+    clock: Callable[[], float] | None = None,
+) -> int:
+    return run_main(tune_main, args, stdout=stdout, stderr=stderr, stdin=stdin, clock=clock)
+
+
+def make_planner(args: argparse.Namespace, engine: object, start: dict[str, object], start_ready: bool,
+                 start_tokens: int | None, margin: float | None) -> Planner:
+    """The planner for these options (``TuneError`` for a bad one)."""
+    from kvtui import kvcalc
+    from kvtui.engines.events import Engine
+    from kvtui.tune.planner import EXTRA_KNOBS, Bounds, Planner, TuneError, parse_goal
+
+    goal = parse_goal(args.goal, args.requests)
+    bounds = Bounds(args.floor, args.ceiling, args.step, args.max_boots)
+    bounds.check()
+    also: list[str] = []
+    for raw in args.also or []:
+        for name in str(raw).split(","):
+            k = name.strip().lstrip("-").replace("_", "-")
+            if k not in EXTRA_KNOBS:
+                raise TuneError(f"--also {name}: expected max-running-requests or cuda-graph-max-bs")
+            also.append("max-running-requests" if k == "max-num-seqs" else k)
+    assert isinstance(engine, Engine)
+    return Planner(engine, goal, bounds, tuple(dict.fromkeys(also)),
+                   kvcalc.DEFAULT_GRAPH_MARGIN_GIB if margin is None else margin,
+                   start, start_ready, start_tokens)
+
+
+async def tune_main(
+    args: argparse.Namespace,
+    *,
+    stdout: TextIO,
+    stderr: TextIO,
+    stdin: TextIO,
+    clock: Callable[[], float] | None = None,
+) -> int:
+    from kvtui.boot import BootStatus
+    from kvtui.hosts import service
+    from kvtui.hosts.backend import BackendError
+    from kvtui.tune import driver
+    from kvtui.tune.planner import Stop, TuneError, parse_goal
+
+    def err(msg: str) -> None:
+        print(f"kvtui tune: {msg}", file=stderr, flush=True)
+
+    try:
+        parse_goal(args.goal, args.requests)
+    except TuneError as exc:
+        err(str(exc))
+        return EXIT_USAGE
+    if args.timeout <= 0:
+        err(f"--timeout {args.timeout:g}: expected a number of seconds above 0")
+        return EXIT_USAGE
+    opened = await open_host(args, stderr, clock)
+    if isinstance(opened, int):
+        return opened
+    name, host, backend, margin = opened
+    try:
+        try:
+            cmd, boots = await driver.start_state(name, host, backend)
+        except (service.ServiceError, BackendError) as exc:
+            err(str(exc))
+            return getattr(exc, "code", EXIT_INPUT)
+        cur = boots[-1] if boots else None
+        try:
+            planner = make_planner(args, cmd.engine, driver.running_flags(boots, cmd),
+                                   cur is not None and cur.status is BootStatus.READY,
+                                   None if cur is None else cur.metrics.max_total_num_tokens, margin)
+        except TuneError as exc:
+            err(str(exc))
+            return EXIT_USAGE
+        if host.readonly:
+            err(f"refused: host '{name}' is readonly (readonly = true): kvtui never edits or restarts it")
+            return EXIT_REFUSED
+        first = planner.next(boots, [])
+        stdout.write(driver.render_plan(name, planner, first, cur))
+        stdout.flush()
+        if isinstance(first, Stop):
+            result = driver.TuneResult(name, planner.goal.describe(), EXIT_OK if first.met else 1, first.met,
+                                       first.reason, final="unchanged")
+            if not args.dry_run:
+                driver._audit(driver.TuneRun(name, host, backend, planner, boots, clock=clock or time.time), result)
+            return _report(args, result, stdout, stderr)
+        if args.dry_run:
+            err("dry run: nothing was changed")
+            return EXIT_OK
+        if not args.yes:
+            answer = await _ask(stdin, stderr, f"Tune {name} (up to {planner.bounds.max_boots} restarts)? [y/N] ")
+            if answer is None:
+                err("refused: no terminal to confirm on; pass --yes to tune without asking")
+                return EXIT_REFUSED
+            if answer not in ("y", "yes"):
+                err(f"not tuned (answered {answer or 'no'})")
+                return EXIT_REFUSED
+        run = driver.TuneRun(name, host, backend, planner, list(boots), timeout=float(args.timeout),
+                             margin_gib=margin, say=lambda m: print(m, file=stderr, flush=True),
+                             step_say=lambda row: print(row, file=stderr, flush=True), clock=clock or time.time)
+        print(driver.TABLE_HEAD, file=stderr, flush=True)
+        with _stop_on_sigint(run.stop, err):
+            result = await driver.tune(run)
+        return _report(args, result, stdout, stderr)
+    finally:
+        await backend.close()
+
+
+@contextlib.contextmanager
+def _stop_on_sigint(stop: asyncio.Event, err: Callable[[str], None]) -> Iterator[None]:
+    """The first Ctrl-C asks the tune to stop after the step in progress; the second interrupts."""
+    loop = asyncio.get_running_loop()
+    installed = False
+    if sys.platform != "win32":
+        def first() -> None:
+            err("stopping after the step in progress (Ctrl-C again to interrupt it)")
+            stop.set()
+            loop.remove_signal_handler(signal.SIGINT)
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGINT, first)
+            installed = True
+    try:
+        yield None
+    finally:
+        if installed:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(signal.SIGINT)
+
+
+def _report(args: argparse.Namespace, result: object, stdout: TextIO, stderr: TextIO) -> int:
+    from kvtui.tune.driver import TuneResult
+
+    assert isinstance(result, TuneResult)
+    head = "goal met" if result.met else ("interrupted" if result.interrupted else "goal not met")
+    print(f"{result.host}: {head}: {result.reason}", file=stderr, flush=True)
+    if result.final:
+        print(f"{result.host}: running {result.final}" if result.final != "unchanged"
+              else f"{result.host}: nothing was changed", file=stderr, flush=True)
+    if args.json:
+        stdout.write(json.dumps(result.to_json(), indent=1) + "\n")
+    else:
+        from kvtui.tune.driver import TABLE_HEAD, table_row
+
+        if result.steps:
+            stdout.write("\n".join([TABLE_HEAD, *(table_row(s) for s in result.steps)]) + "\n")
+        stdout.write(f"{result.host}: {head}" + (f"; {result.rolled_back}" if result.rolled_back else "") + "\n")
+    stdout.flush()
+    return result.code

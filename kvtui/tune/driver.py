@@ -1,0 +1,364 @@
+"""The tune loop's driver: each candidate of the ``Planner`` goes through the one guarded apply
+path (``kvtui.changes.plan_apply`` + ``kvtui.hosts.service.execute``: diff, backup, verify,
+restart, follow the new boot, edit-in-effect check); the boot it ends with goes back to the
+planner. A tune that ends on a failed boot rolls back to the last ready configuration through
+``plan_rollback`` (the backup the step after it made) and says so. A stop request (Ctrl-C,
+``Esc``) is honoured between steps, never inside one: the unit is never left half-edited.
+Every step is audited by the service (action ``apply``); the tune adds one entry (``tune``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kvtui import audit, changes, fmt, kvcalc
+from kvtui import flags as fl
+from kvtui.boot import Boot, BootStatus, Failure, hint_for
+from kvtui.engines.events import FailureKind, Phase
+from kvtui.exits import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT
+from kvtui.hosts import service
+from kvtui.hosts.backend import BackendError, HostBackend
+from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, probe, served_model
+from kvtui.knobs import fraction_flag
+from kvtui.tune.planner import Candidate, Planner, Stop, Tried, boot_seconds
+
+if TYPE_CHECKING:
+    from kvtui.config import HostConfig
+
+Say = Callable[[str], None]
+
+
+@dataclass(slots=True)
+class TuneStep:
+    """One boot of the tune, for the table, ``--json`` and the audit."""
+
+    index: int
+    candidate: Candidate
+    outcome: str = "pending"
+    tokens: int | None = None
+    seconds: float | None = None
+    failure: str | None = None
+    backup: str | None = None
+    probe: str | None = None  # what the readiness probe found
+
+    def to_json(self) -> dict[str, object]:
+        c = self.candidate
+        return {
+            "step": self.index,
+            "fraction": c.fraction,
+            "extra": dict(c.extra),
+            "predicted_tokens": c.predicted_tokens,
+            "predicted_verdict": c.verdict,
+            "actual_tokens": self.tokens,
+            "outcome": self.outcome,
+            "failure": self.failure,
+            "boot_seconds": None if self.seconds is None else round(self.seconds, 1),
+            "backup": self.backup,
+            "probe": self.probe,
+            "why": c.why,
+        }
+
+
+@dataclass(slots=True)
+class TuneResult:
+    host: str
+    goal: str
+    code: int
+    met: bool
+    reason: str
+    steps: list[TuneStep] = field(default_factory=list)
+    final: str | None = None  # the configuration left running (its label), when known
+    rolled_back: str | None = None  # what the closing rollback did, when there was one
+    interrupted: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "host": self.host,
+            "goal": self.goal,
+            "met": self.met,
+            "exit": self.code,
+            "reason": self.reason,
+            "final": self.final,
+            "rolled_back": self.rolled_back,
+            "interrupted": self.interrupted,
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+
+TABLE_HEAD = f"{'step':>4}  {'setting':<34} {'predicted':>10} {'actual':>10}  {'outcome':<26} {'boot':>7}"
+
+
+def table_row(s: TuneStep) -> str:
+    pred = fmt.tokens(s.candidate.predicted_tokens) if s.candidate.predicted_tokens is not None else "—"
+    act = fmt.tokens(s.tokens) if s.tokens is not None else "—"
+    out = s.outcome + (f" ({s.failure})" if s.failure else "")
+    secs = fmt.duration(s.seconds) if s.seconds is not None else "—"
+    return f"{s.index:>4}  {s.candidate.label():<34} {pred:>10} {act:>10}  {out:<26} {secs:>7}"
+
+
+@dataclass(slots=True)
+class TuneRun:
+    """What a tune needs: the host, its planner, the boots so far, and how to talk."""
+
+    name: str
+    host: HostConfig
+    backend: HostBackend
+    planner: Planner
+    boots: list[Boot]
+    timeout: float = 1800.0
+    probe_timeout: float = DEFAULT_PROBE_TIMEOUT_S
+    margin_gib: float | None = None
+    say: Say = print
+    step_say: Say | None = None  # each finished step's table row (the CLI's stderr, the dialog)
+    clock: Callable[[], float] = time.time
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    tried: list[Tried] = field(default_factory=list)
+    steps: list[TuneStep] = field(default_factory=list)
+
+
+async def tune(run: TuneRun) -> TuneResult:
+    """Run the loop until the planner stops, the budget is spent, a step cannot go on, or a stop
+    is requested; end on the last ready configuration."""
+    p = run.planner
+    restore: str | None = None  # the backup holding the last ready configuration
+    prev_ready = p.start_ready
+    reason = ""
+    code: int | None = None
+    met = False
+    while True:
+        if run.stop.is_set():
+            reason = "stopped by the operator after the step in progress"
+            break
+        nxt = p.next(run.boots, run.tried)
+        if isinstance(nxt, Stop):
+            reason, met = nxt.reason, nxt.met
+            break
+        step = TuneStep(len(run.steps) + 1, nxt)
+        run.steps.append(step)
+        run.say(f"step {step.index}: {nxt.label()} — {nxt.why}; predicted "
+                f"{fmt.tokens(nxt.predicted_tokens) if nxt.predicted_tokens is not None else '?'} tokens "
+                f"(verdict {nxt.verdict})")
+        got = await _one_step(run, step)
+        if isinstance(got, int):
+            code = got
+            reason = step.failure or step.outcome
+            break
+        tried, backup = got
+        p.learn(tried)
+        run.tried.append(tried)
+        if prev_ready and backup is not None:
+            restore = backup
+        prev_ready = tried.ready
+        if run.step_say is not None:
+            run.step_say(table_row(step))
+        if step.outcome == "timeout":
+            code = EXIT_TIMEOUT
+            reason = f"the boot at {nxt.label()} did not end within {run.timeout:g} s"
+            break
+    return await _finish(run, reason, met and prev_ready, code, restore, prev_ready)
+
+
+async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, str | None] | int:
+    """Apply one candidate and follow its boot; an exit code when the tune cannot go on."""
+    c = step.candidate
+    edits = [fl.Edit(k, v) for k, v in c.edits(run.planner.engine)]
+    calib = _calibration_boots(run)
+    try:
+        plan = await changes.plan_apply(run.name, run.host, run.backend, edits, restart=True, timeout=run.timeout,
+                                        graph_margin_gib=run.margin_gib, boots=calib, clock=run.clock)
+    except service.ServiceError as exc:
+        step.outcome, step.failure = "error", str(exc)
+        run.say(f"step {step.index}: cannot plan: {exc}")
+        return exc.code
+    if plan.refused:
+        step.outcome = "refused"
+        step.failure = "; ".join(r.reason for r in plan.blocking)
+        run.say(f"step {step.index}: refused: {step.failure}")
+        await service.execute(plan, run.backend, clock=run.clock)  # audits the refusal
+        return EXIT_REFUSED
+    if not plan.changed:
+        cur = run.boots[-1] if run.boots else None
+        step.outcome = "ready" if cur is not None and cur.status is BootStatus.READY else "unchanged"
+        step.tokens = None if cur is None else cur.metrics.max_total_num_tokens
+        return Tried(c, step.outcome, cur), None
+
+    def progress(msg: str) -> None:
+        run.say(f"  {msg}")
+
+    out = await service.execute(plan, run.backend, progress, clock=run.clock, heartbeat=progress)
+    step.backup = out.backup_path
+    step.outcome = out.status
+    boot = out.boot
+    if boot is not None:
+        run.boots.append(boot)
+        step.tokens = boot.metrics.max_total_num_tokens
+        step.seconds = boot_seconds(boot)
+        if boot.failure is not None:
+            step.failure = boot.failure.kind.value
+    if out.status == "ready" and boot is not None:
+        await _prove_ready(run, step, boot)
+    if out.status == "error":
+        step.failure = out.messages[-1] if out.messages else "error"
+        run.say(f"step {step.index}: {step.failure}")
+        if out.backup_path:
+            run.say(f"the previous flags are saved as {out.backup_path}: `kvtui rollback {run.name} --restart` "
+                    "restores them")
+        return out.code
+    return Tried(c, step.outcome, boot), out.backup_path
+
+
+async def _prove_ready(run: TuneRun, step: TuneStep, boot: Boot) -> None:
+    """A step is ready once the server answers a 1-token request (``kvtui.hosts.probe``; off with
+    ``probe = false``, skipped when the boot's arguments name no port); else it failed,
+    ``not_serving``."""
+    port = boot_port(boot.flags)
+    if not getattr(run.host, "probe", True) or port is None:
+        return
+    res = await probe(run.backend, port, model=getattr(run.host, "probe_model", None) or served_model(boot.flags),
+                      timeout=min(run.timeout, run.probe_timeout))
+    step.probe = res.headline()
+    run.say(f"  {'✔' if res.ok else '✘'} {res.headline()}")
+    if res.ok:
+        return
+    step.outcome, step.failure = "failed", FailureKind.NOT_SERVING.value
+    boot.status = BootStatus.FAILED
+    boot.failure = Failure(FailureKind.NOT_SERVING, Phase.READY, res.error or "no answer",
+                           hint=hint_for(FailureKind.NOT_SERVING, boot.engine, boot.flags, boot.facts))
+
+
+def _calibration_boots(run: TuneRun) -> list[Boot]:
+    """The boots the plan's prediction calibrates from: the planner's choice (a boot that died in
+    capture alone), so the plan shows what the planner saw."""
+    try:
+        chosen, others = kvcalc.select_boot(run.boots)
+    except kvcalc.CalcError:  # nothing sized yet: let the service read the host
+        return list(run.boots)
+    died = chosen.failure is not None and chosen.failure.kind is FailureKind.OOM_GRAPH_CAPTURE
+    return [chosen] if died else [*others, chosen]
+
+
+async def _finish(run: TuneRun, reason: str, met: bool, code: int | None, restore: str | None,
+                  prev_ready: bool) -> TuneResult:
+    """Close the tune: the last step ended ready (met or not), or roll back to the last ready
+    configuration; a step that could not go on (``code``) leaves the host as it says."""
+    result = TuneResult(run.name, run.planner.goal.describe(), EXIT_OK if met else EXIT_FAILED, met, reason,
+                        run.steps, interrupted=run.stop.is_set())
+    last = run.steps[-1] if run.steps else None
+    if last is None:
+        result.final = "unchanged"
+    elif last.outcome == "ready":
+        result.final = last.candidate.label()
+    if code is not None and code != EXIT_TIMEOUT:
+        result.code, result.met = code, False
+    else:
+        if last is not None and not prev_ready:
+            await _roll_back(run, result, restore)
+        if code == EXIT_TIMEOUT:
+            result.code, result.met = EXIT_TIMEOUT, False
+    _audit(run, result)
+    return result
+
+
+async def _roll_back(run: TuneRun, result: TuneResult, restore: str | None) -> None:
+    if restore is None:
+        result.rolled_back = "nothing to roll back to: no configuration of this tune (nor the one before it) was ready"
+        run.say(f"{run.name}: {result.rolled_back}; the host is left as the last step made it")
+        return
+    run.say(f"the last step did not end ready: rolling back to the last ready configuration ({restore})")
+    try:
+        rb = await changes.plan_rollback(run.name, run.host, run.backend, to=restore, restart=True,
+                                         timeout=run.timeout, clock=run.clock)
+    except service.ServiceError as exc:
+        result.rolled_back = f"the rollback could not be planned: {exc}"
+        result.code = exc.code
+        run.say(result.rolled_back)
+        return
+
+    def progress(msg: str) -> None:
+        run.say(f"  {msg}")
+
+    out = await service.execute(rb, run.backend, progress, clock=run.clock, heartbeat=progress)
+    good = out.status == "ready"
+    ready = [t for t in run.tried if t.ready]
+    label = ready[-1].candidate.label() if ready else "the configuration before the tune"
+    result.rolled_back = (f"rolled back to the last ready configuration ({label}); the boot is ready" if good
+                          else f"the rollback to {restore} ended {out.status}")
+    if good:
+        result.final = label
+        if out.boot is not None:
+            run.boots.append(out.boot)
+    elif result.code == EXIT_OK:
+        result.code = EXIT_FAILED
+    run.say(result.rolled_back)
+
+
+def _audit(run: TuneRun, result: TuneResult) -> None:
+    entry: dict[str, object] = {
+        "host": run.name,
+        "action": "tune",
+        "goal": result.goal,
+        "outcome": "met" if result.met else "not_met",
+        "exit": result.code,
+        "reason": result.reason,
+        "final": result.final,
+        "rolled_back": result.rolled_back,
+        "steps": [s.to_json() for s in result.steps],
+    }
+    with contextlib.suppress(OSError):
+        audit.append(entry, now=run.clock())
+
+
+async def start_state(name: str, host: HostConfig, backend: HostBackend, timeout: float = 30.0,
+                      boots: Sequence[Boot] | None = None) -> tuple[fl.ServerCommand, list[Boot]]:
+    """The flags file as it is and the host's boots (read from its log unless given: the console
+    passes its monitor's); ``BackendError`` / ``ServiceError``."""
+    source = await service.locate_source(name, host, backend)
+    try:
+        cmd = fl.parse_command(source.text, source.kind)
+    except fl.FlagError as exc:
+        raise service.ServiceError(f"{source.path}: {exc}") from exc
+    if boots is not None:
+        return cmd, list(boots)
+    try:
+        return cmd, await changes.host_boots(backend, host, cmd.engine, timeout)
+    except (BackendError, TimeoutError):
+        return cmd, []
+
+
+def running_flags(boots: Sequence[Boot], cmd: fl.ServerCommand) -> dict[str, object]:
+    """The flags the tune starts from: the running boot's argument dump, else the file's."""
+    if boots and boots[-1].flags:
+        return dict(boots[-1].flags)
+    return {k.replace("-", "_"): v for k, v in cmd.values().items()}
+
+
+def render_plan(name: str, planner: Planner, first: Candidate | Stop, cur: Boot | None) -> str:
+    """The plan the operator confirms: the goal, where the host is, the first candidate, what may
+    move, the boot budget, what happens on failure (the CLI prints it; the console shows it)."""
+    ff = fraction_flag(planner.engine)
+    b = planner.bounds
+    lines = [f"kvtui tune {name}: goal {planner.goal.describe()}"]
+    if cur is not None:
+        tok = cur.metrics.max_total_num_tokens
+        lines.append(f"  now: {ff} {planner.start.get(ff, '?')}, boot {cur.status.value}"
+                     + (f", {fmt.tokens(tok)} tokens" if tok is not None else ""))
+    else:
+        lines.append("  now: no boot found in the host's log")
+    if isinstance(first, Candidate):
+        lines.append(f"  first candidate: {first.label()} → {fmt.tokens(first.predicted_tokens or 0)} tokens predicted "
+                     f"(verdict {first.verdict}); {first.why}")
+    else:
+        lines.append(f"  nothing to boot: {first.reason}")
+    knobs = ", ".join(planner.also) if planner.also else "none (pass --also to move them)"
+    lines += [
+        f"  moves: {ff} within [{b.floor:g}, {b.ceiling:g}]; other knobs: {knobs}",
+        f"  budget: at most {b.max_boots} boot{'s' if b.max_boots != 1 else ''}; each step is an apply with restart "
+        "(diff, backup, verify, restart, follow the boot)",
+        "  on failure: a capture OOM recalibrates from the boot's capture trail and steps down; a pool that "
+        "does not fit steps up; a tune ending on a failed boot rolls back to the last ready configuration",
+    ]
+    return "\n".join(lines) + "\n"
