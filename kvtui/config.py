@@ -540,11 +540,80 @@ def _demo_default() -> HostConfig:
     return DemoHost()
 
 
+DEFAULT_HANG_SECONDS = 180.0
+
+
+class DeploymentConfig(_Strict):
+    """``[deployments.NAME]``: one server spread over several hosts (``nodes``, each a
+    ``[hosts.NAME]``). A node's rank is its position in ``nodes`` unless its own arguments say
+    ``--node-rank``. ``hang_seconds``: how long a node may trail the phase the others reached
+    before the deployment is called hung (``kvtui.nodes.diagnose_hang``)."""
+
+    nodes: list[str] = Field(min_length=2, max_length=64)
+    hang_seconds: float = Field(default=DEFAULT_HANG_SECONDS, gt=0, le=86400)
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: list[str]) -> list[str]:
+        for n in v:
+            if not HOST_NAME_RE.match(n):
+                raise ValueError(f"expected host names (letters, digits, '-' and '_'), got {json.dumps(n)}")
+        dup = sorted({n for n in v if v.count(n) > 1})
+        if dup:
+            raise ValueError(f"expected each host once, {', '.join(dup)} is listed twice")
+        return v
+
+
+def deployment_problems(deployments: Mapping[str, DeploymentConfig], hosts: Mapping[str, HostConfig],
+                        defined: set[str]) -> list[tuple[str, str | None, str, object]]:
+    """Cross-table rules of ``[deployments.*]`` against the hosts: ``(table, key, expected, value)``.
+    ``defined``: every ``[hosts.NAME]`` in the file, valid or not (a node that names a host with
+    problems of its own is not called unknown: the host's problems are listed already)."""
+    out: list[tuple[str, str | None, str, object]] = []
+    roles: dict[str, tuple[str, int]] = {}  # host -> (first deployment, its position there)
+    known = sorted(defined | {"demo"})
+    for dname, dep in deployments.items():
+        table = f"deployments.{dname}"
+        if dname in defined or dname == "demo":
+            out.append((table, None, f"the name '{dname}' is also a host: a deployment needs a name of its own "
+                        "(commands accept either)", _MISSING))
+        for pos, node in enumerate(dep.nodes):
+            if node not in defined and node != "demo":
+                close = difflib.get_close_matches(node, known, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                out.append((table, "nodes", f"'{node}' is not a [hosts.NAME] of this file: expected one of "
+                            f"{', '.join(known)}{hint}", dep.nodes))
+                continue
+            first = roles.get(node)
+            if first is None:
+                roles[node] = (dname, pos)
+            elif first[1] != pos:
+                out.append((table, "nodes", f"'{node}' is node {pos} here but node {first[1]} in "
+                            f"[deployments.{first[0]}]: a host has one role (its unit runs one --node-rank)",
+                            dep.nodes))
+        nodes = [hosts.get(n) if n != "demo" or "demo" in hosts else DemoHost() for n in dep.nodes]
+        present = [(n, h) for n, h in zip(dep.nodes, nodes, strict=True) if h is not None]
+        demo = [n for n, h in present if h.demo]
+        if demo and len(demo) != len(present):
+            real = [n for n, h in present if not h.demo]
+            out.append((table, "nodes", f"mixes simulated ({', '.join(demo)}) and real ({', '.join(real)}) hosts: "
+                        "expected all demo hosts or none", dep.nodes))
+        engines: dict[str, list[str]] = {}
+        for n, h in present:
+            if h.server_engine != "auto":
+                engines.setdefault(h.server_engine, []).append(n)
+        if len(engines) > 1:
+            said = "; ".join(f"{e} on {', '.join(ns)}" for e, ns in engines.items())
+            out.append((table, "nodes", f"mixes engines ({said}): expected one engine on every node", dep.nodes))
+    return out
+
+
 @dataclass(frozen=True)
 class Config:
     """The loaded inventory. ``path`` is None when no hosts file was found."""
 
     hosts: dict[str, HostConfig] = field(default_factory=dict)
+    deployments: dict[str, DeploymentConfig] = field(default_factory=dict)
     ui: UiConfig = field(default_factory=UiConfig)
     keymap: dict[str, str] = field(default_factory=dict)
     calc: CalcConfig = field(default_factory=CalcConfig)
@@ -557,15 +626,28 @@ class Config:
             names.append("demo")
         return names
 
+    def deployment(self, name: str) -> DeploymentConfig | None:
+        """The ``[deployments.NAME]`` of that name, or None (then ``name`` is a host's)."""
+        return self.deployments.get(name)
+
+    def node_hosts(self, name: str) -> list[tuple[str, HostConfig]]:
+        """A deployment's nodes in rank order, or ``[(name, host)]`` for a host: what commands that
+        accept either iterate over. Raises ``ConfigError`` for an unknown name."""
+        dep = self.deployments.get(name)
+        if dep is None:
+            return [(name, self.host(name))]
+        return [(n, self.host(n)) for n in dep.nodes]
+
     def host(self, name: str) -> HostConfig:
         if name in self.hosts:
             return self.hosts[name]
         if name == "demo":
             return _demo_default()
         where = str(self.path) if self.path else "no hosts file found (" + ", ".join(search_locations()) + ")"
-        close = difflib.get_close_matches(name, self.names(), n=1)
+        close = difflib.get_close_matches(name, self.names() + list(self.deployments), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise ConfigError(f"unknown host '{name}' ({where}): known hosts are {', '.join(self.names())}{hint}")
+        deps = f"; deployments are {', '.join(self.deployments)}" if self.deployments else ""
+        raise ConfigError(f"unknown host '{name}' ({where}): known hosts are {', '.join(self.names())}{deps}{hint}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -619,7 +701,7 @@ def load_config(explicit: str | None = None) -> Config:
     return parse_config(data, path)
 
 
-_TOP_KEYS = ("hosts", "ui", "keymap", "calc")
+_TOP_KEYS = ("hosts", "deployments", "ui", "keymap", "calc")
 
 
 def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
@@ -663,6 +745,30 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
         if keys_ok and not rules and kind is not None and HOST_NAME_RE.match(name):
             hosts[name] = _VARIANTS[kind].model_validate(table)
 
+    deployments: dict[str, DeploymentConfig] = {}
+    raw_deps = raw.get("deployments", {})
+    if not isinstance(raw_deps, dict):
+        add("", "deployments", "expected tables [deployments.NAME] with nodes = [\"host-a\", \"host-b\"]", raw_deps)
+        raw_deps = {}
+    for name, table in raw_deps.items():
+        tname = f"deployments.{name}" if HOST_NAME_RE.match(name) else f"deployments.{json.dumps(name)}"
+        if not HOST_NAME_RE.match(name):
+            add(tname, None, f"deployment name {json.dumps(name)}: expected letters, digits, '-' and '_' only")
+            continue
+        if not isinstance(table, dict):
+            add("deployments", name, f"expected a table [deployments.{name}] with nodes = [...]", table)
+            continue
+        if "nodes" not in table:
+            add(tname, "nodes", 'is missing: expected the hosts the server spans, in node-rank order, '
+                'like nodes = ["h20-a", "h20-b"]')
+            continue
+        dep = _validate(DeploymentConfig, table, tname, add)
+        if dep is not None:
+            deployments[name] = dep
+    defined = {n for n, t in raw_hosts.items() if isinstance(t, dict)}
+    for tname, dkey, expected, value in deployment_problems(deployments, hosts, defined):
+        add(tname, dkey, expected, value)
+
     ui = _section(raw, "ui", UiConfig, add) or UiConfig()
     calc = _section(raw, "calc", CalcConfig, add) or CalcConfig()
 
@@ -682,7 +788,7 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
         lines = [str(p) for p in problems]
         header = f"{fname}: {n} problem{'s' if n > 1 else ''} in the hosts file:"
         raise ConfigError(header + "\n  " + "\n  ".join(lines), problems)
-    return Config(hosts=hosts, ui=ui, keymap=keymap, calc=calc, path=Path(path))
+    return Config(hosts=hosts, deployments=deployments, ui=ui, keymap=keymap, calc=calc, path=Path(path))
 
 
 def _section(raw: dict[str, Any], name: str, model: type[_Strict], add: Any) -> Any:
@@ -752,6 +858,13 @@ def _expected(err: Any, model: type[_Strict], key: str) -> str:
         if "le" in bounds:
             parts.append(f"at most {bounds['le']}")
         return "expected a number " + " and ".join(parts)
+    if etype == "too_short":
+        n = ctx.get("min_length")
+        if key == "nodes":
+            return f"expected at least {n} hosts (a server on one host is a [hosts.NAME] of its own)"
+        return f"expected at least {n} items"
+    if etype == "too_long":
+        return f"expected at most {ctx.get('max_length')} items"
     if etype in _TYPE_WORDS:
         # the nullable fields report e.g. "string_type" for a wrong type
         return _TYPE_WORDS[etype]
