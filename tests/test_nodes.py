@@ -158,3 +158,38 @@ def test_pairing_by_start_time_keeps_a_missing_restart_apart() -> None:
     late = Boot(started_at=_t("12:00:00").replace(tzinfo=a.started_at.tzinfo if a.started_at else None))
     groups = pair_boots([[a, late], [b]])
     assert groups == [[a, b], [late, None]]
+
+
+def test_replay_takes_several_nodes_logs(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvtui.cli import main
+
+    code = main(["replay", str(NODES / "sglang-tp16-node0.log"), str(NODES / "sglang-tp16-node1-mf085.log")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Boot 1 of 1 · 2 nodes · sglang (version not printed) · READY · 16 ranks (TP0 … TP15)" in out
+    assert "load_weights        10:05:30    10:06:10" in out
+    assert "free before weights  93.41 GiB set by node 1 (sglang-tp16-node1-mf085.log)" in out
+    assert ("! node 1 (sglang-tp16-node1-mf085.log) runs --mem-fraction-static 0.85, "
+            "node 0 (sglang-tp16-node0.log) 0.88") in out
+
+
+def test_replay_json_of_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from kvtui.cli import main
+
+    assert main(["replay", "--json", str(NODES / "vllm-tp16-node0.log"), str(NODES / "vllm-tp16-node1.log")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    boot = doc["boots"][0]
+    assert doc["nodes"] == ["vllm-tp16-node0.log", "vllm-tp16-node1.log"]
+    assert boot["status"] == "ready"
+    assert [n["node_rank"] for n in boot["nodes"]] == [0, 1]
+    assert boot["figure_nodes"]["graph_mem_gib"] == 0
+    assert boot["findings"] == []
+
+
+def test_replay_nodes_unreadable_input_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvtui.cli import main
+
+    assert main(["replay", str(NODES / "sglang-tp16-node0.log"), str(tmp_path / "missing.log")]) == 3
+    assert "missing.log: no such file" in capsys.readouterr().err

@@ -524,7 +524,12 @@ def render_unknown(unrecognised: list[UnrecognisedShape], source: str) -> str:
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
-    path: str = args.path
+    paths: list[str] = [args.path] if isinstance(args.path, str) else list(args.path)
+    if len(paths) > 1:
+        from kvtui.commands.replay_nodes import run_nodes
+
+        return run_nodes(paths, args, out, err)
+    path = paths[0]
     unrecognised: list[UnrecognisedShape] = []
     try:
         boots, shape = analyse_path(path, unrecognised=unrecognised)
