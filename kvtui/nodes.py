@@ -456,56 +456,63 @@ def _reach(n: NodeBoot) -> int:
     return PHASE_RANK[n.boot.phase]
 
 
+def _same_clock(t: datetime, ref: datetime) -> datetime:
+    """``t`` on ``ref``'s kind of clock: a naive stamp is local time (the engines' own stamps)."""
+    if (t.tzinfo is None) == (ref.tzinfo is None):
+        return t
+    if ref.tzinfo is not None:
+        return t.astimezone(ref.tzinfo)  # naive -> local -> ref's zone
+    return t.astimezone().replace(tzinfo=None)  # aware -> local naive
+
+
 def diagnose_hang(dep: DeploymentBoot, now: datetime, bound_s: float,
                   observed: Mapping[int, NodeObservation] | None = None) -> Hang | None:
-    """The nodes that have not reached the phase another node reached at least ``bound_s`` ago
-    (head-only phases aside), with the causes kvtui can see; None when no node trails that long,
-    or the boot is over (ready, failed, stopped)."""
-    if dep.boot.status is not BootStatus.STARTING or len(dep.nodes) < 2:
+    """The nodes that hold the deployment back, with the causes kvtui can see, or None.
+
+    A node holds it back when it has not reached the phase another node reached at least
+    ``bound_s`` ago (head-only phases aside), or at once when its boot stopped (its unit was
+    stopped, it was restarted alone) while the others wait. None once the whole is ready or
+    failed, and while no node trails for that long."""
+    if dep.boot.status in (BootStatus.READY, BootStatus.FAILED) or len(dep.nodes) < 2:
         return None
     observed = observed or {}
-    best = max(dep.nodes, key=lambda n: (min(_reach(n), PHASE_RANK[Phase.GRAPH_CAPTURE]), -n.node_rank))
-    top = min(_reach(best), PHASE_RANK[Phase.GRAPH_CAPTURE])
-    if top < 0:
+    stopped = [n for n in dep.nodes if n.boot is not None and n.boot.status is BootStatus.STOPPED]
+    running = [n for n in dep.nodes if n not in stopped]
+    cap = PHASE_RANK[Phase.GRAPH_CAPTURE]
+    top = max((min(_reach(n), cap) for n in running), default=-1)
+    if top < 0 and not stopped:
         return None
+    top = max(top, 0)
     phase = next(p for p, r in PHASE_RANK.items() if r == top)
-    lagging = [n for n in dep.nodes if _reach(n) < top]
+    lagging = [n for n in dep.nodes if n in stopped or _reach(n) < top]
     if not lagging:
         return None
-    since = [s.start for n in dep.nodes if (s := n.span(phase)) is not None and s.start is not None]
-    if not since:
+    ahead = [n for n in running if n not in lagging]
+    since = [s.start for n in ahead if (s := n.span(phase)) is not None and s.start is not None]
+    first = min(since) if since else None
+    waiting = max((now - _same_clock(first, now)).total_seconds(), 0.0) if first is not None else 0.0
+    if not stopped and waiting < bound_s:
         return None
-    first = min(since)
-    if first.tzinfo is None and now.tzinfo is not None:
-        now = now.replace(tzinfo=None)
-    elif first.tzinfo is not None and now.tzinfo is None:
-        now = now.replace(tzinfo=first.tzinfo)
-    waiting = (now - first).total_seconds()
-    if waiting < bound_s:
-        return None
-    ahead = [n for n in dep.nodes if _reach(n) >= top]
-    wait_word = WAIT_WORDS.get(phase, PHASE_WORDS[phase])
     parts = []
     for n in lagging:
         if n.boot is None:
             parts.append(f"{n.label()} has not started (no boot in its log)")
+        elif n in stopped:
+            parts.append(f"{n.label()} stopped at {PHASE_WORDS[n.boot.phase] if n.boot.phase else 'launch'}")
         else:
             parts.append(f"{n.label()} has not started {PHASE_WORDS[phase]} "
                          f"(it is at {PHASE_WORDS[n.boot.phase] if n.boot.phase else 'launch'})")
-    waiting_who = ", ".join(n.label() for n in ahead)
-    summary = "; ".join(parts) + f"; {waiting_who} waiting {fmt.duration(waiting)} at {wait_word}"
+    summary = "; ".join(parts)
+    if ahead:
+        wait_word = WAIT_WORDS.get(phase, PHASE_WORDS[phase])
+        summary += f"; {', '.join(n.label() for n in ahead)} waiting {fmt.duration(waiting)} at {wait_word}"
     causes: list[str] = []
     for n in lagging:
         ob = observed.get(n.node_rank, NodeObservation())
         if ob.unit_active is False:
             causes.append(f"{n.label()}: its unit is not running" + (f" ({ob.unit_state})" if ob.unit_state else ""))
         if ob.last_line_at is not None:
-            last = ob.last_line_at
-            if last.tzinfo is None and now.tzinfo is not None:
-                last = last.replace(tzinfo=now.tzinfo)
-            elif last.tzinfo is not None and now.tzinfo is None:
-                last = last.replace(tzinfo=None)
-            silent = (now - last).total_seconds()
+            silent = (now - _same_clock(ob.last_line_at, now)).total_seconds()
             if silent >= bound_s:
                 causes.append(f"{n.label()}: its log has been silent for {fmt.duration(silent)}")
     head = dep.nodes[0]

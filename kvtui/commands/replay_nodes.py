@@ -1,4 +1,5 @@
-"""``kvtui replay a.log b.log …``: the logs of one deployment's nodes, merged (``kvtui.nodes``).
+"""``kvtui replay a.log b.log …`` (and ``wait`` on a deployment): how a deployment's merged boot is
+shown. ``replay`` reads the files and merges them (``kvtui.nodes``); this module only renders.
 
 Each file is read as ``replay`` reads one (any shape, gzip, the same exit 3 for unreadable input);
 node names are the files' names, node ranks come from each log's own ``--node-rank`` (else the
@@ -9,24 +10,12 @@ Exit 1 when the last start failed on any node."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-from typing import TextIO
+from datetime import datetime
 
-from kvtui.boot import Boot, BootStatus
-from kvtui.commands.replay import (
-    EXIT_FAILED,
-    EXIT_INPUT,
-    EXIT_OK,
-    InputError,
-    _when,
-    analyse_path,
-    no_boot_found,
-    render_boot,
-)
+from kvtui.boot import BootStatus
 from kvtui.engines.events import PHASE_RANK, Phase
-from kvtui.nodes import DeploymentBoot, merge_logs
+from kvtui.nodes import DeploymentBoot
 
 # the figures shown with the node that set them, in this order
 _FIGURES = (
@@ -51,8 +40,14 @@ def node_names(paths: list[str]) -> list[str]:
     return out
 
 
-def render_deployment(dep: DeploymentBoot, index: int, total: int) -> list[str]:
-    lines = render_boot(dep.boot, index, total)
+def _when(dt: datetime | None) -> str:
+    return "—" if dt is None else dt.strftime("%Y-%m-%d %H:%M:%S") + (dt.strftime("%z") if dt.utcoffset() else "")
+
+
+def render_deployment(dep: DeploymentBoot, boot_lines: list[str], index: int, total: int) -> list[str]:
+    """``boot_lines``: the merged boot as ``replay`` renders one boot (``render_boot``); then the
+    nodes side by side, which node set each figure, and the findings."""
+    lines = list(boot_lines)
     lines[0] = lines[0].replace(f"Boot {index} of {total}", f"Boot {index} of {total} · {len(dep.nodes)} nodes", 1)
     lines.append("  Nodes")
     for n in dep.nodes:
@@ -93,39 +88,5 @@ def render_deployment(dep: DeploymentBoot, index: int, total: int) -> list[str]:
     return lines
 
 
-def render_all(deps: list[DeploymentBoot], names: list[str]) -> str:
-    lines = [f"{len(names)} nodes ({', '.join(names)}): {len(deps)} start{'s' if len(deps) != 1 else ''}"]
-    for i, d in enumerate(deps, 1):
-        lines.append("")
-        lines.extend(render_deployment(d, i, len(deps)))
-    return "\n".join(lines) + "\n"
-
-
-def run_nodes(paths: list[str], args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    if paths.count("-") > 1:
-        print("kvtui replay: '-' (standard input) can be given once", file=err)
-        return 2
-    names = node_names(paths)
-    per_node: list[tuple[str, list[Boot]]] = []
-    for name, path in zip(names, paths, strict=True):
-        try:
-            boots, _shape = analyse_path(path)
-        except InputError as exc:
-            print(f"kvtui replay: {exc}", file=err)
-            return EXIT_INPUT
-        if not boots:
-            print(f"kvtui replay: {no_boot_found(path)}", file=err)
-        per_node.append((name, boots))
-    if not per_node[0][1]:
-        print(f"kvtui replay: the first log ({paths[0]}) holds no boot: nothing to merge the others with", file=err)
-        return EXIT_OK
-    deps = merge_logs(per_node)
-    if getattr(args, "json", False):
-        json.dump({"sources": paths, "nodes": names, "boots": [d.to_json() for d in deps]}, out, indent=2,
-                  ensure_ascii=False)
-        out.write("\n")
-    else:
-        out.write(render_all(deps, names))
-    return EXIT_FAILED if deps and deps[-1].boot.status is BootStatus.FAILED else EXIT_OK
-
-
+def header(names: list[str], starts: int) -> str:
+    return f"{len(names)} nodes ({', '.join(names)}): {starts} start{'s' if starts != 1 else ''}"
