@@ -20,7 +20,8 @@ one start side by side and builds:
 
 Only node rank 0 serves HTTP (SGLang's other nodes run schedulers only; vLLM's other nodes run
 ``--headless``): ``http_up`` and ``ready`` are the head's, and the whole is ready when the head is
-ready and no node failed or stopped.
+ready, every other node's log shows the head's last scheduler phase, and no node failed or
+stopped.
 """
 
 from __future__ import annotations
@@ -357,7 +358,7 @@ def merge_boots(nodes: Sequence[tuple[str, Boot | None]]) -> DeploymentBoot:
         merged.status = BootStatus.FAILED
         merged.failure = first.boot.failure
         failed_node = first.node_rank
-    elif head.boot is not None and head.boot.status is BootStatus.READY:
+    elif head.boot is not None and head.boot.status is BootStatus.READY and _others_caught_up(ordered):
         merged.status = BootStatus.READY
     elif any(n.boot is not None and n.boot.status is BootStatus.STOPPED for n in present):
         merged.status = BootStatus.STOPPED
@@ -374,6 +375,20 @@ def merge_boots(nodes: Sequence[tuple[str, Boot | None]]) -> DeploymentBoot:
     refresh_metrics(merged)
     return DeploymentBoot(boot=merged, nodes=ordered, figure_node=setter, findings=findings[:MAX_FINDINGS],
                           failed_node=failed_node)
+
+
+def _top(n: NodeBoot) -> int:
+    """The furthest phase a node's own log shows (head-only phases aside; -1: none)."""
+    if n.boot is None:
+        return -1
+    return max((PHASE_RANK[s.name] for s in n.boot.phases if s.name not in HEAD_ONLY), default=-1)
+
+
+def _others_caught_up(nodes: Sequence[NodeBoot]) -> bool:
+    """Every other node's log shows the head's last scheduler phase (the head cannot serve before
+    they got there; a log that does not show it yet has not been read that far)."""
+    want = _top(nodes[0])
+    return all(_top(n) >= want for n in nodes[1:])
 
 
 def pair_boots(per_node: Sequence[Sequence[Boot]]) -> list[list[Boot | None]]:

@@ -26,6 +26,7 @@ vLLM 0.11-style lines, TP16 over two nodes with ``--nnodes 2 --node-rank N --mas
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -33,8 +34,20 @@ OUT = Path(__file__).parent / "fixtures" / "nodes"
 DAY = datetime(2026, 11, 20, 10, 0, 0)
 
 
+_base = [DAY]  # the stamps' day and time: live tests write a boot "now" (``at``)
+
+
 def _t(sec: float) -> datetime:
-    return DAY + timedelta(seconds=sec)
+    return _base[0] + timedelta(seconds=sec)
+
+
+def at(start: datetime, make: Callable[[], str]) -> str:
+    """``make()``'s log with its stamps moved to begin at ``start`` (a boot happening now)."""
+    _base[0] = start
+    try:
+        return make()
+    finally:
+        _base[0] = DAY
 
 
 def _sg(sec: float, rank: int | None, text: str) -> tuple[float, str]:

@@ -193,3 +193,31 @@ def test_replay_nodes_unreadable_input_exits_3(tmp_path: Path, capsys: pytest.Ca
 
     assert main(["replay", str(NODES / "sglang-tp16-node0.log"), str(tmp_path / "missing.log")]) == 3
     assert "missing.log: no such file" in capsys.readouterr().err
+
+
+def test_the_whole_is_not_ready_before_every_node_shows_the_heads_last_phase() -> None:
+    head = _boots("sglang-tp16-node0.log")[-1]
+    stalled = _boots("sglang-tp16-stall-node1.log")[-1]
+    assert merge_boots([("h20-a", head), ("h20-b", None)]).boot.status is BootStatus.STARTING
+    assert merge_boots([("h20-a", head), ("h20-b", stalled)]).boot.status is BootStatus.STARTING
+
+
+def test_a_stopped_node_is_named_at_once() -> None:
+    b0 = _boots("sglang-tp16-stall-node0.log")[-1]
+    b1 = _boots("sglang-tp16-stall-node1.log")[-1]
+    b1.status = BootStatus.STOPPED
+    dep = merge_boots([("h20-a", b0), ("h20-b", b1)])
+    tz = b0.started_at.tzinfo if b0.started_at else None
+    hang = diagnose_hang(dep, _t("10:00:30").replace(tzinfo=tz), 180)  # well within the bound
+    assert hang is not None
+    assert hang.summary == ("node 1 (h20-b) stopped at launch; "
+                            "node 0 (h20-a) waiting 10s at NCCL init (distributed init)")
+
+
+def test_unit_environment_command_and_parse() -> None:
+    from kvtui.hosts import commands as C
+
+    assert C.unit_environment("sglang r1.service") == "systemctl show -p Environment --value 'sglang r1.service'"
+    assert C.unit_environment("s.service", sudo=True) == "sudo -n systemctl show -p Environment --value s.service"
+    assert C.parse_environment('NCCL_SOCKET_IFNAME=eth0 "NCCL_DEBUG=INFO x" GLOO_SOCKET_IFNAME=eth0\n') == {
+        "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO x", "GLOO_SOCKET_IFNAME": "eth0"}
