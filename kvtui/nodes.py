@@ -373,6 +373,9 @@ def merge_boots(nodes: Sequence[tuple[str, Boot | None]]) -> DeploymentBoot:
         if merged.phase is None and head.phase in HEAD_ONLY:
             merged.phase = head.phase
     refresh_metrics(merged)
+    # the findings travel with the boot: every reader of a boot (calc, the console) shows warnings
+    merged.warnings[:0] = [f"deployment: {f}" for f in findings[:MAX_WARNINGS]]
+    del merged.warnings[MAX_WARNINGS:]
     return DeploymentBoot(boot=merged, nodes=ordered, figure_node=setter, findings=findings[:MAX_FINDINGS],
                           failed_node=failed_node)
 

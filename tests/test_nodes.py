@@ -221,3 +221,22 @@ def test_unit_environment_command_and_parse() -> None:
     assert C.unit_environment("s.service", sudo=True) == "sudo -n systemctl show -p Environment --value s.service"
     assert C.parse_environment('NCCL_SOCKET_IFNAME=eth0 "NCCL_DEBUG=INFO x" GLOO_SOCKET_IFNAME=eth0\n') == {
         "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO x", "GLOO_SOCKET_IFNAME": "eth0"}
+
+
+def test_calc_host_accepts_a_deployment(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two local hosts following the nodes' log files: calc calibrates from the merged boot."""
+    from kvtui.cli import main
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    for name in ("sglang-tp16-node0.log", "sglang-tp16-node1.log"):
+        (tmp_path / name).write_bytes((NODES / name).read_bytes())
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(f'[hosts.a]\nlocal = true\nlog_file = "{tmp_path}/sglang-tp16-node0.log"\n'
+                     f'[hosts.b]\nlocal = true\nlog_file = "{tmp_path}/sglang-tp16-node1.log"\n'
+                     '[deployments.r1]\nnodes = ["a", "b"]\n')
+    code = main(["--hosts", str(hosts), "calc", "--host", "r1", "--set", "mem-fraction-static=0.86"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "boot 1 of 1 in host r1" in out
+    assert "P = 93.41 GiB free before the weights (min over ranks), A = 52.21 GiB after them, f = 0.88" in out
