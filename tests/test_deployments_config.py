@@ -107,3 +107,11 @@ def test_hosts_check_refuses_a_bad_deployment(tmp_path: Path, capsys: pytest.Cap
     hosts.write_text(HOSTS + '[deployments.r1]\nnodes = ["h20-a", "h20-zz"]\n')
     assert main(["hosts", "--check", "--hosts", str(hosts)]) == 3
     assert "'h20-zz' is not a [hosts.NAME]" in capsys.readouterr().err
+
+
+def test_connect_opens_a_deployments_nodes(tmp_path: Path) -> None:
+    from kvtui.commands.connect import expand_names
+
+    cfg = parse_config(HOSTS + '[deployments.r1]\nnodes = ["h20-b", "h20-a"]\n', tmp_path / "h.toml")
+    assert expand_names(cfg, ["r1"]) == ["h20-b", "h20-a"]
+    assert expand_names(cfg, ["h20-a", "r1", "h20-c"]) == ["h20-a", "h20-b", "h20-c"]
