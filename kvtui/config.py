@@ -385,21 +385,99 @@ class DemoHost(_HostBase):
         return None
 
 
+def _kube_target(v: str) -> str:
+    expected = ('expected "CONTEXT/NAMESPACE/POD" (or "CONTEXT/NAMESPACE" with selector = "…"; an empty '
+                'CONTEXT is the current one)')
+    if not v or any(c.isspace() or ord(c) < 32 for c in v) or v.startswith("-") or v.count("/") < 1:
+        raise ValueError(expected)
+    return v
+
+
+KubeTarget = Annotated[str, AfterValidator(_kube_target)]
+
+
+class KubeHost(_HostBase):
+    """``kube = "CONTEXT/NAMESPACE/POD"`` (or ``"CONTEXT/NAMESPACE"`` + ``selector``): a server in a
+    Kubernetes pod, followed with the operator's own ``kubectl`` (``kvtui.hosts.kube``)."""
+
+    _KIND_KEY: ClassVar[str] = "kube"
+
+    kube: KubeTarget
+    selector: NonEmpty | None = None
+    container: ContainerName | None = None
+    engine: EngineName = "auto"
+
+    @property
+    def kind(self) -> Literal["kube"]:
+        return "kube"
+
+    @property
+    def target(self) -> str:
+        return self.kube + (f" ({self.selector})" if self.selector else "")
+
+    @property
+    def demo(self) -> Literal[False]:
+        return False
+
+    @property
+    def server_engine(self) -> str:
+        return self.engine
+
+    @property
+    def log_source(self) -> Literal["kube"]:
+        return "kube"
+
+    @property
+    def source_label(self) -> str:
+        what = f"pods {self.selector}" if self.selector else f"pod {self.kube.rpartition('/')[2]}"
+        return what + (f", container {self.container}" if self.container else "")
+
+    # what a server host has and a pod does not: kvtui neither edits nor restarts a pod itself yet
+    @property
+    def unit(self) -> None:
+        return None
+
+    @property
+    def log_file(self) -> None:
+        return None
+
+    @property
+    def launch_script(self) -> None:
+        return None
+
+    @property
+    def start_command(self) -> None:
+        return None
+
+    @property
+    def stop_command(self) -> None:
+        return None
+
+    @property
+    def pid_file(self) -> None:
+        return None
+
+    @property
+    def sudo(self) -> bool:
+        return False
+
+
 if TYPE_CHECKING:
-    HostConfig: TypeAlias = SshHost | LocalHost | DemoHost
+    HostConfig: TypeAlias = SshHost | LocalHost | DemoHost | KubeHost
 else:
     HostConfig = _HostBase
 
-_VARIANTS: dict[str, type[SshHost] | type[LocalHost] | type[DemoHost]] = {
+_VARIANTS: dict[str, type[SshHost] | type[LocalHost] | type[DemoHost] | type[KubeHost]] = {
     "ssh": SshHost,
     "local": LocalHost,
     "demo": DemoHost,
+    "kube": KubeHost,
 }
 # Every key a host table may have, in the order messages list them; each belongs to the kinds
 # whose model has it (the rules below are derived from that).
-HOST_KEYS = ("ssh", "local", "demo", "port", "identity_file", "known_hosts", "strict_host_key", "engine", "unit",
-             "log_file", "container", "launch_script", "start_command", "stop_command", "pid_file", "gpus", "sudo",
-             "readonly", "demo_speed", "demo_seed", "demo_engine", "demo_model")
+HOST_KEYS = ("ssh", "local", "demo", "kube", "selector", "port", "identity_file", "known_hosts", "strict_host_key",
+             "engine", "unit", "log_file", "container", "launch_script", "start_command", "stop_command", "pid_file",
+             "gpus", "sudo", "readonly", "demo_speed", "demo_seed", "demo_engine", "demo_model")
 _KEYS_OF = {kind: tuple(model.model_fields) for kind, model in _VARIANTS.items()}
 assert set(HOST_KEYS) == {k for keys in _KEYS_OF.values() for k in keys}, "HOST_KEYS lists every host key once"
 
@@ -410,8 +488,12 @@ def _only(kind: str) -> tuple[str, ...]:
 
 
 KIND_KEYS = tuple(_VARIANTS)
+_TEXT_KINDS = ("ssh", "kube")  # kinds named by a string value (the others by = true)
 SSH_ONLY_KEYS = _only("ssh")
 DEMO_ONLY_KEYS = _only("demo")
+KUBE_ONLY_KEYS = _only("kube")
+# a pod is neither edited nor restarted by kvtui (yet): the keys describing that are refused there
+NOT_ON_KUBE_KEYS = tuple(k for k in ServerHost.model_fields if k not in KubeHost.model_fields)
 # A demo host simulates its own unit and GPUs: the keys describing a real server are refused there.
 NOT_ON_DEMO_KEYS = tuple(k for k in ServerHost.model_fields if k not in DemoHost.model_fields)
 SOURCE_KEYS = ("unit", "log_file", "container")
@@ -421,6 +503,8 @@ SOURCE_KEYS = ("unit", "log_file", "container")
 def _key_field(key: str) -> tuple[Any, Any]:
     if key == "ssh":
         return SshTarget | None, None
+    if key == "kube":
+        return KubeTarget | None, None
     if key in KIND_KEYS:
         return bool, False  # local = false is a value, not a kind: the rules say what is missing
     fi = next(m.model_fields[key] for m in _VARIANTS.values() if key in m.model_fields)
@@ -432,8 +516,9 @@ _HostKeys: type[_Strict] = create_model("_HostKeys", __base__=_Strict, **_KEY_FI
 
 
 def _kind_of(keys: Mapping[str, object]) -> str | None:
-    """The kind a table's keys name (exactly one of ``ssh`` / ``local = true`` / ``demo = true``)."""
-    kinds = [k for k in KIND_KEYS if (keys.get(k) is not None if k == "ssh" else keys.get(k) is True)]
+    """The kind a table's keys name (exactly one of ``ssh`` / ``local = true`` / ``demo = true`` /
+    ``kube``)."""
+    kinds = [k for k in KIND_KEYS if (keys.get(k) is not None if k in _TEXT_KINDS else keys.get(k) is True)]
     return kinds[0] if len(kinds) == 1 else None
 
 
@@ -457,14 +542,15 @@ def host_rule_problems(given: Mapping[str, object]) -> list[tuple[str | None, st
     """Cross-key rules of one host table, on the keys *given* (raw TOML values or a model's
     set fields): ``(key or None, expected, value or _MISSING)`` per broken rule."""
     out: list[tuple[str | None, str, object]] = []
-    kinds = [k for k in KIND_KEYS if (given.get(k) is not None if k == "ssh" else given.get(k) is True)]
+    kinds = [k for k in KIND_KEYS if (given.get(k) is not None if k in _TEXT_KINDS else given.get(k) is True)]
     if not kinds:
-        out.append((None, 'needs exactly one of ssh = "user@host", local = true or demo = true: none is set', _MISSING))
+        out.append((None, 'needs exactly one of ssh = "user@host", local = true, demo = true or '
+                    'kube = "CONTEXT/NAMESPACE/POD": none is set', _MISSING))
     elif len(kinds) > 1:
-        out.append((None, f"needs exactly one of ssh, local = true or demo = true: {' and '.join(kinds)} are set",
-                    _MISSING))
+        out.append((None, f"needs exactly one of ssh, local = true, demo = true or kube: {' and '.join(kinds)} "
+                    "are set", _MISSING))
     kind = kinds[0] if len(kinds) == 1 else None
-    if kind is not None and kind != "demo" and not any(given.get(k) is not None for k in SOURCE_KEYS):
+    if kind in ("ssh", "local") and not any(given.get(k) is not None for k in SOURCE_KEYS):
         out.append((None, "needs at least one of unit, log_file or container (what to follow): none is set",
                     _MISSING))
     has_start = given.get("start_command") is not None
@@ -480,6 +566,16 @@ def host_rule_problems(given: Mapping[str, object]) -> list[tuple[str | None, st
         for key in SSH_ONLY_KEYS:
             if key in given:
                 out.append((key, "only for ssh hosts", given[key]))
+    if kind is not None and kind != "kube":
+        for key in KUBE_ONLY_KEYS:
+            if key in given:
+                out.append((key, "only for kube hosts", given[key]))
+    if kind == "kube":
+        for key in NOT_ON_KUBE_KEYS:
+            if key in given:
+                out.append((key, "not for kube hosts (kvtui follows the pod through kubectl; editing and "
+                            "restarting a pod is not built yet)", given[key]))
+        out.extend(_kube_target_problems(given))
     if kind == "demo":
         for key in NOT_ON_DEMO_KEYS:
             if key in given:
@@ -488,6 +584,25 @@ def host_rule_problems(given: Mapping[str, object]) -> list[tuple[str | None, st
         out.extend(_demo_preset_problems(given))
         out.extend(_demo_gpu_problems(given))
     return out
+
+
+def _kube_target_problems(given: Mapping[str, object]) -> list[tuple[str | None, str, object]]:
+    """``kube`` is CONTEXT/NAMESPACE/POD, or CONTEXT/NAMESPACE with a ``selector`` (names as
+    Kubernetes allows them: the same check as the kubectl argv builder's)."""
+    from kvtui.kube_ref import KubeRefError, parse_target
+
+    target, selector, container = given.get("kube"), given.get("selector"), given.get("container")
+    if not isinstance(target, str) or (selector is not None and not isinstance(selector, str)):
+        return []
+    try:
+        _kube_target(target)
+    except ValueError:
+        return []  # the field's own error
+    try:
+        parse_target(target, selector=selector, container=container if isinstance(container, str) else None)
+    except KubeRefError as exc:
+        return [("kube", str(exc), target)]
+    return []
 
 
 def _demo_gpu_problems(given: Mapping[str, object]) -> list[tuple[str | None, str, object]]:

@@ -171,3 +171,62 @@ async def test_a_missing_pod_or_kubectl_is_a_clear_error(kube: FakeKube, monkeyp
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(BackendError, match="kubectl not found on PATH"):
         await KubeBackend("r1", REF).start()
+
+
+# -- the kube host kind, end to end through the CLI ----------------------------------------------
+
+def _cli(kube: FakeKube, tmp_path: Path, *argv: str) -> tuple[int, str, str]:
+    import subprocess
+    import sys
+
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.r1]\nkube = "prod-eu/llm/r1-0"\ncontainer = "sglang"\n')
+    env = kube.env()
+    env.pop("KVTUI_HOSTS", None)
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    res = subprocess.run([sys.executable, "-m", "kvtui", "--hosts", str(hosts), *argv], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, timeout=120, check=False, stdin=subprocess.DEVNULL)
+    return res.returncode, res.stdout, res.stderr
+
+
+def test_wait_on_a_kube_host(kube: FakeKube, tmp_path: Path) -> None:
+    kube.put_pod(_pod("running-ready"))
+    kube.append_log("r1-0", "sglang", _stamped((FIX / "nodes" / "sglang-tp16-node0.log").read_text().splitlines(), 0))
+    code, out, err = _cli(kube, tmp_path, "wait", "r1", "--json", "--timeout", "60")
+    assert code == 0, err
+    assert json.loads(out)["status"] == "ready"
+    assert "r1 (pod r1-0, container sglang)" in err
+
+
+def test_wait_on_a_crash_looping_pod_exits_1(kube: FakeKube, tmp_path: Path) -> None:
+    kube.put_pod(_pod("crashloop-oomkilled"))
+    oom = [ln for ln in (FIX / "sglang-0.4.10-qwen72b-tp2-capture-oom.log").read_text().splitlines() if ln]
+    kube.append_log("r1-0", "sglang", _stamped(oom, 0))
+    kube.end("r1-0", "sglang")
+    code, out, err = _cli(kube, tmp_path, "wait", "r1", "--json", "--timeout", "60")
+    assert code == 1, err
+    assert json.loads(out)["failure"]["kind"] == "oom_graph_capture"
+
+
+def test_apply_on_a_kube_host_is_refused_with_what_to_do(kube: FakeKube, tmp_path: Path) -> None:
+    kube.put_pod(_pod("running-ready"))
+    code, _out, err = _cli(kube, tmp_path, "apply", "r1", "--set", "mem-fraction-static=0.9", "--yes")
+    assert code == 4, err
+    assert "editing a kube host's flags is not built yet: change the args of the pod's controller" in err
+
+
+def test_kube_host_keys_are_checked(tmp_path: Path) -> None:
+    from kvtui.config import ConfigError, KubeHost, parse_config
+
+    cfg = parse_config('[hosts.r1]\nkube = "/llm"\nselector = "app=r1"\n', tmp_path / "h.toml")
+    host = cfg.host("r1")
+    assert isinstance(host, KubeHost)
+    assert host.source_label == "pods app=r1"
+    with pytest.raises(ConfigError) as exc:
+        parse_config('[hosts.r1]\nkube = "ctx/llm/r1-0"\nunit = "x"\n[hosts.r2]\nssh = "a"\nunit = "u"\n'
+                     'selector = "app=r1"\n[hosts.r3]\nkube = "ctx/llm/R1"\n', tmp_path / "h.toml")
+    text = str(exc.value)
+    assert '[hosts.r1] unit = "x": not for kube hosts' in text
+    assert '[hosts.r2] selector = "app=r1": only for kube hosts' in text
+    assert ('[hosts.r3] kube = "ctx/llm/R1": expected a pod name (lower-case letters, digits, \'-\' and \'.\'), '
+            'got "R1"') in text

@@ -80,6 +80,8 @@ def liveness_source(host: HostConfig) -> str:
 
     if host.demo:
         return "the simulated unit (systemd's lines)"
+    if host.kind == "kube":
+        return "the pod's container status: a restart reads the crashed container's log (--previous) and how it ended"
     if host.log_source == "journal":
         return f"systemd's own lines in the journal of {host.unit}"
     if host.log_source == "docker":
