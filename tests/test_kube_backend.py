@@ -160,8 +160,10 @@ async def test_gpu_memory_via_exec_and_what_is_refused(kube: FakeKube) -> None:
     assert any(c[c.index("--") + 1:c.index("--") + 2] == ["nvidia-smi"] for c in kube.calls() if "--" in c)
     with pytest.raises(BackendError, match="runs no shell commands"):
         await backend.run("true")
-    with pytest.raises(ServiceError, match="editing a kube host's flags is not built yet"):
-        backend.service_ops()
+    ops = backend.service_ops()
+    assert "editing or restarting a kube host is not built yet" in (ops.restart_unavailable("r1", None) or "")  # type: ignore[arg-type]
+    with pytest.raises(ServiceError, match="editing or restarting a kube host is not built yet"):
+        await ops.locate("r1", None)  # type: ignore[arg-type]
 
 
 async def test_a_missing_pod_or_kubectl_is_a_clear_error(kube: FakeKube, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,7 +214,7 @@ def test_apply_on_a_kube_host_is_refused_with_what_to_do(kube: FakeKube, tmp_pat
     kube.put_pod(_pod("running-ready"))
     code, _out, err = _cli(kube, tmp_path, "apply", "r1", "--set", "mem-fraction-static=0.9", "--yes")
     assert code == 4, err
-    assert "editing a kube host's flags is not built yet: change the args of the pod's controller" in err
+    assert "editing or restarting a kube host is not built yet: change the args of the pod's controller" in err
 
 
 def test_kube_host_keys_are_checked(tmp_path: Path) -> None:

@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kvtui.engines.events import LogRecord
-from kvtui.exits import EXIT_REFUSED
 from kvtui.gpu import QUERY_GPU_FIELD_NAMES, GpuProcess, GpuSample, mark_stale, parse_query_gpu_line, select_gpus
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
 from kvtui.hosts.kube import commands as K
@@ -305,11 +304,10 @@ class KubeBackend:
                            "nvidia-smi and get)")
 
     def service_ops(self) -> HostOps:
-        from kvtui.hosts.service.model import ServiceError
+        """``KubeOps``: it says why a pod is neither edited nor restarted by kvtui (yet)."""
+        from kvtui.hosts.kube.ops import KubeOps
 
-        raise ServiceError(f"{self.name}: editing a kube host's flags is not built yet: change the args of the "
-                           "pod's controller (its Deployment / StatefulSet / LeaderWorkerSet, or the chart that "
-                           "renders it)", EXIT_REFUSED)
+        return KubeOps(self)
 
     async def _sleep(self, seconds: float) -> bool:
         """Wait; True when the backend was closed meanwhile."""
