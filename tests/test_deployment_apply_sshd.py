@@ -43,6 +43,7 @@ p.add_argument("--node-rank", type=int, default=0)
 p.add_argument("--dist-init-addr")
 p.add_argument("--port", type=int, default=30000)
 ns = p.parse_args(args)
+time.sleep(1.0)  # a real server takes seconds before its first line (imports, CUDA init)
 text = nodes_gen.at(datetime.now(), lambda: nodes_gen.sglang_node(ns.node_rank, mf=ns.mem_fraction_static,
                                                                   addr=ns.dist_init_addr))
 for line in text.splitlines():
@@ -105,10 +106,10 @@ def _hosts_file(tmp_path: Path, pairs: list[tuple[Host, Unit]]) -> Path:
     return path
 
 
-def _apply(tmp_path: Path, hosts: Path, *argv: str) -> tuple[int, str, str]:
+def _apply(tmp_path: Path, hosts: Path, *argv: str, verb: str = "apply") -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "KVTUI_HOSTS")}
     env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), HOME=str(tmp_path))
-    res = subprocess.run([sys.executable, "-m", "kvtui", "--hosts", str(hosts), "apply", "r1", *argv],
+    res = subprocess.run([sys.executable, "-m", "kvtui", "--hosts", str(hosts), verb, "r1", *argv],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180, check=False,
                          stdin=subprocess.DEVNULL)
     return res.returncode, res.stdout, res.stderr
@@ -133,6 +134,14 @@ def test_apply_edits_and_restarts_both_nodes_until_the_whole_is_ready(
     assert "every node's own argument dump carries the edits" in err
     assert "Boot 1 of 1 · 2 nodes · sglang" in out
     assert "16 ranks (TP0 … TP15)" in out
+    # and back, as one: every node's newest backup, restarted and followed again
+    code, out, err = _apply(tmp_path, _hosts_file(tmp_path, [(a, ua), (b, ub)]), "--restart", "--yes",
+                            "--timeout", "90", verb="rollback")
+    assert code == 0, out + err
+    for u in (ua, ub):
+        assert "--mem-fraction-static 0.85" in u.fragment.read_text()
+    assert "r1: the backups are restored and verified on every node" in err
+    assert "the deployment is ready on all 2 nodes" in err
 
 
 def test_a_write_failure_on_node_1_restores_node_0_and_restarts_nothing(

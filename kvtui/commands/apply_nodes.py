@@ -65,8 +65,10 @@ class NodeSide:
 async def apply_deployment(
     args: argparse.Namespace, config: Config, dep_cfg: DeploymentConfig, edits: Sequence[fl.Edit],
     env_edits: Sequence[envedit.EnvEdit], *, stdout: TextIO, stderr: TextIO, stdin: TextIO, ask: Ask,
-    clock: Callable[[], float] | None = None,
+    clock: Callable[[], float] | None = None, verb: str = "apply",
 ) -> int:
+    """``verb`` "rollback": every node's newest backup instead of an edit (``edits`` empty), on the
+    same all-or-nothing path."""
     from kvtui.hosts.backend import BackendError
     from kvtui.hosts.factory import make_backend
 
@@ -76,16 +78,16 @@ async def apply_deployment(
         try:
             nodes.append(NodeSide(node_name, host, make_backend(node_name, host, clock=clock)))
         except BackendError as exc:
-            print(f"kvtui apply: {name}: {node_name}: {exc}", file=stderr)
+            print(f"kvtui {verb}: {name}: {node_name}: {exc}", file=stderr)
             return EXIT_INPUT
     try:
         results = await asyncio.gather(*(n.backend.start() for n in nodes), return_exceptions=True)
         for n, r in zip(nodes, results, strict=True):
             if isinstance(r, BaseException):
-                print(f"kvtui apply: {name}: {n.name}: {r}", file=stderr)
+                print(f"kvtui {verb}: {name}: {n.name}: {r}", file=stderr)
                 return EXIT_INPUT
         return await _apply(args, config, dep_cfg, nodes, edits, env_edits, stdout=stdout, stderr=stderr,
-                            stdin=stdin, ask=ask, clock=clock or time.time)
+                            stdin=stdin, ask=ask, clock=clock or time.time, verb=verb)
     finally:
         for n in nodes:
             if n.follower is not None:
@@ -98,7 +100,7 @@ async def apply_deployment(
 async def _apply(
     args: argparse.Namespace, config: Config, dep_cfg: DeploymentConfig, nodes: list[NodeSide],
     edits: Sequence[fl.Edit], env_edits: Sequence[envedit.EnvEdit], *, stdout: TextIO, stderr: TextIO,
-    stdin: TextIO, ask: Ask, clock: Callable[[], float],
+    stdin: TextIO, ask: Ask, clock: Callable[[], float], verb: str = "apply",
 ) -> int:
     from kvtui import changes
     from kvtui.hosts import service
@@ -111,6 +113,8 @@ async def _apply(
 
     # 1. plan every node at once (no restart in the node plans: the deployment restarts as one)
     async def plan(n: NodeSide) -> ApplyPlan:
+        if verb == "rollback":
+            return await changes.plan_rollback(n.name, n.host, n.backend, restart=False, timeout=timeout, clock=clock)
         return await changes.plan_apply(
             n.name, n.host, n.backend, list(edits), restart=False, force=bool(args.force),
             timeout=timeout, graph_margin_gib=config.calc.graph_margin_gib, clock=clock,
@@ -119,7 +123,7 @@ async def _apply(
     planned = await asyncio.gather(*(plan(n) for n in nodes), return_exceptions=True)
     for n, p in zip(nodes, planned, strict=True):
         if isinstance(p, service.ServiceError):
-            say(f"kvtui apply: {name}: {n.name}: {p}")
+            say(f"kvtui {verb}: {name}: {n.name}: {p}")
             return p.code
         if isinstance(p, BaseException):
             raise p
@@ -139,25 +143,25 @@ async def _apply(
         for n in refused:
             assert n.plan is not None
             for r in n.plan.blocking:
-                say(f"kvtui apply: refused on {n.name}: {r.reason}")
+                say(f"kvtui {verb}: refused on {n.name}: {r.reason}")
             if not getattr(args, "dry_run", False):
                 await service.execute(n.plan, n.backend, clock=clock)  # audits the refusal
-        say(f"kvtui apply: {name}: refused as a whole: nothing was written on any node")
+        say(f"kvtui {verb}: {name}: refused as a whole: nothing was written on any node")
         return EXIT_REFUSED
     if getattr(args, "dry_run", False):
         say("dry run: nothing was changed")
         return EXIT_OK
     if not any(p.changed for p in plans):
-        say(f"kvtui apply: {name}: every node's file already says this; nothing to do")
+        say(f"kvtui {verb}: {name}: every node's file already says this; nothing to do")
         return EXIT_OK
     if not args.yes:
-        answer = await ask(stdin, stderr, f"Apply this on all {len(nodes)} nodes of {name}"
+        answer = await ask(stdin, stderr, f"{verb.capitalize()} this on all {len(nodes)} nodes of {name}"
                             + (" and restart them" if args.restart else "") + "? [y/N] ")
         if answer is None:
-            say("kvtui apply: refused: no terminal to confirm on; pass --yes to apply without asking")
+            say(f"kvtui {verb}: refused: no terminal to confirm on; pass --yes to {verb} without asking")
             return EXIT_REFUSED
         if answer not in ("y", "yes"):
-            say(f"kvtui apply: not applied (answered {answer or 'no'})")
+            say(f"kvtui {verb}: not applied (answered {answer or 'no'})")
             return EXIT_REFUSED
 
     # 2. write and verify every file; a failure restores the nodes already written
@@ -170,15 +174,16 @@ async def _apply(
         out = await service.execute(n.plan, n.backend, _prefixed(say, n.name), clock=clock)
         n.outcome = out
         if out.status != "written":
-            say(f"kvtui apply: {name}: {n.name}: " + (out.messages[-1] if out.messages else out.status))
+            say(f"kvtui {verb}: {name}: {n.name}: " + (out.messages[-1] if out.messages else out.status))
             restored = await _restore(written, clock, say)
             tail = "; ".join(restored) if restored else "no other node had been written"
-            say(f"kvtui apply: {name}: not applied: {tail}; nothing was restarted")
+            say(f"kvtui {verb}: {name}: not applied: {tail}; nothing was restarted")
             return out.code if out.code != EXIT_OK else EXIT_INPUT
         written.append(n)
-    say(f"{name}: the new flags are written and verified on every node")
+    what = "the backups are restored" if verb == "rollback" else "the new flags are written"
+    say(f"{name}: {what} and verified on every node")
     if not args.restart:
-        say(f"not restarted: restart the deployment for it to take effect (kvtui apply {name} … --restart)")
+        say(f"not restarted: restart the deployment for it to take effect (kvtui {verb} {name} … --restart)")
         return EXIT_OK
 
     # 3. restart all (node 0 first) and follow the merged boot
@@ -189,7 +194,7 @@ async def _apply(
 
         stdout.write("\n".join(render_deployment(dep, render_boot(dep.boot, 1, 1), 1, 1)) + "\n")
         stdout.flush()
-    if code != EXIT_OK and args.rollback_on_failure:
+    if code != EXIT_OK and verb == "apply" and getattr(args, "rollback_on_failure", False):
         say(f"rolling back every node of {name} (--rollback-on-failure)")
         restored = await _restore(written, clock, say)
         say(f"{name}: " + "; ".join(restored))
@@ -247,7 +252,7 @@ async def _restart_and_follow(
         rp = service.plan_restart(n.name, n.host, n.backend)
         out = await service.restart(rp, n.backend, _prefixed(say, n.name), clock=clock)
         if out.status != "restarted":
-            say(f"kvtui apply: {n.name}: restart failed: " + (out.messages[-1] if out.messages else out.status))
+            say(f"kvtui: {n.name}: restart failed: " + (out.messages[-1] if out.messages else out.status))
             return (out.code if out.code != EXIT_OK else EXIT_INPUT), None
     for n in nodes:
         assert n.follower is not None
