@@ -232,3 +232,30 @@ def test_kube_host_keys_are_checked(tmp_path: Path) -> None:
     assert '[hosts.r2] selector = "app=r1": only for kube hosts' in text
     assert ('[hosts.r3] kube = "ctx/llm/R1": expected a pod name (lower-case letters, digits, \'-\' and \'.\'), '
             'got "R1"') in text
+
+
+def test_a_deployment_of_two_pods_waits_for_both(kube: FakeKube, tmp_path: Path) -> None:
+    """An LWS-style pair (leader r1-0, worker r1-0-1) as a [deployments.NAME] of two kube hosts:
+    the merged TP16 boot is ready when both pods' logs say so."""
+    import subprocess
+    import sys
+
+    for pod_fixture, log in (("lws-leader", "sglang-tp16-node0.log"), ("lws-worker-1", "sglang-tp16-node1.log")):
+        pod = _pod(pod_fixture)
+        kube.put_pod(pod)
+        kube.append_log(pod["metadata"]["name"], "sglang",
+                        _stamped((FIX / "nodes" / log).read_text().splitlines(), 0))
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.leader]\nkube = "prod-eu/llm/r1-0"\ncontainer = "sglang"\n'
+                     '[hosts.worker]\nkube = "prod-eu/llm/r1-0-1"\ncontainer = "sglang"\n'
+                     '[deployments.r1]\nnodes = ["leader", "worker"]\n')
+    env = kube.env()
+    env.pop("KVTUI_HOSTS", None)
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    res = subprocess.run([sys.executable, "-m", "kvtui", "--hosts", str(hosts), "wait", "r1", "--json",
+                          "--timeout", "60"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert [(n["name"], n["node_rank"]) for n in doc["nodes"]] == [("leader", 0), ("worker", 1)]
+    assert [r for r in doc["ranks"] if r.startswith("TP")] == [f"TP{i}" for i in range(16)]
