@@ -447,6 +447,7 @@ class NodeObservation:
     unit_state: str | None = None
     last_line_at: datetime | None = None
     env: Mapping[str, str] | None = None
+    what: str = "unit"  # what runs the server there: "unit" (systemd), "pod" (Kubernetes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,7 +529,8 @@ def diagnose_hang(dep: DeploymentBoot, now: datetime, bound_s: float,
     for n in lagging:
         ob = observed.get(n.node_rank, NodeObservation())
         if ob.unit_active is False:
-            causes.append(f"{n.label()}: its unit is not running" + (f" ({ob.unit_state})" if ob.unit_state else ""))
+            causes.append(f"{n.label()}: its {ob.what} is not running"
+                          + (f" ({ob.unit_state})" if ob.unit_state else ""))
         if ob.last_line_at is not None:
             silent = (now - _same_clock(ob.last_line_at, now)).total_seconds()
             if silent >= bound_s:

@@ -259,3 +259,31 @@ def test_a_deployment_of_two_pods_waits_for_both(kube: FakeKube, tmp_path: Path)
     doc = json.loads(res.stdout)
     assert [(n["name"], n["node_rank"]) for n in doc["nodes"]] == [("leader", 0), ("worker", 1)]
     assert [r for r in doc["ranks"] if r.startswith("TP")] == [f"TP{i}" for i in range(16)]
+
+
+def test_a_pod_that_cannot_start_is_named_by_the_hang_diagnosis(kube: FakeKube, tmp_path: Path) -> None:
+    """The worker pod of the pair is stuck in ImagePullBackOff (no log at all) while the leader waits
+    at distributed init: the wait names the worker and says why its pod does not run."""
+    import subprocess
+    import sys
+
+    leader = _pod("lws-leader")
+    kube.put_pod(leader)
+    kube.append_log("r1-0", "sglang", _stamped((FIX / "nodes" / "sglang-tp16-stall-node0.log").read_text()
+                                               .splitlines(), 0))
+    worker = _pod("image-pull-backoff")
+    worker["metadata"]["name"] = "r1-0-1"
+    kube.put_pod(worker)
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.leader]\nkube = "prod-eu/llm/r1-0"\ncontainer = "sglang"\n'
+                     '[hosts.worker]\nkube = "prod-eu/llm/r1-0-1"\ncontainer = "sglang"\n'
+                     '[deployments.r1]\nnodes = ["leader", "worker"]\nhang_seconds = 2\n')
+    env = kube.env()
+    env.pop("KVTUI_HOSTS", None)
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    res = subprocess.run([sys.executable, "-m", "kvtui", "--hosts", str(hosts), "wait", "r1", "--timeout", "60"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False)
+    assert res.returncode == 1, res.stderr
+    assert "hung: node 1 (worker) has not started (no boot in its log); node 0 (leader) waiting" in res.stderr
+    assert ('  - node 1 (worker): its pod is not running (ImagePullBackOff (Back-off pulling image '
+            '"lmsysorg/sglang:v0.5.10"))') in res.stderr

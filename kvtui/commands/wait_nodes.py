@@ -148,6 +148,7 @@ class DeploymentWaiter:
                 unit_state=base.unit_state if base else None,
                 last_line_at=n.last_line_at,
                 env=base.env if base else None,
+                what=base.what if base else "unit",
             )
         return out
 
@@ -227,6 +228,15 @@ async def probe_nodes(nodes: Sequence[Node], dep: DeploymentBoot) -> dict[int, N
 
     async def one(node: Node) -> tuple[int, NodeObservation]:
         rank = ranks.get(node.name, 0)
+        if node.host.kind == "kube":  # the pod's state, read again (KubeBackend.refresh)
+            refresh = getattr(node.monitor.backend, "refresh", None)
+            if refresh is None:
+                return rank, NodeObservation(what="pod")
+            try:
+                st = await refresh()
+            except BackendError:
+                return rank, NodeObservation(what="pod")
+            return rank, NodeObservation(unit_active=st.state == "running", unit_state=st.summary(), what="pod")
         unit = getattr(node.host, "unit", None)
         if not unit or node.host.demo:
             return rank, NodeObservation()
