@@ -331,6 +331,63 @@ def rank_sort_key(rank: str | None) -> tuple[int, ...]:
     return (len(nums), *nums) if nums else (1 << 30,)
 
 
+def fact_rule(name: str) -> str:
+    """How a figure is aggregated over ranks (and over nodes): ``min`` (free memory), ``max``
+    (graph memory, weights, …) or ``lowest`` (sizes and counts: the lowest rank's value)."""
+    if name in _MIN_METRICS:
+        return "min"
+    if name in _MAX_METRICS or name == "graph_mem_gib":
+        return "max"
+    return "lowest"
+
+
+def refresh_metrics(boot: Boot) -> None:
+    """``boot.metrics`` from ``boot.facts`` (and flags, live figures): the tracker calls it after
+    each figure; a merge of several boots (``kvtui.nodes``) calls it on the merged facts."""
+    f = boot.facts
+    m = boot.metrics
+
+    def as_int(name: str) -> int | None:
+        v = f.get(name)
+        return int(v) if v is not None else None
+
+    tokens = as_int("max_total_num_tokens")
+    pool_tokens = f.get("full_tokens")
+    if pool_tokens is None:
+        pool_tokens = f.get("kv_tokens")
+    if tokens is None and pool_tokens is not None and pool_tokens > 0:
+        tokens = int(pool_tokens)
+    m.max_total_num_tokens = tokens
+    kv = f.get("swa_kv_gib")
+    if kv is None:
+        kv = f.get("kv_cache_gib")
+    m.kv_cache_gib = round(kv, 4) if kv is not None else None
+    m.cell_bytes = None
+    n = pool_tokens if pool_tokens is not None and pool_tokens > 0 else tokens
+    if kv is not None and n is not None and n > 0 and kv > 0:
+        if boot.engine is Engine.VLLM:
+            m.cell_bytes = round(kv * (1 << 30) / n)
+        else:
+            page = boot.flags.get("page_size")
+            pg = page if isinstance(page, int) and not isinstance(page, bool) and page > 0 else 1
+            m.cell_bytes = round(kv * (1 << 30) / (n + pg))
+    elif f.get("dsv4_bytes_per_full_token") is not None:
+        m.cell_bytes = round(f["dsv4_bytes_per_full_token"])
+    m.avail_before_load_gib = f.get("avail_before_load_gib")
+    m.avail_after_load_gib = f.get("avail_after_load_gib")
+    m.weights_gib = f.get("weights_gib")
+    m.avail_after_pool_gib = f.get("avail_after_pool_gib")
+    m.graph_mem_gib = round(f["graph_mem_gib"], 4) if "graph_mem_gib" in f else None
+    m.available_gpu_mem_gib = f.get("available_gpu_mem_gib")
+    m.context_len = as_int("context_len")
+    m.max_running_requests = as_int("max_running_requests")
+    mc = f.get("max_concurrency")
+    if mc is None and tokens is not None and m.context_len and boot.engine is not Engine.VLLM:
+        mc = fmt.round_down(tokens / m.context_len, 2)  # a capacity: rounded down, as calc shows it
+    m.max_concurrency = mc
+    m.token_usage = boot.live.token_usage
+
+
 def _is_oom(text: str) -> bool:
     return "OutOfMemoryError" in text or "CUDA out of memory" in text or "CUDA error: out of memory" in text
 
@@ -1044,48 +1101,7 @@ class BootTracker:
             boot.version_hint = version
 
     def _refresh_metrics(self, boot: Boot) -> None:
-        f = boot.facts
-        m = boot.metrics
-
-        def as_int(name: str) -> int | None:
-            v = f.get(name)
-            return int(v) if v is not None else None
-
-        tokens = as_int("max_total_num_tokens")
-        pool_tokens = f.get("full_tokens")
-        if pool_tokens is None:
-            pool_tokens = f.get("kv_tokens")
-        if tokens is None and pool_tokens is not None and pool_tokens > 0:
-            tokens = int(pool_tokens)
-        m.max_total_num_tokens = tokens
-        kv = f.get("swa_kv_gib")
-        if kv is None:
-            kv = f.get("kv_cache_gib")
-        m.kv_cache_gib = round(kv, 4) if kv is not None else None
-        m.cell_bytes = None
-        n = pool_tokens if pool_tokens is not None and pool_tokens > 0 else tokens
-        if kv is not None and n is not None and n > 0 and kv > 0:
-            if boot.engine is Engine.VLLM:
-                m.cell_bytes = round(kv * (1 << 30) / n)
-            else:
-                page = boot.flags.get("page_size")
-                pg = page if isinstance(page, int) and not isinstance(page, bool) and page > 0 else 1
-                m.cell_bytes = round(kv * (1 << 30) / (n + pg))
-        elif f.get("dsv4_bytes_per_full_token") is not None:
-            m.cell_bytes = round(f["dsv4_bytes_per_full_token"])
-        m.avail_before_load_gib = f.get("avail_before_load_gib")
-        m.avail_after_load_gib = f.get("avail_after_load_gib")
-        m.weights_gib = f.get("weights_gib")
-        m.avail_after_pool_gib = f.get("avail_after_pool_gib")
-        m.graph_mem_gib = round(f["graph_mem_gib"], 4) if "graph_mem_gib" in f else None
-        m.available_gpu_mem_gib = f.get("available_gpu_mem_gib")
-        m.context_len = as_int("context_len")
-        m.max_running_requests = as_int("max_running_requests")
-        mc = f.get("max_concurrency")
-        if mc is None and tokens is not None and m.context_len and boot.engine is not Engine.VLLM:
-            mc = fmt.round_down(tokens / m.context_len, 2)  # a capacity: rounded down, as calc shows it
-        m.max_concurrency = mc
-        m.token_usage = boot.live.token_usage
+        refresh_metrics(boot)
 
     # ---- failures -----------------------------------------------------------------------------
     def _before_context(self) -> list[str]:

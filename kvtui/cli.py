@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=common,
         help="analyse a saved log (raw, journalctl short/short-iso/short-precise/cat/json, docker logs)",
     )
-    p.add_argument("path", metavar="PATH|-")
+    p.add_argument("path", metavar="PATH|-", nargs="+",
+                   help="a log; several: the nodes of one deployment, in node-rank order, merged into one boot")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON on stdout")
     p.add_argument(
         "--unknown", action="store_true", help="list the startup lines no rule recognised, by shape (for a report)"

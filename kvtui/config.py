@@ -387,21 +387,99 @@ class DemoHost(_HostBase):
         return None
 
 
+def _kube_target(v: str) -> str:
+    expected = ('expected "CONTEXT/NAMESPACE/POD" (or "CONTEXT/NAMESPACE" with selector = "…"; an empty '
+                'CONTEXT is the current one)')
+    if not v or any(c.isspace() or ord(c) < 32 for c in v) or v.startswith("-") or v.count("/") < 1:
+        raise ValueError(expected)
+    return v
+
+
+KubeTarget = Annotated[str, AfterValidator(_kube_target)]
+
+
+class KubeHost(_HostBase):
+    """``kube = "CONTEXT/NAMESPACE/POD"`` (or ``"CONTEXT/NAMESPACE"`` + ``selector``): a server in a
+    Kubernetes pod, followed with the operator's own ``kubectl`` (``kvtui.hosts.kube``)."""
+
+    _KIND_KEY: ClassVar[str] = "kube"
+
+    kube: KubeTarget
+    selector: NonEmpty | None = None
+    container: ContainerName | None = None
+    engine: EngineName = "auto"
+
+    @property
+    def kind(self) -> Literal["kube"]:
+        return "kube"
+
+    @property
+    def target(self) -> str:
+        return self.kube + (f" ({self.selector})" if self.selector else "")
+
+    @property
+    def demo(self) -> Literal[False]:
+        return False
+
+    @property
+    def server_engine(self) -> str:
+        return self.engine
+
+    @property
+    def log_source(self) -> Literal["kube"]:
+        return "kube"
+
+    @property
+    def source_label(self) -> str:
+        what = f"pods {self.selector}" if self.selector else f"pod {self.kube.rpartition('/')[2]}"
+        return what + (f", container {self.container}" if self.container else "")
+
+    # what a server host has and a pod does not: kvtui neither edits nor restarts a pod itself yet
+    @property
+    def unit(self) -> None:
+        return None
+
+    @property
+    def log_file(self) -> None:
+        return None
+
+    @property
+    def launch_script(self) -> None:
+        return None
+
+    @property
+    def start_command(self) -> None:
+        return None
+
+    @property
+    def stop_command(self) -> None:
+        return None
+
+    @property
+    def pid_file(self) -> None:
+        return None
+
+    @property
+    def sudo(self) -> bool:
+        return False
+
+
 if TYPE_CHECKING:
-    HostConfig: TypeAlias = SshHost | LocalHost | DemoHost
+    HostConfig: TypeAlias = SshHost | LocalHost | DemoHost | KubeHost
 else:
     HostConfig = _HostBase
 
-_VARIANTS: dict[str, type[SshHost] | type[LocalHost] | type[DemoHost]] = {
+_VARIANTS: dict[str, type[SshHost] | type[LocalHost] | type[DemoHost] | type[KubeHost]] = {
     "ssh": SshHost,
     "local": LocalHost,
     "demo": DemoHost,
+    "kube": KubeHost,
 }
 # Every key a host table may have, in the order messages list them; each belongs to the kinds
 # whose model has it (the rules below are derived from that).
-HOST_KEYS = ("ssh", "local", "demo", "port", "identity_file", "known_hosts", "strict_host_key", "engine", "unit",
-             "log_file", "container", "launch_script", "start_command", "stop_command", "pid_file", "gpus", "sudo",
-             "readonly", "probe", "probe_model", "demo_speed", "demo_seed", "demo_engine", "demo_model")
+HOST_KEYS = ("ssh", "local", "demo", "kube", "selector", "port", "identity_file", "known_hosts", "strict_host_key",
+             "engine", "unit", "log_file", "container", "launch_script", "start_command", "stop_command", "pid_file",
+             "gpus", "sudo", "readonly", "probe", "probe_model", "demo_speed", "demo_seed", "demo_engine", "demo_model")
 _KEYS_OF = {kind: tuple(model.model_fields) for kind, model in _VARIANTS.items()}
 assert set(HOST_KEYS) == {k for keys in _KEYS_OF.values() for k in keys}, "HOST_KEYS lists every host key once"
 
@@ -412,8 +490,12 @@ def _only(kind: str) -> tuple[str, ...]:
 
 
 KIND_KEYS = tuple(_VARIANTS)
+_TEXT_KINDS = ("ssh", "kube")  # kinds named by a string value (the others by = true)
 SSH_ONLY_KEYS = _only("ssh")
 DEMO_ONLY_KEYS = _only("demo")
+KUBE_ONLY_KEYS = _only("kube")
+# a pod is neither edited nor restarted by kvtui (yet): the keys describing that are refused there
+NOT_ON_KUBE_KEYS = tuple(k for k in ServerHost.model_fields if k not in KubeHost.model_fields)
 # A demo host simulates its own unit and GPUs: the keys describing a real server are refused there.
 NOT_ON_DEMO_KEYS = tuple(k for k in ServerHost.model_fields if k not in DemoHost.model_fields)
 SOURCE_KEYS = ("unit", "log_file", "container")
@@ -423,6 +505,8 @@ SOURCE_KEYS = ("unit", "log_file", "container")
 def _key_field(key: str) -> tuple[Any, Any]:
     if key == "ssh":
         return SshTarget | None, None
+    if key == "kube":
+        return KubeTarget | None, None
     if key in KIND_KEYS:
         return bool, False  # local = false is a value, not a kind: the rules say what is missing
     fi = next(m.model_fields[key] for m in _VARIANTS.values() if key in m.model_fields)
@@ -434,8 +518,9 @@ _HostKeys: type[_Strict] = create_model("_HostKeys", __base__=_Strict, **_KEY_FI
 
 
 def _kind_of(keys: Mapping[str, object]) -> str | None:
-    """The kind a table's keys name (exactly one of ``ssh`` / ``local = true`` / ``demo = true``)."""
-    kinds = [k for k in KIND_KEYS if (keys.get(k) is not None if k == "ssh" else keys.get(k) is True)]
+    """The kind a table's keys name (exactly one of ``ssh`` / ``local = true`` / ``demo = true`` /
+    ``kube``)."""
+    kinds = [k for k in KIND_KEYS if (keys.get(k) is not None if k in _TEXT_KINDS else keys.get(k) is True)]
     return kinds[0] if len(kinds) == 1 else None
 
 
@@ -459,14 +544,15 @@ def host_rule_problems(given: Mapping[str, object]) -> list[tuple[str | None, st
     """Cross-key rules of one host table, on the keys *given* (raw TOML values or a model's
     set fields): ``(key or None, expected, value or _MISSING)`` per broken rule."""
     out: list[tuple[str | None, str, object]] = []
-    kinds = [k for k in KIND_KEYS if (given.get(k) is not None if k == "ssh" else given.get(k) is True)]
+    kinds = [k for k in KIND_KEYS if (given.get(k) is not None if k in _TEXT_KINDS else given.get(k) is True)]
     if not kinds:
-        out.append((None, 'needs exactly one of ssh = "user@host", local = true or demo = true: none is set', _MISSING))
+        out.append((None, 'needs exactly one of ssh = "user@host", local = true, demo = true or '
+                    'kube = "CONTEXT/NAMESPACE/POD": none is set', _MISSING))
     elif len(kinds) > 1:
-        out.append((None, f"needs exactly one of ssh, local = true or demo = true: {' and '.join(kinds)} are set",
-                    _MISSING))
+        out.append((None, f"needs exactly one of ssh, local = true, demo = true or kube: {' and '.join(kinds)} "
+                    "are set", _MISSING))
     kind = kinds[0] if len(kinds) == 1 else None
-    if kind is not None and kind != "demo" and not any(given.get(k) is not None for k in SOURCE_KEYS):
+    if kind in ("ssh", "local") and not any(given.get(k) is not None for k in SOURCE_KEYS):
         out.append((None, "needs at least one of unit, log_file or container (what to follow): none is set",
                     _MISSING))
     has_start = given.get("start_command") is not None
@@ -482,6 +568,16 @@ def host_rule_problems(given: Mapping[str, object]) -> list[tuple[str | None, st
         for key in SSH_ONLY_KEYS:
             if key in given:
                 out.append((key, "only for ssh hosts", given[key]))
+    if kind is not None and kind != "kube":
+        for key in KUBE_ONLY_KEYS:
+            if key in given:
+                out.append((key, "only for kube hosts", given[key]))
+    if kind == "kube":
+        for key in NOT_ON_KUBE_KEYS:
+            if key in given:
+                out.append((key, "not for kube hosts (kvtui follows the pod through kubectl; editing and "
+                            "restarting a pod is not built yet)", given[key]))
+        out.extend(_kube_target_problems(given))
     if kind == "demo":
         for key in NOT_ON_DEMO_KEYS:
             if key in given:
@@ -490,6 +586,25 @@ def host_rule_problems(given: Mapping[str, object]) -> list[tuple[str | None, st
         out.extend(_demo_preset_problems(given))
         out.extend(_demo_gpu_problems(given))
     return out
+
+
+def _kube_target_problems(given: Mapping[str, object]) -> list[tuple[str | None, str, object]]:
+    """``kube`` is CONTEXT/NAMESPACE/POD, or CONTEXT/NAMESPACE with a ``selector`` (names as
+    Kubernetes allows them: the same check as the kubectl argv builder's)."""
+    from kvtui.kube_ref import KubeRefError, parse_target
+
+    target, selector, container = given.get("kube"), given.get("selector"), given.get("container")
+    if not isinstance(target, str) or (selector is not None and not isinstance(selector, str)):
+        return []
+    try:
+        _kube_target(target)
+    except ValueError:
+        return []  # the field's own error
+    try:
+        parse_target(target, selector=selector, container=container if isinstance(container, str) else None)
+    except KubeRefError as exc:
+        return [("kube", str(exc), target)]
+    return []
 
 
 def _demo_gpu_problems(given: Mapping[str, object]) -> list[tuple[str | None, str, object]]:
@@ -542,11 +657,80 @@ def _demo_default() -> HostConfig:
     return DemoHost()
 
 
+DEFAULT_HANG_SECONDS = 180.0
+
+
+class DeploymentConfig(_Strict):
+    """``[deployments.NAME]``: one server spread over several hosts (``nodes``, each a
+    ``[hosts.NAME]``). A node's rank is its position in ``nodes`` unless its own arguments say
+    ``--node-rank``. ``hang_seconds``: how long a node may trail the phase the others reached
+    before the deployment is called hung (``kvtui.nodes.diagnose_hang``)."""
+
+    nodes: list[str] = Field(min_length=2, max_length=64)
+    hang_seconds: float = Field(default=DEFAULT_HANG_SECONDS, gt=0, le=86400)
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: list[str]) -> list[str]:
+        for n in v:
+            if not HOST_NAME_RE.match(n):
+                raise ValueError(f"expected host names (letters, digits, '-' and '_'), got {json.dumps(n)}")
+        dup = sorted({n for n in v if v.count(n) > 1})
+        if dup:
+            raise ValueError(f"expected each host once, {', '.join(dup)} is listed twice")
+        return v
+
+
+def deployment_problems(deployments: Mapping[str, DeploymentConfig], hosts: Mapping[str, HostConfig],
+                        defined: set[str]) -> list[tuple[str, str | None, str, object]]:
+    """Cross-table rules of ``[deployments.*]`` against the hosts: ``(table, key, expected, value)``.
+    ``defined``: every ``[hosts.NAME]`` in the file, valid or not (a node that names a host with
+    problems of its own is not called unknown: the host's problems are listed already)."""
+    out: list[tuple[str, str | None, str, object]] = []
+    roles: dict[str, tuple[str, int]] = {}  # host -> (first deployment, its position there)
+    known = sorted(defined | {"demo"})
+    for dname, dep in deployments.items():
+        table = f"deployments.{dname}"
+        if dname in defined or dname == "demo":
+            out.append((table, None, f"the name '{dname}' is also a host: a deployment needs a name of its own "
+                        "(commands accept either)", _MISSING))
+        for pos, node in enumerate(dep.nodes):
+            if node not in defined and node != "demo":
+                close = difflib.get_close_matches(node, known, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                out.append((table, "nodes", f"'{node}' is not a [hosts.NAME] of this file: expected one of "
+                            f"{', '.join(known)}{hint}", dep.nodes))
+                continue
+            first = roles.get(node)
+            if first is None:
+                roles[node] = (dname, pos)
+            elif first[1] != pos:
+                out.append((table, "nodes", f"'{node}' is node {pos} here but node {first[1]} in "
+                            f"[deployments.{first[0]}]: a host has one role (its unit runs one --node-rank)",
+                            dep.nodes))
+        nodes = [hosts.get(n) if n != "demo" or "demo" in hosts else DemoHost() for n in dep.nodes]
+        present = [(n, h) for n, h in zip(dep.nodes, nodes, strict=True) if h is not None]
+        demo = [n for n, h in present if h.demo]
+        if demo and len(demo) != len(present):
+            real = [n for n, h in present if not h.demo]
+            out.append((table, "nodes", f"mixes simulated ({', '.join(demo)}) and real ({', '.join(real)}) hosts: "
+                        "expected all demo hosts or none", dep.nodes))
+        engines: dict[str, list[str]] = {}
+        for n, h in present:
+            if h.server_engine != "auto":
+                engines.setdefault(h.server_engine, []).append(n)
+        if len(engines) > 1:
+            said = "; ".join(f"{e} on {', '.join(ns)}" for e, ns in engines.items())
+            out.append((table, "nodes", f"mixes engines ({said}): expected one engine on every node", dep.nodes))
+    return out
+
+
 @dataclass(frozen=True)
 class Config:
     """The loaded inventory. ``path`` is None when no hosts file was found."""
 
     hosts: dict[str, HostConfig] = field(default_factory=dict)
+    deployments: dict[str, DeploymentConfig] = field(default_factory=dict)
     ui: UiConfig = field(default_factory=UiConfig)
     keymap: dict[str, str] = field(default_factory=dict)
     calc: CalcConfig = field(default_factory=CalcConfig)
@@ -559,15 +743,28 @@ class Config:
             names.append("demo")
         return names
 
+    def deployment(self, name: str) -> DeploymentConfig | None:
+        """The ``[deployments.NAME]`` of that name, or None (then ``name`` is a host's)."""
+        return self.deployments.get(name)
+
+    def node_hosts(self, name: str) -> list[tuple[str, HostConfig]]:
+        """A deployment's nodes in rank order, or ``[(name, host)]`` for a host: what commands that
+        accept either iterate over. Raises ``ConfigError`` for an unknown name."""
+        dep = self.deployments.get(name)
+        if dep is None:
+            return [(name, self.host(name))]
+        return [(n, self.host(n)) for n in dep.nodes]
+
     def host(self, name: str) -> HostConfig:
         if name in self.hosts:
             return self.hosts[name]
         if name == "demo":
             return _demo_default()
         where = str(self.path) if self.path else "no hosts file found (" + ", ".join(search_locations()) + ")"
-        close = difflib.get_close_matches(name, self.names(), n=1)
+        close = difflib.get_close_matches(name, self.names() + list(self.deployments), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise ConfigError(f"unknown host '{name}' ({where}): known hosts are {', '.join(self.names())}{hint}")
+        deps = f"; deployments are {', '.join(self.deployments)}" if self.deployments else ""
+        raise ConfigError(f"unknown host '{name}' ({where}): known hosts are {', '.join(self.names())}{deps}{hint}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -621,7 +818,7 @@ def load_config(explicit: str | None = None) -> Config:
     return parse_config(data, path)
 
 
-_TOP_KEYS = ("hosts", "ui", "keymap", "calc")
+_TOP_KEYS = ("hosts", "deployments", "ui", "keymap", "calc")
 
 
 def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
@@ -665,6 +862,30 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
         if keys_ok and not rules and kind is not None and HOST_NAME_RE.match(name):
             hosts[name] = _VARIANTS[kind].model_validate(table)
 
+    deployments: dict[str, DeploymentConfig] = {}
+    raw_deps = raw.get("deployments", {})
+    if not isinstance(raw_deps, dict):
+        add("", "deployments", "expected tables [deployments.NAME] with nodes = [\"host-a\", \"host-b\"]", raw_deps)
+        raw_deps = {}
+    for name, table in raw_deps.items():
+        tname = f"deployments.{name}" if HOST_NAME_RE.match(name) else f"deployments.{json.dumps(name)}"
+        if not HOST_NAME_RE.match(name):
+            add(tname, None, f"deployment name {json.dumps(name)}: expected letters, digits, '-' and '_' only")
+            continue
+        if not isinstance(table, dict):
+            add("deployments", name, f"expected a table [deployments.{name}] with nodes = [...]", table)
+            continue
+        if "nodes" not in table:
+            add(tname, "nodes", 'is missing: expected the hosts the server spans, in node-rank order, '
+                'like nodes = ["h20-a", "h20-b"]')
+            continue
+        dep = _validate(DeploymentConfig, table, tname, add)
+        if dep is not None:
+            deployments[name] = dep
+    defined = {n for n, t in raw_hosts.items() if isinstance(t, dict)}
+    for tname, dkey, expected, value in deployment_problems(deployments, hosts, defined):
+        add(tname, dkey, expected, value)
+
     ui = _section(raw, "ui", UiConfig, add) or UiConfig()
     calc = _section(raw, "calc", CalcConfig, add) or CalcConfig()
 
@@ -684,7 +905,7 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
         lines = [str(p) for p in problems]
         header = f"{fname}: {n} problem{'s' if n > 1 else ''} in the hosts file:"
         raise ConfigError(header + "\n  " + "\n  ".join(lines), problems)
-    return Config(hosts=hosts, ui=ui, keymap=keymap, calc=calc, path=Path(path))
+    return Config(hosts=hosts, deployments=deployments, ui=ui, keymap=keymap, calc=calc, path=Path(path))
 
 
 def _section(raw: dict[str, Any], name: str, model: type[_Strict], add: Any) -> Any:
@@ -754,6 +975,13 @@ def _expected(err: Any, model: type[_Strict], key: str) -> str:
         if "le" in bounds:
             parts.append(f"at most {bounds['le']}")
         return "expected a number " + " and ".join(parts)
+    if etype == "too_short":
+        n = ctx.get("min_length")
+        if key == "nodes":
+            return f"expected at least {n} hosts (a server on one host is a [hosts.NAME] of its own)"
+        return f"expected at least {n} items"
+    if etype == "too_long":
+        return f"expected at most {ctx.get('max_length')} items"
     if etype in _TYPE_WORDS:
         # the nullable fields report e.g. "string_type" for a wrong type
         return _TYPE_WORDS[etype]

@@ -105,6 +105,10 @@ async def apply_main(
     if args.rollback_on_failure and not args.restart:
         print("kvtui apply: note: --rollback-on-failure acts only with --restart (nothing is restarted)",
               file=stderr)
+    deployment = await _deployment_apply(args, edits, env_edits, stdout=stdout, stderr=stderr, stdin=stdin,
+                                         clock=clock)
+    if deployment is not None:
+        return deployment
 
     async def make_plan(name: str, host: HostConfig, backend: HostBackend, margin: float | None) -> ApplyPlan:
         return await changes.plan_apply(
@@ -116,6 +120,28 @@ async def apply_main(
 
     return await plan_and_execute(args, make_plan, verb="apply", stdout=stdout, stderr=stderr, stdin=stdin,
                                   clock=clock)
+
+
+async def _deployment_apply(
+    args: argparse.Namespace, edits: Any, env_edits: Any, *, stdout: TextIO, stderr: TextIO, stdin: TextIO,
+    clock: Callable[[], float] | None,
+) -> int | None:
+    """A ``[deployments.NAME]``: the same edit on every node, all or nothing
+    (``kvtui.commands.apply_nodes``); None for a host (or a hosts file that does not load: the
+    host path reports that)."""
+    from kvtui.config import ConfigError, load_config
+
+    try:
+        config = load_config(getattr(args, "hosts", None))
+    except ConfigError:
+        return None
+    dep = config.deployment(args.host)
+    if dep is None:
+        return None
+    from kvtui.commands.apply_nodes import apply_deployment
+
+    return await apply_deployment(args, config, dep, edits, env_edits, stdout=stdout, stderr=stderr, stdin=stdin,
+                                  ask=_ask, clock=clock)
 
 
 async def plan_and_execute(

@@ -258,10 +258,9 @@ def _source_boots(args: argparse.Namespace) -> tuple[list[Boot], str]:
 
     from kvtui.config import ConfigError
     from kvtui.hosts.backend import BackendError
-    from kvtui.monitor import host_boots
 
     try:
-        boots = asyncio.run(host_boots(args.host, getattr(args, "hosts", None), timeout=HOST_READ_TIMEOUT_S))
+        boots = asyncio.run(_host_or_deployment_boots(args.host, getattr(args, "hosts", None)))
     except ConfigError as exc:
         raise _Fail(EXIT_INPUT, str(exc)) from None
     except BackendError as exc:
@@ -271,6 +270,25 @@ def _source_boots(args: argparse.Namespace) -> tuple[list[Boot], str]:
             EXIT_INPUT, f"host {args.host}: no log arrived within {HOST_READ_TIMEOUT_S:.0f} s"
         ) from None
     return boots, f"host {args.host}"
+
+
+async def _host_or_deployment_boots(name: str, hosts: str | None) -> list[Boot]:
+    """A host's boots; for a ``[deployments.NAME]``, every node's read at once and merged into the
+    deployment's boots (``kvtui.nodes``: free memory is the minimum over all nodes' ranks)."""
+    import asyncio
+
+    from kvtui.config import load_config
+    from kvtui.monitor import host_boots
+    from kvtui.nodes import merge_logs
+
+    config = load_config(hosts)
+    if config.deployment(name) is None:
+        return await host_boots(name, hosts, timeout=HOST_READ_TIMEOUT_S)
+    names = [n for n, _ in config.node_hosts(name)]
+    per_node = await asyncio.gather(*(host_boots(n, hosts, timeout=HOST_READ_TIMEOUT_S) for n in names))
+    if not per_node[0]:
+        return []
+    return [d.boot for d in merge_logs(list(zip(names, per_node, strict=True)))]
 
 
 def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, str]:

@@ -7,8 +7,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from kvtui.exits import EXIT_INPUT, EXIT_OK
+
+if TYPE_CHECKING:
+    from kvtui.config import Config
+
+
+def expand_names(config: Config, names: list[str]) -> list[str]:
+    """The hosts to open: a ``[deployments.NAME]`` opens each of its nodes (one tab per node,
+    in node-rank order, until the console groups a deployment in one pane); the same host twice
+    opens one tab."""
+    out: list[str] = []
+    for name in names:
+        dep = config.deployment(name)
+        out.extend(dep.nodes if dep is not None else [name])
+    return list(dict.fromkeys(out))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,12 +38,13 @@ def run(args: argparse.Namespace) -> int:
     from kvtui.ui.host_pane import HostSpec
 
     specs: list[HostSpec] = []
-    for name in dict.fromkeys(args.host):  # the same host twice opens one tab
-        try:
+    try:
+        names = expand_names(config, list(args.host))
+        for name in names:
             specs.append(HostSpec(name, config.host(name)))
-        except ConfigError as exc:
-            print(f"kvtui: {exc}", file=sys.stderr)
-            return EXIT_INPUT
+    except ConfigError as exc:
+        print(f"kvtui: {exc}", file=sys.stderr)
+        return EXIT_INPUT
 
     from kvtui.hosts.factory import make_backend
     from kvtui.ui.app import KvtuiApp

@@ -80,6 +80,8 @@ def liveness_source(host: HostConfig) -> str:
 
     if host.demo:
         return "the simulated unit (systemd's lines)"
+    if host.kind == "kube":
+        return "the pod's container status: a restart reads the crashed container's log (--previous) and how it ended"
     if host.log_source == "journal":
         return f"systemd's own lines in the journal of {host.unit}"
     if host.log_source == "docker":
@@ -122,6 +124,26 @@ def offline_problems(config: Config) -> tuple[list[str], list[str]]:
             warnings.append(f"{where}: [hosts.{name}] strict_host_key = false: the host's identity is not "
                             "checked (anyone on the path can pose as it)")
     return problems, warnings
+
+
+def deployment_warnings(config: Config) -> list[str]:
+    """What ``--check`` says about ``[deployments.*]`` beyond the schema (which already refused
+    unknown nodes, a host in two roles and mixed engines): nodes that differ where they should
+    not (``readonly`` on some nodes only, different GPU selections)."""
+    where = str(config.path) if config.path else "hosts.toml"
+    out: list[str] = []
+    for name in config.deployments:
+        nodes = config.node_hosts(name)
+        ro = [n for n, h in nodes if h.readonly]
+        if ro and len(ro) != len(nodes):
+            out.append(f"{where}: [deployments.{name}] nodes: {', '.join(ro)} readonly, the others not: an edit "
+                       "of the deployment is refused as a whole")
+        gpus = {n: format_gpus(h.gpus) for n, h in nodes}
+        if len(set(gpus.values())) > 1:
+            said = ", ".join(f"{n} {g}" for n, g in gpus.items())
+            out.append(f"{where}: [deployments.{name}] nodes select different GPUs ({said}): the engine "
+                       "expects the same GPU count on every node")
+    return out
 
 
 def console_problems(config: Config) -> tuple[list[str], list[str]]:
@@ -244,6 +266,12 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         rows.append([name, host.kind, host.target, host.source_label or "-", format_gpus(host.gpus),
                      ", ".join(host_notes(name, host, config))])
     print(render_table(rows), file=out)
+    if config.deployments:
+        drows = [["DEPLOYMENT", "NODES (rank: host)", "HANG BOUND"]]
+        for dname, dep in config.deployments.items():
+            drows.append([dname, ", ".join(f"{i}: {n}" for i, n in enumerate(dep.nodes)), f"{dep.hang_seconds:g} s"])
+        print("", file=out)
+        print(render_table(drows), file=out)
     if config.path is None:
         print("kvtui hosts: no hosts file found (looked at " + ", ".join(search_locations()) + "); "
               "only the built-in demo host exists", file=err)
@@ -252,7 +280,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         problems, warnings = offline_problems(config)
         ui_problems, ui_warnings = console_problems(config)
         problems += ui_problems
-        warnings += ui_warnings
+        warnings += ui_warnings + deployment_warnings(config)
         for w in warnings:
             print(f"kvtui hosts: warning: {w}", file=err)
         for p in problems:
@@ -264,7 +292,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
             code = EXIT_INPUT
         elif getattr(args, "check", False):
             where = config.path or "defaults"
-            print(f"kvtui hosts: {where}: {len(config.hosts)} host(s) OK", file=err)
+            deps = f", {len(config.deployments)} deployment(s)" if config.deployments else ""
+            print(f"kvtui hosts: {where}: {len(config.hosts)} host(s){deps} OK", file=err)
     if getattr(args, "connect", False):
         results = asyncio.run(connect_all(config, names))
         width = max(len(r.name) for r in results)

@@ -524,7 +524,10 @@ def render_unknown(unrecognised: list[UnrecognisedShape], source: str) -> str:
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
-    path: str = args.path
+    paths: list[str] = [args.path] if isinstance(args.path, str) else list(args.path)
+    if len(paths) > 1:
+        return _run_nodes(paths, args, out, err)
+    path = paths[0]
     unrecognised: list[UnrecognisedShape] = []
     try:
         boots, shape = analyse_path(path, unrecognised=unrecognised)
@@ -549,3 +552,39 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         print(f"kvtui replay: {no_boot_found(source)}", file=err)
         return EXIT_OK
     return EXIT_FAILED if boots[-1].status is BootStatus.FAILED else EXIT_OK
+
+
+def _run_nodes(paths: list[str], args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Several nodes' logs: every start of the deployment as one merged boot (``kvtui.nodes``)."""
+    from kvtui.commands import replay_nodes as R
+    from kvtui.nodes import merge_logs
+
+    if paths.count("-") > 1:
+        print("kvtui replay: '-' (standard input) can be given once", file=err)
+        return 2
+    names = R.node_names(paths)
+    per_node: list[tuple[str, list[Boot]]] = []
+    for name, path in zip(names, paths, strict=True):
+        try:
+            boots, _shape = analyse_path(path)
+        except InputError as exc:
+            print(f"kvtui replay: {exc}", file=err)
+            return EXIT_INPUT
+        if not boots:
+            print(f"kvtui replay: {no_boot_found(path)}", file=err)
+        per_node.append((name, boots))
+    if not per_node[0][1]:
+        print(f"kvtui replay: the first log ({paths[0]}) holds no boot: nothing to merge the others with", file=err)
+        return EXIT_OK
+    deps = merge_logs(per_node)
+    if getattr(args, "json", False):
+        json.dump({"sources": paths, "nodes": names, "boots": [d.to_json() for d in deps]}, out, indent=2,
+                  ensure_ascii=False)
+        out.write("\n")
+    else:
+        lines = [R.header(names, len(deps))]
+        for i, d in enumerate(deps, 1):
+            lines.append("")
+            lines.extend(R.render_deployment(d, render_boot(d.boot, i, len(deps)), i, len(deps)))
+        out.write("\n".join(lines) + "\n")
+    return EXIT_FAILED if deps and deps[-1].boot.status is BootStatus.FAILED else EXIT_OK

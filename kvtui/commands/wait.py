@@ -270,6 +270,11 @@ async def wait_for_boot(
         return EXIT_USAGE
     try:
         config = load_config(getattr(args, "hosts", None))
+        dep = config.deployment(args.host)
+        if dep is not None:  # a [deployments.NAME]: one wait over its nodes
+            from kvtui.commands.wait_nodes import wait_deployment
+
+            return await wait_deployment(args, config, dep, stdout=stdout, stderr=stderr, clock=clock, timer=timer)
         host = config.host(args.host)
     except ConfigError as exc:
         print(f"kvtui wait: {exc}", file=stderr)

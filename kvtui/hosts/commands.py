@@ -659,3 +659,30 @@ def detached(command: str, log_file: str | None = None) -> str:
 def shell(command: str) -> str:
     """The operator's ``stop_command`` (or any configured command) as written, under ``sh``."""
     return sh_c(command)
+
+
+# ---------------------------------------------------------------------------------------------
+# Deployments (issue 15): what the hang diagnosis reads from a node's unit
+# ---------------------------------------------------------------------------------------------
+
+
+def unit_environment(unit: str, *, sudo: bool = False) -> str:
+    """The unit's ``Environment=`` assignments on one line (``A=1 "B=x y"``), for the NCCL_* /
+    GLOO_* settings a deployment's nodes must agree on."""
+    return f"{sudo_prefix(sudo)}systemctl show -p Environment --value {q(unit)}"
+
+
+def parse_environment(text: str) -> dict[str, str]:
+    """``systemctl show -p Environment --value`` output -> {name: value} (systemd quotes an
+    assignment that holds spaces); a line that does not split is skipped."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            continue
+        for w in words:
+            key, sep, value = w.partition("=")
+            if sep and key:
+                out[key] = value
+    return out

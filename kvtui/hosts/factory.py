@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kvtui.config import DemoHost, LocalHost
+from kvtui.config import DemoHost, KubeHost, LocalHost
 
 if TYPE_CHECKING:
     from kvtui.config import HostConfig
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def make_backend(name: str, host: HostConfig, *, clock: Callable[[], float] | None = None) -> HostBackend:
-    """The backend for one configured host (its kind: ``DemoHost``, ``LocalHost``, ``SshHost``).
+    """The backend for one configured host (its kind: ``DemoHost``, ``LocalHost``, ``KubeHost``, ``SshHost``).
     ``clock`` (seconds, like ``time.time``) is passed on when given, so tests and the demo host run
     on an injected time."""
     kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
@@ -22,6 +22,12 @@ def make_backend(name: str, host: HostConfig, *, clock: Callable[[], float] | No
         from kvtui.hosts.demo import DemoBackend
 
         return DemoBackend(name, host, **kwargs)
+    if isinstance(host, KubeHost):
+        from kvtui.hosts.kube.backend import KubeBackend
+        from kvtui.kube_ref import parse_target
+
+        ref = parse_target(host.kube, selector=host.selector, container=host.container)
+        return KubeBackend(name, ref, gpus=host.gpus, **kwargs)
     if isinstance(host, LocalHost):
         from kvtui.hosts.local import LocalBackend
 

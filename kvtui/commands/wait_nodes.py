@@ -1,0 +1,347 @@
+"""``kvtui wait NAME`` where NAME is a ``[deployments.NAME]``: one wait over all its nodes.
+
+Each node is followed by its own ``HostMonitor`` (its own connection, spool and tracker); after
+every batch the nodes' current boots are merged (``kvtui.nodes.merge_boots``) and the merged
+boot decides, as ``wait`` does for one host: 0 when the whole is ready (the head node serves),
+1 when a node failed (its failure, named with the node), 5 at ``--timeout``, 3 when a node
+cannot be reached. Progress goes to stderr as the merged phases start.
+
+A node that holds the others back is named by the hang diagnosis (``kvtui.nodes.diagnose_hang``,
+bound = the deployment's ``hang_seconds``): at once when its boot stopped, else when it trails
+the phase another node reached for longer than the bound. kvtui then asks the lagging nodes'
+hosts what it can see (the unit's state with the same probe as ``hosts --connect``; every
+unit's NCCL_*/GLOO_* environment): a lagging node whose unit is not running ends the wait with
+exit 1 and the diagnosis; otherwise the diagnosis is printed once and the wait goes on (exit 5
+at the timeout, with the diagnosis).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TextIO
+
+from kvtui import fmt
+from kvtui.boot import Boot, BootStatus
+from kvtui.engines.events import Phase
+from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
+from kvtui.hosts.backend import BackendError, ConnState, LogStart
+from kvtui.monitor import HostMonitor
+from kvtui.nodes import DeploymentBoot, Hang, NodeObservation, diagnose_hang, merge_boots
+from kvtui.updates import BootState, ConnUpdate, LogBatch, MonitorUpdate
+
+if TYPE_CHECKING:
+    from kvtui.config import Config, DeploymentConfig, HostConfig
+
+_FATAL = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
+CLOSE_LIMIT = 1.5
+PROBE_TIMEOUT = 15.0
+HEARTBEAT_S = fmt.HEARTBEAT_S
+HANG_CHECK_S = 1.0  # how often a quiet deployment is checked for a node that trails too long
+
+
+@dataclass(slots=True)
+class Node:
+    name: str
+    host: HostConfig
+    monitor: HostMonitor
+    last_line_at: datetime | None = None
+
+
+@dataclass(slots=True)
+class Result:
+    code: int
+    dep: DeploymentBoot | None = None
+    message: str = ""
+    hang: Hang | None = None
+    snapshot: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class DeploymentWaiter:
+    name: str
+    nodes: list[Node]
+    err: TextIO
+    next_boot: bool
+    bound_s: float
+    t0: float
+    clock: Callable[[], float] = time.monotonic
+    done: asyncio.Future[Result] | None = None
+    printed: set[tuple[str, str]] = field(default_factory=set)
+    last_out: float | None = None
+    hang_said: str | None = None
+    probing: bool = False
+    dep: DeploymentBoot | None = None
+
+    def sink(self, node: Node) -> Callable[[Sequence[MonitorUpdate]], None]:
+        def on_updates(updates: Sequence[MonitorUpdate]) -> None:
+            if self.done is None or self.done.done():
+                return
+            changed = False
+            for u in updates:
+                if isinstance(u, ConnUpdate) and u.status.state in _FATAL:
+                    st = u.status
+                    msg = f"{node.name}: {st.state.value}: {st.detail or ''}".rstrip(": ")
+                    self._finish(Result(EXIT_INPUT, message=msg))
+                    return
+                if isinstance(u, LogBatch):
+                    node.last_line_at = datetime.now().astimezone()
+                    changed = True
+                elif isinstance(u, BootState):
+                    changed = True
+            if changed:
+                self.evaluate()
+        return on_updates
+
+    def _current(self, node: Node) -> Boot | None:
+        boots = node.monitor.tracker.boots
+        if not boots:
+            return None
+        if self.next_boot:
+            eligible = [b for i, b in enumerate(boots) if i > 0 or any(p.name is Phase.LAUNCH for p in b.phases)]
+            return eligible[-1] if eligible else None
+        return boots[-1]
+
+    def merged(self) -> DeploymentBoot:
+        return merge_boots([(n.name, self._current(n)) for n in self.nodes])
+
+    def evaluate(self) -> None:
+        if self.done is None or self.done.done():
+            return
+        dep = self.dep = self.merged()
+        self._progress(dep)
+        status = dep.boot.status
+        if status is BootStatus.READY:
+            self._finish(Result(EXIT_OK, dep))
+            return
+        if status is BootStatus.FAILED:
+            f = dep.boot.failure
+            who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
+            what = f"{f.kind.value}: {_clip(f.message, 300)}" if f is not None else "failed"
+            where = f" in {f.phase.value}" if f is not None and f.phase is not None else ""
+            self._finish(Result(EXIT_FAILED, dep, f"{self.name}: failed on {who}{where}: {what}"))
+            return
+        self.check_hang(dep)
+
+    def check_hang(self, dep: DeploymentBoot | None = None) -> None:
+        dep = dep or self.merged()
+        hang = diagnose_hang(dep, datetime.now().astimezone(), self.bound_s, self._observed())
+        if hang is not None and not self.probing:
+            self.probing = True
+            asyncio.get_running_loop().create_task(self._probe_and_decide(dep))
+
+    def _observed(self, extra: dict[int, NodeObservation] | None = None) -> dict[int, NodeObservation]:
+        out: dict[int, NodeObservation] = {}
+        dep = self.dep
+        ranks = {n.name: n.node_rank for n in dep.nodes} if dep is not None else {}
+        for i, n in enumerate(self.nodes):
+            rank = ranks.get(n.name, i)
+            base = (extra or {}).get(rank)
+            out[rank] = NodeObservation(
+                unit_active=base.unit_active if base else None,
+                unit_state=base.unit_state if base else None,
+                last_line_at=n.last_line_at,
+                env=base.env if base else None,
+                what=base.what if base else "unit",
+            )
+        return out
+
+    async def _probe_and_decide(self, dep: DeploymentBoot) -> None:
+        try:
+            probed = await probe_nodes(self.nodes, dep)
+            if self.done is None or self.done.done():
+                return
+            dep = self.dep = self.merged()
+            hang = diagnose_hang(dep, datetime.now().astimezone(), self.bound_s, self._observed(probed))
+            if hang is None:
+                return
+            text = "\n".join(hang.lines())
+            dead = any(probed.get(r, NodeObservation()).unit_active is False for r in hang.lagging)
+            stopped = any(dep.node(r).boot is not None and dep.node(r).boot.status is BootStatus.STOPPED  # type: ignore[union-attr]
+                          for r in hang.lagging)
+            if dead or stopped:
+                self._finish(Result(EXIT_FAILED, dep, f"{self.name}: hung: {hang.summary}", hang))
+                return
+            if text != self.hang_said:
+                self.hang_said = text
+                self._say(f"hang: {hang.summary}")
+                for c in hang.causes:
+                    self._say(f"  - {c}")
+        finally:
+            self.probing = False
+
+    def _progress(self, dep: DeploymentBoot) -> None:
+        for span in dep.boot.phases:
+            key = (span.name.value, span.model.value)
+            if key in self.printed:
+                continue
+            self.printed.add(key)
+            late = [n for n in dep.nodes if n.span(span.name, span.model) is None and n.boot is not None
+                    and span.name not in (Phase.HTTP_UP, Phase.READY)]
+            note = f" (not yet on {', '.join(n.label() for n in late)})" if late else ""
+            self._say(f"{span.name.value}{note}", self.clock() - self.t0)
+
+    def heartbeat_text(self) -> str:
+        waited = fmt.duration(self.clock() - self.t0)
+        dep = self.dep or self.merged()
+        parts = []
+        for n in dep.nodes:
+            b = n.boot
+            parts.append(f"{n.label()} " + ("no boot yet" if b is None else
+                                             f"{b.status.value}" + (f" in {b.phase.value}" if b.phase else "")))
+        return f"… still waiting after {waited}: {'; '.join(parts)}"
+
+    async def heartbeat(self) -> None:
+        while self.done is not None and not self.done.done():
+            await asyncio.sleep(HANG_CHECK_S)
+            if self.done.done():
+                return
+            self.check_hang()
+            last = self.t0 if self.last_out is None else self.last_out
+            if self.clock() - last >= HEARTBEAT_S:
+                self._say(self.heartbeat_text())
+
+    def _say(self, text: str, elapsed: float | None = None) -> None:
+        stamp = f"{fmt.stamp(elapsed)} " if elapsed is not None else ""
+        print(f"{stamp}{text}", file=self.err, flush=True)
+        self.last_out = self.clock()
+
+    def _finish(self, result: Result) -> None:
+        if self.done is not None and not self.done.done():
+            if result.dep is not None:
+                result.snapshot = result.dep.to_json()
+            self.done.set_result(result)
+
+
+async def probe_nodes(nodes: Sequence[Node], dep: DeploymentBoot) -> dict[int, NodeObservation]:
+    """Each node's unit state and NCCL_*/GLOO_* environment, asked of its host at once (nodes
+    without a unit, or that do not answer, stay unknown)."""
+    from kvtui.hosts import commands as C
+
+    ranks = {n.name: n.node_rank for n in dep.nodes}
+
+    async def one(node: Node) -> tuple[int, NodeObservation]:
+        rank = ranks.get(node.name, 0)
+        if node.host.kind == "kube":  # the pod's state, read again (KubeBackend.refresh)
+            refresh = getattr(node.monitor.backend, "refresh", None)
+            if refresh is None:
+                return rank, NodeObservation(what="pod")
+            try:
+                st = await refresh()
+            except BackendError:
+                return rank, NodeObservation(what="pod")
+            return rank, NodeObservation(unit_active=st.state == "running", unit_state=st.summary(), what="pod")
+        unit = getattr(node.host, "unit", None)
+        if not unit or node.host.demo:
+            return rank, NodeObservation()
+        sudo = bool(getattr(node.host, "sudo", False))
+        try:
+            res = await node.monitor.backend.run(C.probe_host(unit=unit, sudo=sudo), timeout=PROBE_TIMEOUT)
+            info = C.parse_probe(res.stdout)
+            env_res = await node.monitor.backend.run(C.unit_environment(unit, sudo=sudo), timeout=PROBE_TIMEOUT)
+            env = C.parse_environment(env_res.stdout)
+        except (BackendError, TimeoutError):
+            return rank, NodeObservation()
+        load, _, active = info.get("unit", "/").partition("/")
+        state = f"{load} {active}".strip() if load == "not-found" else (active or None)
+        return rank, NodeObservation(unit_active=active in ("active", "activating", "reloading") if active else None,
+                                     unit_state=state, env=env)
+
+    return dict(await asyncio.gather(*(one(n) for n in nodes)))
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+async def wait_deployment(
+    args: argparse.Namespace, config: Config, dep_cfg: DeploymentConfig, *, stdout: TextIO, stderr: TextIO,
+    clock: Callable[[], float] | None = None, timer: Callable[[float], Awaitable[object]] | None = None,
+) -> int:
+    from kvtui.commands.replay import render_boot
+    from kvtui.commands.replay_nodes import render_deployment
+    from kvtui.hosts.factory import make_backend
+    from kvtui.spool import SpoolError
+
+    name: str = args.host
+    timeout: float = args.timeout
+    nodes: list[Node] = []
+    try:
+        for node_name, host in config.node_hosts(name):
+            backend = make_backend(node_name, host, clock=clock)
+            monitor = HostMonitor(node_name, backend, host=host,
+                                  start=LogStart.NEXT_BOOT if args.next else LogStart.CURRENT_BOOT,
+                                  gpu_interval=5.0, log_window=1000, clock=clock or time.time, retry_start=False)
+            nodes.append(Node(node_name, host, monitor))
+    except (BackendError, SpoolError) as exc:
+        print(f"kvtui wait: {name}: {exc}", file=stderr)
+        return EXIT_INPUT
+    loop = asyncio.get_running_loop()
+    waiter = DeploymentWaiter(name, nodes, stderr, next_boot=bool(args.next), bound_s=dep_cfg.hang_seconds,
+                              t0=loop.time(), clock=loop.time)
+    waiter.done = loop.create_future()
+    what = "the next boot" if args.next else "the current boot"
+    print(f"kvtui wait: {name} ({len(nodes)} nodes: {', '.join(n.name for n in nodes)}): following {what}",
+          file=stderr)
+    tasks = [asyncio.create_task(n.monitor.run(waiter.sink(n))) for n in nodes]
+    expiry = asyncio.ensure_future((timer or asyncio.sleep)(timeout))
+    beat = asyncio.create_task(waiter.heartbeat())
+    try:
+        pending: set[asyncio.Future[Any]] = {waiter.done, expiry, *tasks}
+        done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if waiter.done in done:
+            result = waiter.done.result()
+        elif expiry in done:
+            dep = waiter.merged()
+            hang = diagnose_hang(dep, datetime.now().astimezone(), 0.0, waiter._observed())
+            msg = f"timed out after {timeout:g} s: {waiter.heartbeat_text().split(': ', 1)[-1]}"
+            if hang is not None:
+                msg += f"\nkvtui wait: hang: {hang.summary}" + "".join(f"\n  - {c}" for c in hang.causes)
+            result = Result(EXIT_TIMEOUT, dep if any(n.boot for n in dep.nodes) else None, msg, hang)
+        else:
+            crashed = next(t for t in tasks if t in done)
+            node = nodes[tasks.index(crashed)]
+            crash = crashed.exception()
+            st = node.monitor.status
+            detail = str(crash) if crash is not None else (st.detail or st.state.value)
+            result = Result(EXIT_INPUT, message=f"{node.name}: cannot follow the host: {detail}")
+    finally:
+        beat.cancel()
+        expiry.cancel()
+        await asyncio.gather(*(_close(n.monitor, t) for n, t in zip(nodes, tasks, strict=True)))
+    if result.code == EXIT_OK:
+        print(f"kvtui wait: {name}: ready on all {len(nodes)} nodes", file=stderr)
+    if result.message:
+        print(f"kvtui wait: {result.message}", file=stderr)
+    if result.hang is not None and result.code == EXIT_FAILED:
+        for c in result.hang.causes:
+            print(f"  - {c}", file=stderr)
+    if result.dep is not None:
+        if args.json:
+            json.dump(result.snapshot or result.dep.to_json(), stdout, indent=2, ensure_ascii=False)
+            stdout.write("\n")
+        else:
+            lines = render_deployment(result.dep, render_boot(result.dep.boot, 1, 1), 1, 1)
+            stdout.write("\n".join(lines) + "\n")
+        stdout.flush()
+    return result.code
+
+
+async def _close(monitor: HostMonitor, task: asyncio.Task[None]) -> None:
+    with contextlib.suppress(TimeoutError, Exception):
+        async with asyncio.timeout(CLOSE_LIMIT):
+            await monitor.close()
+    _, still = await asyncio.wait({task}, timeout=CLOSE_LIMIT)
+    if still:
+        task.cancel()
+        await asyncio.wait({task}, timeout=CLOSE_LIMIT)
+    if not still or task.done():
+        with contextlib.suppress(BaseException):
+            task.result()

@@ -1,0 +1,320 @@
+"""``KubeBackend``: a server in a Kubernetes pod, followed with the operator's own ``kubectl``.
+
+- **Log**: ``kubectl logs --follow --timestamps`` (argv from ``kvtui.hosts.kube.commands``); each
+  line's kubelet stamp is its ``ts`` and its cursor. A stream that drops is resumed with
+  ``--since-time`` at the last stamp, and ``LogResume`` drops the lines the kubelet sends again
+  (0 lost, 0 repeated). When the container restarted (its ``restartCount`` went up: a crash, an
+  OOM kill, CrashLoopBackOff), the crashed container's last lines come from ``--previous``, then
+  a record of kvtui's own says how it ended (``kvtui.liveness``: "the server process exited
+  (container sglang: OOMKilled …)"), so every reader sees a failed boot; the new container's
+  lines start the next boot. CrashLoopBackOff is a history of failed boots, not a blank screen.
+  ``NEXT_BOOT`` takes only lines stamped after now.
+- **GPUs**: ``kubectl exec … -- nvidia-smi --query-gpu=… -lms N`` in the server's container; a
+  stream that ends is restarted, the last samples marked stale meanwhile.
+- **Pod state**: ``pod_state()`` (``kvtui.hosts.kube.state.PodState``): Pending and why, waiting
+  reasons, readiness, restarts, the last termination (OOMKilled is host memory, not GPU).
+- **Not here yet**: ``run`` (kube hosts run no shell commands) and ``service_ops`` (applying an
+  edit to the controller's args: ``state.container_args`` / ``gitops_manager`` and
+  ``commands.patch_json`` / ``rollout_status`` are the parts) refuse with a clear message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from kvtui.engines.events import LogRecord
+from kvtui.gpu import QUERY_GPU_FIELD_NAMES, GpuProcess, GpuSample, mark_stale, parse_query_gpu_line, select_gpus
+from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
+from kvtui.hosts.kube import commands as K
+from kvtui.hosts.kube.state import LogResume, PodState, node_order, pod_state, split_stamp
+from kvtui.liveness import exit_record
+
+if TYPE_CHECKING:
+    from kvtui.hosts.service.model import HostOps
+
+SOURCE = "kube"
+RETRY_S = 1.0
+RETRY_MAX_S = 15.0
+COMMAND_TIMEOUT_S = 30.0
+
+
+def _ts(stamp: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def rfc3339(dt: datetime) -> str:
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class KubeBackend:
+    """One pod (or the leader of a selector's group) as a host."""
+
+    def __init__(self, name: str, ref: K.PodRef, *, gpus: Sequence[int] | None = None,
+                 clock: Callable[[], float] = time.time, retry_s: float = RETRY_S) -> None:
+        self.name = name
+        self.ref = ref
+        self.gpus = list(gpus) if gpus is not None else None
+        self._clock = clock
+        self._retry_s = retry_s
+        self._status = ConnStatus(ConnState.CONNECTING)
+        self._pod: str | None = ref.pod
+        self._state: PodState | None = None
+        self._procs: set[asyncio.subprocess.Process] = set()
+        self._closed = asyncio.Event()
+
+    # -- kubectl ---------------------------------------------------------------------------
+
+    async def _kubectl(self, argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
+        try:
+            proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        except FileNotFoundError:
+            raise BackendError("kubectl not found on PATH: kvtui runs the kubectl you use (your kubeconfig, "
+                               "contexts and auth plugins); install it or put it on PATH") from None
+        self._procs.add(proc)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            raise BackendError(f"kubectl did not answer within {timeout:g} s: {' '.join(argv[1:6])} …") from None
+        finally:
+            self._procs.discard(proc)
+        return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+
+    async def refresh(self) -> PodState:
+        """Read the pod again (the leader, for a selector): its state, for the console and the log."""
+        import json
+
+        if self.ref.selector:
+            rc, out, err = await self._kubectl(K.list_pods(self.ref))
+            if rc != 0:
+                raise BackendError(_first_line(err) or f"kubectl exited {rc}")
+            items = node_order(json.loads(out).get("items") or [])
+            if not items:
+                raise BackendError(f"no pod matches the selector {self.ref.selector} in namespace "
+                                   f"{self.ref.namespace}")
+            obj: Any = items[0]
+            self._pod = str(obj["metadata"]["name"])
+        else:
+            assert self._pod is not None
+            rc, out, err = await self._kubectl(K.get_pod(self.ref, self._pod))
+            if rc != 0:
+                raise BackendError(_first_line(err) or f"kubectl exited {rc}")
+            obj = json.loads(out)
+        self._state = pod_state(obj, self.ref.container)
+        return self._state
+
+    def pod_state(self) -> PodState | None:
+        return self._state
+
+    # -- HostBackend -------------------------------------------------------------------------
+
+    def status(self) -> ConnStatus:
+        return self._status
+
+    async def start(self) -> None:
+        try:
+            st = await self.refresh()
+        except BackendError as exc:
+            self._status = ConnStatus(ConnState.FAILED, str(exc))
+            raise
+        self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary()}")
+
+    async def close(self) -> None:
+        self._closed.set()
+        for p in list(self._procs):
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+        self._status = ConnStatus(ConnState.CLOSED)
+
+    async def follow_log(self, start: LogStart = LogStart.CURRENT_BOOT,
+                         after_cursor: str | None = None) -> AsyncIterator[list[LogRecord]]:
+        if self._state is None:
+            await self.start()
+        assert self._state is not None
+        assert self._pod is not None
+        resume = LogResume()
+        if after_cursor:
+            got = split_stamp(after_cursor + " ")
+            if got is not None:
+                resume.last_stamp, resume.last_key = got[0], got[1]
+        elif start is LogStart.NEXT_BOOT:
+            now = rfc3339(datetime.fromtimestamp(self._clock(), UTC))
+            got = split_stamp(now + " ")
+            assert got is not None
+            resume.last_stamp, resume.last_key = got[0], got[1]
+        restarts = self._state.restarts
+        delay = self._retry_s
+        while not self._closed.is_set():
+            resume.resumed()
+            argv = K.logs(self.ref, self._pod, follow=True, since_time=resume.since_time())
+            rc = None
+            async for batch in self._stream(argv, resume):
+                delay = self._retry_s
+                yield batch
+            rc = self._last_rc
+            if self._closed.is_set():
+                return
+            try:
+                st = await self.refresh()
+            except BackendError as exc:
+                self._status = ConnStatus(ConnState.RECONNECTING, str(exc), retry_in=delay)
+                if await self._sleep(delay):
+                    return
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            if st.restarts > restarts:
+                # the container ended and a new one runs (or waits to): its last lines, then its end
+                restarts = st.restarts
+                tail: list[LogRecord] = []
+                async for batch in self._stream(K.logs(self.ref, self._pod, previous=True,
+                                                       since_time=resume.since_time()), resume, prior=True):
+                    tail.extend(batch)
+                how = st.last.words() if st.last is not None else "restarted"
+                tail.append(exit_record(None, f"container {st.container or ''}: {how}".strip(),
+                                        ts=tail[-1].ts if tail else None, source=SOURCE))
+                yield tail
+                self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary()}")
+                continue
+            if rc != 0 or st.state != "running":
+                # a dropped stream, or a container that is not running (yet): try again
+                self._status = ConnStatus(ConnState.RECONNECTING, f"pod {st.name}: {st.summary()}", retry_in=delay)
+                if await self._sleep(delay):
+                    return
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary()}")
+            if await self._sleep(self._retry_s):
+                return
+
+    _last_rc: int | None = None
+
+    async def _stream(self, argv: list[str], resume: LogResume, *,
+                      prior: bool = False) -> AsyncIterator[list[LogRecord]]:
+        """The records of one ``kubectl logs`` run, de-duplicated; ``_last_rc`` its exit status."""
+        self._last_rc = None
+        if prior:
+            resume.resumed()
+        try:
+            proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                        stdout=asyncio.subprocess.PIPE,
+                                                        stderr=asyncio.subprocess.DEVNULL, limit=1 << 22)
+        except FileNotFoundError:
+            raise BackendError("kubectl not found on PATH") from None
+        self._procs.add(proc)
+        assert proc.stdout is not None
+        try:
+            carry = b""
+            while True:
+                chunk = await proc.stdout.read(1 << 16)
+                lines = (carry + chunk).split(b"\n")
+                carry = lines.pop() if chunk else b""
+                if not chunk and lines == [b""]:
+                    lines = []
+                records = []
+                for raw in lines:
+                    text = raw.decode(errors="replace").rstrip("\r")
+                    got = resume.accept(text)
+                    if got is None:
+                        continue
+                    stamp, body = got
+                    records.append(LogRecord(body, _ts(stamp) if stamp else None, stamp or None, SOURCE))
+                if records:
+                    yield records
+                if not chunk:
+                    break
+            self._last_rc = await proc.wait()
+        finally:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                with contextlib.suppress(Exception):
+                    await proc.wait()
+            self._procs.discard(proc)
+
+    async def gpu_stream(self, interval_s: float = 1.0) -> AsyncIterator[list[GpuSample]]:
+        if self._state is None:
+            await self.start()
+        assert self._pod is not None
+        last: list[GpuSample] = []
+        delay = self._retry_s
+        while not self._closed.is_set():
+            argv = K.exec_gpu_query(self.ref, self._pod, QUERY_GPU_FIELD_NAMES,
+                                    interval_ms=int(max(0.01, interval_s) * 1000))
+            try:
+                proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                            stdout=asyncio.subprocess.PIPE,
+                                                            stderr=asyncio.subprocess.DEVNULL)
+            except FileNotFoundError:
+                raise BackendError("kubectl not found on PATH") from None
+            self._procs.add(proc)
+            assert proc.stdout is not None
+            tick: list[GpuSample] = []
+            size: int | None = None
+            try:
+                while True:
+                    raw = await proc.stdout.readline()
+                    if not raw:
+                        break
+                    s = parse_query_gpu_line(raw.decode(errors="replace"), self._clock())
+                    if s is None:
+                        continue
+                    if tick and s.index <= tick[-1].index:
+                        size = len(tick)
+                        last = select_gpus(tick, self.gpus)
+                        yield last
+                        tick = []
+                    tick.append(s)
+                    if size is not None and len(tick) == size:
+                        last = select_gpus(tick, self.gpus)
+                        yield last
+                        tick = []
+                        delay = self._retry_s
+                await proc.wait()
+            finally:
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+                    with contextlib.suppress(Exception):
+                        await proc.wait()
+                self._procs.discard(proc)
+            if last:
+                yield mark_stale(last)
+            if await self._sleep(delay):
+                return
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    async def gpu_processes(self) -> list[GpuProcess]:
+        return []  # a container's nvidia-smi sees its own processes only: nothing to attribute
+
+    async def server_pids(self) -> set[int]:
+        return set()
+
+    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
+        raise BackendError("a kube host runs no shell commands (kvtui reads it through kubectl logs, exec "
+                           "nvidia-smi and get)")
+
+    def service_ops(self) -> HostOps:
+        """``KubeOps``: it says why a pod is neither edited nor restarted by kvtui (yet)."""
+        from kvtui.hosts.kube.ops import KubeOps
+
+        return KubeOps(self)
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Wait; True when the backend was closed meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closed.wait(), seconds)
+        return self._closed.is_set()
+
+
+def _first_line(text: str) -> str:
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")

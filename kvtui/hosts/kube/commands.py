@@ -1,0 +1,100 @@
+"""Every ``kubectl`` command kvtui runs, as an argv list (run without a shell: nothing to quote).
+
+``kubectl`` runs on the operator's machine with their kubeconfig: ``--context`` picks one of
+their contexts (none: their current one), ``--namespace`` the pod's namespace. Names are checked
+before they reach an argv (a pod named ``-x`` must not become an option).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from kvtui.kube_ref import KubeRefError, PodRef, check_label, check_name, check_selector, parse_target
+
+KUBECTL = "kubectl"
+_FIELD_RE = re.compile(r"^[a-z_.]+$")
+_KIND_RE = re.compile(r"^[A-Za-z][A-Za-z0-9.]*$")
+
+__all__ = ["KUBECTL", "KubeRefError", "PodRef", "check_label", "check_name", "check_selector", "exec_gpu_query",
+           "get_object", "get_pod", "list_pods", "logs", "parse_target", "patch_json", "rollout_status"]
+
+
+def _base(ref: PodRef) -> list[str]:
+    out = [KUBECTL]
+    if ref.context:
+        out += ["--context", ref.context]
+    return [*out, "--namespace", ref.namespace]
+
+
+def get_pod(ref: PodRef, pod: str) -> list[str]:
+    """One pod as JSON (its state, owner, containers)."""
+    return [*_base(ref), "get", "pod", check_name(pod, "pod"), "--output", "json"]
+
+
+def list_pods(ref: PodRef) -> list[str]:
+    """The pods ``ref.selector`` picks, as a JSON ``List``."""
+    if not ref.selector:
+        raise KubeRefError("list_pods needs a selector")
+    return [*_base(ref), "get", "pods", "--selector", check_selector(ref.selector), "--output", "json"]
+
+
+def get_object(ref: PodRef, kind: str, name: str) -> list[str]:
+    """Any namespaced object as JSON (the pod's controller: ReplicaSet, Deployment, StatefulSet,
+    LeaderWorkerSet)."""
+    if not _KIND_RE.match(kind):
+        raise KubeRefError(f"expected a resource kind like Deployment, got {json.dumps(kind)}")
+    return [*_base(ref), "get", kind, check_name(name, kind), "--output", "json"]
+
+
+def logs(ref: PodRef, pod: str, *, follow: bool = False, since_time: str | None = None,
+         previous: bool = False) -> list[str]:
+    """The container's log with the kubelet's RFC 3339 timestamps (``LogResume`` reads them);
+    ``follow``: stream it; ``since_time``: from that stamp on (a resume); ``previous``: the log
+    of the container that ran before the current one (the one that crashed)."""
+    out = [*_base(ref), "logs", check_name(pod, "pod")]
+    if ref.container:
+        out += ["--container", ref.container]
+    out.append("--timestamps")
+    if follow:
+        out.append("--follow")
+    if since_time:
+        out += ["--since-time", since_time]
+    if previous:
+        out.append("--previous")
+    return out
+
+
+def exec_gpu_query(ref: PodRef, pod: str, fields: Sequence[str], *, interval_ms: int | None = None) -> list[str]:
+    """``nvidia-smi --query-gpu=…`` inside the container (once, or a stream every ``interval_ms``)."""
+    for f in fields:
+        if not _FIELD_RE.match(f):
+            raise KubeRefError(f"not an nvidia-smi field: {f!r}")
+    out = [*_base(ref), "exec", check_name(pod, "pod")]
+    if ref.container:
+        out += ["--container", ref.container]
+    out += ["--", "nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+    if interval_ms is not None:
+        out += ["-lms", str(max(10, int(interval_ms)))]
+    return out
+
+
+def patch_json(ref: PodRef, kind: str, name: str, patch: Sequence[dict[str, object]], *, dry_run: bool) -> list[str]:
+    """A JSON patch of the controller (the container's args); ``dry_run``: server-side, the API
+    server validates and returns the result without storing it (the diff kvtui shows first)."""
+    if not _KIND_RE.match(kind):
+        raise KubeRefError(f"expected a resource kind like Deployment, got {json.dumps(kind)}")
+    out = [*_base(ref), "patch", kind, check_name(name, kind), "--type", "json",
+           "--patch", json.dumps(list(patch), separators=(",", ":"))]
+    if dry_run:
+        out.append("--dry-run=server")
+    return [*out, "--output", "json"]
+
+
+def rollout_status(ref: PodRef, kind: str, name: str, *, timeout_s: int) -> list[str]:
+    """Wait for the controller's rollout (``kind`` Deployment / StatefulSet)."""
+    if not _KIND_RE.match(kind):
+        raise KubeRefError(f"expected a resource kind like Deployment, got {json.dumps(kind)}")
+    return [*_base(ref), "rollout", "status", f"{kind.lower()}/{check_name(name, kind)}",
+            f"--timeout={max(1, int(timeout_s))}s"]

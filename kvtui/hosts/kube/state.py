@@ -1,0 +1,320 @@
+"""Pure readers of the Kubernetes API's JSON (what ``kubectl get … -o json`` prints), and the log
+resume of ``kubectl logs -f --timestamps``. No I/O here: the backend runs the argv of
+``kvtui.hosts.kube.commands`` and hands the text to these.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON = Mapping[str, Any]
+
+# the waiting reasons that mean the container cannot start as it is (not just "not yet")
+_BAD_WAITING = {"ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff", "CreateContainerConfigError",
+                "InvalidImageName", "CreateContainerError", "RunContainerError"}
+
+
+@dataclass(frozen=True, slots=True)
+class Termination:
+    """How a container ended: ``reason`` (``OOMKilled``, ``Error``, ``Completed``), exit code."""
+
+    reason: str | None
+    exit_code: int | None
+    started_at: str | None = None
+    finished_at: str | None = None
+
+    @property
+    def oom_killed(self) -> bool:
+        return self.reason == "OOMKilled"
+
+    def words(self) -> str:
+        code = f" (exit {self.exit_code})" if self.exit_code is not None else ""
+        if self.oom_killed:
+            return (f"OOMKilled{code}: the container hit its memory limit — host memory (the pod's "
+                    "resources.limits.memory), not GPU memory")
+        return f"{self.reason or 'terminated'}{code}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodState:
+    """A pod and the server's container in it, as the console shows it beside the boot."""
+
+    name: str
+    phase: str  # Pending | Running | Succeeded | Failed | Unknown
+    container: str | None
+    ready: bool
+    state: str  # waiting | running | terminated | unknown
+    reason: str | None  # Unschedulable, ContainerCreating, ImagePullBackOff, CrashLoopBackOff, …
+    message: str | None
+    restarts: int
+    last: Termination | None  # the previous container's end (a restart's cause)
+    current: Termination | None  # this container's end, when it has ended
+    started_at: str | None
+    node: str | None
+
+    @property
+    def crash_looping(self) -> bool:
+        return self.reason == "CrashLoopBackOff"
+
+    @property
+    def stuck(self) -> bool:
+        """Cannot start as it is (unschedulable, image pull, bad config, crash loop)."""
+        return self.reason == "Unschedulable" or self.reason in _BAD_WAITING
+
+    def summary(self) -> str:
+        """One line: ``Pending: Unschedulable (0/4 nodes are available: …)``, ``Running, ready``,
+        ``Running, not ready (readiness probe)``, ``CrashLoopBackOff, 5 restarts, last: OOMKilled …``."""
+        if self.phase == "Pending" and self.reason == "Unschedulable":
+            head = "Pending: unschedulable"
+        elif self.state == "waiting" and self.reason:
+            head = self.reason if self.phase != "Pending" or self.reason != "ContainerCreating" else "ContainerCreating"
+        elif self.state == "running":
+            head = "Running, ready" if self.ready else "Running, not ready (readiness probe)"
+        elif self.state == "terminated" and self.current is not None:
+            head = f"{self.phase}: {self.current.words()}"
+        else:
+            head = self.phase
+        parts = [head + (f" ({_one_line(self.message)})" if self.message and self.state != "running" else "")]
+        if self.restarts:
+            parts.append(f"{self.restarts} restart{'s' if self.restarts != 1 else ''}")
+        if self.last is not None:
+            parts.append(f"last: {self.last.words()}")
+        return ", ".join(parts)
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _termination(t: JSON | None) -> Termination | None:
+    if not t:
+        return None
+    code = t.get("exitCode")
+    return Termination(t.get("reason"), code if isinstance(code, int) else None, t.get("startedAt"),
+                       t.get("finishedAt"))
+
+
+def pick_container(pod: JSON, container: str | None) -> JSON | None:
+    """The server's container status: the named one, else the default container (annotation
+    ``kubectl.kubernetes.io/default-container``), else the first."""
+    statuses: Sequence[JSON] = (pod.get("status") or {}).get("containerStatuses") or []
+    want = container or ((pod.get("metadata") or {}).get("annotations") or {}).get(
+        "kubectl.kubernetes.io/default-container")
+    if want:
+        return next((c for c in statuses if c.get("name") == want), None)
+    return statuses[0] if statuses else None
+
+
+def pod_state(pod: JSON, container: str | None = None) -> PodState:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    phase = str(status.get("phase") or "Unknown")
+    cs = pick_container(pod, container)
+    reason: str | None = None
+    message: str | None = None
+    state = "unknown"
+    current: Termination | None = None
+    started: str | None = None
+    ready = False
+    restarts = 0
+    last: Termination | None = None
+    name = container
+    if cs is not None:
+        name = cs.get("name")
+        ready = bool(cs.get("ready"))
+        restarts = int(cs.get("restartCount") or 0)
+        st = cs.get("state") or {}
+        if "waiting" in st:
+            state = "waiting"
+            reason = (st["waiting"] or {}).get("reason")
+            message = (st["waiting"] or {}).get("message")
+        elif "running" in st:
+            state = "running"
+            started = (st["running"] or {}).get("startedAt")
+        elif "terminated" in st:
+            state = "terminated"
+            current = _termination(st["terminated"])
+            reason = current.reason if current else None
+        last = _termination((cs.get("lastState") or {}).get("terminated"))
+    if phase == "Pending" and reason is None:
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                reason = cond.get("reason") or "Unschedulable"
+                message = cond.get("message")
+                state = "waiting"
+    return PodState(name=str(meta.get("name") or ""), phase=phase, container=name, ready=ready, state=state,
+                    reason=reason, message=message, restarts=restarts, last=last, current=current,
+                    started_at=started, node=spec.get("nodeName"))
+
+
+# -- groups: the pods of one server, leader first --------------------------------------------
+
+_ORDINAL_RE = re.compile(r"-(\d+)$")
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+STS_POD_INDEX = "apps.kubernetes.io/pod-index"
+
+
+def node_order(pods: Iterable[JSON]) -> list[JSON]:
+    """The pods of one multi-node server in node-rank order: a LeaderWorkerSet's worker index
+    (``0`` = the leader), a StatefulSet's pod index (label, else the name's ``-N``), else by name."""
+    def key(p: JSON) -> tuple[int, str]:
+        meta = p.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        name = str(meta.get("name") or "")
+        for lab in (LWS_WORKER_INDEX, STS_POD_INDEX):
+            v = labels.get(lab)
+            if isinstance(v, str) and v.isdigit():
+                return int(v), name
+        m = _ORDINAL_RE.search(name)
+        return (int(m.group(1)) if m else 1 << 30), name
+
+    return sorted(pods, key=key)
+
+
+# -- who owns the pod, and who owns that ----------------------------------------------------
+
+
+def controller_of(obj: JSON) -> tuple[str, str] | None:
+    """``(kind, name)`` of the object's controller (``ownerReferences`` with ``controller: true``)."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("kind")), str(ref.get("name"))
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Manager:
+    """A GitOps / packaging tool that owns an object's spec (it would revert a direct patch)."""
+
+    tool: str  # Helm | Argo CD | Flux
+    evidence: str  # the label or annotation that says so
+    release: str | None = None
+
+
+def gitops_manager(obj: JSON) -> Manager | None:
+    """Helm (``app.kubernetes.io/managed-by: Helm`` or ``meta.helm.sh/release-name``), Argo CD
+    (``argocd.argoproj.io/*`` annotations or the ``argocd.argoproj.io/instance`` label), Flux
+    (``kustomize.toolkit.fluxcd.io/*`` / ``helm.toolkit.fluxcd.io/*`` labels). Argo CD and Flux
+    come first: they also deploy Helm charts, and they are the ones that revert."""
+    meta = obj.get("metadata") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    ann: Mapping[str, str] = meta.get("annotations") or {}
+    for k, v in [*labels.items(), *ann.items()]:
+        if k.startswith("argocd.argoproj.io/"):
+            return Manager("Argo CD", f"{k}: {v}", v if k.endswith("/instance") else None)
+    for k, v in labels.items():
+        if k.startswith(("kustomize.toolkit.fluxcd.io/", "helm.toolkit.fluxcd.io/")):
+            return Manager("Flux", f"{k}: {v}", v if k.endswith("/name") else None)
+    if labels.get("app.kubernetes.io/managed-by") == "Helm":
+        return Manager("Helm", "app.kubernetes.io/managed-by: Helm", ann.get("meta.helm.sh/release-name"))
+    if "meta.helm.sh/release-name" in ann:
+        return Manager("Helm", f"meta.helm.sh/release-name: {ann['meta.helm.sh/release-name']}",
+                       ann["meta.helm.sh/release-name"])
+    return None
+
+
+# the pod templates of each controller kind: where a container's args live
+_TEMPLATES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "Deployment": (("spec", "template"),),
+    "StatefulSet": (("spec", "template"),),
+    "LeaderWorkerSet": (("spec", "leaderWorkerTemplate", "leaderTemplate"),
+                        ("spec", "leaderWorkerTemplate", "workerTemplate")),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ArgsSite:
+    """One place a container's command line lives in a controller: its JSON-patch path and value."""
+
+    path: str
+    args: tuple[str, ...]
+    command: tuple[str, ...] = field(default_factory=tuple)
+
+
+def container_args(obj: JSON, container: str | None) -> list[ArgsSite]:
+    """Every pod template's ``args`` of the container (a LeaderWorkerSet has the leader's and the
+    workers'); the paths are what a JSON patch replaces."""
+    out: list[ArgsSite] = []
+    for path in _TEMPLATES.get(str(obj.get("kind")), ()):
+        node: Any = obj
+        for k in path:
+            node = node.get(k) if isinstance(node, Mapping) else None
+        if not isinstance(node, Mapping):
+            continue
+        containers = (node.get("spec") or {}).get("containers") or []
+        for i, c in enumerate(containers):
+            if container is None and i > 0:
+                break
+            if container is not None and c.get("name") != container:
+                continue
+            args = tuple(str(a) for a in c.get("args") or ())
+            command = tuple(str(a) for a in c.get("command") or ())
+            out.append(ArgsSite("/" + "/".join([*path, "spec", "containers", str(i), "args"]), args, command))
+    return out
+
+
+# -- logs: resume after a drop without a repeated line -----------------------------------------
+
+_TS_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d) ")
+
+
+def split_stamp(line: str) -> tuple[str, int, str] | None:
+    """``2026-12-01T15:30:00.12Z text`` -> (stamp as printed, sort key in ns of the second, text).
+    kubelet stamps are RFC 3339 with up to 9 fraction digits (trailing zeros trimmed), so they do
+    not sort as text; the key does (zone ``Z`` is what the kubelet prints; others keep their own
+    order)."""
+    m = _TS_RE.match(line)
+    if m is None:
+        return None
+    frac = int((m.group(2) or "").ljust(9, "0") or 0)
+    sec = m.group(1)
+    key = int(sec[:4] + sec[5:7] + sec[8:10] + sec[11:13] + sec[14:16] + sec[17:19]) * 1_000_000_000 + frac
+    return line[: m.end() - 1], key, line[m.end():]
+
+
+@dataclass
+class LogResume:
+    """Where a ``kubectl logs -f --timestamps`` stream got to, so that the next one (after a drop)
+    starts there (``since_time``) and repeats nothing: lines stamped before the last one are old;
+    at the last stamp, as many copies of a text as were already taken are skipped."""
+
+    last_stamp: str | None = None
+    last_key: int = -1
+    taken_at_last: Counter[str] = field(default_factory=Counter)
+    _skip: Counter[str] = field(default_factory=Counter)
+
+    def since_time(self) -> str | None:
+        """``--since-time`` for the next stream (the last stamp: the kubelet may send lines of the
+        same second again; ``accept`` drops them)."""
+        return self.last_stamp
+
+    def resumed(self) -> None:
+        """A new stream starts: at the last stamp, skip what was already taken."""
+        self._skip = Counter(self.taken_at_last)
+
+    def accept(self, line: str) -> tuple[str, str] | None:
+        """(stamp, text) for a new line, None for one already taken; a line without a stamp (a
+        wrapped continuation) is passed as ("", line)."""
+        got = split_stamp(line)
+        if got is None:
+            return "", line
+        stamp, key, text = got
+        if key < self.last_key:
+            return None
+        if key == self.last_key:
+            if self._skip[text] > 0:
+                self._skip[text] -= 1
+                return None
+            self.taken_at_last[text] += 1
+            return stamp, text
+        self.last_key = key
+        self.last_stamp = stamp
+        self.taken_at_last = Counter({text: 1})
+        self._skip.clear()
+        return stamp, text

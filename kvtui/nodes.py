@@ -1,0 +1,566 @@
+"""One boot across the nodes of a deployment (issue 15): merge, compare, diagnose a hang.
+
+Pure core: no textual, no asyncssh, no I/O. Each node's log goes through its own ``BootTracker``
+(a node's restarts, rank tags and failures are its own); this module puts the nodes' boots of
+one start side by side and builds:
+
+- the **merged boot** (a ``Boot``, so every reader of a boot reads it): the ranks of all nodes
+  (SGLang and vLLM print global ranks: TP0-7 on node 0, TP8-15 on node 1; ranks that collide are
+  kept apart as ``N1 TP0``), each phase spanning from the first node's start to the last node's
+  end (a phase of the whole ends when its last node ends it: still running while any node that
+  started it has not ended it), the figures aggregated by the tracker's rules (``fact_rule``:
+  min of free memory, max of graph memory, the lowest rank's sizes) with the node that set each;
+- the **node identity** of each node: ``--node-rank`` / ``--nnodes`` / ``--dist-init-addr``
+  (vLLM ``--master-addr``/``--master-port``) from its own argument dump, else its position;
+- **findings**: flags that differ between nodes ("node 1 (h20-b) runs --mem-fraction-static
+  0.85, node 0 (h20-a) 0.88"), node ranks that clash or disagree with the listed order,
+  ``--nnodes`` that is not the node count;
+- ``diagnose_hang``: a node that has not reached the phase the others reached, within a bound,
+  named with the causes kvtui can see.
+
+Only node rank 0 serves HTTP (SGLang's other nodes run schedulers only; vLLM's other nodes run
+``--headless``): ``http_up`` and ``ready`` are the head's, and the whole is ready when the head is
+ready, every other node's log shows the head's last scheduler phase, and no node failed or
+stopped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from kvtui import fmt
+from kvtui.boot import Boot, BootStatus, PhaseSpan, fact_rule, rank_sort_key, refresh_metrics
+from kvtui.engines.events import PHASE_RANK, Engine, Model, Phase
+
+# phases only the head node (node rank 0) reaches
+HEAD_ONLY: frozenset[Phase] = frozenset({Phase.HTTP_UP, Phase.READY})
+# flags that differ between nodes by design (never a finding)
+NODE_LOCAL_FLAGS: frozenset[str] = frozenset({
+    "node_rank", "host", "base_gpu_id", "headless", "data_parallel_rank", "data_parallel_start_rank",
+    "data_parallel_rank_local", "api_server_count",
+})
+MAX_FINDINGS = 32
+MAX_WARNINGS = 32
+# boots of two nodes further apart than this are not one start (``pair_boots``)
+PAIR_WINDOW = timedelta(minutes=15)
+
+# what a phase is called in a sentence ("has not started distributed init")
+PHASE_WORDS: dict[Phase, str] = {
+    Phase.LAUNCH: "launch",
+    Phase.INIT: "distributed init",
+    Phase.LOAD_WEIGHTS: "weight loading",
+    Phase.COMPILE: "compilation",
+    Phase.KV_ALLOCATE: "KV pool allocation",
+    Phase.GRAPH_CAPTURE: "CUDA graph capture",
+    Phase.HTTP_UP: "the HTTP server",
+    Phase.READY: "ready",
+}
+# where a node that sits in a phase waits for the others (the engines' collectives)
+WAIT_WORDS: dict[Phase, str] = {
+    Phase.INIT: "NCCL init (distributed init)",
+    Phase.KV_ALLOCATE: "the pool-size all-reduce",
+}
+
+
+@dataclass(slots=True)
+class NodeBoot:
+    """One node's side of a deployment boot. ``boot`` is None when that node's log holds no boot
+    of this start (it never started, or its log is not there)."""
+
+    name: str
+    position: int  # where the deployment lists it
+    node_rank: int  # from its --node-rank when printed, else the position
+    boot: Boot | None
+    nnodes: int | None = None
+    dist_init_addr: str | None = None
+    rank_from_flags: bool = False
+
+    def label(self) -> str:
+        return f"node {self.node_rank} ({self.name})"
+
+    @property
+    def phase(self) -> Phase | None:
+        return self.boot.phase if self.boot is not None else None
+
+    def span(self, phase: Phase, model: Model = Model.TARGET) -> PhaseSpan | None:
+        if self.boot is None:
+            return None
+        return next((s for s in self.boot.phases if s.name is phase and s.model is model), None)
+
+    def to_json(self) -> dict[str, object]:
+        b = self.boot
+        return {
+            "name": self.name,
+            "position": self.position,
+            "node_rank": self.node_rank,
+            "nnodes": self.nnodes,
+            "dist_init_addr": self.dist_init_addr,
+            "status": b.status.value if b is not None else None,
+            "phase": b.phase.value if b is not None and b.phase is not None else None,
+            "ranks": list(b.ranks) if b is not None else [],
+            "phases": [
+                {"name": s.name.value, "model": s.model.value, "start": _iso(s.start), "end": _iso(s.end),
+                 "seconds": s.seconds if s.end is not None else None}
+                for s in (b.phases if b is not None else [])
+            ],
+        }
+
+
+@dataclass(slots=True)
+class DeploymentBoot:
+    """A boot of the whole deployment: ``boot`` (merged), the nodes (by node rank), which node set
+    each figure (``figure_node``: fact name -> node rank) and the findings."""
+
+    boot: Boot
+    nodes: list[NodeBoot]
+    figure_node: dict[str, int] = field(default_factory=dict)
+    findings: list[str] = field(default_factory=list)
+    failed_node: int | None = None  # the node rank whose failure failed the whole
+
+    @property
+    def head(self) -> NodeBoot:
+        return self.nodes[0]
+
+    def node(self, node_rank: int) -> NodeBoot:
+        return next(n for n in self.nodes if n.node_rank == node_rank)
+
+    def setter(self, fact: str) -> NodeBoot | None:
+        """The node whose value the merged figure ``fact`` is."""
+        rank = self.figure_node.get(fact)
+        return self.node(rank) if rank is not None else None
+
+    def to_json(self) -> dict[str, object]:
+        out = self.boot.to_json()
+        out["nodes"] = [n.to_json() for n in self.nodes]
+        out["figure_nodes"] = {k: v for k, v in sorted(self.figure_node.items())}
+        out["findings"] = list(self.findings)
+        out["failed_node"] = self.failed_node
+        return out
+
+
+def _iso(dt: datetime | None) -> str | None:
+    return dt.isoformat() if dt is not None else None
+
+
+def _int_flag(flags: Mapping[str, object], *names: str) -> int | None:
+    for n in names:
+        v = flags.get(n)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.strip().isdigit():
+            return int(v.strip())
+    return None
+
+
+def _dist_addr(flags: Mapping[str, object]) -> str | None:
+    v = flags.get("dist_init_addr")
+    if isinstance(v, str) and v:
+        return v
+    addr = flags.get("master_addr")
+    if isinstance(addr, str) and addr:
+        port = flags.get("master_port")
+        return f"{addr}:{port}" if port is not None else addr
+    return None
+
+
+def cli_flag(name: str) -> str:
+    """An engine flag name as the command line spells it: ``mem_fraction_static`` ->
+    ``--mem-fraction-static``."""
+    return "--" + name.replace("_", "-")
+
+
+def _shown(v: object) -> str:
+    if isinstance(v, float) and math.isfinite(v):
+        return f"{v:g}"
+    return str(v)
+
+
+def identify(nodes: Sequence[tuple[str, Boot | None]]) -> tuple[list[NodeBoot], list[str]]:
+    """Each node's identity (its own --node-rank / --nnodes / --dist-init-addr, else its position),
+    sorted by node rank, and the findings about identities."""
+    out: list[NodeBoot] = []
+    findings: list[str] = []
+    for pos, (name, boot) in enumerate(nodes):
+        flags = boot.flags if boot is not None else {}
+        rank = _int_flag(flags, "node_rank")
+        out.append(NodeBoot(name=name, position=pos, node_rank=rank if rank is not None else pos, boot=boot,
+                            nnodes=_int_flag(flags, "nnodes"), dist_init_addr=_dist_addr(flags),
+                            rank_from_flags=rank is not None))
+    seen: dict[int, NodeBoot] = {}
+    clash = False
+    for n in out:
+        other = seen.get(n.node_rank)
+        if other is not None:
+            clash = True
+            findings.append(f"{n.name} and {other.name} both run --node-rank {n.node_rank}: the deployment "
+                            "cannot start (each node needs its own rank)")
+        seen[n.node_rank] = n
+    if clash:  # keep the listed order: ranks from flags are not usable
+        for n in out:
+            n.node_rank = n.position
+    else:
+        for n in out:
+            if n.rank_from_flags and n.node_rank != n.position:
+                findings.append(f"{n.name} is listed as node {n.position} but runs --node-rank {n.node_rank} "
+                                "(kvtui follows the flag; list the hosts in rank order in [deployments])")
+        out.sort(key=lambda n: n.node_rank)
+    count = len(out)
+    for n in out:
+        if n.nnodes is not None and n.nnodes != count:
+            findings.append(f"{n.label()} runs --nnodes {n.nnodes}, but the deployment lists {count} nodes")
+    addrs = {n.dist_init_addr for n in out if n.dist_init_addr is not None}
+    if len(addrs) > 1:
+        head = out[0]
+        for n in out[1:]:
+            if n.dist_init_addr is not None and n.dist_init_addr != head.dist_init_addr:
+                findings.append(f"{n.label()} runs --dist-init-addr {n.dist_init_addr}, {head.label()} "
+                                f"{head.dist_init_addr}: the nodes do not meet at one rendezvous")
+    return out, findings
+
+
+def flag_findings(nodes: Sequence[NodeBoot]) -> list[str]:
+    """Flags that differ from the head's (node rank 0): one finding per node and flag."""
+    out: list[str] = []
+    present = [n for n in nodes if n.boot is not None and n.boot.flags]
+    if len(present) < 2:
+        return out
+    head = present[0]
+    assert head.boot is not None
+    for n in present[1:]:
+        assert n.boot is not None
+        keys = [k for k in dict.fromkeys([*head.boot.flags, *n.boot.flags]) if k not in NODE_LOCAL_FLAGS
+                and k not in ("nnodes", "dist_init_addr", "master_addr", "master_port")]
+        for k in keys:
+            a, b = head.boot.flags.get(k), n.boot.flags.get(k)
+            if a != b:
+                mine = _shown(b) if k in n.boot.flags else "(not set)"
+                theirs = _shown(a) if k in head.boot.flags else "(not set)"
+                out.append(f"{n.label()} runs {cli_flag(k)} {mine}, {head.label()} {theirs}")
+    return out
+
+
+def _merge_phases(nodes: Sequence[NodeBoot]) -> list[PhaseSpan]:
+    keys: dict[tuple[Phase, Model], None] = {}
+    for n in nodes:
+        if n.boot is not None:
+            for s in n.boot.phases:
+                keys.setdefault((s.name, s.model))
+    spans: list[PhaseSpan] = []
+    for phase, model in keys:
+        own = [(n, n.span(phase, model)) for n in nodes]
+        if phase in HEAD_ONLY:
+            own = [(n, s) for n, s in own if n is nodes[0]]
+        started = [s for _, s in own if s is not None]
+        if not started:
+            continue
+        starts = [s.start for s in started if s.start is not None]
+        merged = PhaseSpan(name=phase, model=model, start=min(starts) if starts else None)
+        # ends when its last node ends it: every node that is alive must have ended it
+        alive = [s for n, s in own if n.boot is not None]
+        if all(s is not None and s.end is not None for s in alive):
+            ends = [s.end for s in alive if s is not None and s.end is not None]
+            merged.end = max(ends) if ends else None
+            if merged.end is not None and merged.start is not None:
+                merged.seconds = round(max((merged.end - merged.start).total_seconds(), 0.0), 3)
+            else:
+                secs = [s.seconds for s in alive if s is not None and s.seconds is not None]
+                merged.seconds = max(secs) if secs else None
+        done = [s for s in started if s.progress_total]
+        if done:
+            merged.progress_total = sum(s.progress_total or 0 for s in done)
+            merged.progress_done = sum(s.progress_done or 0 for s in done)
+        spans.append(merged)
+    spans.sort(key=lambda s: (s.start is None, s.start or datetime.min, PHASE_RANK[s.name]))
+    return spans
+
+
+def _merge_facts(nodes: Sequence[NodeBoot], draft: bool) -> tuple[dict[str, float], dict[str, int]]:
+    facts: dict[str, float] = {}
+    setter: dict[str, int] = {}
+    for n in nodes:  # node-rank order: "lowest" keeps the first (the lowest rank's) value
+        if n.boot is None:
+            continue
+        own = n.boot.draft_facts if draft else n.boot.facts
+        for name, v in own.items():
+            old = facts.get(name)
+            rule = fact_rule(name)
+            if old is None or (rule == "min" and v < old) or (rule == "max" and v > old):
+                facts[name] = v
+                setter[name] = n.node_rank
+    return facts, setter
+
+
+def _rank_names(nodes: Sequence[NodeBoot]) -> dict[int, dict[str, str]]:
+    """Per node, its rank tags as the merged boot names them: global ranks stay as printed; a
+    tag another node already printed becomes ``N<node rank> <tag>``."""
+    taken: set[str] = set()
+    out: dict[int, dict[str, str]] = {}
+    for n in nodes:
+        names: dict[str, str] = {}
+        for r in (n.boot.ranks if n.boot is not None else []):
+            names[r] = f"N{n.node_rank} {r}" if r in taken else r
+        taken.update(names.values())
+        out[n.node_rank] = names
+    return out
+
+
+def merge_boots(nodes: Sequence[tuple[str, Boot | None]]) -> DeploymentBoot:
+    """One boot of the deployment from each node's boot of that start (in the listed order)."""
+    if not nodes:
+        raise ValueError("a deployment boot needs at least one node")
+    ordered, findings = identify(nodes)
+    findings.extend(flag_findings(ordered))
+    present = [n for n in ordered if n.boot is not None]
+    head = ordered[0]
+    merged = Boot()
+    merged.engine = next((n.boot.engine for n in present if n.boot is not None and n.boot.engine is not Engine.UNKNOWN),
+                         Engine.UNKNOWN)
+    merged.version_hint = next((n.boot.version_hint for n in present if n.boot is not None and n.boot.version_hint),
+                               None)
+    if present:
+        src = head.boot if head.boot is not None else present[0].boot
+        assert src is not None
+        merged.flags = dict(src.flags)
+        merged.capture_trail = list(src.capture_trail)
+        merged.capture_bs = list(src.capture_bs)
+        merged.live = src.live
+        merged.first_line = src.first_line
+        merged.last_line = src.last_line
+    names = _rank_names(ordered)
+    ranks: list[str] = []
+    for n in present:
+        assert n.boot is not None
+        ranks.extend(names[n.node_rank][r] for r in n.boot.ranks)
+        for r, facts in n.boot.rank_facts.items():
+            merged.rank_facts[names[n.node_rank].get(r, r if r != "main" else f"N{n.node_rank} main")] = dict(facts)
+        for w in n.boot.warnings:
+            if len(merged.warnings) < MAX_WARNINGS:
+                merged.warnings.append(f"{n.label()}: {w}")
+    merged.ranks = sorted(dict.fromkeys(ranks), key=lambda r: (r.startswith("N"), rank_sort_key(r)))
+    merged.phases = _merge_phases(ordered)
+    merged.facts, setter = _merge_facts(ordered, draft=False)
+    merged.draft_facts, _ = _merge_facts(ordered, draft=True)
+    starts = [n.boot.started_at for n in present if n.boot is not None and n.boot.started_at is not None]
+    merged.started_at = min(starts) if starts else None
+    ends = [n.boot.ended_at for n in present if n.boot is not None]
+    merged.ended_at = max(e for e in ends if e is not None) if ends and all(e is not None for e in ends) else None
+
+    failed_node: int | None = None
+    failed = [n for n in present if n.boot is not None and n.boot.status is BootStatus.FAILED]
+    if failed:
+        first = min(failed, key=lambda n: (n.boot.ended_at is None if n.boot else True,
+                                           (n.boot.ended_at or datetime.max) if n.boot else datetime.max,
+                                           n.node_rank))
+        assert first.boot is not None
+        merged.status = BootStatus.FAILED
+        merged.failure = first.boot.failure
+        failed_node = first.node_rank
+    elif head.boot is not None and head.boot.status is BootStatus.READY and _others_caught_up(ordered):
+        merged.status = BootStatus.READY
+    elif any(n.boot is not None and n.boot.status is BootStatus.STOPPED for n in present):
+        merged.status = BootStatus.STOPPED
+    else:
+        merged.status = BootStatus.STARTING
+    if merged.status is BootStatus.READY:
+        merged.phase = head.phase
+    else:
+        reached = [n.phase for n in ordered]
+        known = [p for p in reached if p is not None and p not in HEAD_ONLY]
+        merged.phase = min(known, key=lambda p: PHASE_RANK[p]) if known and None not in reached else None
+        if merged.phase is None and head.phase in HEAD_ONLY:
+            merged.phase = head.phase
+    refresh_metrics(merged)
+    # the findings travel with the boot: every reader of a boot (calc, the console) shows warnings
+    merged.warnings[:0] = [f"deployment: {f}" for f in findings[:MAX_WARNINGS]]
+    del merged.warnings[MAX_WARNINGS:]
+    return DeploymentBoot(boot=merged, nodes=ordered, figure_node=setter, findings=findings[:MAX_FINDINGS],
+                          failed_node=failed_node)
+
+
+def _top(n: NodeBoot) -> int:
+    """The furthest phase a node's own log shows (head-only phases aside; -1: none)."""
+    if n.boot is None:
+        return -1
+    return max((PHASE_RANK[s.name] for s in n.boot.phases if s.name not in HEAD_ONLY), default=-1)
+
+
+def _others_caught_up(nodes: Sequence[NodeBoot]) -> bool:
+    """Every other node's log shows the head's last scheduler phase (the head cannot serve before
+    they got there; a log that does not show it yet has not been read that far)."""
+    want = _top(nodes[0])
+    return all(_top(n) >= want for n in nodes[1:])
+
+
+def pair_boots(per_node: Sequence[Sequence[Boot]]) -> list[list[Boot | None]]:
+    """Group the nodes' boots by start: each boot of node 0 (the anchor) with, from every other
+    node, the unused boot that started nearest to it within ``PAIR_WINDOW`` (None when none
+    did). Without timestamps, boots pair by their position counted from the last."""
+    if not per_node:
+        return []
+    anchor = list(per_node[0])
+    groups: list[list[Boot | None]] = [[b] for b in anchor]
+    for boots in per_node[1:]:
+        used: set[int] = set()
+        timed = all(b.started_at is not None for b in anchor) and all(b.started_at is not None for b in boots)
+        for gi, a in enumerate(anchor):
+            pick: int | None = None
+            if timed:
+                best: float | None = None
+                for j, b in enumerate(boots):
+                    if j in used or a.started_at is None or b.started_at is None:
+                        continue
+                    if (a.started_at.tzinfo is None) != (b.started_at.tzinfo is None):
+                        continue
+                    d = abs((b.started_at - a.started_at).total_seconds())
+                    if d <= PAIR_WINDOW.total_seconds() and (best is None or d < best):
+                        best, pick = d, j
+            else:
+                j = len(boots) - (len(anchor) - gi)
+                pick = j if 0 <= j < len(boots) else None
+            if pick is not None:
+                used.add(pick)
+            groups[gi].append(boots[pick] if pick is not None else None)
+    return groups
+
+
+def merge_logs(per_node: Sequence[tuple[str, Sequence[Boot]]]) -> list[DeploymentBoot]:
+    """Every start of the deployment from each node's boots (``replay a.log b.log``)."""
+    names = [n for n, _ in per_node]
+    return [merge_boots(list(zip(names, group, strict=True))) for group in pair_boots([b for _, b in per_node])]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hang diagnosis
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeObservation:
+    """What kvtui sees of a node besides its log's boot (None = not known): whether its unit (or
+    server process) runs, when its log last said anything, the NCCL_*/GLOO_* settings of its
+    unit's environment."""
+
+    unit_active: bool | None = None
+    unit_state: str | None = None
+    last_line_at: datetime | None = None
+    env: Mapping[str, str] | None = None
+    what: str = "unit"  # what runs the server there: "unit" (systemd), "pod" (Kubernetes)
+
+
+@dataclass(frozen=True, slots=True)
+class Hang:
+    """A deployment that waits for some of its nodes: ``lagging`` node ranks, ``phase`` the others
+    reached, ``waiting_s`` how long the first node has been in it, and the sentences."""
+
+    lagging: tuple[int, ...]
+    phase: Phase
+    waiting_s: float
+    summary: str
+    causes: tuple[str, ...]
+
+    def lines(self) -> list[str]:
+        return [self.summary, *(f"  - {c}" for c in self.causes)]
+
+
+_ENV_PREFIXES = ("NCCL_", "GLOO_", "TP_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _reach(n: NodeBoot) -> int:
+    """How far a node got (phase order; -1 for no boot)."""
+    if n.boot is None or n.boot.phase is None:
+        return -1
+    return PHASE_RANK[n.boot.phase]
+
+
+def _same_clock(t: datetime, ref: datetime) -> datetime:
+    """``t`` on ``ref``'s kind of clock: a naive stamp is local time (the engines' own stamps)."""
+    if (t.tzinfo is None) == (ref.tzinfo is None):
+        return t
+    if ref.tzinfo is not None:
+        return t.astimezone(ref.tzinfo)  # naive -> local -> ref's zone
+    return t.astimezone().replace(tzinfo=None)  # aware -> local naive
+
+
+def diagnose_hang(dep: DeploymentBoot, now: datetime, bound_s: float,
+                  observed: Mapping[int, NodeObservation] | None = None) -> Hang | None:
+    """The nodes that hold the deployment back, with the causes kvtui can see, or None.
+
+    A node holds it back when it has not reached the phase another node reached at least
+    ``bound_s`` ago (head-only phases aside), or at once when its boot stopped (its unit was
+    stopped, it was restarted alone) while the others wait. None once the whole is ready or
+    failed, and while no node trails for that long."""
+    if dep.boot.status in (BootStatus.READY, BootStatus.FAILED) or len(dep.nodes) < 2:
+        return None
+    observed = observed or {}
+    stopped = [n for n in dep.nodes if n.boot is not None and n.boot.status is BootStatus.STOPPED]
+    running = [n for n in dep.nodes if n not in stopped]
+    cap = PHASE_RANK[Phase.GRAPH_CAPTURE]
+    top = max((min(_reach(n), cap) for n in running), default=-1)
+    if top < 0 and not stopped:
+        return None
+    top = max(top, 0)
+    phase = next(p for p, r in PHASE_RANK.items() if r == top)
+    lagging = [n for n in dep.nodes if n in stopped or _reach(n) < top]
+    if not lagging:
+        return None
+    ahead = [n for n in running if n not in lagging]
+    since = [s.start for n in ahead if (s := n.span(phase)) is not None and s.start is not None]
+    first = min(since) if since else None
+    waiting = max((now - _same_clock(first, now)).total_seconds(), 0.0) if first is not None else 0.0
+    if not stopped and waiting < bound_s:
+        return None
+    parts = []
+    for n in lagging:
+        if n.boot is None:
+            parts.append(f"{n.label()} has not started (no boot in its log)")
+        elif n in stopped:
+            parts.append(f"{n.label()} stopped at {PHASE_WORDS[n.boot.phase] if n.boot.phase else 'launch'}")
+        else:
+            parts.append(f"{n.label()} has not started {PHASE_WORDS[phase]} "
+                         f"(it is at {PHASE_WORDS[n.boot.phase] if n.boot.phase else 'launch'})")
+    summary = "; ".join(parts)
+    if ahead:
+        wait_word = WAIT_WORDS.get(phase, PHASE_WORDS[phase])
+        summary += f"; {', '.join(n.label() for n in ahead)} waiting {fmt.duration(waiting)} at {wait_word}"
+    causes: list[str] = []
+    for n in lagging:
+        ob = observed.get(n.node_rank, NodeObservation())
+        if ob.unit_active is False:
+            causes.append(f"{n.label()}: its {ob.what} is not running"
+                          + (f" ({ob.unit_state})" if ob.unit_state else ""))
+        if ob.last_line_at is not None:
+            silent = (now - _same_clock(ob.last_line_at, now)).total_seconds()
+            if silent >= bound_s:
+                causes.append(f"{n.label()}: its log has been silent for {fmt.duration(silent)}")
+    head = dep.nodes[0]
+    for n in dep.nodes[1:]:
+        if n.dist_init_addr and head.dist_init_addr and n.dist_init_addr != head.dist_init_addr:
+            causes.append(f"{n.label()} runs --dist-init-addr {n.dist_init_addr}, {head.label()} "
+                          f"{head.dist_init_addr}")
+    causes.extend(env_differences(dep.nodes, observed))
+    if not causes:
+        causes.append("nothing kvtui can see explains it: check the network between the nodes (the "
+                      "rendezvous port, NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME) and the lagging node's own log")
+    return Hang(lagging=tuple(n.node_rank for n in lagging), phase=phase, waiting_s=waiting,
+                summary=summary, causes=tuple(causes))
+
+
+def env_differences(nodes: Sequence[NodeBoot], observed: Mapping[int, NodeObservation]) -> list[str]:
+    """NCCL_* / GLOO_* settings that differ between the nodes' units (nodes whose environment is
+    not known are left out)."""
+    envs = {n.node_rank: {k: v for k, v in (observed[n.node_rank].env or {}).items() if k.startswith(_ENV_PREFIXES)}
+            for n in nodes if n.node_rank in observed and observed[n.node_rank].env is not None}
+    if len(envs) < 2:
+        return []
+    out = []
+    keys = sorted({k for e in envs.values() for k in e})
+    by_rank = {n.node_rank: n for n in nodes}
+    for k in keys:
+        vals = {r: e.get(k) for r, e in envs.items()}
+        if len(set(vals.values())) > 1:
+            said = ", ".join(f"{by_rank[r].label()} {v if v is not None else '(not set)'}" for r, v in vals.items())
+            out.append(f"{k} differs between the nodes' units: {said}")
+    return out

@@ -1,0 +1,193 @@
+"""A fake ``kubectl`` for the Kubernetes tests (issue 15): an executable first on PATH that serves
+the subcommands kvtui uses from a state directory, in the JSON shapes of the Kubernetes API.
+
+State (``FakeKube.state``):
+- ``pods/NAME.json``: Pod objects (``get pod NAME -o json``; ``get pods -l SELECTOR -o json`` ->
+  a ``List`` of the pods whose labels match an equality selector ``a=b,c=d``);
+- ``objects/KIND/NAME.json``: other objects (``get KIND NAME -o json``; ``patch KIND NAME --type
+  json --patch P [--dry-run=server] -o json``: add/replace ops applied, stored unless dry-run);
+- ``logs/POD/CONTAINER.log``: lines ``STAMP TEXT`` (``logs POD -c C --timestamps [--follow]
+  [--since-time T] [--previous]``; ``--previous`` reads ``CONTAINER.previous.log``; a follow ends
+  when ``logs/POD/CONTAINER.drop`` appears (the file is removed: a dropped stream) or
+  ``CONTAINER.end`` exists);
+- ``gpu.csv``: what ``exec POD -c C -- nvidia-smi --query-gpu=…`` prints (every ``-lms`` ms);
+- ``calls``: one line per call (the argv, tab-separated).
+Errors are kubectl's: ``Error from server (NotFound): pods "x" not found`` on stderr, exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+_FAKE = r'''
+import json, os, sys, time
+STATE = {state!r}
+argv = sys.argv[1:]
+with open(os.path.join(STATE, "calls"), "a") as fh:
+    fh.write("\t".join(argv) + "\n")
+opts, words, i = {{}}, [], 0
+VALUED = {{"--context", "--namespace", "-n", "--output", "-o", "--selector", "-l", "--container", "-c",
+          "--since-time", "--type", "--patch", "-p"}}
+rest = []
+while i < len(argv):
+    a = argv[i]
+    if a == "--":
+        rest = argv[i + 1:]; break
+    if a in VALUED:
+        opts[a.lstrip("-")] = argv[i + 1]; i += 2; continue
+    if a.startswith("--") and "=" in a:
+        k, v = a[2:].split("=", 1); opts[k] = v; i += 1; continue
+    if a.startswith("-"):
+        opts[a.lstrip("-")] = True; i += 1; continue
+    words.append(a); i += 1
+def die(msg):
+    print(msg, file=sys.stderr); sys.exit(1)
+def load(path, what):
+    try:
+        return json.load(open(path))
+    except OSError:
+        die(f'Error from server (NotFound): {{what}} not found')
+verb = words[0] if words else ""
+ns = opts.get("namespace") or opts.get("n") or "default"
+if verb == "get":
+    kind, name = words[1], (words[2] if len(words) > 2 else None)
+    if kind in ("pod", "pods") and name:
+        print(json.dumps(load(os.path.join(STATE, "pods", name + ".json"), f'pods "{{name}}"'))); sys.exit(0)
+    if kind in ("pod", "pods"):
+        sel = opts.get("selector") or opts.get("l") or ""
+        want = dict(p.split("=", 1) for p in sel.split(",") if p)
+        items = []
+        for f in sorted(os.listdir(os.path.join(STATE, "pods"))):
+            p = json.load(open(os.path.join(STATE, "pods", f)))
+            labels = p["metadata"].get("labels") or {{}}
+            if all(labels.get(k) == v for k, v in want.items()):
+                items.append(p)
+        print(json.dumps({{"apiVersion": "v1", "kind": "List", "items": items, "metadata": {{"resourceVersion": ""}}}}))
+        sys.exit(0)
+    obj = load(os.path.join(STATE, "objects", kind.lower(), name + ".json"), f'{{kind.lower()}} "{{name}}"')
+    print(json.dumps(obj))
+    sys.exit(0)
+if verb == "patch":
+    kind, name = words[1], words[2]
+    path = os.path.join(STATE, "objects", kind.lower(), name + ".json")
+    obj = load(path, f'{{kind.lower()}} "{{name}}"')
+    for op in json.loads(opts.get("patch") or opts.get("p")):
+        keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
+        node = obj
+        for k in keys[:-1]:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        last = keys[-1]
+        if op["op"] in ("add", "replace"):
+            if isinstance(node, list):
+                node[int(last)] = op["value"]
+            else:
+                node[last] = op["value"]
+        else:
+            die(f"error: unsupported patch op {{op['op']}}")
+    if opts.get("dry-run") != "server":
+        json.dump(obj, open(path, "w"))
+    print(json.dumps(obj)); sys.exit(0)
+if verb == "logs":
+    pod = words[1]
+    cont = opts.get("container") or opts.get("c") or "main"
+    d = os.path.join(STATE, "logs", pod)
+    path = os.path.join(d, cont + (".previous.log" if opts.get("previous") else ".log"))
+    if not os.path.exists(path):
+        if opts.get("previous"):
+            die(f'Error from server (BadRequest): previous terminated container "{{cont}}" in pod "{{pod}}" not found')
+        die(f'Error from server (NotFound): pods "{{pod}}" not found')
+    since = opts.get("since-time")
+    def key(stamp):
+        s, _, frac = stamp.rstrip("Z").partition(".")
+        return (s, int(frac.ljust(9, "0") or 0))
+    pos = 0
+    while True:
+        with open(path, "rb") as fh:
+            fh.seek(pos); data = fh.read(); pos += len(data)
+        for line in data.decode().splitlines(keepends=True):
+            stamp, _, text = line.partition(" ")
+            # the kubelet filters --since-time by the second: lines of that second come again
+            if since and key(stamp)[0] < key(since)[0]:
+                continue
+            sys.stdout.write(line if opts.get("timestamps") else text)
+        sys.stdout.flush()
+        if not opts.get("follow") or os.path.exists(os.path.join(d, cont + ".end")):
+            sys.exit(0)
+        drop = os.path.join(d, cont + ".drop")
+        if os.path.exists(drop):
+            os.unlink(drop)
+            print("error: unexpected EOF", file=sys.stderr); sys.exit(1)
+        time.sleep(0.02)
+if verb == "exec":
+    if rest[:1] != ["nvidia-smi"]:
+        die("fake kubectl: only nvidia-smi can be exec'd")
+    interval = None
+    if "-lms" in rest:
+        interval = int(rest[rest.index("-lms") + 1]) / 1000
+    while True:
+        sys.stdout.write(open(os.path.join(STATE, "gpu.csv")).read()); sys.stdout.flush()
+        if interval is None:
+            sys.exit(0)
+        time.sleep(interval)
+die(f'error: unknown command "{{verb}}" for "kubectl"')
+'''
+
+
+@dataclass
+class FakeKube:
+    """The fake kubectl in ``bin_dir`` (put it first on PATH) and its state."""
+
+    bin_dir: Path
+    state: Path
+
+    @classmethod
+    def create(cls, root: Path) -> FakeKube:
+        bin_dir, state = root / "bin", root / "state"
+        for d in (bin_dir, state / "pods", state / "objects", state / "logs"):
+            d.mkdir(parents=True, exist_ok=True)
+        exe = bin_dir / "kubectl"
+        exe.write_text(f"#!{sys.executable}\n" + _FAKE.format(state=str(state)))
+        exe.chmod(0o755)
+        (state / "calls").touch()
+        return cls(bin_dir, state)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def put_pod(self, obj: dict[str, object], name: str | None = None) -> None:
+        meta = obj["metadata"]
+        assert isinstance(meta, dict)
+        (self.state / "pods" / f"{name or meta['name']}.json").write_text(json.dumps(obj))
+
+    def put_object(self, obj: dict[str, object]) -> Path:
+        meta = obj["metadata"]
+        assert isinstance(meta, dict)
+        d = self.state / "objects" / str(obj["kind"]).lower()
+        d.mkdir(exist_ok=True)
+        path = d / f"{meta['name']}.json"
+        path.write_text(json.dumps(obj))
+        return path
+
+    def log_path(self, pod: str, container: str, previous: bool = False) -> Path:
+        d = self.state / "logs" / pod
+        d.mkdir(parents=True, exist_ok=True)
+        return d / (container + (".previous.log" if previous else ".log"))
+
+    def append_log(self, pod: str, container: str, lines: list[str], previous: bool = False) -> None:
+        with self.log_path(pod, container, previous).open("a") as fh:
+            fh.writelines(line + "\n" for line in lines)
+
+    def drop(self, pod: str, container: str) -> None:
+        (self.state / "logs" / pod / f"{container}.drop").touch()
+
+    def end(self, pod: str, container: str) -> None:
+        (self.state / "logs" / pod / f"{container}.end").touch()
+
+    def calls(self) -> list[list[str]]:
+        return [line.split("\t") for line in (self.state / "calls").read_text().splitlines()]

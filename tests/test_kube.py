@@ -1,0 +1,267 @@
+"""Kubernetes seams (issue 15, step 6): every kubectl argv (exact), the pod state in words, the
+GitOps owners, the args' patch paths, and the log resume, also against a fake ``kubectl`` first on
+PATH that serves fixture state in the Kubernetes API's JSON shapes (``tests/kube_support.py``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_support import FakeKube
+
+from kvtui.gpu import QUERY_GPU_FIELD_NAMES, parse_query_gpu_csv
+from kvtui.hosts.kube import commands as K
+from kvtui.hosts.kube.state import (
+    LogResume,
+    container_args,
+    controller_of,
+    gitops_manager,
+    node_order,
+    pod_state,
+    split_stamp,
+)
+
+FIX = Path(__file__).parent / "fixtures" / "kube"
+REF = K.PodRef("prod-eu", "llm", "r1-0", container="sglang")
+
+
+def _pod(name: str) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads((FIX / "pods" / f"{name}.json").read_text())
+    return out
+
+
+def _obj(name: str) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads((FIX / "objects" / f"{name}.json").read_text())
+    return out
+
+
+# -- the argv, exactly ----------------------------------------------------------------------------
+
+def test_get_pod_argv() -> None:
+    assert K.get_pod(REF, "r1-0") == ["kubectl", "--context", "prod-eu", "--namespace", "llm", "get", "pod", "r1-0",
+                                      "--output", "json"]
+
+
+def test_current_context_is_left_to_kubectl() -> None:
+    assert K.get_pod(K.PodRef(None, "llm"), "r1-0")[:4] == ["kubectl", "--namespace", "llm", "get"]
+
+
+def test_list_pods_argv() -> None:
+    ref = K.PodRef("prod-eu", "llm", selector="leaderworkerset.sigs.k8s.io/name=r1")
+    assert K.list_pods(ref) == ["kubectl", "--context", "prod-eu", "--namespace", "llm", "get", "pods", "--selector",
+                                "leaderworkerset.sigs.k8s.io/name=r1", "--output", "json"]
+
+
+def test_logs_argv() -> None:
+    assert K.logs(REF, "r1-0", follow=True, since_time="2026-12-01T15:30:01.9Z") == [
+        "kubectl", "--context", "prod-eu", "--namespace", "llm", "logs", "r1-0", "--container", "sglang",
+        "--timestamps", "--follow", "--since-time", "2026-12-01T15:30:01.9Z"]
+    assert K.logs(REF, "r1-0", previous=True) == [
+        "kubectl", "--context", "prod-eu", "--namespace", "llm", "logs", "r1-0", "--container", "sglang",
+        "--timestamps", "--previous"]
+
+
+def test_exec_gpu_query_argv() -> None:
+    assert K.exec_gpu_query(REF, "r1-0", ["index", "memory.used"], interval_ms=1000) == [
+        "kubectl", "--context", "prod-eu", "--namespace", "llm", "exec", "r1-0", "--container", "sglang", "--",
+        "nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits", "-lms", "1000"]
+
+
+def test_get_object_patch_and_rollout_argv() -> None:
+    assert K.get_object(REF, "Deployment", "r1") == [
+        "kubectl", "--context", "prod-eu", "--namespace", "llm", "get", "Deployment", "r1", "--output", "json"]
+    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": ["a", "b"]}]
+    assert K.patch_json(REF, "Deployment", "r1", patch, dry_run=True) == [
+        "kubectl", "--context", "prod-eu", "--namespace", "llm", "patch", "Deployment", "r1", "--type", "json",
+        "--patch", '[{"op":"replace","path":"/spec/template/spec/containers/0/args","value":["a","b"]}]',
+        "--dry-run=server", "--output", "json"]
+    assert K.rollout_status(REF, "StatefulSet", "r1", timeout_s=600) == [
+        "kubectl", "--context", "prod-eu", "--namespace", "llm", "rollout", "status", "statefulset/r1",
+        "--timeout=600s"]
+
+
+@pytest.mark.parametrize(("text", "selector", "expected"), [
+    ("prod-eu/llm/r1-0", None, K.PodRef("prod-eu", "llm", "r1-0")),
+    ("/llm/r1-0", None, K.PodRef(None, "llm", "r1-0")),
+    ("arn:aws:eks:eu-west-1:123456789012:cluster/gpu/llm/r1-0", None,
+     K.PodRef("arn:aws:eks:eu-west-1:123456789012:cluster/gpu", "llm", "r1-0")),
+    ("prod-eu/llm", "app=r1", K.PodRef("prod-eu", "llm", selector="app=r1")),
+])
+def test_parse_target(text: str, selector: str | None, expected: K.PodRef) -> None:
+    assert K.parse_target(text, selector=selector) == expected
+
+
+@pytest.mark.parametrize(("text", "selector", "fragment"), [
+    ("llm/r1-0", None, 'expected "CONTEXT/NAMESPACE/POD"'),
+    ("ctx/llm/-rf", None, 'expected a pod name (lower-case letters, digits, \'-\' and \'.\'), got "-rf"'),
+    ("ctx/LLM/r1-0", None, "expected a namespace name"),
+    ("ctx/llm", "--all", 'expected a label selector like "app=sglang,role=leader", got "--all"'),
+])
+def test_bad_targets_say_what_was_expected(text: str, selector: str | None, fragment: str) -> None:
+    with pytest.raises(K.KubeRefError, match=None) as exc:
+        K.parse_target(text, selector=selector)
+    assert fragment in str(exc.value)
+
+
+# -- the pod's state in words -------------------------------------------------------------------
+
+@pytest.mark.parametrize(("fixture", "summary", "stuck"), [
+    ("pending-unschedulable", "Pending: unschedulable (0/4 nodes are available: 4 Insufficient nvidia.com/gpu. "
+     "preemption: 0/4 nodes are available: 4 No preemption victims found for incoming pod.)", True),
+    ("image-pull-backoff", 'ImagePullBackOff (Back-off pulling image "lmsysorg/sglang:v0.5.10")', True),
+    ("container-creating", "ContainerCreating", False),
+    ("running-not-ready", "Running, not ready (readiness probe)", False),
+    ("running-ready", "Running, ready", False),
+    ("crashloop-oomkilled", "CrashLoopBackOff (back-off 5m0s restarting failed container=sglang "
+     "pod=r1-0_llm(3f1c)), 5 restarts, last: OOMKilled (exit 137): the container hit its memory limit — host "
+     "memory (the pod's resources.limits.memory), not GPU memory", True),
+])
+def test_pod_state_summary(fixture: str, summary: str, stuck: bool) -> None:
+    st = pod_state(_pod(fixture))
+    assert st.summary() == summary
+    assert st.stuck is stuck
+    assert st.container in ("sglang", None)
+
+
+def test_crash_loop_facts() -> None:
+    st = pod_state(_pod("crashloop-oomkilled"), "sglang")
+    assert st.crash_looping
+    assert st.restarts == 5
+    assert st.last is not None
+    assert st.last.oom_killed
+    assert st.last.exit_code == 137
+
+
+def test_leader_first_and_controllers() -> None:
+    pods = node_order([_pod("lws-worker-1"), _pod("lws-leader")])
+    assert [p["metadata"]["name"] for p in pods] == ["r1-0", "r1-0-1"]
+    assert controller_of(_pod("running-ready")) == ("StatefulSet", "r1")
+
+
+@pytest.mark.parametrize(("fixture", "tool", "evidence", "release"), [
+    ("deployment-helm", "Helm", "app.kubernetes.io/managed-by: Helm", "r1"),
+    ("deployment-argocd", "Argo CD", "argocd.argoproj.io/tracking-id: llm-serving:apps/Deployment:llm/r1", None),
+    ("statefulset-flux", "Flux", "kustomize.toolkit.fluxcd.io/name: llm-serving", "llm-serving"),
+])
+def test_gitops_managers_are_recognised(fixture: str, tool: str, evidence: str, release: str | None) -> None:
+    m = gitops_manager(_obj(fixture))
+    assert m is not None
+    assert (m.tool, m.evidence, m.release) == (tool, evidence, release)
+
+
+def test_a_plain_object_has_no_manager() -> None:
+    assert gitops_manager(_obj("statefulset-plain")) is None
+
+
+def test_args_sites() -> None:
+    sites = container_args(_obj("leaderworkerset"), "sglang")
+    assert [s.path for s in sites] == [
+        "/spec/leaderWorkerTemplate/leaderTemplate/spec/containers/0/args",
+        "/spec/leaderWorkerTemplate/workerTemplate/spec/containers/0/args"]
+    assert sites[1].args[-5:] == ("2", "--node-rank", "1", "--dist-init-addr", "$(LWS_LEADER_ADDRESS):5000")
+    plain = container_args(_obj("statefulset-plain"), None)
+    assert [s.path for s in plain] == ["/spec/template/spec/containers/0/args"]
+
+
+# -- the log resume -----------------------------------------------------------------------------
+
+def test_split_stamp_sorts_trimmed_fractions() -> None:
+    a = split_stamp("2026-12-01T15:30:01.5Z x")
+    b = split_stamp("2026-12-01T15:30:01.45Z y")
+    assert a is not None
+    assert b is not None
+    assert b[1] < a[1]
+    assert a[0] == "2026-12-01T15:30:01.5Z"
+    assert a[2] == "x"
+
+
+def test_resume_skips_what_was_taken_even_repeated_lines() -> None:
+    r = LogResume()
+    first = ["2026-12-01T15:30:00.1Z a", "2026-12-01T15:30:01.5Z c", "2026-12-01T15:30:01.9Z d",
+             "2026-12-01T15:30:01.9Z d"]
+    got = [r.accept(x) for x in first]
+    assert [g[1] for g in got if g] == ["a", "c", "d", "d"]
+    assert r.since_time() == "2026-12-01T15:30:01.9Z"
+    r.resumed()
+    again = ["2026-12-01T15:30:01.5Z c", "2026-12-01T15:30:01.9Z d", "2026-12-01T15:30:01.9Z d",
+             "2026-12-01T15:30:01.9Z d", "2026-12-01T15:30:02Z e"]
+    assert [g[1] for x in again if (g := r.accept(x))] == ["d", "e"]  # a third d is new
+
+
+# -- against the fake kubectl -------------------------------------------------------------------
+
+@pytest.fixture
+def kube(tmp_path: Path) -> FakeKube:
+    return FakeKube.create(tmp_path / "kube")
+
+
+def _run(kube: FakeKube, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, env=kube.env(), timeout=30, check=False)
+
+
+def test_fake_kubectl_serves_pods_and_groups(kube: FakeKube) -> None:
+    kube.put_pod(_pod("lws-leader"))
+    kube.put_pod(_pod("lws-worker-1"))
+    ref = K.PodRef("prod-eu", "llm", selector="leaderworkerset.sigs.k8s.io/name=r1", container="sglang")
+    res = _run(kube, K.list_pods(ref))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["kind"] == "List"
+    assert [p["metadata"]["name"] for p in node_order(doc["items"])] == ["r1-0", "r1-0-1"]
+    one = _run(kube, K.get_pod(ref, "r1-0-1"))
+    assert pod_state(json.loads(one.stdout), "sglang").summary() == "Running, ready"
+    missing = _run(kube, K.get_pod(ref, "r1-9"))
+    assert missing.returncode == 1
+    assert 'Error from server (NotFound): pods "r1-9" not found' in missing.stderr
+    assert kube.calls()[0] == K.list_pods(ref)[1:]
+
+
+def test_logs_resume_across_a_dropped_follow_without_loss_or_repeat(kube: FakeKube) -> None:
+    before = ["2026-12-01T15:30:00.1Z [2026-12-01 15:30:00] server_args=ServerArgs(tp_size=16)",
+              "2026-12-01T15:30:01.5Z [2026-12-01 15:30:01 TP0] Init torch distributed begin.",
+              "2026-12-01T15:30:01.9Z [2026-12-01 15:30:01 TP1] Init torch distributed begin.",
+              "2026-12-01T15:30:01.9Z [2026-12-01 15:30:01 TP1] Init torch distributed begin."]
+    after = ["2026-12-01T15:30:01.9Z [2026-12-01 15:30:01 TP1] Init torch distributed begin.",
+             "2026-12-01T15:30:02Z [2026-12-01 15:30:02 TP0] Init torch distributed ends."]
+    kube.append_log("r1-0", "sglang", before)
+    resume = LogResume()
+    taken: list[str] = []
+    proc = subprocess.Popen(K.logs(REF, "r1-0", follow=True), stdout=subprocess.PIPE, text=True, env=kube.env())
+    assert proc.stdout is not None
+    for _ in before:
+        got = resume.accept(proc.stdout.readline().rstrip("\n"))
+        if got:
+            taken.append(got[1])
+    kube.drop("r1-0", "sglang")  # the stream drops (an API server restart, a network cut)
+    assert proc.wait(timeout=10) == 1
+    kube.append_log("r1-0", "sglang", after)  # written while nobody followed
+    kube.end("r1-0", "sglang")
+    argv = K.logs(REF, "r1-0", follow=True, since_time=resume.since_time())
+    assert argv[-2:] == ["--since-time", "2026-12-01T15:30:01.9Z"]
+    resume.resumed()
+    res = _run(kube, argv)
+    for line in res.stdout.splitlines():
+        got = resume.accept(line)
+        if got:
+            taken.append(got[1])
+    texts = [ln.split(" ", 1)[1] for ln in before + after]
+    assert taken == texts  # every line once, in order: the resent second dropped, the new third TP1 line kept
+
+
+def test_previous_container_log_and_gpu_exec(kube: FakeKube) -> None:
+    kube.put_pod(_pod("crashloop-oomkilled"))
+    kube.append_log("r1-0", "sglang", ["2026-12-01T15:21:39Z [2026-12-01 15:21:39 TP3] Load weight begin. "
+                                        "avail mem=93.41 GB"], previous=True)
+    prev = _run(kube, K.logs(REF, "r1-0", previous=True))
+    assert prev.returncode == 0
+    assert "Load weight begin" in prev.stdout
+    none = _run(kube, K.logs(K.PodRef("prod-eu", "llm", container="sglang"), "r1-1", previous=True))
+    assert none.returncode == 1
+    (kube.state / "gpu.csv").write_text((FIX / "nvidia-smi-query-8gpu.csv").read_text())
+    res = _run(kube, K.exec_gpu_query(REF, "r1-0", QUERY_GPU_FIELD_NAMES))
+    samples = parse_query_gpu_csv(res.stdout, 0.0)
+    assert [s.index for s in samples] == list(range(8))
+    assert samples[0].used_mib == 65421

@@ -1,0 +1,289 @@
+"""``KubeBackend`` against the fake ``kubectl`` first on PATH (issue 15, step 6): the log resumed
+across a dropped ``kubectl logs -f`` (0 lost, 0 repeated), a CrashLoopBackOff read as a series of
+failed boots (the crashed container's tail from ``--previous``, then how it ended: OOMKilled is
+host memory), GPU memory via ``exec nvidia-smi``, the pod state beside the boot, and the
+refusals of what is not built (shell commands, edits)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_support import FakeKube
+
+from kvtui.boot import BootStatus, BootTracker
+from kvtui.engines.parse import LineParser
+from kvtui.hosts.backend import BackendError, LogStart
+from kvtui.hosts.kube.backend import KubeBackend
+from kvtui.hosts.kube.commands import PodRef
+from kvtui.hosts.service.model import ServiceError
+
+FIX = Path(__file__).parent / "fixtures"
+REF = PodRef("prod-eu", "llm", "r1-0", container="sglang")
+
+
+def _pod(name: str) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads((FIX / "kube" / "pods" / f"{name}.json").read_text())
+    return out
+
+
+def _stamped(lines: list[str], minute: int) -> list[str]:
+    return [f"2026-12-01T15:{minute:02d}:{i // 1000:02d}.{i % 1000:03d}Z {ln}" for i, ln in enumerate(lines)]
+
+
+async def until(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeKube:
+    k = FakeKube.create(tmp_path / "kube")
+    monkeypatch.setenv("PATH", k.env()["PATH"])
+    return k
+
+
+class Reader:
+    """Feeds the backend's records to a parser and a tracker, as every reader of a host does."""
+
+    def __init__(self, backend: KubeBackend, start: LogStart = LogStart.CURRENT_BOOT) -> None:
+        self.parser = LineParser()
+        self.tracker = BootTracker()
+        self.texts: list[str] = []
+        self.task = asyncio.create_task(self._run(backend, start))
+
+    async def _run(self, backend: KubeBackend, start: LogStart) -> None:
+        async for batch in backend.follow_log(start):
+            for rec in batch:
+                self.texts.append(rec.text)
+                for parsed in self.parser.feed(rec):
+                    self.tracker.feed(parsed)
+
+
+async def test_crash_loop_is_a_series_of_failed_boots_and_a_drop_loses_nothing(kube: FakeKube) -> None:
+    pod = _pod("running-ready")
+    kube.put_pod(pod)
+    boot_a = (FIX / "nodes" / "sglang-tp16-node0.log").read_text().splitlines()[:20]  # up to the weights
+    boot_b = [ln for ln in (FIX / "sglang-0.4.10-qwen72b-tp2-capture-oom.log").read_text().splitlines() if ln]
+    a = _stamped(boot_a, 0)
+    b = _stamped(boot_b, 5)
+    kube.append_log("r1-0", "sglang", a[:12])
+    backend = KubeBackend("r1", REF, retry_s=0.05)
+    await backend.start()
+    assert backend.status().detail == "pod r1-0: Running, ready"
+    reader = Reader(backend)
+    try:
+        await until(lambda: len(reader.texts) == 12, "the first 12 lines")
+        kube.drop("r1-0", "sglang")  # the stream drops; the server goes on
+        kube.append_log("r1-0", "sglang", a[12:16])
+        await until(lambda: len(reader.texts) == 16, "the lines written during the drop")
+        # the container is OOM-killed: its last lines stay in the previous container's log
+        kube.append_log("r1-0", "sglang", a, previous=True)
+        crashed = copy.deepcopy(pod)
+        st = crashed["status"]["containerStatuses"][0]
+        st["restartCount"] = 1
+        st["ready"] = False
+        st["state"] = {"running": {"startedAt": "2026-12-01T15:05:00Z"}}
+        st["lastState"] = {"terminated": {"reason": "OOMKilled", "exitCode": 137,
+                                          "startedAt": "2026-12-01T15:00:00Z", "finishedAt": "2026-12-01T15:04:59Z"}}
+        kube.put_pod(crashed)
+        kube.log_path("r1-0", "sglang").write_text("\n".join(b) + "\n")  # the new container's log
+        kube.drop("r1-0", "sglang")
+        await until(lambda: len(reader.tracker.boots) == 2 and reader.tracker.boots[1].status is BootStatus.FAILED,
+                    "the second boot to fail")
+    finally:
+        await backend.close()
+        reader.task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reader.task
+    boots = reader.tracker.boots
+    assert [bt.status for bt in boots] == [BootStatus.FAILED, BootStatus.FAILED]
+    first = boots[0].failure
+    assert first is not None
+    assert "container sglang: OOMKilled [exit 137]: the container hit its memory limit — host memory" in first.message
+    second = boots[1].failure
+    assert second is not None
+    assert second.kind.value == "oom_graph_capture"
+    # every line of both containers once, in order (the exit record between them is kvtui's own)
+    expected = [ln.split(" ", 1)[1] for ln in a + b]
+    assert [t for t in reader.texts if not t.startswith("kvtui: ")] == expected
+    assert sum(t.startswith("kvtui: the server process exited") for t in reader.texts) == 1
+    assert any(c[:4] == ["--context", "prod-eu", "--namespace", "llm"] and "--previous" in c for c in kube.calls())
+    assert any("--since-time" in c for c in kube.calls())
+
+
+async def test_next_boot_takes_only_new_lines(kube: FakeKube) -> None:
+    kube.put_pod(_pod("running-ready"))
+    kube.append_log("r1-0", "sglang", _stamped(["[2026-12-01 15:00:00] old line"], 0))
+    backend = KubeBackend("r1", REF, retry_s=0.05)
+    await backend.start()
+    reader = Reader(backend, LogStart.NEXT_BOOT)
+    try:
+        await until(lambda: any("logs" in c for c in kube.calls()), "kubectl logs")
+        now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 2))
+        kube.append_log("r1-0", "sglang", [f"{now}.5Z [x] new line"])
+        await until(lambda: len(reader.texts) == 1, "the new line")
+    finally:
+        await backend.close()
+        reader.task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reader.task
+    assert reader.texts == ["[x] new line"]
+
+
+async def test_gpu_memory_via_exec_and_what_is_refused(kube: FakeKube) -> None:
+    kube.put_pod(_pod("crashloop-oomkilled"))
+    (kube.state / "gpu.csv").write_text((FIX / "nvidia-smi-query-8gpu.csv").read_text())
+    backend = KubeBackend("r1", REF, gpus=[0, 1, 2, 3], retry_s=0.05)
+    await backend.start()
+    st = backend.pod_state()
+    assert st is not None
+    assert st.crash_looping
+    it = backend.gpu_stream(0.05)
+    try:
+        first = await asyncio.wait_for(anext(it), 10)
+        second = await asyncio.wait_for(anext(it), 10)
+    finally:
+        await it.aclose()
+        await backend.close()
+    assert [s.index for s in first] == [0, 1, 2, 3]
+    assert [s.used_mib for s in second] == [65421, 65409, *[s.used_mib for s in second[2:]]]
+    assert any(c[c.index("--") + 1:c.index("--") + 2] == ["nvidia-smi"] for c in kube.calls() if "--" in c)
+    with pytest.raises(BackendError, match="runs no shell commands"):
+        await backend.run("true")
+    ops = backend.service_ops()
+    assert "editing or restarting a kube host is not built yet" in (ops.restart_unavailable("r1", None) or "")  # type: ignore[arg-type]
+    with pytest.raises(ServiceError, match="editing or restarting a kube host is not built yet"):
+        await ops.locate("r1", None)  # type: ignore[arg-type]
+
+
+async def test_a_missing_pod_or_kubectl_is_a_clear_error(kube: FakeKube, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = KubeBackend("r1", PodRef("prod-eu", "llm", "r1-9"))
+    with pytest.raises(BackendError, match='pods "r1-9" not found'):
+        await backend.start()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(BackendError, match="kubectl not found on PATH"):
+        await KubeBackend("r1", REF).start()
+
+
+# -- the kube host kind, end to end through the CLI ----------------------------------------------
+
+def _cli(kube: FakeKube, tmp_path: Path, *argv: str) -> tuple[int, str, str]:
+    import subprocess
+    import sys
+
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.r1]\nkube = "prod-eu/llm/r1-0"\ncontainer = "sglang"\n')
+    env = kube.env()
+    env.pop("KVTUI_HOSTS", None)
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    res = subprocess.run([sys.executable, "-m", "kvtui", "--hosts", str(hosts), *argv], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, timeout=120, check=False, stdin=subprocess.DEVNULL)
+    return res.returncode, res.stdout, res.stderr
+
+
+def test_wait_on_a_kube_host(kube: FakeKube, tmp_path: Path) -> None:
+    kube.put_pod(_pod("running-ready"))
+    kube.append_log("r1-0", "sglang", _stamped((FIX / "nodes" / "sglang-tp16-node0.log").read_text().splitlines(), 0))
+    code, out, err = _cli(kube, tmp_path, "wait", "r1", "--json", "--timeout", "60")
+    assert code == 0, err
+    assert json.loads(out)["status"] == "ready"
+    assert "r1 (pod r1-0, container sglang)" in err
+
+
+def test_wait_on_a_crash_looping_pod_exits_1(kube: FakeKube, tmp_path: Path) -> None:
+    kube.put_pod(_pod("crashloop-oomkilled"))
+    oom = [ln for ln in (FIX / "sglang-0.4.10-qwen72b-tp2-capture-oom.log").read_text().splitlines() if ln]
+    kube.append_log("r1-0", "sglang", _stamped(oom, 0))
+    kube.end("r1-0", "sglang")
+    code, out, err = _cli(kube, tmp_path, "wait", "r1", "--json", "--timeout", "60")
+    assert code == 1, err
+    assert json.loads(out)["failure"]["kind"] == "oom_graph_capture"
+
+
+def test_apply_on_a_kube_host_is_refused_with_what_to_do(kube: FakeKube, tmp_path: Path) -> None:
+    kube.put_pod(_pod("running-ready"))
+    code, _out, err = _cli(kube, tmp_path, "apply", "r1", "--set", "mem-fraction-static=0.9", "--yes")
+    assert code == 4, err
+    assert "editing or restarting a kube host is not built yet: change the args of the pod's controller" in err
+
+
+def test_kube_host_keys_are_checked(tmp_path: Path) -> None:
+    from kvtui.config import ConfigError, KubeHost, parse_config
+
+    cfg = parse_config('[hosts.r1]\nkube = "/llm"\nselector = "app=r1"\n', tmp_path / "h.toml")
+    host = cfg.host("r1")
+    assert isinstance(host, KubeHost)
+    assert host.source_label == "pods app=r1"
+    with pytest.raises(ConfigError) as exc:
+        parse_config('[hosts.r1]\nkube = "ctx/llm/r1-0"\nunit = "x"\n[hosts.r2]\nssh = "a"\nunit = "u"\n'
+                     'selector = "app=r1"\n[hosts.r3]\nkube = "ctx/llm/R1"\n', tmp_path / "h.toml")
+    text = str(exc.value)
+    assert '[hosts.r1] unit = "x": not for kube hosts' in text
+    assert '[hosts.r2] selector = "app=r1": only for kube hosts' in text
+    assert ('[hosts.r3] kube = "ctx/llm/R1": expected a pod name (lower-case letters, digits, \'-\' and \'.\'), '
+            'got "R1"') in text
+
+
+def test_a_deployment_of_two_pods_waits_for_both(kube: FakeKube, tmp_path: Path) -> None:
+    """An LWS-style pair (leader r1-0, worker r1-0-1) as a [deployments.NAME] of two kube hosts:
+    the merged TP16 boot is ready when both pods' logs say so."""
+    import subprocess
+    import sys
+
+    for pod_fixture, log in (("lws-leader", "sglang-tp16-node0.log"), ("lws-worker-1", "sglang-tp16-node1.log")):
+        pod = _pod(pod_fixture)
+        kube.put_pod(pod)
+        kube.append_log(pod["metadata"]["name"], "sglang",
+                        _stamped((FIX / "nodes" / log).read_text().splitlines(), 0))
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.leader]\nkube = "prod-eu/llm/r1-0"\ncontainer = "sglang"\n'
+                     '[hosts.worker]\nkube = "prod-eu/llm/r1-0-1"\ncontainer = "sglang"\n'
+                     '[deployments.r1]\nnodes = ["leader", "worker"]\n')
+    env = kube.env()
+    env.pop("KVTUI_HOSTS", None)
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    res = subprocess.run([sys.executable, "-m", "kvtui", "--hosts", str(hosts), "wait", "r1", "--json",
+                          "--timeout", "60"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert [(n["name"], n["node_rank"]) for n in doc["nodes"]] == [("leader", 0), ("worker", 1)]
+    assert [r for r in doc["ranks"] if r.startswith("TP")] == [f"TP{i}" for i in range(16)]
+
+
+def test_a_pod_that_cannot_start_is_named_by_the_hang_diagnosis(kube: FakeKube, tmp_path: Path) -> None:
+    """The worker pod of the pair is stuck in ImagePullBackOff (no log at all) while the leader waits
+    at distributed init: the wait names the worker and says why its pod does not run."""
+    import subprocess
+    import sys
+
+    leader = _pod("lws-leader")
+    kube.put_pod(leader)
+    kube.append_log("r1-0", "sglang", _stamped((FIX / "nodes" / "sglang-tp16-stall-node0.log").read_text()
+                                               .splitlines(), 0))
+    worker = _pod("image-pull-backoff")
+    worker["metadata"]["name"] = "r1-0-1"
+    kube.put_pod(worker)
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[hosts.leader]\nkube = "prod-eu/llm/r1-0"\ncontainer = "sglang"\n'
+                     '[hosts.worker]\nkube = "prod-eu/llm/r1-0-1"\ncontainer = "sglang"\n'
+                     '[deployments.r1]\nnodes = ["leader", "worker"]\nhang_seconds = 2\n')
+    env = kube.env()
+    env.pop("KVTUI_HOSTS", None)
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    res = subprocess.run([sys.executable, "-m", "kvtui", "--hosts", str(hosts), "wait", "r1", "--timeout", "60"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False)
+    assert res.returncode == 1, res.stderr
+    assert "hung: node 1 (worker) has not started (no boot in its log); node 0 (leader) waiting" in res.stderr
+    assert ('  - node 1 (worker): its pod is not running (ImagePullBackOff (Back-off pulling image '
+            '"lmsysorg/sglang:v0.5.10"))') in res.stderr
