@@ -344,7 +344,7 @@ async def _probe_ready(outcome: Outcome, monitor: HostMonitor, host: Any, args: 
     not answer a 1-token request within the time left is failed, kind ``not_serving``."""
     from kvtui.boot import Failure, hint_for
     from kvtui.engines.events import FailureKind
-    from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, probe, served_model
+    from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, can_probe, probe, served_model
 
     boot = outcome.boot
     assert boot is not None
@@ -355,6 +355,10 @@ async def _probe_ready(outcome: Outcome, monitor: HostMonitor, host: Any, args: 
     if port is None:
         if wanted:
             print(f"kvtui wait: {args.host}: --probe: the boot's arguments name no port; not probed", file=stderr)
+        return outcome
+    if not can_probe(monitor.backend):
+        print(f"kvtui wait: {args.host}: this kind of host cannot reach the server's port yet; "
+              "ready on the log's word (not probed)", file=stderr)
         return outcome
     model = getattr(host, "probe_model", None) or served_model(boot.flags)
     print(f"kvtui wait: {args.host}: the log says ready; asking the server on port {port} for one token",

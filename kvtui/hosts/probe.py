@@ -218,6 +218,12 @@ def _first_model(doc: object) -> str | None:
     return None
 
 
+def can_probe(backend: object) -> bool:
+    """Whether this backend can reach a server's port at all (a kube host cannot yet): a backend
+    that cannot is not probed — its boots are ready on the log's word, and callers say so."""
+    return isinstance(backend, PortOpener)
+
+
 async def probe(backend: object, port: int, *, model: str | None = None,
                 timeout: float = DEFAULT_PROBE_TIMEOUT_S) -> ProbeResult:
     """Open the server's port through the backend, probe it, close it (always)."""

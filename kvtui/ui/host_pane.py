@@ -943,7 +943,7 @@ class HostPane(Vertical):
     def _maybe_probe(self) -> None:
         """Once per ready boot: ask the server for one token (``kvtui.hosts.probe``) when the
         console probes (``kvtui connect``), the host does (``probe``), and the boot names its port."""
-        from kvtui.hosts.probe import boot_port, served_model
+        from kvtui.hosts.probe import boot_port, can_probe, served_model
 
         boot, idx = self.boot, self.boot_index
         if boot is None or idx is None or idx in self.probes or boot.status is not BootStatus.READY:
@@ -951,7 +951,7 @@ class HostPane(Vertical):
         if not getattr(self.app, "probe_ready", False) or not getattr(self.spec.config, "probe", True):
             return
         port = boot_port(boot.flags)
-        if port is None or self.backend is None:
+        if port is None or self.backend is None or not can_probe(self.backend):
             return
         self.probes[idx] = None
         model = getattr(self.spec.config, "probe_model", None) or served_model(boot.flags)
