@@ -44,12 +44,8 @@ def _fixture_paths() -> list[Path]:
             continue  # the real logs' facts (vllm-cpu-extra.json), not a log
         if "shapes" in p.parts or p.stat().st_size > 400_000:
             continue
-        if "kube" in p.parts or p.name.startswith("sglang-tp16-stall-"):
-            # kube/: API objects, not logs. The stall logs (issue 15): eight equal-length
-            # "Init torch distributed begin." lines are taken for a hard-wrapped capture under a
-            # collector prefix; tests/test_nodes.py::test_equal_length_rank_lines_are_not_a_wrapped_capture
-            # holds that bug (xfail, strict) until the wrap detection knows better
-            continue
+        if "kube" in p.parts:
+            continue  # API objects, not logs
         out.append(p)
     return out
 

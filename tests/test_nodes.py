@@ -242,9 +242,6 @@ def test_calc_host_accepts_a_deployment(tmp_path: Path, capsys: pytest.CaptureFi
     assert "P = 93.41 GiB free before the weights (min over ranks), A = 52.21 GiB after them, f = 0.88" in out
 
 
-@pytest.mark.xfail(strict=True, reason="the wrap detection (kvtui.engines.parse.wrap_widths) takes eight "
-                   "equal-length rank lines under a docker compose prefix for a hard-wrapped capture and glues "
-                   "them: TP1-TP7 are lost (found by the TP16 stall fixture; issue 11's area, reported)")
 def test_equal_length_rank_lines_are_not_a_wrapped_capture(tmp_path: Path) -> None:
     lines = ["[2026-11-20 10:00:00] server_args=ServerArgs(tp_size=16)"]
     lines += [f"[2026-11-20 10:00:20 TP{i}] Init torch distributed begin." for i in range(8)]

@@ -913,7 +913,8 @@ def wrap_widths(head: bytes) -> frozenset[int]:
     not wrapped. A width counts when lines of exactly that width are a spike in the log's widths
     (more than twice as many as of any width within 2 columns) and, mostly, are followed by a line that
     starts the way no common record of the log starts (a cut-off piece: ``took 7.12 GiB …``,
-    ``ds``, ``e/vllm/…``), at least 3 different ones."""
+    ``ds``, ``e/vllm/…``) nor the way the cut line itself starts (eight rank lines of one width
+    under a collector prefix are eight records, not pieces), at least 3 different ones."""
     lines = head.split(b"\n")[:-1]
     if len(lines) < 8:
         return frozenset()
@@ -945,6 +946,7 @@ def wrap_widths(head: bytes) -> frozenset[int]:
             for i in at
             if lines[i + 1].strip()
             and sigs[i + 1] not in common
+            and sigs[i + 1] != sigs[i]  # starts as the line before it does: a record of its own, not a piece
             and not _starts_record(lines[i + 1])
             and not _is_bar(lines[i])
             and not _is_bar(lines[i + 1])
