@@ -36,6 +36,7 @@ BENCHMARKS = {
     5: "bench_idle",
     6: "bench_startup",
     7: "bench_hosts",
+    8: "bench_soak",
 }
 
 

@@ -46,13 +46,16 @@ PHASE_PATTERNS = (
     "Capture .*graph|max_total_num_tokens=|Uvicorn running|fired up and ready|Traceback|Error|out of memory|"
     "Started |Stopping "
 )
-BUDGET = {"raw": 300_000, "short": 300_000, "short-iso": 300_000, "json": 150_000, "short-serving": 300_000}
+BUDGET = {"raw": 300_000, "short": 300_000, "short-iso": 300_000, "json": 150_000, "short-serving": 300_000,
+          "short-dp4": 300_000}
 # (row name, input shape, lines per boot): the pinned log in every shape, and the default
 # `journalctl -u UNIT` output (short) of a service that mostly serves (boots of 20,000 lines: 98 %
-# serving lines, long runs of them, as a journal of a server up for days is)
-CASES: tuple[tuple[str, str, int], ...] = (
-    *((shape, shape, BOOT_LINES) for shape in SHAPES),
-    ("short-serving", "short", 20_000),
+# serving lines, long runs of them, as a journal of a server up for days is), and the same journal
+# of 4 SGLang DP attention ranks interleaved line by line (short-dp4: no two neighbours share a rank)
+CASES: tuple[tuple[str, str, int, int], ...] = (
+    *((shape, shape, BOOT_LINES, 0) for shape in SHAPES),
+    ("short-serving", "short", 20_000, 0),
+    ("short-dp4", "short", 20_000, 4),
 )
 
 
@@ -102,10 +105,10 @@ def run(quick: bool, workdir: Path, *, lines: int | None = None, runs: int | Non
     work = workdir / "parser"
     work.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
-    for name, shape, boot_lines in CASES:
+    for name, shape, boot_lines, dp in CASES:
         path = work / f"bench-{name}.log"
         if not path.exists():
-            write(path, shape, n, boot_lines=boot_lines)
+            write(path, shape, n, boot_lines=boot_lines, dp=dp)
         count = sum(1 for _ in path.open("rb"))
         load0 = loadavg()
         k = [time_kvtui(path) for _ in range(runs)]
@@ -127,6 +130,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--full", action="store_true", help="also time the unfiltered path (every line parsed)")
     ap.add_argument("--keep", type=Path, help="write the logs here and keep them")
+    ap.add_argument("--cases", default=",".join(c[0] for c in CASES), help="comma-separated rows to run")
     a = ap.parse_args()
     load_before = _loadavg()
     tmp = Path(tempfile.mkdtemp(prefix="kvtui-bench-")) if a.keep is None else a.keep
@@ -134,10 +138,10 @@ def main() -> int:
     rows = []
     ok = True
     try:
-        for name, shape, boot_lines in CASES:
+        for name, shape, boot_lines, dp in (c for c in CASES if c[0] in a.cases.split(",")):
             path = tmp / f"bench-{name}.log"
             if not path.exists():
-                write(path, shape, a.lines, boot_lines=boot_lines)
+                write(path, shape, a.lines, boot_lines=boot_lines, dp=dp)
             n = sum(1 for _ in path.open("rb"))
             size = path.stat().st_size
             best = min(time_kvtui(path) for _ in range(a.runs))

@@ -24,9 +24,11 @@ SHAPES = ("raw", "short", "short-iso", "json")
 
 
 def _boot(
-    boot: int, t0: datetime, rng: random.Random, boot_lines: int = BOOT_LINES
+    boot: int, t0: datetime, rng: random.Random, boot_lines: int = BOOT_LINES, dp: int = 0
 ) -> Iterator[tuple[datetime, str, str]]:
-    """(time, syslog identifier, engine line) for one boot of ``boot_lines`` lines."""
+    """(time, syslog identifier, engine line) for one boot of ``boot_lines`` lines; with ``dp``,
+    the serving lines come from that many DP attention ranks interleaved line by line
+    (``DP0 TP0``, ``DP1 TP1``, …), as SGLang's ``--enable-dp-attention`` logs them."""
     t = t0
     ranks = [f"TP{r}" for r in range(RANKS)]
     phase_lines: list[str] = []
@@ -108,19 +110,20 @@ def _boot(
     serving = boot_lines - len(phase_lines) - 2
     for k in range(serving):
         tick(0.25)
+        tag = f"DP{k % dp} TP{k % dp}" if dp else "TP0"
         running = rng.randint(1, 128)
         usage = min(0.99, running / 160 + rng.random() / 20)
         if k % 10 == 0:
             eng(
                 f"Prefill batch, #new-seq: {rng.randint(1, 8)}, #new-token: {rng.randint(100, 8192)}, #cached-token: "
                 f"{rng.randint(0, 4096)}, token usage: {usage:.2f}, #running-req: {running}, #queue-req: {rng.randint(0, 9)}",
-                "TP0",
+                tag,
             )
         else:
             eng(
                 f"Decode batch, #running-req: {running}, #token: {int(usage * 570180)}, token usage: {usage:.2f}, "
                 f"cuda graph: True, gen throughput (token/s): {rng.uniform(900, 4000):.2f}, #queue-req: {rng.randint(0, 9)}",
-                "TP0",
+                tag,
             )
     tick(2)
     out.append((t, "systemd", "Stopping sglang.service - SGLang server (DeepSeek-V3, TP8)..."))
@@ -128,14 +131,16 @@ def _boot(
     yield from out
 
 
-def records(lines: int, seed: int = 7, boot_lines: int = BOOT_LINES) -> Iterator[tuple[datetime, str, str]]:
+def records(
+    lines: int, seed: int = 7, boot_lines: int = BOOT_LINES, dp: int = 0
+) -> Iterator[tuple[datetime, str, str]]:
     rng = random.Random(seed)
     t = datetime(2026, 3, 4, 9, 0, 0)
     n = 0
     boot = 0
     while n < lines:
         last = t
-        for rec in _boot(boot, t, rng, boot_lines):
+        for rec in _boot(boot, t, rng, boot_lines, dp):
             yield rec
             last = rec[0]
             n += 1
@@ -174,13 +179,14 @@ def render(shape: str, recs: Iterator[tuple[datetime, str, str]]) -> Iterator[st
             raise ValueError(shape)
 
 
-def write(path: Path, shape: str, lines: int, seed: int = 7, boot_lines: int = BOOT_LINES) -> int:
+def write(path: Path, shape: str, lines: int, seed: int = 7, boot_lines: int = BOOT_LINES, dp: int = 0) -> int:
     """Write one shape; returns the number of lines written. ``boot_lines``: the lines of one
-    boot (a larger one is a journal of long serving stretches: 20,000 -> 98 % serving lines)."""
+    boot (a larger one is a journal of long serving stretches: 20,000 -> 98 % serving lines);
+    ``dp``: serving lines of that many DP ranks interleaved line by line (see ``_boot``)."""
     n = 0
     with path.open("w", encoding="utf-8", newline="\n") as f:
         buf: list[str] = []
-        for line in render(shape, records(lines, seed, boot_lines)):
+        for line in render(shape, records(lines, seed, boot_lines, dp)):
             buf.append(line)
             n += 1
             if len(buf) >= 20000:

@@ -417,6 +417,59 @@ def test_the_serving_key_without_a_regex_is_the_regexs(atoms: list[bytes]) -> No
     assert _serving_key(ln) == want
 
 
+_KNOWN_KEYS = [b"", b" DP1", b" TP0", b" DP1 TP0", b" TP12", b" A1", b" DP1 TP0 TP0", b" A_B1 TP0"]  # keys it can return
+_TAG_ATOMS = [b" DP1", b" TP0", b" X", b" tp0", b" A1", b" ", b" PP0_TP1", b" TP12", b"9"]
+_STAMPS = [b"[2026-03-01 10:00:01", b"[2026-03-01 10:00:01.123", b"x", b"", b"Engine 0 ", b"[10:00:0X"]
+_ENDS = [b"] Decode batch", b"] Prefill batch", b"]", b"] Prefill batch, 9 DP1] Decode batch", b" Decode batch"]
+
+
+@settings(deadline=None, max_examples=600)
+@given(
+    st.sampled_from(_STAMPS),
+    st.lists(st.sampled_from(_TAG_ATOMS), max_size=4),
+    st.sampled_from(_ENDS),
+    st.lists(st.sampled_from(_KEY_ATOMS), max_size=4),
+    st.lists(st.sampled_from(_KNOWN_KEYS)),
+)
+def test_the_serving_key_from_known_keys_is_the_regexs(
+    stamp: bytes, tags: list[bytes], end: bytes, tail: list[bytes], known: list[bytes]
+) -> None:
+    """Rank keys seen before (tried first, so interleaved DP ranks are not read word by word each
+    line) give what the regex gives, whichever keys are known: a suffix of the real tag, a key
+    of another rank, the key of a line with no tag."""
+    from kvtui.engines.parse import _SERVING_TAG_RE, _serving_key
+
+    ln = stamp + b"".join(tags) + end + b"".join(tail)
+    m = _SERVING_TAG_RE.search(ln)
+    want = None if m is None else ((m.group(1), False) if m.group(2) is None else (m.group(2), True))
+    assert _serving_key(ln, known) == want
+
+
+def test_dp_ranks_interleaved_line_by_line_keep_each_ranks_last_line() -> None:
+    """Four DP attention ranks taking turns line by line (each line another rank's: the path that
+    remembers which rank came next), a rank whose tag ends like another's (`TP0` after `DP1 TP0`)
+    and Prefill lines among them: the same boots as every line, and a run keeps its first line
+    and each rank's last."""
+    from kvtui.engines.parse import Prefilter
+
+    tags = [" DP0 TP0", " DP1 TP1", " DP2 TP2", " DP3 TP3"]
+    lines = list(_SGL_HEAD)
+    serving: list[bytes] = []
+    for k in range(4000):
+        tag = " TP0" if k % 97 == 50 else tags[k % 4]
+        mm, ss = divmod(k // 4 % 3600, 60)
+        kind = "Prefill batch, #new-seq: 1, #new-token: 5," if k % 7 == 0 else "Decode batch, #running-req: 3, #token: 9,"
+        serving.append(f"[2026-03-01 10:{mm:02d}:{ss:02d}{tag}] {kind} token usage: 0.{k % 100:02d}, #queue-req: 0".encode())
+    data = b"\n".join(lines + serving) + b"\n"
+    assert summary(boots_of(data, all_lines=True)) == summary(boots_of(data, all_lines=False))
+    pf = Prefilter(drop_access=True)
+    kept = pf.filter(serving) + pf.flush()
+    last = {}
+    for ln in serving:
+        last[ln[20 : ln.index(b"]")]] = ln
+    assert kept == [serving[0], *sorted(last.values(), key=serving.index)]
+
+
 def test_redraws_coalesce_unless_a_line_is_glued_to_the_bar() -> None:
     """Text after a bar's end with a space between is the bar's own (coalesced like any redraw); a
     line glued to it (no space: the bar ended without a newline) is parsed, so it is kept."""

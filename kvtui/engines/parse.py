@@ -314,10 +314,20 @@ def _progress_desc(line: bytes) -> bytes | None:
 _TAG_WORD_RE = re.compile(rb"[A-Z][A-Z_]*\d+")
 
 
-def _serving_key(ln: bytes) -> tuple[bytes, bool] | None:
+def _tag_stop(ln: bytes, k: int) -> bool:
+    """Whether reading tag words backwards stops at ``k`` (the word before it is no tag word)."""
+    s = ln.rfind(b" ", 0, k)
+    return s < 0 or not 65 <= ln[s + 1] <= 90 or _TAG_WORD_RE.fullmatch(ln, s + 1, k) is None
+
+
+def _serving_key(ln: bytes, known: Iterable[bytes] = ()) -> tuple[bytes, bool] | None:
     """(rank key, is vLLM) of a serving line, None when it is none: what ``_SERVING_TAG_RE``
     says (``group(1)`` or ``group(2)``), without a regex search over the whole line for SGLang's
-    lines (the words between the stamp's last digit and ``] Decode batch``, read backwards)."""
+    lines (the words between the stamp's last digit and ``] Decode batch``, read backwards).
+
+    ``known``: SGLang rank keys this function returned before (``b" DP1 TP1"``), tried first: a key whose bytes end
+    where the tag ends, after a digit, with no tag word before it, is what reading the words would
+    give, without reading them (a log of DP ranks interleaved line by line changes key each line)."""
     i = ln.find(b"] Decode batch")
     if i < 0:
         i = ln.find(b"] Prefill batch")
@@ -326,6 +336,10 @@ def _serving_key(ln: bytes) -> tuple[bytes, bool] | None:
         if j >= 0:
             i = j
     if i > 0 and ln.find(b"Engine ", 0, i) < 0:
+        for key in known:
+            k = i - len(key)
+            if k > 0 and 48 <= ln[k - 1] <= 57 and ln.startswith(key, k) and _tag_stop(ln, k):
+                return key, False
         k = i
         while True:  # the tag words, each `[A-Z][A-Z_]*\d+`, back to the stamp's last digit
             s = ln.rfind(b" ", 0, k)
@@ -342,6 +356,7 @@ def _serving_key(ln: bytes) -> tuple[bytes, bool] | None:
 
 
 _MAX_RUN = 8192  # a run of serving lines is reduced whenever it grows past this
+_MAX_KNOWN = 64  # SGLang rank keys a prefilter remembers (forgets them all past this)
 
 
 def _reduce_run(run: list[bytes], segs: list[tuple[bytes, int]]) -> tuple[list[bytes], list[tuple[bytes, int]]]:
@@ -410,6 +425,8 @@ class Prefilter:
         self._anchor_free = False  # vLLM needles carry the engine index: no stamp anchor needed
         self._desc: bytes | None = None  # the pending progress group
         self._held: bytes | None = None  # its latest redraw, not yet kept
+        self._known: dict[bytes, tuple[bytes, bytes]] = {}  # SGLang rank keys seen: their needles
+        self._follow: dict[bytes, bytes] = {}  # SGLang rank key -> the known key that came after it last
 
     def _flush(self, keep: list[bytes]) -> None:
         if self._run:
@@ -431,6 +448,8 @@ class Prefilter:
         desc = self._desc
         n1, n2 = self._n1, self._n2
         anchor_free = self._anchor_free
+        known = self._known
+        follow = self._follow
         drop_access = self._drop_access
         if drop_access is None:
             drop_access = self._parser is not None and self._parser.engine is not None
@@ -453,18 +472,47 @@ class Prefilter:
                         self._segs.append((key, 0))
                     run_append(ln)
                     continue
+                # the rank that followed this one last time (DP attention ranks take turns line by
+                # line): the same test as the hot path's, with that rank's needles
+                nxt = follow.get(key) if not anchor_free else None
+                if nxt is not None:
+                    m1, m2 = known[nxt]
+                    p = ln.find(m1)
+                    if p < 0:
+                        p = ln.find(m2)
+                    if p >= 4 and (ln[p - 3] == 58 or ln[p - 4] == 46 or ln[p - 4] == 44) and b"%|" not in ln:
+                        if desc is not None:
+                            self._flush(keep)
+                            desc = None
+                            run = self._run
+                            run_append = run.append
+                        key = self._key = nxt
+                        self._segs.append((key, len(run)))
+                        n1, n2 = self._n1, self._n2 = m1, m2
+                        run_append(ln)
+                        continue
                 if (b" batch" in ln or b"Engine 0" in ln) and b"%|" not in ln:
-                    got = _serving_key(ln)
+                    got = _serving_key(ln, known)
                     if got is not None:  # a serving line of another rank (or the first one)
                         if desc is not None:
                             self._flush(keep)
                             desc = None
                             run = self._run
                             run_append = run.append
+                        if not anchor_free and not got[1] and key in known:
+                            follow[key] = got[0]
                         key = self._key = got[0]
                         self._segs.append((key, len(run)))
-                        n1, n2 = self._n1, self._n2 = _needles(*got)
                         anchor_free = self._anchor_free = got[1]
+                        needles = None if anchor_free else known.get(key)
+                        if needles is None:
+                            needles = _needles(*got)
+                            if not anchor_free:
+                                if len(known) >= _MAX_KNOWN:
+                                    known.clear()
+                                    follow.clear()
+                                known[key] = needles
+                        n1, n2 = self._n1, self._n2 = needles
                         run_append(ln)
                         continue
                 if b"%" in ln:

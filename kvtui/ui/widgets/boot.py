@@ -19,7 +19,7 @@ from textual.widget import Widget
 from kvtui.boot import Boot, BootStatus, Failure, PhaseSpan
 from kvtui.engines.events import PHASE_ORDER, Model, Phase
 from kvtui.ui import formatting as fmt
-from kvtui.ui.widgets.quiet import QuietStatic
+from kvtui.ui.perf import QuietStatic
 
 _FINAL_TARGET = {Phase.READY}
 

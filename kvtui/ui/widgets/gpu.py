@@ -23,8 +23,8 @@ from textual.widgets import DataTable
 from kvtui.engines.events import Phase
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.ui import formatting as fmt
+from kvtui.ui.perf import QuietStatic
 from kvtui.ui.themes import rgb
-from kvtui.ui.widgets.quiet import QuietStatic
 
 if TYPE_CHECKING:
     from textual_plotext import Plot

@@ -12,7 +12,7 @@ from textual.widget import Widget
 from kvtui.boot import Boot, BootStatus
 from kvtui.hosts.backend import ConnState, ConnStatus
 from kvtui.ui import formatting as fmt
-from kvtui.ui.widgets.quiet import QuietStatic
+from kvtui.ui.perf import QuietStatic
 
 _STATE_STYLE: dict[ConnState, tuple[str, str]] = {
     ConnState.CONNECTING: ("◌", "$text-muted"),

@@ -37,7 +37,7 @@ from textual.widgets import Input, Static
 
 from kvtui.monitor import LogLine
 from kvtui.ui.keys import refocus_key, run_own_binding
-from kvtui.ui.widgets.quiet import QuietStatic
+from kvtui.ui.perf import QuietStatic
 
 MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)
 _PLAIN = Style()
