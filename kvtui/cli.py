@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--unknown", action="store_true", help="list the startup lines no rule recognised, by shape (for a report)"
     )
+    p.add_argument("--record", metavar="HOST", help="also store the log's boots in the history, as boots of HOST")
 
     p = sub.add_parser("calc", parents=common, help="predict the KV pool for edited flags")
     src = p.add_mutually_exclusive_group(required=True)
@@ -122,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--restart", action="store_true")
     p.add_argument("--yes", action="store_true")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S")
+
+    p = sub.add_parser("history", parents=common, help="the boots kvtui remembers of a host; --diff: what changed")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--json", action="store_true", help="print the stored boots (or the diff) as JSON on stdout")
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="list the newest N boots (default 20)")
+    p.add_argument("--diff", nargs="*", type=int, metavar="ID",
+                   help="compare boot A (default: the newest) with B (default: the last ready boot of its model)")
 
     p = sub.add_parser("hosts", parents=common, help="list and validate the inventory")
     p.add_argument("--check", action="store_true", help="validate and exit 3 on problems")

@@ -138,10 +138,12 @@ def test_pruning_by_count_and_age(tmp_path: Path) -> None:
     assert fracs == [0.84, 0.83, 0.82]  # the newest three, newest first
     assert store.count("b") == 1  # per host
     store.close()
-    # by age: a boot started 20 minutes before "now" is older than a limit of 10 minutes
-    store = Store(path, limits=Limits(max_age_days=10 / 1440, max_boots_per_host=100), clock=lambda: now).open()
+    # by age: boots last written more than 10 minutes ago go when the next one is added
+    later = now + 11 * 60
+    store = Store(path, limits=Limits(max_age_days=10 / 1440, max_boots_per_host=100), clock=lambda: later).open()
     _put(store, "a", sglang(0.90, minutes=39))
     assert [r.doc["flags"]["mem_fraction_static"] for r in store.boots("a")] == [0.9]
+    assert store.count("b") == 1  # another host's boots wait for that host's next boot
     store.close()
 
 

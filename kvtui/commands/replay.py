@@ -521,6 +521,20 @@ def render_unknown(unrecognised: list[UnrecognisedShape], source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _record(boots: list[Boot], host: str, source: str, err: TextIO) -> None:
+    """``--record HOST``: the log's boots go into the history as boots of HOST (once each)."""
+    from kvtui.history import open_store, record_boot, recordable
+
+    kept = [b for b in boots if recordable(b)]
+    with open_store() as store:
+        problems = [p for b in kept if (p := record_boot(host, b, source=f"replay:{source}", store=store))]
+    if problems:
+        print(f"kvtui replay: --record: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1
+                                                           else ""), file=err)
+    print(f"kvtui replay: recorded {len(kept) - len(problems)} of {len(boots)} boot{'s' if len(boots) != 1 else ''} "
+          f"as boots of {host} in {store.path}", file=err)
+
+
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
@@ -534,6 +548,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     locate_lines(path, unrecognised)
     unrecognised.sort(key=lambda u: u.first_line)
     source = "-" if path == "-" else path
+    if getattr(args, "record", None):
+        _record(boots, str(args.record), source, err)
     if getattr(args, "json", False):
         json.dump(to_json(boots, source, unrecognised), out, indent=2, ensure_ascii=False)
         out.write("\n")

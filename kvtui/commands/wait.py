@@ -261,6 +261,7 @@ async def wait_for_boot(
     """The wait. ``clock``: the hosts' time (the demo host's, the monitor's); ``timer``: what
     ``--timeout`` waits on (default ``asyncio.sleep``; tests pass an event to time out on cue)."""
     from kvtui.config import ConfigError, load_config
+    from kvtui.history import recorder_for
     from kvtui.hosts.factory import make_backend
     from kvtui.spool import SpoolError
 
@@ -285,6 +286,7 @@ async def wait_for_boot(
             log_window=1000,
             clock=clock or time.time,
             retry_start=False,  # an unreachable host is exit 3 at once; later drops are waited out
+            history=recorder_for(args.host, config.history),
         )
     except (BackendError, SpoolError) as exc:
         print(f"kvtui wait: {args.host}: {exc}", file=stderr)

@@ -190,6 +190,11 @@ def deployment_of(doc: Mapping[str, Any]) -> str:
     return "|".join(str(x) for x in (doc.get("engine"), model_of(doc), tp_of(doc), doc.get("version_hint")))
 
 
+def deployment_of_boot(boot: Boot) -> str:
+    """``deployment_of`` for a live ``Boot``."""
+    return deployment_of({"engine": boot.engine.value, "flags": boot.flags, "version_hint": boot.version_hint})
+
+
 def failure_kind_of(doc: Mapping[str, Any]) -> str | None:
     f = doc.get("failure")
     return str(f.get("kind")) if isinstance(f, dict) and f.get("kind") else None

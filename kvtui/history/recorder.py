@@ -10,11 +10,15 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kvtui.boot import Boot, BootStatus
+from kvtui.engines.events import Phase
 from kvtui.history import record as rec
 from kvtui.history.store import HistoryError, Limits, Store, open_store
+
+if TYPE_CHECKING:
+    from kvtui.config import HistoryConfig
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +30,14 @@ class GpuReading(Protocol):
     def used_mib(self) -> float: ...
     @property
     def total_mib(self) -> float: ...
+
+
+_START_PHASES = frozenset({Phase.LAUNCH, Phase.INIT, Phase.LOAD_WEIGHTS})
+
+
+def recordable(boot: Boot) -> bool:
+    """Whether the history keeps this boot (see ``BootRecorder.observe``)."""
+    return bool(boot.flags) or any(p.name in _START_PHASES for p in boot.phases)
 
 
 def _signature(boot: Boot) -> tuple[object, ...]:
@@ -62,7 +74,11 @@ class BootRecorder:
     # -- on the reader's loop ----------------------------------------------------------------------
 
     def observe(self, index: int, boot: Boot, spool: Mapping[str, object] | None = None) -> None:
-        """Boot ``index`` of this reader may have changed: queue its document when it did."""
+        """Boot ``index`` of this reader may have changed: queue its document when it did (a boot
+        is stored once it shows a start: a launch, init or weight-loading phase, or an argument
+        dump; the serving lines of a server that started before the reader are no boot)."""
+        if not recordable(boot):
+            return
         sig = _signature(boot)
         if self._sigs.get(index) == sig:
             return
@@ -178,6 +194,8 @@ def record_boot(host: str, boot: Boot, *, restart: Mapping[str, object] | None =
     """Record one boot at once (a one-shot command: ``apply --restart``, ``replay --record``);
     the problem (a message) when it could not be, else None."""
     key = rec.boot_key(host, boot)
+    if not recordable(boot):
+        return "the boot shows no start (no launch, no argument dump): not recorded"
     if key is None:
         return "the boot has no timestamp to key it by: not recorded"
     own = store is None
@@ -192,3 +210,11 @@ def record_boot(host: str, boot: Boot, *, restart: Mapping[str, object] | None =
     finally:
         if own:
             st.close()
+
+
+def recorder_for(host: str, config: HistoryConfig | None, *, path: Path | None = None) -> BootRecorder | None:
+    """The recorder of a live reader of ``host``, or None when ``[history] record = false``."""
+    if config is not None and not config.record:
+        return None
+    limits = Limits(config.max_age_days, config.max_boots_per_host) if config is not None else None
+    return BootRecorder(host, path, limits=limits)

@@ -7,8 +7,9 @@
 - The schema version is ``PRAGMA user_version``; ``MIGRATIONS[n]`` takes a database from version
   ``n`` to ``n + 1`` (run in one transaction on open). A file from a newer kvtui is opened
   read-only with a message.
-- Bounded: when a boot is added, the host's boots older than ``max_age_days`` and beyond the
-  newest ``max_boots_per_host`` are deleted (``[history]`` in hosts.toml).
+- Bounded: when a boot is added, the host's boots last written more than ``max_age_days`` ago
+  (a replayed old log counts from when it was recorded) and those beyond the newest
+  ``max_boots_per_host`` (by start) are deleted (``[history]`` in hosts.toml).
 - Problems never crash a caller: a file that is not a database, cannot be opened or is locked for
   longer than the busy timeout makes ``HistoryError`` (a message naming the file and what to do);
   ``open_store`` returns a store that says why it is read-only (``problem``) instead of raising.
@@ -308,7 +309,7 @@ class Store:
         lim = self.limits
         if lim.max_age_days > 0:
             cutoff = self.clock() - lim.max_age_days * 86400.0
-            db.execute("DELETE FROM boots WHERE host = ? AND COALESCE(started_ts, updated_at) < ?", (host, cutoff))
+            db.execute("DELETE FROM boots WHERE host = ? AND updated_at < ?", (host, cutoff))
         db.execute(
             "DELETE FROM boots WHERE host = ? AND id NOT IN (SELECT id FROM boots WHERE host = ? "
             "ORDER BY COALESCE(started_ts, updated_at) DESC, id DESC LIMIT ?)",

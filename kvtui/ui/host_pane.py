@@ -365,13 +365,19 @@ class HostPane(Vertical):
             return
         self.backend = backend
         self.post_message(self.Connected())
+        options = dict(self.monitor_options)
+        if "history" not in options:  # the console records every boot it sees (issue 13)
+            from kvtui.history import recorder_for
+
+            options["history"] = recorder_for(self.host_name, getattr(getattr(self.app, "config", None),
+                                                                      "history", None))
         monitor = HostMonitor(
             self.host_name,
             backend,
             host=self.spec.config,
             log_window=self.ui_config.log_lines,
             clock=self.clock,
-            **self.monitor_options,
+            **options,
         )
         self.monitor = monitor
         self._pace_base = (monitor.flush_interval, monitor.serving_interval)
@@ -907,6 +913,11 @@ class HostPane(Vertical):
         self.action_banner.start(f"{verb} on {self.host_name}")
         outcome = await service.execute(plan, backend, self._progress, clock=self.clock)
         self.last_outcome = outcome
+        if plan.restart and outcome.boot is not None:  # the history keeps the edit, prediction and outcome
+            from kvtui.changes import record_restart
+
+            cfg = getattr(getattr(self.app, "config", None), "history", None)
+            await asyncio.to_thread(record_restart, plan, outcome, cfg)
         self._show_outcome(service.outcome_headline(outcome, plan.action, plan.name), outcome, verb)
 
     def _show_outcome(self, headline: str, outcome: ApplyOutcome, verb: str) -> None:
