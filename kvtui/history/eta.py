@@ -124,9 +124,10 @@ def estimate(current: Boot, history: Sequence[Mapping[str, Any]], now: datetime,
 
     def for_phase(name: str) -> PhaseEstimate | None:
         pool = same_tp
-        if name == Phase.GRAPH_CAPTURE.value:
-            pool = [d for d in same_tp if _capture_key(d.get("flags") or {}, d.get("capture_bs") or ()) == cap
-                    or (not d.get("capture_bs") and not current.capture_bs)]
+        if name == Phase.GRAPH_CAPTURE.value:  # the batch lists when both have one, else the capture flags
+            pool = [d for d in same_tp
+                    if _capture_key(d.get("flags") or {}, (d.get("capture_bs") or ()) if current.capture_bs else ())
+                    == cap]
         values = [s for d in pool if (s := _target_seconds(d).get(name)) is not None]
         if not values:
             return None
