@@ -213,6 +213,11 @@ async def confirm_and_execute(
     def progress(msg: str) -> None:
         print(msg, file=stderr, flush=True)
 
+    if plan.restart and plan.calibration is not None:  # how long the new boot usually takes (the history)
+        from kvtui.history.eta import expected_text, past_boots
+
+        progress(expected_text(await asyncio.to_thread(past_boots, plan.name), plan.calibration.flags, host=plan.name))
+
     outcome = await service.execute(plan, backend, progress, clock=clock or time.time, heartbeat=progress)
     _record(plan, outcome, args, stderr, verb)
     if outcome.status in ("error", "refused"):

@@ -105,6 +105,27 @@ def _target_seconds(doc: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def _align(now: datetime, ref: datetime) -> datetime:
+    """``now`` comparable with ``ref``: a naive time is local time (the log's own stamps)."""
+    if (now.tzinfo is None) == (ref.tzinfo is None):
+        return now
+    if now.tzinfo is None:
+        return now.astimezone()
+    return now.astimezone().replace(tzinfo=None)
+
+
+def past_boots(host: str, limit: int = 200) -> list[dict[str, Any]]:
+    """The host's stored boots (documents, newest first) for ``estimate``; empty when the history
+    cannot be read (a reader of the history: opens it read-only, never raises)."""
+    from kvtui.history.store import HistoryError, open_store
+
+    with open_store(readonly=True) as store:
+        try:
+            return [r.doc for r in store.boots(host, limit=limit)]
+        except HistoryError:
+            return []
+
+
 def estimate(current: Boot, history: Sequence[Mapping[str, Any]], now: datetime, *, host: str = "") -> BootEta:
     """The ETA of ``current`` from ``history`` (stored documents of this host: see the module doc)."""
     where = f" on {host}" if host else ""
@@ -139,8 +160,8 @@ def estimate(current: Boot, history: Sequence[Mapping[str, Any]], now: datetime,
     elapsed = None
     if span is not None and span.start is not None:
         try:
-            elapsed = max(0.0, (now - span.start).total_seconds())
-        except TypeError:
+            elapsed = max(0.0, (_align(now, span.start) - span.start).total_seconds())
+        except (TypeError, ValueError, OverflowError):
             elapsed = None
     cur = for_phase(phase) if phase is not None else None
     # the phases a ready boot of this model went through after the current one
@@ -156,3 +177,20 @@ def estimate(current: Boot, history: Sequence[Mapping[str, Any]], now: datetime,
         return BootEta(phase, elapsed, None, None, 0,
                        f"no ETA: no earlier ready boot of {model} with TP {tp}{where} in the history")
     return BootEta(phase, elapsed, cur, remaining, n, "")
+
+
+def expected_text(history: Sequence[Mapping[str, Any]], flags: Mapping[str, object], *, host: str = "") -> str:
+    """Before a restart: how long a boot of this model and TP usually takes on this host to be
+    ready (median and spread of the stored ready boots), or why that is not known."""
+    model = rec.model_of({"flags": flags})
+    tp = rec.tp_of({"flags": flags})
+    where = f" on {host}" if host else ""
+    if model is None:
+        return "no ETA: the server's model is not known"
+    times = [s for d in history if d.get("status") == "ready" and rec.model_of(d) == model and rec.tp_of(d) == tp
+             if (s := rec.seconds_of(d)) is not None]
+    if not times:
+        return f"no ETA: no earlier ready boot of {model} with TP {tp}{where} in the history"
+    n = len(times)
+    return (f"a boot of {model}{where} is usually ready in ~{clock(statistics.median(times))} "
+            f"({clock(min(times))}–{clock(max(times))}, median of {n} boot{'s' if n != 1 else ''})")

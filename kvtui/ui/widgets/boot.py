@@ -18,6 +18,8 @@ from textual.widget import Widget
 
 from kvtui.boot import Boot, BootStatus, Failure, PhaseSpan
 from kvtui.engines.events import PHASE_ORDER, Model, Phase
+from kvtui.history.eta import BootEta
+from kvtui.history.eta import clock as eta_clock
 from kvtui.ui import formatting as fmt
 from kvtui.ui.widgets.quiet import QuietStatic
 
@@ -74,6 +76,7 @@ class PhaseTimeline(Widget):
         super().__init__(name=name, id=id, classes=classes)
         self._boot: Boot | None = None
         self._now: datetime | None = None
+        self._eta: BootEta | None = None
         self._rows_shown = -1
         self._shown: tuple[str, ...] | None = None
         self.offline: str | None = None  # the host is not reached
@@ -90,9 +93,12 @@ class PhaseTimeline(Widget):
             self._shown = None
             self.show(self._boot, self._now)
 
-    def show(self, boot: Boot | None, now: datetime | None) -> None:
+    def show(self, boot: Boot | None, now: datetime | None, eta: BootEta | None = None) -> None:
+        """``eta``: the running boot's ETA from the history (the current phase shows
+        ``0:41 / ~1:05``); None: no history to base one on, nothing is made up."""
         self._boot = boot
         self._now = now
+        self._eta = eta
         shown = tuple(row.markup for row in self._rows())
         if shown == self._shown:  # told the state every second: repaint only a change
             return
@@ -139,6 +145,9 @@ class PhaseTimeline(Widget):
                 icon, icon_style, name_style = "✔", var, "$foreground"
             seconds = _span_seconds(span, self._now, live and is_current)
             time_text = "" if span.name in _FINAL_TARGET else fmt.duration(seconds)
+            eta = self._eta
+            if is_current and eta is not None and eta.current is not None and eta.phase == span.name.value:
+                time_text = f"{eta_clock(seconds or 0.0)} / ~{eta_clock(eta.current.median)}"
             yield Content.assemble(
                 (f"{icon} ", icon_style),
                 (f"{fmt.phase_label(span.name):<14}", name_style),

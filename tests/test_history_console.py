@@ -1,0 +1,48 @@
+"""The console and the history: it records the boots it follows, and a boot that starts after
+one it remembers shows its phase ETA (``load weights 0:04 / ~0:09``, ``ready in ~…``)."""
+
+from __future__ import annotations
+
+from test_ui_app import SIZE, SPEED, pane_of, ready_demo, status_of
+from test_ui_helpers import demo_app, plain, run_clock
+
+from kvtui.boot import BootStatus
+from kvtui.engines.events import Phase
+from kvtui.history import open_store
+from kvtui.ui.screens import ConfirmScreen
+from kvtui.ui.widgets.boot import PhaseTimeline
+
+
+async def test_the_console_records_boots_and_shows_the_eta_of_the_next_one() -> None:
+    clock = ready_demo()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = pane_of(app)
+        await run_clock(pilot, app, clock, until=lambda: status_of(pane) is BootStatus.READY, limit=60)
+        # the first boot: nothing in the history before it, so no ETA is made up
+        assert "ready in ~" not in str(pane.query_one("#boot-panel").border_subtitle)
+        await pilot.press("R")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await pilot.pause()
+
+        def loading() -> bool:
+            b = pane.boot
+            return (pane.boot_index or 0) >= 1 and b is not None and b.phase is Phase.LOAD_WEIGHTS \
+                and bool(pane.eta_history)
+
+        await run_clock(pilot, app, clock, until=loading, step=0.05, limit=30)
+        await run_clock(pilot, app, clock, until=lambda: "ready in ~" in str(
+            pane.query_one("#boot-panel").border_subtitle), step=0.05, limit=5)
+        rows = plain(pane.query_one(PhaseTimeline)).splitlines()
+        current = next(r for r in rows if r.startswith("▶"))
+        assert " / ~0:" in current  # elapsed / the median of the remembered boot
+        assert "(median of" not in current
+        await run_clock(pilot, app, clock, until=lambda: status_of(pane) is BootStatus.READY, limit=60)
+    with open_store(readonly=True) as store:
+        rows_ = store.boots("demo")
+    assert [r.status for r in rows_] == ["ready", "ready"]  # both boots, once each
+    peaks = rows_[0].doc["peak_used_mib"]  # the second boot's GPU peaks, from the console's samples
+    assert len(peaks) == 8
+    assert all(v > 60_000 for v in peaks.values())  # the weights and the pool were loaded
+    assert rows_[1].doc["peak_used_mib"] == {}  # the first was ready before the console came: no peaks
