@@ -9,6 +9,7 @@ lands in the spool (a resumed spool replays it).
 - ``exit_record(...)``: the record a backend yields (``ident`` ``EXIT_IDENT``, text ``kvtui: the
   server process exited (pid 123)``); ``parse_exit(text)`` reads it back into a ``ServerExit``
   (``LineParser`` does, for records with that ident only: a log line that merely says so is not one).
+  The record's format lives below the parser, in ``kvtui.engines.exit_record``; re-exported here.
 - ``PidWatch``: the rule that turns successive readings of the server's pid file (pid, alive?)
   into exits, shared by the local and SSH backends. A server already running when following
   began is watched only when following the current boot; when following the *next* boot
@@ -19,46 +20,11 @@ lands in the spool (a resumed spool replays it).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Final
 
-from kvtui.engines.events import LogRecord, ServerExit
-
-EXIT_IDENT: Final = "kvtui"
-_EXIT_RE: Final = re.compile(
-    r"^kvtui: the server process (?P<what>exited|is not running)"
-    r"(?: \((?:pid (?P<pid>\d+))?(?:, )?(?P<detail>[^()]*)\))?$"
-)
-
-
-def exit_text(pid: int | None, detail: str = "", *, at_start: bool = False) -> str:
-    what = "is not running" if at_start else "exited"
-    bits = [f"pid {pid}"] if pid is not None else []
-    if detail:
-        bits.append(_clean(detail))
-    return f"kvtui: the server process {what}" + (f" ({', '.join(bits)})" if bits else "")
-
-
-def _clean(detail: str) -> str:
-    return " ".join(detail.replace("(", "[").replace(")", "]").split())[:200]
-
-
-def exit_record(
-    pid: int | None, detail: str = "", *, at_start: bool = False, ts: datetime | None = None, source: str = "raw"
-) -> LogRecord:
-    """The record a backend yields when the server process is gone (no cursor: it is not a
-    line of the log, so resuming never depends on it)."""
-    return LogRecord(exit_text(pid, detail, at_start=at_start), ts, None, source, None, EXIT_IDENT)
-
-
-def parse_exit(text: str) -> ServerExit | None:
-    m = _EXIT_RE.match(text)
-    if m is None:
-        return None
-    pid = int(m.group("pid")) if m.group("pid") else None
-    return ServerExit(pid=pid, detail=m.group("detail") or "", at_start=m.group("what") == "is not running")
+from kvtui.engines.events import ServerExit
+from kvtui.engines.exit_record import EXIT_IDENT, exit_record, exit_text, parse_exit
 
 
 @dataclass(slots=True)

@@ -265,7 +265,7 @@ class CaptureSizes:
 @dataclass(frozen=True, slots=True)
 class ServerExit:
     """The server process is gone, as the host backend saw it (not a line the engine printed:
-    ``kvtui.liveness`` makes and reads the record). ``pid`` when known; ``detail`` an exit status
+    ``kvtui.engines.exit_record`` makes and reads the record). ``pid`` when known; ``detail`` an exit status
     when known; ``at_start``: it was already gone when following began."""
 
     pid: int | None = None

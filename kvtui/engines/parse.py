@@ -36,11 +36,11 @@ from kvtui.engines.events import (
     LogRecord,
     ParsedLine,
 )
+from kvtui.engines.exit_record import EXIT_IDENT, parse_exit
 from kvtui.engines.sglang import SglangGrammar
 from kvtui.engines.shapes import detect_shape, iter_records
 from kvtui.engines.text import MAX_LINE_CHARS, strip_ansi
 from kvtui.engines.vllm import VllmGrammar
-from kvtui.liveness import EXIT_IDENT, parse_exit
 
 
 class Grammar(Protocol):

@@ -22,7 +22,7 @@ from textual.widgets import Footer, Input, TabbedContent, TabPane
 
 from kvtui.boot import BootStatus
 from kvtui.config import CalcConfig, Config, UiConfig
-from kvtui.ui.commands import KvtuiCommands
+from kvtui.ui.commands import Command, KvtuiCommands, main_screen_commands
 from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec
 from kvtui.ui.keys import is_printable_key
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
@@ -344,6 +344,10 @@ class MainScreen(Screen[None]):
 
     def command_bindings(self) -> list[Binding]:
         return [b for b in MAIN_BINDINGS if isinstance(b, Binding)]
+
+    def palette_commands(self) -> list[Command]:
+        """What the command palette (``KvtuiCommands``) offers on this screen."""
+        return main_screen_commands(self)
 
     def typing(self) -> bool:
         """A text field has the keys (the find bar, a calculator flag being edited)."""

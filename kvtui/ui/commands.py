@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
@@ -13,6 +13,14 @@ if TYPE_CHECKING:
     from kvtui.ui.app import MainScreen
 
 Command = tuple[str, str, Callable[[], object]]
+
+
+@runtime_checkable
+class PaletteScreen(Protocol):
+    """A screen whose palette ``KvtuiCommands`` fills (``MainScreen``: ``main_screen_commands``);
+    the provider asks the screen, so this module does not import the app that imports it."""
+
+    def palette_commands(self) -> list[Command]: ...
 
 # binding id -> palette topic
 TOPICS: dict[str, str] = {
@@ -72,12 +80,10 @@ class KvtuiCommands(Provider):
     """Palette provider for the main screen."""
 
     def _commands(self) -> list[Command]:
-        from kvtui.ui.app import MainScreen
-
         screen = self.screen
-        if not isinstance(screen, MainScreen):
+        if not isinstance(screen, PaletteScreen):
             return []
-        return main_screen_commands(screen)
+        return screen.palette_commands()
 
     async def discover(self) -> Hits:
         for title, help_text, callback in self._commands():

@@ -17,7 +17,6 @@ from textual.notifications import SeverityLevel
 from textual.widget import Widget
 from textual.worker import Worker, WorkerState
 
-from kvtui import changes
 from kvtui.boot import Boot, BootStatus
 from kvtui.config import CalcConfig, HostConfig, UiConfig
 from kvtui.engines.events import Engine
@@ -872,6 +871,7 @@ class HostPane(Vertical):
 
     @work(group="service", exit_on_error=False, description="apply")
     async def _apply_worker(self, edits: list[Edit], gen: int) -> None:
+        from kvtui import changes
         from kvtui.hosts import service
 
         backend = self.backend
@@ -903,6 +903,7 @@ class HostPane(Vertical):
 
     @work(group="service", exit_on_error=False, description="rollback")
     async def _rollback_worker(self, gen: int) -> None:
+        from kvtui import changes
         from kvtui.hosts import service
 
         backend = self.backend
