@@ -4,13 +4,13 @@ one it remembers shows its phase ETA (``load weights 0:04 / ~0:09``, ``ready in 
 from __future__ import annotations
 
 from test_ui_app import SIZE, SPEED, pane_of, ready_demo, status_of
-from test_ui_helpers import demo_app, plain, run_clock
+from test_ui_helpers import demo_app, plain, run_clock, set_demo_fraction
 
 from kvtui.boot import BootStatus
 from kvtui.engines.events import Phase
 from kvtui.history import open_store
 from kvtui.ui.screens import ConfirmScreen
-from kvtui.ui.widgets.boot import PhaseTimeline
+from kvtui.ui.widgets.boot import FailureBanner, PhaseTimeline
 
 
 async def test_the_console_records_boots_and_shows_the_eta_of_the_next_one() -> None:
@@ -46,3 +46,19 @@ async def test_the_console_records_boots_and_shows_the_eta_of_the_next_one() -> 
     assert len(peaks) == 8
     assert all(v > 60_000 for v in peaks.values())  # the weights and the pool were loaded
     assert rows_[1].doc["peak_used_mib"] == {}  # the first was ready before the console came: no peaks
+
+
+async def test_a_failed_boot_says_what_changed_since_the_last_good_one() -> None:
+    clock = ready_demo()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = pane_of(app)
+        await run_clock(pilot, app, clock, until=lambda: status_of(pane) is BootStatus.READY, limit=60)
+        set_demo_fraction("demo", 0.99, clock, speed=SPEED)  # edited and restarted behind the console's back
+        await run_clock(pilot, app, clock, until=lambda: (pane.boot_index or 0) >= 1
+                        and status_of(pane) is BootStatus.FAILED and bool(pane.eta_history), step=0.1, limit=60)
+        await pilot.pause()
+        text = str(pane.query_one(FailureBanner).render())
+        assert "BOOT FAILED in graph capture" in text
+        assert "Since the last good boot:" in text
+        assert "flags: mem_fraction_static 0.85 → 0.99" in text

@@ -68,3 +68,29 @@ def test_five_restarts_then_the_ledger_and_an_eta(tmp_path: Path, capsys: pytest
     table = capsys.readouterr().out
     assert table.splitlines()[-1].startswith("Prediction ledger: 6 restarts; token error mean")
     assert "verdict held 6/6" in table
+
+
+@pytest.mark.slow
+def test_wait_on_a_failed_boot_says_what_changed_since_the_last_good_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(HOSTS)
+    assert main(["--hosts", str(hosts), "apply", "demo", "--set", "mem-fraction-static=0.86", "--restart", "--yes",
+                 "--timeout", "120"]) == 0
+    code = main(["--hosts", str(hosts), "apply", "demo", "--set", "mem-fraction-static=0.99", "--restart", "--yes",
+                 "--force", "--timeout", "120"])
+    assert code == 1
+    capsys.readouterr()
+    assert main(["--hosts", str(hosts), "wait", "demo", "--timeout", "60"]) == 1  # the current boot: failed
+    err = capsys.readouterr().err
+    assert "failed in graph_capture: oom_graph_capture" in err
+    assert "since the last good boot (" in err
+    assert "  flags: mem_fraction_static 0.86 → 0.99" in err
+    assert "kvtui history demo --diff: the whole comparison" in err
+    assert main(["--hosts", str(hosts), "history", "demo", "--diff"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith("failed (oom_graph_capture in graph_capture)")
+    assert "changed  mem_fraction_static: 0.86 → 0.99" in out
+    with_ids = [ln for ln in out.splitlines() if ln.startswith("#") or "compared with" in ln]
+    assert len(with_ids) == 2

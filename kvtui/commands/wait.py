@@ -397,6 +397,7 @@ def _report(
     boot, idx = outcome.boot, outcome.index
     if outcome.code == EXIT_FAILED and boot is not None and idx is not None:
         waiter._say_failure(idx, boot)
+        _say_changed(waiter, boot, args.host)
     elif outcome.code == EXIT_OK and boot is not None and idx is not None:
         took = boot.phases[-1].start if boot.phases else None
         print(f"kvtui wait: {args.host}: boot {waiter.number(idx)} is ready"
@@ -412,6 +413,21 @@ def _report(
             stdout.write(_summary(boot, idx, len(monitor.tracker.boots)))
         stdout.flush()
     return outcome.code
+
+
+def _say_changed(waiter: Waiter, boot: Boot, host: str) -> None:
+    """A failed boot: what changed since the last ready boot of its model (the history)."""
+    from kvtui.history import boot_doc
+    from kvtui.history.diff import since_last_good
+
+    got = since_last_good(waiter.history, boot_doc(host, boot))
+    if got is None:
+        return
+    when = str(got[0].get("started_at") or "")[:19].replace("T", " ")
+    waiter._say(f"since the last good boot ({when}):")
+    for line in got[1]:
+        waiter._say(f"  {line}")
+    waiter._say(f"  (kvtui history {host} --diff: the whole comparison)")
 
 
 def run(

@@ -244,3 +244,39 @@ def last_good(boots: Sequence[tuple[int, Mapping[str, Any]]], boot: Mapping[str,
         if doc.get("status") == "ready" and rec.model_of(doc) == model:
             return row_id, doc
     return None
+
+
+def summary(d: BootDiff, *, limit: int = 6) -> list[str]:
+    """What changed, in a few short lines (the failure banner, ``wait`` on a failure): the flags,
+    the engine's version, and GPUs that had markedly less free memory before load (≥ 1 GiB)."""
+    parts: list[str] = [f"{k} {_v(x)} → {_v(y)}" for k, (x, y) in d.changed.items()]
+    parts += [f"+{k}={_v(v)}" for k, v in d.added.items()]
+    parts += [f"-{k}" for k in d.removed]
+    lines: list[str] = []
+    if parts:
+        shown = parts[:limit]
+        lines.append("flags: " + ", ".join(shown) + (f" (+{len(parts) - limit} more)" if len(parts) > limit else ""))
+    else:
+        lines.append("flags: the same")
+    if d.version[0] != d.version[1] or d.engine[0] != d.engine[1]:
+        lines.append(f"engine: {d.engine[0]} {d.version[0] or ''} → {d.engine[1]} {d.version[1] or ''}".rstrip())
+    drops = [(k, x, y) for k, (x, y) in d.free_before_load_gib.items()
+             if x is not None and y is not None and x - y >= 1]
+    drops += [(f"GPU {k}", x / 1024, y / 1024) for k, (x, y) in d.gpu_free_at_start_mib.items()
+              if x is not None and y is not None and (x - y) / 1024 >= 1]
+    if drops:
+        shown_d = ", ".join(f"{k} {fmt.gib(x)} → {fmt.gib(y)}" for k, x, y in drops[:4])
+        lines.append(f"less free GPU memory before load: {shown_d}" + (" …" if len(drops) > 4 else "")
+                     + " (another process holding memory?)")
+    return lines
+
+
+def since_last_good(
+    history: Sequence[Mapping[str, Any]], boot: Mapping[str, Any]
+) -> tuple[Mapping[str, Any], list[str]] | None:
+    """The last ready boot of ``boot``'s model in ``history`` (newest first) and the summary of
+    what changed since; None when there is none."""
+    got = last_good([(i, d) for i, d in enumerate(history)], boot)
+    if got is None:
+        return None
+    return got[1], summary(diff(got[1], boot))

@@ -408,6 +408,16 @@ class HostPane(Vertical):
         got = estimate(boot, self.eta_history, now_dt, host=self.host_name)
         return got if got.current is not None or got.remaining is not None else None
 
+    def _changed_since_good(self, boot: Boot | None) -> list[str]:
+        """A failed boot: what changed since the last ready boot of its model (the history)."""
+        if boot is None or boot.status is not BootStatus.FAILED or not self.eta_history:
+            return []
+        from kvtui.history import boot_doc
+        from kvtui.history.diff import since_last_good
+
+        got = since_last_good(self.eta_history, boot_doc(self.host_name, boot))
+        return got[1] if got is not None else []
+
     def _sink(self, updates: Sequence[MonitorUpdate]) -> None:
         self.post_message(self.Updates(tuple(updates)))
 
@@ -540,7 +550,7 @@ class HostPane(Vertical):
         boot = self.boot
         self._one(BootFigures).show(boot)
         previous = self.boots[-2] if len(self.boots) >= 2 and self.boots[-1] is boot else None
-        self._one(FailureBanner).show(boot, previous)
+        self._one(FailureBanner).show(boot, previous, self._changed_since_good(boot))
         self.calculator.set_boot(boot, self.boots)
         self.gpu_plot.set_bands(self._bands(), self._origin())
 

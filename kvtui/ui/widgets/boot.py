@@ -6,7 +6,7 @@ Each widget renders only what it is given (a ``Boot``, the current time); none p
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from textual.app import ComposeResult
@@ -463,8 +463,9 @@ class FailureBanner(QuietStatic):
 
     previous: bool = False
 
-    def show(self, boot: Boot | None, previous: Boot | None = None) -> None:
-        """``previous``: the boot before ``boot`` (shown when it failed and ``boot`` is starting)."""
+    def show(self, boot: Boot | None, previous: Boot | None = None, changed: Sequence[str] = ()) -> None:
+        """``previous``: the boot before ``boot`` (shown when it failed and ``boot`` is starting);
+        ``changed``: what changed since the last good boot of the same model (the history)."""
         failure = boot.failure if boot is not None and boot.status is BootStatus.FAILED else None
         self.previous = False
         if (
@@ -482,12 +483,13 @@ class FailureBanner(QuietStatic):
             self.set(None, lambda: "")
             return
         shown = failure
+        lines = tuple(changed) if not self.previous else ()
         self.set(
-            (shown.kind, shown.phase, shown.message, shown.hint, self.previous),
-            lambda: self._content(shown, self.previous),
+            (shown.kind, shown.phase, shown.message, shown.hint, self.previous, lines),
+            lambda: self._content(shown, self.previous, lines),
         )
 
-    def _content(self, failure: Failure, previous: bool = False) -> Content:
+    def _content(self, failure: Failure, previous: bool = False, changed: Sequence[str] = ()) -> Content:
         where = f" in {fmt.phase_label(failure.phase)}" if failure.phase is not None else ""
         title = fmt.FAILURE_TITLES.get(failure.kind, "failed")
         message = " ".join(failure.message.split())
@@ -508,6 +510,9 @@ class FailureBanner(QuietStatic):
             parts.append(Content.assemble(("Hint: ", "$warning bold"), (failure.hint, "$foreground")))
         if previous:
             parts.append(Content.styled("restarted automatically; the new boot is starting", "$text-muted italic"))
+        if changed:
+            parts.append(Content.styled("Since the last good boot:", "$text-muted bold"))
+            parts.extend(Content.styled(f"  {line}", "$foreground") for line in changed)
         return Content("\n").join(parts)
 
 
