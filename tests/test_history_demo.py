@@ -68,6 +68,10 @@ def test_five_restarts_then_the_ledger_and_an_eta(tmp_path: Path, capsys: pytest
     table = capsys.readouterr().out
     assert table.splitlines()[-1].startswith("Prediction ledger: 6 restarts; token error mean")
     assert "verdict held 6/6" in table
+    # kvtui calc --host calibrates with them too (the current boot is the sixth: five others)
+    assert main(["--hosts", str(hosts), "calc", "--host", "demo", "--set", "mem-fraction-static=0.9"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert "(+5 boots of this deployment from the history) · basis two-point" in head
 
 
 @pytest.mark.slow
@@ -88,7 +92,12 @@ def test_wait_on_a_failed_boot_says_what_changed_since_the_last_good_one(
     assert "since the last good boot (" in err
     assert "  flags: mem_fraction_static 0.86 → 0.99" in err
     assert "kvtui history demo --diff: the whole comparison" in err
-    assert main(["--hosts", str(hosts), "history", "demo", "--diff"]) == 0
+    # the demo's unit restarts on failure (Restart=on-failure): the newest boot may be its next
+    # one, so the failed boot is named
+    assert main(["--hosts", str(hosts), "history", "demo", "--json"]) == 0
+    boots = json.loads(capsys.readouterr().out)["boots"]
+    failed = next(b["id"] for b in boots if b["status"] == "failed")
+    assert main(["--hosts", str(hosts), "history", "demo", "--diff", str(failed)]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].endswith("failed (oom_graph_capture in graph_capture)")
     assert "changed  mem_fraction_static: 0.86 → 0.99" in out
