@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+KEEP_BOOTS = 8  # boots of one reader the recorder keeps state for (a long-lived console: bounded)
+
 
 class GpuReading(Protocol):
     @property
@@ -84,6 +86,8 @@ class BootRecorder:
             return
         first = index not in self._sigs
         self._sigs[index] = sig
+        if first:
+            self._forget(index - KEEP_BOOTS)
         self._boots[index] = boot
         if spool:
             self._spools[index] = dict(spool)
@@ -92,6 +96,12 @@ class BootRecorder:
             self._free0[index] = {g.index: g.total_mib - g.used_mib for g in self._latest if g.total_mib > 0}
             self._peaks[index] = {g.index: g.used_mib for g in self._latest}
         self._queue(index)
+
+    def _forget(self, below: int) -> None:
+        """Bounded: what the recorder holds of boots older than the newest ``KEEP_BOOTS``."""
+        for table in (self._sigs, self._boots, self._spools, self._peaks, self._free0):
+            for i in [i for i in table if i < below]:
+                del table[i]
 
     def gpus(self, samples: Sequence[GpuReading]) -> None:
         """A GPU reading: peak memory of the boot that is starting."""
@@ -179,7 +189,7 @@ class BootRecorder:
             return self._cond.wait_for(lambda: (not self._pending and not self._busy)
                                        or not (self._thread and self._thread.is_alive()), timeout)
 
-    def close(self, timeout: float = 5.0) -> None:
+    def close(self, timeout: float = 2.0) -> None:
         """Write what is queued (within ``timeout``) and end the writer."""
         with self._cond:
             self._closing = True
