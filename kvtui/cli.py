@@ -131,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--diff", nargs="*", type=int, metavar="ID",
                    help="compare boot A (default: the newest) with B (default: the last ready boot of its model)")
 
+    p = sub.add_parser("bundle", parents=common, help="one remembered boot as an incident bundle (.tar.gz)")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--boot", type=int, metavar="N", help="the boot's id in kvtui history (default: the newest)")
+    p.add_argument("-o", "--output", metavar="FILE", help="where to write it (default: kvtui-HOST-bootN.tar.gz)")
+
     p = sub.add_parser("hosts", parents=common, help="list and validate the inventory")
     p.add_argument("--check", action="store_true", help="validate and exit 3 on problems")
     p.add_argument("--connect", action="store_true", help="also reach each host")

@@ -521,6 +521,15 @@ def render_unknown(unrecognised: list[UnrecognisedShape], source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bundle_log(path: str) -> bytes | None:
+    """The log inside a kvtui incident bundle (``kvtui bundle``); None: not a bundle."""
+    if path == "-" or not (path.endswith((".tar.gz", ".tgz"))):
+        return None
+    from kvtui.history.bundle import read_member
+
+    return read_member(path, "log.txt")
+
+
 def _record(boots: list[Boot], host: str, source: str, err: TextIO) -> None:
     """``--record HOST``: the log's boots go into the history as boots of HOST (once each)."""
     from kvtui.history import open_store, record_boot, recordable
@@ -541,11 +550,18 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     path: str = args.path
     unrecognised: list[UnrecognisedShape] = []
     try:
-        boots, shape = analyse_path(path, unrecognised=unrecognised)
+        bundled = _bundle_log(path)
+        if bundled is not None:  # a kvtui bundle: its log
+            boots, shape = analyse(iter([bundled]), unrecognised=unrecognised)
+            path_shape = path
+        else:
+            boots, shape = analyse_path(path, unrecognised=unrecognised)
+            path_shape = ""
     except InputError as exc:
         print(f"kvtui replay: {exc}", file=err)
         return EXIT_INPUT
-    locate_lines(path, unrecognised)
+    if not path_shape:
+        locate_lines(path, unrecognised)
     unrecognised.sort(key=lambda u: u.first_line)
     source = "-" if path == "-" else path
     if getattr(args, "record", None):

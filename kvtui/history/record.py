@@ -23,6 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
 from kvtui.boot import Boot, BootMetrics, BootStatus, Failure, PhaseSpan
@@ -258,3 +259,16 @@ def boot_from_doc(doc: Mapping[str, Any]) -> Boot:
     boot.ended_at = _parse_dt(doc.get("ended_at"))
     boot.ranks = [str(r) for r in doc.get("ranks") or ()]
     return boot
+
+
+def spool_segment(spool: object) -> Path | None:
+    """The spool file of a stored boot (``{"set": DIR, "boot": N}``), when it still exists."""
+    if not isinstance(spool, dict) or spool.get("set") is None:
+        return None
+    directory = Path(str(spool["set"]))
+    try:
+        boot = int(spool.get("boot") or 0)
+    except (TypeError, ValueError):
+        return None
+    found = sorted(directory.glob(f"*-boot-{boot:04d}.log")) if directory.is_dir() else []
+    return found[-1] if found else None

@@ -19,22 +19,10 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
+from kvtui.history.record import spool_segment
 from kvtui.ui import formatting as fmt
 
 LOG_TAIL_LINES = 200  # a past boot's log: its last lines (the spool file holds them all)
-
-
-def spool_segment(spool: object) -> Path | None:
-    """The spool file of a stored boot (``{"set": DIR, "boot": N}``), when it still exists."""
-    if not isinstance(spool, dict) or spool.get("set") is None:
-        return None
-    directory = Path(str(spool["set"]))
-    try:
-        boot = int(spool.get("boot") or 0)
-    except (TypeError, ValueError):
-        return None
-    found = sorted(directory.glob(f"*-boot-{boot:04d}.log")) if directory.is_dir() else []
-    return found[-1] if found else None
 
 
 def tail_text(path: Path, lines: int = LOG_TAIL_LINES) -> str:
