@@ -46,10 +46,15 @@ def calculate(boots: Sequence[Boot], edits: EditsFor, graph_margin_gib: float | 
 def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
     """The history's boots of ``chosen``'s deployment (any host: same engine, model, TP and
     version; ``kvcalc.same_deployment``) that sized a pool, except those in ``seen`` (the log's
-    own): more calibration points for the calculator. Empty when the history cannot be read."""
+    own): more calibration points for the calculator. Empty when the history cannot be read, and
+    for vLLM (see below)."""
     from kvtui.history import HistoryError, boot_from_doc, open_store
     from kvtui.history import record as rec
 
+    if chosen.engine is not Engine.SGLANG:
+        # vLLM's pool also follows settings the stored flags do not carry (VLLM_CPU_KVCACHE_SPACE,
+        # kv_cache_memory): a remembered boot is no calibration point for it until they are stored
+        return []
     key = rec.deployment_of_boot(chosen)
     starts = {b.started_at for b in seen if b.started_at is not None}
     out: list[Boot] = []
