@@ -7,6 +7,7 @@ service's own (``execute``, ``restart``, ``ServiceError``, ``ApplyPlan``, …: `
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,8 @@ from kvtui.hosts.service.model import EditsFor, Forecast
 from kvtui.monitor import read_boots
 
 if TYPE_CHECKING:
-    from kvtui.config import HostConfig
+    from kvtui.config import HistoryConfig, HostConfig
+    from kvtui.hosts.service.model import ApplyOutcome, ApplyPlan
 
 
 def calculate(boots: Sequence[Boot], edits: EditsFor, graph_margin_gib: float | None) -> Forecast | str:
@@ -29,12 +31,101 @@ def calculate(boots: Sequence[Boot], edits: EditsFor, graph_margin_gib: float | 
     ``edits(boot)`` with the graph-capture margin (default: the calculator's)."""
     try:
         chosen, others = kvcalc.select_boot(boots, None)
-        model = kvcalc.calibrate(chosen, others=others)
+        stored = stored_siblings(chosen, boots)
+        model = kvcalc.calibrate(chosen, others=[*others, *stored])
         mapping = dict(edits(chosen))
         margin = kvcalc.DEFAULT_GRAPH_MARGIN_GIB if graph_margin_gib is None else graph_margin_gib
-        return Forecast(kvcalc.predict(model, mapping, graph_margin_gib=margin), chosen)
+        pred = kvcalc.predict(model, mapping, graph_margin_gib=margin)
+        if stored:
+            pred = dataclasses.replace(pred, reasons=[*pred.reasons, calibration_note(chosen, others, stored)])
+        return Forecast(pred, chosen)
     except kvcalc.CalcError as exc:
         return str(exc)
+
+
+def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
+    """The history's boots of ``chosen``'s deployment (any host: same engine, model, TP and
+    version; ``kvcalc.same_deployment``) that sized a pool, except those in ``seen`` (the log's
+    own): more calibration points for the calculator. Empty when the history cannot be read, and
+    for vLLM (see below)."""
+    from kvtui.history import HistoryError, boot_from_doc, open_store
+    from kvtui.history import record as rec
+
+    if chosen.engine is not Engine.SGLANG:
+        # vLLM's pool also follows settings the stored flags do not carry (VLLM_CPU_KVCACHE_SPACE,
+        # kv_cache_memory): a remembered boot is no calibration point for it until they are stored
+        return []
+    key = rec.deployment_of_boot(chosen)
+    starts = {b.started_at for b in seen if b.started_at is not None}
+    out: list[Boot] = []
+    with open_store(readonly=True) as store:
+        try:
+            rows = store.deployment(key, limit=64)
+        except HistoryError:
+            return []
+    for row in rows:
+        b = boot_from_doc(row.doc)
+        if b.started_at is None or b.started_at in starts or not kvcalc.sized_pool(b):
+            continue
+        if not kvcalc.same_deployment(chosen, b):
+            continue
+        starts.add(b.started_at)
+        out.append(b)
+    return out
+
+
+def calibration_note(chosen: Boot, others: Sequence[Boot], stored: Sequence[Boot]) -> str:
+    """What the prediction was calibrated with: how many boots, how many from the history."""
+    from kvtui.history import record as rec
+
+    fracs = sorted({f for f in (rec.fraction_of({"flags": b.flags}) for b in stored) if f is not None})
+    n = 1 + len(others) + len(stored)
+    shown = ", ".join(f"{f:g}" for f in fracs[:8]) + ("…" if len(fracs) > 8 else "")
+    return (f"calibrated with {n} boots of this deployment: {len(stored)} from the history"
+            + (f" (fractions {shown})" if shown else ""))
+
+
+def restart_record(plan: ApplyPlan, outcome: ApplyOutcome) -> dict[str, object]:
+    """The history's ``restart`` part of a kvtui-driven restart: the edit, the prediction that
+    preceded it (tokens, verdict, confidence, basis, how many boots calibrated it) and the outcome."""
+    pred = plan.prediction
+    prediction: dict[str, object] | None = None
+    if pred is not None:
+        used = next((r for r in pred.reasons if r.startswith("calibrated with ")), None)
+        prediction = {
+            "tokens": pred.tokens,
+            "verdict": str(pred.verdict),
+            "confidence": str(pred.confidence),
+            "basis": str(pred.model.basis),
+            "fraction": pred.fraction,
+            "kv_cache_gib": pred.kv_cache_gib,
+            "calibration_boots": int(used.split()[2]) if used else 1,
+        }
+    return {
+        "action": plan.action,
+        "edit": [str(e) for e in [*plan.edits, *plan.env_edits]] if plan.action == "apply" else [],
+        "restored_from": plan.backup_path if plan.action == "rollback" else None,
+        "backup": plan.saved_copy,
+        "file": plan.source.path,
+        "forced": bool(plan.force and any(r.forceable for r in plan.refusals)),
+        "prediction": prediction,
+        "prediction_note": plan.prediction_note,
+        "outcome": outcome.status,
+        "exit": outcome.code,
+        "rolled_back": outcome.rolled_back,
+    }
+
+
+def record_restart(plan: ApplyPlan, outcome: ApplyOutcome, config: HistoryConfig | None = None) -> str | None:
+    """Record the boot an ``apply``/``rollback --restart`` followed, with its ``restart`` part;
+    the problem when it could not be (said, never raised), None when recorded or nothing to record."""
+    from kvtui.history import Limits, record_boot
+
+    if not plan.restart or outcome.boot is None or (config is not None and not config.record):
+        return None
+    limits = Limits(config.max_age_days, config.max_boots_per_host) if config is not None else None
+    return record_boot(plan.name, outcome.boot, restart=restart_record(plan, outcome),
+                       source=f"{plan.host.kind}:{plan.host.source_label}", limits=limits)
 
 
 async def host_boots(backend: HostBackend, host: HostConfig, engine: Engine, timeout: float) -> list[Boot]:
@@ -53,4 +144,13 @@ def __getattr__(name: str) -> Any:
     return getattr(service, name)
 
 
-__all__ = ["calculate", "host_boots", "plan_apply", "plan_rollback"]
+__all__ = [
+    "calculate",
+    "calibration_note",
+    "host_boots",
+    "plan_apply",
+    "plan_rollback",
+    "record_restart",
+    "restart_record",
+    "stored_siblings",
+]

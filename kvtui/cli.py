@@ -81,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--unknown", action="store_true", help="list the startup lines no rule recognised, by shape (for a report)"
     )
+    p.add_argument("--record", metavar="HOST", help="also store the log's boots in the history, as boots of HOST")
 
     p = sub.add_parser("calc", parents=common, help="predict the KV pool for edited flags")
     src = p.add_mutually_exclusive_group(required=True)
@@ -129,6 +130,18 @@ def build_parser() -> argparse.ArgumentParser:
     from kvtui.commands import tune as tune_cmd  # issue 14: kvtui tune
 
     tune_cmd.add_parser(sub, common)
+
+    p = sub.add_parser("history", parents=common, help="the boots kvtui remembers of a host; --diff: what changed")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--json", action="store_true", help="print the stored boots (or the diff) as JSON on stdout")
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="list the newest N boots (default 20)")
+    p.add_argument("--diff", nargs="*", type=int, metavar="ID",
+                   help="compare boot A (default: the newest) with B (default: the last ready boot of its model)")
+
+    p = sub.add_parser("bundle", parents=common, help="one remembered boot as an incident bundle (.tar.gz)")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--boot", type=int, metavar="N", help="the boot's id in kvtui history (default: the newest)")
+    p.add_argument("-o", "--output", metavar="FILE", help="where to write it (default: kvtui-HOST-bootN.tar.gz)")
 
     p = sub.add_parser("hosts", parents=common, help="list and validate the inventory")
     p.add_argument("--check", action="store_true", help="validate and exit 3 on problems")

@@ -653,6 +653,14 @@ class CalcConfig(_Strict):
     graph_margin_gib: float | None = Field(default=None, ge=0, le=1024)
 
 
+class HistoryConfig(_Strict):
+    """``[history]``: how much of the boot history (``kvtui.history``) is kept per host."""
+
+    record: bool = True
+    max_age_days: float = Field(default=365.0, ge=0, le=36500)  # 0: no age limit
+    max_boots_per_host: int = Field(default=1000, ge=1, le=1_000_000)
+
+
 def _demo_default() -> HostConfig:
     return DemoHost()
 
@@ -735,6 +743,7 @@ class Config:
     keymap: dict[str, str] = field(default_factory=dict)
     calc: CalcConfig = field(default_factory=CalcConfig)
     path: Path | None = None
+    history: HistoryConfig = field(default_factory=HistoryConfig)
 
     def names(self) -> list[str]:
         """Host names in file order; the default ``demo`` last when the file does not define it."""
@@ -818,7 +827,7 @@ def load_config(explicit: str | None = None) -> Config:
     return parse_config(data, path)
 
 
-_TOP_KEYS = ("hosts", "deployments", "ui", "keymap", "calc")
+_TOP_KEYS = ("hosts", "deployments", "ui", "keymap", "calc", "history")
 
 
 def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
@@ -888,6 +897,7 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
 
     ui = _section(raw, "ui", UiConfig, add) or UiConfig()
     calc = _section(raw, "calc", CalcConfig, add) or CalcConfig()
+    history = _section(raw, "history", HistoryConfig, add) or HistoryConfig()
 
     keymap: dict[str, str] = {}
     raw_keymap = raw.get("keymap", {})
@@ -905,7 +915,8 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
         lines = [str(p) for p in problems]
         header = f"{fname}: {n} problem{'s' if n > 1 else ''} in the hosts file:"
         raise ConfigError(header + "\n  " + "\n  ".join(lines), problems)
-    return Config(hosts=hosts, deployments=deployments, ui=ui, keymap=keymap, calc=calc, path=Path(path))
+    return Config(hosts=hosts, deployments=deployments, ui=ui, keymap=keymap, calc=calc, path=Path(path),
+                  history=history)
 
 
 def _section(raw: dict[str, Any], name: str, model: type[_Strict], add: Any) -> Any:

@@ -49,6 +49,7 @@ from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, LogLine, M
 
 if TYPE_CHECKING:
     from kvtui.engines.parse import LivePlan, LivePrefilter
+    from kvtui.history import BootRecorder
     from kvtui.spool import Spool
 
 log = logging.getLogger(__name__)
@@ -212,6 +213,7 @@ class HostMonitor:
         retry_start: bool = True,
         live_prefilter: bool = True,
         serving_interval: float = 0.25,
+        history: BootRecorder | None = None,
     ) -> None:
         from kvtui.engines.parse import LineParser, LivePrefilter
         from kvtui.spool import Spool
@@ -237,6 +239,10 @@ class HostMonitor:
         self.spool: Spool = (
             Spool.resume(root, name, source=source) if resume else Spool.create(root, name, source=source)
         )
+        # the boot history (``kvtui.history``): each boot's document is written off the loop
+        self.history = history
+        if history is not None and not history.source:
+            history.source = source
         self.status: ConnStatus = ConnStatus(ConnState.CONNECTING)
         self.latest_gpus: tuple[GpuSample, ...] = ()
         self.foreign: tuple[GpuProcess, ...] = ()
@@ -372,6 +378,9 @@ class HostMonitor:
             with contextlib.suppress(Exception):
                 await self.backend.close()
         self.spool.close()
+        if self.history is not None:
+            self._observe_boots()
+            await asyncio.to_thread(self.history.close)
 
     # -- connection ----------------------------------------------------------------------------
 
@@ -728,6 +737,8 @@ class HostMonitor:
 
     def _on_gpu(self, samples: Sequence[GpuSample], *, record: bool = True) -> None:
         self.latest_gpus = tuple(samples)
+        if record and self.history is not None:
+            self.history.gpus(samples)
         if record:
             now = self.clock()
             for s in samples:
@@ -808,7 +819,22 @@ class HostMonitor:
             return max(self.serving_interval, STORM_SERVING_INTERVAL)
         return self.serving_interval
 
+    def _observe_boots(self) -> None:
+        """Hand the history the newest two boots (a new boot also ends the one before it; a
+        "Stopping …" line changes a status without a boot update); it writes only what changed."""
+        hist = self.history
+        if hist is None:
+            return
+        boots = self.tracker.boots
+        where = str(self.spool.directory)
+        for i in range(max(0, len(boots) - 2), len(boots)):
+            try:
+                hist.observe(i, boots[i], {"set": where, "boot": i})
+            except Exception:  # the history never takes the monitor down
+                log.exception("%s: history", self.name)
+
     def _flush(self, *, final: bool = False) -> bool:
+        self._observe_boots()
         due = self._serving_due
         if due is not None:
             now = time.monotonic()

@@ -239,7 +239,13 @@ async def confirm_and_execute(
     def progress(msg: str) -> None:
         print(msg, file=stderr, flush=True)
 
+    if plan.restart and plan.calibration is not None:  # how long the new boot usually takes (the history)
+        from kvtui.history.eta import expected_text, past_boots
+
+        progress(expected_text(await asyncio.to_thread(past_boots, plan.name), plan.calibration.flags, host=plan.name))
+
     outcome = await service.execute(plan, backend, progress, clock=clock or time.time, heartbeat=progress)
+    _record(plan, outcome, args, stderr, verb)
     if outcome.status in ("error", "refused"):
         print(f"kvtui {verb}: {outcome.messages[-1] if outcome.messages else outcome.status}", file=stderr)
     summary = _summary(outcome, plan)
@@ -247,6 +253,20 @@ async def confirm_and_execute(
         stdout.write(summary)
         stdout.flush()
     return outcome.code
+
+
+def _record(plan: ApplyPlan, outcome: ApplyOutcome, args: argparse.Namespace, stderr: TextIO, verb: str) -> None:
+    """The followed boot goes into the history with the edit, the prediction and the outcome."""
+    from kvtui import changes
+    from kvtui.config import ConfigError, load_config
+
+    try:
+        config = load_config(getattr(args, "hosts", None)).history
+    except ConfigError:
+        config = None
+    problem = changes.record_restart(plan, outcome, config)
+    if problem:
+        print(f"kvtui {verb}: note: the boot is not in the history: {problem}", file=stderr)
 
 
 def _summary(outcome: ApplyOutcome, plan: ApplyPlan) -> str:

@@ -323,8 +323,13 @@ def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, st
             boot, others = kc.select_boot(boots, args.boot)
         except kc.CalcError as exc:
             raise _Fail(EXIT_INPUT if exc.kind == "input" else EXIT_USAGE, f"{label}: {exc}") from None
+        stored: list[Boot] = []
+        if getattr(args, "host", None):  # the host's remembered boots of this deployment calibrate too
+            from kvtui.changes import stored_siblings
+
+            stored = stored_siblings(boot, boots)
         try:
-            model = kc.calibrate(boot, gpu_mem_gib=args.gpu_mem_gib, others=others)
+            model = kc.calibrate(boot, gpu_mem_gib=args.gpu_mem_gib, others=[*others, *stored])
         except kc.CalcError as exc:
             raise _Fail(EXIT_INPUT, f"{label}: boot {boots.index(boot) + 1}: {exc}") from None
         try:
@@ -334,6 +339,8 @@ def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, st
         source = f"boot {boots.index(boot) + 1} of {len(boots)} in {label}"
         if others:
             source += f" (+{len(others)} sibling boot{'s' if len(others) != 1 else ''})"
+        if stored:
+            source += f" (+{len(stored)} boot{'s' if len(stored) != 1 else ''} of this deployment from the history)"
     try:
         pred = kc.predict(model, edits, full_context=args.full_context, graph_margin_gib=margin)
     except kc.CalcError as exc:

@@ -521,6 +521,29 @@ def render_unknown(unrecognised: list[UnrecognisedShape], source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bundle_log(path: str) -> bytes | None:
+    """The log inside a kvtui incident bundle (``kvtui bundle``); None: not a bundle."""
+    if path == "-" or not (path.endswith((".tar.gz", ".tgz"))):
+        return None
+    from kvtui.history.bundle import read_member
+
+    return read_member(path, "log.txt")
+
+
+def _record(boots: list[Boot], host: str, source: str, err: TextIO) -> None:
+    """``--record HOST``: the log's boots go into the history as boots of HOST (once each)."""
+    from kvtui.history import open_store, record_boot, recordable
+
+    kept = [b for b in boots if recordable(b)]
+    with open_store() as store:
+        problems = [p for b in kept if (p := record_boot(host, b, source=f"replay:{source}", store=store))]
+    if problems:
+        print(f"kvtui replay: --record: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1
+                                                           else ""), file=err)
+    print(f"kvtui replay: recorded {len(kept) - len(problems)} of {len(boots)} boot{'s' if len(boots) != 1 else ''} "
+          f"as boots of {host} in {store.path}", file=err)
+
+
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
@@ -530,13 +553,22 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     path = paths[0]
     unrecognised: list[UnrecognisedShape] = []
     try:
-        boots, shape = analyse_path(path, unrecognised=unrecognised)
+        bundled = _bundle_log(path)
+        if bundled is not None:  # a kvtui bundle: its log
+            boots, shape = analyse(iter([bundled]), unrecognised=unrecognised)
+            path_shape = path
+        else:
+            boots, shape = analyse_path(path, unrecognised=unrecognised)
+            path_shape = ""
     except InputError as exc:
         print(f"kvtui replay: {exc}", file=err)
         return EXIT_INPUT
-    locate_lines(path, unrecognised)
+    if not path_shape:
+        locate_lines(path, unrecognised)
     unrecognised.sort(key=lambda u: u.first_line)
     source = "-" if path == "-" else path
+    if getattr(args, "record", None):
+        _record(boots, str(args.record), source, err)
     if getattr(args, "json", False):
         json.dump(to_json(boots, source, unrecognised), out, indent=2, ensure_ascii=False)
         out.write("\n")

@@ -30,7 +30,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TextIO
@@ -77,6 +77,8 @@ class Waiter:
     noted_end: set[int] = field(default_factory=set)
     last_conn: ConnStatus | None = None
     last_out: float | None = None  # clock() of the last line printed (None: t0)
+    history: Sequence[Mapping[str, Any]] = ()  # the host's stored boots, for the phase ETAs
+    now: Callable[[], float] = time.time  # the host's wall clock (the ETA's elapsed time)
 
     def __call__(self, updates: Sequence[MonitorUpdate]) -> None:
         if self.done is None or self.done.done():
@@ -202,7 +204,10 @@ class Waiter:
         boots = self.monitor.tracker.boots
         if self.following is not None and self.following < len(boots):
             boot = boots[self.following]
-            return f"… still waiting after {waited}: boot {self.number(self.following)} {_where(boot)}"
+            text = f"… still waiting after {waited}: boot {self.number(self.following)} {_where(boot)}"
+            if boot.status is BootStatus.STARTING and boot.phases:
+                text += "; " + self.eta_text(boot)
+            return text
         st = self.last_conn
         if st is not None and st.state is not ConnState.CONNECTED:
             return f"… still waiting after {waited}: connection {st.state.value}" + (
@@ -211,6 +216,15 @@ class Waiter:
             running = " (the running server goes on; nothing has restarted it)" if boots else ""
             return f"… still waiting after {waited}: no new boot has started{running}"
         return f"… still waiting after {waited}: no server log line yet"
+
+    def eta_text(self, boot: Boot) -> str:
+        """The boot's ETA from the host's history (``kvtui.history.eta``), or why there is none."""
+        from datetime import UTC
+
+        from kvtui.history import eta
+
+        now = datetime.fromtimestamp(self.now(), tz=UTC)
+        return eta.estimate(boot, self.history, now, host=self.monitor.name).text()
 
     async def heartbeat(self, every: float) -> None:
         """Print ``heartbeat_text`` whenever nothing was printed for ``every`` seconds."""
@@ -261,6 +275,7 @@ async def wait_for_boot(
     """The wait. ``clock``: the hosts' time (the demo host's, the monitor's); ``timer``: what
     ``--timeout`` waits on (default ``asyncio.sleep``; tests pass an event to time out on cue)."""
     from kvtui.config import ConfigError, load_config
+    from kvtui.history import recorder_for
     from kvtui.hosts.factory import make_backend
     from kvtui.spool import SpoolError
 
@@ -290,6 +305,7 @@ async def wait_for_boot(
             log_window=1000,
             clock=clock or time.time,
             retry_start=False,  # an unreachable host is exit 3 at once; later drops are waited out
+            history=recorder_for(args.host, config.history),
         )
     except (BackendError, SpoolError) as exc:
         print(f"kvtui wait: {args.host}: {exc}", file=stderr)
@@ -300,6 +316,10 @@ async def wait_for_boot(
         clock=loop.time,
     )
     waiter.done = loop.create_future()
+    waiter.now = clock or time.time
+    from kvtui.history.eta import past_boots
+
+    waiter.history = await asyncio.to_thread(past_boots, args.host)
     what = "the next boot" if args.next else "the current boot"
     print(f"kvtui wait: {args.host} ({host.source_label or host.kind}): following {what}", file=stderr)
     task = asyncio.create_task(monitor.run(waiter))
@@ -425,6 +445,7 @@ def _report(
     boot, idx = outcome.boot, outcome.index
     if outcome.code == EXIT_FAILED and boot is not None and idx is not None:
         waiter._say_failure(idx, boot)
+        _say_changed(waiter, boot, args.host)
     elif outcome.code == EXIT_OK and boot is not None and idx is not None:
         took = boot.phases[-1].start if boot.phases else None
         print(f"kvtui wait: {args.host}: boot {waiter.number(idx)} is ready"
@@ -440,6 +461,21 @@ def _report(
             stdout.write(_summary(boot, idx, len(monitor.tracker.boots)))
         stdout.flush()
     return outcome.code
+
+
+def _say_changed(waiter: Waiter, boot: Boot, host: str) -> None:
+    """A failed boot: what changed since the last ready boot of its model (the history)."""
+    from kvtui.history import boot_doc
+    from kvtui.history.diff import since_last_good
+
+    got = since_last_good(waiter.history, boot_doc(host, boot))
+    if got is None:
+        return
+    when = str(got[0].get("started_at") or "")[:19].replace("T", " ")
+    waiter._say(f"since the last good boot ({when}):")
+    for line in got[1]:
+        waiter._say(f"  {line}")
+    waiter._say(f"  (kvtui history {host} --diff: the whole comparison)")
 
 
 def run(

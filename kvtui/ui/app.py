@@ -61,6 +61,10 @@ MAIN_BINDINGS: list[BindingType] = [
     Binding("u", "rollback", "Rollback", show=False, id="rollback",
             tooltip="restore the flags file's newest backup and restart (asks first)"),
     Binding("z", "zoom", "Zoom", show=False, id="zoom", tooltip="the focused panel fills the screen; again, back"),
+    Binding("H", "history", "History", show=False, id="history",
+            tooltip="the boots kvtui remembers of this host; pick two to diff"),
+    Binding("d", "history(True)", "What changed", show=False, id="diff",
+            tooltip="what changed since the last good boot"),
     Binding("tab", "panel(1)", "Next panel", show=False, id="panel.next", priority=True),
     Binding("shift+tab", "panel(-1)", "Previous panel", show=False, id="panel.previous", priority=True),
     Binding("escape", "escape", "Leave field", show=False, id="escape"),
@@ -536,6 +540,15 @@ class MainScreen(Screen[None]):
         if maximized is None and self._in_hidden_column(self.focused):
             self._focus_log()  # the zoomed panel was one the layout does not show: back to the log
         self.refresh_bindings()
+
+    def action_history(self, diff: bool = False) -> None:
+        """``H``: the host's remembered boots; ``d``: opened on the newest boot's diff against the
+        last good one (issue 13)."""
+        from kvtui.ui.history_screen import HistoryScreen
+
+        pane = self.active_pane
+        if pane is not None:
+            self.app.push_screen(HistoryScreen(pane.host_name, diff_newest=diff))
 
     def action_unrecognised(self) -> None:
         """``U``: the boot's startup lines no rule recognised, by shape (numbers as N), to paste

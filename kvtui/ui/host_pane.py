@@ -21,6 +21,8 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.config import CalcConfig, HostConfig, UiConfig
 from kvtui.engines.events import Engine
 from kvtui.gpu import GpuProcess, GpuSample
+from kvtui.history.eta import BootEta, slow_text
+from kvtui.history.eta import clock as eta_clock
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend
 from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, LogLine, MonitorUpdate
 from kvtui.ui import formatting as fmt
@@ -190,6 +192,7 @@ class HostPane(Vertical):
         self._status_at: float = 0.0  # clock time the status arrived (for the retry countdown)
         self.boot: Boot | None = None
         self.boot_index: int | None = None
+        self.eta_history: list[dict[str, Any]] = []  # the host's stored boots (phase ETAs)
         self.boots: list[Boot] = []
         self.samples: tuple[GpuSample, ...] = ()
         self.foreign: tuple[GpuProcess, ...] = ()
@@ -370,13 +373,19 @@ class HostPane(Vertical):
             return
         self.backend = backend
         self.post_message(self.Connected())
+        options = dict(self.monitor_options)
+        if "history" not in options:  # the console records every boot it sees (issue 13)
+            from kvtui.history import recorder_for
+
+            options["history"] = recorder_for(self.host_name, getattr(getattr(self.app, "config", None),
+                                                                      "history", None))
         monitor = HostMonitor(
             self.host_name,
             backend,
             host=self.spec.config,
             log_window=self.ui_config.log_lines,
             clock=self.clock,
-            **self.monitor_options,
+            **options,
         )
         self.monitor = monitor
         self._pace_base = (monitor.flush_interval, monitor.serving_interval)
@@ -388,6 +397,32 @@ class HostPane(Vertical):
             self._fatal(str(exc))
         finally:
             await monitor.close()
+
+    @work(exclusive=True, group="eta-history", exit_on_error=False, description="boot history")
+    async def load_eta_history(self) -> None:
+        """The host's stored boots (read off the loop), for the phase ETAs of ``_refresh_live``."""
+        from kvtui.history.eta import past_boots
+
+        self.eta_history = await asyncio.to_thread(past_boots, self.host_name)
+
+    def _eta(self, boot: Boot | None, now_dt: datetime) -> BootEta | None:
+        """The running boot's ETA when the history has boots to base it on (none: nothing shown)."""
+        from kvtui.history.eta import estimate
+
+        if boot is None or boot.status is not BootStatus.STARTING or not self.eta_history:
+            return None
+        got = estimate(boot, self.eta_history, now_dt, host=self.host_name)
+        return got if got.current is not None or got.remaining is not None else None
+
+    def _changed_since_good(self, boot: Boot | None) -> list[str]:
+        """A failed boot: what changed since the last ready boot of its model (the history)."""
+        if boot is None or boot.status is not BootStatus.FAILED or not self.eta_history:
+            return []
+        from kvtui.history import boot_doc
+        from kvtui.history.diff import since_last_good
+
+        got = since_last_good(self.eta_history, boot_doc(self.host_name, boot))
+        return got[1] if got is not None else []
 
     def _sink(self, updates: Sequence[MonitorUpdate]) -> None:
         self.post_message(self.Updates(tuple(updates)))
@@ -473,6 +508,7 @@ class HostPane(Vertical):
             if new_boot:
                 kv.history.clear()
                 self.stall.reset(now)
+                self.load_eta_history()  # the boots before this one, for its phase ETAs
             self.boot = boot_state.boot
             self.boot_index = boot_state.index
             if self.monitor is not None:
@@ -522,7 +558,7 @@ class HostPane(Vertical):
         self._one(BootFigures).show(boot)
         self._show_probe()
         previous = self.boots[-2] if len(self.boots) >= 2 and self.boots[-1] is boot else None
-        self._one(FailureBanner).show(boot, previous)
+        self._one(FailureBanner).show(boot, previous, self._changed_since_good(boot))
         self.calculator.set_boot(boot, self.boots)
         self.gpu_plot.set_bands(self._bands(), self._origin())
 
@@ -559,7 +595,8 @@ class HostPane(Vertical):
     def _refresh_live(self, now: float, *, post: bool = True) -> FleetRow:
         now_dt = self._now(now)
         boot = self.boot
-        self._one(PhaseTimeline).show(boot, now_dt)
+        eta = self._eta(boot, now_dt)
+        self._one(PhaseTimeline).show(boot, now_dt, eta)
         elapsed = self.current_elapsed(now)
         number = None if self.boot_index is None else self.boot_index + 1
         status = self.live_status(now)
@@ -575,6 +612,10 @@ class HostPane(Vertical):
                 ready = next((s for s in boot.phases if s.name.value == "ready"), None)
                 total = fmt.seconds_between(start, ready.start if ready else end)
             subtitle = f"{label} {fmt.duration(total)}"
+            if eta is not None and eta.remaining is not None:
+                subtitle += f" · ready in ~{eta_clock(eta.remaining)}"
+            if eta is not None and eta.slow is not None and eta.current is not None:
+                subtitle += f" · {slow_text(eta.slow, eta.current.boots)}"
             panel = self._boot_panel
             if panel is None:
                 panel = self._boot_panel = self.query_one("#boot-panel")
@@ -916,6 +957,11 @@ class HostPane(Vertical):
         self.action_banner.start(f"{verb} on {self.host_name}")
         outcome = await service.execute(plan, backend, self._progress, clock=self.clock)
         self.last_outcome = outcome
+        if plan.restart and outcome.boot is not None:  # the history keeps the edit, prediction and outcome
+            from kvtui.changes import record_restart
+
+            cfg = getattr(getattr(self.app, "config", None), "history", None)
+            await asyncio.to_thread(record_restart, plan, outcome, cfg)
         self._show_outcome(service.outcome_headline(outcome, plan.action, plan.name), outcome, verb)
 
     def _show_outcome(self, headline: str, outcome: ApplyOutcome, verb: str) -> None:

@@ -6,7 +6,7 @@ Each widget renders only what it is given (a ``Boot``, the current time); none p
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from textual.app import ComposeResult
@@ -18,6 +18,8 @@ from textual.widget import Widget
 
 from kvtui.boot import Boot, BootStatus, Failure, PhaseSpan
 from kvtui.engines.events import PHASE_ORDER, Model, Phase
+from kvtui.history.eta import BootEta
+from kvtui.history.eta import clock as eta_clock
 from kvtui.ui import formatting as fmt
 from kvtui.ui.perf import QuietStatic
 
@@ -74,6 +76,7 @@ class PhaseTimeline(Widget):
         super().__init__(name=name, id=id, classes=classes)
         self._boot: Boot | None = None
         self._now: datetime | None = None
+        self._eta: BootEta | None = None
         self._rows_shown = -1
         self._shown: tuple[str, ...] | None = None
         self.offline: str | None = None  # the host is not reached
@@ -90,9 +93,12 @@ class PhaseTimeline(Widget):
             self._shown = None
             self.show(self._boot, self._now)
 
-    def show(self, boot: Boot | None, now: datetime | None) -> None:
+    def show(self, boot: Boot | None, now: datetime | None, eta: BootEta | None = None) -> None:
+        """``eta``: the running boot's ETA from the history (the current phase shows
+        ``0:41 / ~1:05``); None: no history to base one on, nothing is made up."""
         self._boot = boot
         self._now = now
+        self._eta = eta
         shown = tuple(row.markup for row in self._rows())
         if shown == self._shown:  # told the state every second: repaint only a change
             return
@@ -139,6 +145,9 @@ class PhaseTimeline(Widget):
                 icon, icon_style, name_style = "✔", var, "$foreground"
             seconds = _span_seconds(span, self._now, live and is_current)
             time_text = "" if span.name in _FINAL_TARGET else fmt.duration(seconds)
+            eta = self._eta
+            if is_current and eta is not None and eta.current is not None and eta.phase == span.name.value:
+                time_text = f"{eta_clock(seconds or 0.0)} / ~{eta_clock(eta.current.median)}"
             yield Content.assemble(
                 (f"{icon} ", icon_style),
                 (f"{fmt.phase_label(span.name):<14}", name_style),
@@ -454,8 +463,9 @@ class FailureBanner(QuietStatic):
 
     previous: bool = False
 
-    def show(self, boot: Boot | None, previous: Boot | None = None) -> None:
-        """``previous``: the boot before ``boot`` (shown when it failed and ``boot`` is starting)."""
+    def show(self, boot: Boot | None, previous: Boot | None = None, changed: Sequence[str] = ()) -> None:
+        """``previous``: the boot before ``boot`` (shown when it failed and ``boot`` is starting);
+        ``changed``: what changed since the last good boot of the same model (the history)."""
         failure = boot.failure if boot is not None and boot.status is BootStatus.FAILED else None
         self.previous = False
         if (
@@ -473,12 +483,13 @@ class FailureBanner(QuietStatic):
             self.set(None, lambda: "")
             return
         shown = failure
+        lines = tuple(changed) if not self.previous else ()
         self.set(
-            (shown.kind, shown.phase, shown.message, shown.hint, self.previous),
-            lambda: self._content(shown, self.previous),
+            (shown.kind, shown.phase, shown.message, shown.hint, self.previous, lines),
+            lambda: self._content(shown, self.previous, lines),
         )
 
-    def _content(self, failure: Failure, previous: bool = False) -> Content:
+    def _content(self, failure: Failure, previous: bool = False, changed: Sequence[str] = ()) -> Content:
         where = f" in {fmt.phase_label(failure.phase)}" if failure.phase is not None else ""
         title = fmt.FAILURE_TITLES.get(failure.kind, "failed")
         message = " ".join(failure.message.split())
@@ -499,6 +510,9 @@ class FailureBanner(QuietStatic):
             parts.append(Content.assemble(("Hint: ", "$warning bold"), (failure.hint, "$foreground")))
         if previous:
             parts.append(Content.styled("restarted automatically; the new boot is starting", "$text-muted italic"))
+        if changed:
+            parts.append(Content.styled("Since the last good boot:", "$text-muted bold"))
+            parts.extend(Content.styled(f"  {line}", "$foreground") for line in changed)
         return Content("\n").join(parts)
 
 

@@ -1,0 +1,282 @@
+"""What changed between two stored boots (pure): flags added, removed and changed, the engine's
+version, the figures side by side (tokens, KV GiB, free after the pool, graph memory, weights),
+the phase durations, and the GPUs' free memory before the weights loaded (per rank, from the log;
+per GPU, from the samples when the boot began) — another process holding memory is the classic
+cause of a boot that stopped fitting.
+
+``base`` is the boot that worked (or the older one), ``boot`` the one to explain: every pair
+reads "base → boot"."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from kvtui import fmt
+from kvtui.history import record as rec
+
+# figures compared, in order: (metrics key, label, kind)
+FIGURES: Final = (
+    ("max_total_num_tokens", "tokens", "tokens"),
+    ("kv_cache_gib", "KV per rank", "gib"),
+    ("weights_gib", "weights per rank", "gib"),
+    ("avail_before_load_gib", "free before load", "gib"),
+    ("avail_after_load_gib", "free after weights", "gib"),
+    ("avail_after_pool_gib", "free after pool", "gib"),
+    ("graph_mem_gib", "graph memory", "gib"),
+    ("max_running_requests", "max running requests", "int"),
+    ("context_len", "context length", "int"),
+)
+# flags that differ between any two boots and say nothing about them
+NOISE_FLAGS: Final = frozenset({"random_seed", "seed"})
+
+
+@dataclass(slots=True)
+class BootDiff:
+    base_id: int | None
+    boot_id: int | None
+    base: Mapping[str, Any]
+    boot: Mapping[str, Any]
+    added: dict[str, object] = field(default_factory=dict)
+    removed: dict[str, object] = field(default_factory=dict)
+    changed: dict[str, tuple[object, object]] = field(default_factory=dict)
+    version: tuple[object, object] = (None, None)
+    engine: tuple[object, object] = (None, None)
+    figures: dict[str, tuple[object, object]] = field(default_factory=dict)
+    phases: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    free_before_load_gib: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    gpu_free_at_start_mib: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "base": self.base_id,
+            "boot": self.boot_id,
+            "base_status": self.base.get("status"),
+            "boot_status": self.boot.get("status"),
+            "flags": {"added": self.added, "removed": self.removed,
+                      "changed": {k: list(v) for k, v in self.changed.items()}},
+            "engine": list(self.engine),
+            "version_hint": list(self.version),
+            "figures": {k: list(v) for k, v in self.figures.items()},
+            "phase_seconds": {k: list(v) for k, v in self.phases.items()},
+            "free_before_load_gib": {k: list(v) for k, v in self.free_before_load_gib.items()},
+            "gpu_free_at_start_mib": {k: list(v) for k, v in self.gpu_free_at_start_mib.items()},
+            "failure": self.boot.get("failure"),
+        }
+
+
+def _same(a: object, b: object) -> bool:
+    fa, fb = rec._num(a), rec._num(b)
+    if fa is not None and fb is not None and not isinstance(a, str) and not isinstance(b, str):
+        return abs(fa - fb) <= 1e-9 * max(1.0, abs(fa))
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def _phase_seconds(doc: Mapping[str, Any]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for p in doc.get("phases") or ():
+        name = str(p.get("name")) + (" (draft)" if p.get("model") == "draft" else "")
+        out[name] = rec._num(p.get("seconds"))
+    return out
+
+
+def _pairs(a: Mapping[str, object], b: Mapping[str, object]) -> dict[str, tuple[float | None, float | None]]:
+    keys = list(dict.fromkeys([*a.keys(), *b.keys()]))
+    return {k: (rec._num(a.get(k)), rec._num(b.get(k))) for k in keys}
+
+
+def diff(base: Mapping[str, Any], boot: Mapping[str, Any], *, base_id: int | None = None,
+         boot_id: int | None = None) -> BootDiff:
+    """``base`` → ``boot`` (see the module doc)."""
+    d = BootDiff(base_id, boot_id, base, boot)
+    fa: Mapping[str, object] = base.get("flags") or {}
+    fb: Mapping[str, object] = boot.get("flags") or {}
+    for k in sorted(set(fa) | set(fb)):
+        if k in NOISE_FLAGS:
+            continue
+        if k not in fa:
+            d.added[k] = fb[k]
+        elif k not in fb:
+            d.removed[k] = fa[k]
+        elif not _same(fa[k], fb[k]):
+            d.changed[k] = (fa[k], fb[k])
+    d.engine = (base.get("engine"), boot.get("engine"))
+    d.version = (base.get("version_hint"), boot.get("version_hint"))
+    ma: Mapping[str, object] = base.get("metrics") or {}
+    mb: Mapping[str, object] = boot.get("metrics") or {}
+    for key, _, _ in FIGURES:
+        d.figures[key] = (ma.get(key), mb.get(key))
+    pa, pb = _phase_seconds(base), _phase_seconds(boot)
+    d.phases = {k: (pa.get(k), pb.get(k)) for k in dict.fromkeys([*pa, *pb])}
+    d.free_before_load_gib = _pairs(base.get("avail_before_load_gib") or {}, boot.get("avail_before_load_gib") or {})
+    d.gpu_free_at_start_mib = _pairs(base.get("gpu_free_at_start_mib") or {},
+                                     boot.get("gpu_free_at_start_mib") or {})
+    return d
+
+
+def _v(value: object, kind: str = "") -> str:
+    if value is None:
+        return fmt.UNKNOWN
+    if kind == "tokens" and isinstance(value, int | float):
+        return fmt.tokens(value)
+    if kind == "gib" and isinstance(value, int | float):
+        return fmt.gib(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, default=str)
+
+
+def _delta(a: object, b: object, kind: str) -> str:
+    fa, fb = rec._num(a), rec._num(b)
+    if fa is None or fb is None or _same(fa, fb):
+        return ""
+    if kind == "tokens":
+        return f"  ({fmt.signed_tokens(fb - fa)})"
+    if kind == "gib":
+        return f"  ({fmt.signed_gib(fb - fa)})"
+    return f"  ({fb - fa:+g})"
+
+
+def _phase_delta(a: float | None, b: float | None) -> str:
+    """``  (+1m 05s)`` when the two durations differ at the precision shown."""
+    if a is None or b is None or fmt.duration(a) == fmt.duration(b):
+        return ""
+    return f"  ({'+' if b >= a else '-'}{fmt.duration(abs(b - a))})"
+
+
+def _label(doc: Mapping[str, Any], row_id: int | None) -> str:
+    started = str(doc.get("started_at") or "")[:19].replace("T", " ")
+    status = str(doc.get("status") or "?")
+    f = doc.get("failure")
+    if isinstance(f, dict) and f.get("kind"):
+        status += f" ({f.get('kind')}" + (f" in {f.get('phase')}" if f.get("phase") else "") + ")"
+    who = f"#{row_id}" if row_id is not None else "boot"
+    return f"{who} {started} {status}".strip()
+
+
+def render(d: BootDiff) -> list[str]:
+    """The diff as text lines (``kvtui history --diff``; the failure banner's detail)."""
+    a, b = d.base_id, d.boot_id
+    ha, hb = (f"#{a}" if a is not None else "base"), (f"#{b}" if b is not None else "boot")
+    out = [f"{_label(d.boot, b)}", f"  compared with {_label(d.base, a)}", ""]
+    if d.added or d.removed or d.changed:
+        out.append("Flags:")
+        for k, (x, y) in d.changed.items():
+            out.append(f"  changed  {k}: {_v(x)} → {_v(y)}")
+        for k, v in d.added.items():
+            out.append(f"  added    {k} = {_v(v)}")
+        for k, v in d.removed.items():
+            out.append(f"  removed  {k} (was {_v(v)})")
+    else:
+        out.append("Flags: the same")
+    ea, eb = d.engine
+    va, vb = d.version
+    if ea != eb or va != vb:
+        out.append(f"Engine: {ea} {va or ''} → {eb} {vb or ''}".rstrip())
+    else:
+        out.append(f"Engine: {eb} {vb or ''} (the same)".rstrip())
+    rows: list[tuple[str, str, str, str]] = []
+    for key, label, kind in FIGURES:
+        x, y = d.figures.get(key, (None, None))
+        if x is None and y is None:
+            continue
+        rows.append((label, _v(x, kind), _v(y, kind), _delta(x, y, kind)))
+    if rows:
+        out.append("")
+        out.extend(_table("Figures", ha, hb, rows))
+    prow = [(k, fmt.duration(x), fmt.duration(y), _phase_delta(x, y)) for k, (x, y) in d.phases.items()
+            if x is not None or y is not None]
+    if prow:
+        out.append("")
+        out.extend(_table("Phases", ha, hb, prow))
+    free = [(f"rank {k}", _v(x, "gib"), _v(y, "gib"), _delta(x, y, "gib")) for k, (x, y) in
+            sorted(d.free_before_load_gib.items(), key=lambda kv: _rank_key(kv[0]))]
+    free += [(f"GPU {k}", fmt.gib(x / 1024) if x is not None else fmt.UNKNOWN,
+              fmt.gib(y / 1024) if y is not None else fmt.UNKNOWN,
+              _delta(x / 1024 if x is not None else None, y / 1024 if y is not None else None, "gib"))
+             for k, (x, y) in sorted(d.gpu_free_at_start_mib.items(), key=lambda kv: _rank_key(kv[0]))]
+    if free:
+        out.append("")
+        out.extend(_table("GPU free memory before load", ha, hb, free))
+        drops = [r for r in free if r[3].strip().startswith("(-")]
+        if drops:
+            out.append("  less free memory before load than the base: another process may hold GPU memory")
+    f = d.boot.get("failure")
+    if isinstance(f, dict) and f.get("kind"):
+        out.append("")
+        out.append(f"Failure: {f.get('kind')}" + (f" in {f.get('phase')}" if f.get("phase") else "")
+                   + f": {str(f.get('message') or '')[:200]}")
+        if f.get("hint"):
+            out.append(f"  hint: {f.get('hint')}")
+    return out
+
+
+def _rank_key(k: str) -> tuple[int, str]:
+    digits = "".join(c for c in k if c.isdigit())
+    return (int(digits) if digits else -1, k)
+
+
+def _table(title: str, ha: str, hb: str, rows: Sequence[tuple[str, str, str, str]]) -> list[str]:
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(ha), *(len(r[1]) for r in rows))
+    w2 = max(len(hb), *(len(r[2]) for r in rows))
+    out = [f"{title + ':':<{w0 + 2}}  {ha:>{w1}}  {hb:>{w2}}"]
+    out += [f"  {r[0]:<{w0}}  {r[1]:>{w1}}  {r[2]:>{w2}}{r[3]}" for r in rows]
+    return out
+
+
+def last_good(boots: Sequence[tuple[int, Mapping[str, Any]]], boot: Mapping[str, Any],
+              before: int | None = None) -> tuple[int, Mapping[str, Any]] | None:
+    """The newest ready boot of the same model (older than ``boot``: after it in the newest-first
+    list ``boots`` of (id, document)); None when there is none."""
+    model = rec.model_of(boot)
+    seen = before is None
+    for row_id, doc in boots:
+        if not seen:
+            seen = row_id == before
+            continue
+        if doc is boot or row_id == before:
+            continue
+        if doc.get("status") == "ready" and rec.model_of(doc) == model:
+            return row_id, doc
+    return None
+
+
+def summary(d: BootDiff, *, limit: int = 6) -> list[str]:
+    """What changed, in a few short lines (the failure banner, ``wait`` on a failure): the flags,
+    the engine's version, and GPUs that had markedly less free memory before load (≥ 1 GiB)."""
+    parts: list[str] = [f"{k} {_v(x)} → {_v(y)}" for k, (x, y) in d.changed.items()]
+    parts += [f"+{k}={_v(v)}" for k, v in d.added.items()]
+    parts += [f"-{k}" for k in d.removed]
+    lines: list[str] = []
+    if parts:
+        shown = parts[:limit]
+        lines.append("flags: " + ", ".join(shown) + (f" (+{len(parts) - limit} more)" if len(parts) > limit else ""))
+    else:
+        lines.append("flags: the same")
+    if d.version[0] != d.version[1] or d.engine[0] != d.engine[1]:
+        lines.append(f"engine: {d.engine[0]} {d.version[0] or ''} → {d.engine[1]} {d.version[1] or ''}".rstrip())
+    drops = [(k, x, y) for k, (x, y) in d.free_before_load_gib.items()
+             if x is not None and y is not None and x - y >= 1]
+    drops += [(f"GPU {k}", x / 1024, y / 1024) for k, (x, y) in d.gpu_free_at_start_mib.items()
+              if x is not None and y is not None and (x - y) / 1024 >= 1]
+    if drops:
+        shown_d = ", ".join(f"{k} {fmt.gib(x)} → {fmt.gib(y)}" for k, x, y in drops[:4])
+        lines.append(f"less free GPU memory before load: {shown_d}" + (" …" if len(drops) > 4 else "")
+                     + " (another process holding memory?)")
+    return lines
+
+
+def since_last_good(
+    history: Sequence[Mapping[str, Any]], boot: Mapping[str, Any]
+) -> tuple[Mapping[str, Any], list[str]] | None:
+    """The last ready boot of ``boot``'s model in ``history`` (newest first) and the summary of
+    what changed since; None when there is none."""
+    got = last_good([(i, d) for i, d in enumerate(history)], boot)
+    if got is None:
+        return None
+    return got[1], summary(diff(got[1], boot))

@@ -1,0 +1,196 @@
+"""Phase ETAs from past boots (pure): for a boot that is starting, how long its current and
+remaining phases usually take on this host with this model and the flags that matter to each
+phase, as the median and spread of the stored boots — and whether the current phase is slower
+than usual (past ``SLOW_FACTOR`` × its median). Without matching history there is no ETA, and
+the text says so: no made-up numbers.
+
+Which past boots count for a phase (besides host and model): weights, KV and the rest need the
+same TP size; graph capture the same batch-size list (else the same capture flags)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from kvtui import fmt
+from kvtui.boot import Boot, BootStatus
+from kvtui.engines.events import Model, Phase
+from kvtui.history import record as rec
+
+SLOW_FACTOR: Final = 3.0
+CAPTURE_FLAGS: Final = ("cuda_graph_max_bs", "cuda_graph_bs", "disable_cuda_graph", "max_running_requests",
+                        "enforce_eager", "max_num_seqs", "compilation_config")
+PHASE_ORDER: Final = [p.value for p in Phase]
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseEstimate:
+    phase: str
+    median: float
+    low: float
+    high: float
+    boots: int
+
+    def spread(self) -> str:
+        return f"{fmt.duration(self.low)}–{fmt.duration(self.high)}"
+
+
+@dataclass(frozen=True, slots=True)
+class BootEta:
+    """The estimate for one running boot (``None`` fields: not known)."""
+
+    phase: str | None  # the current phase
+    elapsed: float | None  # seconds in it
+    current: PhaseEstimate | None
+    remaining: float | None  # seconds until ready (the current phase's rest + the later medians)
+    boots: int  # past boots the estimate comes from (the most any phase used)
+    note: str  # why there is no estimate, when there is none
+
+    @property
+    def slow(self) -> float | None:
+        """How many times the median the current phase has taken, when past ``SLOW_FACTOR``."""
+        c = self.current
+        if c is None or self.elapsed is None or c.median <= 0:
+            return None
+        ratio = self.elapsed / c.median
+        return ratio if ratio > SLOW_FACTOR else None
+
+    def text(self) -> str:
+        """``graph_capture 0:41 / ~1:05, ready in ~2:10 (median of 6 boots)``; or why there is none."""
+        if self.phase is None:
+            return self.note
+        if self.current is None and self.remaining is None:
+            return self.note
+        parts: list[str] = []
+        if self.current is not None and self.elapsed is not None:
+            parts.append(f"{self.phase} {clock(self.elapsed)} / ~{clock(self.current.median)}")
+        if self.remaining is not None:
+            parts.append(f"ready in ~{clock(self.remaining)}")
+        text = ", ".join(parts) + f" (median of {self.boots} boot{'s' if self.boots != 1 else ''})"
+        slow = self.slow
+        if slow is not None and self.current is not None:
+            text += f"; {slow_text(slow, self.current.boots)}"
+        return text
+
+
+def slow_text(ratio: float, boots: int) -> str:
+    return f"slower than usual: {ratio:.1f}× the median of {boots} boot{'s' if boots != 1 else ''}"
+
+
+def clock(seconds: float) -> str:
+    """``0:41``, ``12:05``, ``1:02:03``."""
+    s = max(0, round(seconds))
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+def _capture_key(flags: Mapping[str, object], capture_bs: Sequence[object]) -> object:
+    if capture_bs:
+        return ("bs", tuple(capture_bs))
+    return ("flags", tuple(str(flags.get(k)) for k in CAPTURE_FLAGS))
+
+
+def _target_seconds(doc: Mapping[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for p in doc.get("phases") or ():
+        if p.get("model", "target") != "target":
+            continue
+        s = rec._num(p.get("seconds"))
+        if s is not None and p.get("end") is not None:
+            out[str(p.get("name"))] = s
+    return out
+
+
+def _align(now: datetime, ref: datetime) -> datetime:
+    """``now`` comparable with ``ref``: a naive time is local time (the log's own stamps)."""
+    if (now.tzinfo is None) == (ref.tzinfo is None):
+        return now
+    if now.tzinfo is None:
+        return now.astimezone()
+    return now.astimezone().replace(tzinfo=None)
+
+
+def past_boots(host: str, limit: int = 200) -> list[dict[str, Any]]:
+    """The host's stored boots (documents, newest first) for ``estimate``; empty when the history
+    cannot be read (a reader of the history: opens it read-only, never raises)."""
+    from kvtui.history.store import HistoryError, open_store
+
+    with open_store(readonly=True) as store:
+        try:
+            return [r.doc for r in store.boots(host, limit=limit)]
+        except HistoryError:
+            return []
+
+
+def estimate(current: Boot, history: Sequence[Mapping[str, Any]], now: datetime, *, host: str = "") -> BootEta:
+    """The ETA of ``current`` from ``history`` (stored documents of this host: see the module doc)."""
+    where = f" on {host}" if host else ""
+    if current.status is not BootStatus.STARTING:
+        return BootEta(None, None, None, None, 0, f"the boot is {current.status.value}")
+    model = rec.model_of({"flags": current.flags})
+    if model is None:
+        return BootEta(None, None, None, None, 0, "no ETA yet: the boot has not said its model")
+    tp = rec.tp_of({"flags": current.flags})
+    cap = _capture_key(current.flags, current.capture_bs)
+    start_time = current.started_at
+    past = [d for d in history if rec.model_of(d) == model and d.get("status") == "ready"
+            and d.get("started_at") != (start_time.isoformat() if start_time else None)]
+    if not past:
+        return BootEta(None, None, None, None, 0, f"no ETA: no earlier ready boot of {model}{where} in the history")
+    same_tp = [d for d in past if rec.tp_of(d) == tp]
+
+    def for_phase(name: str) -> PhaseEstimate | None:
+        pool = same_tp
+        if name == Phase.GRAPH_CAPTURE.value:  # the batch lists when both have one, else the capture flags
+            pool = [d for d in same_tp
+                    if _capture_key(d.get("flags") or {}, (d.get("capture_bs") or ()) if current.capture_bs else ())
+                    == cap]
+        values = [s for d in pool if (s := _target_seconds(d).get(name)) is not None]
+        if not values:
+            return None
+        return PhaseEstimate(name, statistics.median(values), min(values), max(values), len(values))
+
+    targets = [s for s in current.phases if s.model is Model.TARGET]
+    span = targets[-1] if targets else None
+    phase = span.name.value if span is not None else None
+    elapsed = None
+    if span is not None and span.start is not None:
+        try:
+            elapsed = max(0.0, (_align(now, span.start) - span.start).total_seconds())
+        except (TypeError, ValueError, OverflowError):
+            elapsed = None
+    cur = for_phase(phase) if phase is not None else None
+    # the phases a ready boot of this model went through after the current one
+    later = [p for p in PHASE_ORDER if phase is None or PHASE_ORDER.index(p) > PHASE_ORDER.index(phase)]
+    later = [p for p in later if p != Phase.READY.value]
+    ests = [e for p in later if (e := for_phase(p)) is not None]
+    remaining: float | None = None
+    if cur is not None or ests:
+        rest = max(0.0, cur.median - (elapsed or 0.0)) if cur is not None else 0.0
+        remaining = rest + sum(e.median for e in ests)
+    n = max([e.boots for e in ests] + ([cur.boots] if cur is not None else []), default=0)
+    if n == 0:
+        return BootEta(phase, elapsed, None, None, 0,
+                       f"no ETA: no earlier ready boot of {model} with TP {tp}{where} in the history")
+    return BootEta(phase, elapsed, cur, remaining, n, "")
+
+
+def expected_text(history: Sequence[Mapping[str, Any]], flags: Mapping[str, object], *, host: str = "") -> str:
+    """Before a restart: how long a boot of this model and TP usually takes on this host to be
+    ready (median and spread of the stored ready boots), or why that is not known."""
+    model = rec.model_of({"flags": flags})
+    tp = rec.tp_of({"flags": flags})
+    where = f" on {host}" if host else ""
+    if model is None:
+        return "no ETA: the server's model is not known"
+    times = [s for d in history if d.get("status") == "ready" and rec.model_of(d) == model and rec.tp_of(d) == tp
+             if (s := rec.seconds_of(d)) is not None]
+    if not times:
+        return f"no ETA: no earlier ready boot of {model} with TP {tp}{where} in the history"
+    n = len(times)
+    return (f"a boot of {model}{where} is usually ready in ~{clock(statistics.median(times))} "
+            f"({clock(min(times))}–{clock(max(times))}, median of {n} boot{'s' if n != 1 else ''})")

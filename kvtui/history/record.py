@@ -1,0 +1,274 @@
+"""What the history keeps of one boot: a JSON document built from a ``Boot`` (pure: no I/O).
+
+The document is ``Boot.to_json()`` (the ``kvtui replay --json`` boot object) plus what the
+calculator and the diff need beyond it (``facts``, per-rank free memory before load, the capture
+batch list, start and end), what the monitor saw around the boot (peak memory per GPU, the GPUs'
+free memory when the boot began, the spool location), and for a kvtui-driven restart the edit, the
+prediction that preceded it and the outcome (``restart``).
+
+``boot_key`` names a boot independently of who saw it: host + the timestamp of its first line
+(every reader of the same log agrees on it: a reconnect, a re-read spool, a second console, the
+follower of ``kvtui apply``). A boot without a timestamp is keyed by its spool location (the same
+spool read twice is still one boot), and one with neither is not stored.
+
+``merge`` combines two documents of one boot: the further-advanced boot wins (terminal status,
+then more phases, then more figures), peaks are the maximum of both, ``restart`` and ``spool`` are
+kept from whichever has them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+
+from kvtui.boot import Boot, BootMetrics, BootStatus, Failure, PhaseSpan
+from kvtui.engines.events import Engine, FailureKind, Model, Phase
+
+DOC_VERSION: Final = 1
+TERMINAL: Final = frozenset({"ready", "failed", "stopped"})
+MODEL_FLAGS: Final = ("model_path", "model")
+TP_FLAGS: Final = ("tp_size", "tensor_parallel_size")
+FRACTION_FLAGS: Final = ("mem_fraction_static", "gpu_memory_utilization")
+
+Doc = dict[str, Any]
+
+
+def _iso(dt: datetime | None) -> str | None:
+    return dt.isoformat() if dt is not None else None
+
+
+def _parse_dt(raw: object) -> datetime | None:
+    if not isinstance(raw, str) or not raw:
+        return None
+    try:
+        return datetime.fromisoformat(raw)
+    except ValueError:
+        return None
+
+
+def _num(v: object) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        return float(v) if math.isfinite(v) else None
+    if isinstance(v, str):
+        try:
+            f = float(v)
+        except ValueError:
+            return None
+        return f if math.isfinite(f) else None
+    return None
+
+
+def boot_key(host: str, boot: Boot, spool: Mapping[str, object] | None = None) -> str | None:
+    """The boot's identity in the history (see the module doc); None: it cannot be stored."""
+    if boot.started_at is not None:
+        ident = f"{host}\0ts\0{boot.started_at.isoformat()}"
+    elif spool and spool.get("set") is not None:
+        ident = f"{host}\0spool\0{spool.get('set')}\0{spool.get('boot')}"
+    else:
+        return None
+    return hashlib.sha256(ident.encode()).hexdigest()[:32]
+
+
+def flag_value(flags: Mapping[str, object], names: Sequence[str]) -> object:
+    for n in names:
+        if n in flags and flags[n] is not None:
+            return flags[n]
+    return None
+
+
+def boot_doc(
+    host: str,
+    boot: Boot,
+    *,
+    source: str = "",
+    spool: Mapping[str, object] | None = None,
+    peaks_mib: Mapping[int, float] | None = None,
+    free_at_start_mib: Mapping[int, float] | None = None,
+    restart: Mapping[str, object] | None = None,
+) -> Doc:
+    """The history's document of ``boot`` (see the module doc)."""
+    doc: Doc = boot.to_json()
+    doc["doc_version"] = DOC_VERSION
+    doc["host"] = host
+    doc["source"] = source
+    doc["started_at"] = _iso(boot.started_at)
+    doc["ended_at"] = _iso(boot.ended_at)
+    doc["facts"] = {k: v for k, v in boot.facts.items() if _num(v) is not None}
+    doc["avail_before_load_gib"] = {
+        rank: rf["avail_before_load_gib"] for rank, rf in boot.rank_facts.items() if "avail_before_load_gib" in rf
+    }
+    doc["capture_bs"] = list(boot.capture_bs)
+    doc["peak_used_mib"] = {str(k): float(v) for k, v in sorted((peaks_mib or {}).items())}
+    doc["gpu_free_at_start_mib"] = {str(k): float(v) for k, v in sorted((free_at_start_mib or {}).items())}
+    doc["spool"] = dict(spool) if spool else None
+    doc["restart"] = dict(restart) if restart else None
+    return doc
+
+
+def progress(doc: Mapping[str, Any]) -> tuple[int, int, int]:
+    """How far a document of a boot got: (terminal, phases, figures) — compared between two
+    readers' documents of the same boot."""
+    metrics = doc.get("metrics") or {}
+    figures = sum(1 for v in metrics.values() if v is not None) if isinstance(metrics, dict) else 0
+    return (1 if doc.get("status") in TERMINAL else 0, len(doc.get("phases") or ()), figures)
+
+
+def _max_map(a: object, b: object) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for m in (a, b):
+        if isinstance(m, dict):
+            for k, v in m.items():
+                f = _num(v)
+                if f is not None:
+                    out[str(k)] = max(out.get(str(k), f), f)
+    return out
+
+
+def merge(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Doc:
+    """One boot's document from two readers' (see the module doc)."""
+    if old is None:
+        return dict(new)
+    base, other = (dict(new), old) if progress(new) >= progress(old) else (dict(old), new)
+    base["peak_used_mib"] = _max_map(old.get("peak_used_mib"), new.get("peak_used_mib"))
+    for key in ("gpu_free_at_start_mib", "spool", "source"):
+        if not base.get(key) and other.get(key):
+            base[key] = other[key]
+    restart_old, restart_new = old.get("restart"), new.get("restart")
+    if isinstance(restart_old, dict) or isinstance(restart_new, dict):
+        r: dict[str, Any] = dict(restart_old) if isinstance(restart_old, dict) else {}
+        if isinstance(restart_new, dict):
+            r.update({k: v for k, v in restart_new.items() if v is not None})
+        base["restart"] = r
+    return base
+
+
+# -- columns derived from a document (what lists and filters use) ------------------------------
+
+
+def model_of(doc: Mapping[str, Any]) -> str | None:
+    v = flag_value(doc.get("flags") or {}, MODEL_FLAGS)
+    return str(v) if v is not None else None
+
+
+def tp_of(doc: Mapping[str, Any]) -> int | None:
+    v = _num(flag_value(doc.get("flags") or {}, TP_FLAGS))
+    return int(v) if v is not None else None
+
+
+def fraction_of(doc: Mapping[str, Any]) -> float | None:
+    return _num(flag_value(doc.get("flags") or {}, FRACTION_FLAGS))
+
+
+def tokens_of(doc: Mapping[str, Any]) -> int | None:
+    v = _num((doc.get("metrics") or {}).get("max_total_num_tokens"))
+    return int(v) if v is not None else None
+
+
+def seconds_of(doc: Mapping[str, Any]) -> float | None:
+    """Start to end (or to the start of ``ready``) in seconds; None while unknown."""
+    start = _parse_dt(doc.get("started_at"))
+    end = _parse_dt(doc.get("ended_at"))
+    for p in doc.get("phases") or ():
+        if p.get("name") == "ready" and p.get("model", "target") == "target":
+            end = _parse_dt(p.get("start")) or end
+    if start is None or end is None:
+        return None
+    try:
+        return max(0.0, (end - start).total_seconds())
+    except TypeError:
+        return None
+
+
+def deployment_of(doc: Mapping[str, Any]) -> str:
+    """engine | model | TP | version: the boots the calculator may calibrate together."""
+    return "|".join(str(x) for x in (doc.get("engine"), model_of(doc), tp_of(doc), doc.get("version_hint")))
+
+
+def deployment_of_boot(boot: Boot) -> str:
+    """``deployment_of`` for a live ``Boot``."""
+    return deployment_of({"engine": boot.engine.value, "flags": boot.flags, "version_hint": boot.version_hint})
+
+
+def failure_kind_of(doc: Mapping[str, Any]) -> str | None:
+    f = doc.get("failure")
+    return str(f.get("kind")) if isinstance(f, dict) and f.get("kind") else None
+
+
+# -- back to a Boot (for the calculator) ----------------------------------------------------------
+
+
+def boot_from_doc(doc: Mapping[str, Any]) -> Boot:
+    """A ``Boot`` with what the document kept: engine, version, status, phases, failure, flags,
+    figures and facts (enough for ``kvcalc.calibrate`` and ``same_deployment``)."""
+    try:
+        engine = Engine(str(doc.get("engine")))
+    except ValueError:
+        engine = Engine.UNKNOWN
+    try:
+        status = BootStatus(str(doc.get("status")))
+    except ValueError:
+        status = BootStatus.STOPPED
+    boot = Boot(engine=engine, version_hint=doc.get("version_hint"), status=status)
+    for p in doc.get("phases") or ():
+        try:
+            name, model = Phase(p["name"]), Model(p.get("model", "target"))
+        except (KeyError, ValueError):
+            continue
+        boot.phases.append(PhaseSpan(name, model, _parse_dt(p.get("start")), _parse_dt(p.get("end")),
+                                     _num(p.get("seconds"))))
+    if boot.phases:
+        targets = [s for s in boot.phases if s.model is Model.TARGET]
+        boot.phase = targets[-1].name if targets else None
+    f = doc.get("failure")
+    if isinstance(f, dict):
+        try:
+            kind = FailureKind(str(f.get("kind")))
+        except ValueError:
+            kind = FailureKind.UNKNOWN
+        try:
+            fphase = Phase(str(f.get("phase"))) if f.get("phase") else None
+        except ValueError:
+            fphase = None
+        boot.failure = Failure(kind, fphase, str(f.get("message") or ""), hint=str(f.get("hint") or ""))
+    flags = doc.get("flags")
+    boot.flags = dict(flags) if isinstance(flags, dict) else {}
+    metrics = doc.get("metrics")
+    if isinstance(metrics, dict):
+        m = BootMetrics()
+        for fld in fields(BootMetrics):
+            v = metrics.get(fld.name)
+            if v is not None:
+                setattr(m, fld.name, v)
+        boot.metrics = m
+    facts = doc.get("facts")
+    if isinstance(facts, dict):
+        boot.facts = {str(k): float(v) for k, v in facts.items() if _num(v) is not None}
+    for rank, v in (doc.get("avail_before_load_gib") or {}).items():
+        f2 = _num(v)
+        if f2 is not None:
+            boot.rank_facts.setdefault(str(rank), {})["avail_before_load_gib"] = f2
+    boot.capture_bs = [int(x) for x in doc.get("capture_bs") or () if isinstance(x, int)]
+    boot.started_at = _parse_dt(doc.get("started_at"))
+    boot.ended_at = _parse_dt(doc.get("ended_at"))
+    boot.ranks = [str(r) for r in doc.get("ranks") or ()]
+    return boot
+
+
+def spool_segment(spool: object) -> Path | None:
+    """The spool file of a stored boot (``{"set": DIR, "boot": N}``), when it still exists."""
+    if not isinstance(spool, dict) or spool.get("set") is None:
+        return None
+    directory = Path(str(spool["set"]))
+    try:
+        boot = int(spool.get("boot") or 0)
+    except (TypeError, ValueError):
+        return None
+    found = sorted(directory.glob(f"*-boot-{boot:04d}.log")) if directory.is_dir() else []
+    return found[-1] if found else None

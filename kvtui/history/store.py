@@ -1,0 +1,402 @@
+"""The boot store: one SQLite file, ``$XDG_STATE_HOME/kvtui/history.sqlite3`` (stdlib ``sqlite3``).
+
+- WAL journal, ``synchronous=NORMAL``, a busy timeout: several kvtui processes (console, ``wait``,
+  ``apply``) write at once; every write is one ``BEGIN IMMEDIATE`` transaction that reads the
+  stored document of the boot, merges (``record.merge``) and writes it back, so two writers of one
+  boot never lose each other's part and never store it twice (``key`` is UNIQUE).
+- The schema version is ``PRAGMA user_version``; ``MIGRATIONS[n]`` takes a database from version
+  ``n`` to ``n + 1`` (run in one transaction on open). A file from a newer kvtui is opened
+  read-only with a message.
+- Bounded: when a boot is added, the host's boots last written more than ``max_age_days`` ago
+  (a replayed old log counts from when it was recorded) and those beyond the newest
+  ``max_boots_per_host`` (by start) are deleted (``[history]`` in hosts.toml).
+- Problems never crash a caller: a file that is not a database, cannot be opened or is locked for
+  longer than the busy timeout makes ``HistoryError`` (a message naming the file and what to do);
+  ``open_store`` returns a store that says why it is read-only (``problem``) instead of raising.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+
+from kvtui.history import record as rec
+
+FILE_NAME: Final = "history.sqlite3"
+DEFAULT_BUSY_S: Final = 5.0
+DEFAULT_MAX_AGE_DAYS: Final = 365.0
+DEFAULT_MAX_BOOTS: Final = 1000
+
+
+class HistoryError(Exception):
+    """The history cannot be read or written; ``str()`` is user-facing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How much history is kept per host (``[history]`` in hosts.toml); 0 days = no age limit."""
+
+    max_age_days: float = DEFAULT_MAX_AGE_DAYS
+    max_boots_per_host: int = DEFAULT_MAX_BOOTS
+
+
+def default_path() -> Path:
+    from kvtui.config import state_dir
+
+    return state_dir() / FILE_NAME
+
+
+# -- schema ------------------------------------------------------------------------------------
+
+_V1: Final = """
+CREATE TABLE boots (
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    host TEXT NOT NULL,
+    started_at TEXT,
+    status TEXT NOT NULL,
+    engine TEXT,
+    model TEXT,
+    doc TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX boots_host ON boots (host, started_at);
+"""
+
+_V2_COLUMNS: Final = (
+    ("started_ts", "REAL"),
+    ("deployment", "TEXT"),
+    ("fraction", "REAL"),
+    ("tokens", "INTEGER"),
+    ("seconds", "REAL"),
+    ("failure_kind", "TEXT"),
+    ("restarted", "INTEGER NOT NULL DEFAULT 0"),
+)
+
+
+def _derived(doc: Mapping[str, Any]) -> dict[str, object]:
+    """The columns computed from a document (v2)."""
+    started = rec._parse_dt(doc.get("started_at"))
+    ts: float | None = None
+    if started is not None:
+        try:
+            ts = started.timestamp()
+        except (OverflowError, OSError, ValueError):
+            ts = None
+    return {
+        "started_ts": ts,
+        "deployment": rec.deployment_of(doc),
+        "fraction": rec.fraction_of(doc),
+        "tokens": rec.tokens_of(doc),
+        "seconds": rec.seconds_of(doc),
+        "failure_kind": rec.failure_kind_of(doc),
+        "restarted": 1 if doc.get("restart") else 0,
+    }
+
+
+def _migrate_1_to_2(db: sqlite3.Connection) -> None:
+    for name, kind in _V2_COLUMNS:
+        db.execute(f"ALTER TABLE boots ADD COLUMN {name} {kind}")
+    db.execute("CREATE INDEX boots_host_ts ON boots (host, started_ts)")
+    db.execute("CREATE INDEX boots_deployment ON boots (deployment)")
+    rows = db.execute("SELECT id, doc FROM boots").fetchall()
+    for row_id, raw in rows:
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            continue
+        d = _derived(doc)
+        db.execute(
+            "UPDATE boots SET " + ", ".join(f"{k} = ?" for k in d) + " WHERE id = ?", (*d.values(), row_id)
+        )
+
+
+def _create_1(db: sqlite3.Connection) -> None:
+    for stmt in _V1.split(";"):
+        if stmt.strip():
+            db.execute(stmt)
+
+
+# MIGRATIONS[n]: schema version n -> n + 1 (version 0 = an empty file)
+MIGRATIONS: Final[tuple[Callable[[sqlite3.Connection], None], ...]] = (_create_1, _migrate_1_to_2)
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+# -- rows --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBoot:
+    """One stored boot: ``id`` (what ``kvtui history`` shows and ``--diff`` takes) and its document."""
+
+    id: int
+    key: str
+    host: str
+    doc: dict[str, Any]
+    updated_at: float
+
+    @property
+    def status(self) -> str:
+        return str(self.doc.get("status") or "")
+
+    @property
+    def started_at(self) -> datetime | None:
+        return rec._parse_dt(self.doc.get("started_at"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "key": self.key, **self.doc}
+
+
+def _describe(exc: sqlite3.Error, path: Path) -> str:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return (f"{path}: the history database is locked by another process (waited for it): "
+                "nothing was recorded this time; kvtui goes on")
+    if "not a database" in text or "malformed" in text or "corrupt" in text:
+        return (f"{path}: not a readable kvtui history database ({text}): the history is read-only; move the file "
+                "away to start a new history")
+    if "readonly" in text or "read-only" in text:
+        return f"{path}: the history database is read-only ({text})"
+    return f"{path}: history database error: {text}"
+
+
+class Store:
+    """The history file (see the module doc). One connection per thread that uses it."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        limits: Limits | None = None,
+        busy_timeout: float = DEFAULT_BUSY_S,
+        readonly: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = path
+        self.limits = limits or Limits()
+        self.busy_timeout = busy_timeout
+        self.readonly = readonly
+        self.problem: str | None = None
+        self.clock = clock
+        self._db: sqlite3.Connection | None = None
+        self._version = 0
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    def open(self) -> Store:
+        """Connect and bring the schema up to date. Raises ``HistoryError``."""
+        try:
+            if self.readonly:
+                if not self.path.exists():
+                    self._db = None
+                    return self
+                uri = "file:" + str(self.path.absolute()) + "?mode=ro"
+                db = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout, check_same_thread=False,
+                                     isolation_level=None)
+                self._db = db
+                self._version = int(db.execute("PRAGMA user_version").fetchone()[0])
+                return self
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(str(self.path), timeout=self.busy_timeout, check_same_thread=False,
+                                 isolation_level=None)
+            self._db = db
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate(db)
+        except sqlite3.Error as exc:
+            self.close()
+            raise HistoryError(_describe(exc, self.path)) from None
+        except OSError as exc:
+            self.close()
+            raise HistoryError(f"{self.path}: cannot open the history database: {exc.strerror or exc}") from None
+        return self
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            self.readonly = True
+            self._version = version
+            self.problem = (f"{self.path}: written by a newer kvtui (history schema {version}; this one knows "
+                            f"{SCHEMA_VERSION}): read-only")
+            return
+        if version < SCHEMA_VERSION:
+            with self._write(db):
+                version = int(db.execute("PRAGMA user_version").fetchone()[0])  # another process may have
+                for step in MIGRATIONS[version:]:
+                    step(db)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            version = SCHEMA_VERSION
+        self._version = version
+
+    @contextmanager
+    def _write(self, db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def close(self) -> None:
+        if self._db is not None:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass
+            self._db = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def schema_version(self) -> int:
+        return self._version
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def put(self, doc: Mapping[str, Any], key: str) -> int:
+        """Store (or merge into) the boot ``key``; the row id. Raises ``HistoryError``."""
+        if self.readonly or self._db is None:
+            raise HistoryError(self.problem or f"{self.path}: the history is read-only")
+        db = self._db
+        try:
+            with self._write(db):
+                row = db.execute("SELECT id, doc FROM boots WHERE key = ?", (key,)).fetchone()
+                old = None
+                if row is not None:
+                    try:
+                        old = json.loads(row[1])
+                    except ValueError:
+                        old = None
+                merged = rec.merge(old, doc)
+                cols: dict[str, object] = {
+                    "host": str(merged.get("host") or ""),
+                    "started_at": merged.get("started_at"),
+                    "status": str(merged.get("status") or "starting"),
+                    "engine": merged.get("engine"),
+                    "model": rec.model_of(merged),
+                    "doc": json.dumps(merged, ensure_ascii=False, sort_keys=True),
+                    "updated_at": self.clock(),
+                    **_derived(merged),
+                }
+                if row is None:
+                    cur = db.execute(
+                        f"INSERT INTO boots (key, {', '.join(cols)}) VALUES (?{', ?' * len(cols)})",
+                        (key, *cols.values()),
+                    )
+                    row_id = int(cur.lastrowid or 0)
+                    self._prune(db, str(cols["host"]))
+                else:
+                    row_id = int(row[0])
+                    db.execute("UPDATE boots SET " + ", ".join(f"{k} = ?" for k in cols) + " WHERE id = ?",
+                               (*cols.values(), row_id))
+        except sqlite3.Error as exc:
+            raise HistoryError(_describe(exc, self.path)) from None
+        return row_id
+
+    def _prune(self, db: sqlite3.Connection, host: str) -> None:
+        lim = self.limits
+        if lim.max_age_days > 0:
+            cutoff = self.clock() - lim.max_age_days * 86400.0
+            db.execute("DELETE FROM boots WHERE host = ? AND updated_at < ?", (host, cutoff))
+        db.execute(
+            "DELETE FROM boots WHERE host = ? AND id NOT IN (SELECT id FROM boots WHERE host = ? "
+            "ORDER BY COALESCE(started_ts, updated_at) DESC, id DESC LIMIT ?)",
+            (host, host, max(1, lim.max_boots_per_host)),
+        )
+
+    def prune(self, host: str) -> None:
+        """Apply the limits to ``host`` now (also done whenever one of its boots is added)."""
+        if self.readonly or self._db is None:
+            raise HistoryError(self.problem or f"{self.path}: the history is read-only")
+        try:
+            with self._write(self._db) as db:
+                self._prune(db, host)
+        except sqlite3.Error as exc:
+            raise HistoryError(_describe(exc, self.path)) from None
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _rows(self, where: str, params: Sequence[object], limit: int | None) -> list[StoredBoot]:
+        if self._db is None:
+            return []
+        sql = (f"SELECT id, key, host, doc, updated_at FROM boots WHERE {where} "
+               "ORDER BY COALESCE(started_ts, updated_at) DESC, id DESC")
+        if limit is not None:
+            sql += f" LIMIT {max(0, int(limit))}"
+        try:
+            rows = self._db.execute(sql, tuple(params)).fetchall()
+        except sqlite3.Error as exc:
+            raise HistoryError(_describe(exc, self.path)) from None
+        out: list[StoredBoot] = []
+        for row_id, key, host, raw, updated in rows:
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                out.append(StoredBoot(int(row_id), str(key), str(host), doc, float(updated)))
+        return out
+
+    def boots(self, host: str, *, limit: int | None = None) -> list[StoredBoot]:
+        """The host's boots, newest first."""
+        return self._rows("host = ?", (host,), limit)
+
+    def by_id(self, host: str, row_id: int) -> StoredBoot | None:
+        got = self._rows("host = ? AND id = ?", (host, row_id), 1)
+        return got[0] if got else None
+
+    def by_key(self, key: str) -> StoredBoot | None:
+        got = self._rows("key = ?", (key,), 1)
+        return got[0] if got else None
+
+    def deployment(self, deployment: str, *, limit: int | None = 200) -> list[StoredBoot]:
+        """Every host's boots of one deployment (engine | model | TP | version), newest first."""
+        return self._rows("deployment = ?", (deployment,), limit)
+
+    def count(self, host: str | None = None) -> int:
+        if self._db is None:
+            return 0
+        try:
+            if host is None:
+                return int(self._db.execute("SELECT COUNT(*) FROM boots").fetchone()[0])
+            return int(self._db.execute("SELECT COUNT(*) FROM boots WHERE host = ?", (host,)).fetchone()[0])
+        except sqlite3.Error as exc:
+            raise HistoryError(_describe(exc, self.path)) from None
+
+
+def open_store(
+    path: Path | None = None,
+    *,
+    limits: Limits | None = None,
+    readonly: bool = False,
+    busy_timeout: float = DEFAULT_BUSY_S,
+) -> Store:
+    """The history, opened; never raises: a store that cannot be written is read-only with its
+    ``problem`` said (and one that cannot be read at all reads as empty)."""
+    p = path if path is not None else default_path()
+    store = Store(p, limits=limits, readonly=readonly, busy_timeout=busy_timeout)
+    try:
+        return store.open()
+    except HistoryError as exc:
+        problem = str(exc)
+    ro = Store(p, limits=limits, readonly=True, busy_timeout=busy_timeout)
+    try:
+        ro.open()
+        if ro._db is not None:
+            ro._db.execute("SELECT COUNT(*) FROM boots").fetchone()
+    except (HistoryError, sqlite3.Error):
+        ro.close()
+    ro.problem = problem
+    return ro

@@ -1,0 +1,177 @@
+"""The console's history view (``H``; ``d`` opens it on the current boot's diff): the host's
+remembered boots (``kvtui.history``), newest first. ``space`` marks a boot, ``d`` shows what
+changed between the marked boot (else the last ready boot of the same model) and the boot under
+the cursor, ``l`` shows the end of a past boot's log from the spool, ``esc`` closes.
+
+The boots are read off the event loop (a worker thread); the view never writes the history."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Static
+
+from kvtui.history.record import spool_segment
+from kvtui.ui import formatting as fmt
+
+LOG_TAIL_LINES = 200  # a past boot's log: its last lines (the spool file holds them all)
+
+
+def tail_text(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` display lines of a spool file (the text column of each)."""
+    with open(path, "rb") as fh:
+        fh.seek(0, 2)
+        size = fh.tell()
+        fh.seek(max(0, size - 256 * 1024))
+        data = fh.read().decode("utf-8", "replace").splitlines()[-lines:]
+    return "\n".join(row.split("\t", 5)[-1] for row in data)
+
+
+class HistoryScreen(ModalScreen[None]):
+    """See the module doc."""
+
+    DEFAULT_CSS = """
+    HistoryScreen { align: center middle; }
+    HistoryScreen > #history-dialog {
+        width: 95%; height: 90%; border: thick $primary; background: $surface; padding: 0 1;
+    }
+    HistoryScreen #history-table { height: 1fr; min-height: 5; }
+    HistoryScreen #history-detail-scroll { height: 2fr; border-top: solid $primary; }
+    HistoryScreen .history-footer { color: $text-muted; height: 1; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q", "close", "Close", id="history.close"),
+        Binding("space", "mark", "Mark", id="history.mark"),
+        Binding("d", "diff", "Diff", id="history.diff"),
+        Binding("l", "log", "Log", id="history.log"),
+    ]
+
+    def __init__(self, host: str, *, diff_newest: bool = False) -> None:
+        super().__init__()
+        self.host = host
+        self.diff_newest = diff_newest
+        self.rows: list[Any] = []  # StoredBoot, newest first
+        self.marked: int | None = None
+        self.detail_text = ""
+        self.problem: str | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="history-dialog"):
+            yield Static(Content.styled(f"{self.host}: boots remembered", "bold"), id="history-title")
+            yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
+            with VerticalScroll(id="history-detail-scroll"):
+                yield Static("reading the history…", id="history-detail")
+            yield Static("space mark · d what changed (marked, else last good) · l log · esc close",
+                         classes="history-footer")
+
+    def on_mount(self) -> None:
+        self.load()
+
+    @work(exclusive=True, group="history-load", exit_on_error=False)
+    async def load(self) -> None:
+        from kvtui.history import HistoryError, open_store
+
+        def read() -> tuple[list[Any], str | None]:
+            with open_store(readonly=True) as store:
+                try:
+                    return store.boots(self.host, limit=500), store.problem
+                except HistoryError as exc:
+                    return [], str(exc)
+
+        self.rows, self.problem = await asyncio.to_thread(read)
+        self._fill()
+
+    def _fill(self) -> None:
+        from kvtui.history import ledger
+        from kvtui.history import record as rec
+
+        table = self.query_one(DataTable)
+        table.clear(columns=True)
+        table.add_columns("", "id", "started", "outcome", "fraction", "tokens", "to ready", "failure / restart")
+        for r in self.rows:
+            d = r.doc
+            fail = d.get("failure")
+            note = f"{fail.get('kind')} in {fail.get('phase')}" if isinstance(fail, dict) and fail.get("kind") else ""
+            e = ledger.entry(d, r.id)
+            if e is not None:
+                pred = f"predicted {fmt.tokens(e.predicted_tokens)} {e.verdict}"
+                if e.error_pct is not None:
+                    pred += f" ({e.error_pct:+.2f} %)"
+                note = f"{note}; {pred}" if note else pred
+            frac = rec.fraction_of(d)
+            table.add_row("*" if r.id == self.marked else "", f"#{r.id}",
+                          str(d.get("started_at") or "")[:19].replace("T", " "), str(d.get("status")),
+                          f"{frac:g}" if frac is not None else "—", fmt.tokens(rec.tokens_of(d)),
+                          fmt.duration(rec.seconds_of(d)) if d.get("status") == "ready" else "—", note,
+                          key=str(r.id))
+        if not self.rows:
+            self._show(self.problem or f"no boot of {self.host} in the history yet")
+            return
+        entries = [x for r in self.rows if (x := ledger.entry(r.doc, r.id)) is not None]
+        self._show(ledger.summarize(entries).text() + ("\n" + self.problem if self.problem else ""))
+        if self.diff_newest:
+            self.diff_newest = False
+            self.action_diff()
+
+    def _show(self, text: str) -> None:
+        self.detail_text = text
+        self.query_one("#history-detail", Static).update(Content(text))
+
+    def _current(self) -> Any | None:
+        table = self.query_one(DataTable)
+        if not self.rows:
+            return None
+        i = min(max(table.cursor_row, 0), len(self.rows) - 1)
+        return self.rows[i]
+
+    def action_mark(self) -> None:
+        cur = self._current()
+        if cur is None:
+            return
+        self.marked = None if self.marked == cur.id else cur.id
+        table = self.query_one(DataTable)
+        for r in self.rows:
+            table.update_cell(str(r.id), table.ordered_columns[0].key, "*" if r.id == self.marked else "")
+
+    def action_diff(self) -> None:
+        from kvtui.history import diff as hdiff
+
+        cur = self._current()
+        if cur is None:
+            return
+        base = next((r for r in self.rows if r.id == self.marked), None) if self.marked != cur.id else None
+        if base is None:
+            got = hdiff.last_good([(r.id, r.doc) for r in self.rows], cur.doc, before=cur.id)
+            if got is None:
+                self._show(f"#{cur.id}: no ready boot of the same model before it; mark one with space")
+                return
+            base = next(r for r in self.rows if r.id == got[0])
+        self._show("\n".join(hdiff.render(hdiff.diff(base.doc, cur.doc, base_id=base.id, boot_id=cur.id))))
+
+    def action_log(self) -> None:
+        cur = self._current()
+        if cur is None:
+            return
+        path = spool_segment(cur.doc.get("spool"))
+        if path is None:
+            self._show(f"#{cur.id}: its log is not in the spool (recorded by a command that keeps none, "
+                       "or pruned since)")
+            return
+        try:
+            text = tail_text(path)
+        except OSError as exc:
+            self._show(f"{path}: cannot read: {exc.strerror or exc}")
+            return
+        self._show(f"{path} (last {LOG_TAIL_LINES} lines)\n{text}")
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,81 @@
+"""Incident bundles: ``kvtui bundle`` on the demo host (its log from the spool, the stored boot,
+the diff, the replay document), secrets masked, and ``kvtui replay`` of the bundle reproducing the
+boot's JSON."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from kvtui.cli import main
+from kvtui.history.bundle import MASK, mask_doc, mask_text, read_member
+
+HOSTS = "[hosts.demo]\ndemo = true\ndemo_speed = 400.0\n"
+SECRET = "sk-live-0123456789"
+
+
+def test_secrets_are_masked_in_text_and_documents() -> None:
+    assert mask_text(f"--api-key {SECRET} --port 30000") == "--api-key *** --port 30000"
+    assert mask_text(f"--api-key={SECRET}") == "--api-key=***"
+    assert mask_text(f"server_args=ServerArgs(api_key='{SECRET}', kv_cache_dtype='auto')") == (
+        "server_args=ServerArgs(api_key='***', kv_cache_dtype='auto')")
+    assert mask_text("Environment=HF_TOKEN=hf_abc NCCL_DEBUG=INFO") == "Environment=HF_TOKEN=*** NCCL_DEBUG=INFO"
+    assert mask_text("export DB_PASSWORD=hunter2; echo ok") == "export DB_PASSWORD=***; echo ok"
+    plain = "--max-running-requests 64 --kv-cache-dtype fp8 tokenizer_path='/m' token_usage=0.2"
+    assert mask_text(plain) == plain
+    doc = {"flags": {"api_key": SECRET, "tp_size": 8, "kv_cache_dtype": "auto"},
+           "restart": {"edit": [f"--set api-key={SECRET}"]}}
+    masked = mask_doc(doc)
+    assert masked["flags"] == {"api_key": MASK, "tp_size": 8, "kv_cache_dtype": "auto"}
+    assert masked["restart"]["edit"] == ["--set api-key=***"]
+
+
+def _kvtui(hosts: Path, *argv: str) -> int:
+    return main(["--hosts", str(hosts), *argv])
+
+
+@pytest.mark.slow
+def test_bundle_of_a_demo_boot_replays_to_the_same_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(HOSTS)
+    assert _kvtui(hosts, "bundle", "demo") == 3
+    assert "no boot of demo in the history" in capsys.readouterr().err
+    assert _kvtui(hosts, "apply", "demo", "--set", "mem-fraction-static=0.86", "--restart", "--yes") == 0
+    assert _kvtui(hosts, "apply", "demo", "--set", f"api-key={SECRET}", "--restart", "--yes") == 0
+    capsys.readouterr()
+    assert _kvtui(hosts, "bundle", "demo") == 3  # apply keeps no spool: nothing to bundle yet
+    assert "its log is not in the spool" in capsys.readouterr().err
+    assert _kvtui(hosts, "wait", "demo", "--json") == 0  # follows the current boot, keeping its log
+    waited = json.loads(capsys.readouterr().out)
+    out = tmp_path / "incident.tar.gz"
+    assert _kvtui(hosts, "bundle", "demo", "-o", str(out)) == 0
+    err = capsys.readouterr().err
+    assert f"→ {out}; open it with: kvtui replay {out}" in err
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+        blob = b"".join(tar.extractfile(n).read() for n in names)  # type: ignore[union-attr]
+    assert names == ["manifest.json", "boot.json", "log.txt", "diff.txt", "replay.json"]
+    assert SECRET.encode() not in blob  # not in the log, the document, the diff or the replay
+    assert b"api_key='***'" in blob
+    boot = json.loads(read_member(out, "boot.json") or b"{}")
+    assert boot["flags"]["api_key"] == MASK
+    assert boot["restart"]["outcome"] == "ready"  # the apply's part and the wait's spool: one boot
+    assert boot["spool"] is not None
+    diff = (read_member(out, "diff.txt") or b"").decode()
+    assert "changed  api_key: — → ***" in diff  # None in the dump before
+    # kvtui replay opens the bundle: the same boot as the bundle's own replay document and the wait's
+    assert _kvtui(hosts, "replay", str(out), "--json") == 0
+    replayed = json.loads(capsys.readouterr().out)
+    bundled = json.loads(read_member(out, "replay.json") or b"{}")
+    assert replayed["boots"] == bundled["boots"]
+    assert len(replayed["boots"]) == 1
+    b = replayed["boots"][0]
+    for key in ("status", "engine", "version_hint", "phases", "metrics", "ranks"):
+        assert b[key] == waited[key], key
+    assert {k: v for k, v in b["flags"].items() if k != "api_key"} == {
+        k: v for k, v in waited["flags"].items() if k != "api_key"}
+    assert _kvtui(hosts, "replay", str(out)) == 0
+    assert "1 boot" in capsys.readouterr().out

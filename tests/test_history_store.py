@@ -1,0 +1,224 @@
+"""The boot store on a real SQLite file: schema and migration, merging and keys, pruning,
+concurrent writers from two processes, corrupt and locked files."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from history_support import T0, sglang
+
+from kvtui.config import ConfigError, parse_config
+from kvtui.history import SCHEMA_VERSION, HistoryError, Limits, Store, boot_doc, boot_key, open_store
+from kvtui.history import record as rec
+from kvtui.history.store import MIGRATIONS
+
+
+def _put(store: Store, host: str, boot: object, **kw: object) -> int:
+    key = boot_key(host, boot)  # type: ignore[arg-type]
+    assert key is not None
+    return store.put(boot_doc(host, boot, **kw), key)  # type: ignore[arg-type]
+
+
+def test_a_boot_round_trips_with_its_figures(tmp_path: Path) -> None:
+    boot = sglang(0.85)
+    with open_store(tmp_path / "h.sqlite3") as store:
+        assert store.problem is None
+        assert store.schema_version == SCHEMA_VERSION
+        row = _put(store, "gpu-a", boot, source="ssh:unit x", peaks_mib={0: 70000.0, 1: 71000.0})
+        got = store.by_id("gpu-a", row)
+    assert got is not None
+    doc = got.doc
+    assert doc["status"] == "ready"
+    assert doc["engine"] == "sglang"
+    assert doc["flags"]["mem_fraction_static"] == 0.85
+    assert doc["metrics"]["max_total_num_tokens"] == boot.metrics.max_total_num_tokens
+    assert [p["name"] for p in doc["phases"]] == [p.name.value for p in boot.phases]
+    assert doc["peak_used_mib"] == {"0": 70000.0, "1": 71000.0}
+    assert doc["source"] == "ssh:unit x"
+    assert len(doc["avail_before_load_gib"]) == 4  # one per rank
+    # the calculator's boot comes back from the document
+    again = rec.boot_from_doc(doc)
+    assert again.metrics == boot.metrics
+    assert again.flags == boot.flags
+    assert again.facts == boot.facts
+
+
+def test_the_wal_journal_is_on(tmp_path: Path) -> None:
+    with open_store(tmp_path / "h.sqlite3") as store:
+        _put(store, "a", sglang())
+    db = sqlite3.connect(tmp_path / "h.sqlite3")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_first_schema_database_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path, isolation_level=None)
+    MIGRATIONS[0](db)  # the first schema, as kvtui's first history wrote it
+    db.execute("PRAGMA user_version = 1")
+    boot = sglang(0.85)
+    doc = boot_doc("gpu-a", boot)
+    db.execute("INSERT INTO boots (key, host, started_at, status, engine, model, doc, updated_at) "
+               "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+               ("k1", "gpu-a", doc["started_at"], "ready", "sglang", "/models/x", json.dumps(doc), 1.0))
+    db.close()
+    with open_store(path) as store:
+        assert store.problem is None
+        assert store.schema_version == SCHEMA_VERSION == 2
+        rows = store.boots("gpu-a")
+        assert [r.key for r in rows] == ["k1"]
+        assert rows[0].doc["metrics"]["max_total_num_tokens"] == boot.metrics.max_total_num_tokens
+    db = sqlite3.connect(path)
+    fraction, tokens, ts = db.execute("SELECT fraction, tokens, started_ts FROM boots").fetchone()
+    assert fraction == 0.85
+    assert tokens == boot.metrics.max_total_num_tokens
+    assert ts == pytest.approx(boot.started_at.timestamp())  # type: ignore[union-attr]
+
+
+def test_a_newer_schema_is_read_only_with_a_message(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite3"
+    with open_store(path) as store:
+        _put(store, "a", sglang())
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
+    db.commit()
+    db.close()
+    with open_store(path) as store:
+        assert store.readonly
+        assert "newer kvtui" in (store.problem or "")
+        assert len(store.boots("a")) == 1  # still readable
+        with pytest.raises(HistoryError, match="newer kvtui"):
+            _put(store, "a", sglang(0.9, minutes=30))
+
+
+def test_the_same_boot_is_stored_once_and_the_further_document_wins(tmp_path: Path) -> None:
+    boot = sglang(0.85)
+    early = boot_doc("a", boot)
+    early["status"] = "starting"
+    early["phases"] = early["phases"][:2]
+    key = boot_key("a", boot)
+    assert key is not None
+    with open_store(tmp_path / "h.sqlite3") as store:
+        store.put(boot_doc("a", boot, peaks_mib={0: 100.0}), key)
+        store.put(dict(early, peak_used_mib={"0": 500.0, "1": 7.0}), key)  # a later reader that saw less
+        store.put(boot_doc("a", boot, restart={"edit": ["mem-fraction-static=0.85"]}), key)
+        rows = store.boots("a")
+    assert len(rows) == 1
+    doc = rows[0].doc
+    assert doc["status"] == "ready"
+    assert len(doc["phases"]) == len(boot.phases)
+    assert doc["peak_used_mib"] == {"0": 500.0, "1": 7.0}  # the maximum of both readers
+    assert doc["restart"] == {"edit": ["mem-fraction-static=0.85"]}
+
+
+def test_keys_follow_the_first_line_not_the_reader(tmp_path: Path) -> None:
+    a, b = sglang(0.85), sglang(0.85)  # the same log read twice
+    assert boot_key("h", a) == boot_key("h", b)
+    assert boot_key("h", a) != boot_key("other", a)
+    assert boot_key("h", a) != boot_key("h", sglang(0.85, minutes=30))
+    a.started_at = None
+    assert boot_key("h", a) is None
+    assert boot_key("h", a, {"set": "/s/1", "boot": 0}) == boot_key("h", b.__class__(), {"set": "/s/1", "boot": 0})
+
+
+def test_pruning_by_count_and_age(tmp_path: Path) -> None:
+    now = (T0.replace(tzinfo=None)).timestamp() + 40 * 60
+    path = tmp_path / "h.sqlite3"
+    store = Store(path, limits=Limits(max_age_days=0, max_boots_per_host=3), clock=lambda: now).open()
+    for i in range(5):
+        _put(store, "a", sglang(round(0.80 + i * 0.01, 2), minutes=i * 5))
+    _put(store, "b", sglang(0.85))
+    fracs = [r.doc["flags"]["mem_fraction_static"] for r in store.boots("a")]
+    assert fracs == [0.84, 0.83, 0.82]  # the newest three, newest first
+    assert store.count("b") == 1  # per host
+    store.close()
+    # by age: boots last written more than 10 minutes ago go when the next one is added
+    later = now + 11 * 60
+    store = Store(path, limits=Limits(max_age_days=10 / 1440, max_boots_per_host=100), clock=lambda: later).open()
+    _put(store, "a", sglang(0.90, minutes=39))
+    assert [r.doc["flags"]["mem_fraction_static"] for r in store.boots("a")] == [0.9]
+    assert store.count("b") == 1  # another host's boots wait for that host's next boot
+    store.close()
+
+
+def test_history_section_is_validated_like_the_others() -> None:
+    cfg = parse_config("[history]\nmax_age_days = 30\nmax_boots_per_host = 50\n")
+    assert cfg.history.max_age_days == 30
+    assert cfg.history.max_boots_per_host == 50
+    assert parse_config("").history.max_boots_per_host == 1000
+    with pytest.raises(ConfigError) as err:
+        parse_config("[history]\nmax_boots_per_host = 0\nkeep = 3\n", "x.toml")
+    text = str(err.value)
+    assert "x.toml" in text
+    assert "[history] max_boots_per_host" in text
+    assert "at least 1" in text
+    assert "unknown key 'keep'" in text
+
+
+def test_a_corrupt_file_is_a_clear_message_and_read_only(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite3"
+    path.write_bytes(b"this is not a database, just bytes " * 200)
+    store = open_store(path)
+    assert store.readonly
+    assert str(path) in (store.problem or "")
+    assert "not a readable kvtui history database" in (store.problem or "")
+    assert "move the file away" in (store.problem or "")
+    with pytest.raises(HistoryError):
+        _put(store, "a", sglang())
+    assert path.read_bytes().startswith(b"this is not a database")  # left as it was
+
+
+def test_a_locked_file_is_a_clear_message(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite3"
+    open_store(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process in the middle of a write
+    try:
+        store = open_store(path, busy_timeout=0.2)
+        with pytest.raises(HistoryError, match="locked by another process"):
+            _put(store, "a", sglang())
+        assert store.boots("a") == []  # reading still works
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    _put(store, "a", sglang())  # and once the lock is gone, writing does
+    assert store.count("a") == 1
+    store.close()
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, "tests")
+    from history_support import sglang
+    from kvtui.history import open_store, boot_doc, boot_key
+    path, who = sys.argv[1], sys.argv[2]
+    store = open_store(__import__("pathlib").Path(path))
+    assert store.problem is None, store.problem
+    for i in range(12):
+        shared = sglang(round(0.80 + i * 0.005, 3), minutes=i)           # both processes see these boots
+        store.put(boot_doc("a", shared), boot_key("a", shared))
+        own = sglang(0.85, minutes=100 + i, seed=i)              # each process its own
+        store.put(boot_doc("host-" + who, own), boot_key("host-" + who, own))
+    store.close()
+""")
+
+
+def test_two_processes_write_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite3"
+    repo = Path(__file__).resolve().parent.parent
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), who], cwd=repo,
+                              stderr=subprocess.PIPE, text=True) for who in ("1", "2")]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    with open_store(path) as store:
+        assert store.count("a") == 12  # every shared boot once
+        assert store.count("host-1") == 12
+        assert store.count("host-2") == 12
+        assert store.count() == 36
