@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -43,9 +44,12 @@ import pytest
 from engine_support import require_engine
 from sshd_support import SshdInstance, free_port, requires_sshd, start_sshd
 
-pytestmark = [pytest.mark.engine, pytest.mark.sshd, requires_sshd]
+# one worker runs the whole module, in order (pytest-xdist: --dist loadfile, or loadgroup)
+pytestmark = [pytest.mark.engine, pytest.mark.sshd, requires_sshd, pytest.mark.xdist_group("engine")]
 
 BOOT_TIMEOUT = 300  # seconds for one boot on a loaded 2-core machine (about 40 s when idle)
+FOLLOW_TIMEOUT = 120  # seconds for `kvtui wait` to start and open the log (local, over SSH) when loaded
+EXIT_TIMEOUT = 60  # seconds for killed processes to be gone (a large engine's memory takes a while)
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
@@ -173,11 +177,14 @@ class Rig:
             return None
 
     def kill_all(self) -> None:
-        """End the server's whole process group (a kill -9 leaves its engine workers behind)."""
+        """End the server's whole process group (a kill -9 leaves its engine workers behind) and
+        wait until its processes are gone (a SIGKILLed process lives on while the kernel frees its
+        memory: longer on a loaded machine)."""
         pid = self.server_pid()
         if pid is not None:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
+            _wait_gone(pid, EXIT_TIMEOUT)
 
     def alive(self) -> bool:
         pid = self.server_pid()
@@ -203,6 +210,36 @@ class Rig:
 
     def log_since(self, offset: int) -> str:
         return self.log.read_bytes()[offset:].decode("utf-8", "replace")
+
+    def log_readers(self) -> dict[int, int]:
+        """{pid: how far it has read} of the processes reading the server's log: each follower
+        (``kvtui wait`` on the local host, ``tail -F`` for the host over SSH) holds it open for
+        reading; the server only appends to it."""
+        target = str(self.log)
+        out: dict[int, int] = {}
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                for fd in (proc / "fd").iterdir():
+                    if os.readlink(fd) != target:
+                        continue
+                    info = dict(ln.split(":", 1) for ln in (proc / "fdinfo" / fd.name).read_text().splitlines()
+                                if ":" in ln)
+                    if int(info["flags"].strip(), 8) & os.O_ACCMODE == os.O_RDONLY:
+                        out[int(proc.name)] = max(out.get(int(proc.name), 0), int(info["pos"].strip()))
+            except (OSError, KeyError, ValueError):
+                continue  # gone, or not ours to read
+        return out
+
+    async def followers_read(self, offset: int, count: int = 2) -> None:
+        """Wait until ``count`` followers read the log up to byte ``offset`` (positioned at its end
+        for ``wait --next``: a boot started before would not be the next one)."""
+        deadline = time.monotonic() + FOLLOW_TIMEOUT
+        while sum(pos >= offset for pos in self.log_readers().values()) < count:
+            assert time.monotonic() < deadline, f"{count} followers did not read the log to {offset} within " \
+                                               f"{FOLLOW_TIMEOUT} s: {self.log_readers()}"
+            await asyncio.sleep(0.05)
 
     def last_args(self) -> dict[str, object]:
         """The latest boot's own argument dump (vLLM's ``non-default args: {…}``)."""
@@ -367,7 +404,7 @@ async def test_max_model_len_beyond_the_pool_is_kv_too_small(rig: Rig) -> None:
 async def test_a_bad_argument_is_bad_args_naming_the_flag(rig: Rig) -> None:
     waits = [asyncio.create_task(rig.kvtui("wait", h, "--next", "--json", "--timeout", "120")) for h in ("cpu",
                                                                                                       "cpussh")]
-    await asyncio.sleep(2.0)  # both followers are at the end of the log
+    await rig.followers_read(rig.log.stat().st_size)  # both followers are at the end of the log
     rig.script.write_text(rig.original_script().replace("--max-num-seqs 8", "--max-num-seqs abc"))
     offset = rig.log.stat().st_size
     await asyncio.to_thread(rig.stop)
@@ -398,14 +435,15 @@ async def test_kill_9_mid_boot_fails_within_10_s(rig: Rig) -> None:
     await asyncio.to_thread(rig.stop)  # the refused server may still be on its way out
     waits = [asyncio.create_task(rig.kvtui("wait", h, "--next", "--json", "--timeout", str(BOOT_TIMEOUT)))
              for h in ("cpu", "cpussh")]
-    await asyncio.sleep(2.0)
     offset = rig.log.stat().st_size
+    await rig.followers_read(offset)  # both followers are at the end of the log
     rig.start()
     deadline = time.monotonic() + BOOT_TIMEOUT
-    while "non-default args: " not in rig.log_since(offset):  # the engine's first lines: mid-boot
+    while "non-default args: " not in (text := rig.log_since(offset)):  # the engine's first lines: mid-boot
         assert time.monotonic() < deadline, "the engine never started"
         await asyncio.sleep(0.1)
-    await asyncio.sleep(1.0)  # both followers have the boot's first lines
+    first = text.index("non-default args: ")
+    await rig.followers_read(offset + len(text[: text.index("\n", first) + 1].encode()))  # both have them
     pid = rig.server_pid()
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
@@ -429,6 +467,26 @@ def test_the_suite_left_no_server_behind(rig: Rig) -> None:
     pid = rig.server_pid()
     assert pid is not None
     assert _group_members(pid) == [], "processes of the server's group are left"
+
+
+def _wait_gone(pgid: int, timeout: float) -> None:
+    """Wait until process group ``pgid`` has no live process (each member's exit is an event on
+    its pidfd), or ``timeout`` seconds pass (the caller asserts what is left)."""
+    deadline = time.monotonic() + timeout
+    while (members := _group_members(pgid)) and (left := deadline - time.monotonic()) > 0:
+        fds: list[int] = []
+        try:
+            for member in members:
+                with contextlib.suppress(OSError):  # already gone
+                    fds.append(os.pidfd_open(member))
+            if fds:
+                poller = select.poll()
+                for fd in fds:
+                    poller.register(fd, select.POLLIN)
+                poller.poll(min(left, 1.0) * 1000)  # one exits (or re-scan: a zombie is not in the list)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
 
 def _group_members(pgid: int) -> list[int]:
