@@ -14,7 +14,7 @@ Review changes with the HTML report pytest prints, then accept them with ``--sna
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -203,20 +203,34 @@ def test_snapshot_two_demo_hosts(snap_compare: SnapCompare) -> None:
 
 
 # The apply dialog shows the demo host's file paths, which live under XDG_STATE_HOME: pinned for
-# that snapshot so the picture does not depend on pytest's temporary directory.
+# that snapshot so the picture does not depend on pytest's temporary directory. The directory is
+# the machine's, not the run's: a lock keeps two runs at once (test workers, other checkouts) from
+# sharing the demo host's unit file.
 PINNED_STATE = Path("/tmp/kvtui-snapshots/state")
 
 
+@pytest.fixture
+def pinned_state() -> Iterator[Path]:
+    import fcntl
+
+    PINNED_STATE.mkdir(parents=True, exist_ok=True)
+    with (PINNED_STATE.parent / "lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield PINNED_STATE
+
+
 @pytest.mark.slow
-def test_snapshot_apply_confirm_dialog(snap_compare: SnapCompare, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_snapshot_apply_confirm_dialog(
+    snap_compare: SnapCompare, monkeypatch: pytest.MonkeyPatch, pinned_state: Path
+) -> None:
     """`a` after a safe edit: the flag change, the prediction, the coloured diff, what runs, and
     the automatic-rollback toggle (on: the running boot is ready)."""
     import shutil
 
     from kvtui.ui.screens import ApplyScreen
 
-    shutil.rmtree(PINNED_STATE / "kvtui" / "demo" / "demo", ignore_errors=True)
-    monkeypatch.setenv("XDG_STATE_HOME", str(PINNED_STATE))
+    shutil.rmtree(pinned_state / "kvtui" / "demo" / "demo", ignore_errors=True)
+    monkeypatch.setenv("XDG_STATE_HOME", str(pinned_state))
     clock = FakeClock()
     start_demo("demo", clock, 40.0)
     clock.advance(12.0)
@@ -294,6 +308,29 @@ def test_docs_console_screenshots_are_the_snapshots() -> None:
         if os.environ.get("KVTUI_UPDATE_SCREENSHOT") == "1":
             doc.write_text(snapshot.read_text(encoding="utf-8"), encoding="utf-8")
         assert doc.read_text(encoding="utf-8") == snapshot.read_text(encoding="utf-8"), doc.name
+
+
+def test_every_stored_snapshot_belongs_to_a_test() -> None:
+    """Each file in __snapshots__/test_ui_snapshots is the picture of a snapshot test of this
+    module (syrupy reports unused snapshots only in a run on one process: the suite runs on
+    pytest-xdist workers, where it does not)."""
+    import inspect
+    import sys
+
+    module = sys.modules[__name__]
+    expected: set[str] = set()
+    for name, func in inspect.getmembers(module, inspect.isfunction):
+        if not name.startswith("test_") or "snap_compare" not in inspect.signature(func).parameters:
+            continue
+        params = [m for m in getattr(func, "pytestmark", []) if m.name == "parametrize"]
+        if not params:
+            expected.add(name)
+        for mark in params:
+            ids = mark.kwargs["ids"]
+            expected.update(f"{name}[{ids(value)}]" for value in mark.args[1])
+    assert len(expected) >= 10
+    stored = {p.stem for p in (Path(__file__).parent / "__snapshots__" / "test_ui_snapshots").iterdir()}
+    assert stored == expected
 
 
 README_SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "screenshot.svg"
