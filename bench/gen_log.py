@@ -6,7 +6,7 @@ redraws, 90 % serving lines. The log is a service that restarts: each boot of 4,
 sizes its pool, captures graphs, becomes ready and serves until systemd restarts it (in the
 journal shapes) or a new ``server_args`` line starts the next boot (raw). Same seed, same bytes.
 
-    python bench/gen_log.py OUT_DIR [--lines N] [--shapes raw,short-iso,json]
+    python bench/gen_log.py OUT_DIR [--lines N] [--shapes raw,short,short-iso,json]
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from pathlib import Path
 
 RANKS = 8
 BOOT_LINES = 4000
-SHAPES = ("raw", "short-iso", "json")
+SHAPES = ("raw", "short", "short-iso", "json")
 
 
-def _boot(boot: int, t0: datetime, rng: random.Random) -> Iterator[tuple[datetime, str, str]]:
-    """(time, syslog identifier, engine line) for one boot of BOOT_LINES lines."""
+def _boot(
+    boot: int, t0: datetime, rng: random.Random, boot_lines: int = BOOT_LINES
+) -> Iterator[tuple[datetime, str, str]]:
+    """(time, syslog identifier, engine line) for one boot of ``boot_lines`` lines."""
     t = t0
     ranks = [f"TP{r}" for r in range(RANKS)]
     phase_lines: list[str] = []
@@ -103,7 +105,7 @@ def _boot(boot: int, t0: datetime, rng: random.Random) -> Iterator[tuple[datetim
     eng("INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)")
     eng("The server is fired up and ready to roll!")
     phase_lines = [x for x in out]
-    serving = BOOT_LINES - len(phase_lines) - 2
+    serving = boot_lines - len(phase_lines) - 2
     for k in range(serving):
         tick(0.25)
         running = rng.randint(1, 128)
@@ -126,14 +128,14 @@ def _boot(boot: int, t0: datetime, rng: random.Random) -> Iterator[tuple[datetim
     yield from out
 
 
-def records(lines: int, seed: int = 7) -> Iterator[tuple[datetime, str, str]]:
+def records(lines: int, seed: int = 7, boot_lines: int = BOOT_LINES) -> Iterator[tuple[datetime, str, str]]:
     rng = random.Random(seed)
     t = datetime(2026, 3, 4, 9, 0, 0)
     n = 0
     boot = 0
     while n < lines:
         last = t
-        for rec in _boot(boot, t, rng):
+        for rec in _boot(boot, t, rng, boot_lines):
             yield rec
             last = rec[0]
             n += 1
@@ -151,6 +153,8 @@ def render(shape: str, recs: Iterator[tuple[datetime, str, str]]) -> Iterator[st
             if ident == "systemd":
                 continue  # raw engine output has no service-manager lines
             yield msg
+        elif shape == "short":  # journalctl's default: year-less syslog stamps
+            yield f"{t.strftime('%b %d %H:%M:%S')} h200-x8 {ident}[{pid}]: {msg}"
         elif shape == "short-iso":
             yield f"{t.strftime('%Y-%m-%dT%H:%M:%S')}+0000 h200-x8 {ident}[{pid}]: {msg}"
         elif shape == "json":
@@ -170,12 +174,13 @@ def render(shape: str, recs: Iterator[tuple[datetime, str, str]]) -> Iterator[st
             raise ValueError(shape)
 
 
-def write(path: Path, shape: str, lines: int, seed: int = 7) -> int:
-    """Write one shape; returns the number of lines written."""
+def write(path: Path, shape: str, lines: int, seed: int = 7, boot_lines: int = BOOT_LINES) -> int:
+    """Write one shape; returns the number of lines written. ``boot_lines``: the lines of one
+    boot (a larger one is a journal of long serving stretches: 20,000 -> 98 % serving lines)."""
     n = 0
     with path.open("w", encoding="utf-8", newline="\n") as f:
         buf: list[str] = []
-        for line in render(shape, records(lines, seed)):
+        for line in render(shape, records(lines, seed, boot_lines)):
             buf.append(line)
             n += 1
             if len(buf) >= 20000:

@@ -63,6 +63,7 @@ from kvtui.engines.events import (
     VersionHint,
     Warning_,
 )
+from kvtui.engines.unknown import UnrecognisedShape, looks_like_startup, shape_of
 
 
 class BootStatus(StrEnum):
@@ -181,6 +182,8 @@ class Boot:
     ended_at: datetime | None = None
     # notable non-fatal lines (rank imbalance, token cap ignored, …), bounded
     warnings: list[str] = field(default_factory=list)
+    # lines that look like startup information but that no rule recognised, by shape (bounded)
+    unrecognised: list[UnrecognisedShape] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         """The boot object of ``kvtui replay --json`` (see the engine-core issue for the shape)."""
@@ -252,6 +255,7 @@ MAX_TRACEBACK_LINE_CHARS: Final = 2000
 MAX_EVIDENCE: Final = 64
 MAX_TRAIL: Final = 4096
 MAX_WARNINGS: Final = 32
+MAX_UNRECOGNISED: Final = 256  # shapes of unrecognised startup lines kept per boot
 MAX_RANKS: Final = 1024
 _RECENT_LINES: Final = 64
 _TB_HEADER: Final = "Traceback (most recent call last)"
@@ -282,6 +286,8 @@ _MAX_METRICS: Final = frozenset(
         "load_seconds",
         "init_engine_seconds",
         "mamba_cache_gib",
+        "graph_pool_actual_gib",
+        "hicache_host_gib",
     }
 )
 _POOL_METRICS: Final = frozenset({"kv_cache_gib", "kv_tokens", "swa_kv_gib", "graph_mem_gib"})
@@ -435,7 +441,9 @@ class _Work:
         "pending_bs",
         "printed",
         "rank_set",
+        "real_phase",
         "serving",
+        "shapes",
         "spans",
         "stopped_by_operator",
         "version_explicit",
@@ -460,6 +468,8 @@ class _Work:
         self.fact_src: dict[tuple[Model, str], tuple[int, ...]] = {}
         self.serving: dict[str, Serving] = {}
         self.rank_set: set[str] = set()
+        self.real_phase = False  # a phase line of the engine's own past launch was seen
+        self.shapes: dict[str, UnrecognisedShape] = {}  # the boot's unrecognised lines by shape
         self.stopped_by_operator = False
         self.version_explicit = False
 
@@ -483,6 +493,12 @@ class BootTracker:
         self._last_ts: datetime | None = None
         self._recent: deque[str] = deque(maxlen=_RECENT_LINES)
         self._w = _Work()
+        # inferred phase marks (traceback frames) seen before any boot: a fragment's failure that
+        # follows them starts a boot in the phase they say
+        self._pending: deque[tuple[PhaseMark, datetime | None]] = deque(maxlen=_RECENT_LINES)
+        # unrecognised startup lines before any boot (each boot keeps its own)
+        self.unrecognised: list[UnrecognisedShape] = []
+        self._shapes: dict[str, UnrecognisedShape] = {}
         self._idle_lines = 0  # lines since the last boot ended (or since the start, before any)
         self._idle_ts: datetime | None = None  # the time of the first of them
 
@@ -498,6 +514,8 @@ class BootTracker:
         if type(ev0) is ServerExit:  # the backend saw the server process gone (kvtui.liveness)
             return self._server_exit(ev0, parsed.ts, parsed)
         ts = parsed.ts
+        if ts is not None and self._last_ts is not None and (ts.tzinfo is None) is not (self._last_ts.tzinfo is None):
+            ts = None  # a clock of the other kind (a collector's zoned stamp among naive engine stamps)
         timed = ts is not None
         if timed:
             self._last_ts = ts
@@ -523,6 +541,8 @@ class BootTracker:
                 w = self._w
                 if w.follow_open:
                     self._follow(parsed)
+            if (boot is None or boot.status is BootStatus.STARTING) and parsed.prefixed and not parsed.known:
+                self._unrecognised(boot, parsed.text)
             self._recent.append(parsed.text)
             return BootUpdate()
         upd = BootUpdate()
@@ -533,7 +553,19 @@ class BootTracker:
             if parsed.engine is None:
                 self._recent.append(parsed.text)
                 return upd
+            if all(type(e) is PhaseMark and e.inferred for e in events):
+                self._pending.extend((e, ts) for e in events if isinstance(e, PhaseMark))
+                self._recent.append(parsed.text)
+                return upd
             boot = self._new_boot(ts, upd)
+            if self._pending:
+                pending = list(self._pending)
+                self._pending.clear()
+                if any(isinstance(e, FailureText) for e in events) and not any(
+                    isinstance(e, BootBoundary | Flags) for e in events
+                ):
+                    for mark, mts in pending:  # a fragment: its stack says where it failed
+                        self._phase(boot, mark, mts, upd, mts is not None)
         w = self._w
         boot.last_line = self._line
         if parsed.engine is not None and boot.engine is Engine.UNKNOWN:
@@ -575,6 +607,33 @@ class BootTracker:
             self._follow(parsed)
         self._recent.append(parsed.text)
         return upd
+
+    def _unrecognised(self, boot: Boot | None, text: str) -> None:
+        """A line no rule recognised: kept by shape when it looks like startup information (the
+        lines before any boot go to the tracker's own list)."""
+        if not looks_like_startup(text):
+            return
+        shape = shape_of(text)
+        index = self._shapes if boot is None else self._w.shapes
+        store = self.unrecognised if boot is None else boot.unrecognised
+        known = index.get(shape)
+        if known is not None:
+            known.count += 1
+        elif len(store) < MAX_UNRECOGNISED:
+            known = index[shape] = UnrecognisedShape(shape, 1, self._line, text[:MAX_TRACEBACK_LINE_CHARS])
+            store.append(known)
+
+    def all_unrecognised(self) -> list[UnrecognisedShape]:
+        """Every boot's unrecognised startup lines and those before any boot, one entry per shape."""
+        merged: dict[str, UnrecognisedShape] = {}
+        for item in [*self.unrecognised, *(u for b in self.boots for u in b.unrecognised)]:
+            have = merged.get(item.shape)
+            if have is None:
+                merged[item.shape] = UnrecognisedShape(item.shape, item.count, item.first_line, item.text)
+            else:
+                have.count += item.count
+                have.first_line = min(have.first_line, item.first_line)
+        return sorted(merged.values(), key=lambda u: u.first_line)
 
     def finish(self) -> None:
         """End of input: a boot whose log ends on an exception (no fatal line yet) is failed."""
@@ -761,9 +820,25 @@ class BootTracker:
     def _phase(self, boot: Boot, ev: PhaseMark, ts: datetime | None, upd: BootUpdate, timed: bool = True) -> None:
         """``timed`` is False when the line had no time of its own (tqdm bars, traceback frames):
         ``ts`` is then the previous line's, good enough to open a phase but never to move one."""
-        if boot.status is not BootStatus.STARTING:
-            return  # late lines of a finished boot do not move its phases
         w = self._w
+        if boot.status is not BootStatus.STARTING:
+            # a fragment whose first line was a fatal wrapper: its stack still says where it failed
+            if (
+                ev.inferred
+                and boot.status is BootStatus.FAILED
+                and not w.real_phase
+                and not ev.end
+                and (boot.phase is None or PHASE_RANK[ev.phase] > PHASE_RANK[boot.phase])
+            ):
+                w.activity = boot.phase = ev.phase
+            return  # late lines of a finished boot do not move its phases
+        if ev.inferred:
+            if w.real_phase or ev.end:
+                return  # the engine's own phase lines say where the boot is
+            if ev.model is Model.TARGET and boot.phase is not None and PHASE_RANK[ev.phase] <= PHASE_RANK[boot.phase]:
+                return  # an outer frame's phase after an inner one's: no step back
+        elif ev.phase is not Phase.LAUNCH:
+            w.real_phase = True
         key = (ev.phase, ev.model)
         span = w.spans.get(key)
         if ev.seconds is not None:
@@ -772,7 +847,13 @@ class BootTracker:
                 w.printed[key] = ev.seconds
         if ev.end:
             if span is None:
-                return
+                if ev.inferred or any(s.name is not Phase.LAUNCH for s in boot.phases):
+                    return
+                # a fragment's first phase line closes a phase it never saw open: it was in it
+                self._phase(boot, PhaseMark(ev.phase, ev.model), ts, upd, timed)
+                span = w.spans.get(key)
+                if span is None:
+                    return
             if ts is not None:
                 old = w.explicit_end.get(key)
                 if old is None or ts > old:
@@ -801,11 +882,14 @@ class BootTracker:
             for k, closer in list(w.closed_by.items()):
                 if closer == key:
                     self._settle(k)
-            w.activity = ev.phase
+            if not (ev.model is Model.TARGET and boot.phase is not None and rank_new < PHASE_RANK[boot.phase]):
+                # a target phase earlier than the one reached (another process's late line) does
+                # not move the boot back: a failure now still belongs to the phase reached
+                w.activity = ev.phase
             if ev.model is Model.TARGET and (boot.phase is None or rank_new > PHASE_RANK[boot.phase]):
                 boot.phase = ev.phase
             upd.phase_changed = True
-            if ev.phase is Phase.READY:
+            if ev.phase is Phase.READY and not ev.inferred:
                 boot.status = BootStatus.READY
                 upd.ready = True
             return
@@ -1047,6 +1131,7 @@ class BootTracker:
         evidence = w.evidence
         decider: _Evidence | None = None
         kind = FailureKind.UNKNOWN
+        fragment_oom = False
         torch_oom = False  # the kind came from a CUDA out-of-memory in a phase, not the engine's own words
         for e in evidence:  # 1. the text decides
             k = e.ft.kind
@@ -1058,9 +1143,15 @@ class BootTracker:
                 if _is_oom(e.ft.text):
                     decider = e
                     by_phase = _DEFAULT_OOM_PHASE_KIND.get(e.phase) if e.phase is not None else None
-                    if by_phase is None:
-                        # before any weights: memory was already taken, unless the text says weights
-                        by_phase = FailureKind.OOM_WEIGHTS if "weight" in e.ft.text.lower() else FailureKind.GPU_BUSY
+                    if by_phase is None and "weight" in e.ft.text.lower():
+                        by_phase = FailureKind.OOM_WEIGHTS
+                    elif by_phase is None and not boot.phases:
+                        # a fragment (the traceback's end, nothing of its boot): in which phase the
+                        # memory ran out is not in the excerpt
+                        by_phase = FailureKind.UNKNOWN
+                        fragment_oom = True
+                    elif by_phase is None:
+                        by_phase = FailureKind.GPU_BUSY  # before any weights: memory was already taken
                     kind = by_phase
                     torch_oom = True
                     break
@@ -1086,6 +1177,11 @@ class BootTracker:
         hint = decider.ft.hint if decider is not None else None
         if hint is None and kind in (FailureKind.CRASH, FailureKind.UNKNOWN):
             hint = next((e.ft.hint for e in evidence if e.ft.hint), None)
+        if hint is None and fragment_oom:
+            hint = (
+                "out of GPU memory, but the excerpt does not show in which phase (its start is missing): "
+                "include the lines before the traceback to tell weights, KV pool, graph capture or serving apart"
+            )
         if hint is None and torch_oom and kind is FailureKind.OOM_KV_ALLOCATE and boot.engine is not Engine.VLLM:
             # not "Not enough memory" (a budget too small: raise the fraction) but torch failing to
             # allocate the pools the engine sized: they outgrew what the weights left, so the other way
@@ -1100,6 +1196,13 @@ class BootTracker:
             ):
                 hint += " (the GPUs were unbalanced at start: other processes may hold memory)"
         message = msg_ev.ft.text if msg_ev is not None else "the server exited"
+        if kind in (FailureKind.CRASH, FailureKind.UNKNOWN) and "root cause above" in message.lower():
+            # vLLM's wrapper (`Engine core initialization failed. See root cause above.`) with the
+            # engine's own error not in the log read (an excerpt cut below it)
+            hint = (
+                "this is the wrapper of the engine's own error, which is printed above these lines "
+                "(\"see root cause above\"): include the lines before it to get the cause and its hint"
+            )
         tb: list[str] = []
         if msg_ev is not None:
             before = msg_ev.before

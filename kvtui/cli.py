@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("path", metavar="PATH|-")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON on stdout")
+    p.add_argument(
+        "--unknown", action="store_true", help="list the startup lines no rule recognised, by shape (for a report)"
+    )
 
     p = sub.add_parser("calc", parents=common, help="predict the KV pool for edited flags")
     src = p.add_mutually_exclusive_group(required=True)

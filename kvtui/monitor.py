@@ -190,7 +190,7 @@ def line_style(parsed: ParsedLine) -> str:
         if isinstance(ev, FailureText | ServerExit):
             return "error"
         if isinstance(ev, PhaseMark):
-            phase = True
+            phase = phase or not ev.inferred  # a traceback frame's phase is no phase line
         elif isinstance(ev, BootBoundary):
             phase = phase or ev.kind is BoundaryKind.STARTED
         elif isinstance(ev, Warning_):

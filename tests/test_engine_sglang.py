@@ -759,3 +759,23 @@ def test_version_hints() -> None:
         "[2026-01-02 03:04:05 TP0] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=1.00 GB"
     )
     assert [e.version for e in of(p, VersionHint)] == [">=0.5.16"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("title", "rank"),
+    [
+        ("sglang::scheduler_DP0_PP1_TP2_EP0", "DP0 PP1 TP2 EP0"),  # 0.5.23 managers/scheduler.py
+        ("sglang::scheduler_TP3", "TP3"),
+        ("sglang::scheduler_DP1_ATTN_CP0_MOE_DP1_TP1", "DP1 ATTN_CP0 MOE_DP1 TP1"),
+        ("sglang::scheduler", ""),
+        ("  sglang::scheduler_TP0  ", "TP0"),
+        ("sglang::detokenizer", None),
+        ("sglang::data_parallel_controller", None),
+        ("/usr/bin/python3", None),
+        ("sglang::scheduler_TPX", None),
+    ],
+)
+def test_a_schedulers_process_title_gives_its_rank_label(title: str, rank: str | None) -> None:
+    from kvtui.engines.sglang import rank_of_process_title
+
+    assert rank_of_process_title(title) == rank

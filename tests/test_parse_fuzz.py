@@ -276,8 +276,17 @@ def test_rank_interleaving_does_not_change_a_well_formed_boot(n_ranks: int, serv
 
 
 def test_prefilter_equivalence_on_every_fixture() -> None:
-    files = [p for p in FIX.rglob("*") if p.suffix in (".log", ".journal", ".json") and p.name != "expected.json"]
-    assert len(files) > 30
+    files = [
+        p
+        for p in FIX.rglob("*")
+        if p.is_file()  # every log: the engines' own, the input shapes (journal, docker, json), the real ones
+        and p.suffix not in (".py", ".md", ".bin", ".csv", ".conf", ".service", ".sh", ".toml", ".gz")
+        and not p.name.startswith("expected")
+        and not p.name.endswith(".meta.json")
+        and not (p.suffix == ".json" and p.parent.name == "real")  # facts, not logs
+        and p.parent.name not in ("themes", "kvcalc", "flags", "gpu")
+    ]
+    assert len(files) > 70
     for path in files:
         data = path.read_bytes()
         assert summary(boots_of(data, all_lines=True)) == summary(boots_of(data, all_lines=False)), path.name
@@ -341,3 +350,100 @@ def test_phase_marks_of_parse_bytes_are_in_order() -> None:
     ]
     firsts = list(dict.fromkeys(starts))
     assert firsts == [Phase.LAUNCH, Phase.INIT, Phase.LOAD_WEIGHTS, Phase.KV_ALLOCATE, Phase.GRAPH_CAPTURE]
+
+
+# ---- the prefilter on long serving stretches ----------------------------------------------------
+
+
+_SGL_HEAD = (FIX / "sglang" / "sglang-0.5.10-deepseek-v3-dp4-attention-ready.log").read_bytes().split(b"\n")[:50]
+_VLLM_HEAD = (FIX / "vllm" / "vllm-0.33-qwen3-32b-tp4-ready.log").read_bytes().split(b"\n")[:47]
+
+
+@settings(deadline=None, max_examples=30, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["sglang", "vllm"]),
+    st.lists(st.tuples(st.integers(0, 5), st.integers(0, 99)), min_size=1, max_size=120),
+    st.integers(1, 400),
+)
+def test_long_serving_stretches_of_several_ranks_with_access_lines_read_the_same(
+    engine: str, steps: list[tuple[int, int]], repeat: int
+) -> None:
+    """Runs of serving lines of one rank (longer than any batch), interleaved ranks (DP attention,
+    several vLLM engines), HTTP access lines inside and between them, a warning now and then: the
+    prefiltered path gives the same boots as every line."""
+    lines = list(_SGL_HEAD if engine == "sglang" else _VLLM_HEAD)
+    t = 0
+    for what, n in steps:
+        for _ in range(repeat if what == 0 else 1):
+            t += 1
+            mm, ss = divmod(t % 3600, 60)
+            usage = (t * 7 + n) % 100
+            if engine == "sglang":
+                tag = [" DP0 TP0", " DP1 TP1", " DP2 TP2", " DP3 TP3", " DP0 TP0", ""][what]
+                stamp = f"[2026-03-01 10:{mm:02d}:{ss:02d}{tag}]"
+                if what == 5:
+                    line = f'[2026-03-01 10:{mm:02d}:{ss:02d}] INFO:     127.0.0.1:{4000 + n} - "POST /generate HTTP/1.1" 200 OK'
+                elif what == 4 and n % 10 == 0:
+                    line = f"{stamp} Prefill batch, #new-seq: 1, #new-token: {n}, #cached-token: 0, token usage: 0.{usage:02d}, #running-req: 1, #queue-req: 0"
+                else:
+                    line = f"{stamp} Decode batch, #running-req: {n}, #token: {n * 100}, token usage: 0.{usage:02d}, cuda graph: True, gen throughput (token/s): {n}.00, #queue-req: 0"
+            else:
+                stamp = f"(APIServer pid=4100) INFO 03-10 15:{mm:02d}:{ss:02d} [loggers.py:236]"
+                if what >= 4:
+                    line = f'(APIServer pid=4100) INFO:     127.0.0.1:{4000 + n} - "POST /v1/completions HTTP/1.1" 200 OK'
+                elif what == 3 and n % 7 == 0:
+                    line = f"(APIServer pid=4100) WARNING 03-10 15:{mm:02d}:{ss:02d} [serving.py:1] a warning {n}"
+                else:
+                    line = f"{stamp} Engine 00{what}: Avg prompt throughput: {n}.0 tokens/s, Avg generation throughput: 1.0 tokens/s, Running: {n} reqs, Waiting: 0 reqs, GPU KV cache usage: {usage}.0%, Prefix cache hit rate: 0.0%"
+            lines.append(line.encode())
+    data = b"\n".join(lines) + b"\n"
+    assert summary(boots_of(data, all_lines=True)) == summary(boots_of(data, all_lines=False))
+
+
+_KEY_ATOMS = [
+    b"[2026-03-01 10:00:01", b" DP1", b" TP0", b" tp0", b" PP0_TP1", b" X", b"9", b" ", b"]", b"] Decode batch",
+    b"] Prefill batch", b"Engine 000: ", b"KV cache usage", b" A1", b"[", b":", b"Engine 1", b"  ", b".123", b"TP12",
+]
+
+
+@settings(deadline=None, max_examples=400)
+@given(st.lists(st.sampled_from(_KEY_ATOMS), min_size=1, max_size=10))
+def test_the_serving_key_without_a_regex_is_the_regexs(atoms: list[bytes]) -> None:
+    from kvtui.engines.parse import _SERVING_TAG_RE, _serving_key
+
+    ln = b"".join(atoms)
+    m = _SERVING_TAG_RE.search(ln)
+    want = None if m is None else ((m.group(1), False) if m.group(2) is None else (m.group(2), True))
+    assert _serving_key(ln) == want
+
+
+def test_redraws_coalesce_unless_a_line_is_glued_to_the_bar() -> None:
+    """Text after a bar's end with a space between is the bar's own (coalesced like any redraw); a
+    line glued to it (no space: the bar ended without a newline) is parsed, so it is kept."""
+    from kvtui.engines.parse import Prefilter
+
+    def bar(k: int, tail: str) -> bytes:
+        return f"Capturing batches (bs=8 avail_mem=7.19 GB):  {k:2d}%|████      | {k}/20 [00:0{k % 10}<00:30,  1.10it/s]{tail}".encode()
+
+    spaced = [bar(k, " [worker]") for k in range(1, 9)]
+    pf = Prefilter()
+    kept = pf.filter(spaced) + pf.flush()
+    assert kept == [spaced[0], spaced[-1]]
+    glued = [bar(k, "[2026-03-04 09:00:01 TP0] Capture cuda graph end.") for k in range(1, 4)]
+    pf = Prefilter()
+    assert pf.filter(glued) + pf.flush() == glued
+
+
+def test_a_rank_seen_once_right_after_the_runs_first_line_keeps_its_figures() -> None:
+    def line(s: int, dp: int, queue: int) -> str:
+        return (
+            f"[2026-03-04 09:00:{s:02d} DP{dp} TP{dp}] Decode batch, #running-req: 1, #token: 1, token usage: 0.{dp}0, "
+            f"cuda graph: True, gen throughput (token/s): 10.00, #queue-req: {queue}"
+        )
+
+    lines = ["[2026-03-04 09:00:00] The server is fired up and ready to roll!"]
+    lines += [line(1, 0, 5), line(2, 1, 7), *(line(3 + i, 0, i) for i in range(20)), line(30, 2, 1)]
+    data = "\n".join(lines).encode()
+    full, fast = boots_of(data, all_lines=True), boots_of(data, all_lines=False)
+    assert summary(full) == summary(fast)
+    assert fast[0].live.queue_reqs == 19 + 7 + 1

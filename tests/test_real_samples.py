@@ -66,7 +66,15 @@ def _facts(boot: Boot) -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+# Logs whose facts kvtui did not yet yield when they were added (the first run); each leaves this
+# set with the fix that makes it pass (strict: a log that passes while listed fails the test).
+PENDING: frozenset[str] = frozenset()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.xfail(strict=True)) if n in PENDING else n for n in sorted(EXPECTED)],
+)
 def test_real_sample_replays_to_expected_facts(name: str) -> None:
     boots = _replay(name)
     assert len(boots) == 1, f"{name}: {len(boots)} boots"

@@ -380,7 +380,7 @@ def test_no_boot_is_an_empty_list_a_note_and_exit_0(tmp_path: Path) -> None:
     p.write_bytes("garbage ü\nnot a log line\r\n".encode() * 100)
     code, out, err = run_replay(p)
     assert code == 0
-    assert json.loads(out) == {"source": str(p), "boots": []}
+    assert json.loads(out) == {"source": str(p), "boots": [], "unrecognised": []}
     assert "no SGLang or vLLM boot found in" in err
 
 
@@ -448,7 +448,7 @@ def _summary(boots: list[object]) -> list[object]:
     ]
 
 
-@pytest.mark.parametrize("shape", ["raw", "short-iso", "json"])
+@pytest.mark.parametrize("shape", ["raw", "short", "short-iso", "json"])
 def test_two_core_replay_equals_one_pass(shape: str, tmp_path: Path) -> None:
     sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
     from gen_log import write

@@ -1,4 +1,4 @@
-"""``kvtui replay PATH|- [--json]``: analyse a saved SGLang / vLLM log.
+"""``kvtui replay PATH|- [--json] [--unknown]``: analyse a saved SGLang / vLLM log.
 
 Accepts raw engine output, ``journalctl`` short / short-iso / short-precise / cat / json,
 ``docker logs`` (± ``--timestamps``), gzip-compressed or not. The file is read in chunks, so a
@@ -30,9 +30,10 @@ from typing import BinaryIO, Protocol, TextIO
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus, BootTracker, PhaseSpan
 from kvtui.engines.events import Engine
-from kvtui.engines.parse import LineParser, Prefilter, parse_chunks
+from kvtui.engines.parse import LineParser, Prefilter, parse_chunks, wrap_widths
 from kvtui.engines.shapes import detect_shape, iter_records
 from kvtui.engines.text import MAX_LINE_CHARS
+from kvtui.engines.unknown import UnrecognisedShape
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -171,13 +172,15 @@ def analyse_path(
     *,
     clock: Callable[[], datetime] | None = None,
     parallel_min_bytes: int = PARALLEL_MIN_BYTES,
+    unrecognised: list[UnrecognisedShape] | None = None,
 ) -> tuple[list[Boot], str | None]:
     """A log file (or ``-``): like ``analyse``; a large plain file on Linux is prefiltered on two
-    cores (the second half in a forked process), with the same result as one pass."""
+    cores (the second half in a forked process), with the same result as one pass. ``unrecognised``
+    receives the lines no rule recognised (see ``analyse``)."""
     stream = _open(path)
     try:
         if stream is sys.stdin.buffer or not sys.platform.startswith("linux") or not stream.seekable():
-            return analyse(read_chunks(stream, path), engine_hint, clock=clock)  # pipes, FIFOs, stdin
+            return analyse(read_chunks(stream, path), engine_hint, clock=clock, unrecognised=unrecognised)  # pipes
         try:
             size = os.fstat(stream.fileno()).st_size
             head = stream.read(_HEAD_BYTES) if size >= max(parallel_min_bytes, 2 * _HEAD_BYTES) else b""
@@ -185,9 +188,12 @@ def analyse_path(
         except (OSError, ValueError) as exc:
             raise InputError(f"{path}: cannot read ({exc})") from exc
         if not head or head[:2] == b"\x1f\x8b":
-            return analyse(read_chunks(stream, path), engine_hint, clock=clock)
+            return analyse(read_chunks(stream, path), engine_hint, clock=clock, unrecognised=unrecognised)
         check_text(head, path)
-        return _analyse_parallel(stream, path, head, size, engine_hint, clock)
+        if wrap_widths(head[: head.rfind(b"\n") + 1]):
+            # a hard-wrapped capture: its pieces are joined in one pass
+            return analyse(read_chunks(stream, path), engine_hint, clock=clock, unrecognised=unrecognised)
+        return _analyse_parallel(stream, path, head, size, engine_hint, clock, unrecognised)
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
@@ -200,21 +206,22 @@ def _analyse_parallel(
     size: int,
     engine_hint: Engine | None,
     clock: Callable[[], datetime] | None,
+    unrecognised: list[UnrecognisedShape] | None = None,
 ) -> tuple[list[Boot], str | None]:
     cut = head.rfind(b"\n")
     shape = detect_shape(head[: cut + 1] if cut >= 0 else head)
-    # does the head say SGLang? then the tail's worker may drop HTTP access lines too
+    # does the head name the engine? then the tail's worker may drop HTTP access lines too
     probe = LineParser(engine_hint, clock=clock)
     for rec in iter_records(head[: cut + 1], shape, now=clock):
         probe.feed(rec)
-    drop_access = probe.engine is Engine.SGLANG
+    drop_access = probe.engine is not None
     # this process also parses what both halves keep, so it prefilters the smaller part (2/5)
     stream.seek(size * 2 // 5)
     stream.readline()
     boundary = stream.tell()
     stream.seek(0)
     if boundary >= size:
-        return analyse(read_chunks(stream, path), engine_hint, clock=clock)
+        return analyse(read_chunks(stream, path), engine_hint, clock=clock, unrecognised=unrecognised)
     ctx = multiprocessing.get_context("fork")
     with tempfile.TemporaryFile(prefix="kvtui-replay-") as spill:
         worker = ctx.Process(target=_worker, args=(path, boundary, drop_access, spill), daemon=True)
@@ -222,6 +229,7 @@ def _analyse_parallel(
         try:
             tracker = BootTracker(engine_hint, max_boots=None)
             parser = LineParser(engine_hint, clock=clock)
+            parser.prime(iter_records(head[: cut + 1], shape, now=clock))  # a collector's prefix
             feed = tracker.feed
             for parsed in parse_chunks(
                 read_chunks(_Limited(stream, boundary), path), engine_hint, parser=parser, clock=clock, shape=shape
@@ -234,13 +242,15 @@ def _analyse_parallel(
                 worker.join()
         if worker.exitcode != 0:  # the worker could not read its half: do it all here
             stream.seek(0)
-            return analyse(read_chunks(stream, path), engine_hint, clock=clock)
+            return analyse(read_chunks(stream, path), engine_hint, clock=clock, unrecognised=unrecognised)
         spill.seek(0)
         for parsed in parse_chunks(
             read_chunks(spill, path), engine_hint, parser=parser, all_lines=True, clock=clock, shape=shape
         ):
             feed(parsed)
     tracker.finish()
+    if unrecognised is not None:
+        unrecognised.extend(tracker.all_unrecognised())
     return tracker.boots, shape
 
 
@@ -303,12 +313,18 @@ class _Limited(io.RawIOBase):
 
 
 def analyse(
-    chunks: Iterator[bytes], engine_hint: Engine | None = None, *, clock: Callable[[], datetime] | None = None
+    chunks: Iterator[bytes],
+    engine_hint: Engine | None = None,
+    *,
+    clock: Callable[[], datetime] | None = None,
+    unrecognised: list[UnrecognisedShape] | None = None,
 ) -> tuple[list[Boot], str | None]:
     """Run a whole log through the parser and the tracker: (boots, detected input shape).
 
     ``clock`` gives "now" for the year of year-less stamps (vLLM, journalctl ``short``) when the
-    log itself does not say it (default: the current time)."""
+    log itself does not say it (default: the current time). ``unrecognised``, when given, receives
+    the startup lines no rule recognised, one entry per shape (``first_line``: the position among
+    the lines read, 0-based; ``locate_lines`` turns it into the file's line number)."""
     tracker = BootTracker(engine_hint, max_boots=None)
     shape: list[str] = []
     feed = tracker.feed
@@ -316,7 +332,29 @@ def analyse(
     for parsed in parse_chunks(chunks, engine_hint, parser=parser, shape_out=shape, clock=clock):
         feed(parsed)
     tracker.finish()
+    if unrecognised is not None:
+        unrecognised.extend(tracker.all_unrecognised())
     return tracker.boots, (shape[0] if shape else None)
+
+
+def locate_lines(path: str, items: list[UnrecognisedShape]) -> None:
+    """Each item's ``first_line`` as the file's own (0-based) line: the first line holding its text
+    (a plain or gzip file; left as is for stdin or a text the file does not hold verbatim)."""
+    if path == "-" or not items:
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+            f.seek(0)
+            data = gzip.GzipFile(fileobj=f).read() if head == b"\x1f\x8b" else f.read()
+    except (OSError, EOFError):
+        return
+    for item in items:
+        for needle in (item.text.encode("utf-8", "replace"), json.dumps(item.text)[1:-1].encode()):
+            pos = data.find(needle)
+            if pos >= 0:
+                item.first_line = data.count(b"\n", 0, pos)
+                break
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,25 +500,51 @@ def no_boot_found(source: str) -> str:
     return f"no SGLang or vLLM boot found in {source} (the text holds no engine start line kvtui recognises)"
 
 
-def to_json(boots: list[Boot], source: str) -> dict[str, object]:
-    return {"source": source, "boots": [b.to_json() for b in boots]}
+def to_json(boots: list[Boot], source: str, unrecognised: list[UnrecognisedShape] | None = None) -> dict[str, object]:
+    return {
+        "source": source,
+        "boots": [b.to_json() for b in boots],
+        "unrecognised": [u.to_json() for u in (unrecognised or [])],
+    }
+
+
+def render_unknown(unrecognised: list[UnrecognisedShape], source: str) -> str:
+    """``--unknown``: the startup lines no rule recognised, by shape (numbers masked as N), with
+    how often and where first — what a report about a new engine build needs."""
+    n = sum(u.count for u in unrecognised)
+    lines = [f"{source}: {n} unrecognised startup line{'s' if n != 1 else ''} in {len(unrecognised)} "
+             f"shape{'s' if len(unrecognised) != 1 else ''}"]
+    if unrecognised:
+        lines.append(f"  {'count':>5}  {'line':>6}  shape (numbers as N)")
+        for u in unrecognised:
+            lines.append(f"  {u.count:>5}  {u.first_line + 1:>6}  {u.shape}")
+    return "\n".join(lines) + "\n"
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     path: str = args.path
+    unrecognised: list[UnrecognisedShape] = []
     try:
-        boots, shape = analyse_path(path)
+        boots, shape = analyse_path(path, unrecognised=unrecognised)
     except InputError as exc:
         print(f"kvtui replay: {exc}", file=err)
         return EXIT_INPUT
+    locate_lines(path, unrecognised)
+    unrecognised.sort(key=lambda u: u.first_line)
     source = "-" if path == "-" else path
     if getattr(args, "json", False):
-        json.dump(to_json(boots, source), out, indent=2, ensure_ascii=False)
+        json.dump(to_json(boots, source, unrecognised), out, indent=2, ensure_ascii=False)
         out.write("\n")
+    elif getattr(args, "unknown", False):
+        out.write(render_unknown(unrecognised, source))
     else:
         out.write(render(boots, source, shape))
+        if unrecognised:
+            n = sum(u.count for u in unrecognised)
+            out.write(f"\n? {n} unrecognised startup line{'s' if n != 1 else ''} ({len(unrecognised)} shapes): "
+                      "--unknown lists them\n")
     if not boots:  # readable text without a boot: an answer (zero boots), not unreadable input
         print(f"kvtui replay: {no_boot_found(source)}", file=err)
         return EXIT_OK

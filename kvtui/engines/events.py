@@ -92,12 +92,16 @@ class PhaseMark:
     """A phase begins (``end=False``) or ends (``end=True``) on this line.
 
     ``seconds`` is the duration the engine printed itself (``elapsed=…``), when it did.
+    ``inferred`` marks a phase read from indirect evidence (a traceback frame's function, a failure
+    text that only one phase prints): the tracker uses it only while the boot has no phase line of
+    its own past launch (a fragment pasted without its start), and it never makes a boot ready.
     """
 
     phase: Phase
     model: Model = Model.TARGET
     end: bool = False
     seconds: float | None = None
+    inferred: bool = False
 
 
 # Metric names a grammar may emit (per line, per rank; BootTracker aggregates).
@@ -143,6 +147,9 @@ METRIC_NAMES: frozenset[str] = frozenset(
         "load_seconds",  # weights load seconds when printed
         "init_engine_seconds",  # vLLM `init engine … took X seconds`
         "graph_mem_estimate_gib",  # vLLM `Estimated CUDA graph memory: X GiB total` (≥0.21 profiling)
+        "graph_pool_actual_gib",  # vLLM `CUDA graph pool memory: X GiB (actual), Y GiB (estimated)` (≥0.21)
+        "kv_cache_memory_hint_gib",  # vLLM `… Replace gpu_memory_utilization config with --kv-cache-memory=N (X GiB) …`
+        "hicache_host_gib",  # SGLang `Allocating X GB host memory for hierarchical KV cache.` (HiCache; X is 1e9 B)
         "kv_blocks",  # vLLM KV block count (V0 `# GPU blocks: N`, `num_gpu_blocks is: N`)
         "mamba_cache_gib",  # SGLang `Mamba Cache is allocated. … conv_state size + ssm_state size`
         "mamba_cache_size",  # SGLang `Mamba Cache is allocated. max_mamba_cache_size: N`
@@ -306,3 +313,6 @@ class ParsedLine:
     # True when the engine printed its own log prefix on this line (timestamp / level); False for
     # continuation lines (traceback frames, tqdm bars, third-party output without a prefix).
     prefixed: bool = False
+    # True when a grammar knows the line and that it carries nothing kvtui needs (an import notice,
+    # a route listing): not an "unrecognised startup line" though it has no events.
+    known: bool = False

@@ -9,7 +9,7 @@ as SGLang or vLLM, and hands every line to that engine's grammar.
 detection (``kvtui.engines.shapes``) and the parser. By default a ``Prefilter`` first skips, on
 the raw bytes, what cannot change a boot — a run of serving lines keeps its first line and each
 rank's last one, a run of redraws of one progress bar its first and last, HTTP access lines go
-once the engine is known to be SGLang, nothing goes near a failure — which is what makes
+once the engine is known, nothing goes near a failure — which is what makes
 ``kvtui replay`` fast on multi-GB logs; ``all_lines=True`` yields every line. The boots a
 ``BootTracker`` builds are the same either way (a property test checks it). The live path
 (``LineParser.feed`` per record) sees every line.
@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from kvtui.engines.collector import PrefixLayer
 from kvtui.engines.events import (
     BootBoundary,
     BoundaryKind,
@@ -68,6 +69,8 @@ _EXIT_OK_RE = re.compile(r"code=exited, status=0/SUCCESS")
 # A tqdm bar with a log line glued to its end (no newline in between), e.g.
 # `Capturing batches (…): 0%|  | 0/8 [00:00<?, ?it/s][2026-02-09 14:38:28] Attempting …`.
 _GLUED_STAMP_RE = re.compile(r"(?<=\])\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+# the end of a tqdm bar: `[00:04<00:00, 10.83it/s]`, `[00:00<?, ?it/s]`, `[01:02<3:04:05,  2.57s/it]`
+_BAR_END_RE = re.compile(r"\[(?:\d+:)?\d\d:\d\d<(?:(?:\d+:)?\d\d:\d\d|\?), *(?:\d+(?:\.\d+)?|\?) ?(?:it/s|s/it)\]")
 
 
 def systemd_events(text: str) -> tuple[LogEvent, ...]:
@@ -126,6 +129,8 @@ class LineParser:
         self._grammars: list[Grammar] = [self._sglang, self._vllm]
         self.engine_hint = engine_hint
         self._grammar: Grammar | None = None
+        self._prefixes = PrefixLayer(clock)  # a log collector's prefix before the engine's lines
+        self._record_ts: datetime | None = None  # the timestamp of the record being fed
         if engine_hint is Engine.SGLANG:
             self._grammar = self._sglang
         elif engine_hint is Engine.VLLM:
@@ -141,6 +146,23 @@ class LineParser:
         for g in self._grammars:
             g.reset()
 
+    def prime(self, records: Iterable[LogRecord], limit: int = 4000) -> None:
+        """Learn a collector's prefix from the head of a saved log before parsing it, so that the
+        lines before the first one that reveals it (a banner, a warning) lose it too."""
+        layer = self._prefixes
+        n = 0
+        for rec in records:
+            text = strip_ansi(rec.text) if "\x1b" in rec.text else rec.text
+            for piece in text.replace("\r", "\n").split("\n") if ("\r" in text or "\n" in text) else (text,):
+                if not piece or (layer.learned and layer.cut(piece) is not None):
+                    continue
+                if _is_plain_systemd(piece) or any(g.sniff(piece) for g in self._grammars):
+                    continue
+                layer.find(piece)
+                n += 1
+                if n >= limit:
+                    return
+
     def feed(self, record: LogRecord) -> list[ParsedLine]:
         """One record -> its lines (a record may hold several ``\\r``-joined tqdm redraws)."""
         text = record.text
@@ -148,27 +170,66 @@ class LineParser:
             text = strip_ansi(text)
         if "\r" in text or "\n" in text:
             out: list[ParsedLine] = []
+            self._record_ts = record.ts
             for piece in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
                 if piece.strip():
                     self._feed_piece(piece, record, out)
+            self._record_ts = None
             return out
         if not text or text.isspace():
             return []
         out = []
+        self._record_ts = record.ts
         self._feed_piece(text, record, out)
+        self._record_ts = None
         return out
 
     def _feed_piece(self, piece: str, record: LogRecord, out: list[ParsedLine]) -> None:
         if len(piece) > MAX_LINE_CHARS:
             piece = piece[:MAX_LINE_CHARS]
+        if "it/s]" in piece or "s/it]" in piece:
+            # lines glued to the end of a progress bar that ended without a newline of its own
+            # (`…| 0/67 [00:00<?, ?it/s](EngineCore_DP0 pid=7) INFO … Graph capturing finished …`)
+            pos = 0
+            for bar in _BAR_END_RE.finditer(piece):
+                end = bar.end()
+                if end < len(piece) and not piece[end].isspace():  # glued: no space between
+                    self._emit(piece[pos:end], record, out)
+                    pos = end
+            if pos:
+                piece = piece[pos:]
         if "][20" in piece and not piece.startswith("["):
             m = _GLUED_STAMP_RE.search(piece)
             if m is not None and "|" in piece[: m.start()]:
-                out.append(self._parse(piece[: m.start()], record))
+                self._emit(piece[: m.start()], record, out)
                 piece = piece[m.start() :]
-        out.append(self._parse(piece, record))
+        self._emit(piece, record, out)
 
-    def _parse(self, text: str, record: LogRecord) -> ParsedLine:
+    def _emit(self, text: str, record: LogRecord, out: list[ParsedLine]) -> None:
+        """One line: a learned collector prefix comes off first; a line the engines do not read
+        from its start is searched for the engine line inside it (``PrefixLayer``)."""
+        ts = self._record_ts  # the record's, or the collector's from an earlier piece of the record
+        layer = self._prefixes
+        stripped = layer.cut(text) if layer.learned else None
+        if stripped is not None:
+            text, pts = stripped
+            if not text or text.isspace():
+                return  # the collector's prefix and nothing else
+            if pts is not None and ts is None:
+                ts = self._record_ts = pts
+        parsed = self._parse(text, record, ts)
+        if stripped is None and not parsed.prefixed:
+            found = layer.find(text, heads_only=parsed.engine is not None)
+            if found is not None:
+                rest, pts = found
+                if pts is not None and ts is None:
+                    ts = self._record_ts = pts
+                inner = self._parse(rest, record, ts)
+                if inner.engine is not None or inner.prefixed:
+                    parsed = inner
+        out.append(parsed)
+
+    def _parse(self, text: str, record: LogRecord, ts: datetime | None) -> ParsedLine:
         ident = record.ident
         if ident == EXIT_IDENT:  # the backend saw the server process gone (kvtui.liveness)
             gone = parse_exit(text)
@@ -180,7 +241,7 @@ class LineParser:
                 kind = events[0].kind if isinstance(events[0], BootBoundary) else None
                 if kind is BoundaryKind.STARTED or kind is BoundaryKind.STOPPING:
                     self.reset()
-            return ParsedLine(text=text, ts=record.ts, events=events, record=record, prefixed=True)
+            return ParsedLine(text=text, ts=ts, events=events, record=record, prefixed=True)
         grammar = self._grammar
         if grammar is None:
             for g in self._grammars:
@@ -188,21 +249,21 @@ class LineParser:
                     grammar = self._grammar = g
                     break
             else:
-                return ParsedLine(text=text, ts=record.ts, record=record)
-        parsed = grammar.parse(text, record.ts)
+                return ParsedLine(text=text, ts=ts, record=record)
+        parsed = grammar.parse(text, ts)
         if parsed.engine is None and self.engine_hint is None:
-            parsed = self._maybe_switch(grammar, text, record, parsed)
+            parsed = self._maybe_switch(grammar, text, ts, parsed)
         parsed.record = record
         if not parsed.prefixed and parsed.level is not None:
             parsed.prefixed = True
         return parsed
 
-    def _maybe_switch(self, current: Grammar, text: str, record: LogRecord, parsed: ParsedLine) -> ParsedLine:
+    def _maybe_switch(self, current: Grammar, text: str, ts: datetime | None, parsed: ParsedLine) -> ParsedLine:
         """A line the current engine does not claim: a new boot of the other engine?"""
         for g in self._grammars:
             if g is current or not g.sniff(text):
                 continue
-            other = g.parse(text, record.ts)
+            other = g.parse(text, ts)
             for ev in other.events:
                 if isinstance(ev, BootBoundary) and ev.kind is BoundaryKind.STARTED:
                     self._grammar = g
@@ -217,7 +278,6 @@ class LineParser:
 
 _HEAD_BYTES = 64 * 1024
 _ARM_LINES = 400  # keep every line this far after a line that may belong to a failure
-_MAX_RUN = 8192  # a run of serving lines is reduced whenever it grows past this
 _FAIL_TRIGGERS = (b"rror", b"Traceback", b"xception", b'File "', b"NCCL", b"out of memory", b"ailed", b"SIGQUIT")
 _FAIL_TRIGGERS2 = (b"sigquit", b"died", b"crashed", b"Killed", b"killed", b"Main process exited")
 # the rank tag of a serving line: SGLang `…:SS[.mmm]( DP1)( TP3)] Decode batch`, vLLM `Engine 000: … KV cache usage`
@@ -245,50 +305,80 @@ def _progress_desc(line: bytes) -> bytes | None:
         s = line.rfind(b"shards:", 0, k)
         if s < 0:
             return None
+    e = line.find(b"]", k)  # the bar's end: `… 1.10it/s]`
+    if 0 <= e < len(line) - 1 and line[e + 1] != 32 and line[e + 1] != 9:
+        return None  # a redraw with a line glued to its end (no space between) is no plain redraw
     return line[s : k - 3]
 
 
-def _reduce_run(run: list[bytes], mixed: bool) -> list[bytes]:
-    """A run of serving lines -> its first line plus the last line of every rank, in order.
+_TAG_WORD_RE = re.compile(rb"[A-Z][A-Z_]*\d+")
+
+
+def _serving_key(ln: bytes) -> tuple[bytes, bool] | None:
+    """(rank key, is vLLM) of a serving line, None when it is none: what ``_SERVING_TAG_RE``
+    says (``group(1)`` or ``group(2)``), without a regex search over the whole line for SGLang's
+    lines (the words between the stamp's last digit and ``] Decode batch``, read backwards)."""
+    i = ln.find(b"] Decode batch")
+    if i < 0:
+        i = ln.find(b"] Prefill batch")
+    else:
+        j = ln.find(b"] Prefill batch", 0, i)
+        if j >= 0:
+            i = j
+    if i > 0 and ln.find(b"Engine ", 0, i) < 0:
+        k = i
+        while True:  # the tag words, each `[A-Z][A-Z_]*\d+`, back to the stamp's last digit
+            s = ln.rfind(b" ", 0, k)
+            if s < 0 or not 65 <= ln[s + 1] <= 90 or _TAG_WORD_RE.fullmatch(ln, s + 1, k) is None:
+                break
+            k = s
+        if k > 0 and 48 <= ln[k - 1] <= 57:
+            return ln[k:i], False
+        # otherwise the regex decides (a tag word after no digit, …)
+    m = _SERVING_TAG_RE.search(ln)
+    if m is None:
+        return None
+    return (m.group(1), False) if m.group(2) is None else (m.group(2), True)
+
+
+_MAX_RUN = 8192  # a run of serving lines is reduced whenever it grows past this
+
+
+def _reduce_run(run: list[bytes], segs: list[tuple[bytes, int]]) -> tuple[list[bytes], list[tuple[bytes, int]]]:
+    """A run of serving lines -> its first line plus the last line of every rank, in order (of
+    those last lines), with its segments.
 
     The tracker keeps each rank's latest serving figures; nothing in between can change a boot.
-    ``mixed`` is False when every line is known to carry the same rank tag (the common case: the
-    prefilter checked it with one substring search per line); then the run keeps first and last.
-    """
+    ``segs`` holds (rank key, index of its first line) for each stretch of one rank in ``run``, as
+    the prefilter saw them, so no line is searched again here."""
     if len(run) <= 2:
-        return run
-    if not mixed:
-        return [run[0], run[-1]]
-    out: list[bytes] = [run[0]]
+        return run, segs
+    if len(segs) == 1:
+        return [run[0], run[-1]], [(segs[0][0], 0)]
     last: dict[bytes, bytes] = {}
-    for ln in run[1:]:
-        m = _SERVING_TAG_RE.search(ln)
-        if m is None:  # not a serving line after all: it stays, in order
-            out.extend(last.values())
-            last.clear()
-            out.append(ln)
-            continue
-        key = m.group(1) if m.group(2) is None else m.group(2)
-        last.pop(key, None)
-        last[key] = ln
-    out.extend(last.values())
-    return out
+    n = len(segs)
+    for i in range(n):
+        end = segs[i + 1][1] if i + 1 < n else len(run)
+        if end >= 2:  # the stretch's last line is not the run's first
+            key = segs[i][0]
+            last.pop(key, None)
+            last[key] = run[end - 1]
+    out = [run[0], *last.values()]
+    return out, [(segs[0][0], 0), *((key, i + 1) for i, key in enumerate(last))]
 
 
 _NEVER = b"\x00\x00never\x00\x00"
 
 
-def _needles(m: re.Match[bytes]) -> tuple[bytes, bytes]:
-    """Substrings that prove a line is a serving line of this rank tag.
+def _needles(key: bytes, vllm: bool) -> tuple[bytes, bytes]:
+    """Substrings that prove a line is a serving line of this rank key (see ``_serving_key``).
 
     SGLang: ``<tag>] Decode batch`` / ``<tag>] Prefill batch``, found right after the stamp.
     vLLM: ``Engine 00n: Avg prompt throughput`` (the serving line of that engine).
     """
-    engine = m.group(2)
-    if engine is None:
-        tag = m.group(1)
-        return tag + b"] Decode batch", tag + b"] Prefill batch"
-    return engine + b": Avg prompt throughput", _NEVER
+    if not vllm:
+        return key + b"] Decode batch", key + b"] Prefill batch"
+    return key + b": Avg prompt throughput", _NEVER
 
 
 class Prefilter:
@@ -296,7 +386,7 @@ class Prefilter:
 
     * a run of serving lines keeps its first line and each rank's last line;
     * a run of redraws of one progress bar keeps its first and last redraw;
-    * HTTP access lines are dropped once the engine is known to be SGLang;
+    * HTTP access lines are dropped once the engine is known (SGLang's and vLLM's uvicorn lines);
     * everything within ``_ARM_LINES`` after a line that may belong to a failure is kept, so the
       traceback the tracker reports is the same as with every line.
 
@@ -304,7 +394,8 @@ class Prefilter:
     those to parse; ``flush()`` returns what is still held back at the end. A separate instance may
     filter a later part of the same log (``kvtui replay`` does, on a second core): warm it with
     ``preroll`` on the lines just before its part so it knows whether a failure window is open.
-    ``drop_access`` fixes whether HTTP access lines are dropped (default: once ``parser`` is SGLang).
+    ``drop_access`` fixes whether HTTP access lines are dropped (default: once ``parser`` knows the
+    engine).
     """
 
     def __init__(self, parser: LineParser | None = None, *, drop_access: bool | None = None) -> None:
@@ -312,7 +403,8 @@ class Prefilter:
         self._drop_access = drop_access
         self._armed = 0
         self._run: list[bytes] = []  # the pending serving run
-        self._mixed = False  # the pending run holds more than one rank tag
+        self._segs: list[tuple[bytes, int]] = []  # its stretches of one rank: (key, first index)
+        self._key = b""  # the current rank tag (its lines take the hot path)
         self._n1 = _NEVER  # the needles of the current rank tag
         self._n2 = _NEVER
         self._anchor_free = False  # vLLM needles carry the engine index: no stamp anchor needed
@@ -321,9 +413,9 @@ class Prefilter:
 
     def _flush(self, keep: list[bytes]) -> None:
         if self._run:
-            keep.extend(_reduce_run(self._run, self._mixed))
+            keep.extend(_reduce_run(self._run, self._segs)[0])
             self._run = []
-            self._mixed = False
+            self._segs = []
         if self._held is not None:
             keep.append(self._held)
             self._held = None
@@ -335,12 +427,13 @@ class Prefilter:
         armed = self._armed
         run = self._run
         run_append = run.append
+        key = self._key
         desc = self._desc
         n1, n2 = self._n1, self._n2
         anchor_free = self._anchor_free
         drop_access = self._drop_access
         if drop_access is None:
-            drop_access = self._parser is not None and self._parser.engine is Engine.SGLANG
+            drop_access = self._parser is not None and self._parser.engine is not None
         for ln in lines:
             if not ln:
                 continue  # an empty line is no record at all
@@ -356,20 +449,22 @@ class Prefilter:
                         desc = None
                         run = self._run
                         run_append = run.append
+                    if not run:
+                        self._segs.append((key, 0))
                     run_append(ln)
                     continue
                 if (b" batch" in ln or b"Engine 0" in ln) and b"%|" not in ln:
-                    m = _SERVING_TAG_RE.search(ln)
-                    if m is not None:  # a serving line of another rank (or the first one)
+                    got = _serving_key(ln)
+                    if got is not None:  # a serving line of another rank (or the first one)
                         if desc is not None:
                             self._flush(keep)
                             desc = None
                             run = self._run
                             run_append = run.append
-                        if run:
-                            self._mixed = True
-                        n1, n2 = self._n1, self._n2 = _needles(m)
-                        anchor_free = self._anchor_free = m.group(2) is not None
+                        key = self._key = got[0]
+                        self._segs.append((key, len(run)))
+                        n1, n2 = self._n1, self._n2 = _needles(*got)
+                        anchor_free = self._anchor_free = got[1]
                         run_append(ln)
                         continue
                 if b"%" in ln:
@@ -397,8 +492,7 @@ class Prefilter:
             else:
                 armed -= 1
         if len(run) > _MAX_RUN:
-            self._run = _reduce_run(run, self._mixed)
-            self._mixed = True
+            self._run, self._segs = _reduce_run(run, self._segs)
         self._armed = armed
         return keep
 
@@ -412,7 +506,7 @@ class Prefilter:
         it knows whether a failure window is still open (``_ARM_LINES`` lines of them suffice)."""
         self.filter(lines)
         self._run = []
-        self._mixed = False
+        self._segs = []
         self._desc = None
         self._held = None
 
@@ -750,6 +844,9 @@ def _live_progress(text: str) -> tuple[str | None, str]:
     """(the bar's description, the display style the SGLang grammar gives its redraws) for an
     unprefixed tqdm redraw whose events do not depend on anything but the line; (None, "")
     otherwise."""
+    j = max(text.rfind("it/s]"), text.rfind("s/it]"))
+    if j >= 0 and j + 5 < len(text) and not text[j + 5].isspace():
+        return None, ""  # a log line glued to the bar's end (no space between): parsed
     k = text.find("%|")
     if k < 0:
         k = text.find("% Completed |")
@@ -767,6 +864,135 @@ def _live_progress(text: str) -> tuple[str | None, str]:
 
 
 RecordsFn = Callable[[bytes, str], Iterable[LogRecord]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hard-wrapped captures (a terminal's scrollback, tmux capture-pane): lines cut at a fixed width
+# ---------------------------------------------------------------------------------------------
+
+_MIN_WRAP = 60
+# a line that starts a record of its own (an engine prefix or a timestamp), never a continuation
+_RECORD_START_RE = re.compile(
+    rb"[\[(]|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ :]|\d{4}-\d\d-\d\d|[A-Z][a-z]{2} [ \d]\d "
+)
+
+
+def _columns(line: bytes) -> int:
+    text = line.decode("utf-8", "replace")
+    if "\x1b" in text:
+        text = strip_ansi(text)
+    return len(text.rstrip("\r"))
+
+
+_LEADING_ANSI_RE = re.compile(rb"(?:\x1b\[[0-9;?]*[A-Za-z])+")
+
+
+def _starts_record(line: bytes) -> bool:
+    """Does the line start a record of its own (colours before its prefix allowed)?"""
+    if line[:1] == b"\x1b":
+        m = _LEADING_ANSI_RE.match(line)
+        if m is not None:
+            line = line[m.end() :]
+    return _RECORD_START_RE.match(line) is not None
+
+
+def _is_bar(line: bytes) -> bool:
+    return b"%|" in line or b"% Completed |" in line
+
+
+def _signature(line: bytes) -> bytes:
+    """How a line starts (ANSI stripped, digits masked): records of one log share a few of these."""
+    if b"\x1b" in line[:40]:
+        line = strip_ansi(line[:80].decode("utf-8", "replace")).encode()
+    return bytes(48 if 48 <= c <= 57 else c for c in line[:12])
+
+
+def wrap_widths(head: bytes) -> frozenset[int]:
+    """The columns a hard-wrapped capture cuts its lines at (``…Graph capturing finished in 11`` /
+    `` secs, took 1.00 GiB``; a capture can change width midway), or an empty set when the log is
+    not wrapped. A width counts when lines of exactly that width are a spike in the log's widths
+    (more than twice as many as of any width within 2 columns) and, mostly, are followed by a line that
+    starts the way no common record of the log starts (a cut-off piece: ``took 7.12 GiB …``,
+    ``ds``, ``e/vllm/…``), at least 3 different ones."""
+    lines = head.split(b"\n")[:-1]
+    if len(lines) < 8:
+        return frozenset()
+    sigs = [_signature(ln) for ln in lines]
+    counts: dict[bytes, int] = {}
+    for sg in sigs:
+        counts[sg] = counts.get(sg, 0) + 1
+    by_width: dict[int, list[int]] = {}
+    for i, ln in enumerate(lines[:-1]):
+        if len(ln) >= _MIN_WRAP:
+            by_width.setdefault(_columns(ln), []).append(i)
+    out: set[int] = set()
+    for width, at in by_width.items():
+        if width < _MIN_WRAP or len(at) < 4:
+            continue
+        near = max(len(by_width.get(width + d, ())) for d in (-2, -1, 1, 2))
+        if len(at) < 2 * near + 2:
+            continue  # no spike: lines of about this width are just common here, not cut
+        # how records of this log start: the starts of lines that do not follow a line of this width
+        after: dict[bytes, int] = {}
+        for i in at:
+            after[sigs[i + 1]] = after.get(sigs[i + 1], 0) + 1
+        others = len(lines) - len(at)
+        common = {
+            sg for sg, n in counts.items() if (n - after.get(sg, 0)) * 20 >= others and n - after.get(sg, 0) >= 3
+        }
+        cont = [
+            lines[i]
+            for i in at
+            if lines[i + 1].strip()
+            and sigs[i + 1] not in common
+            and not _starts_record(lines[i + 1])
+            and not _is_bar(lines[i])
+            and not _is_bar(lines[i + 1])
+            and not lines[i][:1].isspace()
+        ]
+        if len(set(cont)) >= 3 and len(cont) * 5 >= len(at) * 3:
+            out.add(width)
+    return frozenset(out) if len(out) <= 4 else frozenset()  # a capture has a width or a few
+
+
+class Unwrapper:
+    """Joins the pieces of hard-wrapped lines (see ``wrap_widths``) back into one line each. A line
+    of exactly a wrap width is continued by the next one unless that one starts a record."""
+
+    def __init__(self, widths: frozenset[int]) -> None:
+        self.widths = widths
+        self._least = min(widths)
+        self._held: bytes | None = None
+        self._held_cols = 0
+
+    def feed(self, lines: list[bytes]) -> list[bytes]:
+        out: list[bytes] = []
+        held = self._held
+        widths = self.widths
+        least = self._least
+        for ln in lines:
+            if held is not None:
+                if ln and not _starts_record(ln) and not _is_bar(ln):
+                    cols = _columns(ln)
+                    joined = held.rstrip(b"\r") + ln
+                    if cols in widths:  # the piece is a full row itself: the line goes on
+                        held = joined
+                    else:
+                        out.append(joined)
+                        held = None
+                    continue
+                out.append(held)
+                held = None
+            if len(ln) >= least and not _is_bar(ln) and _columns(ln) in widths:
+                held = ln
+            else:
+                out.append(ln)
+        self._held = held
+        return out
+
+    def flush(self) -> list[bytes]:
+        held, self._held = self._held, None
+        return [held] if held is not None else []
 
 
 def parse_chunks(
@@ -796,6 +1022,7 @@ def parse_chunks(
     prefilter = None if all_lines else Prefilter(parser)
     if shape is not None and shape_out is not None:
         shape_out.append(shape)
+    unwrap: Unwrapper | None = None
     rest = b""  # the partial last line of the chunks so far (all of the head until the shape is known)
     for chunk in chunks:
         if not chunk:
@@ -807,6 +1034,10 @@ def parse_chunks(
             shape = detect_shape(rest[:_HEAD_BYTES])
             if shape_out is not None:
                 shape_out.append(shape)
+            head = rest[:_HEAD_BYTES]
+            parser.prime(records(head[: head.rfind(b"\n") + 1], shape))
+            widths = wrap_widths(head) if shape in ("raw", "cat", "docker") else frozenset()
+            unwrap = Unwrapper(widths) if widths else None
             lines = rest.split(b"\n")
         else:
             lines = chunk.split(b"\n")  # no copy of the chunk: the carried partial line joins its first piece
@@ -816,6 +1047,8 @@ def parse_chunks(
         if len(rest) > MAX_LINE_CHARS * 4:  # a runaway line without a newline: hand it over, it gets cut
             lines.append(rest)
             rest = b""
+        if unwrap is not None:
+            lines = unwrap.feed(lines)
         if lines:
             yield from _parse_lines(lines, shape, parser, prefilter, records)
     if shape is None:
@@ -824,8 +1057,14 @@ def parse_chunks(
         shape = detect_shape(rest[:_HEAD_BYTES])
         if shape_out is not None:
             shape_out.append(shape)
-    if rest:
-        yield from _parse_lines(rest.split(b"\n"), shape, parser, prefilter, records)
+        parser.prime(records(rest[:_HEAD_BYTES], shape))
+        widths = wrap_widths(rest[:_HEAD_BYTES] + b"\n") if shape in ("raw", "cat", "docker") else frozenset()
+        unwrap = Unwrapper(widths) if widths else None
+    last = rest.split(b"\n") if rest else []
+    if unwrap is not None:
+        last = unwrap.feed(last) + unwrap.flush()
+    if last:
+        yield from _parse_lines(last, shape, parser, prefilter, records)
     if prefilter is not None:
         kept = prefilter.flush()
         if kept:

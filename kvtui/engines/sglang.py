@@ -41,6 +41,7 @@ from kvtui.engines.events import (
     VersionHint,
     Warning_,
 )
+from kvtui.engines.stack import frame_engine, frame_phase
 
 TARGET: Final = Model.TARGET
 DRAFT: Final = Model.DRAFT
@@ -60,6 +61,20 @@ def _pm(phase: Phase, model: Model = TARGET, end: bool = False) -> PhaseMark:
 # `[2026-05-30 22:08:02.123 DP0 PP1 TP4]` — SGLang's logging prefix (engines.md 1.1).
 _PREFIX_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\] ?")
 _TP_RE = re.compile(r"\bTP(\d+)\b")
+# a scheduler's process title (0.5.x, setproctitle): `sglang::scheduler_DP0_PP1_TP2_EP0`
+_PROC_TITLE_RE = re.compile(r"\s*sglang::scheduler((?:_(?:ATTN_CP|MOE_DP|DP|PP|TP|EP)\d+)*)\s*")
+_PROC_TAG_RE = re.compile(r"_((?:ATTN_CP|MOE_DP|DP|PP|TP|EP)\d+)")
+
+
+def rank_of_process_title(title: str) -> str | None:
+    """The rank label an SGLang scheduler's log lines carry (``DP0 PP1 TP2 EP0``, as in
+    ``[… DP0 PP1 TP2 EP0] …``) from its process title (``sglang::scheduler_DP0_PP1_TP2_EP0``, what
+    ``nvidia-smi`` and ``ps`` show for it): ties a GPU process to its rank. ``""`` for a
+    single-rank scheduler (``sglang::scheduler``), None for any other process."""
+    m = _PROC_TITLE_RE.fullmatch(title)
+    if m is None:
+        return None
+    return " ".join(_PROC_TAG_RE.findall(m.group(1)))
 # Some builds/configs print `LEVEL file.py:123: ` after the bracket.
 _LEVEL_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w./-]+\.py:\d+: ")
 _NUM_RE = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -221,6 +236,51 @@ def generic_failure(text: str) -> tuple[LogEvent, ...]:
     if _nccl_kind(text):
         return (FailureText(text=text, kind=FailureKind.NCCL, specificity=2),)
     return ()
+
+
+# SGLang lines read from its source that carry nothing kvtui needs (not "unrecognised startup lines")
+_KNOWN_STARTS: Final = (
+    "Ignore import error when loading",  # optional model modules at import
+    "CUDA graphs can take additional",  # piecewise-graph memory advice
+    "Restoring add_bos_token",
+    "FP4 (E2M1) KV Cache might lead",
+    "Using FP8 KV cache but no scaling factors",
+    "Tree cache initialized",
+    "Found local HF snapshot",
+    "Failed to load generation config",
+    "DFLASH draft greedy head folded",
+    "Attempting to acquire lock",  # filelock (kernel JIT caches) at debug level
+    "Attempting to release lock",
+    "Lock ",
+    "Mooncake Configuration loaded",
+    "Loading chat template",
+    "Finish: obj=",  # --log-requests
+    "Using default chat sampling params",
+    "Cache flushed successfully",
+)
+
+# SGLang failure texts that identify the engine in a fragment without any SGLang prefix
+_FRAGMENT_RE: Final = re.compile(
+    r"(?:[\w.]+(?:Error|Exception): )?(?:Not enough memory\. Please try to increase --mem-fraction-static"
+    r"|Loaded weights leave no GPU memory|Capture cuda graph failed|Scheduler hit an exception"
+    r"|Received sigquit from a child|Rank \d+ scheduler died during initialization)"
+)
+_INFERRED: Final = {ph: PhaseMark(ph, inferred=True) for ph in Phase}
+
+
+def _inferred(phase: Phase) -> PhaseMark:
+    return _INFERRED[phase]
+
+
+def _not_enough(msg: str) -> tuple[LogEvent, ...]:
+    """`Not enough memory. Please try to increase --mem-fraction-static.` (0.5.x: `Current value:
+    mem_fraction_static=X`; ≥0.5.18: `Loaded weights leave no GPU memory … under
+    --mem-fraction-static=X`): the fraction from the message when the argument dump is missing."""
+    ev: list[LogEvent] = [_pm(Phase.KV_ALLOCATE, TARGET), FailureText(msg, FailureKind.OOM_KV_ALLOCATE, specificity=3)]
+    m = _MFS_RE.search(msg)
+    if m is not None:
+        ev.append(Flags({"mem_fraction_static": float(m.group(1))}))
+    return tuple(ev)
 
 
 def _cli_error_of(text: str) -> FailureText | None:
@@ -389,6 +449,8 @@ class SglangGrammar:
             or (text.startswith("SGLang") and _SGL_VERSION_RE.match(text) is not None)
             or (text.startswith("usage: ") and usage_engine(text) is Engine.SGLANG)
             or (": error: " in text and _cli_error_of(text) is not None)
+            or ('File "' in text and frame_engine(text) is Engine.SGLANG)
+            or _FRAGMENT_RE.match(text) is not None
         )
 
     # -----------------------------------------------------------------------------------------
@@ -457,6 +519,7 @@ class SglangGrammar:
             engine=Engine.SGLANG if (prefixed or events) else None,
             events=events,
             prefixed=prefixed,
+            known=prefixed and not events and msg.startswith(_KNOWN_STARTS),
         )
 
     # -----------------------------------------------------------------------------------------
@@ -541,11 +604,7 @@ class SglangGrammar:
                     ev.append(Metric("weights_gib", v, model))
                 return tuple(ev)
             if msg.startswith("Loaded weights leave no GPU memory"):
-                return (
-                    _pm(Phase.KV_ALLOCATE, TARGET),
-                    FailureText(msg, FailureKind.OOM_KV_ALLOCATE, specificity=3),
-                    *self._note_era("0.5.18"),
-                )
+                return (*_not_enough(msg), *self._note_era("0.5.18"))
             return None
         if c == "I":
             if msg.startswith("Init torch distributed begin") or msg.startswith("Init parallel begin"):
@@ -652,10 +711,15 @@ class SglangGrammar:
                 return (FailureText(msg, None, fatal=True, specificity=1),)
             if msg.startswith("SGLang") or msg.startswith("SGLANG"):
                 return self._version_line(msg)
+            if msg.startswith("SWA KV Cache is allocated") or msg.startswith("SWA KV Cache VA upper bound"):
+                return self._kv_line(msg, rank)  # 0.5.23 labels a hybrid model's pools `Full` / `SWA`
             return None
         if c == "D":
             if msg.startswith("DSV4 ") or msg.startswith("DSv4 "):
                 return self._dsv4(msg, rank)
+            if msg.startswith("Disable ") and "CUDA graph" in msg[:40]:
+                # `Disable prefill CUDA graph because …` (0.5.1x+): the boot goes on without it
+                return (Warning_(msg),)
             if msg.startswith("Draft model loaded"):
                 ev = [_pm(Phase.LOAD_WEIGHTS, DRAFT, True)]
                 v = _float_re(_MEMUSE_RE, msg)
@@ -688,16 +752,56 @@ class SglangGrammar:
             return None
         if c == "P":
             if msg.startswith("Post-capture KV sizing"):
-                return self._kv_line(msg, rank)
+                return self._post_capture(msg, rank)
             return None
         if c == "N":
             if msg.startswith("Not enough memory"):
-                return (_pm(Phase.KV_ALLOCATE, TARGET), FailureText(msg, FailureKind.OOM_KV_ALLOCATE, specificity=3))
+                return _not_enough(msg)
+            return None
+        if c == "F" and msg.startswith("Failed to get GPU memory capacity from nvidia-smi"):
+            # `… Reported total GPU memory per device (MiB): [124546], using min: 124546 MiB.`
+            v = _num_after(msg, "using min: ")
+            return (Metric("gpu_total_gib", round(v / 1024, 4)),) if v is not None else (Warning_(msg),)
+        # (`Full KV Cache is allocated`, 0.5.23, is the labelled pool line below)
+        if c == "A":
+            if msg.startswith("Allocating ") and "host memory for hierarchical" in msg:
+                # HiCache: the host pool (CPU RAM) behind the GPU KV pool
+                v = _num_after(msg, "Allocating ")  # decimal GB here (bytes / 1e9)
+                return (Metric("hicache_host_gib", round(v * 1e9 / (1 << 30), 4)),) if v is not None else ()
+            return None
+        if c == "H":
+            if msg.startswith("HiCache auto-sizing") or msg.startswith("HiCache memory headroom"):
+                return (Warning_(msg),)
             return None
         # a pool label in front: `{label} KV Cache is allocated. …` (0.5.23)
         if "KV Cache is allocated" in msg:
             return self._kv_line(msg, rank)
         return None
+
+    def _post_capture(self, msg: str, rank: str | None) -> tuple[LogEvent, ...]:
+        """0.5.23 post-capture KV sizing: the pool is sized after the graphs (not a failure)."""
+        body = msg[len("Post-capture KV sizing: "):]
+        if body.startswith("KV cache allocated"):
+            return self._kv_line(msg, rank)
+        if body.startswith("draft KV cache allocated"):
+            ev: list[LogEvent] = [_pm(Phase.KV_ALLOCATE, DRAFT)]
+            tokens = _TOKENS_RE.search(msg)
+            if tokens is not None:
+                ev.append(Metric("kv_tokens", float(tokens.group(1)), DRAFT))
+            v = _float_re(_KV_SIZE_RE, msg)
+            if v is not None:
+                ev.append(Metric("kv_cache_gib", v, DRAFT))
+            return tuple(ev)
+        if body.startswith("full_layer_tokens="):
+            ev = []
+            full = _int_after(body, "full_layer_tokens=")
+            swa = _int_after(body, "swa_layer_tokens=")
+            if full is not None:
+                ev.append(Metric("full_tokens", float(full)))
+            if swa:
+                ev.append(Metric("swa_tokens", float(swa)))
+            return tuple(ev)
+        return (Warning_(msg),)  # max_running_requests capped, KV-canary workspace, max_bs below …
 
     def _pool_model(self, rank: str | None) -> Model:
         st = self._ranks.get(rank or "")
@@ -835,7 +939,7 @@ class SglangGrammar:
     def _capture_failed(self, msg: str) -> tuple[LogEvent, ...]:
         self._capturing = False
         # the phase decides the kind: an OOM in capture is oom_graph_capture, anything else a crash
-        ev: list[LogEvent] = [FailureText(msg, None, specificity=3)]
+        ev: list[LogEvent] = [_inferred(Phase.GRAPH_CAPTURE), FailureText(msg, None, specificity=3)]
         ev.extend(oom_metrics(msg))
         return tuple(ev)
 
@@ -859,6 +963,10 @@ class SglangGrammar:
     # ---- lines without the SGLang prefix (tqdm, tracebacks, third-party output) ---------------
     def _unprefixed(self, msg: str) -> tuple[LogEvent, ...]:
         c = msg[:1]
+        if (c == " " or c == "F") and 'File "' in msg[:12]:
+            # a traceback frame: where on the startup stack it failed (used by fragments only)
+            phase = frame_phase(msg)
+            return (_inferred(phase),) if phase is not None else ()
         if c == "C":
             if msg.startswith("Capturing batches") or msg.startswith("Capturing num tokens"):
                 return self._capture_progress(msg)
@@ -875,6 +983,10 @@ class SglangGrammar:
             return self._bare_progress(msg)
         if "Capture cuda graph failed" in msg or "CUDA graph failed" in msg:
             return self._capture_failed(msg)
+        if c == "S" and msg.startswith("Scheduler hit an exception"):  # its prefix cut off (a fragment)
+            return (FailureText(msg, None, fatal=False, specificity=1),)
+        if c == "R" and msg.startswith("Received sigquit from a child"):
+            return (FailureText(msg, None, fatal=True, specificity=0),)
         if ": error: " in msg:
             ft = _cli_error_of(msg)
             if ft is not None:
@@ -885,7 +997,7 @@ class SglangGrammar:
             return (FailureText(msg, FailureKind.GPU_BUSY, specificity=3),)
         if ("Not enough memory" in msg and "mem-fraction-static" in msg) or "Loaded weights leave no GPU memory" in msg:
             # the pool sizing step raised: the boot is in kv_allocate
-            return (_pm(Phase.KV_ALLOCATE, TARGET), FailureText(msg, FailureKind.OOM_KV_ALLOCATE, specificity=3))
+            return _not_enough(msg)
         return generic_failure(msg)
 
     def _capture_progress(self, msg: str) -> tuple[LogEvent, ...]:

