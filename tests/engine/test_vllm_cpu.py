@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -42,13 +41,13 @@ from pathlib import Path
 
 import pytest
 from engine_support import require_engine
+from proc_support import followers_read, group_members, wait_group_gone
 from sshd_support import SshdInstance, free_port, requires_sshd, start_sshd
 
 # one worker runs the whole module, in order (pytest-xdist: --dist loadfile, or loadgroup)
 pytestmark = [pytest.mark.engine, pytest.mark.sshd, requires_sshd, pytest.mark.xdist_group("engine")]
 
 BOOT_TIMEOUT = 300  # seconds for one boot on a loaded 2-core machine (about 40 s when idle)
-FOLLOW_TIMEOUT = 120  # seconds for `kvtui wait` to start and open the log (local, over SSH) when loaded
 EXIT_TIMEOUT = 60  # seconds for killed processes to be gone (a large engine's memory takes a while)
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
@@ -184,7 +183,7 @@ class Rig:
         if pid is not None:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
-            _wait_gone(pid, EXIT_TIMEOUT)
+            wait_group_gone(pid, EXIT_TIMEOUT)
 
     def alive(self) -> bool:
         pid = self.server_pid()
@@ -210,36 +209,6 @@ class Rig:
 
     def log_since(self, offset: int) -> str:
         return self.log.read_bytes()[offset:].decode("utf-8", "replace")
-
-    def log_readers(self) -> dict[int, int]:
-        """{pid: how far it has read} of the processes reading the server's log: each follower
-        (``kvtui wait`` on the local host, ``tail -F`` for the host over SSH) holds it open for
-        reading; the server only appends to it."""
-        target = str(self.log)
-        out: dict[int, int] = {}
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                for fd in (proc / "fd").iterdir():
-                    if os.readlink(fd) != target:
-                        continue
-                    info = dict(ln.split(":", 1) for ln in (proc / "fdinfo" / fd.name).read_text().splitlines()
-                                if ":" in ln)
-                    if int(info["flags"].strip(), 8) & os.O_ACCMODE == os.O_RDONLY:
-                        out[int(proc.name)] = max(out.get(int(proc.name), 0), int(info["pos"].strip()))
-            except (OSError, KeyError, ValueError):
-                continue  # gone, or not ours to read
-        return out
-
-    async def followers_read(self, offset: int, count: int = 2) -> None:
-        """Wait until ``count`` followers read the log up to byte ``offset`` (positioned at its end
-        for ``wait --next``: a boot started before would not be the next one)."""
-        deadline = time.monotonic() + FOLLOW_TIMEOUT
-        while sum(pos >= offset for pos in self.log_readers().values()) < count:
-            assert time.monotonic() < deadline, f"{count} followers did not read the log to {offset} within " \
-                                               f"{FOLLOW_TIMEOUT} s: {self.log_readers()}"
-            await asyncio.sleep(0.05)
 
     def last_args(self) -> dict[str, object]:
         """The latest boot's own argument dump (vLLM's ``non-default args: {…}``)."""
@@ -404,7 +373,7 @@ async def test_max_model_len_beyond_the_pool_is_kv_too_small(rig: Rig) -> None:
 async def test_a_bad_argument_is_bad_args_naming_the_flag(rig: Rig) -> None:
     waits = [asyncio.create_task(rig.kvtui("wait", h, "--next", "--json", "--timeout", "120")) for h in ("cpu",
                                                                                                       "cpussh")]
-    await rig.followers_read(rig.log.stat().st_size)  # both followers are at the end of the log
+    await followers_read(rig.log, count=2)  # both followers are at the end of the log
     rig.script.write_text(rig.original_script().replace("--max-num-seqs 8", "--max-num-seqs abc"))
     offset = rig.log.stat().st_size
     await asyncio.to_thread(rig.stop)
@@ -436,14 +405,14 @@ async def test_kill_9_mid_boot_fails_within_10_s(rig: Rig) -> None:
     waits = [asyncio.create_task(rig.kvtui("wait", h, "--next", "--json", "--timeout", str(BOOT_TIMEOUT)))
              for h in ("cpu", "cpussh")]
     offset = rig.log.stat().st_size
-    await rig.followers_read(offset)  # both followers are at the end of the log
+    await followers_read(rig.log, offset, count=2)  # both followers are at the end of the log
     rig.start()
     deadline = time.monotonic() + BOOT_TIMEOUT
     while "non-default args: " not in (text := rig.log_since(offset)):  # the engine's first lines: mid-boot
         assert time.monotonic() < deadline, "the engine never started"
         await asyncio.sleep(0.1)
     first = text.index("non-default args: ")
-    await rig.followers_read(offset + len(text[: text.index("\n", first) + 1].encode()))  # both have them
+    await followers_read(rig.log, offset + len(text[: text.index("\n", first) + 1].encode()), count=2)  # both have them
     pid = rig.server_pid()
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
@@ -466,39 +435,4 @@ def test_the_suite_left_no_server_behind(rig: Rig) -> None:
     rig.stop()
     pid = rig.server_pid()
     assert pid is not None
-    assert _group_members(pid) == [], "processes of the server's group are left"
-
-
-def _wait_gone(pgid: int, timeout: float) -> None:
-    """Wait until process group ``pgid`` has no live process (each member's exit is an event on
-    its pidfd), or ``timeout`` seconds pass (the caller asserts what is left)."""
-    deadline = time.monotonic() + timeout
-    while (members := _group_members(pgid)) and (left := deadline - time.monotonic()) > 0:
-        fds: list[int] = []
-        try:
-            for member in members:
-                with contextlib.suppress(OSError):  # already gone
-                    fds.append(os.pidfd_open(member))
-            if fds:
-                poller = select.poll()
-                for fd in fds:
-                    poller.register(fd, select.POLLIN)
-                poller.poll(min(left, 1.0) * 1000)  # one exits (or re-scan: a zombie is not in the list)
-        finally:
-            for fd in fds:
-                os.close(fd)
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Live processes (not zombies) of process group ``pgid``."""
-    out: list[int] = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            fields = (d / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            out.append(int(d.name))
-    return out
+    assert group_members(pid) == [], "processes of the server's group are left"
