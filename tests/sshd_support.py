@@ -101,6 +101,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+SSHD_START_TIMEOUT = 30.0  # real seconds: a loaded machine starts sshd slowly
+PORT_ATTEMPTS = 5
+
+
+class PortInUse(RuntimeError):
+    """The chosen port was bound by someone else between ``free_port()`` and the daemon's bind."""
+
+
 def _write_key(path: Path, key: asyncssh.SSHKey) -> None:
     key.write_private_key(str(path))
     key.write_public_key(str(path) + ".pub")
@@ -174,6 +182,15 @@ class SshdInstance:
         _write_key(self.host_key, asyncssh.generate_private_key("ssh-ed25519"))
         self._spawn()
 
+    def _log_since(self, offset: int) -> str:
+        """The log from byte ``offset`` on (sshd ends its lines with CRLF: text offsets differ)."""
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
     def log_text(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
@@ -181,28 +198,41 @@ class SshdInstance:
             return ""
 
     def _spawn(self) -> None:
+        """Start the daemon and return once *it* listens on ``port`` (its log says so: a banner
+        on the port could be another sshd's — another test worker, another run on this machine —
+        that took the port first). A port taken first raises ``PortInUse``."""
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         check = subprocess.run([str(SSHD), "-t", "-f", str(self.config_path)], capture_output=True, text=True,
                                check=False)
         if check.returncode != 0:
             raise RuntimeError(f"sshd -t rejected {self.config_path}: {check.stderr}")
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0  # a respawn appends
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [str(SSHD), "-D", "-e", "-f", str(self.config_path)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )
         log.close()
-        deadline = time.monotonic() + 10
+        listening = f"Server listening on {self.host} port {self.port}."
+        deadline = time.monotonic() + SSHD_START_TIMEOUT
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sshd exited with {self.proc.returncode}: {self.log_text()[-2000:]}")
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.5) as s:
-                    if s.recv(64).startswith(b"SSH-"):
-                        return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("sshd did not start listening within 10 s")
+            exited = self.proc.poll() is not None
+            text = self._log_since(offset)
+            if listening in text:
+                break
+            if exited:
+                self.proc = None
+                if "Address already in use" in text:
+                    raise PortInUse(f"port {self.port} was taken before sshd bound it: {text[-500:]}")
+                raise RuntimeError(f"sshd exited: {text[-2000:]}")
+            time.sleep(0.02)
+        else:
+            raise RuntimeError(f"sshd did not start listening within {SSHD_START_TIMEOUT:.0f} s")
+        with socket.create_connection((self.host, self.port), timeout=SSHD_START_TIMEOUT) as s:
+            s.settimeout(SSHD_START_TIMEOUT)
+            banner = s.recv(64)
+        if not banner.startswith(b"SSH-"):
+            raise RuntimeError(f"sshd on port {self.port} answered {banner!r}")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -259,46 +289,57 @@ def start_sshd(
     os.chmod(auth, 0o644)
     if account.pw_uid != 0:  # the login must be able to read the key (StrictModes is off)
         os.chown(auth, account.pw_uid, account.pw_gid)
-    port = port or free_port()
-    known_hosts = workdir / "known_hosts"
-    host_pub = asyncssh.read_public_key(str(host_key) + ".pub").export_public_key().decode().strip()
-    known_hosts.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
-    std_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    path_value = f"{path_prefix}:{std_path}" if path_prefix else std_path
-    env = {"PATH": path_value, **(extra_env or {})}
-    setenv = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    config = workdir / "sshd_config"
-    config.write_text(
-        textwrap.dedent(
-            f"""\
-            ListenAddress 127.0.0.1
-            Port {port}
-            HostKey {host_key}
-            PidFile {workdir / "sshd.pid"}
-            AuthorizedKeysFile {auth_dir}/authorized_keys_%u
-            UsePAM no
-            StrictModes no
-            PasswordAuthentication no
-            KbdInteractiveAuthentication no
-            PubkeyAuthentication yes
-            PermitRootLogin prohibit-password
-            AllowUsers {user}
-            SetEnv {setenv}
-            PrintMotd no
-            PrintLastLog no
-            MaxSessions 64
-            MaxStartups 64
-            LogLevel VERBOSE
-            """
+    # free_port() only names a port free a moment ago: another process (a test worker, another
+    # run, a client's ephemeral port) may bind it before sshd does; the daemon then exits and
+    # the next attempt takes another port (a port the caller chose is not changed).
+    chosen = port
+    for attempt in range(PORT_ATTEMPTS):
+        port = chosen or free_port()
+        known_hosts = workdir / "known_hosts"
+        host_pub = asyncssh.read_public_key(str(host_key) + ".pub").export_public_key().decode().strip()
+        known_hosts.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
+        std_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        path_value = f"{path_prefix}:{std_path}" if path_prefix else std_path
+        env = {"PATH": path_value, **(extra_env or {})}
+        setenv = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        config = workdir / "sshd_config"
+        config.write_text(
+            textwrap.dedent(
+                f"""\
+                ListenAddress 127.0.0.1
+                Port {port}
+                HostKey {host_key}
+                PidFile {workdir / "sshd.pid"}
+                AuthorizedKeysFile {auth_dir}/authorized_keys_%u
+                UsePAM no
+                StrictModes no
+                PasswordAuthentication no
+                KbdInteractiveAuthentication no
+                PubkeyAuthentication yes
+                PermitRootLogin prohibit-password
+                AllowUsers {user}
+                SetEnv {setenv}
+                PrintMotd no
+                PrintLastLog no
+                MaxSessions 64
+                MaxStartups 64
+                LogLevel VERBOSE
+                """
+            )
+            + "".join(line + "\n" for line in extra_config)
         )
-        + "".join(line + "\n" for line in extra_config)
-    )
-    inst = SshdInstance(
-        workdir=workdir, port=port, user=user, client_key=client_key, known_hosts=known_hosts, host_key=host_key,
-        bin_dir=path_prefix, path_value=path_value, config_path=config, log_path=workdir / "sshd.log",
-    )
-    inst._spawn()
-    return inst
+        inst = SshdInstance(
+            workdir=workdir, port=port, user=user, client_key=client_key, known_hosts=known_hosts, host_key=host_key,
+            bin_dir=path_prefix, path_value=path_value, config_path=config, log_path=workdir / "sshd.log",
+        )
+        try:
+            inst._spawn()
+        except PortInUse:
+            if chosen is not None or attempt == PORT_ATTEMPTS - 1:
+                raise
+            continue  # another process took the port after free_port(): take another
+        return inst
+    raise AssertionError("unreachable")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from proc_support import followers_read
 from sshd_support import FakeTools, JournalWriter, SshdInstance, requires_sshd, start_sshd
 
 from kvtui.cli import build_parser
@@ -52,17 +53,18 @@ def record_time(backend: str, seconds: float) -> None:
 
 async def run_wait(hosts: Path, name: str, kill: callable, *, ready_marker: str = "load_weights",  # type: ignore[valid-type]
                    timeout: float = 60.0, next_boot: bool = False,
-                   start: callable | None = None) -> tuple[int, str, str, float]:  # type: ignore[valid-type]
-    """``kvtui wait NAME`` in process (``--next``: then ``start()`` the server once it follows);
-    once its progress shows ``ready_marker``, ``kill()``; returns (exit code, stdout, stderr,
-    seconds from the kill to the exit)."""
+                   start: callable | None = None, log: Path | None = None) -> tuple[int, str, str, float]:  # type: ignore[valid-type]
+    """``kvtui wait NAME`` in process (``--next``: then ``start()`` the server once it follows
+    ``log`` from its end); once its progress shows ``ready_marker``, ``kill()``; returns (exit
+    code, stdout, stderr, seconds from the kill to the exit)."""
     argv = ["--hosts", str(hosts), "wait", name, "--timeout", str(timeout)] + (["--next"] if next_boot else [])
     args = build_parser().parse_args(argv)
     out, err = io.StringIO(), io.StringIO()
     task = asyncio.create_task(wait_for_boot(args, stdout=out, stderr=err))
     if start is not None:
+        assert log is not None, "start= needs the log the wait follows"
         await until_text(err, "following the next boot")
-        await asyncio.sleep(1.5)  # the follower is at the end of the log (and has read the old pid)
+        await followers_read(log)  # the follower is at the end of the log
         start()
     deadline = time.monotonic() + timeout
     while ready_marker not in err.getvalue():
@@ -280,7 +282,8 @@ async def test_ssh_script_host_next_boot_killed(tmp_path: Path, sshd: SshdInstan
         os.kill(old, signal.SIGKILL)
         subprocess.run(start, shell=True, check=True)
 
-    code, out, err, took = await run_wait(hosts, "gpu", lambda: kill9(pid), next_boot=True, start=restart)
+    code, out, err, took = await run_wait(hosts, "gpu", lambda: kill9(pid), next_boot=True, start=restart,
+                                          log=log)
     assert int(pid.read_text()) != old
     assert_crash(code, out, err, took, "ssh (script host, wait --next)")
 
@@ -297,7 +300,8 @@ async def test_ssh_next_boot_when_the_restart_beat_the_follow(tmp_path: Path, ss
     err = io.StringIO()
     task = asyncio.create_task(wait_for_boot(args, stdout=io.StringIO(), stderr=err))
     await until_text(err, "following the next boot")
-    await asyncio.sleep(1.5)
+    await followers_read(log)  # tail follows: the pid watch started just before it
+    await asyncio.sleep(1.5)  # its first reading (the server alive) has no sign outside the wait
     kill9(pid)
     t_kill = time.monotonic()
     assert await task == 1, err.getvalue()
@@ -316,7 +320,8 @@ async def test_local_script_host_next_boot_killed(tmp_path: Path) -> None:
         os.kill(old, signal.SIGKILL)
         subprocess.run(start, shell=True, check=True)
 
-    code, out, err, took = await run_wait(hosts, "box", lambda: kill9(pid), next_boot=True, start=restart)
+    code, out, err, took = await run_wait(hosts, "box", lambda: kill9(pid), next_boot=True, start=restart,
+                                          log=log)
     assert_crash(code, out, err, took, "local (script host, wait --next)")
 
 

@@ -4,6 +4,7 @@ them — one at a time (``pilot.press``) or in one burst (``burst``: a paste, a 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -424,16 +425,18 @@ async def test_only_themes_that_draw_kvtui_correctly_are_offered() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _closed_port() -> int:
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port nobody listens on, every connection refused: bound (not listening) for
+    the test, so no other process (a test worker's sshd, another run) can take it meanwhile."""
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port  # nothing listens there now: every connection is refused
+        yield sock.getsockname()[1]
 
 
-async def test_an_unreachable_ssh_host_says_so_in_every_panel() -> None:
+async def test_an_unreachable_ssh_host_says_so_in_every_panel(closed_port: int) -> None:
     """A real SSH backend to a loopback port nobody listens on: it keeps reconnecting. The
     panels used to say "● following" and "collecting GPU memory samples…"."""
     from kvtui.config import HostConfig
@@ -441,7 +444,7 @@ async def test_an_unreachable_ssh_host_says_so_in_every_panel() -> None:
     from kvtui.hosts.factory import make_backend
     from kvtui.ui.host_pane import HostSpec
 
-    spec = HostSpec("gpu-a", HostConfig(ssh="kvtui@127.0.0.1", port=_closed_port(), unit="sglang"))
+    spec = HostSpec("gpu-a", HostConfig(ssh="kvtui@127.0.0.1", port=closed_port, unit="sglang"))
     app = KvtuiApp([spec], backend_factory=make_backend)
     async with app.run_test(size=(160, 48)) as pilot:
         pane = pane_of(app)

@@ -281,38 +281,42 @@ def set_demo_fraction(name: str, fraction: float, clock: FakeClock, speed: float
     backend.restart()
 
 
-async def settle(pilot: Pilot[Any], app: Any, *, timeout: float = 10.0) -> None:
-    """Wait until every pane has taken in all its host produced up to the clock's now."""
+SETTLE_TIMEOUT = 60.0  # real seconds: generous (a loaded CI machine is slow), never what is shown
+
+
+def caught_up(pane: Any, now: float) -> bool:
+    """The pane shows everything its demo host produced up to ``now``: the host has no line after
+    the monitor's last cursor, the monitor has nothing left to publish, the pane applied every
+    batch, and the GPU plot has the reading at ``now``."""
+    from kvtui.hosts.demo import DemoBackend
+
+    monitor, backend = pane.monitor, pane.backend
+    if monitor is None or not isinstance(backend, DemoBackend):
+        return False
+    if backend.read_lines(after_cursor=monitor.spool.last_cursor, limit=1):
+        return False  # a line at or before now the monitor has not taken in yet
+    if not pane.up_to_date:
+        return False  # taken in, not yet published or not yet applied
+    points = pane.gpu_plot.points
+    return bool(points) and points[-1][0] >= now
+
+
+async def settle(pilot: Pilot[Any], app: Any, *, timeout: float = SETTLE_TIMEOUT) -> None:
+    """Wait (real time, as long as it takes) until every pane is caught up with the clock: on a
+    frozen clock the screen is then a function of the clock, however the monitor's real-time
+    batching and throttling fell (a pane that looked quiet for a moment may not have read the
+    newest lines yet: waiting for quiet is a race)."""
     import asyncio
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    last: tuple[int, ...] | None = None
-    while True:
-        await pilot.pause(0.03)
-        panes = app.main_screen.panes
-        state = tuple(
-            v
-            for p in panes
-            for v in (
-                p.monitor.lines_seen if p.monitor is not None else -1,
-                p.lines_received,
-                int(p.gpu_plot.points[-1][0]) if p.gpu_plot.points else -1,
-            )
-        )
-        ready = all(
-            p.monitor is not None
-            and p.up_to_date  # nothing held back by the monitor (a throttled serving-only boot change)
-            and p.monitor.lines_seen == p.lines_received
-            and p.gpu_plot.points
-            and p.gpu_plot.points[-1][0] >= app.clock() - 1e-6
-            for p in panes
-        )
-        if ready and state == last:
-            return
-        last = state
+    while not all(caught_up(p, app.clock()) for p in app.main_screen.panes):
         if loop.time() > deadline:
-            raise AssertionError(f"hosts did not settle within {timeout}s: {state}")
+            state = [(p.host_name, p.monitor is not None and p.up_to_date, p.lines_received)
+                     for p in app.main_screen.panes]
+            raise AssertionError(f"the console did not catch up with the clock in {timeout:.0f} s: {state}")
+        await pilot.pause(0.01)
+    await pilot.pause()  # what the last batch set off (summaries, refreshes)
 
 
 async def run_clock(

@@ -2,7 +2,7 @@
 fixed: every value on screen (times, memory, tokens, log lines, the GPU plot, the KV sparkline) is
 a function of them.
 
-The clock only moves between ``_settle``s: after each step the test waits until every pane holds
+The clock only moves between ``settle``s (test_ui_helpers): after each step the test waits until every pane holds
 all its host produced up to the clock's now (the demo host has no line after the monitor's last
 cursor, the monitor has nothing left to publish, the pane applied every batch, the GPU plot has
 the reading at now). How fast the machine is, or how the monitor's real-time batching and
@@ -13,9 +13,8 @@ Review changes with the HTML report pytest prints, then accept them with ``--sna
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from test_ui_helpers import (
     gpu_samples,
     screen_text,
     set_demo_fraction,
+    settle,
     start_demo,
     wait_for,
 )
@@ -35,40 +35,11 @@ from textual.pilot import Pilot
 
 from kvtui.boot import BootStatus
 from kvtui.engines.events import Phase
-from kvtui.hosts.demo import DemoBackend
 from kvtui.ui.app import KvtuiApp
-from kvtui.ui.host_pane import HostPane
 from kvtui.ui.widgets.gpu import GpuHistoryPlot, PhaseBand
 
 SIZE = (130, 38)
 SnapCompare = Callable[..., bool]
-
-
-SETTLE_TIMEOUT = 60.0  # real seconds: generous, a loaded CI machine is slow, never different
-
-
-def _caught_up(pane: HostPane, now: float) -> bool:
-    """The pane shows everything its demo host produced up to ``now``."""
-    monitor, backend = pane.monitor, pane.backend
-    if monitor is None or not isinstance(backend, DemoBackend):
-        return False
-    if backend.read_lines(after_cursor=monitor.spool.last_cursor, limit=1):
-        return False  # a line at or before now the monitor has not taken in yet
-    if not pane.up_to_date:
-        return False  # taken in, not yet published or not yet applied
-    points = pane.gpu_plot.points
-    return bool(points) and points[-1][0] >= now
-
-
-async def _settle(pilot: Pilot[Any], app: KvtuiApp) -> None:
-    """Wait (real time, as long as it takes) until every pane is caught up with the clock."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + SETTLE_TIMEOUT
-    while not all(_caught_up(p, app.clock()) for p in app.main_screen.panes):
-        if loop.time() > deadline:
-            raise AssertionError(f"the console did not catch up with the clock in {SETTLE_TIMEOUT:.0f} s")
-        await pilot.pause(0.01)
-    await pilot.pause()  # what the last batch set off (summaries, refreshes)
 
 
 async def _run_clock(
@@ -83,7 +54,7 @@ async def _run_clock(
 ) -> None:
     """Move the clock ``step`` at a time, settling after each step, until ``until()`` holds or
     ``seconds`` have passed."""
-    await _settle(pilot, app)
+    await settle(pilot, app)
     start = clock.t
     while True:
         if until is not None and until():
@@ -93,14 +64,14 @@ async def _run_clock(
         if clock.t - start > limit:
             raise AssertionError("condition not met before the clock limit")
         clock.advance(step)
-        await _settle(pilot, app)
+        await settle(pilot, app)
         for pane in app.main_screen.panes:
             pane.tick()
 
 
 async def _finish(pilot: Pilot[Any], app: KvtuiApp) -> None:
     """Everything drawn for the clock's now (the plot redraws on a 1 s timer otherwise)."""
-    await _settle(pilot, app)
+    await settle(pilot, app)
     for pane in app.main_screen.panes:
         pane.tick()
         pane.gpu_plot.redraw_if_needed()
@@ -232,20 +203,34 @@ def test_snapshot_two_demo_hosts(snap_compare: SnapCompare) -> None:
 
 
 # The apply dialog shows the demo host's file paths, which live under XDG_STATE_HOME: pinned for
-# that snapshot so the picture does not depend on pytest's temporary directory.
+# that snapshot so the picture does not depend on pytest's temporary directory. The directory is
+# the machine's, not the run's: a lock keeps two runs at once (test workers, other checkouts) from
+# sharing the demo host's unit file.
 PINNED_STATE = Path("/tmp/kvtui-snapshots/state")
 
 
+@pytest.fixture
+def pinned_state() -> Iterator[Path]:
+    import fcntl
+
+    PINNED_STATE.mkdir(parents=True, exist_ok=True)
+    with (PINNED_STATE.parent / "lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield PINNED_STATE
+
+
 @pytest.mark.slow
-def test_snapshot_apply_confirm_dialog(snap_compare: SnapCompare, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_snapshot_apply_confirm_dialog(
+    snap_compare: SnapCompare, monkeypatch: pytest.MonkeyPatch, pinned_state: Path
+) -> None:
     """`a` after a safe edit: the flag change, the prediction, the coloured diff, what runs, and
     the automatic-rollback toggle (on: the running boot is ready)."""
     import shutil
 
     from kvtui.ui.screens import ApplyScreen
 
-    shutil.rmtree(PINNED_STATE / "kvtui" / "demo" / "demo", ignore_errors=True)
-    monkeypatch.setenv("XDG_STATE_HOME", str(PINNED_STATE))
+    shutil.rmtree(pinned_state / "kvtui" / "demo" / "demo", ignore_errors=True)
+    monkeypatch.setenv("XDG_STATE_HOME", str(pinned_state))
     clock = FakeClock()
     start_demo("demo", clock, 40.0)
     clock.advance(12.0)
@@ -323,6 +308,29 @@ def test_docs_console_screenshots_are_the_snapshots() -> None:
         if os.environ.get("KVTUI_UPDATE_SCREENSHOT") == "1":
             doc.write_text(snapshot.read_text(encoding="utf-8"), encoding="utf-8")
         assert doc.read_text(encoding="utf-8") == snapshot.read_text(encoding="utf-8"), doc.name
+
+
+def test_every_stored_snapshot_belongs_to_a_test() -> None:
+    """Each file in __snapshots__/test_ui_snapshots is the picture of a snapshot test of this
+    module (syrupy reports unused snapshots only in a run on one process: the suite runs on
+    pytest-xdist workers, where it does not)."""
+    import inspect
+    import sys
+
+    module = sys.modules[__name__]
+    expected: set[str] = set()
+    for name, func in inspect.getmembers(module, inspect.isfunction):
+        if not name.startswith("test_") or "snap_compare" not in inspect.signature(func).parameters:
+            continue
+        params = [m for m in getattr(func, "pytestmark", []) if m.name == "parametrize"]
+        if not params:
+            expected.add(name)
+        for mark in params:
+            ids = mark.kwargs["ids"]
+            expected.update(f"{name}[{ids(value)}]" for value in mark.args[1])
+    assert len(expected) >= 10
+    stored = {p.stem for p in (Path(__file__).parent / "__snapshots__" / "test_ui_snapshots").iterdir()}
+    assert stored == expected
 
 
 README_SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "screenshot.svg"

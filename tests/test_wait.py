@@ -274,20 +274,20 @@ def test_unreachable_ssh_host_exits_3_at_once(tmp_path: Path, capsys: pytest.Cap
     pytest.importorskip("asyncssh")
     import socket
 
-    with socket.socket() as s:  # a loopback port nobody listens on
+    with socket.socket() as s:  # a loopback port nobody listens on (bound: nobody can take it meanwhile)
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    known = tmp_path / "known_hosts"
-    known.write_text("")
-    hosts_file(
-        tmp_path,
-        f'[hosts.gpu-a]\nssh = "root@127.0.0.1"\nport = {port}\nknown_hosts = "{known}"\nunit = "sglang.service"\n',
-    )
-    import time
+        known = tmp_path / "known_hosts"
+        known.write_text("")
+        hosts_file(
+            tmp_path,
+            f'[hosts.gpu-a]\nssh = "root@127.0.0.1"\nport = {port}\nknown_hosts = "{known}"\nunit = "sglang.service"\n',
+        )
+        import time
 
-    t0 = time.monotonic()
-    assert main(["wait", "gpu-a", "--timeout", "30"]) == 3
-    assert time.monotonic() - t0 < 15
+        t0 = time.monotonic()
+        assert main(["wait", "gpu-a", "--timeout", "30"]) == 3
+        assert time.monotonic() - t0 < 15
     err = capsys.readouterr().err
     assert "gpu-a" in err
     assert "Traceback" not in err

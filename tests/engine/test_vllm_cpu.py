@@ -41,11 +41,14 @@ from pathlib import Path
 
 import pytest
 from engine_support import require_engine
+from proc_support import followers_read, group_members, wait_group_gone
 from sshd_support import SshdInstance, free_port, requires_sshd, start_sshd
 
-pytestmark = [pytest.mark.engine, pytest.mark.sshd, requires_sshd]
+# one worker runs the whole module, in order (pytest-xdist: --dist loadfile, or loadgroup)
+pytestmark = [pytest.mark.engine, pytest.mark.sshd, requires_sshd, pytest.mark.xdist_group("engine")]
 
 BOOT_TIMEOUT = 300  # seconds for one boot on a loaded 2-core machine (about 40 s when idle)
+EXIT_TIMEOUT = 60  # seconds for killed processes to be gone (a large engine's memory takes a while)
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
@@ -173,11 +176,14 @@ class Rig:
             return None
 
     def kill_all(self) -> None:
-        """End the server's whole process group (a kill -9 leaves its engine workers behind)."""
+        """End the server's whole process group (a kill -9 leaves its engine workers behind) and
+        wait until its processes are gone (a SIGKILLed process lives on while the kernel frees its
+        memory: longer on a loaded machine)."""
         pid = self.server_pid()
         if pid is not None:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
+            wait_group_gone(pid, EXIT_TIMEOUT)
 
     def alive(self) -> bool:
         pid = self.server_pid()
@@ -367,7 +373,7 @@ async def test_max_model_len_beyond_the_pool_is_kv_too_small(rig: Rig) -> None:
 async def test_a_bad_argument_is_bad_args_naming_the_flag(rig: Rig) -> None:
     waits = [asyncio.create_task(rig.kvtui("wait", h, "--next", "--json", "--timeout", "120")) for h in ("cpu",
                                                                                                       "cpussh")]
-    await asyncio.sleep(2.0)  # both followers are at the end of the log
+    await followers_read(rig.log, count=2)  # both followers are at the end of the log
     rig.script.write_text(rig.original_script().replace("--max-num-seqs 8", "--max-num-seqs abc"))
     offset = rig.log.stat().st_size
     await asyncio.to_thread(rig.stop)
@@ -398,14 +404,15 @@ async def test_kill_9_mid_boot_fails_within_10_s(rig: Rig) -> None:
     await asyncio.to_thread(rig.stop)  # the refused server may still be on its way out
     waits = [asyncio.create_task(rig.kvtui("wait", h, "--next", "--json", "--timeout", str(BOOT_TIMEOUT)))
              for h in ("cpu", "cpussh")]
-    await asyncio.sleep(2.0)
     offset = rig.log.stat().st_size
+    await followers_read(rig.log, offset, count=2)  # both followers are at the end of the log
     rig.start()
     deadline = time.monotonic() + BOOT_TIMEOUT
-    while "non-default args: " not in rig.log_since(offset):  # the engine's first lines: mid-boot
+    while "non-default args: " not in (text := rig.log_since(offset)):  # the engine's first lines: mid-boot
         assert time.monotonic() < deadline, "the engine never started"
         await asyncio.sleep(0.1)
-    await asyncio.sleep(1.0)  # both followers have the boot's first lines
+    first = text.index("non-default args: ")
+    await followers_read(rig.log, offset + len(text[: text.index("\n", first) + 1].encode()), count=2)  # both have them
     pid = rig.server_pid()
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
@@ -428,19 +435,4 @@ def test_the_suite_left_no_server_behind(rig: Rig) -> None:
     rig.stop()
     pid = rig.server_pid()
     assert pid is not None
-    assert _group_members(pid) == [], "processes of the server's group are left"
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Live processes (not zombies) of process group ``pgid``."""
-    out: list[int] = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            fields = (d / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            out.append(int(d.name))
-    return out
+    assert group_members(pid) == [], "processes of the server's group are left"
