@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 # ---------------------------------------------------------------------------------------------
 # Quoting helpers
@@ -431,11 +431,14 @@ exit 0"""
 
 
 def proc_environ(pids: Iterable[int], *, sudo: bool = False) -> str:
-    """Prints ``--pid N--`` then the environment each process started with (``/proc/N/environ``,
-    one ``NAME=VALUE`` a line), or ``--unreadable--``; ``parse_proc_environ`` reads it."""
+    """Prints ``--pid N--``, ``--ppid P--`` (its parent, from ``/proc/N/stat``, readable by anyone)
+    then the environment each process started with (``/proc/N/environ``, one ``NAME=VALUE`` a
+    line), or ``--unreadable--``; ``parse_proc_environ`` and ``parse_proc_parents`` read it."""
     plist = " ".join(str(int(p)) for p in pids if int(p) > 0)
     script = f"""for p in {plist}; do
   echo "--pid $p--"
+  pp=$(sed 's/.*) //' /proc/"$p"/stat 2>/dev/null | cut -d' ' -f2)
+  [ -n "$pp" ] && echo "--ppid $pp--"
   {sudo_prefix(sudo)}cat /proc/"$p"/environ 2>/dev/null | tr '\\000' '\\n' || echo "--unreadable--"
 done
 exit 0"""
@@ -457,6 +460,47 @@ def parse_proc_environ(output: str) -> dict[int, dict[str, str]]:
         if eq and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             out.setdefault(pid, {})[name] = value
     return out
+
+
+def parse_proc_parents(output: str) -> dict[int, int]:
+    """{pid: parent pid} from ``proc_environ``'s output."""
+    out: dict[int, int] = {}
+    pid: int | None = None
+    for line in output.splitlines():
+        if line.startswith("--pid ") and line.endswith("--") and line[6:-2].isdigit():
+            pid = int(line[6:-2])
+        elif pid is not None and line.startswith("--ppid ") and line.endswith("--") and line[7:-2].isdigit():
+            out[pid] = int(line[7:-2])
+    return out
+
+
+def main_process(pids: Iterable[int], parents: Mapping[int, int]) -> int | None:
+    """The server's main process among ``pids`` (a unit's, a container's or a pid file's process
+    tree): the one whose parent is not in the set — not the smallest number, which PID wrap-around
+    makes any process of the tree. Several roots: the one with most descendants in the set, then
+    the first given; None for no pids."""
+    ordered = list(dict.fromkeys(pids))
+    if not ordered:
+        return None
+    inside = set(ordered)
+    roots = [p for p in ordered if parents.get(p) not in inside]
+    if not roots:
+        return ordered[0]
+
+    def descendants(root: int) -> int:
+        n = 0
+        for p in ordered:
+            seen: set[int] = set()
+            q = parents.get(p)
+            while q is not None and q in inside and q not in seen:
+                if q == root:
+                    n += 1
+                    break
+                seen.add(q)
+                q = parents.get(q)
+        return n
+
+    return max(roots, key=lambda r: (descendants(r), -ordered.index(r)))
 
 
 _PIDFILE_RES = (

@@ -432,13 +432,14 @@ class ShellOps:
             say("note: the new server's process is unknown (no unit, container or pid file): its environment "
                 "was checked in the file only")
             return []
-        r = await self._run(cmds.proc_environ(pids[:16], sudo=_sudo(plan.host)))
+        r = await self._run(cmds.proc_environ(pids[:64], sudo=_sudo(plan.host)))
         envs = cmds.parse_proc_environ(r.stdout) if r.ok else {}
         if not envs:
             say(f"note: the environment of the new server process (pid {pids[0]}) is not readable by this login: "
                 "it was checked in the file only")
             return []
-        pid = min(envs)  # the server's main process (its workers inherit it)
+        # the server's main process (its workers inherit its environment): the root of the tree
+        pid = cmds.main_process(envs, cmds.parse_proc_parents(r.stdout)) or min(envs)
         found = ev.check_environment(envs[pid], plan.env_edits, what=f"the new server process (pid {pid})")
         if not found:
             shown = ", ".join(f"{e.name}={e.value}" if e.value is not None else f"no {e.name}"
