@@ -33,8 +33,10 @@ class Engine:
     """A stand-in of SGLang's endpoints on 127.0.0.1: 503 for ``warmup`` health checks, then 200;
     ``/v1/models`` and one-token ``/v1/completions``; records what it was asked."""
 
-    def __init__(self, warmup: int = 0, model: str = "llama-70b", completions: int = 200) -> None:
+    def __init__(self, warmup: int = 0, model: str = "llama-70b", completions: int = 200,
+                 tokenizer: bool = True) -> None:
         self.warmup = warmup
+        self.tokenizer = tokenizer
         self.model = model
         self.completions = completions
         self.asked: list[str] = []
@@ -66,6 +68,9 @@ class Engine:
             self.warmup -= 1
         elif path == "/v1/models":
             status, doc = 200, {"data": [{"id": self.model}]}
+        elif path == "/v1/completions" and not self.tokenizer and isinstance(body["prompt"], str):
+            # vLLM started with --skip-tokenizer-init (the real-engine suite's server answers so)
+            status, doc = 400, {"error": {"message": "Tokenizer not available when `skip_tokenizer_init=True`"}}
         elif path == "/v1/completions":
             status = self.completions
             doc = {"choices": [{"text": "!"}]} if status == 200 else {"error": "boom"}
@@ -75,6 +80,30 @@ class Engine:
         writer.write(f"HTTP/1.1 {status} X\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode() + data)
         await writer.drain()
         writer.close()
+
+
+async def test_a_server_without_its_tokenizer_answers_a_token_id_prompt() -> None:
+    e = await Engine(tokenizer=False).start()
+    try:
+        res = await probe_address(("127.0.0.1", e.port), timeout=10, retry_s=0.01)
+        assert res.ok, res.error
+        assert e.asked[-2].startswith("POST /v1/completions {'model': 'llama-70b', 'prompt': 'Hello'")
+        assert e.asked[-1].startswith("POST /v1/completions {'model': 'llama-70b', 'prompt': [1], 'max_tokens': 1")
+        assert any("again with a token-id prompt" in s for s in res.steps)
+    finally:
+        await e.close()
+
+
+async def test_a_refused_token_id_prompt_is_not_serving() -> None:
+    e = await Engine(completions=400).start()
+    try:
+        res = await probe_address(("127.0.0.1", e.port), timeout=10, retry_s=0.01)
+        assert not res.ok
+        assert res.error is not None
+        assert res.error.startswith("/v1/completions: HTTP 400")
+        assert e.asked[-1].startswith("POST /v1/completions {'model': 'llama-70b', 'prompt': [1]")
+    finally:
+        await e.close()
 
 
 @pytest.fixture
