@@ -33,7 +33,7 @@ from pydantic import (
     model_validator,
 )
 
-from kvtui.demo_presets import DEMO_ENGINES, DEMO_GPU_COUNT, PresetError, resolve_preset_name
+from kvtui.demo_presets import DEMO_ENGINES, DEMO_GPU_COUNT, PRESET_NODES, PresetError, resolve_preset_name
 
 HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]+$")
@@ -352,6 +352,8 @@ class DemoHost(_HostBase):
     demo_seed: int = 0
     demo_engine: Literal["sglang", "vllm"] = "sglang"
     demo_model: NonEmpty | None = None
+    demo_node: int | None = Field(default=None, ge=0, le=63)  # a multi-node preset: this host's node
+    demo_stall_node: int | None = Field(default=None, ge=0, le=63)  # ... and the node that never arrives
 
     @property
     def kind(self) -> Literal["demo"]:
@@ -479,7 +481,8 @@ _VARIANTS: dict[str, type[SshHost] | type[LocalHost] | type[DemoHost] | type[Kub
 # whose model has it (the rules below are derived from that).
 HOST_KEYS = ("ssh", "local", "demo", "kube", "selector", "port", "identity_file", "known_hosts", "strict_host_key",
              "engine", "unit", "log_file", "container", "launch_script", "start_command", "stop_command", "pid_file",
-             "gpus", "sudo", "readonly", "probe", "probe_model", "demo_speed", "demo_seed", "demo_engine", "demo_model")
+             "gpus", "sudo", "readonly", "probe", "probe_model", "demo_speed", "demo_seed", "demo_engine", "demo_model",
+             "demo_node", "demo_stall_node")
 _KEYS_OF = {kind: tuple(model.model_fields) for kind, model in _VARIANTS.items()}
 assert set(HOST_KEYS) == {k for keys in _KEYS_OF.values() for k in keys}, "HOST_KEYS lists every host key once"
 
@@ -625,8 +628,10 @@ def _demo_preset_problems(given: Mapping[str, object]) -> list[tuple[str | None,
     resolve at start). Values of the wrong type are the fields' own errors, not repeated here."""
     model = given.get("demo_model")
     engine = given.get("demo_engine", "sglang")
-    if not isinstance(model, str) or not model.strip() or engine not in DEMO_ENGINES:
+    if engine not in DEMO_ENGINES or (model is not None and not isinstance(model, str)):
         return []
+    if not isinstance(model, str) or not model.strip():
+        return _demo_node_problems(given, resolve_preset_name(None, str(engine)))
     try:
         resolve_preset_name(model, str(engine))
     except PresetError as exc:
@@ -635,7 +640,23 @@ def _demo_preset_problems(given: Mapping[str, object]) -> list[tuple[str | None,
         if "demo_engine" not in given and problem.endswith(f"demo_engine is '{engine}'"):
             problem += " (the default)"
         return [("demo_model", f"{problem}; {exc.expected}", model)]
-    return []
+    return _demo_node_problems(given, resolve_preset_name(model, str(engine)))
+
+
+def _demo_node_problems(given: Mapping[str, object], preset: str) -> list[tuple[str | None, str, object]]:
+    """``demo_node`` / ``demo_stall_node`` name a node of a multi-node preset (``PRESET_NODES``)."""
+    out: list[tuple[str | None, str, object]] = []
+    nnodes = PRESET_NODES.get(preset, 1)
+    for key in ("demo_node", "demo_stall_node"):
+        value = given.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            continue  # absent, or the field's own error
+        if nnodes == 1:
+            multi = ", ".join(PRESET_NODES)
+            out.append((key, f"only for a multi-node demo_model ({multi}); {preset} runs on one host", value))
+        elif value >= nnodes:
+            out.append((key, f"expected a node of {preset}: 0-{nnodes - 1}", value))
+    return out
 
 
 class UiConfig(_Strict):
@@ -723,6 +744,7 @@ def deployment_problems(deployments: Mapping[str, DeploymentConfig], hosts: Mapp
             real = [n for n, h in present if not h.demo]
             out.append((table, "nodes", f"mixes simulated ({', '.join(demo)}) and real ({', '.join(real)}) hosts: "
                         "expected all demo hosts or none", dep.nodes))
+        out.extend((table, "nodes", why, dep.nodes) for why in _demo_deployment_problems(present))
         engines: dict[str, list[str]] = {}
         for n, h in present:
             if h.server_engine != "auto":
@@ -730,6 +752,39 @@ def deployment_problems(deployments: Mapping[str, DeploymentConfig], hosts: Mapp
         if len(engines) > 1:
             said = "; ".join(f"{e} on {', '.join(ns)}" for e, ns in engines.items())
             out.append((table, "nodes", f"mixes engines ({said}): expected one engine on every node", dep.nodes))
+    return out
+
+
+def _demo_deployment_problems(present: list[tuple[str, HostConfig]]) -> list[str]:
+    """A deployment of demo hosts running a multi-node preset: one preset, one stalled node, and
+    each host's ``demo_node`` its position (the node rank its unit will say)."""
+    demo = [(n, h) for n, h in present if isinstance(h, DemoHost)]
+    if len(demo) != len(present) or not demo:
+        return []
+    out: list[str] = []
+    try:
+        models = {n: resolve_preset_name(h.demo_model, h.demo_engine) for n, h in demo}
+    except PresetError:
+        return []  # the host's own error
+    if len(set(models.values())) > 1:
+        said = ", ".join(f"{n} {m}" for n, m in models.items())
+        out.append(f"its demo hosts simulate different demo_model presets ({said}): expected one")
+        return out
+    preset = next(iter(models.values()))
+    nnodes = PRESET_NODES.get(preset, 1)
+    if nnodes == 1:
+        return out
+    if len(demo) != nnodes:
+        out.append(f"{preset} spans {nnodes} hosts, the deployment lists {len(demo)}")
+    for pos, (n, h) in enumerate(demo):
+        if (h.demo_node or 0) != pos:
+            out.append(f"'{n}' is node {pos} here but its demo_node is {h.demo_node or 0}: "
+                       f"expected demo_node = {pos} on [hosts.{n}]")
+    stalls = {h.demo_stall_node for _, h in demo}
+    if len(stalls) > 1:
+        said = ", ".join(f"{n} {h.demo_stall_node}" for n, h in demo)
+        out.append(f"its demo hosts disagree on demo_stall_node ({said}): expected the same value on every node "
+                   "(the stalled node never arrives; the others wait for it)")
     return out
 
 

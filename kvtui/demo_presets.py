@@ -17,7 +17,11 @@ PRESET_ENGINES: Mapping[str, str] = {
     "llama-70b": "sglang",
     "qwen3-32b-eagle3": "sglang",
     "vllm-llama-70b": "vllm",
+    "deepseek-r1-2node": "sglang",
 }
+# presets that span several simulated hosts (``[deployments.NAME]`` of demo hosts, one per node:
+# ``demo_node`` says which node a host is, ``demo_stall_node`` which node never reaches distributed init)
+PRESET_NODES: Mapping[str, int] = {"deepseek-r1-2node": 2}
 DEMO_ENGINES: tuple[str, ...] = ("sglang", "vllm")
 DEMO_GPU_COUNT = 8  # the simulated host's GPUs: 0 … 7
 DEFAULT_PRESET = "kimi-k2.6"
@@ -71,6 +75,7 @@ __all__ = [
     "DEMO_ENGINES",
     "DEMO_GPU_COUNT",
     "PRESET_ENGINES",
+    "PRESET_NODES",
     "PresetError",
     "preset_list",
     "resolve_preset_name",

@@ -65,6 +65,29 @@ WAIT_WORDS: dict[Phase, str] = {
 }
 
 
+def node_state(dep: DeploymentBoot, n: NodeBoot) -> str:
+    """How far a node's boot got, in words: ``ready``, ``starting at init``, ``failed``, … and, for a
+    node other than node 0 once the whole is ready, ``up (its ranks serve through node 0 (…))``."""
+    b = n.boot
+    if b is None:
+        return "no boot of this start in its log"
+    where = f" at {b.phase.value}" if b.phase is not None and b.status is BootStatus.STARTING else ""
+    if dep.boot.status is BootStatus.READY and b.status is BootStatus.STARTING and n is not dep.head:
+        return f"up (its ranks serve through {dep.head.label()})"
+    return f"{b.status.value}{where}"
+
+
+# the merged figures a deployment names the setting node of, with their labels (replay, the console)
+FIGURE_LABELS: tuple[tuple[str, str], ...] = (
+    ("avail_before_load_gib", "free before weights"),
+    ("avail_after_load_gib", "free after weights"),
+    ("avail_after_pool_gib", "free after pool"),
+    ("graph_mem_gib", "CUDA graphs"),
+    ("available_gpu_mem_gib", "free after start-up"),
+    ("kv_cache_gib", "KV pool per rank"),
+)
+
+
 @dataclass(slots=True)
 class NodeBoot:
     """One node's side of a deployment boot. ``boot`` is None when that node's log holds no boot

@@ -712,7 +712,7 @@ def test_bad_unit_refuses_restart(tmp_path: Path) -> None:
 
 
 def test_presets_and_bad_config(tmp_path: Path) -> None:
-    assert set(PRESETS) == {"kimi-k2.6", "llama-70b", "qwen3-32b-eagle3", "vllm-llama-70b"}
+    assert set(PRESETS) == {"kimi-k2.6", "llama-70b", "qwen3-32b-eagle3", "vllm-llama-70b", "deepseek-r1-2node"}
     clock = Clock()
     assert make(tmp_path, clock, name="x", model="LLAMA").model_key == "llama-70b"
     with pytest.raises(DemoError, match=r"not a demo preset; expected one of \(a name or a unique prefix\): kimi"):

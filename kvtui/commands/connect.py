@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 
 
 def expand_names(config: Config, names: list[str]) -> list[str]:
-    """The hosts to open: a ``[deployments.NAME]`` opens each of its nodes (one tab per node,
-    in node-rank order, until the console groups a deployment in one pane); the same host twice
-    opens one tab."""
+    """The hosts to open: a ``[deployments.NAME]`` among other names opens each of its nodes (one
+    tab per node, in node-rank order; a deployment alone opens its one pane, ``run``); the same
+    host twice opens one tab."""
     out: list[str] = []
     for name in names:
         dep = config.deployment(name)
@@ -34,6 +34,14 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"kvtui: {exc}", file=sys.stderr)
         return EXIT_INPUT
+
+    if len(args.host) == 1 and config.deployment(args.host[0]) is not None:
+        # one deployment: its one pane (GPUs grouped by node, the merged boot and log)
+        from kvtui.hosts.factory import make_backend as _make
+        from kvtui.ui.deployment_pane import deployment_app
+
+        code = deployment_app(config, args.host[0], _make).run()
+        return EXIT_OK if code is None else int(code)
 
     from kvtui.ui.host_pane import HostSpec
 

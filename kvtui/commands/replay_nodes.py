@@ -13,19 +13,11 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from kvtui.boot import BootStatus
 from kvtui.engines.events import PHASE_RANK, Phase
-from kvtui.nodes import DeploymentBoot
+from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, node_state
 
 # the figures shown with the node that set them, in this order
-_FIGURES = (
-    ("avail_before_load_gib", "free before weights"),
-    ("avail_after_load_gib", "free after weights"),
-    ("avail_after_pool_gib", "free after pool"),
-    ("graph_mem_gib", "CUDA graphs"),
-    ("available_gpu_mem_gib", "free after start-up"),
-    ("kv_cache_gib", "KV pool per rank"),
-)
+_FIGURES = FIGURE_LABELS
 
 
 def node_names(paths: list[str]) -> list[str]:
@@ -55,10 +47,7 @@ def render_deployment(dep: DeploymentBoot, boot_lines: list[str], index: int, to
         if b is None:
             lines.append(f"    {n.label():<24} no boot of this start in its log")
             continue
-        where = f" at {b.phase.value}" if b.phase is not None and b.status is BootStatus.STARTING else ""
-        state = f"{b.status.value}{where}"
-        if dep.boot.status is BootStatus.READY and b.status is BootStatus.STARTING and n is not dep.head:
-            state = f"up (its ranks serve through {dep.head.label()})"
+        state = node_state(dep, n)
         ranks = f"{b.ranks[0]}…{b.ranks[-1]}" if len(b.ranks) > 1 else (b.ranks[0] if b.ranks else "1 process")
         lines.append(f"    {n.label()}: {state} · {ranks} · started {_when(b.started_at)}")
     phases = [p for p in Phase if any(n.span(p) is not None for n in dep.nodes)]

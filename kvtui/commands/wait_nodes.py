@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,16 +28,17 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from kvtui import fmt
-from kvtui.boot import Boot, BootStatus
+from kvtui.boot import BootStatus
+from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
 from kvtui.engines.events import Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.hosts.backend import BackendError, ConnState, LogStart
 from kvtui.monitor import HostMonitor
-from kvtui.nodes import DeploymentBoot, Hang, NodeObservation, diagnose_hang, merge_boots
-from kvtui.updates import BootState, ConnUpdate, LogBatch, MonitorUpdate
+from kvtui.nodes import DeploymentBoot, Hang, NodeObservation, diagnose_hang
+from kvtui.updates import ConnUpdate, MonitorUpdate
 
 if TYPE_CHECKING:
-    from kvtui.config import Config, DeploymentConfig, HostConfig
+    from kvtui.config import Config, DeploymentConfig
 
 _FATAL = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 CLOSE_LIMIT = 1.5
@@ -46,12 +47,7 @@ HEARTBEAT_S = fmt.HEARTBEAT_S
 HANG_CHECK_S = 1.0  # how often a quiet deployment is checked for a node that trails too long
 
 
-@dataclass(slots=True)
-class Node:
-    name: str
-    host: HostConfig
-    monitor: HostMonitor
-    last_line_at: datetime | None = None
+Node = DeploymentNode
 
 
 @dataclass(slots=True)
@@ -65,11 +61,11 @@ class Result:
 
 @dataclass(slots=True)
 class DeploymentWaiter:
-    name: str
-    nodes: list[Node]
+    """What ``wait`` decides from the deployment monitor's merged boots (ready, failed, hung) and
+    says on stderr while it waits."""
+
+    dm: DeploymentMonitor
     err: TextIO
-    next_boot: bool
-    bound_s: float
     t0: float
     clock: Callable[[], float] = time.monotonic
     done: asyncio.Future[Result] | None = None
@@ -79,42 +75,38 @@ class DeploymentWaiter:
     probing: bool = False
     dep: DeploymentBoot | None = None
 
-    def sink(self, node: Node) -> Callable[[Sequence[MonitorUpdate]], None]:
-        def on_updates(updates: Sequence[MonitorUpdate]) -> None:
-            if self.done is None or self.done.done():
-                return
-            changed = False
-            for u in updates:
-                if isinstance(u, ConnUpdate) and u.status.state in _FATAL:
-                    st = u.status
-                    msg = f"{node.name}: {st.state.value}: {st.detail or ''}".rstrip(": ")
-                    self._finish(Result(EXIT_INPUT, message=msg))
-                    return
-                if isinstance(u, LogBatch):
-                    node.last_line_at = datetime.now().astimezone()
-                    changed = True
-                elif isinstance(u, BootState):
-                    changed = True
-            if changed:
-                self.evaluate()
-        return on_updates
+    @property
+    def name(self) -> str:
+        return self.dm.name
 
-    def _current(self, node: Node) -> Boot | None:
-        boots = node.monitor.tracker.boots
-        if not boots:
-            return None
-        if self.next_boot:
-            eligible = [b for i, b in enumerate(boots) if i > 0 or any(p.name is Phase.LAUNCH for p in b.phases)]
-            return eligible[-1] if eligible else None
-        return boots[-1]
+    @property
+    def nodes(self) -> list[DeploymentNode]:
+        return self.dm.nodes
 
-    def merged(self) -> DeploymentBoot:
-        return merge_boots([(n.name, self._current(n)) for n in self.nodes])
+    @property
+    def bound_s(self) -> float:
+        return self.dm.bound_s
 
-    def evaluate(self) -> None:
+    def on_updates(self, node: DeploymentNode, updates: Sequence[MonitorUpdate], dep: DeploymentBoot | None) -> None:
+        """The deployment monitor's sink."""
         if self.done is None or self.done.done():
             return
-        dep = self.dep = self.merged()
+        for u in updates:
+            if isinstance(u, ConnUpdate) and u.status.state in _FATAL:
+                st = u.status
+                msg = f"{node.name}: {st.state.value}: {st.detail or ''}".rstrip(": ")
+                self._finish(Result(EXIT_INPUT, message=msg))
+                return
+        if dep is not None:
+            self.evaluate(dep)
+
+    def merged(self) -> DeploymentBoot:
+        return self.dm.merged()
+
+    def evaluate(self, dep: DeploymentBoot | None = None) -> None:
+        if self.done is None or self.done.done():
+            return
+        dep = self.dep = dep or self.merged()
         self._progress(dep)
         status = dep.boot.status
         if status is BootStatus.READY:
@@ -137,20 +129,7 @@ class DeploymentWaiter:
             asyncio.get_running_loop().create_task(self._probe_and_decide(dep))
 
     def _observed(self, extra: dict[int, NodeObservation] | None = None) -> dict[int, NodeObservation]:
-        out: dict[int, NodeObservation] = {}
-        dep = self.dep
-        ranks = {n.name: n.node_rank for n in dep.nodes} if dep is not None else {}
-        for i, n in enumerate(self.nodes):
-            rank = ranks.get(n.name, i)
-            base = (extra or {}).get(rank)
-            out[rank] = NodeObservation(
-                unit_active=base.unit_active if base else None,
-                unit_state=base.unit_state if base else None,
-                last_line_at=n.last_line_at,
-                env=base.env if base else None,
-                what=base.what if base else "unit",
-            )
-        return out
+        return self.dm.observed(extra)
 
     async def _probe_and_decide(self, dep: DeploymentBoot) -> None:
         try:
@@ -168,8 +147,9 @@ class DeploymentWaiter:
             if dead or stopped:
                 self._finish(Result(EXIT_FAILED, dep, f"{self.name}: hung: {hang.summary}", hang))
                 return
-            if text != self.hang_said:
-                self.hang_said = text
+            said = re.sub(r"\d+(\.\d+)?", "#", text)  # the same diagnosis with its clocks moved on is not news
+            if said != self.hang_said:
+                self.hang_said = said
                 self._say(f"hang: {hang.summary}")
                 for c in hang.causes:
                     self._say(f"  - {c}")
@@ -272,25 +252,25 @@ async def wait_deployment(
 
     name: str = args.host
     timeout: float = args.timeout
-    nodes: list[Node] = []
+    nodes: list[DeploymentNode] = []
     try:
         for node_name, host in config.node_hosts(name):
             backend = make_backend(node_name, host, clock=clock)
             monitor = HostMonitor(node_name, backend, host=host,
                                   start=LogStart.NEXT_BOOT if args.next else LogStart.CURRENT_BOOT,
                                   gpu_interval=5.0, log_window=1000, clock=clock or time.time, retry_start=False)
-            nodes.append(Node(node_name, host, monitor))
+            nodes.append(DeploymentNode(node_name, host, monitor))
     except (BackendError, SpoolError) as exc:
         print(f"kvtui wait: {name}: {exc}", file=stderr)
         return EXIT_INPUT
     loop = asyncio.get_running_loop()
-    waiter = DeploymentWaiter(name, nodes, stderr, next_boot=bool(args.next), bound_s=dep_cfg.hang_seconds,
-                              t0=loop.time(), clock=loop.time)
+    dm = DeploymentMonitor(name, nodes, next_boot=bool(args.next), bound_s=dep_cfg.hang_seconds)
+    waiter = DeploymentWaiter(dm, stderr, t0=loop.time(), clock=loop.time)
     waiter.done = loop.create_future()
     what = "the next boot" if args.next else "the current boot"
     print(f"kvtui wait: {name} ({len(nodes)} nodes: {', '.join(n.name for n in nodes)}): following {what}",
           file=stderr)
-    tasks = [asyncio.create_task(n.monitor.run(waiter.sink(n))) for n in nodes]
+    tasks = dm.start(waiter.on_updates)
     expiry = asyncio.ensure_future((timer or asyncio.sleep)(timeout))
     beat = asyncio.create_task(waiter.heartbeat())
     try:
@@ -315,7 +295,7 @@ async def wait_deployment(
     finally:
         beat.cancel()
         expiry.cancel()
-        await asyncio.gather(*(_close(n.monitor, t) for n, t in zip(nodes, tasks, strict=True)))
+        await dm.close()
     if result.code == EXIT_OK:
         print(f"kvtui wait: {name}: ready on all {len(nodes)} nodes", file=stderr)
     if result.message:
@@ -333,15 +313,3 @@ async def wait_deployment(
         stdout.flush()
     return result.code
 
-
-async def _close(monitor: HostMonitor, task: asyncio.Task[None]) -> None:
-    with contextlib.suppress(TimeoutError, Exception):
-        async with asyncio.timeout(CLOSE_LIMIT):
-            await monitor.close()
-    _, still = await asyncio.wait({task}, timeout=CLOSE_LIMIT)
-    if still:
-        task.cancel()
-        await asyncio.wait({task}, timeout=CLOSE_LIMIT)
-    if not still or task.done():
-        with contextlib.suppress(BaseException):
-            task.result()

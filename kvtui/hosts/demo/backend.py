@@ -107,6 +107,10 @@ class DemoBackend:
         self.idle_polls = 0  # follower polls answered by one stat (nothing due yet), for tests
         self._collected_due: tuple[float | None, tuple[int, int] | None] = (None, None)
         self.preset: Preset = PRESETS[self.model_key]
+        # a multi-node preset: which node this host is (its unit's --node-rank) and the node whose
+        # boot the simulation stalls before distributed init (the others then wait there)
+        self.node = int(cfg.demo_node or 0)
+        self.stall_node: int | None = cfg.demo_stall_node
         self._status = ConnStatus(ConnState.CONNECTING, "simulated host")
         self._closed = False
         self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
@@ -154,7 +158,7 @@ class DemoBackend:
 
     def _fresh_state(self, now: float) -> DemoState:
         preset = self.preset
-        unit_text = preset.unit_text(self.gpus)
+        unit_text = preset.unit_text(self.gpus, node=self.node)
         st = DemoState(
             state_id=secrets.token_hex(4),
             model=self.model_key,
@@ -337,7 +341,7 @@ class DemoBackend:
         due: float | None = None
         v = tl.view(g, now)
         while len(out) < limit and v is not None:
-            if trim and i == len(v.pre) and v.ready_t is not None:
+            if trim and i == len(v.pre) and v.ready_t is not None and v.script.serving is not None:
                 n_now = tl._serving_count(v.ready_t, v.interval, now)
                 if v.serving_n is not None:
                     n_now = min(n_now, v.serving_n)

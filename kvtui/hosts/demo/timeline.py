@@ -85,8 +85,9 @@ class BootView:
         i = bisect.bisect_right([ln.t for ln in self.pre], t)
         if i < len(self.pre):
             return i
-        if self.ready_t is not None and (self.serving_n is None or self.serving_n > 0):
-            j = max(0, int((t - self.ready_t) / self.interval) - 1)
+        ready_t = self.ready_t if self.script.serving is not None else None  # a node that serves no lines
+        if ready_t is not None and (self.serving_n is None or self.serving_n > 0):
+            j = max(0, int((t - ready_t) / self.interval) - 1)
             while self.serving_t(j) <= t:
                 j += 1
             if self.serving_n is None or j < self.serving_n:
@@ -128,6 +129,7 @@ class _Timeline:
                 start=start,
                 speed=e.speed,
                 foreign=foreign,
+                stall_node=self.b.stall_node,
             )
         )
         self.b._scripts[key] = script
@@ -247,7 +249,7 @@ class _Timeline:
         serving_n: int | None = 0
         death_t: float | None = None
         killed = e.killed is not None and stop == e.killed
-        if killed and stop is not None and (script.outcome == "ready" or stop < script.end_t):
+        if killed and stop is not None and (script.outcome != "failed" or stop < script.end_t):
             # SIGKILL while running: lines up to the kill, then systemd's lines for a killed main process
             pre, ready_t, serving_n = self._cut(pre, stop, ready_t, interval)
             consumed = systemd_timespan((stop - start) * cpu)
@@ -258,7 +260,7 @@ class _Timeline:
             ]
             death_t = stop
             next_start = None
-        elif stop is not None and stop_done is not None and (script.outcome == "ready" or stop < script.end_t):
+        elif stop is not None and stop_done is not None and (script.outcome != "failed" or stop < script.end_t):
             # stopped while running: lines up to the stop, then systemd's stop sequence
             pre, ready_t, serving_n = self._cut(pre, stop, ready_t, interval)
             consumed = systemd_timespan((stop_done - start) * cpu)
@@ -330,7 +332,7 @@ class _Timeline:
         if i < len(v.pre):
             return v.pre[i]
         j = i - len(v.pre)
-        if v.ready_t is not None and (v.serving_n is None or j < v.serving_n):
+        if v.ready_t is not None and v.script.serving is not None and (v.serving_n is None or j < v.serving_n):
             return self.serving_line(v, j)
         if v.serving_n is None:
             return None

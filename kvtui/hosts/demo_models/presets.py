@@ -149,7 +149,29 @@ QWEN3_32B_EAGLE3 = ModelSpec(
 )
 
 
-MODELS: dict[str, ModelSpec] = {m.path: m for m in (KIMI_K26, LLAMA_70B, QWEN3_32B, QWEN3_32B_EAGLE3)}
+DEEPSEEK_R1 = ModelSpec(
+    path="/models/DeepSeek-R1",
+    arch="DeepseekV3ForCausalLM",
+    layers=61,
+    attention="mla",
+    kv_lora_rank=512,
+    qk_rope_head_dim=64,
+    max_context=163840,
+    weights_gib=642.0,  # FP8: about 40 GiB per rank at TP16
+    shards=163,
+    load_seconds=300.0,
+    quant="fp8",
+    graph_pool_per_bs_gib=0.0085,
+    graph_per_graph_gib=0.04,
+    graph_per_bs_gib=0.0025,
+    capture_seconds_per_graph=3.0,
+    decode_tok_s=36.0,
+)
+
+
+MODELS: dict[str, ModelSpec] = {
+    m.path: m for m in (KIMI_K26, LLAMA_70B, QWEN3_32B, QWEN3_32B_EAGLE3, DEEPSEEK_R1)
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +192,15 @@ class Preset:
     restart_sec: int = 10
     launch: str = ""  # the command before the flags (default: "EXE -m MODULE")
     environment: tuple[str, ...] = ("SGLANG_LOG_MS=1",)
+    nnodes: int = 1  # hosts the deployment spans (each host's unit says its own --node-rank)
 
-    def unit_text(self, gpus: Sequence[int] | None = None) -> str:
+    def unit_text(self, gpus: Sequence[int] | None = None, node: int = 0) -> str:
+        """The unit of one host (``node``: its rank in a multi-node preset: ``--node-rank NODE``)."""
         # the configured GPUs become CUDA_VISIBLE_DEVICES when there are as many as the preset uses
         use = gpus if gpus and len(gpus) == len(self.gpus) else self.gpus
         visible = ",".join(str(g) for g in use)
-        cont = " \\\n    ".join([self.launch or f"{self.exe} -m {self.module}", *self.flags])
+        flags = [f"--node-rank {node}" if f.startswith("--node-rank ") else f for f in self.flags]
+        cont = " \\\n    ".join([self.launch or f"{self.exe} -m {self.module}", *flags])
         return (
             "[Unit]\n"
             f"Description={self.description}\n"
@@ -273,6 +298,26 @@ PRESETS: dict[str, Preset] = {
             ),
             gpus=(0, 1, 2, 3),
             version="0.11.0",
+        ),
+        Preset(
+            key="deepseek-r1-2node",
+            description="SGLang server (DeepSeek-R1 FP8, TP16 over 2 nodes)",
+            unit_name="sglang-r1.service",
+            model=DEEPSEEK_R1,
+            flags=(
+                "--model-path /models/DeepSeek-R1",
+                "--tp 16",
+                "--nnodes 2",
+                "--node-rank 0",
+                "--dist-init-addr 10.0.0.1:5000",
+                "--trust-remote-code",
+                "--mem-fraction-static 0.88",
+                "--cuda-graph-max-bs 64",
+                "--host 0.0.0.0 --port 30000",
+            ),
+            gpus=(0, 1, 2, 3, 4, 5, 6, 7),
+            version="0.5.10",
+            nnodes=2,
         ),
     )
 }

@@ -51,7 +51,7 @@ class BootScript:
 
     start: float
     lines: list[SimLine]
-    outcome: str  # "ready" | "failed"
+    outcome: str  # "ready" | "failed" | "stalled" (a multi-node boot waiting for a node forever)
     end_t: float  # the ready line's time, or the time the main process exits
     exit_code: str = ""  # systemd "code=" of the main process when failed: "killed" | "exited"
     exit_status: str = ""  # systemd "status=": "9/KILL", "2/INVALIDARGUMENT", "1/FAILURE"
@@ -106,6 +106,8 @@ class BootInput:
     start: float
     speed: float
     foreign: ForeignProcess | None = None
+    # a multi-node preset: the node that never reaches distributed init (the others wait there)
+    stall_node: int | None = None
 
 
 def torch_size(nbytes: float) -> str:

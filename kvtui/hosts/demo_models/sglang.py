@@ -67,6 +67,9 @@ SGLANG_ARGS: dict[str, tuple[str, object]] = {
     "reasoning_parser": ("str", None),
     "tool_call_parser": ("str", None),
     "dp_size": ("int", 1),
+    "nnodes": ("int", 1),
+    "node_rank": ("int", 0),
+    "dist_init_addr": ("str", None),
     "load_balance_method": ("str", "round_robin"),
     "attention_backend": ("str", None),
     "speculative_algorithm": ("str", None),
@@ -83,6 +86,9 @@ SGLANG_ARGS: dict[str, tuple[str, object]] = {
     "enable_mixed_chunk": (_BOOL, False),
     "enable_metrics": (_BOOL, False),
 }
+
+
+_NODE_ARGS = ("nnodes", "node_rank", "dist_init_addr")  # dumped only by a multi-node server
 
 
 _ALIASES: dict[str, str] = {
@@ -213,6 +219,8 @@ class _SglangBoot:
         t = self._resolve(args)
         if isinstance(t, BootScript):
             return t
+        if self.inp.stall_node is not None and self.nnodes > 1:
+            return self._stalled(t)
         t = self._distributed_init(t)
         t = self._load_weights(t)
         t = self._kv_pool(t)
@@ -293,10 +301,14 @@ class _SglangBoot:
             resolved.setdefault("speculative_num_steps", 3)
             resolved.setdefault("speculative_eagle_topk", 1)
             resolved.setdefault("speculative_num_draft_tokens", 4)
-        dump = ", ".join(f"{k}={resolved.get(k, d)!r}" for k, (_, d) in SGLANG_ARGS.items())
+        nnodes = self.nnodes = max(1, _arg_int(args, "nnodes", 1))
+        node = self.node = _arg_int(args, "node_rank", 0)
+        shown = {k: d for k, (_, d) in SGLANG_ARGS.items() if nnodes > 1 or k not in _NODE_ARGS}
+        dump = ", ".join(f"{k}={resolved.get(k, d)!r}" for k, d in shown.items())
         t = 3.6 + self.jit.uniform(0.0, 0.8)
         sim.emit(t, f"server_args=ServerArgs({dump})", self.main_pid)
-        if tp > len(visible) or tp < 1:
+        local = tp // nnodes  # this node's ranks: global ranks node*local … node*local+local-1
+        if local > len(visible) or local < 1:
             tb = [
                 *self._traceback(self._scheduler_frames()[:1]),
                 "RuntimeError: CUDA error: invalid device ordinal",
@@ -305,11 +317,11 @@ class _SglangBoot:
                 "",
             ]
             return self._die(t + 2.0, " TP0" if tp > 1 else "", self.main_pid + 2, tb)
-        ranks = self.ranks = list(range(tp))
+        ranks = self.ranks = list(range(local))
         self.phys = {r: visible[r] for r in ranks}
         self.rank_pids = {self.phys[r]: self.main_pid + 2 + r for r in ranks}
-        self.aux_pids = (self.main_pid + 2 + tp,)
-        self.tag = {r: (f" TP{r}" if tp > 1 else "") for r in ranks}
+        self.aux_pids = (self.main_pid + 2 + local,)
+        self.tag = {r: (f" TP{node * local + r}" if tp > 1 else "") for r in ranks}
         self.pid = {r: self.main_pid + 2 + r for r in ranks}
         hw = random.Random(f"hw:{inp.seed}")  # the same cards every boot: per-GPU constants
         self.ctx_gib = {g: 0.86 + 0.04 * hw.random() for g in range(gpu.count)}
@@ -507,10 +519,52 @@ class _SglangBoot:
             sim.emit(t_dp + 0.02 * r, f"Memory pool end. avail mem={avail[r]:.2f} GB", pid[r], tag=tag[r])
         return self._graphs(t_dp + 0.5 + 0.02 * tp, "draft")
 
+    def _stalled(self, t: float) -> BootScript:
+        """A multi-node boot with a node that never arrives (``BootInput.stall_node``): that node
+        prints its arguments and nothing more; the others begin distributed init and wait there."""
+        sim = self.sim
+        if self.node != self.inp.stall_node:
+            t0 = t + 3.2 + self.jit.uniform(0.0, 0.6)
+            for r in self.ranks:
+                sim.emit(t0 + 0.03 * r, "Init torch distributed begin.", self.pid[r], tag=self.tag[r])
+                sim.mem_frame(self.phys[r], t0 + 0.03 * r, self.ctx_gib[self.phys[r]] * 1024)
+            t = t0
+        sim.util_frame(t, 0.0)
+        return BootScript(
+            start=self.inp.start,
+            lines=sim.sorted_lines(),
+            outcome="stalled",
+            end_t=sim.at(t),
+            main_pid=self.main_pid,
+            rank_pids=self.rank_pids,
+            aux_pids=self.aux_pids,
+            exe=self.exe,
+            mem=sim.mem,
+            util=sim.util,
+            speed=self.inp.speed,
+        )
+
     def _ready(self, t_cap: float) -> BootScript:
-        """P5 summary, P6 HTTP, P7 ready (after a warmup request unless skipped)."""
+        """P5 summary, P6 HTTP, P7 ready (after a warmup request unless skipped). A node of rank
+        > 0 of a multi-node deployment serves no HTTP: it prints nothing after its capture."""
         inp, sim, jit, args = self.inp, self.sim, self.jit, self.args
         ranks, phys, tag, pid, free0, avail = self.ranks, self.phys, self.tag, self.pid, self.free0, self.avail
+        if self.node > 0:
+            for r in ranks:
+                sim.mem_frame(phys[r], t_cap, (free0[r] - avail[r]) * 1024)
+            return BootScript(
+                start=inp.start,
+                lines=sim.sorted_lines(),
+                outcome="ready",
+                end_t=sim.at(t_cap),
+                main_pid=self.main_pid,
+                rank_pids=self.rank_pids,
+                aux_pids=self.aux_pids,
+                exe=self.exe,
+                mem=sim.mem,
+                util=sim.util,
+                speed=inp.speed,
+            )
         tokens, mrr, context_len = self.tokens, self.mrr, self.context_len
         t6 = t_cap + 0.6
         sim.util_frame(t6, 0.0)
@@ -640,7 +694,7 @@ class _SglangBoot:
             else:
                 text = f"Capture {word} begin. This can take up to several minutes. avail mem={avail[r]:.2f} GB"
             sim.emit(t + 0.01 * r, text, pid[r], tag=tag[r])
-        if not new_fmt and who == "target":
+        if not new_fmt and who == "target" and self.node == 0:
             sim.emit(t + 0.005, f"Capture cuda graph bs [{bs_list}]", pid[0], tag=tag[0])
         sim.util_frame(t, 35.0)
         order = sorted(capture_bs, reverse=True)

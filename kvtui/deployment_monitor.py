@@ -1,0 +1,158 @@
+"""``DeploymentMonitor``: one ``HostMonitor`` per node of a ``[deployments.NAME]`` and the merged boot
+(``kvtui.nodes.merge_boots``) published after every batch that changed a node's log or boot.
+
+The monitor layer's piece for deployments (issue 15): ``kvtui wait NAME`` (``commands/wait_nodes``)
+and the console's deployment pane both read a deployment through it. It owns the node monitors
+(``start`` runs them, ``close`` ends them), remembers per node when its last line arrived and its
+connection state, and answers the hang diagnosis (``kvtui.nodes.diagnose_hang``) from what it saw.
+
+A sink gets ``(node, updates, merged)``: the node's own updates, unchanged (GPU readings, log
+batches, connection state, …), and the deployment's merged boot when that batch changed it (a log
+batch or a boot event), else None.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from kvtui.boot import Boot
+from kvtui.engines.events import Phase
+from kvtui.hosts.backend import ConnStatus
+from kvtui.monitor import HostMonitor
+from kvtui.nodes import DeploymentBoot, Hang, NodeObservation, diagnose_hang, merge_boots
+from kvtui.updates import BootState, ConnUpdate, LogBatch, MonitorUpdate
+
+if TYPE_CHECKING:
+    from kvtui.config import HostConfig
+
+CLOSE_LIMIT = 1.5  # seconds a node monitor is given to close before its task is cancelled
+
+
+@dataclass(slots=True)
+class DeploymentNode:
+    """One node as the deployment monitor sees it (``index``: its position in ``nodes``)."""
+
+    name: str
+    host: HostConfig
+    monitor: HostMonitor
+    index: int = 0
+    last_line_at: datetime | None = None
+    status: ConnStatus | None = None  # the node's connection state, as its monitor last said
+
+
+DeploymentSink = Callable[[DeploymentNode, Sequence[MonitorUpdate], DeploymentBoot | None], None]
+
+
+class DeploymentMonitor:
+    """The nodes' monitors and their merged boot (see the module docstring). ``next_boot``: a node's
+    current boot is the newest one that began after the monitor started (``wait --next``)."""
+
+    def __init__(self, name: str, nodes: Sequence[DeploymentNode], *, next_boot: bool = False,
+                 bound_s: float = 180.0) -> None:
+        self.name = name
+        self.nodes = list(nodes)
+        for i, n in enumerate(self.nodes):
+            n.index = i
+        self.next_boot = next_boot
+        self.bound_s = bound_s
+        self.dep: DeploymentBoot | None = None  # the last merged boot published
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def current(self, node: DeploymentNode) -> Boot | None:
+        """The node's boot the deployment is made of now."""
+        boots = node.monitor.tracker.boots
+        if not boots:
+            return None
+        if self.next_boot:
+            eligible = [b for i, b in enumerate(boots) if i > 0 or any(p.name is Phase.LAUNCH for p in b.phases)]
+            return eligible[-1] if eligible else None
+        return boots[-1]
+
+    def merged(self) -> DeploymentBoot:
+        """The nodes' current boots merged, now (also kept as ``dep``)."""
+        self.dep = merge_boots([(n.name, self.current(n)) for n in self.nodes])
+        return self.dep
+
+    def observed(self, extra: dict[int, NodeObservation] | None = None) -> dict[int, NodeObservation]:
+        """What the hang diagnosis knows of each node (by node rank): its last line's time, plus
+        ``extra`` (a probe's unit state and environment)."""
+        out: dict[int, NodeObservation] = {}
+        ranks = {n.name: n.node_rank for n in self.dep.nodes} if self.dep is not None else {}
+        for n in self.nodes:
+            rank = ranks.get(n.name, n.index)
+            base = (extra or {}).get(rank)
+            out[rank] = NodeObservation(
+                unit_active=base.unit_active if base else None,
+                unit_state=base.unit_state if base else None,
+                last_line_at=n.last_line_at,
+                env=base.env if base else None,
+                what=base.what if base else "unit",
+            )
+        return out
+
+    def hang(self, extra: dict[int, NodeObservation] | None = None, *, bound_s: float | None = None,
+             now: datetime | None = None) -> Hang | None:
+        """The hang diagnosis of the merged boot now (``bound_s``: default the deployment's)."""
+        dep = self.merged()
+        return diagnose_hang(dep, now or datetime.now().astimezone(), self.bound_s if bound_s is None else bound_s,
+                             self.observed(extra))
+
+    def node_rank(self, node: DeploymentNode) -> int:
+        """The node's rank (its own ``--node-rank`` when its boot printed one, else its position)."""
+        if self.dep is not None:
+            for nb in self.dep.nodes:
+                if nb.name == node.name:
+                    return nb.node_rank
+        return node.index
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def _sink(self, node: DeploymentNode, sink: DeploymentSink) -> Callable[[Sequence[MonitorUpdate]], None]:
+        def on_updates(updates: Sequence[MonitorUpdate]) -> None:
+            changed = False
+            for u in updates:
+                if isinstance(u, ConnUpdate):
+                    node.status = u.status
+                elif isinstance(u, LogBatch):
+                    node.last_line_at = datetime.now().astimezone()
+                    changed = True
+                elif isinstance(u, BootState):
+                    changed = True
+            sink(node, updates, self.merged() if changed else None)
+
+        return on_updates
+
+    def start(self, sink: DeploymentSink) -> list[asyncio.Task[None]]:
+        """Run every node's monitor (one task per node, in node order); their updates go to ``sink``."""
+        self._tasks = [asyncio.create_task(n.monitor.run(self._sink(n, sink))) for n in self.nodes]
+        return list(self._tasks)
+
+    async def close(self) -> None:
+        """Close every node's monitor (each within ``CLOSE_LIMIT``, then its task is cancelled)."""
+        tasks: list[asyncio.Task[None] | None] = list(self._tasks) or [None] * len(self.nodes)
+        await asyncio.gather(*(_close(n.monitor, t) for n, t in zip(self.nodes, tasks, strict=True)))
+
+
+async def _close(monitor: HostMonitor, task: asyncio.Task[None] | None) -> None:
+    with contextlib.suppress(TimeoutError, Exception):
+        async with asyncio.timeout(CLOSE_LIMIT):
+            await monitor.close()
+    if task is None:
+        return
+    _, still = await asyncio.wait({task}, timeout=CLOSE_LIMIT)
+    if still:
+        task.cancel()
+        await asyncio.wait({task}, timeout=CLOSE_LIMIT)
+    if not still or task.done():
+        with contextlib.suppress(BaseException):
+            task.result()
+
+
+__all__ = ["CLOSE_LIMIT", "DeploymentMonitor", "DeploymentNode", "DeploymentSink"]

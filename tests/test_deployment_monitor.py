@@ -1,0 +1,92 @@
+"""``DeploymentMonitor`` (issue 15, the monitor layer): one HostMonitor per node, the merged boot
+published after the batches that change it, per-node connection state and the hang diagnosis;
+driven over the two-node demo preset (real demo backends, real monitors)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from test_demo_2node import _hosts
+
+from kvtui.boot import BootStatus
+from kvtui.config import parse_config
+from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
+from kvtui.hosts.backend import ConnState, LogStart
+from kvtui.hosts.factory import make_backend
+from kvtui.monitor import HostMonitor
+from kvtui.nodes import DeploymentBoot
+from kvtui.updates import MonitorUpdate
+
+
+def _dm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, stall: int | None = None,
+        hang: float = 180) -> DeploymentMonitor:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    cfg = parse_config(_hosts(stall=stall, hang=hang), tmp_path / "hosts.toml")
+    nodes = []
+    for name, host in cfg.node_hosts("r1"):
+        mon = HostMonitor(name, make_backend(name, host), host=host, start=LogStart.CURRENT_BOOT,
+                          gpu_interval=0.2, log_window=1000)
+        nodes.append(DeploymentNode(name, host, mon))
+    dep = cfg.deployment("r1")
+    assert dep is not None
+    return DeploymentMonitor("r1", nodes, bound_s=dep.hang_seconds)
+
+
+async def test_the_merged_boot_is_published_until_ready_with_each_nodes_updates(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dm = _dm(tmp_path, monkeypatch)
+    seen: dict[str, int] = {"r1-a": 0, "r1-b": 0}
+    merged: list[DeploymentBoot] = []
+    ready = asyncio.Event()
+
+    def sink(node: DeploymentNode, updates: Sequence[MonitorUpdate], dep: DeploymentBoot | None) -> None:
+        seen[node.name] += len(updates)
+        if dep is not None:
+            merged.append(dep)
+            if dep.boot.status is BootStatus.READY:
+                ready.set()
+
+    tasks = dm.start(sink)
+    assert len(tasks) == 2
+    try:
+        async with asyncio.timeout(30):
+            await ready.wait()
+        states = [n.status.state if n.status is not None else None for n in dm.nodes]
+    finally:
+        await dm.close()
+    assert states == [ConnState.CONNECTED, ConnState.CONNECTED]
+    assert seen["r1-a"] > 0
+    assert seen["r1-b"] > 0
+    last = merged[-1]
+    assert [n.name for n in last.nodes] == ["r1-a", "r1-b"]
+    assert [n.node_rank for n in last.nodes] == [0, 1]
+    assert len(last.boot.ranks) == 16
+    assert dm.dep is not None
+    assert dm.dep.boot.status is BootStatus.READY
+    assert [dm.node_rank(n) for n in dm.nodes] == [0, 1]
+    assert all(n.last_line_at is not None for n in dm.nodes)
+    assert all(t.done() for t in tasks)
+
+
+async def test_a_stalled_node_is_named_by_the_monitors_hang_diagnosis(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dm = _dm(tmp_path, monkeypatch, stall=1, hang=0.5)
+    hung = asyncio.Event()
+
+    def sink(node: DeploymentNode, updates: Sequence[MonitorUpdate], dep: DeploymentBoot | None) -> None:
+        if dm.hang() is not None:
+            hung.set()
+
+    dm.start(sink)
+    try:
+        async with asyncio.timeout(30):
+            await hung.wait()  # the node monitors' GPU readings keep coming: each is a moment to ask
+        hang = dm.hang()
+    finally:
+        await dm.close()
+    assert hang is not None
+    assert hang.lagging == (1,)
+    assert hang.summary.startswith("node 1 (r1-b) has not started distributed init")
