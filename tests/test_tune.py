@@ -156,6 +156,21 @@ def test_goals_and_bounds_are_checked() -> None:
             b.check()
 
 
+def test_the_planners_searches_are_the_calculators() -> None:
+    # planner._largest / _smallest reuse kvcalc.grid_search: checked against a brute force over
+    # every threshold of a monotone test on a small grid, the edges included
+    from kvtui import kvcalc
+    from kvtui.tune import planner as pl
+
+    assert pl._largest(0, 0, lambda i: True) == kvcalc.grid_search(0, 0, lambda i: True) == 0
+    for lo, hi in ((0, 9), (850, 999), (5, 5), (7, 3)):
+        for cut in range(lo - 1, hi + 2):
+            below = [i for i in range(lo, hi + 1) if i <= cut]
+            above = [i for i in range(lo, hi + 1) if i >= cut]
+            assert pl._largest(lo, hi, lambda i, c=cut: i <= c) == (max(below) if below else None)
+            assert pl._smallest(lo, hi, lambda i, c=cut: i >= c) == (min(above) if above else None)
+
+
 # -- the CLI on the demo host ---------------------------------------------------------------------
 
 HOSTS = """
