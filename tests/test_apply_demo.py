@@ -344,3 +344,39 @@ def test_a_rollback_plan_names_the_real_lines(hosts: Path, capsys: pytest.Captur
     assert "--cuda-graph-max-bs 64" in restored[int(graph.group(1)) - 1]
     assert "--max-running-requests 64" in restored[int(added.group(1)) - 1]
     assert re.search(r"--enable-metrics: removed \(was on, line \d+\)", out)
+
+
+def test_apply_and_rollback_restart_prove_ready_with_a_request(
+        hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # like `kvtui wait`: the log's ready line is not proof; the demo's server answers one token
+    code = _kvtui(hosts, "apply", "demo", "--set", "mem-fraction-static=0.88", "--restart", "--yes", "--timeout", "60")
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "the log says ready; asking the server on port 30000 for one token" in err
+    assert re.search(r"✔ answered a 1-token request in \d+ ms", err), err
+    assert "applied; the new boot is ready" in out
+    code = _kvtui(hosts, "rollback", "demo", "--restart", "--yes", "--timeout", "60")
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert re.search(r"✔ answered a 1-token request in \d+ ms", err), err
+    assert _fraction(hosts) == "0.85"
+
+
+def test_a_restart_whose_server_does_not_answer_fails_not_serving(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hosts = tmp_path / "hosts.toml"
+    # the demo's server answers 404 to a model it does not serve
+    hosts.write_text(HOSTS.replace("[hosts.demo]\n", '[hosts.demo]\nprobe_model = "no-such-model"\n', 1))
+    code = _kvtui(hosts, "apply", "demo", "--set", "mem-fraction-static=0.88", "--restart", "--yes", "--timeout", "60")
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    assert "✘ not serving: /v1/completions: HTTP 404" in err
+    assert "the new boot is failed (not_serving)" in err
+    assert "applied; the new boot is ready" not in out
+    assert [(e["action"], e["outcome"]) for e in read_entries()][-1] == ("apply", "failed")
+    # probe = false: ready on the log's word, as before the probe existed
+    hosts.write_text(HOSTS.replace("[hosts.demo]\n", "[hosts.demo]\nprobe = false\n", 1))
+    code = _kvtui(hosts, "apply", "demo", "--set", "mem-fraction-static=0.87", "--restart", "--yes", "--timeout", "60")
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "asking the server" not in err

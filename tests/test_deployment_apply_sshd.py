@@ -99,7 +99,8 @@ def _hosts_file(tmp_path: Path, pairs: list[tuple[Host, Unit]]) -> Path:
     for i, (h, u) in enumerate(pairs):
         s = h.sshd
         text += (f'[hosts.h20-{"ab"[i]}]\nssh = "{s.target}"\nport = {s.port}\nidentity_file = "{s.client_key}"\n'
-                 f'known_hosts = "{s.known_hosts}"\nunit = "{u.name}"\nlog_file = "{u.log}"\nengine = "sglang"\n\n')
+                 f'known_hosts = "{s.known_hosts}"\nunit = "{u.name}"\nlog_file = "{u.log}"\nengine = "sglang"\n'
+                 'probe = false\n\n')  # the stand-in engine serves no HTTP
     text += '[deployments.r1]\nnodes = ["h20-a", "h20-b"]\n'
     path = tmp_path / "hosts.toml"
     path.write_text(text)

@@ -63,7 +63,8 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Host
     script.chmod(0o755)
     start = f"setsid nohup {script} >> {log} 2>&1 < /dev/null & echo $! > {pid}"
     hosts = tmp_path / "hosts.toml"
-    hosts.write_text(f'[hosts.box]\nlocal = true\nengine = "vllm"\nlog_file = "{log}"\n'
+    # probe = false: the stand-in engine prints a boot but serves no HTTP
+    hosts.write_text(f'[hosts.box]\nlocal = true\nprobe = false\nengine = "vllm"\nlog_file = "{log}"\n'
                      f'launch_script = "{script}"\nstart_command = {json.dumps(start)}\n'
                      f'stop_command = "kill $(cat {pid})"\n')
     cfg = load_config(str(hosts)).host("box")

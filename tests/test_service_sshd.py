@@ -332,6 +332,7 @@ async def backends() -> AsyncIterator[list[SshBackend]]:
 
 async def connect(h: Host, made: list[SshBackend], name: str, *, port: int | None = None, **keys: object
                   ) -> tuple[SshBackend, object]:
+    keys.setdefault("probe", False)  # the stand-in engine prints a boot but serves no HTTP
     cfg = h.sshd.host_config(port=port, **keys)
     b = SshBackend(name, cfg, ssh_config=[], connect_timeout=5.0)
     made.append(b)

@@ -11,12 +11,13 @@ from test_ui_helpers import FakeClock, demo_app, plain, run_clock, start_demo, w
 from kvtui.audit import read_entries
 from kvtui.boot import BootStatus
 from kvtui.config import HostConfig
+from kvtui.engines.events import FailureKind
 from kvtui.flags import get_flag
 from kvtui.hosts.demo import DemoBackend
 from kvtui.ui.app import KvtuiApp, MainScreen
 from kvtui.ui.host_pane import HostPane
 from kvtui.ui.screens import ConfirmScreen, TuneScreen
-from kvtui.ui.widgets.boot import ProbeLine
+from kvtui.ui.widgets.boot import FailureBanner, ProbeLine
 
 SPEED = 40.0
 SIZE = (130, 40)
@@ -58,6 +59,29 @@ def _demo_console() -> tuple[FakeClock, KvtuiApp]:
     start_demo("demo", clock, SPEED)
     clock.advance(12.0)
     return clock, demo_app(clock, speed=SPEED)
+
+
+async def test_a_boot_that_does_not_answer_is_failed_not_serving_with_the_banner() -> None:
+    # as `kvtui wait` marks it: the log says ready, the server does not answer (the demo's server
+    # answers 404 for a model it does not serve) -> the boot is failed, not_serving, and says so
+    clock = FakeClock()
+    start_demo("demo", clock, SPEED)
+    clock.advance(12.0)
+    app = demo_app(clock, speed=SPEED, host_options={"probe_model": "no-such-model"})
+    app.probe_ready = True
+    async with app.run_test(size=SIZE) as pilot:
+        pane = _pane(app)
+        await run_clock(pilot, app, clock, until=lambda: _probed(pane), limit=60)
+        await wait_for(pilot, lambda: "ready, but not answering" in plain(pane.query_one(FailureBanner)))
+        boot = pane.boot
+        assert boot is not None
+        assert boot.status is BootStatus.FAILED
+        assert boot.failure is not None
+        assert boot.failure.kind is FailureKind.NOT_SERVING
+        assert "/v1/completions: HTTP 404" in boot.failure.message
+        assert pane.monitor is not None
+        assert pane.monitor.tracker.boots[-1] is boot
+        assert plain(pane.query_one(ProbeLine)).startswith("✘ not serving: /v1/completions: HTTP 404")
 
 
 async def test_the_boot_panel_shows_the_probe_and_O_tunes_to_the_margin_edge() -> None:

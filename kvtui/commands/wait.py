@@ -362,9 +362,7 @@ async def _probe_ready(outcome: Outcome, monitor: HostMonitor, host: Any, args: 
     """Prove "ready" with a real request (``kvtui.hosts.probe``): on by default when the boot's
     arguments name its port (``--no-probe`` or ``probe = false`` turn it off); a boot that does
     not answer a 1-token request within the time left is failed, kind ``not_serving``."""
-    from kvtui.boot import Failure, hint_for
-    from kvtui.engines.events import FailureKind
-    from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, can_probe, probe, served_model
+    from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, can_probe, mark_not_serving, probe, served_model
 
     boot = outcome.boot
     assert boot is not None
@@ -389,9 +387,7 @@ async def _probe_ready(outcome: Outcome, monitor: HostMonitor, host: Any, args: 
     if res.ok:
         print(f"kvtui wait: {args.host}: ✔ {res.headline()}", file=stderr, flush=True)
         return Outcome(outcome.code, boot, outcome.index, outcome.message, snap)
-    boot.status = BootStatus.FAILED
-    boot.failure = Failure(FailureKind.NOT_SERVING, Phase.READY, res.error or "no answer",
-                           hint=hint_for(FailureKind.NOT_SERVING, boot.engine, boot.flags, boot.facts))
+    mark_not_serving(boot, res)
     failed = boot.to_json()
     failed["probe"] = res.to_json()
     return Outcome(EXIT_FAILED, boot, outcome.index, outcome.message, failed)

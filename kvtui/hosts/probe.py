@@ -25,6 +25,9 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from kvtui.boot import Boot, BootStatus, Failure, hint_for
+from kvtui.engines.events import FailureKind, Phase
+
 LOOPBACK = "127.0.0.1"
 MAX_BODY = 1 << 20  # bytes of a response kept: the probe's answers are small
 DEFAULT_PROBE_TIMEOUT_S = 60.0
@@ -277,3 +280,23 @@ def served_model(flags: Mapping[str, object]) -> str | None:
 async def direct(port: int) -> AsyncIterator[tuple[str, int]]:
     """This machine's own port (a local host): nothing to open or close."""
     yield LOOPBACK, port
+
+
+def not_probed_reason(backend: object, flags: Mapping[str, object], *, enabled: bool = True) -> str | None:
+    """Why a ready boot is not probed (None: it is): turned off, no port in its arguments, or a
+    backend that cannot reach the port (its boot is then ready on the log's word)."""
+    if not enabled:
+        return "probe = false"
+    if boot_port(flags) is None:
+        return "the boot's arguments name no port"
+    if not can_probe(backend):
+        return "this kind of host cannot reach the server's port yet; ready on the log's word (not probed)"
+    return None
+
+
+def mark_not_serving(boot: Boot, res: ProbeResult) -> None:
+    """The log said ready but the server did not answer: the boot is failed, kind ``not_serving``,
+    with the HTTP error (``kvtui wait``, ``apply``/``rollback --restart``, the tune, the console)."""
+    boot.status = BootStatus.FAILED
+    boot.failure = Failure(FailureKind.NOT_SERVING, Phase.READY, res.error or "no answer",
+                           hint=hint_for(FailureKind.NOT_SERVING, boot.engine, boot.flags, boot.facts))

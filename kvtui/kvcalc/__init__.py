@@ -59,7 +59,7 @@ from kvtui.kvcalc.model import (
     Verdict,
     activation_allowance_gib,
 )
-from kvtui.kvcalc.predict import Prediction, predict
+from kvtui.kvcalc.predict import Prediction, grid_search, predict
 
 __all__ = [
     "ACTIVATION_MIB_PER_TOKEN",
@@ -93,6 +93,7 @@ __all__ = [
     "floor_page",
     "fraction_flag",
     "from_config",
+    "grid_search",
     "parse_edits",
     "predict",
     "same_deployment",

@@ -180,8 +180,9 @@ def _resolve_cpu_kv_space(model: MemoryModel, edits: Edits, lows: list[str]) -> 
     return float(value) if present and value is not None else None  # type: ignore[arg-type]
 
 
-def _grid_search(lo: int, hi: int, good: Callable[[int], bool]) -> int | None:
-    """Largest i in [lo, hi] with good(i), assuming good is True then False as i rises."""
+def grid_search(lo: int, hi: int, good: Callable[[int], bool]) -> int | None:
+    """Largest i in [lo, hi] with good(i), assuming good is True then False as i rises (a bisection:
+    about log2(hi - lo) calls of ``good``). The tune planner searches its fraction grid with it too."""
     if lo > hi or not good(lo):
         return None
     if good(hi):
@@ -217,13 +218,13 @@ def _search_fractions(model: MemoryModel, s: _Settings, ev: _Eval, full_context:
     min_fc = None
     if s.context_len:
         need_tokens = full_context * s.context_len
-        below = _grid_search(1, top, lambda i: at(i).tokens < need_tokens)
+        below = grid_search(1, top, lambda i: at(i).tokens < need_tokens)
         if below is None:
             min_fc = 0.001
         elif below < top:
             min_fc = (below + 1) / 1000
     max_safe = None
-    hi_ok = _grid_search(1, top, lambda i: not at(i).over_top)
+    hi_ok = grid_search(1, top, lambda i: not at(i).over_top)
     if hi_ok is not None and at(hi_ok).verdict is Verdict.OK:
         max_safe = hi_ok / 1000
     return _Search(tokens_per, min_fc, max_safe)

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 from kvtui import audit, changes, fmt, kvcalc
 from kvtui import flags as fl
-from kvtui.boot import Boot, BootStatus, Failure, hint_for
-from kvtui.engines.events import FailureKind, Phase
+from kvtui.boot import Boot, BootStatus
+from kvtui.engines.events import FailureKind
 from kvtui.exits import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT
 from kvtui.hosts import service
 from kvtui.hosts.backend import BackendError, HostBackend
-from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, probe, served_model
+from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S
 from kvtui.knobs import fraction_flag
 from kvtui.tune.planner import Candidate, Planner, Stop, Tried, boot_seconds
 
@@ -170,6 +170,7 @@ async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, str | None] | 
     try:
         plan = await changes.plan_apply(run.name, run.host, run.backend, edits, restart=True, timeout=run.timeout,
                                         graph_margin_gib=run.margin_gib, boots=calib, clock=run.clock)
+        plan.probe_timeout = run.probe_timeout
     except service.ServiceError as exc:
         step.outcome, step.failure = "error", str(exc)
         run.say(f"step {step.index}: cannot plan: {exc}")
@@ -199,8 +200,8 @@ async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, str | None] | 
         step.seconds = boot_seconds(boot)
         if boot.failure is not None:
             step.failure = boot.failure.kind.value
-    if out.status == "ready" and boot is not None:
-        await _prove_ready(run, step, boot)
+    if out.probe is not None:  # the service asked the server for one token (off with probe = false)
+        step.probe = out.probe.headline()
     if out.status == "error":
         step.failure = out.messages[-1] if out.messages else "error"
         run.say(f"step {step.index}: {step.failure}")
@@ -209,25 +210,6 @@ async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, str | None] | 
                     "restores them")
         return out.code
     return Tried(c, step.outcome, boot), out.backup_path
-
-
-async def _prove_ready(run: TuneRun, step: TuneStep, boot: Boot) -> None:
-    """A step is ready once the server answers a 1-token request (``kvtui.hosts.probe``; off with
-    ``probe = false``, skipped when the boot's arguments name no port); else it failed,
-    ``not_serving``."""
-    port = boot_port(boot.flags)
-    if not getattr(run.host, "probe", True) or port is None:
-        return
-    res = await probe(run.backend, port, model=getattr(run.host, "probe_model", None) or served_model(boot.flags),
-                      timeout=min(run.timeout, run.probe_timeout))
-    step.probe = res.headline()
-    run.say(f"  {'✔' if res.ok else '✘'} {res.headline()}")
-    if res.ok:
-        return
-    step.outcome, step.failure = "failed", FailureKind.NOT_SERVING.value
-    boot.status = BootStatus.FAILED
-    boot.failure = Failure(FailureKind.NOT_SERVING, Phase.READY, res.error or "no answer",
-                           hint=hint_for(FailureKind.NOT_SERVING, boot.engine, boot.flags, boot.facts))
 
 
 def _calibration_boots(run: TuneRun) -> list[Boot]:

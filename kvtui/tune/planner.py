@@ -375,33 +375,17 @@ class Planner:
 
 
 def _largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
-    """Largest i in [lo, hi] with ok(i) (true, then false, as i rises)."""
-    if lo > hi or not ok(lo):
-        return None
-    if ok(hi):
-        return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    """Largest i in [lo, hi] with ok(i) (true, then false, as i rises): the calculator's own search."""
+    return kvcalc.grid_search(lo, hi, ok)
 
 
 def _smallest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
-    """Smallest i in [lo, hi] with ok(i) (false, then true, as i rises)."""
+    """Smallest i in [lo, hi] with ok(i) (false, then true, as i rises): one past the largest i
+    that is not ok, by the calculator's search."""
     if lo > hi or not ok(hi):
         return None
-    if ok(lo):
-        return lo
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    below = kvcalc.grid_search(lo, hi, lambda i: not ok(i))
+    return lo if below is None else below + 1
 
 
 def _as_float(v: object) -> float | None:

@@ -1010,9 +1010,28 @@ class HostPane(Vertical):
         backend = self.backend
         if backend is None:
             return
+        boot = self.boot  # the ready boot asked about (another may replace it meanwhile)
         self._show_probe()
-        self.probes[idx] = await probe(backend, port, model=model)
+        res = self.probes[idx] = await probe(backend, port, model=model)
+        if not res.ok and boot is not None and boot.status is BootStatus.READY:
+            self._not_serving(boot, res)
         self._show_probe()
+
+    def _not_serving(self, boot: Boot, res: ProbeResult) -> None:
+        """The log said ready but the server did not answer: the boot is failed, ``not_serving``,
+        as ``kvtui wait`` marks it — the failure banner, the status line and the fleet row say so."""
+        from kvtui.hosts.probe import mark_not_serving
+
+        mark_not_serving(boot, res)
+        if boot is not self.boot:
+            return
+        self._summary_posted = self._summary_key()
+        if self._shown:
+            self._render_boot()
+            self._refresh_live(self.clock(), post=True)
+        else:
+            self._stale = True
+            self._post_summary(self.current_elapsed(self.clock()))
 
     def _show_probe(self) -> None:
         idx = self.boot_index

@@ -16,6 +16,7 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.config import SshHost
 from kvtui.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED
 from kvtui.hosts.backend import HostBackend
+from kvtui.hosts.probe import ProbeResult, boot_port, mark_not_serving, not_probed_reason, probe, served_model
 from kvtui.hosts.service.follow import RestartFailed, boot_result, follow_restart, timed_out
 from kvtui.hosts.service.model import (
     DEFAULT_STOP_WAIT_S,
@@ -84,7 +85,10 @@ async def _execute(run: Run) -> ApplyOutcome:
         say(f"not restarted: {hint}")
         return ApplyOutcome(EXIT_OK, "written", list(say.log), backup_path=saved)
     boot, code, status = await _restart_and_follow(run)
-    out = ApplyOutcome(code, status, list(say.log), backup_path=saved, boot=boot)
+    probed = await _prove_ready(run, boot) if status == "ready" and boot is not None else None
+    if probed is not None and not probed.ok:
+        code, status = EXIT_FAILED, "failed"
+    out = ApplyOutcome(code, status, list(say.log), backup_path=saved, boot=boot, probe=probed)
     if boot is not None and plan.prediction is not None:
         out.reality = reality(plan, boot)
     if code != EXIT_OK and plan.rollback_on_failure and plan.action == "apply":
@@ -125,6 +129,29 @@ async def _restart_and_follow(run: Run) -> tuple[Boot | None, int, str]:
             say("environment not in effect: " + "; ".join(env_problems))
             return boot, EXIT_FAILED, "not_in_effect"
     return boot_result(say, boot)
+
+
+async def _prove_ready(run: Run, boot: Boot) -> ProbeResult | None:
+    """The log says ready: ask the server for one token, as ``kvtui wait`` does (``probe = false``
+    turns it off; a boot naming no port, or a host that cannot reach it, is ready on the log's
+    word). No answer within the timeout: the boot is failed, ``not_serving``."""
+    host = run.plan.host
+    why = not_probed_reason(run.ops.backend, boot.flags, enabled=getattr(host, "probe", True))
+    if why is not None:
+        if why.startswith("this kind of host"):
+            run.say(why)
+        return None
+    port = boot_port(boot.flags)
+    assert port is not None
+    run.say(f"the log says ready; asking the server on port {port} for one token")
+    res = await probe(run.ops.backend, port, model=getattr(host, "probe_model", None) or served_model(boot.flags),
+                      timeout=max(1.0, min(run.plan.timeout, run.plan.probe_timeout)))
+    if res.ok:
+        run.say(f"✔ {res.headline()}")
+        return res
+    mark_not_serving(boot, res)
+    run.say(f"✘ {res.headline()}: the new boot is failed (not_serving)")
+    return res
 
 
 async def _check_server_env(run: Run, boot: Boot) -> list[str]:

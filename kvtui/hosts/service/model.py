@@ -16,6 +16,7 @@ from kvtui.boot import Boot
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_INPUT
 from kvtui.hosts.backend import HostBackend
+from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, ProbeResult
 
 if TYPE_CHECKING:
     from kvtui.config import HostConfig
@@ -93,6 +94,7 @@ class ApplyPlan:
     timeout: float = 1800.0
     pre_rollback_path: str | None = None  # rollback: where the current file is saved first
     env_edits: list[ev.EnvEdit] = field(default_factory=list)  # environment edits (--setenv / --unsetenv)
+    probe_timeout: float = DEFAULT_PROBE_TIMEOUT_S  # the readiness probe after a ready restart
 
     @property
     def changed(self) -> bool:
@@ -148,6 +150,7 @@ class ApplyOutcome:
     boot: Boot | None = None
     rolled_back: bool = False
     reality: list[str] = field(default_factory=list)  # prediction vs reality lines
+    probe: ProbeResult | None = None  # the readiness probe of the new boot (None: not probed)
 
     def render(self) -> str:
         return "\n".join([*self.messages, *self.reality]) + "\n"
