@@ -105,7 +105,7 @@ async def _restart_and_follow(run: Run) -> tuple[Boot | None, int, str]:
             ops.backend, plan.engine, say, lambda: ops.issue_restart(call),
             timeout=plan.timeout, expect=plan.edits,
             settle=run.settle_s if run.settle_s is not None else ops.settle_s,
-            heartbeat=say.heartbeat,
+            heartbeat=say.heartbeat, stopped=call.stopped,
         )
     except RestartFailed as exc:
         raise ServiceError(
@@ -216,7 +216,7 @@ async def restart(
         if plan.follow:
             settle = settle_s if settle_s is not None else ops.settle_s
             follower, boot = await follow_restart(backend, engine_of(plan.host), say, lambda: ops.issue_restart(call),
-                                                  timeout=plan.timeout, settle=settle)
+                                                  timeout=plan.timeout, settle=settle, stopped=call.stopped)
             boot, code, status = timed_out(say, follower, plan.timeout) if boot is None else boot_result(say, boot)
             out = ApplyOutcome(code, status, list(say.log), boot=boot)
         else:

@@ -12,6 +12,7 @@ from kvtui import flags as fl
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus, BootTracker
 from kvtui.engines.events import Engine
+from kvtui.engines.exit_record import EXIT_IDENT, parse_exit
 from kvtui.engines.parse import LineParser
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.hosts.backend import BackendError, HostBackend, LogStart, aclose_iter
@@ -35,10 +36,12 @@ async def follow_restart(
     expect: Sequence[fl.Edit] = (),
     settle: float,
     heartbeat: ProgressFn | None = None,
+    stopped: set[int] | None = None,
 ) -> tuple[BootFollower, Boot | None]:
     """Start following the log, issue the restart, wait for the new boot to end (None: timed
-    out). A failed ``trigger`` raises ``RestartFailed``."""
-    follower = BootFollower(backend, engine, progress=say, heartbeat=heartbeat)
+    out). A failed ``trigger`` raises ``RestartFailed``. ``stopped``: the old server's PIDs the
+    trigger stops (a set it fills as it runs): their exit is the restart itself."""
+    follower = BootFollower(backend, engine, progress=say, heartbeat=heartbeat, stopped=stopped)
     await follower.start(settle)
     try:
         try:
@@ -85,8 +88,13 @@ class BootFollower:
         *,
         progress: ProgressFn | None = None,
         heartbeat: ProgressFn | None = None,
+        stopped: set[int] | None = None,
     ) -> None:
         hint = engine if engine in (Engine.SGLANG, Engine.VLLM) else None
+        # the old server's PIDs (shared with the restart that stops them): a backend's record of
+        # their exit is the restart, not the new boot dying — a server started a moment before
+        # the follow (the previous restart's) may be taken for the new one by the pid watch
+        self._stopped = stopped if stopped is not None else set()
         self._backend = backend
         self._parser = LineParser(hint)
         self._tracker = BootTracker(hint, max_boots=16)
@@ -111,6 +119,10 @@ class BootFollower:
         try:
             async for batch in it:
                 for rec in batch:
+                    if rec.ident == EXIT_IDENT and self._stopped:
+                        gone = parse_exit(rec.text)
+                        if gone is not None and gone.pid in self._stopped:
+                            continue
                     for parsed in self._parser.feed(rec):
                         self._tracker.feed(parsed)
                 self._report()

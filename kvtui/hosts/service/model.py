@@ -227,6 +227,9 @@ class RestartCall:
     clock: Callable[[], float]
     stop_wait_s: float
     beat: ProgressFn | None = None
+    # the old server's PIDs the stop_command stopped (filled by issue_restart, read by the boot
+    # follower: their exit is the restart, not the new boot dying)
+    stopped: set[int] = field(default_factory=set)
 
 
 class HostOps(Protocol):

@@ -371,6 +371,7 @@ class ShellOps:
                                    EXIT_FAILED)
             return
         old = await self._safe_pids()
+        call.stopped.update(old)
         say("stopping the server (stop_command)")
         r = await self._run(cmd["stop"])
         if not r.ok:
