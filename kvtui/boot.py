@@ -64,6 +64,7 @@ from kvtui.engines.events import (
     Warning_,
 )
 from kvtui.engines.unknown import UnrecognisedShape, looks_like_startup, shape_of
+from kvtui.knobs import lookup
 
 
 class BootStatus(StrEnum):
@@ -411,8 +412,13 @@ def hint_for(kind: FailureKind, engine: Engine, flags: dict[str, object], facts:
                 f"CUDA-graph capture ran out of GPU memory: lower {frac}, capture fewer sizes "
                 "(--max-num-seqs / --cuda-graph-sizes), or run with --enforce-eager"
             )
-        bs = flags.get("cuda_graph_max_bs")
-        bs_txt = f"--cuda-graph-max-bs (now {bs})" if bs is not None else "--cuda-graph-max-bs"
+        # in the boot's own release's spelling (SGLang 0.5.23: --cuda-graph-max-bs-decode)
+        graph_bs = lookup(Engine.SGLANG, "cuda-graph-max-bs")
+        assert graph_bs is not None
+        bs_flag = graph_bs.written(Engine.SGLANG, flags)
+        got = graph_bs.in_dump(Engine.SGLANG, flags)
+        bs = None if got is None else got[1]
+        bs_txt = f"--{bs_flag} (now {bs})" if bs is not None else f"--{bs_flag}"
         return (
             f"CUDA-graph capture ran out of GPU memory: lower {frac} to leave more headroom, "
             f"or lower {bs_txt} / --max-running-requests so fewer graphs are captured"

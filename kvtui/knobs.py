@@ -25,8 +25,8 @@ calculator and the dumps name them).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from kvtui.engines.events import Engine
@@ -77,6 +77,18 @@ class Scope(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Spelling:
+    """A newer release's spelling of a knob: its flag and its argument-dump key. A running boot
+    whose dump has ``dest`` was started by a release that takes ``flag`` (SGLang 0.5.23 split
+    ``--cuda-graph-max-bs`` into ``--cuda-graph-max-bs-decode`` / ``-prefill``, and argparse's
+    prefix matching makes the old spelling ambiguous there: a usage error at start)."""
+
+    flag: str
+    dest: str
+    since: str  # the release that introduced it (for notes)
+
+
+@dataclass(frozen=True, slots=True)
 class Knob:
     """One server setting. ``names[engine]``: the spellings that engine accepts, the first is the
     one kvtui writes; ``dests[engine]``: its key in the engine's own argument dump;
@@ -92,16 +104,39 @@ class Knob:
     memory: Memory | None = None
     shorthands: tuple[str, ...] = ()
     scope: Scope = Scope.FLAG
+    renamed: Mapping[Engine, tuple[Spelling, ...]] = field(default_factory=dict)  # newer releases' spellings
 
-    def written(self, engine: Engine) -> str:
+    def written(self, engine: Engine, dump: Collection[str] | None = None) -> str:
+        """The spelling kvtui writes: the engine's first, or, when the running boot's argument
+        dump (its keys, ``dump``) shows a newer release's spelling, that one."""
+        spelling = self.spelling_for(engine, dump)
+        if spelling is not None:
+            return spelling.flag
         own = self.names.get(engine)
         if own:
             return own[0]
         other = next(iter(self.names.values()))
         return other[0]
 
+    def spelling_for(self, engine: Engine, dump: Collection[str] | None) -> Spelling | None:
+        """The newer release's spelling the argument dump's keys show, None for the first one."""
+        if not dump:
+            return None
+        return next((s for s in self.renamed.get(engine, ()) if s.dest in dump), None)
+
     def dest(self, engine: Engine) -> str:
+        """Its key in the engine's argument dump (the first spelling's; the calculator's name)."""
         return self.dests.get(engine) or self.written(engine).replace("-", "_")
+
+    def dump_keys(self, engine: Engine) -> tuple[str, ...]:
+        """Every key it may have in the engine's argument dump, the first spelling's first."""
+        return (self.dest(engine), *(s.dest for s in self.renamed.get(engine, ())))
+
+    def in_dump(self, engine: Engine, dump: Mapping[str, object]) -> tuple[str, object] | None:
+        """(key, value) of this knob in an argument dump, whichever spelling's key it has (one
+        with a value before one that is None); None when the dump has none of them."""
+        present = [(k, dump[k]) for k in self.dump_keys(engine) if k in dump]
+        return next((kv for kv in present if kv[1] is not None), present[0] if present else None)
 
 
 def _knob(
@@ -116,17 +151,22 @@ def _knob(
     memory: Memory | None = None,
     shorthands: tuple[str, ...] = (),
     scope: Scope = Scope.FLAG,
+    sg_renamed: tuple[Spelling, ...] = (),
 ) -> Knob:
     names: dict[Engine, tuple[str, ...]] = {}
     dests: dict[Engine, str] = {}
     if sglang:
-        names[_SG] = sglang
+        names[_SG] = (*sglang, *(r.flag for r in sg_renamed))
         dests[_SG] = sg_dest or sglang[0].replace("-", "_")
     if vllm:
         names[_VL] = vllm
         dests[_VL] = vl_dest or vllm[0].replace("-", "_")
     negatable = frozenset({_VL}) if kind is ValueKind.BOOL and vllm else frozenset()
-    return Knob(concept, kind, names, dests, choices, negatable, memory, shorthands, scope)
+    renamed = {_SG: sg_renamed} if sg_renamed else {}
+    return Knob(concept, kind, names, dests, choices, negatable, memory, shorthands, scope, renamed)
+
+
+_SG_0523 = "SGLang 0.5.23"
 
 
 _V = ValueKind
@@ -139,9 +179,13 @@ SPECS: tuple[Knob, ...] = (
           shorthands=("max_running_reqs", "max_seqs")),
     _knob("context_length", _V.LEN, ("context-length",), ("max-model-len",), memory=_M.CONTEXT,
           shorthands=("context_len", "max_seq_len", "context", "max_context_len")),
+    # SGLang 0.5.23: the decode graphs' --cuda-graph-max-bs-decode / --cuda-graph-bs-decode (the
+    # old spellings are ambiguous there: -prefill is a second, different setting)
     _knob("cuda_graph_max_bs", _V.POS_INT, ("cuda-graph-max-bs",), ("max-cudagraph-capture-size",),
-          memory=_M.GRAPH_BS, shorthands=("max_capture_size",)),
-    _knob("cuda_graph_bs", _V.INT_LIST, ("cuda-graph-bs",), ("cuda-graph-sizes",)),
+          memory=_M.GRAPH_BS, shorthands=("max_capture_size",),
+          sg_renamed=(Spelling("cuda-graph-max-bs-decode", "cuda_graph_max_bs_decode", _SG_0523),)),
+    _knob("cuda_graph_bs", _V.INT_LIST, ("cuda-graph-bs",), ("cuda-graph-sizes",),
+          sg_renamed=(Spelling("cuda-graph-bs-decode", "cuda_graph_bs_decode", _SG_0523),)),
     _knob(
         "kv_cache_dtype",
         _V.STR,
@@ -293,17 +337,30 @@ def lookup(engine: Engine, name: str) -> Knob | None:
     return spec
 
 
-def written_name(engine: Engine, name: str) -> str:
+def written_name(engine: Engine, name: str, dump: Collection[str] | None = None) -> str:
     """The spelling kvtui writes for this flag on this engine (``tp`` -> ``tp-size`` for SGLang,
-    ``tensor-parallel-size`` for vLLM); an unknown flag comes back normalised."""
+    ``tensor-parallel-size`` for vLLM; with the running boot's argument-dump keys ``dump``, the
+    spelling that release takes: ``cuda-graph-max-bs-decode`` on SGLang 0.5.23); an unknown flag
+    comes back normalised."""
     spec = lookup(engine, name)
-    return spec.written(engine) if spec is not None else dash_name(name)
+    return spec.written(engine, dump) if spec is not None else dash_name(name)
 
 
 def dest_name(engine: Engine, name: str) -> str:
     """The key of this flag in the engine's own argument dump (``tp`` -> ``tp_size`` / ``tensor_parallel_size``)."""
     spec = lookup(engine, name)
     return spec.dest(engine) if spec is not None else dash_name(name).replace("-", "_")
+
+
+def dump_value(engine: Engine, name: str, dump: Mapping[str, object]) -> tuple[str, object] | None:
+    """(key, value) of a flag in an engine's argument dump, under whichever key that release
+    gives it (``cuda_graph_max_bs`` or SGLang 0.5.23's ``cuda_graph_max_bs_decode``); None when
+    the dump lacks it."""
+    spec = lookup(engine, name)
+    if spec is None:
+        key = underscore_name(name)
+        return (key, dump[key]) if key in dump else None
+    return spec.in_dump(engine, dump)
 
 
 def known_names(engine: Engine) -> frozenset[str]:
@@ -351,6 +408,16 @@ def memory_name(engine: Engine, role: Memory) -> str | None:
     return None if knob is None else knob.dest(engine)
 
 
+def memory_value(engine: Engine, role: Memory, dump: Mapping[str, object]) -> object:
+    """A modelled setting's value in a boot's argument dump, under whichever key that release
+    gives it (SGLang 0.5.23's ``cuda_graph_max_bs_decode`` for ``Memory.GRAPH_BS``); None when
+    absent."""
+    table = _MEMORY_KNOBS.get(engine, _MEMORY_KNOBS[_SG])
+    knob = table.get(role)
+    got = None if knob is None else knob.in_dump(engine if engine in knob.names else _SG, dump)
+    return None if got is None else got[1]
+
+
 def _memory_aliases(engine: Engine) -> dict[str, str]:
     out: dict[str, str] = {}
     for role in Memory:
@@ -358,7 +425,8 @@ def _memory_aliases(engine: Engine) -> dict[str, str]:
         if own is None:
             continue
         for knob in (k for k in KNOBS if k.memory is role):
-            spellings = [*knob.dests.values(), *(n for ns in knob.names.values() for n in ns), *knob.shorthands]
+            spellings = [*knob.dests.values(), *(n for ns in knob.names.values() for n in ns), *knob.shorthands,
+                         *(r.dest for rs in knob.renamed.values() for r in rs)]
             for alias in spellings:
                 out[underscore_name(alias)] = own
     return out

@@ -67,7 +67,7 @@ def make_planner(args: argparse.Namespace, engine: object, start: dict[str, obje
     """The planner for these options (``TuneError`` for a bad one)."""
     from kvtui import kvcalc
     from kvtui.engines.events import Engine
-    from kvtui.tune.planner import EXTRA_KNOBS, Bounds, Planner, TuneError, parse_goal
+    from kvtui.tune.planner import Bounds, Planner, TuneError, also_name, parse_goal
 
     goal = parse_goal(args.goal, args.requests)
     bounds = Bounds(args.floor, args.ceiling, args.step, args.max_boots)
@@ -75,10 +75,10 @@ def make_planner(args: argparse.Namespace, engine: object, start: dict[str, obje
     also: list[str] = []
     for raw in args.also or []:
         for name in str(raw).split(","):
-            k = name.strip().lstrip("-").replace("_", "-")
-            if k not in EXTRA_KNOBS:
+            k = also_name(name)
+            if k is None:
                 raise TuneError(f"--also {name}: expected max-running-requests or cuda-graph-max-bs")
-            also.append("max-running-requests" if k == "max-num-seqs" else k)
+            also.append(k)
     assert isinstance(engine, Engine)
     return Planner(engine, goal, bounds, tuple(dict.fromkeys(also)),
                    kvcalc.DEFAULT_GRAPH_MARGIN_GIB if margin is None else margin,

@@ -9,7 +9,7 @@ maps to the equivalent flag, with a note; an unknown flag is written as given, w
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -136,11 +136,15 @@ class _Resolved:
     name: str  # the spelling to write when adding (engine's own)
     value: EditValue  # validated
     notes: list[str] = field(default_factory=list)
+    typed: str = ""  # the name as given (dashed)
+    dump: Collection[str] | None = None  # the running boot's argument-dump keys, when known
 
 
-def _resolve(engine: Engine, edit: Edit, *, strict: bool = True) -> _Resolved:
+def _resolve(engine: Engine, edit: Edit, *, strict: bool = True, dump: Collection[str] | None = None) -> _Resolved:
     """Resolve an edit's flag name for the engine; ``strict`` also checks the value (an edit to
-    make), without it the value is taken as given (a value read back, to compare)."""
+    make), without it the value is taken as given (a value read back, to compare). ``dump``: the
+    running boot's argument-dump keys, which say the spelling a new occurrence gets
+    (``_spelling``)."""
     n = dash_name(edit.flag)
     if not n:
         raise BadValue("empty flag name")
@@ -181,12 +185,51 @@ def _resolve(engine: Engine, edit: Edit, *, strict: bool = True) -> _Resolved:
         notes.append(f"--{n} is not a flag kvtui knows for {eng}{hint}; the engine refuses misspelled flags at start")
     if engine is not _VL and value is False and spec is not None:
         value = None  # an SGLang switch is off when absent
-    return _Resolved(edit, spec, name, value, notes)
+    return _Resolved(edit, spec, name, value, notes, n, dump)
 
 
-def apply_edits(text: str, kind: Kind, edits: Iterable[Edit]) -> EditResult:
+def _spelling(engine: Engine, r: _Resolved) -> tuple[str, str]:
+    """(spelling, note) for a new occurrence of a flag. A knob that newer releases spell
+    differently (SGLang 0.5.23's ``--cuda-graph-max-bs-decode``: the old ``--cuda-graph-max-bs``
+    is ambiguous there) gets the spelling the running boot's argument dump shows; with no dump
+    known, the spelling given when it is a newer one, else kvtui's usual one, and the note says
+    so. An occurrence the file has already keeps its own spelling (``_replace_last``)."""
+    spec = r.spec
+    newer = spec.renamed.get(engine, ()) if spec is not None else ()
+    if spec is None or not newer:
+        return r.name, ""
+    if r.dump:
+        got = spec.spelling_for(engine, r.dump)
+        if got is None:
+            return spec.written(engine), ""
+        return got.flag, (f"written --{got.flag}: the running boot's argument dump has {got.dest} "
+                          f"({got.since}'s spelling)")
+    given = next((s for s in newer if s.flag == r.typed), None)
+    if given is not None:
+        return given.flag, (f"no running boot's argument dump tells the engine's release: written --{given.flag} as "
+                            f"given; releases before {given.since} call it --{spec.written(engine)}")
+    later = " / ".join(f"{s.since} and later" for s in newer)
+    return r.name, (f"no running boot's argument dump tells the engine's release: written --{r.name}; "
+                    f"{later} call it --{newer[0].flag} and refuse --{r.name} as ambiguous")
+
+
+def _spelling_mismatch(engine: Engine, r: _Resolved, o: FlagOccurrence) -> str:
+    """A note when the file spells a flag otherwise than the running boot's release takes it."""
+    spec = r.spec
+    if spec is None or not r.dump or not spec.renamed.get(engine):
+        return ""
+    want = spec.written(engine, r.dump)
+    if dash_name(o.name) == want:
+        return ""
+    return (f"the file spells it --{o.name} (edited in place); the running boot's argument dump says this release "
+            f"takes --{want}")
+
+
+def apply_edits(text: str, kind: Kind, edits: Iterable[Edit], *, dump: Collection[str] | None = None) -> EditResult:
     """Apply edits to a unit or script; only the bytes of the edited flags change.
 
+    ``dump``: the keys of the running boot's argument dump, when known: a flag added that newer
+    releases spell differently is written in the spelling this release takes (``_spelling``).
     Raises FlagError for a refused value, an unknown ``--unset``, or a command kvtui cannot edit.
     """
     cmd = parse_command(text, kind)
@@ -195,7 +238,7 @@ def apply_edits(text: str, kind: Kind, edits: Iterable[Edit]) -> EditResult:
     seen: dict[str, Edit] = {}
     resolved: list[_Resolved] = []
     for e in edit_list:
-        r = _resolve(engine, e)
+        r = _resolve(engine, e, dump=dump)
         key = r.spec.concept if r.spec is not None else r.name
         if key in seen:
             raise BadValue(f"{seen[key]} and {e} change the same flag (--{r.name}); give it once")
@@ -272,7 +315,7 @@ def _replace_last(
     o = occ[-1]
     line = _line_no(text, o.start)
     dup = f"given {len(occ)} times; edited the last (the one the engine uses)" if len(occ) > 1 else ""
-    note2 = "; ".join(x for x in (note, dup) if x)
+    note2 = "; ".join(x for x in (note, dup, _spelling_mismatch(cmd.engine, r, o)) if x)
     if isinstance(value, bool):
         # a switch
         if o.value is value:
@@ -314,19 +357,22 @@ def _replace_last(
 
 
 def _add(text: str, cmd: ServerCommand, r: _Resolved, value: str | bool, note: str) -> tuple[str, Change]:
-    """``--set`` of a flag the command lacks: added in the neighbours' style (``layout._insert``)."""
+    """``--set`` of a flag the command lacks: added in the neighbours' style (``layout._insert``),
+    in the spelling the running boot's release takes (``_spelling``)."""
+    name, why = _spelling(cmd.engine, r)
+    note = "; ".join(x for x in (note, why) if x)
     if value is False:
-        flag_text = f"--no-{r.name}"
+        flag_text = f"--no-{name}"
     elif value is True:
-        flag_text = f"--{r.name}"
+        flag_text = f"--{name}"
     else:
         written = value.replace(",", " ") if r.spec is not None and r.spec.kind is ValueKind.INT_LIST else value
         sep = _style(cmd)
         if sep == "=" and " " in written:
             sep = " "
-        flag_text = f"--{r.name}{sep}{written}"
+        flag_text = f"--{name}{sep}{written}"
     new_text, line = _insert(text, cmd, flag_text)
-    return new_text, Change(f"--{r.name}", "add", None, value, line, note)
+    return new_text, Change(f"--{name}", "add", None, value, line, note)
 
 
 def _style(cmd: ServerCommand) -> str:

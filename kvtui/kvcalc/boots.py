@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine
-from kvtui.knobs import Memory, fraction_flag, memory_name
+from kvtui.knobs import Memory, fraction_flag, memory_value
 from kvtui.kvcalc.arith import _as_float, _as_int
 from kvtui.kvcalc.defaults import _dtype_bytes, _model_dtype_bytes
 from kvtui.kvcalc.model import CalcError, MemoryModel, Notes, Sizing
@@ -222,8 +222,8 @@ def boot_model(boot: Boot, notes: Notes, sizing: Sizing) -> MemoryModel:
     engine's calibration adds what it found with ``dataclasses.replace``."""
     flags, m, facts, engine = boot.flags, boot.metrics, boot.facts, boot.engine
 
-    def flag(role: Memory) -> object:
-        return flags.get(memory_name(engine, role) or "")
+    def flag(role: Memory) -> object:  # under whichever key the release dumps it (cuda_graph_max_bs_decode)
+        return memory_value(engine, role, flags)
 
     kv_dtype = str(flags.get("kv_cache_dtype") or "auto")
     model_bytes = _model_dtype_bytes(flags)

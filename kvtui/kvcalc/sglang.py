@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from kvtui.boot import Boot, BootStatus
-from kvtui.engines.events import FailureKind
-from kvtui.knobs import fraction_flag
+from kvtui.engines.events import Engine, FailureKind
+from kvtui.knobs import Memory, fraction_flag, memory_value
 from kvtui.kvcalc.arith import _AVAIL_SLACK, _PRINT_EPS, GIB, _as_int, _frac, _snap_cell, floor_page
 from kvtui.kvcalc.boots import (
     _CAPACITY_RE,
@@ -441,7 +441,7 @@ def _graph(boot: Boot, pool_end: float | None, others: Sequence[Boot], c: Notes)
         why = (
             "capture has not finished yet" if boot.status is BootStatus.STARTING else "the log shows no capture memory"
         )
-        cgmb = _as_int(boot.flags.get("cuda_graph_max_bs"))
+        cgmb = _as_int(memory_value(Engine.SGLANG, Memory.GRAPH_BS, boot.flags))
         graph = _estimated_graph(cgmb or (max(boot.capture_bs) if boot.capture_bs else None), c, why)
     if graph.source not in (GraphSource.CAPTURE_OOM, GraphSource.ESTIMATED):
         return graph

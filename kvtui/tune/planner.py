@@ -33,7 +33,7 @@ from typing import Literal
 from kvtui import kvcalc
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine, FailureKind
-from kvtui.knobs import Memory, dash_name, fraction_flag, memory_name
+from kvtui.knobs import Memory, dash_name, fraction_flag, memory_name, memory_value
 
 GoalKind = Literal["max-tokens", "context", "tokens"]
 EXTRA_KNOBS: Mapping[str, Memory] = {
@@ -41,6 +41,18 @@ EXTRA_KNOBS: Mapping[str, Memory] = {
     "max-num-seqs": Memory.MAX_REQUESTS,
     "cuda-graph-max-bs": Memory.GRAPH_BS,
 }
+ALSO_ALIASES: Mapping[str, str] = {
+    "max-num-seqs": "max-running-requests",
+    "cuda-graph-max-bs-decode": "cuda-graph-max-bs",  # SGLang 0.5.23's spelling (written as the engine takes it)
+}
+
+
+def also_name(raw: str) -> str | None:
+    """The ``--also`` knob a name means (``max-num-seqs`` / ``cuda-graph-max-bs-decode`` are the
+    same knobs), None when it is not one the tune moves."""
+    k = raw.strip().lstrip("-").replace("_", "-")
+    k = ALSO_ALIASES.get(k, k)
+    return k if k in EXTRA_KNOBS else None
 GRID = 1000  # fractions are proposed on a 0.001 grid
 
 
@@ -336,8 +348,8 @@ class Planner:
             return dict(best.candidate.extra)
         out: dict[str, int] = {}
         for name in self.also:
-            dest = memory_name(self.engine, EXTRA_KNOBS[name])
-            v = self.start.get(dest) if dest is not None else None
+            # under whichever key the boot's release dumps it (SGLang 0.5.23: cuda_graph_max_bs_decode)
+            v = memory_value(self.engine, EXTRA_KNOBS[name], self.start)
             iv = _as_int(v)
             if iv is not None:
                 out[name] = iv

@@ -1069,7 +1069,7 @@ class HostPane(Vertical):
         from kvtui.hosts.backend import BackendError
         from kvtui.kvcalc import DEFAULT_GRAPH_MARGIN_GIB
         from kvtui.tune import driver
-        from kvtui.tune.planner import Bounds, Planner, Stop, TuneError, parse_goal
+        from kvtui.tune.planner import Bounds, Planner, Stop, TuneError, also_name, parse_goal
         from kvtui.ui.screens import ConfirmScreen, TuneScreen
 
         backend = self.backend
@@ -1088,8 +1088,7 @@ class HostPane(Vertical):
                 cmd, boots = await driver.start_state(self.host_name, self.spec.config, backend,
                                                       boots=self._known_boots())
                 goal = parse_goal(req.goal, req.requests)
-                also = tuple(dict.fromkeys("max-running-requests" if a.lstrip("-") == "max-num-seqs"
-                                           else a.lstrip("-").replace("_", "-") for a in req.also))
+                also = tuple(dict.fromkeys(also_name(a) or a.lstrip("-").replace("_", "-") for a in req.also))
                 cur = boots[-1] if boots else None
                 margin = self.calc_config.graph_margin_gib
                 planner = Planner(cmd.engine, goal, Bounds(max_boots=req.max_boots), also,

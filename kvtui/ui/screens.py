@@ -588,6 +588,7 @@ class TuneScreen(FittedDialog[TuneRequest | None]):
         from textual.widgets import Input
 
         from kvtui.tune import TuneError, parse_goal
+        from kvtui.tune.planner import also_name
 
         goal = self.query_one("#tune-goal", Input).value.strip()
         requests = None
@@ -603,7 +604,7 @@ class TuneScreen(FittedDialog[TuneRequest | None]):
             return f"boot budget {boots_text!r}: expected a whole number ≥ 1"
         also = tuple(a.strip() for a in self.query_one("#tune-also", Input).value.split(",") if a.strip())
         for a in also:
-            if a.lstrip("-").replace("_", "-") not in ("max-running-requests", "cuda-graph-max-bs", "max-num-seqs"):
+            if also_name(a) is None:
                 return f"also {a!r}: expected max-running-requests or cuda-graph-max-bs"
         return TuneRequest(goal, int(boots_text), also, requests)
 

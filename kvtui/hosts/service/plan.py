@@ -17,7 +17,7 @@ from kvtui.boot import Boot
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_USAGE
 from kvtui.hosts.service.model import BACKUP_MARK, PRE_ROLLBACK, ApplyPlan, Refusal, ServiceError
-from kvtui.knobs import CPU_KV_SPACE_KNOB, dash_name, env_knob
+from kvtui.knobs import CPU_KV_SPACE_KNOB, dash_name, dump_value, env_knob
 
 if TYPE_CHECKING:
     from kvtui.config import HostConfig
@@ -176,12 +176,38 @@ def prediction_edits(plan: ApplyPlan, boot: Boot, modelled: set[str]) -> tuple[d
             drift.append(f"a {kv:g} GiB CPU KV pool (the file says {CPU_KV_SPACE_ENV}={space})")
     for occ in cmd.flags:
         dest = fl.dest_name(engine, occ.canonical)
-        if dest not in modelled or dest in mapping or dest not in boot.flags:
+        # the running value under whichever key the boot's release dumps it (cuda_graph_max_bs_decode)
+        running = dump_value(engine, occ.canonical, boot.flags)
+        if dest not in modelled or dest in mapping or running is None:
             continue
-        if isinstance(occ.value, str) and not fl.same_value(boot.flags[dest], occ.value):
+        key, value = running
+        if isinstance(occ.value, str) and not fl.same_value(value, occ.value):
             mapping[dest] = occ.value
-            drift.append(f"{dest}={boot.flags[dest]!r} (the file says {occ.value})")
+            drift.append(f"{key}={value!r} (the file says {occ.value})")
     return mapping, drift
+
+
+def running_dump(boots: Sequence[Boot] | None, engine: Engine) -> frozenset[str] | None:
+    """The keys of the running boot's argument dump (the newest boot of this engine that printed
+    one), None when no boot is known: they say which spelling of a renamed flag the engine takes."""
+    for b in reversed(boots or ()):
+        if b.flags and b.engine in (engine, Engine.UNKNOWN):
+            return frozenset(b.flags)
+    return None
+
+
+def needs_release(source_text: str, kind: fl.Kind, edits: Sequence[fl.Edit]) -> bool:
+    """Whether an edit adds a flag that releases spell differently (SGLang 0.5.23's
+    ``--cuda-graph-max-bs-decode``): its spelling then comes from the running boot's dump."""
+    try:
+        cmd = fl.parse_command(source_text, kind)
+    except fl.FlagError:
+        return False
+    for e in edits:
+        spec = fl.lookup(cmd.engine, e.flag)
+        if e.value is not None and spec is not None and spec.renamed.get(cmd.engine) and not cmd.find(e.flag):
+            return True
+    return False
 
 
 def rollback_changes(

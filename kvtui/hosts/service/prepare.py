@@ -35,10 +35,12 @@ from kvtui.hosts.service.plan import (
     backup_name,
     edits_between,
     env_rollback_changes,
+    needs_release,
     prediction_edits,
     readonly_reason,
     refuse_unknown_flags,
     rollback_changes,
+    running_dump,
     split_env_edits,
     unified_diff,
 )
@@ -103,7 +105,13 @@ async def plan_apply(
                            "--unsetenv NAME", EXIT_USAGE)
     ops = backend.service_ops()
     source = await ops.locate(name, host)
-    new_text, engine, changes, warnings = _edit(source, edits, env_edits)
+    wiring = _Wiring(calculator, read_boots, graph_margin_gib, boots_timeout)
+    seen: list[Boot] | str | None = list(boots) if boots else ([boot] if boot is not None else None)
+    if seen is None and needs_release(source.text, source.kind, edits):
+        # a flag added that releases spell differently: the running boot's dump says which spelling
+        seen = await _read_host_boots(host, _engine_hint(source), backend, wiring)
+    new_text, engine, changes, warnings = _edit(
+        source, edits, env_edits, running_dump(seen if isinstance(seen, list) else None, _engine_hint(source)))
     plan = ApplyPlan(
         name=name,
         host=host,
@@ -126,22 +134,33 @@ async def plan_apply(
     )
     _refuse_readonly(plan, ops)
     plan.steps, plan.cmd = ops.edit_steps(plan)
-    seen: list[Boot] | None = list(boots) if boots else ([boot] if boot is not None else None)
-    if predict and plan.changed:
-        seen = await _predict(plan, backend, seen, _Wiring(calculator, read_boots, graph_margin_gib, boots_timeout))
-    refuse_unknown_flags(plan, seen)
+    known: list[Boot] | None = seen if isinstance(seen, list) else None
+    if isinstance(seen, str):  # read for the spelling already, and could not be: not read twice
+        plan.prediction_note = seen
+    elif predict and plan.changed:
+        known = await _predict(plan, backend, known, wiring)
+    refuse_unknown_flags(plan, known)
     return plan
 
 
+def _engine_hint(source: FlagSource) -> Engine:
+    """The source command's engine (SGLang when it does not parse: ``_edit`` says why)."""
+    try:
+        return fl.parse_command(source.text, source.kind).engine
+    except fl.FlagError:
+        return Engine.SGLANG
+
+
 def _edit(
-    source: FlagSource, edits: Sequence[fl.Edit], env_edits: Sequence[ev.EnvEdit]
+    source: FlagSource, edits: Sequence[fl.Edit], env_edits: Sequence[ev.EnvEdit], dump: frozenset[str] | None
 ) -> tuple[str, Engine, list[fl.Change], list[str]]:
     """The source's new text, its engine, the changes and the warnings (``ServiceError`` when
-    kvtui will not make the edit)."""
+    kvtui will not make the edit). ``dump``: the running boot's argument-dump keys, when known
+    (the spelling of a flag added that releases spell differently)."""
     new_text, changes, warnings = source.text, [], []
     try:
         if edits:
-            result = fl.apply_edits(source.text, source.kind, edits)
+            result = fl.apply_edits(source.text, source.kind, edits, dump=dump)
             new_text, engine = result.new_text, result.engine
             changes, warnings = list(result.changes), list(result.warnings)
         else:
@@ -179,20 +198,27 @@ class _Wiring:
         self.refuse = refuse
 
 
+async def _read_host_boots(host: HostConfig, engine: Engine, backend: HostBackend,
+                           wiring: _Wiring) -> list[Boot] | str:
+    """The host's boots read from its log, or why there are none (the plan's prediction note)."""
+    if wiring.read_boots is None:
+        return "none: the host's boots cannot be read here"
+    try:
+        boots = await wiring.read_boots(backend, host, engine, wiring.boots_timeout)
+    except (BackendError, TimeoutError) as exc:
+        return f"none: cannot read the host's boots ({exc})"
+    if not boots:
+        return "none: no server boot was found in the host's log to calibrate from"
+    return list(boots)
+
+
 async def _host_boots(plan: ApplyPlan, backend: HostBackend, wiring: _Wiring) -> list[Boot] | None:
     """The host's boots read from its log (None, with the plan's note saying why, when none)."""
-    if wiring.read_boots is None:
-        plan.prediction_note = "none: the host's boots cannot be read here"
+    got = await _read_host_boots(plan.host, plan.engine, backend, wiring)
+    if isinstance(got, str):
+        plan.prediction_note = got
         return None
-    try:
-        boots = await wiring.read_boots(backend, plan.host, plan.engine, wiring.boots_timeout)
-    except (BackendError, TimeoutError) as exc:
-        plan.prediction_note = f"none: cannot read the host's boots ({exc})"
-        return None
-    if not boots:
-        plan.prediction_note = "none: no server boot was found in the host's log to calibrate from"
-        return None
-    return boots
+    return got
 
 
 async def _predict(
