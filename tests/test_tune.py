@@ -225,6 +225,14 @@ def test_cli_max_tokens_on_the_demo(hosts: Path, capsys: pytest.CaptureFixture[s
     assert [(e["action"], e["outcome"]) for e in entries[-3:]] == [("apply", "ready"), ("apply", "ready"),
                                                                     ("tune", "met")]
     assert len(entries[-1]["steps"]) == 2  # type: ignore[arg-type]
+    # each step's boot is in the history with its prediction and outcome (the ledger), as apply's
+    assert _kvtui(hosts, "history", "demo", "--json") == 0
+    stored = json.loads(capsys.readouterr().out)["boots"]
+    tuned = [b for b in stored if (b.get("restart") or {}).get("action") == "apply"]
+    assert len(tuned) == 2
+    by_fraction = {round(float(b["restart"]["prediction"]["fraction"]), 3): b for b in tuned}
+    assert set(by_fraction) == {round(float(s["fraction"]), 3) for s in steps}
+    assert all(b["restart"]["outcome"] == "ready" for b in tuned)
 
 
 def test_cli_context_goal_and_an_impossible_goal(hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,7 +27,7 @@ from kvtui.knobs import fraction_flag
 from kvtui.tune.planner import Candidate, Planner, Stop, Tried, boot_seconds
 
 if TYPE_CHECKING:
-    from kvtui.config import HostConfig
+    from kvtui.config import HistoryConfig, HostConfig
 
 Say = Callable[[str], None]
 
@@ -118,6 +118,17 @@ class TuneRun:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     tried: list[Tried] = field(default_factory=list)
     steps: list[TuneStep] = field(default_factory=list)
+    history: HistoryConfig | None = None  # [history] of hosts.toml: each step's boot is remembered
+
+
+async def _remember(run: TuneRun, plan: service.ApplyPlan, out: service.ApplyOutcome) -> None:
+    """The boot a step (or the closing rollback) followed goes into the boot history with its
+    edit, prediction and outcome, as an ``apply --restart``'s does (the prediction ledger)."""
+    if out.boot is None:
+        return
+    problem = await asyncio.to_thread(changes.record_restart, plan, out, run.history)
+    if problem:
+        run.say(f"note: the boot is not in the history: {problem}")
 
 
 async def tune(run: TuneRun) -> TuneResult:
@@ -191,6 +202,7 @@ async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, str | None] | 
         run.say(f"  {msg}")
 
     out = await service.execute(plan, run.backend, progress, clock=run.clock, heartbeat=progress)
+    await _remember(run, plan, out)
     step.backup = out.backup_path
     step.outcome = out.status
     boot = out.boot
@@ -264,6 +276,7 @@ async def _roll_back(run: TuneRun, result: TuneResult, restore: str | None) -> N
         run.say(f"  {msg}")
 
     out = await service.execute(rb, run.backend, progress, clock=run.clock, heartbeat=progress)
+    await _remember(run, rb, out)
     good = out.status == "ready"
     ready = [t for t in run.tried if t.ready]
     label = ready[-1].candidate.label() if ready else "the configuration before the tune"

@@ -1112,7 +1112,8 @@ class HostPane(Vertical):
             banner.start(f"tune on {self.host_name}", first.why)
             run = driver.TuneRun(self.host_name, self.spec.config, backend, planner, list(boots),
                                  margin_gib=self.calc_config.graph_margin_gib, say=self._progress,
-                                 step_say=self._progress, clock=self.clock, stop=self.tune_stop)
+                                 step_say=self._progress, clock=self.clock, stop=self.tune_stop,
+                                 history=getattr(getattr(self.app, "config", None), "history", None))
             result = await driver.tune(run)
             self.last_tune = result
             head = "goal met" if result.met else ("stopped" if result.interrupted else "goal not met")
