@@ -166,6 +166,12 @@ async def test_the_demo_host_serves_the_endpoints(tmp_path: Path) -> None:
         wrong = await probe(b, 30001, timeout=0.5)
         assert not wrong.ok  # nothing listens on another port than the server's arguments name
         b.stop()
+        # a stopped server answers until its processes are gone (the simulated shutdown: ms at x400)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while b.serving_now() is not None:
+            assert loop.time() < deadline, "the stopped demo server's processes never went"
+            await asyncio.sleep(0.01)
         stopped = await probe(b, 30000, timeout=0.5)
         assert not stopped.ok
     finally:
