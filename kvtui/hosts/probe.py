@@ -196,10 +196,8 @@ async def probe_address(addr: tuple[str, int], *, model: str | None = None, time
     # 3. one token: a text prompt; refused with 400 (a server started without its tokenizer,
     # --skip-tokenizer-init: "Tokenizer not available"), once more with a prompt of one token id,
     # which both engines take without a tokenizer
-    t0 = time.perf_counter()
-    done: HttpAnswer | None = None
     prompts: tuple[str | list[int], ...] = ("Hello", [1])
-    for prompt in prompts:
+    for prompt in prompts:  # ``ans`` ends as the last answer (the /v1/models one is replaced)
         t0 = time.perf_counter()
         try:
             ans = await http_request(addr, "POST", "/v1/completions",
@@ -208,13 +206,10 @@ async def probe_address(addr: tuple[str, int], *, model: str | None = None, time
         except HttpError as exc:
             out.error = str(exc)
             return out
-        done = ans
         if ans.status != 400:
             break
         if isinstance(prompt, str):
             out.steps.append(f"/v1/completions (text prompt): {ans.short()}; again with a token-id prompt")
-    assert done is not None
-    ans = done
     ms = (time.perf_counter() - t0) * 1000
     doc = ans.json()
     if ans.status != 200 or not (isinstance(doc, dict) and doc.get("choices")):
