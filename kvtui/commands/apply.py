@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
 if TYPE_CHECKING:
-    from kvtui.config import HostConfig
+    from kvtui.config import HistoryConfig, HostConfig
     from kvtui.hosts.backend import HostBackend
     from kvtui.hosts.service import ApplyOutcome, ApplyPlan
 
@@ -255,16 +255,22 @@ async def confirm_and_execute(
     return outcome.code
 
 
-def _record(plan: ApplyPlan, outcome: ApplyOutcome, args: argparse.Namespace, stderr: TextIO, verb: str) -> None:
-    """The followed boot goes into the history with the edit, the prediction and the outcome."""
-    from kvtui import changes
+def history_config(args: argparse.Namespace) -> HistoryConfig | None:
+    """The hosts file's [history] for recording a restart's boot; None (the defaults) when the
+    file cannot be read."""
     from kvtui.config import ConfigError, load_config
 
     try:
-        config = load_config(getattr(args, "hosts", None)).history
+        return load_config(getattr(args, "hosts", None)).history
     except ConfigError:
-        config = None
-    problem = changes.record_restart(plan, outcome, config)
+        return None
+
+
+def _record(plan: ApplyPlan, outcome: ApplyOutcome, args: argparse.Namespace, stderr: TextIO, verb: str) -> None:
+    """The followed boot goes into the history with the edit, the prediction and the outcome."""
+    from kvtui import changes
+
+    problem = changes.record_restart(plan, outcome, history_config(args))
     if problem:
         print(f"kvtui {verb}: note: the boot is not in the history: {problem}", file=stderr)
 

@@ -24,11 +24,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TextIO
 
-from kvtui.commands.apply import _ask, open_host, run_main
+from kvtui.commands.apply import _ask, history_config, open_host, run_main
 from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
 if TYPE_CHECKING:
-    from kvtui.config import HistoryConfig
     from kvtui.tune.planner import Planner
 
 
@@ -155,23 +154,13 @@ async def tune_main(
         run = driver.TuneRun(name, host, backend, planner, list(boots), timeout=float(args.timeout),
                              margin_gib=margin, say=lambda m: print(m, file=stderr, flush=True),
                              step_say=lambda row: print(row, file=stderr, flush=True), clock=clock or time.time,
-                             history=_history_config(args))
+                             history=history_config(args))
         print(driver.TABLE_HEAD, file=stderr, flush=True)
         with _stop_on_sigint(run.stop, err):
             result = await driver.tune(run)
         return _report(args, result, stdout, stderr)
     finally:
         await backend.close()
-
-
-def _history_config(args: argparse.Namespace) -> HistoryConfig | None:
-    """The hosts file's [history] (each step's boot is remembered, as apply's is); None: defaults."""
-    from kvtui.config import ConfigError, load_config
-
-    try:
-        return load_config(getattr(args, "hosts", None)).history
-    except ConfigError:
-        return None
 
 
 @contextlib.contextmanager
