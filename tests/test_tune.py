@@ -106,6 +106,20 @@ def test_capture_oom_steps_down_by_what_the_trail_says() -> None:
     assert sim_boot(c.fraction).status.value == "ready"
 
 
+def test_a_warm_up_oom_caps_the_fraction_below_it() -> None:
+    planner, start = kimi_planner(Goal("max-tokens"))
+    dead = sim_boot(0.976)
+    assert dead.failure is not None
+    assert dead.failure.kind.value == "oom_runtime"
+    t = Tried(Candidate(0.976), "failed", dead)
+    planner.learn(t)
+    assert planner.hi == pytest.approx(0.975)
+    c = planner.next([start, dead], [t])
+    assert isinstance(c, Candidate)
+    assert c.fraction <= 0.975
+    assert sim_boot(c.fraction).status.value == "ready"
+
+
 def test_a_pool_that_did_not_fit_steps_up() -> None:
     planner, _start = kimi_planner(Goal("max-tokens"))
     t = Tried(Candidate(0.6), "failed", None)
