@@ -17,7 +17,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import TextIO
 
 from kvtui import fmt
 from kvtui import kvcalc as kc
@@ -37,29 +37,17 @@ class _Fail(Exception):
 # ---------------------------------------------------------------------------------------------
 
 
-def _open_log(path: str) -> BinaryIO:
-    if path == "-":
-        return sys.stdin.buffer
-    p = Path(path)
-    try:
-        return p.open("rb")
-    except FileNotFoundError:
-        raise _Fail(EXIT_INPUT, f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise _Fail(EXIT_INPUT, f"{path}: is a directory, expected a log file") from None
-    except PermissionError:
-        raise _Fail(EXIT_INPUT, f"{path}: permission denied") from None
-    except OSError as exc:
-        raise _Fail(EXIT_INPUT, f"{path}: cannot open ({exc.strerror or exc})") from None
-
-
 def read_log_boots(path: str) -> list[Boot]:
     """Every boot of a saved log (any shape ``kvtui replay`` reads), in order."""
-    from kvtui.commands.replay import InputError, analyse, no_boot_found, read_chunks
+    from kvtui.bootlog import read_log
+    from kvtui.commands.logfile import InputError, no_boot_found, open_log, read_chunks
 
-    stream = _open_log(path)
     try:
-        boots, _shape = analyse(read_chunks(stream, path))
+        stream = open_log(path)
+    except InputError as exc:
+        raise _Fail(EXIT_INPUT, str(exc)) from None
+    try:
+        boots, _shape = read_log(read_chunks(stream, path))
     except InputError as exc:
         raise _Fail(EXIT_INPUT, str(exc)) from None
     finally:
