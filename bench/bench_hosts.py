@@ -12,14 +12,13 @@ key to the first frame drawn after its action ran is recorded. Budget p95 < 150 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from common import Row, loadavg, percentile, run_standalone
+from common import Row, loadavg, percentile, standalone_main
 
 BUDGET_MS = 150.0
 
@@ -134,12 +133,7 @@ def run(quick: bool, workdir: Path, *, hosts: int = 32, seconds: float | None = 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--hosts", type=int, default=32)
-    ap.add_argument("--seconds", type=float, default=None)
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    return run_standalone("hosts", run, a.quick, hosts=a.hosts, seconds=a.seconds)
+    return standalone_main("hosts", run, __doc__, hosts=(int, 32), seconds=(float, None))
 
 
 if __name__ == "__main__":

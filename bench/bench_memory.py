@@ -19,13 +19,12 @@ Budget: < 200 MB; flat over the hour.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from common import ROOT, Row, loadavg, run_standalone
+from common import ROOT, Row, loadavg, standalone_main
 
 BUDGET_MB = 200.0
 
@@ -137,11 +136,7 @@ def run(quick: bool, workdir: Path, *, lines: int | None = None) -> list[Row]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lines", type=int, default=None)
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    return run_standalone("memory", run, a.quick, lines=a.lines)
+    return standalone_main("memory", run, __doc__, lines=(int, None))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Budget: keystroke-to-screen p95 < 100 ms; 0 lines missing from the spool.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import Row, loadavg, percentile, run_standalone
+from common import Row, loadavg, percentile, spooled_lines, standalone_main
 
 RATE = 20_000
 BUDGET_MS = 100.0
@@ -74,19 +73,6 @@ def _prelude() -> str:
         if "fired up and ready" in line:
             break
     return "\n".join(lines) + "\n"
-
-
-def _spooled(files: list[Path]) -> tuple[int, int]:
-    lines = markers = 0
-    for p in files:
-        with p.open("rb") as f:
-            for raw in f:
-                parts = raw.split(b"\t", 3)
-                if len(parts) >= 3 and parts[2] == b"marker":
-                    markers += 1
-                else:
-                    lines += 1
-    return lines, markers
 
 
 async def _storm(work: Path, seconds: float, rate: float) -> dict[str, Any]:
@@ -157,7 +143,7 @@ async def _storm(work: Path, seconds: float, rate: float) -> dict[str, Any]:
                 raise RuntimeError("the console did not take in the server's boot")
             await pilot.pause(0.05)
         mon.spool.flush()
-        before, _ = _spooled(mon.spool.files())
+        before, _ = spooled_lines(mon.spool.files())
         writer = await asyncio.create_subprocess_exec(sys.executable, "-c", _WRITER, str(log), str(rate),
                                                       str(seconds), stdout=asyncio.subprocess.PIPE)
         t_end = loop.time() + seconds
@@ -193,7 +179,7 @@ async def _storm(work: Path, seconds: float, rate: float) -> dict[str, Any]:
             await pilot.pause(0.05)
         result["caught_up_s"] = loop.time() - t_end
         mon.spool.flush()
-        got, _markers = _spooled(mon.spool.files())
+        got, _markers = spooled_lines(mon.spool.files())
         result["missing"] = sent - (got - before)
         result["sent"] = sent
         result["lines_received"] = pane.lines_received
@@ -223,12 +209,7 @@ def run(quick: bool, workdir: Path, *, seconds: float | None = None, rate: float
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=None)
-    ap.add_argument("--rate", type=float, default=RATE)
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    return run_standalone("storm", run, a.quick, seconds=a.seconds, rate=a.rate)
+    return standalone_main("storm", run, __doc__, seconds=(float, None), rate=(float, RATE))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ in the same run (when the benchmark has one), their ratio, the budget and whethe
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import statistics
@@ -134,3 +135,28 @@ def run_standalone(name: str, run: Callable[..., list[Row]], quick: bool, **opti
         shutil.rmtree(work, ignore_errors=True)
     print(table(rows))
     return 0 if all(r.met is not False for r in rows) else 1
+
+
+def standalone_main(name: str, run: Callable[..., list[Row]], doc: str | None, **options: tuple[type, object]) -> int:
+    """``main()`` of ``bench/bench_NAME.py``: one ``--KEY`` per keyword (its type and default), then
+    ``--quick``; the parsed options go to ``run_standalone``."""
+    ap = argparse.ArgumentParser(description=(doc or name).splitlines()[0])
+    for key, (kind, default) in options.items():
+        ap.add_argument(f"--{key}", type=kind, default=default)
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    return run_standalone(name, run, a.quick, **{key: getattr(a, key) for key in options})
+
+
+def spooled_lines(spool_files: Sequence[Path]) -> tuple[int, int]:
+    """(log lines, marker lines) written to a spool set."""
+    lines = markers = 0
+    for p in spool_files:
+        with p.open("rb") as f:
+            for raw in f:
+                parts = raw.split(b"\t", 3)
+                if len(parts) >= 3 and parts[2] == b"marker":
+                    markers += 1
+                else:
+                    lines += 1
+    return lines, markers
