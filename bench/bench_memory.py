@@ -28,23 +28,28 @@ from common import ROOT, Row, loadavg, standalone_main
 
 BUDGET_MB = 200.0
 
-_LINES = r"""
+# each measurement runs in a fresh interpreter: this prelude, then its own script
+_PRELUDE = r"""
 import gc, json, sys, tempfile
 from pathlib import Path
 from types import SimpleNamespace
 sys.path.insert(0, sys.argv[1])
-from kvtui.hosts.ssh.followers import _FileFollower
-from kvtui.hosts.backend import LogStart
-from kvtui.monitor import HostMonitor
 
 def rss():
     gc.collect()
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
+"""
+
+_LINES = _PRELUDE + r"""
+from kvtui.hosts.ssh.followers import _FileFollower
+from kvtui.hosts.backend import LogStart
+from kvtui.monitor import HostMonitor
 log, n_expected = Path(sys.argv[2]), int(sys.argv[3])
 out = {"start": rss()}
-backend = SimpleNamespace(name="mem", host=SimpleNamespace(log_file=str(log), unit="u", sudo=False), scan_window=1)
+backend = SimpleNamespace(name="mem", host=SimpleNamespace(log_file=str(log), unit="u", sudo=False, pid_file=None,
+                                                             start_command=None, stop_command=None), scan_window=1)
 mon = HostMonitor("mem", backend, state_dir=Path(tempfile.mkdtemp()), log_window=5000)
 mon._sink = lambda updates: None
 follower = _FileFollower(backend, LogStart.CURRENT_BOOT, "0")
@@ -66,19 +71,9 @@ out["spool_index_kib"] = mon.spool.index_bytes() / 1024
 print(json.dumps(out))
 """
 
-_GPUS = r"""
-import gc, json, sys, tempfile
-from pathlib import Path
-from types import SimpleNamespace
-sys.path.insert(0, sys.argv[1])
+_GPUS = _PRELUDE + r"""
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.monitor import HostMonitor
-
-def rss():
-    gc.collect()
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
 now = [1_777_000_000.0]
 backend = SimpleNamespace(name="gpu")
 mon = HostMonitor("gpu", backend, state_dir=Path(tempfile.mkdtemp()), clock=lambda: now[0])
