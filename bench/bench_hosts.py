@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import Row, loadavg, percentile, standalone_main
+from common import Row, loadavg, noting, percentile, standalone_main, watch_frames
 
 BUDGET_MS = 150.0
 
@@ -44,30 +44,10 @@ async def _measure(hosts: int, seconds: float, work: Path) -> dict[str, Any]:
     drawn = asyncio.Event()
     act_at: list[float] = []
     async with app.run_test(size=(200, 56)) as pilot:
-        original = app._display
-
-        def display(screen: Any, renderable: Any) -> None:
-            if renderable is not None:
-                frames.append(time.perf_counter())
-                drawn.set()
-            original(screen, renderable)
-
-        app._display = display  # type: ignore[method-assign]
+        watch_frames(app, frames, drawn)
         screen = app.main_screen
-        timestamps = screen.action_timestamps
-        switch = app.action_switch_host
-
-        def on_timestamps() -> None:
-            act_at.append(time.perf_counter())
-            acted.set()
-            timestamps()
-
-        def on_switch(name: str) -> None:
-            act_at.append(time.perf_counter())
-            acted.set()
-            switch(name)
-
-        screen.action_timestamps = on_timestamps  # type: ignore[method-assign]
+        on_switch = noting(app.action_switch_host, act_at, acted)
+        screen.action_timestamps = noting(screen.action_timestamps, act_at, acted)  # type: ignore[method-assign]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 60
         while sum(1 for p in screen.panes if p.monitor is not None and p.monitor.lines_seen) < hosts:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import Row, loadavg, percentile, spooled_lines, standalone_main
+from common import Row, loadavg, noting, percentile, spooled_lines, standalone_main, watch_frames
 
 RATE = 20_000
 BUDGET_MS = 100.0
@@ -97,27 +97,11 @@ async def _storm(work: Path, seconds: float, rate: float) -> dict[str, Any]:
     latencies: list[float] = []
     result: dict[str, Any] = {}
     async with app.run_test(size=(160, 48)) as pilot:
-        original = app._display
-
         drawn = asyncio.Event()
         acted = asyncio.Event()
-
-        def display(screen: Any, renderable: Any) -> None:
-            if renderable is not None:
-                frames.append(time.perf_counter())
-                drawn.set()
-            original(screen, renderable)
-
-        app._display = display  # type: ignore[method-assign]
+        watch_frames(app, frames, drawn)
         screen = app.main_screen
-        act = screen.action_timestamps
-
-        def timestamps() -> None:
-            actions.append(time.perf_counter())
-            acted.set()
-            act()
-
-        screen.action_timestamps = timestamps  # type: ignore[method-assign]
+        screen.action_timestamps = noting(screen.action_timestamps, actions, acted)  # type: ignore[method-assign]
         pane = screen.active_pane
         assert pane is not None
 

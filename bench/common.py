@@ -8,6 +8,7 @@ in the same run (when the benchmark has one), their ratio, the budget and whethe
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import statistics
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent
@@ -160,3 +162,28 @@ def spooled_lines(spool_files: Sequence[Path]) -> tuple[int, int]:
                 else:
                     lines += 1
     return lines, markers
+
+
+def watch_frames(app: Any, frames: list[float], drawn: asyncio.Event) -> None:
+    """From now on, the time of every frame the Textual ``app`` draws goes into ``frames`` (and
+    sets ``drawn``): a keystroke's latency ends at the first frame after its action ran."""
+    original = app._display
+
+    def display(screen: Any, renderable: Any) -> None:
+        if renderable is not None:
+            frames.append(time.perf_counter())
+            drawn.set()
+        original(screen, renderable)
+
+    app._display = display
+
+
+def noting(action: Callable[..., None], at: list[float], acted: asyncio.Event) -> Callable[..., None]:
+    """``action``, noting when it runs (into ``at``) and setting ``acted`` first."""
+
+    def run(*args: Any) -> None:
+        at.append(time.perf_counter())
+        acted.set()
+        action(*args)
+
+    return run
