@@ -6,7 +6,7 @@
 
 Exit codes: 0 the prediction boots (also at low confidence), 1 the verdict is ``oom_risk`` or
 ``no_fit``, 2 usage (bad option or edit: a malformed value is 2 here as in ``apply``), 3 input that
-is unreadable (missing file, binary data: the rule of ``kvtui.commands.replay``) or lacks what the
+is unreadable (missing file, binary data: the rule of ``kvtui.commands.logfile``) or lacks what the
 calculator needs (no boot found, no boot that sized its pool, a config.json without the needed keys).
 """
 
