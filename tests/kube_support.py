@@ -8,8 +8,11 @@ State (``FakeKube.state``):
   json --patch P [--dry-run=server] -o json``: add/replace ops applied, stored unless dry-run);
 - ``logs/POD/CONTAINER.log``: lines ``STAMP TEXT`` (``logs POD -c C --timestamps [--follow]
   [--since-time T] [--previous]``; ``--previous`` reads ``CONTAINER.previous.log``; a follow ends
-  when ``logs/POD/CONTAINER.drop`` appears (the file is removed: a dropped stream) or
-  ``CONTAINER.end`` exists);
+  when ``logs/POD/CONTAINER.drop`` appears (the file is removed: a dropped stream), when
+  ``CONTAINER.end`` exists, or when the container restarts (``FakeKube.restart_container``: the
+  log becomes ``CONTAINER.previous.log`` and a new, later-written ``CONTAINER.log`` starts — a
+  follow of the old container ends with exit 0, as kubectl's does); the current log not there yet
+  is kubectl's "is waiting to start: ContainerCreating";
 - ``gpu.csv``: what ``exec POD -c C -- nvidia-smi --query-gpu=…`` prints (every ``-lms`` ms);
 - ``calls``: one line per call (the argv, tab-separated).
 Errors are kubectl's: ``Error from server (NotFound): pods "x" not found`` on stderr, exit 1.
@@ -99,16 +102,22 @@ if verb == "logs":
     if not os.path.exists(path):
         if opts.get("previous"):
             die(f'Error from server (BadRequest): previous terminated container "{{cont}}" in pod "{{pod}}" not found')
+        if os.path.exists(os.path.join(STATE, "pods", pod + ".json")):
+            die(f'Error from server (BadRequest): container "{{cont}}" in pod "{{pod}}" is waiting to start: '
+                'ContainerCreating')
         die(f'Error from server (NotFound): pods "{{pod}}" not found')
     since = opts.get("since-time")
     def key(stamp):
         s, _, frac = stamp.rstrip("Z").partition(".")
         return (s, int(frac.ljust(9, "0") or 0))
-    pos = 0
+    fh = open(path, "rb")  # this container's log: a restart rotates the file, the stream ends
+    carry = b""
     while True:
-        with open(path, "rb") as fh:
-            fh.seek(pos); data = fh.read(); pos += len(data)
-        for line in data.decode().splitlines(keepends=True):
+        data = carry + fh.read()
+        lines = data.split(b"\n")
+        carry = lines.pop()
+        for raw in lines:
+            line = raw.decode() + "\n"
             stamp, _, text = line.partition(" ")
             # the kubelet filters --since-time by the second: lines of that second come again
             if since and key(stamp)[0] < key(since)[0]:
@@ -117,6 +126,16 @@ if verb == "logs":
         sys.stdout.flush()
         if not opts.get("follow") or os.path.exists(os.path.join(d, cont + ".end")):
             sys.exit(0)
+        try:
+            rotated = os.stat(path).st_ino != os.fstat(fh.fileno()).st_ino
+        except FileNotFoundError:
+            rotated = True
+        if rotated:
+            rest = fh.read()
+            if not rest:
+                sys.exit(0)  # the container ended (it restarted): kubectl logs -f ends with it
+            carry += rest
+            continue
         drop = os.path.join(d, cont + ".drop")
         if os.path.exists(drop):
             os.unlink(drop)
@@ -182,6 +201,18 @@ class FakeKube:
     def append_log(self, pod: str, container: str, lines: list[str], previous: bool = False) -> None:
         with self.log_path(pod, container, previous).open("a") as fh:
             fh.writelines(line + "\n" for line in lines)
+
+    def restart_container(self, pod: str, container: str, new_lines: list[str] | None = None) -> None:
+        """The container ended and a new one runs: its log becomes the previous container's (a
+        follow of it ends), the new container's log holds ``new_lines`` (None: not written yet —
+        the new container has printed nothing, or is still being created)."""
+        cur = self.log_path(pod, container)
+        if cur.exists():
+            cur.replace(self.log_path(pod, container, previous=True))
+        if new_lines is not None:
+            tmp = cur.with_suffix(".new")
+            tmp.write_text("".join(line + "\n" for line in new_lines))
+            tmp.replace(cur)
 
     def drop(self, pod: str, container: str) -> None:
         (self.state / "logs" / pod / f"{container}.drop").touch()

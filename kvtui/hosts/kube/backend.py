@@ -8,6 +8,9 @@
   a record of kvtui's own says how it ended (``kvtui.liveness``: "the server process exited
   (container sglang: OOMKilled …)"), so every reader sees a failed boot; the new container's
   lines start the next boot. CrashLoopBackOff is a history of failed boots, not a blank screen.
+  The pod is read again before every new stream (after a drop, a back-off, an ended container),
+  so a restart is handled before the new container's first line whenever it happened; a new
+  container that has printed nothing yet ("waiting to start") is followed again until it has.
   ``NEXT_BOOT`` takes only lines stamped after now.
 - **GPUs**: ``kubectl exec … -- nvidia-smi --query-gpu=… -lms N`` in the server's container; a
   stream that ends is restarted, the last samples marked stale meanwhile.
@@ -154,47 +157,76 @@ class KubeBackend:
             resume.last_stamp, resume.last_key = got[0], got[1]
         restarts = self._state.restarts
         delay = self._retry_s
+        pause = 0.0  # before the next look at the pod: 0 after a stream that ended, else the back-off
+        fresh = True  # start() just read the pod
+        ended = False  # the last stream ended by itself (exit 0), not dropped
         while not self._closed.is_set():
+            if pause and await self._sleep(pause):
+                return
+            if not fresh:
+                # the pod is read again before every stream: a container that restarted since the
+                # last look is handled first (its tail, how it ended), so the new container's lines
+                # never come before the old one's end — whether it restarted while its stream was
+                # open, during a back-off, or before it printed anything
+                try:
+                    st = await self.refresh()
+                except BackendError as exc:
+                    self._status = ConnStatus(ConnState.RECONNECTING, str(exc), retry_in=delay)
+                    pause, delay = delay, min(delay * 2, RETRY_MAX_S)
+                    continue
+                if st.restarts > restarts:
+                    restarts = st.restarts
+                    yield await self._ended_container(st, resume)
+                    delay = self._retry_s
+                    ended = False  # its stream ended with it: follow the new one at once
+                elif st.state != "running":
+                    # waiting (ContainerCreating, CrashLoopBackOff back-off) or ended: nothing new to
+                    # read until it runs (or restarts); look again after the back-off
+                    self._status = ConnStatus(ConnState.RECONNECTING, f"pod {st.name}: {st.summary()}",
+                                              retry_in=delay)
+                    pause, delay = delay, min(delay * 2, RETRY_MAX_S)
+                    continue
+                self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary()}")
+                if ended and await self._sleep(self._retry_s):
+                    # the stream ended while the same container runs on (the kubelet rotated its
+                    # log file: kubectl logs -f stops there): follow again, a moment later
+                    return
+            fresh = False
             resume.resumed()
             argv = K.logs(self.ref, self._pod, follow=True, since_time=resume.since_time())
-            rc = None
+            read = False
             async for batch in self._stream(argv, resume):
                 delay = self._retry_s
+                read = True
                 yield batch
-            rc = self._last_rc
             if self._closed.is_set():
                 return
-            try:
-                st = await self.refresh()
-            except BackendError as exc:
-                self._status = ConnStatus(ConnState.RECONNECTING, str(exc), retry_in=delay)
-                if await self._sleep(delay):
-                    return
-                delay = min(delay * 2, RETRY_MAX_S)
-                continue
-            if st.restarts > restarts:
-                # the container ended and a new one runs (or waits to): its last lines, then its end
-                restarts = st.restarts
-                tail: list[LogRecord] = []
-                async for batch in self._stream(K.logs(self.ref, self._pod, previous=True,
-                                                       since_time=resume.since_time()), resume, prior=True):
-                    tail.extend(batch)
-                how = st.last.words() if st.last is not None else "restarted"
-                tail.append(exit_record(None, f"container {st.container or ''}: {how}".strip(),
-                                        ts=tail[-1].ts if tail else None, source=SOURCE))
-                yield tail
-                self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary()}")
-                continue
-            if rc != 0 or st.state != "running":
-                # a dropped stream, or a container that is not running (yet): try again
-                self._status = ConnStatus(ConnState.RECONNECTING, f"pod {st.name}: {st.summary()}", retry_in=delay)
-                if await self._sleep(delay):
-                    return
-                delay = min(delay * 2, RETRY_MAX_S)
-                continue
-            self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary()}")
-            if await self._sleep(self._retry_s):
-                return
+            ended = self._last_rc == 0
+            if ended:
+                pause = 0.0  # the container ended (kubectl logs -f ends with it): look at once
+            else:
+                # a dropped stream, or a container that cannot be read (yet: not created, no log):
+                # a new stream after the back-off, from the last stamp
+                self._status = ConnStatus(ConnState.RECONNECTING, "kubectl logs ended: following again",
+                                          retry_in=delay)
+                pause = self._retry_s if read else delay
+                if not read:
+                    delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _ended_container(self, st: PodState, resume: LogResume) -> list[LogRecord]:
+        """A container ended and a new one runs (or waits to): the ended one's last lines not yet
+        read (``--previous``, from the last stamp), then a record saying how it ended."""
+        assert self._pod is not None
+        tail: list[LogRecord] = []
+        async for batch in self._stream(K.logs(self.ref, self._pod, previous=True,
+                                               since_time=resume.since_time()), resume, prior=True):
+            tail.extend(batch)
+        how = st.last.words() if st.last is not None else "restarted"
+        ended = _ts(st.last.finished_at) if st.last is not None and st.last.finished_at else None
+        tail.append(exit_record(None, f"container {st.container or ''}: {how}".strip(),
+                                ts=tail[-1].ts if tail else ended, source=SOURCE))
+        self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary()}")
+        return tail
 
     _last_rc: int | None = None
 
