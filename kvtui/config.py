@@ -578,8 +578,8 @@ def host_rule_problems(given: Mapping[str, object]) -> list[tuple[str | None, st
     if kind == "kube":
         for key in NOT_ON_KUBE_KEYS:
             if key in given:
-                out.append((key, "not for kube hosts (kvtui follows the pod through kubectl; editing and "
-                            "restarting a pod is not built yet)", given[key]))
+                out.append((key, "not for kube hosts (kvtui follows the pod through kubectl and edits the "
+                            "container args of its controller)", given[key]))
         out.extend(_kube_target_problems(given))
     if kind == "demo":
         for key in NOT_ON_DEMO_KEYS:

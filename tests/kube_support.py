@@ -13,6 +13,11 @@ State (``FakeKube.state``):
   log becomes ``CONTAINER.previous.log`` and a new, later-written ``CONTAINER.log`` starts — a
   follow of the old container ends with exit 0, as kubectl's does); the current log not there yet
   is kubectl's "is waiting to start: ContainerCreating";
+- ``rollouts/KIND-NAME.json`` (``FakeKube.on_rollout``): what a real patch of that object (or
+  ``rollout restart``) does next — the pod replaced, its container's new log stamped from then on;
+  ``rollout status`` says it completed (``rollout-stuck``: it times out); ``refuse-patch``: every
+  patch fails with that file's text (an admission webhook); a JSON-patch ``test`` that does not
+  hold fails the whole patch (``testing value … failed``);
 - ``gpu.csv``: what ``exec POD -c C -- nvidia-smi --query-gpu=…`` prints (every ``-lms`` ms);
 - ``calls``: one line per call (the argv, tab-separated).
 Errors are kubectl's: ``Error from server (NotFound): pods "x" not found`` on stderr, exit 1.
@@ -74,17 +79,43 @@ if verb == "get":
     obj = load(os.path.join(STATE, "objects", kind.lower(), name + ".json"), f'{{kind.lower()}} "{{name}}"')
     print(json.dumps(obj))
     sys.exit(0)
+def roll_out(kind, name):
+    """The controller replaces its pod: the scripted rollout (``FakeKube.on_rollout``), once."""
+    hook = os.path.join(STATE, "rollouts", kind.lower() + "-" + name + ".json")
+    if not os.path.exists(hook):
+        return
+    todo = json.load(open(hook))
+    os.unlink(hook)
+    pod, cont = todo["pod"]["metadata"]["name"], todo["container"]
+    json.dump(todo["pod"], open(os.path.join(STATE, "pods", pod + ".json"), "w"))
+    d = os.path.join(STATE, "logs", pod)
+    os.makedirs(d, exist_ok=True)
+    cur = os.path.join(d, cont + ".log")
+    if os.path.exists(cur):
+        os.replace(cur, cur + ".replaced")  # the old pod's log goes with it: a follow of it ends
+    now = time.time()
+    with open(cur + ".new", "w") as fh:
+        for i, text in enumerate(todo["log"]):
+            t = now + 0.5 + i * 1e-4
+            fh.write(time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%06dZ " % int((t % 1) * 1e6) + text + "\n")
+    os.replace(cur + ".new", cur)
 if verb == "patch":
     kind, name = words[1], words[2]
     path = os.path.join(STATE, "objects", kind.lower(), name + ".json")
-    obj = load(path, f'{{kind.lower()}} "{{name}}"')
+    obj = load(path, f'{{kind.lower()}}.apps "{{name}}"')
+    if os.path.exists(os.path.join(STATE, "refuse-patch")):
+        die(open(os.path.join(STATE, "refuse-patch")).read().strip())
     for op in json.loads(opts.get("patch") or opts.get("p")):
         keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
         node = obj
         for k in keys[:-1]:
             node = node[int(k)] if isinstance(node, list) else node[k]
         last = keys[-1]
-        if op["op"] in ("add", "replace"):
+        if op["op"] == "test":
+            have = node[int(last)] if isinstance(node, list) else node.get(last)
+            if have != op["value"]:
+                die(f'Error from server: testing value {{op["path"]}} failed: test failed')
+        elif op["op"] in ("add", "replace"):
             if isinstance(node, list):
                 node[int(last)] = op["value"]
             else:
@@ -93,7 +124,19 @@ if verb == "patch":
             die(f"error: unsupported patch op {{op['op']}}")
     if opts.get("dry-run") != "server":
         json.dump(obj, open(path, "w"))
+        roll_out(kind, name)
     print(json.dumps(obj)); sys.exit(0)
+if verb == "rollout":
+    what, target = words[1], words[2]
+    kind, _, name = target.partition("/")
+    if what == "restart":
+        roll_out(kind, name)
+        print(f"{{target}} restarted"); sys.exit(0)
+    if what == "status":
+        if os.path.exists(os.path.join(STATE, "rollout-stuck")):
+            time.sleep(float(opts.get("timeout", "1s").rstrip("s")))
+            die(f"error: timed out waiting for the condition")
+        print(f"{{kind}} rolling update complete 1 pods at revision {{name}}-7d9f8c6b5"); sys.exit(0)
 if verb == "logs":
     pod = words[1]
     cont = opts.get("container") or opts.get("c") or "main"
@@ -213,6 +256,13 @@ class FakeKube:
             tmp = cur.with_suffix(".new")
             tmp.write_text("".join(line + "\n" for line in new_lines))
             tmp.replace(cur)
+
+    def on_rollout(self, kind: str, name: str, pod: dict[str, object], container: str, log: list[str]) -> None:
+        """What the controller does at the next patch (or ``rollout restart``) of ``kind/name``: the
+        pod is replaced by ``pod`` whose container prints ``log`` (stamped from then on)."""
+        d = self.state / "rollouts"
+        d.mkdir(exist_ok=True)
+        (d / f"{kind.lower()}-{name}.json").write_text(json.dumps({"pod": pod, "container": container, "log": log}))
 
     def drop(self, pod: str, container: str) -> None:
         (self.state / "logs" / pod / f"{container}.drop").touch()

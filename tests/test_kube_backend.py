@@ -263,10 +263,9 @@ async def test_gpu_memory_via_exec_and_what_is_refused(kube: FakeKube) -> None:
     assert any(c[c.index("--") + 1:c.index("--") + 2] == ["nvidia-smi"] for c in kube.calls() if "--" in c)
     with pytest.raises(BackendError, match="runs no shell commands"):
         await backend.run("true")
-    ops = backend.service_ops()
-    assert "editing or restarting a kube host is not built yet" in (ops.restart_unavailable("r1", None) or "")  # type: ignore[arg-type]
-    with pytest.raises(ServiceError, match="editing or restarting a kube host is not built yet"):
-        await ops.locate("r1", None)  # type: ignore[arg-type]
+    # no controller above the pod in the fake: kvtui says it cannot edit what it cannot find
+    with pytest.raises(ServiceError, match='kubectl get statefulset/r1: Error from server \\(NotFound\\)'):
+        await backend.service_ops().locate("r1", None)  # type: ignore[arg-type]
 
 
 async def test_a_missing_pod_or_kubectl_is_a_clear_error(kube: FakeKube, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -315,11 +314,14 @@ def test_wait_on_a_crash_looping_pod_exits_1(kube: FakeKube, tmp_path: Path) -> 
     assert json.loads(out)["failure"]["kind"] == "oom_graph_capture"
 
 
-def test_apply_on_a_kube_host_is_refused_with_what_to_do(kube: FakeKube, tmp_path: Path) -> None:
-    kube.put_pod(_pod("running-ready"))
+def test_apply_on_a_bare_pod_is_refused_with_what_to_do(kube: FakeKube, tmp_path: Path) -> None:
+    pod = _pod("running-ready")
+    del pod["metadata"]["ownerReferences"]
+    kube.put_pod(pod)
     code, _out, err = _cli(kube, tmp_path, "apply", "r1", "--set", "mem-fraction-static=0.9", "--yes")
     assert code == 4, err
-    assert "editing or restarting a kube host is not built yet: change the args of the pod's controller" in err
+    assert ("pod r1-0 has no Deployment, StatefulSet or LeaderWorkerSet above it (pod r1-0): a bare pod's args "
+            "cannot change; edit its manifest and recreate it") in err
 
 
 def test_kube_host_keys_are_checked(tmp_path: Path) -> None:

@@ -70,6 +70,8 @@ class KubeBackend:
         self._status = ConnStatus(ConnState.CONNECTING)
         self._pod: str | None = ref.pod
         self._state: PodState | None = None
+        self._obj: dict[str, Any] | None = None  # the pod as last read
+        self._next_from: float | None = None  # mark_next_boot
         self._procs: set[asyncio.subprocess.Process] = set()
         self._closed = asyncio.Event()
 
@@ -113,8 +115,22 @@ class KubeBackend:
             if rc != 0:
                 raise BackendError(_first_line(err) or f"kubectl exited {rc}")
             obj = json.loads(out)
+        self._obj = obj
         self._state = pod_state(obj, self.ref.container)
         return self._state
+
+    def pod_object(self) -> dict[str, Any] | None:
+        """The pod's JSON as last read (``refresh``)."""
+        return self._obj
+
+    async def kubectl(self, argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
+        """Run one argv of ``kvtui.hosts.kube.commands``: (exit status, stdout, stderr)."""
+        return await self._kubectl(argv, timeout)
+
+    def mark_next_boot(self, at: float) -> None:
+        """The next ``follow_log(NEXT_BOOT)`` takes lines stamped from ``at`` on (not from when it
+        starts): a patch rolls the pod out at once, before the apply's follower is running."""
+        self._next_from = at
 
     def pod_state(self) -> PodState | None:
         return self._state
@@ -151,7 +167,9 @@ class KubeBackend:
             if got is not None:
                 resume.last_stamp, resume.last_key = got[0], got[1]
         elif start is LogStart.NEXT_BOOT:
-            now = rfc3339(datetime.fromtimestamp(self._clock(), UTC))
+            at = self._clock() if self._next_from is None else min(self._clock(), self._next_from)
+            self._next_from = None
+            now = rfc3339(datetime.fromtimestamp(at, UTC))
             got = split_stamp(now + " ")
             assert got is not None
             resume.last_stamp, resume.last_key = got[0], got[1]

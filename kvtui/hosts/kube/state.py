@@ -318,3 +318,107 @@ class LogResume:
         self.taken_at_last = Counter({text: 1})
         self._skip.clear()
         return stamp, text
+
+
+# -- the container's command line as text (what kvtui.flags edits) and back ---------------------
+
+_SHELLS = {"sh", "bash", "dash", "ash", "zsh"}
+
+
+class ArgsError(ValueError):
+    """The container's command line cannot be edited as asked (says why and what to do)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArgsText:
+    """One ``ArgsSite`` as the text ``kvtui.flags`` edits (kind ``script``): a shell script run
+    with ``sh -c`` is the script itself; an exec-form command line is its words, shell-quoted."""
+
+    site: ArgsSite
+    text: str
+    shell_at: int | None  # index (in command + args) of the ``sh -c`` script, None: exec form
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        return (*self.site.command, *self.site.args)
+
+
+def args_text(site: ArgsSite) -> ArgsText:
+    import shlex
+
+    words = (*site.command, *site.args)
+    for i in range(1, len(words) - 1):
+        if words[i] == "-c" and words[i - 1].rsplit("/", 1)[-1] in _SHELLS:
+            return ArgsText(site, words[i + 1], i + 1)
+    if not words:
+        raise ArgsError("the container has neither command nor args (the image's entrypoint runs): kvtui "
+                        "edits the server's flags in the container's args; put the server command there")
+    return ArgsText(site, shlex.join(words), None)
+
+
+def args_values(at: ArgsText, new_text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(command, args) that say ``new_text``: the script replaced in place, or the new words
+    split with the command's own words kept as the command (an edit never touches them)."""
+    import shlex
+
+    site = at.site
+    n_cmd = len(site.command)
+    if at.shell_at is not None:
+        words = list(at.words)
+        words[at.shell_at] = new_text
+        return tuple(words[:n_cmd]), tuple(words[n_cmd:])
+    try:
+        words = shlex.split(new_text)
+    except ValueError as exc:
+        raise ArgsError(f"the edited command line does not split into words: {exc}") from exc
+    if site.args or not site.command:
+        if tuple(words[:n_cmd]) != site.command:
+            raise ArgsError("the edit would change the container's command (" + shlex.join(site.command) +
+                            "); kvtui edits its args only")
+        return site.command, tuple(words[n_cmd:])
+    return tuple(words), ()  # everything is in command: it is what changes
+
+
+def patch_ops(site: ArgsSite, command: Sequence[str], args: Sequence[str]) -> list[dict[str, object]]:
+    """JSON-patch operations that turn ``site`` into (command, args): each field replaced, after a
+    ``test`` that it still holds what kvtui read (the API server refuses the whole patch if not:
+    nothing changes behind an edit that was planned on other args)."""
+    ops: list[dict[str, object]] = []
+    base = site.path.rsplit("/", 1)[0]
+    for fld, old, new in (("command", site.command, tuple(command)), ("args", site.args, tuple(args))):
+        if old == new:
+            continue
+        path = f"{base}/{fld}"
+        if old:
+            ops.append({"op": "test", "path": path, "value": list(old)})
+            ops.append({"op": "replace", "path": path, "value": list(new)})
+        else:
+            ops.append({"op": "add", "path": path, "value": list(new)})
+    return ops
+
+
+def yaml_list(key: str, words: Sequence[str], indent: int) -> list[str]:
+    """``key:`` and a YAML block list of ``words`` (JSON strings are YAML strings)."""
+    import json
+
+    pad = " " * indent
+    return [f"{pad}{key}:", *(f"{pad}- {json.dumps(w)}" for w in words)]
+
+
+def chart_patch(kind: str, name: str, container: str | None, changed: Sequence[tuple[ArgsSite, Sequence[str],
+                                                                                         Sequence[str]]]) -> str:
+    """What to commit to the chart / repo instead of a direct patch: for every pod template that
+    changes, its path and the container's new command / args as YAML."""
+    out = [f"# {kind}/{name}: commit this to the chart or repository that renders it"]
+    for site, command, args in changed:
+        tmpl = site.path.rsplit("/spec/containers/", 1)[0].strip("/").replace("/", ".")
+        out.append(f"# {tmpl}.spec.containers[name={container or '(first)'}]")
+        if tuple(command) != site.command:
+            out.extend(yaml_list("command", command, 0))
+        out.extend(yaml_list("args", args, 0))
+    return "\n".join(out)
+
+
+def site_values(obj: JSON, container: str | None) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+    """(path, command, args) of every site, to compare two reads of an object."""
+    return [(s.path, s.command, s.args) for s in container_args(obj, container)]
