@@ -44,6 +44,7 @@ SOURCE = "kube"
 RETRY_S = 1.0
 RETRY_MAX_S = 15.0
 COMMAND_TIMEOUT_S = 30.0
+POD_POLL_S = 5.0  # how often the pod's state is read again while its log is followed
 
 
 def _ts(stamp: str) -> datetime | None:
@@ -61,7 +62,8 @@ class KubeBackend:
     """One pod (or the leader of a selector's group) as a host."""
 
     def __init__(self, name: str, ref: K.PodRef, *, gpus: Sequence[int] | None = None,
-                 clock: Callable[[], float] = time.time, retry_s: float = RETRY_S) -> None:
+                 clock: Callable[[], float] = time.time, retry_s: float = RETRY_S,
+                 pod_poll_s: float | None = None) -> None:
         self.name = name
         self.ref = ref
         self.gpus = list(gpus) if gpus is not None else None
@@ -72,6 +74,8 @@ class KubeBackend:
         self._state: PodState | None = None
         self._obj: dict[str, Any] | None = None  # the pod as last read
         self._next_from: float | None = None  # mark_next_boot
+        self._pod_poll_s = POD_POLL_S if pod_poll_s is None else pod_poll_s
+        self._watch: asyncio.Task[None] | None = None
         self._procs: set[asyncio.subprocess.Process] = set()
         self._closed = asyncio.Event()
 
@@ -88,10 +92,13 @@ class KubeBackend:
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
             raise BackendError(f"kubectl did not answer within {timeout:g} s: {' '.join(argv[1:6])} …") from None
         finally:
+            if proc.returncode is None:  # timed out, or cancelled (the backend closed): not left behind
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                with contextlib.suppress(Exception):
+                    await proc.wait()
             self._procs.discard(proc)
         return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
 
@@ -146,10 +153,31 @@ class KubeBackend:
         except BackendError as exc:
             self._status = ConnStatus(ConnState.FAILED, str(exc))
             raise
-        self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary()}")
+        self._show(st)
+        if self._watch is None and self._pod_poll_s > 0:
+            self._watch = asyncio.create_task(self._watch_pod(), name=f"kvtui-kube-pod-{self.name}")
+
+    def _show(self, st: PodState) -> None:
+        """The connection line carries the pod's state (the console's header shows it): connected
+        while the container runs, reconnecting while it waits (Pending, ContainerCreating, a
+        CrashLoopBackOff back-off) — with the reason, readiness, restarts and the last end."""
+        state = ConnState.CONNECTED if st.state == "running" else ConnState.RECONNECTING
+        retry = self._status.retry_in if state is ConnState.RECONNECTING else None
+        self._status = ConnStatus(state, f"pod {st.name}: {st.summary(brief=True)}", retry)
+
+    async def _watch_pod(self) -> None:
+        """Read the pod again every ``pod_poll_s`` while open: readiness, restarts and waiting
+        reasons change without a log line (a readiness probe that starts to pass, a pod evicted)."""
+        while not await self._sleep(self._pod_poll_s):
+            with contextlib.suppress(BackendError):
+                self._show(await self.refresh())
 
     async def close(self) -> None:
         self._closed.set()
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watch
         for p in list(self._procs):
             with contextlib.suppress(ProcessLookupError):
                 p.kill()
@@ -200,11 +228,11 @@ class KubeBackend:
                 elif st.state != "running":
                     # waiting (ContainerCreating, CrashLoopBackOff back-off) or ended: nothing new to
                     # read until it runs (or restarts); look again after the back-off
-                    self._status = ConnStatus(ConnState.RECONNECTING, f"pod {st.name}: {st.summary()}",
+                    self._status = ConnStatus(ConnState.RECONNECTING, f"pod {st.name}: {st.summary(brief=True)}",
                                               retry_in=delay)
                     pause, delay = delay, min(delay * 2, RETRY_MAX_S)
                     continue
-                self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary()}")
+                self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary(brief=True)}")
                 if ended and await self._sleep(self._retry_s):
                     # the stream ended while the same container runs on (the kubelet rotated its
                     # log file: kubectl logs -f stops there): follow again, a moment later
@@ -243,7 +271,7 @@ class KubeBackend:
         ended = _ts(st.last.finished_at) if st.last is not None and st.last.finished_at else None
         tail.append(exit_record(None, f"container {st.container or ''}: {how}".strip(),
                                 ts=tail[-1].ts if tail else ended, source=SOURCE))
-        self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary()}")
+        self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary(brief=True)}")
         return tail
 
     _last_rc: int | None = None

@@ -38,6 +38,11 @@ class Termination:
                     "resources.limits.memory), not GPU memory")
         return f"{self.reason or 'terminated'}{code}"
 
+    def brief(self) -> str:
+        """The words in a few: ``OOMKilled (exit 137): host memory, not GPU``."""
+        code = f" (exit {self.exit_code})" if self.exit_code is not None else ""
+        return f"OOMKilled{code}: host memory, not GPU" if self.oom_killed else self.words()
+
 
 @dataclass(frozen=True, slots=True)
 class PodState:
@@ -65,9 +70,10 @@ class PodState:
         """Cannot start as it is (unschedulable, image pull, bad config, crash loop)."""
         return self.reason == "Unschedulable" or self.reason in _BAD_WAITING
 
-    def summary(self) -> str:
+    def summary(self, *, brief: bool = False) -> str:
         """One line: ``Pending: Unschedulable (0/4 nodes are available: …)``, ``Running, ready``,
-        ``Running, not ready (readiness probe)``, ``CrashLoopBackOff, 5 restarts, last: OOMKilled …``."""
+        ``Running, not ready (readiness probe)``, ``CrashLoopBackOff, 5 restarts, last: OOMKilled …``;
+        ``brief``: the last end in a few words (the console's header)."""
         if self.phase == "Pending" and self.reason == "Unschedulable":
             head = "Pending: unschedulable"
         elif self.state == "waiting" and self.reason:
@@ -75,14 +81,14 @@ class PodState:
         elif self.state == "running":
             head = "Running, ready" if self.ready else "Running, not ready (readiness probe)"
         elif self.state == "terminated" and self.current is not None:
-            head = f"{self.phase}: {self.current.words()}"
+            head = f"{self.phase}: {self.current.brief() if brief else self.current.words()}"
         else:
             head = self.phase
         parts = [head + (f" ({_one_line(self.message)})" if self.message and self.state != "running" else "")]
         if self.restarts:
             parts.append(f"{self.restarts} restart{'s' if self.restarts != 1 else ''}")
         if self.last is not None:
-            parts.append(f"last: {self.last.words()}")
+            parts.append(f"last: {self.last.brief() if brief else self.last.words()}")
         return ", ".join(parts)
 
 
