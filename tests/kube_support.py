@@ -18,6 +18,8 @@ State (``FakeKube.state``):
   ``rollout status`` says it completed (``rollout-stuck``: it times out); ``refuse-patch``: every
   patch fails with that file's text (an admission webhook); a JSON-patch ``test`` that does not
   hold fails the whole patch (``testing value … failed``);
+- ``raw/PATH`` (``FakeKube.put_raw``): what ``get --raw PATH`` prints (a service proxy's answer);
+  none: the service has no endpoints;
 - ``gpu.csv``: what ``exec POD -c C -- nvidia-smi --query-gpu=…`` prints (every ``-lms`` ms);
 - ``calls``: one line per call (the argv, tab-separated).
 Errors are kubectl's: ``Error from server (NotFound): pods "x" not found`` on stderr, exit 1.
@@ -61,6 +63,11 @@ def load(path, what):
         die(f'Error from server (NotFound): {{what}} not found')
 verb = words[0] if words else ""
 ns = opts.get("namespace") or opts.get("n") or "default"
+if verb == "get" and opts.get("raw"):
+    raw = os.path.join(STATE, "raw", words[1].strip("/").replace("/", "%"))
+    if not os.path.exists(raw):
+        die('Error from server (ServiceUnavailable): no endpoints available for service "' + words[1] + '"')
+    sys.stdout.write(open(raw).read()); sys.exit(0)
 if verb == "get":
     kind, name = words[1], (words[2] if len(words) > 2 else None)
     if kind in ("pod", "pods") and name:
@@ -263,6 +270,16 @@ class FakeKube:
         d = self.state / "rollouts"
         d.mkdir(exist_ok=True)
         (d / f"{kind.lower()}-{name}.json").write_text(json.dumps({"pod": pod, "container": container, "log": log}))
+
+    def put_raw(self, path: str, text: str | None) -> None:
+        """What ``kubectl get --raw PATH`` answers (None: the service has no endpoints)."""
+        d = self.state / "raw"
+        d.mkdir(exist_ok=True)
+        f = d / path.strip("/").replace("/", "%")
+        if text is None:
+            f.unlink(missing_ok=True)
+        else:
+            f.write_text(text)
 
     def drop(self, pod: str, container: str) -> None:
         (self.state / "logs" / pod / f"{container}.drop").touch()

@@ -13,7 +13,9 @@
   container that has printed nothing yet ("waiting to start") is followed again until it has.
   ``NEXT_BOOT`` takes only lines stamped after now.
 - **GPUs**: ``kubectl exec … -- nvidia-smi --query-gpu=… -lms N`` in the server's container; a
-  stream that ends is restarted, the last samples marked stale meanwhile.
+  stream that ends is restarted, the last samples marked stale meanwhile. With
+  ``gpu_metrics_url`` (a DCGM exporter's in-cluster URL) its Prometheus text instead, read through
+  the API server's service proxy (``kvtui.hosts.kube.dcgm``).
 - **Pod state**: ``pod_state()`` (``kvtui.hosts.kube.state.PodState``): Pending and why, waiting
   reasons, readiness, restarts, the last termination (OOMKilled is host memory, not GPU).
 - **Not here yet**: ``run`` (kube hosts run no shell commands) and ``service_ops`` (applying an
@@ -45,6 +47,7 @@ RETRY_S = 1.0
 RETRY_MAX_S = 15.0
 COMMAND_TIMEOUT_S = 30.0
 POD_POLL_S = 5.0  # how often the pod's state is read again while its log is followed
+DCGM_MIN_S = 1.0  # the least time between two reads of a DCGM exporter
 
 
 def _ts(stamp: str) -> datetime | None:
@@ -63,7 +66,7 @@ class KubeBackend:
 
     def __init__(self, name: str, ref: K.PodRef, *, gpus: Sequence[int] | None = None,
                  clock: Callable[[], float] = time.time, retry_s: float = RETRY_S,
-                 pod_poll_s: float | None = None) -> None:
+                 pod_poll_s: float | None = None, gpu_metrics_url: str | None = None) -> None:
         self.name = name
         self.ref = ref
         self.gpus = list(gpus) if gpus is not None else None
@@ -76,6 +79,8 @@ class KubeBackend:
         self._next_from: float | None = None  # mark_next_boot
         self._pod_poll_s = POD_POLL_S if pod_poll_s is None else pod_poll_s
         self._watch: asyncio.Task[None] | None = None
+        self.gpu_metrics_url = gpu_metrics_url
+        self.gpu_note: str | None = None  # what the last DCGM answer said about whose GPUs it holds
         self._procs: set[asyncio.subprocess.Process] = set()
         self._closed = asyncio.Event()
 
@@ -322,6 +327,10 @@ class KubeBackend:
     async def gpu_stream(self, interval_s: float = 1.0) -> AsyncIterator[list[GpuSample]]:
         if self._state is None:
             await self.start()
+        if self.gpu_metrics_url:
+            async for batch in self._dcgm_stream(interval_s):
+                yield batch
+            return
         assert self._pod is not None
         last: list[GpuSample] = []
         delay = self._retry_s
@@ -370,6 +379,40 @@ class KubeBackend:
             if await self._sleep(delay):
                 return
             delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _dcgm_stream(self, interval_s: float) -> AsyncIterator[list[GpuSample]]:
+        """GPU memory from a DCGM exporter (``gpu_metrics_url``): its /metrics read through the API
+        server's service proxy (``kubectl get --raw``; the URL is reached from inside the cluster,
+        never from here) every ``interval_s`` (at least ``DCGM_MIN_S``: the exporter itself
+        collects every few seconds); an answer that fails, or comes from another node's exporter,
+        leaves the last samples marked stale, as an SSH host's are while it reconnects."""
+        from kvtui.hosts.kube.dcgm import parse_dcgm
+        from kvtui.kube_ref import parse_service_url
+
+        assert self.gpu_metrics_url is not None
+        argv = K.get_raw(self.ref, parse_service_url(self.gpu_metrics_url).proxy_path())
+        last: list[GpuSample] = []
+        every = max(DCGM_MIN_S, interval_s)
+        while not self._closed.is_set():
+            try:
+                rc, out, err = await self._kubectl(argv)
+            except BackendError as exc:
+                rc, out, err = -1, "", str(exc)
+            pod = self._pod if self._pod is not None else None
+            reading = parse_dcgm(out, self._clock(), namespace=self.ref.namespace, pod=pod) if rc == 0 else None
+            if reading is not None and reading.samples:
+                self.gpu_note = None if reading.filtered else (
+                    "the exporter maps no GPU to a pod: every GPU of its answer is shown")
+                last = select_gpus(reading.samples, self.gpus)
+                yield last
+            else:
+                self.gpu_note = (_first_line(err) or f"kubectl exited {rc}" if reading is None else
+                                 "the exporter that answered runs on another node (no GPU of this pod)"
+                                 if reading.other_node else "the exporter's answer has no DCGM_FI_DEV_FB_USED/FREE")
+                if last:
+                    yield mark_stale(last)
+            if await self._sleep(every):
+                return
 
     async def gpu_processes(self) -> list[GpuProcess]:
         return []  # a container's nvidia-smi sees its own processes only: nothing to attribute
