@@ -15,7 +15,7 @@ State (``FakeKube.state``):
   is kubectl's "is waiting to start: ContainerCreating";
 - ``rollouts/KIND-NAME.json`` (``FakeKube.on_rollout``): what a real patch of that object (or
   ``rollout restart``) does next — the pod replaced, its container's new log stamped from then on;
-  ``rollout status`` says it completed (``rollout-stuck``: it times out); ``refuse-patch``: every
+  ``rollout status`` says it completed; ``refuse-patch``: every
   patch fails with that file's text (an admission webhook); a JSON-patch ``test`` that does not
   hold fails the whole patch (``testing value … failed``);
 - ``raw/PATH`` (``FakeKube.put_raw``): what ``get --raw PATH`` prints (a service proxy's answer);
@@ -140,9 +140,6 @@ if verb == "rollout":
         roll_out(kind, name)
         print(f"{{target}} restarted"); sys.exit(0)
     if what == "status":
-        if os.path.exists(os.path.join(STATE, "rollout-stuck")):
-            time.sleep(float(opts.get("timeout", "1s").rstrip("s")))
-            die(f"error: timed out waiting for the condition")
         print(f"{{kind}} rolling update complete 1 pods at revision {{name}}-7d9f8c6b5"); sys.exit(0)
 if verb == "logs":
     pod = words[1]

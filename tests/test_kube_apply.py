@@ -229,3 +229,38 @@ async def test_args_changed_between_plan_and_write_are_refused(kube: FakeKube, t
     assert "its args changed since they were read; nothing was written" in out.messages[-1]
     assert json.loads(path.read_text())["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "0.9"
     assert not [c for c in kube.calls() if "patch" in c and "--dry-run=server" not in c]
+
+
+def test_a_deployment_of_pods_is_applied_through_one_of_its_hosts(kube: FakeKube, tmp_path: Path) -> None:
+    hosts = ('[hosts.leader]\nkube = "prod-eu/llm/r1-0"\ncontainer = "sglang"\n'
+             '[hosts.worker]\nkube = "prod-eu/llm/r1-0-1"\ncontainer = "sglang"\n'
+             '[deployments.r1]\nnodes = ["leader", "worker"]\n')
+    code, _out, err = _cli(kube, tmp_path, "apply", "r1", "--set", "mem-fraction-static=0.88", "--yes", hosts=hosts)
+    assert code == 4, err
+    assert ("r1: its nodes are pods of one controller: run 'kvtui apply leader' (it edits every pod template of the "
+            "controller, workers included)") in err
+    assert not _calls(kube, "patch")
+
+
+async def test_a_plain_restart_is_a_rollout_restart_followed_to_the_new_boot(kube: FakeKube, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvtui.config import parse_config
+    from kvtui.hosts import service
+    from kvtui.hosts.factory import make_backend
+
+    monkeypatch.setenv("PATH", kube.env()["PATH"])
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    kube.put_object(_json(FIX / "kube" / "objects" / "statefulset-plain.json"))
+    kube.on_rollout("StatefulSet", "r1", _rolled_pod(), "sglang", _boot("0.85"))
+    host = parse_config('[hosts.r1]\nkube = "prod-eu/llm/r1-0"\ncontainer = "sglang"\n', tmp_path / "h.toml").host("r1")
+    backend = make_backend("r1", host)
+    await backend.start()
+    try:
+        plan = service.plan_restart("r1", host, backend, follow=True, timeout=60)
+        assert not plan.refused
+        out = await service.restart(plan, backend)
+    finally:
+        await backend.close()
+    assert out.status == "ready", out.messages
+    assert "StatefulSet/r1: rollout restarted" in out.messages
+    assert any(c[4:7] == ["rollout", "restart", "statefulset/r1"] for c in kube.calls())
