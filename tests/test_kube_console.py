@@ -78,3 +78,8 @@ async def test_the_header_shows_the_pod_state_as_it_changes(kube: FakeKube, tmp_
         kube.put_pod(pending)
         await wait_for(pilot, lambda: "Pending: unschedulable (0/4 nodes are available" in header(), timeout=20)
         assert "◌ reconnecting" in header()
+        # closed here, not by the app's teardown: the backend reaps its kubectl processes
+        pane = app.main_screen.active_pane
+        assert pane is not None
+        assert pane.monitor is not None
+        await pane.monitor.close()
