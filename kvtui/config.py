@@ -410,6 +410,7 @@ class KubeHost(_HostBase):
     selector: NonEmpty | None = None
     container: ContainerName | None = None
     engine: EngineName = "auto"
+    gpu_metrics_url: NonEmpty | None = None  # a DCGM exporter's in-cluster URL (read through the API server)
 
     @property
     def kind(self) -> Literal["kube"]:
@@ -481,8 +482,8 @@ _VARIANTS: dict[str, type[SshHost] | type[LocalHost] | type[DemoHost] | type[Kub
 # whose model has it (the rules below are derived from that).
 HOST_KEYS = ("ssh", "local", "demo", "kube", "selector", "port", "identity_file", "known_hosts", "strict_host_key",
              "engine", "unit", "log_file", "container", "launch_script", "start_command", "stop_command", "pid_file",
-             "gpus", "sudo", "readonly", "probe", "probe_model", "demo_speed", "demo_seed", "demo_engine", "demo_model",
-             "demo_node", "demo_stall_node")
+             "gpus", "sudo", "readonly", "probe", "probe_model", "gpu_metrics_url", "demo_speed", "demo_seed",
+             "demo_engine", "demo_model", "demo_node", "demo_stall_node")
 _KEYS_OF = {kind: tuple(model.model_fields) for kind, model in _VARIANTS.items()}
 assert set(HOST_KEYS) == {k for keys in _KEYS_OF.values() for k in keys}, "HOST_KEYS lists every host key once"
 
@@ -578,8 +579,8 @@ def host_rule_problems(given: Mapping[str, object]) -> list[tuple[str | None, st
     if kind == "kube":
         for key in NOT_ON_KUBE_KEYS:
             if key in given:
-                out.append((key, "not for kube hosts (kvtui follows the pod through kubectl; editing and "
-                            "restarting a pod is not built yet)", given[key]))
+                out.append((key, "not for kube hosts (kvtui follows the pod through kubectl and edits the "
+                            "container args of its controller)", given[key]))
         out.extend(_kube_target_problems(given))
     if kind == "demo":
         for key in NOT_ON_DEMO_KEYS:
@@ -607,6 +608,14 @@ def _kube_target_problems(given: Mapping[str, object]) -> list[tuple[str | None,
         parse_target(target, selector=selector, container=container if isinstance(container, str) else None)
     except KubeRefError as exc:
         return [("kube", str(exc), target)]
+    url = given.get("gpu_metrics_url")
+    if isinstance(url, str):
+        from kvtui.kube_ref import parse_service_url
+
+        try:
+            parse_service_url(url)
+        except KubeRefError as exc:
+            return [("gpu_metrics_url", str(exc), url)]
     return []
 
 

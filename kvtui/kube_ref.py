@@ -71,3 +71,40 @@ def check_selector(selector: str) -> str:
     if not selector.strip() or selector.startswith("-") or not _SELECTOR_RE.match(selector):
         raise KubeRefError(f'expected a label selector like "app=sglang,role=leader", got {json.dumps(selector)}')
     return selector
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceUrl:
+    """An in-cluster service URL (``http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics``),
+    reached from here through the API server's service proxy, never directly."""
+
+    scheme: str
+    service: str
+    namespace: str
+    port: int
+    path: str
+
+    def proxy_path(self) -> str:
+        """``/api/v1/namespaces/NS/services/[https:]SERVICE:PORT/proxy/PATH`` (``kubectl get --raw``)."""
+        name = f"https:{self.service}:{self.port}" if self.scheme == "https" else f"{self.service}:{self.port}"
+        return f"/api/v1/namespaces/{self.namespace}/services/{name}/proxy/{self.path.lstrip('/')}"
+
+
+_SVC_URL_RE = re.compile(r"^(?P<scheme>https?)://(?P<svc>[a-z0-9-]+)\.(?P<ns>[a-z0-9-]+)"
+                         r"(?:\.svc(?:\.[a-z0-9.-]+)?)?(?::(?P<port>\d{1,5}))?(?P<path>/[A-Za-z0-9._~/-]*)?$")
+
+
+def parse_service_url(text: str) -> ServiceUrl:
+    """``http(s)://SERVICE.NAMESPACE[.svc[.cluster.local]][:PORT][/PATH]`` (port 80/443, path
+    ``/metrics`` when left out)."""
+    m = _SVC_URL_RE.match(text)
+    if m is None:
+        raise KubeRefError(
+            "expected an in-cluster service URL like http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics "
+            f"(SERVICE.NAMESPACE; kvtui reaches it through the API server's service proxy), got {json.dumps(text)}")
+    scheme = m.group("scheme")
+    port = int(m.group("port") or (443 if scheme == "https" else 80))
+    if not 0 < port < 65536:
+        raise KubeRefError(f"expected a port 1-65535 in {json.dumps(text)}")
+    return ServiceUrl(scheme, check_label(m.group("svc"), "service"), check_label(m.group("ns"), "namespace"),
+                      port, m.group("path") or "/metrics")

@@ -8,8 +8,18 @@ State (``FakeKube.state``):
   json --patch P [--dry-run=server] -o json``: add/replace ops applied, stored unless dry-run);
 - ``logs/POD/CONTAINER.log``: lines ``STAMP TEXT`` (``logs POD -c C --timestamps [--follow]
   [--since-time T] [--previous]``; ``--previous`` reads ``CONTAINER.previous.log``; a follow ends
-  when ``logs/POD/CONTAINER.drop`` appears (the file is removed: a dropped stream) or
-  ``CONTAINER.end`` exists);
+  when ``logs/POD/CONTAINER.drop`` appears (the file is removed: a dropped stream), when
+  ``CONTAINER.end`` exists, or when the container restarts (``FakeKube.restart_container``: the
+  log becomes ``CONTAINER.previous.log`` and a new, later-written ``CONTAINER.log`` starts — a
+  follow of the old container ends with exit 0, as kubectl's does); the current log not there yet
+  is kubectl's "is waiting to start: ContainerCreating";
+- ``rollouts/KIND-NAME.json`` (``FakeKube.on_rollout``): what a real patch of that object (or
+  ``rollout restart``) does next — the pod replaced, its container's new log stamped from then on;
+  ``rollout status`` says it completed; ``refuse-patch``: every
+  patch fails with that file's text (an admission webhook); a JSON-patch ``test`` that does not
+  hold fails the whole patch (``testing value … failed``);
+- ``raw/PATH`` (``FakeKube.put_raw``): what ``get --raw PATH`` prints (a service proxy's answer);
+  none: the service has no endpoints;
 - ``gpu.csv``: what ``exec POD -c C -- nvidia-smi --query-gpu=…`` prints (every ``-lms`` ms);
 - ``calls``: one line per call (the argv, tab-separated).
 Errors are kubectl's: ``Error from server (NotFound): pods "x" not found`` on stderr, exit 1.
@@ -53,6 +63,11 @@ def load(path, what):
         die(f'Error from server (NotFound): {{what}} not found')
 verb = words[0] if words else ""
 ns = opts.get("namespace") or opts.get("n") or "default"
+if verb == "get" and opts.get("raw"):
+    raw = os.path.join(STATE, "raw", words[1].strip("/").replace("/", "%"))
+    if not os.path.exists(raw):
+        die('Error from server (ServiceUnavailable): no endpoints available for service "' + words[1] + '"')
+    sys.stdout.write(open(raw).read()); sys.exit(0)
 if verb == "get":
     kind, name = words[1], (words[2] if len(words) > 2 else None)
     if kind in ("pod", "pods") and name:
@@ -71,17 +86,43 @@ if verb == "get":
     obj = load(os.path.join(STATE, "objects", kind.lower(), name + ".json"), f'{{kind.lower()}} "{{name}}"')
     print(json.dumps(obj))
     sys.exit(0)
+def roll_out(kind, name):
+    """The controller replaces its pod: the scripted rollout (``FakeKube.on_rollout``), once."""
+    hook = os.path.join(STATE, "rollouts", kind.lower() + "-" + name + ".json")
+    if not os.path.exists(hook):
+        return
+    todo = json.load(open(hook))
+    os.unlink(hook)
+    pod, cont = todo["pod"]["metadata"]["name"], todo["container"]
+    json.dump(todo["pod"], open(os.path.join(STATE, "pods", pod + ".json"), "w"))
+    d = os.path.join(STATE, "logs", pod)
+    os.makedirs(d, exist_ok=True)
+    cur = os.path.join(d, cont + ".log")
+    if os.path.exists(cur):
+        os.replace(cur, cur + ".replaced")  # the old pod's log goes with it: a follow of it ends
+    now = time.time()
+    with open(cur + ".new", "w") as fh:
+        for i, text in enumerate(todo["log"]):
+            t = now + 0.5 + i * 1e-4
+            fh.write(time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%06dZ " % int((t % 1) * 1e6) + text + "\n")
+    os.replace(cur + ".new", cur)
 if verb == "patch":
     kind, name = words[1], words[2]
     path = os.path.join(STATE, "objects", kind.lower(), name + ".json")
-    obj = load(path, f'{{kind.lower()}} "{{name}}"')
+    obj = load(path, f'{{kind.lower()}}.apps "{{name}}"')
+    if os.path.exists(os.path.join(STATE, "refuse-patch")):
+        die(open(os.path.join(STATE, "refuse-patch")).read().strip())
     for op in json.loads(opts.get("patch") or opts.get("p")):
         keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
         node = obj
         for k in keys[:-1]:
             node = node[int(k)] if isinstance(node, list) else node[k]
         last = keys[-1]
-        if op["op"] in ("add", "replace"):
+        if op["op"] == "test":
+            have = node[int(last)] if isinstance(node, list) else node.get(last)
+            if have != op["value"]:
+                die(f'Error from server: testing value {{op["path"]}} failed: test failed')
+        elif op["op"] in ("add", "replace"):
             if isinstance(node, list):
                 node[int(last)] = op["value"]
             else:
@@ -90,7 +131,16 @@ if verb == "patch":
             die(f"error: unsupported patch op {{op['op']}}")
     if opts.get("dry-run") != "server":
         json.dump(obj, open(path, "w"))
+        roll_out(kind, name)
     print(json.dumps(obj)); sys.exit(0)
+if verb == "rollout":
+    what, target = words[1], words[2]
+    kind, _, name = target.partition("/")
+    if what == "restart":
+        roll_out(kind, name)
+        print(f"{{target}} restarted"); sys.exit(0)
+    if what == "status":
+        print(f"{{kind}} rolling update complete 1 pods at revision {{name}}-7d9f8c6b5"); sys.exit(0)
 if verb == "logs":
     pod = words[1]
     cont = opts.get("container") or opts.get("c") or "main"
@@ -99,16 +149,22 @@ if verb == "logs":
     if not os.path.exists(path):
         if opts.get("previous"):
             die(f'Error from server (BadRequest): previous terminated container "{{cont}}" in pod "{{pod}}" not found')
+        if os.path.exists(os.path.join(STATE, "pods", pod + ".json")):
+            die(f'Error from server (BadRequest): container "{{cont}}" in pod "{{pod}}" is waiting to start: '
+                'ContainerCreating')
         die(f'Error from server (NotFound): pods "{{pod}}" not found')
     since = opts.get("since-time")
     def key(stamp):
         s, _, frac = stamp.rstrip("Z").partition(".")
         return (s, int(frac.ljust(9, "0") or 0))
-    pos = 0
+    fh = open(path, "rb")  # this container's log: a restart rotates the file, the stream ends
+    carry = b""
     while True:
-        with open(path, "rb") as fh:
-            fh.seek(pos); data = fh.read(); pos += len(data)
-        for line in data.decode().splitlines(keepends=True):
+        data = carry + fh.read()
+        lines = data.split(b"\n")
+        carry = lines.pop()
+        for raw in lines:
+            line = raw.decode() + "\n"
             stamp, _, text = line.partition(" ")
             # the kubelet filters --since-time by the second: lines of that second come again
             if since and key(stamp)[0] < key(since)[0]:
@@ -117,6 +173,16 @@ if verb == "logs":
         sys.stdout.flush()
         if not opts.get("follow") or os.path.exists(os.path.join(d, cont + ".end")):
             sys.exit(0)
+        try:
+            rotated = os.stat(path).st_ino != os.fstat(fh.fileno()).st_ino
+        except FileNotFoundError:
+            rotated = True
+        if rotated:
+            rest = fh.read()
+            if not rest:
+                sys.exit(0)  # the container ended (it restarted): kubectl logs -f ends with it
+            carry += rest
+            continue
         drop = os.path.join(d, cont + ".drop")
         if os.path.exists(drop):
             os.unlink(drop)
@@ -182,6 +248,35 @@ class FakeKube:
     def append_log(self, pod: str, container: str, lines: list[str], previous: bool = False) -> None:
         with self.log_path(pod, container, previous).open("a") as fh:
             fh.writelines(line + "\n" for line in lines)
+
+    def restart_container(self, pod: str, container: str, new_lines: list[str] | None = None) -> None:
+        """The container ended and a new one runs: its log becomes the previous container's (a
+        follow of it ends), the new container's log holds ``new_lines`` (None: not written yet —
+        the new container has printed nothing, or is still being created)."""
+        cur = self.log_path(pod, container)
+        if cur.exists():
+            cur.replace(self.log_path(pod, container, previous=True))
+        if new_lines is not None:
+            tmp = cur.with_suffix(".new")
+            tmp.write_text("".join(line + "\n" for line in new_lines))
+            tmp.replace(cur)
+
+    def on_rollout(self, kind: str, name: str, pod: dict[str, object], container: str, log: list[str]) -> None:
+        """What the controller does at the next patch (or ``rollout restart``) of ``kind/name``: the
+        pod is replaced by ``pod`` whose container prints ``log`` (stamped from then on)."""
+        d = self.state / "rollouts"
+        d.mkdir(exist_ok=True)
+        (d / f"{kind.lower()}-{name}.json").write_text(json.dumps({"pod": pod, "container": container, "log": log}))
+
+    def put_raw(self, path: str, text: str | None) -> None:
+        """What ``kubectl get --raw PATH`` answers (None: the service has no endpoints)."""
+        d = self.state / "raw"
+        d.mkdir(exist_ok=True)
+        f = d / path.strip("/").replace("/", "%")
+        if text is None:
+            f.unlink(missing_ok=True)
+        else:
+            f.write_text(text)
 
     def drop(self, pod: str, container: str) -> None:
         (self.state / "logs" / pod / f"{container}.drop").touch()

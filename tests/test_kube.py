@@ -12,14 +12,21 @@ from typing import Any
 import pytest
 from kube_support import FakeKube
 
+from kvtui import flags as fl
 from kvtui.gpu import QUERY_GPU_FIELD_NAMES, parse_query_gpu_csv
 from kvtui.hosts.kube import commands as K
 from kvtui.hosts.kube.state import (
+    ArgsError,
+    ArgsSite,
     LogResume,
+    args_text,
+    args_values,
+    chart_patch,
     container_args,
     controller_of,
     gitops_manager,
     node_order,
+    patch_ops,
     pod_state,
     split_stamp,
 )
@@ -81,6 +88,56 @@ def test_get_object_patch_and_rollout_argv() -> None:
     assert K.rollout_status(REF, "StatefulSet", "r1", timeout_s=600) == [
         "kubectl", "--context", "prod-eu", "--namespace", "llm", "rollout", "status", "statefulset/r1",
         "--timeout=600s"]
+    assert K.patch_json(REF, "StatefulSet", "r1", patch, dry_run=False)[-3:] == [
+        '[{"op":"replace","path":"/spec/template/spec/containers/0/args","value":["a","b"]}]', "--output", "json"]
+    assert K.rollout_restart(REF, "LeaderWorkerSet", "r1") == [
+        "kubectl", "--context", "prod-eu", "--namespace", "llm", "rollout", "restart", "leaderworkerset/r1"]
+    with pytest.raises(K.KubeRefError, match="expected a resource kind"):
+        K.rollout_restart(REF, "-x", "r1")
+
+
+def _site(args: tuple[str, ...], command: tuple[str, ...] = ()) -> ArgsSite:
+    return ArgsSite("/spec/template/spec/containers/0/args", args, command)
+
+
+def test_args_as_text_and_back() -> None:
+    # exec form: the words, shell-quoted; the edit comes back as args (the command kept)
+    site = _site(("-m", "sglang.launch_server", "--model-path", "/m 1", "--mem-fraction-static", "0.85"),
+                 ("python3",))
+    at = args_text(site)
+    assert at.text == "python3 -m sglang.launch_server --model-path '/m 1' --mem-fraction-static 0.85"
+    new = fl.apply_edits(at.text, "script", fl.parse_edit_args(["mem-fraction-static=0.9"], [])).new_text
+    assert args_values(at, new) == (("python3",), ("-m", "sglang.launch_server", "--model-path", "/m 1",
+                                                   "--mem-fraction-static", "0.9"))
+    assert patch_ops(site, *args_values(at, new)) == [
+        {"op": "test", "path": "/spec/template/spec/containers/0/args", "value": list(site.args)},
+        {"op": "replace", "path": "/spec/template/spec/containers/0/args",
+         "value": ["-m", "sglang.launch_server", "--model-path", "/m 1", "--mem-fraction-static", "0.9"]}]
+    # everything in command: command changes
+    whole = _site((), ("python3", "-m", "sglang.launch_server", "--tp", "8"))
+    at = args_text(whole)
+    got = args_values(at, at.text + " --mem-fraction-static 0.8")
+    assert got == (("python3", "-m", "sglang.launch_server", "--tp", "8", "--mem-fraction-static", "0.8"), ())
+    assert [op["path"] for op in patch_ops(whole, *got)] == ["/spec/template/spec/containers/0/command"] * 2
+    # sh -c: the script is the text; it is replaced in place
+    script = "export NCCL_DEBUG=INFO\nexec python3 -m sglang.launch_server --tp 8 --mem-fraction-static 0.85\n"
+    shell = _site((script,), ("/bin/sh", "-c"))
+    at = args_text(shell)
+    assert at.text == script
+    assert args_values(at, script.replace("0.85", "0.8")) == (("/bin/sh", "-c"), (script.replace("0.85", "0.8"),))
+    # an edit that would touch the command's own words is refused
+    with pytest.raises(ArgsError, match="would change the container's command"):
+        args_values(args_text(site), "python3.11 -m sglang.launch_server")
+    with pytest.raises(ArgsError, match="neither command nor args"):
+        args_text(_site(()))
+
+
+def test_chart_patch_names_the_template_and_the_new_args() -> None:
+    site = _site(("--tp", "8"))
+    assert chart_patch("Deployment", "r1", "sglang", [(site, (), ("--tp", "16"))]) == (
+        "# Deployment/r1: commit this to the chart or repository that renders it\n"
+        "# spec.template.spec.containers[name=sglang]\n"
+        'args:\n- "--tp"\n- "16"')
 
 
 @pytest.mark.parametrize(("text", "selector", "expected"), [

@@ -7,6 +7,7 @@ refusals of what is not built (shell commands, edits)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import time
@@ -61,12 +62,36 @@ class Reader:
         self.texts: list[str] = []
         self.task = asyncio.create_task(self._run(backend, start))
 
+    async def stop(self, backend: KubeBackend) -> None:
+        """Close the backend and end the reader: closing ends the log stream (the task returns), or
+        the cancel lands first (a cancel that meets a kubectl call the close just killed may be
+        absorbed by it: then the stream ends on the close)."""
+        await backend.close()
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(self.task, 10)
+        assert self.task.done()
+
     async def _run(self, backend: KubeBackend, start: LogStart) -> None:
         async for batch in backend.follow_log(start):
             for rec in batch:
                 self.texts.append(rec.text)
                 for parsed in self.parser.feed(rec):
                     self.tracker.feed(parsed)
+
+
+def _restarted(pod: dict[str, Any], restarts: int, *, running: bool = True) -> dict[str, Any]:
+    """``pod`` after its server container was OOM-killed ``restarts`` times (running again, or
+    waiting in CrashLoopBackOff)."""
+    out = copy.deepcopy(pod)
+    st = out["status"]["containerStatuses"][0]
+    st["restartCount"] = restarts
+    st["ready"] = False
+    st["state"] = ({"running": {"startedAt": "2026-12-01T15:05:00Z"}} if running else
+                   {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}})
+    st["lastState"] = {"terminated": {"reason": "OOMKilled", "exitCode": 137,
+                                      "startedAt": "2026-12-01T15:00:00Z", "finishedAt": "2026-12-01T15:04:59Z"}}
+    return out
 
 
 async def test_crash_loop_is_a_series_of_failed_boots_and_a_drop_loses_nothing(kube: FakeKube) -> None:
@@ -86,25 +111,16 @@ async def test_crash_loop_is_a_series_of_failed_boots_and_a_drop_loses_nothing(k
         kube.drop("r1-0", "sglang")  # the stream drops; the server goes on
         kube.append_log("r1-0", "sglang", a[12:16])
         await until(lambda: len(reader.texts) == 16, "the lines written during the drop")
-        # the container is OOM-killed: its last lines stay in the previous container's log
-        kube.append_log("r1-0", "sglang", a, previous=True)
-        crashed = copy.deepcopy(pod)
-        st = crashed["status"]["containerStatuses"][0]
-        st["restartCount"] = 1
-        st["ready"] = False
-        st["state"] = {"running": {"startedAt": "2026-12-01T15:05:00Z"}}
-        st["lastState"] = {"terminated": {"reason": "OOMKilled", "exitCode": 137,
-                                          "startedAt": "2026-12-01T15:00:00Z", "finishedAt": "2026-12-01T15:04:59Z"}}
-        kube.put_pod(crashed)
-        kube.log_path("r1-0", "sglang").write_text("\n".join(b) + "\n")  # the new container's log
+        # the stream drops again; meanwhile the container prints its last lines and is OOM-killed,
+        # and a new container starts (its lines in a new log; the old one is --previous's)
         kube.drop("r1-0", "sglang")
+        kube.append_log("r1-0", "sglang", a[16:])
+        kube.put_pod(_restarted(pod, 1))
+        kube.restart_container("r1-0", "sglang", b)
         await until(lambda: len(reader.tracker.boots) == 2 and reader.tracker.boots[1].status is BootStatus.FAILED,
                     "the second boot to fail")
     finally:
-        await backend.close()
-        reader.task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await reader.task
+        await reader.stop(backend)
     boots = reader.tracker.boots
     assert [bt.status for bt in boots] == [BootStatus.FAILED, BootStatus.FAILED]
     first = boots[0].failure
@@ -121,6 +137,96 @@ async def test_crash_loop_is_a_series_of_failed_boots_and_a_drop_loses_nothing(k
     assert any("--since-time" in c for c in kube.calls())
 
 
+async def test_a_restart_seen_late_and_a_new_log_written_late_lose_nothing(kube: FakeKube) -> None:
+    """The container ends (its stream ends with it) while the pod still says it has not restarted;
+    then the pod waits in CrashLoopBackOff; then a new container runs but prints nothing for a
+    while (kubectl: "is waiting to start"): the backend keeps looking and following, and the new
+    container's lines, written late, are its next boot — after exactly one exit record."""
+    pod = _pod("running-ready")
+    kube.put_pod(pod)
+    a = _stamped((FIX / "nodes" / "sglang-tp16-node0.log").read_text().splitlines()[:20], 0)
+    b = _stamped([ln for ln in (FIX / "sglang-0.4.10-qwen72b-tp2-capture-oom.log").read_text().splitlines() if ln], 5)
+    kube.append_log("r1-0", "sglang", a)
+    backend = KubeBackend("r1", REF, retry_s=0.05)
+    await backend.start()
+    reader = Reader(backend)
+
+    def follows() -> int:
+        return sum("--follow" in c for c in kube.calls())
+
+    try:
+        await until(lambda: len(reader.texts) == 20, "the first container's lines")
+        ended = copy.deepcopy(pod)
+        st = ended["status"]["containerStatuses"][0]
+        st["ready"] = False
+        st["state"] = {"terminated": {"reason": "OOMKilled", "exitCode": 137,
+                                      "startedAt": "2026-12-01T15:00:00Z", "finishedAt": "2026-12-01T15:04:59Z"}}
+        kube.put_pod(ended)
+        kube.restart_container("r1-0", "sglang")  # its stream ends; no new log yet
+        n = follows()
+        await until(lambda: sum("get" in c for c in kube.calls()) >= 4, "a few looks at the ended pod")
+        kube.put_pod(_restarted(pod, 1, running=False))  # CrashLoopBackOff
+        await until(lambda: any(t.startswith("kvtui: the server process exited") for t in reader.texts),
+                    "the exit record")
+        kube.put_pod(_restarted(pod, 1))  # the new container runs, silent so far
+        await until(lambda: follows() >= n + 3, "a few follows of the silent container")
+        assert reader.tracker.boots[-1].status is BootStatus.FAILED
+        assert len(reader.tracker.boots) == 1
+        kube.append_log("r1-0", "sglang", b)  # late
+        await until(lambda: len(reader.tracker.boots) == 2 and reader.tracker.boots[1].status is BootStatus.FAILED,
+                    "the new container's boot to fail")
+    finally:
+        await reader.stop(backend)
+    assert [t for t in reader.texts if not t.startswith("kvtui: ")] == [ln.split(" ", 1)[1] for ln in a + b]
+    assert sum(t.startswith("kvtui: the server process exited") for t in reader.texts) == 1
+    exits = [i for i, t in enumerate(reader.texts) if t.startswith("kvtui: ")]
+    assert exits == [20]
+    failure = reader.tracker.boots[0].failure
+    assert failure is not None
+    assert "OOMKilled" in failure.message
+
+
+async def test_a_container_that_restarts_during_the_back_off_ends_its_boot_first(kube: FakeKube) -> None:
+    """The container ends; the pod still says so at the backend's next look (terminated, no
+    restart yet); during the back-off the new container starts and prints its whole boot at once.
+    The pod is read again before the next stream, so the old boot ends (exit record, OOMKilled)
+    before the new container's first line — not after it, failing the wrong boot."""
+    pod = _pod("running-ready")
+    kube.put_pod(pod)
+    a = _stamped((FIX / "nodes" / "sglang-tp16-node0.log").read_text().splitlines()[:20], 0)
+    b = _stamped([ln for ln in (FIX / "sglang-0.4.10-qwen72b-tp2-capture-oom.log").read_text().splitlines() if ln], 5)
+    kube.append_log("r1-0", "sglang", a)
+    backend = KubeBackend("r1", REF, retry_s=0.3)
+    await backend.start()
+    reader = Reader(backend)
+    gets = lambda: sum("get" in c for c in kube.calls())  # noqa: E731
+    try:
+        await until(lambda: len(reader.texts) == 20, "the first container's lines")
+        ended = copy.deepcopy(pod)
+        st = ended["status"]["containerStatuses"][0]
+        st["ready"] = False
+        st["state"] = {"terminated": {"reason": "OOMKilled", "exitCode": 137,
+                                      "startedAt": "2026-12-01T15:00:00Z", "finishedAt": "2026-12-01T15:04:59Z"}}
+        kube.put_pod(ended)
+        n = gets()
+        kube.restart_container("r1-0", "sglang")  # its stream ends; the pod says "terminated"
+        await until(lambda: gets() > n, "the look at the ended pod")
+        kube.put_pod(_restarted(pod, 1))  # within the back-off: the new container runs …
+        kube.restart_container("r1-0", "sglang", b)  # … and has printed its boot
+        await until(lambda: len(reader.tracker.boots) == 2 and reader.tracker.boots[1].status is BootStatus.FAILED,
+                    "the new container's boot to fail")
+    finally:
+        await reader.stop(backend)
+    texts = reader.texts
+    assert [t for t in texts if not t.startswith("kvtui: ")] == [ln.split(" ", 1)[1] for ln in a + b]
+    assert [i for i, t in enumerate(texts) if t.startswith("kvtui: ")] == [20]
+    first, second = reader.tracker.boots
+    assert first.failure is not None
+    assert "OOMKilled" in first.failure.message
+    assert second.failure is not None
+    assert second.failure.kind.value == "oom_graph_capture"
+
+
 async def test_next_boot_takes_only_new_lines(kube: FakeKube) -> None:
     kube.put_pod(_pod("running-ready"))
     kube.append_log("r1-0", "sglang", _stamped(["[2026-12-01 15:00:00] old line"], 0))
@@ -133,10 +239,7 @@ async def test_next_boot_takes_only_new_lines(kube: FakeKube) -> None:
         kube.append_log("r1-0", "sglang", [f"{now}.5Z [x] new line"])
         await until(lambda: len(reader.texts) == 1, "the new line")
     finally:
-        await backend.close()
-        reader.task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await reader.task
+        await reader.stop(backend)
     assert reader.texts == ["[x] new line"]
 
 
@@ -160,10 +263,9 @@ async def test_gpu_memory_via_exec_and_what_is_refused(kube: FakeKube) -> None:
     assert any(c[c.index("--") + 1:c.index("--") + 2] == ["nvidia-smi"] for c in kube.calls() if "--" in c)
     with pytest.raises(BackendError, match="runs no shell commands"):
         await backend.run("true")
-    ops = backend.service_ops()
-    assert "editing or restarting a kube host is not built yet" in (ops.restart_unavailable("r1", None) or "")  # type: ignore[arg-type]
-    with pytest.raises(ServiceError, match="editing or restarting a kube host is not built yet"):
-        await ops.locate("r1", None)  # type: ignore[arg-type]
+    # no controller above the pod in the fake: kvtui says it cannot edit what it cannot find
+    with pytest.raises(ServiceError, match='kubectl get statefulset/r1: Error from server \\(NotFound\\)'):
+        await backend.service_ops().locate("r1", None)  # type: ignore[arg-type]
 
 
 async def test_a_missing_pod_or_kubectl_is_a_clear_error(kube: FakeKube, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,11 +314,14 @@ def test_wait_on_a_crash_looping_pod_exits_1(kube: FakeKube, tmp_path: Path) -> 
     assert json.loads(out)["failure"]["kind"] == "oom_graph_capture"
 
 
-def test_apply_on_a_kube_host_is_refused_with_what_to_do(kube: FakeKube, tmp_path: Path) -> None:
-    kube.put_pod(_pod("running-ready"))
+def test_apply_on_a_bare_pod_is_refused_with_what_to_do(kube: FakeKube, tmp_path: Path) -> None:
+    pod = _pod("running-ready")
+    del pod["metadata"]["ownerReferences"]
+    kube.put_pod(pod)
     code, _out, err = _cli(kube, tmp_path, "apply", "r1", "--set", "mem-fraction-static=0.9", "--yes")
     assert code == 4, err
-    assert "editing or restarting a kube host is not built yet: change the args of the pod's controller" in err
+    assert ("pod r1-0 has no Deployment, StatefulSet or LeaderWorkerSet above it (pod r1-0): a bare pod's args "
+            "cannot change; edit its manifest and recreate it") in err
 
 
 def test_kube_host_keys_are_checked(tmp_path: Path) -> None:

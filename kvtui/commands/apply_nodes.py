@@ -73,6 +73,13 @@ async def apply_deployment(
     from kvtui.hosts.factory import make_backend
 
     name: str = args.host
+    kube = [n for n, h in config.node_hosts(name) if h.kind == "kube"]
+    if kube:
+        # the pods of one server share their controller (a LeaderWorkerSet's leader and worker
+        # templates are one object): one host's apply edits every template, once
+        print(f"kvtui {verb}: {name}: its nodes are pods of one controller: run 'kvtui {verb} {kube[0]}' (it "
+              f"edits every pod template of the controller, workers included)", file=stderr)
+        return EXIT_REFUSED
     nodes: list[NodeSide] = []
     for node_name, host in config.node_hosts(name):
         try:

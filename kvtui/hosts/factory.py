@@ -27,7 +27,7 @@ def make_backend(name: str, host: HostConfig, *, clock: Callable[[], float] | No
         from kvtui.kube_ref import parse_target
 
         ref = parse_target(host.kube, selector=host.selector, container=host.container)
-        return KubeBackend(name, ref, gpus=host.gpus, **kwargs)
+        return KubeBackend(name, ref, gpus=host.gpus, gpu_metrics_url=host.gpu_metrics_url, **kwargs)
     if isinstance(host, LocalHost):
         from kvtui.hosts.local import LocalBackend
 

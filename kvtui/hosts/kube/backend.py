@@ -8,9 +8,14 @@
   a record of kvtui's own says how it ended (``kvtui.liveness``: "the server process exited
   (container sglang: OOMKilled …)"), so every reader sees a failed boot; the new container's
   lines start the next boot. CrashLoopBackOff is a history of failed boots, not a blank screen.
+  The pod is read again before every new stream (after a drop, a back-off, an ended container),
+  so a restart is handled before the new container's first line whenever it happened; a new
+  container that has printed nothing yet ("waiting to start") is followed again until it has.
   ``NEXT_BOOT`` takes only lines stamped after now.
 - **GPUs**: ``kubectl exec … -- nvidia-smi --query-gpu=… -lms N`` in the server's container; a
-  stream that ends is restarted, the last samples marked stale meanwhile.
+  stream that ends is restarted, the last samples marked stale meanwhile. With
+  ``gpu_metrics_url`` (a DCGM exporter's in-cluster URL) its Prometheus text instead, read through
+  the API server's service proxy (``kvtui.hosts.kube.dcgm``).
 - **Pod state**: ``pod_state()`` (``kvtui.hosts.kube.state.PodState``): Pending and why, waiting
   reasons, readiness, restarts, the last termination (OOMKilled is host memory, not GPU).
 - **Not here yet**: ``run`` (kube hosts run no shell commands) and ``service_ops`` (applying an
@@ -41,6 +46,8 @@ SOURCE = "kube"
 RETRY_S = 1.0
 RETRY_MAX_S = 15.0
 COMMAND_TIMEOUT_S = 30.0
+POD_POLL_S = 5.0  # how often the pod's state is read again while its log is followed
+DCGM_MIN_S = 1.0  # the least time between two reads of a DCGM exporter
 
 
 def _ts(stamp: str) -> datetime | None:
@@ -58,7 +65,8 @@ class KubeBackend:
     """One pod (or the leader of a selector's group) as a host."""
 
     def __init__(self, name: str, ref: K.PodRef, *, gpus: Sequence[int] | None = None,
-                 clock: Callable[[], float] = time.time, retry_s: float = RETRY_S) -> None:
+                 clock: Callable[[], float] = time.time, retry_s: float = RETRY_S,
+                 pod_poll_s: float | None = None, gpu_metrics_url: str | None = None) -> None:
         self.name = name
         self.ref = ref
         self.gpus = list(gpus) if gpus is not None else None
@@ -67,6 +75,12 @@ class KubeBackend:
         self._status = ConnStatus(ConnState.CONNECTING)
         self._pod: str | None = ref.pod
         self._state: PodState | None = None
+        self._obj: dict[str, Any] | None = None  # the pod as last read
+        self._next_from: float | None = None  # mark_next_boot
+        self._pod_poll_s = POD_POLL_S if pod_poll_s is None else pod_poll_s
+        self._watch: asyncio.Task[None] | None = None
+        self.gpu_metrics_url = gpu_metrics_url
+        self.gpu_note: str | None = None  # what the last DCGM answer said about whose GPUs it holds
         self._procs: set[asyncio.subprocess.Process] = set()
         self._closed = asyncio.Event()
 
@@ -83,10 +97,13 @@ class KubeBackend:
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
             raise BackendError(f"kubectl did not answer within {timeout:g} s: {' '.join(argv[1:6])} …") from None
         finally:
+            if proc.returncode is None:  # timed out, or cancelled (the backend closed): not left behind
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                with contextlib.suppress(Exception):
+                    await proc.wait()
             self._procs.discard(proc)
         return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
 
@@ -110,8 +127,22 @@ class KubeBackend:
             if rc != 0:
                 raise BackendError(_first_line(err) or f"kubectl exited {rc}")
             obj = json.loads(out)
+        self._obj = obj
         self._state = pod_state(obj, self.ref.container)
         return self._state
+
+    def pod_object(self) -> dict[str, Any] | None:
+        """The pod's JSON as last read (``refresh``)."""
+        return self._obj
+
+    async def kubectl(self, argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
+        """Run one argv of ``kvtui.hosts.kube.commands``: (exit status, stdout, stderr)."""
+        return await self._kubectl(argv, timeout)
+
+    def mark_next_boot(self, at: float) -> None:
+        """The next ``follow_log(NEXT_BOOT)`` takes lines stamped from ``at`` on (not from when it
+        starts): a patch rolls the pod out at once, before the apply's follower is running."""
+        self._next_from = at
 
     def pod_state(self) -> PodState | None:
         return self._state
@@ -127,10 +158,31 @@ class KubeBackend:
         except BackendError as exc:
             self._status = ConnStatus(ConnState.FAILED, str(exc))
             raise
-        self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary()}")
+        self._show(st)
+        if self._watch is None and self._pod_poll_s > 0:
+            self._watch = asyncio.create_task(self._watch_pod(), name=f"kvtui-kube-pod-{self.name}")
+
+    def _show(self, st: PodState) -> None:
+        """The connection line carries the pod's state (the console's header shows it): connected
+        while the container runs, reconnecting while it waits (Pending, ContainerCreating, a
+        CrashLoopBackOff back-off) — with the reason, readiness, restarts and the last end."""
+        state = ConnState.CONNECTED if st.state == "running" else ConnState.RECONNECTING
+        retry = self._status.retry_in if state is ConnState.RECONNECTING else None
+        self._status = ConnStatus(state, f"pod {st.name}: {st.summary(brief=True)}", retry)
+
+    async def _watch_pod(self) -> None:
+        """Read the pod again every ``pod_poll_s`` while open: readiness, restarts and waiting
+        reasons change without a log line (a readiness probe that starts to pass, a pod evicted)."""
+        while not await self._sleep(self._pod_poll_s):
+            with contextlib.suppress(BackendError):
+                self._show(await self.refresh())
 
     async def close(self) -> None:
         self._closed.set()
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watch
         for p in list(self._procs):
             with contextlib.suppress(ProcessLookupError):
                 p.kill()
@@ -148,53 +200,84 @@ class KubeBackend:
             if got is not None:
                 resume.last_stamp, resume.last_key = got[0], got[1]
         elif start is LogStart.NEXT_BOOT:
-            now = rfc3339(datetime.fromtimestamp(self._clock(), UTC))
+            at = self._clock() if self._next_from is None else min(self._clock(), self._next_from)
+            self._next_from = None
+            now = rfc3339(datetime.fromtimestamp(at, UTC))
             got = split_stamp(now + " ")
             assert got is not None
             resume.last_stamp, resume.last_key = got[0], got[1]
         restarts = self._state.restarts
         delay = self._retry_s
+        pause = 0.0  # before the next look at the pod: 0 after a stream that ended, else the back-off
+        fresh = True  # start() just read the pod
+        ended = False  # the last stream ended by itself (exit 0), not dropped
         while not self._closed.is_set():
+            if pause and await self._sleep(pause):
+                return
+            if not fresh:
+                # the pod is read again before every stream: a container that restarted since the
+                # last look is handled first (its tail, how it ended), so the new container's lines
+                # never come before the old one's end — whether it restarted while its stream was
+                # open, during a back-off, or before it printed anything
+                try:
+                    st = await self.refresh()
+                except BackendError as exc:
+                    self._status = ConnStatus(ConnState.RECONNECTING, str(exc), retry_in=delay)
+                    pause, delay = delay, min(delay * 2, RETRY_MAX_S)
+                    continue
+                if st.restarts > restarts:
+                    restarts = st.restarts
+                    yield await self._ended_container(st, resume)
+                    delay = self._retry_s
+                    ended = False  # its stream ended with it: follow the new one at once
+                elif st.state != "running":
+                    # waiting (ContainerCreating, CrashLoopBackOff back-off) or ended: nothing new to
+                    # read until it runs (or restarts); look again after the back-off
+                    self._status = ConnStatus(ConnState.RECONNECTING, f"pod {st.name}: {st.summary(brief=True)}",
+                                              retry_in=delay)
+                    pause, delay = delay, min(delay * 2, RETRY_MAX_S)
+                    continue
+                self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary(brief=True)}")
+                if ended and await self._sleep(self._retry_s):
+                    # the stream ended while the same container runs on (the kubelet rotated its
+                    # log file: kubectl logs -f stops there): follow again, a moment later
+                    return
+            fresh = False
             resume.resumed()
             argv = K.logs(self.ref, self._pod, follow=True, since_time=resume.since_time())
-            rc = None
+            read = False
             async for batch in self._stream(argv, resume):
                 delay = self._retry_s
+                read = True
                 yield batch
-            rc = self._last_rc
             if self._closed.is_set():
                 return
-            try:
-                st = await self.refresh()
-            except BackendError as exc:
-                self._status = ConnStatus(ConnState.RECONNECTING, str(exc), retry_in=delay)
-                if await self._sleep(delay):
-                    return
-                delay = min(delay * 2, RETRY_MAX_S)
-                continue
-            if st.restarts > restarts:
-                # the container ended and a new one runs (or waits to): its last lines, then its end
-                restarts = st.restarts
-                tail: list[LogRecord] = []
-                async for batch in self._stream(K.logs(self.ref, self._pod, previous=True,
-                                                       since_time=resume.since_time()), resume, prior=True):
-                    tail.extend(batch)
-                how = st.last.words() if st.last is not None else "restarted"
-                tail.append(exit_record(None, f"container {st.container or ''}: {how}".strip(),
-                                        ts=tail[-1].ts if tail else None, source=SOURCE))
-                yield tail
-                self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary()}")
-                continue
-            if rc != 0 or st.state != "running":
-                # a dropped stream, or a container that is not running (yet): try again
-                self._status = ConnStatus(ConnState.RECONNECTING, f"pod {st.name}: {st.summary()}", retry_in=delay)
-                if await self._sleep(delay):
-                    return
-                delay = min(delay * 2, RETRY_MAX_S)
-                continue
-            self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary()}")
-            if await self._sleep(self._retry_s):
-                return
+            ended = self._last_rc == 0
+            if ended:
+                pause = 0.0  # the container ended (kubectl logs -f ends with it): look at once
+            else:
+                # a dropped stream, or a container that cannot be read (yet: not created, no log):
+                # a new stream after the back-off, from the last stamp
+                self._status = ConnStatus(ConnState.RECONNECTING, "kubectl logs ended: following again",
+                                          retry_in=delay)
+                pause = self._retry_s if read else delay
+                if not read:
+                    delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _ended_container(self, st: PodState, resume: LogResume) -> list[LogRecord]:
+        """A container ended and a new one runs (or waits to): the ended one's last lines not yet
+        read (``--previous``, from the last stamp), then a record saying how it ended."""
+        assert self._pod is not None
+        tail: list[LogRecord] = []
+        async for batch in self._stream(K.logs(self.ref, self._pod, previous=True,
+                                               since_time=resume.since_time()), resume, prior=True):
+            tail.extend(batch)
+        how = st.last.words() if st.last is not None else "restarted"
+        ended = _ts(st.last.finished_at) if st.last is not None and st.last.finished_at else None
+        tail.append(exit_record(None, f"container {st.container or ''}: {how}".strip(),
+                                ts=tail[-1].ts if tail else ended, source=SOURCE))
+        self._status = ConnStatus(ConnState.CONNECTED, f"pod {st.name}: {st.summary(brief=True)}")
+        return tail
 
     _last_rc: int | None = None
 
@@ -244,6 +327,10 @@ class KubeBackend:
     async def gpu_stream(self, interval_s: float = 1.0) -> AsyncIterator[list[GpuSample]]:
         if self._state is None:
             await self.start()
+        if self.gpu_metrics_url:
+            async for batch in self._dcgm_stream(interval_s):
+                yield batch
+            return
         assert self._pod is not None
         last: list[GpuSample] = []
         delay = self._retry_s
@@ -292,6 +379,40 @@ class KubeBackend:
             if await self._sleep(delay):
                 return
             delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _dcgm_stream(self, interval_s: float) -> AsyncIterator[list[GpuSample]]:
+        """GPU memory from a DCGM exporter (``gpu_metrics_url``): its /metrics read through the API
+        server's service proxy (``kubectl get --raw``; the URL is reached from inside the cluster,
+        never from here) every ``interval_s`` (at least ``DCGM_MIN_S``: the exporter itself
+        collects every few seconds); an answer that fails, or comes from another node's exporter,
+        leaves the last samples marked stale, as an SSH host's are while it reconnects."""
+        from kvtui.hosts.kube.dcgm import parse_dcgm
+        from kvtui.kube_ref import parse_service_url
+
+        assert self.gpu_metrics_url is not None
+        argv = K.get_raw(self.ref, parse_service_url(self.gpu_metrics_url).proxy_path())
+        last: list[GpuSample] = []
+        every = max(DCGM_MIN_S, interval_s)
+        while not self._closed.is_set():
+            try:
+                rc, out, err = await self._kubectl(argv)
+            except BackendError as exc:
+                rc, out, err = -1, "", str(exc)
+            pod = self._pod if self._pod is not None else None
+            reading = parse_dcgm(out, self._clock(), namespace=self.ref.namespace, pod=pod) if rc == 0 else None
+            if reading is not None and reading.samples:
+                self.gpu_note = None if reading.filtered else (
+                    "the exporter maps no GPU to a pod: every GPU of its answer is shown")
+                last = select_gpus(reading.samples, self.gpus)
+                yield last
+            else:
+                self.gpu_note = (_first_line(err) or f"kubectl exited {rc}" if reading is None else
+                                 "the exporter that answered runs on another node (no GPU of this pod)"
+                                 if reading.other_node else "the exporter's answer has no DCGM_FI_DEV_FB_USED/FREE")
+                if last:
+                    yield mark_stale(last)
+            if await self._sleep(every):
+                return
 
     async def gpu_processes(self) -> list[GpuProcess]:
         return []  # a container's nvidia-smi sees its own processes only: nothing to attribute

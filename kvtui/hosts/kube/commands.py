@@ -18,7 +18,8 @@ _FIELD_RE = re.compile(r"^[a-z_.]+$")
 _KIND_RE = re.compile(r"^[A-Za-z][A-Za-z0-9.]*$")
 
 __all__ = ["KUBECTL", "KubeRefError", "PodRef", "check_label", "check_name", "check_selector", "exec_gpu_query",
-           "get_object", "get_pod", "list_pods", "logs", "parse_target", "patch_json", "rollout_status"]
+           "get_object", "get_pod", "get_raw", "list_pods", "logs", "parse_target", "patch_json", "rollout_restart",
+           "rollout_status"]
 
 
 def _base(ref: PodRef) -> list[str]:
@@ -98,3 +99,24 @@ def rollout_status(ref: PodRef, kind: str, name: str, *, timeout_s: int) -> list
         raise KubeRefError(f"expected a resource kind like Deployment, got {json.dumps(kind)}")
     return [*_base(ref), "rollout", "status", f"{kind.lower()}/{check_name(name, kind)}",
             f"--timeout={max(1, int(timeout_s))}s"]
+
+
+def rollout_restart(ref: PodRef, kind: str, name: str) -> list[str]:
+    """A new rollout of the controller with its template unchanged (the console's restart)."""
+    if not _KIND_RE.match(kind):
+        raise KubeRefError(f"expected a resource kind like Deployment, got {json.dumps(kind)}")
+    return [*_base(ref), "rollout", "restart", f"{kind.lower()}/{check_name(name, kind)}"]
+
+
+_RAW_RE = re.compile(r"^/api/v1/namespaces/[a-z0-9-]+/services/(https:)?[a-z0-9-]+:\d+/proxy/[A-Za-z0-9._~/-]*$")
+
+
+def get_raw(ref: PodRef, path: str) -> list[str]:
+    """``kubectl get --raw PATH``: an in-cluster service through the API server's service proxy
+    (``kube_ref.ServiceUrl.proxy_path``: the DCGM exporter's /metrics)."""
+    if not _RAW_RE.match(path):
+        raise KubeRefError(f"expected a service proxy path, got {json.dumps(path)}")
+    out = [KUBECTL]
+    if ref.context:
+        out += ["--context", ref.context]
+    return [*out, "get", "--raw", path]

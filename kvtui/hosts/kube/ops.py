@@ -1,87 +1,413 @@
-"""``KubeOps``: the guarded service's view of a kube host — for now, one that says why kvtui
-neither edits nor restarts a pod (the console shows that reason where it offers apply and
-restart; ``apply`` exits 4 with it). The next step replaces ``locate`` / ``write`` /
-``issue_restart`` with a patch of the controller's container args (``state.container_args``,
-``commands.patch_json`` with a server-side dry run first, ``commands.rollout_status``), refusing
-objects that Helm / Argo CD / Flux manage (``state.gitops_manager``) unless forced."""
+"""``KubeOps``: the guarded service's view of a kube host. The server's flags live in the args of
+its container in the pod's controller (Deployment, StatefulSet, LeaderWorkerSet: every pod
+template of it), not in a file; the service's flow (plan, diff, prediction, confirm, write,
+restart, follow, verify the new boot's argument dump, roll back) is the same as for a unit file.
+
+- **locate**: the pod's controller, walked up (ReplicaSet → Deployment, StatefulSet → the
+  LeaderWorkerSet that owns it); its container's command line as the text ``kvtui.flags`` edits
+  (``state.args_text``: an ``sh -c`` script is the script, an exec form its words). The "file" is
+  named ``kube:CONTEXT/NAMESPACE/KIND/NAME``.
+- **plan** (``edit_steps`` + ``preview``): the same edit on every pod template (a LeaderWorkerSet's
+  leader and workers), as a JSON patch whose ``test`` operations make the API server refuse it if
+  the args changed since they were read; then ``kubectl patch --dry-run=server``: the plan's diff
+  is the args as the API server would store them (admission and defaulting included), or its
+  refusal. An object Helm / Argo CD / Flux manages is refused unless ``--force`` (they would
+  revert the patch), with the change to commit to the chart instead.
+- **write**: read the object again (changed since planned: refused, 4), save its current args
+  (the backup: ``$XDG_STATE_HOME/kvtui/kube-backups/``, one JSON file per backup; a rollback
+  restores every template's args from it), patch, check what the API server stored (else the old
+  args are patched back). Writing the template *is* the restart: the controller rolls the pod
+  out (the apply's follower takes the new pod's lines from the patch's time on).
+- **restart**: ``kubectl rollout status`` followed in the background (its last line is said); the
+  console's plain restart is ``kubectl rollout restart``. The new pod's boot is followed like a
+  container restart (``KubeBackend``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, NoReturn
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from kvtui.exits import EXIT_REFUSED
-from kvtui.hosts.service.model import ServiceError
+from kvtui import flags as fl
+from kvtui.exits import EXIT_INPUT, EXIT_REFUSED
+from kvtui.hosts.backend import BackendError
+from kvtui.hosts.kube import commands as K
+from kvtui.hosts.kube.state import (
+    ArgsError,
+    ArgsSite,
+    ArgsText,
+    Manager,
+    args_text,
+    args_values,
+    chart_patch,
+    container_args,
+    controller_of,
+    gitops_manager,
+    patch_ops,
+    site_values,
+    yaml_list,
+)
+from kvtui.hosts.service.model import BACKUP_MARK, PRE_ROLLBACK, FlagSource, PlanStep, Refusal, ServiceError
 
 if TYPE_CHECKING:
     from kvtui.config import HostConfig
-    from kvtui.hosts.backend import HostBackend
-    from kvtui.hosts.service.model import ApplyPlan, FlagSource, PlanStep, RestartCall, RestartHow, RestartPlan, Run
+    from kvtui.hosts.kube.backend import KubeBackend
+    from kvtui.hosts.service.model import ApplyPlan, RestartCall, RestartHow, RestartPlan, Run
+
+ROLLOUT_FALLBACK_S = 1800
+_CONTROLLERS = ("Deployment", "StatefulSet", "LeaderWorkerSet")
 
 
-def not_built(name: str) -> str:
-    return (f"{name}: editing or restarting a kube host is not built yet: change the args of the pod's controller "
-            "(its Deployment / StatefulSet / LeaderWorkerSet, or the chart that renders it) and let it roll out")
+def backups_dir() -> Path:
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "kvtui" / "kube-backups"
+
+
+def backup_file(name: str) -> Path:
+    """The local file of a backup named ``kube:CTX/NS/KIND/NAME.kvtui-STAMP`` (one flat directory;
+    ``/`` and ``:`` are escaped)."""
+    return backups_dir() / (name.replace("%", "%25").replace("/", "%2F").replace(":", "%3A") + ".json")
+
+
+def _name_of(path: Path) -> str:
+    return path.name.removesuffix(".json").replace("%3A", ":").replace("%2F", "/").replace("%25", "%")
+
+
+@dataclass(slots=True)
+class _Target:
+    kind: str
+    name: str
+    obj: dict[str, Any]
+    sites: list[ArgsText]
+    manager: Manager | None
+    via: tuple[str, ...]
 
 
 class KubeOps:
-    def __init__(self, backend: HostBackend) -> None:
+    def __init__(self, backend: KubeBackend) -> None:
         self._backend = backend
+        self._target: _Target | None = None
+        self._ops: list[dict[str, object]] = []
+        self._undo: list[dict[str, object]] = []
+        self._rollout: asyncio.Task[None] | None = None
 
     @property
-    def backend(self) -> HostBackend:
+    def backend(self) -> KubeBackend:
         return self._backend
 
     @property
     def readonly(self) -> bool:
-        return False  # not "readonly = true": the reason is restart_unavailable's / locate's own
+        return False  # "readonly = true" in hosts.toml is the config's own refusal
 
     @property
     def login(self) -> str | None:
-        return None
+        return None  # the operator's kubeconfig user: kvtui does not know it
 
     @property
     def settle_s(self) -> float:
-        return 0.5
+        # the follower reads from the patch's stamp on (``mark_next_boot``), not from where it got
+        # to: nothing to settle, and the new pod may print before a settle would end
+        return 0.0
 
-    def _refuse(self) -> NoReturn:
-        raise ServiceError(not_built(self._backend.name), EXIT_REFUSED)
+    # -- reading -------------------------------------------------------------------------------
+
+    async def _get(self, kind: str, name: str) -> dict[str, Any]:
+        rc, out, err = await self._kubectl(K.get_object(self._backend.ref, kind, name))
+        if rc != 0:
+            raise ServiceError(f"kubectl get {kind.lower()}/{name}: {_first_line(err) or f'exit {rc}'}", EXIT_INPUT)
+        obj: dict[str, Any] = json.loads(out)
+        return obj
+
+    async def _kubectl(self, argv: list[str]) -> tuple[int, str, str]:
+        try:
+            return await self._backend.kubectl(argv)
+        except BackendError as exc:
+            raise ServiceError(str(exc), EXIT_INPUT) from exc
+
+    async def _owner(self) -> tuple[str, str, dict[str, Any], tuple[str, ...]]:
+        """The controller whose pod template holds the server's container: (kind, name, object, how)."""
+        try:
+            await self._backend.refresh()
+        except BackendError as exc:
+            raise ServiceError(str(exc), EXIT_INPUT) from exc
+        pod = self._backend.pod_object()
+        assert pod is not None
+        here: dict[str, Any] = pod
+        via = [f"pod {pod['metadata']['name']}"]
+        found: tuple[str, str, dict[str, Any]] | None = None
+        for _ in range(6):
+            owner = controller_of(here)
+            if owner is None:
+                break
+            kind, name = owner
+            if kind not in (*_CONTROLLERS, "ReplicaSet", "Pod"):
+                break
+            here = await self._get(kind, name)
+            via.append(f"{kind}/{name}")
+            if kind in _CONTROLLERS:
+                found = (kind, name, here)
+                if kind != "StatefulSet":
+                    break  # a StatefulSet may belong to a LeaderWorkerSet: look one further
+        if found is None:
+            raise ServiceError(
+                f"pod {pod['metadata']['name']} has no Deployment, StatefulSet or LeaderWorkerSet above it "
+                f"({' → '.join(via)}): a bare pod's args cannot change; edit its manifest and recreate it",
+                EXIT_REFUSED)
+        return found[0], found[1], found[2], tuple(via)
 
     async def locate(self, name: str, host: HostConfig) -> FlagSource:
-        self._refuse()
+        kind, oname, obj, via = await self._owner()
+        container = self._backend.ref.container
+        sites = container_args(obj, container)
+        if not sites:
+            raise ServiceError(f"{kind}/{oname}: no container {container or '(first)'} in its pod template",
+                               EXIT_INPUT)
+        try:
+            texts = [args_text(s) for s in sites]
+        except ArgsError as exc:
+            raise ServiceError(f"{kind}/{oname}: {exc}", EXIT_REFUSED) from exc
+        self._target = _Target(kind, oname, obj, texts, gitops_manager(obj), via)
+        text = texts[0].text
+        return FlagSource(
+            "script", self.source_name(kind, oname), text, hashlib.sha256(text.encode()).hexdigest(),
+            via=(*via, *(f"container {container or '(first)'} at {s.path.rsplit('/', 1)[0]}" for s in sites)),
+            files=tuple(s.path for s in sites),
+        )
+
+    def source_name(self, kind: str, name: str) -> str:
+        ref = self._backend.ref
+        return f"kube:{ref.context or '(current)'}/{ref.namespace}/{kind.lower()}/{name}"
 
     async def list_backups(self, host: HostConfig, source: FlagSource) -> list[str]:
-        self._refuse()
+        d = backups_dir()
+        if not d.is_dir():
+            return []
+        names = [_name_of(p) for p in d.iterdir() if p.name.endswith(".json")]
+        mine = [n for n in names if n.startswith(source.path + BACKUP_MARK) and not n.endswith(PRE_ROLLBACK)]
+        return sorted(mine)
 
     def taken_names(self, source: FlagSource) -> list[str]:
-        return []
+        d = backups_dir()
+        return [_name_of(p) for p in d.iterdir()] if d.is_dir() else []
+
+    def _read_backup(self, path: str) -> dict[str, Any]:
+        try:
+            doc: dict[str, Any] = json.loads(backup_file(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ServiceError(f"{path}: cannot read this backup ({backup_file(path)}: {exc})", EXIT_INPUT) from exc
+        return doc
 
     async def read_copy(self, host: HostConfig, path: str) -> str:
-        self._refuse()
+        return str(self._read_backup(path)["text"])
 
     async def copy_sha256(self, host: HostConfig, path: str) -> str:
-        return ""
+        try:
+            return hashlib.sha256(str(self._read_backup(path)["text"]).encode()).hexdigest()
+        except ServiceError:
+            return ""
+
+    # -- planning ------------------------------------------------------------------------------
 
     def edit_steps(self, plan: ApplyPlan) -> tuple[list[PlanStep], dict[str, str]]:
-        self._refuse()
+        t = self._target
+        assert t is not None, "locate() first"
+        if plan.env_edits:
+            plan.refusals.append(Refusal("environment edits (--setenv/--unsetenv) on a kube host are not built: "
+                                         "kvtui edits the container's args only", False))
+            return [], {}
+        new: list[tuple[tuple[str, ...], tuple[str, ...]]] = []  # every site's (command, args) after
+        try:
+            if plan.action == "rollback":
+                doc = self._read_backup(plan.backup_path)
+                saved = {s["path"]: (tuple(s["command"]), tuple(s["args"])) for s in doc["sites"]}
+                new = [saved.get(at.site.path, (at.site.command, at.site.args)) for at in t.sites]
+            else:
+                for i, at in enumerate(t.sites):
+                    text = plan.new_text if i == 0 else fl.apply_edits(at.text, "script", plan.edits).new_text
+                    new.append(args_values(at, text))
+        except (ArgsError, fl.FlagError) as exc:
+            plan.refusals.append(Refusal(f"{t.kind}/{t.name}: {exc}", False))
+            return [], {}
+        sites = [at.site for at in t.sites]
+        ops = [op for site, (c, a) in zip(sites, new, strict=True) for op in patch_ops(site, c, a)]
+        undo = [op for site, (c, a) in zip(sites, new, strict=True)
+                for op in patch_ops(ArgsSite(site.path, a, c), site.command, site.args)]
+        ref = self._backend.ref
+        patch = K.patch_json(ref, t.kind, t.name, ops, dry_run=False)
+        dry = K.patch_json(ref, t.kind, t.name, ops, dry_run=True)
+        rollout = K.rollout_status(ref, t.kind, t.name, timeout_s=int(plan.timeout or ROLLOUT_FALLBACK_S))
+        if t.manager is not None:
+            m = t.manager
+            release = f" (release {m.release})" if m.release else ""
+            moved = [(site, c, a) for site, (c, a) in zip(sites, new, strict=True) if (c, a) != (site.command,
+                                                                                                  site.args)]
+            plan.refusals.append(Refusal(
+                f"{t.kind}/{t.name} is managed by {m.tool}{release} ({m.evidence}): {m.tool} would put the old args "
+                f"back at its next sync, silently. Commit the change to the chart / repository instead "
+                f"(or pass --force to patch the live object anyway):\n" + chart_patch(t.kind, t.name, ref.container,
+                                                                                      moved),
+                True))
+        steps = [
+            PlanStep(f"check that {t.kind}/{t.name} still has the args read ({len(sites)} pod template"
+                     f"{'s' if len(sites) != 1 else ''}; the patch's test operations hold it on the server too)"),
+            PlanStep("server-side dry run of the patch (done while planning: the diff above is its result)",
+                     shlex.join(dry)),
+            PlanStep(f"save the current args as {plan.saved_copy} (in {backups_dir()})"),
+            PlanStep(f"patch the {t.kind}'s pod template: the controller rolls the pod out", shlex.join(patch)),
+        ]
+        if plan.restart:
+            steps.append(PlanStep("follow the rollout and the new pod's boot", shlex.join(rollout)))
+        else:
+            plan.warnings.append(f"a kube host restarts when its template changes: {t.kind}/{t.name} rolls the pod "
+                                 "out as soon as it is patched (without --restart kvtui does not follow it)")
+        container = ref.container
+        return steps, {
+            "kind": t.kind, "name": t.name, "patch": json.dumps(ops), "undo": json.dumps(undo),
+            "read": json.dumps(site_values(t.obj, container)), "before": json.dumps(t.obj),
+            "expected": json.dumps([[list(c), list(a)] for c, a in new]),
+        }
+
+    async def preview(self, plan: ApplyPlan) -> None:
+        """The server-side dry run: the plan's diff becomes the args as the API server would store
+        them; a rejection (admission, RBAC, a failed test) is a refusal with kubectl's words."""
+        cmd = plan.cmd
+        ops = json.loads(cmd.get("patch") or "[]")
+        if not ops or any(not r.forceable for r in plan.refusals):
+            return
+        kind, name = cmd["kind"], cmd["name"]
+        rc, out, err = await self._kubectl(K.patch_json(self._backend.ref, kind, name, ops, dry_run=True))
+        if rc != 0:
+            plan.refusals.append(Refusal(f"the API server refused the patch (server-side dry run): "
+                                         f"{_first_line(err) or f'exit {rc}'}", False))
+            return
+        plan.diff = args_diff(kind, name, json.loads(cmd["before"]), json.loads(out), self._backend.ref.container)
+
+    # -- writing -------------------------------------------------------------------------------
 
     async def write(self, run: Run, saved: str) -> None:
-        self._refuse()
+        plan, say = run.plan, run.say
+        cmd = plan.cmd
+        kind, name = cmd["kind"], cmd["name"]
+        container = self._backend.ref.container
+        current = site_values(await self._get(kind, name), container)
+        if json.loads(json.dumps(current)) != json.loads(cmd["read"]):
+            raise ServiceError(f"{plan.source.path}: its args changed since they were read; nothing was written "
+                               "(run the command again to plan on what it says now)", EXIT_REFUSED)
+        doc = {
+            "object": f"{kind}/{name}", "context": self._backend.ref.context,
+            "namespace": self._backend.ref.namespace, "container": container, "saved_at": run.clock(),
+            "text": plan.source.text,
+            "sites": [{"path": p, "command": list(c), "args": list(a)} for p, c, a in current],
+        }
+        path = backup_file(saved)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("x") as fh:  # a backup never overwrites another
+                json.dump(doc, fh, indent=1)
+        except OSError as exc:
+            raise ServiceError(f"cannot save the current args to {path}: {exc}; nothing was written",
+                               EXIT_INPUT) from exc
+        say(f"{plan.source.path}: current args saved as {saved}")
+        self._backend.mark_next_boot(run.clock())
+        rc, out, err = await self._kubectl(K.patch_json(self._backend.ref, kind, name, json.loads(cmd["patch"]),
+                                                        dry_run=False))
+        if rc != 0:
+            code = EXIT_REFUSED if "test" in err.lower() else EXIT_INPUT
+            raise ServiceError(f"kubectl patch {kind.lower()}/{name}: {_first_line(err) or f'exit {rc}'}; "
+                               "nothing was changed", code)
+        stored = [[list(c), list(a)] for _, c, a in site_values(json.loads(out), container)]
+        if stored != json.loads(cmd["expected"]):
+            await self.restore(run, saved, "the API server stored other args than the patch said")
+            raise ServiceError(f"{plan.source.path}: the API server stored other args than the patch said; the "
+                               "previous args were patched back", EXIT_INPUT)
+        say(f"{kind}/{name}: patched; the API server stored the new args (the controller rolls the pod out)")
 
     async def restore(self, run: Run, saved: str, why: str) -> None:
-        self._refuse()
+        cmd = run.plan.cmd
+        kind, name = cmd["kind"], cmd["name"]
+        rc, _out, err = await self._kubectl(K.patch_json(self._backend.ref, kind, name, json.loads(cmd["undo"]),
+                                                         dry_run=False))
+        if rc != 0:
+            raise ServiceError(f"{why}; patching the previous args back failed too ({_first_line(err)}): they are "
+                               f"saved in {backup_file(saved)}", EXIT_INPUT)
+        run.say(f"{kind}/{name}: the previous args are back ({why})")
+
+    # -- restarting ----------------------------------------------------------------------------
 
     def restart_unavailable(self, name: str, host: HostConfig) -> str | None:
-        return not_built(name)
+        return None
 
     def restart_plan(self, plan: RestartPlan) -> None:
-        self._refuse()
+        # a plain restart has not located the controller: it is found when the restart runs
+        plan.how = "commands"
+        plan.steps = [PlanStep("kubectl rollout restart of the pod's controller (a new pod, same template)"),
+                      PlanStep("follow the rollout and the new pod's boot")]
+        plan.cmd = {"rollout_restart": "1"}
 
     def restart_how(self, cmd: Mapping[str, str]) -> RestartHow:
-        self._refuse()
+        return "commands"
 
     async def issue_restart(self, call: RestartCall) -> None:
-        self._refuse()
+        kind, name = call.cmd.get("kind"), call.cmd.get("name")
+        if not kind or not name:
+            kind, name, _obj, _via = await self._owner()
+        ref = self._backend.ref
+        if call.cmd.get("rollout_restart"):
+            self._backend.mark_next_boot(call.clock())
+            rc, _out, err = await self._kubectl(K.rollout_restart(ref, kind, name))
+            if rc != 0:
+                raise ServiceError(f"kubectl rollout restart {kind.lower()}/{name}: "
+                                   f"{_first_line(err) or f'exit {rc}'}", EXIT_INPUT)
+            call.say(f"{kind}/{name}: rollout restarted")
+        argv = K.rollout_status(ref, kind, name, timeout_s=int(call.timeout or ROLLOUT_FALLBACK_S))
+        call.say(f"following the rollout: {shlex.join(argv)}")
+        self._rollout = asyncio.create_task(self._follow_rollout(argv, call), name="kvtui-kube-rollout")
+
+    async def _follow_rollout(self, argv: list[str], call: RestartCall) -> None:
+        """``rollout status`` in the background: the boot follower decides ready or failed from the
+        log; this says how the rollout itself ended (a crash-looping pod never completes it)."""
+        with contextlib.suppress(ServiceError, asyncio.CancelledError):
+            rc, out, err = await self._kubectl(argv)
+            last = _last_line(out) or _first_line(err)
+            call.say(f"rollout: {last}" if rc == 0 else f"rollout did not complete: {last or f'exit {rc}'}")
 
     async def process_env(self, run: Run) -> list[str]:
         return []
+
+
+def args_diff(kind: str, name: str, before: Mapping[str, Any], after: Mapping[str, Any], container: str | None) -> str:
+    """A unified diff of every pod template's command / args, before and as the API server
+    returned them (YAML, one word a line: an edit shows as the words it changes), one per
+    template, each headed with the template's container path."""
+    import difflib
+
+    def lines(command: Sequence[str], args: Sequence[str]) -> list[str]:
+        out = yaml_list("command", command, 0) if command else []
+        return [ln + "\n" for ln in [*out, *yaml_list("args", args, 0)]]
+
+    label = f"{kind.lower()}/{name}"
+    now = {p: (c, a) for p, c, a in site_values(before, container)}
+    out: list[str] = []
+    for path, command, args in site_values(after, container):
+        was = now.get(path, ((), ()))
+        where = path.rsplit("/", 1)[0]
+        out.extend(difflib.unified_diff(lines(*was), lines(command, args), f"{label} {where} (now)",
+                                        f"{label} {where} (server-side dry run)", n=3))
+    return "".join(out)
+
+
+def _first_line(text: str) -> str:
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+def _last_line(text: str) -> str:
+    return next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "")
+

@@ -38,6 +38,11 @@ class Termination:
                     "resources.limits.memory), not GPU memory")
         return f"{self.reason or 'terminated'}{code}"
 
+    def brief(self) -> str:
+        """The words in a few: ``OOMKilled (exit 137): host memory, not GPU``."""
+        code = f" (exit {self.exit_code})" if self.exit_code is not None else ""
+        return f"OOMKilled{code}: host memory, not GPU" if self.oom_killed else self.words()
+
 
 @dataclass(frozen=True, slots=True)
 class PodState:
@@ -65,9 +70,10 @@ class PodState:
         """Cannot start as it is (unschedulable, image pull, bad config, crash loop)."""
         return self.reason == "Unschedulable" or self.reason in _BAD_WAITING
 
-    def summary(self) -> str:
+    def summary(self, *, brief: bool = False) -> str:
         """One line: ``Pending: Unschedulable (0/4 nodes are available: …)``, ``Running, ready``,
-        ``Running, not ready (readiness probe)``, ``CrashLoopBackOff, 5 restarts, last: OOMKilled …``."""
+        ``Running, not ready (readiness probe)``, ``CrashLoopBackOff, 5 restarts, last: OOMKilled …``;
+        ``brief``: the last end in a few words (the console's header)."""
         if self.phase == "Pending" and self.reason == "Unschedulable":
             head = "Pending: unschedulable"
         elif self.state == "waiting" and self.reason:
@@ -75,14 +81,14 @@ class PodState:
         elif self.state == "running":
             head = "Running, ready" if self.ready else "Running, not ready (readiness probe)"
         elif self.state == "terminated" and self.current is not None:
-            head = f"{self.phase}: {self.current.words()}"
+            head = f"{self.phase}: {self.current.brief() if brief else self.current.words()}"
         else:
             head = self.phase
         parts = [head + (f" ({_one_line(self.message)})" if self.message and self.state != "running" else "")]
         if self.restarts:
             parts.append(f"{self.restarts} restart{'s' if self.restarts != 1 else ''}")
         if self.last is not None:
-            parts.append(f"last: {self.last.words()}")
+            parts.append(f"last: {self.last.brief() if brief else self.last.words()}")
         return ", ".join(parts)
 
 
@@ -318,3 +324,107 @@ class LogResume:
         self.taken_at_last = Counter({text: 1})
         self._skip.clear()
         return stamp, text
+
+
+# -- the container's command line as text (what kvtui.flags edits) and back ---------------------
+
+_SHELLS = {"sh", "bash", "dash", "ash", "zsh"}
+
+
+class ArgsError(ValueError):
+    """The container's command line cannot be edited as asked (says why and what to do)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArgsText:
+    """One ``ArgsSite`` as the text ``kvtui.flags`` edits (kind ``script``): a shell script run
+    with ``sh -c`` is the script itself; an exec-form command line is its words, shell-quoted."""
+
+    site: ArgsSite
+    text: str
+    shell_at: int | None  # index (in command + args) of the ``sh -c`` script, None: exec form
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        return (*self.site.command, *self.site.args)
+
+
+def args_text(site: ArgsSite) -> ArgsText:
+    import shlex
+
+    words = (*site.command, *site.args)
+    for i in range(1, len(words) - 1):
+        if words[i] == "-c" and words[i - 1].rsplit("/", 1)[-1] in _SHELLS:
+            return ArgsText(site, words[i + 1], i + 1)
+    if not words:
+        raise ArgsError("the container has neither command nor args (the image's entrypoint runs): kvtui "
+                        "edits the server's flags in the container's args; put the server command there")
+    return ArgsText(site, shlex.join(words), None)
+
+
+def args_values(at: ArgsText, new_text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(command, args) that say ``new_text``: the script replaced in place, or the new words
+    split with the command's own words kept as the command (an edit never touches them)."""
+    import shlex
+
+    site = at.site
+    n_cmd = len(site.command)
+    if at.shell_at is not None:
+        words = list(at.words)
+        words[at.shell_at] = new_text
+        return tuple(words[:n_cmd]), tuple(words[n_cmd:])
+    try:
+        words = shlex.split(new_text)
+    except ValueError as exc:
+        raise ArgsError(f"the edited command line does not split into words: {exc}") from exc
+    if site.args or not site.command:
+        if tuple(words[:n_cmd]) != site.command:
+            raise ArgsError("the edit would change the container's command (" + shlex.join(site.command) +
+                            "); kvtui edits its args only")
+        return site.command, tuple(words[n_cmd:])
+    return tuple(words), ()  # everything is in command: it is what changes
+
+
+def patch_ops(site: ArgsSite, command: Sequence[str], args: Sequence[str]) -> list[dict[str, object]]:
+    """JSON-patch operations that turn ``site`` into (command, args): each field replaced, after a
+    ``test`` that it still holds what kvtui read (the API server refuses the whole patch if not:
+    nothing changes behind an edit that was planned on other args)."""
+    ops: list[dict[str, object]] = []
+    base = site.path.rsplit("/", 1)[0]
+    for fld, old, new in (("command", site.command, tuple(command)), ("args", site.args, tuple(args))):
+        if old == new:
+            continue
+        path = f"{base}/{fld}"
+        if old:
+            ops.append({"op": "test", "path": path, "value": list(old)})
+            ops.append({"op": "replace", "path": path, "value": list(new)})
+        else:
+            ops.append({"op": "add", "path": path, "value": list(new)})
+    return ops
+
+
+def yaml_list(key: str, words: Sequence[str], indent: int) -> list[str]:
+    """``key:`` and a YAML block list of ``words`` (JSON strings are YAML strings)."""
+    import json
+
+    pad = " " * indent
+    return [f"{pad}{key}:", *(f"{pad}- {json.dumps(w)}" for w in words)]
+
+
+def chart_patch(kind: str, name: str, container: str | None, changed: Sequence[tuple[ArgsSite, Sequence[str],
+                                                                                         Sequence[str]]]) -> str:
+    """What to commit to the chart / repo instead of a direct patch: for every pod template that
+    changes, its path and the container's new command / args as YAML."""
+    out = [f"# {kind}/{name}: commit this to the chart or repository that renders it"]
+    for site, command, args in changed:
+        tmpl = site.path.rsplit("/spec/containers/", 1)[0].strip("/").replace("/", ".")
+        out.append(f"# {tmpl}.spec.containers[name={container or '(first)'}]")
+        if tuple(command) != site.command:
+            out.extend(yaml_list("command", command, 0))
+        out.extend(yaml_list("args", args, 0))
+    return "\n".join(out)
+
+
+def site_values(obj: JSON, container: str | None) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+    """(path, command, args) of every site, to compare two reads of an object."""
+    return [(s.path, s.command, s.args) for s in container_args(obj, container)]

@@ -134,6 +134,7 @@ async def plan_apply(
     )
     _refuse_readonly(plan, ops)
     plan.steps, plan.cmd = ops.edit_steps(plan)
+    await _preview(plan, ops)
     known: list[Boot] | None = seen if isinstance(seen, list) else None
     if isinstance(seen, str):  # read for the spelling already, and could not be: not read twice
         plan.prediction_note = seen
@@ -141,6 +142,14 @@ async def plan_apply(
         known = await _predict(plan, backend, known, wiring)
     refuse_unknown_flags(plan, known)
     return plan
+
+
+async def _preview(plan: ApplyPlan, ops: HostOps) -> None:
+    """A host whose API can try the write without storing it (kube: a server-side dry run) puts
+    its answer in the plan: the diff as that API would store it, or its refusal."""
+    preview = getattr(ops, "preview", None)
+    if preview is not None:
+        await preview(plan)
 
 
 def _engine_hint(source: FlagSource) -> Engine:
@@ -314,6 +323,7 @@ async def plan_rollback(
     )
     _refuse_readonly(plan, ops)
     plan.steps, plan.cmd = ops.edit_steps(plan)
+    await _preview(plan, ops)
     if boots and plan.changed:
         await _predict(plan, backend, list(boots), _Wiring(calculator, None, graph_margin_gib, 0.0, refuse=False))
     return plan

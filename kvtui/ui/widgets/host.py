@@ -46,6 +46,17 @@ def conn_text(status: ConnStatus | None, *, with_detail: bool = True) -> Content
     return Content.assemble(*parts)
 
 
+def pod_text(kind: str, status: ConnStatus | None) -> Content | None:
+    """A kube host's pod state while its container runs ("pod r1-0: Running, not ready (readiness
+    probe), 2 restarts, last: OOMKilled …"; the backend's words), muted when running and ready
+    with no restart behind it, else in the warning colour; while it waits, ``conn_text`` says it."""
+    if kind != "kube" or status is None or status.state is not ConnState.CONNECTED or not status.detail:
+        return None
+    text = status.detail.split("; ", 1)[0]
+    healthy = text.endswith(": Running, ready")
+    return Content.styled(text if len(text) <= 110 else text[:109] + "…", "$text-muted" if healthy else "$warning")
+
+
 def boot_state_text(boot: Boot | None, elapsed: float | None) -> Content:
     """The boot in a few words: "▶ graph capture 2m 13s", "✔ ready", "✖ failed: oom_graph_capture"."""
     if boot is None:
@@ -163,6 +174,9 @@ class HostBar(Widget):
         if level >= 3:  # the icon and the state, not why
             conn = conn_text(self.status, with_detail=False)
         parts.append(conn)
+        pod = pod_text(info.kind, self.status) if level < 3 else None
+        if pod is not None:
+            parts.append(pod)
         if info.readonly:
             parts.append(Content.styled("readonly", "$warning bold"))
         return Content.styled(" · ", "$text-muted").join(parts)

@@ -1,0 +1,112 @@
+"""GPU memory from a DCGM exporter's Prometheus text (``dcgm-exporter``: the usual GPU metrics
+source in a cluster). Pure: the backend fetches the text through ``kubectl get --raw`` on the
+service proxy (``kvtui.kube_ref.ServiceUrl``) and hands it here.
+
+The metrics read: ``DCGM_FI_DEV_FB_USED`` and ``DCGM_FI_DEV_FB_FREE`` (frame buffer, MiB; total =
+used + free, as the exporter has no total by default), ``DCGM_FI_DEV_GPU_UTIL`` (%),
+``DCGM_FI_DEV_GPU_TEMP`` (°C), ``DCGM_FI_DEV_POWER_USAGE`` (W), per ``gpu`` label (the node's
+index), with ``UUID`` and ``modelName`` when the exporter says them. Lines of a MIG instance
+(``GPU_I_ID``) are left out: the GPU's own line is the whole card.
+
+Which GPUs are the server's: a DaemonSet exporter serves every GPU of its node, and a service
+proxy reaches one exporter of the service — maybe another node's. With the exporter's pod mapping
+on (labels ``namespace`` / ``pod`` / ``container`` on the GPUs a pod holds), only the server pod's
+GPUs are taken, numbered as the container sees them (0… in the node's order); an answer that
+names other pods but not ours is another node's (no sample). Without the mapping every GPU of the
+answer is taken (``Reading.filtered`` False: the caller says so).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from kvtui.gpu import GpuSample
+
+_LINE_RE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+-?\d+)?\s*$")
+_LABEL_RE = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_FIELDS = {
+    "DCGM_FI_DEV_FB_USED": "used",
+    "DCGM_FI_DEV_FB_FREE": "free",
+    "DCGM_FI_DEV_GPU_UTIL": "util",
+    "DCGM_FI_DEV_GPU_TEMP": "temp",
+    "DCGM_FI_DEV_POWER_USAGE": "power",
+}
+
+
+def _unescape(value: str) -> str:
+    return value.replace("\\\\", "\x00").replace('\\"', '"').replace("\\n", "\n").replace("\x00", "\\")
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """``gpu="0",UUID="GPU-…"`` -> {"gpu": "0", "UUID": "GPU-…"} (escapes undone)."""
+    out: dict[str, str] = {}
+    pos = 0
+    while pos < len(text):
+        m = _LABEL_RE.match(text, pos)
+        if m is None:
+            break
+        out[m.group(1)] = _unescape(m.group(2))
+        pos = m.end()
+    return out
+
+
+@dataclass
+class _Gpu:
+    index: int
+    values: dict[str, float] = field(default_factory=dict)
+    uuid: str | None = None
+    model: str = ""
+    pod: tuple[str, str] | None = None  # (namespace, pod) from the exporter's pod mapping
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """The server's GPUs in one exporter answer; ``filtered``: chosen by the pod mapping (else
+    every GPU the answer names); ``other_node``: the answer names other pods' GPUs only."""
+
+    samples: list[GpuSample]
+    filtered: bool
+    other_node: bool = False
+
+
+def parse_dcgm(text: str, ts: float, *, namespace: str | None = None, pod: str | None = None) -> Reading:
+    """The GPUs of one ``/metrics`` answer as ``GpuSample``s (MiB), those of ``namespace``/``pod``
+    when the exporter maps GPUs to pods. A GPU without both FB_USED and FB_FREE is left out."""
+    gpus: dict[int, _Gpu] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE_RE.match(line)
+        if m is None or m.group("name") not in _FIELDS:
+            continue
+        labels = parse_labels(m.group("labels") or "")
+        if "GPU_I_ID" in labels or not labels.get("gpu", "").isdigit():
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        if not math.isfinite(value):
+            continue
+        g = gpus.setdefault(int(labels["gpu"]), _Gpu(int(labels["gpu"])))
+        g.values[_FIELDS[m.group("name")]] = value
+        g.uuid = labels.get("UUID") or g.uuid
+        g.model = labels.get("modelName") or g.model
+        if labels.get("pod"):
+            g.pod = (labels.get("namespace", ""), labels["pod"])
+    ordered = [gpus[i] for i in sorted(gpus) if {"used", "free"} <= gpus[i].values.keys()]
+    mapped = any(g.pod is not None for g in ordered)
+    filtered = mapped and pod is not None
+    chosen = [g for g in ordered if g.pod == (namespace or "", pod)] if filtered else ordered
+    samples = [_sample(i if filtered else g.index, g, ts) for i, g in enumerate(chosen)]
+    return Reading(samples, filtered, other_node=filtered and not chosen)
+
+
+def _sample(index: int, g: _Gpu, ts: float) -> GpuSample:
+    v = g.values
+    return GpuSample(index=index, used_mib=v["used"], total_mib=v["used"] + v["free"], util=v.get("util"), ts=ts,
+                     uuid=g.uuid, name=g.model, temperature_c=v.get("temp"), power_w=v.get("power"))
+
