@@ -344,7 +344,9 @@ async def test_gpu_stream_processes_and_server_pids(sshd: SshdInstance, tools: F
             assert [s.index for s in tick] == [0, 1]
         rate = 10 / (time.monotonic() - t0)
         _record("gpu_ticks_per_s_at_100ms", round(rate, 1))
-        assert rate > 4
+        # the stream follows the asked 100 ms interval, not the 1 s default: 10 ticks in well under
+        # 10 s even at load 12 (2.2/s measured there); the speed itself is bench 2's business
+        assert rate > 1.5
         # exactly one nvidia-smi stream per host
         assert len(processes_matching(str(tools.bin_dir / "nvidia-smi"), ("-lms",))) == 1
         # a slow host: the last good sample comes back marked stale
