@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from kvtui.boot import Boot, BootStatus, BootUpdate
 from kvtui.engines.events import (
@@ -170,6 +170,12 @@ def _default_state_dir() -> Path:
     from kvtui.config import state_dir
 
     return state_dir()
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Mark a finished future's exception as seen (it is raised where it matters, in run())."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 class HostMonitor:
@@ -360,6 +366,11 @@ class HostMonitor:
             asyncio.create_task(self._pids_loop(), name=f"monitor-pids:{self.name}"),
         ]
         streams: asyncio.Future[list[None]] = asyncio.gather(*tasks)
+        # retrieved whatever happens: a teardown that cancels run() while a backend's close still
+        # awaits leaves the gather with a CancelledError nobody awaits; logged at garbage collection
+        # ("_GatheringFuture exception was never retrieved"), inside pytest's own AST work that made
+        # CPython 3.11 fail a run whose tests had all passed
+        streams.add_done_callback(_retrieve)
         closer: asyncio.Future[object] = asyncio.ensure_future(self._closed.wait())
         try:
             waiting: set[asyncio.Future[object]] = {streams, closer}  # type: ignore[arg-type]
