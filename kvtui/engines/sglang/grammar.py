@@ -1,27 +1,19 @@
-"""SGLang log grammar: one line of SGLang output -> a ``ParsedLine`` with typed events.
+"""``SglangGrammar``: one SGLang line -> ``ParsedLine`` (see the package docstring).
 
-Covers the formats of SGLang 0.4.10, 0.5.10-0.5.16 and 0.5.23 (``engines.md`` section 1): the
-``[YYYY-MM-DD HH:MM:SS(.mmm)( DP0)( PP1)( TP3)( EP0)…]`` prefix, every startup phase line, the
-failure lines, tqdm progress bars and the serving lines.
+``parse`` reads the prefix; ``_classify`` sends serving lines (``Decode batch``, ~90 % of a long
+log) to ``_serving`` first, then the startup lines to ``_phase_line``, then what is left to
+``_failure_line``; unprefixed lines (tqdm bars, tracebacks) go to ``_unprefixed``. Per-rank state
+(``_RankState``) decides whether a weight or KV line belongs to the target or the draft model.
 
-The grammar is stateful per boot: inside one scheduler SGLang runs the target model through
-init -> weights -> KV pool -> graph capture and then a speculative draft worker through its own
-weights -> KV pool -> capture (newer builds load the draft weights before the target's pool).
-A rank's second ``Load weight begin``, and its KV lines after its own target ``Memory pool end``,
-belong to the draft (``Model.DRAFT``). ``reset()`` forgets that state (a new boot).
-
-Pure core: no I/O, no textual/asyncssh. Hot path: serving lines (``Decode batch``) are ~90 % of
-a long log, so they are recognised with ``str.startswith`` and read with ``str.find``.
+Pure core.
 """
 
 from __future__ import annotations
 
-import ast
-import re
 from datetime import datetime, timedelta
 from typing import Final
 
-from kvtui.engines.cli_errors import cli_error, usage_engine
+from kvtui.engines.cli_errors import usage_engine
 from kvtui.engines.events import (
     BootBoundary,
     BoundaryKind,
@@ -41,346 +33,40 @@ from kvtui.engines.events import (
     VersionHint,
     Warning_,
 )
+from kvtui.engines.sglang.args import parse_server_args
+from kvtui.engines.sglang.failures import generic_failure, oom_metrics
+from kvtui.engines.sglang.patterns import (
+    _AVAIL_RE,
+    _BS_LIST_RE,
+    _ELAPSED_RE,
+    _EXIT_CODE_RE,
+    _FRAGMENT_RE,
+    _K_V_RE,
+    _KEYVAL_RE,
+    _KNOWN_STARTS,
+    _KV_SIZE_RE,
+    _LEVEL_RE,
+    _MAX_RANK_STATES,
+    _MEMUSE_RE,
+    _PREFIX_RE,
+    _PROGRESS_RE,
+    _SGL_VERSION_RE,
+    _TOKENS_RE,
+    _TP_RE,
+    _TQDM_BS_RE,
+    DRAFT,
+    TARGET,
+    _cli_error_of,
+    _float_re,
+    _inferred,
+    _int_after,
+    _not_enough,
+    _num_after,
+    _pm,
+    _to_float,
+    _to_int,
+)
 from kvtui.engines.stack import frame_engine, frame_phase
-
-TARGET: Final = Model.TARGET
-DRAFT: Final = Model.DRAFT
-
-# Events are frozen dataclasses: the marks without a printed duration are shared constants.
-_PM_CACHE: Final = {(ph, mo, end): PhaseMark(ph, mo, end) for ph in Phase for mo in Model for end in (False, True)}
-
-
-def _pm(phase: Phase, model: Model = TARGET, end: bool = False) -> PhaseMark:
-    return _PM_CACHE[(phase, model, end)]
-
-
-# ---------------------------------------------------------------------------------------------
-# Regular expressions (compiled once)
-# ---------------------------------------------------------------------------------------------
-
-# `[2026-05-30 22:08:02.123 DP0 PP1 TP4]` — SGLang's logging prefix (engines.md 1.1).
-_PREFIX_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\] ?")
-_TP_RE = re.compile(r"\bTP(\d+)\b")
-# a scheduler's process title (0.5.x, setproctitle): `sglang::scheduler_DP0_PP1_TP2_EP0`
-_PROC_TITLE_RE = re.compile(r"\s*sglang::scheduler((?:_(?:ATTN_CP|MOE_DP|DP|PP|TP|EP)\d+)*)\s*")
-_PROC_TAG_RE = re.compile(r"_((?:ATTN_CP|MOE_DP|DP|PP|TP|EP)\d+)")
-
-
-def rank_of_process_title(title: str) -> str | None:
-    """The rank label an SGLang scheduler's log lines carry (``DP0 PP1 TP2 EP0``, as in
-    ``[… DP0 PP1 TP2 EP0] …``) from its process title (``sglang::scheduler_DP0_PP1_TP2_EP0``, what
-    ``nvidia-smi`` and ``ps`` show for it): ties a GPU process to its rank. ``""`` for a
-    single-rank scheduler (``sglang::scheduler``), None for any other process."""
-    m = _PROC_TITLE_RE.fullmatch(title)
-    if m is None:
-        return None
-    return " ".join(_PROC_TAG_RE.findall(m.group(1)))
-# Some builds/configs print `LEVEL file.py:123: ` after the bracket.
-_LEVEL_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w./-]+\.py:\d+: ")
-_NUM_RE = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_INT_RE = re.compile(r"-?\d+")
-_AVAIL_RE = re.compile(r"avail[ _]mem=(-?\d+(?:\.\d+)?) ?GB")
-_MEMUSE_RE = re.compile(r"mem usage=(-?\d+(?:\.\d+)?) ?GB")
-_ELAPSED_RE = re.compile(r"(?:elapsed=|Time elapsed: )(\d+(?:\.\d+)?) ?s")
-_BS_LIST_RE = re.compile(r"\bbs(?:=| )\[([\d,\s]*)\]")
-_KEYVAL_RE = re.compile(r"([A-Za-z_][\w]*)=(-?\d+(?:\.\d+)?)")
-_TOKENS_RE = re.compile(r"#tokens: (-?\d+)")
-_K_V_RE = re.compile(r"\bK size: (-?\d+(?:\.\d+)?) ?GB, V size: (-?\d+(?:\.\d+)?) ?GB")
-_KV_SIZE_RE = re.compile(r"\bKV size: (-?\d+(?:\.\d+)?) ?GB")
-_PROGRESS_RE = re.compile(r"(\d+)/(\d+) \[")
-_TQDM_BS_RE = re.compile(r"\((?:bs|num_tokens)=(\d+) avail_mem=(-?\d+(?:\.\d+)?) ?GB\)")
-_EXC_RE = re.compile(r"^((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure))(?::\s?(.*))?$")
-_OOM_TRIED_RE = re.compile(r"Tried to allocate (\d+(?:\.\d+)?) (GiB|MiB|KiB|B)")
-_OOM_FREE_RE = re.compile(r"of which (\d+(?:\.\d+)?) (GiB|MiB|KiB|B) (?:is )?free")
-_OOM_CAP_RE = re.compile(r"total capac(?:i)?ty of (\d+(?:\.\d+)?) (GiB|MiB|KiB|B)")
-_EXIT_CODE_RE = re.compile(r"exit code:? (-?\d+)")
-_SGL_VERSION_RE = re.compile(r"\bSGLang [Vv]ersion:? v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)")
-_MFS_RE = re.compile(r"mem[-_]fraction[-_]static=(\d+(?:\.\d+)?)")
-_ARGS_TOKEN_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[()\[\]{},]")
-
-_UNIT_GIB: Final = {"GiB": 1.0, "MiB": 1.0 / 1024, "KiB": 1.0 / (1024 * 1024), "B": 1.0 / (1 << 30)}
-
-MAX_ARGS_CHARS: Final = 256 * 1024  # an argument dump longer than this is cut before parsing
-_MAX_VALUE_CHARS: Final = 8192  # a single value longer than this stays a raw string
-_MAX_RANK_STATES: Final = 1024
-
-
-def _num_after(text: str, key: str) -> float | None:
-    """The number right after ``key`` in ``text`` (first occurrence), or None."""
-    i = text.find(key)
-    if i < 0:
-        return None
-    m = _NUM_RE.match(text, i + len(key))
-    if m is None:
-        return None
-    try:
-        return float(m.group())
-    except ValueError:  # pragma: no cover - the regex only matches valid floats
-        return None
-
-
-def _int_after(text: str, key: str) -> int | None:
-    i = text.find(key)
-    if i < 0:
-        return None
-    m = _INT_RE.match(text, i + len(key))
-    return int(m.group()) if m else None
-
-
-def _to_float(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        v = float(value.rstrip(",% "))
-    except ValueError:
-        return None
-    return v if v == v and v not in (float("inf"), float("-inf")) else None
-
-
-def _to_int(value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(value.rstrip(", "))
-    except ValueError:
-        return None
-
-
-def _float_re(rx: re.Pattern[str], text: str) -> float | None:
-    m = rx.search(text)
-    return float(m.group(1)) if m else None
-
-
-def _gib(value: str, unit: str) -> float:
-    return float(value) * _UNIT_GIB.get(unit, 1.0)
-
-
-# ---------------------------------------------------------------------------------------------
-# Failure text shared by every engine (plain Python / PyTorch / NCCL output)
-# ---------------------------------------------------------------------------------------------
-
-
-def is_oom_text(text: str) -> bool:
-    """PyTorch / CUDA out-of-memory wording (engines.md 1.3)."""
-    return "OutOfMemoryError" in text or "CUDA out of memory" in text or "CUDA error: out of memory" in text
-
-
-def oom_metrics(text: str) -> list[Metric]:
-    """``Tried to allocate X GiB``, ``of which Y MiB is free``, ``total capacity of Z GiB``."""
-    out: list[Metric] = []
-    m = _OOM_TRIED_RE.search(text)
-    if m:
-        out.append(Metric("oom_tried_gib", _gib(m.group(1), m.group(2))))
-    m = _OOM_FREE_RE.search(text)
-    if m:
-        out.append(Metric("oom_free_gib", _gib(m.group(1), m.group(2))))
-    m = _OOM_CAP_RE.search(text)
-    if m:
-        out.append(Metric("oom_capacity_gib", _gib(m.group(1), m.group(2))))
-    return out
-
-
-def _nccl_kind(text: str) -> bool:
-    return (
-        "NCCL error" in text
-        or "NCCL WARN" in text
-        or "DistBackendError" in text
-        or "Watchdog caught collective operation timeout" in text
-        or "ncclUnhandledCudaError" in text
-        or "ncclSystemError" in text
-        or "ncclInternalError" in text
-    )
-
-
-def exception_line(text: str) -> FailureText | None:
-    """A Python exception line (``RuntimeError: …``, ``torch.OutOfMemoryError: …``) as evidence.
-
-    The kind is decided by the text when the text alone decides it, else left to the phase.
-    """
-    if not text or not (text[0].isalpha() or text[0] == "_"):
-        return None
-    if not ("Error" in text or "Exception" in text or "Exit" in text or "Interrupt" in text or "Failure" in text):
-        return None
-    m = _EXC_RE.match(text)
-    if m is None:
-        return None
-    return FailureText(text=text, kind=_text_kind(text), fatal=False, specificity=3)
-
-
-def _text_kind(text: str) -> FailureKind | None:
-    """Kinds the text decides regardless of the phase (engines.md 1.3)."""
-    if "Not enough memory" in text and "mem-fraction-static" in text:
-        return FailureKind.OOM_KV_ALLOCATE
-    if "Loaded weights leave no GPU memory" in text:
-        return FailureKind.OOM_KV_ALLOCATE
-    if "memory capacity is unbalanced" in text:
-        return FailureKind.GPU_BUSY
-    if is_oom_text(text):
-        return None  # the phase decides (weights / capture / runtime …)
-    if _nccl_kind(text):
-        return FailureKind.NCCL
-    return None
-
-
-def generic_failure(text: str) -> tuple[LogEvent, ...]:
-    """Failure evidence in a line no engine grammar claimed (plain Python/PyTorch/NCCL output)."""
-    if not ("rror" in text or "NCCL" in text or "out of memory" in text or "Exception" in text):
-        return ()
-    ft = exception_line(text)
-    if ft is not None:
-        if is_oom_text(text):
-            return (ft, *oom_metrics(text))
-        return (ft,)
-    if is_oom_text(text):
-        return (FailureText(text=text, kind=None, specificity=2), *oom_metrics(text))
-    if _nccl_kind(text):
-        return (FailureText(text=text, kind=FailureKind.NCCL, specificity=2),)
-    return ()
-
-
-# SGLang lines read from its source that carry nothing kvtui needs (not "unrecognised startup lines")
-_KNOWN_STARTS: Final = (
-    "Ignore import error when loading",  # optional model modules at import
-    "CUDA graphs can take additional",  # piecewise-graph memory advice
-    "Restoring add_bos_token",
-    "FP4 (E2M1) KV Cache might lead",
-    "Using FP8 KV cache but no scaling factors",
-    "Tree cache initialized",
-    "Found local HF snapshot",
-    "Failed to load generation config",
-    "DFLASH draft greedy head folded",
-    "Attempting to acquire lock",  # filelock (kernel JIT caches) at debug level
-    "Attempting to release lock",
-    "Lock ",
-    "Mooncake Configuration loaded",
-    "Loading chat template",
-    "Finish: obj=",  # --log-requests
-    "Using default chat sampling params",
-    "Cache flushed successfully",
-)
-
-# SGLang failure texts that identify the engine in a fragment without any SGLang prefix
-_FRAGMENT_RE: Final = re.compile(
-    r"(?:[\w.]+(?:Error|Exception): )?(?:Not enough memory\. Please try to increase --mem-fraction-static"
-    r"|Loaded weights leave no GPU memory|Capture cuda graph failed|Scheduler hit an exception"
-    r"|Received sigquit from a child|Rank \d+ scheduler died during initialization)"
-)
-_INFERRED: Final = {ph: PhaseMark(ph, inferred=True) for ph in Phase}
-
-
-def _inferred(phase: Phase) -> PhaseMark:
-    return _INFERRED[phase]
-
-
-def _not_enough(msg: str) -> tuple[LogEvent, ...]:
-    """`Not enough memory. Please try to increase --mem-fraction-static.` (0.5.x: `Current value:
-    mem_fraction_static=X`; ≥0.5.18: `Loaded weights leave no GPU memory … under
-    --mem-fraction-static=X`): the fraction from the message when the argument dump is missing."""
-    ev: list[LogEvent] = [_pm(Phase.KV_ALLOCATE, TARGET), FailureText(msg, FailureKind.OOM_KV_ALLOCATE, specificity=3)]
-    m = _MFS_RE.search(msg)
-    if m is not None:
-        ev.append(Flags({"mem_fraction_static": float(m.group(1))}))
-    return tuple(ev)
-
-
-def _cli_error_of(text: str) -> FailureText | None:
-    """SGLang's own argparse refusal (``launch_server.py: error: …``), else None."""
-    got = cli_error(text)
-    return got[1] if got is not None and got[0] is Engine.SGLANG else None
-
-
-# ---------------------------------------------------------------------------------------------
-# Argument dumps: `server_args=ServerArgs(k=v, …)` and `server_args={'k': v, …}`
-# ---------------------------------------------------------------------------------------------
-
-
-_SIMPLE_LITERALS: Final[dict[str, object]] = {"None": None, "True": True, "False": False}
-_INT_FULL_RE = re.compile(r"-?\d+")
-_FLOAT_FULL_RE = re.compile(r"-?\d+\.\d*(?:[eE][-+]?\d+)?|-?\d+[eE][-+]?\d+")
-
-
-def _literal(value: str) -> object:
-    value = value.strip()
-    if not value:
-        return ""
-    if len(value) > _MAX_VALUE_CHARS:
-        return value
-    # the common shapes without ast (an argument dump has ~250 of them, one per boot)
-    if value in _SIMPLE_LITERALS:
-        return _SIMPLE_LITERALS[value]
-    c = value[0]
-    if c == "'" and value[-1] == "'" and len(value) >= 2 and "\\" not in value and "'" not in value[1:-1]:
-        return value[1:-1]
-    if c.isdigit() or c == "-":
-        if _INT_FULL_RE.fullmatch(value):
-            return int(value)
-        if _FLOAT_FULL_RE.fullmatch(value):
-            return float(value)
-    try:
-        return ast.literal_eval(value)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return value
-
-
-def _split_top_level(body: str) -> tuple[list[str], int]:
-    """Split at commas outside quotes and brackets. Returns (pieces, index where depth < 0)."""
-    pieces: list[str] = []
-    depth = 0
-    start = 0
-    end = len(body)
-    for m in _ARGS_TOKEN_RE.finditer(body):
-        tok = m.group()
-        c = tok[0]
-        if c in "'\"":
-            continue
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-            if depth < 0:
-                end = m.start()
-                break
-        elif depth == 0:  # a comma at top level
-            pieces.append(body[start : m.start()])
-            start = m.end()
-    pieces.append(body[start:end])
-    return [p for p in (s.strip() for s in pieces) if p], end
-
-
-def parse_server_args(dump: str) -> dict[str, object]:
-    """Parse SGLang's argument dump (the text after ``server_args=``) without ``eval``.
-
-    Values are Python literals where ``ast.literal_eval`` accepts them (numbers, strings,
-    ``None``/``True``/``False``, lists, dicts), else the raw text (enum reprs, nested objects).
-    A truncated dump yields the keys that were complete.
-    """
-    dump = dump[:MAX_ARGS_CHARS].strip()
-    out: dict[str, object] = {}
-    if dump.startswith("{"):
-        if len(dump) <= 64 * 1024:
-            whole = _literal(dump)
-            if isinstance(whole, dict):
-                return {str(k): v for k, v in whole.items()}
-        pieces, _ = _split_top_level(dump[1:])
-        for piece in pieces:
-            key, sep, value = piece.partition(":")
-            key = key.strip()
-            if not sep or len(key) < 2 or key[0] not in "'\"" or key[-1] != key[0]:
-                continue
-            out[key[1:-1]] = _literal(value)
-        return out
-    paren = dump.find("(")
-    if paren < 0:
-        return out
-    pieces, _ = _split_top_level(dump[paren + 1 :])
-    for piece in pieces:
-        key, sep, value = piece.partition("=")
-        key = key.strip()
-        if not sep or not key.isidentifier():
-            continue
-        out[key] = _literal(value)
-    return out
-
 
 # ---------------------------------------------------------------------------------------------
 # Per-rank state (which model the KV / weight lines belong to)
