@@ -10,6 +10,7 @@ Pure core.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -256,212 +257,261 @@ class SglangGrammar:
         return ()
 
     def _phase_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
-        c = msg[:1]
-        if c == "C":
-            if msg.startswith("Capture "):
-                return self._capture(msg, rank)
-            return None
-        if c == "L":
-            if msg.startswith("Load weight begin"):
-                st = self._rank_state(rank)
-                model = DRAFT if st.load_ended else TARGET
-                st.cur_model = model
-                self._load_model = model
-                if model is DRAFT:
-                    self._draft_load_seen = True
-                ev: list[LogEvent] = [_pm(Phase.LOAD_WEIGHTS, model)]
-                v = _float_re(_AVAIL_RE, msg)
-                if v is not None:
-                    ev.append(Metric("avail_before_load_gib", v, model))
-                return tuple(ev)
-            if msg.startswith("Load weight end"):
-                st = self._rank_state(rank)
-                model = st.cur_model if not st.load_ended or st.cur_model is DRAFT else DRAFT
-                st.load_ended = True
-                secs = _float_re(_ELAPSED_RE, msg)
-                ev = [PhaseMark(Phase.LOAD_WEIGHTS, model, end=True, seconds=secs)]
-                if secs is not None:
-                    ev.append(Metric("load_seconds", secs, model))
-                v = _float_re(_AVAIL_RE, msg)
-                if v is not None:
-                    ev.append(Metric("avail_after_load_gib", v, model))
-                v = _float_re(_MEMUSE_RE, msg)
-                if v is not None:
-                    ev.append(Metric("weights_gib", v, model))
-                return tuple(ev)
-            if msg.startswith("Loaded weights leave no GPU memory"):
-                return (*_not_enough(msg), *self._note_era("0.5.18"))
-            return None
-        if c == "I":
-            if msg.startswith("Init torch distributed begin") or msg.startswith("Init parallel begin"):
-                st = self._rank_state(rank)
-                era = self._note_era("0.5.23") if msg.startswith("Init parallel") else ()
-                if st.load_ended:  # the draft worker's own init (newer builds)
-                    return era
-                return (_pm(Phase.INIT, TARGET), *era)
-            if msg.startswith("Init torch distributed ends") or msg.startswith("Init parallel ends"):
-                st = self._rank_state(rank)
-                model = DRAFT if st.load_ended else TARGET
-                secs = _float_re(_ELAPSED_RE, msg)
-                ev = []
-                if model is TARGET:
-                    ev.append(PhaseMark(Phase.INIT, end=True, seconds=secs))
-                v = _float_re(_MEMUSE_RE, msg)
-                if v is not None:
-                    ev.append(Metric("init_mem_usage_gib", v, model))
-                return tuple(ev)
-            if msg.startswith("Initialize DeepSeekV4TokenToKVPool"):
-                return (PhaseMark(Phase.KV_ALLOCATE, self._pool_model(rank)),)
-            if msg.startswith("Initialization failed"):
-                return (FailureText(msg, None, fatal=True, specificity=2),)
-            return None
-        if c == "K":
-            if msg.startswith("KV Cache is allocated") or msg.startswith("KV Cache VA upper bound"):
-                return self._kv_line(msg, rank)
-            return None
-        if c == "M":
-            if msg.startswith("Memory pool end"):
-                st = self._rank_state(rank)
-                model = DRAFT if st.pool_ended else TARGET
-                st.pool_ended = True
-                ev = [_pm(Phase.KV_ALLOCATE, model, True)]
-                v = _float_re(_AVAIL_RE, msg)
-                if v is not None:
-                    ev.append(Metric("avail_after_pool_gib", v, model))
-                return tuple(ev)
-            if msg.startswith("Memory baseline taken"):
-                ev = [_pm(Phase.INIT, TARGET, True)]
-                v = _float_re(_MEMUSE_RE, msg)
-                if v is not None:
-                    ev.append(Metric("init_mem_usage_gib", v))
-                return (*ev, *self._note_era("0.5.23"))
-            if msg.startswith("Mamba Cache is allocated"):
-                model = self._pool_model(rank)
-                ev = [_pm(Phase.KV_ALLOCATE, model)]
-                conv = _num_after(msg, "conv_state size: ")
-                ssm = _num_after(msg, "ssm_state size: ")
-                if conv is not None or ssm is not None:
-                    ev.append(Metric("mamba_cache_gib", (conv or 0.0) + (ssm or 0.0), model))
-                n = _int_after(msg, "max_mamba_cache_size: ")
-                if n is not None:
-                    ev.append(Metric("mamba_cache_size", float(n), model))
-                return tuple(ev)
-            if msg.startswith("Max running requests is reset"):
-                return (Warning_(msg),)
-            return None
-        if c == "m":
-            if msg.startswith("max_total_num_tokens="):
-                return self._summary(msg)
-            if msg.startswith("max_total_tokens=") and "larger than the profiled value" in msg:
-                return (Warning_(msg),)
-            if msg.startswith("max_running_requests was reduced"):
-                return (Warning_(msg),)
-            return None
-        if c == "U":
-            if msg.startswith("Use sliding window memory pool") or msg.startswith("Use Sliding window memory pool"):
-                st = self._rank_state(rank)
-                model = self._pool_model(rank)
-                if model is TARGET:
-                    st.hybrid = True
-                ev = [_pm(Phase.KV_ALLOCATE, model)]
-                full = _int_after(msg, "full_layer_tokens=")
-                swa = _int_after(msg, "swa_layer_tokens=")
-                if full is not None:
-                    ev.append(Metric("full_tokens", float(full), model))
-                if swa is not None:
-                    ev.append(Metric("swa_tokens", float(swa), model))
-                return tuple(ev)
-            if msg.startswith("Using KV cache dtype"):
-                return (PhaseMark(Phase.KV_ALLOCATE, self._pool_model(rank)),)
-            return None
-        if c == "S":
-            if msg.startswith("SWAKVPool mem usage"):
-                model = self._pool_model(rank)
-                ev = [_pm(Phase.KV_ALLOCATE, model)]
-                v = _num_after(msg, "mem usage: ")
-                if v is not None:
-                    ev.append(Metric("swa_kv_gib", v, model))
-                n = _int_after(msg, "swa size: ")
-                if n is not None:
-                    ev.append(Metric("swa_tokens", float(n), model))
-                n = _int_after(msg, "full size: ")
-                if n is not None:
-                    ev.append(Metric("full_tokens", float(n), model))
-                return tuple(ev)
-            if msg.startswith("Scheduler hit an exception"):
-                # the exception text follows; the main process's `Received sigquit` is the fatal line
-                return (FailureText(msg, None, fatal=False, specificity=1),)
-            if msg.startswith("SIGQUIT received"):
-                return (FailureText(msg, None, fatal=True, specificity=0),)
-            if msg.startswith("Subprocess ") and "crashed with exit code" in msg:
-                return (FailureText(msg, None, fatal=True, specificity=1),)
-            if msg.startswith("SGLang") or msg.startswith("SGLANG"):
-                return self._version_line(msg)
-            if msg.startswith("SWA KV Cache is allocated") or msg.startswith("SWA KV Cache VA upper bound"):
-                return self._kv_line(msg, rank)  # 0.5.23 labels a hybrid model's pools `Full` / `SWA`
-            return None
-        if c == "D":
-            if msg.startswith("DSV4 ") or msg.startswith("DSv4 "):
-                return self._dsv4(msg, rank)
-            if msg.startswith("Disable ") and "CUDA graph" in msg[:40]:
-                # `Disable prefill CUDA graph because …` (0.5.1x+): the boot goes on without it
-                return (Warning_(msg),)
-            if msg.startswith("Draft model loaded"):
-                ev = [_pm(Phase.LOAD_WEIGHTS, DRAFT, True)]
-                v = _float_re(_MEMUSE_RE, msg)
-                if v is not None:
-                    ev.append(Metric("weights_gib", v, DRAFT))
-                return tuple(ev)
-            return None
-        if c == "T":
-            if msg.startswith("The server is fired up and ready to roll"):
-                return (_pm(Phase.READY, TARGET),)
-            if msg.startswith("The memory capacity is unbalanced"):
-                return (Warning_(msg, FailureKind.GPU_BUSY),)
-            return None
-        if c == "R":
-            if msg.startswith("Received sigquit"):
-                return (FailureText(msg, None, fatal=True, specificity=0),)
-            if msg.startswith("Rank ") and "died during initialization" in msg:
-                code = _EXIT_CODE_RE.search(msg)
-                hint = None
-                if code is not None and code.group(1) == "-9":
-                    hint = (
-                        "a scheduler was killed with SIGKILL (-9) during start-up: most likely the host's "
-                        "OOM killer (host RAM, not GPU memory) - check `dmesg -T | grep -i oom`"
-                    )
-                return (FailureText(msg, None, fatal=True, specificity=2, hint=hint),)
-            return None
-        if c == "s":
-            if msg.startswith("server_args="):
-                return self._server_args(msg[12:])
-            return None
-        if c == "P":
-            if msg.startswith("Post-capture KV sizing"):
-                return self._post_capture(msg, rank)
-            return None
-        if c == "N":
-            if msg.startswith("Not enough memory"):
-                return _not_enough(msg)
-            return None
-        if c == "F" and msg.startswith("Failed to get GPU memory capacity from nvidia-smi"):
+        """The events of a prefixed startup line; None when no phase rule knows it (the failure
+        rules read it next). The first letter picks the reader (``_PHASE_LINES``, one per family
+        of lines); a line no reader is kept for may still be a labelled pool line."""
+        reader = _PHASE_LINES.get(msg[:1])
+        if reader is not None:
+            return reader(self, msg, rank)
+        return self._labelled_kv(msg, rank)
+
+    def _labelled_kv(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """A pool label in front: ``{label} KV Cache is allocated. …`` (0.5.23; ``Full …``)."""
+        if "KV Cache is allocated" in msg:
+            return self._kv_line(msg, rank)
+        return None
+
+    def _c_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``Capture cuda graph begin/end/bs […]`` (and the draft's, and failures)."""
+        if msg.startswith("Capture "):
+            return self._capture(msg, rank)
+        return None
+
+    def _load_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``Load weight begin/end`` (a rank's second load is the draft's); ``Loaded weights leave
+        no GPU memory`` (≥ 0.5.18's pool failure)."""
+        if msg.startswith("Load weight begin"):
+            st = self._rank_state(rank)
+            model = DRAFT if st.load_ended else TARGET
+            st.cur_model = model
+            self._load_model = model
+            if model is DRAFT:
+                self._draft_load_seen = True
+            ev: list[LogEvent] = [_pm(Phase.LOAD_WEIGHTS, model)]
+            v = _float_re(_AVAIL_RE, msg)
+            if v is not None:
+                ev.append(Metric("avail_before_load_gib", v, model))
+            return tuple(ev)
+        if msg.startswith("Load weight end"):
+            st = self._rank_state(rank)
+            model = st.cur_model if not st.load_ended or st.cur_model is DRAFT else DRAFT
+            st.load_ended = True
+            secs = _float_re(_ELAPSED_RE, msg)
+            ev = [PhaseMark(Phase.LOAD_WEIGHTS, model, end=True, seconds=secs)]
+            if secs is not None:
+                ev.append(Metric("load_seconds", secs, model))
+            v = _float_re(_AVAIL_RE, msg)
+            if v is not None:
+                ev.append(Metric("avail_after_load_gib", v, model))
+            v = _float_re(_MEMUSE_RE, msg)
+            if v is not None:
+                ev.append(Metric("weights_gib", v, model))
+            return tuple(ev)
+        if msg.startswith("Loaded weights leave no GPU memory"):
+            return (*_not_enough(msg), *self._note_era("0.5.18"))
+        return None
+
+    def _init_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``Init torch distributed begin/ends`` (0.5.23: ``Init parallel …``), the DSV4 pool's
+        ``Initialize …``, ``Initialization failed``."""
+        if msg.startswith("Init torch distributed begin") or msg.startswith("Init parallel begin"):
+            st = self._rank_state(rank)
+            era = self._note_era("0.5.23") if msg.startswith("Init parallel") else ()
+            if st.load_ended:  # the draft worker's own init (newer builds)
+                return era
+            return (_pm(Phase.INIT, TARGET), *era)
+        if msg.startswith("Init torch distributed ends") or msg.startswith("Init parallel ends"):
+            st = self._rank_state(rank)
+            model = DRAFT if st.load_ended else TARGET
+            secs = _float_re(_ELAPSED_RE, msg)
+            ev: list[LogEvent] = []
+            if model is TARGET:
+                ev.append(PhaseMark(Phase.INIT, end=True, seconds=secs))
+            v = _float_re(_MEMUSE_RE, msg)
+            if v is not None:
+                ev.append(Metric("init_mem_usage_gib", v, model))
+            return tuple(ev)
+        if msg.startswith("Initialize DeepSeekV4TokenToKVPool"):
+            return (PhaseMark(Phase.KV_ALLOCATE, self._pool_model(rank)),)
+        if msg.startswith("Initialization failed"):
+            return (FailureText(msg, None, fatal=True, specificity=2),)
+        return None
+
+    def _k_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``KV Cache is allocated. #tokens: …`` and its virtual reservation (``VA upper bound``)."""
+        if msg.startswith("KV Cache is allocated") or msg.startswith("KV Cache VA upper bound"):
+            return self._kv_line(msg, rank)
+        return None
+
+    def _memory_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``Memory pool end`` (a rank's second is the draft's), ``Memory baseline taken`` (0.5.23),
+        ``Mamba Cache is allocated``, ``Max running requests is reset``."""
+        if msg.startswith("Memory pool end"):
+            st = self._rank_state(rank)
+            model = DRAFT if st.pool_ended else TARGET
+            st.pool_ended = True
+            ev: list[LogEvent] = [_pm(Phase.KV_ALLOCATE, model, True)]
+            v = _float_re(_AVAIL_RE, msg)
+            if v is not None:
+                ev.append(Metric("avail_after_pool_gib", v, model))
+            return tuple(ev)
+        if msg.startswith("Memory baseline taken"):
+            ev = [_pm(Phase.INIT, TARGET, True)]
+            v = _float_re(_MEMUSE_RE, msg)
+            if v is not None:
+                ev.append(Metric("init_mem_usage_gib", v))
+            return (*ev, *self._note_era("0.5.23"))
+        if msg.startswith("Mamba Cache is allocated"):
+            model = self._pool_model(rank)
+            ev = [_pm(Phase.KV_ALLOCATE, model)]
+            conv = _num_after(msg, "conv_state size: ")
+            ssm = _num_after(msg, "ssm_state size: ")
+            if conv is not None or ssm is not None:
+                ev.append(Metric("mamba_cache_gib", (conv or 0.0) + (ssm or 0.0), model))
+            n = _int_after(msg, "max_mamba_cache_size: ")
+            if n is not None:
+                ev.append(Metric("mamba_cache_size", float(n), model))
+            return tuple(ev)
+        if msg.startswith("Max running requests is reset"):
+            return (Warning_(msg),)
+        return None
+
+    def _max_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """The pool summary ``max_total_num_tokens=…, …`` and the ``max_…`` warnings."""
+        if msg.startswith("max_total_num_tokens="):
+            return self._summary(msg)
+        if msg.startswith("max_total_tokens=") and "larger than the profiled value" in msg:
+            return (Warning_(msg),)
+        if msg.startswith("max_running_requests was reduced"):
+            return (Warning_(msg),)
+        return None
+
+    def _use_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``Use sliding window memory pool`` (a hybrid target pool), ``Using KV cache dtype``."""
+        if msg.startswith("Use sliding window memory pool") or msg.startswith("Use Sliding window memory pool"):
+            st = self._rank_state(rank)
+            model = self._pool_model(rank)
+            if model is TARGET:
+                st.hybrid = True
+            ev: list[LogEvent] = [_pm(Phase.KV_ALLOCATE, model)]
+            full = _int_after(msg, "full_layer_tokens=")
+            swa = _int_after(msg, "swa_layer_tokens=")
+            if full is not None:
+                ev.append(Metric("full_tokens", float(full), model))
+            if swa is not None:
+                ev.append(Metric("swa_tokens", float(swa), model))
+            return tuple(ev)
+        if msg.startswith("Using KV cache dtype"):
+            return (PhaseMark(Phase.KV_ALLOCATE, self._pool_model(rank)),)
+        return None
+
+    def _s_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``SWAKVPool mem usage`` / ``SWA KV Cache …`` (hybrid pools), the scheduler's failure
+        lines (``Scheduler hit an exception``, ``SIGQUIT received``, ``Subprocess … crashed``) and
+        the version line."""
+        if msg.startswith("SWAKVPool mem usage"):
+            model = self._pool_model(rank)
+            ev: list[LogEvent] = [_pm(Phase.KV_ALLOCATE, model)]
+            v = _num_after(msg, "mem usage: ")
+            if v is not None:
+                ev.append(Metric("swa_kv_gib", v, model))
+            n = _int_after(msg, "swa size: ")
+            if n is not None:
+                ev.append(Metric("swa_tokens", float(n), model))
+            n = _int_after(msg, "full size: ")
+            if n is not None:
+                ev.append(Metric("full_tokens", float(n), model))
+            return tuple(ev)
+        if msg.startswith("Scheduler hit an exception"):
+            # the exception text follows; the main process's `Received sigquit` is the fatal line
+            return (FailureText(msg, None, fatal=False, specificity=1),)
+        if msg.startswith("SIGQUIT received"):
+            return (FailureText(msg, None, fatal=True, specificity=0),)
+        if msg.startswith("Subprocess ") and "crashed with exit code" in msg:
+            return (FailureText(msg, None, fatal=True, specificity=1),)
+        if msg.startswith("SGLang") or msg.startswith("SGLANG"):
+            return self._version_line(msg)
+        if msg.startswith("SWA KV Cache is allocated") or msg.startswith("SWA KV Cache VA upper bound"):
+            return self._kv_line(msg, rank)  # 0.5.23 labels a hybrid model's pools `Full` / `SWA`
+        return None
+
+    def _d_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``DSV4 …`` pool sizing, ``Disable … CUDA graph`` (a warning), ``Draft model loaded``."""
+        if msg.startswith("DSV4 ") or msg.startswith("DSv4 "):
+            return self._dsv4(msg, rank)
+        if msg.startswith("Disable ") and "CUDA graph" in msg[:40]:
+            # `Disable prefill CUDA graph because …` (0.5.1x+): the boot goes on without it
+            return (Warning_(msg),)
+        if msg.startswith("Draft model loaded"):
+            ev: list[LogEvent] = [_pm(Phase.LOAD_WEIGHTS, DRAFT, True)]
+            v = _float_re(_MEMUSE_RE, msg)
+            if v is not None:
+                ev.append(Metric("weights_gib", v, DRAFT))
+            return tuple(ev)
+        return None
+
+    def _t_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``The server is fired up and ready to roll``; ``The memory capacity is unbalanced``."""
+        if msg.startswith("The server is fired up and ready to roll"):
+            return (_pm(Phase.READY, TARGET),)
+        if msg.startswith("The memory capacity is unbalanced"):
+            return (Warning_(msg, FailureKind.GPU_BUSY),)
+        return None
+
+    def _r_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``Received sigquit`` and ``Rank N scheduler died during initialization`` (fatal)."""
+        if msg.startswith("Received sigquit"):
+            return (FailureText(msg, None, fatal=True, specificity=0),)
+        if msg.startswith("Rank ") and "died during initialization" in msg:
+            code = _EXIT_CODE_RE.search(msg)
+            hint = None
+            if code is not None and code.group(1) == "-9":
+                hint = (
+                    "a scheduler was killed with SIGKILL (-9) during start-up: most likely the host's "
+                    "OOM killer (host RAM, not GPU memory) - check `dmesg -T | grep -i oom`"
+                )
+            return (FailureText(msg, None, fatal=True, specificity=2, hint=hint),)
+        return None
+
+    def _args_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``server_args=…``: a new boot."""
+        if msg.startswith("server_args="):
+            return self._server_args(msg[12:])
+        return None
+
+    def _p_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``Post-capture KV sizing: …`` (0.5.23)."""
+        if msg.startswith("Post-capture KV sizing"):
+            return self._post_capture(msg, rank)
+        return None
+
+    def _n_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``Not enough memory. Please try to increase --mem-fraction-static`` (the pool failed)."""
+        if msg.startswith("Not enough memory"):
+            return _not_enough(msg)
+        return None
+
+    def _f_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``Failed to get GPU memory capacity from nvidia-smi … using min: N MiB`` (the GPU's
+        total); else perhaps a labelled pool line (``Full KV Cache is allocated``, 0.5.23)."""
+        if msg.startswith("Failed to get GPU memory capacity from nvidia-smi"):
             # `… Reported total GPU memory per device (MiB): [124546], using min: 124546 MiB.`
             v = _num_after(msg, "using min: ")
             return (Metric("gpu_total_gib", round(v / 1024, 4)),) if v is not None else (Warning_(msg),)
-        # (`Full KV Cache is allocated`, 0.5.23, is the labelled pool line below)
-        if c == "A":
-            if msg.startswith("Allocating ") and "host memory for hierarchical" in msg:
-                # HiCache: the host pool (CPU RAM) behind the GPU KV pool
-                v = _num_after(msg, "Allocating ")  # decimal GB here (bytes / 1e9)
-                return (Metric("hicache_host_gib", round(v * 1e9 / (1 << 30), 4)),) if v is not None else ()
-            return None
-        if c == "H":
-            if msg.startswith("HiCache auto-sizing") or msg.startswith("HiCache memory headroom"):
-                return (Warning_(msg),)
-            return None
-        # a pool label in front: `{label} KV Cache is allocated. …` (0.5.23)
-        if "KV Cache is allocated" in msg:
-            return self._kv_line(msg, rank)
+        return self._labelled_kv(msg, rank)
+
+    def _a_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``Allocating N GB host memory for hierarchical caching`` (HiCache's CPU pool)."""
+        if msg.startswith("Allocating ") and "host memory for hierarchical" in msg:
+            # HiCache: the host pool (CPU RAM) behind the GPU KV pool
+            v = _num_after(msg, "Allocating ")  # decimal GB here (bytes / 1e9)
+            return (Metric("hicache_host_gib", round(v * 1e9 / (1 << 30), 4)),) if v is not None else ()
+        return None
+
+    def _h_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """HiCache's sizing notes (warnings)."""
+        if msg.startswith("HiCache auto-sizing") or msg.startswith("HiCache memory headroom"):
+            return (Warning_(msg),)
         return None
 
     def _post_capture(self, msg: str, rank: str | None) -> tuple[LogEvent, ...]:
@@ -705,3 +755,26 @@ class SglangGrammar:
         if m is None:
             return ()
         return (Progress(Phase.GRAPH_CAPTURE, int(m.group(1)), int(m.group(2)), self._capture_model, "batches"),)
+
+
+_PhaseReader = Callable[[SglangGrammar, str, str | None], tuple[LogEvent, ...] | None]
+# the reader of a prefixed startup line, by its first letter (``SglangGrammar._phase_line``)
+_PHASE_LINES: Final[dict[str, _PhaseReader]] = {
+    "C": SglangGrammar._c_line,
+    "L": SglangGrammar._load_line,
+    "I": SglangGrammar._init_line,
+    "K": SglangGrammar._k_line,
+    "M": SglangGrammar._memory_line,
+    "m": SglangGrammar._max_line,
+    "U": SglangGrammar._use_line,
+    "S": SglangGrammar._s_line,
+    "D": SglangGrammar._d_line,
+    "T": SglangGrammar._t_line,
+    "R": SglangGrammar._r_line,
+    "s": SglangGrammar._args_line,
+    "P": SglangGrammar._p_line,
+    "N": SglangGrammar._n_line,
+    "F": SglangGrammar._f_line,
+    "A": SglangGrammar._a_line,
+    "H": SglangGrammar._h_line,
+}
