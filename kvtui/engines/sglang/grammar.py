@@ -271,12 +271,6 @@ class SglangGrammar:
             return self._kv_line(msg, rank)
         return None
 
-    def _c_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
-        """``Capture cuda graph begin/end/bs […]`` (and the draft's, and failures)."""
-        if msg.startswith("Capture "):
-            return self._capture(msg, rank)
-        return None
-
     def _load_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
         """``Load weight begin/end`` (a rank's second load is the draft's); ``Loaded weights leave
         no GPU memory`` (≥ 0.5.18's pool failure)."""
@@ -335,12 +329,6 @@ class SglangGrammar:
             return (PhaseMark(Phase.KV_ALLOCATE, self._pool_model(rank)),)
         if msg.startswith("Initialization failed"):
             return (FailureText(msg, None, fatal=True, specificity=2),)
-        return None
-
-    def _k_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
-        """``KV Cache is allocated. #tokens: …`` and its virtual reservation (``VA upper bound``)."""
-        if msg.startswith("KV Cache is allocated") or msg.startswith("KV Cache VA upper bound"):
-            return self._kv_line(msg, rank)
         return None
 
     def _memory_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
@@ -473,18 +461,6 @@ class SglangGrammar:
             return (FailureText(msg, None, fatal=True, specificity=2, hint=hint),)
         return None
 
-    def _args_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
-        """``server_args=…``: a new boot."""
-        if msg.startswith("server_args="):
-            return self._server_args(msg[12:])
-        return None
-
-    def _p_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
-        """``Post-capture KV sizing: …`` (0.5.23)."""
-        if msg.startswith("Post-capture KV sizing"):
-            return self._post_capture(msg, rank)
-        return None
-
     def _n_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
         """``Not enough memory. Please try to increase --mem-fraction-static`` (the pool failed)."""
         if msg.startswith("Not enough memory"):
@@ -543,7 +519,9 @@ class SglangGrammar:
         st = self._ranks.get(rank or "")
         return DRAFT if st is not None and st.pool_ended else TARGET
 
-    def _server_args(self, dump: str) -> tuple[LogEvent, ...]:
+    def _server_args(self, msg: str, rank: str | None) -> tuple[LogEvent, ...]:
+        """``server_args=…``: a new boot."""
+        dump = msg[12:]
         # a new boot: forget the previous boot's per-rank state
         self.reset()
         values = parse_server_args(dump)
@@ -758,12 +736,24 @@ class SglangGrammar:
 
 
 _PhaseReader = Callable[[SglangGrammar, str, str | None], tuple[LogEvent, ...] | None]
+
+
+def _only(prefixes: tuple[str, ...], reader: _PhaseReader) -> _PhaseReader:
+    """The reader of a family of one line shape: ``reader`` for a line that starts with one of
+    ``prefixes``, None (no phase line) for any other line of that first letter."""
+
+    def read(g: SglangGrammar, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        return reader(g, msg, rank) if msg.startswith(prefixes) else None
+
+    return read
+
+
 # the reader of a prefixed startup line, by its first letter (``SglangGrammar._phase_line``)
 _PHASE_LINES: Final[dict[str, _PhaseReader]] = {
-    "C": SglangGrammar._c_line,
+    "C": _only(("Capture ",), SglangGrammar._capture),
     "L": SglangGrammar._load_line,
     "I": SglangGrammar._init_line,
-    "K": SglangGrammar._k_line,
+    "K": _only(("KV Cache is allocated", "KV Cache VA upper bound"), SglangGrammar._kv_line),
     "M": SglangGrammar._memory_line,
     "m": SglangGrammar._max_line,
     "U": SglangGrammar._use_line,
@@ -771,8 +761,8 @@ _PHASE_LINES: Final[dict[str, _PhaseReader]] = {
     "D": SglangGrammar._d_line,
     "T": SglangGrammar._t_line,
     "R": SglangGrammar._r_line,
-    "s": SglangGrammar._args_line,
-    "P": SglangGrammar._p_line,
+    "s": _only(("server_args=",), SglangGrammar._server_args),
+    "P": _only(("Post-capture KV sizing",), SglangGrammar._post_capture),
     "N": SglangGrammar._n_line,
     "F": SglangGrammar._f_line,
     "A": SglangGrammar._a_line,
