@@ -14,58 +14,60 @@ from typing import Final
 
 from kvtui import fmt
 from kvtui.boot.model import Boot
-from kvtui.engines.events import Engine
+from kvtui.engines.events import Engine, Fact
 
-_MIN_METRICS: Final = frozenset(
+_MIN_METRICS: Final[frozenset[Fact]] = frozenset(
     {
-        "avail_before_load_gib",
-        "avail_after_load_gib",
-        "avail_after_pool_gib",
-        "graph_begin_avail_gib",
-        "avail_after_graph_gib",
-        "capture_avail_gib",
-        "available_gpu_mem_gib",
-        "gpu_free_gib",
-        "oom_free_gib",
-        "dsv4_available_gib",
+        Fact.AVAIL_BEFORE_LOAD_GIB,
+        Fact.AVAIL_AFTER_LOAD_GIB,
+        Fact.AVAIL_AFTER_POOL_GIB,
+        Fact.GRAPH_BEGIN_AVAIL_GIB,
+        Fact.AVAIL_AFTER_GRAPH_GIB,
+        Fact.CAPTURE_AVAIL_GIB,
+        Fact.AVAILABLE_GPU_MEM_GIB,
+        Fact.GPU_FREE_GIB,
+        Fact.OOM_FREE_GIB,
+        Fact.DSV4_AVAILABLE_GIB,
     }
 )
-_MAX_METRICS: Final = frozenset(
+_MAX_METRICS: Final[frozenset[Fact]] = frozenset(
     {
-        "weights_gib",
-        "init_mem_usage_gib",
-        "oom_tried_gib",
-        "oom_capacity_gib",
-        "kv_needed_gib",
-        "gpu_total_gib",
-        "compile_seconds",
-        "load_seconds",
-        "init_engine_seconds",
-        "mamba_cache_gib",
-        "graph_pool_actual_gib",
-        "hicache_host_gib",
+        Fact.WEIGHTS_GIB,
+        Fact.INIT_MEM_USAGE_GIB,
+        Fact.OOM_TRIED_GIB,
+        Fact.OOM_CAPACITY_GIB,
+        Fact.KV_NEEDED_GIB,
+        Fact.GPU_TOTAL_GIB,
+        Fact.COMPILE_SECONDS,
+        Fact.LOAD_SECONDS,
+        Fact.INIT_ENGINE_SECONDS,
+        Fact.MAMBA_CACHE_GIB,
+        Fact.GRAPH_POOL_ACTUAL_GIB,
+        Fact.HICACHE_HOST_GIB,
     }
 )
-_POOL_METRICS: Final = frozenset({"kv_cache_gib", "kv_tokens", "swa_kv_gib", "graph_mem_gib"})
+_POOL_METRICS: Final[frozenset[Fact]] = frozenset(
+    {Fact.KV_CACHE_GIB, Fact.KV_TOKENS, Fact.SWA_KV_GIB, Fact.GRAPH_MEM_GIB}
+)
 
 # target figures that feed ``BootMetrics`` (others only update ``facts``)
-_METRICS_INPUTS: Final = frozenset(
+_METRICS_INPUTS: Final[frozenset[Fact]] = frozenset(
     {
-        "max_total_num_tokens",
-        "full_tokens",
-        "kv_tokens",
-        "swa_kv_gib",
-        "kv_cache_gib",
-        "dsv4_bytes_per_full_token",
-        "avail_before_load_gib",
-        "avail_after_load_gib",
-        "weights_gib",
-        "avail_after_pool_gib",
-        "graph_mem_gib",
-        "available_gpu_mem_gib",
-        "context_len",
-        "max_running_requests",
-        "max_concurrency",
+        Fact.MAX_TOTAL_NUM_TOKENS,
+        Fact.FULL_TOKENS,
+        Fact.KV_TOKENS,
+        Fact.SWA_KV_GIB,
+        Fact.KV_CACHE_GIB,
+        Fact.DSV4_BYTES_PER_FULL_TOKEN,
+        Fact.AVAIL_BEFORE_LOAD_GIB,
+        Fact.AVAIL_AFTER_LOAD_GIB,
+        Fact.WEIGHTS_GIB,
+        Fact.AVAIL_AFTER_POOL_GIB,
+        Fact.GRAPH_MEM_GIB,
+        Fact.AVAILABLE_GPU_MEM_GIB,
+        Fact.CONTEXT_LEN,
+        Fact.MAX_RUNNING_REQUESTS,
+        Fact.MAX_CONCURRENCY,
     }
 )
 _RANK_TAG_RE = re.compile(r"([A-Za-z_]*?)(\d+)")
@@ -79,12 +81,12 @@ def rank_sort_key(rank: str | None) -> tuple[int, ...]:
     return (len(nums), *nums) if nums else (1 << 30,)
 
 
-def fact_rule(name: str) -> str:
+def fact_rule(name: Fact) -> str:
     """How a figure is aggregated over ranks (and over nodes): ``min`` (free memory), ``max``
     (graph memory, weights, …) or ``lowest`` (sizes and counts: the lowest rank's value)."""
     if name in _MIN_METRICS:
         return "min"
-    if name in _MAX_METRICS or name == "graph_mem_gib":
+    if name in _MAX_METRICS or name == Fact.GRAPH_MEM_GIB:
         return "max"
     return "lowest"
 
@@ -95,20 +97,20 @@ def refresh_metrics(boot: Boot) -> None:
     f = boot.facts
     m = boot.metrics
 
-    def as_int(name: str) -> int | None:
+    def as_int(name: Fact) -> int | None:
         v = f.get(name)
         return int(v) if v is not None else None
 
-    tokens = as_int("max_total_num_tokens")
-    pool_tokens = f.get("full_tokens")
+    tokens = as_int(Fact.MAX_TOTAL_NUM_TOKENS)
+    pool_tokens = f.get(Fact.FULL_TOKENS)
     if pool_tokens is None:
-        pool_tokens = f.get("kv_tokens")
+        pool_tokens = f.get(Fact.KV_TOKENS)
     if tokens is None and pool_tokens is not None and pool_tokens > 0:
         tokens = int(pool_tokens)
     m.max_total_num_tokens = tokens
-    kv = f.get("swa_kv_gib")
+    kv = f.get(Fact.SWA_KV_GIB)
     if kv is None:
-        kv = f.get("kv_cache_gib")
+        kv = f.get(Fact.KV_CACHE_GIB)
     m.kv_cache_gib = round(kv, 4) if kv is not None else None
     m.cell_bytes = None
     n = pool_tokens if pool_tokens is not None and pool_tokens > 0 else tokens
@@ -119,17 +121,17 @@ def refresh_metrics(boot: Boot) -> None:
             page = boot.flags.get("page_size")
             pg = page if isinstance(page, int) and not isinstance(page, bool) and page > 0 else 1
             m.cell_bytes = round(kv * (1 << 30) / (n + pg))
-    elif f.get("dsv4_bytes_per_full_token") is not None:
-        m.cell_bytes = round(f["dsv4_bytes_per_full_token"])
-    m.avail_before_load_gib = f.get("avail_before_load_gib")
-    m.avail_after_load_gib = f.get("avail_after_load_gib")
-    m.weights_gib = f.get("weights_gib")
-    m.avail_after_pool_gib = f.get("avail_after_pool_gib")
-    m.graph_mem_gib = round(f["graph_mem_gib"], 4) if "graph_mem_gib" in f else None
-    m.available_gpu_mem_gib = f.get("available_gpu_mem_gib")
-    m.context_len = as_int("context_len")
-    m.max_running_requests = as_int("max_running_requests")
-    mc = f.get("max_concurrency")
+    elif f.get(Fact.DSV4_BYTES_PER_FULL_TOKEN) is not None:
+        m.cell_bytes = round(f[Fact.DSV4_BYTES_PER_FULL_TOKEN])
+    m.avail_before_load_gib = f.get(Fact.AVAIL_BEFORE_LOAD_GIB)
+    m.avail_after_load_gib = f.get(Fact.AVAIL_AFTER_LOAD_GIB)
+    m.weights_gib = f.get(Fact.WEIGHTS_GIB)
+    m.avail_after_pool_gib = f.get(Fact.AVAIL_AFTER_POOL_GIB)
+    m.graph_mem_gib = round(f[Fact.GRAPH_MEM_GIB], 4) if Fact.GRAPH_MEM_GIB in f else None
+    m.available_gpu_mem_gib = f.get(Fact.AVAILABLE_GPU_MEM_GIB)
+    m.context_len = as_int(Fact.CONTEXT_LEN)
+    m.max_running_requests = as_int(Fact.MAX_RUNNING_REQUESTS)
+    mc = f.get(Fact.MAX_CONCURRENCY)
     if mc is None and tokens is not None and m.context_len and boot.engine is not Engine.VLLM:
         mc = fmt.round_down(tokens / m.context_len, 2)  # a capacity: rounded down, as calc shows it
     m.max_concurrency = mc

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from kvtui.engines.events import Engine, FailureKind, Phase
+from kvtui.engines.events import Engine, Fact, FailureKind, Phase
 from kvtui.knobs import lookup
 
 _DEFAULT_OOM_PHASE_KIND: Final = {
@@ -30,7 +30,7 @@ def _is_oom(text: str) -> bool:
 
 
 
-def hint_for(kind: FailureKind, engine: Engine, flags: dict[str, object], facts: dict[str, float]) -> str:
+def hint_for(kind: FailureKind, engine: Engine, flags: dict[str, object], facts: dict[Fact, float]) -> str:
     """A one-line hint in the right direction for a failure kind, with the boot's own numbers."""
     vllm = engine is Engine.VLLM
     if vllm:
@@ -67,7 +67,7 @@ def hint_for(kind: FailureKind, engine: Engine, flags: dict[str, object], facts:
             "or use more GPUs (--tp) / a quantized checkpoint"
         )
     if kind is FailureKind.KV_TOO_SMALL:
-        est = facts.get("estimated_max_len")
+        est = facts.get(Fact.ESTIMATED_MAX_LEN)
         if vllm:
             cap = f" to at most {int(est)}" if est is not None else ""
             return f"the KV cache cannot hold one full-length request: lower --max-model-len{cap}, or raise {frac}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from kvtui.engines.events import Engine, FailureKind, Model, Phase
+from kvtui.engines.events import Engine, Fact, FailureKind, Model, Phase
 from kvtui.engines.unknown import UnrecognisedShape
 
 
@@ -118,11 +118,11 @@ class Boot:
     # --- figures the calculator needs beyond the JSON ones (target model unless named) -------
     # every target Metric seen, aggregated: avail*/free figures -> min over ranks,
     # graph/mem-usage/oom figures -> max, counts and sizes -> the TP0 (or first) value.
-    facts: dict[str, float] = field(default_factory=dict)
+    facts: dict[Fact, float] = field(default_factory=dict)
     # the same for the draft model (speculative decoding), never mixed into ``facts``
-    draft_facts: dict[str, float] = field(default_factory=dict)
+    draft_facts: dict[Fact, float] = field(default_factory=dict)
     # per-rank target figures, e.g. rank_facts["TP3"]["avail_before_load_gib"] ("main": no rank tag)
-    rank_facts: dict[str, dict[str, float]] = field(default_factory=dict)
+    rank_facts: dict[str, dict[Fact, float]] = field(default_factory=dict)
     # CUDA-graph capture trail: (bs, avail_gib) from tqdm `Capturing batches (bs=… avail_mem=…)`
     capture_trail: list[tuple[int, float]] = field(default_factory=list)
     capture_bs: list[int] = field(default_factory=list)  # the `Capture cuda graph bs [...]` list

@@ -26,6 +26,7 @@ from kvtui.engines.events import (
     BoundaryKind,
     CaptureSizes,
     Engine,
+    Fact,
     FailureKind,
     FailureText,
     Flags,
@@ -101,11 +102,11 @@ class _Work:
         self.evidence: list[_Evidence] = []
         self.best: _Evidence | None = None  # the evidence whose text is failure.message
         self.best_line = -1  # the line number of ``best``
-        self.draft_ranks: dict[str, dict[str, float]] = {}  # per-rank draft pools / graphs
+        self.draft_ranks: dict[str, dict[Fact, float]] = {}  # per-rank draft pools / graphs
         self.pending_bs: int | None = None  # the bs of a tqdm `Capturing batches (bs=…)` line
         self.follow: list[str] = []  # continuation lines after the best evidence
         self.follow_open = False
-        self.fact_src: dict[tuple[Model, str], tuple[int, ...]] = {}
+        self.fact_src: dict[tuple[Model, Fact], tuple[int, ...]] = {}
         self.serving: dict[str, Serving] = {}
         self.rank_set: set[str] = set()
         self.real_phase = False  # a phase line of the engine's own past launch was seen
@@ -574,9 +575,9 @@ class BootTracker:
         rk = rank or "main"
         facts = boot.facts if model is Model.TARGET else boot.draft_facts
         if model is Model.TARGET:
-            if name == "capture_bs":
+            if name == Fact.CAPTURE_BS:
                 self._w.pending_bs = int(v)
-            elif name == "capture_avail_gib" and self._w.pending_bs is not None:
+            elif name == Fact.CAPTURE_AVAIL_GIB and self._w.pending_bs is not None:
                 entry = (self._w.pending_bs, v)
                 self._w.pending_bs = None
                 trail = boot.capture_trail
@@ -605,7 +606,7 @@ class BootTracker:
             self._lowest_rank_fact(facts, model, name, v, rank)
 
     @staticmethod
-    def _rank_dict(store: dict[str, dict[str, float]], rk: str) -> dict[str, float] | None:
+    def _rank_dict(store: dict[str, dict[Fact, float]], rk: str) -> dict[Fact, float] | None:
         rf = store.get(rk)
         if rf is None:
             if len(store) >= MAX_RANKS:
@@ -613,7 +614,7 @@ class BootTracker:
             rf = store[rk] = {}
         return rf
 
-    def _lowest_rank_fact(self, facts: dict[str, float], model: Model, name: str, v: float, rank: str | None) -> None:
+    def _lowest_rank_fact(self, facts: dict[Fact, float], model: Model, name: Fact, v: float, rank: str | None) -> None:
         """Sizes and counts: the lowest rank's (TP0's) latest value, whatever the line order."""
         key = rank_sort_key(rank)
         src = self._w.fact_src.get((model, name))
@@ -621,21 +622,21 @@ class BootTracker:
             facts[name] = v
             self._w.fact_src[(model, name)] = key
 
-    def _pool_metric(self, boot: Boot, facts: dict[str, float], name: str, v: float, model: Model, rk: str) -> None:
+    def _pool_metric(self, boot: Boot, facts: dict[Fact, float], name: Fact, v: float, model: Model, rk: str) -> None:
         """Per-rank pools: K+V lines add up (hybrid pools), tokens take the largest pool, graph
         captures add up. The boot's figure: the lowest rank's pool; the max over ranks of graphs."""
         store = boot.rank_facts if model is Model.TARGET else self._w.draft_ranks
         sums = self._rank_dict(store, rk)
         if sums is None:
             return
-        if name == "kv_tokens":
+        if name == Fact.KV_TOKENS:
             old = sums.get(name)
             sums[name] = v if old is None else max(old, v)
-        elif name == "kv_cache_gib" and boot.engine is Engine.VLLM:
+        elif name == Fact.KV_CACHE_GIB and boot.engine is Engine.VLLM:
             sums[name] = v  # vLLM prints its KV budget once per worker (and may repeat it)
         else:
             sums[name] = round(sums.get(name, 0.0) + v, 6)
-        if name == "graph_mem_gib":
+        if name == Fact.GRAPH_MEM_GIB:
             facts[name] = max(r[name] for r in store.values() if name in r)
         else:
             self._lowest_rank_fact(facts, model, name, sums[name], None if rk == "main" else rk)

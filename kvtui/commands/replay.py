@@ -29,7 +29,7 @@ from typing import BinaryIO, Protocol, TextIO
 
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus, BootTracker, PhaseSpan
-from kvtui.engines.events import Engine
+from kvtui.engines.events import Engine, Fact
 from kvtui.engines.parse import LineParser, Prefilter, parse_chunks, wrap_widths
 from kvtui.engines.shapes import detect_shape, iter_records
 from kvtui.engines.text import MAX_LINE_CHARS
@@ -449,12 +449,12 @@ def render_boot(boot: Boot, index: int, total: int) -> list[str]:
     if boot.draft_facts:
         d = boot.draft_facts
         parts = []
-        if "weights_gib" in d:
-            parts.append(f"weights {_gib(d['weights_gib'])}")
-        if "kv_cache_gib" in d:
-            parts.append(f"KV {_gib(d['kv_cache_gib'])}")
-        if "graph_mem_gib" in d:
-            parts.append(f"graphs {_gib(d['graph_mem_gib'])}")
+        if Fact.WEIGHTS_GIB in d:
+            parts.append(f"weights {_gib(d[Fact.WEIGHTS_GIB])}")
+        if Fact.KV_CACHE_GIB in d:
+            parts.append(f"KV {_gib(d[Fact.KV_CACHE_GIB])}")
+        if Fact.GRAPH_MEM_GIB in d:
+            parts.append(f"graphs {_gib(d[Fact.GRAPH_MEM_GIB])}")
         if parts:
             out.append(f"    {'draft model':<16} {' · '.join(parts)}")
     live = boot.live

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from kvtui.engines.events import Engine
+from kvtui.engines.events import Engine, LineStyle
 
 
 class EngineSource(Protocol):
@@ -336,7 +336,7 @@ _LIVE_MAX_CHARS = 16 * 1024  # longer lines are always parsed (the parser cuts t
 # What the live prefilter says about a batch of lines: per line the display style the parser would
 # give it, or None when the line must be parsed; the timestamp and the rank the parser would give
 # it (meaningful where the style is not None).
-LivePlan = tuple[list[str | None], list[datetime | None], list[str | None]]
+LivePlan = tuple[list[LineStyle | None], list[datetime | None], list[str | None]]
 
 
 def _trigger_s(text: str) -> bool:
@@ -528,7 +528,7 @@ class LivePrefilter:
     ) -> LivePlan:
         """See the class docstring."""
         n = len(texts)
-        styles: list[str | None] = [None] * n
+        styles: list[LineStyle | None] = [None] * n
         out_ts: list[datetime | None] = list(tss) if tss is not None else [None] * n
         ranks: list[str | None] = [None] * n
         armed = self._armed
@@ -635,14 +635,14 @@ _STAMP_OF = operator.itemgetter(slice(1, 20))
 _TZINFO = operator.attrgetter("tzinfo")
 
 
-def _end_run(styles: list[str | None], last_of: dict[str | None, int]) -> None:
+def _end_run(styles: list[LineStyle | None], last_of: dict[str | None, int]) -> None:
     """A serving run ends: each rank's latest line is parsed."""
     for idx in last_of.values():
         styles[idx] = None
     last_of.clear()
 
 
-def _live_progress(text: str) -> tuple[str | None, str]:
+def _live_progress(text: str) -> tuple[str | None, LineStyle]:
     """(the bar's description, the display style the SGLang grammar gives its redraws) for an
     unprefixed tqdm redraw whose events do not depend on anything but the line; (None, "")
     otherwise."""
@@ -655,7 +655,7 @@ def _live_progress(text: str) -> tuple[str | None, str]:
         if k < 0:
             return None, ""
     if text.startswith("Capturing batches") or text.startswith("Capturing num tokens"):
-        style = "phase"  # the grammar marks graph_capture on every redraw
+        style: LineStyle = "phase"  # the grammar marks graph_capture on every redraw
     elif (text.startswith("Loading ") or text.startswith("Multi-thread loading")) and "shards:" in text[:40]:
         if _PROGRESS_COUNT_RE.search(text) is None:
             return None, ""

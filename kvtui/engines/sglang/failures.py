@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from kvtui.engines.events import FailureKind, FailureText, LogEvent, Metric
+from kvtui.engines.events import Fact, FailureKind, FailureText, LogEvent, Metric
 from kvtui.engines.sglang.patterns import _gib
 
 _EXC_RE = re.compile(r"^((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure))(?::\s?(.*))?$")
@@ -28,13 +28,13 @@ def oom_metrics(text: str) -> list[Metric]:
     out: list[Metric] = []
     m = _OOM_TRIED_RE.search(text)
     if m:
-        out.append(Metric("oom_tried_gib", _gib(m.group(1), m.group(2))))
+        out.append(Metric(Fact.OOM_TRIED_GIB, _gib(m.group(1), m.group(2))))
     m = _OOM_FREE_RE.search(text)
     if m:
-        out.append(Metric("oom_free_gib", _gib(m.group(1), m.group(2))))
+        out.append(Metric(Fact.OOM_FREE_GIB, _gib(m.group(1), m.group(2))))
     m = _OOM_CAP_RE.search(text)
     if m:
-        out.append(Metric("oom_capacity_gib", _gib(m.group(1), m.group(2))))
+        out.append(Metric(Fact.OOM_CAPACITY_GIB, _gib(m.group(1), m.group(2))))
     return out
 
 

@@ -20,6 +20,7 @@ from kvtui.engines.events import (
     BoundaryKind,
     CaptureSizes,
     Engine,
+    Fact,
     FailureKind,
     FailureText,
     Flags,
@@ -72,6 +73,24 @@ from kvtui.engines.stack import frame_engine, frame_phase
 # ---------------------------------------------------------------------------------------------
 # Per-rank state (which model the KV / weight lines belong to)
 # ---------------------------------------------------------------------------------------------
+
+
+# `DSV4 memory calculation: … c128_state_fixed=X GB …`: the fixed parts of the pool, by key
+_DSV4_FIXED: Final = (
+    ("c128_state_fixed", Fact.DSV4_C128_STATE_FIXED_GIB),
+    ("swa_fixed", Fact.DSV4_SWA_FIXED_GIB),
+    ("c128_state_fixed_overhead", Fact.DSV4_C128_STATE_FIXED_OVERHEAD_GIB),
+    ("hisparse_fixed_overhead", Fact.DSV4_HISPARSE_FIXED_OVERHEAD_GIB),
+)
+# the scheduler summary `max_total_num_tokens=…, chunked_prefill_size=…, …`: the figures it names
+_SUMMARY_FACTS: Final = {
+    "max_total_num_tokens": Fact.MAX_TOTAL_NUM_TOKENS,
+    "chunked_prefill_size": Fact.CHUNKED_PREFILL_SIZE,
+    "max_prefill_tokens": Fact.MAX_PREFILL_TOKENS,
+    "max_running_requests": Fact.MAX_RUNNING_REQUESTS,
+    "context_len": Fact.CONTEXT_LEN,
+    "available_gpu_mem": Fact.AVAILABLE_GPU_MEM_GIB,
+}
 
 
 class _RankState:
@@ -284,7 +303,7 @@ class SglangGrammar:
             ev: list[LogEvent] = [_pm(Phase.LOAD_WEIGHTS, model)]
             v = _float_re(_AVAIL_RE, msg)
             if v is not None:
-                ev.append(Metric("avail_before_load_gib", v, model))
+                ev.append(Metric(Fact.AVAIL_BEFORE_LOAD_GIB, v, model))
             return tuple(ev)
         if msg.startswith("Load weight end"):
             st = self._rank_state(rank)
@@ -293,13 +312,13 @@ class SglangGrammar:
             secs = _float_re(_ELAPSED_RE, msg)
             ev = [PhaseMark(Phase.LOAD_WEIGHTS, model, end=True, seconds=secs)]
             if secs is not None:
-                ev.append(Metric("load_seconds", secs, model))
+                ev.append(Metric(Fact.LOAD_SECONDS, secs, model))
             v = _float_re(_AVAIL_RE, msg)
             if v is not None:
-                ev.append(Metric("avail_after_load_gib", v, model))
+                ev.append(Metric(Fact.AVAIL_AFTER_LOAD_GIB, v, model))
             v = _float_re(_MEMUSE_RE, msg)
             if v is not None:
-                ev.append(Metric("weights_gib", v, model))
+                ev.append(Metric(Fact.WEIGHTS_GIB, v, model))
             return tuple(ev)
         if msg.startswith("Loaded weights leave no GPU memory"):
             return (*_not_enough(msg), *self._note_era("0.5.18"))
@@ -323,7 +342,7 @@ class SglangGrammar:
                 ev.append(PhaseMark(Phase.INIT, end=True, seconds=secs))
             v = _float_re(_MEMUSE_RE, msg)
             if v is not None:
-                ev.append(Metric("init_mem_usage_gib", v, model))
+                ev.append(Metric(Fact.INIT_MEM_USAGE_GIB, v, model))
             return tuple(ev)
         if msg.startswith("Initialize DeepSeekV4TokenToKVPool"):
             return (PhaseMark(Phase.KV_ALLOCATE, self._pool_model(rank)),)
@@ -341,13 +360,13 @@ class SglangGrammar:
             ev: list[LogEvent] = [_pm(Phase.KV_ALLOCATE, model, True)]
             v = _float_re(_AVAIL_RE, msg)
             if v is not None:
-                ev.append(Metric("avail_after_pool_gib", v, model))
+                ev.append(Metric(Fact.AVAIL_AFTER_POOL_GIB, v, model))
             return tuple(ev)
         if msg.startswith("Memory baseline taken"):
             ev = [_pm(Phase.INIT, TARGET, True)]
             v = _float_re(_MEMUSE_RE, msg)
             if v is not None:
-                ev.append(Metric("init_mem_usage_gib", v))
+                ev.append(Metric(Fact.INIT_MEM_USAGE_GIB, v))
             return (*ev, *self._note_era("0.5.23"))
         if msg.startswith("Mamba Cache is allocated"):
             model = self._pool_model(rank)
@@ -355,10 +374,10 @@ class SglangGrammar:
             conv = _num_after(msg, "conv_state size: ")
             ssm = _num_after(msg, "ssm_state size: ")
             if conv is not None or ssm is not None:
-                ev.append(Metric("mamba_cache_gib", (conv or 0.0) + (ssm or 0.0), model))
+                ev.append(Metric(Fact.MAMBA_CACHE_GIB, (conv or 0.0) + (ssm or 0.0), model))
             n = _int_after(msg, "max_mamba_cache_size: ")
             if n is not None:
-                ev.append(Metric("mamba_cache_size", float(n), model))
+                ev.append(Metric(Fact.MAMBA_CACHE_SIZE, float(n), model))
             return tuple(ev)
         if msg.startswith("Max running requests is reset"):
             return (Warning_(msg),)
@@ -385,9 +404,9 @@ class SglangGrammar:
             full = _int_after(msg, "full_layer_tokens=")
             swa = _int_after(msg, "swa_layer_tokens=")
             if full is not None:
-                ev.append(Metric("full_tokens", float(full), model))
+                ev.append(Metric(Fact.FULL_TOKENS, float(full), model))
             if swa is not None:
-                ev.append(Metric("swa_tokens", float(swa), model))
+                ev.append(Metric(Fact.SWA_TOKENS, float(swa), model))
             return tuple(ev)
         if msg.startswith("Using KV cache dtype"):
             return (PhaseMark(Phase.KV_ALLOCATE, self._pool_model(rank)),)
@@ -402,13 +421,13 @@ class SglangGrammar:
             ev: list[LogEvent] = [_pm(Phase.KV_ALLOCATE, model)]
             v = _num_after(msg, "mem usage: ")
             if v is not None:
-                ev.append(Metric("swa_kv_gib", v, model))
+                ev.append(Metric(Fact.SWA_KV_GIB, v, model))
             n = _int_after(msg, "swa size: ")
             if n is not None:
-                ev.append(Metric("swa_tokens", float(n), model))
+                ev.append(Metric(Fact.SWA_TOKENS, float(n), model))
             n = _int_after(msg, "full size: ")
             if n is not None:
-                ev.append(Metric("full_tokens", float(n), model))
+                ev.append(Metric(Fact.FULL_TOKENS, float(n), model))
             return tuple(ev)
         if msg.startswith("Scheduler hit an exception"):
             # the exception text follows; the main process's `Received sigquit` is the fatal line
@@ -434,7 +453,7 @@ class SglangGrammar:
             ev: list[LogEvent] = [_pm(Phase.LOAD_WEIGHTS, DRAFT, True)]
             v = _float_re(_MEMUSE_RE, msg)
             if v is not None:
-                ev.append(Metric("weights_gib", v, DRAFT))
+                ev.append(Metric(Fact.WEIGHTS_GIB, v, DRAFT))
             return tuple(ev)
         return None
 
@@ -473,7 +492,7 @@ class SglangGrammar:
         if msg.startswith("Failed to get GPU memory capacity from nvidia-smi"):
             # `… Reported total GPU memory per device (MiB): [124546], using min: 124546 MiB.`
             v = _num_after(msg, "using min: ")
-            return (Metric("gpu_total_gib", round(v / 1024, 4)),) if v is not None else (Warning_(msg),)
+            return (Metric(Fact.GPU_TOTAL_GIB, round(v / 1024, 4)),) if v is not None else (Warning_(msg),)
         return self._labelled_kv(msg, rank)
 
     def _a_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
@@ -481,7 +500,7 @@ class SglangGrammar:
         if msg.startswith("Allocating ") and "host memory for hierarchical" in msg:
             # HiCache: the host pool (CPU RAM) behind the GPU KV pool
             v = _num_after(msg, "Allocating ")  # decimal GB here (bytes / 1e9)
-            return (Metric("hicache_host_gib", round(v * 1e9 / (1 << 30), 4)),) if v is not None else ()
+            return (Metric(Fact.HICACHE_HOST_GIB, round(v * 1e9 / (1 << 30), 4)),) if v is not None else ()
         return None
 
     def _h_line(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
@@ -499,19 +518,19 @@ class SglangGrammar:
             ev: list[LogEvent] = [_pm(Phase.KV_ALLOCATE, DRAFT)]
             tokens = _TOKENS_RE.search(msg)
             if tokens is not None:
-                ev.append(Metric("kv_tokens", float(tokens.group(1)), DRAFT))
+                ev.append(Metric(Fact.KV_TOKENS, float(tokens.group(1)), DRAFT))
             v = _float_re(_KV_SIZE_RE, msg)
             if v is not None:
-                ev.append(Metric("kv_cache_gib", v, DRAFT))
+                ev.append(Metric(Fact.KV_CACHE_GIB, v, DRAFT))
             return tuple(ev)
         if body.startswith("full_layer_tokens="):
             ev = []
             full = _int_after(body, "full_layer_tokens=")
             swa = _int_after(body, "swa_layer_tokens=")
             if full is not None:
-                ev.append(Metric("full_tokens", float(full)))
+                ev.append(Metric(Fact.FULL_TOKENS, float(full)))
             if swa:
-                ev.append(Metric("swa_tokens", float(swa)))
+                ev.append(Metric(Fact.SWA_TOKENS, float(swa)))
             return tuple(ev)
         return (Warning_(msg),)  # max_running_requests capped, KV-canary workspace, max_bs below …
 
@@ -556,9 +575,9 @@ class SglangGrammar:
         if model is TARGET:
             st.kv_lines += 1
         if tokens is not None:
-            ev.append(Metric("kv_tokens", float(tokens.group(1)), model))
+            ev.append(Metric(Fact.KV_TOKENS, float(tokens.group(1)), model))
         if kv is not None:
-            ev.append(Metric("kv_cache_gib", kv, model))
+            ev.append(Metric(Fact.KV_CACHE_GIB, kv, model))
         if "dtype: " in msg[:40]:
             ev.extend(self._note_era("0.5.13"))
         return tuple(ev)
@@ -570,35 +589,27 @@ class SglangGrammar:
         kv = {k: float(v) for k, v in _KEYVAL_RE.findall(body)}
         if body.startswith("memory calculation"):
             if "bytes_per_full_token" in kv:
-                ev.append(Metric("dsv4_bytes_per_full_token", kv["bytes_per_full_token"], model))
+                ev.append(Metric(Fact.DSV4_BYTES_PER_FULL_TOKEN, kv["bytes_per_full_token"], model))
             avail = kv.get("effective_available_bytes", kv.get("available_bytes"))
             if avail is not None:
-                ev.append(Metric("dsv4_available_gib", avail, model))
+                ev.append(Metric(Fact.DSV4_AVAILABLE_GIB, avail, model))
             if "full_token" in kv:
-                ev.append(Metric("dsv4_full_token", kv["full_token"], model))
-            for key in ("c128_state_fixed", "swa_fixed", "c128_state_fixed_overhead", "hisparse_fixed_overhead"):
+                ev.append(Metric(Fact.DSV4_FULL_TOKEN, kv["full_token"], model))
+            for key, fact in _DSV4_FIXED:
                 if key in kv:
-                    ev.append(Metric("dsv4_" + key + "_gib", kv[key], model))
+                    ev.append(Metric(fact, kv[key], model))
         elif body.startswith("pool sizes"):
             if "full" in kv:
-                ev.append(Metric("full_tokens", kv["full"], model))
+                ev.append(Metric(Fact.FULL_TOKENS, kv["full"], model))
             if "swa" in kv:
-                ev.append(Metric("swa_tokens", kv["swa"], model))
+                ev.append(Metric(Fact.SWA_TOKENS, kv["swa"], model))
         return tuple(ev)
 
     def _summary(self, msg: str) -> tuple[LogEvent, ...]:
         ev: list[LogEvent] = []
         self._capturing = False
-        names = {
-            "max_total_num_tokens": "max_total_num_tokens",
-            "chunked_prefill_size": "chunked_prefill_size",
-            "max_prefill_tokens": "max_prefill_tokens",
-            "max_running_requests": "max_running_requests",
-            "context_len": "context_len",
-            "available_gpu_mem": "available_gpu_mem_gib",
-        }
         for key, value in _KEYVAL_RE.findall(msg):
-            name = names.get(key)
+            name = _SUMMARY_FACTS.get(key)
             if name is not None:
                 ev.append(Metric(name, float(value)))
         return tuple(ev)
@@ -618,7 +629,7 @@ class SglangGrammar:
             ev.append(_pm(Phase.GRAPH_CAPTURE, model))
             v = _float_re(_AVAIL_RE, msg)
             if v is not None:
-                ev.append(Metric("graph_begin_avail_gib", v, model))
+                ev.append(Metric(Fact.GRAPH_BEGIN_AVAIL_GIB, v, model))
             if "num_tokens_per_req" in msg:
                 ev.extend(self._note_era("0.5.16"))
             elif "num_tokens_per_bs" in msg:
@@ -629,10 +640,10 @@ class SglangGrammar:
             ev.append(PhaseMark(Phase.GRAPH_CAPTURE, model, end=True, seconds=secs))
             v = _float_re(_MEMUSE_RE, msg)
             if v is not None:
-                ev.append(Metric("graph_mem_gib", v, model))
+                ev.append(Metric(Fact.GRAPH_MEM_GIB, v, model))
             v = _float_re(_AVAIL_RE, msg)
             if v is not None:
-                ev.append(Metric("avail_after_graph_gib", v, model))
+                ev.append(Metric(Fact.AVAIL_AFTER_GRAPH_GIB, v, model))
             if "bs=[" in msg:
                 ev.extend(self._note_era("0.5.23"))
         else:
@@ -645,8 +656,8 @@ class SglangGrammar:
         if m is not None:
             sizes = [int(x) for x in m.group(1).replace(",", " ").split() if x.isdigit()]
             if sizes:
-                ev.append(Metric("capture_bs_max", float(max(sizes)), model))
-                ev.append(Metric("capture_bs_count", float(len(sizes)), model))
+                ev.append(Metric(Fact.CAPTURE_BS_MAX, float(max(sizes)), model))
+                ev.append(Metric(Fact.CAPTURE_BS_COUNT, float(len(sizes)), model))
                 ev.append(CaptureSizes(tuple(sizes), model))
         return tuple(ev)
 
@@ -724,8 +735,8 @@ class SglangGrammar:
         b = _TQDM_BS_RE.search(msg)
         if b is not None:
             if label == "batches":
-                ev.append(Metric("capture_bs", float(b.group(1)), model))
-            ev.append(Metric("capture_avail_gib", float(b.group(2)), model))
+                ev.append(Metric(Fact.CAPTURE_BS, float(b.group(1)), model))
+            ev.append(Metric(Fact.CAPTURE_AVAIL_GIB, float(b.group(2)), model))
         return tuple(ev)
 
     def _bare_progress(self, msg: str) -> tuple[LogEvent, ...]:

@@ -21,6 +21,7 @@ from kvtui.engines.events import (
     BoundaryKind,
     CaptureSizes,
     Engine,
+    Fact,
     FailureKind,
     FailureText,
     Flags,
@@ -387,7 +388,7 @@ class VllmGrammar:
             ev.append(flags)
         mml = values.get("max_model_len")
         if isinstance(mml, int) and not isinstance(mml, bool):
-            ev.append(Metric("context_len", float(mml)))
+            ev.append(Metric(Fact.CONTEXT_LEN, float(mml)))
         return tuple(ev)
 
     def _on_args(self, msg: str) -> Events:
@@ -412,7 +413,7 @@ class VllmGrammar:
             ev.append(flags)
         msl = raw.get("max_seq_len")
         if isinstance(msl, int) and not isinstance(msl, bool):
-            ev.append(Metric("context_len", float(msl)))
+            ev.append(Metric(Fact.CONTEXT_LEN, float(msl)))
         cs = _CAPTURE_SIZES_RE.search(msg, m.end())
         if cs is not None:
             sizes = sorted({int(x) for x in cs.group(1).replace(" ", "").split(",") if x.isdigit()})
@@ -423,7 +424,7 @@ class VllmGrammar:
     def _on_using(self, msg: str) -> Events:
         m = _MAX_MODEL_LEN_RE.match(msg)
         if m is not None:
-            return (Metric("context_len", float(m.group(1))),)
+            return (Metric(Fact.CONTEXT_LEN, float(m.group(1))),)
         if msg.startswith("Using [") and "all-reduce backends" in msg:
             return _START[Phase.INIT]
         if msg.startswith("Using cache directory") and "torch.compile" in msg:
@@ -493,10 +494,10 @@ class VllmGrammar:
                     Progress(Phase.LOAD_WEIGHTS, int(m.group(1)), int(m.group(2)), label="checkpoint shards"))
         m = _LOAD_TOOK_RE.match(msg)
         if m is not None:
-            return (Metric("load_seconds", float(m.group(1))),)
+            return (Metric(Fact.LOAD_SECONDS, float(m.group(1))),)
         m = _V0_WEIGHTS_RE.match(msg)
         if m is not None:
-            return (_PM[Phase.LOAD_WEIGHTS], Metric("weights_gib", float(m.group(1))),
+            return (_PM[Phase.LOAD_WEIGHTS], Metric(Fact.WEIGHTS_GIB, float(m.group(1))),
                     PhaseMark(Phase.LOAD_WEIGHTS, end=True))
         if msg.startswith(("Loading model from scratch", "Loading drafter model")):
             return _START[Phase.LOAD_WEIGHTS]
@@ -505,7 +506,7 @@ class VllmGrammar:
     def _on_model(self, msg: str) -> Events:
         m = _MODEL_TOOK_RE.match(msg)
         if m is not None:
-            return (_PM[Phase.LOAD_WEIGHTS], Metric("weights_gib", float(m.group(1))),
+            return (_PM[Phase.LOAD_WEIGHTS], Metric(Fact.WEIGHTS_GIB, float(m.group(1))),
                     PhaseMark(Phase.LOAD_WEIGHTS, end=True, seconds=float(m.group(2))))
         return _NONE
 
@@ -513,7 +514,7 @@ class VllmGrammar:
         # 0.7-0.9: "model weights take X GiB; …; the rest of the memory reserved for KV Cache is Y GiB."
         m = _V08_REST_RE.search(msg)
         if m is not None:
-            return (_PM[Phase.KV_ALLOCATE], Metric("kv_cache_gib", float(m.group(1))))
+            return (_PM[Phase.KV_ALLOCATE], Metric(Fact.KV_CACHE_GIB, float(m.group(1))))
         return _NONE
 
     def _on_time(self, msg: str) -> Events:
@@ -537,7 +538,7 @@ class VllmGrammar:
     def _on_torch_compile(self, msg: str) -> Events:
         m = _COMPILE_TOOK_RE.match(msg)
         if m is not None:
-            return (_PM[Phase.COMPILE], Metric("compile_seconds", float(m.group(1))))
+            return (_PM[Phase.COMPILE], Metric(Fact.COMPILE_SECONDS, float(m.group(1))))
         return _NONE
 
     def _on_warming(self, msg: str) -> Events:
@@ -557,10 +558,10 @@ class VllmGrammar:
             ev: list[LogEvent] = [_PM[Phase.KV_ALLOCATE]]
             m = _V0_PROFILE_KV_RE.search(msg)
             if m is not None:
-                ev.append(Metric("kv_cache_gib", float(m.group(1))))
+                ev.append(Metric(Fact.KV_CACHE_GIB, float(m.group(1))))
             m = _V0_PROFILE_TOTAL_RE.search(msg)
             if m is not None:
-                ev.append(Metric("gpu_total_gib", float(m.group(1))))
+                ev.append(Metric(Fact.GPU_TOTAL_GIB, float(m.group(1))))
             m = _UTIL_EQ_RE.search(msg)
             if m is not None:
                 flags = self._flags({"gpu_memory_utilization": float(m.group(1))}, only_new=True)
@@ -575,7 +576,7 @@ class VllmGrammar:
         m = _V08_TOTAL_RE.search(msg)
         if m is None:
             return _NONE
-        ev: list[LogEvent] = [Metric("gpu_total_gib", float(m.group(1)))]
+        ev: list[LogEvent] = [Metric(Fact.GPU_TOTAL_GIB, float(m.group(1)))]
         flags = self._flags({"gpu_memory_utilization": float(m.group(2))}, only_new=True)
         if flags is not None:
             ev.append(flags)
@@ -587,20 +588,20 @@ class VllmGrammar:
     def _on_estimated(self, msg: str) -> Events:
         m = _EST_GRAPH_RE.match(msg)
         if m is not None:
-            return (_PM[Phase.KV_ALLOCATE], Metric("graph_mem_estimate_gib", float(m.group(1))))
+            return (_PM[Phase.KV_ALLOCATE], Metric(Fact.GRAPH_MEM_ESTIMATE_GIB, float(m.group(1))))
         return _NONE
 
     def _on_cpu_kv(self, msg: str) -> Events:
         m = _CPU_KV_RE.match(msg)
         if m is not None:
-            return (_PM[Phase.KV_ALLOCATE], Metric("kv_cache_gib", _f(m.group(1))),
-                    Metric("cpu_mem_total_gib", _f(m.group(2))))
+            return (_PM[Phase.KV_ALLOCATE], Metric(Fact.KV_CACHE_GIB, _f(m.group(1))),
+                    Metric(Fact.CPU_MEM_TOTAL_GIB, _f(m.group(2))))
         return _NONE
 
     def _on_available(self, msg: str) -> Events:
         m = _KV_MEM_RE.match(msg)
         if m is not None:
-            return (_PM[Phase.KV_ALLOCATE], Metric("kv_cache_gib", _f(m.group(1))))
+            return (_PM[Phase.KV_ALLOCATE], Metric(Fact.KV_CACHE_GIB, _f(m.group(1))))
         if msg.startswith("Available routes are"):
             return _START[Phase.HTTP_UP]
         return _NONE
@@ -611,25 +612,25 @@ class VllmGrammar:
             return _NONE
         ev: list[LogEvent] = [_PM[Phase.KV_ALLOCATE]]
         if m.group(2) is None:  # "GPU + host" (hisparse) is not the device pool
-            ev.append(Metric("max_total_num_tokens", _f(m.group(3))))
+            ev.append(Metric(Fact.MAX_TOTAL_NUM_TOKENS, _f(m.group(3))))
         c = _CONCURRENCY_RE.search(msg, m.end())
         if c is not None:
-            ev.append(Metric("context_len", _f(c.group(1))))
-            ev.append(Metric("max_concurrency", float(c.group(2))))
+            ev.append(Metric(Fact.CONTEXT_LEN, _f(c.group(1))))
+            ev.append(Metric(Fact.MAX_CONCURRENCY, float(c.group(2))))
         return tuple(ev)
 
     def _on_maximum(self, msg: str) -> Events:
         c = _CONCURRENCY_RE.match(msg)
         if c is None:
             return _NONE
-        return (_PM[Phase.KV_ALLOCATE], Metric("context_len", _f(c.group(1))),
-                Metric("max_concurrency", float(c.group(2))))
+        return (_PM[Phase.KV_ALLOCATE], Metric(Fact.CONTEXT_LEN, _f(c.group(1))),
+                Metric(Fact.MAX_CONCURRENCY, float(c.group(2))))
 
     def _on_hash(self, msg: str) -> Events:
         m = _BLOCKS_RE.match(msg)
         if m is None:
             return _NONE
-        return (_PM[Phase.KV_ALLOCATE], Metric("kv_blocks", float(m.group(2))))
+        return (_PM[Phase.KV_ALLOCATE], Metric(Fact.KV_BLOCKS, float(m.group(2))))
 
     def _on_overriding(self, msg: str) -> Events:
         return _START[Phase.KV_ALLOCATE] if msg.startswith("Overriding num_gpu_blocks") else _NONE
@@ -637,7 +638,7 @@ class VllmGrammar:
     def _on_vllm_lower(self, msg: str) -> Events:
         m = _CACHE_INFO_BLOCKS_RE.search(msg)
         if m is not None and msg.startswith("vllm cache_config_info"):
-            return (Metric("kv_blocks", float(m.group(1))),)
+            return (Metric(Fact.KV_BLOCKS, float(m.group(1))),)
         return _NONE
 
     # -- graphs -----------------------------------------------------------------------------
@@ -658,7 +659,7 @@ class VllmGrammar:
         # evidence that a capture happened
         secs = float(m.group(1))
         if m.group(2) is not None:
-            return (_PM[Phase.GRAPH_CAPTURE], Metric("graph_mem_gib", float(m.group(2))),
+            return (_PM[Phase.GRAPH_CAPTURE], Metric(Fact.GRAPH_MEM_GIB, float(m.group(2))),
                     PhaseMark(Phase.GRAPH_CAPTURE, end=True, seconds=secs))
         return (_PM[Phase.GRAPH_CAPTURE], PhaseMark(Phase.GRAPH_CAPTURE, end=True, seconds=secs))
 
@@ -668,8 +669,11 @@ class VllmGrammar:
             return _NONE
         c = _INIT_COMPILE_RE.search(msg, m.end())
         if c is not None:  # `… took 103.27 s (compilation: 40.45 s)`
-            return (Metric("init_engine_seconds", float(m.group(1))), Metric("compile_seconds", float(c.group(1))))
-        return (Metric("init_engine_seconds", float(m.group(1))),)
+            return (
+                Metric(Fact.INIT_ENGINE_SECONDS, float(m.group(1))),
+                Metric(Fact.COMPILE_SECONDS, float(c.group(1))),
+            )
+        return (Metric(Fact.INIT_ENGINE_SECONDS, float(m.group(1))),)
 
     # -- HTTP, ready, serving ---------------------------------------------------------------
     def _on_started(self, msg: str) -> Events:
@@ -710,8 +714,8 @@ class VllmGrammar:
         ev: list[LogEvent] = [
             _INFERRED[Phase.INIT],  # the free-memory check runs in init_device, before any weights
             FailureText(msg, kind=FailureKind.GPU_BUSY, specificity=3, hint=VLLM_HINTS[FailureKind.GPU_BUSY]),
-            Metric("gpu_free_gib", float(m.group(1))),
-            Metric("gpu_total_gib", float(m.group(2))),
+            Metric(Fact.GPU_FREE_GIB, float(m.group(1))),
+            Metric(Fact.GPU_TOTAL_GIB, float(m.group(2))),
         ]
         flags = self._flags({"gpu_memory_utilization": float(m.group(3))}, only_new=True)
         if flags is not None:
@@ -725,13 +729,16 @@ class VllmGrammar:
         m = _FREE_INFO_RE.match(msg)
         if m is None:
             return _NONE
-        ev: list[LogEvent] = [Metric("gpu_free_gib", float(m.group(1))), Metric("gpu_total_gib", float(m.group(2)))]
+        ev: list[LogEvent] = [
+            Metric(Fact.GPU_FREE_GIB, float(m.group(1))),
+            Metric(Fact.GPU_TOTAL_GIB, float(m.group(2))),
+        ]
         flags = self._flags({"gpu_memory_utilization": float(m.group(3))}, only_new=True)
         if flags is not None:
             ev.append(flags)
         k = _KV_HINT_RE.search(msg, m.end())
         if k is not None:
-            ev.append(Metric("kv_cache_memory_hint_gib", float(k.group(1))))
+            ev.append(Metric(Fact.KV_CACHE_MEMORY_HINT_GIB, float(k.group(1))))
         return tuple(ev)
 
     def _on_no(self, msg: str) -> Events:
@@ -747,10 +754,10 @@ class VllmGrammar:
         m = _TOO_SMALL_RE.search(msg)
         hint = VLLM_HINTS[FailureKind.KV_TOO_SMALL]
         if m is not None:
-            ev += [Metric("context_len", float(m.group(1))), Metric("kv_needed_gib", float(m.group(2))),
-                   Metric("kv_cache_gib", float(m.group(3)))]
+            ev += [Metric(Fact.CONTEXT_LEN, float(m.group(1))), Metric(Fact.KV_NEEDED_GIB, float(m.group(2))),
+                   Metric(Fact.KV_CACHE_GIB, float(m.group(3)))]
             if m.group(4) is not None:
-                ev.append(Metric("estimated_max_len", float(m.group(4))))
+                ev.append(Metric(Fact.ESTIMATED_MAX_LEN, float(m.group(4))))
                 hint = (f"--max-model-len {m.group(1)} needs {m.group(2)} GiB of KV cache but {m.group(3)} GiB "
                         f"is available: set --max-model-len to at most {m.group(4)}, or raise "
                         "--gpu-memory-utilization / use more GPUs.")
@@ -764,7 +771,7 @@ class VllmGrammar:
         hint = (f"--max-model-len {m.group(1)} does not fit the KV cache ({m.group(2)} tokens): set "
                 f"--max-model-len to at most {m.group(2)}, or raise --gpu-memory-utilization.")
         return (_INFERRED[Phase.KV_ALLOCATE], FailureText(msg, kind=FailureKind.KV_TOO_SMALL, specificity=3, hint=hint),
-                Metric("context_len", float(m.group(1))), Metric("estimated_max_len", float(m.group(2))))
+                Metric(Fact.CONTEXT_LEN, float(m.group(1))), Metric(Fact.ESTIMATED_MAX_LEN, float(m.group(2))))
 
     def _on_error(self, msg: str) -> Events:
         if msg.startswith("Error in memory profiling"):
@@ -785,8 +792,8 @@ class VllmGrammar:
             # (graph_mem_gib is summed per rank over captures; it must not count this one twice)
             m = _GRAPH_POOL_RE.match(msg)
             if m is not None:
-                return (Metric("graph_pool_actual_gib", float(m.group(1))),
-                        Metric("graph_mem_estimate_gib", float(m.group(2))))
+                return (Metric(Fact.GRAPH_POOL_ACTUAL_GIB, float(m.group(1))),
+                        Metric(Fact.GRAPH_MEM_ESTIMATE_GIB, float(m.group(2))))
         return _NONE
 
     def _on_exception(self, msg: str, sp: int) -> Events:

@@ -14,7 +14,7 @@ import re
 from datetime import datetime, timedelta
 
 from kvtui.engines.cli_errors import cli_error
-from kvtui.engines.events import Engine, FailureKind, FailureText, LogEvent, Metric, Phase, PhaseMark, Serving
+from kvtui.engines.events import Engine, Fact, FailureKind, FailureText, LogEvent, Metric, Phase, PhaseMark, Serving
 
 Events = tuple[LogEvent, ...]
 _NONE: Events = ()
@@ -204,13 +204,13 @@ def _oom_metrics(msg: str) -> Events:
     ev: list[LogEvent] = []
     m = _OOM_TRIED_RE.search(msg)
     if m is not None:
-        ev.append(Metric("oom_tried_gib", _gib(m.group(1), m.group(2))))
+        ev.append(Metric(Fact.OOM_TRIED_GIB, _gib(m.group(1), m.group(2))))
     m = _OOM_TOTAL_RE.search(msg)
     if m is not None:
-        ev.append(Metric("oom_capacity_gib", _gib(m.group(1), m.group(2))))
+        ev.append(Metric(Fact.OOM_CAPACITY_GIB, _gib(m.group(1), m.group(2))))
     m = _OOM_FREE_RE.search(msg)
     if m is not None:
-        ev.append(Metric("oom_free_gib", _gib(m.group(1), m.group(2))))
+        ev.append(Metric(Fact.OOM_FREE_GIB, _gib(m.group(1), m.group(2))))
     return tuple(ev)
 
 
