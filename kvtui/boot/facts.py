@@ -44,6 +44,7 @@ _MAX_METRICS: Final[frozenset[Fact]] = frozenset(
         Fact.MAMBA_CACHE_GIB,
         Fact.GRAPH_POOL_ACTUAL_GIB,
         Fact.HICACHE_HOST_GIB,
+        Fact.SHM_WAIT_SECONDS,
     }
 )
 _POOL_METRICS: Final[frozenset[Fact]] = frozenset(

@@ -177,7 +177,11 @@ class Fact(StrEnum):
     DSV4_C128_STATE_FIXED_GIB = "dsv4_c128_state_fixed_gib"  # `DSV4 memory calculation: … c128_state_fixed=X GB`
     DSV4_SWA_FIXED_GIB = "dsv4_swa_fixed_gib"  # `DSV4 memory calculation: … swa_fixed=X GB`
     DSV4_C128_STATE_FIXED_OVERHEAD_GIB = "dsv4_c128_state_fixed_overhead_gib"  # `… c128_state_fixed_overhead=X GB`
-    DSV4_HISPARSE_FIXED_OVERHEAD_GIB = "dsv4_hisparse_fixed_overhead_gib"  # `… hisparse_fixed_overhead=X GB`
+    DSV4_HISPARSE_FIXED_OVERHEAD_GIB = "dsv4_hisparse_fixed_overhead_gib"
+    # vLLM: how long one process has waited on the shared-memory broadcast between the engine core
+    # and its workers (`No available shared memory broadcast block found in N seconds`, repeated
+    # every N s while the wait lasts): the repeats of one process in a row times N
+    SHM_WAIT_SECONDS = "shm_wait_seconds"  # `… hisparse_fixed_overhead=X GB`
 
 
 # every figure name (kept for the tests and readers that check a name is known)

@@ -77,6 +77,7 @@ from kvtui.engines.vllm.patterns import (
     _REPEATED_RE,
     _SECS,
     _SHARDS_RE,
+    _SHM_WAIT_RE,
     _SNIFF_RE,
     _SNIFF_SHARED,
     _STAMP_SLACK,
@@ -138,6 +139,7 @@ class VllmGrammar:
         self._phase_rank = -1
         self._cur_key: tuple[str, str | None] | None = None
         self._cur_tp: int | None = None
+        self._shm_waits: dict[tuple[str, str | None] | None, int] = {}  # process -> its waits in a row
         self._tags.clear()
 
     def sniff(self, text: str) -> bool:
@@ -204,6 +206,8 @@ class VllmGrammar:
                 msg = msg[c + 1:].lstrip()
         if msg.endswith("cluster]") and "[repeated " in msg:
             msg = _REPEATED_RE.sub("", msg)
+        if self._shm_waits and self._cur_key in self._shm_waits and not msg.startswith("No available "):
+            del self._shm_waits[self._cur_key]  # the process printed something else: its wait is over
         events = self._classify(msg, level) if msg else _NONE
         if self._cur_tp is not None:
             tp = self._cur_tp
@@ -745,7 +749,22 @@ class VllmGrammar:
         if msg.startswith("No available memory for the cache blocks"):
             return (_INFERRED[Phase.KV_ALLOCATE], FailureText(msg, kind=FailureKind.OOM_KV_ALLOCATE, specificity=3,
                                 hint=VLLM_HINTS[FailureKind.OOM_KV_ALLOCATE]),)
+        m = _SHM_WAIT_RE.match(msg)
+        if m is not None:
+            return self._shm_wait(msg, int(m.group(1)))
         return _NONE
+
+    def _shm_wait(self, msg: str, interval: int) -> Events:
+        """A process still waits on the shared-memory broadcast (a hang, or a long compile or
+        quantization on some worker): the wait so far is its repeats in a row times the interval;
+        the first of a run is also a warning."""
+        key = self._cur_key
+        n = self._shm_waits.get(key, 0) + 1
+        if n == 1 and len(self._shm_waits) >= 4096:
+            self._shm_waits.clear()
+        self._shm_waits[key] = n
+        wait = Metric(Fact.SHM_WAIT_SECONDS, float(n * interval))
+        return (Warning_(msg), wait) if n == 1 else (wait,)
 
     def _on_to(self, msg: str) -> Events:
         if not msg.startswith("To serve at least one request"):

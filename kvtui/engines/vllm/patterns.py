@@ -138,6 +138,14 @@ _V0_TOO_SMALL_RE = re.compile(
     r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV "
     r"cache \((\d+)\)"
 )
+# a process waits on the shared-memory message queue between the engine core and its workers
+# (shm_broadcast.py; every VLLM_RINGBUFFER_WARNING_INTERVAL s, 60 by default): the writer (the
+# engine core) for a reader that has not read, or a worker for the next message. ≥ 0.10: `No available
+# shared memory broadcast block found in 60 seconds. This typically happens when some processes are
+# hanging or doing some time-consuming work (e.g. compilation[, weight/kv cache quantization]).`
+# (INFO); 0.6-0.9: `No available block found in 60 second. ` (WARNING); 0.8-0.9 also `No available
+# shared memory broadcast block found in 60 second.`
+_SHM_WAIT_RE = re.compile(r"No available (?:shared memory broadcast )?block found in (\d+) seconds?\b")
 _OOM_RE = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|HIP out of memory"
                      r"|hipErrorOutOfMemory|cudaErrorMemoryAllocation")
 _OOM_TRIED_RE = re.compile(r"Tried to allocate ([\d.]+) ?(B|KiB|MiB|GiB|TiB)")
