@@ -4,6 +4,7 @@ compile on some worker) and Ray workers attributed to nodes by their ``ip=``."""
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
 from kvtui.boot import BootTracker
 from kvtui.engines.events import Fact, Metric, Warning_
@@ -72,3 +73,57 @@ def test_the_boot_keeps_the_longest_wait_over_processes_and_one_warning_per_wait
     assert boot.rank_facts["Worker_TP1"][Fact.SHM_WAIT_SECONDS] == 60.0
     assert len([w for w in boot.warnings if "shared memory broadcast" in w]) == 2
     assert not boot.unrecognised
+
+
+REAL = Path(__file__).parent / "fixtures" / "real"
+
+
+def _boot_json(name: str) -> dict[str, object]:
+    t = BootTracker()
+    for p in parse_bytes((REAL / name).read_bytes(), clock=lambda: NOW):
+        t.feed(p)
+    t.finish()
+    assert len(t.boots) == 1
+    return t.boots[0].to_json()
+
+
+def test_ray_workers_of_the_gpt_oss_tp4_log_are_put_on_their_nodes() -> None:
+    # Written from reading the log: Ray tags the driver node's worker without an ip
+    # (`(RayWorkerWrapper pid=1273)`, TP rank 0 by its `rank 0 in world size 4 is assigned as … TP rank 0`
+    # line) and the others with theirs (`(RayWorkerWrapper pid=345, ip=127.0.0.1)`, TP rank 1; pid=343,
+    # first seen on line 70, whose rank line Ray folded into `[repeated 3x across cluster]`); the fourth
+    # worker never shows its own tag (deduplicated). This test cluster runs its raylets on one machine,
+    # so every other node has the ip 127.0.0.1.
+    got = _boot_json("06-vllm-gptoss120b-tp4-ray-multinode-ready.log")
+    assert got["status"] == "ready"
+    assert got["nodes"] == [
+        {"ip": None, "processes": ["RayWorkerWrapper pid=1273"], "tp_ranks": [0]},
+        {
+            "ip": "127.0.0.1",
+            "processes": ["RayWorkerWrapper pid=345 ip=127.0.0.1", "RayWorkerWrapper pid=343 ip=127.0.0.1"],
+            "tp_ranks": [1],
+        },
+    ]
+
+
+def test_the_wrapped_two_node_capture_has_one_worker_per_node() -> None:
+    got = _boot_json("30-vllm-qwen2-7b-tp2-ray-2node-wrapped-ready.log")
+    assert got["nodes"] == [
+        {"ip": None, "processes": ["RayWorkerWrapper pid=1384"], "tp_ranks": [0]},
+        {"ip": "127.0.0.1", "processes": ["RayWorkerWrapper pid=374 ip=127.0.0.1"], "tp_ranks": [1]},
+    ]
+
+
+def test_a_log_without_ray_workers_has_no_nodes_key() -> None:
+    assert "nodes" not in _boot_json("32-vllm-0.20.0-gemma4-26b-a4b-ready.log")
+
+
+def test_a_worker_is_announced_once_per_boot() -> None:
+    from kvtui.engines.events import WorkerNode
+
+    g = VllmGrammar(clock=lambda: NOW)
+    line = "(EngineCore_0 pid=1) (RayWorkerWrapper pid=7, ip=10.1.2.3) INFO 09-10 23:27:29 [x.py:1] hello"
+    seen = [e for _ in range(3) for e in g.parse(line).events if isinstance(e, WorkerNode)]
+    assert seen == [WorkerNode("10.1.2.3", "RayWorkerWrapper pid=7 ip=10.1.2.3")]
+    g.reset()  # a new boot
+    assert [e for e in g.parse(line).events if isinstance(e, WorkerNode)] == seen

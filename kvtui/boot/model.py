@@ -135,6 +135,10 @@ class Boot:
     warnings: list[str] = field(default_factory=list)
     # lines that look like startup information but that no rule recognised, by shape (bounded)
     unrecognised: list[UnrecognisedShape] = field(default_factory=list)
+    # Ray workers by node (vLLM's Ray executor): the ip Ray tags a worker's lines with ("" for the
+    # driver's own node, whose workers it tags without one) -> {worker rank label: its TP rank
+    # once a line says it}, in the order first seen (bounded)
+    nodes: dict[str, dict[str, int | None]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         """The boot object of ``kvtui replay --json`` (see the engine-core issue for the shape)."""
@@ -182,7 +186,21 @@ class Boot:
                 "token_usage": m.token_usage,
             },
             "ranks": list(self.ranks),
+            **({"nodes": self._nodes_json()} if self.nodes else {}),
         }
+
+    def _nodes_json(self) -> list[dict[str, object]]:
+        """``nodes`` of ``replay --json`` (present only when Ray workers were seen): the driver's
+        node first (``"ip": null``), then the others as first seen."""
+        order = sorted(self.nodes, key=lambda ip: ip != "")
+        return [
+            {
+                "ip": ip or None,
+                "processes": list(self.nodes[ip]),
+                "tp_ranks": sorted({tp for tp in self.nodes[ip].values() if tp is not None}),
+            }
+            for ip in order
+        ]
 
 
 @dataclass(slots=True)

@@ -30,6 +30,7 @@ from kvtui.engines.events import (
     FailureKind,
     FailureText,
     Flags,
+    LogEvent,
     Metric,
     Model,
     ParsedLine,
@@ -40,6 +41,7 @@ from kvtui.engines.events import (
     Serving,
     VersionHint,
     Warning_,
+    WorkerNode,
 )
 from kvtui.engines.unknown import UnrecognisedShape, looks_like_startup, shape_of
 
@@ -79,6 +81,7 @@ class _Work:
         "fact_src",
         "follow",
         "follow_open",
+        "node_of",
         "pending_bs",
         "printed",
         "rank_set",
@@ -106,6 +109,7 @@ class _Work:
         self.pending_bs: int | None = None  # the bs of a tqdm `Capturing batches (bs=…)` line
         self.follow: list[str] = []  # continuation lines after the best evidence
         self.follow_open = False
+        self.node_of: dict[str, str] = {}  # a Ray worker's rank label -> its node's ip ("" driver's)
         self.fact_src: dict[tuple[Model, Fact], tuple[int, ...]] = {}
         self.serving: dict[str, Serving] = {}
         self.rank_set: set[str] = set()
@@ -176,6 +180,12 @@ class BootTracker:
                 self._follow(parsed)
             self._recent.append(parsed.text)
             return BootUpdate(serving=True)
+        if events and type(events[-1]) is WorkerNode:  # the first line of a Ray worker (vLLM)
+            events = self._workers(boot, events)
+        if parsed.tp is not None and self._w.node_of and boot is not None:
+            ip = self._w.node_of.get(parsed.rank or "")
+            if ip is not None and parsed.rank is not None:
+                boot.nodes[ip][parsed.rank] = parsed.tp
         if not events:
             if boot is not None:
                 boot.last_line = self._line
@@ -248,6 +258,25 @@ class BootTracker:
             self._follow(parsed)
         self._recent.append(parsed.text)
         return upd
+
+    def _workers(self, boot: Boot | None, events: tuple[LogEvent, ...]) -> tuple[LogEvent, ...]:
+        """Put the line's newly seen Ray workers on their nodes (none before a boot); the line's
+        other events."""
+        rest: list[LogEvent] = []
+        for e in events:
+            if type(e) is not WorkerNode:
+                rest.append(e)
+                continue
+            if boot is None:
+                continue
+            ip = e.ip or ""
+            if ip not in boot.nodes and len(boot.nodes) >= MAX_RANKS:
+                continue
+            procs = boot.nodes.setdefault(ip, {})
+            if e.process not in procs and len(procs) < MAX_RANKS:
+                procs[e.process] = None
+                self._w.node_of[e.process] = ip
+        return tuple(rest)
 
     def _unrecognised(self, boot: Boot | None, text: str) -> None:
         """A line no rule recognised: kept by shape when it looks like startup information (the

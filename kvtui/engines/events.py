@@ -290,6 +290,16 @@ class CaptureSizes:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerNode:
+    """A Ray worker process seen for the first time in this boot, and its node: ``ip`` as Ray tags
+    the worker's lines (``(RayWorkerWrapper pid=345, ip=10.0.0.2)``), None for a worker on the
+    driver's own node (Ray tags those without an ip). ``process`` is the worker's rank label."""
+
+    ip: str | None
+    process: str
+
+
+@dataclass(frozen=True, slots=True)
 class ServerExit:
     """The server process is gone, as the host backend saw it (not a line the engine printed:
     ``kvtui.engines.exit_record`` makes and reads the record). ``pid`` when known; ``detail`` an exit status
@@ -312,6 +322,7 @@ LogEvent = (
     | VersionHint
     | CaptureSizes
     | ServerExit
+    | WorkerNode
 )
 
 

@@ -33,6 +33,7 @@ from kvtui.engines.events import (
     Progress,
     VersionHint,
     Warning_,
+    WorkerNode,
 )
 from kvtui.engines.stack import frame_engine, frame_phase
 from kvtui.engines.text import strip_ansi
@@ -140,6 +141,7 @@ class VllmGrammar:
         self._cur_key: tuple[str, str | None] | None = None
         self._cur_tp: int | None = None
         self._shm_waits: dict[tuple[str, str | None] | None, int] = {}  # process -> its waits in a row
+        self._new_workers: list[LogEvent] = []  # Ray workers whose tag was first read on this line
         self._tags.clear()
 
     def sniff(self, text: str) -> bool:
@@ -216,6 +218,9 @@ class VllmGrammar:
                             None, level is not None)
         if not events and level is not None and _KNOWN_RE.match(msg) is not None:
             parsed.known = True
+        if self._new_workers:
+            parsed.events = (*events, *self._new_workers)
+            self._new_workers.clear()
         return parsed
 
     def _read_tag(self, tag: str) -> _Tag | None:
@@ -238,6 +243,8 @@ class VllmGrammar:
             # pid-named workers (Worker, VllmWorkerProcess, RayWorkerWrapper, Ray's bare "(pid=…)")
             base = "RayWorkerWrapper" if name in ("", "RayWorkerWrapper") else name
             rank = f"{base} pid={pid}" + (f" ip={ip}" if ip else "")
+            if base == "RayWorkerWrapper":
+                self._new_workers.append(WorkerNode(ip or None, rank))
         info: _Tag = (rank, key, tp)
         if len(self._tags) > 4096:
             self._tags.clear()
