@@ -43,6 +43,7 @@ from kvtui.engines.events import (
     Warning_,
     WorkerNode,
 )
+from kvtui.engines.text import version_key
 from kvtui.engines.unknown import UnrecognisedShape, looks_like_startup, shape_of
 
 # the bounds of what one boot keeps
@@ -705,7 +706,7 @@ class BootTracker:
             return
         if w.version_explicit:
             return
-        if boot.version_hint is None or _vkey(version) > _vkey(boot.version_hint):
+        if boot.version_hint is None or version_key(version) > version_key(boot.version_hint):
             boot.version_hint = version
 
     def _refresh_metrics(self, boot: Boot) -> None:
@@ -843,15 +844,3 @@ class BootTracker:
             if len(tb) > MAX_TRACEBACK_LINES:
                 tb = tb[-MAX_TRACEBACK_LINES:]
         boot.failure = Failure(kind=kind, phase=phase, message=message, traceback=tb, hint=hint)
-
-
-def _vkey(v: str) -> tuple[int, ...]:
-    out: list[int] = []
-    for part in v.lstrip(">=~").split("."):
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        out.append(int(digits) if digits else 0)
-    return tuple(out)

@@ -69,6 +69,7 @@ from kvtui.engines.sglang.patterns import (
     _to_int,
 )
 from kvtui.engines.stack import frame_engine, frame_phase
+from kvtui.engines.text import version_key
 
 # ---------------------------------------------------------------------------------------------
 # Per-rank state (which model the KV / weight lines belong to)
@@ -102,19 +103,6 @@ class _RankState:
         self.pool_ended = False  # the rank's target `Memory pool end` was seen
         self.kv_lines = 0  # target KV pool lines on this rank
         self.hybrid = False  # a sliding-window / hybrid pool: several target KV lines are normal
-
-
-def _version_key(v: str) -> tuple[int, ...]:
-    out: list[int] = []
-    for part in v.lstrip(">=~").split("."):
-        digits = ""
-        for ch in part:
-            if ch.isdigit():
-                digits += ch
-            else:
-                break
-        out.append(int(digits) if digits else 0)
-    return tuple(out)
 
 
 class SglangGrammar:
@@ -270,7 +258,7 @@ class SglangGrammar:
 
     # ---- phase lines --------------------------------------------------------------------------
     def _note_era(self, version: str) -> tuple[LogEvent, ...]:
-        if self._era is None or _version_key(version) > _version_key(self._era):
+        if self._era is None or version_key(version) > version_key(self._era):
             self._era = version
             return (VersionHint(">=" + version),)
         return ()
