@@ -24,6 +24,7 @@ from kvtui.engines.events import (
     BoundaryKind,
     Engine,
     FailureText,
+    LineStyle,
     LogRecord,
     ParsedLine,
     PhaseMark,
@@ -75,7 +76,7 @@ _TEXT_BAD: Final = str.maketrans({"\n": " ", "\r": " "})
 SKIPPED_SLICE: Final = 1024  # lines spooled without parsing in one slice (~2-4 ms here)
 INGEST_STEP_BUDGET: Final = 0.008  # seconds of slices between two yields to the event loop
 # a run of lines spooled without parsing, not yet in the window: (first seq, boot, texts, ts, ranks, styles)
-_Staged = tuple[int, int, list[str], list[datetime | None], list[str | None], list[str | None]]
+_Staged = tuple[int, int, list[str], list[datetime | None], list[str | None], list[LineStyle | None]]
 
 
 def _sub_block(block: RecordBlock, a: int, b: int) -> RecordBlock:
@@ -114,7 +115,7 @@ def engine_hint_for(host: MonitorHost | None) -> Engine | None:
     return None if engine is Engine.UNKNOWN else engine
 
 
-def line_style(parsed: ParsedLine) -> str:
+def line_style(parsed: ParsedLine) -> LineStyle:
     """The display style of a parsed line: error > phase > warning > progress > serving."""
     level = parsed.level
     phase = warning = progress = serving = False

@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus, PhaseSpan, fact_rule, rank_sort_key, refresh_metrics
-from kvtui.engines.events import PHASE_RANK, Engine, Model, Phase
+from kvtui.engines.events import PHASE_RANK, Engine, Fact, Model, Phase
 
 # phases only the head node (node rank 0) reaches
 HEAD_ONLY: frozenset[Phase] = frozenset({Phase.HTTP_UP, Phase.READY})
@@ -78,13 +78,13 @@ def node_state(dep: DeploymentBoot, n: NodeBoot) -> str:
 
 
 # the merged figures a deployment names the setting node of, with their labels (replay, the console)
-FIGURE_LABELS: tuple[tuple[str, str], ...] = (
-    ("avail_before_load_gib", "free before weights"),
-    ("avail_after_load_gib", "free after weights"),
-    ("avail_after_pool_gib", "free after pool"),
-    ("graph_mem_gib", "CUDA graphs"),
-    ("available_gpu_mem_gib", "free after start-up"),
-    ("kv_cache_gib", "KV pool per rank"),
+FIGURE_LABELS: tuple[tuple[Fact, str], ...] = (
+    (Fact.AVAIL_BEFORE_LOAD_GIB, "free before weights"),
+    (Fact.AVAIL_AFTER_LOAD_GIB, "free after weights"),
+    (Fact.AVAIL_AFTER_POOL_GIB, "free after pool"),
+    (Fact.GRAPH_MEM_GIB, "CUDA graphs"),
+    (Fact.AVAILABLE_GPU_MEM_GIB, "free after start-up"),
+    (Fact.KV_CACHE_GIB, "KV pool per rank"),
 )
 
 
@@ -139,7 +139,7 @@ class DeploymentBoot:
 
     boot: Boot
     nodes: list[NodeBoot]
-    figure_node: dict[str, int] = field(default_factory=dict)
+    figure_node: dict[Fact, int] = field(default_factory=dict)
     findings: list[str] = field(default_factory=list)
     failed_node: int | None = None  # the node rank whose failure failed the whole
 
@@ -150,7 +150,7 @@ class DeploymentBoot:
     def node(self, node_rank: int) -> NodeBoot:
         return next(n for n in self.nodes if n.node_rank == node_rank)
 
-    def setter(self, fact: str) -> NodeBoot | None:
+    def setter(self, fact: Fact) -> NodeBoot | None:
         """The node whose value the merged figure ``fact`` is."""
         rank = self.figure_node.get(fact)
         return self.node(rank) if rank is not None else None
@@ -300,9 +300,9 @@ def _merge_phases(nodes: Sequence[NodeBoot]) -> list[PhaseSpan]:
     return spans
 
 
-def _merge_facts(nodes: Sequence[NodeBoot], draft: bool) -> tuple[dict[str, float], dict[str, int]]:
-    facts: dict[str, float] = {}
-    setter: dict[str, int] = {}
+def _merge_facts(nodes: Sequence[NodeBoot], draft: bool) -> tuple[dict[Fact, float], dict[Fact, int]]:
+    facts: dict[Fact, float] = {}
+    setter: dict[Fact, int] = {}
     for n in nodes:  # node-rank order: "lowest" keeps the first (the lowest rank's) value
         if n.boot is None:
             continue

@@ -48,6 +48,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Final
 
+from kvtui.engines.events import LineStyle, line_style_of
 from kvtui.updates import LogLine
 
 STRIDE: Final = 32  # one offset kept per STRIDE lines
@@ -254,7 +255,7 @@ class Spool:
         boot: int,
         ts: datetime | None = None,
         rank: str | None = None,
-        style: str = "",
+        style: LineStyle = "",
         cursor: str | None = None,
         ident: str | None = None,
     ) -> LogLine:
@@ -642,7 +643,7 @@ def _decode(raw: bytes, seq: int, boot: int) -> LogLine:
     if len(parts) < 6:  # not written by this module: show it as is
         return LogLine(seq=seq, text=raw.decode("utf-8", "replace"), ts=None, rank=None, boot=boot)
     ts, rank, style, _cursor, _ident, text = parts
-    return LogLine(seq=seq, text=text, ts=_parse_ts(ts), rank=rank or None, boot=boot, style=style)
+    return LogLine(seq=seq, text=text, ts=_parse_ts(ts), rank=rank or None, boot=boot, style=line_style_of(style))
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from kvtui.boot import Boot
+from kvtui.engines.events import LineStyle
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts.backend import ConnStatus
 
@@ -25,8 +26,7 @@ class LogLine:
     ts: datetime | None
     rank: str | None
     boot: int  # index into the tracker's boots
-    # "phase" | "error" | "warning" | "progress" | "serving" | "marker" (a new boot starts) | ""
-    style: str = ""
+    style: LineStyle = ""  # see ``LineStyle``
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,7 @@ _set_boot = LogLine.__dict__["boot"].__set__
 _set_style = LogLine.__dict__["style"].__set__
 
 
-def make_line(seq: int, text: str, ts: datetime | None, rank: str | None, boot: int, style: str) -> LogLine:
+def make_line(seq: int, text: str, ts: datetime | None, rank: str | None, boot: int, style: LineStyle) -> LogLine:
     """``LogLine(...)`` without the frozen dataclass's per-field ``object.__setattr__`` (the hot
     path builds one per line)."""
     line: LogLine = _new(LogLine)

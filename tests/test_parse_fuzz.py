@@ -409,7 +409,7 @@ _KEY_ATOMS = [
 @settings(deadline=None, max_examples=400)
 @given(st.lists(st.sampled_from(_KEY_ATOMS), min_size=1, max_size=10))
 def test_the_serving_key_without_a_regex_is_the_regexs(atoms: list[bytes]) -> None:
-    from kvtui.engines.parse import _SERVING_TAG_RE, _serving_key
+    from kvtui.engines.prefilter import _SERVING_TAG_RE, _serving_key
 
     ln = b"".join(atoms)
     m = _SERVING_TAG_RE.search(ln)
@@ -437,7 +437,7 @@ def test_the_serving_key_from_known_keys_is_the_regexs(
     """Rank keys seen before (tried first, so interleaved DP ranks are not read word by word each
     line) give what the regex gives, whichever keys are known: a suffix of the real tag, a key
     of another rank, the key of a line with no tag."""
-    from kvtui.engines.parse import _SERVING_TAG_RE, _serving_key
+    from kvtui.engines.prefilter import _SERVING_TAG_RE, _serving_key
 
     ln = stamp + b"".join(tags) + end + b"".join(tail)
     m = _SERVING_TAG_RE.search(ln)

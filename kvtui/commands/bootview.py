@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus, PhaseSpan
-from kvtui.engines.events import Engine
+from kvtui.engines.events import Engine, Fact
 from kvtui.engines.unknown import UnrecognisedShape
 
 T = TypeVar("T")
@@ -108,8 +108,8 @@ def render_boot(boot: Boot, index: int, total: int) -> list[str]:
                 _item(m.max_running_requests, "max running {:,}"),
                 _item(m.max_concurrency, "{} full-context requests fit", fmt.capacity))
     d = boot.draft_facts
-    out += _row("draft model", _item(d.get("weights_gib"), "weights {}", _gib),
-                _item(d.get("kv_cache_gib"), "KV {}", _gib), _item(d.get("graph_mem_gib"), "graphs {}", _gib))
+    out += _row("draft model", _item(d.get(Fact.WEIGHTS_GIB), "weights {}", _gib),
+                _item(d.get(Fact.KV_CACHE_GIB), "KV {}", _gib), _item(d.get(Fact.GRAPH_MEM_GIB), "graphs {}", _gib))
     live = boot.live
     if live.token_usage is not None or live.running_reqs is not None:
         usage = f"{live.token_usage:.0%}" if live.token_usage is not None else "—"

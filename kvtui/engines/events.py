@@ -12,6 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Literal, get_args
+
+# How a line is shown (the log view's colour; ``LogLine.style``): "error" > "phase" > "warning" >
+# "progress" > "serving" from the line's events, "marker" for the line kvtui puts where a new boot
+# starts, "" for a plain line. The spool stores it as this text.
+LineStyle = Literal["", "phase", "error", "warning", "progress", "serving", "marker"]
+_LINE_STYLES: dict[str, LineStyle] = {s: s for s in get_args(LineStyle)}
+
+
+def line_style_of(text: str) -> LineStyle:
+    """The style named by ``text`` (as the spool stores it); "" for a name that is none."""
+    return _LINE_STYLES.get(text, "")
 
 
 class Engine(StrEnum):
@@ -105,68 +117,82 @@ class PhaseMark:
     inferred: bool = False
 
 
-# Metric names a grammar may emit (per line, per rank; BootTracker aggregates).
-# GiB figures are in GiB (SGLang prints "GB" but means GiB).
-METRIC_NAMES: frozenset[str] = frozenset(
-    {
-        "avail_before_load_gib",  # SGLang `Load weight begin. avail mem=` (rank-local P)
-        "init_mem_usage_gib",  # SGLang `Init torch distributed ends. mem usage=` / `Memory baseline taken`
-        "avail_after_load_gib",  # SGLang `Load weight end … avail mem=` (rank-local A)
-        "weights_gib",  # SGLang `Load weight end … mem usage=`; vLLM `Model loading took X GiB`
-        "kv_tokens",  # SGLang `KV Cache is allocated. #tokens:` (per pool line)
-        "kv_cache_gib",  # K+V (MHA) or KV size (MLA) of that pool line; vLLM `Available KV cache memory`
-        "swa_kv_gib",  # SGLang `SWAKVPool mem usage:`
-        "swa_tokens",  # SGLang sliding-window pool tokens (swa_layer_tokens / swa size)
-        "full_tokens",  # SGLang sliding-window pool full_layer_tokens
-        "avail_after_pool_gib",  # SGLang `Memory pool end. avail mem=`
-        "graph_begin_avail_gib",  # SGLang `Capture … begin … avail mem=`
-        "graph_mem_gib",  # SGLang `Capture … end … mem usage=`; vLLM `Graph capturing finished … took X GiB`
-        "avail_after_graph_gib",  # SGLang `Capture … end … avail mem=`
-        "capture_bs_max",  # largest batch size in the capture list
-        "capture_bs_count",  # number of batch sizes in the capture list
-        "capture_avail_gib",  # tqdm `Capturing batches (bs=… avail_mem=X GB)` (the trail)
-        "capture_bs",  # the bs of that tqdm line
-        "max_total_num_tokens",  # SGLang scheduler summary; vLLM `GPU KV cache size: N tokens`
-        "chunked_prefill_size",
-        "max_prefill_tokens",
-        "max_running_requests",
-        "context_len",  # SGLang summary `context_len=`; vLLM max model len
-        "available_gpu_mem_gib",  # SGLang summary `available_gpu_mem=`
-        "max_concurrency",  # vLLM `Maximum concurrency for N tokens per request: X x`
-        "gpu_total_gib",  # device total when a line prints it (vLLM free-memory error, torch OOM)
-        "gpu_free_gib",  # device free at start when printed (vLLM `Free memory on device (X/Y GiB)`)
-        "cpu_mem_total_gib",  # vLLM CPU backend: the NUMA node's memory (`Explicitly set (X/TOTAL) GiB for KV cache`)
-        "dsv4_bytes_per_full_token",  # `DSV4 memory calculation: bytes_per_full_token=`
-        "dsv4_available_gib",  # `DSV4 memory calculation: … available_bytes=X GB`
-        "dsv4_full_token",  # `DSV4 memory calculation: … full_token=`
-        "oom_tried_gib",  # torch OOM `Tried to allocate X GiB`
-        "oom_free_gib",  # torch OOM `of which X GiB is free`
-        "oom_capacity_gib",  # torch OOM `total capacity of X GiB`
-        "kv_needed_gib",  # vLLM `(X GiB KV cache is needed`
-        "estimated_max_len",  # vLLM `estimated maximum model length is M`
-        "compile_seconds",  # vLLM `torch.compile takes X s in total`
-        "load_seconds",  # weights load seconds when printed
-        "init_engine_seconds",  # vLLM `init engine … took X seconds`
-        "graph_mem_estimate_gib",  # vLLM `Estimated CUDA graph memory: X GiB total` (≥0.21 profiling)
-        "graph_pool_actual_gib",  # vLLM `CUDA graph pool memory: X GiB (actual), Y GiB (estimated)` (≥0.21)
-        "kv_cache_memory_hint_gib",  # vLLM `… Replace gpu_memory_utilization config with --kv-cache-memory=N (X GiB) …`
-        "hicache_host_gib",  # SGLang `Allocating X GB host memory for hierarchical KV cache.` (HiCache; X is 1e9 B)
-        "kv_blocks",  # vLLM KV block count (V0 `# GPU blocks: N`, `num_gpu_blocks is: N`)
-        "mamba_cache_gib",  # SGLang `Mamba Cache is allocated. … conv_state size + ssm_state size`
-        "mamba_cache_size",  # SGLang `Mamba Cache is allocated. max_mamba_cache_size: N`
-        "dsv4_c128_state_fixed_gib",  # `DSV4 memory calculation: … c128_state_fixed=X GB`
-        "dsv4_swa_fixed_gib",  # `DSV4 memory calculation: … swa_fixed=X GB`
-        "dsv4_c128_state_fixed_overhead_gib",  # `… c128_state_fixed_overhead=X GB`
-        "dsv4_hisparse_fixed_overhead_gib",  # `… hisparse_fixed_overhead=X GB`
-    }
-)
+class Fact(StrEnum):
+    """The name of a figure a grammar may emit (``Metric.name``; per line, per rank) and the key of
+    ``Boot.facts`` / ``draft_facts`` / ``rank_facts`` (``BootTracker`` aggregates them). A member is
+    equal to its string (stored history and ``--json`` output carry the plain names). GiB figures
+    are in GiB (SGLang prints "GB" but means GiB)."""
+
+    AVAIL_BEFORE_LOAD_GIB = "avail_before_load_gib"  # SGLang `Load weight begin. avail mem=` (rank-local P)
+    # SGLang `Init torch distributed ends. mem usage=` / `Memory baseline taken`
+    INIT_MEM_USAGE_GIB = "init_mem_usage_gib"
+    AVAIL_AFTER_LOAD_GIB = "avail_after_load_gib"  # SGLang `Load weight end … avail mem=` (rank-local A)
+    WEIGHTS_GIB = "weights_gib"  # SGLang `Load weight end … mem usage=`; vLLM `Model loading took X GiB`
+    KV_TOKENS = "kv_tokens"  # SGLang `KV Cache is allocated. #tokens:` (per pool line)
+    KV_CACHE_GIB = "kv_cache_gib"  # K+V (MHA) or KV size (MLA) of that pool line; vLLM `Available KV cache memory`
+    SWA_KV_GIB = "swa_kv_gib"  # SGLang `SWAKVPool mem usage:`
+    SWA_TOKENS = "swa_tokens"  # SGLang sliding-window pool tokens (swa_layer_tokens / swa size)
+    FULL_TOKENS = "full_tokens"  # SGLang sliding-window pool full_layer_tokens
+    AVAIL_AFTER_POOL_GIB = "avail_after_pool_gib"  # SGLang `Memory pool end. avail mem=`
+    GRAPH_BEGIN_AVAIL_GIB = "graph_begin_avail_gib"  # SGLang `Capture … begin … avail mem=`
+    GRAPH_MEM_GIB = "graph_mem_gib"  # SGLang `Capture … end … mem usage=`; vLLM `Graph capturing finished … took X GiB`
+    AVAIL_AFTER_GRAPH_GIB = "avail_after_graph_gib"  # SGLang `Capture … end … avail mem=`
+    CAPTURE_BS_MAX = "capture_bs_max"  # largest batch size in the capture list
+    CAPTURE_BS_COUNT = "capture_bs_count"  # number of batch sizes in the capture list
+    CAPTURE_AVAIL_GIB = "capture_avail_gib"  # tqdm `Capturing batches (bs=… avail_mem=X GB)` (the trail)
+    CAPTURE_BS = "capture_bs"  # the bs of that tqdm line
+    MAX_TOTAL_NUM_TOKENS = "max_total_num_tokens"  # SGLang scheduler summary; vLLM `GPU KV cache size: N tokens`
+    CHUNKED_PREFILL_SIZE = "chunked_prefill_size"
+    MAX_PREFILL_TOKENS = "max_prefill_tokens"
+    MAX_RUNNING_REQUESTS = "max_running_requests"
+    CONTEXT_LEN = "context_len"  # SGLang summary `context_len=`; vLLM max model len
+    AVAILABLE_GPU_MEM_GIB = "available_gpu_mem_gib"  # SGLang summary `available_gpu_mem=`
+    MAX_CONCURRENCY = "max_concurrency"  # vLLM `Maximum concurrency for N tokens per request: X x`
+    GPU_TOTAL_GIB = "gpu_total_gib"  # device total when a line prints it (vLLM free-memory error, torch OOM)
+    GPU_FREE_GIB = "gpu_free_gib"  # device free at start when printed (vLLM `Free memory on device (X/Y GiB)`)
+    # vLLM CPU backend: the NUMA node's memory (`Explicitly set (X/TOTAL) GiB for KV cache`)
+    CPU_MEM_TOTAL_GIB = "cpu_mem_total_gib"
+    DSV4_BYTES_PER_FULL_TOKEN = "dsv4_bytes_per_full_token"  # `DSV4 memory calculation: bytes_per_full_token=`
+    DSV4_AVAILABLE_GIB = "dsv4_available_gib"  # `DSV4 memory calculation: … available_bytes=X GB`
+    DSV4_FULL_TOKEN = "dsv4_full_token"  # `DSV4 memory calculation: … full_token=`
+    OOM_TRIED_GIB = "oom_tried_gib"  # torch OOM `Tried to allocate X GiB`
+    OOM_FREE_GIB = "oom_free_gib"  # torch OOM `of which X GiB is free`
+    OOM_CAPACITY_GIB = "oom_capacity_gib"  # torch OOM `total capacity of X GiB`
+    KV_NEEDED_GIB = "kv_needed_gib"  # vLLM `(X GiB KV cache is needed`
+    ESTIMATED_MAX_LEN = "estimated_max_len"  # vLLM `estimated maximum model length is M`
+    COMPILE_SECONDS = "compile_seconds"  # vLLM `torch.compile takes X s in total`
+    LOAD_SECONDS = "load_seconds"  # weights load seconds when printed
+    INIT_ENGINE_SECONDS = "init_engine_seconds"  # vLLM `init engine … took X seconds`
+    # vLLM `Estimated CUDA graph memory: X GiB total` (≥0.21 profiling)
+    GRAPH_MEM_ESTIMATE_GIB = "graph_mem_estimate_gib"
+    # vLLM `CUDA graph pool memory: X GiB (actual), Y GiB (estimated)` (≥0.21)
+    GRAPH_POOL_ACTUAL_GIB = "graph_pool_actual_gib"
+    # vLLM `… Replace gpu_memory_utilization config with --kv-cache-memory=N (X GiB) …`
+    KV_CACHE_MEMORY_HINT_GIB = "kv_cache_memory_hint_gib"
+    # SGLang `Allocating X GB host memory for hierarchical KV cache.` (HiCache; X is 1e9 B)
+    HICACHE_HOST_GIB = "hicache_host_gib"
+    KV_BLOCKS = "kv_blocks"  # vLLM KV block count (V0 `# GPU blocks: N`, `num_gpu_blocks is: N`)
+    MAMBA_CACHE_GIB = "mamba_cache_gib"  # SGLang `Mamba Cache is allocated. … conv_state size + ssm_state size`
+    MAMBA_CACHE_SIZE = "mamba_cache_size"  # SGLang `Mamba Cache is allocated. max_mamba_cache_size: N`
+    DSV4_C128_STATE_FIXED_GIB = "dsv4_c128_state_fixed_gib"  # `DSV4 memory calculation: … c128_state_fixed=X GB`
+    DSV4_SWA_FIXED_GIB = "dsv4_swa_fixed_gib"  # `DSV4 memory calculation: … swa_fixed=X GB`
+    DSV4_C128_STATE_FIXED_OVERHEAD_GIB = "dsv4_c128_state_fixed_overhead_gib"  # `… c128_state_fixed_overhead=X GB`
+    DSV4_HISPARSE_FIXED_OVERHEAD_GIB = "dsv4_hisparse_fixed_overhead_gib"
+    # vLLM: how long one process has waited on the shared-memory broadcast between the engine core
+    # and its workers (`No available shared memory broadcast block found in N seconds`, repeated
+    # every N s while the wait lasts): the repeats of one process in a row times N
+    SHM_WAIT_SECONDS = "shm_wait_seconds"  # `… hisparse_fixed_overhead=X GB`
+
+
+# every figure name (kept for the tests and readers that check a name is known)
+METRIC_NAMES: frozenset[str] = frozenset(Fact)
 
 
 @dataclass(frozen=True, slots=True)
 class Metric:
-    """A figure printed on this line. ``name`` is one of ``METRIC_NAMES``."""
+    """A figure printed on this line."""
 
-    name: str
+    name: Fact
     value: float
     model: Model = Model.TARGET
 
@@ -264,6 +290,16 @@ class CaptureSizes:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerNode:
+    """A Ray worker process seen for the first time in this boot, and its node: ``ip`` as Ray tags
+    the worker's lines (``(RayWorkerWrapper pid=345, ip=10.0.0.2)``), None for a worker on the
+    driver's own node (Ray tags those without an ip). ``process`` is the worker's rank label."""
+
+    ip: str | None
+    process: str
+
+
+@dataclass(frozen=True, slots=True)
 class ServerExit:
     """The server process is gone, as the host backend saw it (not a line the engine printed:
     ``kvtui.engines.exit_record`` makes and reads the record). ``pid`` when known; ``detail`` an exit status
@@ -286,6 +322,7 @@ LogEvent = (
     | VersionHint
     | CaptureSizes
     | ServerExit
+    | WorkerNode
 )
 
 

@@ -22,3 +22,17 @@ def split_physical(text: str) -> list[str]:
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return [s for s in text.split("\n") if s]
+
+
+def version_key(v: str) -> tuple[int, ...]:
+    """A version (``0.5.23``, ``>=0.5.13``, ``0.10.1.1rc2``) as numbers to compare: each dotted
+    part's leading digits (0 when none)."""
+    out: list[int] = []
+    for part in v.lstrip(">=~").split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        out.append(int(digits) if digits else 0)
+    return tuple(out)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from kvtui.boot import Boot, BootMetrics, BootStatus, Failure, PhaseSpan
-from kvtui.engines.events import Engine, FailureKind, Model, Phase
+from kvtui.engines.events import METRIC_NAMES, Engine, Fact, FailureKind, Model, Phase
 
 DOC_VERSION: Final = 1
 TERMINAL: Final = frozenset({"ready", "failed", "stopped"})
@@ -102,7 +102,7 @@ def boot_doc(
     doc["ended_at"] = _iso(boot.ended_at)
     doc["facts"] = {k: v for k, v in boot.facts.items() if _num(v) is not None}
     doc["avail_before_load_gib"] = {
-        rank: rf["avail_before_load_gib"] for rank, rf in boot.rank_facts.items() if "avail_before_load_gib" in rf
+        rank: rf[Fact.AVAIL_BEFORE_LOAD_GIB] for rank, rf in boot.rank_facts.items() if Fact.AVAIL_BEFORE_LOAD_GIB in rf
     }
     doc["capture_bs"] = list(boot.capture_bs)
     doc["peak_used_mib"] = {str(k): float(v) for k, v in sorted((peaks_mib or {}).items())}
@@ -249,11 +249,11 @@ def boot_from_doc(doc: Mapping[str, Any]) -> Boot:
         boot.metrics = m
     facts = doc.get("facts")
     if isinstance(facts, dict):
-        boot.facts = {str(k): float(v) for k, v in facts.items() if _num(v) is not None}
+        boot.facts = {Fact(k): float(v) for k, v in facts.items() if k in METRIC_NAMES and _num(v) is not None}
     for rank, v in (doc.get("avail_before_load_gib") or {}).items():
         f2 = _num(v)
         if f2 is not None:
-            boot.rank_facts.setdefault(str(rank), {})["avail_before_load_gib"] = f2
+            boot.rank_facts.setdefault(str(rank), {})[Fact.AVAIL_BEFORE_LOAD_GIB] = f2
     boot.capture_bs = [int(x) for x in doc.get("capture_bs") or () if isinstance(x, int)]
     boot.started_at = _parse_dt(doc.get("started_at"))
     boot.ended_at = _parse_dt(doc.get("ended_at"))

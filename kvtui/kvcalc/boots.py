@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from kvtui.boot import Boot, BootStatus
-from kvtui.engines.events import Engine
+from kvtui.engines.events import Engine, Fact
 from kvtui.knobs import Memory, fraction_flag, memory_value
 from kvtui.kvcalc.arith import _as_float, _as_int
 from kvtui.kvcalc.defaults import _dtype_bytes, _model_dtype_bytes
@@ -35,14 +35,14 @@ def _from_text(boot: Boot, regex: re.Pattern[str]) -> float | None:
     return None
 
 
-def _fact(boot: Boot, name: str, metric: float | int | None = None) -> float | None:
+def _fact(boot: Boot, name: Fact, metric: float | int | None = None) -> float | None:
     if metric is not None:
         return float(metric)
     v = boot.facts.get(name)
     return float(v) if v is not None else None
 
 
-def _min_rank_fact(boot: Boot, name: str) -> float | None:
+def _min_rank_fact(boot: Boot, name: Fact) -> float | None:
     vals = [rf[name] for rf in boot.rank_facts.values() if name in rf]
     return min(vals) if vals else None
 
@@ -59,10 +59,10 @@ def _boot_tokens(boot: Boot) -> int | None:
     m = boot.metrics
     for v in (
         m.max_total_num_tokens,
-        boot.facts.get("max_total_num_tokens"),
-        boot.facts.get("dsv4_full_token"),
-        boot.facts.get("full_tokens"),
-        boot.facts.get("kv_tokens"),
+        boot.facts.get(Fact.MAX_TOTAL_NUM_TOKENS),
+        boot.facts.get(Fact.DSV4_FULL_TOKEN),
+        boot.facts.get(Fact.FULL_TOKENS),
+        boot.facts.get(Fact.KV_TOKENS),
     ):
         if v is not None and v > 0:
             return int(v)
@@ -72,9 +72,9 @@ def _boot_tokens(boot: Boot) -> int | None:
 def sized_pool(boot: Boot) -> bool:
     """Did this boot size its KV pool (so a model can be calibrated from it)?"""
     if boot.engine is Engine.VLLM:
-        kv = boot.metrics.kv_cache_gib if boot.metrics.kv_cache_gib is not None else boot.facts.get("kv_cache_gib")
+        kv = boot.metrics.kv_cache_gib if boot.metrics.kv_cache_gib is not None else boot.facts.get(Fact.KV_CACHE_GIB)
         return (kv is not None and kv > 0 and _boot_tokens(boot) is not None) or (
-            boot.facts.get("kv_needed_gib") is not None and kv is not None and kv > 0
+            boot.facts.get(Fact.KV_NEEDED_GIB) is not None and kv is not None and kv > 0
         )
     return _boot_tokens(boot) is not None
 
@@ -164,7 +164,7 @@ def _page_of(boot: Boot, tokens: int | None) -> tuple[int, str | None]:
     page = _as_int(boot.flags.get("page_size"))
     if page and page > 0:
         return page, None
-    if boot.facts.get("dsv4_bytes_per_full_token") is not None:
+    if boot.facts.get(Fact.DSV4_BYTES_PER_FULL_TOKEN) is not None:
         return 256, "page_size not in the args: DeepSeek-V4 forces 256"
     if tokens and tokens % 64 == 0:
         return (
@@ -193,8 +193,8 @@ def _pool_end_of(boot: Boot) -> float | None:
         x
         for x in (
             boot.metrics.avail_after_pool_gib,
-            boot.facts.get("avail_after_pool_gib"),
-            boot.draft_facts.get("avail_after_pool_gib"),
+            boot.facts.get(Fact.AVAIL_AFTER_POOL_GIB),
+            boot.draft_facts.get(Fact.AVAIL_AFTER_POOL_GIB),
         )
         if x is not None
     ]
@@ -229,8 +229,8 @@ def boot_model(boot: Boot, notes: Notes, sizing: Sizing) -> MemoryModel:
     model_bytes = _model_dtype_bytes(flags)
     return replace(
         sizing.model(engine, notes, flags),
-        graph_mem_gib=m.graph_mem_gib if m.graph_mem_gib is not None else facts.get("graph_mem_gib"),
-        context_len=_as_int(m.context_len) or _as_int(facts.get("context_len")) or _as_int(flag(Memory.CONTEXT)),
+        graph_mem_gib=m.graph_mem_gib if m.graph_mem_gib is not None else facts.get(Fact.GRAPH_MEM_GIB),
+        context_len=_as_int(m.context_len) or _as_int(facts.get(Fact.CONTEXT_LEN)) or _as_int(flag(Memory.CONTEXT)),
         cuda_graph_max_bs=_as_int(flag(Memory.GRAPH_BS)),
         kv_cache_dtype=kv_dtype,
         kv_elem_bytes=_dtype_bytes(kv_dtype, model_bytes),

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvtui.boot import Boot
-from kvtui.engines.events import FailureKind
+from kvtui.engines.events import Fact, FailureKind
 from kvtui.kvcalc.arith import MIB_PER_GIB
 from kvtui.kvcalc.boots import _FREE_RE, _TRIED_RE, _from_text
 from kvtui.kvcalc.defaults import extend_capture_bs
@@ -60,14 +60,14 @@ def _read_capture(boot: Boot) -> _Capture:
     trail = list(boot.capture_trail)
     bs_list = sorted(set(boot.capture_bs)) or sorted({b for b, _ in trail})
     facts, dfacts, m = boot.facts, boot.draft_facts, boot.metrics
-    graph_mem = m.graph_mem_gib if m.graph_mem_gib is not None else facts.get("graph_mem_gib")
+    graph_mem = m.graph_mem_gib if m.graph_mem_gib is not None else facts.get(Fact.GRAPH_MEM_GIB)
     afters = [
         x
         for x in (
-            facts.get("avail_after_graph_gib"),
+            facts.get(Fact.AVAIL_AFTER_GRAPH_GIB),
             m.available_gpu_mem_gib,
-            facts.get("available_gpu_mem_gib"),
-            dfacts.get("avail_after_graph_gib"),
+            facts.get(Fact.AVAILABLE_GPU_MEM_GIB),
+            dfacts.get(Fact.AVAIL_AFTER_GRAPH_GIB),
         )
         if x is not None
     ]
@@ -75,10 +75,10 @@ def _read_capture(boot: Boot) -> _Capture:
     points: list[tuple[int, float]] = []
     for (b0, a0), (_b1, a1) in itertools.pairwise(trail):
         points.append((b0, a0 - a1))
-    end_avail = facts.get("avail_after_graph_gib")
+    end_avail = facts.get(Fact.AVAIL_AFTER_GRAPH_GIB)
     if trail and end_avail is not None and not _died_in_capture(boot):
         points.append((trail[-1][0], trail[-1][1] - end_avail))
-    return _Capture(bs_list, trail, facts.get("graph_begin_avail_gib"), graph_mem, dfacts.get("graph_mem_gib"),
+    return _Capture(bs_list, trail, facts.get(Fact.GRAPH_BEGIN_AVAIL_GIB), graph_mem, dfacts.get(Fact.GRAPH_MEM_GIB),
                     afters, _fit_graph_costs(points))
 
 
@@ -114,8 +114,8 @@ def _capture_oom_graph(boot: Boot, cap: _Capture, pool_end: float | None, c: Not
     it had not reached yet."""
     facts, trail, bs_list = boot.facts, cap.trail, cap.bs
     start = pool_end if pool_end is not None else cap.begin
-    tried = facts.get("oom_tried_gib") or _from_text(boot, _TRIED_RE)
-    free = facts.get("oom_free_gib")
+    tried = facts.get(Fact.OOM_TRIED_GIB) or _from_text(boot, _TRIED_RE)
+    free = facts.get(Fact.OOM_FREE_GIB)
     if free is None:
         free = _from_text(boot, _FREE_RE)
     if free is None and trail:

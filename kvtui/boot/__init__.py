@@ -1,0 +1,77 @@
+"""Boots: one server start each, built from parsed lines by ``BootTracker``.
+
+Pure core: no textual, no asyncssh, no I/O.
+
+Modules: ``model`` (``Boot`` and its parts, ``to_json``), ``tracker`` (``BootTracker``), ``facts``
+(how figures are aggregated over ranks; ``refresh_metrics``), ``hints`` (failure hints and the
+exit diagnosis). The public names are re-exported here.
+
+CONTRACT (other modules rely on these names; change them only together with their users):
+- ``Boot`` fields below, ``Boot.to_json()`` (the ``kvtui replay --json`` boot object),
+- ``BootTracker.feed(parsed) -> BootUpdate``, ``BootTracker.boots``, ``BootTracker.current``,
+  ``BootTracker.finish()`` (end of input: a boot that ends on an exception is failed).
+
+How the tracker reads a log:
+- **Boots** split at systemd ``Started …`` / ``Stopping …`` / ``Scheduled restart job`` lines,
+  at an engine argument dump (SGLang ``server_args=…``, a vLLM banner) once the current boot is
+  past launch, and at an argument dump after a finished boot. A boot cut short by a stop is
+  ``stopped``; one replaced without a stop is ``failed`` when it ended on an exception, else
+  ``stopped``.
+- **Phases** are spans over all ranks: start = the first rank's start line, end = the last
+  rank's end line (order-independent: min/max of timestamps). A later phase's start closes the
+  earlier open ones. A failure or stop closes the running phase; the current phase of a live
+  (or ready) boot keeps ``end = None``.
+- **Failures** collect evidence (``FailureText``) with the phase each line arrived in. A fatal
+  line (``Received sigquit``, ``scheduler died``, a failed systemd exit, vLLM ``EngineCore failed
+  to start``) fails the boot; ``finish()`` also fails a boot whose log ends on an exception.
+  The kind comes from the text when the text decides it (``Not enough memory`` ->
+  ``oom_kv_allocate``, vLLM ``To serve at least one request`` -> ``kv_too_small``, NCCL errors),
+  else from the phase (a CUDA OOM in capture -> ``oom_graph_capture``, in weight loading ->
+  ``oom_weights``, after ready -> ``oom_runtime``), else ``crash``; ``unknown`` when nothing but
+  a process exit was seen.
+- **Figures** (target model only in ``metrics``/``facts``; the draft's in ``draft_facts``): avail
+  and free figures are the minimum over ranks, graph memory the maximum over ranks of each rank's
+  summed captures, sizes and counts the TP0 (lowest rank) value. ``kv_cache_gib`` is one rank's
+  target pool (K+V, MLA ``KV size``, or the hybrid ``SWAKVPool`` total) and ``cell_bytes`` that
+  pool's bytes / (``#tokens`` + page).
+"""
+
+from __future__ import annotations
+
+from kvtui.boot.facts import fact_rule, rank_sort_key, refresh_metrics
+from kvtui.boot.hints import EXIT_CONTEXT_LINES, exit_diagnosis, hint_for
+from kvtui.boot.model import Boot, BootMetrics, BootStatus, BootUpdate, Failure, LiveMetrics, PhaseSpan
+from kvtui.boot.tracker import (
+    MAX_EVIDENCE,
+    MAX_RANKS,
+    MAX_TRACEBACK_LINE_CHARS,
+    MAX_TRACEBACK_LINES,
+    MAX_TRAIL,
+    MAX_UNRECOGNISED,
+    MAX_WARNINGS,
+    BootTracker,
+)
+
+__all__ = [
+    "EXIT_CONTEXT_LINES",
+    "MAX_EVIDENCE",
+    "MAX_RANKS",
+    "MAX_TRACEBACK_LINES",
+    "MAX_TRACEBACK_LINE_CHARS",
+    "MAX_TRAIL",
+    "MAX_UNRECOGNISED",
+    "MAX_WARNINGS",
+    "Boot",
+    "BootMetrics",
+    "BootStatus",
+    "BootTracker",
+    "BootUpdate",
+    "Failure",
+    "LiveMetrics",
+    "PhaseSpan",
+    "exit_diagnosis",
+    "fact_rule",
+    "hint_for",
+    "rank_sort_key",
+    "refresh_metrics",
+]
