@@ -31,7 +31,7 @@ def test_five_restarts_then_the_ledger_and_an_eta(tmp_path: Path, capsys: pytest
     # from the third on, the boots remembered before the current one calibrate the prediction too
     assert "calibrated with 2 boots of this deployment: 1 from the history (fractions 0.8)" in errs[2]
     assert "calibrated with 4 boots of this deployment: 3 from the history (fractions 0.8, 0.83, 0.86)" in errs[4]
-    assert "basis two-point" in errs[4]
+    assert "basis least-squares" in errs[4]  # four boots: a line fitted through all of them
 
     assert main(["--hosts", str(hosts), "history", "demo", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -71,7 +71,7 @@ def test_five_restarts_then_the_ledger_and_an_eta(tmp_path: Path, capsys: pytest
     # kvtui calc --host calibrates with them too (the current boot is the sixth: five others)
     assert main(["--hosts", str(hosts), "calc", "--host", "demo", "--set", "mem-fraction-static=0.9"]) == 0
     head = capsys.readouterr().out.splitlines()[0]
-    assert "(+5 boots of this deployment from the history) · basis two-point" in head
+    assert "(+5 boots of this deployment from the history) · basis least-squares · confidence high (6 boots)" in head
 
 
 @pytest.mark.slow
