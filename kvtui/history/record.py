@@ -8,8 +8,11 @@ prediction that preceded it and the outcome (``restart``).
 
 ``boot_key`` names a boot independently of who saw it: host + the timestamp of its first line
 (every reader of the same log agrees on it: a reconnect, a re-read spool, a second console, the
-follower of ``kvtui apply``). A boot without a timestamp is keyed by its spool location (the same
-spool read twice is still one boot), and one with neither is not stored.
+follower of ``kvtui apply``). A boot without a timestamp is keyed by where its first line sits in
+the source (``position_key``: the source's resume cursor of that line — a file's byte offset — and
+a hash of its text, read from the reader's spool segment), which every reader of the log agrees on
+too; a first line without a cursor falls back to the spool location (the same spool read twice is
+still one boot), and a boot with none of these is not stored.
 
 ``merge`` combines two documents of one boot: the further-advanced boot wins (terminal status,
 then more phases, then more figures), peaks are the maximum of both, ``restart`` and ``spool`` are
@@ -74,6 +77,31 @@ def boot_key(host: str, boot: Boot, spool: Mapping[str, object] | None = None) -
     else:
         return None
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
+
+
+def position_key(host: str, spool: Mapping[str, object] | None) -> str | None:
+    """The key of a boot without a timestamp (see the module doc), from its spool segment's first
+    line; None while the segment has no line on disk yet."""
+    path = spool_segment(spool)
+    if path is None or spool is None:
+        return None
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return None
+    for raw in head.split(b"\n")[:-1]:  # whole lines only
+        cols = raw.decode("utf-8", "replace").split("\t", 5)
+        if len(cols) != 6 or cols[2] == "marker":
+            continue
+        cursor, text = cols[3], cols[5]
+        if not cursor:
+            ident = f"{host}\0spool\0{spool.get('set')}\0{spool.get('boot')}"
+        else:
+            digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+            ident = f"{host}\0pos\0{cursor}\0{digest}"
+        return hashlib.sha256(ident.encode()).hexdigest()[:32]
+    return None
 
 
 def flag_value(flags: Mapping[str, object], names: Sequence[str]) -> object:

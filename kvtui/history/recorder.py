@@ -68,6 +68,8 @@ class BootRecorder:
         self._live: int | None = None  # the boot whose GPU peaks are being taken
         self._latest: Sequence[GpuReading] = ()
         self._pending: dict[int, tuple[str, dict[str, Any]]] = {}
+        # boots without a timestamp whose spool segment had no line on disk yet: keyed on a later try
+        self._unkeyed: dict[int, tuple[str, dict[str, Any]]] = {}
         self._cond = threading.Condition()
         self._closing = False
         self._busy = False
@@ -125,9 +127,11 @@ class BootRecorder:
     def _queue(self, index: int) -> None:
         boot = self._boots[index]
         spool = self._spools.get(index)
-        key = rec.boot_key(self.host, boot, spool)
+        key = rec.boot_key(self.host, boot)
         if key is None:
-            return
+            if not spool:
+                return
+            key = ""  # no timestamp: keyed by its first line's place in the source, in the writer
         doc = rec.boot_doc(self.host, boot, source=self.source, spool=spool, peaks_mib=self._peaks.get(index),
                            free_at_start_mib=self._free0.get(index))
         with self._cond:
@@ -149,14 +153,23 @@ class BootRecorder:
                 with self._cond:
                     while not self._pending and not self._closing:
                         self._cond.wait()
-                    if not self._pending and self._closing:
+                    last = not self._pending and self._closing
+                    if last and not self._unkeyed:
                         return
-                    batch = list(self._pending.values())
+                    batch = list(self._pending.items())
                     self._pending.clear()
                     self._busy = True
-                for key, doc in batch:
+                for index, (key, doc) in [*self._unkeyed.items(), *batch]:
                     if store.readonly:
                         continue
+                    self._unkeyed.pop(index, None)
+                    if not key:
+                        key = rec.position_key(self.host, doc.get("spool")) or ""
+                        if not key:  # its first line is not on disk yet: the next write tries again
+                            self._unkeyed[index] = ("", doc)
+                            for old in sorted(self._unkeyed)[:-KEEP_BOOTS]:  # bounded
+                                del self._unkeyed[old]
+                            continue
                     try:
                         store.put(doc, key)
                         self.written += 1
@@ -165,6 +178,8 @@ class BootRecorder:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+                if last:  # closing: the boots still without a key had their last try
+                    return
         except Exception as exc:  # never let the history take the reader down
             self._note(f"history: {exc}")
             log.exception("history writer failed")
