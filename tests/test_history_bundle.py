@@ -33,6 +33,10 @@ def test_secrets_are_masked_in_text_and_documents() -> None:
     assert masked["restart"]["edit"] == ["--set api-key=***"]
 
 
+def boot_tokens(bundle: Path) -> int:
+    return int(json.loads(read_member(bundle, "boot.json") or b"{}")["metrics"]["max_total_num_tokens"])
+
+
 def _kvtui(hosts: Path, *argv: str) -> int:
     return main(["--hosts", str(hosts), *argv])
 
@@ -53,13 +57,30 @@ def test_bundle_of_a_demo_boot_replays_to_the_same_json(tmp_path: Path, capsys: 
     out = tmp_path / "incident.tar.gz"
     assert _kvtui(hosts, "bundle", "demo", "-o", str(out)) == 0
     err = capsys.readouterr().err
-    assert f"→ {out}; open it with: kvtui replay {out}" in err
+    assert f"→ {out}; open it with: kvtui replay {out} (or kvtui connect --bundle {out})" in err
+    # kvtui wait joined a boot that was ready already: no GPU readings of its start (said so)
+    assert "note: gpu.json: no GPU readings were kept for this boot" in err
     with tarfile.open(out) as tar:
         names = tar.getnames()
         blob = b"".join(tar.extractfile(n).read() for n in names)  # type: ignore[union-attr]
-    assert names == ["manifest.json", "boot.json", "log.txt", "diff.txt", "replay.json"]
-    assert SECRET.encode() not in blob  # not in the log, the document, the diff or the replay
+    assert names == ["manifest.json", "boot.json", "log.txt", "diff.txt", "replay.json", "calc.json", "calc.txt",
+                     "flags-before.txt", "flags-after.txt"]
+    assert SECRET.encode() not in blob  # not in the log, the document, the diff, the replay, the flag files
     assert b"api_key='***'" in blob
+    manifest = json.loads(read_member(out, "manifest.json") or b"{}")
+    assert manifest["members"] == names[1:]
+    assert manifest["notes"][0].startswith("gpu.json: no GPU readings")
+    # the flag file before the edit (the backup apply took) and as it is now, through the demo backend
+    before = (read_member(out, "flags-before.txt") or b"").decode()
+    after = (read_member(out, "flags-after.txt") or b"").decode()
+    assert "--mem-fraction-static 0.86" in before
+    assert "--api-key" not in before
+    assert "--api-key ***" in after
+    # the calculator's state: its prediction for the boot, with the explain lines
+    calc = json.loads(read_member(out, "calc.json") or b"{}")
+    assert calc["predicted"]["max_total_num_tokens"] == boot_tokens(out)
+    assert any(line.startswith("N(0.86) = floor_page(") for line in calc["explain"])
+    assert (read_member(out, "calc.txt") or b"").decode().startswith("kvtui calc · sglang · demo boot #")
     boot = json.loads(read_member(out, "boot.json") or b"{}")
     assert boot["flags"]["api_key"] == MASK
     assert boot["restart"]["outcome"] == "ready"  # the apply's part and the wait's spool: one boot

@@ -27,6 +27,8 @@ KEEP_BOOTS = 8  # boots of one reader the recorder keeps state for (a long-lived
 
 class GpuReading(Protocol):
     @property
+    def ts(self) -> float: ...
+    @property
     def index(self) -> int: ...
     @property
     def used_mib(self) -> float: ...
@@ -63,6 +65,7 @@ class BootRecorder:
         self._sigs: dict[int, tuple[object, ...]] = {}
         self._peaks: dict[int, dict[int, float]] = {}
         self._free0: dict[int, dict[int, float]] = {}
+        self._series: dict[int, rec.GpuSeries] = {}  # the GPU readings of a starting boot (bounded)
         self._boots: dict[int, Boot] = {}
         self._spools: dict[int, dict[str, object]] = {}
         self._live: int | None = None  # the boot whose GPU peaks are being taken
@@ -97,11 +100,14 @@ class BootRecorder:
             self._live = index
             self._free0[index] = {g.index: g.total_mib - g.used_mib for g in self._latest if g.total_mib > 0}
             self._peaks[index] = {g.index: g.used_mib for g in self._latest}
+            self._series[index] = series = rec.GpuSeries()
+            if self._latest:
+                series.add(self._latest)
         self._queue(index)
 
     def _forget(self, below: int) -> None:
         """Bounded: what the recorder holds of boots older than the newest ``KEEP_BOOTS``."""
-        for table in (self._sigs, self._boots, self._spools, self._peaks, self._free0):
+        for table in (self._sigs, self._boots, self._spools, self._peaks, self._free0, self._series):
             for i in [i for i in table if i < below]:
                 del table[i]
 
@@ -123,6 +129,7 @@ class BootRecorder:
         for g in samples:
             if g.index not in free0 and g.total_mib > 0:
                 free0[g.index] = g.total_mib - g.used_mib
+        self._series.setdefault(i, rec.GpuSeries()).add(samples)
 
     def _queue(self, index: int) -> None:
         boot = self._boots[index]
@@ -132,8 +139,10 @@ class BootRecorder:
             if not spool:
                 return
             key = ""  # no timestamp: keyed by its first line's place in the source, in the writer
+        series = self._series.get(index)
         doc = rec.boot_doc(self.host, boot, source=self.source, spool=spool, peaks_mib=self._peaks.get(index),
-                           free_at_start_mib=self._free0.get(index))
+                           free_at_start_mib=self._free0.get(index),
+                           gpu_samples=series.to_json() if series is not None and series else None)
         with self._cond:
             self._pending[index] = (key, doc)
             if self._thread is None and not self._closing:
