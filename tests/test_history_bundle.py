@@ -100,3 +100,20 @@ def test_bundle_of_a_demo_boot_replays_to_the_same_json(tmp_path: Path, capsys: 
         k: v for k, v in waited["flags"].items() if k != "api_key"}
     assert _kvtui(hosts, "replay", str(out)) == 0
     assert "1 boot" in capsys.readouterr().out
+
+
+def test_secrets_are_masked_in_a_screenshot() -> None:
+    from kvtui.history.bundle import mask_svg
+
+    svg = ('<svg><text class="r1" x="0" y="20" textLength="500">server_args=ServerArgs(api_key=&#x27;'
+           f'{SECRET}&#x27;,&#160;port=30000)</text>'
+           f'<text class="r2" x="0" y="40">ExecStart=python&#160;-m&#160;sglang&#160;--api-key&#160;{SECRET}'
+           '&#160;--tp&#160;8</text><text>HF_TOKEN=hf_abc&#160;NCCL_DEBUG=INFO</text>'
+           '<text>tokenizer_path=&#x27;/m&#x27;&#160;token_usage=0.2</text></svg>')
+    masked = mask_svg(svg)
+    assert SECRET not in masked
+    assert "hf_abc" not in masked
+    assert "api_key=&#x27;***&#x27;" in masked
+    assert "--api-key&#160;***&#160;--tp&#160;8" in masked
+    assert "tokenizer_path=&#x27;/m&#x27;&#160;token_usage=0.2" in masked
+    assert masked.count("<text") == 4

@@ -216,3 +216,67 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
           f"open it with: kvtui replay {out} (or kvtui connect --bundle {out})", file=err)
     (stdout or sys.stdout).write(f"{out}\n")
     return EXIT_OK
+
+
+# -- the console's bundle key (B): kvtui connect hands the console this writer ----------------------------
+
+
+def _chosen_row(rows: list[Any], boot: Any, spool_dir: str | None, index: int | None) -> Any:
+    """The stored boot the console shows: the same first-line time, else the same spool segment,
+    else the newest."""
+    started = getattr(boot, "started_at", None)
+    if started is not None:
+        for r in rows:
+            if r.doc.get("started_at") == started.isoformat():
+                return r
+    for r in rows:
+        sp = r.doc.get("spool") or {}
+        if spool_dir is not None and sp.get("set") == spool_dir and sp.get("boot") == index:
+            return r
+    return rows[0] if rows else None
+
+
+async def write_console_bundle(pane: Any, svg: str, directory: Path | None = None) -> Path:
+    """The console's bundle of the boot it shows (``B``): what ``kvtui bundle`` writes, with the
+    calculator's state as the operator left it (their edits) and the screen as an SVG. Raises
+    ``ValueError`` with a message for the operator when there is nothing to bundle."""
+    from kvtui.history import HistoryError, open_store
+
+    host = pane.host_name
+    backend = pane.backend
+    if backend is not None and type(backend).__name__ == "BundleBackend":
+        raise ValueError(f"{host} is a recorded boot already: its bundle is {backend.path}")
+    monitor = pane.monitor
+    recorder = getattr(monitor, "history", None)
+    if recorder is not None:
+        await asyncio.to_thread(recorder.flush, 5.0)
+    elif pane.boot is not None:
+        raise ValueError(f"{host}: [history] record = false: no remembered boot to bundle")
+
+    def rows() -> list[Any]:
+        with open_store(readonly=True) as store:
+            return list(store.boots(host, limit=50))
+
+    try:
+        stored = await asyncio.to_thread(rows)
+    except HistoryError as exc:
+        raise ValueError(str(exc)) from exc
+    spool_dir = str(monitor.spool.directory) if monitor is not None else None
+    chosen = _chosen_row(stored, pane.boot, spool_dir, pane.boot_index)
+    if chosen is None:
+        raise ValueError(f"no boot of {host} in the history yet")
+    lines = await asyncio.to_thread(spool_lines, chosen.doc.get("spool"), host)
+    if lines is None:
+        raise ValueError(f"{host} boot #{chosen.id}: its log is not in the spool")
+    extras = Extras(svg=svg)
+    gpu_member(chosen.doc, extras)
+    pred = pane.calculator.prediction
+    if pred is not None:
+        calc_members(pred, f"{host} console (calculator as shown)", extras)
+    else:
+        calc_members(None, host, extras, pane.calculator.error or "the calculator had no prediction yet")
+    if backend is not None:
+        await flag_files(backend, host, pane.spec.config, chosen.doc, extras)
+    out = (directory or Path.cwd()) / f"kvtui-{host}-boot{chosen.id}.tar.gz"
+    await asyncio.to_thread(write, out, host, chosen, stored, lines, extras)
+    return out.resolve()

@@ -61,16 +61,18 @@ def mask_doc(value: Any, key: str = "") -> Any:
 
 
 _SVG_SEP: Final = "[ =\u00a0]"
-_SVG_FLAG_RE: Final = re.compile(rf"(?<![\w-])(--{_SECRET})({_SVG_SEP}+)([^\s<&\"']+)", re.IGNORECASE)
-_SVG_ENV_RE: Final = re.compile(rf"(\b{_SECRET}=)(['\"]?)([^\s<&\"',;)]+)", re.IGNORECASE)
+_SVG_QUOTE: Final = "(?:'|\"|&#x27;|&#39;|&quot;)?"
+_SVG_VALUE: Final = "[^\\s<&\"',;)]+"
+_SVG_FLAG_RE: Final = re.compile(rf"(?<![\w-])(--{_SECRET}{_SVG_SEP}+{_SVG_QUOTE}){_SVG_VALUE}", re.IGNORECASE)
+_SVG_ENV_RE: Final = re.compile(rf"(\b{_SECRET}={_SVG_QUOTE}){_SVG_VALUE}", re.IGNORECASE)
 
 
 def mask_svg(svg: str) -> str:
     """A screenshot (Textual's SVG export) with secret-looking values masked in its text (the
-    export writes spaces as ``&#160;``)."""
-    text = svg.replace("&#160;", "\u00a0").replace("&#x27;", "'").replace("&quot;", '"')
-    text = _SVG_FLAG_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
-    text = _SVG_ENV_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+    export writes spaces as ``&#160;`` and quotes as entities)."""
+    text = svg.replace("&#160;", "\u00a0")
+    text = _SVG_FLAG_RE.sub(lambda m: f"{m.group(1)}{MASK}", text)
+    text = _SVG_ENV_RE.sub(lambda m: f"{m.group(1)}{MASK}", text)
     return text.replace("\u00a0", "&#160;")
 
 
