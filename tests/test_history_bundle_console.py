@@ -103,6 +103,15 @@ async def test_the_bundle_key_and_connect_bundle(tmp_path: Path, monkeypatch: py
         assert "demo-bundle is a recorded boot (bundle kvtui-demo-boot2.tar.gz), read-only" in notice.body
         await pilot.press("escape")
         await pilot.pause()
+        before = len(_messages(offline))
+        await pilot.press("u")  # a rollback: refused the same way
+        await wait_for(pilot, lambda: isinstance(offline.screen, NoticeScreen) or len(_messages(offline)) > before,
+                       timeout=10)
+        said = offline.screen.body if isinstance(offline.screen, NoticeScreen) else " ".join(_messages(offline))
+        assert "is a recorded boot (bundle kvtui-demo-boot2.tar.gz), read-only" in said
+        if isinstance(offline.screen, NoticeScreen):
+            await pilot.press("escape")
+            await pilot.pause()
         await pilot.press("B")
         await wait_for(pilot, lambda: any("is a recorded boot already" in m for m in _messages(offline)), timeout=10)
     with open_store(readonly=True) as store:
