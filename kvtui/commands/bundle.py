@@ -244,7 +244,7 @@ async def write_console_bundle(pane: Any, svg: str, directory: Path | None = Non
 
     host = pane.host_name
     backend = pane.backend
-    if backend is not None and type(backend).__name__ == "BundleBackend":
+    if getattr(backend, "recorded", False):
         raise ValueError(f"{host} is a recorded boot already: its bundle is {backend.path}")
     monitor = pane.monitor
     recorder = getattr(monitor, "history", None)
