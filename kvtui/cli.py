@@ -56,8 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     common = [_global_options()]
 
     p = sub.add_parser("connect", parents=common, help="live console for one or more hosts ('demo' always exists)")
-    p.add_argument("host", nargs="+", metavar="HOST")
+    p.add_argument("host", nargs="*", metavar="HOST")
     p.add_argument("--readonly", action="store_true", help="hide every action that changes a host")
+    p.add_argument("--bundle", metavar="FILE.tar.gz",
+                   help="open an incident bundle offline: a read-only console over the recorded boot")
 
     p = sub.add_parser("wait", parents=common, help="follow a boot until it is ready (0) or fails (1)")
     p.add_argument("host", metavar="HOST")

@@ -33,6 +33,10 @@ def test_secrets_are_masked_in_text_and_documents() -> None:
     assert masked["restart"]["edit"] == ["--set api-key=***"]
 
 
+def boot_tokens(bundle: Path) -> int:
+    return int(json.loads(read_member(bundle, "boot.json") or b"{}")["metrics"]["max_total_num_tokens"])
+
+
 def _kvtui(hosts: Path, *argv: str) -> int:
     return main(["--hosts", str(hosts), *argv])
 
@@ -53,13 +57,33 @@ def test_bundle_of_a_demo_boot_replays_to_the_same_json(tmp_path: Path, capsys: 
     out = tmp_path / "incident.tar.gz"
     assert _kvtui(hosts, "bundle", "demo", "-o", str(out)) == 0
     err = capsys.readouterr().err
-    assert f"→ {out}; open it with: kvtui replay {out}" in err
+    assert f"→ {out}; open it with: kvtui replay {out} (or kvtui connect --bundle {out})" in err
     with tarfile.open(out) as tar:
         names = tar.getnames()
         blob = b"".join(tar.extractfile(n).read() for n in names)  # type: ignore[union-attr]
-    assert names == ["manifest.json", "boot.json", "log.txt", "diff.txt", "replay.json"]
-    assert SECRET.encode() not in blob  # not in the log, the document, the diff or the replay
+    # kvtui wait joined a boot that was ready (or, on a loaded machine, seen starting while its
+    # journal was replayed: then the readings it took meanwhile are kept); without them, it says so
+    manifest = json.loads(read_member(out, "manifest.json") or b"{}")
+    if "gpu.json" not in names:
+        assert "note: gpu.json: no GPU readings were kept for this boot" in err
+        assert manifest["notes"][0].startswith("gpu.json: no GPU readings")
+    assert [n for n in names if n != "gpu.json"] == [
+        "manifest.json", "boot.json", "log.txt", "diff.txt", "replay.json", "calc.json", "calc.txt",
+        "flags-before.txt", "flags-after.txt"]
+    assert SECRET.encode() not in blob  # not in the log, the document, the diff, the replay, the flag files
     assert b"api_key='***'" in blob
+    assert manifest["members"] == names[1:]
+    # the flag file before the edit (the backup apply took) and as it is now, through the demo backend
+    before = (read_member(out, "flags-before.txt") or b"").decode()
+    after = (read_member(out, "flags-after.txt") or b"").decode()
+    assert "--mem-fraction-static 0.86" in before
+    assert "--api-key" not in before
+    assert "--api-key ***" in after
+    # the calculator's state: its prediction for the boot, with the explain lines
+    calc = json.loads(read_member(out, "calc.json") or b"{}")
+    assert calc["predicted"]["max_total_num_tokens"] == boot_tokens(out)
+    assert any(line.startswith("N(0.86) = floor_page(") for line in calc["explain"])
+    assert (read_member(out, "calc.txt") or b"").decode().startswith("kvtui calc · sglang · demo boot #")
     boot = json.loads(read_member(out, "boot.json") or b"{}")
     assert boot["flags"]["api_key"] == MASK
     assert boot["restart"]["outcome"] == "ready"  # the apply's part and the wait's spool: one boot
@@ -79,3 +103,20 @@ def test_bundle_of_a_demo_boot_replays_to_the_same_json(tmp_path: Path, capsys: 
         k: v for k, v in waited["flags"].items() if k != "api_key"}
     assert _kvtui(hosts, "replay", str(out)) == 0
     assert "1 boot" in capsys.readouterr().out
+
+
+def test_secrets_are_masked_in_a_screenshot() -> None:
+    from kvtui.history.bundle import mask_svg
+
+    svg = ('<svg><text class="r1" x="0" y="20" textLength="500">server_args=ServerArgs(api_key=&#x27;'
+           f'{SECRET}&#x27;,&#160;port=30000)</text>'
+           f'<text class="r2" x="0" y="40">ExecStart=python&#160;-m&#160;sglang&#160;--api-key&#160;{SECRET}'
+           '&#160;--tp&#160;8</text><text>HF_TOKEN=hf_abc&#160;NCCL_DEBUG=INFO</text>'
+           '<text>tokenizer_path=&#x27;/m&#x27;&#160;token_usage=0.2</text></svg>')
+    masked = mask_svg(svg)
+    assert SECRET not in masked
+    assert "hf_abc" not in masked
+    assert "api_key=&#x27;***&#x27;" in masked
+    assert "--api-key&#160;***&#160;--tp&#160;8" in masked
+    assert "tokenizer_path=&#x27;/m&#x27;&#160;token_usage=0.2" in masked
+    assert masked.count("<text") == 4

@@ -31,7 +31,7 @@ def test_five_restarts_then_the_ledger_and_an_eta(tmp_path: Path, capsys: pytest
     # from the third on, the boots remembered before the current one calibrate the prediction too
     assert "calibrated with 2 boots of this deployment: 1 from the history (fractions 0.8)" in errs[2]
     assert "calibrated with 4 boots of this deployment: 3 from the history (fractions 0.8, 0.83, 0.86)" in errs[4]
-    assert "basis two-point" in errs[4]
+    assert "basis least-squares" in errs[4]  # four boots: a line fitted through all of them
 
     assert main(["--hosts", str(hosts), "history", "demo", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -71,7 +71,7 @@ def test_five_restarts_then_the_ledger_and_an_eta(tmp_path: Path, capsys: pytest
     # kvtui calc --host calibrates with them too (the current boot is the sixth: five others)
     assert main(["--hosts", str(hosts), "calc", "--host", "demo", "--set", "mem-fraction-static=0.9"]) == 0
     head = capsys.readouterr().out.splitlines()[0]
-    assert "(+5 boots of this deployment from the history) · basis two-point" in head
+    assert "(+5 boots of this deployment from the history) · basis least-squares · confidence high (6 boots)" in head
 
 
 @pytest.mark.slow
@@ -103,3 +103,24 @@ def test_wait_on_a_failed_boot_says_what_changed_since_the_last_good_one(
     assert "changed  mem_fraction_static: 0.86 → 0.99" in out
     with_ids = [ln for ln in out.splitlines() if ln.startswith("#") or "compared with" in ln]
     assert len(with_ids) == 2
+
+
+@pytest.mark.slow
+def test_apply_restart_heartbeat_carries_the_eta(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The follower of ``apply --restart`` (the service, which imports no history) says the new
+    boot's ETA in its heartbeat: the command passes it the estimate as a callable."""
+    from kvtui import fmt
+
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(HOSTS)
+    assert main(["--hosts", str(hosts), "apply", "demo", "--set", "mem-fraction-static=0.83", "--restart",
+                 "--yes"]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(fmt, "HEARTBEAT_S", 0.02)  # a heartbeat every few lines of the 0.7 s demo boot
+    assert main(["--hosts", str(hosts), "apply", "demo", "--set", "mem-fraction-static=0.84", "--restart",
+                 "--yes"]) == 0
+    err = capsys.readouterr().err
+    beats = [ln for ln in err.splitlines() if ln.startswith("… still waiting after ") and "the new boot is in" in ln]
+    assert beats, err
+    assert any("(median of 1 boot)" in ln and " / ~0:0" in ln for ln in beats), beats

@@ -90,3 +90,64 @@ async def test_reconnects_mid_boot_and_two_consoles_store_each_boot_once(tmp_pat
     # whether a reading lands while a boot of this fast fake journal is starting is timing
     for r in rows:
         assert all(v > 0 for v in r.doc["peak_used_mib"].values())
+
+
+
+def test_a_boot_without_timestamps_is_stored_once_by_two_readers(tmp_path: Path) -> None:
+    """A boot whose first line carries no time (a container banner before the engine's lines,
+    replayed from the start of the file): two consoles, each with its own spool set, key it by its
+    first line's place in the source (the file's byte offset) and text, not by their own spool; the
+    same text logged again later (a restart: another offset) is another boot."""
+    from history_support import boots_of
+
+    from kvtui.spool import Spool
+
+    text = (Path(__file__).parent / "fixtures/real/37-sglang-0.5.11-gemma4-frozen-kv-mtp-hybrid-ready.log").read_text()
+    lines = text.splitlines()
+    (boot,) = boots_of(lines)
+    assert boot.started_at is None
+    assert boot.status is BootStatus.READY
+    db = tmp_path / "history.sqlite3"
+
+    def read(base: int) -> Spool:
+        """A reader's spool of the boot, whose first line sits at byte ``base`` of the log file."""
+        spool = Spool.create(tmp_path / "state" / "spool" / "box", host="box")
+        offset = base
+        for ln in lines:
+            offset += len(ln.encode()) + 1
+            spool.append(ln, boot=0, cursor=str(offset))
+        return spool
+
+    def record(spool: Spool, *, flush: bool = True) -> BootRecorder:
+        rec = BootRecorder("box", db)
+        if flush:
+            spool.flush()
+        rec.observe(0, boot, {"set": str(spool.directory), "boot": 0})
+        return rec
+
+    for _ in range(2):  # two consoles
+        spool = read(0)
+        rec = record(spool)
+        assert rec.flush()
+        rec.close()
+        spool.close()
+        assert rec.problem is None
+    with open_store(db) as store:
+        rows = store.boots("box")
+    assert len(rows) == 1
+    assert rows[0].status == "ready"
+    # a third reader whose spool had not reached the disk when the boot was seen: keyed on close
+    spool = read(0)
+    rec = record(spool, flush=False)
+    spool.close()
+    rec.close()
+    assert rec.written == 1
+    with open_store(db) as store:
+        assert len(store.boots("box")) == 1
+    # the server restarted and logged the same lines again, further down the file
+    spool = read(len(text.encode()))
+    rec = record(spool)
+    rec.close()
+    spool.close()
+    with open_store(db) as store:
+        assert len(store.boots("box")) == 2

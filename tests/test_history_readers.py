@@ -244,3 +244,15 @@ def test_fixture_pair_keeps_its_failure_in_the_store(hosts: Path, tmp_path: Path
     assert [r.status for r in rows] == ["failed", "ready"]
     assert rows[0].doc["failure"]["kind"] == "oom_graph_capture"
     assert rows[0].doc["failure"]["phase"] == "graph_capture"
+
+
+def test_slower_than_usual_from_the_stall_detectors_silence() -> None:
+    est = eta.PhaseEstimate("graph_capture", 65.0, 50.0, 80.0, 6)
+    running = eta.BootEta("graph_capture", 30.0, est, 120.0, 6, "")
+    assert eta.slow_reason(running) is None  # on time, not silent
+    assert eta.slow_reason(running, 300.0) == (
+        "slower than usual: silent for 5:00 in graph_capture, which takes ~1:05 (median of 6 boots)")
+    late = eta.BootEta("graph_capture", 220.0, est, 0.0, 6, "")
+    assert eta.slow_reason(late, 300.0) == "slower than usual: 3.4× the median of 6 boots"  # the ratio says more
+    assert eta.slow_reason(None, 300.0) is None  # no history: the stall notice alone says it
+    assert eta.slow_reason(eta.BootEta("graph_capture", 30.0, None, None, 0, "no ETA"), 300.0) is None

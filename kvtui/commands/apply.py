@@ -233,12 +233,15 @@ async def confirm_and_execute(
     def progress(msg: str) -> None:
         print(msg, file=stderr, flush=True)
 
+    eta = None
     if plan.restart and plan.calibration is not None:  # how long the new boot usually takes (the history)
-        from kvtui.history.eta import expected_text, past_boots
+        from kvtui.history.eta import expected_text, heartbeat_eta, past_boots
 
-        progress(expected_text(await asyncio.to_thread(past_boots, plan.name), plan.calibration.flags, host=plan.name))
+        past = await asyncio.to_thread(past_boots, plan.name)
+        progress(expected_text(past, plan.calibration.flags, host=plan.name))
+        eta = heartbeat_eta(past, plan.name, clock or time.time)  # the follower's heartbeat says it too
 
-    outcome = await service.execute(plan, backend, progress, clock=clock or time.time, heartbeat=progress)
+    outcome = await service.execute(plan, backend, progress, clock=clock or time.time, heartbeat=progress, eta=eta)
     _record(plan, outcome, args, stderr, verb)
     if outcome.status in ("error", "refused"):
         print(f"kvtui {verb}: {outcome.messages[-1] if outcome.messages else outcome.status}", file=stderr)

@@ -131,7 +131,9 @@ def render(pred: kc.Prediction, source: str) -> str:
     m = pred.model
     ff = kc.fraction_flag(m.engine)
     page_name = "block_size" if m.engine is Engine.VLLM else "page_size"
-    out: list[str] = [f"kvtui calc · {m.engine.value} · {source} · basis {m.basis} · confidence {pred.confidence}", ""]
+    used = f" ({m.calibration_boots} boots)" if m.calibration_boots > 1 else ""
+    head = f"kvtui calc · {m.engine.value} · {source} · basis {m.basis} · confidence {pred.confidence}{used}"
+    out: list[str] = [head, ""]
     obs = [f"{ff} {_fr(m.fraction)}", f"{_tok(m.tokens)} tokens"]
     if m.kv_cache_gib is not None:
         obs.append(f"KV {_gib(m.kv_cache_gib)} per rank")

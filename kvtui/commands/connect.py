@@ -1,4 +1,5 @@
-"""``kvtui connect HOST [HOST…] [--readonly]``: the live console.
+"""``kvtui connect HOST [HOST…] [--readonly]``: the live console; ``kvtui connect --bundle FILE``:
+the same console over a recorded boot (``kvtui.hosts.bundle``: read-only, nothing recorded).
 
 Textual and the hosts layer are imported only here, when the command runs.
 """
@@ -7,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from kvtui.exits import EXIT_INPUT, EXIT_OK
+from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
     from kvtui.config import Config
+    from kvtui.ui.app import KvtuiApp
 
 
 def expand_names(config: Config, names: list[str]) -> list[str]:
@@ -26,14 +28,58 @@ def expand_names(config: Config, names: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def bundle_app(path: str, config: Config, *, readonly: bool = False, **options: Any) -> KvtuiApp:
+    """The console over a bundle's recorded boot (raises ``BundleError`` naming the file): one
+    pane named after the bundle's host (``HOST-bundle``), its backend the bundle, no history
+    recorded, no readiness probe; edits and restarts are refused by the backend with the reason."""
+    import re
+    from pathlib import Path
+
+    from kvtui.config import LocalHost
+    from kvtui.hosts.bundle import BundleBackend, load_bundle
+    from kvtui.ui.app import KvtuiApp
+    from kvtui.ui.host_pane import HostSpec
+
+    bundle = load_bundle(path)
+    name = f"{bundle.host}-bundle" if re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", bundle.host) else "bundle"
+    host = LocalHost(local=True, log_file=str(bundle.path), probe=False)
+
+    def factory(n: str, _host: object, **_kw: object) -> BundleBackend:
+        return BundleBackend(n, bundle.path, bundle=bundle)
+
+    async def _recorded(pane: Any, svg: str) -> Path:
+        raise ValueError(f"{pane.host_name} is a recorded boot already: its bundle is {bundle.path}")
+
+    monitor_options = {"history": None, **dict(options.pop("monitor_options", None) or {})}
+    return KvtuiApp([HostSpec(name, host)], backend_factory=factory, config=config, readonly=readonly,
+                    monitor_options=monitor_options, bundle_writer=_recorded, **options)
+
+
 def run(args: argparse.Namespace) -> int:
     from kvtui.config import ConfigError, load_config
 
+    bundle = getattr(args, "bundle", None)
+    if bundle and args.host:
+        print("kvtui connect: --bundle FILE opens a recorded boot: give no HOST with it", file=sys.stderr)
+        return EXIT_USAGE
+    if not bundle and not args.host:
+        print("kvtui connect: name a HOST (see kvtui hosts), or --bundle FILE.tar.gz", file=sys.stderr)
+        return EXIT_USAGE
     try:
         config = load_config(args.hosts)
     except ConfigError as exc:
         print(f"kvtui: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    if bundle:
+        from kvtui.hosts.bundle import BundleError
+
+        try:
+            app = bundle_app(bundle, config, readonly=args.readonly, freeze_gc=True)
+        except BundleError as exc:
+            print(f"kvtui connect: {exc}", file=sys.stderr)
+            return EXIT_INPUT
+        code = app.run()
+        return EXIT_OK if code is None else int(code)
 
     if len(args.host) == 1 and config.deployment(args.host[0]) is not None:
         # one deployment: its one pane (GPUs grouped by node, the merged boot and log)
@@ -54,10 +100,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvtui: {exc}", file=sys.stderr)
         return EXIT_INPUT
 
+    from kvtui.commands.bundle import write_console_bundle
     from kvtui.hosts.factory import make_backend
     from kvtui.ui.app import KvtuiApp
 
     app = KvtuiApp(specs, backend_factory=make_backend, config=config, readonly=args.readonly, freeze_gc=True,
-                   probe_ready=True)
+                   probe_ready=True, bundle_writer=write_console_bundle)
     code = app.run()
     return EXIT_OK if code is None else int(code)

@@ -3,8 +3,13 @@
 the last good boot, and the ``replay --json`` document of the log — with secrets masked (flags and
 environment variables whose names look like tokens, keys, passwords or secrets; in the log too).
 
-Members: ``manifest.json`` (``{"kvtui_bundle": 1, "host", "boot", "created"}``), ``boot.json``,
-``log.txt``, ``diff.txt`` (when there is a last good boot), ``replay.json``."""
+Members: ``manifest.json`` (``{"kvtui_bundle": 1, "host", "boot", "created", "members", "notes"}``),
+``boot.json``, ``log.txt``, ``diff.txt`` (when there is a last good boot), ``replay.json``, and when
+known: ``gpu.json`` (the boot's GPU readings: ``record.GpuSeries``), ``calc.json`` / ``calc.txt``
+(the calculator's state: its prediction with the reasons and explain lines), ``flags-before.txt``
+/ ``flags-after.txt`` (a kvtui-applied edit: the backup taken before it and the file as it is
+now), ``screenshot.svg`` (a bundle written from the console). ``notes`` says what could not be
+added and why."""
 
 from __future__ import annotations
 
@@ -55,6 +60,22 @@ def mask_doc(value: Any, key: str = "") -> Any:
     return value
 
 
+_SVG_SEP: Final = "[ =\u00a0]"
+_SVG_QUOTE: Final = "(?:'|\"|&#x27;|&#39;|&quot;)?"
+_SVG_VALUE: Final = "[^\\s<&\"',;)]+"
+_SVG_FLAG_RE: Final = re.compile(rf"(?<![\w-])(--{_SECRET}{_SVG_SEP}+{_SVG_QUOTE}){_SVG_VALUE}", re.IGNORECASE)
+_SVG_ENV_RE: Final = re.compile(rf"(\b{_SECRET}={_SVG_QUOTE}){_SVG_VALUE}", re.IGNORECASE)
+
+
+def mask_svg(svg: str) -> str:
+    """A screenshot (Textual's SVG export) with secret-looking values masked in its text (the
+    export writes spaces as ``&#160;`` and quotes as entities)."""
+    text = svg.replace("&#160;", "\u00a0")
+    text = _SVG_FLAG_RE.sub(lambda m: f"{m.group(1)}{MASK}", text)
+    text = _SVG_ENV_RE.sub(lambda m: f"{m.group(1)}{MASK}", text)
+    return text.replace("\u00a0", "&#160;")
+
+
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
     info = tarfile.TarInfo(name)
     info.size = len(data)
@@ -64,21 +85,57 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
 
 
 def write_bundle(path: Path, *, host: str, boot_id: int, doc: Mapping[str, Any], log_lines: Sequence[str],
-                 replay_doc: Mapping[str, Any], diff_lines: Sequence[str] = (), now: float | None = None) -> Path:
-    """Write the bundle (atomically: a temporary name, then renamed)."""
+                 replay_doc: Mapping[str, Any], diff_lines: Sequence[str] = (), now: float | None = None,
+                 texts: Mapping[str, str] | None = None, docs: Mapping[str, Any] | None = None,
+                 svg: str | None = None, notes: Sequence[str] = ()) -> Path:
+    """Write the bundle (atomically: a temporary name, then renamed). ``texts`` and ``docs``: more
+    members (text / JSON), masked like the rest; ``svg``: the console's screenshot."""
     created = time.time() if now is None else now
-    manifest = {"kvtui_bundle": BUNDLE_VERSION, "host": host, "boot": boot_id, "created": created}
+    members: list[tuple[str, bytes]] = [
+        ("boot.json", json.dumps(mask_doc(dict(doc)), indent=2, ensure_ascii=False).encode()),
+        ("log.txt", "".join(mask_text(ln) + "\n" for ln in log_lines).encode()),
+    ]
+    if diff_lines:
+        members.append(("diff.txt", "".join(mask_text(ln) + "\n" for ln in diff_lines).encode()))
+    members.append(("replay.json", json.dumps(mask_doc(dict(replay_doc)), indent=2, ensure_ascii=False).encode()))
+    for name, value in (docs or {}).items():
+        members.append((name, json.dumps(mask_doc(value), indent=2, ensure_ascii=False).encode()))
+    for name, text in (texts or {}).items():
+        members.append((name, mask_text(text).encode()))
+    if svg is not None:
+        members.append(("screenshot.svg", mask_svg(svg).encode()))
+    manifest = {"kvtui_bundle": BUNDLE_VERSION, "host": host, "boot": boot_id, "created": created,
+                "members": [n for n, _ in members], "notes": [mask_text(n) for n in notes]}
     tmp = path.with_name(path.name + ".part")
     with tarfile.open(tmp, "w:gz") as tar:
         _add(tar, "manifest.json", json.dumps(manifest, indent=2).encode(), created)
-        _add(tar, "boot.json", json.dumps(mask_doc(dict(doc)), indent=2, ensure_ascii=False).encode(), created)
-        _add(tar, "log.txt", "".join(mask_text(ln) + "\n" for ln in log_lines).encode(), created)
-        if diff_lines:
-            _add(tar, "diff.txt", "".join(mask_text(ln) + "\n" for ln in diff_lines).encode(), created)
-        _add(tar, "replay.json", json.dumps(mask_doc(dict(replay_doc)), indent=2, ensure_ascii=False).encode(),
-             created)
+        for name, data in members:
+            _add(tar, name, data, created)
     tmp.replace(path)
     return path
+
+
+def read_members(path: str | Path) -> dict[str, bytes] | None:
+    """Every member of a kvtui bundle (None when ``path`` is not one)."""
+    try:
+        if not tarfile.is_tarfile(path):
+            return None
+        out: dict[str, bytes] = {}
+        with tarfile.open(path, "r:*") as tar:
+            for info in tar.getmembers():
+                if info.isfile() and info.size <= 256 << 20:
+                    fh = tar.extractfile(info)
+                    if fh is not None:
+                        out[info.name] = fh.read()
+    except (OSError, tarfile.TarError):
+        return None
+    try:
+        manifest = json.loads(out.get("manifest.json", b""))
+    except ValueError:
+        return None
+    if not isinstance(manifest, dict) or manifest.get("kvtui_bundle") != BUNDLE_VERSION:
+        return None
+    return out
 
 
 def read_member(path: str | Path, name: str) -> bytes | None:

@@ -10,7 +10,7 @@ same TP size; graph capture the same batch-size list (else the same capture flag
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -78,6 +78,39 @@ class BootEta:
 
 def slow_text(ratio: float, boots: int) -> str:
     return f"slower than usual: {ratio:.1f}× the median of {boots} boot{'s' if boots != 1 else ''}"
+
+
+def slow_reason(eta: BootEta | None, silent_s: float | None = None) -> str | None:
+    """Why the running boot is slower than usual, when it is: its phase past ``SLOW_FACTOR`` × the
+    median, or the stall detector's silence (``silent_s``: no log line and no GPU-memory change for
+    that long) in a phase whose past boots are known — ``slower than usual: silent for 5:00 in
+    graph_capture, which takes ~1:05 (median of 6 boots)``. None: nothing to say (no history)."""
+    if eta is None or eta.current is None:
+        return None
+    c = eta.current
+    ratio = eta.slow
+    if ratio is not None:
+        return slow_text(ratio, c.boots)
+    if silent_s is None:
+        return None
+    boots = f"median of {c.boots} boot{'s' if c.boots != 1 else ''}"
+    return f"slower than usual: silent for {clock(silent_s)} in {eta.phase}, which takes ~{clock(c.median)} ({boots})"
+
+
+def heartbeat_eta(history: Sequence[Mapping[str, Any]], host: str,
+                  now: Callable[[], float]) -> Callable[[Boot], str | None]:
+    """For ``kvtui apply --restart``'s follower (``kvtui.hosts.service``, which imports no
+    history): the new boot -> its ETA text for the heartbeat, None without one (the line before
+    the restart already said there is no history)."""
+    from datetime import UTC
+
+    def eta_of(boot: Boot) -> str | None:
+        if not history:
+            return None
+        got = estimate(boot, history, datetime.fromtimestamp(now(), tz=UTC), host=host)
+        return got.text() if got.current is not None or got.remaining is not None else None
+
+    return eta_of
 
 
 def clock(seconds: float) -> str:

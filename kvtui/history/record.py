@@ -8,12 +8,15 @@ prediction that preceded it and the outcome (``restart``).
 
 ``boot_key`` names a boot independently of who saw it: host + the timestamp of its first line
 (every reader of the same log agrees on it: a reconnect, a re-read spool, a second console, the
-follower of ``kvtui apply``). A boot without a timestamp is keyed by its spool location (the same
-spool read twice is still one boot), and one with neither is not stored.
+follower of ``kvtui apply``). A boot without a timestamp is keyed by where its first line sits in
+the source (``position_key``: the source's resume cursor of that line — a file's byte offset — and
+a hash of its text, read from the reader's spool segment), which every reader of the log agrees on
+too; a first line without a cursor falls back to the spool location (the same spool read twice is
+still one boot), and a boot with none of these is not stored.
 
 ``merge`` combines two documents of one boot: the further-advanced boot wins (terminal status,
-then more phases, then more figures), peaks are the maximum of both, ``restart`` and ``spool`` are
-kept from whichever has them.
+then more phases, then more figures), peaks are the maximum of both, ``restart``, ``spool`` and
+the GPU readings (``gpu_samples``, bounded: ``GpuSeries``) are kept from whichever has them.
 """
 
 from __future__ import annotations
@@ -76,11 +79,105 @@ def boot_key(host: str, boot: Boot, spool: Mapping[str, object] | None = None) -
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
 
+def position_key(host: str, spool: Mapping[str, object] | None) -> str | None:
+    """The key of a boot without a timestamp (see the module doc), from its spool segment's first
+    line; None while the segment has no line on disk yet."""
+    path = spool_segment(spool)
+    if path is None or spool is None:
+        return None
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return None
+    for raw in head.split(b"\n")[:-1]:  # whole lines only
+        cols = raw.decode("utf-8", "replace").split("\t", 5)
+        if len(cols) != 6 or cols[2] == "marker":
+            continue
+        cursor, text = cols[3], cols[5]
+        if not cursor:
+            ident = f"{host}\0spool\0{spool.get('set')}\0{spool.get('boot')}"
+        else:
+            digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+            ident = f"{host}\0pos\0{cursor}\0{digest}"
+        return hashlib.sha256(ident.encode()).hexdigest()[:32]
+    return None
+
+
 def flag_value(flags: Mapping[str, object], names: Sequence[str]) -> object:
     for n in names:
         if n in flags and flags[n] is not None:
             return flags[n]
     return None
+
+
+GPU_SAMPLES_MAX: Final = 240  # GPU readings kept per boot (older ones thinned to every other)
+
+
+class GpuSeries:
+    """The GPU readings of one boot, bounded: past ``GPU_SAMPLES_MAX`` every other reading is
+    dropped and only every second one after is kept (so a long boot keeps its whole span at a
+    coarser step). Stored as ``{"total_mib": {gpu: MiB}, "ts": [...], "used_mib": {gpu: [...]}}``
+    (MiB rounded; a GPU missing from a reading: null)."""
+
+    def __init__(self, limit: int = GPU_SAMPLES_MAX) -> None:
+        self.limit = max(2, limit)
+        self.stride = 1
+        self._seen = 0
+        self.ts: list[float] = []
+        self.used: list[dict[int, float]] = []
+        self.total: dict[int, float] = {}
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def add(self, samples: Sequence[Any]) -> None:
+        """One reading (``GpuSample``-like: index, used_mib, total_mib, ts)."""
+        if not samples:
+            return
+        self._seen += 1
+        if (self._seen - 1) % self.stride:
+            return
+        self.ts.append(float(max((getattr(g, "ts", 0.0) or 0.0) for g in samples)))
+        self.used.append({int(g.index): float(g.used_mib) for g in samples})
+        for g in samples:
+            if g.total_mib > 0:
+                self.total[int(g.index)] = float(g.total_mib)
+        if len(self.ts) > self.limit:
+            self.ts = self.ts[::2]
+            self.used = self.used[::2]
+            self.stride *= 2
+
+    def to_json(self) -> dict[str, Any]:
+        gpus = sorted({i for u in self.used for i in u})
+        return {
+            "total_mib": {str(i): round(self.total.get(i, 0.0)) for i in gpus},
+            "ts": [round(t, 3) for t in self.ts],
+            "used_mib": {str(i): [round(u[i]) if i in u else None for u in self.used] for i in gpus},
+        }
+
+
+def gpu_readings(series: object) -> list[list[tuple[int, float, float, float]]]:
+    """A stored series back as readings: per reading, (gpu, used MiB, total MiB, ts) per GPU."""
+    if not isinstance(series, dict):
+        return []
+    ts = series.get("ts")
+    used = series.get("used_mib")
+    total = series.get("total_mib") or {}
+    if not isinstance(ts, list) or not isinstance(used, dict) or not isinstance(total, dict):
+        return []
+    out: list[list[tuple[int, float, float, float]]] = []
+    for k, t in enumerate(ts):
+        reading: list[tuple[int, float, float, float]] = []
+        for gpu, values in sorted(used.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0):
+            if not isinstance(values, list) or k >= len(values):
+                continue
+            u, tot = _num(values[k]), _num(total.get(gpu))
+            if u is not None and str(gpu).isdigit():
+                reading.append((int(gpu), u, tot or 0.0, float(t) if _num(t) is not None else 0.0))
+        if reading:
+            out.append(reading)
+    return out
 
 
 def boot_doc(
@@ -92,6 +189,7 @@ def boot_doc(
     peaks_mib: Mapping[int, float] | None = None,
     free_at_start_mib: Mapping[int, float] | None = None,
     restart: Mapping[str, object] | None = None,
+    gpu_samples: Mapping[str, object] | None = None,
 ) -> Doc:
     """The history's document of ``boot`` (see the module doc)."""
     doc: Doc = boot.to_json()
@@ -108,6 +206,7 @@ def boot_doc(
     doc["peak_used_mib"] = {str(k): float(v) for k, v in sorted((peaks_mib or {}).items())}
     doc["gpu_free_at_start_mib"] = {str(k): float(v) for k, v in sorted((free_at_start_mib or {}).items())}
     doc["spool"] = dict(spool) if spool else None
+    doc["gpu_samples"] = dict(gpu_samples) if gpu_samples else None
     doc["restart"] = dict(restart) if restart else None
     return doc
 
@@ -131,15 +230,22 @@ def _max_map(a: object, b: object) -> dict[str, float]:
     return out
 
 
+def _series_len(series: object) -> int:
+    ts = series.get("ts") if isinstance(series, dict) else None
+    return len(ts) if isinstance(ts, list) else 0
+
+
 def merge(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Doc:
     """One boot's document from two readers' (see the module doc)."""
     if old is None:
         return dict(new)
     base, other = (dict(new), old) if progress(new) >= progress(old) else (dict(old), new)
     base["peak_used_mib"] = _max_map(old.get("peak_used_mib"), new.get("peak_used_mib"))
-    for key in ("gpu_free_at_start_mib", "spool", "source"):
+    for key in ("gpu_free_at_start_mib", "spool", "source", "gpu_samples"):
         if not base.get(key) and other.get(key):
             base[key] = other[key]
+    if _series_len(other.get("gpu_samples")) > _series_len(base.get("gpu_samples")):
+        base["gpu_samples"] = other["gpu_samples"]  # the reader that saw more of the boot's readings
     restart_old, restart_new = old.get("restart"), new.get("restart")
     if isinstance(restart_old, dict) or isinstance(restart_new, dict):
         r: dict[str, Any] = dict(restart_old) if isinstance(restart_old, dict) else {}

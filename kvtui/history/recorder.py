@@ -27,6 +27,8 @@ KEEP_BOOTS = 8  # boots of one reader the recorder keeps state for (a long-lived
 
 class GpuReading(Protocol):
     @property
+    def ts(self) -> float: ...
+    @property
     def index(self) -> int: ...
     @property
     def used_mib(self) -> float: ...
@@ -63,11 +65,14 @@ class BootRecorder:
         self._sigs: dict[int, tuple[object, ...]] = {}
         self._peaks: dict[int, dict[int, float]] = {}
         self._free0: dict[int, dict[int, float]] = {}
+        self._series: dict[int, rec.GpuSeries] = {}  # the GPU readings of a starting boot (bounded)
         self._boots: dict[int, Boot] = {}
         self._spools: dict[int, dict[str, object]] = {}
         self._live: int | None = None  # the boot whose GPU peaks are being taken
         self._latest: Sequence[GpuReading] = ()
         self._pending: dict[int, tuple[str, dict[str, Any]]] = {}
+        # boots without a timestamp whose spool segment had no line on disk yet: keyed on a later try
+        self._unkeyed: dict[int, tuple[str, dict[str, Any]]] = {}
         self._cond = threading.Condition()
         self._closing = False
         self._busy = False
@@ -95,11 +100,14 @@ class BootRecorder:
             self._live = index
             self._free0[index] = {g.index: g.total_mib - g.used_mib for g in self._latest if g.total_mib > 0}
             self._peaks[index] = {g.index: g.used_mib for g in self._latest}
+            self._series[index] = series = rec.GpuSeries()
+            if self._latest:
+                series.add(self._latest)
         self._queue(index)
 
     def _forget(self, below: int) -> None:
         """Bounded: what the recorder holds of boots older than the newest ``KEEP_BOOTS``."""
-        for table in (self._sigs, self._boots, self._spools, self._peaks, self._free0):
+        for table in (self._sigs, self._boots, self._spools, self._peaks, self._free0, self._series):
             for i in [i for i in table if i < below]:
                 del table[i]
 
@@ -121,15 +129,20 @@ class BootRecorder:
         for g in samples:
             if g.index not in free0 and g.total_mib > 0:
                 free0[g.index] = g.total_mib - g.used_mib
+        self._series.setdefault(i, rec.GpuSeries()).add(samples)
 
     def _queue(self, index: int) -> None:
         boot = self._boots[index]
         spool = self._spools.get(index)
-        key = rec.boot_key(self.host, boot, spool)
+        key = rec.boot_key(self.host, boot)
         if key is None:
-            return
+            if not spool:
+                return
+            key = ""  # no timestamp: keyed by its first line's place in the source, in the writer
+        series = self._series.get(index)
         doc = rec.boot_doc(self.host, boot, source=self.source, spool=spool, peaks_mib=self._peaks.get(index),
-                           free_at_start_mib=self._free0.get(index))
+                           free_at_start_mib=self._free0.get(index),
+                           gpu_samples=series.to_json() if series is not None and series else None)
         with self._cond:
             self._pending[index] = (key, doc)
             if self._thread is None and not self._closing:
@@ -149,14 +162,23 @@ class BootRecorder:
                 with self._cond:
                     while not self._pending and not self._closing:
                         self._cond.wait()
-                    if not self._pending and self._closing:
+                    last = not self._pending and self._closing
+                    if last and not self._unkeyed:
                         return
-                    batch = list(self._pending.values())
+                    batch = list(self._pending.items())
                     self._pending.clear()
                     self._busy = True
-                for key, doc in batch:
+                for index, (key, doc) in [*self._unkeyed.items(), *batch]:
                     if store.readonly:
                         continue
+                    self._unkeyed.pop(index, None)
+                    if not key:
+                        key = rec.position_key(self.host, doc.get("spool")) or ""
+                        if not key:  # its first line is not on disk yet: the next write tries again
+                            self._unkeyed[index] = ("", doc)
+                            for old in sorted(self._unkeyed)[:-KEEP_BOOTS]:  # bounded
+                                del self._unkeyed[old]
+                            continue
                     try:
                         store.put(doc, key)
                         self.written += 1
@@ -165,6 +187,8 @@ class BootRecorder:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+                if last:  # closing: the boots still without a key had their last try
+                    return
         except Exception as exc:  # never let the history take the reader down
             self._note(f"history: {exc}")
             log.exception("history writer failed")

@@ -83,6 +83,7 @@ class Basis(StrEnum):
 
     CALIBRATED = "calibrated"  # one boot's own figures
     TWO_POINT = "two-point"  # two boots of one deployment at different fractions: the slope measured
+    LEAST_SQUARES = "least-squares"  # three or more boots of one deployment: the slope fitted through all
     CONFIG = "config"  # a config.json: no boot yet, every figure an estimate
 
 
@@ -190,6 +191,7 @@ class MemoryModel:
     explain: tuple[str, ...] = ()
     flags: Mapping[str, object] = field(default_factory=dict)
     cpu_mem_gib: float | None = None  # vLLM CPU backend: the node's memory (the pool is VLLM_CPU_KVCACHE_SPACE)
+    calibration_boots: int = 1  # boots whose (fraction, tokens) placed the slope (two-point: 2; least-squares: ≥3)
 
     @property
     def page_flag(self) -> str:

@@ -391,33 +391,57 @@ def _unchecked(o: _Pool, others: Sequence[Boot], c: Notes) -> _Fit:
 # ---------------------------------------------------------------------------------------------
 
 
-def _two_point(o: _Pool, sizer: int, p: float | None, others: Sequence[Boot], c: Notes) -> tuple[float | None, Basis]:
-    """The slope measured by the sibling boot furthest away on the fraction line, when there is one."""
+def _two_point(
+    o: _Pool, sizer: int, p: float | None, others: Sequence[Boot], c: Notes
+) -> tuple[float | None, Basis, int]:
+    """The slope measured by the sibling boots on the fraction line: two boots (this one and one
+    sibling) give a two-point slope; three or more a least-squares line through all of them (a
+    boot's pool is rounded down to a page and its free memory varies a little from boot to boot:
+    one far sibling carries all of that noise, a fit over every boot averages it). Returns (slope
+    GiB per 1.0 of fraction, basis, boots used)."""
     f, n = o.f, o.n
-    best: tuple[float, int] | None = None
+    points = [(f, float(n))]
     for other in others:
         fo, no = _boot_fraction(other), _boot_tokens(other)
-        if fo is None or no is None or abs(fo - f) < 1e-6:
-            continue
-        if best is None or abs(fo - f) > abs(best[0] - f):
-            best = (fo, no)
-    if best is None:
-        return p, Basis.CALIBRATED
-    fo, no = best
-    slope_tokens = (n - no) / (f - fo)
+        if fo is not None and no is not None:
+            points.append((fo, float(no)))
+    if len({round(x, 6) for x, _ in points}) < 2:
+        return p, Basis.CALIBRATED, 1
+    if len(points) == 2:
+        fo, no = points[1][0], int(points[1][1])
+        slope_tokens = (n - no) / (f - fo)
+        line = (f"two-point: {no:,} tokens at f={_frac(fo)} and {n:,} at f={_frac(f)} → "
+                f"{slope_tokens * 0.01:,.0f} tokens per +0.01")
+        basis = Basis.TWO_POINT
+    else:
+        slope_tokens, resid = least_squares(points)
+        fracs = sorted({round(x, 6) for x, _ in points})
+        shown = ", ".join(_frac(x) for x in fracs[:8]) + ("…" if len(fracs) > 8 else "")
+        line = (f"least-squares over {len(points)} boots (f = {shown}): {slope_tokens * 0.01:,.0f} tokens per +0.01, "
+                f"largest residual {resid:,.0f} tokens")
+        basis = Basis.LEAST_SQUARES
     measured = slope_tokens * sizer / GIB
     if slope_tokens <= 0:
-        return p, Basis.CALIBRATED
+        return p, Basis.CALIBRATED, 1
     if p is not None and abs(measured - p) > 0.02 * p:
         c.reasons.append(
-            f"the two boots' slope ({slope_tokens:,.0f} tokens per 1.0 of fraction) differs from P/cell by "
+            f"the boots' slope ({slope_tokens:,.0f} tokens per 1.0 of fraction) differs from P/cell by "
             f"{abs(measured / p - 1) * 100:.1f}%: using the measured one"
         )
-    c.explain.append(
-        f"two-point: {no:,} tokens at f={_frac(fo)} and {n:,} at f={_frac(f)} → "
-        f"{slope_tokens * 0.01:,.0f} tokens per +0.01 (slope {measured:.2f} GiB per 1.0 of fraction)"
-    )
-    return measured, Basis.TWO_POINT
+    c.explain.append(f"{line} (slope {measured:.2f} GiB per 1.0 of fraction)")
+    return measured, basis, len(points)
+
+
+def least_squares(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """The least-squares slope of ``points`` (x, y) and the largest absolute residual of the fitted
+    line (at least two distinct x)."""
+    k = len(points)
+    mx = sum(x for x, _ in points) / k
+    my = sum(y for _, y in points) / k
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    resid = max(abs(y - (my + slope * (x - mx))) for x, y in points)
+    return slope, resid
 
 
 def _pool_ends(boot: Boot, o: _Pool, fit: _Fit, c: Notes) -> tuple[float | None, float | None]:
@@ -479,7 +503,7 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
         c.reasons.append(page_note)
     o = _read_pool(boot, f, n, page, c)
     fit = _fit(o, others, c)
-    slope, basis = _two_point(o, fit.sizer, fit.p, others, c)
+    slope, basis, used = _two_point(o, fit.sizer, fit.p, others, c)
     pool_end, target_end = _pool_ends(boot, o, fit, c)
     graph = _graph(boot, pool_end, others, c)
     if boot.failure is not None and boot.failure.kind is FailureKind.OOM_GRAPH_CAPTURE:
@@ -513,4 +537,5 @@ def _calibrate_sglang(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence
         speculative=flags.get("speculative_algorithm") not in (None, "None", "", "NONE") or bool(boot.draft_facts),
         disable_cuda_graph=flags.get("disable_cuda_graph") is True,
         identity=fit.identity,
+        calibration_boots=used,
     )

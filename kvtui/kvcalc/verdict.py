@@ -133,7 +133,7 @@ def _pool_budget(model: MemoryModel, s: _Settings, lows: list[str], explain: lis
         explain.append(f"N = floor_page({budget:.2f} GiB × 2^30 / {cell_s:,.0f} B, page {s.page}) = {tokens:,} tokens")
     elif explain is not None:
         sym = "P" if eng is Engine.SGLANG else "total"
-        if model.basis == Basis.TWO_POINT:
+        if model.basis in (Basis.TWO_POINT, Basis.LEAST_SQUARES):
             sym = "slope"
         move = (
             f" + {sym} {slope:.2f} × ({_frac(s.fraction)} − {_frac(model.fraction)})"

@@ -8,10 +8,11 @@ action to the active host's pane.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
-from textual import events, messages, on
+from textual import events, messages, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
@@ -30,6 +31,9 @@ from kvtui.ui.themes import DEFAULT_THEME, accepted_theme_names, load_themes, th
 from kvtui.ui.widgets.calculator import CalculatorPanel
 from kvtui.ui.widgets.host import FleetSummary
 from kvtui.ui.widgets.log_view import LogView
+
+# the console's bundle writer (``B``): the pane on screen and its SVG screenshot -> the file written
+BundleWriter = Callable[[HostPane, str], Awaitable[Path]]
 
 # The main screen's bindings. Ids are what users remap in hosts.toml [keymap].
 MAIN_BINDINGS: list[BindingType] = [
@@ -63,6 +67,8 @@ MAIN_BINDINGS: list[BindingType] = [
     Binding("z", "zoom", "Zoom", show=False, id="zoom", tooltip="the focused panel fills the screen; again, back"),
     Binding("H", "history", "History", show=False, id="history",
             tooltip="the boots kvtui remembers of this host; pick two to diff"),
+    Binding("B", "bundle", "Bundle", show=False, id="bundle",
+            tooltip="write the boot's incident bundle (.tar.gz: log, GPUs, calculator, flags, screenshot)"),
     Binding("d", "history(True)", "What changed", show=False, id="diff",
             tooltip="what changed since the last good boot"),
     Binding("tab", "panel(1)", "Next panel", show=False, id="panel.next", priority=True),
@@ -338,7 +344,9 @@ class MainScreen(Screen[None]):
             if pane is None or pane.readonly:
                 return False  # hidden: readonly hosts offer nothing that changes them
             if action == "restart":
-                return pane.can_restart()
+                can = pane.can_restart()
+                # a recorded boot (connect --bundle): offered, so that pressing it says why not
+                return True if can is None and getattr(pane.backend, "recorded", False) else can
         if action == "explain" and pane is not None and pane.calculator.prediction is None:
             return None
         return True
@@ -550,6 +558,27 @@ class MainScreen(Screen[None]):
         if pane is not None:
             self.app.push_screen(HistoryScreen(pane.host_name, diff_newest=diff))
 
+    def action_bundle(self) -> None:
+        """``B``: the boot's incident bundle (``kvtui.ui.history_screen.write_console_bundle``),
+        with a screenshot of the console as it is now; a notification names the file."""
+        pane = self.active_pane
+        if pane is not None:
+            self._write_bundle(pane, self.app.export_screenshot())
+
+    @work(group="bundle", exclusive=True, exit_on_error=False, description="bundle")
+    async def _write_bundle(self, pane: HostPane, svg: str) -> None:
+        writer = getattr(self.app, "bundle_writer", None)
+        if writer is None:
+            self.notify("this console writes no bundles (kvtui connect's does; or: kvtui bundle HOST)",
+                        title="bundle", severity="warning", timeout=8)
+            return
+        try:
+            path = await writer(pane, svg)
+        except (ValueError, OSError) as exc:
+            self.notify(str(exc), title="bundle", severity="warning", timeout=8)
+            return
+        self.notify(f"wrote {path}", title="bundle", timeout=10)
+
     def action_unrecognised(self) -> None:
         """``U``: the boot's startup lines no rule recognised, by shape (numbers as N), to paste
         into a report about a new engine build."""
@@ -687,6 +716,7 @@ class KvtuiApp(App[int]):
         monitor_options: Mapping[str, Any] | None = None,
         freeze_gc: bool = False,
         probe_ready: bool = False,
+        bundle_writer: BundleWriter | None = None,
     ) -> None:
         """``monitor_options`` are passed to each ``HostMonitor`` (tests shorten its intervals).
         ``freeze_gc``: once the console is built, its objects leave the garbage collector's scans
@@ -698,6 +728,9 @@ class KvtuiApp(App[int]):
         super().__init__()
         self.freeze_gc = freeze_gc
         self.probe_ready = probe_ready
+        # ``B``: writes the shown boot's incident bundle (``kvtui.commands.bundle.write_console_bundle``,
+        # handed in by ``kvtui connect``: the views import no command)
+        self.bundle_writer = bundle_writer
         self.gc_pacer = GcPacer()
         self.last_input = -1e18  # time.monotonic() of the last key, click or scroll
         if not specs:

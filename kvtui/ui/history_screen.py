@@ -175,3 +175,4 @@ class HistoryScreen(ModalScreen[None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+

@@ -21,7 +21,7 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.config import CalcConfig, HostConfig, UiConfig
 from kvtui.engines.events import Engine
 from kvtui.gpu import GpuProcess, GpuSample
-from kvtui.history.eta import BootEta, slow_text
+from kvtui.history.eta import BootEta, slow_reason
 from kvtui.history.eta import clock as eta_clock
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend
 from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, LogLine, MonitorUpdate
@@ -614,8 +614,9 @@ class HostPane(Vertical):
             subtitle = f"{label} {fmt.duration(total)}"
             if eta is not None and eta.remaining is not None:
                 subtitle += f" · ready in ~{eta_clock(eta.remaining)}"
-            if eta is not None and eta.slow is not None and eta.current is not None:
-                subtitle += f" · {slow_text(eta.slow, eta.current.boots)}"
+            slow = slow_reason(eta, self.stall.check(boot, now))  # past 3× the median, or silent
+            if slow is not None:
+                subtitle += f" · {slow}"
             panel = self._boot_panel
             if panel is None:
                 panel = self._boot_panel = self.query_one("#boot-panel")

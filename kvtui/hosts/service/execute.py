@@ -22,6 +22,7 @@ from kvtui.hosts.service.model import (
     DEFAULT_STOP_WAIT_S,
     ApplyOutcome,
     ApplyPlan,
+    EtaFn,
     ProgressFn,
     RestartCall,
     RestartPlan,
@@ -47,12 +48,14 @@ async def execute(
     stop_wait_s: float = DEFAULT_STOP_WAIT_S,
     settle_s: float | None = None,
     heartbeat: ProgressFn | None = None,
+    eta: EtaFn | None = None,
 ) -> ApplyOutcome:
     """Carry out a plan (see ``kvtui.hosts.service``). Never raises for a host-side failure: the
     outcome says what happened and in which state the host was left; every attempt is audited.
     ``heartbeat`` gets a line saying where the restart is (the new boot's phase and progress)
-    whenever nothing was said for ``fmt.HEARTBEAT_S`` while it waits (the CLI's stderr)."""
-    run = Run(plan, backend.service_ops(), Say(progress, heartbeat), clock, sleep, stop_wait_s, settle_s)
+    whenever nothing was said for ``fmt.HEARTBEAT_S`` while it waits (the CLI's stderr), with the
+    new boot's ETA from ``eta`` (the caller's: ``kvtui.history.eta``) when it has one."""
+    run = Run(plan, backend.service_ops(), Say(progress, heartbeat, eta), clock, sleep, stop_wait_s, settle_s)
     if plan.refused:
         out = ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {r.reason}" for r in plan.blocking])
         _audit(run, out)
@@ -105,7 +108,7 @@ async def _restart_and_follow(run: Run) -> tuple[Boot | None, int, str]:
             ops.backend, plan.engine, say, lambda: ops.issue_restart(call),
             timeout=plan.timeout, expect=plan.edits,
             settle=run.settle_s if run.settle_s is not None else ops.settle_s,
-            heartbeat=say.heartbeat, stopped=call.stopped,
+            heartbeat=say.heartbeat, stopped=call.stopped, eta=say.eta,
         )
     except RestartFailed as exc:
         raise ServiceError(
@@ -182,7 +185,7 @@ async def _auto_rollback(run: Run, out: ApplyOutcome) -> ApplyOutcome:
         out.messages.append(f"rollback could not be planned: {exc}")
         return out
     rb_out = await execute(rb, run.ops.backend, say, clock=run.clock, sleep=run.sleep, stop_wait_s=run.stop_wait_s,
-                           settle_s=run.settle_s, heartbeat=say.heartbeat)
+                           settle_s=run.settle_s, heartbeat=say.heartbeat, eta=say.eta)
     out.rolled_back = rb_out.status in ("ready", "written")
     tail = ("the previous flags are back and the boot is ready" if rb_out.status == "ready"
             else f"the rollback ended {rb_out.status}")

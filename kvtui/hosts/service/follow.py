@@ -16,7 +16,7 @@ from kvtui.engines.events import Engine
 from kvtui.engines.exit_record import EXIT_IDENT, parse_exit
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.hosts.backend import BackendError, HostBackend, LogStart, aclose_iter
-from kvtui.hosts.service.model import ProgressFn, ServiceError
+from kvtui.hosts.service.model import EtaFn, ProgressFn, ServiceError
 from kvtui.hosts.service.plan import one_line
 
 
@@ -37,11 +37,12 @@ async def follow_restart(
     settle: float,
     heartbeat: ProgressFn | None = None,
     stopped: set[int] | None = None,
+    eta: EtaFn | None = None,
 ) -> tuple[BootFollower, Boot | None]:
     """Start following the log, issue the restart, wait for the new boot to end (None: timed
     out). A failed ``trigger`` raises ``RestartFailed``. ``stopped``: the old server's PIDs the
     trigger stops (a set it fills as it runs): their exit is the restart itself."""
-    follower = BootFollower(backend, engine, progress=say, heartbeat=heartbeat, stopped=stopped)
+    follower = BootFollower(backend, engine, progress=say, heartbeat=heartbeat, stopped=stopped, eta=eta)
     await follower.start(settle)
     try:
         try:
@@ -89,6 +90,7 @@ class BootFollower:
         progress: ProgressFn | None = None,
         heartbeat: ProgressFn | None = None,
         stopped: set[int] | None = None,
+        eta: EtaFn | None = None,
     ) -> None:
         hint = engine if engine in (Engine.SGLANG, Engine.VLLM) else None
         # the old server's PIDs (shared with the restart that stops them): a backend's record of
@@ -107,6 +109,7 @@ class BootFollower:
         self._during: set[int] = set()  # boots that began while it ran (trusted once they end)
         self._marked = False
         self._heartbeat = heartbeat
+        self._eta = eta
         self._last_out: float | None = None  # loop time of the last progress line
 
     async def start(self, settle: float) -> None:
@@ -154,6 +157,13 @@ class BootFollower:
         boot = self.current()
         where = (f"the new boot is in {fmt.boot_progress(boot)}" if boot is not None and boot.phases
                  else "no new boot has started yet")
+        if boot is not None and boot.phases and self._eta is not None:
+            try:
+                eta = self._eta(boot)
+            except Exception:  # the caller's estimate never stops the follow
+                eta = None
+            if eta:
+                where += f"; {eta}"
         self._heartbeat(f"… still waiting after {fmt.duration(now - since)}: {where}")
 
     def mark(self) -> None:

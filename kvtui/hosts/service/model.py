@@ -184,14 +184,22 @@ class RestartPlan:
         return "\n".join(out) + "\n"
 
 
+# the new boot -> its ETA for a heartbeat (``kvtui.history.eta``, passed in by the caller: the
+# service imports no history), or None when there is none to say
+EtaFn = Callable[[Boot], str | None]
+
+
 class Say:
     """Progress lines: kept (for the outcome and the audit) and passed on. ``heartbeat`` gets
-    "still waiting" lines: shown, never kept in the log or the audit."""
+    "still waiting" lines: shown, never kept in the log or the audit; ``eta`` adds the new boot's
+    ETA to them."""
 
-    def __init__(self, progress: ProgressFn | None, heartbeat: ProgressFn | None = None) -> None:
+    def __init__(self, progress: ProgressFn | None, heartbeat: ProgressFn | None = None,
+                 eta: EtaFn | None = None) -> None:
         self.log: list[str] = []
         self._progress = progress
         self.heartbeat = heartbeat
+        self.eta = eta
 
     def __call__(self, msg: str) -> None:
         self.log.append(msg)
