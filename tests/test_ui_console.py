@@ -199,7 +199,11 @@ async def test_the_footer_shows_the_editing_keys_while_a_flag_is_edited() -> Non
         assert calc.fields[0].value == "x/"
         assert not pane.log_panel.query_one(FindBar).is_open
         await pilot.press("escape")
-        footer = screen_text(app).splitlines()[-1]
+        for _ in range(250):  # the footer is redrawn on the next refresh after the focus moved
+            footer = screen_text(app).splitlines()[-1]
+            if "Explain" in footer:
+                break
+            await pilot.pause(0.02)
         assert "Explain" in footer
 
 
