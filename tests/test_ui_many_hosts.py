@@ -27,7 +27,8 @@ from kvtui.ui import formatting as fmt
 from kvtui.ui.app import PACE_HIDDEN_FROM, GcPacer
 from kvtui.ui.host_pane import HIDDEN_FLUSH_INTERVAL, HIDDEN_SERVING_INTERVAL
 from kvtui.ui.widgets.host import FleetRow, FleetSummary
-from kvtui.ui.widgets.log_view import MAX_DISPLAY_CHARS, LogPanel
+from kvtui.ui.widgets.log_panel import LogPanel
+from kvtui.ui.widgets.log_view import MAX_DISPLAY_CHARS
 
 # ---- GcPacer ------------------------------------------------------------------------------------
 
