@@ -205,17 +205,18 @@ async def test_a_key_and_a_host_switch_hold_collections_until_their_frame_is_dra
         app.gc_pacer.start(freeze=False)  # as kvtui connect does (without freezing the test process)
         try:
             await pilot.press("t")
-            assert app.gc_pacer.holds == 1
+            assert app.gc_pacer.holds >= 1  # the key (Pilot may send more than one event for it)
             await pilot.pause()
             assert not app.gc_pacer.held
             assert gc.isenabled()
+            holds = app.gc_pacer.holds
             app.action_switch_host("b")
             assert app.gc_pacer.held  # from the switch to its frame
             assert not gc.isenabled()
             await pilot.pause()
             assert not app.gc_pacer.held
             assert gc.isenabled()
-            assert app.gc_pacer.holds == 2
+            assert app.gc_pacer.holds == holds + 1
         finally:
             app.gc_pacer.stop()
     assert gc.isenabled()
