@@ -14,7 +14,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -46,7 +45,7 @@ from kvtui.hosts.backend import (
     aclose_iter,
 )
 from kvtui.retry import Backoff, doubling, sleep_unless
-from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, LogLine, MonitorUpdate, make_line
+from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LinePart, LineRun, LogBatch, LogLine, MonitorUpdate, expand
 
 if TYPE_CHECKING:
     from kvtui.engines.parse import LivePlan, LivePrefilter
@@ -72,11 +71,8 @@ _PENDING_BOOT_STATES: Final = 32
 _NON_RETRYABLE: Final = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 _ERROR_LEVELS: Final = frozenset({"ERROR", "CRITICAL", "FATAL", "EXCEPTION"})
 MARKER_RULE: Final = "────────"
-_TEXT_BAD: Final = str.maketrans({"\n": " ", "\r": " "})
 SKIPPED_SLICE: Final = 1024  # lines spooled without parsing in one slice (~2-4 ms here)
 INGEST_STEP_BUDGET: Final = 0.008  # seconds of slices between two yields to the event loop
-# a run of lines spooled without parsing, not yet in the window: (first seq, boot, texts, ts, ranks, styles)
-_Staged = tuple[int, int, list[str], list[datetime | None], list[str | None], list[LineStyle | None]]
 
 
 def _sub_block(block: RecordBlock, a: int, b: int) -> RecordBlock:
@@ -88,6 +84,38 @@ def _sub_block(block: RecordBlock, a: int, b: int) -> RecordBlock:
         block.pids[a:b] if block.pids is not None else None,
         block._records[a:b] if block._records is not None else None,  # the same records
     )
+
+
+def _part_len(part: LinePart) -> int:
+    return 1 if isinstance(part, LogLine) else len(part.texts)
+
+
+def _trim(parts: deque[LinePart], n: int, want: int) -> int:
+    """Drop whole parts from the front of ``parts`` (``n`` lines) while ``want`` lines remain;
+    returns the lines left."""
+    while parts:
+        k = _part_len(parts[0])
+        if n - k < want:
+            break
+        parts.popleft()
+        n -= k
+    return n
+
+
+def _cap(parts: Sequence[LinePart], n: int, want: int) -> list[LinePart]:
+    """The newest ``want`` lines of ``parts`` (``n`` lines), the oldest run cut to fit."""
+    out = list(parts)
+    i = 0
+    while i < len(out) and n - _part_len(out[i]) >= want:
+        n -= _part_len(out[i])
+        i += 1
+    del out[:i]
+    extra = n - want
+    if extra > 0:
+        first = out[0]
+        assert isinstance(first, LineRun)  # a LogLine is one line: it never needs cutting
+        out[0] = first.tail(len(first.texts) - extra)
+    return out
 
 
 class MonitorHost(Protocol):
@@ -263,18 +291,20 @@ class HostMonitor:
         self.latest_gpus: tuple[GpuSample, ...] = ()
         self.foreign: tuple[GpuProcess, ...] = ()
         self.server_pids: frozenset[int] = frozenset()
-        self._recent: deque[LogLine] = deque(maxlen=self.log_window)
-        # lines spooled since the window was last brought up to date: LogLines (parsed lines) and
-        # runs of skipped lines (first seq, boot, rows) that become LogLines only if they are among
-        # the newest ``log_window`` when a view or ``recent`` asks (most are pushed out unseen)
-        self._staged: list[LogLine | _Staged] = []
-        self._staged_n = 0
+        # the window (``recent``) and the lines not yet handed to the sink, as parts: LogLines
+        # (parsed lines) and LineRuns (columns of lines spooled without parsing) that become
+        # LogLines only where a reader asks for them (a view: the rows it draws); each holds at
+        # least the newest ``log_window`` lines, whole parts trimmed from the front
+        self._window: deque[LinePart] = deque()
+        self._window_n = 0
+        self._pending_parts: deque[LinePart] = deque()
+        self._pending_n = 0
+        self._since_flush = 0  # lines since the last flush (uncapped)
         self._batch_lines = 0  # lines in the last batch flushed (sets the pace in a storm)
         self.lines_seen = 0  # lines ingested by this monitor (spool length minus a resumed part)
         self.ingest_errors = 0
         self._gpu_hist: dict[int, deque[tuple[float, float]]] = {}
         self._gpu_history_len = max(1, gpu_history)
-        self._pending_lines: deque[LogLine] = deque(maxlen=self.log_window)
         self._pending_boots: deque[BootState] = deque(maxlen=_PENDING_BOOT_STATES)
         self._pending_conn: list[ConnUpdate] = []
         self._pending_gpu: GpuUpdate | None = None
@@ -330,8 +360,7 @@ class HostMonitor:
         With ``published``, a test on a frozen clock knows when the view holds everything the host
         produced up to now."""
         return bool(
-            self._staged
-            or self._pending_lines
+            self._pending_parts
             or self._pending_boots
             or self._pending_conn
             or self._pending_gpu is not None
@@ -580,44 +609,29 @@ class HostMonitor:
         texts, ts, rk, st = block.texts[a:b], tss[a:b], ranks[a:b], styles[a:b]
         first = self.spool.extend(texts, ts, rk, st, block.cursors[a:b],
                                   block.idents[a:b] if block.idents is not None else None, boot=boot)
-        self.lines_seen += b - a
-        self._staged.append((first, boot, texts, ts, rk, st))
-        self._staged_n += b - a
-        if self._staged_n > 4 * self.log_window:
-            self._materialize()
-        self._dirty.set()
+        self._stage(LineRun(first, boot, texts, ts, rk, st), b - a)
 
-    def _materialize(self) -> None:
-        """Bring the window (``recent``) and the lines pending for the sink up to date."""
-        staged = self._staged
-        if not staged:
-            return
+    def _stage(self, part: LinePart, n: int) -> None:
+        """A part (``n`` lines, just spooled) joins the window and the lines pending for the sink;
+        whole parts older than the newest ``log_window`` lines are dropped from both."""
+        self.lines_seen += n
+        self._since_flush += n
         want = self.log_window
-        lines: list[LogLine] = []
-        for item in reversed(staged):
-            if len(lines) >= want:
-                break
-            if isinstance(item, LogLine):
-                lines.append(item)
-                continue
-            first, boot, texts, tss, ranks, styles = item
-            n = len(texts)
-            for k in range(n - 1, max(n - (want - len(lines)), 0) - 1, -1):
-                text = texts[k]
-                if "\n" in text or "\r" in text:
-                    text = text.translate(_TEXT_BAD)
-                lines.append(make_line(first + k, text, tss[k], ranks[k], boot, styles[k] or ""))
-        lines.reverse()
-        self._recent.extend(lines)
-        self._pending_lines.extend(lines)
-        staged.clear()
-        self._staged_n = 0
+        window, pending = self._window, self._pending_parts
+        window.append(part)
+        pending.append(part)
+        self._window_n += n
+        self._pending_n += n
+        if self._window_n > 2 * want:
+            self._window_n = _trim(window, self._window_n, want)
+        if self._pending_n > 2 * want:
+            self._pending_n = _trim(pending, self._pending_n, want)
+        self._dirty.set()
 
     @property
     def recent(self) -> deque[LogLine]:
         """The newest ``log_window`` display lines (the rest is in the spool)."""
-        self._materialize()
-        return self._recent
+        return deque(expand(_cap(self._window, self._window_n, self.log_window)), maxlen=self.log_window)
 
     def _ingest_record(self, rec: LogRecord) -> None:
         """One record through the parser and the tracker into the spool."""
@@ -679,12 +693,7 @@ class HostMonitor:
             log.exception("%s: %s failed on a line (kept in the spool): %.200r", self.name, where, rec.text)
 
     def _push(self, line: LogLine) -> None:
-        self.lines_seen += 1
-        self._staged.append(line)
-        self._staged_n += 1
-        if self._staged_n > 4 * self.log_window:
-            self._materialize()
-        self._dirty.set()
+        self._stage(line, 1)
 
     def _note_boot(self, index: int) -> None:
         boot = self.tracker.boots[index]
@@ -862,11 +871,12 @@ class HostMonitor:
         updates: list[MonitorUpdate] = []
         updates.extend(self._pending_conn)
         self._pending_conn.clear()
-        self._batch_lines = self._staged_n + len(self._pending_lines)
-        self._materialize()
-        if self._pending_lines:
-            updates.append(LogBatch(tuple(self._pending_lines)))
-            self._pending_lines.clear()
+        self._batch_lines = self._since_flush
+        self._since_flush = 0
+        if self._pending_parts:
+            updates.append(LogBatch(_cap(self._pending_parts, self._pending_n, self.log_window)))
+            self._pending_parts.clear()
+            self._pending_n = 0
             with contextlib.suppress(Exception):
                 self.spool.flush()
         updates.extend(self._pending_boots)

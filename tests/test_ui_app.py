@@ -32,7 +32,8 @@ from kvtui.ui.widgets.boot import FailureBanner, PhaseTimeline, StallNotice
 from kvtui.ui.widgets.calculator import CalculatorPanel
 from kvtui.ui.widgets.gpu import ProcessTable
 from kvtui.ui.widgets.host import FleetSummary, HostBar
-from kvtui.ui.widgets.log_view import FindBar, LogView, ViewMode
+from kvtui.ui.widgets.log_panel import FindBar
+from kvtui.ui.widgets.log_view import LogView, ViewMode
 
 SPEED = 40.0
 SIZE = (130, 38)

@@ -33,7 +33,8 @@ from kvtui.ui.host_pane import HostPane
 from kvtui.ui.screens import ConfirmScreen
 from kvtui.ui.widgets.calculator import CalculatorPanel, edit_window, elide
 from kvtui.ui.widgets.gpu import GpuHistoryPlot, PhaseBand, short_gpu_name
-from kvtui.ui.widgets.log_view import FindBar, LogPanel, LogStatus, LogView
+from kvtui.ui.widgets.log_panel import FindBar, LogPanel, LogStatus
+from kvtui.ui.widgets.log_view import LogView
 
 SPEED = 40.0
 READY_AFTER = 12.0

@@ -14,7 +14,8 @@ from kvtui.ui.host_pane import HostPane
 from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice, UsageSpark
 from kvtui.ui.widgets.gpu import GpuBars
 from kvtui.ui.widgets.host import FleetSummary
-from kvtui.ui.widgets.log_view import LogPanel, LogView
+from kvtui.ui.widgets.log_panel import LogPanel
+from kvtui.ui.widgets.log_view import LogView
 
 SPEED = 40.0
 SIZE = (160, 48)  # wide enough for the GPU plot (kvtui.tcss: not laid out below 160 columns)

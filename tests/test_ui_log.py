@@ -10,7 +10,8 @@ from test_ui_helpers import Harness, log_lines, wait_for
 
 from kvtui.monitor import LogLine
 from kvtui.spool import Spool
-from kvtui.ui.widgets.log_view import LineFilter, LogPanel, LogStatus, LogView, TextQuery, ViewMode
+from kvtui.ui.widgets.log_panel import LogPanel, LogStatus
+from kvtui.ui.widgets.log_view import LineFilter, LogView, TextQuery, ViewMode
 
 
 def make_spool(tmp_path: Path, count: int) -> tuple[Spool, list[LogLine]]:
@@ -266,3 +267,22 @@ async def test_find_bar_opens_submits_and_escape_closes(kind: str) -> None:
         await pilot.pause()
         assert view.has_focus
         assert isinstance(view, LogView)
+
+
+async def test_row_styles_are_kept_across_repaints_and_follow_a_theme_change() -> None:
+    panel = LogPanel(window=500)
+    async with Harness(panel).run_test(size=(100, 20)) as pilot:
+        view = panel.view
+        view.append(log_lines(50))
+        await pilot.pause()
+        styles = view._styles()
+        view.append(log_lines(10, start=50))  # a batch: refresh() clears Textual's own style cache
+        await pilot.pause()
+        assert view._styles() is styles
+        before = styles["error"]
+        pilot.app.theme = "textual-light" if pilot.app.theme != "textual-light" else "textual-dark"
+        await pilot.pause()
+        after = view._styles()
+        assert after is not styles
+        assert after["error"] == view.get_component_rich_style("logview--error", partial=True)
+        assert after["error"] != before

@@ -27,7 +27,8 @@ from kvtui.ui import formatting as fmt
 from kvtui.ui.app import PACE_HIDDEN_FROM, GcPacer
 from kvtui.ui.host_pane import HIDDEN_FLUSH_INTERVAL, HIDDEN_SERVING_INTERVAL
 from kvtui.ui.widgets.host import FleetRow, FleetSummary
-from kvtui.ui.widgets.log_view import MAX_DISPLAY_CHARS, LogPanel
+from kvtui.ui.widgets.log_panel import LogPanel
+from kvtui.ui.widgets.log_view import MAX_DISPLAY_CHARS
 
 # ---- GcPacer ------------------------------------------------------------------------------------
 
@@ -165,6 +166,60 @@ def test_gc_pacer_does_nothing_before_start() -> None:
     clock.advance(100)
     assert not p.tick()
     assert counts.collected == []
+
+
+def test_gc_pacer_holds_every_collection_until_released_or_for_a_bounded_time() -> None:
+    clock, counts = FakeClock(0.0), Counts()
+    calls: list[str] = []
+    p = GcPacer(clock=clock, hold_limit=1.0, collect=counts.collect, get_count=counts.get_count,
+                disable=lambda: calls.append("disable"), enable=lambda: calls.append("enable"))
+    assert not p.hold()  # not started: Python's own schedule, untouched
+    assert calls == []
+    p.start(freeze=False)
+    assert p.hold()
+    assert p.hold()  # a second key before the frame: still one hold
+    assert p.held
+    assert calls == ["disable"]
+    p.release()
+    assert calls == ["disable", "enable"]
+    assert not p.held
+    p.release()  # twice is harmless
+    assert p.hold()
+    clock.advance(0.5)
+    p.tick()
+    assert p.held  # the frame may still come
+    clock.advance(0.6)
+    p.tick()
+    assert not p.held  # it did not: collections again after hold_limit
+    assert p.hold()
+    p.stop()  # stopping gives collections back too
+    assert calls == ["disable", "enable", "disable", "enable", "disable", "enable"]
+    assert p.holds == 3
+
+
+async def test_a_key_and_a_host_switch_hold_collections_until_their_frame_is_drawn() -> None:
+    clock = FakeClock()
+    app = demo_app(clock, hosts=("a", "b"))
+    async with app.run_test(size=(130, 38)) as pilot:
+        await wait_for(pilot, lambda: all(p.monitor is not None for p in app.main_screen.panes))
+        app.gc_pacer.start(freeze=False)  # as kvtui connect does (without freezing the test process)
+        try:
+            await pilot.press("t")
+            assert app.gc_pacer.holds >= 1  # the key (Pilot may send more than one event for it)
+            await pilot.pause()
+            assert not app.gc_pacer.held
+            assert gc.isenabled()
+            holds = app.gc_pacer.holds
+            app.action_switch_host("b")
+            assert app.gc_pacer.held  # from the switch to its frame
+            assert not gc.isenabled()
+            await pilot.pause()
+            assert not app.gc_pacer.held
+            assert gc.isenabled()
+            assert app.gc_pacer.holds == holds + 1
+        finally:
+            app.gc_pacer.stop()
+    assert gc.isenabled()
 
 
 # ---- FleetSummary -------------------------------------------------------------------------------

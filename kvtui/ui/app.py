@@ -247,6 +247,9 @@ class MainScreen(Screen[None]):
     def switch_host(self, name: str) -> None:
         if name not in self.host_names or len(self.specs) < 2:
             return
+        app = self.app
+        if isinstance(app, KvtuiApp):
+            app.hold_gc_until_drawn()  # a palette pick or a tab click as much as a key
         self._show_only(name)  # its widgets catch up before the tab's first frame
         self.query_one(TabbedContent).active = f"host-{name}"
 
@@ -826,7 +829,13 @@ class KvtuiApp(App[int]):
         if isinstance(event, (events.Key, events.MouseDown, events.MouseScrollDown, events.MouseScrollUp)):
             self.last_input = time.monotonic()
             self.gc_pacer.input_seen()
+            self.hold_gc_until_drawn()
         await super().on_event(event)
+
+    def hold_gc_until_drawn(self) -> None:
+        """No garbage collection until the next frame is drawn (``GcPacer.hold``; once paced)."""
+        if self.gc_pacer.hold():
+            self.call_after_refresh(self.gc_pacer.release)
 
     def on_unmount(self) -> None:
         self.gc_pacer.stop()

@@ -24,7 +24,7 @@ from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.history.eta import BootEta, slow_reason
 from kvtui.history.eta import clock as eta_clock
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend
-from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, LogLine, MonitorUpdate
+from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate
 from kvtui.ui import formatting as fmt
 from kvtui.ui.screens import ApplyScreen, NoticeScreen
 from kvtui.ui.stall import StallDetector
@@ -42,7 +42,9 @@ from kvtui.ui.widgets.gpu import (
     short_gpu_name,
 )
 from kvtui.ui.widgets.host import ConnBanner, FleetRow, HostBar, HostInfo
-from kvtui.ui.widgets.log_view import LogPanel, LogView
+from kvtui.ui.widgets.log_panel import LogPanel
+from kvtui.ui.widgets.log_view import LogView
+from kvtui.updates import LinePart
 
 if TYPE_CHECKING:
     from kvtui.flags import Edit
@@ -467,14 +469,16 @@ class HostPane(Vertical):
 
     def apply_updates(self, updates: Sequence[MonitorUpdate]) -> None:
         now = self.clock()
-        lines: list[LogLine] = []
+        parts: list[LinePart] = []
+        count = 0
         boot_state: BootState | None = None
         gpu: GpuUpdate | None = None
         new_boot = False
         conn_changed = False
         for update in updates:
             if isinstance(update, LogBatch):
-                lines.extend(update.lines)
+                parts.extend(update.parts)  # LogLines are built for the rows the view draws
+                count += len(update)
             elif isinstance(update, BootState):
                 boot_state = update
                 new_boot = new_boot or update.new_boot
@@ -486,12 +490,12 @@ class HostPane(Vertical):
                 self._status_at = now
                 conn_changed = True
         shown = self._shown
-        if lines:
-            self.lines_received += len(lines)
+        if count:
+            self.lines_received += count
             view = self.log_view
             if view.held == shown:
                 view.hold(not shown)
-            view.append(lines)  # held (hidden): the lines only, no row/scroll/repaint work
+            view.append(parts)  # held (hidden): the lines only, no row/scroll/repaint work
             self.stall.log_activity(now)
         if gpu is not None:
             self.samples, self.foreign = gpu.samples, gpu.foreign

@@ -1,5 +1,6 @@
-"""The log panel: a bounded, line-API log view with follow/pause, search and filter over the
-whole spool, error jumps, marks, timestamps and wrapping.
+"""The log view: a bounded, line-API log view with follow/pause, search and filter over the
+whole spool, error jumps, marks, timestamps and wrapping (the panel around it, with its status line
+and find bar, is ``kvtui.ui.widgets.log_panel``).
 
 ``LogView`` keeps at most ``window`` lines in memory. Everything older lives in the host's spool
 (``HostMonitor.spool``), which search, filter and history reads reach through :class:`LogSource`.
@@ -21,23 +22,17 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual import events, on, work
-from textual.app import ComposeResult
+from textual import work
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
-from textual.containers import Horizontal, Vertical
-from textual.content import Content
 from textual.geometry import Offset, Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widget import Widget
-from textual.widgets import Input, Static
 
-from kvtui.monitor import LogLine
-from kvtui.ui.keys import refocus_key, run_own_binding
-from kvtui.ui.perf import QuietStatic
+from kvtui.ui.widgets.log_window import LineWindow
+from kvtui.updates import LineRun, LogLine, expand
 
 MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)
 _PLAIN = Style()
@@ -150,6 +145,13 @@ class ViewMode(StrEnum):
 # --------------------------------------------------------------------------------------------
 
 
+def _longest(view: LineWindow | list[LogLine], last: int) -> int:
+    """The longest text among the newest ``last`` lines of ``view`` (a window builds no line)."""
+    if isinstance(view, LineWindow):
+        return view.text_lengths(last)
+    return max((len(line.text) for line in view[-last:]), default=0)
+
+
 class LogView(ScrollView, can_focus=True):
     """A bounded log view (line API). Widgets above it call its methods; it never does I/O
     itself except through its ``source`` in workers."""
@@ -231,11 +233,12 @@ class LogView(ScrollView, can_focus=True):
         id: str | None = None,
         classes: str | None = None,
     ) -> None:
+        self._row_styles: dict[str, Style] | None = None  # see _styles
         super().__init__(id=id, classes=classes)
         self.window = max(100, window)
         self.source = source
-        self._live: list[LogLine] = []
-        self._view: list[LogLine] = self._live
+        self._live = LineWindow()  # the tail: a LogLine of a run is built when first read
+        self._view: LineWindow | list[LogLine] = self._live
         self._row_starts: list[int] = []
         self._max_width = 0
         self.cursor: int | None = None  # seq of the current line
@@ -304,19 +307,22 @@ class LogView(ScrollView, can_focus=True):
         if added or pending:
             self.pending += added + pending
 
-    def append(self, lines: Iterable[LogLine]) -> None:
-        """Add newly arrived lines (oldest first); keeps at most ``window`` in memory."""
+    def append(self, lines: Iterable[LogLine | LineRun]) -> None:
+        """Add newly arrived lines (oldest first): ``LogLine``s or a ``LogBatch``'s parts (a
+        ``LineRun``'s lines are built only when read: a row drawn, a search); keeps at most
+        ``window`` in memory."""
         new = list(lines)
-        if not new:
+        count = sum(1 if isinstance(p, LogLine) else len(p.texts) for p in new)
+        if not count:
             return
         self._live.extend(new)
         live_trim = max(0, len(self._live) - self.window)
         if live_trim:
             del self._live[:live_trim]
         if self.mode is ViewMode.LIVE:
-            self._view_changed(added=len(new), trimmed=live_trim)
+            self._view_changed(added=count, trimmed=live_trim)
         elif self.mode is ViewMode.FILTER and self.line_filter is not None:
-            passing = [line for line in new if self.line_filter.matches(line)]
+            passing = [line for line in expand(new) if self.line_filter.matches(line)]
             if passing:
                 self._view.extend(passing)
                 trim = max(0, len(self._view) - self.window)
@@ -324,9 +330,9 @@ class LogView(ScrollView, can_focus=True):
                     del self._view[:trim]
                 self._view_changed(added=len(passing), trimmed=trim)
         elif self._held:
-            self._held_pending += len(new)
+            self._held_pending += count
         else:  # HISTORY: the tail moves on without us
-            self.pending += len(new)
+            self.pending += count
             self._post_status()
 
     def _view_changed(self, *, added: int, trimmed: int) -> None:
@@ -365,8 +371,8 @@ class LogView(ScrollView, can_focus=True):
         view = self._view
         width = self._max_width
         extra = 1 + (13 if self.timestamps else 0)
-        for line in view[-added:] if added > 0 else ():  # new lines are at the end; toggles rescan all
-            width = max(width, extra + min(len(line.text), MAX_DISPLAY_CHARS))
+        if added > 0 and view:  # new lines are at the end; toggles rescan all
+            width = max(width, extra + min(_longest(view, added), MAX_DISPLAY_CHARS))
         self._max_width = width
         if self.wrap:
             content = max(10, self.scrollable_content_region.width or self.size.width or 80)
@@ -407,7 +413,7 @@ class LogView(ScrollView, can_focus=True):
         # pays this over the whole window: one pass in C, not a method call per line)
         view = self._view
         extra = 1 + (13 if self.timestamps else 0)
-        self._max_width = extra + min(MAX_DISPLAY_CHARS, max(len(line.text) for line in view)) if view else 0
+        self._max_width = extra + min(MAX_DISPLAY_CHARS, _longest(view, len(view))) if view else 0
         self._version += 1
         self._cache.clear()
         self._rebuild_rows(added=0)
@@ -497,7 +503,7 @@ class LogView(ScrollView, can_focus=True):
         if self.is_attached:
             self.post_message(self.StatusChanged(self))
 
-    def _show(self, lines: list[LogLine], mode: ViewMode) -> None:
+    def _show(self, lines: LineWindow | list[LogLine], mode: ViewMode) -> None:
         if self._held:
             self._settle_held()
         self._view = lines
@@ -766,14 +772,24 @@ class LogView(ScrollView, can_focus=True):
     # ---- rendering ------------------------------------------------------------------------
 
     def _styles(self) -> dict[str, Style]:
-        get = self.get_component_rich_style
-        return {
-            name: get(f"logview--{name}", partial=True)
-            for name in (
-                "prefix", "timestamp", "phase", "error", "warning", "progress", "serving", "marker", "match",
-                "cursor", "mark", "gutter",
-            )
-        }
+        """The component styles, kept until the CSS applied to the view changes (a theme, a class:
+        ``notify_style_update``). Textual's own cache of them is cleared by every ``refresh()``,
+        and computing the twelve was ~5-20 ms of each frame that follows a batch or a host switch."""
+        styles = self._row_styles
+        if styles is None:
+            get = self.get_component_rich_style
+            styles = self._row_styles = {
+                name: get(f"logview--{name}", partial=True)
+                for name in (
+                    "prefix", "timestamp", "phase", "error", "warning", "progress", "serving", "marker", "match",
+                    "cursor", "mark", "gutter",
+                )
+            }
+        return styles
+
+    def notify_style_update(self) -> None:
+        self._row_styles = None
+        super().notify_style_update()
 
     def _line_text(self, line: LogLine, styles: dict[str, Style]) -> Text:
         text = line.text if len(line.text) <= MAX_DISPLAY_CHARS else line.text[: MAX_DISPLAY_CHARS - 1] + "…"
@@ -895,267 +911,3 @@ class LogView(ScrollView, can_focus=True):
         else:
             out = strip.crop_extend(scroll_x, scroll_x + width, row_base)
         return out.apply_offsets(scroll_x, row)
-
-
-# --------------------------------------------------------------------------------------------
-# The panel: view + status line + find bar
-# --------------------------------------------------------------------------------------------
-
-
-class FindInput(Input, inherit_bindings=False):
-    """The find bar's field. Enter and Esc act as the key is taken (not after it bubbled up): the
-    keys typed after them in one burst (``/weight`` Enter ``n``) already wait in this field's queue
-    and must meet the log, not the field; a key that comes after focus left is handed back to the
-    app (see ``kvtui.ui.keys``). Enter belongs to the bar (its footer key says what it does)."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        b for b in Input.BINDINGS if not (isinstance(b, Binding) and b.key == "enter")
-    ]
-
-    async def _on_key(self, event: events.Key) -> None:
-        if refocus_key(self, event):
-            return
-        # the field's own keys (ctrl+a, ctrl+k…) and the bar's (Enter, Esc) act now, in the order
-        # typed: as bindings they would run after the characters typed behind them
-        if await run_own_binding(self, event):
-            return
-        bar = self.parent
-        if isinstance(bar, FindBar) and await run_own_binding(bar, event):
-            return
-        await super()._on_key(event)
-
-
-class FindBar(Horizontal):
-    """The one-line input for ``/`` search and ``&`` filter, under the log: while it is open it
-    takes the status line's row (the two were both docked at the bottom, the status line drawn
-    over what was typed)."""
-
-    DEFAULT_CSS = """
-    FindBar {
-        dock: bottom;
-        height: 1;
-        display: none;
-        background: $panel;
-        &.-open { display: block; }
-        #find-label { width: auto; padding: 0 0 0 1; color: $accent; text-style: bold; }
-        Input {
-            border: none;
-            height: 1;
-            padding: 0 1;
-            width: 1fr;
-            background: $panel;
-            &:focus { border: none; background: $panel; }
-        }
-    }
-    """
-
-    class Submitted(Message):
-        def __init__(self, bar: FindBar, kind: str, value: str) -> None:
-            super().__init__()
-            self.bar = bar
-            self.kind = kind
-            self.value = value
-
-        @property
-        def control(self) -> FindBar:
-            return self.bar
-
-    class Closed(Message):
-        def __init__(self, bar: FindBar) -> None:
-            super().__init__()
-            self.bar = bar
-
-        @property
-        def control(self) -> FindBar:
-            return self.bar
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "close", "Cancel", id="find.close"),
-        Binding("enter", "submit_search", "Search", id="find.search"),
-        Binding("enter", "submit_filter", "Filter", id="find.filter"),
-    ]
-
-    kind: str = "search"
-
-    def compose(self) -> ComposeResult:
-        yield Static("/", id="find-label")
-        yield FindInput(id="find-input", select_on_focus=True)
-
-    @property
-    def is_open(self) -> bool:
-        return self.has_class("-open")
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The footer names what Enter does: search for ``/``, filter for ``&``."""
-        if action == "submit_search":
-            return self.kind == "search"
-        if action == "submit_filter":
-            return self.kind == "filter"
-        return True
-
-    def open(self, kind: str, value: str = "") -> None:
-        self.kind = kind
-        self.query_one("#find-label", Static).update("/" if kind == "search" else "&")
-        field = self.query_one("#find-input", Input)
-        field.placeholder = (
-            "search the whole log (smart case) — Enter to find, n/N next/previous"
-            if kind == "search"
-            else "filter: text, or a rank such as TP3 — empty clears"
-        )
-        field.value = value
-        self.add_class("-open")
-        self._set_open(True)
-        self.screen.set_focus(field)  # now: the keys typed right after / go into the field
-        self.screen.refresh_bindings()
-
-    def _set_open(self, is_open: bool) -> None:
-        """Open, the bar takes the status line's row (the status line is hidden meanwhile)."""
-        panel = self.parent
-        if isinstance(panel, Widget):
-            panel.set_class(is_open, "-finding")
-            for status in panel.query_children(LogStatus):
-                status.display = not is_open
-
-    def action_close(self) -> None:
-        self.remove_class("-open")
-        self._set_open(False)
-        self.post_message(self.Closed(self))
-
-    def action_submit_search(self) -> None:
-        self.submit(self.query_one("#find-input", Input).value)
-
-    def action_submit_filter(self) -> None:
-        self.submit(self.query_one("#find-input", Input).value)
-
-    def submit(self, value: str) -> None:
-        self.remove_class("-open")
-        self._set_open(False)
-        panel = self.parent
-        if isinstance(panel, LogPanel):
-            panel.find_now(self.kind, value)  # now, not through a message: see FindInput
-        else:
-            self.post_message(self.Submitted(self, self.kind, value))
-
-
-class LogStatus(Horizontal):
-    """Follow state, mode and messages on the left; the "N new lines" badge on the right."""
-
-    DEFAULT_CSS = """
-    LogStatus {
-        dock: bottom;
-        height: 1;
-        background: $surface;
-        #log-state {
-            width: 1fr; height: 1; color: $text-muted; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis;
-        }
-        #log-badge {
-            width: auto;
-            padding: 0 1;
-            display: none;
-            background: $accent;
-            color: $text;
-            text-style: bold;
-            &.-shown { display: block; }
-        }
-    }
-    """
-
-    def compose(self) -> ComposeResult:
-        yield QuietStatic(id="log-state")
-        yield QuietStatic(id="log-badge")
-
-    def show(self, view: LogView) -> None:
-        parts: list[Content] = []
-        if view.offline is not None:  # not "● following" a host that is not reached
-            parts.append(Content.styled(f"{view.offline} · new lines when it is", "$warning bold"))
-            if not view.follow:
-                parts.append(Content.styled("⏸ paused", "$warning"))
-        elif view.follow:
-            parts.append(Content.styled("● following", "$success"))
-        else:
-            parts.append(Content.styled("⏸ paused", "$warning"))
-        if view.message:  # what just happened first: the toggles after it are what a cut loses
-            parts.append(Content.styled(view.message, "$foreground italic"))
-        if view.mode is ViewMode.HISTORY:
-            parts.append(Content.styled("history from the spool", "$accent"))
-        if view.line_filter is not None:
-            parts.append(Content.styled(f"filter &{view.line_filter.raw}", "$accent"))
-        if view.search_query is not None:
-            parts.append(Content(f"search /{view.search_query.text}"))
-        if view.wrap:
-            parts.append(Content("wrap"))
-        if view.timestamps:
-            parts.append(Content("timestamps"))
-        state = Content(" · ").join(parts)
-        # one row, 1fr wide (CSS): a new state is a repaint, not a layout pass of the screen
-        self.query_one("#log-state", QuietStatic).set(state.markup, lambda: state, layout=False)
-        badge = self.query_one("#log-badge", QuietStatic)
-        badge.set_class(view.pending > 0, "-shown")
-        if view.pending > 0:
-            noun = "line" if view.pending == 1 else "lines"
-            text = f"↓ {view.pending:,} new {noun} (f)"
-            badge.set(text, lambda: text)
-
-
-class LogPanel(Vertical):
-    """The log with its status line and find bar."""
-
-    DEFAULT_CSS = """
-    LogPanel {
-        height: 1fr;
-    }
-    """
-
-    def __init__(
-        self, *, window: int = 5000, source: LogSource | None = None, id: str | None = None, classes: str | None = None
-    ) -> None:
-        super().__init__(id=id, classes=classes)
-        self._window = window
-        self._source = source
-
-    def compose(self) -> ComposeResult:
-        yield FindBar()
-        yield LogStatus()
-        yield LogView(window=self._window, source=self._source)
-
-    @property
-    def view(self) -> LogView:
-        return self.query_one(LogView)
-
-    def on_mount(self) -> None:
-        self.query_one(LogStatus).show(self.view)
-
-    @on(LogView.StatusChanged)
-    def _status(self, event: LogView.StatusChanged) -> None:
-        event.stop()
-        self.query_one(LogStatus).show(event.log_view)
-
-    def open_find(self, kind: str) -> None:
-        view = self.view
-        current = ""
-        if kind == "search" and view.search_query is not None:
-            current = view.search_query.text
-        elif kind == "filter" and view.line_filter is not None:
-            current = view.line_filter.raw
-        self.query_one(FindBar).open(kind, current)
-
-    def find_now(self, kind: str, value: str) -> None:
-        """The find bar's Enter: focus back on the log (now) and search or filter."""
-        view = self.view
-        self.screen.set_focus(view)
-        self.screen.refresh_bindings()
-        if kind == "search":
-            view.set_search(value)
-        else:
-            view.set_filter(value)
-
-    @on(FindBar.Submitted)
-    def _find(self, event: FindBar.Submitted) -> None:
-        event.stop()
-        self.find_now(event.kind, event.value)
-
-    @on(FindBar.Closed)
-    def _find_closed(self, event: FindBar.Closed) -> None:
-        event.stop()
-        self.screen.set_focus(self.view)
-        self.screen.refresh_bindings()
