@@ -363,10 +363,17 @@ class DemoBackend:
             i += 1
         return out, (g, i, trim), due, sig
 
+    def follow_next_boot(self, positioned: Callable[[], None]) -> AsyncIterator[list[LogRecord]]:
+        """``follow_log(NEXT_BOOT)`` that says when it is positioned (``PositionedLogSource``)."""
+        return self.follow_log(LogStart.NEXT_BOOT, positioned=positioned)
+
     async def follow_log(
-        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
+        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None,
+        positioned: Callable[[], None] | None = None,
     ) -> AsyncIterator[list[LogRecord]]:
         g, i, trim = self._start_position(start, after_cursor)
+        if positioned is not None:
+            positioned()
         due: float | None = None
         sig: tuple[int, int] | None = None
         while not self._closed:
