@@ -118,3 +118,22 @@ def test_a_demo_deployment_whose_nodes_disagree_is_refused(tmp_path: Path) -> No
     msg = str(exc.value)
     assert "'r1-b' is node 1 here but its demo_node is 0: expected demo_node = 1 on [hosts.r1-b]" in msg
     assert "disagree on demo_stall_node (r1-a None, r1-b 1)" in msg
+
+
+def test_node_1_restarted_after_its_capture_is_read_on_into_its_next_boot(tmp_path: Path) -> None:
+    """Node 1 serves no lines after its capture; stopped there (a restart of the deployment), its
+    view was as long as the serving lines it never printed and a reader stopped at its end for good:
+    the node's next boot was never read (the console's monitor and the restart follower missed it)."""
+    _a, b, clock = _nodes(tmp_path)
+    clock.t += 3600  # long after node 1's capture: its boot is "up", printing nothing
+    first = b.read_lines(limit=100_000)
+    assert first
+    assert "Capture cuda graph end" in first[-1].text
+    b.restart()
+    clock.t += 3600
+    after = b.read_lines(after_cursor=first[-1].cursor, limit=100_000)
+    texts = [r.text for r in after]
+    assert any(t.startswith("Stopping ") for t in texts)  # the old boot's stop …
+    assert sum("server_args=ServerArgs(" in t for t in texts) == 1  # … and the next boot, read on
+    assert texts[-1].startswith("[")
+    assert "Capture cuda graph end" in texts[-1]

@@ -214,13 +214,15 @@ class _Timeline:
         return v
 
     def _cut(
-        self, pre: list[Line], stop: float, ready_t: float | None, interval: float
+        self, pre: list[Line], stop: float, ready_t: float | None, interval: float, serves: bool = True
     ) -> tuple[list[Line], float | None, int]:
         """A boot cut at ``stop``: its lines up to then, its ready time if it was ready by then, and
-        how many serving lines it printed before."""
+        how many serving lines it printed before (none for a node that serves no lines: counting
+        them made its view longer than its lines, and a reader stopped there for good — the node's
+        next boot, after a restart, was never read)."""
         pre = [ln for ln in pre if ln.t <= stop]
         if ready_t is not None and ready_t <= stop:
-            return pre, ready_t, self._serving_count(ready_t, interval, stop)
+            return pre, ready_t, self._serving_count(ready_t, interval, stop) if serves else 0
         return pre, None, 0
 
     def _view(self, g: int, now: float) -> BootView | None:
@@ -251,7 +253,7 @@ class _Timeline:
         killed = e.killed is not None and stop == e.killed
         if killed and stop is not None and (script.outcome != "failed" or stop < script.end_t):
             # SIGKILL while running: lines up to the kill, then systemd's lines for a killed main process
-            pre, ready_t, serving_n = self._cut(pre, stop, ready_t, interval)
+            pre, ready_t, serving_n = self._cut(pre, stop, ready_t, interval, script.serving is not None)
             consumed = systemd_timespan((stop - start) * cpu)
             tail = [
                 Line(stop, f"{name}: Main process exited, code=killed, status=9/KILL", SYSTEMD_PID, sd),
@@ -262,7 +264,7 @@ class _Timeline:
             next_start = None
         elif stop is not None and stop_done is not None and (script.outcome != "failed" or stop < script.end_t):
             # stopped while running: lines up to the stop, then systemd's stop sequence
-            pre, ready_t, serving_n = self._cut(pre, stop, ready_t, interval)
+            pre, ready_t, serving_n = self._cut(pre, stop, ready_t, interval, script.serving is not None)
             consumed = systemd_timespan((stop_done - start) * cpu)
             tail = [
                 Line(stop, f"Stopping {desc}...", SYSTEMD_PID, sd),
