@@ -104,6 +104,7 @@ class _Timeline:
         self.state = state
         self.preset = PRESETS[state.model]
         self.cache_key = cache_key  # set when ``state`` is the saved state: views may be cached
+        self._meet: dict[int, float] = {}  # epoch id -> when its first boot meets the other nodes
 
     # -- epochs -------------------------------------------------------------------------------
 
@@ -111,7 +112,14 @@ class _Timeline:
         return self.b.unit_cache(e.unit)
 
     def script(self, e: Epoch, k: int, start: float) -> BootScript:
-        key = (self.state.state_id, e.id, k)
+        # a multi-node preset: an epoch's first boot waits at distributed init for the other
+        # nodes (``DemoBackend.meet_at``); the automatic restarts after it run as if they were there
+        meet: float | None = None
+        if k == 0 and self.preset.nnodes > 1:
+            meet = self._meet.get(e.id)
+            if meet is None:
+                meet = self._meet[e.id] = self.b.meet_at(self, e)
+        key = (self.state.state_id, e.id, k, meet)
         cached = self.b._scripts.get(key)
         if cached is not None:
             self.b._scripts.move_to_end(key)
@@ -130,6 +138,7 @@ class _Timeline:
                 speed=e.speed,
                 foreign=foreign,
                 stall_node=self.b.stall_node,
+                meet_at=meet,
             )
         )
         self.b._scripts[key] = script
