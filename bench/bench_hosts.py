@@ -12,14 +12,13 @@ key to the first frame drawn after its action ran is recorded. Budget p95 < 150 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from common import Row, loadavg, percentile, run_standalone
+from common import Row, loadavg, noting, percentile, standalone_main, watch_frames
 
 BUDGET_MS = 150.0
 
@@ -45,30 +44,10 @@ async def _measure(hosts: int, seconds: float, work: Path) -> dict[str, Any]:
     drawn = asyncio.Event()
     act_at: list[float] = []
     async with app.run_test(size=(200, 56)) as pilot:
-        original = app._display
-
-        def display(screen: Any, renderable: Any) -> None:
-            if renderable is not None:
-                frames.append(time.perf_counter())
-                drawn.set()
-            original(screen, renderable)
-
-        app._display = display  # type: ignore[method-assign]
+        watch_frames(app, frames, drawn)
         screen = app.main_screen
-        timestamps = screen.action_timestamps
-        switch = app.action_switch_host
-
-        def on_timestamps() -> None:
-            act_at.append(time.perf_counter())
-            acted.set()
-            timestamps()
-
-        def on_switch(name: str) -> None:
-            act_at.append(time.perf_counter())
-            acted.set()
-            switch(name)
-
-        screen.action_timestamps = on_timestamps  # type: ignore[method-assign]
+        on_switch = noting(app.action_switch_host, act_at, acted)
+        screen.action_timestamps = noting(screen.action_timestamps, act_at, acted)  # type: ignore[method-assign]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 60
         while sum(1 for p in screen.panes if p.monitor is not None and p.monitor.lines_seen) < hosts:
@@ -134,12 +113,7 @@ def run(quick: bool, workdir: Path, *, hosts: int = 32, seconds: float | None = 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--hosts", type=int, default=32)
-    ap.add_argument("--seconds", type=float, default=None)
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    return run_standalone("hosts", run, a.quick, hosts=a.hosts, seconds=a.seconds)
+    return standalone_main("hosts", run, __doc__, hosts=(int, 32), seconds=(float, None))
 
 
 if __name__ == "__main__":

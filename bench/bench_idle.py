@@ -11,13 +11,12 @@ GPUs are sampled at 1 Hz. After the first paint and a settling time, the process
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import Row, loadavg, run_standalone
+from common import Row, loadavg, standalone_main
 from ttyapp import TtyApp, isolated_env, kvtui_argv
 
 BUDGET_PCT = 3.0
@@ -57,11 +56,7 @@ def run(quick: bool, workdir: Path, *, seconds: float | None = None) -> list[Row
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=None)
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    return run_standalone("idle", run, a.quick, seconds=a.seconds)
+    return standalone_main("idle", run, __doc__, seconds=(float, None))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ releases the pinned JSON log on the same trigger). ``short-iso`` is what a human
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -33,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import ROOT, Row, loadavg, median, run_standalone
+from common import ROOT, Row, loadavg, median, spooled_lines, standalone_main
 
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -48,20 +47,6 @@ def _sshd_reason() -> str | None:
     if os.geteuid() != 0:
         return "the test sshd needs root"
     return None
-
-
-def _spooled_lines(spool_files: list[Path]) -> tuple[int, int]:
-    """(log lines, marker lines) written to a spool set."""
-    lines = markers = 0
-    for p in spool_files:
-        with p.open("rb") as f:
-            for raw in f:
-                parts = raw.split(b"\t", 3)
-                if len(parts) >= 3 and parts[2] == b"marker":
-                    markers += 1
-                else:
-                    lines += 1
-    return lines, markers
 
 
 def _last_cursor(shape: str, log: Path, live: Path | None) -> str:
@@ -154,7 +139,7 @@ async def _kvtui_once(inst: object, shape: str, log: Path, nlines: int, work: Pa
         await mon.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(task, 10)
-    got, _markers = _spooled_lines(mon.spool.files())
+    got, _markers = spooled_lines(mon.spool.files())
     missing = nlines + 1 - got
     note = f"{mon.ingest_errors} ingest errors" if mon.ingest_errors else ""
     shutil.rmtree(run, ignore_errors=True)
@@ -245,12 +230,7 @@ def run(quick: bool, workdir: Path, *, lines: int | None = None, runs: int | Non
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lines", type=int, default=None)
-    ap.add_argument("--runs", type=int, default=None)
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    return run_standalone("ingest", run, a.quick, lines=a.lines, runs=a.runs)
+    return standalone_main("ingest", run, __doc__, lines=(int, None), runs=(int, None))
 
 
 if __name__ == "__main__":

@@ -19,33 +19,37 @@ Budget: < 200 MB; flat over the hour.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from common import ROOT, Row, loadavg, run_standalone
+from common import ROOT, Row, loadavg, standalone_main
 
 BUDGET_MB = 200.0
 
-_LINES = r"""
+# each measurement runs in a fresh interpreter: this prelude, then its own script
+_PRELUDE = r"""
 import gc, json, sys, tempfile
 from pathlib import Path
 from types import SimpleNamespace
 sys.path.insert(0, sys.argv[1])
-from kvtui.hosts.ssh.followers import _FileFollower
-from kvtui.hosts.backend import LogStart
-from kvtui.monitor import HostMonitor
 
 def rss():
     gc.collect()
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
+"""
+
+_LINES = _PRELUDE + r"""
+from kvtui.hosts.ssh.followers import _FileFollower
+from kvtui.hosts.backend import LogStart
+from kvtui.monitor import HostMonitor
 log, n_expected = Path(sys.argv[2]), int(sys.argv[3])
 out = {"start": rss()}
-backend = SimpleNamespace(name="mem", host=SimpleNamespace(log_file=str(log), unit="u", sudo=False), scan_window=1)
+backend = SimpleNamespace(name="mem", host=SimpleNamespace(log_file=str(log), unit="u", sudo=False, pid_file=None,
+                                                             start_command=None, stop_command=None), scan_window=1)
 mon = HostMonitor("mem", backend, state_dir=Path(tempfile.mkdtemp()), log_window=5000)
 mon._sink = lambda updates: None
 follower = _FileFollower(backend, LogStart.CURRENT_BOOT, "0")
@@ -67,19 +71,9 @@ out["spool_index_kib"] = mon.spool.index_bytes() / 1024
 print(json.dumps(out))
 """
 
-_GPUS = r"""
-import gc, json, sys, tempfile
-from pathlib import Path
-from types import SimpleNamespace
-sys.path.insert(0, sys.argv[1])
+_GPUS = _PRELUDE + r"""
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.monitor import HostMonitor
-
-def rss():
-    gc.collect()
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
 now = [1_777_000_000.0]
 backend = SimpleNamespace(name="gpu")
 mon = HostMonitor("gpu", backend, state_dir=Path(tempfile.mkdtemp()), clock=lambda: now[0])
@@ -137,11 +131,7 @@ def run(quick: bool, workdir: Path, *, lines: int | None = None) -> list[Row]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lines", type=int, default=None)
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    return run_standalone("memory", run, a.quick, lines=a.lines)
+    return standalone_main("memory", run, __doc__, lines=(int, None))
 
 
 if __name__ == "__main__":

@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import Row, loadavg, median
 from gen_log import BOOT_LINES, SHAPES, write
 
-from kvtui.boot import BootTracker
-from kvtui.commands.replay import analyse_path, read_chunks
-from kvtui.engines.parse import parse_chunks
+from kvtui.bootlog import read_log
+from kvtui.commands.logfile import read_chunks
+from kvtui.commands.replay import analyse_path
 
 PHASE_PATTERNS = (
     "server_args=|Init torch distributed|Load weight (begin|end)|KV Cache is allocated|Memory pool end|"
@@ -71,11 +71,7 @@ def time_kvtui(path: Path, *, full: bool = False) -> tuple[float, int, str, floa
     t0 = time.perf_counter()
     with path.open("rb") as f:
         if full:
-            tracker = BootTracker(max_boots=None)
-            for parsed in parse_chunks(read_chunks(f, str(path)), all_lines=True):
-                tracker.feed(parsed)
-            tracker.finish()
-            boots = tracker.boots
+            boots, _shape = read_log(read_chunks(f, str(path)), all_lines=True)
         else:
             boots, _shape = analyse_path(str(path))
     dt = time.perf_counter() - t0

@@ -16,7 +16,6 @@ reconnect-and-quit cycles.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
@@ -27,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import ROOT, Row, loadavg, run_standalone
+from common import ROOT, Row, loadavg, standalone_main
 
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -239,12 +238,7 @@ def run(quick: bool, workdir: Path, *, cuts: int | None = None, cycles: int | No
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cuts", type=int, default=None)
-    ap.add_argument("--cycles", type=int, default=None)
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    return run_standalone("soak", run, a.quick, cuts=a.cuts, cycles=a.cycles)
+    return standalone_main("soak", run, __doc__, cuts=(int, None), cycles=(int, None))
 
 
 if __name__ == "__main__":

@@ -15,13 +15,12 @@ the first full paint.
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import Row, loadavg, median, run_standalone
+from common import Row, loadavg, median, standalone_main
 from ttyapp import TtyApp, isolated_env, kvtui_argv
 
 PAINT_NEEDLES = (b"demo", b"GPU", b"Log", b"Calculator", b"Quit")
@@ -83,11 +82,7 @@ def run(quick: bool, workdir: Path, *, runs: int | None = None) -> list[Row]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=None)
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    return run_standalone("startup", run, a.quick, runs=a.runs)
+    return standalone_main("startup", run, __doc__, runs=(int, None))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Budget: keystroke-to-screen p95 < 100 ms; 0 lines missing from the spool.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import Row, loadavg, percentile, run_standalone
+from common import Row, loadavg, noting, percentile, spooled_lines, standalone_main, watch_frames
 
 RATE = 20_000
 BUDGET_MS = 100.0
@@ -76,19 +75,6 @@ def _prelude() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _spooled(files: list[Path]) -> tuple[int, int]:
-    lines = markers = 0
-    for p in files:
-        with p.open("rb") as f:
-            for raw in f:
-                parts = raw.split(b"\t", 3)
-                if len(parts) >= 3 and parts[2] == b"marker":
-                    markers += 1
-                else:
-                    lines += 1
-    return lines, markers
-
-
 async def _storm(work: Path, seconds: float, rate: float) -> dict[str, Any]:
     from textual import events
 
@@ -111,27 +97,11 @@ async def _storm(work: Path, seconds: float, rate: float) -> dict[str, Any]:
     latencies: list[float] = []
     result: dict[str, Any] = {}
     async with app.run_test(size=(160, 48)) as pilot:
-        original = app._display
-
         drawn = asyncio.Event()
         acted = asyncio.Event()
-
-        def display(screen: Any, renderable: Any) -> None:
-            if renderable is not None:
-                frames.append(time.perf_counter())
-                drawn.set()
-            original(screen, renderable)
-
-        app._display = display  # type: ignore[method-assign]
+        watch_frames(app, frames, drawn)
         screen = app.main_screen
-        act = screen.action_timestamps
-
-        def timestamps() -> None:
-            actions.append(time.perf_counter())
-            acted.set()
-            act()
-
-        screen.action_timestamps = timestamps  # type: ignore[method-assign]
+        screen.action_timestamps = noting(screen.action_timestamps, actions, acted)  # type: ignore[method-assign]
         pane = screen.active_pane
         assert pane is not None
 
@@ -157,7 +127,7 @@ async def _storm(work: Path, seconds: float, rate: float) -> dict[str, Any]:
                 raise RuntimeError("the console did not take in the server's boot")
             await pilot.pause(0.05)
         mon.spool.flush()
-        before, _ = _spooled(mon.spool.files())
+        before, _ = spooled_lines(mon.spool.files())
         writer = await asyncio.create_subprocess_exec(sys.executable, "-c", _WRITER, str(log), str(rate),
                                                       str(seconds), stdout=asyncio.subprocess.PIPE)
         t_end = loop.time() + seconds
@@ -193,7 +163,7 @@ async def _storm(work: Path, seconds: float, rate: float) -> dict[str, Any]:
             await pilot.pause(0.05)
         result["caught_up_s"] = loop.time() - t_end
         mon.spool.flush()
-        got, _markers = _spooled(mon.spool.files())
+        got, _markers = spooled_lines(mon.spool.files())
         result["missing"] = sent - (got - before)
         result["sent"] = sent
         result["lines_received"] = pane.lines_received
@@ -223,12 +193,7 @@ def run(quick: bool, workdir: Path, *, seconds: float | None = None, rate: float
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=None)
-    ap.add_argument("--rate", type=float, default=RATE)
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    return run_standalone("storm", run, a.quick, seconds=a.seconds, rate=a.rate)
+    return standalone_main("storm", run, __doc__, seconds=(float, None), rate=(float, RATE))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ in the same run (when the benchmark has one), their ratio, the budget and whethe
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import os
 import shutil
 import statistics
@@ -16,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent
@@ -134,3 +137,53 @@ def run_standalone(name: str, run: Callable[..., list[Row]], quick: bool, **opti
         shutil.rmtree(work, ignore_errors=True)
     print(table(rows))
     return 0 if all(r.met is not False for r in rows) else 1
+
+
+def standalone_main(name: str, run: Callable[..., list[Row]], doc: str | None, **options: tuple[type, object]) -> int:
+    """``main()`` of ``bench/bench_NAME.py``: one ``--KEY`` per keyword (its type and default), then
+    ``--quick``; the parsed options go to ``run_standalone``."""
+    ap = argparse.ArgumentParser(description=(doc or name).splitlines()[0])
+    for key, (kind, default) in options.items():
+        ap.add_argument(f"--{key}", type=kind, default=default)
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    return run_standalone(name, run, a.quick, **{key: getattr(a, key) for key in options})
+
+
+def spooled_lines(spool_files: Sequence[Path]) -> tuple[int, int]:
+    """(log lines, marker lines) written to a spool set."""
+    lines = markers = 0
+    for p in spool_files:
+        with p.open("rb") as f:
+            for raw in f:
+                parts = raw.split(b"\t", 3)
+                if len(parts) >= 3 and parts[2] == b"marker":
+                    markers += 1
+                else:
+                    lines += 1
+    return lines, markers
+
+
+def watch_frames(app: Any, frames: list[float], drawn: asyncio.Event) -> None:
+    """From now on, the time of every frame the Textual ``app`` draws goes into ``frames`` (and
+    sets ``drawn``): a keystroke's latency ends at the first frame after its action ran."""
+    original = app._display
+
+    def display(screen: Any, renderable: Any) -> None:
+        if renderable is not None:
+            frames.append(time.perf_counter())
+            drawn.set()
+        original(screen, renderable)
+
+    app._display = display
+
+
+def noting(action: Callable[..., None], at: list[float], acted: asyncio.Event) -> Callable[..., None]:
+    """``action``, noting when it runs (into ``at``) and setting ``acted`` first."""
+
+    def run(*args: Any) -> None:
+        at.append(time.perf_counter())
+        acted.set()
+        action(*args)
+
+    return run

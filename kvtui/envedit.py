@@ -25,7 +25,7 @@ written file; ``parse_environment_property`` reads ``systemctl show -p Environme
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -195,15 +195,8 @@ def _unit_assignments(text: str) -> list[_Item]:
         if not words:
             out.append(Unset(None))
             continue
-        alone = len(words) == 1
-        for w in words:
-            got = _value_span(text, w, "unit")
-            if got is None:
-                continue
-            name, value, vs, ve, plain = got
-            line = (line_start, min(end + 1, len(text)))
-            span = line if alone else None
-            out.append(Assignment(name, value, "environment", w, vs, ve, plain, span, w.dynamic, line, len(words)))
+        line = (line_start, min(end + 1, len(text)))
+        out.extend(_assigned(text, "unit", words, "environment", line if len(words) == 1 else None, line, len(words)))
     out.extend(_command_prefix(text, "unit"))
     return out
 
@@ -214,15 +207,19 @@ def _command_prefix(text: str, kind: Kind) -> list[Assignment]:
         cmd = parse_command(text, kind)
     except FlagError:
         return []
-    out: list[Assignment] = []
-    for w in cmd.words[: cmd.args_start]:
+    return list(_assigned(text, kind, cmd.words[: cmd.args_start], "execstart" if kind == "unit" else "prefix"))
+
+
+def _assigned(text: str, kind: Kind, words: Iterable[Word], where: Where, span: tuple[int, int] | None = None,
+              group: tuple[int, int] | None = None, size: int = 1) -> Iterator[Assignment]:
+    """The words of one statement that are assignments (``span``: the line to drop when a word is
+    alone on it; ``group``, ``size``: the statement's line when it holds nothing else, and its
+    assignment words; see ``Assignment``)."""
+    for w in words:
         got = _value_span(text, w, kind)
-        if got is None:
-            continue
-        name, value, vs, ve, plain = got
-        out.append(Assignment(name, value, "execstart" if kind == "unit" else "prefix", w, vs, ve, plain, None,
-                              w.dynamic))
-    return out
+        if got is not None:
+            name, value, vs, ve, plain = got
+            yield Assignment(name, value, where, w, vs, ve, plain, span, w.dynamic, group, size)
 
 
 def _script_assignments(text: str, cmd: ServerCommand) -> list[_Item]:
@@ -245,16 +242,10 @@ def _script_assignments(text: str, cmd: ServerCommand) -> list[_Item]:
         else:
             continue
         single = alone and len(cands) == 1 and (where == "assign" or len(words) == 2)
-        for w in cands:
-            got = _value_span(text, w, "script")
-            if got is None:
-                continue
-            name, value, vs, ve, plain = got
-            line = (line_start, min(end + 1, len(text)))
-            span = line if single else None
-            whole = alone and len(words) == len(cands) + (1 if where == "export" else 0)
-            out.append(Assignment(name, value, where, w, vs, ve, plain, span, w.dynamic, line if whole else None,
-                                  len(cands)))
+        line = (line_start, min(end + 1, len(text)))
+        whole = alone and len(words) == len(cands) + (1 if where == "export" else 0)
+        out.extend(_assigned(text, "script", cands, where, line if single else None, line if whole else None,
+                             len(cands)))
     out.extend(_command_prefix(text, "script"))
     return out
 

@@ -2,7 +2,7 @@
 
 0 ok / ready; 1 the boot failed, or the prediction says it will; 2 usage error (also an edit
 malformed as given); 3 connection, config or unreadable input (text without a boot is not
-unreadable: see ``kvtui.commands.replay``); 4 refused (readonly host, unsafe edit, a prediction of
+unreadable: see ``kvtui.commands.logfile``); 4 refused (readonly host, unsafe edit, a prediction of
 ``no_fit``/``oom_risk`` without ``--force``, a file changed since it was read); 5 timed out.
 """
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
-from kvtui.boot import Boot, BootStatus, BootTracker, BootUpdate
+from kvtui.boot import Boot, BootStatus, BootUpdate
 from kvtui.engines.events import (
     BootBoundary,
     BoundaryKind,
@@ -44,7 +44,7 @@ from kvtui.hosts.backend import (
     RecordBlock,
     aclose_iter,
 )
-from kvtui.retry import doubling
+from kvtui.retry import Backoff, doubling, sleep_unless
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, LogLine, MonitorUpdate, make_line
 
 if TYPE_CHECKING:
@@ -159,6 +159,13 @@ def _changed(upd: BootUpdate) -> bool:
     )
 
 
+async def _close_quietly(it: AsyncIterator[object] | None) -> None:
+    """Close a stream's iterator (once it is done with), whatever it raises on the way out."""
+    if it is not None:
+        with contextlib.suppress(Exception):
+            await aclose_iter(it)
+
+
 def _default_state_dir() -> Path:
     from kvtui.config import state_dir
 
@@ -166,7 +173,7 @@ def _default_state_dir() -> Path:
 
 
 class HostMonitor:
-    """Runs one host: streams -> spool -> ``LineParser`` -> ``BootTracker``; GPU history;
+    """Runs one host: streams -> spool -> ``BootLog`` (parser -> tracker); GPU history;
     connection state. Publishes batched ``MonitorUpdate``s to one sink.
 
     - Every record reaches the on-disk ``spool`` before any view sees it (also a record the
@@ -215,7 +222,8 @@ class HostMonitor:
         serving_interval: float = 0.25,
         history: BootRecorder | None = None,
     ) -> None:
-        from kvtui.engines.parse import LineParser, LivePrefilter
+        from kvtui.bootlog import BootLog
+        from kvtui.engines.parse import LivePrefilter
         from kvtui.spool import Spool
 
         self.name = name
@@ -229,9 +237,10 @@ class HostMonitor:
         self.start_mode = start
         self.owns_backend = owns_backend
         self.retry_start = retry_start
-        hint = engine_hint_for(host)
-        self.parser = LineParser(hint)
-        self.tracker = BootTracker(hint)
+        # records -> boots; the live path hands each parsed piece to the tracker itself
+        self.reader = BootLog(engine_hint_for(host))
+        self.parser = self.reader.parser
+        self.tracker = self.reader.tracker
         # lines that cannot change a boot are spooled without being parsed (same spool, same boots)
         self._live: LivePrefilter | None = LivePrefilter() if live_prefilter else None
         source = f"{host.kind}:{host.source_label}" if host is not None else type(backend).__name__
@@ -425,12 +434,14 @@ class HostMonitor:
 
     async def _sleep(self, seconds: float) -> bool:
         """Sleep unless closed first; True when closed."""
-        try:
-            async with asyncio.timeout(seconds):
-                await self._closed.wait()
-        except TimeoutError:
+        return await sleep_unless(self._closed, seconds)
+
+    async def _retry_after(self, pace: Backoff) -> bool:
+        """A stream failed: wait the pace's next delay. False when retrying cannot help (the host
+        will not come back: host key, auth, configuration) or the monitor closed meanwhile."""
+        if self.backend.status().state in _NON_RETRYABLE:
             return False
-        return True
+        return not await self._sleep(pace.next())
 
     # -- logs --------------------------------------------------------------------------------------
 
@@ -461,15 +472,11 @@ class HostMonitor:
                     return
                 self._stream_note = f"log stream: {exc}"
                 self._poll_status()
-                if self.backend.status().state in _NON_RETRYABLE:
-                    return
-                if await self._sleep(pace.next()):
+                if not await self._retry_after(pace):
                     return
                 continue
             finally:
-                if it is not None:
-                    with contextlib.suppress(Exception):
-                        await aclose_iter(it)
+                await _close_quietly(it)
             if self._closed.is_set():
                 return
             # the stream ended without an error (the backend closed): stop following
@@ -700,8 +707,7 @@ class HostMonitor:
     def _replay_records(self, records: Sequence[LogRecord]) -> None:
         for rec in records:
             try:
-                for p in self.parser.feed(rec):
-                    self.tracker.feed(p)
+                self.reader.feed(rec)
             except Exception:
                 self._note_ingest_error("replay", rec)
 
@@ -724,15 +730,11 @@ class HostMonitor:
                     from dataclasses import replace
 
                     self._on_gpu([replace(s, stale=True) for s in self.latest_gpus], record=False)
-                if self.backend.status().state in _NON_RETRYABLE:
-                    return
-                if await self._sleep(pace.next()):
+                if not await self._retry_after(pace):
                     return
                 continue
             finally:
-                if it is not None:
-                    with contextlib.suppress(Exception):
-                        await aclose_iter(it)
+                await _close_quietly(it)
             return  # the stream ended: no GPU data on this host (status says why), or closed
 
     def _on_gpu(self, samples: Sequence[GpuSample], *, record: bool = True) -> None:
@@ -892,11 +894,10 @@ async def read_boots(
     prediction): ``engine`` overrides the host's declared engine (the service knows it from the
     flags file); ``first`` gives up on a log that yields nothing within that many seconds
     (default: ``timeout``); closing the log stream waits at most ``close_grace`` seconds."""
-    from kvtui.engines.parse import LineParser
+    from kvtui.bootlog import BootLog
 
     hint = engine if engine in (Engine.SGLANG, Engine.VLLM) else engine_hint_for(host)
-    parser = LineParser(hint)
-    tracker = BootTracker(hint)
+    reader = BootLog(hint)
     if start_backend:
         async with asyncio.timeout(timeout):
             await backend.start()
@@ -918,17 +919,15 @@ async def read_boots(
             except StopAsyncIteration:
                 break
             got_any = True
-            for rec in batch:
-                for p in parser.feed(rec):
-                    tracker.feed(p)
-            cur = tracker.current
+            reader.feed_all(batch)
+            cur = reader.current
             if cur is not None and cur.status is not BootStatus.STARTING:
                 break  # the current boot is over (ready, failed, stopped): its figures are in
     finally:
         # bounded: a follower slow to let go (a dropped SSH channel) is left to finish alone
         with contextlib.suppress(TimeoutError, BackendError):
             await asyncio.wait_for(aclose_iter(it), close_grace)
-    return tracker.boots
+    return reader.boots
 
 
 async def host_boots(

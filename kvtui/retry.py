@@ -4,6 +4,7 @@ monitor's streams)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 
@@ -34,3 +35,14 @@ def doubling(first: float, cap: float = 30.0) -> Backoff:
     """Waits of ``first``, then twice as long each time, at most ``cap``, no jitter (the
     monitor's pace: 0.5, 1, 2, … 30 s); ``reset()`` after a success."""
     return Backoff(initial=2 * first, cap=cap, first=first, jitter=0.0)
+
+
+async def sleep_unless(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` unless ``stop`` is set first (a close ends a retry's wait at once); True
+    when ``stop`` was set."""
+    try:
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    except TimeoutError:
+        return False
+    return True

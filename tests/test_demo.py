@@ -16,6 +16,7 @@ from typing import NamedTuple
 import pytest
 
 from kvtui.boot import BootMetrics, BootStatus, BootTracker, Failure, PhaseSpan
+from kvtui.engines import parse
 from kvtui.hosts.backend import HostBackend, LogStart, aclose_iter
 from kvtui.hosts.demo import DemoBackend, DemoError, parse_timespan, parse_unit
 from kvtui.hosts.demo_models import PRESETS, default_capture_bs
@@ -315,6 +316,40 @@ def test_too_high_fraction_dies_in_capture_with_the_oom_text(tmp_path: Path) -> 
     # GPU memory is released when the process tree dies
     assert b.server_pids_at(clock.t) == set()
     assert all(s.used_mib < 10 for s in b.samples_at(clock.t))
+
+
+def test_a_capture_that_leaves_too_little_dies_at_the_warm_up_request(tmp_path: Path) -> None:
+    """0.976 on the Kimi preset: every graph is captured, but less than first_forward_gib (0.5 GiB)
+    is left; the warm-up request's first forward dies with a CUDA OOM from the scheduler's event
+    loop, before "fired up", and the tracker calls it oom_runtime in http_up (not graph capture).
+    0.975 leaves enough and is ready: the simulation's edge that the tune's margin stays below."""
+    clock = Clock()
+    b = make(tmp_path, clock)
+    set_flag(b, "mem-fraction-static", "0.976")
+    b.restart()
+    clock.t += 10
+    lines = until(b, clock, r"Failed with result")
+    boot = lines[lines.index(next(t for t in lines if t.startswith("Started "))) :]
+    end = next(t for t in boot if "Capture target decode CUDA graph end." in t)
+    left = float(re.findall(r"avail mem=([\d.]+) GB", end)[0])
+    assert left < 0.5
+    i = next(i for i, t in enumerate(boot) if "Scheduler hit an exception: Traceback" in t)
+    assert "Prefill batch. #new-seq: 1, #new-token: 7" in boot[i - 1] or any(
+        "Prefill batch. #new-seq: 1" in t for t in boot[i - 3 : i])
+    tail = boot[i:]
+    assert any("in event_loop_overlap" in t for t in tail)
+    assert any(t.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ") for t in tail)
+    assert any("SIGQUIT received. signum=None, frame=None. It usually means one child failed." in t for t in tail)
+    assert not any("fired up and ready" in t for t in boot)
+    tracker = BootTracker()
+    for parsed in parse.parse_bytes("\n".join(boot).encode()):
+        tracker.feed(parsed)
+    dead = tracker.boots[-1]
+    assert dead.status is BootStatus.FAILED
+    assert dead.failure is not None
+    assert dead.failure.kind.value == "oom_runtime"
+    assert dead.failure.phase.value == "http_up"
+    assert dead.metrics.max_total_num_tokens is not None  # the pool was sized: the calculator can use it
 
 
 def test_too_low_fraction_fails_with_not_enough_memory(tmp_path: Path) -> None:

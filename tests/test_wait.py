@@ -20,6 +20,7 @@ from kvtui.cli import build_parser, main
 from kvtui.commands.wait import wait_for_boot
 from kvtui.config import load_config
 from kvtui.hosts.demo import DemoBackend
+from kvtui.monitor import HostMonitor
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FAST = 300.0  # demo_speed: a whole Kimi boot in about 1 s of wall time
@@ -452,9 +453,21 @@ def test_apply_a_fraction_too_high_then_wait_exits_1_with_capture_oom(
     assert "failed in graph_capture: oom_graph_capture" in err
 
 
-async def test_next_without_a_restart_times_out_saying_no_new_boot_started(tmp_path: Path) -> None:
+async def test_next_without_a_restart_times_out_saying_no_new_boot_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 10, item 14: `wait demo-b --next --timeout 4` with nothing restarting printed "boot 1
     still starting" and a STARTING boot that was the tail of the one already serving."""
+    from kvtui.commands import wait as wait_mod
+
+    monitors: list[HostMonitor] = []
+
+    class Seen(HostMonitor):  # the real monitor, remembered so the test can see what it has read
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            super().__init__(*a, **kw)
+            monitors.append(self)
+
+    monkeypatch.setattr(wait_mod, "HostMonitor", Seen)
     demo_hosts(tmp_path)
     clock = FakeClock()
     first = demo_backend(clock).boot_script()
@@ -464,9 +477,9 @@ async def test_next_without_a_restart_times_out_saying_no_new_boot_started(tmp_p
     out, err = io.StringIO(), io.StringIO()
     task = asyncio.create_task(_run_wait(["demo", "--next", "--timeout", "4", "--json"], out, err, clock=clock,
                                          timer=cue))
-    await asyncio.sleep(0.3)
+    await _until(lambda: bool(cue.asked))  # the wait is following
     clock.t += 30  # the serving boot goes on: decode lines, no restart
-    await asyncio.sleep(0.3)
+    await _until(lambda: bool(monitors and monitors[0].tracker.boots))  # it has read them (no fixed sleep)
     cue.event.set()
     assert await asyncio.wait_for(task, 30) == 5
     text = err.getvalue()

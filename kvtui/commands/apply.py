@@ -65,15 +65,9 @@ def run_main(
     )
 
 
-def run(
-    args: argparse.Namespace,
-    *,
-    stdout: TextIO | None = None,
-    stderr: TextIO | None = None,
-    stdin: TextIO | None = None,
-    clock: Callable[[], float] | None = None,
-) -> int:
-    return run_main(apply_main, args, stdout=stdout, stderr=stderr, stdin=stdin, clock=clock)
+def run(args: argparse.Namespace, **streams: Any) -> int:
+    """``run_main(apply_main, …)``: ``stdout``, ``stderr``, ``stdin``, ``clock`` as it takes them."""
+    return run_main(apply_main, args, **streams)
 
 
 async def apply_main(

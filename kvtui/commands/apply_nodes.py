@@ -150,7 +150,7 @@ async def _apply(
     # 3. restart all (node 0 first) and follow the merged boot
     code, dep = await restart_and_follow(nodes, dep_cfg.hang_seconds, timeout, clock, say, edits)
     if dep is not None:
-        from kvtui.commands.replay import render_boot
+        from kvtui.commands.bootview import render_boot
         from kvtui.commands.replay_nodes import render_deployment
 
         stdout.write("\n".join(render_deployment(dep, render_boot(dep.boot, 1, 1), 1, 1)) + "\n")

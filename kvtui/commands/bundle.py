@@ -42,7 +42,8 @@ def _journal_line(ts: str, ident: str, text: str, host: str) -> str:
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    from kvtui.commands.replay import analyse, to_json
+    from kvtui.bootlog import read_log
+    from kvtui.commands.bootview import to_json
     from kvtui.config import ConfigError, load_config
     from kvtui.history import HistoryError, open_store
     from kvtui.history import bundle as hb
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         print(f"kvtui bundle: {args.host}: {what}: its log is not in the spool (recorded by a command that keeps "
               "none, or pruned since); a console or kvtui wait keeps one", file=err)
         return EXIT_INPUT
-    boots, _ = analyse(iter(["".join(ln + "\n" for ln in lines).encode()]))
+    boots, _ = read_log(iter(["".join(ln + "\n" for ln in lines).encode()]))
     replay_doc = to_json(boots, "log.txt")
     good = hdiff.last_good([(r.id, r.doc) for r in rows], chosen.doc, before=chosen.id)
     diff_lines = (hdiff.render(hdiff.diff(hb.mask_doc(dict(good[1])), hb.mask_doc(dict(chosen.doc)),

@@ -6,7 +6,7 @@
 
 Exit codes: 0 the prediction boots (also at low confidence), 1 the verdict is ``oom_risk`` or
 ``no_fit``, 2 usage (bad option or edit: a malformed value is 2 here as in ``apply``), 3 input that
-is unreadable (missing file, binary data: the rule of ``kvtui.commands.replay``) or lacks what the
+is unreadable (missing file, binary data: the rule of ``kvtui.commands.logfile``) or lacks what the
 calculator needs (no boot found, no boot that sized its pool, a config.json without the needed keys).
 """
 
@@ -17,7 +17,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import TextIO
 
 from kvtui import fmt
 from kvtui import kvcalc as kc
@@ -37,29 +37,17 @@ class _Fail(Exception):
 # ---------------------------------------------------------------------------------------------
 
 
-def _open_log(path: str) -> BinaryIO:
-    if path == "-":
-        return sys.stdin.buffer
-    p = Path(path)
-    try:
-        return p.open("rb")
-    except FileNotFoundError:
-        raise _Fail(EXIT_INPUT, f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise _Fail(EXIT_INPUT, f"{path}: is a directory, expected a log file") from None
-    except PermissionError:
-        raise _Fail(EXIT_INPUT, f"{path}: permission denied") from None
-    except OSError as exc:
-        raise _Fail(EXIT_INPUT, f"{path}: cannot open ({exc.strerror or exc})") from None
-
-
 def read_log_boots(path: str) -> list[Boot]:
     """Every boot of a saved log (any shape ``kvtui replay`` reads), in order."""
-    from kvtui.commands.replay import InputError, analyse, no_boot_found, read_chunks
+    from kvtui.bootlog import read_log
+    from kvtui.commands.logfile import InputError, no_boot_found, open_log, read_chunks
 
-    stream = _open_log(path)
     try:
-        boots, _shape = analyse(read_chunks(stream, path))
+        stream = open_log(path)
+    except InputError as exc:
+        raise _Fail(EXIT_INPUT, str(exc)) from None
+    try:
+        boots, _shape = read_log(read_chunks(stream, path))
     except InputError as exc:
         raise _Fail(EXIT_INPUT, str(exc)) from None
     finally:

@@ -25,10 +25,12 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import BinaryIO, Protocol, TextIO
+from typing import BinaryIO, TextIO
 
-from kvtui import fmt
-from kvtui.boot import Boot, BootStatus, BootTracker, PhaseSpan
+from kvtui.boot import Boot, BootStatus
+from kvtui.bootlog import BootLog, read_log
+from kvtui.commands.bootview import render_boot, to_json
+from kvtui.commands.logfile import CHUNK_BYTES, InputError, check_text, no_boot_found, open_log, read_chunks
 from kvtui.engines.events import Engine
 from kvtui.engines.parse import LineParser, Prefilter, parse_chunks, wrap_widths
 from kvtui.engines.shapes import detect_shape, iter_records
@@ -38,132 +40,25 @@ from kvtui.engines.unknown import UnrecognisedShape
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INPUT = 3
-CHUNK_BYTES = 4 << 20
 PARALLEL_MIN_BYTES = 16 << 20  # smaller files are not worth a second process
 _HEAD_BYTES = 64 * 1024
 _PREROLL_BYTES = 1 << 20  # the second half's prefilter first reads this much of the first half
 
-# the flags worth a line in the human summary, in this order (engine names)
-_KEY_FLAGS: dict[Engine, tuple[str, ...]] = {
-    Engine.SGLANG: (
-        "model_path",
-        "mem_fraction_static",
-        "tp_size",
-        "dp_size",
-        "pp_size",
-        "ep_size",
-        "context_length",
-        "max_running_requests",
-        "max_total_tokens",
-        "chunked_prefill_size",
-        "cuda_graph_max_bs",
-        "page_size",
-        "kv_cache_dtype",
-        "speculative_algorithm",
-    ),
-    Engine.VLLM: (
-        "model",
-        "gpu_memory_utilization",
-        "tensor_parallel_size",
-        "pipeline_parallel_size",
-        "data_parallel_size",
-        "max_model_len",
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "kv_cache_dtype",
-        "block_size",
-        "enforce_eager",
-    ),
-}
-
-
-class Readable(Protocol):
-    def read(self, size: int = -1, /) -> bytes: ...
-
-
-class InputError(Exception):
-    """The input cannot be read (exit 3)."""
-
-
-def _open(path: str) -> BinaryIO:
-    if path == "-":
-        return sys.stdin.buffer
-    try:
-        f: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed by the caller
-    except FileNotFoundError as exc:
-        raise InputError(f"{path}: no such file") from exc
-    except IsADirectoryError as exc:
-        raise InputError(f"{path}: is a directory, expected a log file") from exc
-    except PermissionError as exc:
-        raise InputError(f"{path}: permission denied") from exc
-    except OSError as exc:
-        raise InputError(f"{path}: cannot open ({exc.strerror or exc})") from exc
-    return f
-
-
-_TEXT_CONTROLS = frozenset(b"\t\n\r\x0c\x08\x1b")
-
-
-def check_text(head: bytes, name: str) -> None:
-    """Raise ``InputError`` when the start of an input is binary data, not a text log: a NUL byte,
-    or more than a tenth of control bytes / bytes that are not UTF-8 text (logs are text; a
-    journal in ``-o export`` or a core dump is not)."""
-    sample = head[:65536]
-    if not sample:
-        return
-    nul = sample.find(b"\x00")
-    if nul >= 0:
-        raise InputError(f"{name}: binary data, not a text log (a NUL byte at offset {nul:,})")
-    controls = sum(1 for b in sample if b < 0x20 and b not in _TEXT_CONTROLS)
-    bad = sample.decode("utf-8", errors="replace").count("\ufffd")
-    if controls + bad > len(sample) // 10:
-        raise InputError(f"{name}: binary data, not a text log ({controls + bad:,} of the first "
-                         f"{len(sample):,} bytes are neither text nor UTF-8)")
-
-
-def read_chunks(stream: Readable, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """The stream in chunks; gzip input is decompressed on the fly. Binary data (``check_text``)
-    raises ``InputError`` before the first chunk."""
-    try:
-        head = stream.read(chunk_bytes)
-    except OSError as exc:
-        raise InputError(f"{name}: cannot read ({exc.strerror or exc})") from exc
-    if head[:2] == b"\x1f\x8b":
-        gz = gzip.GzipFile(fileobj=_Prepend(head, stream), mode="rb")
-        stream = gz
-        try:
-            head = gz.read(chunk_bytes)
-        except (OSError, EOFError) as exc:
-            raise InputError(f"{name}: damaged gzip data ({exc})") from exc
-    check_text(head, name)
-    while head:
-        yield head
-        try:
-            head = stream.read(chunk_bytes)
-        except (OSError, EOFError) as exc:
-            raise InputError(f"{name}: read failed ({exc})") from exc
-
-
-class _Prepend(io.RawIOBase):
-    """A stream whose first bytes were already read (to sniff gzip)."""
-
-    def __init__(self, first: bytes, rest: Readable) -> None:
-        self._first = first
-        self._rest = rest
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
-        if self._first:
-            n = min(len(b), len(self._first))
-            b[:n] = self._first[:n]
-            self._first = self._first[n:]
-            return n
-        data = self._rest.read(len(b))
-        n = len(data)
-        b[:n] = data
-        return n
+# re-exported: what callers and tests have imported from here (the shared modules hold them now)
+__all__ = [
+    "CHUNK_BYTES",
+    "InputError",
+    "analyse",
+    "analyse_path",
+    "check_text",
+    "no_boot_found",
+    "read_chunks",
+    "render",
+    "render_boot",
+    "render_unknown",
+    "run",
+    "to_json",
+]
 
 
 def analyse_path(
@@ -177,7 +72,7 @@ def analyse_path(
     """A log file (or ``-``): like ``analyse``; a large plain file on Linux is prefiltered on two
     cores (the second half in a forked process), with the same result as one pass. ``unrecognised``
     receives the lines no rule recognised (see ``analyse``)."""
-    stream = _open(path)
+    stream = open_log(path)
     try:
         if stream is sys.stdin.buffer or not sys.platform.startswith("linux") or not stream.seekable():
             return analyse(read_chunks(stream, path), engine_hint, clock=clock, unrecognised=unrecognised)  # pipes
@@ -227,10 +122,10 @@ def _analyse_parallel(
         worker = ctx.Process(target=_worker, args=(path, boundary, drop_access, spill), daemon=True)
         worker.start()
         try:
-            tracker = BootTracker(engine_hint, max_boots=None)
-            parser = LineParser(engine_hint, clock=clock)
+            log = BootLog(engine_hint, max_boots=None, clock=clock)
+            parser = log.parser
             parser.prime(iter_records(head[: cut + 1], shape, now=clock))  # a collector's prefix
-            feed = tracker.feed
+            feed = log.tracker.feed
             for parsed in parse_chunks(
                 read_chunks(_Limited(stream, boundary), path), engine_hint, parser=parser, clock=clock, shape=shape
             ):
@@ -248,10 +143,10 @@ def _analyse_parallel(
             read_chunks(spill, path), engine_hint, parser=parser, all_lines=True, clock=clock, shape=shape
         ):
             feed(parsed)
-    tracker.finish()
+    log.finish()
     if unrecognised is not None:
-        unrecognised.extend(tracker.all_unrecognised())
-    return tracker.boots, shape
+        unrecognised.extend(log.unrecognised())
+    return log.boots, shape
 
 
 def _worker(path: str, start: int, drop_access: bool, spill: BinaryIO) -> None:
@@ -319,22 +214,10 @@ def analyse(
     clock: Callable[[], datetime] | None = None,
     unrecognised: list[UnrecognisedShape] | None = None,
 ) -> tuple[list[Boot], str | None]:
-    """Run a whole log through the parser and the tracker: (boots, detected input shape).
-
-    ``clock`` gives "now" for the year of year-less stamps (vLLM, journalctl ``short``) when the
-    log itself does not say it (default: the current time). ``unrecognised``, when given, receives
-    the startup lines no rule recognised, one entry per shape (``first_line``: the position among
-    the lines read, 0-based; ``locate_lines`` turns it into the file's line number)."""
-    tracker = BootTracker(engine_hint, max_boots=None)
-    shape: list[str] = []
-    feed = tracker.feed
-    parser = LineParser(engine_hint, clock=clock)
-    for parsed in parse_chunks(chunks, engine_hint, parser=parser, shape_out=shape, clock=clock):
-        feed(parsed)
-    tracker.finish()
-    if unrecognised is not None:
-        unrecognised.extend(tracker.all_unrecognised())
-    return tracker.boots, (shape[0] if shape else None)
+    """Run a whole log through the parser and the tracker: (boots, detected input shape); see
+    ``kvtui.bootlog.read_log`` (``locate_lines`` turns an unrecognised line's ``first_line`` into
+    the file's line number)."""
+    return read_log(chunks, engine_hint, clock=clock, unrecognised=unrecognised)
 
 
 def locate_lines(path: str, items: list[UnrecognisedShape]) -> None:
@@ -362,150 +245,12 @@ def locate_lines(path: str, items: list[UnrecognisedShape]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _dur(seconds: float | None) -> str:
-    return "" if seconds is None else fmt.duration(seconds)
-
-
-def _when(dt: datetime | None) -> str:
-    if dt is None:
-        return "—"
-    text = dt.strftime("%Y-%m-%d %H:%M:%S")
-    if dt.utcoffset() is not None:
-        text += dt.strftime("%z")
-    return text
-
-
-_gib = fmt.gib
-_n = fmt.tokens
-
-
-def _ranks(ranks: list[str]) -> str:
-    if not ranks:
-        return "1 process"
-    if len(ranks) <= 4:
-        return ", ".join(ranks)
-    return f"{len(ranks)} ranks ({ranks[0]} … {ranks[-1]})"
-
-
-def _phase_row(span: PhaseSpan, failed_phase: bool) -> str:
-    dur = _dur(span.seconds) if span.end is not None else ("" if span.name.value == "ready" else "running")
-    prog = ""
-    if span.progress_total:
-        prog = f"  {span.progress_done}/{span.progress_total}"
-    mark = "  ✗" if failed_phase else ""
-    return f"    {span.name.value:<14} {span.model.value:<7} {_when(span.start):<25} {dur:>9}{prog}{mark}"
-
-
-def render_boot(boot: Boot, index: int, total: int) -> list[str]:
-    out: list[str] = []
-    version = boot.version_hint or "version not printed"
-    status = boot.status.value.upper()
-    where = f" in {boot.failure.phase.value}" if boot.failure is not None and boot.failure.phase else ""
-    out.append(f"Boot {index} of {total} · {boot.engine.value} ({version}) · {status}{where} · {_ranks(boot.ranks)}")
-    if boot.phases:
-        out.append(f"    {'phase':<14} {'model':<7} {'start':<25} {'duration':>9}")
-        last_failed = boot.failure.phase if boot.failure is not None else None
-        for i, span in enumerate(boot.phases):
-            is_last_of_phase = span.name is last_failed and all(s.name is not last_failed for s in boot.phases[i + 1 :])
-            out.append(_phase_row(span, boot.status is BootStatus.FAILED and is_last_of_phase))
-    m = boot.metrics
-    out.append("  Figures (per rank; free = free GPU memory, the minimum over ranks)")
-    kv = []
-    if m.max_total_num_tokens is not None:
-        kv.append(f"{m.max_total_num_tokens:,} tokens")
-    if m.kv_cache_gib is not None:
-        kv.append(_gib(m.kv_cache_gib))
-    if m.cell_bytes is not None:
-        kv.append(f"≈{m.cell_bytes:,} B/token (printed KV size ÷ tokens)")
-    if kv:
-        out.append(f"    {'KV pool':<16} {' · '.join(kv)}")
-    mem = []
-    if m.avail_before_load_gib is not None:
-        mem.append(f"free before weights {_gib(m.avail_before_load_gib)}")
-    if m.weights_gib is not None:
-        mem.append(f"weights {_gib(m.weights_gib)}")
-    if m.avail_after_load_gib is not None:
-        mem.append(f"free after weights {_gib(m.avail_after_load_gib)}")
-    if m.avail_after_pool_gib is not None:
-        mem.append(f"free after pool {_gib(m.avail_after_pool_gib)}")
-    if mem:
-        out.append(f"    {'memory':<16} {' · '.join(mem)}")
-    graphs = []
-    if m.graph_mem_gib is not None:
-        graphs.append(_gib(m.graph_mem_gib))
-    if m.available_gpu_mem_gib is not None:
-        graphs.append(f"free after start-up {_gib(m.available_gpu_mem_gib)}")
-    if graphs:
-        out.append(f"    {'CUDA graphs':<16} {' · '.join(graphs)}")
-    limits = []
-    if m.context_len is not None:
-        limits.append(f"context {m.context_len:,} tokens")
-    if m.max_running_requests is not None:
-        limits.append(f"max running {m.max_running_requests:,}")
-    if m.max_concurrency is not None:
-        limits.append(f"{fmt.capacity(m.max_concurrency)} full-context requests fit")
-    if limits:
-        out.append(f"    {'limits':<16} {' · '.join(limits)}")
-    if boot.draft_facts:
-        d = boot.draft_facts
-        parts = []
-        if "weights_gib" in d:
-            parts.append(f"weights {_gib(d['weights_gib'])}")
-        if "kv_cache_gib" in d:
-            parts.append(f"KV {_gib(d['kv_cache_gib'])}")
-        if "graph_mem_gib" in d:
-            parts.append(f"graphs {_gib(d['graph_mem_gib'])}")
-        if parts:
-            out.append(f"    {'draft model':<16} {' · '.join(parts)}")
-    live = boot.live
-    if live.token_usage is not None or live.running_reqs is not None:
-        usage = f"{live.token_usage:.0%}" if live.token_usage is not None else "—"
-        out.append(
-            f"    {'serving':<16} KV usage {usage} · running {_fmt(live.running_reqs)} · queued {_fmt(live.queue_reqs)}"
-        )
-    flags = [
-        f"{k}={boot.flags[k]}" for k in _KEY_FLAGS.get(boot.engine, ()) if k in boot.flags and boot.flags[k] is not None
-    ]
-    if flags:
-        out.append(f"    {'flags':<16} {' '.join(flags)}")
-    for w in boot.warnings[:3]:
-        out.append(f"    warning: {_clip(w, 200)}")
-    if boot.failure is not None:
-        f = boot.failure
-        ph = f" in {f.phase.value}" if f.phase is not None else ""
-        out.append(f"  Failure: {f.kind.value}{ph}")
-        out.append(f"    {_clip(f.message, 400)}")
-        out.append(f"    hint: {f.hint}")
-    return out
-
-
-def _fmt(v: object) -> str:
-    return "—" if v is None else f"{v}"
-
-
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
 def render(boots: list[Boot], source: str, shape: str | None) -> str:
     lines = [f"{source}: {len(boots)} boot{'s' if len(boots) != 1 else ''} (input: {shape or 'empty'})"]
     for i, boot in enumerate(boots, 1):
         lines.append("")
         lines.extend(render_boot(boot, i, len(boots)))
     return "\n".join(lines) + "\n"
-
-
-def no_boot_found(source: str) -> str:
-    """The one sentence for readable text that holds no boot (``replay``, ``calc --log``)."""
-    return f"no SGLang or vLLM boot found in {source} (the text holds no engine start line kvtui recognises)"
-
-
-def to_json(boots: list[Boot], source: str, unrecognised: list[UnrecognisedShape] | None = None) -> dict[str, object]:
-    return {
-        "source": source,
-        "boots": [b.to_json() for b in boots],
-        "unrecognised": [u.to_json() for u in (unrecognised or [])],
-    }
 
 
 def render_unknown(unrecognised: list[UnrecognisedShape], source: str) -> str:

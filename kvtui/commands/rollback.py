@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kvtui.exits import EXIT_USAGE
 
@@ -24,17 +24,11 @@ if TYPE_CHECKING:
     from kvtui.hosts.service import ApplyPlan
 
 
-def run(
-    args: argparse.Namespace,
-    *,
-    stdout: TextIO | None = None,
-    stderr: TextIO | None = None,
-    stdin: TextIO | None = None,
-    clock: Callable[[], float] | None = None,
-) -> int:
+def run(args: argparse.Namespace, **streams: Any) -> int:
+    """``run_main(rollback_main, …)`` (``kvtui.commands.apply``)."""
     from kvtui.commands.apply import run_main
 
-    return run_main(rollback_main, args, stdout=stdout, stderr=stderr, stdin=stdin, clock=clock)
+    return run_main(rollback_main, args, **streams)
 
 
 async def rollback_main(

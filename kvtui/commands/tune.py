@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kvtui.commands.apply import _ask, history_config, open_host, run_main
 from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
@@ -51,15 +51,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     p.add_argument("--json", action="store_true", help="the result as JSON on stdout")
 
 
-def run(
-    args: argparse.Namespace,
-    *,
-    stdout: TextIO | None = None,
-    stderr: TextIO | None = None,
-    stdin: TextIO | None = None,
-    clock: Callable[[], float] | None = None,
-) -> int:
-    return run_main(tune_main, args, stdout=stdout, stderr=stderr, stdin=stdin, clock=clock)
+def run(args: argparse.Namespace, **streams: Any) -> int:
+    """``run_main(tune_main, …)`` (``kvtui.commands.apply``)."""
+    return run_main(tune_main, args, **streams)
 
 
 def make_planner(args: argparse.Namespace, engine: object, start: dict[str, object], start_ready: bool,

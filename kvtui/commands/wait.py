@@ -259,7 +259,7 @@ def _clip(text: str, n: int) -> str:
 
 
 def _summary(boot: Boot, index: int, total: int) -> str:
-    from kvtui.commands.replay import render_boot
+    from kvtui.commands.bootview import render_boot
 
     return "\n".join(render_boot(boot, index + 1, total)) + "\n"
 

@@ -207,7 +207,7 @@ async def wait_deployment(
     args: argparse.Namespace, config: Config, dep_cfg: DeploymentConfig, *, stdout: TextIO, stderr: TextIO,
     clock: Callable[[], float] | None = None, timer: Callable[[float], Awaitable[object]] | None = None,
 ) -> int:
-    from kvtui.commands.replay import render_boot
+    from kvtui.commands.bootview import render_boot
     from kvtui.commands.replay_nodes import render_deployment
     from kvtui.hosts.factory import make_backend
     from kvtui.spool import SpoolError

@@ -31,10 +31,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from kvtui.boot import BootTracker
+from kvtui.bootlog import BootLog
 from kvtui.config import LocalHost
 from kvtui.engines.events import Engine, LogRecord
-from kvtui.engines.parse import LineParser, parse_chunks
+from kvtui.engines.parse import parse_chunks
 from kvtui.engines.shapes import RecordSplitter, parse_journal_json
 from kvtui.gpu import GpuProcess, GpuSample, process_from_nvml, sample_from_nvml
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
@@ -48,6 +48,7 @@ from kvtui.liveness import (
     proc_state,
     read_pid,
 )
+from kvtui.retry import sleep_unless
 
 if TYPE_CHECKING:
     from kvtui.hosts.service.model import HostOps
@@ -123,12 +124,10 @@ def _fast_boot_start(data: bytes, engine: str) -> int | None:
     serving-heavy logs) -> the offset in ``data`` of the line that opens the last boot; -1 when
     none does; None when the shape has no byte cursors."""
     hint = None if engine == "auto" else Engine(engine)
-    tracker = BootTracker(hint)
+    reader = BootLog(hint)
     last: LogRecord | None = None
-    for parsed in parse_chunks((data,), hint):
-        before = len(tracker.boots)
-        tracker.feed(parsed)
-        if len(tracker.boots) > before:
+    for parsed in parse_chunks((data,), hint, parser=reader.parser):
+        if reader.feed_parsed(parsed):
             last = parsed.record
     if last is None:
         return -1
@@ -140,17 +139,8 @@ def _fast_boot_start(data: bytes, engine: str) -> int | None:
 
 def _boot_starts(records: Sequence[LogRecord], engine: str) -> list[int]:
     """Indices of the records that open a boot (the tracker's decision)."""
-    hint = None if engine == "auto" else Engine(engine)
-    parser = LineParser(hint)
-    tracker = BootTracker(hint)
-    out: list[int] = []
-    for i, rec in enumerate(records):
-        before = len(tracker.boots)
-        for parsed in parser.feed(rec):
-            tracker.feed(parsed)
-        if len(tracker.boots) > before:
-            out.append(i)
-    return out
+    reader = BootLog(None if engine == "auto" else Engine(engine))
+    return [i for i, rec in enumerate(records) if reader.feed(rec)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -425,12 +415,7 @@ class LocalBackend:
 
     async def _sleep(self, seconds: float) -> bool:
         """Sleep unless closed first; True when closed."""
-        try:
-            async with asyncio.timeout(seconds):
-                await self._closed.wait()
-        except TimeoutError:
-            return False
-        return True
+        return await sleep_unless(self._closed, seconds)
 
     # -- logs ------------------------------------------------------------------------------------
 

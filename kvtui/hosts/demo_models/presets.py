@@ -56,6 +56,11 @@ class ModelSpec:
     graph_per_graph_gib: float = 0.04
     graph_per_bs_gib: float = 0.0025
     capture_seconds_per_graph: float = 2.2
+    # The first real forward (SGLang's warm-up request) allocates what the graphs do not hold:
+    # attention/MoE workspaces and the NCCL / custom-all-reduce buffers. A boot whose capture left
+    # less than this free dies at the warm-up with a CUDA OOM — the reason the calculator keeps a
+    # graph margin (1 GiB by default) above the settled capture need.
+    first_forward_gib: float = 0.5
     decode_tok_s: float = 40.0  # per request at low batch
     # vLLM's memory profile: activation peak at 8192 batched tokens, and CUDA graphs (per rank)
     vllm_peak_gib: float = 2.2

@@ -146,6 +146,7 @@ class _SglangBoot:
         self.sim = _Sim(inp, ms)
         rng = random.Random(f"pids:{inp.seed}:{inp.boot_no}")
         self.main_pid = rng.randrange(2000, 60000)
+        self.graphs_gib: dict[int, float] = {}  # per rank: what the captured graphs hold (private pools)
         self.exe = inp.argv[0] if inp.argv else "python"
         self.site = _site_packages(self.exe)
         self.jit = random.Random(f"timing:{inp.seed}:{shlex.join(inp.argv)}")
@@ -635,6 +636,9 @@ class _SglangBoot:
                 pid[0],
                 tag=tag[0],
             )
+            short = [r for r in ranks if avail[r] < self.model.first_forward_gib]
+            if short:
+                return self._warmup_oom(t8 + 0.5, min(short, key=lambda x: (avail[x], x)))
             sim.util_frame(t8 + 0.3, 15.0)
             sim.emit(t8 + 1.0, f'INFO:     127.0.0.1:{cport + 14} - "POST /generate HTTP/1.1" 200 OK', m)
             sim.util_frame(t8 + 1.05, 0.0)
@@ -786,8 +790,39 @@ class _SglangBoot:
                 )
             sim.emit(t_end + 0.02 * r, text, pid[r], tag=tag[r])
         sim.util_frame(t_end, 0.0)
+        for r in ranks:
+            self.graphs_gib[r] = self.graphs_gib.get(r, 0.0) + used[r]
         _ = inp
         return t_end + 0.02 * len(ranks)
+
+    def _warmup_oom(self, t: float, r: int) -> BootScript:
+        """The warm-up request's first forward finds less free than it needs on rank ``r``: the
+        scheduler's traceback from its event loop, then the running-phase SIGQUIT line (SGLang
+        0.5.x ``TokenizerManager``'s handler) and the process tree killed."""
+        need = self.model.first_forward_gib * (0.55 + 0.2 * self.jit.random())
+        oom = self._torch_oom(r, need, self.avail[r], self.phys, self.graphs_gib.get(r, 0.0))
+        tb = [
+            *self._traceback(
+                [
+                    ("srt/managers/scheduler.py", 6231, "run_scheduler_process", "scheduler.event_loop_overlap()"),
+                    ("srt/managers/scheduler.py", 2109, "event_loop_overlap", "batch_result = self.run_batch(batch)"),
+                    ("srt/managers/scheduler.py", 4801, "run_batch",
+                     "batch_result = self.tp_worker.forward_batch_generation("),
+                    ("srt/managers/tp_worker.py", 675, "forward_batch_generation", "out = self.model_runner.forward("),
+                    ("srt/model_executor/model_runner.py", 1840, "forward", "output = self._forward_raw("),
+                ]
+            ),
+            f"torch.OutOfMemoryError: {oom}",
+            "",
+        ]
+        first, *rest = tb
+        self.sim.emit(t, f"Scheduler hit an exception: {first}", self.pid[r], tag=self.tag[r])
+        for i, text in enumerate(rest):
+            self.sim.emit(t + 0.0001 * (i + 1), text, self.pid[r], raw=True)
+        t2 = t + 0.35
+        self.sim.emit(t2, "SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
+                      self.main_pid)
+        return self._fail(t2 + 0.25, code="killed", status="9/KILL", result="signal")
 
     def _torch_oom(self, r: int, need_gib: float, free_gib: float, phys: Mapping[int, int], private_gib: float) -> str:
         """torch's CUDA out-of-memory text for rank ``r`` asking for ``need_gib`` with ``free_gib`` free."""

@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from kvtui import flags as fl
 from kvtui import fmt
-from kvtui.boot import Boot, BootStatus, BootTracker
+from kvtui.boot import Boot, BootStatus
+from kvtui.bootlog import BootLog
 from kvtui.engines.events import Engine
 from kvtui.engines.exit_record import EXIT_IDENT, parse_exit
-from kvtui.engines.parse import LineParser
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.hosts.backend import BackendError, HostBackend, LogStart, PositionedLogSource, aclose_iter
 from kvtui.hosts.service.model import ProgressFn, ServiceError
@@ -104,8 +104,8 @@ class BootFollower:
         # the follow (the previous restart's) may be taken for the new one by the pid watch
         self._stopped = stopped if stopped is not None else set()
         self._backend = backend
-        self._parser = LineParser(hint)
-        self._tracker = BootTracker(hint, max_boots=16)
+        self._reader = BootLog(hint, max_boots=16)
+        self._tracker = self._reader.tracker
         self._progress = progress
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -153,8 +153,7 @@ class BootFollower:
                         gone = parse_exit(rec.text)
                         if gone is not None and gone.pid in self._stopped:
                             continue
-                    for parsed in self._parser.feed(rec):
-                        self._tracker.feed(parsed)
+                    self._reader.feed(rec)
                 self._report()
                 self._changed.set()
         except BackendError as exc:

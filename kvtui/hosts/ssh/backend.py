@@ -547,16 +547,29 @@ class SshBackend:
             with contextlib.suppress(BaseException):
                 await stream.task
 
+    async def _next_connection(self, generation: int) -> tuple[asyncssh.SSHClientConnection, int] | None:
+        """A pump's next turn: the live connection newer than ``generation`` (``generation - 1``:
+        the same one again), waiting while reconnecting; None once the backend is closed."""
+        if self._is_closed():
+            return None
+        try:
+            return await self._connection(generation)
+        except _Closed:
+            return None
+
+    def _end_pump(self, stream: _Stream) -> None:
+        """A pump ends: when the backend was closed, its consumer hears the end of the stream."""
+        if self._is_closed():
+            with contextlib.suppress(asyncio.QueueFull):
+                stream.queue.put_nowait(None)
+
     async def _pump_log(self, follower: _Follower, stream: _Stream,
                         positioned: Callable[[], None] | None = None) -> None:
         generation = 0
         failures = Backoff(initial=0.5, cap=10.0, first=0.0, rng=self.backoff.rng)
         try:
-            while not self._is_closed():
-                try:
-                    conn, generation = await self._connection(generation)
-                except _Closed:
-                    break
+            while (turn := await self._next_connection(generation)) is not None:
+                conn, generation = turn
                 lost = False
                 try:
                     cmd = await follower.command(conn)
@@ -587,9 +600,7 @@ class SshBackend:
                 generation -= 1  # the same connection is fine
                 await asyncio.sleep(failures.next() or 0.2)
         finally:
-            with contextlib.suppress(asyncio.QueueFull):
-                if self._is_closed():
-                    stream.queue.put_nowait(None)
+            self._end_pump(stream)
 
     async def _stream_once(self, conn: asyncssh.SSHClientConnection, cmd: str, follower: _Follower,
                            stream: _Stream) -> bool:
@@ -655,11 +666,8 @@ class SshBackend:
         quick_deaths = 0
         interval_ms = max(50, int(interval_s * 1000))
         try:
-            while not self._is_closed():
-                try:
-                    conn, generation = await self._connection(generation)
-                except _Closed:
-                    break
+            while (turn := await self._next_connection(generation)) is not None:
+                conn, generation = turn
                 try:
                     # one immediate reading (first paint, and the GPU count for grouping ticks)
                     res = await conn.run(C.nvidia_smi_query_gpu(gpu_mod.QUERY_GPU_FIELDS), check=False,
@@ -688,9 +696,7 @@ class SshBackend:
                     generation -= 1
                     await asyncio.sleep(interval_s)
         finally:
-            if self._is_closed():
-                with contextlib.suppress(asyncio.QueueFull):
-                    stream.queue.put_nowait(None)
+            self._end_pump(stream)
 
     async def _stream_gpu(self, conn: asyncssh.SSHClientConnection, interval_ms: int, count: int,
                           stream: _Stream) -> None:

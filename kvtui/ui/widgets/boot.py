@@ -59,12 +59,12 @@ def _progress(span: PhaseSpan, room: int = 30) -> Content:
     return Content("")
 
 
-class PhaseTimeline(Widget):
-    """Every phase of the boot in order: done ✔ with its time, the current one ticking, the rest
-    pending; a draft model's phases nested under the target's."""
+class BootRows(Widget):
+    """A panel of a boot's rows, told the boot often (every batch, every second): it repaints only
+    a change, and lays itself out again only when its number of rows changed (``_repaint``)."""
 
     DEFAULT_CSS = """
-    PhaseTimeline {
+    BootRows {
         height: auto;
         padding: 0 1;
         text-wrap: nowrap;
@@ -75,9 +75,21 @@ class PhaseTimeline(Widget):
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self._boot: Boot | None = None
+        self._rows_shown = -1
+
+    def _repaint(self, rows: int) -> None:
+        self.refresh(layout=rows != self._rows_shown)
+        self._rows_shown = rows
+
+
+class PhaseTimeline(BootRows):
+    """Every phase of the boot in order: done ✔ with its time, the current one ticking, the rest
+    pending; a draft model's phases nested under the target's."""
+
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
         self._now: datetime | None = None
         self._eta: BootEta | None = None
-        self._rows_shown = -1
         self._shown: tuple[str, ...] | None = None
         self.offline: str | None = None  # the host is not reached
         self.compact = False  # a short terminal: two lines (the current phase, the phases done)
@@ -103,9 +115,7 @@ class PhaseTimeline(Widget):
         if shown == self._shown:  # told the state every second: repaint only a change
             return
         self._shown = shown
-        rows = len(shown)
-        self.refresh(layout=rows != self._rows_shown)
-        self._rows_shown = rows
+        self._repaint(len(shown))
 
     def _row_count(self) -> int:
         return sum(1 for _ in self._rows())
@@ -206,22 +216,11 @@ class PhaseTimeline(Widget):
         return Content("\n").join(list(self._rows()))
 
 
-class BootFigures(Widget):
+class BootFigures(BootRows):
     """The boot's key figures: pool tokens, KV GiB per rank, memory left, graph memory, context."""
-
-    DEFAULT_CSS = """
-    BootFigures {
-        height: auto;
-        padding: 0 1;
-        text-wrap: nowrap;
-        text-overflow: ellipsis;
-    }
-    """
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
-        self._boot: Boot | None = None
-        self._rows_shown = -1
         self._shown: list[tuple[str, str]] | None = None
         self.repaints = 0  # refreshes asked for, for tests and the curious
         self.compact = False  # a short terminal: the key figures as a few wrapped lines
@@ -239,10 +238,8 @@ class BootFigures(Widget):
         if figures == self._shown:
             return
         self._shown = figures
-        rows = len(figures)
         self.repaints += 1
-        self.refresh(layout=rows != self._rows_shown)
-        self._rows_shown = rows
+        self._repaint(len(figures))
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if self.compact:
