@@ -82,11 +82,16 @@ def _ready(app: KvtuiApp) -> bool:
 
 async def test_the_pane_groups_16_gpus_by_node_and_merges_the_boot_and_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    app = _app(tmp_path, monkeypatch)
+    # a frozen clock: the boot is over and no serving line comes after it (on a real clock at ×500
+    # a loaded machine's wait let serving lines push "fired up" out of the bounded log)
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(30.0)
     async with app.run_test(size=SIZE) as pilot:
         screen = _screen(app)
         pane = screen.pane
-        await _until(pilot, lambda: _ready(app) and all(len(b.samples) == 8 for b in screen.query(GpuBars)))
+        await _until(pilot, lambda: _ready(app) and all(len(b.samples) == 8 for b in screen.query(GpuBars)),
+                     timeout=60)
         await _until(pilot, lambda: "up (" in _text(app, "#dep-nodes"))
         bars = list(screen.query(GpuBars))
         assert len(bars) == 2
@@ -98,9 +103,9 @@ async def test_the_pane_groups_16_gpus_by_node_and_merges_the_boot_and_log(
         assert nodes[1] == "node 0 · r1-a · connected · ready · simulated unit"
         assert nodes[2] == "node 1 · r1-b · connected · up (its ranks serve through node 0 (r1-a)) · simulated unit"
         assert "set by: " in _text(app, "#dep-notes")
-        lines = _log(app)
-        assert any(t.startswith("n0 ") and "fired up and ready" in t for t in lines)
-        assert any(t.startswith("n1 ") and " TP15]" in t for t in lines)
+        # the merged log keeps both nodes' lines (they reach it in the pane's batches)
+        await _until(pilot, lambda: any(ln.node == 0 and "fired up and ready" in ln.text for ln in pane.lines))
+        await _until(pilot, lambda: any(ln.node == 1 and " TP15]" in ln.text for ln in pane.lines))
         # the calculator is calibrated from the merged boot (every rank of every node)
         await _until(pilot, lambda: pane.calculator.result is not None)
         assert pane.calculator.engine is not None
