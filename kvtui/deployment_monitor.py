@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from kvtui.boot import Boot
 from kvtui.engines.events import Phase
-from kvtui.hosts.backend import ConnStatus
+from kvtui.hosts.backend import BackendError, ConnStatus
 from kvtui.monitor import HostMonitor
 from kvtui.nodes import DeploymentBoot, Hang, NodeObservation, diagnose_hang, merge_boots
 from kvtui.updates import BootState, ConnUpdate, LogBatch, MonitorUpdate
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from kvtui.config import HostConfig
 
 CLOSE_LIMIT = 1.5  # seconds a node monitor is given to close before its task is cancelled
+PROBE_TIMEOUT = 15.0  # seconds a node's unit/environment probe may take
 
 
 @dataclass(slots=True)
@@ -155,4 +156,42 @@ async def _close(monitor: HostMonitor, task: asyncio.Task[None] | None) -> None:
             task.result()
 
 
-__all__ = ["CLOSE_LIMIT", "DeploymentMonitor", "DeploymentNode", "DeploymentSink"]
+async def probe_nodes(nodes: Sequence[DeploymentNode], dep: DeploymentBoot) -> dict[int, NodeObservation]:
+    """Each node's unit state and NCCL_*/GLOO_* environment, asked of its host at once (nodes
+    without a unit, or that do not answer, stay unknown; a kube node's pod state is read again).
+    What ``kvtui wait NAME`` and the console's hang diagnosis add to the log's evidence."""
+    from kvtui.hosts import commands as C
+
+    ranks = {n.name: n.node_rank for n in dep.nodes}
+
+    async def one(node: DeploymentNode) -> tuple[int, NodeObservation]:
+        rank = ranks.get(node.name, 0)
+        if node.host.kind == "kube":  # the pod's state, read again (KubeBackend.refresh)
+            refresh = getattr(node.monitor.backend, "refresh", None)
+            if refresh is None:
+                return rank, NodeObservation(what="pod")
+            try:
+                st = await refresh()
+            except BackendError:
+                return rank, NodeObservation(what="pod")
+            return rank, NodeObservation(unit_active=st.state == "running", unit_state=st.summary(), what="pod")
+        unit = getattr(node.host, "unit", None)
+        if not unit or node.host.demo:
+            return rank, NodeObservation()
+        sudo = bool(getattr(node.host, "sudo", False))
+        try:
+            res = await node.monitor.backend.run(C.probe_host(unit=unit, sudo=sudo), timeout=PROBE_TIMEOUT)
+            info = C.parse_probe(res.stdout)
+            env_res = await node.monitor.backend.run(C.unit_environment(unit, sudo=sudo), timeout=PROBE_TIMEOUT)
+            env = C.parse_environment(env_res.stdout)
+        except (BackendError, TimeoutError):
+            return rank, NodeObservation()
+        load, _, active = info.get("unit", "/").partition("/")
+        state = f"{load} {active}".strip() if load == "not-found" else (active or None)
+        return rank, NodeObservation(unit_active=active in ("active", "activating", "reloading") if active else None,
+                                     unit_state=state, env=env)
+
+    return dict(await asyncio.gather(*(one(n) for n in nodes)))
+
+
+__all__ = ["CLOSE_LIMIT", "PROBE_TIMEOUT", "DeploymentMonitor", "DeploymentNode", "DeploymentSink", "probe_nodes"]

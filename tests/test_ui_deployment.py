@@ -1,12 +1,16 @@
-"""The deployment console (issue 15): ``kvtui connect NAME`` on a ``[deployments.NAME]`` opens one
-pane — GPU bars grouped by node (16 for the two-node demo), the merged boot's timeline, figures,
-findings and hang diagnosis, a merged log with a node column and a node filter, each node's
-connection state. Driven with Pilot over the two-node demo preset (real demo backends and monitors),
-and one snapshot at 160×48 with the clock fixed."""
+"""The deployment console (issue 15): ``kvtui connect NAME`` on a ``[deployments.NAME]`` opens
+``KvtuiApp`` with the deployment's one pane (``DeploymentScreen``) — GPU bars grouped by node (16
+for the two-node demo), each node's connection, boot and unit state, the merged boot's timeline,
+figures, findings and hang diagnosis (with what the nodes' hosts say of their units), a merged log
+with a node column and a node filter, the calculator over every rank of every node, and the change
+keys acting on every node as one (apply, restart, rollback). Driven with Pilot over the two-node
+demo preset (real demo backends and monitors); snapshots at 120×36 and 80×24 with the clock fixed."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,31 +22,48 @@ from textual.widgets import RichLog, Static
 
 from kvtui.boot import BootStatus
 from kvtui.config import parse_config
+from kvtui.flags import get_flag
 from kvtui.hosts.demo import DemoBackend
 from kvtui.hosts.factory import make_backend
-from kvtui.ui.deployment_pane import DeploymentApp, deployment_app
+from kvtui.nodes import NodeObservation
+from kvtui.ui.app import KvtuiApp
+from kvtui.ui.deployment_screen import DeploymentScreen, DeploymentSpec
+from kvtui.ui.screens import ConfirmScreen
 from kvtui.ui.widgets.gpu import GpuBars
 
-SIZE = (160, 48)
+SIZE = (120, 36)
 SnapCompare = Any
 
 
 def _app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, stall: int | None = None, hang: float = 180,
-         speed: float = 500, clock: FakeClock | None = None) -> DeploymentApp:
+         speed: float = 500, clock: FakeClock | None = None) -> KvtuiApp:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     cfg = parse_config(_hosts(speed=speed, stall=stall, hang=hang), tmp_path / "hosts.toml")
     if clock is not None:  # the units start at the clock's time (the boot then runs as the clock moves)
         for name in ("r1-a", "r1-b"):
             DemoBackend(name, cfg.host(name), clock=clock).read_unit()
-    return deployment_app(cfg, "r1", make_backend, clock=clock)
+    dep = cfg.deployment("r1")
+    assert dep is not None
+    spec = DeploymentSpec("r1", cfg.node_hosts("r1"), dep.hang_seconds)
+    return KvtuiApp([], backend_factory=make_backend, config=cfg, deployment=spec, clock=clock or time.time)
 
 
-def _text(app: DeploymentApp, sel: str) -> str:
-    return str(app.query_one(sel, Static).render())
+def _screen(app: KvtuiApp) -> DeploymentScreen:
+    screen = app.screen_stack[0]
+    assert isinstance(screen, DeploymentScreen)
+    return screen
 
 
-def _log(app: DeploymentApp) -> list[str]:
-    return [s.text for s in app.query_one(RichLog).lines]
+def _text(app: KvtuiApp, sel: str) -> str:
+    return str(_screen(app).query_one(sel, Static).render())
+
+
+def _log(app: KvtuiApp) -> list[str]:
+    return [s.text for s in _screen(app).query_one(RichLog).lines]
+
+
+def _units(tmp_path: Path) -> list[str]:
+    return [(tmp_path / "state" / "kvtui" / "demo" / n / "sglang-r1.service").read_text() for n in ("r1-a", "r1-b")]
 
 
 async def _until(pilot: Pilot[Any], pred: Any, timeout: float = 30.0) -> None:
@@ -54,25 +75,40 @@ async def _until(pilot: Pilot[Any], pred: Any, timeout: float = 30.0) -> None:
         await pilot.pause(0.05)
 
 
+def _ready(app: KvtuiApp) -> bool:
+    dm = _screen(app).dm
+    return dm.dep is not None and dm.dep.boot.status is BootStatus.READY
+
+
 async def test_the_pane_groups_16_gpus_by_node_and_merges_the_boot_and_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    app = _app(tmp_path, monkeypatch)
+    # a frozen clock: the boot is over and no serving line comes after it (on a real clock at ×500
+    # a loaded machine's wait let serving lines push "fired up" out of the bounded log)
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(30.0)
     async with app.run_test(size=SIZE) as pilot:
-        pane = app.pane
-        await _until(pilot, lambda: app.dm.dep is not None and app.dm.dep.boot.status is BootStatus.READY
-                     and all(len(b.samples) == 8 for b in app.query(GpuBars)))
-        await _until(pilot, lambda: "up (" in _text(app, "#node-head-1"))
-        bars = list(app.query(GpuBars))
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app) and all(len(b.samples) == 8 for b in screen.query(GpuBars)),
+                     timeout=60)
+        await _until(pilot, lambda: "up (" in _text(app, "#dep-nodes"))
+        bars = list(screen.query(GpuBars))
         assert len(bars) == 2
         assert sum(len(b.samples) for b in bars) == 16
-        assert _text(app, "#node-head-0").startswith("node 0 · r1-a · connected · ready")
-        assert _text(app, "#node-head-1").startswith(
-            "node 1 · r1-b · connected · up (its ranks serve through node 0 (r1-a))")
-        assert "r1 · deployment of 2 nodes · ready · 16 ranks" in _text(app, "#dep-nodes")
-        assert "set by: free before weights by node" in _text(app, "#dep-notes")
-        lines = _log(app)
-        assert any(t.startswith("n0 ") and "fired up and ready" in t for t in lines)
-        assert any(t.startswith("n1 ") and " TP15]" in t for t in lines)
+        assert _text(app, "#node-head-0") == "node 0 · r1-a · connected"
+        assert _text(app, "#node-head-1") == "node 1 · r1-b · connected"
+        nodes = _text(app, "#dep-nodes").splitlines()
+        assert nodes[0] == "r1 · deployment of 2 nodes · ready · 16 ranks"
+        assert nodes[1] == "node 0 · r1-a · connected · ready · simulated unit"
+        assert nodes[2] == "node 1 · r1-b · connected · up (its ranks serve through node 0 (r1-a)) · simulated unit"
+        assert "set by: " in _text(app, "#dep-notes")
+        # the merged log keeps both nodes' lines (they reach it in the pane's batches)
+        await _until(pilot, lambda: any(ln.node == 0 and "fired up and ready" in ln.text for ln in pane.lines))
+        await _until(pilot, lambda: any(ln.node == 1 and " TP15]" in ln.text for ln in pane.lines))
+        # the calculator is calibrated from the merged boot (every rank of every node)
+        await _until(pilot, lambda: pane.calculator.result is not None)
+        assert pane.calculator.engine is not None
         # the node filter: node 0 only, node 1 only, every node again
         await pilot.press("n")
         await pilot.pause()
@@ -91,58 +127,119 @@ async def test_the_pane_groups_16_gpus_by_node_and_merges_the_boot_and_log(
         assert pane.filter is None
 
 
-async def test_a_stalled_node_is_named_in_the_pane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_stalled_node_is_named_with_what_its_host_says(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     app = _app(tmp_path, monkeypatch, stall=1, hang=0.5)
     async with app.run_test(size=SIZE) as pilot:
+        pane = _screen(app).pane
         await _until(pilot, lambda: "hang:" in _text(app, "#dep-notes"))
         notes = _text(app, "#dep-notes")
         assert "hang: node 1 (r1-b) has not started distributed init" in notes
         assert "node 0 (r1-a) waiting" in notes
-        assert "starting at init" in _text(app, "#node-head-0")
-        assert "starting at launch" in _text(app, "#node-head-1")
+        nodes = _text(app, "#dep-nodes")
+        assert "node 0 · r1-a · connected · starting at init" in nodes
+        assert "node 1 · r1-b · connected · starting at launch" in nodes
+        # what the probe of the nodes' hosts found goes into the diagnosis (as wait's does): a
+        # demo host has no unit to ask, so the answers of an SSH host are given here
+        await _until(pilot, lambda: pane.probes >= 1)
+        pane.probed = {1: NodeObservation(unit_active=False, unit_state="inactive", env={"NCCL_SOCKET_IFNAME": "eth1"}),
+                       0: NodeObservation(unit_active=True, unit_state="active", env={"NCCL_SOCKET_IFNAME": "eth0"})}
+        pane._dirty = True
+        pane.refresh_now()
+        notes = _text(app, "#dep-notes")
+        assert "node 1 (r1-b): its unit is not running (inactive)" in notes
+        assert "NCCL_SOCKET_IFNAME" in notes
 
 
-def test_connect_on_a_deployment_opens_the_deployment_console(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_apply_restart_and_rollback_act_on_every_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(tmp_path, monkeypatch)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app) and pane.calculator.result is not None)
+        assert all(get_flag(u, "unit", "mem-fraction-static") == "0.88" for u in _units(tmp_path))
+        # a: the calculator's edit, planned on both nodes, one confirmation, both written, both restarted
+        await pilot.press("c", *"0.85", "enter", "escape")
+        await _until(pilot, lambda: pane.calculator.result is not None
+                     and pane.calculator.result["edits"] == {"mem_fraction_static": 0.85})
+        await pilot.press("a")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
+        assert screen.last_code == 0, pane.action_banner.detail
+        assert pane.action_banner.headline == "apply on r1: ready on every node"
+        assert all(get_flag(u, "unit", "mem-fraction-static") == "0.85" for u in _units(tmp_path))
+        assert "every node's own argument dump carries the edits" in pane.action_banner.detail
+        await _until(pilot, lambda: _ready(app) and all(
+            nb.boot is not None and nb.boot.flags.get("mem_fraction_static") == 0.85 for nb in screen.dm.dep.nodes))
+        assert not screen.dm.dep.findings  # both nodes run the new flags: no difference between them
+        # R: every node restarted, the merged boot followed to ready
+        screen.last_code = None
+        await pilot.press("R")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
+        assert screen.last_code == 0, pane.action_banner.detail
+        assert pane.action_banner.headline == "restart on r1: ready on every node"
+        # u: every node's newest backup back, restarted
+        screen.last_code = None
+        await pilot.press("u")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
+        assert screen.last_code == 0, pane.action_banner.detail
+        assert all(get_flag(u, "unit", "mem-fraction-static") == "0.88" for u in _units(tmp_path))
+
+
+def test_connect_on_a_deployment_opens_the_console_with_its_pane(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from kvtui.commands import connect
 
     seen: list[str] = []
-    monkeypatch.setattr(DeploymentApp, "run", lambda self, *a, **k: seen.append(self.dm.name) or 0)
-    (tmp_path / "hosts.toml").write_text(_hosts())
-    import argparse
 
+    def fake_run(self: KvtuiApp, *a: object, **k: object) -> int:
+        assert self.deployment is not None
+        seen.append(self.deployment.name)
+        seen.extend(n for n, _ in self.deployment.nodes)
+        return 0
+
+    monkeypatch.setattr(KvtuiApp, "run", fake_run)
+    (tmp_path / "hosts.toml").write_text(_hosts())
     ns = argparse.Namespace(hosts=str(tmp_path / "hosts.toml"), host=["r1"], readonly=False)
     assert connect.run(ns) == 0
-    assert seen == ["r1"]
+    assert seen == ["r1", "r1-a", "r1-b"]
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("size", [(120, 36), (80, 24)], ids=["120x36", "80x24"])
 def test_snapshot_two_node_demo_deployment(snap_compare: SnapCompare, tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+                                           monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]) -> None:
     clock = FakeClock()
     app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
     clock.advance(30.0)  # both halves ready by then (30 s at ×100)
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        pane = app.pane
+        screen = _screen(app)
+        pane = screen.pane
 
         def settled() -> bool:
-            for n in app.dm.nodes:
+            for n in screen.dm.nodes:
                 b = n.monitor.backend
                 assert isinstance(b, DemoBackend)
                 if b.read_lines(after_cursor=n.monitor.spool.last_cursor, limit=1) or n.monitor.pending:
                     return False
-            return len(pane._gpus) == 2 and app.dm.dep is not None \
-                and app.dm.dep.boot.status is BootStatus.READY
+            return len(pane._gpus) == 2 and _ready(app) and pane.calculator.result is not None
         await _until(pilot, settled, timeout=60)
         pane._dirty = True
         pane.refresh_now()
         pane.rewrite_log()  # the nodes' lines in time order, whatever order their batches came in
         await pilot.pause()
-        log = app.query_one(RichLog)
+        log = screen.query_one(RichLog)
         await _until(pilot, lambda: len(log.lines) == len(pane.lines))  # written once it has its size
         log.scroll_end(animate=False, immediate=True)
+        screen.refresh_bindings()  # the footer offers "explain" now that there is a prediction
         await pilot.pause()
         await pilot.pause()
+        await pilot.pause(0.1)
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

@@ -29,37 +29,17 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, TextIO
 
-from kvtui.boot import BootStatus
-from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT
-from kvtui.nodes import DeploymentBoot, diagnose_hang, merge_boots
+from kvtui.deployment_changes import NodeSide, plan_nodes, restart_and_follow, restore, write_nodes
+from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_REFUSED
 
 if TYPE_CHECKING:
     from kvtui import envedit
     from kvtui import flags as fl
-    from kvtui.config import Config, DeploymentConfig, HostConfig
-    from kvtui.hosts.backend import HostBackend
-    from kvtui.hosts.service import ApplyOutcome, ApplyPlan, BootFollower
+    from kvtui.config import Config, DeploymentConfig
 
-POLL_S = 0.25
 Ask = Callable[[TextIO, TextIO, str], Awaitable[str | None]]
-
-
-def _prefixed(say: Callable[[str], None], who: str) -> Callable[[str], None]:
-    return lambda m: say(f"{who}: {m}")
-
-
-@dataclass
-class NodeSide:
-    name: str
-    host: HostConfig
-    backend: HostBackend
-    plan: ApplyPlan | None = None
-    outcome: ApplyOutcome | None = None
-    follower: BootFollower | None = None
 
 
 async def apply_deployment(
@@ -109,7 +89,6 @@ async def _apply(
     edits: Sequence[fl.Edit], env_edits: Sequence[envedit.EnvEdit], *, stdout: TextIO, stderr: TextIO,
     stdin: TextIO, ask: Ask, clock: Callable[[], float], verb: str = "apply",
 ) -> int:
-    from kvtui import changes
     from kvtui.hosts import service
 
     name: str = args.host
@@ -119,22 +98,13 @@ async def _apply(
         print(msg, file=stderr, flush=True)
 
     # 1. plan every node at once (no restart in the node plans: the deployment restarts as one)
-    async def plan(n: NodeSide) -> ApplyPlan:
-        if verb == "rollback":
-            return await changes.plan_rollback(n.name, n.host, n.backend, restart=False, timeout=timeout, clock=clock)
-        return await changes.plan_apply(
-            n.name, n.host, n.backend, list(edits), restart=False, force=bool(args.force),
-            timeout=timeout, graph_margin_gib=config.calc.graph_margin_gib, clock=clock,
-            env_edits=list(env_edits))
-
-    planned = await asyncio.gather(*(plan(n) for n in nodes), return_exceptions=True)
-    for n, p in zip(nodes, planned, strict=True):
-        if isinstance(p, service.ServiceError):
-            say(f"kvtui {verb}: {name}: {n.name}: {p}")
-            return p.code
-        if isinstance(p, BaseException):
-            raise p
-        n.plan = p
+    errors = await plan_nodes(nodes, edits, verb=verb, force=bool(getattr(args, "force", False)), timeout=timeout,
+                              graph_margin_gib=config.calc.graph_margin_gib, clock=clock, env_edits=env_edits)
+    for n, exc in errors:
+        if isinstance(exc, service.ServiceError):
+            say(f"kvtui {verb}: {name}: {n.name}: {exc}")
+            return exc.code
+        raise exc
     plans = [n.plan for n in nodes if n.plan is not None]
     for i, n in enumerate(nodes):
         assert n.plan is not None
@@ -172,21 +142,12 @@ async def _apply(
             return EXIT_REFUSED
 
     # 2. write and verify every file; a failure restores the nodes already written
-    written: list[NodeSide] = []
-    for n in nodes:
-        assert n.plan is not None
-        if not n.plan.changed:
-            say(f"{n.name}: {n.plan.source.path} already says this")
-            continue
-        out = await service.execute(n.plan, n.backend, _prefixed(say, n.name), clock=clock)
-        n.outcome = out
-        if out.status != "written":
-            say(f"kvtui {verb}: {name}: {n.name}: " + (out.messages[-1] if out.messages else out.status))
-            restored = await _restore(written, clock, say)
-            tail = "; ".join(restored) if restored else "no other node had been written"
-            say(f"kvtui {verb}: {name}: not applied: {tail}; nothing was restarted")
-            return out.code if out.code != EXIT_OK else EXIT_INPUT
-        written.append(n)
+    wrote = await write_nodes(nodes, say, verb=verb, clock=clock)
+    if wrote.code is not None:
+        for m in wrote.messages:
+            say(f"kvtui {verb}: {name}: {m}")
+        return wrote.code
+    written = wrote.written
     what = "the backups are restored" if verb == "rollback" else "the new flags are written"
     say(f"{name}: {what} and verified on every node")
     if not args.restart:
@@ -194,7 +155,7 @@ async def _apply(
         return EXIT_OK
 
     # 3. restart all (node 0 first) and follow the merged boot
-    code, dep = await _restart_and_follow(nodes, dep_cfg.hang_seconds, timeout, clock, say, edits)
+    code, dep = await restart_and_follow(nodes, dep_cfg.hang_seconds, timeout, clock, say, edits)
     if dep is not None:
         from kvtui.commands.bootview import render_boot
         from kvtui.commands.replay_nodes import render_deployment
@@ -203,94 +164,10 @@ async def _apply(
         stdout.flush()
     if code != EXIT_OK and verb == "apply" and getattr(args, "rollback_on_failure", False):
         say(f"rolling back every node of {name} (--rollback-on-failure)")
-        restored = await _restore(written, clock, say)
+        restored = await restore(written, clock, say)
         say(f"{name}: " + "; ".join(restored))
-        rc, _dep = await _restart_and_follow(nodes, dep_cfg.hang_seconds, timeout, clock, say, ())
+        rc, _dep = await restart_and_follow(nodes, dep_cfg.hang_seconds, timeout, clock, say, ())
         say(f"{name}: rolled back: the previous flags " + ("are back and the boot is ready" if rc == EXIT_OK
                                                           else f"are back; the boot ended with exit {rc}"))
         return EXIT_FAILED if code in (EXIT_OK, EXIT_FAILED) else code
     return code
-
-
-async def _restore(written: Sequence[NodeSide], clock: Callable[[], float], say: Callable[[str], None]) -> list[str]:
-    """Put back each written node's previous file (the backup its write just made), newest first."""
-    from kvtui import changes
-    from kvtui.hosts import service
-
-    said: list[str] = []
-    for n in reversed(written):
-        backup = n.outcome.backup_path if n.outcome is not None else None
-        if not backup:
-            said.append(f"{n.name}: NOT restored (no backup path known)")
-            continue
-        try:
-            rb = await changes.plan_rollback(n.name, n.host, n.backend, to=backup, restart=False, clock=clock)
-            out = await service.execute(rb, n.backend, _prefixed(say, n.name), clock=clock)
-        except service.ServiceError as exc:
-            said.append(f"{n.name}: NOT restored ({exc}); its previous file is {backup}")
-            continue
-        if out.status == "written":
-            said.append(f"{n.name} restored from {backup}")
-        else:
-            said.append(f"{n.name}: NOT restored ({out.messages[-1] if out.messages else out.status}); "
-                        f"its previous file is {backup}")
-    return said
-
-
-async def _restart_and_follow(
-    nodes: Sequence[NodeSide], hang_s: float, timeout: float, clock: Callable[[], float], say: Callable[[str], None],
-    expect: Sequence[fl.Edit],
-) -> tuple[int, DeploymentBoot | None]:
-    from kvtui import flags as fl
-    from kvtui.hosts import service
-    from kvtui.hosts.service import BootFollower
-    from kvtui.hosts.service.plan import engine_of
-
-    for n in nodes:
-        if n.follower is not None:
-            await n.follower.close()
-        n.follower = BootFollower(n.backend, engine_of(n.host),
-                                  progress=_prefixed(say, n.name))
-    await asyncio.gather(*(n.follower.start(n.backend.service_ops().settle_s) for n in nodes if n.follower))
-    for n in nodes:
-        assert n.follower is not None
-        n.follower.mark()
-    for n in nodes:  # node 0 first: it hosts the rendezvous
-        rp = service.plan_restart(n.name, n.host, n.backend)
-        out = await service.restart(rp, n.backend, _prefixed(say, n.name), clock=clock)
-        if out.status != "restarted":
-            say(f"kvtui: {n.name}: restart failed: " + (out.messages[-1] if out.messages else out.status))
-            return (out.code if out.code != EXIT_OK else EXIT_INPUT), None
-    for n in nodes:
-        assert n.follower is not None
-        n.follower.triggered()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    said_hang = ""
-    while True:
-        dep = merge_boots([(n.name, n.follower.current() if n.follower else None) for n in nodes])
-        if dep.boot.status is BootStatus.READY:
-            say(f"the deployment is ready on all {len(nodes)} nodes")
-            wrong = [f"{n.label()}: {'; '.join(p)}" for n in dep.nodes if n.boot is not None and n.boot.flags
-                     and (p := fl.check_dump(n.boot.engine, n.boot.flags, list(expect)))]
-            if wrong:
-                say("edit not in effect: " + " | ".join(wrong))
-                return EXIT_FAILED, dep
-            if expect:
-                say("every node's own argument dump carries the edits")
-            return EXIT_OK, dep
-        if dep.boot.status is BootStatus.FAILED:
-            who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
-            f = dep.boot.failure
-            say(f"the new boot failed on {who}" + (f": {f.kind.value}: {f.message[:200]}" if f else ""))
-            return EXIT_FAILED, dep
-        hang = diagnose_hang(dep, datetime.now().astimezone(), hang_s)
-        if hang is not None and hang.summary != said_hang:
-            said_hang = hang.summary
-            say(f"hang: {hang.summary}")
-            for c in hang.causes:
-                say(f"  - {c}")
-        if loop.time() >= deadline:
-            say(f"timed out after {timeout:g} s waiting for the new boot on every node")
-            return EXIT_TIMEOUT, dep
-        await asyncio.sleep(POLL_S)

@@ -81,12 +81,17 @@ def run(args: argparse.Namespace) -> int:
         code = app.run()
         return EXIT_OK if code is None else int(code)
 
-    if len(args.host) == 1 and config.deployment(args.host[0]) is not None:
-        # one deployment: its one pane (GPUs grouped by node, the merged boot and log)
+    dep = config.deployment(args.host[0]) if len(args.host) == 1 else None
+    if dep is not None:
+        # one deployment: the console with its one pane (GPUs grouped by node, the merged boot and
+        # log, the change keys acting on every node)
         from kvtui.hosts.factory import make_backend as _make
-        from kvtui.ui.deployment_pane import deployment_app
+        from kvtui.ui.app import KvtuiApp as _App
+        from kvtui.ui.deployment_screen import DeploymentSpec
 
-        code = deployment_app(config, args.host[0], _make).run()
+        spec = DeploymentSpec(args.host[0], config.node_hosts(args.host[0]), dep.hang_seconds)
+        code = _App([], backend_factory=_make, config=config, readonly=args.readonly, freeze_gc=True,
+                    deployment=spec).run()
         return EXIT_OK if code is None else int(code)
 
     from kvtui.ui.host_pane import HostSpec

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from kvtui import fmt
 from kvtui.boot import BootStatus
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
+from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, probe_nodes
 from kvtui.engines.events import Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.hosts.backend import BackendError, ConnState, LogStart
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 _FATAL = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 CLOSE_LIMIT = 1.5
-PROBE_TIMEOUT = 15.0
 HEARTBEAT_S = fmt.HEARTBEAT_S
 HANG_CHECK_S = 1.0  # how often a quiet deployment is checked for a node that trails too long
 
@@ -197,43 +196,6 @@ class DeploymentWaiter:
             if result.dep is not None:
                 result.snapshot = result.dep.to_json()
             self.done.set_result(result)
-
-
-async def probe_nodes(nodes: Sequence[Node], dep: DeploymentBoot) -> dict[int, NodeObservation]:
-    """Each node's unit state and NCCL_*/GLOO_* environment, asked of its host at once (nodes
-    without a unit, or that do not answer, stay unknown)."""
-    from kvtui.hosts import commands as C
-
-    ranks = {n.name: n.node_rank for n in dep.nodes}
-
-    async def one(node: Node) -> tuple[int, NodeObservation]:
-        rank = ranks.get(node.name, 0)
-        if node.host.kind == "kube":  # the pod's state, read again (KubeBackend.refresh)
-            refresh = getattr(node.monitor.backend, "refresh", None)
-            if refresh is None:
-                return rank, NodeObservation(what="pod")
-            try:
-                st = await refresh()
-            except BackendError:
-                return rank, NodeObservation(what="pod")
-            return rank, NodeObservation(unit_active=st.state == "running", unit_state=st.summary(), what="pod")
-        unit = getattr(node.host, "unit", None)
-        if not unit or node.host.demo:
-            return rank, NodeObservation()
-        sudo = bool(getattr(node.host, "sudo", False))
-        try:
-            res = await node.monitor.backend.run(C.probe_host(unit=unit, sudo=sudo), timeout=PROBE_TIMEOUT)
-            info = C.parse_probe(res.stdout)
-            env_res = await node.monitor.backend.run(C.unit_environment(unit, sudo=sudo), timeout=PROBE_TIMEOUT)
-            env = C.parse_environment(env_res.stdout)
-        except (BackendError, TimeoutError):
-            return rank, NodeObservation()
-        load, _, active = info.get("unit", "/").partition("/")
-        state = f"{load} {active}".strip() if load == "not-found" else (active or None)
-        return rank, NodeObservation(unit_active=active in ("active", "activating", "reloading") if active else None,
-                                     unit_state=state, env=env)
-
-    return dict(await asyncio.gather(*(one(n) for n in nodes)))
 
 
 def _clip(text: str, n: int) -> str:

@@ -6,7 +6,7 @@ monitor reads the streams; the service speaks only to ``service_ops()`` (a ``Hos
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -120,6 +120,18 @@ class BlockLogSource(Protocol):
     def follow_log_blocks(
         self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
     ) -> AsyncIterator[RecordBlock]: ...
+
+
+@runtime_checkable
+class PositionedLogSource(Protocol):
+    """Optional: a backend whose ``NEXT_BOOT`` stream says when it is *positioned* — it calls
+    ``positioned()`` once it knows where "now" is in the log (a journald cursor, a file's size, the
+    host's clock), so that every line written from then on is delivered however late its
+    follower process starts. A restart issued after that cannot lose the new boot's first lines
+    (``kvtui.hosts.service.follow.BootFollower`` waits for it; a backend without it gets the old
+    fixed settle time)."""
+
+    def follow_next_boot(self, positioned: Callable[[], None]) -> AsyncIterator[list[LogRecord]]: ...
 
 
 @runtime_checkable

@@ -420,15 +420,22 @@ class LocalBackend:
     # -- logs ------------------------------------------------------------------------------------
 
     def follow_log(
-        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
+        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None,
+        positioned: Callable[[], None] | None = None,
     ) -> AsyncIterator[list[LogRecord]]:
+        """``positioned`` (``NEXT_BOOT``): called once the stream knows where the log ends now —
+        the file's size, the journal's last cursor, the clock for a container."""
         if self.host.log_file:
-            return self._follow_file(Path(self.host.log_file).expanduser(), start, after_cursor)
+            return self._follow_file(Path(self.host.log_file).expanduser(), start, after_cursor, positioned)
         if self.host.container:
-            return self._follow_docker(self.host.container, start, after_cursor)
+            return self._follow_docker(self.host.container, start, after_cursor, positioned)
         if self.host.unit:
-            return self._follow_journal(self.host.unit, start, after_cursor)
+            return self._follow_journal(self.host.unit, start, after_cursor, positioned)
         raise BackendError(f"host '{self.name}': no log source (set unit, log_file or container)")
+
+    def follow_next_boot(self, positioned: Callable[[], None]) -> AsyncIterator[list[LogRecord]]:
+        """``follow_log(NEXT_BOOT)`` that says when it is positioned (``PositionedLogSource``)."""
+        return self.follow_log(LogStart.NEXT_BOOT, positioned=positioned)
 
     def _scan_start(self, path: Path) -> int:
         """Offset of the current boot's first line: the last server start within the last
@@ -451,7 +458,7 @@ class LocalBackend:
         return base if found is None else found
 
     async def _follow_file(
-        self, path: Path, start: LogStart, after_cursor: str | None
+        self, path: Path, start: LogStart, after_cursor: str | None, positioned: Callable[[], None] | None = None
     ) -> AsyncIterator[list[LogRecord]]:
         if after_cursor is not None and after_cursor.strip().isdigit():
             offset = int(after_cursor)
@@ -462,6 +469,8 @@ class LocalBackend:
                 offset = 0
         else:
             offset = await asyncio.to_thread(self._scan_start, path)
+        if positioned is not None:
+            positioned()  # the bytes from ``offset`` on are read, whenever they are written
         st = _FileState()
         pos = offset  # bytes of the current file read so far
         splitter = make_splitter(pos)
@@ -615,12 +624,23 @@ class LocalBackend:
         return records[idx].cursor, False
 
     async def _follow_journal(
-        self, unit: str, start: LogStart, after_cursor: str | None
+        self, unit: str, start: LogStart, after_cursor: str | None, positioned: Callable[[], None] | None = None
     ) -> AsyncIterator[list[LogRecord]]:
         cursor = after_cursor
         inclusive: str | None = None
+        every = False  # the unit had no entry when located: every entry from the first is new
         if cursor is None and start == LogStart.CURRENT_BOOT:
             inclusive, _ = await self._journal_start_cursor(unit)
+        elif cursor is None and positioned is not None:
+            # located by the newest entry's cursor (not ``-n 0``, which is "now" only once
+            # journalctl runs): a restart issued after ``positioned`` loses no line
+            rc, out, _ = await self._capture([*self._journalctl, "--no-pager", "-q", "-o", "json", "-u", unit,
+                                              "-n", "1"])
+            last = parse_journal_json(out.strip().split(b"\n")[-1]) if rc == 0 and out.strip() else None
+            cursor = last.cursor if last is not None else None
+            every = cursor is None
+        if positioned is not None:
+            positioned()
         first = True
         while not self._closed.is_set():
             argv = [*self._journalctl, "--no-pager", "-o", "json", "-u", unit, "-f"]
@@ -628,6 +648,8 @@ class LocalBackend:
                 argv += ["--after-cursor", cursor]
             elif inclusive is not None:
                 argv += ["--cursor", inclusive]
+            elif every and first:
+                argv += ["-n", "all"]
             elif start == LogStart.NEXT_BOOT or not first:
                 argv += ["-n", "0"]
             else:
@@ -672,12 +694,14 @@ class LocalBackend:
                 return
 
     async def _follow_docker(
-        self, container: str, start: LogStart, after_cursor: str | None
+        self, container: str, start: LogStart, after_cursor: str | None, positioned: Callable[[], None] | None = None
     ) -> AsyncIterator[list[LogRecord]]:
         since: str | None = None
         skip_until: str | None = after_cursor
         if after_cursor:
             since = after_cursor
+        elif positioned is not None and start == LogStart.NEXT_BOOT:
+            since = datetime.now(UTC).isoformat().replace("+00:00", "Z")  # from now, however late docker runs
         elif start == LogStart.CURRENT_BOOT:
             rc, out, err = await self._capture([*self._docker, "inspect", "-f", "{{.State.StartedAt}}", container])
             if rc != 0:
@@ -689,6 +713,8 @@ class LocalBackend:
         watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
         fresh_after = datetime.now(UTC) - timedelta(seconds=FRESH_SLACK_S)  # a container started since is ours
         held = await self._docker_state(container, watch, fresh_after)  # already stopped: said when the stream ends
+        if positioned is not None:
+            positioned()
         while not self._closed.is_set():
             argv = [*self._docker, "logs", "-f", "--timestamps"]
             if since:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import events, messages, on, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -34,6 +34,9 @@ from kvtui.ui.widgets.log_view import LogView
 
 # the console's bundle writer (``B``): the pane on screen and its SVG screenshot -> the file written
 BundleWriter = Callable[[HostPane, str], Awaitable[Path]]
+
+if TYPE_CHECKING:
+    from kvtui.ui.deployment_screen import DeploymentSpec
 
 # The main screen's bindings. Ids are what users remap in hosts.toml [keymap].
 MAIN_BINDINGS: list[BindingType] = [
@@ -92,6 +95,9 @@ WIDGET_BINDING_IDS = (
     "log.down", "log.up", "log.top", "log.bottom", "log.half_down", "log.half_up", "mark.next", "mark.previous",
     "apply.force", "apply.rollback", "notice.close",
 )
+
+# Ids only the deployment console binds (kvtui.ui.deployment_screen; it shares the others).
+DEPLOYMENT_BINDING_IDS = ("node.filter",)
 
 CHANGES_HOST = frozenset({"restart", "apply", "rollback"})
 PACE_HIDDEN_FROM = 5  # hosts in one console from which hidden hosts' monitors flush less often
@@ -720,6 +726,7 @@ class KvtuiApp(App[int]):
         freeze_gc: bool = False,
         probe_ready: bool = False,
         bundle_writer: BundleWriter | None = None,
+        deployment: DeploymentSpec | None = None,
     ) -> None:
         """``monitor_options`` are passed to each ``HostMonitor`` (tests shorten its intervals).
         ``freeze_gc``: once the console is built, its objects leave the garbage collector's scans
@@ -736,7 +743,8 @@ class KvtuiApp(App[int]):
         self.bundle_writer = bundle_writer
         self.gc_pacer = GcPacer()
         self.last_input = -1e18  # time.monotonic() of the last key, click or scroll
-        if not specs:
+        self.deployment = deployment  # a [deployments.NAME]: its one pane (kvtui.ui.deployment_screen)
+        if not specs and deployment is None:
             raise ValueError("KvtuiApp needs at least one host")
         self.specs = list(specs)
         self.config = config or Config()
@@ -783,7 +791,7 @@ class KvtuiApp(App[int]):
     @staticmethod
     def binding_ids() -> list[str]:
         ids = [b.id for b in MAIN_BINDINGS if isinstance(b, Binding) and b.id]
-        return [*ids, *WIDGET_BINDING_IDS]
+        return [*ids, *WIDGET_BINDING_IDS, *DEPLOYMENT_BINDING_IDS]
 
     def _keymap_problems(self, keymap: dict[str, str]) -> list[str]:
         known = set(self.binding_ids())
@@ -797,6 +805,12 @@ class KvtuiApp(App[int]):
     # ---- lifecycle ----------------------------------------------------------------------------
 
     def get_default_screen(self) -> Screen[None]:
+        if self.deployment is not None:
+            from kvtui.ui.deployment_screen import DeploymentScreen
+
+            return DeploymentScreen(self.deployment, backend_factory=self._backend_factory, clock=self.clock,
+                                    calc=self.config.calc, readonly=self.readonly,
+                                    pass_clock=self.clock is not time.time)
         return MainScreen(
             self.specs,
             backend_factory=self._backend_factory,
@@ -850,7 +864,9 @@ class KvtuiApp(App[int]):
         """Textual's ``ctrl+q`` (a priority binding of the app): the same question ``q`` asks
         while a change is running; on the question itself, or before the console exists, quit."""
         screen = self.screen_stack[0] if self.screen_stack else None
-        if isinstance(screen, MainScreen) and not isinstance(self.screen, ConfirmScreen):
+        from kvtui.ui.deployment_screen import DeploymentScreen
+
+        if isinstance(screen, MainScreen | DeploymentScreen) and not isinstance(self.screen, ConfirmScreen):
             screen.action_quit()
             return
         self.exit()

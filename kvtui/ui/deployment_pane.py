@@ -1,13 +1,20 @@
-"""``kvtui connect NAME`` on a ``[deployments.NAME]``: one pane for the whole deployment (issue 15).
+"""The console's pane for a ``[deployments.NAME]`` (issue 15): ``kvtui connect NAME`` opens it in
+``KvtuiApp`` (``kvtui.ui.deployment_screen`` holds its keys).
 
 Read through ``kvtui.deployment_monitor.DeploymentMonitor`` (one HostMonitor per node, the merged
-boot). The pane shows, top to bottom:
+boot). Top to bottom:
 
-* each node's connection state and how far its boot got (``node 0 · r1-a · connected · ready``);
-* the GPUs grouped by node (a header per node, its bars under it: 16 bars for a 2 × 8 deployment);
-* the merged boot's timeline and figures, its findings (flags that differ between nodes, …) and the
-  hang diagnosis (a node that trails the phase the others reached past ``hang_seconds``);
-* the merged log, each line with its node's column; ``n`` cycles a filter (all nodes, node 0, node 1, …).
+* the deployment's state, then one line per node: its connection, how far its boot got, and its
+  unit's (or pod's) state as the node's host says (probed every ``PROBE_EVERY_S``);
+* the GPUs grouped by node, the nodes side by side (16 bars for 2 × 8), and the calculator
+  calibrated from the merged boot (P = min over every rank of every node) — a column on the right,
+  opened zoomed on a narrow terminal (``c``);
+* the merged boot's timeline and figures;
+* the hang diagnosis — the log's evidence plus each node's unit state and NCCL_*/GLOO_*
+  environment, as ``kvtui wait NAME`` gives it — the findings (flags that differ between
+  nodes, …) and which node set each figure;
+* the progress of a change (apply, restart, rollback of every node: ``kvtui.deployment_changes``);
+* the merged log, each line with its node's column; ``n`` cycles a filter (all nodes, node 0, …).
 
 Log lines are batched: the monitors' sink only queues them; a timer (``REFRESH_S``) writes what came.
 """
@@ -18,74 +25,114 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from rich.text import Text
-from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Footer, RichLog, Static
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import RichLog, Static
 
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
-from kvtui.hosts.backend import LogStart
-from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, node_state
+from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, probe_nodes
+from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, NodeObservation, node_state
+from kvtui.ui.widgets.action import ActionBanner
 from kvtui.ui.widgets.boot import BootFigures, PhaseTimeline
+from kvtui.ui.widgets.calculator import CalculatorPanel
 from kvtui.ui.widgets.gpu import GpuBars
 from kvtui.updates import GpuUpdate, LogBatch, MonitorUpdate
 
 if TYPE_CHECKING:
-    from kvtui.config import Config, HostConfig
-    from kvtui.hosts.backend import HostBackend
+    from kvtui.boot import Boot
 
 REFRESH_S = 0.25  # how often queued log lines and the merged boot reach the screen
 LOG_KEEP = 5000  # merged log lines kept for re-filtering (bounded)
+PROBE_EVERY_S = 15.0  # how often each node's unit/pod state and environment are asked for
 
-BackendFactory = Callable[..., "HostBackend"]
+
+class CalcColumn(Vertical):
+    """The calculator's panel (``c`` opens it zoomed where the layout leaves it out)."""
+
+    ALLOW_MAXIMIZE = True
 
 
 class DeploymentPane(Vertical):
     """The deployment's one pane (see the module docstring)."""
 
+    SCOPED_CSS = False  # the screen's size classes (-narrow, -short) reach these rules
     DEFAULT_CSS = """
     DeploymentPane { height: 1fr; }
     DeploymentPane #dep-nodes { height: auto; padding: 0 1; }
-    DeploymentPane #dep-top { height: auto; max-height: 24; }
+    DeploymentPane #dep-top { height: auto; }
     DeploymentPane #dep-gpus { width: 1fr; height: auto; }
-    DeploymentPane #dep-boot { width: 1fr; height: auto; }
-    DeploymentPane .node-head { padding: 0 1; text-style: bold; }
-    DeploymentPane #dep-notes { height: auto; padding: 0 1; }
+    DeploymentPane .dep-node { width: 1fr; height: auto; }
+    DeploymentPane .node-head { padding: 0 1; text-style: bold; height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    DeploymentPane #dep-calc { width: 46; height: auto; max-height: 14; border: round $panel-lighten-2;
+                               border-title-color: $text-muted; }
+    DeploymentPane #dep-boot { height: auto; }
+    DeploymentPane #dep-boot > * { width: 1fr; }
+    DeploymentPane #dep-notes { height: auto; max-height: 8; padding: 0 1; }
     DeploymentPane #dep-log-head { height: 1; padding: 0 1; background: $boost; }
-    DeploymentPane #dep-log { height: 1fr; }
+    DeploymentPane #dep-log { height: 1fr; min-height: 3; }
+    Screen.-narrow DeploymentPane #dep-calc { display: none; }
+    Screen.-narrow DeploymentPane #dep-calc.-maximized { display: block; }
+    Screen.-short DeploymentPane #dep-notes { max-height: 3; }
     """
 
-    def __init__(self, dm: DeploymentMonitor, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, dm: DeploymentMonitor, *, clock: Callable[[], float] = time.time,
+                 graph_margin_gib: float | None = None, readonly: bool = False) -> None:
         super().__init__(id="deployment")
         self.dm = dm
         self.clock = clock
+        self.graph_margin_gib = graph_margin_gib
+        self.readonly = readonly
         self.filter: int | None = None  # a node's position, or None: every node
         self.lines: deque[_Line] = deque(maxlen=LOG_KEEP)
         self._pending: list[_Line] = []
         self._gpus: dict[int, GpuUpdate] = {}
         self._dirty = True
         self.applied = 0  # refreshes that found something new (tests)
+        self.probed: dict[int, NodeObservation] = {}  # by node rank: the last probe's answers
+        self.probes = 0  # probes finished (tests)
+        self.busy: str | None = None  # the change running ("an apply", …), else None
+        self._calibrated: tuple[object, ...] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="dep-nodes")
         with Horizontal(id="dep-top"):
-            with VerticalScroll(id="dep-gpus"):
+            with Horizontal(id="dep-gpus"):
                 for n in self.dm.nodes:
-                    yield Static(id=f"node-head-{n.index}", classes="node-head")
-                    yield GpuBars(id=f"gpus-{n.index}")
-            with Vertical(id="dep-boot"):
-                yield PhaseTimeline(id="dep-timeline")
-                yield BootFigures(id="dep-figures")
+                    with Vertical(classes="dep-node"):
+                        yield Static(id=f"node-head-{n.index}", classes="node-head")
+                        yield GpuBars(id=f"gpus-{n.index}")
+            with CalcColumn(id="dep-calc") as calc:
+                calc.border_title = "Calculator · all ranks"
+                yield CalculatorPanel(graph_margin_gib=self.graph_margin_gib)
+        with Horizontal(id="dep-boot"):
+            yield PhaseTimeline(id="dep-timeline")
+            yield BootFigures(id="dep-figures")
+        yield ActionBanner()
         yield Static(id="dep-notes")
         yield Static(id="dep-log-head")
         yield RichLog(id="dep-log", max_lines=LOG_KEEP, wrap=False, markup=False)
 
     def on_mount(self) -> None:
         self.set_interval(REFRESH_S, self.refresh_now)
+        self.set_interval(PROBE_EVERY_S, self.probe)
         self.refresh_now()
+        self.call_after_refresh(self.probe)
+
+    @property
+    def calculator(self) -> CalculatorPanel:
+        return self.query_one(CalculatorPanel)
+
+    @property
+    def action_banner(self) -> ActionBanner:
+        return self.query_one(ActionBanner)
+
+    def set_compact(self, compact: bool) -> None:
+        """A short terminal: the timeline and the figures say it in a few lines."""
+        self.query_one(PhaseTimeline).set_compact(compact)
+        self.query_one(BootFigures).set_compact(compact)
 
     # -- from the monitors ------------------------------------------------------------------------
 
@@ -102,11 +149,25 @@ class DeploymentPane(Vertical):
     def up_to_date(self) -> bool:
         return not self._pending and not self._dirty
 
+    # -- the nodes' own state (their units or pods) -----------------------------------------------
+
+    @work(exclusive=True, group="dep-probe", exit_on_error=False, description="deployment probe")
+    async def probe(self) -> None:
+        """Each node's unit (or pod) state and environment, asked of its host (``probe_nodes``,
+        as ``kvtui wait NAME`` does): shown per node and used by the hang diagnosis."""
+        dep = self.dm.merged()
+        self.probed = await probe_nodes(self.dm.nodes, dep)
+        self.probes += 1
+        self._dirty = True
+
     # -- drawing ----------------------------------------------------------------------------------
 
     def node_label(self, index: int) -> str:
         node = self.dm.nodes[index]
         return f"node {self.dm.node_rank(node)} · {node.name}"
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock()).astimezone()
 
     def refresh_now(self) -> None:
         """Draw what came since the last refresh (the timer calls it; tests may too)."""
@@ -115,15 +176,17 @@ class DeploymentPane(Vertical):
         self._dirty = False
         self.applied += 1
         dep = self.dm.merged()
-        now = datetime.fromtimestamp(self.clock()).astimezone()
+        now = self.now()
         self.query_one("#dep-nodes", Static).update(self._nodes_text(dep))
         for n in self.dm.nodes:
-            self.query_one(f"#node-head-{n.index}", Static).update(self._node_head(n, dep))
+            self.query_one(f"#node-head-{n.index}", Static).update(self._node_head(n))
             g = self._gpus.get(n.index)
             if g is not None:
                 self.query_one(f"#gpus-{n.index}", GpuBars).show(g.samples, g.foreign)
-        self.query_one(PhaseTimeline).show(dep.boot if any(nb.boot for nb in dep.nodes) else None, now)
-        self.query_one(BootFigures).show(dep.boot if any(nb.boot for nb in dep.nodes) else None)
+        boot = dep.boot if any(nb.boot for nb in dep.nodes) else None
+        self.query_one(PhaseTimeline).show(boot, now)
+        self.query_one(BootFigures).show(boot)
+        self._calibrate(boot)
         self.query_one("#dep-notes", Static).update(self._notes(dep, now))
         self.query_one("#dep-log-head", Static).update(self._log_head())
         if self._pending:
@@ -134,6 +197,17 @@ class DeploymentPane(Vertical):
                 if self.filter is None or line.node == self.filter:
                     log.write(self._log_line(line))
 
+    def _calibrate(self, boot: Boot | None) -> None:
+        """The calculator follows the merged boot: its figures are the minimum over every rank of
+        every node (free memory) and the maximum (graph memory), as ``calc --host NAME``."""
+        if boot is None:
+            return
+        key = (boot.engine, boot.status, repr(boot.metrics))  # the merged boot is rebuilt each time
+        if key == self._calibrated:
+            return
+        self._calibrated = key
+        self.calculator.set_boot(boot, [boot])
+
     def _nodes_text(self, dep: DeploymentBoot) -> Text:
         t = Text()
         t.append(f"{self.dm.name}", style="bold")
@@ -141,21 +215,49 @@ class DeploymentPane(Vertical):
         ranks = len(dep.boot.ranks)
         if ranks:
             t.append(f" · {ranks} ranks")
+        if self.readonly:
+            t.append(" · readonly", style="yellow")
+        for n in self.dm.nodes:
+            t.append("\n")
+            t.append_text(self._node_line(n, dep))
         return t
 
-    def _node_head(self, node: DeploymentNode, dep: DeploymentBoot) -> Text:
+    def _conn(self, node: DeploymentNode) -> str:
         st = node.status
-        conn = st.state.value if st is not None else "connecting"
+        return st.state.value if st is not None else "connecting"
+
+    def _node_line(self, node: DeploymentNode, dep: DeploymentBoot) -> Text:
+        """``node 1 · r1-b · connected · up (…) · unit active``."""
         nb = next((b for b in dep.nodes if b.name == node.name), None)
         where = "no boot yet" if nb is None or nb.boot is None else node_state(dep, nb)
+        conn = self._conn(node)
         t = Text(f"{self.node_label(node.index)} · ")
         t.append(conn, style="green" if conn == "connected" else "yellow")
         t.append(f" · {where}")
+        unit = self._unit_text(node)
+        if unit:
+            t.append(f" · {unit}", style="dim")
+        return t
+
+    def _unit_text(self, node: DeploymentNode) -> str:
+        """What the node's host says of its server: ``unit active``, ``pod Pending: …``, or for a
+        simulated host ``simulated``; empty before the first probe answered."""
+        if node.host.demo:
+            return "simulated unit"
+        obs = self.probed.get(self.dm.node_rank(node))
+        if obs is None or obs.unit_state is None:
+            return ""
+        return f"{obs.what} {obs.unit_state}"
+
+    def _node_head(self, node: DeploymentNode) -> Text:
+        conn = self._conn(node)
+        t = Text(f"{self.node_label(node.index)} · ")
+        t.append(conn, style="green" if conn == "connected" else "yellow")
         return t
 
     def _notes(self, dep: DeploymentBoot, now: datetime) -> Text:
         t = Text()
-        hang = self.dm.hang(now=datetime.now().astimezone())
+        hang = self.dm.hang(self.probed or None, now=now)
         if hang is not None:
             t.append("hang: ", style="bold red")
             t.append(hang.summary + "\n")
@@ -164,13 +266,17 @@ class DeploymentPane(Vertical):
         for f in dep.findings:
             t.append("finding: ", style="bold yellow")
             t.append(f"{f}\n")
-        set_by = []
+        by_node: dict[int, list[str]] = {}
         for key, label in FIGURE_LABELS:
             who = dep.setter(key)
             if dep.boot.facts.get(key) is not None and who is not None:
-                set_by.append(f"{label} by node {who.node_rank}")
-        if set_by:
-            t.append("set by: " + ", ".join(set_by) + "\n", style="dim")
+                by_node.setdefault(who.node_rank, []).append(label)
+        if len(by_node) == 1:
+            (rank,) = by_node
+            t.append(f"set by: every figure by node {rank} (the tightest of all ranks)\n", style="dim")
+        elif by_node:
+            t.append("set by: " + " · ".join(f"node {r}: {', '.join(labels)}" for r, labels in sorted(by_node.items()))
+                     + "\n", style="dim")
         if dep.failed_node is not None:
             t.append(f"failed first on {dep.node(dep.failed_node).label()}\n", style="bold red")
         if not dep.findings and hang is None:
@@ -197,7 +303,6 @@ class DeploymentPane(Vertical):
         self.rewrite_log()
         self.query_one("#dep-log-head", Static).update(self._log_head())
 
-
     def rewrite_log(self) -> None:
         """The log rewritten from the lines kept, in time order (the nodes' batches arrive in any
         order; within a refresh they are sorted, across refreshes only here)."""
@@ -222,55 +327,4 @@ def _stamp(ts: datetime | None) -> float:
     return ts.timestamp() if ts is not None else 0.0
 
 
-class DeploymentApp(App[int]):
-    """The console for one deployment: its pane, ``n`` (node filter) and ``q``."""
-
-    TITLE = "kvtui"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n", "node_filter", "node filter"),
-        Binding("q", "quit", "quit"),
-    ]
-
-    def __init__(self, name: str, nodes: Sequence[tuple[str, HostConfig]], *, backend_factory: BackendFactory,
-                 hang_seconds: float, clock: Callable[[], float] | None = None) -> None:
-        super().__init__()
-        from kvtui.monitor import HostMonitor
-
-        self.clock = clock or time.time
-        dnodes = []
-        for node_name, host in nodes:
-            backend = backend_factory(node_name, host, clock=clock) if clock else backend_factory(node_name, host)
-            monitor = HostMonitor(node_name, backend, host=host, start=LogStart.CURRENT_BOOT, log_window=LOG_KEEP,
-                                  clock=self.clock)
-            dnodes.append(DeploymentNode(node_name, host, monitor))
-        self.dm = DeploymentMonitor(name, dnodes, bound_s=hang_seconds)
-        self.sub_title = f"{name} ({len(dnodes)} nodes)"
-
-    @property
-    def pane(self) -> DeploymentPane:
-        return self.query_one(DeploymentPane)
-
-    def compose(self) -> ComposeResult:
-        yield DeploymentPane(self.dm, clock=self.clock)
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.dm.start(self.pane.on_updates)
-
-    async def on_unmount(self) -> None:
-        await self.dm.close()
-
-    def action_node_filter(self) -> None:
-        self.pane.cycle_filter()
-
-
-def deployment_app(config: Config, name: str, backend_factory: BackendFactory,
-                   clock: Callable[[], float] | None = None) -> DeploymentApp:
-    """The console for ``[deployments.NAME]``."""
-    dep = config.deployment(name)
-    assert dep is not None
-    return DeploymentApp(name, config.node_hosts(name), backend_factory=backend_factory,
-                         hang_seconds=dep.hang_seconds, clock=clock)
-
-
-__all__ = ["DeploymentApp", "DeploymentPane", "deployment_app"]
+__all__ = ["LOG_KEEP", "REFRESH_S", "DeploymentPane"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import math
 import os
 import random
 import re
@@ -31,11 +32,13 @@ from kvtui.hosts.demo.timeline import BACKLOG_SERVING_LINES, BootView, Line, _Ti
 from kvtui.hosts.demo.unit import UnitInfo, _sd_time, _systemd_quote, parse_unit
 from kvtui.hosts.demo_models import (
     PRESETS,
+    BootInput,
     BootScript,
     ForeignProcess,
     GpuSpec,
     Preset,
     serving_load,
+    simulate_arrival,
 )
 
 if TYPE_CHECKING:
@@ -117,9 +120,14 @@ class DemoBackend:
         self._state: DemoState | None = None
         self._state_sig: tuple[int, int] | None = None
         self._units: dict[str, UnitInfo] = {}
-        self._scripts: OrderedDict[tuple[str, int, int], BootScript] = OrderedDict()
+        self._scripts: OrderedDict[tuple[str, int, int, float | None], BootScript] = OrderedDict()
         self._views: OrderedDict[tuple[object, int], BootView] = OrderedDict()
         self._uuids: dict[int, str] = {}
+        # a multi-node preset: the other nodes (found at the rendezvous, see ``peer_timelines``)
+        self._registered = False
+        self._peers: dict[tuple[int, str], DemoBackend] = {}
+        self._arrivals: OrderedDict[tuple[str, int], float | None] = OrderedDict()
+        self._meets: OrderedDict[object, list[dict[int, float]]] = OrderedDict()
 
     # -- paths and locking ----------------------------------------------------------------------
 
@@ -240,7 +248,7 @@ class DemoBackend:
 
     def _timeline(self) -> _Timeline:
         st = self._load()
-        return _Timeline(self, st, (st.state_id, self._state_sig))
+        return _Timeline(self, st, (st.state_id, self._state_sig, self.peer_sig()))
 
     # -- HostBackend --------------------------------------------------------------------------------
 
@@ -336,7 +344,7 @@ class DemoBackend:
             now = self.clock()
             st, sig = self._state, self._state_sig
         assert st is not None
-        tl = _Timeline(self, st, (st.state_id, sig))  # the state read with ``now``, not a newer one
+        tl = _Timeline(self, st, (st.state_id, sig, self.peer_sig()))  # the state read with ``now``
         out: list[LogRecord] = []
         due: float | None = None
         v = tl.view(g, now)
@@ -363,19 +371,28 @@ class DemoBackend:
             i += 1
         return out, (g, i, trim), due, sig
 
+    def follow_next_boot(self, positioned: Callable[[], None]) -> AsyncIterator[list[LogRecord]]:
+        """``follow_log(NEXT_BOOT)`` that says when it is positioned (``PositionedLogSource``)."""
+        return self.follow_log(LogStart.NEXT_BOOT, positioned=positioned)
+
     async def follow_log(
-        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
+        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None,
+        positioned: Callable[[], None] | None = None,
     ) -> AsyncIterator[list[LogRecord]]:
         g, i, trim = self._start_position(start, after_cursor)
+        if positioned is not None:
+            positioned()
         due: float | None = None
         sig: tuple[int, int] | None = None
+        psig: object = None
         while not self._closed:
             # an idle server's next line may be seconds away: until then, and while no process
             # changed the state (a restart, an edit), a poll is one stat, not a locked re-read
-            if due is not None and self.clock() < due and self._sig() == sig:
+            if due is not None and self.clock() < due and self._sig() == sig and self.peer_sig() == psig:
                 self.idle_polls += 1
                 await self._pause(self.poll_interval)
                 continue
+            psig = self.peer_sig()
             batch, (g, i, trim) = self._collect(g, i, trim, MAX_BATCH)
             due, sig = self._collected_due
             if batch:
@@ -395,6 +412,110 @@ class DemoBackend:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 await self._wake[1].wait()
+
+    # -- the other nodes of a multi-node preset ---------------------------------------------------
+
+    @property
+    def rendezvous_dir(self) -> Path:
+        """Where the nodes of a multi-node preset find each other (beside their state dirs, one
+        file per node rank naming its host): the simulated ``--dist-init-addr``."""
+        return self.state_dir.parent / ".rendezvous" / self.model_key
+
+    def _register(self) -> None:
+        if self._registered or self.preset.nnodes <= 1:
+            return
+        self._registered = True
+        self.rendezvous_dir.mkdir(parents=True, exist_ok=True)
+        _atomic_write(self.rendezvous_dir / f"node{self.node}", self.state_dir.name + "\n", 0o644)
+
+    def peer_timelines(self) -> list[tuple[int, _Timeline | None]]:
+        """The other nodes' timelines by node rank (None: that node has not started yet)."""
+        if self.preset.nnodes <= 1:
+            return []
+        self._register()
+        out: list[tuple[int, _Timeline | None]] = []
+        for rank in range(self.preset.nnodes):
+            if rank == self.node:
+                continue
+            try:
+                name = (self.rendezvous_dir / f"node{rank}").read_text(encoding="utf-8").strip()
+            except OSError:
+                out.append((rank, None))
+                continue
+            peer = self._peers.get((rank, name))
+            if peer is None:
+                host = DemoHost(demo_model=self.model_key, demo_engine=self.engine,  # type: ignore[arg-type]
+                                demo_node=rank, demo_stall_node=self.stall_node, demo_seed=self.seed,
+                                demo_speed=self.speed)
+                peer = self._peers[(rank, name)] = DemoBackend(name, host, clock=self.clock, gpu=self.gpu,
+                                                               state_dir=self.rendezvous_dir.parent.parent / name)
+            st = peer.existing_state()
+            out.append((rank, None if st is None else _Timeline(peer, st)))
+        return out
+
+    def existing_state(self) -> DemoState | None:
+        """The state if the host was ever started (never creates it)."""
+        if self._sig() is None:
+            return None
+        try:
+            return self._load()
+        except DemoError:
+            return None
+
+    def peer_sig(self) -> object:
+        """What the other nodes' states are now (a change may move this node's rendezvous)."""
+        if self.preset.nnodes <= 1:
+            return None
+        self._register()
+        sigs: list[tuple[str, int, int] | None] = []
+        for rank in range(self.preset.nnodes):
+            if rank != self.node:
+                path = self.rendezvous_dir / f"node{rank}"
+                try:
+                    name = path.read_text(encoding="utf-8").strip()
+                    st = os.stat(self.rendezvous_dir.parent.parent / name / "state.json")
+                    sigs.append((name, st.st_mtime_ns, st.st_size))
+                except OSError:
+                    sigs.append(None)
+        return tuple(sigs)
+
+    def arrival(self, tl: _Timeline, e: Epoch) -> float | None:
+        """When the first boot of epoch ``e`` (of ``tl``'s host) reaches distributed init."""
+        key = (tl.state.state_id, e.id)
+        if key in self._arrivals:
+            return self._arrivals[key]
+        unit = tl.unit_of(e)
+        arr: float | None = None
+        if not unit.error and e.max_boots != 0:
+            arr = simulate_arrival(BootInput(
+                argv=unit.argv, env=unit.env, preset=tl.preset, gpu=tl.b.gpu, seed=e.seed, boot_no=e.g0,
+                start=e.start, speed=e.speed, foreign=ForeignProcess(**e.foreign) if e.foreign else None,
+                stall_node=tl.b.stall_node))
+        self._arrivals[key] = arr
+        while len(self._arrivals) > 256:
+            self._arrivals.popitem(last=False)
+        return arr
+
+    def meet_at(self, tl: _Timeline, e: Epoch) -> float:
+        """When the first boot of this host's epoch ``e`` meets the other nodes at distributed init
+        (``math.inf``: no boot of theirs comes for it; it waits there). The nodes' first boots are
+        matched in time order: the boots waiting together meet when the last of them arrives,
+        unless one of them is stopped before (the next boot of that node takes its place); a boot
+        that never arrives (the stalled node) leaves the others waiting for that node's next one."""
+        peers = self.peer_timelines()
+        key = (tl.state.state_id, tuple((x.id, x.end, x.killed) for x in tl.state.epochs), self.peer_sig())
+        meets = self._meets.get(key)
+        if meets is None:
+            lists: dict[int, list[tuple[float | None, float | None]]] = {}
+            for rank, ptl in [(self.node, tl), *peers]:
+                lists[rank] = [] if ptl is None else [
+                    (self.arrival(ptl, x), x.killed if x.killed is not None else x.end) for x in ptl.state.epochs]
+            meets = _meetings([lists[r] for r in sorted(lists)])
+            self._meets[key] = meets
+            while len(self._meets) > 32:
+                self._meets.popitem(last=False)
+        mine = meets[sorted([self.node, *(r for r, _ in peers)]).index(self.node)]
+        return mine.get(tl.state.epochs.index(e), math.inf)
 
     # -- GPUs -----------------------------------------------------------------------------------------
 
@@ -709,3 +830,27 @@ def _end_epochs(st: DemoState, now: float, *, killed: bool = False) -> None:
             if killed:
                 e.killed = now
         break
+
+
+def _meetings(nodes: list[list[tuple[float | None, float | None]]]) -> list[dict[int, float]]:
+    """Each node's epochs (arrival at distributed init or None, end or None), in time order →
+    for each node, its epochs that met the others, with the time they met (``meet_at``)."""
+    ptr = [0] * len(nodes)
+    out: list[dict[int, float]] = [{} for _ in nodes]
+    while all(p < len(n) for p, n in zip(ptr, nodes, strict=True)):
+        cand = [n[p] for p, n in zip(ptr, nodes, strict=True)]
+        never = [i for i, (arr, _) in enumerate(cand) if arr is None]
+        if never:
+            for i in never:
+                ptr[i] += 1
+            continue
+        meet = max(arr for arr, _ in cand if arr is not None)
+        gone = [i for i, (_, end) in enumerate(cand) if end is not None and end <= meet]
+        if gone:
+            first = min(gone, key=lambda i: cand[i][1] or 0.0)
+            ptr[first] += 1
+            continue
+        for i in range(len(nodes)):
+            out[i][ptr[i]] = meet
+            ptr[i] += 1
+    return out

@@ -104,6 +104,7 @@ class _Timeline:
         self.state = state
         self.preset = PRESETS[state.model]
         self.cache_key = cache_key  # set when ``state`` is the saved state: views may be cached
+        self._meet: dict[int, float] = {}  # epoch id -> when its first boot meets the other nodes
 
     # -- epochs -------------------------------------------------------------------------------
 
@@ -111,7 +112,14 @@ class _Timeline:
         return self.b.unit_cache(e.unit)
 
     def script(self, e: Epoch, k: int, start: float) -> BootScript:
-        key = (self.state.state_id, e.id, k)
+        # a multi-node preset: an epoch's first boot waits at distributed init for the other
+        # nodes (``DemoBackend.meet_at``); the automatic restarts after it run as if they were there
+        meet: float | None = None
+        if k == 0 and self.preset.nnodes > 1:
+            meet = self._meet.get(e.id)
+            if meet is None:
+                meet = self._meet[e.id] = self.b.meet_at(self, e)
+        key = (self.state.state_id, e.id, k, meet)
         cached = self.b._scripts.get(key)
         if cached is not None:
             self.b._scripts.move_to_end(key)
@@ -130,6 +138,7 @@ class _Timeline:
                 speed=e.speed,
                 foreign=foreign,
                 stall_node=self.b.stall_node,
+                meet_at=meet,
             )
         )
         self.b._scripts[key] = script
@@ -214,13 +223,15 @@ class _Timeline:
         return v
 
     def _cut(
-        self, pre: list[Line], stop: float, ready_t: float | None, interval: float
+        self, pre: list[Line], stop: float, ready_t: float | None, interval: float, serves: bool = True
     ) -> tuple[list[Line], float | None, int]:
         """A boot cut at ``stop``: its lines up to then, its ready time if it was ready by then, and
-        how many serving lines it printed before."""
+        how many serving lines it printed before (none for a node that serves no lines: counting
+        them made its view longer than its lines, and a reader stopped there for good — the node's
+        next boot, after a restart, was never read)."""
         pre = [ln for ln in pre if ln.t <= stop]
         if ready_t is not None and ready_t <= stop:
-            return pre, ready_t, self._serving_count(ready_t, interval, stop)
+            return pre, ready_t, self._serving_count(ready_t, interval, stop) if serves else 0
         return pre, None, 0
 
     def _view(self, g: int, now: float) -> BootView | None:
@@ -251,7 +262,7 @@ class _Timeline:
         killed = e.killed is not None and stop == e.killed
         if killed and stop is not None and (script.outcome != "failed" or stop < script.end_t):
             # SIGKILL while running: lines up to the kill, then systemd's lines for a killed main process
-            pre, ready_t, serving_n = self._cut(pre, stop, ready_t, interval)
+            pre, ready_t, serving_n = self._cut(pre, stop, ready_t, interval, script.serving is not None)
             consumed = systemd_timespan((stop - start) * cpu)
             tail = [
                 Line(stop, f"{name}: Main process exited, code=killed, status=9/KILL", SYSTEMD_PID, sd),
@@ -262,7 +273,7 @@ class _Timeline:
             next_start = None
         elif stop is not None and stop_done is not None and (script.outcome != "failed" or stop < script.end_t):
             # stopped while running: lines up to the stop, then systemd's stop sequence
-            pre, ready_t, serving_n = self._cut(pre, stop, ready_t, interval)
+            pre, ready_t, serving_n = self._cut(pre, stop, ready_t, interval, script.serving is not None)
             consumed = systemd_timespan((stop_done - start) * cpu)
             tail = [
                 Line(stop, f"Stopping {desc}...", SYSTEMD_PID, sd),

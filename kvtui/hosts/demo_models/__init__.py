@@ -74,6 +74,7 @@ from kvtui.hosts.demo_models.sglang import (
     parse_sglang_args,
 )
 from kvtui.hosts.demo_models.simulate import (
+    simulate_arrival,
     simulate_boot,
 )
 from kvtui.hosts.demo_models.vllm import (
@@ -114,6 +115,7 @@ __all__ = [
     "serving_interval",
     "serving_load",
     "serving_tick",
+    "simulate_arrival",
     "simulate_boot",
     "systemd_timespan",
     "torch_size",

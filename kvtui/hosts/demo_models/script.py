@@ -108,6 +108,10 @@ class BootInput:
     foreign: ForeignProcess | None = None
     # a multi-node preset: the node that never reaches distributed init (the others wait there)
     stall_node: int | None = None
+    # a multi-node preset: when the last of the other nodes reaches distributed init (clock
+    # seconds; ``math.inf``: none is coming, this node waits there) — None: not known (the node
+    # runs alone, as if the others were there when it was)
+    meet_at: float | None = None
 
 
 def torch_size(nbytes: float) -> str:

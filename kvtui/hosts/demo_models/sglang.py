@@ -223,6 +223,8 @@ class _SglangBoot:
         if self.inp.stall_node is not None and self.nnodes > 1:
             return self._stalled(t)
         t = self._distributed_init(t)
+        if isinstance(t, BootScript):
+            return t  # waiting at distributed init for a node that is not coming
         t = self._load_weights(t)
         t = self._kv_pool(t)
         if isinstance(t, BootScript):
@@ -324,13 +326,14 @@ class _SglangBoot:
         self.aux_pids = (self.main_pid + 2 + local,)
         self.tag = {r: (f" TP{node * local + r}" if tp > 1 else "") for r in ranks}
         self.pid = {r: self.main_pid + 2 + r for r in ranks}
-        hw = random.Random(f"hw:{inp.seed}")  # the same cards every boot: per-GPU constants
+        # the same cards every boot: per-GPU constants (each node of a deployment has its own cards)
+        hw = random.Random(f"hw:{inp.seed}" + (f":node{node}" if nnodes > 1 else ""))
         self.ctx_gib = {g: 0.86 + 0.04 * hw.random() for g in range(gpu.count)}
         for r in ranks:
             sim.mem_frame(self.phys[r], 0.0, 0.0)
         return t
 
-    def _distributed_init(self, t: float) -> float:
+    def _distributed_init(self, t: float) -> float | BootScript:
         """P1: every rank's CUDA context; the memory each sees free (``P``), a warning when they differ."""
         inp, sim, jit, gpu = self.inp, self.sim, self.jit, self.inp.gpu
         ranks, phys, tag, pid, ctx_gib = self.ranks, self.phys, self.tag, self.pid, self.ctx_gib
@@ -346,6 +349,11 @@ class _SglangBoot:
             sim.emit(t0 + 0.03 * r, "Init torch distributed begin.", pid[r], tag=tag[r])
             sim.mem_frame(g, t0 + 0.03 * r, 0.0)
         t1 = t0 + 3.3
+        if inp.meet_at is not None and self.nnodes > 1:
+            # NCCL init ends once every node is there: until the last one arrives, this one waits
+            if inp.meet_at == math.inf:
+                return self._waiting(t0)
+            t1 = max(t1, (inp.meet_at - inp.start) * inp.speed + 0.6)
         big_p = self.big_p = min(p_r.values())
         for r in ranks:
             el = 3.2 + 0.4 * jit.random()
@@ -519,6 +527,38 @@ class _SglangBoot:
         for r in ranks:
             sim.emit(t_dp + 0.02 * r, f"Memory pool end. avail mem={avail[r]:.2f} GB", pid[r], tag=tag[r])
         return self._graphs(t_dp + 0.5 + 0.02 * tp, "draft")
+
+    def _waiting(self, t0: float) -> BootScript:
+        """A node whose ranks began distributed init and wait there for a node that is not coming
+        (its contexts held): the script ends at ``t0``, alive, printing nothing more."""
+        sim = self.sim
+        for r in self.ranks:
+            sim.mem_frame(self.phys[r], t0 + 0.03 * r, self.ctx_gib[self.phys[r]] * 1024)
+        sim.util_frame(t0, 0.0)
+        return BootScript(
+            start=self.inp.start,
+            lines=sim.sorted_lines(),
+            outcome="stalled",
+            end_t=sim.at(t0),
+            main_pid=self.main_pid,
+            rank_pids=self.rank_pids,
+            aux_pids=self.aux_pids,
+            exe=self.exe,
+            mem=sim.mem,
+            util=sim.util,
+            speed=self.inp.speed,
+        )
+
+    def arrival(self) -> float | None:
+        """When this boot's ranks reach distributed init (clock seconds), or None when they never
+        do (a bad argument, the stalled node): what the other nodes wait for."""
+        args = self._args()
+        if isinstance(args, BootScript):
+            return None
+        t = self._resolve(args)
+        if isinstance(t, BootScript) or (self.inp.stall_node is not None and self.node == self.inp.stall_node):
+            return None
+        return self.sim.at(t + 3.2 + self.jit.uniform(0.0, 0.6))
 
     def _stalled(self, t: float) -> BootScript:
         """A multi-node boot with a node that never arrives (``BootInput.stall_node``): that node

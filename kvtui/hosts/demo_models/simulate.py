@@ -14,3 +14,12 @@ def simulate_boot(inp: BootInput) -> BootScript:
     if len(argv) >= 2 and argv[0].rsplit("/", 1)[-1] == "vllm" and argv[1] == "serve":
         return _VllmBoot(inp).run()
     return _SglangBoot(inp).run()
+
+
+def simulate_arrival(inp: BootInput) -> float | None:
+    """When the boot's ranks reach distributed init (clock seconds) — what the other nodes of a
+    multi-node preset wait for — or None when they never do (SGLang only: the multi-node presets)."""
+    argv = inp.argv
+    if len(argv) >= 2 and argv[0].rsplit("/", 1)[-1] == "vllm" and argv[1] == "serve":
+        return None
+    return _SglangBoot(inp).arrival()

@@ -1,6 +1,12 @@
 """Following a restart: a ``BootFollower`` reads the host's log from *now* on its own stream
 (next to the monitor's), the restart is issued, and the first new boot that is ready or failed
-(or whose argument dump contradicts the edits) ends the wait; heartbeats say where it is."""
+(or whose argument dump contradicts the edits) ends the wait; heartbeats say where it is.
+
+The restart is issued only once the follower is *positioned*: its stream knows where the log ends
+now, so a fast engine's whole boot cannot be written before the follower's start point (a
+follower still locating the end on a loaded machine missed it, and the apply timed out). Backends
+that say so (``PositionedLogSource``: SSH, local, demo) are waited for, up to ``POSITION_LIMIT``;
+others get the fixed settle time their ``HostOps`` names."""
 
 from __future__ import annotations
 
@@ -15,9 +21,11 @@ from kvtui.bootlog import BootLog
 from kvtui.engines.events import Engine
 from kvtui.engines.exit_record import EXIT_IDENT, parse_exit
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
-from kvtui.hosts.backend import BackendError, HostBackend, LogStart, aclose_iter
+from kvtui.hosts.backend import BackendError, HostBackend, LogStart, PositionedLogSource, aclose_iter
 from kvtui.hosts.service.model import EtaFn, ProgressFn, ServiceError
 from kvtui.hosts.service.plan import one_line
+
+POSITION_LIMIT = 30.0  # seconds a positioning backend is given to locate the log's end
 
 
 class RestartFailed(Exception):
@@ -111,14 +119,36 @@ class BootFollower:
         self._heartbeat = heartbeat
         self._eta = eta
         self._last_out: float | None = None  # loop time of the last progress line
+        self.positioned = asyncio.Event()  # set: every line the host writes from now is followed
+        self.positioned_after: float | None = None  # seconds ``start`` waited for it
 
     async def start(self, settle: float) -> None:
+        """Start following; return once positioned (see the module docstring): a backend that
+        says so within ``POSITION_LIMIT`` s, else after ``settle`` s. A stream that failed
+        meanwhile returns at once (``wait`` raises its error)."""
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
         self._task = asyncio.create_task(self._pump(), name="kvtui-boot-follower")
-        await asyncio.sleep(0)
-        await asyncio.sleep(settle)
+        if not isinstance(self._backend, PositionedLogSource):
+            await asyncio.sleep(0)
+            await asyncio.sleep(settle)
+            self.positioned.set()
+            self.positioned_after = loop.time() - t0
+            return
+        done = asyncio.create_task(self.positioned.wait())
+        try:
+            await asyncio.wait({done, self._task}, timeout=POSITION_LIMIT, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            done.cancel()
+        self.positioned_after = loop.time() - t0
+        if not self.positioned.is_set() and self._error is None and self._progress is not None:
+            self._progress(f"the log follower did not find the log's end within {POSITION_LIMIT:g} s: "
+                           "restarting anyway (the new boot's first lines may be missed)")
 
     async def _pump(self) -> None:
-        it = self._backend.follow_log(LogStart.NEXT_BOOT)
+        backend = self._backend
+        it = (backend.follow_next_boot(self.positioned.set) if isinstance(backend, PositionedLogSource)
+              else backend.follow_log(LogStart.NEXT_BOOT))
         try:
             async for batch in it:
                 for rec in batch:

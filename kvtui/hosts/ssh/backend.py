@@ -502,20 +502,27 @@ class SshBackend:
         return _JournalFollower(self, start, after_cursor)
 
     async def follow_log(
-        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
+        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None,
+        positioned: Callable[[], None] | None = None,
     ) -> AsyncGenerator[list[LogRecord], None]:
-        async for block in self.follow_log_blocks(start, after_cursor):
+        async for block in self.follow_log_blocks(start, after_cursor, positioned):
             yield list(block.records())
 
+    def follow_next_boot(self, positioned: Callable[[], None]) -> AsyncGenerator[list[LogRecord], None]:
+        """``follow_log(NEXT_BOOT)``; ``positioned()`` once the stream has located the log's end
+        (the journal's last cursor, the file's size, the host's clock for a container)."""
+        return self.follow_log(LogStart.NEXT_BOOT, positioned=positioned)
+
     async def follow_log_blocks(
-        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
+        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None,
+        positioned: Callable[[], None] | None = None,
     ) -> AsyncGenerator[RecordBlock, None]:
         """``follow_log`` as ``RecordBlock``s (one per chunk read; what is queued is delivered
         together, up to ``MAX_BATCH_RECORDS`` records)."""
         follower = self._follower(start, after_cursor)
         stream = _Stream(asyncio.Queue(MAX_QUEUED_BATCHES))
         self._streams.add(stream)
-        stream.task = asyncio.create_task(self._pump_log(follower, stream))
+        stream.task = asyncio.create_task(self._pump_log(follower, stream, positioned))
         try:
             while True:
                 block = await stream.queue.get()
@@ -556,7 +563,8 @@ class SshBackend:
             with contextlib.suppress(asyncio.QueueFull):
                 stream.queue.put_nowait(None)
 
-    async def _pump_log(self, follower: _Follower, stream: _Stream) -> None:
+    async def _pump_log(self, follower: _Follower, stream: _Stream,
+                        positioned: Callable[[], None] | None = None) -> None:
         generation = 0
         failures = Backoff(initial=0.5, cap=10.0, first=0.0, rng=self.backoff.rng)
         try:
@@ -565,6 +573,9 @@ class SshBackend:
                 lost = False
                 try:
                     cmd = await follower.command(conn)
+                    if positioned is not None and follower.located:
+                        positioned()  # located: what the host writes from here on is delivered
+                        positioned = None
                     ok = await self._stream_once(conn, cmd, follower, stream)
                     if ok:
                         failures.reset()

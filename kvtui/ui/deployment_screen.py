@@ -1,0 +1,352 @@
+"""``DeploymentScreen``: ``KvtuiApp``'s screen for ``kvtui connect NAME`` on a ``[deployments.NAME]``
+(issue 15) — the deployment's pane (``kvtui.ui.deployment_pane``) and its keys.
+
+The change keys act on every node as one, through ``kvtui.deployment_changes`` (what ``kvtui apply
+NAME`` / ``kvtui rollback NAME`` run): ``a`` applies the calculator's edits (planned on every node at
+once; a refusal anywhere refuses the whole; one confirmation; written and verified node by node, a
+failure restoring the nodes already written; node 0 restarted first; the merged boot followed and
+every node's argument dump checked); ``R`` restarts every node the same way; ``u`` restores every
+node's newest backup. The calculator (``c``) is calibrated from the merged boot: P = min over all
+ranks of all nodes. Its binding ids are ``KvtuiApp``'s (``[keymap]``), plus ``node.filter``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import Input
+
+from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
+from kvtui.hosts.backend import LogStart
+from kvtui.ui.deployment_pane import LOG_KEEP, DeploymentPane
+from kvtui.ui.perf import KeysFooter
+from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
+from kvtui.ui.widgets.calculator import CalculatorPanel
+
+if TYPE_CHECKING:
+    from kvtui import flags as fl
+    from kvtui.config import CalcConfig, HostConfig
+    from kvtui.deployment_changes import NodeSide
+    from kvtui.hosts.backend import HostBackend
+    from kvtui.ui.widgets.action import Severity
+
+BackendFactory = Callable[..., "HostBackend"]
+CHANGE_TIMEOUT_S = 1800.0  # how long a change follows the nodes' new boots
+
+DEPLOYMENT_BINDINGS: list[BindingType] = [
+    Binding("question_mark", "help", "Help", id="help", tooltip="every key, with its id for [keymap]"),
+    Binding("q", "quit", "Quit", id="quit"),
+    Binding("n", "node_filter", "Node filter", id="node.filter", tooltip="the log of all nodes, node 0, node 1, …"),
+    Binding("c", "calculator", "Calculator", id="calculator", priority=True,
+            tooltip="edit flags, see the next boot's KV pool (every rank of every node)"),
+    Binding("x", "explain", "Explain", id="explain", tooltip="how the prediction is computed"),
+    Binding("a", "apply", "Apply", id="apply",
+            tooltip="apply the calculator's edits on every node and restart (asks first)"),
+    Binding("R", "restart", "Restart", id="restart", tooltip="restart every node, node 0 first (asks first)"),
+    Binding("u", "rollback", "Rollback", show=False, id="rollback",
+            tooltip="restore every node's newest backup and restart (asks first)"),
+    Binding("escape", "escape", "Leave field", show=False, id="escape"),
+    Binding("T", "next_theme", "Next theme", show=False, id="theme.next", tooltip="cycle kvtui's colour themes"),
+]
+CHANGES = frozenset({"apply", "restart", "rollback"})
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentSpec:
+    """A deployment to open: its name, its nodes (in node-rank order) and its hang bound."""
+
+    name: str
+    nodes: Sequence[tuple[str, HostConfig]]
+    hang_seconds: float = 180.0
+
+
+class DeploymentScreen(Screen[None]):
+    """The deployment's console (see the module docstring)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = DEPLOYMENT_BINDINGS
+    AUTO_FOCUS = "#dep-log"  # the log, not the calculator (the first focusable widget)
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-medium"), (160, "-wide"), (220, "-xwide")]  # noqa: RUF012
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]  # noqa: RUF012
+    NARROW_BELOW = 110
+    SHORT_BELOW = 30
+
+    def __init__(self, spec: DeploymentSpec, *, backend_factory: BackendFactory, clock: Callable[[], float],
+                 calc: CalcConfig, readonly: bool = False, pass_clock: bool = False) -> None:
+        """``pass_clock``: the backends are made with the console's clock (tests freeze it)."""
+        super().__init__(id="deployment-screen")
+        from kvtui.monitor import HostMonitor
+
+        self.spec = spec
+        self.clock = clock
+        self.calc_config = calc
+        self.readonly = readonly or any(h.readonly for _, h in spec.nodes)
+        dnodes = []
+        for node_name, host in spec.nodes:
+            backend = (backend_factory(node_name, host, clock=clock) if pass_clock
+                       else backend_factory(node_name, host))
+            monitor = HostMonitor(node_name, backend, host=host, start=LogStart.CURRENT_BOOT, log_window=LOG_KEEP,
+                                  clock=clock)
+            dnodes.append(DeploymentNode(node_name, host, monitor))
+        self.dm = DeploymentMonitor(spec.name, dnodes, bound_s=spec.hang_seconds)
+        self.last_code: int | None = None  # the last change's exit code (tests)
+
+    @property
+    def pane(self) -> DeploymentPane:
+        return self.query_one(DeploymentPane)
+
+    def compose(self) -> ComposeResult:
+        yield DeploymentPane(self.dm, clock=self.clock, graph_margin_gib=self.calc_config.graph_margin_gib,
+                             readonly=self.readonly)
+        yield KeysFooter()
+
+    def on_mount(self) -> None:
+        self.dm.start(self.pane.on_updates)
+        self.pane.set_compact(self.size.height < self.SHORT_BELOW)
+
+    def on_resize(self) -> None:
+        if self.is_mounted:
+            self.pane.set_compact(self.size.height < self.SHORT_BELOW)
+
+    async def on_unmount(self) -> None:
+        await self.dm.close()
+
+    # ---- keys -----------------------------------------------------------------------------------
+
+    def typing(self) -> bool:
+        focused = self.focused
+        return isinstance(focused, Input) or (isinstance(focused, CalculatorPanel) and focused.editing is not None)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self.app.screen is self and self.typing() and action in ("calculator", "node_filter", "apply", "restart",
+                                                                     "rollback", "explain", "quit", "help",
+                                                                     "next_theme"):
+            return False  # typed into the flag being edited
+        if action in CHANGES and self.readonly:
+            return False
+        if action == "explain" and self.is_mounted and self.pane.calculator.prediction is None:
+            return None
+        return True
+
+    def key_rows(self) -> list[tuple[str, str, str]]:
+        """(key, description, id) of every binding, with the user's remaps applied."""
+        rows: list[tuple[str, str, str]] = []
+        seen: set[str] = set()
+        order = {b.id: i for i, b in enumerate(DEPLOYMENT_BINDINGS) if isinstance(b, Binding)}
+        for key, active in self.active_bindings.items():
+            b = active.binding
+            if b.id is None or b.id in seen or b.id not in order:
+                continue
+            seen.add(b.id)
+            rows.append((self.app.get_key_display(b) or key, b.description, b.id))
+        rows.sort(key=lambda r: order.get(r[2], 999))
+        return rows
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(self.key_rows(), title=f"Keys · deployment {self.spec.name}"))
+
+    def action_quit(self) -> None:
+        busy = self.pane.busy
+        if busy is None:
+            self.app.exit()
+            return
+        body = (f"{busy[0].upper()}{busy[1:]} of {self.spec.name} is still running.\n\n"
+                "Quitting stops following it: what was written stays and a restart already issued goes on.")
+
+        def done(answer: bool | None) -> None:
+            if answer:
+                self.app.exit()
+
+        self.app.push_screen(ConfirmScreen("Quit while a change is running?", body, confirm_label="Quit"), done)
+
+    def action_node_filter(self) -> None:
+        self.pane.cycle_filter()
+
+    def action_next_theme(self) -> None:
+        app = self.app
+        names = [n for n in getattr(app, "kvtui_themes", []) if n in app.available_themes]
+        if names:
+            app.theme = names[(names.index(app.theme) + 1) % len(names)] if app.theme in names else names[0]
+
+    def action_calculator(self) -> None:
+        calc = self.pane.calculator
+        if not calc.fields:
+            self.notify("the calculator needs a boot that sized its KV pool", severity="warning", timeout=4)
+            return
+        column = self.pane.query_one("#dep-calc")
+        if self.size.width < self.NARROW_BELOW and self.maximized is not column:
+            self.maximize(column, container=False)
+        calc.focus_first()
+
+    def action_explain(self) -> None:
+        calc = self.pane.calculator
+        self.app.push_screen(ExplainScreen(calc.explain_lines(), calc.reason_lines(), calc.verdict))
+
+    def action_escape(self) -> None:
+        if self.maximized is not None:
+            self.minimize()
+        self.set_focus(None)
+        if self.pane.action_banner.shown:
+            self.pane.action_banner.hide()  # a running change goes on; its outcome shows it again
+
+    @on(CalculatorPanel.Computed)
+    def _computed(self, event: CalculatorPanel.Computed) -> None:
+        event.stop()
+        self.refresh_bindings()  # "explain" is enabled once there is a prediction
+
+    @on(CalculatorPanel.EditingChanged)
+    def _editing_changed(self, event: CalculatorPanel.EditingChanged) -> None:
+        event.stop()
+        self.refresh_bindings()  # the footer shows the editing keys while a flag is edited
+
+    @on(CalculatorPanel.Left)
+    def _left_calculator(self, event: CalculatorPanel.Left) -> None:
+        event.stop()
+        if self.maximized is not None:
+            self.minimize()
+        self.set_focus(None)
+
+    # ---- the change keys ------------------------------------------------------------------------
+
+    def _begin(self, what: str) -> bool:
+        pane = self.pane
+        if self.readonly:
+            return False
+        if pane.busy is not None:
+            self.notify(f"{pane.busy} of {self.spec.name} is running: wait for it to end", severity="warning",
+                        timeout=4)
+            return False
+        pane.busy = what
+        return True
+
+    def _sides(self) -> list[NodeSide]:
+        from kvtui.deployment_changes import NodeSide
+
+        return [NodeSide(n.name, n.host, n.monitor.backend, boots=list(n.monitor.tracker.boots))
+                for n in self.dm.nodes]
+
+    def calculator_edits(self) -> list[fl.Edit] | str:
+        """The calculator's changed flags as edits of every node's flags file, or why there are none."""
+        from kvtui import flags, kvcalc
+
+        calc = self.pane.calculator
+        sets, unsets = calc.edits()
+        if not sets and not unsets:
+            return "no edits to apply: change a flag in the calculator first (c)"
+        if calc.engine is None:
+            return "the calculator has no boot to work from yet"
+        try:
+            edits = kvcalc.parse_edits(calc.engine, sets, unsets)
+        except kvcalc.CalcError as exc:
+            return f"the calculator's edit is not valid: {exc}"
+        return flags.edits_from_mapping(dict(edits.values))
+
+    def action_apply(self) -> None:
+        edits = self.calculator_edits()
+        if isinstance(edits, str):
+            self.notify(edits, severity="warning", timeout=5)
+            return
+        if self._begin("an apply"):
+            self._change_worker("apply", edits)
+
+    def action_rollback(self) -> None:
+        if self._begin("a rollback"):
+            self._change_worker("rollback", [])
+
+    def action_restart(self) -> None:
+        if self.readonly:
+            return
+        nodes = ", ".join(n.name for n in self.dm.nodes)
+        body = (f"Restart every node of {self.spec.name} ({nodes})?\n\n"
+                "Node 0 restarts first (it hosts the rendezvous), the others right after; the merged boot "
+                "is followed until it is ready or failed.")
+
+        def done(answer: bool | None) -> None:
+            if answer and self._begin("a restart"):
+                self._change_worker("restart", [])
+
+        self.app.push_screen(ConfirmScreen(f"Restart {self.spec.name}", body), done)
+
+    @work(group="dep-change", exit_on_error=False, description="deployment change")
+    async def _change_worker(self, verb: str, edits: list[fl.Edit]) -> None:
+        from kvtui import deployment_changes as dc
+        from kvtui.hosts import service
+
+        pane = self.pane
+        banner = pane.action_banner
+        name = self.spec.name
+        sides = self._sides()
+        said: list[str] = []
+
+        def say(line: str) -> None:
+            said.append(line)
+            banner.progress(line)
+        try:
+            if verb != "restart":
+                banner.start(f"{verb} on {name} ({len(sides)} nodes)", "reading every node's flags…")
+                errors = await dc.plan_nodes(sides, edits, verb=verb, timeout=CHANGE_TIMEOUT_S,
+                                             graph_margin_gib=self.calc_config.graph_margin_gib, clock=self.clock)
+                if errors:
+                    banner.stop()
+                    text = "\n".join(f"{n.name}: {exc}" for n, exc in errors)
+                    await self.app.push_screen_wait(NoticeScreen(f"Cannot {verb} on {name}", text))
+                    return
+                refused = [n for n in sides if n.plan is not None and n.plan.refused]
+                if refused:
+                    for n in refused:
+                        assert n.plan is not None
+                        await service.execute(n.plan, n.backend, clock=self.clock)  # audits the refusal
+                    reasons = [f"{n.name}: {r.reason}" for n in refused if n.plan for r in n.plan.blocking]
+                    banner.finish("failed", f"{verb} on {name}: refused as a whole: nothing was written on any node",
+                                  reasons)
+                    return
+                if not any(n.plan is not None and n.plan.changed for n in sides):
+                    banner.stop()
+                    self.notify("every node's file already says this; nothing to do", title=f"{name}: {verb}")
+                    return
+                banner.hide()
+                body = "\n".join(f"== node {i}: {n.name} ==\n{service.render_plan(n.plan)}"
+                                 for i, n in enumerate(sides) if n.plan is not None)
+                body += ("\nthen: restart every node (node 0 first, the others right after) and follow the merged "
+                         "boot until it is ready or failed")
+                if not await self.app.push_screen_wait(ConfirmScreen(f"{verb.capitalize()} on all {len(sides)} "
+                                                                     f"nodes of {name}", body, verb.capitalize())):
+                    self.notify("nothing was changed", title=f"{name}: {verb} cancelled", timeout=4)
+                    return
+                banner.start(f"{verb} on {name} ({len(sides)} nodes)")
+                wrote = await dc.write_nodes(sides, say, verb=verb, clock=self.clock)
+                if wrote.code is not None:
+                    self.last_code = wrote.code
+                    banner.finish("failed", f"{verb} on {name}: not done", wrote.messages)
+                    return
+                say(f"{name}: " + ("the backups are restored" if verb == "rollback" else "the new flags are written")
+                    + " and verified on every node")
+            else:
+                banner.start(f"restart of {name} ({len(sides)} nodes)")
+            code, _dep = await dc.restart_and_follow(sides, self.spec.hang_seconds, CHANGE_TIMEOUT_S, self.clock,
+                                                     say, edits)
+            self.last_code = code
+            severity: Severity = "ok" if code == 0 else ("warning" if code == 5 else "failed")
+            head = {0: "ready on every node", 1: "the new boot failed", 5: "timed out"}.get(code, f"exit {code}")
+            banner.finish(severity, f"{verb} on {name}: {head}", outcome_lines(said))
+        finally:
+            await dc.close_followers(sides)
+            pane.busy = None
+
+
+OUTCOME_WORDS = ("ready on all", "failed", "hang:", "edit not in effect", "argument dump", "timed out", "refused")
+
+
+def outcome_lines(said: Sequence[str], n: int = 4) -> list[str]:
+    """What a change's outcome shows under its headline: the lines that say how it ended (the
+    failure, the hang, the dump check), else the last ones."""
+    key = [ln for ln in said if any(w in ln for w in OUTCOME_WORDS)]
+    return (key or list(said))[-n:]
+
+
+__all__ = ["DEPLOYMENT_BINDINGS", "DeploymentScreen", "DeploymentSpec"]
