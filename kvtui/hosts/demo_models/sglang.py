@@ -200,14 +200,16 @@ class _SglangBoot:
             ("srt/model_executor/model_runner.py", 412, "__init__", "self.initialize(pre_model_load_memory)"),
         ]
 
-    def _die(self, sim_t: float, rank_tag: str, pid: int, lines: Sequence[str]) -> BootScript:
-        """A scheduler raised: its traceback, the main process's SIGQUIT, the process tree killed."""
+    def _die(self, sim_t: float, rank_tag: str, pid: int, lines: Sequence[str], *,
+             sigquit: str = "Received sigquit from a child process. It usually means the child failed.") -> BootScript:
+        """A scheduler raised: its traceback, the main process's SIGQUIT line (the launch phase's
+        handler by default; the running phase's is ``TokenizerManager``'s), the process tree killed."""
         first, *rest = lines
         self.sim.emit(sim_t, f"Scheduler hit an exception: {first}", pid, tag=rank_tag)
         for i, text in enumerate(rest):
             self.sim.emit(sim_t + 0.0001 * (i + 1), text, pid, raw=True)
         t = sim_t + 0.35
-        self.sim.emit(t, "Received sigquit from a child process. It usually means the child failed.", self.main_pid)
+        self.sim.emit(t, sigquit, self.main_pid)
         return self._fail(t + 0.25, code="killed", status="9/KILL", result="signal")
 
     # -- the boot -------------------------------------------------------------------------------
@@ -815,14 +817,8 @@ class _SglangBoot:
             f"torch.OutOfMemoryError: {oom}",
             "",
         ]
-        first, *rest = tb
-        self.sim.emit(t, f"Scheduler hit an exception: {first}", self.pid[r], tag=self.tag[r])
-        for i, text in enumerate(rest):
-            self.sim.emit(t + 0.0001 * (i + 1), text, self.pid[r], raw=True)
-        t2 = t + 0.35
-        self.sim.emit(t2, "SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
-                      self.main_pid)
-        return self._fail(t2 + 0.25, code="killed", status="9/KILL", result="signal")
+        return self._die(t, self.tag[r], self.pid[r], tb,
+                         sigquit="SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
 
     def _torch_oom(self, r: int, need_gib: float, free_gib: float, phys: Mapping[int, int], private_gib: float) -> str:
         """torch's CUDA out-of-memory text for rank ``r`` asking for ``need_gib`` with ``free_gib`` free."""
