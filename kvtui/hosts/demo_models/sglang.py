@@ -8,6 +8,7 @@ import math
 import random
 import shlex
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kvtui.hosts.demo_models.presets import GIB, MODELS, QWEN3_32B_EAGLE3, ModelSpec
 from kvtui.hosts.demo_models.script import (
@@ -160,21 +161,17 @@ class _SglangBoot:
             self.sim.mem_frame(gpu, sim_t, self.sim.mem[gpu][-1][1])
             self.sim.mem_frame(gpu, sim_t, 0.0)
         self.sim.util_frame(sim_t, 0.0)
+        return self._script("failed", sim_t, eof=True, exit_code=code, exit_status=status, result=result)
+
+    def _script(self, outcome: str, sim_t: float, *, eof: bool = False, **more: Any) -> BootScript:
+        """The boot's script as it ends at ``sim_t`` with ``outcome`` (``more``: the exit, the
+        serving facts); ``eof``: the process tree is gone, pending bars end there."""
+        sim = self.sim
+        lines = sim.sorted_lines(eof=sim.at(sim_t)) if eof else sim.sorted_lines()
         return BootScript(
-            start=self.inp.start,
-            lines=self.sim.sorted_lines(eof=self.sim.at(sim_t)),
-            outcome="failed",
-            end_t=self.sim.at(sim_t),
-            exit_code=code,
-            exit_status=status,
-            result=result,
-            main_pid=self.main_pid,
-            rank_pids=self.rank_pids,
-            aux_pids=self.aux_pids,
-            exe=self.exe,
-            mem=self.sim.mem,
-            util=self.sim.util,
-            speed=self.inp.speed,
+            start=self.inp.start, lines=lines, outcome=outcome, end_t=sim.at(sim_t), main_pid=self.main_pid,
+            rank_pids=self.rank_pids, aux_pids=self.aux_pids, exe=self.exe, mem=sim.mem, util=sim.util,
+            speed=self.inp.speed, **more,
         )
 
     def _traceback(self, frames: Sequence[tuple[str, int, str, str]]) -> list[str]:
@@ -537,19 +534,7 @@ class _SglangBoot:
         for r in self.ranks:
             sim.mem_frame(self.phys[r], t0 + 0.03 * r, self.ctx_gib[self.phys[r]] * 1024)
         sim.util_frame(t0, 0.0)
-        return BootScript(
-            start=self.inp.start,
-            lines=sim.sorted_lines(),
-            outcome="stalled",
-            end_t=sim.at(t0),
-            main_pid=self.main_pid,
-            rank_pids=self.rank_pids,
-            aux_pids=self.aux_pids,
-            exe=self.exe,
-            mem=sim.mem,
-            util=sim.util,
-            speed=self.inp.speed,
-        )
+        return self._script("stalled", t0)
 
     def arrival(self) -> float | None:
         """When this boot's ranks reach distributed init (clock seconds), or None when they never
@@ -573,41 +558,17 @@ class _SglangBoot:
                 sim.mem_frame(self.phys[r], t0 + 0.03 * r, self.ctx_gib[self.phys[r]] * 1024)
             t = t0
         sim.util_frame(t, 0.0)
-        return BootScript(
-            start=self.inp.start,
-            lines=sim.sorted_lines(),
-            outcome="stalled",
-            end_t=sim.at(t),
-            main_pid=self.main_pid,
-            rank_pids=self.rank_pids,
-            aux_pids=self.aux_pids,
-            exe=self.exe,
-            mem=sim.mem,
-            util=sim.util,
-            speed=self.inp.speed,
-        )
+        return self._script("stalled", t)
 
     def _ready(self, t_cap: float) -> BootScript:
         """P5 summary, P6 HTTP, P7 ready (after a warmup request unless skipped). A node of rank
         > 0 of a multi-node deployment serves no HTTP: it prints nothing after its capture."""
-        inp, sim, jit, args = self.inp, self.sim, self.jit, self.args
+        sim, jit, args = self.sim, self.jit, self.args
         ranks, phys, tag, pid, free0, avail = self.ranks, self.phys, self.tag, self.pid, self.free0, self.avail
         if self.node > 0:
             for r in ranks:
                 sim.mem_frame(phys[r], t_cap, (free0[r] - avail[r]) * 1024)
-            return BootScript(
-                start=inp.start,
-                lines=sim.sorted_lines(),
-                outcome="ready",
-                end_t=sim.at(t_cap),
-                main_pid=self.main_pid,
-                rank_pids=self.rank_pids,
-                aux_pids=self.aux_pids,
-                exe=self.exe,
-                mem=sim.mem,
-                util=sim.util,
-                speed=inp.speed,
-            )
+            return self._script("ready", t_cap)
         tokens, mrr, context_len = self.tokens, self.mrr, self.context_len
         t6 = t_cap + 0.6
         sim.util_frame(t6, 0.0)
@@ -648,20 +609,8 @@ class _SglangBoot:
         sim.emit(t8, "The server is fired up and ready to roll!", m)
         for r in ranks:
             sim.mem_frame(phys[r], t8, (free0[r] - avail[r]) * 1024)
-        return BootScript(
-            start=inp.start,
-            lines=sim.sorted_lines(),
-            outcome="ready",
-            end_t=sim.at(t8),
-            main_pid=m,
-            rank_pids=self.rank_pids,
-            aux_pids=self.aux_pids,
-            exe=self.exe,
-            mem=sim.mem,
-            util=sim.util,
-            serving=ServingFacts(tokens, mrr, context_len, self.model.decode_tok_s, pid[0], "sglang", tag[0], sim.ms),
-            speed=inp.speed,
-        )
+        serving = ServingFacts(tokens, mrr, context_len, self.model.decode_tok_s, pid[0], "sglang", tag[0], sim.ms)
+        return self._script("ready", t8, serving=serving)
 
     # -- pieces ---------------------------------------------------------------------------------
 

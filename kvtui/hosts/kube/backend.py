@@ -317,12 +317,16 @@ class KubeBackend:
                     break
             self._last_rc = await proc.wait()
         finally:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                with contextlib.suppress(Exception):
-                    await proc.wait()
-            self._procs.discard(proc)
+            await self._reap(proc)
+
+    async def _reap(self, proc: asyncio.subprocess.Process) -> None:
+        """A kubectl stream ends (or is cancelled): killed if still running, waited for, forgotten."""
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(Exception):
+                await proc.wait()
+        self._procs.discard(proc)
 
     async def gpu_stream(self, interval_s: float = 1.0) -> AsyncIterator[list[GpuSample]]:
         if self._state is None:
@@ -368,12 +372,7 @@ class KubeBackend:
                         delay = self._retry_s
                 await proc.wait()
             finally:
-                if proc.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.kill()
-                    with contextlib.suppress(Exception):
-                        await proc.wait()
-                self._procs.discard(proc)
+                await self._reap(proc)
             if last:
                 yield mark_stale(last)
             if await self._sleep(delay):
