@@ -33,13 +33,14 @@ from pydantic import (
     model_validator,
 )
 
-from kvtui.demo_presets import DEMO_ENGINES, DEMO_GPU_COUNT, PRESET_NODES, PresetError, resolve_preset_name
+from kvtui.config_checks import MAX_GPUS as MAX_GPUS
+from kvtui.config_checks import demo_gpu_problems, demo_preset_problems, kube_target, kube_target_problems
+from kvtui.config_checks import parse_gpus as parse_gpus
+from kvtui.demo_presets import PRESET_NODES, PresetError, resolve_preset_name
 
 HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]+$")
 CONTAINER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_GPU_LIST_RE = re.compile(r"^\s*\d+\s*(?:-\s*\d+\s*)?(?:,\s*\d+\s*(?:-\s*\d+\s*)?)*$")
-MAX_GPUS = 1024
 
 DEFAULT_THEME = "kvtui-dark"
 DEFAULT_STALL_SECONDS = 120.0
@@ -50,7 +51,6 @@ DEFAULT_LOG_LINES = 5000
 # phase keeps its share; the console's header says "demo ×8"; demo_speed = 1 is real time).
 DEMO_DEFAULT_SPEED = 8.0
 
-_GPUS_EXPECTED = 'expected GPU indices as "0-3", "0,2,4" or a list of integers like [0, 1, 2]'
 _REMOTE_PATH_EXPECTED = "expected an absolute path on the host (or one starting with ~/)"
 
 
@@ -107,38 +107,6 @@ def format_value(value: object, limit: int = 80) -> str:
 # ---------------------------------------------------------------------------------------------
 # Value parsers (also used by the models' validators)
 # ---------------------------------------------------------------------------------------------
-
-
-def parse_gpus(value: object) -> list[int] | None:
-    """``"0-3"`` / ``"0,2,4"`` / ``"0-1,6"`` / ``[0, 2]`` / ``None`` -> sorted unique indices.
-    Raises ``ValueError`` with the expected form."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        if not _GPU_LIST_RE.match(value):
-            raise ValueError(_GPUS_EXPECTED)
-        out: list[int] = []
-        for part in value.split(","):
-            lo, _, hi = part.partition("-")
-            a = int(lo)
-            b = int(hi) if hi.strip() else a
-            if b < a:
-                raise ValueError(f'expected a rising range like "0-3", got "{part.strip()}"')
-            if b >= MAX_GPUS:
-                raise ValueError(f"expected GPU indices below {MAX_GPUS}")
-            out.extend(range(a, b + 1))
-        values = out
-    elif isinstance(value, list):
-        if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise ValueError(_GPUS_EXPECTED)
-        values = list(value)
-    else:
-        raise ValueError(_GPUS_EXPECTED)
-    if any(v < 0 or v >= MAX_GPUS for v in values):
-        raise ValueError(f"expected GPU indices from 0 to {MAX_GPUS - 1}")
-    if len(set(values)) != len(values):
-        raise ValueError("expected each GPU index once")
-    return sorted(values)
 
 
 def _check_text(value: str, what: str) -> str:
@@ -389,15 +357,7 @@ class DemoHost(_HostBase):
         return None
 
 
-def _kube_target(v: str) -> str:
-    expected = ('expected "CONTEXT/NAMESPACE/POD" (or "CONTEXT/NAMESPACE" with selector = "…"; an empty '
-                'CONTEXT is the current one)')
-    if not v or any(c.isspace() or ord(c) < 32 for c in v) or v.startswith("-") or v.count("/") < 1:
-        raise ValueError(expected)
-    return v
-
-
-KubeTarget = Annotated[str, AfterValidator(_kube_target)]
+KubeTarget = Annotated[str, AfterValidator(kube_target)]
 
 
 class KubeHost(_HostBase):
@@ -581,90 +541,14 @@ def host_rule_problems(given: Mapping[str, object]) -> list[tuple[str | None, st
             if key in given:
                 out.append((key, "not for kube hosts (kvtui follows the pod through kubectl and edits the "
                             "container args of its controller)", given[key]))
-        out.extend(_kube_target_problems(given))
+        out.extend(kube_target_problems(given))
     if kind == "demo":
         for key in NOT_ON_DEMO_KEYS:
             if key in given:
                 hint = "use demo_engine" if key == "engine" else "a demo host simulates its own server"
                 out.append((key, f"not for demo hosts ({hint})", given[key]))
-        out.extend(_demo_preset_problems(given))
-        out.extend(_demo_gpu_problems(given))
-    return out
-
-
-def _kube_target_problems(given: Mapping[str, object]) -> list[tuple[str | None, str, object]]:
-    """``kube`` is CONTEXT/NAMESPACE/POD, or CONTEXT/NAMESPACE with a ``selector`` (names as
-    Kubernetes allows them: the same check as the kubectl argv builder's)."""
-    from kvtui.kube_ref import KubeRefError, parse_target
-
-    target, selector, container = given.get("kube"), given.get("selector"), given.get("container")
-    if not isinstance(target, str) or (selector is not None and not isinstance(selector, str)):
-        return []
-    try:
-        _kube_target(target)
-    except ValueError:
-        return []  # the field's own error
-    try:
-        parse_target(target, selector=selector, container=container if isinstance(container, str) else None)
-    except KubeRefError as exc:
-        return [("kube", str(exc), target)]
-    url = given.get("gpu_metrics_url")
-    if isinstance(url, str):
-        from kvtui.kube_ref import parse_service_url
-
-        try:
-            parse_service_url(url)
-        except KubeRefError as exc:
-            return [("gpu_metrics_url", str(exc), url)]
-    return []
-
-
-def _demo_gpu_problems(given: Mapping[str, object]) -> list[tuple[str | None, str, object]]:
-    """A demo host simulates ``DEMO_GPU_COUNT`` GPUs: ``gpus`` must be among them."""
-    raw = given.get("gpus")
-    try:
-        gpus = parse_gpus(raw)
-    except ValueError:
-        return []  # the field's own error
-    if gpus and max(gpus) >= DEMO_GPU_COUNT:
-        return [("gpus", f"expected GPU indices 0-{DEMO_GPU_COUNT - 1} (the demo host has {DEMO_GPU_COUNT} GPUs)",
-                 raw)]
-    return []
-
-
-def _demo_preset_problems(given: Mapping[str, object]) -> list[tuple[str | None, str, object]]:
-    """``demo_model`` must name a simulated deployment of ``demo_engine`` (what the demo host will
-    resolve at start). Values of the wrong type are the fields' own errors, not repeated here."""
-    model = given.get("demo_model")
-    engine = given.get("demo_engine", "sglang")
-    if engine not in DEMO_ENGINES or (model is not None and not isinstance(model, str)):
-        return []
-    if not isinstance(model, str) or not model.strip():
-        return _demo_node_problems(given, resolve_preset_name(None, str(engine)))
-    try:
-        resolve_preset_name(model, str(engine))
-    except PresetError as exc:
-        # the problem, minus the "demo_model '…'" the message's prefix already shows
-        problem = exc.problem.replace(f"demo_model '{model}' ", "", 1)
-        if "demo_engine" not in given and problem.endswith(f"demo_engine is '{engine}'"):
-            problem += " (the default)"
-        return [("demo_model", f"{problem}; {exc.expected}", model)]
-    return _demo_node_problems(given, resolve_preset_name(model, str(engine)))
-
-
-def _demo_node_problems(given: Mapping[str, object], preset: str) -> list[tuple[str | None, str, object]]:
-    """``demo_node`` / ``demo_stall_node`` name a node of a multi-node preset (``PRESET_NODES``)."""
-    out: list[tuple[str | None, str, object]] = []
-    nnodes = PRESET_NODES.get(preset, 1)
-    for key in ("demo_node", "demo_stall_node"):
-        value = given.get(key)
-        if not isinstance(value, int) or isinstance(value, bool):
-            continue  # absent, or the field's own error
-        if nnodes == 1:
-            multi = ", ".join(PRESET_NODES)
-            out.append((key, f"only for a multi-node demo_model ({multi}); {preset} runs on one host", value))
-        elif value >= nnodes:
-            out.append((key, f"expected a node of {preset}: 0-{nnodes - 1}", value))
+        out.extend(demo_preset_problems(given))
+        out.extend(demo_gpu_problems(given))
     return out
 
 

@@ -1,0 +1,421 @@
+"""The host-changing actions of a host's console (``a`` apply, ``u`` rollback, ``R`` restart,
+``D`` demo speed, ``O`` tune, ``ctrl+x`` cancel): ``HostChanges``, a mixin of ``HostPane`` that
+plans through ``kvtui.changes`` / ``kvtui.tune``, confirms in a dialog, runs the change in a
+``service`` worker and shows its progress and outcome in the action banner."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import TYPE_CHECKING, TypeVar
+
+from textual import work
+from textual.notifications import SeverityLevel
+from textual.widget import Widget
+
+from kvtui.boot import Boot, BootStatus
+from kvtui.ui.screens import ApplyScreen, NoticeScreen
+from kvtui.ui.widgets.action import ActionBanner, Severity
+from kvtui.ui.widgets.host import HostBar
+
+if TYPE_CHECKING:
+    from kvtui.config import CalcConfig
+    from kvtui.flags import Edit
+    from kvtui.hosts.backend import HostBackend
+    from kvtui.hosts.service import ApplyOutcome, ApplyPlan, RestartPlan
+    from kvtui.monitor import HostMonitor
+    from kvtui.tune.driver import TuneResult
+    from kvtui.ui.host_pane import Clock, HostSpec
+    from kvtui.ui.widgets.calculator import CalculatorPanel
+    from kvtui.ui.widgets.host import HostInfo
+
+    _Base = Widget
+else:
+    _Base = object
+
+W = TypeVar("W", bound=Widget)
+
+
+def demo_target(speed: float) -> str:
+    """What the header says a demo host is: its speed (``demo ×8``; ``demo ×1 real time``)."""
+    return f"demo ×{speed:g}" + (" real time" if speed == 1 else "")
+
+
+class HostChanges(_Base):
+    """Apply, rollback, restart, demo speed and tune on the pane's host (one at a time: ``busy``).
+    The state it uses (``backend``, ``boot``, ``busy``, …) is ``HostPane``'s."""
+
+    if TYPE_CHECKING:
+        spec: HostSpec
+        host_name: str
+        readonly: bool
+        info: HostInfo
+        clock: Clock
+        calc_config: CalcConfig
+        backend: HostBackend | None
+        monitor: HostMonitor | None
+        boot: Boot | None
+        busy: str | None
+        tune_stop: asyncio.Event | None
+        last_tune: TuneResult | None
+        _busy_gen: int
+        restart_issued: bool
+        _written: bool
+        last_outcome: ApplyOutcome | None
+
+        @property
+        def calculator(self) -> CalculatorPanel: ...
+
+        def _one(self, kind: type[W]) -> W: ...
+
+    # ---- changing the host: a / u / R, through kvtui.hosts.service -------------------------------
+
+    def can_restart(self) -> bool | None:
+        """False: hidden (readonly); None: shown but unavailable; True: available."""
+        if self.readonly:
+            return False
+        from kvtui.hosts.service import restart_unavailable
+
+        return None if restart_unavailable(self.host_name, self.spec.config, self.backend) else True
+
+    @property
+    def action_banner(self) -> ActionBanner:
+        return self.query_one(ActionBanner)
+
+    def calculator_edits(self) -> list[Edit] | str:
+        """The flags the user changed in the calculator, as edits of the server's flags file
+        (validated as the calculator validates them), or why there is nothing to apply."""
+        from kvtui import flags, kvcalc
+
+        sets, unsets = self.calculator.edits()
+        if not sets and not unsets:
+            return "no edits to apply: change a flag in the calculator first (c)"
+        engine = self.calculator.engine
+        if engine is None:
+            return "the calculator has no boot to work from yet"
+        try:
+            edits = kvcalc.parse_edits(engine, sets, unsets)
+        except kvcalc.CalcError as exc:
+            return f"the calculator's edit is not valid: {exc}"
+        return flags.edits_from_mapping(dict(edits.values))
+
+    def rollback_default(self) -> tuple[bool, str]:
+        """The automatic-rollback toggle's default, and why: on when the running boot is ready
+        (the current flags are known to work, so going back restores service), off otherwise
+        (going back would restart into flags that have not produced a ready boot)."""
+        boot = self.boot
+        if boot is not None and boot.status is BootStatus.READY:
+            return True, ("on by default: the running boot is ready with the current flags, so going back to "
+                          "them restores service")
+        state = "no boot seen" if boot is None else f"the current boot is {boot.status.value}"
+        return False, (f"off by default: {state}, so the current flags are not known to work (going back "
+                       "would restart into them)")
+
+    def _begin(self, what: str) -> int | None:
+        """Mark ``what`` as running; its number (its worker hands it to ``_end``), or None when
+        another change runs or the host is not reached."""
+        if self.busy is not None:
+            self.notify(f"{self.busy} in progress on {self.host_name}: wait for it to end, or cancel it (ctrl+x)",
+                        severity="warning", timeout=4)
+            return None
+        if self.backend is None:
+            self.notify(f"{self.host_name} is not connected yet", severity="warning", timeout=4)
+            return None
+        self.busy = what
+        self._busy_gen += 1
+        self.restart_issued = False
+        self._written = False
+        return self._busy_gen
+
+    def _end(self, gen: int) -> None:
+        """A worker is done: it no longer holds the host (unless it was cancelled and another
+        change began since)."""
+        if gen == self._busy_gen:
+            self.busy = None
+
+    # progress lines that say the server is being restarted (kvtui.hosts.service's wording)
+    RESTART_STEP = ("restarting the unit", "systemctl restart", "stopping the server", "starting the server")
+
+    def _progress(self, line: str) -> None:
+        if line.startswith(self.RESTART_STEP):
+            self.restart_issued = True
+        if "the previous version is saved as" in line:
+            self._written = True
+        self.action_banner.progress(line)
+
+    def cancel_change(self) -> str | None:
+        """``ctrl+x``: stop the running apply, rollback or restart — before its restart step it is
+        cancelled (what was written is said); after it, kvtui stops following (the new boot goes on
+        and the log shows it). What the banner says, or None when nothing runs."""
+        if self.busy is None:
+            return None
+        what = self.busy.removeprefix("an ").removeprefix("a ")
+        if self.restart_issued:
+            headline = f"{what} on {self.host_name}: no longer followed"
+            detail = ["the restart was issued and goes on on the host; the log and the boot panel show the new boot"]
+        elif self._written:
+            headline = f"{what} on {self.host_name} cancelled before the restart"
+            detail = ["the new flags are written but not running: R restarts into them, u rolls them back"]
+        else:
+            headline = f"{what} on {self.host_name} cancelled"
+            detail = ["nothing was restarted; a write under way either finished whole or left the file as it was "
+                      "(written atomically)"]
+        self._busy_gen += 1  # the cancelled worker's end no longer frees the host: it is free now
+        self.busy = None
+        self.workers.cancel_group(self, "service")
+        self.action_banner.finish("warning", headline, detail)
+        return headline
+
+    def _known_boots(self) -> list[Boot] | None:
+        return list(self.monitor.tracker.boots) if self.monitor is not None else None
+
+    def start_apply(self) -> None:
+        """``a``: plan the calculator's edits, confirm, apply and restart."""
+        if self.readonly:
+            return
+        edits = self.calculator_edits()
+        if isinstance(edits, str):
+            self.notify(edits, severity="warning", timeout=5)
+            return
+        gen = self._begin("an apply")
+        if gen is not None:
+            self._apply_worker(edits, gen)
+
+    def start_rollback(self) -> None:
+        """``u``: restore the newest backup of the flags file, confirm, restart."""
+        gen = None if self.readonly else self._begin("a rollback")
+        if gen is not None:
+            self._rollback_worker(gen)
+
+    def toggle_demo_speed(self) -> None:
+        """``D``: a demo host's simulation restarts in real time (×1), or at its configured speed
+        again (the default speed when real time is what is configured)."""
+        from kvtui.config import DEMO_DEFAULT_SPEED
+        from kvtui.hosts.demo import DemoBackend
+        from kvtui.hosts.service import plan_restart
+
+        backend, cfg = self.backend, self.spec.config
+        if not isinstance(backend, DemoBackend) or not cfg.demo or self.readonly:
+            return
+        if self.busy is not None:
+            self.notify(f"{self.busy} in progress on {self.host_name}: the speed can change after it",
+                        severity="warning", timeout=4)
+            return
+        configured = cfg.demo_speed
+        fast = configured if configured != 1 else DEMO_DEFAULT_SPEED
+        backend.speed = 1.0 if backend.speed != 1 else fast
+        self.info = replace(self.info, target=demo_target(backend.speed))
+        bar = self._one(HostBar)
+        bar.info = self.info
+        bar.refresh()
+        plan = plan_restart(self.host_name, self.spec.config, backend)
+        if plan.refused:
+            self.notify(plan.refusals[0].reason, title="demo speed", severity="warning", timeout=8)
+            return
+        self.notify(f"{self.host_name}: the simulation restarts at ×{backend.speed:g}"
+                    + (" (real time)" if backend.speed == 1 else ""), title="demo speed", timeout=4)
+        self.start_restart(plan)
+
+    def start_restart(self, plan: RestartPlan) -> None:
+        """``R`` (after its confirm): restart through the service layer."""
+        gen = None if self.readonly else self._begin("a restart")
+        if gen is not None:
+            self._restart_worker(plan, gen)
+
+    @work(group="service", exit_on_error=False, description="apply")
+    async def _apply_worker(self, edits: list[Edit], gen: int) -> None:
+        from kvtui import changes
+        from kvtui.hosts import service
+
+        backend = self.backend
+        assert backend is not None
+        banner = self.action_banner
+        try:
+            banner.start(f"apply on {self.host_name}", "reading the server's flags…")
+            try:
+                plan = await changes.plan_apply(
+                    self.host_name, self.spec.config, backend, edits, restart=True, boots=self._known_boots(),
+                    graph_margin_gib=self.calc_config.graph_margin_gib, clock=self.clock,
+                )
+            except service.ServiceError as exc:
+                banner.stop()
+                await self.app.push_screen_wait(NoticeScreen(f"Cannot apply on {self.host_name}", str(exc)))
+                return
+            banner.hide()
+            on, why = self.rollback_default()
+            decision = await self.app.push_screen_wait(ApplyScreen(plan, rollback_default=on, rollback_why=why))
+            if decision is None:
+                banner.stop()
+                self.notify("nothing was changed", title=f"{self.host_name}: apply cancelled", timeout=4)
+                return
+            plan.force = decision.force
+            plan.rollback_on_failure = decision.rollback_on_failure
+            await self._execute(plan)
+        finally:
+            self._end(gen)
+
+    @work(group="service", exit_on_error=False, description="rollback")
+    async def _rollback_worker(self, gen: int) -> None:
+        from kvtui import changes
+        from kvtui.hosts import service
+
+        backend = self.backend
+        assert backend is not None
+        banner = self.action_banner
+        try:
+            banner.start(f"rollback on {self.host_name}", "looking for kvtui's backups…")
+            try:
+                plan = await changes.plan_rollback(self.host_name, self.spec.config, backend, restart=True,
+                                                   boots=self._known_boots(),
+                                                   graph_margin_gib=self.calc_config.graph_margin_gib,
+                                                   clock=self.clock)
+            except service.ServiceError as exc:
+                banner.stop()
+                await self.app.push_screen_wait(NoticeScreen(f"Cannot roll back {self.host_name}", str(exc)))
+                return
+            banner.hide()
+            decision = await self.app.push_screen_wait(ApplyScreen(plan))
+            if decision is None:
+                banner.stop()
+                self.notify("nothing was changed", title=f"{self.host_name}: rollback cancelled", timeout=4)
+                return
+            await self._execute(plan)
+        finally:
+            self._end(gen)
+
+    async def _execute(self, plan: ApplyPlan) -> None:
+        from kvtui.hosts import service
+
+        backend = self.backend
+        assert backend is not None
+        verb = "apply" if plan.action == "apply" else "rollback"
+        self.action_banner.start(f"{verb} on {self.host_name}")
+        outcome = await service.execute(plan, backend, self._progress, clock=self.clock)
+        self.last_outcome = outcome
+        if plan.restart and outcome.boot is not None:  # the history keeps the edit, prediction and outcome
+            from kvtui.changes import record_restart
+
+            cfg = getattr(getattr(self.app, "config", None), "history", None)
+            await asyncio.to_thread(record_restart, plan, outcome, cfg)
+        self._show_outcome(service.outcome_headline(outcome, plan.action, plan.name), outcome, verb)
+
+    def _show_outcome(self, headline: str, outcome: ApplyOutcome, verb: str) -> None:
+        if outcome.code == 0:
+            severity: Severity = "ok"
+        elif outcome.status == "timeout" or outcome.rolled_back:
+            severity = "warning"
+        else:
+            severity = "failed"
+        detail = list(outcome.reality)
+        if outcome.backup_path:
+            detail.append(f"backup: {outcome.backup_path}")  # whole, wrapped (the banner wraps)
+        if severity != "ok":
+            why = [m for m in outcome.messages if m.startswith(("the new boot failed", "hint:", "edit not in effect",
+                                                                 "rolled back", "refused", "timed out"))]
+            detail += why or outcome.messages[-2:]
+        self.action_banner.finish(severity, headline, detail)
+        toast: SeverityLevel = "information" if severity == "ok" else (
+            "warning" if severity == "warning" else "error")
+        self.notify("\n".join([headline, *outcome.reality]), title=f"{self.host_name}: {verb}", severity=toast,
+                    timeout=8 if severity == "ok" else 15)
+
+    # ---- tune (O) -------------------------------------------------------------------------------
+
+    def start_tune(self) -> None:
+        """``O``: the tune dialog, then the plan to confirm, then the loop (``kvtui.tune``)."""
+        gen = None if self.readonly else self._begin("a tune")
+        if gen is not None:
+            self._tune_worker(gen)
+
+    def stop_tune(self) -> bool:
+        """``Esc`` while a tune runs: it stops after the step in progress. True when one runs."""
+        if self.busy != "a tune" or self.tune_stop is None:
+            return False
+        if not self.tune_stop.is_set():
+            self.tune_stop.set()
+            self.notify("the tune stops after the step in progress (ctrl+x interrupts it)",
+                        title=f"{self.host_name}: tune", timeout=6)
+        return True
+
+    @work(group="service", exit_on_error=False, description="tune")
+    async def _tune_worker(self, gen: int) -> None:
+        from kvtui.hosts import service
+        from kvtui.hosts.backend import BackendError
+        from kvtui.kvcalc import DEFAULT_GRAPH_MARGIN_GIB
+        from kvtui.tune import driver
+        from kvtui.tune.planner import Bounds, Planner, Stop, TuneError, also_name, parse_goal
+        from kvtui.ui.screens import ConfirmScreen, TuneScreen
+
+        backend = self.backend
+        assert backend is not None
+        banner = self.action_banner
+        try:
+            boot = self.boot
+            now = "no boot seen yet" if boot is None else (
+                f"the current boot is {boot.status.value}"
+                + (f" with {boot.metrics.max_total_num_tokens:,} tokens" if boot.metrics.max_total_num_tokens else ""))
+            req = await self.app.push_screen_wait(TuneScreen(self.host_name, now))
+            if req is None:
+                self.notify("nothing was changed", title=f"{self.host_name}: tune cancelled", timeout=4)
+                return
+            try:
+                cmd, boots = await driver.start_state(self.host_name, self.spec.config, backend,
+                                                      boots=self._known_boots())
+                goal = parse_goal(req.goal, req.requests)
+                also = tuple(dict.fromkeys(also_name(a) or a.lstrip("-").replace("_", "-") for a in req.also))
+                cur = boots[-1] if boots else None
+                margin = self.calc_config.graph_margin_gib
+                planner = Planner(cmd.engine, goal, Bounds(max_boots=req.max_boots), also,
+                                  DEFAULT_GRAPH_MARGIN_GIB if margin is None else margin,
+                                  driver.running_flags(boots, cmd),
+                                  cur is not None and cur.status is BootStatus.READY,
+                                  None if cur is None else cur.metrics.max_total_num_tokens)
+            except (service.ServiceError, BackendError, TuneError) as exc:
+                await self.app.push_screen_wait(NoticeScreen(f"Cannot tune {self.host_name}", str(exc)))
+                return
+            first = planner.next(boots, [])
+            plan_text = driver.render_plan(self.host_name, planner, first, cur)
+            if isinstance(first, Stop):
+                await self.app.push_screen_wait(NoticeScreen(f"Nothing to tune on {self.host_name}", plan_text,
+                                                             error=not first.met))
+                return
+            if not await self.app.push_screen_wait(ConfirmScreen(f"Tune {self.host_name}", plan_text, "Tune")):
+                self.notify("nothing was changed", title=f"{self.host_name}: tune cancelled", timeout=4)
+                return
+            self.tune_stop = asyncio.Event()
+            banner.start(f"tune on {self.host_name}", first.why)
+            run = driver.TuneRun(self.host_name, self.spec.config, backend, planner, list(boots),
+                                 margin_gib=self.calc_config.graph_margin_gib, say=self._progress,
+                                 step_say=self._progress, clock=self.clock, stop=self.tune_stop,
+                                 history=getattr(getattr(self.app, "config", None), "history", None))
+            result = await driver.tune(run)
+            self.last_tune = result
+            head = "goal met" if result.met else ("stopped" if result.interrupted else "goal not met")
+            detail = [driver.TABLE_HEAD, *(driver.table_row(s) for s in result.steps), result.reason]
+            if result.rolled_back:
+                detail.append(result.rolled_back)
+            severity: Severity = "ok" if result.met else ("warning" if result.code in (1, 5) else "failed")
+            banner.finish(severity, f"{self.host_name}: tune: {head}"
+                          + (f"; running {result.final}" if result.final else ""), detail)
+        finally:
+            self.tune_stop = None
+            self._end(gen)
+
+    @work(group="service", exit_on_error=False, description="restart")
+    async def _restart_worker(self, plan: RestartPlan, gen: int) -> None:
+        from kvtui.hosts import service
+
+        backend = self.backend
+        assert backend is not None
+        try:
+            self.action_banner.start(f"restart on {self.host_name}")
+            outcome = await service.restart(plan, backend, self._progress, clock=self.clock)
+            self.last_outcome = outcome
+            if outcome.code == 0:
+                self.action_banner.stop()
+                self.notify(f"{self.host_name}: restarted — following the new boot; the log marks it",
+                            title=f"{self.host_name}: restart")
+            else:
+                self._show_outcome(service.outcome_headline(outcome, "restart", self.host_name), outcome, "restart")
+        finally:
+            self._end(gen)
