@@ -8,7 +8,8 @@ import sys
 import pytest
 
 CORE = ["kvtui.engines.events", "kvtui.boot", "kvtui.gpu", "kvtui.fmt", "kvtui.engines.sglang", "kvtui.engines.vllm",
-        "kvtui.engines.shapes", "kvtui.kvcalc", "kvtui.config", "kvtui.flags", "kvtui.engines.parse", "kvtui.nodes"]
+        "kvtui.engines.shapes", "kvtui.kvcalc", "kvtui.config", "kvtui.flags", "kvtui.engines.parse", "kvtui.nodes",
+        "kvtui.bootlog", "kvtui.config_checks"]
 FORBIDDEN = ("textual", "asyncssh", "rich", "kvtui.hosts", "kvtui.ui")
 
 
