@@ -59,6 +59,7 @@ from kvtui.engines.sglang.patterns import (
     DRAFT,
     TARGET,
     _cli_error_of,
+    _figure,
     _float_re,
     _inferred,
     _int_after,
@@ -289,9 +290,7 @@ class SglangGrammar:
             if model is DRAFT:
                 self._draft_load_seen = True
             ev: list[LogEvent] = [_pm(Phase.LOAD_WEIGHTS, model)]
-            v = _float_re(_AVAIL_RE, msg)
-            if v is not None:
-                ev.append(Metric(Fact.AVAIL_BEFORE_LOAD_GIB, v, model))
+            ev += _figure(_AVAIL_RE, msg, Fact.AVAIL_BEFORE_LOAD_GIB, model)
             return tuple(ev)
         if msg.startswith("Load weight end"):
             st = self._rank_state(rank)
@@ -301,12 +300,8 @@ class SglangGrammar:
             ev = [PhaseMark(Phase.LOAD_WEIGHTS, model, end=True, seconds=secs)]
             if secs is not None:
                 ev.append(Metric(Fact.LOAD_SECONDS, secs, model))
-            v = _float_re(_AVAIL_RE, msg)
-            if v is not None:
-                ev.append(Metric(Fact.AVAIL_AFTER_LOAD_GIB, v, model))
-            v = _float_re(_MEMUSE_RE, msg)
-            if v is not None:
-                ev.append(Metric(Fact.WEIGHTS_GIB, v, model))
+            ev += _figure(_AVAIL_RE, msg, Fact.AVAIL_AFTER_LOAD_GIB, model)
+            ev += _figure(_MEMUSE_RE, msg, Fact.WEIGHTS_GIB, model)
             return tuple(ev)
         if msg.startswith("Loaded weights leave no GPU memory"):
             return (*_not_enough(msg), *self._note_era("0.5.18"))
@@ -328,9 +323,7 @@ class SglangGrammar:
             ev: list[LogEvent] = []
             if model is TARGET:
                 ev.append(PhaseMark(Phase.INIT, end=True, seconds=secs))
-            v = _float_re(_MEMUSE_RE, msg)
-            if v is not None:
-                ev.append(Metric(Fact.INIT_MEM_USAGE_GIB, v, model))
+            ev += _figure(_MEMUSE_RE, msg, Fact.INIT_MEM_USAGE_GIB, model)
             return tuple(ev)
         if msg.startswith("Initialize DeepSeekV4TokenToKVPool"):
             return (PhaseMark(Phase.KV_ALLOCATE, self._pool_model(rank)),)
@@ -346,15 +339,11 @@ class SglangGrammar:
             model = DRAFT if st.pool_ended else TARGET
             st.pool_ended = True
             ev: list[LogEvent] = [_pm(Phase.KV_ALLOCATE, model, True)]
-            v = _float_re(_AVAIL_RE, msg)
-            if v is not None:
-                ev.append(Metric(Fact.AVAIL_AFTER_POOL_GIB, v, model))
+            ev += _figure(_AVAIL_RE, msg, Fact.AVAIL_AFTER_POOL_GIB, model)
             return tuple(ev)
         if msg.startswith("Memory baseline taken"):
             ev = [_pm(Phase.INIT, TARGET, True)]
-            v = _float_re(_MEMUSE_RE, msg)
-            if v is not None:
-                ev.append(Metric(Fact.INIT_MEM_USAGE_GIB, v))
+            ev += _figure(_MEMUSE_RE, msg, Fact.INIT_MEM_USAGE_GIB)
             return (*ev, *self._note_era("0.5.23"))
         if msg.startswith("Mamba Cache is allocated"):
             model = self._pool_model(rank)
@@ -439,9 +428,7 @@ class SglangGrammar:
             return (Warning_(msg),)
         if msg.startswith("Draft model loaded"):
             ev: list[LogEvent] = [_pm(Phase.LOAD_WEIGHTS, DRAFT, True)]
-            v = _float_re(_MEMUSE_RE, msg)
-            if v is not None:
-                ev.append(Metric(Fact.WEIGHTS_GIB, v, DRAFT))
+            ev += _figure(_MEMUSE_RE, msg, Fact.WEIGHTS_GIB, DRAFT)
             return tuple(ev)
         return None
 
@@ -507,9 +494,7 @@ class SglangGrammar:
             tokens = _TOKENS_RE.search(msg)
             if tokens is not None:
                 ev.append(Metric(Fact.KV_TOKENS, float(tokens.group(1)), DRAFT))
-            v = _float_re(_KV_SIZE_RE, msg)
-            if v is not None:
-                ev.append(Metric(Fact.KV_CACHE_GIB, v, DRAFT))
+            ev += _figure(_KV_SIZE_RE, msg, Fact.KV_CACHE_GIB, DRAFT)
             return tuple(ev)
         if body.startswith("full_layer_tokens="):
             ev = []
@@ -615,9 +600,7 @@ class SglangGrammar:
             self._capture_model = model
             self._capturing = True
             ev.append(_pm(Phase.GRAPH_CAPTURE, model))
-            v = _float_re(_AVAIL_RE, msg)
-            if v is not None:
-                ev.append(Metric(Fact.GRAPH_BEGIN_AVAIL_GIB, v, model))
+            ev += _figure(_AVAIL_RE, msg, Fact.GRAPH_BEGIN_AVAIL_GIB, model)
             if "num_tokens_per_req" in msg:
                 ev.extend(self._note_era("0.5.16"))
             elif "num_tokens_per_bs" in msg:
@@ -626,12 +609,8 @@ class SglangGrammar:
             self._capturing = False
             secs = _float_re(_ELAPSED_RE, msg)
             ev.append(PhaseMark(Phase.GRAPH_CAPTURE, model, end=True, seconds=secs))
-            v = _float_re(_MEMUSE_RE, msg)
-            if v is not None:
-                ev.append(Metric(Fact.GRAPH_MEM_GIB, v, model))
-            v = _float_re(_AVAIL_RE, msg)
-            if v is not None:
-                ev.append(Metric(Fact.AVAIL_AFTER_GRAPH_GIB, v, model))
+            ev += _figure(_MEMUSE_RE, msg, Fact.GRAPH_MEM_GIB, model)
+            ev += _figure(_AVAIL_RE, msg, Fact.AVAIL_AFTER_GRAPH_GIB, model)
             if "bs=[" in msg:
                 ev.extend(self._note_era("0.5.23"))
         else:

@@ -11,7 +11,18 @@ import re
 from typing import Final
 
 from kvtui.engines.cli_errors import cli_error
-from kvtui.engines.events import Engine, FailureKind, FailureText, Flags, LogEvent, Model, Phase, PhaseMark
+from kvtui.engines.events import (
+    Engine,
+    Fact,
+    FailureKind,
+    FailureText,
+    Flags,
+    LogEvent,
+    Metric,
+    Model,
+    Phase,
+    PhaseMark,
+)
 
 TARGET: Final = Model.TARGET
 DRAFT: Final = Model.DRAFT
@@ -112,6 +123,12 @@ def _to_int(value: str | None) -> int | None:
 def _float_re(rx: re.Pattern[str], text: str) -> float | None:
     m = rx.search(text)
     return float(m.group(1)) if m else None
+
+
+def _figure(rx: re.Pattern[str], text: str, name: Fact, model: Model = Model.TARGET) -> list[Metric]:
+    """``[Metric(name, value, model)]`` when ``rx`` finds the figure in ``text``, else ``[]``."""
+    v = _float_re(rx, text)
+    return [] if v is None else [Metric(name, v, model)]
 
 
 def _gib(value: str, unit: str) -> float:
