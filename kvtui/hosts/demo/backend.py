@@ -218,6 +218,7 @@ class DemoBackend:
                     self._write_state(st)
                 sig = self._sig()
         self._state, self._state_sig = st, sig
+        self._register()  # a node whose host exists is found at the rendezvous, whoever asks first
         return st
 
     def _refresh_unlocked(self) -> None:
