@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvtui import envedit as ev
 from kvtui import flags as fl
 from kvtui.exits import EXIT_INPUT, EXIT_REFUSED
 from kvtui.hosts.backend import BackendError
@@ -44,15 +45,24 @@ from kvtui.hosts.kube.state import (
     ArgsError,
     ArgsSite,
     ArgsText,
+    EnvChange,
+    EnvSite,
     Manager,
     args_text,
     args_values,
     chart_patch,
     container_args,
+    container_env,
     controller_of,
+    edit_env,
+    env_patch_ops,
+    env_values,
     gitops_manager,
     patch_ops,
+    pick_container,
+    plain_env,
     site_values,
+    yaml_env,
     yaml_list,
 )
 from kvtui.hosts.service.model import BACKUP_MARK, PRE_ROLLBACK, FlagSource, PlanStep, Refusal, ServiceError
@@ -89,6 +99,7 @@ class _Target:
     sites: list[ArgsText]
     manager: Manager | None
     via: tuple[str, ...]
+    envs: list[EnvSite]  # the container's env list in each pod template (the sites' order)
 
 
 class KubeOps:
@@ -110,6 +121,11 @@ class KubeOps:
     @property
     def login(self) -> str | None:
         return None  # the operator's kubeconfig user: kvtui does not know it
+
+    @property
+    def env_apart(self) -> bool:
+        """``--setenv`` / ``--unsetenv`` edit the container's ``env`` list, not the args text."""
+        return True
 
     @property
     def settle_s(self) -> float:
@@ -174,7 +190,7 @@ class KubeOps:
             texts = [args_text(s) for s in sites]
         except ArgsError as exc:
             raise ServiceError(f"{kind}/{oname}: {exc}", EXIT_REFUSED) from exc
-        self._target = _Target(kind, oname, obj, texts, gitops_manager(obj), via)
+        self._target = _Target(kind, oname, obj, texts, gitops_manager(obj), via, container_env(obj, container))
         text = texts[0].text
         return FlagSource(
             "script", self.source_name(kind, oname), text, hashlib.sha256(text.encode()).hexdigest(),
@@ -219,20 +235,19 @@ class KubeOps:
     def edit_steps(self, plan: ApplyPlan) -> tuple[list[PlanStep], dict[str, str]]:
         t = self._target
         assert t is not None, "locate() first"
-        if plan.env_edits:
-            plan.refusals.append(Refusal("environment edits (--setenv/--unsetenv) on a kube host are not built: "
-                                         "kvtui edits the container's args only", False))
-            return [], {}
         new: list[tuple[tuple[str, ...], tuple[str, ...]]] = []  # every site's (command, args) after
+        envs: list[list[dict[str, Any]]] = []  # every site's env list after
         try:
             if plan.action == "rollback":
                 doc = self._read_backup(plan.backup_path)
                 saved = {s["path"]: (tuple(s["command"]), tuple(s["args"])) for s in doc["sites"]}
                 new = [saved.get(at.site.path, (at.site.command, at.site.args)) for at in t.sites]
+                envs = self._rollback_env(plan, doc)
             else:
                 for i, at in enumerate(t.sites):
                     text = plan.new_text if i == 0 else fl.apply_edits(at.text, "script", plan.edits).new_text
                     new.append(args_values(at, text))
+                envs = self._edited_env(plan)
         except (ArgsError, fl.FlagError) as exc:
             plan.refusals.append(Refusal(f"{t.kind}/{t.name}: {exc}", False))
             return [], {}
@@ -240,6 +255,9 @@ class KubeOps:
         ops = [op for site, (c, a) in zip(sites, new, strict=True) for op in patch_ops(site, c, a)]
         undo = [op for site, (c, a) in zip(sites, new, strict=True)
                 for op in patch_ops(ArgsSite(site.path, a, c), site.command, site.args)]
+        ops += [op for es, entries in zip(t.envs, envs, strict=True) for op in env_patch_ops(es, entries)]
+        undo += [op for es, entries in zip(t.envs, envs, strict=True)
+                 for op in env_patch_ops(EnvSite(es.path, tuple(entries)), es.entries)]
         ref = self._backend.ref
         patch = K.patch_json(ref, t.kind, t.name, ops, dry_run=False)
         dry = K.patch_json(ref, t.kind, t.name, ops, dry_run=True)
@@ -249,11 +267,18 @@ class KubeOps:
             release = f" (release {m.release})" if m.release else ""
             moved = [(site, c, a) for site, (c, a) in zip(sites, new, strict=True) if (c, a) != (site.command,
                                                                                                   site.args)]
+            what = "args" if not plan.env_changed else "env" if not moved else "args and env"
+            text = chart_patch(t.kind, t.name, ref.container, moved) if moved else \
+                f"# {t.kind}/{t.name}: commit this to the chart or repository that renders it"
+            for es, entries in zip(t.envs, envs, strict=True):
+                if [dict(e) for e in es.entries] != entries:
+                    tmpl = es.path.rsplit("/spec/containers/", 1)[0].strip("/").replace("/", ".")
+                    text += f"\n# {tmpl}.spec.containers[name={ref.container or '(first)'}]\n"
+                    text += "\n".join(yaml_env(entries))
             plan.refusals.append(Refusal(
-                f"{t.kind}/{t.name} is managed by {m.tool}{release} ({m.evidence}): {m.tool} would put the old args "
+                f"{t.kind}/{t.name} is managed by {m.tool}{release} ({m.evidence}): {m.tool} would put the old {what} "
                 f"back at its next sync, silently. Commit the change to the chart / repository instead "
-                f"(or pass --force to patch the live object anyway):\n" + chart_patch(t.kind, t.name, ref.container,
-                                                                                      moved),
+                f"(or pass --force to patch the live object anyway):\n" + text,
                 True))
         steps = [
             PlanStep(f"check that {t.kind}/{t.name} still has the args read ({len(sites)} pod template"
@@ -273,7 +298,58 @@ class KubeOps:
             "kind": t.kind, "name": t.name, "patch": json.dumps(ops), "undo": json.dumps(undo),
             "read": json.dumps(site_values(t.obj, container)), "before": json.dumps(t.obj),
             "expected": json.dumps([[list(c), list(a)] for c, a in new]),
+            "read_env": json.dumps(env_values(t.obj, container)), "expected_env": json.dumps(envs),
         }
+
+    def _edited_env(self, plan: ApplyPlan) -> list[list[dict[str, Any]]]:
+        """Every pod template's env list after the plan's ``--setenv`` / ``--unsetenv`` (the same
+        edits on each; the first template's changes are the plan's). A variable the container's own
+        ``sh -c`` script (or an ``env NAME=…`` prefix) assigns is refused: it would override the
+        env list, and the edit would do nothing."""
+        t = self._target
+        assert t is not None
+        if not plan.env_edits:
+            return [[dict(e) for e in es.entries] for es in t.envs]
+        for at in t.sites:
+            try:
+                own = ev.effective_env(at.text, "script")
+            except fl.FlagError:
+                own = {}
+            mine = [e.name for e in plan.env_edits if e.name in own]
+            if mine:
+                raise ArgsError(f"the container's command line assigns {', '.join(mine)} itself "
+                                f"({mine[0]}={own[mine[0]]}), which overrides its env list: edit that with --set, or "
+                                "the manifest")
+        out: list[list[dict[str, Any]]] = []
+        for i, es in enumerate(t.envs):
+            entries, changes = edit_env(es, [(e.name, e.value) for e in plan.env_edits])
+            out.append(entries)
+            if i == 0:
+                plan.changes.extend(_change(c) for c in changes)
+        plan.env_changed = any(entries != [dict(e) for e in es.entries] for es, entries in zip(t.envs, out,
+                                                                                                 strict=True))
+        return out
+
+    def _rollback_env(self, plan: ApplyPlan, doc: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
+        """Every pod template's env list as the backup saved it (a backup from before env was saved:
+        as it is now); the plan's ``env_edits`` are the difference, checked on the new pod."""
+        t = self._target
+        assert t is not None
+        saved = {s["path"].rsplit("/", 1)[0]: s["env"] for s in doc["sites"] if "env" in s}
+        out = [[dict(e) for e in saved.get(es.path.rsplit("/", 1)[0], es.entries)] for es in t.envs]
+        if t.envs:
+            now, then = plain_env(t.envs[0].entries), plain_env(out[0])
+            edits = [ev.EnvEdit(k, v) for k, v in then.items() if now.get(k) != v]
+            edits += [ev.EnvEdit(k, None) for k in now if k not in then]
+            plan.env_edits = edits
+            names = [str(x.get("name")) for x in out[0]] + [str(x.get("name")) for x in t.envs[0].entries]
+            plan.changes.extend(_change(EnvChange(e.name, "set" if e.value is not None and e.name in now else "add"
+                                                  if e.value is not None else "remove", now.get(e.name), e.value,
+                                                  names.index(e.name) % max(1, len(out[0])) + 1))
+                                for e in edits)
+        plan.env_changed = any(entries != [dict(e) for e in es.entries] for es, entries in zip(t.envs, out,
+                                                                                                 strict=True))
+        return out
 
     async def preview(self, plan: ApplyPlan) -> None:
         """The server-side dry run: the plan's diff becomes the args as the API server would store
@@ -297,15 +373,19 @@ class KubeOps:
         cmd = plan.cmd
         kind, name = cmd["kind"], cmd["name"]
         container = self._backend.ref.container
-        current = site_values(await self._get(kind, name), container)
-        if json.loads(json.dumps(current)) != json.loads(cmd["read"]):
-            raise ServiceError(f"{plan.source.path}: its args changed since they were read; nothing was written "
+        obj = await self._get(kind, name)
+        current = site_values(obj, container)
+        current_env = env_values(obj, container)
+        if (json.loads(json.dumps(current)) != json.loads(cmd["read"])
+                or json.loads(json.dumps(current_env)) != json.loads(cmd.get("read_env") or "[]")):
+            raise ServiceError(f"{plan.source.path}: its args or env changed since they were read; nothing was written "
                                "(run the command again to plan on what it says now)", EXIT_REFUSED)
         doc = {
             "object": f"{kind}/{name}", "context": self._backend.ref.context,
             "namespace": self._backend.ref.namespace, "container": container, "saved_at": run.clock(),
             "text": plan.source.text,
-            "sites": [{"path": p, "command": list(c), "args": list(a)} for p, c, a in current],
+            "sites": [{"path": p, "command": list(c), "args": list(a), "env": e}
+                      for (p, c, a), (_ep, e) in zip(current, current_env, strict=True)],
         }
         path = backup_file(saved)
         try:
@@ -323,12 +403,17 @@ class KubeOps:
             code = EXIT_REFUSED if "test" in err.lower() else EXIT_INPUT
             raise ServiceError(f"kubectl patch {kind.lower()}/{name}: {_first_line(err) or f'exit {rc}'}; "
                                "nothing was changed", code)
-        stored = [[list(c), list(a)] for _, c, a in site_values(json.loads(out), container)]
-        if stored != json.loads(cmd["expected"]):
-            await self.restore(run, saved, "the API server stored other args than the patch said")
-            raise ServiceError(f"{plan.source.path}: the API server stored other args than the patch said; the "
-                               "previous args were patched back", EXIT_INPUT)
-        say(f"{kind}/{name}: patched; the API server stored the new args (the controller rolls the pod out)")
+        after = json.loads(out)
+        stored = [[list(c), list(a)] for _, c, a in site_values(after, container)]
+        stored_env = [e for _p, e in env_values(after, container)]
+        if stored != json.loads(cmd["expected"]) or ("expected_env" in cmd and stored_env != json.loads(
+                cmd["expected_env"])):
+            await self.restore(run, saved, "the API server stored other args or env than the patch said")
+            raise ServiceError(f"{plan.source.path}: the API server stored other args or env than the patch said; the "
+                               "previous args and env were patched back", EXIT_INPUT)
+        what = "args and env" if plan.env_changed and plan.new_text != plan.source.text else \
+            "env" if plan.env_changed else "args"
+        say(f"{kind}/{name}: patched; the API server stored the new {what} (the controller rolls the pod out)")
 
     async def restore(self, run: Run, saved: str, why: str) -> None:
         cmd = run.plan.cmd
@@ -380,7 +465,25 @@ class KubeOps:
             call.say(f"rollout: {last}" if rc == 0 else f"rollout did not complete: {last or f'exit {rc}'}")
 
     async def process_env(self, run: Run) -> list[str]:
-        return []
+        """The new pod runs with the environment edits: its container's env list (what the kubelet
+        gave the server process; a ``valueFrom`` counts as set, its value unknown here)."""
+        try:
+            st = await self._backend.refresh()
+        except BackendError as exc:
+            return [f"the new pod could not be read to check its env ({exc})"]
+        pod = self._backend.pod_object() or {}
+        container = self._backend.ref.container
+        spec = next((c for c in (pod.get("spec") or {}).get("containers") or []
+                     if container is None or c.get("name") == container), None)
+        status = pick_container(pod, container)
+        if spec is None or status is None:
+            return [f"pod {st.name} has no container {container or '(first)'} to check the env of"]
+        env = plain_env(spec.get("env") or ())
+        env.update({str(e.get("name")): "(valueFrom)" for e in spec.get("env") or () if "valueFrom" in e})
+        problems = ev.check_environment(env, run.plan.env_edits, what=f"pod {st.name}'s container {spec.get('name')}")
+        if not problems:
+            run.say(f"pod {st.name} runs with the env edits: " + ", ".join(str(e) for e in run.plan.env_edits))
+        return problems
 
 
 def args_diff(kind: str, name: str, before: Mapping[str, Any], after: Mapping[str, Any], container: str | None) -> str:
@@ -393,15 +496,26 @@ def args_diff(kind: str, name: str, before: Mapping[str, Any], after: Mapping[st
         out = yaml_list("command", command, 0) if command else []
         return [ln + "\n" for ln in [*out, *yaml_list("args", args, 0)]]
 
+    def env_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+        return [ln + "\n" for ln in yaml_env(entries)] if entries else []
+
     label = f"{kind.lower()}/{name}"
     now = {p: (c, a) for p, c, a in site_values(before, container)}
+    now_env = {p.rsplit("/", 1)[0]: e for p, e in env_values(before, container)}
+    then_env = {p.rsplit("/", 1)[0]: e for p, e in env_values(after, container)}
     out: list[str] = []
     for path, command, args in site_values(after, container):
         was = now.get(path, ((), ()))
         where = path.rsplit("/", 1)[0]
-        out.extend(difflib.unified_diff(lines(*was), lines(command, args), f"{label} {where} (now)",
-                                        f"{label} {where} (server-side dry run)", n=3))
+        old_env, new_env = now_env.get(where, []), then_env.get(where, [])
+        out.extend(difflib.unified_diff(lines(*was) + env_lines(old_env), lines(command, args) + env_lines(new_env),
+                                        f"{label} {where} (now)", f"{label} {where} (server-side dry run)", n=3))
     return "".join(out)
+
+
+def _change(c: EnvChange) -> fl.Change:
+    """An env-list change as the plan lists it (``line``: the entry's place in the list)."""
+    return fl.Change(f"env {c.name}", c.action, c.old, c.new, c.entry, "in the container's env list")
 
 
 def _first_line(text: str) -> str:

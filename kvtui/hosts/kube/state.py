@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 JSON = Mapping[str, Any]
 
@@ -243,10 +243,9 @@ class ArgsSite:
     command: tuple[str, ...] = field(default_factory=tuple)
 
 
-def container_args(obj: JSON, container: str | None) -> list[ArgsSite]:
-    """Every pod template's ``args`` of the container (a LeaderWorkerSet has the leader's and the
-    workers'); the paths are what a JSON patch replaces."""
-    out: list[ArgsSite] = []
+def _template_containers(obj: JSON, container: str | None) -> list[tuple[str, JSON]]:
+    """(JSON-patch path of the container, the container) in every pod template of ``obj``."""
+    out: list[tuple[str, JSON]] = []
     for path in _TEMPLATES.get(str(obj.get("kind")), ()):
         node: Any = obj
         for k in path:
@@ -259,9 +258,139 @@ def container_args(obj: JSON, container: str | None) -> list[ArgsSite]:
                 break
             if container is not None and c.get("name") != container:
                 continue
-            args = tuple(str(a) for a in c.get("args") or ())
-            command = tuple(str(a) for a in c.get("command") or ())
-            out.append(ArgsSite("/" + "/".join([*path, "spec", "containers", str(i), "args"]), args, command))
+            out.append(("/" + "/".join([*path, "spec", "containers", str(i)]), c))
+    return out
+
+
+def container_args(obj: JSON, container: str | None) -> list[ArgsSite]:
+    """Every pod template's ``args`` of the container (a LeaderWorkerSet has the leader's and the
+    workers'); the paths are what a JSON patch replaces."""
+    out: list[ArgsSite] = []
+    for base, c in _template_containers(obj, container):
+        args = tuple(str(a) for a in c.get("args") or ())
+        command = tuple(str(a) for a in c.get("command") or ())
+        out.append(ArgsSite(base + "/args", args, command))
+    return out
+
+
+# -- the container's environment (``env``: a list of {name, value} or {name, valueFrom}) ------
+
+
+@dataclass(frozen=True, slots=True)
+class EnvSite:
+    """One pod template's ``env`` list of the container: its JSON-patch path and entries (as the
+    API returns them: ``{"name", "value"}`` or ``{"name", "valueFrom"}``); ``from_sources``: the
+    container also reads ``envFrom`` (a ConfigMap / Secret may set a variable too)."""
+
+    path: str
+    entries: tuple[Mapping[str, Any], ...]
+    from_sources: bool = False
+
+
+def container_env(obj: JSON, container: str | None) -> list[EnvSite]:
+    """Every pod template's ``env`` of the container, in ``container_args``' order."""
+    return [EnvSite(base + "/env", tuple(dict(e) for e in c.get("env") or ()), bool(c.get("envFrom")))
+            for base, c in _template_containers(obj, container)]
+
+
+def plain_env(entries: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """The variables the entries give a value (``valueFrom`` ones are not known here; a later
+    entry of the same name wins, as the kubelet does)."""
+    out: dict[str, str] = {}
+    for e in entries:
+        if "valueFrom" in e:
+            out.pop(str(e.get("name")), None)
+        else:
+            out[str(e.get("name"))] = str(e.get("value") or "")
+    return out
+
+
+def _value_from(entry: Mapping[str, Any]) -> str:
+    src = entry.get("valueFrom") or {}
+    kind = next(iter(src), "valueFrom")
+    ref = src.get(kind) or {}
+    what = "/".join(str(ref[k]) for k in ("name", "key", "fieldPath", "resource") if k in ref)
+    return f"{kind} {what}".strip()
+
+
+@dataclass(frozen=True, slots=True)
+class EnvChange:
+    """What one environment edit does to an ``env`` list: ``action`` set / add / remove /
+    unchanged, the old and new value, and the entry's position (1-based)."""
+
+    name: str
+    action: Literal["set", "add", "remove", "unchanged"]
+    old: str | None
+    new: str | None
+    entry: int
+
+
+def edit_env(site: EnvSite, edits: Iterable[tuple[str, str | None]]) -> tuple[list[dict[str, Any]],
+                                                                             list[EnvChange]]:
+    """The env list after ``edits`` ((name, value); value None: remove): a variable set in the
+    list gets the new value (every entry of that name), a new one is appended, a removed one
+    loses every entry. Raises ``ArgsError`` for what kvtui will not do: replace or remove a
+    ``valueFrom`` (a Secret, ConfigMap or field reference: the manifest's business), remove a
+    variable the list does not set."""
+    out = [dict(e) for e in site.entries]
+    changes: list[EnvChange] = []
+    for name, value in edits:
+        at = [i for i, e in enumerate(out) if e.get("name") == name]
+        ref = next((out[i] for i in at if "valueFrom" in out[i]), None)
+        if ref is not None:
+            raise ArgsError(f"{name} comes from {_value_from(ref)} (valueFrom) in the container's env: kvtui does not "
+                            "replace or remove a reference to a Secret, ConfigMap or field; change the manifest")
+        old = plain_env(out[i] for i in at).get(name) if at else None
+        if value is None:
+            if not at:
+                more = (" (its envFrom ConfigMap / Secret, or the image, may still set it)" if site.from_sources
+                        else " (the image may still set it)")
+                raise ArgsError(f"--unsetenv {name}: {name} is not in the container's env list{more}")
+            out = [e for e in out if e.get("name") != name]
+            changes.append(EnvChange(name, "remove", old, None, at[0] + 1))
+        elif at:
+            if old == value:
+                changes.append(EnvChange(name, "unchanged", old, value, at[-1] + 1))
+                continue
+            for i in at:
+                out[i]["value"] = value
+            changes.append(EnvChange(name, "set", old, value, at[-1] + 1))
+        else:
+            out.append({"name": name, "value": value})
+            changes.append(EnvChange(name, "add", None, value, len(out)))
+    return out, changes
+
+
+def env_patch_ops(site: EnvSite, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, object]]:
+    """JSON-patch operations that make ``site``'s env list ``entries`` (after a ``test`` that it
+    still holds what kvtui read, as for the args)."""
+    new = [dict(e) for e in entries]
+    if [dict(e) for e in site.entries] == new:
+        return []
+    if site.entries:
+        return [{"op": "test", "path": site.path, "value": [dict(e) for e in site.entries]},
+                {"op": "replace", "path": site.path, "value": new}]
+    return [{"op": "add", "path": site.path, "value": new}]
+
+
+def env_values(obj: JSON, container: str | None) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(path, entries) of every env site, to compare two reads of an object."""
+    return [(s.path, [dict(e) for e in s.entries]) for s in container_env(obj, container)]
+
+
+def yaml_env(entries: Sequence[Mapping[str, Any]], indent: int = 0) -> list[str]:
+    """``env:`` and the entries as YAML (``- name: X`` / ``value: "…"``; a ``valueFrom`` as JSON,
+    which is YAML too)."""
+    import json
+
+    pad = " " * indent
+    out = [f"{pad}env:"]
+    for e in entries:
+        out.append(f"{pad}- name: {e.get('name')}")
+        if "valueFrom" in e:
+            out.append(f"{pad}  valueFrom: {json.dumps(e['valueFrom'], sort_keys=True)}")
+        else:
+            out.append(f"{pad}  value: {json.dumps(str(e.get('value') or ''))}")
     return out
 
 
