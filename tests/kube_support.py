@@ -106,6 +106,11 @@ def roll_out(kind, name):
             c.pop(fld, None)
             if fld in made.get(c["name"], {{}}):
                 c[fld] = made[c["name"]][fld]
+    # a new pod (a new uid) whose container starts now (the kubelet's startedAt, by the second)
+    todo["pod"]["metadata"]["uid"] = "fake-%d" % time.time_ns()
+    for cs in (todo["pod"].get("status") or {{}}).get("containerStatuses") or []:
+        if cs.get("name") == cont and "running" in (cs.get("state") or {{}}):
+            cs["state"] = {{"running": {{"startedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}}}
     json.dump(todo["pod"], open(os.path.join(STATE, "pods", pod + ".json"), "w"))
     d = os.path.join(STATE, "logs", pod)
     os.makedirs(d, exist_ok=True)

@@ -17,7 +17,8 @@ restart, follow, verify the new boot's argument dump, roll back) is the same as 
   (the backup: ``$XDG_STATE_HOME/kvtui/kube-backups/``, one JSON file per backup; a rollback
   restores every template's args from it), patch, check what the API server stored (else the old
   args are patched back). Writing the template *is* the restart: the controller rolls the pod
-  out (the apply's follower takes the new pod's lines from the patch's time on).
+  out (the apply's follower takes the next container's lines: the pod is read right before the
+  patch, ``KubeBackend.mark_next_boot``; the old pod's late lines never count).
 - **restart**: ``kubectl rollout status`` followed in the background (its last line is said); the
   console's plain restart is ``kubectl rollout restart``. The new pod's boot is followed like a
   container restart (``KubeBackend``).
@@ -129,8 +130,8 @@ class KubeOps:
 
     @property
     def settle_s(self) -> float:
-        # the follower reads from the patch's stamp on (``mark_next_boot``), not from where it got
-        # to: nothing to settle, and the new pod may print before a settle would end
+        # unused: the backend is a PositionedLogSource (the next boot is the next container,
+        # known before the restart; ``mark_next_boot``)
         return 0.0
 
     # -- reading -------------------------------------------------------------------------------
@@ -396,7 +397,7 @@ class KubeOps:
             raise ServiceError(f"cannot save the current args to {path}: {exc}; nothing was written",
                                EXIT_INPUT) from exc
         say(f"{plan.source.path}: current args saved as {saved}")
-        self._backend.mark_next_boot(run.clock())
+        await self._mark_next_boot(run.clock())
         rc, out, err = await self._kubectl(K.patch_json(self._backend.ref, kind, name, json.loads(cmd["patch"]),
                                                         dry_run=False))
         if rc != 0:
@@ -427,6 +428,13 @@ class KubeOps:
 
     # -- restarting ----------------------------------------------------------------------------
 
+    async def _mark_next_boot(self, at: float) -> None:
+        """The container running right now (read again) is the old boot's: the next boot is the one
+        after it (``KubeBackend.mark_next_boot``)."""
+        with contextlib.suppress(BackendError):
+            await self._backend.refresh()
+        self._backend.mark_next_boot(at)
+
     def restart_unavailable(self, name: str, host: HostConfig) -> str | None:
         return None
 
@@ -446,7 +454,7 @@ class KubeOps:
             kind, name, _obj, _via = await self._owner()
         ref = self._backend.ref
         if call.cmd.get("rollout_restart"):
-            self._backend.mark_next_boot(call.clock())
+            await self._mark_next_boot(call.clock())
             rc, _out, err = await self._kubectl(K.rollout_restart(ref, kind, name))
             if rc != 0:
                 raise ServiceError(f"kubectl rollout restart {kind.lower()}/{name}: "

@@ -159,6 +159,92 @@ def pod_state(pod: JSON, container: str | None = None) -> PodState:
                     started_at=started, node=spec.get("nodeName"))
 
 
+
+# -- which container is the next boot -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerId:
+    """One run of the server's container: the pod (its uid: a pod of the same name made again is
+    another pod), how many times the kubelet restarted the container, when this run started (the
+    kubelet's ``startedAt``, the cluster's clock)."""
+
+    pod: str
+    uid: str | None
+    restarts: int
+    started_at: str | None
+
+
+def container_id(pod: JSON, container: str | None) -> ContainerId | None:
+    cs = pick_container(pod, container)
+    if cs is None:
+        return None
+    meta = pod.get("metadata") or {}
+    st = cs.get("state") or {}
+    started = (st.get("running") or st.get("terminated") or {}).get("startedAt")
+    return ContainerId(str(meta.get("name") or ""), meta.get("uid"), int(cs.get("restartCount") or 0), started)
+
+
+def _stamp_key(stamp: str | None) -> int:
+    got = split_stamp(stamp + " ") if stamp else None
+    return -1 if got is None else got[1]
+
+
+@dataclass(frozen=True, slots=True)
+class NextContainer:
+    """The container that runs the next boot: its pod, the stamp its boot starts at (lines before
+    it are the old boot's) and the restart count from which the log is followed (one less when it
+    has already ended and the kubelet restarted it: its log is then the ``--previous`` one)."""
+
+    pod: str
+    since: str
+    restarts: int
+
+
+def next_container(pods: Iterable[JSON], container: str | None, old: ContainerId | None) -> NextContainer | None:
+    """Among ``pods``, the container run that started after ``old`` (another pod — another uid,
+    or another name —, or the same pod's container restarted since), the latest one; None while
+    there is none yet (the new pod is Pending, its container is being created, or the old one is
+    still the only one — say, terminating and still printing)."""
+    best: tuple[int, NextContainer] | None = None
+    for pod in pods:
+        cid = container_id(pod, container)
+        if cid is None:
+            continue
+        if old is not None:
+            same_pod = (cid.uid == old.uid) if (cid.uid or old.uid) else (cid.pod == old.pod)
+            if same_pod and cid.restarts <= old.restarts and not (
+                    cid.started_at and _stamp_key(cid.started_at) > _stamp_key(old.started_at)):
+                continue
+        cs = pick_container(pod, container) or {}
+        st = cs.get("state") or {}
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        if "running" in st and cid.started_at:
+            since, restarts = cid.started_at, cid.restarts
+        elif last.get("startedAt") and cid.restarts > 0 and (
+                old is None or _stamp_key(str(last["startedAt"])) > _stamp_key(old.started_at)):
+            # it ran, ended and waits to run again (a crash loop) before it was seen running
+            since, restarts = str(last["startedAt"]), cid.restarts - 1
+        else:
+            continue  # not started yet: look again
+        key = _stamp_key(since)
+        if best is None or key > best[0]:
+            best = (key, NextContainer(cid.pod, since, restarts))
+    return None if best is None else best[1]
+
+
+# the labels a controller puts on each revision's pods: a Deployment's next pod differs in them
+REVISION_LABELS = ("pod-template-hash", "controller-revision-hash", "statefulset.kubernetes.io/pod-name",
+                   "apps.kubernetes.io/pod-index")
+
+
+def siblings_selector(pod: JSON) -> str | None:
+    """An equality selector for the pods of ``pod``'s controller across revisions (its labels
+    without the revision's own): where a Deployment's new pod is found after a rollout."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    keep = sorted((k, v) for k, v in labels.items() if k not in REVISION_LABELS)
+    return ",".join(f"{k}={v}" for k, v in keep) or None
+
 # -- groups: the pods of one server, leader first --------------------------------------------
 
 _ORDINAL_RE = re.compile(r"-(\d+)$")
@@ -169,18 +255,20 @@ STS_POD_INDEX = "apps.kubernetes.io/pod-index"
 def node_order(pods: Iterable[JSON]) -> list[JSON]:
     """The pods of one multi-node server in node-rank order: a LeaderWorkerSet's worker index
     (``0`` = the leader), a StatefulSet's pod index (label, else the name's ``-N``), else by name."""
-    def key(p: JSON) -> tuple[int, str]:
-        meta = p.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        name = str(meta.get("name") or "")
-        for lab in (LWS_WORKER_INDEX, STS_POD_INDEX):
-            v = labels.get(lab)
-            if isinstance(v, str) and v.isdigit():
-                return int(v), name
-        m = _ORDINAL_RE.search(name)
-        return (int(m.group(1)) if m else 1 << 30), name
+    return sorted(pods, key=lambda p: (node_rank(p), str((p.get("metadata") or {}).get("name") or "")))
 
-    return sorted(pods, key=key)
+
+def node_rank(pod: JSON) -> int:
+    """The pod's place in its group (``node_order``): the worker / pod index, else the name's
+    ``-N``, else last."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    for lab in (LWS_WORKER_INDEX, STS_POD_INDEX):
+        v = labels.get(lab)
+        if isinstance(v, str) and v.isdigit():
+            return int(v)
+    m = _ORDINAL_RE.search(str(meta.get("name") or ""))
+    return int(m.group(1)) if m else 1 << 30
 
 
 # -- who owns the pod, and who owns that ----------------------------------------------------
