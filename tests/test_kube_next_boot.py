@@ -243,3 +243,29 @@ def test_apply_on_a_deployment_pod_follows_the_new_pod_while_the_old_one_prints(
     assert proc.returncode == 0, err
     assert "r1: applied; the new boot is ready" in out
     assert "the new boot's own argument dump carries the edits" in err
+
+
+async def test_a_restart_waits_for_no_settle_time(kube: FakeKube, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console's restart (``kubectl rollout restart``) with a settle time of 10 minutes: the
+    follower is positioned at once (it knows the container running now), so the restart is issued
+    without waiting it, and the new pod's boot is followed to ready."""
+    from kvtui.config import parse_config
+    from kvtui.hosts import service
+    from kvtui.hosts.factory import make_backend
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    kube.put_pod(_status(_pod(), uid="u-old"))
+    kube.append_log("r1-0", "sglang", [f"2026-12-01T15:02:11.{i:03d}Z {ln}" for i, ln in enumerate(NODE0)])
+    kube.put_object(json.loads((FIX / "kube" / "objects" / "statefulset-plain.json").read_text()))
+    kube.on_rollout("StatefulSet", "r1", _pod(), "sglang", NODE0)
+    host = parse_config('[hosts.r1]\nkube = "prod-eu/llm/r1-0"\ncontainer = "sglang"\n', tmp_path / "h.toml").host("r1")
+    backend = make_backend("r1", host)
+    await backend.start()
+    try:
+        plan = service.plan_restart("r1", host, backend, follow=True, timeout=60)
+        out = await asyncio.wait_for(service.restart(plan, backend, settle_s=600), 120)
+    finally:
+        await backend.close()
+    assert out.status == "ready", out.messages
+    assert "StatefulSet/r1: rollout restarted" in out.messages
