@@ -102,7 +102,9 @@ class KubeBackend:
         self._pod_poll_s = POD_POLL_S if pod_poll_s is None else pod_poll_s
         self._watch: asyncio.Task[None] | None = None
         self.gpu_metrics_url = gpu_metrics_url
-        self.gpu_note: str | None = None  # what the last DCGM answer said about whose GPUs it holds
+        # what the last DCGM answer said about whose GPUs it holds: why the samples are stale
+        # (exporter unreachable, another node's exporter, no series for this pod), or a caveat
+        self.gpu_note: str | None = None
         self._procs: set[asyncio.subprocess.Process] = set()
         self._closed = asyncio.Event()
 
@@ -481,7 +483,7 @@ class KubeBackend:
         never from here) every ``interval_s`` (at least ``DCGM_MIN_S``: the exporter itself
         collects every few seconds); an answer that fails, or comes from another node's exporter,
         leaves the last samples marked stale, as an SSH host's are while it reconnects."""
-        from kvtui.hosts.kube.dcgm import parse_dcgm
+        from kvtui.hosts.kube.dcgm import parse_dcgm, stale_reason
         from kvtui.kube_ref import parse_service_url
 
         assert self.gpu_metrics_url is not None
@@ -501,9 +503,9 @@ class KubeBackend:
                 last = select_gpus(reading.samples, self.gpus)
                 yield last
             else:
-                self.gpu_note = (_first_line(err) or f"kubectl exited {rc}" if reading is None else
-                                 "the exporter that answered runs on another node (no GPU of this pod)"
-                                 if reading.other_node else "the exporter's answer has no DCGM_FI_DEV_FB_USED/FREE")
+                self.gpu_note = stale_reason(reading, _first_line(err) or f"kubectl exited {rc}",
+                                             namespace=self.ref.namespace, pod=pod,
+                                             node=self._state.node if self._state is not None else None)
                 if last:
                     yield mark_stale(last)
             if await self._sleep(every):
