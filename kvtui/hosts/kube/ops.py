@@ -13,6 +13,12 @@ restart, follow, verify the new boot's argument dump, roll back) is the same as 
   is the args as the API server would store them (admission and defaulting included), or its
   refusal. An object Helm / Argo CD / Flux manages is refused unless ``--force`` (they would
   revert the patch), with the change to commit to the chart instead.
+- **env** (``--setenv`` / ``--unsetenv``): the container's ``env`` list in every pod template,
+  patched beside the args (``env_apart``: the args text is not where the variables live): a
+  variable set there gets the new value, a new one is appended, a removed one loses every entry;
+  a ``valueFrom``, a variable the list does not set (to remove) and one the container's own
+  command line assigns are refused. The backup keeps the lists; the new pod's container must
+  carry the edits (``process_env``).
 - **write**: read the object again (changed since planned: refused, 4), save its current args
   (the backup: ``$XDG_STATE_HOME/kvtui/kube-backups/``, one JSON file per backup; a rollback
   restores every template's args from it), patch, check what the API server stored (else the old
@@ -282,11 +288,11 @@ class KubeOps:
                 f"(or pass --force to patch the live object anyway):\n" + text,
                 True))
         steps = [
-            PlanStep(f"check that {t.kind}/{t.name} still has the args read ({len(sites)} pod template"
+            PlanStep(f"check that {t.kind}/{t.name} still has the args and env read ({len(sites)} pod template"
                      f"{'s' if len(sites) != 1 else ''}; the patch's test operations hold it on the server too)"),
             PlanStep("server-side dry run of the patch (done while planning: the diff above is its result)",
                      shlex.join(dry)),
-            PlanStep(f"save the current args as {plan.saved_copy} (in {backups_dir()})"),
+            PlanStep(f"save the current args and env as {plan.saved_copy} (in {backups_dir()})"),
             PlanStep(f"patch the {t.kind}'s pod template: the controller rolls the pod out", shlex.join(patch)),
         ]
         if plan.restart:
