@@ -402,7 +402,7 @@ class KubeOps:
         except OSError as exc:
             raise ServiceError(f"cannot save the current args to {path}: {exc}; nothing was written",
                                EXIT_INPUT) from exc
-        say(f"{plan.source.path}: current args saved as {saved}")
+        say(f"{plan.source.path}: current args and env saved as {saved}")
         if plan.restart:  # the boot follower comes after the patch: it follows the container after this one
             await self._mark_next_boot(run.clock())
         rc, out, err = await self._kubectl(K.patch_json(self._backend.ref, kind, name, json.loads(cmd["patch"]),
