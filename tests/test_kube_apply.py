@@ -360,3 +360,21 @@ def test_a_gitops_managed_object_gets_the_env_to_commit(kube: FakeKube, tmp_path
     assert "Flux would put the old env back at its next sync, silently" in err
     assert ("# spec.template.spec.containers[name=sglang]\nenv:\n- name: NCCL_DEBUG\n  value: \"INFO\"") in err
     assert _sts_env(kube) == [{"name": "NCCL_DEBUG", "value": "WARN"}]
+
+
+def test_setenv_on_a_leaderworkerset_edits_both_templates(kube: FakeKube, tmp_path: Path) -> None:
+    kube.put_pod(_json(FIX / "kube" / "pods" / "lws-leader.json"))
+    kube.put_object({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                     "metadata": {"name": "r1", "namespace": "llm",
+                                  "ownerReferences": [{"apiVersion": "leaderworkerset.x-k8s.io/v1",
+                                                       "kind": "LeaderWorkerSet", "name": "r1", "uid": "u3",
+                                                       "controller": True}]},
+                     "spec": {"template": {"spec": {"containers": [{"name": "sglang", "args": ["stale"]}]}}}})
+    kube.put_object(_json(FIX / "kube" / "objects" / "leaderworkerset.json"))
+    code, out, err = _cli(kube, tmp_path, "apply", "r1", "--setenv", "NCCL_IB_DISABLE=1", "--yes")
+    assert code == 0, err
+    spec = _json(kube.state / "objects" / "leaderworkerset" / "r1.json")["spec"]["leaderWorkerTemplate"]
+    for tmpl in ("leaderTemplate", "workerTemplate"):
+        env = spec[tmpl]["spec"]["containers"][0]["env"]
+        assert {"name": "NCCL_IB_DISABLE", "value": "1"} in env
+    assert out.count("+- name: NCCL_IB_DISABLE\n+  value: \"1\"") == 2
