@@ -488,7 +488,7 @@ class FailureBanner(QuietStatic):
 
     def _content(self, failure: Failure, previous: bool = False, changed: Sequence[str] = ()) -> Content:
         where = f" in {fmt.phase_label(failure.phase)}" if failure.phase is not None else ""
-        title = fmt.FAILURE_TITLES.get(failure.kind, "failed")
+        title = fmt.failure_title(failure.kind, failure.phase)
         message = " ".join(failure.message.split())
         if len(message) > 240:  # two lines or so: the log holds the rest
             message = message[:239] + "…"
