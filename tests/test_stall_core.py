@@ -163,3 +163,20 @@ def test_a_real_vllm_boot_replayed_never_stalls_and_the_same_boot_hung_in_loadin
     assert stall.phase is boot.phase
     assert stall.repeats == 4
     assert stall.text().startswith("stuck: vLLM has printed 'No available shared memory broadcast block' 4× in 4m ")
+
+
+def test_a_batch_of_several_chunks_is_read_as_one_stream() -> None:
+    """The console and ``wait`` hand a batch as columns per part: the last progress line may sit in
+    an earlier part than the waits after it."""
+    t0 = datetime(2026, 3, 10, 14, 0, 28)
+    det = StallDetector(120)
+    det.feed([([PROGRESS, SHM.format(t="a")], [t0, t0 + timedelta(seconds=60)]),
+              ([SHM.format(t="b")], [t0 + timedelta(seconds=120)]),
+              ([SHM.format(t="c")], None)], 10.0)
+    assert det.repeated() == (SHM_BROADCAST, 3)
+    assert det.quiet(10.0) == 120.0  # the log's own times: progress → the newest timed wait
+    det.feed([([SHM.format(t="d")], None), ([PROGRESS], [t0 + timedelta(seconds=200)])], 20.0)
+    assert det.repeated() is None
+    assert det.quiet(20.0) == 0.0
+    det.feed([], 30.0)  # nothing: nothing changes
+    assert det.quiet(30.0) == 10.0

@@ -156,32 +156,39 @@ class StallDetector:
     # -- feeding -------------------------------------------------------------------------------
 
     def lines(self, texts: Sequence[str], ts: Sequence[datetime | None] | None, now: float) -> None:
-        """Lines in arrival order (``ts``: their own times, or None). Scanned from the newest back
-        to the last progress line: a busy boot costs one check per call."""
-        n = len(texts)
-        if not n:
-            return
-        waits: list[tuple[WaitLine, int]] = []
-        k = n - 1
-        while k >= 0:
-            kind = wait_line(texts[k])
-            if kind is None:
+        """Lines in arrival order (``ts``: their own times, or None)."""
+        self.feed(((texts, ts),), now)
+
+    def feed(self, chunks: Sequence[tuple[Sequence[str], Sequence[datetime | None] | None]], now: float) -> None:
+        """Chunks of lines (texts and their own times) in arrival order, as one batch. Scanned from
+        the newest line back to the last progress line: a busy boot costs one check per batch."""
+        waits: list[tuple[WaitLine, datetime | None]] = []
+        progress = False
+        progress_ts: datetime | None = None
+        for texts, ts in reversed(chunks):
+            for k in range(len(texts) - 1, -1, -1):
+                kind = wait_line(texts[k])
+                if kind is None:
+                    progress = True
+                    progress_ts = ts[k] if ts is not None else None
+                    break
+                waits.append((kind, ts[k] if ts is not None else None))
+            if progress:
                 break
-            waits.append((kind, k))
-            k -= 1
-        if k >= 0:  # a progress line: the wait lines before it do not count
+        if progress:  # the wait lines before it do not count
             self._last_progress = now
             self._repeats.clear()
-            self._progress_ts = _epoch(ts[k]) if ts is not None else None
+            self._progress_ts = _epoch(progress_ts)
             self._wait_ts = None
+        elif not waits:
+            return
         elif self._last_progress is None:
             self._last_progress = now  # the first lines seen start the clock
         for kind, _ in waits:
             self._repeats[kind] = self._repeats.get(kind, 0) + 1
-        if waits and ts is not None:
-            newest = _epoch(ts[waits[0][1]])
-            if newest is not None and (self._wait_ts is None or newest > self._wait_ts):
-                self._wait_ts = newest
+        newest = next((e for e in (_epoch(t) for _, t in waits) if e is not None), None)
+        if newest is not None and (self._wait_ts is None or newest > self._wait_ts):
+            self._wait_ts = newest
 
     def line(self, text: str, ts: datetime | None, now: float) -> None:
         self.lines((text,), (ts,), now)

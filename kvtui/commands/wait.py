@@ -107,8 +107,7 @@ class Waiter:
                 # change when a "Stopping …" line stops a boot that is still starting)
                 boots_changed = True
                 if isinstance(u, LogBatch):
-                    for texts, ts in columns(u.parts):
-                        self.stall.lines(texts, ts, now)
+                    self.stall.feed(list(columns(u.parts)), now)
             elif isinstance(u, GpuUpdate):
                 self.stall.gpu(u.samples, now)
         if boots_changed and not self.done.done():

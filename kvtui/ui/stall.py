@@ -17,8 +17,7 @@ class StallDetector(CoreStallDetector):
     """``kvtui.boot.stall.StallDetector`` fed with the monitor's ``LinePart``s."""
 
     def log_parts(self, parts: Iterable[LinePart], now: float) -> None:
-        for texts, ts in columns(parts):
-            self.lines(texts, ts, now)
+        self.feed(list(columns(parts)), now)
 
     def log_activity(self, now: float) -> None:
         """Progress that is not a line of the log (kept for callers that have no text)."""
