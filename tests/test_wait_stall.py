@@ -129,13 +129,22 @@ def test_a_bad_stall_timeout_is_a_usage_error(tmp_path: Path, capsys: pytest.Cap
     assert "--stall-timeout must be a positive number of seconds, got 0" in capsys.readouterr().err
 
 
-def test_stall_timeout_on_a_deployment_is_a_usage_error_not_ignored(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_stall_timeout_on_the_stalled_two_node_demo_exits_5_naming_each_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Issue 15's hang on the demo (node 1 never reaches distributed init, node 0 waits there): no
+    node makes progress, so ``--stall-timeout`` ends the wait (exit 5) before ``--timeout``."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    node = 'demo = true\ndemo_model = "deepseek-r1-2node"\ndemo_speed = 500\ndemo_stall_node = 1\n'
     (tmp_path / "hosts.toml").write_text(
-        '[hosts.r1-a]\ndemo = true\ndemo_model = "deepseek-r1-2node"\n\n'
-        '[hosts.r1-b]\ndemo = true\ndemo_model = "deepseek-r1-2node"\ndemo_node = 1\n\n'
-        '[deployments.r1-demo]\nnodes = ["r1-a", "r1-b"]\n')
-    args = build_parser().parse_args(["wait", "r1-demo", "--stall-timeout", "300"])
-    assert wait_mod.run(args) == 2
-    assert "r1-demo is a deployment: --stall-timeout follows one host for now" in capsys.readouterr().err
+        f'[hosts.r1-a]\n{node}\n[hosts.r1-b]\n{node}demo_node = 1\n\n'
+        '[deployments.r1]\nnodes = ["r1-a", "r1-b"]\nhang_seconds = 600\n')
+    args = build_parser().parse_args(["wait", "r1", "--timeout", "120", "--stall-timeout", "2", "--json"])
+    assert wait_mod.run(args) == 5
+    cap = capsys.readouterr()
+    said = next(ln for ln in cap.err.splitlines() if "no progress on any node" in ln)
+    assert said.startswith("kvtui wait: r1: no progress on any node for ")
+    assert "(--stall-timeout 2 s): node 0 (r1-a): " in said
+    assert "; node 1 (r1-b): " in said
+    assert "timed out after 120 s" not in cap.err
+    assert json.loads(cap.out)["status"] == "starting"

@@ -351,10 +351,6 @@ async def wait_for_boot(
         config = load_config(getattr(args, "hosts", None))
         dep = config.deployment(args.host)
         if dep is not None:  # a [deployments.NAME]: one wait over its nodes
-            if stall_timeout is not None:
-                print(f"kvtui wait: {args.host} is a deployment: --stall-timeout follows one host for now "
-                      "(a deployment's wait names a node that hangs after its hang_seconds)", file=stderr)
-                return EXIT_USAGE
             from kvtui.commands.wait_nodes import wait_deployment
 
             return await wait_deployment(args, config, dep, stdout=stdout, stderr=stderr, clock=clock, timer=timer)
