@@ -9,10 +9,10 @@ import argparse
 import asyncio
 import io
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_wait import Cue, FakeClock, _until
 
 from kvtui.cli import build_parser
 from kvtui.commands import wait as wait_mod
@@ -22,32 +22,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 SHM = ("(EngineCore_DP0 pid=4188) INFO 03-10 14:0{m}:28 [shm_broadcast.py:542] No available shared memory broadcast "
        "block found in 60 seconds. This typically happens when some processes are hanging or doing some "
        "time-consuming work (e.g. compilation, weight/kv cache quantization).")
-
-
-class FakeClock:
-    def __init__(self, t: float = 1_780_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class Cue:
-    """A ``--timeout`` that never expires unless the test says so."""
-
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-
-    async def __call__(self, seconds: float) -> None:
-        await self.event.wait()
-
-
-async def _until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not pred():
-        assert loop.time() < end, "condition not reached"
-        await asyncio.sleep(0.02)
 
 
 def _host(tmp_path: Path, stall_seconds: int = 60) -> Path:
@@ -65,16 +39,23 @@ def _append(log: Path, *lines: str) -> None:
         fh.write("".join(ln + "\n" for ln in lines))
 
 
+async def _start(tmp_path: Path, *argv: str) -> tuple[Path, FakeClock, Cue, io.StringIO, io.StringIO,
+                                                     asyncio.Task[int]]:
+    """A wait on the local host ``box`` (its log cut in load_weights), once its phase is printed."""
+    log = _host(tmp_path)
+    clock, cue = FakeClock(), Cue()
+    out, err = io.StringIO(), io.StringIO()
+    args = build_parser().parse_args(["wait", "box", "--no-probe", *argv])
+    task = asyncio.create_task(wait_for_boot(args, stdout=out, stderr=err, clock=clock, timer=cue))
+    await _until(lambda: "load_weights" in err.getvalue())
+    return log, clock, cue, out, err, task
+
+
 async def test_stall_timeout_ends_the_wait_with_exit_5_naming_the_repeated_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(wait_mod, "HEARTBEAT_S", 0.05)
-    log = _host(tmp_path)
-    clock = FakeClock()
-    out, err = io.StringIO(), io.StringIO()
-    args = build_parser().parse_args(["wait", "box", "--stall-timeout", "180", "--no-probe", "--json"])
-    task = asyncio.create_task(wait_for_boot(args, stdout=out, stderr=err, clock=clock, timer=Cue()))
-    await _until(lambda: "load_weights" in err.getvalue())
+    log, clock, _cue, out, err, task = await _start(tmp_path, "--stall-timeout", "180", "--json")
     for m in (1, 2):  # a minute, then the wait line: the heartbeat names the stall once it is 60 s old
         clock.t += 60
         _append(log, SHM.format(m=m))
@@ -99,13 +80,7 @@ async def test_without_stall_timeout_the_wait_goes_on_and_progress_clears_the_st
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(wait_mod, "HEARTBEAT_S", 0.05)
-    log = _host(tmp_path)
-    clock = FakeClock()
-    out, err = io.StringIO(), io.StringIO()
-    cue = Cue()
-    args = build_parser().parse_args(["wait", "box", "--no-probe"])
-    task = asyncio.create_task(wait_for_boot(args, stdout=out, stderr=err, clock=clock, timer=cue))
-    await _until(lambda: "load_weights" in err.getvalue())
+    log, clock, cue, _out, err, task = await _start(tmp_path)
     clock.t += 600
     _append(log, *(SHM.format(m=m) for m in range(1, 10)))
     await _until(lambda: "9× in 10m 00s" in err.getvalue())
