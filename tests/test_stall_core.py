@@ -180,3 +180,15 @@ def test_a_batch_of_several_chunks_is_read_as_one_stream() -> None:
     assert det.quiet(20.0) == 0.0
     det.feed([], 30.0)  # nothing: nothing changes
     assert det.quiet(30.0) == 10.0
+
+
+def test_times_of_two_kinds_are_not_subtracted() -> None:
+    """A progress line stamped by a wrapper (with a zone) and a wait line by the engine (naive): no
+    log-time span, the arrival clock alone."""
+    from datetime import UTC
+
+    det = StallDetector(120)
+    det.feed([([PROGRESS, SHM.format(t="a")], [datetime(2026, 3, 10, 14, 0, tzinfo=UTC),
+                                                 datetime(2026, 3, 10, 18, 0)])], 10.0)
+    assert det.quiet(10.0) == 0.0
+    assert det.stall(starting(), 10.0) is None

@@ -124,12 +124,14 @@ class Stall:
         return f"stuck: {printed} in {took} — {self.kind.cause}"
 
 
-def _epoch(ts: datetime | None) -> float | None:
-    if ts is None:
+def _span(start: datetime | None, end: datetime | None) -> float | None:
+    """Seconds from ``start`` to ``end``, two of a log's own times; None when either is missing or
+    one has a zone and the other not (a wrapper's stamp beside an engine's naive one)."""
+    if start is None or end is None or (start.tzinfo is None) != (end.tzinfo is None):
         return None
     try:
-        return ts.timestamp()
-    except (OverflowError, OSError, ValueError):
+        return (end - start).total_seconds()
+    except (TypeError, OverflowError):
         return None
 
 
@@ -148,8 +150,8 @@ class StallDetector:
         self.threshold = threshold
         self.gpu_change_mib = gpu_change_mib
         self._last_progress: float | None = None  # caller's clock
-        self._progress_ts: float | None = None  # the last progress line's own time (epoch s)
-        self._wait_ts: float | None = None  # the newest wait line's own time since then
+        self._progress_ts: datetime | None = None  # the last progress line's own time
+        self._wait_ts: datetime | None = None  # the newest wait line's own time since then
         self._repeats: dict[WaitLine, int] = {}
         self._gpu_used: dict[int, float] = {}
 
@@ -178,7 +180,7 @@ class StallDetector:
         if progress:  # the wait lines before it do not count
             self._last_progress = now
             self._repeats.clear()
-            self._progress_ts = _epoch(progress_ts)
+            self._progress_ts = progress_ts
             self._wait_ts = None
         elif not waits:
             return
@@ -186,9 +188,11 @@ class StallDetector:
             self._last_progress = now  # the first lines seen start the clock
         for kind, _ in waits:
             self._repeats[kind] = self._repeats.get(kind, 0) + 1
-        newest = next((e for e in (_epoch(t) for _, t in waits) if e is not None), None)
-        if newest is not None and (self._wait_ts is None or newest > self._wait_ts):
-            self._wait_ts = newest
+        newest = next((t for _, t in waits if t is not None), None)
+        if newest is not None:
+            later = _span(self._wait_ts, newest)
+            if self._wait_ts is None or (later is not None and later > 0):
+                self._wait_ts = newest
 
     def line(self, text: str, ts: datetime | None, now: float) -> None:
         self.lines((text,), (ts,), now)
@@ -223,8 +227,9 @@ class StallDetector:
         if self._last_progress is None:
             return None
         quiet = now - self._last_progress
-        if self._progress_ts is not None and self._wait_ts is not None:
-            quiet = max(quiet, self._wait_ts - self._progress_ts)
+        span = _span(self._progress_ts, self._wait_ts)
+        if span is not None:
+            quiet = max(quiet, span)
         return quiet
 
     def repeated(self) -> tuple[WaitLine, int] | None:
