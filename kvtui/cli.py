@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("wait", parents=common, help="follow a boot until it is ready (0) or fails (1)")
     p.add_argument("host", metavar="HOST")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="give up after S seconds (exit 5)")
+    p.add_argument("--stall-timeout", type=float, default=None, metavar="S",
+                   help="give up after S seconds without progress (exit 5; a repeated wait line is not "
+                        "progress); default: off")
     p.add_argument("--next", action="store_true", help="wait for the next boot to start, not the current one")
     p.add_argument(
         "--follow-restarts", action="store_true", help="keep waiting through automatic restarts until one is ready"

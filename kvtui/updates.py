@@ -8,7 +8,7 @@ spool: it imports only the core's types and the backend's connection status.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
@@ -114,6 +114,16 @@ def expand(parts: Iterable[LinePart]) -> list[LogLine]:
         else:
             out.extend(map(p.line, range(len(p.texts))))
     return out
+
+
+def columns(parts: Iterable[LinePart]) -> Iterator[tuple[Sequence[str], Sequence[datetime | None]]]:
+    """The texts and times of ``parts``, one pair of columns per part, oldest first, without
+    building a ``LogLine`` per line (what the stall detector reads)."""
+    for p in parts:
+        if isinstance(p, LogLine):
+            yield (p.text,), (p.ts,)
+        else:
+            yield p.texts, p.ts
 
 
 @dataclass(frozen=True, slots=True)

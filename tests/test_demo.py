@@ -349,6 +349,9 @@ def test_a_capture_that_leaves_too_little_dies_at_the_warm_up_request(tmp_path: 
     assert dead.failure is not None
     assert dead.failure.kind.value == "oom_runtime"
     assert dead.failure.phase.value == "http_up"
+    # worded by the phase it came in: the warm-up request, not "while serving"
+    assert "out of GPU memory at the warm-up request" in dead.failure.hint
+    assert "while serving" not in dead.failure.hint
     assert dead.metrics.max_total_num_tokens is not None  # the pool was sized: the calculator can use it
 
 

@@ -30,8 +30,22 @@ def _is_oom(text: str) -> bool:
 
 
 
-def hint_for(kind: FailureKind, engine: Engine, flags: dict[str, object], facts: dict[Fact, float]) -> str:
-    """A one-line hint in the right direction for a failure kind, with the boot's own numbers."""
+def runtime_oom_when(phase: Phase | None, served: bool = True) -> str:
+    """When an out-of-memory after the pools were sized came, in words: before the server said
+    ready (``http_up``: the warm-up request, the first forward, which allocates what the captured
+    graphs do not hold), after ready but before any batch was logged, or while serving."""
+    if phase is not None and phase is not Phase.READY:
+        return "at the warm-up request (the first forward, before the server said ready)"
+    if not served:
+        return "at the first forward after ready (before any batch was logged)"
+    return "while serving"
+
+
+def hint_for(kind: FailureKind, engine: Engine, flags: dict[str, object], facts: dict[Fact, float], *,
+             phase: Phase | None = None, served: bool = True) -> str:
+    """A one-line hint in the right direction for a failure kind, with the boot's own numbers.
+    ``phase`` (where the failure came) and ``served`` (a serving batch was logged before it) word
+    ``oom_runtime`` by when it came: the warm-up request, the first forward after ready, serving."""
     vllm = engine is Engine.VLLM
     if vllm:
         util = flags.get("gpu_memory_utilization")
@@ -78,10 +92,11 @@ def hint_for(kind: FailureKind, engine: Engine, flags: dict[str, object], facts:
             "checkpoint, or free the GPUs (other processes may hold memory)"
         )
     if kind is FailureKind.OOM_RUNTIME:
+        when = runtime_oom_when(phase, served)
         if vllm:
-            return f"out of GPU memory while serving: lower {frac} or --max-num-batched-tokens / --max-num-seqs"
+            return f"out of GPU memory {when}: lower {frac} or --max-num-batched-tokens / --max-num-seqs"
         return (
-            f"out of GPU memory while serving: lower {frac} (more headroom for activations) or "
+            f"out of GPU memory {when}: lower {frac} (more headroom for activations) or "
             "--chunked-prefill-size / --max-running-requests"
         )
     if kind is FailureKind.GPU_BUSY:

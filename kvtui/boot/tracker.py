@@ -820,7 +820,7 @@ class BootTracker:
             hint = (f"allocating the KV pool and the request table ran out of GPU memory: lower "
                     f"--mem-fraction-static{now}, or --context-length / --max-running-requests")
         if hint is None:
-            hint = hint_for(kind, boot.engine, boot.flags, boot.facts)
+            hint = hint_for(kind, boot.engine, boot.flags, boot.facts, phase=phase, served=bool(w.serving))
             if kind is not FailureKind.GPU_BUSY and any(
                 "unbalanced" in s or "occupied by other processes" in s for s in boot.warnings
             ):

@@ -1,4 +1,4 @@
-"""``kvtui wait HOST [--timeout S] [--next] [--follow-restarts] [--json]``.
+"""``kvtui wait HOST [--timeout S] [--stall-timeout S] [--next] [--follow-restarts] [--json]``.
 
 Follows the host's current boot (``--next``: the next one to start) until it is ready (exit 0)
 or fails (exit 1); ``--follow-restarts`` keeps waiting through automatic restarts until a boot is
@@ -9,6 +9,12 @@ else was printed for ``HEARTBEAT_S`` (``… still waiting after 40s: boot 1 in l
 shards``), so a CI log is never silent for more than 10 s; then the boot's summary to stdout
 (``--json``: the boot object of ``kvtui replay --json``, also on a timeout when a boot was seen).
 Exit codes: 0 ready, 1 failed, 3 connection or configuration, 5 timed out.
+
+The stall detector of the console (``kvtui.boot.stall``: progress is a line that is not a known
+wait/heartbeat line, or a GPU-memory change) follows the boot too: once no progress came for
+``[ui] stall_seconds`` the heartbeat names the stall (``stuck: vLLM has printed 'No available
+shared memory broadcast block' 4× in 4m 00s — a rank has not joined (multi-node) or is hung``), and
+``--stall-timeout S`` (default off) ends the wait with exit 5 after S seconds without progress.
 
 ``--next`` waits for a boot that *starts* after the wait began: the lines of the server already
 running (grouped by the tracker into a boot without a launch) are never that boot, and a timeout
@@ -37,11 +43,12 @@ from typing import Any, TextIO
 
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
+from kvtui.boot.stall import Stall, StallDetector
 from kvtui.engines.events import Model, Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
 from kvtui.monitor import HostMonitor
-from kvtui.updates import BootState, ConnUpdate, LogBatch, MonitorUpdate
+from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
 
 _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 CLOSE_LIMIT = 1.5  # seconds for closing the host, then as much for its streams to end, after the wait
@@ -78,12 +85,20 @@ class Waiter:
     last_conn: ConnStatus | None = None
     last_out: float | None = None  # clock() of the last line printed (None: t0)
     history: Sequence[Mapping[str, Any]] = ()  # the host's stored boots, for the phase ETAs
-    now: Callable[[], float] = time.time  # the host's wall clock (the ETA's elapsed time)
+    now: Callable[[], float] = time.time  # the host's wall clock (the ETA's elapsed time, the stall's)
+    # the console's stall detector (on the host's clock): the heartbeat names a stall once it is
+    # ``stall_notice_s`` old; ``stall_timeout`` (--stall-timeout, None: off) ends the wait (exit 5)
+    stall: StallDetector = field(default_factory=lambda: StallDetector(0.0))
+    stall_notice_s: float = 120.0
+    stall_timeout: float | None = None
 
     def __call__(self, updates: Sequence[MonitorUpdate]) -> None:
         if self.done is None or self.done.done():
             return
         boots_changed = False
+        now = self.now()
+        if any(isinstance(u, BootState) and u.new_boot for u in updates):
+            self.stall.reset(now)  # before its lines: they are the new boot's
         for u in updates:
             if isinstance(u, ConnUpdate):
                 self._conn(u.status)
@@ -91,8 +106,48 @@ class Waiter:
                 # lines too: a boot's status can change without a BootState (the tracker reports no
                 # change when a "Stopping …" line stops a boot that is still starting)
                 boots_changed = True
+                if isinstance(u, LogBatch):
+                    self.stall.feed(list(columns(u.parts)), now)
+            elif isinstance(u, GpuUpdate):
+                self.stall.gpu(u.samples, now)
         if boots_changed and not self.done.done():
             self._boots()
+        if not self.done.done():
+            self.check_stall()
+
+    # -- stall -------------------------------------------------------------------------------
+
+    def followed(self) -> tuple[int, Boot] | None:
+        boots = self.monitor.tracker.boots
+        if self.following is None or self.following >= len(boots):
+            return None
+        return self.following, boots[self.following]
+
+    def current_stall(self, threshold: float) -> Stall | None:
+        """The followed boot's stall once ``threshold`` seconds passed without progress."""
+        got = self.followed()
+        if got is None:
+            return None
+        return self.stall.stall(got[1], self.now(), threshold)
+
+    def check_stall(self) -> None:
+        """``--stall-timeout``: no progress for that long ends the wait (exit 5) with the stall."""
+        if self.stall_timeout is None or self.done is None or self.done.done():
+            return
+        stall = self.current_stall(self.stall_timeout)
+        got = self.followed()
+        if stall is None or got is None:
+            return
+        idx, boot = got
+        where = f"boot {self.number(idx)} still {_where(boot)}"
+        self._finish(Outcome(EXIT_TIMEOUT, boot, idx, f"no progress for {fmt.duration(stall.seconds)} "
+                             f"(--stall-timeout {self.stall_timeout:g} s): {where}: {stall.text()}"))
+
+    async def watch_stall(self, every: float = 1.0) -> None:
+        """A silent log sends no update: look at the stall every ``every`` seconds too."""
+        while self.done is not None and not self.done.done():
+            self.check_stall()
+            await asyncio.sleep(every)
 
     # -- connection ------------------------------------------------------------------------
 
@@ -205,6 +260,10 @@ class Waiter:
         if self.following is not None and self.following < len(boots):
             boot = boots[self.following]
             text = f"… still waiting after {waited}: boot {self.number(self.following)} {_where(boot)}"
+            notice = self.stall_notice_s if self.stall_timeout is None else min(self.stall_notice_s, self.stall_timeout)
+            stall = self.stall.stall(boot, self.now(), notice)
+            if stall is not None:
+                text += "; " + stall.text()
             if boot.status is BootStatus.STARTING and boot.phases:
                 text += "; " + self.eta_text(boot)
             return text
@@ -283,6 +342,11 @@ async def wait_for_boot(
     if not timeout > 0:
         print(f"kvtui wait: --timeout must be a positive number of seconds, got {timeout:g}", file=stderr)
         return EXIT_USAGE
+    stall_timeout: float | None = getattr(args, "stall_timeout", None)
+    if stall_timeout is not None and not stall_timeout > 0:
+        print(f"kvtui wait: --stall-timeout must be a positive number of seconds, got {stall_timeout:g}",
+              file=stderr)
+        return EXIT_USAGE
     try:
         config = load_config(getattr(args, "hosts", None))
         dep = config.deployment(args.host)
@@ -317,6 +381,8 @@ async def wait_for_boot(
     )
     waiter.done = loop.create_future()
     waiter.now = clock or time.time
+    waiter.stall_notice_s = config.ui.stall_seconds
+    waiter.stall_timeout = stall_timeout
     from kvtui.history.eta import past_boots
 
     waiter.history = await asyncio.to_thread(past_boots, args.host)
@@ -325,6 +391,7 @@ async def wait_for_boot(
     task = asyncio.create_task(monitor.run(waiter))
     expiry = asyncio.ensure_future((timer or asyncio.sleep)(timeout))
     beat = asyncio.create_task(waiter.heartbeat(HEARTBEAT_S))
+    watch = asyncio.create_task(waiter.watch_stall()) if stall_timeout is not None else None
     try:
         pending: set[asyncio.Future[Any]] = {waiter.done, task, expiry}
         done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -352,6 +419,8 @@ async def wait_for_boot(
                                          timeout - (loop.time() - waiter.t0))
     finally:
         beat.cancel()
+        if watch is not None:
+            watch.cancel()
         expiry.cancel()
         await _close_bounded(monitor, task)
     return _report(outcome, monitor, args, stdout, stderr, waiter)

@@ -13,6 +13,10 @@ hosts what it can see (the unit's state with the same probe as ``hosts --connect
 unit's NCCL_*/GLOO_* environment): a lagging node whose unit is not running ends the wait with
 exit 1 and the diagnosis; otherwise the diagnosis is printed once and the wait goes on (exit 5
 at the timeout, with the diagnosis).
+
+Each node has the console's stall detector (``kvtui.boot.stall``): the heartbeat names a node's
+stall once ``[ui] stall_seconds`` passed without progress on it, and ``--stall-timeout S`` ends the
+wait with exit 5 once no node made progress for S seconds (each node's stall named).
 """
 
 from __future__ import annotations
@@ -29,13 +33,14 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from kvtui import fmt
 from kvtui.boot import BootStatus
+from kvtui.boot.stall import Stall, StallDetector
 from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, probe_nodes
 from kvtui.engines.events import Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.hosts.backend import BackendError, ConnState, LogStart
 from kvtui.monitor import HostMonitor
-from kvtui.nodes import DeploymentBoot, Hang, NodeObservation, diagnose_hang
-from kvtui.updates import ConnUpdate, MonitorUpdate
+from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, diagnose_hang
+from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
 
 if TYPE_CHECKING:
     from kvtui.config import Config, DeploymentConfig
@@ -73,6 +78,11 @@ class DeploymentWaiter:
     hang_said: str | None = None
     probing: bool = False
     dep: DeploymentBoot | None = None
+    # per node (by name) the console's stall detector, on the hosts' clock (``now``)
+    stalls: dict[str, StallDetector] = field(default_factory=dict)
+    stall_notice_s: float = 120.0
+    stall_timeout: float | None = None
+    now: Callable[[], float] = time.time
 
     @property
     def name(self) -> str:
@@ -96,8 +106,51 @@ class DeploymentWaiter:
                 msg = f"{node.name}: {st.state.value}: {st.detail or ''}".rstrip(": ")
                 self._finish(Result(EXIT_INPUT, message=msg))
                 return
+        self._feed_stall(node, updates)
         if dep is not None:
             self.evaluate(dep)
+        self.check_stall(dep)
+
+    # -- stall ---------------------------------------------------------------------------------
+
+    def _feed_stall(self, node: DeploymentNode, updates: Sequence[MonitorUpdate]) -> None:
+        det = self.stalls.get(node.name)
+        if det is None:
+            det = self.stalls[node.name] = StallDetector(0.0)
+        now = self.now()
+        if any(isinstance(u, BootState) and u.new_boot for u in updates):
+            det.reset(now)
+        for u in updates:
+            if isinstance(u, LogBatch):
+                det.feed(list(columns(u.parts)), now)
+            elif isinstance(u, GpuUpdate):
+                det.gpu(u.samples, now)
+
+    def node_stalls(self, dep: DeploymentBoot, threshold: float) -> list[tuple[NodeBoot, Stall | None]]:
+        """Each node with its stall once ``threshold`` seconds passed without progress on it."""
+        now = self.now()
+        out: list[tuple[NodeBoot, Stall | None]] = []
+        for nb in dep.nodes:
+            det = self.stalls.get(nb.name)
+            out.append((nb, det.stall(nb.boot, now, threshold) if det is not None else None))
+        return out
+
+    def check_stall(self, dep: DeploymentBoot | None = None) -> None:
+        """``--stall-timeout``: no node made progress for that long (every node still starting is
+        stalled) → exit 5, each node's stall named."""
+        if self.stall_timeout is None or self.done is None or self.done.done():
+            return
+        dep = dep or self.merged()
+        if dep.boot.status is not BootStatus.STARTING:
+            return
+        starting = [(nb, st) for nb, st in self.node_stalls(dep, self.stall_timeout)
+                    if nb.boot is not None and nb.boot.status is BootStatus.STARTING]
+        if not starting or any(st is None for _, st in starting):
+            return
+        said = "; ".join(f"{nb.label()}: {st.text()}" for nb, st in starting if st is not None)
+        quiet = min(st.seconds for _, st in starting if st is not None)
+        self._finish(Result(EXIT_TIMEOUT, dep, f"{self.name}: no progress on any node for {fmt.duration(quiet)} "
+                                               f"(--stall-timeout {self.stall_timeout:g} s): {said}"))
 
     def merged(self) -> DeploymentBoot:
         return self.dm.merged()
@@ -170,10 +223,12 @@ class DeploymentWaiter:
         waited = fmt.duration(self.clock() - self.t0)
         dep = self.dep or self.merged()
         parts = []
-        for n in dep.nodes:
+        notice = self.stall_notice_s if self.stall_timeout is None else min(self.stall_notice_s, self.stall_timeout)
+        for n, stall in self.node_stalls(dep, notice):
             b = n.boot
-            parts.append(f"{n.label()} " + ("no boot yet" if b is None else
-                                             f"{b.status.value}" + (f" in {b.phase.value}" if b.phase else "")))
+            part = f"{n.label()} " + ("no boot yet" if b is None else
+                                      f"{b.status.value}" + (f" in {b.phase.value}" if b.phase else ""))
+            parts.append(part + (f" ({stall.text()})" if stall is not None else ""))
         return f"… still waiting after {waited}: {'; '.join(parts)}"
 
     async def heartbeat(self) -> None:
@@ -182,6 +237,9 @@ class DeploymentWaiter:
             if self.done.done():
                 return
             self.check_hang()
+            self.check_stall()
+            if self.done.done():
+                return
             last = self.t0 if self.last_out is None else self.last_out
             if self.clock() - last >= HEARTBEAT_S:
                 self._say(self.heartbeat_text())
@@ -229,6 +287,9 @@ async def wait_deployment(
     dm = DeploymentMonitor(name, nodes, next_boot=bool(args.next), bound_s=dep_cfg.hang_seconds)
     waiter = DeploymentWaiter(dm, stderr, t0=loop.time(), clock=loop.time)
     waiter.done = loop.create_future()
+    waiter.now = clock or time.time
+    waiter.stall_notice_s = config.ui.stall_seconds
+    waiter.stall_timeout = getattr(args, "stall_timeout", None)
     what = "the next boot" if args.next else "the current boot"
     print(f"kvtui wait: {name} ({len(nodes)} nodes: {', '.join(n.name for n in nodes)}): following {what}",
           file=stderr)

@@ -50,6 +50,16 @@ FAILURE_TITLES: dict[FailureKind, str] = {
     FailureKind.UNKNOWN: "failed",
 }
 
+
+
+def failure_title(kind: FailureKind, phase: Phase | None) -> str:
+    """The failure banner's title: ``FAILURE_TITLES``, with an out-of-memory after the pools were
+    sized worded by when it came (the warm-up request before ready is not "while serving")."""
+    if kind is FailureKind.OOM_RUNTIME and phase is not None and phase is not Phase.READY:
+        return "out of memory at the warm-up request"
+    return FAILURE_TITLES.get(kind, "failed")
+
+
 VERDICT_VARIABLE: dict[str, str] = {
     "ok": "verdict-ok",
     "tight": "verdict-tight",

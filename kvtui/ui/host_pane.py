@@ -486,13 +486,15 @@ class HostPane(HostChanges, Vertical):
                 self._status_at = now
                 conn_changed = True
         shown = self._shown
+        if new_boot:  # before its lines: they are the new boot's (its stall clock starts here)
+            self.stall.reset(now)
         if count:
             self.lines_received += count
             view = self.log_view
             if view.held == shown:
                 view.hold(not shown)
             view.append(parts)  # held (hidden): the lines only, no row/scroll/repaint work
-            self.stall.log_activity(now)
+            self.stall.log_parts(parts, now)  # progress: lines that are not a known wait line
         if gpu is not None:
             self.samples, self.foreign = gpu.samples, gpu.foreign
             self.stall.gpu_activity(gpu.samples, now)
@@ -508,7 +510,6 @@ class HostPane(HostChanges, Vertical):
             kv = self._one(KvUsage)
             if new_boot:
                 kv.history.clear()
-                self.stall.reset(now)
                 self.load_eta_history()  # the boots before this one, for its phase ETAs
             self.boot = boot_state.boot
             self.boot_index = boot_state.index
@@ -630,8 +631,8 @@ class HostPane(HostChanges, Vertical):
             if self.offline is None and panel.border_subtitle != subtitle:
                 panel.border_subtitle = subtitle
         self._show_connection(status)
-        stalled = self.stall.check(boot, now)
-        self._one(StallNotice).show(boot.phase if boot else None, stalled)
+        stall = self.stall.stall(boot, now)
+        self._one(StallNotice).show(boot.phase if boot else None, stall.seconds if stall else None, stall)
         row = self.summary_row(elapsed)
         if post:
             self.post_message(self.Summary(row))

@@ -17,6 +17,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from kvtui.boot import Boot, BootStatus, Failure, PhaseSpan
+from kvtui.boot.stall import Stall
 from kvtui.engines.events import PHASE_ORDER, Model, Phase
 from kvtui.history.eta import BootEta
 from kvtui.history.eta import clock as eta_clock
@@ -488,7 +489,7 @@ class FailureBanner(QuietStatic):
 
     def _content(self, failure: Failure, previous: bool = False, changed: Sequence[str] = ()) -> Content:
         where = f" in {fmt.phase_label(failure.phase)}" if failure.phase is not None else ""
-        title = fmt.FAILURE_TITLES.get(failure.kind, "failed")
+        title = fmt.failure_title(failure.kind, failure.phase)
         message = " ".join(failure.message.split())
         if len(message) > 240:  # two lines or so: the log holds the rest
             message = message[:239] + "…"
@@ -533,12 +534,25 @@ class StallNotice(QuietStatic):
         super().__init__(id=id, classes=classes)
         self._phase: Phase | None = None
 
-    def show(self, phase: Phase | None, seconds: float | None) -> None:
+    def show(self, phase: Phase | None, seconds: float | None, stall: Stall | None = None) -> None:
+        """``stall``: what the engine kept printing meanwhile (``kvtui.boot.stall``), when it did."""
         self._phase = phase
         self.stalled_for = seconds
         self.set_class(seconds is not None, "-stalled")
         if seconds is None:
             self.set(None, lambda: "")
+            return
+        printed = stall.printed() if stall is not None else None
+        if printed is not None and stall is not None and stall.kind is not None:
+            cause = stall.kind.cause
+            self.set(
+                (phase, fmt.duration(seconds), printed, cause),
+                lambda: Content.assemble(
+                    ("⏸ stuck", "$warning bold"),
+                    (f" in {fmt.phase_label(phase)} for {fmt.duration(seconds)}", "$foreground bold"),
+                    (f"  —  {printed}, nothing else: {cause}", "$text-muted"),
+                ),
+            )
             return
         self.set(
             (phase, fmt.duration(seconds)),
