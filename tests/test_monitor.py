@@ -344,11 +344,13 @@ def _demo(tmp_path: Path, speed: float = 300.0) -> tuple[Any, HostConfig]:
 
 
 async def test_demo_boot_to_ready_then_capture_oom_after_a_restart(tmp_path: Path) -> None:
-    backend, host = _demo(tmp_path)
+    # ×60 (a boot of ~5 s): at ×300 a loaded machine read the whole boot in two batches, so the
+    # phases were published collapsed (2 < 3) — what is checked is that they are published as they come
+    backend, host = _demo(tmp_path, speed=60.0)
     backend.set_foreign_process(gpu=3, mib=12288, pid=4242)
     mon = HostMonitor("demo", backend, host=host, state_dir=tmp_path / "state", gpu_interval=0.05)
     async with running(mon) as sink:
-        await sink.wait(lambda s: any(st == BootStatus.READY for *_, st in s.boot_seen), timeout=20)
+        await sink.wait(lambda s: any(st == BootStatus.READY for *_, st in s.boot_seen), timeout=90)
         seen = list(dict.fromkeys(ph for _, _, ph, _ in sink.boot_seen if ph is not None))
         order = list(Phase)
         assert [order.index(p) for p in seen] == sorted(order.index(p) for p in seen)  # advanced in order
@@ -371,7 +373,7 @@ async def test_demo_boot_to_ready_then_capture_oom_after_a_restart(tmp_path: Pat
         backend.write_unit(unit)
         backend.daemon_reload()
         backend.restart()
-        await sink.wait(lambda s: any(i == 1 and st == BootStatus.FAILED for i, _, _, st in s.boot_seen), timeout=20)
+        await sink.wait(lambda s: any(i == 1 and st == BootStatus.FAILED for i, _, _, st in s.boot_seen), timeout=90)
         failed = mon.tracker.boots[1]
         assert failed.failure is not None
         assert failed.failure.kind == FailureKind.OOM_GRAPH_CAPTURE
@@ -380,8 +382,11 @@ async def test_demo_boot_to_ready_then_capture_oom_after_a_restart(tmp_path: Pat
         assert new_boots[:2] == [0, 1], [(b.status, b.phase) for b in mon.tracker.boots]
         assert any(ln.style == "marker" and ln.boot == 1 for ln in sink.lines)
         assert mon.tracker.boots[0].status in (BootStatus.STOPPED, BootStatus.READY)
-        # lines were batched, never one update per line
-        assert len(sink.of(LogBatch)) < len(sink.lines) / 5
+        # lines were batched, never one update per line: lines read together come as one batch
+        # (how many batches a boot takes depends on how fast it prints against the flush interval)
+        batches = sink.of(LogBatch)
+        assert len(batches) < len(sink.lines) / 2
+        assert max(len(b) for b in batches) >= 20
         # search reaches the whole spool
         hits = mon.spool.search("CUDA out of memory")
         assert hits
