@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from kvtui.boot import Boot, BootMetrics, BootStatus, Failure, PhaseSpan
 from kvtui.engines.events import METRIC_NAMES, Engine, Fact, FailureKind, Model, Phase
+from kvtui.knobs import pool_env, pool_env_names
 
 DOC_VERSION: Final = 1
 TERMINAL: Final = frozenset({"ready", "failed", "stopped"})
@@ -190,8 +191,12 @@ def boot_doc(
     free_at_start_mib: Mapping[int, float] | None = None,
     restart: Mapping[str, object] | None = None,
     gpu_samples: Mapping[str, object] | None = None,
+    unit_env: Mapping[str, str] | None = None,
 ) -> Doc:
-    """The history's document of ``boot`` (see the module doc)."""
+    """The history's document of ``boot`` (see the module doc). ``env``: the pool-sizing
+    environment the boot ran with, as its log shows it (``knobs.pool_env``: what the calculator
+    compares before it calibrates with a remembered vLLM boot); ``unit_env``: those variables as
+    the unit or launch script set them, when the recorder read the file (a kvtui-driven restart)."""
     doc: Doc = boot.to_json()
     doc["doc_version"] = DOC_VERSION
     doc["host"] = host
@@ -208,6 +213,10 @@ def boot_doc(
     doc["spool"] = dict(spool) if spool else None
     doc["gpu_samples"] = dict(gpu_samples) if gpu_samples else None
     doc["restart"] = dict(restart) if restart else None
+    doc["env"] = pool_env(boot.engine, boot.flags, boot.facts)
+    if unit_env is not None:
+        names = pool_env_names(boot.engine)
+        doc["unit_env"] = {n: unit_env.get(n) for n in names}
     return doc
 
 
@@ -241,7 +250,7 @@ def merge(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Doc:
         return dict(new)
     base, other = (dict(new), old) if progress(new) >= progress(old) else (dict(old), new)
     base["peak_used_mib"] = _max_map(old.get("peak_used_mib"), new.get("peak_used_mib"))
-    for key in ("gpu_free_at_start_mib", "spool", "source", "gpu_samples"):
+    for key in ("gpu_free_at_start_mib", "spool", "source", "gpu_samples", "unit_env"):
         if not base.get(key) and other.get(key):
             base[key] = other[key]
     if _series_len(other.get("gpu_samples")) > _series_len(base.get("gpu_samples")):

@@ -224,9 +224,11 @@ class BootRecorder:
 
 
 def record_boot(host: str, boot: Boot, *, restart: Mapping[str, object] | None = None, source: str = "",
-                store: Store | None = None, limits: Limits | None = None) -> str | None:
+                store: Store | None = None, limits: Limits | None = None,
+                unit_env: Mapping[str, str] | None = None) -> str | None:
     """Record one boot at once (a one-shot command: ``apply --restart``, ``replay --record``);
-    the problem (a message) when it could not be, else None."""
+    the problem (a message) when it could not be, else None. ``unit_env``: the environment the
+    unit or script gives the server (``boot_doc``)."""
     key = rec.boot_key(host, boot)
     if not recordable(boot):
         return "the boot shows no start (no launch, no argument dump): not recorded"
@@ -237,7 +239,7 @@ def record_boot(host: str, boot: Boot, *, restart: Mapping[str, object] | None =
     try:
         if st.readonly:
             return st.problem or "the history is read-only"
-        st.put(rec.boot_doc(host, boot, source=source, restart=restart), key)
+        st.put(rec.boot_doc(host, boot, source=source, restart=restart, unit_env=unit_env), key)
         return None
     except HistoryError as exc:
         return str(exc)
