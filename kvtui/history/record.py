@@ -29,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
+from kvtui import fmt
 from kvtui.boot import Boot, BootMetrics, BootStatus, Failure, PhaseSpan
 from kvtui.engines.events import METRIC_NAMES, Engine, Fact, FailureKind, Model, Phase
 from kvtui.knobs import pool_env, pool_env_names
@@ -213,6 +214,8 @@ def boot_doc(
     doc["spool"] = dict(spool) if spool else None
     doc["gpu_samples"] = dict(gpu_samples) if gpu_samples else None
     doc["restart"] = dict(restart) if restart else None
+    if boot.nodes:  # ``nodes`` (replay --json's) lists ranks per node; this keeps which worker holds which
+        doc["ray_workers"] = [[ip, [[w, tp] for w, tp in workers.items()]] for ip, workers in boot.nodes.items()]
     doc["env"] = pool_env(boot.engine, boot.flags, boot.facts)
     if unit_env is not None:
         names = pool_env_names(boot.engine)
@@ -373,7 +376,39 @@ def boot_from_doc(doc: Mapping[str, Any]) -> Boot:
     boot.started_at = _parse_dt(doc.get("started_at"))
     boot.ended_at = _parse_dt(doc.get("ended_at"))
     boot.ranks = [str(r) for r in doc.get("ranks") or ()]
+    boot.nodes = ray_workers(doc)
     return boot
+
+
+def ray_workers(doc: Mapping[str, Any]) -> dict[str, dict[str, int | None]]:
+    """``Boot.nodes`` of a stored Ray boot: node ip (``""``: the driver's) → worker → its TP rank.
+    From ``ray_workers`` when the document has it; a document that has only ``nodes`` (the
+    ``replay --json`` list) gives each node's TP ranks to its first workers, in order."""
+    exact = doc.get("ray_workers")
+    out: dict[str, dict[str, int | None]] = {}
+    if isinstance(exact, list):  # [[ip, [[worker, tp], ...]], ...]: lists keep the order first seen
+        for entry in exact:
+            if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
+                continue
+            out[str(entry[0])] = {str(pair[0]): (pair[1] if isinstance(pair[1], int) and not isinstance(pair[1], bool)
+                                                 else None)
+                                  for pair in entry[1] if isinstance(pair, list) and len(pair) == 2}
+        return out
+    for node in doc.get("nodes") or ():
+        if not isinstance(node, dict):
+            continue
+        ip = node.get("ip")
+        procs = [str(p) for p in node.get("processes") or ()]
+        ranks = [r for r in node.get("tp_ranks") or () if isinstance(r, int) and not isinstance(r, bool)]
+        workers: dict[str, int | None] = {p: (ranks[i] if i < len(ranks) else None) for i, p in enumerate(procs)}
+        out[str(ip) if isinstance(ip, str) and ip else ""] = workers
+    return out
+
+
+def nodes_note(doc: Mapping[str, Any]) -> str:
+    """A stored Ray boot's nodes in a few words (``2 nodes: TP0 driver · TP1 10.0.0.2``); ``""``
+    for any other boot."""
+    return fmt.ray_nodes_compact(doc.get("nodes"))
 
 
 def spool_segment(spool: object) -> Path | None:
