@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from history_support import FIXTURES_DIR, boots_of
 from test_ui_helpers import FakeClock, plain, wait_for
+from textual.widgets import DataTable
 
 from kvtui import fmt
 from kvtui.boot import BootStatus
@@ -24,6 +25,7 @@ from kvtui.config import Config, HostConfig
 from kvtui.history import boot_from_doc, open_store
 from kvtui.history import record as rec
 from kvtui.ui.app import KvtuiApp
+from kvtui.ui.history_screen import HistoryScreen
 from kvtui.ui.host_pane import HostSpec
 from kvtui.ui.widgets.boot import BootFigures
 
@@ -111,3 +113,15 @@ async def test_the_console_shows_the_nodes_at_80x24(tmp_path: Path) -> None:
         assert "TP0 driver" in text
         assert "TP1 127.0.0.1" in text
         assert all(len(line) <= figures.size.width for line in text.splitlines())
+
+        # the console recorded the boot: its history view names the nodes beside it (H)
+        def stored() -> int:
+            with open_store(readonly=True) as store:
+                return store.count("ray")
+
+        await wait_for(pilot, lambda: stored() == 1, timeout=20)
+        await pilot.press("H")
+        await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen) and bool(app.screen.rows), timeout=20)
+        table = app.screen.query_one(DataTable)
+        await wait_for(pilot, lambda: table.row_count == 1, timeout=10)
+        assert str(table.get_row_at(0)[-1]) == "2 nodes: TP0 driver · TP1 127.0.0.1"
