@@ -97,3 +97,21 @@ def test_cpu_boots_calibrate_only_beside_the_same_pool_and_never_move_it() -> No
     assert any("the pool was given (VLLM_CPU_KVCACHE_SPACE=1)" in e for e in model.explain)
     assert kvcalc.predict(model, {}).tokens == 1_048_576  # INDEX-vllm-cpu.md: CPU KV cache size
     assert kvcalc.predict(model, {SPACE: 2}).tokens == 2_097_152
+
+
+def test_a_restart_stores_the_pool_environment_its_file_gives() -> None:
+    """``apply``/``rollback --restart`` record the boot with the unit's or script's value (``unit_env``)."""
+    from types import SimpleNamespace
+
+    from kvtui.engines.events import Engine
+
+    script = ("#!/bin/bash\nexport VLLM_CPU_KVCACHE_SPACE=1\nexport HF_HOME=/x\nexport VLLM_CPU_KVCACHE_SPACE=2\n"
+              "exec python -m vllm.entrypoints.openai.api_server --model /m\n")
+    unit = ("[Service]\nEnvironment=VLLM_CPU_KVCACHE_SPACE=4 OTHER=1\n"
+            "ExecStart=/usr/bin/python -m vllm.entrypoints.openai.api_server --model /m\n")
+    plan = SimpleNamespace(new_text=script, source=SimpleNamespace(kind="script"), engine=Engine.VLLM)
+    assert changes.unit_env(plan) == {SPACE: "2"}  # type: ignore[arg-type]  # the last assignment wins
+    plan = SimpleNamespace(new_text=unit, source=SimpleNamespace(kind="unit"), engine=Engine.VLLM)
+    assert changes.unit_env(plan) == {SPACE: "4"}  # type: ignore[arg-type]
+    plan = SimpleNamespace(new_text=unit, source=SimpleNamespace(kind="unit"), engine=Engine.SGLANG)
+    assert changes.unit_env(plan) == {}  # type: ignore[arg-type]  # SGLang reads no pool variable
