@@ -115,3 +115,19 @@ def test_a_restart_stores_the_pool_environment_its_file_gives() -> None:
     assert changes.unit_env(plan) == {SPACE: "4"}  # type: ignore[arg-type]
     plan = SimpleNamespace(new_text=unit, source=SimpleNamespace(kind="unit"), engine=Engine.SGLANG)
     assert changes.unit_env(plan) == {}  # type: ignore[arg-type]  # SGLang reads no pool variable
+
+
+def test_the_diff_names_a_changed_pool_environment() -> None:
+    from kvtui.history import diff as hdiff
+
+    base = rec.boot_doc("cpu", _real("vllm-cpu-0.32-ready.log"))
+    boot = dict(base, env={SPACE: "2.0"})
+    d = hdiff.diff(base, boot, base_id=1, boot_id=2)
+    assert d.env == {SPACE: ("1", "2.0")}
+    assert "Environment: VLLM_CPU_KVCACHE_SPACE 1 → 2.0" in hdiff.render(d)
+    assert "environment: VLLM_CPU_KVCACHE_SPACE 1 → 2.0" in hdiff.summary(d)
+    assert d.to_json()["env"] == {SPACE: ["1", "2.0"]}
+    assert hdiff.diff(base, dict(base, env={SPACE: "1.0"})).env == {}  # one value, two spellings
+    assert hdiff.diff(base, dict(base, env={SPACE: None})).env == {SPACE: ("1", None)}
+    older = {k: v for k, v in base.items() if k != "env"}  # stored before the history kept it
+    assert hdiff.diff(older, boot).env == {}

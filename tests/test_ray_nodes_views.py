@@ -125,3 +125,15 @@ async def test_the_console_shows_the_nodes_at_80x24(tmp_path: Path) -> None:
         table = app.screen.query_one(DataTable)
         await wait_for(pilot, lambda: table.row_count == 1, timeout=10)
         assert str(table.get_row_at(0)[-1]) == "2 nodes: TP0 driver · TP1 127.0.0.1"
+
+
+def test_the_diff_names_changed_ray_nodes() -> None:
+    from kvtui.history import diff as hdiff
+
+    boot = rec.boot_doc("ray", boots_of(LOG06.read_text().splitlines())[0])
+    moved = dict(boot, nodes=[{"ip": None, "processes": ["W pid=1"], "tp_ranks": [0, 1]},
+                              {"ip": "10.0.0.3", "processes": ["W pid=2 ip=10.0.0.3"], "tp_ranks": [2, 3]}])
+    d = hdiff.diff(boot, moved)
+    assert ("Ray nodes: 2 nodes: TP0 driver · TP1 127.0.0.1 → 2 nodes: TP0,1 driver · TP2,3 10.0.0.3"
+            in hdiff.render(d))
+    assert hdiff.diff(boot, boot).nodes is None
