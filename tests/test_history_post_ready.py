@@ -19,7 +19,7 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Phase
 from kvtui.gpu import GpuSample
 from kvtui.history import BootRecorder, open_store
-from kvtui.history.recorder import GpuReading
+from kvtui.history.recorder import LOG_CLOCK_SLACK_S, GpuReading
 from kvtui.monitor import HostMonitor
 from kvtui.updates import MonitorUpdate
 
@@ -93,8 +93,11 @@ def test_a_live_boot_keeps_its_readings_up_to_ready_and_no_later(tmp_path: Path)
     rec.gpus(_reading(t0, 1000))  # the reading before the boot's first line: free memory at start
     rec.log_time(t0 + 1)
     rec.observe(0, half)
-    rec.gpus(_reading(t0 + 5, 20000))  # the log is silent for a while: held ...
-    rec.log_time(t0 + 10)  # ... until a line shows the boot was still starting then
+    late = t0 + 1 + LOG_CLOCK_SLACK_S + 4
+    assert t_ready - 1 > late + 1 + LOG_CLOCK_SLACK_S  # the boot of boots_gen: 73 s to ready
+    rec.gpus(_reading(t0 + 5, 15000))  # within the clocks' slack of the newest line: taken
+    rec.gpus(_reading(late, 20000))  # the log is silent for a while: held ...
+    rec.log_time(late + 1)  # ... until a line shows the boot was still starting then
     rec.gpus(_reading(t_ready - 1, 60000))  # just before ready, the log not there yet: held
     rec.log_time(t_ready)
     rec.observe(0, ready)  # ready: what was held up to the ready line is the boot's
@@ -106,7 +109,7 @@ def test_a_live_boot_keeps_its_readings_up_to_ready_and_no_later(tmp_path: Path)
     assert doc["gpu_free_at_start_mib"] == {"0": TOTAL - 1000, "1": TOTAL - 1010}
     samples = doc["gpu_samples"]
     assert isinstance(samples, dict)
-    assert samples["ts"] == [round(t0, 3), round(t0 + 5, 3), round(t_ready - 1, 3)]
+    assert samples["ts"] == [round(t0, 3), round(t0 + 5, 3), round(late, 3), round(t_ready - 1, 3)]
 
 
 def test_a_source_without_times_keeps_every_reading_while_starting(tmp_path: Path) -> None:

@@ -42,7 +42,10 @@ class GpuReading(Protocol):
 
 
 _START_PHASES = frozenset({Phase.LAUNCH, Phase.INIT, Phase.LOAD_WEIGHTS})
-LOG_CLOCK_SLACK_S = 2.0  # a reading this much after the log's newest line still counts as "at" it
+# a reading this much after the log's newest line still counts as "at" it: GPU readings carry the
+# reader's clock, log lines the host's (journald), and the two may disagree by some seconds; a reader
+# that joins a boot gone ready less than this before may keep that many seconds of its readings
+LOG_CLOCK_SLACK_S = 30.0
 
 
 def _reading_time(samples: Sequence[GpuReading]) -> float:
