@@ -14,7 +14,9 @@ State (``FakeKube.state``):
   follow of the old container ends with exit 0, as kubectl's does); the current log not there yet
   is kubectl's "is waiting to start: ContainerCreating";
 - ``rollouts/KIND-NAME.json`` (``FakeKube.on_rollout``): what a real patch of that object (or
-  ``rollout restart``) does next — the pod replaced, its container's new log stamped from then on;
+  ``rollout restart``) does next — the pod replaced (its containers' command, args and env made
+  from the object's pod template, as the controller does), its container's new log stamped from
+  then on;
   ``rollout status`` says it completed; ``refuse-patch``: every
   patch fails with that file's text (an admission webhook); a JSON-patch ``test`` that does not
   hold fails the whole patch (``testing value … failed``);
@@ -94,6 +96,21 @@ def roll_out(kind, name):
     todo = json.load(open(hook))
     os.unlink(hook)
     pod, cont = todo["pod"]["metadata"]["name"], todo["container"]
+    # the new pod is made from the (patched) template: its containers' command, args and env
+    src = os.path.join(STATE, "objects", kind.lower(), name + ".json")
+    spec = (json.load(open(src)).get("spec") or {{}}) if os.path.exists(src) else {{}}
+    tmpl = spec.get("template") or (spec.get("leaderWorkerTemplate") or {{}}).get("leaderTemplate") or {{}}
+    made = {{c["name"]: c for c in (tmpl.get("spec") or {{}}).get("containers") or []}}
+    for c in todo["pod"].get("spec", {{}}).get("containers") or []:
+        for fld in ("command", "args", "env"):
+            c.pop(fld, None)
+            if fld in made.get(c["name"], {{}}):
+                c[fld] = made[c["name"]][fld]
+    # a new pod (a new uid) whose container starts now (the kubelet's startedAt, by the second)
+    todo["pod"]["metadata"]["uid"] = "fake-%d" % time.time_ns()
+    for cs in (todo["pod"].get("status") or {{}}).get("containerStatuses") or []:
+        if cs.get("name") == cont and "running" in (cs.get("state") or {{}}):
+            cs["state"] = {{"running": {{"startedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}}}
     json.dump(todo["pod"], open(os.path.join(STATE, "pods", pod + ".json"), "w"))
     d = os.path.join(STATE, "logs", pod)
     os.makedirs(d, exist_ok=True)

@@ -18,12 +18,16 @@ from kvtui.hosts.kube import commands as K
 from kvtui.hosts.kube.state import (
     ArgsError,
     ArgsSite,
+    EnvSite,
     LogResume,
     args_text,
     args_values,
     chart_patch,
     container_args,
+    container_env,
     controller_of,
+    edit_env,
+    env_patch_ops,
     gitops_manager,
     node_order,
     patch_ops,
@@ -222,6 +226,44 @@ def test_args_sites() -> None:
     plain = container_args(_obj("statefulset-plain"), None)
     assert [s.path for s in plain] == ["/spec/template/spec/containers/0/args"]
 
+
+
+def test_env_list_edits_and_their_patch_argv() -> None:
+    path = "/spec/template/spec/containers/0/env"
+    site = EnvSite(path, ({"name": "NCCL_DEBUG", "value": "WARN"},
+                          {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}))
+    entries, changes = edit_env(site, [("NCCL_DEBUG", "INFO"), ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")])
+    assert entries == [{"name": "NCCL_DEBUG", "value": "INFO"}, dict(site.entries[1]),
+                       {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}]
+    assert [(c.name, c.action, c.old, c.new, c.entry) for c in changes] == [
+        ("NCCL_DEBUG", "set", "WARN", "INFO", 1),
+        ("PYTORCH_CUDA_ALLOC_CONF", "add", None, "expandable_segments:True", 3)]
+    ops = env_patch_ops(site, entries)
+    assert K.patch_json(REF, "StatefulSet", "r1", ops, dry_run=True) == [
+        "kubectl", "--context", "prod-eu", "--namespace", "llm", "patch", "StatefulSet", "r1", "--type", "json",
+        "--patch", '[{"op":"test","path":"/spec/template/spec/containers/0/env","value":[{"name":"NCCL_DEBUG",'
+        '"value":"WARN"},{"name":"HF_TOKEN","valueFrom":{"secretKeyRef":{"name":"hf","key":"token"}}}]},'
+        '{"op":"replace","path":"/spec/template/spec/containers/0/env","value":[{"name":"NCCL_DEBUG","value":"INFO"},'
+        '{"name":"HF_TOKEN","valueFrom":{"secretKeyRef":{"name":"hf","key":"token"}}},'
+        '{"name":"PYTORCH_CUDA_ALLOC_CONF","value":"expandable_segments:True"}]}]',
+        "--dry-run=server", "--output", "json"]
+    # removed: every entry of the name; unchanged: no operation
+    gone, changes = edit_env(site, [("NCCL_DEBUG", None)])
+    assert gone == [dict(site.entries[1])]
+    assert changes[0].action == "remove"
+    assert env_patch_ops(site, edit_env(site, [("NCCL_DEBUG", "WARN")])[0]) == []
+    # a container without env gets the list added (a test on a missing path would fail)
+    assert env_patch_ops(EnvSite(path, ()), [{"name": "A", "value": "1"}]) == [
+        {"op": "add", "path": path, "value": [{"name": "A", "value": "1"}]}]
+    # refused: a valueFrom (the manifest's business), a variable the list does not set
+    with pytest.raises(ArgsError, match=r"HF_TOKEN comes from secretKeyRef hf/token \(valueFrom\)"):
+        edit_env(site, [("HF_TOKEN", "x")])
+    with pytest.raises(ArgsError, match=r"--unsetenv NOPE: NOPE is not in the container's env list \(its envFrom"):
+        edit_env(EnvSite(path, (), from_sources=True), [("NOPE", None)])
+    # every pod template's env, in the args' order
+    assert [s.path for s in container_env(_obj("leaderworkerset"), "sglang")] == [
+        "/spec/leaderWorkerTemplate/leaderTemplate/spec/containers/0/env",
+        "/spec/leaderWorkerTemplate/workerTemplate/spec/containers/0/env"]
 
 # -- the log resume -----------------------------------------------------------------------------
 

@@ -97,7 +97,8 @@ def test_apply_patches_the_statefulset_follows_the_rollout_and_rollback_restores
     assert len(backups) == 1
     saved = _json(backups[0])
     assert saved["object"] == "StatefulSet/r1"
-    assert saved["sites"] == [{"path": "/spec/template/spec/containers/0/args", "command": [], "args": before[0]}]
+    assert saved["sites"] == [{"path": "/spec/template/spec/containers/0/args", "command": [], "args": before[0],
+                              "env": []}]
     # rollback: those args back, the rollout and the new pod's boot followed again
     kube.on_rollout("StatefulSet", "r1", _rolled_pod(), "sglang", _boot("0.85"))
     code, out, err = _cli(kube, tmp_path, "rollback", "r1", "--restart", "--yes", "--timeout", "60")
@@ -226,7 +227,7 @@ async def test_args_changed_between_plan_and_write_are_refused(kube: FakeKube, t
     finally:
         await backend.close()
     assert out.code == 4
-    assert "its args changed since they were read; nothing was written" in out.messages[-1]
+    assert "its args or env changed since they were read; nothing was written" in out.messages[-1]
     assert json.loads(path.read_text())["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "0.9"
     assert not [c for c in kube.calls() if "patch" in c and "--dry-run=server" not in c]
 
@@ -264,3 +265,116 @@ async def test_a_plain_restart_is_a_rollout_restart_followed_to_the_new_boot(kub
     assert out.status == "ready", out.messages
     assert "StatefulSet/r1: rollout restarted" in out.messages
     assert any(c[4:7] == ["rollout", "restart", "statefulset/r1"] for c in kube.calls())
+
+
+def _with_env(kube: FakeKube, fixture: str = "statefulset-plain.json") -> list[dict[str, Any]]:
+    """The StatefulSet's container with an env list: a plain value and a Secret reference."""
+    obj = _json(FIX / "kube" / "objects" / fixture)
+    env = [{"name": "NCCL_DEBUG", "value": "WARN"},
+           {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
+    obj["spec"]["template"]["spec"]["containers"][0]["env"] = env
+    kube.put_object(obj)
+    return env
+
+
+def _sts_env(kube: FakeKube, kind: str = "statefulset") -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = _json(kube.state / "objects" / kind / "r1.json")["spec"]["template"]["spec"][
+        "containers"][0].get("env") or []
+    return env
+
+
+def test_setenv_patches_the_container_env_checks_the_new_pod_and_rollback_restores_it(kube: FakeKube,
+                                                                                      tmp_path: Path) -> None:
+    before = _with_env(kube)
+    args = _sts_args(kube)
+    kube.on_rollout("StatefulSet", "r1", _rolled_pod(), "sglang", _boot("0.85"))
+    code, out, err = _cli(kube, tmp_path, "apply", "r1", "--setenv", "NCCL_DEBUG=INFO", "--setenv",
+                          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "--restart", "--yes", "--timeout", "60")
+    assert code == 0, err
+    # the plan: both changes listed, the dry run's diff shows the env list
+    assert "env NCCL_DEBUG: WARN -> INFO" in out
+    assert "env PYTORCH_CUDA_ALLOC_CONF: added expandable_segments:True" in out
+    assert '-  value: "WARN"\n+  value: "INFO"\n' in out
+    assert '+- name: PYTORCH_CUDA_ALLOC_CONF\n+  value: "expandable_segments:True"\n' in out
+    assert "patched; the API server stored the new env" in err + out
+    # one JSON patch: the env list tested as read, then replaced; the args untouched
+    patch = next(c for c in _calls(kube, "patch") if "--dry-run=server" not in c)
+    ops = json.loads(patch[patch.index("--patch") + 1])
+    assert [(op["op"], op["path"]) for op in ops] == [("test", "/spec/template/spec/containers/0/env"),
+                                                      ("replace", "/spec/template/spec/containers/0/env")]
+    assert _sts_env(kube) == [{"name": "NCCL_DEBUG", "value": "INFO"}, before[1],
+                              {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}]
+    assert _sts_args(kube) == args
+    # the new pod (made from the template) runs with them
+    assert ("pod r1-0 runs with the env edits: --setenv NCCL_DEBUG=INFO, --setenv "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") in out + err
+    assert "r1: applied; the new boot is ready" in out
+    saved = _json(next((tmp_path / "state" / "kvtui" / "kube-backups").iterdir()))
+    assert saved["sites"][0]["env"] == before
+    # rollback: the env list as it was, checked on the new pod again
+    kube.on_rollout("StatefulSet", "r1", _rolled_pod(), "sglang", _boot("0.85"))
+    code, out, err = _cli(kube, tmp_path, "rollback", "r1", "--restart", "--yes", "--timeout", "60")
+    assert code == 0, err
+    assert _sts_env(kube) == before
+    assert "pod r1-0 runs with the env edits: --setenv NCCL_DEBUG=WARN, --unsetenv PYTORCH_CUDA_ALLOC_CONF" \
+        in out + err
+    assert "r1: rolled back; the boot is ready" in out
+
+
+def test_unsetenv_and_the_env_edits_kvtui_refuses(kube: FakeKube, tmp_path: Path) -> None:
+    before = _with_env(kube)
+    code, out, err = _cli(kube, tmp_path, "apply", "r1", "--unsetenv", "NCCL_DEBUG", "--yes")
+    assert code == 0, err
+    assert "env NCCL_DEBUG: removed (was WARN, line 1); in the container's env list" in out
+    assert _sts_env(kube) == [before[1]]
+    for argv, words in [
+        (["--setenv", "HF_TOKEN=hf_x"], "HF_TOKEN comes from secretKeyRef hf/token (valueFrom) in the container's env"),
+        (["--unsetenv", "NOPE"], "--unsetenv NOPE: NOPE is not in the container's env list (the image may still set "
+                                 "it)"),
+    ]:
+        calls = len(_calls(kube, "patch"))
+        code, _out, err = _cli(kube, tmp_path, "apply", "r1", *argv, "--yes")
+        assert code == 4, err
+        assert words in err
+        assert len(_calls(kube, "patch")) == calls  # not even a dry run
+
+
+def test_a_script_that_sets_the_variable_itself_is_refused(kube: FakeKube, tmp_path: Path) -> None:
+    obj = _json(FIX / "kube" / "objects" / "statefulset-plain.json")
+    c = obj["spec"]["template"]["spec"]["containers"][0]
+    c["command"], c["args"] = ["/bin/sh", "-c"], [
+        "export NCCL_DEBUG=WARN\nexec " + " ".join(c["args"]) + "\n"]
+    kube.put_object(obj)
+    code, _out, err = _cli(kube, tmp_path, "apply", "r1", "--setenv", "NCCL_DEBUG=INFO", "--yes")
+    assert code == 4, err
+    assert "the container's command line assigns NCCL_DEBUG itself (NCCL_DEBUG=WARN), which overrides its env list" \
+        in err
+
+
+def test_a_gitops_managed_object_gets_the_env_to_commit(kube: FakeKube, tmp_path: Path) -> None:
+    obj = _json(FIX / "kube" / "objects" / "statefulset-flux.json")
+    obj["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "NCCL_DEBUG", "value": "WARN"}]
+    kube.put_object(obj)
+    code, _out, err = _cli(kube, tmp_path, "apply", "r1", "--setenv", "NCCL_DEBUG=INFO", "--yes")
+    assert code == 4, err
+    assert "Flux would put the old env back at its next sync, silently" in err
+    assert ("# spec.template.spec.containers[name=sglang]\nenv:\n- name: NCCL_DEBUG\n  value: \"INFO\"") in err
+    assert _sts_env(kube) == [{"name": "NCCL_DEBUG", "value": "WARN"}]
+
+
+def test_setenv_on_a_leaderworkerset_edits_both_templates(kube: FakeKube, tmp_path: Path) -> None:
+    kube.put_pod(_json(FIX / "kube" / "pods" / "lws-leader.json"))
+    kube.put_object({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                     "metadata": {"name": "r1", "namespace": "llm",
+                                  "ownerReferences": [{"apiVersion": "leaderworkerset.x-k8s.io/v1",
+                                                       "kind": "LeaderWorkerSet", "name": "r1", "uid": "u3",
+                                                       "controller": True}]},
+                     "spec": {"template": {"spec": {"containers": [{"name": "sglang", "args": ["stale"]}]}}}})
+    kube.put_object(_json(FIX / "kube" / "objects" / "leaderworkerset.json"))
+    code, out, err = _cli(kube, tmp_path, "apply", "r1", "--setenv", "NCCL_IB_DISABLE=1", "--yes")
+    assert code == 0, err
+    spec = _json(kube.state / "objects" / "leaderworkerset" / "r1.json")["spec"]["leaderWorkerTemplate"]
+    for tmpl in ("leaderTemplate", "workerTemplate"):
+        env = spec[tmpl]["spec"]["containers"][0]["env"]
+        assert {"name": "NCCL_IB_DISABLE", "value": "1"} in env
+    assert out.count("+- name: NCCL_IB_DISABLE\n+  value: \"1\"") == 2

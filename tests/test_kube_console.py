@@ -83,3 +83,96 @@ async def test_the_header_shows_the_pod_state_as_it_changes(kube: FakeKube, tmp_
         assert pane is not None
         assert pane.monitor is not None
         await pane.monitor.close()
+
+
+async def test_the_gpu_panel_says_why_dcgm_readings_are_stale(kube: FakeKube, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kube host on a DCGM exporter: the stale mark in the GPU panel says why — another node's
+    exporter answered, the exporter cannot be reached — and goes when readings come again."""
+    from kvtui.kube_ref import parse_service_url
+    from kvtui.ui.widgets.gpu import GpuBars, GpuNote
+
+    url = "http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics"
+    proxy = parse_service_url(url).proxy_path()
+    kube.put_pod(_pod("running-ready"))
+    kube.put_raw(proxy, (FIX / "kube" / "dcgm" / "exporter-3x-h100-podmap.txt").read_text())
+    monkeypatch.setattr("kvtui.hosts.kube.backend.DCGM_MIN_S", 0.05)
+    host = parse_config(f'[hosts.r1]\nkube = "prod-eu/llm/r1-0"\ncontainer = "sglang"\ngpu_metrics_url = "{url}"\n',
+                        tmp_path / "h.toml").host("r1")
+
+    def factory(name: str, cfg: Any) -> KubeBackend:
+        return KubeBackend(name, PodRef("prod-eu", "llm", "r1-0", container="sglang"), retry_s=0.05, pod_poll_s=0,
+                           gpu_metrics_url=url)
+
+    app = KvtuiApp([HostSpec("r1", host)], backend_factory=factory,
+                   monitor_options={"gpu_interval": 0.05, "flush_interval": 0.05})
+    app.animation_level = "none"
+    async with app.run_test(size=(200, 40)) as pilot:
+        bars, note = app.query_one(GpuBars), app.query_one(GpuNote)
+
+        def shown() -> str:
+            return plain(note) if note.has_class("-shown") else ""
+
+        await wait_for(pilot, lambda: len(bars.samples) == 4 and not any(s.stale for s in bars.samples), timeout=20)
+        assert shown() == ""
+        kube.put_raw(proxy, (FIX / "kube" / "dcgm" / "exporter-3x-h100-other-node.txt").read_text())
+        await wait_for(pilot, lambda: "another node's" in shown(), timeout=20)
+        assert shown() == "stale: another node's DCGM exporter answered (gpu-node-9; the pod runs on gpu-node-3)"
+        assert all(s.stale for s in bars.samples)
+        kube.put_raw(proxy, None)
+        await wait_for(pilot, lambda: "unreachable" in shown(), timeout=20)
+        assert shown().startswith("stale: DCGM exporter unreachable: Error from server (ServiceUnavailable): no "
+                                  "endpoints available")
+        kube.put_raw(proxy, (FIX / "kube" / "dcgm" / "exporter-3x-h100-podmap.txt").read_text())
+        await wait_for(pilot, lambda: shown() == "" and not any(s.stale for s in bars.samples), timeout=20)
+        pane = app.main_screen.active_pane
+        assert pane is not None
+        assert pane.monitor is not None
+        await pane.monitor.close()
+
+
+async def test_the_deployment_console_shows_each_pods_state(kube: FakeKube, tmp_path: Path) -> None:
+    """A deployment of two kube pods (an LWS leader and its worker): each node's header beside its
+    GPU bars carries its pod's state as its backend reads it, and follows it (the worker's
+    container OOM-killed and crash-looping)."""
+    from textual.widgets import Static
+
+    from kvtui.ui.deployment_screen import DeploymentScreen, DeploymentSpec
+
+    for fixture in ("lws-leader", "lws-worker-1"):
+        pod = _pod(fixture)
+        kube.put_pod(pod)
+    kube.append_log("r1-0-1", "sglang", ["2026-12-01T15:00:00.000Z [2026-12-01 15:00:00] worker starting"])
+    cfg = parse_config('[hosts.leader]\nkube = "prod-eu/llm/r1-0"\ncontainer = "sglang"\n'
+                       '[hosts.worker]\nkube = "prod-eu/llm/r1-0-1"\ncontainer = "sglang"\n'
+                       '[deployments.r1]\nnodes = ["leader", "worker"]\n', tmp_path / "h.toml")
+    pods = {"leader": "r1-0", "worker": "r1-0-1"}
+
+    def factory(name: str, host: Any) -> KubeBackend:
+        return KubeBackend(name, PodRef("prod-eu", "llm", pods[name], container="sglang"), retry_s=0.05,
+                           pod_poll_s=0.1)
+
+    dep = cfg.deployment("r1")
+    assert dep is not None
+    app = KvtuiApp([], backend_factory=factory, config=cfg,
+                   deployment=DeploymentSpec("r1", cfg.node_hosts("r1"), dep.hang_seconds))
+    app.animation_level = "none"
+    async with app.run_test(size=(160, 40)) as pilot:
+        screen = app.screen_stack[0]
+        assert isinstance(screen, DeploymentScreen)
+
+        def head(i: int) -> str:
+            return str(screen.query_one(f"#node-head-{i}", Static).render())
+
+        await wait_for(pilot, lambda: "pod r1-0: Running, ready" in head(0), timeout=30)
+        await wait_for(pilot, lambda: "pod r1-0-1: Running" in head(1), timeout=30)
+        crashed = _pod("lws-worker-1")
+        st = crashed["status"]["containerStatuses"][0]
+        st["restartCount"], st["ready"] = 3, False
+        st["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}}
+        st["lastState"] = {"terminated": {"reason": "OOMKilled", "exitCode": 137}}
+        kube.put_pod(crashed)
+        await wait_for(pilot, lambda: "CrashLoopBackOff" in head(1), timeout=30)
+        assert ("pod r1-0-1: CrashLoopBackOff (back-off 40s restarting failed container), 3 restarts, last: OOMKilled "
+                "(exit 137): host memory, not GPU") in head(1)
+        assert "pod r1-0: Running, ready" in head(0)

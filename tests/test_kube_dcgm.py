@@ -21,7 +21,7 @@ from kube_support import FakeKube
 from kvtui.config import ConfigError, parse_config
 from kvtui.hosts.kube import commands as K
 from kvtui.hosts.kube.backend import KubeBackend
-from kvtui.hosts.kube.dcgm import parse_dcgm, parse_labels
+from kvtui.hosts.kube.dcgm import parse_dcgm, parse_labels, stale_reason
 from kvtui.kube_ref import KubeRefError, ServiceUrl, parse_service_url
 
 FIX = Path(__file__).parent / "fixtures" / "kube"
@@ -64,6 +64,26 @@ def test_an_answer_from_another_nodes_exporter_has_no_gpu_of_ours() -> None:
     r = parse_dcgm(_text("exporter-3x-h100-other-node.txt"), 5.0, namespace="llm", pod="r1-0")
     assert r.samples == []
     assert r.other_node
+
+
+def test_why_an_answer_has_no_gpu_of_the_pod() -> None:
+    """The stale mark's reason: unreachable, another node's exporter (its Hostname is not the pod's
+    node), no series for this pod (the exporter on the pod's node maps its GPUs to other pods),
+    no frame-buffer series at all."""
+    other = parse_dcgm(_text("exporter-3x-h100-other-node.txt"), 5.0, namespace="llm", pod="r1-0")
+    assert stale_reason(other, "", namespace="llm", pod="r1-0", node="gpu-node-3") == \
+        "another node's DCGM exporter answered (gpu-node-9; the pod runs on gpu-node-3)"
+    mine = parse_dcgm(_text("exporter-3x-h100-podmap.txt"), 5.0, namespace="llm", pod="r1-9")
+    assert mine.other_node
+    assert mine.hosts == {"gpu-node-3"}
+    assert stale_reason(mine, "", namespace="llm", pod="r1-9", node="gpu-node-3") == \
+        "no DCGM series for pod llm/r1-9: the exporter on gpu-node-3 maps its GPUs to other pods"
+    empty = parse_dcgm("# HELP nothing\n", 5.0, namespace="llm", pod="r1-0")
+    assert stale_reason(empty, "", namespace="llm", pod="r1-0", node=None) == \
+        "the DCGM exporter's answer has no DCGM_FI_DEV_FB_USED/FREE series"
+    assert stale_reason(None, "error: You must be logged in to the server (Unauthorized)", namespace="llm",
+                        pod="r1-0", node=None) == \
+        "DCGM exporter unreachable: error: You must be logged in to the server (Unauthorized)"
 
 
 def test_prometheus_text_details() -> None:
@@ -133,10 +153,11 @@ async def test_the_backend_reads_the_exporter_through_the_api_server_and_marks_s
     assert not any(s.stale for s in first)
     assert [s.used_mib for s in other] == [70004, 70005, 70006, 70007]
     assert all(s.stale for s in other)
-    assert note_other == "the exporter that answered runs on another node (no GPU of this pod)"
+    assert note_other == "another node's DCGM exporter answered (gpu-node-9; the pod runs on gpu-node-3)"
     assert all(s.stale for s in gone)
     assert note_gone is not None
-    assert "no endpoints available" in note_gone
+    assert note_gone.startswith("DCGM exporter unreachable: Error from server (ServiceUnavailable): no endpoints "
+                                "available")
     assert not any(s.stale for s in back)
     raw = [c for c in kube.calls() if "--raw" in c]
     assert raw[0] == ["--context", "prod-eu", "get", "--raw", PROXY]

@@ -253,7 +253,21 @@ class DeploymentPane(Vertical):
         conn = self._conn(node)
         t = Text(f"{self.node_label(node.index)} · ")
         t.append(conn, style="green" if conn == "connected" else "yellow")
+        pod = self._pod_text(node)
+        if pod:
+            t.append(f" · {pod}", style="dim" if pod.endswith(": Running, ready") else "yellow")
         return t
+
+    @staticmethod
+    def _pod_text(node: DeploymentNode) -> str:
+        """A kube node's pod state as its backend last read it (every few seconds, with the
+        log): ``pod r1-0-1: Running, not ready (readiness probe)``, ``pod r1-0-1: CrashLoopBackOff,
+        3 restarts, last: OOMKilled …`` (empty for other hosts, or before the first read)."""
+        st = node.status
+        if node.host.kind != "kube" or st is None or not st.detail or not st.detail.startswith("pod "):
+            return ""
+        text = st.detail.split("; ", 1)[0]
+        return text if len(text) <= 200 else text[:199] + "…"  # the head ellipsizes at its width
 
     def _notes(self, dep: DeploymentBoot, now: datetime) -> Text:
         t = Text()

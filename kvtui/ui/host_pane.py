@@ -35,6 +35,7 @@ from kvtui.ui.widgets.gpu import (
     GpuBars,
     GpuHeader,
     GpuHistoryPlot,
+    GpuNote,
     GpuSummary,
     PhaseBand,
     ProcessTable,
@@ -235,6 +236,7 @@ class HostPane(HostChanges, Vertical):
                 with GpuPanel(id="gpu-panel", classes="panel"):
                     yield GpuHeader()
                     yield GpuBars()
+                    yield GpuNote()
                     yield ForeignWarning()
                     yield GpuHistoryPlot()
                     yield ProcessTable()
@@ -345,6 +347,7 @@ class HostPane(HostChanges, Vertical):
         if self.samples or self.foreign:
             self._one(GpuBars).show(self.samples, self.foreign)
             self._one(GpuSummary).show(self.samples)
+            self._one(GpuNote).show(self.samples, self.gpu_note())
             self._one(ForeignWarning).show(self.foreign)
             self.gpu_subtitle()
         if self.boot is not None:
@@ -496,6 +499,7 @@ class HostPane(HostChanges, Vertical):
             if shown:
                 self._one(GpuBars).show(gpu.samples, gpu.foreign)
                 self._one(GpuSummary).show(gpu.samples)
+                self._one(GpuNote).show(gpu.samples, self.gpu_note())
                 self._one(ForeignWarning).show(gpu.foreign)
                 self.gpu_subtitle()
             else:
@@ -531,6 +535,12 @@ class HostPane(HostChanges, Vertical):
                 self._stale = True
                 if post:
                     self._post_summary(self.current_elapsed(now))
+
+    def gpu_note(self) -> str | None:
+        """What the backend says of its GPU readings (``gpu_note``: a kube host's DCGM exporter —
+        why they are stale), None for a backend that says nothing."""
+        note = getattr(self.backend, "gpu_note", None)
+        return note if isinstance(note, str) and note else None
 
     def gpu_subtitle(self) -> None:
         if not self.samples:

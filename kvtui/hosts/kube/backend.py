@@ -12,6 +12,13 @@
   so a restart is handled before the new container's first line whenever it happened; a new
   container that has printed nothing yet ("waiting to start") is followed again until it has.
   ``NEXT_BOOT`` takes only lines stamped after now.
+- **The next boot** (a restart, an apply's rollout: ``follow_next_boot``, a
+  ``PositionedLogSource``) is the next *container*: the one after the container running when
+  the restart was marked (``mark_next_boot``) or the follow began — another pod (uid; a
+  Deployment's new pod is found by its controller's labels), or the same pod's container
+  restarted — followed from its own ``startedAt``. The old pod's lines never count, however late
+  it prints (a rolling update keeps it serving; a terminating pod prints its shutdown), and the
+  follow is positioned at once: no settle time.
 - **GPUs**: ``kubectl exec … -- nvidia-smi --query-gpu=… -lms N`` in the server's container; a
   stream that ends is restarted, the last samples marked stale meanwhile. With
   ``gpu_metrics_url`` (a DCGM exporter's in-cluster URL) its Prometheus text instead, read through
@@ -36,7 +43,20 @@ from kvtui.engines.events import LogRecord
 from kvtui.gpu import QUERY_GPU_FIELD_NAMES, GpuProcess, GpuSample, mark_stale, parse_query_gpu_line, select_gpus
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
 from kvtui.hosts.kube import commands as K
-from kvtui.hosts.kube.state import LogResume, PodState, node_order, pod_state, split_stamp
+from kvtui.hosts.kube.state import (
+    ContainerId,
+    LogResume,
+    NextContainer,
+    PodState,
+    container_id,
+    controller_of,
+    next_container,
+    node_order,
+    node_rank,
+    pod_state,
+    siblings_selector,
+    split_stamp,
+)
 from kvtui.liveness import exit_record
 
 if TYPE_CHECKING:
@@ -76,11 +96,15 @@ class KubeBackend:
         self._pod: str | None = ref.pod
         self._state: PodState | None = None
         self._obj: dict[str, Any] | None = None  # the pod as last read
-        self._next_from: float | None = None  # mark_next_boot
+        self._marked = False  # mark_next_boot: the next boot comes after ``_next_after``
+        self._next_after: ContainerId | None = None
+        self._awaiting_next = False  # a next-boot follow is waiting for the next container
         self._pod_poll_s = POD_POLL_S if pod_poll_s is None else pod_poll_s
         self._watch: asyncio.Task[None] | None = None
         self.gpu_metrics_url = gpu_metrics_url
-        self.gpu_note: str | None = None  # what the last DCGM answer said about whose GPUs it holds
+        # what the last DCGM answer said about whose GPUs it holds: why the samples are stale
+        # (exporter unreachable, another node's exporter, no series for this pod), or a caveat
+        self.gpu_note: str | None = None
         self._procs: set[asyncio.subprocess.Process] = set()
         self._closed = asyncio.Event()
 
@@ -119,7 +143,9 @@ class KubeBackend:
             if not items:
                 raise BackendError(f"no pod matches the selector {self.ref.selector} in namespace "
                                    f"{self.ref.namespace}")
-            obj: Any = items[0]
+            # the leader; the one followed so far while two have its place (a rolling replacement)
+            leaders = [p for p in items if node_rank(p) == node_rank(items[0])]
+            obj: Any = next((p for p in leaders if p["metadata"]["name"] == self._pod), items[0])
             self._pod = str(obj["metadata"]["name"])
         else:
             assert self._pod is not None
@@ -140,9 +166,15 @@ class KubeBackend:
         return await self._kubectl(argv, timeout)
 
     def mark_next_boot(self, at: float) -> None:
-        """The next ``follow_log(NEXT_BOOT)`` takes lines stamped from ``at`` on (not from when it
-        starts): a patch rolls the pod out at once, before the apply's follower is running."""
-        self._next_from = at
+        """Right before a patch or a rollout restart (the pod read just before: ``refresh``): the
+        next boot is the container after the one running now, whenever the follow of it starts (a
+        patch rolls the pod out at once, before the apply's follower runs). A mark while a
+        next-boot follow already waits is that follow's own restart: it knows the old container."""
+        del at  # the cluster's own clock (the new container's startedAt) says where its boot starts
+        if self._awaiting_next:
+            return
+        self._marked = True
+        self._next_after = container_id(self._obj, self.ref.container) if self._obj is not None else None
 
     def pod_state(self) -> PodState | None:
         return self._state
@@ -194,22 +226,88 @@ class KubeBackend:
             await self.start()
         assert self._state is not None
         assert self._pod is not None
+        if start is LogStart.NEXT_BOOT and after_cursor is None and self._marked:
+            async for batch in self.follow_next_boot(lambda: None):
+                yield batch
+            return
         resume = LogResume()
         if after_cursor:
             got = split_stamp(after_cursor + " ")
             if got is not None:
                 resume.last_stamp, resume.last_key = got[0], got[1]
         elif start is LogStart.NEXT_BOOT:
-            at = self._clock() if self._next_from is None else min(self._clock(), self._next_from)
-            self._next_from = None
-            now = rfc3339(datetime.fromtimestamp(at, UTC))
+            now = rfc3339(datetime.fromtimestamp(self._clock(), UTC))
             got = split_stamp(now + " ")
             assert got is not None
             resume.last_stamp, resume.last_key = got[0], got[1]
-        restarts = self._state.restarts
+        async for batch in self._follow(resume, self._state.restarts, fresh=True):
+            yield batch
+
+    async def follow_next_boot(self, positioned: Callable[[], None]) -> AsyncIterator[list[LogRecord]]:
+        """The next boot's lines (``PositionedLogSource``): those of the next container (see the
+        module docstring), from its own start. Positioned at once: the container running now is
+        known (marked, or read here), and whatever the next one prints is its boot."""
+        if self._state is None:
+            await self.start()
+        if self._marked:
+            old = self._next_after
+            self._marked = False
+        else:
+            with contextlib.suppress(BackendError):
+                await self.refresh()
+            old = container_id(self._obj, self.ref.container) if self._obj is not None else None
+        self._awaiting_next = True
+        try:
+            positioned()
+            found = await self._next_container(old)
+        finally:
+            self._awaiting_next = False
+        if found is None:
+            return  # closed
+        self._pod = found.pod
+        resume = LogResume()
+        got = split_stamp(found.since + " ")
+        if got is not None:
+            resume.last_stamp, resume.last_key = got[0], got[1]
+        async for batch in self._follow(resume, found.restarts, fresh=False):
+            yield batch
+
+    async def _next_container(self, old: ContainerId | None) -> NextContainer | None:
+        """Look at the pods until the container after ``old`` has started (None: closed)."""
+        import json
+
+        like = self._obj
+        sel = None
+        if not self.ref.selector and like is not None and (controller_of(like) or ("", ""))[0] == "ReplicaSet":
+            sel = siblings_selector(like)  # a Deployment's next pod has another name
+        while not self._closed.is_set():
+            pods: list[Any] = []
+            try:
+                for argv in ([K.list_pods(self.ref)] if self.ref.selector else
+                             [K.get_pod(self.ref, old.pod if old is not None else str(self._pod)),
+                              *([K.list_pods(self.ref, sel)] if sel else [])]):
+                    rc, out, _err = await self._kubectl(argv)
+                    if rc == 0:
+                        doc = json.loads(out)
+                        pods.extend(doc.get("items") or [] if doc.get("kind") == "List" else [doc])
+            except (BackendError, ValueError):
+                pods = []
+            if self.ref.selector and pods:
+                first = node_order(pods)[0]
+                pods = [p for p in pods if node_rank(p) == node_rank(first)]
+            found = next_container(pods, self.ref.container, old)
+            if found is not None:
+                return found
+            if await self._sleep(self._retry_s):
+                return None
+        return None
+
+    async def _follow(self, resume: LogResume, restarts: int, *, fresh: bool) -> AsyncIterator[list[LogRecord]]:
+        """Follow ``self._pod``'s container from ``resume`` on: ``restarts`` is the restart count
+        of the container followed (a higher one: it restarted); ``fresh``: the pod was just read."""
+        assert self._pod is not None
         delay = self._retry_s
         pause = 0.0  # before the next look at the pod: 0 after a stream that ended, else the back-off
-        fresh = True  # start() just read the pod
         ended = False  # the last stream ended by itself (exit 0), not dropped
         while not self._closed.is_set():
             if pause and await self._sleep(pause):
@@ -385,7 +483,7 @@ class KubeBackend:
         never from here) every ``interval_s`` (at least ``DCGM_MIN_S``: the exporter itself
         collects every few seconds); an answer that fails, or comes from another node's exporter,
         leaves the last samples marked stale, as an SSH host's are while it reconnects."""
-        from kvtui.hosts.kube.dcgm import parse_dcgm
+        from kvtui.hosts.kube.dcgm import parse_dcgm, stale_reason
         from kvtui.kube_ref import parse_service_url
 
         assert self.gpu_metrics_url is not None
@@ -405,9 +503,9 @@ class KubeBackend:
                 last = select_gpus(reading.samples, self.gpus)
                 yield last
             else:
-                self.gpu_note = (_first_line(err) or f"kubectl exited {rc}" if reading is None else
-                                 "the exporter that answered runs on another node (no GPU of this pod)"
-                                 if reading.other_node else "the exporter's answer has no DCGM_FI_DEV_FB_USED/FREE")
+                self.gpu_note = stale_reason(reading, _first_line(err) or f"kubectl exited {rc}",
+                                             namespace=self.ref.namespace, pod=pod,
+                                             node=self._state.node if self._state is not None else None)
                 if last:
                     yield mark_stale(last)
             if await self._sleep(every):

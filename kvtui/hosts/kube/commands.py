@@ -34,11 +34,12 @@ def get_pod(ref: PodRef, pod: str) -> list[str]:
     return [*_base(ref), "get", "pod", check_name(pod, "pod"), "--output", "json"]
 
 
-def list_pods(ref: PodRef) -> list[str]:
-    """The pods ``ref.selector`` picks, as a JSON ``List``."""
-    if not ref.selector:
+def list_pods(ref: PodRef, selector: str | None = None) -> list[str]:
+    """The pods ``selector`` (default ``ref.selector``) picks, as a JSON ``List``."""
+    sel = selector or ref.selector
+    if not sel:
         raise KubeRefError("list_pods needs a selector")
-    return [*_base(ref), "get", "pods", "--selector", check_selector(ref.selector), "--output", "json"]
+    return [*_base(ref), "get", "pods", "--selector", check_selector(sel), "--output", "json"]
 
 
 def get_object(ref: PodRef, kind: str, name: str) -> list[str]:

@@ -69,12 +69,15 @@ class Reading:
     samples: list[GpuSample]
     filtered: bool
     other_node: bool = False
+    hosts: frozenset[str] = frozenset()  # the exporter's node(s): its ``Hostname`` labels
+    fb_series: bool = True  # the answer has DCGM_FI_DEV_FB_USED / FB_FREE series at all
 
 
 def parse_dcgm(text: str, ts: float, *, namespace: str | None = None, pod: str | None = None) -> Reading:
     """The GPUs of one ``/metrics`` answer as ``GpuSample``s (MiB), those of ``namespace``/``pod``
     when the exporter maps GPUs to pods. A GPU without both FB_USED and FB_FREE is left out."""
     gpus: dict[int, _Gpu] = {}
+    hosts: set[str] = set()
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -95,6 +98,8 @@ def parse_dcgm(text: str, ts: float, *, namespace: str | None = None, pod: str |
         g.values[_FIELDS[m.group("name")]] = value
         g.uuid = labels.get("UUID") or g.uuid
         g.model = labels.get("modelName") or g.model
+        if labels.get("Hostname"):
+            hosts.add(labels["Hostname"])
         if labels.get("pod"):
             g.pod = (labels.get("namespace", ""), labels["pod"])
     ordered = [gpus[i] for i in sorted(gpus) if {"used", "free"} <= gpus[i].values.keys()]
@@ -102,7 +107,25 @@ def parse_dcgm(text: str, ts: float, *, namespace: str | None = None, pod: str |
     filtered = mapped and pod is not None
     chosen = [g for g in ordered if g.pod == (namespace or "", pod)] if filtered else ordered
     samples = [_sample(i if filtered else g.index, g, ts) for i, g in enumerate(chosen)]
-    return Reading(samples, filtered, other_node=filtered and not chosen)
+    return Reading(samples, filtered, other_node=filtered and not chosen, hosts=frozenset(hosts),
+                   fb_series=bool(ordered))
+
+
+def stale_reason(reading: Reading | None, error: str, *, namespace: str | None, pod: str | None,
+                 node: str | None) -> str:
+    """Why the exporter's answer gave no sample of the server's GPUs (the GPU panel's stale mark
+    says it): the exporter could not be reached (``error``: kubectl's words), another node's
+    exporter answered (its ``Hostname`` is not the pod's node), the exporter maps no GPU to this
+    pod (on the pod's node, or a node unknown), or it has no frame-buffer series at all."""
+    if reading is None:
+        return f"DCGM exporter unreachable: {error}" if error else "DCGM exporter unreachable"
+    if not reading.fb_series:
+        return "the DCGM exporter's answer has no DCGM_FI_DEV_FB_USED/FREE series"
+    where = ", ".join(sorted(reading.hosts))
+    if node and reading.hosts and node not in reading.hosts:
+        return f"another node's DCGM exporter answered ({where}; the pod runs on {node})"
+    on = f" on {where}" if where else ""
+    return f"no DCGM series for pod {namespace or ''}/{pod or ''}: the exporter{on} maps its GPUs to other pods"
 
 
 def _sample(index: int, g: _Gpu, ts: float) -> GpuSample:

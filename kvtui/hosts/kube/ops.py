@@ -13,11 +13,18 @@ restart, follow, verify the new boot's argument dump, roll back) is the same as 
   is the args as the API server would store them (admission and defaulting included), or its
   refusal. An object Helm / Argo CD / Flux manages is refused unless ``--force`` (they would
   revert the patch), with the change to commit to the chart instead.
+- **env** (``--setenv`` / ``--unsetenv``): the container's ``env`` list in every pod template,
+  patched beside the args (``env_apart``: the args text is not where the variables live): a
+  variable set there gets the new value, a new one is appended, a removed one loses every entry;
+  a ``valueFrom``, a variable the list does not set (to remove) and one the container's own
+  command line assigns are refused. The backup keeps the lists; the new pod's container must
+  carry the edits (``process_env``).
 - **write**: read the object again (changed since planned: refused, 4), save its current args
   (the backup: ``$XDG_STATE_HOME/kvtui/kube-backups/``, one JSON file per backup; a rollback
   restores every template's args from it), patch, check what the API server stored (else the old
   args are patched back). Writing the template *is* the restart: the controller rolls the pod
-  out (the apply's follower takes the new pod's lines from the patch's time on).
+  out (the apply's follower takes the next container's lines: the pod is read right before the
+  patch, ``KubeBackend.mark_next_boot``; the old pod's late lines never count).
 - **restart**: ``kubectl rollout status`` followed in the background (its last line is said); the
   console's plain restart is ``kubectl rollout restart``. The new pod's boot is followed like a
   container restart (``KubeBackend``).
@@ -36,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvtui import envedit as ev
 from kvtui import flags as fl
 from kvtui.exits import EXIT_INPUT, EXIT_REFUSED
 from kvtui.hosts.backend import BackendError
@@ -44,15 +52,24 @@ from kvtui.hosts.kube.state import (
     ArgsError,
     ArgsSite,
     ArgsText,
+    EnvChange,
+    EnvSite,
     Manager,
     args_text,
     args_values,
     chart_patch,
     container_args,
+    container_env,
     controller_of,
+    edit_env,
+    env_patch_ops,
+    env_values,
     gitops_manager,
     patch_ops,
+    pick_container,
+    plain_env,
     site_values,
+    yaml_env,
     yaml_list,
 )
 from kvtui.hosts.service.model import BACKUP_MARK, PRE_ROLLBACK, FlagSource, PlanStep, Refusal, ServiceError
@@ -89,6 +106,7 @@ class _Target:
     sites: list[ArgsText]
     manager: Manager | None
     via: tuple[str, ...]
+    envs: list[EnvSite]  # the container's env list in each pod template (the sites' order)
 
 
 class KubeOps:
@@ -112,9 +130,14 @@ class KubeOps:
         return None  # the operator's kubeconfig user: kvtui does not know it
 
     @property
+    def env_apart(self) -> bool:
+        """``--setenv`` / ``--unsetenv`` edit the container's ``env`` list, not the args text."""
+        return True
+
+    @property
     def settle_s(self) -> float:
-        # the follower reads from the patch's stamp on (``mark_next_boot``), not from where it got
-        # to: nothing to settle, and the new pod may print before a settle would end
+        # unused: the backend is a PositionedLogSource (the next boot is the next container,
+        # known before the restart; ``mark_next_boot``)
         return 0.0
 
     # -- reading -------------------------------------------------------------------------------
@@ -174,7 +197,7 @@ class KubeOps:
             texts = [args_text(s) for s in sites]
         except ArgsError as exc:
             raise ServiceError(f"{kind}/{oname}: {exc}", EXIT_REFUSED) from exc
-        self._target = _Target(kind, oname, obj, texts, gitops_manager(obj), via)
+        self._target = _Target(kind, oname, obj, texts, gitops_manager(obj), via, container_env(obj, container))
         text = texts[0].text
         return FlagSource(
             "script", self.source_name(kind, oname), text, hashlib.sha256(text.encode()).hexdigest(),
@@ -219,20 +242,19 @@ class KubeOps:
     def edit_steps(self, plan: ApplyPlan) -> tuple[list[PlanStep], dict[str, str]]:
         t = self._target
         assert t is not None, "locate() first"
-        if plan.env_edits:
-            plan.refusals.append(Refusal("environment edits (--setenv/--unsetenv) on a kube host are not built: "
-                                         "kvtui edits the container's args only", False))
-            return [], {}
         new: list[tuple[tuple[str, ...], tuple[str, ...]]] = []  # every site's (command, args) after
+        envs: list[list[dict[str, Any]]] = []  # every site's env list after
         try:
             if plan.action == "rollback":
                 doc = self._read_backup(plan.backup_path)
                 saved = {s["path"]: (tuple(s["command"]), tuple(s["args"])) for s in doc["sites"]}
                 new = [saved.get(at.site.path, (at.site.command, at.site.args)) for at in t.sites]
+                envs = self._rollback_env(plan, doc)
             else:
                 for i, at in enumerate(t.sites):
                     text = plan.new_text if i == 0 else fl.apply_edits(at.text, "script", plan.edits).new_text
                     new.append(args_values(at, text))
+                envs = self._edited_env(plan)
         except (ArgsError, fl.FlagError) as exc:
             plan.refusals.append(Refusal(f"{t.kind}/{t.name}: {exc}", False))
             return [], {}
@@ -240,6 +262,9 @@ class KubeOps:
         ops = [op for site, (c, a) in zip(sites, new, strict=True) for op in patch_ops(site, c, a)]
         undo = [op for site, (c, a) in zip(sites, new, strict=True)
                 for op in patch_ops(ArgsSite(site.path, a, c), site.command, site.args)]
+        ops += [op for es, entries in zip(t.envs, envs, strict=True) for op in env_patch_ops(es, entries)]
+        undo += [op for es, entries in zip(t.envs, envs, strict=True)
+                 for op in env_patch_ops(EnvSite(es.path, tuple(entries)), es.entries)]
         ref = self._backend.ref
         patch = K.patch_json(ref, t.kind, t.name, ops, dry_run=False)
         dry = K.patch_json(ref, t.kind, t.name, ops, dry_run=True)
@@ -249,18 +274,25 @@ class KubeOps:
             release = f" (release {m.release})" if m.release else ""
             moved = [(site, c, a) for site, (c, a) in zip(sites, new, strict=True) if (c, a) != (site.command,
                                                                                                   site.args)]
+            what = "args" if not plan.env_changed else "env" if not moved else "args and env"
+            text = chart_patch(t.kind, t.name, ref.container, moved) if moved else \
+                f"# {t.kind}/{t.name}: commit this to the chart or repository that renders it"
+            for es, entries in zip(t.envs, envs, strict=True):
+                if [dict(e) for e in es.entries] != entries:
+                    tmpl = es.path.rsplit("/spec/containers/", 1)[0].strip("/").replace("/", ".")
+                    text += f"\n# {tmpl}.spec.containers[name={ref.container or '(first)'}]\n"
+                    text += "\n".join(yaml_env(entries))
             plan.refusals.append(Refusal(
-                f"{t.kind}/{t.name} is managed by {m.tool}{release} ({m.evidence}): {m.tool} would put the old args "
+                f"{t.kind}/{t.name} is managed by {m.tool}{release} ({m.evidence}): {m.tool} would put the old {what} "
                 f"back at its next sync, silently. Commit the change to the chart / repository instead "
-                f"(or pass --force to patch the live object anyway):\n" + chart_patch(t.kind, t.name, ref.container,
-                                                                                      moved),
+                f"(or pass --force to patch the live object anyway):\n" + text,
                 True))
         steps = [
-            PlanStep(f"check that {t.kind}/{t.name} still has the args read ({len(sites)} pod template"
+            PlanStep(f"check that {t.kind}/{t.name} still has the args and env read ({len(sites)} pod template"
                      f"{'s' if len(sites) != 1 else ''}; the patch's test operations hold it on the server too)"),
             PlanStep("server-side dry run of the patch (done while planning: the diff above is its result)",
                      shlex.join(dry)),
-            PlanStep(f"save the current args as {plan.saved_copy} (in {backups_dir()})"),
+            PlanStep(f"save the current args and env as {plan.saved_copy} (in {backups_dir()})"),
             PlanStep(f"patch the {t.kind}'s pod template: the controller rolls the pod out", shlex.join(patch)),
         ]
         if plan.restart:
@@ -273,7 +305,58 @@ class KubeOps:
             "kind": t.kind, "name": t.name, "patch": json.dumps(ops), "undo": json.dumps(undo),
             "read": json.dumps(site_values(t.obj, container)), "before": json.dumps(t.obj),
             "expected": json.dumps([[list(c), list(a)] for c, a in new]),
+            "read_env": json.dumps(env_values(t.obj, container)), "expected_env": json.dumps(envs),
         }
+
+    def _edited_env(self, plan: ApplyPlan) -> list[list[dict[str, Any]]]:
+        """Every pod template's env list after the plan's ``--setenv`` / ``--unsetenv`` (the same
+        edits on each; the first template's changes are the plan's). A variable the container's own
+        ``sh -c`` script (or an ``env NAME=…`` prefix) assigns is refused: it would override the
+        env list, and the edit would do nothing."""
+        t = self._target
+        assert t is not None
+        if not plan.env_edits:
+            return [[dict(e) for e in es.entries] for es in t.envs]
+        for at in t.sites:
+            try:
+                own = ev.effective_env(at.text, "script")
+            except fl.FlagError:
+                own = {}
+            mine = [e.name for e in plan.env_edits if e.name in own]
+            if mine:
+                raise ArgsError(f"the container's command line assigns {', '.join(mine)} itself "
+                                f"({mine[0]}={own[mine[0]]}), which overrides its env list: edit that with --set, or "
+                                "the manifest")
+        out: list[list[dict[str, Any]]] = []
+        for i, es in enumerate(t.envs):
+            entries, changes = edit_env(es, [(e.name, e.value) for e in plan.env_edits])
+            out.append(entries)
+            if i == 0:
+                plan.changes.extend(_change(c) for c in changes)
+        plan.env_changed = any(entries != [dict(e) for e in es.entries] for es, entries in zip(t.envs, out,
+                                                                                                 strict=True))
+        return out
+
+    def _rollback_env(self, plan: ApplyPlan, doc: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
+        """Every pod template's env list as the backup saved it (a backup from before env was saved:
+        as it is now); the plan's ``env_edits`` are the difference, checked on the new pod."""
+        t = self._target
+        assert t is not None
+        saved = {s["path"].rsplit("/", 1)[0]: s["env"] for s in doc["sites"] if "env" in s}
+        out = [[dict(e) for e in saved.get(es.path.rsplit("/", 1)[0], es.entries)] for es in t.envs]
+        if t.envs:
+            now, then = plain_env(t.envs[0].entries), plain_env(out[0])
+            edits = [ev.EnvEdit(k, v) for k, v in then.items() if now.get(k) != v]
+            edits += [ev.EnvEdit(k, None) for k in now if k not in then]
+            plan.env_edits = edits
+            names = [str(x.get("name")) for x in out[0]] + [str(x.get("name")) for x in t.envs[0].entries]
+            plan.changes.extend(_change(EnvChange(e.name, "set" if e.value is not None and e.name in now else "add"
+                                                  if e.value is not None else "remove", now.get(e.name), e.value,
+                                                  names.index(e.name) % max(1, len(out[0])) + 1))
+                                for e in edits)
+        plan.env_changed = any(entries != [dict(e) for e in es.entries] for es, entries in zip(t.envs, out,
+                                                                                                 strict=True))
+        return out
 
     async def preview(self, plan: ApplyPlan) -> None:
         """The server-side dry run: the plan's diff becomes the args as the API server would store
@@ -297,15 +380,19 @@ class KubeOps:
         cmd = plan.cmd
         kind, name = cmd["kind"], cmd["name"]
         container = self._backend.ref.container
-        current = site_values(await self._get(kind, name), container)
-        if json.loads(json.dumps(current)) != json.loads(cmd["read"]):
-            raise ServiceError(f"{plan.source.path}: its args changed since they were read; nothing was written "
+        obj = await self._get(kind, name)
+        current = site_values(obj, container)
+        current_env = env_values(obj, container)
+        if (json.loads(json.dumps(current)) != json.loads(cmd["read"])
+                or json.loads(json.dumps(current_env)) != json.loads(cmd.get("read_env") or "[]")):
+            raise ServiceError(f"{plan.source.path}: its args or env changed since they were read; nothing was written "
                                "(run the command again to plan on what it says now)", EXIT_REFUSED)
         doc = {
             "object": f"{kind}/{name}", "context": self._backend.ref.context,
             "namespace": self._backend.ref.namespace, "container": container, "saved_at": run.clock(),
             "text": plan.source.text,
-            "sites": [{"path": p, "command": list(c), "args": list(a)} for p, c, a in current],
+            "sites": [{"path": p, "command": list(c), "args": list(a), "env": e}
+                      for (p, c, a), (_ep, e) in zip(current, current_env, strict=True)],
         }
         path = backup_file(saved)
         try:
@@ -315,20 +402,26 @@ class KubeOps:
         except OSError as exc:
             raise ServiceError(f"cannot save the current args to {path}: {exc}; nothing was written",
                                EXIT_INPUT) from exc
-        say(f"{plan.source.path}: current args saved as {saved}")
-        self._backend.mark_next_boot(run.clock())
+        say(f"{plan.source.path}: current args and env saved as {saved}")
+        if plan.restart:  # the boot follower comes after the patch: it follows the container after this one
+            await self._mark_next_boot(run.clock())
         rc, out, err = await self._kubectl(K.patch_json(self._backend.ref, kind, name, json.loads(cmd["patch"]),
                                                         dry_run=False))
         if rc != 0:
             code = EXIT_REFUSED if "test" in err.lower() else EXIT_INPUT
             raise ServiceError(f"kubectl patch {kind.lower()}/{name}: {_first_line(err) or f'exit {rc}'}; "
                                "nothing was changed", code)
-        stored = [[list(c), list(a)] for _, c, a in site_values(json.loads(out), container)]
-        if stored != json.loads(cmd["expected"]):
-            await self.restore(run, saved, "the API server stored other args than the patch said")
-            raise ServiceError(f"{plan.source.path}: the API server stored other args than the patch said; the "
-                               "previous args were patched back", EXIT_INPUT)
-        say(f"{kind}/{name}: patched; the API server stored the new args (the controller rolls the pod out)")
+        after = json.loads(out)
+        stored = [[list(c), list(a)] for _, c, a in site_values(after, container)]
+        stored_env = [e for _p, e in env_values(after, container)]
+        if stored != json.loads(cmd["expected"]) or ("expected_env" in cmd and stored_env != json.loads(
+                cmd["expected_env"])):
+            await self.restore(run, saved, "the API server stored other args or env than the patch said")
+            raise ServiceError(f"{plan.source.path}: the API server stored other args or env than the patch said; the "
+                               "previous args and env were patched back", EXIT_INPUT)
+        what = "args and env" if plan.env_changed and plan.new_text != plan.source.text else \
+            "env" if plan.env_changed else "args"
+        say(f"{kind}/{name}: patched; the API server stored the new {what} (the controller rolls the pod out)")
 
     async def restore(self, run: Run, saved: str, why: str) -> None:
         cmd = run.plan.cmd
@@ -341,6 +434,13 @@ class KubeOps:
         run.say(f"{kind}/{name}: the previous args are back ({why})")
 
     # -- restarting ----------------------------------------------------------------------------
+
+    async def _mark_next_boot(self, at: float) -> None:
+        """The container running right now (read again) is the old boot's: the next boot is the one
+        after it (``KubeBackend.mark_next_boot``)."""
+        with contextlib.suppress(BackendError):
+            await self._backend.refresh()
+        self._backend.mark_next_boot(at)
 
     def restart_unavailable(self, name: str, host: HostConfig) -> str | None:
         return None
@@ -361,7 +461,7 @@ class KubeOps:
             kind, name, _obj, _via = await self._owner()
         ref = self._backend.ref
         if call.cmd.get("rollout_restart"):
-            self._backend.mark_next_boot(call.clock())
+            await self._mark_next_boot(call.clock())
             rc, _out, err = await self._kubectl(K.rollout_restart(ref, kind, name))
             if rc != 0:
                 raise ServiceError(f"kubectl rollout restart {kind.lower()}/{name}: "
@@ -380,7 +480,25 @@ class KubeOps:
             call.say(f"rollout: {last}" if rc == 0 else f"rollout did not complete: {last or f'exit {rc}'}")
 
     async def process_env(self, run: Run) -> list[str]:
-        return []
+        """The new pod runs with the environment edits: its container's env list (what the kubelet
+        gave the server process; a ``valueFrom`` counts as set, its value unknown here)."""
+        try:
+            st = await self._backend.refresh()
+        except BackendError as exc:
+            return [f"the new pod could not be read to check its env ({exc})"]
+        pod = self._backend.pod_object() or {}
+        container = self._backend.ref.container
+        spec = next((c for c in (pod.get("spec") or {}).get("containers") or []
+                     if container is None or c.get("name") == container), None)
+        status = pick_container(pod, container)
+        if spec is None or status is None:
+            return [f"pod {st.name} has no container {container or '(first)'} to check the env of"]
+        env = plain_env(spec.get("env") or ())
+        env.update({str(e.get("name")): "(valueFrom)" for e in spec.get("env") or () if "valueFrom" in e})
+        problems = ev.check_environment(env, run.plan.env_edits, what=f"pod {st.name}'s container {spec.get('name')}")
+        if not problems:
+            run.say(f"pod {st.name} runs with the env edits: " + ", ".join(str(e) for e in run.plan.env_edits))
+        return problems
 
 
 def args_diff(kind: str, name: str, before: Mapping[str, Any], after: Mapping[str, Any], container: str | None) -> str:
@@ -393,15 +511,26 @@ def args_diff(kind: str, name: str, before: Mapping[str, Any], after: Mapping[st
         out = yaml_list("command", command, 0) if command else []
         return [ln + "\n" for ln in [*out, *yaml_list("args", args, 0)]]
 
+    def env_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+        return [ln + "\n" for ln in yaml_env(entries)] if entries else []
+
     label = f"{kind.lower()}/{name}"
     now = {p: (c, a) for p, c, a in site_values(before, container)}
+    now_env = {p.rsplit("/", 1)[0]: e for p, e in env_values(before, container)}
+    then_env = {p.rsplit("/", 1)[0]: e for p, e in env_values(after, container)}
     out: list[str] = []
     for path, command, args in site_values(after, container):
         was = now.get(path, ((), ()))
         where = path.rsplit("/", 1)[0]
-        out.extend(difflib.unified_diff(lines(*was), lines(command, args), f"{label} {where} (now)",
-                                        f"{label} {where} (server-side dry run)", n=3))
+        old_env, new_env = now_env.get(where, []), then_env.get(where, [])
+        out.extend(difflib.unified_diff(lines(*was) + env_lines(old_env), lines(command, args) + env_lines(new_env),
+                                        f"{label} {where} (now)", f"{label} {where} (server-side dry run)", n=3))
     return "".join(out)
+
+
+def _change(c: EnvChange) -> fl.Change:
+    """An env-list change as the plan lists it (``line``: the entry's place in the list)."""
+    return fl.Change(f"env {c.name}", c.action, c.old, c.new, c.entry, "in the container's env list")
 
 
 def _first_line(text: str) -> str:

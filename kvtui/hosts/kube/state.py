@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 JSON = Mapping[str, Any]
 
@@ -159,6 +159,92 @@ def pod_state(pod: JSON, container: str | None = None) -> PodState:
                     started_at=started, node=spec.get("nodeName"))
 
 
+
+# -- which container is the next boot -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerId:
+    """One run of the server's container: the pod (its uid: a pod of the same name made again is
+    another pod), how many times the kubelet restarted the container, when this run started (the
+    kubelet's ``startedAt``, the cluster's clock)."""
+
+    pod: str
+    uid: str | None
+    restarts: int
+    started_at: str | None
+
+
+def container_id(pod: JSON, container: str | None) -> ContainerId | None:
+    cs = pick_container(pod, container)
+    if cs is None:
+        return None
+    meta = pod.get("metadata") or {}
+    st = cs.get("state") or {}
+    started = (st.get("running") or st.get("terminated") or {}).get("startedAt")
+    return ContainerId(str(meta.get("name") or ""), meta.get("uid"), int(cs.get("restartCount") or 0), started)
+
+
+def _stamp_key(stamp: str | None) -> int:
+    got = split_stamp(stamp + " ") if stamp else None
+    return -1 if got is None else got[1]
+
+
+@dataclass(frozen=True, slots=True)
+class NextContainer:
+    """The container that runs the next boot: its pod, the stamp its boot starts at (lines before
+    it are the old boot's) and the restart count from which the log is followed (one less when it
+    has already ended and the kubelet restarted it: its log is then the ``--previous`` one)."""
+
+    pod: str
+    since: str
+    restarts: int
+
+
+def next_container(pods: Iterable[JSON], container: str | None, old: ContainerId | None) -> NextContainer | None:
+    """Among ``pods``, the container run that started after ``old`` (another pod — another uid,
+    or another name —, or the same pod's container restarted since), the latest one; None while
+    there is none yet (the new pod is Pending, its container is being created, or the old one is
+    still the only one — say, terminating and still printing)."""
+    best: tuple[int, NextContainer] | None = None
+    for pod in pods:
+        cid = container_id(pod, container)
+        if cid is None:
+            continue
+        if old is not None:
+            same_pod = (cid.uid == old.uid) if (cid.uid or old.uid) else (cid.pod == old.pod)
+            if same_pod and cid.restarts <= old.restarts and not (
+                    cid.started_at and _stamp_key(cid.started_at) > _stamp_key(old.started_at)):
+                continue
+        cs = pick_container(pod, container) or {}
+        st = cs.get("state") or {}
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        if "running" in st and cid.started_at:
+            since, restarts = cid.started_at, cid.restarts
+        elif last.get("startedAt") and cid.restarts > 0 and (
+                old is None or _stamp_key(str(last["startedAt"])) > _stamp_key(old.started_at)):
+            # it ran, ended and waits to run again (a crash loop) before it was seen running
+            since, restarts = str(last["startedAt"]), cid.restarts - 1
+        else:
+            continue  # not started yet: look again
+        key = _stamp_key(since)
+        if best is None or key > best[0]:
+            best = (key, NextContainer(cid.pod, since, restarts))
+    return None if best is None else best[1]
+
+
+# the labels a controller puts on each revision's pods: a Deployment's next pod differs in them
+REVISION_LABELS = ("pod-template-hash", "controller-revision-hash", "statefulset.kubernetes.io/pod-name",
+                   "apps.kubernetes.io/pod-index")
+
+
+def siblings_selector(pod: JSON) -> str | None:
+    """An equality selector for the pods of ``pod``'s controller across revisions (its labels
+    without the revision's own): where a Deployment's new pod is found after a rollout."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    keep = sorted((k, v) for k, v in labels.items() if k not in REVISION_LABELS)
+    return ",".join(f"{k}={v}" for k, v in keep) or None
+
 # -- groups: the pods of one server, leader first --------------------------------------------
 
 _ORDINAL_RE = re.compile(r"-(\d+)$")
@@ -169,18 +255,20 @@ STS_POD_INDEX = "apps.kubernetes.io/pod-index"
 def node_order(pods: Iterable[JSON]) -> list[JSON]:
     """The pods of one multi-node server in node-rank order: a LeaderWorkerSet's worker index
     (``0`` = the leader), a StatefulSet's pod index (label, else the name's ``-N``), else by name."""
-    def key(p: JSON) -> tuple[int, str]:
-        meta = p.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        name = str(meta.get("name") or "")
-        for lab in (LWS_WORKER_INDEX, STS_POD_INDEX):
-            v = labels.get(lab)
-            if isinstance(v, str) and v.isdigit():
-                return int(v), name
-        m = _ORDINAL_RE.search(name)
-        return (int(m.group(1)) if m else 1 << 30), name
+    return sorted(pods, key=lambda p: (node_rank(p), str((p.get("metadata") or {}).get("name") or "")))
 
-    return sorted(pods, key=key)
+
+def node_rank(pod: JSON) -> int:
+    """The pod's place in its group (``node_order``): the worker / pod index, else the name's
+    ``-N``, else last."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    for lab in (LWS_WORKER_INDEX, STS_POD_INDEX):
+        v = labels.get(lab)
+        if isinstance(v, str) and v.isdigit():
+            return int(v)
+    m = _ORDINAL_RE.search(str(meta.get("name") or ""))
+    return int(m.group(1)) if m else 1 << 30
 
 
 # -- who owns the pod, and who owns that ----------------------------------------------------
@@ -243,10 +331,9 @@ class ArgsSite:
     command: tuple[str, ...] = field(default_factory=tuple)
 
 
-def container_args(obj: JSON, container: str | None) -> list[ArgsSite]:
-    """Every pod template's ``args`` of the container (a LeaderWorkerSet has the leader's and the
-    workers'); the paths are what a JSON patch replaces."""
-    out: list[ArgsSite] = []
+def _template_containers(obj: JSON, container: str | None) -> list[tuple[str, JSON]]:
+    """(JSON-patch path of the container, the container) in every pod template of ``obj``."""
+    out: list[tuple[str, JSON]] = []
     for path in _TEMPLATES.get(str(obj.get("kind")), ()):
         node: Any = obj
         for k in path:
@@ -259,9 +346,139 @@ def container_args(obj: JSON, container: str | None) -> list[ArgsSite]:
                 break
             if container is not None and c.get("name") != container:
                 continue
-            args = tuple(str(a) for a in c.get("args") or ())
-            command = tuple(str(a) for a in c.get("command") or ())
-            out.append(ArgsSite("/" + "/".join([*path, "spec", "containers", str(i), "args"]), args, command))
+            out.append(("/" + "/".join([*path, "spec", "containers", str(i)]), c))
+    return out
+
+
+def container_args(obj: JSON, container: str | None) -> list[ArgsSite]:
+    """Every pod template's ``args`` of the container (a LeaderWorkerSet has the leader's and the
+    workers'); the paths are what a JSON patch replaces."""
+    out: list[ArgsSite] = []
+    for base, c in _template_containers(obj, container):
+        args = tuple(str(a) for a in c.get("args") or ())
+        command = tuple(str(a) for a in c.get("command") or ())
+        out.append(ArgsSite(base + "/args", args, command))
+    return out
+
+
+# -- the container's environment (``env``: a list of {name, value} or {name, valueFrom}) ------
+
+
+@dataclass(frozen=True, slots=True)
+class EnvSite:
+    """One pod template's ``env`` list of the container: its JSON-patch path and entries (as the
+    API returns them: ``{"name", "value"}`` or ``{"name", "valueFrom"}``); ``from_sources``: the
+    container also reads ``envFrom`` (a ConfigMap / Secret may set a variable too)."""
+
+    path: str
+    entries: tuple[Mapping[str, Any], ...]
+    from_sources: bool = False
+
+
+def container_env(obj: JSON, container: str | None) -> list[EnvSite]:
+    """Every pod template's ``env`` of the container, in ``container_args``' order."""
+    return [EnvSite(base + "/env", tuple(dict(e) for e in c.get("env") or ()), bool(c.get("envFrom")))
+            for base, c in _template_containers(obj, container)]
+
+
+def plain_env(entries: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """The variables the entries give a value (``valueFrom`` ones are not known here; a later
+    entry of the same name wins, as the kubelet does)."""
+    out: dict[str, str] = {}
+    for e in entries:
+        if "valueFrom" in e:
+            out.pop(str(e.get("name")), None)
+        else:
+            out[str(e.get("name"))] = str(e.get("value") or "")
+    return out
+
+
+def _value_from(entry: Mapping[str, Any]) -> str:
+    src = entry.get("valueFrom") or {}
+    kind = next(iter(src), "valueFrom")
+    ref = src.get(kind) or {}
+    what = "/".join(str(ref[k]) for k in ("name", "key", "fieldPath", "resource") if k in ref)
+    return f"{kind} {what}".strip()
+
+
+@dataclass(frozen=True, slots=True)
+class EnvChange:
+    """What one environment edit does to an ``env`` list: ``action`` set / add / remove /
+    unchanged, the old and new value, and the entry's position (1-based)."""
+
+    name: str
+    action: Literal["set", "add", "remove", "unchanged"]
+    old: str | None
+    new: str | None
+    entry: int
+
+
+def edit_env(site: EnvSite, edits: Iterable[tuple[str, str | None]]) -> tuple[list[dict[str, Any]],
+                                                                             list[EnvChange]]:
+    """The env list after ``edits`` ((name, value); value None: remove): a variable set in the
+    list gets the new value (every entry of that name), a new one is appended, a removed one
+    loses every entry. Raises ``ArgsError`` for what kvtui will not do: replace or remove a
+    ``valueFrom`` (a Secret, ConfigMap or field reference: the manifest's business), remove a
+    variable the list does not set."""
+    out = [dict(e) for e in site.entries]
+    changes: list[EnvChange] = []
+    for name, value in edits:
+        at = [i for i, e in enumerate(out) if e.get("name") == name]
+        ref = next((out[i] for i in at if "valueFrom" in out[i]), None)
+        if ref is not None:
+            raise ArgsError(f"{name} comes from {_value_from(ref)} (valueFrom) in the container's env: kvtui does not "
+                            "replace or remove a reference to a Secret, ConfigMap or field; change the manifest")
+        old = plain_env(out[i] for i in at).get(name) if at else None
+        if value is None:
+            if not at:
+                more = (" (its envFrom ConfigMap / Secret, or the image, may still set it)" if site.from_sources
+                        else " (the image may still set it)")
+                raise ArgsError(f"--unsetenv {name}: {name} is not in the container's env list{more}")
+            out = [e for e in out if e.get("name") != name]
+            changes.append(EnvChange(name, "remove", old, None, at[0] + 1))
+        elif at:
+            if old == value:
+                changes.append(EnvChange(name, "unchanged", old, value, at[-1] + 1))
+                continue
+            for i in at:
+                out[i]["value"] = value
+            changes.append(EnvChange(name, "set", old, value, at[-1] + 1))
+        else:
+            out.append({"name": name, "value": value})
+            changes.append(EnvChange(name, "add", None, value, len(out)))
+    return out, changes
+
+
+def env_patch_ops(site: EnvSite, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, object]]:
+    """JSON-patch operations that make ``site``'s env list ``entries`` (after a ``test`` that it
+    still holds what kvtui read, as for the args)."""
+    new = [dict(e) for e in entries]
+    if [dict(e) for e in site.entries] == new:
+        return []
+    if site.entries:
+        return [{"op": "test", "path": site.path, "value": [dict(e) for e in site.entries]},
+                {"op": "replace", "path": site.path, "value": new}]
+    return [{"op": "add", "path": site.path, "value": new}]
+
+
+def env_values(obj: JSON, container: str | None) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(path, entries) of every env site, to compare two reads of an object."""
+    return [(s.path, [dict(e) for e in s.entries]) for s in container_env(obj, container)]
+
+
+def yaml_env(entries: Sequence[Mapping[str, Any]], indent: int = 0) -> list[str]:
+    """``env:`` and the entries as YAML (``- name: X`` / ``value: "…"``; a ``valueFrom`` as JSON,
+    which is YAML too)."""
+    import json
+
+    pad = " " * indent
+    out = [f"{pad}env:"]
+    for e in entries:
+        out.append(f"{pad}- name: {e.get('name')}")
+        if "valueFrom" in e:
+            out.append(f"{pad}  valueFrom: {json.dumps(e['valueFrom'], sort_keys=True)}")
+        else:
+            out.append(f"{pad}  value: {json.dumps(str(e.get('value') or ''))}")
     return out
 
 

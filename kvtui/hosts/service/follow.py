@@ -5,7 +5,7 @@
 The restart is issued only once the follower is *positioned*: its stream knows where the log ends
 now, so a fast engine's whole boot cannot be written before the follower's start point (a
 follower still locating the end on a loaded machine missed it, and the apply timed out). Backends
-that say so (``PositionedLogSource``: SSH, local, demo) are waited for, up to ``POSITION_LIMIT``;
+that say so (``PositionedLogSource``: SSH, local, demo, kube) are waited for, up to ``POSITION_LIMIT``;
 others get the fixed settle time their ``HostOps`` names."""
 
 from __future__ import annotations

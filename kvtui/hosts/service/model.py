@@ -95,10 +95,13 @@ class ApplyPlan:
     pre_rollback_path: str | None = None  # rollback: where the current file is saved first
     env_edits: list[ev.EnvEdit] = field(default_factory=list)  # environment edits (--setenv / --unsetenv)
     probe_timeout: float = DEFAULT_PROBE_TIMEOUT_S  # the readiness probe after a ready restart
+    # the environment edits change what the host keeps apart from the text (a kube container's
+    # ``env`` list: ``HostOps.edit_steps`` sets it)
+    env_changed: bool = False
 
     @property
     def changed(self) -> bool:
-        return self.new_text != self.source.text
+        return self.new_text != self.source.text or self.env_changed
 
     @property
     def blocking(self) -> list[Refusal]:

@@ -110,8 +110,11 @@ async def plan_apply(
     if seen is None and needs_release(source.text, source.kind, edits):
         # a flag added that releases spell differently: the running boot's dump says which spelling
         seen = await _read_host_boots(host, _engine_hint(source), backend, wiring)
+    # a host that keeps the environment apart from the text (kube: the container's env list) edits
+    # it in its edit_steps; the text gets the flag edits only
+    text_env = () if getattr(ops, "env_apart", False) else env_edits
     new_text, engine, changes, warnings = _edit(
-        source, edits, env_edits, running_dump(seen if isinstance(seen, list) else None, _engine_hint(source)))
+        source, edits, text_env, running_dump(seen if isinstance(seen, list) else None, _engine_hint(source)))
     plan = ApplyPlan(
         name=name,
         host=host,

@@ -230,6 +230,34 @@ class GpuBars(Widget):
         return strip
 
 
+class GpuNote(QuietStatic):
+    """Why the GPU readings are stale, or what to know about them, as the host's backend says it
+    (a kube host on a DCGM exporter: "stale: another node's DCGM exporter answered (…)", "stale:
+    DCGM exporter unreachable: …", "stale: no DCGM series for pod …"). Hidden when there is none."""
+
+    DEFAULT_CSS = """
+    GpuNote {
+        display: none;
+        height: auto;
+        padding: 0 1;
+        &.-shown { display: block; }
+    }
+    """
+
+    def show(self, samples: Sequence[GpuSample], note: str | None) -> None:
+        stale = any(s.stale for s in samples)
+        self.set_class(bool(note), "-shown")
+        self.set((note, stale), lambda: self._content(note, stale))
+
+    @staticmethod
+    def _content(note: str | None, stale: bool) -> Content:
+        if not note:
+            return Content("")
+        if stale:
+            return Content.assemble(("stale: ", "$warning bold"), (note, "$warning"))
+        return Content.styled(note, "$text-muted")
+
+
 class ForeignWarning(QuietStatic):
     """Memory on the server's GPUs held by other processes (a stale one is a classic restart OOM)."""
 
