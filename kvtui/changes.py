@@ -46,15 +46,18 @@ def calculate(boots: Sequence[Boot], edits: EditsFor, graph_margin_gib: float | 
 def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
     """The history's boots of ``chosen``'s deployment (any host: same engine, model, TP and
     version; ``kvcalc.same_deployment``) that sized a pool, except those in ``seen`` (the log's
-    own): more calibration points for the calculator. Empty when the history cannot be read, and
-    for vLLM (see below)."""
+    own): more calibration points for the calculator. Empty when the history cannot be read.
+
+    A vLLM pool also follows its environment (``VLLM_CPU_KVCACHE_SPACE`` on the CPU backend): a
+    remembered vLLM boot counts only when it was stored with that environment (``env``, since
+    schema documents carry it) and it equals ``chosen``'s."""
     from kvtui.history import HistoryError, boot_from_doc, open_store
     from kvtui.history import record as rec
+    from kvtui.knobs import pool_env
 
-    if chosen.engine is not Engine.SGLANG:
-        # vLLM's pool also follows settings the stored flags do not carry (VLLM_CPU_KVCACHE_SPACE,
-        # kv_cache_memory): a remembered boot is no calibration point for it until they are stored
+    if chosen.engine not in (Engine.SGLANG, Engine.VLLM):
         return []
+    want_env = pool_env(chosen.engine, chosen.flags, chosen.facts)
     key = rec.deployment_of_boot(chosen)
     starts = {b.started_at for b in seen if b.started_at is not None}
     out: list[Boot] = []
@@ -64,6 +67,8 @@ def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
         except HistoryError:
             return []
     for row in rows:
+        if want_env and not _same_env(row.doc.get("env"), want_env):
+            continue
         b = boot_from_doc(row.doc)
         if b.started_at is None or b.started_at in starts or not kvcalc.sized_pool(b):
             continue
@@ -72,6 +77,22 @@ def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
         starts.add(b.started_at)
         out.append(b)
     return out
+
+
+def _same_env(stored: object, want: dict[str, str | None]) -> bool:
+    """A stored boot's pool-sizing environment equals ``want`` (numbers compared as numbers)."""
+    if not isinstance(stored, dict):
+        return False  # recorded before the history kept it: unknown
+
+    def norm(v: object) -> object:
+        if v is None:
+            return None
+        try:
+            return float(str(v))
+        except ValueError:
+            return str(v)
+
+    return all(norm(stored.get(k)) == norm(v) for k, v in want.items())
 
 
 def calibration_note(chosen: Boot, others: Sequence[Boot], stored: Sequence[Boot]) -> str:
@@ -125,7 +146,22 @@ def record_restart(plan: ApplyPlan, outcome: ApplyOutcome, config: HistoryConfig
         return None
     limits = Limits(config.max_age_days, config.max_boots_per_host) if config is not None else None
     return record_boot(plan.name, outcome.boot, restart=restart_record(plan, outcome),
-                       source=f"{plan.host.kind}:{plan.host.source_label}", limits=limits)
+                       source=f"{plan.host.kind}:{plan.host.source_label}", limits=limits,
+                       unit_env=unit_env(plan))
+
+
+def unit_env(plan: ApplyPlan) -> dict[str, str] | None:
+    """The pool-sizing variables (``knobs.pool_env_names``) the written unit or script gives the
+    server; None when the file's environment cannot be read."""
+    from kvtui import envedit
+    from kvtui.flags import FlagError
+    from kvtui.knobs import pool_env_names
+
+    try:
+        env = envedit.effective_env(plan.new_text, plan.source.kind)
+    except FlagError:  # a file whose environment cannot be read back: not stored
+        return None
+    return {n: env[n] for n in pool_env_names(plan.engine) if n in env}
 
 
 async def host_boots(backend: HostBackend, host: HostConfig, engine: Engine, timeout: float) -> list[Boot]:

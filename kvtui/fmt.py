@@ -18,6 +18,8 @@ the same everywhere. The rounding rule, one for all:
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 from typing import TYPE_CHECKING
 
@@ -199,3 +201,74 @@ def boot_progress(boot: Boot) -> str:
         unit = PROGRESS_UNITS.get(span.name, "steps")
         text += f" {span.progress_done or 0}/{span.progress_total} {unit}"
     return text
+
+
+# -- Ray nodes (vLLM's Ray executor): ``Boot.nodes_json()`` / the ``nodes`` of replay --json and the history
+
+
+_PID_RE = re.compile(r"\bpid=(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class RayNode:
+    """One Ray node of a boot: its ip (None: the driver's own node), its worker processes' pids
+    (in the order first seen) and the TP ranks they said they hold."""
+
+    ip: str | None
+    pids: tuple[str, ...]
+    tp_ranks: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return self.ip or "driver"
+
+
+def ray_nodes(nodes: object) -> list[RayNode]:
+    """The ``nodes`` list (``[{"ip", "processes", "tp_ranks"}]``, as ``replay --json`` writes it and
+    the history stores it) read back; anything malformed is left out."""
+    out: list[RayNode] = []
+    if not isinstance(nodes, list):
+        return out
+    for n in nodes:
+        if not isinstance(n, dict):
+            continue
+        ip = n.get("ip")
+        procs = n.get("processes") if isinstance(n.get("processes"), list) else []
+        pids = tuple(m.group(1) if (m := _PID_RE.search(str(p))) else str(p) for p in procs or ())
+        said = n.get("tp_ranks") or ()
+        ranks = tuple(sorted({r for r in said if isinstance(r, int) and not isinstance(r, bool)}))
+        out.append(RayNode(str(ip) if isinstance(ip, str) and ip else None, pids, ranks))
+    return out
+
+
+def tp_ranks(ranks: tuple[int, ...] | list[int]) -> str:
+    """``TP0``, ``TP0,2``, ``TP0–3`` (a run of three or more); ``no TP`` when none was said."""
+    if not ranks:
+        return "no TP"
+    rs = sorted(set(ranks))
+    if len(rs) >= 3 and rs[-1] - rs[0] == len(rs) - 1:
+        return f"TP{rs[0]}–{rs[-1]}"
+    return "TP" + ",".join(str(r) for r in rs)
+
+
+def ray_node_lines(nodes: object) -> list[str]:
+    """One line per Ray node: where it is, its TP ranks, its workers (the driver's node first)."""
+    lines = []
+    for n in ray_nodes(nodes):
+        where = "driver's node" if n.ip is None else n.ip
+        workers = f"{len(n.pids)} worker{'s' if len(n.pids) != 1 else ''}"
+        if n.pids:
+            shown = ", ".join(n.pids[:6]) + ("…" if len(n.pids) > 6 else "")
+            workers += f" (pid{'s' if len(n.pids) != 1 else ''} {shown})"
+        lines.append(f"{where:<15} {tp_ranks(n.tp_ranks):<8} {workers}")
+    return lines
+
+
+def ray_nodes_compact(nodes: object) -> str:
+    """``2 nodes: TP0 driver · TP1 127.0.0.1`` (``""`` without Ray nodes)."""
+    ns = ray_nodes(nodes)
+    if not ns:
+        return ""
+    parts = " · ".join(f"{tp_ranks(n.tp_ranks)} {n.name}" for n in ns)
+    return f"{len(ns)} node{'s' if len(ns) != 1 else ''}: {parts}"
+

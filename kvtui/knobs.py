@@ -29,7 +29,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from kvtui.engines.events import Engine
+from kvtui.engines.events import Engine, Fact
 
 _SG = Engine.SGLANG
 _VL = Engine.VLLM
@@ -377,6 +377,28 @@ def env_knob(name: str) -> Knob | None:
     """The environment variable a name means (any case: the calculator spells it in lower case)."""
     wanted = name.strip().upper()
     return next((k for k in OTHER_KNOBS if k.scope is Scope.ENV and wanted in _all_names(k)), None)
+
+
+def pool_env_names(engine: Engine) -> tuple[str, ...]:
+    """The environment variables that size this engine's KV pool, as the calculator reads them
+    (``Scope.ENV`` knobs with a memory role: ``VLLM_CPU_KVCACHE_SPACE`` on vLLM; none on SGLang)."""
+    return tuple(k.written(engine) for k in OTHER_KNOBS
+                 if k.scope is Scope.ENV and k.memory is not None and engine in k.names)
+
+
+def pool_env(engine: Engine, flags: Mapping[str, object], facts: Mapping[Fact, float]) -> dict[str, str | None]:
+    """The pool-sizing environment a boot ran with, as its own log shows it (``pool_env_names``;
+    None: not set). vLLM's CPU backend says `Explicitly set (X/…) GiB for KV cache` when the pool
+    was given (``VLLM_CPU_KVCACHE_SPACE=X``, unless ``--kv-cache-memory-bytes`` gave it) and `Auto
+    set …` when not; a GPU boot does not read it. The history stores this with each boot, and a
+    remembered vLLM boot calibrates the calculator only beside a boot with the same."""
+    names = pool_env_names(engine)
+    out: dict[str, str | None] = dict.fromkeys(names)
+    if CPU_KV_SPACE_KNOB.written(_VL) in out and flags.get("kv_cache_memory_bytes") is None:
+        space = facts.get(Fact.CPU_KV_SPACE_GIB)
+        if space is not None:
+            out[CPU_KV_SPACE_KNOB.written(_VL)] = f"{float(space):g}"
+    return out
 
 
 def _all_names(knob: Knob) -> set[str]:

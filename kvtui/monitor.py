@@ -14,6 +14,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -309,6 +310,7 @@ class HostMonitor:
         self._pending_conn: list[ConnUpdate] = []
         self._pending_gpu: GpuUpdate | None = None
         self._published_boots = -1  # highest boot index already published
+        self._newest_log_ts: datetime | None = None  # the newest line's time (the history's ``log_time``)
         # a boot whose only change is its live serving figures is published at most every
         # ``serving_interval`` seconds (a server in a storm prints them many times a second)
         self.serving_interval = max(0.0, serving_interval)
@@ -664,6 +666,8 @@ class HostMonitor:
                 style = line_style(p)
             except Exception:
                 style = ""
+            if (p.ts or rec.ts) is not None:
+                self._newest_log_ts = p.ts or rec.ts  # the history's reading/boot boundary (``log_time``)
             line = self.spool.append(
                 text,
                 boot=boot,
@@ -850,6 +854,11 @@ class HostMonitor:
             return
         boots = self.tracker.boots
         where = str(self.spool.directory)
+        newest = self._newest_log_ts
+        try:
+            hist.log_time(newest.timestamp() if newest is not None else None)
+        except (OverflowError, OSError, ValueError):
+            hist.log_time(None)
         for i in range(max(0, len(boots) - 2), len(boots)):
             try:
                 hist.observe(i, boots[i], {"set": where, "boot": i})

@@ -186,10 +186,10 @@ class Boot:
                 "token_usage": m.token_usage,
             },
             "ranks": list(self.ranks),
-            **({"nodes": self._nodes_json()} if self.nodes else {}),
+            **({"nodes": self.nodes_json()} if self.nodes else {}),
         }
 
-    def _nodes_json(self) -> list[dict[str, object]]:
+    def nodes_json(self) -> list[dict[str, object]]:
         """``nodes`` of ``replay --json`` (present only when Ray workers were seen): the driver's
         node first (``"ip": null``), then the others as first seen."""
         order = sorted(self.nodes, key=lambda ip: ip != "")

@@ -121,6 +121,10 @@ def render_boot(boot: Boot, index: int, total: int) -> list[str]:
     ]
     if flags:
         out.append(f"    {'flags':<16} {' '.join(flags)}")
+    if boot.nodes:
+        nodes = boot.nodes_json()
+        out.append(f"  Nodes (Ray workers by node ip: {len(nodes)}; the driver's node untagged)")
+        out += [f"    {line}" for line in fmt.ray_node_lines(nodes)]
     for w in boot.warnings[:3]:
         out.append(f"    warning: {_clip(w, 200)}")
     if boot.failure is not None:

@@ -83,6 +83,8 @@ def _list(rows: list, args: argparse.Namespace, out: TextIO, err: TextIO, path: 
             note = (note + "; " if note else "") + pred
         elif isinstance(d.get("restart"), dict):
             note = (note + "; " if note else "") + "kvtui restart"
+        if nodes := rec.nodes_note(d):  # a vLLM boot over Ray: its nodes and their TP ranks
+            note = (note + "; " if note else "") + nodes
         frac = rec.fraction_of(d)
         table.append((f"#{r.id}", str(d.get("started_at") or "")[:19].replace("T", " "), str(d.get("status")),
                       f"{frac:g}" if frac is not None else fmt.UNKNOWN, fmt.tokens(rec.tokens_of(d)),

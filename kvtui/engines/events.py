@@ -152,6 +152,9 @@ class Fact(StrEnum):
     GPU_FREE_GIB = "gpu_free_gib"  # device free at start when printed (vLLM `Free memory on device (X/Y GiB)`)
     # vLLM CPU backend: the NUMA node's memory (`Explicitly set (X/TOTAL) GiB for KV cache`)
     CPU_MEM_TOTAL_GIB = "cpu_mem_total_gib"
+    # vLLM CPU backend: the pool size the operator set (`Explicitly set (X/…)`: VLLM_CPU_KVCACHE_SPACE or
+    # --kv-cache-memory-bytes; absent when vLLM sized it itself: `Auto set …`)
+    CPU_KV_SPACE_GIB = "cpu_kv_space_gib"
     DSV4_BYTES_PER_FULL_TOKEN = "dsv4_bytes_per_full_token"  # `DSV4 memory calculation: bytes_per_full_token=`
     DSV4_AVAILABLE_GIB = "dsv4_available_gib"  # `DSV4 memory calculation: … available_bytes=X GB`
     DSV4_FULL_TOKEN = "dsv4_full_token"  # `DSV4 memory calculation: … full_token=`

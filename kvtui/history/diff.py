@@ -48,6 +48,10 @@ class BootDiff:
     phases: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     free_before_load_gib: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     gpu_free_at_start_mib: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    # the pool-sizing environment that differs (``env``: VLLM_CPU_KVCACHE_SPACE), None = not set
+    env: dict[str, tuple[object, object]] = field(default_factory=dict)
+    # a Ray boot's nodes and their TP ranks (``record.nodes_note``), when they differ
+    nodes: tuple[str, str] | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -63,6 +67,8 @@ class BootDiff:
             "phase_seconds": {k: list(v) for k, v in self.phases.items()},
             "free_before_load_gib": {k: list(v) for k, v in self.free_before_load_gib.items()},
             "gpu_free_at_start_mib": {k: list(v) for k, v in self.gpu_free_at_start_mib.items()},
+            "env": {k: list(v) for k, v in self.env.items()},
+            "nodes": list(self.nodes) if self.nodes is not None else None,
             "failure": self.boot.get("failure"),
         }
 
@@ -113,7 +119,22 @@ def diff(base: Mapping[str, Any], boot: Mapping[str, Any], *, base_id: int | Non
     d.free_before_load_gib = _pairs(base.get("avail_before_load_gib") or {}, boot.get("avail_before_load_gib") or {})
     d.gpu_free_at_start_mib = _pairs(base.get("gpu_free_at_start_mib") or {},
                                      boot.get("gpu_free_at_start_mib") or {})
+    ea, eb = base.get("env"), boot.get("env")
+    if isinstance(ea, dict) and isinstance(eb, dict):  # both stored it (older documents have none)
+        for k in dict.fromkeys([*ea, *eb]):
+            x, y = ea.get(k), eb.get(k)
+            if not (x is None and y is None) and (x is None or y is None or not _same(_num_or(x), _num_or(y))):
+                d.env[k] = (x, y)
+    na, nb = rec.nodes_note(base), rec.nodes_note(boot)
+    if na != nb:
+        d.nodes = (na, nb)
     return d
+
+
+def _num_or(v: object) -> object:
+    """``"2"`` and ``"2.0"`` are one value of a variable."""
+    f = rec._num(v)
+    return f if f is not None else v
 
 
 def _v(value: object, kind: str = "") -> str:
@@ -173,6 +194,10 @@ def render(d: BootDiff) -> list[str]:
             out.append(f"  removed  {k} (was {_v(v)})")
     else:
         out.append("Flags: the same")
+    for k, (x, y) in d.env.items():
+        out.append(f"Environment: {k} {_unset(x)} → {_unset(y)}")
+    if d.nodes is not None:
+        out.append(f"Ray nodes: {d.nodes[0] or 'none'} → {d.nodes[1] or 'none'}")
     ea, eb = d.engine
     va, vb = d.version
     if ea != eb or va != vb:
@@ -213,6 +238,10 @@ def render(d: BootDiff) -> list[str]:
         if f.get("hint"):
             out.append(f"  hint: {f.get('hint')}")
     return out
+
+
+def _unset(v: object) -> str:
+    return "(not set)" if v is None else str(v)
 
 
 def _rank_key(k: str) -> tuple[int, str]:
@@ -258,6 +287,8 @@ def summary(d: BootDiff, *, limit: int = 6) -> list[str]:
         lines.append("flags: " + ", ".join(shown) + (f" (+{len(parts) - limit} more)" if len(parts) > limit else ""))
     else:
         lines.append("flags: the same")
+    if d.env:
+        lines.append("environment: " + ", ".join(f"{k} {_unset(x)} → {_unset(y)}" for k, (x, y) in d.env.items()))
     if d.version[0] != d.version[1] or d.engine[0] != d.engine[1]:
         lines.append(f"engine: {d.engine[0]} {d.version[0] or ''} → {d.engine[1]} {d.version[1] or ''}".rstrip())
     drops = [(k, x, y) for k, (x, y) in d.free_before_load_gib.items()

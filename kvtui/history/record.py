@@ -29,8 +29,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
+from kvtui import fmt
 from kvtui.boot import Boot, BootMetrics, BootStatus, Failure, PhaseSpan
 from kvtui.engines.events import METRIC_NAMES, Engine, Fact, FailureKind, Model, Phase
+from kvtui.knobs import pool_env, pool_env_names
 
 DOC_VERSION: Final = 1
 TERMINAL: Final = frozenset({"ready", "failed", "stopped"})
@@ -190,8 +192,12 @@ def boot_doc(
     free_at_start_mib: Mapping[int, float] | None = None,
     restart: Mapping[str, object] | None = None,
     gpu_samples: Mapping[str, object] | None = None,
+    unit_env: Mapping[str, str] | None = None,
 ) -> Doc:
-    """The history's document of ``boot`` (see the module doc)."""
+    """The history's document of ``boot`` (see the module doc). ``env``: the pool-sizing
+    environment the boot ran with, as its log shows it (``knobs.pool_env``: what the calculator
+    compares before it calibrates with a remembered vLLM boot); ``unit_env``: those variables as
+    the unit or launch script set them, when the recorder read the file (a kvtui-driven restart)."""
     doc: Doc = boot.to_json()
     doc["doc_version"] = DOC_VERSION
     doc["host"] = host
@@ -208,6 +214,12 @@ def boot_doc(
     doc["spool"] = dict(spool) if spool else None
     doc["gpu_samples"] = dict(gpu_samples) if gpu_samples else None
     doc["restart"] = dict(restart) if restart else None
+    if boot.nodes:  # ``nodes`` (replay --json's) lists ranks per node; this keeps which worker holds which
+        doc["ray_workers"] = [[ip, [[w, tp] for w, tp in workers.items()]] for ip, workers in boot.nodes.items()]
+    doc["env"] = pool_env(boot.engine, boot.flags, boot.facts)
+    if unit_env is not None:
+        names = pool_env_names(boot.engine)
+        doc["unit_env"] = {n: unit_env.get(n) for n in names}
     return doc
 
 
@@ -241,7 +253,7 @@ def merge(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Doc:
         return dict(new)
     base, other = (dict(new), old) if progress(new) >= progress(old) else (dict(old), new)
     base["peak_used_mib"] = _max_map(old.get("peak_used_mib"), new.get("peak_used_mib"))
-    for key in ("gpu_free_at_start_mib", "spool", "source", "gpu_samples"):
+    for key in ("gpu_free_at_start_mib", "spool", "source", "gpu_samples", "unit_env"):
         if not base.get(key) and other.get(key):
             base[key] = other[key]
     if _series_len(other.get("gpu_samples")) > _series_len(base.get("gpu_samples")):
@@ -364,7 +376,39 @@ def boot_from_doc(doc: Mapping[str, Any]) -> Boot:
     boot.started_at = _parse_dt(doc.get("started_at"))
     boot.ended_at = _parse_dt(doc.get("ended_at"))
     boot.ranks = [str(r) for r in doc.get("ranks") or ()]
+    boot.nodes = ray_workers(doc)
     return boot
+
+
+def ray_workers(doc: Mapping[str, Any]) -> dict[str, dict[str, int | None]]:
+    """``Boot.nodes`` of a stored Ray boot: node ip (``""``: the driver's) → worker → its TP rank.
+    From ``ray_workers`` when the document has it; a document that has only ``nodes`` (the
+    ``replay --json`` list) gives each node's TP ranks to its first workers, in order."""
+    exact = doc.get("ray_workers")
+    out: dict[str, dict[str, int | None]] = {}
+    if isinstance(exact, list):  # [[ip, [[worker, tp], ...]], ...]: lists keep the order first seen
+        for entry in exact:
+            if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
+                continue
+            out[str(entry[0])] = {str(pair[0]): (pair[1] if isinstance(pair[1], int) and not isinstance(pair[1], bool)
+                                                 else None)
+                                  for pair in entry[1] if isinstance(pair, list) and len(pair) == 2}
+        return out
+    for node in doc.get("nodes") or ():
+        if not isinstance(node, dict):
+            continue
+        ip = node.get("ip")
+        procs = [str(p) for p in node.get("processes") or ()]
+        ranks = [r for r in node.get("tp_ranks") or () if isinstance(r, int) and not isinstance(r, bool)]
+        workers: dict[str, int | None] = {p: (ranks[i] if i < len(ranks) else None) for i, p in enumerate(procs)}
+        out[str(ip) if isinstance(ip, str) and ip else ""] = workers
+    return out
+
+
+def nodes_note(doc: Mapping[str, Any]) -> str:
+    """A stored Ray boot's nodes in a few words (``2 nodes: TP0 driver · TP1 10.0.0.2``); ``""``
+    for any other boot."""
+    return fmt.ray_nodes_compact(doc.get("nodes"))
 
 
 def spool_segment(spool: object) -> Path | None:

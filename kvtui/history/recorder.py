@@ -2,7 +2,12 @@
 loop. The monitor calls ``observe`` when a boot changes and ``gpus`` with each GPU reading (both
 cheap, on the loop); a worker thread owns the SQLite connection and writes the newest document of
 each boot that changed (coalesced: a burst of changes is one write). A history that cannot be
-written (corrupt, locked, read-only) is said once in ``problem`` and never stops the reader."""
+written (corrupt, locked, read-only) is said once in ``problem`` and never stops the reader.
+
+A GPU reading is the starting boot's only once the log has reached its time: the monitor tells
+``log_time`` (its newest line's time) on every batch, and a newer reading is held until the log
+reaches it or the boot ends first (then it was taken after the boot, e.g. by a reader that joined
+a boot already up and is replaying its log: dropped)."""
 
 from __future__ import annotations
 
@@ -37,6 +42,23 @@ class GpuReading(Protocol):
 
 
 _START_PHASES = frozenset({Phase.LAUNCH, Phase.INIT, Phase.LOAD_WEIGHTS})
+# a reading this much after the log's newest line still counts as "at" it: GPU readings carry the
+# reader's clock, log lines the host's (journald), and the two may disagree by some seconds; a reader
+# that joins a boot gone ready less than this before may keep that many seconds of its readings
+LOG_CLOCK_SLACK_S = 30.0
+
+
+def _reading_time(samples: Sequence[GpuReading]) -> float:
+    return max((g.ts or 0.0) for g in samples) if samples else 0.0
+
+
+def _starting_until(boot: Boot) -> float | None:
+    """When the boot stopped starting (epoch s): its ``ready`` phase began, or it ended; None
+    when its log has no time for it."""
+    end = boot.ended_at
+    if boot.status is BootStatus.READY:
+        end = next((s.start for s in boot.phases if s.name is Phase.READY and s.start is not None), end)
+    return end.timestamp() if end is not None else None
 
 
 def recordable(boot: Boot) -> bool:
@@ -70,6 +92,10 @@ class BootRecorder:
         self._spools: dict[int, dict[str, object]] = {}
         self._live: int | None = None  # the boot whose GPU peaks are being taken
         self._latest: Sequence[GpuReading] = ()
+        # the newest log line's time (epoch s; None: a source without timestamps) and the readings
+        # taken after it, not yet the live boot's (see ``log_time``)
+        self._log_time: float | None = None
+        self._held: list[Sequence[GpuReading]] = []
         self._pending: dict[int, tuple[str, dict[str, Any]]] = {}
         # boots without a timestamp whose spool segment had no line on disk yet: keyed on a later try
         self._unkeyed: dict[int, tuple[str, dict[str, Any]]] = {}
@@ -98,11 +124,14 @@ class BootRecorder:
             self._spools[index] = dict(spool)
         if first and boot.status is BootStatus.STARTING:
             self._live = index
-            self._free0[index] = {g.index: g.total_mib - g.used_mib for g in self._latest if g.total_mib > 0}
-            self._peaks[index] = {g.index: g.used_mib for g in self._latest}
-            self._series[index] = series = rec.GpuSeries()
+            self._held = []
+            self._free0[index] = {}
+            self._peaks[index] = {}
+            self._series[index] = rec.GpuSeries()
             if self._latest:
-                series.add(self._latest)
+                self._offer(index, self._latest)
+        elif index == self._live and boot.status is not BootStatus.STARTING:
+            self._settle(index, boot)
         self._queue(index)
 
     def _forget(self, below: int) -> None:
@@ -110,6 +139,19 @@ class BootRecorder:
         for table in (self._sigs, self._boots, self._spools, self._peaks, self._free0, self._series):
             for i in [i for i in table if i < below]:
                 del table[i]
+
+    def log_time(self, when: float | None) -> None:
+        """The time (epoch seconds) of the newest log line the reader has read, told on every
+        batch: a GPU reading is the starting boot's only when its log had reached the reading's
+        time. A reader that joins a boot that is already up replays its log first; the readings
+        it takes meanwhile are *now*, after the boot's end, and must not count as the boot's:
+        they are held until the log reaches their time (kept, the boot was still starting) or
+        the boot ends before it (dropped). ``LOG_CLOCK_SLACK_S`` allows for the two clocks."""
+        self._log_time = when
+        i = self._live
+        boot = self._boots.get(i) if i is not None else None
+        if i is not None and boot is not None and boot.status is BootStatus.STARTING and when is not None:
+            self._release(i, when + LOG_CLOCK_SLACK_S)
 
     def gpus(self, samples: Sequence[GpuReading]) -> None:
         """A GPU reading: peak memory of the boot that is starting."""
@@ -119,8 +161,44 @@ class BootRecorder:
             return
         boot = self._boots.get(i)
         if boot is None or boot.status is not BootStatus.STARTING:
+            if boot is not None:
+                self._settle(i, boot)
             self._live = None
             return
+        self._offer(i, samples)
+
+    def _offer(self, i: int, samples: Sequence[GpuReading]) -> None:
+        """A reading for the starting boot ``i``: taken, or held while it is newer than the log."""
+        when = self._log_time
+        if when is not None and samples and _reading_time(samples) > when + LOG_CLOCK_SLACK_S:
+            self._held.append(samples)
+            if len(self._held) > rec.GPU_SAMPLES_MAX:  # bounded: a long silence keeps every other one
+                self._held = self._held[::2]
+            return
+        self._release(i, when + LOG_CLOCK_SLACK_S if when is not None else None)
+        self._take(i, samples)
+
+    def _release(self, i: int, until: float | None) -> None:
+        """The held readings up to ``until`` (all: None) become boot ``i``'s, in order."""
+        if not self._held:
+            return
+        keep: list[Sequence[GpuReading]] = []
+        for r in self._held:
+            if until is None or _reading_time(r) <= until:
+                self._take(i, r)
+            else:
+                keep.append(r)
+        self._held = keep
+
+    def _settle(self, i: int, boot: Boot) -> None:
+        """Boot ``i`` is no longer starting: the held readings up to its end are its own, the rest
+        (taken after it ended) are dropped."""
+        end = _starting_until(boot)
+        if end is not None:
+            self._release(i, end + LOG_CLOCK_SLACK_S)
+        self._held = []
+
+    def _take(self, i: int, samples: Sequence[GpuReading]) -> None:
         peaks = self._peaks.setdefault(i, {})
         for g in samples:
             if g.used_mib > peaks.get(g.index, -1.0):
@@ -224,9 +302,11 @@ class BootRecorder:
 
 
 def record_boot(host: str, boot: Boot, *, restart: Mapping[str, object] | None = None, source: str = "",
-                store: Store | None = None, limits: Limits | None = None) -> str | None:
+                store: Store | None = None, limits: Limits | None = None,
+                unit_env: Mapping[str, str] | None = None) -> str | None:
     """Record one boot at once (a one-shot command: ``apply --restart``, ``replay --record``);
-    the problem (a message) when it could not be, else None."""
+    the problem (a message) when it could not be, else None. ``unit_env``: the environment the
+    unit or script gives the server (``boot_doc``)."""
     key = rec.boot_key(host, boot)
     if not recordable(boot):
         return "the boot shows no start (no launch, no argument dump): not recorded"
@@ -237,7 +317,7 @@ def record_boot(host: str, boot: Boot, *, restart: Mapping[str, object] | None =
     try:
         if st.readonly:
             return st.problem or "the history is read-only"
-        st.put(rec.boot_doc(host, boot, source=source, restart=restart), key)
+        st.put(rec.boot_doc(host, boot, source=source, restart=restart, unit_env=unit_env), key)
         return None
     except HistoryError as exc:
         return str(exc)

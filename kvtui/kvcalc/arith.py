@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
 GIB = float(1 << 30)
 MIB_PER_GIB = 1024.0
@@ -70,3 +71,15 @@ def _version_tuple(v: str | None) -> tuple[int, ...] | None:
     if not m:
         return None
     return tuple(int(x) for x in m.groups(default="0"))
+
+
+def least_squares(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """The least-squares slope of ``points`` (x, y) and the largest absolute residual of the fitted
+    line (at least two distinct x)."""
+    k = len(points)
+    mx = sum(x for x, _ in points) / k
+    my = sum(y for _, y in points) / k
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    resid = max(abs(y - (my + slope * (x - mx))) for x, y in points)
+    return slope, resid

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine, Fact, FailureKind
 from kvtui.knobs import Memory, fraction_flag, memory_value
-from kvtui.kvcalc.arith import _AVAIL_SLACK, _PRINT_EPS, GIB, _as_int, _frac, _snap_cell, floor_page
+from kvtui.kvcalc.arith import _AVAIL_SLACK, _PRINT_EPS, GIB, _as_int, _frac, _snap_cell, floor_page, least_squares
 from kvtui.kvcalc.boots import (
     _CAPACITY_RE,
     _boot_fraction,
@@ -430,18 +430,6 @@ def _two_point(
         )
     c.explain.append(f"{line} (slope {measured:.2f} GiB per 1.0 of fraction)")
     return measured, basis, len(points)
-
-
-def least_squares(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """The least-squares slope of ``points`` (x, y) and the largest absolute residual of the fitted
-    line (at least two distinct x)."""
-    k = len(points)
-    mx = sum(x for x, _ in points) / k
-    my = sum(y for _, y in points) / k
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
-    resid = max(abs(y - (my + slope * (x - mx))) for x, y in points)
-    return slope, resid
 
 
 def _pool_ends(boot: Boot, o: _Pool, fit: _Fit, c: Notes) -> tuple[float | None, float | None]:

@@ -12,8 +12,19 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from kvtui.boot import Boot
-from kvtui.engines.events import Fact, FailureKind
-from kvtui.kvcalc.arith import _PRINT_EPS, GIB, _as_float, _as_int, _frac, _snap_cell, _version_tuple, floor_page
+from kvtui.engines.events import Engine, Fact, FailureKind
+from kvtui.knobs import CPU_KV_SPACE_KNOB, pool_env
+from kvtui.kvcalc.arith import (
+    _PRINT_EPS,
+    GIB,
+    _as_float,
+    _as_int,
+    _frac,
+    _snap_cell,
+    _version_tuple,
+    floor_page,
+    least_squares,
+)
 from kvtui.kvcalc.boots import _TRIED_RE, _boot_tokens, _from_text, _never_sized, boot_model
 from kvtui.kvcalc.model import Basis, CalcError, GraphModel, GraphSource, IdentityCheck, MemoryModel, Notes, Sizing
 
@@ -38,34 +49,59 @@ def _tokens(boot: Boot, kv: float, ctx: int | None, block: int, c: Notes) -> int
     return floor_page(kv * GIB / bpt_f, block)
 
 
+def _fixed_pool(boot: Boot) -> str | None:
+    """What fixed this boot's pool in GiB, so that no utilization moves it (None: the budget did)."""
+    if boot.flags.get("kv_cache_memory_bytes") is not None:
+        return "--kv-cache-memory-bytes"
+    space = pool_env(Engine.VLLM, boot.flags, boot.facts).get(CPU_KV_SPACE_KNOB.written(Engine.VLLM))
+    return None if space is None else f"{CPU_KV_SPACE_KNOB.written(Engine.VLLM)}={space}"
+
+
 def _two_point(
-    kv: float, u: float, total: float | None, others: Sequence[Boot], c: Notes
-) -> tuple[float | None, float | None, Basis]:
-    """(device total, slope, basis): two utilizations of one deployment measure the device total."""
-    best: tuple[float, float] | None = None
+    boot: Boot, kv: float, u: float, total: float | None, others: Sequence[Boot], c: Notes
+) -> tuple[float | None, float | None, Basis, int]:
+    """(device total, slope, basis, boots used): boots of one deployment at other utilizations
+    measure the device total (GiB of KV per 1.0 of utilization): two boots give a two-point slope,
+    three or more a least-squares line through all of them (the history's boots: ``others``).
+    A pool whose size was given (the CPU backend's ``VLLM_CPU_KVCACHE_SPACE``,
+    ``--kv-cache-memory-bytes``) does not follow the utilization: no slope from it."""
+    fixed = _fixed_pool(boot)
+    if fixed is not None:
+        n = sum(1 for o in others if _kv_gib(o) is not None)
+        if n:
+            c.explain.append(f"the pool was given ({fixed}): other utilizations do not move it, no slope from "
+                             f"{n} other boot{'s' if n != 1 else ''}")
+        return total, total, Basis.CALIBRATED, 1
+    points = [(u, kv)]
     for o in others:
-        uo = _as_float(o.flags.get("gpu_memory_utilization")) or 0.9
         ko = _kv_gib(o)
-        if ko is None or abs(uo - u) < 1e-6:
+        if ko is None or _fixed_pool(o) is not None:
             continue
-        if best is None or abs(uo - u) > abs(best[0] - u):
-            best = (uo, ko)
-    if best is None:
-        return total, total, Basis.CALIBRATED
-    uo, ko = best
-    measured = (kv - ko) / (u - uo)
+        points.append((_as_float(o.flags.get("gpu_memory_utilization")) or 0.9, ko))
+    if len({round(x, 6) for x, _ in points}) < 2:
+        return total, total, Basis.CALIBRATED, 1
+    if len(points) == 2:
+        (_, _), (uo, ko) = points
+        measured = (kv - ko) / (u - uo)
+        line = (f"two-point: {ko:.2f} GiB KV at u={_frac(uo)} and {kv:.2f} GiB at u={_frac(u)} → "
+                f"{measured:.2f} GiB per 1.0 of utilization (the device total)")
+        basis = Basis.TWO_POINT
+    else:
+        measured, resid = least_squares(points)
+        us = sorted({round(x, 6) for x, _ in points})
+        shown = ", ".join(_frac(x) for x in us[:8]) + ("…" if len(us) > 8 else "")
+        line = (f"least-squares over {len(points)} boots (u = {shown}): {measured:.2f} GiB per 1.0 of utilization "
+                f"(the device total), largest residual {resid:.2f} GiB")
+        basis = Basis.LEAST_SQUARES
     if measured <= 0:
-        return total, total, Basis.CALIBRATED
+        return total, total, Basis.CALIBRATED, 1
     if total is not None and abs(measured - total) > 0.02 * total:
         c.reasons.append(
-            f"the two boots imply {measured:.2f} GiB per 1.0 of utilization, not the device's {total:.2f} GiB: "
+            f"the boots imply {measured:.2f} GiB per 1.0 of utilization, not the device's {total:.2f} GiB: "
             "using the measured slope"
         )
-    c.explain.append(
-        f"two-point: {ko:.2f} GiB KV at u={_frac(uo)} and {kv:.2f} GiB at u={_frac(u)} → "
-        f"{measured:.2f} GiB per 1.0 of utilization (the device total)"
-    )
-    return (measured if total is None else total), measured, Basis.TWO_POINT
+    c.explain.append(line)
+    return (measured if total is None else total), measured, basis, len(points)
 
 
 def _graph(boot: Boot, u: float, total: float | None, graph_mem: float | None, c: Notes) -> GraphModel | None:
@@ -115,7 +151,7 @@ def _calibrate_vllm(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[B
     tokens_raw = min(max(kv * GIB / bpt, float(n)), float(n + block_eff - 1))
     c.explain.append(f"bytes per token = {kv:.2f} GiB × 2^30 / {n:,} tokens ≈ {bpt:,} B per rank (block {block})")
     total = gpu_mem_gib or facts.get(Fact.GPU_TOTAL_GIB) or facts.get(Fact.OOM_CAPACITY_GIB)
-    total, slope, basis = _two_point(kv, u, total, others, c)
+    total, slope, basis, used = _two_point(boot, kv, u, total, others, c)
     if total is None:
         c.reasons.append(
             "device total unknown (pass --gpu-mem-gib): other utilizations and the graph headroom cannot be sized"
@@ -143,4 +179,5 @@ def _calibrate_vllm(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[B
         graphs_in_budget=vt is not None and vt >= (0, 21),
         identity=IdentityCheck(True, "vllm"),
         cpu_mem_gib=facts.get(Fact.CPU_MEM_TOTAL_GIB),
+        calibration_boots=used,
     )

@@ -87,6 +87,10 @@ percent = fmt.percent
 fraction = fmt.fraction
 safe_max = fmt.safe_max
 safe_min = fmt.safe_min
+ray_nodes = fmt.ray_nodes
+tp_ranks = fmt.tp_ranks
+ray_node_lines = fmt.ray_node_lines
+ray_nodes_compact = fmt.ray_nodes_compact
 capacity = fmt.capacity
 
 

@@ -107,6 +107,8 @@ class HistoryScreen(ModalScreen[None]):
                 if e.error_pct is not None:
                     pred += f" ({e.error_pct:+.2f} %)"
                 note = f"{note}; {pred}" if note else pred
+            if nodes := rec.nodes_note(d):  # a vLLM boot over Ray: its nodes and their TP ranks
+                note = f"{note}; {nodes}" if note else nodes
             frac = rec.fraction_of(d)
             table.add_row("*" if r.id == self.marked else "", f"#{r.id}",
                           str(d.get("started_at") or "")[:19].replace("T", " "), str(d.get("status")),

@@ -605,8 +605,11 @@ class VllmGrammar:
     def _on_cpu_kv(self, msg: str) -> Events:
         m = _CPU_KV_RE.match(msg)
         if m is not None:
-            return (_PM[Phase.KV_ALLOCATE], Metric(Fact.KV_CACHE_GIB, _f(m.group(1))),
-                    Metric(Fact.CPU_MEM_TOTAL_GIB, _f(m.group(2))))
+            out: Events = (_PM[Phase.KV_ALLOCATE], Metric(Fact.KV_CACHE_GIB, _f(m.group(1))),
+                           Metric(Fact.CPU_MEM_TOTAL_GIB, _f(m.group(2))))
+            if msg.startswith("Explicitly"):
+                out = (*out, Metric(Fact.CPU_KV_SPACE_GIB, _f(m.group(1))))
+            return out
         return _NONE
 
     def _on_available(self, msg: str) -> Events:

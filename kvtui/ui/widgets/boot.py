@@ -259,6 +259,10 @@ class BootFigures(BootRows):
         ]
         if m.kv_cache_gib is not None:
             items.insert(1, ("", f"{fmt.gib(m.kv_cache_gib)}/rank"))
+        if boot.nodes:  # vLLM over Ray: how many nodes, which TP ranks each holds
+            nodes = fmt.ray_nodes(boot.nodes_json())
+            items.append(("Ray ", f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}"))
+            items += [(f"{fmt.tp_ranks(n.tp_ranks)} ", n.name) for n in nodes]
         lines: list[Content] = []
         line = Content("")
         for label, value in items:  # whole items per line ("12.59 GiB/rank" is never split)
@@ -286,6 +290,10 @@ class BootFigures(BootRows):
         ]
         if m.max_concurrency is not None:
             rows.append(("max concurrency", f"{fmt.capacity(m.max_concurrency)}×"))
+        if boot.nodes:  # vLLM over Ray: how many nodes (by ip), which TP ranks each holds
+            nodes = fmt.ray_nodes(boot.nodes_json())
+            rows.append(("Ray nodes", str(len(nodes))))
+            rows += [(f" {fmt.tp_ranks(n.tp_ranks)} on", n.name) for n in nodes]
         unknown = sum(u.count for u in boot.unrecognised)
         if unknown:  # quiet: lines a new engine build may print that no rule knows (U lists them)
             rows.append((f"? {unknown} unrecognised startup line{'s' if unknown != 1 else ''}", "U"))
