@@ -191,6 +191,87 @@ async def test_apply_restart_and_rollback_act_on_every_node(tmp_path: Path, monk
         assert all(get_flag(u, "unit", "mem-fraction-static") == "0.88" for u in _units(tmp_path))
 
 
+def _dep_workers(app: KvtuiApp) -> list[Any]:
+    return [w for w in app.workers if w.group == "dep-change" and w.is_running]
+
+
+def _boots(app: KvtuiApp) -> list[int]:
+    return [len(n.monitor.tracker.boots) for n in _screen(app).dm.nodes]
+
+
+async def test_ctrl_x_stops_following_a_restart_once_every_node_is_restarted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()  # frozen: the new boots wait until the clock moves, the follow stays
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app), timeout=60)
+        assert not screen.check_action("cancel_change", ())  # offered only while a change runs
+        before = _boots(app)
+        await pilot.press("R")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await _until(pilot, lambda: screen.stage == "follow", timeout=60)
+        assert screen.check_action("cancel_change", ())
+        assert "ctrl+x: cancel" in pane.action_banner.build().plain
+        await pilot.press("ctrl+x")
+        assert pane.busy is None
+        assert pane.action_banner.headline == "restart of r1: no longer followed"
+        assert "every node's restart was issued and goes on" in pane.action_banner.detail[0]
+        await _until(pilot, lambda: not _dep_workers(app))
+        assert pane.busy is None  # the cancelled worker's end did not take the deployment back
+        assert screen.last_code is None
+        # the restarts were issued on both nodes and go on: both new boots come, and get ready
+        clock.advance(60.0)
+        await _until(pilot, lambda: all(n > b for n, b in zip(_boots(app), before, strict=True)), timeout=60)
+        await _until(pilot, lambda: _ready(app), timeout=60)
+
+
+async def test_ctrl_x_while_the_nodes_files_are_written_restores_every_node(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvtui.hosts.demo.ops import DemoOps
+
+    entered, release = asyncio.Event(), asyncio.Event()
+    real_write = DemoOps.write
+
+    async def gated_write(self: DemoOps, run: Any, saved: str) -> None:
+        if self.backend.name == "r1-b":  # node 1's write waits: ctrl+x comes while it runs
+            entered.set()
+            await release.wait()
+        await real_write(self, run, saved)
+
+    monkeypatch.setattr(DemoOps, "write", gated_write)
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app) and pane.calculator.result is not None, timeout=60)
+        before = _boots(app)
+        await pilot.press("c", *"0.85", "enter", "escape")
+        await _until(pilot, lambda: pane.calculator.result is not None
+                     and pane.calculator.result["edits"] == {"mem_fraction_static": 0.85})
+        await pilot.press("a")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await _until(pilot, entered.is_set)
+        assert get_flag(_units(tmp_path)[0], "unit", "mem-fraction-static") == "0.85"  # node 0 written
+        await pilot.press("ctrl+x")
+        assert screen.stage == "write"
+        assert pane.busy == "an apply"  # the write in progress ends first (all or nothing)
+        assert "cancel asked" in " ".join(pane.action_banner.lines)
+        release.set()
+        await _until(pilot, lambda: pane.busy is None and not _dep_workers(app), timeout=60)
+        assert pane.action_banner.headline == "apply on r1 cancelled: nothing was restarted"
+        assert all(get_flag(u, "unit", "mem-fraction-static") == "0.88" for u in _units(tmp_path))
+        assert any("r1-a restored from" in d for d in pane.action_banner.detail)
+        assert any("r1-b restored from" in d for d in pane.action_banner.detail)
+        assert _boots(app) == before  # nothing restarted
+
+
 def test_connect_on_a_deployment_opens_the_console_with_its_pane(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from kvtui.commands import connect

@@ -6,8 +6,11 @@ NAME`` / ``kvtui rollback NAME`` run): ``a`` applies the calculator's edits (pla
 once; a refusal anywhere refuses the whole; one confirmation; written and verified node by node, a
 failure restoring the nodes already written; node 0 restarted first; the merged boot followed and
 every node's argument dump checked); ``R`` restarts every node the same way; ``u`` restores every
-node's newest backup. The calculator (``c``) is calibrated from the merged boot: P = min over all
-ranks of all nodes. Its binding ids are ``KvtuiApp``'s (``[keymap]``), plus ``node.filter``.
+node's newest backup; ``ctrl+x`` cancels the running change (all or nothing: asked while the
+nodes' files are written, the write in progress ends and every node written is restored; asked
+while the restarts are issued, they all are, then the following stops). The calculator (``c``)
+is calibrated from the merged boot: P = min over all ranks of all nodes. Its binding ids are
+``KvtuiApp``'s (``[keymap]``), plus ``node.filter``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ CHANGE_TIMEOUT_S = 1800.0  # how long a change follows the nodes' new boots
 DEPLOYMENT_BINDINGS: list[BindingType] = [
     Binding("question_mark", "help", "Help", id="help", tooltip="every key, with its id for [keymap]"),
     Binding("q", "quit", "Quit", id="quit"),
+    Binding("ctrl+x", "cancel_change", "Cancel change", id="change.cancel",
+            tooltip="cancel the running apply/rollback/restart (once every node's restart is issued: stop "
+                    "following it)"),
     Binding("n", "node_filter", "Node filter", id="node.filter", tooltip="the log of all nodes, node 0, node 1, …"),
     Binding("c", "calculator", "Calculator", id="calculator", priority=True,
             tooltip="edit flags, see the next boot's KV pool (every rank of every node)"),
@@ -95,6 +101,11 @@ class DeploymentScreen(Screen[None]):
             dnodes.append(DeploymentNode(node_name, host, monitor))
         self.dm = DeploymentMonitor(spec.name, dnodes, bound_s=spec.hang_seconds)
         self.last_code: int | None = None  # the last change's exit code (tests)
+        self._change_gen = 0  # the running change's number (a cancelled worker's end frees nothing)
+        # where the running change is: "plan" (nothing written), "write" (the nodes' files),
+        # "position" (written or restart only, no restart issued), "restart" (issuing), "follow"
+        self.stage = ""
+        self._cancel_asked = False  # ctrl+x during "write" or "restart": acted on when that step ends
 
     @property
     def pane(self) -> DeploymentPane:
@@ -129,6 +140,8 @@ class DeploymentScreen(Screen[None]):
             return False  # typed into the flag being edited
         if action in CHANGES and self.readonly:
             return False
+        if action == "cancel_change":
+            return self.is_mounted and self.pane.busy is not None  # offered (in the footer too) while one runs
         if action == "explain" and self.is_mounted and self.pane.calculator.prediction is None:
             return None
         return True
@@ -213,16 +226,80 @@ class DeploymentScreen(Screen[None]):
 
     # ---- the change keys ------------------------------------------------------------------------
 
-    def _begin(self, what: str) -> bool:
+    def _begin(self, what: str) -> int | None:
+        """Mark ``what`` as running: its number (its worker hands it to ``_end``), or None."""
         pane = self.pane
         if self.readonly:
-            return False
+            return None
         if pane.busy is not None:
-            self.notify(f"{pane.busy} of {self.spec.name} is running: wait for it to end", severity="warning",
-                        timeout=4)
-            return False
+            self.notify(f"{pane.busy} of {self.spec.name} is running: wait for it to end, or cancel it (ctrl+x)",
+                        severity="warning", timeout=4)
+            return None
         pane.busy = what
-        return True
+        self._change_gen += 1
+        self.stage = "plan"
+        self._cancel_asked = False
+        self.refresh_bindings()
+        return self._change_gen
+
+    def _end(self, gen: int) -> None:
+        if gen == self._change_gen:
+            self.pane.busy = None
+            self.stage = ""
+            self.refresh_bindings()
+
+    def action_cancel_change(self) -> None:
+        self.cancel_change()
+
+    def cancel_change(self) -> str | None:
+        """``ctrl+x``: cancel the running change — at once while nothing is written (planning) or
+        once everything is (before the restarts, or after every restart was issued: the following
+        stops, the nodes' new boots go on); asked while the files are written or the restarts
+        issued, it is acted on when that step ends (all or nothing). What the banner says, or None
+        when nothing runs."""
+        pane = self.pane
+        if pane.busy is None:
+            return None
+        if self.stage in ("write", "restart"):
+            self._cancel_asked = True
+            line = ("cancel asked: the write in progress ends, then every node written is restored"
+                    if self.stage == "write" else
+                    "cancel asked: every node's restart is issued first (a deployment is not left half "
+                    "restarted), then the following stops")
+            pane.action_banner.progress(line)
+            self.notify(line, title=f"{self.spec.name}: cancelling", timeout=5)
+            return line
+        return self._cancel_now()
+
+    def _cancel_now(self) -> str:
+        pane = self.pane
+        what = (pane.busy or "a change").removeprefix("an ").removeprefix("a ")
+        name = self.spec.name
+        if self.stage == "follow":
+            headline = f"{what} of {name}: no longer followed"
+            detail = ["every node's restart was issued and goes on; the node lines and the log show the new boot"]
+        elif self.stage == "position" and what != "restart":
+            headline = f"{what} on {name} cancelled before the restart"
+            files = "the backups are restored" if what == "rollback" else "the new flags are written"
+            detail = [f"{files} and verified on every node but not running: R restarts into them"
+                      + (", u rolls them back" if what == "apply" else "")]
+        else:
+            headline = f"{what} on {name} cancelled"
+            detail = ["nothing was written or restarted on any node"]
+        self._change_gen += 1  # the cancelled worker's end no longer frees the deployment: it is free now
+        pane.busy = None
+        self.stage = ""
+        self._cancel_asked = False
+        self.workers.cancel_group(self, "dep-change")
+        pane.action_banner.finish("warning", headline, detail)
+        self.refresh_bindings()
+        return headline
+
+    def _stage(self, stage: str) -> None:
+        """The running change reached ``stage`` (a cancel asked during the step before acts now)."""
+        self.stage = stage
+        if stage == "follow" and self._cancel_asked:
+            self._cancel_now()
 
     def _sides(self) -> list[NodeSide]:
         from kvtui.deployment_changes import NodeSide
@@ -251,12 +328,14 @@ class DeploymentScreen(Screen[None]):
         if isinstance(edits, str):
             self.notify(edits, severity="warning", timeout=5)
             return
-        if self._begin("an apply"):
-            self._change_worker("apply", edits)
+        gen = self._begin("an apply")
+        if gen is not None:
+            self._change_worker("apply", edits, gen)
 
     def action_rollback(self) -> None:
-        if self._begin("a rollback"):
-            self._change_worker("rollback", [])
+        gen = self._begin("a rollback")
+        if gen is not None:
+            self._change_worker("rollback", [], gen)
 
     def action_restart(self) -> None:
         if self.readonly:
@@ -267,13 +346,14 @@ class DeploymentScreen(Screen[None]):
                 "is followed until it is ready or failed.")
 
         def done(answer: bool | None) -> None:
-            if answer and self._begin("a restart"):
-                self._change_worker("restart", [])
+            gen = self._begin("a restart") if answer else None
+            if gen is not None:
+                self._change_worker("restart", [], gen)
 
         self.app.push_screen(ConfirmScreen(f"Restart {self.spec.name}", body), done)
 
     @work(group="dep-change", exit_on_error=False, description="deployment change")
-    async def _change_worker(self, verb: str, edits: list[fl.Edit]) -> None:
+    async def _change_worker(self, verb: str, edits: list[fl.Edit], gen: int) -> None:
         from kvtui import deployment_changes as dc
         from kvtui.hosts import service
 
@@ -319,24 +399,31 @@ class DeploymentScreen(Screen[None]):
                     self.notify("nothing was changed", title=f"{name}: {verb} cancelled", timeout=4)
                     return
                 banner.start(f"{verb} on {name} ({len(sides)} nodes)")
+                self.stage = "write"
                 wrote = await dc.write_nodes(sides, say, verb=verb, clock=self.clock)
                 if wrote.code is not None:
                     self.last_code = wrote.code
                     banner.finish("failed", f"{verb} on {name}: not done", wrote.messages)
                     return
+                if self._cancel_asked:  # ctrl+x while the files were written: all of them restored
+                    restored = await dc.restore(wrote.written, self.clock, say)
+                    banner.finish("warning", f"{verb} on {name} cancelled: nothing was restarted",
+                                  restored or ["no node's file had to be written"])
+                    return
                 say(f"{name}: " + ("the backups are restored" if verb == "rollback" else "the new flags are written")
                     + " and verified on every node")
             else:
                 banner.start(f"restart of {name} ({len(sides)} nodes)")
+            self.stage = "position"
             code, _dep = await dc.restart_and_follow(sides, self.spec.hang_seconds, CHANGE_TIMEOUT_S, self.clock,
-                                                     say, edits)
+                                                     say, edits, stage=self._stage)
             self.last_code = code
             severity: Severity = "ok" if code == 0 else ("warning" if code == 5 else "failed")
             head = {0: "ready on every node", 1: "the new boot failed", 5: "timed out"}.get(code, f"exit {code}")
             banner.finish(severity, f"{verb} on {name}: {head}", outcome_lines(said))
         finally:
             await dc.close_followers(sides)
-            pane.busy = None
+            self._end(gen)
 
 
 OUTCOME_WORDS = ("ready on all", "failed", "hang:", "edit not in effect", "argument dump", "timed out", "refused")
