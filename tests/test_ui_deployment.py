@@ -272,6 +272,35 @@ async def test_ctrl_x_while_the_nodes_files_are_written_restores_every_node(
         assert _boots(app) == before  # nothing restarted
 
 
+async def test_node_0_restarted_alone_names_node_1_as_not_in_this_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node 0's unit restarted outside kvtui (node 1's left running): node 0's new boot waits at
+    distributed init for a node 1 that never comes; node 1's boot met node 0's old one long before,
+    so it is not merged with node 0's new boot — the hang names node 1 (it used to name node 0, as
+    not reaching the CUDA graph capture node 1's old boot had reached)."""
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock, hang=60)
+    clock.advance(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        await _until(pilot, lambda: _ready(app), timeout=60)
+        cfg = parse_config(_hosts(speed=100, hang=60), tmp_path / "hosts.toml")
+        DemoBackend("r1-a", cfg.host("r1-a"), clock=clock).restart()  # as `systemctl restart` on node 0
+        clock.advance(120.0)  # node 0's new boot waits at init for two minutes (the bound is one)
+        await _until(pilot, lambda: "hang:" in _text(app, "#dep-notes"), timeout=60)
+        notes = _text(app, "#dep-notes")
+        assert "hang: node 1 (r1-b) has not started this boot (its newest boot, started " in notes
+        assert "node 0 (r1-a) waiting 2m" in notes
+        assert "node 0 (r1-a) has not started" not in notes
+        nodes = _text(app, "#dep-nodes")
+        assert "node 0 · r1-a · connected · starting at init" in nodes
+        assert "node 1 · r1-b · connected · not in this start (its boot is of an earlier one: not restarted)" in nodes
+        dep = screen.dm.dep
+        assert dep is not None
+        assert dep.nodes[1].boot is None
+        assert dep.nodes[1].earlier is not None
+
+
 def test_connect_on_a_deployment_opens_the_console_with_its_pane(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from kvtui.commands import connect

@@ -229,7 +229,7 @@ class DeploymentPane(Vertical):
     def _node_line(self, node: DeploymentNode, dep: DeploymentBoot) -> Text:
         """``node 1 · r1-b · connected · up (…) · unit active``."""
         nb = next((b for b in dep.nodes if b.name == node.name), None)
-        where = "no boot yet" if nb is None or nb.boot is None else node_state(dep, nb)
+        where = "no boot yet" if nb is None or (nb.boot is None and nb.earlier is None) else node_state(dep, nb)
         conn = self._conn(node)
         t = Text(f"{self.node_label(node.index)} · ")
         t.append(conn, style="green" if conn == "connected" else "yellow")
