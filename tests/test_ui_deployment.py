@@ -110,21 +110,78 @@ async def test_the_pane_groups_16_gpus_by_node_and_merges_the_boot_and_log(
         await _until(pilot, lambda: pane.calculator.result is not None)
         assert pane.calculator.engine is not None
         # the node filter: node 0 only, node 1 only, every node again
-        await pilot.press("n")
+        await pilot.press("number_sign")
         await pilot.pause()
         assert "log · node 0 · r1-a" in _text(app, "#dep-log-head")
         assert all(t.startswith("n0 ") for t in _log(app))
-        await pilot.press("n")
+        await pilot.press("number_sign")
         await pilot.pause()
         only1 = _log(app)
         assert only1
         assert all(t.startswith("n1 ") for t in only1)
         assert not any("fired up" in t for t in only1)
-        await pilot.press("n")
+        await pilot.press("number_sign")
         await pilot.pause()
         assert "log · all nodes" in _text(app, "#dep-log-head")
         assert {t[:3] for t in _log(app)} == {"n0 ", "n1 "}
         assert pane.filter is None
+
+
+async def test_search_the_merged_log_with_slash_n_and_n_within_the_node_filter(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app), timeout=60)
+        await _until(pilot, lambda: any(ln.node == 0 and "fired up and ready" in ln.text for ln in pane.lines)
+                     and any(ln.node == 1 and "Capture cuda graph end" in ln.text for ln in pane.lines))
+        await pilot.press("n")  # nothing to repeat yet
+        assert pane.search is None
+        # one match: node 0's ready line (smart case: lower case finds "fired up")
+        await pilot.press("slash", *"fired up", "enter")
+        await _until(pilot, lambda: pane.search is not None)
+        assert pane.match is not None
+        assert pane.match.node == 0
+        assert "fired up and ready" in pane.match.text
+        assert "/fired up match 1 of 1" in _text(app, "#dep-log-head")
+        assert screen.focused is screen.query_one(RichLog)  # the keys after Enter reach the log
+        await pilot.press("N")
+        assert "no older match (1 in all)" in _text(app, "#dep-log-head")
+        # many matches on both nodes: N walks back through them, n forward again
+        caps = [ln for ln in pane.shown if "Capture cuda graph end" in ln.text]
+        assert {ln.node for ln in caps} == {0, 1}
+        await pilot.press("slash", *"Capture cuda graph end", "enter")
+        await _until(pilot, lambda: pane.match is not None and "Capture cuda graph end" in pane.match.text)
+        assert pane.match is caps[-1]  # the newest first
+        assert f"match {len(caps)} of {len(caps)}" in _text(app, "#dep-log-head")
+        await pilot.press("N", "N")
+        assert pane.match is caps[-3]
+        await pilot.press("n")
+        assert pane.match is caps[-2]
+        log = screen.query_one(RichLog)
+        assert not log.auto_scroll  # it stays at the match while lines come
+        # the node filter keeps the search: only node 1's lines, and its matches
+        await pilot.press("number_sign", "number_sign")
+        assert pane.filter == 1
+        assert pane.search is not None
+        assert all(ln.node == 1 for ln in pane.shown)
+        await pilot.press("N")
+        assert pane.match is not None
+        assert pane.match.node == 1
+        caps1 = [ln for ln in pane.shown if "Capture cuda graph end" in ln.text]
+        assert f"of {len(caps1)}" in _text(app, "#dep-log-head")
+        await pilot.press("slash", *"fired up", "enter")
+        await _until(pilot, lambda: pane.search is not None and pane.search.text == "fired up")
+        assert pane.match is None
+        assert "no match on node 1 · r1-b" in _text(app, "#dep-log-head")
+        # an empty search clears it: the log follows again
+        await pilot.press("slash", "ctrl+u", "enter")
+        await _until(pilot, lambda: pane.search is None)
+        assert log.auto_scroll
+        assert "/fired" not in _text(app, "#dep-log-head")
 
 
 async def test_a_stalled_node_is_named_with_what_its_host_says(tmp_path: Path,

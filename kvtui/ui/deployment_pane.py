@@ -14,7 +14,9 @@ boot). Top to bottom:
   environment, as ``kvtui wait NAME`` gives it — the findings (flags that differ between
   nodes, …) and which node set each figure;
 * the progress of a change (apply, restart, rollback of every node: ``kvtui.deployment_changes``);
-* the merged log, each line with its node's column; ``n`` cycles a filter (all nodes, node 0, …).
+* the merged log, each line with its node's column; ``#`` cycles a filter (all nodes, node 0, …);
+  ``/`` searches the lines it keeps (``LOG_KEEP``, smart case, the host console's find bar and
+  ``TextQuery``; ``n``/``N`` the next/previous match, within the node filter).
 
 Log lines are batched: the monitors' sink only queues them; a timer (``REFRESH_S``) writes what came.
 """
@@ -28,7 +30,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import RichLog, Static
@@ -39,6 +41,8 @@ from kvtui.ui.widgets.action import ActionBanner
 from kvtui.ui.widgets.boot import BootFigures, PhaseTimeline
 from kvtui.ui.widgets.calculator import CalculatorPanel
 from kvtui.ui.widgets.gpu import GpuBars
+from kvtui.ui.widgets.log_panel import FindBar
+from kvtui.ui.widgets.log_view import TextQuery
 from kvtui.updates import GpuUpdate, LogBatch, MonitorUpdate
 
 if TYPE_CHECKING:
@@ -73,6 +77,7 @@ class DeploymentPane(Vertical):
     DeploymentPane #dep-notes { height: auto; max-height: 8; padding: 0 1; }
     DeploymentPane #dep-log-head { height: 1; padding: 0 1; background: $boost; }
     DeploymentPane #dep-log { height: 1fr; min-height: 3; }
+    DeploymentPane FindBar { dock: none; }
     Screen.-narrow DeploymentPane #dep-calc { display: none; }
     Screen.-narrow DeploymentPane #dep-calc.-maximized { display: block; }
     Screen.-short DeploymentPane #dep-notes { max-height: 3; }
@@ -95,6 +100,10 @@ class DeploymentPane(Vertical):
         self.probes = 0  # probes finished (tests)
         self.busy: str | None = None  # the change running ("an apply", …), else None
         self._calibrated: tuple[object, ...] | None = None
+        self.shown: deque[_Line] = deque(maxlen=LOG_KEEP)  # the lines the log shows, in its order
+        self.search: TextQuery | None = None  # ``/``: the merged log's search
+        self.match: _Line | None = None  # the match ``n``/``N`` went to (one of ``shown``)
+        self.search_note = ""  # what the last search step found ("match 2 of 5", "no older match …")
 
     def compose(self) -> ComposeResult:
         yield Static(id="dep-nodes")
@@ -114,6 +123,7 @@ class DeploymentPane(Vertical):
         yield Static(id="dep-notes")
         yield Static(id="dep-log-head")
         yield RichLog(id="dep-log", max_lines=LOG_KEEP, wrap=False, markup=False)
+        yield FindBar()
 
     def on_mount(self) -> None:
         self.set_interval(REFRESH_S, self.refresh_now)
@@ -195,7 +205,7 @@ class DeploymentPane(Vertical):
             log = self.query_one(RichLog)
             for line in fresh:
                 if self.filter is None or line.node == self.filter:
-                    log.write(self._log_line(line))
+                    self._write(log, line)
 
     def _calibrate(self, boot: Boot | None) -> None:
         """The calculator follows the merged boot: its figures are the minimum over every rank of
@@ -286,21 +296,39 @@ class DeploymentPane(Vertical):
 
     def _log_head(self) -> Text:
         which = "all nodes" if self.filter is None else self.node_label(self.filter)
-        return Text(f"log · {which} · n: next node filter")
+        t = Text(f"log · {which}")
+        if self.search is None:
+            t.append(" · #: node filter · /: search", style="dim")
+            return t
+        t.append(f" · /{_short(self.search.text)}", style="bold")
+        if self.search_note:
+            t.append(f" {self.search_note}")
+        t.append(" · n/N: next/previous · #: node filter", style="dim")
+        return t
 
     def _log_line(self, line: _Line) -> Text:
         index, text, style = line.node, line.text, line.style
         col = f"n{self.dm.node_rank(self.dm.nodes[index])} "
         colour = {"error": "red", "warning": "yellow", "phase": "cyan", "marker": "bold"}.get(style, "")
         out = Text(col, style="bold magenta" if index % 2 else "bold blue")
-        out.append(text, style=colour)
+        body = Text(text, style=colour)
+        if self.search is not None:
+            body.highlight_regex(self.search.compiled(), style="reverse")
+        out.append_text(body)
         return out
 
+    def _write(self, log: RichLog, line: _Line) -> None:
+        self.shown.append(line)  # bounded as the log is (LOG_KEEP): the oldest go from both
+        log.write(self._log_line(line))
+
     def cycle_filter(self) -> None:
-        """All nodes → node 0 → node 1 → … → all nodes; the log is rewritten from what is kept."""
+        """All nodes → node 0 → node 1 → … → all nodes; the log is rewritten from what is kept
+        (a search stays: its matches are those of the lines shown)."""
         n = len(self.dm.nodes)
         self.filter = 0 if self.filter is None else (None if self.filter + 1 >= n else self.filter + 1)
         self.rewrite_log()
+        if self.search is not None:
+            self.search_note = self._count_note()
         self.query_one("#dep-log-head", Static).update(self._log_head())
 
     def rewrite_log(self) -> None:
@@ -308,9 +336,105 @@ class DeploymentPane(Vertical):
         order; within a refresh they are sorted, across refreshes only here)."""
         log = self.query_one(RichLog)
         log.clear()
+        log.auto_scroll = self.search is None  # a search stays where its match is
+        self.shown.clear()
         for line in sorted(self.lines):
             if self.filter is None or line.node == self.filter:
-                log.write(self._log_line(line))
+                self._write(log, line)
+        if self.match is not None and self._index(self.match) is None:
+            self.match = None  # filtered out
+        if self.match is not None:
+            self._show_match()
+
+    # -- search (``/``, ``n``, ``N``) ---------------------------------------------------------------
+
+    def open_search(self) -> None:
+        self.query_one(FindBar).open("search", self.search.text if self.search is not None else "")
+
+    @on(FindBar.Submitted)
+    def _find_submitted(self, event: FindBar.Submitted) -> None:
+        event.stop()
+        self.screen.set_focus(self.query_one(RichLog))
+        self.set_search(event.value)
+
+    @on(FindBar.Closed)
+    def _find_closed(self, event: FindBar.Closed) -> None:
+        event.stop()
+        self.screen.set_focus(self.query_one(RichLog))
+        self.screen.refresh_bindings()
+
+    def set_search(self, text: str) -> None:
+        """Search the lines shown (empty: no search; the log follows its newest lines again); the
+        newest match is gone to."""
+        self.search = TextQuery(text) if text else None
+        self.match = None
+        self.search_note = ""
+        self.rewrite_log()  # the matches highlighted
+        log = self.query_one(RichLog)
+        if self.search is None:
+            log.auto_scroll = True
+            log.scroll_end(animate=False)
+        else:
+            self.find(forward=False)
+        self.query_one("#dep-log-head", Static).update(self._log_head())
+        self.screen.refresh_bindings()
+
+    def _index(self, line: _Line) -> int | None:
+        return next((i for i, x in enumerate(self.shown) if x is line), None)
+
+    def _count_note(self) -> str:
+        """``match 2 of 5`` (the current match), ``5 matches``, or ``no match`` (on the node shown)."""
+        if self.search is None:
+            return ""
+        pattern = self.search.compiled()
+        hits = [i for i, x in enumerate(self.shown) if pattern.search(x.text)]
+        total = len(hits)
+        cur = self._index(self.match) if self.match is not None else None
+        if cur is not None and cur in hits:
+            return f"match {hits.index(cur) + 1} of {total}"
+        if not total:
+            return "no match" + ("" if self.filter is None else f" on {self.node_label(self.filter)}")
+        return f"{total} matches" if total != 1 else "1 match"
+
+    def find(self, forward: bool) -> bool:
+        """Go to the next (``n``, newer) or previous (``N``, older) match among the lines shown
+        (from the bottom when there is no current match); False when there is none."""
+        if self.search is None:
+            return False
+        pattern = self.search.compiled()
+        lines = list(self.shown)
+        cur = self._index(self.match) if self.match is not None else None
+        if cur is None:  # from the bottom: nothing newer
+            rng = range(0) if forward else range(len(lines) - 1, -1, -1)
+        else:
+            rng = range(cur + 1, len(lines)) if forward else range(cur - 1, -1, -1)
+        hits = [i for i, x in enumerate(lines) if pattern.search(x.text)]
+        for i in rng:
+            if pattern.search(lines[i].text):
+                self.match = lines[i]
+                self.search_note = f"match {hits.index(i) + 1} of {len(hits)}"
+                self._show_match()
+                self.query_one("#dep-log-head", Static).update(self._log_head())
+                return True
+        if not hits:
+            self.search_note = self._count_note()
+        else:
+            self.search_note = f"no {'newer' if forward else 'older'} match ({len(hits)} in all)"
+        self.query_one("#dep-log-head", Static).update(self._log_head())
+        return False
+
+    def _show_match(self) -> None:
+        """The current match in the middle of the log; the log stops following meanwhile."""
+        idx = self._index(self.match) if self.match is not None else None
+        if idx is None:
+            return
+        log = self.query_one(RichLog)
+        log.auto_scroll = False
+
+        def scroll() -> None:
+            log.scroll_to(y=max(0, idx - log.scrollable_content_region.height // 2), animate=False, immediate=True)
+        scroll()
+        self.call_after_refresh(scroll)  # once a rewritten log has its new size
 
 
 class _Line(NamedTuple):
@@ -321,6 +445,10 @@ class _Line(NamedTuple):
     seq: int
     text: str
     style: str
+
+
+def _short(text: str, width: int = 24) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _stamp(ts: datetime | None) -> float:

@@ -48,7 +48,11 @@ DEPLOYMENT_BINDINGS: list[BindingType] = [
     Binding("ctrl+x", "cancel_change", "Cancel change", id="change.cancel",
             tooltip="cancel the running apply/rollback/restart (once every node's restart is issued: stop "
                     "following it)"),
-    Binding("n", "node_filter", "Node filter", id="node.filter", tooltip="the log of all nodes, node 0, node 1, …"),
+    Binding("slash", "search", "Search", id="search", tooltip="search the merged log (smart case)", priority=True),
+    Binding("n", "find(True)", "Next match", show=False, id="search.next"),
+    Binding("N", "find(False)", "Previous match", show=False, id="search.previous"),
+    Binding("number_sign", "node_filter", "Node filter", id="node.filter",
+            tooltip="the log of all nodes, node 0, node 1, … (a search stays)"),
     Binding("c", "calculator", "Calculator", id="calculator", priority=True,
             tooltip="edit flags, see the next boot's KV pool (every rank of every node)"),
     Binding("x", "explain", "Explain", id="explain", tooltip="how the prediction is computed"),
@@ -136,7 +140,7 @@ class DeploymentScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if self.app.screen is self and self.typing() and action in ("calculator", "node_filter", "apply", "restart",
                                                                      "rollback", "explain", "quit", "help",
-                                                                     "next_theme"):
+                                                                     "next_theme", "search", "find"):
             return False  # typed into the flag being edited
         if action in CHANGES and self.readonly:
             return False
@@ -179,6 +183,15 @@ class DeploymentScreen(Screen[None]):
 
     def action_node_filter(self) -> None:
         self.pane.cycle_filter()
+
+    def action_search(self) -> None:
+        self.pane.open_search()
+
+    def action_find(self, forward: bool) -> None:
+        if self.pane.search is None:
+            self.notify("nothing to repeat: search with / first", severity="warning", timeout=3)
+            return
+        self.pane.find(forward)
 
     def action_next_theme(self) -> None:
         app = self.app
