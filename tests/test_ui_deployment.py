@@ -29,7 +29,7 @@ from kvtui.nodes import NodeObservation
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.deployment_screen import DeploymentScreen, DeploymentSpec
 from kvtui.ui.screens import ConfirmScreen
-from kvtui.ui.widgets.gpu import GpuBars
+from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot
 
 SIZE = (120, 36)
 SnapCompare = Any
@@ -182,6 +182,54 @@ async def test_search_the_merged_log_with_slash_n_and_n_within_the_node_filter(
         await _until(pilot, lambda: pane.search is None)
         assert log.auto_scroll
         assert "/fired" not in _text(app, "#dep-log-head")
+
+
+async def test_g_shows_the_gpu_plot_of_all_nodes_or_of_the_node_the_filter_shows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        plots = {p.id: p for p in screen.query(GpuHistoryPlot)}
+        assert set(plots) == {"plot-all", "plot-0", "plot-1"}
+        await _until(pilot, lambda: _ready(app), timeout=60)
+
+        def moving() -> bool:  # the clock moves on while the plots collect (a reading per time)
+            clock.advance(0.5)
+            return all(len(p.points) >= 2 for p in plots.values())
+        # the history is kept while the plots are hidden
+        await _until(pilot, moving, timeout=60)
+        assert not pane.plot_shown
+        assert all(not p.display or not p.is_on_screen for p in plots.values())
+        # all nodes: the sum of the 16 GPUs' memory, with the merged boot's phase bands
+        await pilot.press("g")
+        assert pane.plot_shown
+        assert pane.shown_plot() is plots["plot-all"]
+        assert not screen.query_one("#dep-gpus").display
+        assert _text(app, "#dep-plot-head") == "GPU memory · all nodes · the sum of their 16 GPUs · g: bars"
+        gpus = [s for n in (0, 1) for s in pane._gpus[n].samples]
+        assert len(gpus) == 16
+        assert plots["plot-all"].total_gib == pytest.approx(sum(s.total_gib for s in gpus))
+        assert plots["plot-all"].points[-1][1] > max(s.used_gib for s in gpus) * 8  # a sum, not one GPU
+        await _until(pilot, lambda: plots["plot-all"].bands != () and plots["plot-all"].redraws >= 1)
+        # the node filter picks the node: its busiest GPU, as on a host
+        await pilot.press("number_sign")
+        assert pane.shown_plot() is plots["plot-0"]
+        assert _text(app, "#dep-plot-head") == "GPU memory · node 0 · r1-a · its busiest GPU · g: bars"
+        node0 = pane._gpus[0].samples
+        assert plots["plot-0"].total_gib == pytest.approx(max(s.total_gib for s in node0))
+        assert plots["plot-0"].points[-1][1] <= plots["plot-0"].total_gib
+        await _until(pilot, lambda: plots["plot-0"].redraws >= 1)
+        assert plots["plot-0"].is_on_screen
+        assert not plots["plot-all"].display
+        await pilot.press("number_sign")
+        assert pane.shown_plot() is plots["plot-1"]
+        # g again: the bars
+        await pilot.press("g")
+        assert not pane.plot_shown
+        assert screen.query_one("#dep-gpus").display
 
 
 async def test_a_stalled_node_is_named_with_what_its_host_says(tmp_path: Path,

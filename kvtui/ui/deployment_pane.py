@@ -6,7 +6,10 @@ boot). Top to bottom:
 
 * the deployment's state, then one line per node: its connection, how far its boot got, and its
   unit's (or pod's) state as the node's host says (probed every ``PROBE_EVERY_S``);
-* the GPUs grouped by node, the nodes side by side (16 bars for 2 × 8), and the calculator
+* the GPUs grouped by node, the nodes side by side (16 bars for 2 × 8) — or, ``g``, the GPU
+  memory over time (``GpuHistoryPlot``, the host console's plot, with the boot's phase bands) of
+  the node the log's filter shows (its busiest GPU, as on a host), or of all nodes (the sum of
+  every GPU's memory) — and the calculator
   calibrated from the merged boot (P = min over every rank of every node) — a column on the right,
   opened zoomed on a narrow terminal (``c``);
 * the merged boot's timeline and figures;
@@ -40,7 +43,7 @@ from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, NodeObservation, node_sta
 from kvtui.ui.widgets.action import ActionBanner
 from kvtui.ui.widgets.boot import BootFigures, PhaseTimeline
 from kvtui.ui.widgets.calculator import CalculatorPanel
-from kvtui.ui.widgets.gpu import GpuBars
+from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot, boot_origin, phase_bands
 from kvtui.ui.widgets.log_panel import FindBar
 from kvtui.ui.widgets.log_view import TextQuery
 from kvtui.updates import GpuUpdate, LogBatch, MonitorUpdate
@@ -70,6 +73,11 @@ class DeploymentPane(Vertical):
     DeploymentPane #dep-gpus { width: 1fr; height: auto; }
     DeploymentPane .dep-node { width: 1fr; height: auto; }
     DeploymentPane .node-head { padding: 0 1; text-style: bold; height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    DeploymentPane #dep-plots { display: none; width: 1fr; height: 9; }
+    DeploymentPane.-plot #dep-plots { display: block; }
+    DeploymentPane.-plot #dep-gpus { display: none; }
+    DeploymentPane #dep-plots GpuHistoryPlot { display: none; min-height: 4; }
+    DeploymentPane #dep-plots GpuHistoryPlot.-shown { display: block; }
     DeploymentPane #dep-calc { width: 46; height: auto; max-height: 14; border: round $panel-lighten-2;
                                border-title-color: $text-muted; }
     DeploymentPane #dep-boot { height: auto; }
@@ -113,6 +121,11 @@ class DeploymentPane(Vertical):
                     with Vertical(classes="dep-node"):
                         yield Static(id=f"node-head-{n.index}", classes="node-head")
                         yield GpuBars(id=f"gpus-{n.index}")
+            with Vertical(id="dep-plots"):
+                yield Static(id="dep-plot-head", classes="node-head")
+                yield GpuHistoryPlot(id="plot-all")
+                for n in self.dm.nodes:
+                    yield GpuHistoryPlot(id=f"plot-{n.index}")
             with CalcColumn(id="dep-calc") as calc:
                 calc.border_title = "Calculator · all ranks"
                 yield CalculatorPanel(graph_margin_gib=self.graph_margin_gib)
@@ -129,6 +142,7 @@ class DeploymentPane(Vertical):
         self.set_interval(REFRESH_S, self.refresh_now)
         self.set_interval(PROBE_EVERY_S, self.probe)
         self.refresh_now()
+        self._show_plot()
         self.call_after_refresh(self.probe)
 
     @property
@@ -153,7 +167,65 @@ class DeploymentPane(Vertical):
                 self._pending.extend(_Line(_stamp(ln.ts), node.index, ln.seq, ln.text, ln.style) for ln in u.lines)
             elif isinstance(u, GpuUpdate):
                 self._gpus[node.index] = u
+                self._plot_point(node, u)
         self._dirty = True
+
+    def _plot_point(self, node: DeploymentNode, u: GpuUpdate) -> None:
+        """The node's plot (its busiest GPU) and, once every node has a fresh reading, the sum of
+        every node's GPUs (the history is data: kept while the plots are hidden)."""
+        if not self.is_mounted:
+            return
+        self.query_one(f"#plot-{node.index}", GpuHistoryPlot).add(u.samples)
+        fresh = [s for s in u.samples if not s.stale]
+        if not fresh or len(self._gpus) < len(self.dm.nodes):
+            return
+        every = [s for g in self._gpus.values() for s in g.samples]
+        if any(s.stale for s in every):
+            return
+        self.query_one("#plot-all", GpuHistoryPlot).add_point(
+            max(s.ts for s in fresh), sum(s.used_gib for s in every), sum(s.total_gib for s in every))
+
+    @property
+    def plot_shown(self) -> bool:
+        return self.has_class("-plot")
+
+    def toggle_plot(self) -> bool:
+        """``g``: the GPU bars, or the plot of what the log's node filter shows."""
+        self.set_class(not self.plot_shown, "-plot")
+        self._show_plot()
+        return self.plot_shown
+
+    def shown_plot(self) -> GpuHistoryPlot:
+        """The plot of the node the filter shows, or of all nodes."""
+        return self.query_one("#plot-all" if self.filter is None else f"#plot-{self.filter}", GpuHistoryPlot)
+
+    def _show_plot(self) -> None:
+        shown = self.shown_plot()
+        for plot in self.query(GpuHistoryPlot):
+            plot.set_class(plot is shown, "-shown")
+        if self.filter is None:
+            count = sum(len(g.samples) for g in self._gpus.values())
+            which = f"all nodes · the sum of their {count} GPUs" if count else "all nodes · their GPUs' sum"
+        else:
+            which = f"{self.node_label(self.filter)} · its busiest GPU"
+        self.query_one("#dep-plot-head", Static).update(Text(f"GPU memory · {which} · g: bars"))
+        if self.plot_shown:
+            self._plot_bands()
+            self.call_after_refresh(shown.redraw_if_needed)
+
+    def _plot_bands(self) -> None:
+        """The merged boot's phases on the sum's plot, each node's own on its plot."""
+        dep = self.dm.dep
+        if dep is None:
+            return
+        merged = dep.boot if any(nb.boot for nb in dep.nodes) else None
+        self.query_one("#plot-all", GpuHistoryPlot).set_bands(phase_bands([merged] if merged else []),
+                                                               boot_origin(merged))
+        for nb in dep.nodes:
+            node = next((n for n in self.dm.nodes if n.name == nb.name), None)
+            if node is not None:
+                self.query_one(f"#plot-{node.index}", GpuHistoryPlot).set_bands(
+                    phase_bands([nb.boot] if nb.boot else []), boot_origin(nb.boot))
 
     @property
     def up_to_date(self) -> bool:
@@ -197,6 +269,8 @@ class DeploymentPane(Vertical):
         self.query_one(PhaseTimeline).show(boot, now)
         self.query_one(BootFigures).show(boot)
         self._calibrate(boot)
+        if self.plot_shown:
+            self._plot_bands()
         self.query_one("#dep-notes", Static).update(self._notes(dep, now))
         self.query_one("#dep-log-head", Static).update(self._log_head())
         if self._pending:
@@ -330,6 +404,7 @@ class DeploymentPane(Vertical):
         if self.search is not None:
             self.search_note = self._count_note()
         self.query_one("#dep-log-head", Static).update(self._log_head())
+        self._show_plot()  # the plot follows the filter
 
     def rewrite_log(self) -> None:
         """The log rewritten from the lines kept, in time order (the nodes' batches arrive in any

@@ -53,6 +53,8 @@ DEPLOYMENT_BINDINGS: list[BindingType] = [
     Binding("N", "find(False)", "Previous match", show=False, id="search.previous"),
     Binding("number_sign", "node_filter", "Node filter", id="node.filter",
             tooltip="the log of all nodes, node 0, node 1, … (a search stays)"),
+    Binding("g", "gpu_plot", "GPU plot", show=False, id="gpu.plot",
+            tooltip="GPU memory over time of the node the log shows (all nodes: their sum), or the bars"),
     Binding("c", "calculator", "Calculator", id="calculator", priority=True,
             tooltip="edit flags, see the next boot's KV pool (every rank of every node)"),
     Binding("x", "explain", "Explain", id="explain", tooltip="how the prediction is computed"),
@@ -140,7 +142,7 @@ class DeploymentScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if self.app.screen is self and self.typing() and action in ("calculator", "node_filter", "apply", "restart",
                                                                      "rollback", "explain", "quit", "help",
-                                                                     "next_theme", "search", "find"):
+                                                                     "next_theme", "search", "find", "gpu_plot"):
             return False  # typed into the flag being edited
         if action in CHANGES and self.readonly:
             return False
@@ -183,6 +185,9 @@ class DeploymentScreen(Screen[None]):
 
     def action_node_filter(self) -> None:
         self.pane.cycle_filter()
+
+    def action_gpu_plot(self) -> None:
+        self.pane.toggle_plot()
 
     def action_search(self) -> None:
         self.pane.open_search()
