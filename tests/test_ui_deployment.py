@@ -36,7 +36,7 @@ SnapCompare = Any
 
 
 def _app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, stall: int | None = None, hang: float = 180,
-         speed: float = 500, clock: FakeClock | None = None) -> KvtuiApp:
+         speed: float = 500, clock: FakeClock | None = None, probe_ready: bool = False) -> KvtuiApp:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     cfg = parse_config(_hosts(speed=speed, stall=stall, hang=hang), tmp_path / "hosts.toml")
     if clock is not None:  # the units start at the clock's time (the boot then runs as the clock moves)
@@ -45,7 +45,8 @@ def _app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, stall: int | None =
     dep = cfg.deployment("r1")
     assert dep is not None
     spec = DeploymentSpec("r1", cfg.node_hosts("r1"), dep.hang_seconds)
-    return KvtuiApp([], backend_factory=make_backend, config=cfg, deployment=spec, clock=clock or time.time)
+    return KvtuiApp([], backend_factory=make_backend, config=cfg, deployment=spec, clock=clock or time.time,
+                    probe_ready=probe_ready)
 
 
 def _screen(app: KvtuiApp) -> DeploymentScreen:
@@ -404,6 +405,24 @@ async def test_node_0_restarted_alone_names_node_1_as_not_in_this_start(
         assert dep is not None
         assert dep.nodes[1].boot is None
         assert dep.nodes[1].earlier is not None
+
+
+async def test_a_restart_ready_on_every_node_asks_node_0_for_one_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(tmp_path, monkeypatch, probe_ready=True)  # as `kvtui connect` runs it
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app), timeout=60)
+        await pilot.press("R")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
+        assert screen.last_code == 0, pane.action_banner.detail
+        assert pane.action_banner.headline == "restart on r1: ready on every node"
+        said = [ln for ln in pane.action_banner.detail if "1-token" in ln]
+        assert said
+        assert said[-1].startswith("node 0 (r1-a): answered a 1-token request in ")  # node 0's own server
 
 
 def test_connect_on_a_deployment_opens_the_console_with_its_pane(tmp_path: Path,

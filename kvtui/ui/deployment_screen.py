@@ -26,6 +26,7 @@ from textual.screen import Screen
 from textual.widgets import Input
 
 from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
+from kvtui.exits import EXIT_FAILED
 from kvtui.hosts.backend import LogStart
 from kvtui.ui.deployment_pane import LOG_KEEP, DeploymentPane
 from kvtui.ui.perf import KeysFooter
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from kvtui.config import CalcConfig, HostConfig
     from kvtui.deployment_changes import NodeSide
     from kvtui.hosts.backend import HostBackend
+    from kvtui.nodes import DeploymentBoot
     from kvtui.ui.widgets.action import Severity
 
 BackendFactory = Callable[..., "HostBackend"]
@@ -370,6 +372,31 @@ class DeploymentScreen(Screen[None]):
 
         self.app.push_screen(ConfirmScreen(f"Restart {self.spec.name}", body), done)
 
+    async def _probe_head(self, dep: DeploymentBoot, sides: Sequence[NodeSide], say: Callable[[str], None]) -> bool:
+        """The merged boot is ready: ask node 0's server (the one that serves HTTP) for one token
+        (``kvtui.hosts.probe``, as the host console does after a change) when the console probes
+        and node 0's host does; False when it does not answer (its boot is then ``not_serving``)."""
+        from kvtui.hosts.probe import boot_port, mark_not_serving, not_probed_reason, probe, served_model
+
+        head = dep.head
+        side = next((n for n in sides if n.name == head.name), None)
+        boot = head.boot
+        if side is None or boot is None or not getattr(self.app, "probe_ready", False):
+            return True
+        why = not_probed_reason(side.backend, boot.flags, enabled=getattr(side.host, "probe", True))
+        if why is not None:
+            say(f"{head.label()}: not probed ({why})")
+            return True
+        port = boot_port(boot.flags)
+        assert port is not None  # not_probed_reason checked it
+        say(f"{head.label()}: asking the server on port {port} for one token…")
+        model = getattr(side.host, "probe_model", None) or served_model(boot.flags)
+        res = await probe(side.backend, port, model=model)
+        say(f"{head.label()}: {res.headline()}")
+        if not res.ok:
+            mark_not_serving(boot, res)
+        return res.ok
+
     @work(group="dep-change", exit_on_error=False, description="deployment change")
     async def _change_worker(self, verb: str, edits: list[fl.Edit], gen: int) -> None:
         from kvtui import deployment_changes as dc
@@ -433,18 +460,23 @@ class DeploymentScreen(Screen[None]):
             else:
                 banner.start(f"restart of {name} ({len(sides)} nodes)")
             self.stage = "position"
-            code, _dep = await dc.restart_and_follow(sides, self.spec.hang_seconds, CHANGE_TIMEOUT_S, self.clock,
-                                                     say, edits, stage=self._stage)
+            code, dep = await dc.restart_and_follow(sides, self.spec.hang_seconds, CHANGE_TIMEOUT_S, self.clock,
+                                                    say, edits, stage=self._stage)
+            silent = code == 0 and dep is not None and not await self._probe_head(dep, sides, say)
+            if silent:
+                code = EXIT_FAILED
             self.last_code = code
             severity: Severity = "ok" if code == 0 else ("warning" if code == 5 else "failed")
-            head = {0: "ready on every node", 1: "the new boot failed", 5: "timed out"}.get(code, f"exit {code}")
+            head = ("ready on every node, but node 0's server does not answer" if silent else
+                    {0: "ready on every node", 1: "the new boot failed", 5: "timed out"}.get(code, f"exit {code}"))
             banner.finish(severity, f"{verb} on {name}: {head}", outcome_lines(said))
         finally:
             await dc.close_followers(sides)
             self._end(gen)
 
 
-OUTCOME_WORDS = ("ready on all", "failed", "hang:", "edit not in effect", "argument dump", "timed out", "refused")
+OUTCOME_WORDS = ("ready on all", "failed", "hang:", "edit not in effect", "argument dump", "timed out", "refused",
+                 "1-token", "not serving", "not probed")
 
 
 def outcome_lines(said: Sequence[str], n: int = 4) -> list[str]:
