@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from kvtui.boot import Boot
 from kvtui.engines.events import Phase
-from kvtui.hosts.backend import BackendError, ConnStatus
+from kvtui.hosts.backend import BackendError, ConnState, ConnStatus
 from kvtui.monitor import HostMonitor
 from kvtui.nodes import DeploymentBoot, Hang, NodeObservation, current_start, diagnose_hang, merge_boots
 from kvtui.updates import BootState, ConnUpdate, LogBatch, MonitorUpdate
@@ -98,8 +98,18 @@ class DeploymentMonitor:
                 last_line_at=n.last_line_at,
                 env=base.env if base else None,
                 what=base.what if base else "unit",
+                unread=self._unread(n),
             )
         return out
+
+    @staticmethod
+    def _unread(n: DeploymentNode) -> str | None:
+        """Why the node's log is not read yet (no line came and its connection is not up), or None."""
+        if n.last_line_at is not None or (n.status is not None and n.status.state is ConnState.CONNECTED):
+            return None
+        if n.status is None:
+            return "connecting"
+        return n.status.state.value + (f": {n.status.detail}" if n.status.detail else "")
 
     def hang(self, extra: dict[int, NodeObservation] | None = None, *, bound_s: float | None = None,
              now: datetime | None = None) -> Hang | None:

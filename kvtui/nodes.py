@@ -542,13 +542,15 @@ def merge_logs(per_node: Sequence[tuple[str, Sequence[Boot]]]) -> list[Deploymen
 class NodeObservation:
     """What kvtui sees of a node besides its log's boot (None = not known): whether its unit (or
     server process) runs, when its log last said anything, the NCCL_*/GLOO_* settings of its
-    unit's environment."""
+    unit's environment, and why its log is not read yet (a node still connecting has no boot
+    kvtui knows of, which is not "no boot in its log")."""
 
     unit_active: bool | None = None
     unit_state: str | None = None
     last_line_at: datetime | None = None
     env: Mapping[str, str] | None = None
     what: str = "unit"  # what runs the server there: "unit" (systemd), "pod" (Kubernetes)
+    unread: str | None = None  # why kvtui has not read the node's log yet ("connecting", …); None: read
 
 
 @dataclass(frozen=True, slots=True)
@@ -615,10 +617,13 @@ def diagnose_hang(dep: DeploymentBoot, now: datetime, bound_s: float,
         return None
     parts = []
     for n in lagging:
+        ob = observed.get(n.node_rank, NodeObservation())
         if n.boot is None and n.earlier is not None:
             when = f", started {n.earlier.started_at:%H:%M:%S}" if n.earlier.started_at is not None else ""
             parts.append(f"{n.label()} has not started this boot (its newest boot{when}, is of an earlier start: "
                          "the node was not restarted with the others)")
+        elif n.boot is None and ob.unread and ob.unit_active is not False:  # (a stopped unit: not started)
+            parts.append(f"{n.label()} has no boot kvtui could read (its log is not read yet: {ob.unread})")
         elif n.boot is None:
             parts.append(f"{n.label()} has not started (no boot in its log)")
         elif n in stopped:

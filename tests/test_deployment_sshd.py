@@ -159,6 +159,8 @@ def test_a_silent_node_with_a_running_unit_times_out_with_5_and_the_diagnosis(
     _start(b)
     a.log(at(start, lambda: sglang_node(0, stall_node0=True)))
     b.log(at(start, lambda: sglang_node(1, stall=True)))
-    code, _out, err = _wait(tmp_path, _hosts(tmp_path, a, b, hang_seconds=1), "--timeout", "6")
+    # the timeout leaves room for both nodes' logs to be read on a loaded machine (at load 14 a
+    # 6 s timeout came before node 1's journal was: then the diagnosis says its log is unread)
+    code, _out, err = _wait(tmp_path, _hosts(tmp_path, a, b, hang_seconds=1), "--timeout", "15")
     assert code == 5, err
     assert "hang: node 1 (h20-b) has not started distributed init (it is at launch); node 0 (h20-a) waiting" in err

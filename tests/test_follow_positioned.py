@@ -75,8 +75,10 @@ async def test_a_fast_boot_is_followed_when_locating_the_log_is_slow(host: Host,
     assert out.status == "ready"
     assert out.boot is not None
     assert out.boot.flags.get("mem_fraction_static") == 0.83
-    # the restart waited for the slow locate (2 s), not for a timeout
-    assert 2.0 <= time.monotonic() - t0 < 15
+    # the restart waited for the slow locate (2 s), not for the positioning limit (a time bound
+    # here failed at load 14: 16 s end to end; the limit's own message is what a timeout leaves)
+    assert time.monotonic() - t0 >= 2.0
+    assert not any("did not find the log's end" in m for m in progress), progress
 
 
 async def test_the_demo_follower_is_positioned_before_the_settle_time(tmp_path: Path,

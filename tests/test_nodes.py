@@ -161,6 +161,12 @@ def test_a_node_without_any_boot_is_named() -> None:
     assert hang is not None
     assert hang.summary.startswith("node 1 (h20-b) has not started (no boot in its log); node 0 (h20-a) waiting")
     assert "nothing kvtui can see explains it" in hang.causes[0]
+    # a node kvtui has not read yet (still connecting) is not said to have no boot in its log
+    unread = {1: NodeObservation(unread="reconnecting: connection refused")}
+    hang = diagnose_hang(dep, _t("10:10:00").replace(tzinfo=tz), 180, unread)
+    assert hang is not None
+    assert hang.summary.startswith("node 1 (h20-b) has no boot kvtui could read (its log is not read yet: "
+                                   "reconnecting: connection refused); node 0 (h20-a) waiting")
 
 
 def test_pairing_by_start_time_keeps_a_missing_restart_apart() -> None:
