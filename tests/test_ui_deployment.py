@@ -335,6 +335,44 @@ async def test_ctrl_x_stops_following_a_restart_once_every_node_is_restarted(
         await _until(pilot, lambda: _ready(app), timeout=60)
 
 
+async def test_ctrl_x_while_the_restarts_are_issued_waits_for_all_of_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvtui.hosts.demo.ops import DemoOps
+
+    entered, release = asyncio.Event(), asyncio.Event()
+    real_issue = DemoOps.issue_restart
+
+    async def gated_issue(self: DemoOps, call: Any) -> None:
+        if self.backend.name == "r1-b":  # node 1's restart waits: ctrl+x comes after node 0's
+            entered.set()
+            await release.wait()
+        await real_issue(self, call)
+
+    monkeypatch.setattr(DemoOps, "issue_restart", gated_issue)
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app), timeout=60)
+        before = _boots(app)
+        await pilot.press("R")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await _until(pilot, entered.is_set)
+        await pilot.press("ctrl+x")
+        assert screen.stage == "restart"
+        assert pane.busy == "a restart"  # node 1's restart is still issued: not left half restarted
+        assert "cancel asked" in " ".join(pane.action_banner.lines)
+        release.set()
+        await _until(pilot, lambda: pane.busy is None and not _dep_workers(app), timeout=60)
+        assert pane.action_banner.headline == "restart of r1: no longer followed"
+        assert screen.last_code is None
+        clock.advance(60.0)  # both nodes were restarted: both new boots come
+        await _until(pilot, lambda: all(n > b for n, b in zip(_boots(app), before, strict=True)), timeout=60)
+
+
 async def test_ctrl_x_while_the_nodes_files_are_written_restores_every_node(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kvtui.hosts.demo.ops import DemoOps
