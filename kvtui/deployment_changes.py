@@ -148,10 +148,12 @@ async def restore(written: Sequence[NodeSide], clock: Callable[[], float], say: 
 
 async def restart_and_follow(
     nodes: Sequence[NodeSide], hang_s: float, timeout: float, clock: Callable[[], float], say: Say,
-    expect: Sequence[fl.Edit],
+    expect: Sequence[fl.Edit], *, stage: Callable[[str], None] | None = None,
 ) -> tuple[int, DeploymentBoot | None]:
     """Restart every node (node 0 first) and follow the merged new boot (see the module docstring):
-    (exit code, the merged boot when one was followed)."""
+    (exit code, the merged boot when one was followed). ``stage`` hears ``"restart"`` before the
+    first restart is issued and ``"follow"`` once every node's restart is (the console's cancel
+    waits for it: a deployment is never left half restarted by kvtui)."""
     from kvtui import flags as fl
     from kvtui.hosts import service
     from kvtui.hosts.service import BootFollower
@@ -165,6 +167,8 @@ async def restart_and_follow(
     for n in nodes:
         assert n.follower is not None
         n.follower.mark()
+    if stage is not None:
+        stage("restart")
     for n in nodes:  # node 0 first: it hosts the rendezvous
         rp = service.plan_restart(n.name, n.host, n.backend)
         if rp.refused:
@@ -177,6 +181,8 @@ async def restart_and_follow(
     for n in nodes:
         assert n.follower is not None
         n.follower.triggered()
+    if stage is not None:
+        stage("follow")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     said_hang = ""

@@ -24,7 +24,7 @@ from kvtui.boot import Boot
 from kvtui.engines.events import Phase
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus
 from kvtui.monitor import HostMonitor
-from kvtui.nodes import DeploymentBoot, Hang, NodeObservation, diagnose_hang, merge_boots
+from kvtui.nodes import DeploymentBoot, Hang, NodeObservation, current_start, diagnose_hang, merge_boots
 from kvtui.updates import BootState, ConnUpdate, LogBatch, MonitorUpdate
 
 if TYPE_CHECKING:
@@ -77,8 +77,11 @@ class DeploymentMonitor:
         return boots[-1]
 
     def merged(self) -> DeploymentBoot:
-        """The nodes' current boots merged, now (also kept as ``dep``)."""
-        self.dep = merge_boots([(n.name, self.current(n)) for n in self.nodes])
+        """The nodes' current boots merged, now (also kept as ``dep``): the newest start's, paired by
+        time (``nodes.current_start``: a node restarted alone is not merged with the others' older
+        boots; they are named as not in this start)."""
+        kept, earlier = current_start([self.current(n) for n in self.nodes])
+        self.dep = merge_boots([(n.name, b) for n, b in zip(self.nodes, kept, strict=True)], earlier)
         return self.dep
 
     def observed(self, extra: dict[int, NodeObservation] | None = None) -> dict[int, NodeObservation]:

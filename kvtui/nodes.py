@@ -16,7 +16,12 @@ one start side by side and builds:
   0.85, node 0 (h20-a) 0.88"), node ranks that clash or disagree with the listed order,
   ``--nnodes`` that is not the node count;
 - ``diagnose_hang``: a node that has not reached the phase the others reached, within a bound,
-  named with the causes kvtui can see.
+  named with the causes kvtui can see;
+- **pairing by time** (``same_start``, ``current_start``, ``pair_boots``): a node's boot belongs to
+  a start only if it overlaps it — a boot that was past its rendezvous (its distributed init
+  ended) or over before another node's boot began met other boots than that one, so a node
+  restarted alone is not merged with the other nodes' older boots: the node that was not
+  restarted "has not started this boot".
 
 Only node rank 0 serves HTTP (SGLang's other nodes run schedulers only; vLLM's other nodes run
 ``--headless``): ``http_up`` and ``ready`` are the head's, and the whole is ready when the head is
@@ -46,6 +51,8 @@ MAX_FINDINGS = 32
 MAX_WARNINGS = 32
 # boots of two nodes further apart than this are not one start (``pair_boots``)
 PAIR_WINDOW = timedelta(minutes=15)
+# how far the nodes' clocks (or a journal's and an engine's stamps) may differ (``same_start``)
+CLOCK_SLACK = timedelta(seconds=10)
 
 # what a phase is called in a sentence ("has not started distributed init")
 PHASE_WORDS: dict[Phase, str] = {
@@ -70,6 +77,8 @@ def node_state(dep: DeploymentBoot, n: NodeBoot) -> str:
     node other than node 0 once the whole is ready, ``up (its ranks serve through node 0 (…))``."""
     b = n.boot
     if b is None:
+        if n.earlier is not None:
+            return "not in this start (its boot is of an earlier one: not restarted)"
         return "no boot of this start in its log"
     where = f" at {b.phase.value}" if b.phase is not None and b.status is BootStatus.STARTING else ""
     if dep.boot.status is BootStatus.READY and b.status is BootStatus.STARTING and n is not dep.head:
@@ -100,6 +109,7 @@ class NodeBoot:
     nnodes: int | None = None
     dist_init_addr: str | None = None
     rank_from_flags: bool = False
+    earlier: Boot | None = None  # with ``boot`` None: the node's newest boot, of an earlier start
 
     def label(self) -> str:
         return f"node {self.node_rank} ({self.name})"
@@ -201,17 +211,20 @@ def _shown(v: object) -> str:
     return str(v)
 
 
-def identify(nodes: Sequence[tuple[str, Boot | None]]) -> tuple[list[NodeBoot], list[str]]:
+def identify(nodes: Sequence[tuple[str, Boot | None]],
+             earlier: Sequence[Boot | None] | None = None) -> tuple[list[NodeBoot], list[str]]:
     """Each node's identity (its own --node-rank / --nnodes / --dist-init-addr, else its position),
-    sorted by node rank, and the findings about identities."""
+    sorted by node rank, and the findings about identities. ``earlier``: per node (listed order),
+    its newest boot when that is of an earlier start (its node rank is then read from it)."""
     out: list[NodeBoot] = []
     findings: list[str] = []
     for pos, (name, boot) in enumerate(nodes):
-        flags = boot.flags if boot is not None else {}
+        old = earlier[pos] if earlier is not None and pos < len(earlier) and boot is None else None
+        flags = boot.flags if boot is not None else (old.flags if old is not None else {})
         rank = _int_flag(flags, "node_rank")
         out.append(NodeBoot(name=name, position=pos, node_rank=rank if rank is not None else pos, boot=boot,
                             nnodes=_int_flag(flags, "nnodes"), dist_init_addr=_dist_addr(flags),
-                            rank_from_flags=rank is not None))
+                            rank_from_flags=rank is not None, earlier=old))
     seen: dict[int, NodeBoot] = {}
     clash = False
     for n in out:
@@ -330,11 +343,13 @@ def _rank_names(nodes: Sequence[NodeBoot]) -> dict[int, dict[str, str]]:
     return out
 
 
-def merge_boots(nodes: Sequence[tuple[str, Boot | None]]) -> DeploymentBoot:
-    """One boot of the deployment from each node's boot of that start (in the listed order)."""
+def merge_boots(nodes: Sequence[tuple[str, Boot | None]],
+                earlier: Sequence[Boot | None] | None = None) -> DeploymentBoot:
+    """One boot of the deployment from each node's boot of that start (in the listed order);
+    ``earlier``: per node, its newest boot when that is not of this start (``current_start``)."""
     if not nodes:
         raise ValueError("a deployment boot needs at least one node")
-    ordered, findings = identify(nodes)
+    ordered, findings = identify(nodes, earlier)
     findings.extend(flag_findings(ordered))
     present = [n for n in ordered if n.boot is not None]
     head = ordered[0]
@@ -417,10 +432,73 @@ def _others_caught_up(nodes: Sequence[NodeBoot]) -> bool:
     return all(_top(n) >= want for n in nodes[1:])
 
 
+def settled_at(b: Boot) -> datetime | None:
+    """When a boot was past its rendezvous — its distributed init ended (or a later phase began:
+    init was over) — or over (stopped, failed); None when its log does not say (yet)."""
+    times: list[datetime] = []
+    init = next((s for s in b.phases if s.name is Phase.INIT and s.model is Model.TARGET), None)
+    if init is not None and init.end is not None:
+        times.append(init.end)
+    later = [s.start for s in b.phases if PHASE_RANK[s.name] > PHASE_RANK[Phase.INIT] and s.start is not None]
+    if later:
+        times.append(min(later))
+    if b.ended_at is not None:
+        times.append(b.ended_at)
+    if not times:
+        return None
+    ref = times[0]
+    return min(_same_clock(t, ref) for t in times)
+
+
+def same_start(a: Boot, b: Boot) -> bool:
+    """Whether two nodes' boots can be of one start of the deployment: neither was past its
+    rendezvous or over before the other began (the nodes meet at distributed init, so a boot
+    that had met its peers, or ended, before another began met other boots than that one).
+    True when the stamps needed are not known."""
+    for x, y in ((a, b), (b, a)):
+        done = settled_at(x)
+        began = began_at(y)
+        if done is not None and began is not None and _same_clock(began, done) > done + CLOCK_SLACK:
+            return False
+    return True
+
+
+def began_at(b: Boot) -> datetime | None:
+    """When a boot began: its start, or its first phase's when that is earlier (the start may come
+    from the journal's stamp of the unit's start, the phases from the engine's own)."""
+    times = [t for t in (b.started_at, *(s.start for s in b.phases)) if t is not None]
+    if not times:
+        return None
+    return min(_same_clock(t, times[0]) for t in times)
+
+
+def current_start(boots: Sequence[Boot | None]) -> tuple[list[Boot | None], list[Boot | None]]:
+    """The nodes' newest boots (listed order) cut to one start: the start is the newest-started
+    of them; a node whose boot is not of it (``same_start``) has none in it. Returns (the boots of
+    the start, per node the boot left out as of an earlier start, else None)."""
+    timed = [b for b in boots if b is not None and b.started_at is not None]
+    if len(timed) < 2:
+        return list(boots), [None] * len(boots)
+    ref = timed[0].started_at
+    assert ref is not None
+    newest = max(timed, key=lambda b: _same_clock(b.started_at, ref) if b.started_at is not None else ref)
+    kept: list[Boot | None] = []
+    left: list[Boot | None] = []
+    for b in boots:
+        if b is None or b is newest or same_start(b, newest):
+            kept.append(b)
+            left.append(None)
+        else:
+            kept.append(None)
+            left.append(b)
+    return kept, left
+
+
 def pair_boots(per_node: Sequence[Sequence[Boot]]) -> list[list[Boot | None]]:
     """Group the nodes' boots by start: each boot of node 0 (the anchor) with, from every other
-    node, the unused boot that started nearest to it within ``PAIR_WINDOW`` (None when none
-    did). Without timestamps, boots pair by their position counted from the last."""
+    node, the unused boot that started nearest to it within ``PAIR_WINDOW`` and overlaps it
+    (``same_start``; None when none did). Without timestamps, boots pair by their position
+    counted from the last."""
     if not per_node:
         return []
     anchor = list(per_node[0])
@@ -435,7 +513,7 @@ def pair_boots(per_node: Sequence[Sequence[Boot]]) -> list[list[Boot | None]]:
                 for j, b in enumerate(boots):
                     if j in used or a.started_at is None or b.started_at is None:
                         continue
-                    if (a.started_at.tzinfo is None) != (b.started_at.tzinfo is None):
+                    if (a.started_at.tzinfo is None) != (b.started_at.tzinfo is None) or not same_start(a, b):
                         continue
                     d = abs((b.started_at - a.started_at).total_seconds())
                     if d <= PAIR_WINDOW.total_seconds() and (best is None or d < best):
@@ -540,7 +618,11 @@ def diagnose_hang(dep: DeploymentBoot, now: datetime, bound_s: float,
     parts = []
     for n in lagging:
         ob = observed.get(n.node_rank, NodeObservation())
-        if n.boot is None and ob.unread and ob.unit_active is not False:  # (a stopped unit: not started)
+        if n.boot is None and n.earlier is not None:
+            when = f", started {n.earlier.started_at:%H:%M:%S}" if n.earlier.started_at is not None else ""
+            parts.append(f"{n.label()} has not started this boot (its newest boot{when}, is of an earlier start: "
+                         "the node was not restarted with the others)")
+        elif n.boot is None and ob.unread and ob.unit_active is not False:  # (a stopped unit: not started)
             parts.append(f"{n.label()} has no boot kvtui could read (its log is not read yet: {ob.unread})")
         elif n.boot is None:
             parts.append(f"{n.label()} has not started (no boot in its log)")

@@ -5,7 +5,8 @@ the facts below were written from its table before kvtui read the files."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import copy
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,17 @@ import pytest
 from kvtui.boot import Boot, BootStatus
 from kvtui.commands.replay import analyse_path
 from kvtui.engines.events import Engine, Phase
-from kvtui.nodes import DeploymentBoot, NodeObservation, diagnose_hang, merge_boots, merge_logs, pair_boots
+from kvtui.nodes import (
+    DeploymentBoot,
+    NodeObservation,
+    current_start,
+    diagnose_hang,
+    merge_boots,
+    merge_logs,
+    node_state,
+    pair_boots,
+    same_start,
+)
 
 NODES = Path(__file__).parent / "fixtures" / "nodes"
 NOW_CLOCK = lambda: datetime(2026, 11, 21)  # noqa: E731 - the year of vLLM's year-less stamps
@@ -260,3 +271,57 @@ def test_equal_length_rank_lines_are_not_a_wrapped_capture(tmp_path: Path) -> No
 def _boots_at(path: Path) -> list[Boot]:
     boots, _ = analyse_path(str(path), clock=NOW_CLOCK)
     return boots
+
+
+def _shifted(boot: Boot, delta: timedelta) -> Boot:
+    """A copy of ``boot`` whose every stamp is ``delta`` later (the same boot, started again later)."""
+    b = copy.deepcopy(boot)
+    b.started_at = b.started_at + delta if b.started_at else None
+    b.ended_at = b.ended_at + delta if b.ended_at else None
+    for s in b.phases:
+        s.start = s.start + delta if s.start else None
+        s.end = s.end + delta if s.end else None
+    return b
+
+
+def test_a_node_restarted_alone_is_not_merged_with_the_others_older_boot() -> None:
+    """Node 0 restarted alone an hour after the deployment's ready boot: node 1's boot met node 0's
+    old boot at its rendezvous (10:01:07) long before node 0's new boot began, so it is not part of
+    the new start: node 1 is the one that has not started (it used to be node 0, named as not
+    reaching node 1's CUDA graph capture)."""
+    old1 = _boots("sglang-tp16-node1.log")[-1]
+    new0 = _shifted(_boots("sglang-tp16-stall-node0.log")[-1], timedelta(hours=1))  # waits at init from 11:00:20
+    assert not same_start(new0, old1)
+    kept, earlier = current_start([new0, old1])
+    assert kept == [new0, None]
+    assert earlier == [None, old1]
+    dep = merge_boots([("h20-a", kept[0]), ("h20-b", kept[1])], earlier)
+    assert [(n.name, n.node_rank) for n in dep.nodes] == [("h20-a", 0), ("h20-b", 1)]
+    assert node_state(dep, dep.nodes[1]) == "not in this start (its boot is of an earlier one: not restarted)"
+    tz = new0.started_at.tzinfo if new0.started_at else None
+    hang = diagnose_hang(dep, _t("11:03:30").replace(tzinfo=tz), 180)
+    assert hang is not None
+    assert hang.lagging == (1,)
+    assert hang.summary == ("node 1 (h20-b) has not started this boot (its newest boot, started 10:00:05, is of an "
+                            "earlier start: the node was not restarted with the others); node 0 (h20-a) waiting "
+                            "3m 10s at NCCL init (distributed init)")
+    # without the pairing, node 1's old boot (at its graphs) made node 0 the lagging one
+    naive = diagnose_hang(merge_boots([("h20-a", new0), ("h20-b", old1)]), _t("11:03:30").replace(tzinfo=tz), 180)
+    assert naive is not None
+    assert naive.lagging == (0,)
+    # replay pairs the same way: node 0's second boot finds no boot of node 1 to pair with
+    old0 = _boots("sglang-tp16-node0.log")[-1]
+    late = _shifted(old0, timedelta(minutes=9))  # within PAIR_WINDOW of node 1's boot, but after its rendezvous
+    assert pair_boots([[old0, late], [old1]]) == [[old0, old1], [late, None]]
+    assert pair_boots([[late], [old1]]) == [[late, None]]
+
+
+def test_nodes_restarted_one_after_the_other_are_one_start() -> None:
+    """Node 1 restarted a few seconds before node 0 (both before either met the other): one start."""
+    b0 = _boots("sglang-tp16-node0.log")[-1]  # starts 10:00:00
+    b1 = _shifted(_boots("sglang-tp16-node1.log")[-1], timedelta(seconds=-30))  # 09:59:35, met at 10:00:37
+    assert same_start(b0, b1)
+    kept, earlier = current_start([b0, b1])
+    assert kept == [b0, b1]
+    assert earlier == [None, None]
+    assert current_start([b0, None]) == ([b0, None], [None, None])

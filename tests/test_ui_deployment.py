@@ -29,14 +29,14 @@ from kvtui.nodes import NodeObservation
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.deployment_screen import DeploymentScreen, DeploymentSpec
 from kvtui.ui.screens import ConfirmScreen
-from kvtui.ui.widgets.gpu import GpuBars
+from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot
 
 SIZE = (120, 36)
 SnapCompare = Any
 
 
 def _app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, stall: int | None = None, hang: float = 180,
-         speed: float = 500, clock: FakeClock | None = None) -> KvtuiApp:
+         speed: float = 500, clock: FakeClock | None = None, probe_ready: bool = False) -> KvtuiApp:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     cfg = parse_config(_hosts(speed=speed, stall=stall, hang=hang), tmp_path / "hosts.toml")
     if clock is not None:  # the units start at the clock's time (the boot then runs as the clock moves)
@@ -45,7 +45,8 @@ def _app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, stall: int | None =
     dep = cfg.deployment("r1")
     assert dep is not None
     spec = DeploymentSpec("r1", cfg.node_hosts("r1"), dep.hang_seconds)
-    return KvtuiApp([], backend_factory=make_backend, config=cfg, deployment=spec, clock=clock or time.time)
+    return KvtuiApp([], backend_factory=make_backend, config=cfg, deployment=spec, clock=clock or time.time,
+                    probe_ready=probe_ready)
 
 
 def _screen(app: KvtuiApp) -> DeploymentScreen:
@@ -110,21 +111,126 @@ async def test_the_pane_groups_16_gpus_by_node_and_merges_the_boot_and_log(
         await _until(pilot, lambda: pane.calculator.result is not None)
         assert pane.calculator.engine is not None
         # the node filter: node 0 only, node 1 only, every node again
-        await pilot.press("n")
+        await pilot.press("number_sign")
         await pilot.pause()
         assert "log · node 0 · r1-a" in _text(app, "#dep-log-head")
         assert all(t.startswith("n0 ") for t in _log(app))
-        await pilot.press("n")
+        await pilot.press("number_sign")
         await pilot.pause()
         only1 = _log(app)
         assert only1
         assert all(t.startswith("n1 ") for t in only1)
         assert not any("fired up" in t for t in only1)
-        await pilot.press("n")
+        await pilot.press("number_sign")
         await pilot.pause()
         assert "log · all nodes" in _text(app, "#dep-log-head")
         assert {t[:3] for t in _log(app)} == {"n0 ", "n1 "}
         assert pane.filter is None
+
+
+async def test_search_the_merged_log_with_slash_n_and_n_within_the_node_filter(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app), timeout=60)
+        await _until(pilot, lambda: any(ln.node == 0 and "fired up and ready" in ln.text for ln in pane.lines)
+                     and any(ln.node == 1 and "Capture cuda graph end" in ln.text for ln in pane.lines))
+        await pilot.press("n")  # nothing to repeat yet
+        assert pane.search is None
+        # one match: node 0's ready line (smart case: lower case finds "fired up")
+        await pilot.press("slash", *"fired up", "enter")
+        await _until(pilot, lambda: pane.search is not None)
+        assert pane.match is not None
+        assert pane.match.node == 0
+        assert "fired up and ready" in pane.match.text
+        assert "/fired up match 1 of 1" in _text(app, "#dep-log-head")
+        assert screen.focused is screen.query_one(RichLog)  # the keys after Enter reach the log
+        await pilot.press("N")
+        assert "no older match (1 in all)" in _text(app, "#dep-log-head")
+        # many matches on both nodes: N walks back through them, n forward again
+        caps = [ln for ln in pane.shown if "Capture cuda graph end" in ln.text]
+        assert {ln.node for ln in caps} == {0, 1}
+        await pilot.press("slash", *"Capture cuda graph end", "enter")
+        await _until(pilot, lambda: pane.match is not None and "Capture cuda graph end" in pane.match.text)
+        assert pane.match is caps[-1]  # the newest first
+        assert f"match {len(caps)} of {len(caps)}" in _text(app, "#dep-log-head")
+        await pilot.press("N", "N")
+        assert pane.match is caps[-3]
+        await pilot.press("n")
+        assert pane.match is caps[-2]
+        log = screen.query_one(RichLog)
+        assert not log.auto_scroll  # it stays at the match while lines come
+        # the node filter keeps the search: only node 1's lines, and its matches
+        await pilot.press("number_sign", "number_sign")
+        assert pane.filter == 1
+        assert pane.search is not None
+        assert all(ln.node == 1 for ln in pane.shown)
+        await pilot.press("N")
+        assert pane.match is not None
+        assert pane.match.node == 1
+        caps1 = [ln for ln in pane.shown if "Capture cuda graph end" in ln.text]
+        assert f"of {len(caps1)}" in _text(app, "#dep-log-head")
+        await pilot.press("slash", *"fired up", "enter")
+        await _until(pilot, lambda: pane.search is not None and pane.search.text == "fired up")
+        assert pane.match is None
+        assert "no match on node 1 · r1-b" in _text(app, "#dep-log-head")
+        # an empty search clears it: the log follows again
+        await pilot.press("slash", "ctrl+u", "enter")
+        await _until(pilot, lambda: pane.search is None)
+        assert log.auto_scroll
+        assert "/fired" not in _text(app, "#dep-log-head")
+
+
+async def test_g_shows_the_gpu_plot_of_all_nodes_or_of_the_node_the_filter_shows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        plots = {p.id: p for p in screen.query(GpuHistoryPlot)}
+        assert set(plots) == {"plot-all", "plot-0", "plot-1"}
+        await _until(pilot, lambda: _ready(app), timeout=60)
+
+        def moving() -> bool:  # the clock moves on while the plots collect (a reading per time)
+            clock.advance(0.5)
+            return all(len(p.points) >= 2 for p in plots.values())
+        # the history is kept while the plots are hidden
+        await _until(pilot, moving, timeout=60)
+        assert not pane.plot_shown
+        assert all(not p.display or not p.is_on_screen for p in plots.values())
+        # all nodes: the sum of the 16 GPUs' memory, with the merged boot's phase bands
+        await pilot.press("g")
+        assert pane.plot_shown
+        assert pane.shown_plot() is plots["plot-all"]
+        assert not screen.query_one("#dep-gpus").display
+        assert _text(app, "#dep-plot-head") == "GPU memory · all nodes · the sum of their 16 GPUs · g: bars"
+        gpus = [s for n in (0, 1) for s in pane._gpus[n].samples]
+        assert len(gpus) == 16
+        assert plots["plot-all"].total_gib == pytest.approx(sum(s.total_gib for s in gpus))
+        assert plots["plot-all"].points[-1][1] > max(s.used_gib for s in gpus) * 8  # a sum, not one GPU
+        await _until(pilot, lambda: plots["plot-all"].bands != () and plots["plot-all"].redraws >= 1)
+        # the node filter picks the node: its busiest GPU, as on a host
+        await pilot.press("number_sign")
+        assert pane.shown_plot() is plots["plot-0"]
+        assert _text(app, "#dep-plot-head") == "GPU memory · node 0 · r1-a · its busiest GPU · g: bars"
+        node0 = pane._gpus[0].samples
+        assert plots["plot-0"].total_gib == pytest.approx(max(s.total_gib for s in node0))
+        assert plots["plot-0"].points[-1][1] <= plots["plot-0"].total_gib
+        await _until(pilot, lambda: plots["plot-0"].redraws >= 1)
+        assert plots["plot-0"].is_on_screen
+        assert not plots["plot-all"].display
+        await pilot.press("number_sign")
+        assert pane.shown_plot() is plots["plot-1"]
+        # g again: the bars
+        await pilot.press("g")
+        assert not pane.plot_shown
+        assert screen.query_one("#dep-gpus").display
 
 
 async def test_a_stalled_node_is_named_with_what_its_host_says(tmp_path: Path,
@@ -189,6 +295,172 @@ async def test_apply_restart_and_rollback_act_on_every_node(tmp_path: Path, monk
         await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
         assert screen.last_code == 0, pane.action_banner.detail
         assert all(get_flag(u, "unit", "mem-fraction-static") == "0.88" for u in _units(tmp_path))
+
+
+def _dep_workers(app: KvtuiApp) -> list[Any]:
+    return [w for w in app.workers if w.group == "dep-change" and w.is_running]
+
+
+def _boots(app: KvtuiApp) -> list[int]:
+    return [len(n.monitor.tracker.boots) for n in _screen(app).dm.nodes]
+
+
+async def test_ctrl_x_stops_following_a_restart_once_every_node_is_restarted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()  # frozen: the new boots wait until the clock moves, the follow stays
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app), timeout=60)
+        assert not screen.check_action("cancel_change", ())  # offered only while a change runs
+        before = _boots(app)
+        await pilot.press("R")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await _until(pilot, lambda: screen.stage == "follow", timeout=60)
+        assert screen.check_action("cancel_change", ())
+        assert "ctrl+x: cancel" in pane.action_banner.build().plain
+        await pilot.press("ctrl+x")
+        assert pane.busy is None
+        assert pane.action_banner.headline == "restart of r1: no longer followed"
+        assert "every node's restart was issued and goes on" in pane.action_banner.detail[0]
+        await _until(pilot, lambda: not _dep_workers(app))
+        assert pane.busy is None  # the cancelled worker's end did not take the deployment back
+        assert screen.last_code is None
+        # the restarts were issued on both nodes and go on: both new boots come, and get ready
+        clock.advance(60.0)
+        await _until(pilot, lambda: all(n > b for n, b in zip(_boots(app), before, strict=True)), timeout=60)
+        await _until(pilot, lambda: _ready(app), timeout=60)
+
+
+async def test_ctrl_x_while_the_restarts_are_issued_waits_for_all_of_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvtui.hosts.demo.ops import DemoOps
+
+    entered, release = asyncio.Event(), asyncio.Event()
+    real_issue = DemoOps.issue_restart
+
+    async def gated_issue(self: DemoOps, call: Any) -> None:
+        if self.backend.name == "r1-b":  # node 1's restart waits: ctrl+x comes after node 0's
+            entered.set()
+            await release.wait()
+        await real_issue(self, call)
+
+    monkeypatch.setattr(DemoOps, "issue_restart", gated_issue)
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app), timeout=60)
+        before = _boots(app)
+        await pilot.press("R")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await _until(pilot, entered.is_set)
+        await pilot.press("ctrl+x")
+        assert screen.stage == "restart"
+        assert pane.busy == "a restart"  # node 1's restart is still issued: not left half restarted
+        assert "cancel asked" in " ".join(pane.action_banner.lines)
+        release.set()
+        await _until(pilot, lambda: pane.busy is None and not _dep_workers(app), timeout=60)
+        assert pane.action_banner.headline == "restart of r1: no longer followed"
+        assert screen.last_code is None
+        clock.advance(60.0)  # both nodes were restarted: both new boots come
+        await _until(pilot, lambda: all(n > b for n, b in zip(_boots(app), before, strict=True)), timeout=60)
+
+
+async def test_ctrl_x_while_the_nodes_files_are_written_restores_every_node(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvtui.hosts.demo.ops import DemoOps
+
+    entered, release = asyncio.Event(), asyncio.Event()
+    real_write = DemoOps.write
+
+    async def gated_write(self: DemoOps, run: Any, saved: str) -> None:
+        if self.backend.name == "r1-b":  # node 1's write waits: ctrl+x comes while it runs
+            entered.set()
+            await release.wait()
+        await real_write(self, run, saved)
+
+    monkeypatch.setattr(DemoOps, "write", gated_write)
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app) and pane.calculator.result is not None, timeout=60)
+        before = _boots(app)
+        await pilot.press("c", *"0.85", "enter", "escape")
+        await _until(pilot, lambda: pane.calculator.result is not None
+                     and pane.calculator.result["edits"] == {"mem_fraction_static": 0.85})
+        await pilot.press("a")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await _until(pilot, entered.is_set)
+        assert get_flag(_units(tmp_path)[0], "unit", "mem-fraction-static") == "0.85"  # node 0 written
+        await pilot.press("ctrl+x")
+        assert screen.stage == "write"
+        assert pane.busy == "an apply"  # the write in progress ends first (all or nothing)
+        assert "cancel asked" in " ".join(pane.action_banner.lines)
+        release.set()
+        await _until(pilot, lambda: pane.busy is None and not _dep_workers(app), timeout=60)
+        assert pane.action_banner.headline == "apply on r1 cancelled: nothing was restarted"
+        assert all(get_flag(u, "unit", "mem-fraction-static") == "0.88" for u in _units(tmp_path))
+        assert any("r1-a restored from" in d for d in pane.action_banner.detail)
+        assert any("r1-b restored from" in d for d in pane.action_banner.detail)
+        assert _boots(app) == before  # nothing restarted
+
+
+async def test_node_0_restarted_alone_names_node_1_as_not_in_this_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node 0's unit restarted outside kvtui (node 1's left running): node 0's new boot waits at
+    distributed init for a node 1 that never comes; node 1's boot met node 0's old one long before,
+    so it is not merged with node 0's new boot — the hang names node 1 (it used to name node 0, as
+    not reaching the CUDA graph capture node 1's old boot had reached)."""
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock, hang=60)
+    clock.advance(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        await _until(pilot, lambda: _ready(app), timeout=60)
+        cfg = parse_config(_hosts(speed=100, hang=60), tmp_path / "hosts.toml")
+        DemoBackend("r1-a", cfg.host("r1-a"), clock=clock).restart()  # as `systemctl restart` on node 0
+        clock.advance(120.0)  # node 0's new boot waits at init for two minutes (the bound is one)
+        await _until(pilot, lambda: "hang:" in _text(app, "#dep-notes"), timeout=60)
+        notes = _text(app, "#dep-notes")
+        assert "hang: node 1 (r1-b) has not started this boot (its newest boot, started " in notes
+        assert "node 0 (r1-a) waiting 2m" in notes
+        assert "node 0 (r1-a) has not started" not in notes
+        nodes = _text(app, "#dep-nodes")
+        assert "node 0 · r1-a · connected · starting at init" in nodes
+        assert "node 1 · r1-b · connected · not in this start (its boot is of an earlier one: not restarted)" in nodes
+        dep = screen.dm.dep
+        assert dep is not None
+        assert dep.nodes[1].boot is None
+        assert dep.nodes[1].earlier is not None
+
+
+async def test_a_restart_ready_on_every_node_asks_node_0_for_one_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(tmp_path, monkeypatch, probe_ready=True)  # as `kvtui connect` runs it
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app), timeout=60)
+        await pilot.press("R")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
+        assert screen.last_code == 0, pane.action_banner.detail
+        assert pane.action_banner.headline == "restart on r1: ready on every node"
+        said = [ln for ln in pane.action_banner.detail if "1-token" in ln]
+        assert said
+        assert said[-1].startswith("node 0 (r1-a): answered a 1-token request in ")  # node 0's own server
 
 
 def test_connect_on_a_deployment_opens_the_console_with_its_pane(tmp_path: Path,

@@ -97,7 +97,7 @@ WIDGET_BINDING_IDS = (
 )
 
 # Ids only the deployment console binds (kvtui.ui.deployment_screen; it shares the others).
-DEPLOYMENT_BINDING_IDS = ("node.filter",)
+DEPLOYMENT_BINDING_IDS = ("node.filter", "gpu.plot")
 
 CHANGES_HOST = frozenset({"restart", "apply", "rollback"})
 PACE_HIDDEN_FROM = 5  # hosts in one console from which hidden hosts' monitors flush less often

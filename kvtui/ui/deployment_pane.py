@@ -6,7 +6,10 @@ boot). Top to bottom:
 
 * the deployment's state, then one line per node: its connection, how far its boot got, and its
   unit's (or pod's) state as the node's host says (probed every ``PROBE_EVERY_S``);
-* the GPUs grouped by node, the nodes side by side (16 bars for 2 × 8), and the calculator
+* the GPUs grouped by node, the nodes side by side (16 bars for 2 × 8) — or, ``g``, the GPU
+  memory over time (``GpuHistoryPlot``, the host console's plot, with the boot's phase bands) of
+  the node the log's filter shows (its busiest GPU, as on a host), or of all nodes (the sum of
+  every GPU's memory) — and the calculator
   calibrated from the merged boot (P = min over every rank of every node) — a column on the right,
   opened zoomed on a narrow terminal (``c``);
 * the merged boot's timeline and figures;
@@ -14,7 +17,9 @@ boot). Top to bottom:
   environment, as ``kvtui wait NAME`` gives it — the findings (flags that differ between
   nodes, …) and which node set each figure;
 * the progress of a change (apply, restart, rollback of every node: ``kvtui.deployment_changes``);
-* the merged log, each line with its node's column; ``n`` cycles a filter (all nodes, node 0, …).
+* the merged log, each line with its node's column; ``#`` cycles a filter (all nodes, node 0, …);
+  ``/`` searches the lines it keeps (``LOG_KEEP``, smart case, the host console's find bar and
+  ``TextQuery``; ``n``/``N`` the next/previous match, within the node filter).
 
 Log lines are batched: the monitors' sink only queues them; a timer (``REFRESH_S``) writes what came.
 """
@@ -28,7 +33,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import RichLog, Static
@@ -38,7 +43,9 @@ from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, NodeObservation, node_sta
 from kvtui.ui.widgets.action import ActionBanner
 from kvtui.ui.widgets.boot import BootFigures, PhaseTimeline
 from kvtui.ui.widgets.calculator import CalculatorPanel
-from kvtui.ui.widgets.gpu import GpuBars
+from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot, boot_origin, phase_bands
+from kvtui.ui.widgets.log_panel import FindBar
+from kvtui.ui.widgets.log_view import TextQuery
 from kvtui.updates import GpuUpdate, LogBatch, MonitorUpdate
 
 if TYPE_CHECKING:
@@ -66,6 +73,11 @@ class DeploymentPane(Vertical):
     DeploymentPane #dep-gpus { width: 1fr; height: auto; }
     DeploymentPane .dep-node { width: 1fr; height: auto; }
     DeploymentPane .node-head { padding: 0 1; text-style: bold; height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    DeploymentPane #dep-plots { display: none; width: 1fr; height: 9; }
+    DeploymentPane.-plot #dep-plots { display: block; }
+    DeploymentPane.-plot #dep-gpus { display: none; }
+    DeploymentPane #dep-plots GpuHistoryPlot { display: none; min-height: 4; }
+    DeploymentPane #dep-plots GpuHistoryPlot.-shown { display: block; }
     DeploymentPane #dep-calc { width: 46; height: auto; max-height: 14; border: round $panel-lighten-2;
                                border-title-color: $text-muted; }
     DeploymentPane #dep-boot { height: auto; }
@@ -73,6 +85,7 @@ class DeploymentPane(Vertical):
     DeploymentPane #dep-notes { height: auto; max-height: 8; padding: 0 1; }
     DeploymentPane #dep-log-head { height: 1; padding: 0 1; background: $boost; }
     DeploymentPane #dep-log { height: 1fr; min-height: 3; }
+    DeploymentPane FindBar { dock: none; }
     Screen.-narrow DeploymentPane #dep-calc { display: none; }
     Screen.-narrow DeploymentPane #dep-calc.-maximized { display: block; }
     Screen.-short DeploymentPane #dep-notes { max-height: 3; }
@@ -95,6 +108,10 @@ class DeploymentPane(Vertical):
         self.probes = 0  # probes finished (tests)
         self.busy: str | None = None  # the change running ("an apply", …), else None
         self._calibrated: tuple[object, ...] | None = None
+        self.shown: deque[_Line] = deque(maxlen=LOG_KEEP)  # the lines the log shows, in its order
+        self.search: TextQuery | None = None  # ``/``: the merged log's search
+        self.match: _Line | None = None  # the match ``n``/``N`` went to (one of ``shown``)
+        self.search_note = ""  # what the last search step found ("match 2 of 5", "no older match …")
 
     def compose(self) -> ComposeResult:
         yield Static(id="dep-nodes")
@@ -104,6 +121,11 @@ class DeploymentPane(Vertical):
                     with Vertical(classes="dep-node"):
                         yield Static(id=f"node-head-{n.index}", classes="node-head")
                         yield GpuBars(id=f"gpus-{n.index}")
+            with Vertical(id="dep-plots"):
+                yield Static(id="dep-plot-head", classes="node-head")
+                yield GpuHistoryPlot(id="plot-all")
+                for n in self.dm.nodes:
+                    yield GpuHistoryPlot(id=f"plot-{n.index}")
             with CalcColumn(id="dep-calc") as calc:
                 calc.border_title = "Calculator · all ranks"
                 yield CalculatorPanel(graph_margin_gib=self.graph_margin_gib)
@@ -114,11 +136,13 @@ class DeploymentPane(Vertical):
         yield Static(id="dep-notes")
         yield Static(id="dep-log-head")
         yield RichLog(id="dep-log", max_lines=LOG_KEEP, wrap=False, markup=False)
+        yield FindBar()
 
     def on_mount(self) -> None:
         self.set_interval(REFRESH_S, self.refresh_now)
         self.set_interval(PROBE_EVERY_S, self.probe)
         self.refresh_now()
+        self._show_plot()
         self.call_after_refresh(self.probe)
 
     @property
@@ -143,7 +167,65 @@ class DeploymentPane(Vertical):
                 self._pending.extend(_Line(_stamp(ln.ts), node.index, ln.seq, ln.text, ln.style) for ln in u.lines)
             elif isinstance(u, GpuUpdate):
                 self._gpus[node.index] = u
+                self._plot_point(node, u)
         self._dirty = True
+
+    def _plot_point(self, node: DeploymentNode, u: GpuUpdate) -> None:
+        """The node's plot (its busiest GPU) and, once every node has a fresh reading, the sum of
+        every node's GPUs (the history is data: kept while the plots are hidden)."""
+        if not self.is_mounted:
+            return
+        self.query_one(f"#plot-{node.index}", GpuHistoryPlot).add(u.samples)
+        fresh = [s for s in u.samples if not s.stale]
+        if not fresh or len(self._gpus) < len(self.dm.nodes):
+            return
+        every = [s for g in self._gpus.values() for s in g.samples]
+        if any(s.stale for s in every):
+            return
+        self.query_one("#plot-all", GpuHistoryPlot).add_point(
+            max(s.ts for s in fresh), sum(s.used_gib for s in every), sum(s.total_gib for s in every))
+
+    @property
+    def plot_shown(self) -> bool:
+        return self.has_class("-plot")
+
+    def toggle_plot(self) -> bool:
+        """``g``: the GPU bars, or the plot of what the log's node filter shows."""
+        self.set_class(not self.plot_shown, "-plot")
+        self._show_plot()
+        return self.plot_shown
+
+    def shown_plot(self) -> GpuHistoryPlot:
+        """The plot of the node the filter shows, or of all nodes."""
+        return self.query_one("#plot-all" if self.filter is None else f"#plot-{self.filter}", GpuHistoryPlot)
+
+    def _show_plot(self) -> None:
+        shown = self.shown_plot()
+        for plot in self.query(GpuHistoryPlot):
+            plot.set_class(plot is shown, "-shown")
+        if self.filter is None:
+            count = sum(len(g.samples) for g in self._gpus.values())
+            which = f"all nodes · the sum of their {count} GPUs" if count else "all nodes · their GPUs' sum"
+        else:
+            which = f"{self.node_label(self.filter)} · its busiest GPU"
+        self.query_one("#dep-plot-head", Static).update(Text(f"GPU memory · {which} · g: bars"))
+        if self.plot_shown:
+            self._plot_bands()
+            self.call_after_refresh(shown.redraw_if_needed)
+
+    def _plot_bands(self) -> None:
+        """The merged boot's phases on the sum's plot, each node's own on its plot."""
+        dep = self.dm.dep
+        if dep is None:
+            return
+        merged = dep.boot if any(nb.boot for nb in dep.nodes) else None
+        self.query_one("#plot-all", GpuHistoryPlot).set_bands(phase_bands([merged] if merged else []),
+                                                               boot_origin(merged))
+        for nb in dep.nodes:
+            node = next((n for n in self.dm.nodes if n.name == nb.name), None)
+            if node is not None:
+                self.query_one(f"#plot-{node.index}", GpuHistoryPlot).set_bands(
+                    phase_bands([nb.boot] if nb.boot else []), boot_origin(nb.boot))
 
     @property
     def up_to_date(self) -> bool:
@@ -187,6 +269,8 @@ class DeploymentPane(Vertical):
         self.query_one(PhaseTimeline).show(boot, now)
         self.query_one(BootFigures).show(boot)
         self._calibrate(boot)
+        if self.plot_shown:
+            self._plot_bands()
         self.query_one("#dep-notes", Static).update(self._notes(dep, now))
         self.query_one("#dep-log-head", Static).update(self._log_head())
         if self._pending:
@@ -195,7 +279,7 @@ class DeploymentPane(Vertical):
             log = self.query_one(RichLog)
             for line in fresh:
                 if self.filter is None or line.node == self.filter:
-                    log.write(self._log_line(line))
+                    self._write(log, line)
 
     def _calibrate(self, boot: Boot | None) -> None:
         """The calculator follows the merged boot: its figures are the minimum over every rank of
@@ -229,7 +313,7 @@ class DeploymentPane(Vertical):
     def _node_line(self, node: DeploymentNode, dep: DeploymentBoot) -> Text:
         """``node 1 · r1-b · connected · up (…) · unit active``."""
         nb = next((b for b in dep.nodes if b.name == node.name), None)
-        where = "no boot yet" if nb is None or nb.boot is None else node_state(dep, nb)
+        where = "no boot yet" if nb is None or (nb.boot is None and nb.earlier is None) else node_state(dep, nb)
         conn = self._conn(node)
         t = Text(f"{self.node_label(node.index)} · ")
         t.append(conn, style="green" if conn == "connected" else "yellow")
@@ -300,31 +384,146 @@ class DeploymentPane(Vertical):
 
     def _log_head(self) -> Text:
         which = "all nodes" if self.filter is None else self.node_label(self.filter)
-        return Text(f"log · {which} · n: next node filter")
+        t = Text(f"log · {which}")
+        if self.search is None:
+            t.append(" · #: node filter · /: search", style="dim")
+            return t
+        t.append(f" · /{_short(self.search.text)}", style="bold")
+        if self.search_note:
+            t.append(f" {self.search_note}")
+        t.append(" · n/N: next/previous · #: node filter", style="dim")
+        return t
 
     def _log_line(self, line: _Line) -> Text:
         index, text, style = line.node, line.text, line.style
         col = f"n{self.dm.node_rank(self.dm.nodes[index])} "
         colour = {"error": "red", "warning": "yellow", "phase": "cyan", "marker": "bold"}.get(style, "")
         out = Text(col, style="bold magenta" if index % 2 else "bold blue")
-        out.append(text, style=colour)
+        body = Text(text, style=colour)
+        if self.search is not None:
+            body.highlight_regex(self.search.compiled(), style="reverse")
+        out.append_text(body)
         return out
 
+    def _write(self, log: RichLog, line: _Line) -> None:
+        self.shown.append(line)  # bounded as the log is (LOG_KEEP): the oldest go from both
+        log.write(self._log_line(line))
+
     def cycle_filter(self) -> None:
-        """All nodes → node 0 → node 1 → … → all nodes; the log is rewritten from what is kept."""
+        """All nodes → node 0 → node 1 → … → all nodes; the log is rewritten from what is kept
+        (a search stays: its matches are those of the lines shown)."""
         n = len(self.dm.nodes)
         self.filter = 0 if self.filter is None else (None if self.filter + 1 >= n else self.filter + 1)
         self.rewrite_log()
+        if self.search is not None:
+            self.search_note = self._count_note()
         self.query_one("#dep-log-head", Static).update(self._log_head())
+        self._show_plot()  # the plot follows the filter
 
     def rewrite_log(self) -> None:
         """The log rewritten from the lines kept, in time order (the nodes' batches arrive in any
         order; within a refresh they are sorted, across refreshes only here)."""
         log = self.query_one(RichLog)
         log.clear()
+        log.auto_scroll = self.search is None  # a search stays where its match is
+        self.shown.clear()
         for line in sorted(self.lines):
             if self.filter is None or line.node == self.filter:
-                log.write(self._log_line(line))
+                self._write(log, line)
+        if self.match is not None and self._index(self.match) is None:
+            self.match = None  # filtered out
+        if self.match is not None:
+            self._show_match()
+
+    # -- search (``/``, ``n``, ``N``) ---------------------------------------------------------------
+
+    def open_search(self) -> None:
+        self.query_one(FindBar).open("search", self.search.text if self.search is not None else "")
+
+    @on(FindBar.Submitted)
+    def _find_submitted(self, event: FindBar.Submitted) -> None:
+        event.stop()
+        self.screen.set_focus(self.query_one(RichLog))
+        self.set_search(event.value)
+
+    @on(FindBar.Closed)
+    def _find_closed(self, event: FindBar.Closed) -> None:
+        event.stop()
+        self.screen.set_focus(self.query_one(RichLog))
+        self.screen.refresh_bindings()
+
+    def set_search(self, text: str) -> None:
+        """Search the lines shown (empty: no search; the log follows its newest lines again); the
+        newest match is gone to."""
+        self.search = TextQuery(text) if text else None
+        self.match = None
+        self.search_note = ""
+        self.rewrite_log()  # the matches highlighted
+        log = self.query_one(RichLog)
+        if self.search is None:
+            log.auto_scroll = True
+            log.scroll_end(animate=False)
+        else:
+            self.find(forward=False)
+        self.query_one("#dep-log-head", Static).update(self._log_head())
+        self.screen.refresh_bindings()
+
+    def _index(self, line: _Line) -> int | None:
+        return next((i for i, x in enumerate(self.shown) if x is line), None)
+
+    def _count_note(self) -> str:
+        """``match 2 of 5`` (the current match), ``5 matches``, or ``no match`` (on the node shown)."""
+        if self.search is None:
+            return ""
+        pattern = self.search.compiled()
+        hits = [i for i, x in enumerate(self.shown) if pattern.search(x.text)]
+        total = len(hits)
+        cur = self._index(self.match) if self.match is not None else None
+        if cur is not None and cur in hits:
+            return f"match {hits.index(cur) + 1} of {total}"
+        if not total:
+            return "no match" + ("" if self.filter is None else f" on {self.node_label(self.filter)}")
+        return f"{total} matches" if total != 1 else "1 match"
+
+    def find(self, forward: bool) -> bool:
+        """Go to the next (``n``, newer) or previous (``N``, older) match among the lines shown
+        (from the bottom when there is no current match); False when there is none."""
+        if self.search is None:
+            return False
+        pattern = self.search.compiled()
+        lines = list(self.shown)
+        cur = self._index(self.match) if self.match is not None else None
+        if cur is None:  # from the bottom: nothing newer
+            rng = range(0) if forward else range(len(lines) - 1, -1, -1)
+        else:
+            rng = range(cur + 1, len(lines)) if forward else range(cur - 1, -1, -1)
+        hits = [i for i, x in enumerate(lines) if pattern.search(x.text)]
+        for i in rng:
+            if pattern.search(lines[i].text):
+                self.match = lines[i]
+                self.search_note = f"match {hits.index(i) + 1} of {len(hits)}"
+                self._show_match()
+                self.query_one("#dep-log-head", Static).update(self._log_head())
+                return True
+        if not hits:
+            self.search_note = self._count_note()
+        else:
+            self.search_note = f"no {'newer' if forward else 'older'} match ({len(hits)} in all)"
+        self.query_one("#dep-log-head", Static).update(self._log_head())
+        return False
+
+    def _show_match(self) -> None:
+        """The current match in the middle of the log; the log stops following meanwhile."""
+        idx = self._index(self.match) if self.match is not None else None
+        if idx is None:
+            return
+        log = self.query_one(RichLog)
+        log.auto_scroll = False
+
+        def scroll() -> None:
+            log.scroll_to(y=max(0, idx - log.scrollable_content_region.height // 2), animate=False, immediate=True)
+        scroll()
+        self.call_after_refresh(scroll)  # once a rewritten log has its new size
 
 
 class _Line(NamedTuple):
@@ -335,6 +534,10 @@ class _Line(NamedTuple):
     seq: int
     text: str
     style: str
+
+
+def _short(text: str, width: int = 24) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _stamp(ts: datetime | None) -> float:

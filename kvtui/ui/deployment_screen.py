@@ -6,8 +6,11 @@ NAME`` / ``kvtui rollback NAME`` run): ``a`` applies the calculator's edits (pla
 once; a refusal anywhere refuses the whole; one confirmation; written and verified node by node, a
 failure restoring the nodes already written; node 0 restarted first; the merged boot followed and
 every node's argument dump checked); ``R`` restarts every node the same way; ``u`` restores every
-node's newest backup. The calculator (``c``) is calibrated from the merged boot: P = min over all
-ranks of all nodes. Its binding ids are ``KvtuiApp``'s (``[keymap]``), plus ``node.filter``.
+node's newest backup; ``ctrl+x`` cancels the running change (all or nothing: asked while the
+nodes' files are written, the write in progress ends and every node written is restored; asked
+while the restarts are issued, they all are, then the following stops). The calculator (``c``)
+is calibrated from the merged boot: P = min over all ranks of all nodes. Its binding ids are
+``KvtuiApp``'s (``[keymap]``), plus ``node.filter``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from textual.screen import Screen
 from textual.widgets import Input
 
 from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
+from kvtui.exits import EXIT_FAILED
 from kvtui.hosts.backend import LogStart
 from kvtui.ui.deployment_pane import LOG_KEEP, DeploymentPane
 from kvtui.ui.perf import KeysFooter
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
     from kvtui.config import CalcConfig, HostConfig
     from kvtui.deployment_changes import NodeSide
     from kvtui.hosts.backend import HostBackend
+    from kvtui.nodes import DeploymentBoot
     from kvtui.ui.widgets.action import Severity
 
 BackendFactory = Callable[..., "HostBackend"]
@@ -42,7 +47,16 @@ CHANGE_TIMEOUT_S = 1800.0  # how long a change follows the nodes' new boots
 DEPLOYMENT_BINDINGS: list[BindingType] = [
     Binding("question_mark", "help", "Help", id="help", tooltip="every key, with its id for [keymap]"),
     Binding("q", "quit", "Quit", id="quit"),
-    Binding("n", "node_filter", "Node filter", id="node.filter", tooltip="the log of all nodes, node 0, node 1, …"),
+    Binding("ctrl+x", "cancel_change", "Cancel change", id="change.cancel",
+            tooltip="cancel the running apply/rollback/restart (once every node's restart is issued: stop "
+                    "following it)"),
+    Binding("slash", "search", "Search", id="search", tooltip="search the merged log (smart case)", priority=True),
+    Binding("n", "find(True)", "Next match", show=False, id="search.next"),
+    Binding("N", "find(False)", "Previous match", show=False, id="search.previous"),
+    Binding("number_sign", "node_filter", "Node filter", id="node.filter",
+            tooltip="the log of all nodes, node 0, node 1, … (a search stays)"),
+    Binding("g", "gpu_plot", "GPU plot", show=False, id="gpu.plot",
+            tooltip="GPU memory over time of the node the log shows (all nodes: their sum), or the bars"),
     Binding("c", "calculator", "Calculator", id="calculator", priority=True,
             tooltip="edit flags, see the next boot's KV pool (every rank of every node)"),
     Binding("x", "explain", "Explain", id="explain", tooltip="how the prediction is computed"),
@@ -95,6 +109,11 @@ class DeploymentScreen(Screen[None]):
             dnodes.append(DeploymentNode(node_name, host, monitor))
         self.dm = DeploymentMonitor(spec.name, dnodes, bound_s=spec.hang_seconds)
         self.last_code: int | None = None  # the last change's exit code (tests)
+        self._change_gen = 0  # the running change's number (a cancelled worker's end frees nothing)
+        # where the running change is: "plan" (nothing written), "write" (the nodes' files),
+        # "position" (written or restart only, no restart issued), "restart" (issuing), "follow"
+        self.stage = ""
+        self._cancel_asked = False  # ctrl+x during "write" or "restart": acted on when that step ends
 
     @property
     def pane(self) -> DeploymentPane:
@@ -125,10 +144,12 @@ class DeploymentScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if self.app.screen is self and self.typing() and action in ("calculator", "node_filter", "apply", "restart",
                                                                      "rollback", "explain", "quit", "help",
-                                                                     "next_theme"):
+                                                                     "next_theme", "search", "find", "gpu_plot"):
             return False  # typed into the flag being edited
         if action in CHANGES and self.readonly:
             return False
+        if action == "cancel_change":
+            return self.is_mounted and self.pane.busy is not None  # offered (in the footer too) while one runs
         if action == "explain" and self.is_mounted and self.pane.calculator.prediction is None:
             return None
         return True
@@ -166,6 +187,18 @@ class DeploymentScreen(Screen[None]):
 
     def action_node_filter(self) -> None:
         self.pane.cycle_filter()
+
+    def action_gpu_plot(self) -> None:
+        self.pane.toggle_plot()
+
+    def action_search(self) -> None:
+        self.pane.open_search()
+
+    def action_find(self, forward: bool) -> None:
+        if self.pane.search is None:
+            self.notify("nothing to repeat: search with / first", severity="warning", timeout=3)
+            return
+        self.pane.find(forward)
 
     def action_next_theme(self) -> None:
         app = self.app
@@ -213,16 +246,80 @@ class DeploymentScreen(Screen[None]):
 
     # ---- the change keys ------------------------------------------------------------------------
 
-    def _begin(self, what: str) -> bool:
+    def _begin(self, what: str) -> int | None:
+        """Mark ``what`` as running: its number (its worker hands it to ``_end``), or None."""
         pane = self.pane
         if self.readonly:
-            return False
+            return None
         if pane.busy is not None:
-            self.notify(f"{pane.busy} of {self.spec.name} is running: wait for it to end", severity="warning",
-                        timeout=4)
-            return False
+            self.notify(f"{pane.busy} of {self.spec.name} is running: wait for it to end, or cancel it (ctrl+x)",
+                        severity="warning", timeout=4)
+            return None
         pane.busy = what
-        return True
+        self._change_gen += 1
+        self.stage = "plan"
+        self._cancel_asked = False
+        self.refresh_bindings()
+        return self._change_gen
+
+    def _end(self, gen: int) -> None:
+        if gen == self._change_gen:
+            self.pane.busy = None
+            self.stage = ""
+            self.refresh_bindings()
+
+    def action_cancel_change(self) -> None:
+        self.cancel_change()
+
+    def cancel_change(self) -> str | None:
+        """``ctrl+x``: cancel the running change — at once while nothing is written (planning) or
+        once everything is (before the restarts, or after every restart was issued: the following
+        stops, the nodes' new boots go on); asked while the files are written or the restarts
+        issued, it is acted on when that step ends (all or nothing). What the banner says, or None
+        when nothing runs."""
+        pane = self.pane
+        if pane.busy is None:
+            return None
+        if self.stage in ("write", "restart"):
+            self._cancel_asked = True
+            line = ("cancel asked: the write in progress ends, then every node written is restored"
+                    if self.stage == "write" else
+                    "cancel asked: every node's restart is issued first (a deployment is not left half "
+                    "restarted), then the following stops")
+            pane.action_banner.progress(line)
+            self.notify(line, title=f"{self.spec.name}: cancelling", timeout=5)
+            return line
+        return self._cancel_now()
+
+    def _cancel_now(self) -> str:
+        pane = self.pane
+        what = (pane.busy or "a change").removeprefix("an ").removeprefix("a ")
+        name = self.spec.name
+        if self.stage == "follow":
+            headline = f"{what} of {name}: no longer followed"
+            detail = ["every node's restart was issued and goes on; the node lines and the log show the new boot"]
+        elif self.stage == "position" and what != "restart":
+            headline = f"{what} on {name} cancelled before the restart"
+            files = "the backups are restored" if what == "rollback" else "the new flags are written"
+            detail = [f"{files} and verified on every node but not running: R restarts into them"
+                      + (", u rolls them back" if what == "apply" else "")]
+        else:
+            headline = f"{what} on {name} cancelled"
+            detail = ["nothing was written or restarted on any node"]
+        self._change_gen += 1  # the cancelled worker's end no longer frees the deployment: it is free now
+        pane.busy = None
+        self.stage = ""
+        self._cancel_asked = False
+        self.workers.cancel_group(self, "dep-change")
+        pane.action_banner.finish("warning", headline, detail)
+        self.refresh_bindings()
+        return headline
+
+    def _stage(self, stage: str) -> None:
+        """The running change reached ``stage`` (a cancel asked during the step before acts now)."""
+        self.stage = stage
+        if stage == "follow" and self._cancel_asked:
+            self._cancel_now()
 
     def _sides(self) -> list[NodeSide]:
         from kvtui.deployment_changes import NodeSide
@@ -251,12 +348,14 @@ class DeploymentScreen(Screen[None]):
         if isinstance(edits, str):
             self.notify(edits, severity="warning", timeout=5)
             return
-        if self._begin("an apply"):
-            self._change_worker("apply", edits)
+        gen = self._begin("an apply")
+        if gen is not None:
+            self._change_worker("apply", edits, gen)
 
     def action_rollback(self) -> None:
-        if self._begin("a rollback"):
-            self._change_worker("rollback", [])
+        gen = self._begin("a rollback")
+        if gen is not None:
+            self._change_worker("rollback", [], gen)
 
     def action_restart(self) -> None:
         if self.readonly:
@@ -267,13 +366,39 @@ class DeploymentScreen(Screen[None]):
                 "is followed until it is ready or failed.")
 
         def done(answer: bool | None) -> None:
-            if answer and self._begin("a restart"):
-                self._change_worker("restart", [])
+            gen = self._begin("a restart") if answer else None
+            if gen is not None:
+                self._change_worker("restart", [], gen)
 
         self.app.push_screen(ConfirmScreen(f"Restart {self.spec.name}", body), done)
 
+    async def _probe_head(self, dep: DeploymentBoot, sides: Sequence[NodeSide], say: Callable[[str], None]) -> bool:
+        """The merged boot is ready: ask node 0's server (the one that serves HTTP) for one token
+        (``kvtui.hosts.probe``, as the host console does after a change) when the console probes
+        and node 0's host does; False when it does not answer (its boot is then ``not_serving``)."""
+        from kvtui.hosts.probe import boot_port, mark_not_serving, not_probed_reason, probe, served_model
+
+        head = dep.head
+        side = next((n for n in sides if n.name == head.name), None)
+        boot = head.boot
+        if side is None or boot is None or not getattr(self.app, "probe_ready", False):
+            return True
+        why = not_probed_reason(side.backend, boot.flags, enabled=getattr(side.host, "probe", True))
+        if why is not None:
+            say(f"{head.label()}: not probed ({why})")
+            return True
+        port = boot_port(boot.flags)
+        assert port is not None  # not_probed_reason checked it
+        say(f"{head.label()}: asking the server on port {port} for one token…")
+        model = getattr(side.host, "probe_model", None) or served_model(boot.flags)
+        res = await probe(side.backend, port, model=model)
+        say(f"{head.label()}: {res.headline()}")
+        if not res.ok:
+            mark_not_serving(boot, res)
+        return res.ok
+
     @work(group="dep-change", exit_on_error=False, description="deployment change")
-    async def _change_worker(self, verb: str, edits: list[fl.Edit]) -> None:
+    async def _change_worker(self, verb: str, edits: list[fl.Edit], gen: int) -> None:
         from kvtui import deployment_changes as dc
         from kvtui.hosts import service
 
@@ -319,27 +444,39 @@ class DeploymentScreen(Screen[None]):
                     self.notify("nothing was changed", title=f"{name}: {verb} cancelled", timeout=4)
                     return
                 banner.start(f"{verb} on {name} ({len(sides)} nodes)")
+                self.stage = "write"
                 wrote = await dc.write_nodes(sides, say, verb=verb, clock=self.clock)
                 if wrote.code is not None:
                     self.last_code = wrote.code
                     banner.finish("failed", f"{verb} on {name}: not done", wrote.messages)
                     return
+                if self._cancel_asked:  # ctrl+x while the files were written: all of them restored
+                    restored = await dc.restore(wrote.written, self.clock, say)
+                    banner.finish("warning", f"{verb} on {name} cancelled: nothing was restarted",
+                                  restored or ["no node's file had to be written"])
+                    return
                 say(f"{name}: " + ("the backups are restored" if verb == "rollback" else "the new flags are written")
                     + " and verified on every node")
             else:
                 banner.start(f"restart of {name} ({len(sides)} nodes)")
-            code, _dep = await dc.restart_and_follow(sides, self.spec.hang_seconds, CHANGE_TIMEOUT_S, self.clock,
-                                                     say, edits)
+            self.stage = "position"
+            code, dep = await dc.restart_and_follow(sides, self.spec.hang_seconds, CHANGE_TIMEOUT_S, self.clock,
+                                                    say, edits, stage=self._stage)
+            silent = code == 0 and dep is not None and not await self._probe_head(dep, sides, say)
+            if silent:
+                code = EXIT_FAILED
             self.last_code = code
             severity: Severity = "ok" if code == 0 else ("warning" if code == 5 else "failed")
-            head = {0: "ready on every node", 1: "the new boot failed", 5: "timed out"}.get(code, f"exit {code}")
+            head = ("ready on every node, but node 0's server does not answer" if silent else
+                    {0: "ready on every node", 1: "the new boot failed", 5: "timed out"}.get(code, f"exit {code}"))
             banner.finish(severity, f"{verb} on {name}: {head}", outcome_lines(said))
         finally:
             await dc.close_followers(sides)
-            pane.busy = None
+            self._end(gen)
 
 
-OUTCOME_WORDS = ("ready on all", "failed", "hang:", "edit not in effect", "argument dump", "timed out", "refused")
+OUTCOME_WORDS = ("ready on all", "failed", "hang:", "edit not in effect", "argument dump", "timed out", "refused",
+                 "1-token", "not serving", "not probed")
 
 
 def outcome_lines(said: Sequence[str], n: int = 4) -> list[str]:

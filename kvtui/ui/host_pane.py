@@ -39,6 +39,8 @@ from kvtui.ui.widgets.gpu import (
     GpuSummary,
     PhaseBand,
     ProcessTable,
+    boot_origin,
+    phase_bands,
     short_gpu_name,
 )
 from kvtui.ui.widgets.host import ConnBanner, FleetRow, HostBar, HostInfo
@@ -571,22 +573,10 @@ class HostPane(HostChanges, Vertical):
         self.gpu_plot.set_bands(self._bands(), self._origin())
 
     def _bands(self) -> list[PhaseBand]:
-        bands: list[PhaseBand] = []
-        for boot in self.boots[-4:]:
-            for span in boot.phases:
-                if span.model.value == "target" and span.start is not None:
-                    bands.append(PhaseBand(fmt.epoch(span.start), span.name))
-            if boot.status is BootStatus.FAILED and boot.ended_at is not None:
-                bands.append(PhaseBand(fmt.epoch(boot.ended_at), None))
-        bands.sort(key=lambda b: b.start)
-        return bands
+        return phase_bands(self.boots[-4:])
 
     def _origin(self) -> float | None:
-        boot = self.boot
-        if boot is None:
-            return None
-        start = boot.started_at or (boot.phases[0].start if boot.phases else None)
-        return fmt.epoch(start) if start is not None else None
+        return boot_origin(self.boot)
 
     def _now(self, now: float) -> datetime:
         return datetime.fromtimestamp(now)

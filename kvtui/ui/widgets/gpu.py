@@ -20,6 +20,7 @@ from textual.visual import Visual
 from textual.widget import Widget
 from textual.widgets import DataTable
 
+from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Phase
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.ui import formatting as fmt
@@ -297,6 +298,27 @@ class PhaseBand:
     phase: Phase | None  # None = failed
 
 
+def phase_bands(boots: Sequence[Boot]) -> list[PhaseBand]:
+    """The bands of the boots' target phases (a failure ends its boot's with a failed band)."""
+    bands: list[PhaseBand] = []
+    for boot in boots:
+        for span in boot.phases:
+            if span.model.value == "target" and span.start is not None:
+                bands.append(PhaseBand(fmt.epoch(span.start), span.name))
+        if boot.status is BootStatus.FAILED and boot.ended_at is not None:
+            bands.append(PhaseBand(fmt.epoch(boot.ended_at), None))
+    bands.sort(key=lambda b: b.start)
+    return bands
+
+
+def boot_origin(boot: Boot | None) -> float | None:
+    """Where a plot's time axis starts: the boot's start (its first phase's when it has none)."""
+    if boot is None:
+        return None
+    start = boot.started_at or (boot.phases[0].start if boot.phases else None)
+    return fmt.epoch(start) if start is not None else None
+
+
 class GpuHistoryPlot(Widget):
     """Memory over time (the busiest server GPU), each stretch coloured by the boot phase it
     belongs to, drawn with plotext (imported when the first figure is built, not at start-up).
@@ -363,12 +385,14 @@ class GpuHistoryPlot(Widget):
         fresh = [s for s in samples if not s.stale]
         if not fresh:
             return
-        ts = max(s.ts for s in fresh)
+        self.add_point(max(s.ts for s in fresh), max(s.used_gib for s in fresh), max(s.total_gib for s in fresh))
+
+    def add_point(self, ts: float, used: float, total: float) -> None:
+        """One point of the curve: ``used`` GiB of ``total`` at ``ts`` (a host's busiest GPU, as
+        ``add`` reads it; the deployment console's sum over its nodes' GPUs)."""
         if self.points and ts <= self.points[-1][0]:
             return
-        used = max(s.used_gib for s in fresh)
         self.points.append((ts, used))
-        total = max(s.total_gib for s in fresh)
         moved = total != self.total_gib or self._drawn is None or abs(used - self._drawn[1]) >= self._y_step()
         self.total_gib = total
         self._changed(visible=moved)
