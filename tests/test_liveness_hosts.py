@@ -77,7 +77,7 @@ async def run_wait(hosts: Path, name: str, kill: callable, *, ready_marker: str 
     return code, out.getvalue(), err.getvalue(), time.monotonic() - t_kill
 
 
-async def until_text(buf: io.StringIO, text: str, timeout: float = 30.0) -> None:
+async def until_text(buf: io.StringIO, text: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while text not in buf.getvalue():
         assert time.monotonic() < deadline, f"never saw {text!r}: {buf.getvalue()}"

@@ -142,7 +142,7 @@ def backend(srv: FakeSshServer, **keys: Any) -> SshBackend:
                       backoff=Backoff(initial=0.05, cap=0.2, rng=random.Random(1)), keepalive_interval=5)
 
 
-async def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+async def wait_until(cond: Callable[[], bool], timeout: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not cond():
@@ -150,7 +150,7 @@ async def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def collect(it: AsyncIterator[list[LogRecord]], n: int, timeout: float = 10.0) -> list[LogRecord]:
+async def collect(it: AsyncIterator[list[LogRecord]], n: int, timeout: float = 60.0) -> list[LogRecord]:
     out: list[LogRecord] = []
 
     async def go() -> None:

@@ -115,7 +115,7 @@ class Collector:
             self.records.extend(batch)
             self.arrivals.extend([now] * len(batch))
 
-    async def wait_for(self, n: int, timeout: float = 30.0) -> None:
+    async def wait_for(self, n: int, timeout: float = 60.0) -> None:
         notes = self.backend.notes if self.backend else []
         try:
             await wait_until(lambda: len(self.records) >= n or self.task.done(), timeout, f"{n} records")
