@@ -234,9 +234,14 @@ async def test_the_guard_is_what_kills_a_quiet_follower_as_root(sshd: SshdInstan
                                       config=[], agent_path=None)
         proc = await conn.create_process(command)
         # the command runs (and its guard watches) before the channel is dropped: a fixed 0.3 s
-        # could end before a loaded machine's sshd had started it
-        await wait_until(lambda: len(processes_matching(marker, ("sleep",), exclude=("kvtui-guard",))) == 1,
-                         60, "the remote sleep")
+        # could end before a loaded machine's sshd had started it. Settled means the one process
+        # is ``sleep`` itself: the login shell (``bash -c sleep N``) has exec'd it, or forked it
+        # and gone (counting the shell dropped the channel mid-start: two processes were left)
+        def settled() -> bool:
+            procs = processes_matching(marker, ("sleep",), exclude=("kvtui-guard",))
+            return len(procs) == 1 and procs[0].split(None, 3)[3] == marker
+
+        await wait_until(settled, 60, "the remote sleep")
         if guarded:
             await wait_until(lambda: len(processes_matching(marker, ("kvtui-guard",))) >= 2, 60, "its guard")
         proc.terminate()  # a "signal" request: refused for root logins
