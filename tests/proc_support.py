@@ -15,7 +15,9 @@ import contextlib
 import os
 import select
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 FOLLOW_TIMEOUT = 120.0  # real seconds for a follower to start (Python, SSH) on a loaded machine
 
@@ -29,7 +31,14 @@ def log_readers(path: Path) -> dict[int, int]:
         if not proc.name.isdigit():
             continue
         try:
-            for fd in (proc / "fd").iterdir():
+            fds = list((proc / "fd").iterdir())
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        for fd in fds:
+            # one descriptor at a time: one closed between the listing and its readlink (a busy
+            # process, such as this test's own, opens and closes files all the time) must not
+            # hide the process's other descriptors
+            try:
                 if os.readlink(fd) != target:
                     continue
                 info = dict(line.split(":", 1) for line in (proc / "fdinfo" / fd.name).read_text().splitlines()
@@ -37,8 +46,8 @@ def log_readers(path: Path) -> dict[int, int]:
                 if int(info["flags"].strip(), 8) & os.O_ACCMODE == os.O_RDONLY:
                     pid = int(proc.name)
                     out[pid] = max(out.get(pid, 0), int(info["pos"].strip()))
-        except (OSError, KeyError, ValueError):
-            continue  # gone meanwhile, or not readable
+            except (OSError, KeyError, ValueError):
+                continue  # closed meanwhile, or not readable
     return out
 
 
@@ -47,16 +56,24 @@ def _size(path: Path) -> int:
 
 
 async def followers_read(path: Path, offset: int | None = None, count: int = 1,
-                         timeout: float = FOLLOW_TIMEOUT) -> None:
+                         timeout: float = FOLLOW_TIMEOUT, *, task: asyncio.Future[Any] | None = None,
+                         said: Callable[[], str] | None = None) -> None:
     """Wait until ``count`` processes read ``path`` up to byte ``offset`` (by default its size
-    now: they follow from its end)."""
+    now: they follow from its end). ``task``: the follower's own task (an in-process ``kvtui
+    wait``): when it ends first, nothing will ever read there — fail at once with what it
+    ``said`` instead of waiting out the timeout."""
     if offset is None:
         offset = _size(path)
     deadline = time.monotonic() + timeout
     while sum(pos >= offset for pos in log_readers(path).values()) < count:
+        if task is not None and task.done():
+            raise AssertionError(f"the follower ended before it read {path} to byte {offset}: "
+                                 f"{task.result() if not task.cancelled() and task.exception() is None else task}"
+                                 f"\n{said() if said is not None else ''}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"{count} reader(s) of {path} did not reach byte {offset} within {timeout:.0f} s: "
-                                 f"{log_readers(path)}")
+            raise AssertionError(f"{count} reader(s) of {path} did not reach byte {offset} within {timeout:.0f} s "
+                                 f"(size now {_size(path)}): {log_readers(path)}"
+                                 f"\n{said() if said is not None else ''}")
         await asyncio.sleep(0.05)
 
 

@@ -38,7 +38,7 @@ def _stamped(lines: list[str], minute: int) -> list[str]:
     return [f"2026-12-01T15:{minute:02d}:{i // 1000:02d}.{i % 1000:03d}Z {ln}" for i, ln in enumerate(lines)]
 
 
-async def until(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+async def until(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:

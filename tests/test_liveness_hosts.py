@@ -64,7 +64,7 @@ async def run_wait(hosts: Path, name: str, kill: callable, *, ready_marker: str 
     if start is not None:
         assert log is not None, "start= needs the log the wait follows"
         await until_text(err, "following the next boot")
-        await followers_read(log)  # the follower is at the end of the log
+        await followers_read(log, task=task, said=err.getvalue)  # the follower is at the end of the log
         start()
     deadline = time.monotonic() + timeout
     while ready_marker not in err.getvalue():
@@ -77,7 +77,7 @@ async def run_wait(hosts: Path, name: str, kill: callable, *, ready_marker: str 
     return code, out.getvalue(), err.getvalue(), time.monotonic() - t_kill
 
 
-async def until_text(buf: io.StringIO, text: str, timeout: float = 30.0) -> None:
+async def until_text(buf: io.StringIO, text: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while text not in buf.getvalue():
         assert time.monotonic() < deadline, f"never saw {text!r}: {buf.getvalue()}"
@@ -300,7 +300,7 @@ async def test_ssh_next_boot_when_the_restart_beat_the_follow(tmp_path: Path, ss
     err = io.StringIO()
     task = asyncio.create_task(wait_for_boot(args, stdout=io.StringIO(), stderr=err))
     await until_text(err, "following the next boot")
-    await followers_read(log)  # tail follows: the pid watch started just before it
+    await followers_read(log, task=task, said=err.getvalue)  # tail follows: the pid watch started just before it
     await asyncio.sleep(1.5)  # its first reading (the server alive) has no sign outside the wait
     kill9(pid)
     t_kill = time.monotonic()

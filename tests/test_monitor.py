@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from proc_support import followers_read
 
 from kvtui.boot import BootStatus
 from kvtui.config import HostConfig
@@ -57,7 +58,7 @@ class Sink:
     def lines(self) -> list[Any]:
         return [ln for b in self.of(LogBatch) for ln in b.lines]
 
-    async def wait(self, pred: Callable[[Sink], bool], timeout: float = 10.0) -> None:
+    async def wait(self, pred: Callable[[Sink], bool], timeout: float = 60.0) -> None:
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
         while not pred(self):
@@ -267,10 +268,15 @@ async def test_local_file_boot_phases_and_failure(tmp_path: Path) -> None:
     log.write_text("")
     mon = local_monitor(tmp_path, log)
     async with running(mon) as sink:
-        # the boot arrives in pieces, like a live server
+        # the boot arrives in pieces, like a live server; each piece is handed over before the
+        # next is written (a fixed pause between pieces let a loaded machine's monitor read
+        # several at once, and a phase that began and ended inside them was never published)
+        written = 0
         for i in range(0, len(src), 7):
-            _write(log, src[i : i + 7])
-            await asyncio.sleep(0.06)
+            piece = src[i : i + 7]
+            _write(log, piece)
+            written += len([x for x in piece if x.strip()])
+            await sink.wait(lambda s, n=written: len(s.lines) >= n and not mon.pending)
         await sink.wait(lambda s: any(b.boot.status == BootStatus.FAILED for b in s.of(BootState)))
         seen = sink.boot_seen
         assert seen[0][1]  # new_boot on the first state of a boot
@@ -325,7 +331,7 @@ async def test_next_boot_mode_skips_the_past(tmp_path: Path) -> None:
     _write(log, ["old 1", "old 2"])
     mon = local_monitor(tmp_path, log, start=LogStart.NEXT_BOOT)
     async with running(mon) as sink:
-        await asyncio.sleep(0.2)
+        await followers_read(log)  # positioned at the end (a fixed 0.2 s was not always enough)
         _write(log, ["new 1"])
         await sink.wait(lambda s: len(s.lines) >= 1)
         await asyncio.sleep(0.1)

@@ -142,7 +142,7 @@ def backend(srv: FakeSshServer, **keys: Any) -> SshBackend:
                       backoff=Backoff(initial=0.05, cap=0.2, rng=random.Random(1)), keepalive_interval=5)
 
 
-async def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+async def wait_until(cond: Callable[[], bool], timeout: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not cond():
@@ -150,7 +150,7 @@ async def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def collect(it: AsyncIterator[list[LogRecord]], n: int, timeout: float = 10.0) -> list[LogRecord]:
+async def collect(it: AsyncIterator[list[LogRecord]], n: int, timeout: float = 60.0) -> list[LogRecord]:
     out: list[LogRecord] = []
 
     async def go() -> None:
@@ -309,7 +309,14 @@ async def test_unreachable_host_reconnects_with_backoff(tmp_path: Path) -> None:
     states: list[tuple[ConnState, float | None]] = []
     b = SshBackend("gpu-a", srv.host_config(port=port), ssh_config=[], connect_timeout=2,
                    backoff=Backoff(initial=0.05, cap=0.1, rng=random.Random(0)))
-    b.add_status_listener(lambda s: states.append((s.state, s.retry_in)))
+    two_waits = asyncio.Event()
+
+    def listen(s: Any) -> None:
+        states.append((s.state, s.retry_in))
+        if sum(st is ConnState.RECONNECTING and r is not None for st, r in states) >= 2:
+            two_waits.set()
+
+    b.add_status_listener(listen)
     with pytest.raises(BackendError, match="unreachable: connection refused"):
         await b.start()
     assert b.status().state is ConnState.RECONNECTING
@@ -319,7 +326,7 @@ async def test_unreachable_host_reconnects_with_backoff(tmp_path: Path) -> None:
     # a stream connects by itself, with backoff
     it = b.follow_log()
     nxt = asyncio.ensure_future(it.__anext__())
-    await asyncio.sleep(0.4)
+    await asyncio.wait_for(two_waits.wait(), 30)  # the second announced retry (not a fixed 0.4 s)
     waits = [r for s, r in states if s is ConnState.RECONNECTING and r is not None]
     assert len(waits) >= 2  # it kept trying, saying when the next attempt comes
     assert all(r <= 0.1 for r in waits)  # capped
@@ -386,9 +393,10 @@ async def test_journal_next_boot_starts_after_the_newest_entry(tmp_path: Path) -
     host = FakeHost(n=5)
     async with fake_ssh_server(host.handle, tmp_path / "srv") as srv:
         b = backend(srv)
-        it = b.follow_log(LogStart.NEXT_BOOT)
+        positioned = asyncio.Event()
+        it = b.follow_log(LogStart.NEXT_BOOT, positioned=positioned.set)
         task = asyncio.ensure_future(collect(it, 2))
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(positioned.wait(), 60)  # the newest entry located (not a fixed 0.3 s)
         host.add("new 1")
         host.add("new 2")
         got = await task

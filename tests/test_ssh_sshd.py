@@ -90,7 +90,7 @@ def sglang_messages() -> list[str]:
     return [json.loads(line)["MESSAGE"] for line in lines]
 
 
-async def wait_until(cond: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
+async def wait_until(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not cond():
@@ -115,7 +115,7 @@ class Collector:
             self.records.extend(batch)
             self.arrivals.extend([now] * len(batch))
 
-    async def wait_for(self, n: int, timeout: float = 30.0) -> None:
+    async def wait_for(self, n: int, timeout: float = 60.0) -> None:
         notes = self.backend.notes if self.backend else []
         try:
             await wait_until(lambda: len(self.records) >= n or self.task.done(), timeout, f"{n} records")
@@ -228,23 +228,33 @@ async def test_the_guard_is_what_kills_a_quiet_follower_as_root(sshd: SshdInstan
     command under ``commands.guard`` dies with the channel."""
     tag = random.randrange(10_000_000, 99_999_999)  # a unique sleep duration to find it by
 
-    async def run_and_drop(command: str) -> None:
+    async def run_and_drop(command: str, marker: str, guarded: bool = False) -> None:
         conn = await asyncssh.connect("127.0.0.1", port=sshd.port, username="root",
                                       client_keys=[str(sshd.client_key)], known_hosts=str(sshd.known_hosts),
                                       config=[], agent_path=None)
         proc = await conn.create_process(command)
-        await asyncio.sleep(0.3)
+        # the command runs (and its guard watches) before the channel is dropped: a fixed 0.3 s
+        # could end before a loaded machine's sshd had started it. Settled means the one process
+        # is ``sleep`` itself: the login shell (``bash -c sleep N``) has exec'd it, or forked it
+        # and gone (counting the shell dropped the channel mid-start: two processes were left)
+        def settled() -> bool:
+            procs = processes_matching(marker, ("sleep",), exclude=("kvtui-guard",))
+            return len(procs) == 1 and procs[0].split(None, 3)[3] == marker
+
+        await wait_until(settled, 60, "the remote sleep")
+        if guarded:
+            await wait_until(lambda: len(processes_matching(marker, ("kvtui-guard",))) >= 2, 60, "its guard")
         proc.terminate()  # a "signal" request: refused for root logins
         proc.close()
         conn.close()
         await conn.wait_closed()
 
-    await run_and_drop(f"sleep {tag}")
+    await run_and_drop(f"sleep {tag}", f"sleep {tag}")
     await asyncio.sleep(0.5)
     left = processes_matching(f"sleep {tag}", ("sleep",))
     assert len(left) == 1, "without the guard the quiet follower should have survived"
     os.kill(int(left[0].split()[0]), 15)
-    await run_and_drop(C.guard(f"sleep {tag + 1}"))
+    await run_and_drop(C.guard(f"sleep {tag + 1}"), f"sleep {tag + 1}", guarded=True)
     left = await wait_no_processes(f"sleep {tag + 1}", ("sleep",), exclude=("kvtui-guard",))
     _record("orphans_quiet_follower_unguarded_vs_guarded", [1, len(left)])
     assert left == []

@@ -67,7 +67,7 @@ def _units(tmp_path: Path) -> list[str]:
     return [(tmp_path / "state" / "kvtui" / "demo" / n / "sglang-r1.service").read_text() for n in ("r1-a", "r1-b")]
 
 
-async def _until(pilot: Pilot[Any], pred: Any, timeout: float = 30.0) -> None:
+async def _until(pilot: Pilot[Any], pred: Any, timeout: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not pred():

@@ -173,7 +173,7 @@ def plain(widget: Widget) -> str:
     return getattr(rendered, "plain", str(rendered))
 
 
-async def wait_for(pilot: Pilot[Any], predicate: Callable[[], bool], *, timeout: float = 10.0,
+async def wait_for(pilot: Pilot[Any], predicate: Callable[[], bool], *, timeout: float = 60.0,
                    step: float = 0.02) -> None:
     """Pause the test until ``predicate()`` holds (or fail after ``timeout`` seconds)."""
     import asyncio

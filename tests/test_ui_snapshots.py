@@ -369,12 +369,19 @@ async def test_gpu_plot_figure_does_not_depend_on_redraw_timing() -> None:
     """Two plots given the same readings and bands show the same figure, whatever their redraw
     ticks saw: ``a`` is drawn once at the end; ``b`` on many ticks along the way, the bands
     arriving late, and once while it was narrower (a figure filled at a tick and painted at
-    another size must not keep that tick's sampling)."""
+    another size must not keep that tick's sampling).
+
+    The ticks are the test's own ``redraw_if_needed`` calls: the plots' 1 s timers are paused (on
+    a loaded machine a timer tick between the resize and the test's redraw had painted the
+    narrow figure first, and ``redraw_if_needed`` then had nothing left to do)."""
     bands = [PhaseBand(1000.0, Phase.LOAD_WEIGHTS), PhaseBand(1120.0, Phase.KV_ALLOCATE)]
     readings = [gpu_samples(5.0 + 0.3 * t, ts=1000.0 + t) for t in range(200)]  # more than the cells
     a, b = GpuHistoryPlot(id="a"), GpuHistoryPlot(id="b")
     async with Harness(a, b).run_test(size=(70, 24)) as pilot:
         await pilot.pause()
+        for plot in (a, b):
+            assert plot.redraw_timer is not None
+            plot.redraw_timer.pause()
         for samples in readings:
             a.add(samples)
         a.set_bands(bands, 1000.0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from test_ui_helpers import Harness, log_lines
+from test_ui_helpers import Harness, log_lines, wait_for
 from textual.widget import Widget
 
 from kvtui.monitor import LogLine
@@ -39,8 +39,9 @@ async def test_a_full_window_that_follows_shows_each_new_batch() -> None:
             repaints = 0
             view.append(log_lines(100, start=start))  # the window is full: same height, same offset
             assert repaints >= 1  # the rows now show other lines: they are drawn again
-            await pilot.pause(0.1)
-            assert _row_texts(view)[-1].endswith(f"scheduler tick {start + 99}")
+            # drawn at the next refresh (a fixed 0.1 s could end before a loaded machine's)
+            await wait_for(pilot, lambda s=start: _row_texts(view)[-1].endswith(f"scheduler tick {s + 99}"),
+                           timeout=30)
         assert len(view.lines) == 200
 
 

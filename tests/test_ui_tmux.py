@@ -61,7 +61,7 @@ class Terminal:
         """All ``keys`` in one ``send-keys``: tmux writes them to the terminal at once."""
         self.tmux("send-keys", "-t", "kvtui", *(["-l"] if literal else []), *keys)
 
-    def wait_for(self, what: Callable[[list[str]], bool], timeout: float = 15.0) -> list[str]:
+    def wait_for(self, what: Callable[[list[str]], bool], timeout: float = 60.0) -> list[str]:
         deadline = time.monotonic() + timeout
         lines = self.screen()
         while not what(lines):

@@ -16,6 +16,7 @@ from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.geometry import Size
 from textual.strip import Strip
+from textual.timer import Timer
 from textual.visual import Visual
 from textual.widget import Widget
 from textual.widgets import DataTable
@@ -357,6 +358,7 @@ class GpuHistoryPlot(Widget):
         self._cache: Text | None = None
         self.redraws = 0  # plot builds, for tests and the curious
         self.offline: str | None = None  # the host is not reached (said instead of "collecting…")
+        self.redraw_timer: Timer | None = None  # the 1 s repaint timer (a test that paints by hand pauses it)
 
     @property
     def plt(self) -> Plot:
@@ -369,7 +371,7 @@ class GpuHistoryPlot(Widget):
         return self._plot
 
     def on_mount(self) -> None:
-        self.set_interval(1.0, self._tick, name="gpu-plot-redraw")
+        self.redraw_timer = self.set_interval(1.0, self._tick, name="gpu-plot-redraw")
         self.app.theme_changed_signal.subscribe(self, self._theme_changed)
 
     def _theme_changed(self, _theme: object) -> None:
