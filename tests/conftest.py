@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
+import html
+import pickle
+import re
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,3 +71,40 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     seconds = cache.get(DURATIONS_KEY, {}) or {}
     seconds.update({module: round(t, 2) for module, t in _RUN_SECONDS.items()})
     cache.set(DURATIONS_KEY, seconds)
+
+
+# ---- a failed snapshot says which cells changed, in the test's own report -------------------------
+# CI keeps only its printed output (no snapshot_report.html): the rows of the expected and the
+# actual screenshot that differ are added to the failure report as text.
+
+_SVG_TEXT = re.compile(r'<text[^>]*?x="([\d.]+)"[^>]*?y="([\d.]+)"[^>]*>(.*?)</text>', re.S)
+
+
+def svg_rows(svg: str) -> list[str]:
+    """The screen's rows as text, from a Textual SVG screenshot."""
+    rows: dict[float, list[tuple[float, str]]] = {}
+    for m in _SVG_TEXT.finditer(svg):
+        rows.setdefault(float(m.group(2)), []).append((float(m.group(1)), html.unescape(m.group(3))))
+    return ["".join(t for _x, t in sorted(cells)).replace("\xa0", " ").rstrip() for _y, cells in sorted(rows.items())]
+
+
+def snapshot_text_diff(expected_svg: str, actual_svg: str) -> str:
+    lines = difflib.unified_diff(svg_rows(expected_svg), svg_rows(actual_svg), "expected", "actual",
+                                 lineterm="", n=1)
+    return "\n".join(lines) or "(the rows' text is the same: the difference is in colours or styles)"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    if call.when == "call" and report.failed and "snap_compare" in getattr(item, "fixturenames", ()):
+        try:
+            from pytest_textual_snapshot import node_to_report_path
+
+            data = pickle.loads(node_to_report_path(item).read_bytes())
+            passed, expected_svg, actual_svg = data[0], str(data[1]), str(data[2])
+            if not passed:
+                report.sections.append(("snapshot: rows that differ", snapshot_text_diff(expected_svg, actual_svg)))
+        except Exception as exc:  # the report must never fail because of this
+            report.sections.append(("snapshot: rows that differ", f"(not available: {exc!r})"))
+    return report
