@@ -29,6 +29,16 @@ def fixtures() -> Path:
     return FIXTURES
 
 
+@pytest.fixture
+def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fake kubectl first on PATH, over its own state under tmp_path (tests/kube_support.py)."""
+    from kube_support import FakeKube
+
+    k = FakeKube.create(tmp_path / "kube")
+    monkeypatch.setenv("PATH", k.env()["PATH"])
+    return k
+
+
 
 # ---- the order the two workers take the modules in ----------------------------------------------
 # `--dist loadfile --no-loadscope-reorder` hands the modules out in collection order: longest first

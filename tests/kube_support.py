@@ -29,9 +29,12 @@ Errors are kubectl's: ``Error from server (NotFound): pods "x" not found`` on st
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -303,3 +306,13 @@ class FakeKube:
 
     def calls(self) -> list[list[str]]:
         return [line.split("\t") for line in (self.state / "calls").read_text().splitlines()]
+
+
+async def until(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Wait (bounded) until ``cond()`` holds: the kube tests' poll."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+

@@ -11,12 +11,11 @@ import contextlib
 import copy
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_support import FakeKube
+from kube_support import FakeKube, until
 
 from kvtui.boot import BootStatus, BootTracker
 from kvtui.engines.parse import LineParser
@@ -36,21 +35,6 @@ def _pod(name: str) -> dict[str, Any]:
 
 def _stamped(lines: list[str], minute: int) -> list[str]:
     return [f"2026-12-01T15:{minute:02d}:{i // 1000:02d}.{i % 1000:03d}Z {ln}" for i, ln in enumerate(lines)]
-
-
-async def until(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-@pytest.fixture
-def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeKube:
-    k = FakeKube.create(tmp_path / "kube")
-    monkeypatch.setenv("PATH", k.env()["PATH"])
-    return k
 
 
 class Reader:

@@ -14,12 +14,11 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_support import FakeKube
+from kube_support import FakeKube, until
 
 from kvtui.hosts.backend import PositionedLogSource
 from kvtui.hosts.kube import commands as K
@@ -39,21 +38,6 @@ def _pod(name: str = "running-ready") -> dict[str, Any]:
 def _now(offset: float = 0.0) -> str:
     t = time.time() + offset
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"
-
-
-async def until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-@pytest.fixture
-def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeKube:
-    k = FakeKube.create(tmp_path / "kube")
-    monkeypatch.setenv("PATH", k.env()["PATH"])
-    return k
 
 
 class NextBoot:
@@ -151,11 +135,11 @@ async def test_a_terminating_pods_late_lines_are_not_the_new_boot(kube: FakeKube
         kube.append_log("r1-0", "sglang", [f"{_now()} [2026-12-01 16:00:00] Received sigterm, shutting down",
                                            f"{_now(0.001)} [2026-12-01 16:00:00] Traceback (most recent call last):"])
         seen = _gets(kube, "r1-0")
-        await until(lambda: _gets(kube, "r1-0") >= seen + 3, "the follower to look at the pod again")
+        await until(lambda: _gets(kube, "r1-0") >= seen + 3, "the follower to look at the pod again", timeout=30.0)
         new_log = NODE0[:40]
         kube.on_rollout("StatefulSet", "r1", _pod(), "sglang", new_log)
         await _kubectl(kube, "rollout", "restart", "statefulset/r1")
-        await until(lambda: len(follow.texts) >= len(new_log), "the new container's boot")
+        await until(lambda: len(follow.texts) >= len(new_log), "the new container's boot", timeout=30.0)
     finally:
         await follow.stop(backend)
     assert follow.texts == new_log
@@ -190,10 +174,10 @@ async def test_a_rolling_updates_old_pod_printing_after_the_new_one_started(kube
         late = [f"{_now(1 + i / 1000)} [2026-12-01 16:00:02] Decode batch. #running-req: 3, #token: {i}"
                 for i in range(5)]
         kube.append_log("r1-5d8f-aaaaa", "sglang", late)
-        await until(lambda: len(follow.texts) >= len(new_log), "the new pod's boot")
+        await until(lambda: len(follow.texts) >= len(new_log), "the new pod's boot", timeout=30.0)
         more = [f"{_now(2)} [2026-12-01 16:00:03] Prefill batch. #new-seq: 1"]
         kube.append_log("r1-7c4b-bbbbb", "sglang", more)
-        await until(lambda: len(follow.texts) >= len(new_log) + 1, "the new pod's next line")
+        await until(lambda: len(follow.texts) >= len(new_log) + 1, "the new pod's next line", timeout=30.0)
     finally:
         await follow.stop(backend)
     assert follow.texts == [*new_log, more[0].split(" ", 1)[1]]
