@@ -15,7 +15,7 @@ from history_support import BASE, T0, boots_of
 from kvtui import changes, kvcalc
 from kvtui.boot import Boot
 from kvtui.history import open_store, record_boot
-from kvtui.kvcalc.sglang import least_squares
+from kvtui.kvcalc.arith import least_squares
 
 OTHERS = (0.70, 0.74, 0.78, 0.82, 0.86)
 TARGET = 0.92

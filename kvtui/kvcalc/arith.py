@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 GIB = float(1 << 30)
 MIB_PER_GIB = 1024.0
@@ -71,6 +72,30 @@ def _version_tuple(v: str | None) -> tuple[int, ...] | None:
     if not m:
         return None
     return tuple(int(x) for x in m.groups(default="0"))
+
+
+@dataclass(frozen=True, slots=True)
+class LineFit:
+    """The slope that calibration boots measure on a flag's line (x: the flag's value): two boots
+    give a two-point slope (``residual`` None), three or more a least-squares line through all of
+    them (``residual``: its largest, ``shown``: the distinct x, at most 8, for the explain line)."""
+
+    slope: float
+    residual: float | None
+    shown: str
+
+
+def fit_line(points: Sequence[tuple[float, float]]) -> LineFit | None:
+    """The slope through ``points`` (the boot being calibrated first), or None without two distinct x."""
+    xs = sorted({round(x, 6) for x, _ in points})
+    if len(xs) < 2:
+        return None
+    shown = ", ".join(_frac(x) for x in xs[:8]) + ("…" if len(xs) > 8 else "")
+    if len(points) == 2:
+        (x0, y0), (x1, y1) = points
+        return LineFit((y0 - y1) / (x0 - x1), None, shown)
+    slope, resid = least_squares(points)
+    return LineFit(slope, resid, shown)
 
 
 def least_squares(points: Sequence[tuple[float, float]]) -> tuple[float, float]:

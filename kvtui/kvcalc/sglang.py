@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine, Fact, FailureKind
 from kvtui.knobs import Memory, fraction_flag, memory_value
-from kvtui.kvcalc.arith import _AVAIL_SLACK, _PRINT_EPS, GIB, _as_int, _frac, _snap_cell, floor_page, least_squares
+from kvtui.kvcalc.arith import _AVAIL_SLACK, _PRINT_EPS, GIB, _as_int, _frac, _snap_cell, fit_line, floor_page
 from kvtui.kvcalc.boots import (
     _CAPACITY_RE,
     _boot_fraction,
@@ -405,20 +405,18 @@ def _two_point(
         fo, no = _boot_fraction(other), _boot_tokens(other)
         if fo is not None and no is not None:
             points.append((fo, float(no)))
-    if len({round(x, 6) for x, _ in points}) < 2:
+    fitted = fit_line(points)
+    if fitted is None:
         return p, Basis.CALIBRATED, 1
-    if len(points) == 2:
+    slope_tokens = fitted.slope
+    if fitted.residual is None:
         fo, no = points[1][0], int(points[1][1])
-        slope_tokens = (n - no) / (f - fo)
         line = (f"two-point: {no:,} tokens at f={_frac(fo)} and {n:,} at f={_frac(f)} → "
                 f"{slope_tokens * 0.01:,.0f} tokens per +0.01")
         basis = Basis.TWO_POINT
     else:
-        slope_tokens, resid = least_squares(points)
-        fracs = sorted({round(x, 6) for x, _ in points})
-        shown = ", ".join(_frac(x) for x in fracs[:8]) + ("…" if len(fracs) > 8 else "")
-        line = (f"least-squares over {len(points)} boots (f = {shown}): {slope_tokens * 0.01:,.0f} tokens per +0.01, "
-                f"largest residual {resid:,.0f} tokens")
+        line = (f"least-squares over {len(points)} boots (f = {fitted.shown}): {slope_tokens * 0.01:,.0f} tokens "
+                f"per +0.01, largest residual {fitted.residual:,.0f} tokens")
         basis = Basis.LEAST_SQUARES
     measured = slope_tokens * sizer / GIB
     if slope_tokens <= 0:

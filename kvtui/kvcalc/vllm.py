@@ -22,8 +22,8 @@ from kvtui.kvcalc.arith import (
     _frac,
     _snap_cell,
     _version_tuple,
+    fit_line,
     floor_page,
-    least_squares,
 )
 from kvtui.kvcalc.boots import _TRIED_RE, _boot_tokens, _from_text, _never_sized, boot_model
 from kvtui.kvcalc.model import Basis, CalcError, GraphModel, GraphSource, IdentityCheck, MemoryModel, Notes, Sizing
@@ -78,20 +78,18 @@ def _two_point(
         if ko is None or _fixed_pool(o) is not None:
             continue
         points.append((_as_float(o.flags.get("gpu_memory_utilization")) or 0.9, ko))
-    if len({round(x, 6) for x, _ in points}) < 2:
+    fitted = fit_line(points)
+    if fitted is None:
         return total, total, Basis.CALIBRATED, 1
-    if len(points) == 2:
+    measured = fitted.slope
+    if fitted.residual is None:
         (_, _), (uo, ko) = points
-        measured = (kv - ko) / (u - uo)
         line = (f"two-point: {ko:.2f} GiB KV at u={_frac(uo)} and {kv:.2f} GiB at u={_frac(u)} → "
                 f"{measured:.2f} GiB per 1.0 of utilization (the device total)")
         basis = Basis.TWO_POINT
     else:
-        measured, resid = least_squares(points)
-        us = sorted({round(x, 6) for x, _ in points})
-        shown = ", ".join(_frac(x) for x in us[:8]) + ("…" if len(us) > 8 else "")
-        line = (f"least-squares over {len(points)} boots (u = {shown}): {measured:.2f} GiB per 1.0 of utilization "
-                f"(the device total), largest residual {resid:.2f} GiB")
+        line = (f"least-squares over {len(points)} boots (u = {fitted.shown}): {measured:.2f} GiB per 1.0 of "
+                f"utilization (the device total), largest residual {fitted.residual:.2f} GiB")
         basis = Basis.LEAST_SQUARES
     if measured <= 0:
         return total, total, Basis.CALIBRATED, 1
