@@ -198,7 +198,9 @@ WRITER = textwrap.dedent("""
     from history_support import sglang
     from kvtui.history import open_store, boot_doc, boot_key
     path, who = sys.argv[1], sys.argv[2]
-    store = open_store(__import__("pathlib").Path(path))
+    # a minute's busy wait: what is tested is that two writers both land, not how fast a loaded
+    # disk checkpoints (a CI run at load saw the 5 s default run out: "locked … (waited for it)")
+    store = open_store(__import__("pathlib").Path(path), busy_timeout=60.0)
     assert store.problem is None, store.problem
     for i in range(12):
         shared = sglang(round(0.80 + i * 0.005, 3), minutes=i)           # both processes see these boots
