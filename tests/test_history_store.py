@@ -97,6 +97,24 @@ def test_a_newer_schema_is_read_only_with_a_message(tmp_path: Path) -> None:
             _put(store, "a", sglang(0.9, minutes=30))
 
 
+def test_a_file_another_kvtui_is_still_creating_reads_as_empty(tmp_path: Path) -> None:
+    """A reader that opens the file between its creation and the schema's commit (seen in CI: the
+    console's recorder creating it while `kvtui history` read) finds no table yet: empty, no error."""
+    path = tmp_path / "h.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=WAL")  # the writer's first statement; no table yet
+    with open_store(path, readonly=True) as store:
+        assert store.problem is None
+        assert store.count() == 0
+        assert store.count("a") == 0
+        assert store.boots("a") == []
+    db.close()
+    with open_store(path) as store:  # and a writer then creates the schema as usual
+        _put(store, "a", sglang())
+    with open_store(path, readonly=True) as store:
+        assert store.count("a") == 1
+
+
 def test_the_same_boot_is_stored_once_and_the_further_document_wins(tmp_path: Path) -> None:
     boot = sglang(0.85)
     early = boot_doc("a", boot)

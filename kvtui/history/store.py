@@ -200,8 +200,15 @@ class Store:
                 uri = "file:" + str(self.path.absolute()) + "?mode=ro"
                 db = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout, check_same_thread=False,
                                      isolation_level=None)
+                version = int(db.execute("PRAGMA user_version").fetchone()[0])
+                if version == 0:
+                    # Another kvtui is creating the file (its schema is not committed yet): nothing
+                    # has been recorded in it, so it reads as empty rather than "no such table".
+                    db.close()
+                    self._db = None
+                    return self
                 self._db = db
-                self._version = int(db.execute("PRAGMA user_version").fetchone()[0])
+                self._version = version
                 return self
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(str(self.path), timeout=self.busy_timeout, check_same_thread=False,
