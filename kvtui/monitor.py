@@ -235,6 +235,10 @@ class HostMonitor:
     - ``resume=True`` continues the newest spool set of this host and source (replaying it into
       the tracker, then following after its last cursor); by default each monitor starts a new
       spool set (see ``kvtui.spool``).
+    - ``began`` (``start=NEXT_BOOT``): ``time.monotonic()`` when the caller began following
+      (``kvtui wait --next`` takes it before connecting), else when the monitor was made; a
+      server started after it is the next boot's however slow the connection is
+      (``HostBackend.follow_log``).
     """
 
     def __init__(
@@ -257,6 +261,7 @@ class HostMonitor:
         live_prefilter: bool = True,
         serving_interval: float = 0.25,
         history: BootRecorder | None = None,
+        began: float | None = None,
     ) -> None:
         from kvtui.bootlog import BootLog
         from kvtui.engines.parse import LivePrefilter
@@ -271,6 +276,7 @@ class HostMonitor:
         self.gpu_interval = gpu_interval
         self.pids_interval = pids_interval
         self.start_mode = start
+        self.began = began if began is not None else time.monotonic()
         self.owns_backend = owns_backend
         self.retry_start = retry_start
         # records -> boots; the live path hands each parsed piece to the tracker itself
@@ -496,9 +502,10 @@ class HostMonitor:
             it: AsyncIterator[list[LogRecord]] | AsyncIterator[RecordBlock] | None = None
             try:
                 if blocks:
-                    it = self.backend.follow_log_blocks(self.start_mode, after_cursor=cursor)  # type: ignore[attr-defined]
+                    it = self.backend.follow_log_blocks(  # type: ignore[attr-defined]
+                        self.start_mode, after_cursor=cursor, began=self.began)
                 else:
-                    it = self.backend.follow_log(self.start_mode, after_cursor=cursor)
+                    it = self.backend.follow_log(self.start_mode, after_cursor=cursor, began=self.began)
                 assert it is not None
                 async for batch in it:
                     pace.reset()

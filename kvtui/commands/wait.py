@@ -338,6 +338,7 @@ async def wait_for_boot(
     from kvtui.hosts.factory import make_backend
     from kvtui.spool import SpoolError
 
+    began = time.monotonic()  # --next: a server started from now on is the next boot, however slow the host
     timeout: float = args.timeout
     if not timeout > 0:
         print(f"kvtui wait: --timeout must be a positive number of seconds, got {timeout:g}", file=stderr)
@@ -353,7 +354,8 @@ async def wait_for_boot(
         if dep is not None:  # a [deployments.NAME]: one wait over its nodes
             from kvtui.commands.wait_nodes import wait_deployment
 
-            return await wait_deployment(args, config, dep, stdout=stdout, stderr=stderr, clock=clock, timer=timer)
+            return await wait_deployment(args, config, dep, stdout=stdout, stderr=stderr, clock=clock, timer=timer,
+                                         began=began)
         host = config.host(args.host)
     except ConfigError as exc:
         print(f"kvtui wait: {exc}", file=stderr)
@@ -370,6 +372,7 @@ async def wait_for_boot(
             clock=clock or time.time,
             retry_start=False,  # an unreachable host is exit 3 at once; later drops are waited out
             history=recorder_for(args.host, config.history),
+            began=began,
         )
     except (BackendError, SpoolError) as exc:
         print(f"kvtui wait: {args.host}: {exc}", file=stderr)

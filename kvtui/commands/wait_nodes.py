@@ -264,7 +264,9 @@ def _clip(text: str, n: int) -> str:
 async def wait_deployment(
     args: argparse.Namespace, config: Config, dep_cfg: DeploymentConfig, *, stdout: TextIO, stderr: TextIO,
     clock: Callable[[], float] | None = None, timer: Callable[[float], Awaitable[object]] | None = None,
+    began: float | None = None,
 ) -> int:
+    """``began``: ``time.monotonic()`` when the wait began (``HostMonitor``'s)."""
     from kvtui.commands.bootview import render_boot
     from kvtui.commands.replay_nodes import render_deployment
     from kvtui.hosts.factory import make_backend
@@ -278,7 +280,8 @@ async def wait_deployment(
             backend = make_backend(node_name, host, clock=clock)
             monitor = HostMonitor(node_name, backend, host=host,
                                   start=LogStart.NEXT_BOOT if args.next else LogStart.CURRENT_BOOT,
-                                  gpu_interval=5.0, log_window=1000, clock=clock or time.time, retry_start=False)
+                                  gpu_interval=5.0, log_window=1000, clock=clock or time.time, retry_start=False,
+                                  began=began)
             nodes.append(DeploymentNode(node_name, host, monitor))
     except (BackendError, SpoolError) as exc:
         print(f"kvtui wait: {name}: {exc}", file=stderr)

@@ -118,7 +118,8 @@ class BlockLogSource(Protocol):
     and resume semantics as ``follow_log``). The monitor prefers it when a backend offers it."""
 
     def follow_log_blocks(
-        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
+        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None, *,
+        began: float | None = None,
     ) -> AsyncIterator[RecordBlock]: ...
 
 
@@ -151,9 +152,16 @@ class HostBackend(Protocol):
         """Stop every stream; no remote follower may outlive this."""
 
     def follow_log(
-        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
+        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None, *,
+        began: float | None = None,
     ) -> AsyncIterator[list[LogRecord]]:
-        """Batches of records, oldest first, forever (until close)."""
+        """Batches of records, oldest first, forever (until close).
+
+        ``began`` (``NEXT_BOOT``): the caller's ``time.monotonic()`` when it began following —
+        taken before it connected (``kvtui wait --next``). A server process younger than
+        ``now - began + FRESH_SLACK_S`` started after that: it is the next boot's, not the old
+        server, however long the connection and the follower took to come up. None: when this
+        stream's follower starts."""
         ...
 
     def gpu_stream(self, interval_s: float = 1.0) -> AsyncIterator[list[GpuSample]]:

@@ -421,14 +421,17 @@ class LocalBackend:
 
     def follow_log(
         self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None,
-        positioned: Callable[[], None] | None = None,
+        positioned: Callable[[], None] | None = None, *, began: float | None = None,
     ) -> AsyncIterator[list[LogRecord]]:
         """``positioned`` (``NEXT_BOOT``): called once the stream knows where the log ends now —
-        the file's size, the journal's last cursor, the clock for a container."""
+        the file's size, the journal's last cursor, the clock for a container. ``began``: the
+        caller's ``time.monotonic()`` when it began following (``HostBackend.follow_log``)."""
+        t_follow = began if began is not None else time.monotonic()
         if self.host.log_file:
-            return self._follow_file(Path(self.host.log_file).expanduser(), start, after_cursor, positioned)
+            return self._follow_file(Path(self.host.log_file).expanduser(), start, after_cursor, positioned,
+                                     t_follow)
         if self.host.container:
-            return self._follow_docker(self.host.container, start, after_cursor, positioned)
+            return self._follow_docker(self.host.container, start, after_cursor, positioned, t_follow)
         if self.host.unit:
             return self._follow_journal(self.host.unit, start, after_cursor, positioned)
         raise BackendError(f"host '{self.name}': no log source (set unit, log_file or container)")
@@ -458,8 +461,11 @@ class LocalBackend:
         return base if found is None else found
 
     async def _follow_file(
-        self, path: Path, start: LogStart, after_cursor: str | None, positioned: Callable[[], None] | None = None
+        self, path: Path, start: LogStart, after_cursor: str | None, positioned: Callable[[], None] | None,
+        t_follow: float,
     ) -> AsyncIterator[list[LogRecord]]:
+        """``t_follow``: when following began (monotonic): a server process younger than that
+        (+ ``FRESH_SLACK_S``) started after it, so it is the next boot's."""
         if after_cursor is not None and after_cursor.strip().isdigit():
             offset = int(after_cursor)
         elif start == LogStart.NEXT_BOOT:
@@ -477,7 +483,6 @@ class LocalBackend:
         # liveness: the pid file read at most every ``liveness_interval`` while caught up; a
         # death is reported once the file's bytes written before it are read (its last lines first)
         watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
-        t_follow = time.monotonic()
         next_check = 0.0
         pending_exit: tuple[LogRecord, int] | None = None
         try:
@@ -694,7 +699,8 @@ class LocalBackend:
                 return
 
     async def _follow_docker(
-        self, container: str, start: LogStart, after_cursor: str | None, positioned: Callable[[], None] | None = None
+        self, container: str, start: LogStart, after_cursor: str | None, positioned: Callable[[], None] | None,
+        t_follow: float,
     ) -> AsyncIterator[list[LogRecord]]:
         since: str | None = None
         skip_until: str | None = after_cursor
@@ -711,7 +717,8 @@ class LocalBackend:
             since = out.decode().strip() or None
         # liveness: ``docker logs -f`` ends when the container stops; its state says how
         watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
-        fresh_after = datetime.now(UTC) - timedelta(seconds=FRESH_SLACK_S)  # a container started since is ours
+        # a container started since following began is ours
+        fresh_after = datetime.now(UTC) - timedelta(seconds=time.monotonic() - t_follow + FRESH_SLACK_S)
         held = await self._docker_state(container, watch, fresh_after)  # already stopped: said when the stream ends
         if positioned is not None:
             positioned()

@@ -141,7 +141,8 @@ class BundleBackend:
         await self._closed.wait()
 
     async def follow_log(
-        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None
+        self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None, *,
+        began: float | None = None,
     ) -> AsyncIterator[list[LogRecord]]:
         bundle = self._load()
         if start is LogStart.NEXT_BOOT and after_cursor is None:

@@ -378,8 +378,9 @@ class DemoBackend:
 
     async def follow_log(
         self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None,
-        positioned: Callable[[], None] | None = None,
+        positioned: Callable[[], None] | None = None, *, began: float | None = None,
     ) -> AsyncIterator[list[LogRecord]]:
+        # ``began`` is not needed: the simulation knows which boot each line belongs to
         g, i, trim = self._start_position(start, after_cursor)
         if positioned is not None:
             positioned()

@@ -220,8 +220,9 @@ class KubeBackend:
                 p.kill()
         self._status = ConnStatus(ConnState.CLOSED)
 
-    async def follow_log(self, start: LogStart = LogStart.CURRENT_BOOT,
-                         after_cursor: str | None = None) -> AsyncIterator[list[LogRecord]]:
+    async def follow_log(self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None, *,
+                         began: float | None = None) -> AsyncIterator[list[LogRecord]]:
+        # ``began`` is not used: a kube stream starts at the clock's now (see the module docstring)
         if self._state is None:
             await self.start()
         assert self._state is not None

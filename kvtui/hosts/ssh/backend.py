@@ -493,19 +493,19 @@ class SshBackend:
 
     # -- streams ---------------------------------------------------------------------------------
 
-    def _follower(self, start: LogStart, after_cursor: str | None) -> _Follower:
+    def _follower(self, start: LogStart, after_cursor: str | None, began: float | None = None) -> _Follower:
         src = self.host.log_source
         if src == "file":
-            return _FileFollower(self, start, after_cursor)
+            return _FileFollower(self, start, after_cursor, began)
         if src == "docker":
-            return _DockerFollower(self, start, after_cursor)
-        return _JournalFollower(self, start, after_cursor)
+            return _DockerFollower(self, start, after_cursor, began)
+        return _JournalFollower(self, start, after_cursor, began)
 
     async def follow_log(
         self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None,
-        positioned: Callable[[], None] | None = None,
+        positioned: Callable[[], None] | None = None, *, began: float | None = None,
     ) -> AsyncGenerator[list[LogRecord], None]:
-        async for block in self.follow_log_blocks(start, after_cursor, positioned):
+        async for block in self.follow_log_blocks(start, after_cursor, positioned, began=began):
             yield list(block.records())
 
     def follow_next_boot(self, positioned: Callable[[], None]) -> AsyncGenerator[list[LogRecord], None]:
@@ -515,11 +515,11 @@ class SshBackend:
 
     async def follow_log_blocks(
         self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None,
-        positioned: Callable[[], None] | None = None,
+        positioned: Callable[[], None] | None = None, *, began: float | None = None,
     ) -> AsyncGenerator[RecordBlock, None]:
         """``follow_log`` as ``RecordBlock``s (one per chunk read; what is queued is delivered
         together, up to ``MAX_BATCH_RECORDS`` records)."""
-        follower = self._follower(start, after_cursor)
+        follower = self._follower(start, after_cursor, began)
         stream = _Stream(asyncio.Queue(MAX_QUEUED_BATCHES))
         self._streams.add(stream)
         stream.task = asyncio.create_task(self._pump_log(follower, stream, positioned))

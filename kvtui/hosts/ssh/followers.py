@@ -85,12 +85,16 @@ class _Follower:
     source = "raw"
     note: str = ""  # a user-facing remark (rotation, truncation) for the status line
 
-    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None) -> None:
+    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None,
+                 began: float | None = None) -> None:
         self.backend = backend
         self.start = start
         self.after_cursor = after_cursor
         self.located = False
         self._buf = b""
+        # when following began (``time.monotonic()``): the caller's, taken before it connected,
+        # else now; a server process younger than that (+ ``FRESH_SLACK_S``) started after it
+        self.t_follow = began if began is not None else time.monotonic()
 
     async def command(self, conn: asyncssh.SSHClientConnection) -> str:
         raise NotImplementedError
@@ -127,8 +131,9 @@ class _Follower:
 class _JournalFollower(_Follower):
     source = "journal"
 
-    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None) -> None:
-        super().__init__(backend, start, after_cursor)
+    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None,
+                 began: float | None = None) -> None:
+        super().__init__(backend, start, after_cursor, began)
         self.unit = backend.host.unit or ""
         # where to (re)start: ("after", cursor) | ("cursor", cursor) | ("lines", n) | ("all", None)
         self.resume: tuple[str, str | None] = ("after", after_cursor) if after_cursor else ("all", None)
@@ -311,8 +316,9 @@ class _FileFollower(_Follower):
 
     source = "file"
 
-    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None) -> None:
-        super().__init__(backend, start, after_cursor)
+    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None,
+                 began: float | None = None) -> None:
+        super().__init__(backend, start, after_cursor, began)
         self.path = backend.host.log_file or ""
         self.offset = 0  # next byte of the file to read
         self.inode: int | None = None
@@ -323,7 +329,6 @@ class _FileFollower(_Follower):
         self.pid_file = found[0] if found else None
         self.watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
         self.pending_exit: tuple[LogRecord, int] | None = None  # held until the log is read that far
-        self.t_follow = time.monotonic()  # a process younger than the follow started after it
         if after_cursor is not None:
             off = after_cursor.partition(":")[0]
             self.offset = int(off) if off.isdigit() else 0
@@ -573,8 +578,9 @@ class _DockerFollower(_Follower):
 
     source = "docker"
 
-    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None) -> None:
-        super().__init__(backend, start, after_cursor)
+    def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None,
+                 began: float | None = None) -> None:
+        super().__init__(backend, start, after_cursor, began)
         self.container = backend.host.container or ""
         self.since: str | None = None
         self.seen_at_since = 0  # lines at exactly `since` already delivered
@@ -584,7 +590,6 @@ class _DockerFollower(_Follower):
         # liveness: ``docker logs -f`` ends when the container stops; its state says how
         self.watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
         self._held: LogRecord | None = None
-        self.t_follow = time.monotonic()
         self._fresh_after: datetime | None = None
         if after_cursor:
             ts, _, n = after_cursor.partition("#")
