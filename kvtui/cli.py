@@ -124,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rollback-on-failure", action="store_true", help="restore the previous flags if the boot fails")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S")
+    p.add_argument("--probe", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --restart: once ready, ask the server for one token (default: the host's probe, on)")
 
     p = sub.add_parser("rollback", parents=common, help="restore the newest (or a named) backup of the server's flags")
     p.add_argument("host", metavar="HOST")
@@ -131,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--restart", action="store_true")
     p.add_argument("--yes", action="store_true")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S")
+    p.add_argument("--probe", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --restart: once ready, ask the server for one token (default: the host's probe, on)")
 
     from kvtui.commands import tune as tune_cmd  # issue 14: kvtui tune
 

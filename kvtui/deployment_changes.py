@@ -15,7 +15,9 @@ printing:
 3. ``restart_and_follow``: one ``BootFollower`` per node (positioned before any restart), node
    rank 0 restarted first (it hosts the rendezvous), the others right after without waiting; the
    nodes' new boots merged (``kvtui.nodes``) until the whole is ready, a node failed, or the
-   timeout; a hang is said once per diagnosis.
+   timeout; a hang is said once per diagnosis;
+4. ``probe_head``: once the whole is ready, node 0's server (the one that serves HTTP) is asked
+   for one token (``kvtui.hosts.probe``); no answer fails the change as ``not_serving``.
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ if TYPE_CHECKING:
     from kvtui.boot import Boot
     from kvtui.config import HostConfig
     from kvtui.hosts.backend import HostBackend
+    from kvtui.hosts.probe import ProbeResult
     from kvtui.hosts.service import ApplyOutcome, ApplyPlan, BootFollower
 
 POLL_S = 0.25
+NOT_ANSWERING = "ready on every node, but node 0's server does not answer"  # the change's headline then
 Say = Callable[[str], None]
 
 
@@ -215,6 +219,47 @@ async def restart_and_follow(
         await asyncio.sleep(POLL_S)
 
 
+async def probe_head(dep: DeploymentBoot, nodes: Sequence[NodeSide], say: Say, *, enabled: bool | None = None,
+                     timeout: float | None = None) -> ProbeResult | None:
+    """The merged boot is ready: ask node 0's server (the one that serves HTTP) for one token,
+    as a host's change does (``kvtui.hosts.probe``). ``enabled``: ``--probe``/``--no-probe``;
+    None: node 0's host's ``probe`` (``probe_model`` names the model). None when it is not asked
+    (turned off, no port in node 0's arguments, a host that cannot reach it: said); an answer
+    that is not one fails node 0's boot as ``not_serving``."""
+    from kvtui.hosts.probe import (
+        DEFAULT_PROBE_TIMEOUT_S,
+        boot_port,
+        mark_not_serving,
+        not_probed_reason,
+        probe,
+        served_model,
+    )
+
+    head = dep.head
+    side = next((n for n in nodes if n.name == head.name), None)
+    boot = head.boot
+    if side is None or boot is None:
+        return None
+    on = enabled if enabled is not None else getattr(side.host, "probe", True)
+    why = not_probed_reason(side.backend, boot.flags, enabled=on)
+    if why is not None:
+        say(f"{head.label()}: not probed ({'--no-probe' if enabled is False else why})")
+        return None
+    port = boot_port(boot.flags)
+    assert port is not None  # not_probed_reason checked it
+    say(f"{head.label()}: asking the server on port {port} for one token…")
+    model = getattr(side.host, "probe_model", None) or served_model(boot.flags)
+    res = await probe(side.backend, port, model=model,
+                      timeout=DEFAULT_PROBE_TIMEOUT_S if timeout is None else max(1.0, timeout))
+    say(f"{head.label()}: {res.headline()}")
+    if not res.ok:  # node 0's boot and the whole's: failed, by node 0
+        mark_not_serving(boot, res)
+        if dep.boot is not boot:
+            mark_not_serving(dep.boot, res)
+        dep.failed_node = head.node_rank
+    return res
+
+
 async def close_followers(nodes: Sequence[NodeSide]) -> None:
     """End every node's follower (bounded)."""
     for n in nodes:
@@ -223,5 +268,5 @@ async def close_followers(nodes: Sequence[NodeSide]) -> None:
             n.follower = None
 
 
-__all__ = ["NodeSide", "WriteResult", "close_followers", "plan_nodes", "prefixed", "restart_and_follow", "restore",
-           "write_nodes"]
+__all__ = ["NOT_ANSWERING", "NodeSide", "WriteResult", "close_followers", "plan_nodes", "prefixed", "probe_head",
+           "restart_and_follow", "restore", "write_nodes"]

@@ -10,7 +10,9 @@ write, verify, and with ``--restart`` a restart followed until the new boot is r
 process's own environment (``/proc/PID/environ``) is checked for the new value.
 
 The plan goes to stdout, progress and errors to stderr. Exit codes: 0 applied (and, with
-``--restart``, ready); 1 the new boot failed or the edit is not in effect (also when
+``--restart``, ready — and, when the boot names its port, its server answered a 1-token request:
+``--no-probe`` or the host's ``probe = false`` take the log's word); 1 the new boot failed (a
+server that does not answer is failed, ``not_serving``) or the edit is not in effect (also when
 ``--rollback-on-failure`` then brought the previous flags back: the output says so); 2 usage;
 3 connection, configuration or a host-side error; 4 refused (readonly host, container, an unsafe
 edit, a prediction of ``no_fit``/``oom_risk`` or a flag the engine does not accept without
@@ -185,6 +187,9 @@ async def open_host(
     except ConfigError as exc:
         print(f"kvtui {verb}: {exc}", file=stderr)
         return EXIT_INPUT
+    wanted = getattr(args, "probe", None)  # --probe / --no-probe over the host's ``probe``
+    if wanted is not None:
+        host = host.model_copy(update={"probe": bool(wanted)})
     try:
         backend = make_backend(args.host, host, clock=clock)
         await backend.start()

@@ -17,7 +17,12 @@ All or nothing, in this order:
    must meet at distributed init); the nodes' new boots are merged (``kvtui.nodes``) until the
    whole is ready (0), a node failed (1; ``--rollback-on-failure`` then restores and restarts
    every node), a node holds the others back past the deployment's ``hang_seconds`` with its
-   unit gone (1), or the timeout (5).
+   unit gone (1), or the timeout (5);
+5. the merged boot ready: node 0's server (the one that serves HTTP) is asked for one token
+   (``deployment_changes.probe_head``, as the deployment console does and as ``apply HOST
+   --restart`` asks its host's server; ``--no-probe`` or node 0's ``probe = false`` take the
+   log's word): no answer within ``min(--timeout, 60 s)`` fails the change as ``not_serving`` (1;
+   ``--rollback-on-failure`` then acts, and the rolled-back boot is asked the same way).
 
 Exit codes as ``apply``.
 """
@@ -31,13 +36,23 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from kvtui.deployment_changes import NodeSide, plan_nodes, restart_and_follow, restore, write_nodes
+from kvtui.deployment_changes import (
+    NOT_ANSWERING,
+    NodeSide,
+    plan_nodes,
+    probe_head,
+    restart_and_follow,
+    restore,
+    write_nodes,
+)
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_REFUSED
+from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S
 
 if TYPE_CHECKING:
     from kvtui import envedit
     from kvtui import flags as fl
     from kvtui.config import Config, DeploymentConfig
+    from kvtui.nodes import DeploymentBoot
 
 Ask = Callable[[TextIO, TextIO, str], Awaitable[str | None]]
 
@@ -154,8 +169,11 @@ async def _apply(
         say(f"not restarted: restart the deployment for it to take effect (kvtui {verb} {name} … --restart)")
         return EXIT_OK
 
-    # 3. restart all (node 0 first) and follow the merged boot
+    # 3. restart all (node 0 first) and follow the merged boot; 4. ask node 0's server for a token
     code, dep = await restart_and_follow(nodes, dep_cfg.hang_seconds, timeout, clock, say, edits)
+    if not await _answers(args, code, dep, nodes, say, timeout):
+        say(f"kvtui {verb}: {name}: {NOT_ANSWERING}: the new boot is failed (not_serving)")
+        code = EXIT_FAILED
     if dep is not None:
         from kvtui.commands.bootview import render_boot
         from kvtui.commands.replay_nodes import render_deployment
@@ -166,8 +184,22 @@ async def _apply(
         say(f"rolling back every node of {name} (--rollback-on-failure)")
         restored = await restore(written, clock, say)
         say(f"{name}: " + "; ".join(restored))
-        rc, _dep = await restart_and_follow(nodes, dep_cfg.hang_seconds, timeout, clock, say, ())
+        rc, back = await restart_and_follow(nodes, dep_cfg.hang_seconds, timeout, clock, say, ())
+        if not await _answers(args, rc, back, nodes, say, timeout):
+            rc = EXIT_FAILED
         say(f"{name}: rolled back: the previous flags " + ("are back and the boot is ready" if rc == EXIT_OK
                                                           else f"are back; the boot ended with exit {rc}"))
         return EXIT_FAILED if code in (EXIT_OK, EXIT_FAILED) else code
     return code
+
+
+async def _answers(args: argparse.Namespace, code: int, dep: DeploymentBoot | None, nodes: Sequence[NodeSide],
+                   say: Callable[[str], None], timeout: float) -> bool:
+    """False when the merged boot is ready but node 0's server did not answer a 1-token request
+    (``probe_head``: within ``min(timeout, 60 s)``, as a host's apply); True otherwise (not ready,
+    not asked)."""
+    if code != EXIT_OK or dep is None:
+        return True
+    res = await probe_head(dep, nodes, say, enabled=getattr(args, "probe", None),
+                           timeout=min(timeout, DEFAULT_PROBE_TIMEOUT_S))
+    return res is None or res.ok

@@ -373,29 +373,15 @@ class DeploymentScreen(Screen[None]):
         self.app.push_screen(ConfirmScreen(f"Restart {self.spec.name}", body), done)
 
     async def _probe_head(self, dep: DeploymentBoot, sides: Sequence[NodeSide], say: Callable[[str], None]) -> bool:
-        """The merged boot is ready: ask node 0's server (the one that serves HTTP) for one token
-        (``kvtui.hosts.probe``, as the host console does after a change) when the console probes
-        and node 0's host does; False when it does not answer (its boot is then ``not_serving``)."""
-        from kvtui.hosts.probe import boot_port, mark_not_serving, not_probed_reason, probe, served_model
+        """The merged boot is ready: ask node 0's server for one token when the console probes
+        (``deployment_changes.probe_head``, as ``kvtui apply NAME --restart`` does); False when it
+        does not answer (its boot is then ``not_serving``)."""
+        from kvtui import deployment_changes as dc
 
-        head = dep.head
-        side = next((n for n in sides if n.name == head.name), None)
-        boot = head.boot
-        if side is None or boot is None or not getattr(self.app, "probe_ready", False):
+        if not getattr(self.app, "probe_ready", False):
             return True
-        why = not_probed_reason(side.backend, boot.flags, enabled=getattr(side.host, "probe", True))
-        if why is not None:
-            say(f"{head.label()}: not probed ({why})")
-            return True
-        port = boot_port(boot.flags)
-        assert port is not None  # not_probed_reason checked it
-        say(f"{head.label()}: asking the server on port {port} for one token…")
-        model = getattr(side.host, "probe_model", None) or served_model(boot.flags)
-        res = await probe(side.backend, port, model=model)
-        say(f"{head.label()}: {res.headline()}")
-        if not res.ok:
-            mark_not_serving(boot, res)
-        return res.ok
+        res = await dc.probe_head(dep, sides, say)
+        return res is None or res.ok
 
     @work(group="dep-change", exit_on_error=False, description="deployment change")
     async def _change_worker(self, verb: str, edits: list[fl.Edit], gen: int) -> None:
@@ -467,7 +453,7 @@ class DeploymentScreen(Screen[None]):
                 code = EXIT_FAILED
             self.last_code = code
             severity: Severity = "ok" if code == 0 else ("warning" if code == 5 else "failed")
-            head = ("ready on every node, but node 0's server does not answer" if silent else
+            head = (dc.NOT_ANSWERING if silent else
                     {0: "ready on every node", 1: "the new boot failed", 5: "timed out"}.get(code, f"exit {code}"))
             banner.finish(severity, f"{verb} on {name}: {head}", outcome_lines(said))
         finally:
