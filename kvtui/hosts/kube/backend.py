@@ -12,6 +12,11 @@
   so a restart is handled before the new container's first line whenever it happened; a new
   container that has printed nothing yet ("waiting to start") is followed again until it has.
   ``NEXT_BOOT`` takes only lines stamped after now.
+- **A pod made again** (a host named by its pod: the pod deleted — a drained node, an eviction,
+  ``kubectl delete pod`` — and its controller made another): the pod that took its place is
+  found by the controller's labels (``state.successor``: a Deployment's has another name, a
+  StatefulSet's the same name and another uid); the old pod's boot ends with a record of kvtui's
+  own and the new pod's whole log is the next boot. Until it exists the status says so.
 - **The next boot** (a restart, an apply's rollout: ``follow_next_boot``, a
   ``PositionedLogSource``) is the next *container*: the one after the container running when
   the restart was marked (``mark_next_boot``) or the follow began — another pod (uid; a
@@ -56,6 +61,7 @@ from kvtui.hosts.kube.state import (
     pod_state,
     siblings_selector,
     split_stamp,
+    successor,
 )
 from kvtui.liveness import exit_record
 
@@ -151,11 +157,40 @@ class KubeBackend:
             assert self._pod is not None
             rc, out, err = await self._kubectl(K.get_pod(self.ref, self._pod))
             if rc != 0:
-                raise BackendError(_first_line(err) or f"kubectl exited {rc}")
-            obj = json.loads(out)
+                obj = await self._successor() if "(NotFound)" in err else None
+                if obj is None:
+                    raise BackendError(self._gone_text(_first_line(err) or f"kubectl exited {rc}"))
+                self._pod = str(obj["metadata"]["name"])
+            else:
+                obj = json.loads(out)
         self._obj = obj
         self._state = pod_state(obj, self.ref.container)
         return self._state
+
+    async def _successor(self) -> dict[str, Any] | None:
+        """The pod named by the host is gone: the one its controller made in its place (found by
+        the controller's labels, ``state.successor``), when the pod was read before and has a
+        controller; None when there is none (yet)."""
+        import json
+
+        old = self._obj
+        sel = siblings_selector(old) if old is not None and controller_of(old) is not None else None
+        if old is None or sel is None:
+            return None
+        rc, out, _err = await self._kubectl(K.list_pods(self.ref, sel))
+        try:
+            items = json.loads(out).get("items") or [] if rc == 0 else []
+        except ValueError:
+            items = []
+        found = successor(items, old)
+        return dict(found) if found is not None else None
+
+    def _gone_text(self, error: str) -> str:
+        """kubectl's error about the pod, and what kvtui does next when it was replaced."""
+        ctl = controller_of(self._obj) if self._obj is not None else None
+        if ctl is None or "(NotFound)" not in error:
+            return error
+        return f"{error}: waiting for {ctl[0]} {ctl[1]} to make the pod that takes its place"
 
     def pod_object(self) -> dict[str, Any] | None:
         """The pod's JSON as last read (``refresh``)."""
@@ -310,6 +345,8 @@ class KubeBackend:
         delay = self._retry_s
         pause = 0.0  # before the next look at the pod: 0 after a stream that ended, else the back-off
         ended = False  # the last stream ended by itself (exit 0), not dropped
+        # the pod whose container is followed (name, uid): the one just read, else the next read's
+        followed: tuple[str, str | None] | None = self._pod_key() if fresh else None
         while not self._closed.is_set():
             if pause and await self._sleep(pause):
                 return
@@ -324,6 +361,20 @@ class KubeBackend:
                     self._status = ConnStatus(ConnState.RECONNECTING, str(exc), retry_in=delay)
                     pause, delay = delay, min(delay * 2, RETRY_MAX_S)
                     continue
+                if followed is None:
+                    followed = self._pod_key()
+                elif self._pod_key() != followed:
+                    # the pod was deleted and its controller made another (a new name, or the same
+                    # name and a new uid): its boot ended; the new pod's whole log is the next one
+                    yield [exit_record(None, f"pod {followed[0]} is gone; following {st.name}, which its "
+                                             "controller made in its place", ts=None, source=SOURCE)]
+                    followed, restarts, resume = self._pod_key(), st.restarts, LogResume()
+                    delay, ended = self._retry_s, False
+                    if st.state != "running":
+                        self._status = ConnStatus(ConnState.RECONNECTING, f"pod {st.name}: {st.summary(brief=True)}",
+                                                  retry_in=delay)
+                        pause = delay
+                        continue
                 if st.restarts > restarts:
                     restarts = st.restarts
                     yield await self._ended_container(st, resume)
@@ -362,6 +413,11 @@ class KubeBackend:
                 pause = self._retry_s if read else delay
                 if not read:
                     delay = min(delay * 2, RETRY_MAX_S)
+
+    def _pod_key(self) -> tuple[str, str | None]:
+        """The pod as last read: its name and uid (a pod made again under its name has another)."""
+        meta = (self._obj or {}).get("metadata") or {}
+        return str(self._pod), meta.get("uid")
 
     async def _ended_container(self, st: PodState, resume: LogResume) -> list[LogRecord]:
         """A container ended and a new one runs (or waits to): the ended one's last lines not yet

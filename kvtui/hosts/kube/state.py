@@ -245,6 +245,39 @@ def siblings_selector(pod: JSON) -> str | None:
     keep = sorted((k, v) for k, v in labels.items() if k not in REVISION_LABELS)
     return ",".join(f"{k}={v}" for k, v in keep) or None
 
+def successor(pods: Iterable[JSON], gone: JSON) -> JSON | None:
+    """The pod that took the place of ``gone`` (deleted; its controller made another, under
+    another name for a Deployment's or a ReplicaSet's pod): among ``pods`` (the controller's, by
+    ``siblings_selector``), those owned by a controller of the same kind, other than ``gone``
+    (name and uid) — a StatefulSet's only under ``gone``'s own name (its other replicas are other
+    servers); made after ``gone``'s deletion began when that was seen (``deletionTimestamp``) —,
+    the one created last (``creationTimestamp``, else its containers' latest ``startedAt``); None
+    when there is none yet."""
+    kind = (controller_of(gone) or ("", ""))[0]
+    meta = gone.get("metadata") or {}
+    deleted = _stamp_key(meta.get("deletionTimestamp"))
+    best: tuple[int, str, JSON] | None = None
+    for pod in pods:
+        m = pod.get("metadata") or {}
+        if m.get("name") == meta.get("name") and m.get("uid") == meta.get("uid"):
+            continue
+        if (controller_of(pod) or ("", ""))[0] != kind:
+            continue
+        if kind == "StatefulSet" and m.get("name") != meta.get("name"):
+            continue
+        made = _stamp_key(m.get("creationTimestamp"))
+        if 0 <= made < deleted:
+            continue  # there before the pod followed was deleted: another replica
+        if made < 0:
+            runs = [(cs.get("state") or {}).get("running") or (cs.get("state") or {}).get("terminated") or {}
+                    for cs in (pod.get("status") or {}).get("containerStatuses") or []]
+            made = max((_stamp_key(r.get("startedAt")) for r in runs), default=-1)
+        key = (made, str(m.get("name") or ""), pod)
+        if best is None or key[:2] > best[:2]:
+            best = key
+    return None if best is None else best[2]
+
+
 # -- groups: the pods of one server, leader first --------------------------------------------
 
 _ORDINAL_RE = re.compile(r"-(\d+)$")
