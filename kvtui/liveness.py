@@ -97,7 +97,7 @@ def proc_age(stat_text: str, uptime_text: str, clock_ticks: int) -> float | None
     return None if start is None else max(0.0, up - start)
 
 
-FRESH_SLACK_S: Final = 1.5  # a process this much younger than the follow is "started after it"
+FRESH_SLACK_S: Final = 1.5  # a process this much younger than the follow (its caller's start) is "started after it"
 
 
 def read_pid(text: str) -> int | None:
