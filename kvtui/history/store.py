@@ -11,8 +11,10 @@
   (a replayed old log counts from when it was recorded) and those beyond the newest
   ``max_boots_per_host`` (by start) are deleted (``[history]`` in hosts.toml).
 - Problems never crash a caller: a file that is not a database, cannot be opened or is locked for
-  longer than the busy timeout makes ``HistoryError`` (a message naming the file and what to do);
-  ``open_store`` returns a store that says why it is read-only (``problem``) instead of raising.
+  longer than the busy timeout makes ``HistoryError`` (a message naming the file and what to do;
+  ``HistoryBusy`` for the lock: worth trying again later); ``open_store`` returns a store that
+  says why it is read-only (``problem``, and ``busy`` when only the lock stood in the way) instead
+  of raising.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ DEFAULT_MAX_BOOTS: Final = 1000
 
 class HistoryError(Exception):
     """The history cannot be read or written; ``str()`` is user-facing."""
+
+
+class HistoryBusy(HistoryError):
+    """The file stayed locked by another process (another kvtui writing, a checkpoint on a loaded
+    disk) for longer than the busy timeout: nothing is wrong with it, a later try may succeed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +161,14 @@ class StoredBoot:
         return {"id": self.id, "key": self.key, **self.doc}
 
 
+def _locked(exc: sqlite3.Error) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
 def _describe(exc: sqlite3.Error, path: Path) -> str:
     text = str(exc)
-    if "locked" in text or "busy" in text:
+    if _locked(exc):
         return (f"{path}: the history database is locked by another process (waited for it): "
                 "nothing was recorded this time; kvtui goes on")
     if "not a database" in text or "malformed" in text or "corrupt" in text:
@@ -165,6 +177,11 @@ def _describe(exc: sqlite3.Error, path: Path) -> str:
     if "readonly" in text or "read-only" in text:
         return f"{path}: the history database is read-only ({text})"
     return f"{path}: history database error: {text}"
+
+
+def _error(exc: sqlite3.Error, path: Path) -> HistoryError:
+    """The ``HistoryError`` of an SQLite error: ``HistoryBusy`` when the file stayed locked."""
+    return (HistoryBusy if _locked(exc) else HistoryError)(_describe(exc, path))
 
 
 class Store:
@@ -184,6 +201,9 @@ class Store:
         self.busy_timeout = busy_timeout
         self.readonly = readonly
         self.problem: str | None = None
+        # set by ``open_store``: this read-only store stands in for a writable one because the
+        # file was locked when it was opened (``HistoryBusy``): opening it again later may succeed
+        self.busy = False
         self.clock = clock
         self._db: sqlite3.Connection | None = None
         self._version = 0
@@ -219,7 +239,7 @@ class Store:
             self._migrate(db)
         except sqlite3.Error as exc:
             self.close()
-            raise HistoryError(_describe(exc, self.path)) from None
+            raise _error(exc, self.path) from None
         except OSError as exc:
             self.close()
             raise HistoryError(f"{self.path}: cannot open the history database: {exc.strerror or exc}") from None
@@ -270,6 +290,16 @@ class Store:
     def schema_version(self) -> int:
         return self._version
 
+    def set_busy_timeout(self, seconds: float) -> None:
+        """How long a write waits for another process's lock from now on (a closing writer
+        shortens it to the time it has left)."""
+        self.busy_timeout = seconds
+        if self._db is not None:
+            try:
+                self._db.execute(f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}")
+            except sqlite3.Error:
+                pass
+
     # -- writing ---------------------------------------------------------------------------------
 
     def put(self, doc: Mapping[str, Any], key: str) -> int:
@@ -309,7 +339,7 @@ class Store:
                     db.execute("UPDATE boots SET " + ", ".join(f"{k} = ?" for k in cols) + " WHERE id = ?",
                                (*cols.values(), row_id))
         except sqlite3.Error as exc:
-            raise HistoryError(_describe(exc, self.path)) from None
+            raise _error(exc, self.path) from None
         return row_id
 
     def _prune(self, db: sqlite3.Connection, host: str) -> None:
@@ -331,7 +361,7 @@ class Store:
             with self._write(self._db) as db:
                 self._prune(db, host)
         except sqlite3.Error as exc:
-            raise HistoryError(_describe(exc, self.path)) from None
+            raise _error(exc, self.path) from None
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -345,7 +375,7 @@ class Store:
         try:
             rows = self._db.execute(sql, tuple(params)).fetchall()
         except sqlite3.Error as exc:
-            raise HistoryError(_describe(exc, self.path)) from None
+            raise _error(exc, self.path) from None
         out: list[StoredBoot] = []
         for row_id, key, host, raw, updated in rows:
             try:
@@ -380,7 +410,7 @@ class Store:
                 return int(self._db.execute("SELECT COUNT(*) FROM boots").fetchone()[0])
             return int(self._db.execute("SELECT COUNT(*) FROM boots WHERE host = ?", (host,)).fetchone()[0])
         except sqlite3.Error as exc:
-            raise HistoryError(_describe(exc, self.path)) from None
+            raise _error(exc, self.path) from None
 
 
 def open_store(
@@ -398,7 +428,9 @@ def open_store(
         return store.open()
     except HistoryError as exc:
         problem = str(exc)
+        busy = isinstance(exc, HistoryBusy)
     ro = Store(p, limits=limits, readonly=True, busy_timeout=busy_timeout)
+    ro.busy = busy
     try:
         ro.open()
         if ro._db is not None:
