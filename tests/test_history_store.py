@@ -57,17 +57,22 @@ def test_the_wal_journal_is_on(tmp_path: Path) -> None:
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
-def test_a_first_schema_database_is_migrated(tmp_path: Path) -> None:
-    path = tmp_path / "old.sqlite3"
+def _first_schema_file(path: Path, boot: object) -> None:
+    """A history file as kvtui's first schema wrote it, holding ``boot`` of host gpu-a as "k1"."""
     db = sqlite3.connect(path, isolation_level=None)
     MIGRATIONS[0](db)  # the first schema, as kvtui's first history wrote it
     db.execute("PRAGMA user_version = 1")
-    boot = sglang(0.85)
-    doc = boot_doc("gpu-a", boot)
+    doc = boot_doc("gpu-a", boot)  # type: ignore[arg-type]
     db.execute("INSERT INTO boots (key, host, started_at, status, engine, model, doc, updated_at) "
                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                ("k1", "gpu-a", doc["started_at"], "ready", "sglang", "/models/x", json.dumps(doc), 1.0))
     db.close()
+
+
+def test_a_first_schema_database_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    boot = sglang(0.85)
+    _first_schema_file(path, boot)
     with open_store(path) as store:
         assert store.problem is None
         assert store.schema_version == SCHEMA_VERSION == 2
@@ -79,6 +84,41 @@ def test_a_first_schema_database_is_migrated(tmp_path: Path) -> None:
     assert fraction == 0.85
     assert tokens == boot.metrics.max_total_num_tokens
     assert ts == pytest.approx(boot.started_at.timestamp())  # type: ignore[union-attr]
+
+
+def test_a_reader_of_a_first_schema_file_upgrades_it_first(tmp_path: Path) -> None:
+    """`kvtui history` (a reader) on a file no writer has opened since kvtui's first schema: its
+    queries need the current columns ("no such column: started_ts" before), so it upgrades the
+    file as a writer would, then reads it."""
+    path = tmp_path / "old.sqlite3"
+    boot = sglang(0.85)
+    _first_schema_file(path, boot)
+    with open_store(path, readonly=True) as store:
+        assert store.problem is None
+        assert store.readonly
+        assert store.schema_version == SCHEMA_VERSION
+        assert [r.key for r in store.boots("gpu-a")] == ["k1"]
+        assert store.deployment(rec.deployment_of(boot_doc("gpu-a", boot))) != []  # a v2 column
+
+
+def test_a_first_schema_file_that_cannot_be_upgraded_reads_as_empty_with_a_message(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    _first_schema_file(path, sglang(0.85))
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process in the middle of a write
+    try:
+        with open_store(path, readonly=True, busy_timeout=0.2) as store:
+            assert "written by an older kvtui (history schema 1" in (store.problem or "")
+            assert "could not be upgraded" in (store.problem or "")
+            assert "locked by another process" in (store.problem or "")
+            assert store.boots("gpu-a") == []  # empty, not "no such column"
+            assert store.count() == 0
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    with open_store(path, readonly=True) as store:  # the lock gone, the next reader upgrades it
+        assert store.problem is None
+        assert [r.key for r in store.boots("gpu-a")] == ["k1"]
 
 
 def test_a_newer_schema_is_read_only_with_a_message(tmp_path: Path) -> None:

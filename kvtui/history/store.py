@@ -214,21 +214,7 @@ class Store:
         """Connect and bring the schema up to date. Raises ``HistoryError``."""
         try:
             if self.readonly:
-                if not self.path.exists():
-                    self._db = None
-                    return self
-                uri = "file:" + str(self.path.absolute()) + "?mode=ro"
-                db = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout, check_same_thread=False,
-                                     isolation_level=None)
-                version = int(db.execute("PRAGMA user_version").fetchone()[0])
-                if version == 0:
-                    # Another kvtui is creating the file (its schema is not committed yet): nothing
-                    # has been recorded in it, so it reads as empty rather than "no such table".
-                    db.close()
-                    self._db = None
-                    return self
-                self._db = db
-                self._version = version
+                self._open_readonly(upgrade=True)
                 return self
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(str(self.path), timeout=self.busy_timeout, check_same_thread=False,
@@ -244,6 +230,43 @@ class Store:
             self.close()
             raise HistoryError(f"{self.path}: cannot open the history database: {exc.strerror or exc}") from None
         return self
+
+    def _open_readonly(self, *, upgrade: bool) -> None:
+        """A reader's connection (``mode=ro``: a reader never creates the file). A file another
+        kvtui is still creating (no schema committed yet) reads as empty rather than "no such
+        table"; one of an older schema is upgraded first, as a writer would (its queries need the
+        current columns), or read as empty with a ``problem`` when it cannot be (locked, not
+        writable)."""
+        self._db = None
+        if not self.path.exists():
+            return
+        uri = "file:" + str(self.path.absolute()) + "?mode=ro"
+        db = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout, check_same_thread=False, isolation_level=None)
+        try:
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        except BaseException:
+            db.close()
+            raise
+        self._version = version
+        if version == 0:
+            db.close()
+            return
+        if version < SCHEMA_VERSION:
+            db.close()
+            reason = "it was not upgraded"
+            if upgrade:
+                try:
+                    writer = Store(self.path, limits=self.limits, busy_timeout=self.busy_timeout, clock=self.clock)
+                    writer.open().close()
+                except HistoryError as exc:
+                    reason = f"it could not be upgraded: {exc}"
+                else:
+                    self._open_readonly(upgrade=False)
+                    return
+            self.problem = (f"{self.path}: written by an older kvtui (history schema {version}; this one reads "
+                            f"{SCHEMA_VERSION}) and {reason}; it reads as empty until kvtui can write the file")
+            return
+        self._db = db
 
     def _migrate(self, db: sqlite3.Connection) -> None:
         version = int(db.execute("PRAGMA user_version").fetchone()[0])
