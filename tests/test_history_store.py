@@ -282,3 +282,50 @@ def test_two_processes_write_at_once(tmp_path: Path) -> None:
         assert store.count("host-1") == 12
         assert store.count("host-2") == 12
         assert store.count() == 36
+
+
+OPENER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, "tests")
+    from pathlib import Path
+    from history_support import sglang
+    from kvtui.history import open_store, boot_doc, boot_key
+    path, go, who = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    own = sglang(0.85, minutes=100 + who, seed=who)
+    print("ready", flush=True)
+    end = time.monotonic() + 120
+    while not go.exists():  # all start together: the race is the point
+        assert time.monotonic() < end
+        time.sleep(0.001)
+    store = open_store(path, readonly=who % 2 == 1, busy_timeout=60.0)  # writers and readers at once
+    assert store.problem is None, store.problem
+    assert [r.key for r in store.boots("gpu-a")] == ["k1"]
+    if not store.readonly:
+        store.put(boot_doc("host-" + str(who), own), boot_key("host-" + str(who), own))
+    store.close()
+""")
+
+
+def test_four_processes_open_a_first_schema_file_at_once(tmp_path: Path) -> None:
+    """Two writers and two readers open an old file at the same moment: each either migrates it or
+    finds it migrated (the version is read again inside the write lock); none sees "no such
+    column", the old row is kept once and each writer's boot lands."""
+    path = tmp_path / "old.sqlite3"
+    _first_schema_file(path, sglang(0.85))
+    go = tmp_path / "go"
+    repo = Path(__file__).resolve().parent.parent
+    procs = [subprocess.Popen([sys.executable, "-c", OPENER, str(path), str(go), str(who)], cwd=repo,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for who in range(4)]
+    for p in procs:
+        assert p.stdout is not None
+        assert p.stdout.readline() == "ready\n"
+    go.touch()
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    with open_store(path) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        assert [r.key for r in store.boots("gpu-a")] == ["k1"]
+        assert store.count("host-0") == 1
+        assert store.count("host-2") == 1
+        assert store.count() == 3

@@ -33,6 +33,7 @@ from kvtui.history import record as rec
 
 FILE_NAME: Final = "history.sqlite3"
 DEFAULT_BUSY_S: Final = 5.0
+WAL_RETRY_S: Final = 0.01  # the first pause before the WAL switch is tried again (``Store._wal``)
 DEFAULT_MAX_AGE_DAYS: Final = 365.0
 DEFAULT_MAX_BOOTS: Final = 1000
 
@@ -210,17 +211,18 @@ class Store:
 
     # -- opening ---------------------------------------------------------------------------------
 
-    def open(self) -> Store:
-        """Connect and bring the schema up to date. Raises ``HistoryError``."""
+    def open(self, *, upgrade: bool = True) -> Store:
+        """Connect and bring the schema up to date (a reader: ``upgrade`` an older one, see
+        ``_open_readonly``). Raises ``HistoryError``."""
         try:
             if self.readonly:
-                self._open_readonly(upgrade=True)
+                self._open_readonly(upgrade=upgrade)
                 return self
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(str(self.path), timeout=self.busy_timeout, check_same_thread=False,
                                  isolation_level=None)
             self._db = db
-            db.execute("PRAGMA journal_mode=WAL")
+            self._wal(db)
             db.execute("PRAGMA synchronous=NORMAL")
             self._migrate(db)
         except sqlite3.Error as exc:
@@ -230,6 +232,24 @@ class Store:
             self.close()
             raise HistoryError(f"{self.path}: cannot open the history database: {exc.strerror or exc}") from None
         return self
+
+    def _wal(self, db: sqlite3.Connection) -> None:
+        """Switch the file to WAL (kept in the file: a no-op once it is). The switch needs the file
+        to itself, and SQLite answers "locked" at once, without its busy wait, while another
+        process reads it (two kvtuis opening a new or old-schema file at the same moment: seen in a
+        test of four): tried again, ``WAL_RETRY_S`` apart and longer each time, for up to the busy
+        timeout."""
+        end = time.monotonic() + self.busy_timeout
+        pause = WAL_RETRY_S
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _locked(exc) or time.monotonic() + pause > end:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.25)
 
     def _open_readonly(self, *, upgrade: bool) -> None:
         """A reader's connection (``mode=ro``: a reader never creates the file). A file another
@@ -455,7 +475,7 @@ def open_store(
     ro = Store(p, limits=limits, readonly=True, busy_timeout=busy_timeout)
     ro.busy = busy
     try:
-        ro.open()
+        ro.open(upgrade=False)  # the writable open has just failed: no second wait to upgrade it
         if ro._db is not None:
             ro._db.execute("SELECT COUNT(*) FROM boots").fetchone()
     except (HistoryError, sqlite3.Error):
