@@ -441,6 +441,16 @@ class Store:
         got = self._rows("key = ?", (key,), 1)
         return got[0] if got else None
 
+    def get(self, row_id: int) -> StoredBoot | None:
+        """The boot with id ``row_id`` (ids are unique over all hosts)."""
+        got = self._rows("id = ?", (row_id,), 1)
+        return got[0] if got else None
+
+    def by_key_prefix(self, prefix: str) -> list[StoredBoot]:
+        """The boots whose key starts with ``prefix`` (at most two: more than one is ambiguous)."""
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        return self._rows("key LIKE ? ESCAPE '\\'", (escaped + "%",), 2)
+
     def deployment(self, deployment: str, *, limit: int | None = 200) -> list[StoredBoot]:
         """Every host's boots of one deployment (engine | model | TP | version), newest first."""
         return self._rows("deployment = ?", (deployment,), limit)
