@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ from pathlib import Path
 from history_support import boots_of, sglang, sglang_lines
 
 from kvtui.boot import BootStatus
-from kvtui.history import BootRecorder, open_store
+from kvtui.history import BootRecorder, open_store, record_boot
 from kvtui.history.recorder import KEEP_BOOTS
 from kvtui.retry import Backoff
 
@@ -220,3 +221,50 @@ def test_a_file_that_cannot_be_written_is_said_once_and_not_retried(tmp_path: Pa
     finally:
         assert rec.close() == 0
     assert path.read_bytes().startswith(b"this is not a database")
+
+
+class Pace(Backoff):
+    """The record's pace, short, and telling the test when a try met the lock."""
+
+    def __init__(self) -> None:
+        super().__init__(initial=0.05, cap=0.05, first=0.05, jitter=0.0)
+        self.waits = 0
+        self.waited = threading.Event()
+
+    def next(self) -> float:
+        self.waits += 1
+        self.waited.set()
+        return super().next()
+
+
+def test_a_one_shot_record_tries_again_after_the_lock(tmp_path: Path) -> None:
+    """`apply --restart`'s record (record_boot) of a boot whose first try met the lock: the next
+    try, once the lock is gone, stores it, once."""
+    path = tmp_path / "h.sqlite3"
+    open_store(path).close()
+    boot = sglang(0.85)
+    pace = Pace()
+    result: list[str | None] = []
+    with locked(path) as holder, open_store(path, busy_timeout=0.2) as store:
+        worker = threading.Thread(target=lambda: result.append(
+            record_boot("a", boot, store=store, tries=60, pace=pace)))
+        worker.start()
+        assert pace.waited.wait(60), "the first try did not meet the lock"
+        holder.release()
+        worker.join(60)
+        assert not worker.is_alive()
+    assert result == [None]
+    assert len(stored(path)) == 1
+
+
+def test_a_one_shot_record_gives_up_after_its_tries_and_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite3"
+    open_store(path).close()
+    pace = Pace()
+    with locked(path), open_store(path, busy_timeout=0.1) as store:
+        problem = record_boot("a", sglang(0.85), store=store, tries=3, pace=pace)
+    assert pace.waits == 2  # three tries, two waits between them
+    assert problem is not None
+    assert "locked by another process" in problem
+    assert problem.endswith("(tried 3 times)")
+    assert stored(path) == []

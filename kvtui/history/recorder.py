@@ -39,6 +39,7 @@ KEEP_BOOTS = 8  # boots of one reader the recorder keeps state for (a long-lived
 # (with jitter: several kvtui processes may wait for the same lock), at most RETRY_CAP_S apart
 RETRY_FIRST_S = 1.0
 RETRY_CAP_S = 30.0
+RECORD_TRIES = 3  # a one-shot command's record (``record_boot``): tries in all on a locked file
 CLOSE_GRACE_S = 1.0  # a close waits this much past its timeout for the write in progress to give up
 
 
@@ -434,24 +435,42 @@ class BootRecorder:
 
 def record_boot(host: str, boot: Boot, *, restart: Mapping[str, object] | None = None, source: str = "",
                 store: Store | None = None, limits: Limits | None = None,
-                unit_env: Mapping[str, str] | None = None) -> str | None:
-    """Record one boot at once (a one-shot command: ``apply --restart``, ``replay --record``);
-    the problem (a message) when it could not be, else None. ``unit_env``: the environment the
-    unit or script gives the server (``boot_doc``)."""
+                unit_env: Mapping[str, str] | None = None, tries: int = RECORD_TRIES,
+                pace: Backoff | None = None) -> str | None:
+    """Record one boot at once (a one-shot command: ``apply --restart``, ``replay --record``,
+    ``tune``); the problem (a message) when it could not be, else None. ``unit_env``: the
+    environment the unit or script gives the server (``boot_doc``). A file locked past the busy
+    timeout (``HistoryBusy``) is tried ``tries`` times in all, ``pace`` apart (1 s, 2 s): a command
+    that ends cannot wait for a later write as the recorder does, and its boot (with the
+    prediction ledger's entry) is the one most worth keeping."""
     key = rec.boot_key(host, boot)
     if not recordable(boot):
         return "the boot shows no start (no launch, no argument dump): not recorded"
     if key is None:
         return "the boot has no timestamp to key it by: not recorded"
+    doc = rec.boot_doc(host, boot, source=source, restart=restart, unit_env=unit_env)
+    steps = pace or Backoff(initial=RETRY_FIRST_S, cap=RETRY_CAP_S, first=RETRY_FIRST_S, jitter=0.5)
     own = store is None
     st = store if store is not None else open_store(limits=limits)
     try:
-        if st.readonly:
-            return st.problem or "the history is read-only"
-        st.put(rec.boot_doc(host, boot, source=source, restart=restart, unit_env=unit_env), key)
-        return None
-    except HistoryError as exc:
-        return str(exc)
+        for attempt in range(1, max(1, tries) + 1):
+            try:
+                if own and st.busy:  # opened read-only because the file was locked: open it again
+                    st.close()
+                    st = open_store(limits=limits)
+                if st.readonly:
+                    if not (own and st.busy):  # a caller's store is not opened again here
+                        return st.problem or "the history is read-only"
+                    raise HistoryBusy(st.problem or f"{st.path}: the history database is locked by another process")
+                st.put(doc, key)
+                return None
+            except HistoryBusy as exc:
+                if attempt >= tries:
+                    return f"{exc} (tried {attempt} time{'s' if attempt != 1 else ''})"
+                time.sleep(steps.next())
+            except HistoryError as exc:
+                return str(exc)
+        return None  # not reached: the loop returns
     finally:
         if own:
             st.close()
