@@ -4,66 +4,17 @@ The lock is held by a second process on a real SQLite file."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
-from history_support import boots_of, sglang, sglang_lines
+from history_support import boots_of, locked, sglang, sglang_lines
 
 from kvtui.boot import BootStatus
 from kvtui.history import BootRecorder, open_store, record_boot
 from kvtui.history.recorder import KEEP_BOOTS
 from kvtui.retry import Backoff
-
-HOLDER = textwrap.dedent("""
-    import sqlite3, sys
-    db = sqlite3.connect(sys.argv[1], isolation_level=None)
-    db.execute("BEGIN IMMEDIATE")  # another kvtui in the middle of a write
-    print("locked", flush=True)
-    sys.stdin.readline()
-    db.execute("ROLLBACK")
-    db.close()
-    print("released", flush=True)
-""")
-
-
-class Holder:
-    """A second process holding the file's write lock until ``release``."""
-
-    def __init__(self, path: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line == "locked\n", (line, self.proc.stderr.read() if self.proc.stderr else "")
-        self.held = True
-
-    def release(self) -> None:
-        if not self.held:
-            return
-        self.held = False
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.write("\n")
-        self.proc.stdin.flush()
-        assert self.proc.stdout.readline() == "released\n"
-        self.proc.communicate(timeout=60)
-        assert self.proc.returncode == 0
-
-
-@contextmanager
-def locked(path: Path) -> Iterator[Holder]:
-    holder = Holder(path)
-    try:
-        yield holder
-    finally:
-        if holder.held:
-            holder.release()
 
 
 def until(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
