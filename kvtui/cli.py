@@ -140,8 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     tune_cmd.add_parser(sub, common)
 
-    p = sub.add_parser("history", parents=common, help="the boots kvtui remembers of a host; --diff: what changed")
+    p = sub.add_parser("history", parents=common, help="the boots kvtui remembers of a host; --diff: what changed",
+                       usage="%(prog)s HOST [--json] [--limit N] [--diff [A [B]]] | show KEY|N [--json]")
     p.add_argument("host", metavar="HOST")
+    p.add_argument("ref", nargs="?", metavar="KEY|N", help="after `show`: one stored boot in full (its id or key)")
     p.add_argument("--json", action="store_true", help="print the stored boots (or the diff) as JSON on stdout")
     p.add_argument("--limit", type=int, default=20, metavar="N", help="list the newest N boots (default 20)")
     p.add_argument("--diff", nargs="*", type=int, metavar="ID",

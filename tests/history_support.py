@@ -4,6 +4,11 @@ of the engines) run through the real parser and tracker."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -50,3 +55,51 @@ def sglang_lines(fraction: float = 0.85, *, minutes: int = 0, stretch: float = 1
             ln = "[" + t.strftime("%Y-%m-%d %H:%M:%S") + ln[m.end():]
         out.append(ln)
     return out
+
+
+# -- a history file locked by another process ------------------------------------------------------
+
+HOLDER = textwrap.dedent("""
+    import sqlite3, sys
+    db = sqlite3.connect(sys.argv[1], isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")  # another kvtui in the middle of a write
+    print("locked", flush=True)
+    sys.stdin.readline()
+    db.execute("ROLLBACK")
+    db.close()
+    print("released", flush=True)
+""")
+
+
+class Holder:
+    """A second process holding the file's write lock until ``release``."""
+
+    def __init__(self, path: Path) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line == "locked\n", (line, self.proc.stderr.read() if self.proc.stderr else "")
+        self.held = True
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline() == "released\n"
+        self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[Holder]:
+    holder = Holder(path)
+    try:
+        yield holder
+    finally:
+        if holder.held:
+            holder.release()

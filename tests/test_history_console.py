@@ -90,3 +90,30 @@ async def test_a_failed_boot_says_what_changed_since_the_last_good_one() -> None
         await pilot.press("H")
         await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen)
                        and "Prediction ledger" in app.screen.detail_text)
+
+
+async def test_the_console_says_the_history_is_locked_and_when_its_boots_are_written() -> None:
+    """The history file is held locked by another process (past the 5 s busy wait) while the
+    console records its first boot: a toast says the boot waits ("will retry — 1 boot waiting"),
+    and once the lock is gone another says it is written; the boot is stored once."""
+    from history_support import locked
+
+    from kvtui.history import default_path
+
+    path = default_path()
+    open_store(path).close()
+    clock = ready_demo()
+    with locked(path) as holder:
+        app = demo_app(clock, speed=SPEED)
+        async with app.run_test(size=SIZE) as pilot:
+            pane = pane_of(app)
+
+            def said(text: str) -> bool:
+                return any(text in str(n.message) for n in app._notifications)
+
+            await run_clock(pilot, app, clock, until=lambda: status_of(pane) is BootStatus.READY, limit=60)
+            await wait_for(pilot, lambda: said("(locked by another kvtui); will retry — 1 boot waiting"), timeout=60)
+            holder.release()
+            await wait_for(pilot, lambda: said("the boots that waited for the locked file are written"), timeout=60)
+    with open_store(readonly=True) as store:
+        assert [r.status for r in store.boots("demo")] == ["ready"]

@@ -57,17 +57,22 @@ def test_the_wal_journal_is_on(tmp_path: Path) -> None:
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
-def test_a_first_schema_database_is_migrated(tmp_path: Path) -> None:
-    path = tmp_path / "old.sqlite3"
+def _first_schema_file(path: Path, boot: object) -> None:
+    """A history file as kvtui's first schema wrote it, holding ``boot`` of host gpu-a as "k1"."""
     db = sqlite3.connect(path, isolation_level=None)
     MIGRATIONS[0](db)  # the first schema, as kvtui's first history wrote it
     db.execute("PRAGMA user_version = 1")
-    boot = sglang(0.85)
-    doc = boot_doc("gpu-a", boot)
+    doc = boot_doc("gpu-a", boot)  # type: ignore[arg-type]
     db.execute("INSERT INTO boots (key, host, started_at, status, engine, model, doc, updated_at) "
                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                ("k1", "gpu-a", doc["started_at"], "ready", "sglang", "/models/x", json.dumps(doc), 1.0))
     db.close()
+
+
+def test_a_first_schema_database_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    boot = sglang(0.85)
+    _first_schema_file(path, boot)
     with open_store(path) as store:
         assert store.problem is None
         assert store.schema_version == SCHEMA_VERSION == 2
@@ -79,6 +84,41 @@ def test_a_first_schema_database_is_migrated(tmp_path: Path) -> None:
     assert fraction == 0.85
     assert tokens == boot.metrics.max_total_num_tokens
     assert ts == pytest.approx(boot.started_at.timestamp())  # type: ignore[union-attr]
+
+
+def test_a_reader_of_a_first_schema_file_upgrades_it_first(tmp_path: Path) -> None:
+    """`kvtui history` (a reader) on a file no writer has opened since kvtui's first schema: its
+    queries need the current columns ("no such column: started_ts" before), so it upgrades the
+    file as a writer would, then reads it."""
+    path = tmp_path / "old.sqlite3"
+    boot = sglang(0.85)
+    _first_schema_file(path, boot)
+    with open_store(path, readonly=True) as store:
+        assert store.problem is None
+        assert store.readonly
+        assert store.schema_version == SCHEMA_VERSION
+        assert [r.key for r in store.boots("gpu-a")] == ["k1"]
+        assert store.deployment(rec.deployment_of(boot_doc("gpu-a", boot))) != []  # a v2 column
+
+
+def test_a_first_schema_file_that_cannot_be_upgraded_reads_as_empty_with_a_message(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    _first_schema_file(path, sglang(0.85))
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process in the middle of a write
+    try:
+        with open_store(path, readonly=True, busy_timeout=0.2) as store:
+            assert "written by an older kvtui (history schema 1" in (store.problem or "")
+            assert "could not be upgraded" in (store.problem or "")
+            assert "locked by another process" in (store.problem or "")
+            assert store.boots("gpu-a") == []  # empty, not "no such column"
+            assert store.count() == 0
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    with open_store(path, readonly=True) as store:  # the lock gone, the next reader upgrades it
+        assert store.problem is None
+        assert [r.key for r in store.boots("gpu-a")] == ["k1"]
 
 
 def test_a_newer_schema_is_read_only_with_a_message(tmp_path: Path) -> None:
@@ -242,3 +282,50 @@ def test_two_processes_write_at_once(tmp_path: Path) -> None:
         assert store.count("host-1") == 12
         assert store.count("host-2") == 12
         assert store.count() == 36
+
+
+OPENER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, "tests")
+    from pathlib import Path
+    from history_support import sglang
+    from kvtui.history import open_store, boot_doc, boot_key
+    path, go, who = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    own = sglang(0.85, minutes=100 + who, seed=who)
+    print("ready", flush=True)
+    end = time.monotonic() + 120
+    while not go.exists():  # all start together: the race is the point
+        assert time.monotonic() < end
+        time.sleep(0.001)
+    store = open_store(path, readonly=who % 2 == 1, busy_timeout=60.0)  # writers and readers at once
+    assert store.problem is None, store.problem
+    assert [r.key for r in store.boots("gpu-a")] == ["k1"]
+    if not store.readonly:
+        store.put(boot_doc("host-" + str(who), own), boot_key("host-" + str(who), own))
+    store.close()
+""")
+
+
+def test_four_processes_open_a_first_schema_file_at_once(tmp_path: Path) -> None:
+    """Two writers and two readers open an old file at the same moment: each either migrates it or
+    finds it migrated (the version is read again inside the write lock); none sees "no such
+    column", the old row is kept once and each writer's boot lands."""
+    path = tmp_path / "old.sqlite3"
+    _first_schema_file(path, sglang(0.85))
+    go = tmp_path / "go"
+    repo = Path(__file__).resolve().parent.parent
+    procs = [subprocess.Popen([sys.executable, "-c", OPENER, str(path), str(go), str(who)], cwd=repo,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for who in range(4)]
+    for p in procs:
+        assert p.stdout is not None
+        assert p.stdout.readline() == "ready\n"
+    go.touch()
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    with open_store(path) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        assert [r.key for r in store.boots("gpu-a")] == ["k1"]
+        assert store.count("host-0") == 1
+        assert store.count("host-2") == 1
+        assert store.count() == 3

@@ -281,7 +281,9 @@ async def _host_or_deployment_boots(name: str, hosts: str | None) -> list[Boot]:
     return [d.boot for d in merge_logs(list(zip(names, per_node, strict=True)))]
 
 
-def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, str]:
+def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, str, dict[str, int]]:
+    """The prediction, where it came from (words) and how many boots were offered to calibrate it
+    besides the chosen one: ``from_log`` (its siblings in the same log), ``from_history``."""
     sets: Sequence[str] = args.set or []
     unsets: Sequence[str] = args.unset or []
     if args.model:
@@ -303,6 +305,7 @@ def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, st
         except kc.CalcError as exc:
             raise _Fail(EXIT_INPUT if exc.kind == "input" else EXIT_USAGE, f"{args.model}: {exc}") from None
         source = f"config {args.model} (TP {args.tp}, {args.gpu_mem_gib:g} GiB GPUs)"
+        offered = {"from_log": 0, "from_history": 0}
     else:
         try:  # catch a malformed edit before reading a possibly large log
             kc.parse_edits(Engine.UNKNOWN, sets, unsets)
@@ -331,11 +334,24 @@ def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, st
             source += f" (+{len(others)} sibling boot{'s' if len(others) != 1 else ''})"
         if stored:
             source += f" (+{len(stored)} boot{'s' if len(stored) != 1 else ''} of this deployment from the history)"
+        offered = {"from_log": len(others), "from_history": len(stored)}
     try:
         pred = kc.predict(model, edits, full_context=args.full_context, graph_margin_gib=margin)
     except kc.CalcError as exc:
         raise _Fail(EXIT_USAGE, str(exc)) from None
-    return pred, source
+    return pred, source, offered
+
+
+def to_json(pred: kc.Prediction, offered: dict[str, int]) -> dict[str, object]:
+    """``--json``: the prediction's object; its ``calibration`` also says how many boots were offered
+    besides the chosen one (``boots`` counts the boots whose figures calibrated the model, the chosen
+    one included: 1 when no other boot gave a slope; an offered boot without a sized pool, or one
+    whose pool was fixed by its environment, is not among them)."""
+    data = pred.to_json()
+    cal = data.get("calibration")
+    if isinstance(cal, dict):
+        cal.update(offered)
+    return data
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
@@ -344,12 +360,12 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     try:
         _check_options(args)
         margin = graph_margin_from_config(getattr(args, "hosts", None), err)
-        pred, source = _predict(args, margin)
+        pred, source, offered = _predict(args, margin)
     except _Fail as exc:
         print(f"kvtui calc: {exc}", file=err)
         return exc.code
     if args.json:
-        json.dump(pred.to_json(), out, indent=2, ensure_ascii=False)
+        json.dump(to_json(pred, offered), out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
         out.write(render(pred, source))

@@ -9,6 +9,13 @@ prediction ledger's summary. ``--json``: ``{"host", "boots": [stored documents w
 boot) against ``B`` (default: the last ready boot of the same model before ``A``); ids as the
 list shows them. Exit codes: 0; 2 usage; 3 a bad hosts file, an unreadable history, or no such
 boot (the message says which ids exist).
+
+``kvtui history show KEY|N [--json]``: one stored boot in full, by its id (``#N`` in the list: ids
+are unique over all hosts) or its key (or a unique start of it): the boot as ``replay`` prints it
+(phases, figures, nodes, failure), then what the history adds — where it was recorded from, the
+pool environment, every GPU's free memory at the start and peak during the boot, the full flag set,
+and the kvtui restart that caused it (edit, prediction, outcome). ``--json``: the stored document
+with ``id`` and ``key``.
 """
 
 from __future__ import annotations
@@ -34,10 +41,20 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     if args.diff is not None and len(args.diff) > 2:
         print(f"kvtui history: --diff takes at most two boot ids (A B), got {len(args.diff)}", file=err)
         return EXIT_USAGE
+    ref = getattr(args, "ref", None)
+    if args.host == SHOW and ref is not None:
+        return _show(ref, args, out, err)
+    if ref is not None:
+        print(f"kvtui history: unexpected {ref!r} after the host {args.host!r} "
+              f"(one boot in full: kvtui history {SHOW} KEY|N)", file=err)
+        return EXIT_USAGE
     try:
         config = load_config(getattr(args, "hosts", None))
         config.host(args.host)
     except ConfigError as exc:
+        if args.host == SHOW:
+            print(f"kvtui history {SHOW}: name the boot: its id (#N in kvtui history HOST) or its key", file=err)
+            return EXIT_USAGE
         print(f"kvtui history: {exc}", file=err)
         return EXIT_INPUT
     with open_store(readonly=True) as store:
@@ -97,6 +114,144 @@ def _list(rows: list, args: argparse.Namespace, out: TextIO, err: TextIO, path: 
     if entries:
         out.write(summary.text() + "\n")
     return EXIT_OK
+
+
+SHOW = "show"
+
+
+def _show(ref: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``kvtui history show KEY|N``: see the module doc."""
+    from kvtui.history import HistoryError, StoredBoot, open_store
+
+    text = ref.strip().lstrip("#")
+    with open_store(readonly=True) as store:
+        if store.problem:
+            print(f"kvtui history: {store.problem}", file=err)
+        try:
+            row: StoredBoot | None
+            if text.isdigit() and len(text) < 32:  # an id; a key is 32 hex digits
+                row = store.get(int(text))
+                missing = f"no boot #{text} in the history ({store.path})"
+            else:
+                rows = store.by_key_prefix(text.lower()) if len(text) >= 6 else []
+                if len(rows) > 1:
+                    print(f"kvtui history {SHOW}: {ref!r} starts more than one boot's key (#{rows[0].id}, "
+                          f"#{rows[1].id}, …): give more of it, or the id", file=err)
+                    return EXIT_USAGE
+                row = rows[0] if rows else None
+                missing = (f"no boot whose key starts with {ref!r} in the history ({store.path})" if len(text) >= 6
+                           else f"{ref!r}: expected a boot's id (#N in kvtui history HOST) or its key (6 or more "
+                                "of its hex digits)")
+        except HistoryError as exc:
+            print(f"kvtui history: {exc}", file=err)
+            return EXIT_INPUT
+    if row is None:
+        print(f"kvtui history {SHOW}: {missing}", file=err)
+        return EXIT_INPUT if len(text) >= 6 or text.isdigit() else EXIT_USAGE
+    if args.json:
+        json.dump(row.to_json(), out, indent=2, ensure_ascii=False, default=str)
+        out.write("\n")
+    else:
+        out.write("\n".join(render_stored(row)) + "\n")
+    return EXIT_OK
+
+
+def _mib_map(raw: object) -> dict[str, float]:
+    from kvtui.history import record as rec
+
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): f for k, v in raw.items() if (f := rec._num(v)) is not None}
+
+
+def render_stored(row: object) -> list[str]:
+    """One stored boot in full (``history show``'s text)."""
+    from kvtui.commands.bootview import render_boot
+    from kvtui.history import StoredBoot, ledger
+    from kvtui.history import record as rec
+
+    assert isinstance(row, StoredBoot)
+    d = row.doc
+    boot = rec.boot_from_doc(d)
+    lines = render_boot(boot, 1, 1)
+    lines[0] = f"Boot #{row.id} of {row.host}" + lines[0].removeprefix("Boot 1 of 1")
+    ended = str(d.get("ended_at") or "")[:19].replace("T", " ")
+    started = str(d.get("started_at") or "")[:19].replace("T", " ")
+    lines.insert(1, f"  started {started or fmt.UNKNOWN}" + (f" · ended {ended}" if ended else "")
+                 + (f" · to ready {fmt.duration(rec.seconds_of(d))}" if d.get("status") == "ready" else ""))
+    lines.append("  History")
+    lines.append(f"    {'key':<16} {row.key}")
+    if d.get("source"):
+        lines.append(f"    {'recorded from':<16} {d.get('source')}")
+    spool = d.get("spool")
+    if isinstance(spool, dict) and spool.get("set") is not None:
+        seg = rec.spool_segment(spool)
+        lines.append(f"    {'log (spool)':<16} {seg if seg is not None else spool.get('set')}")
+    for name, label in (("env", "pool env"), ("unit_env", "unit env")):
+        env = d.get(name)
+        if isinstance(env, dict) and env:
+            lines.append(f"    {label:<16} " + " · ".join(f"{k}={'(not set)' if v is None else v}"
+                                                    for k, v in sorted(env.items())))
+    free0, peaks = _mib_map(d.get("gpu_free_at_start_mib")), _mib_map(d.get("peak_used_mib"))
+    if free0 or peaks:
+        lines.append("  GPUs (MiB: free when the boot began · peak used during it)")
+        for g in sorted({*free0, *peaks}, key=lambda k: (len(k), k)):
+            f0, pk = free0.get(g), peaks.get(g)
+            lines.append(f"    GPU {g:<12} {'—' if f0 is None else f'{f0:,.0f}':>10} · "
+                         f"{'—' if pk is None else f'{pk:,.0f}':>10}")
+    samples = rec.gpu_readings(d.get("gpu_samples"))
+    if samples:
+        lines.append(f"    {len(samples)} readings kept (kvtui bundle {row.host} --boot {row.id}: gpu.json)")
+    flags = d.get("flags")
+    if isinstance(flags, dict) and flags:
+        lines.append(f"  Flags ({len(flags)}, as the engine dumped them)")
+        lines.extend(_wrap([f"{k}={v}" for k, v in sorted(flags.items()) if v is not None], 96, "    "))
+    r = d.get("restart")
+    if isinstance(r, dict):
+        lines.append(f"  Restart by kvtui ({r.get('action') or 'restart'})")
+        if r.get("edit"):
+            lines.append(f"    {'edit':<16} {' '.join(str(e) for e in r['edit'])}")
+        if r.get("restored_from"):
+            lines.append(f"    {'restored from':<16} {r['restored_from']}")
+        for key, label in (("file", "file"), ("backup", "backup")):
+            if r.get(key):
+                lines.append(f"    {label:<16} {r[key]}")
+        e = ledger.entry(d, row.id)
+        if e is not None:
+            pred = (f"{fmt.tokens(e.predicted_tokens)} tokens, {e.verdict}, confidence {e.confidence}"
+                    + (f" ({e.calibration_boots} boots)" if e.calibration_boots else ""))
+            lines.append(f"    {'predicted':<16} {pred}")
+            got = f"{fmt.tokens(e.actual_tokens)} tokens" if e.actual_tokens is not None else "no pool sized"
+            if e.error_pct is not None:
+                got += f" ({e.error_pct:+.2f} %)"
+            if e.verdict_held is not None:
+                got += f", verdict {'held' if e.verdict_held else 'missed'}"
+            lines.append(f"    {'actual':<16} {got}")
+        elif r.get("prediction_note"):
+            lines.append(f"    {'prediction':<16} {r['prediction_note']}")
+        outcome = str(r.get("outcome") or fmt.UNKNOWN)
+        if r.get("exit") is not None:
+            outcome += f" (exit {r['exit']})"
+        if r.get("rolled_back"):
+            outcome += ", rolled back"
+        if r.get("forced"):
+            outcome += ", forced"
+        lines.append(f"    {'outcome':<16} {outcome}")
+    return lines
+
+
+def _wrap(items: list[str], width: int, indent: str) -> list[str]:
+    out: list[str] = []
+    line = ""
+    for it in items:
+        if line and len(indent) + len(line) + 1 + len(it) > width:
+            out.append(indent + line)
+            line = it
+        else:
+            line = f"{line} {it}" if line else it
+    if line:
+        out.append(indent + line)
+    return out
 
 
 def _diff(store: object, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

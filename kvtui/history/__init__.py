@@ -12,6 +12,7 @@ from kvtui.history.record import boot_doc, boot_from_doc, boot_key, merge
 from kvtui.history.recorder import BootRecorder, record_boot, recordable, recorder_for
 from kvtui.history.store import (
     SCHEMA_VERSION,
+    HistoryBusy,
     HistoryError,
     Limits,
     Store,
@@ -23,6 +24,7 @@ from kvtui.history.store import (
 __all__ = [
     "SCHEMA_VERSION",
     "BootRecorder",
+    "HistoryBusy",
     "HistoryError",
     "Limits",
     "Store",

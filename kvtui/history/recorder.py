@@ -2,7 +2,12 @@
 loop. The monitor calls ``observe`` when a boot changes and ``gpus`` with each GPU reading (both
 cheap, on the loop); a worker thread owns the SQLite connection and writes the newest document of
 each boot that changed (coalesced: a burst of changes is one write). A history that cannot be
-written (corrupt, locked, read-only) is said once in ``problem`` and never stops the reader.
+written (corrupt, read-only, a newer schema) is said once in ``problem`` and never stops the
+reader. A file locked by another process for longer than the busy timeout (``HistoryBusy``) loses
+nothing: the boots wait (the newest ``KEEP_BOOTS``) and are tried again on the next write, on a
+timer (``kvtui.retry.Backoff``: 1 s doubling to 30 s) and on ``close`` (until its timeout);
+``problem`` says "will retry — N boots waiting" meanwhile and is cleared once they are written,
+and ``close`` returns (and says) how many boots it could not write.
 
 A GPU reading is the starting boot's only once the log has reached its time: the monitor tells
 ``log_time`` (its newest line's time) on every batch, and a newer reading is held until the log
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Phase
 from kvtui.history import record as rec
-from kvtui.history.store import HistoryError, Limits, Store, open_store
+from kvtui.history.store import DEFAULT_BUSY_S, HistoryBusy, HistoryError, Limits, Store, open_store
+from kvtui.retry import Backoff
 
 if TYPE_CHECKING:
     from kvtui.config import HistoryConfig
@@ -28,6 +35,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KEEP_BOOTS = 8  # boots of one reader the recorder keeps state for (a long-lived console: bounded)
+# a write that met a locked file is tried again after RETRY_FIRST_S, then twice as long each time
+# (with jitter: several kvtui processes may wait for the same lock), at most RETRY_CAP_S apart
+RETRY_FIRST_S = 1.0
+RETRY_CAP_S = 30.0
+RECORD_TRIES = 3  # a one-shot command's record (``record_boot``): tries in all on a locked file
+CLOSE_GRACE_S = 1.0  # a close waits this much past its timeout for the write in progress to give up
 
 
 class GpuReading(Protocol):
@@ -77,7 +90,8 @@ class BootRecorder:
     """Records one host's boots (see the module doc)."""
 
     def __init__(self, host: str, store_path: Path | None = None, *, source: str = "",
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, busy_timeout: float = DEFAULT_BUSY_S,
+                 retry_pace: Backoff | None = None) -> None:
         self.host = host
         self.source = source
         self._path = store_path
@@ -99,9 +113,19 @@ class BootRecorder:
         self._pending: dict[int, tuple[str, dict[str, Any]]] = {}
         # boots without a timestamp whose spool segment had no line on disk yet: keyed on a later try
         self._unkeyed: dict[int, tuple[str, dict[str, Any]]] = {}
+        # boots whose write met a locked file (``HistoryBusy``): tried again on the next write,
+        # when ``_retry_at`` comes (backoff: ``retry_pace``), and on close; bounded (KEEP_BOOTS)
+        self._retry: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._retry_at: float | None = None
+        self._pace = retry_pace or Backoff(initial=RETRY_FIRST_S, cap=RETRY_CAP_S, first=RETRY_FIRST_S)
+        self._busy_s = busy_timeout
+        self._busy_problem: str | None = None
+        self.dropped = 0  # boots that waited for the lock and were pushed out by newer ones
+        self.unwritten = 0  # set by ``close``: boots it could not write
         self._cond = threading.Condition()
         self._closing = False
-        self._busy = False
+        self._deadline: float | None = None  # monotonic: when a close stops trying
+        self._writing = 0  # documents being written now
         self._thread: threading.Thread | None = None
 
     # -- on the reader's loop ----------------------------------------------------------------------
@@ -233,39 +257,32 @@ class BootRecorder:
     def _work(self) -> None:
         store: Store | None = None
         try:
-            store = open_store(self._path, limits=self._limits)
-            if store.problem:
-                self._note(store.problem)
             while True:
                 with self._cond:
-                    while not self._pending and not self._closing:
-                        self._cond.wait()
-                    last = not self._pending and self._closing
-                    if last and not self._unkeyed:
-                        return
-                    batch = list(self._pending.items())
+                    self._wait_for_work()
+                    closing = self._closing
+                    batch = dict(self._pending)
                     self._pending.clear()
-                    self._busy = True
-                for index, (key, doc) in [*self._unkeyed.items(), *batch]:
-                    if store.readonly:
-                        continue
-                    self._unkeyed.pop(index, None)
-                    if not key:
-                        key = rec.position_key(self.host, doc.get("spool")) or ""
-                        if not key:  # its first line is not on disk yet: the next write tries again
-                            self._unkeyed[index] = ("", doc)
-                            for old in sorted(self._unkeyed)[:-KEEP_BOOTS]:  # bounded
-                                del self._unkeyed[old]
-                            continue
-                    try:
-                        store.put(doc, key)
-                        self.written += 1
-                    except HistoryError as exc:
-                        self._note(str(exc))
+                    todo = {**self._retry, **self._unkeyed, **batch}  # the newest document of each boot
+                    self._unkeyed.clear()
+                    self._writing = len(todo)
+                busy_s = self._busy_s
+                if closing and self._deadline is not None:  # a close waits for the lock only as long as it has
+                    busy_s = max(0.05, min(busy_s, self._deadline - time.monotonic()))
+                if store is None and todo:
+                    store = self._open(busy_s)
+                elif store is not None:
+                    store.set_busy_timeout(busy_s)
+                retry = self._write(store, todo) if store is not None else todo
                 with self._cond:
-                    self._busy = False
+                    self._writing = 0
+                    self._retry = retry  # (only this thread changes it: what waited is written or waits on)
+                    self._bound_retry()
+                    waiting = len(self._retry)
+                    self._after_round(waiting)
                     self._cond.notify_all()
-                if last:  # closing: the boots still without a key had their last try
+                if closing and (not waiting or self._past_deadline()):
+                    self._closed_with(waiting)
                     return
         except Exception as exc:  # never let the history take the reader down
             self._note(f"history: {exc}")
@@ -274,53 +291,186 @@ class BootRecorder:
             if store is not None:
                 store.close()
             with self._cond:
-                self._busy = False
+                self._writing = 0
                 self._pending.clear()
                 self._cond.notify_all()
 
-    def _note(self, problem: str) -> None:
+    def _wait_for_work(self) -> None:
+        """(Holding the lock.) Until a document is queued, the retry is due, or a close asks to end."""
+        while not self._pending:
+            if self._closing and (not self._retry or self._past_deadline()):
+                return
+            due = self._retry_at
+            if self._retry and due is not None:
+                left = due - time.monotonic()
+                if self._closing and self._deadline is not None:
+                    left = min(left, self._deadline - time.monotonic())
+                if left <= 0:
+                    return
+                self._cond.wait(left)
+            elif self._unkeyed and self._closing:
+                return  # their last try
+            else:
+                self._cond.wait()
+
+    def _past_deadline(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _open(self, busy_s: float) -> Store | None:
+        """The store to write to; None when the file was locked (``HistoryBusy``): opened again
+        on the next try. A file that can never be written (corrupt, read-only, newer schema) opens
+        read-only with its problem, said once."""
+        store = open_store(self._path, limits=self._limits, busy_timeout=busy_s)
+        if store.busy:
+            store.close()
+            return None
+        if store.problem:
+            self._note(store.problem)
+        return store
+
+    def _write(self, store: Store, todo: Mapping[int, tuple[str, dict[str, Any]]]
+               ) -> dict[int, tuple[str, dict[str, Any]]]:
+        """Write ``todo``'s documents, oldest boot first; those to try again (the file was locked:
+        every one from the first that met the lock) are returned."""
+        retry: dict[int, tuple[str, dict[str, Any]]] = {}
+        for index in sorted(todo):
+            key, doc = todo[index]
+            if store.readonly:
+                continue  # cannot be written (said once, in ``problem``)
+            if not key:
+                key = rec.position_key(self.host, doc.get("spool")) or ""
+                if not key:  # its first line is not on disk yet: the next write tries again
+                    with self._cond:
+                        self._unkeyed[index] = ("", doc)
+                        for old in sorted(self._unkeyed)[:-KEEP_BOOTS]:  # bounded
+                            del self._unkeyed[old]
+                    continue
+            if retry:
+                retry[index] = (key, doc)  # the file is locked: do not wait for it once per boot
+                continue
+            try:
+                store.put(doc, key)
+                self.written += 1
+            except HistoryBusy:
+                retry[index] = (key, doc)
+            except HistoryError as exc:
+                self._note(str(exc))
+        return retry
+
+    def _bound_retry(self) -> None:
+        """(Holding the lock.) Bounded: the newest ``KEEP_BOOTS`` boots waiting are kept."""
+        for old in sorted(self._retry)[:-KEEP_BOOTS]:
+            del self._retry[old]
+            self.dropped += 1
+
+    def _after_round(self, waiting: int) -> None:
+        """(Holding the lock.) Say that boots wait for the lock (and schedule the retry), or clear
+        that once they are written."""
+        if waiting:
+            self._retry_at = time.monotonic() + self._pace.next()
+            self._busy_problem = self._note(self._waiting_text(waiting))
+        else:
+            self._pace.reset()
+            self._retry_at = None
+            if self._busy_problem is not None and self.problem == self._busy_problem:
+                self.problem = None
+                log.info("history: %s: the boots that waited for the lock are written", self._where())
+            self._busy_problem = None
+
+    def _where(self) -> str:
+        return str(self._path) if self._path is not None else "the history file"
+
+    def _waiting_text(self, waiting: int) -> str:
+        lost = f" ({self.dropped} older dropped)" if self.dropped else ""
+        return (f"history: {self._where()} is busy (locked by another kvtui); will retry — "
+                f"{waiting} boot{'s' if waiting != 1 else ''} waiting{lost}")
+
+    def _closed_with(self, waiting: int) -> None:
+        """The writer ends (closing): say how many boots the lock kept from being written."""
+        self.unwritten = waiting + self.dropped
+        if self.unwritten:
+            self._note(f"history: {self._where()} stayed locked by another kvtui: {self.unwritten} "
+                       f"boot{'s were' if self.unwritten != 1 else ' was'} not written")
+
+    def _note(self, problem: str) -> str:
         if self.problem != problem:
             log.warning("%s", problem)
         self.problem = problem
+        return problem
+
+    def waiting(self) -> int:
+        """How many boots wait to be written because the file was locked."""
+        with self._cond:
+            return len(self._retry)
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until every queued document is written (True), or ``timeout`` seconds."""
+        """Wait until every queued document is written (True), or ``timeout`` seconds (False; also
+        while boots wait for a locked file)."""
         with self._cond:
             if self._thread is None:
                 return True
-            return self._cond.wait_for(lambda: (not self._pending and not self._busy)
+            return self._cond.wait_for(lambda: (not self._pending and not self._writing and not self._retry)
                                        or not (self._thread and self._thread.is_alive()), timeout)
 
-    def close(self, timeout: float = 2.0) -> None:
-        """Write what is queued (within ``timeout``) and end the writer."""
+    def close(self, timeout: float = 2.0) -> int:
+        """Write what is queued and end the writer: boots waiting for a locked file are tried until
+        ``timeout`` seconds have passed. The number of boots not written (0: none lost); the
+        problem then says how many."""
         with self._cond:
             self._closing = True
+            self._deadline = time.monotonic() + timeout
+            if self._retry:
+                self._retry_at = time.monotonic()  # boots waiting for the lock: try now, not at the next pace
             self._cond.notify_all()
             thread = self._thread
         if thread is not None:
-            thread.join(timeout)
+            thread.join(timeout + CLOSE_GRACE_S)  # a write in progress ends at the deadline (busy timeout)
+        with self._cond:
+            if thread is not None and thread.is_alive():  # still writing (a stalled disk): not known to be written
+                self.unwritten = len(self._retry) + len(self._pending) + self._writing + self.dropped
+            elif thread is None:
+                self.unwritten = 0
+            return self.unwritten
 
 
 def record_boot(host: str, boot: Boot, *, restart: Mapping[str, object] | None = None, source: str = "",
                 store: Store | None = None, limits: Limits | None = None,
-                unit_env: Mapping[str, str] | None = None) -> str | None:
-    """Record one boot at once (a one-shot command: ``apply --restart``, ``replay --record``);
-    the problem (a message) when it could not be, else None. ``unit_env``: the environment the
-    unit or script gives the server (``boot_doc``)."""
+                unit_env: Mapping[str, str] | None = None, tries: int = RECORD_TRIES,
+                pace: Backoff | None = None) -> str | None:
+    """Record one boot at once (a one-shot command: ``apply --restart``, ``replay --record``,
+    ``tune``); the problem (a message) when it could not be, else None. ``unit_env``: the
+    environment the unit or script gives the server (``boot_doc``). A file locked past the busy
+    timeout (``HistoryBusy``) is tried ``tries`` times in all, ``pace`` apart (1 s, 2 s): a command
+    that ends cannot wait for a later write as the recorder does, and its boot (with the
+    prediction ledger's entry) is the one most worth keeping."""
     key = rec.boot_key(host, boot)
     if not recordable(boot):
         return "the boot shows no start (no launch, no argument dump): not recorded"
     if key is None:
         return "the boot has no timestamp to key it by: not recorded"
+    doc = rec.boot_doc(host, boot, source=source, restart=restart, unit_env=unit_env)
+    steps = pace or Backoff(initial=RETRY_FIRST_S, cap=RETRY_CAP_S, first=RETRY_FIRST_S, jitter=0.5)
     own = store is None
     st = store if store is not None else open_store(limits=limits)
     try:
-        if st.readonly:
-            return st.problem or "the history is read-only"
-        st.put(rec.boot_doc(host, boot, source=source, restart=restart, unit_env=unit_env), key)
-        return None
-    except HistoryError as exc:
-        return str(exc)
+        for attempt in range(1, max(1, tries) + 1):
+            try:
+                if own and st.busy:  # opened read-only because the file was locked: open it again
+                    st.close()
+                    st = open_store(limits=limits)
+                if st.readonly:
+                    if not (own and st.busy):  # a caller's store is not opened again here
+                        return st.problem or "the history is read-only"
+                    raise HistoryBusy(st.problem or f"{st.path}: the history database is locked by another process")
+                st.put(doc, key)
+                return None
+            except HistoryBusy as exc:
+                if attempt >= tries:
+                    return f"{exc} (tried {attempt} time{'s' if attempt != 1 else ''})"
+                time.sleep(steps.next())
+            except HistoryError as exc:
+                return str(exc)
+        return None  # not reached: the loop returns
     finally:
         if own:
             st.close()

@@ -11,8 +11,10 @@
   (a replayed old log counts from when it was recorded) and those beyond the newest
   ``max_boots_per_host`` (by start) are deleted (``[history]`` in hosts.toml).
 - Problems never crash a caller: a file that is not a database, cannot be opened or is locked for
-  longer than the busy timeout makes ``HistoryError`` (a message naming the file and what to do);
-  ``open_store`` returns a store that says why it is read-only (``problem``) instead of raising.
+  longer than the busy timeout makes ``HistoryError`` (a message naming the file and what to do;
+  ``HistoryBusy`` for the lock: worth trying again later); ``open_store`` returns a store that
+  says why it is read-only (``problem``, and ``busy`` when only the lock stood in the way) instead
+  of raising.
 """
 
 from __future__ import annotations
@@ -31,12 +33,18 @@ from kvtui.history import record as rec
 
 FILE_NAME: Final = "history.sqlite3"
 DEFAULT_BUSY_S: Final = 5.0
+WAL_RETRY_S: Final = 0.01  # the first pause before the WAL switch is tried again (``Store._wal``)
 DEFAULT_MAX_AGE_DAYS: Final = 365.0
 DEFAULT_MAX_BOOTS: Final = 1000
 
 
 class HistoryError(Exception):
     """The history cannot be read or written; ``str()`` is user-facing."""
+
+
+class HistoryBusy(HistoryError):
+    """The file stayed locked by another process (another kvtui writing, a checkpoint on a loaded
+    disk) for longer than the busy timeout: nothing is wrong with it, a later try may succeed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +162,14 @@ class StoredBoot:
         return {"id": self.id, "key": self.key, **self.doc}
 
 
+def _locked(exc: sqlite3.Error) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
 def _describe(exc: sqlite3.Error, path: Path) -> str:
     text = str(exc)
-    if "locked" in text or "busy" in text:
+    if _locked(exc):
         return (f"{path}: the history database is locked by another process (waited for it): "
                 "nothing was recorded this time; kvtui goes on")
     if "not a database" in text or "malformed" in text or "corrupt" in text:
@@ -165,6 +178,11 @@ def _describe(exc: sqlite3.Error, path: Path) -> str:
     if "readonly" in text or "read-only" in text:
         return f"{path}: the history database is read-only ({text})"
     return f"{path}: history database error: {text}"
+
+
+def _error(exc: sqlite3.Error, path: Path) -> HistoryError:
+    """The ``HistoryError`` of an SQLite error: ``HistoryBusy`` when the file stayed locked."""
+    return (HistoryBusy if _locked(exc) else HistoryError)(_describe(exc, path))
 
 
 class Store:
@@ -184,46 +202,91 @@ class Store:
         self.busy_timeout = busy_timeout
         self.readonly = readonly
         self.problem: str | None = None
+        # set by ``open_store``: this read-only store stands in for a writable one because the
+        # file was locked when it was opened (``HistoryBusy``): opening it again later may succeed
+        self.busy = False
         self.clock = clock
         self._db: sqlite3.Connection | None = None
         self._version = 0
 
     # -- opening ---------------------------------------------------------------------------------
 
-    def open(self) -> Store:
-        """Connect and bring the schema up to date. Raises ``HistoryError``."""
+    def open(self, *, upgrade: bool = True) -> Store:
+        """Connect and bring the schema up to date (a reader: ``upgrade`` an older one, see
+        ``_open_readonly``). Raises ``HistoryError``."""
         try:
             if self.readonly:
-                if not self.path.exists():
-                    self._db = None
-                    return self
-                uri = "file:" + str(self.path.absolute()) + "?mode=ro"
-                db = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout, check_same_thread=False,
-                                     isolation_level=None)
-                version = int(db.execute("PRAGMA user_version").fetchone()[0])
-                if version == 0:
-                    # Another kvtui is creating the file (its schema is not committed yet): nothing
-                    # has been recorded in it, so it reads as empty rather than "no such table".
-                    db.close()
-                    self._db = None
-                    return self
-                self._db = db
-                self._version = version
+                self._open_readonly(upgrade=upgrade)
                 return self
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(str(self.path), timeout=self.busy_timeout, check_same_thread=False,
                                  isolation_level=None)
             self._db = db
-            db.execute("PRAGMA journal_mode=WAL")
+            self._wal(db)
             db.execute("PRAGMA synchronous=NORMAL")
             self._migrate(db)
         except sqlite3.Error as exc:
             self.close()
-            raise HistoryError(_describe(exc, self.path)) from None
+            raise _error(exc, self.path) from None
         except OSError as exc:
             self.close()
             raise HistoryError(f"{self.path}: cannot open the history database: {exc.strerror or exc}") from None
         return self
+
+    def _wal(self, db: sqlite3.Connection) -> None:
+        """Switch the file to WAL (kept in the file: a no-op once it is). The switch needs the file
+        to itself, and SQLite answers "locked" at once, without its busy wait, while another
+        process reads it (two kvtuis opening a new or old-schema file at the same moment: seen in a
+        test of four): tried again, ``WAL_RETRY_S`` apart and longer each time, for up to the busy
+        timeout."""
+        end = time.monotonic() + self.busy_timeout
+        pause = WAL_RETRY_S
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _locked(exc) or time.monotonic() + pause > end:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.25)
+
+    def _open_readonly(self, *, upgrade: bool) -> None:
+        """A reader's connection (``mode=ro``: a reader never creates the file). A file another
+        kvtui is still creating (no schema committed yet) reads as empty rather than "no such
+        table"; one of an older schema is upgraded first, as a writer would (its queries need the
+        current columns), or read as empty with a ``problem`` when it cannot be (locked, not
+        writable)."""
+        self._db = None
+        if not self.path.exists():
+            return
+        uri = "file:" + str(self.path.absolute()) + "?mode=ro"
+        db = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout, check_same_thread=False, isolation_level=None)
+        try:
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        except BaseException:
+            db.close()
+            raise
+        self._version = version
+        if version == 0:
+            db.close()
+            return
+        if version < SCHEMA_VERSION:
+            db.close()
+            reason = "it was not upgraded"
+            if upgrade:
+                try:
+                    writer = Store(self.path, limits=self.limits, busy_timeout=self.busy_timeout, clock=self.clock)
+                    writer.open().close()
+                except HistoryError as exc:
+                    reason = f"it could not be upgraded: {exc}"
+                else:
+                    self._open_readonly(upgrade=False)
+                    return
+            self.problem = (f"{self.path}: written by an older kvtui (history schema {version}; this one reads "
+                            f"{SCHEMA_VERSION}) and {reason}; it reads as empty until kvtui can write the file")
+            return
+        self._db = db
 
     def _migrate(self, db: sqlite3.Connection) -> None:
         version = int(db.execute("PRAGMA user_version").fetchone()[0])
@@ -270,6 +333,16 @@ class Store:
     def schema_version(self) -> int:
         return self._version
 
+    def set_busy_timeout(self, seconds: float) -> None:
+        """How long a write waits for another process's lock from now on (a closing writer
+        shortens it to the time it has left)."""
+        self.busy_timeout = seconds
+        if self._db is not None:
+            try:
+                self._db.execute(f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}")
+            except sqlite3.Error:
+                pass
+
     # -- writing ---------------------------------------------------------------------------------
 
     def put(self, doc: Mapping[str, Any], key: str) -> int:
@@ -309,7 +382,7 @@ class Store:
                     db.execute("UPDATE boots SET " + ", ".join(f"{k} = ?" for k in cols) + " WHERE id = ?",
                                (*cols.values(), row_id))
         except sqlite3.Error as exc:
-            raise HistoryError(_describe(exc, self.path)) from None
+            raise _error(exc, self.path) from None
         return row_id
 
     def _prune(self, db: sqlite3.Connection, host: str) -> None:
@@ -331,7 +404,7 @@ class Store:
             with self._write(self._db) as db:
                 self._prune(db, host)
         except sqlite3.Error as exc:
-            raise HistoryError(_describe(exc, self.path)) from None
+            raise _error(exc, self.path) from None
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -345,7 +418,7 @@ class Store:
         try:
             rows = self._db.execute(sql, tuple(params)).fetchall()
         except sqlite3.Error as exc:
-            raise HistoryError(_describe(exc, self.path)) from None
+            raise _error(exc, self.path) from None
         out: list[StoredBoot] = []
         for row_id, key, host, raw, updated in rows:
             try:
@@ -368,6 +441,16 @@ class Store:
         got = self._rows("key = ?", (key,), 1)
         return got[0] if got else None
 
+    def get(self, row_id: int) -> StoredBoot | None:
+        """The boot with id ``row_id`` (ids are unique over all hosts)."""
+        got = self._rows("id = ?", (row_id,), 1)
+        return got[0] if got else None
+
+    def by_key_prefix(self, prefix: str) -> list[StoredBoot]:
+        """The boots whose key starts with ``prefix`` (at most two: more than one is ambiguous)."""
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        return self._rows("key LIKE ? ESCAPE '\\'", (escaped + "%",), 2)
+
     def deployment(self, deployment: str, *, limit: int | None = 200) -> list[StoredBoot]:
         """Every host's boots of one deployment (engine | model | TP | version), newest first."""
         return self._rows("deployment = ?", (deployment,), limit)
@@ -380,7 +463,7 @@ class Store:
                 return int(self._db.execute("SELECT COUNT(*) FROM boots").fetchone()[0])
             return int(self._db.execute("SELECT COUNT(*) FROM boots WHERE host = ?", (host,)).fetchone()[0])
         except sqlite3.Error as exc:
-            raise HistoryError(_describe(exc, self.path)) from None
+            raise _error(exc, self.path) from None
 
 
 def open_store(
@@ -398,9 +481,11 @@ def open_store(
         return store.open()
     except HistoryError as exc:
         problem = str(exc)
+        busy = isinstance(exc, HistoryBusy)
     ro = Store(p, limits=limits, readonly=True, busy_timeout=busy_timeout)
+    ro.busy = busy
     try:
-        ro.open()
+        ro.open(upgrade=False)  # the writable open has just failed: no second wait to upgrade it
         if ro._db is not None:
             ro._db.execute("SELECT COUNT(*) FROM boots").fetchone()
     except (HistoryError, sqlite3.Error):

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine, Fact
-from kvtui.knobs import Memory, fraction_flag, memory_value
+from kvtui.knobs import Memory, fraction_flag, memory_value, pool_env
 from kvtui.kvcalc.arith import _as_float, _as_int
 from kvtui.kvcalc.defaults import _dtype_bytes, _model_dtype_bytes
 from kvtui.kvcalc.model import CalcError, MemoryModel, Notes, Sizing
@@ -238,4 +238,5 @@ def boot_model(boot: Boot, notes: Notes, sizing: Sizing) -> MemoryModel:
         tp=_as_int(flag(Memory.TP)) or 1,
         version_hint=boot.version_hint,
         observed_verdict_hint=observed_outcome(boot),
+        pool_env=pool_env(engine, flags, facts),
     )

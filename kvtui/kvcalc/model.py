@@ -192,6 +192,9 @@ class MemoryModel:
     flags: Mapping[str, object] = field(default_factory=dict)
     cpu_mem_gib: float | None = None  # vLLM CPU backend: the node's memory (the pool is VLLM_CPU_KVCACHE_SPACE)
     calibration_boots: int = 1  # boots whose (fraction, tokens) placed the slope (two-point: 2; least-squares: ≥3)
+    # the pool-sizing environment the calibrating boot ran with, as its log shows it (knobs.pool_env:
+    # VLLM_CPU_KVCACHE_SPACE on vLLM, None when not set; empty for SGLang and a config model)
+    pool_env: Mapping[str, str | None] = field(default_factory=dict)
 
     @property
     def page_flag(self) -> str:

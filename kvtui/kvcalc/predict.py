@@ -13,6 +13,7 @@ from kvtui.kvcalc.defaults import _sglang_tier, default_mem_fraction
 from kvtui.kvcalc.edits import CPU_KV_SPACE, Edits, _parse_value, edits_from_mapping
 from kvtui.kvcalc.model import (
     DEFAULT_GRAPH_MARGIN_GIB,
+    Basis,
     CalcError,
     Confidence,
     MemoryModel,
@@ -66,6 +67,11 @@ class Prediction:
             "engine": mdl.engine.value,
             "basis": str(mdl.basis),
             "confidence": str(self.confidence),
+            "calibration": {  # what the model stands on: the explain lines' method and boot count
+                "method": str(mdl.basis),
+                "boots": 0 if mdl.basis is Basis.CONFIG else mdl.calibration_boots,
+                "env": dict(mdl.pool_env),
+            },
             "observed": {
                 ff: r(mdl.fraction),
                 "max_total_num_tokens": mdl.tokens,

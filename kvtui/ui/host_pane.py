@@ -199,6 +199,7 @@ class HostPane(HostChanges, Vertical):
         self.lines_received = 0
         self.batches_applied = 0  # monitor batches taken in (``up_to_date`` compares it)
         self._summary_posted: tuple[object, ...] | None = None  # the fleet row's state last posted
+        self._history_said: str | None = None  # the history recorder's problem last shown (a toast)
         self._show_processes = False
         self.offline: str | None = None  # the connection's state while the host is not reached
         self.busy: str | None = None  # the host-changing action running ("an apply", …)
@@ -674,9 +675,27 @@ class HostPane(HostChanges, Vertical):
         checked when shown). Returns the fleet summary's row, which the screen hands over for
         all hosts at once (one repaint a second, not one per host)."""
         now = self.clock()
+        self._say_history_problem()
         if self._shown and self.is_attached:
             return self._refresh_live(now, post=False)
         return self.summary_row(self.current_elapsed(now))
+
+    def _say_history_problem(self) -> None:
+        """The boot history's problem (a file locked by another kvtui: "will retry — N boots
+        waiting"; corrupt, read-only), said as a toast when it appears or changes, and once more
+        when the boots that waited for the lock are written (the recorder logs it too, but a log
+        line never reaches the screen)."""
+        recorder = getattr(self.monitor, "history", None)
+        problem: str | None = getattr(recorder, "problem", None)
+        before = self._history_said
+        if problem == before:
+            return
+        self._history_said = problem
+        title = f"{self.host_name}: history"
+        if problem:
+            self.notify(problem, title=title, severity="warning", timeout=10)
+        elif before is not None and "will retry" in before:
+            self.notify("the boots that waited for the locked file are written", title=title, timeout=5)
 
     def _summary_key(self) -> tuple[object, ...]:
         """What makes a fleet-summary row say something new (not a figure that moves)."""
