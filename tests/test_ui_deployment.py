@@ -36,9 +36,9 @@ SnapCompare = Any
 
 
 def _app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, stall: int | None = None, hang: float = 180,
-         speed: float = 500, clock: FakeClock | None = None, probe_ready: bool = False) -> KvtuiApp:
+         speed: float = 500, clock: FakeClock | None = None, probe_ready: bool = False, extra: str = "") -> KvtuiApp:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    cfg = parse_config(_hosts(speed=speed, stall=stall, hang=hang), tmp_path / "hosts.toml")
+    cfg = parse_config(_hosts(speed=speed, stall=stall, hang=hang) + extra, tmp_path / "hosts.toml")
     if clock is not None:  # the units start at the clock's time (the boot then runs as the clock moves)
         for name in ("r1-a", "r1-b"):
             DemoBackend(name, cfg.host(name), clock=clock).read_unit()
@@ -255,6 +255,34 @@ async def test_a_stalled_node_is_named_with_what_its_host_says(tmp_path: Path,
         notes = _text(app, "#dep-notes")
         assert "node 1 (r1-b): its unit is not running (inactive)" in notes
         assert "NCCL_SOCKET_IFNAME" in notes
+
+
+async def test_the_stall_notice_names_each_node_that_made_no_progress(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per node, the console's stall detector (``[ui] stall_seconds``): node 1 never arrives (it
+    printed its arguments only), node 0 waits silently at distributed init; once the clock passed
+    the threshold the notice names both, worded by what each saw (silent here: the demo's SGLang
+    prints no wait line; a node printing wait lines: test_deployment_monitor)."""
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, stall=1, speed=100, clock=clock, extra="[ui]\nstall_seconds = 60\n")
+    clock.advance(5.0)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = _screen(app).pane
+        notice = pane.query_one("#dep-stall", Static)
+        # every line the nodes will print has reached the pane (not only their monitors' trackers)
+        await _until(pilot, lambda: any(ln.node == 0 and "Init torch distributed begin" in ln.text for ln in pane.lines)
+                     and any(ln.node == 1 and "server_args=" in ln.text for ln in pane.lines))
+        assert pane.check_stalls() == ""
+        assert not notice.display
+        clock.advance(30.0)  # below the threshold: still nothing
+        assert pane.check_stalls() == ""
+        clock.advance(210.0)
+        await _until(pilot, lambda: pane.stall_text.count("\n") == 1 and notice.display)
+        lines = _text(app, "#dep-stall").splitlines()
+        assert len(lines) == 2
+        assert lines[0].startswith("⏸ node 0 (r1-a): no progress for 4m")  # 240 s since its last line
+        assert lines[1].startswith("⏸ node 1 (r1-b): no progress for 4m")
+        assert all(ln.endswith("— no log line and no GPU-memory change") for ln in lines)
 
 
 async def test_apply_restart_and_rollback_act_on_every_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

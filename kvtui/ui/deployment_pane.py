@@ -38,7 +38,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import RichLog, Static
 
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, probe_nodes
+from kvtui.config import DEFAULT_STALL_SECONDS
+from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, NodeStalls, probe_nodes
 from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, NodeObservation, node_state
 from kvtui.ui.widgets.action import ActionBanner
 from kvtui.ui.widgets.boot import BootFigures, PhaseTimeline
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 REFRESH_S = 0.25  # how often queued log lines and the merged boot reach the screen
 LOG_KEEP = 5000  # merged log lines kept for re-filtering (bounded)
 PROBE_EVERY_S = 15.0  # how often each node's unit/pod state and environment are asked for
+STALL_EVERY_S = 1.0  # how often the nodes' stall detectors are asked (a silent node sends nothing)
 
 
 class CalcColumn(Vertical):
@@ -83,6 +85,9 @@ class DeploymentPane(Vertical):
     DeploymentPane #dep-boot { height: auto; }
     DeploymentPane #dep-boot > * { width: 1fr; }
     DeploymentPane #dep-notes { height: auto; max-height: 8; padding: 0 1; }
+    DeploymentPane #dep-stall { display: none; height: auto; max-height: 4; padding: 0 1;
+                                background: $warning-muted; border-left: thick $warning; }
+    DeploymentPane #dep-stall.-stalled { display: block; }
     DeploymentPane #dep-log-head { height: 1; padding: 0 1; background: $boost; }
     DeploymentPane #dep-log { height: 1fr; min-height: 3; }
     DeploymentPane FindBar { dock: none; }
@@ -92,7 +97,8 @@ class DeploymentPane(Vertical):
     """
 
     def __init__(self, dm: DeploymentMonitor, *, clock: Callable[[], float] = time.time,
-                 graph_margin_gib: float | None = None, readonly: bool = False) -> None:
+                 graph_margin_gib: float | None = None, readonly: bool = False,
+                 stall_seconds: float = DEFAULT_STALL_SECONDS) -> None:
         super().__init__(id="deployment")
         self.dm = dm
         self.clock = clock
@@ -112,6 +118,9 @@ class DeploymentPane(Vertical):
         self.search: TextQuery | None = None  # ``/``: the merged log's search
         self.match: _Line | None = None  # the match ``n``/``N`` went to (one of ``shown``)
         self.search_note = ""  # what the last search step found ("match 2 of 5", "no older match …")
+        self.stalls = NodeStalls()  # per node: no progress for a while ([ui] stall_seconds)
+        self.stall_seconds = stall_seconds
+        self.stall_text = ""  # what the stall notice says (empty: hidden)
 
     def compose(self) -> ComposeResult:
         yield Static(id="dep-nodes")
@@ -133,6 +142,7 @@ class DeploymentPane(Vertical):
             yield PhaseTimeline(id="dep-timeline")
             yield BootFigures(id="dep-figures")
         yield ActionBanner()
+        yield Static(id="dep-stall")
         yield Static(id="dep-notes")
         yield Static(id="dep-log-head")
         yield RichLog(id="dep-log", max_lines=LOG_KEEP, wrap=False, markup=False)
@@ -141,6 +151,7 @@ class DeploymentPane(Vertical):
     def on_mount(self) -> None:
         self.set_interval(REFRESH_S, self.refresh_now)
         self.set_interval(PROBE_EVERY_S, self.probe)
+        self.set_interval(STALL_EVERY_S, self.check_stalls)
         self.refresh_now()
         self._show_plot()
         self.call_after_refresh(self.probe)
@@ -162,6 +173,7 @@ class DeploymentPane(Vertical):
 
     def on_updates(self, node: DeploymentNode, updates: Sequence[MonitorUpdate], dep: DeploymentBoot | None) -> None:
         """The deployment monitor's sink: queue, the timer draws."""
+        self.stalls.feed(node.name, updates, self.clock())
         for u in updates:
             if isinstance(u, LogBatch):
                 self._pending.extend(_Line(_stamp(ln.ts), node.index, ln.seq, ln.text, ln.style) for ln in u.lines)
@@ -226,6 +238,30 @@ class DeploymentPane(Vertical):
             if node is not None:
                 self.query_one(f"#plot-{node.index}", GpuHistoryPlot).set_bands(
                     phase_bands([nb.boot] if nb.boot else []), boot_origin(nb.boot))
+
+    def check_stalls(self) -> str:
+        """The stall notice: each node still starting that made no progress (a line that is not a
+        known wait line, its GPU memory moving) for ``stall_seconds`` — ``node 1 (r1-b): no progress
+        for 4m 00s — it keeps printing '…' (4×, nothing else): …``; hidden when none is. Returns
+        what it says."""
+        dep = self.dm.dep
+        stalled = [] if dep is None else [(nb, st) for nb, st in self.stalls.stalls(dep, self.clock(),
+                                                                                    self.stall_seconds)
+                                          if st is not None]
+        text = "\n".join(f"{nb.label()}: {st.progress_text()}" for nb, st in stalled)
+        if text != self.stall_text and self.is_mounted:
+            self.stall_text = text
+            notice = self.query_one("#dep-stall", Static)
+            notice.set_class(bool(text), "-stalled")
+            out = Text()
+            for i, (nb, st) in enumerate(stalled):
+                if i:
+                    out.append("\n")
+                out.append("⏸ ", style="bold")
+                out.append(f"{nb.label()}", style="bold")
+                out.append(f": {st.progress_text()}")
+            notice.update(out)
+        return text
 
     @property
     def up_to_date(self) -> bool:

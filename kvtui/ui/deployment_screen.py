@@ -120,8 +120,12 @@ class DeploymentScreen(Screen[None]):
         return self.query_one(DeploymentPane)
 
     def compose(self) -> ComposeResult:
+        from kvtui.config import DEFAULT_STALL_SECONDS
+
+        ui = getattr(getattr(self.app, "config", None), "ui", None)
         yield DeploymentPane(self.dm, clock=self.clock, graph_margin_gib=self.calc_config.graph_margin_gib,
-                             readonly=self.readonly)
+                             readonly=self.readonly,
+                             stall_seconds=getattr(ui, "stall_seconds", DEFAULT_STALL_SECONDS))
         yield KeysFooter()
 
     def on_mount(self) -> None:
