@@ -285,6 +285,71 @@ async def test_the_stall_notice_names_each_node_that_made_no_progress(tmp_path: 
         assert all(ln.endswith("— no log line and no GPU-memory change") for ln in lines)
 
 
+def _stored(names: tuple[str, ...] = ("r1-a", "r1-b")) -> dict[str, list[str]]:
+    """Each node's stored boots' statuses (the history the console records), newest first."""
+    from kvtui.history import open_store
+
+    with open_store(readonly=True) as store:
+        return {n: [b.status for b in store.boots(n)] for n in names}
+
+
+async def test_history_and_diff_show_the_deployment_s_starts_node_by_node(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console records each node's boots (under its host name, as the host console does);
+    ``d`` opens the deployment's history on the newest start's diff against the last good start,
+    node by node; ``H`` lists one row per start with its nodes."""
+    from textual.widgets import DataTable
+
+    from kvtui.ui.deployment_history import DeploymentHistoryScreen
+
+    app = _app(tmp_path, monkeypatch)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app) and pane.calculator.result is not None)
+        await pilot.press("c", *"0.85", "enter", "escape")
+        await _until(pilot, lambda: pane.calculator.result is not None
+                     and pane.calculator.result["edits"] == {"mem_fraction_static": 0.85})
+        await pilot.press("a")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
+        assert screen.last_code == 0, pane.action_banner.detail
+        # both starts of both nodes are in the history (node 0 ready twice; node 1 prints nothing
+        # after its capture: its own boot stays "starting", the start is ready through node 0)
+        await _until(pilot, lambda: (got := _stored())["r1-a"] == ["ready", "ready"] and len(got["r1-b"]) == 2)
+        await pilot.press("d")
+        await _until(pilot, lambda: isinstance(app.screen, DeploymentHistoryScreen)
+                     and "compared with" in app.screen.detail_text)
+        hist = app.screen
+        assert isinstance(hist, DeploymentHistoryScreen)
+        assert [s.status.value for s in hist.starts] == ["ready", "ready"]
+        assert [s.nodes_text() for s in hist.starts] == ["node 0 ready · node 1 up",
+                                                         "node 0 ready · node 1 up, then stopped"]
+        text = hist.detail_text
+        assert text.startswith(f"start {hist.starts[0].ids} compared with start {hist.starts[1].ids} (ready ← ready)")
+        assert "== node 0 (r1-a) ==" in text
+        assert "== node 1 (r1-b) ==" in text
+        assert text.count("changed  mem_fraction_static: 0.88 → 0.85") == 2
+        table = hist.query_one(DataTable)
+        assert table.row_count == 2
+        assert table.get_row_at(0)[-1] == "node 0 ready · node 1 up"
+        # l: each node's log of the start under the cursor (from its spool)
+        await pilot.press("l")
+        assert "== node 1 (r1-b) ==" in hist.detail_text
+        assert "(last 60 lines)" in hist.detail_text
+        await pilot.press("escape")
+        await _until(pilot, lambda: app.screen is screen)
+        # H: the list; the older start's diff has nothing before it
+        await pilot.press("H")
+        await _until(pilot, lambda: isinstance(app.screen, DeploymentHistoryScreen) and app.screen.starts)
+        hist = app.screen
+        assert isinstance(hist, DeploymentHistoryScreen)
+        assert "2 starts of r1 remembered, 2 ready" in hist.detail_text
+        await pilot.press("down", "d")
+        assert "no start of r1 before it" in hist.detail_text
+
+
 async def test_apply_restart_and_rollback_act_on_every_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     app = _app(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
