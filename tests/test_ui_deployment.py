@@ -350,6 +350,62 @@ async def test_history_and_diff_show_the_deployment_s_starts_node_by_node(tmp_pa
         assert "no start of r1 before it" in hist.detail_text
 
 
+async def test_p_shows_the_gpu_processes_of_the_node_the_log_shows(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``p`` (remapped here to ``P`` through ``[keymap]``: binding id ``processes``, as on the host
+    console) swaps the bars for the host console's process table of the node the log's filter shows
+    (all nodes: node 0); ``#`` moves it to node 1; ``g`` and ``p`` swap back."""
+    from kvtui.ui.widgets.gpu import ProcessTable
+
+    app = _app(tmp_path, monkeypatch, extra='[keymap]\nprocesses = "P"\n')
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app) and all(len(b.samples) == 8 for b in screen.query(GpuBars)))
+        table = pane.query_one(ProcessTable)
+        asked: list[str] = []  # which node's host was asked for its processes (its real answer kept)
+        for n in screen.dm.nodes:
+            real = n.monitor.backend.gpu_processes
+
+            async def spy(real: Any = real, name: str = n.name) -> Any:
+                asked.append(name)
+                return await real()
+            monkeypatch.setattr(n.monitor.backend, "gpu_processes", spy)
+        await pilot.press("P")
+        assert pane.processes_shown
+        assert not screen.query_one("#dep-gpus").display
+        assert screen.query_one("#dep-procs").display
+        assert _text(app, "#dep-procs-head") == "GPU processes · node 0 · r1-a · #: another node · p: bars"
+
+        def rows() -> list[tuple[str, ...]]:
+            return [tuple(str(c) for c in table.get_row_at(i)) for i in range(table.row_count)]
+
+        await _until(pilot, lambda: pane.polled_processes >= 1 and table.row_count >= 8)
+        node0 = rows()
+        assert {r[0] for r in node0} == {str(i) for i in range(8)}  # node 0's eight GPUs
+        assert all(r[3] == "server" for r in node0)  # the demo's GPUs hold only its server's ranks
+        assert set(asked) == {"r1-a"}
+        polled = pane.polled_processes
+        await pilot.press("number_sign")  # the log shows node 0 alone
+        assert _text(app, "#dep-procs-head") == "GPU processes · node 0 · r1-a · p: bars"
+        await pilot.press("number_sign")  # the log shows node 1: so does the table
+        assert _text(app, "#dep-procs-head") == "GPU processes · node 1 · r1-b · p: bars"
+        asked.clear()
+        polled = pane.polled_processes
+        await _until(pilot, lambda: pane.polled_processes > polled and table.row_count >= 8)
+        assert set(asked) == {"r1-b"}  # node 1's host answers now (the demo's nodes reuse their PIDs)
+        assert {r[0] for r in rows()} == {str(i) for i in range(8)}
+        await pilot.press("g")  # the plot replaces the table
+        assert pane.plot_shown
+        assert not pane.processes_shown
+        await pilot.press("P")  # the table replaces the plot
+        assert pane.processes_shown
+        assert not pane.plot_shown
+        await pilot.press("P")  # the bars again
+        assert not pane.processes_shown
+        assert screen.query_one("#dep-gpus").display
+
+
 async def test_apply_restart_and_rollback_act_on_every_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     app = _app(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:

@@ -26,6 +26,7 @@ Log lines are batched: the monitors' sink only queues them; a timer (``REFRESH_S
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -40,11 +41,13 @@ from textual.widgets import RichLog, Static
 
 from kvtui.config import DEFAULT_STALL_SECONDS
 from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, NodeStalls, probe_nodes
+from kvtui.gpu import GpuProcess
+from kvtui.hosts.backend import BackendError
 from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, NodeObservation, node_state
 from kvtui.ui.widgets.action import ActionBanner
 from kvtui.ui.widgets.boot import BootFigures, PhaseTimeline
 from kvtui.ui.widgets.calculator import CalculatorPanel
-from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot, boot_origin, phase_bands
+from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot, ProcessTable, boot_origin, phase_bands
 from kvtui.ui.widgets.log_panel import FindBar
 from kvtui.ui.widgets.log_view import TextQuery
 from kvtui.updates import GpuUpdate, LogBatch, MonitorUpdate
@@ -55,6 +58,7 @@ if TYPE_CHECKING:
 REFRESH_S = 0.25  # how often queued log lines and the merged boot reach the screen
 LOG_KEEP = 5000  # merged log lines kept for re-filtering (bounded)
 PROBE_EVERY_S = 15.0  # how often each node's unit/pod state and environment are asked for
+PROCESSES_EVERY_S = 2.0  # how often the shown node's GPU processes are asked for while ``p`` shows them
 STALL_EVERY_S = 1.0  # how often the nodes' stall detectors are asked (a silent node sends nothing)
 
 
@@ -80,6 +84,10 @@ class DeploymentPane(Vertical):
     DeploymentPane.-plot #dep-gpus { display: none; }
     DeploymentPane #dep-plots GpuHistoryPlot { display: none; min-height: 4; }
     DeploymentPane #dep-plots GpuHistoryPlot.-shown { display: block; }
+    DeploymentPane #dep-procs { display: none; width: 1fr; height: 10; }
+    DeploymentPane.-procs #dep-procs { display: block; }
+    DeploymentPane.-procs #dep-gpus { display: none; }
+    DeploymentPane.-procs #dep-plots { display: none; }
     DeploymentPane #dep-calc { width: 46; height: auto; max-height: 14; border: round $panel-lighten-2;
                                border-title-color: $text-muted; }
     DeploymentPane #dep-boot { height: auto; }
@@ -121,6 +129,7 @@ class DeploymentPane(Vertical):
         self.stalls = NodeStalls()  # per node: no progress for a while ([ui] stall_seconds)
         self.stall_seconds = stall_seconds
         self.stall_text = ""  # what the stall notice says (empty: hidden)
+        self.polled_processes = 0  # process tables filled from the node's host (tests)
 
     def compose(self) -> ComposeResult:
         yield Static(id="dep-nodes")
@@ -135,6 +144,9 @@ class DeploymentPane(Vertical):
                 yield GpuHistoryPlot(id="plot-all")
                 for n in self.dm.nodes:
                     yield GpuHistoryPlot(id=f"plot-{n.index}")
+            with Vertical(id="dep-procs"):
+                yield Static(id="dep-procs-head", classes="node-head")
+                yield ProcessTable(id="dep-proc-table", classes="-shown")
             with CalcColumn(id="dep-calc") as calc:
                 calc.border_title = "Calculator · all ranks"
                 yield CalculatorPanel(graph_margin_gib=self.graph_margin_gib)
@@ -203,9 +215,74 @@ class DeploymentPane(Vertical):
 
     def toggle_plot(self) -> bool:
         """``g``: the GPU bars, or the plot of what the log's node filter shows."""
+        if self.processes_shown:
+            self.toggle_processes()
         self.set_class(not self.plot_shown, "-plot")
         self._show_plot()
         return self.plot_shown
+
+    # -- the GPU processes of a node (``p``) ------------------------------------------------------
+
+    @property
+    def processes_shown(self) -> bool:
+        return self.has_class("-procs")
+
+    def processes_node(self) -> DeploymentNode:
+        """The node whose processes ``p`` shows: the node the log's filter shows, else node 0."""
+        return self.dm.nodes[self.filter if self.filter is not None else 0]
+
+    def toggle_processes(self) -> bool:
+        """``p``: in place of the bars (or the plot), the host console's process table — per-process
+        GPU memory on the shown node's GPUs, the server's own processes marked — of the node the
+        log's filter shows (all nodes shown: node 0; ``#`` picks another), asked every
+        ``PROCESSES_EVERY_S`` while shown."""
+        shown = not self.processes_shown
+        if shown and self.plot_shown:
+            self.set_class(False, "-plot")
+            self._show_plot()
+        self.set_class(shown, "-procs")
+        if shown:
+            self._processes_shown_node()
+        else:
+            self.workers.cancel_group(self, "dep-processes")
+        return shown
+
+    def _processes_shown_node(self) -> None:
+        node = self.processes_node()
+        other = "" if self.filter is not None else " · #: another node"
+        self.query_one("#dep-procs-head", Static).update(
+            Text(f"GPU processes · {self.node_label(node.index)}{other} · p: bars"))
+        self.query_one(ProcessTable).show(self._known_processes(node), set())
+        self.poll_processes()
+
+    def _known_processes(self, node: DeploymentNode) -> list[GpuProcess]:
+        """The processes the node's last GPU reading listed (shown before the first poll answers)."""
+        g = self._gpus.get(node.index)
+        out: list[GpuProcess] = []
+        for s in g.samples if g is not None else ():
+            out.extend(p if p.gpu_index is not None else GpuProcess(p.pid, p.used_mib, s.index, p.gpu_uuid, p.name)
+                       for p in s.processes)
+        return out
+
+    @work(exclusive=True, group="dep-processes", exit_on_error=False, description="deployment GPU processes")
+    async def poll_processes(self) -> None:
+        while self.processes_shown:
+            node = self.processes_node()
+            backend = node.monitor.backend
+            try:
+                processes = await backend.gpu_processes()
+                pids = await backend.server_pids()
+            except (BackendError, OSError) as exc:
+                self.notify(str(exc), title=f"GPU processes · {node.name}", severity="warning")
+                return
+            if node is not self.processes_node() or not self.processes_shown:
+                continue  # the filter moved on meanwhile: ask the node shown now
+            g = self._gpus.get(node.index)
+            gpus = {s.index for s in g.samples} if g is not None else set()
+            self.query_one(ProcessTable).show(
+                [p for p in processes if p.gpu_index is None or not gpus or p.gpu_index in gpus], pids)
+            self.polled_processes += 1
+            await asyncio.sleep(PROCESSES_EVERY_S)
 
     def shown_plot(self) -> GpuHistoryPlot:
         """The plot of the node the filter shows, or of all nodes."""
@@ -455,6 +532,8 @@ class DeploymentPane(Vertical):
             self.search_note = self._count_note()
         self.query_one("#dep-log-head", Static).update(self._log_head())
         self._show_plot()  # the plot follows the filter
+        if self.processes_shown:
+            self._processes_shown_node()  # and so does the process table
 
     def rewrite_log(self) -> None:
         """The log rewritten from the lines kept, in time order (the nodes' batches arrive in any

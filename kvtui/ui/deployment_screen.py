@@ -57,6 +57,8 @@ DEPLOYMENT_BINDINGS: list[BindingType] = [
             tooltip="the log of all nodes, node 0, node 1, … (a search stays)"),
     Binding("g", "gpu_plot", "GPU plot", show=False, id="gpu.plot",
             tooltip="GPU memory over time of the node the log shows (all nodes: their sum), or the bars"),
+    Binding("p", "processes", "Processes", show=False, id="processes",
+            tooltip="per-process GPU memory on the node the log shows (all nodes: node 0), or the bars"),
     Binding("c", "calculator", "Calculator", id="calculator", priority=True,
             tooltip="edit flags, see the next boot's KV pool (every rank of every node)"),
     Binding("x", "explain", "Explain", id="explain", tooltip="how the prediction is computed"),
@@ -157,7 +159,7 @@ class DeploymentScreen(Screen[None]):
         if self.app.screen is self and self.typing() and action in ("calculator", "node_filter", "apply", "restart",
                                                                      "rollback", "explain", "quit", "help",
                                                                      "next_theme", "search", "find", "gpu_plot",
-                                                                     "history"):
+                                                                     "history", "processes"):
             return False  # typed into the flag being edited
         if action in CHANGES and self.readonly:
             return False
@@ -203,6 +205,9 @@ class DeploymentScreen(Screen[None]):
 
     def action_gpu_plot(self) -> None:
         self.pane.toggle_plot()
+
+    def action_processes(self) -> None:
+        self.pane.toggle_processes()
 
     def action_search(self) -> None:
         self.pane.open_search()
