@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from kvtui.boot import Boot
+from kvtui.boot import Boot, BootStatus
 from kvtui.boot.stall import Stall, StallDetector
 from kvtui.engines.events import Phase
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus
@@ -178,11 +178,14 @@ class NodeStalls:
 
     def stalls(self, dep: DeploymentBoot, now: float, threshold: float) -> list[tuple[NodeBoot, Stall | None]]:
         """Each node of the merged boot with its stall, once ``threshold`` seconds passed without
-        progress on it while its boot is starting (else None)."""
+        progress on it while its boot and the deployment's are starting (else None: a node of a
+        ready deployment whose own log ends at its graph capture — its ranks serve through node 0
+        — is up, not stalled)."""
         out: list[tuple[NodeBoot, Stall | None]] = []
+        starting = dep.boot.status is BootStatus.STARTING
         for nb in dep.nodes:
             det = self.detectors.get(nb.name)
-            out.append((nb, det.stall(nb.boot, now, threshold) if det is not None else None))
+            out.append((nb, det.stall(nb.boot, now, threshold) if det is not None and starting else None))
         return out
 
 

@@ -127,5 +127,9 @@ def test_node_stalls_name_each_stalled_node_by_what_it_printed() -> None:
     assert st.progress_text() == ("no progress for 4m 00s — it keeps printing 'No available shared memory broadcast "
                                   "block' (4×, nothing else): a rank has not joined (multi-node) or is hung")
     assert all(st is None for _, st in stalls.stalls(dep, 240.0, 300.0))  # not yet past this threshold
+    a.status = BootStatus.READY  # once the deployment is ready, a node still "starting" is up, not stalled
+    assert merge_boots([("h-a", a), ("h-b", b)]).boot.status is BootStatus.READY
+    assert all(st is None for _, st in stalls.stalls(merge_boots([("h-a", a), ("h-b", b)]), 240.0, 120.0))
+    a.status = BootStatus.STARTING
     stalls.feed("h-a", [BootState(1, a, new_boot=True)], 250.0)  # a new boot: its clock starts
     assert dict((nb.name, st) for nb, st in stalls.stalls(dep, 260.0, 120.0))["h-a"] is None

@@ -126,6 +126,9 @@ async def test_the_pane_groups_16_gpus_by_node_and_merges_the_boot_and_log(
         assert "log · all nodes" in _text(app, "#dep-log-head")
         assert {t[:3] for t in _log(app)} == {"n0 ", "n1 "}
         assert pane.filter is None
+        # node 1's log ends at its graph capture (its ranks serve through node 0): up, never "stalled"
+        clock.advance(600.0)
+        assert pane.check_stalls() == ""
 
 
 async def test_search_the_merged_log_with_slash_n_and_n_within_the_node_filter(
@@ -283,6 +286,13 @@ async def test_the_stall_notice_names_each_node_that_made_no_progress(tmp_path: 
         assert lines[0].startswith("⏸ node 0 (r1-a): no progress for 4m")  # 240 s since its last line
         assert lines[1].startswith("⏸ node 1 (r1-b): no progress for 4m")
         assert all(ln.endswith("— no log line and no GPU-memory change") for ln in lines)
+        # a short terminal: every node silent, one line
+        await pilot.resize_terminal(80, 24)
+        await _until(pilot, lambda: pane.compact and len(_text(app, "#dep-stall").splitlines()) == 1)
+        line = _text(app, "#dep-stall")
+        assert line.startswith("⏸ no progress: node 0 (r1-a) 4m")
+        assert ", node 1 (r1-b) 4m" in line
+        assert line.endswith("— no log line and no GPU-memory change")
 
 
 def _stored(names: tuple[str, ...] = ("r1-a", "r1-b")) -> dict[str, list[str]]:

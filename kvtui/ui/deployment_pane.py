@@ -41,6 +41,7 @@ from textual.widgets import RichLog, Static
 
 from kvtui.config import DEFAULT_STALL_SECONDS
 from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, NodeStalls, probe_nodes
+from kvtui.fmt import duration as fmt_duration
 from kvtui.gpu import GpuProcess
 from kvtui.hosts.backend import BackendError
 from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, NodeObservation, node_state
@@ -102,6 +103,7 @@ class DeploymentPane(Vertical):
     Screen.-narrow DeploymentPane #dep-calc { display: none; }
     Screen.-narrow DeploymentPane #dep-calc.-maximized { display: block; }
     Screen.-short DeploymentPane #dep-notes { max-height: 3; }
+    Screen.-short DeploymentPane #dep-stall { text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, dm: DeploymentMonitor, *, clock: Callable[[], float] = time.time,
@@ -129,6 +131,7 @@ class DeploymentPane(Vertical):
         self.stalls = NodeStalls()  # per node: no progress for a while ([ui] stall_seconds)
         self.stall_seconds = stall_seconds
         self.stall_text = ""  # what the stall notice says (empty: hidden)
+        self.compact = False  # a short terminal (``set_compact``)
         self.polled_processes = 0  # process tables filled from the node's host (tests)
 
     def compose(self) -> ComposeResult:
@@ -177,9 +180,14 @@ class DeploymentPane(Vertical):
         return self.query_one(ActionBanner)
 
     def set_compact(self, compact: bool) -> None:
-        """A short terminal: the timeline and the figures say it in a few lines."""
+        """A short terminal: the timeline and the figures say it in a few lines (and the stall
+        notice of several silent nodes in one)."""
+        was, self.compact = self.compact, compact
         self.query_one(PhaseTimeline).set_compact(compact)
         self.query_one(BootFigures).set_compact(compact)
+        if was != compact and self.stall_text:
+            self.stall_text = ""  # redrawn in the new form
+            self.check_stalls()
 
     # -- from the monitors ------------------------------------------------------------------------
 
@@ -331,7 +339,12 @@ class DeploymentPane(Vertical):
             notice = self.query_one("#dep-stall", Static)
             notice.set_class(bool(text), "-stalled")
             out = Text()
-            for i, (nb, st) in enumerate(stalled):
+            if self.compact and len(stalled) > 1 and all(st.kind is None for _, st in stalled):
+                # a short terminal, every node silent: one line
+                out.append("⏸ no progress: ", style="bold")
+                out.append(", ".join(f"{nb.label()} {fmt_duration(st.seconds)}" for nb, st in stalled))
+                out.append(f" — {stalled[0][1].seen()}")
+            for i, (nb, st) in enumerate(stalled if not out else ()):
                 if i:
                     out.append("\n")
                 out.append("⏸ ", style="bold")
