@@ -40,8 +40,8 @@ def test_node_boots_group_by_start_newest_first() -> None:
     assert [s.ids for s in starts] == ["— · #6", "#5 · —", "#3 · #4", "#1 · #2"]
     assert [s.status for s in starts[2:]] == [BootStatus.READY, BootStatus.READY]
     assert starts[1].status is BootStatus.FAILED
-    assert starts[1].nodes_text() == "node 0 failed (oom_kv_allocate) · node 1 —"
-    assert starts[2].nodes_text() == "node 0 ready · node 1 ready"
+    assert starts[1].nodes_text() == "n0 failed (oom_kv_allocate) · n1 —"
+    assert starts[2].nodes_text() == "n0 ready · n1 ready"
     assert len({s.key for s in starts}) == 4
     # the previous good start: the newest ready one before it (a failed start is skipped)
     assert previous_good(starts, starts[0]) is starts[2]

@@ -334,8 +334,8 @@ async def test_history_and_diff_show_the_deployment_s_starts_node_by_node(tmp_pa
         hist = app.screen
         assert isinstance(hist, DeploymentHistoryScreen)
         assert [s.status.value for s in hist.starts] == ["ready", "ready"]
-        assert [s.nodes_text() for s in hist.starts] == ["node 0 ready · node 1 up",
-                                                         "node 0 ready · node 1 up, then stopped"]
+        assert [s.nodes_text() for s in hist.starts] == ["n0 ready · n1 up",
+                                                         "n0 ready · n1 up, stopped"]
         text = hist.detail_text
         assert text.startswith(f"start {hist.starts[0].ids} compared with start {hist.starts[1].ids} (ready ← ready)")
         assert "== node 0 (r1-a) ==" in text
@@ -343,7 +343,7 @@ async def test_history_and_diff_show_the_deployment_s_starts_node_by_node(tmp_pa
         assert text.count("changed  mem_fraction_static: 0.88 → 0.85") == 2
         table = hist.query_one(DataTable)
         assert table.row_count == 2
-        assert table.get_row_at(0)[-1] == "node 0 ready · node 1 up"
+        assert table.get_row_at(0)[4] == "n0 ready · n1 up"
         # l: each node's log of the start under the cursor (from its spool)
         await pilot.press("l")
         assert "== node 1 (r1-b) ==" in hist.detail_text

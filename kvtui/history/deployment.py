@@ -48,22 +48,22 @@ class DeploymentStart:
         return next((m.doc for m in self.members if m is not None), None)
 
     def nodes_text(self) -> str:
-        """``node 0 ready · node 1 up`` (``up``: a node whose ranks serve through node 0 once the
-        whole is ready — ``up, then stopped`` once a restart ended it; a failure with its kind;
-        ``node 1 —``: not in this start)."""
+        """``n0 ready · n1 up`` (the merged log's node column names; ``up``: a node whose ranks
+        serve through node 0 once the whole is ready — ``up, stopped`` once a restart ended it; a
+        failure with its kind; ``n1 —``: not in this start)."""
         parts = []
         dep = self.merged
         for i, (m, nb) in enumerate(zip(self.members, dep.nodes, strict=True)):
             if m is None or nb.boot is None:
-                parts.append(f"node {i} —")
+                parts.append(f"n{i} —")
                 continue
             b = nb.boot
             if dep.boot.status is BootStatus.READY and nb is not dep.head and b.status in (BootStatus.STARTING,
                                                                                           BootStatus.STOPPED):
-                parts.append(f"node {i} up" + (", then stopped" if b.status is BootStatus.STOPPED else ""))
+                parts.append(f"n{i} up" + (", stopped" if b.status is BootStatus.STOPPED else ""))
                 continue
             kind = rec.failure_kind_of(m.doc)
-            parts.append(f"node {i} {b.status.value}" + (f" ({kind})" if kind else ""))
+            parts.append(f"n{i} {b.status.value}" + (f" ({kind})" if kind else ""))
         return " · ".join(parts)
 
 

@@ -57,7 +57,7 @@ class DeploymentHistoryScreen(HistoryScreen):
 
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        table.add_columns("", "boots", "started", "outcome", "fraction", "tokens", "to ready", "nodes")
+        table.add_columns("", "boots", "started", "outcome", "nodes", "tokens", "to ready", "fraction")
         for s in self.starts:
             head: dict[str, Any] = dict(s.head() or {})
             boot = s.merged.boot
@@ -66,8 +66,8 @@ class DeploymentHistoryScreen(HistoryScreen):
             is_ready = boot.status.value == "ready"
             table.add_row("*" if s.key == self.marked_start else "", s.ids,
                           str(head.get("started_at") or "")[:19].replace("T", " "), boot.status.value,
-                          f"{frac:g}" if frac is not None else "—", fmt.tokens(tokens),
-                          fmt.duration(rec.seconds_of(head)) if is_ready else "—", s.nodes_text(), key=s.key)
+                          s.nodes_text(), fmt.tokens(tokens), fmt.duration(rec.seconds_of(head)) if is_ready else "—",
+                          f"{frac:g}" if frac is not None else "—", key=s.key)
         if not self.starts:
             self._show(self.problem or f"no boot of {self.host}'s nodes ({', '.join(self.nodes)}) in the history yet")
             return
