@@ -295,6 +295,20 @@ async def test_the_stall_notice_names_each_node_that_made_no_progress(tmp_path: 
         assert line.endswith("— no log line and no GPU-memory change")
 
 
+async def _apply_fraction(pilot: Pilot[Any], app: KvtuiApp, fraction: float) -> None:
+    """``c``, the fraction typed in, ``a``, ``y``: the apply on every node, ended ready (exit 0)."""
+    screen = _screen(app)
+    pane = screen.pane
+    await pilot.press("c", *str(fraction), "enter", "escape")
+    await _until(pilot, lambda: pane.calculator.result is not None
+                 and pane.calculator.result["edits"] == {"mem_fraction_static": fraction})
+    await pilot.press("a")
+    await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    await pilot.press("y")
+    await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
+    assert screen.last_code == 0, pane.action_banner.detail
+
+
 def _stored(names: tuple[str, ...] = ("r1-a", "r1-b")) -> dict[str, list[str]]:
     """Each node's stored boots' statuses (the history the console records), newest first."""
     from kvtui.history import open_store
@@ -317,14 +331,7 @@ async def test_history_and_diff_show_the_deployment_s_starts_node_by_node(tmp_pa
         screen = _screen(app)
         pane = screen.pane
         await _until(pilot, lambda: _ready(app) and pane.calculator.result is not None)
-        await pilot.press("c", *"0.85", "enter", "escape")
-        await _until(pilot, lambda: pane.calculator.result is not None
-                     and pane.calculator.result["edits"] == {"mem_fraction_static": 0.85})
-        await pilot.press("a")
-        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-        await pilot.press("y")
-        await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
-        assert screen.last_code == 0, pane.action_banner.detail
+        await _apply_fraction(pilot, app, 0.85)
         # both starts of both nodes are in the history (node 0 ready twice; node 1 prints nothing
         # after its capture: its own boot stays "starting", the start is ready through node 0)
         await _until(pilot, lambda: (got := _stored())["r1-a"] == ["ready", "ready"] and len(got["r1-b"]) == 2)
@@ -424,14 +431,7 @@ async def test_apply_restart_and_rollback_act_on_every_node(tmp_path: Path, monk
         await _until(pilot, lambda: _ready(app) and pane.calculator.result is not None)
         assert all(get_flag(u, "unit", "mem-fraction-static") == "0.88" for u in _units(tmp_path))
         # a: the calculator's edit, planned on both nodes, one confirmation, both written, both restarted
-        await pilot.press("c", *"0.85", "enter", "escape")
-        await _until(pilot, lambda: pane.calculator.result is not None
-                     and pane.calculator.result["edits"] == {"mem_fraction_static": 0.85})
-        await pilot.press("a")
-        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-        await pilot.press("y")
-        await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
-        assert screen.last_code == 0, pane.action_banner.detail
+        await _apply_fraction(pilot, app, 0.85)
         assert pane.action_banner.headline == "apply on r1: ready on every node"
         assert all(get_flag(u, "unit", "mem-fraction-static") == "0.85" for u in _units(tmp_path))
         assert "every node's own argument dump carries the edits" in pane.action_banner.detail
