@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from kvtui.boot import Boot
+from kvtui.boot import Boot, BootStatus
+from kvtui.boot.stall import Stall, StallDetector
 from kvtui.engines.events import Phase
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus
 from kvtui.monitor import HostMonitor
-from kvtui.nodes import DeploymentBoot, Hang, NodeObservation, current_start, diagnose_hang, merge_boots
-from kvtui.updates import BootState, ConnUpdate, LogBatch, MonitorUpdate
+from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, current_start, diagnose_hang, merge_boots
+from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
 
 if TYPE_CHECKING:
     from kvtui.config import HostConfig
@@ -154,6 +155,40 @@ class DeploymentMonitor:
         await asyncio.gather(*(_close(n.monitor, t) for n, t in zip(self.nodes, tasks, strict=True)))
 
 
+class NodeStalls:
+    """One stall detector (``kvtui.boot.stall``) per node, fed each node's updates as they come (a
+    node's new boot restarts its clock; its lines that are not known wait lines and its GPU memory
+    moving are progress): the console's deployment pane and ``kvtui wait NAME`` ask it which nodes
+    made no progress for a while. ``now``: the caller's clock."""
+
+    def __init__(self) -> None:
+        self.detectors: dict[str, StallDetector] = {}
+
+    def feed(self, node: str, updates: Sequence[MonitorUpdate], now: float) -> None:
+        det = self.detectors.get(node)
+        if det is None:
+            det = self.detectors[node] = StallDetector(0.0)
+        if any(isinstance(u, BootState) and u.new_boot for u in updates):
+            det.reset(now)  # before its lines: they are the new boot's
+        for u in updates:
+            if isinstance(u, LogBatch):
+                det.feed(list(columns(u.parts)), now)
+            elif isinstance(u, GpuUpdate):
+                det.gpu(u.samples, now)
+
+    def stalls(self, dep: DeploymentBoot, now: float, threshold: float) -> list[tuple[NodeBoot, Stall | None]]:
+        """Each node of the merged boot with its stall, once ``threshold`` seconds passed without
+        progress on it while its boot and the deployment's are starting (else None: a node of a
+        ready deployment whose own log ends at its graph capture — its ranks serve through node 0
+        — is up, not stalled)."""
+        out: list[tuple[NodeBoot, Stall | None]] = []
+        starting = dep.boot.status is BootStatus.STARTING
+        for nb in dep.nodes:
+            det = self.detectors.get(nb.name)
+            out.append((nb, det.stall(nb.boot, now, threshold) if det is not None and starting else None))
+        return out
+
+
 async def _close(monitor: HostMonitor, task: asyncio.Task[None] | None) -> None:
     with contextlib.suppress(TimeoutError, Exception):
         async with asyncio.timeout(CLOSE_LIMIT):
@@ -207,4 +242,5 @@ async def probe_nodes(nodes: Sequence[DeploymentNode], dep: DeploymentBoot) -> d
     return dict(await asyncio.gather(*(one(n) for n in nodes)))
 
 
-__all__ = ["CLOSE_LIMIT", "PROBE_TIMEOUT", "DeploymentMonitor", "DeploymentNode", "DeploymentSink", "probe_nodes"]
+__all__ = ["CLOSE_LIMIT", "PROBE_TIMEOUT", "DeploymentMonitor", "DeploymentNode", "DeploymentSink", "NodeStalls",
+           "probe_nodes"]

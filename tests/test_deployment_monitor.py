@@ -90,3 +90,46 @@ async def test_a_stalled_node_is_named_by_the_monitors_hang_diagnosis(
     assert hang is not None
     assert hang.lagging == (1,)
     assert hang.summary.startswith("node 1 (r1-b) has not started distributed init")
+
+
+def test_node_stalls_name_each_stalled_node_by_what_it_printed() -> None:
+    """``NodeStalls`` (the console's deployment pane and ``wait NAME`` share it): one detector per
+    node; a node that prints only vLLM's shm-broadcast wait line is stalled and says so, a node
+    whose log moves on is not, a node's new boot restarts its clock."""
+    from datetime import datetime
+
+    from kvtui.boot import Boot
+    from kvtui.deployment_monitor import NodeStalls
+    from kvtui.engines.events import Engine, Phase
+    from kvtui.nodes import merge_boots
+    from kvtui.updates import BootState, LogBatch, LogLine
+
+    shm = ("(Worker_TP0 pid=9) INFO 03-10 14:0{k}:28 [shm_broadcast.py:542] No available shared memory broadcast "
+           "block found in 60 seconds. This typically happens when some processes are hanging.")
+    t0 = datetime(2026, 3, 10, 14, 0, 0)
+    a = Boot(engine=Engine.VLLM, status=BootStatus.STARTING, phase=Phase.INIT, started_at=t0)
+    b = Boot(engine=Engine.VLLM, status=BootStatus.STARTING, phase=Phase.LOAD_WEIGHTS, started_at=t0)
+    dep = merge_boots([("h-a", a), ("h-b", b)])
+
+    def line(text: str, seq: int) -> LogBatch:
+        return LogBatch([LogLine(seq, text, None, None, 0)])
+
+    stalls = NodeStalls()
+    stalls.feed("h-a", [BootState(0, a, new_boot=True), line("Starting vLLM", 0)], 0.0)
+    stalls.feed("h-b", [BootState(0, b, new_boot=True), line("Starting vLLM", 0)], 0.0)
+    for k in range(1, 5):  # node 0 waits a minute at a time; node 1 loads
+        stalls.feed("h-a", [line(shm.format(k=k), k)], 60.0 * k)
+        stalls.feed("h-b", [line(f"Loading safetensors checkpoint shards: {k * 20}% Completed", k)], 60.0 * k)
+    got = {nb.name: st for nb, st in stalls.stalls(dep, 240.0, 120.0)}
+    assert got["h-b"] is None
+    st = got["h-a"]
+    assert st is not None
+    assert st.progress_text() == ("no progress for 4m 00s — it keeps printing 'No available shared memory broadcast "
+                                  "block' (4×, nothing else): a rank has not joined (multi-node) or is hung")
+    assert all(st is None for _, st in stalls.stalls(dep, 240.0, 300.0))  # not yet past this threshold
+    a.status = BootStatus.READY  # once the deployment is ready, a node still "starting" is up, not stalled
+    assert merge_boots([("h-a", a), ("h-b", b)]).boot.status is BootStatus.READY
+    assert all(st is None for _, st in stalls.stalls(merge_boots([("h-a", a), ("h-b", b)]), 240.0, 120.0))
+    a.status = BootStatus.STARTING
+    stalls.feed("h-a", [BootState(1, a, new_boot=True)], 250.0)  # a new boot: its clock starts
+    assert dict((nb.name, st) for nb, st in stalls.stalls(dep, 260.0, 120.0))["h-a"] is None

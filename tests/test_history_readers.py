@@ -256,3 +256,17 @@ def test_slower_than_usual_from_the_stall_detectors_silence() -> None:
     assert eta.slow_reason(late, 300.0) == "slower than usual: 3.4× the median of 6 boots"  # the ratio says more
     assert eta.slow_reason(None, 300.0) is None  # no history: the stall notice alone says it
     assert eta.slow_reason(eta.BootEta("graph_capture", 30.0, None, None, 0, "no ETA"), 300.0) is None
+
+
+def test_slower_than_usual_is_worded_by_what_the_stall_detector_saw() -> None:
+    from kvtui.boot.stall import SHM_BROADCAST, Stall
+
+    est = eta.PhaseEstimate("init", 40.0, 30.0, 50.0, 6)
+    running = eta.BootEta("init", 30.0, est, 120.0, 6, "")
+    waits = Stall(300.0, Phase.INIT, SHM_BROADCAST, 5)
+    assert eta.slow_reason(running, waits) == (
+        "slower than usual: no progress for 5:00 in init (only wait lines: 'No available shared memory broadcast "
+        "block' 5×), which takes ~0:40 (median of 6 boots)")
+    silent = Stall(300.0, Phase.INIT)  # nothing at all came: "silent" is what it saw
+    assert eta.slow_reason(running, silent) == (
+        "slower than usual: silent for 5:00 in init, which takes ~0:40 (median of 6 boots)")

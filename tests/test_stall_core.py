@@ -75,6 +75,11 @@ def test_a_repeated_shm_wait_line_is_not_progress_and_the_stall_names_it() -> No
     assert stall.text() == ("stuck: vLLM has printed 'No available shared memory broadcast block' 4× in 4m 00s — "
                             "a rank has not joined (multi-node) or is hung")
     assert det.check(boot, 240.0) == 240.0
+    # worded by what it saw, for a deployment's node line and the "slower than usual" note
+    assert stall.seen() == "only wait lines: 'No available shared memory broadcast block' 4×"
+    assert stall.progress_text() == ("no progress for 4m 00s — it keeps printing 'No available shared memory "
+                                     "broadcast block' (4×, nothing else): a rank has not joined (multi-node) or "
+                                     "is hung")
 
 
 def test_real_progress_between_the_waits_is_not_a_stall() -> None:
@@ -97,6 +102,8 @@ def test_a_silent_log_is_a_stall_without_a_repeated_line() -> None:
     assert stall is not None
     assert stall.kind is None
     assert stall.text() == "no log line and no GPU-memory change for 2m 10s"
+    assert stall.seen() == "no log line and no GPU-memory change"
+    assert stall.progress_text() == "no progress for 2m 10s — no log line and no GPU-memory change"
 
 
 def test_a_backlog_of_waits_is_stalled_at_once_by_the_log_s_own_times() -> None:

@@ -36,9 +36,9 @@ SnapCompare = Any
 
 
 def _app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, stall: int | None = None, hang: float = 180,
-         speed: float = 500, clock: FakeClock | None = None, probe_ready: bool = False) -> KvtuiApp:
+         speed: float = 500, clock: FakeClock | None = None, probe_ready: bool = False, extra: str = "") -> KvtuiApp:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    cfg = parse_config(_hosts(speed=speed, stall=stall, hang=hang), tmp_path / "hosts.toml")
+    cfg = parse_config(_hosts(speed=speed, stall=stall, hang=hang) + extra, tmp_path / "hosts.toml")
     if clock is not None:  # the units start at the clock's time (the boot then runs as the clock moves)
         for name in ("r1-a", "r1-b"):
             DemoBackend(name, cfg.host(name), clock=clock).read_unit()
@@ -126,6 +126,9 @@ async def test_the_pane_groups_16_gpus_by_node_and_merges_the_boot_and_log(
         assert "log · all nodes" in _text(app, "#dep-log-head")
         assert {t[:3] for t in _log(app)} == {"n0 ", "n1 "}
         assert pane.filter is None
+        # node 1's log ends at its graph capture (its ranks serve through node 0): up, never "stalled"
+        clock.advance(600.0)
+        assert pane.check_stalls() == ""
 
 
 async def test_search_the_merged_log_with_slash_n_and_n_within_the_node_filter(
@@ -257,6 +260,169 @@ async def test_a_stalled_node_is_named_with_what_its_host_says(tmp_path: Path,
         assert "NCCL_SOCKET_IFNAME" in notes
 
 
+async def test_the_stall_notice_names_each_node_that_made_no_progress(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per node, the console's stall detector (``[ui] stall_seconds``): node 1 never arrives (it
+    printed its arguments only), node 0 waits silently at distributed init; once the clock passed
+    the threshold the notice names both, worded by what each saw (silent here: the demo's SGLang
+    prints no wait line; a node printing wait lines: test_deployment_monitor)."""
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, stall=1, speed=100, clock=clock, extra="[ui]\nstall_seconds = 60\n")
+    clock.advance(5.0)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = _screen(app).pane
+        notice = pane.query_one("#dep-stall", Static)
+        # every line the nodes will print has reached the pane (not only their monitors' trackers)
+        await _until(pilot, lambda: any(ln.node == 0 and "Init torch distributed begin" in ln.text for ln in pane.lines)
+                     and any(ln.node == 1 and "server_args=" in ln.text for ln in pane.lines))
+        assert pane.check_stalls() == ""
+        assert not notice.display
+        clock.advance(30.0)  # below the threshold: still nothing
+        assert pane.check_stalls() == ""
+        clock.advance(210.0)
+        await _until(pilot, lambda: pane.stall_text.count("\n") == 1 and notice.display)
+        lines = _text(app, "#dep-stall").splitlines()
+        assert len(lines) == 2
+        assert lines[0].startswith("⏸ node 0 (r1-a): no progress for 4m")  # 240 s since its last line
+        assert lines[1].startswith("⏸ node 1 (r1-b): no progress for 4m")
+        assert all(ln.endswith("— no log line and no GPU-memory change") for ln in lines)
+        # a short terminal: every node silent, one line
+        await pilot.resize_terminal(80, 24)
+        await _until(pilot, lambda: pane.compact and len(_text(app, "#dep-stall").splitlines()) == 1)
+        line = _text(app, "#dep-stall")
+        assert line.startswith("⏸ no progress: node 0 (r1-a) 4m")
+        assert ", node 1 (r1-b) 4m" in line
+        assert line.endswith("— no log line and no GPU-memory change")
+
+
+async def _apply_fraction(pilot: Pilot[Any], app: KvtuiApp, fraction: float) -> None:
+    """``c``, the fraction typed in, ``a``, ``y``: the apply on every node, ended ready (exit 0)."""
+    screen = _screen(app)
+    pane = screen.pane
+    await pilot.press("c", *str(fraction), "enter", "escape")
+    await _until(pilot, lambda: pane.calculator.result is not None
+                 and pane.calculator.result["edits"] == {"mem_fraction_static": fraction})
+    await pilot.press("a")
+    await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    await pilot.press("y")
+    await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
+    assert screen.last_code == 0, pane.action_banner.detail
+
+
+def _stored(names: tuple[str, ...] = ("r1-a", "r1-b")) -> dict[str, list[str]]:
+    """Each node's stored boots' statuses (the history the console records), newest first."""
+    from kvtui.history import open_store
+
+    with open_store(readonly=True) as store:
+        return {n: [b.status for b in store.boots(n)] for n in names}
+
+
+async def test_history_and_diff_show_the_deployment_s_starts_node_by_node(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console records each node's boots (under its host name, as the host console does);
+    ``d`` opens the deployment's history on the newest start's diff against the last good start,
+    node by node; ``H`` lists one row per start with its nodes."""
+    from textual.widgets import DataTable
+
+    from kvtui.ui.deployment_history import DeploymentHistoryScreen
+
+    app = _app(tmp_path, monkeypatch)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app) and pane.calculator.result is not None)
+        await _apply_fraction(pilot, app, 0.85)
+        # both starts of both nodes are in the history (node 0 ready twice; node 1 prints nothing
+        # after its capture: its own boot stays "starting", the start is ready through node 0)
+        await _until(pilot, lambda: (got := _stored())["r1-a"] == ["ready", "ready"] and len(got["r1-b"]) == 2)
+        await pilot.press("d")
+        await _until(pilot, lambda: isinstance(app.screen, DeploymentHistoryScreen)
+                     and "compared with" in app.screen.detail_text)
+        hist = app.screen
+        assert isinstance(hist, DeploymentHistoryScreen)
+        assert [s.status.value for s in hist.starts] == ["ready", "ready"]
+        assert [s.nodes_text() for s in hist.starts] == ["n0 ready · n1 up",
+                                                         "n0 ready · n1 up, stopped"]
+        text = hist.detail_text
+        assert text.startswith(f"start {hist.starts[0].ids} compared with start {hist.starts[1].ids} (ready ← ready)")
+        assert "== node 0 (r1-a) ==" in text
+        assert "== node 1 (r1-b) ==" in text
+        assert text.count("changed  mem_fraction_static: 0.88 → 0.85") == 2
+        table = hist.query_one(DataTable)
+        assert table.row_count == 2
+        assert table.get_row_at(0)[4] == "n0 ready · n1 up"
+        # l: each node's log of the start under the cursor (from its spool)
+        await pilot.press("l")
+        assert "== node 1 (r1-b) ==" in hist.detail_text
+        assert "(last 60 lines)" in hist.detail_text
+        await pilot.press("escape")
+        await _until(pilot, lambda: app.screen is screen)
+        # H: the list; the older start's diff has nothing before it
+        await pilot.press("H")
+        await _until(pilot, lambda: isinstance(app.screen, DeploymentHistoryScreen) and app.screen.starts)
+        hist = app.screen
+        assert isinstance(hist, DeploymentHistoryScreen)
+        assert "2 starts of r1 remembered, 2 ready" in hist.detail_text
+        await pilot.press("down", "d")
+        assert "no start of r1 before it" in hist.detail_text
+
+
+async def test_p_shows_the_gpu_processes_of_the_node_the_log_shows(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``p`` (remapped here to ``P`` through ``[keymap]``: binding id ``processes``, as on the host
+    console) swaps the bars for the host console's process table of the node the log's filter shows
+    (all nodes: node 0); ``#`` moves it to node 1; ``g`` and ``p`` swap back."""
+    from kvtui.ui.widgets.gpu import ProcessTable
+
+    app = _app(tmp_path, monkeypatch, extra='[keymap]\nprocesses = "P"\n')
+    async with app.run_test(size=SIZE) as pilot:
+        screen = _screen(app)
+        pane = screen.pane
+        await _until(pilot, lambda: _ready(app) and all(len(b.samples) == 8 for b in screen.query(GpuBars)))
+        table = pane.query_one(ProcessTable)
+        asked: list[str] = []  # which node's host was asked for its processes (its real answer kept)
+        for n in screen.dm.nodes:
+            real = n.monitor.backend.gpu_processes
+
+            async def spy(real: Any = real, name: str = n.name) -> Any:
+                asked.append(name)
+                return await real()
+            monkeypatch.setattr(n.monitor.backend, "gpu_processes", spy)
+        await pilot.press("P")
+        assert pane.processes_shown
+        assert not screen.query_one("#dep-gpus").display
+        assert screen.query_one("#dep-procs").display
+        assert _text(app, "#dep-procs-head") == "GPU processes · node 0 · r1-a · #: another node · p: bars"
+
+        def rows() -> list[tuple[str, ...]]:
+            return [tuple(str(c) for c in table.get_row_at(i)) for i in range(table.row_count)]
+
+        await _until(pilot, lambda: pane.polled_processes >= 1 and table.row_count >= 8)
+        node0 = rows()
+        assert {r[0] for r in node0} == {str(i) for i in range(8)}  # node 0's eight GPUs
+        assert all(r[3] == "server" for r in node0)  # the demo's GPUs hold only its server's ranks
+        assert set(asked) == {"r1-a"}
+        polled = pane.polled_processes
+        await pilot.press("number_sign")  # the log shows node 0 alone
+        assert _text(app, "#dep-procs-head") == "GPU processes · node 0 · r1-a · p: bars"
+        await pilot.press("number_sign")  # the log shows node 1: so does the table
+        assert _text(app, "#dep-procs-head") == "GPU processes · node 1 · r1-b · p: bars"
+        asked.clear()
+        polled = pane.polled_processes
+        await _until(pilot, lambda: pane.polled_processes > polled and table.row_count >= 8)
+        assert set(asked) == {"r1-b"}  # node 1's host answers now (the demo's nodes reuse their PIDs)
+        assert {r[0] for r in rows()} == {str(i) for i in range(8)}
+        await pilot.press("g")  # the plot replaces the table
+        assert pane.plot_shown
+        assert not pane.processes_shown
+        await pilot.press("P")  # the table replaces the plot
+        assert pane.processes_shown
+        assert not pane.plot_shown
+        await pilot.press("P")  # the bars again
+        assert not pane.processes_shown
+        assert screen.query_one("#dep-gpus").display
+
+
 async def test_apply_restart_and_rollback_act_on_every_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     app = _app(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
@@ -265,14 +431,7 @@ async def test_apply_restart_and_rollback_act_on_every_node(tmp_path: Path, monk
         await _until(pilot, lambda: _ready(app) and pane.calculator.result is not None)
         assert all(get_flag(u, "unit", "mem-fraction-static") == "0.88" for u in _units(tmp_path))
         # a: the calculator's edit, planned on both nodes, one confirmation, both written, both restarted
-        await pilot.press("c", *"0.85", "enter", "escape")
-        await _until(pilot, lambda: pane.calculator.result is not None
-                     and pane.calculator.result["edits"] == {"mem_fraction_static": 0.85})
-        await pilot.press("a")
-        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-        await pilot.press("y")
-        await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
-        assert screen.last_code == 0, pane.action_banner.detail
+        await _apply_fraction(pilot, app, 0.85)
         assert pane.action_banner.headline == "apply on r1: ready on every node"
         assert all(get_flag(u, "unit", "mem-fraction-static") == "0.85" for u in _units(tmp_path))
         assert "every node's own argument dump carries the edits" in pane.action_banner.detail

@@ -123,6 +123,25 @@ class Stall:
             return f"no log line and no GPU-memory change for {took}"
         return f"stuck: {printed} in {took} — {self.kind.cause}"
 
+    def seen(self) -> str:
+        """What came meanwhile, in a few words: ``only wait lines: 'No available shared memory
+        broadcast block' 4×``, or ``no log line and no GPU-memory change`` (silent)."""
+        if self.kind is None or self.repeats <= 0:
+            return "no log line and no GPU-memory change"
+        return f"only wait lines: '{self.kind.quote}' {self.repeats}×"
+
+    def progress_text(self) -> str:
+        """The stall of one node of a deployment, by what it saw: ``no progress for 4m 00s — it
+        keeps printing 'No available shared memory broadcast block' (4×, nothing else): a rank has
+        not joined (multi-node) or is hung``, or ``no progress for 4m 00s — no log line and no
+        GPU-memory change``."""
+        took = fmt.duration(self.seconds)
+        if self.kind is None or self.repeats <= 0:
+            return f"no progress for {took} — no log line and no GPU-memory change"
+        who = self.kind.who or "it"
+        return (f"no progress for {took} — {who} keeps printing '{self.kind.quote}' ({self.repeats}×, nothing "
+                f"else): {self.kind.cause}")
+
 
 def _span(start: datetime | None, end: datetime | None) -> float | None:
     """Seconds from ``start`` to ``end``, two of a log's own times; None when either is missing or

@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from kvtui import fmt
 from kvtui.boot import BootStatus
-from kvtui.boot.stall import Stall, StallDetector
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, probe_nodes
+from kvtui.boot.stall import Stall
+from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, NodeStalls, probe_nodes
 from kvtui.engines.events import Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.hosts.backend import BackendError, ConnState, LogStart
 from kvtui.monitor import HostMonitor
 from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, diagnose_hang
-from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
+from kvtui.updates import ConnUpdate, MonitorUpdate
 
 if TYPE_CHECKING:
     from kvtui.config import Config, DeploymentConfig
@@ -79,7 +79,7 @@ class DeploymentWaiter:
     probing: bool = False
     dep: DeploymentBoot | None = None
     # per node (by name) the console's stall detector, on the hosts' clock (``now``)
-    stalls: dict[str, StallDetector] = field(default_factory=dict)
+    stalls: NodeStalls = field(default_factory=NodeStalls)
     stall_notice_s: float = 120.0
     stall_timeout: float | None = None
     now: Callable[[], float] = time.time
@@ -114,26 +114,11 @@ class DeploymentWaiter:
     # -- stall ---------------------------------------------------------------------------------
 
     def _feed_stall(self, node: DeploymentNode, updates: Sequence[MonitorUpdate]) -> None:
-        det = self.stalls.get(node.name)
-        if det is None:
-            det = self.stalls[node.name] = StallDetector(0.0)
-        now = self.now()
-        if any(isinstance(u, BootState) and u.new_boot for u in updates):
-            det.reset(now)
-        for u in updates:
-            if isinstance(u, LogBatch):
-                det.feed(list(columns(u.parts)), now)
-            elif isinstance(u, GpuUpdate):
-                det.gpu(u.samples, now)
+        self.stalls.feed(node.name, updates, self.now())
 
     def node_stalls(self, dep: DeploymentBoot, threshold: float) -> list[tuple[NodeBoot, Stall | None]]:
         """Each node with its stall once ``threshold`` seconds passed without progress on it."""
-        now = self.now()
-        out: list[tuple[NodeBoot, Stall | None]] = []
-        for nb in dep.nodes:
-            det = self.stalls.get(nb.name)
-            out.append((nb, det.stall(nb.boot, now, threshold) if det is not None else None))
-        return out
+        return self.stalls.stalls(dep, self.now(), threshold)
 
     def check_stall(self, dep: DeploymentBoot | None = None) -> None:
         """``--stall-timeout``: no node made progress for that long (every node still starting is

@@ -13,12 +13,15 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Model, Phase
 from kvtui.history import record as rec
+
+if TYPE_CHECKING:
+    from kvtui.boot.stall import Stall
 
 SLOW_FACTOR: Final = 3.0
 CAPTURE_FLAGS: Final = ("cuda_graph_max_bs", "cuda_graph_bs", "disable_cuda_graph", "max_running_requests",
@@ -80,21 +83,30 @@ def slow_text(ratio: float, boots: int) -> str:
     return f"slower than usual: {ratio:.1f}× the median of {boots} boot{'s' if boots != 1 else ''}"
 
 
-def slow_reason(eta: BootEta | None, silent_s: float | None = None) -> str | None:
+def slow_reason(eta: BootEta | None, silent: float | Stall | None = None) -> str | None:
     """Why the running boot is slower than usual, when it is: its phase past ``SLOW_FACTOR`` × the
-    median, or the stall detector's silence (``silent_s``: no log line and no GPU-memory change for
-    that long) in a phase whose past boots are known — ``slower than usual: silent for 5:00 in
-    graph_capture, which takes ~1:05 (median of 6 boots)``. None: nothing to say (no history)."""
+    median, or the stall detector's stall (``silent``: a ``kvtui.boot.stall.Stall``, or the seconds
+    without progress) in a phase whose past boots are known, worded by what the detector saw —
+    ``slower than usual: silent for 5:00 in graph_capture, which takes ~1:05 (median of 6 boots)``
+    when no line and no GPU-memory change came, ``slower than usual: no progress for 5:00 in
+    init (only wait lines: 'No available shared memory broadcast block' 5×), which takes ~0:40
+    (median of 6 boots)`` when the engine printed only its wait lines. None: nothing to say (no
+    history)."""
     if eta is None or eta.current is None:
         return None
     c = eta.current
     ratio = eta.slow
     if ratio is not None:
         return slow_text(ratio, c.boots)
-    if silent_s is None:
+    if silent is None:
         return None
     boots = f"median of {c.boots} boot{'s' if c.boots != 1 else ''}"
-    return f"slower than usual: silent for {clock(silent_s)} in {eta.phase}, which takes ~{clock(c.median)} ({boots})"
+    usual = f"which takes ~{clock(c.median)} ({boots})"
+    if isinstance(silent, (int, float)):
+        return f"slower than usual: silent for {clock(silent)} in {eta.phase}, {usual}"
+    if silent.kind is None or silent.repeats <= 0:
+        return f"slower than usual: silent for {clock(silent.seconds)} in {eta.phase}, {usual}"
+    return f"slower than usual: no progress for {clock(silent.seconds)} in {eta.phase} ({silent.seen()}), {usual}"
 
 
 def heartbeat_eta(history: Sequence[Mapping[str, Any]], host: str,

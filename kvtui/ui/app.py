@@ -810,7 +810,7 @@ class KvtuiApp(App[int]):
 
             return DeploymentScreen(self.deployment, backend_factory=self._backend_factory, clock=self.clock,
                                     calc=self.config.calc, readonly=self.readonly,
-                                    pass_clock=self.clock is not time.time)
+                                    pass_clock=self.clock is not time.time, history=self.config.history)
         return MainScreen(
             self.specs,
             backend_factory=self._backend_factory,

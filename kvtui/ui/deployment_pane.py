@@ -26,6 +26,7 @@ Log lines are batched: the monitors' sink only queues them; a timer (``REFRESH_S
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -38,12 +39,16 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import RichLog, Static
 
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, probe_nodes
+from kvtui.config import DEFAULT_STALL_SECONDS
+from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, NodeStalls, probe_nodes
+from kvtui.fmt import duration as fmt_duration
+from kvtui.gpu import GpuProcess
+from kvtui.hosts.backend import BackendError
 from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, NodeObservation, node_state
 from kvtui.ui.widgets.action import ActionBanner
 from kvtui.ui.widgets.boot import BootFigures, PhaseTimeline
 from kvtui.ui.widgets.calculator import CalculatorPanel
-from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot, boot_origin, phase_bands
+from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot, ProcessTable, boot_origin, phase_bands
 from kvtui.ui.widgets.log_panel import FindBar
 from kvtui.ui.widgets.log_view import TextQuery
 from kvtui.updates import GpuUpdate, LogBatch, MonitorUpdate
@@ -54,6 +59,8 @@ if TYPE_CHECKING:
 REFRESH_S = 0.25  # how often queued log lines and the merged boot reach the screen
 LOG_KEEP = 5000  # merged log lines kept for re-filtering (bounded)
 PROBE_EVERY_S = 15.0  # how often each node's unit/pod state and environment are asked for
+PROCESSES_EVERY_S = 2.0  # how often the shown node's GPU processes are asked for while ``p`` shows them
+STALL_EVERY_S = 1.0  # how often the nodes' stall detectors are asked (a silent node sends nothing)
 
 
 class CalcColumn(Vertical):
@@ -78,21 +85,30 @@ class DeploymentPane(Vertical):
     DeploymentPane.-plot #dep-gpus { display: none; }
     DeploymentPane #dep-plots GpuHistoryPlot { display: none; min-height: 4; }
     DeploymentPane #dep-plots GpuHistoryPlot.-shown { display: block; }
+    DeploymentPane #dep-procs { display: none; width: 1fr; height: 10; }
+    DeploymentPane.-procs #dep-procs { display: block; }
+    DeploymentPane.-procs #dep-gpus { display: none; }
+    DeploymentPane.-procs #dep-plots { display: none; }
     DeploymentPane #dep-calc { width: 46; height: auto; max-height: 14; border: round $panel-lighten-2;
                                border-title-color: $text-muted; }
     DeploymentPane #dep-boot { height: auto; }
     DeploymentPane #dep-boot > * { width: 1fr; }
     DeploymentPane #dep-notes { height: auto; max-height: 8; padding: 0 1; }
+    DeploymentPane #dep-stall { display: none; height: auto; max-height: 4; padding: 0 1;
+                                background: $warning-muted; border-left: thick $warning; }
+    DeploymentPane #dep-stall.-stalled { display: block; }
     DeploymentPane #dep-log-head { height: 1; padding: 0 1; background: $boost; }
     DeploymentPane #dep-log { height: 1fr; min-height: 3; }
     DeploymentPane FindBar { dock: none; }
     Screen.-narrow DeploymentPane #dep-calc { display: none; }
     Screen.-narrow DeploymentPane #dep-calc.-maximized { display: block; }
     Screen.-short DeploymentPane #dep-notes { max-height: 3; }
+    Screen.-short DeploymentPane #dep-stall { text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, dm: DeploymentMonitor, *, clock: Callable[[], float] = time.time,
-                 graph_margin_gib: float | None = None, readonly: bool = False) -> None:
+                 graph_margin_gib: float | None = None, readonly: bool = False,
+                 stall_seconds: float = DEFAULT_STALL_SECONDS) -> None:
         super().__init__(id="deployment")
         self.dm = dm
         self.clock = clock
@@ -112,6 +128,11 @@ class DeploymentPane(Vertical):
         self.search: TextQuery | None = None  # ``/``: the merged log's search
         self.match: _Line | None = None  # the match ``n``/``N`` went to (one of ``shown``)
         self.search_note = ""  # what the last search step found ("match 2 of 5", "no older match …")
+        self.stalls = NodeStalls()  # per node: no progress for a while ([ui] stall_seconds)
+        self.stall_seconds = stall_seconds
+        self.stall_text = ""  # what the stall notice says (empty: hidden)
+        self.compact = False  # a short terminal (``set_compact``)
+        self.polled_processes = 0  # process tables filled from the node's host (tests)
 
     def compose(self) -> ComposeResult:
         yield Static(id="dep-nodes")
@@ -126,6 +147,9 @@ class DeploymentPane(Vertical):
                 yield GpuHistoryPlot(id="plot-all")
                 for n in self.dm.nodes:
                     yield GpuHistoryPlot(id=f"plot-{n.index}")
+            with Vertical(id="dep-procs"):
+                yield Static(id="dep-procs-head", classes="node-head")
+                yield ProcessTable(id="dep-proc-table", classes="-shown")
             with CalcColumn(id="dep-calc") as calc:
                 calc.border_title = "Calculator · all ranks"
                 yield CalculatorPanel(graph_margin_gib=self.graph_margin_gib)
@@ -133,6 +157,7 @@ class DeploymentPane(Vertical):
             yield PhaseTimeline(id="dep-timeline")
             yield BootFigures(id="dep-figures")
         yield ActionBanner()
+        yield Static(id="dep-stall")
         yield Static(id="dep-notes")
         yield Static(id="dep-log-head")
         yield RichLog(id="dep-log", max_lines=LOG_KEEP, wrap=False, markup=False)
@@ -141,6 +166,7 @@ class DeploymentPane(Vertical):
     def on_mount(self) -> None:
         self.set_interval(REFRESH_S, self.refresh_now)
         self.set_interval(PROBE_EVERY_S, self.probe)
+        self.set_interval(STALL_EVERY_S, self.check_stalls)
         self.refresh_now()
         self._show_plot()
         self.call_after_refresh(self.probe)
@@ -154,14 +180,20 @@ class DeploymentPane(Vertical):
         return self.query_one(ActionBanner)
 
     def set_compact(self, compact: bool) -> None:
-        """A short terminal: the timeline and the figures say it in a few lines."""
+        """A short terminal: the timeline and the figures say it in a few lines (and the stall
+        notice of several silent nodes in one)."""
+        was, self.compact = self.compact, compact
         self.query_one(PhaseTimeline).set_compact(compact)
         self.query_one(BootFigures).set_compact(compact)
+        if was != compact and self.stall_text:
+            self.stall_text = ""  # redrawn in the new form
+            self.check_stalls()
 
     # -- from the monitors ------------------------------------------------------------------------
 
     def on_updates(self, node: DeploymentNode, updates: Sequence[MonitorUpdate], dep: DeploymentBoot | None) -> None:
         """The deployment monitor's sink: queue, the timer draws."""
+        self.stalls.feed(node.name, updates, self.clock())
         for u in updates:
             if isinstance(u, LogBatch):
                 self._pending.extend(_Line(_stamp(ln.ts), node.index, ln.seq, ln.text, ln.style) for ln in u.lines)
@@ -191,9 +223,74 @@ class DeploymentPane(Vertical):
 
     def toggle_plot(self) -> bool:
         """``g``: the GPU bars, or the plot of what the log's node filter shows."""
+        if self.processes_shown:
+            self.toggle_processes()
         self.set_class(not self.plot_shown, "-plot")
         self._show_plot()
         return self.plot_shown
+
+    # -- the GPU processes of a node (``p``) ------------------------------------------------------
+
+    @property
+    def processes_shown(self) -> bool:
+        return self.has_class("-procs")
+
+    def processes_node(self) -> DeploymentNode:
+        """The node whose processes ``p`` shows: the node the log's filter shows, else node 0."""
+        return self.dm.nodes[self.filter if self.filter is not None else 0]
+
+    def toggle_processes(self) -> bool:
+        """``p``: in place of the bars (or the plot), the host console's process table — per-process
+        GPU memory on the shown node's GPUs, the server's own processes marked — of the node the
+        log's filter shows (all nodes shown: node 0; ``#`` picks another), asked every
+        ``PROCESSES_EVERY_S`` while shown."""
+        shown = not self.processes_shown
+        if shown and self.plot_shown:
+            self.set_class(False, "-plot")
+            self._show_plot()
+        self.set_class(shown, "-procs")
+        if shown:
+            self._processes_shown_node()
+        else:
+            self.workers.cancel_group(self, "dep-processes")
+        return shown
+
+    def _processes_shown_node(self) -> None:
+        node = self.processes_node()
+        other = "" if self.filter is not None else " · #: another node"
+        self.query_one("#dep-procs-head", Static).update(
+            Text(f"GPU processes · {self.node_label(node.index)}{other} · p: bars"))
+        self.query_one(ProcessTable).show(self._known_processes(node), set())
+        self.poll_processes()
+
+    def _known_processes(self, node: DeploymentNode) -> list[GpuProcess]:
+        """The processes the node's last GPU reading listed (shown before the first poll answers)."""
+        g = self._gpus.get(node.index)
+        out: list[GpuProcess] = []
+        for s in g.samples if g is not None else ():
+            out.extend(p if p.gpu_index is not None else GpuProcess(p.pid, p.used_mib, s.index, p.gpu_uuid, p.name)
+                       for p in s.processes)
+        return out
+
+    @work(exclusive=True, group="dep-processes", exit_on_error=False, description="deployment GPU processes")
+    async def poll_processes(self) -> None:
+        while self.processes_shown:
+            node = self.processes_node()
+            backend = node.monitor.backend
+            try:
+                processes = await backend.gpu_processes()
+                pids = await backend.server_pids()
+            except (BackendError, OSError) as exc:
+                self.notify(str(exc), title=f"GPU processes · {node.name}", severity="warning")
+                return
+            if node is not self.processes_node() or not self.processes_shown:
+                continue  # the filter moved on meanwhile: ask the node shown now
+            g = self._gpus.get(node.index)
+            gpus = {s.index for s in g.samples} if g is not None else set()
+            self.query_one(ProcessTable).show(
+                [p for p in processes if p.gpu_index is None or not gpus or p.gpu_index in gpus], pids)
+            self.polled_processes += 1
+            await asyncio.sleep(PROCESSES_EVERY_S)
 
     def shown_plot(self) -> GpuHistoryPlot:
         """The plot of the node the filter shows, or of all nodes."""
@@ -226,6 +323,35 @@ class DeploymentPane(Vertical):
             if node is not None:
                 self.query_one(f"#plot-{node.index}", GpuHistoryPlot).set_bands(
                     phase_bands([nb.boot] if nb.boot else []), boot_origin(nb.boot))
+
+    def check_stalls(self) -> str:
+        """The stall notice: each node still starting that made no progress (a line that is not a
+        known wait line, its GPU memory moving) for ``stall_seconds`` — ``node 1 (r1-b): no progress
+        for 4m 00s — it keeps printing '…' (4×, nothing else): …``; hidden when none is. Returns
+        what it says."""
+        dep = self.dm.dep
+        stalled = [] if dep is None else [(nb, st) for nb, st in self.stalls.stalls(dep, self.clock(),
+                                                                                    self.stall_seconds)
+                                          if st is not None]
+        text = "\n".join(f"{nb.label()}: {st.progress_text()}" for nb, st in stalled)
+        if text != self.stall_text and self.is_mounted:
+            self.stall_text = text
+            notice = self.query_one("#dep-stall", Static)
+            notice.set_class(bool(text), "-stalled")
+            out = Text()
+            if self.compact and len(stalled) > 1 and all(st.kind is None for _, st in stalled):
+                # a short terminal, every node silent: one line
+                out.append("⏸ no progress: ", style="bold")
+                out.append(", ".join(f"{nb.label()} {fmt_duration(st.seconds)}" for nb, st in stalled))
+                out.append(f" — {stalled[0][1].seen()}")
+            for i, (nb, st) in enumerate(stalled if not out else ()):
+                if i:
+                    out.append("\n")
+                out.append("⏸ ", style="bold")
+                out.append(f"{nb.label()}", style="bold")
+                out.append(f": {st.progress_text()}")
+            notice.update(out)
+        return text
 
     @property
     def up_to_date(self) -> bool:
@@ -419,6 +545,8 @@ class DeploymentPane(Vertical):
             self.search_note = self._count_note()
         self.query_one("#dep-log-head", Static).update(self._log_head())
         self._show_plot()  # the plot follows the filter
+        if self.processes_shown:
+            self._processes_shown_node()  # and so does the process table
 
     def rewrite_log(self) -> None:
         """The log rewritten from the lines kept, in time order (the nodes' batches arrive in any

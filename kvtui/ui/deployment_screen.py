@@ -35,7 +35,7 @@ from kvtui.ui.widgets.calculator import CalculatorPanel
 
 if TYPE_CHECKING:
     from kvtui import flags as fl
-    from kvtui.config import CalcConfig, HostConfig
+    from kvtui.config import CalcConfig, HistoryConfig, HostConfig
     from kvtui.deployment_changes import NodeSide
     from kvtui.hosts.backend import HostBackend
     from kvtui.nodes import DeploymentBoot
@@ -57,6 +57,8 @@ DEPLOYMENT_BINDINGS: list[BindingType] = [
             tooltip="the log of all nodes, node 0, node 1, … (a search stays)"),
     Binding("g", "gpu_plot", "GPU plot", show=False, id="gpu.plot",
             tooltip="GPU memory over time of the node the log shows (all nodes: their sum), or the bars"),
+    Binding("p", "processes", "Processes", show=False, id="processes",
+            tooltip="per-process GPU memory on the node the log shows (all nodes: node 0), or the bars"),
     Binding("c", "calculator", "Calculator", id="calculator", priority=True,
             tooltip="edit flags, see the next boot's KV pool (every rank of every node)"),
     Binding("x", "explain", "Explain", id="explain", tooltip="how the prediction is computed"),
@@ -65,6 +67,10 @@ DEPLOYMENT_BINDINGS: list[BindingType] = [
     Binding("R", "restart", "Restart", id="restart", tooltip="restart every node, node 0 first (asks first)"),
     Binding("u", "rollback", "Rollback", show=False, id="rollback",
             tooltip="restore every node's newest backup and restart (asks first)"),
+    Binding("H", "history", "History", show=False, id="history",
+            tooltip="the deployment's remembered starts, one row per start with its nodes; pick two to diff"),
+    Binding("d", "history(True)", "What changed", show=False, id="diff",
+            tooltip="what changed, node by node, since the last good start of the deployment"),
     Binding("escape", "escape", "Leave field", show=False, id="escape"),
     Binding("T", "next_theme", "Next theme", show=False, id="theme.next", tooltip="cycle kvtui's colour themes"),
 ]
@@ -91,9 +97,13 @@ class DeploymentScreen(Screen[None]):
     SHORT_BELOW = 30
 
     def __init__(self, spec: DeploymentSpec, *, backend_factory: BackendFactory, clock: Callable[[], float],
-                 calc: CalcConfig, readonly: bool = False, pass_clock: bool = False) -> None:
-        """``pass_clock``: the backends are made with the console's clock (tests freeze it)."""
+                 calc: CalcConfig, readonly: bool = False, pass_clock: bool = False,
+                 history: HistoryConfig | None = None) -> None:
+        """``pass_clock``: the backends are made with the console's clock (tests freeze it);
+        ``history``: ``[history]`` (each node's boots are recorded under its host name, as the host
+        console records its host's, unless ``record = false``)."""
         super().__init__(id="deployment-screen")
+        from kvtui.history import recorder_for
         from kvtui.monitor import HostMonitor
 
         self.spec = spec
@@ -105,7 +115,7 @@ class DeploymentScreen(Screen[None]):
             backend = (backend_factory(node_name, host, clock=clock) if pass_clock
                        else backend_factory(node_name, host))
             monitor = HostMonitor(node_name, backend, host=host, start=LogStart.CURRENT_BOOT, log_window=LOG_KEEP,
-                                  clock=clock)
+                                  clock=clock, history=recorder_for(node_name, history))
             dnodes.append(DeploymentNode(node_name, host, monitor))
         self.dm = DeploymentMonitor(spec.name, dnodes, bound_s=spec.hang_seconds)
         self.last_code: int | None = None  # the last change's exit code (tests)
@@ -120,8 +130,12 @@ class DeploymentScreen(Screen[None]):
         return self.query_one(DeploymentPane)
 
     def compose(self) -> ComposeResult:
+        from kvtui.config import DEFAULT_STALL_SECONDS
+
+        ui = getattr(getattr(self.app, "config", None), "ui", None)
         yield DeploymentPane(self.dm, clock=self.clock, graph_margin_gib=self.calc_config.graph_margin_gib,
-                             readonly=self.readonly)
+                             readonly=self.readonly,
+                             stall_seconds=getattr(ui, "stall_seconds", DEFAULT_STALL_SECONDS))
         yield KeysFooter()
 
     def on_mount(self) -> None:
@@ -144,7 +158,8 @@ class DeploymentScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if self.app.screen is self and self.typing() and action in ("calculator", "node_filter", "apply", "restart",
                                                                      "rollback", "explain", "quit", "help",
-                                                                     "next_theme", "search", "find", "gpu_plot"):
+                                                                     "next_theme", "search", "find", "gpu_plot",
+                                                                     "history", "processes"):
             return False  # typed into the flag being edited
         if action in CHANGES and self.readonly:
             return False
@@ -191,6 +206,9 @@ class DeploymentScreen(Screen[None]):
     def action_gpu_plot(self) -> None:
         self.pane.toggle_plot()
 
+    def action_processes(self) -> None:
+        self.pane.toggle_processes()
+
     def action_search(self) -> None:
         self.pane.open_search()
 
@@ -199,6 +217,14 @@ class DeploymentScreen(Screen[None]):
             self.notify("nothing to repeat: search with / first", severity="warning", timeout=3)
             return
         self.pane.find(forward)
+
+    def action_history(self, diff: bool = False) -> None:
+        """``H``: the deployment's remembered starts (each node's stored boots grouped by start);
+        ``d``: opened on the newest start's diff, node by node, against the last good one."""
+        from kvtui.ui.deployment_history import DeploymentHistoryScreen
+
+        self.app.push_screen(DeploymentHistoryScreen(self.spec.name, [n.name for n in self.dm.nodes],
+                                                     diff_newest=diff))
 
     def action_next_theme(self) -> None:
         app = self.app

@@ -613,7 +613,7 @@ class HostPane(HostChanges, Vertical):
             subtitle = f"{label} {fmt.duration(total)}"
             if eta is not None and eta.remaining is not None:
                 subtitle += f" · ready in ~{eta_clock(eta.remaining)}"
-            slow = slow_reason(eta, self.stall.check(boot, now))  # past 3× the median, or silent
+            slow = slow_reason(eta, self.stall.stall(boot, now))  # past 3× the median, or no progress
             if slow is not None:
                 subtitle += f" · {slow}"
             panel = self._boot_panel

@@ -1,0 +1,129 @@
+"""The deployment console's history view (``H``; ``d`` opens it on the newest start's diff): the
+deployment's remembered starts (``kvtui.history.deployment``: each node's stored boots grouped by
+start), newest first, one row per start with its nodes. ``space`` marks a start, ``d`` shows what
+changed node by node between the marked start (else the last ready start before it, else the one
+just before) and the start under the cursor, ``l`` the end of each node's log of that start,
+``esc`` closes. The host console's ``HistoryScreen`` with other rows; it never writes the history."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from textual import work
+from textual.widgets import DataTable, Static
+
+from kvtui.history.deployment import DeploymentStart, deployment_starts, previous_good, render_diff
+from kvtui.history.record import spool_segment
+from kvtui.ui import formatting as fmt
+from kvtui.ui.history_screen import HistoryScreen, tail_text
+
+NODE_LOG_LINES = 60  # ``l``: the last lines of each node's log of the start
+
+
+class DeploymentHistoryScreen(HistoryScreen):
+    """See the module doc."""
+
+    def __init__(self, name: str, nodes: Sequence[str], *, diff_newest: bool = False) -> None:
+        super().__init__(name, diff_newest=diff_newest)
+        self.nodes = list(nodes)
+        self.starts: list[DeploymentStart] = []
+        self.marked_start: str | None = None
+
+    def on_mount(self) -> None:
+        self.query_one("#history-title", Static).update(
+            f"{self.host}: starts remembered ({len(self.nodes)} nodes: {', '.join(self.nodes)})")
+        super().on_mount()
+
+    @work(exclusive=True, group="history-load", exit_on_error=False)
+    async def load(self) -> None:
+        from kvtui.history import HistoryError, open_store
+
+        def read() -> tuple[list[DeploymentStart], str | None]:
+            with open_store(readonly=True) as store:
+                try:
+                    per_node = [store.boots(n, limit=200) for n in self.nodes]
+                except HistoryError as exc:
+                    return [], str(exc)
+                return deployment_starts(self.nodes, per_node), store.problem
+
+        self.starts, self.problem = await asyncio.to_thread(read)
+        self.rows = list(self.starts)
+        self._fill()
+
+    def _fill(self) -> None:
+        from kvtui.history import record as rec
+
+        table = self.query_one(DataTable)
+        table.clear(columns=True)
+        table.add_columns("", "boots", "started", "outcome", "nodes", "tokens", "to ready", "fraction")
+        for s in self.starts:
+            head: dict[str, Any] = dict(s.head() or {})
+            boot = s.merged.boot
+            frac = rec.fraction_of(head)
+            tokens = boot.metrics.max_total_num_tokens
+            is_ready = boot.status.value == "ready"
+            table.add_row("*" if s.key == self.marked_start else "", s.ids,
+                          str(head.get("started_at") or "")[:19].replace("T", " "), boot.status.value,
+                          s.nodes_text(), fmt.tokens(tokens), fmt.duration(rec.seconds_of(head)) if is_ready else "—",
+                          f"{frac:g}" if frac is not None else "—", key=s.key)
+        if not self.starts:
+            self._show(self.problem or f"no boot of {self.host}'s nodes ({', '.join(self.nodes)}) in the history yet")
+            return
+        ready = sum(1 for s in self.starts if s.status.value == "ready")
+        self._show(f"{len(self.starts)} start{'s' if len(self.starts) != 1 else ''} of {self.host} remembered, "
+                   f"{ready} ready; d: what changed, node by node" + ("\n" + self.problem if self.problem else ""))
+        if self.diff_newest:
+            self.diff_newest = False
+            self.action_diff()
+
+    def _start(self) -> DeploymentStart | None:
+        if not self.starts:
+            return None
+        i = min(max(self.query_one(DataTable).cursor_row, 0), len(self.starts) - 1)
+        return self.starts[i]
+
+    def action_mark(self) -> None:
+        cur = self._start()
+        if cur is None:
+            return
+        self.marked_start = None if self.marked_start == cur.key else cur.key
+        table = self.query_one(DataTable)
+        for s in self.starts:
+            table.update_cell(s.key, table.ordered_columns[0].key, "*" if s.key == self.marked_start else "")
+
+    def action_diff(self) -> None:
+        cur = self._start()
+        if cur is None:
+            return
+        base = next((s for s in self.starts if s.key == self.marked_start), None) if self.marked_start != cur.key \
+            else None
+        if base is None:
+            base = previous_good(self.starts, cur)
+            if base is None:
+                self._show(f"start {cur.ids}: no start of {self.host} before it; mark one with space")
+                return
+        self._show("\n".join(render_diff(base, cur)))
+
+    def action_log(self) -> None:
+        cur = self._start()
+        if cur is None:
+            return
+        out: list[str] = []
+        for i, (name, m) in enumerate(zip(cur.nodes, cur.members, strict=True)):
+            out.append(f"== node {i} ({name}) ==")
+            path = spool_segment(m.doc.get("spool")) if m is not None else None
+            if m is None:
+                out.append("  no boot of this start")
+            elif path is None:
+                out.append(f"  #{m.id}: its log is not in the spool (pruned since)")
+            else:
+                try:
+                    out.append(f"{path} (last {NODE_LOG_LINES} lines)\n{tail_text(path, NODE_LOG_LINES)}")
+                except OSError as exc:
+                    out.append(f"  {path}: cannot read: {exc.strerror or exc}")
+        self._show("\n".join(out))
+
+
+__all__ = ["DeploymentHistoryScreen"]
