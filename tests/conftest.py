@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import gc
 import html
 import pickle
 import re
@@ -75,12 +76,36 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):
+        _collect_before_finishing()  # the controller has every report too: it keeps the times
+        return
     cache = getattr(session.config, "cache", None)
-    if cache is None or hasattr(session.config, "workerinput") or not _RUN_SECONDS:
-        return  # a worker: the controller has every report too
+    if cache is None or not _RUN_SECONDS:
+        return
     seconds = cache.get(DURATIONS_KEY, {}) or {}
     seconds.update({module: round(t, 2) for module, t in _RUN_SECONDS.items()})
     cache.set(DURATIONS_KEY, seconds)
+
+
+# ---- a worker collects its garbage before it says it has finished ------------------------------
+# Once a worker has sent "workerfinished" (after its pytest_sessionfinish), the controller ends it
+# and execnet gives the worker's remaining work 5 s, then sends the worker a SIGINT
+# (execnet/gateway_base.py, WorkerGateway._terminate_execution). That remaining work is pytest's
+# unraisable-exception cleanup: five full gc.collect() passes over the worker's whole heap (~0.5 s
+# of CPU each after a module of console tests; 1.7 s of wall time each at load 12). The SIGINT
+# landed in hypothesis' gc callback and came out as a PytestUnraisableExceptionWarning
+# (KeyboardInterrupt) in a CI log; traced with EXECNET_DEBUG=1: "execution ongoing after 5 secs
+# ... sending ourselves a SIGINT" for both workers of a three-module run at load 9. So the worker
+# collects here, before it reports (the controller waits for that without a limit; garbage whose
+# finalizer fails is still reported by pytest's cleanup), then freezes what is left, so the five
+# passes after it only walk what was made since.
+
+
+def _collect_before_finishing(passes: int = 5) -> None:
+    for _ in range(passes):
+        if not gc.collect():
+            break
+    gc.freeze()
 
 
 # ---- a failed snapshot says which cells changed, in the test's own report -------------------------

@@ -86,6 +86,30 @@ async def until_text(buf: io.StringIO, text: str, timeout: float = 60.0) -> None
         await asyncio.sleep(0.02)
 
 
+def watch_readings(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int | str | None, bool]]:
+    """Every (pid, alive) reading the backends' pid watches take from now on (the real
+    ``PidWatch.observe``, recorded on its way through)."""
+    from kvtui.liveness import PidWatch
+
+    readings: list[tuple[int | str | None, bool]] = []
+    observe = PidWatch.observe
+
+    def recorded(self: PidWatch, key: int | str | None, alive: bool, *, fresh: bool = False) -> object:
+        readings.append((key, alive))
+        return observe(self, key, alive, fresh=fresh)
+
+    monkeypatch.setattr(PidWatch, "observe", recorded)
+    return readings
+
+
+async def until_true(cond: Callable[[], bool], what: str, timeout: float = 60.0, *,
+                     said: Callable[[], str] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"never saw {what}: {said() if said else ''}"
+        await asyncio.sleep(0.02)
+
+
 def assert_crash(code: int, out: str, err: str, took: float, backend: str) -> None:
     assert code == 1, err
     assert "failed" in err
@@ -292,9 +316,11 @@ async def test_ssh_script_host_next_boot_killed(tmp_path: Path, sshd: SshdInstan
 
 @pytest.mark.sshd
 @requires_sshd
-async def test_ssh_next_boot_when_the_restart_beat_the_follow(tmp_path: Path, sshd: SshdInstance) -> None:
+async def test_ssh_next_boot_when_the_restart_beat_the_follow(tmp_path: Path, sshd: SshdInstance,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """``wait --next`` issued right after the restart (the new server is already running when the
     follower's first reading comes in): it is younger than the follow, so it is the one watched."""
+    readings = watch_readings(monkeypatch)
     start, stop, log, pid = script_server(tmp_path / "srv")
     hosts = ssh_hosts(tmp_path, sshd, log_file=str(log), start_command=start, stop_command=stop)
     await asyncio.to_thread(subprocess.run, start, shell=True, check=True)  # the server starts, then the wait
@@ -303,8 +329,12 @@ async def test_ssh_next_boot_when_the_restart_beat_the_follow(tmp_path: Path, ss
     task = asyncio.create_task(wait_for_boot(args, stdout=io.StringIO(), stderr=err))
     await until_text(err, "following the next boot")
     await followers_read(log, task=task, said=err.getvalue)  # tail follows: the pid watch started just before it
-    # the server is younger than the wait, so it is the one watched whether the watch's first
-    # reading saw it alive or already dead (the kill came first): either way its death is reported
+    # the kill must come after the watch's first reading saw the server alive (killed before it,
+    # the server is a dead pid of unknown age: the old one, not an exit): a fixed 1.5 s here was
+    # a guess at how long the reading takes over SSH, short on a loaded machine
+    server = int(pid.read_text())
+    await until_true(lambda: (server, True) in readings, "the pid watch's first reading of the live server",
+                     said=err.getvalue)
     kill9(pid)
     t_kill = time.monotonic()
     assert await task == 1, err.getvalue()

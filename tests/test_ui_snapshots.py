@@ -78,6 +78,29 @@ async def _finish(pilot: Pilot[Any], app: KvtuiApp) -> None:
     app.main_screen.refresh_bindings()
     await pilot.pause()
     await pilot.pause()
+    await _screen_settled(pilot, app)
+
+
+async def _screen_settled(pilot: Pilot[Any], app: KvtuiApp, *, timeout: float = 30.0) -> None:
+    """Wait until the picture stops changing: two screenshots a pause apart are the same. On a
+    frozen clock every state has settled here; what may still be on its way is Textual's own work
+    (a layout after a widget changed size, a recompose, a repaint after a refresh), which a loaded
+    machine makes later, never different. Fails, naming the rows, if it keeps changing."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    before = app.export_screenshot()
+    while True:
+        await pilot.pause()
+        now = app.export_screenshot()
+        if now == before:
+            return
+        if loop.time() > deadline:
+            from conftest import snapshot_text_diff
+
+            raise AssertionError(f"the screen kept changing for {timeout:.0f} s:\n{snapshot_text_diff(before, now)}")
+        before = now
 
 
 def _booting(
