@@ -137,12 +137,14 @@ def restart_record(plan: ApplyPlan, outcome: ApplyOutcome) -> dict[str, object]:
     }
 
 
-def record_restart(plan: ApplyPlan, outcome: ApplyOutcome, config: HistoryConfig | None = None) -> str | None:
+def record_restart(plan: ApplyPlan, outcome: ApplyOutcome, config: HistoryConfig | None = None, *,
+                   restarted: bool = False) -> str | None:
     """Record the boot an ``apply``/``rollback --restart`` followed, with its ``restart`` part;
-    the problem when it could not be (said, never raised), None when recorded or nothing to record."""
+    the problem when it could not be (said, never raised), None when recorded or nothing to record.
+    ``restarted``: the caller restarted it (a deployment's node: its plan has no restart of its own)."""
     from kvtui.history import Limits, record_boot
 
-    if not plan.restart or outcome.boot is None or (config is not None and not config.record):
+    if not (plan.restart or restarted) or outcome.boot is None or (config is not None and not config.record):
         return None
     limits = Limits(config.max_age_days, config.max_boots_per_host) if config is not None else None
     return record_boot(plan.name, outcome.boot, restart=restart_record(plan, outcome),

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from kvtui import envedit
     from kvtui import flags as fl
     from kvtui.boot import Boot
-    from kvtui.config import HostConfig
+    from kvtui.config import HistoryConfig, HostConfig
     from kvtui.hosts.backend import HostBackend
     from kvtui.hosts.probe import ProbeResult
     from kvtui.hosts.service import ApplyOutcome, ApplyPlan, BootFollower
@@ -260,6 +260,31 @@ async def probe_head(dep: DeploymentBoot, nodes: Sequence[NodeSide], say: Say, *
     return res
 
 
+OUTCOME_OF_EXIT = {EXIT_OK: "ready", EXIT_FAILED: "failed", EXIT_TIMEOUT: "timeout"}
+
+
+async def record_nodes(nodes: Sequence[NodeSide], code: int, config: HistoryConfig | None) -> list[str]:
+    """Record each node's followed boot (after ``restart_and_follow``) in the history under its
+    host name, with the change (``kvtui.changes.record_restart``: the node's edit and prediction)
+    and the deployment's outcome (``code``); nothing with ``[history] record = false``. What could
+    not be recorded, per node (the caller says it)."""
+    from kvtui import changes
+    from kvtui.hosts.service import ApplyOutcome
+
+    problems: list[str] = []
+    for n in nodes:
+        boot = n.follower.current() if n.follower is not None else None
+        if n.plan is None or boot is None:
+            continue
+        out = ApplyOutcome(code, OUTCOME_OF_EXIT.get(code, "error"), boot=boot,
+                           backup_path=n.outcome.backup_path if n.outcome is not None else None)
+        plan = n.plan
+        problem = await asyncio.to_thread(changes.record_restart, plan, out, config, restarted=True)
+        if problem:
+            problems.append(f"{n.name}: {problem}")
+    return problems
+
+
 async def close_followers(nodes: Sequence[NodeSide]) -> None:
     """End every node's follower (bounded)."""
     for n in nodes:
@@ -269,4 +294,4 @@ async def close_followers(nodes: Sequence[NodeSide]) -> None:
 
 
 __all__ = ["NOT_ANSWERING", "NodeSide", "WriteResult", "close_followers", "plan_nodes", "prefixed", "probe_head",
-           "restart_and_follow", "restore", "write_nodes"]
+           "record_nodes", "restart_and_follow", "restore", "write_nodes"]

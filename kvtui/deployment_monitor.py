@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.boot.stall import Stall, StallDetector
@@ -29,7 +29,8 @@ from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, current
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
 
 if TYPE_CHECKING:
-    from kvtui.config import HostConfig
+    from kvtui.config import HistoryConfig, HostConfig
+    from kvtui.hosts.backend import HostBackend
 
 CLOSE_LIMIT = 1.5  # seconds a node monitor is given to close before its task is cancelled
 PROBE_TIMEOUT = 15.0  # seconds a node's unit/environment probe may take
@@ -155,6 +156,28 @@ class DeploymentMonitor:
         await asyncio.gather(*(_close(n.monitor, t) for n, t in zip(self.nodes, tasks, strict=True)))
 
 
+def node_monitor(node_name: str, backend: HostBackend, host: HostConfig, history: HistoryConfig | None,
+                 **options: Any) -> HostMonitor:
+    """A node's ``HostMonitor`` (the console's, ``kvtui wait NAME``'s): its boots are recorded in
+    the history under the node's host name (``kvtui.history.recorder_for``; none when ``[history]
+    record = false``). ``options``: the rest of ``HostMonitor``'s."""
+    from kvtui.history import recorder_for
+
+    return HostMonitor(node_name, backend, host=host, history=recorder_for(node_name, history), **options)
+
+
+def unwritten(nodes: Sequence[DeploymentNode]) -> list[str]:
+    """After ``close``: per node whose recorder could not write every boot, what it says (the
+    command prints it on stderr: a boot the history misses is said, never silent)."""
+    out = []
+    for n in nodes:
+        rec = n.monitor.history
+        if rec is not None and rec.unwritten:
+            out.append(f"{n.name}: {rec.unwritten} boot{'s' if rec.unwritten != 1 else ''} not written to the "
+                       f"history" + (f" ({rec.problem})" if rec.problem else ""))
+    return out
+
+
 class NodeStalls:
     """One stall detector (``kvtui.boot.stall``) per node, fed each node's updates as they come (a
     node's new boot restarts its clock; its lines that are not known wait lines and its GPU memory
@@ -243,4 +266,4 @@ async def probe_nodes(nodes: Sequence[DeploymentNode], dep: DeploymentBoot) -> d
 
 
 __all__ = ["CLOSE_LIMIT", "PROBE_TIMEOUT", "DeploymentMonitor", "DeploymentNode", "DeploymentSink", "NodeStalls",
-           "probe_nodes"]
+           "node_monitor", "probe_nodes", "unwritten"]

@@ -41,6 +41,7 @@ from kvtui.deployment_changes import (
     NodeSide,
     plan_nodes,
     probe_head,
+    record_nodes,
     restart_and_follow,
     restore,
     write_nodes,
@@ -174,6 +175,7 @@ async def _apply(
     if not await _answers(args, code, dep, nodes, say, timeout):
         say(f"kvtui {verb}: {name}: {NOT_ANSWERING}: the new boot is failed (not_serving)")
         code = EXIT_FAILED
+    await _record(nodes, code, config, say, verb)
     if dep is not None:
         from kvtui.commands.bootview import render_boot
         from kvtui.commands.replay_nodes import render_deployment
@@ -187,10 +189,17 @@ async def _apply(
         rc, back = await restart_and_follow(nodes, dep_cfg.hang_seconds, timeout, clock, say, ())
         if not await _answers(args, rc, back, nodes, say, timeout):
             rc = EXIT_FAILED
+        await _record(nodes, rc, config, say, verb)
         say(f"{name}: rolled back: the previous flags " + ("are back and the boot is ready" if rc == EXIT_OK
                                                           else f"are back; the boot ended with exit {rc}"))
         return EXIT_FAILED if code in (EXIT_OK, EXIT_FAILED) else code
     return code
+
+
+async def _record(nodes: Sequence[NodeSide], code: int, config: Config, say: Callable[[str], None], verb: str) -> None:
+    """Each node's new boot into the history (``record_nodes``); what could not be is said."""
+    for problem in await record_nodes(nodes, code, config.history):
+        say(f"kvtui {verb}: note: the boot is not in the history: {problem}")
 
 
 async def _answers(args: argparse.Namespace, code: int, dep: DeploymentBoot | None, nodes: Sequence[NodeSide],

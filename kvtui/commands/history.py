@@ -50,6 +50,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         return EXIT_USAGE
     try:
         config = load_config(getattr(args, "hosts", None))
+        if config.deployment(args.host) is not None:  # a [deployments.NAME]: its starts, from its nodes' boots
+            return _deployment(args, [n for n, _ in config.node_hosts(args.host)], out, err)
         config.host(args.host)
     except ConfigError as exc:
         if args.host == SHOW:
@@ -117,6 +119,73 @@ def _list(rows: list, args: argparse.Namespace, out: TextIO, err: TextIO, path: 
 
 
 SHOW = "show"
+
+
+def _deployment(args: argparse.Namespace, nodes: list[str], out: TextIO, err: TextIO) -> int:
+    """``kvtui history NAME`` for a ``[deployments.NAME]``: its starts, newest first (each node's
+    stored boots grouped by start: ``kvtui.history.deployment``), one row per start as the
+    deployment console's ``H`` shows it; ``--json``: the starts with each node's stored document;
+    ``--diff [A [B]]``: start A (default: the newest; ``N`` is the start's position in the list,
+    1 the newest) against B (default: the last ready start before A), node by node."""
+    from kvtui.history import HistoryError, open_store
+    from kvtui.history.deployment import ROW_HEADER, deployment_starts, previous_good, render_diff, start_row
+
+    name = args.host
+    with open_store(readonly=True) as store:
+        if store.problem:
+            print(f"kvtui history: {store.problem}", file=err)
+        try:
+            per_node = [store.boots(n, limit=1000 if args.diff is not None else max(args.limit or 20, 1) * 4)
+                        for n in nodes]
+        except HistoryError as exc:
+            print(f"kvtui history: {exc}", file=err)
+            return EXIT_INPUT
+        path = str(store.path)
+    starts = deployment_starts(nodes, per_node)
+    if args.diff is not None:
+        if not starts:
+            print(f"kvtui history: no boot of {name}'s nodes ({', '.join(nodes)}) in the history ({path})", file=err)
+            return EXIT_INPUT
+        for n in args.diff:
+            if not 1 <= n <= len(starts):
+                print(f"kvtui history: {name} has no start {n}: a deployment's starts are numbered 1 (the newest) "
+                      f"to {len(starts)} as kvtui history {name} lists them", file=err)
+                return EXIT_INPUT
+        cur = starts[args.diff[0] - 1] if args.diff else starts[0]
+        base = starts[args.diff[1] - 1] if len(args.diff) == 2 else previous_good(starts, cur)
+        if base is None:
+            print(f"kvtui history: start {cur.ids} of {name} is the oldest remembered: nothing to compare it with",
+                  file=err)
+            return EXIT_INPUT
+        if args.json:
+            from kvtui.history import diff as hdiff
+
+            doc = {"deployment": name, "start": cur.ids, "base": base.ids, "nodes": [
+                {"node": node, "diff": (hdiff.diff(a.doc, b.doc, base_id=a.id, boot_id=b.id).to_json()
+                                        if a is not None and b is not None else None)}
+                for node, a, b in zip(nodes, base.members, cur.members, strict=True)]}
+            json.dump(doc, out, indent=2, ensure_ascii=False, default=str)
+            out.write("\n")
+        else:
+            out.write("\n".join(render_diff(base, cur)) + "\n")
+        return EXIT_OK
+    starts = starts[:args.limit] if args.limit is not None else starts
+    if args.json:
+        doc = {"deployment": name, "nodes": nodes, "starts": [
+            {"start": i, "ids": s.ids, "status": s.status.value, "nodes_text": s.nodes_text(),
+             "boots": [m.to_json() if m is not None else None for m in s.members]}
+            for i, s in enumerate(starts, start=1)]}
+        json.dump(doc, out, indent=2, ensure_ascii=False, default=str)
+        out.write("\n")
+        return EXIT_OK
+    if not starts:
+        print(f"kvtui history: no boot of {name}'s nodes ({', '.join(nodes)}) in the history ({path})", file=err)
+        return EXIT_OK
+    table = [("start", *ROW_HEADER), *((str(i), *start_row(s)) for i, s in enumerate(starts, start=1))]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
+    for row in table:
+        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1] + "\n")
+    return EXIT_OK
 
 
 def _show(ref: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

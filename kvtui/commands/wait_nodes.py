@@ -34,11 +34,17 @@ from typing import TYPE_CHECKING, Any, TextIO
 from kvtui import fmt
 from kvtui.boot import BootStatus
 from kvtui.boot.stall import Stall
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, NodeStalls, probe_nodes
+from kvtui.deployment_monitor import (
+    DeploymentMonitor,
+    DeploymentNode,
+    NodeStalls,
+    node_monitor,
+    probe_nodes,
+    unwritten,
+)
 from kvtui.engines.events import Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.hosts.backend import BackendError, ConnState, LogStart
-from kvtui.monitor import HostMonitor
 from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, diagnose_hang
 from kvtui.updates import ConnUpdate, MonitorUpdate
 
@@ -263,10 +269,10 @@ async def wait_deployment(
     try:
         for node_name, host in config.node_hosts(name):
             backend = make_backend(node_name, host, clock=clock)
-            monitor = HostMonitor(node_name, backend, host=host,
-                                  start=LogStart.NEXT_BOOT if args.next else LogStart.CURRENT_BOOT,
-                                  gpu_interval=5.0, log_window=1000, clock=clock or time.time, retry_start=False,
-                                  began=began)
+            monitor = node_monitor(node_name, backend, host, config.history,
+                                   start=LogStart.NEXT_BOOT if args.next else LogStart.CURRENT_BOOT,
+                                   gpu_interval=5.0, log_window=1000, clock=clock or time.time, retry_start=False,
+                                   began=began)
             nodes.append(DeploymentNode(node_name, host, monitor))
     except (BackendError, SpoolError) as exc:
         print(f"kvtui wait: {name}: {exc}", file=stderr)
@@ -307,6 +313,8 @@ async def wait_deployment(
         beat.cancel()
         expiry.cancel()
         await dm.close()
+    for line in unwritten(nodes):
+        print(f"kvtui wait: {name}: note: {line}", file=stderr)
     if result.code == EXIT_OK:
         print(f"kvtui wait: {name}: ready on all {len(nodes)} nodes", file=stderr)
     if result.message:

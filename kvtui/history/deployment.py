@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
 from kvtui.history import diff as hdiff
 from kvtui.history import record as rec
@@ -65,6 +66,23 @@ class DeploymentStart:
             kind = rec.failure_kind_of(m.doc)
             parts.append(f"n{i} {b.status.value}" + (f" ({kind})" if kind else ""))
         return " · ".join(parts)
+
+
+ROW_HEADER: tuple[str, ...] = ("boots", "started", "outcome", "nodes", "tokens", "to ready", "fraction")
+
+
+def start_row(start: DeploymentStart) -> tuple[str, ...]:
+    """One start's cells under ``ROW_HEADER`` (the console's ``H`` table and ``kvtui history NAME``):
+    its node boots' ids, when it started (node 0's document), the merged outcome, each node's state,
+    the merged pool's tokens, time to ready (ready starts only) and the fraction."""
+    head: Mapping[str, Any] = start.head() or {}
+    boot = start.merged.boot
+    frac = rec.fraction_of(head)
+    ready = boot.status is BootStatus.READY
+    return (start.ids, str(head.get("started_at") or "")[:19].replace("T", " "), boot.status.value,
+            start.nodes_text(), fmt.tokens(boot.metrics.max_total_num_tokens),
+            fmt.duration(rec.seconds_of(head)) if ready else fmt.UNKNOWN,
+            f"{frac:g}" if frac is not None else fmt.UNKNOWN)
 
 
 def _order(t: datetime) -> float:
@@ -128,4 +146,4 @@ def render_diff(base: DeploymentStart, cur: DeploymentStart) -> list[str]:
     return out
 
 
-__all__ = ["DeploymentStart", "deployment_starts", "previous_good", "render_diff"]
+__all__ = ["ROW_HEADER", "DeploymentStart", "deployment_starts", "previous_good", "render_diff", "start_row"]

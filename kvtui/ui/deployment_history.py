@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
 
 from textual import work
 from textual.widgets import DataTable, Static
 
-from kvtui.history.deployment import DeploymentStart, deployment_starts, previous_good, render_diff
+from kvtui.history.deployment import (
+    ROW_HEADER,
+    DeploymentStart,
+    deployment_starts,
+    previous_good,
+    render_diff,
+    start_row,
+)
 from kvtui.history.record import spool_segment
-from kvtui.ui import formatting as fmt
 from kvtui.ui.history_screen import HistoryScreen, tail_text
 
 NODE_LOG_LINES = 60  # ``l``: the last lines of each node's log of the start
@@ -53,21 +58,11 @@ class DeploymentHistoryScreen(HistoryScreen):
         self._fill()
 
     def _fill(self) -> None:
-        from kvtui.history import record as rec
-
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        table.add_columns("", "boots", "started", "outcome", "nodes", "tokens", "to ready", "fraction")
+        table.add_columns("", *ROW_HEADER)
         for s in self.starts:
-            head: dict[str, Any] = dict(s.head() or {})
-            boot = s.merged.boot
-            frac = rec.fraction_of(head)
-            tokens = boot.metrics.max_total_num_tokens
-            is_ready = boot.status.value == "ready"
-            table.add_row("*" if s.key == self.marked_start else "", s.ids,
-                          str(head.get("started_at") or "")[:19].replace("T", " "), boot.status.value,
-                          s.nodes_text(), fmt.tokens(tokens), fmt.duration(rec.seconds_of(head)) if is_ready else "—",
-                          f"{frac:g}" if frac is not None else "—", key=s.key)
+            table.add_row("*" if s.key == self.marked_start else "", *start_row(s), key=s.key)
         if not self.starts:
             self._show(self.problem or f"no boot of {self.host}'s nodes ({', '.join(self.nodes)}) in the history yet")
             return

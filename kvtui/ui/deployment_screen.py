@@ -25,7 +25,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Input
 
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
+from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, node_monitor
 from kvtui.exits import EXIT_FAILED
 from kvtui.hosts.backend import LogStart
 from kvtui.ui.deployment_pane import LOG_KEEP, DeploymentPane
@@ -103,8 +103,6 @@ class DeploymentScreen(Screen[None]):
         ``history``: ``[history]`` (each node's boots are recorded under its host name, as the host
         console records its host's, unless ``record = false``)."""
         super().__init__(id="deployment-screen")
-        from kvtui.history import recorder_for
-        from kvtui.monitor import HostMonitor
 
         self.spec = spec
         self.clock = clock
@@ -114,8 +112,8 @@ class DeploymentScreen(Screen[None]):
         for node_name, host in spec.nodes:
             backend = (backend_factory(node_name, host, clock=clock) if pass_clock
                        else backend_factory(node_name, host))
-            monitor = HostMonitor(node_name, backend, host=host, start=LogStart.CURRENT_BOOT, log_window=LOG_KEEP,
-                                  clock=clock, history=recorder_for(node_name, history))
+            monitor = node_monitor(node_name, backend, host, history, start=LogStart.CURRENT_BOOT,
+                                   log_window=LOG_KEEP, clock=clock)
             dnodes.append(DeploymentNode(node_name, host, monitor))
         self.dm = DeploymentMonitor(spec.name, dnodes, bound_s=spec.hang_seconds)
         self.last_code: int | None = None  # the last change's exit code (tests)
