@@ -140,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     tune_cmd.add_parser(sub, common)
 
-    p = sub.add_parser("history", parents=common, help="the boots kvtui remembers of a host; --diff: what changed",
+    p = sub.add_parser("history", parents=common, help="the boots kvtui remembers of a host (a deployment: its "
+                       "starts); --diff: what changed",
                        usage="%(prog)s HOST [--json] [--limit N] [--diff [A [B]]] | show KEY|N [--json]")
     p.add_argument("host", metavar="HOST")
     p.add_argument("ref", nargs="?", metavar="KEY|N", help="after `show`: one stored boot in full (its id or key)")

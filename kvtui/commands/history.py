@@ -10,6 +10,8 @@ boot) against ``B`` (default: the last ready boot of the same model before ``A``
 list shows them. Exit codes: 0; 2 usage; 3 a bad hosts file, an unreadable history, or no such
 boot (the message says which ids exist).
 
+``kvtui history NAME`` for a ``[deployments.NAME]``: the deployment's starts (``_deployment``).
+
 ``kvtui history show KEY|N [--json]``: one stored boot in full, by its id (``#N`` in the list: ids
 are unique over all hosts) or its key (or a unique start of it): the boot as ``replay`` prints it
 (phases, figures, nodes, failure), then what the history adds — where it was recorded from, the
