@@ -172,9 +172,9 @@ def unwritten(nodes: Sequence[DeploymentNode]) -> list[str]:
     out = []
     for n in nodes:
         rec = n.monitor.history
-        if rec is not None and rec.unwritten:
-            out.append(f"{n.name}: {rec.unwritten} boot{'s' if rec.unwritten != 1 else ''} not written to the "
-                       f"history" + (f" ({rec.problem})" if rec.problem else ""))
+        note = rec.unwritten_note() if rec is not None else None
+        if note:
+            out.append(f"{n.name}: {note}")
     return out
 
 

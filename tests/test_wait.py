@@ -549,3 +549,27 @@ async def test_apply_restart_prints_a_heartbeat_that_stays_out_of_the_audit(
     detail = read_entries()[-1]["detail"]
     assert isinstance(detail, list)
     assert not any("still waiting" in str(d) for d in detail)
+
+
+def test_a_boot_the_history_could_not_write_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The history file stays locked by another process for the whole wait: the boot waits in the
+    recorder, and the wait ends saying it was not written (never silent); exit code unchanged."""
+    from history_support import locked
+
+    from kvtui.history import default_path, open_store
+
+    demo_hosts(tmp_path)
+    path = default_path()
+    open_store(path).close()
+    with locked(path):
+        assert main(["wait", "demo", "--timeout", "60"]) == 0
+    err = capsys.readouterr().err
+    note = next((ln for ln in err.splitlines() if ln.startswith("kvtui wait: demo: note: ")), "")
+    assert " not written to the history (history: " in note, err
+    assert "locked by another kvtui" in note, err
+    with open_store(readonly=True) as store:
+        assert store.count("demo") == 0
+    assert main(["wait", "demo", "--timeout", "60"]) == 0  # the lock gone: recorded, nothing said
+    assert "not written" not in capsys.readouterr().err
+    with open_store(readonly=True) as store:
+        assert store.count("demo") == 1

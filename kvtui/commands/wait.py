@@ -426,6 +426,13 @@ async def wait_for_boot(
             watch.cancel()
         expiry.cancel()
         await _close_bounded(monitor, task)
+    if monitor.history is not None:
+        # the monitor's close may have run out of time while the history file was locked: the
+        # recorder's own close ends its tries (bounded) and says how many boots it could not write
+        await asyncio.to_thread(monitor.history.close, CLOSE_LIMIT)
+        note = monitor.history.unwritten_note()
+        if note:
+            print(f"kvtui wait: {args.host}: note: {note}", file=stderr)
     return _report(outcome, monitor, args, stdout, stderr, waiter)
 
 

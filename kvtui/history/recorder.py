@@ -125,7 +125,7 @@ class BootRecorder:
         self._cond = threading.Condition()
         self._closing = False
         self._deadline: float | None = None  # monotonic: when a close stops trying
-        self._writing = 0  # documents being written now
+        self._writing: set[int] = set()  # the boots whose documents are being written now
         self._thread: threading.Thread | None = None
 
     # -- on the reader's loop ----------------------------------------------------------------------
@@ -265,7 +265,7 @@ class BootRecorder:
                     self._pending.clear()
                     todo = {**self._retry, **self._unkeyed, **batch}  # the newest document of each boot
                     self._unkeyed.clear()
-                    self._writing = len(todo)
+                    self._writing = set(todo)
                 busy_s = self._busy_s
                 if closing and self._deadline is not None:  # a close waits for the lock only as long as it has
                     busy_s = max(0.05, min(busy_s, self._deadline - time.monotonic()))
@@ -275,7 +275,7 @@ class BootRecorder:
                     store.set_busy_timeout(busy_s)
                 retry = self._write(store, todo) if store is not None else todo
                 with self._cond:
-                    self._writing = 0
+                    self._writing = set()
                     self._retry = retry  # (only this thread changes it: what waited is written or waits on)
                     self._bound_retry()
                     waiting = len(self._retry)
@@ -291,7 +291,7 @@ class BootRecorder:
             if store is not None:
                 store.close()
             with self._cond:
-                self._writing = 0
+                self._writing = set()
                 self._pending.clear()
                 self._cond.notify_all()
 
@@ -427,10 +427,22 @@ class BootRecorder:
             thread.join(timeout + CLOSE_GRACE_S)  # a write in progress ends at the deadline (busy timeout)
         with self._cond:
             if thread is not None and thread.is_alive():  # still writing (a stalled disk): not known to be written
-                self.unwritten = len(self._retry) + len(self._pending) + self._writing + self.dropped
+                # each boot once (a boot being written may have a newer document queued)
+                self.unwritten = len(self._retry.keys() | self._pending.keys() | self._writing) + self.dropped
+                if self.unwritten:
+                    self._note(f"history: a write to {self._where()} was still waiting when kvtui ended — "
+                               f"locked by another kvtui, or a slow disk")
             elif thread is None:
                 self.unwritten = 0
             return self.unwritten
+
+    def unwritten_note(self) -> str | None:
+        """After ``close``: what a command says on stderr when boots could not be written (a boot
+        the history misses is said, never silent); None when every boot was written."""
+        if not self.unwritten:
+            return None
+        return (f"{self.unwritten} boot{'s' if self.unwritten != 1 else ''} not written to the history"
+                + (f" ({self.problem})" if self.problem else ""))
 
 
 def record_boot(host: str, boot: Boot, *, restart: Mapping[str, object] | None = None, source: str = "",
