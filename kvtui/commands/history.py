@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Collection, Sequence
 from typing import TextIO
 
 from kvtui import fmt
@@ -83,8 +84,7 @@ def _list(rows: list, args: argparse.Namespace, out: TextIO, err: TextIO, path: 
     if args.json:
         doc = {"host": args.host, "boots": [r.to_json() for r in rows],
                "ledger": {"entries": [e.to_json() for e in entries], "summary": summary.to_json()}}
-        json.dump(doc, out, indent=2, ensure_ascii=False, default=str)
-        out.write("\n")
+        _write_json(doc, out)
         return EXIT_OK
     if not rows:
         print(f"kvtui history: no boot of {args.host} in the history ({path})", file=err)
@@ -110,14 +110,25 @@ def _list(rows: list, args: argparse.Namespace, out: TextIO, err: TextIO, path: 
         table.append((f"#{r.id}", str(d.get("started_at") or "")[:19].replace("T", " "), str(d.get("status")),
                       f"{frac:g}" if frac is not None else fmt.UNKNOWN, fmt.tokens(rec.tokens_of(d)),
                       fmt.duration(rec.seconds_of(d)) if d.get("status") == "ready" else fmt.UNKNOWN, note))
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
-    for row in table:
-        cells = [row[i].ljust(widths[i]) if i in (1, 2) or i == 0 else row[i].rjust(widths[i])
-                 for i in range(len(widths))]
-        out.write("  ".join(cells) + "  " + row[-1] + "\n")
+    _write_table(table, out, right=(3, 4, 5))  # the figures right-aligned
     if entries:
         out.write(summary.text() + "\n")
     return EXIT_OK
+
+
+def _write_json(doc: object, out: TextIO) -> None:
+    """Every ``--json`` answer of this command: indented, UTF-8 as it is, anything else as text."""
+    json.dump(doc, out, indent=2, ensure_ascii=False, default=str)
+    out.write("\n")
+
+
+def _write_table(table: Sequence[Sequence[str]], out: TextIO, *, right: Collection[int] = ()) -> None:
+    """A text table: columns padded to their widest cell (those in ``right`` right-aligned), two
+    spaces apart; the last column (free text) is not padded."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
+    for row in table:
+        cells = [row[i].rjust(w) if i in right else row[i].ljust(w) for i, w in enumerate(widths)]
+        out.write("  ".join(cells) + "  " + row[-1] + "\n")
 
 
 SHOW = "show"
@@ -166,8 +177,7 @@ def _deployment(args: argparse.Namespace, nodes: list[str], out: TextIO, err: Te
                 {"node": node, "diff": (hdiff.diff(a.doc, b.doc, base_id=a.id, boot_id=b.id).to_json()
                                         if a is not None and b is not None else None)}
                 for node, a, b in zip(nodes, base.members, cur.members, strict=True)]}
-            json.dump(doc, out, indent=2, ensure_ascii=False, default=str)
-            out.write("\n")
+            _write_json(doc, out)
         else:
             out.write("\n".join(render_diff(base, cur)) + "\n")
         return EXIT_OK
@@ -177,16 +187,13 @@ def _deployment(args: argparse.Namespace, nodes: list[str], out: TextIO, err: Te
             {"start": i, "ids": s.ids, "status": s.status.value, "nodes_text": s.nodes_text(),
              "boots": [m.to_json() if m is not None else None for m in s.members]}
             for i, s in enumerate(starts, start=1)]}
-        json.dump(doc, out, indent=2, ensure_ascii=False, default=str)
-        out.write("\n")
+        _write_json(doc, out)
         return EXIT_OK
     if not starts:
         print(f"kvtui history: no boot of {name}'s nodes ({', '.join(nodes)}) in the history ({path})", file=err)
         return EXIT_OK
     table = [("start", *ROW_HEADER), *((str(i), *start_row(s)) for i, s in enumerate(starts, start=1))]
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
-    for row in table:
-        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1] + "\n")
+    _write_table(table, out)
     return EXIT_OK
 
 
@@ -220,8 +227,7 @@ def _show(ref: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"kvtui history {SHOW}: {missing}", file=err)
         return EXIT_INPUT if len(text) >= 6 or text.isdigit() else EXIT_USAGE
     if args.json:
-        json.dump(row.to_json(), out, indent=2, ensure_ascii=False, default=str)
-        out.write("\n")
+        _write_json(row.to_json(), out)
     else:
         out.write("\n".join(render_stored(row)) + "\n")
     return EXIT_OK
@@ -353,8 +359,7 @@ def _diff(store: object, args: argparse.Namespace, out: TextIO, err: TextIO) -> 
         b = by_id[got[0]]
     d = hdiff.diff(b.doc, a.doc, base_id=b.id, boot_id=a.id)
     if args.json:
-        json.dump(d.to_json(), out, indent=2, ensure_ascii=False, default=str)
-        out.write("\n")
+        _write_json(d.to_json(), out)
     else:
         out.write("\n".join(hdiff.render(d)) + "\n")
     return EXIT_OK
