@@ -365,6 +365,16 @@ async def test_history_and_diff_show_the_deployment_s_starts_node_by_node(tmp_pa
         assert "2 starts of r1 remembered, 2 ready" in hist.detail_text
         await pilot.press("down", "d")
         assert "no start of r1 before it" in hist.detail_text
+        # space marks the older start (the row's first cell), d on the newer compares with it
+        await pilot.press("space")
+        table = hist.query_one(DataTable)
+        assert hist.marked == hist.starts[1].key
+        assert [table.get_row_at(i)[0] for i in range(2)] == ["", "*"]
+        await pilot.press("up", "d")
+        assert hist.detail_text.startswith(f"start {hist.starts[0].ids} compared with start {hist.starts[1].ids}")
+        await pilot.press("down", "space")
+        assert hist.marked is None
+        assert [table.get_row_at(i)[0] for i in range(2)] == ["", ""]
 
 
 async def test_p_shows_the_gpu_processes_of_the_node_the_log_shows(tmp_path: Path,

@@ -33,8 +33,7 @@ class DeploymentHistoryScreen(HistoryScreen):
     def __init__(self, name: str, nodes: Sequence[str], *, diff_newest: bool = False) -> None:
         super().__init__(name, diff_newest=diff_newest)
         self.nodes = list(nodes)
-        self.starts: list[DeploymentStart] = []
-        self.marked_start: str | None = None
+        self.starts: list[DeploymentStart] = []  # the rows (``self.rows``), typed
 
     def on_mount(self) -> None:
         self.query_one("#history-title", Static).update(
@@ -62,7 +61,7 @@ class DeploymentHistoryScreen(HistoryScreen):
         table.clear(columns=True)
         table.add_columns("", *ROW_HEADER)
         for s in self.starts:
-            table.add_row("*" if s.key == self.marked_start else "", *start_row(s), key=s.key)
+            table.add_row("*" if s.key == self.marked else "", *start_row(s), key=s.key)
         if not self.starts:
             self._show(self.problem or f"no boot of {self.host}'s nodes ({', '.join(self.nodes)}) in the history yet")
             return
@@ -73,27 +72,19 @@ class DeploymentHistoryScreen(HistoryScreen):
             self.diff_newest = False
             self.action_diff()
 
-    def _start(self) -> DeploymentStart | None:
-        if not self.starts:
-            return None
-        i = min(max(self.query_one(DataTable).cursor_row, 0), len(self.starts) - 1)
-        return self.starts[i]
+    @staticmethod
+    def _key(row: DeploymentStart) -> str:
+        return row.key
 
-    def action_mark(self) -> None:
-        cur = self._start()
-        if cur is None:
-            return
-        self.marked_start = None if self.marked_start == cur.key else cur.key
-        table = self.query_one(DataTable)
-        for s in self.starts:
-            table.update_cell(s.key, table.ordered_columns[0].key, "*" if s.key == self.marked_start else "")
+    def _start(self) -> DeploymentStart | None:
+        cur: DeploymentStart | None = self._current()
+        return cur
 
     def action_diff(self) -> None:
         cur = self._start()
         if cur is None:
             return
-        base = next((s for s in self.starts if s.key == self.marked_start), None) if self.marked_start != cur.key \
-            else None
+        base = next((s for s in self.starts if s.key == self.marked), None) if self.marked != cur.key else None
         if base is None:
             base = previous_good(self.starts, cur)
             if base is None:

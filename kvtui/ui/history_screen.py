@@ -8,6 +8,7 @@ The boots are read off the event loop (a worker thread); the view never writes t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -60,7 +61,7 @@ class HistoryScreen(ModalScreen[None]):
         self.host = host
         self.diff_newest = diff_newest
         self.rows: list[Any] = []  # StoredBoot, newest first
-        self.marked: int | None = None
+        self.marked: Hashable | None = None  # the marked row's key (``_key``)
         self.detail_text = ""
         self.problem: str | None = None
 
@@ -135,14 +136,20 @@ class HistoryScreen(ModalScreen[None]):
         i = min(max(table.cursor_row, 0), len(self.rows) - 1)
         return self.rows[i]
 
+    @staticmethod
+    def _key(row: Any) -> Hashable:
+        """A row's identity (its table row key is ``str`` of it): a stored boot's id."""
+        return row.id  # type: ignore[no-any-return]
+
     def action_mark(self) -> None:
         cur = self._current()
         if cur is None:
             return
-        self.marked = None if self.marked == cur.id else cur.id
+        self.marked = None if self.marked == self._key(cur) else self._key(cur)
         table = self.query_one(DataTable)
         for r in self.rows:
-            table.update_cell(str(r.id), table.ordered_columns[0].key, "*" if r.id == self.marked else "")
+            table.update_cell(str(self._key(r)), table.ordered_columns[0].key,
+                              "*" if self._key(r) == self.marked else "")
 
     def action_diff(self) -> None:
         from kvtui.history import diff as hdiff
