@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from test_ui_app import SIZE, SPEED, pane_of, ready_demo, status_of
 from test_ui_helpers import demo_app, plain, run_clock, set_demo_fraction, wait_for
+from textual.widgets import DataTable
 
 from kvtui.boot import BootStatus
 from kvtui.engines.events import Phase
@@ -84,6 +85,7 @@ async def test_a_failed_boot_says_what_changed_since_the_last_good_one() -> None
         await pilot.pause()
         assert screen.marked == 1
         assert "compared with #1" in screen.detail_text
+        assert screen.query_one(DataTable).render_line(2).text.split()[:2] == ["*", "#1"]  # the mark is drawn
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, HistoryScreen)

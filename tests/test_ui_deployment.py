@@ -370,6 +370,8 @@ async def test_history_and_diff_show_the_deployment_s_starts_node_by_node(tmp_pa
         table = hist.query_one(DataTable)
         assert hist.marked == hist.starts[1].key
         assert [table.get_row_at(i)[0] for i in range(2)] == ["", "*"]
+        await pilot.pause()
+        assert table.render_line(2).text.split()[:2] == ["*", hist.starts[1].ids.split()[0]]  # drawn, not only stored
         await pilot.press("up", "d")
         assert hist.detail_text.startswith(f"start {hist.starts[0].ids} compared with start {hist.starts[1].ids}")
         await pilot.press("down", "space")

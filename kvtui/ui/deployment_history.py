@@ -59,7 +59,7 @@ class DeploymentHistoryScreen(HistoryScreen):
     def _fill(self) -> None:
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        table.add_columns("", *ROW_HEADER)
+        self._add_columns(table, *ROW_HEADER)
         for s in self.starts:
             table.add_row("*" if s.key == self.marked else "", *start_row(s), key=s.key)
         if not self.starts:

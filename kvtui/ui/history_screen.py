@@ -97,7 +97,7 @@ class HistoryScreen(ModalScreen[None]):
 
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        table.add_columns("", "id", "started", "outcome", "fraction", "tokens", "to ready", "failure / restart")
+        self._add_columns(table, "id", "started", "outcome", "fraction", "tokens", "to ready", "failure / restart")
         for r in self.rows:
             d = r.doc
             fail = d.get("failure")
@@ -135,6 +135,14 @@ class HistoryScreen(ModalScreen[None]):
             return None
         i = min(max(table.cursor_row, 0), len(self.rows) - 1)
         return self.rows[i]
+
+    @staticmethod
+    def _add_columns(table: DataTable[Any], *labels: str) -> None:
+        """The mark column ("*" on the marked row), then ``labels``. The mark column's width is
+        fixed: every cell is empty when the rows are added, and an auto width would stay 0 and
+        hide the mark that ``action_mark`` sets later."""
+        table.add_column("", width=1)
+        table.add_columns(*labels)
 
     @staticmethod
     def _key(row: Any) -> Hashable:
