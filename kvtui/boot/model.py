@@ -76,6 +76,11 @@ class LiveMetrics:
     running_reqs: int | None = None
     queue_reqs: int | None = None
     gen_throughput: float | None = None
+    # the pool's size estimated from serving lines (SGLang Decode `#token: N, token usage: U` ->
+    # N / U, from the line with the highest usage: the least rounding error) when the boot's own
+    # pool line is not in the log (its start rotated away); ± ``pool_tokens_err`` tokens
+    pool_tokens_est: int | None = None
+    pool_tokens_err: int | None = None
 
 
 def _iso(dt: datetime | None) -> str | None:
@@ -139,6 +144,15 @@ class Boot:
     # driver's own node, whose workers it tags without one) -> {worker rank label: its TP rank
     # once a line says it}, in the order first seen (bounded)
     nodes: dict[str, dict[str, int | None]] = field(default_factory=dict)
+    # --- a server up for days (kvtui.engines.source_records) ------------------------------------
+    # why the boot's start is not in the log ("rotated before …"), when it is not: the boot is
+    # serving, and what is known comes from the process and the serving lines
+    start_missing: str | None = None
+    # where ``flags`` came from: "log" (the engine's own dump) or "process" (/proc/PID/cmdline)
+    flags_from: str = "log"
+    # serving lines the follower did not read (between the startup part and the recent tail)
+    skipped_lines: int = 0
+    skipped_where: list[str] = field(default_factory=list)  # each gap's source range (bounded)
 
     def to_json(self) -> dict[str, object]:
         """The boot object of ``kvtui replay --json`` (see the engine-core issue for the shape)."""
@@ -187,7 +201,23 @@ class Boot:
             },
             "ranks": list(self.ranks),
             **({"nodes": self.nodes_json()} if self.nodes else {}),
+            **self._long_run_json(),
         }
+
+    def _long_run_json(self) -> dict[str, object]:
+        """The keys of a boot kvtui did not read whole (present only then: a boot read from its
+        start is unchanged)."""
+        out: dict[str, object] = {}
+        if self.start_missing is not None:
+            out["start_missing"] = self.start_missing
+        if self.flags_from != "log":
+            out["flags_from"] = self.flags_from
+        if self.skipped_lines:
+            out["skipped_lines"] = self.skipped_lines
+        if self.live.pool_tokens_est is not None:
+            out["pool_tokens_estimated"] = {"tokens": self.live.pool_tokens_est, "error": self.live.pool_tokens_err,
+                                            "from": "serving lines (#token / token usage)"}
+        return out
 
     def nodes_json(self) -> list[dict[str, object]]:
         """``nodes`` of ``replay --json`` (present only when Ray workers were seen): the driver's

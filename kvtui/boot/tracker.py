@@ -31,20 +31,26 @@ from kvtui.engines.events import (
     FailureText,
     Flags,
     LogEvent,
+    LogGap,
     Metric,
     Model,
     ParsedLine,
     Phase,
     PhaseMark,
     Progress,
+    RunningCommand,
     ServerExit,
     Serving,
+    StartMissing,
     VersionHint,
     Warning_,
     WorkerNode,
 )
 from kvtui.engines.text import version_key
 from kvtui.engines.unknown import UnrecognisedShape, looks_like_startup, shape_of
+from kvtui.flags.command import parse_argv
+from kvtui.flags.errors import FlagError
+from kvtui.knobs import dest_name
 
 # the bounds of what one boot keeps
 MAX_TRACEBACK_LINES: Final = 40
@@ -159,6 +165,8 @@ class BootTracker:
         ev0 = parsed.events[0] if parsed.events else None
         if type(ev0) is ServerExit:  # the backend saw the server process gone (kvtui.liveness)
             return self._server_exit(ev0, parsed.ts, parsed)
+        if type(ev0) is LogGap or type(ev0) is StartMissing or type(ev0) is RunningCommand:
+            return self._source_said(ev0, parsed)  # kvtui.engines.source_records
         ts = parsed.ts
         if ts is not None and self._last_ts is not None and (ts.tzinfo is None) is not (self._last_ts.tzinfo is None):
             ts = None  # a clock of the other kind (a collector's zoned stamp among naive engine stamps)
@@ -209,7 +217,12 @@ class BootTracker:
                 self._pending.extend((e, ts) for e in events if isinstance(e, PhaseMark))
                 self._recent.append(parsed.text)
                 return upd
-            boot = self._new_boot(ts, upd)
+            if all(type(e) is Serving for e in events):
+                # a serving line with no start before it: a server up since before the log
+                # begins (a fragment, a rotated log) serves; it never "starts" here
+                boot = self._serving_boot(ts, upd, "the log begins while it serves")
+            else:
+                boot = self._new_boot(ts, upd)
             if self._pending:
                 pending = list(self._pending)
                 self._pending.clear()
@@ -383,6 +396,62 @@ class BootTracker:
         self._w = _Work()
         upd.new_boot = True
         return boot
+
+    # ---- a server up for days (kvtui.engines.source_records) --------------------------------
+    def _serving_boot(self, ts: datetime | None, upd: BootUpdate, reason: str) -> Boot:
+        """A boot whose start is not in the log: it serves (status ready, no phase lines)."""
+        boot = self._new_boot(None, upd)
+        boot.status = BootStatus.READY
+        boot.start_missing = reason
+        upd.phase_changed = True
+        return boot
+
+    def _source_said(self, ev: LogEvent, parsed: ParsedLine) -> BootUpdate:
+        """What the follower said about the log itself: lines it skipped (``LogGap``), a start it
+        could not find (``StartMissing``), the running process's command line (``RunningCommand``)."""
+        upd = BootUpdate()
+        boot = self.current
+        if isinstance(ev, LogGap):
+            if boot is not None:
+                boot.last_line = self._line
+                boot.skipped_lines += ev.lines or 0
+                if len(boot.skipped_where) < 16:
+                    boot.skipped_where.append(ev.where)
+                upd.metrics_changed = True
+            return upd
+        open_boot = boot is not None and boot.status in (BootStatus.STARTING, BootStatus.READY)
+        if isinstance(ev, StartMissing):
+            if open_boot and boot is not None and (boot.phases or boot.flags or boot.start_missing is not None):
+                return upd  # a start was read after all, or this is said twice
+            if boot is not None and boot.status is BootStatus.STARTING and not boot.phases:
+                boot.status = BootStatus.READY  # only serving lines so far
+                boot.start_missing = ev.reason or "not in the log"
+                upd.phase_changed = True
+                return upd
+            self._serving_boot(None, upd, ev.reason or "not in the log")
+            return upd
+        assert isinstance(ev, RunningCommand)
+        if boot is None or not open_boot:
+            boot = self._serving_boot(None, upd, "not in the log")
+        boot.last_line = self._line
+        if boot.flags and boot.flags_from == "log":
+            return upd  # the engine's own dump says more than the command line
+        try:
+            cmd = parse_argv(ev.argv)
+        except FlagError:
+            return upd
+        if boot.engine is Engine.UNKNOWN:
+            boot.engine = cmd.engine
+        flags: dict[str, object] = {}
+        for name, value in cmd.values().items():
+            flags[dest_name(cmd.engine, name)] = _literal(value)
+        model = cmd.model
+        if model is not None:
+            flags.setdefault("model_path" if cmd.engine is Engine.SGLANG else "model", model)
+        boot.flags = flags
+        boot.flags_from = "process"
+        upd.metrics_changed = True
+        return upd
 
     def _end_replaced(self, boot: Boot, ts: datetime | None) -> None:
         """The boot is replaced by a new one (the next start says this one is over)."""
@@ -678,6 +747,8 @@ class BootTracker:
             return
         w.serving[rk] = ev
         live = boot.live
+        if ev.tokens is not None and boot.start_missing is not None:
+            self._estimate_pool(boot, ev)
         if len(w.serving) == 1:
             live.token_usage = ev.token_usage
             live.running_reqs = ev.running_reqs
@@ -695,6 +766,20 @@ class BootTracker:
         gt = [s.gen_throughput for s in vals if s.gen_throughput is not None]
         live.gen_throughput = round(sum(gt), 3) if gt else None
         boot.metrics.token_usage = live.token_usage
+
+    @staticmethod
+    def _estimate_pool(boot: Boot, ev: Serving) -> None:
+        """The pool from a Decode line (``#token: N, token usage: U``, U printed to 2 decimals):
+        N / U, kept from the line with the highest usage (the smallest relative rounding error)."""
+        u, n = ev.token_usage, ev.tokens
+        if u is None or n is None or u < 0.05 or n <= 0:
+            return
+        live = boot.live
+        err = round(n / u - n / (u + 0.005))
+        if live.pool_tokens_err is not None and live.pool_tokens_err <= err:
+            return
+        live.pool_tokens_est = round(n / u)
+        live.pool_tokens_err = err
 
     def _version(self, boot: Boot, version: str) -> None:
         w = self._w
@@ -844,3 +929,17 @@ class BootTracker:
             if len(tb) > MAX_TRACEBACK_LINES:
                 tb = tb[-MAX_TRACEBACK_LINES:]
         boot.failure = Failure(kind=kind, phase=phase, message=message, traceback=tb, hint=hint)
+
+
+def _literal(value: str | bool) -> object:
+    """A command-line value as the engine's dump would carry it (``0.88`` -> 0.88, ``8`` -> 8)."""
+    if isinstance(value, bool):
+        return value
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    if value in ("None", "none"):
+        return None
+    return value

@@ -277,6 +277,7 @@ class Serving:
     running_reqs: int | None = None
     queue_reqs: int | None = None
     gen_throughput: float | None = None
+    tokens: int | None = None  # SGLang Decode `#token: N` (tokens held in the pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +314,42 @@ class ServerExit:
     at_start: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class LogGap:
+    """Lines of the log kvtui did not read: the serving bulk of a server up for hours or days,
+    between the boot's startup part (read whole) and the recent tail (not an engine line:
+    ``kvtui.engines.source_records`` makes and reads the record).
+
+    ``lines``  how many lines lie in the gap (None: not counted);
+    ``where``  the source's own range, for a search on the host: ``bytes=A-B`` (a file's byte
+               offsets, ``A`` inclusive, ``B`` exclusive; ``path=`` names a rotated sibling),
+               ``after=CURSOR before=CURSOR`` (journald), ``since=TS until=TS`` (docker, kube);
+    ``first_ts`` / ``last_ts`` the span's first and last line times when known."""
+
+    lines: int | None = None
+    where: str = ""
+    first_ts: datetime | None = None
+    last_ts: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StartMissing:
+    """The current server's start is not in the log kvtui can read (rotated away, truncated, the
+    journal vacuumed): what is known is that it serves. ``reason`` says why, for the operator
+    (``rotated before 2026-06-02 14:33``)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunningCommand:
+    """The running server's command line as the host's process table has it
+    (``/proc/PID/cmdline``): its flags when the log no longer holds the engine's own dump."""
+
+    argv: tuple[str, ...]
+    pid: int | None = None
+
+
 LogEvent = (
     PhaseMark
     | Metric
@@ -326,6 +363,9 @@ LogEvent = (
     | CaptureSizes
     | ServerExit
     | WorkerNode
+    | LogGap
+    | StartMissing
+    | RunningCommand
 )
 
 

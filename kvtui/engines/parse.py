@@ -39,6 +39,7 @@ from kvtui.engines.exit_record import EXIT_IDENT, parse_exit
 from kvtui.engines.prefilter import LivePlan, LivePrefilter, Prefilter
 from kvtui.engines.sglang import SglangGrammar
 from kvtui.engines.shapes import detect_shape, iter_records
+from kvtui.engines.source_records import parse_source_record
 from kvtui.engines.text import MAX_LINE_CHARS, strip_ansi
 from kvtui.engines.unwrap import Unwrapper, wrap_widths
 from kvtui.engines.vllm import VllmGrammar
@@ -250,6 +251,9 @@ class LineParser:
             gone = parse_exit(text)
             if gone is not None:
                 return ParsedLine(text=text, ts=record.ts, events=(gone,), record=record, prefixed=True)
+            said = parse_source_record(text)  # a gap, a start not in the log, the process's command
+            if said is not None:
+                return ParsedLine(text=text, ts=record.ts, events=(said,), record=record, prefixed=True, known=True)
         if ident == "systemd" or (ident is None and _is_plain_systemd(text)):
             events = systemd_events(text)
             if events:

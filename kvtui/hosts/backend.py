@@ -135,6 +135,37 @@ class PositionedLogSource(Protocol):
     def follow_next_boot(self, positioned: Callable[[], None]) -> AsyncIterator[list[LogRecord]]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class LogMatch:
+    """One line a search of a ``LogGap`` found on the host (``SearchableLog.search_log``):
+    ``record`` the line (its cursor where the source has one: a file's byte offset after it, a
+    journald cursor); ``context`` lines before and after it (``context_before`` /
+    ``context_after``), oldest first; ``line_no`` its 1-based line number in the gap when known."""
+
+    record: LogRecord
+    context_before: tuple[LogRecord, ...] = ()
+    context_after: tuple[LogRecord, ...] = ()
+    line_no: int | None = None
+
+
+@runtime_checkable
+class SearchableLog(Protocol):
+    """Optional: a backend that can search the lines its follower skipped (a ``LogGap`` of a
+    server up for days) on the host itself — ``grep`` over a file's byte range, ``journalctl
+    --grep`` between two cursors — bringing back only the matches and their context."""
+
+    async def search_log(
+        self, pattern: str, where: str, *, regex: bool = False, ignore_case: bool = True, context: int = 0,
+        limit: int = 100, newest: bool = False,
+    ) -> list[LogMatch]:
+        """Lines of the gap ``where`` (``LogGap.where``, parsed by
+        ``kvtui.engines.source_records.gap_range``) that contain ``pattern`` (a fixed string, or an
+        extended regular expression with ``regex``), oldest first: the first ``limit`` of them, or
+        the last ``limit`` with ``newest``. Raises ``BackendError`` (user-facing text) when the
+        host cannot search (the range is gone, a tool is missing)."""
+        ...
+
+
 @runtime_checkable
 class HostBackend(Protocol):
     """One host. Streams survive reconnects internally: ``follow_log`` never yields a line twice

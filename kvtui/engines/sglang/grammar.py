@@ -248,7 +248,9 @@ class SglangGrammar:
         queued = _to_int(msg[i + 12 : msg.find(",", i + 12) % (len(msg) + 1)]) if i >= 0 else None
         i = msg.find("gen throughput (token/s): ")
         gen = _to_float(msg[i + 26 : msg.find(",", i + 26) % (len(msg) + 1)]) if i >= 0 else None
-        return Serving(token_usage=usage, running_reqs=running, queue_reqs=queued, gen_throughput=gen)
+        i = msg.find("#token: ")  # Decode only (Prefill prints `#new-token`)
+        tokens = _to_int(msg[i + 8 : msg.find(",", i + 8) % (len(msg) + 1)]) if i >= 0 else None
+        return Serving(token_usage=usage, running_reqs=running, queue_reqs=queued, gen_throughput=gen, tokens=tokens)
 
     @staticmethod
     def _uvicorn(msg: str) -> tuple[LogEvent, ...]:
