@@ -1,7 +1,7 @@
 """kvtui's benchmark suite (issue 7): one command runs every benchmark and prints one table.
 
-    .venv/bin/python -m bench            # the full suite (~7 minutes on 2 cores)
-    .venv/bin/python -m bench --quick    # shorter runs (~3 minutes)
+    .venv/bin/python -m bench            # the full suite (~12 minutes on 2 cores)
+    .venv/bin/python -m bench --quick    # shorter runs (~4 minutes)
     .venv/bin/python -m bench --only 2,3 # some benchmarks
     .venv/bin/python -m bench --markdown bench/results.md   # also write the table there
 
