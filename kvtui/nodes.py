@@ -527,6 +527,101 @@ def pair_boots(per_node: Sequence[Sequence[Boot]]) -> list[list[Boot | None]]:
     return groups
 
 
+# a vLLM argument that only a node of several runs with (vLLM prints non-default arguments only)
+_VLLM_NODE_FLAGS: tuple[str, ...] = ("master_addr", "data_parallel_address", "headless")
+MAX_APART = 32
+
+
+def multi_node(b: Boot) -> bool | None:
+    """Whether a boot's own argument dump says it is one node of several (True), a server on one
+    node (False: SGLang ``nnodes=1``; a vLLM dump without ``--nnodes``, ``--master-addr``, the
+    data-parallel address or ``--headless``), or does not say (None: no dump in its log)."""
+    f = b.flags
+    nnodes = _int_flag(f, "nnodes")
+    if nnodes is not None:
+        return nnodes > 1
+    if (_int_flag(f, "node_rank") or 0) > 0 or (_int_flag(f, "data_parallel_start_rank") or 0) > 0:
+        return True
+    if any(f.get(k) not in (None, False, "") for k in _VLLM_NODE_FLAGS):
+        return True
+    if "model" in f or "model_path" in f:
+        return False
+    return None
+
+
+def _model_name(b: Boot) -> str | None:
+    """The served model as its dump names it, without its directory (nodes may keep their copies
+    in different places)."""
+    v = b.flags.get("model_path", b.flags.get("model"))
+    if not isinstance(v, str) or not v.strip():
+        return None
+    return v.strip().rstrip("/").rsplit("/", 1)[-1] or v.strip()
+
+
+def _disagree(present: Sequence[tuple[str, Boot]]) -> list[str]:
+    """What the boots of one start (name, boot) say against being nodes of one deployment."""
+    out: list[str] = []
+    engines = {b.engine for _, b in present if b.engine is not Engine.UNKNOWN}
+    if len(engines) > 1:
+        out.append(", ".join(f"{n} is a {b.engine.value} boot" for n, b in present if b.engine is not Engine.UNKNOWN))
+    nnodes = {n: v for n, b in present if (v := _int_flag(b.flags, "nnodes")) is not None}
+    if len(set(nnodes.values())) > 1:
+        out.append("they run different --nnodes (" + ", ".join(f"{n} {v}" for n, v in nnodes.items()) + ")")
+    elif nnodes and len(present) > next(iter(nnodes.values())):
+        out.append(f"{len(present)} logs of one start, but they run --nnodes {next(iter(nnodes.values()))}")
+    ranks: dict[int, str] = {}
+    for n, b in present:
+        r = _int_flag(b.flags, "node_rank")
+        if r is None:
+            continue
+        if r in ranks:
+            out.append(f"{ranks[r]} and {n} both run --node-rank {r}")
+        else:
+            ranks[r] = n
+    addrs = {n: a for n, b in present if (a := _dist_addr(b.flags)) is not None}
+    if len(set(addrs.values())) > 1:
+        out.append("they meet at different rendezvous (" + ", ".join(f"{n} {a}" for n, a in addrs.items()) + ")")
+    models = {n: m for n, b in present if (m := _model_name(b)) is not None}
+    if len(set(models.values())) > 1:
+        out.append("they serve different models (" + ", ".join(f"{n} {m}" for n, m in models.items()) + ")")
+    return out
+
+
+def apart(per_node: Sequence[tuple[str, Sequence[Boot]]]) -> list[str]:
+    """Why these logs are not the nodes of one deployment (``replay a.log b.log``), or ``[]`` when
+    they may be: a log whose boots are servers on one node (``multi_node`` False, none True),
+    boots of one start that disagree (engine, ``--nnodes``, ``--node-rank``, rendezvous, model),
+    or a log none of whose boots is of one start with a boot of the first (``pair_boots``: they
+    do not overlap in time). Logs without a boot say nothing either way."""
+    out: list[str] = []
+    logs = [(n, list(b)) for n, b in per_node if b]
+    single: set[int] = set()
+    for i, (n, boots) in enumerate(logs):
+        said = [multi_node(b) for b in boots]
+        if False in said and True not in said:
+            single.add(i)
+            nn = next((v for b in boots if (v := _int_flag(b.flags, "nnodes")) is not None), None)
+            why = f"--nnodes {nn}" if nn is not None else "its arguments name no other node"
+            out.append(f"{n} is a server on one node ({why})")
+    if len(logs) >= 2:
+        groups = pair_boots([b for _, b in logs])
+        names = [n for n, _ in logs]
+        met: set[int] = set()
+        for g in groups:
+            at = [i for i, b in enumerate(g) if b is not None]
+            if len(at) < 2:
+                continue
+            met.update(at)
+            # the logs already said to be of one-node servers are left out of the comparison
+            present = [(names[i], b) for i, b in enumerate(g) if b is not None and i not in single]
+            if len(present) >= 2:
+                out.extend(_disagree(present))
+        for i, n in enumerate(names[1:], 1):
+            if i not in met and i not in single and 0 not in single:
+                out.append(f"no boot of {n} is of one start with a boot of {names[0]} (they do not overlap in time)")
+    return list(dict.fromkeys(out))[:MAX_APART]
+
+
 def merge_logs(per_node: Sequence[tuple[str, Sequence[Boot]]]) -> list[DeploymentBoot]:
     """Every start of the deployment from each node's boots (``replay a.log b.log``)."""
     names = [n for n, _ in per_node]

@@ -192,3 +192,96 @@ def test_replay_json_carries_the_kind(tmp_path: Path) -> None:
     out = io.StringIO()
     replay.run(Namespace(path=str(p), json=False), stdout=out, stderr=err)
     assert "Failure: bad_args in launch" in out.getvalue()
+
+
+# -- a refused configuration: ServerArgs / EngineArgs / a vLLM config class (issue 21) ------------
+
+SGL_REFUSED = FIX / "sglang" / "fail-0.5.10-serverargs-refused.log"
+VLLM_REFUSED = FIX / "vllm" / "fail-0.11-config-refused.log"
+PREFIXES = ["sglang-1  | ", "[pod/sglang-0/sglang] "]  # docker compose logs, kubectl logs --prefix
+
+
+def test_sglang_serverargs_refusal_is_bad_args_at_launch() -> None:
+    """ServerArgs.__post_init__ raised (SGLang checks its arguments before it prints them): a boot
+    that failed at launch, not a crash of no phase; the hint names the flag the message names."""
+    f = one_failed(SGL_REFUSED.read_text().splitlines(), Engine.SGLANG)
+    assert f.message == ("ValueError: TensorRT-LLM MLA backend only supports kv-cache-dtype of fp8_e4m3, fp4_e2m1, "
+                         "bf16, or auto.")
+    assert f.hint is not None
+    assert f.hint.startswith("the server refused its configuration, naming --kv-cache-dtype: change it as the "
+                             "message says")
+    assert "rollback" in f.hint
+
+
+def test_sglang_serverargs_refusal_after_a_ready_boot_is_a_boot_of_its_own() -> None:
+    ready = (FIX / "sglang" / "sglang-0.4.10-llama8b-tp2-eagle-ready.log").read_text().splitlines()
+    boots = replay_lines([*ready, *SGL_REFUSED.read_text().splitlines()])
+    assert [b.status for b in boots] == [BootStatus.READY, BootStatus.FAILED]  # was: one boot, ready
+    f = failure_of(boots[1])
+    assert (f.kind, f.phase) == (FailureKind.BAD_ARGS, Phase.LAUNCH)
+
+
+def test_vllm_config_class_refusal_is_bad_args_at_launch() -> None:
+    """EngineArgs.create_engine_config -> SchedulerConfig (a pydantic dataclass) refused the values:
+    bad_args in launch, the hint naming the flags of the message (pydantic's repeat of every field
+    in `input_value=…` left out), with the boot's value where its dump has one."""
+    f = one_failed(VLLM_REFUSED.read_text().splitlines(), Engine.VLLM)
+    assert f.message == "pydantic_core._pydantic_core.ValidationError: 1 validation error for SchedulerConfig"
+    assert f.hint is not None
+    assert f.hint.startswith("the server refused its configuration, naming --max-num-batched-tokens (now 64), "
+                             "--max-num-seqs: change them as the message says")
+    # a fragment without the frames: pydantic names the config class, which says it alone
+    tail = VLLM_REFUSED.read_text().splitlines()[-3:]
+    boots = replay_lines(tail)
+    assert [(b.status, failure_of(b).kind, failure_of(b).phase) for b in boots] == [
+        (BootStatus.FAILED, FailureKind.BAD_ARGS, Phase.LAUNCH)]
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_a_refusal_under_a_collector_prefix(prefix: str) -> None:
+    """A traceback alone teaches the collector's prefix (its engine frames), so the exception line
+    is read without it (was: no boot at all)."""
+    for path, engine in ((SGL_REFUSED, Engine.SGLANG), (VLLM_REFUSED, Engine.VLLM)):
+        f = one_failed([prefix + ln for ln in path.read_text().splitlines()], engine)
+        assert f.message.startswith(("ValueError: TensorRT-LLM", "pydantic_core."))
+
+
+def test_other_value_errors_are_not_a_refused_configuration() -> None:
+    """A check outside the engines' argument / config code stays a crash (vLLM 0.20's multimodal
+    budget, real log 33); an AssertionError in TpModelWorker is SGLang's pool-size refusal."""
+    boots, _ = analyse(iter([(FIX / "real" / "33-vllm-0.20.0-gemma4-26b-a4b-config-refused.log").read_bytes()]))
+    assert failure_of(boots[-1]).kind is FailureKind.CRASH
+    boots, _ = analyse(iter([(FIX / "sglang" / "fail-0.5.10-pool-too-small.log").read_bytes()]))
+    (b,) = boots
+    f = failure_of(b)
+    assert (b.status, f.kind, f.message) == (BootStatus.FAILED, FailureKind.KV_TOO_SMALL,
+                                             "AssertionError: Memory pool size is too small")
+    # raised after the graphs were captured, but a refusal of the pool's size: its phase is kv_allocate
+    assert b.phase is Phase.GRAPH_CAPTURE
+    assert f.phase is Phase.KV_ALLOCATE
+    assert f.hint is not None
+    assert "raise --mem-fraction-static (now 0.437)" in f.hint
+
+
+@pytest.mark.parametrize("prefix", ["", *PREFIXES])
+def test_a_17_line_capture_oom_fragment_is_a_failed_boot(prefix: str) -> None:
+    lines = (FIX / "sglang" / "fragment-0.5.10-capture-oom-17-lines.log").read_text().splitlines()
+    assert len(lines) == 17
+    boots = replay_lines([prefix + ln for ln in lines])
+    assert [(b.status, failure_of(b).kind, failure_of(b).phase) for b in boots] == [
+        (BootStatus.FAILED, FailureKind.OOM_GRAPH_CAPTURE, Phase.GRAPH_CAPTURE)]
+
+
+def test_flags_named() -> None:
+    from kvtui.boot.hints import flags_named
+
+    msg = ("Value error, max_num_batched_tokens (64) must be greater than or equal to max_num_seqs (256). "
+           "[type=value_error, input_value=ArgsKwargs((), {'max_model_len': 8192}), input_type=ArgsKwargs]")
+    assert flags_named(Engine.VLLM, msg, {"max_num_batched_tokens": 64}) == [
+        "--max-num-batched-tokens (now 64)", "--max-num-seqs"]
+    assert flags_named(Engine.SGLANG, "--linear-attn-decode-backend flashinfer on SM100+ requires "
+                                      "--mamba-ssm-dtype bfloat16", {}) == [
+        "--linear-attn-decode-backend", "--mamba-ssm-dtype"]
+    assert flags_named(Engine.SGLANG, "tp_size must be divisible by number of nodes", {"tp_size": 16}) == [
+        "--tp-size (now 16)"]
+    assert flags_named(Engine.SGLANG, "TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x).", {}) == []

@@ -105,6 +105,37 @@ def test_bundle_of_a_demo_boot_replays_to_the_same_json(tmp_path: Path, capsys: 
     assert "1 boot" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+def test_bundle_without_boot_is_the_newest_boot_not_an_older_one(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``--boot`` left out means the newest boot (the help's promise): when its log is not in the
+    spool (apply keeps none) the command says so and names the boot it could bundle, instead of
+    bundling an older boot unasked (it bundled #1, the oldest, here)."""
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(HOSTS)
+    assert _kvtui(hosts, "wait", "demo", "--json") == 0  # boot #1, its log kept
+    assert _kvtui(hosts, "apply", "demo", "--set", "mem-fraction-static=0.86", "--restart", "--yes") == 0  # #2
+    capsys.readouterr()
+    out = tmp_path / "newest.tar.gz"
+    assert _kvtui(hosts, "history", "demo", "--json") == 0
+    ids = [b["id"] for b in json.loads(capsys.readouterr().out)["boots"]]
+    assert len(ids) == 2
+    newest, oldest = ids
+    assert _kvtui(hosts, "bundle", "demo", "-o", str(out)) == 3
+    err = capsys.readouterr().err
+    assert f"demo: #{newest} (the newest): its log is not in the spool" in err
+    assert f"#{oldest} (ready) is the newest boot whose log is kept: kvtui bundle demo --boot {oldest}" in err
+    assert not out.exists()
+    assert _kvtui(hosts, "bundle", "demo", "--boot", str(oldest), "-o", str(out)) == 0
+    assert f"demo boot #{oldest} (ready" in capsys.readouterr().err
+    # once the newest boot's log is kept (a wait follows it), it is the one bundled
+    assert _kvtui(hosts, "wait", "demo", "--json") == 0
+    capsys.readouterr()
+    assert _kvtui(hosts, "bundle", "demo", "-o", str(out)) == 0
+    assert f"demo boot #{newest} (ready" in capsys.readouterr().err
+    assert json.loads(read_member(out, "boot.json") or b"{}")["flags"]["mem_fraction_static"] == 0.86
+
+
 def test_secrets_are_masked_in_a_screenshot() -> None:
     from kvtui.history.bundle import mask_svg
 

@@ -325,3 +325,85 @@ def test_nodes_restarted_one_after_the_other_are_one_start() -> None:
     assert kept == [b0, b1]
     assert earlier == [None, None]
     assert current_start([b0, None]) == ([b0, None], [None, None])
+
+
+# -- replay of logs that are not one deployment's nodes (issue 21) ------------------------------
+
+REAL = Path(__file__).parent / "fixtures" / "real"
+
+
+def test_logs_of_one_deployment_are_not_apart() -> None:
+    from kvtui.nodes import apart
+
+    for a, b in (("sglang-tp16-node0.log", "sglang-tp16-node1.log"),
+                 ("sglang-tp16-node0.log", "sglang-tp16-node1-mf085.log"),  # a flag differs: a finding
+                 ("vllm-tp16-node0.log", "vllm-tp16-node1.log"),
+                 ("sglang-tp16-stall-node0.log", "sglang-tp16-stall-node1.log")):
+        assert apart([(a, _boots(a)), (b, _boots(b))]) == [], (a, b)
+    assert apart([("a", _boots("sglang-tp16-node0.log")), ("b", [])]) == []  # a node whose log holds no boot
+
+
+def test_logs_that_disagree_are_apart() -> None:
+    from kvtui.nodes import apart
+
+    n0, n1 = _boots("sglang-tp16-node0.log"), _boots("sglang-tp16-node1.log")
+    assert apart([("a", n0), ("b", _boots("sglang-tp16-node1-addr.log"))]) == [
+        "they meet at different rendezvous (a 10.0.0.1:5000, b 10.0.0.9:5000)"]
+    assert apart([("a", n0), ("a2", n0)]) == ["a and a2 both run --node-rank 0"]
+    other = copy.deepcopy(n1)
+    other[0].flags["model_path"] = "/models/Qwen3-235B"
+    other[0].flags["nnodes"] = 4
+    assert apart([("a", n0), ("b", other)]) == [
+        "they run different --nnodes (a 2, b 4)", "they serve different models (a DeepSeek-R1, b Qwen3-235B)"]
+    assert apart([("a", n0), ("b", [_shifted(n1[0], timedelta(hours=2))])]) == [
+        "no boot of b is of one start with a boot of a (they do not overlap in time)"]
+    assert apart([("a", n0), ("b", _boots("vllm-tp16-node1.log"))]) == [
+        "no boot of b is of one start with a boot of a (they do not overlap in time)"]
+    three = apart([("a", n0), ("b", n1), ("c", [_shifted(n1[0], timedelta(seconds=1))])])
+    assert "3 logs of one start, but they run --nnodes 2" in three
+    # servers on one node: SGLang's dump says --nnodes 1; a vLLM dump names no other node
+    single = _boots_real("01-sglang-llama32-3b-tp1-hicache-ready.log")
+    vllm = _boots_real("13-vllm-qwen3-4b-tp1-graph-capture-oom.log")
+    assert apart([("s", single), ("v", vllm)]) == ["s is a server on one node (--nnodes 1)",
+                                                   "v is a server on one node (its arguments name no other node)"]
+    assert apart([("s", single), ("empty", [])]) == ["s is a server on one node (--nnodes 1)"]
+
+
+def _boots_real(name: str) -> list[Boot]:
+    boots, _ = analyse_path(str(REAL / name), clock=NOW_CLOCK)
+    return boots
+
+
+def test_replay_of_unrelated_logs_reports_each_on_its_own(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two unrelated boots were merged as the nodes of one deployment (`2 nodes … FAILED in
+    kv_allocate`, a launch of thousands of hours): each log is now reported as `replay LOG` would,
+    after the reasons, and the exit code is the worst of them."""
+    import json
+
+    from kvtui.cli import main
+
+    good = str(REAL / "01-sglang-llama32-3b-tp1-hicache-ready.log")
+    failed = str(REAL / "23-sglang-gemma4-26b-a4b-tp1-not-enough-memory.log")
+    assert main(["replay", good, failed]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("2 logs, not the nodes of one deployment: each log on its own\n"
+                          "  - 01-sglang-llama32-3b-tp1-hicache-ready.log is a server on one node (--nnodes 1)\n")
+    assert "nodes (" not in out
+    assert main(["replay", good]) == 0
+    alone_good = capsys.readouterr().out
+    assert main(["replay", failed]) == 1
+    alone_failed = capsys.readouterr().out
+    assert out.endswith("\n" + alone_good + "\n" + alone_failed)
+    assert "Boot 1 of 1 · sglang (version not printed) · READY" in alone_good
+    # --json: each file's document as replay --json prints it
+    assert main(["replay", "--json", good, failed]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["sources"], doc["deployment"], len(doc["apart"])) == ([good, failed], False, 2)
+    for i, path in enumerate((good, failed)):
+        main(["replay", "--json", path])
+        assert doc["files"][i] == json.loads(capsys.readouterr().out)
+    # two good boots: each ready (was: one merged start, STARTING), exit 0
+    assert main(["replay", good, str(REAL / "17-sglang-llama31-8b-tp1-docs-2025-01-ready.log")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("· READY ·") == 2
+    assert "STARTING" not in out

@@ -25,10 +25,12 @@ How the tracker reads a log:
   line (``Received sigquit``, ``scheduler died``, a failed systemd exit, vLLM ``EngineCore failed
   to start``) fails the boot; ``finish()`` also fails a boot whose log ends on an exception.
   The kind comes from the text when the text decides it (``Not enough memory`` ->
-  ``oom_kv_allocate``, vLLM ``To serve at least one request`` -> ``kv_too_small``, NCCL errors),
-  else from the phase (a CUDA OOM in capture -> ``oom_graph_capture``, in weight loading ->
-  ``oom_weights``, after ready -> ``oom_runtime``), else ``crash``; ``unknown`` when nothing but
-  a process exit was seen.
+  ``oom_kv_allocate``, vLLM ``To serve at least one request`` -> ``kv_too_small``, NCCL errors,
+  an argparse refusal or a ``ValueError``/``AssertionError`` raised in the engines' argument and
+  config checks -> ``bad_args``), else from the phase (a CUDA OOM in capture ->
+  ``oom_graph_capture``, in weight loading -> ``oom_weights``, after ready -> ``oom_runtime``), else
+  ``crash``; ``unknown`` when nothing but a process exit was seen. A refusal says its own phase:
+  ``bad_args`` is ``launch``, ``kv_too_small`` is ``kv_allocate``, whatever phase line came last.
 - **Figures** (target model only in ``metrics``/``facts``; the draft's in ``draft_facts``): avail
   and free figures are the minimum over ranks, graph memory the maximum over ranks of each rank's
   summed captures, sizes and counts the TP0 (lowest rank) value. ``kv_cache_gib`` is one rank's

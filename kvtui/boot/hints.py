@@ -12,7 +12,7 @@ import re
 from typing import Final
 
 from kvtui.engines.events import Engine, Fact, FailureKind, Phase
-from kvtui.knobs import lookup
+from kvtui.knobs import lookup, underscore_name
 
 _DEFAULT_OOM_PHASE_KIND: Final = {
     Phase.LOAD_WEIGHTS: FailureKind.OOM_WEIGHTS,
@@ -41,11 +41,46 @@ def runtime_oom_when(phase: Phase | None, served: bool = True) -> str:
     return "while serving"
 
 
+_FLAG_RE: Final = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
+_DUMP_WORD_RE: Final = re.compile(r"(?<![\w.-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w-])")
+_KEBAB_WORD_RE: Final = re.compile(r"(?<![\w.-])[a-z][a-z0-9]*(?:-[a-z0-9]+)+(?![\w-])")
+
+
+def flags_named(engine: Engine, text: str, flags: dict[str, object]) -> list[str]:
+    """The server flags a refusal's message names, as the command line spells them, in the order
+    it names them, each with the boot's value when its argument dump has it (``--max-num-seqs
+    (now 256)``): ``--flag`` spellings, and snake_case words that are a flag kvtui knows or a key
+    of the dump (``max_num_batched_tokens``), or a flag kvtui knows without its dashes
+    (``kv-cache-dtype``). pydantic's ``[type=…, input_value=…]`` tail, which
+    repeats every field, is left out."""
+    text = text.split(" [type=", 1)[0]
+    found: dict[str, str] = {}  # underscore name -> the flag as written
+    hits = [(m.start(), m.group(0), True) for m in _FLAG_RE.finditer(text)]
+    hits += [(m.start(), m.group(0), False) for m in _DUMP_WORD_RE.finditer(text)]
+    hits += [(m.start(), m.group(0), False) for m in _KEBAB_WORD_RE.finditer(text)]
+    for _, word, dashed in sorted(hits):
+        knob = lookup(engine, word)
+        if not dashed and knob is None and underscore_name(word) not in flags:
+            continue
+        flag = "--" + (knob.written(engine, flags) if knob is not None else word.lstrip("-").replace("_", "-"))
+        key = underscore_name(flag)
+        if key in found:
+            continue
+        got = knob.in_dump(engine, flags) if knob is not None else None
+        value = got[1] if got is not None else flags.get(underscore_name(word))
+        found[key] = f"{flag} (now {value})" if value is not None else flag
+        if len(found) >= 6:
+            break
+    return list(found.values())
+
+
 def hint_for(kind: FailureKind, engine: Engine, flags: dict[str, object], facts: dict[Fact, float], *,
-             phase: Phase | None = None, served: bool = True) -> str:
+             phase: Phase | None = None, served: bool = True, message: str | None = None) -> str:
     """A one-line hint in the right direction for a failure kind, with the boot's own numbers.
     ``phase`` (where the failure came) and ``served`` (a serving batch was logged before it) word
-    ``oom_runtime`` by when it came: the warm-up request, the first forward after ready, serving."""
+    ``oom_runtime`` by when it came: the warm-up request, the first forward after ready, serving.
+    ``message`` (the failure's text): a ``bad_args`` refusal of the configuration names the flags
+    it names."""
     vllm = engine is Engine.VLLM
     if vllm:
         util = flags.get("gpu_memory_utilization")
@@ -110,10 +145,16 @@ def hint_for(kind: FailureKind, engine: Engine, flags: dict[str, object], facts:
             "healthy and visible, the P2P/NVLink/IB settings, and whether another rank died first"
         )
     if kind is FailureKind.BAD_ARGS:
+        named = flags_named(engine, message, flags) if message else []
+        if named:
+            return (
+                f"the server refused its configuration, naming {', '.join(named)}: change "
+                f"{'it' if len(named) == 1 else 'them'} as the message says in the unit or launch script, or "
+                "restore the previous flags with `kvtui rollback HOST`"
+            )
         return (
-            "the server refused its command-line arguments: fix the flag the error names in the unit or "
-            "launch script (its usage line lists the accepted flags), or restore the previous flags with "
-            "`kvtui rollback HOST`"
+            "the server refused its arguments: fix what the error names (a flag, or flags that do not go "
+            "together) in the unit or launch script, or restore the previous flags with `kvtui rollback HOST`"
         )
     if kind is FailureKind.CRASH:
         return "a server process died: the message is the exception it died with; the traceback shows where"

@@ -62,6 +62,8 @@ MAX_UNRECOGNISED: Final = 256  # shapes of unrecognised startup lines kept per b
 MAX_RANKS: Final = 1024
 _RECENT_LINES: Final = 64
 _TB_HEADER: Final = "Traceback (most recent call last)"
+# failure kinds that say their phase themselves
+_KIND_PHASE: Final = {FailureKind.BAD_ARGS: Phase.LAUNCH, FailureKind.KV_TOO_SMALL: Phase.KV_ALLOCATE}
 
 
 @dataclass(slots=True)
@@ -887,6 +889,9 @@ class BootTracker:
         phase = decider.phase if decider is not None else w.activity
         if phase is None:
             phase = boot.phase
+        # a refusal says where it happened, whatever phase line came last (or none did): the
+        # arguments are checked at launch, the pool's size against the context once it is sized
+        phase = _KIND_PHASE.get(kind, phase)
         # The line that decided the kind gives the hint. Another line's hint (systemd's SIGKILL
         # note after SGLang killed its own process tree) only speaks when nothing more specific did.
         hint = decider.ft.hint if decider is not None else None
@@ -905,7 +910,11 @@ class BootTracker:
             hint = (f"allocating the KV pool and the request table ran out of GPU memory: lower "
                     f"--mem-fraction-static{now}, or --context-length / --max-running-requests")
         if hint is None:
-            hint = hint_for(kind, boot.engine, boot.flags, boot.facts, phase=phase, served=bool(w.serving))
+            said = None
+            if decider is not None:  # the refusal's own words, with the lines that continue it
+                said = "\n".join([decider.ft.text, *(w.follow if decider is best else ())])
+            hint = hint_for(kind, boot.engine, boot.flags, boot.facts, phase=phase, served=bool(w.serving),
+                            message=said)
             if kind is not FailureKind.GPU_BUSY and any(
                 "unbalanced" in s or "occupied by other processes" in s for s in boot.warnings
             ):

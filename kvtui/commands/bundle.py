@@ -6,7 +6,9 @@ backup) and now (read through the host's backend) — secrets masked. The consol
 bundle with its calculator's edits and a screenshot (``bundle_for``). ``kvtui replay FILE`` and
 ``kvtui connect --bundle FILE`` open it.
 
-``--boot N``: the id ``kvtui history`` shows (default: the newest boot whose log is in the spool).
+``--boot N``: the id ``kvtui history`` shows (default: the newest boot; when its log is not in the
+spool — ``apply --restart`` keeps none — the command says so and names the newest boot whose log is,
+instead of bundling an older boot unasked).
 Exit codes: 0 written; 2 usage; 3 a bad hosts file, no such boot, its log not in the spool, or the
 file cannot be written."""
 
@@ -179,24 +181,22 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     if not rows:
         print(f"kvtui bundle: no boot of {args.host} in the history ({store.path})", file=err)
         return EXIT_INPUT
-    chosen: Any = None
-    lines: list[str] | None = None
     if args.boot is not None:
         chosen = next((r for r in rows if r.id == args.boot), None)
         if chosen is None:
             print(f"kvtui bundle: {args.host} has no boot #{args.boot} in the history", file=err)
             return EXIT_INPUT
-        lines = spool_lines(chosen.doc.get("spool"), args.host)
     else:
-        for r in rows:
-            lines = spool_lines(r.doc.get("spool"), args.host)
-            if lines is not None:
-                chosen = r
-                break
-    if chosen is None or lines is None:
-        what = f"#{chosen.id}" if chosen is not None else "no boot"
-        print(f"kvtui bundle: {args.host}: {what}: its log is not in the spool (recorded by a command that keeps "
-              "none, or pruned since); a console or kvtui wait keeps one", file=err)
+        chosen = rows[0]  # the newest (the store lists them newest first), as the help says
+    lines = spool_lines(chosen.doc.get("spool"), args.host)
+    if lines is None:
+        kept = next((r for r in rows if r is not chosen and spool_lines(r.doc.get("spool"), args.host) is not None),
+                    None) if args.boot is None else None
+        other = (f"; #{kept.id} ({kept.status}) is the newest boot whose log is kept: kvtui bundle {args.host} "
+                 f"--boot {kept.id}") if kept is not None else ""
+        newest = " (the newest)" if args.boot is None else ""
+        print(f"kvtui bundle: {args.host}: #{chosen.id}{newest}: its log is not in the spool (recorded by a command "
+              f"that keeps none, or pruned since); a console or kvtui wait keeps one{other}", file=err)
         return EXIT_INPUT
     from kvtui.bootlog import read_log
 

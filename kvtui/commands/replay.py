@@ -289,6 +289,36 @@ def _record(boots: list[Boot], host: str, source: str, err: TextIO) -> None:
           f"as boots of {host} in {store.path}", file=err)
 
 
+def _read(path: str, unrecognised: list[UnrecognisedShape]) -> tuple[list[Boot], str | None]:
+    """One log (a kvtui bundle: its log) -> (boots, input shape); ``unrecognised`` gets its
+    unrecognised startup lines, located at the file's own lines and in order. Raises InputError."""
+    bundled = _bundle_log(path)
+    if bundled is not None:  # a kvtui bundle: its log
+        boots, shape = analyse(iter([bundled]), unrecognised=unrecognised)
+    else:
+        boots, shape = analyse_path(path, unrecognised=unrecognised)
+        locate_lines(path, unrecognised)
+    unrecognised.sort(key=lambda u: u.first_line)
+    return boots, shape
+
+
+def _report(boots: list[Boot], source: str, shape: str | None, unrecognised: list[UnrecognisedShape],
+            args: argparse.Namespace) -> str:
+    """One log's text report (``--unknown``: its unrecognised lines)."""
+    if getattr(args, "unknown", False):
+        return render_unknown(unrecognised, source)
+    text = render(boots, source, shape)
+    if unrecognised:
+        n = sum(u.count for u in unrecognised)
+        text += (f"\n? {n} unrecognised startup line{'s' if n != 1 else ''} ({len(unrecognised)} shapes): "
+                 "--unknown lists them\n")
+    return text
+
+
+def _exit_code(boots: list[Boot]) -> int:
+    return EXIT_FAILED if boots and boots[-1].status is BootStatus.FAILED else EXIT_OK
+
+
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
@@ -298,61 +328,54 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     path = paths[0]
     unrecognised: list[UnrecognisedShape] = []
     try:
-        bundled = _bundle_log(path)
-        if bundled is not None:  # a kvtui bundle: its log
-            boots, shape = analyse(iter([bundled]), unrecognised=unrecognised)
-            path_shape = path
-        else:
-            boots, shape = analyse_path(path, unrecognised=unrecognised)
-            path_shape = ""
+        boots, shape = _read(path, unrecognised)
     except InputError as exc:
         print(f"kvtui replay: {exc}", file=err)
         return EXIT_INPUT
-    if not path_shape:
-        locate_lines(path, unrecognised)
-    unrecognised.sort(key=lambda u: u.first_line)
     source = "-" if path == "-" else path
     if getattr(args, "record", None):
         _record(boots, str(args.record), source, err)
     if getattr(args, "json", False):
         json.dump(to_json(boots, source, unrecognised), out, indent=2, ensure_ascii=False)
         out.write("\n")
-    elif getattr(args, "unknown", False):
-        out.write(render_unknown(unrecognised, source))
     else:
-        out.write(render(boots, source, shape))
-        if unrecognised:
-            n = sum(u.count for u in unrecognised)
-            out.write(f"\n? {n} unrecognised startup line{'s' if n != 1 else ''} ({len(unrecognised)} shapes): "
-                      "--unknown lists them\n")
+        out.write(_report(boots, source, shape, unrecognised, args))
     if not boots:  # readable text without a boot: an answer (zero boots), not unreadable input
         print(f"kvtui replay: {no_boot_found(source)}", file=err)
         return EXIT_OK
-    return EXIT_FAILED if boots[-1].status is BootStatus.FAILED else EXIT_OK
+    return _exit_code(boots)
 
 
 def _run_nodes(paths: list[str], args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """Several nodes' logs: every start of the deployment as one merged boot (``kvtui.nodes``)."""
+    """Several logs: the nodes of one deployment — every start as one merged boot
+    (``kvtui.nodes``) — when they agree on being one (``nodes.apart``: a server on one node,
+    another --nnodes / --node-rank / rendezvous / model, no overlap in time say they are not);
+    else each log on its own, as ``replay`` reports one, after the reasons (exit: the worst)."""
     from kvtui.commands import replay_nodes as R
-    from kvtui.nodes import merge_logs
+    from kvtui.nodes import apart, merge_logs
 
     if paths.count("-") > 1:
         print("kvtui replay: '-' (standard input) can be given once", file=err)
         return 2
     names = R.node_names(paths)
-    per_node: list[tuple[str, list[Boot]]] = []
-    for name, path in zip(names, paths, strict=True):
+    read: list[tuple[list[Boot], str | None, list[UnrecognisedShape]]] = []
+    for path in paths:
+        unrecognised: list[UnrecognisedShape] = []
         try:
-            boots, _shape = analyse_path(path)
+            boots, shape = _read(path, unrecognised)
         except InputError as exc:
             print(f"kvtui replay: {exc}", file=err)
             return EXIT_INPUT
         if not boots:
             print(f"kvtui replay: {no_boot_found(path)}", file=err)
-        per_node.append((name, boots))
+        read.append((boots, shape, unrecognised))
+    per_node = [(name, boots) for name, (boots, _, _) in zip(names, read, strict=True)]
     if not per_node[0][1]:
         print(f"kvtui replay: the first log ({paths[0]}) holds no boot: nothing to merge the others with", file=err)
         return EXIT_OK
+    reasons = apart(per_node)
+    if reasons:
+        return _run_apart(paths, read, reasons, args, out)
     deps = merge_logs(per_node)
     if getattr(args, "json", False):
         json.dump({"sources": paths, "nodes": names, "boots": [d.to_json() for d in deps]}, out, indent=2,
@@ -365,3 +388,24 @@ def _run_nodes(paths: list[str], args: argparse.Namespace, out: TextIO, err: Tex
             lines.extend(R.render_deployment(d, render_boot(d.boot, i, len(deps)), i, len(deps)))
         out.write("\n".join(lines) + "\n")
     return EXIT_FAILED if deps and deps[-1].boot.status is BootStatus.FAILED else EXIT_OK
+
+
+def _run_apart(paths: list[str], read: list[tuple[list[Boot], str | None, list[UnrecognisedShape]]],
+               reasons: list[str], args: argparse.Namespace, out: TextIO) -> int:
+    """Logs that are not one deployment's nodes: the reasons, then each log as ``replay LOG``
+    reports it (``--json``: ``{"sources", "deployment": false, "apart", "files": [...]}``, each
+    file's document as ``replay --json LOG`` prints it)."""
+    sources = ["-" if p == "-" else p for p in paths]
+    if getattr(args, "json", False):
+        doc = {"sources": sources, "deployment": False, "apart": reasons,
+               "files": [to_json(boots, src, unrec) for src, (boots, _, unrec) in zip(sources, read, strict=True)]}
+        json.dump(doc, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        head = [f"{len(paths)} logs, not the nodes of one deployment: each log on its own",
+                *(f"  - {r}" for r in reasons)]
+        parts = ["\n".join(head) + "\n"]
+        parts.extend(_report(boots, src, shape, unrec, args)
+                     for src, (boots, shape, unrec) in zip(sources, read, strict=True))
+        out.write("\n".join(parts))
+    return max(_exit_code(boots) for boots, _, _ in read)

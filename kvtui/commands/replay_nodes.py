@@ -5,8 +5,9 @@ Each file is read as ``replay`` reads one (any shape, gzip, the same exit 3 for 
 node names are the files' names, node ranks come from each log's own ``--node-rank`` (else the
 order given). Every start of the deployment is shown as one boot (the merged phases, ranks and
 figures, as for one host), then the nodes side by side: each node's phases, which node set each
-figure, and the findings (flags that differ between the nodes, a different rendezvous).
-Exit 1 when the last start failed on any node."""
+figure, and the findings (flags that differ between the nodes, a different rendezvous in a
+configured deployment). Logs that cannot be one deployment's nodes (``kvtui.nodes.apart``) are not
+merged: ``replay`` reports each on its own. Exit 1 when the last start failed on any node."""
 
 from __future__ import annotations
 

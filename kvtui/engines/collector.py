@@ -17,7 +17,8 @@ at its start, for the start of a known engine line (an *anchor*: SGLang's ``[YYY
 HH:MM:SS…]``, a vLLM process tag or level head, an argparse refusal, an engine-specific failure
 text, an engine traceback frame). What stands before it is that line's prefix; the line is read
 from the anchor on. A prefix seen twice in the same *shape* (digits masked, runs of spaces between
-words free) is learned, and every later line that starts with a learned shape loses it too — the
+words free) before an engine head or an engine traceback frame (less the frame's two-space
+indentation) is learned, and every later line that starts with a learned shape loses it too — the
 traceback frames, tqdm bars and third-party lines that carry no anchor of their own. When the
 prefix holds a timestamp (RFC 3339 / ISO 8601, or a syslog ``Mon DD HH:MM:SS``) it is returned with
 the line, so a record without a timestamp of its own gets the collector's (and a year-less or
@@ -190,6 +191,11 @@ class PrefixLayer:
         ts = prefix_timestamp(prefix, self._clock)
         if _HEAD_RE.match(text, k) is not None:
             self._learn(prefix, ts is not None)
+        elif rest.startswith('File "') and prefix.endswith("  "):
+            # an engine traceback frame (Python indents it by two): what stands before the two is
+            # the collector's prefix — a traceback alone (a refused configuration, a fragment)
+            # teaches it too, so its code and exception lines lose it
+            self._learn(prefix[:-2], ts is not None)
         return rest, ts
 
     def _learn(self, prefix: str, has_ts: bool) -> None:

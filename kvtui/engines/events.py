@@ -64,7 +64,9 @@ class FailureKind(StrEnum):
     OOM_RUNTIME = "oom_runtime"
     GPU_BUSY = "gpu_busy"
     NCCL = "nccl"
-    BAD_ARGS = "bad_args"  # the server refused its command line (argparse: unknown flag, bad value)
+    # the server refused its arguments: argparse (unknown flag, bad value), or its argument / config
+    # checks (SGLang ServerArgs, vLLM EngineArgs and config classes: values that do not go together)
+    BAD_ARGS = "bad_args"
     CRASH = "crash"
     NOT_SERVING = "not_serving"  # the log says ready, but the server does not answer a 1-token request
     UNKNOWN = "unknown"

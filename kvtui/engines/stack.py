@@ -19,7 +19,7 @@ from typing import Final
 
 from kvtui.engines.events import Engine, Phase
 
-__all__ = ["frame_engine", "frame_phase", "is_frame"]
+__all__ = ["config_exception", "frame_config", "frame_engine", "frame_phase", "is_frame"]
 
 FRAME_RE: Final = re.compile(r'\s*File "([^"]*)", line \d+, in ([\w.<>]+)')
 
@@ -86,6 +86,44 @@ _PATH_PHASE: Final = (
     ("pynccl", Phase.INIT),
     ("/parallel_state.py", Phase.INIT),
 )
+
+
+# where the engines check their arguments and build their configuration, before anything starts:
+# SGLang's ServerArgs (``__post_init__``, its ``_handle_*`` steps, ``check_server_args``), vLLM's
+# EngineArgs (``create_engine_config``) and its config classes (``vllm/config/``, one
+# ``vllm/config.py`` before 0.10: ``ModelConfig``, ``SchedulerConfig``, ``VllmConfig`` …)
+_CONFIG_PATHS: Final = ("sglang/srt/server_args.py", "vllm/engine/arg_utils.py", "vllm/config/", "vllm/config.py")
+# the exceptions a refused configuration raises (vLLM's pydantic config classes wrap a ValueError
+# in a ValidationError: ``pydantic_core._pydantic_core.ValidationError: 1 validation error for …``)
+_CONFIG_EXC_RE: Final = re.compile(r"^(?:[\w.]*\.)?(?:ValueError|AssertionError|ValidationError)(?::|$)")
+
+
+# ServerArgs' own checks (its module also holds helpers other processes call at run time)
+_SGLANG_CHECKS: Final = ("__post_init__", "from_cli_args", "prepare_server_args", "_handle_", "check_", "_check_",
+                         "validate", "_validate")
+
+
+def frame_config(text: str) -> bool:
+    """Whether a traceback frame is in an engine's argument / configuration checks."""
+    m = FRAME_RE.match(text)
+    if m is None:
+        return False
+    path = m.group(1).replace("\\", "/")
+    frag = next((f for f in _CONFIG_PATHS if f"/{f}" in path or path.startswith(f)), None)
+    if frag is None:
+        return False
+    return not frag.startswith("sglang/") or m.group(2).rsplit(".", 1)[-1].startswith(_SGLANG_CHECKS)
+
+
+# pydantic naming the config class it refused: the text alone says it (vLLM's config classes)
+_CONFIG_CLASS_RE: Final = re.compile(r"^(?:[\w.]*\.)?ValidationError: \d+ validation errors? for \w*Config\b")
+
+
+def config_exception(text: str, *, alone: bool = False) -> bool:
+    """Whether an exception line is of a kind a refused configuration raises (``ValueError``,
+    ``AssertionError``, pydantic's ``ValidationError``); ``alone``: whether the line says so by
+    itself, without the frames above it (pydantic's ``… validation error for SchedulerConfig``)."""
+    return (_CONFIG_CLASS_RE if alone else _CONFIG_EXC_RE).match(text) is not None
 
 
 def is_frame(text: str) -> bool:

@@ -73,6 +73,10 @@ def _text_kind(text: str) -> FailureKind | None:
         return FailureKind.OOM_KV_ALLOCATE
     if "memory capacity is unbalanced" in text:
         return FailureKind.GPU_BUSY
+    if "Memory pool size is too small" in text:
+        # TpModelWorker's check that the pool holds one request (max_req_len from the pool and the
+        # context): raised after capture, but a refusal of the pool's size
+        return FailureKind.KV_TOO_SMALL
     if is_oom_text(text):
         return None  # the phase decides (weights / capture / runtime …)
     if _nccl_kind(text):

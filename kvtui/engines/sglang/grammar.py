@@ -69,7 +69,7 @@ from kvtui.engines.sglang.patterns import (
     _to_float,
     _to_int,
 )
-from kvtui.engines.stack import frame_engine, frame_phase
+from kvtui.engines.stack import config_exception, frame_config, frame_engine, frame_phase
 from kvtui.engines.text import version_key
 
 # ---------------------------------------------------------------------------------------------
@@ -121,9 +121,11 @@ class SglangGrammar:
         self._stamp_key = ""
         self._stamp_dt: datetime | None = None
         self._tp_of: dict[str, int | None] = {}
+        self._config_frame = False  # the traceback's deepest SGLang frame so far is in ServerArgs' checks
 
     def reset(self) -> None:
         """Forget the per-boot state (a new boot starts)."""
+        self._config_frame = False
         self._ranks.clear()
         self._capture_model = TARGET
         self._capturing = False
@@ -659,8 +661,18 @@ class SglangGrammar:
         c = msg[:1]
         if (c == " " or c == "F") and 'File "' in msg[:12]:
             # a traceback frame: where on the startup stack it failed (used by fragments only)
+            if frame_engine(msg) is not None:
+                self._config_frame = frame_config(msg)
             phase = frame_phase(msg)
             return (_inferred(phase),) if phase is not None else ()
+        if self._config_frame and config_exception(msg):
+            # ServerArgs refused the configuration: a boot that ends before it began (SGLang checks
+            # its arguments before it prints them)
+            self.reset()
+            return (BootBoundary(BoundaryKind.STARTED, new_args=True), _pm(Phase.LAUNCH, TARGET),
+                    FailureText(msg, FailureKind.BAD_ARGS, fatal=True, specificity=3))
+        if c == "T" and msg.startswith("Traceback (most recent call last)"):
+            self._config_frame = False
         if c == "C":
             if msg.startswith("Capturing batches") or msg.startswith("Capturing num tokens"):
                 return self._capture_progress(msg)

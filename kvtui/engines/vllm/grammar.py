@@ -35,7 +35,7 @@ from kvtui.engines.events import (
     Warning_,
     WorkerNode,
 )
-from kvtui.engines.stack import frame_engine, frame_phase
+from kvtui.engines.stack import config_exception, frame_config, frame_engine, frame_phase
 from kvtui.engines.text import strip_ansi
 from kvtui.engines.vllm.args import _CONFIG_KEYS, parse_arg_dict, parse_kv_args
 from kvtui.engines.vllm.patterns import (
@@ -143,6 +143,7 @@ class VllmGrammar:
         self._shm_waits: dict[tuple[str, str | None] | None, int] = {}  # process -> its waits in a row
         self._new_workers: list[LogEvent] = []  # Ray workers whose tag was first read on this line
         self._tags.clear()
+        self._config_frame = False  # the traceback's deepest vLLM frame so far is in its argument / config checks
 
     def sniff(self, text: str) -> bool:
         """Cheap: is this line recognisably vLLM (a process tag, or vLLM's level/stamp/file head)?"""
@@ -318,8 +319,14 @@ class VllmGrammar:
         c = msg[:1]
         if (c == " " or c == "F") and 'File "' in msg[:12]:
             # a traceback frame: where on the startup stack it failed (used by fragments only)
+            if frame_engine(msg) is not None:
+                self._config_frame = frame_config(msg)
             phase = frame_phase(msg)
             return self._note_phase((_INFERRED[phase],)) if phase is not None else _NONE
+        if c == "T" and msg.startswith("Traceback (most recent call last)"):
+            self._config_frame = False
+        elif c == "A" and level is None and msg.rstrip() == "AssertionError" and self._config_frame:
+            return self._note_phase(self._config_refused(msg))  # a bare `assert` in a config check
         if c == "[" and "] " in msg[:48]:
             # 0.3x tags a compile message with its model part: `[backbone] Compiling a graph …`
             k = msg.index("] ")
@@ -841,7 +848,16 @@ class VllmGrammar:
                 return ev
         if "See root cause above" in msg or "exception in a background process" in msg:
             return (FailureText(msg, fatal=True, specificity=0),)
+        if (self._config_frame and config_exception(msg)) or config_exception(msg, alone=True):
+            return self._config_refused(msg)
         return (FailureText(msg, kind=FailureKind.CRASH, specificity=2),)
+
+    def _config_refused(self, msg: str) -> Events:
+        """EngineArgs / a config class refused the configuration (a ``ValueError``, an
+        ``AssertionError`` or pydantic's ``ValidationError`` raised in its checks): the API server
+        exits at launch, before any engine process starts."""
+        self._config_frame = False
+        return (_INFERRED[Phase.LAUNCH], FailureText(msg, kind=FailureKind.BAD_ARGS, fatal=True, specificity=3))
 
     def _oom_or_nccl(self, msg: str, *, specificity: int) -> Events:
         if _OOM_RE.search(msg):
