@@ -139,6 +139,9 @@ class Boot:
     # driver's own node, whose workers it tags without one) -> {worker rank label: its TP rank
     # once a line says it}, in the order first seen (bounded)
     nodes: dict[str, dict[str, int | None]] = field(default_factory=dict)
+    # how ``metrics.max_total_num_tokens`` was derived when no line printed the pool's tokens (vLLM
+    # V0: ``# GPU blocks: N`` × the block size, and where the block size came from); None: printed
+    pool_from: str | None = None
 
     def to_json(self) -> dict[str, object]:
         """The boot object of ``kvtui replay --json`` (see the engine-core issue for the shape)."""
@@ -186,6 +189,7 @@ class Boot:
                 "token_usage": m.token_usage,
             },
             "ranks": list(self.ranks),
+            **({"pool_from": self.pool_from} if self.pool_from else {}),
             **({"nodes": self.nodes_json()} if self.nodes else {}),
         }
 

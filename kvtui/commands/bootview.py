@@ -98,7 +98,7 @@ def render_boot(boot: Boot, index: int, total: int) -> list[str]:
     m = boot.metrics
     out.append("  Figures (per rank; free = free GPU memory, the minimum over ranks)")
     out += _row("KV pool", _item(m.max_total_num_tokens, "{:,} tokens"), _item(m.kv_cache_gib, conv=_gib),
-                _item(m.cell_bytes, "≈{:,} B/token (printed KV size ÷ tokens)"))
+                _item(m.cell_bytes, "≈{:,} B/token (printed KV size ÷ tokens)"), _item(boot.pool_from, "{}"))
     out += _row("memory", _item(m.avail_before_load_gib, "free before weights {}", _gib),
                 _item(m.weights_gib, "weights {}", _gib), _item(m.avail_after_load_gib, "free after weights {}", _gib),
                 _item(m.avail_after_pool_gib, "free after pool {}", _gib))

@@ -18,7 +18,7 @@ from textual.widget import Widget
 
 from kvtui.boot import Boot, BootStatus, Failure, PhaseSpan
 from kvtui.boot.stall import Stall
-from kvtui.engines.events import PHASE_ORDER, Model, Phase
+from kvtui.engines.events import PHASE_ORDER, Fact, Model, Phase
 from kvtui.history.eta import BootEta
 from kvtui.history.eta import clock as eta_clock
 from kvtui.ui import formatting as fmt
@@ -281,6 +281,11 @@ class BootFigures(BootRows):
         m = boot.metrics
         rows = [
             ("KV tokens", fmt.tokens(m.max_total_num_tokens)),
+        ]
+        blocks = boot.facts.get(Fact.KV_BLOCKS)
+        if boot.pool_from and blocks and m.max_total_num_tokens:  # vLLM V0: blocks × block size (replay says whence)
+            rows.append((" GPU blocks × size", f"{int(blocks):,} × {m.max_total_num_tokens // int(blocks)}"))
+        rows += [
             ("KV / rank", fmt.gib(m.kv_cache_gib)),
             ("weights / rank", fmt.gib(m.weights_gib)),
             ("free after pool", fmt.gib(m.avail_after_pool_gib)),
