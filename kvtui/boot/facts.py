@@ -45,6 +45,11 @@ _MAX_METRICS: Final[frozenset[Fact]] = frozenset(
         Fact.GRAPH_POOL_ACTUAL_GIB,
         Fact.HICACHE_HOST_GIB,
         Fact.SHM_WAIT_SECONDS,
+        Fact.ENGINE_LOAD_WEIGHT_SECONDS,
+        Fact.ENGINE_KV_ALLOCATION_SECONDS,
+        Fact.ENGINE_CUDA_GRAPH_SECONDS,
+        Fact.ENGINE_SCHEDULER_SECONDS,
+        Fact.ENGINE_STARTUP_SECONDS,
     }
 )
 _POOL_METRICS: Final[frozenset[Fact]] = frozenset(

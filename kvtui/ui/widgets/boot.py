@@ -83,6 +83,13 @@ class BootRows(Widget):
         self._rows_shown = rows
 
 
+def _engine_own(boot: Boot, span: PhaseSpan) -> Content:
+    """The engine's own duration of a phase beside kvtui's (SGLang's ``Engine startup timings``),
+    when it printed one."""
+    own = boot.engine_seconds(span)
+    return Content("") if own is None else Content.styled(f" · engine {fmt.duration(own)}", "$text-muted italic")
+
+
 class PhaseTimeline(BootRows):
     """Every phase of the boot in order: done ✔ with its time, the current one ticking, the rest
     pending; a draft model's phases nested under the target's."""
@@ -165,6 +172,7 @@ class PhaseTimeline(BootRows):
                 (f"{time_text:>8}", "$foreground bold" if is_current else "$text-muted"),
                 "  ",
                 _progress(span, room),
+                _engine_own(boot, span),
             )
             for d in draft:
                 if d.name == span.name:
@@ -175,6 +183,7 @@ class PhaseTimeline(BootRows):
                         (f"{fmt.duration(d_seconds):>6}", "$text-muted"),
                         "  ",
                         _progress(d, room),
+                        _engine_own(boot, d),
                     )
         if failed or stopped:
             return
