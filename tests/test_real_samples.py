@@ -34,6 +34,11 @@ DOCUMENTED = {
         "avail_after_pool_gib": 17.73,
         "graph_mem_gib": 5.84,
     },
+    # vLLM V0 prints its pool only as `# GPU blocks: 2987`: × block_size 16 (its argument dump) —
+    # 1.46 full-context requests of 32,768 tokens, as its `Maximum concurrency` line says (issue 21)
+    "09-vllm-qwen25-32b-tp4-v0-ready.log": {
+        "max_total_num_tokens": 2987 * 16,
+    },
 }
 
 

@@ -45,6 +45,11 @@ _MAX_METRICS: Final[frozenset[Fact]] = frozenset(
         Fact.GRAPH_POOL_ACTUAL_GIB,
         Fact.HICACHE_HOST_GIB,
         Fact.SHM_WAIT_SECONDS,
+        Fact.ENGINE_LOAD_WEIGHT_SECONDS,
+        Fact.ENGINE_KV_ALLOCATION_SECONDS,
+        Fact.ENGINE_CUDA_GRAPH_SECONDS,
+        Fact.ENGINE_SCHEDULER_SECONDS,
+        Fact.ENGINE_STARTUP_SECONDS,
     }
 )
 _POOL_METRICS: Final[frozenset[Fact]] = frozenset(
@@ -92,6 +97,28 @@ def fact_rule(name: Fact) -> str:
     return "lowest"
 
 
+# vLLM V0's block size on CUDA when the flags do not say (``EngineArgs.block_size = 16`` in 0.5-0.6.x;
+# from 0.7 ``None``, which the CUDA platform sets to 16); TPU, HPU and Neuron differ
+VLLM_V0_CUDA_BLOCK_SIZE: Final = 16
+
+
+def _v0_pool(boot: Boot) -> tuple[int | None, str | None]:
+    """A vLLM V0 boot prints its pool only as ``# GPU blocks: N`` (the executor's
+    ``determine_num_available_blocks``): the pool holds N × block size tokens. The block size is the
+    flags' ``block_size`` (the argument dump), else vLLM's CUDA default. (tokens, how) or (None, None)."""
+    blocks = boot.facts.get(Fact.KV_BLOCKS)
+    if blocks is None or blocks <= 0:
+        return None, None
+    flag = boot.flags.get("block_size")
+    if isinstance(flag, int) and not isinstance(flag, bool) and flag > 0:
+        block, src = flag, "the flags' block_size"
+    else:
+        block = VLLM_V0_CUDA_BLOCK_SIZE
+        src = f"block_size not in the flags: vLLM's CUDA default {block}"
+    n = int(blocks)
+    return n * block, f"{n:,} GPU blocks × {block} tokens per block ({src})"
+
+
 def refresh_metrics(boot: Boot) -> None:
     """``boot.metrics`` from ``boot.facts`` (and flags, live figures): the tracker calls it after
     each figure; a merge of several boots (``kvtui.nodes``) calls it on the merged facts."""
@@ -108,6 +135,9 @@ def refresh_metrics(boot: Boot) -> None:
         pool_tokens = f.get(Fact.KV_TOKENS)
     if tokens is None and pool_tokens is not None and pool_tokens > 0:
         tokens = int(pool_tokens)
+    boot.pool_from = None
+    if tokens is None and boot.engine is Engine.VLLM:
+        tokens, boot.pool_from = _v0_pool(boot)
     m.max_total_num_tokens = tokens
     kv = f.get(Fact.SWA_KV_GIB)
     if kv is None:

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Final
 
 from kvtui.engines.events import Engine, Fact, FailureKind, Model, Phase
 from kvtui.engines.unknown import UnrecognisedShape
@@ -108,6 +109,21 @@ def _json_safe(value: object, depth: int = 0) -> object:
     return repr(value)
 
 
+# the phases whose duration SGLang's `Engine startup timings (s)` line prints, and its names
+ENGINE_PHASE_FACTS: Final[dict[Phase, Fact]] = {
+    Phase.LOAD_WEIGHTS: Fact.ENGINE_LOAD_WEIGHT_SECONDS,
+    Phase.KV_ALLOCATE: Fact.ENGINE_KV_ALLOCATION_SECONDS,
+    Phase.GRAPH_CAPTURE: Fact.ENGINE_CUDA_GRAPH_SECONDS,
+}
+ENGINE_TIMING_NAMES: Final = (
+    ("load_weight", Fact.ENGINE_LOAD_WEIGHT_SECONDS),
+    ("kv_cache_allocation", Fact.ENGINE_KV_ALLOCATION_SECONDS),
+    ("cuda_graph", Fact.ENGINE_CUDA_GRAPH_SECONDS),
+    ("scheduler_e2e", Fact.ENGINE_SCHEDULER_SECONDS),
+    ("tokenizer_e2e", Fact.ENGINE_STARTUP_SECONDS),
+)
+
+
 @dataclass(slots=True)
 class Boot:
     engine: Engine = Engine.UNKNOWN
@@ -153,6 +169,30 @@ class Boot:
     # serving lines the follower did not read (between the startup part and the recent tail)
     skipped_lines: int = 0
     skipped_where: list[str] = field(default_factory=list)  # each gap's source range (bounded)
+    # how ``metrics.max_total_num_tokens`` was derived when no line printed the pool's tokens (vLLM
+    # V0: ``# GPU blocks: N`` × the block size, and where the block size came from); None: printed
+    pool_from: str | None = None
+
+    def engine_seconds(self, span: PhaseSpan) -> float | None:
+        """The engine's own duration of this phase, when it printed one (SGLang's ``Engine startup
+        timings (s)``: ``load_weight`` — the target's and the draft's —, ``kv_cache_allocation``,
+        the ``cuda_graph`` kinds; the draft's graphs for a draft span); None otherwise."""
+        fact = ENGINE_PHASE_FACTS.get(span.name)
+        if fact is None:
+            return None
+        facts = self.draft_facts if span.model is Model.DRAFT else self.facts
+        if span.model is Model.DRAFT and fact is not Fact.ENGINE_CUDA_GRAPH_SECONDS:
+            return None  # the engine prints one load_weight (target + draft) and one kv_cache_allocation
+        return facts.get(fact)
+
+    def engine_timings(self) -> dict[str, float]:
+        """The engine's own startup timings by its names (``replay --json``'s ``engine_timings``,
+        the history's): empty when it printed none."""
+        out = {name: self.facts[f] for name, f in ENGINE_TIMING_NAMES if f in self.facts}
+        draft = self.draft_facts.get(Fact.ENGINE_CUDA_GRAPH_SECONDS)
+        if draft is not None:
+            out["draft_cuda_graph"] = draft
+        return out
 
     def to_json(self) -> dict[str, object]:
         """The boot object of ``kvtui replay --json`` (see the engine-core issue for the shape)."""
@@ -179,6 +219,7 @@ class Boot:
                     "start": _iso(s.start),
                     "end": _iso(s.end),
                     "seconds": s.seconds if s.end is not None else None,
+                    **({"engine_seconds": e} if (e := self.engine_seconds(s)) is not None else {}),
                 }
                 for s in self.phases
             ],
@@ -200,6 +241,8 @@ class Boot:
                 "token_usage": m.token_usage,
             },
             "ranks": list(self.ranks),
+            **({"pool_from": self.pool_from} if self.pool_from else {}),
+            **({"engine_timings": timings} if (timings := self.engine_timings()) else {}),
             **({"nodes": self.nodes_json()} if self.nodes else {}),
             **self._long_run_json(),
         }

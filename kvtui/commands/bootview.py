@@ -74,13 +74,28 @@ def _ranks(ranks: list[str]) -> str:
     return f"{len(ranks)} ranks ({ranks[0]} … {ranks[-1]})"
 
 
-def _phase_row(span: PhaseSpan, failed_phase: bool) -> str:
+def _phase_row(span: PhaseSpan, failed_phase: bool, engine_s: float | None = None) -> str:
     dur = _dur(span.seconds) if span.end is not None else ("" if span.name.value == "ready" else "running")
     prog = ""
     if span.progress_total:
         prog = f"  {span.progress_done}/{span.progress_total}"
     mark = "  ✗" if failed_phase else ""
-    return f"    {span.name.value:<14} {span.model.value:<7} {_when(span.start):<25} {dur:>9}{prog}{mark}"
+    own = f"  (engine: {engine_s:.2f}s)" if engine_s is not None else ""
+    return f"    {span.name.value:<14} {span.model.value:<7} {_when(span.start):<25} {dur:>9}{prog}{mark}{own}"
+
+
+_ENGINE_TOTALS = (("a scheduler's start to ready", Fact.ENGINE_SCHEDULER_SECONDS),
+                  ("launch to every scheduler ready", Fact.ENGINE_STARTUP_SECONDS))
+
+
+def _engine_note(boot: Boot) -> list[str]:
+    """What the ``(engine: …)`` beside a phase's duration is, and the engine's own totals: only
+    for a boot whose engine printed its startup timings (SGLang ≥ 0.5.17)."""
+    if not boot.engine_timings():
+        return []
+    totals = " · ".join(f"{label} {boot.facts[f]:.2f}s" for label, f in _ENGINE_TOTALS if f in boot.facts)
+    return ["    (engine: SGLang's own `Engine startup timings`, the slowest rank's; load_weight counts the "
+            "draft's too" + (f"; {totals}" if totals else "") + ")"]
 
 
 def render_boot(boot: Boot, index: int, total: int) -> list[str]:
@@ -94,11 +109,13 @@ def render_boot(boot: Boot, index: int, total: int) -> list[str]:
         last_failed = boot.failure.phase if boot.failure is not None else None
         for i, span in enumerate(boot.phases):
             is_last_of_phase = span.name is last_failed and all(s.name is not last_failed for s in boot.phases[i + 1 :])
-            out.append(_phase_row(span, boot.status is BootStatus.FAILED and is_last_of_phase))
+            out.append(_phase_row(span, boot.status is BootStatus.FAILED and is_last_of_phase,
+                                  boot.engine_seconds(span)))
+        out += _engine_note(boot)
     m = boot.metrics
     out.append("  Figures (per rank; free = free GPU memory, the minimum over ranks)")
     out += _row("KV pool", _item(m.max_total_num_tokens, "{:,} tokens"), _item(m.kv_cache_gib, conv=_gib),
-                _item(m.cell_bytes, "≈{:,} B/token (printed KV size ÷ tokens)"))
+                _item(m.cell_bytes, "≈{:,} B/token (printed KV size ÷ tokens)"), _item(boot.pool_from, "{}"))
     out += _row("memory", _item(m.avail_before_load_gib, "free before weights {}", _gib),
                 _item(m.weights_gib, "weights {}", _gib), _item(m.avail_after_load_gib, "free after weights {}", _gib),
                 _item(m.avail_after_pool_gib, "free after pool {}", _gib))

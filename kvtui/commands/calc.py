@@ -144,7 +144,9 @@ def render(pred: kc.Prediction, source: str) -> str:
     out.append("observed   " + " · ".join(obs))
     cell = f"cell {m.cell_bytes:,} B/token/rank"
     rows_n = m.tokens + (m.page_size if m.engine is Engine.SGLANG else 0)
-    if m.kv_cache_gib and rows_n > 0 and m.basis != "config":
+    if m.engine is Engine.VLLM and m.bias_gib > 0:  # a refused start: per token + what does not grow with it
+        cell += f" + {_gib(m.bias_gib)} per request that does not grow with its length"
+    elif m.kv_cache_gib and rows_n > 0 and m.basis != "config":
         direct = round(m.kv_cache_gib * kc.GIB / rows_n)
         if direct != m.cell_bytes:  # what `replay` shows: the printed (rounded) KV size ÷ tokens
             cell += f" (exact; the log's rounded KV size ÷ tokens gives ≈{direct:,})"

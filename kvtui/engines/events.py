@@ -187,6 +187,16 @@ class Fact(StrEnum):
     # and its workers (`No available shared memory broadcast block found in N seconds`, repeated
     # every N s while the wait lasts): the repeats of one process in a row times N
     SHM_WAIT_SECONDS = "shm_wait_seconds"  # `… hisparse_fixed_overhead=X GB`
+    # SGLang's own phase durations (≥ 0.5.17, the main process once every scheduler is ready):
+    # `Engine startup timings (s): load_weight=…, kv_cache_allocation=…, scheduler_e2e=…,
+    # cuda_graph={prefill=…, decode=…, target_verify=…, draft_prefill=…, draft_decode=…,
+    # draft_extend=…}, tokenizer_e2e=…` — each the slowest scheduler rank's
+    ENGINE_LOAD_WEIGHT_SECONDS = "engine_load_weight_seconds"  # load_weight (the target's + the draft's)
+    ENGINE_KV_ALLOCATION_SECONDS = "engine_kv_allocation_seconds"  # kv_cache_allocation
+    # cuda_graph: prefill + decode + target_verify (the draft's draft_* sum: the draft's figure)
+    ENGINE_CUDA_GRAPH_SECONDS = "engine_cuda_graph_seconds"
+    ENGINE_SCHEDULER_SECONDS = "engine_scheduler_seconds"  # scheduler_e2e: a scheduler's start to ready
+    ENGINE_STARTUP_SECONDS = "engine_startup_seconds"  # tokenizer_e2e: the engine's launch to every scheduler ready
 
 
 # every figure name (kept for the tests and readers that check a name is known)

@@ -1,8 +1,8 @@
 """What changed between two stored boots (pure): flags added, removed and changed, the engine's
 version, the figures side by side (tokens, KV GiB, free after the pool, graph memory, weights),
 the phase durations, and the GPUs' free memory before the weights loaded (per rank, from the log;
-per GPU, from the samples when the boot began) — another process holding memory is the classic
-cause of a boot that stopped fitting.
+per GPU, from kvtui's readings before the weights loaded) — another process holding memory is the
+classic cause of a boot that stopped fitting, said only on evidence (``less_free``).
 
 ``base`` is the boot that worked (or the older one), ``boot`` the one to explain: every pair
 reads "base → boot"."""
@@ -29,6 +29,12 @@ FIGURES: Final = (
     ("max_running_requests", "max running requests", "int"),
     ("context_len", "context length", "int"),
 )
+# less free memory before load than the base by this much (GiB) is worth a warning: the engine's
+# own figure (``LESS_FREE_GIB``) moves by a few hundredths between two boots of the same server;
+# kvtui's GPU readings (``LESS_FREE_READING_GIB``) also by the new server's CUDA context and NCCL
+# buffers (0.5-2 GiB), there or not depending on when in its start the reading was taken
+LESS_FREE_GIB: Final = 1.0
+LESS_FREE_READING_GIB: Final = 2.0
 # flags that differ between any two boots and say nothing about them
 NOISE_FLAGS: Final = frozenset({"random_seed", "seed"})
 
@@ -131,6 +137,22 @@ def diff(base: Mapping[str, Any], boot: Mapping[str, Any], *, base_id: int | Non
     return d
 
 
+def less_free(d: BootDiff) -> list[tuple[str, float, float]]:
+    """The evidence that another process held GPU memory when ``boot`` started: (where, base GiB,
+    boot GiB) of each rank (GPU) with at least ``LESS_FREE_GIB`` (``LESS_FREE_READING_GIB``) less
+    free memory before load.
+    The engine's own figure (SGLang's ``Load weight begin. avail mem=``, per rank) is the evidence
+    when both boots have it: it is what the engine found, while kvtui's GPU readings are taken at
+    an instant of its own (a reading before the old server of a restart was gone, or one after
+    the weights began loading, says nothing about a third process). The readings count only when
+    the engine printed no such figure (vLLM, an older log)."""
+    engine = [(f"rank {k}", x, y) for k, (x, y) in d.free_before_load_gib.items() if x is not None and y is not None]
+    if engine:
+        return [(k, x, y) for k, x, y in engine if x - y >= LESS_FREE_GIB]
+    return [(f"GPU {k}", x / 1024, y / 1024) for k, (x, y) in d.gpu_free_at_start_mib.items()
+            if x is not None and y is not None and (x - y) / 1024 >= LESS_FREE_READING_GIB]
+
+
 def _num_or(v: object) -> object:
     """``"2"`` and ``"2.0"`` are one value of a variable."""
     f = rec._num(v)
@@ -227,9 +249,11 @@ def render(d: BootDiff) -> list[str]:
     if free:
         out.append("")
         out.extend(_table("GPU free memory before load", ha, hb, free))
-        drops = [r for r in free if r[3].strip().startswith("(-")]
+        drops = less_free(d)
         if drops:
-            out.append("  less free memory before load than the base: another process may hold GPU memory")
+            whose = "the engine's own figures" if drops[0][0].startswith("rank") else "kvtui's GPU readings"
+            out.append(f"  less free memory before load than the base ({whose}): another process may hold "
+                       "GPU memory")
     f = d.boot.get("failure")
     if isinstance(f, dict) and f.get("kind"):
         out.append("")
@@ -277,7 +301,8 @@ def last_good(boots: Sequence[tuple[int, Mapping[str, Any]]], boot: Mapping[str,
 
 def summary(d: BootDiff, *, limit: int = 6) -> list[str]:
     """What changed, in a few short lines (the failure banner, ``wait`` on a failure): the flags,
-    the engine's version, and GPUs that had markedly less free memory before load (≥ 1 GiB)."""
+    the engine's version, and ranks or GPUs that had markedly less free memory before load
+    (``less_free``)."""
     parts: list[str] = [f"{k} {_v(x)} → {_v(y)}" for k, (x, y) in d.changed.items()]
     parts += [f"+{k}={_v(v)}" for k, v in d.added.items()]
     parts += [f"-{k}" for k in d.removed]
@@ -291,10 +316,7 @@ def summary(d: BootDiff, *, limit: int = 6) -> list[str]:
         lines.append("environment: " + ", ".join(f"{k} {_unset(x)} → {_unset(y)}" for k, (x, y) in d.env.items()))
     if d.version[0] != d.version[1] or d.engine[0] != d.engine[1]:
         lines.append(f"engine: {d.engine[0]} {d.version[0] or ''} → {d.engine[1]} {d.version[1] or ''}".rstrip())
-    drops = [(k, x, y) for k, (x, y) in d.free_before_load_gib.items()
-             if x is not None and y is not None and x - y >= 1]
-    drops += [(f"GPU {k}", x / 1024, y / 1024) for k, (x, y) in d.gpu_free_at_start_mib.items()
-              if x is not None and y is not None and (x - y) / 1024 >= 1]
+    drops = less_free(d)
     if drops:
         shown_d = ", ".join(f"{k} {fmt.gib(x)} → {fmt.gib(y)}" for k, x, y in drops[:4])
         lines.append(f"less free GPU memory before load: {shown_d}" + (" …" if len(drops) > 4 else "")

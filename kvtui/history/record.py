@@ -253,7 +253,9 @@ def merge(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Doc:
         return dict(new)
     base, other = (dict(new), old) if progress(new) >= progress(old) else (dict(old), new)
     base["peak_used_mib"] = _max_map(old.get("peak_used_mib"), new.get("peak_used_mib"))
-    for key in ("gpu_free_at_start_mib", "spool", "source", "gpu_samples", "unit_env"):
+    # the most free memory either reader saw before the weights (``BootRecorder``'s rule)
+    base["gpu_free_at_start_mib"] = _max_map(old.get("gpu_free_at_start_mib"), new.get("gpu_free_at_start_mib"))
+    for key in ("spool", "source", "gpu_samples", "unit_env"):
         if not base.get(key) and other.get(key):
             base[key] = other[key]
     if _series_len(other.get("gpu_samples")) > _series_len(base.get("gpu_samples")):

@@ -12,7 +12,14 @@ and ``close`` returns (and says) how many boots it could not write.
 A GPU reading is the starting boot's only once the log has reached its time: the monitor tells
 ``log_time`` (its newest line's time) on every batch, and a newer reading is held until the log
 reaches it or the boot ends first (then it was taken after the boot, e.g. by a reader that joined
-a boot already up and is replaying its log: dropped)."""
+a boot already up and is replaying its log: dropped).
+
+The GPUs' free memory at the boot's start (``gpu_free_at_start_mib``) is the most free memory a
+reading showed between the boot's first line and the start of its weight loading
+(``_before_load``): after a restart the newest reading when the new boot's first line arrives was
+often taken while the old server still held its memory, and a reading taken once the weights are
+loading shows the new server's own; the old server gone and nothing loaded yet is the most free
+memory of that window. A boot without such a reading stores none (no evidence, no warning)."""
 
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kvtui.boot import Boot, BootStatus
-from kvtui.engines.events import Phase
+from kvtui.engines.events import Model, Phase
 from kvtui.history import record as rec
 from kvtui.history.store import DEFAULT_BUSY_S, HistoryBusy, HistoryError, Limits, Store, open_store
 from kvtui.retry import Backoff
@@ -72,6 +79,33 @@ def _starting_until(boot: Boot) -> float | None:
     if boot.status is BootStatus.READY:
         end = next((s.start for s in boot.phases if s.name is Phase.READY and s.start is not None), end)
     return end.timestamp() if end is not None else None
+
+
+def _load_began(boot: Boot) -> float | None:
+    """When the target model's weights began loading (epoch s), when its log says so."""
+    for s in boot.phases:
+        if s.name is Phase.LOAD_WEIGHTS and s.model is Model.TARGET and s.start is not None:
+            return s.start.timestamp()
+    return None
+
+
+def _before_load(boot: Boot, when: float | None) -> bool:
+    """Whether a reading taken at ``when`` (epoch s; None: unknown) shows the GPUs as the boot
+    found them: not before its first line (the old server of a restart may still hold its memory)
+    and not after its weights began loading. Without times (a log without timestamps, a reading
+    without a time), while the log has not shown the weights loading yet."""
+    start = boot.started_at.timestamp() if boot.started_at is not None else None
+    if when is None or not when or start is None:
+        return not any(s.name is Phase.LOAD_WEIGHTS for s in boot.phases) and boot.status is BootStatus.STARTING
+    if when < start:
+        return False
+    began = _load_began(boot)
+    if began is not None:
+        return when <= began
+    if boot.status is BootStatus.STARTING:
+        return True
+    end = _starting_until(boot)  # ended before its weights loaded (vLLM's free-memory check, a crash)
+    return end is not None and when <= end
 
 
 def recordable(boot: Boot) -> bool:
@@ -152,8 +186,8 @@ class BootRecorder:
             self._free0[index] = {}
             self._peaks[index] = {}
             self._series[index] = rec.GpuSeries()
-            if self._latest:
-                self._offer(index, self._latest)
+            if self._latest:  # taken before the boot's first line was read: at its start only if its time says so
+                self._offer(index, self._latest, timed_only=True)
         elif index == self._live and boot.status is not BootStatus.STARTING:
             self._settle(index, boot)
         self._queue(index)
@@ -191,8 +225,10 @@ class BootRecorder:
             return
         self._offer(i, samples)
 
-    def _offer(self, i: int, samples: Sequence[GpuReading]) -> None:
-        """A reading for the starting boot ``i``: taken, or held while it is newer than the log."""
+    def _offer(self, i: int, samples: Sequence[GpuReading], *, timed_only: bool = False) -> None:
+        """A reading for the starting boot ``i``: taken, or held while it is newer than the log.
+        ``timed_only``: a reading of free memory at the start only when the log's and its times
+        show it was (``_before_load``), not for want of times."""
         when = self._log_time
         if when is not None and samples and _reading_time(samples) > when + LOG_CLOCK_SLACK_S:
             self._held.append(samples)
@@ -200,7 +236,7 @@ class BootRecorder:
                 self._held = self._held[::2]
             return
         self._release(i, when + LOG_CLOCK_SLACK_S if when is not None else None)
-        self._take(i, samples)
+        self._take(i, samples, timed_only=timed_only)
 
     def _release(self, i: int, until: float | None) -> None:
         """The held readings up to ``until`` (all: None) become boot ``i``'s, in order."""
@@ -222,15 +258,19 @@ class BootRecorder:
             self._release(i, end + LOG_CLOCK_SLACK_S)
         self._held = []
 
-    def _take(self, i: int, samples: Sequence[GpuReading]) -> None:
+    def _take(self, i: int, samples: Sequence[GpuReading], *, timed_only: bool = False) -> None:
         peaks = self._peaks.setdefault(i, {})
         for g in samples:
             if g.used_mib > peaks.get(g.index, -1.0):
                 peaks[g.index] = g.used_mib
-        free0 = self._free0.setdefault(i, {})
-        for g in samples:
-            if g.index not in free0 and g.total_mib > 0:
-                free0[g.index] = g.total_mib - g.used_mib
+        boot = self._boots.get(i)
+        when = _reading_time(samples) or None
+        if boot is not None and (not timed_only or (when is not None and boot.started_at is not None)) \
+                and _before_load(boot, when):
+            free0 = self._free0.setdefault(i, {})
+            for g in samples:
+                if g.total_mib > 0 and g.total_mib - g.used_mib > free0.get(g.index, -1.0):
+                    free0[g.index] = g.total_mib - g.used_mib
         self._series.setdefault(i, rec.GpuSeries()).add(samples)
 
     def _queue(self, index: int) -> None:

@@ -148,8 +148,8 @@ def _pool_budget(model: MemoryModel, s: _Settings, lows: list[str], explain: lis
             + (f" (capped at {s.cap:,})" if capped else "")
         )
     kv_gib = (tokens + (s.page if eng is Engine.SGLANG else 0)) * cell_a / GIB if tokens > 0 else 0.0
-    if eng is Engine.VLLM:
-        kv_gib = max(budget, 0.0)
+    if eng is Engine.VLLM:  # the budget in tokens' KV, plus what does not grow with a request's length
+        kv_gib = max(budget + model.bias_gib, 0.0)
     return _Budget(tokens, budget, kv_gib, cell_s, cell_a, model.draft_cell_bytes * ratio, d_weights)
 
 

@@ -9,7 +9,7 @@ size`` (or, when the boot refused to start, from the KV the error says one reque
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from kvtui.boot import Boot
 from kvtui.engines.events import Engine, Fact, FailureKind
@@ -34,19 +34,67 @@ def _kv_gib(boot: Boot) -> float | None:
     return m.kv_cache_gib if m.kv_cache_gib is not None else boot.facts.get(Fact.KV_CACHE_GIB)
 
 
-def _tokens(boot: Boot, kv: float, ctx: int | None, block: int, c: Notes) -> int:
-    """The pool's tokens: printed, or from the KV one full-context request needs (a refused start)."""
-    n = _boot_tokens(boot)
-    if n is not None:
-        return n
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A start vLLM refused (``To serve at least one request with the model's max seq len …``):
+    a request's KV = ``bpt`` bytes per token of its length + ``fixed_gib`` that does not grow with
+    it, the two figures of the error solved together (``_refused``)."""
+
+    tokens: int
+    bpt: int
+    fixed_gib: float
+
+
+def _refused(boot: Boot, kv: float, ctx: int | None, block: int, c: Notes) -> _Refused | None:
+    """The pool of a start vLLM refused, from the error's two figures: ``needed`` GiB for one
+    request of ``ctx`` tokens, and the longest request the available ``kv`` holds (vLLM's own
+    binary search over ``max_memory_usage_bytes``: ``estimated maximum model length is M``). A
+    request's KV is not ``needed/ctx`` per token when some layers' blocks do not grow with its
+    length (sliding-window layers hold a window, a draft model its own blocks): ``needed/ctx`` then
+    overstates what ``kv`` holds (issue 21: 124,560 tokens where vLLM says 121,840). The two points
+    (M, kv) and (ctx, needed) give the per-token cost and the fixed part; the pool at this setting
+    is M. Without M (older builds, or 0): ``needed/ctx`` per token. None: no error figures."""
     needed = boot.facts.get(Fact.KV_NEEDED_GIB)
     if needed is None or not ctx:
-        raise _never_sized(boot)
+        return None
+    m = _as_int(boot.facts.get(Fact.ESTIMATED_MAX_LEN))
+    if m is not None and 0 < m < ctx and needed > kv:
+        bpt = round((needed - kv) * GIB / (ctx - m))
+        fixed = kv - m * bpt / GIB
+        if bpt > 0 and fixed >= -_PRINT_EPS:
+            fixed = max(fixed, 0.0)
+            c.reasons.append(
+                f"no `GPU KV cache size` line: the pool from the error, as vLLM sized it (estimated maximum model "
+                f"length {m:,} in {kv:.2f} GiB; {needed:.2f} GiB for {ctx:,} tokens)"
+            )
+            c.explain.append(
+                f"a request's KV = {bpt:,} B per token + {fixed:.2f} GiB that does not grow with its length "
+                f"(sliding-window layers, a draft's blocks): ({needed:.2f} − {kv:.2f}) GiB × 2^30 / ({ctx:,} − {m:,}) "
+                f"tokens; pool = (kv − {fixed:.2f} GiB) / {bpt:,} B = {m:,} tokens, vLLM's own estimate "
+                f"(not {kv:.2f} / ({needed:.2f} / {ctx:,}) = {floor_page(kv * ctx / needed, block):,})"
+            )
+            return _Refused(m, bpt, fixed)
     bpt_f = needed * GIB / ctx
     c.reasons.append(
         f"no `GPU KV cache size` line: bytes per token from the error ({needed:.2f} GiB needed for {ctx:,} tokens)"
     )
-    return floor_page(kv * GIB / bpt_f, block)
+    n = floor_page(kv * GIB / bpt_f, block)
+    if m is not None and 0 < m < n:  # never more than the engine says the memory holds
+        c.explain.append(f"{kv:.2f} GiB / ({needed:.2f} GiB / {ctx:,}) = {n:,} tokens, capped at vLLM's estimated "
+                         f"maximum model length {m:,}")
+        n = m
+    return _Refused(n, 0, 0.0)
+
+
+def _tokens(boot: Boot, kv: float, ctx: int | None, block: int, c: Notes) -> tuple[int, _Refused | None]:
+    """The pool's tokens: printed, or from the error of a refused start (``_refused``)."""
+    n = _boot_tokens(boot)
+    if n is not None:
+        return n, None
+    refused = _refused(boot, kv, ctx, block, c)
+    if refused is None:
+        raise _never_sized(boot)
+    return refused.tokens, refused
 
 
 def _fixed_pool(boot: Boot) -> str | None:
@@ -142,12 +190,17 @@ def _calibrate_vllm(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[B
             "activations already exceed the budget; raise gpu_memory_utilization or use --model for an estimate",
             "input",
         )
-    n = _tokens(boot, kv, ctx, block, c)
+    n, refused = _tokens(boot, kv, ctx, block, c)
     # newer builds report max_concurrency·max_model_len, which is not block-aligned
     block_eff = 1 if n % block != 0 else block
-    bpt = _snap_cell((kv - _PRINT_EPS) * GIB / (n + block_eff), (kv + _PRINT_EPS) * GIB / max(1, n))
-    tokens_raw = min(max(kv * GIB / bpt, float(n)), float(n + block_eff - 1))
-    c.explain.append(f"bytes per token = {kv:.2f} GiB × 2^30 / {n:,} tokens ≈ {bpt:,} B per rank (block {block})")
+    fixed = 0.0
+    if refused is not None and refused.bpt:
+        bpt, fixed = refused.bpt, refused.fixed_gib
+        tokens_raw = float(n)  # the engine's own figure at this setting
+    else:
+        bpt = _snap_cell((kv - _PRINT_EPS) * GIB / (n + block_eff), (kv + _PRINT_EPS) * GIB / max(1, n))
+        tokens_raw = min(max(kv * GIB / bpt, float(n)), float(n + block_eff - 1))
+        c.explain.append(f"bytes per token = {kv:.2f} GiB × 2^30 / {n:,} tokens ≈ {bpt:,} B per rank (block {block})")
     total = gpu_mem_gib or facts.get(Fact.GPU_TOTAL_GIB) or facts.get(Fact.OOM_CAPACITY_GIB)
     total, slope, basis, used = _two_point(boot, kv, u, total, others, c)
     if total is None:
@@ -166,6 +219,7 @@ def _calibrate_vllm(boot: Boot, *, gpu_mem_gib: float | None, others: Sequence[B
         weights_gib=m.weights_gib if m.weights_gib is not None else facts.get(Fact.WEIGHTS_GIB),
         max_total_tokens=(_as_int(flags.get("num_gpu_blocks_override")) or 0) * block or None,
         kv_cache_gib=kv,
+        bias_gib=fixed,  # a request's KV that does not grow with its length (outside tokens × bpt)
         avail_after_pool_gib=total * (1 - u) if total else None,
         graph=graph,
         max_running_requests=_as_int(flags.get("max_num_seqs")),

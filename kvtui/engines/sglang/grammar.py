@@ -41,6 +41,8 @@ from kvtui.engines.sglang.patterns import (
     _AVAIL_RE,
     _BS_LIST_RE,
     _ELAPSED_RE,
+    _ENGINE_FIELD_RE,
+    _ENGINE_GRAPHS_RE,
     _EXIT_CODE_RE,
     _FRAGMENT_RE,
     _K_V_RE,
@@ -720,6 +722,27 @@ class SglangGrammar:
             ev.append(Metric(Fact.CAPTURE_AVAIL_GIB, float(b.group(2)), model))
         return tuple(ev)
 
+    def _engine_timings(self, msg: str, rank: str | None) -> tuple[LogEvent, ...] | None:
+        """``Engine startup timings (s): load_weight=%.2f, kv_cache_allocation=%.2f,
+        scheduler_e2e=%.2f, cuda_graph={prefill=%.2f, …, draft_extend=%.2f}, tokenizer_e2e=%.2f``
+        (``entrypoints/engine.py: _set_startup_time``, ≥ 0.5.17): SGLang's own phase durations, the
+        slowest scheduler rank's. The graph kinds named ``draft_*`` are the draft model's."""
+        graphs = _ENGINE_GRAPHS_RE.search(msg)
+        rest = msg if graphs is None else msg[: graphs.start()] + msg[graphs.end() :]
+        fields = dict(_ENGINE_FIELD_RE.findall(rest))
+        ev: list[LogEvent] = [Metric(fact, float(fields[key])) for key, fact in _ENGINE_TIMINGS if key in fields]
+        if graphs is not None:
+            sums = {TARGET: 0.0, DRAFT: 0.0}
+            seen: set[Model] = set()
+            for name, value in _ENGINE_FIELD_RE.findall(graphs.group(1)):
+                model = DRAFT if name.startswith("draft_") else TARGET
+                sums[model] += float(value)
+                seen.add(model)
+            # a server without a draft prints its draft_* kinds as 0.00: no draft figure then
+            ev += [Metric(Fact.ENGINE_CUDA_GRAPH_SECONDS, round(sums[m], 2), m) for m in (TARGET, DRAFT)
+                   if m in seen and (m is TARGET or sums[m] > 0)]
+        return tuple(ev) if ev else None
+
     def _bare_progress(self, msg: str) -> tuple[LogEvent, ...]:
         m = _PROGRESS_RE.search(msg)
         if m is None:
@@ -728,6 +751,14 @@ class SglangGrammar:
 
 
 _PhaseReader = Callable[[SglangGrammar, str, str | None], tuple[LogEvent, ...] | None]
+
+# ``Engine startup timings (s): …`` (``SglangGrammar._engine_timings``): its fields and their facts
+_ENGINE_TIMINGS: Final = (
+    ("load_weight", Fact.ENGINE_LOAD_WEIGHT_SECONDS),
+    ("kv_cache_allocation", Fact.ENGINE_KV_ALLOCATION_SECONDS),
+    ("scheduler_e2e", Fact.ENGINE_SCHEDULER_SECONDS),
+    ("tokenizer_e2e", Fact.ENGINE_STARTUP_SECONDS),
+)
 
 
 def _only(prefixes: tuple[str, ...], reader: _PhaseReader) -> _PhaseReader:
@@ -759,4 +790,5 @@ _PHASE_LINES: Final[dict[str, _PhaseReader]] = {
     "F": SglangGrammar._f_line,
     "A": SglangGrammar._a_line,
     "H": SglangGrammar._h_line,
+    "E": _only(("Engine startup timings",), SglangGrammar._engine_timings),
 }

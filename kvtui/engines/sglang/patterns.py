@@ -185,3 +185,8 @@ def _cli_error_of(text: str) -> FailureText | None:
     """SGLang's own argparse refusal (``launch_server.py: error: …``), else None."""
     got = cli_error(text)
     return got[1] if got is not None and got[0] is Engine.SGLANG else None
+
+# ``Engine startup timings (s): load_weight=%.2f, …, cuda_graph={%s}, tokenizer_e2e=%.2f``
+# (``entrypoints/engine.py``, ≥ 0.5.17): the ``cuda_graph={…}`` group, and one ``name=seconds`` field
+_ENGINE_GRAPHS_RE: Final = re.compile(r"cuda_graph=\{([^}]*)\}")
+_ENGINE_FIELD_RE: Final = re.compile(r"\b(\w+)=(\d+(?:\.\d+)?)\b")

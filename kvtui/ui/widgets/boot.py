@@ -18,7 +18,7 @@ from textual.widget import Widget
 
 from kvtui.boot import Boot, BootStatus, Failure, PhaseSpan
 from kvtui.boot.stall import Stall
-from kvtui.engines.events import PHASE_ORDER, Model, Phase
+from kvtui.engines.events import PHASE_ORDER, Fact, Model, Phase
 from kvtui.history.eta import BootEta
 from kvtui.history.eta import clock as eta_clock
 from kvtui.ui import formatting as fmt
@@ -81,6 +81,13 @@ class BootRows(Widget):
     def _repaint(self, rows: int) -> None:
         self.refresh(layout=rows != self._rows_shown)
         self._rows_shown = rows
+
+
+def _engine_own(boot: Boot, span: PhaseSpan) -> Content:
+    """The engine's own duration of a phase beside kvtui's (SGLang's ``Engine startup timings``),
+    when it printed one."""
+    own = boot.engine_seconds(span)
+    return Content("") if own is None else Content.styled(f" · engine {fmt.duration(own)}", "$text-muted italic")
 
 
 class PhaseTimeline(BootRows):
@@ -165,6 +172,7 @@ class PhaseTimeline(BootRows):
                 (f"{time_text:>8}", "$foreground bold" if is_current else "$text-muted"),
                 "  ",
                 _progress(span, room),
+                _engine_own(boot, span),
             )
             for d in draft:
                 if d.name == span.name:
@@ -175,6 +183,7 @@ class PhaseTimeline(BootRows):
                         (f"{fmt.duration(d_seconds):>6}", "$text-muted"),
                         "  ",
                         _progress(d, room),
+                        _engine_own(boot, d),
                     )
         if failed or stopped:
             return
@@ -281,6 +290,11 @@ class BootFigures(BootRows):
         m = boot.metrics
         rows = [
             ("KV tokens", fmt.tokens(m.max_total_num_tokens)),
+        ]
+        blocks = boot.facts.get(Fact.KV_BLOCKS)
+        if boot.pool_from and blocks and m.max_total_num_tokens:  # vLLM V0: blocks × block size (replay says whence)
+            rows.append((" GPU blocks × size", f"{int(blocks):,} × {m.max_total_num_tokens // int(blocks)}"))
+        rows += [
             ("KV / rank", fmt.gib(m.kv_cache_gib)),
             ("weights / rank", fmt.gib(m.weights_gib)),
             ("free after pool", fmt.gib(m.avail_after_pool_gib)),
