@@ -75,6 +75,11 @@ def test_logs_argv() -> None:
         "--timestamps", "--previous"]
 
 
+def test_logs_argv_head_and_tail() -> None:
+    assert K.logs(REF, "r1-0", limit_bytes=32 << 20)[-2:] == ["--timestamps", "--limit-bytes=33554432"]
+    assert K.logs(REF, "r1-0", follow=True, tail=10_000)[-3:] == ["--timestamps", "--follow", "--tail=10000"]
+
+
 def test_exec_gpu_query_argv() -> None:
     assert K.exec_gpu_query(REF, "r1-0", ["index", "memory.used"], interval_ms=1000) == [
         "kubectl", "--context", "prod-eu", "--namespace", "llm", "exec", "r1-0", "--container", "sglang", "--",
