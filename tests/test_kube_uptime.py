@@ -21,6 +21,7 @@ from kube_support import FakeKube, until
 
 from kvtui.boot import BootStatus
 from kvtui.engines.source_records import gap_range
+from kvtui.hosts.backend import SearchableLog
 from kvtui.hosts.kube import backend as KB
 from kvtui.hosts.kube import commands as K
 from kvtui.hosts.kube.backend import KubeBackend
@@ -120,6 +121,55 @@ async def test_a_pod_up_for_days_is_read_from_its_head_and_tail_with_one_gap(kub
     finally:
         await mon.close()
         await asyncio.wait_for(task, 10)
+
+
+async def test_search_log_finds_a_serving_line_in_the_gap_and_stops_at_its_end(kube: FakeKube) -> None:
+    """Fails on today's backend: it has no ``search_log`` (the gap could not be searched)."""
+    kube.put_pod(_pod())
+    n = 30_000
+    stamps = _write_log(kube, n)
+    backend = KubeBackend("r1", REF, retry_s=0.05, pod_poll_s=0)
+    await backend.start()
+    try:
+        assert isinstance(backend, SearchableLog)
+        gap = None
+        async for batch in backend.follow_log():
+            gap = next((r for r in batch if r.text.startswith("kvtui: some lines not read")), gap)
+            if batch[-1].text == _serving(n - 1):
+                break
+        assert gap is not None
+        where = gap.text.split("[", 1)[1].split("]", 1)[0]
+        rng = gap_range(where)
+        target = n // 2
+        served = kube.served()
+        found = await backend.search_log(f"#token: {20000 + target},", where, context=2, limit=1)
+        assert [m.record.text for m in found] == [_serving(target)]
+        m = found[0]
+        assert m.record.cursor == stamps[len(BOOT) + target]
+        assert [r.text for r in m.context_before] == [_serving(target - 2), _serving(target - 1)]
+        assert [r.text for r in m.context_after] == [_serving(target + 1), _serving(target + 2)]
+        assert m.line_no == len(BOOT) + target - stamps.index(rng["since"])
+        # the first match only: the stream stopped there, far before the gap's end
+        assert kube.served() - served < (target + 2000) * 200
+        # a regex, newest first, case-insensitive; nothing of the head or the tail
+        every = await backend.search_log(r"#TOKEN: \d+000,", where, regex=True, limit=3, newest=True)
+        until_i = stamps.index(rng["until"]) - len(BOOT)
+        tail_thousands = [i for i in range(until_i - 1, 0, -1) if (20000 + i) % 1000 == 0][:3][::-1]
+        assert [r.record.text for r in every] == [_serving(i) for i in tail_thousands]
+        assert await backend.search_log(_serving(n - 1), where) == []  # the tail's line: not in the gap
+        assert await backend.search_log("server_args=ServerArgs", where) == []  # the head's: not either
+        assert [m.record.text for m in await backend.search_log("^\\[2026-02-10 .*#token: 21000,", where,
+                                                                 regex=True)] == [_serving(1000)]  # ^: the text's
+        # the container restarted since: the gap is in the previous container's log (--previous)
+        kube.restart_container("r1-0", "sglang", [f"{_stamp(T0 + timedelta(days=3))} {BOOT[0]}"])
+        pod = _pod("2026-02-12T14:38:13Z")
+        pod["status"]["containerStatuses"][0]["restartCount"] = 1
+        kube.put_pod(pod)
+        again = await backend.search_log(f"#token: {20000 + target},", where, limit=1)
+        assert [m.record.text for m in again] == [_serving(target)]
+        assert "--previous" in kube.calls()[-1]
+    finally:
+        await backend.close()
 
 
 async def test_a_head_that_begins_while_it_serves_says_the_start_is_missing(kube: FakeKube,

@@ -41,14 +41,15 @@ import asyncio
 import contextlib
 import re
 import time
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kvtui.engines.events import LogRecord
-from kvtui.engines.source_records import command_record, gap_record, gap_where, start_missing_record
+from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
 from kvtui.gpu import QUERY_GPU_FIELD_NAMES, GpuProcess, GpuSample, mark_stale, parse_query_gpu_line, select_gpus
-from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
+from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
 from kvtui.hosts.commands import SERVER_START_PATTERNS
 from kvtui.hosts.kube import commands as K
 from kvtui.hosts.kube.state import (
@@ -619,6 +620,91 @@ class KubeBackend:
             with contextlib.suppress(Exception):
                 await proc.wait()
         self._procs.discard(proc)
+
+    async def search_log(self, pattern: str, where: str, *, regex: bool = False, ignore_case: bool = True,
+                         context: int = 0, limit: int = 100, newest: bool = False) -> list[LogMatch]:
+        """Lines of a gap this backend yielded (``where``: ``since``/``until``, the stamps around the
+        unread lines) that contain ``pattern`` (``SearchableLog``).
+
+        This costs the uptime, unlike a file's or a journal's search: kubectl has no server-side
+        grep — the log API filters by time (``sinceTime``, whole seconds), by the last N lines and
+        by a byte count only — so ``kubectl logs --since-time=SINCE --timestamps`` sends every line
+        from the gap's first second on and the filter runs here. The lines stream through and
+        are not kept (memory stays bounded: ``limit`` matches and their context), the stream
+        stops at ``until`` (lines after the gap are never read) and, oldest first, at the
+        ``limit``-th match. A range older than the current container (it started after
+        ``until``) is read from ``--previous``: the kubelet keeps one ended container's log."""
+        rng = gap_range(where)
+        lo = split_stamp(rng.get("since", "") + " ")
+        hi = split_stamp(rng["until"] + " ") if rng.get("until") else None
+        if lo is None:
+            raise BackendError(f"not a range of a kube log (since=…, until=…): {where}")
+        st = await self.refresh()
+        cid = container_id(self._obj, self.ref.container) if self._obj is not None else None
+        began = split_stamp(cid.started_at + " ") if cid is not None and cid.started_at else None
+        previous = hi is not None and began is not None and began[1] > hi[1] and st.restarts > 0
+        try:
+            rx = re.compile(pattern if regex else re.escape(pattern), re.IGNORECASE if ignore_case else 0)
+        except re.error as exc:
+            raise BackendError(f"not a regular expression: {pattern!r} ({exc})") from None
+        assert self._pod is not None
+        argv = K.logs(self.ref, self._pod, since_time=rng["since"], previous=previous)
+        ctx = max(0, int(context))
+        want = max(1, int(limit))
+        found: deque[LogMatch] = deque(maxlen=want if newest else None)
+        before: deque[str] = deque(maxlen=ctx or 1)
+        waiting: list[tuple[str, tuple[str, ...], list[str], int]] = []  # a match waiting for its context
+        lo_sec, hi_sec = lo[0][:19], hi[0][:19] if hi is not None else None
+        n = 0
+        stop = False
+
+        def record(line: str) -> LogRecord:
+            stamp, _, body = line.partition(" ")
+            return LogRecord(body, _ts(stamp), stamp, SOURCE)
+
+        def match(line: str, b: Sequence[str], a: Sequence[str], k: int) -> LogMatch:
+            return LogMatch(record(line), tuple(record(x) for x in b), tuple(record(x) for x in a), k)
+
+        async with contextlib.aclosing(self._lines(argv, errors=True)) as chunks:
+            async for lines in chunks:
+                for line in lines:
+                    # the stamp's second decides alone, but within the gap's first or last second
+                    sec = line[:19]
+                    if sec <= lo_sec:
+                        got = split_stamp(line) if sec == lo_sec else None
+                        if got is None or got[1] <= lo[1]:
+                            continue  # the head's lines (the API sends the whole first second)
+                    if hi is not None and hi_sec is not None and sec >= hi_sec:
+                        got = split_stamp(line) if sec == hi_sec else None
+                        if got is None or got[1] >= hi[1]:
+                            stop = True  # the tail's first line: the gap is over
+                            break
+                    n += 1
+                    for w in waiting:
+                        w[2].append(line)
+                    while waiting and len(waiting[0][2]) >= ctx:
+                        m, bf, af, k = waiting.pop(0)
+                        found.append(match(m, bf, af, k))
+                    if not newest and len(found) >= want:
+                        stop = True
+                        break
+                    if rx.search(line[line.find(" ") + 1:]) and (newest or len(found) + len(waiting) < want):
+                        if ctx:
+                            waiting.append((line, tuple(before), [], n))
+                        else:
+                            found.append(match(line, (), (), n))
+                    if ctx:
+                        before.append(line)
+                    if not newest and not waiting and len(found) >= want:
+                        stop = True
+                        break
+                if stop:
+                    break
+        if not stop and self._last_rc not in (0, None) and n == 0:
+            raise BackendError(_first_line(self._last_err) or f"kubectl logs exited {self._last_rc}")
+        for m, bf, af, k in waiting:
+            found.append(match(m, bf, af, k))
+        return list(found)[:want]
 
     async def gpu_stream(self, interval_s: float = 1.0) -> AsyncIterator[list[GpuSample]]:
         if self._state is None:
