@@ -12,6 +12,10 @@
   so a restart is handled before the new container's first line whenever it happened; a new
   container that has printed nothing yet ("waiting to start") is followed again until it has.
   ``NEXT_BOOT`` takes only lines stamped after now.
+- **A container up for days** (``CURRENT_BOOT``, ``_catch_up``): not read whole — its log's head
+  (the boot's start) through the ready line and a margin, one gap record (``since``/``until``),
+  the tail followed on; ``search_log`` searches a gap (``--since-time`` filtered here: kubectl has
+  no server-side grep, so a search costs the gap's bytes).
 - **A pod made again** (a host named by its pod: the pod deleted — a drained node, an eviction,
   ``kubectl delete pod`` — and its controller made another): the pod that took its place is
   found by the controller's labels (``state.successor``: a Deployment's has another name, a
