@@ -23,7 +23,10 @@ State (``FakeKube.state``):
 - ``raw/PATH`` (``FakeKube.put_raw``): what ``get --raw PATH`` prints (a service proxy's answer);
   none: the service has no endpoints;
 - ``gpu.csv``: what ``exec POD -c C -- nvidia-smi --query-gpu=…`` prints (every ``-lms`` ms);
-- ``calls``: one line per call (the argv, tab-separated).
+- ``calls``: one line per call (the argv, tab-separated); ``served``: the bytes ``logs`` wrote.
+``logs`` follows the kubelet's rules: ``--tail=N`` the file's last N lines first, then
+``--since-time`` (whole seconds: that second's lines come again), ``--timestamps`` the stamp
+prefix, ``--limit-bytes=N`` the first N bytes written (stamps included; the last line cut).
 Errors are kubectl's: ``Error from server (NotFound): pods "x" not found`` on stderr, exit 1.
 """
 
@@ -46,7 +49,7 @@ with open(os.path.join(STATE, "calls"), "a") as fh:
     fh.write("\t".join(argv) + "\n")
 opts, words, i = {{}}, [], 0
 VALUED = {{"--context", "--namespace", "-n", "--output", "-o", "--selector", "-l", "--container", "-c",
-          "--since-time", "--type", "--patch", "-p"}}
+          "--since-time", "--type", "--patch", "-p", "--tail", "--limit-bytes"}}
 rest = []
 while i < len(argv):
     a = argv[i]
@@ -173,25 +176,78 @@ if verb == "logs":
             die(f'Error from server (BadRequest): container "{{cont}}" in pod "{{pod}}" is waiting to start: '
                 'ContainerCreating')
         die(f'Error from server (NotFound): pods "{{pod}}" not found')
+    # the kubelet's ReadLogs (pkg/kubelet/kuberuntime/logs): --tail seeks to the start of the
+    # file's last N lines first; then each line older than --since-time is skipped (the API's
+    # sinceTime is whole seconds: lines of that second come again); --timestamps prefixes the
+    # stamp; --limit-bytes caps the bytes written (stamps included), cutting the last line
     since = opts.get("since-time")
-    def key(stamp):
-        s, _, frac = stamp.rstrip("Z").partition(".")
-        return (s, int(frac.ljust(9, "0") or 0))
+    since_s = since[:19] if since else None
+    tail = int(opts.get("tail", -1))
+    remain = int(opts.get("limit-bytes", 0) or 0) or None
+    follow, stamps = bool(opts.get("follow")), bool(opts.get("timestamps"))
+    out = sys.stdout.buffer
+    pend = bytearray()
+    def flush():
+        if pend:
+            n = len(pend)
+            out.write(bytes(pend)); out.flush()
+            pend.clear()
+            with open(os.path.join(STATE, "served"), "a") as fh_served:
+                fh_served.write("%d\n" % n)
+    def emit(raw):
+        """One line (with its newline, if it had one); False once --limit-bytes is spent."""
+        global remain
+        stamp, _, text = raw.partition(b" ")
+        if since_s and stamp[:19].decode() < since_s:
+            return True
+        line = raw if stamps else text
+        if remain is not None:
+            line = line[:remain]
+            remain -= len(line)
+        pend.extend(line)
+        if len(pend) >= 1 << 16:
+            flush()
+        return remain is None or remain > 0
+    def tail_start(fh, n):
+        end = fh.seek(0, 2)
+        if n < 0:
+            return 0
+        fh.seek(max(0, end - 1)); last = fh.read(1)
+        need = n + (1 if last == b"\n" else 0)  # a final newline ends the last line
+        if need == 0:
+            return end
+        pos, seen = end, 0
+        while pos > 0:
+            step = min(1 << 16, pos); pos -= step
+            fh.seek(pos); block = fh.read(step)
+            k = len(block)
+            while True:
+                k = block.rfind(b"\n", 0, k)
+                if k < 0:
+                    break
+                seen += 1
+                if seen == need:
+                    return pos + k + 1
+        return 0
     fh = open(path, "rb")  # this container's log: a restart rotates the file, the stream ends
+    fh.seek(tail_start(fh, tail))
     carry = b""
     while True:
-        data = carry + fh.read()
-        lines = data.split(b"\n")
-        carry = lines.pop()
-        for raw in lines:
-            line = raw.decode() + "\n"
-            stamp, _, text = line.partition(" ")
-            # the kubelet filters --since-time by the second: lines of that second come again
-            if since and key(stamp)[0] < key(since)[0]:
-                continue
-            sys.stdout.write(line if opts.get("timestamps") else text)
-        sys.stdout.flush()
-        if not opts.get("follow") or os.path.exists(os.path.join(d, cont + ".end")):
+        while True:
+            block = fh.read(1 << 20)
+            if not block:
+                break
+            lines = (carry + block).split(b"\n")
+            carry = lines.pop()
+            for raw in lines:
+                if not emit(raw + b"\n"):
+                    flush(); sys.exit(0)
+        if not follow:
+            if carry:
+                emit(carry)
+            flush(); sys.exit(0)
+        flush()
+        if os.path.exists(os.path.join(d, cont + ".end")):
             sys.exit(0)
         try:
             rotated = os.stat(path).st_ino != os.fstat(fh.fileno()).st_ino
@@ -201,7 +257,7 @@ if verb == "logs":
             rest = fh.read()
             if not rest:
                 sys.exit(0)  # the container ended (it restarted): kubectl logs -f ends with it
-            carry += rest
+            fh.seek(-len(rest), 1)
             continue
         drop = os.path.join(d, cont + ".drop")
         if os.path.exists(drop):
@@ -303,6 +359,12 @@ class FakeKube:
 
     def end(self, pod: str, container: str) -> None:
         (self.state / "logs" / pod / f"{container}.end").touch()
+
+    def served(self) -> int:
+        """Every byte ``kubectl logs`` has written to its callers so far (counted as each 64 KiB is
+        written: a run killed mid-way counts what it wrote)."""
+        path = self.state / "served"
+        return sum(int(x) for x in path.read_text().split()) if path.exists() else 0
 
     def calls(self) -> list[list[str]]:
         return [line.split("\t") for line in (self.state / "calls").read_text().splitlines()]

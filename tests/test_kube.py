@@ -75,6 +75,11 @@ def test_logs_argv() -> None:
         "--timestamps", "--previous"]
 
 
+def test_logs_argv_head_and_tail() -> None:
+    assert K.logs(REF, "r1-0", limit_bytes=32 << 20)[-2:] == ["--timestamps", "--limit-bytes=33554432"]
+    assert K.logs(REF, "r1-0", follow=True, tail=10_000)[-3:] == ["--timestamps", "--follow", "--tail=10000"]
+
+
 def test_exec_gpu_query_argv() -> None:
     assert K.exec_gpu_query(REF, "r1-0", ["index", "memory.used"], interval_ms=1000) == [
         "kubectl", "--context", "prod-eu", "--namespace", "llm", "exec", "r1-0", "--container", "sglang", "--",
@@ -364,3 +369,32 @@ def test_previous_container_log_and_gpu_exec(kube: FakeKube) -> None:
     samples = parse_query_gpu_csv(res.stdout, 0.0)
     assert [s.index for s in samples] == list(range(8))
     assert samples[0].used_mib == 65421
+
+
+def _raw(kube: FakeKube, *argv: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["kubectl", "--namespace", "llm", *argv], capture_output=True, env=kube.env(), timeout=30,
+                          check=False)
+
+
+def test_fake_kubectl_logs_tail_limit_bytes_and_since_time_as_the_kubelet(kube: FakeKube) -> None:
+    """Fails on the old fake: it ignored ``--tail`` and ``--limit-bytes`` (the whole log came)."""
+    lines = ["2026-12-01T15:00:00.5Z a", "2026-12-01T15:00:01Z bb", "2026-12-01T15:00:01.25Z ccc",
+             "2026-12-01T15:00:02.000000001Z dddd", "2026-12-01T15:00:03Z eeeee"]
+    kube.append_log("r1-0", "main", lines)
+    whole = "".join(ln + "\n" for ln in lines).encode()
+    # --tail=N: the last N lines; 0: none; more than there are: all
+    assert _raw(kube, "logs", "r1-0", "--timestamps", "--tail=2").stdout == "".join(
+        ln + "\n" for ln in lines[-2:]).encode()
+    assert _raw(kube, "logs", "r1-0", "--timestamps", "--tail", "0").stdout == b""
+    assert _raw(kube, "logs", "r1-0", "--timestamps", "--tail=99").stdout == whole
+    # --limit-bytes=N: the first N bytes, stamps included, the last line cut
+    assert _raw(kube, "logs", "r1-0", "--timestamps", "--limit-bytes=30").stdout == whole[:30]
+    assert _raw(kube, "logs", "r1-0", "--limit-bytes=4").stdout == b"a\nbb"  # the text only: no stamps
+    # --since-time: the API's sinceTime is whole seconds: every line of that second comes
+    assert _raw(kube, "logs", "r1-0", "--timestamps", "--since-time", "2026-12-01T15:00:01.9Z").stdout == "".join(
+        ln + "\n" for ln in lines[1:]).encode()
+    # --tail first (the kubelet seeks to the last N lines), then --since-time filters those
+    assert _raw(kube, "logs", "r1-0", "--tail=3", "--since-time=2026-12-01T15:00:02Z").stdout == b"dddd\neeeee\n"
+    assert _raw(kube, "logs", "r1-0", "--tail=1", "--since-time=2026-12-01T15:00:00Z").stdout == b"eeeee\n"
+    # the bytes each run served are counted (what tests/test_kube_uptime.py bounds)
+    assert kube.served() > 0

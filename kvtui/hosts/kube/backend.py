@@ -12,6 +12,10 @@
   so a restart is handled before the new container's first line whenever it happened; a new
   container that has printed nothing yet ("waiting to start") is followed again until it has.
   ``NEXT_BOOT`` takes only lines stamped after now.
+- **A container up for days** (``CURRENT_BOOT``, ``_catch_up``): not read whole — its log's head
+  (the boot's start) through the ready line and a margin, one gap record (``since``/``until``),
+  the tail followed on; ``search_log`` searches a gap (``--since-time`` filtered here: kubectl has
+  no server-side grep, so a search costs the gap's bytes).
 - **A pod made again** (a host named by its pod: the pod deleted — a drained node, an eviction,
   ``kubectl delete pod`` — and its controller made another): the pod that took its place is
   found by the controller's labels (``state.successor``: a Deployment's has another name, a
@@ -39,14 +43,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kvtui.engines.events import LogRecord
+from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
 from kvtui.gpu import QUERY_GPU_FIELD_NAMES, GpuProcess, GpuSample, mark_stale, parse_query_gpu_line, select_gpus
-from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
+from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
+from kvtui.hosts.commands import SERVER_START_PATTERNS
 from kvtui.hosts.kube import commands as K
 from kvtui.hosts.kube.state import (
     ContainerId,
@@ -58,6 +66,7 @@ from kvtui.hosts.kube.state import (
     next_container,
     node_order,
     node_rank,
+    pod_command,
     pod_state,
     siblings_selector,
     split_stamp,
@@ -74,6 +83,16 @@ RETRY_MAX_S = 15.0
 COMMAND_TIMEOUT_S = 30.0
 POD_POLL_S = 5.0  # how often the pod's state is read again while its log is followed
 DCGM_MIN_S = 1.0  # the least time between two reads of a DCGM exporter
+# the current boot of a container up for days (``_catch_up``): its log's head through the ready
+# line and this many lines more, capped; then the last ``TAIL_LINES`` lines; one gap between
+HEAD_CAP_BYTES = 32 << 20
+HEAD_MARGIN_LINES = 300
+TAIL_LINES = 10_000
+_START_RE = re.compile("|".join(SERVER_START_PATTERNS))
+_READY_RE = re.compile(r"The server is fired up and ready to roll|Application startup complete")
+# a serving line (SGLang Decode/Prefill batch, vLLM's stats): one before any start means the
+# log begins while the server serves (the kubelet rotated the container's log file)
+_SERVING_RE = re.compile(r"\] (?:Decode|Prefill) batch|KV cache usage: |Avg prompt throughput: ")
 
 
 def _ts(stamp: str) -> datetime | None:
@@ -276,8 +295,103 @@ class KubeBackend:
             got = split_stamp(now + " ")
             assert got is not None
             resume.last_stamp, resume.last_key = got[0], got[1]
-        async for batch in self._follow(resume, self._state.restarts, fresh=True):
+        restarts = self._state.restarts
+        if after_cursor is None and start is LogStart.CURRENT_BOOT and self._state.state in ("running",
+                                                                                             "terminated"):
+            read = self._pod_key()  # the pod whose log the catch-up reads
+            async for batch in self._catch_up(resume):
+                yield batch
+            if resume.last_stamp is not None:
+                # the catch-up's stream ended: follow on from the last line read (the pod read
+                # again first: a container that restarted ends its boot with its --previous rest,
+                # a pod made again in its place with kvtui's record, as after any drop)
+                async for batch in self._follow(resume, restarts, fresh=False, followed=read):
+                    yield batch
+                return
+        async for batch in self._follow(resume, restarts, fresh=True):
             yield batch
+
+    async def _catch_up(self, resume: LogResume) -> AsyncIterator[list[LogRecord]]:
+        """The current boot of a container that may have served for days, without its uptime: the
+        current boot is the current container (its ``startedAt``), so its log's head IS the boot's
+        start. The head (``--limit-bytes``: from the first line, capped at ``HEAD_CAP_BYTES``) is
+        read through the ready line and ``HEAD_MARGIN_LINES`` more — or to its end while the boot
+        still starts (or failed) — then, unless the head was the whole log, the last
+        ``TAIL_LINES`` lines and on (``--tail -f``), with one ``gap_record`` between them when the tail
+        begins after the head's end (``where`` = ``since``/``until``: the stamps around the unread
+        lines, what ``search_log`` reads; ``lines`` unknown: counting them would cost the
+        uptime). A head that begins with serving lines (the kubelet rotated the container's log
+        file: ``kubectl logs`` reads the current file only) says the start is missing and gives
+        the container's command line from the pod's spec. ``resume`` ends at the last line read
+        (nothing here is read twice: the tail's lines already in the head are dropped); it
+        returns when the stream ends (a drop, the container ended) or the backend closes."""
+        assert self._pod is not None
+        started = ready = missing = False
+        after_ready = 0
+        done = False
+        async with contextlib.aclosing(self._stream(K.logs(self.ref, self._pod, limit_bytes=HEAD_CAP_BYTES), resume,
+                                                    drop_partial=True)) as head:
+            async for batch in head:
+                cut = len(batch)
+                for i, rec in enumerate(batch):
+                    text = rec.text
+                    if not started:
+                        if _START_RE.search(text):
+                            started = True
+                        elif _SERVING_RE.search(text):
+                            missing = True
+                            cut = i
+                            break
+                    if ready:
+                        after_ready += 1
+                    elif started and _READY_RE.search(text):
+                        ready = True
+                if missing:
+                    if cut:
+                        yield batch[:cut]
+                    yield self._start_missing(batch[cut].ts)
+                    yield batch[cut:]
+                    done = True
+                    break
+                yield batch
+                if ready and after_ready >= HEAD_MARGIN_LINES:
+                    done = True
+                    break
+        if resume.last_stamp is None:
+            return  # nothing read (the container cannot be read yet, or printed nothing)
+        if not done and self._last_rc == 0 and self._stream_bytes < HEAD_CAP_BYTES - (1 << 16):
+            return  # the head was the whole log: the follow goes on from its end
+        head_stamp, head_key = resume.last_stamp, resume.last_key
+        resume.resumed()
+        gap_said = False
+        # the tail is followed in the same stream (``-f --tail``: the kubelet seeks to the last
+        # lines; a --since-time follow would make it parse the whole file for the stamps); when
+        # it ends, ``_follow`` goes on from its last stamp
+        argv = K.logs(self.ref, self._pod, follow=True, tail=TAIL_LINES)
+        async with contextlib.aclosing(self._stream(argv, resume)) as tail:
+            async for batch in tail:
+                first = self._stream_first
+                if not gap_said and first is not None:
+                    gap_said = True
+                    got = split_stamp(first[0] + " ")
+                    if got is not None and got[1] > head_key:
+                        # the tail begins after the head's end: the lines between are not read
+                        yield [gap_record(None, gap_where(since=head_stamp, until=first[0]), _ts(head_stamp),
+                                          _ts(first[0]), source=SOURCE)]
+                yield batch
+
+    def _start_missing(self, ts: datetime | None) -> list[LogRecord]:
+        """kvtui's records for a head that begins while the server serves: the start is not in the
+        log (why), and the container's command line from the pod's spec (its flags)."""
+        obj = self._obj or {}
+        cid = container_id(obj, self.ref.container)
+        since = f"; the container started {cid.started_at}" if cid is not None and cid.started_at else ""
+        out = [start_missing_record("the kubelet rotated the container's log: kubectl logs begins while it serves"
+                                    + since, source=SOURCE, ts=ts)]
+        argv = pod_command(obj, self.ref.container)
+        if argv:
+            out.append(command_record(argv, None, source=SOURCE, ts=ts))
+        return out
 
     async def follow_next_boot(self, positioned: Callable[[], None]) -> AsyncIterator[list[LogRecord]]:
         """The next boot's lines (``PositionedLogSource``): those of the next container (see the
@@ -338,15 +452,18 @@ class KubeBackend:
                 return None
         return None
 
-    async def _follow(self, resume: LogResume, restarts: int, *, fresh: bool) -> AsyncIterator[list[LogRecord]]:
+    async def _follow(self, resume: LogResume, restarts: int, *, fresh: bool,
+                      followed: tuple[str, str | None] | None = None) -> AsyncIterator[list[LogRecord]]:
         """Follow ``self._pod``'s container from ``resume`` on: ``restarts`` is the restart count
-        of the container followed (a higher one: it restarted); ``fresh``: the pod was just read."""
+        of the container followed (a higher one: it restarted); ``fresh``: the pod was just read;
+        ``followed``: the pod (name, uid) whose log was read so far, when known."""
         assert self._pod is not None
         delay = self._retry_s
         pause = 0.0  # before the next look at the pod: 0 after a stream that ended, else the back-off
         ended = False  # the last stream ended by itself (exit 0), not dropped
         # the pod whose container is followed (name, uid): the one just read, else the next read's
-        followed: tuple[str, str | None] | None = self._pod_key() if fresh else None
+        if followed is None and fresh:
+            followed = self._pod_key()
         while not self._closed.is_set():
             if pause and await self._sleep(pause):
                 return
@@ -435,17 +552,46 @@ class KubeBackend:
         return tail
 
     _last_rc: int | None = None
+    _last_err: str = ""
+    _stream_bytes = 0  # what the last ``kubectl logs`` run printed so far
+    _stream_first: tuple[str, int] | None = None  # its first stamped line: (stamp, its key)
+    bytes_read = 0  # every byte ``kubectl logs`` printed to this backend (the bench and tests read it)
 
-    async def _stream(self, argv: list[str], resume: LogResume, *,
-                      prior: bool = False) -> AsyncIterator[list[LogRecord]]:
-        """The records of one ``kubectl logs`` run, de-duplicated; ``_last_rc`` its exit status."""
-        self._last_rc = None
+    async def _stream(self, argv: list[str], resume: LogResume, *, prior: bool = False, drop_partial: bool = False,
+                      errors: bool = False) -> AsyncGenerator[list[LogRecord], None]:
+        """The records of one ``kubectl logs`` run, de-duplicated; ``_last_rc`` its exit status;
+        ``drop_partial``: a last line without its newline is left out (``--limit-bytes`` cut it);
+        ``errors``: its stderr kept in ``_last_err``."""
         if prior:
             resume.resumed()
+        async with contextlib.aclosing(self._lines(argv, drop_partial=drop_partial, errors=errors)) as chunks:
+            async for lines in chunks:
+                records = []
+                for text in lines:
+                    if self._stream_first is None:
+                        first = split_stamp(text)
+                        if first is not None:
+                            self._stream_first = (first[0], first[1])
+                    got = resume.accept(text)
+                    if got is None:
+                        continue
+                    stamp, body = got
+                    records.append(LogRecord(body, _ts(stamp) if stamp else None, stamp or None, SOURCE))
+                if records:
+                    yield records
+
+    async def _lines(self, argv: list[str], *, drop_partial: bool = False,
+                     errors: bool = False) -> AsyncGenerator[list[str], None]:
+        """The lines of one ``kubectl logs`` run as they come (64 KiB at a time, never more: a
+        reader that stops early leaves the rest unsent); ``_last_rc`` its exit status."""
+        self._last_rc = None
+        self._last_err = ""
+        self._stream_bytes = 0
+        self._stream_first = None
         try:
-            proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
-                                                        stdout=asyncio.subprocess.PIPE,
-                                                        stderr=asyncio.subprocess.DEVNULL, limit=1 << 22)
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE if errors else asyncio.subprocess.DEVNULL, limit=1 << 17)
         except FileNotFoundError:
             raise BackendError("kubectl not found on PATH") from None
         self._procs.add(proc)
@@ -454,22 +600,18 @@ class KubeBackend:
             carry = b""
             while True:
                 chunk = await proc.stdout.read(1 << 16)
+                self._stream_bytes += len(chunk)
+                self.bytes_read += len(chunk)
                 lines = (carry + chunk).split(b"\n")
                 carry = lines.pop() if chunk else b""
-                if not chunk and lines == [b""]:
+                if not chunk and (lines == [b""] or drop_partial):
                     lines = []
-                records = []
-                for raw in lines:
-                    text = raw.decode(errors="replace").rstrip("\r")
-                    got = resume.accept(text)
-                    if got is None:
-                        continue
-                    stamp, body = got
-                    records.append(LogRecord(body, _ts(stamp) if stamp else None, stamp or None, SOURCE))
-                if records:
-                    yield records
+                if lines:
+                    yield [raw.decode(errors="replace").rstrip("\r") for raw in lines]
                 if not chunk:
                     break
+            if errors and proc.stderr is not None:
+                self._last_err = (await proc.stderr.read()).decode(errors="replace")
             self._last_rc = await proc.wait()
         finally:
             await self._reap(proc)
@@ -482,6 +624,91 @@ class KubeBackend:
             with contextlib.suppress(Exception):
                 await proc.wait()
         self._procs.discard(proc)
+
+    async def search_log(self, pattern: str, where: str, *, regex: bool = False, ignore_case: bool = True,
+                         context: int = 0, limit: int = 100, newest: bool = False) -> list[LogMatch]:
+        """Lines of a gap this backend yielded (``where``: ``since``/``until``, the stamps around the
+        unread lines) that contain ``pattern`` (``SearchableLog``).
+
+        This costs the uptime, unlike a file's or a journal's search: kubectl has no server-side
+        grep — the log API filters by time (``sinceTime``, whole seconds), by the last N lines and
+        by a byte count only — so ``kubectl logs --since-time=SINCE --timestamps`` sends every line
+        from the gap's first second on and the filter runs here. The lines stream through and
+        are not kept (memory stays bounded: ``limit`` matches and their context), the stream
+        stops at ``until`` (lines after the gap are never read) and, oldest first, at the
+        ``limit``-th match. A range older than the current container (it started after
+        ``until``) is read from ``--previous``: the kubelet keeps one ended container's log."""
+        rng = gap_range(where)
+        lo = split_stamp(rng.get("since", "") + " ")
+        hi = split_stamp(rng["until"] + " ") if rng.get("until") else None
+        if lo is None:
+            raise BackendError(f"not a range of a kube log (since=…, until=…): {where}")
+        st = await self.refresh()
+        cid = container_id(self._obj, self.ref.container) if self._obj is not None else None
+        began = split_stamp(cid.started_at + " ") if cid is not None and cid.started_at else None
+        previous = hi is not None and began is not None and began[1] > hi[1] and st.restarts > 0
+        try:
+            rx = re.compile(pattern if regex else re.escape(pattern), re.IGNORECASE if ignore_case else 0)
+        except re.error as exc:
+            raise BackendError(f"not a regular expression: {pattern!r} ({exc})") from None
+        assert self._pod is not None
+        argv = K.logs(self.ref, self._pod, since_time=rng["since"], previous=previous)
+        ctx = max(0, int(context))
+        want = max(1, int(limit))
+        found: deque[LogMatch] = deque(maxlen=want if newest else None)
+        before: deque[str] = deque(maxlen=ctx or 1)
+        waiting: list[tuple[str, tuple[str, ...], list[str], int]] = []  # a match waiting for its context
+        lo_sec, hi_sec = lo[0][:19], hi[0][:19] if hi is not None else None
+        n = 0
+        stop = False
+
+        def record(line: str) -> LogRecord:
+            stamp, _, body = line.partition(" ")
+            return LogRecord(body, _ts(stamp), stamp, SOURCE)
+
+        def match(line: str, b: Sequence[str], a: Sequence[str], k: int) -> LogMatch:
+            return LogMatch(record(line), tuple(record(x) for x in b), tuple(record(x) for x in a), k)
+
+        async with contextlib.aclosing(self._lines(argv, errors=True)) as chunks:
+            async for lines in chunks:
+                for line in lines:
+                    # the stamp's second decides alone, but within the gap's first or last second
+                    sec = line[:19]
+                    if sec <= lo_sec:
+                        got = split_stamp(line) if sec == lo_sec else None
+                        if got is None or got[1] <= lo[1]:
+                            continue  # the head's lines (the API sends the whole first second)
+                    if hi is not None and hi_sec is not None and sec >= hi_sec:
+                        got = split_stamp(line) if sec == hi_sec else None
+                        if got is None or got[1] >= hi[1]:
+                            stop = True  # the tail's first line: the gap is over
+                            break
+                    n += 1
+                    for w in waiting:
+                        w[2].append(line)
+                    while waiting and len(waiting[0][2]) >= ctx:
+                        m, bf, af, k = waiting.pop(0)
+                        found.append(match(m, bf, af, k))
+                    if not newest and len(found) >= want:
+                        stop = True
+                        break
+                    if rx.search(line[line.find(" ") + 1:]) and (newest or len(found) + len(waiting) < want):
+                        if ctx:
+                            waiting.append((line, tuple(before), [], n))
+                        else:
+                            found.append(match(line, (), (), n))
+                    if ctx:
+                        before.append(line)
+                    if not newest and not waiting and len(found) >= want:
+                        stop = True
+                        break
+                if stop:
+                    break
+        if not stop and self._last_rc not in (0, None) and n == 0:
+            raise BackendError(_first_line(self._last_err) or f"kubectl logs exited {self._last_rc}")
+        for m, bf, af, k in waiting:
+            found.append(match(m, bf, af, k))
+        return list(found)[:want]
 
     async def gpu_stream(self, interval_s: float = 1.0) -> AsyncIterator[list[GpuSample]]:
         if self._state is None:

@@ -51,10 +51,13 @@ def get_object(ref: PodRef, kind: str, name: str) -> list[str]:
 
 
 def logs(ref: PodRef, pod: str, *, follow: bool = False, since_time: str | None = None,
-         previous: bool = False) -> list[str]:
+         previous: bool = False, tail: int | None = None, limit_bytes: int | None = None) -> list[str]:
     """The container's log with the kubelet's RFC 3339 timestamps (``LogResume`` reads them);
-    ``follow``: stream it; ``since_time``: from that stamp on (a resume); ``previous``: the log
-    of the container that ran before the current one (the one that crashed)."""
+    ``follow``: stream it; ``since_time``: from that stamp on (a resume; the API takes whole
+    seconds, so that second's lines come again); ``previous``: the log of the container that ran
+    before the current one (the one that crashed); ``tail``: the last N lines only (the kubelet
+    seeks there first, then applies ``since_time``); ``limit_bytes``: at most N bytes, counted
+    from the first line sent (the log's head, stamps included; the last line may be cut)."""
     out = [*_base(ref), "logs", check_name(pod, "pod")]
     if ref.container:
         out += ["--container", ref.container]
@@ -63,6 +66,10 @@ def logs(ref: PodRef, pod: str, *, follow: bool = False, since_time: str | None 
         out.append("--follow")
     if since_time:
         out += ["--since-time", since_time]
+    if tail is not None:
+        out.append(f"--tail={max(0, int(tail))}")
+    if limit_bytes is not None:
+        out.append(f"--limit-bytes={max(1, int(limit_bytes))}")
     if previous:
         out.append("--previous")
     return out

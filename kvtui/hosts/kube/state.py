@@ -160,6 +160,16 @@ def pod_state(pod: JSON, container: str | None = None) -> PodState:
 
 
 
+def pod_command(pod: JSON, container: str | None) -> tuple[str, ...]:
+    """The container's command line as the pod's spec says (``command`` then ``args``; empty when
+    neither is set: the image's entrypoint runs) — the running server's flags when its own
+    argument dump is no longer in ``kubectl logs``."""
+    for i, c in enumerate((pod.get("spec") or {}).get("containers") or []):
+        if (c.get("name") == container) if container is not None else i == 0:
+            return (*(str(a) for a in c.get("command") or ()), *(str(a) for a in c.get("args") or ()))
+    return ()
+
+
 # -- which container is the next boot -----------------------------------------------------------
 
 
