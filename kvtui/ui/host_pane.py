@@ -392,6 +392,7 @@ class HostPane(HostChanges, Vertical):
         self._pace_base = (monitor.flush_interval, monitor.serving_interval)
         self._pace_monitor()
         self.log_view.source = monitor.spool
+        self.log_view.host_log = monitor
         try:
             await monitor.run(self._sink)
         except (BackendError, OSError) as exc:
