@@ -59,7 +59,8 @@ async def test_the_gap_is_a_marker_row_never_a_plain_log_line() -> None:
         assert len(gaps) == 1
         assert pane.monitor is not None
         n = pane.monitor.gaps[0].gap.lines
-        assert n is not None and n > 1500
+        assert n is not None
+        assert n > 1500
         view.set_cursor(gaps[0].seq)  # bring the row on screen
         await pilot.pause()
         text = screen_text(app)
@@ -89,7 +90,8 @@ async def test_slash_finds_a_line_only_in_the_gap_on_the_host_and_n_continues() 
         first = view.cursor
         await pilot.press("N")
         await pilot.pause()
-        assert view.cursor != first and view.mode is ViewMode.HOST
+        assert view.cursor != first
+        assert view.mode is ViewMode.HOST
         assert view.message.startswith("from the host: match ")
         await pilot.press("n")
         await pilot.pause()
@@ -128,3 +130,64 @@ async def test_a_host_that_cannot_search_never_says_no_match_in_the_whole_log(mo
             raise AssertionError(view.message + repr(view.mode) + repr(view.cursor) + repr(len(view.lines))) from None
         assert "whole log" not in view.message
         assert "the host cannot search its unread lines (a demo host has no search of its log)" in view.message
+
+
+async def test_a_start_missing_boot_serves_in_the_boot_panel_and_header_never_booting() -> None:
+    """Fails on the old code: the header said '✔ ready' with every phase '· not started' below it
+    and 'ready after —' (and a follower without these records showed 'booting 4473h')."""
+    clock = FakeClock()
+    app = demo_app(clock, hosts=("demo-days",), speed=SPEED, host_options=MISSING)
+    async with app.run_test(size=(120, 36)) as pilot:
+        pane = await _open(pilot, app)
+        pane.tick()
+        await pilot.pause()
+        text = screen_text(app)
+        assert "✔ serving — its start is not in the log" in text
+        assert "(rotated before " in text
+        assert "phases: not in the log" in text
+        assert "flags from the running process (pid " in text
+        assert "boot 1  ✔ serving" in text
+        assert "serving · its start is not in the log" in text  # the boot panel's subtitle
+        assert "booting" not in text
+        assert "· launch" not in text
+        assert "ready after" not in text
+
+
+async def test_the_calculator_answers_for_a_start_missing_boot_from_the_history() -> None:
+    """Fails on the old code: 'waiting for the boot to size its KV pool…' with flags unset on a
+    server that serves. The first console reads the boot from its start (the history stores it);
+    the second finds the start gone and calibrates on that stored boot of the same flags."""
+    clock = FakeClock()
+    first = demo_app(clock, hosts=("demo-days",), speed=SPEED, host_options=UPTIME)
+    async with first.run_test(size=(120, 36)) as pilot:
+        pane = await _open(pilot, first)
+        await wait_for(pilot, lambda: pane.calculator.result is not None)
+    app = demo_app(clock, hosts=("demo-days",), speed=SPEED, host_options=MISSING)
+    async with app.run_test(size=(120, 36)) as pilot:
+        pane = await _open(pilot, app)
+        calc = pane.calculator
+        await wait_for(pilot, lambda: calc.basis_looked_up and calc.result is not None)
+        assert calc.stored_basis is not None
+        await pilot.pause()
+        basis = calc._basis.plain  # what the panel shows above its fields
+        assert "waiting for the boot" not in screen_text(app)
+        assert "calibrated on a stored boot of these flags (history)" in basis
+        assert "flags from the running process (pid " in basis
+        assert calc.prediction is not None
+        assert calc.prediction.tokens > 100_000
+
+
+async def test_without_history_the_calculator_says_the_estimated_pool_never_waiting() -> None:
+    """Fails on the old code: 'waiting for the boot to size its KV pool…'."""
+    clock = FakeClock()
+    app = demo_app(clock, hosts=("demo-days",), speed=SPEED, host_options=MISSING)
+    async with app.run_test(size=(120, 36)) as pilot:
+        pane = await _open(pilot, app)
+        calc = pane.calculator
+        await wait_for(pilot, lambda: calc.basis_looked_up)
+        await pilot.pause()
+        basis = calc._basis.plain
+        assert "waiting for the boot" not in screen_text(app)
+        assert basis.startswith("pool ~")
+        assert "(estimated from serving lines ±" in basis
+        assert "no stored boot of this host with these flags" in basis
