@@ -79,6 +79,40 @@ def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
     return out
 
 
+def serving_basis(boot: Boot, host: str) -> tuple[Boot, list[Boot]] | None:
+    """The calibration of a boot whose start is not in the log (a server up for days: its flags
+    from the running process, no pool line): the history's newest boot of the same host that sized
+    its pool with the same flags (``kvcalc.same_deployment`` and the same pool fraction), plus the
+    other stored boots of that deployment — as ``kvtui calc --host`` uses the history. None when
+    the history holds none (or cannot be read)."""
+    from kvtui.history import HistoryError, boot_from_doc, open_store
+
+    if boot.start_missing is None or boot.engine not in (Engine.SGLANG, Engine.VLLM) or not boot.flags:
+        return None
+    fraction = kvcalc.fraction_flag(boot.engine)
+    with open_store(readonly=True) as store:
+        try:
+            rows = store.boots(host, limit=64)
+        except HistoryError:
+            return None
+    same: list[Boot] = []
+    for row in rows:  # newest first
+        b = boot_from_doc(row.doc)
+        if b.engine is boot.engine and kvcalc.sized_pool(b) and kvcalc.same_deployment(boot, b):
+            same.append(b)
+    chosen = next((b for b in same if _num(b.flags.get(fraction)) == _num(boot.flags.get(fraction))), None)
+    if chosen is None:
+        return None
+    return chosen, [b for b in same if b is not chosen]
+
+
+def _num(v: object) -> object:
+    try:
+        return float(str(v))
+    except ValueError:
+        return v
+
+
 def _same_env(stored: object, want: dict[str, str | None]) -> bool:
     """A stored boot's pool-sizing environment equals ``want`` (numbers compared as numbers)."""
     if not isinstance(stored, dict):
@@ -190,5 +224,6 @@ __all__ = [
     "plan_rollback",
     "record_restart",
     "restart_record",
+    "serving_basis",
     "stored_siblings",
 ]

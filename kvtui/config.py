@@ -322,6 +322,13 @@ class DemoHost(_HostBase):
     demo_model: NonEmpty | None = None
     demo_node: int | None = Field(default=None, ge=0, le=63)  # a multi-node preset: this host's node
     demo_stall_node: int | None = Field(default=None, ge=0, le=63)  # ... and the node that never arrives
+    # a server up for days: the simulated server started this many hours before the demo's state
+    # was created (its follower reads the start, a gap record, the newest serving lines; the
+    # gap is searched on the simulated host) ...
+    demo_uptime_h: float | None = Field(default=None, gt=0, le=24 * 366)
+    # ... and its start is gone from the log (rotated away): the follower says so and gives the
+    # running process's command line instead (kvtui.engines.source_records)
+    demo_start_missing: bool = False
 
     @property
     def kind(self) -> Literal["demo"]:
@@ -443,7 +450,7 @@ _VARIANTS: dict[str, type[SshHost] | type[LocalHost] | type[DemoHost] | type[Kub
 HOST_KEYS = ("ssh", "local", "demo", "kube", "selector", "port", "identity_file", "known_hosts", "strict_host_key",
              "engine", "unit", "log_file", "container", "launch_script", "start_command", "stop_command", "pid_file",
              "gpus", "sudo", "readonly", "probe", "probe_model", "gpu_metrics_url", "demo_speed", "demo_seed",
-             "demo_engine", "demo_model", "demo_node", "demo_stall_node")
+             "demo_engine", "demo_model", "demo_node", "demo_stall_node", "demo_uptime_h", "demo_start_missing")
 _KEYS_OF = {kind: tuple(model.model_fields) for kind, model in _VARIANTS.items()}
 assert set(HOST_KEYS) == {k for keys in _KEYS_OF.values() for k in keys}, "HOST_KEYS lists every host key once"
 

@@ -25,12 +25,14 @@ from kvtui.engines.events import (
     Engine,
     FailureText,
     LineStyle,
+    LogGap,
     LogRecord,
     ParsedLine,
     PhaseMark,
     Progress,
     ServerExit,
     Serving,
+    StartMissing,
     Warning_,
 )
 from kvtui.engines.text import strip_ansi
@@ -41,12 +43,28 @@ from kvtui.hosts.backend import (
     ConnState,
     ConnStatus,
     HostBackend,
+    HostNotes,
     LogStart,
     RecordBlock,
+    SearchableLog,
     aclose_iter,
 )
+from kvtui.longrun import gap_of, narrow_after
 from kvtui.retry import Backoff, doubling, sleep_unless
-from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LinePart, LineRun, LogBatch, LogLine, MonitorUpdate, expand
+from kvtui.updates import (
+    BootState,
+    ConnUpdate,
+    GapMark,
+    GapSearchError,
+    GpuUpdate,
+    HostMatch,
+    LinePart,
+    LineRun,
+    LogBatch,
+    LogLine,
+    MonitorUpdate,
+    expand,
+)
 
 if TYPE_CHECKING:
     from kvtui.engines.parse import LivePlan, LivePrefilter
@@ -72,6 +90,8 @@ _PENDING_BOOT_STATES: Final = 32
 _NON_RETRYABLE: Final = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 _ERROR_LEVELS: Final = frozenset({"ERROR", "CRITICAL", "FATAL", "EXCEPTION"})
 MARKER_RULE: Final = "────────"
+MAX_GAPS: Final = 64  # gaps of unread lines a monitor keeps (a server up for days has one or two)
+MAX_NOTES: Final = 20  # the follower's notes kept
 SKIPPED_SLICE: Final = 1024  # lines spooled without parsing in one slice (~2-4 ms here)
 INGEST_STEP_BUDGET: Final = 0.008  # seconds of slices between two yields to the event loop
 
@@ -151,6 +171,10 @@ def line_style(parsed: ParsedLine) -> LineStyle:
     for ev in parsed.events:
         if isinstance(ev, FailureText | ServerExit):
             return "error"
+        if isinstance(ev, LogGap):
+            return "gap"  # kvtui's own record of lines not read: a marker row (kvtui.longrun)
+        if isinstance(ev, StartMissing):
+            return "warning"
         if isinstance(ev, PhaseMark):
             phase = phase or not ev.inferred  # a traceback frame's phase is no phase line
         elif isinstance(ev, BootBoundary):
@@ -194,6 +218,12 @@ async def _close_quietly(it: AsyncIterator[object] | None) -> None:
     if it is not None:
         with contextlib.suppress(Exception):
             await aclose_iter(it)
+
+
+def _searchable(backend: object) -> SearchableLog | None:
+    """The backend when it can search a gap on the host (``SearchableLog``; looked up on the
+    object, not with ``isinstance``: a protocol check is cached per class)."""
+    return backend if callable(getattr(backend, "search_log", None)) else None  # type: ignore[return-value]
 
 
 def _default_state_dir() -> Path:
@@ -323,6 +353,12 @@ class HostMonitor:
         self._serving_due: int | None = None
         self._serving_at = -1e9
         self._stream_note = ""
+        # a server up for days: the gaps of lines the follower did not read (their marker rows'
+        # seqs, oldest first, bounded) and the follower's own notes ("no server start in the
+        # last N bytes", a rotation), the newest shown in the connection status
+        self.gaps: list[GapMark] = []
+        self.notes: deque[str] = deque(maxlen=MAX_NOTES)
+        self.notes_seen = 0  # notes taken from the backend so far (a reader prints the new ones)
         self._dirty = asyncio.Event()
         self._repaced = asyncio.Event()
         self.step_budget = INGEST_STEP_BUDGET  # seconds of ingest between two yields to the loop
@@ -447,10 +483,91 @@ class HostMonitor:
             st = self.backend.status()
         except Exception as exc:  # a backend bug must not kill the view
             st = ConnStatus(ConnState.FAILED, f"status unavailable: {exc}")
-        if self._stream_note and st.state is ConnState.CONNECTED:
-            detail = f"{st.detail}; {self._stream_note}" if st.detail else self._stream_note
+        self._take_notes()
+        note = self._stream_note or (self.notes[-1] if self.notes else "")
+        if note and st.state is ConnState.CONNECTED:
+            detail = f"{st.detail}; {note}" if st.detail else note
             st = ConnStatus(st.state, detail, st.retry_in, st.fingerprint, st.strict_host_key)
         self._set_status(st)
+
+    def _take_notes(self) -> None:
+        """The follower's notes (``HostNotes``: a start not in the scan window, a rotation): taken
+        from the backend into ``notes``; the newest joins the connection status."""
+        backend = self.backend
+        if not isinstance(backend, HostNotes):
+            return
+        try:
+            fresh = list(backend.notes)
+            backend.notes.clear()
+        except Exception:
+            return
+        for note in fresh:
+            if note and (not self.notes or self.notes[-1] != note):
+                self.notes.append(note)
+                self.notes_seen += 1
+
+    # -- a server up for days: its gaps, searched on the host ------------------------------------
+
+    def gap_search_unavailable(self) -> str | None:
+        """Why the host cannot search the lines its follower did not read (None: it can)."""
+        if _searchable(self.backend) is not None:
+            return None
+        kind = self.host.kind if self.host is not None else type(self.backend).__name__
+        return f"a {kind} host has no search of its log"
+
+    def gap_before(self, seq: int) -> GapMark | None:
+        """The newest gap whose marker row is at or before ``seq``."""
+        found = None
+        for g in self.gaps:
+            if g.seq > seq:
+                break
+            found = g
+        return found
+
+    def gap_after(self, seq: int) -> GapMark | None:
+        """The oldest gap whose marker row is at or after ``seq``."""
+        return next((g for g in self.gaps if g.seq >= seq), None)
+
+    async def search_gap(
+        self, gap: GapMark, pattern: str, *, regex: bool = False, ignore_case: bool = True, context: int = 2,
+        limit: int = 200, newest: bool = False, after: HostMatch | None = None,
+    ) -> list[HostMatch]:
+        """The lines of ``gap`` that match ``pattern``, searched on the host
+        (``SearchableLog.search_log``: only the matches and their context come back), oldest
+        first; ``after`` a match of an earlier page (the search goes on after it). Raises
+        ``GapSearchError`` (its text says why) when the host cannot search them."""
+        backend = _searchable(self.backend)
+        if backend is None:
+            raise GapSearchError(self.gap_search_unavailable() or "no search")
+        where = gap.gap.where
+        if after is not None:
+            narrowed = narrow_after(where, after.cursor, after.ts)
+            if narrowed is None:
+                return []
+            where = narrowed
+        try:
+            found = await backend.search_log(pattern, where, regex=regex, ignore_case=ignore_case, context=context,
+                                             limit=limit, newest=newest)
+        except BackendError as exc:
+            raise GapSearchError(str(exc) or type(exc).__name__) from exc
+        base = after.line_no if after is not None and after.line_no is not None else 0
+        return [
+            HostMatch(
+                text=strip_ansi(m.record.text) if "\x1b" in m.record.text else m.record.text,
+                ts=m.record.ts,
+                line_no=(base + m.line_no) if m.line_no is not None else None,
+                before=tuple(r.text for r in m.context_before),
+                after=tuple(r.text for r in m.context_after),
+                cursor=m.record.cursor,
+            )
+            for m in found
+        ]
+
+    def _note_gap(self, seq: int, parsed: ParsedLine) -> None:
+        ev = parsed.events[0] if parsed.events else None
+        if isinstance(ev, LogGap):
+            self.gaps.append(GapMark(seq, ev))
+            del self.gaps[:-MAX_GAPS]
 
     def _set_status(self, st: ConnStatus) -> None:
         if st != self.status:
@@ -685,6 +802,8 @@ class HostMonitor:
                 ident=rec.ident,
             )
             self._push(line)
+            if style == "gap":
+                self._note_gap(line.seq, p)
             if nboots and (_changed(upd) or nboots > boots_before):
                 if upd.serving and nboots == boots_before and not (
                     upd.new_boot or upd.phase_changed or upd.metrics_changed or upd.failed or upd.ready
@@ -727,6 +846,9 @@ class HostMonitor:
         for sp in iter_spooled(self.spool):
             if sp.style == "marker":
                 continue
+            if sp.style == "gap" and (gap := gap_of(sp.text)) is not None:
+                self.gaps.append(GapMark(sp.seq, gap))
+                del self.gaps[:-MAX_GAPS]
             batch.append(LogRecord(text=sp.text, ts=sp.ts, cursor=sp.cursor, source="spool", ident=sp.ident))
             if len(batch) >= INGEST_SLICE:
                 self._replay_records(batch)

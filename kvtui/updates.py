@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Final
 
 from kvtui.boot import Boot
-from kvtui.engines.events import LineStyle
+from kvtui.engines.events import LineStyle, LogGap
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts.backend import ConnStatus
 
@@ -149,6 +149,34 @@ class ConnUpdate:
 
 
 MonitorUpdate = LogBatch | BootState | GpuUpdate | ConnUpdate
+
+
+@dataclass(frozen=True, slots=True)
+class GapMark:
+    """A gap of lines the follower did not read (a server up for days): ``seq`` its marker row's
+    index in the spool, ``gap`` what the record says (how many lines, their range on the host)."""
+
+    seq: int
+    gap: LogGap
+
+
+@dataclass(frozen=True, slots=True)
+class HostMatch:
+    """A line a search of a gap found on the host (``HostMonitor.search_gap``): never in the
+    spool. ``line_no`` its 1-based line number in the gap when known; ``before`` / ``after`` its
+    context, oldest first; ``cursor`` where the source has one (a later page starts after it)."""
+
+    text: str
+    ts: datetime | None
+    line_no: int | None = None
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    cursor: str | None = None
+
+
+class GapSearchError(Exception):
+    """The host cannot search a gap's lines (no ``search_log``, the range is gone, a tool is
+    missing): the text says why, for the operator."""
 
 _new = object.__new__
 _set_seq = LogLine.__dict__["seq"].__set__

@@ -431,3 +431,22 @@ async def test_gpu_plot_figure_does_not_depend_on_redraw_timing() -> None:
         assert fig_a.spans == fig_b.spans
         assert "collecting" not in fig_a.plain
         assert len({span.style for span in fig_a.spans}) >= 3  # two phase colours and the ticks
+
+
+@pytest.mark.slow
+def test_snapshot_a_server_up_for_days_120x36(snap_compare: SnapCompare) -> None:
+    """A demo server up for 2 hours (issue 21): the startup part, the gap row ('N serving lines not
+    read (1 h 15 m) — / searches them on the host') with the cursor on it, the tail."""
+    clock = FakeClock()
+    app = demo_app(clock, hosts=("demo-days",), speed=2.0, host_options={"demo_uptime_h": 2.0})
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        pane = app.main_screen.active_pane
+        assert pane is not None
+        await wait_for(pilot, lambda: pane.monitor is not None and bool(pane.monitor.gaps))
+        await _finish(pilot, app)
+        gap = next(ln for ln in pane.log_view.lines if ln.style == "gap")
+        pane.log_view.set_cursor(gap.seq)
+        await _finish(pilot, app)
+
+    assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)

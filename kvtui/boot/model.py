@@ -166,6 +166,7 @@ class Boot:
     start_missing: str | None = None
     # where ``flags`` came from: "log" (the engine's own dump) or "process" (/proc/PID/cmdline)
     flags_from: str = "log"
+    process_pid: int | None = None  # the process whose command line gave the flags (flags_from "process")
     # serving lines the follower did not read (between the startup part and the recent tail)
     skipped_lines: int = 0
     skipped_where: list[str] = field(default_factory=list)  # each gap's source range (bounded)

@@ -452,6 +452,7 @@ class BootTracker:
             flags.setdefault("model_path" if cmd.engine is Engine.SGLANG else "model", model)
         boot.flags = flags
         boot.flags_from = "process"
+        boot.process_pid = ev.pid
         upd.metrics_changed = True
         return upd
 

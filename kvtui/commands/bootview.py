@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
 
-from kvtui import fmt
+from kvtui import fmt, longrun
 from kvtui.boot import Boot, BootStatus, PhaseSpan
 from kvtui.engines.events import Engine, Fact
 from kvtui.engines.unknown import UnrecognisedShape
@@ -104,6 +104,14 @@ def render_boot(boot: Boot, index: int, total: int) -> list[str]:
     status = boot.status.value.upper()
     where = f" in {boot.failure.phase.value}" if boot.failure is not None and boot.failure.phase else ""
     out.append(f"Boot {index} of {total} · {boot.engine.value} ({version}) · {status}{where} · {_ranks(boot.ranks)}")
+    said = longrun.summary(boot)
+    if said:  # a server up for days: what kvtui did not read, where its figures came from
+        out.append("  Not read whole (a server up for days)")
+        out += [f"    {line}" for line in said]
+        if boot.start_missing is not None:
+            out.append("    phases: not in the log")
+        for where in boot.skipped_where[:4]:
+            out.append(f"    unread range: {where}")
     if boot.phases:
         out.append(f"    {'phase':<14} {'model':<7} {'start':<25} {'duration':>9}")
         last_failed = boot.failure.phase if boot.failure is not None else None
@@ -113,8 +121,11 @@ def render_boot(boot: Boot, index: int, total: int) -> list[str]:
                                   boot.engine_seconds(span)))
         out += _engine_note(boot)
     m = boot.metrics
+    heading = len(out)
     out.append("  Figures (per rank; free = free GPU memory, the minimum over ranks)")
-    out += _row("KV pool", _item(m.max_total_num_tokens, "{:,} tokens"), _item(m.kv_cache_gib, conv=_gib),
+    est = boot.live.pool_tokens_est if m.max_total_num_tokens is None else None
+    out += _row("KV pool", _item(m.max_total_num_tokens, "{:,} tokens"),
+                _item(est, "~{:,} tokens (estimated from serving lines)"), _item(m.kv_cache_gib, conv=_gib),
                 _item(m.cell_bytes, "≈{:,} B/token (printed KV size ÷ tokens)"), _item(boot.pool_from, "{}"))
     out += _row("memory", _item(m.avail_before_load_gib, "free before weights {}", _gib),
                 _item(m.weights_gib, "weights {}", _gib), _item(m.avail_after_load_gib, "free after weights {}", _gib),
@@ -127,6 +138,8 @@ def render_boot(boot: Boot, index: int, total: int) -> list[str]:
     d = boot.draft_facts
     out += _row("draft model", _item(d.get(Fact.WEIGHTS_GIB), "weights {}", _gib),
                 _item(d.get(Fact.KV_CACHE_GIB), "KV {}", _gib), _item(d.get(Fact.GRAPH_MEM_GIB), "graphs {}", _gib))
+    if len(out) == heading + 1 and boot.start_missing is not None:
+        del out[heading]  # no figure at all (the start is not in the log): no empty section
     live = boot.live
     if live.token_usage is not None or live.running_reqs is not None:
         usage = f"{live.token_usage:.0%}" if live.token_usage is not None else "—"

@@ -129,12 +129,28 @@ def write(out: Path, host: str, chosen: StoredBoot, rows: Sequence[StoredBoot], 
     if replay_boots is None:
         replay_boots, _ = read_log(iter(["".join(ln + "\n" for ln in lines).encode()]))
     replay_doc = to_json(list(replay_boots), "log.txt")
+    extras.notes.extend(unread_notes(replay_boots))
     good = hdiff.last_good([(r.id, r.doc) for r in rows], chosen.doc, before=chosen.id)
     diff_lines = (hdiff.render(hdiff.diff(hb.mask_doc(dict(good[1])), hb.mask_doc(dict(chosen.doc)),
                                           base_id=good[0], boot_id=chosen.id))
                   if good is not None else [])  # masked before the diff: a changed secret shows as ***
     hb.write_bundle(out, host=host, boot_id=chosen.id, doc=chosen.doc, log_lines=lines, replay_doc=replay_doc,
                     diff_lines=diff_lines, texts=extras.texts, docs=extras.docs, svg=extras.svg, notes=extras.notes)
+
+
+def unread_notes(boots: Sequence[Any]) -> list[str]:
+    """What the bundle's log leaves out because kvtui never read it (a server up for days): the
+    serving lines its follower skipped and their range on the host, a start not in the log."""
+    from kvtui import longrun
+
+    out: list[str] = []
+    for b in boots:
+        if b.skipped_lines or b.skipped_where:
+            where = "; ".join(b.skipped_where[:4]) or "range not said"
+            out.append(f"log.txt: {longrun.skipped(b)} by kvtui, not in this bundle (on the host: {where})")
+        if b.start_missing is not None:
+            out.append(f"log.txt: {longrun.serving_state(b)}: its phases and start-up figures are not in this bundle")
+    return out
 
 
 def spool_lines(spool: object, host: str = "host") -> list[str] | None:

@@ -275,6 +275,18 @@ def _bundle_log(path: str) -> bytes | None:
     return read_member(path, "log.txt")
 
 
+def _bundle_notes(path: str) -> list[str]:
+    """The notes of a bundle's manifest (what it could not hold, and why)."""
+    from kvtui.history.bundle import read_member
+
+    raw = read_member(path, "manifest.json")
+    try:
+        notes = json.loads(raw or b"{}").get("notes") or []
+    except (ValueError, AttributeError):
+        return []
+    return [str(n) for n in notes if n]
+
+
 def _record(boots: list[Boot], host: str, source: str, err: TextIO) -> None:
     """``--record HOST``: the log's boots go into the history as boots of HOST (once each)."""
     from kvtui.history import open_store, record_boot, recordable
@@ -329,6 +341,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     unrecognised: list[UnrecognisedShape] = []
     try:
         boots, shape = _read(path, unrecognised)
+        if _bundle_log(path) is not None:
+            for note in _bundle_notes(path):  # what it left out (lines kvtui never read, …)
+                print(f"kvtui replay: bundle note: {note}", file=err)
     except InputError as exc:
         print(f"kvtui replay: {exc}", file=err)
         return EXIT_INPUT

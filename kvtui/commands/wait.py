@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TextIO
 
-from kvtui import fmt
+from kvtui import fmt, longrun
 from kvtui.boot import Boot, BootStatus
 from kvtui.boot.stall import Stall, StallDetector
 from kvtui.engines.events import Model, Phase
@@ -91,10 +91,12 @@ class Waiter:
     stall: StallDetector = field(default_factory=lambda: StallDetector(0.0))
     stall_notice_s: float = 120.0
     stall_timeout: float | None = None
+    notes_said: int = 0  # the follower's notes printed so far (``HostMonitor.notes``)
 
     def __call__(self, updates: Sequence[MonitorUpdate]) -> None:
         if self.done is None or self.done.done():
             return
+        self.say_notes()
         boots_changed = False
         now = self.now()
         if any(isinstance(u, BootState) and u.new_boot for u in updates):
@@ -114,6 +116,17 @@ class Waiter:
             self._boots()
         if not self.done.done():
             self.check_stall()
+
+    def say_notes(self) -> None:
+        """The follower's notes ("no server start in the last N bytes of FILE", a rotation), once
+        each, on stderr."""
+        m = self.monitor
+        new = m.notes_seen - self.notes_said
+        if new <= 0:
+            return
+        self.notes_said = m.notes_seen
+        for note in list(m.notes)[-new:]:
+            self._say(f"note: {note}")
 
     # -- stall -------------------------------------------------------------------------------
 
@@ -514,17 +527,37 @@ def _hard_deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def serving_line(boot: Boot) -> str:
+    """``serving — its start is not in the log (…); flags from the process; pool ~191,489 tokens
+    (estimated)``: what ``wait`` says of a boot it could not read from its start."""
+    parts = [longrun.serving_state(boot) or "serving"]
+    if boot.flags_from == "process":
+        parts.append("flags from the process" + (f" (pid {boot.process_pid})" if boot.process_pid else ""))
+    if boot.live.pool_tokens_est is not None:
+        err = boot.live.pool_tokens_err
+        parts.append(f"pool ~{boot.live.pool_tokens_est:,} tokens (estimated{f' ±{err:,}' if err else ''})")
+    if boot.skipped_lines:
+        parts.append(longrun.skipped(boot) or "")
+    return "; ".join(p for p in parts if p)
+
+
 def _report(
     outcome: Outcome, monitor: HostMonitor, args: argparse.Namespace, stdout: TextIO, stderr: TextIO, waiter: Waiter
 ) -> int:
     boot, idx = outcome.boot, outcome.index
+    waiter.say_notes()
     if outcome.code == EXIT_FAILED and boot is not None and idx is not None:
         waiter._say_failure(idx, boot)
         _say_changed(waiter, boot, args.host)
+    elif outcome.code == EXIT_OK and boot is not None and idx is not None and boot.start_missing is not None:
+        # up since before the log kvtui could read: it serves; say what is known and from where
+        print(f"kvtui wait: {args.host}: boot {waiter.number(idx)} is {serving_line(boot)}", file=stderr)
     elif outcome.code == EXIT_OK and boot is not None and idx is not None:
         took = boot.phases[-1].start if boot.phases else None
+        unread = f" ({longrun.skipped(boot)})" if boot.skipped_lines else ""
         print(f"kvtui wait: {args.host}: boot {waiter.number(idx)} is ready"
-              + (f" after {fmt.duration(waiter._elapsed(boot, took))}" if took is not None else ""), file=stderr)
+              + (f" after {fmt.duration(waiter._elapsed(boot, took))}" if took is not None else "") + unread,
+              file=stderr)
     if outcome.message:
         print(f"kvtui wait: {outcome.message}", file=stderr)
     if boot is not None and idx is not None:

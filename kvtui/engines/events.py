@@ -16,8 +16,10 @@ from typing import Literal, get_args
 
 # How a line is shown (the log view's colour; ``LogLine.style``): "error" > "phase" > "warning" >
 # "progress" > "serving" from the line's events, "marker" for the line kvtui puts where a new boot
-# starts, "" for a plain line. The spool stores it as this text.
-LineStyle = Literal["", "phase", "error", "warning", "progress", "serving", "marker"]
+# starts, "gap" for kvtui's own record of lines it did not read (a ``LogGap``: drawn as a marker
+# row, its text kept raw so a replay reads the gap back), "" for a plain line. The spool stores it
+# as this text.
+LineStyle = Literal["", "phase", "error", "warning", "progress", "serving", "marker", "gap"]
 _LINE_STYLES: dict[str, LineStyle] = {s: s for s in get_args(LineStyle)}
 
 

@@ -167,6 +167,15 @@ class SearchableLog(Protocol):
 
 
 @runtime_checkable
+class HostNotes(Protocol):
+    """Optional: a backend whose followers say things about the log beside its lines ("no server
+    start in the last N bytes of FILE", "FILE was rotated …"). The monitor takes them (clears the
+    list) into ``HostMonitor.notes``: the console's connection status and ``wait``'s stderr."""
+
+    notes: list[str]
+
+
+@runtime_checkable
 class HostBackend(Protocol):
     """One host. Streams survive reconnects internally: ``follow_log`` never yields a line twice
     and never skips one (journald cursors / file byte offsets), ``gpu_stream`` keeps the last good

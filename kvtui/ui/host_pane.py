@@ -196,6 +196,7 @@ class HostPane(HostChanges, Vertical):
         self.foreign: tuple[GpuProcess, ...] = ()
         self.stall = StallDetector(ui.stall_seconds)
         self.error: str | None = None
+        self._basis_for: Boot | None = None  # the start-missing boot whose calibration was looked up
         self.lines_received = 0
         self.batches_applied = 0  # monitor batches taken in (``up_to_date`` compares it)
         self._summary_posted: tuple[object, ...] | None = None  # the fleet row's state last posted
@@ -392,6 +393,7 @@ class HostPane(HostChanges, Vertical):
         self._pace_base = (monitor.flush_interval, monitor.serving_interval)
         self._pace_monitor()
         self.log_view.source = monitor.spool
+        self.log_view.host_log = monitor
         try:
             await monitor.run(self._sink)
         except (BackendError, OSError) as exc:
@@ -570,8 +572,28 @@ class HostPane(HostChanges, Vertical):
         self._show_probe()
         previous = self.boots[-2] if len(self.boots) >= 2 and self.boots[-1] is boot else None
         self._one(FailureBanner).show(boot, previous, self._changed_since_good(boot))
-        self.calculator.set_boot(boot, self.boots)
+        calc = self.calculator
+        if boot is not None and boot.start_missing is not None:
+            if self.samples:  # the GPU memory from the GPU source (no boot line says it)
+                calc.gpu_mem_gib = max(s.total_mib for s in self.samples) / 1024.0
+            if not calc.basis_looked_up and self._basis_for is not boot:
+                self._basis_for = boot
+                self._look_up_basis(boot)
+        calc.set_boot(boot, self.boots)
         self.gpu_plot.set_bands(self._bands(), self._origin())
+
+    @work(exclusive=True, group="serving-basis", exit_on_error=False, description="calculator history")
+    async def _look_up_basis(self, boot: Boot) -> None:
+        """A boot whose start is not in the log: the history's boot of this host with the same
+        flags calibrates the calculator (read off the event loop)."""
+        from kvtui.changes import serving_basis
+
+        try:
+            basis = await asyncio.to_thread(serving_basis, boot, self.host_name)
+        except Exception:
+            basis = None
+        if self.boot is boot:
+            self.calculator.set_stored_basis(basis)
 
     def _bands(self) -> list[PhaseBand]:
         return phase_bands(self.boots[-4:])
@@ -611,6 +633,9 @@ class HostPane(HostChanges, Vertical):
                 ready = next((s for s in boot.phases if s.name.value == "ready"), None)
                 total = fmt.seconds_between(start, ready.start if ready else end)
             subtitle = f"{label} {fmt.duration(total)}"
+            if boot.start_missing is not None:  # its start is not in the log: no boot time to give
+                subtitle = f"{boot.status.value if boot.status is not BootStatus.READY else 'serving'}"
+                subtitle += " · its start is not in the log"
             if eta is not None and eta.remaining is not None:
                 subtitle += f" · ready in ~{eta_clock(eta.remaining)}"
             slow = slow_reason(eta, self.stall.stall(boot, now))  # past 3× the median, or no progress

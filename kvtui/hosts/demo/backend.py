@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 from kvtui.config import DemoHost
 from kvtui.demo_presets import PresetError, resolve_preset_name
 from kvtui.engines.events import LogRecord
+from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
 from kvtui.gpu import GpuProcess, GpuSample
-from kvtui.hosts.backend import CommandResult, ConnState, ConnStatus, LogStart
+from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
 from kvtui.hosts.demo.state import MAX_EPOCHS, DemoError, DemoState, Epoch, _atomic_write
 from kvtui.hosts.demo.timeline import BACKLOG_SERVING_LINES, BootView, Line, _Timeline
 from kvtui.hosts.demo.unit import UnitInfo, _sd_time, _systemd_quote, parse_unit
@@ -114,6 +115,10 @@ class DemoBackend:
         # boot the simulation stalls before distributed init (the others then wait there)
         self.node = int(cfg.demo_node or 0)
         self.stall_node: int | None = cfg.demo_stall_node
+        # a server up for days (issue 21): its start this long before the state is created, and
+        # whether that start is gone from the simulated log (rotated away)
+        self.uptime_s = float(cfg.demo_uptime_h) * 3600.0 if cfg.demo_uptime_h else 0.0
+        self.start_missing = bool(cfg.demo_start_missing)
         self._status = ConnStatus(ConnState.CONNECTING, "simulated host")
         self._closed = False
         self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
@@ -175,7 +180,7 @@ class DemoBackend:
             created=now,
             unit_name=preset.unit_name,
             loaded_unit=unit_text,
-            epochs=[Epoch(id=0, start=now, unit=unit_text, g0=0, seed=self.seed, speed=self.speed)],
+            epochs=[Epoch(id=0, start=now - self.uptime_s, unit=unit_text, g0=0, seed=self.seed, speed=self.speed)],
         )
         _atomic_write(self.state_dir / st.unit_name, unit_text, 0o644)
         return st
@@ -350,11 +355,18 @@ class DemoBackend:
         due: float | None = None
         v = tl.view(g, now)
         while len(out) < limit and v is not None:
-            if trim and i == len(v.pre) and v.ready_t is not None and v.script.serving is not None:
+            serves = v.ready_t is not None and v.script.serving is not None
+            if trim and serves and (i == len(v.pre) or (i == 0 and self.start_missing)):
+                assert v.ready_t is not None
                 n_now = tl._serving_count(v.ready_t, v.interval, now)
                 if v.serving_n is not None:
                     n_now = min(n_now, v.serving_n)
-                i = len(v.pre) + max(0, n_now - BACKLOG_SERVING_LINES)
+                skip = max(0, n_now - BACKLOG_SERVING_LINES)
+                if i == 0:  # the start is gone (rotated away): what the process says, then the tail
+                    out.extend(self._start_gone(tl, v, skip))
+                elif skip:  # the serving bulk between the startup part and the tail: one gap record
+                    out.append(self._gap(tl, v, skip))
+                i = len(v.pre) + skip
                 trim = False
             ln = tl.line(v, i)
             if ln is None:
@@ -371,6 +383,74 @@ class DemoBackend:
             out.append(self._record(tl.state.state_id, g, i, ln))
             i += 1
         return out, (g, i, trim), due, sig
+
+    # -- a server up for days (issue 21) ----------------------------------------------------------
+
+    def _gap(self, tl: _Timeline, v: BootView, skip: int) -> LogRecord:
+        """The gap record for serving lines 0 .. ``skip - 1`` of ``v`` (read by ``search_log``)."""
+        sid = tl.state.state_id
+        first, last = v.serving_t(0), v.serving_t(skip - 1)
+        where = gap_where(after=f"demo:{sid}:{v.g}:{len(v.pre) - 1}", before=f"demo:{sid}:{v.g}:{len(v.pre) + skip}")
+        return gap_record(skip, where, _local(first), _local(last), source="demo")
+
+    def _start_gone(self, tl: _Timeline, v: BootView, skip: int) -> list[LogRecord]:
+        """What the follower says when the boot's start is not in the log: that it is not, then
+        the running server's command line (its unit's ExecStart, the main process's pid)."""
+        first = v.serving_t(skip) if skip else v.start
+        ts = _local(first)
+        reason = f"rotated before {ts.strftime('%Y-%m-%d %H:%M')}"
+        return [start_missing_record(reason, source="demo", ts=ts),
+                command_record(list(v.unit.argv), v.script.main_pid, source="demo", ts=ts)]
+
+    async def search_log(
+        self, pattern: str, where: str, *, regex: bool = False, ignore_case: bool = True, context: int = 0,
+        limit: int = 100, newest: bool = False,
+    ) -> list[LogMatch]:
+        """``SearchableLog``: the simulated lines of a gap (``after=`` / ``before=`` cursors of
+        one boot) that match, as a host's ``grep`` would find them (in a thread: a long uptime
+        has hundreds of thousands of lines)."""
+        return await asyncio.to_thread(self._search, pattern, where, regex, ignore_case, max(0, context),
+                                       max(1, limit), newest)
+
+    def _search(self, pattern: str, where: str, regex: bool, ignore_case: bool, context: int, limit: int,
+                newest: bool) -> list[LogMatch]:
+        rng = gap_range(where)
+        a = self._parse_cursor(rng.get("after", ""))
+        b = self._parse_cursor(rng.get("before", ""))
+        if a is None or b is None or a[0] != b[0]:
+            raise BackendError(f"demo host '{self.name}': no such range in its log ({where})")
+        g, lo, hi = a[0], a[1] + 1, b[1]  # lines lo .. hi - 1
+        tl = self._timeline()
+        v = tl.view(g, self.clock())
+        if v is None:
+            raise BackendError(f"demo host '{self.name}': boot {g} is gone from its log")
+        flags = re.IGNORECASE if ignore_case else 0
+        try:
+            rx = re.compile(pattern if regex else re.escape(pattern), flags)
+        except re.error as exc:
+            raise BackendError(f"not a regular expression: {exc}") from None
+        sid = tl.state.state_id
+
+        def rec(i: int) -> LogRecord | None:
+            ln = tl.line(v, i)
+            return None if ln is None else self._record(sid, g, i, ln)
+
+        hits: list[int] = []
+        order = range(hi - 1, lo - 1, -1) if newest else range(lo, hi)
+        for i in order:
+            ln = tl.line(v, i)
+            if ln is not None and rx.search(ln.text):
+                hits.append(i)
+                if len(hits) >= limit:
+                    break
+        out: list[LogMatch] = []
+        for i in sorted(hits):
+            r = rec(i)
+            assert r is not None
+            before = tuple(x for j in range(max(lo, i - context), i) if (x := rec(j)) is not None)
+            after = tuple(x for j in range(i + 1, min(hi, i + 1 + context)) if (x := rec(j)) is not None)
+            out.append(LogMatch(r, before, after, i - lo + 1))
+        return out
 
     def follow_next_boot(self, positioned: Callable[[], None]) -> AsyncIterator[list[LogRecord]]:
         """``follow_log(NEXT_BOOT)`` that says when it is positioned (``PositionedLogSource``)."""
@@ -817,6 +897,10 @@ class DemoBackend:
         if v is None:
             return None
         return serving_of(v.unit, v.ready_t is not None and now >= v.ready_t)
+
+
+def _local(t: float) -> datetime:
+    return datetime.fromtimestamp(t).astimezone()
 
 
 def _end_epochs(st: DemoState, now: float, *, killed: bool = False) -> None:

@@ -16,6 +16,7 @@ from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from kvtui import longrun
 from kvtui.boot import Boot, BootStatus, Failure, PhaseSpan
 from kvtui.boot.stall import Stall
 from kvtui.engines.events import PHASE_ORDER, Fact, Model, Phase
@@ -139,6 +140,9 @@ class PhaseTimeline(BootRows):
             else:
                 yield Content.styled("waiting for the server's log…", "$text-muted italic")
             return
+        if boot.start_missing is not None:
+            yield from self._start_missing_rows(boot)
+            return
         if self.compact:
             yield from self._compact_rows(boot)
             return
@@ -185,6 +189,9 @@ class PhaseTimeline(BootRows):
                         _progress(d, room),
                         _engine_own(boot, d),
                     )
+        if boot.skipped_lines or boot.skipped_where:
+            said = longrun.skipped(boot) or ""
+            yield Content.styled(f"⋯ {said} (/ searches them on the host)", "$text-muted italic")
         if failed or stopped:
             return
         for phase in PHASE_ORDER:
@@ -193,6 +200,26 @@ class PhaseTimeline(BootRows):
             if current is not None and PHASE_ORDER.index(phase) < PHASE_ORDER.index(current.name):
                 continue
             yield Content.assemble(("· ", "$text-disabled"), (fmt.phase_label(phase), "$text-disabled"))
+
+    def _start_missing_rows(self, boot: Boot) -> Iterable[Content]:
+        """A server up since before the log kvtui could read: it serves; its phases are not in
+        the log (never "not started"); where its flags and pool figure came from."""
+        head = "serving" if boot.status is BootStatus.READY else boot.status.value
+        style = "$phase-ready bold" if boot.status is BootStatus.READY else "$text-muted bold"
+        yield Content.styled(f"✔ {head} — its start is not in the log", style)
+        reason = (boot.start_missing or "").strip()
+        if reason:
+            yield Content.styled(f"  ({reason})", "$text-muted")
+        if self.compact:
+            return
+        yield Content.styled("  phases: not in the log", "$text-muted italic")
+        for line in (longrun.flags_source(boot), longrun.skipped(boot)):
+            if line:
+                yield Content.styled(f"  {line}", "$text-muted")
+        est = boot.live.pool_tokens_est
+        if est is not None:
+            err = boot.live.pool_tokens_err
+            yield Content.styled(f"  pool ~{est:,} tokens (estimated{f' ±{err:,}' if err else ''})", "$text-muted")
 
     def _compact_rows(self, boot: Boot) -> Iterable[Content]:
         """The boot in two lines: where it is now, then the phases it went through."""
@@ -288,8 +315,11 @@ class BootFigures(BootRows):
         if boot is None:
             return []
         m = boot.metrics
+        kv = fmt.tokens(m.max_total_num_tokens)
+        if m.max_total_num_tokens is None and boot.live.pool_tokens_est is not None:
+            kv = f"~{fmt.tokens(boot.live.pool_tokens_est)}"  # from serving lines: the start is not in the log
         rows = [
-            ("KV tokens", fmt.tokens(m.max_total_num_tokens)),
+            ("KV tokens", kv),
         ]
         blocks = boot.facts.get(Fact.KV_BLOCKS)
         if boot.pool_from and blocks and m.max_total_num_tokens:  # vLLM V0: blocks × block size (replay says whence)

@@ -28,6 +28,7 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.widget import Widget
 
+from kvtui import longrun
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine
 from kvtui.ui import formatting as fmt
@@ -175,6 +176,12 @@ class CalculatorPanel(Widget, can_focus=True):
         self._reasons: tuple[str, ...] = ()
         self._field_lines: dict[int, int] = {}  # field index -> line of the panel (at the last layout)
         self.leave_to: Callable[[], Widget | None] | None = None  # where Esc sends focus
+        # a boot whose start is not in the log (a server up for days): the stored boot of the same
+        # host and flags it calibrates from (``kvtui.changes.serving_basis``; None: none found),
+        # and whether the history was asked yet; the GPU memory from the GPU source
+        self.stored_basis: tuple[Boot, list[Boot]] | None = None
+        self.basis_looked_up = False
+        self.gpu_mem_gib: float | None = None
 
     # ---- data in ---------------------------------------------------------------------------
 
@@ -196,7 +203,10 @@ class CalculatorPanel(Widget, can_focus=True):
         self.boot = boot
         others = [b for b in boots if b is not boot]
         try:
-            self.model = kvcalc.calibrate(boot, others=others)
+            if boot.start_missing is not None and not kvcalc.sized_pool(boot):
+                self.model = self._serving_model(boot)
+            else:
+                self.model = kvcalc.calibrate(boot, others=others)
         except kvcalc.CalcError as exc:
             self.model = None
             self.error = str(exc)
@@ -210,6 +220,28 @@ class CalculatorPanel(Widget, can_focus=True):
             for f in self.fields:
                 f.reset(self._observed(boot, f.flag))
         self.recompute()
+
+    def set_stored_basis(self, basis: tuple[Boot, list[Boot]] | None) -> None:
+        """What the history holds for a boot whose start is not in the log (see ``stored_basis``)."""
+        self.stored_basis = basis
+        self.basis_looked_up = True
+        self._signature = None
+        if self.boot is not None:
+            self.set_boot(self.boot)
+
+    def _serving_model(self, boot: Boot) -> kvcalc.MemoryModel:
+        """The model of a serving boot whose start is not in the log: calibrated on the stored
+        boot of the same host and flags (the history), with the GPU memory from the GPU source."""
+        from kvtui import kvcalc
+
+        if self.stored_basis is None:
+            pool = longrun.estimated_pool(boot) or "pool not printed yet"
+            why = "looking in the history for a boot of these flags…" if not self.basis_looked_up else (
+                "no stored boot of this host with these flags to calibrate a what-if from (the next restart, "
+                "followed by kvtui, gives one)")
+            raise kvcalc.CalcError(f"{pool}; {why}", "input")
+        chosen, others = self.stored_basis
+        return kvcalc.calibrate(chosen, gpu_mem_gib=self.gpu_mem_gib, others=others)
 
     @property
     def result(self) -> dict[str, object] | None:
@@ -476,6 +508,10 @@ class CalculatorPanel(Widget, can_focus=True):
             (" · confidence ", "$text-muted"),
             (str(p.confidence), "$warning bold" if p.confidence == "low" else "$foreground"),
         )
+        boot = self.boot
+        if boot is not None and boot.start_missing is not None and self.stored_basis is not None:
+            said = [longrun.flags_source(boot), "calibrated on a stored boot of these flags (history)"]
+            self._basis = Content.assemble(self._basis, ("\n" + "; ".join(x for x in said if x), "$text-muted"))
         delta = f" ({fmt.signed_tokens(p.tokens - p.model.tokens)})" if p.tokens != p.model.tokens else ""
         # figures are formatted from the exact values (kvtui.fmt), not the rounded JSON; the verdict
         # and the largest safe fraction first: they are what a short panel must show
@@ -508,6 +544,8 @@ class CalculatorPanel(Widget, can_focus=True):
         boot = self.boot
         if boot is not None and boot.status is BootStatus.FAILED and self.error:
             return f"cannot calibrate: {self.error}"
+        if boot is not None and boot.start_missing is not None:  # it serves: never "waiting for the boot"
+            return self.error or longrun.serving_state(boot) or "serving"
         return "waiting for the boot to size its KV pool…"
 
     # ---- drawing ------------------------------------------------------------------------------

@@ -62,6 +62,8 @@ def boot_state_text(boot: Boot | None, elapsed: float | None) -> Content:
     if boot is None:
         return Content.styled("no boot yet", "$text-muted")
     if boot.status is BootStatus.READY:
+        if boot.start_missing is not None:  # up since before the log kvtui could read
+            return Content.styled("✔ serving", "$phase-ready bold")
         return Content.styled("✔ ready", "$phase-ready bold")
     if boot.status is BootStatus.FAILED:
         kind = boot.failure.kind.value if boot.failure is not None else "unknown"

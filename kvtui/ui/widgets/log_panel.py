@@ -195,6 +195,8 @@ class LogStatus(Horizontal):
             parts.append(Content.styled(view.message, "$foreground italic"))
         if view.mode is ViewMode.HISTORY:
             parts.append(Content.styled("history from the spool", "$accent"))
+        elif view.mode is ViewMode.HOST:
+            parts.append(Content.styled("lines from the host (not read before; G: back)", "$accent"))
         if view.line_filter is not None:
             parts.append(Content.styled(f"filter &{view.line_filter.raw}", "$accent"))
         if view.search_query is not None:

@@ -14,6 +14,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from itertools import pairwise
 from typing import ClassVar, Protocol
@@ -31,13 +32,20 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from kvtui.engines.events import LineStyle
+from kvtui.longrun import gap_count, gap_text_label
 from kvtui.ui.widgets.log_window import LineWindow
-from kvtui.updates import LineRun, LogLine, expand
+from kvtui.updates import GapMark, GapSearchError, HostMatch, LineRun, LogLine, expand, make_line
 
 MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)
 _PLAIN = Style()
 SPOOL_MATCH_LIMIT = 1000
 CACHED_ROWS = 400
+HOST_PAGE = 200  # matches a search of a gap brings back from the host at a time
+HOST_CONTEXT = 2  # lines of context each side of a match found on the host
+HOST_SEQ_BASE = -(1 << 40)  # the rows of a host search's results: never a spool seq
+# what ``e``/``E`` look for in a gap on the host (the lines the console would colour as errors)
+HOST_ERROR_PATTERN = r"Traceback|ERROR|CRITICAL|FATAL|[Ee]xception|out of memory|CUDA error|NCCL error"
 
 
 class LogSource(Protocol):
@@ -57,6 +65,38 @@ class LogSource(Protocol):
     ) -> list[LogLine]: ...
 
     def __len__(self) -> int: ...
+
+
+class HostLog(Protocol):
+    """The lines a host's follower did not read (a server up for days): the gaps (their marker
+    rows in the spool) and a search of them on the host (``kvtui.monitor.HostMonitor``)."""
+
+    @property
+    def gaps(self) -> list[GapMark]: ...
+
+    def gap_search_unavailable(self) -> str | None: ...
+
+    async def search_gap(
+        self, gap: GapMark, pattern: str, *, regex: bool = False, ignore_case: bool = True, context: int = 2,
+        limit: int = 200, newest: bool = False, after: HostMatch | None = None,
+    ) -> list[HostMatch]: ...
+
+
+@dataclass(slots=True)
+class _HostResults:
+    """What a search of a gap brought back, shown in ``ViewMode.HOST``: the rows of each match
+    (``match_seqs``, in order), and whether the host may hold more after the last one."""
+
+    gap: GapMark
+    query: str
+    errors: bool  # ``e``/``E``: error lines, not the search
+    hits: list[HostMatch]
+    match_seqs: list[int]
+    more: bool
+
+
+def _with_note(message: str, note: str) -> str:
+    return f"{message} ({note})" if note else message
 
 
 def _wrapped_rows(length: int, width: int, indent: int) -> int:
@@ -138,6 +178,7 @@ class ViewMode(StrEnum):
     LIVE = "live"  # the newest lines, in memory
     HISTORY = "history"  # a window read back from the spool around a search hit
     FILTER = "filter"  # only lines that pass the & filter (from the whole spool)
+    HOST = "host"  # lines a search found on the host, in a gap the follower did not read
 
 
 # --------------------------------------------------------------------------------------------
@@ -260,6 +301,9 @@ class LogView(ScrollView, can_focus=True):
         self._held_added = 0
         self._held_trimmed = 0
         self._held_pending = 0
+        # the gaps of a server up for days and their search on the host (set by the host pane)
+        self.host_log: HostLog | None = None
+        self._host: _HostResults | None = None  # the results shown in ViewMode.HOST
 
     # ---- data in ------------------------------------------------------------------------
 
@@ -302,7 +346,7 @@ class LogView(ScrollView, can_focus=True):
         line count it would have reached (rows and scroll are set anew by the caller)."""
         added, pending = self._held_added, self._held_pending
         self._held_added = self._held_trimmed = self._held_pending = 0
-        if self.follow and self.mode is not ViewMode.HISTORY:
+        if self.follow and self.mode not in (ViewMode.HISTORY, ViewMode.HOST):
             added = 0
         if added or pending:
             self.pending += added + pending
@@ -380,7 +424,8 @@ class LogView(ScrollView, can_focus=True):
             total = 0
             indent = self._wrap_indent(content)
             for line in view:
-                total += 1 if line.style == "marker" else _wrapped_rows(self._line_length(line), content, indent)
+                one = line.style in ("marker", "gap")
+                total += 1 if one else _wrapped_rows(self._line_length(line), content, indent)
                 starts.append(total)
             self._row_starts = starts
             self._set_virtual_size(Size(content, total))
@@ -453,7 +498,7 @@ class LogView(ScrollView, can_focus=True):
             self.follow = False
         elif (
             not self.follow
-            and self.mode is not ViewMode.HISTORY
+            and self.mode not in (ViewMode.HISTORY, ViewMode.HOST)
             and new_value > old_value
             and new_value >= self.max_scroll_y
         ):
@@ -462,7 +507,8 @@ class LogView(ScrollView, can_focus=True):
     def watch_follow(self, follow: bool) -> None:
         if follow:
             self.pending = 0
-            if self.mode is ViewMode.HISTORY:
+            if self.mode in (ViewMode.HISTORY, ViewMode.HOST):
+                self._host = None
                 if self.line_filter is not None:
                     self.set_filter(self.line_filter.raw)
                 else:
@@ -558,8 +604,12 @@ class LogView(ScrollView, can_focus=True):
 
     # ---- errors, marks ----------------------------------------------------------------------
 
-    def next_error(self, forward: bool = True) -> bool:
-        """Jump to the next (or previous) error line in the view; False when there is none."""
+    def next_error(self, forward: bool = True, *, note: str = "") -> bool:
+        """Jump to the next (or previous) error line in the view; False when there is none. A gap
+        of lines the follower did not read on the way is searched for error lines on the host."""
+        if self.mode is ViewMode.HOST and self._host is not None and self._host.errors:
+            self._find_in_host(forward)
+            return True
         view = self._view
         if not view:
             return False
@@ -570,11 +620,19 @@ class LogView(ScrollView, can_focus=True):
             start += 1  # from the bottom of the screen, the last line itself counts
         rng = range(start + 1, len(view)) if forward else range(start - 1, -1, -1)
         for i in rng:
-            if view[i].style == "error":
-                self.message = f"error on line {view[i].seq + 1:,}"  # (not the last miss, left standing)
-                self.set_cursor(view[i].seq)
+            line = view[i]
+            if line.style == "gap" and (gap := self._gap_at(line.seq)) is not None:
+                unable = self._gap_unsearchable(gap)
+                if unable is None:
+                    self._search_gap("", False, gap, forward, note=note, errors=True)
+                    return True
+                note = unable
+                continue
+            if line.style == "error":
+                self.message = _with_note(f"error on line {line.seq + 1:,}", note)  # (not the last miss, left standing)
+                self.set_cursor(line.seq)
                 return True
-        self.message = f"no {'next' if forward else 'previous'} error in view"
+        self.message = _with_note(f"no {'next' if forward else 'previous'} error in view", note)
         self._post_status()
         return False
 
@@ -584,6 +642,10 @@ class LogView(ScrollView, can_focus=True):
 
     def action_first_line(self) -> None:
         self.scroll_to(y=0, animate=False, immediate=True)
+        gaps = [line for line in self._view if line.style == "gap"] if self.host_log is not None else []
+        if gaps:  # the first line read is not the log's first line since the boot: say what lies between
+            self.message = f"the first line read; {gap_text_label(gaps[0].text, hint=False)} below it (/ searches them)"
+            self._post_status()
 
     def action_half_page(self, step: int) -> None:
         height = self.scrollable_content_region.height or self.size.height or 2
@@ -632,6 +694,8 @@ class LogView(ScrollView, can_focus=True):
     # ---- search -------------------------------------------------------------------------
 
     def set_search(self, text: str) -> None:
+        if self.mode is ViewMode.HOST:  # a new search starts from the log, not a host search's results
+            self._leave_host()
         self.search_query = TextQuery(text) if text else None
         self._version += 1
         self._cache.clear()
@@ -642,11 +706,16 @@ class LogView(ScrollView, can_focus=True):
             self.message = ""
             self._post_status()
 
-    def find(self, forward: bool = True, include_current: bool = False) -> None:
+    def find(self, forward: bool = True, include_current: bool = False, *, note: str = "") -> None:
         """Go to the next (``n``, newer) or previous (``N``, older) match; beyond the lines in
-        memory the spool is searched."""
+        memory the spool is searched, and a gap of lines the follower did not read (a server up
+        for days) is searched on the host where the search crosses it (``note``: what an earlier
+        step of the same search found there, for the message)."""
         query = self.search_query
         if query is None:
+            return
+        if self.mode is ViewMode.HOST and self._host is not None:
+            self._find_in_host(forward)
             return
         pattern = query.compiled()
         view = self._view
@@ -657,26 +726,73 @@ class LogView(ScrollView, can_focus=True):
             else:
                 rng = range(start + 1, len(view)) if forward else range(start - 1, -1, -1)
             for i in rng:
-                if self.line_filter is not None and not self.line_filter.matches(view[i]):
+                line = view[i]
+                if line.style == "gap":
+                    gap = self._gap_at(line.seq)
+                    if gap is not None:
+                        unable = self._gap_unsearchable(gap)
+                        if unable is None:
+                            self._search_gap(query.text, query.ignore_case, gap, forward, note=note)
+                            return
+                        note = unable
                     continue
-                if pattern.search(view[i].text):
-                    self.set_cursor(view[i].seq)
-                    self.message = f"match on line {view[i].seq + 1:,}"
+                if self.line_filter is not None and not self.line_filter.matches(line):
+                    continue
+                if pattern.search(line.text):
+                    self.set_cursor(line.seq)
+                    self.message = _with_note(f"match on line {line.seq + 1:,}", note)
                     self._post_status()
                     return
         if self.source is None:
-            self.message = f"no {'newer' if forward else 'older'} match for /{_short(query.text)}"
+            self.message = _with_note(f"no {'newer' if forward else 'older'} match for /{_short(query.text)}", note)
             self._post_status()
             return
         edge = (view[-1].seq + 1) if forward and view else (view[0].seq - 1 if view else 0)
         if not forward and edge < 0:
-            self.message = f"no older match for /{_short(query.text)}"
+            self.message = _with_note(self._no_match(forward, query.text), note)
             self._post_status()
             return
-        self._search_spool(query, edge, forward)
+        self._search_spool(query, edge, forward, note)
+
+    def _no_match(self, forward: bool, text: str) -> str:
+        """"no older match in the whole log" — only when every line was searched: a gap the host
+        could not search leaves "in the lines read"."""
+        which = "newer" if forward else "older"
+        unread = self._unsearched_gaps()
+        if unread:
+            return f"no {which} match in the lines read for /{_short(text)}"
+        return f"no {which} match in the whole log for /{_short(text)}"
+
+    def _unsearched_gaps(self) -> bool:
+        host = self.host_log
+        return host is not None and bool(host.gaps) and host.gap_search_unavailable() is not None
+
+    def _gap_at(self, seq: int) -> GapMark | None:
+        host = self.host_log
+        if host is None:
+            return None
+        return next((g for g in host.gaps if g.seq == seq), None)
+
+    def _gap_unsearchable(self, gap: GapMark) -> str | None:
+        """Why the host cannot search ``gap`` (None: it can) — said, never taken for "no match"."""
+        host = self.host_log
+        reason = host.gap_search_unavailable() if host is not None else "no host"
+        if reason is None:
+            return None
+        return f"{gap_count(gap.gap.lines)} not searched: the host cannot search its unread lines ({reason})"
+
+    def _gap_between(self, start_seq: int, hit_seq: int | None, forward: bool) -> GapMark | None:
+        """The first gap a search from ``start_seq`` meets before its spool hit (or the end)."""
+        host = self.host_log
+        if host is None:
+            return None
+        if forward:
+            return next((g for g in host.gaps if g.seq >= start_seq and (hit_seq is None or g.seq < hit_seq)), None)
+        return next((g for g in reversed(host.gaps) if g.seq <= start_seq and (hit_seq is None or g.seq > hit_seq)),
+                    None)
 
     @work(exclusive=True, group="log-search", exit_on_error=False)
-    async def _search_spool(self, query: TextQuery, start_seq: int, forward: bool) -> None:
+    async def _search_spool(self, query: TextQuery, start_seq: int, forward: bool, note: str = "") -> None:
         source = self.source
         if source is None:
             return
@@ -687,13 +803,132 @@ class LogView(ScrollView, can_focus=True):
         hits = await asyncio.to_thread(
             source.search, pattern, regex=regex, rank=rank, start_seq=start_seq, reverse=not forward, limit=1
         )
+        gap = self._gap_between(start_seq, hits[0].seq if hits else None, forward)
+        if gap is not None:
+            unable = self._gap_unsearchable(gap)
+            if unable is None:
+                await self._gap_search(query.text, query.ignore_case, gap, forward, note=note)
+                return
+            note = unable
         if not hits:
-            self.message = f"no {'newer' if forward else 'older'} match in the whole log for /{_short(query.text)}"
+            self.message = _with_note(self._no_match(forward, query.text), note)
             self._post_status()
             return
         await self._jump_via_source(hits[0].seq)
-        self.message = f"found in the spool: line {hits[0].seq + 1:,} (/{_short(query.text)})"
+        self.message = _with_note(f"found in the spool: line {hits[0].seq + 1:,} (/{_short(query.text)})", note)
         self._post_status()
+
+    # ---- a gap of lines not read, searched on the host ------------------------------------------
+
+    @work(exclusive=True, group="log-search", exit_on_error=False)
+    async def _search_gap(self, text: str, ignore_case: bool, gap: GapMark, forward: bool, *, note: str = "",
+                          errors: bool = False) -> None:
+        await self._gap_search(text, ignore_case, gap, forward, note=note, errors=errors)
+
+    async def _gap_search(self, text: str, ignore_case: bool, gap: GapMark, forward: bool, *, note: str = "",
+                          errors: bool = False, after: HostMatch | None = None) -> None:
+        """Search ``gap`` on the host (``HostLog.search_gap``; a worker: the loop stays free) and
+        show what it brings back (``ViewMode.HOST``); nothing there: the search goes on past it."""
+        host = self.host_log
+        if host is None:
+            return
+        what = "errors" if errors else f"/{_short(text)}"
+        self.message = f"searching {gap_count(gap.gap.lines)} on the host for {what}…"
+        self._post_status()
+        try:
+            hits = await host.search_gap(gap, HOST_ERROR_PATTERN if errors else text, regex=errors,
+                                         ignore_case=ignore_case and not errors, context=HOST_CONTEXT,
+                                         limit=HOST_PAGE, newest=not forward, after=after)
+        except GapSearchError as exc:
+            hits = []
+            note = f"{gap_count(gap.gap.lines)} not searched: the host could not search them ({exc})"
+        else:
+            if not hits:
+                searched = "the rest of the " if after is not None else ""
+                note = f"none in {searched}{gap_count(gap.gap.lines)} searched on the host"
+        if hits:
+            self._show_host(_HostResults(gap, text, errors, hits, [], more=len(hits) >= HOST_PAGE), forward)
+            return
+        # nothing there: on from the gap's row, in the lines read
+        await self._jump_via_source(gap.seq)
+        if errors:
+            self.next_error(forward, note=note)
+        else:
+            self.find(forward, note=note)
+
+    def _show_host(self, res: _HostResults, forward: bool) -> None:
+        """The matches a host search brought back, with their context, as a view of their own:
+        a header row, then each match under the number of its line in the gap."""
+        seq = HOST_SEQ_BASE
+        rows: list[LogLine] = []
+
+        def add(text: str, style: LineStyle = "", ts: datetime | None = None) -> int:
+            nonlocal seq
+            rows.append(make_line(seq, text, ts, None, -1, style))
+            seq += 1
+            return seq - 1
+
+        what = "error lines" if res.errors else f"matches for /{_short(res.query)}"
+        n = len(res.hits)
+        add(f"from the host — {n:,}{'+' if res.more else ''} {what} in the {gap_count(res.gap.gap.lines)} not read",
+            "marker")
+        for hit in res.hits:
+            where = f"line {hit.line_no:,} of the gap" if hit.line_no is not None else "in the gap"
+            add(f"{where}", "marker")
+            for t in hit.before:
+                add(t)
+            res.match_seqs.append(add(hit.text, "error" if res.errors else "", hit.ts))
+            for t in hit.after:
+                add(t)
+        tail = "n: more from the host" if res.more else "n / N go on in the lines read · G: back to the log"
+        add(f"end of the host's {what} — {tail}", "marker")
+        self._host = res
+        self.follow = False
+        self._show(rows, ViewMode.HOST)
+        self.set_cursor(res.match_seqs[0] if forward else res.match_seqs[-1])
+        self._host_message(res.match_seqs.index(self.cursor) if self.cursor in res.match_seqs else 0)
+
+    def _host_message(self, k: int) -> None:
+        res = self._host
+        if res is None:
+            return
+        hit = res.hits[k]
+        where = f" (line {hit.line_no:,} of the gap)" if hit.line_no is not None else ""
+        more = "+" if res.more else ""
+        self.message = f"from the host: match {k + 1:,} of {len(res.hits):,}{more}{where}"
+        self._post_status()
+
+    def _find_in_host(self, forward: bool) -> None:
+        """``n``/``N`` among a host search's matches; past the last (first) one, on: the host's
+        next page, or the lines read after (before) the gap."""
+        res = self._host
+        assert res is not None
+        seqs = res.match_seqs
+        k = seqs.index(self.cursor) if self.cursor in seqs else (-1 if forward else len(seqs))
+        k += 1 if forward else -1
+        if 0 <= k < len(seqs):
+            self.set_cursor(seqs[k])
+            self._host_message(k)
+            return
+        self._leave_host_and_go_on(res, forward)
+
+    @work(exclusive=True, group="log-search", exit_on_error=False)
+    async def _leave_host_and_go_on(self, res: _HostResults, forward: bool) -> None:
+        if forward and res.more:
+            await self._gap_search(res.query, res.query == res.query.lower(), res.gap, True, errors=res.errors,
+                                   after=res.hits[-1])
+            return
+        self._leave_host()
+        await self._jump_via_source(res.gap.seq)
+        if res.errors:
+            self.next_error(forward, note="past the host's matches")
+        else:
+            self.find(forward, note="past the host's matches")
+
+    def _leave_host(self) -> None:
+        self._host = None
+        self._show(self._live, ViewMode.LIVE)
+        self.cursor = None
 
     async def _jump_via_source(self, seq: int) -> None:
         if self._index_of(seq) is None and self.source is not None:
@@ -766,7 +1001,36 @@ class LogView(ScrollView, can_focus=True):
         if self.follow:
             self._scroll_to_end()
         more = " (newest shown)" if len(hits) >= self.window else ""
-        self.message = f"{len(hits):,} lines in the whole log match &{_short(flt.raw)}{more}"
+        host = self.host_log
+        if host is None or not host.gaps:
+            self.message = f"{len(hits):,} lines in the whole log match &{_short(flt.raw)}{more}"
+            self._post_status()
+            return
+        read = f"{len(hits):,} lines read match &{_short(flt.raw)}{more}"
+        unread = sum(g.gap.lines or 0 for g in host.gaps)
+        reason = host.gap_search_unavailable()
+        if reason is not None or flt.query is None:
+            why = f"the host cannot search its unread lines ({reason})" if reason else "a rank is not searched there"
+            self.message = f"{read}; {unread:,} lines not read: {why}"
+            self._post_status()
+            return
+        self.message = f"{read}; searching {unread:,} lines not read on the host…"
+        self._post_status()
+        found, failed = 0, ""
+        for gap in host.gaps:
+            try:
+                found += len(await host.search_gap(gap, flt.query.text, ignore_case=flt.query.ignore_case,
+                                                   limit=HOST_PAGE, newest=True))
+            except GapSearchError as exc:
+                failed = str(exc)
+        if self.line_filter is not flt:
+            return
+        if failed:
+            self.message = f"{read}; {unread:,} lines not read: the host could not search them ({failed})"
+        else:
+            plus = "+" if found >= HOST_PAGE else ""
+            self.message = (f"{read}; {found:,}{plus} more in the {unread:,} lines not read "
+                            f"(on the host: /{_short(flt.raw)} shows them)")
         self._post_status()
 
     # ---- rendering ------------------------------------------------------------------------
@@ -864,7 +1128,8 @@ class LogView(ScrollView, can_focus=True):
             self._frame = None
 
     def _marker_strip(self, line: LogLine, width: int, styles: dict[str, Style], base: Style) -> Strip:
-        label = f" {line.text.strip(' ─-')} "
+        said = gap_text_label(line.text) if line.style == "gap" else line.text
+        label = f" {said.strip(' ─-')} "
         left = 3
         right = max(0, width - left - len(label))
         text = Text("─" * left + label + "─" * right, style=styles["marker"], no_wrap=True, end="")
@@ -890,7 +1155,7 @@ class LogView(ScrollView, can_focus=True):
         row_base = base + styles["cursor"] if is_cursor else base
         strip = self._cache.get(key)
         if strip is None:
-            if line.style == "marker":
+            if line.style in ("marker", "gap"):
                 strip = self._marker_strip(line, width, styles, row_base) if sub_row == 0 else Strip.blank(0)
             else:
                 full = self._line_strip(line, styles)
@@ -906,7 +1171,7 @@ class LogView(ScrollView, can_focus=True):
                     strip = full
                 strip = strip.apply_style(row_base)
             self._cache[key] = strip
-        if self.wrap or line.style == "marker":
+        if self.wrap or line.style in ("marker", "gap"):
             out = strip.crop_extend(0, width, row_base)
         else:
             out = strip.crop_extend(scroll_x, scroll_x + width, row_base)

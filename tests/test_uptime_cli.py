@@ -1,0 +1,141 @@
+"""A server up for days through the commands (issue 21): ``wait`` on a serving boot whose start is
+not in the log exits 0 and says so (``--json`` carries the new keys), the follower's notes reach
+its stderr, ``replay`` prints what was not read, ``bundle`` says what it left out."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from kvtui.cli import main
+from kvtui.monitor import HostMonitor
+
+HOSTS = """
+[hosts.demo-days]
+demo = true
+demo_speed = 2.0
+demo_uptime_h = 2.0
+demo_start_missing = true
+
+[hosts.demo-up]
+demo = true
+demo_speed = 2.0
+demo_uptime_h = 2.0
+"""
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Path:
+    path = tmp_path / "hosts.toml"
+    path.write_text(HOSTS)
+    return path
+
+
+def _run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_wait_on_a_serving_boot_whose_start_is_missing_is_ready(hosts: Path) -> None:
+    """Fails on the old code: the demo had no such host, and wait said 'ready after' a boot it never saw start."""
+    code, out, err = _run("--hosts", str(hosts), "wait", "demo-days", "--timeout", "30", "--no-probe")
+    assert code == 0, err
+    assert "boot 1 is serving — its start is not in the log (rotated before " in err
+    assert "; flags from the process (pid " in err
+    assert "; pool ~" in err
+    assert " tokens (estimated ±" in err
+    assert "Not read whole (a server up for days)" in out
+    assert "phases: not in the log" in out
+    code, out, err = _run("--hosts", str(hosts), "wait", "demo-days", "--timeout", "30", "--no-probe", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["status"] == "ready"
+    assert doc["start_missing"].startswith("rotated before ")
+    assert doc["flags_from"] == "process"
+    assert doc["pool_tokens_estimated"]["tokens"] > 100_000
+
+
+def test_wait_prints_the_followers_notes(hosts: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails on the old code: a backend's notes (SshBackend.notes) reached no view."""
+    from kvtui.hosts.demo import DemoBackend
+
+    monkeypatch.setattr(DemoBackend, "notes", ["no server start in the last 67108864 bytes of /var/log/x.log"],
+                        raising=False)
+    code, _out, err = _run("--hosts", str(hosts), "wait", "demo-up", "--timeout", "30", "--no-probe")
+    assert code == 0, err
+    assert "note: no server start in the last 67108864 bytes of /var/log/x.log" in err
+    assert "(1,8" in err
+    assert " serving lines not read)" in err
+
+
+def test_monitor_takes_the_notes_into_its_status() -> None:
+    class Backend:
+        notes: ClassVar[list[str]] = ["a note"]
+
+    m = HostMonitor.__new__(HostMonitor)
+    from collections import deque
+
+    m.backend = Backend()  # type: ignore[assignment]
+    m.notes = deque(maxlen=20)
+    m.notes_seen = 0
+    m._take_notes()
+    assert list(m.notes) == ["a note"]
+    assert m.notes_seen == 1
+    assert Backend.notes == []
+
+
+def test_bundle_says_what_it_left_out_and_replay_says_it_when_opened(hosts: Path, tmp_path: Path) -> None:
+    """Fails on the old code: the bundle's manifest said nothing of the lines kvtui never read,
+    and replay printed the boot as if read whole."""
+    code, _out, err = _run("--hosts", str(hosts), "wait", "demo-up", "--timeout", "30", "--no-probe")
+    assert code == 0, err
+    out_path = tmp_path / "b.tar.gz"
+    code, _out, err = _run("--hosts", str(hosts), "bundle", "demo-up", "-o", str(out_path))
+    assert code == 0, err
+    with tarfile.open(out_path) as tar:
+        fh = tar.extractfile("manifest.json")
+        assert fh is not None
+        manifest = json.loads(fh.read())
+    notes = [n for n in manifest["notes"] if n.startswith("log.txt: ")]
+    assert len(notes) == 1
+    assert " serving lines not read by kvtui, not in this bundle (on the host: after=demo:" in notes[0]
+    code, out, err = _run("replay", str(out_path))
+    assert code == 0
+    assert "kvtui replay: bundle note: log.txt: " in err
+    assert "Not read whole (a server up for days)" in out
+    assert "unread range: after=demo:" in out
+    code, out, _err = _run("replay", str(out_path), "--json")
+    assert json.loads(out)["boots"][0]["skipped_lines"] > 1500
+
+
+def test_replay_of_a_journal_with_the_records_prints_no_empty_section(tmp_path: Path) -> None:
+    """Fails on the old code: replay printed an empty Figures section and no word of the start."""
+    from kvtui.engines import source_records as sr
+
+    argv = ["python3", "-m", "sglang.launch_server", "--model-path", "m", "--tp", "8", "--mem-fraction-static", "0.88"]
+    decode = ("[2026-12-06 05:00:01 TP0] Decode batch. #running-req: 12, #token: 180000, token usage: 0.94, "
+              "cuda graph: True, gen throughput (token/s): 900.10, #queue-req: 0,")
+    lines = [
+        {"MESSAGE": sr.start_missing_text("rotated before 2026-06-02 14:33"), "SYSLOG_IDENTIFIER": "kvtui",
+         "__REALTIME_TIMESTAMP": "1796000000000000"},
+        {"MESSAGE": sr.command_text(argv, 4242), "SYSLOG_IDENTIFIER": "kvtui",
+         "__REALTIME_TIMESTAMP": "1796000000000001"},
+        {"MESSAGE": decode, "SYSLOG_IDENTIFIER": "python3", "__REALTIME_TIMESTAMP": "1796000001000000"},
+    ]
+    path = tmp_path / "j.json"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    code, out, err = _run("replay", str(path))
+    assert code == 0, err
+    assert "serving — its start is not in the log (rotated before 2026-06-02 14:33)" in out
+    assert "flags from the running process (pid 4242)" in out
+    assert "KV pool          ~191,489 tokens (estimated from serving lines)" in out
+    assert "  Figures" in out  # the estimate is a figure: the section has one
