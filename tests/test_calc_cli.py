@@ -128,6 +128,22 @@ def test_ready_journal_with_edits_is_ok(capsys: pytest.CaptureFixture[str]) -> N
     assert pred["req_to_token_gib"] == pytest.approx(64 * 131076 * 4 / (1 << 30), abs=1e-4)
 
 
+def test_a_misspelt_flag_is_refused_as_apply_refuses_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 22 #12: `calc --set mem-fraction-statc=0.9` said OK and exited 0 (the prediction was
+    for the flags as they are); now exit 4 with the nearest flag named, in apply's words."""
+    code, out, err = calc(capsys, "--log", str(LLAMA_JOURNAL), "--set", "mem-fraction-statc=0.9")
+    assert code == 4
+    assert out == ""
+    assert "--mem-fraction-statc is not a flag SGLang accepts" in err
+    assert "nearest known flags: --mem-fraction-static" in err
+    # with --json too, and a flag the running boot's own dump has (not in kvtui's table) is fine
+    code, out, err = calc(capsys, "--log", str(LLAMA_JOURNAL), "--set", "mem-fraction-statc=0.9", "--json")
+    assert (code, out) == (4, "")
+    code, _ = calc_json(capsys, "--log", str(LLAMA_JOURNAL), "--set", "enable-torch-compile",
+                        "--set", "schedule-policy=lpm")
+    assert code == 0
+
+
 def test_no_fit_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     code, data = calc_json(capsys, "--log", str(LLAMA_JOURNAL), "--set", "mem_fraction_static=0.3")
     assert code == 1
