@@ -178,7 +178,7 @@ def test_two_point_from_a_log_with_two_boots(capsys: pytest.CaptureFixture[str])
     assert code == 0
     assert data["basis"] == "two-point"
     # the log's other boot placed the slope with the chosen one; none came from the history
-    assert data["calibration"] == {"method": "two-point", "boots": 2, "env": {}, "from_log": 1, "from_history": 0}
+    assert data["calibration"] == {"method": "two-point", "boots": 2, "env": None, "from_log": 1, "from_history": 0}
     assert data["predicted"]["max_total_num_tokens"] == pytest.approx(truth[0]["tokens"], rel=0.005)
     code, out, _ = calc(capsys, "--log", str(KV / "sglang-pair-gqa70b-tp4.log"), "--boot", "1")
     assert code == 0
@@ -194,7 +194,7 @@ def test_vllm_pair_gives_the_device_total(capsys: pytest.CaptureFixture[str]) ->
     assert data["engine"] == "vllm"
     assert data["basis"] == "two-point"
     # a GPU boot: the CPU backend's pool variable was not set (the history keys calibration on it)
-    assert data["calibration"] == {"method": "two-point", "boots": 2, "env": {"VLLM_CPU_KVCACHE_SPACE": None},
+    assert data["calibration"] == {"method": "two-point", "boots": 2, "env": None,
                                    "from_log": 1, "from_history": 0}
     assert set(data["observed"]) == {
         "gpu_memory_utilization",
@@ -273,7 +273,7 @@ def test_model_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     )
     assert code == 0
     assert data["basis"] == "config"
-    assert data["calibration"] == {"method": "config", "boots": 0, "env": {}, "from_log": 0, "from_history": 0}
+    assert data["calibration"] == {"method": "config", "boots": 0, "env": None, "from_log": 0, "from_history": 0}
     assert data["confidence"] == "low"
     assert data["observed"]["cell_bytes"] == 81920
     assert data["predicted"]["max_total_num_tokens"] == pytest.approx(439766, rel=0.01)
