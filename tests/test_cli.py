@@ -37,7 +37,9 @@ def test_hosts_check_with_hosts_after_the_command(tmp_path: Path, capsys: pytest
     assert main(["hosts", "--check", "--hosts", str(hosts)]) == 0
     out, err = capsys.readouterr()
     assert "lab" in out
-    assert f"{hosts}: 1 host(s) OK" in err
+    # the count is of the hosts listed: lab and the built-in demo (issue 22 #15: it said 1 of 2)
+    assert f"{hosts}: 2 host(s) (1 built in) OK" in err
+    assert out.count("\n") == 3  # the heading and two rows
 
 
 def _console_start_problems(hosts: Path) -> list[str]:
