@@ -91,7 +91,7 @@ def test_wait_on_a_failed_boot_says_what_changed_since_the_last_good_one(
     capsys.readouterr()
     assert main(["--hosts", str(hosts), "wait", "demo", "--timeout", "60"]) == 1  # the current boot: failed
     err = capsys.readouterr().err
-    assert "failed in graph_capture: oom_graph_capture" in err
+    assert "failed in graph capture: oom_graph_capture" in err
     assert "since the last good boot (" in err
     assert "  flags: mem_fraction_static 0.86 → 0.99" in err
     assert "kvtui history demo --diff: the whole comparison" in err
