@@ -30,6 +30,7 @@ def _add_calc_edits(p: argparse.ArgumentParser) -> None:
     p.add_argument("--unset", dest="unset", action="append", default=[], metavar="FLAG", help="remove a flag")
 
 
+HOST_HELP = "a [hosts.NAME] or [deployments.NAME] of hosts.toml ('demo' always exists)"
 HOSTS_HELP = "hosts.toml (default: $KVTUI_HOSTS, ./hosts.toml, $XDG_CONFIG_HOME/kvtui/hosts.toml)"
 
 
@@ -56,13 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     common = [_global_options()]
 
     p = sub.add_parser("connect", parents=common, help="live console for one or more hosts ('demo' always exists)")
-    p.add_argument("host", nargs="*", metavar="HOST")
+    p.add_argument("host", nargs="*", metavar="HOST",
+                   help="hosts to watch, one tab each (a deployment: one console of its nodes); 'demo' always exists")
     p.add_argument("--readonly", action="store_true", help="hide every action that changes a host")
     p.add_argument("--bundle", metavar="FILE.tar.gz",
                    help="open an incident bundle offline: a read-only console over the recorded boot")
 
     p = sub.add_parser("wait", parents=common, help="follow a boot until it is ready (0) or fails (1)")
-    p.add_argument("host", metavar="HOST")
+    p.add_argument("host", metavar="HOST", help=HOST_HELP)
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="give up after S seconds (exit 5)")
     p.add_argument("--stall-timeout", type=float, default=None, metavar="S",
                    help="give up after S seconds without progress (exit 5; a repeated wait line is not "
@@ -105,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the prediction as JSON on stdout")
 
     p = sub.add_parser("apply", parents=common, help="edit the server's flags and (optionally) restart, safely")
-    p.add_argument("host", metavar="HOST")
+    p.add_argument("host", metavar="HOST", help=HOST_HELP)
     p.add_argument(
         "--set", dest="set", action="append", default=[], metavar="FLAG[=VALUE]", help="set a flag (bare: boolean)"
     )
@@ -123,16 +125,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="apply even when the prediction says it will fail, or a flag is unknown to the engine",
     )
     p.add_argument("--rollback-on-failure", action="store_true", help="restore the previous flags if the boot fails")
-    p.add_argument("--timeout", type=float, default=1800.0, metavar="S")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
+                   help="with --restart: give up waiting for the boot after S seconds (exit 5; default 1800)")
     p.add_argument("--probe", action=argparse.BooleanOptionalAction, default=None,
                    help="with --restart: once ready, ask the server for one token (default: the host's probe, on)")
 
     p = sub.add_parser("rollback", parents=common, help="restore the newest (or a named) backup of the server's flags")
-    p.add_argument("host", metavar="HOST")
-    p.add_argument("--to", metavar="BACKUP", help="the backup file to restore")
-    p.add_argument("--restart", action="store_true")
-    p.add_argument("--yes", action="store_true")
-    p.add_argument("--timeout", type=float, default=1800.0, metavar="S")
+    p.add_argument("host", metavar="HOST", help=HOST_HELP)
+    p.add_argument("--to", metavar="BACKUP", help="the backup file to restore (default: the newest)")
+    p.add_argument("--restart", action="store_true", help="restart and wait for the restored boot")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
+                   help="with --restart: give up waiting for the boot after S seconds (exit 5; default 1800)")
     p.add_argument("--probe", action=argparse.BooleanOptionalAction, default=None,
                    help="with --restart: once ready, ask the server for one token (default: the host's probe, on)")
 
@@ -143,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("history", parents=common, help="the boots kvtui remembers of a host (a deployment: its "
                        "starts); --diff: what changed",
                        usage="%(prog)s HOST [--json] [--limit N] [--diff [A [B]]] | show KEY|N [--json]")
-    p.add_argument("host", metavar="HOST")
+    p.add_argument("host", metavar="HOST", help=HOST_HELP)
     p.add_argument("ref", nargs="?", metavar="KEY|N", help="after `show`: one stored boot in full (its id or key)")
     p.add_argument("--json", action="store_true", help="print the stored boots (or the diff) as JSON on stdout")
     p.add_argument("--limit", type=int, default=20, metavar="N", help="list the newest N boots (default 20)")
@@ -151,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare boot A (default: the newest) with B (default: the last ready boot of its model)")
 
     p = sub.add_parser("bundle", parents=common, help="one remembered boot as an incident bundle (.tar.gz)")
-    p.add_argument("host", metavar="HOST")
+    p.add_argument("host", metavar="HOST", help="a host of hosts.toml whose boots kvtui remembers")
     p.add_argument("--boot", type=int, metavar="N", help="the boot's id in kvtui history (default: the newest)")
     p.add_argument("-o", "--output", metavar="FILE", help="where to write it (default: kvtui-HOST-bootN.tar.gz)")
 
@@ -161,9 +165,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            chosen: argparse.ArgumentParser = action.choices[command]
+            return chosen
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command's own parser, with its usage (not kvtui's top-level one)
+        chosen = _subparser(parser, getattr(args, "command", None))
+        (chosen or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if args.version:
         from kvtui import __version__
 

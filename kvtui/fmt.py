@@ -190,13 +190,37 @@ PROGRESS_UNITS: dict[Phase, str] = {
 }
 
 
+# How a phase is named to a person (the CLI's progress and heartbeat lines, every widget); the
+# phase's value (``load_weights``) stays the vocabulary of JSON and the history.
+PHASE_LABELS: dict[Phase, str] = {
+    Phase.LAUNCH: "launch",
+    Phase.INIT: "init",
+    Phase.LOAD_WEIGHTS: "load weights",
+    Phase.COMPILE: "compile",
+    Phase.KV_ALLOCATE: "KV allocate",
+    Phase.GRAPH_CAPTURE: "graph capture",
+    Phase.HTTP_UP: "HTTP up",
+    Phase.READY: "ready",
+}
+
+
+def phase_label(phase: Phase | str | None) -> str:
+    """``load_weights`` -> ``load weights``; ``—`` for none."""
+    if phase is None:
+        return "—"
+    try:
+        return PHASE_LABELS[Phase(phase)]
+    except ValueError:
+        return str(phase)
+
+
 def boot_progress(boot: Boot) -> str:
-    """The phase a boot is in and its progress: ``load_weights 12/61 shards``,
-    ``graph_capture 20/36 batches (draft)``; ``starting`` before its first phase (a heartbeat)."""
+    """The phase a boot is in and its progress: ``load weights 12/61 shards``,
+    ``graph capture 20/36 batches (draft)``; ``starting`` before its first phase (a heartbeat)."""
     if not boot.phases:
         return boot.status.value
     span = boot.phases[-1]
-    text = span.name.value + (" (draft)" if span.model is Model.DRAFT else "")
+    text = phase_label(span.name) + (" (draft)" if span.model is Model.DRAFT else "")
     if span.progress_total:
         unit = PROGRESS_UNITS.get(span.name, "steps")
         text += f" {span.progress_done or 0}/{span.progress_total} {unit}"

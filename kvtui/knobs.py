@@ -373,6 +373,32 @@ def suggest(engine: Engine, name: str) -> list[str]:
     return difflib.get_close_matches(dash_name(name), sorted(_OWN_NAMES[engine]), n=3, cutoff=0.75)
 
 
+def unknown_flag(
+    engine: Engine, name: str, in_file: Collection[str] | None = None, dump: Collection[str] = (),
+) -> str | None:
+    """Why the engine would refuse ``--name`` at start (argparse: ``error: unrecognized
+    arguments``, exit status 2), or None when it is a flag it accepts: one in kvtui's flag table,
+    one the flags file already passes (``in_file``; None: no file was read), or one in the running boot's argument dump
+    (``dump``: SGLang prints every ServerArgs field, vLLM its non-default ones). The one wording
+    for ``apply``, ``calc`` and the console's calculator."""
+    if engine not in (Engine.SGLANG, Engine.VLLM):
+        engine = Engine.SGLANG
+    n = dash_name(name)
+    base = n[3:] if engine is Engine.VLLM and n.startswith("no-") else n
+    known = {dash_name(k) for k in in_file or ()} | {dash_name(k) for k in dump}
+    if lookup(engine, n) is not None or {n, base} & known:
+        return None
+    near = difflib.get_close_matches(n, sorted(known_names(engine) | known), n=3, cutoff=0.6)
+    helper = "vllm serve --help" if engine is Engine.VLLM else "python -m sglang.launch_server --help"
+    nearest = ("nearest known flags: " + ", ".join(f"--{x}" for x in near)) if near else (
+        f"no known flag is close to it (`{helper}` lists them all)")
+    eng = "vLLM" if engine is Engine.VLLM else "SGLang"
+    places = "kvtui's flag table" + (", the file" if in_file is not None else "") + (
+        " or the running boot's argument dump" if dump else "")
+    return (f"--{n} is not a flag {eng} accepts (not in {places}); {nearest}; "
+            f"the engine would refuse it at start (`error: unrecognized arguments: --{n}`, exit status 2)")
+
+
 def env_knob(name: str) -> Knob | None:
     """The environment variable a name means (any case: the calculator spells it in lower case)."""
     wanted = name.strip().upper()

@@ -74,7 +74,7 @@ def test_forced_edit_dies_in_capture_then_rollback_restores(
     out, err = capsys.readouterr()
     assert code == 1
     assert "the new boot's own argument dump carries the edits" in err
-    assert "failed in graph_capture: oom_graph_capture" in err
+    assert "failed in graph capture: oom_graph_capture" in err
     assert "Verdict oom_risk: held (the boot failed)" in out
     assert _fraction(hosts) == "0.99"
     backups = sorted(_demo(hosts).unit_path.parent.glob("*.service.kvtui-*"))
@@ -104,7 +104,7 @@ def test_rollback_on_failure_brings_the_previous_flags_back(
                   "--rollback-on-failure", "--timeout", "60")
     out, err = capsys.readouterr()
     assert code == 1  # the edit failed, even though the rollback then succeeded
-    assert "failed in graph_capture" in err
+    assert "failed in graph capture" in err
     assert "rolled back to the previous flags (the previous flags are back and the boot is ready)" in out
     assert _fraction(hosts) == "0.85"
     assert "--mem-fraction-static 0.85" in _demo(hosts).effective_execstart()  # loaded by systemd

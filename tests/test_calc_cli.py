@@ -128,6 +128,22 @@ def test_ready_journal_with_edits_is_ok(capsys: pytest.CaptureFixture[str]) -> N
     assert pred["req_to_token_gib"] == pytest.approx(64 * 131076 * 4 / (1 << 30), abs=1e-4)
 
 
+def test_a_misspelt_flag_is_refused_as_apply_refuses_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 22 #12: `calc --set mem-fraction-statc=0.9` said OK and exited 0 (the prediction was
+    for the flags as they are); now exit 4 with the nearest flag named, in apply's words."""
+    code, out, err = calc(capsys, "--log", str(LLAMA_JOURNAL), "--set", "mem-fraction-statc=0.9")
+    assert code == 4
+    assert out == ""
+    assert "--mem-fraction-statc is not a flag SGLang accepts" in err
+    assert "nearest known flags: --mem-fraction-static" in err
+    # with --json too, and a flag the running boot's own dump has (not in kvtui's table) is fine
+    code, out, err = calc(capsys, "--log", str(LLAMA_JOURNAL), "--set", "mem-fraction-statc=0.9", "--json")
+    assert (code, out) == (4, "")
+    code, _ = calc_json(capsys, "--log", str(LLAMA_JOURNAL), "--set", "enable-torch-compile",
+                        "--set", "schedule-policy=lpm")
+    assert code == 0
+
+
 def test_no_fit_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     code, data = calc_json(capsys, "--log", str(LLAMA_JOURNAL), "--set", "mem_fraction_static=0.3")
     assert code == 1
@@ -162,7 +178,7 @@ def test_two_point_from_a_log_with_two_boots(capsys: pytest.CaptureFixture[str])
     assert code == 0
     assert data["basis"] == "two-point"
     # the log's other boot placed the slope with the chosen one; none came from the history
-    assert data["calibration"] == {"method": "two-point", "boots": 2, "env": {}, "from_log": 1, "from_history": 0}
+    assert data["calibration"] == {"method": "two-point", "boots": 2, "env": None, "from_log": 1, "from_history": 0}
     assert data["predicted"]["max_total_num_tokens"] == pytest.approx(truth[0]["tokens"], rel=0.005)
     code, out, _ = calc(capsys, "--log", str(KV / "sglang-pair-gqa70b-tp4.log"), "--boot", "1")
     assert code == 0
@@ -178,7 +194,7 @@ def test_vllm_pair_gives_the_device_total(capsys: pytest.CaptureFixture[str]) ->
     assert data["engine"] == "vllm"
     assert data["basis"] == "two-point"
     # a GPU boot: the CPU backend's pool variable was not set (the history keys calibration on it)
-    assert data["calibration"] == {"method": "two-point", "boots": 2, "env": {"VLLM_CPU_KVCACHE_SPACE": None},
+    assert data["calibration"] == {"method": "two-point", "boots": 2, "env": None,
                                    "from_log": 1, "from_history": 0}
     assert set(data["observed"]) == {
         "gpu_memory_utilization",
@@ -257,7 +273,7 @@ def test_model_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     )
     assert code == 0
     assert data["basis"] == "config"
-    assert data["calibration"] == {"method": "config", "boots": 0, "env": {}, "from_log": 0, "from_history": 0}
+    assert data["calibration"] == {"method": "config", "boots": 0, "env": None, "from_log": 0, "from_history": 0}
     assert data["confidence"] == "low"
     assert data["observed"]["cell_bytes"] == 81920
     assert data["predicted"]["max_total_num_tokens"] == pytest.approx(439766, rel=0.01)

@@ -37,7 +37,9 @@ def test_hosts_check_with_hosts_after_the_command(tmp_path: Path, capsys: pytest
     assert main(["hosts", "--check", "--hosts", str(hosts)]) == 0
     out, err = capsys.readouterr()
     assert "lab" in out
-    assert f"{hosts}: 1 host(s) OK" in err
+    # the count is of the hosts listed: lab and the built-in demo (issue 22 #15: it said 1 of 2)
+    assert f"{hosts}: 2 host(s) (1 built in) OK" in err
+    assert out.count("\n") == 3  # the heading and two rows
 
 
 def _console_start_problems(hosts: Path) -> list[str]:
@@ -80,3 +82,31 @@ def test_a_theme_hosts_check_accepts_is_one_the_console_uses(tmp_path: Path) -> 
     hosts.write_text('[ui]\ntheme = "kvtui-light"\n\n[keymap]\nsearch = "ctrl+f"\n')
     assert main(["hosts", "--check", "--hosts", str(hosts)]) == 0
     assert _console_start_problems(hosts) == []
+
+
+def test_every_option_of_every_command_is_described() -> None:
+    """Issue 22 #15: `rollback --restart/--yes/--timeout`, `apply --timeout` and every HOST had no
+    help text in `--help`."""
+    import argparse
+
+    from kvtui.cli import build_parser
+
+    undescribed = []
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                undescribed += [f"{name} {' / '.join(a.option_strings) or a.dest}" for a in sub._actions
+                                if not isinstance(a, argparse._HelpAction) and not (a.help or "").strip()]
+    assert undescribed == []
+
+
+def test_an_unknown_option_is_refused_with_the_command_s_own_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 22 #15: `kvtui replay LOG --bogus` printed kvtui's top-level usage."""
+    from kvtui.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", "x.log", "--bogus"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: kvtui replay")
+    assert "kvtui replay: error: unrecognized arguments: --bogus" in err

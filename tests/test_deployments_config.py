@@ -98,7 +98,7 @@ def test_hosts_lists_and_checks_deployments(tmp_path: Path, capsys: pytest.Captu
     assert main(["hosts", "--check", "--hosts", str(hosts)]) == 0
     out, err = capsys.readouterr()
     assert any(line.split()[:5] == ["r1", "0:", "h20-a,", "1:", "h20-b"] for line in out.splitlines()), out
-    assert "3 host(s), 1 deployment(s) OK" in err
+    assert "4 host(s) (1 built in), 1 deployment(s) OK" in err
     assert "[deployments.r1] nodes select different GPUs (h20-a 0-7, h20-b all)" in err
 
 

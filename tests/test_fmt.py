@@ -88,3 +88,31 @@ def test_the_console_formats_with_the_same_functions() -> None:
 def test_wait_stamp() -> None:
     assert fmt.stamp(12.34) == "[  12.3s]"
     assert fmt.stamp(-1) == "[   0.0s]"
+
+
+def test_every_place_a_safe_limit_is_drawn_rounds_it_down() -> None:
+    """Issue 22 #1: the apply/rollback dialogs drew `largest safe 0.96` beside the prediction's
+    `largest safe fraction 0.959` (an f-string `:.2f` rounds half up: 0.96 is TIGHT). Every view
+    draws a safe limit through fmt.safe_max / safe_min / capacity; no module formats one itself."""
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    from kvtui import kvcalc
+    from kvtui.bootlog import read_log
+    from kvtui.hosts.service.render import render_prediction
+    from kvtui.ui.screens import prediction_summary
+
+    root = Path(fmt.__file__).parent
+    limit_fmt = re.compile(r"\{[^{}]*(?:max_safe|min_fraction|safe|full_context_requests)[^{}:]*:\.\d+f\}")
+    offenders = [f"{p.relative_to(root)}:{n}: {line.strip()}"
+                 for p in sorted(root.rglob("*.py")) if p.name != "fmt.py"
+                 for n, line in enumerate(p.read_text().splitlines(), 1) if limit_fmt.search(line)]
+    assert offenders == []
+
+    fixture = Path(__file__).parent / "fixtures" / "sglang-0.5.10-llama70b-tp4-ready.journal"
+    boot = read_log([fixture.read_bytes()])[0][-1]
+    pred = kvcalc.predict(kvcalc.calibrate(boot), {"mem_fraction_static": 0.9})
+    pred = dataclasses.replace(pred, max_safe_fraction=0.9596)
+    assert "largest safe 0.959" in prediction_summary(pred).plain
+    assert "  largest safe fraction: 0.959" in render_prediction(pred)

@@ -74,7 +74,7 @@ def test_five_restarts_then_the_ledger_and_an_eta(tmp_path: Path, capsys: pytest
     assert "(+5 boots of this deployment from the history) · basis least-squares · confidence high (6 boots)" in head
     assert main(["--hosts", str(hosts), "calc", "--host", "demo", "--set", "mem-fraction-static=0.9", "--json"]) == 0
     calibration = json.loads(capsys.readouterr().out)["calibration"]  # the same, for scripts
-    assert calibration == {"method": "least-squares", "boots": 6, "env": {}, "from_log": 0, "from_history": 5}
+    assert calibration == {"method": "least-squares", "boots": 6, "env": None, "from_log": 0, "from_history": 5}
 
 
 @pytest.mark.slow
@@ -91,7 +91,7 @@ def test_wait_on_a_failed_boot_says_what_changed_since_the_last_good_one(
     capsys.readouterr()
     assert main(["--hosts", str(hosts), "wait", "demo", "--timeout", "60"]) == 1  # the current boot: failed
     err = capsys.readouterr().err
-    assert "failed in graph_capture: oom_graph_capture" in err
+    assert "failed in graph capture: oom_graph_capture" in err
     assert "since the last good boot (" in err
     assert "  flags: mem_fraction_static 0.86 → 0.99" in err
     assert "kvtui history demo --diff: the whole comparison" in err

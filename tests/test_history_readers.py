@@ -179,7 +179,7 @@ def test_eta_from_a_seeded_history(hosts: Path, tmp_path: Path, capsys: pytest.C
     assert got.remaining is not None
     assert got.remaining == pytest.approx(got.current.median - 5 + 2 * 1.025, abs=1.5)  # + http_up
     text = got.text()
-    assert text.startswith("graph_capture 0:05 / ~0:1")
+    assert text.startswith("graph capture 0:05 / ~0:1")
     assert "(median of 6 boots)" in text
     assert "slower" not in text
     # a capture past 3× its median
@@ -251,7 +251,7 @@ def test_slower_than_usual_from_the_stall_detectors_silence() -> None:
     running = eta.BootEta("graph_capture", 30.0, est, 120.0, 6, "")
     assert eta.slow_reason(running) is None  # on time, not silent
     assert eta.slow_reason(running, 300.0) == (
-        "slower than usual: silent for 5:00 in graph_capture, which takes ~1:05 (median of 6 boots)")
+        "slower than usual: silent for 5:00 in graph capture, which takes ~1:05 (median of 6 boots)")
     late = eta.BootEta("graph_capture", 220.0, est, 0.0, 6, "")
     assert eta.slow_reason(late, 300.0) == "slower than usual: 3.4× the median of 6 boots"  # the ratio says more
     assert eta.slow_reason(None, 300.0) is None  # no history: the stall notice alone says it

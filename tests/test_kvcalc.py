@@ -1132,7 +1132,7 @@ def test_json_shape_is_exactly_the_issue_s() -> None:
     assert out["engine"] == "sglang"
     assert out["basis"] == "calibrated"
     assert out["confidence"] == "high"
-    assert out["calibration"] == {"method": "calibrated", "boots": 1, "env": {}}  # one SGLang boot, alone
+    assert out["calibration"] == {"method": "calibrated", "boots": 1, "env": None}  # one SGLang boot, alone
     assert set(out["observed"]) == {
         "mem_fraction_static",
         "max_total_num_tokens",

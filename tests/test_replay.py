@@ -547,3 +547,17 @@ def test_human_output() -> None:
     assert "8 ranks (TP0 … TP7)" in out
     assert "context 200,000 tokens" in out
     assert "mem_fraction_static=0.85" in out
+
+
+def test_a_boot_with_no_figures_prints_no_figures_heading() -> None:
+    """Issue 22 #15: replay printed an empty `Figures` heading for a boot with none."""
+    from kvtui.boot.model import Boot
+    from kvtui.commands.bootview import render_boot
+    from kvtui.engines.events import Engine
+
+    lines = render_boot(Boot(engine=Engine.VLLM), 1, 1)
+    assert not any("Figures" in line for line in lines)
+    boot = Boot(engine=Engine.SGLANG, flags={"tp_size": 2})
+    lines = render_boot(boot, 1, 1)
+    i = next(i for i, line in enumerate(lines) if line.startswith("  Figures"))
+    assert "tp_size=2" in lines[i + 1]

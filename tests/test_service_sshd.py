@@ -412,7 +412,7 @@ async def test_failed_boot_rolls_back_over_ssh(root_host: Host, backends: list[S
     out = await service.execute(plan, b, progress.append)
     assert out.code == 1
     assert out.rolled_back
-    assert any("failed in graph_capture: oom_graph_capture" in m for m in progress)
+    assert any("failed in graph capture: oom_graph_capture" in m for m in progress)
     assert "rolled back: the previous flags are back and the boot is ready" in out.messages
     assert u.fragment.read_text() == before
     restarts = [x for x in calls(root_host) if x.startswith("restart")]

@@ -103,7 +103,7 @@ def test_check_looks_at_files_on_this_machine(tmp_path: Path, capsys: pytest.Cap
     f.write_text(GOOD)
     code, _out, err = run_cli(["--hosts", str(f), "hosts", "--check"], capsys)
     assert code == 0
-    assert "3 host(s) OK" in err
+    assert "4 host(s) (1 built in) OK" in err
 
 
 def test_format_gpus() -> None:

@@ -232,7 +232,7 @@ async def test_wait_over_ssh_times_out_with_5_and_leaves_nothing(
     finally:
         host.kill()
     assert code == 5, err
-    assert "timed out after 10 s: boot 1 still in load_weights 30/30 shards" in err  # the phase and its progress
+    assert "timed out after 10 s: boot 1 still in load weights 30/30 shards" in err  # the phase and its progress
     assert "Boot 1 of 1" in out  # the summary of the boot as far as it got
     assert took < 10 + 30  # the timeout, the bounded close, and a Python start on a busy machine
     await no_remote_leftovers(host)
@@ -254,7 +254,7 @@ async def test_wait_over_ssh_a_capture_oom_exits_1(tmp_path: Path, sshd: SshdIns
     result = json.loads(out)
     assert result["status"] == "failed"
     assert result["failure"]["kind"] == "oom_graph_capture"
-    assert "failed in graph_capture: oom_graph_capture" in err
+    assert "failed in graph capture: oom_graph_capture" in err
     await no_remote_leftovers(host)
 
 

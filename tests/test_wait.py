@@ -75,9 +75,9 @@ def test_wait_demo_ready_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "READY" in out
     assert "KV pool" in out
     phases = [ln.split("] ", 1)[1] for ln in err.splitlines() if ln.startswith("[")]
-    assert phases[:3] == ["launch", "init", "load_weights"]
+    assert phases[:3] == ["launch", "init", "load weights"]  # the phases as a person reads them (issue 22 #15)
     assert phases[-1] == "ready"
-    assert phases.index("kv_allocate") < phases.index("graph_capture") < phases.index("ready")
+    assert phases.index("KV allocate") < phases.index("graph capture") < phases.index("ready")
     assert "boot 1 is ready" in err
 
 
@@ -93,7 +93,7 @@ def test_wait_demo_too_high_fraction_exits_1_with_capture_oom(
     assert boot["failure"]["kind"] == "oom_graph_capture"
     assert boot["failure"]["phase"] == "graph_capture"
     assert boot["flags"]["mem_fraction_static"] == 0.99
-    assert "failed in graph_capture: oom_graph_capture" in err
+    assert "failed in graph capture: oom_graph_capture" in err
     assert "CUDA out of memory" in err
     assert "hint:" in err
 
@@ -119,12 +119,12 @@ async def test_wait_timeout_exits_5_with_the_boot_as_far_as_it_got(tmp_path: Pat
     cue = Cue()
     out, err = io.StringIO(), io.StringIO()
     task = asyncio.create_task(_run_wait(["demo", "--timeout", "0.7", "--json"], out, err, clock=clock, timer=cue))
-    await _until(lambda: "load_weights" in err.getvalue())  # the boot was seen ...
+    await _until(lambda: "load weights" in err.getvalue())  # the boot was seen ...
     assert not task.done()
     cue.event.set()  # ... then the time is up
     assert await asyncio.wait_for(task, 30) == 5
     assert cue.asked == [0.7]
-    assert "timed out after 0.7 s: boot 1 still in load_weights" in err.getvalue()
+    assert "timed out after 0.7 s: boot 1 still in load weights" in err.getvalue()
     assert json.loads(out.getvalue())["status"] == "starting"  # the boot as far as it got
 
 
@@ -309,7 +309,7 @@ async def test_a_boot_stopped_before_ready_then_nothing_times_out(tmp_path: Path
     cue = Cue()
     out, err = io.StringIO(), io.StringIO()
     task = asyncio.create_task(_run_wait(["demo", "--timeout", "10", "--json"], out, err, clock=clock, timer=cue))
-    await _until(lambda: "load_weights" in err.getvalue())
+    await _until(lambda: "load weights" in err.getvalue())
     demo_backend(clock).stop()  # an operator stops it; nothing restarts
     clock.t += 5
     await _until(lambda: "boot 1 stopped before it was ready; waiting for the next boot" in err.getvalue())
@@ -450,7 +450,7 @@ def test_apply_a_fraction_too_high_then_wait_exits_1_with_capture_oom(
     boot = json.loads(out)
     assert boot["failure"]["kind"] == "oom_graph_capture"
     assert boot["flags"]["mem_fraction_static"] == 0.99
-    assert "failed in graph_capture: oom_graph_capture" in err
+    assert "failed in graph capture: oom_graph_capture" in err
 
 
 async def test_next_without_a_restart_times_out_saying_no_new_boot_started(
@@ -520,7 +520,7 @@ async def test_wait_prints_a_heartbeat_with_the_phase_and_its_progress(
     cue.event.set()
     assert await asyncio.wait_for(task, 30) == 5
     beats = [ln for ln in err.getvalue().splitlines() if ln.startswith("… still waiting after")]
-    assert all(re.search(r"boot 1 in load_weights \d+/64 shards; no ETA: no earlier ready boot of \S+ on demo "
+    assert all(re.search(r"boot 1 in load weights \d+/64 shards; no ETA: no earlier ready boot of \S+ on demo "
                          r"in the history$", b) for b in beats), beats
     gaps = [b - a for a, b in zip(err.times, err.times[1:], strict=False)]
     assert max(gaps) < 0.1 + 2.0  # the interval, and room for a loaded machine (without: the whole wait)

@@ -47,7 +47,7 @@ async def _start(tmp_path: Path, *argv: str) -> tuple[Path, FakeClock, Cue, io.S
     out, err = io.StringIO(), io.StringIO()
     args = build_parser().parse_args(["wait", "box", "--no-probe", *argv])
     task = asyncio.create_task(wait_for_boot(args, stdout=out, stderr=err, clock=clock, timer=cue))
-    await _until(lambda: "load_weights" in err.getvalue())
+    await _until(lambda: "load weights" in err.getvalue())
     return log, clock, cue, out, err, task
 
 
@@ -64,12 +64,12 @@ async def test_stall_timeout_ends_the_wait_with_exit_5_naming_the_repeated_line(
     assert not task.done()  # 2 min without progress: under --stall-timeout
     beat = next(ln for ln in err.getvalue().splitlines() if "2× in 2m 00s" in ln)
     assert beat.startswith("… still waiting after ")
-    assert ("boot 1 in load_weights; stuck: vLLM has printed 'No available shared memory broadcast block' 2× in "
+    assert ("boot 1 in load weights; stuck: vLLM has printed 'No available shared memory broadcast block' 2× in "
             "2m 00s — a rank has not joined (multi-node) or is hung") in beat
     _append(log, SHM.format(m=3))  # its own time says 3 min since the last progress line
     assert await asyncio.wait_for(task, 30) == 5
     said = err.getvalue()
-    assert ("kvtui wait: no progress for 3m 00s (--stall-timeout 180 s): boot 1 still in load_weights: stuck: vLLM "
+    assert ("kvtui wait: no progress for 3m 00s (--stall-timeout 180 s): boot 1 still in load weights: stuck: vLLM "
             "has printed 'No available shared memory broadcast block' 3× in 3m 00s") in said
     boot = json.loads(out.getvalue())  # the boot as far as it got
     assert boot["status"] == "starting"

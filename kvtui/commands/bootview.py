@@ -121,36 +121,37 @@ def render_boot(boot: Boot, index: int, total: int) -> list[str]:
                                   boot.engine_seconds(span)))
         out += _engine_note(boot)
     m = boot.metrics
-    heading = len(out)
-    out.append("  Figures (per rank; free = free GPU memory, the minimum over ranks)")
+    figures: list[str] = []  # under their heading only when there are any
     est = boot.live.pool_tokens_est if m.max_total_num_tokens is None else None
-    out += _row("KV pool", _item(m.max_total_num_tokens, "{:,} tokens"),
-                _item(est, "~{:,} tokens (estimated from serving lines)"), _item(m.kv_cache_gib, conv=_gib),
-                _item(m.cell_bytes, "≈{:,} B/token (printed KV size ÷ tokens)"), _item(boot.pool_from, "{}"))
-    out += _row("memory", _item(m.avail_before_load_gib, "free before weights {}", _gib),
-                _item(m.weights_gib, "weights {}", _gib), _item(m.avail_after_load_gib, "free after weights {}", _gib),
-                _item(m.avail_after_pool_gib, "free after pool {}", _gib))
-    out += _row("CUDA graphs", _item(m.graph_mem_gib, conv=_gib),
-                _item(m.available_gpu_mem_gib, "free after start-up {}", _gib))
-    out += _row("limits", _item(m.context_len, "context {:,} tokens"),
-                _item(m.max_running_requests, "max running {:,}"),
-                _item(m.max_concurrency, "{} full-context requests fit", fmt.capacity))
+    figures += _row("KV pool", _item(m.max_total_num_tokens, "{:,} tokens"),
+                    _item(est, "~{:,} tokens (estimated from serving lines)"), _item(m.kv_cache_gib, conv=_gib),
+                    _item(m.cell_bytes, "≈{:,} B/token (printed KV size ÷ tokens)"), _item(boot.pool_from, "{}"))
+    figures += _row("memory", _item(m.avail_before_load_gib, "free before weights {}", _gib),
+                    _item(m.weights_gib, "weights {}", _gib),
+                    _item(m.avail_after_load_gib, "free after weights {}", _gib),
+                    _item(m.avail_after_pool_gib, "free after pool {}", _gib))
+    figures += _row("CUDA graphs", _item(m.graph_mem_gib, conv=_gib),
+                    _item(m.available_gpu_mem_gib, "free after start-up {}", _gib))
+    figures += _row("limits", _item(m.context_len, "context {:,} tokens"),
+                    _item(m.max_running_requests, "max running {:,}"),
+                    _item(m.max_concurrency, "{} full-context requests fit", fmt.capacity))
     d = boot.draft_facts
-    out += _row("draft model", _item(d.get(Fact.WEIGHTS_GIB), "weights {}", _gib),
-                _item(d.get(Fact.KV_CACHE_GIB), "KV {}", _gib), _item(d.get(Fact.GRAPH_MEM_GIB), "graphs {}", _gib))
-    if len(out) == heading + 1 and boot.start_missing is not None:
-        del out[heading]  # no figure at all (the start is not in the log): no empty section
+    figures += _row("draft model", _item(d.get(Fact.WEIGHTS_GIB), "weights {}", _gib),
+                    _item(d.get(Fact.KV_CACHE_GIB), "KV {}", _gib), _item(d.get(Fact.GRAPH_MEM_GIB), "graphs {}", _gib))
     live = boot.live
     if live.token_usage is not None or live.running_reqs is not None:
         usage = f"{live.token_usage:.0%}" if live.token_usage is not None else "—"
-        out.append(
+        figures.append(
             f"    {'serving':<16} KV usage {usage} · running {_fmt(live.running_reqs)} · queued {_fmt(live.queue_reqs)}"
         )
     flags = [
         f"{k}={boot.flags[k]}" for k in _KEY_FLAGS.get(boot.engine, ()) if k in boot.flags and boot.flags[k] is not None
     ]
     if flags:
-        out.append(f"    {'flags':<16} {' '.join(flags)}")
+        figures.append(f"    {'flags':<16} {' '.join(flags)}")
+    if figures:
+        out.append("  Figures (per rank; free = free GPU memory, the minimum over ranks)")
+        out += figures
     if boot.nodes:
         nodes = boot.nodes_json()
         out.append(f"  Nodes (Ray workers by node ip: {len(nodes)}; the driver's node untagged)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -23,7 +23,8 @@ from kvtui import fmt
 from kvtui import kvcalc as kc
 from kvtui.boot import Boot
 from kvtui.engines.events import Engine
-from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_USAGE
+from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from kvtui.knobs import env_knob, unknown_flag
 
 
 class _Fail(Exception):
@@ -337,11 +338,29 @@ def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, st
         if stored:
             source += f" (+{len(stored)} boot{'s' if len(stored) != 1 else ''} of this deployment from the history)"
         offered = {"from_log": len(others), "from_history": len(stored)}
+    _refuse_unknown(model.engine, sets, dump=() if args.model else boot.flags)
     try:
         pred = kc.predict(model, edits, full_context=args.full_context, graph_margin_gib=margin)
     except kc.CalcError as exc:
         raise _Fail(EXIT_USAGE, str(exc)) from None
     return pred, source, offered
+
+
+def _refuse_unknown(engine: Engine, sets: Sequence[str], dump: Collection[str]) -> None:
+    """A ``--set`` of a flag the engine does not accept is refused as ``apply`` refuses it (exit 4,
+    the nearest flags named): a prediction for a misspelt flag would answer for the flags as they
+    are and call it OK."""
+    for item in sets:
+        name = item.split("=", 1)[0]
+        if env_knob(name) is not None:
+            continue  # an environment variable (VLLM_CPU_KVCACHE_SPACE): not a flag
+        try:
+            name = kc.canonical_flag(engine, name)  # the calculator's shorthands (mfs, gmu) too
+        except kc.CalcError:
+            continue  # malformed: parse_edits said so already
+        why = unknown_flag(engine, name, None, [str(k) for k in dump])
+        if why is not None:
+            raise _Fail(EXIT_REFUSED, f"refused: {why}: check the spelling")
 
 
 def to_json(pred: kc.Prediction, offered: dict[str, int]) -> dict[str, object]:

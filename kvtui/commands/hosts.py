@@ -293,7 +293,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         elif getattr(args, "check", False):
             where = config.path or "defaults"
             deps = f", {len(config.deployments)} deployment(s)" if config.deployments else ""
-            print(f"kvtui hosts: {where}: {len(config.hosts)} host(s){deps} OK", file=err)
+            built_in = len(names) - len(config.hosts)  # the demo host, unless the file defines it
+            extra = f" ({built_in} built in)" if built_in > 0 else ""
+            print(f"kvtui hosts: {where}: {len(names)} host(s){extra}{deps} OK", file=err)
     if getattr(args, "connect", False):
         results = asyncio.run(connect_all(config, names))
         width = max(len(r.name) for r in results)

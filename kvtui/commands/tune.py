@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                common: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("tune", parents=common,
                        help="find the largest memory fraction that boots (or meets a goal), one safe step at a time")
-    p.add_argument("host", metavar="HOST")
+    p.add_argument("host", metavar="HOST", help="a [hosts.NAME] of hosts.toml ('demo' always exists)")
     p.add_argument("--goal", required=True, metavar="GOAL", help="max-tokens | context=N | tokens=N")
     p.add_argument("--requests", type=int, metavar="K", help="with context=N: K requests of N tokens (default 1)")
     p.add_argument("--also", action="append", default=[], metavar="KNOB",

@@ -5,7 +5,7 @@ or fails (exit 1); ``--follow-restarts`` keeps waiting through automatic restart
 ready or the time runs out. A boot stopped by an operator (a manual restart) is not a failure:
 the wait goes on with the boot that replaces it. Phase progress goes to stderr
 (``[  12.3s] load_weights``, seconds since the boot started), and a heartbeat whenever nothing
-else was printed for ``HEARTBEAT_S`` (``… still waiting after 40s: boot 1 in load_weights 12/61
+else was printed for ``HEARTBEAT_S`` (``… still waiting after 40s: boot 1 in load weights 12/61
 shards``), so a CI log is never silent for more than 10 s; then the boot's summary to stdout
 (``--json``: the boot object of ``kvtui replay --json``, also on a timeout when a boot was seen).
 Exit codes: 0 ready, 1 failed, 3 connection or configuration, 5 timed out.
@@ -239,7 +239,7 @@ class Waiter:
                 when = f" at {boot.started_at:%H:%M:%S}" if boot.started_at is not None else ""
                 self._say(f"boot {self.number(index)} started{when}")
         for span in boot.phases[done:]:
-            name = span.name.value + (" (draft)" if span.model is Model.DRAFT else "")
+            name = fmt.phase_label(span.name) + (" (draft)" if span.model is Model.DRAFT else "")
             self._say(name, self._elapsed(boot, span.start))
         self.printed[index] = len(boot.phases)
 
@@ -248,7 +248,7 @@ class Waiter:
         if f is None:
             self._say(f"boot {self.number(index)} failed")
             return
-        where = f" in {f.phase.value}" if f.phase is not None else ""
+        where = f" in {fmt.phase_label(f.phase)}" if f.phase is not None else ""
         self._say(f"failed{where}: {f.kind.value}: {_clip(f.message, 300)}", self._elapsed(boot, boot.ended_at))
         if f.hint:
             self._say(f"hint: {f.hint}")
@@ -318,11 +318,11 @@ class Waiter:
 
 
 def _where(boot: Boot) -> str:
-    """``in load_weights 12/61 shards`` while a boot starts (the phase and its progress), else its
-    status and phase (``stopped in load_weights``)."""
+    """``in load weights 12/61 shards`` while a boot starts (the phase and its progress), else its
+    status and phase (``stopped in load weights``)."""
     if boot.status is BootStatus.STARTING and boot.phases:
         return f"in {fmt.boot_progress(boot)}"
-    return boot.status.value + (f" in {boot.phase.value}" if boot.phase is not None else "")
+    return boot.status.value + (f" in {fmt.phase_label(boot.phase)}" if boot.phase is not None else "")
 
 
 def _clip(text: str, n: int) -> str:

@@ -159,7 +159,7 @@ class DeploymentWaiter:
             f = dep.boot.failure
             who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
             what = f"{f.kind.value}: {_clip(f.message, 300)}" if f is not None else "failed"
-            where = f" in {f.phase.value}" if f is not None and f.phase is not None else ""
+            where = f" in {fmt.phase_label(f.phase)}" if f is not None and f.phase is not None else ""
             self._finish(Result(EXIT_FAILED, dep, f"{self.name}: failed on {who}{where}: {what}"))
             return
         self.check_hang(dep)
@@ -208,7 +208,7 @@ class DeploymentWaiter:
             late = [n for n in dep.nodes if n.span(span.name, span.model) is None and n.boot is not None
                     and span.name not in (Phase.HTTP_UP, Phase.READY)]
             note = f" (not yet on {', '.join(n.label() for n in late)})" if late else ""
-            self._say(f"{span.name.value}{note}", self.clock() - self.t0)
+            self._say(f"{fmt.phase_label(span.name)}{note}", self.clock() - self.t0)
 
     def heartbeat_text(self) -> str:
         waited = fmt.duration(self.clock() - self.t0)
@@ -218,7 +218,7 @@ class DeploymentWaiter:
         for n, stall in self.node_stalls(dep, notice):
             b = n.boot
             part = f"{n.label()} " + ("no boot yet" if b is None else
-                                      f"{b.status.value}" + (f" in {b.phase.value}" if b.phase else ""))
+                                      f"{b.status.value}" + (f" in {fmt.phase_label(b.phase)}" if b.phase else ""))
             parts.append(part + (f" ({stall.text()})" if stall is not None else ""))
         return f"… still waiting after {waited}: {'; '.join(parts)}"
 

@@ -62,14 +62,14 @@ class BootEta:
         return ratio if ratio > SLOW_FACTOR else None
 
     def text(self) -> str:
-        """``graph_capture 0:41 / ~1:05, ready in ~2:10 (median of 6 boots)``; or why there is none."""
+        """``graph capture 0:41 / ~1:05, ready in ~2:10 (median of 6 boots)``; or why there is none."""
         if self.phase is None:
             return self.note
         if self.current is None and self.remaining is None:
             return self.note
         parts: list[str] = []
         if self.current is not None and self.elapsed is not None:
-            parts.append(f"{self.phase} {clock(self.elapsed)} / ~{clock(self.current.median)}")
+            parts.append(f"{fmt.phase_label(self.phase)} {clock(self.elapsed)} / ~{clock(self.current.median)}")
         if self.remaining is not None:
             parts.append(f"ready in ~{clock(self.remaining)}")
         text = ", ".join(parts) + f" (median of {self.boots} boot{'s' if self.boots != 1 else ''})"
@@ -87,7 +87,7 @@ def slow_reason(eta: BootEta | None, silent: float | Stall | None = None) -> str
     """Why the running boot is slower than usual, when it is: its phase past ``SLOW_FACTOR`` × the
     median, or the stall detector's stall (``silent``: a ``kvtui.boot.stall.Stall``, or the seconds
     without progress) in a phase whose past boots are known, worded by what the detector saw —
-    ``slower than usual: silent for 5:00 in graph_capture, which takes ~1:05 (median of 6 boots)``
+    ``slower than usual: silent for 5:00 in graph capture, which takes ~1:05 (median of 6 boots)``
     when no line and no GPU-memory change came, ``slower than usual: no progress for 5:00 in
     init (only wait lines: 'No available shared memory broadcast block' 5×), which takes ~0:40
     (median of 6 boots)`` when the engine printed only its wait lines. None: nothing to say (no
@@ -103,10 +103,11 @@ def slow_reason(eta: BootEta | None, silent: float | Stall | None = None) -> str
     boots = f"median of {c.boots} boot{'s' if c.boots != 1 else ''}"
     usual = f"which takes ~{clock(c.median)} ({boots})"
     if isinstance(silent, (int, float)):
-        return f"slower than usual: silent for {clock(silent)} in {eta.phase}, {usual}"
+        return f"slower than usual: silent for {clock(silent)} in {fmt.phase_label(eta.phase)}, {usual}"
+    phase = fmt.phase_label(eta.phase)
     if silent.kind is None or silent.repeats <= 0:
-        return f"slower than usual: silent for {clock(silent.seconds)} in {eta.phase}, {usual}"
-    return f"slower than usual: no progress for {clock(silent.seconds)} in {eta.phase} ({silent.seen()}), {usual}"
+        return f"slower than usual: silent for {clock(silent.seconds)} in {phase}, {usual}"
+    return f"slower than usual: no progress for {clock(silent.seconds)} in {phase} ({silent.seen()}), {usual}"
 
 
 def heartbeat_eta(history: Sequence[Mapping[str, Any]], host: str,

@@ -70,7 +70,8 @@ class Prediction:
             "calibration": {  # what the model stands on: the explain lines' method and boot count
                 "method": str(mdl.basis),
                 "boots": 0 if mdl.basis is Basis.CONFIG else mdl.calibration_boots,
-                "env": dict(mdl.pool_env),
+                # the pool-sizing environment the boot ran with; null when none of it is set
+                "env": dict(mdl.pool_env) if any(v is not None for v in mdl.pool_env.values()) else None,
             },
             "observed": {
                 ff: r(mdl.fraction),

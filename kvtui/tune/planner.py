@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kvtui import kvcalc
+from kvtui import fmt, kvcalc
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine, FailureKind
 from kvtui.knobs import Memory, dash_name, fraction_flag, memory_name, memory_value
@@ -315,7 +315,7 @@ class Planner:
                 lo, _ = self._grid()
                 if first >= lo:
                     return self._candidate(model, first, extra,
-                                           f"the calculator's largest safe fraction {safe:.3f} (verdict ok), "
+                                           f"the calculator's largest safe fraction {fmt.safe_max(safe)} (verdict ok), "
                                            f"rounded down to the step {self.bounds.step:g}")
         died = model.graph is not None and model.graph.source is kvcalc.GraphSource.CAPTURE_OOM
         if died:  # what the dead boot's capture trail says caps the fraction from now on

@@ -10,16 +10,7 @@ from datetime import datetime
 from kvtui import fmt
 from kvtui.engines.events import FailureKind, Phase
 
-PHASE_LABELS: dict[Phase, str] = {
-    Phase.LAUNCH: "launch",
-    Phase.INIT: "init",
-    Phase.LOAD_WEIGHTS: "load weights",
-    Phase.COMPILE: "compile",
-    Phase.KV_ALLOCATE: "KV allocate",
-    Phase.GRAPH_CAPTURE: "graph capture",
-    Phase.HTTP_UP: "HTTP up",
-    Phase.READY: "ready",
-}
+PHASE_LABELS = fmt.PHASE_LABELS  # one naming of the phases for the CLI and the widgets
 
 # The CSS variable of each phase's colour (see kvtui/ui/themes.py).
 PHASE_VARIABLE: dict[Phase, str] = {
@@ -68,13 +59,7 @@ VERDICT_VARIABLE: dict[str, str] = {
 }
 
 
-def phase_label(phase: Phase | str | None) -> str:
-    if phase is None:
-        return "—"
-    try:
-        return PHASE_LABELS[Phase(phase)]
-    except ValueError:
-        return str(phase)
+phase_label = fmt.phase_label
 
 
 # Numbers, sizes and durations: kvtui.fmt, the one formatting module of every view (CLI too).

@@ -259,7 +259,7 @@ def prediction_summary(p: Prediction) -> Content:
         style = "$error bold" if p.graph_headroom_gib < p.margin_gib else "$foreground"
         parts.extend([("  ·  headroom ", "$text-muted"), (fmt.signed_gib(p.graph_headroom_gib), style)])
     if p.max_safe_fraction is not None:
-        parts.extend([("  ·  largest safe ", "$text-muted"), (f"{p.max_safe_fraction:.2f}", "$accent bold")])
+        parts.extend([("  ·  largest safe ", "$text-muted"), (fmt.safe_max(p.max_safe_fraction), "$accent bold")])
     return Content.assemble(*parts)
 
 

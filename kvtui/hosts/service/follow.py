@@ -78,7 +78,7 @@ def boot_result(say: ProgressFn, boot: Boot) -> tuple[Boot, int, str]:
         return boot, EXIT_OK, "ready"
     fail = boot.failure
     if fail is not None:
-        where = f" in {fail.phase.value}" if fail.phase else ""
+        where = f" in {fmt.phase_label(fail.phase)}" if fail.phase else ""
         say(f"the new boot failed{where}: {fail.kind.value}: {one_line(fail.message, 200)}")
         if fail.hint:
             say(f"hint: {fail.hint}")
@@ -171,7 +171,7 @@ class BootFollower:
         for i, b in enumerate(self._tracker.boots):
             if b.phase is not None and self._phase_seen.get(i) != b.phase.value:
                 self._phase_seen[i] = b.phase.value
-                self._progress(f"boot: {b.phase.value}")
+                self._progress(f"boot: {fmt.phase_label(b.phase)}")
                 self._last_out = asyncio.get_running_loop().time()
 
     def _beat(self, now: float, since: float) -> None:

@@ -17,7 +17,7 @@ from kvtui.boot import Boot
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_USAGE
 from kvtui.hosts.service.model import BACKUP_MARK, PRE_ROLLBACK, ApplyPlan, Refusal, ServiceError
-from kvtui.knobs import CPU_KV_SPACE_KNOB, dash_name, dump_value, env_knob
+from kvtui.knobs import CPU_KV_SPACE_KNOB, dump_value, env_knob, unknown_flag
 
 if TYPE_CHECKING:
     from kvtui.config import HostConfig
@@ -121,24 +121,12 @@ def refuse_unknown_flags(plan: ApplyPlan, boots: Sequence[Boot] | None) -> None:
     for b in boots or ():
         if b.engine in (engine, Engine.UNKNOWN):
             dump.update(k.replace("_", "-") for k in b.flags)
-    eng = "vLLM" if engine is Engine.VLLM else "SGLang"
     for e in plan.edits:
         if e.value is None:
             continue  # removing: refused already when the file has no such flag
-        name = dash_name(e.flag)
-        base = name[3:] if engine is Engine.VLLM and name.startswith("no-") else name
-        if fl.lookup(engine, name) is not None or {name, base} & (in_file | dump):
-            continue
-        candidates = sorted(fl.known_names(engine) | in_file | dump)
-        near = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
-        helper = "vllm serve --help" if engine is Engine.VLLM else "python -m sglang.launch_server --help"
-        nearest = ("nearest known flags: " + ", ".join(f"--{n}" for n in near)) if near else (
-            f"no known flag is close to it (`{helper}` lists them all)")
-        where = " or the running boot's argument dump" if dump else ""
-        plan.refusals.append(Refusal(
-            f"--{name} is not a flag {eng} accepts (not in kvtui's flag table, the file{where}); {nearest}; "
-            f"the engine would refuse it at start (`error: unrecognized arguments: --{name}`, exit status 2): "
-            "check the spelling, or pass --force to write it anyway", True))
+        why = unknown_flag(engine, e.flag, in_file, dump)
+        if why is not None:
+            plan.refusals.append(Refusal(f"{why}: check the spelling, or pass --force to write it anyway", True))
 
 
 def readonly_reason(name: str, host: HostConfig, backend_readonly: bool) -> str | None:
