@@ -633,7 +633,7 @@ ps -e -o pid=,ppid="""
 
 
 def server_pids_by_pattern(pattern: str = ENGINE_PROCESS_PATTERN) -> str:
-    script = f"""for p in $(pgrep -f {q(pattern)} 2>/dev/null); do echo "MainPID=$p"; done
+    script = f"""for p in $(pgrep -f {q(_self_safe(pattern))} 2>/dev/null); do echo "MainPID=$p"; done
 echo {PS_MARK}
 ps -e -o pid=,ppid="""
     return sh_c(script)
