@@ -591,13 +591,16 @@ def test_file_follower_starts_again_when_tail_sees_the_file_replaced_or_truncate
     f.feed(b"\x00kvtui:follow ino=42 off=100\nabc\n")
     recs = f.feed(b"x\ntail: '/var/log/s.log' has been replaced;  following new file\nnew\n")
     assert [(r.text, r.cursor) for r in recs] == [("x", "106")]
-    assert f.restart and (f.offset, f.inode) == (106, 42)
+    assert f.restart
+    assert (f.offset, f.inode) == (106, 42)
     assert f.feed(b"more of the new file\n") == []
     b = SshBackend("x", HostConfig(ssh="h", log_file="/var/log/s.log"))
     g = _FileFollower(b, LogStart.CURRENT_BOOT, "0")
     g.feed(b"one\ntwo\n")
     assert [r.text for r in g.feed(b"tail: /var/log/s.log: file truncated\nagain\n")] == []
-    assert g.restart and g.offset == 8 and g._tail == b"one\ntwo\n"
+    assert g.restart
+    assert g.offset == 8
+    assert g._tail == b"one\ntwo\n"
 
 
 def test_file_follower_locates_the_boot_and_plans_its_parts() -> None:

@@ -201,7 +201,7 @@ def restart_unit(unit: str, *, sudo: bool = False) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Log files: bounded scan back to the last server start, then `tail -F` from a byte offset
+# Log files: the last server start however far back, then `tail -F` from a byte offset
 # ---------------------------------------------------------------------------------------------
 
 # Lines that open a server's boot in a raw log (extended regex, matched by `grep -E`).
@@ -212,28 +212,10 @@ SERVER_START_PATTERNS: tuple[str, ...] = (
     r"args: Namespace\(",  # vLLM < 0.10
 )
 PRIMARY_START_PATTERNS: tuple[str, ...] = (r"server_args=ServerArgs\(", r"vLLM API server version")
-SCAN_WINDOW_BYTES = 64 * 1024 * 1024
-SCAN_MATCH_LIMIT = 50
+# the last bytes of a log scanned first for the server's start (a recent boot); else the whole file
+SCAN_WINDOW_BYTES = 16 * 1024 * 1024
 # In-band control lines of the file follower start with NUL (a text log never holds one).
 CONTROL_PREFIX = b"\x00kvtui:"
-
-
-def file_scan_back(path: str, *, window: int = SCAN_WINDOW_BYTES,
-                   patterns: Sequence[str] = SERVER_START_PATTERNS) -> str:
-    """Prints ``stat INODE SIZE START`` (``START`` = first byte of the scanned window) then up to
-    ``SCAN_MATCH_LIMIT`` lines ``OFFSET:TEXT`` (offset relative to ``START``, text cut to 200
-    chars) of server-start lines in the last ``window`` bytes; or ``missing``."""
-    pat = "|".join(patterns)
-    script = f"""f={qpath(path)}
-set -- $(stat -L -c '%i %s' -- "$f" 2>/dev/null)
-if [ $# -ne 2 ]; then echo missing; exit 0; fi
-ino=$1; size=$2; win={int(window)}
-if [ "$size" -gt "$win" ]; then start=$((size - win)); else start=0; fi
-echo "stat $ino $size $start"
-tail -c +$((start + 1)) -- "$f" | head -c $((size - start)) \\
-  | LC_ALL=C grep -a -b -E {q(pat)} | tail -n {SCAN_MATCH_LIMIT} | cut -c1-200
-exit 0"""
-    return sh_c(script)
 
 
 # A server up for days (issue 21): the follower reads the boot's startup part whole, the recent tail,
@@ -243,7 +225,6 @@ READY_PATTERNS: tuple[str, ...] = (
     r"Application startup complete",  # vLLM (uvicorn; SGLang prints it too, a few lines before its own)
 )
 SGLANG_READY = "The server is fired up and ready to roll"
-RECENT_WINDOW_BYTES = 16 * 1024 * 1024  # scanned first for the start (a recent boot); else the whole file
 TAIL_BYTES = 1024 * 1024  # the recent tail read before following
 STARTUP_CAP_BYTES = 32 * 1024 * 1024  # the startup part read whole, at most
 STARTUP_MARGIN_LINES = 300  # lines after the ready line that still belong to the startup part
@@ -286,7 +267,7 @@ def _self_safe(pattern: str) -> str:
     return pattern.replace("\\.", "[.]").replace(" ", "[ ]")
 
 
-def file_locate(path: str, *, pid_file: str | None = None, recent: int = RECENT_WINDOW_BYTES,
+def file_locate(path: str, *, pid_file: str | None = None, recent: int = SCAN_WINDOW_BYTES,
                 tail_bytes: int = TAIL_BYTES, cap: int = STARTUP_CAP_BYTES,
                 margin: int = STARTUP_MARGIN_LINES) -> str:
     """One round trip that says where the current boot's parts are in a log file (issue 21).
