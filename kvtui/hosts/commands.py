@@ -233,7 +233,9 @@ LOCATE_MATCH_LIMIT = 50
 
 # ``rng PATH GZ A B``: the bytes [A, B) of PATH (B empty: to its end; GZ=1: of its decompressed
 # stream). GNU dd reads a byte range with large blocks (``tail -c | head -c`` pipes are several times
-# slower on a 250 MB range); without it, tail/head.
+# slower on a 250 MB range); without it, tail/head. ``at PATH A CMD…``: CMD reads PATH from byte A
+# on its own stdin — the file itself, positioned by ``dd … count=0``, no pipe (a 240 MB range:
+# ``wc`` 0.07 s, against 0.7–0.9 s through a pipe on a loaded host; ``grep`` 0.4 s against 1.5 s).
 _RANGE_FN = r"""export LC_ALL=C
 dd=0; dd if=/dev/null of=/dev/null count=0 iflag=skip_bytes,count_bytes 2>/dev/null && dd=1
 rng() {
@@ -245,6 +247,11 @@ rng() {
     else tail -c +$(($3 + 1)) -- "$1" | head -c $(($4 - $3)); fi
   elif [ "$dd" = 1 ]; then dd if="$1" bs=4M skip="$3" iflag=skip_bytes 2>/dev/null
   else tail -c +$(($3 + 1)) -- "$1"; fi
+}
+at() {
+  f_=$1; a_=$2; shift 2
+  if [ "$dd" = 1 ]; then { dd bs=4M skip="$a_" iflag=skip_bytes count=0 2>/dev/null; "$@"; } < "$f_"
+  else tail -c +$((a_ + 1)) -- "$f_" | "$@"; fi
 }
 """
 
@@ -301,8 +308,8 @@ echo "stat $ino $size"
 starts() {{ grep -a -b -E "$spat" | cut -c1-300 | tail -n {LOCATE_MATCH_LIMIT}; }}
 m=
 if [ "$size" -gt "$recent" ]; then
-  m=$(rng "$f" 0 $((size - recent)) "$size" | starts | awk -F: -v b=$((size - recent)) \\
-      'BEGIN {{ OFS = ":" }} {{ $1 = $1 + b; print }}')
+  m=$(at "$f" $((size - recent)) starts | awk -F: -v b=$((size - recent)) -v s="$size" \\
+      'BEGIN {{ OFS = ":" }} {{ $1 = $1 + b; if ($1 < s) print }}')
 fi
 [ -z "$m" ] && m=$(starts < "$f" | awk -F: -v s="$size" '$1 < s')
 {_sibling_list()}echo "sibs" $sibs
@@ -366,7 +373,9 @@ def file_search(path: str, start: int, end: int | None, pattern: str, *, gz: boo
     its decompressed stream) on the host: ``grep -a -b -n`` (``-F`` or ``-E``, ``-i``, ``-C``),
     the first ``limit`` matches or, ``newest``, the last ones. Prints ``grep``'s own lines
     (``LINE:BYTE:TEXT`` for a match, ``LINE-BYTE-TEXT`` for context, ``--`` between groups; LINE
-    and BYTE relative to ``start``), at most ``max_bytes``; exit 3 when the file is not there."""
+    and BYTE relative to ``start``), at most ``max_bytes``; exit 3 when the file is not there. A plain
+    file is read in place from ``start`` to its end (no pipe): lines at or past ``end`` are for the
+    reader to drop (``parse_file_search``)."""
     ctx = max(0, int(context))
     flags = ["-a", "-b", "-n", "-E" if regex else "-F"]
     if ignore_case:
@@ -380,10 +389,12 @@ def file_search(path: str, start: int, end: int | None, pattern: str, *, gz: boo
         flags.append(f"-m {n}")
         cut = ""
     e = "''" if end is None else str(int(end))
+    a = max(0, int(start))
+    grep = f"grep {' '.join(flags)} -e {q(pattern)}"
+    src = f'rng "$f" 1 {a} {e} | {grep}' if gz else f'at "$f" {a} {grep}'
     script = _RANGE_FN + f"""f={qpath(path)}
 [ -r "$f" ] || {{ echo "kvtui: $f: no such file" >&2; exit 3; }}
-rng "$f" {1 if gz else 0} {max(0, int(start))} {e} \\
-  | grep {' '.join(flags)} -e {q(pattern)}{cut} | head -c {int(max_bytes)}
+{src}{cut} | head -c {int(max_bytes)}
 exit 0"""
     return sh_c(script)
 
@@ -442,7 +453,14 @@ def _plan_lines(plan: Sequence[PlanStep], first: int) -> str:
         elif kind == "gap":
             last = (f"l=$(rng {p} 0 $(({e} - 4096 > {int(a)} ? {e} - 4096 : {int(a)})) {e} | tail -n 1 | cut -c1-40 "
                     "| tr '\\t\\r\\000' '   ')" if not gz and b is not None else "l=")
-            out.append(f"set -- $(rng {p} {g} {int(a)} {e} | wc -lc); n=${{1:-0}}; z=${{2:-0}}\n"
+            if gz:
+                count = f"set -- $(rng {p} 1 {int(a)} {e} | wc -lc); n=${{1:-0}}; z=${{2:-0}}"
+            else:  # lines from a to the end read in place, less those from b to that end (a small pipe)
+                count = f"set -- $(at {p} {int(a)} wc -lc); n=${{1:-0}}; z=${{2:-0}}"
+                if b is not None:
+                    count += (f"\nif [ $(({int(a)} + z)) -gt {int(b)} ]; then "
+                              f"n=$((n - $(rng {p} 0 {int(b)} $(({int(a)} + z)) | wc -l))); z={int(b) - int(a)}; fi")
+            out.append(f"{count}\n"
                        f"h=$(rng {p} {g} {int(a)} {e} | head -n 1 | cut -c1-40 | tr '\\t\\r\\000' '   ')\n{last}\n"
                        f"printf '\\000kvtui:gap {i} %s %s %s\\t%s\\n' \"$n\" $(({int(a)} + z)) \"$h\" \"$l\"")
         else:

@@ -684,7 +684,7 @@ class SshBackend:
                              timeout=120)
         if res.exit_status != 0:
             raise BackendError(f"{self.name}: search of {path} failed: {(res.stderr or res.stdout).strip()[:300]}")
-        matches = parse_file_search(res.stdout, start, context=context)
+        matches = parse_file_search(res.stdout, start, context=context, end=end)
         return matches[-limit:] if newest else matches[:limit]
 
     async def gpu_stream(self, interval_s: float = 1.0) -> AsyncGenerator[list[GpuSample], None]:
@@ -878,18 +878,22 @@ def _describe(exc: BaseException | None) -> str:
 _GREP_LINE_RE: Final = re.compile(r"^(\d+)([:-])(\d+)[:-](.*)$", re.S)
 
 
-def parse_file_search(out: str, start: int, *, context: int = 0) -> list[LogMatch]:
+def parse_file_search(out: str, start: int, *, context: int = 0, end: int | None = None) -> list[LogMatch]:
     """``file_search``'s ``grep -b -n`` lines -> matches, oldest first, each with up to ``context``
     lines before and after it; a record's cursor is the absolute byte offset after its line
-    (``start`` + grep's offset + its length + 1), ``line_no`` its line in the range (1-based)."""
+    (``start`` + grep's offset + its length + 1), ``line_no`` its line in the range (1-based).
+    Lines that begin at or past ``end`` are not the range's (grep read the file to its end)."""
     rows: list[tuple[int, bool, LogRecord]] = []  # (line, is match, record)
     for line in out.split("\n"):
         m = _GREP_LINE_RE.match(line)
         if m is None:
             continue
         text = m.group(4)
-        end = start + int(m.group(3)) + len(text.encode("utf-8", "surrogateescape")) + 1
-        rows.append((int(m.group(1)), m.group(2) == ":", LogRecord(_decode(text.encode()), None, str(end), "file")))
+        begin = start + int(m.group(3))
+        if end is not None and begin >= end:
+            continue
+        stop = begin + len(text.encode("utf-8", "surrogateescape")) + 1
+        rows.append((int(m.group(1)), m.group(2) == ":", LogRecord(_decode(text.encode()), None, str(stop), "file")))
     by_line = {n: rec for n, _, rec in rows}
     out_matches: list[LogMatch] = []
     for n, hit, rec in rows:
