@@ -644,6 +644,27 @@ def test_file_follower_locates_the_boot_and_plans_its_parts() -> None:
     assert (f.offset, f.inode) == (0, None)
 
 
+def test_file_follower_resumes_inside_its_plan_and_never_says_a_gap_twice() -> None:
+    """A drop inside the startup part goes on from the offset reached (the gap still to come);
+    after the gap, a drop follows the file as ever: no second gap, no startup part again."""
+    f = _file_follower(None)
+    f._apply_locate("stat 9 250000000\nsibs\nm 347 [x] server_args=ServerArgs(a\nready 63514\ntail 248951000\n")
+    f.located = True
+    f.feed(b"\x00kvtui:seg 0 off=347\nstart\nmore\n")
+    f.reset()
+    cmd = asyncio.run(f.command(None))  # type: ignore[arg-type]
+    assert "kvtui:seg 0 off=358" in cmd
+    assert "kvtui:gap 1 " in cmd
+    recs = f.feed(b"\x00kvtui:seg 0 off=358\n\x00kvtui:gap 1 1990000 248951000 x\t\n"
+                  b"\x00kvtui:follow ino=9 off=248951000\nnow\n")
+    assert [r.text[:12] for r in recs] == ["kvtui: 19900", "now"]
+    f.reset()
+    cmd = asyncio.run(f.command(None))  # type: ignore[arg-type]
+    assert "kvtui:seg" not in cmd
+    assert "kvtui:gap" not in cmd
+    assert "off=248951004;" in cmd
+
+
 def test_docker_follower_cursor_skips_what_was_delivered() -> None:
     from kvtui.hosts.ssh.followers import _DockerFollower
 

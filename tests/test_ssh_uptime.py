@@ -31,7 +31,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sshd_support import FakeTools, SshdInstance, processes_matching, requires_sshd, start_sshd, wait_no_processes
+from sshd_support import (
+    CutProxy,
+    FakeTools,
+    SshdInstance,
+    processes_matching,
+    requires_sshd,
+    start_sshd,
+    wait_no_processes,
+)
 
 import kvtui
 from kvtui.boot.model import Boot, BootStatus
@@ -141,10 +149,11 @@ def big_log(tools: FakeTools) -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-def make_backend(sshd: SshdInstance, **keys: Any) -> SshBackend:
+def make_backend(sshd: SshdInstance, port: int | None = None, **keys: Any) -> SshBackend:
     keys.setdefault("unit", None)
-    return SshBackend("uptime", sshd.host_config(**keys), ssh_config=[], connect_timeout=5, keepalive_interval=2,
-                      backoff=Backoff(initial=0.05, cap=0.5, rng=random.Random(7)), options={"agent_path": None})
+    return SshBackend("uptime", sshd.host_config(port=port, **keys), ssh_config=[], connect_timeout=5,
+                      keepalive_interval=2, backoff=Backoff(initial=0.05, cap=0.5, rng=random.Random(7)),
+                      options={"agent_path": None})
 
 
 async def wait_until(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
@@ -320,6 +329,46 @@ def test_kvtui_wait_on_the_2m_file_against_a_grep_over_ssh(sshd: SshdInstance, b
     assert spool < 20 * 1024 * 1024
     assert rss_kb is None or rss_kb < 150 * 1024
     assert t_wait < 1.5 * (t_grep + t_small) + 1.0  # (+1 s: the shared machine's load varies)
+
+
+async def test_a_cut_after_the_gap_says_no_second_gap_and_loses_nothing(sshd: SshdInstance, tools: FakeTools) -> None:
+    """The connection drops twice once the tail is followed: the follower goes on from its byte
+    offset (no startup part again, no second gap) and every line written meanwhile arrives once.
+    Fails before issue 21: no gap was said at all (the whole file was copied)."""
+    d = tools.root / f"cut-{uuid.uuid4().hex[:8]}"
+    d.mkdir()
+    log = d / "sglang.log"
+    write_log(log, BOOT, 20_000)
+    proxy = await CutProxy(sshd.port).start()
+    sshd.trust_port(proxy.port)
+    b = make_backend(sshd, port=proxy.port, log_file=str(log))
+    got: list[LogRecord] = []
+
+    async def collect(it: AsyncIterator[list[LogRecord]]) -> None:
+        async for batch in it:
+            got.extend(batch)
+
+    task = asyncio.create_task(collect(b.follow_log(LogStart.CURRENT_BOOT)))
+    try:
+        await wait_until(lambda: bool(got) and got[-1].cursor == str(log.stat().st_size), 60, "the tail")
+        for k in range(2):
+            proxy.cut()
+            with log.open("ab") as fh:
+                fh.write(b"".join(b"[2026-02-10 05:00:00] after cut %d line %d\n" % (k, i) for i in range(50)))
+            await wait_until(lambda: got[-1].cursor == str(log.stat().st_size), 60, "the lines after a cut")
+        gaps = [r.text for r in got if r.ident == "kvtui"]
+        assert len(gaps) == 1
+        assert b.reconnects == 2
+        after = [r.text for r in got if "after cut" in r.text]
+        assert after == [f"[2026-02-10 05:00:00] after cut {k} line {i}" for k in range(2) for i in range(50)]
+        assert sum(1 for r in got if "server_args=ServerArgs(" in r.text) == 1
+    finally:
+        task.cancel()
+        with __import__("contextlib").suppress(asyncio.CancelledError):
+            await task
+        await b.close()
+        await proxy.close()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.parametrize("gz", [False, True], ids=["FILE.1", "FILE.1.gz"])
