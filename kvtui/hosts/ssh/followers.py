@@ -588,14 +588,13 @@ class _FileFollower(_Follower):
         for line in lines:
             if self.skip_partial or b"\r" in line or b"\x00" in line or b"tail: " in line:
                 self.offset = offset
-                plain = b"\x00" not in line and b"tail: " not in line
                 pieces = line.split(b"\r")
                 for piece in pieces:
                     self._piece(piece, 1, out)
                     if self._dropping:
                         self._buf = b""
                         return out
-                if plain:
+                if self.offset - offset == len(line) + 1:  # all file bytes (no control line, no notice)
                     self._keep(line + b"\n")
                 offset = self.offset
                 continue
@@ -772,9 +771,10 @@ class _FileFollower(_Follower):
 
     def _tail_notice(self, notice: bytes) -> None:
         if C.TAIL_NEW_FILE_RE.match(notice):
-            if self.inode is not None and b"has been replaced" in notice:
-                # renamed away (rename-and-create): start again; the prelude reads the old file's
-                # rest by its inode from where this stream was, then follows the new file
+            if self.inode is not None:
+                # renamed away (rename-and-create; or gone, then a new file): start again; the
+                # prelude reads the old file's rest by its inode from where this stream was (when
+                # it is still there), then follows the new file
                 self._replaced = True
                 self._drop()
                 return
