@@ -122,7 +122,8 @@ BUILDERS: list[tuple[str, Callable[[str], str], Callable[[str], list[str]]]] = [
     ("server_pids_unit", lambda v: C.server_pids_unit(v), lambda v: ["systemctl", "show", "-p", "MainPID", v]),
     ("server_pids_container", lambda v: C.server_pids_container(v), lambda v: ["docker", "inspect", "-f",
                                                                                "{{.State.Pid}}", v]),
-    ("server_pids_pattern", lambda v: C.server_pids_by_pattern(v), lambda v: ["pgrep", "-f", v]),
+    # (the pattern as pgrep gets it never matches its own text: `pgrep -f` would find the shell)
+    ("server_pids_pattern", lambda v: C.server_pids_by_pattern(v), lambda v: ["pgrep", "-f", C._self_safe(v)]),
     ("probe_unit", lambda v: C.probe_host(unit=v), lambda v: ["systemctl", "show", "-p", "LoadState", "--value", v]),
     ("probe_journal", lambda v: C.probe_host(unit=v, sudo=True), lambda v: ["sudo", "-n", "journalctl", "-u", v]),
     ("probe_container", lambda v: C.probe_host(container=v),
@@ -208,8 +209,10 @@ def test_file_commands_on_hostile_names(sandbox: tuple[Path, Path, dict[str, str
     res = sh(C.file_stat(p), work, env)
     ino, size = res.stdout.split()
     assert (int(ino), int(size)) == (f.stat().st_ino, 12)
-    res = sh(C.file_scan_back(p), work, env)
-    assert res.stdout.decode().splitlines()[0] == f"stat {f.stat().st_ino} 12 0"
+    res = sh(C.file_locate(p, pid_file=p + ".pid"), work, env)
+    assert res.stdout.decode().splitlines()[:2] == [f"stat {f.stat().st_ino} 12", "sibs"]
+    res = sh(C.file_search(p, 0, 12, "content", context=1), work, env)
+    assert (res.returncode, res.stdout) == (0, b"1:0:new content\n")
     assert_no_canary(work.parent)
 
 
@@ -236,19 +239,46 @@ def test_tilde_paths_expand_on_the_host(sandbox: tuple[Path, Path, dict[str, str
     assert res.stdout == b"hello\n"
 
 
-def test_scan_back_finds_the_last_server_start(sandbox: tuple[Path, Path, dict[str, str]]) -> None:
+def test_locate_finds_the_last_start_its_ready_line_and_the_tail(sandbox: tuple[Path, Path, dict[str, str]]) -> None:
+    """Issue 21: ``file_locate`` on the host (no sshd needed: sh runs it like sshd would)."""
     work, _log, env = sandbox
     f = work / "server.log"
     old = b"[2026-01-01 00:00:00] server_args=ServerArgs(model_path='a')\nold boot line\n"
     new = b"(APIServer pid=1) INFO vLLM API server version 0.11.0\n(APIServer pid=1) INFO non-default args: {'a': 1}\n"
-    f.write_bytes(old + new + b"ready\n")
-    out = sh(C.file_scan_back(str(f)), work, env).stdout.decode().splitlines()
-    assert out[0].startswith("stat ")
-    offsets = [int(line.split(":", 1)[0]) for line in out[1:]]
-    assert offsets == [0, len(old), len(old) + new.index(b"(APIServer pid=1) INFO non")]
-    # a small window only sees the tail
-    out = sh(C.file_scan_back(str(f), window=30), work, env).stdout.decode().splitlines()
-    assert out == [f"stat {f.stat().st_ino} {f.stat().st_size} {f.stat().st_size - 30}"]
+    ready = b"(APIServer pid=1) INFO:     Application startup complete.\n"
+    serving = b"".join(b"(APIServer pid=1) INFO:     127.0.0.1:1 - \"GET /metrics HTTP/1.1\" 200 OK %06d\n" % i
+                       for i in range(2000))
+    f.write_bytes(old + new + ready + serving)
+    size = f.stat().st_size
+    out = sh(C.file_locate(str(f), tail_bytes=1000, margin=3), work, env).stdout.decode().splitlines()
+    assert out[0] == f"stat {f.stat().st_ino} {size}"
+    starts = [int(line.split()[1]) for line in out if line.startswith("m ")]
+    assert starts == [0, len(old), len(old) + new.index(b"(APIServer pid=1) INFO non")]
+    e = len(old + new + ready) + sum(len(x) + 1 for x in serving.split(b"\n")[:3])  # + 3 lines of margin
+    assert f"ready {e}" in out
+    t = int(out[-1].split()[1])
+    assert out[-1].startswith("tail ")
+    assert size - 1000 <= t < size - 1000 + 80  # the first whole line of the last 1000 bytes
+    assert f.read_bytes()[t - 1 : t] == b"\n"
+    # the start only in a rotated copy (the newest that has one), gzip'd
+    (work / "server.log.1.gz").write_bytes(__import__("gzip").compress(old + new + ready + serving[:500]))
+    f.write_bytes(serving)
+    out = sh(C.file_locate(str(f), tail_bytes=1000, margin=3), work, env).stdout.decode().splitlines()
+    assert out[1] == "sibs .1.gz"
+    assert out[2] == f"in .1.gz 1 {len(old + new + ready + serving[:500])}"
+    # no start anywhere: the tail only (no server runs here: no pid, no cmd)
+    (work / "server.log.1.gz").unlink()
+    out = sh(C.file_locate(str(f), tail_bytes=1000), work, env).stdout.decode().splitlines()
+    assert [line.split()[0] for line in out] == ["stat", "sibs", "tail"]
+    # search a byte range: grep's own lines, offsets relative to the range
+    a = len(serving) // 2
+    res = sh(C.file_search(str(f), a, None, "200 ok 0019", context=1, limit=2), work, env)
+    lines = res.stdout.decode().splitlines()
+    hit = next(x for x in lines if x.endswith("OK 001900"))
+    line_no, off, _ = hit.split(":", 2)
+    assert serving[a + int(off):].split(b"\n", 1)[0].endswith(b"200 OK 001900")
+    assert int(line_no) == serving[a:a + int(off)].count(b"\n") + 1
+    assert [x.endswith("OK 001899") for x in lines[:1]] == [True]  # its context before
 
 
 def _alive(pid: int) -> bool:

@@ -565,17 +565,15 @@ def test_file_follower_control_lines_and_tail_notices() -> None:
     f.offset = 7
     recs = f.feed(b"\x00kvtui:follow ino=42 off=100\nabc\n")
     assert (f.inode, [r.cursor for r in recs]) == (42, ["104"])
-    # tail's notices are not file bytes and not log lines; offsets restart in the new file
-    recs = f.feed(b"x\ntail: '/var/log/s.log' has been replaced;  following new file\nnew\n")
+    # tail's notices are not file bytes and not log lines; a file that appeared is read from 0
+    f.inode = None
+    recs = f.feed(b"x\ntail: '/var/log/s.log' has appeared;  following new file\nnew\n")
     assert [(r.text, r.cursor) for r in recs] == [("x", "106"), ("new", "4")]
     assert f.inode is None
     assert f.want_inode
-    recs = f.feed(b"tail: /var/log/s.log: file truncated\nagain\n")
-    assert [(r.text, r.cursor) for r in recs] == [("again", "6")]
-    assert "truncated" in f.note
     # a notice glued to an unterminated last line of the old file
     recs = f.feed(b"partialtail: '/var/log/s.log' has appeared;  following new file\nz\n")
-    assert [(r.text, r.cursor) for r in recs] == [("partial", "13"), ("z", "2")]
+    assert [(r.text, r.cursor) for r in recs] == [("partial", "11"), ("z", "2")]
     # the reconnect prelude's control lines
     f.offset = 50
     recs = f.feed(b"rest of old\n\x00kvtui:rotated\n\x00kvtui:follow ino=7 off=0\nnew file\n")
@@ -584,20 +582,87 @@ def test_file_follower_control_lines_and_tail_notices() -> None:
     assert f.inode == 7
 
 
-def test_file_follower_skips_the_partial_first_line_of_a_scan_window() -> None:
+def test_file_follower_starts_again_when_tail_sees_the_file_replaced_or_truncated() -> None:
+    """Issue 21: what tail prints after 'replaced' / 'truncated' is dropped; the follower starts
+    again from where it was (the old file's rest by inode, or copytruncate's copy, first)."""
+    from kvtui.hosts.ssh.followers import _FileFollower
+
     f = _file_follower(None)
-    f._apply_scan("stat 9 5000 1000\n")
-    assert (f.offset, f.inode, f.skip_partial) == (1000, 9, True)
-    recs = f.feed(b"end of a line\nwhole line\n")
-    assert [(r.text, r.cursor) for r in recs] == [("whole line", "1025")]
+    f.feed(b"\x00kvtui:follow ino=42 off=100\nabc\n")
+    recs = f.feed(b"x\ntail: '/var/log/s.log' has been replaced;  following new file\nnew\n")
+    assert [(r.text, r.cursor) for r in recs] == [("x", "106")]
+    assert f.restart
+    assert (f.offset, f.inode) == (106, 42)
+    assert f.feed(b"more of the new file\n") == []
+    b = SshBackend("x", HostConfig(ssh="h", log_file="/var/log/s.log"))
+    g = _FileFollower(b, LogStart.CURRENT_BOOT, "0")
+    g.feed(b"one\ntwo\n")
+    assert [r.text for r in g.feed(b"tail: /var/log/s.log: file truncated\nagain\n")] == []
+    assert g.restart
+    assert g.offset == 8
+    assert g._tail == b"one\ntwo\n"
+
+
+def test_file_follower_locates_the_boot_and_plans_its_parts() -> None:
     # the last server start wins; vLLM's version line just before its args line is the start
     f = _file_follower(None)
-    f._apply_scan("stat 9 90000 0\n10:[x] server_args=ServerArgs(a\n"
-                  "5000:(APIServer pid=1) INFO vLLM API server version 0.11.0\n"
-                  "5080:(APIServer pid=1) INFO non-default args: {'a': 1}\n")
-    assert f.offset == 5000
-    f._apply_scan("missing\n")
+    f._apply_locate("stat 9 90000\nsibs\nm 10 [x] server_args=ServerArgs(a\n"
+                    "m 5000 (APIServer pid=1) INFO vLLM API server version 0.11.0\n"
+                    "m 5080 (APIServer pid=1) INFO non-default args: {'a': 1}\nready 90000\ntail 90000\n")
+    assert (f.offset, f.inode, f.plan) == (5000, 9, [])
+    # a boot far from the tail: its startup part, one gap, the tail
+    f = _file_follower(None)
+    f._apply_locate("stat 9 250000000\nsibs .1 .2.gz\nm 347 [x] server_args=ServerArgs(a\nready 63514\n"
+                    "tail 248951000\n")
+    assert [(s.kind, s.a, s.b) for s in f.plan] == [("part", 347, 63514), ("gap", 63514, 248951000)]
+    assert f.tail_at == 248951000
+    recs = f.feed(b"\x00kvtui:seg 0 off=347\nstart\n\x00kvtui:gap 1 1990000 248951000 [2026-02-10 03:12:00] a\t"
+                  b"[2026-02-10 04:00:00] b\n\x00kvtui:follow ino=9 off=248951000\nnow\n")
+    assert [(r.text, r.cursor) for r in recs] == [
+        ("start", "353"),
+        ("kvtui: 1990000 lines not read [bytes=63514-248951000] (2026-02-10T03:12:00 → 2026-02-10T04:00:00)", None),
+        ("now", "248951004")]
+    # the start in a rotated copy: its lines carry no cursor, each file's range is one gap
+    f = _file_follower(None)
+    f._apply_locate("stat 9 5000\nsibs .1 .2.gz\nin .2.gz 1 800000\nm 100 [x] server_args=ServerArgs(a\n"
+                    "ready 9000\ntail 0\n")
+    assert [(s.kind, s.path, s.a, s.b) for s in f.plan] == [
+        ("part", "/var/log/s.log.2.gz", 100, 9000), ("gap", "/var/log/s.log.2.gz", 9000, 800000),
+        ("gap", "/var/log/s.log.1", 0, None)]
+    recs = f.feed(b"\x00kvtui:seg 0 off=100\nstart\n")
+    assert [(r.text, r.cursor) for r in recs] == [("start", None)]
+    # no start anywhere, a server running: said, with its command line, before the tail
+    f = _file_follower(None)
+    f._apply_locate("stat 9 5000\nsibs .1\npid 77 Sat Dec  6 06:33:46 2025\n"
+                    "cmd cHl0aG9uMwAtbQBzZ2xhbmcubGF1bmNoX3NlcnZlcgAtLXRwADIA\ntail 4000\n")
+    recs = f.feed(b"\x00kvtui:seg 0\n")
+    assert [r.text for r in recs] == [
+        "kvtui: the server's start is not in the log (not in s.log or its rotated copies (s.log.1); "
+        "the server has run since Sat Dec 6 06:33:46 2025)",
+        "kvtui: the running server's command line (pid 77): python3 -m sglang.launch_server --tp 2"]
+    f._apply_locate("missing\n")
     assert (f.offset, f.inode) == (0, None)
+
+
+def test_file_follower_resumes_inside_its_plan_and_never_says_a_gap_twice() -> None:
+    """A drop inside the startup part goes on from the offset reached (the gap still to come);
+    after the gap, a drop follows the file as ever: no second gap, no startup part again."""
+    f = _file_follower(None)
+    f._apply_locate("stat 9 250000000\nsibs\nm 347 [x] server_args=ServerArgs(a\nready 63514\ntail 248951000\n")
+    f.located = True
+    f.feed(b"\x00kvtui:seg 0 off=347\nstart\nmore\n")
+    f.reset()
+    cmd = asyncio.run(f.command(None))  # type: ignore[arg-type]
+    assert "kvtui:seg 0 off=358" in cmd
+    assert "kvtui:gap 1 " in cmd
+    recs = f.feed(b"\x00kvtui:seg 0 off=358\n\x00kvtui:gap 1 1990000 248951000 x\t\n"
+                  b"\x00kvtui:follow ino=9 off=248951000\nnow\n")
+    assert [r.text[:12] for r in recs] == ["kvtui: 19900", "now"]
+    f.reset()
+    cmd = asyncio.run(f.command(None))  # type: ignore[arg-type]
+    assert "kvtui:seg" not in cmd
+    assert "kvtui:gap" not in cmd
+    assert "off=248951004;" in cmd
 
 
 def test_docker_follower_cursor_skips_what_was_delivered() -> None:

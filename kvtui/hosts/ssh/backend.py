@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import signal
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -18,9 +19,18 @@ import asyncssh
 from kvtui import gpu as gpu_mod
 from kvtui.config import HostConfig
 from kvtui.engines.events import LogRecord
+from kvtui.engines.source_records import gap_range
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts import commands as C
-from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart, RecordBlock
+from kvtui.hosts.backend import (
+    BackendError,
+    CommandResult,
+    ConnState,
+    ConnStatus,
+    LogMatch,
+    LogStart,
+    RecordBlock,
+)
 from kvtui.hosts.ssh.followers import (
     MAX_BATCH_RECORDS,
     MAX_QUEUED_BATCHES,
@@ -579,6 +589,15 @@ class SshBackend:
                     ok = await self._stream_once(conn, cmd, follower, stream)
                     if ok:
                         failures.reset()
+                    if follower.restart and not conn.is_closed() and not self._is_closed():
+                        # tail saw the file replaced or truncated: start again at once (the old
+                        # file's rest, or copytruncate's copy, is read first)
+                        if follower.note:
+                            self._note(follower.note)
+                            follower.note = ""
+                        follower.reset()
+                        generation -= 1
+                        continue
                     if not conn.is_closed() and not self._is_closed():
                         gone = await follower.ended(conn)
                         if gone:
@@ -618,10 +637,12 @@ class SshBackend:
                     if block.texts:
                         delivered = True
                         await stream.queue.put(block)
-                    await follower.after_feed(conn)
                     if follower.note:
                         self._note(follower.note)
                         follower.note = ""
+                    if follower.restart:
+                        break
+                    await follower.after_feed(conn)
             finally:
                 self._procs.discard(proc)
                 proc.close()
@@ -631,6 +652,40 @@ class SshBackend:
                 if err.strip():
                     self._note(f"{self.name}: {_decode(err.strip()[-500:])}")
         return delivered
+
+    # -- searching a gap on the host (``SearchableLog``) ---------------------------------------
+
+    async def search_log(
+        self, pattern: str, where: str, *, regex: bool = False, ignore_case: bool = True, context: int = 0,
+        limit: int = 100, newest: bool = False,
+    ) -> list[LogMatch]:
+        """Lines of a ``LogGap`` (``where``) found on the host, with context; see
+        ``kvtui.hosts.backend.SearchableLog``. One dispatch per log source."""
+        src = self.host.log_source
+        if src == "file":
+            return await self._search_file(pattern, where, regex=regex, ignore_case=ignore_case, context=context,
+                                           limit=limit, newest=newest)
+        if src == "docker":
+            raise BackendError(f"{self.name}: search of the container's log is not available yet")
+        raise BackendError(f"{self.name}: search of the journal is not available yet")
+
+    async def _search_file(self, pattern: str, where: str, *, regex: bool, ignore_case: bool, context: int,
+                           limit: int, newest: bool) -> list[LogMatch]:
+        """``grep`` over the gap's byte range of the log file (or of the rotated copy ``path``
+        names; a ``.gz`` through ``gzip -dc``)."""
+        parts = gap_range(where)
+        a, sep, b = parts.get("bytes", "").partition("-")
+        if not sep or not a.isdigit() or not (b.isdigit() or b == ""):
+            raise BackendError(f"{self.name}: not a byte range of a log file: {where!r}")
+        start, end = int(a), int(b) if b else None
+        path = parts.get("path") or self.host.log_file or ""
+        res = await self.run(C.file_search(path, start, end, pattern, gz=path.endswith(".gz"), regex=regex,
+                                           ignore_case=ignore_case, context=context, limit=limit, newest=newest),
+                             timeout=120)
+        if res.exit_status != 0:
+            raise BackendError(f"{self.name}: search of {path} failed: {(res.stderr or res.stdout).strip()[:300]}")
+        matches = parse_file_search(res.stdout, start, context=context, end=end)
+        return matches[-limit:] if newest else matches[:limit]
 
     async def gpu_stream(self, interval_s: float = 1.0) -> AsyncGenerator[list[GpuSample], None]:
         stale_after = self.stale_after if self.stale_after is not None else max(3 * interval_s, interval_s + 2.0)
@@ -818,3 +873,33 @@ def _describe(exc: BaseException | None) -> str:
     if isinstance(exc, OSError):
         return exc.strerror or str(exc) or type(exc).__name__
     return str(exc) or type(exc).__name__
+
+
+_GREP_LINE_RE: Final = re.compile(r"^(\d+)([:-])(\d+)[:-](.*)$", re.S)
+
+
+def parse_file_search(out: str, start: int, *, context: int = 0, end: int | None = None) -> list[LogMatch]:
+    """``file_search``'s ``grep -b -n`` lines -> matches, oldest first, each with up to ``context``
+    lines before and after it; a record's cursor is the absolute byte offset after its line
+    (``start`` + grep's offset + its length + 1), ``line_no`` its line in the range (1-based).
+    Lines that begin at or past ``end`` are not the range's (grep read the file to its end)."""
+    rows: list[tuple[int, bool, LogRecord]] = []  # (line, is match, record)
+    for line in out.split("\n"):
+        m = _GREP_LINE_RE.match(line)
+        if m is None:
+            continue
+        text = m.group(4)
+        begin = start + int(m.group(3))
+        if end is not None and begin >= end:
+            continue
+        stop = begin + len(text.encode("utf-8", "surrogateescape")) + 1
+        rows.append((int(m.group(1)), m.group(2) == ":", LogRecord(_decode(text.encode()), None, str(stop), "file")))
+    by_line = {n: rec for n, _, rec in rows}
+    out_matches: list[LogMatch] = []
+    for n, hit, rec in rows:
+        if not hit:
+            continue
+        before = tuple(by_line[k] for k in range(n - context, n) if k in by_line)
+        after = tuple(by_line[k] for k in range(n + 1, n + context + 1) if k in by_line)
+        out_matches.append(LogMatch(rec, before, after, n))
+    return out_matches

@@ -4,11 +4,14 @@ bytes into records — so a reconnect neither loses nor repeats a line."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import itertools
 import json
+import os
 import re
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
@@ -16,6 +19,7 @@ import asyncssh
 
 from kvtui.engines.events import LogRecord
 from kvtui.engines.shapes import journal_columns, journal_fields, parse_journal_json
+from kvtui.engines.source_records import command_record, gap_record, gap_where, start_missing_record
 from kvtui.engines.text import MAX_LINE_CHARS
 from kvtui.hosts import commands as C
 from kvtui.hosts.backend import BackendError, LogStart, RecordBlock
@@ -84,6 +88,7 @@ async def _run_answer(conn: asyncssh.SSHClientConnection, command: str, *, timeo
 class _Follower:
     source = "raw"
     note: str = ""  # a user-facing remark (rotation, truncation) for the status line
+    restart: bool = False  # the follower wants its command started again now (``_pump_log``)
 
     def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None,
                  began: float | None = None) -> None:
@@ -311,8 +316,45 @@ def _json_objects(lines: list[bytes]) -> list[object] | None:
     return objs
 
 
+_STAMP_RE: Final = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
+_TAIL_KEEP: Final = 256  # bytes of the followed file kept before the offset (copytruncate's proof)
+
+
+def _line_time(text: str) -> datetime | None:
+    """The time a log line starts with (``[2026-02-09 14:38:46]``, ISO), when it has one."""
+    m = _STAMP_RE.search(text)
+    if m is None:
+        return None
+    try:
+        return datetime.fromisoformat(f"{m.group(1)} {m.group(2)}")
+    except ValueError:
+        return None
+
+
+@dataclass(slots=True)
+class _Step:
+    """One step of a file follower's plan before it follows the file (issue 21): ``part`` the bytes
+    [a, b) of ``path`` read whole, ``gap`` the lines of [a, b) (b None: to the end) counted on the
+    host and said as one record, ``mark`` records of kvtui's own said at that place."""
+
+    kind: str
+    path: str
+    gz: bool = False
+    a: int = 0
+    b: int | None = None
+    records: tuple[LogRecord, ...] = ()
+
+
 class _FileFollower(_Follower):
-    """Byte-exact: every record's cursor is the file offset right after its terminator."""
+    """Byte-exact: every record's cursor is the file offset right after its terminator.
+
+    ``CURRENT_BOOT`` on a log that has grown for days (issue 21): ``file_locate`` finds the last
+    server start however far back (in the file, else in its rotated copies), and the follower
+    reads a *plan* before following: the startup part whole (start → ready line + a margin), one
+    gap record per file range it skips (lines counted on the host), then the recent tail — or,
+    when the start is gone everywhere, kvtui's own ``start_missing`` and ``command`` records (the
+    running server's ``/proc/PID/cmdline``) before the tail. Lines of a rotated copy carry no
+    cursor (their offsets are another file's): resuming never depends on them."""
 
     source = "file"
 
@@ -329,6 +371,19 @@ class _FileFollower(_Follower):
         self.pid_file = found[0] if found else None
         self.watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
         self.pending_exit: tuple[LogRecord, int] | None = None  # held until the log is read that far
+        # the plan read before following (``_apply_locate``); ``step``: the first step not done
+        self.plan: list[_Step] = []
+        self.step = 0
+        self.in_part: int | None = None  # the part being read (resume inside it at ``offset``)
+        self.tail_at = 0  # where following the file begins once the plan is read
+        self.cursorless = False  # reading a rotated copy: its offsets are not this file's
+        # tail said the file was replaced / truncated: the rest of this channel is dropped and the
+        # follower starts again (the old file's rest by inode, or copytruncate's copy, first)
+        self.restart = False
+        self._dropping = False
+        self._truncated = False
+        self._replaced = False
+        self._tail = b""  # the last bytes of the file before ``offset`` (to recognise its copy)
         if after_cursor is not None:
             off = after_cursor.partition(":")[0]
             self.offset = int(off) if off.isdigit() else 0
@@ -337,9 +392,9 @@ class _FileFollower(_Follower):
     async def command(self, conn: asyncssh.SSHClientConnection) -> str:
         if not self.located:
             if self.start is LogStart.CURRENT_BOOT:
-                res = await _run_answer(conn, C.file_scan_back(self.path, window=self.backend.scan_window),
-                                        timeout=120)
-                self._apply_scan(str(res.stdout or ""))
+                res = await _run_answer(conn, C.file_locate(self.path, pid_file=self.pid_file,
+                                                            recent=self.backend.scan_window), timeout=120)
+                self._apply_locate(str(res.stdout or ""))
             else:
                 res = await _run_answer(conn, C.file_stat(self.path), timeout=60)
                 parts = str(res.stdout or "").split()
@@ -348,27 +403,93 @@ class _FileFollower(_Follower):
                 else:
                     self.inode, self.offset = None, 0
             self.located = True
-        return C.file_follow(self.path, offset=self.offset, inode=self.inode, pid_file=self.pid_file)
+        self._dropping = self.restart = False
+        if self.step < len(self.plan):
+            steps = [(s.kind, s.path, s.gz, s.a, s.b) for s in self.plan]
+            if self.in_part == self.step:  # dropped inside a part: on from where it was
+                kind, path, gz, _a, b = steps[self.step]
+                steps[self.step] = (kind, path, gz, self.offset, b)
+            return C.file_follow(self.path, offset=self.tail_at, inode=self.inode, pid_file=self.pid_file,
+                                 plan=steps, plan_from=self.step)
+        truncated, self._truncated = self._truncated, False
+        copy = None
+        if truncated and self._tail and len(self._tail) <= self.offset:
+            copy = (len(self._tail), hashlib.md5(self._tail, usedforsecurity=False).hexdigest())
+        return C.file_follow(self.path, offset=self.offset, inode=self.inode, pid_file=self.pid_file,
+                             truncated=truncated, copy_tail=copy)
 
-    def _apply_scan(self, out: str) -> None:
+    def _apply_locate(self, out: str) -> None:
+        """Read ``file_locate``'s answer into where to start: the plan, or (a start whose boot
+        reaches the tail) the start itself."""
         lines = out.splitlines()
         if not lines or lines[0].strip() == "missing" or not lines[0].startswith("stat "):
             self.offset, self.inode = 0, None
             self.note = f"{self.path} does not exist yet: waiting for it"
             return
-        _, ino, size, start = lines[0].split()[:4]
-        self.inode, window_start = int(ino), int(start)
+        _, ino, size_s = lines[0].split()[:3]
+        self.inode, size = int(ino), int(size_s)
         matches: list[tuple[int, str]] = []
+        sibs: list[str] = []
+        found_in: tuple[str, bool, int] | None = None
+        ready = tail = None
+        pid: int | None = None
+        since = ""
+        argv: list[str] = []
         for line in lines[1:]:
-            rel, sep, text = line.partition(":")
-            if sep and rel.isdigit():
-                matches.append((window_start + int(rel), text))
+            key, _, rest = line.partition(" ")
+            if key == "m":
+                off, _, text = rest.partition(" ")
+                if off.isdigit():
+                    matches.append((int(off), text))
+            elif key == "sibs":
+                sibs = rest.split()
+            elif key == "in":
+                parts = rest.split()
+                if len(parts) == 3 and parts[2].isdigit():
+                    found_in = (parts[0], parts[1] == "1", int(parts[2]))
+            elif key == "ready" and rest.strip().isdigit():
+                ready = int(rest)
+            elif key == "tail" and rest.strip().isdigit():
+                tail = int(rest)
+            elif key == "pid":
+                p, _, since = rest.partition(" ")
+                pid = int(p) if p.isdigit() else None
+                since = " ".join(since.split())
+            elif key == "cmd":
+                try:
+                    raw = base64.b64decode(rest.strip(), validate=False)
+                except ValueError:
+                    raw = b""
+                argv = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+        tail = size if tail is None else min(tail, size)
+        name = os.path.basename(self.path) or self.path
         if not matches:
-            self.offset = window_start
-            self.skip_partial = window_start > 0
-            if window_start > 0:
-                self.note = f"no server start in the last {int(size) - window_start} bytes of {self.path}"
+            self._start_missing(name, sibs, tail, pid, since, argv)
             return
+        start = self._chosen_start(matches)
+        end = ready if ready is not None else size
+        if found_in is None:
+            if end >= tail:  # the boot reaches the tail: read it all from its start, as ever
+                self.offset = start
+                return
+            self.plan = [_Step("part", self.path, False, start, end), _Step("gap", self.path, False, end, tail)]
+            self.tail_at = tail
+            return
+        suffix, gz, sib_size = found_in
+        sib = self.path + suffix
+        self.plan = [_Step("part", sib, gz, start, min(end, sib_size))]
+        if end < sib_size:
+            self.plan.append(_Step("gap", sib, gz, end, sib_size))
+        newer = sibs[: sibs.index(suffix)] if suffix in sibs else []
+        for x in reversed(newer):  # the copies rotated after it, oldest first: whole gaps
+            self.plan.append(_Step("gap", self.path + x, x.endswith(".gz"), 0, None))
+        if tail > 0:
+            self.plan.append(_Step("gap", self.path, False, 0, tail))
+        self.tail_at = tail
+        self.note = f"the server's start is in {os.path.basename(sib)} (rotated): its startup part was read from there"
+
+    @staticmethod
+    def _chosen_start(matches: list[tuple[int, str]]) -> int:
         primary = [re.compile(p) for p in C.PRIMARY_START_PATTERNS]
         chosen = matches[-1]
         if not any(p.search(chosen[1]) for p in primary):
@@ -379,12 +500,33 @@ class _FileFollower(_Follower):
                 if any(p.search(text) for p in primary):
                     chosen = (off, text)
                     break
-        self.offset = chosen[0]
+        return chosen[0]
+
+    def _start_missing(self, name: str, sibs: list[str], tail: int, pid: int | None, since: str,
+                       argv: list[str]) -> None:
+        """No start in the file or its rotated copies: with a running server, say so (the boot
+        serves) and give its command line; then the tail, after one gap for what is skipped."""
+        where = f"{name} or its rotated copies ({', '.join(name + x for x in sibs)})" if sibs else name
+        self.tail_at = tail
+        if argv:
+            reason = f"not in {where}" + (f"; the server has run since {since}" if since else "")
+            self.plan = [_Step("mark", self.path, records=(
+                start_missing_record(reason, source="file"), command_record(argv, pid, source="file")))]
+            self.note = (f"no server start in {where}: the running server's command line (pid {pid}) "
+                         "and the recent tail")
+        else:
+            self.note = f"no server start in {where} and no running server found: the recent tail"
+        if tail > 0:
+            self.plan.append(_Step("gap", self.path, False, 0, tail))
+        if not self.plan:
+            self.offset = tail
 
     def feed(self, chunk: bytes) -> list[LogRecord]:
         return self.feed_block(chunk).records()
 
     def feed_block(self, chunk: bytes) -> RecordBlock:
+        if self._dropping:  # tail said replaced / truncated: this channel's rest is read again
+            return RecordBlock([], [], "file")
         data = self._buf + chunk if self._buf else chunk
         if PID_MARK in data:
             data = self._pid_lines(data)
@@ -393,7 +535,8 @@ class _FileFollower(_Follower):
             block = self._plain_block(data)
         if block is None:
             block = RecordBlock.of(self._feed_slow(data))
-        if self.pending_exit is not None and self.offset >= self.pending_exit[1]:
+        if (self.pending_exit is not None and self.offset >= self.pending_exit[1] and not self.cursorless
+                and self.step >= len(self.plan)):
             rec = self.pending_exit[0]
             self.pending_exit = None
             block = _merge(block, RecordBlock.of([rec])) if len(block) else RecordBlock.of([rec])
@@ -430,6 +573,13 @@ class _FileFollower(_Follower):
             rec = exit_record(gone.pid, at_start=gone.at_start, ts=datetime.now(), source="file")
             self.pending_exit = (rec, size)
 
+    def _cursor(self, offset: int) -> str | None:
+        return None if self.cursorless else str(offset)
+
+    def _keep(self, data: bytes) -> None:
+        """``data`` were the file's bytes just before ``offset``: keep the last of them."""
+        self._tail = (self._tail + data[-_TAIL_KEEP:])[-_TAIL_KEEP:]
+
     def _feed_slow(self, data: bytes) -> list[LogRecord]:
         lines = data.split(b"\n")
         rest = lines.pop()
@@ -441,18 +591,26 @@ class _FileFollower(_Follower):
                 pieces = line.split(b"\r")
                 for piece in pieces:
                     self._piece(piece, 1, out)
+                    if self._dropping:
+                        self._buf = b""
+                        return out
+                if self.offset - offset == len(line) + 1:  # all file bytes (no control line, no notice)
+                    self._keep(line + b"\n")
                 offset = self.offset
                 continue
             offset += len(line) + 1  # the fast path: a plain line
             if line:
-                out.append(LogRecord(_decode(line), None, str(offset), "file"))
+                out.append(LogRecord(_decode(line), None, self._cursor(offset), "file"))
+            self._keep(line + b"\n")
         self.offset = offset
         if b"\r" in rest:  # tqdm redraws: every \r-terminated piece is complete now
             *done, rest = rest.split(b"\r")
             for piece in done:
                 self._piece(piece, 1, out)
+                self._keep(piece + b"\r")
         if len(rest) > 4 * MAX_LINE_CHARS:  # a runaway line: cut it, keep the stream alive
             self._piece(rest, 0, out)
+            self._keep(rest)
             rest = b""
         self._buf = rest
         return out
@@ -470,13 +628,16 @@ class _FileFollower(_Follower):
             return None
         lines = text.split("\n")
         offset = self.offset
+        self._keep(data[max(0, end + 1 - _TAIL_KEEP) : end + 1])
         if len(text) == len(body) and "" not in lines and max(map(len, lines)) <= MAX_LINE_CHARS:
             # ASCII, no empty line, none to cut (the common case): cursors in C, each the offset
             # after its line's newline
-            ends = itertools.accumulate(map(_PLUS_ONE, map(len, lines)), initial=offset)
-            cursors_c: list[str | None] = list(map(str, itertools.islice(ends, 1, None)))
             self.offset = offset + len(body) + 1
             self._buf = data[end + 1 :]
+            if self.cursorless:
+                return RecordBlock(lines, [None] * len(lines), "file")
+            ends = itertools.accumulate(map(_PLUS_ONE, map(len, lines)), initial=offset)
+            cursors_c: list[str | None] = list(map(str, itertools.islice(ends, 1, None)))
             return RecordBlock(lines, cursors_c, "file")
         texts: list[str] = []
         cursors: list[str | None] = []
@@ -495,6 +656,8 @@ class _FileFollower(_Follower):
                     add_cursor(str(offset))
         self.offset = offset
         self._buf = data[end + 1 :]
+        if self.cursorless:
+            cursors = [None] * len(cursors)
         return RecordBlock(texts, cursors, "file")
 
     def _piece(self, piece: bytes, term: int, out: list[LogRecord]) -> None:
@@ -504,7 +667,7 @@ class _FileFollower(_Follower):
             before, _, ctl = piece.partition(CONTROL_MARK)
             if before:
                 self._piece(before, 0, out)
-            self._control(ctl.decode("utf-8", "replace"))
+            self._control(ctl.decode("utf-8", "replace"), out)
             return
         if b"tail: " in piece:
             idx = piece.find(b"tail: ")
@@ -512,6 +675,7 @@ class _FileFollower(_Follower):
             if C.TAIL_NEW_FILE_RE.match(notice) or C.TAIL_TRUNCATED_RE.match(notice) or C.TAIL_OTHER_RE.match(notice):
                 if idx > 0:
                     self._piece(piece[:idx], 0, out)
+                    self._keep(piece[:idx])
                 self._tail_notice(notice)
                 return
         self.offset += len(piece) + term
@@ -520,24 +684,75 @@ class _FileFollower(_Follower):
             return
         if not piece:
             return
-        out.append(LogRecord(text=_decode(piece), cursor=str(self.offset), source="file"))
+        out.append(LogRecord(text=_decode(piece), cursor=self._cursor(self.offset), source="file"))
 
-    def _control(self, ctl: str) -> None:
+    def _control(self, ctl: str, out: list[LogRecord]) -> None:
         if ctl.startswith("follow "):
             kv = dict(p.partition("=")[::2] for p in ctl.split()[1:])
             ino, off = kv.get("ino", ""), kv.get("off", "")
             self.inode = int(ino) if ino.isdigit() else None
+            if self.cursorless or not off.isdigit() or int(off) != self.offset:
+                self._tail = b""
             if off.isdigit():
                 self.offset = int(off)
+            self.step, self.in_part, self.cursorless = len(self.plan), None, False
+        elif ctl.startswith("seg "):
+            self._plan_step(ctl.split()[1:], out)
+        elif ctl.startswith("gap "):
+            self._gap(ctl[4:], out)
+        elif ctl.startswith("copied"):
+            self.offset, self._tail = 0, b""
+            self.note = (f"{self.path} was truncated (copytruncate): the rest of its copy "
+                         f"{os.path.basename(self.path)}{ctl[6:].strip()} was read first")
         elif ctl.startswith("rotated-lost"):
-            self.offset, self.inode = 0, None
+            self.offset, self.inode, self._tail = 0, None, b""
             self.note = f"{self.path} was rotated while disconnected and the old file is gone: lines may be missing"
         elif ctl.startswith("rotated"):
-            self.offset, self.inode = 0, None
-            self.note = f"{self.path} was rotated while disconnected (the old file's rest was read)"
+            self.offset, self.inode, self._tail = 0, None, b""
+            if self._replaced:
+                self.note = f"{self.path} was rotated (renamed): the old file's rest was read, then the new file"
+            else:
+                self.note = f"{self.path} was rotated while disconnected (the old file's rest was read)"
+            self._replaced = False
         elif ctl.startswith("truncated"):
-            self.offset = 0
-            self.note = f"{self.path} was truncated while disconnected"
+            self.offset, self._tail = 0, b""
+            self.note = f"{self.path} was truncated: following from its start (no copy of its rest found)"
+
+    def _plan_step(self, parts: list[str], out: list[LogRecord]) -> None:
+        """``seg I [off=A]``: step I of the plan begins (a part's bytes follow; a mark's records
+        are said here)."""
+        if not parts or not parts[0].isdigit() or int(parts[0]) >= len(self.plan):
+            return
+        i = int(parts[0])
+        step = self.plan[i]
+        self.step, self._tail = i, b""
+        if step.kind == "mark":
+            out.extend(step.records)
+            self.step, self.in_part = i + 1, None
+            return
+        off = next((p[4:] for p in parts[1:] if p.startswith("off=")), "")
+        self.offset = int(off) if off.isdigit() else step.a
+        self.in_part = i
+        self.cursorless = step.path != self.path
+
+    def _gap(self, text: str, out: list[LogRecord]) -> None:
+        """``gap I LINES END FIRST\\tLAST``: step I's lines were counted on the host: one record."""
+        head, _, stamps = text.partition("\t")
+        first_text = ""
+        parts = head.split(" ", 3)
+        if len(parts) >= 3 and all(x.isdigit() for x in parts[:3]):
+            first_text = parts[3] if len(parts) > 3 else ""
+        else:
+            return
+        i, n, end = int(parts[0]), int(parts[1]), int(parts[2])
+        if i >= len(self.plan):
+            return
+        step = self.plan[i]
+        first_ts, last_ts = _line_time(first_text), _line_time(stamps)
+        where = gap_where(bytes=f"{step.a}-{end}", path=step.path if step.path != self.path else None)
+        if n > 0:
+            out.append(gap_record(n, where, first_ts, last_ts, source="file"))
+        self.step, self.in_part = i + 1, None
 
     async def after_feed(self, conn: asyncssh.SSHClientConnection) -> None:
         if not self.want_inode:
@@ -556,14 +771,28 @@ class _FileFollower(_Follower):
 
     def _tail_notice(self, notice: bytes) -> None:
         if C.TAIL_NEW_FILE_RE.match(notice):
+            if self.inode is not None:
+                # renamed away (rename-and-create; or gone, then a new file): start again; the
+                # prelude reads the old file's rest by its inode from where this stream was (when
+                # it is still there), then follows the new file
+                self._replaced = True
+                self._drop()
+                return
             self.want_inode = True
-            self.offset, self.inode = 0, None
+            self.offset, self.inode, self._tail = 0, None, b""
             self.note = f"{self.path} was replaced (rotated): following the new file"
         elif C.TAIL_TRUNCATED_RE.match(notice):
-            self.offset = 0
-            self.note = f"{self.path} was truncated: following from its start"
+            # copytruncate: start again; the prelude reads the rest of the copy (FILE.1) from
+            # where this stream was when that copy is what was followed, then the file from 0
+            self._truncated = True
+            self._drop()
         else:
             self.note = notice.decode("utf-8", "replace")
+
+    def _drop(self) -> None:
+        """The rest of this channel is not read: the follower starts again (``restart``)."""
+        self._dropping = self.restart = True
+        self._buf = b""
 
 
 CONTROL_MARK: Final = C.CONTROL_PREFIX
