@@ -198,7 +198,7 @@ class Followed:
             await wait_until(cond, timeout, what)
         except AssertionError as exc:
             b = self.boot()
-            raise AssertionError(f"{exc}: boot {b.to_json() if b else None}; notes {self.backend.notes}") from None
+            raise AssertionError(f"{exc}: boot {b.to_json() if b else None}; notes {list(self.mon.notes)}") from None
 
     async def close(self) -> None:
         await self.mon.close()
@@ -420,7 +420,7 @@ async def test_a_boot_that_started_in_the_rotated_copy(sshd: SshdInstance, tools
         size = log.stat().st_size
         assert [t for t, c in file_lines if c is not None] == pieces(log, int(z1), size)
         assert len([c for _, c in file_lines if c is None]) >= rot_text[BOOT_START:int(a0)].count(b"\n")
-        assert any("sglang.log.1" in n and "rotated" in n for n in f.backend.notes)
+        assert any("sglang.log.1" in n and "rotated" in n for n in f.mon.notes)  # the monitor took them (HostNotes)
         # the rotated copy's gap is searched on the host (gzip -dc for the .gz)
         found = await f.backend.search_log("ROTATED HERE", b.skipped_where[0], context=1)
         assert [(m.record.text, m.record.cursor) for m in found] == [
@@ -474,7 +474,7 @@ async def test_a_start_gone_everywhere_serves_with_flags_from_the_process(
         own = _own(f.records())
         assert own[0].startswith("kvtui: the server's start is not in the log (")
         assert own[1].startswith(f"kvtui: the running server's command line (pid {server.pid}): ")
-        assert any("no server start in sglang.log" in n for n in f.backend.notes)
+        assert any("no server start in sglang.log" in n for n in f.mon.notes)  # the monitor took them (HostNotes)
     finally:
         await f.close()
         server.terminate()
