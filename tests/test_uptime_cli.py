@@ -22,6 +22,11 @@ demo_speed = 2.0
 demo_uptime_h = 2.0
 demo_start_missing = true
 
+[hosts.demo-gone]
+demo = true
+demo_speed = 2.0
+demo_start_missing = true
+
 [hosts.demo-up]
 demo = true
 demo_speed = 2.0
@@ -62,6 +67,15 @@ def test_wait_on_a_serving_boot_whose_start_is_missing_is_ready(hosts: Path) -> 
     assert doc["start_missing"].startswith("rotated before ")
     assert doc["flags_from"] == "process"
     assert doc["pool_tokens_estimated"]["tokens"] > 100_000
+
+
+def test_a_server_whose_start_is_gone_answers_the_probe(hosts: Path) -> None:
+    """The demo's server whose start is rotated away serves (its HTTP side too), even with no
+    demo_uptime_h: the probe got 'HTTP 503 server is starting' for 60 s and wait said not_serving."""
+    code, _out, err = _run("--hosts", str(hosts), "wait", "demo-gone", "--timeout", "30")
+    assert code == 0, err
+    assert "✔ answered a 1-token request" in err
+    assert "boot 1 is serving — its start is not in the log" in err
 
 
 def test_wait_prints_the_followers_notes(hosts: Path, monkeypatch: pytest.MonkeyPatch) -> None:

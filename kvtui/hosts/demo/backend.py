@@ -20,7 +20,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from kvtui.config import DemoHost
 from kvtui.demo_presets import PresetError, resolve_preset_name
@@ -57,6 +57,9 @@ def resolve_preset(name: str | None, engine: str = "sglang") -> str:
         return resolve_preset_name(name, engine)
     except PresetError as exc:
         raise DemoError(str(exc)) from None
+
+
+DEMO_START_MISSING_UPTIME_H: Final = 48.0
 
 
 class DemoBackend:
@@ -117,8 +120,12 @@ class DemoBackend:
         self.stall_node: int | None = cfg.demo_stall_node
         # a server up for days (issue 21): its start this long before the state is created, and
         # whether that start is gone from the simulated log (rotated away)
-        self.uptime_s = float(cfg.demo_uptime_h) * 3600.0 if cfg.demo_uptime_h else 0.0
         self.start_missing = bool(cfg.demo_start_missing)
+        # a start rotated away is days old: without demo_uptime_h the simulated server has served
+        # DEMO_START_MISSING_UPTIME_H already (else its HTTP side would still be "starting" while
+        # its log says it serves)
+        uptime_h = cfg.demo_uptime_h or (DEMO_START_MISSING_UPTIME_H if self.start_missing else None)
+        self.uptime_s = float(uptime_h) * 3600.0 if uptime_h else 0.0
         self._status = ConnStatus(ConnState.CONNECTING, "simulated host")
         self._closed = False
         self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
