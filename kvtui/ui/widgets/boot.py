@@ -288,10 +288,17 @@ class BootFigures(BootRows):
         if boot is None:
             return [Content.styled("no figures yet", "$text-muted italic")]
         m = boot.metrics
+        kv = "—" if m.max_total_num_tokens is None else f"{fmt.tokens(m.max_total_num_tokens)} tok"
+        if m.max_total_num_tokens is None and boot.live.pool_tokens_est is not None:
+            kv = f"~{fmt.tokens(boot.live.pool_tokens_est)} tok"  # from serving lines: the start is not in the log
+        ctx = m.context_len
+        if ctx is None and boot.flags_from == "process":  # the running process's own flag
+            raw = boot.flags.get("context_length", boot.flags.get("max_model_len"))
+            ctx = raw if isinstance(raw, int) else None
         items = [
-            ("KV ", "—" if m.max_total_num_tokens is None else f"{fmt.tokens(m.max_total_num_tokens)} tok"),
+            ("KV ", kv),
             ("free ", fmt.gib(m.avail_after_pool_gib)),
-            ("ctx ", fmt.tokens(m.context_len)),
+            ("ctx ", fmt.tokens(ctx)),
         ]
         if m.kv_cache_gib is not None:
             items.insert(1, ("", f"{fmt.gib(m.kv_cache_gib)}/rank"))

@@ -868,8 +868,10 @@ class LogView(ScrollView, can_focus=True):
             seq += 1
             return seq - 1
 
-        what = "error lines" if res.errors else f"matches for /{_short(res.query)}"
         n = len(res.hits)
+        one = n == 1 and not res.more
+        what = ("error line" if one else "error lines") if res.errors else (
+            f"{'match' if one else 'matches'} for /{_short(res.query)}")
         add(f"from the host — {n:,}{'+' if res.more else ''} {what} in the {gap_count(res.gap.gap.lines)} not read",
             "marker")
         for hit in res.hits:
