@@ -23,6 +23,7 @@ from kvtui.history import open_store
 from kvtui.history.bundle import read_member, read_members
 from kvtui.ui.screens import ConfirmScreen, NoticeScreen
 from kvtui.ui.widgets.gpu import GpuHistoryPlot
+from kvtui.ui.widgets.host import HostBar
 from kvtui.ui.widgets.log_view import LogView
 
 from test_ui_helpers import demo_app  # isort: skip
@@ -88,30 +89,27 @@ async def test_the_bundle_key_and_connect_bundle(tmp_path: Path, monkeypatch: py
         assert [p.name for p in boot.phases][-1] is Phase.READY
         assert pane.query_one(LogView).source is not None
         assert "recorded: boot #2 of demo from kvtui-demo-boot2.tar.gz (read-only)" in pane.backend.status().detail  # type: ignore[union-attr]
-        await pilot.press("R")  # the host refuses, saying why
-        await wait_for(pilot, lambda: any("read-only" in m for m in _messages(offline)), timeout=10)
-        assert any(m.startswith("demo-bundle is a recorded boot (bundle kvtui-demo-boot2.tar.gz), read-only")
-                   for m in _messages(offline))
-        # the calculator works on the recorded boot; applying its edit is refused, saying why
+        # a recording says so (issue 22 #4: it looked live): the header, the log's status, no change key
+        bar = offline.screen.query_one(HostBar)
+        assert "■ recorded" in bar.left().plain
+        assert "● connected" not in bar.left().plain
+        state = str(pane.query_one("#log-state").render())
+        assert "■ recorded" in state
+        assert "following" not in state
+        shown = {b.binding.action for b in offline.screen.active_bindings.values()}
+        assert not shown & {"restart", "apply", "rollback", "tune"}
+        await pilot.press("R")  # hidden, and pressed anyway: it says why nothing happens
+        await wait_for(pilot, lambda: any("is a recorded boot (an incident bundle)" in m for m in _messages(offline)),
+                       timeout=10)
+        # the calculator works on the recorded boot; `a` applies nothing, saying why
         await pilot.press("c", *"0.8", "enter", "escape")
         await wait_for(pilot, lambda: pane.calculator.result is not None
                        and pane.calculator.result["edits"] == {"mem_fraction_static": 0.8})
-        await pilot.press("a")
-        await wait_for(pilot, lambda: isinstance(offline.screen, NoticeScreen), timeout=10)
-        notice = offline.screen
-        assert isinstance(notice, NoticeScreen)
-        assert "demo-bundle is a recorded boot (bundle kvtui-demo-boot2.tar.gz), read-only" in notice.body
-        await pilot.press("escape")
-        await pilot.pause()
         before = len(_messages(offline))
-        await pilot.press("u")  # a rollback: refused the same way
-        await wait_for(pilot, lambda: isinstance(offline.screen, NoticeScreen) or len(_messages(offline)) > before,
-                       timeout=10)
-        said = offline.screen.body if isinstance(offline.screen, NoticeScreen) else " ".join(_messages(offline))
-        assert "is a recorded boot (bundle kvtui-demo-boot2.tar.gz), read-only" in said
-        if isinstance(offline.screen, NoticeScreen):
-            await pilot.press("escape")
-            await pilot.pause()
+        await pilot.press("a")
+        await wait_for(pilot, lambda: len(_messages(offline)) > before, timeout=10)
+        assert not isinstance(offline.screen, NoticeScreen | ConfirmScreen)
+        assert "nothing to restart, apply or roll back here" in _messages(offline)[-1]
         await pilot.press("B")
         await wait_for(pilot, lambda: any("is a recorded boot already" in m for m in _messages(offline)), timeout=10)
     with open_store(readonly=True) as store:

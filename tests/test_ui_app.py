@@ -294,11 +294,13 @@ async def test_readonly_hides_every_action_that_changes_a_host() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         screen = app.main_screen
-        for action in ("restart", "apply", "rollback"):
+        for action in ("restart", "apply", "rollback", "tune"):
             assert screen.check_action(action, ()) is False
         assert "readonly" in pane_of(app).query_one(HostBar).left().plain
         await pilot.press("R")
         assert isinstance(app.screen, MainScreen)  # no dialog
+        await pilot.pause()  # but not silent either (issue 22 #4)
+        assert any("is readonly: kvtui never edits or restarts it" in str(n.message) for n in app._notifications)
         titles = [t for t, _, _ in main_screen_commands(screen)]
         assert not any(t.startswith("server:") for t in titles)
         footer_keys = {b.binding.id for b in screen.active_bindings.values() if b.enabled}

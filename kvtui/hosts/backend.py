@@ -36,6 +36,7 @@ class ConnStatus:
     retry_in: float | None = None  # seconds until the next attempt, while reconnecting
     fingerprint: str | None = None  # the offered host key's fingerprint when refused
     strict_host_key: bool = True
+    recorded: bool = False  # a recording (an incident bundle): nothing new will come, nothing can change
 
 
 class LogStart(StrEnum):

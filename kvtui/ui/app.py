@@ -349,16 +349,33 @@ class MainScreen(Screen[None]):
             return False
         if action == "cancel_change" and (pane is None or pane.busy is None):
             return False  # offered (in the footer too) while a change runs
-        if action in CHANGES_HOST:
-            if pane is None or pane.readonly:
-                return False  # hidden: readonly hosts offer nothing that changes them
+        if action in CHANGES_HOST or action == "tune":
+            if pane is None or pane.readonly or getattr(pane.backend, "recorded", False):
+                return False  # hidden: readonly hosts and recordings offer nothing that changes them
             if action == "restart":
-                can = pane.can_restart()
-                # a recorded boot (connect --bundle): offered, so that pressing it says why not
-                return True if can is None and getattr(pane.backend, "recorded", False) else can
+                return pane.can_restart()
         if action == "explain" and pane is not None and pane.calculator.prediction is None:
             return None
         return True
+
+    def on_key(self, event: events.Key) -> None:
+        """A change key on a host that offers none (a recording, a readonly host) says why
+        nothing happens instead of nothing at all (its binding is hidden and disabled)."""
+        pane = self.active_pane
+        if pane is None or self.typing():
+            return
+        recorded = getattr(pane.backend, "recorded", False)
+        if not (recorded or pane.readonly):
+            return
+        actions = {b.action for b in self._bindings.key_to_bindings.get(event.key, [])}
+        if not actions & (CHANGES_HOST | {"tune"}):
+            return
+        event.stop()
+        if recorded:
+            self.notify(f"{pane.host_name} is a recorded boot (an incident bundle): nothing to restart, apply or "
+                        "roll back here — kvtui connect HOST for the live host", severity="warning")
+        else:
+            self.notify(f"{pane.host_name} is readonly: kvtui never edits or restarts it", severity="warning")
 
     # ---- actions ------------------------------------------------------------------------------
 

@@ -661,6 +661,7 @@ class HostPane(HostChanges, Vertical):
         "● following", "collecting GPU memory samples…", only the header said otherwise): the
         panels' borders turn to the warning colour with the state as their subtitle, the log's
         status line and the empty GPU plot and timeline say it too."""
+        self.log_view.set_recorded(status is not None and status.recorded)
         offline = offline_text(status)
         was = self.offline
         self.offline = offline

@@ -107,7 +107,7 @@ def load_bundle(path: str | Path) -> Bundle:
 class BundleBackend:
     """A recorded boot as a host (see the module doc)."""
 
-    recorded = True  # the console offers restart and apply only to say why they are refused
+    recorded = True  # the console offers no change key (a key pressed says why nothing happens)
 
     def __init__(self, name: str, path: str | Path, *, bundle: Bundle | None = None) -> None:
         self.name = name
@@ -131,7 +131,8 @@ class BundleBackend:
     async def start(self) -> None:
         b = await asyncio.to_thread(self._load)
         what = f"boot #{b.boot} of {b.host}" if b.boot is not None else f"a boot of {b.host}"
-        self._status = ConnStatus(ConnState.CONNECTED, f"recorded: {what} from {self.path.name} (read-only)")
+        self._status = ConnStatus(ConnState.CONNECTED, f"recorded: {what} from {self.path.name} (read-only)",
+                                  recorded=True)
 
     async def close(self) -> None:
         self._closed.set()

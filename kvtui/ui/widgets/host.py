@@ -29,6 +29,13 @@ def conn_text(status: ConnStatus | None, *, with_detail: bool = True) -> Content
     """"● connected", "◌ reconnecting in 4s", "✖ host key refused" …; ``with_detail``: and why."""
     if status is None:
         return Content.styled("◌ connecting", "$text-muted")
+    if status.recorded:  # an incident bundle: a recording, not a live host
+        head = Content.styled("■ recorded", "$accent bold")
+        if not with_detail or not status.detail:
+            return head
+        detail = status.detail.removeprefix("recorded: ")
+        return Content.assemble(head, Content.styled(f" ({detail if len(detail) <= 60 else detail[:59] + '…'})",
+                                                     "$text-muted"))
     icon, style = _STATE_STYLE.get(status.state, ("?", "$text-muted"))
     label = status.state.value
     if status.state is ConnState.RECONNECTING and status.retry_in is not None:

@@ -187,6 +187,9 @@ class LogStatus(Horizontal):
             parts.append(Content.styled(f"{view.offline} · new lines when it is", "$warning bold"))
             if not view.follow:
                 parts.append(Content.styled("⏸ paused", "$warning"))
+        elif view.recorded:  # a bundle: the recording's end, nothing follows
+            parts.append(Content.styled("■ recorded · nothing new follows" if view.follow else "■ recorded",
+                                        "$accent"))
         elif view.follow:
             parts.append(Content.styled("● following", "$success"))
         else:

@@ -288,6 +288,7 @@ class LogView(ScrollView, can_focus=True):
         self.line_filter: LineFilter | None = None
         self.message: str = ""  # last search/filter result for the status line
         self.offline: str | None = None  # the host is not reached: what the status line says instead of following
+        self.recorded = False  # a recording (an incident bundle): nothing new will come
         # rendered rows: a few screenfuls (each strip carries Textual's own caches, ~15 objects the
         # garbage collector walks; thousands of them per host made its full passes slow)
         self._cache: LRUCache[tuple[object, ...], Strip] = LRUCache(CACHED_ROWS)
@@ -538,6 +539,12 @@ class LogView(ScrollView, can_focus=True):
         if self.follow:
             self._scroll_to_end()
         self._post_status()
+
+    def set_recorded(self, recorded: bool) -> None:
+        """The log is a recording (``connect --bundle``): its status says so, never "following"."""
+        if recorded != self.recorded:
+            self.recorded = recorded
+            self._post_status()
 
     def set_offline(self, offline: str | None) -> None:
         """The host is not reached (``offline`` says how), or reached again (None)."""
