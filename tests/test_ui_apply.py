@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_ui_helpers import FakeClock, demo_app, plain, run_clock, settle, start_demo, wait_for
+from test_ui_helpers import FakeClock, demo_app, plain, run_clock, screen_text, settle, start_demo, wait_for
 from textual.widgets import Button, Checkbox
 from textual.widgets._footer import FooterKey
 
@@ -130,6 +130,8 @@ async def test_apply_a_safe_fraction_from_the_calculator_then_roll_it_back() -> 
         assert "restart the unit and follow the new boot" in commands
         assert not dialog.plan.refusals
         assert not dialog.query_one("#confirm", Button).disabled
+        # while its dialog asks, nothing runs yet: no ^x Cancel change (issue 22 #3)
+        assert app.main_screen.check_action("cancel_change", ()) is False
         # the automatic rollback defaults to on (the running boot is ready) and says why
         assert dialog.query_one("#apply-rollback", Checkbox).value is True
         assert "on by default: the running boot is ready" in _text(dialog, "#apply-rollback-why")
@@ -151,9 +153,15 @@ async def test_apply_a_safe_fraction_from_the_calculator_then_roll_it_back() -> 
         await pilot.press("n")
         assert isinstance(app.screen, MainScreen)
         assert app.is_running
+        assert app.main_screen.check_action("cancel_change", ()) is True  # offered while it runs
         outcome = await _until_outcome(pilot, app, clock, pane, before)
         assert outcome.status == "ready", outcome.messages
         assert outcome.code == 0
+        # the change is over: the footer no longer offers to cancel it (it stayed, and did nothing)
+        await wait_for(pilot, lambda: pane.busy is None)
+        await pilot.pause()
+        assert app.main_screen.check_action("cancel_change", ()) is False
+        assert "Cancel change" not in screen_text(app).splitlines()[-1]
         # the unit file (the demo's state on disk) has the new value; the backup is the old file
         assert _fraction() == "0.88"
         assert "--mem-fraction-static 0.88" in _demo().effective_execstart()

@@ -347,8 +347,8 @@ class MainScreen(Screen[None]):
                 return False
         if action == "demo_speed" and (pane is None or not pane.spec.config.demo or pane.readonly):
             return False
-        if action == "cancel_change" and (pane is None or pane.busy is None):
-            return False  # offered (in the footer too) while a change runs
+        if action == "cancel_change" and (pane is None or pane.busy is None or self.app.screen is not self):
+            return False  # offered (in the footer too) while a change runs, not while its dialog asks
         if action in CHANGES_HOST or action == "tune":
             if pane is None or pane.readonly or getattr(pane.backend, "recorded", False):
                 return False  # hidden: readonly hosts and recordings offer nothing that changes them

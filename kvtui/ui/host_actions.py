@@ -122,6 +122,7 @@ class HostChanges(_Base):
             self.notify(f"{self.host_name} is not connected yet", severity="warning", timeout=4)
             return None
         self.busy = what
+        self._keys_changed()
         self._busy_gen += 1
         self.restart_issued = False
         self._written = False
@@ -132,6 +133,12 @@ class HostChanges(_Base):
         change began since)."""
         if gen == self._busy_gen:
             self.busy = None
+            self._keys_changed()  # the footer's ^x Cancel change goes with it
+
+    def _keys_changed(self) -> None:
+        """The footer's keys depend on ``busy``: ask the screen to check them again."""
+        if self.is_attached:
+            self.screen.refresh_bindings()
 
     # progress lines that say the server is being restarted (kvtui.hosts.service's wording)
     RESTART_STEP = ("restarting the unit", "systemctl restart", "stopping the server", "starting the server")
