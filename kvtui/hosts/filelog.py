@@ -370,6 +370,7 @@ class BootPlan:
 def _start_in(src: Source, engine: str) -> int | None:
     """The current boot's start in ``src``: the last start-pattern line the tracker agrees opens
     a boot, searched backwards; None when there is none."""
+    src.scan()  # a .gz copy: its size and its start lines, in one pass
     below = src.size or 0
     for _ in range(MAX_CANDIDATES):
         cand = src.last_candidate(below)
