@@ -5,15 +5,15 @@ however far back, what the file follower reads, and the search of what it skippe
 the server's uptime beyond one backward byte search:
 
 - the boot's start: the last server-start line (``commands.SERVER_START_PATTERNS``), searched
-  backwards in ``SCAN_CHUNK`` pieces of a memory map (newest first, stopping at the first piece
+  backwards in ``SCAN_CHUNK`` pieces read with ``pread`` (newest first, stopping at the first piece
   with one), confirmed by the engine parser and boot tracker on a window around it (the
   monitor's own notion of a boot, as ``boot_start_offset``);
 - the startup part, read whole: from the start through the ready line (SGLang ``The server is
   fired up``, else ``Application startup complete``) plus ``READY_MARGIN_LINES``, or through the
   end when the boot never got ready, at most ``STARTUP_CAP`` bytes;
 - the recent tail: the last ``tail_bytes`` (whole lines) before now, followed from there on;
-- one ``Gap`` between them (``gap_record``: its lines counted with ``bytes.count`` over the mapped
-  range, off the event loop, after the startup part was handed out);
+- one ``Gap`` between them (``gap_record``: its lines counted with ``bytes.count`` over the range
+  in 8 MiB pieces, off the event loop, after the startup part was handed out);
 - when the file holds no start: the rotated copies (``FILE.1``, ``FILE.1.gz``, ``FILE.2.gz``,
   logrotate's ``dateext`` ``FILE-20260601[.gz]``), newest first — the startup part is read from
   that copy (``gzip`` for .gz), the gaps name its path; when the start is gone everywhere and the
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import mmap
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -130,34 +129,30 @@ def serves(data: bytes, engine: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# A file's bytes by offset (plain: a memory map; .gz: the decompressed stream)
+# A file's bytes by offset (plain: pread; .gz: the decompressed stream)
 # ---------------------------------------------------------------------------------------------
 
 
 class Source:
     """One log file's bytes as they were when opened (a plain file's size is fixed then), read by
-    offset; a ``.gz`` file decompressed as a stream (its size known once scanned)."""
+    offset with ``pread`` (no memory map: the pages a search touches do not count as kvtui's
+    memory); a ``.gz`` file decompressed as a stream (its size known once scanned)."""
 
     def __init__(self, path: Path, fh: BinaryIO | None = None) -> None:
         self.path = path
         self.gz = path.name.endswith(".gz")
         self._own = fh is None
         self._fh: BinaryIO = fh if fh is not None else open(path, "rb")  # noqa: SIM115 - closed by close()
-        self._mm: mmap.mmap | None = None
+        self._fd = self._fh.fileno()
         self._gzf: gzip.GzipFile | None = None
         self._gz_starts: list[int] = []
         self.size: int | None = None
         if self.gz:
             self._gzf = gzip.GzipFile(fileobj=self._fh, mode="rb")
         else:
-            self.size = os.fstat(self._fh.fileno()).st_size
-            if self.size > 0:
-                self._mm = mmap.mmap(self._fh.fileno(), self.size, access=mmap.ACCESS_READ)
+            self.size = os.fstat(self._fd).st_size
 
     def close(self) -> None:
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
         if self._gzf is not None:
             self._gzf.close()
         if self._own:
@@ -173,21 +168,18 @@ class Source:
         """Bytes [a, b) (fewer at the end)."""
         if b <= a:
             return b""
-        if self._mm is not None:
-            return self._mm[a:b]
         if self._gzf is not None:
             self._gzf.seek(a)
             return self._gzf.read(b - a)
-        return b""
+        b = min(b, self.size or 0)
+        return os.pread(self._fd, b - a, a) if b > a else b""
 
     def chunks(self, a: int, b: int | None, size: int = COUNT_CHUNK) -> Iterator[bytes]:
         """Bytes [a, b) (``b`` None: to the end) in pieces of at most ``size``."""
-        if self._mm is not None:
-            end = len(self._mm) if b is None else min(b, len(self._mm))
-            for lo in range(a, end, size):
-                yield self._mm[lo : min(end, lo + size)]
-            return
         if self._gzf is None:
+            end = (self.size or 0) if b is None else min(b, self.size or 0)
+            for lo in range(a, end, size):
+                yield self.read(lo, min(end, lo + size))
             return
         self._gzf.seek(a)
         pos = a
@@ -215,22 +207,32 @@ class Source:
                     i = buf.find(pat, i + 1)
             pos += len(piece)
             prev = buf[-_OVERLAP:]
-        self._gz_starts = sorted(set(found))[-MAX_CANDIDATES:]
+        self._gz_starts = sorted(found)[-MAX_CANDIDATES:]
         self.size = pos
 
     def find(self, sub: bytes, a: int, b: int) -> int:
-        """The offset of the first ``sub`` in [a, b), -1 when none."""
-        if self._mm is not None:
-            return self._mm.find(sub, a, b)
-        i = self.read(a, b).find(sub)
-        return a + i if i >= 0 else -1
+        """The offset of the first ``sub`` in [a, b), -1 when none (read in 1 MiB pieces)."""
+        step = max(1 << 20, 2 * len(sub))
+        lo = a
+        while lo < b:
+            hi = min(b, lo + step)
+            i = self.read(lo, min(b, hi + len(sub) - 1)).find(sub)
+            if i >= 0:
+                return lo + i
+            lo = hi
+        return -1
 
     def rfind(self, sub: bytes, a: int, b: int) -> int:
-        """The offset of the last ``sub`` in [a, b), -1 when none."""
-        if self._mm is not None:
-            return self._mm.rfind(sub, a, b)
-        i = self.read(a, b).rfind(sub)
-        return a + i if i >= 0 else -1
+        """The offset of the last ``sub`` in [a, b), -1 when none (read in 1 MiB pieces)."""
+        step = max(1 << 20, 2 * len(sub))
+        hi = b
+        while hi > a:
+            lo = max(a, hi - step)
+            i = self.read(lo, min(b, hi + len(sub) - 1)).rfind(sub)
+            if i >= 0:
+                return lo + i
+            hi = lo
+        return -1
 
     def line_start(self, at: int) -> int:
         """The offset of the first byte of the line holding ``at`` (looked for 1 MiB back)."""
@@ -249,26 +251,24 @@ class Source:
         return i + 1 if i >= 0 else size
 
     def last_candidate(self, below: int) -> int | None:
-        """The offset of the last start-pattern occurrence before ``below`` (newest chunk first)."""
+        """The offset of the last start-pattern occurrence before ``below``: ``SCAN_CHUNK``
+        pieces read newest first, one ``rfind`` per pattern each, stopping at the first hit."""
         if self.gz:
             self.scan()
             older = [c for c in self._gz_starts if c < below]
             return older[-1] if older else None
-        mm = self._mm
-        if mm is None:
-            return None
-        size = len(mm)
+        size = self.size or 0
         hi = min(below, size)
         while hi > 0:
             lo = max(0, hi - SCAN_CHUNK)
-            end = min(size, hi + _OVERLAP, below + _OVERLAP)
+            buf = self.read(lo, min(size, hi + _OVERLAP))
             best = -1
-            for pat in START_LITERALS:
-                i = mm.rfind(pat, lo, end)
-                if i > best and i < below:
+            for pat in START_LITERALS:  # a match that starts before ``below``
+                i = buf.rfind(pat, 0, below - lo - 1 + len(pat))
+                if i > best:
                     best = i
             if best >= 0:
-                return best
+                return lo + best
             hi = lo
         return None
 
@@ -463,7 +463,7 @@ def _line_ts(line: bytes, engine: str, shape: str | None = None) -> datetime | N
 
 
 def count_lines(src: Source, a: int, b: int | None) -> tuple[int, int]:
-    """(newlines in [a, b), the end reached) — ``bytes.count`` over mapped pieces."""
+    """(newlines in [a, b), the end reached) — ``bytes.count`` over 8 MiB pieces."""
     n = 0
     end = a
     for piece in src.chunks(a, b):
@@ -547,10 +547,10 @@ def plan_current_boot(
         where = f"{path.name} or its rotated copies" if sibs else path.name
         plan.note = f"no server start in {where}"
         gap: list[Part | Gap | LogRecord] = [Gap(path, 0, tail_from)] if tail_from > 0 else []
-        proc = running()
-        if proc is None and not serves(src.read(tail_from, size), engine):
+        if not serves(src.read(tail_from, size), engine):
             plan.steps = gap  # not serving (yet): the tracker opens the boot its lines say
             return plan
+        proc = running()  # the log says it serves: whose command line
         reason = f"rotated before {oldest_ts:%Y-%m-%d %H:%M}" if oldest_ts is not None else f"not in {where}"
         plan.steps = [start_missing_record(reason)]
         if proc is not None:
@@ -559,7 +559,7 @@ def plan_current_boot(
         return plan
     finally:
         if src is not None:
-            src.close()  # the memory map; ``fh`` stays open for the follower
+            src.close()  # ``fh`` stays open for the follower
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """``LocalBackend``: the ``HostBackend`` for the machine kvtui runs on.
 
 - Log: a log file followed in-process with ``tail -F`` semantics from a byte offset (rotation by
-  rename, truncation, a file that appears later), after a bounded scan back to the last server
-  start; or the unit's journal through ``journalctl -u UNIT -o json -f`` with journald cursors,
+  rename, ``copytruncate`` read from the copy, a file that appears later), the current boot found
+  however far back and read as its startup part, one gap, the recent tail
+  (``kvtui.hosts.filelog``; ``search_log`` greps a gap);
+  or the unit's journal through ``journalctl -u UNIT -o json -f`` with journald cursors,
   the current boot found from the unit's ``InvocationID`` (else a bounded scan back); or
   ``docker logs -f --timestamps``. Resuming after a cursor (``after_cursor``) neither loses nor
   repeats a line: file cursors are byte offsets, journal cursors journald's own, docker cursors
@@ -908,13 +910,18 @@ class LocalBackend:
         try:
             found = await _collect_matches(grep, pattern, base, a, b, ignore_case=ignore_case, context=context,
                                            limit=limit, newest=newest, numbered=not gz)
-            stopped_early = grep.returncode is None
-            if stopped_early:
+            stopped_early = False
+            try:  # done by itself (EOF, -m): reaped by asyncio, not by a terminate() racing its exit
+                async with asyncio.timeout(0.25):
+                    await grep.wait()
+            except TimeoutError:  # still reading past the range: not needed any more
+                stopped_early = True
                 await _stop_process(grep)
-            rc = await grep.wait()
-            if rc not in (0, 1) and not stopped_early and grep.stderr is not None:
-                err = (await grep.stderr.read(4096)).decode(errors="replace").strip()
-                raise BackendError(f"grep: {err or f'exit {rc}'}")
+            _out, err = await grep.communicate()  # what is left in its pipes (it has exited): closes them
+            rc = grep.returncode
+            if rc not in (0, 1) and not stopped_early:
+                text = err[-4096:].decode(errors="replace").strip()
+                raise BackendError(f"grep: {text or f'exit {rc}'}")
         finally:
             for p in procs:
                 await _stop_process(p)
