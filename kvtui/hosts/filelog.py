@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import mmap
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -38,7 +39,7 @@ from typing import BinaryIO, Final
 
 from kvtui.boot.model import BootStatus
 from kvtui.bootlog import BootLog
-from kvtui.engines.events import Engine, LogRecord
+from kvtui.engines.events import BootBoundary, Engine, LogRecord, ParsedLine
 from kvtui.engines.parse import LineParser, parse_chunks
 from kvtui.engines.shapes import RecordSplitter
 from kvtui.engines.source_records import command_record, gap_record, gap_where, start_missing_record
@@ -64,6 +65,13 @@ def _literal(pattern: str) -> bytes:
 
 
 START_LITERALS: Final = tuple(_literal(p) for p in SERVER_START_PATTERNS)
+# the patterns searched for a host's engine (one pass over the file each): SGLang's is its own;
+# vLLM's first line is not always its version line (0.32 prints a banner, then non-default args)
+ENGINE_LITERALS: Final = {
+    "sglang": tuple(p for p in START_LITERALS if p.startswith(b"server_args")),
+    "vllm": tuple(p for p in START_LITERALS if not p.startswith(b"server_args")),
+    "auto": START_LITERALS,
+}
 _OVERLAP: Final = max(len(p) for p in START_LITERALS)
 
 
@@ -135,8 +143,8 @@ def serves(data: bytes, engine: str) -> bool:
 
 class Source:
     """One log file's bytes as they were when opened (a plain file's size is fixed then), read by
-    offset with ``pread`` (no memory map: the pages a search touches do not count as kvtui's
-    memory); a ``.gz`` file decompressed as a stream (its size known once scanned)."""
+    offset with ``pread`` (the backward search maps one piece at a time: the pages it touched do
+    not stay in kvtui's memory); a ``.gz`` file decompressed as a stream (its size known once scanned)."""
 
     def __init__(self, path: Path, fh: BinaryIO | None = None) -> None:
         self.path = path
@@ -250,9 +258,10 @@ class Source:
         i = self.find(b"\n", at - 1, size)
         return i + 1 if i >= 0 else size
 
-    def last_candidate(self, below: int) -> int | None:
-        """The offset of the last start-pattern occurrence before ``below``: ``SCAN_CHUNK``
-        pieces read newest first, one ``rfind`` per pattern each, stopping at the first hit."""
+    def last_candidate(self, below: int, patterns: Sequence[bytes] = START_LITERALS) -> int | None:
+        """The offset of the last occurrence of one of ``patterns`` before ``below``:
+        ``SCAN_CHUNK`` pieces read newest first, one ``rfind`` per pattern each, stopping at the
+        first hit (a .gz copy: every start pattern, noted in one decompressing pass)."""
         if self.gz:
             self.scan()
             older = [c for c in self._gz_starts if c < below]
@@ -261,14 +270,16 @@ class Source:
         hi = min(below, size)
         while hi > 0:
             lo = max(0, hi - SCAN_CHUNK)
-            buf = self.read(lo, min(size, hi + _OVERLAP))
-            best = -1
-            for pat in START_LITERALS:  # a match that starts before ``below``
-                i = buf.rfind(pat, 0, below - lo - 1 + len(pat))
-                if i > best:
-                    best = i
+            # one piece mapped at a time (no copy; unmapped after, so its pages leave kvtui's RSS)
+            off = lo - lo % mmap.ALLOCATIONGRANULARITY
+            with mmap.mmap(self._fd, min(size, hi + _OVERLAP) - off, offset=off, access=mmap.ACCESS_READ) as mm:
+                best = -1
+                for pat in patterns:  # a match that starts in [lo, below)
+                    i = mm.rfind(pat, lo - off, min(len(mm), below - off - 1 + len(pat)))
+                    if i > best:
+                        best = i
             if best >= 0:
-                return lo + best
+                return off + best
             hi = lo
         return None
 
@@ -371,9 +382,10 @@ def _start_in(src: Source, engine: str) -> int | None:
     """The current boot's start in ``src``: the last start-pattern line the tracker agrees opens
     a boot, searched backwards; None when there is none."""
     src.scan()  # a .gz copy: its size and its start lines, in one pass
+    patterns = ENGINE_LITERALS.get(engine, START_LITERALS)
     below = src.size or 0
     for _ in range(MAX_CANDIDATES):
-        cand = src.last_candidate(below)
+        cand = src.last_candidate(below, patterns)
         if cand is None:
             return None
         ls = src.line_start(cand)
@@ -385,6 +397,10 @@ def _start_in(src: Source, engine: str) -> int | None:
 
 
 def _confirm(src: Source, cand: int, ls: int, engine: str) -> int | None:
+    """The boot start the tracker reads near the candidate at ``cand`` (its line at ``ls``), from
+    ``VERIFY_WINDOW`` bytes either side; None when the candidate is not one (a line that merely
+    quotes a start pattern: the last boot there opened on a serving line, or on the window's
+    first engine line, not on a boot boundary)."""
     size = src.size or 0
     wlo = max(0, ls - VERIFY_WINDOW)
     if wlo > 0:
@@ -395,14 +411,23 @@ def _confirm(src: Source, cand: int, ls: int, engine: str) -> int | None:
         cut = data.rfind(b"\n")
         if cut >= cand - wlo:
             data = data[: cut + 1]
-    off = boot_start_offset(data, wlo, engine=engine)
-    if off is None:
+    hint = None if engine == "auto" else Engine(engine)
+    reader = BootLog(hint)
+    opened: ParsedLine | None = None
+    for parsed in parse_chunks((data,), hint, parser=reader.parser):
+        if reader.feed_parsed(parsed):
+            opened = parsed
+    if opened is None or opened.record is None:
         return None
-    if off < ls:  # an earlier line: fine when it is a start line itself (vLLM's version line)
-        line = data[off - wlo : ls - wlo]
-        if not any(p in line for p in START_LITERALS):
-            return None  # the candidate is not a start (a line that quotes one)
-    return off
+    cursor = opened.record.cursor
+    if cursor is None or not cursor.isdigit():  # no byte cursors (journald JSON): the tracker's word
+        return boot_start_offset(data, wlo, engine=engine)
+    end = int(cursor) - wlo
+    off = wlo + data.rfind(b"\n", 0, max(end - 1, 0)) + 1
+    if any(type(e) is BootBoundary for e in opened.events):
+        return off
+    line = data[off - wlo : end]
+    return off if any(p in line for p in START_LITERALS) else None
 
 
 def startup_end(src: Source, start: int) -> int:
