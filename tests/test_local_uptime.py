@@ -116,7 +116,7 @@ class Sink:
 @asynccontextmanager
 async def monitored(tmp_path: Path, **host: Any) -> AsyncIterator[HostMonitor]:
     cfg = HostConfig(local=True, **host)
-    backend = LocalBackend("box", cfg, poll_interval=0.02)  # type: ignore[arg-type]
+    backend = LocalBackend("box", cfg, poll_interval=0.02)
     mon = HostMonitor("box", backend, host=cfg, state_dir=tmp_path / "state", gpu_interval=30.0,
                       pids_interval=30.0)
     task = asyncio.create_task(mon.run(Sink()))
@@ -339,7 +339,7 @@ async def test_copytruncate_while_following_loses_and_repeats_nothing(tmp_path: 
         finally:
             os.close(fd)
 
-    def copytruncate() -> None:
+    def copytruncate() -> int:
         with lock:  # a burst, then logrotate's copy + truncate before the follower's next poll
             nonlocal written
             fd = os.open(log, os.O_WRONLY | os.O_APPEND)
@@ -348,6 +348,7 @@ async def test_copytruncate_while_following_loses_and_repeats_nothing(tmp_path: 
             written += 200
             shutil.copyfile(log, copy)
             os.truncate(log, 0)
+            return written - 1  # the burst's last line: only the copy holds it now
 
     async with monitored(tmp_path, log_file=str(log)) as mon:
         await until(lambda: bool(mon.boots) and mon.boots[-1].status is BootStatus.READY, describe(mon))
@@ -356,7 +357,11 @@ async def test_copytruncate_while_following_loses_and_repeats_nothing(tmp_path: 
         try:
             for _ in range(3):
                 await asyncio.sleep(0.3)
-                await asyncio.to_thread(copytruncate)
+                n = await asyncio.to_thread(copytruncate)
+                # read from the copy before the next rotation overwrites it (logrotate would
+                # have shifted it to FILE.2; this test keeps one copy)
+                await until(lambda n=n: last_seen(mon, _line(n).decode().rstrip("\n")),
+                            lambda n=n: f"line #{n:07d}, which only the copy holds: {describe(mon)()}", timeout=15)
             await asyncio.sleep(0.3)
         finally:
             stop.set()
@@ -421,7 +426,7 @@ async def test_search_log_reaches_the_gap(tmp_path: Path) -> None:
     gz = tmp_path / "old.log.1.gz"
     with gzip.open(gz, "wb") as out:
         out.write(data[: end])
-    backend2 = LocalBackend("box", HostConfig(local=True, log_file=str(log)))  # type: ignore[arg-type]
+    backend2 = LocalBackend("box", HostConfig(local=True, log_file=str(log)))
     found = await backend2.search_log("NEEDLE", gap_where(bytes=f"{lo}-{end}", path=str(gz)))
     assert [(f.record.text, f.record.cursor, f.line_no) for f in found] == [(marker, str(end), None)]
     before = end - len(marker) - 1  # a range that ends where the marker's line begins
@@ -432,7 +437,7 @@ async def test_resume_after_the_tail_reads_no_startup_part_again(tmp_path: Path)
     """``after_cursor`` (a resume) goes on from the cursor: no startup part, no gap again."""
     log = tmp_path / "server.log"
     write_log(log, 30_000)
-    b = LocalBackend("box", HostConfig(local=True, log_file=str(log)), poll_interval=0.02)  # type: ignore[arg-type]
+    b = LocalBackend("box", HostConfig(local=True, log_file=str(log)), poll_interval=0.02)
     await b.start()
     try:
         first: list[str] = []
