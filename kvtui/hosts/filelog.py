@@ -155,6 +155,8 @@ class Source:
         self._gzf: gzip.GzipFile | None = None
         self._gz_starts: list[int] = []
         self.size: int | None = None
+        self.newlines: int | None = None  # a scanned .gz copy's line count
+        self.last_bytes = b""  # a scanned .gz copy's last 64 KiB
         if self.gz:
             self._gzf = gzip.GzipFile(fileobj=self._fh, mode="rb")
         else:
@@ -205,7 +207,11 @@ class Source:
         pos = 0
         prev = b""
         found: set[int] = set()
+        newlines = 0
+        last = b""
         for piece in self.chunks(0, None, SCAN_CHUNK):
+            newlines += piece.count(b"\n")
+            last = piece[-(64 << 10) :] if len(piece) >= 64 << 10 else (last + piece)[-(64 << 10) :]
             buf = prev + piece
             base = pos - len(prev)
             for pat in START_LITERALS:
@@ -217,6 +223,8 @@ class Source:
             prev = buf[-_OVERLAP:]
         self._gz_starts = sorted(found)[-MAX_CANDIDATES:]
         self.size = pos
+        self.newlines = newlines
+        self.last_bytes = last
 
     def find(self, sub: bytes, a: int, b: int) -> int:
         """The offset of the first ``sub`` in [a, b), -1 when none (read in 1 MiB pieces)."""
@@ -364,6 +372,10 @@ class Gap:
     start: int
     end: int | None
     named: bool = False
+    # known from the .gz copy's decompressing scan (not decompressed again): its lines, its end
+    # (the last 64 KiB before ``end``)
+    lines: int | None = None
+    last: bytes = b""
 
 
 @dataclass(slots=True)
@@ -504,12 +516,15 @@ def gap_of(gap: Gap, engine: str, shape: str | None = None) -> LogRecord | None:
     except OSError:
         return None
     with src:
-        lines, end = count_lines(src, gap.start, gap.end)
+        if gap.lines is not None and gap.end is not None:
+            lines, end = gap.lines, gap.end
+        else:
+            lines, end = count_lines(src, gap.start, gap.end)
         if end <= gap.start:
             return None
         head = src.read(gap.start, min(end, gap.start + (64 << 10)))
         first_ts = _line_ts(head[: head.find(b"\n") + 1] if b"\n" in head else head, engine, shape)
-        tail = src.read(max(gap.start, end - (64 << 10)), end)
+        tail = gap.last[-(end - gap.start) :] if gap.last else src.read(max(gap.start, end - (64 << 10)), end)
         cut = tail.rstrip(b"\n").rfind(b"\n")
         last_ts = _line_ts(tail[cut + 1 :], engine, shape)
     where = gap_where(bytes=f"{gap.start}-{end}", path=str(gap.path) if gap.named else None)
@@ -554,7 +569,8 @@ def plan_current_boot(
                     end = startup_end(s2, found)
                     steps: list[Part | Gap | LogRecord] = [Part(sib, found, end, cursors=False)]
                     if end < (s2.size or 0):
-                        steps.append(Gap(sib, end, s2.size, named=True))
+                        lines = None if s2.newlines is None else s2.newlines - s2.read(0, end).count(b"\n")
+                        steps.append(Gap(sib, end, s2.size, named=True, lines=lines, last=s2.last_bytes))
             except (OSError, EOFError, gzip.BadGzipFile):
                 continue
             steps += [Gap(newer, 0, None, named=True) for newer in reversed(sibs[:k])]
