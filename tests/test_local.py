@@ -212,16 +212,33 @@ def test_boot_start_offset_finds_the_last_server_start() -> None:
     assert boot_start_offset(b"just\nnoise\n", 0) is None
 
 
-async def test_scan_back_is_bounded(tmp_path: Path) -> None:
+async def test_start_beyond_the_tail_is_found_then_one_gap_then_the_tail(tmp_path: Path) -> None:
+    """The start lies far before the recent tail (``tail_bytes``): the startup part (through the
+    ready line and its margin) whole, one gap record with the exact count, then the tail."""
+    from kvtui.engines.events import LogGap
+    from kvtui.engines.source_records import gap_range, parse_source_record
+    from kvtui.hosts.filelog import READY_MARGIN_LINES
+
     log = tmp_path / "big.log"
-    _append(log, SGLANG_ARGS, *[f"serving line {i}" for i in range(5000)])
-    async with backend(_host(log_file=str(log)), scan_back_bytes=2000) as b:
+    ready = "[2026-03-04 09:13:00] The server is fired up and ready to roll!"
+    _append(log, "old noise", SGLANG_ARGS, ready, *[f"serving line {i}" for i in range(5000)])
+    async with backend(_host(log_file=str(log)), tail_bytes=2000) as b:
         c = Collector(b.follow_log())
         await c.wait(lambda t: bool(t) and t[-1] == "serving line 4999")
-        # the start is out of reach: the window's first whole line, not the file's start
-        assert SGLANG_ARGS not in c.texts
-        assert 50 < len(c.texts) < 200
-        assert c.texts == [f"serving line {i}" for i in range(5000 - len(c.texts), 5000)]
+        assert c.texts[:2] == [SGLANG_ARGS, ready]
+        k = 2 + READY_MARGIN_LINES
+        assert c.texts[2:k] == [f"serving line {i}" for i in range(READY_MARGIN_LINES)]
+        gap = parse_source_record(c.texts[k])
+        assert isinstance(gap, LogGap)
+        assert c.records[k].cursor is None
+        tail = c.texts[k + 1 :]
+        assert 50 < len(tail) < 200
+        assert tail == [f"serving line {i}" for i in range(5000 - len(tail), 5000)]
+        assert gap.lines == 5000 - READY_MARGIN_LINES - len(tail)
+        lo, hi = (int(x) for x in gap_range(gap.where)["bytes"].split("-"))
+        assert log.read_bytes()[lo:hi].count(b"\n") == gap.lines
+        assert c.records[k - 1].cursor == str(lo)
+        assert c.records[k + 1].cursor == str(hi + len(tail[0]) + 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,7 +444,7 @@ async def test_nvml_readings_filtered_to_the_servers_gpus(tmp_path: Path) -> Non
         assert NO_GPU_PREFIX not in b.status().detail
         it = b.gpu_stream(0.01)
         samples = await it.__anext__()
-        await it.aclose()  # type: ignore[attr-defined]
+        await it.aclose()
         assert [s.index for s in samples] == [2, 3]
         s2 = samples[0]
         assert (s2.used_mib, s2.total_mib, s2.util, s2.ts) == (1002.0, 97887.0, 50.0, 42.0)

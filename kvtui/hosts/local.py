@@ -1,8 +1,10 @@
 """``LocalBackend``: the ``HostBackend`` for the machine kvtui runs on.
 
 - Log: a log file followed in-process with ``tail -F`` semantics from a byte offset (rotation by
-  rename, truncation, a file that appears later), after a bounded scan back to the last server
-  start; or the unit's journal through ``journalctl -u UNIT -o json -f`` with journald cursors,
+  rename, ``copytruncate`` read from the copy, a file that appears later), the current boot found
+  however far back and read as its startup part, one gap, the recent tail
+  (``kvtui.hosts.filelog``; ``search_log`` greps a gap);
+  or the unit's journal through ``journalctl -u UNIT -o json -f`` with journald cursors,
   the current boot found from the unit's ``InvocationID`` (else a bounded scan back); or
   ``docker logs -f --timestamps``. Resuming after a cursor (``after_cursor``) neither loses nor
   repeats a line: file cursors are byte offsets, journal cursors journald's own, docker cursors
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import os
 import re
 import signal
@@ -31,13 +34,34 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from kvtui.bootlog import BootLog
 from kvtui.config import LocalHost
-from kvtui.engines.events import Engine, LogRecord
-from kvtui.engines.parse import parse_chunks
-from kvtui.engines.shapes import RecordSplitter, parse_journal_json
+from kvtui.engines.events import LogRecord
+from kvtui.engines.shapes import parse_journal_json
 from kvtui.gpu import GpuProcess, GpuSample, process_from_nvml, sample_from_nvml
-from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
+from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
+from kvtui.hosts.filelog import (
+    HEAD_BYTES,
+    TAIL_BYTES,
+    BootPlan,
+    Gap,
+    GrepLine,
+    Part,
+    Source,
+    copy_rest,
+    engine_command,
+    engine_roots,
+    gap_of,
+    grep_argv,
+    grep_record,
+    make_splitter,
+    parse_grep_line,
+    plan_current_boot,
+    proc_cmdline,
+)
+from kvtui.hosts.filelog import (
+    boot_start_offset as boot_start_offset,
+)
+from kvtui.hosts.filelog import boot_starts as _boot_starts
 from kvtui.liveness import (
     DOCKER_STATE_FORMAT,
     FRESH_SLACK_S,
@@ -55,7 +79,7 @@ if TYPE_CHECKING:
 
 MAX_LINE_BYTES: Final = 1 << 20  # longer lines are cut (the rest up to the newline dropped)
 READ_CHUNK: Final = 256 << 10  # small enough that splitting one chunk never stalls the event loop
-DEFAULT_SCAN_BACK_BYTES: Final = 16 << 20
+DEFAULT_TAIL_BYTES: Final = TAIL_BYTES  # the recent tail of a log file read before following it
 DEFAULT_JOURNAL_SCAN_LINES: Final = 20_000
 _TERMINATOR: Final = re.compile(rb"[\r\n]")
 
@@ -90,57 +114,6 @@ async def _stop_process(proc: asyncio.subprocess.Process, grace: float = 2.0) ->
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await proc.wait()
-
-
-# ---------------------------------------------------------------------------------------------
-# Splitting bytes into records (with byte-offset cursors)
-# ---------------------------------------------------------------------------------------------
-
-
-def make_splitter(base_offset: int) -> RecordSplitter:
-    """Bytes of a log file -> records whose cursor is the byte offset after each line: the input
-    shape (raw, journalctl short*/json, docker) detected by ``kvtui.engines.shapes``."""
-    return RecordSplitter(None, base_offset=base_offset)
-
-
-def boot_start_offset(data: bytes, base: int = 0, *, engine: str = "auto") -> int | None:
-    """The absolute offset of the last server start in ``data`` (which starts at ``base``, at a
-    line start), decided by the engine parser and boot tracker (the monitor's own notion of a
-    boot); None when no boot starts in ``data``."""
-    fast = _fast_boot_start(data, engine)
-    if fast is not None:
-        return None if fast < 0 else base + fast
-    splitter = make_splitter(base)
-    records = splitter.feed(data) + splitter.flush()
-    starts = _boot_starts(records, engine)
-    if not starts:
-        return None
-    i = starts[-1]
-    return int(records[i - 1].cursor or base) if i > 0 else base
-
-
-def _fast_boot_start(data: bytes, engine: str) -> int | None:
-    """The engine core's replay path (lines that cannot change a boot skipped: ~10x faster on
-    serving-heavy logs) -> the offset in ``data`` of the line that opens the last boot; -1 when
-    none does; None when the shape has no byte cursors."""
-    hint = None if engine == "auto" else Engine(engine)
-    reader = BootLog(hint)
-    last: LogRecord | None = None
-    for parsed in parse_chunks((data,), hint, parser=reader.parser):
-        if reader.feed_parsed(parsed):
-            last = parsed.record
-    if last is None:
-        return -1
-    if last.cursor is None or not last.cursor.isdigit():
-        return None  # e.g. journald JSON: cursors are journald's, not offsets
-    end = int(last.cursor)
-    return data.rfind(b"\n", 0, max(end - 1, 0)) + 1
-
-
-def _boot_starts(records: Sequence[LogRecord], engine: str) -> list[int]:
-    """Indices of the records that open a boot (the tracker's decision)."""
-    reader = BootLog(None if engine == "auto" else Engine(engine))
-    return [i for i, rec in enumerate(records) if reader.feed(rec)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,7 +311,7 @@ class LocalBackend:
         clock: Callable[[], float] = time.time,
         poll_interval: float = 0.1,
         liveness_interval: float = 0.5,
-        scan_back_bytes: int = DEFAULT_SCAN_BACK_BYTES,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
         journal_scan_lines: int = DEFAULT_JOURNAL_SCAN_LINES,
         nvml: Nvml | None = None,
         journalctl: Sequence[str] = ("journalctl",),
@@ -354,7 +327,7 @@ class LocalBackend:
 
         found = server_pid_file(host.pid_file, host.start_command, host.stop_command)
         self.pid_file: Path | None = Path(found[0]).expanduser() if found else None
-        self._scan_back = scan_back_bytes
+        self._tail_bytes = tail_bytes
         self._journal_scan = journal_scan_lines
         self._nvml = nvml or Nvml()
         # ``sudo = true``: journalctl and systemctl run through ``sudo -n`` (never a prompt)
@@ -364,6 +337,7 @@ class LocalBackend:
         self._docker = list(docker)
         self._state = ConnState.CONNECTING
         self._log_detail = ""
+        self._log_note = ""  # what the file follower found about the boot's start (kept until replaced)
         self._started = False
         self._closed = asyncio.Event()
         self._procs: set[asyncio.subprocess.Process] = set()
@@ -375,6 +349,8 @@ class LocalBackend:
         parts = [f"local: {self._source_label()}"]
         if self._log_detail:
             parts.append(self._log_detail)
+        if self._log_note:
+            parts.append(self._log_note)
         if self._started and not self._gpu_ok and self._nvml.error:
             parts.append(self._nvml.error)
         return ConnStatus(self._state, detail="; ".join(parts))
@@ -440,32 +416,82 @@ class LocalBackend:
         """``follow_log(NEXT_BOOT)`` that says when it is positioned (``PositionedLogSource``)."""
         return self.follow_log(LogStart.NEXT_BOOT, positioned=positioned)
 
-    def _scan_start(self, path: Path) -> int:
-        """Offset of the current boot's first line: the last server start within the last
-        ``scan_back_bytes`` of the file, else the first whole line of that window."""
-        try:
-            with open(path, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                base = max(0, size - self._scan_back)
-                fh.seek(base)
-                data = fh.read(size - base)
-        except FileNotFoundError:
-            return 0
-        if base > 0:  # start at the first whole line of the window
-            cut = _TERMINATOR.search(data)
-            if cut is None:
-                return size
-            data = data[cut.end() :]
-            base += cut.end()
-        found = boot_start_offset(data, base, engine=self.host.engine)
-        return base if found is None else found
+    def _plan_file(self, path: Path) -> BootPlan:
+        """Where the current boot of ``path`` is read from (``kvtui.hosts.filelog``): blocking."""
+        return plan_current_boot(path, engine=self.host.engine, tail_bytes=self._tail_bytes,
+                                 running=self._server_command)
+
+    def _server_command(self) -> tuple[list[str], int] | None:
+        """(argv, pid) of the running server from ``/proc/PID/cmdline``: the pid file's process
+        (or the engine process below it, when it is a launch script), else the oldest engine
+        process on this machine (``commands.ENGINE_PROCESS_PATTERN``); None when none runs."""
+        from kvtui.hosts.commands import ENGINE_PROCESS_PATTERN
+
+        if self.pid_file is not None:
+            pid, alive, _age = _pid_reading(self.pid_file)
+            if pid is not None and alive:
+                below = sorted(_descendants({pid}))
+                found = engine_command([pid, *below], ENGINE_PROCESS_PATTERN)
+                if found is not None:
+                    return found
+                argv = proc_cmdline(pid)
+                return (argv, pid) if argv else None
+        return engine_command(engine_roots(ENGINE_PROCESS_PATTERN), ENGINE_PROCESS_PATTERN)
+
+    async def _plan_records(self, plan: BootPlan) -> AsyncIterator[list[LogRecord]]:
+        """The plan's steps as records: parts read in ``READ_CHUNK`` pieces off the loop, each gap
+        counted off the loop when reached (the startup part is out by then)."""
+        shape: str | None = None
+        said: list[LogRecord] = []
+        for step in plan.steps:
+            if isinstance(step, LogRecord):
+                said.append(step)
+                continue
+            if said:
+                yield said
+                said = []
+            if isinstance(step, Gap):
+                rec = await asyncio.to_thread(gap_of, step, self.host.engine, shape)
+                if rec is not None:
+                    yield [rec]
+                continue
+            assert isinstance(step, Part)
+            try:
+                src = await asyncio.to_thread(Source, step.path)
+            except OSError as exc:
+                self._log_note = f"cannot read {step.path}: {exc.strerror or exc}"
+                continue
+            try:
+                splitter = make_splitter(step.start)
+                pos = step.start
+                while pos < step.end and not self._closed.is_set():
+                    data = await asyncio.to_thread(src.read, pos, min(step.end, pos + READ_CHUNK))
+                    if not data:
+                        break
+                    pos += len(data)
+                    records = splitter.feed(data) + (splitter.flush() if pos >= step.end else [])
+                    if not step.cursors:
+                        records = [dataclasses.replace(r, cursor=None) for r in records]
+                    if records:
+                        yield records
+                shape = splitter.shape
+            finally:
+                await asyncio.to_thread(src.close)
+        if said:
+            yield said
 
     async def _follow_file(
         self, path: Path, start: LogStart, after_cursor: str | None, positioned: Callable[[], None] | None,
         t_follow: float,
     ) -> AsyncIterator[list[LogRecord]]:
         """``t_follow``: when following began (monotonic): a server process younger than that
-        (+ ``FRESH_SLACK_S``) started after it, so it is the next boot's."""
+        (+ ``FRESH_SLACK_S``) started after it, so it is the next boot's.
+
+        ``CURRENT_BOOT``: the plan (``kvtui.hosts.filelog.plan_current_boot``) — the startup part
+        whole, one gap, the recent tail — then on from the end. A ``copytruncate`` while followed
+        (the file shrinks, or its first bytes change) reads the rest of the copy (``FILE.1``, when
+        it is this file's copy) from the old offset before the truncated file from 0."""
+        plan: BootPlan | None = None
         if after_cursor is not None and after_cursor.strip().isdigit():
             offset = int(after_cursor)
         elif start == LogStart.NEXT_BOOT:
@@ -474,18 +500,30 @@ class LocalBackend:
             except FileNotFoundError:
                 offset = 0
         else:
-            offset = await asyncio.to_thread(self._scan_start, path)
+            plan = await asyncio.to_thread(self._plan_file, path)
+            offset = plan.follow_from
+            self._log_note = plan.note
         if positioned is not None:
             positioned()  # the bytes from ``offset`` on are read, whenever they are written
         st = _FileState()
         pos = offset  # bytes of the current file read so far
         splitter = make_splitter(pos)
+        head = b""  # the file's first bytes as read (a copytruncate copy begins with them)
         # liveness: the pid file read at most every ``liveness_interval`` while caught up; a
         # death is reported once the file's bytes written before it are read (its last lines first)
         watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
         next_check = 0.0
         pending_exit: tuple[LogRecord, int] | None = None
         try:
+            if plan is not None:
+                if plan.fh is not None:
+                    st.fh = plan.fh
+                    fst = os.fstat(st.fh.fileno())
+                    st.ident = (fst.st_dev, fst.st_ino)
+                    st.fh.seek(pos)
+                    head = await asyncio.to_thread(os.pread, st.fh.fileno(), min(pos, HEAD_BYTES), 0)
+                async for batch in self._plan_records(plan):
+                    yield batch
             while not self._closed.is_set():
                 if st.fh is None:
                     try:
@@ -507,8 +545,11 @@ class LocalBackend:
                         pos = 0
                         splitter = make_splitter(0)
                     st.fh.seek(pos)
-                data = await asyncio.to_thread(st.fh.read, READ_CHUNK)
+                    head = await asyncio.to_thread(os.pread, st.fh.fileno(), min(pos, HEAD_BYTES), 0)
+                data, same = await asyncio.to_thread(_read_checked, st.fh, head)
                 if data:
+                    if len(head) < HEAD_BYTES and pos == len(head):
+                        head += data[: HEAD_BYTES - len(head)]
                     pos += len(data)
                     records = splitter.feed(data)
                     if records:
@@ -528,13 +569,20 @@ class LocalBackend:
                     st.fh = None
                     pos = 0
                     splitter = make_splitter(0)
+                    head = b""
                     if records:
                         yield records
                     continue
-                if pst is not None and pst.st_size < pos:  # truncated in place
+                if pst is not None and (pst.st_size < pos or not same):  # truncated in place (copytruncate)
+                    rest = copy_rest(path, pos, head)
+                    while (piece := await asyncio.to_thread(next, rest, None)) is not None:
+                        records = splitter.feed(piece)
+                        if records:
+                            yield records
                     records = splitter.flush()
                     pos = 0
                     splitter = make_splitter(0)
+                    head = b""
                     st.fh.seek(0)
                     pending_exit = None
                     if records:
@@ -791,6 +839,95 @@ class LocalBackend:
         return exit_record(None, detail or f"container {container} stopped", at_start=gone.at_start,
                            ts=datetime.now(UTC), source="docker")
 
+    # -- search (``SearchableLog``) -----------------------------------------------------------------
+
+    async def search_log(
+        self, pattern: str, where: str, *, regex: bool = False, ignore_case: bool = True, context: int = 0,
+        limit: int = 100, newest: bool = False,
+    ) -> list[LogMatch]:
+        """Lines of a gap that contain ``pattern`` (``SearchableLog``): GNU grep reads the file
+        from the gap's first byte (its stdin positioned there: no copy through a pipe) and stops
+        at its limit; a ``.gz`` copy through ``gzip -dc``. Each record's cursor is the absolute
+        byte offset after its line; ``line_no`` its line number in the gap (None in a .gz)."""
+        from kvtui.engines.source_records import gap_range
+
+        parts = gap_range(where)
+        rng = parts.get("bytes")
+        if rng is None:
+            raise BackendError(f"host '{self.name}': cannot search {where!r} here (not a byte range of a file)")
+        try:
+            a, b = (int(x) for x in rng.split("-", 1))
+        except ValueError:
+            raise BackendError(f"not a byte range: {rng!r}") from None
+        named = parts.get("path") or self.host.log_file
+        if not named:
+            raise BackendError(f"host '{self.name}': no log file to search")
+        path = _expand(named)
+        limit = max(1, int(limit))
+        context = max(0, int(context))
+        env = {**os.environ, "LC_ALL": "C"}
+        gz = path.name.endswith(".gz")
+        argv = grep_argv(pattern, regex=regex, ignore_case=ignore_case, context=context,
+                         limit=None if newest or gz else limit)
+        procs: list[asyncio.subprocess.Process] = []
+        try:
+            if gz:
+                rfd, wfd = os.pipe()
+                try:
+                    procs.append(await asyncio.create_subprocess_exec(
+                        "gzip", "-dc", "--", str(path), stdin=asyncio.subprocess.DEVNULL, stdout=wfd,
+                        stderr=asyncio.subprocess.DEVNULL, preexec_fn=_PREEXEC))
+                    procs.append(await asyncio.create_subprocess_exec(
+                        *argv, stdin=rfd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+                        preexec_fn=_PREEXEC))
+                finally:
+                    os.close(rfd)
+                    os.close(wfd)
+                base = 0
+            else:
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except OSError as exc:
+                    raise BackendError(f"cannot search {path}: {exc.strerror or exc}") from exc
+                try:
+                    size = os.fstat(fd).st_size
+                    if size < b:
+                        raise BackendError(f"{path}: bytes {a}-{b} are gone (the file has {size} bytes now: "
+                                           "rotated or truncated since)")
+                    os.lseek(fd, a, os.SEEK_SET)
+                    procs.append(await asyncio.create_subprocess_exec(
+                        *argv, stdin=fd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+                        preexec_fn=_PREEXEC))
+                finally:
+                    os.close(fd)
+                base = a
+        except FileNotFoundError as exc:
+            for p in procs:
+                await _stop_process(p)
+            raise BackendError(f"cannot search {path}: {exc.filename or 'grep/gzip'} not found") from exc
+        self._procs.update(procs)
+        grep = procs[-1]
+        try:
+            found = await _collect_matches(grep, pattern, base, a, b, ignore_case=ignore_case, context=context,
+                                           limit=limit, newest=newest, numbered=not gz)
+            stopped_early = False
+            try:  # done by itself (EOF, -m): reaped by asyncio, not by a terminate() racing its exit
+                async with asyncio.timeout(0.25):
+                    await grep.wait()
+            except TimeoutError:  # still reading past the range: not needed any more
+                stopped_early = True
+                await _stop_process(grep)
+            _out, err = await grep.communicate()  # what is left in its pipes (it has exited): closes them
+            rc = grep.returncode
+            if rc not in (0, 1) and not stopped_early:
+                text = err[-4096:].decode(errors="replace").strip()
+                raise BackendError(f"grep: {text or f'exit {rc}'}")
+        finally:
+            for p in procs:
+                await _stop_process(p)
+                self._procs.discard(p)
+        return found
+
     # -- GPUs ------------------------------------------------------------------------------------
 
     async def gpu_stream(self, interval_s: float = 1.0) -> AsyncIterator[list[GpuSample]]:
@@ -875,6 +1012,76 @@ class LocalBackend:
             command, proc.returncode if proc.returncode is not None else -1,
             out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
         )
+
+
+async def _collect_matches(
+    proc: asyncio.subprocess.Process, pattern: str, base: int, a: int, b: int, *, ignore_case: bool, context: int,
+    limit: int, newest: bool, numbered: bool,
+) -> list[LogMatch]:
+    """grep's output (``-b -n``, ``-C``) -> matches in [a, b) with their context: the first
+    ``limit`` (returns as soon as they are complete), or the last ``limit`` with ``newest``."""
+    from collections import deque
+
+    assert proc.stdout is not None
+    found: deque[tuple[LogRecord, list[LogRecord], list[LogRecord], int | None]] = deque(
+        maxlen=limit if newest else None)
+    before: list[LogRecord] = []
+    after_open = False
+    partial = b""
+    while True:
+        data = await proc.stdout.read(1 << 16)
+        if not data:
+            break
+        lines = (partial + data).split(b"\n")
+        partial = lines.pop()
+        if len(partial) > 2 * MAX_LINE_BYTES:
+            partial = partial[: 2 * MAX_LINE_BYTES]
+        for raw in lines:
+            line: GrepLine | None = parse_grep_line(raw)
+            if line is None:  # "--": the next lines are not next to the last match
+                before, after_open = [], False
+                continue
+            at = base + line.offset
+            if at >= b:
+                return _matches(found)
+            if at < a:
+                continue
+            if len(line.text) > MAX_LINE_BYTES:
+                line.text = line.text[:MAX_LINE_BYTES]
+            rec = grep_record(line, base, pattern, ignore_case=ignore_case)
+            if line.match:
+                if not newest and len(found) >= limit:
+                    return _matches(found)
+                found.append((rec, before[-context:] if context else [], [], line.line_no if numbered else None))
+                before, after_open = [], True
+                continue
+            if after_open and found and len(found[-1][2]) < context:
+                found[-1][2].append(rec)
+            before.append(rec)
+            if len(before) > context:
+                del before[0]
+        if not newest and len(found) >= limit and (not context or len(found[-1][2]) >= context):
+            return _matches(found)
+    return _matches(found)
+
+
+def _matches(found: Iterable[tuple[LogRecord, list[LogRecord], list[LogRecord], int | None]]) -> list[LogMatch]:
+    return [LogMatch(rec, tuple(bef), tuple(aft), n) for rec, bef, aft, n in found]
+
+
+def _expand(path: str) -> Path:
+    return Path(path).expanduser()
+
+
+def _read_checked(fh: Any, head: bytes) -> tuple[bytes, bool]:
+    """The next ``READ_CHUNK`` of ``fh``, and whether the file still begins with ``head`` after
+    it was read (False: truncated or replaced in place meanwhile — the bytes are not its own:
+    none are returned, the position is left where it was)."""
+    data = fh.read(READ_CHUNK)
+    if not head or os.pread(fh.fileno(), len(head), 0) == head:
+        return data, True
+    fh.seek(-len(data), os.SEEK_CUR)  # not consumed
+    return b"", False
 
 
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
