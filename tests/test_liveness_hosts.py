@@ -53,7 +53,7 @@ def record_time(backend: str, seconds: float) -> None:
             fh.write(json.dumps({"backend": backend, "seconds": round(seconds, 3)}) + "\n")
 
 
-async def run_wait(hosts: Path, name: str, kill: callable, *, ready_marker: str = "load_weights",  # type: ignore[valid-type]
+async def run_wait(hosts: Path, name: str, kill: callable, *, ready_marker: str = "load weights",  # type: ignore[valid-type]
                    timeout: float = 60.0, next_boot: bool = False,
                    start: callable | None = None, log: Path | None = None) -> tuple[int, str, str, float]:  # type: ignore[valid-type]
     """``kvtui wait NAME`` in process (``--next``: then ``start()`` the server once it follows
