@@ -20,7 +20,8 @@ from kvtui.config import HostConfig
 from kvtui.engines.events import LogRecord
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts import commands as C
-from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart, RecordBlock
+from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart, RecordBlock
+from kvtui.hosts.journal import search_command, search_matches
 from kvtui.hosts.ssh.followers import (
     MAX_BATCH_RECORDS,
     MAX_QUEUED_BATCHES,
@@ -490,6 +491,29 @@ class SshBackend:
         if status is None or status < 0:
             status = _signal_status(res.exit_signal)
         return CommandResult(command, int(status), _as_text(res.stdout), _as_text(res.stderr))
+
+    # -- search --------------------------------------------------------------------------------
+
+    async def search_log(
+        self, pattern: str, where: str, *, regex: bool = False, ignore_case: bool = True, context: int = 0,
+        limit: int = 100, newest: bool = False,
+    ) -> list[LogMatch]:
+        """``SearchableLog``: the lines of a gap the follower skipped, searched on the host."""
+        if self.host.log_source == "journal":
+            return await self._search_journal(pattern, where, regex=regex, ignore_case=ignore_case, limit=limit,
+                                              newest=newest)
+        raise BackendError(f"{self.name}: searching a {self.host.log_source} log on the host is not supported")
+
+    async def _search_journal(self, pattern: str, where: str, *, regex: bool, ignore_case: bool, limit: int,
+                              newest: bool) -> list[LogMatch]:
+        """``journalctl --grep`` between the gap's cursors; no context (a journal has no cheap
+        one: each line around a match would cost a query of its own)."""
+        cmd = search_command(self.host.unit or "", pattern, where, regex=regex, ignore_case=ignore_case,
+                             limit=limit, newest=newest, sudo=self.host.sudo)
+        res = await self.run(cmd, timeout=120)
+        if not res.stdout.strip() and res.stderr.strip():
+            raise BackendError(f"{self.name}: journalctl --grep: {res.stderr.strip().splitlines()[-1][:300]}")
+        return search_matches(res.stdout, where, newest=newest, limit=limit)
 
     # -- streams ---------------------------------------------------------------------------------
 
