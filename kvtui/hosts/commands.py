@@ -77,9 +77,11 @@ def unwrap_guard(command: str) -> str:
     except ValueError:
         return command
     if len(words) == 3 and words[:2] == ["sh", "-c"] and words[2].endswith(GUARD_MARK):
-        for line in words[2].splitlines():
-            if line.endswith(" </dev/null &"):
-                return line[: -len(" </dev/null &")]
+        body = words[2]
+        end = body.find(" </dev/null &\np=$!")
+        start = body.rfind("exec 3<&0\n", 0, end) if end >= 0 else -1
+        if start >= 0:  # the command may span lines (``guard(sh_c(script))``)
+            return body[start + len("exec 3<&0\n") : end]
     if len(words) == 3 and words[:2] == ["sh", "-c"]:
         return words[2]
     return command
