@@ -124,6 +124,9 @@ class JournalUptime:
     after_ready: int = 0
     read_bytes: int = 0
     done: tuple[str, str, str] | None = None
+    # the gap's end: the tail starts here (inclusive) — a drop before its first entry came resumes
+    # here, not after the startup part (which would read the whole gap)
+    tail_cursor: str | None = None
 
     def command(self, unit: str, start_cursor: str, last_cursor: str | None, *, journalctl: str | None = None,
                 sudo: bool = False) -> str:
@@ -160,6 +163,7 @@ class JournalUptime:
             return []
         if word == "gap":
             self.phase = "follow"
+            self.tail_cursor = kv.get("before")
             n = kv.get("lines", "-")
             where = gap_where(after=kv.get("after"), before=kv.get("before"))
             return [gap_record(int(n) if n.isdigit() else None, where, epoch_us(kv.get("first")),

@@ -209,6 +209,8 @@ class _JournalFollower(_Follower):
         for part in parts:
             if isinstance(part, str):
                 got = RecordBlock.of(self.plan.control(part))
+                if self.plan.tail_cursor is not None and self.plan.phase == "follow":
+                    self.resume = ("cursor", self.plan.tail_cursor)  # until the tail's first entry comes
             else:
                 startup = self.plan.phase == "startup"
                 got = self._feed_json(part)
