@@ -33,7 +33,9 @@ import pytest
 from sshd_support import (
     JOURNAL_REMOTE,
     REAL_JOURNALCTL,
+    CutProxy,
     FakeTools,
+    JournalWriter,
     SshdInstance,
     requires_journal_remote,
     requires_sshd,
@@ -146,8 +148,8 @@ def use_journal(tools: FakeTools, directory: Path, **unit: str | int) -> None:
     tools.set_unit(UNIT, InvocationID=INV, **unit)
 
 
-def make_backend(sshd: SshdInstance) -> SshBackend:
-    return SshBackend("gpu-test", sshd.host_config(unit=UNIT), ssh_config=[], connect_timeout=5,
+def make_backend(sshd: SshdInstance, port: int | None = None) -> SshBackend:
+    return SshBackend("gpu-test", sshd.host_config(port=port, unit=UNIT), ssh_config=[], connect_timeout=5,
                       keepalive_interval=2, backoff=Backoff(initial=0.05, cap=0.5, rng=random.Random(7)),
                       options={"agent_path": None})
 
@@ -279,6 +281,56 @@ async def test_gap_of_a_few_thousand_lines_is_counted(sshd: SshdInstance, tools:
     assert any(f"{14_000 - 300 - 10_000} lines not read" in t for t in texts), texts
 
 
+async def test_cuts_while_reading_resume_without_a_repeat_or_a_second_gap(
+    sshd: SshdInstance, tools: FakeTools, tmp_path: Path
+) -> None:
+    """The connection is cut as the first records come (during the startup part, the gap or the
+    tail: whichever the chunking gives) and again once the tail is in; entries written meanwhile
+    come once. Every record once, in order, one gap. Fails before issue 21: no gap (every entry
+    read)."""
+    d = _build_journal(tmp_path / "j", serving=14_000, head=True)
+    use_journal(tools, d, MainPID=0)
+    proxy = await CutProxy(sshd.port).start()
+    sshd.trust_port(proxy.port)
+    backend = make_backend(sshd, port=proxy.port)
+    await backend.start()
+    reader = Reader(tmp_path / "spool")
+    seen: list[LogRecord] = []
+    gen = backend.follow_log(LogStart.CURRENT_BOOT)
+    writer = JournalWriter(d).start()
+    try:
+        async with asyncio.timeout(60):
+            batch = await anext(gen)
+            proxy.cut()
+            reader.feed(batch)
+            seen += batch
+            while reader.last_s is None:
+                batch = await anext(gen)
+                reader.feed(batch)
+                seen += batch
+            proxy.cut()
+            for i in range(3):
+                writer.write(f"after the cut {i}", _SYSTEMD_UNIT=UNIT, _SYSTEMD_INVOCATION_ID=INV, _PID=4242)
+            writer.flush()
+            while not any(r.text == "after the cut 2" for r in seen):
+                batch = await anext(gen)
+                reader.feed(batch)
+                seen += batch
+    finally:
+        await aclose_iter(gen)
+        await backend.close()
+        await proxy.close()
+    assert proxy.cuts >= 2
+    gaps = [r.text for r in seen if "lines not read" in r.text]
+    assert len(gaps) == 1, gaps
+    assert gaps[0].startswith("kvtui: 3700 lines not read ["), gaps
+    cursors = [r.cursor for r in seen if r.cursor]
+    assert len(cursors) == len(set(cursors))  # none twice
+    n_boot = sum(1 for line in BOOT_LOG.read_text().splitlines() if line.strip())
+    assert len(cursors) == 1 + n_boot + 300 + 10_000 + 3  # the manager's line, the boot, margin, tail, new
+    assert [r.text for r in seen[-3:]] == [f"after the cut {i}" for i in range(3)]
+
+
 @pytest.fixture
 def sglang_process(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A real process whose command line is an SGLang server's (``python3 -m
@@ -378,10 +430,10 @@ async def test_local_boot_followed_by_1m_entries_reads_startup_gap_and_tail(
         await read_until(backend, reader, lambda r: r.last_s is not None, timeout=30)
     finally:
         await backend.close()
-    boot = reader.log.current
-    assert boot is not None
     assert [r.text.split(" [", 1)[0] for r in reader.records] == ["kvtui: some lines not read"]
     assert reader.last_s is not None
+    boot = reader.log.current
+    assert boot is not None
     assert boot.status is BootStatus.READY
     assert boot.facts[Fact.MAX_TOTAL_NUM_TOKENS] == 25169
     assert boot.flags.get("mem_fraction_static") == 0.2  # SGLang's server_args line (> 4096 bytes: --all)

@@ -143,7 +143,8 @@ class JournalUptime:
         if self.phase != "startup":
             return
         self.read_bytes += nbytes
-        self.after_ready += len(texts)
+        if self.ready:
+            self.after_ready += len(texts)
         for i in range(len(texts) - 1, -1, -1):  # the last ready line counts (SGLang: uvicorn's, then its own)
             if _READY_RE.search(texts[i]):
                 self.ready = True
