@@ -443,6 +443,23 @@ async def test_local_boot_followed_by_1m_entries_reads_startup_gap_and_tail(
     assert size < SPOOL_BUDGET
 
 
+async def test_local_search_log_finds_a_line_of_the_gap(tools: FakeTools, big_journal: Path, tmp_path: Path) -> None:
+    """The local backend's ``search_log`` over the gap. Fails before issue 21: no gap, no search."""
+    use_journal(tools, big_journal, MainPID=0)
+    backend = make_local(tools, big_journal)
+    await backend.start()
+    reader = Reader(tmp_path / "spool")
+    try:
+        await read_until(backend, reader, lambda r: any("lines not read" in x.text for x in r.records), timeout=30)
+        gaps = [x for x in reader.records if "lines not read" in x.text]
+        assert gaps, "no gap record"
+        where = gaps[0].text.partition("[")[2].partition("]")[0]
+        found = await backend.search_log(GAP_MARK, where, limit=5, newest=True)
+    finally:
+        await backend.close()
+    assert [m.record.text.split("] ", 1)[0] for m in found] == [GAP_MARK + " [2026-07-09 07:00:00"]
+
+
 async def test_local_vacuumed_start_serves_with_flags_from_the_running_process(
     tools: FakeTools, tmp_path: Path, sglang_process: subprocess.Popen[bytes]
 ) -> None:

@@ -39,9 +39,17 @@ from kvtui.engines.parse import parse_chunks
 from kvtui.engines.shapes import RecordSplitter, parse_journal_json
 from kvtui.gpu import GpuProcess, GpuSample, process_from_nvml, sample_from_nvml
 from kvtui.hosts import commands as C
-from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
+from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
 from kvtui.hosts.commands import CONTROL_PREFIX
-from kvtui.hosts.journal import BootStart, JournalUptime, missing_records, parse_boot_start, parse_main_cmdline
+from kvtui.hosts.journal import (
+    BootStart,
+    JournalUptime,
+    missing_records,
+    parse_boot_start,
+    parse_main_cmdline,
+    search_command,
+    search_matches,
+)
 from kvtui.liveness import (
     DOCKER_STATE_FORMAT,
     FRESH_SLACK_S,
@@ -641,6 +649,27 @@ class LocalBackend:
         except BackendError:
             return BootStart()
         return parse_boot_start(out.decode("utf-8", "replace"))
+
+    async def search_log(
+        self, pattern: str, where: str, *, regex: bool = False, ignore_case: bool = True, context: int = 0,
+        limit: int = 100, newest: bool = False,
+    ) -> list[LogMatch]:
+        """``SearchableLog``: the lines of a gap the follower skipped, searched here."""
+        if self.host.unit and not (self.host.log_file or self.host.container):
+            return await self._search_journal(pattern, where, regex=regex, ignore_case=ignore_case, limit=limit,
+                                              newest=newest)
+        raise BackendError(f"{self.name}: searching this log source is not supported")
+
+    async def _search_journal(self, pattern: str, where: str, *, regex: bool, ignore_case: bool, limit: int,
+                              newest: bool) -> list[LogMatch]:
+        """``journalctl --grep`` between the gap's cursors (no context lines: see the SSH backend)."""
+        cmd = search_command(self.host.unit or "", pattern, where, regex=regex, ignore_case=ignore_case, limit=limit,
+                             newest=newest, journalctl=shlex.join(self._journalctl))
+        _, out, err = await self._capture(["sh", "-c", cmd], timeout=120)
+        text = out.decode("utf-8", "replace")
+        if not text.strip() and err.strip():
+            raise BackendError(f"{self.name}: journalctl --grep: {err.decode('utf-8', 'replace').strip()[-300:]}")
+        return search_matches(text, where, newest=newest, limit=limit)
 
     async def _follow_journal(
         self, unit: str, start: LogStart, after_cursor: str | None, positioned: Callable[[], None] | None = None
