@@ -41,6 +41,7 @@ from sshd_support import (
     requires_sshd,
     skip_or_fail,
     start_sshd,
+    wait_no_processes,
 )
 
 from kvtui.boot.model import BootStatus
@@ -321,6 +322,8 @@ async def test_cuts_while_reading_resume_without_a_repeat_or_a_second_gap(
         await backend.close()
         await proxy.close()
     assert proxy.cuts >= 2
+    # nothing left running on the host: neither the followers of the cut connections nor the last
+    assert await wait_no_processes(str(d), names=("journalctl", "awk", "head"), timeout=10) == []
     gaps = [r.text for r in seen if "lines not read" in r.text]
     assert len(gaps) == 1, gaps
     assert gaps[0].startswith("kvtui: 3700 lines not read ["), gaps

@@ -231,7 +231,7 @@ def journal_uptime(
        else ``-f`` after C1 (the rest is short)."""
     jc = journalctl if journalctl is not None else sudo_prefix(sudo) + "journalctl"
     u = q(unit)
-    out = "-o json --output-fields=" + q(",".join(fields)) + " --all -q --no-pager"
+    out = "-o json --output-fields=" + q(",".join(fields)) + " --all --no-pager -q"  # as journal_follow
     mark = "\\000" + CONTROL_PREFIX[1:].decode()
     follow_after = f'exec {jc} -u {u} {out} -f --no-tail --after-cursor="$c1"'
     if startup_done is not None:
