@@ -101,6 +101,9 @@ class FakeHost:
             process.exit(127)
 
     async def _follow(self, process: asyncssh.SSHServerProcess[bytes], inner: str) -> None:
+        if "kvtui:startup" in inner:  # commands.journal_uptime: a short journal reads to its end
+            await self._uptime(process, inner)
+            return
         self.follow_commands.append(inner)
         m = re.search(r"--after-cursor=(\S+)", inner)
         c = re.search(r"--cursor=(\S+)", inner)
@@ -120,6 +123,29 @@ class FakeHost:
                 pos += 1
                 if pos % 7 == 0:
                     await process.stdout.drain()
+            await self.new_entry.wait()
+
+    async def _uptime(self, process: asyncssh.SSHServerProcess[bytes], inner: str) -> None:
+        """``commands.journal_uptime`` on a journal this short: the startup part reaches the
+        journal's end (``stop=0``), then ``-f`` after its last entry. Recorded in
+        ``follow_commands`` as ``uptime --cursor=…`` / ``uptime --after-cursor=…``."""
+        script = shlex.split(inner)[-1]
+        so = re.search(r"(--(?:after-)?cursor=)(\S+)", script)
+        assert so is not None, script
+        self.follow_commands.append(f"uptime {so.group(1)}{so.group(2)}")
+        pos = self.index_of(shlex.split(so.group(2))[0]) + (1 if so.group(1) == "--after-cursor=" else 0)
+        end = len(self.entries)
+        for e in self.entries[pos:end]:
+            process.stdout.write(json.dumps(e).encode() + b"\n")
+        last = self.entries[end - 1] if end > pos else None
+        cur = last["__CURSOR"] if last else "-"
+        ts = last["__REALTIME_TIMESTAMP"] if last else "-"
+        process.stdout.write(f"\0kvtui:startup stop=0 cursor={cur} ts={ts} next=-\n".encode())
+        pos = end
+        while True:
+            while pos < len(self.entries):
+                process.stdout.write(json.dumps(self.entries[pos]).encode() + b"\n")
+                pos += 1
             await self.new_entry.wait()
 
     async def _gpu(self, process: asyncssh.SSHServerProcess[bytes], inner: str) -> None:

@@ -25,6 +25,7 @@ import ctypes
 import dataclasses
 import os
 import re
+import shlex
 import signal
 import sys
 import time
@@ -38,7 +39,9 @@ from kvtui.config import LocalHost
 from kvtui.engines.events import LogRecord
 from kvtui.engines.shapes import parse_journal_json
 from kvtui.gpu import GpuProcess, GpuSample, process_from_nvml, sample_from_nvml
+from kvtui.hosts import commands as C
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
+from kvtui.hosts.commands import CONTROL_PREFIX
 from kvtui.hosts.filelog import (
     HEAD_BYTES,
     TAIL_BYTES,
@@ -62,6 +65,15 @@ from kvtui.hosts.filelog import (
     boot_start_offset as boot_start_offset,
 )
 from kvtui.hosts.filelog import boot_starts as _boot_starts
+from kvtui.hosts.journal import (
+    BootStart,
+    JournalUptime,
+    missing_records,
+    parse_boot_start,
+    parse_main_cmdline,
+    search_command,
+    search_matches,
+)
 from kvtui.liveness import (
     DOCKER_STATE_FORMAT,
     FRESH_SLACK_S,
@@ -676,14 +688,51 @@ class LocalBackend:
         idx = _journal_boot_start(records, self.host.engine)
         return records[idx].cursor, False
 
+    async def _journal_locate(self, unit: str) -> BootStart:
+        """``commands.journal_boot_start`` here (this backend's journalctl/systemctl words)."""
+        script = C.journal_boot_start(unit, journalctl=shlex.join(self._journalctl),
+                                      systemctl=shlex.join(self._systemctl))
+        try:
+            _, out, _ = await self._capture(["sh", "-c", script])
+        except BackendError:
+            return BootStart()
+        return parse_boot_start(out.decode("utf-8", "replace"))
+
+    async def _search_journal(self, pattern: str, where: str, *, regex: bool, ignore_case: bool, limit: int,
+                              newest: bool) -> list[LogMatch]:
+        """``journalctl --grep`` between the gap's cursors (no context lines: see the SSH backend)."""
+        cmd = search_command(self.host.unit or "", pattern, where, regex=regex, ignore_case=ignore_case, limit=limit,
+                             newest=newest, journalctl=shlex.join(self._journalctl))
+        _, out, err = await self._capture(["sh", "-c", cmd], timeout=120)
+        text = out.decode("utf-8", "replace")
+        if not text.strip() and err.strip():
+            raise BackendError(f"{self.name}: journalctl --grep: {err.decode('utf-8', 'replace').strip()[-300:]}")
+        return search_matches(text, where, newest=newest, limit=limit)
+
     async def _follow_journal(
         self, unit: str, start: LogStart, after_cursor: str | None, positioned: Callable[[], None] | None = None
     ) -> AsyncIterator[list[LogRecord]]:
         cursor = after_cursor
         inclusive: str | None = None
         every = False  # the unit had no entry when located: every entry from the first is new
+        # the current boot of a unit up for days (kvtui.hosts.journal): startup part, gap, tail
+        plan: JournalUptime | None = None
+        tail: int | None = None  # the start was vacuumed: the last N entries
+        jc = shlex.join(self._journalctl)
         if cursor is None and start == LogStart.CURRENT_BOOT:
-            inclusive, _ = await self._journal_start_cursor(unit)
+            found = await self._journal_locate(unit)
+            reason = found.start_missing() if found.cursor is not None else None
+            if reason is not None:
+                _, out, _ = await self._capture(
+                    ["sh", "-c", C.journal_main_cmdline(unit, systemctl=shlex.join(self._systemctl))])
+                pid, argv = parse_main_cmdline(out)
+                yield missing_records(reason, pid, argv)
+                tail = C.JOURNAL_TAIL_LINES
+            elif found.cursor is not None:
+                plan = JournalUptime()
+                inclusive = found.cursor
+            else:
+                inclusive, _ = await self._journal_start_cursor(unit)
         elif cursor is None and positioned is not None:
             # located by the newest entry's cursor (not ``-n 0``, which is "now" only once
             # journalctl runs): a restart issued after ``positioned`` loses no line
@@ -696,11 +745,15 @@ class LocalBackend:
             positioned()
         first = True
         while not self._closed.is_set():
-            argv = [*self._journalctl, "--no-pager", "-o", "json", "-u", unit, "-f"]
-            if cursor is not None:
+            argv = [*self._journalctl, "--no-pager", "-o", "json", "--all", "-u", unit, "-f"]
+            if plan is not None and plan.phase != "follow" and inclusive is not None:
+                argv = ["sh", "-c", plan.command(unit, inclusive, cursor, journalctl=jc)]
+            elif cursor is not None:
                 argv += ["--after-cursor", cursor]
             elif inclusive is not None:
                 argv += ["--cursor", inclusive]
+            elif tail is not None and first:
+                argv += ["-n", str(tail)]
             elif every and first:
                 argv += ["-n", "all"]
             elif start == LogStart.NEXT_BOOT or not first:
@@ -722,13 +775,27 @@ class LocalBackend:
                     if len(partial) > 64 * MAX_LINE_BYTES:  # a broken stream: resync at the next line
                         partial = b""
                     batch = []
+                    startup: list[str] = []  # texts of the startup part (plan.saw), and their bytes
+                    startup_bytes = 0
                     for raw in lines:
+                        if plan is not None and raw.startswith(CONTROL_PREFIX):
+                            plan.saw(startup, startup_bytes)
+                            startup, startup_bytes = [], 0
+                            batch.extend(plan.control(raw[len(CONTROL_PREFIX) :].decode("utf-8", "replace")))
+                            if plan.tail_cursor is not None:  # until the tail's first entry comes
+                                inclusive, cursor = plan.tail_cursor, None
+                            continue
                         rec = parse_journal_json(raw)
                         if rec is None:
                             continue
                         batch.append(rec)
+                        if plan is not None and plan.phase == "startup":
+                            startup.append(rec.text)
+                            startup_bytes += len(raw) + 1
                         if rec.cursor:
                             cursor = rec.cursor
+                    if plan is not None and startup:
+                        plan.saw(startup, startup_bytes)
                     if batch:
                         self._log_detail = ""
                         yield batch
@@ -845,13 +912,17 @@ class LocalBackend:
         self, pattern: str, where: str, *, regex: bool = False, ignore_case: bool = True, context: int = 0,
         limit: int = 100, newest: bool = False,
     ) -> list[LogMatch]:
-        """Lines of a gap that contain ``pattern`` (``SearchableLog``): GNU grep reads the file
+        """Lines of a gap that contain ``pattern`` (``SearchableLog``); a journal's through
+        ``_search_journal``. A file's: GNU grep reads the file
         from the gap's first byte (its stdin positioned there: no copy through a pipe) and stops
         at its limit; a ``.gz`` copy through ``gzip -dc``. Each record's cursor is the absolute
         byte offset after its line; ``line_no`` its line number in the gap (None in a .gz)."""
         from kvtui.engines.source_records import gap_range
 
         parts = gap_range(where)
+        if "bytes" not in parts and self.host.unit and not (self.host.log_file or self.host.container):
+            return await self._search_journal(pattern, where, regex=regex, ignore_case=ignore_case, limit=limit,
+                                              newest=newest)  # a journal's gap: between two cursors
         rng = parts.get("bytes")
         if rng is None:
             raise BackendError(f"host '{self.name}': cannot search {where!r} here (not a byte range of a file)")

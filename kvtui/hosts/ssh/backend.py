@@ -31,6 +31,7 @@ from kvtui.hosts.backend import (
     LogStart,
     RecordBlock,
 )
+from kvtui.hosts.journal import search_command, search_matches
 from kvtui.hosts.ssh.followers import (
     MAX_BATCH_RECORDS,
     MAX_QUEUED_BATCHES,
@@ -501,6 +502,19 @@ class SshBackend:
             status = _signal_status(res.exit_signal)
         return CommandResult(command, int(status), _as_text(res.stdout), _as_text(res.stderr))
 
+    # -- search --------------------------------------------------------------------------------
+
+    async def _search_journal(self, pattern: str, where: str, *, regex: bool, ignore_case: bool, limit: int,
+                              newest: bool) -> list[LogMatch]:
+        """``journalctl --grep`` between the gap's cursors; no context (a journal has no cheap
+        one: each line around a match would cost a query of its own)."""
+        cmd = search_command(self.host.unit or "", pattern, where, regex=regex, ignore_case=ignore_case,
+                             limit=limit, newest=newest, sudo=self.host.sudo)
+        res = await self.run(cmd, timeout=120)
+        if not res.stdout.strip() and res.stderr.strip():
+            raise BackendError(f"{self.name}: journalctl --grep: {res.stderr.strip().splitlines()[-1][:300]}")
+        return search_matches(res.stdout, where, newest=newest, limit=limit)
+
     # -- streams ---------------------------------------------------------------------------------
 
     def _follower(self, start: LogStart, after_cursor: str | None, began: float | None = None) -> _Follower:
@@ -667,7 +681,8 @@ class SshBackend:
                                            limit=limit, newest=newest)
         if src == "docker":
             raise BackendError(f"{self.name}: search of the container's log is not available yet")
-        raise BackendError(f"{self.name}: search of the journal is not available yet")
+        return await self._search_journal(pattern, where, regex=regex, ignore_case=ignore_case, limit=limit,
+                                          newest=newest)
 
     async def _search_file(self, pattern: str, where: str, *, regex: bool, ignore_case: bool, context: int,
                            limit: int, newest: bool) -> list[LogMatch]:

@@ -23,6 +23,7 @@ from kvtui.engines.source_records import command_record, gap_record, gap_where, 
 from kvtui.engines.text import MAX_LINE_CHARS
 from kvtui.hosts import commands as C
 from kvtui.hosts.backend import BackendError, LogStart, RecordBlock
+from kvtui.hosts.journal import JournalUptime, missing_records, parse_boot_start, parse_main_cmdline, split_controls
 from kvtui.liveness import DOCKER_STATE_FORMAT, FRESH_SLACK_S, PidWatch, exit_record, parse_docker_state
 
 if TYPE_CHECKING:
@@ -134,6 +135,11 @@ class _Follower:
 
 
 class _JournalFollower(_Follower):
+    """The unit's journal. The current boot of a unit up for days is read in constant time
+    (``kvtui.hosts.journal``): its startup part whole, one gap record, the recent tail, then
+    ``-f``; a boot whose start was vacuumed from the journal: ``StartMissing`` and the running
+    server's command line, then the tail."""
+
     source = "journal"
 
     def __init__(self, backend: SshBackend, start: LogStart, after_cursor: str | None,
@@ -143,19 +149,25 @@ class _JournalFollower(_Follower):
         # where to (re)start: ("after", cursor) | ("cursor", cursor) | ("lines", n) | ("all", None)
         self.resume: tuple[str, str | None] = ("after", after_cursor) if after_cursor else ("all", None)
         self.invocation: str | None = None
+        self.plan: JournalUptime | None = None  # the constant-time read of the current boot, until it follows
+        self.start_cursor: str | None = None
+        self.pending: list[LogRecord] = []  # kvtui's own records to deliver first
 
     async def command(self, conn: asyncssh.SSHClientConnection) -> str:
         sudo = self.backend.host.sudo
         if not self.located:
             if self.after_cursor is None and self.start is LogStart.CURRENT_BOOT:
                 res = await _run_answer(conn, C.journal_boot_start(self.unit, sudo=sudo), timeout=60)
-                self.resume = self._parse_boot_start(str(res.stdout or ""))
+                self.resume = await self._locate(conn, str(res.stdout or ""))
             elif self.after_cursor is None:
                 res = await _run_answer(conn, C.journal_last_cursor(self.unit, sudo=sudo), timeout=60)
                 rec = parse_journal_json(str(res.stdout or "").strip().split("\n")[-1]) if res.stdout else None
                 self.resume = ("after", rec.cursor) if rec and rec.cursor else ("all", None)
             self.located = True
         kind, cur = self.resume
+        if self.plan is not None and self.plan.phase != "follow" and self.start_cursor is not None:
+            last = cur if kind == "after" else None
+            return C.guard(C.sh_c(self.plan.command(self.unit, self.start_cursor, last, sudo=sudo)))
         if kind == "after":
             return C.journal_follow(self.unit, after_cursor=cur, sudo=sudo)
         if kind == "cursor":
@@ -164,21 +176,58 @@ class _JournalFollower(_Follower):
             return C.journal_follow(self.unit, lines=int(cur or 0), sudo=sudo)
         return C.journal_follow(self.unit, sudo=sudo)
 
-    def _parse_boot_start(self, out: str) -> tuple[str, str | None]:
-        for line in out.splitlines():
-            if line.startswith("invocation="):
-                self.invocation = line.partition("=")[2].strip() or None
-            elif line.startswith("{"):
-                rec = parse_journal_json(line)
-                if rec is not None and rec.cursor:
-                    return ("cursor", rec.cursor)
-        self.note = "current boot not found in the journal (no InvocationID, no Started line): from the last lines"
-        return ("lines", str(JOURNAL_FALLBACK_LINES))
+    async def _locate(self, conn: asyncssh.SSHClientConnection, out: str) -> tuple[str, str | None]:
+        found = parse_boot_start(out)
+        self.invocation = found.invocation
+        if found.cursor is None:
+            self.note = "current boot not found in the journal (no InvocationID, no Started line): from the last lines"
+            return ("lines", str(JOURNAL_FALLBACK_LINES))
+        reason = found.start_missing()
+        if reason is not None:
+            res = await _run_answer(conn, C.journal_main_cmdline(self.unit, sudo=self.backend.host.sudo), timeout=30)
+            pid, argv = parse_main_cmdline(str(res.stdout or ""))
+            self.pending = missing_records(reason, pid, argv)
+            return ("lines", str(C.JOURNAL_TAIL_LINES))
+        self.plan = JournalUptime()
+        self.start_cursor = found.cursor
+        return ("cursor", found.cursor)
 
     def feed(self, chunk: bytes) -> list[LogRecord]:
         return self.feed_block(chunk).records()
 
     def feed_block(self, chunk: bytes) -> RecordBlock:
+        block = self._feed_plan(chunk) if self.plan is not None else self._feed_json(chunk)
+        if self.pending:
+            first, self.pending = RecordBlock.of(self.pending), []
+            return _merge(first, block) if len(block) else first
+        return block
+
+    def _feed_plan(self, chunk: bytes) -> RecordBlock:
+        """A chunk of ``journal_uptime``'s output: JSON lines and its control lines."""
+        assert self.plan is not None
+        data = self._buf + chunk if self._buf else chunk
+        if CONTROL_MARK not in data and self.plan.phase == "follow":
+            return self._feed_json(chunk)
+        self._buf = b""
+        parts, rest = split_controls(data)
+        out: RecordBlock | None = None
+        for part in parts:
+            if isinstance(part, str):
+                got = RecordBlock.of(self.plan.control(part))
+                if self.plan.tail_cursor is not None and self.plan.phase == "follow":
+                    self.resume = ("cursor", self.plan.tail_cursor)  # until the tail's first entry comes
+            else:
+                startup = self.plan.phase == "startup"
+                got = self._feed_json(part)
+                if startup:
+                    self.plan.saw(got.texts, len(part))
+            if len(got):
+                out = got if out is None else _merge(out, got)
+        if rest:
+            self._buf = self._buf + rest
+        return out if out is not None else RecordBlock([], [], "journal")
+
+    def _feed_json(self, chunk: bytes) -> RecordBlock:
         fast = self._fast_block(chunk)
         if fast is not None:
             return fast
