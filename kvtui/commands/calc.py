@@ -147,7 +147,7 @@ def render(pred: kc.Prediction, source: str) -> str:
     rows_n = m.tokens + (m.page_size if m.engine is Engine.SGLANG else 0)
     if m.engine is Engine.VLLM and m.bias_gib > 0:  # a refused start: per token + what does not grow with it
         cell += f" + {_gib(m.bias_gib)} per request that does not grow with its length"
-    elif m.kv_cache_gib and rows_n > 0 and m.basis != "config":
+    elif m.kv_cache_gib and rows_n > 0 and m.basis not in (kc.Basis.CONFIG, kc.Basis.CONFIG_ESTIMATE):
         direct = round(m.kv_cache_gib * kc.GIB / rows_n)
         if direct != m.cell_bytes:  # what `replay` shows: the printed (rounded) KV size ÷ tokens
             cell += f" (exact; the log's rounded KV size ÷ tokens gives ≈{direct:,})"
