@@ -1275,6 +1275,7 @@ def test_a_config_anchored_at_an_estimated_pool_reproduces_it_and_moves_by_the_c
     assert m.weights_gib == pytest.approx(p - a)
     up = kc.predict(m, {"mem_fraction_static": 0.88})
     assert up.tokens == kc.floor_page(est + p * 0.03 * GIB / 70272, 1)
+    assert up.tokens_per_0_01 is not None
     assert up.tokens - est == pytest.approx(3 * up.tokens_per_0_01, abs=3)
     doc = up.to_json()
     assert doc["basis"] == "config+estimate"
