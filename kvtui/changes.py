@@ -134,10 +134,12 @@ class ServingConfig:
         return f"config {self.path} + estimated pool" + (f" (±{err:,})" if err is not None else "")
 
 
-async def serving_config(backend: HostBackend, boot: Boot, *, gpu_mem_gib: float | None = None) -> ServingConfig:
+async def serving_config(backend: HostBackend, boot: Boot, *, gpu_mem_gib: float | None = None,
+                         read_gpu: bool = True) -> ServingConfig:
     """Read the running model's ``config.json`` on the host (``commands.model_config``: its
-    directory or the HF cache; bounded) and, unless ``gpu_mem_gib`` is given, the GPU's memory from
-    one GPU reading. Never raises: a failure is ``why``."""
+    directory or the HF cache; bounded) and, unless ``gpu_mem_gib`` is given (or ``read_gpu`` is
+    False: the console has its GPU readings), the GPU's memory from one GPU reading. Never raises:
+    a failure is ``why``."""
     import json
 
     from kvtui.hosts import commands
@@ -157,7 +159,7 @@ async def serving_config(backend: HostBackend, boot: Boot, *, gpu_mem_gib: float
         return ServingConfig(path=path, why=f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})")
     if not isinstance(data, dict):
         return ServingConfig(path=path, why=f"{path}: expected a JSON object, got {type(data).__name__}")
-    if gpu_mem_gib is None:
+    if gpu_mem_gib is None and read_gpu:
         gpu_mem_gib = await gpu_total_gib(backend)
     return ServingConfig(path=path, config=data, gpu_mem_gib=gpu_mem_gib)
 
