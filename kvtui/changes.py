@@ -17,7 +17,7 @@ from kvtui.boot import Boot
 from kvtui.engines.events import Engine
 from kvtui.hosts import service
 from kvtui.hosts.backend import HostBackend
-from kvtui.hosts.service.model import EditsFor, Forecast
+from kvtui.hosts.service.model import Calculator, EditsFor, Forecast
 from kvtui.monitor import read_boots
 
 if TYPE_CHECKING:
@@ -41,6 +41,22 @@ def calculate(boots: Sequence[Boot], edits: EditsFor, graph_margin_gib: float | 
         return Forecast(pred, chosen)
     except kvcalc.CalcError as exc:
         return str(exc)
+
+
+def calculate_on(model: kvcalc.MemoryModel, boot: Boot) -> Calculator:
+    """``kvtui.hosts.service.Calculator`` on a model already made for ``boot`` — a serving boot
+    whose start is not in the log, whose model the console's calculator built from the history's
+    boot of its flags or its config.json anchored at the estimated pool: the apply dialog predicts
+    as the panel does."""
+
+    def calc(boots: Sequence[Boot], edits: EditsFor, graph_margin_gib: float | None) -> Forecast | str:
+        margin = kvcalc.DEFAULT_GRAPH_MARGIN_GIB if graph_margin_gib is None else graph_margin_gib
+        try:
+            return Forecast(kvcalc.predict(model, dict(edits(boot)), graph_margin_gib=margin), boot)
+        except kvcalc.CalcError as exc:
+            return str(exc)
+
+    return calc
 
 
 def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
@@ -298,6 +314,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ServingConfig",
     "calculate",
+    "calculate_on",
     "calibration_note",
     "gpu_total_gib",
     "host_boots",

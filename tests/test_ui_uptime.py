@@ -12,6 +12,7 @@ from test_ui_helpers import FakeClock, demo_app, screen_text, settle, wait_for
 from kvtui.boot import BootStatus
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.host_pane import HostPane
+from kvtui.ui.screens import ApplyScreen
 from kvtui.ui.widgets.log_view import LogView, ViewMode
 
 SPEED = 2.0  # one serving line every 2.5 s: 2 h up = ~2,800 serving lines, ~1,800 of them in the gap
@@ -205,6 +206,14 @@ async def test_without_history_the_calculator_answers_from_the_config_and_the_es
         assert est is not None
         assert calc.prediction.tokens > est + 30_000
         assert calc.verdict is not None
+        # the apply dialog predicts as the panel does (the log has no pool line to calibrate from)
+        await pilot.press("escape", "a")
+        await wait_for(pilot, lambda: isinstance(app.screen, ApplyScreen), timeout=10)
+        plan = app.screen.plan  # type: ignore[attr-defined]
+        assert plan.prediction is not None, plan.prediction_note
+        assert str(plan.prediction.model.basis) == "config+estimate"
+        assert plan.prediction.tokens == calc.prediction.tokens
+        await pilot.press("escape")
 
 
 async def test_a_config_that_cannot_be_read_says_why_in_one_line_never_waiting(monkeypatch: Any) -> None:
