@@ -445,7 +445,8 @@ def to_json(pred: kc.Prediction, offered: dict[str, object]) -> dict[str, object
     """``--json``: the prediction's object; its ``calibration`` also says how many boots were offered
     besides the chosen one (``boots`` counts the boots whose figures calibrated the model, the chosen
     one included: 1 when no other boot gave a slope; an offered boot without a sized pool, or one
-    whose pool was fixed by its environment, is not among them)."""
+    whose pool was fixed by its environment, is not among them); a ``config+estimate`` model (a
+    server whose start is gone) also names the ``config`` path read on the host."""
     data = pred.to_json()
     cal = data.get("calibration")
     if isinstance(cal, dict):
