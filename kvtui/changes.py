@@ -17,7 +17,7 @@ from kvtui.boot import Boot
 from kvtui.engines.events import Engine
 from kvtui.hosts import service
 from kvtui.hosts.backend import HostBackend
-from kvtui.hosts.service.model import EditsFor, Forecast
+from kvtui.hosts.service.model import Calculator, EditsFor, Forecast
 from kvtui.monitor import read_boots
 
 if TYPE_CHECKING:
@@ -41,6 +41,22 @@ def calculate(boots: Sequence[Boot], edits: EditsFor, graph_margin_gib: float | 
         return Forecast(pred, chosen)
     except kvcalc.CalcError as exc:
         return str(exc)
+
+
+def calculate_on(model: kvcalc.MemoryModel, boot: Boot) -> Calculator:
+    """``kvtui.hosts.service.Calculator`` on a model already made for ``boot`` — a serving boot
+    whose start is not in the log, whose model the console's calculator built from the history's
+    boot of its flags or its config.json anchored at the estimated pool: the apply dialog predicts
+    as the panel does."""
+
+    def calc(boots: Sequence[Boot], edits: EditsFor, graph_margin_gib: float | None) -> Forecast | str:
+        margin = kvcalc.DEFAULT_GRAPH_MARGIN_GIB if graph_margin_gib is None else graph_margin_gib
+        try:
+            return Forecast(kvcalc.predict(model, dict(edits(boot)), graph_margin_gib=margin), boot)
+        except kvcalc.CalcError as exc:
+            return str(exc)
+
+    return calc
 
 
 def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
@@ -104,6 +120,85 @@ def serving_basis(boot: Boot, host: str) -> tuple[Boot, list[Boot]] | None:
     if chosen is None:
         return None
     return chosen, [b for b in same if b is not chosen]
+
+
+MODEL_CONFIG_TIMEOUT_S = 20.0  # reading a config.json on the host
+GPU_READ_TIMEOUT_S = 10.0  # the first GPU reading, when no one gave the GPU's memory
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServingConfig:
+    """What a config-based what-if of a serving boot whose start is not in the log stands on (when
+    no stored boot fits, ``serving_basis``): the model's ``config.json`` read on the host (its path
+    there), the GPU's memory; or ``why`` not, in one line (the paths tried, the error)."""
+
+    path: str | None = None
+    config: dict[str, object] | None = None
+    gpu_mem_gib: float | None = None
+    why: str | None = None
+
+    def model(self, boot: Boot, gpu_mem_gib: float | None = None) -> kvcalc.MemoryModel:
+        """``kvcalc.serving_model`` of ``boot`` on this config (``gpu_mem_gib``: a newer reading);
+        ``CalcError`` says why not."""
+        if self.config is None:
+            raise kvcalc.CalcError(self.why or "the model's config.json was not read", "input")
+        return kvcalc.serving_model(boot, self.config, gpu_mem_gib=gpu_mem_gib or self.gpu_mem_gib)
+
+    def said(self, model: kvcalc.MemoryModel) -> str:
+        """``config /models/X/config.json + estimated pool (±1,070)``: what the what-if stands on."""
+        err = model.anchor_err
+        return f"config {self.path} + estimated pool" + (f" (±{err:,})" if err is not None else "")
+
+
+async def serving_config(backend: HostBackend, boot: Boot, *, gpu_mem_gib: float | None = None,
+                         read_gpu: bool = True) -> ServingConfig:
+    """Read the running model's ``config.json`` on the host (``commands.model_config``: its
+    directory or the HF cache; bounded) and, unless ``gpu_mem_gib`` is given (or ``read_gpu`` is
+    False: the console has its GPU readings), the GPU's memory from one GPU reading. Never raises:
+    a failure is ``why``."""
+    import json
+
+    from kvtui.hosts import commands
+    from kvtui.hosts.backend import BackendError
+
+    model = kvcalc.model_path(boot)
+    if model is None:
+        return ServingConfig(why="the running flags name no model (--model-path / --model): no config.json to read")
+    try:
+        res = await backend.run(commands.model_config(model, pid=boot.process_pid), timeout=MODEL_CONFIG_TIMEOUT_S)
+        path, text = commands.parse_model_config(res.exit_status, res.stdout, res.stderr)
+    except (BackendError, commands.ModelConfigError) as exc:
+        return ServingConfig(why=f"{model}: {exc}")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return ServingConfig(path=path, why=f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})")
+    if not isinstance(data, dict):
+        return ServingConfig(path=path, why=f"{path}: expected a JSON object, got {type(data).__name__}")
+    if gpu_mem_gib is None and read_gpu:
+        gpu_mem_gib = await gpu_total_gib(backend)
+    return ServingConfig(path=path, config=data, gpu_mem_gib=gpu_mem_gib)
+
+
+async def gpu_total_gib(backend: HostBackend, timeout: float = GPU_READ_TIMEOUT_S) -> float | None:
+    """The largest GPU's memory (GiB) from the host's first GPU reading; None when none came."""
+    import asyncio
+    import contextlib
+
+    from kvtui.hosts.backend import BackendError, aclose_iter
+
+    it = backend.gpu_stream(1.0)
+    try:
+        async with asyncio.timeout(timeout):
+            async for samples in it:
+                if samples:
+                    return max(s.total_mib for s in samples) / 1024.0
+    except (TimeoutError, BackendError):
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(aclose_iter(it), 5.0)
+    return None
 
 
 def _num(v: object) -> object:
@@ -217,13 +312,17 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ServingConfig",
     "calculate",
+    "calculate_on",
     "calibration_note",
+    "gpu_total_gib",
     "host_boots",
     "plan_apply",
     "plan_rollback",
     "record_restart",
     "restart_record",
     "serving_basis",
+    "serving_config",
     "stored_siblings",
 ]

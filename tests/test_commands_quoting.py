@@ -365,3 +365,48 @@ def test_detached_start_outlives_its_shell(sandbox: tuple[Path, Path, dict[str, 
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert marker.read_text().strip() == str(pid)
+
+
+def _model_config(model: str, cwd: Path, env: dict[str, str] | None = None, pid: int | None = None,
+                  max_bytes: int = C.MODEL_CONFIG_MAX_BYTES) -> tuple[str, str]:
+    cmd = C.model_config(model, pid=pid, max_bytes=max_bytes)
+    assert C.model_config_request(cmd) == model.strip()
+    r = subprocess.run(["sh", "-c", cmd], cwd=cwd, capture_output=True, text=True, timeout=30,
+                       env={"PATH": os.environ["PATH"], "HOME": str(cwd / "home"), **(env or {})})
+    return C.parse_model_config(r.returncode, r.stdout, r.stderr, max_bytes=max_bytes)
+
+
+def test_model_config_reads_a_directory_or_the_hf_cache_and_says_what_it_tried(tmp_path: Path) -> None:
+    """Issue 21: the calculator of a server whose start is gone reads its model's config.json on
+    the host: a directory, or the HF cache (refs/main, else the newest snapshot) under the
+    server's HF_HOME, the login's, then ~/.cache; a miss names every path tried; a hostile model
+    name stays data."""
+    d = tmp_path / "models" / "M"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text('{"num_hidden_layers": 2}')
+    assert _model_config(str(d) + "/", tmp_path) == (f"{d}/config.json", '{"num_hidden_layers": 2}')
+    assert _model_config("models/M", tmp_path)[0] == "models/M/config.json"  # relative: the cwd
+    snap = tmp_path / "hf" / "hub" / "models--org--name" / "snapshots"
+    (snap / "aaa").mkdir(parents=True)
+    (snap / "bbb").mkdir(parents=True)
+    (snap / "aaa" / "config.json").write_text('{"v": "aaa"}')
+    (snap / "bbb" / "config.json").write_text('{"v": "bbb"}')
+    (snap.parent / "refs").mkdir()
+    (snap.parent / "refs" / "main").write_text("aaa")
+    path, text = _model_config("org/name", tmp_path, {"HF_HOME": str(tmp_path / "hf")})
+    assert (path, text) == (f"{snap}/aaa/config.json", '{"v": "aaa"}')
+    home_hub = tmp_path / "home" / ".cache" / "huggingface" / "hub"
+    home_hub.mkdir(parents=True)
+    os.rename(snap.parent, home_hub / "models--org--name")
+    (home_hub / "models--org--name" / "refs" / "main").unlink()
+    assert _model_config("org/name", tmp_path)[1] in ('{"v": "aaa"}', '{"v": "bbb"}')  # the newest snapshot
+    with pytest.raises(C.ModelConfigError, match=r"^no config.json at .*/missing/config.json$"):
+        _model_config(str(tmp_path / "missing"), tmp_path)
+    with pytest.raises(C.ModelConfigError, match="hub/models--o--gone/snapshots/"):
+        _model_config("o/gone", tmp_path)
+    with pytest.raises(C.ModelConfigError, match="larger than 0 KiB"):
+        _model_config(str(d), tmp_path, max_bytes=8)
+    for nasty in NASTY:
+        with pytest.raises(C.ModelConfigError):
+            _model_config(nasty, tmp_path)
+        assert not (tmp_path / "CANARY").exists()

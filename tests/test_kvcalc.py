@@ -1253,6 +1253,62 @@ def test_from_config_rejects_incomplete_configs(config: dict[str, object], messa
         kc.from_config(LLAMA70B_CONFIG, gpu_mem_gib=0, tp=1)
 
 
+def test_a_config_anchored_at_an_estimated_pool_reproduces_it_and_moves_by_the_configs_cost() -> None:
+    """Issue 21: a server whose start is not in the log has a pool estimated from its serving
+    lines; the config's model is placed there (weights and overhead solved), and a what-if moves
+    from it by P·Δf / cell. Fails on the old code: ``from_config`` had no observed pool (the
+    config's own estimated weights placed the model wherever they fell)."""
+    flags = {"mem_fraction_static": 0.85, "context_length": 65536, "max_running_requests": 64}
+    est, err = 191_448, 1_070
+    m = kc.from_config(DSV3_CONFIG, gpu_mem_gib=139.8, tp=8, flags=flags, observed_tokens=est, observed_err=err)
+    assert m.basis == "config+estimate"
+    assert m.confidence == "low"
+    assert (m.anchor_tokens, m.anchor_err) == (est, err)
+    assert m.tokens == est
+    at = kc.predict(m)  # at the running fraction: the estimate itself
+    assert at.tokens == est
+    p = 139.8 - (0.5 + 0.125 * 8)  # the config's P: the card less CUDA context and NCCL
+    assert m.pre_load_gib == pytest.approx(p)
+    # the weights and overhead are solved from the anchor: A = N·cell + P·(1 − f)
+    a = est * 70272 / GIB + p * 0.15
+    assert m.after_load_gib == pytest.approx(a)
+    assert m.weights_gib == pytest.approx(p - a)
+    up = kc.predict(m, {"mem_fraction_static": 0.88})
+    assert up.tokens == kc.floor_page(est + p * 0.03 * GIB / 70272, 1)
+    assert up.tokens_per_0_01 is not None
+    assert up.tokens - est == pytest.approx(3 * up.tokens_per_0_01, abs=3)
+    doc = up.to_json()
+    assert doc["basis"] == "config+estimate"
+    assert doc["calibration"]["estimated_pool"] == {"tokens": est, "error": err}  # type: ignore[index]
+    assert doc["calibration"]["boots"] == 0  # type: ignore[index]
+    assert any(r.startswith(f"config + estimated pool ({est:,} ±{err:,} tokens") for r in up.reasons)
+    assert any("anchor: the pool estimated from serving lines 191,448 ±1,070 tokens at 0.85" in x for x in up.explain)
+    assert any("weights and overhead = P − A" in x for x in up.explain)
+    # a plain config model of the same flags lands elsewhere: the anchor is what places it
+    plain = kc.from_config(DSV3_CONFIG, gpu_mem_gib=139.8, tp=8, flags=flags)
+    assert plain.basis == "config"
+    assert abs(plain.tokens - est) > 10_000
+    # the config's cell is what a token costs: the same anchor with another card moves by its own P
+    big = kc.from_config(DSV3_CONFIG, gpu_mem_gib=178.4, tp=8, flags=flags, observed_tokens=est)
+    assert kc.predict(big).tokens == est
+    assert kc.predict(big, {"mem_fraction_static": 0.88}).tokens > up.tokens
+
+
+def test_an_anchor_the_config_cannot_hold_is_refused_with_why() -> None:
+    with pytest.raises(kc.CalcError, match="KV cell does not match the running server"):
+        kc.from_config(DSV3_CONFIG, gpu_mem_gib=24.0, tp=8, flags={"mem_fraction_static": 0.85},
+                       observed_tokens=5_000_000)
+    with pytest.raises(kc.CalcError, match="token cap"):
+        kc.from_config(DSV3_CONFIG, gpu_mem_gib=139.8, tp=8, flags={"mem_fraction_static": 0.85,
+                                                                     "max_total_tokens": 100_000},
+                       observed_tokens=100_000)
+    vl = kc.from_config(LLAMA70B_CONFIG, gpu_mem_gib=79.19, tp=4, engine=Engine.VLLM,
+                        flags={"gpu_memory_utilization": 0.9}, observed_tokens=160_000)
+    assert kc.predict(vl).tokens == 160_000
+    moved = kc.predict(vl, {"gpu_memory_utilization": 0.92}).tokens
+    assert moved == kc.floor_page(160_000 + 79.19 * 0.02 * GIB / 81920, 16)
+
+
 # ---------------------------------------------------------------------------------------------
 # The committed fixtures and their generator
 # ---------------------------------------------------------------------------------------------

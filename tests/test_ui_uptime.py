@@ -12,6 +12,7 @@ from test_ui_helpers import FakeClock, demo_app, screen_text, settle, wait_for
 from kvtui.boot import BootStatus
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.host_pane import HostPane
+from kvtui.ui.screens import ApplyScreen
 from kvtui.ui.widgets.log_view import LogView, ViewMode
 
 SPEED = 2.0  # one serving line every 2.5 s: 2 h up = ~2,800 serving lines, ~1,800 of them in the gap
@@ -177,17 +178,66 @@ async def test_the_calculator_answers_for_a_start_missing_boot_from_the_history(
         assert calc.prediction.tokens > 100_000
 
 
-async def test_without_history_the_calculator_says_the_estimated_pool_never_waiting() -> None:
-    """Fails on the old code: 'waiting for the boot to size its KV pool…'."""
+async def test_without_history_the_calculator_answers_from_the_config_and_the_estimated_pool() -> None:
+    """Issue 21: no stored boot of these flags — the model's config.json read on the host, placed
+    at the pool the serving lines give, answers the what-if. Fails on the old code: 'pool ~191,448
+    tokens (estimated …); no stored boot of this host with these flags to calibrate a what-if from'."""
     clock = FakeClock()
     app = demo_app(clock, hosts=("demo-days",), speed=SPEED, host_options=MISSING)
     async with app.run_test(size=(120, 36)) as pilot:
         pane = await _open(pilot, app)
         calc = pane.calculator
-        await wait_for(pilot, lambda: calc.basis_looked_up)
+        await wait_for(pilot, lambda: calc.serving_config is not None and calc.prediction is not None)
+        await pilot.pause()
+        basis = calc._basis.plain
+        text = screen_text(app)
+        assert "no stored boot" not in basis
+        assert "waiting for the boot" not in text
+        assert basis.startswith("model: config+estimate · confidence low")
+        assert "config /models/Kimi-K2.6/config.json + estimated pool (±" in basis
+        assert "flags from the running process (pid " in basis
+        assert calc.verdict in ("ok", "tight")
+        est = pane.boot.live.pool_tokens_est if pane.boot is not None else None
+        assert calc.prediction is not None
+        assert calc.prediction.tokens == est  # the fields as the process runs: the estimate itself
+        assert calc.focus_field(0)  # mem_fraction_static 0.85 → 0.88: the what-if moves from there
+        await pilot.press("0", ".", "8", "8", "enter")
+        await wait_for(pilot, lambda: calc.prediction is not None and calc.prediction.fraction == 0.88)
+        assert est is not None
+        assert calc.prediction.tokens > est + 30_000
+        assert calc.verdict is not None
+        # the apply dialog predicts as the panel does (the log has no pool line to calibrate from)
+        await pilot.press("escape", "a")
+        await wait_for(pilot, lambda: isinstance(app.screen, ApplyScreen), timeout=10)
+        plan = app.screen.plan  # type: ignore[attr-defined]
+        assert plan.prediction is not None, plan.prediction_note
+        assert str(plan.prediction.model.basis) == "config+estimate"
+        assert plan.prediction.tokens == calc.prediction.tokens
+        await pilot.press("escape")
+
+
+async def test_a_config_that_cannot_be_read_says_why_in_one_line_never_waiting(monkeypatch: Any) -> None:
+    """Without history and without the model's config.json, the panel says the estimated pool and
+    why there is no what-if (the path tried). Fails on the old code: 'waiting for the boot…'."""
+    from kvtui.hosts.backend import CommandResult
+    from kvtui.hosts.demo import DemoBackend
+
+    async def no_config(self: DemoBackend, command: str, **kw: Any) -> CommandResult:
+        return CommandResult(command, 3, "kvtui-tried /models/Kimi-K2.6/config.json\n", "")
+
+    monkeypatch.setattr(DemoBackend, "run", no_config)
+    clock = FakeClock()
+    app = demo_app(clock, hosts=("demo-days",), speed=SPEED, host_options=MISSING)
+    async with app.run_test(size=(120, 36)) as pilot:
+        pane = await _open(pilot, app)
+        calc = pane.calculator
+        await wait_for(pilot, lambda: calc.serving_config is not None)
         await pilot.pause()
         basis = calc._basis.plain
         assert "waiting for the boot" not in screen_text(app)
         assert basis.startswith("pool ~")
         assert "(estimated from serving lines ±" in basis
-        assert "no stored boot of this host with these flags" in basis
+        assert "no stored boot of this host with these flags, and no config-based what-if: /models/Kimi-K2.6: " \
+               "no config.json at /models/Kimi-K2.6/config.json" in basis
+        assert calc.error is not None
+        assert "\n" not in calc.error  # one line

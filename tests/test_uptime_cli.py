@@ -91,6 +91,56 @@ def test_wait_prints_the_followers_notes(hosts: Path, monkeypatch: pytest.Monkey
     assert " serving lines not read)" in err
 
 
+def test_calc_on_a_server_whose_start_is_gone_answers_from_its_config_and_estimated_pool(hosts: Path) -> None:
+    """Issue 21: with no stored boot of these flags, ``calc --host`` reads the model's config.json on
+    the host and places it at the pool the serving lines give. Fails on the old code: exit 3, 'no
+    boot in the log sized its KV pool … use --model config.json'."""
+    code, out, err = _run("--hosts", str(hosts), "calc", "--host", "demo-gone", "--set", "mem-fraction-static=0.88",
+                          "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["basis"] == "config+estimate"
+    assert doc["confidence"] == "low"
+    est = doc["calibration"]["estimated_pool"]
+    assert doc["calibration"]["config"] == "/models/Kimi-K2.6/config.json"
+    assert doc["observed"]["max_total_num_tokens"] == est["tokens"]  # the anchor reproduces the estimate
+    assert doc["observed"]["mem_fraction_static"] == 0.85
+    assert doc["predicted"]["max_total_num_tokens"] > est["tokens"] + 3 * 10_000  # 0.03 of ~94 GiB at 70 KB/token
+    assert any(r.startswith("config + estimated pool (") for r in doc["reasons"])
+    assert any(x.startswith("anchor: the pool estimated from serving lines") for x in doc["explain"])
+    code, out, err = _run("--hosts", str(hosts), "calc", "--host", "demo-gone", "--set", "mem-fraction-static=0.88")
+    assert code == 0, err
+    assert "config /models/Kimi-K2.6/config.json + estimated pool (±" in out
+    assert "basis config+estimate · confidence low" in out
+
+
+async def test_a_config_that_cannot_be_read_says_the_paths_tried_in_one_line(tmp_path: Path) -> None:
+    """The host's model directory has no config.json: the reason names the path tried (a local
+    host: the real shell command); a config.json there is read and anchors the model."""
+    from kvtui.boot import Boot
+    from kvtui.changes import serving_config
+    from kvtui.config import LocalHost
+    from kvtui.engines.events import Engine
+    from kvtui.hosts.local import LocalBackend
+
+    model_dir = tmp_path / "models" / "Llama"
+    model_dir.mkdir(parents=True)
+    boot = Boot(engine=Engine.SGLANG, start_missing="rotated before 2026-06-02 14:33",
+                flags={"model_path": str(model_dir), "tp_size": 4, "mem_fraction_static": 0.85}, flags_from="process")
+    boot.live.pool_tokens_est, boot.live.pool_tokens_err = 400_000, 900
+    backend = LocalBackend("box", LocalHost(local=True, log_file=str(tmp_path / "x.log")))
+    got = await serving_config(backend, boot, gpu_mem_gib=79.19)
+    assert got.config is None
+    assert got.why == f"{model_dir}: no config.json at {model_dir}/config.json"
+    (model_dir / "config.json").write_text(json.dumps({"num_hidden_layers": 80, "num_attention_heads": 64,
+                                                       "num_key_value_heads": 8, "hidden_size": 8192}))
+    got = await serving_config(backend, boot, gpu_mem_gib=79.19)
+    assert got.path == f"{model_dir}/config.json"
+    model = got.model(boot)
+    assert model.tokens == 400_000
+    assert got.said(model) == f"config {model_dir}/config.json + estimated pool (±900)"
+
+
 def test_monitor_takes_the_notes_into_its_status() -> None:
     class Backend:
         notes: ClassVar[list[str]] = ["a note"]

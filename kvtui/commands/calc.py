@@ -16,8 +16,9 @@ import argparse
 import json
 import sys
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kvtui import fmt
 from kvtui import kvcalc as kc
@@ -25,6 +26,9 @@ from kvtui.boot import Boot
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from kvtui.knobs import env_knob, unknown_flag
+
+if TYPE_CHECKING:
+    from kvtui.changes import ServingConfig
 
 
 class _Fail(Exception):
@@ -147,7 +151,7 @@ def render(pred: kc.Prediction, source: str) -> str:
     rows_n = m.tokens + (m.page_size if m.engine is Engine.SGLANG else 0)
     if m.engine is Engine.VLLM and m.bias_gib > 0:  # a refused start: per token + what does not grow with it
         cell += f" + {_gib(m.bias_gib)} per request that does not grow with its length"
-    elif m.kv_cache_gib and rows_n > 0 and m.basis != "config":
+    elif m.kv_cache_gib and rows_n > 0 and m.basis not in (kc.Basis.CONFIG, kc.Basis.CONFIG_ESTIMATE):
         direct = round(m.kv_cache_gib * kc.GIB / rows_n)
         if direct != m.cell_bytes:  # what `replay` shows: the printed (rounded) KV size ÷ tokens
             cell += f" (exact; the log's rounded KV size ÷ tokens gives ≈{direct:,})"
@@ -243,17 +247,29 @@ def _check_options(args: argparse.Namespace) -> None:
 HOST_READ_TIMEOUT_S = 60.0
 
 
-def _source_boots(args: argparse.Namespace) -> tuple[list[Boot], str]:
-    """The boots to calibrate from: a saved log (``--log``) or the host's log as it is now (``--host``)."""
+@dataclass(slots=True)
+class _Serving:
+    """A host's current boot that serves with its start not in the log (no pool line): what its
+    what-if stands on — the history's boot of the same host and flags, else the model's config.json
+    read on the host (``kvtui.changes.serving_basis`` / ``serving_config``)."""
+
+    basis: tuple[Boot, list[Boot]] | None = None
+    config: ServingConfig | None = None
+
+
+def _source_boots(args: argparse.Namespace) -> tuple[list[Boot], str, _Serving | None]:
+    """The boots to calibrate from: a saved log (``--log``) or the host's log as it is now
+    (``--host``, with what a serving boot whose start is gone stands on)."""
     if not getattr(args, "host", None):
-        return read_log_boots(args.log), ("stdin" if args.log == "-" else args.log)
+        return read_log_boots(args.log), ("stdin" if args.log == "-" else args.log), None
     import asyncio
 
     from kvtui.config import ConfigError
     from kvtui.hosts.backend import BackendError
 
     try:
-        boots = asyncio.run(_host_or_deployment_boots(args.host, getattr(args, "hosts", None)))
+        boots, serving = asyncio.run(
+            _host_or_deployment_boots(args.host, getattr(args, "hosts", None), args.gpu_mem_gib))
     except ConfigError as exc:
         raise _Fail(EXIT_INPUT, str(exc)) from None
     except BackendError as exc:
@@ -262,29 +278,53 @@ def _source_boots(args: argparse.Namespace) -> tuple[list[Boot], str]:
         raise _Fail(
             EXIT_INPUT, f"host {args.host}: no log arrived within {HOST_READ_TIMEOUT_S:.0f} s"
         ) from None
-    return boots, f"host {args.host}"
+    return boots, f"host {args.host}", serving
 
 
-async def _host_or_deployment_boots(name: str, hosts: str | None) -> list[Boot]:
+def _needs_serving_basis(boot: Boot) -> bool:
+    return boot.start_missing is not None and not kc.sized_pool(boot)
+
+
+async def _host_or_deployment_boots(
+    name: str, hosts: str | None, gpu_mem_gib: float | None = None
+) -> tuple[list[Boot], _Serving | None]:
     """A host's boots; for a ``[deployments.NAME]``, every node's read at once and merged into the
-    deployment's boots (``kvtui.nodes``: free memory is the minimum over all nodes' ranks)."""
-    import asyncio
+    deployment's boots (``kvtui.nodes``: free memory is the minimum over all nodes' ranks).
 
+    A host whose current boot serves with its start not in the log: the history's boot of the
+    same host and flags, else — on the same connection — its model's config.json and a GPU reading."""
+    import asyncio
+    import contextlib
+
+    from kvtui.changes import serving_basis, serving_config
     from kvtui.config import load_config
-    from kvtui.monitor import host_boots
+    from kvtui.hosts.factory import make_backend
+    from kvtui.monitor import host_boots, read_boots
     from kvtui.nodes import merge_logs
 
     config = load_config(hosts)
     if config.deployment(name) is None:
-        return await host_boots(name, hosts, timeout=HOST_READ_TIMEOUT_S)
+        host = config.host(name)
+        backend = make_backend(name, host)
+        try:
+            boots = await read_boots(backend, timeout=HOST_READ_TIMEOUT_S, host=host)
+            if not boots or not _needs_serving_basis(boots[-1]):
+                return boots, None
+            basis = await asyncio.to_thread(serving_basis, boots[-1], name)
+            if basis is not None:
+                return boots, _Serving(basis=basis)
+            return boots, _Serving(config=await serving_config(backend, boots[-1], gpu_mem_gib=gpu_mem_gib))
+        finally:
+            with contextlib.suppress(Exception):
+                await backend.close()
     names = [n for n, _ in config.node_hosts(name)]
     per_node = await asyncio.gather(*(host_boots(n, hosts, timeout=HOST_READ_TIMEOUT_S) for n in names))
     if not per_node[0]:
-        return []
-    return [d.boot for d in merge_logs(list(zip(names, per_node, strict=True)))]
+        return [], None
+    return [d.boot for d in merge_logs(list(zip(names, per_node, strict=True)))], None
 
 
-def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, str, dict[str, int]]:
+def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, str, dict[str, object]]:
     """The prediction, where it came from (words) and how many boots were offered to calibrate it
     besides the chosen one: ``from_log`` (its siblings in the same log), ``from_history``."""
     sets: Sequence[str] = args.set or []
@@ -308,42 +348,80 @@ def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, st
         except kc.CalcError as exc:
             raise _Fail(EXIT_INPUT if exc.kind == "input" else EXIT_USAGE, f"{args.model}: {exc}") from None
         source = f"config {args.model} (TP {args.tp}, {args.gpu_mem_gib:g} GiB GPUs)"
-        offered = {"from_log": 0, "from_history": 0}
+        offered: dict[str, object] = {"from_log": 0, "from_history": 0}
     else:
         try:  # catch a malformed edit before reading a possibly large log
             kc.parse_edits(Engine.UNKNOWN, sets, unsets)
         except kc.CalcError as exc:
             raise _Fail(EXIT_USAGE, str(exc)) from None
-        boots, label = _source_boots(args)
-        try:
-            boot, others = kc.select_boot(boots, args.boot)
-        except kc.CalcError as exc:
-            raise _Fail(EXIT_INPUT if exc.kind == "input" else EXIT_USAGE, f"{label}: {exc}") from None
-        stored: list[Boot] = []
-        if getattr(args, "host", None):  # the host's remembered boots of this deployment calibrate too
-            from kvtui.changes import stored_siblings
-
-            stored = stored_siblings(boot, boots)
-        try:
-            model = kc.calibrate(boot, gpu_mem_gib=args.gpu_mem_gib, others=[*others, *stored])
-        except kc.CalcError as exc:
-            raise _Fail(EXIT_INPUT, f"{label}: boot {boots.index(boot) + 1}: {exc}") from None
+        boots, label, serving = _source_boots(args)
+        if serving is not None:  # it serves, its start is not in the log: the history, else its config
+            boot = boots[-1]
+            model, source, offered = _serving_model(boot, serving, args, label)
+        else:
+            model, boot, source, offered = _log_model(boots, args, label)
         try:
             edits = kc.parse_edits(model.engine, sets, unsets)
         except kc.CalcError as exc:
             raise _Fail(EXIT_USAGE, str(exc)) from None
-        source = f"boot {boots.index(boot) + 1} of {len(boots)} in {label}"
-        if others:
-            source += f" (+{len(others)} sibling boot{'s' if len(others) != 1 else ''})"
-        if stored:
-            source += f" (+{len(stored)} boot{'s' if len(stored) != 1 else ''} of this deployment from the history)"
-        offered = {"from_log": len(others), "from_history": len(stored)}
     _refuse_unknown(model.engine, sets, dump=() if args.model else boot.flags)
     try:
         pred = kc.predict(model, edits, full_context=args.full_context, graph_margin_gib=margin)
     except kc.CalcError as exc:
         raise _Fail(EXIT_USAGE, str(exc)) from None
     return pred, source, offered
+
+
+def _log_model(boots: list[Boot], args: argparse.Namespace, label: str) -> tuple[kc.MemoryModel, Boot, str,
+                                                                                 dict[str, object]]:
+    """Calibrated from a boot of the log (``--boot N``, else the last that sized its pool), its
+    siblings and (``--host``) the history's boots of its deployment."""
+    try:
+        boot, others = kc.select_boot(boots, args.boot)
+    except kc.CalcError as exc:
+        raise _Fail(EXIT_INPUT if exc.kind == "input" else EXIT_USAGE, f"{label}: {exc}") from None
+    stored: list[Boot] = []
+    if getattr(args, "host", None):  # the host's remembered boots of this deployment calibrate too
+        from kvtui.changes import stored_siblings
+
+        stored = stored_siblings(boot, boots)
+    try:
+        model = kc.calibrate(boot, gpu_mem_gib=args.gpu_mem_gib, others=[*others, *stored])
+    except kc.CalcError as exc:
+        raise _Fail(EXIT_INPUT, f"{label}: boot {boots.index(boot) + 1}: {exc}") from None
+    source = f"boot {boots.index(boot) + 1} of {len(boots)} in {label}"
+    if others:
+        source += f" (+{len(others)} sibling boot{'s' if len(others) != 1 else ''})"
+    if stored:
+        source += f" (+{len(stored)} boot{'s' if len(stored) != 1 else ''} of this deployment from the history)"
+    return model, boot, source, {"from_log": len(others), "from_history": len(stored)}
+
+
+def _serving_model(boot: Boot, serving: _Serving, args: argparse.Namespace,
+                   label: str) -> tuple[kc.MemoryModel, str, dict[str, object]]:
+    """A serving boot whose start is not in the log: calibrated on the history's boot of the same
+    host and flags, else its config.json anchored at the pool its serving lines give."""
+    from kvtui import longrun
+
+    head = "; ".join(x for x in (longrun.serving_state(boot), longrun.flags_source(boot)) if x)
+    if serving.basis is not None:
+        chosen, others = serving.basis
+        try:
+            model = kc.calibrate(chosen, gpu_mem_gib=args.gpu_mem_gib, others=others)
+        except kc.CalcError as exc:
+            raise _Fail(EXIT_INPUT, f"{label}: the stored boot of these flags: {exc}") from None
+        source = f"{label} ({head}): calibrated on a stored boot of these flags (history)"
+        return model, source, {"from_log": 0, "from_history": 1 + len(others)}
+    cfg = serving.config
+    assert cfg is not None
+    pool = longrun.estimated_pool(boot) or "pool not estimated yet"
+    try:
+        model = cfg.model(boot, args.gpu_mem_gib)
+    except kc.CalcError as exc:
+        raise _Fail(EXIT_INPUT, f"{label}: {head}; {pool}; no stored boot of this host with these flags, "
+                                f"and no config-based what-if: {exc}") from None
+    source = f"{label} ({head}): {cfg.said(model)} (GPU {model.gpu_mem_gib:.1f} GiB)"
+    return model, source, {"from_log": 0, "from_history": 0, "config": cfg.path}
 
 
 def _refuse_unknown(engine: Engine, sets: Sequence[str], dump: Collection[str]) -> None:
@@ -363,11 +441,12 @@ def _refuse_unknown(engine: Engine, sets: Sequence[str], dump: Collection[str]) 
             raise _Fail(EXIT_REFUSED, f"refused: {why}: check the spelling")
 
 
-def to_json(pred: kc.Prediction, offered: dict[str, int]) -> dict[str, object]:
+def to_json(pred: kc.Prediction, offered: dict[str, object]) -> dict[str, object]:
     """``--json``: the prediction's object; its ``calibration`` also says how many boots were offered
     besides the chosen one (``boots`` counts the boots whose figures calibrated the model, the chosen
     one included: 1 when no other boot gave a slope; an offered boot without a sized pool, or one
-    whose pool was fixed by its environment, is not among them)."""
+    whose pool was fixed by its environment, is not among them); a ``config+estimate`` model (a
+    server whose start is gone) also names the ``config`` path read on the host."""
     data = pred.to_json()
     cal = data.get("calibration")
     if isinstance(cal, dict):

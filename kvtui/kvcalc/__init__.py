@@ -30,8 +30,10 @@ or vLLM's device total) directly: ``basis: two-point``.
 The parts: ``model`` (the MemoryModel, its graph model, errors, verdicts), ``edits`` (flag edits in
 the engine's names, from ``kvtui.knobs``), ``boots`` (what a boot printed; which boot to use),
 ``sglang`` / ``vllm`` (calibration), ``graphs`` (what capture needs), ``config`` (a model from a
-``config.json``), ``verdict`` (one setting evaluated), ``predict`` (the prediction and its safe
-fractions), ``defaults`` (the engines' rules for unset flags), ``arith`` (small arithmetic).
+``config.json``), ``serving`` (a running server whose start is not in the log: its config
+anchored at the pool its serving lines give), ``verdict`` (one setting evaluated), ``predict`` (the
+prediction and its safe fractions), ``defaults`` (the engines' rules for unset flags), ``arith``
+(small arithmetic).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from kvtui.kvcalc.model import (
     activation_allowance_gib,
 )
 from kvtui.kvcalc.predict import Prediction, grid_search, predict
+from kvtui.kvcalc.serving import model_path, serving_model
 
 __all__ = [
     "ACTIVATION_MIB_PER_TOKEN",
@@ -94,9 +97,11 @@ __all__ = [
     "fraction_flag",
     "from_config",
     "grid_search",
+    "model_path",
     "parse_edits",
     "predict",
     "same_deployment",
     "select_boot",
+    "serving_model",
     "sized_pool",
 ]

@@ -133,6 +133,9 @@ class _Planned:
     max_bs: int
     p: float  # free before the weights (estimated)
     a: float  # free after them
+    # the running server's pool estimated from its serving lines (tokens, ± tokens): the model is
+    # placed there (weights and overhead solved from it) instead of at estimated weights
+    anchor: tuple[int, int | None] | None = None
 
 
 def _given_int(given: Edits, role: Memory) -> int | None:
@@ -142,7 +145,7 @@ def _given_int(given: Edits, role: Memory) -> int | None:
 
 def _plan(
     config: Mapping[str, object], gpu_mem_gib: float, tp: int, weights_gib: float | None, engine: Engine,
-    given: Edits, c: Notes,
+    given: Edits, c: Notes, anchor: tuple[int, int | None] | None = None,
 ) -> _Planned:
     cfg: Mapping[str, object] = config
     tc = config.get("text_config")
@@ -161,6 +164,17 @@ def _plan(
         page = page_v if page_v is not None else (16 if engine is Engine.VLLM else 1)
     tier_chunk, tier_bs = _sglang_tier(gpu_mem_gib, tp)
     chunk = chunk_v if chunk_v is not None else (8192 if engine is Engine.VLLM else tier_chunk)
+    init_overhead = 0.5 + 0.125 * tp
+    p = gpu_mem_gib - init_overhead
+    if anchor is not None:  # the weights are solved from the observed pool (``_anchor_*``)
+        c.explain.append(
+            f"P ≈ {gpu_mem_gib:.2f} GiB − {init_overhead:.2f} GiB (CUDA context, NCCL, TP {tp}) = {p:.2f} GiB"
+        )
+        c.explain.append(f"cell = {cell:,} B per token per rank ({kind}, KV {kv_bytes:g} B per element, TP {tp})")
+        ctx = ctx_v if ctx_v is not None else _cfg_int(cfg, "max_position_embeddings")
+        max_bs = gbs_v if gbs_v is not None else tier_bs
+        return _Planned(engine, given, gpu_mem_gib, tp, 0.0, kv_dtype, model_bytes, kv_bytes, cell, tp_scales,
+                        page, ctx, chunk, max_bs, p, p, anchor)
     if weights_gib is None:
         total_w = estimate_weights_gib(cfg)
         if total_w is None:
@@ -173,8 +187,6 @@ def _plan(
         c.reasons.append(f"weights estimated from the config: {weights_gib:.2f} GiB per rank (pass --weights-gib)")
     elif weights_gib < 0:
         raise CalcError(f"--weights-gib {weights_gib}: expected GiB per rank ≥ 0")
-    init_overhead = 0.5 + 0.125 * tp
-    p = gpu_mem_gib - init_overhead
     a = p - weights_gib
     c.explain.append(
         f"P ≈ {gpu_mem_gib:.2f} GiB − {init_overhead:.2f} GiB (CUDA context, NCCL, TP {tp}) = {p:.2f} GiB; "
@@ -226,8 +238,10 @@ def _config_vllm(d: _Planned, c: Notes) -> MemoryModel:
     fr_present, fr = d.given.get(Memory.FRACTION)
     u = float(fr) if fr_present and isinstance(fr, float) else 0.9
     act = activation_allowance_gib(d.chunk)
+    if d.anchor is not None:
+        d = _anchor_vllm(d, c, u, act)
     kv = d.gpu_mem_gib * u - d.weights_gib - act - 0.5
-    raw = max(0.0, kv) * GIB / d.cell
+    raw = float(d.anchor[0]) if d.anchor is not None else max(0.0, kv) * GIB / d.cell
     n = floor_page(raw, d.page)
     c.explain.append(
         f"kv = total·u − weights − activations − non-torch = {d.gpu_mem_gib:.2f} × {_frac(u)} − {d.weights_gib:.2f} − "
@@ -235,7 +249,7 @@ def _config_vllm(d: _Planned, c: Notes) -> MemoryModel:
     )
     cap, mrr = _given_int(d.given, Memory.TOKEN_CAP), _given_int(d.given, Memory.MAX_REQUESTS)
     tokens_raw = max(raw, 0.0) if kv > 0 else kv * GIB / d.cell
-    sizing = Sizing(Basis.CONFIG, u, max(n, 0), tokens_raw, d.page, d.cell, d.cell, d.gpu_mem_gib)
+    sizing = Sizing(_basis(d), u, max(n, 0), tokens_raw, d.page, d.cell, d.cell, d.gpu_mem_gib)
     base = _config_model(d, c, sizing, kv_cache_gib=kv, graph=_reserve_graph(d.max_bs, 0.3))
     return replace(
         base,
@@ -256,8 +270,10 @@ def _config_sglang(d: _Planned, c: Notes) -> MemoryModel:
         c.reasons.append(
             f"mem_fraction_static not given: SGLang's default for a {d.gpu_mem_gib:.0f} GiB card is {_frac(f)}"
         )
+    if d.anchor is not None:
+        d = _anchor_sglang(d, c, f)
     rest = d.a - d.p * (1 - f)
-    raw = rest * GIB / d.cell
+    raw = float(d.anchor[0]) if d.anchor is not None else rest * GIB / d.cell
     cap = _given_int(d.given, Memory.TOKEN_CAP)
     n = floor_page(min(raw, cap) if cap else raw, d.page)
     c.explain.append(
@@ -270,7 +286,7 @@ def _config_sglang(d: _Planned, c: Notes) -> MemoryModel:
     c.reasons.append(
         f"capture need assumed {graph.need_gib:.2f} GiB (SGLang's own reserve: 2 MiB per batch size up to {d.max_bs})"
     )
-    sizing = Sizing(Basis.CONFIG, f, max(n, 0), raw, d.page, d.cell, d.cell, d.p)
+    sizing = Sizing(_basis(d), f, max(n, 0), raw, d.page, d.cell, d.cell, d.p)
     base = _config_model(d, c, sizing, kv_cache_gib=max(0, n + d.page) * d.cell / GIB, graph=graph)
     return replace(
         base,
@@ -284,6 +300,65 @@ def _config_sglang(d: _Planned, c: Notes) -> MemoryModel:
     )
 
 
+def _basis(d: _Planned) -> Basis:
+    return Basis.CONFIG if d.anchor is None else Basis.CONFIG_ESTIMATE
+
+
+def _pm(err: int | None) -> str:
+    return f" ±{err:,}" if err is not None else ""
+
+
+def _anchor_sglang(d: _Planned, c: Notes, f: float) -> _Planned:
+    """Place the model at the observed pool: ``A = N·cell + P·(1 − f)``, so that the pool at the
+    running fraction is the estimate, and a what-if moves from it by ``P·Δf / cell``."""
+    assert d.anchor is not None
+    tokens, err = d.anchor
+    rest = tokens * d.cell / GIB
+    a = rest + d.p * (1 - f)
+    weights = d.p - a
+    c.explain.append(
+        f"anchor: the pool estimated from serving lines {tokens:,}{_pm(err)} tokens at {_frac(f)} → "
+        f"rest = {tokens:,} × {d.cell:,} B = {rest:.2f} GiB"
+    )
+    c.explain.append(
+        f"A = rest + P·(1 − f) = {rest:.2f} + {d.p:.2f} × (1 − {_frac(f)}) = {a:.2f} GiB; weights and overhead "
+        f"= P − A = {weights:.2f} GiB per rank (solved, not estimated)"
+    )
+    _check_anchor(d, weights, tokens)
+    return replace(d, a=a, weights_gib=max(weights, 0.0))
+
+
+def _anchor_vllm(d: _Planned, c: Notes, u: float, act: float) -> _Planned:
+    """vLLM: ``weights + non-torch = total·u − activations − N·cell`` at the running ``u``."""
+    assert d.anchor is not None
+    tokens, err = d.anchor
+    kv = tokens * d.cell / GIB
+    weights = d.gpu_mem_gib * u - act - 0.5 - kv
+    c.explain.append(
+        f"anchor: the pool estimated from serving lines {tokens:,}{_pm(err)} tokens at {_frac(u)} → "
+        f"kv = {tokens:,} × {d.cell:,} B = {kv:.2f} GiB; weights = total·u − activations − non-torch − kv = "
+        f"{d.gpu_mem_gib:.2f} × {_frac(u)} − {act:.2f} − 0.50 − {kv:.2f} = {weights:.2f} GiB per rank (solved)"
+    )
+    _check_anchor(d, weights, tokens)
+    return replace(d, weights_gib=max(weights, 0.0))
+
+
+def _check_anchor(d: _Planned, weights: float, tokens: int) -> None:
+    cap = _given_int(d.given, Memory.TOKEN_CAP)
+    if cap is not None and tokens >= cap * (d.page if d.engine is Engine.VLLM else 1) * 0.99:
+        raise CalcError(
+            f"the estimated pool ({tokens:,} tokens) is the flags' token cap: it says nothing of the memory "
+            "behind it, so a what-if cannot be placed from it",
+            "input",
+        )
+    if weights < 0:
+        raise CalcError(
+            f"the estimated pool ({tokens:,} tokens × {d.cell:,} B) is more than a {d.gpu_mem_gib:.1f} GiB card "
+            "could hold with no weights at all: this config.json's KV cell does not match the running server",
+            "input",
+        )
+
+
 def from_config(
     config: Mapping[str, object],
     *,
@@ -292,12 +367,18 @@ def from_config(
     weights_gib: float | None = None,
     engine: Engine = Engine.SGLANG,
     flags: Mapping[str, object] | None = None,
+    observed_tokens: int | None = None,
+    observed_err: int | None = None,
 ) -> MemoryModel:
-    """A model of a deployment that has not booted yet, from its ``config.json``.
+    """A model of a deployment from its ``config.json``.
 
     ``weights_gib``: per rank (estimated from the config when None, which lowers confidence).
-    ``flags``: the engine flags it will run with (engine names or aliases).
-    """
+    ``flags``: the engine flags it runs (or will run) with (engine names or aliases).
+    ``observed_tokens`` (± ``observed_err``): a running server's pool, estimated from its serving
+    lines (its start is not in the log): the model is placed there — its predicted pool at the
+    running fraction is the estimate; the weights and overhead are solved from it, not estimated
+    (``weights_gib`` is then ignored) — and a what-if moves from that point by the config's cost
+    per token (basis ``config+estimate``)."""
     if gpu_mem_gib is None or not gpu_mem_gib > 0:
         raise CalcError(f"--gpu-mem-gib {gpu_mem_gib}: expected the GPU's memory in GiB, e.g. 79.2 for an 80 GB card")
     if tp < 1:
@@ -306,6 +387,17 @@ def from_config(
         engine = Engine.SGLANG
     given = edits_from_mapping(engine, flags or {})
     c = Notes()
-    c.low("no boot observed yet: P (free memory after init), weights and graph memory are estimates")
-    d = _plan(config, gpu_mem_gib, tp, weights_gib, engine, given, c)
-    return _config_vllm(d, c) if engine is Engine.VLLM else _config_sglang(d, c)
+    anchor: tuple[int, int | None] | None = None
+    if observed_tokens is not None:
+        if observed_tokens <= 0:
+            raise CalcError(f"observed pool {observed_tokens}: expected tokens > 0", "input")
+        anchor = (observed_tokens, observed_err)
+        c.low(f"config + estimated pool ({observed_tokens:,}{_pm(observed_err)} tokens, from serving lines): "
+              "weights and overhead are solved from it; P (free memory after init) and graph memory are estimates")
+    else:
+        c.low("no boot observed yet: P (free memory after init), weights and graph memory are estimates")
+    d = _plan(config, gpu_mem_gib, tp, weights_gib, engine, given, c, anchor)
+    model = _config_vllm(d, c) if engine is Engine.VLLM else _config_sglang(d, c)
+    if anchor is not None:
+        model = replace(model, anchor_tokens=observed_tokens, anchor_err=observed_err)
+    return model

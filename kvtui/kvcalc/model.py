@@ -85,6 +85,9 @@ class Basis(StrEnum):
     TWO_POINT = "two-point"  # two boots of one deployment at different fractions: the slope measured
     LEAST_SQUARES = "least-squares"  # three or more boots of one deployment: the slope fitted through all
     CONFIG = "config"  # a config.json: no boot yet, every figure an estimate
+    # a config.json placed at a running server's pool estimated from its serving lines (its start
+    # is not in the log): the weights and overhead solved from that point, the slope from the card
+    CONFIG_ESTIMATE = "config+estimate"
 
 
 class Confidence(StrEnum):
@@ -195,6 +198,10 @@ class MemoryModel:
     # the pool-sizing environment the calibrating boot ran with, as its log shows it (knobs.pool_env:
     # VLLM_CPU_KVCACHE_SPACE on vLLM, None when not set; empty for SGLang and a config model)
     pool_env: Mapping[str, str | None] = field(default_factory=dict)
+    # basis config+estimate: the pool the model is placed at (tokens estimated from serving lines)
+    # and its ± (None: unknown)
+    anchor_tokens: int | None = None
+    anchor_err: int | None = None
 
     @property
     def page_flag(self) -> str:

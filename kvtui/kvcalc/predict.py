@@ -63,16 +63,19 @@ class Prediction:
         def up(x: float | None) -> float | None:  # a smallest value needed: never understated
             return None if x is None else fmt.round_up(x, 3)
 
+        calibration: dict[str, object] = {  # what the model stands on: the explain lines' method and boot count
+            "method": str(mdl.basis),
+            "boots": 0 if mdl.basis in (Basis.CONFIG, Basis.CONFIG_ESTIMATE) else mdl.calibration_boots,
+            # the pool-sizing environment the boot ran with; null when none of it is set
+            "env": dict(mdl.pool_env) if any(v is not None for v in mdl.pool_env.values()) else None,
+        }
+        if mdl.anchor_tokens is not None:  # config+estimate: the pool it is placed at (serving lines)
+            calibration["estimated_pool"] = {"tokens": mdl.anchor_tokens, "error": mdl.anchor_err}
         return {
             "engine": mdl.engine.value,
             "basis": str(mdl.basis),
             "confidence": str(self.confidence),
-            "calibration": {  # what the model stands on: the explain lines' method and boot count
-                "method": str(mdl.basis),
-                "boots": 0 if mdl.basis is Basis.CONFIG else mdl.calibration_boots,
-                # the pool-sizing environment the boot ran with; null when none of it is set
-                "env": dict(mdl.pool_env) if any(v is not None for v in mdl.pool_env.values()) else None,
-            },
+            "calibration": calibration,
             "observed": {
                 ff: r(mdl.fraction),
                 "max_total_num_tokens": mdl.tokens,

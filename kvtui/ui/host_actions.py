@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from kvtui.flags import Edit
     from kvtui.hosts.backend import HostBackend
     from kvtui.hosts.service import ApplyOutcome, ApplyPlan, RestartPlan
+    from kvtui.hosts.service.model import Calculator
     from kvtui.monitor import HostMonitor
     from kvtui.tune.driver import TuneResult
     from kvtui.ui.host_pane import Clock, HostSpec
@@ -173,6 +174,17 @@ class HostChanges(_Base):
         self.action_banner.finish("warning", headline, detail)
         return headline
 
+    def _calculator_for_apply(self) -> Calculator:
+        """What predicts the apply's flags: the calculator's own model for a serving boot whose start
+        is not in the log (the history's boot of its flags, or its config.json at the estimated
+        pool: the log has no pool line to calibrate from), else ``changes.calculate``."""
+        from kvtui import changes, kvcalc
+
+        boot, model = self.boot, self.calculator.model
+        if boot is not None and boot.start_missing is not None and model is not None and not kvcalc.sized_pool(boot):
+            return changes.calculate_on(model, boot)
+        return changes.calculate
+
     def _known_boots(self) -> list[Boot] | None:
         return list(self.monitor.tracker.boots) if self.monitor is not None else None
 
@@ -243,6 +255,7 @@ class HostChanges(_Base):
                 plan = await changes.plan_apply(
                     self.host_name, self.spec.config, backend, edits, restart=True, boots=self._known_boots(),
                     graph_margin_gib=self.calc_config.graph_margin_gib, clock=self.clock,
+                    calculator=self._calculator_for_apply(),
                 )
             except service.ServiceError as exc:
                 banner.stop()

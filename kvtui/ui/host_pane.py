@@ -585,15 +585,27 @@ class HostPane(HostChanges, Vertical):
     @work(exclusive=True, group="serving-basis", exit_on_error=False, description="calculator history")
     async def _look_up_basis(self, boot: Boot) -> None:
         """A boot whose start is not in the log: the history's boot of this host with the same
-        flags calibrates the calculator (read off the event loop)."""
-        from kvtui.changes import serving_basis
+        flags calibrates the calculator (read off the event loop); without one, the model's
+        config.json read on the host, anchored at the pool estimated from serving lines."""
+        from kvtui.changes import ServingConfig, serving_basis, serving_config
 
         try:
             basis = await asyncio.to_thread(serving_basis, boot, self.host_name)
         except Exception:
             basis = None
+        if self.boot is not boot:
+            return
+        self.calculator.set_stored_basis(basis)
+        if basis is not None:
+            return
+        backend = self.backend
+        try:
+            got = (ServingConfig(why="the host is not connected") if backend is None
+                   else await serving_config(backend, boot, read_gpu=False))
+        except Exception as exc:  # a backend that fails in its own way: said, never raised into the UI
+            got = ServingConfig(why=f"cannot read the model's config.json: {exc}")
         if self.boot is boot:
-            self.calculator.set_stored_basis(basis)
+            self.calculator.set_serving_config(got)
 
     def _bands(self) -> list[PhaseBand]:
         return phase_bands(self.boots[-4:])

@@ -22,7 +22,8 @@ boot under ``Restart=on-failure`` is followed by automatic restarts every ``Rest
 (compressed by the speed), computed, not stored. ``demo_speed`` compresses simulated time
 (printed timestamps and ``elapsed=`` figures are the compressed, wall-clock ones).
 
-The demo host runs no shell commands: ``run()`` answers exit 127.
+The demo host runs no shell commands: ``run()`` answers exit 127, except the read of a model's
+``config.json`` (``commands.model_config``), answered from the simulated model's geometry.
 
 Modules: ``backend`` (``DemoBackend``), ``unit`` (unit files), ``state`` (epochs), ``timeline`` (boots as
 lines), ``ops`` (the guarded service's operations here); the engines are ``kvtui.hosts.demo_models``.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import math
 import os
 import random
@@ -27,11 +28,13 @@ from kvtui.demo_presets import PresetError, resolve_preset_name
 from kvtui.engines.events import LogRecord
 from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
 from kvtui.gpu import GpuProcess, GpuSample
+from kvtui.hosts import commands
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
 from kvtui.hosts.demo.state import MAX_EPOCHS, DemoError, DemoState, Epoch, _atomic_write
 from kvtui.hosts.demo.timeline import BACKLOG_SERVING_LINES, BootView, Line, _Timeline
 from kvtui.hosts.demo.unit import UnitInfo, _sd_time, _systemd_quote, parse_unit
 from kvtui.hosts.demo_models import (
+    MODELS,
     PRESETS,
     BootInput,
     BootScript,
@@ -287,7 +290,21 @@ class DemoBackend:
         return DemoOps(self)
 
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
+        """The demo runs no shell; it answers only the read of a model's ``config.json``
+        (``commands.model_config``) from its simulated models, as the host's files would."""
+        model = commands.model_config_request(command)
+        if model is not None:
+            return self._model_config(command, model)
         return CommandResult(command, 127, "", "demo host runs no shell commands\n")
+
+    def _model_config(self, command: str, model: str) -> CommandResult:
+        """``/models/NAME/config.json`` of a simulated model (its geometry, from its ``ModelSpec``)."""
+        spec = MODELS.get(model.rstrip("/"))
+        path = f"{model.rstrip('/')}/config.json"
+        if spec is None:
+            return CommandResult(command, 3, f"{commands.MODEL_CONFIG_TRIED}{path}\n", "")
+        text = json.dumps(spec.hf_config(), indent=2) + "\n"
+        return CommandResult(command, 0, f"{commands.MODEL_CONFIG_FOUND}{path}\n{text}", "")
 
     def cursor(self, g: int, i: int) -> str:
         return f"demo:{self._load().state_id}:{g}:{i}"

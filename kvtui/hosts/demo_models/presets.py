@@ -66,6 +66,24 @@ class ModelSpec:
     vllm_peak_gib: float = 2.2
     vllm_graph_gib: float = 0.9
 
+    def hf_config(self) -> dict[str, object]:
+        """The model's ``config.json`` as its checkpoint directory would hold it (the keys that
+        say its KV geometry and context: what a reader of the host's files finds)."""
+        cfg: dict[str, object] = {
+            "architectures": [self.arch],
+            "num_hidden_layers": self.layers,
+            "max_position_embeddings": self.max_context,
+            "torch_dtype": self.dtype,
+        }
+        if self.attention == "mla":
+            cfg.update(kv_lora_rank=self.kv_lora_rank, qk_rope_head_dim=self.qk_rope_head_dim)
+        else:
+            cfg.update(num_attention_heads=self.kv_heads * 8, num_key_value_heads=self.kv_heads,
+                       head_dim=self.head_dim)
+        if self.quant:
+            cfg["quantization_config"] = {"quant_method": self.quant}
+        return cfg
+
     def cell_bytes(self, tp: int, kv_bytes: int) -> int:
         """Bytes per token per rank (engines.md §2.3)."""
         if self.attention == "mla":

@@ -36,6 +36,7 @@ from kvtui.ui.keys import refocus_key, run_own_binding
 
 if TYPE_CHECKING:
     from kvtui import kvcalc
+    from kvtui.changes import ServingConfig
 
 DEBOUNCE_S = 0.25
 MIN_VALUE_CELLS = 8  # a flag's value keeps at least this many cells (its label is elided first)
@@ -182,6 +183,9 @@ class CalculatorPanel(Widget, can_focus=True):
         self.stored_basis: tuple[Boot, list[Boot]] | None = None
         self.basis_looked_up = False
         self.gpu_mem_gib: float | None = None
+        # without a stored boot: the model's config.json read on the host, anchored at the pool
+        # estimated from serving lines (``kvtui.changes.serving_config``; None: not read yet)
+        self.serving_config: ServingConfig | None = None
 
     # ---- data in ---------------------------------------------------------------------------
 
@@ -195,7 +199,7 @@ class CalculatorPanel(Widget, can_focus=True):
         signature = (
             id(boot), boot.status, boot.engine, m.max_total_num_tokens, m.avail_after_pool_gib, m.graph_mem_gib,
             m.kv_cache_gib, boot.failure.kind if boot.failure else None, len(boot.capture_trail), len(boots),
-            len(boot.flags),
+            len(boot.flags), boot.live.pool_tokens_est, boot.live.pool_tokens_err, self.gpu_mem_gib,
         )
         if signature == self._signature:
             return
@@ -229,16 +233,31 @@ class CalculatorPanel(Widget, can_focus=True):
         if self.boot is not None:
             self.set_boot(self.boot)
 
+    def set_serving_config(self, config: ServingConfig) -> None:
+        """The model's config.json as read on the host (or why not): the what-if of a boot whose
+        start is not in the log when the history holds no boot of its flags."""
+        self.serving_config = config
+        self._signature = None
+        if self.boot is not None:
+            self.set_boot(self.boot)
+
     def _serving_model(self, boot: Boot) -> kvcalc.MemoryModel:
         """The model of a serving boot whose start is not in the log: calibrated on the stored
-        boot of the same host and flags (the history), with the GPU memory from the GPU source."""
+        boot of the same host and flags (the history), else its config.json anchored at the pool
+        estimated from serving lines; the GPU memory from the GPU source."""
         from kvtui import kvcalc
 
         if self.stored_basis is None:
             pool = longrun.estimated_pool(boot) or "pool not printed yet"
-            why = "looking in the history for a boot of these flags…" if not self.basis_looked_up else (
-                "no stored boot of this host with these flags to calibrate a what-if from (the next restart, "
-                "followed by kvtui, gives one)")
+            if not self.basis_looked_up:
+                why = "looking in the history for a boot of these flags…"
+            elif self.serving_config is None:
+                why = "no stored boot of these flags; reading the model's config.json on the host…"
+            else:
+                try:
+                    return self.serving_config.model(boot, self.gpu_mem_gib)
+                except kvcalc.CalcError as exc:
+                    why = f"no stored boot of this host with these flags, and no config-based what-if: {exc}"
             raise kvcalc.CalcError(f"{pool}; {why}", "input")
         chosen, others = self.stored_basis
         return kvcalc.calibrate(chosen, gpu_mem_gib=self.gpu_mem_gib, others=others)
@@ -509,8 +528,11 @@ class CalculatorPanel(Widget, can_focus=True):
             (str(p.confidence), "$warning bold" if p.confidence == "low" else "$foreground"),
         )
         boot = self.boot
-        if boot is not None and boot.start_missing is not None and self.stored_basis is not None:
-            said = [longrun.flags_source(boot), "calibrated on a stored boot of these flags (history)"]
+        if boot is not None and boot.start_missing is not None and (self.stored_basis is not None
+                                                                    or self.serving_config is not None):
+            on = ("calibrated on a stored boot of these flags (history)" if self.stored_basis is not None
+                  else self.serving_config.said(p.model) if self.serving_config is not None else "")
+            said = [longrun.flags_source(boot), on]
             self._basis = Content.assemble(self._basis, ("\n" + "; ".join(x for x in said if x), "$text-muted"))
         delta = f" ({fmt.signed_tokens(p.tokens - p.model.tokens)})" if p.tokens != p.model.tokens else ""
         # figures are formatted from the exact values (kvtui.fmt), not the rounded JSON; the verdict
