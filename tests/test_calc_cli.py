@@ -281,6 +281,9 @@ def test_model_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     assert code == 0
     assert "vllm" in out
     assert "config" in out
+    # a config's figures were never seen: "estimated", not "observed" (issue 22 #5)
+    assert any(line.startswith("estimated  gpu_memory_utilization") for line in out.splitlines()), out
+    assert not any(line.startswith("observed") for line in out.splitlines())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -146,7 +146,9 @@ def render(pred: kc.Prediction, source: str) -> str:
         obs.append(f"{_gib(m.avail_after_pool_gib)} free after the pools")
     if m.graph_mem_gib is not None:
         obs.append(f"graphs {_gib(m.graph_mem_gib)}")
-    out.append("observed   " + " · ".join(obs))
+    # a config's figures were never seen: they are estimates, said as such (issue 22 #5)
+    label = "estimated " if m.basis is kc.Basis.CONFIG else "observed  "
+    out.append(f"{label} " + " · ".join(obs))
     cell = f"cell {m.cell_bytes:,} B/token/rank"
     rows_n = m.tokens + (m.page_size if m.engine is Engine.SGLANG else 0)
     if m.engine is Engine.VLLM and m.bias_gib > 0:  # a refused start: per token + what does not grow with it
