@@ -190,3 +190,31 @@ async def test_a_restart_of_the_demo_host_keeps_its_free_memory_and_warns_of_not
     d = diff(first.doc, second.doc, base_id=first.id, boot_id=second.id)
     assert less_free(d) == []
     assert not any(WARNING in ln for ln in render(d))
+
+
+def test_a_version_one_boot_did_not_tell_is_not_a_change() -> None:
+    """Issue 22 #5: after a restart the diff said "engine: sglang >=0.5.14 → sglang" — an inferred
+    version (from the lines' formats) against none (a boot that printed less) is not an upgrade;
+    two printed versions that differ are."""
+    base = {**_doc(None, {}), "version_hint": ">=0.5.14"}
+    for other in (None, ">=0.5.10"):
+        d = diff(base, {**_doc(None, {}), "version_hint": other})
+        assert not any(ln.startswith("engine:") for ln in summary(d))
+        assert f"Engine: sglang {other or '>=0.5.14'} (the same)" in render(d)
+    d = diff({**base, "version_hint": "0.5.10"}, {**_doc(None, {}), "version_hint": "0.5.14"})
+    assert "engine: sglang 0.5.10 → sglang 0.5.14" in summary(d)
+    assert d.engine_changed()
+    assert "Engine: sglang 0.5.10 → sglang 0.5.14" in render(d)
+
+
+def test_the_header_keeps_the_hosts_version_while_a_new_boot_has_not_told_it() -> None:
+    """Issue 22 #5: the header flipped between `sglang >=0.5.14` and `sglang` on every boot."""
+    from kvtui.boot import Boot
+    from kvtui.engines.events import Engine
+    from kvtui.ui.widgets.host import HostBar, HostInfo
+
+    bar = HostBar(HostInfo("demo", "demo", "simulated", "unit (simulated)"))
+    bar.show(None, Boot(engine=Engine.SGLANG), None, 2, ">=0.5.14")
+    assert "sglang >=0.5.14" in bar.left().plain
+    bar.show(None, Boot(engine=Engine.SGLANG, version_hint="0.5.20"), None, 2, ">=0.5.14")
+    assert "sglang 0.5.20" in bar.left().plain

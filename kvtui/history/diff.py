@@ -59,6 +59,18 @@ class BootDiff:
     # a Ray boot's nodes and their TP ranks (``record.nodes_note``), when they differ
     nodes: tuple[str, str] | None = None
 
+    def engine_changed(self) -> bool:
+        """Another engine, or another version both boots printed. A version kvtui inferred from
+        the lines' formats (``>=0.5.14``) or none (a boot that died before the telling lines) is
+        not evidence of a change: how much a boot printed decides it, not the server (the diff
+        said "sglang >=0.5.14 → sglang" after every early failure)."""
+        if self.engine[0] != self.engine[1]:
+            return True
+        va, vb = self.version
+        if not va or not vb or str(va).startswith(">=") or str(vb).startswith(">="):
+            return False
+        return va != vb
+
     def to_json(self) -> dict[str, object]:
         return {
             "base": self.base_id,
@@ -222,10 +234,10 @@ def render(d: BootDiff) -> list[str]:
         out.append(f"Ray nodes: {d.nodes[0] or 'none'} → {d.nodes[1] or 'none'}")
     ea, eb = d.engine
     va, vb = d.version
-    if ea != eb or va != vb:
+    if d.engine_changed():
         out.append(f"Engine: {ea} {va or ''} → {eb} {vb or ''}".rstrip())
     else:
-        out.append(f"Engine: {eb} {vb or ''} (the same)".rstrip())
+        out.append(f"Engine: {eb} {vb or va or ''} (the same)".rstrip())
     rows: list[tuple[str, str, str, str]] = []
     for key, label, kind in FIGURES:
         x, y = d.figures.get(key, (None, None))
@@ -314,7 +326,7 @@ def summary(d: BootDiff, *, limit: int = 6) -> list[str]:
         lines.append("flags: the same")
     if d.env:
         lines.append("environment: " + ", ".join(f"{k} {_unset(x)} → {_unset(y)}" for k, (x, y) in d.env.items()))
-    if d.version[0] != d.version[1] or d.engine[0] != d.engine[1]:
+    if d.engine_changed():
         lines.append(f"engine: {d.engine[0]} {d.version[0] or ''} → {d.engine[1]} {d.version[1] or ''}".rstrip())
     drops = less_free(d)
     if drops:

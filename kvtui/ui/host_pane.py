@@ -633,7 +633,11 @@ class HostPane(HostChanges, Vertical):
         elapsed = self.current_elapsed(now)
         number = None if self.boot_index is None else self.boot_index + 1
         status = self.live_status(now)
-        self._one(HostBar).show(status, boot, elapsed, number)
+        known = None
+        if boot is not None and boot.version_hint is None:  # a boot that has not told it yet: the last one's
+            known = next((b.version_hint for b in reversed(self.boots)
+                          if b is not boot and b.engine is boot.engine and b.version_hint), None)
+        self._one(HostBar).show(status, boot, elapsed, number, known)
         self._one(ConnBanner).show(status)
         if boot is not None:
             start = boot.started_at or (boot.phases[0].start if boot.phases else None)

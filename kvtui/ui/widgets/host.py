@@ -151,12 +151,17 @@ class HostBar(Widget):
         self.boot: Boot | None = None
         self.elapsed: float | None = None
         self.boot_number: int | None = None
+        self.version: str | None = None
         self._shown: tuple[str, str] | None = None
 
     def show(
-        self, status: ConnStatus | None, boot: Boot | None, elapsed: float | None, boot_number: int | None
+        self, status: ConnStatus | None, boot: Boot | None, elapsed: float | None, boot_number: int | None,
+        version: str | None = None,
     ) -> None:
+        """``version``: the engine's version to show when ``boot`` has not told its own yet (the
+        host's previous boot's: a boot that has printed less is not another version)."""
         self.status, self.boot, self.elapsed, self.boot_number = status, boot, elapsed, boot_number
+        self.version = version
         shown = (self.left().markup, self.right().markup)
         if shown != self._shown:  # the bar is told the state every second: repaint only a change
             self._shown = shown
@@ -169,8 +174,8 @@ class HostBar(Widget):
         info = self.info
         engine = "engine ?"
         if self.boot is not None and self.boot.engine.value != "unknown":
-            engine = self.boot.engine.value + (
-                f" {self.boot.version_hint}" if self.boot.version_hint and level < 2 else "")
+            version = self.boot.version_hint or self.version
+            engine = self.boot.engine.value + (f" {version}" if version and level < 2 else "")
         parts: list[Content] = [Content.styled(info.name, "$accent bold")]
         if level < 2:
             parts.append(Content.styled(info.target, "$text-muted"))
