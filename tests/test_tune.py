@@ -332,3 +332,25 @@ async def test_a_stop_request_ends_the_tune_after_the_step_in_progress(hosts: Pa
     assert result.final == "0.950"
     assert not result.met
     assert get_flag(_unit(hosts), "unit", "mem-fraction-static") == "0.95"
+
+
+def test_the_planner_calibrates_with_the_history_as_calc_host_does() -> None:
+    """Issue 22 #5: `tune --dry-run` ignored the history calibration that `calc --host` and the
+    console use (337,090 vs 337,095): the planner now takes the stored boots of the chosen boot's
+    deployment (injected: ``changes.stored_siblings``) as more calibration points."""
+    from kvtui import kvcalc
+    from kvtui.bootlog import read_log
+
+    path = Path(__file__).parent / "fixtures" / "kvcalc" / "sglang-pair-gqa70b-tp4.log"
+    boots, _ = read_log([path.read_bytes()])
+    sized = [b for b in boots if kvcalc.sized_pool(b)]
+    assert len(sized) == 2
+    older, newer = sized
+    alone = Planner(Engine.SGLANG, Goal("max-tokens"), Bounds()).model([newer])
+    told = Planner(Engine.SGLANG, Goal("max-tokens"), Bounds(), stored=lambda chosen, seen: [older]).model([newer])
+    assert str(alone.basis) == "calibrated"
+    assert str(told.basis) == "two-point"
+    assert told.calibration_boots == 2
+    both = kvcalc.calibrate(newer, others=[older])  # what calc --host makes of the same two boots
+    assert kvcalc.predict(told, {"mem_fraction_static": 0.9}).tokens == kvcalc.predict(
+        both, {"mem_fraction_static": 0.9}).tokens

@@ -74,9 +74,12 @@ def make_planner(args: argparse.Namespace, engine: object, start: dict[str, obje
                 raise TuneError(f"--also {name}: expected max-running-requests or cuda-graph-max-bs")
             also.append(k)
     assert isinstance(engine, Engine)
+    from kvtui.changes import stored_siblings
+
     return Planner(engine, goal, bounds, tuple(dict.fromkeys(also)),
                    kvcalc.DEFAULT_GRAPH_MARGIN_GIB if margin is None else margin,
-                   start, start_ready, start_tokens)
+                   start, start_ready, start_tokens,
+                   stored=stored_siblings)  # the history calibrates too, as calc --host and the console
 
 
 async def tune_main(

@@ -193,6 +193,10 @@ class Planner:
     start_tokens: int | None = None
     lo: float = 0.0
     hi: float = 1.0
+    # the history's boots of the chosen boot's deployment (``changes.stored_siblings``): more
+    # calibration points, as ``calc --host`` and the console's calculator use them; injected
+    # (the planner reads nothing itself), None: none
+    stored: Callable[[Boot, Sequence[Boot]], Sequence[Boot]] | None = None
 
     def __post_init__(self) -> None:
         self.lo, self.hi = self.bounds.floor, self.bounds.ceiling
@@ -215,7 +219,10 @@ class Planner:
         graph capture alone (its capture trail), else with its same-deployment siblings."""
         chosen, others = kvcalc.select_boot(boots)
         died = chosen.failure is not None and chosen.failure.kind is FailureKind.OOM_GRAPH_CAPTURE
-        return kvcalc.calibrate(chosen, others=() if died else others)
+        if died:
+            return kvcalc.calibrate(chosen, others=())
+        stored = list(self.stored(chosen, boots)) if self.stored is not None else []
+        return kvcalc.calibrate(chosen, others=[*others, *stored])
 
     # -- the next candidate ----------------------------------------------------------------
 

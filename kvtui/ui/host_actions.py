@@ -359,6 +359,7 @@ class HostChanges(_Base):
 
     @work(group="service", exit_on_error=False, description="tune")
     async def _tune_worker(self, gen: int) -> None:
+        from kvtui import changes
         from kvtui.hosts import service
         from kvtui.hosts.backend import BackendError
         from kvtui.kvcalc import DEFAULT_GRAPH_MARGIN_GIB
@@ -389,7 +390,8 @@ class HostChanges(_Base):
                                   DEFAULT_GRAPH_MARGIN_GIB if margin is None else margin,
                                   driver.running_flags(boots, cmd),
                                   cur is not None and cur.status is BootStatus.READY,
-                                  None if cur is None else cur.metrics.max_total_num_tokens)
+                                  None if cur is None else cur.metrics.max_total_num_tokens,
+                                  stored=changes.stored_siblings)
             except (service.ServiceError, BackendError, TuneError) as exc:
                 await self.app.push_screen_wait(NoticeScreen(f"Cannot tune {self.host_name}", str(exc)))
                 return
