@@ -89,3 +89,22 @@ def test_a_boot_read_from_its_start_keeps_its_own_flags_and_ignores_a_late_start
     assert boot.flags["mem_fraction_static"] == 0.8
     assert boot.flags_from == "log"
     assert "start_missing" not in boot.to_json()
+
+
+def test_an_oom_after_serving_lines_with_no_start_is_a_serving_oom() -> None:
+    """The last lines of a server that served and then ran out of memory: no phase line, but it
+    served — oom_runtime in ready (it was 'unknown', in no phase, once serving lines made a
+    serving boot instead of a starting one)."""
+    lines = [DECODE.format(s=i, n=20000 + i, u="0.40") for i in range(3)] + [
+        "[2026-12-06 05:00:49] Scheduler hit an exception: Traceback (most recent call last):",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.40 GiB. GPU 0 has a total capacity of "
+        "79.11 GiB of which 1.12 GiB is free.",
+        "[2026-12-06 05:00:49] SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
+    ]
+    log = _boots([LogRecord(t) for t in lines])
+    [boot] = log.boots
+    assert boot.status is BootStatus.FAILED
+    assert boot.failure is not None
+    assert boot.failure.kind.value == "oom_runtime"
+    assert boot.failure.phase is not None
+    assert boot.failure.phase.value == "ready"

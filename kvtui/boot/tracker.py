@@ -404,6 +404,7 @@ class BootTracker:
         """A boot whose start is not in the log: it serves (status ready, no phase lines)."""
         boot = self._new_boot(None, upd)
         boot.status = BootStatus.READY
+        boot.phase = Phase.READY  # serving: a failure now is a serving one (oom_runtime, …)
         boot.start_missing = reason
         upd.phase_changed = True
         return boot
@@ -427,6 +428,7 @@ class BootTracker:
                 return upd  # a start was read after all, or this is said twice
             if boot is not None and boot.status is BootStatus.STARTING and not boot.phases:
                 boot.status = BootStatus.READY  # only serving lines so far
+                boot.phase = Phase.READY
                 boot.start_missing = ev.reason or "not in the log"
                 upd.phase_changed = True
                 return upd
@@ -863,6 +865,8 @@ class BootTracker:
                     by_phase = _DEFAULT_OOM_PHASE_KIND.get(e.phase) if e.phase is not None else None
                     if by_phase is None and "weight" in e.ft.text.lower():
                         by_phase = FailureKind.OOM_WEIGHTS
+                    elif by_phase is None and boot.start_missing is not None:
+                        by_phase = FailureKind.OOM_RUNTIME  # it served (its start is not in the log)
                     elif by_phase is None and not boot.phases:
                         # a fragment (the traceback's end, nothing of its boot): in which phase the
                         # memory ran out is not in the excerpt
