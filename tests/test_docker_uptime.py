@@ -27,7 +27,7 @@ import pytest
 from sshd_support import FakeTools, SshdInstance, requires_sshd, start_sshd, wait_no_processes
 
 from kvtui.boot.model import Boot, BootStatus
-from kvtui.config import HostConfig
+from kvtui.config import LocalHost
 from kvtui.engines.events import Fact
 from kvtui.engines.source_records import gap_range
 from kvtui.hosts.backend import HostBackend
@@ -129,7 +129,7 @@ def run_lines(tools: FakeTools) -> Iterator[list[tuple[str, str]]]:
 
 def make_backend(kind: str, tools: FakeTools, request: pytest.FixtureRequest) -> HostBackend:
     if kind == "local":
-        return LocalBackend("dk", HostConfig(local=True, container=CONTAINER, engine="sglang"),  # type: ignore[arg-type]
+        return LocalBackend("dk", LocalHost(local=True, container=CONTAINER, engine="sglang"),
                             docker=(str(tools.bin_dir / "docker"),))
     sshd: SshdInstance = request.getfixturevalue("sshd")
     cfg = sshd.host_config(unit=None, container=CONTAINER, engine="sglang")
@@ -313,3 +313,55 @@ def test_docker_logs_grep_baseline(tools: FakeTools, run_lines: list[tuple[str, 
     wrote = head_calls(tools)[-1][1]
     print(f"\n[measure] ssh docker logs | grep: {took:.2f} s, docker wrote {wrote} B")
     assert re.search(r"fired up", res.stdout)
+
+
+@pytest.mark.parametrize("case", ["rotated", "starting"])
+async def test_a_container_whose_start_is_rotated_away_or_still_starting(
+    case: str, tools: FakeTools, tmp_path: Path, request: pytest.FixtureRequest,
+) -> None:
+    """``rotated``: the log driver rotated the start away — the head begins with serving lines:
+    the awk stops at the first (docker stopped), the boot is serving with the container's
+    command as its flags, then one gap and the tail. ``starting``: the log is the boot's first
+    part (no ready line): read whole, no gap (a guard: old code read it whole too). The rotated
+    case fails before issue 21: the whole log was read, the start missing only as the tracker's
+    'the log begins while it serves', no flags from the container's command."""
+    write_container_log(tools.state)
+    log = tools.state / "docker.log"
+    lines = log.read_text().splitlines(keepends=True)
+    i0 = next(i for i, x in enumerate(lines) if BOOT[0] in x and x > stamp(STARTED))
+    if case == "rotated":  # this run's boot is gone: its head is serving lines
+        i_serv = next(i for i, x in enumerate(lines) if "Decode batch" in x)
+        log.write_text("".join(lines[:i0] + lines[i_serv:]))
+    else:
+        ready = next(i for i, x in enumerate(lines) if "Load weight end" in x)
+        log.write_text("".join(lines[:ready]))
+    backend = make_backend("local", tools, request)
+    mon = HostMonitor("dk", backend, state_dir=tmp_path / "state", gpu_interval=5.0, pids_interval=60.0)
+    task = asyncio.create_task(mon.run(_ignore))
+    try:
+        def mon_recs() -> list[tuple[str, str | None]]:
+            mon.spool.flush()
+            return [(r.text, r.ident) for r in iter_spooled(mon.spool)]
+
+        last = log.read_text().splitlines()[-1].partition(" ")[2]
+        await wait_until(lambda: any(t == last for t, _ in mon_recs()), 60, "the last line")
+        b = mon.boots[-1]
+        own = [t for t, ident in mon_recs() if ident == "kvtui"]
+        calls = head_calls(tools)
+        head_call = next(n for a, n in calls if "--since" in a and "-f" not in a.split())
+        if case == "rotated":
+            assert b.status is BootStatus.READY
+            assert b.start_missing is not None
+            assert "rotated" in b.start_missing
+            assert b.flags.get("model_path") == "x"
+            assert b.flags_from == "process"
+            assert len([t for t in own if "lines not read" in t]) == 1
+            assert head_call < 2 * 1024 * 1024
+        else:
+            assert b.status is not BootStatus.READY
+            assert own == []
+            assert mon_recs()[0][0] == BOOT[0]  # from StartedAt, the earlier run not read
+    finally:
+        await mon.close()
+        await asyncio.wait_for(task, 15)
+        log.unlink(missing_ok=True)
