@@ -445,10 +445,11 @@ while True:
 '''
 
 _FAKE_DOCKER = r'''
-"""Fake docker: `logs [-f] [--timestamps] [--since TS] NAME` prints STATE/docker.log (lines
-"TS message"), following appends when -f, until STATE/docker.inspect.State says the container
-stopped ("false …"); `inspect -f FMT NAME` answers STATE/docker.inspect.<key> (the whole state
-line, "RUNNING STARTEDAT EXITCODE OOMKILLED", for kvtui's liveness format)."""
+"""Fake docker: `logs [-f] [--timestamps] [--since TS] [--until TS] [--tail N] NAME` prints
+STATE/docker.log (lines "TS message", TS as docker prints it), following appends when -f, until
+STATE/docker.inspect.State says the container stopped ("false …"); `inspect -f FMT NAME` answers
+STATE/docker.inspect.<key> (the whole state line, "RUNNING STARTEDAT EXITCODE OOMKILLED", for
+kvtui's liveness format; `{{json .Path}} {{json .Args}}`: STATE/docker.inspect.Cmd)."""
 import os, sys, time
 STATE = os.environ.get("KVTUI_FAKE_STATE") or {state!r}
 args = sys.argv[1:]
@@ -478,35 +479,118 @@ if args[:1] == ["inspect"]:
             print("Error: No such object: " + args[-1], file=sys.stderr); sys.exit(1)
         print(line); sys.exit(0)
     else:
-        key = "StartedAt" if "StartedAt" in fmt else ("Pid" if "Pid" in fmt else "Running")
+        key = ("StartedAt" if "StartedAt" in fmt else "Pid" if "Pid" in fmt else "Cmd" if ".Args" in fmt
+               else "Running")
     try:
         print(open(os.path.join(STATE, "docker.inspect." + key)).read().strip()); sys.exit(0)
     except OSError:
         print("Error: No such object: " + args[-1], file=sys.stderr); sys.exit(1)
 if args[:1] == ["logs"]:
+    # as docker's daemon does (daemon/logger: since inclusive — not Before(since) —, until
+    # inclusive — stops only After(until) —, --tail N first: the last N lines, then the filters;
+    # --timestamps: RFC3339Nano with 9 fraction digits, UTC); every call is logged with the bytes
+    # it wrote (STATE/docker.calls) so tests can tell what a command read
+    import calendar, re, signal
     follow = "-f" in args or "--follow" in args
     ts = "--timestamps" in args or "-t" in args
-    since = None
-    for i, a in enumerate(args):
-        if a == "--since": since = args[i + 1]
-        elif a.startswith("--since="): since = a.split("=", 1)[1]
+    opt = {{}}
+    i = 1
+    while i < len(args):
+        a = args[i]
+        if a in ("--since", "--until", "--tail", "-n"):
+            opt["tail" if a == "-n" else a[2:]] = args[i + 1]; i += 2; continue
+        for k in ("since", "until", "tail"):
+            if a.startswith("--" + k + "="):
+                opt[k] = a.split("=", 1)[1]
+        i += 1
+    def to_fixed(v):
+        """A --since/--until value (RFC 3339 with any fraction and zone, or unix seconds[.nanos]) as
+        docker's fixed stamp, which sorts as a string."""
+        m = re.match(r"^(\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{{1,9}}))?(Z|[+-]\d\d:\d\d)$", v)
+        if m:
+            sec = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+            if m.group(3) != "Z":
+                sign = 1 if m.group(3)[0] == "+" else -1
+                sec -= sign * (int(m.group(3)[1:3]) * 3600 + int(m.group(3)[4:6]) * 60)
+            frac = (m.group(2) or "").ljust(9, "0")
+        else:
+            whole, _, frac = v.partition(".")
+            sec, frac = int(whole), frac.ljust(9, "0")
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)) + "." + frac + "Z"
+    since = to_fixed(opt["since"]) if "since" in opt else None
+    until = to_fixed(opt["until"]) if opt.get("until") not in (None, "", "0") else None
+    tail = opt.get("tail", "all")
+    tail_n = int(tail) if tail.isdigit() else None
     path = os.path.join(STATE, "docker.log")
-    pos = 0
-    while True:
+    def log_call(n):
         try:
-            with open(path, "rb") as f:
-                f.seek(pos); data = f.read(); pos += len(data)
+            with open(os.path.join(STATE, "docker.calls"), "a") as f:
+                f.write(" ".join(args) + f" bytes={{n}}\n")
         except OSError:
-            data = b""
-        for line in data.splitlines(keepends=True):
-            stamp, _, rest = line.partition(b" ")
-            if since and stamp.decode() < since:
-                continue
-            sys.stdout.buffer.write(line if ts else rest)
-        sys.stdout.flush()
-        if not follow or stopped():
-            break
-        time.sleep(0.05)
+            pass
+    def last_lines(n):
+        """The byte offset where the last ``n`` lines begin (read backwards, as docker does)."""
+        try:
+            f = open(path, "rb")
+        except OSError:
+            return 0
+        with f:
+            f.seek(0, 2); end = f.tell(); pos = end; count = -1 if n else 0
+            if n == 0:
+                return end
+            while pos > 0:
+                step = min(1 << 16, pos); pos -= step; f.seek(pos); block = f.read(step)
+                if pos + step == end and block.endswith(b"\n"):
+                    block = block[:-1]
+                k = len(block)
+                while True:
+                    k = block.rfind(b"\n", 0, k)
+                    if k < 0:
+                        break
+                    count += 1
+                    if count + 1 >= n:
+                        return pos + k + 1
+            return 0
+    pos = last_lines(tail_n) if tail_n is not None else 0
+    out = sys.stdout.buffer
+    written = 0
+    done = False
+    try:
+        while True:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(pos); data = f.read()
+            except OSError:
+                data = b""
+            cut = data.rfind(b"\n") + 1
+            data = data[:cut]; pos += cut
+            buf = []
+            for line in data.splitlines(keepends=True):
+                stamp, _, rest = line.partition(b" ")
+                st = stamp.decode()
+                if len(st) != 30 or not st.endswith("Z"):
+                    try:
+                        st = to_fixed(st)
+                    except ValueError:
+                        pass
+                if since and st < since:
+                    continue
+                if until and st > until:
+                    done = True
+                    break
+                buf.append(line if ts else rest)
+                if len(buf) >= 512:
+                    chunk = b"".join(buf); out.write(chunk); written += len(chunk); buf = []
+            chunk = b"".join(buf); out.write(chunk); written += len(chunk)
+            out.flush()
+            if done or not follow or stopped():
+                break
+            time.sleep(0.05)
+    except BrokenPipeError:
+        log_call(written)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGPIPE)
+    log_call(written)
     sys.exit(0)
 print("fake docker: unsupported", args, file=sys.stderr); sys.exit(1)
 '''

@@ -38,10 +38,12 @@ from typing import TYPE_CHECKING, Any, Final
 from kvtui.config import LocalHost
 from kvtui.engines.events import LogRecord
 from kvtui.engines.shapes import parse_journal_json
+from kvtui.engines.source_records import gap_range
 from kvtui.gpu import GpuProcess, GpuSample, process_from_nvml, sample_from_nvml
 from kvtui.hosts import commands as C
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
 from kvtui.hosts.commands import CONTROL_PREFIX
+from kvtui.hosts.dockerlog import CatchUp, fixed_stamp, parse_docker_search
 from kvtui.hosts.filelog import (
     HEAD_BYTES,
     TAIL_BYTES,
@@ -837,13 +839,23 @@ class LocalBackend:
         held = await self._docker_state(container, watch, fresh_after)  # already stopped: said when the stream ends
         if positioned is not None:
             positioned()
+        # the current run of a container up for days (issue 21): its head through the ready line +
+        # a margin, the recent tail with one gap record before it, then -f (``kvtui.hosts.dockerlog``)
+        catch = CatchUp(since) if (start == LogStart.CURRENT_BOOT and not after_cursor and since
+                                   and fixed_stamp(since)) else None
         while not self._closed.is_set():
             argv = [*self._docker, "logs", "-f", "--timestamps"]
-            if since:
-                argv += ["--since", since]
+            if catch is not None and catch.phase == "head" and since:
+                argv = ["sh", "-c", C.docker_head_script(container, since, cap=catch.cap_left, ready=catch.ready,
+                                                         started=catch.started, docker=self._docker)
+                        + "exec " + C.docker_tail_follow(container, docker=self._docker)]
+            elif catch is not None and catch.phase == "tail":
+                argv = ["sh", "-c", "exec " + C.docker_tail_follow(container, docker=self._docker)]
+            elif since:
+                argv += ["--since", since, container]
             else:
-                argv += ["--tail", "0"]
-            proc = await self._spawn([*argv, container])
+                argv += ["--tail", "0", container]
+            proc = await self._spawn(argv)
             # docker logs writes the container's stderr to ours: read both, merged by time order
             assert proc.stdout is not None
             assert proc.stderr is not None
@@ -868,12 +880,20 @@ class LocalBackend:
                     splitters[0] = lines.pop()[-MAX_LINE_BYTES:]
                     batch = []
                     for raw in lines:
+                        if catch is not None and catch.phase == "head" and C.CONTROL_PREFIX in raw:
+                            batch.extend(catch.control(raw[raw.index(C.CONTROL_PREFIX):]))
+                            self._log_detail, catch.note = catch.note or self._log_detail, ""
+                            continue
                         rec = parse_docker_line(raw.decode("utf-8", "replace").rstrip("\r"))
+                        if catch is not None and catch.phase == "tail" and rec.cursor:
+                            batch.extend(catch.tail_first(rec.cursor))  # the gap before the tail
                         if skip_until and rec.cursor and _docker_key(rec.cursor) <= _docker_key(skip_until):
                             continue
                         batch.append(rec)
                         if rec.cursor:
                             since = skip_until = rec.cursor
+                            if catch is not None and catch.phase == "head":
+                                catch.head_line(rec.cursor, rec.text, len(raw) + 1)
                     if batch:
                         yield batch
             finally:
@@ -887,6 +907,21 @@ class LocalBackend:
                     yield [gone]
             if await self._sleep(1.0):
                 return
+
+    async def _search_docker(self, container: str, pattern: str, where: str, *, regex: bool, ignore_case: bool,
+                             context: int, limit: int, newest: bool) -> list[LogMatch]:
+        """``docker logs --since A --until B | grep`` (``commands.docker_search``): only the matches."""
+        rng = gap_range(where)
+        a, b = fixed_stamp(rng.get("since", "")), fixed_stamp(rng.get("until", "")) if rng.get("until") else None
+        if a is None or (rng.get("until") and b is None):
+            raise BackendError(f"not a time range of a container's log (since=…, until=…): {where!r}")
+        script = C.docker_search_script(container, a, b, pattern, regex=regex, ignore_case=ignore_case,
+                                        context=context, limit=limit, newest=newest, docker=self._docker)
+        rc, out, err = await self._capture(["sh", "-c", script], timeout=300)
+        matches = parse_docker_search(out.decode("utf-8", "replace"), context=context)
+        if not matches and (rc != 0 or err.strip()):
+            raise BackendError(f"search of the container's log failed: {err.decode(errors='replace').strip()[:300]}")
+        return matches[-limit:] if newest else matches[:limit]
 
     async def _docker_state(self, container: str, watch: PidWatch, fresh_after: datetime) -> LogRecord | None:
         """Read the container's state into ``watch``; the exit record when it stopped (a container
@@ -913,13 +948,16 @@ class LocalBackend:
         limit: int = 100, newest: bool = False,
     ) -> list[LogMatch]:
         """Lines of a gap that contain ``pattern`` (``SearchableLog``); a journal's through
-        ``_search_journal``. A file's: GNU grep reads the file
+        ``_search_journal``, a container's through ``_search_docker``. A file's: GNU grep reads the file
         from the gap's first byte (its stdin positioned there: no copy through a pipe) and stops
         at its limit; a ``.gz`` copy through ``gzip -dc``. Each record's cursor is the absolute
         byte offset after its line; ``line_no`` its line number in the gap (None in a .gz)."""
         from kvtui.engines.source_records import gap_range
 
         parts = gap_range(where)
+        if "since" in parts and self.host.container and not self.host.log_file:  # a container's gap: two times
+            return await self._search_docker(self.host.container, pattern, where, regex=regex,
+                                             ignore_case=ignore_case, context=context, limit=limit, newest=newest)
         if "bytes" not in parts and self.host.unit and not (self.host.log_file or self.host.container):
             return await self._search_journal(pattern, where, regex=regex, ignore_case=ignore_case, limit=limit,
                                               newest=newest)  # a journal's gap: between two cursors

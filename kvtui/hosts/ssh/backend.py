@@ -31,6 +31,7 @@ from kvtui.hosts.backend import (
     LogStart,
     RecordBlock,
 )
+from kvtui.hosts.dockerlog import fixed_stamp, parse_docker_search
 from kvtui.hosts.journal import search_command, search_matches
 from kvtui.hosts.ssh.followers import (
     MAX_BATCH_RECORDS,
@@ -680,9 +681,26 @@ class SshBackend:
             return await self._search_file(pattern, where, regex=regex, ignore_case=ignore_case, context=context,
                                            limit=limit, newest=newest)
         if src == "docker":
-            raise BackendError(f"{self.name}: search of the container's log is not available yet")
+            return await self._search_docker(pattern, where, regex=regex, ignore_case=ignore_case, context=context,
+                                             limit=limit, newest=newest)
         return await self._search_journal(pattern, where, regex=regex, ignore_case=ignore_case, limit=limit,
                                           newest=newest)
+
+    async def _search_docker(self, pattern: str, where: str, *, regex: bool, ignore_case: bool, context: int,
+                             limit: int, newest: bool) -> list[LogMatch]:
+        """``docker logs --since A --until B | grep`` on the host (``commands.docker_search``)."""
+        rng = gap_range(where)
+        a, b = fixed_stamp(rng.get("since", "")), fixed_stamp(rng.get("until", "")) if rng.get("until") else None
+        if a is None or (rng.get("until") and b is None):
+            raise BackendError(f"{self.name}: not a time range of a container's log (since=…, until=…): {where!r}")
+        res = await self.run(C.docker_search(self.host.container or "", a, b, pattern, regex=regex,
+                                             ignore_case=ignore_case, context=context, limit=limit, newest=newest,
+                                             sudo=self.host.sudo), timeout=300)
+        matches = parse_docker_search(res.stdout, context=context)
+        if not matches and (res.exit_status != 0 or res.stderr.strip()):
+            raise BackendError(f"{self.name}: search of the container's log failed: "
+                               f"{(res.stderr or res.stdout).strip()[:300]}")
+        return matches[-limit:] if newest else matches[:limit]
 
     async def _search_file(self, pattern: str, where: str, *, regex: bool, ignore_case: bool, context: int,
                            limit: int, newest: bool) -> list[LogMatch]:

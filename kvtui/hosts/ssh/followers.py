@@ -23,6 +23,7 @@ from kvtui.engines.source_records import command_record, gap_record, gap_where, 
 from kvtui.engines.text import MAX_LINE_CHARS
 from kvtui.hosts import commands as C
 from kvtui.hosts.backend import BackendError, LogStart, RecordBlock
+from kvtui.hosts.dockerlog import CatchUp
 from kvtui.hosts.journal import JournalUptime, missing_records, parse_boot_start, parse_main_cmdline, split_controls
 from kvtui.liveness import DOCKER_STATE_FORMAT, FRESH_SLACK_S, PidWatch, exit_record, parse_docker_state
 
@@ -852,7 +853,13 @@ PID_MARK: Final = CONTROL_MARK + b"pid "
 
 class _DockerFollower(_Follower):
     """Cursor ``TS#n``: the RFC 3339 timestamp of the last line and how many lines with exactly
-    that timestamp were delivered (docker's ``--since`` is inclusive)."""
+    that timestamp were delivered (docker's ``--since`` is inclusive).
+
+    ``CURRENT_BOOT`` (issue 21): the boot is the container's current run; its log is not read
+    whole from ``StartedAt`` but caught up (``kvtui.hosts.dockerlog``): the head through the ready
+    line + a margin (stopped on the host), the last ``DOCKER_TAIL_LINES`` lines with one gap record
+    before them when they begin after the head, then ``-f`` on. A drop resumes where it was (in
+    the head with what is left of it, before the tail's first line with the tail)."""
 
     source = "docker"
 
@@ -869,6 +876,7 @@ class _DockerFollower(_Follower):
         self.watch = PidWatch(current_boot=start is LogStart.CURRENT_BOOT or after_cursor is not None)
         self._held: LogRecord | None = None
         self._fresh_after: datetime | None = None
+        self.catch: CatchUp | None = None  # the current run caught up (head, gap, tail)
         if after_cursor:
             ts, _, n = after_cursor.partition("#")
             self.since, self.seen_at_since = ts, int(n) if n.isdigit() else 0
@@ -904,6 +912,8 @@ class _DockerFollower(_Follower):
                 if res.exit_status != 0:
                     raise BackendError(f"docker inspect {self.container}: {str(res.stderr or '').strip()}")
                 self.since = str(res.stdout or "").strip() or None
+                if self.since and parse_docker_ts(self.since) is not None:
+                    self.catch = CatchUp(self.since)
             else:
                 res = await _run_answer(conn, C.remote_now_rfc3339(), timeout=60)
                 self.since = str(res.stdout or "").strip() or None
@@ -917,6 +927,12 @@ class _DockerFollower(_Follower):
         self._skip = self.seen_at_since
         if self.since and parse_docker_ts(self.since) is None:
             self.since = None
+        catch = self.catch
+        if catch is not None and catch.phase == "head" and self.since:
+            return C.docker_catch_up(self.container, self.since, cap=catch.cap_left, ready=catch.ready,
+                                     started=catch.started, sudo=sudo)
+        if catch is not None and catch.phase == "tail":
+            return C.docker_catch_up(self.container, None, sudo=sudo)
         return C.docker_logs_follow(self.container, since=self.since, tail=None if self.since else 0,
                                     sudo=sudo)
 
@@ -927,6 +943,14 @@ class _DockerFollower(_Follower):
             stamp_b, _, text = line.partition(b" ")
             quick = len(stamp_b) >= 20 and stamp_b[4:5] == b"-" and stamp_b[10:11] == b"T" and (
                 stamp_b[-1:] == b"Z" or stamp_b[-1:].isdigit())
+            if self.catch is not None and self.catch.phase == "head" and CONTROL_MARK in line:
+                # the head script's own lines (after a line cut by the cap: that piece is dropped)
+                out.extend(self.catch.control(line[line.index(CONTROL_MARK):]))
+                self.note = self.catch.note or self.note
+                self.catch.note = ""
+                if self.catch.phase == "tail":
+                    self._skip = self.seen_at_since  # the tail's lines the head delivered: not again
+                continue
             if not quick:
                 m = _DOCKER_LINE_RE.match(line)
                 if m is None:
@@ -935,6 +959,9 @@ class _DockerFollower(_Follower):
                     continue
                 stamp_b, text = m.group(1), m.group(2)
             stamp = stamp_b.decode("ascii", "replace")
+            catch = self.catch
+            if catch is not None and catch.phase == "tail":
+                out.extend(catch.tail_first(stamp))  # the gap, when the tail begins after the head
             if self.since is not None and stamp == self.since and self._skip > 0:
                 self._skip -= 1
                 continue
@@ -945,8 +972,11 @@ class _DockerFollower(_Follower):
             else:
                 self.since, self.seen_at_since = stamp, 1
             self._skip = 0
-            out.append(LogRecord(text=_decode(text), ts=self._ts(stamp),
-                                 cursor=f"{stamp}#{self.seen_at_since}", source="docker"))
+            rec = LogRecord(text=_decode(text), ts=self._ts(stamp), cursor=f"{stamp}#{self.seen_at_since}",
+                            source="docker")
+            out.append(rec)
+            if catch is not None and catch.phase == "head":
+                catch.head_line(stamp, rec.text, len(line) + 1)
         return out
 
     def _ts(self, stamp: str) -> datetime | None:
