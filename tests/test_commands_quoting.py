@@ -283,7 +283,8 @@ def test_locate_finds_the_last_start_its_ready_line_and_the_tail(sandbox: tuple[
     # no start anywhere: the tail only (no server runs here: no pid, no cmd)
     (work / "server.log.1.gz").unlink()
     out = sh(C.file_locate(str(f), tail_bytes=1000), work, env).stdout.decode().splitlines()
-    assert [line.split()[0] for line in out] == ["stat", "sibs", "tail"]
+    assert [line.split()[0] for line in out] == ["stat", "sibs", "serves", "tail"]
+    assert out[2] == "serves 0"  # a metrics scrape is not serving: no request to the model
     # search a byte range: grep's own lines, offsets relative to the range
     a = len(serving) // 2
     res = sh(C.file_search(str(f), a, None, "200 ok 0019", context=1, limit=2), work, env)

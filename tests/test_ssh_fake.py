@@ -660,12 +660,19 @@ def test_file_follower_locates_the_boot_and_plans_its_parts() -> None:
     # no start anywhere, a server running: said, with its command line, before the tail
     f = _file_follower(None)
     f._apply_locate("stat 9 5000\nsibs .1\npid 77 Sat Dec  6 06:33:46 2025\n"
-                    "cmd cHl0aG9uMwAtbQBzZ2xhbmcubGF1bmNoX3NlcnZlcgAtLXRwADIA\ntail 4000\n")
+                    "cmd cHl0aG9uMwAtbQBzZ2xhbmcubGF1bmNoX3NlcnZlcgAtLXRwADIA\nserves 12\ntail 4000\n")
     recs = f.feed(b"\x00kvtui:seg 0\n")
     assert [r.text for r in recs] == [
         "kvtui: the server's start is not in the log (not in s.log or its rotated copies (s.log.1); "
         "the server has run since Sat Dec 6 06:33:46 2025)",
         "kvtui: the running server's command line (pid 77): python3 -m sglang.launch_server --tp 2"]
+    # ... but a server whose recent lines do not serve is starting: its start line is still to come
+    # (a wait begun with the server found a log of import warnings and called it serving)
+    f = _file_follower(None)
+    f._apply_locate("stat 9 5000\nsibs\npid 77 Sat Dec  6 06:33:46 2025\n"
+                    "cmd cHl0aG9uMwAtbQBzZ2xhbmcubGF1bmNoX3NlcnZlcgAtLXRwADIA\nserves 0\ntail 0\n")
+    assert not any(st.records for st in f.plan)
+    assert "do not serve" in f.note
     f._apply_locate("missing\n")
     assert (f.offset, f.inode) == (0, None)
 

@@ -367,6 +367,10 @@ SERVER_START_PATTERNS: tuple[str, ...] = (
     r"non-default args: \{",  # vLLM >= 0.10 (second line)
     r"args: Namespace\(",  # vLLM < 0.10
 )
+# Lines only a server that serves prints (extended regex): SGLang's batch lines, vLLM's periodic
+# stats, an OpenAI-API access line. Without a start in the log, a running server is said to serve
+# (its start rotated away) only when its recent lines show it.
+SERVING_PATTERN = r'(Decode|Prefill) batch|Avg prompt throughput|KV cache usage: |"(POST|GET) /v1/'
 PRIMARY_START_PATTERNS: tuple[str, ...] = (r"server_args=ServerArgs\(", r"vLLM API server version")
 # the last bytes of a log scanned first for the server's start (a recent boot); else the whole file
 SCAN_WINDOW_BYTES = 16 * 1024 * 1024
@@ -511,6 +515,7 @@ else
     echo "pid $p $(ps -o lstart= -p "$p" 2>/dev/null)"
     echo "cmd $(base64 < /proc/"$p"/cmdline | tr -d '\\n')"
   fi
+  echo "serves $(tail -c "$tb" -- "$f" 2>/dev/null | LC_ALL=C grep -a -c -E {q(SERVING_PATTERN)})"
 fi
 t=$lo
 if [ $((size - tb)) -gt "$lo" ]; then

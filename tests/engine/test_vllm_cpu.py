@@ -260,7 +260,7 @@ async def test_cold_start_wait_and_the_console(rig: Rig) -> None:
         assert code == 0, err
         boot = _boot_json(out)
         assert boot["status"] == "ready"
-        assert boot["metrics"]["max_total_num_tokens"] == 1_048_576  # type: ignore[index]
+        assert boot["metrics"]["max_total_num_tokens"] == 1_048_576, (host, out[:3000], err[-3000:])  # type: ignore[index]
         assert boot["metrics"]["kv_cache_gib"] == pytest.approx(1.0)  # type: ignore[index]
         phases = {p["name"]: p["seconds"] for p in boot["phases"]}  # type: ignore[attr-defined]
         assert {"launch", "load_weights", "kv_allocate", "ready"} <= set(phases)
@@ -334,7 +334,7 @@ async def test_max_model_len_beyond_the_pool_is_kv_too_small(rig: Rig) -> None:
                                            "--force", "--timeout", str(BOOT_TIMEOUT))
     try:
         assert code == 1, err
-        assert re.search(r"the new boot failed in kv_allocate: kv_too_small: .*To serve at least one request", err), err
+        assert re.search(r"the new boot failed in KV allocate: kv_too_small: .*To serve at least one request", err), err
         assert "Verdict no_fit: held (the boot failed)" in out
         timed("apply --set max-model-len=2097152 --force --restart -> kv_too_small", took)
     finally:

@@ -485,9 +485,12 @@ class _FileFollower(_Follower):
         pid: int | None = None
         since = ""
         argv: list[str] = []
+        serves = 0  # serving lines in the recent tail (asked only without a start)
         for line in lines[1:]:
             key, _, rest = line.partition(" ")
-            if key == "m":
+            if key == "serves" and rest.strip().isdigit():
+                serves = int(rest)
+            elif key == "m":
                 off, _, text = rest.partition(" ")
                 if off.isdigit():
                     matches.append((int(off), text))
@@ -514,7 +517,7 @@ class _FileFollower(_Follower):
         tail = size if tail is None else min(tail, size)
         name = os.path.basename(self.path) or self.path
         if not matches:
-            self._start_missing(name, sibs, tail, pid, since, argv)
+            self._start_missing(name, sibs, tail, pid, since, argv if serves else [], serving=serves > 0)
             return
         start = self._chosen_start(matches)
         end = ready if ready is not None else size
@@ -553,12 +556,16 @@ class _FileFollower(_Follower):
         return chosen[0]
 
     def _start_missing(self, name: str, sibs: list[str], tail: int, pid: int | None, since: str,
-                       argv: list[str]) -> None:
-        """No start in the file or its rotated copies: with a running server, say so (the boot
-        serves) and give its command line; then the tail, after one gap for what is skipped."""
+                       argv: list[str], *, serving: bool = True) -> None:
+        """No start in the file or its rotated copies: with a running server whose recent lines
+        serve, say so (the boot serves) and give its command line; then the tail, after one gap for
+        what is skipped. A server whose log does not serve yet is starting: its start line is yet
+        to be written (the tracker opens the boot when it comes)."""
         where = f"{name} or its rotated copies ({', '.join(name + x for x in sibs)})" if sibs else name
         self.tail_at = tail
-        if argv:
+        if not serving:
+            self.note = f"no server start in {where} yet, and its recent lines do not serve: following"
+        elif argv:
             reason = f"not in {where}" + (f"; the server has run since {since}" if since else "")
             self.plan = [_Step("mark", self.path, records=(
                 start_missing_record(reason, source="file"), command_record(argv, pid, source="file")))]
