@@ -304,6 +304,7 @@ class ConsoleRun:
     spool_mb: float
     rss_mb: float
     gap_lines: int
+    gaps: int  # gap records (a journal gap over 50k lines is not counted: lines=None)
     search_s: float | None  # the gap searched on the host for a line in its middle
     search_note: str
 
@@ -339,6 +340,7 @@ async def _console_once(name: str, hosts: Path, state: Path, last: str, needle: 
             await asyncio.sleep(0.005)
         b = mon.boots[-1] if mon.boots else None
         gap_lines = b.skipped_lines if b is not None else 0
+        gaps = len(b.skipped_where) if b is not None else 0
         where = b.skipped_where[0] if b is not None and b.skipped_where else None
         search_s: float | None = None
         note = "no gap to search"
@@ -358,7 +360,7 @@ async def _console_once(name: str, hosts: Path, state: Path, last: str, needle: 
         with contextlib.suppress(Exception):
             await asyncio.wait_for(task, 15)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MB
-    return ConsoleRun(ready, caught, spool, rss, gap_lines, search_s, note)
+    return ConsoleRun(ready, caught, spool, rss, gap_lines, gaps, search_s, note)
 
 
 def _console_worker(name: str, hosts: str, state: str, last: str, needle: str, timeout: float,
@@ -552,6 +554,11 @@ def _measure(cases: list[Case], hosts: Path, work: Path, runs: int, timeout: flo
     return rows
 
 
+def _gap_words(run: ConsoleRun) -> str:
+    what = f"{run.gap_lines:,} lines not read" if run.gap_lines else "lines not read (not counted)"
+    return f"{what} ({run.gaps} gap{'s' if run.gaps != 1 else ''})"
+
+
 def _console_rows(cases: list[Case], hosts: Path, work: Path, runs: int, timeout: float) -> list[Row]:
     """The console (a HostMonitor) on each big case: ready with figures, caught up, spool, RSS,
     and the search of the gap over the host for a line in its middle (budget < 2 s over SSH)."""
@@ -577,7 +584,7 @@ def _console_rows(cases: list[Case], hosts: Path, work: Path, runs: int, timeout
                         met=spool < SPOOL_BUDGET_MB and rss < RSS_BUDGET_MB,
                         note=(f"median of {len(ok)}; ready with figures at "
                               f"{median([g.ready_s or 0.0 for g in ok]):.2f} s; "
-                              f"{ok[0].gap_lines:,} lines not read (one gap); spool {spool:.1f} MB; "
+                              f"{_gap_words(ok[0])}; spool {spool:.1f} MB; "
                               f"peak RSS {rss:.0f} MB; load {load0}")))
         found = [g.search_s for g in ok if g.search_s is not None]
         secs = median(found) if found else None
