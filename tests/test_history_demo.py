@@ -75,6 +75,29 @@ def test_five_restarts_then_the_ledger_and_an_eta(tmp_path: Path, capsys: pytest
     assert main(["--hosts", str(hosts), "calc", "--host", "demo", "--set", "mem-fraction-static=0.9", "--json"]) == 0
     calibration = json.loads(capsys.readouterr().out)["calibration"]  # the same, for scripts
     assert calibration == {"method": "least-squares", "boots": 6, "env": None, "from_log": 0, "from_history": 5}
+    # a rollback with a restart says how long the boot usually takes too (issue 22 #15: it predicts
+    # nothing, so it said nothing)
+    code = main(["--hosts", str(hosts), "rollback", "demo", "--restart", "--yes", "--timeout", "120"])
+    _out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "a boot of /models/Kimi-K2.6 on demo is usually ready in ~0:0" in err
+    # tune's steps and closing rollback give their follower the same heartbeat ETA
+    import asyncio
+    import dataclasses
+    import time
+    from types import SimpleNamespace
+
+    from kvtui.boot import BootStatus
+    from kvtui.history import boot_from_doc, open_store
+    from kvtui.tune import driver
+
+    with open_store(readonly=True) as store:
+        newest = boot_from_doc(store.boots("demo", limit=1)[0].doc)
+    starting = dataclasses.replace(newest, status=BootStatus.STARTING, phase=newest.phases[2].name,
+                                   phases=[dataclasses.replace(p) for p in newest.phases[:3]])
+    starting.phases[-1].end = None
+    eta = asyncio.run(driver._heartbeat_eta(SimpleNamespace(name="demo", clock=time.time)))  # type: ignore[arg-type]
+    assert "ready in ~" in (eta(starting) or "")
 
 
 @pytest.mark.slow

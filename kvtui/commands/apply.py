@@ -26,7 +26,7 @@ import argparse
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
@@ -239,11 +239,13 @@ async def confirm_and_execute(
         print(msg, file=stderr, flush=True)
 
     eta = None
-    if plan.restart and plan.calibration is not None:  # how long the new boot usually takes (the history)
+    if plan.restart:  # how long the new boot usually takes (the history), apply and rollback alike
         from kvtui.history.eta import expected_text, heartbeat_eta, past_boots
 
         past = await asyncio.to_thread(past_boots, plan.name)
-        progress(expected_text(past, plan.calibration.flags, host=plan.name))
+        flags = _eta_flags(plan)
+        if flags is not None:
+            progress(expected_text(past, flags, host=plan.name))
         eta = heartbeat_eta(past, plan.name, clock or time.time)  # the follower's heartbeat says it too
 
     outcome = await service.execute(plan, backend, progress, clock=clock or time.time, heartbeat=progress, eta=eta)
@@ -266,6 +268,23 @@ def history_config(args: argparse.Namespace) -> HistoryConfig | None:
         return load_config(getattr(args, "hosts", None)).history
     except ConfigError:
         return None
+
+
+def _eta_flags(plan: ApplyPlan) -> Mapping[str, object] | None:
+    """The flags the restarted server will run with, for its ETA: the prediction's boot's, else the
+    written file's (a rollback predicts nothing)."""
+    from kvtui import flags as fl
+
+    if plan.calibration is not None:
+        return plan.calibration.flags
+    try:
+        cmd = fl.parse_command(plan.new_text, plan.source.kind)
+    except (fl.FlagError, ValueError):
+        return None
+    flags: dict[str, object] = {k.replace("-", "_"): v for k, v in cmd.values().items()}
+    if cmd.model is not None:
+        flags.setdefault("model_path", cmd.model)
+    return flags
 
 
 def _record(plan: ApplyPlan, outcome: ApplyOutcome, args: argparse.Namespace, stderr: TextIO, verb: str) -> None:

@@ -121,6 +121,16 @@ class TuneRun:
     history: HistoryConfig | None = None  # [history] of hosts.toml: each step's boot is remembered
 
 
+async def _heartbeat_eta(run: TuneRun) -> Callable[[Boot], str | None]:
+    """The new boot's ETA for the follower's heartbeat, from the host's stored boots (as
+    ``apply --restart`` says it: "… the new boot is in load weights 12/61 shards; load weights
+    0:40 / ~4:05, ready in ~4:50")."""
+    from kvtui.history.eta import heartbeat_eta, past_boots
+
+    past = await asyncio.to_thread(past_boots, run.name)
+    return heartbeat_eta(past, run.name, run.clock)
+
+
 async def _remember(run: TuneRun, plan: service.ApplyPlan, out: service.ApplyOutcome) -> None:
     """The boot a step (or the closing rollback) followed goes into the boot history with its
     edit, prediction and outcome, as an ``apply --restart``'s does (the prediction ledger)."""
@@ -201,7 +211,8 @@ async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, str | None] | 
     def progress(msg: str) -> None:
         run.say(f"  {msg}")
 
-    out = await service.execute(plan, run.backend, progress, clock=run.clock, heartbeat=progress)
+    out = await service.execute(plan, run.backend, progress, clock=run.clock, heartbeat=progress,
+                                eta=await _heartbeat_eta(run))
     await _remember(run, plan, out)
     step.backup = out.backup_path
     step.outcome = out.status
@@ -275,7 +286,8 @@ async def _roll_back(run: TuneRun, result: TuneResult, restore: str | None) -> N
     def progress(msg: str) -> None:
         run.say(f"  {msg}")
 
-    out = await service.execute(rb, run.backend, progress, clock=run.clock, heartbeat=progress)
+    out = await service.execute(rb, run.backend, progress, clock=run.clock, heartbeat=progress,
+                                eta=await _heartbeat_eta(run))
     await _remember(run, rb, out)
     good = out.status == "ready"
     ready = [t for t in run.tried if t.ready]
