@@ -80,8 +80,18 @@ async def test_a_failed_boot_says_what_changed_since_the_last_good_one() -> None
         await pilot.pause()
         assert "-boot-0001.log (last 200 lines)" in screen.detail_text.splitlines()[0]
         assert "out of memory" in screen.detail_text.lower()
+        # j / k / G / g move the list like the log (issue 22 #10: j then d diffed the wrong boot)
+        table = screen.query_one(DataTable)
+        await pilot.press("j")
+        assert table.cursor_row == 1
+        await pilot.press("k")
+        assert table.cursor_row == 0
+        await pilot.press("G")
+        assert table.cursor_row == len(screen.rows) - 1
+        await pilot.press("g")
+        assert table.cursor_row == 0
         # pick two boots: mark the older one (cursor down, space), diff the newer against it
-        await pilot.press("down", "space", "up", "d")
+        await pilot.press("j", "space", "k", "d")
         await pilot.pause()
         assert screen.marked == 1
         assert "compared with #1" in screen.detail_text

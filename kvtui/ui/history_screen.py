@@ -54,6 +54,11 @@ class HistoryScreen(ModalScreen[None]):
         Binding("space", "mark", "Mark", id="history.mark"),
         Binding("d", "diff", "Diff", id="history.diff"),
         Binding("l", "log", "Log", id="history.log"),
+        # the list moves like the log (issue 22 #10): j/k a row, g/G the first / last
+        Binding("j", "move(1)", "Down", show=False, id="history.down"),
+        Binding("k", "move(-1)", "Up", show=False, id="history.up"),
+        Binding("g", "edge(0)", "First", show=False, id="history.top"),
+        Binding("G", "edge(1)", "Last", show=False, id="history.bottom"),
     ]
 
     def __init__(self, host: str, *, diff_newest: bool = False) -> None:
@@ -128,6 +133,16 @@ class HistoryScreen(ModalScreen[None]):
     def _show(self, text: str) -> None:
         self.detail_text = text
         self.query_one("#history-detail", Static).update(Content(text))
+
+    def action_move(self, step: int) -> None:
+        table = self.query_one(DataTable)
+        if table.row_count:
+            table.move_cursor(row=min(max(table.cursor_row + step, 0), table.row_count - 1))
+
+    def action_edge(self, last: int) -> None:
+        table = self.query_one(DataTable)
+        if table.row_count:
+            table.move_cursor(row=table.row_count - 1 if last else 0)
 
     def _current(self) -> Any | None:
         table = self.query_one(DataTable)
