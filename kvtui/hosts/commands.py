@@ -527,6 +527,24 @@ exit 0"""
     return sh_c(script)
 
 
+def _grep_flags(base: list[str], *, regex: bool, ignore_case: bool, context: int, limit: int,
+                newest: bool) -> tuple[list[str], str]:
+    """A gap search's grep flags and what cuts its output: the first ``limit`` matches (``-m``:
+    grep's exit stops the reader) or, ``newest``, the last (``| tail``, a match and its context a
+    group)."""
+    ctx = max(0, int(context))
+    flags = [*base, "-E" if regex else "-F"]
+    if ignore_case:
+        flags.append("-i")
+    if ctx:
+        flags.append(f"-C {ctx}")
+    n = max(1, int(limit))
+    if newest:
+        return flags, f" | tail -n {n * (2 * ctx + 2)}"
+    flags.append(f"-m {n}")
+    return flags, ""
+
+
 def file_search(path: str, start: int, end: int | None, pattern: str, *, gz: bool = False, regex: bool = False,
                 ignore_case: bool = True, context: int = 0, limit: int = 100, newest: bool = False,
                 max_bytes: int = 4 * 1024 * 1024) -> str:
@@ -537,18 +555,8 @@ def file_search(path: str, start: int, end: int | None, pattern: str, *, gz: boo
     and BYTE relative to ``start``), at most ``max_bytes``; exit 3 when the file is not there. A plain
     file is read in place from ``start`` to its end (no pipe): lines at or past ``end`` are for the
     reader to drop (``parse_file_search``)."""
-    ctx = max(0, int(context))
-    flags = ["-a", "-b", "-n", "-E" if regex else "-F"]
-    if ignore_case:
-        flags.append("-i")
-    if ctx:
-        flags.append(f"-C {ctx}")
-    n = max(1, int(limit))
-    if newest:
-        cut = f" | tail -n {n * (2 * ctx + 2)}"
-    else:
-        flags.append(f"-m {n}")
-        cut = ""
+    flags, cut = _grep_flags(["-a", "-b", "-n"], regex=regex, ignore_case=ignore_case, context=context,
+                             limit=limit, newest=newest)
     e = "''" if end is None else str(int(end))
     a = max(0, int(start))
     grep = f"grep {' '.join(flags)} -e {q(pattern)}"
@@ -791,18 +799,8 @@ def docker_search_script(container: str, since: str, until: str | None, pattern:
     Prints grep's lines (``N:STAMP TEXT`` a match, ``N-STAMP TEXT`` context, ``--``), at most
     ``max_bytes``; docker's own errors (lines without a stamp) go to stderr."""
     d, c = _docker(sudo, docker), q(container)
-    ctx = max(0, int(context))
-    flags = ["-n", "-E" if regex else "-F"]
-    if ignore_case:
-        flags.append("-i")
-    if ctx:
-        flags.append(f"-C {ctx}")
-    n = max(1, int(limit))
-    if newest:
-        cut = f" | tail -n {n * (2 * ctx + 2)}"
-    else:
-        flags.append(f"-m {n}")
-        cut = ""
+    flags, cut = _grep_flags(["-n"], regex=regex, ignore_case=ignore_case, context=context, limit=limit,
+                             newest=newest)
     until_arg = f" --until {_docker_since(until)}" if until else ""
     prog = ('$1 !~ /^[0-9][0-9][0-9][0-9]-/ { print > "/dev/stderr"; next } '
             '$1 > a && (b == "" || $1 < b)')
