@@ -178,8 +178,13 @@ exit 0"""
     return sh_c(script)
 
 
-# The boot's ready line (SGLang, vLLM): the startup part of a journal ends a margin after it.
-JOURNAL_READY_RE = r"The server is fired up and ready to roll|Application startup complete"
+# The boot's ready line, every follower's one list (plain text, also a regex): the startup part of a
+# server up for days ends a margin after it.
+READY_PATTERNS: tuple[str, ...] = (
+    r"The server is fired up and ready to roll",  # SGLang
+    r"Application startup complete",  # vLLM (uvicorn; SGLang prints it too, a few lines before its own)
+)
+JOURNAL_READY_RE = "|".join(READY_PATTERNS)
 JOURNAL_STARTUP_MARGIN = 300  # entries read after the ready line
 JOURNAL_STARTUP_CAP = 32 * 1024 * 1024  # bytes of JSON at most in the startup part
 JOURNAL_TAIL_LINES = 10_000  # the recent tail read after a gap
@@ -380,11 +385,7 @@ CONTROL_PREFIX = b"\x00kvtui:"
 
 # A server up for days (issue 21): the follower reads the boot's startup part whole, the recent tail,
 # and says what lies between (a gap of N lines) instead of copying every serving line.
-READY_PATTERNS: tuple[str, ...] = (
-    r"The server is fired up and ready to roll",  # SGLang
-    r"Application startup complete",  # vLLM (uvicorn; SGLang prints it too, a few lines before its own)
-)
-SGLANG_READY = "The server is fired up and ready to roll"
+SGLANG_READY = READY_PATTERNS[0]
 TAIL_BYTES = 1024 * 1024  # the recent tail read before following
 STARTUP_CAP_BYTES = 32 * 1024 * 1024  # the startup part read whole, at most
 STARTUP_MARGIN_LINES = 300  # lines after the ready line that still belong to the startup part

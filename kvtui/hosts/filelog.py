@@ -43,7 +43,7 @@ from kvtui.engines.events import BootBoundary, Engine, LogRecord, ParsedLine
 from kvtui.engines.parse import LineParser, parse_chunks
 from kvtui.engines.shapes import RecordSplitter
 from kvtui.engines.source_records import command_record, gap_record, gap_where, start_missing_record
-from kvtui.hosts.commands import SERVER_START_PATTERNS
+from kvtui.hosts.commands import READY_PATTERNS, SERVER_START_PATTERNS
 
 SCAN_CHUNK: Final = 8 << 20  # the backward search's piece (one rfind per start pattern)
 TAIL_BYTES: Final = 2 << 20  # the recent tail read before following
@@ -55,7 +55,7 @@ MAX_CANDIDATES: Final = 64  # start-pattern lines the tracker may reject before 
 MAX_SIBLINGS: Final = 8  # rotated copies looked at, newest first
 HEAD_BYTES: Final = 4096  # a file's first bytes: a copytruncate copy begins with them
 COUNT_CHUNK: Final = 8 << 20
-READY_LINES: Final = (b"The server is fired up and ready to roll", b"Application startup complete")
+READY_LINES: Final = tuple(p.encode() for p in READY_PATTERNS)  # SGLang's own first
 
 
 def _literal(pattern: str) -> bytes:

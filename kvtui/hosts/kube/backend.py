@@ -54,7 +54,7 @@ from kvtui.engines.events import LogRecord
 from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
 from kvtui.gpu import QUERY_GPU_FIELD_NAMES, GpuProcess, GpuSample, mark_stale, parse_query_gpu_line, select_gpus
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
-from kvtui.hosts.commands import SERVER_START_PATTERNS
+from kvtui.hosts.commands import READY_PATTERNS, SERVER_START_PATTERNS
 from kvtui.hosts.kube import commands as K
 from kvtui.hosts.kube.state import (
     ContainerId,
@@ -89,7 +89,7 @@ HEAD_CAP_BYTES = 32 << 20
 HEAD_MARGIN_LINES = 300
 TAIL_LINES = 10_000
 _START_RE = re.compile("|".join(SERVER_START_PATTERNS))
-_READY_RE = re.compile(r"The server is fired up and ready to roll|Application startup complete")
+_READY_RE = re.compile("|".join(READY_PATTERNS))
 # a serving line (SGLang Decode/Prefill batch, vLLM's stats): one before any start means the
 # log begins while the server serves (the kubelet rotated the container's log file)
 _SERVING_RE = re.compile(r"\] (?:Decode|Prefill) batch|KV cache usage: |Avg prompt throughput: ")
