@@ -85,6 +85,9 @@ async def test_slash_finds_a_line_only_in_the_gap_on_the_host_and_n_continues() 
         assert view.message.startswith("from the host: match ")
         current = next(ln for ln in view.lines if ln.seq == view.cursor)
         assert stamp in current.text
+        # the status line is repainted after the switch: wait for the frame that shows it (a loaded
+        # CI read the screen between the two)
+        await wait_for(pilot, lambda: "lines from the host" in screen_text(app))
         text = screen_text(app)
         assert "from the host — " in text
         assert "lines from the host" in text  # the status line says where these rows came from
