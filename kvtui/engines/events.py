@@ -294,6 +294,26 @@ class Serving:
     tokens: int | None = None  # SGLang Decode `#token: N` (tokens held in the pool)
 
 
+class PressureKind(StrEnum):
+    """What a serving line says about the KV pool under load (``KvPressure``)."""
+
+    RETRACTED = "retracted"  # SGLang `KV cache pool is full. Retract requests.` (<0.4: `Decode out of memory happened`)
+    PREEMPTED = "preempted"  # vLLM periodic stats `Preemptions: N` (0.32 never prints it: reset before the check)
+    DECODE_OOM = "decode_oom"  # SGLang `Decode out of memory. Try to lower your batch size.` (a hard failure)
+    LENGTH_REFUSED = "length_refused"  # a request refused (or truncated) for the context length
+
+
+@dataclass(frozen=True, slots=True)
+class KvPressure:
+    """A serving line that reports KV pressure: ``count`` requests (retracted, preempted, refused)
+    in this line, ``detail`` the rest of its figures as printed (``new_token_ratio 0.70 -> 0.55``).
+    ``kvtui.serving.logs`` folds these into cumulative totals (docs/serving-metrics.md)."""
+
+    kind: PressureKind
+    count: int = 1
+    detail: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class VersionHint:
     version: str
@@ -373,6 +393,7 @@ LogEvent = (
     | Progress
     | BootBoundary
     | Serving
+    | KvPressure
     | VersionHint
     | CaptureSizes
     | ServerExit

@@ -24,12 +24,14 @@ from kvtui.engines.events import (
     FailureKind,
     FailureText,
     Flags,
+    KvPressure,
     LogEvent,
     Metric,
     Model,
     ParsedLine,
     Phase,
     PhaseMark,
+    PressureKind,
     Progress,
     Serving,
     VersionHint,
@@ -73,6 +75,18 @@ from kvtui.engines.sglang.patterns import (
 )
 from kvtui.engines.stack import config_exception, frame_config, frame_engine, frame_phase
 from kvtui.engines.text import version_key
+
+
+def _retraction(msg: str) -> KvPressure:
+    """`KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_tokens_gained: 1536,
+    #new_token_ratio: 0.7000 -> 0.5500` (0.4.x: no `#new_tokens_gained`; < 0.4: `Decode out of memory
+    happened. #retracted_reqs: …`). ``count`` the retracted requests (1 when the line has no figure)."""
+    i = msg.find("#retracted_reqs: ")
+    n = _to_int(msg[i + 17 : msg.find(",", i + 17) % (len(msg) + 1)]) if i >= 0 else None
+    i = msg.find("#new_token_ratio: ")
+    detail = "new_token_ratio " + msg[i + 18 :].strip() if i >= 0 else ""
+    return KvPressure(PressureKind.RETRACTED, n if n is not None else 1, detail)
+
 
 # ---------------------------------------------------------------------------------------------
 # Per-rank state (which model the KV / weight lines belong to)
@@ -230,6 +244,13 @@ class SglangGrammar:
                 return (self._serving(msg),)
             if c == "P" and msg.startswith("Prefill batch"):
                 return (self._serving(msg),)
+            if c == "K" and msg.startswith("KV cache pool is full. Retract requests."):
+                return (_retraction(msg),)
+            if c == "D" and msg.startswith("Decode out of memory"):
+                if msg.startswith("Decode out of memory happened."):  # < 0.4: the same retraction
+                    return (_retraction(msg),)
+                # `Decode out of memory. Try to lower your batch size.` (0.4+): the scheduler fails
+                return (KvPressure(PressureKind.DECODE_OOM, 1, msg), *self._failure_line(msg))
             if c == "I" and msg.startswith("INFO:"):
                 return self._uvicorn(msg)
             ev = self._phase_line(msg, rank)
@@ -643,6 +664,10 @@ class SglangGrammar:
 
     # ---- failures in prefixed lines -----------------------------------------------------------
     def _failure_line(self, msg: str) -> tuple[LogEvent, ...]:
+        if "context length" in msg and ("model's context length" in msg or "model's maximum context length" in msg):
+            # tokenizer_manager's length check: `The input (N tokens) is longer than the model's context
+            # length (M tokens).` / `Requested token count … exceeds the model's (maximum) context length`
+            return (KvPressure(PressureKind.LENGTH_REFUSED, 1, msg),)
         if not (
             "rror" in msg
             or "NCCL" in msg

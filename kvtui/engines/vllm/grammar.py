@@ -704,7 +704,7 @@ class VllmGrammar:
         return _START[Phase.READY] if msg.startswith("Application startup complete") else _NONE
 
     def _on_engine(self, msg: str) -> Events:
-        if "GPU KV cache usage" in msg:
+        if "KV cache usage: " in msg:
             return _serving(msg)
         if "vllm cache_config_info" in msg:  # `Engine 000: vllm cache_config_info … num_gpu_blocks is: N`
             return self._on_vllm_lower(msg[msg.index("vllm cache_config_info"):])
@@ -715,7 +715,7 @@ class VllmGrammar:
         return _NONE
 
     def _on_avg(self, msg: str) -> Events:
-        return _serving(msg) if "GPU KV cache usage" in msg else _NONE
+        return _serving(msg) if "KV cache usage: " in msg else _NONE
 
     # -- failures ---------------------------------------------------------------------------
     def _on_enginecore(self, msg: str) -> Events:

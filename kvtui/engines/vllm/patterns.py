@@ -14,7 +14,19 @@ import re
 from datetime import datetime, timedelta
 
 from kvtui.engines.cli_errors import cli_error
-from kvtui.engines.events import Engine, Fact, FailureKind, FailureText, LogEvent, Metric, Phase, PhaseMark, Serving
+from kvtui.engines.events import (
+    Engine,
+    Fact,
+    FailureKind,
+    FailureText,
+    KvPressure,
+    LogEvent,
+    Metric,
+    Phase,
+    PhaseMark,
+    PressureKind,
+    Serving,
+)
 
 Events = tuple[LogEvent, ...]
 _NONE: Events = ()
@@ -118,9 +130,10 @@ _V08_TOTAL_RE = re.compile(r"total_gpu_memory \(([\d.]+) ?GiB\) x gpu_memory_uti
 _V08_REST_RE = re.compile(r"the rest of the memory reserved for KV Cache is (-?[\d.]+) ?GiB")
 _SERVING_RE = re.compile(
     r"Avg generation throughput: ([\d.]+) tokens/s.*?Running: (\d+) reqs?.*?(?:Waiting|Pending): (\d+) reqs?"
-    r".*?GPU KV cache usage: ([\d.]+)%"
+    r".*?(?:Preemptions: (\d+).*?)?\b[A-Z]+ KV cache usage: ([\d.]+)%"
 )
-_USAGE_RE = re.compile(r"GPU KV cache usage: ([\d.]+)%")
+# `GPU KV cache usage` on CUDA/ROCm, `CPU KV cache usage` on the CPU build (0.32: the device type, upper case)
+_USAGE_RE = re.compile(r"\b[A-Z]+ KV cache usage: ([\d.]+)%")
 _FREE_MEM_RE = re.compile(
     r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) ?GiB\) on startup is less than (?:desired GPU memory "
     r"utilization|the engine's budget after excluding external process's weights) \(([\d.]+)"
@@ -225,8 +238,11 @@ def _oom_metrics(msg: str) -> Events:
 def _serving(msg: str) -> Events:
     m = _SERVING_RE.search(msg)
     if m is not None:
-        return (Serving(token_usage=float(m.group(4)) / 100.0, running_reqs=int(m.group(2)),
-                        queue_reqs=int(m.group(3)), gen_throughput=float(m.group(1))),)
+        sv = Serving(token_usage=float(m.group(5)) / 100.0, running_reqs=int(m.group(2)),
+                     queue_reqs=int(m.group(3)), gen_throughput=float(m.group(1)))
+        if m.group(4) is not None and int(m.group(4)) > 0:  # `Preemptions: N` in this interval
+            return (sv, KvPressure(PressureKind.PREEMPTED, int(m.group(4))))
+        return (sv,)
     u = _USAGE_RE.search(msg)
     return (Serving(token_usage=float(u.group(1)) / 100.0),) if u is not None else _NONE
 
