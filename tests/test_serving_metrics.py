@@ -385,3 +385,23 @@ def test_real_vllm_cpu_log_shows_the_full_pool_but_no_preemptions() -> None:
     assert d.line() == ("pool full: preemptions not counted (the log has none) in 6 s at 100 % usage, 12 waiting "
                         "— raise VLLM_CPU_KVCACHE_SPACE")
     assert "decode out-of-memory" not in "\n".join(d.detail())
+
+
+def test_diagnosis_takes_the_calculators_answer_and_says_itself_as_json() -> None:
+    import json
+
+    w = _pressure_window()
+    w.add(ServingSample(engine=Engine.VLLM, at=310.0, source="metrics", kv_usage=1.0, waiting=22,
+                        preemptions_total=137.0, cache=CacheInfo(num_blocks=12000, block_size=16)))
+    d = diagnose(w)
+    assert d.evidence.pool_tokens == 192000
+    assert d.evidence.peak_tokens == 192000
+    answer = "at gpu-memory-utilization 0.95 the pool grows from 192,000 to ~230,000 tokens (+20 %)"
+    # the window moved on by 10 s: its first sample (5 preemptions) is the baseline now
+    assert d.line(answer) == f"pool full: 132 preemptions in 5 min at 100 % usage, 22 waiting; {answer}"
+    got = json.loads(json.dumps(d.to_json()))
+    assert got["limit"] == "pool full"
+    assert got["knobs"][0]["name"] == "--gpu-memory-utilization"
+    assert got["evidence"]["preemptions"] == 132
+    assert got["evidence"]["peak_tokens"] == 192000
+    assert "KV usage: peak 100 % of 192,000 tokens (192,000 held)" in d.detail()

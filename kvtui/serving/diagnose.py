@@ -16,7 +16,7 @@ what the pool becomes. Pure core.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Literal
 
@@ -69,6 +69,14 @@ class Evidence:
     running_cap: int | None
     pool_tokens: int | None
 
+    @property
+    def peak_tokens(self) -> int | None:
+        """The most tokens the pool held (peak usage × pool size): the observed demand, what
+        ``tune --goal tokens=observed`` sizes from (a floor when the pool was full)."""
+        if self.peak_kv_usage is None or self.pool_tokens is None:
+            return None
+        return round(self.peak_kv_usage * self.pool_tokens)
+
 
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
@@ -78,9 +86,11 @@ class Diagnosis:
     knobs: tuple[Knob, ...] = ()
     also: tuple[Limit, ...] = ()  # other limits that bite in the same window
 
-    def line(self) -> str:
+    def line(self, answer: str | None = None) -> str:
         """One line: ``pool full: 137 preemptions in 5 min at 100 % usage, 22 waiting — raise
-        --gpu-memory-utilization``."""
+        --gpu-memory-utilization``. ``answer``: the calculator's sizing of the first knob (the
+        caller's: ``at mem-fraction-static 0.92 the pool grows from … to …``), said instead of
+        the bare knob."""
         e = self.evidence
         win = _span(e.seconds)
         usage = _pct(e.peak_kv_usage)
@@ -94,17 +104,31 @@ class Diagnosis:
             head = f"context length: {_n(e.length_refused)} requests refused or truncated for length in {win}"
         else:
             head = f"no KV pressure in {win}: peak usage {usage}, {_pressure_count(self.engine, e)}"
-        if self.knobs:
+        if answer:
+            head += f"; {answer}"
+        elif self.knobs:
             k = self.knobs[0]
             head += f" — {k.direction} {k.name}"
         return head
+
+    def to_json(self) -> dict[str, object]:
+        """The diagnosis for scripts (``kvtui watch --json``): plain values only."""
+        return {
+            "engine": self.engine.value,
+            "limit": self.limit.value,
+            "line": self.line(),
+            "also": [lim.value for lim in self.also],
+            "knobs": [{"name": k.name, "scope": k.scope, "direction": k.direction, "why": k.why} for k in self.knobs],
+            "evidence": {**asdict(self.evidence), "peak_tokens": self.evidence.peak_tokens},
+        }
 
     def detail(self) -> list[str]:
         """The evidence and the knobs, a line each."""
         e = self.evidence
         out = [self.line(), f"window: {_span(e.seconds)}, {e.samples} samples from the {e.source}"]
         out.append(f"KV usage: peak {_pct(e.peak_kv_usage)}"
-                   + (f" of {e.pool_tokens:,} tokens" if e.pool_tokens is not None else ""))
+                   + (f" of {e.pool_tokens:,} tokens ({e.peak_tokens:,} held)"
+                      if e.pool_tokens is not None and e.peak_tokens is not None else ""))
         out.append(f"requests: up to {_n(e.max_running)} running"
                    + (f" (cap {e.running_cap})" if e.running_cap is not None else "")
                    + f", up to {_n(e.max_waiting)} waiting"
