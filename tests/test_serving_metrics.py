@@ -457,3 +457,24 @@ def test_real_vllm_cpu_same_burst_with_a_larger_pool() -> None:
     assert after.ttft is not None
     assert before.ttft.quantile(0.5) == pytest.approx(1.643, abs=0.01)
     assert after.ttft.quantile(0.5) == pytest.approx(0.409, abs=0.01)
+
+
+def test_waiting_for_capacity_only_counts_as_held_back() -> None:
+    """vLLM's ``waiting`` also counts requests deferred (LoRA, KV transfer): a full pool with only
+    deferred requests waiting is not the pool holding them back."""
+    w = ServingWindow()
+    for i in range(5):
+        w.add(ServingSample(engine=Engine.VLLM, at=10.0 * i, source="metrics", kv_usage=0.99, running=8,
+                            waiting=3, waiting_capacity=0, preemptions_total=float(i)))
+    assert diagnose(w).limit is Limit.NONE
+    w.add(ServingSample(engine=Engine.VLLM, at=50.0, source="metrics", kv_usage=0.99, running=8, waiting=3,
+                        waiting_capacity=2, preemptions_total=6.0))
+    assert diagnose(w).limit is Limit.POOL
+
+
+def test_log_fold_keeps_the_counts_over_a_usage_only_line() -> None:
+    fold = LogFold(Engine.VLLM)
+    fold.feed((Serving(token_usage=0.9, running_reqs=6, queue_reqs=12, gen_throughput=10.0),), at=0.0)
+    s = fold.feed((Serving(token_usage=1.0),), at=1.0)  # `Engine 000: Iteration(…) … KV cache usage: 100.0%`
+    assert s is not None
+    assert (s.kv_usage, s.running, s.waiting) == (1.0, 6, 12)

@@ -37,7 +37,7 @@ class LogFold:
         hit = False
         for ev in events:
             if isinstance(ev, Serving):
-                self._last = ev
+                self._last = ev if self._last is None else _merged(self._last, ev)
                 hit = True
             elif isinstance(ev, KvPressure):
                 self._totals[ev.kind] += ev.count
@@ -75,6 +75,18 @@ class LogFold:
             length_refused_total=float(self._totals[PressureKind.LENGTH_REFUSED]) if sglang else None,
             dialect=f"{self.engine.value}-log",
         )
+
+
+def _merged(old: Serving, new: Serving) -> Serving:
+    """The newer line's figures over the older's: a line that prints only the usage (vLLM's
+    per-iteration line) keeps the running / waiting counts of the last full stats line."""
+    return Serving(
+        token_usage=new.token_usage if new.token_usage is not None else old.token_usage,
+        running_reqs=new.running_reqs if new.running_reqs is not None else old.running_reqs,
+        queue_reqs=new.queue_reqs if new.queue_reqs is not None else old.queue_reqs,
+        gen_throughput=new.gen_throughput if new.gen_throughput is not None else old.gen_throughput,
+        tokens=new.tokens if new.tokens is not None else old.tokens,
+    )
 
 
 def samples_from_lines(lines: Iterable[ParsedLine], engine: Engine, *, limit: int = 10_000) -> list[ServingSample]:

@@ -25,6 +25,13 @@ COUNTERS: dict[str, Counter] = {
 }
 
 
+def _held_back(s: ServingSample) -> bool:
+    """Requests wait for capacity: vLLM's ``waiting_by_reason{reason="capacity"}`` when it has one
+    (its ``waiting`` also counts requests deferred for LoRA or KV-transfer reasons), else ``waiting``."""
+    waiting = s.waiting_capacity if s.waiting_capacity is not None else s.waiting
+    return (waiting or 0) > 0
+
+
 class ServingWindow:
     """A ring of samples spanning at most ``span_s`` seconds (the newest sample's clock) and at
     most ``max_samples`` samples. A sample older than the newest one (a clock that went back, a
@@ -113,12 +120,12 @@ class ServingWindow:
         return int(v) if v is not None else None
 
     def usage_when_waiting(self) -> float | None:
-        """The fullest pool seen while requests waited (None when none waited)."""
-        return self._gauge_max(lambda s: s.kv_usage if (s.waiting or 0) > 0 else None)
+        """The fullest pool seen while requests waited for capacity (None when none waited)."""
+        return self._gauge_max(lambda s: s.kv_usage if _held_back(s) else None)
 
     def running_when_waiting(self) -> int | None:
-        """The most requests running while others waited (None when none waited)."""
-        v = self._gauge_max(lambda s: s.running if (s.waiting or 0) > 0 else None)
+        """The most requests running while others waited for capacity (None when none waited)."""
+        v = self._gauge_max(lambda s: s.running if _held_back(s) else None)
         return int(v) if v is not None else None
 
     # ---- histograms -----------------------------------------------------------------------
