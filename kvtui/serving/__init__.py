@@ -9,7 +9,8 @@
                retraction warnings, as the engine grammars parse them) → samples with the same
                cumulative counters;
 * ``window``   ``ServingWindow``: a bounded ring of samples over a few minutes — rates per minute
-               (counter resets handled), peak KV usage, TTFT / queue-time p50 / p95;
+               (counter resets handled), peak KV usage, TTFT / queue-time p50 / p95, and
+               ``ServingFigures`` (all of it: a timeline row, a ``--json`` record, a boot's history);
 * ``diagnose`` the KV-pressure diagnosis: which limit bites (the pool, the running-requests cap,
                the context length) with its evidence and the knob to turn. It names the knob and
                never sizes it: the calculator (``kvtui.kvcalc``) answers "to what value".

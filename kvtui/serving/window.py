@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
 
 from kvtui.serving.sample import Histogram, ServingSample
 
@@ -23,6 +24,30 @@ COUNTERS: dict[str, Counter] = {
     "length_refused": lambda s: s.length_refused_total,
     "requests": lambda s: s.requests_total,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class ServingFigures:
+    """What a window adds up to, for a timeline, a ``--json`` stream and a boot's history record
+    (None: the source does not report it, or too few samples). Rates per minute of the window;
+    ``*_per_1k`` per 1000 requests finished in it."""
+
+    seconds: float
+    samples: int
+    kv_usage: float | None
+    peak_kv_usage: float | None
+    running: int | None
+    waiting: int | None
+    preemptions_per_min: float | None
+    retractions_per_min: float | None
+    preemptions_per_1k: float | None
+    retractions_per_1k: float | None
+    ttft_p50: float | None
+    ttft_p95: float | None
+    queue_p95: float | None
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
 
 
 def _held_back(s: ServingSample) -> bool:
@@ -151,3 +176,22 @@ class ServingWindow:
     def queue_time(self, q: float) -> float | None:
         h = self.histogram(lambda s: s.queue_time)
         return h.quantile(q) if h is not None else None
+
+    # ---- all of it ------------------------------------------------------------------------
+    def figures(self) -> ServingFigures:
+        latest = self.latest
+        return ServingFigures(
+            seconds=self.seconds,
+            samples=len(self),
+            kv_usage=latest.kv_usage if latest is not None else None,
+            peak_kv_usage=self.peak_kv_usage(),
+            running=latest.running if latest is not None else None,
+            waiting=latest.waiting if latest is not None else None,
+            preemptions_per_min=self.per_minute("preemptions"),
+            retractions_per_min=self.per_minute("retractions"),
+            preemptions_per_1k=self.per_1k_requests("preemptions"),
+            retractions_per_1k=self.per_1k_requests("retractions"),
+            ttft_p50=self.ttft(0.5),
+            ttft_p95=self.ttft(0.95),
+            queue_p95=self.queue_time(0.95),
+        )
