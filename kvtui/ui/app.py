@@ -29,6 +29,7 @@ from kvtui.ui.perf import GcPacer, KeysFooter
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
 from kvtui.ui.themes import DEFAULT_THEME, accepted_theme_names, load_themes, theme_variable_defaults, usable_theme
 from kvtui.ui.widgets.calculator import CalculatorPanel
+from kvtui.ui.widgets.gpu import ProcessTable
 from kvtui.ui.widgets.host import FleetSummary
 from kvtui.ui.widgets.log_view import LogView
 
@@ -487,6 +488,8 @@ class MainScreen(Screen[None]):
         if pane is not None:
             shown = pane.toggle_processes()
             gpu = pane.query_one("#gpu-panel")
+            # the table takes the keys while shown (j/k/g/G move it, issue 22 #10), the log after
+            (pane.query_one(ProcessTable) if shown else pane.log_view).focus()
             if shown:
                 self._bring_into_view(gpu)
             elif self.maximized is gpu and self.narrow:

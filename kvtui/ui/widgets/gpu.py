@@ -8,18 +8,16 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import RenderResult
-from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.geometry import Size
 from textual.strip import Strip
 from textual.timer import Timer
 from textual.visual import Visual
 from textual.widget import Widget
-from textual.widgets import DataTable
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Phase
@@ -27,6 +25,7 @@ from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.ui import formatting as fmt
 from kvtui.ui.perf import QuietStatic
 from kvtui.ui.themes import rgb
+from kvtui.ui.widgets.table import ListTable
 
 if TYPE_CHECKING:
     from textual_plotext import Plot
@@ -515,15 +514,9 @@ class GpuHistoryPlot(Widget):
         return built
 
 
-class ProcessTable(DataTable[str]):
-    """Per-process GPU memory on the server's GPUs; the server's own processes marked."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("j", "cursor_down", "Down", show=False),
-        Binding("k", "cursor_up", "Up", show=False),
-        Binding("g", "scroll_top", "First", show=False),
-        Binding("G", "scroll_bottom", "Last", show=False),
-    ]
+class ProcessTable(ListTable[str]):
+    """Per-process GPU memory on the server's GPUs; the server's own processes marked. Refilled
+    every poll with the cursor kept on its process (``ListTable.refill``)."""
 
     DEFAULT_CSS = """
     ProcessTable {
@@ -539,15 +532,14 @@ class ProcessTable(DataTable[str]):
         self.add_columns("GPU", "PID", "MiB", "owner", "process")
 
     def show(self, processes: Sequence[GpuProcess], server_pids: set[int]) -> None:
-        self.clear()
         rows = sorted(processes, key=lambda p: (p.gpu_index if p.gpu_index is not None else -1, -p.used_mib))
-        for proc in rows:
-            ours = proc.pid in server_pids
-            owner = Text("server", style="") if ours else Text("OTHER", style="bold")
-            self.add_row(
+        self.refill(
+            (f"{proc.gpu_index}:{proc.pid}", (
                 "?" if proc.gpu_index is None else str(proc.gpu_index),
                 str(proc.pid),
                 f"{proc.used_mib:,.0f}",
-                owner,  # type: ignore[arg-type]
+                Text("server", style="") if proc.pid in server_pids else Text("OTHER", style="bold"),  # type: ignore[list-item]
                 proc.name,
-            )
+            ))
+            for proc in rows
+        )
