@@ -514,7 +514,7 @@ class GpuHistoryPlot(Widget):
         return built
 
 
-class ProcessTable(ListTable[str]):
+class ProcessTable(ListTable[str | Text]):
     """Per-process GPU memory on the server's GPUs; the server's own processes marked. Refilled
     every poll with the cursor kept on its process (``ListTable.refill``)."""
 
@@ -538,7 +538,7 @@ class ProcessTable(ListTable[str]):
                 "?" if proc.gpu_index is None else str(proc.gpu_index),
                 str(proc.pid),
                 f"{proc.used_mib:,.0f}",
-                Text("server", style="") if proc.pid in server_pids else Text("OTHER", style="bold"),  # type: ignore[list-item]
+                Text("server", style="") if proc.pid in server_pids else Text("OTHER", style="bold"),
                 proc.name,
             ))
             for proc in rows
