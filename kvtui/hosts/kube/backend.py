@@ -766,15 +766,24 @@ class KubeBackend:
                 await proc.wait()
             finally:
                 await self._reap(proc)
-            if not parsed and fields != QUERY_GPU_LEGACY_FIELD_NAMES:
-                # not one reading: an nvidia-smi that rejects the power limit or the throttle
-                # reasons ("not a valid field to query") is asked for the older fields next
+            if not parsed and fields != QUERY_GPU_LEGACY_FIELD_NAMES and await self._rejects_fields(fields):
+                # an nvidia-smi that knows no power limit or throttle reasons: the older fields
                 fields = QUERY_GPU_LEGACY_FIELD_NAMES
             if last:
                 yield mark_stale(last)
             if await self._sleep(delay):
                 return
             delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _rejects_fields(self, fields: Sequence[str]) -> bool:
+        """Whether the container's nvidia-smi refuses one of ``fields`` ("… is not a valid field
+        to query"): asked once, after a stream that gave not one reading."""
+        assert self._pod is not None
+        try:
+            _rc, out, err = await self._kubectl(K.exec_gpu_query(self.ref, self._pod, fields))
+        except BackendError:
+            return False
+        return "not a valid field" in out + err
 
     async def _dcgm_stream(self, interval_s: float) -> AsyncIterator[list[GpuSample]]:
         """GPU memory from a DCGM exporter (``gpu_metrics_url``): its /metrics read through the API
