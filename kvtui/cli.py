@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--readonly", action="store_true", help="hide every action that changes a host")
     p.add_argument("--bundle", metavar="FILE.tar.gz",
                    help="open an incident bundle offline: a read-only console over the recorded boot")
+    p.add_argument("--theme", metavar="NAME",
+                   help="colour theme for this run (default: the one last chosen with T, else [ui] theme)")
 
     p = sub.add_parser("wait", parents=common, help="follow a boot until it is ready (0) or fails (1)")
     p.add_argument("host", metavar="HOST", help=HOST_HELP)

@@ -29,8 +29,25 @@ QUERY_GPU_FIELD_NAMES: tuple[str, ...] = (
     "utilization.gpu",
     "temperature.gpu",
     "power.draw",
+    "power.limit",
+    "clocks_throttle_reasons.active",
 )
 QUERY_GPU_FIELDS: str = ",".join(QUERY_GPU_FIELD_NAMES)
+# the fields before power.limit and the throttle reasons: what an nvidia-smi that rejects those
+# ("not a valid field to query") is asked instead, and what older fakes print; parsed the same
+QUERY_GPU_LEGACY_FIELD_NAMES: tuple[str, ...] = QUERY_GPU_FIELD_NAMES[:8]
+QUERY_GPU_LEGACY_FIELDS: str = ",".join(QUERY_GPU_LEGACY_FIELD_NAMES)
+
+# clocks throttle (NVML "clocks event") reasons worth a warning, by bit: the power cap and the
+# thermal and hardware slowdowns slow the server; idle, application clocks, sync boost and display
+# clocks are the GPU's normal states and say nothing
+THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
+    (0x04, "power cap"),
+    (0x08, "HW slowdown"),
+    (0x20, "thermal"),
+    (0x40, "HW thermal"),
+    (0x80, "power brake"),
+)
 
 QUERY_APPS_FIELD_NAMES: tuple[str, ...] = ("gpu_uuid", "pid", "process_name", "used_memory")
 QUERY_APPS_FIELDS: str = ",".join(QUERY_APPS_FIELD_NAMES)
@@ -60,6 +77,8 @@ class GpuSample:
     name: str = ""
     temperature_c: float | None = None
     power_w: float | None = None
+    power_limit_w: float | None = None
+    throttle: str | None = None  # the active throttle reasons worth a warning ("power cap"), None: none
     processes: tuple[GpuProcess, ...] = field(default_factory=tuple)
     stale: bool = False
 
@@ -108,6 +127,24 @@ def _integer(raw: str) -> int | None:
     return int(text)
 
 
+def throttle_text(mask: int | None) -> str | None:
+    """The warning-worthy reasons in a clocks-throttle bitmask (``THROTTLE_REASONS``), joined
+    (``power cap, thermal``); None when none is active or the mask is unknown."""
+    if not mask:
+        return None
+    names = [name for bit, name in THROTTLE_REASONS if mask & bit]
+    return ", ".join(names) or None
+
+
+def _mask(raw: str) -> int | None:
+    """``0x0000000000000004`` (what nvidia-smi prints for ``clocks_throttle_reasons.active``)."""
+    text = raw.strip().lower()
+    try:
+        return int(text, 16) if text.startswith("0x") else int(text) if text.isdigit() else None
+    except ValueError:
+        return None
+
+
 def _text(raw: str) -> str | None:
     text = raw.strip()
     return None if text.lower() in _MISSING else text
@@ -128,9 +165,11 @@ def parse_query_gpu_line(line: str, ts: float) -> GpuSample | None:
     if not text:
         return None
     cells = [c.strip() for c in text.split(",")]
-    n = len(QUERY_GPU_FIELD_NAMES)
+    full, legacy = len(QUERY_GPU_FIELD_NAMES), len(QUERY_GPU_LEGACY_FIELD_NAMES)
+    # the full line or a legacy one (no power limit, no throttle reasons); a GPU name never holds
+    # a comma today: tolerate one anyway by re-joining the middle
+    n = full if len(cells) >= full else legacy
     if len(cells) > n:
-        # A GPU name never holds a comma today; tolerate one anyway by re-joining the middle.
         extra = len(cells) - n
         cells = [*cells[:2], ", ".join(cells[2 : 3 + extra]), *cells[3 + extra :]]
     if len(cells) != n:
@@ -150,6 +189,8 @@ def parse_query_gpu_line(line: str, ts: float) -> GpuSample | None:
         name=_text(cells[2]) or "",
         temperature_c=_number(cells[6]),
         power_w=_number(cells[7]),
+        power_limit_w=_number(cells[8]) if n == full else None,
+        throttle=throttle_text(_mask(cells[9])) if n == full else None,
     )
 
 
@@ -284,10 +325,13 @@ def sample_from_nvml(
     name: str = "",
     temperature_c: float | None = None,
     power_mw: float | None = None,
+    power_limit_mw: float | None = None,
+    throttle_mask: int | None = None,
     processes: Sequence[GpuProcess] = (),
 ) -> GpuSample:
     """A sample from NVML readings (``nvmlDeviceGetMemoryInfo`` bytes, utilization %,
-    temperature °C, ``nvmlDeviceGetPowerUsage`` milliwatts). The NVML calls live in the
+    temperature °C, ``nvmlDeviceGetPowerUsage`` / ``nvmlDeviceGetEnforcedPowerLimit``
+    milliwatts, ``nvmlDeviceGetCurrentClocksEventReasons`` bitmask). The NVML calls live in the
     local backend; this only converts units."""
     return GpuSample(
         index=index,
@@ -299,6 +343,8 @@ def sample_from_nvml(
         name=name,
         temperature_c=temperature_c,
         power_w=None if power_mw is None else power_mw / 1000.0,
+        power_limit_w=None if not power_limit_mw else power_limit_mw / 1000.0,
+        throttle=throttle_text(throttle_mask),
         processes=tuple(replace(p, gpu_index=index, gpu_uuid=uuid) for p in processes),
     )
 
@@ -333,5 +379,13 @@ def format_query_gpu_line(sample: GpuSample) -> str:
             opt(sample.util, ".0f"),
             opt(sample.temperature_c, ".0f"),
             opt(sample.power_w, ".2f"),
+            opt(sample.power_limit_w, ".2f"),
+            f"0x{throttle_mask(sample.throttle):016x}",
         ]
     )
+
+
+def throttle_mask(text: str | None) -> int:
+    """The bitmask of the reasons ``throttle_text`` named (what nvidia-smi would print)."""
+    names = {n.strip() for n in (text or "").split(",")}
+    return sum(bit for bit, name in THROTTLE_REASONS if name in names)

@@ -267,6 +267,9 @@ if verb == "logs":
 if verb == "exec":
     if rest[:1] != ["nvidia-smi"]:
         die("fake kubectl: only nvidia-smi can be exec'd")
+    query = next((a for a in rest if a.startswith("--query-gpu=")), "")
+    if os.path.exists(os.path.join(STATE, "old-driver")) and "power.limit" in query:
+        print('Field "power.limit" is not a valid field to query.'); sys.exit(2)
     interval = None
     if "-lms" in rest:
         interval = int(rest[rest.index("-lms") + 1]) / 1000

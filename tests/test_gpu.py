@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from kvtui.gpu import (
     QUERY_APPS_FIELDS,
     QUERY_GPU_FIELDS,
+    QUERY_GPU_LEGACY_FIELDS,
     GpuProcess,
     GpuSample,
     QueryGpuTicks,
@@ -24,13 +25,17 @@ from kvtui.gpu import (
     process_from_nvml,
     sample_from_nvml,
     select_gpus,
+    throttle_text,
 )
 
 GPU_FIX = Path(__file__).parent / "fixtures" / "gpu"
 
 
 def test_field_lists_are_the_nvidia_smi_arguments() -> None:
-    assert QUERY_GPU_FIELDS == ("index,uuid,name,memory.used,memory.total,utilization.gpu,temperature.gpu,power.draw")
+    assert QUERY_GPU_FIELDS == ("index,uuid,name,memory.used,memory.total,utilization.gpu,temperature.gpu,power.draw,"
+                                "power.limit,clocks_throttle_reasons.active")
+    assert QUERY_GPU_LEGACY_FIELDS == ("index,uuid,name,memory.used,memory.total,utilization.gpu,temperature.gpu,"
+                                       "power.draw")
     assert QUERY_APPS_FIELDS == "gpu_uuid,pid,process_name,used_memory"
 
 
@@ -111,6 +116,36 @@ def test_format_round_trips() -> None:
     assert back2.power_w is None
 
 
+def test_power_limit_and_throttle_reasons() -> None:
+    # the full line: power limit and the clocks-throttle bitmask (0x4 = SW power cap)
+    line = ("2, GPU-abc, NVIDIA H100 80GB HBM3, 70000, 81559, 97, 71, 412.30, 700.00, "
+            "0x0000000000000004")
+    s = parse_query_gpu_line(line, 1.0)
+    assert s is not None
+    assert (s.temperature_c, s.power_w, s.power_limit_w, s.throttle) == (71, pytest.approx(412.3), 700, "power cap")
+    # idle (0x1) and sync boost (0x10) are normal states: no warning; thermal + power cap both said
+    assert parse_query_gpu_line(line.replace("0x0000000000000004", "0x0000000000000011"), 1.0).throttle is None  # type: ignore[union-attr]
+    both = parse_query_gpu_line(line.replace("0x0000000000000004", "0x0000000000000024"), 1.0)
+    assert both is not None
+    assert both.throttle == "power cap, thermal"
+    # [N/A] / [Not Supported] for the new fields: None, the rest read
+    na = parse_query_gpu_line("0, GPU-x, A100, 10, 81559, 3, [N/A], [N/A], [N/A], [Not Supported]", 1.0)
+    assert na is not None
+    assert (na.used_mib, na.temperature_c, na.power_w, na.power_limit_w, na.throttle) == (10, None, None, None, None)
+    # an older host (or fake) printing the 8 legacy fields is read as before
+    old = parse_query_gpu_line("0, GPU-x, A100, 10, 81559, 3, 40, 100.5", 1.0)
+    assert old is not None
+    assert (old.temperature_c, old.power_w, old.power_limit_w, old.throttle) == (40, 100.5, None, None)
+    # stray units on the limit, a comma in the name, the new fields: still read
+    odd = parse_query_gpu_line("1, GPU-y, Odd, Name, 10, 81559, 3, 40, 100.5 W, 350.00 W, 0x80", 1.0)
+    assert odd is not None
+    assert (odd.name, odd.power_limit_w, odd.throttle) == ("Odd, Name", 350.0, "power brake")
+    assert throttle_text(0) is None
+    assert throttle_text(None) is None
+    # what the simulated hosts print reads back the same
+    assert parse_query_gpu_line(format_query_gpu_line(s), 1.0) == s
+
+
 def test_compute_apps() -> None:
     procs = parse_compute_apps_csv((GPU_FIX / "compute-apps.csv").read_text())
     assert [p.pid for p in procs] == [7003, 7004, 41877, 9999]
@@ -171,3 +206,7 @@ def test_nvml_helpers() -> None:
     assert s.processes[0].gpu_uuid == "GPU-u"
     assert s.processes[0].used_mib == 2048
     assert process_from_nvml(1, None).used_mib == 0.0
+    # the enforced power limit (mW) and the clocks event reasons (bitmask)
+    t = sample_from_nvml(0, 1.0, 2.0, 5.0, power_mw=690_000, power_limit_mw=700_000, throttle_mask=0x40)
+    assert (t.power_limit_w, t.throttle) == (700.0, "HW thermal")
+    assert sample_from_nvml(0, 1.0, 2.0, 5.0).power_limit_w is None

@@ -252,6 +252,25 @@ async def test_gpu_memory_via_exec_and_what_is_refused(kube: FakeKube) -> None:
         await backend.service_ops().locate("r1", None)  # type: ignore[arg-type]
 
 
+async def test_an_older_nvidia_smi_is_asked_the_fields_it_knows(kube: FakeKube) -> None:
+    kube.put_pod(_pod("crashloop-oomkilled"))
+    (kube.state / "gpu.csv").write_text((FIX / "nvidia-smi-query-8gpu.csv").read_text())
+    (kube.state / "old-driver").touch()  # refuses power.limit / clocks_throttle_reasons.active
+    backend = KubeBackend("r1", REF, gpus=[0, 1], retry_s=0.05)
+    await backend.start()
+    it = backend.gpu_stream(0.05)
+    try:
+        first = await asyncio.wait_for(anext(it), 10)
+    finally:
+        await it.aclose()
+        await backend.close()
+    assert [s.index for s in first] == [0, 1]
+    assert (first[0].power_limit_w, first[0].throttle) == (None, None)
+    queries = [a for c in kube.calls() for a in c if a.startswith("--query-gpu=")]
+    assert "power.limit" in queries[0]
+    assert "power.limit" not in queries[-1]
+
+
 async def test_a_missing_pod_or_kubectl_is_a_clear_error(kube: FakeKube, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = KubeBackend("r1", PodRef("prod-eu", "llm", "r1-9"))
     with pytest.raises(BackendError, match='pods "r1-9" not found'):

@@ -438,6 +438,26 @@ class _FakeNvml:
         return [SimpleNamespace(pid=os.getpid(), usedGpuMemory=512 * 1048576)] if h == 2 else []
 
 
+class _NewerNvml(_FakeNvml):
+    """A driver with the power limit and the clocks event reasons (GPU 3 at its power cap)."""
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int:
+        return 700_000
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
+        return 0x4 if h == 3 else 0x1
+
+
+async def test_nvml_power_limit_and_throttle_reasons(tmp_path: Path) -> None:
+    async with backend(_host(log_file=str(tmp_path / "x.log"), gpus=[2, 3]), nvml=Nvml(_NewerNvml()),
+                       clock=lambda: 42.0) as b:
+        it = b.gpu_stream(0.01)
+        samples = await it.__anext__()
+        await it.aclose()
+        assert [(s.power_w, s.power_limit_w, s.throttle) for s in samples] == [
+            (350.0, 700.0, None), (350.0, 700.0, "power cap")]
+
+
 async def test_nvml_readings_filtered_to_the_servers_gpus(tmp_path: Path) -> None:
     fake = _FakeNvml()
     async with backend(_host(log_file=str(tmp_path / "x.log"), gpus=[2, 3]), nvml=Nvml(fake), clock=lambda: 42.0) as b:
@@ -450,6 +470,7 @@ async def test_nvml_readings_filtered_to_the_servers_gpus(tmp_path: Path) -> Non
         assert (s2.used_mib, s2.total_mib, s2.util, s2.ts) == (1002.0, 97887.0, 50.0, 42.0)
         assert s2.temperature_c is None  # not supported -> None, not a crash
         assert s2.power_w == 350.0
+        assert (s2.power_limit_w, s2.throttle) == (None, None)  # an older pynvml: not shown
         assert s2.uuid == "GPU-2"
         assert [(p.pid, p.used_mib, p.gpu_index) for p in s2.processes] == [(os.getpid(), 512.0, 2)]
         procs = await b.gpu_processes()

@@ -41,6 +41,7 @@ class FakeHost:
         self.gpu_csv = GPU_CSV
         self.gpu_paused = asyncio.Event()
         self.gpu_paused.set()
+        self.old_driver = False  # an nvidia-smi that knows no power.limit / throttle reasons
         self.follow_commands: list[str] = []
         self.ran: list[str] = []
         for _ in range(n):
@@ -77,6 +78,9 @@ class FakeHost:
             if self.entries:
                 process.stdout.write(json.dumps(self.entries[-1]).encode() + b"\n")
             process.exit(0)
+        elif inner.startswith("nvidia-smi --query-gpu") and self.old_driver and "power.limit" in inner:
+            process.stderr.write(b'Field "power.limit" is not a valid field to query.\n')
+            process.exit(2)
         elif inner.startswith("nvidia-smi --query-gpu") and "-lms" in inner:
             await self._gpu(process, inner)
         elif inner.startswith("nvidia-smi --query-gpu"):
@@ -482,6 +486,22 @@ async def test_gpu_stream_filters_and_marks_stale(tmp_path: Path) -> None:
         assert not t[0].stale
         procs = await b.gpu_processes()
         assert [(p.pid, p.gpu_index, p.used_mib) for p in procs] == [(4242, 1, 70000.0)]  # GPU 5 filtered out
+        await it.aclose()
+        await b.close()
+
+
+async def test_gpu_stream_asks_an_older_nvidia_smi_for_the_fields_it_knows(tmp_path: Path) -> None:
+    host = FakeHost()
+    host.old_driver = True
+    async with fake_ssh_server(host.handle, tmp_path / "srv") as srv:
+        b = SshBackend("gpu-a", srv.host_config(gpus="0-3"), ssh_config=[], clock=lambda: 1000.0)
+        it = b.gpu_stream(interval_s=0.05)
+        first = await asyncio.wait_for(it.__anext__(), 5)  # at once: no 5 s wait after the refusal
+        assert [s.index for s in first] == [0, 1, 2, 3]
+        assert (first[0].power_limit_w, first[0].throttle) == (None, None)
+        await asyncio.wait_for(it.__anext__(), 5)  # a tick of the stream, asked for the old fields
+        assert any("power.limit" in c for c in host.ran)
+        assert "power.limit" not in [c for c in host.ran if "-lms" in c][-1]
         await it.aclose()
         await b.close()
 

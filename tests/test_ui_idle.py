@@ -99,12 +99,13 @@ async def test_a_young_boot_repaints_every_second() -> None:
 async def test_gpu_bars_repaint_only_when_a_shown_figure_changes() -> None:
     bars = GpuBars()
     async with Harness(bars).run_test(size=(40, 12)) as pilot:
-        samples = gpu_samples(80.0, n=4, ts=1000.0)
+        samples = [replace(s, temperature_c=60.0, power_w=298.0) for s in gpu_samples(80.0, n=4, ts=1000.0)]
         bars.show(samples)
         await pilot.pause()
         shown = bars.repaints
-        # a second later: new time, temperature and power, the same memory and utilisation
-        later = [replace(s, ts=1001.0, temperature_c=60.0, power_w=300.5) for s in samples]
+        # a second later: new time, a few watts more (the row shows 10 W steps), the same memory
+        # and utilisation
+        later = [replace(s, ts=1001.0, power_w=301.5) for s in samples]
         bars.show(later)
         assert bars.repaints == shown
         assert bars.samples[0].ts == 1001.0  # the data is kept all the same

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         from kvtui.hosts.bundle import BundleError
 
         try:
-            app = bundle_app(bundle, config, readonly=args.readonly, freeze_gc=True)
+            app = bundle_app(bundle, config, readonly=args.readonly, freeze_gc=True, theme=getattr(args, "theme", None))
         except BundleError as exc:
             print(f"kvtui connect: {exc}", file=sys.stderr)
             return EXIT_INPUT
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
         spec = DeploymentSpec(args.host[0], config.node_hosts(args.host[0]), dep.hang_seconds)
         code = _App([], backend_factory=_make, config=config, readonly=args.readonly, freeze_gc=True,
-                    deployment=spec).run()
+                    deployment=spec, theme=getattr(args, "theme", None)).run()
         return EXIT_OK if code is None else int(code)
 
     from kvtui.ui.host_pane import HostSpec
@@ -110,6 +110,6 @@ def run(args: argparse.Namespace) -> int:
     from kvtui.ui.app import KvtuiApp
 
     app = KvtuiApp(specs, backend_factory=make_backend, config=config, readonly=args.readonly, freeze_gc=True,
-                   probe_ready=True, bundle_writer=write_console_bundle)
+                   probe_ready=True, bundle_writer=write_console_bundle, theme=getattr(args, "theme", None))
     code = app.run()
     return EXIT_OK if code is None else int(code)

@@ -230,6 +230,8 @@ class Nvml:
                     name=_opt_str(nv, "nvmlDeviceGetName", h) or "",
                     temperature_c=_opt_float(nv, "nvmlDeviceGetTemperature", h, 0),  # NVML_TEMPERATURE_GPU
                     power_mw=_opt_float(nv, "nvmlDeviceGetPowerUsage", h),
+                    power_limit_mw=_opt_float(nv, "nvmlDeviceGetEnforcedPowerLimit", h),
+                    throttle_mask=_throttle_mask(nv, h),
                     processes=procs,
                 )
             )
@@ -282,6 +284,17 @@ def _opt_str(mod: Any, fn: str, *args: Any) -> str | None:
 
 def _opt_float(mod: Any, fn: str, *args: Any) -> float | None:
     return _float_or_none(_opt(mod, fn, *args))
+
+
+def _throttle_mask(mod: Any, handle: Any) -> int | None:
+    """The clocks event (throttle) reasons: ``nvmlDeviceGetCurrentClocksEventReasons`` (driver
+    535+), else the older ``…ThrottleReasons``; None when neither answers."""
+    for fn in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        if hasattr(mod, fn):
+            v = _opt(mod, fn, handle)
+            if isinstance(v, int):
+                return v
+    return None
 
 
 def _float_or_none(v: Any) -> float | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -27,8 +28,17 @@ from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec
 from kvtui.ui.keys import is_printable_key
 from kvtui.ui.perf import GcPacer, KeysFooter
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
-from kvtui.ui.themes import DEFAULT_THEME, accepted_theme_names, load_themes, theme_variable_defaults, usable_theme
+from kvtui.ui.themes import (
+    DEFAULT_THEME,
+    accepted_theme_names,
+    load_themes,
+    remember_theme,
+    remembered_theme,
+    theme_variable_defaults,
+    usable_theme,
+)
 from kvtui.ui.widgets.calculator import CalculatorPanel
+from kvtui.ui.widgets.gpu import ProcessTable
 from kvtui.ui.widgets.host import FleetSummary
 from kvtui.ui.widgets.log_view import LogView
 
@@ -36,6 +46,8 @@ from kvtui.ui.widgets.log_view import LogView
 BundleWriter = Callable[[HostPane, str], Awaitable[Path]]
 
 if TYPE_CHECKING:
+    from textual.theme import Theme
+
     from kvtui.ui.deployment_screen import DeploymentSpec
 
 # The main screen's bindings. Ids are what users remap in hosts.toml [keymap].
@@ -487,6 +499,8 @@ class MainScreen(Screen[None]):
         if pane is not None:
             shown = pane.toggle_processes()
             gpu = pane.query_one("#gpu-panel")
+            # the table takes the keys while shown (j/k/g/G move it, issue 22 #10), the log after
+            (pane.query_one(ProcessTable) if shown else pane.log_view).focus()
             if shown:
                 self._bring_into_view(gpu)
             elif self.maximized is gpu and self.narrow:
@@ -777,8 +791,10 @@ class KvtuiApp(App[int]):
             if not usable_theme(builtin):
                 self.unregister_theme(name)
         self.startup_problems: list[str] = list(loaded.problems)
-        wanted = theme or self.config.ui.theme
         accepted = accepted_theme_names(loaded)  # `kvtui hosts --check` checks [ui] theme against the same list
+        # ``--theme``, else the one last chosen with ``T`` or the palette (if still offered), else [ui] theme
+        remembered = remembered_theme() if theme is None else None
+        wanted = theme or (remembered if remembered in accepted else None) or self.config.ui.theme
         if wanted not in accepted:
             fallback = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
             self.startup_problems.append(
@@ -847,6 +863,18 @@ class KvtuiApp(App[int]):
             self.set_keymap(keymap)
         for problem in self.startup_problems:
             self.notify(problem, title="kvtui", severity="warning", timeout=15)
+        self.theme_changed_signal.subscribe(self, self._remember_theme)
+
+    def _remember_theme(self, theme: Theme) -> None:
+        """A theme chosen (``T``, the palette) is the one the next console starts with (written
+        off the event loop; ``--theme`` still wins)."""
+        self.run_worker(partial(self._write_theme, theme.name), thread=True, group="remember-theme",
+                        exclusive=True, exit_on_error=False, description="remember the theme")
+
+    def _write_theme(self, name: str) -> None:
+        problem = remember_theme(name)
+        if problem is not None:
+            self.call_from_thread(self.notify, problem, title="kvtui", severity="warning", timeout=5)
 
     def _freeze_gc(self) -> None:
         """The console's widgets, styles and caches live as long as the process: move them out of

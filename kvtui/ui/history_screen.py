@@ -22,6 +22,7 @@ from textual.widgets import DataTable, Static
 
 from kvtui.history.record import spool_segment
 from kvtui.ui import formatting as fmt
+from kvtui.ui.widgets.table import ListTable
 
 LOG_TAIL_LINES = 200  # a past boot's log: its last lines (the spool file holds them all)
 
@@ -54,11 +55,6 @@ class HistoryScreen(ModalScreen[None]):
         Binding("space", "mark", "Mark", id="history.mark"),
         Binding("d", "diff", "Diff", id="history.diff"),
         Binding("l", "log", "Log", id="history.log"),
-        # the list moves like the log (issue 22 #10): j/k a row, g/G the first / last
-        Binding("j", "move(1)", "Down", show=False, id="history.down"),
-        Binding("k", "move(-1)", "Up", show=False, id="history.up"),
-        Binding("g", "edge(0)", "First", show=False, id="history.top"),
-        Binding("G", "edge(1)", "Last", show=False, id="history.bottom"),
     ]
 
     def __init__(self, host: str, *, diff_newest: bool = False) -> None:
@@ -73,7 +69,8 @@ class HistoryScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="history-dialog"):
             yield Static(Content.styled(f"{self.host}: boots remembered", "bold"), id="history-title")
-            yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
+            # the list moves like the log (issue 22 #10): j/k a row, g/G the first / last
+            yield ListTable(id="history-table", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="history-detail-scroll"):
                 yield Static("reading the history…", id="history-detail")
             yield Static("space mark · d what changed (marked, else last good) · l log · esc close",
@@ -133,16 +130,6 @@ class HistoryScreen(ModalScreen[None]):
     def _show(self, text: str) -> None:
         self.detail_text = text
         self.query_one("#history-detail", Static).update(Content(text))
-
-    def action_move(self, step: int) -> None:
-        table = self.query_one(DataTable)
-        if table.row_count:
-            table.move_cursor(row=min(max(table.cursor_row + step, 0), table.row_count - 1))
-
-    def action_edge(self, last: int) -> None:
-        table = self.query_one(DataTable)
-        if table.row_count:
-            table.move_cursor(row=table.row_count - 1 if last else 0)
 
     def _current(self) -> Any | None:
         table = self.query_one(DataTable)

@@ -30,6 +30,7 @@ from kvtui.ui.stall import StallDetector
 from kvtui.ui.widgets.action import ActionBanner
 from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, ProbeLine, StallNotice
 from kvtui.ui.widgets.calculator import CalculatorPanel
+from kvtui.ui.widgets.changed import ChangedStrip
 from kvtui.ui.widgets.gpu import (
     ForeignWarning,
     GpuBars,
@@ -216,6 +217,7 @@ class HostPane(HostChanges, Vertical):
 
     def compose(self) -> ComposeResult:
         yield HostBar(self.info)
+        yield ChangedStrip()  # what this boot does differently from the last good one
         yield ConnBanner()
         yield FailureBanner()
         yield StallNotice()

@@ -18,6 +18,7 @@ skipped; the app then falls back to :data:`DEFAULT_THEME`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
@@ -281,3 +282,61 @@ def accepted_theme_names(loaded: LoadedThemes | None = None) -> list[str]:
     loaded = load_themes() if loaded is None else loaded
     builtins = {name for name, theme in BUILTIN_THEMES.items() if usable_theme(theme)}  # not the ANSI ones
     return sorted(builtins | {t.name for t in loaded.themes})
+
+
+# ---------------------------------------------------------------------------------------------
+# The theme last chosen (``T``, the palette), remembered across runs
+# ---------------------------------------------------------------------------------------------
+
+UI_STATE_FILE = "ui.json"  # in the state dir (``kvtui.config.state_dir``, next to the history)
+
+
+def ui_state_path() -> Path:
+    from kvtui.config import state_dir
+
+    return state_dir() / UI_STATE_FILE
+
+
+def remembered_theme(path: Path | None = None) -> str | None:
+    """The theme the user last chose in the console; None when none was remembered or the file
+    cannot be read (never raises: a broken file is as good as none)."""
+    import json
+
+    try:
+        data = json.loads((path or ui_state_path()).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    theme = data.get("theme") if isinstance(data, dict) else None
+    return theme if isinstance(theme, str) and theme else None
+
+
+def remember_theme(name: str, path: Path | None = None) -> str | None:
+    """Write ``name`` as the theme to start with next time (atomically: a temporary file renamed
+    over the old one, so a crash leaves the old choice or the new one). Other keys of the file are
+    kept. Returns what went wrong, or None."""
+    import json
+    import tempfile
+
+    target = path or ui_state_path()
+    try:
+        data = json.loads(target.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    data["theme"] = name
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{UI_STATE_FILE}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f)
+                f.write("\n")
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        return f"cannot remember the theme in {target}: {exc.strerror or exc}"
+    return None

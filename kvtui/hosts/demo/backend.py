@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from kvtui.hosts.service.model import HostOps
 
 MAX_BATCH = 2000
+POWER_CAP_SHARE = 0.97  # a simulated GPU drawing this share of its power limit is held at its power cap
 
 
 def resolve_preset(name: str | None, engine: str = "sglang") -> str:
@@ -679,7 +680,8 @@ class DemoBackend:
                 )
             util = max(0.0, min(100.0, util))
             temp = 31.0 + 4.0 * (int(self.gpu_uuid(idx)[4:12], 16) / 0xFFFFFFFF) + 0.42 * util
-            power = self.gpu.idle_w + (self.gpu.max_w - self.gpu.idle_w) * 0.82 * util / 100.0 + rng.uniform(0, 3)
+            power = min(self.gpu.max_w,
+                        self.gpu.idle_w + (self.gpu.max_w - self.gpu.idle_w) * util / 100.0 + rng.uniform(0, 3))
             out.append(
                 GpuSample(
                     index=idx,
@@ -691,6 +693,9 @@ class DemoBackend:
                     name=self.gpu.name,
                     temperature_c=float(round(temp)),
                     power_w=round(power, 2),
+                    power_limit_w=self.gpu.max_w,
+                    # a GPU near its busiest runs into its power cap now and then
+                    throttle="power cap" if power >= POWER_CAP_SHARE * self.gpu.max_w else None,
                     processes=tuple(procs),
                 )
             )

@@ -52,7 +52,15 @@ from typing import TYPE_CHECKING, Any
 
 from kvtui.engines.events import LogRecord
 from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
-from kvtui.gpu import QUERY_GPU_FIELD_NAMES, GpuProcess, GpuSample, mark_stale, parse_query_gpu_line, select_gpus
+from kvtui.gpu import (
+    QUERY_GPU_FIELD_NAMES,
+    QUERY_GPU_LEGACY_FIELD_NAMES,
+    GpuProcess,
+    GpuSample,
+    mark_stale,
+    parse_query_gpu_line,
+    select_gpus,
+)
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
 from kvtui.hosts.commands import READY_PATTERNS, SERVER_START_PATTERNS
 from kvtui.hosts.kube import commands as K
@@ -720,9 +728,11 @@ class KubeBackend:
         assert self._pod is not None
         last: list[GpuSample] = []
         delay = self._retry_s
+        fields = QUERY_GPU_FIELD_NAMES
         while not self._closed.is_set():
-            argv = K.exec_gpu_query(self.ref, self._pod, QUERY_GPU_FIELD_NAMES,
+            argv = K.exec_gpu_query(self.ref, self._pod, fields,
                                     interval_ms=int(max(0.01, interval_s) * 1000))
+            parsed = 0
             try:
                 proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
                                                             stdout=asyncio.subprocess.PIPE,
@@ -741,6 +751,7 @@ class KubeBackend:
                     s = parse_query_gpu_line(raw.decode(errors="replace"), self._clock())
                     if s is None:
                         continue
+                    parsed += 1
                     if tick and s.index <= tick[-1].index:
                         size = len(tick)
                         last = select_gpus(tick, self.gpus)
@@ -755,11 +766,24 @@ class KubeBackend:
                 await proc.wait()
             finally:
                 await self._reap(proc)
+            if not parsed and fields != QUERY_GPU_LEGACY_FIELD_NAMES and await self._rejects_fields(fields):
+                # an nvidia-smi that knows no power limit or throttle reasons: the older fields
+                fields = QUERY_GPU_LEGACY_FIELD_NAMES
             if last:
                 yield mark_stale(last)
             if await self._sleep(delay):
                 return
             delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _rejects_fields(self, fields: Sequence[str]) -> bool:
+        """Whether the container's nvidia-smi refuses one of ``fields`` ("… is not a valid field
+        to query"): asked once, after a stream that gave not one reading."""
+        assert self._pod is not None
+        try:
+            _rc, out, err = await self._kubectl(K.exec_gpu_query(self.ref, self._pod, fields))
+        except BackendError:
+            return False
+        return "not a valid field" in out + err
 
     async def _dcgm_stream(self, interval_s: float) -> AsyncIterator[list[GpuSample]]:
         """GPU memory from a DCGM exporter (``gpu_metrics_url``): its /metrics read through the API

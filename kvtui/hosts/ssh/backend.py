@@ -124,6 +124,8 @@ class SshBackend:
         self._offered_key: asyncssh.SSHKey | None = None
         self._ciphers_default: bool | None = None
         self._gpu_uuid_index: dict[str, int] = {}
+        # the --query-gpu fields asked for: the legacy ones once this nvidia-smi rejected a newer one
+        self._gpu_fields = gpu_mod.QUERY_GPU_FIELDS
         self.reconnects = 0
         self.last_connect_seconds: float | None = None
         self.login_user: str | None = None
@@ -758,11 +760,15 @@ class SshBackend:
                 conn, generation = turn
                 try:
                     # one immediate reading (first paint, and the GPU count for grouping ticks)
-                    res = await conn.run(C.nvidia_smi_query_gpu(gpu_mod.QUERY_GPU_FIELDS), check=False,
+                    res = await conn.run(C.nvidia_smi_query_gpu(self._gpu_fields), check=False,
                                          timeout=max(10.0, 5 * interval_s), encoding=None)
                     first = gpu_mod.parse_query_gpu_csv(_as_text(res.stdout), self._clock())
                     if res.exit_status != 0 or not first:
                         msg = _as_text(res.stderr).strip() or _as_text(res.stdout).strip() or "no output"
+                        if "not a valid field" in msg and self._gpu_fields != gpu_mod.QUERY_GPU_LEGACY_FIELDS:
+                            self._gpu_fields = gpu_mod.QUERY_GPU_LEGACY_FIELDS  # an older driver: ask again
+                            generation -= 1
+                            continue
                         self._note(f"{self.name}: nvidia-smi: {msg[:300]}")
                         await asyncio.sleep(max(interval_s, 5.0))
                         generation -= 1
@@ -789,7 +795,7 @@ class SshBackend:
     async def _stream_gpu(self, conn: asyncssh.SSHClientConnection, interval_ms: int, count: int,
                           stream: _Stream) -> None:
         ticks = gpu_mod.QueryGpuTicks(expected=count)
-        async with conn.create_process(C.nvidia_smi_query_gpu(gpu_mod.QUERY_GPU_FIELDS, interval_ms=interval_ms),
+        async with conn.create_process(C.nvidia_smi_query_gpu(self._gpu_fields, interval_ms=interval_ms),
                                        encoding=None) as proc:
             self._procs.add(proc)
             buf = b""
@@ -813,7 +819,7 @@ class SshBackend:
     async def _poll_gpu(self, conn: asyncssh.SSHClientConnection, interval_s: float, stream: _Stream) -> None:
         while not self._is_closed() and not conn.is_closed():
             await asyncio.sleep(interval_s)
-            res = await conn.run(C.nvidia_smi_query_gpu(gpu_mod.QUERY_GPU_FIELDS), check=False,
+            res = await conn.run(C.nvidia_smi_query_gpu(self._gpu_fields), check=False,
                                  timeout=max(10.0, 5 * interval_s), encoding=None)
             samples = gpu_mod.parse_query_gpu_csv(_as_text(res.stdout), self._clock())
             if samples:

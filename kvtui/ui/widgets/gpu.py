@@ -8,18 +8,16 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import RenderResult
-from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.geometry import Size
 from textual.strip import Strip
 from textual.timer import Timer
 from textual.visual import Visual
 from textual.widget import Widget
-from textual.widgets import DataTable
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Phase
@@ -27,6 +25,7 @@ from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.ui import formatting as fmt
 from kvtui.ui.perf import QuietStatic
 from kvtui.ui.themes import rgb
+from kvtui.ui.widgets.table import ListTable
 
 if TYPE_CHECKING:
     from textual_plotext import Plot
@@ -68,9 +67,50 @@ def short_gpu_name(name: str) -> str:
     return short or name
 
 
+# the GPU rows' temperature and power columns, shown when the row has room for them beside a bar
+# of at least BAR_MIN cells (a narrow column shows the temperature alone, or neither)
+TEMP_CELLS = 5  # "  71°"
+POWER_CELLS = 9  # " 410/600W"
+BAR_MIN = 8
+FIXED_CELLS = 3 + 9 + 5  # "nn " + " 65.4/96G" + "  51%"
+POWER_STEP_W = 10  # power is shown to 10 W: a reading's few watts of noise repaint nothing
+
+
+def thermal_columns(width: int, samples: Sequence[GpuSample]) -> tuple[bool, bool]:
+    """(temperature, power) columns in GPU rows ``width`` cells wide: each when a reading has it
+    and the row keeps a bar of ``BAR_MIN`` cells (power only beside the temperature)."""
+    temp = any(s.temperature_c is not None for s in samples) and width >= FIXED_CELLS + TEMP_CELLS + BAR_MIN
+    power = (temp and any(s.power_w is not None for s in samples)
+             and width >= FIXED_CELLS + TEMP_CELLS + POWER_CELLS + BAR_MIN)
+    return temp, power
+
+
+def _watts(value: float | None) -> int | None:
+    return None if value is None else int(round(value / POWER_STEP_W) * POWER_STEP_W)
+
+
+def throttled(samples: Sequence[GpuSample]) -> list[tuple[str, list[int]]]:
+    """The active throttle reasons and the GPUs each holds back (``[("power cap", [2, 5])]``)."""
+    by_reason: dict[str, list[int]] = {}
+    for s in samples:
+        if s.throttle and not s.stale:
+            for reason in s.throttle.split(", "):
+                by_reason.setdefault(reason, []).append(s.index)
+    return list(by_reason.items())
+
+
+def throttle_line(samples: Sequence[GpuSample]) -> str | None:
+    """``⚠ power cap: GPU 2, 5`` (each reason and its GPUs); None when no GPU is throttled."""
+    reasons = throttled(samples)
+    if not reasons:
+        return None
+    return "⚠ " + "; ".join(f"{r}: GPU {', '.join(map(str, gpus))}" for r, gpus in reasons)
+
+
 class GpuSummary(QuietStatic):
     """The GPUs in one line, for a terminal too narrow for the GPU panel: how many, the fullest
-    one's memory, the mean utilisation (``8× GPU 83.2/96G max · util 74%``)."""
+    one's memory, an active throttle reason, the mean utilisation (``8× GPU 83.2/96G max · util
+    74%``; ``… max · ⚠ power cap · util 97%``)."""
 
     DEFAULT_CSS = """
     GpuSummary {
@@ -89,18 +129,22 @@ class GpuSummary(QuietStatic):
         fullest = max(samples, key=lambda s: s.used_mib / max(s.total_mib, 1.0))
         utils = [s.util for s in samples if s.util is not None]
         util = round(sum(utils) / len(utils)) if utils else None
+        reasons = [r for r, _ in throttled(samples)]
         key = (len(samples), round(fullest.used_gib, 1), round(fullest.total_gib), util,
-               any(s.stale for s in samples))
-        self.set(key, lambda: self._content(samples, fullest, util))
+               any(s.stale for s in samples), tuple(reasons))
+        self.set(key, lambda: self._content(samples, fullest, util, reasons))
 
     @staticmethod
-    def _content(samples: Sequence[GpuSample], fullest: GpuSample, util: int | None) -> Content:
+    def _content(samples: Sequence[GpuSample], fullest: GpuSample, util: int | None,
+                 reasons: Sequence[str] = ()) -> Content:
         high = fullest.used_mib / max(fullest.total_mib, 1.0) >= 0.97
         parts: list[tuple[str, str] | str] = [
             (f"{len(samples)}× GPU ", "$text-muted"),
             (f"{fullest.used_gib:.1f}/{fullest.total_gib:.0f}G", "$warning bold" if high else "$foreground bold"),
             (" max", "$text-muted"),
         ]
+        if reasons:  # before the utilisation: the line is cut at the panel's edge
+            parts.append((" · ⚠ " + ", ".join(reasons), "$warning bold"))
         if util is not None:
             parts.extend([" · ", ("util ", "$text-muted"), (f"{util}%", "$foreground")])
         if any(s.stale for s in samples):
@@ -126,6 +170,10 @@ class GpuHeader(Widget):
         width = self.size.width or 34
         left = " # memory"
         right = f"{'used/total':>10}{'util':>5}"
+        bars = next(iter(self.parent.query(GpuBars)), None) if self.parent is not None else None
+        temp, power = thermal_columns(width, bars.samples) if bars is not None else (False, False)
+        right += f"{'temp':>{TEMP_CELLS}}" if temp else ""
+        right += f"{'power':>{POWER_CELLS}}" if power else ""
         gap = width - len(left) - len(right)
         if gap < 1:
             return Content.styled(right.rjust(width), "$text-muted")
@@ -154,14 +202,17 @@ class GpuBars(Widget):
 
     @staticmethod
     def _key(samples: Sequence[GpuSample], foreign: Sequence[GpuProcess]) -> tuple[object, ...]:
-        """Everything a row shows: a new reading with the same figures (its time, temperature and
-        power change every second) repaints nothing."""
+        """Everything a row shows: a new reading with the same figures (its time changes every
+        second, its power by a few watts) repaints nothing."""
         held = _foreign_by_gpu(foreign)
-        return tuple(
-            (s.index, s.used_mib, s.total_mib, None if s.util is None else round(s.util), s.stale,
-             held.get(s.index, 0.0))
-            for s in samples
-        )
+        return tuple((s.index, *GpuBars._shown_figures(s), held.get(s.index, 0.0)) for s in samples)
+
+    @staticmethod
+    def _shown_figures(s: GpuSample) -> tuple[object, ...]:
+        """What a row shows of a reading, at the precision it shows it (whole degrees, 10 W)."""
+        return (s.used_mib, s.total_mib, None if s.util is None else round(s.util), s.stale,
+                None if s.temperature_c is None else round(s.temperature_c), _watts(s.power_w),
+                _watts(s.power_limit_w), s.throttle)
 
     def show(self, samples: Sequence[GpuSample], foreign: Sequence[GpuProcess] = ()) -> None:
         samples = tuple(samples)
@@ -174,15 +225,28 @@ class GpuBars(Widget):
         self._shown = key
         self.repaints += 1
         self.refresh(layout=layout)
+        if self.parent is not None:  # the column heads follow the columns (temperature, power)
+            for header in self.parent.query(GpuHeader):
+                header.refresh()
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return max(1, len(self.samples))
 
-    def _row(self, s: GpuSample, held: Mapping[int, float], width: int) -> Content:
+    def _row(self, s: GpuSample, held: Mapping[int, float], width: int,
+             columns: tuple[bool, bool] = (False, False)) -> Content:
         total = max(s.total_mib, 1.0)
         figures = f" {s.used_gib:5.1f}/{s.total_gib:.0f}G"
         util = "" if s.util is None else f"{s.util:4.0f}%"
-        bar_width = max(4, width - 3 - len(figures) - len(util))
+        temp_col, power_col = columns
+        temp = ""
+        if temp_col:
+            temp = " " * TEMP_CELLS if s.temperature_c is None else f"{s.temperature_c:{TEMP_CELLS - 1}.0f}°"
+        power = ""
+        if power_col:
+            watts, limit = _watts(s.power_w), _watts(s.power_limit_w)
+            text = "" if watts is None else (f"{watts}/{limit}W" if limit else f"{watts}W")
+            power = f"{text:>{POWER_CELLS}}"
+        bar_width = max(4, width - 3 - len(figures) - len(util) - len(temp) - len(power))
         foreign_mib = min(held.get(s.index, 0.0), s.used_mib)
         used_cells = round(min(1.0, s.used_mib / total) * bar_width)
         foreign_cells = min(used_cells, math.ceil(foreign_mib / total * bar_width)) if foreign_mib else 0
@@ -197,6 +261,8 @@ class GpuBars(Widget):
             ("█" * free_cells, "$foreground 10%"),
             (figures, "$gpu-stale" if s.stale else "$foreground"),
             (util, "$text-muted"),
+            (temp, "$warning bold" if s.throttle and not s.stale else "$text-muted"),
+            (power, "$text-muted"),
         )
 
     def render(self) -> Content:
@@ -204,7 +270,8 @@ class GpuBars(Widget):
             return Content.styled("no GPU readings yet", "$text-muted italic")
         held = _foreign_by_gpu(self.foreign)
         width = self.size.width or 34
-        return Content("\n").join([self._row(s, held, width) for s in self.samples])
+        columns = thermal_columns(width, self.samples)
+        return Content("\n").join([self._row(s, held, width, columns) for s in self.samples])
 
     def render_line(self, y: int) -> Strip:
         """A row's strip, kept by what the row shows, the width and the theme: a serving GPU's
@@ -217,12 +284,12 @@ class GpuBars(Widget):
             return super().render_line(y)
         held = _foreign_by_gpu(self.foreign)
         s = samples[y]
-        util = None if s.util is None else round(s.util)
-        key = (y, s.index, s.used_mib, s.total_mib, util, s.stale, held.get(s.index, 0.0), width, self.app.theme,
+        columns = thermal_columns(width, samples)
+        key = (y, s.index, *self._shown_figures(s), held.get(s.index, 0.0), width, columns, self.app.theme,
                self.visual_style)
         strip = self._strips.get(key)
         if strip is None:  # rendered at its line: the segments carry their (x, y) offsets
-            row = Content("\n" * y) + self._row(s, held, width)
+            row = Content("\n" * y) + self._row(s, held, width, columns)
             strip = Visual.to_strips(self, row, width, y + 1, self.visual_style)[y]
             self._strips[key] = strip
             if len(self._strips) > ROW_STRIPS:
@@ -235,7 +302,8 @@ class GpuBars(Widget):
 class GpuNote(QuietStatic):
     """Why the GPU readings are stale, or what to know about them, as the host's backend says it
     (a kube host on a DCGM exporter: "stale: another node's DCGM exporter answered (…)", "stale:
-    DCGM exporter unreachable: …", "stale: no DCGM series for pod …"). Hidden when there is none."""
+    DCGM exporter unreachable: …", "stale: no DCGM series for pod …"), and the GPUs whose clocks
+    are throttled (``⚠ power cap: GPU 2, 5``). Hidden when there is none."""
 
     DEFAULT_CSS = """
     GpuNote {
@@ -248,16 +316,22 @@ class GpuNote(QuietStatic):
 
     def show(self, samples: Sequence[GpuSample], note: str | None) -> None:
         stale = any(s.stale for s in samples)
-        self.set_class(bool(note), "-shown")
-        self.set((note, stale), lambda: self._content(note, stale))
+        throttle = throttle_line(samples)
+        self.set_class(bool(note or throttle), "-shown")
+        self.set((note, stale, throttle), lambda: self._content(note, stale, throttle))
 
     @staticmethod
-    def _content(note: str | None, stale: bool) -> Content:
-        if not note:
-            return Content("")
-        if stale:
-            return Content.assemble(("stale: ", "$warning bold"), (note, "$warning"))
-        return Content.styled(note, "$text-muted")
+    def _content(note: str | None, stale: bool, throttle: str | None = None) -> Content:
+        """The backend's note, and the GPUs whose clocks are held back and why (``⚠ power cap:
+        GPU 2, 5``: the temperature of each is in the warning colour in its row)."""
+        lines: list[Content] = []
+        if throttle:
+            lines.append(Content.styled(throttle, "$warning"))
+        if note and stale:
+            lines.append(Content.assemble(("stale: ", "$warning bold"), (note, "$warning")))
+        elif note:
+            lines.append(Content.styled(note, "$text-muted"))
+        return Content("\n").join(lines)
 
 
 class ForeignWarning(QuietStatic):
@@ -515,15 +589,9 @@ class GpuHistoryPlot(Widget):
         return built
 
 
-class ProcessTable(DataTable[str]):
-    """Per-process GPU memory on the server's GPUs; the server's own processes marked."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("j", "cursor_down", "Down", show=False),
-        Binding("k", "cursor_up", "Up", show=False),
-        Binding("g", "scroll_top", "First", show=False),
-        Binding("G", "scroll_bottom", "Last", show=False),
-    ]
+class ProcessTable(ListTable[str | Text]):
+    """Per-process GPU memory on the server's GPUs; the server's own processes marked. Refilled
+    every poll with the cursor kept on its process (``ListTable.refill``)."""
 
     DEFAULT_CSS = """
     ProcessTable {
@@ -539,15 +607,14 @@ class ProcessTable(DataTable[str]):
         self.add_columns("GPU", "PID", "MiB", "owner", "process")
 
     def show(self, processes: Sequence[GpuProcess], server_pids: set[int]) -> None:
-        self.clear()
         rows = sorted(processes, key=lambda p: (p.gpu_index if p.gpu_index is not None else -1, -p.used_mib))
-        for proc in rows:
-            ours = proc.pid in server_pids
-            owner = Text("server", style="") if ours else Text("OTHER", style="bold")
-            self.add_row(
+        self.refill(
+            (f"{proc.gpu_index}:{proc.pid}", (
                 "?" if proc.gpu_index is None else str(proc.gpu_index),
                 str(proc.pid),
                 f"{proc.used_mib:,.0f}",
-                owner,  # type: ignore[arg-type]
+                Text("server", style="") if proc.pid in server_pids else Text("OTHER", style="bold"),
                 proc.name,
-            )
+            ))
+            for proc in rows
+        )
