@@ -120,6 +120,9 @@ async def test_tab_from_the_log_lands_on_the_panel_and_z_still_zooms() -> None:
         await pilot.press("z")
         assert app.main_screen.maximized is pane.query_one("#calc-panel")
         assert [f.value for f in calc.fields] == before
+        shown = {b.binding.description for b in app.screen.active_bindings.values() if b.binding.show}
+        assert "Edit flag" in shown  # the footer says what Enter does here
+        assert "Use value" not in shown
         await pilot.press("z")
         assert app.main_screen.maximized is None
         # Enter (or c) from the panel edits its current field, the value selected

@@ -91,7 +91,7 @@ MAIN_BINDINGS: list[BindingType] = [
 # Ids of bindings owned by widgets and dialogs (also remappable).
 WIDGET_BINDING_IDS = (
     "log.end", "find.close", "find.search", "find.filter", "calc.enter", "calc.leave", "calc.up", "calc.down",
-    "calc.select", "calc.reset",
+    "calc.edit", "calc.select", "calc.reset",
     "help.close", "confirm.cancel", "confirm.yes", "explain.close",
     "log.down", "log.up", "log.top", "log.bottom", "log.half_down", "log.half_up", "mark.next", "mark.previous",
     "apply.force", "apply.rollback", "notice.close",

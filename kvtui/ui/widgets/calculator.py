@@ -202,6 +202,7 @@ class CalculatorPanel(Widget, can_focus=True):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "submit", "Use value", id="calc.enter", tooltip="recompute the prediction now"),
+        Binding("enter", "edit", "Edit flag", id="calc.edit", tooltip="edit the flag the panel points at"),
         Binding("escape", "leave", "Leave field", id="calc.leave"),
         Binding("up", "field(-1)", "Previous field", show=False, id="calc.up"),
         Binding("down", "field(1)", "Next field", show=False, id="calc.down"),
@@ -478,16 +479,28 @@ class CalculatorPanel(Widget, can_focus=True):
         self.post_message(self.Left())
 
     def action_submit(self) -> None:
-        """Enter: commit the value (the prediction updates now) and select it, so typing
-        replaces it; on the panel without a field, edit the flag it points at."""
+        """Enter in a field: commit the value (the prediction updates now) and select it, so
+        typing replaces it."""
         if self.editing is None:
-            if self.fields:
-                self._start_edit(self.current)
+            self.action_edit()
             return
         if self._debounce is not None:
             self._debounce.stop()
         self.recompute()
         self.action_select()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Enter commits a value while a flag is edited, and edits one on the panel without."""
+        if action in ("submit", "select"):
+            return self.editing is not None
+        if action == "edit":
+            return self.editing is None
+        return True
+
+    def action_edit(self) -> None:
+        """Enter on the panel without a field (``tab``): edit the flag it points at."""
+        if self.fields and self.editing is None:
+            self._start_edit(self.current)
 
     def action_select(self) -> None:
         """Select the whole value of the field being edited (typing replaces it)."""
