@@ -833,7 +833,7 @@ class CalculatorPanel(Widget, can_focus=True):
                                     ("↑↓", "$accent bold"), " field")
         if self.has_focus:
             return Content.assemble(("⏎", "$accent bold"), " edit  ", ("↑↓", "$accent bold"), " field  ",
-                                    ("^r", "$accent bold"), " reset  ", ("esc", "$accent bold"), " leave")
+                                    ("^r", "$accent bold"), " reset")
         return Content.assemble(("c", "$accent bold"), " edit  ", ("⏎", "$accent bold"), " recompute  ",
                                 ("x", "$accent bold"), " explain")
 
