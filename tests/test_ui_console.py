@@ -28,7 +28,7 @@ from textual.containers import VerticalScroll
 from kvtui.boot import Boot, BootStatus
 from kvtui.commands.replay import analyse, read_chunks
 from kvtui.engines.events import Phase
-from kvtui.ui.app import KvtuiApp
+from kvtui.ui.app import KvtuiApp, MainScreen
 from kvtui.ui.host_pane import HostPane
 from kvtui.ui.screens import ConfirmScreen
 from kvtui.ui.widgets.calculator import CalculatorPanel, edit_window, elide
@@ -166,12 +166,12 @@ async def test_an_invalid_value_is_drawn_as_typed_and_flagged() -> None:
     async with app.run_test(size=(130, 38)) as pilot:
         pane = await ready_app(pilot, app, clock)
         calc = pane.calculator
-        await pilot.press("c", *"abc", "enter")
+        await pilot.press("c", *"1.5", "enter")
         assert calc.error is not None
         assert calc.fields[0].invalid
         row = next(line for line in calc.plain_lines() if line.startswith("mem-fraction-static"))
-        assert "abc" in row  # not an empty field
-        assert "abc" in screen_text(app)
+        assert "1.5" in row  # not an empty field
+        assert "1.5" in screen_text(app)
 
 
 async def test_the_footer_shows_the_editing_keys_while_a_flag_is_edited() -> None:
@@ -195,9 +195,10 @@ async def test_the_footer_shows_the_editing_keys_while_a_flag_is_edited() -> Non
         footer = screen_text(app).splitlines()[-1]
         assert "Use value" in footer
         assert "Explain" not in footer
-        # x and / are typed into the field, not run
+        # x and / are not run (nor typed: the fraction takes a number, or unset)
         await pilot.press("ctrl+a", "ctrl+k", "x", "slash")
-        assert calc.fields[0].value == "x/"
+        assert calc.fields[0].value == ""
+        assert isinstance(app.screen, MainScreen)  # no explain dialog
         assert not pane.log_panel.query_one(FindBar).is_open
         await pilot.press("escape")
         for _ in range(250):  # the footer is redrawn on the next refresh after the focus moved

@@ -130,6 +130,22 @@ def test_a_burst_typed_into_the_calculator_lands_in_the_field(console: Terminal)
     assert "0.90" in _row(lines, "mem-fraction-static")  # left the field, the edit stays
 
 
+def test_c_in_a_numeric_field_and_z_after_tab_are_not_typed_in_a_burst(console: Terminal) -> None:
+    """Issue 22 #11 in one write each: ``c 0.90 c 0.95 Enter`` leaves 0.95 in the fraction (it was
+    "0.90c0.95"); after Escape, ``Tab z`` zooms the calculator panel (tab used to land in a field
+    that typed the z)."""
+    console.send("c", "0.90", "c", "0.95", "Enter")
+    lines = console.wait_for(lambda ls: "0.95" in _row(ls, "mem-fraction-static") and "Use value" in _footer(ls))
+    assert "0.90" not in _row(lines, "mem-fraction-static")
+    console.send("Escape")  # alone: ESC then Tab in one write reads as alt+tab
+    console.wait_for(lambda ls: "Explain" in _footer(ls))  # the console's keys again: the field is left
+    console.send("Tab", "z")
+    lines = console.wait_for(lambda ls: bool(ls) and "Calculator" in ls[0])  # the panel fills the screen
+    row = _row(lines, "mem-fraction-static")
+    assert "0.95" in row
+    assert "z" not in row.split("mem-fraction-static", 1)[1]
+
+
 def test_a_search_typed_in_a_burst_is_seen_and_found(console: Terminal) -> None:
     console.send("/Load weight", literal=True)
     console.wait_for(lambda ls: any("/ Load weight" in line for line in ls))

@@ -103,6 +103,7 @@ MAIN_BINDINGS: list[BindingType] = [
 # Ids of bindings owned by widgets and dialogs (also remappable).
 WIDGET_BINDING_IDS = (
     "log.end", "find.close", "find.search", "find.filter", "calc.enter", "calc.leave", "calc.up", "calc.down",
+    "calc.edit", "calc.select", "calc.reset",
     "help.close", "confirm.cancel", "confirm.yes", "explain.close",
     "log.down", "log.up", "log.top", "log.bottom", "log.half_down", "log.half_up", "mark.next", "mark.previous",
     "apply.force", "apply.rollback", "notice.close",
@@ -714,7 +715,7 @@ class MainScreen(Screen[None]):
             target = panels[(current + 2 * step) % len(panels)]
         self._bring_into_view(target)
         if isinstance(target, CalculatorPanel):
-            target.focus_first()
+            target.focus_panel()  # not a field: z, x … stay the console's keys (Enter or c edits)
         else:
             self.set_focus(target)
 

@@ -16,7 +16,7 @@ calculator itself (``kvtui.kvcalc``) is pure and fast, so it runs on the event l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -31,6 +31,7 @@ from textual.widget import Widget
 from kvtui import longrun
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine
+from kvtui.knobs import MEMORY_ROLES, Memory
 from kvtui.ui import formatting as fmt
 from kvtui.ui.keys import refocus_key, run_own_binding
 
@@ -42,6 +43,28 @@ DEBOUNCE_S = 0.25
 MIN_VALUE_CELLS = 8  # a flag's value keeps at least this many cells (its label is elided first)
 MAX_REASONS = 3
 ELLIPSIS = "…"
+# What a numeric field takes (issue 22 #11): the characters of a number (a fraction, a whole
+# number, 1e5, 8,192, -1, 85% so the calculator can say it wants 0.85) and the words that unset
+# a flag. Any other letter is not typed: ``c`` (the calculator's key) selects the value again, so
+# ``0.90c0.95`` is 0.95; the others leave a hint naming what the field takes.
+NUMBER_CHARS = frozenset("0123456789.,_-+eE%")
+UNSET_WORDS = ("unset", "none", "null", "default")
+
+
+def is_numeric_flag(flag: str) -> bool:
+    """Whether the calculator reads ``flag``'s value as a number (every modelled flag but the KV
+    cache's dtype; a flag it does not model keeps any text)."""
+    role = MEMORY_ROLES.get(flag)
+    return role is not None and role is not Memory.KV_DTYPE
+
+
+def numeric_accepts(text: str) -> bool:
+    """Whether a numeric field may hold ``text`` (typed or pasted): number characters only, or
+    the start of one of the words that unset a flag (``unset``, ``none``, ``null``, ``default``)."""
+    if all(ch in NUMBER_CHARS for ch in text):
+        return True
+    word = text.strip().lower()
+    return bool(word) and any(w.startswith(word) for w in UNSET_WORDS)
 
 
 def _flag_label(flag: str) -> str:
@@ -95,6 +118,12 @@ class FlagField:
     observed: str
     value: str
     invalid: bool = False
+    valid: str = ""  # the value the prediction was last computed from (Esc restores it)
+    numeric: bool = False  # takes a number or an unset word (``numeric_accepts``), not any text
+
+    def __post_init__(self) -> None:
+        self.valid = self.value
+        self.numeric = is_numeric_flag(self.flag)
 
     @property
     def label(self) -> str:
@@ -109,19 +138,60 @@ class FlagField:
         was_edited = self.edited
         self.observed = observed
         if not was_edited:
-            self.value = observed
+            self.value = self.valid = observed
+
+    def accepts(self, text: str) -> bool:
+        """Whether the field may hold ``text``: any text in a text field; in a numeric one,
+        number characters or the start of an unset word."""
+        return not self.numeric or numeric_accepts(text)
+
+    @property
+    def takes(self) -> str:
+        """What the field takes, for a hint."""
+        return "a number, or unset" if self.numeric else "text"
 
 
 ResultRow = tuple[Content, Content]  # label, value
 
 
+def _edit_args(fields: Iterable[tuple[str, str, str]]) -> tuple[list[str], list[str]]:
+    """``(flag, observed, value)`` of each field → the ``--set`` / ``--unset`` of those edited."""
+    sets: list[str] = []
+    unsets: list[str] = []
+    for flag, observed, raw in fields:
+        value = raw.strip()
+        if value == observed:
+            continue
+        if value:
+            sets.append(f"{flag}={value}")
+        else:
+            unsets.append(flag)
+    return sets, unsets
+
+
+def _field_error(field: FlagField, message: str) -> str:
+    """``kvcalc``'s message about one field's value, said of the field: its name as the panel
+    shows it, the value, what it takes, and what the prediction keeps."""
+    value = field.value.strip()
+    for prefix in (f"--set {field.flag}={value}: ", f"--unset {field.flag}: "):
+        if message.startswith(prefix):
+            message = message[len(prefix):]
+            break
+    kept = field.valid.strip() or "unset"
+    return f"{field.label} {value or 'unset'}: {message}; the prediction keeps {kept}"
+
+
 class CalculatorPanel(Widget, can_focus=True):
     """Edit the flags the calculator knows; see what the next boot would do.
 
-    Focused, it edits one flag (``editing``): printable keys, paste, ←/→, home/end (ctrl+a /
-    ctrl+e), backspace/delete, ctrl+k / ctrl+u / ctrl+w; ``c`` (or ``tab``) selects the first
-    flag's whole value, so typing replaces it. ↑/↓ move between flags, Enter recomputes at once,
-    Esc leaves."""
+    ``c`` edits the first flag (``editing``), its whole value selected so typing replaces it;
+    ``tab`` only focuses the panel (its one-letter keys stay the console's: ``z`` zooms), where
+    ↑/↓ pick a flag and Enter (or ``c``) edits it. In a field: printable keys, paste, ←/→, home/end
+    (ctrl+a / ctrl+e), backspace/delete, ctrl+k / ctrl+u / ctrl+w; a numeric field takes a number
+    or an unset word only (``c`` selects its value again, other letters leave a hint). Enter
+    commits (the prediction updates now) and selects the value; ↑/↓ move between flags; Esc
+    restores the last valid value and leaves; ctrl+r sets every flag back to the running boot's.
+    An invalid value is named with what the field takes; the prediction keeps the last valid one."""
 
     DEFAULT_CSS = """
     CalculatorPanel {
@@ -132,9 +202,14 @@ class CalculatorPanel(Widget, can_focus=True):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "submit", "Use value", id="calc.enter", tooltip="recompute the prediction now"),
+        Binding("enter", "edit", "Edit flag", id="calc.edit", tooltip="edit the flag the panel points at"),
         Binding("escape", "leave", "Leave field", id="calc.leave"),
         Binding("up", "field(-1)", "Previous field", show=False, id="calc.up"),
         Binding("down", "field(1)", "Next field", show=False, id="calc.down"),
+        # in a numeric field, where "c" cannot be typed: select the value again (0.90c0.95 is 0.95)
+        Binding("c", "select", "Select value", show=False, id="calc.select"),
+        Binding("ctrl+r", "reset", "Reset flags", show=False, id="calc.reset",
+                tooltip="every flag back to the running boot's"),
     ]
 
     class Computed(Message):
@@ -167,6 +242,7 @@ class CalculatorPanel(Widget, can_focus=True):
         self.editing: int | None = None  # the flag being edited (while focused)
         self.cursor = 0
         self.selected = False  # the whole value is selected: typing replaces it
+        self.hint: str | None = None  # why the last key was not typed (a numeric field)
         self._last_edited = 0
         self._signature: tuple[object, ...] | None = None
         self._debounce: Timer | None = None
@@ -301,14 +377,34 @@ class CalculatorPanel(Widget, can_focus=True):
     # ---- focus and editing -----------------------------------------------------------------------
 
     def focus_first(self) -> bool:
-        """Focus the panel on its first flag, the whole value selected (typing replaces it).
-        The focus moves now, not after the keys already on their way: a fast typist's next
-        keys (``c`` then ``0.9``) land in the field."""
+        """``c``: focus the panel on its first flag (on the flag it points at when the panel has
+        focus already), the whole value selected (typing replaces it). The focus moves now, not
+        after the keys already on their way: a fast typist's next keys (``c`` then ``0.9``) land
+        in the field."""
+        if not self.fields:
+            return False
+        index = self.current if self.screen.focused is self and self.editing is None else 0
+        self.screen.set_focus(self)
+        self._start_edit(index)
+        return True
+
+    def focus_panel(self) -> bool:
+        """``tab``: focus the panel without editing a flag (Enter or ``c`` edits the one it
+        points at; the console's one-letter keys still work)."""
         if not self.fields:
             return False
         self.screen.set_focus(self)
-        self._start_edit(0)
+        if self.editing is not None:
+            self._start_edit(None)
+        self._scroll_to_field(self.current)
         return True
+
+    @property
+    def current(self) -> int:
+        """The flag the panel points at: the one being edited, else the last one edited."""
+        if self.editing is not None:
+            return self.editing
+        return min(self._last_edited, len(self.fields) - 1) if self.fields else 0
 
     def focus_field(self, index: int) -> bool:
         if not 0 <= index < len(self.fields):
@@ -320,63 +416,161 @@ class CalculatorPanel(Widget, can_focus=True):
     def _start_edit(self, index: int | None) -> None:
         was = self.editing
         self.editing = index
+        self.hint = None
         if index is not None:
             self._last_edited = index
             self.cursor = len(self.fields[index].value)
             self.selected = True
             self._scroll_to_field(index)
-        self.refresh()
+        self.refresh(layout=True)
         if (was is None) != (index is None):
             self.post_message(self.EditingChanged())
 
     def _scroll_to_field(self, index: int) -> None:
-        line = self._field_lines.get(index)
+        """Scroll the field into view now, and again once the panel is laid out (a panel opened
+        zoomed at 80x24 is laid out after the key; its lines may wrap differently there). The
+        first field scrolls to the top: the model line above it shows too."""
+        self._scroll_now(index)
+        self.call_after_refresh(self._scroll_now, index)
+
+    def _scroll_now(self, index: int) -> None:
         parent = self.parent
-        if line is None or not isinstance(parent, Widget):
+        if not isinstance(parent, Widget) or not self.is_attached or self.current != index:
+            return
+        if index == 0:
+            parent.scroll_to(y=0, animate=False, immediate=True)
+            return
+        if self.size.width:
+            self.lines(self.size.width)  # where each field is at the width the panel has now
+        line = self._field_lines.get(index)
+        if line is None:
             return
         top = self.styles.padding.top + self.styles.margin.top
         parent.scroll_to_region(Region(0, top + line, max(1, self.size.width), 1), animate=False, immediate=True)
 
     def on_focus(self, event: events.Focus) -> None:
-        if self.editing is None and self.fields:
-            self._start_edit(min(self._last_edited, len(self.fields) - 1))
+        self.refresh()  # the flag the panel points at is drawn while it has focus
 
     def on_blur(self, event: events.Blur) -> None:
         if self.editing is not None:
             self._start_edit(None)
+        self.refresh()
 
     @property
     def editing_field(self) -> FlagField | None:
         return None if self.editing is None or self.editing >= len(self.fields) else self.fields[self.editing]
 
     def action_leave(self) -> None:
-        """Esc: focus goes back (now: the keys typed after Esc are the console's again)."""
+        """Esc: a field whose value is not valid gets its last valid value back (the one the
+        prediction shows); focus goes back (now: the keys typed after Esc are the console's)."""
+        if self._debounce is not None:
+            self._debounce.stop()
+        if any(f.value != f.valid for f in self.fields):
+            self.recompute()  # a value typed within the debounce is checked now
+        restored = False
+        for f in self.fields:
+            if f.invalid:
+                f.value, restored = f.valid, True
+        if restored:
+            self.recompute()
         target = self.leave_to() if self.leave_to is not None else None
         if target is not None and target.is_attached:
             self.screen.set_focus(target)
         self.post_message(self.Left())
 
     def action_submit(self) -> None:
+        """Enter in a field: commit the value (the prediction updates now) and select it, so
+        typing replaces it."""
+        if self.editing is None:
+            self.action_edit()
+            return
         if self._debounce is not None:
             self._debounce.stop()
         self.recompute()
+        self.action_select()
 
-    def action_field(self, step: int) -> None:
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Enter commits a value while a flag is edited, and edits one on the panel without."""
+        if action in ("submit", "select"):
+            return self.editing is not None
+        if action == "edit":
+            return self.editing is None
+        return True
+
+    def action_edit(self) -> None:
+        """Enter on the panel without a field (``tab``): edit the flag it points at."""
+        if self.fields and self.editing is None:
+            self._start_edit(self.current)
+
+    def action_select(self) -> None:
+        """Select the whole value of the field being edited (typing replaces it)."""
+        field = self.editing_field
+        if field is None:
+            return
+        self.selected = True
+        self.cursor = len(field.value)
+        self.hint = None
+        self.refresh()
+
+    def action_reset(self) -> None:
+        """ctrl+r: every flag back to the running boot's (the values the calculator started
+        with), and the prediction with them."""
         if not self.fields:
             return
-        current = self.editing if self.editing is not None else self._last_edited
-        self._start_edit((current + step) % len(self.fields))
+        edited = sum(1 for f in self.fields if f.edited or f.value != f.observed)
+        for f in self.fields:
+            f.value = f.valid = f.observed
+        if self._debounce is not None:
+            self._debounce.stop()
+        self.recompute()
+        if self.editing is not None:
+            self.action_select()
+        what = f"{edited} edit{'s' if edited != 1 else ''} dropped" if edited else "nothing was edited"
+        self.notify(f"calculator: every flag is the running boot's again ({what})", timeout=4)
+
+    def action_field(self, step: int) -> None:
+        """↑/↓: the previous / next flag (edited when a flag is being edited; on the panel
+        without a field, only pointed at)."""
+        if not self.fields:
+            return
+        index = (self.current + step) % len(self.fields)
+        if self.editing is None:
+            self._last_edited = index
+            self.refresh()
+            self._scroll_to_field(index)
+            return
+        self._start_edit(index)
 
     async def _on_key(self, event: events.Key) -> None:
         if refocus_key(self, event):
             return
         field = self.editing_field
+        character = event.character
+        if (field is not None and character is not None and len(character) == 1 and character.isprintable()
+                and event.key not in ("enter", "tab", "escape")):
+            event.stop()
+            event.prevent_default()
+            if self._accepts(field, character):
+                self._insert(field, character)
+                self._edited()
+            elif not await run_own_binding(self, event):  # c: the value selected again
+                self.hint = f"{field.label} takes {field.takes}: {character!r} is not typed"
+                self.refresh(layout=True)
+            return
         if field is not None and self._edit_key(field, event.key, event.character):
             event.stop()
             event.prevent_default()
             self._edited()
             return
         await run_own_binding(self, event)  # esc, enter, ↑/↓ now: the keys after them meet their effect
+
+    def _accepts(self, field: FlagField, text: str) -> bool:
+        """Whether ``text`` may be typed (or pasted) into ``field`` at the cursor: any text in a
+        text field; in a numeric one, number characters, or letters that spell an unset word."""
+        if not field.numeric or all(ch in NUMBER_CHARS for ch in text):
+            return True
+        result = text if self.selected else field.value[: self.cursor] + text + field.value[self.cursor :]
+        return field.accepts(result)
 
     def check_consume_key(self, key: str, character: str | None) -> bool:
         """While a flag is edited, printable keys are typed into it (the screen's one-letter
@@ -390,7 +584,11 @@ class CalculatorPanel(Widget, can_focus=True):
         event.stop()
         event.prevent_default()
         text = event.text.splitlines()[0] if event.text.splitlines() else ""
-        self._insert(field, text)
+        if not self._accepts(field, text.strip()):
+            self.hint = f"{field.label} takes {field.takes}: {text.strip()!r} is not pasted"
+            self.refresh(layout=True)
+            return
+        self._insert(field, text.strip() if field.numeric else text)
         self._edited()
 
     def _insert(self, field: FlagField, text: str) -> None:
@@ -402,12 +600,9 @@ class CalculatorPanel(Widget, can_focus=True):
         self.selected = False
 
     def _edit_key(self, field: FlagField, key: str, character: str | None) -> bool:
-        """Apply one editing key to ``field``; False when it is not an editing key."""
+        """Apply one editing key (not a printable one) to ``field``; False when it is not an
+        editing key."""
         value = field.value
-        if character is not None and character.isprintable() and len(character) == 1 and key not in (
-                "enter", "tab", "escape"):
-            self._insert(field, character)
-            return True
         if key in ("backspace", "ctrl+h"):
             if self.selected:
                 field.value, self.cursor = "", 0
@@ -442,6 +637,9 @@ class CalculatorPanel(Widget, can_focus=True):
 
     def _edited(self) -> None:
         """The value under the cursor changed (or the cursor moved): repaint, recompute soon."""
+        if self.hint is not None:
+            self.hint = None
+            self.refresh(layout=True)
         self.refresh()
         if self._debounce is not None:
             self._debounce.stop()
@@ -457,20 +655,13 @@ class CalculatorPanel(Widget, can_focus=True):
     # ---- the prediction ---------------------------------------------------------------------
 
     def edits(self) -> tuple[list[str], list[str]]:
-        sets: list[str] = []
-        unsets: list[str] = []
-        for f in self.fields:
-            if not f.edited:
-                continue
-            value = f.value.strip()
-            if value:
-                sets.append(f"{f.flag}={value}")
-            else:
-                unsets.append(f.flag)
-        return sets, unsets
+        """The fields' values as typed (apply validates them again) as ``--set`` / ``--unset``."""
+        return _edit_args((f.flag, f.observed, f.value) for f in self.fields)
 
     def recompute(self) -> None:
-        """Predict for the current edits and show it."""
+        """Predict for the current edits and show it. Each edited field is checked on its own: an
+        invalid one is flagged, named in ``error`` with what it takes, and the prediction is made
+        with its last valid value (a combination the model refuses keeps the last prediction)."""
         from kvtui import kvcalc
 
         self.computations += 1
@@ -480,18 +671,33 @@ class CalculatorPanel(Widget, can_focus=True):
             self.prediction = None
             self._render_result()
             return
-        sets, unsets = self.edits()
+        errors: list[str] = []
+        for f in self.fields:
+            if not f.edited:
+                continue
+            try:
+                kvcalc.parse_edits(self.engine, *_edit_args([(f.flag, f.observed, f.value)]))
+            except kvcalc.CalcError as exc:
+                f.invalid = True
+                errors.append(_field_error(f, str(exc)))
+        sets, unsets = _edit_args((f.flag, f.observed, f.valid if f.invalid else f.value) for f in self.fields)
         try:
             edits = kvcalc.parse_edits(self.engine, sets, unsets)
-            self.prediction = kvcalc.predict(self.model, edits, graph_margin_gib=self.margin_gib)
+            prediction = kvcalc.predict(self.model, edits, graph_margin_gib=self.margin_gib)
         except kvcalc.CalcError as exc:
-            self.prediction = None
-            self.error = str(exc)
+            if self.prediction is not None and self.prediction.model is not self.model:
+                self.prediction = None  # the last one was of another boot's model
             for f in self.fields:
                 if f.edited and f.flag.replace("_", "-") in str(exc).replace("_", "-"):
                     f.invalid = True
+            kept = "" if self.prediction is None else " (the prediction shown is the last valid one)"
+            errors.append(f"{exc}{kept}")
         else:
-            self.error = None
+            self.prediction = prediction
+            for f in self.fields:
+                if not f.invalid:
+                    f.valid = f.value
+        self.error = "; ".join(errors) if errors else None
         self._render_result()
         self.post_message(self.Computed(self))
 
@@ -520,7 +726,8 @@ class CalculatorPanel(Widget, can_focus=True):
                 self._message = Content.styled(self.error or "", "$error")
             self.refresh(layout=True)
             return
-        self._message = Content("")
+        # an invalid field: said above the prediction, which is the last valid value's
+        self._message = Content.styled(self.error, "$error") if self.error else Content("")
         self._basis = Content.assemble(
             ("model: ", "$text-muted"),
             (str(p.model.basis), "$foreground"),
@@ -595,6 +802,10 @@ class CalculatorPanel(Widget, can_focus=True):
             if not field.value:
                 style = "$text-disabled italic" if not field.edited else "$accent italic"
             shown = elide(text, value_w)
+            if self.editing is None and index == self.current and self.has_focus:
+                # the panel has focus without a field (tab): the flag Enter / c would edit
+                return Content.assemble(label, (shown, f"{style} underline"),
+                                        (" " * (value_w - len(shown)), "on $primary 10%"))
             return Content.assemble(label, (shown, style), " " * (value_w - len(shown)))
         # the row being edited: a highlighted field with the cursor (the selection when all of it is)
         base = "on $primary 25%"
@@ -620,6 +831,9 @@ class CalculatorPanel(Widget, can_focus=True):
         if self.editing is not None:
             return Content.assemble(("⏎", "$accent bold"), " use  ", ("esc", "$accent bold"), " leave  ",
                                     ("↑↓", "$accent bold"), " field")
+        if self.has_focus:
+            return Content.assemble(("⏎", "$accent bold"), " edit  ", ("↑↓", "$accent bold"), " field  ",
+                                    ("^r", "$accent bold"), " reset")
         return Content.assemble(("c", "$accent bold"), " edit  ", ("⏎", "$accent bold"), " recompute  ",
                                 ("x", "$accent bold"), " explain")
 
@@ -631,7 +845,11 @@ class CalculatorPanel(Widget, can_focus=True):
         for i, field in enumerate(self.fields):
             self._field_lines[i] = len(out)
             out.append(self._field_line(i, field, width))
+        if self.hint:
+            out.extend(Content.styled(self.hint, "$warning").wrap(width))
         out.append(Content(""))
+        if self._rows and self._message:
+            out.extend(self._message.wrap(width))
         if self._rows:
             out.extend(self._result_line(label, value, width) for label, value in self._rows)
         elif self._message:
