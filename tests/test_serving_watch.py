@@ -12,6 +12,7 @@ import shutil
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -258,3 +259,28 @@ def test_wait_serving_prints_a_first_sample(tmp_path: Path, capsys: pytest.Captu
     assert "kvtui wait: demo: serving: " in err
     assert " metrics " in err
 
+
+
+# -- a kube host: the pod proxy -----------------------------------------------------------------------
+
+
+async def test_metrics_of_a_kube_pod_through_the_api_server_pod_proxy(kube: Any) -> None:
+    from kvtui.hosts.kube.backend import KubeBackend
+    from kvtui.hosts.kube.commands import PodRef
+
+    pod = json.loads((Path(__file__).parent / "fixtures" / "kube" / "pods" / "running-ready.json").read_text())
+    kube.put_pod(pod, "r1-0")
+    backend = KubeBackend("r1", PodRef("prod-eu", "llm", "r1-0", container="sglang"), retry_s=0.05)
+    path = "/api/v1/namespaces/llm/pods/r1-0:30000/proxy/metrics"
+    kube.put_raw(path, (SERVING / "sglang-0.5.10.metrics").read_text())
+    try:
+        await backend.start()
+        sample = parse_metrics(await backend.metrics(30000), 0.0)
+        assert sample is not None
+        assert sample.dialect == "sglang-0.5"
+        assert ["--context", "prod-eu", "get", "--raw", path] == kube.calls()[-1][-5:]
+        kube.put_raw(path, None)  # no answer from the pod's port
+        with pytest.raises(MetricsUnavailable, match=f"kubectl get --raw {path}: Error from server"):
+            await backend.metrics(30000)
+    finally:
+        await backend.close()
