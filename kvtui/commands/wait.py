@@ -39,7 +39,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kvtui import fmt, longrun
 from kvtui.boot import Boot, BootStatus
@@ -49,6 +49,9 @@ from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USA
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
 from kvtui.monitor import HostMonitor
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
+
+if TYPE_CHECKING:
+    from kvtui.commands.watch import ServingReader
 
 _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 CLOSE_LIMIT = 1.5  # seconds for closing the host, then as much for its streams to end, after the wait
@@ -492,7 +495,7 @@ async def _probe_ready(outcome: Outcome, monitor: HostMonitor, host: Any, args: 
     return Outcome(EXIT_FAILED, boot, outcome.index, outcome.message, failed)
 
 
-async def _first_serving(outcome: Outcome, reader: Any, args: argparse.Namespace, stderr: TextIO,
+async def _first_serving(outcome: Outcome, reader: ServingReader, args: argparse.Namespace, stderr: TextIO,
                          left: float) -> Outcome:
     """``--serving``: after ready, a first serving sample (``kvtui.commands.watch``), on stderr and
     as the JSON's ``serving`` (``kvtui watch --json``'s object); none within the time left: exit 5."""
