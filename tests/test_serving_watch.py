@@ -284,3 +284,55 @@ async def test_metrics_of_a_kube_pod_through_the_api_server_pod_proxy(kube: Any)
             await backend.metrics(30000)
     finally:
         await backend.close()
+
+
+@requires_sshd
+@pytest.mark.sshd
+async def test_watch_over_ssh_metrics_off_then_on(tmp_path: Path) -> None:
+    """``kvtui watch`` on an SSH host (a real sshd; the server's log a file there): /metrics answers
+    404 — the error names the URL, the samples come from the log's Decode lines and retraction
+    warnings — then the same port serves the engine's metrics, and they are read instead."""
+    import argparse
+    import io
+
+    from kvtui.commands.watch import watch
+
+    state = {"metrics": b""}
+
+    def answer(path: str) -> bytes:
+        return _http(200, state["metrics"]) if path == "/metrics" and state["metrics"] else _http(404, b"")
+
+    sshd = start_sshd(tmp_path / "sshd", user="root")
+    try:
+        async with _server(answer) as port:
+            ready = (Path(__file__).parent / "fixtures" / "sglang-0.5.10-llama70b-tp4-ready.journal").read_text()
+            serving = (SERVING / "sglang-0.5.10-serving-retract.log").read_text().splitlines()[2:]
+            prefix = "2026-03-04T09:16:00+0000 h100-a python3[7003]: "
+            log = tmp_path / "server.log"
+            log.write_text(ready.replace("port=30000", f"port={port}") + "".join(prefix + ln + "\n" for ln in serving))
+            hosts = tmp_path / "hosts.toml"
+            hosts.write_text(f'[hosts.gpu]\nssh = "{sshd.target}"\nport = {sshd.port}\n'
+                             f'identity_file = "{sshd.client_key}"\nknown_hosts = "{sshd.known_hosts}"\n'
+                             f'log_file = "{log}"\n')
+            args = argparse.Namespace(host="gpu", hosts=str(hosts), json=True, interval=0.3, count=1, timeout=60.0)
+            out, err = io.StringIO(), io.StringIO()
+            assert await watch(args, stdout=out, stderr=err) == 0, err.getvalue()
+            doc = json.loads(out.getvalue())
+            assert doc["source"] == "log"
+            assert doc["dialect"] == "sglang-log"
+            assert f"GET http://127.0.0.1:{port}/metrics on gpu (through an SSH port forward) answered 404" in (
+                doc["metrics_error"])
+            assert "reading the log's serving lines instead" in err.getvalue()
+            assert doc["diagnosis"]["evidence"]["retractions"] > 0  # the log's retraction warnings, added up
+            assert doc["peak_kv_usage"] >= 0.95
+            state["metrics"] = (SERVING / "sglang-0.5.10.metrics").read_bytes()
+            out, err = io.StringIO(), io.StringIO()
+            assert await watch(args, stdout=out, stderr=err) == 0, err.getvalue()
+            doc = json.loads(out.getvalue())
+            assert doc["source"] == "metrics"
+            assert doc["metrics_error"] is None
+            assert doc["pool_tokens"] == 2 * 192406  # two DP ranks, a pool each
+            assert doc["waiting"] == 39  # the two DP ranks' queues
+    finally:
+        sshd.stop()
+        shutil.rmtree(tmp_path / "sshd", ignore_errors=True)
