@@ -245,6 +245,16 @@ def test_watch_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "--count must be" in err
 
 
+def test_watch_times_out_with_5_while_the_server_is_not_ready(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text("[hosts.slow]\ndemo = true\ndemo_speed = 1\n")  # minutes to boot
+    assert main(["watch", "slow", "--hosts", str(hosts), "--count", "1", "--timeout", "1.5"]) == 5
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "timed out: no sample for 1.5 s (the server is not ready)" in err
+
+
 def test_wait_serving_prints_a_first_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["wait", "demo", "--hosts", _demo_hosts(tmp_path), "--serving", "--json", "--timeout", "120"])
     out, err = capsys.readouterr()
