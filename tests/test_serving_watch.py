@@ -239,6 +239,7 @@ def test_watch_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     hosts = _demo_hosts(tmp_path)
     assert main(["watch", "demo", "--hosts", hosts, "--interval", "0"]) == 2
     assert main(["watch", "demo", "--hosts", hosts, "--count", "0"]) == 2
+    assert main(["watch", "demo", "--hosts", hosts, "--interval", "0.01"]) == 2  # no faster than 0.1 s
     assert main(["watch", "nosuch", "--hosts", hosts]) == 3
     err = capsys.readouterr().err
     assert "--interval must be a positive number" in err

@@ -46,6 +46,7 @@ from kvtui.serving.window import ServingWindow
 from kvtui.updates import ConnUpdate, MonitorUpdate
 
 DEFAULT_INTERVAL_S = 5.0
+MIN_INTERVAL_S = 0.1  # a scrape costs the server a little: no faster than this
 MAX_PENDING_LOG_SAMPLES = 2048  # log samples kept between two reads (a busy server's 5 min of lines)
 _FATAL = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 
@@ -220,6 +221,9 @@ async def watch(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO,
     interval, timeout, count = float(args.interval), float(args.timeout), args.count
     if not (_positive("--interval", interval, stderr) and _positive("--timeout", timeout, stderr)
             and _positive("--count", count, stderr)):
+        return EXIT_USAGE
+    if interval < MIN_INTERVAL_S:
+        print(f"kvtui watch: --interval must be at least {MIN_INTERVAL_S:g} s, got {interval:g}", file=stderr)
         return EXIT_USAGE
     try:
         config = load_config(getattr(args, "hosts", None))
