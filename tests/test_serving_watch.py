@@ -347,3 +347,16 @@ async def test_watch_over_ssh_metrics_off_then_on(tmp_path: Path) -> None:
     finally:
         sshd.stop()
         shutil.rmtree(tmp_path / "sshd", ignore_errors=True)
+
+
+def test_wait_serving_falls_back_to_the_log(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(DemoBackend, "serve_metrics", False)
+    code = main(["wait", "demo", "--hosts", _demo_hosts(tmp_path), "--serving", "--json", "--timeout", "120"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    serving = json.loads(out)["serving"]
+    assert serving["source"] == "log"
+    assert "answered 404" in serving["metrics_error"]
+    assert serving["running"] is not None
+    assert "from the log's serving lines" in err
