@@ -51,7 +51,7 @@ from kvtui.monitor import HostMonitor
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
 
 if TYPE_CHECKING:
-    from kvtui.commands.watch import ServingReader
+    from kvtui.serving_live import ServingReader
 
 _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 CLOSE_LIMIT = 1.5  # seconds for closing the host, then as much for its streams to end, after the wait
@@ -398,7 +398,7 @@ async def wait_for_boot(
         return EXIT_INPUT
     serving = None
     if getattr(args, "serving", False):  # before the monitor runs: the log fallback sees the boot's lines
-        from kvtui.commands.watch import ServingReader
+        from kvtui.serving_live import ServingReader
 
         serving = ServingReader(monitor, clock or time.time)
     loop = asyncio.get_running_loop()
@@ -502,7 +502,8 @@ async def _first_serving(outcome: Outcome, reader: ServingReader, args: argparse
                          left: float) -> Outcome:
     """``--serving``: after ready, a first serving sample (``kvtui.commands.watch``), on stderr and
     as the JSON's ``serving`` (``kvtui watch --json``'s object); none within the time left: exit 5."""
-    from kvtui.commands.watch import first_reading, human_line, sample_json
+    from kvtui.commands.watch import human_line, sample_json
+    from kvtui.serving_live import first_reading
 
     boot = outcome.boot
     assert boot is not None
