@@ -50,9 +50,13 @@ def _facts(engine: str = "sglang") -> ServingFacts:
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_the_demo_metrics_are_a_pure_function_of_the_ticks(engine: str) -> None:
     a = DemoMetrics(_facts(engine), 7, 1, 5.0, "m")
-    samples = [parse_metrics(a.text(n), float(n)) for n in (10, 200, 2000)]
+    texts = [a.text(n) for n in (10, 200, 2000)]
+    samples = [parse_metrics(t, float(n)) for t, n in zip(texts, (10, 200, 2000), strict=True)]
     again = DemoMetrics(_facts(engine), 7, 1, 5.0, "m")
-    assert again.text(2000) == a.text(2000)  # the same ticks, the same text, however reached
+    assert [again.text(n) for n in (10, 200, 2000)] == texts  # deterministic
+    direct, stepped = DemoMetrics(_facts(engine), 7, 1, 5.0, "m"), DemoMetrics(_facts(engine), 7, 1, 5.0, "m")
+    stepped.text(300)
+    assert direct.text(700) == stepped.text(700)  # the same ticks, the same text, however reached
     assert all(s is not None for s in samples)
     first, mid, last = samples
     assert first is not None
@@ -360,3 +364,19 @@ def test_wait_serving_falls_back_to_the_log(tmp_path: Path, capsys: pytest.Captu
     assert "answered 404" in serving["metrics_error"]
     assert serving["running"] is not None
     assert "from the log's serving lines" in err
+
+
+def test_a_first_demo_scrape_of_a_long_running_server_adds_a_bounded_number_of_ticks() -> None:
+    from kvtui.hosts.demo_models.metrics import MAX_TICKS_BACK
+
+    m = DemoMetrics(_facts(), 7, 1, 5.0, "m")
+    first = parse_metrics(m.text(1_000_000), 0.0)  # a server up for two months (simulated)
+    assert m.ticks == 1_000_000
+    assert first is not None
+    assert first.ttft is not None
+    assert first.ttft.count == first.requests_total  # counted from MAX_TICKS_BACK ticks back, no further
+    assert first.requests_total is not None
+    assert first.requests_total < MAX_TICKS_BACK * 64
+    later = parse_metrics(m.text(1_000_010), 1.0)
+    assert later is not None
+    assert (later.requests_total or 0) >= first.requests_total  # and on from there, never falling
