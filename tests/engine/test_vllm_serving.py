@@ -79,21 +79,29 @@ def _kvtui(*argv: str, timeout: float) -> subprocess.CompletedProcess[str]:
 def test_watch_reads_the_burst_from_the_real_metrics(server: tuple[Path, int, Path]) -> None:
     hosts, port, model = server
     threads = [threading.Thread(target=_post, args=(port, str(model), i), daemon=True) for i in range(BURST)]
-    for t in threads:
-        t.start()
+    watch = subprocess.Popen([sys.executable, "-m", "kvtui", "watch", "box", "--hosts", str(hosts), "--json",
+                              "--interval", "1", "--count", "10", "--timeout", "120"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        res = _kvtui("watch", "box", "--hosts", str(hosts), "--json", "--interval", "1", "--count", "8",
-                     "--timeout", "120", timeout=300)
+        assert watch.stdout is not None
+        lines = [watch.stdout.readline()]  # the first sample: watch reads the server; then the burst
+        for t in threads:
+            t.start()
+        lines += watch.stdout.readlines()
+        err = watch.stderr.read() if watch.stderr is not None else ""
+        assert watch.wait(timeout=300) == 0, err
     finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
         for t in threads:
             t.join(timeout=300)
-    assert res.returncode == 0, res.stderr
-    docs = [json.loads(line) for line in res.stdout.splitlines()]
-    assert len(docs) == 8
-    assert {d["source"] for d in docs} == {"metrics"}, res.stderr
+    docs = [json.loads(line) for line in lines if line.strip()]
+    assert len(docs) == 10, err
+    assert {d["source"] for d in docs} == {"metrics"}, err
     assert {d["engine"] for d in docs} == {"vllm"}
     assert {d["pool_tokens"] for d in docs} == {2560}  # 20 blocks of 128 tokens, as the engine says
-    assert max(d["waiting"] for d in docs) > 0  # the burst queues behind the small pool
+    assert max(d["waiting"] for d in docs) > 0, docs  # the burst queues behind the small pool
     assert max(d["peak_kv_usage"] for d in docs) >= 0.5
     assert docs[-1]["preemptions_per_min"] is not None
     assert docs[-1]["diagnosis"]["evidence"]["running_cap"] == 16  # --max-num-seqs, from the argument dump
