@@ -79,6 +79,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--probe", action=argparse.BooleanOptionalAction, default=None,
                    help="after ready, ask the server for one token (default: on when the port is known)")
 
+    p.add_argument("--serving", action="store_true",
+                   help="once ready, also read a first serving sample (/metrics, else the log) and print it")
+
+    p = sub.add_parser("watch", parents=common,
+                       help="a serving server's KV pressure from its /metrics (or its log): one line per sample")
+    p.add_argument("host", metavar="HOST", help="a [hosts.NAME] of hosts.toml ('demo' always exists)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per sample: the window's figures and the diagnosis (README: kvtui watch)")
+    p.add_argument("--interval", type=float, default=5.0, metavar="S", help="seconds between samples (default 5)")
+    p.add_argument("--count", type=int, default=None, metavar="N",
+                   help="stop after N samples (exit 0); default: until interrupted")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
+                   help="give up when no sample could be read for S seconds, waiting for the server to be "
+                        "ready included (exit 5; default 1800)")
+
     p = sub.add_parser(
         "replay",
         parents=common,

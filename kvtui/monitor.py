@@ -367,6 +367,7 @@ class HostMonitor:
         self._pids_now = asyncio.Event()
         self._procs: list[GpuProcess] = []
         self._sink: Sink | None = None
+        self.on_parsed: Callable[[ParsedLine], None] | None = None  # every parsed line (kvtui watch's log fold)
         self._replayed = False
         self._resume = resume
         self.published = 0  # sink calls so far: a view counting the batches it applied knows it is current
@@ -780,6 +781,11 @@ class HostMonitor:
             except Exception:
                 self._note_ingest_error("tracker", rec)
                 upd = BootUpdate()
+            if self.on_parsed is not None:
+                try:
+                    self.on_parsed(p)
+                except Exception:
+                    self._note_ingest_error("on_parsed", rec)
             nboots = len(self.tracker.boots)
             boot = max(nboots - 1, 0)
             if nboots > boots_before and nboots > 1:

@@ -12,6 +12,7 @@ from kvtui.cli import build_parser, main
 COMMANDS = [
     ["connect", "demo"],
     ["wait", "demo"],
+    ["watch", "demo"],
     ["replay", "x.log"],
     ["calc", "--log", "x.log"],
     ["apply", "demo", "--set", "tp=2"],

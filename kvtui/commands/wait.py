@@ -39,7 +39,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kvtui import fmt, longrun
 from kvtui.boot import Boot, BootStatus
@@ -49,6 +49,9 @@ from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USA
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
 from kvtui.monitor import HostMonitor
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
+
+if TYPE_CHECKING:
+    from kvtui.serving_live import ServingReader
 
 _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 CLOSE_LIMIT = 1.5  # seconds for closing the host, then as much for its streams to end, after the wait
@@ -365,6 +368,9 @@ async def wait_for_boot(
         config = load_config(getattr(args, "hosts", None))
         dep = config.deployment(args.host)
         if dep is not None:  # a [deployments.NAME]: one wait over its nodes
+            if getattr(args, "serving", False):
+                print(f"kvtui wait: {args.host}: --serving reads one host's server; not for a deployment "
+                      "(wait on its leader node's host)", file=stderr)
             from kvtui.commands.wait_nodes import wait_deployment
 
             return await wait_deployment(args, config, dep, stdout=stdout, stderr=stderr, clock=clock, timer=timer,
@@ -390,6 +396,11 @@ async def wait_for_boot(
     except (BackendError, SpoolError) as exc:
         print(f"kvtui wait: {args.host}: {exc}", file=stderr)
         return EXIT_INPUT
+    serving = None
+    if getattr(args, "serving", False):  # before the monitor runs: the log fallback sees the boot's lines
+        from kvtui.serving_live import ServingReader
+
+        serving = ServingReader(monitor, clock or time.time)
     loop = asyncio.get_running_loop()
     waiter = Waiter(
         monitor, stderr, next_boot=bool(args.next), follow_restarts=bool(args.follow_restarts), t0=loop.time(),
@@ -433,6 +444,8 @@ async def wait_for_boot(
         if outcome.code == EXIT_OK and outcome.boot is not None:
             outcome = await _probe_ready(outcome, monitor, host, args, stderr,
                                          timeout - (loop.time() - waiter.t0))
+        if outcome.code == EXIT_OK and outcome.boot is not None and serving is not None:
+            outcome = await _first_serving(outcome, serving, args, stderr, timeout - (loop.time() - waiter.t0))
     finally:
         beat.cancel()
         if watch is not None:
@@ -483,6 +496,31 @@ async def _probe_ready(outcome: Outcome, monitor: HostMonitor, host: Any, args: 
     failed = boot.to_json()
     failed["probe"] = res.to_json()
     return Outcome(EXIT_FAILED, boot, outcome.index, outcome.message, failed)
+
+
+async def _first_serving(outcome: Outcome, reader: ServingReader, args: argparse.Namespace, stderr: TextIO,
+                         left: float) -> Outcome:
+    """``--serving``: after ready, a first serving sample (``kvtui.commands.watch``), on stderr and
+    as the JSON's ``serving`` (``kvtui watch --json``'s object); none within the time left: exit 5."""
+    from kvtui.commands.watch import human_line, sample_json
+    from kvtui.serving_live import first_reading
+
+    boot = outcome.boot
+    assert boot is not None
+    print(f"kvtui wait: {args.host}: reading a first serving sample", file=stderr, flush=True)
+    r = await first_reading(reader, boot, timeout=max(1.0, left))
+    snap = outcome.snapshot if outcome.snapshot is not None else boot.to_json()
+    if r is None:
+        snap["serving"] = None
+        why = reader.metrics_error or "and no serving line in the log"
+        return Outcome(EXIT_TIMEOUT, boot, outcome.index, f"ready, but no serving sample in {max(1.0, left):.0f} s "
+                       f"({why})", snap)
+    now = time.time()
+    if reader.source == "log":
+        print(f"kvtui wait: {args.host}: {reader.metrics_error}; from the log's serving lines", file=stderr)
+    print(f"kvtui wait: {args.host}: serving: {human_line(r, now)}", file=stderr, flush=True)
+    snap["serving"] = sample_json(r, args.host, now, reader.metrics_error)
+    return Outcome(outcome.code, boot, outcome.index, outcome.message, snap)
 
 
 async def _close_bounded(monitor: HostMonitor, task: asyncio.Task[None]) -> None:

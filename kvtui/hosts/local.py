@@ -1107,6 +1107,12 @@ class LocalBackend:
 
         return direct(port)
 
+    async def metrics(self, port: int, *, timeout: float = 10.0) -> str:
+        """The server's ``/metrics`` on this machine's loopback (``kvtui.hosts.metrics``)."""
+        from kvtui.hosts.metrics import metrics_via_port
+
+        return await metrics_via_port(self, port, self.name, timeout=timeout)
+
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
         try:
             proc = await asyncio.create_subprocess_shell(

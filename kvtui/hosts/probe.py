@@ -64,8 +64,9 @@ class HttpAnswer:
 
 
 async def http_request(addr: tuple[str, int], method: str, path: str, body: Mapping[str, object] | None = None,
-                       *, timeout: float = REQUEST_TIMEOUT_S) -> HttpAnswer:
-    """One HTTP/1.1 request (``Connection: close``) to a loopback address."""
+                       *, timeout: float = REQUEST_TIMEOUT_S, max_body: int = MAX_BODY) -> HttpAnswer:
+    """One HTTP/1.1 request (``Connection: close``) to a loopback address; at most ``max_body``
+    bytes of the answer are read."""
     host, port = addr
     if host != LOOPBACK:
         raise HttpError(f"refusing to probe {host}: the probe speaks to loopback addresses only")
@@ -80,7 +81,7 @@ async def http_request(addr: tuple[str, int], method: str, path: str, body: Mapp
             try:
                 writer.write(head.encode() + b"\r\n" + payload)
                 await writer.drain()
-                return await _read_answer(reader)
+                return await _read_answer(reader, max_body)
             finally:
                 writer.close()
                 with contextlib.suppress(Exception):
@@ -91,7 +92,7 @@ async def http_request(addr: tuple[str, int], method: str, path: str, body: Mapp
         raise HttpError(f"{path}: {exc.__class__.__name__}: {exc}".rstrip(": ")) from exc
 
 
-async def _read_answer(reader: asyncio.StreamReader) -> HttpAnswer:
+async def _read_answer(reader: asyncio.StreamReader, max_body: int = MAX_BODY) -> HttpAnswer:
     status_line = await reader.readline()
     if not status_line:
         raise ValueError("the connection closed without an answer (nothing listens on that port?)")
@@ -113,17 +114,26 @@ async def _read_answer(reader: asyncio.StreamReader) -> HttpAnswer:
             chunked = True
     if chunked:
         body = bytearray()
-        while len(body) < MAX_BODY:
+        while len(body) < max_body:
             size_line = await reader.readline()
             size = int(size_line.split(b";")[0].strip() or b"0", 16)
             if size == 0:
                 break
+            if size > max_body - len(body):  # the bound: keep what fits, read no further
+                body += await reader.readexactly(max_body - len(body))
+                break
             body += await reader.readexactly(size)
             await reader.readline()
-        return HttpAnswer(status, bytes(body[:MAX_BODY]))
+        return HttpAnswer(status, bytes(body[:max_body]))
     if length is not None:
-        return HttpAnswer(status, await reader.readexactly(min(length, MAX_BODY)))
-    return HttpAnswer(status, await reader.read(MAX_BODY))
+        return HttpAnswer(status, await reader.readexactly(min(length, max_body)))
+    rest = bytearray()  # no length: until the server closes (``read`` returns what has arrived so far)
+    while len(rest) < max_body:
+        got = await reader.read(max_body - len(rest))
+        if not got:
+            break
+        rest += got
+    return HttpAnswer(status, bytes(rest))
 
 
 @dataclass(slots=True)

@@ -47,6 +47,7 @@ from kvtui.hosts.demo_models import (
 
 if TYPE_CHECKING:
     from kvtui.hosts.demo.http import Serving
+    from kvtui.hosts.demo_models.metrics import DemoMetrics
     from kvtui.hosts.service.model import HostOps
 
 MAX_BATCH = 2000
@@ -68,6 +69,8 @@ DEMO_START_MISSING_UPTIME_H: Final = 48.0
 
 class DemoBackend:
     """A simulated GPU host (see the module docstring). Implements ``HostBackend``."""
+
+    serve_metrics: bool = True  # the simulated server's /metrics (off: 404, as SGLang without --enable-metrics)
 
     def __init__(
         self,
@@ -115,6 +118,7 @@ class DemoBackend:
             state_dir = _state_root() / "demo" / name
         self.state_dir = state_dir
         self.poll_interval = poll_interval
+        self._metrics: tuple[tuple[int, int, float], DemoMetrics] | None = None  # the boot's /metrics totals
         self.idle_polls = 0  # follower polls answered by one stat (nothing due yet), for tests
         self._collected_due: tuple[float | None, tuple[int, int] | None] = (None, None)
         self.preset: Preset = PRESETS[self.model_key]
@@ -915,7 +919,36 @@ class DemoBackend:
         """The simulated server's HTTP endpoints (``kvtui.hosts.demo.http``; the readiness probe)."""
         from kvtui.hosts.demo.http import serve_port
 
-        return serve_port(port, self.serving_now)
+        return serve_port(port, self.serving_now, self.metrics_now)
+
+    async def metrics(self, port: int, *, timeout: float = 10.0) -> str:
+        """The simulated server's ``/metrics``, over its loopback HTTP server (``kvtui.hosts.metrics``)."""
+        from kvtui.hosts.metrics import metrics_via_port
+
+        return await metrics_via_port(self, port, self.name, timeout=timeout)
+
+    def metrics_now(self) -> str | None:
+        """The simulated engine's ``/metrics`` text now (``kvtui.hosts.demo_models.metrics``): None
+        while no ready server runs, or with ``serve_metrics`` off (SGLang without --enable-metrics)."""
+        from kvtui.hosts.demo_models.metrics import DemoMetrics
+
+        if not self.serve_metrics:
+            return None
+        tl = self._timeline()
+        now = self.clock()
+        v = self._alive_view(tl, now)
+        facts = v.script.serving if v is not None else None
+        if v is None or facts is None or v.ready_t is None or now < v.ready_t:
+            return None
+        n = tl._serving_count(v.ready_t, v.interval, now)
+        if v.serving_n is not None:
+            n = min(n, v.serving_n)
+        key = (v.epoch.seed, v.g, v.start)
+        if self._metrics is None or self._metrics[0] != key:
+            sim_step = v.interval * v.epoch.speed
+            model = self.serving_now()
+            self._metrics = (key, DemoMetrics(facts, v.epoch.seed, v.g, sim_step, model.model if model else "default"))
+        return self._metrics[1].text(n)
 
     def serving_now(self) -> Serving | None:
         """What the simulated server answers now: None when no server process runs."""

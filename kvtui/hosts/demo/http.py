@@ -2,7 +2,9 @@
 server's port, answering as the engine would at that moment of the simulation — the connection
 is dropped while no server runs (or on another port than the one its arguments name), ``/health``
 and ``/health_generate`` answer 503 until the boot is ready, then 200; ``/v1/models`` lists the
-served model; ``/v1/completions`` returns one token. Only while ``open_port`` is held."""
+served model; ``/v1/completions`` returns one token; ``/metrics`` the simulated engine's Prometheus
+text (``kvtui.hosts.demo_models.metrics``; 404 when the backend serves none, as SGLang without
+``--enable-metrics``). Only while ``open_port`` is held."""
 
 from __future__ import annotations
 
@@ -44,6 +46,15 @@ def serving_of(unit: UnitInfo, ready: bool) -> Serving:
     return Serving(ready, port, model)
 
 
+MetricsText = Callable[[], str | None]
+
+
+def _text(body: str) -> bytes:
+    data = body.encode()
+    return (f"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode() + data
+
+
 def _answer(status: int, doc: object) -> bytes:
     body = json.dumps(doc).encode()
     reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable", 400: "Bad Request"}.get(status, "")
@@ -52,7 +63,7 @@ def _answer(status: int, doc: object) -> bytes:
 
 
 async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int,
-                  now_serving: Callable[[], Serving | None]) -> None:
+                  now_serving: Callable[[], Serving | None], metrics: MetricsText | None = None) -> None:
     try:
         s = now_serving()
         if s is None or s.port != port:
@@ -70,7 +81,11 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, po
             if k.strip().lower() == "content-length" and v.strip().isdigit():
                 length = min(int(v.strip()), 1 << 16)
         body = await reader.readexactly(length) if length else b""
-        writer.write(_route(method, path, body, s))
+        if method == "GET" and path == "/metrics" and s.ready and metrics is not None:
+            text = metrics()
+            writer.write(_text(text) if text is not None else _answer(404, {"detail": "Not Found"}))
+        else:
+            writer.write(_route(method, path, body, s))
         await writer.drain()
     except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError):
         pass
@@ -102,9 +117,11 @@ def _route(method: str, path: str, body: bytes, s: Serving) -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def serve_port(port: int, now_serving: Callable[[], Serving | None]) -> AsyncIterator[tuple[str, int]]:
-    """A loopback server that answers as the simulated server on ``port``; closed on exit."""
-    server = await asyncio.start_server(lambda r, w: _handle(r, w, port, now_serving), LOOPBACK, 0)
+async def serve_port(port: int, now_serving: Callable[[], Serving | None],
+                     metrics: MetricsText | None = None) -> AsyncIterator[tuple[str, int]]:
+    """A loopback server that answers as the simulated server on ``port``; closed on exit.
+    ``metrics``: the ``/metrics`` text now (None: 404)."""
+    server = await asyncio.start_server(lambda r, w: _handle(r, w, port, now_serving, metrics), LOOPBACK, 0)
     try:
         yield LOOPBACK, server.sockets[0].getsockname()[1]
     finally:

@@ -39,8 +39,24 @@ class ServingTick:
     load: float
 
 
-def serving_tick(facts: ServingFacts, seed: int, boot_no: int, j: int, t: float, sim_t: float) -> ServingTick:
-    """Serving line ``j`` of a boot, printed at ``t``, ``sim_t`` simulated seconds after ready."""
+@dataclass(frozen=True, slots=True)
+class TickFigures:
+    """The simulated server's state at serving tick ``j``: what its serving line prints and what
+    its ``/metrics`` reads (``kvtui.hosts.demo_models.metrics``)."""
+
+    load: float
+    running: int
+    usage: float
+    used: int
+    queue: int
+    gen: float
+
+
+def tick_figures(
+    facts: ServingFacts, seed: int, boot_no: int, j: int, sim_t: float
+) -> tuple[TickFigures, random.Random]:
+    """Tick ``j``'s figures, ``sim_t`` simulated seconds after ready, and the tick's generator
+    (the serving line draws the rest of its text from it)."""
     load = serving_load(seed, boot_no, sim_t)
     rng = random.Random(f"tick:{seed}:{boot_no}:{j}")
     running = round(load * facts.max_running_requests * 0.9)
@@ -50,6 +66,13 @@ def serving_tick(facts: ServingFacts, seed: int, boot_no: int, j: int, t: float,
     queue = max(0, int((load - 0.85) * facts.max_running_requests * 2)) if load > 0.85 else 0
     per_req = facts.decode_tok_s * (1.0 - 0.45 * min(1.0, running / max(facts.max_running_requests, 1)))
     gen = running * per_req * (0.92 + 0.16 * rng.random())
+    return TickFigures(load, running, usage, used, queue, gen), rng
+
+
+def serving_tick(facts: ServingFacts, seed: int, boot_no: int, j: int, t: float, sim_t: float) -> ServingTick:
+    """Serving line ``j`` of a boot, printed at ``t``, ``sim_t`` simulated seconds after ready."""
+    f, rng = tick_figures(facts, seed, boot_no, j, sim_t)
+    load, running, usage, used, queue, gen = f.load, f.running, f.usage, f.used, f.queue, f.gen
     if facts.engine == "vllm":
         prompt = gen * (0.3 + 1.2 * rng.random()) if running else 0.0
         text = (

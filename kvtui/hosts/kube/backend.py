@@ -819,6 +819,27 @@ class KubeBackend:
             if await self._sleep(every):
                 return
 
+    async def metrics(self, port: int, *, timeout: float = 10.0) -> str:
+        """The server's ``/metrics`` through the API server's pod proxy (``kubectl get --raw
+        /api/v1/namespaces/NS/pods/POD:PORT/proxy/metrics``; ``kvtui.hosts.metrics``): the pod's
+        port reached from inside the cluster, never from here."""
+        from kvtui.hosts.metrics import MAX_METRICS_BYTES, MetricsUnavailable, check_metrics
+
+        if self._pod is None:
+            raise MetricsUnavailable(f"{self.name}: no pod yet: its /metrics cannot be read")
+        path = K.pod_proxy_path(self.ref, self._pod, port, "/metrics")
+        where = f"kubectl get --raw {path}"
+        try:
+            rc, out, err = await self._kubectl(K.get_raw(self.ref, path), timeout=timeout)
+        except BackendError as exc:
+            raise MetricsUnavailable(f"{where}: {exc}") from exc
+        if rc != 0:
+            first = _first_line(err) or f"kubectl exited {rc}"
+            if "(NotFound)" in first:  # the server answered 404: no /metrics (SGLang without --enable-metrics)
+                check_metrics(404, b"", where)
+            raise MetricsUnavailable(f"{where}: {first}")
+        return check_metrics(200, out.encode()[:MAX_METRICS_BYTES], where)
+
     async def gpu_processes(self) -> list[GpuProcess]:
         return []  # a container's nvidia-smi sees its own processes only: nothing to attribute
 

@@ -116,12 +116,19 @@ def rollout_restart(ref: PodRef, kind: str, name: str) -> list[str]:
     return [*_base(ref), "rollout", "restart", f"{kind.lower()}/{check_name(name, kind)}"]
 
 
-_RAW_RE = re.compile(r"^/api/v1/namespaces/[a-z0-9-]+/services/(https:)?[a-z0-9-]+:\d+/proxy/[A-Za-z0-9._~/-]*$")
+_RAW_RE = re.compile(r"^/api/v1/namespaces/[a-z0-9-]+/(services/(https:)?[a-z0-9-]+|pods/[a-z0-9.-]+):\d+"
+                     r"/proxy/[A-Za-z0-9._~/-]*$")
+
+
+def pod_proxy_path(ref: PodRef, pod: str, port: int, path: str) -> str:
+    """``/api/v1/namespaces/NS/pods/POD:PORT/proxy/PATH``: a pod's port through the API server."""
+    return f"/api/v1/namespaces/{ref.namespace}/pods/{pod}:{int(port)}/proxy/{path.lstrip('/')}"
 
 
 def get_raw(ref: PodRef, path: str) -> list[str]:
     """``kubectl get --raw PATH``: an in-cluster service through the API server's service proxy
-    (``kube_ref.ServiceUrl.proxy_path``: the DCGM exporter's /metrics)."""
+    (``kube_ref.ServiceUrl.proxy_path``: the DCGM exporter's /metrics), or a pod's port through its
+    pod proxy (``pod_proxy_path``: the server's own /metrics)."""
     if not _RAW_RE.match(path):
         raise KubeRefError(f"expected a service proxy path, got {json.dumps(path)}")
     out = [KUBECTL]

@@ -481,6 +481,12 @@ class SshBackend:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(listener.wait_closed(), 5)
 
+    async def metrics(self, port: int, *, timeout: float = 10.0) -> str:
+        """The server's ``/metrics`` through a port forward like the probe's (``kvtui.hosts.metrics``)."""
+        from kvtui.hosts.metrics import metrics_via_port
+
+        return await metrics_via_port(self, port, self.name, via="through an SSH port forward", timeout=timeout)
+
     def forwards_open(self) -> int:
         """Local port forwards open now (tests: none may outlive a probe or the backend)."""
         return len(self._forwards)

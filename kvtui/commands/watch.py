@@ -1,0 +1,206 @@
+"""``kvtui watch HOST [--json] [--interval S] [--count N] [--timeout S]``: a serving server's KV
+pressure, one line per sample (issue 24).
+
+While the host's current boot is ready, every ``--interval`` seconds (default 5) the server's
+``/metrics`` is read through the host (``kvtui.hosts.metrics``: the probe's port forward, the local
+port, the demo's simulated server, a kube pod's proxy) into a ``ServingWindow``
+(``kvtui.serving``); when it cannot be read (SGLang without ``--enable-metrics``, a host that
+cannot reach the port) the log's serving lines stand in — SGLang's ``Decode batch`` lines and
+retraction warnings, vLLM's periodic stats — as the monitor parses them (``ServingReader``). Each
+sample says its source; a change of source is said on stderr (with the reason metrics failed) and
+starts the window over (the two count from different origins).
+
+A line: ``14:52:03 metrics  KV 87.0% (peak 96.0%)  running 45 / waiting 3  retractions 2.4/min
+TTFT p95 0.41 s`` and, when a limit bites, the diagnosis (``kvtui.serving.diagnose``). ``--json``:
+one object per line (``sample_json``; README "kvtui watch").
+
+Exit codes (``kvtui.exits``, as ``kvtui wait``): 0 after ``--count`` samples; 1 the boot failed
+(a stopped server is waited for: a restart goes on being watched); 2 usage; 3 connection or
+configuration; 5 no sample for ``--timeout`` seconds (waiting for the boot to be ready included);
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TextIO
+
+from kvtui.boot import BootStatus
+from kvtui.engines.events import Engine
+from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
+from kvtui.hosts.backend import BackendError, ConnState, LogStart
+from kvtui.monitor import HostMonitor
+from kvtui.serving.diagnose import Limit
+from kvtui.serving.sample import Source
+from kvtui.serving_live import Reading, ServingReader, boot_port_of
+from kvtui.updates import ConnUpdate, MonitorUpdate
+
+DEFAULT_INTERVAL_S = 5.0
+MIN_INTERVAL_S = 0.1  # a scrape costs the server a little: no faster than this
+_FATAL = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.1f}%"
+
+
+def _num(v: int | None) -> str:
+    return "—" if v is None else str(v)
+
+
+def human_line(r: Reading, now: float) -> str:
+    """``14:52:03 metrics  KV 87.0% (peak 96.0%)  running 45 / waiting 3  retractions 2.4/min  TTFT p95 0.41 s``."""
+    f = r.window.figures()
+    s = r.sample
+    vllm = s.engine is Engine.VLLM
+    what, rate = ("preemptions", f.preemptions_per_min) if vllm else ("retractions", f.retractions_per_min)
+    parts = [datetime.fromtimestamp(now).strftime("%H:%M:%S"), f"{s.source:<7}",
+             f"KV {_pct(f.kv_usage)} (peak {_pct(f.peak_kv_usage)})",
+             f"running {_num(f.running)} / waiting {_num(f.waiting)}",
+             f"{what} " + ("—" if rate is None else f"{rate:.1f}/min"),
+             "TTFT p95 " + ("—" if f.ttft_p95 is None else f"{f.ttft_p95:.2f} s")]
+    line = "  ".join(parts)
+    if r.diagnosis.limit is not Limit.NONE:
+        line += f"  ! {r.diagnosis.line()}"
+    return line
+
+
+def sample_json(r: Reading, host: str, now: float, metrics_error: str | None) -> dict[str, object]:
+    """The ``--json`` object (README "kvtui watch")."""
+    s = r.sample
+    return {
+        "host": host,
+        "time": datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
+        "source": s.source,
+        "engine": s.engine.value,
+        "dialect": s.dialect,
+        **r.window.figures().to_json(),
+        "pool_tokens": s.cache.pool_tokens if s.cache is not None else None,
+        "diagnosis": r.diagnosis.to_json(),
+        "metrics_error": metrics_error,
+    }
+
+
+def _positive(name: str, v: float | None, stderr: TextIO) -> bool:
+    if v is not None and not v > 0:
+        print(f"kvtui watch: {name} must be a positive number, got {v:g}", file=stderr)
+        return False
+    return True
+
+
+async def watch(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO,
+                clock: Callable[[], float] | None = None) -> int:
+    from kvtui.config import ConfigError, load_config
+    from kvtui.hosts.factory import make_backend
+    from kvtui.spool import SpoolError
+
+    interval, timeout, count = float(args.interval), float(args.timeout), args.count
+    if not (_positive("--interval", interval, stderr) and _positive("--timeout", timeout, stderr)
+            and _positive("--count", count, stderr)):
+        return EXIT_USAGE
+    if interval < MIN_INTERVAL_S:
+        print(f"kvtui watch: --interval must be at least {MIN_INTERVAL_S:g} s, got {interval:g}", file=stderr)
+        return EXIT_USAGE
+    try:
+        config = load_config(getattr(args, "hosts", None))
+        if config.deployment(args.host) is not None:
+            print(f"kvtui watch: {args.host} is a deployment: watch its leader node's host", file=stderr)
+            return EXIT_USAGE
+        host = config.host(args.host)
+    except ConfigError as exc:
+        print(f"kvtui watch: {exc}", file=stderr)
+        return EXIT_INPUT
+    now = clock or time.time
+    try:
+        backend = make_backend(args.host, host, clock=clock)
+        monitor = HostMonitor(args.host, backend, host=host, start=LogStart.CURRENT_BOOT, gpu_interval=30.0,
+                              log_window=200, clock=now, retry_start=False)
+    except (BackendError, SpoolError) as exc:
+        print(f"kvtui watch: {args.host}: {exc}", file=stderr)
+        return EXIT_INPUT
+    reader = ServingReader(monitor, now)
+    fatal: list[str] = []
+
+    def sink(updates: Sequence[MonitorUpdate]) -> None:
+        for u in updates:
+            if isinstance(u, ConnUpdate) and u.status.state in _FATAL:
+                fatal.append(f"{u.status.state.value}: {u.status.detail}".rstrip(": "))
+
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(monitor.run(sink))
+    print(f"kvtui watch: {args.host} ({host.source_label or host.kind}): waiting for a ready server", file=stderr,
+          flush=True)
+    try:
+        return await _loop(args.host, reader, task, fatal, interval=interval, timeout=timeout, count=count,
+                           json_out=bool(args.json), stdout=stdout, stderr=stderr, now=now, loop=loop)
+    finally:
+        with contextlib.suppress(TimeoutError, Exception):
+            async with asyncio.timeout(1.5):
+                await monitor.close()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(task, 1.5)
+
+
+async def _loop(name: str, reader: ServingReader, task: asyncio.Task[None], fatal: list[str], *, interval: float,
+                timeout: float, count: int | None, json_out: bool, stdout: TextIO, stderr: TextIO,
+                now: Callable[[], float], loop: asyncio.AbstractEventLoop) -> int:
+    printed = 0
+    last = loop.time()  # the last sample (or the start)
+    said_source: tuple[Source | None, str | None] = (None, None)
+    while count is None or printed < count:
+        if fatal:
+            print(f"kvtui watch: {name}: {fatal[-1]}", file=stderr)
+            return EXIT_INPUT
+        if task.done():
+            exc = None if task.cancelled() else task.exception()
+            print(f"kvtui watch: {name}: cannot follow the host: {exc or 'the monitor ended'}", file=stderr)
+            return EXIT_INPUT
+        boots = reader.monitor.tracker.boots
+        boot = boots[-1] if boots else None
+        pause = min(interval, 0.5)
+        if boot is not None and boot.status is BootStatus.FAILED:
+            why = f": {boot.failure.kind.value}: {boot.failure.message}" if boot.failure is not None else ""
+            print(f"kvtui watch: {name}: the server's boot failed{why}", file=stderr)
+            return EXIT_FAILED
+        if boot is not None and boot.status is BootStatus.READY:
+            sample = await reader.read(boot_port_of(boot), timeout=max(1.0, min(10.0, interval * 2)))
+            source = (reader.source, reader.metrics_error)
+            if sample is not None and source != said_source:
+                if reader.source == "log":
+                    print(f"kvtui watch: {name}: {reader.metrics_error}; reading the log's serving lines instead",
+                          file=stderr, flush=True)
+                else:
+                    print(f"kvtui watch: {name}: reading the server's /metrics", file=stderr, flush=True)
+                said_source = source
+            if sample is not None:
+                r = reader.reading(sample, boot)
+                t = now()
+                if json_out:
+                    stdout.write(json.dumps(sample_json(r, name, t, reader.metrics_error), ensure_ascii=False) + "\n")
+                else:
+                    stdout.write(human_line(r, t) + "\n")
+                stdout.flush()
+                printed += 1
+                last = loop.time()
+                if count is not None and printed >= count:
+                    break
+            pause = interval
+        if loop.time() - last > timeout:
+            why = reader.metrics_error or "the server is not ready"
+            print(f"kvtui watch: {name}: timed out: no sample for {timeout:g} s ({why})", file=stderr)
+            return EXIT_TIMEOUT
+        await asyncio.sleep(pause)
+    return EXIT_OK
+
+
+def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None,
+        clock: Callable[[], float] | None = None) -> int:
+    return asyncio.run(watch(args, stdout=stdout or sys.stdout, stderr=stderr or sys.stderr, clock=clock))
