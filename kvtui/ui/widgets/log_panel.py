@@ -206,6 +206,8 @@ class LogStatus(Horizontal):
             parts.append(Content(" ").join([*chips, Content(f"{view.filter_hidden:,} hidden")]))
         if view.search_query is not None:
             parts.append(Content(f"search /{view.search_query.text}"))
+        if not view.collapse_progress:
+            parts.append(Content("every redraw"))
         if view.wrap:
             parts.append(Content("wrap"))
         if view.timestamps:

@@ -35,7 +35,7 @@ from textual.strip import Strip
 from kvtui.engines.events import LineStyle
 from kvtui.logfilter import FilterSet, LineFilter
 from kvtui.longrun import gap_count, gap_text_label
-from kvtui.ui.widgets.log_window import LineWindow
+from kvtui.ui.widgets.log_window import BarWindow, LineWindow
 from kvtui.updates import GapMark, GapSearchError, HostMatch, LineRun, LogLine, expand, make_line
 
 MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)
@@ -225,6 +225,7 @@ class LogView(ScrollView, can_focus=True):
         Binding("ctrl+u", "half_page(-1)", "Half a page up", show=False, id="log.half_up"),
         Binding("apostrophe", "jump_mark(True)", "Next mark", show=False, id="mark.next"),
         Binding("quotation_mark", "jump_mark(False)", "Previous mark", show=False, id="mark.previous"),
+        Binding("P", "toggle_progress", "Progress redraws", show=False, id="log.progress"),
     ]
 
     follow: reactive[bool] = reactive(True)
@@ -259,7 +260,11 @@ class LogView(ScrollView, can_focus=True):
         super().__init__(id=id, classes=classes)
         self.window = max(100, window)
         self.source = source
-        self._live = LineWindow()  # the tail: a LogLine of a run is built when first read
+        # the tail: a LogLine of a run is built when first read; every line (``_all``) and as shown,
+        # a progress bar's consecutive redraws on one row (``_rows``; ``P`` shows every redraw)
+        self._all = LineWindow()
+        self._rows = BarWindow()
+        self.collapse_progress = True
         self._view: LineWindow | list[LogLine] = self._live
         self._row_starts: list[int] = []
         self._max_width = 0
@@ -289,6 +294,11 @@ class LogView(ScrollView, can_focus=True):
         self._host: _HostResults | None = None  # the results shown in ViewMode.HOST
 
     # ---- data in ------------------------------------------------------------------------
+
+    @property
+    def _live(self) -> LineWindow:
+        """The live tail as shown: a row per progress bar, or (``P``) every redraw."""
+        return self._rows if self.collapse_progress else self._all
 
     @property
     def lines(self) -> Sequence[LogLine]:
@@ -342,12 +352,22 @@ class LogView(ScrollView, can_focus=True):
         count = sum(1 if isinstance(p, LogLine) else len(p.texts) for p in new)
         if not count:
             return
-        self._live.extend(new)
-        live_trim = max(0, len(self._live) - self.window)
-        if live_trim:
-            del self._live[:live_trim]
+        self._all.extend(new)
+        all_trim = max(0, len(self._all) - self.window)
+        if all_trim:
+            del self._all[:all_trim]
+        rows_added, redrawn = self._rows.feed(new)
+        rows_trim = max(0, len(self._rows) - self.window)
+        if rows_trim:
+            del self._rows[:rows_trim]
         if self.mode is ViewMode.LIVE:
-            self._view_changed(added=count, trimmed=live_trim)
+            if not self.collapse_progress:
+                self._view_changed(added=count, trimmed=all_trim)
+            elif rows_added or rows_trim or redrawn:
+                if redrawn:  # a bar's row redrawn in place: as wide as its new text
+                    extra = 1 + (13 if self.timestamps else 0)
+                    self._max_width = max(self._max_width, extra + min(redrawn, MAX_DISPLAY_CHARS))
+                self._view_changed(added=rows_added, trimmed=rows_trim)
         elif self.mode is ViewMode.FILTER and self.line_filter is not None:
             passing = [line for line in expand(new) if self.line_filter.matches(line)]
             if len(passing) < count:
@@ -949,6 +969,25 @@ class LogView(ScrollView, can_focus=True):
         hits = await asyncio.to_thread(source.search, pattern_s, regex=regex, limit=SPOOL_MATCH_LIMIT)
         return len(hits)
 
+    # ---- progress bars --------------------------------------------------------------------
+
+    def action_toggle_progress(self) -> None:
+        self.toggle_progress()
+
+    def toggle_progress(self) -> None:
+        """``P``: a progress bar's consecutive redraws on one row that updates in place (the
+        default), or every redraw as a row of its own (the spool keeps every line either way)."""
+        self.collapse_progress = not self.collapse_progress
+        self.message = ("a row per progress bar, redrawn in place (P: every redraw)" if self.collapse_progress
+                        else "every progress bar redraw shown (P: a row per bar)")
+        if self.mode is ViewMode.LIVE:
+            self._show(self._live, ViewMode.LIVE)
+            if self.follow:
+                self._scroll_to_end()
+            elif self.cursor is not None:
+                self._scroll_to_seq(self.cursor)
+        self._post_status()
+
     # ---- filter -------------------------------------------------------------------------
 
     def set_filter(self, text: str) -> None:
@@ -996,8 +1035,8 @@ class LogView(ScrollView, can_focus=True):
             self._scroll_to_end()
             self._post_status()
             return
-        in_memory = [line for line in self._live if fs.matches(line)]
-        self.filter_hidden = len(self._live) - len(in_memory)
+        in_memory = [line for line in self._all if fs.matches(line)]
+        self.filter_hidden = len(self._all) - len(in_memory)
         self._show(in_memory, ViewMode.FILTER)
         self.follow = True
         self._scroll_to_end()
@@ -1046,7 +1085,7 @@ class LogView(ScrollView, can_focus=True):
         hits.extend(line for line in self._view if line.seq > newest)
         hits = hits[-window:]
         # hidden: the lines of the span read (from the first line searched, or the oldest shown)
-        end = max(newest, self._live[-1].seq if self._live else -1)
+        end = max(newest, self._all[-1].seq if self._all else -1)
         start = stopped if stopped >= 0 else (hits[0].seq if hits else end + 1)
         self.filter_hidden = max(0, end - start + 1 - len(hits))
         self._show(hits, ViewMode.FILTER)
