@@ -147,3 +147,45 @@ async def test_redraws_show_as_one_row_P_expands_and_the_spool_keeps_them(tmp_pa
         view.set_search("15/30")
         await wait_for(pilot, lambda: view.cursor == 16)
     spool.close()
+
+
+def test_a_real_capture_oom_log_through_the_monitor_shows_its_failure_not_its_redraws(tmp_path: Path) -> None:
+    """SGLang 0.4.10's capture OOM (a real log, tqdm's \\r redraws): through the monitor (live
+    prefilter on, its batches' parts as the view gets them), the 7 shard and 13 capture redraws are a row per bar,
+    and the failure's lines are the newest rows with the lines that led to it."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from kvtui.engines.events import LogRecord
+    from kvtui.monitor import HostMonitor, LogBatch
+
+    raw = (Path(__file__).parent / "fixtures" / "sglang-0.4.10-qwen72b-tp2-capture-oom.log").read_text()
+    texts = [t for t in raw.replace("\r", "\n").split("\n") if t.strip()]
+    backend: Any = SimpleNamespace(name="oom")
+    mon = HostMonitor("oom", backend, state_dir=tmp_path / "oom", log_window=300, live_prefilter=True)
+    got: list[Any] = []
+    mon._sink = got.extend
+    recs = [LogRecord(t, None, str(i), "file") for i, t in enumerate(texts)]
+    for i in range(0, len(recs), 5):
+        mon._ingest(recs[i:i + 5])
+        mon._flush()
+    w = BarWindow()
+    lines = 0
+    for u in got:
+        if isinstance(u, LogBatch):
+            w.feed(u.parts)
+            lines += len(u)
+    rows = [ln.text for ln in w]
+    bars = [t for t in rows if "Capturing batches" in t]
+    assert len(bars) == 1
+    assert bars[0].startswith("[×13 redraws] Capturing batches (bs=64 avail_mem=0.18 GB):  54%")
+    shards = [t for t in rows if "checkpoint shards" in t]
+    assert shards == ["[×7 redraws] Loading safetensors checkpoint shards: 100% Completed | 30/30 "
+                      "[04:00<00:00, 6.0s/it]"]
+    assert len(rows) == lines - 18
+    # the bar's last state, right above the failure, all of it among the newest 15 rows
+    k = rows.index(bars[0])
+    assert "Scheduler hit an exception" in rows[k + 1]
+    assert k >= len(rows) - 15
+    assert any("Capture cuda graph failed" in t for t in rows[-15:])
+    mon.spool.close()
