@@ -189,3 +189,22 @@ def test_a_real_capture_oom_log_through_the_monitor_shows_its_failure_not_its_re
     assert k >= len(rows) - 15
     assert any("Capture cuda graph failed" in t for t in rows[-15:])
     mon.spool.close()
+
+
+async def test_a_filtered_view_folds_bars_too() -> None:
+    panel = LogPanel(window=500)
+    async with Harness(panel).run_test(size=(140, 20)) as pilot:
+        view = panel.view
+        decode = [f"[2026-05-01 12:00:00 TP0] Decode batch. #running-req: {i}" for i in range(5)]
+        s = shards(10)
+        view.append(as_lines([*decode, *s[:5]]))
+        view.set_filter("!Decode")
+        await pilot.pause()
+        assert [ln.text for ln in view.lines] == [f"[×5 redraws] {s[4]}"]
+        view.append(as_lines([*s[5:], "[2026-05-01 12:00:09 TP0] Load weight end."], start=10))
+        assert [ln.text for ln in view.lines] == [f"[×12 redraws] {s[-1]}",
+                                                  "[2026-05-01 12:00:09 TP0] Load weight end."]
+        assert view.filter_hidden == 5
+        view.toggle_progress()
+        await wait_for(pilot, lambda: len(view.lines) == 13)
+        assert view.mode is ViewMode.FILTER

@@ -364,9 +364,7 @@ class LogView(ScrollView, can_focus=True):
             if not self.collapse_progress:
                 self._view_changed(added=count, trimmed=all_trim)
             elif rows_added or rows_trim or redrawn:
-                if redrawn:  # a bar's row redrawn in place: as wide as its new text
-                    extra = 1 + (13 if self.timestamps else 0)
-                    self._max_width = max(self._max_width, extra + min(redrawn, MAX_DISPLAY_CHARS))
+                self._widen(redrawn)
                 self._view_changed(added=rows_added, trimmed=rows_trim)
         elif self.mode is ViewMode.FILTER and self.line_filter is not None:
             passing = [line for line in expand(new) if self.line_filter.matches(line)]
@@ -375,16 +373,37 @@ class LogView(ScrollView, can_focus=True):
                 if not passing:
                     self._post_status()
             if passing:
-                self._view.extend(passing)
-                trim = max(0, len(self._view) - self.window)
+                view = self._view
+                if isinstance(view, BarWindow):  # a row per progress bar here too
+                    added, redrawn = view.feed(passing)
+                else:
+                    view.extend(passing)
+                    added, redrawn = len(passing), 0
+                trim = max(0, len(view) - self.window)
                 if trim:
-                    del self._view[:trim]
-                self._view_changed(added=len(passing), trimmed=trim)
+                    del view[:trim]
+                if added or trim or redrawn:
+                    self._widen(redrawn)
+                    self._view_changed(added=added, trimmed=trim)
         elif self._held:
             self._held_pending += count
         else:  # HISTORY: the tail moves on without us
             self.pending += count
             self._post_status()
+
+    def _widen(self, redrawn: int) -> None:
+        """A bar's row was redrawn in place with a text of ``redrawn`` characters: as wide as it."""
+        if redrawn:
+            extra = 1 + (13 if self.timestamps else 0)
+            self._max_width = max(self._max_width, extra + min(redrawn, MAX_DISPLAY_CHARS))
+
+    def _bar_rows(self, lines: list[LogLine]) -> LineWindow | list[LogLine]:
+        """``lines`` as the view shows them: a row per progress bar (unless ``P`` shows every redraw)."""
+        if not self.collapse_progress:
+            return lines
+        rows = BarWindow()
+        rows.feed(lines)
+        return rows
 
     def _view_changed(self, *, added: int, trimmed: int) -> None:
         if self._held:
@@ -986,6 +1005,10 @@ class LogView(ScrollView, can_focus=True):
                 self._scroll_to_end()
             elif self.cursor is not None:
                 self._scroll_to_seq(self.cursor)
+        elif self.mode is ViewMode.FILTER and self.line_filter is not None:
+            said = self.message
+            self.apply_filters(self.line_filter, said)  # the filtered lines again, read anew
+            return
         self._post_status()
 
     # ---- filter -------------------------------------------------------------------------
@@ -1037,7 +1060,7 @@ class LogView(ScrollView, can_focus=True):
             return
         in_memory = [line for line in self._all if fs.matches(line)]
         self.filter_hidden = len(self._all) - len(in_memory)
-        self._show(in_memory, ViewMode.FILTER)
+        self._show(self._bar_rows(in_memory), ViewMode.FILTER)
         self.follow = True
         self._scroll_to_end()
         self.message = _with_note(f"{len(in_memory):,} lines in memory match {_short(fs.raw, 40)}", said)
@@ -1080,15 +1103,22 @@ class LogView(ScrollView, can_focus=True):
         if self.line_filter is not fs:
             return  # replaced meanwhile
         hits = sorted((h for h in hits if fs.matches(h)), key=lambda line: line.seq)
-        # keep lines that arrived while we searched
+        # keep lines that arrived while we searched (as they came: the view's rows may be folded)
         newest = hits[-1].seq if hits else -1
-        hits.extend(line for line in self._view if line.seq > newest)
+        fresh: list[LogLine] = []
+        for i in range(len(self._all) - 1, -1, -1):
+            line = self._all[i]
+            if line.seq <= newest:
+                break
+            if fs.matches(line):
+                fresh.append(line)
+        hits.extend(reversed(fresh))
         hits = hits[-window:]
         # hidden: the lines of the span read (from the first line searched, or the oldest shown)
         end = max(newest, self._all[-1].seq if self._all else -1)
         start = stopped if stopped >= 0 else (hits[0].seq if hits else end + 1)
         self.filter_hidden = max(0, end - start + 1 - len(hits))
-        self._show(hits, ViewMode.FILTER)
+        self._show(self._bar_rows(hits), ViewMode.FILTER)
         if self.follow:
             self._scroll_to_end()
         if stopped > 0:
