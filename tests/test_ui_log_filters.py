@@ -216,3 +216,17 @@ async def test_filter_set_reaches_the_whole_spool(tmp_path: Path) -> None:
         assert view.lines[0].seq < 2800  # lines only the spool had
         assert len(view.lines) == 200
     spool.close()
+
+
+async def test_a_held_view_counts_hidden_lines_and_says_so_when_shown() -> None:
+    panel = LogPanel(window=1000)
+    async with Harness(panel).run_test(size=(120, 20)) as pilot:
+        view = panel.view
+        view.append(serving_lines(100))
+        view.set_filter("!Decode")
+        await wait_for(pilot, lambda: "80 hidden" in status_text(panel))
+        view.hold(True)
+        view.append([ln for ln in serving_lines(10, start=100) if "Decode" in ln.text])  # all hidden
+        assert view.filter_hidden == 88
+        view.hold(False)
+        await wait_for(pilot, lambda: "88 hidden" in status_text(panel))

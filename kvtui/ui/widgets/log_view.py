@@ -333,6 +333,8 @@ class LogView(ScrollView, can_focus=True):
         if pending:
             self.pending += pending
             self._post_status()
+        elif self.line_filter is not None:  # the hidden count moved while held
+            self._post_status()
 
     def _settle_held(self) -> None:
         """The view is being replaced while held: what was counted for the old one becomes the new
@@ -370,7 +372,7 @@ class LogView(ScrollView, can_focus=True):
             passing = [line for line in expand(new) if self.line_filter.matches(line)]
             if len(passing) < count:
                 self.filter_hidden += count - len(passing)
-                if not passing:
+                if not passing and not self._held:  # (held: said when shown again, see ``hold``)
                     self._post_status()
             if passing:
                 view = self._view
