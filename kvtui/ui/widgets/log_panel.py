@@ -117,7 +117,7 @@ class FindBar(Horizontal):
         field.placeholder = (
             "search the whole log (smart case) — Enter to find, n/N next/previous"
             if kind == "search"
-            else "filter: text, or a rank such as TP3 — empty clears"
+            else "filter: adds text, !text hides, a|b regex, TP3 rank — '-' drops the last, empty clears all"
         )
         field.value = value
         self.add_class("-open")
@@ -200,10 +200,14 @@ class LogStatus(Horizontal):
             parts.append(Content.styled("history from the spool", "$accent"))
         elif view.mode is ViewMode.HOST:
             parts.append(Content.styled("lines from the host (not read before; G: back)", "$accent"))
-        if view.line_filter is not None:
-            parts.append(Content.styled(f"filter &{view.line_filter.raw}", "$accent"))
+        if view.line_filter is not None:  # the filters as chips, and what they hide
+            chips = [Content.styled(f"[{flt.chip}]", "$warning" if flt.negate else "$accent bold")
+                     for flt in view.line_filter.filters]
+            parts.append(Content(" ").join([*chips, Content(f"{view.filter_hidden:,} hidden")]))
         if view.search_query is not None:
             parts.append(Content(f"search /{view.search_query.text}"))
+        if not view.collapse_progress:
+            parts.append(Content("every redraw"))
         if view.wrap:
             parts.append(Content("wrap"))
         if view.timestamps:
@@ -257,8 +261,6 @@ class LogPanel(Vertical):
         current = ""
         if kind == "search" and view.search_query is not None:
             current = view.search_query.text
-        elif kind == "filter" and view.line_filter is not None:
-            current = view.line_filter.raw
         self.query_one(FindBar).open(kind, current)
 
     def find_now(self, kind: str, value: str) -> None:

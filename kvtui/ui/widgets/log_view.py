@@ -33,13 +33,16 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from kvtui.engines.events import LineStyle
+from kvtui.logfilter import FilterSet, LineFilter
 from kvtui.longrun import gap_count, gap_text_label
-from kvtui.ui.widgets.log_window import LineWindow
+from kvtui.ui.widgets.log_window import BarWindow, LineWindow
 from kvtui.updates import GapMark, GapSearchError, HostMatch, LineRun, LogLine, expand, make_line
 
 MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)
 _PLAIN = Style()
 SPOOL_MATCH_LIMIT = 1000
+READ_BACK_LIMIT = 500_000  # lines a filter set the spool cannot search in one pass reads back at most
+READ_BACK_CHUNK = 20_000
 CACHED_ROWS = 400
 HOST_PAGE = 200  # matches a search of a gap brings back from the host at a time
 HOST_CONTEXT = 2  # lines of context each side of a match found on the host
@@ -117,15 +120,6 @@ def _short(text: str, width: int = 24) -> str:
 # Matching (pure)
 # --------------------------------------------------------------------------------------------
 
-_RANK_TOKEN = r"(?:DP|TP|PP|EP|CP)\d+"
-_RANK_RE = re.compile(rf"^(?:[A-Za-z]+_)?{_RANK_TOKEN}(?:\s+(?:[A-Za-z]+_)?{_RANK_TOKEN})*$", re.IGNORECASE)
-_SPLIT_RANK = re.compile(r"[\s_]+")
-
-
-def _rank_tokens(rank: str) -> set[str]:
-    return {t.upper() for t in _SPLIT_RANK.split(rank) if t}
-
-
 @dataclass(frozen=True, slots=True)
 class TextQuery:
     """A search or text filter: plain text, case-insensitive unless it has an upper-case letter
@@ -145,40 +139,27 @@ class TextQuery:
         return self.text, False
 
 
-@dataclass(frozen=True, slots=True)
-class LineFilter:
-    """``&`` filter: a rank such as ``TP3`` / ``DP0 TP1`` / ``Worker_TP2``, or text."""
-
-    raw: str
-    rank: str | None = None
-    query: TextQuery | None = None
-
-    @classmethod
-    def parse(cls, raw: str) -> LineFilter | None:
-        raw = raw.strip()
-        if not raw:
-            return None
-        if _RANK_RE.match(raw):
-            return cls(raw=raw, rank=raw)
-        return cls(raw=raw, query=TextQuery(raw))
-
-    def matches(self, line: LogLine) -> bool:
-        if self.rank is not None:
-            if line.rank is None:
-                return False
-            wanted = _rank_tokens(self.rank)
-            have = _rank_tokens(line.rank)
-            return wanted <= have or self.rank.upper() == line.rank.upper()
-        if self.query is not None:
-            return self.query.compiled().search(line.text) is not None
-        return True
-
-
 class ViewMode(StrEnum):
     LIVE = "live"  # the newest lines, in memory
     HISTORY = "history"  # a window read back from the spool around a search hit
     FILTER = "filter"  # only lines that pass the & filter (from the whole spool)
     HOST = "host"  # lines a search found on the host, in a gap the follower did not read
+
+
+def _read_back(source: LogSource, fs: FilterSet, want: int, limit: int) -> tuple[list[LogLine], int]:
+    """The newest ``want`` lines of ``source`` that ``fs`` passes, newest first, reading back at
+    most ``limit`` lines; and the first seq read (0: the whole log; -1: ``want`` found before
+    that). Runs in a thread."""
+    pos = len(source)
+    out: list[LogLine] = []
+    read = 0
+    while pos > 0 and len(out) < want and read < limit:
+        start = max(0, pos - READ_BACK_CHUNK)
+        lines = source.read(start, pos - start)
+        read += len(lines)
+        pos = start
+        out.extend(reversed([ln for ln in lines if fs.matches(ln)]))
+    return out[:want], (-1 if len(out) >= want else pos)
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,6 +225,7 @@ class LogView(ScrollView, can_focus=True):
         Binding("ctrl+u", "half_page(-1)", "Half a page up", show=False, id="log.half_up"),
         Binding("apostrophe", "jump_mark(True)", "Next mark", show=False, id="mark.next"),
         Binding("quotation_mark", "jump_mark(False)", "Previous mark", show=False, id="mark.previous"),
+        Binding("P", "toggle_progress", "Progress redraws", show=False, id="log.progress"),
     ]
 
     follow: reactive[bool] = reactive(True)
@@ -278,14 +260,19 @@ class LogView(ScrollView, can_focus=True):
         super().__init__(id=id, classes=classes)
         self.window = max(100, window)
         self.source = source
-        self._live = LineWindow()  # the tail: a LogLine of a run is built when first read
+        # the tail: a LogLine of a run is built when first read; every line (``_all``) and as shown,
+        # a progress bar's consecutive redraws on one row (``_rows``; ``P`` shows every redraw)
+        self._all = LineWindow()
+        self._rows = BarWindow()
+        self.collapse_progress = True
         self._view: LineWindow | list[LogLine] = self._live
         self._row_starts: list[int] = []
         self._max_width = 0
         self.cursor: int | None = None  # seq of the current line
         self.marks: set[int] = set()
         self.search_query: TextQuery | None = None
-        self.line_filter: LineFilter | None = None
+        self.line_filter: FilterSet | None = None  # the & filters (None: none)
+        self.filter_hidden = 0  # lines the filters hide, of those read for the filtered view
         self.message: str = ""  # last search/filter result for the status line
         self.offline: str | None = None  # the host is not reached: what the status line says instead of following
         self.recorded = False  # a recording (an incident bundle): nothing new will come
@@ -307,6 +294,11 @@ class LogView(ScrollView, can_focus=True):
         self._host: _HostResults | None = None  # the results shown in ViewMode.HOST
 
     # ---- data in ------------------------------------------------------------------------
+
+    @property
+    def _live(self) -> LineWindow:
+        """The live tail as shown: a row per progress bar, or (``P``) every redraw."""
+        return self._rows if self.collapse_progress else self._all
 
     @property
     def lines(self) -> Sequence[LogLine]:
@@ -341,6 +333,8 @@ class LogView(ScrollView, can_focus=True):
         if pending:
             self.pending += pending
             self._post_status()
+        elif self.line_filter is not None:  # the hidden count moved while held
+            self._post_status()
 
     def _settle_held(self) -> None:
         """The view is being replaced while held: what was counted for the old one becomes the new
@@ -360,25 +354,58 @@ class LogView(ScrollView, can_focus=True):
         count = sum(1 if isinstance(p, LogLine) else len(p.texts) for p in new)
         if not count:
             return
-        self._live.extend(new)
-        live_trim = max(0, len(self._live) - self.window)
-        if live_trim:
-            del self._live[:live_trim]
+        self._all.extend(new)
+        all_trim = max(0, len(self._all) - self.window)
+        if all_trim:
+            del self._all[:all_trim]
+        rows_added, redrawn = self._rows.feed(new)
+        rows_trim = max(0, len(self._rows) - self.window)
+        if rows_trim:
+            del self._rows[:rows_trim]
         if self.mode is ViewMode.LIVE:
-            self._view_changed(added=count, trimmed=live_trim)
+            if not self.collapse_progress:
+                self._view_changed(added=count, trimmed=all_trim)
+            elif rows_added or rows_trim or redrawn:
+                self._widen(redrawn)
+                self._view_changed(added=rows_added, trimmed=rows_trim)
         elif self.mode is ViewMode.FILTER and self.line_filter is not None:
             passing = [line for line in expand(new) if self.line_filter.matches(line)]
+            if len(passing) < count:
+                self.filter_hidden += count - len(passing)
+                if not passing and not self._held:  # (held: said when shown again, see ``hold``)
+                    self._post_status()
             if passing:
-                self._view.extend(passing)
-                trim = max(0, len(self._view) - self.window)
+                view = self._view
+                if isinstance(view, BarWindow):  # a row per progress bar here too
+                    added, redrawn = view.feed(passing)
+                else:
+                    view.extend(passing)
+                    added, redrawn = len(passing), 0
+                trim = max(0, len(view) - self.window)
                 if trim:
-                    del self._view[:trim]
-                self._view_changed(added=len(passing), trimmed=trim)
+                    del view[:trim]
+                if added or trim or redrawn:
+                    self._widen(redrawn)
+                    self._view_changed(added=added, trimmed=trim)
         elif self._held:
             self._held_pending += count
         else:  # HISTORY: the tail moves on without us
             self.pending += count
             self._post_status()
+
+    def _widen(self, redrawn: int) -> None:
+        """A bar's row was redrawn in place with a text of ``redrawn`` characters: as wide as it."""
+        if redrawn:
+            extra = 1 + (13 if self.timestamps else 0)
+            self._max_width = max(self._max_width, extra + min(redrawn, MAX_DISPLAY_CHARS))
+
+    def _bar_rows(self, lines: list[LogLine]) -> LineWindow | list[LogLine]:
+        """``lines`` as the view shows them: a row per progress bar (unless ``P`` shows every redraw)."""
+        if not self.collapse_progress:
+            return lines
+        rows = BarWindow()
+        rows.feed(lines)
+        return rows
 
     def _view_changed(self, *, added: int, trimmed: int) -> None:
         if self._held:
@@ -511,7 +538,7 @@ class LogView(ScrollView, can_focus=True):
             if self.mode in (ViewMode.HISTORY, ViewMode.HOST):
                 self._host = None
                 if self.line_filter is not None:
-                    self.set_filter(self.line_filter.raw)
+                    self.apply_filters(self.line_filter)
                 else:
                     self._show(self._live, ViewMode.LIVE)
             self.cursor = None
@@ -963,63 +990,155 @@ class LogView(ScrollView, can_focus=True):
         hits = await asyncio.to_thread(source.search, pattern_s, regex=regex, limit=SPOOL_MATCH_LIMIT)
         return len(hits)
 
+    # ---- progress bars --------------------------------------------------------------------
+
+    def action_toggle_progress(self) -> None:
+        self.toggle_progress()
+
+    def toggle_progress(self) -> None:
+        """``P``: a progress bar's consecutive redraws on one row that updates in place (the
+        default), or every redraw as a row of its own (the spool keeps every line either way)."""
+        self.collapse_progress = not self.collapse_progress
+        self.message = ("a row per progress bar, redrawn in place (P: every redraw)" if self.collapse_progress
+                        else "every progress bar redraw shown (P: a row per bar)")
+        if self.mode is ViewMode.LIVE:
+            self._show(self._live, ViewMode.LIVE)
+            if self.follow:
+                self._scroll_to_end()
+            elif self.cursor is not None:
+                self._scroll_to_seq(self.cursor)
+        elif self.mode is ViewMode.FILTER and self.line_filter is not None:
+            said = self.message
+            self.apply_filters(self.line_filter, said)  # the filtered lines again, read anew
+            return
+        self._post_status()
+
     # ---- filter -------------------------------------------------------------------------
 
     def set_filter(self, text: str) -> None:
-        """``&`` filter; empty text clears it. Lines come from the whole spool when there is one."""
-        self.line_filter = LineFilter.parse(text)
+        """``&`` typed: a text ADDS a filter to the set (``!text`` hides the lines it matches; a
+        rank such as ``TP3``; a regular expression when it has ``|``, ``(``… — see
+        ``kvtui.logfilter``); ``-`` drops the newest filter; empty text clears them all. Lines
+        come from the whole spool when there is one."""
+        text = text.strip()
+        current = self.line_filter or FilterSet()
+        said = ""
+        if not text:
+            fs = FilterSet()
+            said = "filters cleared" if len(current) > 1 else "filter cleared"
+        elif text == "-":
+            if not current:
+                self.message = "no filter to drop (& adds one)"
+                self._post_status()
+                return
+            fs = current.without_last()
+            said = f"dropped &{_short(current.filters[-1].raw)}"
+        else:
+            flt = LineFilter.parse(text)
+            if flt is None:
+                self.message = "&! needs a text or a rank after it"
+                self._post_status()
+                return
+            if flt in current.filters:
+                self.message = f"already filtered: &{_short(flt.raw)}"
+                self._post_status()
+                return
+            fs = current.added(flt)
+            said = "; ".join(fs.notes)
+        self.apply_filters(fs, said)
+
+    def apply_filters(self, filters: FilterSet | None, said: str = "") -> None:
+        """Show the lines ``filters`` pass (None or an empty set: the live log again)."""
+        self.line_filter = filters if filters else None
         self.cursor = None
-        if self.line_filter is None:
-            self.message = "filter cleared"
+        self.filter_hidden = 0
+        fs = self.line_filter
+        if fs is None:
+            self.message = said or "filter cleared"
             self._show(self._live, ViewMode.LIVE)
             self.follow = True
             self._scroll_to_end()
             self._post_status()
             return
-        flt = self.line_filter
-        in_memory = [line for line in self._live if flt.matches(line)]
-        self._show(in_memory, ViewMode.FILTER)
+        in_memory = [line for line in self._all if fs.matches(line)]
+        self.filter_hidden = len(self._all) - len(in_memory)
+        self._show(self._bar_rows(in_memory), ViewMode.FILTER)
         self.follow = True
         self._scroll_to_end()
-        self.message = f"{len(in_memory):,} lines in memory match &{_short(flt.raw)}"
+        self.message = _with_note(f"{len(in_memory):,} lines in memory match {_short(fs.raw, 40)}", said)
         self._post_status()
         if self.source is not None:
-            self._filter_from_spool(flt)
+            self._filter_from_spool(fs, said)
 
     @work(exclusive=True, group="log-filter", exit_on_error=False)
-    async def _filter_from_spool(self, flt: LineFilter) -> None:
+    async def _filter_from_spool(self, fs: FilterSet, said: str = "") -> None:
+        """The newest ``window`` lines of the whole spool that ``fs`` passes: one spool search
+        when the set is one text or rank, or its texts make one expression (negation and regex
+        included); a set with ranks and more is read back and tested (at most READ_BACK_LIMIT
+        lines)."""
         source = self.source
         if source is None:
             return
-        if flt.rank is not None:
-            pattern, regex, rank = "", False, flt.rank
+        window = self.window
+        label = _short(fs.raw, 40)
+        first = fs.filters[0]
+        pattern: str | None
+        if fs.rank is not None:
+            pattern, regex, rank = "", False, fs.rank
+        elif len(fs) == 1 and not first.negate and not first.regex and first.rank is None:
+            pattern, regex, rank = first.text, False, None  # the spool's plain search: smart case too
         else:
-            assert flt.query is not None
-            pattern, regex = flt.query.spool_args()
-            rank = None
-        hits = await asyncio.to_thread(
-            source.search, pattern, regex=regex, rank=rank, start_seq=-1, reverse=True, limit=self.window
-        )
-        if self.line_filter is not flt:
+            pattern, regex, rank = fs.spool_regex(), True, None
+        try:
+            if pattern is not None:
+                hits = await asyncio.to_thread(
+                    source.search, pattern, regex=regex, rank=rank, start_seq=-1, reverse=True, limit=window
+                )
+                stopped = 0 if len(hits) < window else -1
+            else:
+                hits, stopped = await asyncio.to_thread(_read_back, source, fs, window, READ_BACK_LIMIT)
+        except Exception as exc:  # an expression the spool refused: said, the lines in memory stay
+            if self.line_filter is fs:
+                self.message = f"the spool could not be searched for {label} ({exc})"
+                self._post_status()
+            return
+        if self.line_filter is not fs:
             return  # replaced meanwhile
-        hits = sorted((h for h in hits if flt.matches(h)), key=lambda line: line.seq)
-        # keep lines that arrived while we searched
+        hits = sorted((h for h in hits if fs.matches(h)), key=lambda line: line.seq)
+        # keep lines that arrived while we searched (as they came: the view's rows may be folded)
         newest = hits[-1].seq if hits else -1
-        hits.extend(line for line in self._view if line.seq > newest)
-        self._show(hits[-self.window :], ViewMode.FILTER)
+        fresh: list[LogLine] = []
+        for i in range(len(self._all) - 1, -1, -1):
+            line = self._all[i]
+            if line.seq <= newest:
+                break
+            if fs.matches(line):
+                fresh.append(line)
+        hits.extend(reversed(fresh))
+        hits = hits[-window:]
+        # hidden: the lines of the span read (from the first line searched, or the oldest shown)
+        end = max(newest, self._all[-1].seq if self._all else -1)
+        start = stopped if stopped >= 0 else (hits[0].seq if hits else end + 1)
+        self.filter_hidden = max(0, end - start + 1 - len(hits))
+        self._show(self._bar_rows(hits), ViewMode.FILTER)
         if self.follow:
             self._scroll_to_end()
-        more = " (newest shown)" if len(hits) >= self.window else ""
+        if stopped > 0:
+            scope = f"the newest {end - stopped + 1:,} lines read back"
+        else:
+            scope = "the whole log" if stopped == 0 else "the whole log (newest shown)"
         host = self.host_log
         if host is None or not host.gaps:
-            self.message = f"{len(hits):,} lines in the whole log match &{_short(flt.raw)}{more}"
+            self.message = _with_note(f"{len(hits):,} lines in {scope} match {label}", said)
             self._post_status()
             return
-        read = f"{len(hits):,} lines read match &{_short(flt.raw)}{more}"
+        read = f"{len(hits):,} lines read match {label}{' (newest shown)' if stopped < 0 else ''}"
         unread = sum(g.gap.lines or 0 for g in host.gaps)
         reason = host.gap_search_unavailable()
-        if reason is not None or flt.query is None:
-            why = f"the host cannot search its unread lines ({reason})" if reason else "a rank is not searched there"
+        if reason is not None or fs.has_rank or not fs.ins:
+            why = (f"the host cannot search its unread lines ({reason})" if reason
+                   else "a rank is not searched there" if fs.has_rank
+                   else "a filter that only hides lines is not searched there")
             self.message = f"{read}; {unread:,} lines not read: {why}"
             self._post_status()
             return
@@ -1027,19 +1146,25 @@ class LogView(ScrollView, can_focus=True):
         self._post_status()
         found, failed = 0, ""
         for gap in host.gaps:
-            try:
-                found += len(await host.search_gap(gap, flt.query.text, ignore_case=flt.query.ignore_case,
-                                                   limit=HOST_PAGE, newest=True))
-            except GapSearchError as exc:
-                failed = str(exc)
-        if self.line_filter is not flt:
+            seen: set[tuple[int | None, str]] = set()
+            for flt in fs.ins:  # each positive text on its own; the hiding ones applied to what comes back
+                try:
+                    got = await host.search_gap(gap, flt.text, regex=flt.regex, ignore_case=flt.ignore_case,
+                                                limit=HOST_PAGE, newest=True)
+                except GapSearchError as exc:
+                    failed = str(exc)
+                    continue
+                seen.update((h.line_no, h.text) for h in got if fs.matches_text(h.text, None))
+            found += len(seen)
+        if self.line_filter is not fs:
             return
         if failed:
             self.message = f"{read}; {unread:,} lines not read: the host could not search them ({failed})"
         else:
             plus = "+" if found >= HOST_PAGE else ""
-            self.message = (f"{read}; {found:,}{plus} more in the {unread:,} lines not read "
-                            f"(on the host: /{_short(flt.raw)} shows them)")
+            single = fs.ins[0] if len(fs) == 1 and not fs.ins[0].regex else None
+            how = f"on the host: /{_short(single.text)} shows them" if single is not None else "on the host"
+            self.message = f"{read}; {found:,}{plus} more in the {unread:,} lines not read ({how})"
         self._post_status()
 
     # ---- rendering ------------------------------------------------------------------------

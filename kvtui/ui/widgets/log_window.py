@@ -10,14 +10,15 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from typing import overload
 
-from kvtui.updates import LinePart, LogLine
+from kvtui.progress_bars import BarRows, may_be_bar, redrawn_text
+from kvtui.updates import LinePart, LineRun, LogLine, make_line
 
 
 class LineWindow(Sequence[LogLine]):
     """A sequence of ``LogLine``s kept as parts: ``extend`` takes parts (a ``LogLine`` is one),
     ``del window[:n]`` drops the oldest ``n`` lines, indexing and iteration build what they read."""
 
-    __slots__ = ("_built", "_len", "_off", "_parts", "_starts")
+    __slots__ = ("_built", "_end", "_len", "_off", "_parts", "_starts")
 
     def __init__(self, parts: Iterable[LinePart] = ()) -> None:
         self._parts: list[LinePart] = []
@@ -25,13 +26,14 @@ class LineWindow(Sequence[LogLine]):
         self._starts: list[int] = []  # where each part starts, counted from the first part ever kept
         self._off = 0  # lines dropped from the front of the first part
         self._len = 0
+        self._end = 0  # the number of the next line added (counted from the first line ever kept)
         self.extend(parts)
 
     def __len__(self) -> int:
         return self._len
 
     def extend(self, parts: Iterable[LinePart]) -> None:
-        end = self._starts[-1] + _size(self._parts[-1]) if self._parts else 0
+        end = self._end
         for p in parts:
             n = _size(p)
             if not n:
@@ -41,6 +43,7 @@ class LineWindow(Sequence[LogLine]):
             self._starts.append(end)
             end += n
             self._len += n
+        self._end = end
 
     def text_lengths(self, last: int) -> int:
         """The longest text among the newest ``last`` lines (0 if none), building no line."""
@@ -124,3 +127,112 @@ class LineWindow(Sequence[LogLine]):
 
 def _size(part: LinePart) -> int:
     return 1 if isinstance(part, LogLine) else len(part.texts)
+
+
+class BarWindow(LineWindow):
+    """A ``LineWindow`` of rows where a progress bar's consecutive redraws are one row that is
+    redrawn in place (``kvtui.progress_bars.BarRows``), its text led by how many draws it stands
+    for. A run of lines with no bar in it (a storm's serving lines) is kept as it came, at
+    the cost of one substring search over its joined texts."""
+
+    __slots__ = ("_bars",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._bars = BarRows()
+
+    def feed(self, parts: Iterable[LinePart]) -> tuple[int, int]:
+        """Add lines (oldest first): (the rows added, the longest text of a row redrawn in place,
+        0 if none)."""
+        bars = self._bars
+        bars.forget_before(self.first_row)
+        out: list[LinePart] = []
+        row = self._end  # the number the next row gets
+        added = 0
+        redrawn = 0
+
+        def flush() -> None:
+            nonlocal added
+            if out:
+                n = sum(map(_size, out))
+                self.extend(out)
+                added += n
+                out.clear()
+
+        for p in parts:
+            if isinstance(p, LogLine):
+                placed = bars.place(p.text, p.rank, row) if may_be_bar(p.text) else None
+                if placed is None:
+                    bars.other_lines()
+                if placed is None or placed[1] == 1:
+                    out.append(p)
+                    row += 1
+                    continue
+                flush()
+                if (n := self._redraw(placed, p)) < 0:
+                    out.append(p)
+                    row += 1
+                redrawn = max(redrawn, n)
+                continue
+            texts = p.texts
+            if not texts:
+                continue
+            if not may_be_bar("\n".join(texts)):
+                bars.other_lines()
+                out.append(p)
+                row += len(texts)
+                continue
+            start = 0  # the first line of the run not yet placed
+            for k, text in enumerate(texts):
+                if not may_be_bar(text):
+                    bars.other_lines()
+                    continue
+                placed = bars.place(text, p.ranks[k], row + (k - start))
+                if placed is None:
+                    continue  # no bar after all: stays in the run
+                if k > start:
+                    out.append(_slice(p, start, k))
+                    row += k - start
+                line = p.line(k)
+                start = k + 1
+                if placed[1] == 1:
+                    out.append(line)
+                    row += 1
+                    continue
+                flush()
+                if (n := self._redraw(placed, line)) < 0:
+                    out.append(line)
+                    row += 1
+                redrawn = max(redrawn, n)
+            if start < len(texts):
+                out.append(_slice(p, start, len(texts)) if start else p)
+                row += len(texts) - start
+        flush()
+        return added, redrawn
+
+    def _redraw(self, placed: tuple[int, int], line: LogLine) -> int:
+        """``line`` redraws the bar on row ``placed[0]``: it takes that row; its text's length, or
+        -1 when the row is not kept (never: rows dropped before a feed are forgotten then) and the
+        caller adds it as a row."""
+        row, draws = placed
+        shown = make_line(line.seq, redrawn_text(line.text, draws), line.ts, line.rank, line.boot, line.style)
+        return len(shown.text) if self.replace(row, shown) else -1
+
+    @property
+    def first_row(self) -> int:
+        """The number of the oldest row kept (rows are numbered from 0 as they are added)."""
+        return self._starts[0] + self._off if self._starts else self._end
+
+    def replace(self, row: int, line: LogLine) -> bool:
+        """Put ``line`` on row ``row`` (a row added as a ``LogLine``); False when it is not kept."""
+        if not self._starts or not self.first_row <= row < self._end:
+            return False
+        j = bisect_right(self._starts, row) - 1
+        if self._starts[j] != row or not isinstance(self._parts[j], LogLine):
+            return False
+        self._parts[j] = line
+        return True
+
+
+def _slice(run: LineRun, a: int, b: int) -> LineRun:
+    return LineRun(run.first + a, run.boot, run.texts[a:b], run.ts[a:b], run.ranks[a:b], run.styles[a:b])
