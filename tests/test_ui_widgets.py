@@ -205,13 +205,13 @@ async def test_connection_states_in_the_header_and_the_fatal_banner() -> None:
     bar = HostBar(info)
     banner = ConnBanner()
     async with Harness(bar, banner).run_test(size=(160, 10)) as pilot:
-        bar.show(ConnStatus(ConnState.CONNECTED), loading_boot(), 12.0, 1)
+        bar.show(ConnStatus(ConnState.CONNECTED), loading_boot(), 12.0, "boot #13")
         await pilot.pause()
         left = bar.left().plain
         assert "gpu-a · root@gpu-a" in left
         assert "● connected" in left
         assert left.endswith("readonly")
-        assert "boot 1" in bar.right().plain
+        assert "boot #13" in bar.right().plain
         assert "▶ load weights 12s" in bar.right().plain
         bar.show(ConnStatus(ConnState.RECONNECTING, detail="connection lost", retry_in=4.2), None, None, None)
         assert "◌ reconnecting in 4s (connection lost)" in bar.left().plain
