@@ -31,22 +31,24 @@ async def cli(*argv: str) -> int:
     return await asyncio.to_thread(main, list(argv))
 
 
-async def _seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+async def _seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, str]:
     """The demo's boot at 0.85 (recorded by ``wait``), then a restart at 0.80 (``apply``)."""
     hosts = tmp_path / "hosts.toml"
     hosts.write_text(HOSTS)
     assert await cli("--hosts", str(hosts), "wait", "demo", "--timeout", "60") == 0
     code = await cli("--hosts", str(hosts), "apply", "demo", "--set", "mem-fraction-static=0.80", "--restart", "--yes",
                      "--timeout", "60")
-    assert code == 0, capsys.readouterr().err
-    capsys.readouterr()
-    return hosts
+    err = capsys.readouterr().err
+    assert code == 0, err
+    # apply says the new boot's number, the name every view gives it (issue 22 #2)
+    assert re.search(r"kvtui apply: demo: the new boot is boot #\d+ in the history", err), err
+    return hosts, err
 
 
 async def test_tune_dry_run_calc_host_and_the_consoles_O_agree_to_the_token(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    hosts = await _seed(tmp_path, capsys)
+    hosts, applied = await _seed(tmp_path, capsys)
     # 1. kvtui tune --dry-run: the plan's first candidate
     assert await cli("--hosts", str(hosts), "tune", "demo", "--goal", "max-tokens", "--dry-run") == 0
     out = capsys.readouterr().out
@@ -64,6 +66,7 @@ async def test_tune_dry_run_calc_host_and_the_consoles_O_agree_to_the_token(
     newest = json.loads(capsys.readouterr().out)["boots"][0]
     assert doc["boot"] == newest["id"]  # the boot calc and tune stood on, by its number in the history
     assert newest["flags"]["mem_fraction_static"] == 0.8
+    assert f"the new boot is boot #{newest['id']} in the history" in applied
 
     # 3. the console's O on the same host (its clock after the CLI's boot is ready)
     clock = FakeClock(time.time() + 5.0)
