@@ -269,6 +269,7 @@ class Waiter:
         done = self.printed.get(index)
         if done is None:
             done = self.printed[index] = 0
+            self.first_seen.pop(index, None)
             if self._announced(index):
                 when = f" at {boot.started_at:%H:%M:%S}" if boot.started_at is not None else ""
                 self._say(f"{self.label(index)} started{when}")
