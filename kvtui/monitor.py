@@ -376,10 +376,17 @@ class HostMonitor:
 
     def boot_number(self, index: int | None) -> int | None:
         """The history's number of the tracker's boot ``index`` (``kvtui.history.ident``), once
-        the recorder has written it; None without a history or before."""
-        if index is None or self.history is None:
+        the recorder has written it (a bundle's boot: the number it was stored under); None
+        without a history or before."""
+        if index is None:
             return None
-        return self.history.number(index)
+        if self.history is not None:
+            return self.history.number(index)
+        # a recording (``connect --bundle``): the newest boot is the one it holds, by its number
+        recorded = getattr(self.backend, "recorded_boot", None)
+        if isinstance(recorded, int) and index == len(self.tracker.boots) - 1:
+            return recorded
+        return None
 
     def boot_label(self, index: int | None) -> str:
         """``boot #13`` (the history's number), else ``boot 2 of this log`` (the place of the boot
