@@ -271,14 +271,21 @@ def record_restart(plan: ApplyPlan, outcome: ApplyOutcome, config: HistoryConfig
     """Record the boot an ``apply``/``rollback --restart`` followed, with its ``restart`` part;
     the problem when it could not be (said, never raised), None when recorded or nothing to record.
     ``restarted``: the caller restarted it (a deployment's node: its plan has no restart of its own)."""
-    from kvtui.history import Limits, record_boot
+    return record_restart_numbered(plan, outcome, config, restarted=restarted)[1]
+
+
+def record_restart_numbered(plan: ApplyPlan, outcome: ApplyOutcome, config: HistoryConfig | None = None, *,
+                            restarted: bool = False) -> tuple[int | None, str | None]:
+    """``record_restart`` with the boot's number in the history (``kvtui.history.ident``; None:
+    not recorded) before the problem."""
+    from kvtui.history import Limits, record_numbered
 
     if not (plan.restart or restarted) or outcome.boot is None or (config is not None and not config.record):
-        return None
+        return None, None
     limits = Limits(config.max_age_days, config.max_boots_per_host) if config is not None else None
-    return record_boot(plan.name, outcome.boot, restart=restart_record(plan, outcome),
-                       source=f"{plan.host.kind}:{plan.host.source_label}", limits=limits,
-                       unit_env=unit_env(plan))
+    return record_numbered(plan.name, outcome.boot, restart=restart_record(plan, outcome),
+                           source=f"{plan.host.kind}:{plan.host.source_label}", limits=limits,
+                           unit_env=unit_env(plan))
 
 
 def unit_env(plan: ApplyPlan) -> dict[str, str] | None:
@@ -321,6 +328,7 @@ __all__ = [
     "plan_apply",
     "plan_rollback",
     "record_restart",
+    "record_restart_numbered",
     "restart_record",
     "serving_basis",
     "serving_config",

@@ -346,6 +346,7 @@ class HostMonitor:
         self._pending_conn: list[ConnUpdate] = []
         self._pending_gpu: GpuUpdate | None = None
         self._published_boots = -1  # highest boot index already published
+        self._numbers: dict[int, int] = {}  # the history's numbers of the boots, as last published
         self._newest_log_ts: datetime | None = None  # the newest line's time (the history's ``log_time``)
         # a boot whose only change is its live serving figures is published at most every
         # ``serving_interval`` seconds (a server in a storm prints them many times a second)
@@ -373,6 +374,27 @@ class HostMonitor:
         self.published = 0  # sink calls so far: a view counting the batches it applied knows it is current
 
     # -- public ------------------------------------------------------------------------------
+
+    def boot_number(self, index: int | None) -> int | None:
+        """The history's number of the tracker's boot ``index`` (``kvtui.history.ident``), once
+        the recorder has written it (a bundle's boot: the number it was stored under); None
+        without a history or before."""
+        if index is None:
+            return None
+        if self.history is not None:
+            return self.history.number(index)
+        # a recording (``connect --bundle``): the newest boot is the one it holds, by its number
+        recorded = getattr(self.backend, "recorded_boot", None)
+        if isinstance(recorded, int) and index == len(self.tracker.boots) - 1:
+            return recorded
+        return None
+
+    def boot_label(self, index: int | None) -> str:
+        """``boot #13`` (the history's number), else ``boot 2 of this log`` (the place of the boot
+        in the log this monitor read: a number that cannot be taken for the history's)."""
+        from kvtui.history.ident import label
+
+        return label(self.boot_number(index), None if index is None else index + 1)
 
     def gpu_history(self, index: int) -> Sequence[tuple[float, float]]:
         """(ts, used_mib) samples of GPU ``index``, oldest first, at most ``gpu_history``."""
@@ -821,7 +843,8 @@ class HostMonitor:
 
     def _marker_text(self, boot: int, parsed: ParsedLine) -> str:
         when = parsed.ts.strftime(" %Y-%m-%d %H:%M:%S") if parsed.ts is not None else ""
-        return f"{MARKER_RULE} boot {boot + 1} started{when} {MARKER_RULE}"
+        # no number: the boot's number is the history's, known only once it is written (``boot_label``)
+        return f"{MARKER_RULE} a new boot started{when} {MARKER_RULE}"
 
     def _note_ingest_error(self, where: str, rec: LogRecord) -> None:
         self.ingest_errors += 1
@@ -999,6 +1022,14 @@ class HostMonitor:
                 hist.observe(i, boots[i], {"set": where, "boot": i})
             except Exception:  # the history never takes the monitor down
                 log.exception("%s: history", self.name)
+        # the newest boot, once the writer has learnt its number (``boot_number``), is published
+        # again: its views name it by the history's number from then on
+        numbers = hist.numbers()
+        if numbers != self._numbers:
+            last = len(boots) - 1
+            if last >= 0 and numbers.get(last) != self._numbers.get(last) and last <= self._published_boots:
+                self._note_boot(last)
+            self._numbers = numbers
 
     def _flush(self, *, final: bool = False) -> bool:
         self._observe_boots()

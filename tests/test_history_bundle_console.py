@@ -93,6 +93,8 @@ async def test_the_bundle_key_and_connect_bundle(tmp_path: Path, monkeypatch: py
         bar = offline.screen.query_one(HostBar)
         assert "■ recorded" in bar.left().plain
         assert "● connected" not in bar.left().plain
+        pane.tick()
+        assert bar.right().plain.startswith("boot #2  ")  # the boot by its number in the history (issue 22 #2)
         state = str(pane.query_one("#log-state").render())
         assert "■ recorded" in state
         assert "following" not in state

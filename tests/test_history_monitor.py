@@ -54,17 +54,28 @@ async def test_reconnects_mid_boot_and_two_consoles_store_each_boot_once(tmp_pat
             host.add(ln)
         await wait_until(lambda: mon1.boots[-1].status is BootStatus.READY)
         assert mon1.backend.reconnects >= 1  # type: ignore[attr-defined]
+        # one identity (issue 22 #2): the boot's number in the history, kept through the reconnect
+        await wait_until(lambda: mon1.boot_number(0) is not None)
+        n1 = mon1.boot_number(0)
+        assert mon1.boot_label(0) == f"boot #{n1}"
         # a second console on the same host, reading the same boot from its start
         rec2 = BootRecorder("gpu-a", db)
         mon2 = HostMonitor("gpu-a", backend(srv), state_dir=tmp_path / "state", history=rec2)
         t2 = await _run(mon2)
         await wait_until(lambda: bool(mon2.boots) and mon2.boots[-1].status is BootStatus.READY)
+        await wait_until(lambda: mon2.boot_number(0) is not None)
+        assert mon2.boot_label(0) == f"boot #{n1}"  # the second console names it as the first does
         for ln in second:  # a restart: the next boot, seen by both
             host.add(ln)
         await wait_until(lambda: len(mon1.boots) == 2 and mon1.boots[-1].status is BootStatus.READY
                          and len(mon2.boots) == 2 and mon2.boots[-1].status is BootStatus.READY)
+        await wait_until(lambda: mon1.boot_number(1) is not None and mon2.boot_number(1) is not None)
+        n2 = mon1.boot_number(1)
+        assert n2 != n1
+        assert mon2.boot_number(1) == n2
         srv.drop_connections()
         await wait_until(lambda: mon1.backend.reconnects >= 2)  # type: ignore[attr-defined]
+        assert (mon1.boot_label(0), mon1.boot_label(1)) == (f"boot #{n1}", f"boot #{n2}")
         for mon, task in ((mon1, t1), (mon2, t2)):
             await mon.close()
             await asyncio.wait_for(task, 10)
@@ -77,11 +88,14 @@ async def test_reconnects_mid_boot_and_two_consoles_store_each_boot_once(tmp_pat
         mon3 = HostMonitor("gpu-a", backend(srv), state_dir=tmp_path / "state", history=rec3, resume=True)
         t3 = await _run(mon3)
         await wait_until(lambda: len(mon3.boots) >= 2)
+        await wait_until(lambda: mon3.boot_number(1) is not None)
+        assert mon3.boot_number(1) == n2  # a resumed spool: the same numbers again
         await mon3.close()
         await asyncio.wait_for(t3, 10)
     with open_store(db) as store:
         rows = store.boots("gpu-a")
     assert len(rows) == 2  # two boots, whoever saw them and however often
+    assert [r.id for r in rows] == [n2, n1]  # the numbers the readers showed are the history's
     assert [r.doc["flags"]["mem_fraction_static"] for r in rows] == [0.88, 0.85]
     assert all(r.status == "ready" for r in rows)
     assert [p["name"] for p in rows[1].doc["phases"]][-1] == "ready"

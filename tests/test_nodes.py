@@ -255,7 +255,7 @@ def test_calc_host_accepts_a_deployment(tmp_path: Path, capsys: pytest.CaptureFi
     code = main(["--hosts", str(hosts), "calc", "--host", "r1", "--set", "mem-fraction-static=0.86"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "boot 1 of 1 in host r1" in out
+    assert "boot 1 of this log from host r1" in out  # a deployment: its nodes are stored one by one
     assert "P = 93.41 GiB free before the weights (min over ranks), A = 52.21 GiB after them, f = 0.88" in out
 
 
@@ -394,7 +394,7 @@ def test_replay_of_unrelated_logs_reports_each_on_its_own(capsys: pytest.Capture
     assert main(["replay", failed]) == 1
     alone_failed = capsys.readouterr().out
     assert out.endswith("\n" + alone_good + "\n" + alone_failed)
-    assert "Boot 1 of 1 · sglang (version not printed) · READY" in alone_good
+    assert "Boot 1 of 1 in this log · sglang (version not printed) · READY" in alone_good
     # --json: each file's document as replay --json prints it
     assert main(["replay", "--json", good, failed]) == 1
     doc = json.loads(capsys.readouterr().out)

@@ -535,7 +535,7 @@ def test_cli_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 def test_human_output() -> None:
     code, out, _ = run_replay(FIX / "sglang-0.4.10-qwen72b-tp2-capture-oom.log", as_json=False)
     assert code == 1
-    assert "Boot 1 of 1 · sglang (version not printed) · FAILED in graph_capture · TP0, TP1" in out
+    assert "Boot 1 of 1 in this log · sglang (version not printed) · FAILED in graph_capture · TP0, TP1" in out
     assert "load_weights   target  2026-04-01 17:40:20          4m 00s  30/30" in out
     assert "59,821 tokens · 9.12 GiB" in out
     assert "free before weights 78.61 GiB · weights 67.90 GiB · free after weights 10.70 GiB" in out

@@ -284,6 +284,20 @@ def set_demo_fraction(name: str, fraction: float, clock: FakeClock, speed: float
 SETTLE_TIMEOUT = 60.0  # real seconds: generous (a loaded CI machine is slow), never what is shown
 
 
+def numbered(pane: Any) -> bool:
+    """The pane's boot has its number in the history (``boot #N``, written off the loop), or will
+    have none (no history, a boot the history does not keep or cannot key)."""
+    from kvtui.history import recordable
+
+    monitor, boot, idx = pane.monitor, pane.boot, pane.boot_index
+    hist = monitor.history if monitor is not None else None
+    if hist is None or boot is None or idx is None or hist.problem is not None:
+        return True
+    if boot.started_at is None or not recordable(boot):
+        return True
+    return bool(monitor.boot_number(idx) is not None)
+
+
 def caught_up(pane: Any, now: float) -> bool:
     """The pane shows everything its demo host produced up to ``now``: the host has no line after
     the monitor's last cursor, the monitor has nothing left to publish, the pane applied every
@@ -297,6 +311,8 @@ def caught_up(pane: Any, now: float) -> bool:
         return False  # a line at or before now the monitor has not taken in yet
     if not pane.up_to_date:
         return False  # taken in, not yet published or not yet applied
+    if not numbered(pane):
+        return False  # the boot's number in the history (its name in the header) is on its way
     points = pane.gpu_plot.points
     return bool(points) and points[-1][0] >= now
 

@@ -150,7 +150,7 @@ async def test_a_start_missing_boot_serves_in_the_boot_panel_and_header_never_bo
         assert "(rotated before " in text
         assert "phases: not in the log" in text
         assert "flags from the running process (pid " in text
-        assert "boot 1  ✔ serving" in text
+        assert "boot #1  ✔ serving" in text
         assert "serving · its start is not in the log" in text  # the boot panel's subtitle
         assert "booting" not in text
         assert "· launch" not in text

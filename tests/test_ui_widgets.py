@@ -44,6 +44,22 @@ async def test_timeline_ticks_the_current_phase_and_lists_what_is_next() -> None
         assert "2m 05s" in plain(timeline).splitlines()[2]  # the current phase keeps ticking
 
 
+async def test_timeline_shows_the_eta_at_the_boots_pace() -> None:
+    """Issue 22 #5: the current phase's ``elapsed / ~expected`` is the ETA's expected length (the
+    medians scaled by the boot's pace, or the phase's own rate), not the stored median as it was."""
+    from kvtui.history.eta import BootEta, PhaseEstimate
+
+    timeline = PhaseTimeline()
+    async with Harness(timeline).run_test(size=(80, 20)) as pilot:
+        est = PhaseEstimate("load_weights", 30.0, 28.0, 33.0, 6)
+        timeline.show(loading_boot(), T0 + timedelta(seconds=21.0), BootEta("load_weights", 12.0, est, 300.0, 6, "",
+                                                                             8.0, 240.0, False))
+        await pilot.pause()
+        line = plain(timeline).splitlines()[2]
+        assert "0:12 / ~4:00" in line
+        assert "~0:30" not in line
+
+
 async def test_timeline_marks_the_failed_phase_and_lists_nothing_after_it() -> None:
     timeline = PhaseTimeline()
     async with Harness(timeline).run_test(size=(80, 20)) as pilot:
@@ -205,13 +221,13 @@ async def test_connection_states_in_the_header_and_the_fatal_banner() -> None:
     bar = HostBar(info)
     banner = ConnBanner()
     async with Harness(bar, banner).run_test(size=(160, 10)) as pilot:
-        bar.show(ConnStatus(ConnState.CONNECTED), loading_boot(), 12.0, 1)
+        bar.show(ConnStatus(ConnState.CONNECTED), loading_boot(), 12.0, "boot #13")
         await pilot.pause()
         left = bar.left().plain
         assert "gpu-a · root@gpu-a" in left
         assert "● connected" in left
         assert left.endswith("readonly")
-        assert "boot 1" in bar.right().plain
+        assert "boot #13" in bar.right().plain
         assert "▶ load weights 12s" in bar.right().plain
         bar.show(ConnStatus(ConnState.RECONNECTING, detail="connection lost", retry_in=4.2), None, None, None)
         assert "◌ reconnecting in 4s (connection lost)" in bar.left().plain

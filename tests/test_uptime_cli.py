@@ -54,7 +54,7 @@ def test_wait_on_a_serving_boot_whose_start_is_missing_is_ready(hosts: Path) -> 
     """Fails on the old code: the demo had no such host, and wait said 'ready after' a boot it never saw start."""
     code, out, err = _run("--hosts", str(hosts), "wait", "demo-days", "--timeout", "30", "--no-probe")
     assert code == 0, err
-    assert "boot 1 is serving — its start is not in the log (rotated before " in err
+    assert "boot #1 is serving — its start is not in the log (rotated before " in err  # its number in the history
     assert "; flags from the process (pid " in err
     assert "; pool ~" in err
     assert " tokens (estimated ±" in err
@@ -75,7 +75,7 @@ def test_a_server_whose_start_is_gone_answers_the_probe(hosts: Path) -> None:
     code, _out, err = _run("--hosts", str(hosts), "wait", "demo-gone", "--timeout", "30")
     assert code == 0, err
     assert "✔ answered a 1-token request" in err
-    assert "boot 1 is serving — its start is not in the log" in err
+    assert "boot #1 is serving — its start is not in the log" in err
 
 
 def test_wait_prints_the_followers_notes(hosts: Path, monkeypatch: pytest.MonkeyPatch) -> None:

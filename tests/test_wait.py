@@ -68,6 +68,16 @@ def set_fraction(
         b.restart()
 
 
+def newest_number(host: str = "demo") -> int:
+    """The number (``#N``) of the host's newest boot in the history."""
+    from kvtui.history import open_store
+
+    with open_store() as store:
+        rows = store.boots(host, limit=1)
+    assert rows, f"no boot of {host} in the history"
+    return rows[0].id
+
+
 def test_wait_demo_ready_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     demo_hosts(tmp_path)
     assert main(["wait", "demo", "--timeout", "60"]) == 0
@@ -78,7 +88,7 @@ def test_wait_demo_ready_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert phases[:3] == ["launch", "init", "load weights"]  # the phases as a person reads them (issue 22 #15)
     assert phases[-1] == "ready"
     assert phases.index("KV allocate") < phases.index("graph capture") < phases.index("ready")
-    assert "boot 1 is ready" in err
+    assert f"boot #{newest_number()} is ready" in err  # the history's number (issue 22 #2)
 
 
 def test_wait_demo_too_high_fraction_exits_1_with_capture_oom(
@@ -124,7 +134,7 @@ async def test_wait_timeout_exits_5_with_the_boot_as_far_as_it_got(tmp_path: Pat
     cue.event.set()  # ... then the time is up
     assert await asyncio.wait_for(task, 30) == 5
     assert cue.asked == [0.7]
-    assert "timed out after 0.7 s: boot 1 still in load weights" in err.getvalue()
+    assert f"timed out after 0.7 s: boot #{newest_number()} still in load weights" in err.getvalue()
     assert json.loads(out.getvalue())["status"] == "starting"  # the boot as far as it got
 
 
@@ -181,7 +191,7 @@ async def test_follow_restarts_waits_through_a_failed_boot(tmp_path: Path) -> No
     text = err.getvalue()
     assert code == 0, text
     assert "oom_graph_capture" in text
-    assert "boot 2 started" in text
+    assert f"boot #{newest_number()} started" in text  # the restart's boot, by its number in the history
     boot = json.loads(out.getvalue())
     assert boot["status"] == "ready"
     assert boot["flags"]["mem_fraction_static"] == 0.85
@@ -235,7 +245,7 @@ async def test_next_waits_for_the_next_boot(tmp_path: Path, monkeypatch: pytest.
     clock.t = second.end_t + 0.01
     code = await asyncio.wait_for(task, 60)
     assert code == 1, err.getvalue()
-    assert "boot 1 started" in err.getvalue()
+    assert f"boot #{newest_number()} started" in err.getvalue()
     assert "oom_graph_capture" in out.getvalue()
 
 
@@ -312,11 +322,11 @@ async def test_a_boot_stopped_before_ready_then_nothing_times_out(tmp_path: Path
     await _until(lambda: "load weights" in err.getvalue())
     demo_backend(clock).stop()  # an operator stops it; nothing restarts
     clock.t += 5
-    await _until(lambda: "boot 1 stopped before it was ready; waiting for the next boot" in err.getvalue())
+    await _until(lambda: "stopped before it was ready; waiting for the next boot" in err.getvalue())
     assert not task.done()
     cue.event.set()
     assert await asyncio.wait_for(task, 30) == 5
-    assert "timed out after 10 s: boot 1 still stopped" in err.getvalue()
+    assert f"timed out after 10 s: boot #{newest_number()} still stopped" in err.getvalue()
     assert json.loads(out.getvalue())["status"] == "stopped"
 
 
@@ -432,6 +442,9 @@ def test_json_is_the_boot_object_of_replay_json(tmp_path: Path, capsys: pytest.C
     waited["metrics"].pop("token_usage")
     replayed["metrics"].pop("token_usage")
     assert waited.pop("probe")["ok"] is True  # the demo's server answered the 1-token request
+    # the wait's object names the boot by its number in the history (a replay of a file has none)
+    assert waited.pop("boot") == newest_number()
+    assert isinstance(waited.pop("boot_key"), str)
     assert replayed == waited
 
 
@@ -520,8 +533,9 @@ async def test_wait_prints_a_heartbeat_with_the_phase_and_its_progress(
     cue.event.set()
     assert await asyncio.wait_for(task, 30) == 5
     beats = [ln for ln in err.getvalue().splitlines() if ln.startswith("… still waiting after")]
-    assert all(re.search(r"boot 1 in load weights \d+/64 shards; no ETA: no earlier ready boot of \S+ on demo "
-                         r"in the history$", b) for b in beats), beats
+    # (a beat before the boot's first write to the history names it by its place in the log)
+    assert all(re.search(r"boot (#1|1 of this log) in load weights \d+/64 shards; no ETA: no earlier ready boot of "
+                         r"\S+ on demo in the history$", b) for b in beats), beats
     gaps = [b - a for a, b in zip(err.times, err.times[1:], strict=False)]
     assert max(gaps) < 0.1 + 2.0  # the interval, and room for a loaded machine (without: the whole wait)
 

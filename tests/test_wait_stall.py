@@ -64,12 +64,12 @@ async def test_stall_timeout_ends_the_wait_with_exit_5_naming_the_repeated_line(
     assert not task.done()  # 2 min without progress: under --stall-timeout
     beat = next(ln for ln in err.getvalue().splitlines() if "2× in 2m 00s" in ln)
     assert beat.startswith("… still waiting after ")
-    assert ("boot 1 in load weights; stuck: vLLM has printed 'No available shared memory broadcast block' 2× in "
+    assert ("boot #1 in load weights; stuck: vLLM has printed 'No available shared memory broadcast block' 2× in "
             "2m 00s — a rank has not joined (multi-node) or is hung") in beat
     _append(log, SHM.format(m=3))  # its own time says 3 min since the last progress line
     assert await asyncio.wait_for(task, 30) == 5
     said = err.getvalue()
-    assert ("kvtui wait: no progress for 3m 00s (--stall-timeout 180 s): boot 1 still in load weights: stuck: vLLM "
+    assert ("kvtui wait: no progress for 3m 00s (--stall-timeout 180 s): boot #1 still in load weights: stuck: vLLM "
             "has printed 'No available shared memory broadcast block' 3× in 3m 00s") in said
     boot = json.loads(out.getvalue())  # the boot as far as it got
     assert boot["status"] == "starting"

@@ -291,9 +291,11 @@ def _record(plan: ApplyPlan, outcome: ApplyOutcome, args: argparse.Namespace, st
     """The followed boot goes into the history with the edit, the prediction and the outcome."""
     from kvtui import changes
 
-    problem = changes.record_restart(plan, outcome, history_config(args))
+    number, problem = changes.record_restart_numbered(plan, outcome, history_config(args))
     if problem:
         print(f"kvtui {verb}: note: the boot is not in the history: {problem}", file=stderr)
+    elif number is not None:  # its name in every view from now on (``kvtui.history.ident``)
+        print(f"kvtui {verb}: {plan.name}: the new boot is boot #{number} in the history", file=stderr)
 
 
 def _summary(outcome: ApplyOutcome, plan: ApplyPlan) -> str:

@@ -98,12 +98,15 @@ def _engine_note(boot: Boot) -> list[str]:
             "draft's too" + (f"; {totals}" if totals else "") + ")"]
 
 
-def render_boot(boot: Boot, index: int, total: int) -> list[str]:
+def render_boot(boot: Boot, index: int, total: int, *, title: str | None = None) -> list[str]:
+    """The boot in full; its first line starts with ``title`` (``Boot #13 of HOST``: the
+    history's number, ``kvtui.history.ident``), by default ``Boot INDEX of TOTAL``."""
     out: list[str] = []
     version = boot.version_hint or "version not printed"
     status = boot.status.value.upper()
     where = f" in {boot.failure.phase.value}" if boot.failure is not None and boot.failure.phase else ""
-    out.append(f"Boot {index} of {total} · {boot.engine.value} ({version}) · {status}{where} · {_ranks(boot.ranks)}")
+    head = title or f"Boot {index} of {total}"
+    out.append(f"{head} · {boot.engine.value} ({version}) · {status}{where} · {_ranks(boot.ranks)}")
     said = longrun.summary(boot)
     if said:  # a server up for days: what kvtui did not read, where its figures came from
         out.append("  Not read whole (a server up for days)")

@@ -392,11 +392,45 @@ def _log_model(boots: list[Boot], args: argparse.Namespace, label: str) -> tuple
     except kc.CalcError as exc:
         raise _Fail(EXIT_INPUT, f"{label}: boot {boots.index(boot) + 1}: {exc}") from None
     source = f"boot {boots.index(boot) + 1} of {len(boots)} in {label}"
+    number: int | None = None
+    if getattr(args, "host", None):  # the boot by its number in the history, as every view names it
+        from kvtui.history.ident import label as boot_label
+
+        number = _history_number(args.host, boot, getattr(args, "hosts", None))
+        source = f"{boot_label(number, boots.index(boot) + 1)} {'of' if number is not None else 'from'} {label}"
     if others:
         source += f" (+{len(others)} sibling boot{'s' if len(others) != 1 else ''})"
     if stored:
         source += f" (+{len(stored)} boot{'s' if len(stored) != 1 else ''} of this deployment from the history)"
-    return model, boot, source, {"from_log": len(others), "from_history": len(stored)}
+    offered: dict[str, object] = {"from_log": len(others), "from_history": len(stored)}
+    if getattr(args, "host", None):
+        from kvtui.history.record import boot_key
+
+        offered["boot"] = number  # the history's number of the chosen boot (``kvtui.history.ident``)
+        offered["boot_key"] = boot_key(args.host, boot) if number is not None else None
+    return model, boot, source, offered
+
+
+def _history_number(host: str, boot: Boot, hosts: str | None) -> int | None:
+    """The history's number of ``host``'s ``boot`` (``kvtui.history.ident``): the stored row's, else
+    the boot is recorded now, as any reader of the host records the boots it sees (not with
+    ``[history] record = false``, nor for a deployment: its nodes' boots are stored per node)."""
+    from kvtui.config import ConfigError, load_config
+    from kvtui.history import Limits, open_store, record_numbered
+    from kvtui.history.ident import stored_number
+
+    with open_store(readonly=True) as store:
+        number = stored_number(host, boot, store)
+    if number is not None:
+        return number
+    try:
+        config = load_config(hosts)
+    except ConfigError:
+        return None
+    if config.deployment(host) is not None or not config.history.record:
+        return None
+    limits = Limits(config.history.max_age_days, config.history.max_boots_per_host)
+    return record_numbered(host, boot, source="calc --host", limits=limits, tries=1)[0]
 
 
 def _serving_model(boot: Boot, serving: _Serving, args: argparse.Namespace,
@@ -448,12 +482,16 @@ def to_json(pred: kc.Prediction, offered: dict[str, object]) -> dict[str, object
     besides the chosen one (``boots`` counts the boots whose figures calibrated the model, the chosen
     one included: 1 when no other boot gave a slope; an offered boot without a sized pool, or one
     whose pool was fixed by its environment, is not among them); a ``config+estimate`` model (a
-    server whose start is gone) also names the ``config`` path read on the host."""
+    server whose start is gone) also names the ``config`` path read on the host. ``--host``: the
+    calibrated boot's ``boot`` (its number in the history, ``kvtui.history.ident``) and ``boot_key``."""
     data = pred.to_json()
+    offered = dict(offered)
+    ident: dict[str, object] = {k: offered.pop(k) for k in ("boot", "boot_key") if k in offered}
     cal = data.get("calibration")
     if isinstance(cal, dict):
         cal.update(offered)
-    return data
+    # ``--host``: the chosen boot by its number in the history (``"boot": 13``; null: none)
+    return {**ident, **data}
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:

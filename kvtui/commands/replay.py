@@ -249,7 +249,8 @@ def render(boots: list[Boot], source: str, shape: str | None) -> str:
     lines = [f"{source}: {len(boots)} boot{'s' if len(boots) != 1 else ''} (input: {shape or 'empty'})"]
     for i, boot in enumerate(boots, 1):
         lines.append("")
-        lines.extend(render_boot(boot, i, len(boots)))
+        # no history here: the boot's place in this log (``kvtui.history.ident``), never a history number
+        lines.extend(render_boot(boot, i, len(boots), title=f"Boot {i} of {len(boots)} in this log"))
     return "\n".join(lines) + "\n"
 
 

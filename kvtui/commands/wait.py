@@ -46,6 +46,7 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.boot.stall import Stall, StallDetector
 from kvtui.engines.events import Model, Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
+from kvtui.history.recorder import recordable
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
 from kvtui.monitor import HostMonitor
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
@@ -57,6 +58,9 @@ _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnStat
 CLOSE_LIMIT = 1.5  # seconds for closing the host, then as much for its streams to end, after the wait
 HARD_GRACE = 5.0  # the hard deadline: --timeout + this, when the event loop itself did not get there
 HEARTBEAT_S = fmt.HEARTBEAT_S  # a heartbeat line after this long without output
+# a new boot's "started" line waits at most this long (loop clock) for the boot's number in the
+# history (``kvtui.history.ident``: the recorder writes it off the loop within milliseconds)
+NAME_WAIT_S = 2.0
 
 
 @dataclass(slots=True)
@@ -82,7 +86,8 @@ class Waiter:
     clock: Callable[[], float] = time.monotonic
     done: asyncio.Future[Outcome] | None = None
     following: int | None = None
-    base: int = 0  # the first boot followed: boots are numbered from it in messages
+    base: int = 0  # the first boot followed: the later ones are announced ("boot #14 started")
+    first_seen: dict[int, float] = field(default_factory=dict)  # boot index -> clock() when first seen
     printed: dict[int, int] = field(default_factory=dict)  # boot index -> phase spans printed
     noted_end: set[int] = field(default_factory=set)
     last_conn: ConnStatus | None = None
@@ -155,7 +160,7 @@ class Waiter:
         if stall is None or got is None:
             return
         idx, boot = got
-        where = f"boot {self.number(idx)} still {_where(boot)}"
+        where = f"{self.label(idx)} still {_where(boot)}"
         self._finish(Outcome(EXIT_TIMEOUT, boot, idx, f"no progress for {fmt.duration(stall.seconds)} "
                              f"(--stall-timeout {self.stall_timeout:g} s): {where}: {stall.text()}"))
 
@@ -208,6 +213,8 @@ class Waiter:
             boot = boots[i]
             if i != self.following:
                 self.following = i
+            if self._awaits_number(i, boot):
+                return  # its lines (and what follows) once the history has numbered it
             self._progress(i, boot)
             if boot.status is BootStatus.READY:
                 self._finish(Outcome(EXIT_OK, boot, i))
@@ -222,7 +229,34 @@ class Waiter:
                     self._say("waiting for an automatic restart (--follow-restarts)")
             elif boot.status is BootStatus.STOPPED and i not in self.noted_end:
                 self.noted_end.add(i)
-                self._say(f"boot {self.number(i)} stopped before it was ready; waiting for the next boot")
+                self._say(f"{self.label(i)} stopped before it was ready; waiting for the next boot")
+
+    def _announced(self, index: int) -> bool:
+        """Whether boot ``index`` gets a "started" line (a boot after the first one followed)."""
+        return index > self.base or self.next_boot
+
+    def _awaits_number(self, index: int, boot: Boot) -> bool:
+        """A new boot about to be announced waits (at most ``NAME_WAIT_S``) for its number in the
+        history, so that its "started" line names it as every later line does; a timer looks
+        again when the time is up (the monitor also publishes the boot again once numbered)."""
+        if index in self.printed or not self._announced(index):
+            return False
+        hist = self.monitor.history
+        if hist is None or hist.problem is not None or not recordable(boot):
+            return False
+        if self.monitor.boot_number(index) is not None:
+            return False
+        now = self.clock()
+        first = self.first_seen.get(index)
+        if first is None:
+            first = self.first_seen[index] = now
+            with contextlib.suppress(RuntimeError):  # (no running loop: a test's direct call)
+                asyncio.get_running_loop().call_later(NAME_WAIT_S + 0.05, self._look_again)
+        return now - first < NAME_WAIT_S
+
+    def _look_again(self) -> None:
+        if self.done is not None and not self.done.done():
+            self._boots()
 
     def _elapsed(self, boot: Boot, at: datetime | None) -> float:
         """Seconds from the boot's start to ``at`` (else since the wait began)."""
@@ -238,9 +272,10 @@ class Waiter:
         done = self.printed.get(index)
         if done is None:
             done = self.printed[index] = 0
-            if index > self.base or self.next_boot:
+            self.first_seen.pop(index, None)
+            if self._announced(index):
                 when = f" at {boot.started_at:%H:%M:%S}" if boot.started_at is not None else ""
-                self._say(f"boot {self.number(index)} started{when}")
+                self._say(f"{self.label(index)} started{when}")
         for span in boot.phases[done:]:
             name = fmt.phase_label(span.name) + (" (draft)" if span.model is Model.DRAFT else "")
             self._say(name, self._elapsed(boot, span.start))
@@ -249,7 +284,7 @@ class Waiter:
     def _say_failure(self, index: int, boot: Boot) -> None:
         f = boot.failure
         if f is None:
-            self._say(f"boot {self.number(index)} failed")
+            self._say(f"{self.label(index)} failed")
             return
         where = f" in {fmt.phase_label(f.phase)}" if f.phase is not None else ""
         self._say(f"failed{where}: {f.kind.value}: {_clip(f.message, 300)}", self._elapsed(boot, boot.ended_at))
@@ -258,9 +293,10 @@ class Waiter:
 
     # -- output --------------------------------------------------------------------------------
 
-    def number(self, index: int) -> int:
-        """The boot's number for messages: 1 = the first boot this wait followed."""
-        return index - self.base + 1
+    def label(self, index: int) -> str:
+        """The boot in messages: ``boot #13`` (its number in the history), else ``boot 2 of this
+        log`` (``kvtui.history.ident``)."""
+        return self.monitor.boot_label(index)
 
     def _say(self, text: str, elapsed: float | None = None) -> None:
         stamp = f"{fmt.stamp(elapsed)} " if elapsed is not None else ""
@@ -275,7 +311,7 @@ class Waiter:
         boots = self.monitor.tracker.boots
         if self.following is not None and self.following < len(boots):
             boot = boots[self.following]
-            text = f"… still waiting after {waited}: boot {self.number(self.following)} {_where(boot)}"
+            text = f"… still waiting after {waited}: {self.label(self.following)} {_where(boot)}"
             notice = self.stall_notice_s if self.stall_timeout is None else min(self.stall_notice_s, self.stall_timeout)
             stall = self.stall.stall(boot, self.now(), notice)
             if stall is not None:
@@ -333,10 +369,13 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _summary(boot: Boot, index: int, total: int) -> str:
+def _summary(boot: Boot, index: int, total: int, number: int | None, host: str) -> str:
+    """The boot in full, named ``Boot #13 of HOST`` (as ``kvtui history show``), else by its
+    place in the log read (``Boot 2 of 3 in this log``)."""
     from kvtui.commands.bootview import render_boot
 
-    return "\n".join(render_boot(boot, index + 1, total)) + "\n"
+    title = f"Boot #{number} of {host}" if number is not None else f"Boot {index + 1} of {total} in this log"
+    return "\n".join(render_boot(boot, index + 1, total, title=title)) + "\n"
 
 
 async def wait_for_boot(
@@ -434,12 +473,14 @@ async def wait_for_boot(
             running = " (the running server went on; nothing restarted it)" if monitor.tracker.boots else ""
             outcome = Outcome(EXIT_TIMEOUT, message=f"timed out after {timeout:g} s: no new boot started{running}")
         else:
+            if monitor.history is not None:  # the boot's number (its first write may be under way): bounded
+                await asyncio.to_thread(monitor.history.flush, CLOSE_LIMIT)
             boots = monitor.tracker.boots
             idx = waiter.following if waiter.following is not None else (len(boots) - 1 if boots else None)
             boot = boots[idx] if idx is not None and boots else None
             seen = "no boot seen"
             if boot is not None and idx is not None:
-                seen = f"boot {waiter.number(idx)} still {_where(boot)}"
+                seen = f"{waiter.label(idx)} still {_where(boot)}"
             outcome = Outcome(EXIT_TIMEOUT, boot, idx, f"timed out after {timeout:g} s: {seen}")
         if outcome.code == EXIT_OK and outcome.boot is not None:
             outcome = await _probe_ready(outcome, monitor, host, args, stderr,
@@ -589,22 +630,27 @@ def _report(
         _say_changed(waiter, boot, args.host)
     elif outcome.code == EXIT_OK and boot is not None and idx is not None and boot.start_missing is not None:
         # up since before the log kvtui could read: it serves; say what is known and from where
-        print(f"kvtui wait: {args.host}: boot {waiter.number(idx)} is {serving_line(boot)}", file=stderr)
+        print(f"kvtui wait: {args.host}: {waiter.label(idx)} is {serving_line(boot)}", file=stderr)
     elif outcome.code == EXIT_OK and boot is not None and idx is not None:
         took = boot.phases[-1].start if boot.phases else None
         unread = f" ({longrun.skipped(boot)})" if boot.skipped_lines else ""
-        print(f"kvtui wait: {args.host}: boot {waiter.number(idx)} is ready"
+        print(f"kvtui wait: {args.host}: {waiter.label(idx)} is ready"
               + (f" after {fmt.duration(waiter._elapsed(boot, took))}" if took is not None else "") + unread,
               file=stderr)
     if outcome.message:
         print(f"kvtui wait: {outcome.message}", file=stderr)
     if boot is not None and idx is not None:
+        number = monitor.boot_number(idx)
         if args.json:
+            from kvtui.history.record import boot_key
+
             doc = outcome.snapshot if outcome.snapshot is not None else boot.to_json()
+            # the boot's identity (``kvtui.history.ident``): its number in the history (null: none)
+            doc = {"boot": number, "boot_key": boot_key(args.host, boot) if number is not None else None, **doc}
             json.dump(doc, stdout, indent=2, ensure_ascii=False)
             stdout.write("\n")
         else:
-            stdout.write(_summary(boot, idx, len(monitor.tracker.boots)))
+            stdout.write(_summary(boot, idx, len(monitor.tracker.boots), number, args.host))
         stdout.flush()
     return outcome.code
 

@@ -9,7 +9,7 @@ keys, merging) and the readers over stored boots (``eta``, ``diff``, ``ledger``)
 from __future__ import annotations
 
 from kvtui.history.record import boot_doc, boot_from_doc, boot_key, merge
-from kvtui.history.recorder import BootRecorder, record_boot, recordable, recorder_for
+from kvtui.history.recorder import BootRecorder, record_boot, record_numbered, recordable, recorder_for
 from kvtui.history.store import (
     SCHEMA_VERSION,
     HistoryBusy,
@@ -36,6 +36,7 @@ __all__ = [
     "merge",
     "open_store",
     "record_boot",
+    "record_numbered",
     "recordable",
     "recorder_for",
 ]

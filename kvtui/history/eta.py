@@ -5,7 +5,16 @@ than usual (past ``SLOW_FACTOR`` × its median). Without matching history there 
 the text says so: no made-up numbers.
 
 Which past boots count for a phase (besides host and model): weights, KV and the rest need the
-same TP size; graph capture the same batch-size list (else the same capture flags)."""
+same TP size; graph capture the same batch-size list (else the same capture flags).
+
+A boot that runs at another pace than the stored ones (the demo host switched to real time with
+``D`` after boots recorded at ×8; a slower disk; a host whose GPUs are shared) is not given their
+medians as they are (issue 22 #5: ``load weights 0:14 / ~0:30 … ready in ~0:19`` while shards took
+3.4 s each): its pace is the median ratio of its finished phases' seconds to their medians, and
+past ``PACE_BAND`` × (either way) the medians of the current and later phases are scaled by it; a
+current phase that counts its progress (``12/61 shards``) is projected from its own rate when that
+is off the (scaled) median by more than ``PACE_BAND`` ×. "Slower than usual" still compares with
+the stored boots as they were."""
 
 from __future__ import annotations
 
@@ -16,7 +25,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from kvtui import fmt
-from kvtui.boot import Boot, BootStatus
+from kvtui.boot import Boot, BootStatus, PhaseSpan
 from kvtui.engines.events import Model, Phase
 from kvtui.history import record as rec
 
@@ -24,6 +33,11 @@ if TYPE_CHECKING:
     from kvtui.boot.stall import Stall
 
 SLOW_FACTOR: Final = 3.0
+# a boot whose pace (its finished phases' seconds ÷ their medians) is past this × either way gets
+# medians scaled by its pace; its current phase's own rate (progress) counts past it too
+PACE_BAND: Final = 2.0
+PACE_MIN_MEDIAN_S: Final = 1.0  # a phase with a shorter median says nothing of the pace (1 s log stamps)
+RATE_MIN_DONE: Final = 2  # a phase's own rate once it counted this many steps (shards)
 CAPTURE_FLAGS: Final = ("cuda_graph_max_bs", "cuda_graph_bs", "disable_cuda_graph", "max_running_requests",
                         "enforce_eager", "max_num_seqs", "compilation_config")
 PHASE_ORDER: Final = [p.value for p in Phase]
@@ -51,6 +65,9 @@ class BootEta:
     remaining: float | None  # seconds until ready (the current phase's rest + the later medians)
     boots: int  # past boots the estimate comes from (the most any phase used)
     note: str  # why there is no estimate, when there is none
+    pace: float | None = None  # the medians were scaled by this (the boot's own pace; None: as stored)
+    expected: float | None = None  # the current phase's expected seconds (``current.median``, scaled / projected)
+    by_rate: bool = False  # ``expected`` is projected from the phase's own progress rate
 
     @property
     def slow(self) -> float | None:
@@ -69,10 +86,16 @@ class BootEta:
             return self.note
         parts: list[str] = []
         if self.current is not None and self.elapsed is not None:
-            parts.append(f"{fmt.phase_label(self.phase)} {clock(self.elapsed)} / ~{clock(self.current.median)}")
+            expected = self.expected if self.expected is not None else self.current.median
+            parts.append(f"{fmt.phase_label(self.phase)} {clock(self.elapsed)} / ~{clock(expected)}")
         if self.remaining is not None:
             parts.append(f"ready in ~{clock(self.remaining)}")
-        text = ", ".join(parts) + f" (median of {self.boots} boot{'s' if self.boots != 1 else ''})"
+        basis = f"median of {self.boots} boot{'s' if self.boots != 1 else ''}"
+        if self.pace is not None:
+            basis += f" × {self.pace:.1f}, this boot's pace"
+        if self.by_rate:
+            basis += f"; {fmt.phase_label(self.phase)} at its own rate"
+        text = ", ".join(parts) + f" ({basis})"
         slow = self.slow
         if slow is not None and self.current is not None:
             text += f"; {slow_text(slow, self.current.boots)}"
@@ -214,15 +237,51 @@ def estimate(current: Boot, history: Sequence[Mapping[str, Any]], now: datetime,
     later = [p for p in PHASE_ORDER if phase is None or PHASE_ORDER.index(p) > PHASE_ORDER.index(phase)]
     later = [p for p in later if p != Phase.READY.value]
     ests = [e for p in later if (e := for_phase(p)) is not None]
+    pace = _pace(targets[:-1], for_phase)
+    scale = pace if pace is not None else 1.0
+    expected = cur.median * scale if cur is not None else None
+    by_rate = False
+    rate = _by_rate(span, elapsed)
+    if rate is not None and cur is not None and expected is not None and (
+            pace is not None or not 1 / PACE_BAND <= rate / max(expected, 1e-9) <= PACE_BAND):
+        expected, by_rate = rate, True
     remaining: float | None = None
     if cur is not None or ests:
-        rest = max(0.0, cur.median - (elapsed or 0.0)) if cur is not None else 0.0
-        remaining = rest + sum(e.median for e in ests)
+        rest = max(0.0, expected - (elapsed or 0.0)) if expected is not None else 0.0
+        remaining = rest + sum(e.median * scale for e in ests)
     n = max([e.boots for e in ests] + ([cur.boots] if cur is not None else []), default=0)
     if n == 0:
         return BootEta(phase, elapsed, None, None, 0,
                        f"no ETA: no earlier ready boot of {model} with TP {tp}{where} in the history")
-    return BootEta(phase, elapsed, cur, remaining, n, "")
+    return BootEta(phase, elapsed, cur, remaining, n, "", pace, expected, by_rate)
+
+
+def _pace(done: Sequence[PhaseSpan], for_phase: Callable[[str], PhaseEstimate | None]) -> float | None:
+    """The boot's pace against the stored boots: the median of its finished target phases' seconds
+    ÷ their medians (phases whose median is under ``PACE_MIN_MEDIAN_S`` say nothing); None while
+    it is within ``PACE_BAND`` × either way (the medians are used as they are) or not known."""
+    ratios: list[float] = []
+    for s in done:
+        if s.end is None or s.seconds is None:
+            continue
+        e = for_phase(s.name.value)
+        if e is not None and e.median >= PACE_MIN_MEDIAN_S:
+            ratios.append(max(s.seconds, 0.0) / e.median)
+    if not ratios:
+        return None
+    pace = statistics.median(ratios)
+    return pace if pace > PACE_BAND or pace < 1 / PACE_BAND else None
+
+
+def _by_rate(span: PhaseSpan | None, elapsed: float | None) -> float | None:
+    """The current phase's whole length projected from its own progress (``12/61 shards`` after
+    ``elapsed`` s); None without enough progress to tell."""
+    if span is None or elapsed is None or elapsed <= 0:
+        return None
+    done, total = span.progress_done, span.progress_total
+    if done is None or total is None or done < RATE_MIN_DONE or total <= done:
+        return None
+    return elapsed * total / done
 
 
 def expected_text(history: Sequence[Mapping[str, Any]], flags: Mapping[str, object], *, host: str = "") -> str:

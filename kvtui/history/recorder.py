@@ -161,6 +161,8 @@ class BootRecorder:
         self._deadline: float | None = None  # monotonic: when a close stops trying
         self._writing: set[int] = set()  # the boots whose documents are being written now
         self._thread: threading.Thread | None = None
+        # boot index -> the history's number (row id) once written (``number``; bounded: KEEP_BOOTS)
+        self._ids: dict[int, int] = {}
 
     # -- on the reader's loop ----------------------------------------------------------------------
 
@@ -197,6 +199,21 @@ class BootRecorder:
         for table in (self._sigs, self._boots, self._spools, self._peaks, self._free0, self._series):
             for i in [i for i in table if i < below]:
                 del table[i]
+        with self._cond:
+            for i in [i for i in self._ids if i < below]:
+                del self._ids[i]
+
+    def number(self, index: int) -> int | None:
+        """The history's number (``kvtui.history.ident``) of this reader's boot ``index``, once
+        its document is written (a few milliseconds after it was first observed); None before,
+        and for a boot the history does not keep."""
+        with self._cond:
+            return self._ids.get(index)
+
+    def numbers(self) -> dict[int, int]:
+        """Every boot index -> number known (a copy; the newest ``KEEP_BOOTS``)."""
+        with self._cond:
+            return dict(self._ids)
 
     def log_time(self, when: float | None) -> None:
         """The time (epoch seconds) of the newest log line the reader has read, told on every
@@ -389,8 +406,10 @@ class BootRecorder:
                 retry[index] = (key, doc)  # the file is locked: do not wait for it once per boot
                 continue
             try:
-                store.put(doc, key)
+                row_id = store.put(doc, key)
                 self.written += 1
+                with self._cond:
+                    self._ids[index] = row_id
             except HistoryBusy:
                 retry[index] = (key, doc)
             except HistoryError as exc:
@@ -489,17 +508,27 @@ def record_boot(host: str, boot: Boot, *, restart: Mapping[str, object] | None =
                 store: Store | None = None, limits: Limits | None = None,
                 unit_env: Mapping[str, str] | None = None, tries: int = RECORD_TRIES,
                 pace: Backoff | None = None) -> str | None:
+    """``record_numbered`` without the number: the problem, else None."""
+    return record_numbered(host, boot, restart=restart, source=source, store=store, limits=limits,
+                           unit_env=unit_env, tries=tries, pace=pace)[1]
+
+
+def record_numbered(host: str, boot: Boot, *, restart: Mapping[str, object] | None = None, source: str = "",
+                    store: Store | None = None, limits: Limits | None = None,
+                    unit_env: Mapping[str, str] | None = None, tries: int = RECORD_TRIES,
+                    pace: Backoff | None = None) -> tuple[int | None, str | None]:
     """Record one boot at once (a one-shot command: ``apply --restart``, ``replay --record``,
     ``tune``); the problem (a message) when it could not be, else None. ``unit_env``: the
     environment the unit or script gives the server (``boot_doc``). A file locked past the busy
     timeout (``HistoryBusy``) is tried ``tries`` times in all, ``pace`` apart (1 s, 2 s): a command
     that ends cannot wait for a later write as the recorder does, and its boot (with the
-    prediction ledger's entry) is the one most worth keeping."""
+    prediction ledger's entry) is the one most worth keeping. Returns (the boot's number in the
+    history, ``kvtui.history.ident``; the problem): (N, None) when recorded."""
     key = rec.boot_key(host, boot)
     if not recordable(boot):
-        return "the boot shows no start (no launch, no argument dump): not recorded"
+        return None, "the boot shows no start (no launch, no argument dump): not recorded"
     if key is None:
-        return "the boot has no timestamp to key it by: not recorded"
+        return None, "the boot has no timestamp to key it by: not recorded"
     doc = rec.boot_doc(host, boot, source=source, restart=restart, unit_env=unit_env)
     steps = pace or Backoff(initial=RETRY_FIRST_S, cap=RETRY_CAP_S, first=RETRY_FIRST_S, jitter=0.5)
     own = store is None
@@ -512,17 +541,16 @@ def record_boot(host: str, boot: Boot, *, restart: Mapping[str, object] | None =
                     st = open_store(limits=limits)
                 if st.readonly:
                     if not (own and st.busy):  # a caller's store is not opened again here
-                        return st.problem or "the history is read-only"
+                        return None, st.problem or "the history is read-only"
                     raise HistoryBusy(st.problem or f"{st.path}: the history database is locked by another process")
-                st.put(doc, key)
-                return None
+                return st.put(doc, key), None
             except HistoryBusy as exc:
                 if attempt >= tries:
-                    return f"{exc} (tried {attempt} time{'s' if attempt != 1 else ''})"
+                    return None, f"{exc} (tried {attempt} time{'s' if attempt != 1 else ''})"
                 time.sleep(steps.next())
             except HistoryError as exc:
-                return str(exc)
-        return None  # not reached: the loop returns
+                return None, str(exc)
+        return None, None  # not reached: the loop returns
     finally:
         if own:
             st.close()

@@ -633,7 +633,9 @@ class HostPane(HostChanges, Vertical):
         eta = self._eta(boot, now_dt)
         self._one(PhaseTimeline).show(boot, now_dt, eta)
         elapsed = self.current_elapsed(now)
-        number = None if self.boot_index is None else self.boot_index + 1
+        # the boot's name: its number in the history ("boot #13"), the same in every view and after a
+        # reconnect; else its place in the log this console read ("boot 2 of this log")
+        number = None if self.boot_index is None or self.monitor is None else self.monitor.boot_label(self.boot_index)
         status = self.live_status(now)
         known = None
         if boot is not None and boot.version_hint is None:  # a boot that has not told it yet: the last one's

@@ -128,6 +128,12 @@ class BundleBackend:
                 raise
         return self.bundle
 
+    @property
+    def recorded_boot(self) -> int | None:
+        """The history's number of the boot this bundle holds (its manifest's ``boot``): the name
+        the console gives it (``kvtui.history.ident``); None before it is loaded or without one."""
+        return self.bundle.boot if self.bundle is not None else None
+
     async def start(self) -> None:
         b = await asyncio.to_thread(self._load)
         what = f"boot #{b.boot} of {b.host}" if b.boot is not None else f"a boot of {b.host}"

@@ -169,7 +169,8 @@ class PhaseTimeline(BootRows):
             time_text = "" if span.name in _FINAL_TARGET else fmt.duration(seconds)
             eta = self._eta
             if is_current and eta is not None and eta.current is not None and eta.phase == span.name.value:
-                time_text = f"{eta_clock(seconds or 0.0)} / ~{eta_clock(eta.current.median)}"
+                expected = eta.expected if eta.expected is not None else eta.current.median  # at the boot's pace
+                time_text = f"{eta_clock(seconds or 0.0)} / ~{eta_clock(expected)}"
             yield Content.assemble(
                 (f"{icon} ", icon_style),
                 (f"{fmt.phase_label(span.name):<14}", name_style),

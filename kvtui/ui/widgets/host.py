@@ -150,17 +150,18 @@ class HostBar(Widget):
         self.status: ConnStatus | None = None
         self.boot: Boot | None = None
         self.elapsed: float | None = None
-        self.boot_number: int | None = None
+        self.boot_label: str | None = None  # "boot #13" (the history's number) or "boot 2 of this log"
         self.version: str | None = None
         self._shown: tuple[str, str] | None = None
 
     def show(
-        self, status: ConnStatus | None, boot: Boot | None, elapsed: float | None, boot_number: int | None,
+        self, status: ConnStatus | None, boot: Boot | None, elapsed: float | None, boot_label: str | None,
         version: str | None = None,
     ) -> None:
-        """``version``: the engine's version to show when ``boot`` has not told its own yet (the
-        host's previous boot's: a boot that has printed less is not another version)."""
-        self.status, self.boot, self.elapsed, self.boot_number = status, boot, elapsed, boot_number
+        """``boot_label``: the boot's name (``kvtui.history.ident``: ``boot #13``, else ``boot 2 of
+        this log``). ``version``: the engine's version to show when ``boot`` has not told its own
+        yet (the host's previous boot's: a boot that has printed less is not another version)."""
+        self.status, self.boot, self.elapsed, self.boot_label = status, boot, elapsed, boot_label
         self.version = version
         shown = (self.left().markup, self.right().markup)
         if shown != self._shown:  # the bar is told the state every second: repaint only a change
@@ -196,7 +197,7 @@ class HostBar(Widget):
         return Content.styled(" · ", "$text-muted").join(parts)
 
     def right(self) -> Content:
-        number = f"boot {self.boot_number}  " if self.boot_number is not None else ""
+        number = f"{self.boot_label}  " if self.boot_label else ""
         return Content.assemble((number, "$text-muted"), boot_state_text(self.boot, self.elapsed))
 
     def render(self) -> Content:
