@@ -24,6 +24,7 @@ from kvtui.history.eta import BootEta
 from kvtui.history.eta import clock as eta_clock
 from kvtui.ui import formatting as fmt
 from kvtui.ui.perf import QuietStatic
+from kvtui.ui.widgets.banner import Banner
 
 _FINAL_TARGET = {Phase.READY}
 
@@ -170,13 +171,17 @@ class PhaseTimeline(BootRows):
             eta = self._eta
             if is_current and eta is not None and eta.current is not None and eta.phase == span.name.value:
                 time_text = f"{eta_clock(seconds or 0.0)} / ~{eta_clock(eta.current.median)}"
+            own = _engine_own(boot, span)
+            # the room the row leaves: an ETA ("0:01 / ~0:06") is wider than a time, and the
+            # shard counter was cut ("7…") at 120x36 (issue 22 #14)
+            row_room = max(0, room - max(0, len(time_text) - 8) - own.cell_length)
             yield Content.assemble(
                 (f"{icon} ", icon_style),
                 (f"{fmt.phase_label(span.name):<14}", name_style),
                 (f"{time_text:>8}", "$foreground bold" if is_current else "$text-muted"),
                 "  ",
-                _progress(span, room),
-                _engine_own(boot, span),
+                _progress(span, row_room),
+                own,
             )
             for d in draft:
                 if d.name == span.name:
@@ -500,7 +505,7 @@ class KvUsage(Vertical):
         self.query_one("#kv-load", QuietStatic).set(load, lambda: load, layout=False)
 
 
-class FailureBanner(QuietStatic):
+class FailureBanner(Banner):
     """The diagnosis of a failed boot and the hint that points the right way.
 
     While an automatic restart (``Restart=on-failure``) boots again, the previous boot's failure
@@ -573,7 +578,7 @@ class FailureBanner(QuietStatic):
         return Content("\n").join(parts)
 
 
-class StallNotice(QuietStatic):
+class StallNotice(Banner):
     """"possibly hung in <phase> for Ns": no log line and no GPU-memory change for a while."""
 
     DEFAULT_CSS = """

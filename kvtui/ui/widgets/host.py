@@ -88,7 +88,8 @@ FATAL_STATES = frozenset({ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED, Conn
 
 class ConnBanner(QuietStatic):
     """Why a host cannot be reached when retrying will not help (host key, authentication,
-    configuration): the backend's message, which says what to do (e.g. how to trust a key)."""
+    configuration): the backend's message, which says what to do (e.g. how to trust a key). Not
+    a one-line ``Banner``: what to do is the point, and there is no log to make room for."""
 
     DEFAULT_CSS = """
     ConnBanner {
@@ -214,6 +215,24 @@ class HostBar(Widget):
         return Content.assemble(left.truncate(room, ellipsis=True), "  ", right)
 
 
+class ZoomHeader(HostBar):
+    """The active host's header over a zoomed panel (``z``, or a panel opened zoomed): which host,
+    its connection and its boot's state stay in sight (the screen mirrors the pane's ``HostBar``)."""
+
+    DEFAULT_CSS = """
+    ZoomHeader {
+        dock: top;
+        display: none;  /* kvtui.tcss shows it in the zoomed view */
+    }
+    """
+
+    def mirror(self, bar: HostBar) -> None:
+        if self.info != bar.info:
+            self.info = bar.info
+            self._shown = None
+        self.show(bar.status, bar.boot, bar.elapsed, bar.boot_number, bar.version)
+
+
 @dataclass(frozen=True, slots=True)
 class FleetRow:
     name: str
@@ -246,7 +265,8 @@ class FleetSummary(Widget):
     }
     """
 
-    def __init__(self, names: Sequence[str], *, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(self, names: Sequence[str], *, expanded: bool = True, id: str | None = None,
+                 classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.rows: dict[str, FleetRow] = {n: FleetRow(n, None, None, None) for n in names}
         self._order = {n: i for i, n in enumerate(self.rows)}
@@ -256,6 +276,48 @@ class FleetSummary(Widget):
         self.repaints = 0  # refreshes asked for (tests check that unseen rows ask for none)
         self._first = 0  # the first host in the window (kept while the active host is in it)
         self._others: Content | None = None  # the last line summing up the hosts out of the window
+        # the console's is one line for every host unless expanded (issue 22 #13: with the tabs
+        # it took 4 rows of a 36-row terminal); ``b`` expands it to a line per host
+        self.expanded = expanded
+        self._one_line: Content | None = None
+
+    def set_expanded(self, expanded: bool) -> None:
+        """A line per host (``True``) or one line for them all."""
+        if expanded == self.expanded:
+            return
+        self.expanded = expanded
+        self.set_class(expanded, "-expanded")
+        self._lines.clear()
+        self._one_line = None
+        self.repaints += 1
+        self.refresh(layout=True)
+
+    def one_line(self, width: int | None = None) -> Content:
+        """Every host on one line ("▸ demo-a ▶ load weights 12s │ demo-b ✔ ready"), each part a
+        click to its tab; when they do not fit, the active host's part and how many of the
+        others failed, are not reached, boot or are ready."""
+        width = width if width is not None else (self.content_region.width or 120)
+        hint = Content.styled("  b: each host", "$text-muted")
+        parts: list[Content] = []
+        for row in self.rows.values():
+            active = row.name == self.active
+            state = (conn_text(row.status, with_detail=False)
+                     if row.status is not None and row.status.state is not ConnState.CONNECTED
+                     else boot_state_text(row.boot, row.elapsed))
+            parts.append(Content.assemble(
+                ("▸ " if active else "", "$accent bold"),
+                (row.name, "$accent bold" if active else "$foreground bold"), " ", state,
+            ).stylize(f"@click=app.switch_host('{row.name}')"))
+        sep = Content.styled(" │ ", "$text-muted")
+        line = sep.join(parts)
+        if line.cell_length + hint.cell_length > width and self.active in self.rows:
+            index = self._order[self.active]
+            others = self._others_line((index, 1))
+            line = parts[index] if others is None else Content.assemble(parts[index], others)
+        room = width - hint.cell_length
+        if line.cell_length > room:
+            line = line.truncate(max(1, room), ellipsis=True)
+        return Content.assemble(line, " " * max(0, room - line.cell_length), hint)
 
     def window(self) -> tuple[int, int]:
         """(first, count): the hosts whose lines are on screen (all of them before the first
@@ -334,6 +396,16 @@ class FleetSummary(Widget):
     def update_rows(self, rows: Sequence[FleetRow]) -> None:
         """Take new rows; one repaint if a line on screen changed. One unwrapped line per host,
         hosts fixed: a row's new state never changes the height, so no layout pass either."""
+        if not self.expanded:
+            for row in rows:
+                if row.name in self._order:
+                    self.rows[row.name] = row
+            line = self.one_line()
+            if line != self._one_line:
+                self._one_line = line
+                self.repaints += 1
+                self.refresh()
+            return
         window = self.window()
         changed = False
         others = False
@@ -363,11 +435,12 @@ class FleetSummary(Widget):
         for n in (previous, name):
             if n is not None:
                 self._lines.pop(n, None)
+        self._one_line = None
         self.repaints += 1
         self.refresh()
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return len(self.rows)  # one line per host, never wrapped
+        return len(self.rows) if self.expanded else 1  # one line per host, never wrapped
 
     def _line(self, row: FleetRow) -> Content:
         boot = row.boot
@@ -388,7 +461,13 @@ class FleetSummary(Widget):
         )
         return line.stylize(f"@click=app.switch_host('{row.name}')")
 
+    def on_resize(self) -> None:
+        self._one_line = None
+
     def render(self) -> Content:
+        if not self.expanded:
+            one = self._one_line = self.one_line()
+            return one
         first, count = window = self.window()
         lines: list[Content] = []
         for row in list(self.rows.values())[first : first + count]:
