@@ -80,7 +80,8 @@ async def test_an_incident_at_120x36_and_80x24_keeps_the_log_half_the_pane() -> 
         await wait_for(pilot, lambda: failure.region.height == 1 and change.region.height == 1)
         # each banner is one line: its most important fact, and the key that shows the rest
         text = plain(failure)
-        assert text.startswith("✖ PREVIOUS BOOT FAILED in graph capture"), text
+        # the failure, where, and the fraction it died at
+        assert text.startswith("✖ PREVIOUS BOOT FAILED: out of memory in CUDA-graph capture at 0.99"), text
         assert text.rstrip().endswith("b: details")
         assert plain(change).startswith("⟳ apply on demo-a")
         assert fleet.region.height == 1  # the hosts on one line (the tabs under it are gone)

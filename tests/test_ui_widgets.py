@@ -75,7 +75,7 @@ async def test_failure_banner_shows_diagnosis_and_hint_only_on_failure() -> None
         banner.set_expanded(False)
         await pilot.pause()
         text = str(banner.render())
-        assert text.startswith("✖ BOOT FAILED in graph capture")
+        assert text.startswith("✖ BOOT FAILED: out of memory in CUDA-graph capture")
         assert text.rstrip().endswith("b: details")
         assert "\n" not in text
         assert banner.region.height == 1

@@ -14,12 +14,13 @@ from kvtui.ui.perf import QuietStatic
 EXPAND_KEY = "b"  # the screen's binding (kvtui.ui.app MAIN_BINDINGS, id "banners")
 
 
-def one_line(full: Content, width: int, hint: str) -> Content:
-    """``full``'s first line cut to ``width`` cells, ending with ``hint`` when ``full`` has more
-    lines (or was cut)."""
+def one_line(full: Content, width: int, hint: str, head: Content | None = None) -> Content:
+    """``head`` (default: ``full``'s first line) cut to ``width`` cells, ending with ``hint`` when
+    ``full`` has more to show (or the line was cut)."""
     lines = full.split("\n")
-    head = lines[0] if lines else Content("")
-    more = len(lines) > 1
+    more = len(lines) > 1 or (head is not None and head.plain != full.plain)
+    if head is None:
+        head = lines[0] if lines else Content("")
     if width <= 0:
         return head
     tail = Content.styled(f"  {hint}", "$text-muted")
@@ -44,6 +45,7 @@ class Banner(QuietStatic):
         super().__init__(content, id=id, classes=classes)
         self.expanded = True
         self.full: Content = Content("")  # every line (what ``b`` shows)
+        self.head: Content | None = None  # the one line collapsed (None: the first of ``full``)
 
     def update(self, content: VisualType = "", *, layout: bool = True) -> None:
         self.full = content if isinstance(content, Content) else Content(str(content))
@@ -52,7 +54,7 @@ class Banner(QuietStatic):
     def _shown(self) -> Content:
         if self.expanded:
             return self.full
-        return one_line(self.full, self.content_region.width if self.is_mounted else 0, self.HINT)
+        return one_line(self.full, self.content_region.width if self.is_mounted else 0, self.HINT, self.head)
 
     def set_expanded(self, expanded: bool) -> None:
         if expanded == self.expanded:

@@ -546,14 +546,28 @@ class FailureBanner(Banner):
             return
         shown = failure
         lines = tuple(changed) if not self.previous else ()
+        failed = previous if self.previous else boot
+        fraction = failed.flags.get("mem_fraction_static") if failed is not None else None
+        at = str(fraction) if fraction is not None and shown.kind.value.startswith("oom") else None
         self.set(
-            (shown.kind, shown.phase, shown.message, shown.hint, self.previous, lines),
-            lambda: self._content(shown, self.previous, lines),
+            (shown.kind, shown.phase, shown.message, shown.hint, self.previous, lines, at),
+            lambda: self._content(shown, self.previous, lines, at),
         )
 
-    def _content(self, failure: Failure, previous: bool = False, changed: Sequence[str] = ()) -> Content:
+    def _content(self, failure: Failure, previous: bool = False, changed: Sequence[str] = (),
+                 fraction: str | None = None) -> Content:
+        """``fraction``: the failed boot's --mem-fraction-static, said on the first line of an
+        out-of-memory failure (the one line shown until ``b``)."""
         where = f" in {fmt.phase_label(failure.phase)}" if failure.phase is not None else ""
         title = fmt.failure_title(failure.kind, failure.phase)
+        if fraction is not None:
+            title += f" at {fraction}"
+        # collapsed, the banner's one line: the failure's title says the phase ("out of memory in
+        # CUDA-graph capture at 0.93"), the rest is the expanded banner's
+        said = "" if failure.phase is None or fmt.phase_label(failure.phase) in title else where
+        self.head = Content.assemble(
+            (f"✖ {'PREVIOUS ' if previous else ''}BOOT FAILED{said}: ", "$error bold"), (title, "$foreground bold"),
+        )
         message = " ".join(failure.message.split())
         if len(message) > 240:  # two lines or so: the log holds the rest
             message = message[:239] + "…"
