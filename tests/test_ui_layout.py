@@ -216,3 +216,22 @@ async def test_the_apply_dialog_at_80x24_shows_the_whole_diff() -> None:
         # the rest (the file, what runs, the prediction) scrolls, with its scrollbar
         assert body.max_scroll_y > 0
         assert body.show_vertical_scrollbar
+
+
+async def test_a_collapsed_banner_names_the_key_as_remapped() -> None:
+    """[keymap] banners = "ctrl+b": the one-line banner says so (not "b: details")."""
+    from types import SimpleNamespace
+
+    from test_ui_helpers import Harness, failed_boot
+
+    banner = FailureBanner()
+    app = Harness(banner)
+    app.config = SimpleNamespace(keymap={"banners": "ctrl+b"})  # type: ignore[attr-defined]
+    async with app.run_test(size=(100, 6)) as pilot:
+        banner.set_expanded(False)
+        banner.show(failed_boot())
+        await pilot.pause()
+        text = plain(banner)
+        assert text.startswith("✖ BOOT FAILED: out of memory in CUDA-graph capture")
+        assert text.rstrip().endswith("ctrl+b: details")
+        assert banner.region.height == 1

@@ -8,10 +8,21 @@ from __future__ import annotations
 from textual.content import Content
 from textual.events import Resize
 from textual.visual import VisualType
+from textual.widget import Widget
 
 from kvtui.ui.perf import QuietStatic
 
 EXPAND_KEY = "b"  # the screen's binding (kvtui.ui.app MAIN_BINDINGS, id "banners")
+
+
+def expand_key(widget: Widget) -> str:
+    """The key that expands the banners: ``b``, or what hosts.toml's [keymap] made of it."""
+    try:
+        keymap = getattr(getattr(widget.app, "config", None), "keymap", None)
+    except Exception:  # not attached to an app (yet)
+        return EXPAND_KEY
+    key = keymap.get("banners", EXPAND_KEY) if isinstance(keymap, dict) else EXPAND_KEY
+    return str(key).split(",")[0] or EXPAND_KEY
 
 
 def one_line(full: Content, width: int, hint: str, head: Content | None = None) -> Content:
@@ -39,7 +50,7 @@ class Banner(QuietStatic):
     expanded (a screen without ``b``, the deployment console's, shows it all); the host console
     collapses its banners (``HostPane.set_banners_expanded``)."""
 
-    HINT = f"{EXPAND_KEY}: details"
+    HINT = "details"  # after the key: "b: details"
 
     def __init__(self, content: VisualType = "", *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(content, id=id, classes=classes)
@@ -54,7 +65,8 @@ class Banner(QuietStatic):
     def _shown(self) -> Content:
         if self.expanded:
             return self.full
-        return one_line(self.full, self.content_region.width if self.is_mounted else 0, self.HINT, self.head)
+        width = self.content_region.width if self.is_mounted else 0
+        return one_line(self.full, width, f"{expand_key(self)}: {self.HINT}", self.head)
 
     def set_expanded(self, expanded: bool) -> None:
         if expanded == self.expanded:

@@ -13,6 +13,7 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.hosts.backend import ConnState, ConnStatus
 from kvtui.ui import formatting as fmt
 from kvtui.ui.perf import QuietStatic
+from kvtui.ui.widgets.banner import expand_key
 
 _STATE_STYLE: dict[ConnState, tuple[str, str]] = {
     ConnState.CONNECTING: ("◌", "$text-muted"),
@@ -297,7 +298,7 @@ class FleetSummary(Widget):
         click to its tab; when they do not fit, the active host's part and how many of the
         others failed, are not reached, boot or are ready."""
         width = width if width is not None else (self.content_region.width or 120)
-        hint = Content.styled("  b: each host", "$text-muted")
+        hint = Content.styled(f"  {expand_key(self)}: each host", "$text-muted")
         parts: list[Content] = []
         for row in self.rows.values():
             active = row.name == self.active
