@@ -592,8 +592,9 @@ class FailureBanner(Banner):
         return Content("\n").join(parts)
 
 
-class StallNotice(Banner):
-    """"possibly hung in <phase> for Ns": no log line and no GPU-memory change for a while."""
+class StallNotice(QuietStatic):
+    """"possibly hung in <phase> for Ns": no log line and no GPU-memory change for a while. Not
+    a one-line ``Banner``: it is one sentence, whose end (the likely cause) matters."""
 
     DEFAULT_CSS = """
     StallNotice {
