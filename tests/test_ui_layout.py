@@ -112,6 +112,10 @@ async def test_an_incident_at_120x36_and_80x24_keeps_the_log_half_the_pane() -> 
         assert top.lstrip().startswith("demo-a"), top
         assert "load weights" in top, top
         assert pane.log_view.region.y > header.region.y
+        # it follows the boot (the screen's 1 s tick mirrors the pane's header)
+        await run_clock(pilot, app, clock, seconds=2.0, step=0.5)
+        await wait_for(pilot, lambda: screen_text(app).splitlines()[0] != top)
+        assert screen_text(app).splitlines()[0].lstrip().startswith("demo-a")
         await pilot.press("z")
         await wait_for(pilot, lambda: app.main_screen.maximized is None and header.region.height == 0)
 

@@ -23,7 +23,7 @@ from textual.widgets import Input, TabbedContent, TabPane
 from kvtui.boot import BootStatus
 from kvtui.config import CalcConfig, Config, UiConfig
 from kvtui.ui.commands import Command, KvtuiCommands, main_screen_commands
-from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec, host_info
+from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec
 from kvtui.ui.keys import is_printable_key
 from kvtui.ui.perf import GcPacer, KeysFooter
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
@@ -163,7 +163,7 @@ class MainScreen(Screen[None]):
         )
 
     def compose(self) -> ComposeResult:
-        yield ZoomHeader(host_info(self.specs[0], self.readonly))
+        yield ZoomHeader()
         if len(self.specs) > 1:
             yield FleetSummary(self.host_names, expanded=False)
             with TabbedContent(id="hosts"):

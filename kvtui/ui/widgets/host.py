@@ -202,9 +202,11 @@ class HostBar(Widget):
         return Content.assemble((number, "$text-muted"), boot_state_text(self.boot, self.elapsed))
 
     def render(self) -> Content:
+        return self.line(self.size.width or 120)
+
+    def line(self, width: int) -> Content:
         """The boot's state always shows (on the right); the left gives way, then is cut with …."""
         right = self.right()
-        width = self.size.width or 120
         for level in range(4):
             left = self.left(level)
             gap = width - left.cell_length - right.cell_length
@@ -216,22 +218,36 @@ class HostBar(Widget):
         return Content.assemble(left.truncate(room, ellipsis=True), "  ", right)
 
 
-class ZoomHeader(HostBar):
+class ZoomHeader(Widget):
     """The active host's header over a zoomed panel (``z``, or a panel opened zoomed): which host,
-    its connection and its boot's state stay in sight (the screen mirrors the pane's ``HostBar``)."""
+    its connection and its boot's state stay in sight. It shows what the pane's ``HostBar`` shows
+    (``mirror``; not a ``HostBar`` itself: a query for the pane's header must not find it)."""
 
     DEFAULT_CSS = """
     ZoomHeader {
         dock: top;
+        height: 1;
+        background: $panel;
+        padding: 0 1;
         display: none;  /* kvtui.tcss shows it in the zoomed view */
     }
     """
 
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.bar: HostBar | None = None
+        self.shown = Content("")
+
     def mirror(self, bar: HostBar) -> None:
-        if self.info != bar.info:
-            self.info = bar.info
-            self._shown = None
-        self.show(bar.status, bar.boot, bar.elapsed, bar.boot_number, bar.version)
+        self.bar = bar
+        before = self.shown.markup
+        if self.render().markup != before:  # told every second: repaint a change only
+            self.refresh()
+
+    def render(self) -> Content:
+        bar = self.bar
+        self.shown = Content("") if bar is None else bar.line(self.content_region.width or self.app.size.width - 2)
+        return self.shown
 
 
 @dataclass(frozen=True, slots=True)
