@@ -1,4 +1,4 @@
-"""``Banner``: a notice above the panels (a failed boot, a change in progress, a host not reached)
+"""``Banner``: a notice above the panels (a failed boot, a change in progress or its outcome)
 that takes ONE line unless expanded (issue 22 #13: at 120x36 with two hosts the banners left the
 log five lines). Collapsed, it shows its first line — the most important fact — cut to the width,
 with the key that expands it; expanded (``b``, the screen's), every line."""

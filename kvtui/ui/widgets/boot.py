@@ -542,6 +542,7 @@ class FailureBanner(Banner):
         self.set_class(failure is not None, "-failed")
         self.set_class(self.previous, "-previous")
         if failure is None:
+            self.head = None
             self.set(None, lambda: "")
             return
         shown = failure
