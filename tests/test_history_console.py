@@ -58,6 +58,7 @@ async def test_a_failed_boot_says_what_changed_since_the_last_good_one() -> None
         set_demo_fraction("demo", 0.99, clock, speed=SPEED)  # edited and restarted behind the console's back
         await run_clock(pilot, app, clock, until=lambda: (pane.boot_index or 0) >= 1
                         and status_of(pane) is BootStatus.FAILED and bool(pane.eta_history), step=0.1, limit=60)
+        await pilot.press("b")  # the banner in full (one line until then)
         await pilot.pause()
         text = str(pane.query_one(FailureBanner).render())
         assert "BOOT FAILED in graph capture" in text

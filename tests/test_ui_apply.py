@@ -177,7 +177,7 @@ async def test_apply_a_safe_fraction_from_the_calculator_then_roll_it_back() -> 
         assert actual is not None
         assert panel_tokens is not None
         assert abs(actual - panel_tokens) / actual < 0.005
-        banner = plain(pane.action_banner)
+        banner = pane.action_banner.full.plain  # in full (b; one line on screen until then)
         assert "demo: applied; the new boot is ready" in banner
         assert f"predicted {panel_tokens:,} tokens, the boot sized {actual:,}" in banner
         assert pane.action_banner.has_class("-ok")
@@ -289,7 +289,7 @@ async def test_an_oom_risk_fraction_is_refused_unless_forced_and_rolled_back_whe
         await run_clock(pilot, app, clock, until=lambda: _status(pane) is BootStatus.READY, limit=30)
         assert pane.boot is not None
         assert pane.boot.flags["mem_fraction_static"] == 0.85
-        banner = plain(pane.action_banner)
+        banner = pane.action_banner.full.plain  # in full (b; one line on screen until then)
         assert "rolled back to the previous flags (the previous flags are back and the boot is ready)" in banner
         assert "Verdict oom_risk: held (the boot failed)" in banner
         assert pane.action_banner.has_class("-warning")

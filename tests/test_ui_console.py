@@ -531,7 +531,9 @@ async def test_at_80x24_the_calculator_and_gpus_open_zoomed_and_z_zooms_any_pane
         assert app.focused is pane.log_view
         await burst(pilot, "z")
         assert screen.maximized is pane.query_one("#log-panel")
-        assert screen_text(app).splitlines()[0].startswith("╭─ Log")
+        top = screen_text(app).splitlines()
+        assert top[0].lstrip().startswith("demo")  # the host's header stays (issue 22 #13)
+        assert top[1].startswith("╭─ Log")
         await burst(pilot, "z")
         assert screen.maximized is None
 
@@ -603,6 +605,10 @@ async def test_the_banner_after_an_apply_shows_the_whole_backup_path_at_80_colum
         pane = await ready_app(pilot, app, clock)
         path = "/var/lib/kvtui/hosts/gpu-a/etc/systemd/system/sglang-k26.service.kvtui-20261201T120000.123456Z"
         pane.action_banner.finish("ok", "applied on demo: the new boot is ready", [f"backup: {path}"])
+        await pilot.pause()
+        assert "b: details" in screen_text(app)  # one line until b
+        assert path not in screen_text(app).replace(" ", "")
+        await pilot.press("b")
         await pilot.pause()
         text = "".join(line.strip(" │▎▊▌█▐") for line in screen_text(app).splitlines())
         assert path in text.replace(" ", "")

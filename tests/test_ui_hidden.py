@@ -162,9 +162,13 @@ async def test_a_hidden_host_keeps_its_data_and_shows_it_all_when_its_tab_opens(
         assert plain(b.query_one(BootFigures)) != plain(a.query_one(BootFigures))
         assert b.gpu_plot.redraws == 0
         # the fleet summary's row for it stays live
+        assert "demo-b ✔ ready" in plain(app.main_screen.query_one(FleetSummary))  # one line for all
+        await pilot.press("b")  # a line per host
+        await pilot.pause()
         rows = plain(app.main_screen.query_one(FleetSummary)).splitlines()
         assert "demo-b" in rows[1]
         assert "✔ ready" in rows[1]
+        await pilot.press("b")
 
         a.gpu_plot.redraw_if_needed()
         await pilot.pause()

@@ -345,6 +345,8 @@ async def test_one_timer_ticks_every_pane_and_the_summary_repaints_once() -> Non
         assert all(not [t for t in p._timers if t.name == "host-tick"] for p in panes)
         assert [t.name for t in screen._timers].count("host-tick") == 1
         fleet = screen.query_one(FleetSummary)
+        screen.action_banners()  # a line per host (b)
+        await pilot.pause()
         # every row's state changes at once (as a second of serving moves every KV figure)
         for p in panes:
             assert p.boot is not None

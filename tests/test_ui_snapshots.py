@@ -225,6 +225,40 @@ def test_snapshot_two_demo_hosts(snap_compare: SnapCompare) -> None:
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
+# ---------------------------------------------------------------------------------------------
+# During an incident, at every size (issue 22 #13, #14): two hosts, the first's boot failed in graph
+# capture (its banner one line, b: details), the second ready. The log keeps half the height, the
+# fleet summary is one line, the footer shows the keys that fit whole.
+# ---------------------------------------------------------------------------------------------
+
+INCIDENT_SIZES = [(80, 24), (120, 36), (160, 48)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", INCIDENT_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_incident(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    clock = FakeClock()
+    start_demo("demo-b", clock, 40.0)
+    set_demo_fraction("demo-a", 0.99, clock, speed=40.0)
+    clock.advance(5.0)
+    app = demo_app(clock, speed=40.0, hosts=("demo-a", "demo-b"))
+
+    def failed() -> bool:
+        a, b = app.main_screen.panes
+        return (a.boot is not None and a.boot.status is BootStatus.FAILED
+                and b.boot is not None and b.boot.status is BootStatus.READY)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await _run_clock(pilot, app, clock, until=failed, step=0.25, limit=60)
+        await _finish(pilot, app)
+        pane = app.main_screen.active_pane
+        assert pane is not None
+        assert "BOOT FAILED" in screen_text(app)
+        assert pane.log_view.region.height * 2 >= pane.region.height
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
 # The apply dialog shows the demo host's file paths, which live under XDG_STATE_HOME: pinned for
 # that snapshot so the picture does not depend on pytest's temporary directory. The directory is
 # the machine's, not the run's: a lock keeps two runs at once (test workers, other checkouts) from

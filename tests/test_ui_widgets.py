@@ -87,6 +87,14 @@ async def test_failure_banner_shows_diagnosis_and_hint_only_on_failure() -> None
         assert "[oom_graph_capture]" in text
         assert "Hint: lower --mem-fraction-static" in text
         assert banner.region.height >= 3
+        # collapsed (the host console's default, issue 22 #13): the failure and the key for the rest
+        banner.set_expanded(False)
+        await pilot.pause()
+        text = str(banner.render())
+        assert text.startswith("✖ BOOT FAILED: out of memory in CUDA-graph capture")
+        assert text.rstrip().endswith("b: details")
+        assert "\n" not in text
+        assert banner.region.height == 1
 
 
 async def test_figures_show_thousands_separators_and_gib() -> None:

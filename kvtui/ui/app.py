@@ -39,7 +39,7 @@ from kvtui.ui.themes import (
 )
 from kvtui.ui.widgets.calculator import CalculatorPanel
 from kvtui.ui.widgets.gpu import ProcessTable
-from kvtui.ui.widgets.host import FleetSummary
+from kvtui.ui.widgets.host import FleetSummary, HostBar, ZoomHeader
 from kvtui.ui.widgets.log_view import LogView
 
 # the console's bundle writer (``B``): the pane on screen and its SVG screenshot -> the file written
@@ -81,6 +81,8 @@ MAIN_BINDINGS: list[BindingType] = [
     Binding("u", "rollback", "Rollback", show=False, id="rollback",
             tooltip="restore the flags file's newest backup and restart (asks first)"),
     Binding("z", "zoom", "Zoom", show=False, id="zoom", tooltip="the focused panel fills the screen; again, back"),
+    Binding("b", "banners", "Banners", show=False, id="banners",
+            tooltip="the banners (a failed boot, a change, the hosts) in full; again, one line each"),
     Binding("H", "history", "History", show=False, id="history",
             tooltip="the boots kvtui remembers of this host; pick two to diff"),
     Binding("B", "bundle", "Bundle", show=False, id="bundle",
@@ -131,6 +133,8 @@ class MainScreen(Screen[None]):
     SHORT_BELOW = 30
     NARROW_BELOW = 110
     SIDE_PANELS = ("gpu-panel", "calc-panel")  # the right-hand column: not shown when narrow
+    # a zoomed panel (z) keeps the active host's header over it (which host, its boot's state)
+    ALLOW_IN_MAXIMIZED_VIEW = "Footer, ZoomHeader"
 
     def __init__(
         self,
@@ -156,6 +160,7 @@ class MainScreen(Screen[None]):
         self._pane_by_name: dict[str, HostPane] = {}
         self._tabs: TabbedContent | None = None
         self._fleet_summary: FleetSummary | None = None
+        self.banners_expanded = False  # b: every banner (and the fleet summary) in full
 
     def _pane(self, spec: HostSpec, *, shown: bool = True) -> HostPane:
         return HostPane(
@@ -172,8 +177,9 @@ class MainScreen(Screen[None]):
         )
 
     def compose(self) -> ComposeResult:
+        yield ZoomHeader()
         if len(self.specs) > 1:
-            yield FleetSummary(self.host_names)
+            yield FleetSummary(self.host_names, expanded=False)
             with TabbedContent(id="hosts"):
                 for i, spec in enumerate(self.specs):
                     with TabPane(spec.name, id=f"host-{spec.name}"):
@@ -210,6 +216,14 @@ class MainScreen(Screen[None]):
         rows = [pane.tick_row() for pane in self.panes]
         if len(self.specs) > 1:
             self._fleet().update_rows(rows)
+        if self.maximized is not None:
+            self._mirror_header()
+
+    def _mirror_header(self) -> None:
+        """The zoom's header says what the active host's header says."""
+        pane = self.active_pane
+        if pane is not None:
+            self.query_one(ZoomHeader).mirror(pane.query_one(HostBar))
 
     def _fleet(self) -> FleetSummary:
         fleet = self._fleet_summary
@@ -587,9 +601,20 @@ class MainScreen(Screen[None]):
             self.maximize(panel, container=False)
 
     def watch_maximized(self, previous: Widget | None, maximized: Widget | None) -> None:
+        if maximized is not None:
+            self._mirror_header()
         if maximized is None and self._in_hidden_column(self.focused):
             self._focus_log()  # the zoomed panel was one the layout does not show: back to the log
         self.refresh_bindings()
+
+    def action_banners(self) -> None:
+        """``b``: every banner in full (the failed boot's message and hint, the change's steps,
+        a line per host); again, one line each (issue 22 #13)."""
+        self.banners_expanded = expanded = not self.banners_expanded
+        for pane in self.panes:
+            pane.set_banners_expanded(expanded)
+        if len(self.specs) > 1:
+            self._fleet().set_expanded(expanded)
 
     def action_history(self, diff: bool = False) -> None:
         """``H``: the host's remembered boots; ``d``: opened on the newest boot's diff against the

@@ -28,6 +28,7 @@ from kvtui.ui import formatting as fmt
 from kvtui.ui.host_actions import HostChanges, demo_target
 from kvtui.ui.stall import StallDetector
 from kvtui.ui.widgets.action import ActionBanner
+from kvtui.ui.widgets.banner import Banner
 from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, ProbeLine, StallNotice
 from kvtui.ui.widgets.calculator import CalculatorPanel
 from kvtui.ui.widgets.changed import ChangedStrip
@@ -256,6 +257,7 @@ class HostPane(HostChanges, Vertical):
         self.query_one("#figures-panel").border_title = "Figures"
         self.query_one("#calc-panel").border_title = "Calculator"
         self.calculator.leave_to = lambda: self.log_view
+        self.set_banners_expanded(bool(getattr(self.screen, "banners_expanded", False)))  # one line each
         # the screen's one 1 s timer ticks every pane (``tick_row``). The monitor starts once the
         # first frame is out: its first batch (parser, GPU plot, calculator) is ~0.3 s of work
         # that used to hold the whole layout back
@@ -293,6 +295,11 @@ class HostPane(HostChanges, Vertical):
         """A short terminal: the timeline and the figures say it in a few lines."""
         self._one(PhaseTimeline).set_compact(compact)
         self._one(BootFigures).set_compact(compact)
+
+    def set_banners_expanded(self, expanded: bool) -> None:
+        """``b``: the banners in full, or one line each."""
+        for banner in self.query(Banner):
+            banner.set_expanded(expanded)
 
     # ---- on screen or not -----------------------------------------------------------------------
 
@@ -764,7 +771,10 @@ class HostPane(HostChanges, Vertical):
     def toggle_processes(self) -> bool:
         self._show_processes = not self._show_processes
         self.query_one(ProcessTable).set_class(self._show_processes, "-shown")
-        self.query_one(GpuHistoryPlot).display = not self._show_processes
+        # a class, not the plot's display: set inline, it outlived the table and showed the plot
+        # where the terminal's size hides it (120x36: ``p p`` added a plot and took the
+        # calculator's rows, issue 22 #14)
+        self.query_one(GpuPanel).set_class(self._show_processes, "-processes")
         if self._show_processes:
             self.query_one(ProcessTable).show(self._known_processes(), set())
             self.poll_processes()

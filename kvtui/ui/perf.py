@@ -31,9 +31,11 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.visual import VisualType
 from textual.widgets import Footer, Static
+from textual.widgets._footer import FooterKey
 
 _UNSET = object()
 
@@ -61,6 +63,8 @@ class KeysFooter(Footer):
     dozen widgets mounted and styled, then a layout pass of the screen) on every focus change and
     binding refresh, most of which change nothing it shows: with many hosts that cost more than
     the key that caused it."""
+
+    PALETTE_CELLS = 13  # "▏^p palette " docked right
 
     def __init__(self) -> None:
         super().__init__()
@@ -93,7 +97,28 @@ class KeysFooter(Footer):
             _, binding, enabled, tooltip = palette
             palette_key = (binding.key, app.get_key_display(binding), binding.description, binding.action, enabled,
                            binding.tooltip or tooltip)
-        return shown, palette_key, self.show_command_palette, app.ENABLE_COMMAND_PALETTE
+        return shown, palette_key, self.show_command_palette, app.ENABLE_COMMAND_PALETTE, self._width()
+
+    def _width(self) -> int:
+        return self.size.width or self.app.size.width
+
+    def on_resize(self) -> None:
+        if self._shown_keys is not None and self._shown_keys[-1] != self._width() and not self._recompose_due:
+            self._recompose_due = True
+            self.call_after_refresh(self._recompose_if_changed)
+
+    def compose(self) -> ComposeResult:
+        """Textual's keys, as many as fit whole (the bindings' order is their priority): at 80
+        columns the last key was cut mid-word ("x Expla▏", issue 22 #14)."""
+        room = self._width() - self.PALETTE_CELLS
+        for widget in super().compose():
+            if isinstance(widget, FooterKey) and not widget.has_class("-command-palette"):
+                cells = len(widget.key_display) + 2 + (len(widget.description) + 1 if widget.description else 0)
+                if cells > room:
+                    room = 0  # the keys after it are lower in priority: not one of them either
+                    continue
+                room -= cells
+            yield widget
 
     async def _recompose_if_changed(self) -> None:
         self._recompose_due = False

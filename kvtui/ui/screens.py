@@ -308,6 +308,7 @@ class ApplyScreen(FittedDialog[ApplyDecision | None]):
         Binding("F", "force", "Apply anyway", id="apply.force"),
         Binding("r", "toggle_rollback", "Auto-rollback", id="apply.rollback"),
     ]
+    SHORT_BELOW = 30  # terminal rows under which the diff comes before the file's path
 
     def __init__(self, plan: ApplyPlan, *, rollback_default: bool = False, rollback_why: str = "") -> None:
         super().__init__()
@@ -422,13 +423,20 @@ class ApplyScreen(FittedDialog[ApplyDecision | None]):
         with Vertical(id="apply-dialog", classes="dialog"):
             yield Static(self._title(), id="apply-title", classes="dialog-title")
             with DialogBody(id="apply-scroll"):
-                yield Static(self._source(), id="apply-source")
+                # a short terminal (80x24): the verdict and the diff first, so the diff has its
+                # rows on screen (below the file's path it got 2, the rest scrolled off); the body
+                # scrolls, with its scrollbar, when the whole is taller
+                short = self.app.size.height < self.SHORT_BELOW
+                if not short:
+                    yield Static(self._source(), id="apply-source")
                 yield Static(self._refusals(), id="apply-refusals", classes="apply-section")
                 if plan.prediction is not None:
                     yield Static(prediction_summary(plan.prediction), id="apply-verdict", classes="apply-section")
                 if plan.diff:
                     yield Static(Content.styled("Diff", "bold"), classes="apply-heading")
                     yield Static(diff_content(plan.diff, context=1), id="apply-diff")
+                if short:
+                    yield Static(self._source(), id="apply-source", classes="apply-section")
                 if plan.changed and plan.steps:
                     yield Static(Content.styled("What runs", "bold"), classes="apply-heading")
                     yield Static(self._commands(), id="apply-commands")

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Literal
 
 from textual.content import Content
-from textual.widgets import Static
+
+from kvtui.ui.widgets.banner import Banner
 
 Severity = Literal["ok", "warning", "failed"]
 
@@ -23,7 +24,7 @@ _ICON: dict[Severity, tuple[str, str]] = {
 }
 
 
-class ActionBanner(Static):
+class ActionBanner(Banner):
     """A banner above the panels while a host-changing action runs, and its outcome after."""
 
     DEFAULT_CSS = """

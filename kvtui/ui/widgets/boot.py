@@ -24,6 +24,7 @@ from kvtui.history.eta import BootEta
 from kvtui.history.eta import clock as eta_clock
 from kvtui.ui import formatting as fmt
 from kvtui.ui.perf import QuietStatic
+from kvtui.ui.widgets.banner import Banner
 
 _FINAL_TARGET = {Phase.READY}
 
@@ -171,13 +172,17 @@ class PhaseTimeline(BootRows):
             if is_current and eta is not None and eta.current is not None and eta.phase == span.name.value:
                 expected = eta.expected if eta.expected is not None else eta.current.median  # at the boot's pace
                 time_text = f"{eta_clock(seconds or 0.0)} / ~{eta_clock(expected)}"
+            own = _engine_own(boot, span)
+            # the room the row leaves: an ETA ("0:01 / ~0:06") is wider than a time, and the
+            # shard counter was cut ("7…") at 120x36 (issue 22 #14)
+            row_room = max(0, room - max(0, len(time_text) - 8) - own.cell_length)
             yield Content.assemble(
                 (f"{icon} ", icon_style),
                 (f"{fmt.phase_label(span.name):<14}", name_style),
                 (f"{time_text:>8}", "$foreground bold" if is_current else "$text-muted"),
                 "  ",
-                _progress(span, room),
-                _engine_own(boot, span),
+                _progress(span, row_room),
+                own,
             )
             for d in draft:
                 if d.name == span.name:
@@ -501,7 +506,7 @@ class KvUsage(Vertical):
         self.query_one("#kv-load", QuietStatic).set(load, lambda: load, layout=False)
 
 
-class FailureBanner(QuietStatic):
+class FailureBanner(Banner):
     """The diagnosis of a failed boot and the hint that points the right way.
 
     While an automatic restart (``Restart=on-failure``) boots again, the previous boot's failure
@@ -538,18 +543,33 @@ class FailureBanner(QuietStatic):
         self.set_class(failure is not None, "-failed")
         self.set_class(self.previous, "-previous")
         if failure is None:
+            self.head = None
             self.set(None, lambda: "")
             return
         shown = failure
         lines = tuple(changed) if not self.previous else ()
+        failed = previous if self.previous else boot
+        fraction = failed.flags.get("mem_fraction_static") if failed is not None else None
+        at = str(fraction) if fraction is not None and shown.kind.value.startswith("oom") else None
         self.set(
-            (shown.kind, shown.phase, shown.message, shown.hint, self.previous, lines),
-            lambda: self._content(shown, self.previous, lines),
+            (shown.kind, shown.phase, shown.message, shown.hint, self.previous, lines, at),
+            lambda: self._content(shown, self.previous, lines, at),
         )
 
-    def _content(self, failure: Failure, previous: bool = False, changed: Sequence[str] = ()) -> Content:
+    def _content(self, failure: Failure, previous: bool = False, changed: Sequence[str] = (),
+                 fraction: str | None = None) -> Content:
+        """``fraction``: the failed boot's --mem-fraction-static, said on the first line of an
+        out-of-memory failure (the one line shown until ``b``)."""
         where = f" in {fmt.phase_label(failure.phase)}" if failure.phase is not None else ""
         title = fmt.failure_title(failure.kind, failure.phase)
+        if fraction is not None:
+            title += f" at {fraction}"
+        # collapsed, the banner's one line: the failure's title says the phase ("out of memory in
+        # CUDA-graph capture at 0.93"), the rest is the expanded banner's
+        said = "" if failure.phase is None or fmt.phase_label(failure.phase) in title else where
+        self.head = Content.assemble(
+            (f"✖ {'PREVIOUS ' if previous else ''}BOOT FAILED{said}: ", "$error bold"), (title, "$foreground bold"),
+        )
         message = " ".join(failure.message.split())
         if len(message) > 240:  # two lines or so: the log holds the rest
             message = message[:239] + "…"
@@ -575,7 +595,8 @@ class FailureBanner(QuietStatic):
 
 
 class StallNotice(QuietStatic):
-    """"possibly hung in <phase> for Ns": no log line and no GPU-memory change for a while."""
+    """"possibly hung in <phase> for Ns": no log line and no GPU-memory change for a while. Not
+    a one-line ``Banner``: it is one sentence, whose end (the likely cause) matters."""
 
     DEFAULT_CSS = """
     StallNotice {

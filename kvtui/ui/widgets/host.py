@@ -13,6 +13,7 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.hosts.backend import ConnState, ConnStatus
 from kvtui.ui import formatting as fmt
 from kvtui.ui.perf import QuietStatic
+from kvtui.ui.widgets.banner import expand_key
 
 _STATE_STYLE: dict[ConnState, tuple[str, str]] = {
     ConnState.CONNECTING: ("◌", "$text-muted"),
@@ -88,7 +89,8 @@ FATAL_STATES = frozenset({ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED, Conn
 
 class ConnBanner(QuietStatic):
     """Why a host cannot be reached when retrying will not help (host key, authentication,
-    configuration): the backend's message, which says what to do (e.g. how to trust a key)."""
+    configuration): the backend's message, which says what to do (e.g. how to trust a key). Not
+    a one-line ``Banner``: what to do is the point, and there is no log to make room for."""
 
     DEFAULT_CSS = """
     ConnBanner {
@@ -201,9 +203,11 @@ class HostBar(Widget):
         return Content.assemble((number, "$text-muted"), boot_state_text(self.boot, self.elapsed))
 
     def render(self) -> Content:
+        return self.line(self.size.width or 120)
+
+    def line(self, width: int) -> Content:
         """The boot's state always shows (on the right); the left gives way, then is cut with …."""
         right = self.right()
-        width = self.size.width or 120
         for level in range(4):
             left = self.left(level)
             gap = width - left.cell_length - right.cell_length
@@ -213,6 +217,38 @@ class HostBar(Widget):
         if room < 8:
             return right
         return Content.assemble(left.truncate(room, ellipsis=True), "  ", right)
+
+
+class ZoomHeader(Widget):
+    """The active host's header over a zoomed panel (``z``, or a panel opened zoomed): which host,
+    its connection and its boot's state stay in sight. It shows what the pane's ``HostBar`` shows
+    (``mirror``; not a ``HostBar`` itself: a query for the pane's header must not find it)."""
+
+    DEFAULT_CSS = """
+    ZoomHeader {
+        dock: top;
+        height: 1;
+        background: $panel;
+        padding: 0 1;
+        display: none;  /* kvtui.tcss shows it in the zoomed view */
+    }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.bar: HostBar | None = None
+        self.shown = Content("")
+
+    def mirror(self, bar: HostBar) -> None:
+        self.bar = bar
+        before = self.shown.markup
+        if self.render().markup != before:  # told every second: repaint a change only
+            self.refresh()
+
+    def render(self) -> Content:
+        bar = self.bar
+        self.shown = Content("") if bar is None else bar.line(self.content_region.width or self.app.size.width - 2)
+        return self.shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +283,8 @@ class FleetSummary(Widget):
     }
     """
 
-    def __init__(self, names: Sequence[str], *, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(self, names: Sequence[str], *, expanded: bool = True, id: str | None = None,
+                 classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.rows: dict[str, FleetRow] = {n: FleetRow(n, None, None, None) for n in names}
         self._order = {n: i for i, n in enumerate(self.rows)}
@@ -257,6 +294,48 @@ class FleetSummary(Widget):
         self.repaints = 0  # refreshes asked for (tests check that unseen rows ask for none)
         self._first = 0  # the first host in the window (kept while the active host is in it)
         self._others: Content | None = None  # the last line summing up the hosts out of the window
+        # the console's is one line for every host unless expanded (issue 22 #13: with the tabs
+        # it took 4 rows of a 36-row terminal); ``b`` expands it to a line per host
+        self.expanded = expanded
+        self._one_line: Content | None = None
+
+    def set_expanded(self, expanded: bool) -> None:
+        """A line per host (``True``) or one line for them all."""
+        if expanded == self.expanded:
+            return
+        self.expanded = expanded
+        self.set_class(expanded, "-expanded")
+        self._lines.clear()
+        self._one_line = None
+        self.repaints += 1
+        self.refresh(layout=True)
+
+    def one_line(self, width: int | None = None) -> Content:
+        """Every host on one line ("▸ demo-a ▶ load weights 12s │ demo-b ✔ ready"), each part a
+        click to its tab; when they do not fit, the active host's part and how many of the
+        others failed, are not reached, boot or are ready."""
+        width = width if width is not None else (self.content_region.width or 120)
+        hint = Content.styled(f"  {expand_key(self)}: each host", "$text-muted")
+        parts: list[Content] = []
+        for row in self.rows.values():
+            active = row.name == self.active
+            state = (conn_text(row.status, with_detail=False)
+                     if row.status is not None and row.status.state is not ConnState.CONNECTED
+                     else boot_state_text(row.boot, row.elapsed))
+            parts.append(Content.assemble(
+                ("▸ " if active else "", "$accent bold"),
+                (row.name, "$accent bold" if active else "$foreground bold"), " ", state,
+            ).stylize(f"@click=app.switch_host('{row.name}')"))
+        sep = Content.styled(" │ ", "$text-muted")
+        line = sep.join(parts)
+        if line.cell_length + hint.cell_length > width and self.active in self.rows:
+            index = self._order[self.active]
+            others = self._others_line((index, 1))
+            line = parts[index] if others is None else Content.assemble(parts[index], others)
+        room = width - hint.cell_length
+        if line.cell_length > room:
+            line = line.truncate(max(1, room), ellipsis=True)
+        return Content.assemble(line, " " * max(0, room - line.cell_length), hint)
 
     def window(self) -> tuple[int, int]:
         """(first, count): the hosts whose lines are on screen (all of them before the first
@@ -335,6 +414,16 @@ class FleetSummary(Widget):
     def update_rows(self, rows: Sequence[FleetRow]) -> None:
         """Take new rows; one repaint if a line on screen changed. One unwrapped line per host,
         hosts fixed: a row's new state never changes the height, so no layout pass either."""
+        if not self.expanded:
+            for row in rows:
+                if row.name in self._order:
+                    self.rows[row.name] = row
+            line = self.one_line()
+            if line != self._one_line:
+                self._one_line = line
+                self.repaints += 1
+                self.refresh()
+            return
         window = self.window()
         changed = False
         others = False
@@ -364,11 +453,12 @@ class FleetSummary(Widget):
         for n in (previous, name):
             if n is not None:
                 self._lines.pop(n, None)
+        self._one_line = None
         self.repaints += 1
         self.refresh()
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return len(self.rows)  # one line per host, never wrapped
+        return len(self.rows) if self.expanded else 1  # one line per host, never wrapped
 
     def _line(self, row: FleetRow) -> Content:
         boot = row.boot
@@ -389,7 +479,13 @@ class FleetSummary(Widget):
         )
         return line.stylize(f"@click=app.switch_host('{row.name}')")
 
+    def on_resize(self) -> None:
+        self._one_line = None
+
     def render(self) -> Content:
+        if not self.expanded:
+            one = self._one_line = self.one_line()
+            return one
         first, count = window = self.window()
         lines: list[Content] = []
         for row in list(self.rows.values())[first : first + count]:

@@ -1,0 +1,80 @@
+"""``Banner``: a notice above the panels (a failed boot, a change in progress or its outcome)
+that takes ONE line unless expanded (issue 22 #13: at 120x36 with two hosts the banners left the
+log five lines). Collapsed, it shows its first line — the most important fact — cut to the width,
+with the key that expands it; expanded (``b``, the screen's), every line."""
+
+from __future__ import annotations
+
+from textual.content import Content
+from textual.events import Resize
+from textual.visual import VisualType
+from textual.widget import Widget
+
+from kvtui.ui.perf import QuietStatic
+
+EXPAND_KEY = "b"  # the screen's binding (kvtui.ui.app MAIN_BINDINGS, id "banners")
+
+
+def expand_key(widget: Widget) -> str:
+    """The key that expands the banners: ``b``, or what hosts.toml's [keymap] made of it."""
+    try:
+        keymap = getattr(getattr(widget.app, "config", None), "keymap", None)
+    except Exception:  # not attached to an app (yet)
+        return EXPAND_KEY
+    key = keymap.get("banners", EXPAND_KEY) if isinstance(keymap, dict) else EXPAND_KEY
+    return str(key).split(",")[0] or EXPAND_KEY
+
+
+def one_line(full: Content, width: int, hint: str, head: Content | None = None) -> Content:
+    """``head`` (default: ``full``'s first line) cut to ``width`` cells, ending with ``hint`` when
+    ``full`` has more to show (or the line was cut)."""
+    lines = full.split("\n")
+    more = len(lines) > 1 or (head is not None and head.plain != full.plain)
+    if head is None:
+        head = lines[0] if lines else Content("")
+    if width <= 0:
+        return head
+    tail = Content.styled(f"  {hint}", "$text-muted")
+    if not more and head.cell_length <= width:
+        return head
+    room = width - tail.cell_length
+    if room < 12:  # too narrow for both: the fact wins
+        return head.truncate(width, ellipsis=True)
+    if head.cell_length > room:
+        head = head.truncate(room, ellipsis=True)
+    return Content.assemble(head, " " * max(0, room - head.cell_length), tail)
+
+
+class Banner(QuietStatic):
+    """A ``QuietStatic`` whose content is shown on one line unless ``expanded``. It starts
+    expanded (a screen without ``b``, the deployment console's, shows it all); the host console
+    collapses its banners (``HostPane.set_banners_expanded``)."""
+
+    HINT = "details"  # after the key: "b: details"
+
+    def __init__(self, content: VisualType = "", *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(content, id=id, classes=classes)
+        self.expanded = True
+        self.full: Content = Content("")  # every line (what ``b`` shows)
+        self.head: Content | None = None  # the one line collapsed (None: the first of ``full``)
+
+    def update(self, content: VisualType = "", *, layout: bool = True) -> None:
+        self.full = content if isinstance(content, Content) else Content(str(content))
+        super().update(self._shown(), layout=layout)
+
+    def _shown(self) -> Content:
+        if self.expanded:
+            return self.full
+        width = self.content_region.width if self.is_mounted else 0
+        return one_line(self.full, width, f"{expand_key(self)}: {self.HINT}", self.head)
+
+    def set_expanded(self, expanded: bool) -> None:
+        if expanded == self.expanded:
+            return
+        self.expanded = expanded
+        self.set_class(expanded, "-expanded")
+        super().update(self._shown())
+
+    def on_resize(self, event: Resize) -> None:
+        if not self.expanded:
+            super().update(self._shown())
