@@ -23,7 +23,7 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.geometry import Offset, Region, Size
@@ -105,6 +105,11 @@ def _wrapped_rows(length: int, width: int, indent: int) -> int:
     if length <= width:
         return 1
     return 1 + math.ceil((length - width) / max(1, width - indent))
+
+
+def _gutter(marked: bool, cursor: bool) -> str:
+    """The cell left of a line: ``▌`` a mark (``m``), ``▸`` the cursor line (not marked)."""
+    return "▌" if marked else ("▸" if cursor else " ")
 
 
 def _short(text: str, width: int = 24) -> str:
@@ -236,8 +241,8 @@ class LogView(ScrollView, can_focus=True):
     # less / vim / k9s movement (ids for [keymap]); scrolling up pauses following, G follows again
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("end", "follow_end", "Follow", show=False, id="log.end"),
-        Binding("j", "lines(1)", "Line down", show=False, id="log.down"),
-        Binding("k", "lines(-1)", "Line up", show=False, id="log.up"),
+        Binding("j,down", "lines(1)", "Line down", show=False, id="log.down"),
+        Binding("k,up", "lines(-1)", "Line up", show=False, id="log.up"),
         Binding("g", "first_line", "First line", show=False, id="log.top"),
         Binding("G", "follow_end", "Last line, follow", show=False, id="log.bottom"),
         Binding("ctrl+d", "half_page(1)", "Half a page down", show=False, id="log.half_down"),
@@ -644,8 +649,71 @@ class LogView(ScrollView, can_focus=True):
         return False
 
     def action_lines(self, step: int) -> None:
-        """``j``/``k``: a row down/up, at once (not animated: a held key must not queue animations)."""
-        self.scroll_to(y=max(0, self.scroll_y + step), animate=False, immediate=True)
+        """``j``/``k``: the cursor a line down/up (the first press makes it, see ``move_cursor``)."""
+        self.move_cursor(step)
+
+    def _screen_indices(self) -> tuple[int, int] | None:
+        """Indices of the first and last line on screen (None: nothing shown)."""
+        view = self._view
+        if not view:
+            return None
+        height = self.scrollable_content_region.height or self.size.height or 1
+        top = min(len(view) - 1, self._index_at_row(int(self.scroll_y)))
+        bottom = min(len(view) - 1, self._index_at_row(int(self.scroll_y) + height - 1))
+        return top, bottom
+
+    def move_cursor(self, step: int) -> None:
+        """Move the cursor ``step`` lines (at once: a held key must not queue animations), scrolling
+        only when it leaves the screen. With no cursor (following), the first press makes one on
+        the last line on screen (on the first for ``j`` when paused) and pauses following."""
+        view = self._view
+        if not view:
+            return
+        index = self._index_of(self.cursor) if self.cursor is not None else None
+        if index is None:
+            shown = self._screen_indices()
+            if shown is None:
+                return
+            index = shown[0] if step > 0 and not self.follow else shown[1]
+        else:
+            index = max(0, min(len(view) - 1, index + step))
+        self.follow = False
+        self.cursor = view[index].seq
+        self._version += 1
+        self._keep_on_screen(index)
+        self.refresh()
+        self._post_status()
+
+    def _keep_on_screen(self, index: int) -> None:
+        """Scroll the least that brings the line at ``index`` (all its rows) on screen."""
+        height = self.scrollable_content_region.height or self.size.height or 1
+        first = self._row_of_index(index)
+        last = (self._row_starts[index + 1] - 1) if self.wrap and index + 1 < len(self._row_starts) else first
+        y = int(self.scroll_y)
+        if first < y:
+            y = first
+        elif last >= y + height:
+            y = max(first, last - height + 1) if last - first < height else first
+        else:
+            return
+        self._programmatic_scroll = True
+        self.scroll_to(y=y, animate=False, immediate=True)
+        self._programmatic_scroll = False
+
+    def on_click(self, event: events.Click) -> None:
+        """A click puts the cursor on the clicked line (and pauses following)."""
+        offset = event.get_content_offset(self)
+        view = self._view
+        if offset is None or not view:
+            return
+        index = self._index_at_row(int(self.scroll_y) + offset.y)
+        if index >= len(view):
+            return
+        self.follow = False
+        self.cursor = view[index].seq
+        self._version += 1
+        self.refresh()
+        self._post_status()
 
     def action_first_line(self) -> None:
         self.scroll_to(y=0, animate=False, immediate=True)
@@ -681,21 +749,25 @@ class LogView(ScrollView, can_focus=True):
         return True
 
     def toggle_mark(self) -> int | None:
-        """Mark (or unmark) the current line, or the newest line when following."""
-        if not self._view:
-            return None
-        index = self._index_of(self.cursor) if self.cursor is not None else len(self._view) - 1
+        """Mark (or unmark) the cursor line — with no cursor (following), the last line on screen
+        (the newest) — drawn in the gutter, and say so in the status line."""
+        index = self.current_index()
         if index is None:
             return None
         seq = self._view[index].seq
         if seq in self.marks:
             self.marks.discard(seq)
+            self.message = f"unmarked line {seq + 1:,}"
         else:
             self.marks.add(seq)
             if len(self.marks) > 1000:
                 self.marks.discard(min(self.marks))
+            n = len(self.marks)
+            where = "" if self.cursor is not None else ", the last on screen"
+            self.message = f"marked line {seq + 1:,}{where} ({n:,} mark{'s' if n != 1 else ''})"
         self._version += 1
         self.refresh()
+        self._post_status()
         return seq
 
     # ---- search -------------------------------------------------------------------------
@@ -1077,8 +1149,8 @@ class LogView(ScrollView, can_focus=True):
             for m in query.compiled().finditer(text):
                 if m.end() > m.start():
                     body.stylize(styles["match"], m.start(), m.end())
-        marked = line.seq in self.marks
-        gutter = Text("▌" if marked else " ", style=styles["gutter"] if marked else Style())
+        head = _gutter(line.seq in self.marks, line.seq == self.cursor)
+        gutter = Text(head, style=styles["gutter"] if head != " " else Style())
         parts = [gutter]
         if self.timestamps:
             stamp = line.ts.strftime("%H:%M:%S.%f")[:12] if line.ts is not None else ""
@@ -1095,12 +1167,9 @@ class LogView(ScrollView, can_focus=True):
             rich_text = self._line_text(line, styles)
             return Strip(list(rich_text.render(self.app.console)), rich_text.cell_len)
         spans: list[tuple[int, int, Style]] = []  # (start, end, style): only styles Rich keeps (truthy)
-        if line.seq in self.marks:
-            head = "▌"
-            if styles["gutter"]:
-                spans.append((0, 1, styles["gutter"]))
-        else:
-            head = " "
+        head = _gutter(line.seq in self.marks, line.seq == self.cursor)
+        if head != " " and styles["gutter"]:
+            spans.append((0, 1, styles["gutter"]))
         if self.timestamps:
             stamp = line.ts.strftime("%H:%M:%S.%f")[:12] if line.ts is not None else ""
             stamp = f"{stamp:<12} "
