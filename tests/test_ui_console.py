@@ -249,8 +249,8 @@ async def test_a_search_typed_in_a_burst_finds_and_n_goes_on() -> None:
         await wait_for(pilot, lambda: view.cursor is not None)
         first = view.cursor
         assert first is not None
-        await burst(pilot, "N")
-        await wait_for(pilot, lambda: view.cursor is not None and view.cursor < first)
+        await burst(pilot, "n")  # on in the search's direction: newer
+        await wait_for(pilot, lambda: view.cursor is not None and view.cursor > first)
         assert app.focused is view
 
 
@@ -285,7 +285,7 @@ async def test_an_error_jump_replaces_the_last_miss_in_the_status_line() -> None
 
 
 async def test_a_narrow_status_line_keeps_what_happened() -> None:
-    """``no newer match`` is what the status line must show, not the search text it is about."""
+    """``no match`` is what the status line must show, not the search text it is about."""
     panel = LogPanel(window=1000)
     async with Harness(panel).run_test(size=(44, 12)) as pilot:
         view = panel.view
@@ -296,8 +296,8 @@ async def test_a_narrow_status_line_keeps_what_happened() -> None:
         await pilot.pause()
         state = panel.query_one(LogStatus).query_one("#log-state")
         shown = screen_text(pilot.app)
-        assert "no newer match" in view.message
-        assert "no newer match" in shown
+        assert "no match for" in view.message
+        assert "no match for" in shown
         assert state.size.width < len(view.message) + 20  # it did not fit whole: the key words came first
 
 
@@ -789,8 +789,8 @@ def test_the_readme_key_table_lists_every_key() -> None:
             shown = "`esc`"
         elif key == "shift+tab":
             continue  # the other way round of tab
-        elif key in ("tab", "slash"):
-            shown = {"tab": "`tab`", "slash": "`/`"}[key]  # (Textual names no character for these)
+        elif key in ("tab", "slash", "backslash"):
+            shown = {"tab": "`tab`", "slash": "`/`", "backslash": "`\\`"}[key]  # (Textual names no character)
         else:
             char = key_to_character(key) if len(key) > 1 else key
             shown = f"`{char or key}`"

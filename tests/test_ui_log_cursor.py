@@ -5,8 +5,15 @@ cut; ``t`` does not repeat the engine's own timestamp. Each test fails on the co
 
 from __future__ import annotations
 
-from test_ui_helpers import Harness, log_lines, screen_text, wait_for
+from pathlib import Path
 
+from test_ui_helpers import FakeClock, Harness, demo_app, log_lines, screen_text, settle, start_demo, wait_for
+
+from kvtui.boot import BootStatus
+from kvtui.monitor import LogLine
+from kvtui.spool import Spool
+from kvtui.ui.screens import HelpScreen
+from kvtui.ui.widgets.boot import PhaseTimeline
 from kvtui.ui.widgets.log_panel import LogPanel
 from kvtui.ui.widgets.log_view import LogView
 
@@ -128,3 +135,116 @@ async def test_m_marks_the_cursor_line_in_the_gutter_and_says_so() -> None:
         assert view.toggle_mark() == 299
         assert view.message == "marked line 300, the last on screen (2 marks)"
         assert following(view)
+
+
+def make_spool(tmp_path: Path, count: int) -> tuple[Spool, list[LogLine]]:
+    spool = Spool.create(tmp_path / "state", "demo")
+    lines = [spool.append(ln.text, boot=0, ts=ln.ts, rank=ln.rank, style=ln.style) for ln in log_lines(count)]
+    spool.flush()
+    return spool, lines
+
+
+async def test_slash_finds_the_first_match_after_the_cursor_and_n_goes_on_through_the_spool(tmp_path: Path) -> None:
+    spool, lines = make_spool(tmp_path, 1000)
+    panel = LogPanel(window=300, source=spool)
+    async with Harness(panel).run_test(size=(100, 20)) as pilot:
+        view = panel.view
+        view.append(lines)
+        await pilot.pause()
+        view.set_cursor(800)
+        view.set_search("RuntimeError")  # errors at ..50
+        await wait_for(pilot, lambda: cursor(view) == 850)  # after the cursor, not the newest (950)
+        assert view.message == "match on line 851"
+        view.repeat_search()  # n: on in the search's direction
+        await wait_for(pilot, lambda: cursor(view) == 950)
+        view.repeat_search()  # past the end: on from the log's start, read back from the spool
+        await wait_for(pilot, lambda: cursor(view) == 50)
+        assert "found in the spool: line 51" in view.message
+        assert "past the end, on from the top" in view.message
+        view.repeat_search()
+        await wait_for(pilot, lambda: cursor(view) == 150)
+        view.repeat_search(same=False)  # N: the other way
+        await wait_for(pilot, lambda: cursor(view) == 50)
+        view.repeat_search(same=False)  # past the top: on from the end
+        await wait_for(pilot, lambda: cursor(view) == 950)
+        assert "past the top, on from the end" in view.message
+    spool.close()
+
+
+async def test_slash_without_a_cursor_searches_from_the_top_of_the_screen_and_backslash_backwards() -> None:
+    panel = LogPanel(window=1000)
+    async with Harness(panel).run_test(size=(100, 20)) as pilot:
+        view = panel.view
+        view.append(log_lines(300))
+        await pilot.pause()
+        view.focus()
+        await pilot.press("pageup")  # paused, no cursor
+        await pilot.pause()
+        shown = on_screen(view)
+        view.set_search("tick")
+        assert cursor(view) == shown[0]  # the top line on screen is the first after the top
+        assert view.scroll_y == int(view.scroll_y)
+        await pilot.press("pagedown", "G")
+        # the find bar opened backwards (\): Enter finds the first match before the bottom
+        panel.open_find("search", forward=False)
+        await pilot.pause()
+        await pilot.press(*"boom", "enter")
+        await wait_for(pilot, lambda: cursor(view) == 250)
+        assert view.search_forward is False
+        await wait_for(pilot, lambda: "search \\boom" in screen_text(pilot.app))
+        view.repeat_search()  # n: on backwards
+        assert cursor(view) == 150
+        view.repeat_search(same=False)  # N
+        assert cursor(view) == 250
+        panel.open_find("search")
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert view.search_forward
+        assert cursor(view) == 50  # after 250: nothing; on from the top (no spool: the lines in memory)
+        assert "past the end, on from the top" in view.message
+        view.set_search("no such text")
+        assert view.message == "no match for /no such text"
+
+
+async def test_the_console_keys_backslash_y_Y_and_the_help_lists_them() -> None:
+    """The real console: ``\\`` searches backwards, ``y`` copies the cursor line (or the newest
+    line, said so), ``Y`` the boot panel's summary; ``?`` lists the new keys."""
+    clock = FakeClock()
+    start_demo("demo", clock, 40.0)
+    clock.advance(12.0)
+    app = demo_app(clock, speed=40.0)
+    async with app.run_test(size=(130, 38)) as pilot:
+        pane = app.main_screen.active_pane
+        assert pane is not None
+        await wait_for(pilot, lambda: pane.boot is not None and pane.boot.status is BootStatus.READY)
+        await settle(pilot, app)
+        view: LogView = pane.log_view
+        newest = view.lines[-1]
+        await pilot.press("y")  # no cursor: the newest line, and it says so
+        assert app.clipboard == newest.text
+        assert view.message.startswith(f"copied the newest line ({newest.seq + 1:,}; no cursor)")
+        await pilot.press("backslash", *"weight", "enter")
+        await wait_for(pilot, lambda: cursor(view) is not None)
+        first = cursor(view)
+        assert first is not None
+        assert view.search_forward is False
+        line = next(ln for ln in view.lines if ln.seq == first)
+        assert "weight" in line.text.lower()
+        await pilot.press("y")
+        assert app.clipboard == line.text
+        assert view.message.startswith(f"copied line {first + 1:,}: ")
+        await pilot.press("n")  # on backwards: an older line
+        await wait_for(pilot, lambda: (cursor(view) or first) < first)
+        await pilot.press("Y")
+        copied = app.clipboard
+        assert copied.startswith("demo · boot 1 · ready\n")
+        assert "KV tokens: " in copied
+        assert pane.query_one(PhaseTimeline).copy_text().splitlines()[0] in copied
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        rows = {bid: key for key, _, bid in app.screen.rows}
+        assert rows["search.backward"] == "\\"
+        assert rows["copy.line"] == "y"
+        assert rows["copy.boot"] == "Y"

@@ -93,10 +93,19 @@ class _HostResults:
     hits: list[HostMatch]
     match_seqs: list[int]
     more: bool
+    wrapped: bool = False  # the search that found them went on past the log's end (start)
 
 
 def _with_note(message: str, note: str) -> str:
     return f"{message} ({note})" if note else message
+
+
+def _wrap_note(note: str, wrapped: bool, forward: bool) -> str:
+    """A search's note, with where it went on from when it passed the log's end (start)."""
+    if not wrapped:
+        return note
+    went = "past the end, on from the top" if forward else "past the top, on from the end"
+    return f"{went}; {note}" if note else went
 
 
 def _wrapped_rows(length: int, width: int, indent: int) -> int:
@@ -290,6 +299,7 @@ class LogView(ScrollView, can_focus=True):
         self.cursor: int | None = None  # seq of the current line
         self.marks: set[int] = set()
         self.search_query: TextQuery | None = None
+        self.search_forward = True  # ``/`` (n goes on forward) or the backwards search
         self.line_filter: LineFilter | None = None
         self.message: str = ""  # last search/filter result for the status line
         self.offline: str | None = None  # the host is not reached: what the status line says instead of following
@@ -770,77 +780,134 @@ class LogView(ScrollView, can_focus=True):
         self._post_status()
         return seq
 
+    def copy_line(self) -> str | None:
+        """``y``: the cursor line's text to the clipboard (OSC 52) — with no cursor, the newest
+        line — and say what was copied."""
+        view = self._view
+        index = self._index_of(self.cursor) if self.cursor is not None else None
+        if index is None and not view:
+            self.message = "no line to copy yet"
+            self._post_status()
+            return None
+        line = view[index] if index is not None else view[-1]
+        self.app.copy_to_clipboard(line.text)
+        which = f"line {line.seq + 1:,}" if index is not None else f"the newest line ({line.seq + 1:,}; no cursor)"
+        self.message = f"copied {which}: {_short(line.text, 40)}"
+        self._post_status()
+        return line.text
+
     # ---- search -------------------------------------------------------------------------
 
-    def set_search(self, text: str) -> None:
+    def set_search(self, text: str, forward: bool = True) -> None:
+        """``/`` (``forward``) finds the first match after the cursor — with no cursor, from the top
+        of the screen — and ``\\`` the first before it (from the bottom of the screen); past the
+        end of the log the search goes on from the other end (and says so)."""
         if self.mode is ViewMode.HOST:  # a new search starts from the log, not a host search's results
             self._leave_host()
         self.search_query = TextQuery(text) if text else None
+        self.search_forward = forward
         self._version += 1
         self._cache.clear()
         self.refresh()
         if self.search_query is not None:
-            self.find(forward=False, include_current=True)
+            self.find(forward)
         else:
             self.message = ""
             self._post_status()
 
-    def find(self, forward: bool = True, include_current: bool = False, *, note: str = "") -> None:
-        """Go to the next (``n``, newer) or previous (``N``, older) match; beyond the lines in
-        memory the spool is searched, and a gap of lines the follower did not read (a server up
-        for days) is searched on the host where the search crosses it (``note``: what an earlier
-        step of the same search found there, for the message)."""
+    def repeat_search(self, same: bool = True) -> None:
+        """``n`` (``same``) goes on in the search's direction, ``N`` the other way."""
+        self.find(self.search_forward if same else not self.search_forward)
+
+    def find(self, forward: bool = True, *, note: str = "", wrapped: bool = False) -> None:
+        """Go to the next match after the cursor (``forward``, newer) or before it (older; with no
+        cursor, from the top / bottom of the screen); beyond the lines in memory the spool is
+        searched, and a gap of lines the follower did not read (a server up for days) is searched
+        on the host where the search crosses it (``note``: what an earlier step of the same search
+        found there, for the message). Past the end (start) of the log it goes on once from the
+        start (end): ``wrapped``."""
         query = self.search_query
         if query is None:
             return
         if self.mode is ViewMode.HOST and self._host is not None:
             self._find_in_host(forward)
             return
-        pattern = query.compiled()
+        found, note = self._scan(query, self._search_range(forward), forward, note, wrapped)
+        if found:
+            return
         view = self._view
-        start = self.current_index()
-        if start is not None:
-            if include_current:
-                rng = range(start, -1, -1) if not forward else range(start, len(view))
-            else:
-                rng = range(start + 1, len(view)) if forward else range(start - 1, -1, -1)
-            for i in rng:
-                line = view[i]
-                if line.style == "gap":
-                    gap = self._gap_at(line.seq)
-                    if gap is not None:
-                        unable = self._gap_unsearchable(gap)
-                        if unable is None:
-                            self._search_gap(query.text, query.ignore_case, gap, forward, note=note)
-                            return
-                        note = unable
-                    continue
-                if self.line_filter is not None and not self.line_filter.matches(line):
-                    continue
-                if pattern.search(line.text):
-                    self.set_cursor(line.seq)
-                    self.message = _with_note(f"match on line {line.seq + 1:,}", note)
-                    self._post_status()
-                    return
         if self.source is None:
-            self.message = _with_note(f"no {'newer' if forward else 'older'} match for /{_short(query.text)}", note)
-            self._post_status()
+            if wrapped:
+                self.message = _with_note(f"no match for /{_short(query.text)}", note)
+                self._post_status()
+            else:
+                self._find_from_edge(query, forward, note)
             return
         edge = (view[-1].seq + 1) if forward and view else (view[0].seq - 1 if view else 0)
         if not forward and edge < 0:
-            self.message = _with_note(self._no_match(forward, query.text), note)
-            self._post_status()
+            if wrapped:
+                self.message = _with_note(self._no_match(query.text), note)
+                self._post_status()
+            else:
+                self._find_from_edge(query, forward, note)
             return
-        self._search_spool(query, edge, forward, note)
+        self._search_spool(query, edge, forward, note, wrapped)
 
-    def _no_match(self, forward: bool, text: str) -> str:
-        """"no older match in the whole log" — only when every line was searched: a gap the host
-        could not search leaves "in the lines read"."""
-        which = "newer" if forward else "older"
+    def _find_from_edge(self, query: TextQuery, forward: bool, note: str) -> None:
+        """The search passed the log's end (start): on from its start (end), once."""
+        if self.source is not None:
+            self._search_spool(query, 0 if forward else max(0, len(self.source) - 1), forward, note, wrapped=True)
+            return
+        n = len(self._view)
+        found, note = self._scan(query, range(0, n) if forward else range(n - 1, -1, -1), forward, note, True)
+        if not found:
+            self.message = _with_note(f"no match for /{_short(query.text)}", note)
+            self._post_status()
+
+    def _scan(self, query: TextQuery, rng: range, forward: bool, note: str, wrapped: bool) -> tuple[bool, str]:
+        """Walk the view's lines ``rng`` for the search: True when it went to a match, or on to
+        the host's search of a gap of lines not read; and the note (a gap it could not search)."""
+        pattern = query.compiled()
+        view = self._view
+        for i in rng:
+            line = view[i]
+            if line.style == "gap":
+                gap = self._gap_at(line.seq)
+                if gap is not None:
+                    unable = self._gap_unsearchable(gap)
+                    if unable is None:
+                        self._search_gap(query.text, query.ignore_case, gap, forward, note=note, wrapped=wrapped)
+                        return True, note
+                    note = unable
+                continue
+            if self.line_filter is not None and not self.line_filter.matches(line):
+                continue
+            if pattern.search(line.text):
+                self.set_cursor(line.seq)
+                self.message = _with_note(f"match on line {line.seq + 1:,}", _wrap_note(note, wrapped, forward))
+                self._post_status()
+                return True, note
+        return False, note
+
+    def _search_range(self, forward: bool) -> range:
+        """The indices of the view a search walks: after (before) the cursor, else from the top
+        (bottom) of the screen on."""
+        n = len(self._view)
+        here = self._index_of(self.cursor) if self.cursor is not None else None
+        if here is not None:
+            return range(here + 1, n) if forward else range(here - 1, -1, -1)
+        shown = self._screen_indices()
+        if shown is None:
+            return range(0)
+        return range(shown[0], n) if forward else range(shown[1], -1, -1)
+
+    def _no_match(self, text: str) -> str:
+        """"no match in the whole log" — only when every line was searched: a gap the host could
+        not search leaves "in the lines read"."""
         unread = self._unsearched_gaps()
         if unread:
-            return f"no {which} match in the lines read for /{_short(text)}"
-        return f"no {which} match in the whole log for /{_short(text)}"
+            return f"no match in the lines read for /{_short(text)}"
+        return f"no match in the whole log for /{_short(text)}"
 
     def _unsearched_gaps(self) -> bool:
         host = self.host_log
@@ -871,7 +938,8 @@ class LogView(ScrollView, can_focus=True):
                     None)
 
     @work(exclusive=True, group="log-search", exit_on_error=False)
-    async def _search_spool(self, query: TextQuery, start_seq: int, forward: bool, note: str = "") -> None:
+    async def _search_spool(self, query: TextQuery, start_seq: int, forward: bool, note: str = "",
+                            wrapped: bool = False) -> None:
         source = self.source
         if source is None:
             return
@@ -886,26 +954,31 @@ class LogView(ScrollView, can_focus=True):
         if gap is not None:
             unable = self._gap_unsearchable(gap)
             if unable is None:
-                await self._gap_search(query.text, query.ignore_case, gap, forward, note=note)
+                await self._gap_search(query.text, query.ignore_case, gap, forward, note=note, wrapped=wrapped)
                 return
             note = unable
         if not hits:
-            self.message = _with_note(self._no_match(forward, query.text), note)
+            if not wrapped:
+                self._find_from_edge(query, forward, note)
+                return
+            self.message = _with_note(self._no_match(query.text), note)
             self._post_status()
             return
+        where = "match on line" if self._index_of(hits[0].seq) is not None else "found in the spool: line"
         await self._jump_via_source(hits[0].seq)
-        self.message = _with_note(f"found in the spool: line {hits[0].seq + 1:,} (/{_short(query.text)})", note)
+        self.message = _with_note(f"{where} {hits[0].seq + 1:,} (/{_short(query.text)})",
+                                  _wrap_note(note, wrapped, forward))
         self._post_status()
 
     # ---- a gap of lines not read, searched on the host ------------------------------------------
 
     @work(exclusive=True, group="log-search", exit_on_error=False)
     async def _search_gap(self, text: str, ignore_case: bool, gap: GapMark, forward: bool, *, note: str = "",
-                          errors: bool = False) -> None:
-        await self._gap_search(text, ignore_case, gap, forward, note=note, errors=errors)
+                          errors: bool = False, wrapped: bool = False) -> None:
+        await self._gap_search(text, ignore_case, gap, forward, note=note, errors=errors, wrapped=wrapped)
 
     async def _gap_search(self, text: str, ignore_case: bool, gap: GapMark, forward: bool, *, note: str = "",
-                          errors: bool = False, after: HostMatch | None = None) -> None:
+                          errors: bool = False, after: HostMatch | None = None, wrapped: bool = False) -> None:
         """Search ``gap`` on the host (``HostLog.search_gap``; a worker: the loop stays free) and
         show what it brings back (``ViewMode.HOST``); nothing there: the search goes on past it."""
         host = self.host_log
@@ -926,14 +999,15 @@ class LogView(ScrollView, can_focus=True):
                 searched = "the rest of the " if after is not None else ""
                 note = f"none in {searched}{gap_count(gap.gap.lines)} searched on the host"
         if hits:
-            self._show_host(_HostResults(gap, text, errors, hits, [], more=len(hits) >= HOST_PAGE), forward)
+            self._show_host(_HostResults(gap, text, errors, hits, [], more=len(hits) >= HOST_PAGE, wrapped=wrapped),
+                            forward)
             return
         # nothing there: on from the gap's row, in the lines read
         await self._jump_via_source(gap.seq)
         if errors:
             self.next_error(forward, note=note)
         else:
-            self.find(forward, note=note)
+            self.find(forward, note=note, wrapped=wrapped)
 
     def _show_host(self, res: _HostResults, forward: bool) -> None:
         """The matches a host search brought back, with their context, as a view of their own:
@@ -997,14 +1071,14 @@ class LogView(ScrollView, can_focus=True):
     async def _leave_host_and_go_on(self, res: _HostResults, forward: bool) -> None:
         if forward and res.more:
             await self._gap_search(res.query, res.query == res.query.lower(), res.gap, True, errors=res.errors,
-                                   after=res.hits[-1])
+                                   after=res.hits[-1], wrapped=res.wrapped)
             return
         self._leave_host()
         await self._jump_via_source(res.gap.seq)
         if res.errors:
             self.next_error(forward, note="past the host's matches")
         else:
-            self.find(forward, note="past the host's matches")
+            self.find(forward, note="past the host's matches", wrapped=res.wrapped)
 
     def _leave_host(self) -> None:
         self._host = None
