@@ -5,9 +5,10 @@ cut; ``t`` does not repeat the engine's own timestamp. Each test fails on the co
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
-from test_ui_helpers import FakeClock, Harness, demo_app, log_lines, screen_text, settle, start_demo, wait_for
+from test_ui_helpers import T0, FakeClock, Harness, demo_app, log_lines, screen_text, settle, start_demo, wait_for
 
 from kvtui.boot import BootStatus
 from kvtui.monitor import LogLine
@@ -15,7 +16,7 @@ from kvtui.spool import Spool
 from kvtui.ui.screens import HelpScreen
 from kvtui.ui.widgets.boot import PhaseTimeline
 from kvtui.ui.widgets.log_panel import LogPanel
-from kvtui.ui.widgets.log_view import LogView
+from kvtui.ui.widgets.log_view import LogView, without_own_stamp
 
 
 def following(view: LogView) -> bool:
@@ -248,3 +249,86 @@ async def test_the_console_keys_backslash_y_Y_and_the_help_lists_them() -> None:
         assert rows["search.backward"] == "\\"
         assert rows["copy.line"] == "y"
         assert rows["copy.boot"] == "Y"
+
+
+async def test_a_line_cut_at_the_panel_edge_shows_a_marker_until_scrolled_to_its_end() -> None:
+    panel = LogPanel(window=1000)
+    async with Harness(panel).run_test(size=(40, 12)) as pilot:
+        view = panel.view
+        short = LogLine(seq=20, text="short line", ts=None, rank=None, boot=0, style="")
+        view.append([*log_lines(20), short])  # "[2026-05-01 12:00:00 TP0] scheduler tick 0": 42+ cells
+        await pilot.pause()
+        width = view.scrollable_content_region.width
+        rows = [view.render_line(y) for y in range(view.scrollable_content_region.height)]
+        long_rows, last = rows[:-1], rows[-1]
+        assert last.text.rstrip() == " short line"  # a line that fits: no marker
+        assert all(r.text.endswith("›") and r.cell_length == width for r in long_rows)
+        marker = view.get_component_rich_style("logview--marker", partial=True)
+        assert all(list(r)[-1].style is not None and list(r)[-1].style.color == marker.color for r in long_rows)
+        view.scroll_to(x=view.max_scroll_x, animate=False, immediate=True)  # → to the lines' end
+        await pilot.pause()
+        tail = view.render_line(0).text
+        assert "›" not in tail
+        top = view.lines[int(view.scroll_y)]
+        assert tail.rstrip().endswith(f"scheduler tick {top.seq}")
+
+
+async def test_wrap_indents_continuation_rows_with_and_without_timestamps() -> None:
+    panel = LogPanel(window=1000)
+    async with Harness(panel).run_test(size=(40, 12)) as pilot:
+        view = panel.view
+        long = "[2026-05-01 12:00:00 TP0] " + "the scheduler runs a decode batch " * 2  # 94 cells
+        view.append([LogLine(seq=i, text=long, ts=T0, rank="TP0", boot=0, style="") for i in range(2)])
+        view.wrap = True
+        await pilot.pause()
+        view.scroll_to(y=0, animate=False, immediate=True)
+        rows = [view.render_line(y).text for y in range(3)]
+        # continuation rows start two cells right of the line's text (past the gutter: cell 1)
+        assert all(r.startswith("   ") for r in rows[1:])
+        assert (rows[0][1:] + rows[1][3:] + rows[2][3:]).rstrip() == long.rstrip()
+        assert view.virtual_size.height == 6  # each line: 95 cells in 40, then 37 a row
+        view.timestamps = True
+        await pilot.pause()
+        view.scroll_to(y=0, animate=False, immediate=True)
+        rows = [view.render_line(y).text for y in range(3)]
+        assert rows[0].startswith(" 12:00:00.000 [TP0] the scheduler")  # the engine's stamp not repeated
+        # past the gutter and the time column (cell 14), two more
+        assert all(r.startswith(" " * 16) for r in rows[1:])
+        assert (rows[0][14:] + rows[1][16:] + rows[2][16:]).rstrip() == without_own_stamp(long).rstrip()
+        assert view.virtual_size.height == 6
+        assert view.render_line(6).text.strip() == ""
+
+
+def test_the_engines_own_timestamp_is_taken_off_the_text() -> None:
+    cases = {
+        "[2025-06-01 12:00:00 TP0] Load weight begin.": "[TP0] Load weight begin.",
+        "[2025-06-01 12:00:00.123 DP0 TP1] x": "[DP0 TP1] x",
+        "[2025-06-01 12:00:00] The server is fired up and ready to roll!": "The server is fired up and ready to roll!",
+        "INFO 06-01 12:00:00 [loader.py:12] Loading weights": "INFO [loader.py:12] Loading weights",
+        "(EngineCore_DP0 pid=7) WARNING 06-01 12:00:00 [core.py:9] x": "(EngineCore_DP0 pid=7) WARNING [core.py:9] x",
+    }
+    for text, shown in cases.items():
+        assert without_own_stamp(text) == shown, text
+    unstamped = ["Capturing batches (bs=1 avail_mem=38.07 GB): 100%|████| 52/52",
+                 "[rank0]: Traceback (most recent call last):", "INFO:     Application startup complete.", ""]
+    for text in unstamped:
+        assert without_own_stamp(text) == text
+
+
+async def test_t_shows_the_time_once_for_sglang_and_vllm_lines() -> None:
+    panel = LogPanel(window=1000)
+    async with Harness(panel).run_test(size=(100, 12)) as pilot:
+        view = panel.view
+        ts = datetime(2025, 6, 1, 12, 0, 0, 250000)
+        texts = ["[2025-06-01 12:00:00 TP0] Load weight begin. avail mem=94.10 GB",
+                 "INFO 06-01 12:00:00 [loader.py:12] Loading weights took 3.20 s",
+                 "Capturing batches (bs=1): 100%|████| 52/52"]
+        view.append([LogLine(seq=i, text=t, ts=ts, rank=None, boot=0, style="") for i, t in enumerate(texts)])
+        await pilot.pause()
+        assert view.render_line(0).text.startswith(" [2025-06-01 12:00:00 TP0] Load")  # untouched without t
+        view.timestamps = True
+        await pilot.pause()
+        rows = [view.render_line(y).text.rstrip() for y in range(3)]
+        assert rows == [" 12:00:00.250 [TP0] Load weight begin. avail mem=94.10 GB",
+                        " 12:00:00.250 INFO [loader.py:12] Loading weights took 3.20 s",
+                        " 12:00:00.250 Capturing batches (bs=1): 100%|████| 52/52"]

@@ -41,6 +41,7 @@ MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps th
 _PLAIN = Style()
 SPOOL_MATCH_LIMIT = 1000
 CACHED_ROWS = 400
+WRAP_HANG = 2  # a wrapped line's continuation rows start this many cells right of its text
 HOST_PAGE = 200  # matches a search of a gap brings back from the host at a time
 HOST_CONTEXT = 2  # lines of context each side of a match found on the host
 HOST_SEQ_BASE = -(1 << 40)  # the rows of a host search's results: never a spool seq
@@ -114,6 +115,30 @@ def _wrapped_rows(length: int, width: int, indent: int) -> int:
     if length <= width:
         return 1
     return 1 + math.ceil((length - width) / max(1, width - indent))
+
+
+# the engine's own timestamp at a line's start: SGLang ``[2025-06-01 12:00:00 TP0] …`` (``[… ]`` when
+# it has no rank), vLLM ``INFO 06-01 12:00:00 [file.py:12] …`` (``(EngineCore_DP0 pid=7) INFO …`` in V1)
+_SGLANG_STAMP = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(\] ?| )")
+_VLLM_STAMP = re.compile(
+    r"((?:\([^()]{1,80}\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+)
+
+
+def without_own_stamp(text: str) -> str:
+    """``text`` without the engine's own timestamp at its start (``t`` shows the line's time in a
+    column of its own: the engine's stamp when it printed one): ``[TP0] …``, ``INFO [file.py:12] …``.
+    Two anchored matches, only while timestamps are shown."""
+    first = text[:1]
+    if first == "[":
+        m = _SGLANG_STAMP.match(text)
+        if m is not None:
+            return text[m.end():] if m.group(1).startswith("]") else "[" + text[m.end():]
+    elif first and first in "(DIWEC":
+        m = _VLLM_STAMP.match(text)
+        if m is not None:
+            return m.group(1) + text[m.end():]
+    return text
 
 
 def _gutter(marked: bool, cursor: bool) -> str:
@@ -425,7 +450,10 @@ class LogView(ScrollView, can_focus=True):
         self._post_status()
 
     def _line_length(self, line: LogLine) -> int:
-        return 1 + (13 if self.timestamps else 0) + min(len(line.text), MAX_DISPLAY_CHARS)
+        if self.timestamps:
+            shown = without_own_stamp(line.text) if line.ts is not None else line.text
+            return 14 + min(len(shown), MAX_DISPLAY_CHARS)
+        return 1 + min(len(line.text), MAX_DISPLAY_CHARS)
 
     def _rebuild_rows(self, added: int = 2048) -> None:
         view = self._view
@@ -450,9 +478,9 @@ class LogView(ScrollView, can_focus=True):
             self._set_virtual_size(Size(width + 1, len(view)))
 
     def _wrap_indent(self, width: int) -> int:
-        """Cells a wrapped line's continuation rows are indented by: under its text, past the
-        gutter and the timestamp (never more than half the width)."""
-        return min(1 + (13 if self.timestamps else 0), width // 2)
+        """Cells a wrapped line's continuation rows are indented by: past the gutter and the
+        timestamp, WRAP_HANG more than the line's text (never more than half the width)."""
+        return min(1 + (13 if self.timestamps else 0) + WRAP_HANG, width // 2)
 
     def _set_virtual_size(self, size: Size) -> None:
         """A log that grew (a new line, timestamps shown) repaints itself and its scrollbars; it
@@ -1210,8 +1238,14 @@ class LogView(ScrollView, can_focus=True):
         self._row_styles = None
         super().notify_style_update()
 
+    def _shown_text(self, line: LogLine) -> str:
+        """The text a row shows: with timestamps, without the engine's own (the column has it);
+        cut at MAX_DISPLAY_CHARS."""
+        text = without_own_stamp(line.text) if self.timestamps and line.ts is not None else line.text
+        return text if len(text) <= MAX_DISPLAY_CHARS else text[: MAX_DISPLAY_CHARS - 1] + "…"
+
     def _line_text(self, line: LogLine, styles: dict[str, Style]) -> Text:
-        text = line.text if len(line.text) <= MAX_DISPLAY_CHARS else line.text[: MAX_DISPLAY_CHARS - 1] + "…"
+        text = self._shown_text(line)
         body = Text(text, no_wrap=True, end="")
         kind = line.style
         if kind in ("phase", "error", "warning", "progress", "serving"):
@@ -1236,7 +1270,7 @@ class LogView(ScrollView, can_focus=True):
         """``_line_text(line).render()`` as a strip — the same segments, cut where Rich cuts them
         (at each styled span) — built directly for the common case (printable text, no search
         highlight): a storm brings a new screenful of lines every frame."""
-        text = line.text if len(line.text) <= MAX_DISPLAY_CHARS else line.text[: MAX_DISPLAY_CHARS - 1] + "…"
+        text = self._shown_text(line)
         if self.search_query is not None or not text or not text.isprintable():
             rich_text = self._line_text(line, styles)
             return Strip(list(rich_text.render(self.app.console)), rich_text.cell_len)
@@ -1325,6 +1359,10 @@ class LogView(ScrollView, can_focus=True):
             self._cache[key] = strip
         if self.wrap or line.style in ("marker", "gap"):
             out = strip.crop_extend(0, width, row_base)
+        elif strip.cell_length > scroll_x + width > scroll_x + 1:
+            # cut at the panel's edge: the last cell says there is more (← → scroll)
+            cut = Strip([Segment("›", row_base + styles["marker"])], 1)
+            out = Strip.join([strip.crop(scroll_x, scroll_x + width - 1), cut])
         else:
             out = strip.crop_extend(scroll_x, scroll_x + width, row_base)
         return out.apply_offsets(scroll_x, row)
