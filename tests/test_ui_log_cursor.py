@@ -70,6 +70,15 @@ async def test_k_makes_a_cursor_on_the_last_line_on_screen_and_moves_it_without_
         assert strip.text.startswith("▸")
         cursor_bg = view.get_component_rich_style("logview--cursor", partial=True).bgcolor
         assert any(seg.style is not None and seg.style.bgcolor == cursor_bg for seg in strip)
+        # a scroll leaves the cursor off screen: the next press starts from the screen's edge
+        await pilot.press("pageup", "pageup")
+        await pilot.pause()
+        shown = on_screen(view)
+        await pilot.press("k")
+        assert cursor(view) == shown[-1]
+        await pilot.press("g")  # the first line, the cursor along
+        assert cursor(view) == 0
+        assert view.scroll_y == 0
         # G follows again and drops it
         await pilot.press("G")
         assert following(view)

@@ -703,15 +703,17 @@ class LogView(ScrollView, can_focus=True):
     def move_cursor(self, step: int) -> None:
         """Move the cursor ``step`` lines (at once: a held key must not queue animations), scrolling
         only when it leaves the screen. With no cursor (following), the first press makes one on
-        the last line on screen (on the first for ``j`` when paused) and pauses following."""
+        the last line on screen (on the first for ``j`` when paused) and pauses following; so does
+        a press after a scroll left the cursor off screen."""
         view = self._view
         if not view:
             return
         index = self._index_of(self.cursor) if self.cursor is not None else None
-        if index is None:
-            shown = self._screen_indices()
-            if shown is None:
-                return
+        shown = self._screen_indices()
+        if shown is None:
+            return
+        if index is None or not shown[0] <= index <= shown[1]:
+            # none yet, or left off screen by a scroll (the wheel, a page): from the screen's edge
             index = shown[0] if step > 0 and not self.follow else shown[1]
         else:
             index = max(0, min(len(view) - 1, index + step))
@@ -754,6 +756,10 @@ class LogView(ScrollView, can_focus=True):
         self._post_status()
 
     def action_first_line(self) -> None:
+        if self.cursor is not None and self._view:  # the cursor goes along
+            self.cursor = self._view[0].seq
+            self._version += 1
+            self.refresh()
         self.scroll_to(y=0, animate=False, immediate=True)
         gaps = [line for line in self._view if line.style == "gap"] if self.host_log is not None else []
         if gaps:  # the first line read is not the log's first line since the boot: say what lies between
