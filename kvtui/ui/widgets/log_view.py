@@ -332,6 +332,8 @@ class LogView(ScrollView, can_focus=True):
         # rendered rows: a few screenfuls (each strip carries Textual's own caches, ~15 objects the
         # garbage collector walks; thousands of them per host made its full passes slow)
         self._cache: LRUCache[tuple[object, ...], Strip] = LRUCache(CACHED_ROWS)
+        # rows cut at the panel's edge, with their › (the row's strip, what is drawn)
+        self._cut_cache: LRUCache[tuple[object, ...], tuple[Strip, Strip]] = LRUCache(CACHED_ROWS)
         self._version = 0
         self._programmatic_scroll = False
         self._end_scheduled = False
@@ -373,6 +375,7 @@ class LogView(ScrollView, can_focus=True):
         self._held = held
         if held:
             self._cache.clear()  # off screen: nothing to repaint, no rendered rows worth keeping
+            self._cut_cache.clear()
             return
         added, trimmed, pending = self._held_added, self._held_trimmed, self._held_pending
         self._held_added = self._held_trimmed = self._held_pending = 0
@@ -1366,9 +1369,16 @@ class LogView(ScrollView, can_focus=True):
         if self.wrap or line.style in ("marker", "gap"):
             out = strip.crop_extend(0, width, row_base)
         elif strip.cell_length > scroll_x + width > scroll_x + 1:
-            # cut at the panel's edge: the last cell says there is more (← → scroll)
-            cut = Strip([Segment("›", row_base + styles["marker"])], 1)
-            out = Strip.join([strip.crop(scroll_x, scroll_x + width - 1), cut])
+            # cut at the panel's edge: the last cell says there is more (← → scroll); kept, as
+            # crop_extend keeps its own, so a repaint of the same rows builds nothing
+            cut = self._cut_cache.get((key, scroll_x))
+            if cut is not None and cut[0] is strip:
+                out = cut[1]
+            else:
+                more = Segment("›", row_base + styles["marker"])
+                shown = list(Segment.divide(strip, [scroll_x, scroll_x + width - 1]))[1]  # (no strip between)
+                out = Strip([*shown, more], width)
+                self._cut_cache[(key, scroll_x)] = (strip, out)
         else:
             out = strip.crop_extend(scroll_x, scroll_x + width, row_base)
         return out.apply_offsets(scroll_x, row)
