@@ -158,7 +158,8 @@ async def test_search_filter_follow_and_error_keys() -> None:
         pane = pane_of(app)
         await run_clock(pilot, app, clock, until=lambda: status_of(pane) is BootStatus.READY, limit=60)
         view = pane.log_view
-        # / search: Enter finds the newest match, N goes to older ones, n back to newer
+        # / search: Enter finds the first match after the top of the screen (past the end: on from
+        # the log's start), n goes on to newer ones, N back to older
         await pilot.press("slash")
         assert pane.query_one(FindBar).has_class("-open")
         await pilot.press(*"weight", "enter")
@@ -167,11 +168,11 @@ async def test_search_filter_follow_and_error_keys() -> None:
         assert first is not None
         assert "weight" in next(ln for ln in view.lines if ln.seq == first).text.lower()
         assert not following(view)
-        await pilot.press("N")
-        await wait_for(pilot, lambda: view.cursor is not None and view.cursor < first)
-        older = view.cursor
         await pilot.press("n")
-        await wait_for(pilot, lambda: view.cursor is not None and view.cursor > (older or 0))
+        await wait_for(pilot, lambda: view.cursor is not None and view.cursor > first)
+        newer = view.cursor
+        await pilot.press("N")
+        await wait_for(pilot, lambda: view.cursor is not None and view.cursor < (newer or 0))
         # f: follow again, the view jumps to the newest line
         await pilot.press("f")
         await pilot.pause()

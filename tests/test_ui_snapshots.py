@@ -350,6 +350,15 @@ def test_snapshot_80x24_calculator(snap_compare: SnapCompare) -> None:
 
 
 @pytest.mark.slow
+def test_snapshot_80x24_log_cursor(snap_compare: SnapCompare) -> None:
+    """The log's cursor line (issue 22 #6): k makes it on the last line on screen, m marks it (▌ in
+    the gutter, "marked line N (1 mark)"), k k move the cursor (▸, its background) two lines up;
+    the lines cut at the panel's edge end in ›."""
+    app, run_before = _ready_session(("k", "m", "k", "k"), expect="(1 mark)")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES[1:], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_snapshot_at_size(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     app, run_before = _ready_session()

@@ -91,13 +91,13 @@ async def test_slash_finds_a_line_only_in_the_gap_on_the_host_and_n_continues() 
         text = screen_text(app)
         assert "from the host — " in text
         assert "lines from the host" in text  # the status line says where these rows came from
-        first = view.cursor
-        await pilot.press("N")
+        first = view.cursor  # / went forward (on from the log's start): the gap's first match
+        await pilot.press("n")
         await pilot.pause()
         assert view.cursor != first
         assert view.mode is ViewMode.HOST
         assert view.message.startswith("from the host: match ")
-        await pilot.press("n")
+        await pilot.press("N")
         await pilot.pause()
         assert view.cursor == first
 
@@ -109,7 +109,7 @@ async def test_slash_for_a_startup_line_searches_the_gap_then_finds_it_in_the_sp
     async with app.run_test(size=(160, 48)) as pilot:
         pane = await _open(pilot, app)
         view = pane.log_view
-        view.set_search("Load weight begin")
+        view.set_search("Load weight begin", forward=False)  # backwards from the newest lines: across the gap
         await wait_for(pilot, lambda: view.message.startswith("match on line"))
         assert pane.monitor is not None
         assert f"none in {pane.monitor.gaps[0].gap.lines:,} serving lines searched on the host" in view.message
@@ -129,7 +129,7 @@ async def test_a_host_that_cannot_search_never_says_no_match_in_the_whole_log(mo
         view = pane.log_view
         view.set_search("no such line anywhere")
         try:
-            await wait_for(pilot, lambda: "no older match" in view.message, timeout=10)
+            await wait_for(pilot, lambda: "no match in the lines read" in view.message, timeout=10)
         except AssertionError:
             raise AssertionError(view.message + repr(view.mode) + repr(view.cursor) + repr(len(view.lines))) from None
         assert "whole log" not in view.message

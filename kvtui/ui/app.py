@@ -37,6 +37,7 @@ from kvtui.ui.themes import (
     theme_variable_defaults,
     usable_theme,
 )
+from kvtui.ui.widgets.boot import BootFigures, PhaseTimeline
 from kvtui.ui.widgets.calculator import CalculatorPanel
 from kvtui.ui.widgets.gpu import ProcessTable
 from kvtui.ui.widgets.host import FleetSummary, HostBar, ZoomHeader
@@ -57,6 +58,8 @@ MAIN_BINDINGS: list[BindingType] = [
     Binding("ctrl+x", "cancel_change", "Cancel change", id="change.cancel",
             tooltip="cancel the running apply/rollback/restart (after its restart step: stop following it)"),
     Binding("slash", "search", "Search", id="search", tooltip="search the whole log (smart case)", priority=True),
+    Binding("backslash", "search(False)", "Search backwards", show=False, id="search.backward",
+            tooltip="search the whole log backwards from the cursor (n goes on backwards)", priority=True),
     Binding("n", "find(True)", "Next match", show=False, id="search.next"),
     Binding("N", "find(False)", "Previous match", show=False, id="search.previous"),
     Binding("ampersand", "filter", "Filter", id="filter",
@@ -68,6 +71,10 @@ MAIN_BINDINGS: list[BindingType] = [
     Binding("t", "timestamps", "Timestamps", show=False, id="timestamps"),
     Binding("w", "wrap", "Wrap", show=False, id="wrap"),
     Binding("m", "mark", "Mark line", show=False, id="mark"),
+    Binding("y", "copy_line", "Copy line", show=False, id="copy.line",
+            tooltip="copy the cursor line to the clipboard (OSC 52)"),
+    Binding("Y", "copy_boot", "Copy boot summary", show=False, id="copy.boot",
+            tooltip="copy the boot panel's phases and figures to the clipboard (OSC 52)"),
     Binding("c", "calculator", "Calculator", id="calculator", tooltip="edit flags, see the next boot's KV pool",
             priority=True),
     Binding("x", "explain", "Explain", id="explain", tooltip="how the prediction is computed"),
@@ -450,10 +457,10 @@ class MainScreen(Screen[None]):
         rows.sort(key=lambda r: order.get(r[2], 999))
         return rows
 
-    def action_search(self) -> None:
+    def action_search(self, forward: bool = True) -> None:
         pane = self.active_pane
         if pane is not None:
-            pane.log_panel.open_find("search")
+            pane.log_panel.open_find("search", forward=forward)
 
     def action_filter(self) -> None:
         pane = self.active_pane
@@ -466,7 +473,7 @@ class MainScreen(Screen[None]):
             if view.search_query is None:
                 self.notify("nothing to repeat: search with / first", severity="warning", timeout=3)
                 return
-            view.find(forward=forward)
+            view.repeat_search(same=forward)  # n: the search's own direction, N: the other
 
     def action_follow(self) -> None:
         view = self._view()
@@ -492,6 +499,23 @@ class MainScreen(Screen[None]):
         view = self._view()
         if view is not None and view.toggle_mark() is None:
             self.notify("no line to mark yet", severity="warning", timeout=3)
+
+    def action_copy_line(self) -> None:
+        view = self._view()
+        if view is not None:
+            view.copy_line()
+
+    def action_copy_boot(self) -> None:
+        """``Y``: the boot panel's summary — its phases and figures, as shown — to the clipboard."""
+        pane = self.active_pane
+        if pane is None or pane.boot is None:
+            self.notify("no boot to copy yet", severity="warning", timeout=3)
+            return
+        index = pane.boot_index + 1 if pane.boot_index is not None else len(pane.boots)
+        head = f"{pane.host_name} · boot {index} · {pane.boot.status.value}"
+        text = "\n".join([head, pane.query_one(PhaseTimeline).copy_text(), pane.query_one(BootFigures).copy_text()])
+        self.app.copy_to_clipboard(text + "\n")
+        self.notify(f"copied boot {index}'s summary ({len(text.splitlines())} lines)", timeout=3)
 
     def action_calculator(self) -> None:
         pane = self.active_pane

@@ -258,6 +258,14 @@ class PhaseTimeline(BootRows):
     def render(self) -> Content:
         return Content("\n").join(list(self._rows()))
 
+    def copy_text(self) -> str:
+        """The phases as the panel shows them in full (``Y`` copies them), as plain text."""
+        compact, self.compact = self.compact, False
+        try:
+            return "\n".join(row.plain.rstrip() for row in self._rows())
+        finally:
+            self.compact = compact
+
 
 class BootFigures(BootRows):
     """The boot's key figures: pool tokens, KV GiB per rank, memory left, graph memory, context."""
@@ -355,6 +363,10 @@ class BootFigures(BootRows):
         if unknown:  # quiet: lines a new engine build may print that no rule knows (U lists them)
             rows.append((f"? {unknown} unrecognised startup line{'s' if unknown != 1 else ''}", "U"))
         return rows
+
+    def copy_text(self) -> str:
+        """The figures the panel shows (``Y`` copies them), a ``label: value`` line each."""
+        return "\n".join(f"{label.strip()}: {value}" for label, value in self.figures())
 
     def render(self) -> Content:
         width = max(1, self.size.width - 2) if self.size.width else 30

@@ -93,6 +93,7 @@ class FindBar(Horizontal):
     ]
 
     kind: str = "search"
+    forward: bool = True  # a search: ``/`` forward, ``\\`` backwards
 
     def compose(self) -> ComposeResult:
         yield Static("/", id="find-label")
@@ -110,12 +111,15 @@ class FindBar(Horizontal):
             return self.kind == "filter"
         return True
 
-    def open(self, kind: str, value: str = "") -> None:
+    def open(self, kind: str, value: str = "", *, forward: bool = True) -> None:
         self.kind = kind
-        self.query_one("#find-label", Static).update("/" if kind == "search" else "&")
+        self.forward = forward
+        label = ("/" if forward else "\\") if kind == "search" else "&"
+        self.query_one("#find-label", Static).update(Content(label))
         field = self.query_one("#find-input", Input)
         field.placeholder = (
-            "search the whole log (smart case) — Enter to find, n/N next/previous"
+            f"search the whole log {'after' if forward else 'before'} the cursor (smart case) — Enter to find, "
+            f"n/N {'next/previous' if forward else 'previous/next'}"
             if kind == "search"
             else "filter: adds text, !text hides, a|b regex, TP3 rank — '-' drops the last, empty clears all"
         )
@@ -205,7 +209,7 @@ class LogStatus(Horizontal):
                      for flt in view.line_filter.filters]
             parts.append(Content(" ").join([*chips, Content(f"{view.filter_hidden:,} hidden")]))
         if view.search_query is not None:
-            parts.append(Content(f"search /{view.search_query.text}"))
+            parts.append(Content(f"search {'/' if view.search_forward else chr(92)}{view.search_query.text}"))
         if not view.collapse_progress:
             parts.append(Content("every redraw"))
         if view.wrap:
@@ -256,12 +260,12 @@ class LogPanel(Vertical):
         event.stop()
         self.query_one(LogStatus).show(event.log_view)
 
-    def open_find(self, kind: str) -> None:
+    def open_find(self, kind: str, *, forward: bool = True) -> None:
         view = self.view
         current = ""
         if kind == "search" and view.search_query is not None:
             current = view.search_query.text
-        self.query_one(FindBar).open(kind, current)
+        self.query_one(FindBar).open(kind, current, forward=forward)
 
     def find_now(self, kind: str, value: str) -> None:
         """The find bar's Enter: focus back on the log (now) and search or filter."""
@@ -269,7 +273,7 @@ class LogPanel(Vertical):
         self.screen.set_focus(view)
         self.screen.refresh_bindings()
         if kind == "search":
-            view.set_search(value)
+            view.set_search(value, forward=self.query_one(FindBar).forward)
         else:
             view.set_filter(value)
 

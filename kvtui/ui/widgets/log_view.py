@@ -23,7 +23,7 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.geometry import Offset, Region, Size
@@ -44,6 +44,7 @@ SPOOL_MATCH_LIMIT = 1000
 READ_BACK_LIMIT = 500_000  # lines a filter set the spool cannot search in one pass reads back at most
 READ_BACK_CHUNK = 20_000
 CACHED_ROWS = 400
+WRAP_HANG = 2  # a wrapped line's continuation rows start this many cells right of its text
 HOST_PAGE = 200  # matches a search of a gap brings back from the host at a time
 HOST_CONTEXT = 2  # lines of context each side of a match found on the host
 HOST_SEQ_BASE = -(1 << 40)  # the rows of a host search's results: never a spool seq
@@ -96,10 +97,19 @@ class _HostResults:
     hits: list[HostMatch]
     match_seqs: list[int]
     more: bool
+    wrapped: bool = False  # the search that found them went on past the log's end (start)
 
 
 def _with_note(message: str, note: str) -> str:
     return f"{message} ({note})" if note else message
+
+
+def _wrap_note(note: str, wrapped: bool, forward: bool) -> str:
+    """A search's note, with where it went on from when it passed the log's end (start)."""
+    if not wrapped:
+        return note
+    went = "past the end, on from the top" if forward else "past the top, on from the end"
+    return f"{went}; {note}" if note else went
 
 
 def _wrapped_rows(length: int, width: int, indent: int) -> int:
@@ -108,6 +118,35 @@ def _wrapped_rows(length: int, width: int, indent: int) -> int:
     if length <= width:
         return 1
     return 1 + math.ceil((length - width) / max(1, width - indent))
+
+
+# the engine's own timestamp at a line's start: SGLang ``[2025-06-01 12:00:00 TP0] …`` (``[… ]`` when
+# it has no rank), vLLM ``INFO 06-01 12:00:00 [file.py:12] …`` (``(EngineCore_DP0 pid=7) INFO …`` in V1)
+_SGLANG_STAMP = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(\] ?| )")
+_VLLM_STAMP = re.compile(
+    r"((?:\([^()]{1,80}\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+)
+
+
+def without_own_stamp(text: str) -> str:
+    """``text`` without the engine's own timestamp at its start (``t`` shows the line's time in a
+    column of its own: the engine's stamp when it printed one): ``[TP0] …``, ``INFO [file.py:12] …``.
+    Two anchored matches, only while timestamps are shown."""
+    first = text[:1]
+    if first == "[":
+        m = _SGLANG_STAMP.match(text)
+        if m is not None:
+            return text[m.end():] if m.group(1).startswith("]") else "[" + text[m.end():]
+    elif first and first in "(DIWEC":
+        m = _VLLM_STAMP.match(text)
+        if m is not None:
+            return m.group(1) + text[m.end():]
+    return text
+
+
+def _gutter(marked: bool, cursor: bool) -> str:
+    """The cell left of a line: ``▌`` a mark (``m``), ``▸`` the cursor line (not marked)."""
+    return "▌" if marked else ("▸" if cursor else " ")
 
 
 def _short(text: str, width: int = 24) -> str:
@@ -217,8 +256,8 @@ class LogView(ScrollView, can_focus=True):
     # less / vim / k9s movement (ids for [keymap]); scrolling up pauses following, G follows again
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("end", "follow_end", "Follow", show=False, id="log.end"),
-        Binding("j", "lines(1)", "Line down", show=False, id="log.down"),
-        Binding("k", "lines(-1)", "Line up", show=False, id="log.up"),
+        Binding("j,down", "lines(1)", "Line down", show=False, id="log.down"),
+        Binding("k,up", "lines(-1)", "Line up", show=False, id="log.up"),
         Binding("g", "first_line", "First line", show=False, id="log.top"),
         Binding("G", "follow_end", "Last line, follow", show=False, id="log.bottom"),
         Binding("ctrl+d", "half_page(1)", "Half a page down", show=False, id="log.half_down"),
@@ -271,6 +310,7 @@ class LogView(ScrollView, can_focus=True):
         self.cursor: int | None = None  # seq of the current line
         self.marks: set[int] = set()
         self.search_query: TextQuery | None = None
+        self.search_forward = True  # ``/`` (n goes on forward) or the backwards search
         self.line_filter: FilterSet | None = None  # the & filters (None: none)
         self.filter_hidden = 0  # lines the filters hide, of those read for the filtered view
         self.message: str = ""  # last search/filter result for the status line
@@ -279,6 +319,8 @@ class LogView(ScrollView, can_focus=True):
         # rendered rows: a few screenfuls (each strip carries Textual's own caches, ~15 objects the
         # garbage collector walks; thousands of them per host made its full passes slow)
         self._cache: LRUCache[tuple[object, ...], Strip] = LRUCache(CACHED_ROWS)
+        # rows cut at the panel's edge, with their › (the row's strip, what is drawn)
+        self._cut_cache: LRUCache[tuple[object, ...], tuple[Strip, Strip]] = LRUCache(CACHED_ROWS)
         self._version = 0
         self._programmatic_scroll = False
         self._end_scheduled = False
@@ -325,6 +367,7 @@ class LogView(ScrollView, can_focus=True):
         self._held = held
         if held:
             self._cache.clear()  # off screen: nothing to repaint, no rendered rows worth keeping
+            self._cut_cache.clear()
             return
         added, trimmed, pending = self._held_added, self._held_trimmed, self._held_pending
         self._held_added = self._held_trimmed = self._held_pending = 0
@@ -437,7 +480,10 @@ class LogView(ScrollView, can_focus=True):
         self._post_status()
 
     def _line_length(self, line: LogLine) -> int:
-        return 1 + (13 if self.timestamps else 0) + min(len(line.text), MAX_DISPLAY_CHARS)
+        if self.timestamps:
+            shown = without_own_stamp(line.text) if line.ts is not None else line.text
+            return 14 + min(len(shown), MAX_DISPLAY_CHARS)
+        return 1 + min(len(line.text), MAX_DISPLAY_CHARS)
 
     def _rebuild_rows(self, added: int = 2048) -> None:
         view = self._view
@@ -462,9 +508,9 @@ class LogView(ScrollView, can_focus=True):
             self._set_virtual_size(Size(width + 1, len(view)))
 
     def _wrap_indent(self, width: int) -> int:
-        """Cells a wrapped line's continuation rows are indented by: under its text, past the
-        gutter and the timestamp (never more than half the width)."""
-        return min(1 + (13 if self.timestamps else 0), width // 2)
+        """Cells a wrapped line's continuation rows are indented by: past the gutter and the
+        timestamp, WRAP_HANG more than the line's text (never more than half the width)."""
+        return min(1 + (13 if self.timestamps else 0) + WRAP_HANG, width // 2)
 
     def _set_virtual_size(self, size: Size) -> None:
         """A log that grew (a new line, timestamps shown) repaints itself and its scrollbars; it
@@ -671,10 +717,79 @@ class LogView(ScrollView, can_focus=True):
         return False
 
     def action_lines(self, step: int) -> None:
-        """``j``/``k``: a row down/up, at once (not animated: a held key must not queue animations)."""
-        self.scroll_to(y=max(0, self.scroll_y + step), animate=False, immediate=True)
+        """``j``/``k``: the cursor a line down/up (the first press makes it, see ``move_cursor``)."""
+        self.move_cursor(step)
+
+    def _screen_indices(self) -> tuple[int, int] | None:
+        """Indices of the first and last line on screen (None: nothing shown)."""
+        view = self._view
+        if not view:
+            return None
+        height = self.scrollable_content_region.height or self.size.height or 1
+        top = min(len(view) - 1, self._index_at_row(int(self.scroll_y)))
+        bottom = min(len(view) - 1, self._index_at_row(int(self.scroll_y) + height - 1))
+        return top, bottom
+
+    def move_cursor(self, step: int) -> None:
+        """Move the cursor ``step`` lines (at once: a held key must not queue animations), scrolling
+        only when it leaves the screen. With no cursor (following), the first press makes one on
+        the last line on screen (on the first for ``j`` when paused) and pauses following; so does
+        a press after a scroll left the cursor off screen."""
+        view = self._view
+        if not view:
+            return
+        index = self._index_of(self.cursor) if self.cursor is not None else None
+        shown = self._screen_indices()
+        if shown is None:
+            return
+        if index is None or not shown[0] <= index <= shown[1]:
+            # none yet, or left off screen by a scroll (the wheel, a page): from the screen's edge
+            index = shown[0] if step > 0 and not self.follow else shown[1]
+        else:
+            index = max(0, min(len(view) - 1, index + step))
+        self.follow = False
+        self.cursor = view[index].seq
+        self._version += 1
+        self._keep_on_screen(index)
+        self.refresh()
+        self._post_status()
+
+    def _keep_on_screen(self, index: int) -> None:
+        """Scroll the least that brings the line at ``index`` (all its rows) on screen."""
+        height = self.scrollable_content_region.height or self.size.height or 1
+        first = self._row_of_index(index)
+        last = (self._row_starts[index + 1] - 1) if self.wrap and index + 1 < len(self._row_starts) else first
+        y = int(self.scroll_y)
+        if first < y:
+            y = first
+        elif last >= y + height:
+            y = max(first, last - height + 1) if last - first < height else first
+        else:
+            return
+        self._programmatic_scroll = True
+        self.scroll_to(y=y, animate=False, immediate=True)
+        self._programmatic_scroll = False
+
+    def on_click(self, event: events.Click) -> None:
+        """A click puts the cursor on the clicked line (and pauses following)."""
+        offset = event.get_content_offset(self)
+        view = self._view
+        if offset is None or not view:
+            return
+        index = self._index_at_row(int(self.scroll_y) + offset.y)
+        if index >= len(view):
+            return
+        self.follow = False
+        self.cursor = view[index].seq
+        self._version += 1
+        self.refresh()
+        self._post_status()
 
     def action_first_line(self) -> None:
+        if self.cursor is not None and self._view:  # the cursor goes along
+            self.cursor = self._view[0].seq
+            self._version += 1
+            self.refresh()
         self.scroll_to(y=0, animate=False, immediate=True)
         gaps = [line for line in self._view if line.style == "gap"] if self.host_log is not None else []
         if gaps:  # the first line read is not the log's first line since the boot: say what lies between
@@ -708,94 +823,155 @@ class LogView(ScrollView, can_focus=True):
         return True
 
     def toggle_mark(self) -> int | None:
-        """Mark (or unmark) the current line, or the newest line when following."""
-        if not self._view:
-            return None
-        index = self._index_of(self.cursor) if self.cursor is not None else len(self._view) - 1
+        """Mark (or unmark) the cursor line — with no cursor (following), the last line on screen
+        (the newest) — drawn in the gutter, and say so in the status line."""
+        index = self.current_index()
         if index is None:
             return None
         seq = self._view[index].seq
         if seq in self.marks:
             self.marks.discard(seq)
+            self.message = f"unmarked line {seq + 1:,}"
         else:
             self.marks.add(seq)
             if len(self.marks) > 1000:
                 self.marks.discard(min(self.marks))
+            n = len(self.marks)
+            where = "" if self.cursor is not None else ", the last on screen"
+            self.message = f"marked line {seq + 1:,}{where} ({n:,} mark{'s' if n != 1 else ''})"
         self._version += 1
         self.refresh()
+        self._post_status()
         return seq
+
+    def copy_line(self) -> str | None:
+        """``y``: the cursor line's text to the clipboard (OSC 52) — with no cursor, the newest
+        line — and say what was copied."""
+        view = self._view
+        index = self._index_of(self.cursor) if self.cursor is not None else None
+        if index is None and not view:
+            self.message = "no line to copy yet"
+            self._post_status()
+            return None
+        line = view[index] if index is not None else view[-1]
+        self.app.copy_to_clipboard(line.text)
+        which = f"line {line.seq + 1:,}" if index is not None else f"the newest line ({line.seq + 1:,}; no cursor)"
+        self.message = f"copied {which}: {_short(line.text, 40)}"
+        self._post_status()
+        return line.text
 
     # ---- search -------------------------------------------------------------------------
 
-    def set_search(self, text: str) -> None:
+    def set_search(self, text: str, forward: bool = True) -> None:
+        """``/`` (``forward``) finds the first match after the cursor — with no cursor, from the top
+        of the screen — and ``\\`` the first before it (from the bottom of the screen); past the
+        end of the log the search goes on from the other end (and says so)."""
         if self.mode is ViewMode.HOST:  # a new search starts from the log, not a host search's results
             self._leave_host()
         self.search_query = TextQuery(text) if text else None
+        self.search_forward = forward
         self._version += 1
         self._cache.clear()
         self.refresh()
         if self.search_query is not None:
-            self.find(forward=False, include_current=True)
+            self.find(forward)
         else:
             self.message = ""
             self._post_status()
 
-    def find(self, forward: bool = True, include_current: bool = False, *, note: str = "") -> None:
-        """Go to the next (``n``, newer) or previous (``N``, older) match; beyond the lines in
-        memory the spool is searched, and a gap of lines the follower did not read (a server up
-        for days) is searched on the host where the search crosses it (``note``: what an earlier
-        step of the same search found there, for the message)."""
+    def repeat_search(self, same: bool = True) -> None:
+        """``n`` (``same``) goes on in the search's direction, ``N`` the other way."""
+        self.find(self.search_forward if same else not self.search_forward)
+
+    def find(self, forward: bool = True, *, note: str = "", wrapped: bool = False) -> None:
+        """Go to the next match after the cursor (``forward``, newer) or before it (older; with no
+        cursor, from the top / bottom of the screen); beyond the lines in memory the spool is
+        searched, and a gap of lines the follower did not read (a server up for days) is searched
+        on the host where the search crosses it (``note``: what an earlier step of the same search
+        found there, for the message). Past the end (start) of the log it goes on once from the
+        start (end): ``wrapped``."""
         query = self.search_query
         if query is None:
             return
         if self.mode is ViewMode.HOST and self._host is not None:
             self._find_in_host(forward)
             return
-        pattern = query.compiled()
+        found, note = self._scan(query, self._search_range(forward), forward, note, wrapped)
+        if found:
+            return
         view = self._view
-        start = self.current_index()
-        if start is not None:
-            if include_current:
-                rng = range(start, -1, -1) if not forward else range(start, len(view))
-            else:
-                rng = range(start + 1, len(view)) if forward else range(start - 1, -1, -1)
-            for i in rng:
-                line = view[i]
-                if line.style == "gap":
-                    gap = self._gap_at(line.seq)
-                    if gap is not None:
-                        unable = self._gap_unsearchable(gap)
-                        if unable is None:
-                            self._search_gap(query.text, query.ignore_case, gap, forward, note=note)
-                            return
-                        note = unable
-                    continue
-                if self.line_filter is not None and not self.line_filter.matches(line):
-                    continue
-                if pattern.search(line.text):
-                    self.set_cursor(line.seq)
-                    self.message = _with_note(f"match on line {line.seq + 1:,}", note)
-                    self._post_status()
-                    return
         if self.source is None:
-            self.message = _with_note(f"no {'newer' if forward else 'older'} match for /{_short(query.text)}", note)
-            self._post_status()
+            if wrapped:
+                self.message = _with_note(f"no match for /{_short(query.text)}", note)
+                self._post_status()
+            else:
+                self._find_from_edge(query, forward, note)
             return
         edge = (view[-1].seq + 1) if forward and view else (view[0].seq - 1 if view else 0)
         if not forward and edge < 0:
-            self.message = _with_note(self._no_match(forward, query.text), note)
-            self._post_status()
+            if wrapped:
+                self.message = _with_note(self._no_match(query.text), note)
+                self._post_status()
+            else:
+                self._find_from_edge(query, forward, note)
             return
-        self._search_spool(query, edge, forward, note)
+        self._search_spool(query, edge, forward, note, wrapped)
 
-    def _no_match(self, forward: bool, text: str) -> str:
-        """"no older match in the whole log" — only when every line was searched: a gap the host
-        could not search leaves "in the lines read"."""
-        which = "newer" if forward else "older"
+    def _find_from_edge(self, query: TextQuery, forward: bool, note: str) -> None:
+        """The search passed the log's end (start): on from its start (end), once."""
+        if self.source is not None:
+            self._search_spool(query, 0 if forward else max(0, len(self.source) - 1), forward, note, wrapped=True)
+            return
+        n = len(self._view)
+        found, note = self._scan(query, range(0, n) if forward else range(n - 1, -1, -1), forward, note, True)
+        if not found:
+            self.message = _with_note(f"no match for /{_short(query.text)}", note)
+            self._post_status()
+
+    def _scan(self, query: TextQuery, rng: range, forward: bool, note: str, wrapped: bool) -> tuple[bool, str]:
+        """Walk the view's lines ``rng`` for the search: True when it went to a match, or on to
+        the host's search of a gap of lines not read; and the note (a gap it could not search)."""
+        pattern = query.compiled()
+        view = self._view
+        for i in rng:
+            line = view[i]
+            if line.style == "gap":
+                gap = self._gap_at(line.seq)
+                if gap is not None:
+                    unable = self._gap_unsearchable(gap)
+                    if unable is None:
+                        self._search_gap(query.text, query.ignore_case, gap, forward, note=note, wrapped=wrapped)
+                        return True, note
+                    note = unable
+                continue
+            if self.line_filter is not None and not self.line_filter.matches(line):
+                continue
+            if pattern.search(line.text):
+                self.set_cursor(line.seq)
+                self.message = _with_note(f"match on line {line.seq + 1:,}", _wrap_note(note, wrapped, forward))
+                self._post_status()
+                return True, note
+        return False, note
+
+    def _search_range(self, forward: bool) -> range:
+        """The indices of the view a search walks: after (before) the cursor, else from the top
+        (bottom) of the screen on."""
+        n = len(self._view)
+        here = self._index_of(self.cursor) if self.cursor is not None else None
+        if here is not None:
+            return range(here + 1, n) if forward else range(here - 1, -1, -1)
+        shown = self._screen_indices()
+        if shown is None:
+            return range(0)
+        return range(shown[0], n) if forward else range(shown[1], -1, -1)
+
+    def _no_match(self, text: str) -> str:
+        """"no match in the whole log" — only when every line was searched: a gap the host could
+        not search leaves "in the lines read"."""
         unread = self._unsearched_gaps()
         if unread:
-            return f"no {which} match in the lines read for /{_short(text)}"
-        return f"no {which} match in the whole log for /{_short(text)}"
+            return f"no match in the lines read for /{_short(text)}"
+        return f"no match in the whole log for /{_short(text)}"
 
     def _unsearched_gaps(self) -> bool:
         host = self.host_log
@@ -826,7 +1002,8 @@ class LogView(ScrollView, can_focus=True):
                     None)
 
     @work(exclusive=True, group="log-search", exit_on_error=False)
-    async def _search_spool(self, query: TextQuery, start_seq: int, forward: bool, note: str = "") -> None:
+    async def _search_spool(self, query: TextQuery, start_seq: int, forward: bool, note: str = "",
+                            wrapped: bool = False) -> None:
         source = self.source
         if source is None:
             return
@@ -841,26 +1018,31 @@ class LogView(ScrollView, can_focus=True):
         if gap is not None:
             unable = self._gap_unsearchable(gap)
             if unable is None:
-                await self._gap_search(query.text, query.ignore_case, gap, forward, note=note)
+                await self._gap_search(query.text, query.ignore_case, gap, forward, note=note, wrapped=wrapped)
                 return
             note = unable
         if not hits:
-            self.message = _with_note(self._no_match(forward, query.text), note)
+            if not wrapped:
+                self._find_from_edge(query, forward, note)
+                return
+            self.message = _with_note(self._no_match(query.text), note)
             self._post_status()
             return
+        where = "match on line" if self._index_of(hits[0].seq) is not None else "found in the spool: line"
         await self._jump_via_source(hits[0].seq)
-        self.message = _with_note(f"found in the spool: line {hits[0].seq + 1:,} (/{_short(query.text)})", note)
+        self.message = _with_note(f"{where} {hits[0].seq + 1:,} (/{_short(query.text)})",
+                                  _wrap_note(note, wrapped, forward))
         self._post_status()
 
     # ---- a gap of lines not read, searched on the host ------------------------------------------
 
     @work(exclusive=True, group="log-search", exit_on_error=False)
     async def _search_gap(self, text: str, ignore_case: bool, gap: GapMark, forward: bool, *, note: str = "",
-                          errors: bool = False) -> None:
-        await self._gap_search(text, ignore_case, gap, forward, note=note, errors=errors)
+                          errors: bool = False, wrapped: bool = False) -> None:
+        await self._gap_search(text, ignore_case, gap, forward, note=note, errors=errors, wrapped=wrapped)
 
     async def _gap_search(self, text: str, ignore_case: bool, gap: GapMark, forward: bool, *, note: str = "",
-                          errors: bool = False, after: HostMatch | None = None) -> None:
+                          errors: bool = False, after: HostMatch | None = None, wrapped: bool = False) -> None:
         """Search ``gap`` on the host (``HostLog.search_gap``; a worker: the loop stays free) and
         show what it brings back (``ViewMode.HOST``); nothing there: the search goes on past it."""
         host = self.host_log
@@ -881,14 +1063,15 @@ class LogView(ScrollView, can_focus=True):
                 searched = "the rest of the " if after is not None else ""
                 note = f"none in {searched}{gap_count(gap.gap.lines)} searched on the host"
         if hits:
-            self._show_host(_HostResults(gap, text, errors, hits, [], more=len(hits) >= HOST_PAGE), forward)
+            self._show_host(_HostResults(gap, text, errors, hits, [], more=len(hits) >= HOST_PAGE, wrapped=wrapped),
+                            forward)
             return
         # nothing there: on from the gap's row, in the lines read
         await self._jump_via_source(gap.seq)
         if errors:
             self.next_error(forward, note=note)
         else:
-            self.find(forward, note=note)
+            self.find(forward, note=note, wrapped=wrapped)
 
     def _show_host(self, res: _HostResults, forward: bool) -> None:
         """The matches a host search brought back, with their context, as a view of their own:
@@ -952,14 +1135,14 @@ class LogView(ScrollView, can_focus=True):
     async def _leave_host_and_go_on(self, res: _HostResults, forward: bool) -> None:
         if forward and res.more:
             await self._gap_search(res.query, res.query == res.query.lower(), res.gap, True, errors=res.errors,
-                                   after=res.hits[-1])
+                                   after=res.hits[-1], wrapped=res.wrapped)
             return
         self._leave_host()
         await self._jump_via_source(res.gap.seq)
         if res.errors:
             self.next_error(forward, note="past the host's matches")
         else:
-            self.find(forward, note="past the host's matches")
+            self.find(forward, note="past the host's matches", wrapped=res.wrapped)
 
     def _leave_host(self) -> None:
         self._host = None
@@ -1189,8 +1372,14 @@ class LogView(ScrollView, can_focus=True):
         self._row_styles = None
         super().notify_style_update()
 
+    def _shown_text(self, line: LogLine) -> str:
+        """The text a row shows: with timestamps, without the engine's own (the column has it);
+        cut at MAX_DISPLAY_CHARS."""
+        text = without_own_stamp(line.text) if self.timestamps and line.ts is not None else line.text
+        return text if len(text) <= MAX_DISPLAY_CHARS else text[: MAX_DISPLAY_CHARS - 1] + "…"
+
     def _line_text(self, line: LogLine, styles: dict[str, Style]) -> Text:
-        text = line.text if len(line.text) <= MAX_DISPLAY_CHARS else line.text[: MAX_DISPLAY_CHARS - 1] + "…"
+        text = self._shown_text(line)
         body = Text(text, no_wrap=True, end="")
         kind = line.style
         if kind in ("phase", "error", "warning", "progress", "serving"):
@@ -1202,8 +1391,8 @@ class LogView(ScrollView, can_focus=True):
             for m in query.compiled().finditer(text):
                 if m.end() > m.start():
                     body.stylize(styles["match"], m.start(), m.end())
-        marked = line.seq in self.marks
-        gutter = Text("▌" if marked else " ", style=styles["gutter"] if marked else Style())
+        head = _gutter(line.seq in self.marks, line.seq == self.cursor)
+        gutter = Text(head, style=styles["gutter"] if head != " " else Style())
         parts = [gutter]
         if self.timestamps:
             stamp = line.ts.strftime("%H:%M:%S.%f")[:12] if line.ts is not None else ""
@@ -1215,17 +1404,14 @@ class LogView(ScrollView, can_focus=True):
         """``_line_text(line).render()`` as a strip — the same segments, cut where Rich cuts them
         (at each styled span) — built directly for the common case (printable text, no search
         highlight): a storm brings a new screenful of lines every frame."""
-        text = line.text if len(line.text) <= MAX_DISPLAY_CHARS else line.text[: MAX_DISPLAY_CHARS - 1] + "…"
+        text = self._shown_text(line)
         if self.search_query is not None or not text or not text.isprintable():
             rich_text = self._line_text(line, styles)
             return Strip(list(rich_text.render(self.app.console)), rich_text.cell_len)
         spans: list[tuple[int, int, Style]] = []  # (start, end, style): only styles Rich keeps (truthy)
-        if line.seq in self.marks:
-            head = "▌"
-            if styles["gutter"]:
-                spans.append((0, 1, styles["gutter"]))
-        else:
-            head = " "
+        head = _gutter(line.seq in self.marks, line.seq == self.cursor)
+        if head != " " and styles["gutter"]:
+            spans.append((0, 1, styles["gutter"]))
         if self.timestamps:
             stamp = line.ts.strftime("%H:%M:%S.%f")[:12] if line.ts is not None else ""
             stamp = f"{stamp:<12} "
@@ -1307,6 +1493,17 @@ class LogView(ScrollView, can_focus=True):
             self._cache[key] = strip
         if self.wrap or line.style in ("marker", "gap"):
             out = strip.crop_extend(0, width, row_base)
+        elif strip.cell_length > scroll_x + width > scroll_x + 1:
+            # cut at the panel's edge: the last cell says there is more (← → scroll); kept, as
+            # crop_extend keeps its own, so a repaint of the same rows builds nothing
+            cut = self._cut_cache.get((key, scroll_x))
+            if cut is not None and cut[0] is strip:
+                out = cut[1]
+            else:
+                more = Segment("›", row_base + styles["marker"])
+                shown = list(Segment.divide(strip, [scroll_x, scroll_x + width - 1]))[1]  # (no strip between)
+                out = Strip([*shown, more], width)
+                self._cut_cache[(key, scroll_x)] = (strip, out)
         else:
             out = strip.crop_extend(scroll_x, scroll_x + width, row_base)
         return out.apply_offsets(scroll_x, row)
