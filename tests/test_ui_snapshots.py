@@ -259,6 +259,73 @@ def test_snapshot_incident(snap_compare: SnapCompare, size: tuple[int, int]) -> 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
+# A rollback in progress, at the four sizes (issue 22's walk; docs/incident-WxH.svg are these
+# pictures): two hosts; on demo-a a forced apply of 0.99 died in graph capture and the automatic
+# rollback's boot is loading its weights — the failure banner and the change's banner one line each,
+# the fleet summary one line, the log at least half the pane.
+# ---------------------------------------------------------------------------------------------
+
+WALK_SIZES = [(80, 24), (120, 36), (160, 48), (240, 64)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", WALK_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_rollback_in_progress(
+    snap_compare: SnapCompare, monkeypatch: pytest.MonkeyPatch, pinned_state: Path, size: tuple[int, int]
+) -> None:
+    import shutil
+
+    from kvtui.ui.screens import ApplyScreen
+
+    shutil.rmtree(pinned_state / "kvtui", ignore_errors=True)
+    monkeypatch.setenv("XDG_STATE_HOME", str(pinned_state))
+    clock = FakeClock()
+    start_demo("demo-a", clock, 40.0)
+    start_demo("demo-b", clock, 40.0)
+    clock.advance(12.0)
+    app = demo_app(clock, speed=40.0, hosts=("demo-a", "demo-b"))
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await wait_for(pilot, lambda: app.main_screen.active_pane is not None)
+        pane = app.main_screen.active_pane
+        assert pane is not None
+        await _run_clock(pilot, app, clock, until=lambda: pane.boot is not None
+                         and pane.boot.status is BootStatus.READY and pane.calculator.result is not None,
+                         step=0.25, limit=60)
+        await pilot.press("c", *"0.99", "enter", "escape")
+        await wait_for(pilot, lambda: pane.calculator.result is not None
+                       and pane.calculator.result["edits"] == {"mem_fraction_static": 0.99})
+        await pilot.press("a")
+        await wait_for(pilot, lambda: isinstance(app.screen, ApplyScreen))
+        await pilot.press("F", "y")
+
+        def rolling_back() -> bool:
+            boots = pane.boots
+            return (len(boots) >= 3 and boots[-2].status is BootStatus.FAILED and pane.boot is boots[-1]
+                    and boots[-1].status is BootStatus.STARTING and bool(boots[-1].phases)
+                    and (boots[-1].phases[-1].progress_done or 0) >= 8)
+
+        await _run_clock(pilot, app, clock, until=rolling_back, step=0.25, limit=120)
+        await wait_for(pilot, lambda: pane.busy is not None and pane.action_banner.shown)
+        app.clear_notifications()
+        await _finish(pilot, app)
+        assert "PREVIOUS BOOT FAILED" in screen_text(app)
+        assert pane.log_view.region.height * 2 >= pane.region.height
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def test_docs_incident_screenshots_are_the_snapshots() -> None:
+    """docs/incident-WxH.svg are the rollback-in-progress snapshots (KVTUI_UPDATE_SCREENSHOT=1)."""
+    shots = Path(__file__).parent / "__snapshots__" / "test_ui_snapshots"
+    for w, h in WALK_SIZES:
+        snapshot = shots / f"test_snapshot_rollback_in_progress[{w}x{h}].svg"
+        doc = DOCS / f"incident-{w}x{h}.svg"
+        if os.environ.get("KVTUI_UPDATE_SCREENSHOT") == "1":
+            doc.write_text(snapshot.read_text(encoding="utf-8"), encoding="utf-8")
+        assert doc.read_text(encoding="utf-8") == snapshot.read_text(encoding="utf-8"), doc.name
+
+
 # The apply dialog shows the demo host's file paths, which live under XDG_STATE_HOME: pinned for
 # that snapshot so the picture does not depend on pytest's temporary directory. The directory is
 # the machine's, not the run's: a lock keeps two runs at once (test workers, other checkouts) from
