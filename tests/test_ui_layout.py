@@ -239,3 +239,21 @@ async def test_a_collapsed_banner_names_the_key_as_remapped() -> None:
         assert text.startswith("✖ BOOT FAILED: out of memory in CUDA-graph capture")
         assert text.rstrip().endswith("ctrl+b: details")
         assert banner.region.height == 1
+
+
+def test_a_banner_that_fits_beside_its_key_alone_keeps_its_end() -> None:
+    """At 80 columns the failure's one line lost its fraction to the hint ('… at 0…  b: details'):
+    a head that fits beside the key alone keeps its end, and names the key."""
+    from textual.content import Content
+
+    from kvtui.ui.widgets.banner import one_line
+
+    head = Content("✖ PREVIOUS BOOT FAILED: out of memory in CUDA-graph capture at 0.99")
+    full = Content("\n").join([head, Content("the message"), Content("Hint: lower it")])
+    shown = one_line(full, 74, "b: details", head, short_hint="b").plain
+    assert shown.startswith(head.plain) and shown.rstrip().endswith("b"), shown
+    assert len(shown) <= 74
+    roomy = one_line(full, 120, "b: details", head, short_hint="b").plain
+    assert roomy.rstrip().endswith("b: details"), roomy
+    narrow = one_line(full, 40, "b: details", head, short_hint="b").plain  # too narrow for all: cut, full hint
+    assert "…" in narrow and narrow.rstrip().endswith("b: details"), narrow

@@ -353,7 +353,7 @@ def test_snapshot_apply_confirm_dialog(
 
     from kvtui.ui.screens import ApplyScreen
 
-    shutil.rmtree(pinned_state / "kvtui" / "demo" / "demo", ignore_errors=True)
+    shutil.rmtree(pinned_state / "kvtui", ignore_errors=True)  # the demo's files, and the history another run left
     monkeypatch.setenv("XDG_STATE_HOME", str(pinned_state))
     clock = FakeClock()
     start_demo("demo", clock, 40.0)

@@ -25,9 +25,11 @@ def expand_key(widget: Widget) -> str:
     return str(key).split(",")[0] or EXPAND_KEY
 
 
-def one_line(full: Content, width: int, hint: str, head: Content | None = None) -> Content:
+def one_line(full: Content, width: int, hint: str, head: Content | None = None, short_hint: str = "") -> Content:
     """``head`` (default: ``full``'s first line) cut to ``width`` cells, ending with ``hint`` when
-    ``full`` has more to show (or the line was cut)."""
+    ``full`` has more to show (or the line was cut). A head that fits beside ``short_hint`` (the
+    key alone) but not beside ``hint`` keeps its end: at 80 columns the failure's fraction ("… at
+    0.99") is the fact, not the word "details"."""
     lines = full.split("\n")
     more = len(lines) > 1 or (head is not None and head.plain != full.plain)
     if head is None:
@@ -38,6 +40,10 @@ def one_line(full: Content, width: int, hint: str, head: Content | None = None) 
     if not more and head.cell_length <= width:
         return head
     room = width - tail.cell_length
+    if short_hint and head.cell_length > room:
+        short = Content.styled(f"  {short_hint}", "$text-muted")
+        if head.cell_length <= width - short.cell_length:
+            tail, room = short, width - short.cell_length
     if room < 12:  # too narrow for both: the fact wins
         return head.truncate(width, ellipsis=True)
     if head.cell_length > room:
@@ -66,7 +72,8 @@ class Banner(QuietStatic):
         if self.expanded:
             return self.full
         width = self.content_region.width if self.is_mounted else 0
-        return one_line(self.full, width, f"{expand_key(self)}: {self.HINT}", self.head)
+        key = expand_key(self)
+        return one_line(self.full, width, f"{key}: {self.HINT}", self.head, short_hint=key)
 
     def set_expanded(self, expanded: bool) -> None:
         if expanded == self.expanded:
