@@ -48,9 +48,11 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvtui.engines.events import LogRecord
+from kvtui.engines.exit_record import stop_record
 from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
 from kvtui.gpu import (
     QUERY_GPU_FIELD_NAMES,
@@ -71,11 +73,14 @@ from kvtui.hosts.kube.state import (
     PodState,
     container_id,
     controller_of,
+    current_pod,
     next_container,
     node_order,
     node_rank,
     pod_command,
+    pod_end,
     pod_state,
+    selector_of,
     siblings_selector,
     split_stamp,
     successor,
@@ -140,6 +145,7 @@ class KubeBackend:
         self.gpu_note: str | None = None
         self._procs: set[asyncio.subprocess.Process] = set()
         self._closed = asyncio.Event()
+        self._ctl: tuple[str, str, str] | None = None  # the pod's controller: kind, name, selector
 
     # -- kubectl ---------------------------------------------------------------------------
 
@@ -184,7 +190,11 @@ class KubeBackend:
             assert self._pod is not None
             rc, out, err = await self._kubectl(K.get_pod(self.ref, self._pod))
             if rc != 0:
-                obj = await self._successor() if "(NotFound)" in err else None
+                obj = None
+                if "(NotFound)" in err:
+                    # replaced: the pod its controller made in its place (read before), or the
+                    # controller's current pod (remembered from an earlier kvtui: a rollout since)
+                    obj = await self._successor() if self._obj is not None else await self._recalled_pod()
                 if obj is None:
                     raise BackendError(self._gone_text(_first_line(err) or f"kubectl exited {rc}"))
                 self._pod = str(obj["metadata"]["name"])
@@ -201,10 +211,10 @@ class KubeBackend:
         import json
 
         old = self._obj
-        sel = siblings_selector(old) if old is not None and controller_of(old) is not None else None
-        if old is None or sel is None:
+        ctl = await self._controller(old) if old is not None else None
+        if old is None or ctl is None:
             return None
-        rc, out, _err = await self._kubectl(K.list_pods(self.ref, sel))
+        rc, out, _err = await self._kubectl(K.list_pods(self.ref, ctl[2]))
         try:
             items = json.loads(out).get("items") or [] if rc == 0 else []
         except ValueError:
@@ -214,10 +224,71 @@ class KubeBackend:
 
     def _gone_text(self, error: str) -> str:
         """kubectl's error about the pod, and what kvtui does next when it was replaced."""
-        ctl = controller_of(self._obj) if self._obj is not None else None
+        ctl = controller_of(self._obj) if self._obj is not None else self._ctl[:2] if self._ctl else None
         if ctl is None or "(NotFound)" not in error:
             return error
         return f"{error}: waiting for {ctl[0]} {ctl[1]} to make the pod that takes its place"
+
+    # -- the pod's controller: a host named by a pod follows it through its rollouts -------------
+
+    async def _controller(self, pod: dict[str, Any]) -> tuple[str, str, str] | None:
+        """(kind, name, selector) of the controller that makes ``pod``'s successors — a
+        ReplicaSet's Deployment (its ``spec.selector`` spans its rollouts), else the owner
+        itself —, resolved once and remembered (``learn_controller``); None for a bare pod."""
+        import json
+
+        if self._ctl is not None:
+            return self._ctl
+        owner = controller_of(pod)
+        if owner is None:
+            return None
+        kind, name = owner
+        fallback = siblings_selector(pod)
+        try:
+            rc, out, _err = await self._kubectl(K.get_object(self.ref, kind, name))
+            obj = json.loads(out) if rc == 0 else None
+            if obj is not None and kind == "ReplicaSet":
+                up = controller_of(obj)
+                if up is not None and up[0] == "Deployment":
+                    rc, out, _err = await self._kubectl(K.get_object(self.ref, *up))
+                    if rc == 0:
+                        kind, name, obj = up[0], up[1], json.loads(out)
+        except (BackendError, ValueError):
+            obj = None
+        sel = (selector_of(obj) if obj is not None else None) or fallback
+        if sel is None:
+            return None
+        if obj is None:
+            return (kind, name, sel)  # not remembered: the controller could not be read this time
+        await self.learn_controller(kind, name, sel)
+        return self._ctl
+
+    async def learn_controller(self, kind: str, name: str, selector: str) -> None:
+        """The controller of the pod the host names: kept for this run and remembered (a small
+        file in kvtui's state directory, ``kube-hosts/``) so that a later kvtui finds the pod that
+        controller runs now when the named one is gone (replaced by a rollout since)."""
+        self._ctl = (kind, name, selector)
+        if not self.ref.pod:
+            return
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(_remember, self.ref, kind, name, selector)
+
+    async def _recalled_pod(self) -> dict[str, Any] | None:
+        """The pod the host names is gone and was not read in this run: the current pod of its
+        controller as an earlier kvtui remembered it (``learn_controller``); None if none."""
+        import json
+
+        ctl = self._ctl or await asyncio.to_thread(_recall, self.ref)
+        if ctl is None:
+            return None
+        self._ctl = ctl
+        try:
+            rc, out, _err = await self._kubectl(K.list_pods(self.ref, ctl[2]))
+            items = json.loads(out).get("items") or [] if rc == 0 else []
+        except ValueError:
+            items = []
+        found = current_pod(items, ctl[0], self.ref.pod)
+        return dict(found) if found is not None else None
 
     def pod_object(self) -> dict[str, Any] | None:
         """The pod's JSON as last read (``refresh``)."""
@@ -437,7 +508,10 @@ class KubeBackend:
         like = self._obj
         sel = None
         if not self.ref.selector and like is not None and (controller_of(like) or ("", ""))[0] == "ReplicaSet":
-            sel = siblings_selector(like)  # a Deployment's next pod has another name
+            # a Deployment's next pod has another name (and another pod-template-hash, maybe
+            # another chart label): the Deployment's own selector finds it
+            ctl = await self._controller(like)
+            sel = ctl[2] if ctl is not None else siblings_selector(like)
         while not self._closed.is_set():
             pods: list[Any] = []
             try:
@@ -480,6 +554,7 @@ class KubeBackend:
                 # last look is handled first (its tail, how it ended), so the new container's lines
                 # never come before the old one's end — whether it restarted while its stream was
                 # open, during a back-off, or before it printed anything
+                before = self._obj  # the followed pod as last read: how it ended, if it is gone
                 try:
                     st = await self.refresh()
                 except BackendError as exc:
@@ -491,8 +566,10 @@ class KubeBackend:
                 elif self._pod_key() != followed:
                     # the pod was deleted and its controller made another (a new name, or the same
                     # name and a new uid): its boot ended; the new pod's whole log is the next one
-                    yield [exit_record(None, f"pod {followed[0]} is gone; following {st.name}, which its "
-                                             "controller made in its place", ts=None, source=SOURCE)]
+                    stopped, how = pod_end(before, self.ref.container)
+                    said = (f"pod {followed[0]} is gone; following {st.name}, which its controller made in its "
+                            f"place; {how}")
+                    yield [stop_record(said, source=SOURCE) if stopped else exit_record(None, said, source=SOURCE)]
                     followed, restarts, resume = self._pod_key(), st.restarts, LogResume()
                     delay, ended = self._retry_s, False
                     if st.state != "running":
@@ -840,6 +917,38 @@ class KubeBackend:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._closed.wait(), seconds)
         return self._closed.is_set()
+
+
+def _memory(ref: K.PodRef) -> Path:
+    from kvtui.config import state_dir
+
+    key = f"{ref.context or '(current)'}/{ref.namespace}/{ref.pod}"
+    return state_dir() / "kube-hosts" / (key.replace("%", "%25").replace("/", "%2F").replace(":", "%3A") + ".json")
+
+
+def _remember(ref: K.PodRef, kind: str, name: str, selector: str) -> None:
+    import json
+
+    path = _memory(ref)
+    doc = {"kind": kind, "name": name, "selector": selector}
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(path.read_text()) == doc:
+            return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{id(doc)}")
+    tmp.write_text(json.dumps(doc))
+    tmp.replace(path)
+
+
+def _recall(ref: K.PodRef) -> tuple[str, str, str] | None:
+    import json
+
+    try:
+        doc = json.loads(_memory(ref).read_text())
+        kind, name, sel = str(doc["kind"]), str(doc["name"]), K.check_selector(str(doc["selector"]))
+    except (OSError, ValueError, KeyError, TypeError, K.KubeRefError):
+        return None
+    return kind, name, sel
 
 
 def _first_line(text: str) -> str:

@@ -38,7 +38,7 @@ import hashlib
 import json
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,6 +68,8 @@ from kvtui.hosts.kube.state import (
     patch_ops,
     pick_container,
     plain_env,
+    selector_of,
+    siblings_selector,
     site_values,
     yaml_env,
     yaml_list,
@@ -116,6 +118,7 @@ class KubeOps:
         self._ops: list[dict[str, object]] = []
         self._undo: list[dict[str, object]] = []
         self._rollout: asyncio.Task[None] | None = None
+        self._rollout_problem: str | None = None
 
     @property
     def backend(self) -> KubeBackend:
@@ -179,6 +182,12 @@ class KubeOps:
                 found = (kind, name, here)
                 if kind != "StatefulSet":
                     break  # a StatefulSet may belong to a LeaderWorkerSet: look one further
+        if found is not None and found[0] in ("Deployment", "StatefulSet"):
+            # a host named by this pod follows the controller's pods from now on (a rollback after
+            # the rollout replaced it, in this kvtui or a later one)
+            sel = selector_of(found[2]) or siblings_selector(pod)
+            if sel is not None:
+                await self._backend.learn_controller(found[0], found[1], sel)
         if found is None:
             raise ServiceError(
                 f"pod {pod['metadata']['name']} has no Deployment, StatefulSet or LeaderWorkerSet above it "
@@ -472,12 +481,35 @@ class KubeOps:
         self._rollout = asyncio.create_task(self._follow_rollout(argv, call), name="kvtui-kube-rollout")
 
     async def _follow_rollout(self, argv: list[str], call: RestartCall) -> None:
-        """``rollout status`` in the background: the boot follower decides ready or failed from the
-        log; this says how the rollout itself ended (a crash-looping pod never completes it)."""
-        with contextlib.suppress(ServiceError, asyncio.CancelledError):
+        """``rollout status`` in the background while the boot follower reads the new pod's log
+        (a crash-looping pod never completes the rollout: the log says why first); says how the
+        rollout ended, and keeps it for ``rollout_settled``."""
+        self._rollout_problem = None
+        try:
             rc, out, err = await self._kubectl(argv)
-            last = _last_line(out) or _first_line(err)
-            call.say(f"rollout: {last}" if rc == 0 else f"rollout did not complete: {last or f'exit {rc}'}")
+        except ServiceError as exc:
+            self._rollout_problem = str(exc)
+            call.say(f"rollout did not complete: {exc}")
+            return
+        last = _last_line(out) or _first_line(err)
+        if rc == 0:
+            call.say(f"rollout: {last}")
+        else:
+            self._rollout_problem = _first_line(err) or last or f"kubectl rollout status exited {rc}"
+            call.say(f"rollout did not complete: {last or f'exit {rc}'}")
+
+    async def rollout_settled(self, say: Callable[[str], None]) -> str | None:
+        """Ready on a kube host: the new pod's boot ready (its log), *and* the rollout complete
+        (``kubectl rollout status``: the new pods Ready by their readiness probe, the old ones
+        going), as SSH hosts' ready means the new server up. Waits for the rollout started by the
+        restart (its ``--timeout`` bounds it); None when it completed, else kubectl's words."""
+        task = self._rollout
+        if task is None:
+            return None
+        if not task.done():
+            say("the new boot says ready; waiting for the rollout to complete (kubectl rollout status)")
+        await asyncio.wait({task})
+        return self._rollout_problem
 
     async def process_env(self, run: Run) -> list[str]:
         """The new pod runs with the environment edits: its container's env list (what the kubelet
