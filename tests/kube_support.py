@@ -33,6 +33,9 @@ State (``FakeKube.state``):
   deployment/X --timeout=D`` waits with kubectl's texts (``Waiting for deployment "X" rollout to
   finish: …``, ``deployment "X" successfully rolled out``; exit 1 with ``error: timed out waiting
   for the condition``);
+- ``port-forward pod/POD :PORT --address 127.0.0.1``: prints ``Forwarding from 127.0.0.1:N ->
+  PORT`` and answers there as the server would (``/health_generate``, ``/v1/models``,
+  ``/v1/completions``; ``FakeKube.serve``: the model, or 503), each request kept in ``forwarded``;
 - ``raw/PATH`` (``FakeKube.put_raw``): what ``get --raw PATH`` prints (a service proxy's answer);
   none: the service has no endpoints;
 - ``gpu.csv``: what ``exec POD -c C -- nvidia-smi --query-gpu=…`` prints (every ``-lms`` ms);
@@ -86,6 +89,17 @@ def load(path, what):
         die(f'Error from server (NotFound): {{what}} not found')
 {cluster}
 verb = words[0] if words else ""
+if os.path.exists(os.path.join(STATE, "unreachable")):
+    # kubectl v1.32 against an API server that refuses connections: client-go's klog lines, then
+    # kubectl's own error
+    server = open(os.path.join(STATE, "unreachable")).read().strip() or "127.0.0.1:6443"
+    stamp = time.strftime("%m%d %H:%M:%S", time.gmtime())
+    for _ in range(5):
+        us = time.time_ns() // 1000 % 1000000
+        print(f'E{{stamp}}.{{us:06d}}   {{os.getpid()}} memcache.go:265] "Unhandled Error" '
+              f'err="couldn\'t get current server API group list: Get \\"https://{{server}}/api?timeout=32s\\": dial '
+              f'tcp {{server}}: connect: connection refused"', file=sys.stderr)
+    die(f"The connection to the server {{server}} was refused - did you specify the right host or port?")
 ns = opts.get("namespace") or opts.get("n") or "default"
 if verb == "get" and opts.get("raw"):
     raw = os.path.join(STATE, "raw", words[1].strip("/").replace("/", "%"))
@@ -337,6 +351,49 @@ if verb == "logs":
         ticks += 1
         if ticks % 5 == 0:
             tick()
+if verb == "port-forward":
+    # a local port to the pod's: answered here as the server in the pod would (``sim/serve/POD.json``:
+    # {{"model": …}} or {{"down": true}}; none: it serves the model "default")
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    pod = words[1].split("/", 1)[-1]
+    remote = words[2].rsplit(":", 1)[-1]
+    p = _jload(_pod_path(pod))
+    if p is None:
+        die(f'Error from server (NotFound): pods "{{pod}}" not found')
+    if (p.get("status") or {{}}).get("phase") != "Running":
+        die(f"error: unable to forward port because pod is not running. Current status={{p['status'].get('phase')}}")
+    class Server(BaseHTTPRequestHandler):
+        def _answer(self):
+            serve = _jload(os.path.join(SIM, "serve", pod + ".json"), {{"model": "default"}})
+            with open(os.path.join(STATE, "forwarded"), "a") as fh:
+                fh.write(f"{{pod}} {{remote}} {{self.command}} {{self.path}}\n")
+            if serve.get("down"):
+                code, body = 503, {{"error": "the server is not up"}}
+            elif self.path == "/v1/models":
+                model = serve.get("model", "default")
+                code, body = 200, {{"object": "list", "data": [{{"id": model, "object": "model"}}]}}
+            elif self.path == "/v1/completions":
+                code, body = 200, {{"object": "text_completion", "choices": [{{"index": 0, "text": "!"}}]}}
+            elif self.path in ("/health_generate", "/health"):
+                code, body = 200, {{}}
+            else:
+                code, body = 404, {{"detail": "Not Found"}}
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        def do_GET(self):
+            self._answer()
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self._answer()
+        def log_message(self, *args):
+            pass
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    print(f"Forwarding from 127.0.0.1:{{srv.server_address[1]}} -> {{remote}}", flush=True)
+    srv.serve_forever()
 if verb == "exec":
     if rest[:1] != ["nvidia-smi"]:
         die("fake kubectl: only nvidia-smi can be exec'd")
@@ -656,6 +713,16 @@ class FakeKube:
         ``after`` s later (none of this: it is killed when the grace period ends, 137)."""
         (self._sim("sigterm") / f"{pod}.json").write_text(json.dumps(
             {"container": container, "lines": lines, "after": after, "exitCode": exit_code}))
+
+    def serve(self, pod: str, model: str | None = "default") -> None:
+        """How the server in ``pod`` answers through ``kubectl port-forward`` (None: 503, not up)."""
+        (self._sim("serve") / f"{pod}.json").write_text(json.dumps({"down": True} if model is None else
+                                                                   {"model": model}))
+
+    def forwarded(self) -> list[str]:
+        """The requests the port-forwards carried: ``POD PORT METHOD PATH``."""
+        path = self.state / "forwarded"
+        return path.read_text().splitlines() if path.exists() else []
 
     def finalize_after(self, seconds: float) -> None:
         """How long a pod whose containers ended stays (Terminating) before it is removed."""

@@ -278,3 +278,85 @@ def test_apply_restart_whose_rollout_never_completes_is_not_ready(kube: FakeKube
     assert ("the new boot says ready but the rollout did not complete: error: timed out waiting for the "
             "condition") in err
     assert kube.pod(OLD) is not None  # maxUnavailable 0: the old pod still serves
+
+
+# -- item 5: kubectl's own error, the node's clock, what an apply without --restart does ----------
+
+
+def test_an_unreachable_cluster_is_said_in_kubectls_own_words(kube: FakeKube, tmp_path: Path) -> None:
+    _deployment(kube)
+    (kube.state / "unreachable").write_text("10.0.0.1:6443")
+    code, _out, err = _run(kube, tmp_path, "wait", "dsv4", "--timeout", "30")
+    assert code == 3, err
+    assert "The connection to the server 10.0.0.1:6443 was refused - did you specify the right host or port?" in err
+    assert "memcache.go" not in err
+
+
+async def test_the_next_boot_starts_at_the_nodes_clock_not_this_machines(kube: FakeKube) -> None:
+    """The node's clock is an hour behind this machine's: the next boot's lines (stamped by the
+    kubelet) are still the next boot's — ``--since-time`` is the container's last stamp."""
+    import asyncio
+
+    from kube_support import until
+
+    from kvtui.hosts.backend import LogStart
+
+    _deployment(kube)
+    node = time.time() - 3600
+    kube.put_pod(_dep_pod(OLD))
+    kube.log_path(OLD, "sglang").write_text("".join(f"{_stamp(node - 60 + i / 1000)} {ln}\n"
+                                                     for i, ln in enumerate(NODE0)))
+    backend = KubeBackend("dsv4", K.PodRef("prod-eu", "llm", OLD, container="sglang"), retry_s=0.05, pod_poll_s=0)
+    await backend.start()
+    texts: list[str] = []
+
+    async def run() -> None:
+        async for batch in backend.follow_log(LogStart.NEXT_BOOT):
+            texts.extend(r.text for r in batch)
+
+    task = asyncio.create_task(run())
+    try:
+        await until(lambda: _following(kube, OLD), "the follow")
+        kube.append_log(OLD, "sglang", [f"{_stamp(node + 1 + i / 1000)} {ln}" for i, ln in enumerate(NODE0[:5])])
+        await until(lambda: len(texts) >= 5, "the new lines", timeout=30.0)
+    finally:
+        await backend.close()
+        task.cancel()
+        await asyncio.wait({task}, timeout=10)
+    assert texts == NODE0[:5]
+
+
+def test_apply_and_rollback_without_restart_say_the_pod_rolls_out(kube: FakeKube, tmp_path: Path) -> None:
+    _deployment(kube)
+    code, out, err = _run(kube, tmp_path, "apply", "dsv4", "--set", "mem-fraction-static=0.88", "--yes")
+    assert code == 0, err
+    assert "restart the server for it to take effect" not in out + err
+    assert "dsv4: written; the controller rolls the pod out (not followed)" in out
+    code, out, err = _run(kube, tmp_path, "rollback", "dsv4", "--yes")
+    assert code == 0, err
+    assert "restart to use it" not in out + err
+    assert "dsv4: rolled back; the controller rolls the pod out (not followed)" in out
+
+
+def test_apply_restart_asks_the_new_pod_for_one_token_through_a_port_forward(kube: FakeKube, tmp_path: Path) -> None:
+    """Ready on a kube host is also kvtui's one-token probe, as on SSH hosts: through ``kubectl
+    port-forward`` to the new pod (loopback only); a new pod whose server does not answer is a
+    failed boot (not_serving)."""
+    _deployment(kube)
+    new = "sglang-dsv4-6c7d8e9f0-abcde"
+    kube.serve(new, "deepseek-r1")
+    kube.on_rollout("Deployment", "sglang-dsv4", _dep_pod(new, "6c7d8e9f0"), "sglang", _boot("0.88"), surge=True,
+                    ready_after=0.5)
+    code, out, err = _run(kube, tmp_path, "apply", "dsv4", "--set", "mem-fraction-static=0.88", "--restart", "--yes",
+                          "--timeout", "90")
+    assert code == 0, err
+    assert "answered a 1-token request" in err
+    assert f"{new} 30000 POST /v1/completions" in kube.forwarded()
+    assert any(c[4:] == ["port-forward", f"pod/{new}", ":30000", "--address", "127.0.0.1"] for c in kube.calls())
+    # the rollback's new pod does not answer: the boot is failed, not ready
+    new2 = "sglang-dsv4-5d8f7c9b6-q8w7e"
+    kube.serve(new2, None)
+    kube.on_rollout("Deployment", "sglang-dsv4", _dep_pod(new2), "sglang", _boot("0.85"), surge=True, ready_after=0.5)
+    code, out, err = _run(kube, tmp_path, "rollback", "dsv4", "--restart", "--yes", "--timeout", "10")
+    assert code == 1, err
+    assert "not_serving" in out + err

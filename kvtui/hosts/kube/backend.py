@@ -34,9 +34,12 @@
   the API server's service proxy (``kvtui.hosts.kube.dcgm``).
 - **Pod state**: ``pod_state()`` (``kvtui.hosts.kube.state.PodState``): Pending and why, waiting
   reasons, readiness, restarts, the last termination (OOMKilled is host memory, not GPU).
-- **Not here yet**: ``run`` (kube hosts run no shell commands) and ``service_ops`` (applying an
-  edit to the controller's args: ``state.container_args`` / ``gitops_manager`` and
-  ``commands.patch_json`` / ``rollout_status`` are the parts) refuse with a clear message.
+- **The probe** (``open_port``: ``PortOpener``): ``kubectl port-forward pod/POD :PORT --address
+  127.0.0.1`` to the pod followed now; kvtui's one-token request goes through it.
+- **The controller** (``learn_controller``): a host named by a pod remembers the pod's controller
+  (a ReplicaSet's Deployment; its ``spec.selector``), in this run and in kvtui's state directory,
+  so that a pod replaced by a rollout since is followed into the controller's current pod.
+- **Not here**: ``run`` (kube hosts run no shell commands) refuses with a clear message.
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ from kvtui.hosts.kube.state import (
     container_id,
     controller_of,
     current_pod,
+    kubectl_error,
     next_container,
     node_order,
     node_rank,
@@ -105,6 +109,7 @@ _START_RE = re.compile("|".join(SERVER_START_PATTERNS))
 _READY_RE = re.compile("|".join(READY_PATTERNS))
 # a serving line (SGLang Decode/Prefill batch, vLLM's stats): one before any start means the
 # log begins while the server serves (the kubelet rotated the container's log file)
+_FORWARD_RE = re.compile(r"^Forwarding from 127\.0\.0\.1:(\d+) -> \d+$")  # kubectl port-forward's line
 _SERVING_RE = re.compile(r"\] (?:Decode|Prefill) batch|KV cache usage: |Avg prompt throughput: ")
 
 
@@ -370,10 +375,14 @@ class KubeBackend:
             if got is not None:
                 resume.last_stamp, resume.last_key = got[0], got[1]
         elif start is LogStart.NEXT_BOOT:
-            now = rfc3339(datetime.fromtimestamp(self._clock(), UTC))
+            # the node's clock, not this machine's: what the container printed last (else its start)
+            node, last_text = await self._node_now()
+            now = node or rfc3339(datetime.fromtimestamp(self._clock(), UTC))
             got = split_stamp(now + " ")
             assert got is not None
             resume.last_stamp, resume.last_key = got[0], got[1]
+            if last_text is not None:
+                resume.taken_at_last[last_text] += 1  # that line is the running server's, not the next boot's
         restarts = self._state.restarts
         if after_cursor is None and start is LogStart.CURRENT_BOOT and self._state.state in ("running",
                                                                                              "terminated"):
@@ -389,6 +398,23 @@ class KubeBackend:
                 return
         async for batch in self._follow(resume, restarts, fresh=True):
             yield batch
+
+    async def _node_now(self) -> tuple[str | None, str | None]:
+        """"Now" on the node's clock (the kubelet stamps the lines, the API server takes
+        ``--since-time`` in its terms): the stamp of the container's last line (``--tail=1``), or
+        its ``startedAt`` when it printed nothing yet; None when neither can be read — with the
+        last line's text (None: no line)."""
+        assert self._pod is not None
+        try:
+            rc, out, _err = await self._kubectl(K.logs(self.ref, self._pod, tail=1))
+        except BackendError:
+            rc, out = 1, ""
+        stamped = [got for ln in out.splitlines() if (got := split_stamp(ln)) is not None] if rc == 0 else []
+        last = stamped[-1] if stamped else None
+        if last is not None:
+            return last[0], last[2]
+        st = self._state
+        return (st.started_at if st is not None and st.state == "running" and st.started_at else None), None
 
     async def _catch_up(self, resume: LogResume) -> AsyncIterator[list[LogRecord]]:
         """The current boot of a container that may have served for days, without its uptime: the
@@ -896,6 +922,46 @@ class KubeBackend:
             if await self._sleep(every):
                 return
 
+    @contextlib.asynccontextmanager
+    async def open_port(self, port: int) -> AsyncIterator[tuple[str, int]]:
+        """``PortOpener``: ``kubectl port-forward pod/POD :PORT --address 127.0.0.1`` to the pod
+        followed now (after a rollout, the new one); yields the local loopback address it
+        prints, and ends the forward after. Raises ``OSError`` with kubectl's words when no
+        forward comes up (the pod not running, no such pod, an unreachable cluster)."""
+        if self._state is None:
+            await self.start()
+        assert self._pod is not None
+        argv = K.port_forward(self.ref, self._pod, port)
+        try:
+            proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                        stdout=asyncio.subprocess.PIPE,
+                                                        stderr=asyncio.subprocess.PIPE)
+        except FileNotFoundError:
+            raise OSError("kubectl not found on PATH") from None
+        self._procs.add(proc)
+        try:
+            assert proc.stdout is not None
+            assert proc.stderr is not None
+            local: int | None = None
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(COMMAND_TIMEOUT_S):
+                    while local is None:
+                        raw = await proc.stdout.readline()
+                        if not raw:
+                            break
+                        m = _FORWARD_RE.match(raw.decode(errors="replace").strip())
+                        if m is not None:
+                            local = int(m.group(1))
+            if local is None:
+                err = ""
+                if proc.returncode is not None or proc.stdout.at_eof():
+                    with contextlib.suppress(TimeoutError):
+                        err = (await asyncio.wait_for(proc.stderr.read(1 << 16), 5)).decode(errors="replace")
+                raise OSError(_first_line(err) or f"kubectl port-forward to pod {self._pod} port {port} did not start")
+            yield "127.0.0.1", local
+        finally:
+            await self._reap(proc)
+
     async def gpu_processes(self) -> list[GpuProcess]:
         return []  # a container's nvidia-smi sees its own processes only: nothing to attribute
 
@@ -952,4 +1018,5 @@ def _recall(ref: K.PodRef) -> tuple[str, str, str] | None:
 
 
 def _first_line(text: str) -> str:
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    """kubectl's error in one line (not client-go's klog lines before it: ``kubectl_error``)."""
+    return kubectl_error(text)

@@ -25,9 +25,12 @@ restart, follow, verify the new boot's argument dump, roll back) is the same as 
   args are patched back). Writing the template *is* the restart: the controller rolls the pod
   out (the apply's follower takes the next container's lines: the pod is read right before the
   patch, ``KubeBackend.mark_next_boot``; the old pod's late lines never count).
-- **restart**: ``kubectl rollout status`` followed in the background (its last line is said); the
-  console's plain restart is ``kubectl rollout restart``. The new pod's boot is followed like a
-  container restart (``KubeBackend``).
+- **restart**: ``kubectl rollout status`` followed in the background (its last line is said) and
+  awaited before the new boot is called ready (``rollout_settled``: ready on a kube host is the
+  new pod's boot ready *and* the rollout complete); the console's plain restart is ``kubectl
+  rollout restart``. The new pod's boot is followed like a container restart (``KubeBackend``).
+  Without ``--restart`` the outcome is ``rolling`` (``restarts_on_write``): the patch rolled the
+  pod out, kvtui did not follow it.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ from kvtui.hosts.kube.state import (
     env_patch_ops,
     env_values,
     gitops_manager,
+    kubectl_error,
     patch_ops,
     pick_container,
     plain_env,
@@ -135,6 +139,11 @@ class KubeOps:
     @property
     def env_apart(self) -> bool:
         """``--setenv`` / ``--unsetenv`` edit the container's ``env`` list, not the args text."""
+        return True
+
+    @property
+    def restarts_on_write(self) -> bool:
+        """Writing the pod template *is* the restart: the controller rolls the pod out at once."""
         return True
 
     @property
@@ -566,7 +575,8 @@ def _change(c: EnvChange) -> fl.Change:
 
 
 def _first_line(text: str) -> str:
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    """kubectl's error in one line (not client-go's klog lines before it: ``kubectl_error``)."""
+    return kubectl_error(text)
 
 
 def _last_line(text: str) -> str:

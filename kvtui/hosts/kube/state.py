@@ -607,6 +607,22 @@ def yaml_env(entries: Sequence[Mapping[str, Any]], indent: int = 0) -> list[str]
     return out
 
 
+# -- kubectl's errors ------------------------------------------------------------------------------
+
+# a klog line of kubectl's client-go (``E1207 15:00:00.123456   12345 memcache.go:265] "Unhandled
+# Error" err=…``): its diagnostics, printed before kubectl's own one-line error
+_KLOG_RE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w.-]+:\d+\] ")
+
+
+def kubectl_error(stderr: str) -> str:
+    """kubectl's own error from its stderr: the first line that is not client-go's klog output
+    (an unreachable cluster prints several ``E… memcache.go:265] "Unhandled Error"`` lines, then
+    ``The connection to the server … was refused - did you specify the right host or port?``);
+    the first klog line when there is nothing else; "" for none."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    return next((ln for ln in lines if not _KLOG_RE.match(ln)), lines[0] if lines else "")
+
+
 # -- logs: resume after a drop without a repeated line -----------------------------------------
 
 _TS_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d) ")

@@ -84,6 +84,9 @@ async def _execute(run: Run) -> ApplyOutcome:
     what = "rolled back to " + plan.backup_path if plan.action == "rollback" else "written"
     say(f"{plan.source.path}: {what}; the previous version is saved as {saved}")
     if not plan.restart:
+        if getattr(run.ops, "restarts_on_write", False):  # kube: the patched template rolls the pod out
+            say("not followed: the controller rolls the pod out now (--restart follows the new boot)")
+            return ApplyOutcome(EXIT_OK, "rolling", list(say.log), backup_path=saved)
         hint = "restart the server for it to take effect" if plan.action == "apply" else "restart to use it"
         say(f"not restarted: {hint}")
         return ApplyOutcome(EXIT_OK, "written", list(say.log), backup_path=saved)
