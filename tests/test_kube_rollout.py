@@ -272,7 +272,7 @@ def test_apply_restart_whose_rollout_never_completes_is_not_ready(kube: FakeKube
     kube.on_rollout("Deployment", "sglang-dsv4", _dep_pod(new, "6c7d8e9f0"), "sglang", _boot("0.88"), surge=True,
                     ready_after=10_000.0)
     code, out, err = _run(kube, tmp_path, "apply", "dsv4", "--set", "mem-fraction-static=0.88", "--restart", "--yes",
-                          "--timeout", "12", "--no-probe")
+                          "--timeout", "20", "--no-probe")
     assert code == 5, (out, err)
     assert "the new boot is ready" not in out + err
     assert ("the new boot says ready but the rollout did not complete: error: timed out waiting for the "
@@ -357,6 +357,56 @@ def test_apply_restart_asks_the_new_pod_for_one_token_through_a_port_forward(kub
     new2 = "sglang-dsv4-5d8f7c9b6-q8w7e"
     kube.serve(new2, None)
     kube.on_rollout("Deployment", "sglang-dsv4", _dep_pod(new2), "sglang", _boot("0.85"), surge=True, ready_after=0.5)
-    code, out, err = _run(kube, tmp_path, "rollback", "dsv4", "--restart", "--yes", "--timeout", "10")
+    code, out, err = _run(kube, tmp_path, "rollback", "dsv4", "--restart", "--yes", "--timeout", "20")
     assert code == 1, err
     assert "not_serving" in out + err
+
+
+# -- the pure parts ---------------------------------------------------------------------------------
+
+
+def test_deletion_request_end_of_a_pod_and_kubectls_error_line() -> None:
+    from kvtui.hosts.kube.state import deletion_requested, kubectl_error, pod_end, split_stamp, successor
+
+    gone = _dep_pod(OLD)
+    gone["metadata"].update(deletionTimestamp="2026-12-01T15:30:30Z", deletionGracePeriodSeconds=30)
+    got = split_stamp("2026-12-01T15:30:00Z x")
+    assert got is not None
+    assert deletion_requested(gone) == got[1]
+    made = _dep_pod("sglang-dsv4-5d8f7c9b6-7hq4z")
+    made["metadata"]["creationTimestamp"] = "2026-12-01T15:30:00Z"  # the request's second
+    other = _dep_pod("sglang-dsv4-5d8f7c9b6-older")
+    other["metadata"]["creationTimestamp"] = "2026-12-01T15:29:59Z"  # another replica, made before
+    assert successor([gone, other, made], gone) is made
+    # how it ended: the container's terminated state decides
+    cs = gone["status"]["containerStatuses"][0]
+    assert pod_end(gone, "sglang") == (True, "deleted")
+    cs["state"] = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+    assert pod_end(gone, "sglang") == (True, "deleted; container sglang ended Completed (exit 0) after SIGTERM")
+    cs["state"] = {"terminated": {"exitCode": 137, "reason": "Error"}}
+    assert pod_end(gone, "sglang")[0]
+    cs["state"] = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+    assert not pod_end(gone, "sglang")[0]
+    cs["state"] = {"terminated": {"exitCode": 1, "reason": "Error"}}
+    assert pod_end(gone, "sglang") == (False, "container sglang: Error (exit 1)")
+    err = ('E1207 15:00:00.123456   12345 memcache.go:265] "Unhandled Error" err="couldn\'t get current server API '
+           'group list"\nThe connection to the server 10.0.0.1:6443 was refused - did you specify the right host or '
+           'port?\n')
+    assert kubectl_error(err).startswith("The connection to the server 10.0.0.1:6443 was refused")
+    assert kubectl_error('Error from server (NotFound): pods "x" not found\n') == \
+        'Error from server (NotFound): pods "x" not found'
+
+
+def test_a_stop_record_stops_an_open_boot_and_makes_none_of_idle_lines() -> None:
+    from kvtui.engines.exit_record import stop_record
+
+    log = BootLog()  # a next-boot follower: the old server's shutdown, then its pod is gone
+    for ln in SHUTDOWN:
+        log.feed(LogRecord(ln, None, None, "kube"))
+    log.feed(stop_record("pod x is gone; following y, which its controller made in its place; deleted"))
+    assert log.tracker.boots == []
+    log = BootLog()  # a boot still loading when its pod was deleted: stopped, not a crash
+    for ln in NODE0[:10]:
+        log.feed(LogRecord(ln, None, None, "kube"))
+    log.feed(stop_record("pod x is gone; deleted"))
+    assert [(b.status, b.failure) for b in log.tracker.boots] == [(BootStatus.STOPPED, None)]
