@@ -303,8 +303,9 @@ def test_wait_on_a_kube_host(kube: FakeKube, tmp_path: Path) -> None:
     assert code == 0, err
     assert json.loads(out)["status"] == "ready"
     assert "r1 (pod r1-0, container sglang)" in err
-    # a kube host cannot reach the server's port yet: ready on the log's word, and said so
-    assert "not probed" in err
+    # ready is also kvtui's one-token probe, through kubectl port-forward to the pod (issue 25)
+    assert "not probed" not in err
+    assert "r1-0 30000 POST /v1/completions" in kube.forwarded()
 
 
 def test_wait_on_a_crash_looping_pod_exits_1(kube: FakeKube, tmp_path: Path) -> None:

@@ -251,9 +251,11 @@ def test_a_banner_that_fits_beside_its_key_alone_keeps_its_end() -> None:
     head = Content("✖ PREVIOUS BOOT FAILED: out of memory in CUDA-graph capture at 0.99")
     full = Content("\n").join([head, Content("the message"), Content("Hint: lower it")])
     shown = one_line(full, 74, "b: details", head, short_hint="b").plain
-    assert shown.startswith(head.plain) and shown.rstrip().endswith("b"), shown
+    assert shown.startswith(head.plain), shown
+    assert shown.rstrip().endswith("b"), shown
     assert len(shown) <= 74
     roomy = one_line(full, 120, "b: details", head, short_hint="b").plain
     assert roomy.rstrip().endswith("b: details"), roomy
     narrow = one_line(full, 40, "b: details", head, short_hint="b").plain  # too narrow for all: cut, full hint
-    assert "…" in narrow and narrow.rstrip().endswith("b: details"), narrow
+    assert "…" in narrow, narrow
+    assert narrow.rstrip().endswith("b: details"), narrow

@@ -340,6 +340,8 @@ class BootTracker:
         upd = BootUpdate()
         ts = self._exit_ts(ts)
         boot = self.current
+        if ev.stopped:
+            return self._stopped_from_outside(boot, ts, upd)
         context = list(self._recent)[-EXIT_CONTEXT_LINES:]
         if boot is None or boot.status in (BootStatus.FAILED, BootStatus.STOPPED):
             idle = self._idle_lines  # the lines before this record that no boot took
@@ -376,6 +378,24 @@ class BootTracker:
             w.follow_open = False
         self._fail(boot, ts)
         upd.failed = True
+        return upd
+
+    def _stopped_from_outside(self, boot: Boot | None, ts: datetime | None, upd: BootUpdate) -> BootUpdate:
+        """The server was stopped, not crashed (a kube pod deleted: SIGTERM, its shutdown, exit 0):
+        an open boot is stopped (failed only by the evidence it left before); lines no boot took
+        (the old server's shutdown seen by a next-boot follower) make no boot."""
+        if boot is None or boot.status in (BootStatus.FAILED, BootStatus.STOPPED):
+            return upd
+        boot.last_line = self._line
+        if boot.status is BootStatus.STARTING and any(e.ft.specificity >= 2 for e in self._w.evidence):
+            self._fail(boot, ts)
+            upd.failed = True
+            return upd
+        boot.status = BootStatus.STOPPED
+        self._close_open(boot, ts)
+        if boot.ended_at is None:
+            boot.ended_at = ts
+        upd.phase_changed = True
         return upd
 
     def _exit_ts(self, ts: datetime | None) -> datetime | None:

@@ -341,11 +341,13 @@ class WorkerNode:
 class ServerExit:
     """The server process is gone, as the host backend saw it (not a line the engine printed:
     ``kvtui.engines.exit_record`` makes and reads the record). ``pid`` when known; ``detail`` an exit status
-    when known; ``at_start``: it was already gone when following began."""
+    when known; ``at_start``: it was already gone when following began; ``stopped``: it was stopped
+    from outside (a kube pod deleted), not a crash."""
 
     pid: int | None = None
     detail: str = ""
     at_start: bool = False
+    stopped: bool = False
 
 
 @dataclass(frozen=True, slots=True)

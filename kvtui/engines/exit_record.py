@@ -16,13 +16,13 @@ from kvtui.engines.events import LogRecord, ServerExit
 
 EXIT_IDENT: Final = "kvtui"
 _EXIT_RE: Final = re.compile(
-    r"^kvtui: the server process (?P<what>exited|is not running)"
+    r"^kvtui: the server process (?P<what>exited|is not running|stopped)"
     r"(?: \((?:pid (?P<pid>\d+))?(?:, )?(?P<detail>[^()]*)\))?$"
 )
 
 
-def exit_text(pid: int | None, detail: str = "", *, at_start: bool = False) -> str:
-    what = "is not running" if at_start else "exited"
+def exit_text(pid: int | None, detail: str = "", *, at_start: bool = False, stopped: bool = False) -> str:
+    what = "is not running" if at_start else "stopped" if stopped else "exited"
     bits = [f"pid {pid}"] if pid is not None else []
     if detail:
         bits.append(_clean(detail))
@@ -41,12 +41,21 @@ def exit_record(
     return LogRecord(exit_text(pid, detail, at_start=at_start), ts, None, source, None, EXIT_IDENT)
 
 
+def stop_record(detail: str = "", *, ts: datetime | None = None, source: str = "raw") -> LogRecord:
+    """The record a backend yields when the server was stopped from outside, not crashed (a kube
+    pod deleted: SIGTERM, the grace period; ``kvtui: the server process stopped (…)``): a boot
+    it ends is stopped, never failed, and it makes no boot of its own."""
+    return LogRecord(exit_text(None, detail, stopped=True), ts, None, source, None, EXIT_IDENT)
+
+
 def parse_exit(text: str) -> ServerExit | None:
     m = _EXIT_RE.match(text)
     if m is None:
         return None
     pid = int(m.group("pid")) if m.group("pid") else None
-    return ServerExit(pid=pid, detail=m.group("detail") or "", at_start=m.group("what") == "is not running")
+    what = m.group("what")
+    return ServerExit(pid=pid, detail=m.group("detail") or "", at_start=what == "is not running",
+                      stopped=what == "stopped")
 
 
-__all__ = ["EXIT_IDENT", "exit_record", "exit_text", "parse_exit"]
+__all__ = ["EXIT_IDENT", "exit_record", "exit_text", "parse_exit", "stop_record"]

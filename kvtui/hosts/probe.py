@@ -240,8 +240,8 @@ def _first_model(doc: object) -> str | None:
 
 
 def can_probe(backend: object) -> bool:
-    """Whether this backend can reach a server's port at all (a kube host cannot yet): a backend
-    that cannot is not probed — its boots are ready on the log's word, and callers say so."""
+    """Whether this backend can reach a server's port at all (a kube host through ``kubectl
+    port-forward``): a backend that cannot is not probed — its boots are ready on the log's word, and callers say so."""
     return isinstance(backend, PortOpener)
 
 

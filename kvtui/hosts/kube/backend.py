@@ -34,9 +34,12 @@
   the API server's service proxy (``kvtui.hosts.kube.dcgm``).
 - **Pod state**: ``pod_state()`` (``kvtui.hosts.kube.state.PodState``): Pending and why, waiting
   reasons, readiness, restarts, the last termination (OOMKilled is host memory, not GPU).
-- **Not here yet**: ``run`` (kube hosts run no shell commands) and ``service_ops`` (applying an
-  edit to the controller's args: ``state.container_args`` / ``gitops_manager`` and
-  ``commands.patch_json`` / ``rollout_status`` are the parts) refuse with a clear message.
+- **The probe** (``open_port``: ``PortOpener``): ``kubectl port-forward pod/POD :PORT --address
+  127.0.0.1`` to the pod followed now; kvtui's one-token request goes through it.
+- **The controller** (``learn_controller``): a host named by a pod remembers the pod's controller
+  (a ReplicaSet's Deployment; its ``spec.selector``), in this run and in kvtui's state directory,
+  so that a pod replaced by a rollout since is followed into the controller's current pod.
+- **Not here**: ``run`` (kube hosts run no shell commands) refuses with a clear message.
 """
 
 from __future__ import annotations
@@ -48,9 +51,11 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvtui.engines.events import LogRecord
+from kvtui.engines.exit_record import stop_record
 from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
 from kvtui.gpu import (
     QUERY_GPU_FIELD_NAMES,
@@ -71,11 +76,15 @@ from kvtui.hosts.kube.state import (
     PodState,
     container_id,
     controller_of,
+    current_pod,
+    kubectl_error,
     next_container,
     node_order,
     node_rank,
     pod_command,
+    pod_end,
     pod_state,
+    selector_of,
     siblings_selector,
     split_stamp,
     successor,
@@ -100,6 +109,7 @@ _START_RE = re.compile("|".join(SERVER_START_PATTERNS))
 _READY_RE = re.compile("|".join(READY_PATTERNS))
 # a serving line (SGLang Decode/Prefill batch, vLLM's stats): one before any start means the
 # log begins while the server serves (the kubelet rotated the container's log file)
+_FORWARD_RE = re.compile(r"^Forwarding from 127\.0\.0\.1:(\d+) -> \d+$")  # kubectl port-forward's line
 _SERVING_RE = re.compile(r"\] (?:Decode|Prefill) batch|KV cache usage: |Avg prompt throughput: ")
 
 
@@ -140,6 +150,7 @@ class KubeBackend:
         self.gpu_note: str | None = None
         self._procs: set[asyncio.subprocess.Process] = set()
         self._closed = asyncio.Event()
+        self._ctl: tuple[str, str, str] | None = None  # the pod's controller: kind, name, selector
 
     # -- kubectl ---------------------------------------------------------------------------
 
@@ -184,7 +195,11 @@ class KubeBackend:
             assert self._pod is not None
             rc, out, err = await self._kubectl(K.get_pod(self.ref, self._pod))
             if rc != 0:
-                obj = await self._successor() if "(NotFound)" in err else None
+                obj = None
+                if "(NotFound)" in err:
+                    # replaced: the pod its controller made in its place (read before), or the
+                    # controller's current pod (remembered from an earlier kvtui: a rollout since)
+                    obj = await self._successor() if self._obj is not None else await self._recalled_pod()
                 if obj is None:
                     raise BackendError(self._gone_text(_first_line(err) or f"kubectl exited {rc}"))
                 self._pod = str(obj["metadata"]["name"])
@@ -201,10 +216,10 @@ class KubeBackend:
         import json
 
         old = self._obj
-        sel = siblings_selector(old) if old is not None and controller_of(old) is not None else None
-        if old is None or sel is None:
+        ctl = await self._controller(old) if old is not None else None
+        if old is None or ctl is None:
             return None
-        rc, out, _err = await self._kubectl(K.list_pods(self.ref, sel))
+        rc, out, _err = await self._kubectl(K.list_pods(self.ref, ctl[2]))
         try:
             items = json.loads(out).get("items") or [] if rc == 0 else []
         except ValueError:
@@ -214,10 +229,71 @@ class KubeBackend:
 
     def _gone_text(self, error: str) -> str:
         """kubectl's error about the pod, and what kvtui does next when it was replaced."""
-        ctl = controller_of(self._obj) if self._obj is not None else None
+        ctl = controller_of(self._obj) if self._obj is not None else self._ctl[:2] if self._ctl else None
         if ctl is None or "(NotFound)" not in error:
             return error
         return f"{error}: waiting for {ctl[0]} {ctl[1]} to make the pod that takes its place"
+
+    # -- the pod's controller: a host named by a pod follows it through its rollouts -------------
+
+    async def _controller(self, pod: dict[str, Any]) -> tuple[str, str, str] | None:
+        """(kind, name, selector) of the controller that makes ``pod``'s successors — a
+        ReplicaSet's Deployment (its ``spec.selector`` spans its rollouts), else the owner
+        itself —, resolved once and remembered (``learn_controller``); None for a bare pod."""
+        import json
+
+        if self._ctl is not None:
+            return self._ctl
+        owner = controller_of(pod)
+        if owner is None:
+            return None
+        kind, name = owner
+        fallback = siblings_selector(pod)
+        try:
+            rc, out, _err = await self._kubectl(K.get_object(self.ref, kind, name))
+            obj = json.loads(out) if rc == 0 else None
+            if obj is not None and kind == "ReplicaSet":
+                up = controller_of(obj)
+                if up is not None and up[0] == "Deployment":
+                    rc, out, _err = await self._kubectl(K.get_object(self.ref, *up))
+                    if rc == 0:
+                        kind, name, obj = up[0], up[1], json.loads(out)
+        except (BackendError, ValueError):
+            obj = None
+        sel = (selector_of(obj) if obj is not None else None) or fallback
+        if sel is None:
+            return None
+        if obj is None:
+            return (kind, name, sel)  # not remembered: the controller could not be read this time
+        await self.learn_controller(kind, name, sel)
+        return self._ctl
+
+    async def learn_controller(self, kind: str, name: str, selector: str) -> None:
+        """The controller of the pod the host names: kept for this run and remembered (a small
+        file in kvtui's state directory, ``kube-hosts/``) so that a later kvtui finds the pod that
+        controller runs now when the named one is gone (replaced by a rollout since)."""
+        self._ctl = (kind, name, selector)
+        if not self.ref.pod:
+            return
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(_remember, self.ref, kind, name, selector)
+
+    async def _recalled_pod(self) -> dict[str, Any] | None:
+        """The pod the host names is gone and was not read in this run: the current pod of its
+        controller as an earlier kvtui remembered it (``learn_controller``); None if none."""
+        import json
+
+        ctl = self._ctl or await asyncio.to_thread(_recall, self.ref)
+        if ctl is None:
+            return None
+        self._ctl = ctl
+        try:
+            rc, out, _err = await self._kubectl(K.list_pods(self.ref, ctl[2]))
+            items = json.loads(out).get("items") or [] if rc == 0 else []
+        except ValueError:
+            items = []
+        found = current_pod(items, ctl[0], self.ref.pod)
+        return dict(found) if found is not None else None
 
     def pod_object(self) -> dict[str, Any] | None:
         """The pod's JSON as last read (``refresh``)."""
@@ -299,10 +375,14 @@ class KubeBackend:
             if got is not None:
                 resume.last_stamp, resume.last_key = got[0], got[1]
         elif start is LogStart.NEXT_BOOT:
-            now = rfc3339(datetime.fromtimestamp(self._clock(), UTC))
+            # the node's clock, not this machine's: what the container printed last (else its start)
+            node, last_text = await self._node_now()
+            now = node or rfc3339(datetime.fromtimestamp(self._clock(), UTC))
             got = split_stamp(now + " ")
             assert got is not None
             resume.last_stamp, resume.last_key = got[0], got[1]
+            if last_text is not None:
+                resume.taken_at_last[last_text] += 1  # that line is the running server's, not the next boot's
         restarts = self._state.restarts
         if after_cursor is None and start is LogStart.CURRENT_BOOT and self._state.state in ("running",
                                                                                              "terminated"):
@@ -318,6 +398,23 @@ class KubeBackend:
                 return
         async for batch in self._follow(resume, restarts, fresh=True):
             yield batch
+
+    async def _node_now(self) -> tuple[str | None, str | None]:
+        """"Now" on the node's clock (the kubelet stamps the lines, the API server takes
+        ``--since-time`` in its terms): the stamp of the container's last line (``--tail=1``), or
+        its ``startedAt`` when it printed nothing yet; None when neither can be read — with the
+        last line's text (None: no line)."""
+        assert self._pod is not None
+        try:
+            rc, out, _err = await self._kubectl(K.logs(self.ref, self._pod, tail=1))
+        except BackendError:
+            rc, out = 1, ""
+        stamped = [got for ln in out.splitlines() if (got := split_stamp(ln)) is not None] if rc == 0 else []
+        last = stamped[-1] if stamped else None
+        if last is not None:
+            return last[0], last[2]
+        st = self._state
+        return (st.started_at if st is not None and st.state == "running" and st.started_at else None), None
 
     async def _catch_up(self, resume: LogResume) -> AsyncIterator[list[LogRecord]]:
         """The current boot of a container that may have served for days, without its uptime: the
@@ -437,7 +534,10 @@ class KubeBackend:
         like = self._obj
         sel = None
         if not self.ref.selector and like is not None and (controller_of(like) or ("", ""))[0] == "ReplicaSet":
-            sel = siblings_selector(like)  # a Deployment's next pod has another name
+            # a Deployment's next pod has another name (and another pod-template-hash, maybe
+            # another chart label): the Deployment's own selector finds it
+            ctl = await self._controller(like)
+            sel = ctl[2] if ctl is not None else siblings_selector(like)
         while not self._closed.is_set():
             pods: list[Any] = []
             try:
@@ -480,6 +580,7 @@ class KubeBackend:
                 # last look is handled first (its tail, how it ended), so the new container's lines
                 # never come before the old one's end — whether it restarted while its stream was
                 # open, during a back-off, or before it printed anything
+                before = self._obj  # the followed pod as last read: how it ended, if it is gone
                 try:
                     st = await self.refresh()
                 except BackendError as exc:
@@ -491,8 +592,10 @@ class KubeBackend:
                 elif self._pod_key() != followed:
                     # the pod was deleted and its controller made another (a new name, or the same
                     # name and a new uid): its boot ended; the new pod's whole log is the next one
-                    yield [exit_record(None, f"pod {followed[0]} is gone; following {st.name}, which its "
-                                             "controller made in its place", ts=None, source=SOURCE)]
+                    stopped, how = pod_end(before, self.ref.container)
+                    said = (f"pod {followed[0]} is gone; following {st.name}, which its controller made in its "
+                            f"place; {how}")
+                    yield [stop_record(said, source=SOURCE) if stopped else exit_record(None, said, source=SOURCE)]
                     followed, restarts, resume = self._pod_key(), st.restarts, LogResume()
                     delay, ended = self._retry_s, False
                     if st.state != "running":
@@ -840,6 +943,46 @@ class KubeBackend:
             raise MetricsUnavailable(f"{where}: {first}")
         return check_metrics(200, out.encode()[:MAX_METRICS_BYTES], where)
 
+    @contextlib.asynccontextmanager
+    async def open_port(self, port: int) -> AsyncIterator[tuple[str, int]]:
+        """``PortOpener``: ``kubectl port-forward pod/POD :PORT --address 127.0.0.1`` to the pod
+        followed now (after a rollout, the new one); yields the local loopback address it
+        prints, and ends the forward after. Raises ``OSError`` with kubectl's words when no
+        forward comes up (the pod not running, no such pod, an unreachable cluster)."""
+        if self._state is None:
+            await self.start()
+        assert self._pod is not None
+        argv = K.port_forward(self.ref, self._pod, port)
+        try:
+            proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                        stdout=asyncio.subprocess.PIPE,
+                                                        stderr=asyncio.subprocess.PIPE)
+        except FileNotFoundError:
+            raise OSError("kubectl not found on PATH") from None
+        self._procs.add(proc)
+        try:
+            assert proc.stdout is not None
+            assert proc.stderr is not None
+            local: int | None = None
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(COMMAND_TIMEOUT_S):
+                    while local is None:
+                        raw = await proc.stdout.readline()
+                        if not raw:
+                            break
+                        m = _FORWARD_RE.match(raw.decode(errors="replace").strip())
+                        if m is not None:
+                            local = int(m.group(1))
+            if local is None:
+                err = ""
+                if proc.returncode is not None or proc.stdout.at_eof():
+                    with contextlib.suppress(TimeoutError):
+                        err = (await asyncio.wait_for(proc.stderr.read(1 << 16), 5)).decode(errors="replace")
+                raise OSError(_first_line(err) or f"kubectl port-forward to pod {self._pod} port {port} did not start")
+            yield "127.0.0.1", local
+        finally:
+            await self._reap(proc)
+
     async def gpu_processes(self) -> list[GpuProcess]:
         return []  # a container's nvidia-smi sees its own processes only: nothing to attribute
 
@@ -863,5 +1006,38 @@ class KubeBackend:
         return self._closed.is_set()
 
 
+def _memory(ref: K.PodRef) -> Path:
+    from kvtui.config import state_dir
+
+    key = f"{ref.context or '(current)'}/{ref.namespace}/{ref.pod}"
+    return state_dir() / "kube-hosts" / (key.replace("%", "%25").replace("/", "%2F").replace(":", "%3A") + ".json")
+
+
+def _remember(ref: K.PodRef, kind: str, name: str, selector: str) -> None:
+    import json
+
+    path = _memory(ref)
+    doc = {"kind": kind, "name": name, "selector": selector}
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(path.read_text()) == doc:
+            return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{id(doc)}")
+    tmp.write_text(json.dumps(doc))
+    tmp.replace(path)
+
+
+def _recall(ref: K.PodRef) -> tuple[str, str, str] | None:
+    import json
+
+    try:
+        doc = json.loads(_memory(ref).read_text())
+        kind, name, sel = str(doc["kind"]), str(doc["name"]), K.check_selector(str(doc["selector"]))
+    except (OSError, ValueError, KeyError, TypeError, K.KubeRefError):
+        return None
+    return kind, name, sel
+
+
 def _first_line(text: str) -> str:
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    """kubectl's error in one line (not client-go's klog lines before it: ``kubectl_error``)."""
+    return kubectl_error(text)

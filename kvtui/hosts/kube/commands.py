@@ -18,8 +18,8 @@ _FIELD_RE = re.compile(r"^[a-z_.]+$")
 _KIND_RE = re.compile(r"^[A-Za-z][A-Za-z0-9.]*$")
 
 __all__ = ["KUBECTL", "KubeRefError", "PodRef", "check_label", "check_name", "check_selector", "exec_gpu_query",
-           "get_object", "get_pod", "get_raw", "list_pods", "logs", "parse_target", "patch_json", "rollout_restart",
-           "rollout_status"]
+           "get_object", "get_pod", "get_raw", "list_pods", "logs", "parse_target", "patch_json", "port_forward",
+           "rollout_restart", "rollout_status"]
 
 
 def _base(ref: PodRef) -> list[str]:
@@ -114,6 +114,15 @@ def rollout_restart(ref: PodRef, kind: str, name: str) -> list[str]:
     if not _KIND_RE.match(kind):
         raise KubeRefError(f"expected a resource kind like Deployment, got {json.dumps(kind)}")
     return [*_base(ref), "rollout", "restart", f"{kind.lower()}/{check_name(name, kind)}"]
+
+
+def port_forward(ref: PodRef, pod: str, port: int) -> list[str]:
+    """A local port (the kernel picks it; kubectl prints ``Forwarding from 127.0.0.1:N -> PORT``)
+    that reaches ``port`` in the pod through the API server, on the loopback address only: the
+    readiness probe's one-token request (``kvtui.hosts.probe``)."""
+    if not 0 < int(port) < 65536:
+        raise KubeRefError(f"not a port: {port}")
+    return [*_base(ref), "port-forward", f"pod/{check_name(pod, 'pod')}", f":{int(port)}", "--address", "127.0.0.1"]
 
 
 _RAW_RE = re.compile(r"^/api/v1/namespaces/[a-z0-9-]+/(services/(https:)?[a-z0-9-]+|pods/[a-z0-9.-]+):\d+"

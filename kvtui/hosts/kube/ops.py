@@ -25,9 +25,12 @@ restart, follow, verify the new boot's argument dump, roll back) is the same as 
   args are patched back). Writing the template *is* the restart: the controller rolls the pod
   out (the apply's follower takes the next container's lines: the pod is read right before the
   patch, ``KubeBackend.mark_next_boot``; the old pod's late lines never count).
-- **restart**: ``kubectl rollout status`` followed in the background (its last line is said); the
-  console's plain restart is ``kubectl rollout restart``. The new pod's boot is followed like a
-  container restart (``KubeBackend``).
+- **restart**: ``kubectl rollout status`` followed in the background (its last line is said) and
+  awaited before the new boot is called ready (``rollout_settled``: ready on a kube host is the
+  new pod's boot ready *and* the rollout complete); the console's plain restart is ``kubectl
+  rollout restart``. The new pod's boot is followed like a container restart (``KubeBackend``).
+  Without ``--restart`` the outcome is ``rolling`` (``restarts_on_write``): the patch rolled the
+  pod out, kvtui did not follow it.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import hashlib
 import json
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,9 +68,12 @@ from kvtui.hosts.kube.state import (
     env_patch_ops,
     env_values,
     gitops_manager,
+    kubectl_error,
     patch_ops,
     pick_container,
     plain_env,
+    selector_of,
+    siblings_selector,
     site_values,
     yaml_env,
     yaml_list,
@@ -116,6 +122,7 @@ class KubeOps:
         self._ops: list[dict[str, object]] = []
         self._undo: list[dict[str, object]] = []
         self._rollout: asyncio.Task[None] | None = None
+        self._rollout_problem: str | None = None
 
     @property
     def backend(self) -> KubeBackend:
@@ -132,6 +139,11 @@ class KubeOps:
     @property
     def env_apart(self) -> bool:
         """``--setenv`` / ``--unsetenv`` edit the container's ``env`` list, not the args text."""
+        return True
+
+    @property
+    def restarts_on_write(self) -> bool:
+        """Writing the pod template *is* the restart: the controller rolls the pod out at once."""
         return True
 
     @property
@@ -179,6 +191,12 @@ class KubeOps:
                 found = (kind, name, here)
                 if kind != "StatefulSet":
                     break  # a StatefulSet may belong to a LeaderWorkerSet: look one further
+        if found is not None and found[0] in ("Deployment", "StatefulSet"):
+            # a host named by this pod follows the controller's pods from now on (a rollback after
+            # the rollout replaced it, in this kvtui or a later one)
+            sel = selector_of(found[2]) or siblings_selector(pod)
+            if sel is not None:
+                await self._backend.learn_controller(found[0], found[1], sel)
         if found is None:
             raise ServiceError(
                 f"pod {pod['metadata']['name']} has no Deployment, StatefulSet or LeaderWorkerSet above it "
@@ -472,12 +490,35 @@ class KubeOps:
         self._rollout = asyncio.create_task(self._follow_rollout(argv, call), name="kvtui-kube-rollout")
 
     async def _follow_rollout(self, argv: list[str], call: RestartCall) -> None:
-        """``rollout status`` in the background: the boot follower decides ready or failed from the
-        log; this says how the rollout itself ended (a crash-looping pod never completes it)."""
-        with contextlib.suppress(ServiceError, asyncio.CancelledError):
+        """``rollout status`` in the background while the boot follower reads the new pod's log
+        (a crash-looping pod never completes the rollout: the log says why first); says how the
+        rollout ended, and keeps it for ``rollout_settled``."""
+        self._rollout_problem = None
+        try:
             rc, out, err = await self._kubectl(argv)
-            last = _last_line(out) or _first_line(err)
-            call.say(f"rollout: {last}" if rc == 0 else f"rollout did not complete: {last or f'exit {rc}'}")
+        except ServiceError as exc:
+            self._rollout_problem = str(exc)
+            call.say(f"rollout did not complete: {exc}")
+            return
+        last = _last_line(out) or _first_line(err)
+        if rc == 0:
+            call.say(f"rollout: {last}")
+        else:
+            self._rollout_problem = _first_line(err) or last or f"kubectl rollout status exited {rc}"
+            call.say(f"rollout did not complete: {last or f'exit {rc}'}")
+
+    async def rollout_settled(self, say: Callable[[str], None]) -> str | None:
+        """Ready on a kube host: the new pod's boot ready (its log), *and* the rollout complete
+        (``kubectl rollout status``: the new pods Ready by their readiness probe, the old ones
+        going), as SSH hosts' ready means the new server up. Waits for the rollout started by the
+        restart (its ``--timeout`` bounds it); None when it completed, else kubectl's words."""
+        task = self._rollout
+        if task is None:
+            return None
+        if not task.done():
+            say("the new boot says ready; waiting for the rollout to complete (kubectl rollout status)")
+        await asyncio.wait({task})
+        return self._rollout_problem
 
     async def process_env(self, run: Run) -> list[str]:
         """The new pod runs with the environment edits: its container's env list (what the kubelet
@@ -534,7 +575,8 @@ def _change(c: EnvChange) -> fl.Change:
 
 
 def _first_line(text: str) -> str:
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    """kubectl's error in one line (not client-go's klog lines before it: ``kubectl_error``)."""
+    return kubectl_error(text)
 
 
 def _last_line(text: str) -> str:

@@ -255,17 +255,100 @@ def siblings_selector(pod: JSON) -> str | None:
     keep = sorted((k, v) for k, v in labels.items() if k not in REVISION_LABELS)
     return ",".join(f"{k}={v}" for k, v in keep) or None
 
+def selector_of(obj: JSON) -> str | None:
+    """A controller's ``spec.selector`` as an equality selector (its ``matchLabels``): the pods it
+    owns across its rollouts (a Deployment's does not name ``pod-template-hash``, a ReplicaSet's
+    does); None when it has ``matchExpressions`` (not an equality selector) or no labels."""
+    sel = (obj.get("spec") or {}).get("selector") or {}
+    if not isinstance(sel, Mapping) or sel.get("matchExpressions"):
+        return None
+    labels = sel.get("matchLabels") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or None
+
+
+def deletion_requested(pod: JSON) -> int:
+    """The stamp key of the second ``pod``'s deletion was requested: ``deletionTimestamp`` is the
+    request *plus* the grace period (``deletionGracePeriodSeconds``; 30 s by default), so the
+    controller's replacement, made right away, is created well before it. -1: not being deleted."""
+    from datetime import datetime, timedelta
+
+    meta = pod.get("metadata") or {}
+    stamp = meta.get("deletionTimestamp")
+    if not isinstance(stamp, str) or not stamp:
+        return -1
+    try:
+        at = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return -1
+    grace = meta.get("deletionGracePeriodSeconds")
+    at -= timedelta(seconds=grace if isinstance(grace, int) and grace > 0 else 0)
+    return _stamp_key(at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def terminating(pod: JSON) -> bool:
+    """The pod's deletion was requested (it is Terminating: SIGTERM sent, the grace period runs)."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _created(pod: JSON) -> int:
+    made = _stamp_key((pod.get("metadata") or {}).get("creationTimestamp"))
+    if made < 0:
+        runs = [(cs.get("state") or {}).get("running") or (cs.get("state") or {}).get("terminated") or {}
+                for cs in (pod.get("status") or {}).get("containerStatuses") or []]
+        made = max((_stamp_key(r.get("startedAt")) for r in runs), default=-1)
+    return made
+
+
+def pod_end(pod: JSON | None, container: str | None) -> tuple[bool, str]:
+    """How the server of a pod that is gone ended, from the pod as last read: (stopped, words).
+    A pod is only ever removed by a deletion (SIGTERM, then SIGKILL when the grace period ends):
+    a stop, unless its container had already ended otherwise — ``terminated.exitCode`` 0
+    (``Completed``: the server shut down cleanly) or, on a pod being deleted, 137 / 143 (killed by
+    the signals of its deletion) is a stop; another exit, or ``OOMKilled``, is a crash."""
+    cs = pick_container(pod, container) if pod is not None else None
+    name = (cs or {}).get("name") or container or "the server's"
+    t = _termination(((cs or {}).get("state") or {}).get("terminated"))
+    if t is None:
+        return True, "deleted"
+    grace = ((pod or {}).get("metadata") or {}).get("deletionGracePeriodSeconds")
+    if t.exit_code == 0:
+        return True, f"deleted; container {name} ended {t.words()} after SIGTERM"
+    if pod is not None and terminating(pod) and t.exit_code in (137, 143) and not t.oom_killed:
+        within = f"its {grace} s grace period" if isinstance(grace, int) else "its grace period"
+        return True, f"deleted; container {name} killed at the end of {within} ({t.words()})"
+    return False, f"container {name}: {t.words()}"
+
+
+def current_pod(pods: Iterable[JSON], kind: str, name: str | None = None) -> JSON | None:
+    """The pod a controller runs the server in now (a host named by a pod its controller has
+    since replaced: ``KubeBackend`` remembers the controller): among ``pods`` (its selector's),
+    those not Terminating — a StatefulSet's under ``name`` only (its other replicas are other
+    servers) —, Ready first, then the one created last; None when there is none."""
+    best: tuple[bool, int, str, JSON] | None = None
+    for pod in pods:
+        m = pod.get("metadata") or {}
+        if terminating(pod) or (kind == "StatefulSet" and name is not None and m.get("name") != name):
+            continue
+        cs = (pod.get("status") or {}).get("containerStatuses") or []
+        ready = bool(cs) and all(c.get("ready") for c in cs)
+        key = (ready, _created(pod), str(m.get("name") or ""), pod)
+        if best is None or key[:3] > best[:3]:
+            best = key
+    return None if best is None else best[3]
+
+
 def successor(pods: Iterable[JSON], gone: JSON) -> JSON | None:
     """The pod that took the place of ``gone`` (deleted; its controller made another, under
     another name for a Deployment's or a ReplicaSet's pod): among ``pods`` (the controller's, by
-    ``siblings_selector``), those owned by a controller of the same kind, other than ``gone``
+    its ``spec.selector``), those owned by a controller of the same kind, other than ``gone``
     (name and uid) — a StatefulSet's only under ``gone``'s own name (its other replicas are other
-    servers); made after ``gone``'s deletion began when that was seen (``deletionTimestamp``) —,
-    the one created last (``creationTimestamp``, else its containers' latest ``startedAt``); None
+    servers); created at or after the second ``gone``'s deletion was requested when that was
+    seen (``deletion_requested``: not ``deletionTimestamp``, which adds the grace period) —, the
+    one created last (``creationTimestamp``, else its containers' latest ``startedAt``); None
     when there is none yet."""
     kind = (controller_of(gone) or ("", ""))[0]
     meta = gone.get("metadata") or {}
-    deleted = _stamp_key(meta.get("deletionTimestamp"))
+    deleted = deletion_requested(gone)
     best: tuple[int, str, JSON] | None = None
     for pod in pods:
         m = pod.get("metadata") or {}
@@ -275,13 +358,12 @@ def successor(pods: Iterable[JSON], gone: JSON) -> JSON | None:
             continue
         if kind == "StatefulSet" and m.get("name") != meta.get("name"):
             continue
+        if terminating(pod):
+            continue  # going too (a rollout's old pod, another replica being deleted)
         made = _stamp_key(m.get("creationTimestamp"))
         if 0 <= made < deleted:
             continue  # there before the pod followed was deleted: another replica
-        if made < 0:
-            runs = [(cs.get("state") or {}).get("running") or (cs.get("state") or {}).get("terminated") or {}
-                    for cs in (pod.get("status") or {}).get("containerStatuses") or []]
-            made = max((_stamp_key(r.get("startedAt")) for r in runs), default=-1)
+        made = _created(pod)
         key = (made, str(m.get("name") or ""), pod)
         if best is None or key[:2] > best[:2]:
             best = key
@@ -523,6 +605,22 @@ def yaml_env(entries: Sequence[Mapping[str, Any]], indent: int = 0) -> list[str]
         else:
             out.append(f"{pad}  value: {json.dumps(str(e.get('value') or ''))}")
     return out
+
+
+# -- kubectl's errors ------------------------------------------------------------------------------
+
+# a klog line of kubectl's client-go (``E1207 15:00:00.123456   12345 memcache.go:265] "Unhandled
+# Error" err=…``): its diagnostics, printed before kubectl's own one-line error
+_KLOG_RE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w.-]+:\d+\] ")
+
+
+def kubectl_error(stderr: str) -> str:
+    """kubectl's own error from its stderr: the first line that is not client-go's klog output
+    (an unreachable cluster prints several ``E… memcache.go:265] "Unhandled Error"`` lines, then
+    ``The connection to the server … was refused - did you specify the right host or port?``);
+    the first klog line when there is nothing else; "" for none."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    return next((ln for ln in lines if not _KLOG_RE.match(ln)), lines[0] if lines else "")
 
 
 # -- logs: resume after a drop without a repeated line -----------------------------------------

@@ -14,7 +14,7 @@ from kvtui import audit
 from kvtui import flags as fl
 from kvtui.boot import Boot, BootStatus
 from kvtui.config import SshHost
-from kvtui.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED
+from kvtui.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT
 from kvtui.hosts.backend import HostBackend
 from kvtui.hosts.probe import ProbeResult, boot_port, mark_not_serving, not_probed_reason, probe, served_model
 from kvtui.hosts.service.follow import RestartFailed, boot_result, follow_restart, timed_out
@@ -84,6 +84,9 @@ async def _execute(run: Run) -> ApplyOutcome:
     what = "rolled back to " + plan.backup_path if plan.action == "rollback" else "written"
     say(f"{plan.source.path}: {what}; the previous version is saved as {saved}")
     if not plan.restart:
+        if getattr(run.ops, "restarts_on_write", False):  # kube: the patched template rolls the pod out
+            say("not followed: the controller rolls the pod out now (--restart follows the new boot)")
+            return ApplyOutcome(EXIT_OK, "rolling", list(say.log), backup_path=saved)
         hint = "restart the server for it to take effect" if plan.action == "apply" else "restart to use it"
         say(f"not restarted: {hint}")
         return ApplyOutcome(EXIT_OK, "written", list(say.log), backup_path=saved)
@@ -131,7 +134,23 @@ async def _restart_and_follow(run: Run) -> tuple[Boot | None, int, str]:
         if env_problems:
             say("environment not in effect: " + "; ".join(env_problems))
             return boot, EXIT_FAILED, "not_in_effect"
-    return boot_result(say, boot)
+    unsettled = await _rollout_settled(ops, say, boot)
+    return unsettled or boot_result(say, boot)
+
+
+async def _rollout_settled(ops: object, say: ProgressFn, boot: Boot) -> tuple[Boot, int, str] | None:
+    """A host whose restart is a rollout (kube: ``KubeOps.rollout_settled``) is ready only once
+    the rollout is complete too, not on the new boot's ready line alone; None when it is (or the
+    host has no rollout), else the outcome that says why not."""
+    settled = getattr(ops, "rollout_settled", None)
+    if boot.status is not BootStatus.READY or settled is None:
+        return None
+    problem = await settled(say)
+    if problem is None:
+        return None
+    timeout = "timed out" in problem
+    say(f"the new boot says ready but the rollout did not complete: {problem}")
+    return boot, EXIT_TIMEOUT if timeout else EXIT_FAILED, "timeout" if timeout else "failed"
 
 
 async def _prove_ready(run: Run, boot: Boot) -> ProbeResult | None:
@@ -220,7 +239,9 @@ async def restart(
             settle = settle_s if settle_s is not None else ops.settle_s
             follower, boot = await follow_restart(backend, engine_of(plan.host), say, lambda: ops.issue_restart(call),
                                                   timeout=plan.timeout, settle=settle, stopped=call.stopped)
-            boot, code, status = timed_out(say, follower, plan.timeout) if boot is None else boot_result(say, boot)
+            unsettled = await _rollout_settled(ops, say, boot) if boot is not None else None
+            boot, code, status = timed_out(say, follower, plan.timeout) if boot is None else (
+                unsettled or boot_result(say, boot))
             out = ApplyOutcome(code, status, list(say.log), boot=boot)
         else:
             await ops.issue_restart(call)

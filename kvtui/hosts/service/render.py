@@ -22,6 +22,7 @@ _STATUS_WORDS = {
     "error": "not applied",
     "refused": "refused",
     "restarted": "restarted; a new boot starts",
+    "rolling": "written; the controller rolls the pod out (not followed)",
 }
 
 
@@ -30,6 +31,7 @@ def outcome_headline(outcome: ApplyOutcome, action: str, name: str) -> str:
     status = _STATUS_WORDS.get(outcome.status, outcome.status)
     if action == "rollback":
         status = {"ready": "rolled back; the boot is ready", "written": "rolled back (not restarted)",
+                  "rolling": "rolled back; the controller rolls the pod out (not followed)",
                   "error": "not rolled back"}.get(outcome.status, status)
     elif action == "restart":
         status = {"ready": "restarted; the new boot is ready", "error": "not restarted"}.get(outcome.status, status)
