@@ -1,0 +1,170 @@
+"""The serving figures of each boot in the history (issue 24, the verify slice): the tally over a
+watcher's whole time, the ``serving`` section merged over watchers, its round trip through the
+store (an older document without it still reads), ``kvtui watch`` recording it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from history_support import sglang
+
+from kvtui.cli import main
+from kvtui.engines.events import Engine
+from kvtui.history import Store, boot_doc, boot_key
+from kvtui.history.serving import (
+    MAX_SESSIONS,
+    ServingTally,
+    build_section,
+    merge_serving,
+    observed_tokens,
+    record_serving,
+    section_of,
+)
+from kvtui.serving.sample import CacheInfo, Histogram, ServingSample
+from kvtui.serving.window import ServingWindow
+
+BOUNDS = (0.1, 0.5, 1.0, 5.0, float("inf"))
+
+
+def _hist(counts: tuple[float, ...]) -> Histogram:
+    cum, out = 0.0, []
+    for b, c in zip(BOUNDS, counts, strict=True):
+        cum += c
+        out.append((b, cum))
+    return Histogram(tuple(out), cum, cum * 0.3)
+
+
+def _s(at: float, *, pre: float, reqs: float, usage: float, ttft: tuple[float, ...] = (0, 0, 0, 0, 0),
+       source: str = "metrics", pool: int | None = 1000) -> ServingSample:
+    return ServingSample(Engine.VLLM, at, source, kv_usage=usage, running=4, waiting=1, preemptions_total=pre,  # type: ignore[arg-type]
+                         requests_total=reqs, ttft=_hist(ttft),
+                         cache=CacheInfo(kv_cache_size_tokens=pool) if pool is not None else None)
+
+
+def test_the_tally_sums_the_whole_watched_time_not_the_window() -> None:
+    window = ServingWindow(span_s=20.0)  # a short window: the tally must outlast it
+    tally = ServingTally("w1")
+    pre, reqs = 100.0, 1000.0  # the server's counters before the watch: not this watch's
+    for i in range(13):  # 13 samples 10 s apart: 120 s, the window keeps 20 s
+        if i == 6:
+            pre, reqs = 0.0, 0.0  # a counter reset (the server restarted its metrics)
+        pre += 3
+        reqs += 50
+        window.add(_s(1000.0 + 10 * i, pre=pre, reqs=reqs, usage=0.5 + 0.03 * i, ttft=(i, 0, 0, 10 * i, 0)))
+        tally.follow(window)
+    assert tally.samples == 13
+    assert tally.seconds == pytest.approx(120.0)
+    # 12 steps of 3 (the reset step counts what the new series holds: 3)
+    assert tally.counts["preemptions"] == pytest.approx(36.0)
+    assert tally.counts["requests"] == pytest.approx(600.0)
+    assert tally.peak_kv_usage == pytest.approx(0.86)
+    assert tally.peak_tokens == 860
+    s = tally.section()
+    assert s["preemptions_per_1k"] == pytest.approx(60.0)
+    assert s["preemptions_per_min"] == pytest.approx(18.0)
+    assert s["ttft_p95"] is not None
+    assert 1.0 < s["ttft_p95"] <= 5.0
+    assert window.figures().samples < 13  # what the window alone would have said: its last 20 s
+
+
+def test_a_change_of_source_is_a_gap_and_the_log_takes_the_boots_pool() -> None:
+    tally = ServingTally()
+    tally.add(_s(0.0, pre=10, reqs=10, usage=0.2))
+    tally.add(_s(10.0, pre=12, reqs=20, usage=0.2))
+    tally.add(_s(20.0, pre=500, reqs=900, usage=0.9, source="log", pool=None), pool_tokens=2000)
+    tally.add(_s(30.0, pre=501, reqs=910, usage=0.3, source="log", pool=None), pool_tokens=2000)
+    assert tally.seconds == pytest.approx(20.0)  # 0→10 and 20→30; nothing across the switch
+    assert tally.counts["preemptions"] == pytest.approx(3.0)
+    assert tally.peak_tokens == 1800
+
+
+def _part(first: float, last: float, pre: float, reqs: float, peak: float) -> dict[str, object]:
+    return {"first_at": first, "last_at": last, "seconds": last - first, "samples": int(last - first) + 1,
+            "counts": {"preemptions": pre, "requests": reqs}, "peak_kv_usage": peak, "peak_tokens": round(peak * 100),
+            "engine": "vllm", "sources": ["metrics"]}
+
+
+def test_watchers_that_overlap_count_once_and_those_that_do_not_add_up() -> None:
+    s = build_section({
+        "a": _part(0, 100, 10, 1000, 0.9),     # the console, watching long
+        "b": _part(50, 80, 4, 300, 1.0),      # a watch at the same time: the same requests
+        "c": _part(200, 260, 0, 500, 0.4),    # later, alone
+    })
+    assert s["preemptions"] == 10
+    assert s["requests"] == 1500
+    assert s["seconds"] == 160
+    assert s["preemptions_per_1k"] == pytest.approx(10 * 1000 / 1500)
+    assert s["peak_kv_usage"] == 1.0
+    assert s["peak_tokens"] == 100
+    assert s["watchers"] == 3
+    # merging keeps both documents' parts; one watcher's newer part (more samples) replaces its older
+    merged = merge_serving({"sessions": {"a": _part(0, 10, 1, 100, 0.5)}}, s)
+    assert merged is not None
+    assert set(merged["sessions"]) == {"a", "b", "c"}
+    assert merged["sessions"]["a"]["last_at"] == 100
+    assert merge_serving(None, None) is None
+    many = build_section({f"w{i}": _part(1000 * i, 1000 * i + i, 1, 10, 0.5) for i in range(MAX_SESSIONS + 5)})
+    assert len(many["sessions"]) == MAX_SESSIONS  # bounded: those that watched longest
+
+
+def _tally(peak_usage: float, pre_per_step: float, *, session: str = "w", n: int = 5) -> ServingTally:
+    t = ServingTally(session)
+    for i in range(n):
+        t.add(_s(100.0 + 10 * i, pre=pre_per_step * i, reqs=100.0 * i, usage=peak_usage * (i + 1) / 5,
+                 ttft=(10 * i, 0, 0, 0, 0)))
+    return t
+
+
+def test_the_section_round_trips_through_the_store_and_survives_the_recorders_writes(tmp_path: Path) -> None:
+    boot = sglang(0.85)
+    key = boot_key("h", boot)
+    assert key is not None
+    with Store(tmp_path / "h.sqlite3").open() as store:
+        old_doc = boot_doc("h", boot)  # what the monitor's recorder (and an older kvtui) wrote: no section
+        row = store.put(old_doc, key)
+        assert section_of(store.get(row).doc) is None  # type: ignore[union-attr]
+        assert observed_tokens(store.get(row).doc) is None  # type: ignore[union-attr]
+        assert record_serving(store, "h", boot, _tally(0.8, 2, session="watch")) == row
+        assert record_serving(store, "h", boot, _tally(0.6, 0, session="console", n=4)) == row
+        store.put(boot_doc("h", boot), key)  # the recorder writes the boot again: the section stays
+        got = store.get(row)
+    assert got is not None
+    s = section_of(got.doc)
+    assert s is not None
+    assert set(s["sessions"]) == {"watch", "console"}
+    assert s["peak_kv_usage"] == pytest.approx(0.8)
+    pool = got.doc["serving"]["pool_tokens"]
+    assert s["peak_tokens"] == round(0.8 * pool)
+    assert s["preemptions"] == 8  # they overlap: the one that watched longest counts
+    assert observed_tokens(got.doc) == (round(0.8 * pool), -(-round(0.8 * pool) * 12 // 10))
+    json.dumps(got.doc)  # plain JSON (the infinite bucket bound is stored as null)
+
+
+def _hosts(tmp_path: Path) -> str:
+    path = tmp_path / "hosts.toml"
+    path.write_text("[hosts.demo]\ndemo = true\ndemo_speed = 300\n")
+    return str(path)
+
+
+def test_watch_records_the_boots_serving_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hosts = _hosts(tmp_path)
+    code = main(["watch", "demo", "--hosts", hosts, "--json", "--count", "4", "--interval", "0.5",
+                 "--timeout", "120"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    last = json.loads(out.splitlines()[-1])
+    assert "serving figures recorded in the history (boot #" in err
+    assert main(["history", "demo", "--hosts", hosts, "--json"]) == 0
+    boots = json.loads(capsys.readouterr()[0])["boots"]
+    s = section_of(boots[0])
+    assert s is not None, boots[0].keys()
+    assert s["samples"] == 4
+    assert s["sources"] == ["metrics"]
+    assert s["peak_kv_usage"] == pytest.approx(last["peak_kv_usage"])
+    assert s["peak_tokens"] == round(s["peak_kv_usage"] * last["pool_tokens"])
+    assert s["seconds"] == pytest.approx(last["seconds"], abs=0.01)
+    assert s["requests"]
+    assert s["requests"] > 0
+    assert s["retractions_per_1k"] is not None
