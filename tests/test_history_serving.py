@@ -168,3 +168,88 @@ def test_watch_records_the_boots_serving_figures(tmp_path: Path, capsys: pytest.
     assert s["requests"]
     assert s["requests"] > 0
     assert s["retractions_per_1k"] is not None
+
+
+# -- history --diff and the list ---------------------------------------------------------------------
+
+
+def _incident(store: Store, minutes: int, fraction: float, *, pre_per_step: float, peak: float,
+              slow: bool) -> int:
+    """A boot of ``demo`` watched for 40 s: ``pre_per_step`` preemptions per 1000 requests, TTFT
+    mostly in (1, 5] s when ``slow``, else under 0.1 s."""
+    boot = sglang(fraction, minutes=minutes)
+    t = ServingTally(f"w{minutes}")
+    for i in range(5):
+        ttft = (0, 0, 0, 20 * i, 0) if slow else (20 * i, 0, 0, 0, 0)
+        t.add(_s(100.0 + 10 * i, pre=pre_per_step * i, reqs=1000.0 * i, usage=peak if i == 2 else 0.3, ttft=ttft))
+    row = record_serving(store, "demo", boot, t)
+    assert row is not None
+    return row
+
+
+def _two_boots() -> tuple[int, int]:
+    from kvtui.history import default_path
+
+    with Store(default_path()).open() as store:
+        a = _incident(store, 0, 0.85, pre_per_step=137, peak=1.0, slow=True)
+        b = _incident(store, 30, 0.92, pre_per_step=0, peak=0.61, slow=False)
+        later = sglang(0.9, minutes=60)
+        unwatched = store.put(boot_doc("demo", later), boot_key("demo", later) or "")
+    assert unwatched not in (a, b)
+    return a, b
+
+
+def test_history_diff_shows_the_serving_figures_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _two_boots()
+    assert main(["history", "demo", "--diff", str(b), str(a)]) == 0
+    out = capsys.readouterr()[0]
+    assert "Serving (as watched):" in out
+    assert "preemptions per 1k requests 137 → 0, TTFT p95 " in out
+    assert "peak KV usage 100 % → 61 %" in out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("peak tokens held"))
+    assert "1,000" in line
+    assert "610" in line
+    assert main(["history", "demo", "--diff", str(b), str(a), "--json"]) == 0
+    d = json.loads(capsys.readouterr()[0])
+    assert d["serving"]["base"]["preemptions_per_1k"] == pytest.approx(137.0)
+    assert d["serving"]["boot"]["preemptions_per_1k"] == 0
+    assert d["serving"]["base"]["ttft_p95"] > 1.0 > 0.1 >= d["serving"]["boot"]["ttft_p95"]
+    assert "sessions" not in d["serving"]["base"]
+    # the list: a serving column, the unwatched boot "?"; --json carries the section
+    assert main(["history", "demo"]) == 0
+    lines = capsys.readouterr()[0].splitlines()
+    assert "serving" in lines[0].split()
+    row_a = next(ln for ln in lines if ln.startswith(f"#{a} "))
+    assert "KV 100% 137/1k preempt p95 " in row_a
+    assert main(["history", "demo", "--json"]) == 0
+    boots = {x["id"]: x for x in json.loads(capsys.readouterr()[0])["boots"]}
+    assert boots[b]["serving"]["peak_kv_usage"] == pytest.approx(0.61)
+    assert "serving" not in boots[max(boots)] or boots[max(boots)]["serving"] is None
+
+
+def test_a_list_without_serving_figures_is_unchanged(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvtui.history import default_path
+
+    with Store(default_path()).open() as store:
+        store.put(boot_doc("demo", sglang(0.9)), boot_key("demo", sglang(0.9)) or "")
+    assert main(["history", "demo"]) == 0
+    assert "serving" not in capsys.readouterr()[0].splitlines()[0].split()
+
+
+def test_watch_then_history_diff_shows_the_watched_boots_figures(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from kvtui.history import default_path
+
+    hosts = _hosts(tmp_path)
+    with Store(default_path()).open() as store:  # an earlier boot of demo, watched in an incident
+        old = _incident(store, 0, 0.85, pre_per_step=137, peak=1.0, slow=True)
+    assert main(["watch", "demo", "--hosts", hosts, "--count", "3", "--interval", "0.5", "--timeout", "120"]) == 0
+    capsys.readouterr()
+    with Store(default_path()).open() as store:
+        watched = next(r for r in store.boots("demo") if r.id != old)
+    assert section_of(watched.doc) is not None
+    assert main(["history", "demo", "--hosts", hosts, "--diff", str(watched.id), str(old)]) == 0
+    out = capsys.readouterr()[0]
+    assert "Serving (as watched):" in out
+    assert "peak KV usage 100 % → " in out
+    assert "retractions per 1k requests" in out  # the demo is SGLang: its retractions

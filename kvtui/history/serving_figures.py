@@ -320,3 +320,99 @@ def iso(ts: object) -> str | None:
     if f is None:
         return None
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(f))
+
+
+# -- text ------------------------------------------------------------------------------------------
+
+
+def _pct_text(v: object) -> str:
+    f = _num(v)
+    return "?" if f is None else f"{f * 100:.0f} %"
+
+
+def _secs_text(v: object) -> str:
+    f = _num(v)
+    if f is None:
+        return "?"
+    return f"{f:.2f} s" if f < 1 else f"{f:.1f} s"
+
+
+def _count_text(v: object, digits: int = 0) -> str:
+    f = _num(v)
+    return "?" if f is None else f"{f:,.{digits}f}"
+
+
+def _per1k_text(v: object) -> str:
+    f = _num(v)
+    if f is None:
+        return "?"
+    return "0" if f == 0 else f"{f:,.{1 if f < 10 else 0}f}"
+
+
+def pressure_key(section: Mapping[str, Any]) -> str:
+    """``preemptions`` (vLLM) or ``retractions`` (SGLang): the counter the section has."""
+    if _num(section.get("preemptions")) is None and _num(section.get("retractions")) is not None:
+        return "retractions"
+    return "preemptions"
+
+
+# (label, section key, formatter): the rows of ``history --diff``'s serving table, in order
+ROWS: Final = (
+    ("preemptions per 1k requests", "preemptions_per_1k", _per1k_text),
+    ("retractions per 1k requests", "retractions_per_1k", _per1k_text),
+    ("TTFT p95", "ttft_p95", _secs_text),
+    ("queue time p95", "queue_p95", _secs_text),
+    ("peak KV usage", "peak_kv_usage", _pct_text),
+    ("peak tokens held", "peak_tokens", _count_text),
+    ("preemptions", "preemptions", _count_text),
+    ("retractions", "retractions", _count_text),
+    ("requests finished", "requests", _count_text),
+    ("watched", "seconds", lambda v: "?" if _num(v) is None else f"{_num(v) or 0:.0f} s"),
+)
+# the one-line comparison: the incident's figures
+HEADLINE: Final = ("preemptions_per_1k", "retractions_per_1k", "ttft_p95", "peak_kv_usage")
+
+
+def rows(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> list[tuple[str, str, str]]:
+    """(label, base, boot) for each figure either section has."""
+    out: list[tuple[str, str, str]] = []
+    for label, key, text in ROWS:
+        x = a.get(key) if a is not None else None
+        y = b.get(key) if b is not None else None
+        if _num(x) is None and _num(y) is None:
+            continue
+        out.append((label, text(x) if a is not None else "—", text(y) if b is not None else "—"))
+    return out
+
+
+def headline(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> str:
+    """``preemptions per 1k requests 137 → 0, TTFT p95 4.6 s → 0.40 s, peak KV usage 100 % → 61 %``."""
+    labels = {key: (label, text) for label, key, text in ROWS}
+    parts = []
+    for key in HEADLINE:
+        x = a.get(key) if a is not None else None
+        y = b.get(key) if b is not None else None
+        if _num(x) is None and _num(y) is None:
+            continue
+        label, text = labels[key]
+        parts.append(f"{label} {text(x) if a is not None else '—'} → {text(y) if b is not None else '—'}")
+    return ", ".join(parts)
+
+
+def compact(section: Mapping[str, Any] | None) -> str:
+    """The history list's serving cell: ``KV 100% 137/1k p95 4.6s`` (preemptions or retractions
+    per 1k requests, TTFT p95); ``""`` when nobody watched the boot serve."""
+    if section is None:
+        return ""
+    parts = []
+    peak = _num(section.get("peak_kv_usage"))
+    if peak is not None:
+        parts.append(f"KV {peak * 100:.0f}%")
+    key = pressure_key(section)
+    per1k = _num(section.get(f"{key}_per_1k"))
+    if per1k is not None:
+        parts.append(f"{_per1k_text(per1k)}/1k {'preempt' if key == 'preemptions' else 'retract'}")
+    p95 = _num(section.get("ttft_p95"))
+    if p95 is not None:
+        parts.append(f"p95 {_secs_text(p95).replace(' ', '')}")
+    return " ".join(parts) or f"{_count_text(section.get('samples'))} samples"
