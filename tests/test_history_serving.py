@@ -253,3 +253,36 @@ def test_watch_then_history_diff_shows_the_watched_boots_figures(tmp_path: Path,
     assert "Serving (as watched):" in out
     assert "peak KV usage 100 % → " in out
     assert "retractions per 1k requests" in out  # the demo is SGLang: its retractions
+
+
+# -- tune --goal tokens=observed ----------------------------------------------------------------------
+
+
+def _first_candidate(out: str) -> str:
+    return next(ln for ln in out.splitlines() if "first candidate" in ln)
+
+
+def test_tune_goal_tokens_observed_sizes_from_the_observed_peak(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from kvtui.history import default_path
+
+    hosts = _hosts(tmp_path)
+    assert main(["--hosts", hosts, "tune", "demo", "--goal", "tokens=observed", "--dry-run"]) == 3
+    err = capsys.readouterr().err
+    assert "no boot of demo has serving figures in the history: run kvtui watch demo" in err
+    assert main(["watch", "demo", "--hosts", hosts, "--count", "3", "--interval", "0.5", "--timeout", "120"]) == 0
+    capsys.readouterr()
+    with Store(default_path()).open() as store:  # the incident: another watcher saw the pool hold 230,000 tokens
+        row = store.boots("demo")[0]
+        part = {"first_at": 1.0, "last_at": 61.0, "seconds": 60.0, "samples": 13, "peak_kv_usage": 1.0,
+                "peak_tokens": 230_000, "counts": {"retractions": 40.0, "requests": 300.0}}
+        store.put({**row.doc, "serving": build_section({"incident": part})}, row.key)
+    assert main(["--hosts", hosts, "tune", "demo", "--goal", "tokens=observed", "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert f"the running boot (#{row.id}) held at most 230,000 tokens" in err
+    assert "+ 20% = tokens=276,000" in err
+    assert "goal tokens=276,000" in out
+    observed = _first_candidate(out)
+    assert main(["--hosts", hosts, "tune", "demo", "--goal", "tokens=276000", "--dry-run"]) == 0
+    assert _first_candidate(capsys.readouterr().out) == observed  # the calculator's fraction for that pool
+    assert main(["--hosts", hosts, "tune", "demo", "--goal", "tokens=observed", "--requests", "2"]) == 2
