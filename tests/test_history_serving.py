@@ -286,3 +286,76 @@ def test_tune_goal_tokens_observed_sizes_from_the_observed_peak(tmp_path: Path,
     assert main(["--hosts", hosts, "tune", "demo", "--goal", "tokens=276000", "--dry-run"]) == 0
     assert _first_candidate(capsys.readouterr().out) == observed  # the calculator's fraction for that pool
     assert main(["--hosts", hosts, "tune", "demo", "--goal", "tokens=observed", "--requests", "2"]) == 2
+
+
+def test_history_show_lists_the_serving_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    a, _ = _two_boots()
+    assert main(["history", "show", str(a)]) == 0
+    out = capsys.readouterr()[0]
+    assert "  Serving (as watched: 5 samples from " in out
+    line = next(ln for ln in out.splitlines() if "preemptions per 1k requests" in ln)
+    assert line.split()[-1] == "137"
+
+
+# -- the recording hook ---------------------------------------------------------------------------------
+
+
+async def test_the_recorder_writes_every_turn_off_the_loop_and_on_close(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import threading
+
+    from kvtui.history.serving import ServingRecorder
+    from kvtui.history.store import Store as RealStore
+
+    path = tmp_path / "h.sqlite3"
+    now = [0.0]
+    rec = ServingRecorder("h", path=path, every=30.0, clock=lambda: now[0])
+    writers: list[str] = []
+    real_put = RealStore.put
+
+    def put(self: RealStore, doc: dict[str, object], key: str) -> int:
+        writers.append(threading.current_thread().name)
+        return real_put(self, doc, key)
+
+    monkeypatch.setattr(RealStore, "put", put)
+    boot1, boot2 = sglang(0.85), sglang(0.9, minutes=30)
+    window = ServingWindow()
+    for i in range(4):  # 4 samples 10 s apart: one write when the 30 s turn comes
+        window.add(_s(10.0 * i, pre=2.0 * i, reqs=100.0 * i, usage=0.5))
+        now[0] = 10.0 * i + 5
+        rec.observe(boot1, window)
+    for _ in range(1200):  # up to a minute on a loaded machine
+        if rec.written:
+            break
+        await asyncio.sleep(0.05)
+    assert rec.written == 1
+    assert writers
+    assert threading.main_thread().name not in writers  # SQLite never on the loop's thread
+    window.add(_s(100.0, pre=0.0, reqs=0.0, usage=0.9))  # the next boot's first sample
+    rec.observe(boot2, window)  # a new boot: the previous one's last figures are queued
+    assert await rec.close() is None
+    assert rec.tally is not None
+    assert rec.tally.samples == 1  # the new boot's tally took only its own sample
+    with RealStore(path).open() as store:
+        first = store.by_key(boot_key("h", boot1) or "")
+        second = store.by_key(boot_key("h", boot2) or "")
+    assert first is not None
+    assert second is not None
+    assert section_of(first.doc)["samples"] == 4  # type: ignore[index]
+    assert section_of(first.doc)["preemptions"] == 6  # type: ignore[index]
+    assert section_of(second.doc)["peak_kv_usage"] == pytest.approx(0.9)  # type: ignore[index]
+
+
+async def test_a_boot_the_history_cannot_name_is_said(tmp_path: Path) -> None:
+    from kvtui.boot import Boot
+    from kvtui.history.serving import ServingRecorder
+
+    rec = ServingRecorder("h", path=tmp_path / "h.sqlite3")
+    window = ServingWindow()
+    window.add(_s(0.0, pre=0, reqs=0, usage=0.2))
+    rec.observe(Boot(engine=Engine.SGLANG), window)  # serving lines only: no start, no flags
+    problem = await rec.close()
+    assert problem is not None
+    assert "the boot's start is not in the log read" in problem
+    assert rec.written == 0

@@ -287,6 +287,7 @@ def render_stored(row: object) -> list[str]:
     samples = rec.gpu_readings(d.get("gpu_samples"))
     if samples:
         lines.append(f"    {len(samples)} readings kept (kvtui bundle {row.host} --boot {row.id}: gpu.json)")
+    lines.extend(_serving_lines(d))
     flags = d.get("flags")
     if isinstance(flags, dict) and flags:
         lines.append(f"  Flags ({len(flags)}, as the engine dumped them)")
@@ -323,6 +324,20 @@ def render_stored(row: object) -> list[str]:
             outcome += ", forced"
         lines.append(f"    {'outcome':<16} {outcome}")
     return lines
+
+
+def _serving_lines(d: dict[str, object]) -> list[str]:
+    """``history show``: the serving figures a watcher recorded (``kvtui.history.serving_figures``)."""
+    from kvtui.history import serving_figures as sf
+
+    s = sf.section_of(d)
+    if s is None:
+        return []
+    first, last = sf.iso(s.get("first_at")), sf.iso(s.get("last_at"))
+    out = [f"  Serving (as watched: {s.get('samples')} samples from {first} to {last}, "
+           f"{s.get('watchers')} watcher{'s' if s.get('watchers') != 1 else ''})"]
+    out += [f"    {label:<28} {value}" for label, _, value in sf.rows(None, s)]
+    return out
 
 
 def _wrap(items: list[str], width: int, indent: str) -> list[str]:

@@ -121,6 +121,9 @@ class ServingRecorder:
     def _start(self, boot: Boot, tally: ServingTally) -> None:
         got = serving_doc(self.host, boot, tally)  # built on the loop: the boot is the loop's
         if got is None:
+            if tally.samples:
+                self.problem = ("the boot's start is not in the log read (no launch line, no argument dump, or no "
+                                "timestamp): the history cannot name the boot")
             return
         key, doc = got
         self._queue[key] = doc  # a newer document of a boot replaces the one not yet written
