@@ -359,3 +359,23 @@ async def test_a_boot_the_history_cannot_name_is_said(tmp_path: Path) -> None:
     assert problem is not None
     assert "the boot's start is not in the log read" in problem
     assert rec.written == 0
+
+
+def test_a_restarts_ledger_entry_carries_the_boots_serving_figures(tmp_path: Path) -> None:
+    from kvtui.history import ledger
+
+    boot = sglang(0.92)
+    key = boot_key("h", boot)
+    assert key is not None
+    restart = {"action": "apply", "edit": ["--mem-fraction-static", "0.92"],
+               "prediction": {"tokens": 511_443, "verdict": "ok"}}
+    with Store(tmp_path / "h.sqlite3").open() as store:
+        row = store.put(boot_doc("h", boot, restart=restart), key)
+        e = ledger.entry(store.get(row).doc, row)  # type: ignore[union-attr]
+        assert e is not None
+        assert e.to_json()["serving"] is None  # nobody watched it serve (yet)
+        record_serving(store, "h", boot, _tally(0.61, 0))
+        e = ledger.entry(store.get(row).doc, row)  # type: ignore[union-attr]
+    assert e is not None
+    assert e.to_json()["serving"] == {"preemptions_per_1k": 0.0, "retractions_per_1k": None,
+                                      "ttft_p95": pytest.approx(0.095), "peak_kv_usage": pytest.approx(0.61)}
