@@ -58,6 +58,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
 
 
 OBSERVED = "tokens=observed"
+FULL_POOL = 0.95  # a peak KV usage this high: the observed peak is a floor of the demand
 
 
 def is_observed(goal: str) -> bool:
@@ -95,6 +96,10 @@ def observed_goal(name: str, cur: object) -> tuple[str, str] | str:
             f"(peak KV usage {sf._pct_text(section.get('peak_kv_usage'))}"
             + (f", watched {watched:.0f} s" if watched is not None else "")
             + f") + {sf.OBSERVED_MARGIN:.0%} = tokens={goal:,}")
+    usage = sf._num(section.get("peak_kv_usage"))
+    if usage is not None and usage >= FULL_POOL:
+        note += ("; the pool was full, so the demand was at least that: watch the new boot under the same load "
+                 "and tune again if it fills too")
     return f"tokens={goal}", note
 
 
