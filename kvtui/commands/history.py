@@ -1,23 +1,24 @@
 """``kvtui history HOST [--json] [--limit N]`` and ``kvtui history HOST --diff [A] [B]``.
 
 The list: the host's remembered boots, newest first (id, when, outcome, fraction, tokens, time to
-ready, failure; for a kvtui-driven restart the prediction next to what the boot did), then the
-prediction ledger's summary. ``--json``: ``{"host", "boots": [stored documents with "id"],
-"ledger": {"entries", "summary"}}``.
+ready, failure; for a kvtui-driven restart the prediction next to what the boot did; the serving
+figures a watcher recorded — peak KV usage, preemptions or retractions per 1k requests, TTFT p95 —
+as a column when any boot has them), then the prediction ledger's summary. ``--json``: ``{"host",
+"boots": [stored documents with "id"], "ledger": {"entries", "summary"}}``.
 
 ``--diff``: what changed between two boots (``kvtui.history.diff``): ``A`` (default: the newest
-boot) against ``B`` (default: the last ready boot of the same model before ``A``); ids as the
-list shows them. Exit codes: 0; 2 usage; 3 a bad hosts file, an unreadable history, or no such
-boot (the message says which ids exist).
+boot) against ``B`` (default: the last ready boot of the same model before ``A``); ids as the list
+shows them; the serving figures of both side by side when either has them. Exit codes: 0; 2 usage; 3
+a bad hosts file, an unreadable history, or no such boot (the message says which ids exist).
 
 ``kvtui history NAME`` for a ``[deployments.NAME]``: the deployment's starts (``_deployment``).
 
 ``kvtui history show KEY|N [--json]``: one stored boot in full, by its id (``#N`` in the list: ids
 are unique over all hosts) or its key (or a unique start of it): the boot as ``replay`` prints it
-(phases, figures, nodes, failure), then what the history adds — where it was recorded from, the
-pool environment, every GPU's free memory at the start and peak during the boot, the full flag set,
-and the kvtui restart that caused it (edit, prediction, outcome). ``--json``: the stored document
-with ``id`` and ``key``.
+(phases, figures, nodes, failure), then what the history adds — where it was recorded from, the pool
+environment, every GPU's free memory at the start and peak during the boot, the full flag set, and
+the kvtui restart that caused it (edit, prediction, outcome). ``--json``: the stored document with
+``id`` and ``key``.
 """
 
 from __future__ import annotations
@@ -89,7 +90,13 @@ def _list(rows: list, args: argparse.Namespace, out: TextIO, err: TextIO, path: 
     if not rows:
         print(f"kvtui history: no boot of {args.host} in the history ({path})", file=err)
         return EXIT_OK
-    table: list[tuple[str, ...]] = [("id", "started", "outcome", "fraction", "tokens", "to ready", "failure / restart")]
+    from kvtui.history import serving_figures as sf
+
+    # the serving figures (``kvtui watch`` / the console recorded them): a column when any boot has them
+    served = {r.id: sf.compact(sf.section_of(r.doc)) for r in rows}
+    serving_col = any(served.values())
+    table: list[tuple[str, ...]] = [("id", "started", "outcome", "fraction", "tokens", "to ready",
+                                     *(("serving",) if serving_col else ()), "failure / restart")]
     for r in rows:
         d = r.doc
         fail = d.get("failure")
@@ -109,7 +116,8 @@ def _list(rows: list, args: argparse.Namespace, out: TextIO, err: TextIO, path: 
         frac = rec.fraction_of(d)
         table.append((f"#{r.id}", str(d.get("started_at") or "")[:19].replace("T", " "), str(d.get("status")),
                       f"{frac:g}" if frac is not None else fmt.UNKNOWN, fmt.tokens(rec.tokens_of(d)),
-                      fmt.duration(rec.seconds_of(d)) if d.get("status") == "ready" else fmt.UNKNOWN, note))
+                      fmt.duration(rec.seconds_of(d)) if d.get("status") == "ready" else fmt.UNKNOWN,
+                      *((served[r.id] or fmt.UNKNOWN,) if serving_col else ()), note))
     _write_table(table, out, right=(3, 4, 5))  # the figures right-aligned
     if entries:
         out.write(summary.text() + "\n")
@@ -279,6 +287,7 @@ def render_stored(row: object) -> list[str]:
     samples = rec.gpu_readings(d.get("gpu_samples"))
     if samples:
         lines.append(f"    {len(samples)} readings kept (kvtui bundle {row.host} --boot {row.id}: gpu.json)")
+    lines.extend(_serving_lines(d))
     flags = d.get("flags")
     if isinstance(flags, dict) and flags:
         lines.append(f"  Flags ({len(flags)}, as the engine dumped them)")
@@ -315,6 +324,20 @@ def render_stored(row: object) -> list[str]:
             outcome += ", forced"
         lines.append(f"    {'outcome':<16} {outcome}")
     return lines
+
+
+def _serving_lines(d: dict[str, object]) -> list[str]:
+    """``history show``: the serving figures a watcher recorded (``kvtui.history.serving_figures``)."""
+    from kvtui.history import serving_figures as sf
+
+    s = sf.section_of(d)
+    if s is None:
+        return []
+    first, last = sf.iso(s.get("first_at")), sf.iso(s.get("last_at"))
+    out = [f"  Serving (as watched: {s.get('samples')} samples from {first} to {last}, "
+           f"{s.get('watchers')} watcher{'s' if s.get('watchers') != 1 else ''})"]
+    out += [f"    {label:<28} {value}" for label, _, value in sf.rows(None, s)]
+    return out
 
 
 def _wrap(items: list[str], width: int, indent: str) -> list[str]:

@@ -7,6 +7,10 @@ what happens on failure) and asks; then runs the loop (``kvtui.tune.driver``) th
 apply path, with a table of steps on stderr. Ctrl-C stops after the step in progress (a second one
 interrupts it: the service audits and says where the host was left).
 
+``--goal tokens=observed``: ``tokens=N`` with N the observed peak demand of the running boot (else
+the newest boot with serving figures: what ``kvtui watch`` or the console recorded in the history)
+plus 20 % (``observed_goal``); without figures it says to run ``kvtui watch HOST`` first (exit 3).
+
 Exit codes: 0 the goal is met; 1 not met within the budget (the last ready configuration is left
 running, rolled back to when the last step failed); 2 usage; 3 configuration or connection; 4
 refused (readonly host, no terminal to confirm on, answered no, a step refused); 5 a boot timed out.
@@ -36,7 +40,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     p = sub.add_parser("tune", parents=common,
                        help="find the largest memory fraction that boots (or meets a goal), one safe step at a time")
     p.add_argument("host", metavar="HOST", help="a [hosts.NAME] of hosts.toml ('demo' always exists)")
-    p.add_argument("--goal", required=True, metavar="GOAL", help="max-tokens | context=N | tokens=N")
+    p.add_argument("--goal", required=True, metavar="GOAL",
+                   help="max-tokens | context=N | tokens=N | tokens=observed (the peak demand kvtui watch "
+                        "recorded, +20 %%)")
     p.add_argument("--requests", type=int, metavar="K", help="with context=N: K requests of N tokens (default 1)")
     p.add_argument("--also", action="append", default=[], metavar="KNOB",
                    help="also move max-running-requests / cuda-graph-max-bs (only those named)")
@@ -49,6 +55,52 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="per boot (default 1800)")
     p.add_argument("--json", action="store_true", help="the result as JSON on stdout")
+
+
+OBSERVED = "tokens=observed"
+FULL_POOL = 0.95  # a peak KV usage this high: the observed peak is a floor of the demand
+
+
+def is_observed(goal: str) -> bool:
+    return "".join(goal.split()).lower() == OBSERVED
+
+
+def observed_goal(name: str, cur: object) -> tuple[str, str] | str:
+    """``--goal tokens=observed``: ``tokens=N`` from the observed peak demand (tokens the pool held
+    at its fullest, ``kvtui watch`` or the console recorded it: ``kvtui.history.serving_figures``)
+    of the running boot, else of the newest boot of the host with serving figures, plus
+    ``OBSERVED_MARGIN`` (20 %); (the goal, a note saying where it came from), or the message why
+    there is none."""
+    from kvtui.boot import Boot
+    from kvtui.history import HistoryError, boot_key, open_store
+    from kvtui.history import serving_figures as sf
+
+    key = boot_key(name, cur) if isinstance(cur, Boot) else None
+    with open_store(readonly=True) as store:
+        try:
+            rows = store.boots(name, limit=200)
+        except HistoryError as exc:
+            return f"--goal {OBSERVED}: {exc}"
+    mine = [r for r in rows if r.key == key]
+    row = next((r for r in [*mine, *rows] if sf.observed_tokens(r.doc) is not None), None)
+    if row is None:
+        return (f"--goal {OBSERVED}: no boot of {name} has serving figures in the history: run kvtui watch {name} "
+                "(or keep the console's serving panel open) while the server is under its load, then tune again")
+    got = sf.observed_tokens(row.doc)
+    assert got is not None
+    peak, goal = got
+    section = sf.section_of(row.doc) or {}
+    which = "the running boot" if mine and row is mine[0] else "the newest boot with serving figures"
+    watched = sf._num(section.get("seconds"))
+    note = (f"--goal {OBSERVED}: {which} (#{row.id}) held at most {peak:,} tokens "
+            f"(peak KV usage {sf._pct_text(section.get('peak_kv_usage'))}"
+            + (f", watched {watched:.0f} s" if watched is not None else "")
+            + f") + {sf.OBSERVED_MARGIN:.0%} = tokens={goal:,}")
+    usage = sf._num(section.get("peak_kv_usage"))
+    if usage is not None and usage >= FULL_POOL:
+        note += ("; the pool was full, so the demand was at least that: watch the new boot under the same load "
+                 "and tune again if it fills too")
+    return f"tokens={goal}", note
 
 
 def run(args: argparse.Namespace, **streams: Any) -> int:
@@ -99,8 +151,13 @@ async def tune_main(
     def err(msg: str) -> None:
         print(f"kvtui tune: {msg}", file=stderr, flush=True)
 
+    observed = is_observed(args.goal)
     try:
-        parse_goal(args.goal, args.requests)
+        if observed:
+            if args.requests is not None:
+                raise TuneError("--requests goes with --goal context=N, not tokens=observed")
+        else:
+            parse_goal(args.goal, args.requests)
     except TuneError as exc:
         err(str(exc))
         return EXIT_USAGE
@@ -118,6 +175,13 @@ async def tune_main(
             err(str(exc))
             return getattr(exc, "code", EXIT_INPUT)
         cur = boots[-1] if boots else None
+        if observed:
+            goal = observed_goal(name, cur)
+            if isinstance(goal, str):
+                err(goal)
+                return EXIT_INPUT
+            args.goal, note = goal
+            err(note)
         try:
             planner = make_planner(args, cmd.engine, driver.running_flags(boots, cmd),
                                    cur is not None and cur.status is BootStatus.READY,

@@ -14,6 +14,11 @@ A line: ``14:52:03 metrics  KV 87.0% (peak 96.0%)  running 45 / waiting 3  retra
 TTFT p95 0.41 s`` and, when a limit bites, the diagnosis (``kvtui.serving.diagnose``). ``--json``:
 one object per line (``sample_json``; README "kvtui watch").
 
+The boot's serving figures over the whole watched time (peak KV usage and tokens held,
+preemptions / retractions and requests, TTFT and queue-time histograms) are written into its
+history document every 30 s and at the end (``kvtui.history.serving``; off with ``[history]
+record = false``), for ``kvtui history --diff`` and ``tune --goal tokens=observed``.
+
 Exit codes (``kvtui.exits``, as ``kvtui wait``): 0 after ``--count`` samples; 1 the boot failed
 (a stopped server is waited for: a restart goes on being watched); 2 usage; 3 connection or
 configuration; 5 no sample for ``--timeout`` seconds (waiting for the boot to be ready included);
@@ -33,8 +38,11 @@ from datetime import datetime
 from typing import TextIO
 
 from kvtui.boot import BootStatus
+from kvtui.config import HistoryConfig
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
+from kvtui.history.serving import ServingRecorder
+from kvtui.history.store import Limits
 from kvtui.hosts.backend import BackendError, ConnState, LogStart
 from kvtui.monitor import HostMonitor
 from kvtui.serving.diagnose import Limit
@@ -126,6 +134,7 @@ async def watch(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO,
         print(f"kvtui watch: {args.host}: {exc}", file=stderr)
         return EXIT_INPUT
     reader = ServingReader(monitor, now)
+    recorder = _recorder(args.host, config.history)
     fatal: list[str] = []
 
     def sink(updates: Sequence[MonitorUpdate]) -> None:
@@ -139,8 +148,11 @@ async def watch(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO,
           flush=True)
     try:
         return await _loop(args.host, reader, task, fatal, interval=interval, timeout=timeout, count=count,
-                           json_out=bool(args.json), stdout=stdout, stderr=stderr, now=now, loop=loop)
+                           json_out=bool(args.json), stdout=stdout, stderr=stderr, now=now, loop=loop,
+                           recorder=recorder)
     finally:
+        if recorder is not None:
+            await _close_recorder(args.host, recorder, stderr)
         with contextlib.suppress(TimeoutError, Exception):
             async with asyncio.timeout(1.5):
                 await monitor.close()
@@ -149,9 +161,27 @@ async def watch(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO,
             await asyncio.wait_for(task, 1.5)
 
 
+def _recorder(host: str, config: HistoryConfig) -> ServingRecorder | None:
+    """The boot's serving figures go to the history (``kvtui.history.serving``) unless
+    ``[history] record = false``."""
+    if not config.record:
+        return None
+    return ServingRecorder(host, limits=Limits(config.max_age_days, config.max_boots_per_host))
+
+
+async def _close_recorder(name: str, recorder: ServingRecorder, stderr: TextIO) -> None:
+    problem = await recorder.close()
+    if problem:
+        print(f"kvtui watch: {name}: the serving figures were not recorded: {problem}", file=stderr)
+    elif recorder.boot_id is not None:
+        print(f"kvtui watch: {name}: serving figures recorded in the history (boot #{recorder.boot_id}; "
+              f"kvtui history {name} --diff)", file=stderr)
+
+
 async def _loop(name: str, reader: ServingReader, task: asyncio.Task[None], fatal: list[str], *, interval: float,
                 timeout: float, count: int | None, json_out: bool, stdout: TextIO, stderr: TextIO,
-                now: Callable[[], float], loop: asyncio.AbstractEventLoop) -> int:
+                now: Callable[[], float], loop: asyncio.AbstractEventLoop,
+                recorder: ServingRecorder | None = None) -> int:
     printed = 0
     last = loop.time()  # the last sample (or the start)
     said_source: tuple[Source | None, str | None] = (None, None)
@@ -182,6 +212,8 @@ async def _loop(name: str, reader: ServingReader, task: asyncio.Task[None], fata
                 said_source = source
             if sample is not None:
                 r = reader.reading(sample, boot)
+                if recorder is not None:
+                    recorder.observe(boot, reader.window)
                 t = now()
                 if json_out:
                     stdout.write(json.dumps(sample_json(r, name, t, reader.metrics_error), ensure_ascii=False) + "\n")

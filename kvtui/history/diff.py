@@ -1,8 +1,9 @@
 """What changed between two stored boots (pure): flags added, removed and changed, the engine's
 version, the figures side by side (tokens, KV GiB, free after the pool, graph memory, weights),
 the phase durations, and the GPUs' free memory before the weights loaded (per rank, from the log;
-per GPU, from kvtui's readings before the weights loaded) — another process holding memory is the
-classic cause of a boot that stopped fitting, said only on evidence (``less_free``).
+per GPU, from kvtui's readings before the weights loaded), and the serving figures of each (peak KV
+usage, preemptions / retractions per 1k requests, TTFT p95: did the edit fix the incident). Another
+process holding memory is the classic cause of a boot that stopped fitting, said only on evidence (``less_free``).
 
 ``base`` is the boot that worked (or the older one), ``boot`` the one to explain: every pair
 reads "base → boot"."""
@@ -16,6 +17,7 @@ from typing import Any, Final
 
 from kvtui import fmt
 from kvtui.history import record as rec
+from kvtui.history import serving_figures as sf
 
 # figures compared, in order: (metrics key, label, kind)
 FIGURES: Final = (
@@ -58,6 +60,9 @@ class BootDiff:
     env: dict[str, tuple[object, object]] = field(default_factory=dict)
     # a Ray boot's nodes and their TP ranks (``record.nodes_note``), when they differ
     nodes: tuple[str, str] | None = None
+    # the serving figures of each boot (``serving_figures``: its document's section, without the
+    # watchers' parts), None for a boot nobody watched serve
+    serving: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] = (None, None)
 
     def engine_changed(self) -> bool:
         """Another engine, or another version both boots printed. A version kvtui inferred from
@@ -87,6 +92,8 @@ class BootDiff:
             "gpu_free_at_start_mib": {k: list(v) for k, v in self.gpu_free_at_start_mib.items()},
             "env": {k: list(v) for k, v in self.env.items()},
             "nodes": list(self.nodes) if self.nodes is not None else None,
+            "serving": ({"base": self.serving[0], "boot": self.serving[1],
+                         "headline": sf.headline(*self.serving)} if self.serving != (None, None) else None),
             "failure": self.boot.get("failure"),
         }
 
@@ -146,7 +153,13 @@ def diff(base: Mapping[str, Any], boot: Mapping[str, Any], *, base_id: int | Non
     na, nb = rec.nodes_note(base), rec.nodes_note(boot)
     if na != nb:
         d.nodes = (na, nb)
+    d.serving = (_serving(base), _serving(boot))
     return d
+
+
+def _serving(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    s = sf.section_of(doc)
+    return {k: v for k, v in s.items() if k != "sessions"} if s is not None else None
 
 
 def less_free(d: BootDiff) -> list[tuple[str, float, float]]:
@@ -266,6 +279,13 @@ def render(d: BootDiff) -> list[str]:
             whose = "the engine's own figures" if drops[0][0].startswith("rank") else "kvtui's GPU readings"
             out.append(f"  less free memory before load than the base ({whose}): another process may hold "
                        "GPU memory")
+    if d.serving != (None, None):
+        out.append("")
+        out.extend(_table("Serving (as watched)", ha, hb, [(lb, x, y, "") for lb, x, y in sf.rows(*d.serving)]))
+        out.append(f"  {sf.headline(*d.serving)}")
+        if None in d.serving:
+            who = ha if d.serving[0] is None else hb
+            out.append(f"  {who}: no serving figures (kvtui watch or the console records them while it serves)")
     f = d.boot.get("failure")
     if isinstance(f, dict) and f.get("kind"):
         out.append("")

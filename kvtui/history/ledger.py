@@ -1,6 +1,7 @@
 """The prediction ledger (pure): for every kvtui-driven restart in the history, what the
 calculator predicted before it (tokens, verdict, confidence, how many boots calibrated it) and
-what the boot then did; and the error over all of them."""
+what the boot then did (and, when a watcher recorded them, its serving figures); and the error
+over all of them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvtui.history import record as rec
+from kvtui.history import serving_figures as sf
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +26,9 @@ class Entry:
     calibration_boots: int | None
     status: str
     verdict_held: bool | None
+    # the boot's serving figures, when a watcher recorded them (``serving_figures.HEADLINE``: did
+    # the edit fix the incident)
+    serving: Mapping[str, Any] | None = None
 
     @property
     def error_pct(self) -> float | None:
@@ -38,7 +43,7 @@ class Entry:
             "predicted_tokens": self.predicted_tokens, "actual_tokens": self.actual_tokens,
             "error_pct": None if self.error_pct is None else round(self.error_pct, 4),
             "verdict": self.verdict, "confidence": self.confidence, "calibration_boots": self.calibration_boots,
-            "status": self.status, "verdict_held": self.verdict_held,
+            "status": self.status, "verdict_held": self.verdict_held, "serving": self.serving,
         }
 
 
@@ -59,7 +64,12 @@ def entry(doc: Mapping[str, Any], boot_id: int | None = None) -> Entry | None:
                  int(tokens) if tokens is not None else None, rec.tokens_of(doc),
                  str(verdict) if verdict is not None else None,
                  str(p.get("confidence")) if p.get("confidence") is not None else None,
-                 int(cal) if cal is not None else None, status, held)
+                 int(cal) if cal is not None else None, status, held, _serving(doc))
+
+
+def _serving(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    s = sf.section_of(doc)
+    return {k: s.get(k) for k in sf.HEADLINE} if s is not None else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,8 @@ still one boot), and a boot with none of these is not stored.
 
 ``merge`` combines two documents of one boot: the further-advanced boot wins (terminal status,
 then more phases, then more figures), peaks are the maximum of both, ``restart``, ``spool`` and
-the GPU readings (``gpu_samples``, bounded: ``GpuSeries``) are kept from whichever has them.
+the GPU readings (``gpu_samples``, bounded: ``GpuSeries``) are kept from whichever has them, and
+the serving figures (``serving``: ``kvtui.history.serving``) keep every watcher's part of both.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any, Final
 from kvtui import fmt
 from kvtui.boot import Boot, BootMetrics, BootStatus, Failure, PhaseSpan
 from kvtui.engines.events import METRIC_NAMES, Engine, Fact, FailureKind, Model, Phase
+from kvtui.history.serving_figures import merge_serving
 from kvtui.knobs import pool_env, pool_env_names
 
 DOC_VERSION: Final = 1
@@ -260,6 +262,9 @@ def merge(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Doc:
             base[key] = other[key]
     if _series_len(other.get("gpu_samples")) > _series_len(base.get("gpu_samples")):
         base["gpu_samples"] = other["gpu_samples"]  # the reader that saw more of the boot's readings
+    serving = merge_serving(old.get("serving"), new.get("serving"))  # every watcher's part, summed again
+    if serving is not None:
+        base["serving"] = serving
     restart_old, restart_new = old.get("restart"), new.get("restart")
     if isinstance(restart_old, dict) or isinstance(restart_new, dict):
         r: dict[str, Any] = dict(restart_old) if isinstance(restart_old, dict) else {}
