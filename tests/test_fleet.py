@@ -286,3 +286,16 @@ def test_table_fits_120_columns_with_the_reason() -> None:
     assert " 76/80 " in lines[4]
     assert "97/99%" in lines[4]
     assert "40/12" in lines[4]
+
+
+def test_readme_fleet_section_is_true() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## The fleet"):]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    cfg = parse_config(example).prometheus
+    assert cfg is not None
+    assert cfg.bearer_token_file == "~/.config/kvtui/prom-token"
+    header = render_table([]).splitlines()[0]
+    assert f"$ kvtui fleet\n{header}\n" in section
+    for col in SORT_COLUMNS:
+        assert col in section.split("--sort COL", 1)[1].split("--filter TEXT", 1)[0]
