@@ -149,14 +149,20 @@ def _hosts(tmp_path: Path, url: str, extra: str = "") -> str:
 
 def test_fleet_exits_3_when_prometheus_cannot_be_read(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                       answers_401: tuple[str, list[str | None]]) -> None:
-    for url, said in ((f"http://127.0.0.1:{free_port()}", "cannot reach Prometheus"),
-                      (answers_401[0], "answered 401 Unauthorized")):
-        for extra in ([], ["--problems"], ["--json"]):
-            assert main(["fleet", "--hosts", _hosts(tmp_path, url), *extra]) == 3
-            out, err = capsys.readouterr()
-            assert out == ""  # nothing shown, healthy or not
-            assert said in err
-            assert "the fleet's state is unknown" in err
+    with socket.socket() as silent:  # listens, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        for url, said in ((f"http://127.0.0.1:{free_port()}", "cannot reach Prometheus"),
+                          (answers_401[0], "answered 401 Unauthorized"),
+                          (f"http://127.0.0.1:{silent.getsockname()[1]}", "no answer within 1 s")):
+            for extra in ([], ["--problems"], ["--json"]):
+                t0 = time.monotonic()
+                assert main(["fleet", "--hosts", _hosts(tmp_path, url), *extra]) == 3
+                assert time.monotonic() - t0 < 30  # the first failure ends the refresh
+                out, err = capsys.readouterr()
+                assert out == ""  # nothing shown, healthy or not
+                assert said in err
+                assert "the fleet's state is unknown" in err
 
 
 def test_fleet_without_a_prometheus_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -255,6 +261,16 @@ def test_one_query_per_column() -> None:
     for expr in QUERIES.values():  # aggregated for the whole fleet: no host, instance or job named in it
         assert "instance=" not in expr
         assert "Hostname=" not in expr
+
+
+def test_fetch_fleet_async_raises_the_same_error() -> None:
+    import asyncio
+
+    from kvtui.fleet.rows import fetch_fleet_async
+
+    client = PromClient(PrometheusConfig(url=f"http://127.0.0.1:{free_port()}", timeout=5))
+    with pytest.raises(PromError, match="cannot reach Prometheus"):
+        asyncio.run(fetch_fleet_async(client))
 
 
 def test_host_of() -> None:

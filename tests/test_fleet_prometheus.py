@@ -214,3 +214,18 @@ def test_behind_a_proxy_that_wants_a_token(fleet: Fleet, tmp_path: Path, capsys:
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_query_range_reads_an_hour_of_one_column(fleet: Fleet) -> None:
+    from kvtui.config import PrometheusConfig
+    from kvtui.fleet.client import PromClient
+
+    client = PromClient(PrometheusConfig(url=fleet.prom.url))
+    now = time.time()
+    series = client.query_range(f'vllm:num_preemptions_total{{instance="{addr(PREEMPTING)}:{fleet.engine_port}"}}',
+                                now - 3600, now, 1)
+    assert len(series) == 1
+    values = [v for _, v in series[0].points]
+    assert len(values) >= 2
+    assert values == sorted(values)  # the counter only rose
+    assert values[-1] > values[0]

@@ -4,7 +4,8 @@
 - ``--check``: also offline checks beyond the schema (identity files exist; a disabled host-key
   check is flagged; ``[ui] theme`` names a theme the console offers and every ``[keymap]`` id a
   binding it has, checked with the console's own lists, so nothing the console would reject at
-  start passes here) — exit 3 on any problem, every message on stderr;
+  start passes here) — exit 3 on any problem, every message on stderr; with ``[prometheus]``, also
+  reach it and say what it scrapes (targets, DCGM GPUs, vLLM and SGLang instances; ``kvtui.fleet``);
 - ``--connect``: also reach every host at once (SSH through ``SshBackend`` with one probe round
   trip: login user, GPUs, the unit / log file / container it follows; demo and local hosts
   through ``kvtui.hosts.factory``), one result line per host; exit 3 when any is unreachable.
