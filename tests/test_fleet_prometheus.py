@@ -1,8 +1,9 @@
 """``kvtui fleet`` against a real Prometheus (Debian's ``prometheus``, tests/prom_support.py) scraping a
-simulated fleet on loopback: 100 instances (52 vLLM, 48 SGLang; one is the real vLLM 0.32 CPU
-server's captured ``/metrics``), each host with a DCGM exporter of 8 GPUs; three in trouble — one
-down, one restarting (``process_start_time_seconds`` changes every scrape), one preempting — found and
-sorted first. And a loopback proxy in front of it that answers 401 without the bearer token."""
+simulated fleet on loopback: 100 instances (53 vLLM, 47 SGLang; two serve real vLLM 0.32 captures:
+the CPU server's ``/metrics`` and a DP=2 server's), each host with a DCGM exporter of 8 GPUs; three in
+trouble — one down, one restarting (``process_start_time_seconds`` changes every scrape), one
+preempting — and the DP=2 capture's full pool with a queue, found and sorted first. And a loopback
+proxy in front of it that answers 401 without the bearer token."""
 
 from __future__ import annotations
 
@@ -21,8 +22,12 @@ from kvtui.cli import main
 from tests.prom_support import Exporters, Prometheus, dcgm_text, free_port, need_prometheus, sglang_text, vllm_text
 
 FIXTURE = Path(__file__).parent / "fixtures" / "serving" / "vllm-cpu-0.32-burst.metrics"
+FIXTURE_DP2 = Path(__file__).parent / "fixtures" / "serving" / "vllm-0.32-dp2.metrics"
 N = 100
-DOWN, RESTARTING, PREEMPTING, REAL = 7, 20, 42, 99  # instance indexes (even: vLLM, odd: SGLang)
+# instance indexes (even: vLLM, odd: SGLang, but these); DP2: vLLM 0.32 with two DP engines, its pool
+# full (1.0 and 0.97) with 51 queued — a fourth in trouble, sorted between restarting and preempting
+DOWN, RESTARTING, PREEMPTING, REAL, DP2 = 7, 20, 42, 99, 97
+VLLM = {DOWN, REAL, DP2}
 
 
 def addr(i: int) -> str:
@@ -54,6 +59,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     ex = Exporters()
     engine_port, dcgm_port = free_port(addr(0)), free_port(addr(0))
     real = FIXTURE.read_text()
+    dp2 = FIXTURE_DP2.read_text()
     vllm_targets: list[str] = []
     sglang_targets: list[str] = []
     dcgm_targets: list[str] = []
@@ -61,8 +67,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     try:
         for i in range(N):
             model = f"org/model-{i % 5}"
-            if i == REAL:
-                def text(real: str = real) -> str | None:
+            if i in (REAL, DP2):
+                def text(real: str = real if i == REAL else dp2) -> str | None:
                     return real
             elif i == DOWN:
                 def text(c: _Counter = counters[DOWN]) -> str | None:
@@ -80,7 +86,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                 def text(model: str = model) -> str | None:
                     return sglang_text(model)
             target = ex.add(addr(i), engine_port, text)
-            (vllm_targets if i % 2 == 0 or i in (REAL, DOWN) else sglang_targets).append(target)
+            (vllm_targets if i % 2 == 0 or i in VLLM else sglang_targets).append(target)
 
             def gpus(i: int = i) -> str | None:
                 return dcgm_text(f"gpu-{i:03d}", 8, used=60000 + i, temp=50 + i % 30)
@@ -117,14 +123,15 @@ def test_fleet_json_finds_the_three_in_trouble_first(fleet: Fleet, capsys: pytes
     rows = doc["rows"]
     assert doc["instances"] == N
     assert len(rows) == N
-    top = [(r["host"], r["trouble"]) for r in rows[:3]]
+    top = [(r["host"], r["trouble"]) for r in rows[:4]]
     assert top[0] == (addr(DOWN), ["down"])
     assert top[1][0] == addr(RESTARTING)
     assert top[1][1][0].startswith("restarting (")
-    assert top[2][0] == addr(PREEMPTING)
-    assert top[2][1][0].startswith("preempting ")
-    assert doc["in_trouble"] == 3
-    assert all(not r["trouble"] and r["state"] == "up" for r in rows[3:])
+    assert top[2] == (addr(DP2), ["KV 100% with 51 queued"])  # engines 0 and 1: max KV, summed queue
+    assert top[3][0] == addr(PREEMPTING)
+    assert top[3][1][0].startswith("preempting ")
+    assert doc["in_trouble"] == 4
+    assert all(not r["trouble"] and r["state"] == "up" for r in rows[4:])
     by = {r["host"]: r for r in rows}
     assert by[addr(DOWN)]["engine"] == "vllm"
     assert by[addr(DOWN)]["model"] == "org/down"  # known from the hour before it went down
@@ -146,6 +153,7 @@ def test_fleet_json_finds_the_three_in_trouble_first(fleet: Fleet, capsys: pytes
     assert real["kv_usage"] == pytest.approx(0.9473684210526316)
     assert real["running"] == 5
     assert real["uptime_s"] > 0
+    assert by[addr(DP2)]["running"] == 32
     assert took < 30  # a handful of queries, not one per host
 
 
@@ -158,8 +166,9 @@ def test_fleet_table_and_problems_exit(fleet: Fleet, capsys: pytest.CaptureFixtu
     assert lines[1].startswith(addr(DOWN) + " ")
     assert lines[1].endswith(" down")
     assert " restarting (" in lines[2]
-    assert " preempting " in lines[3]
-    assert f"{N} instance(s), 3 in trouble" in err
+    assert " KV 100% with 51 queued" in lines[3]
+    assert " preempting " in lines[4]
+    assert f"{N} instance(s), 4 in trouble" in err
     # a filter that leaves only healthy rows: --problems says 0
     assert main(["fleet", "--hosts", str(fleet.hosts_file), "--problems", "--filter", "org/model-3"]) == 0
     out, _ = capsys.readouterr()
@@ -169,7 +178,7 @@ def test_fleet_table_and_problems_exit(fleet: Fleet, capsys: pytest.CaptureFixtu
 def test_hosts_check_says_what_prometheus_scrapes(fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["hosts", "--check", "--hosts", str(fleet.hosts_file)]) == 0
     err = capsys.readouterr().err
-    assert f"[prometheus] {fleet.prom.url}: {2 * N} scrape target(s), {8 * N} DCGM GPU(s), 52 vLLM and 48 SGLang" \
+    assert f"[prometheus] {fleet.prom.url}: {2 * N} scrape target(s), {8 * N} DCGM GPU(s), 53 vLLM and 47 SGLang" \
         in err
 
 
