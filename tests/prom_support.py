@@ -172,13 +172,13 @@ def dcgm_text(hostname: str, gpus: int = 8, *, used: float = 70000, total: float
 
 
 class Prometheus:
-    """A real Prometheus on 127.0.0.1 scraping ``jobs`` (job name -> targets) every second."""
+    """A real Prometheus on 127.0.0.1 scraping ``jobs`` (job name -> targets) every ``interval``."""
 
-    def __init__(self, tmp: Path, jobs: dict[str, list[str]]) -> None:
+    def __init__(self, tmp: Path, jobs: dict[str, list[str]], interval: str = "1s") -> None:
         binary = need_prometheus()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cfg = ["global:", "  scrape_interval: 1s", "  scrape_timeout: 1s", "scrape_configs:"]
+        cfg = ["global:", f"  scrape_interval: {interval}", f"  scrape_timeout: {interval}", "scrape_configs:"]
         for job, targets in jobs.items():
             cfg += [f"  - job_name: {job}", "    static_configs:", f"      - targets: {json.dumps(targets)}"]
         (tmp / "prometheus.yml").write_text("\n".join(cfg) + "\n")
