@@ -176,8 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--boot", type=int, metavar="N", help="the boot's id in kvtui history (default: the newest)")
     p.add_argument("-o", "--output", metavar="FILE", help="where to write it (default: kvtui-HOST-bootN.tar.gz)")
 
+    from kvtui.commands import fleet as fleet_cmd  # issue 26: kvtui fleet
+
+    fleet_cmd.add_parser(sub, common)
+
     p = sub.add_parser("hosts", parents=common, help="list and validate the inventory")
-    p.add_argument("--check", action="store_true", help="validate and exit 3 on problems")
+    p.add_argument("--check", action="store_true",
+                   help="validate and exit 3 on problems; with [prometheus], also reach it and count what it scrapes")
     p.add_argument("--connect", action="store_true", help="also reach each host")
     return parser
 

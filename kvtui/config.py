@@ -574,6 +574,49 @@ class CalcConfig(_Strict):
     graph_margin_gib: float | None = Field(default=None, ge=0, le=1024)
 
 
+class PrometheusConfig(_Strict):
+    """``[prometheus]``: the Prometheus that already scrapes the fleet (``kvtui fleet``, issue 26).
+    ``url`` is its base (``http://prom:9090``, or a path prefix behind a proxy); auth is a bearer
+    token read from a file, or basic auth whose password is read from an environment variable
+    (never written in hosts.toml); ``ca_file`` checks an https server against that CA bundle."""
+
+    url: str
+    bearer_token_file: str | None = None
+    basic_auth_user: str | None = None
+    basic_auth_password_env: str | None = None
+    ca_file: str | None = None
+    timeout: float = Field(default=10.0, gt=0, le=600)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        v = _check_text(v, "a URL").strip()
+        if not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError("expected an http:// or https:// URL like \"http://prometheus:9090\"")
+        return v.rstrip("/")
+
+    @field_validator("bearer_token_file", "ca_file", "basic_auth_user")
+    @classmethod
+    def _paths(cls, v: str | None) -> str | None:
+        return None if v is None else _check_text(v, "a non-empty string")
+
+    @field_validator("basic_auth_password_env")
+    @classmethod
+    def _env(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
+            raise ValueError("expected the NAME of an environment variable holding the password, like "
+                             "\"PROM_PASSWORD\" (not the password itself)")
+        return v
+
+    @model_validator(mode="after")
+    def _auth(self) -> Self:
+        if (self.basic_auth_user is None) != (self.basic_auth_password_env is None):
+            raise ValueError("expected both basic_auth_user and basic_auth_password_env (basic auth needs the two)")
+        if self.basic_auth_user is not None and self.bearer_token_file is not None:
+            raise ValueError("expected one of bearer_token_file or basic auth, not both")
+        return self
+
+
 class HistoryConfig(_Strict):
     """``[history]``: how much of the boot history (``kvtui.history``) is kept per host."""
 
@@ -699,6 +742,7 @@ class Config:
     calc: CalcConfig = field(default_factory=CalcConfig)
     path: Path | None = None
     history: HistoryConfig = field(default_factory=HistoryConfig)
+    prometheus: PrometheusConfig | None = None
 
     def names(self) -> list[str]:
         """Host names in file order; the default ``demo`` last when the file does not define it."""
@@ -782,7 +826,7 @@ def load_config(explicit: str | None = None) -> Config:
     return parse_config(data, path)
 
 
-_TOP_KEYS = ("hosts", "deployments", "ui", "keymap", "calc", "history")
+_TOP_KEYS = ("hosts", "deployments", "ui", "keymap", "calc", "history", "prometheus")
 
 
 def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
@@ -853,6 +897,7 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
     ui = _section(raw, "ui", UiConfig, add) or UiConfig()
     calc = _section(raw, "calc", CalcConfig, add) or CalcConfig()
     history = _section(raw, "history", HistoryConfig, add) or HistoryConfig()
+    prometheus = _prometheus_section(raw, add)
 
     keymap: dict[str, str] = {}
     raw_keymap = raw.get("keymap", {})
@@ -871,7 +916,27 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
         header = f"{fname}: {n} problem{'s' if n > 1 else ''} in the hosts file:"
         raise ConfigError(header + "\n  " + "\n  ".join(lines), problems)
     return Config(hosts=hosts, deployments=deployments, ui=ui, keymap=keymap, calc=calc, path=Path(path),
-                  history=history)
+                  history=history, prometheus=prometheus)
+
+
+def _prometheus_section(raw: dict[str, Any], add: Any) -> PrometheusConfig | None:
+    """``[prometheus]``: the field errors name their keys; the cross-key rules (basic auth's two
+    keys, one kind of auth) are reported on the table."""
+    table = raw.get("prometheus")
+    if isinstance(table, dict) and "url" not in table:
+        add("prometheus", "url", 'is missing: expected the Prometheus base URL, like url = "http://prometheus:9090"')
+        return None
+    found: PrometheusConfig | None = _section(raw, "prometheus", PrometheusConfig, add)
+    if found is None and isinstance(table, dict):
+        try:
+            PrometheusConfig.model_validate(table)
+        except ValidationError as exc:
+            for err in exc.errors(include_url=False):
+                if not err["loc"]:
+                    keys = [k for k in ("basic_auth_user", "basic_auth_password_env", "bearer_token_file")
+                            if k in table]
+                    add("prometheus", ", ".join(keys) or None, _expected(err, PrometheusConfig, ""))
+    return found
 
 
 def _section(raw: dict[str, Any], name: str, model: type[_Strict], add: Any) -> Any:

@@ -4,7 +4,8 @@
 - ``--check``: also offline checks beyond the schema (identity files exist; a disabled host-key
   check is flagged; ``[ui] theme`` names a theme the console offers and every ``[keymap]`` id a
   binding it has, checked with the console's own lists, so nothing the console would reject at
-  start passes here) — exit 3 on any problem, every message on stderr;
+  start passes here) — exit 3 on any problem, every message on stderr; with ``[prometheus]``, also
+  reach it and say what it scrapes (targets, DCGM GPUs, vLLM and SGLang instances; ``kvtui.fleet``);
 - ``--connect``: also reach every host at once (SSH through ``SshBackend`` with one probe round
   trip: login user, GPUs, the unit / log file / container it follows; demo and local hosts
   through ``kvtui.hosts.factory``), one result line per host; exit 3 when any is unreachable.
@@ -177,6 +178,23 @@ def console_problems(config: Config) -> tuple[list[str], list[str]]:
     return problems, warnings
 
 
+def check_prometheus(config: Config, err: TextIO) -> str | None:
+    """``[prometheus]``: reach it once and say what it scrapes; the problem's text when it cannot be read."""
+    from kvtui.fleet.client import PromClient, PromError
+    from kvtui.fleet.rows import fetch_summary
+
+    assert config.prometheus is not None
+    try:
+        s = fetch_summary(PromClient(config.prometheus))
+    except PromError as exc:
+        print(f"kvtui hosts: [prometheus] {exc}", file=err)
+        return f"[prometheus] {exc}"
+    print(f"kvtui hosts: [prometheus] {config.prometheus.url}: {s.targets} scrape target(s), "
+          f"{s.dcgm_gpus} DCGM GPU(s), {s.vllm} vLLM and {s.sglang} SGLang instance(s) "
+          f"({s.seconds * 1000:.0f} ms)", file=err)
+    return None
+
+
 @dataclass
 class ConnectResult:
     name: str
@@ -288,6 +306,10 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         if getattr(args, "check", False):
             for name in names:
                 print(f"kvtui hosts: {name}: server liveness: {liveness_source(config.host(name))}", file=err)
+        if getattr(args, "check", False) and config.prometheus is not None:
+            prom_problem = check_prometheus(config, err)
+            if prom_problem:
+                problems.append(prom_problem)
         if problems:
             code = EXIT_INPUT
         elif getattr(args, "check", False):
