@@ -31,7 +31,7 @@ from kvtui.hosts.service.model import (
     ServiceError,
 )
 from kvtui.hosts.service.plan import CPU_KV_SPACE_ENV, engine_of, unit_name
-from kvtui.hosts.service.prepare import plan_rollback
+from kvtui.hosts.service.prepare import plan_rollback, refuse_orphans
 from kvtui.hosts.service.render import reality
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ async def _auto_rollback(run: Run, out: ApplyOutcome) -> ApplyOutcome:
     say(f"rolling back to {plan.backup_path} (--rollback-on-failure)")
     try:
         rb = await plan_rollback(plan.name, plan.host, run.ops.backend, to=plan.backup_path, restart=True,
-                                 timeout=plan.timeout, clock=run.clock)
+                                 timeout=plan.timeout, clock=run.clock, check_orphans=False)
     except ServiceError as exc:
         out.messages.append(f"rollback could not be planned: {exc}")
         return out
@@ -229,8 +229,10 @@ async def restart(
     failed. Never raises for the host; every attempt is audited (action ``restart``)."""
     say = Say(progress)
     ops = backend.service_ops()
+    if not plan.refused and plan.how is not None:
+        await refuse_orphans(plan.refusals, backend)
     if plan.refused or plan.how is None:
-        out = ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {r.reason}" for r in plan.refusals])
+        out = ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {r.reason}" for r in plan.blocking])
         _audit_restart(plan, out, clock, ops.login)
         return out
     call = RestartCall(plan.how, plan.cmd, plan.unit, say, plan.timeout, sleep, clock, stop_wait_s)

@@ -1,0 +1,46 @@
+"""A host's orphaned engine processes (issue 24): its process listing, the server's PIDs and its
+GPU processes, classified by ``kvtui.engines.orphans``.
+
+SSH and local hosts run ``ps -eo pid=,ppid=,rss=,args=``; the demo host simulates its listing
+(``DemoBackend.process_rows``); kube and bundle hosts have none here (a container's processes end
+with it), so they never have orphans.
+"""
+
+from __future__ import annotations
+
+from kvtui.engines.orphans import PS_COMMAND, Orphan, ProcRow, find_orphans, parse_ps
+from kvtui.gpu import GpuProcess
+from kvtui.hosts.backend import BackendError, HostBackend
+
+
+async def process_rows(backend: HostBackend) -> list[ProcRow] | None:
+    """The host's processes, or None where kvtui does not list them (kube, bundle) or cannot."""
+    simulated = getattr(backend, "process_rows", None)
+    if simulated is not None:
+        rows: list[ProcRow] = await simulated()
+        return rows
+    if not getattr(backend, "lists_processes", False):  # SSH and local hosts
+        return None
+    try:
+        res = await backend.run(PS_COMMAND, timeout=30)
+    except (BackendError, OSError):
+        return None
+    return parse_ps(res.stdout) if res.ok else None
+
+
+async def host_orphans(backend: HostBackend, gpu: list[GpuProcess] | None = None) -> list[Orphan]:
+    """The orphaned engine processes on this host (empty where it cannot tell). ``gpu``: the GPU
+    processes when the caller read them already."""
+    rows = await process_rows(backend)
+    if not rows:
+        return []
+    try:
+        servers = await backend.server_pids()
+    except (BackendError, OSError):
+        servers = set()
+    if gpu is None:
+        try:
+            gpu = await backend.gpu_processes()
+        except (BackendError, OSError):
+            gpu = []
+    return find_orphans(rows, servers, gpu)
