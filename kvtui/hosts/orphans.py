@@ -28,16 +28,19 @@ async def process_rows(backend: HostBackend) -> list[ProcRow] | None:
     return parse_ps(res.stdout) if res.ok else None
 
 
-async def host_orphans(backend: HostBackend, gpu: list[GpuProcess] | None = None) -> list[Orphan]:
-    """The orphaned engine processes on this host (empty where it cannot tell). ``gpu``: the GPU
-    processes when the caller read them already."""
+async def host_orphans(
+    backend: HostBackend, gpu: list[GpuProcess] | None = None, servers: set[int] | None = None
+) -> list[Orphan]:
+    """The orphaned engine processes on this host (empty where it cannot tell). ``gpu`` /
+    ``servers``: the GPU processes / the server's PIDs when the caller read them already."""
     rows = await process_rows(backend)
     if not rows:
         return []
-    try:
-        servers = await backend.server_pids()
-    except (BackendError, OSError):
-        servers = set()
+    if servers is None:
+        try:
+            servers = await backend.server_pids()
+        except (BackendError, OSError):
+            servers = set()
     if gpu is None:
         try:
             gpu = await backend.gpu_processes()

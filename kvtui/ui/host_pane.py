@@ -23,6 +23,7 @@ from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.history.eta import BootEta, slow_reason
 from kvtui.history.eta import clock as eta_clock
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend
+from kvtui.hosts.orphans import host_orphans
 from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate
 from kvtui.ui import formatting as fmt
 from kvtui.ui.host_actions import HostChanges, demo_target
@@ -799,12 +800,13 @@ class HostPane(HostChanges, Vertical):
                 try:
                     processes = await backend.gpu_processes()
                     pids = await backend.server_pids()
+                    orphans = await host_orphans(backend, processes, pids)  # issue 24
                 except (BackendError, OSError) as exc:
                     self.notify(str(exc), title="GPU processes", severity="warning")
                     return
                 gpus = {s.index for s in self.samples}
                 shown = [p for p in processes if p.gpu_index is None or not gpus or p.gpu_index in gpus]
-                self.query_one(ProcessTable).show(shown, pids)
+                self.query_one(ProcessTable).show(shown, pids, orphans)
             await asyncio.sleep(2.0)
 
     # ---- proving "ready" with a real request ----------------------------------------------------

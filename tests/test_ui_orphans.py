@@ -1,0 +1,38 @@
+"""The console's GPU process table names orphaned engine processes of a previous boot (issue 24):
+``p`` on the demo host with a simulated orphan (an EngineCore left by a killed API server)."""
+
+from __future__ import annotations
+
+from test_ui_helpers import FakeClock, demo_app, settle, start_demo, wait_for
+
+from kvtui.gpu import GpuProcess
+from kvtui.hosts.demo import DemoBackend
+from kvtui.ui.widgets.gpu import ProcessTable
+
+SPEED = 40.0
+SIZE = (130, 38)
+
+
+async def test_p_marks_an_orphan_with_the_command_to_end_it() -> None:
+    clock = FakeClock()
+    start_demo("demo", clock, speed=SPEED)
+    clock.advance(12.0)
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.main_screen.active_pane
+        assert pane is not None
+        await settle(pilot, app)
+        backend = pane.backend
+        assert isinstance(backend, DemoBackend)
+        backend.orphans = [GpuProcess(31337, 30_000.0, 2, None, "VLLM::EngineCore")]
+        await pilot.press("p")
+        table = pane.query_one(ProcessTable)
+        await wait_for(pilot, lambda: any(table.get_row_at(i)[1] == "31337" for i in range(table.row_count)))
+        rows = [table.get_row_at(i) for i in range(table.row_count)]
+        orphan = next(r for r in rows if r[1] == "31337")
+        assert orphan[0] == "2"
+        assert str(orphan[3]) == "ORPHAN"
+        assert "orphan of the previous boot" in str(orphan[4])
+        assert "kill 31337" in str(orphan[4])
+        assert "kill -9 31337" in str(orphan[4])
+        assert any(str(r[3]) == "server" for r in rows)  # the server's own processes stay unmarked
