@@ -29,6 +29,11 @@ HOSTS = """
 [hosts.demo]
 demo = true
 demo_speed = 400.0
+
+[hosts.v]
+demo = true
+demo_speed = 400.0
+demo_engine = "vllm"
 """
 
 ORPHAN = GpuProcess(31337, 30_000.0, 0, None, "VLLM::EngineCore")
@@ -92,6 +97,22 @@ def test_rollback_restart_is_refused_and_forceable(hosts: Path, capsys: pytest.C
     _out, err = capsys.readouterr()
     assert code == 0, err
     assert _fraction(hosts) == "0.85"
+
+
+def test_a_forced_restart_over_an_orphan_fails_gpu_busy_and_names_it(
+    hosts: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = parse_config(hosts.read_text(), hosts)
+    demo = DemoBackend("v", cfg.host("v"))
+    demo.read_unit()
+    demo.set_foreign_process(mib=20480, pid=4243, name="VLLM::EngineCore")
+    code = main(["--hosts", str(hosts), "apply", "v", "--set", "max-num-seqs=64", "--restart", "--yes", "--force",
+                 "--timeout", "60"])
+    _out, err = capsys.readouterr()
+    assert code == 1, err
+    assert "gpu_busy" in err
+    assert "hint: orphaned engine processes of the previous boot hold the memory: PID 4243 (VLLM::EngineCore" in err
+    assert "end them: kill 4243; sleep 10; kill -9 4243" in err
 
 
 async def test_the_service_restart_is_refused_unless_forced() -> None:

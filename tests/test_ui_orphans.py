@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from test_ui_helpers import FakeClock, demo_app, settle, start_demo, wait_for
+from test_ui_helpers import FakeClock, demo_app, screen_text, settle, start_demo, wait_for
 
 from kvtui.gpu import GpuProcess
 from kvtui.hosts.demo import DemoBackend
@@ -36,3 +36,34 @@ async def test_p_marks_an_orphan_with_the_command_to_end_it() -> None:
         assert "kill 31337" in str(orphan[4])
         assert "kill -9 31337" in str(orphan[4])
         assert any(str(r[3]) == "server" for r in rows)  # the server's own processes stay unmarked
+
+
+async def test_a_gpu_busy_failure_names_the_orphan_holding_the_memory() -> None:
+    from kvtui.config import HostConfig
+    from kvtui.engines.events import FailureKind
+    from kvtui.ui.widgets.boot import FailureBanner
+
+    clock = FakeClock()
+    backend = DemoBackend("demo", HostConfig(demo=True, demo_speed=SPEED, demo_engine="vllm"), clock=clock)
+    backend.read_unit()
+    backend.set_foreign_process(mib=20480, pid=4243, name="VLLM::EngineCore")  # the previous boot's, under init
+    backend.restart()
+    clock.advance(60.0)
+    app = demo_app(clock, speed=SPEED, host_options={"demo_engine": "vllm"})
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.main_screen.active_pane
+        assert pane is not None
+        await settle(pilot, app)
+        assert pane.query_one(FailureBanner) is not None
+        await wait_for(pilot, lambda: pane.boot is not None and pane.boot.failure is not None)
+        assert pane.boot is not None
+        assert pane.boot.failure is not None
+        assert pane.boot.failure.kind is FailureKind.GPU_BUSY
+        await wait_for(pilot, lambda: pane._orphans_hint is not None)
+        hint = pane._orphans_hint
+        assert hint is not None
+        assert "PID 4243 (VLLM::EngineCore, 20,480 MiB of GPU" in hint
+        assert "kill 4243; sleep 10; kill -9 4243" in hint
+        await pilot.press("b")  # the banner unfolded: its every line
+        await wait_for(pilot, lambda: "Orphans: orphaned engine processes" in screen_text(app))
+        assert "kill 4243" in screen_text(app)

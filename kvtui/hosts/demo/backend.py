@@ -718,8 +718,14 @@ class DemoBackend:
         return [*(p for s in self.samples_at(self.clock()) for p in s.processes), *self.orphans]
 
     async def process_rows(self) -> list[ProcRow]:
-        """The simulated host's process listing (``kvtui.hosts.orphans``): the orphans under init."""
-        return [ProcRow(1, 0, "/sbin/init"), *(ProcRow(p.pid, 1, p.name) for p in self.orphans)]
+        """The simulated host's process listing (``kvtui.hosts.orphans``): the orphans and the
+        stale foreign process (``set_foreign_process``: one named ``VLLM::EngineCore`` is an
+        orphan) under init."""
+        foreign = self._timeline().state.foreign
+        rows = [ProcRow(1, 0, "/sbin/init"), *(ProcRow(p.pid, 1, p.name) for p in self.orphans)]
+        if foreign:
+            rows.append(ProcRow(int(foreign["pid"]), 1, str(foreign.get("name", "python3"))))
+        return rows
 
     async def server_pids(self) -> set[int]:
         return self.server_pids_at(self.clock())
