@@ -8,6 +8,8 @@ import asyncio
 import os
 import signal
 import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,10 @@ from kvtui.hosts import service
 from kvtui.hosts.demo import DemoBackend
 from kvtui.hosts.local import LocalBackend
 from kvtui.hosts.orphans import host_orphans
+from kvtui.hosts.ssh import SshBackend
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sshd_support import requires_sshd, start_sshd
 
 HOSTS = """
 [hosts.demo]
@@ -168,3 +174,30 @@ async def test_the_local_host_names_a_real_orphan_from_ps(tmp_path: Path, fake_e
     assert mine[0].title == "VLLM::EngineCore"
     assert mine[0].engine == "vllm"
     assert mine[0].rss_mib is not None
+
+
+@pytest.mark.sshd
+@requires_sshd
+async def test_an_ssh_host_names_a_real_orphan_from_ps(tmp_path: Path, fake_engine_core: int) -> None:
+    sshd = start_sshd(tmp_path / "sshd", user="root")
+    try:
+        text = textwrap.dedent(f"""\
+            [hosts.box]
+            ssh = "{sshd.target}"
+            port = {sshd.port}
+            identity_file = "{sshd.client_key}"
+            known_hosts = "{sshd.known_hosts}"
+            log_file = "{tmp_path / "x.log"}"
+            """)
+        cfg = parse_config(text, tmp_path / "hosts.toml").host("box")
+        backend = SshBackend("box", cfg)
+        try:
+            await backend.start()
+            found = await host_orphans(backend)
+        finally:
+            await backend.close()
+    finally:
+        sshd.stop()
+    mine = [o for o in found if o.pid == fake_engine_core]
+    assert mine, found
+    assert mine[0].title == "VLLM::EngineCore"
