@@ -1,6 +1,6 @@
 """Orphaned engine processes: a process of a previous boot that lives on without its server.
 
-Pure core: the host's process listing (``ps -eo pid=,ppid=,rss=,args=``, parsed by ``parse_ps``)
+Pure core: the host's process listing (``PS_COMMAND``: ``ps -eo pid=,ppid=,rss=,args=``, parsed by ``parse_ps``)
 and the server's PIDs go in, the orphans come out (``find_orphans``).
 
 The engines name their helper processes with ``setproctitle`` (so ``ps`` shows the title, not
@@ -32,10 +32,11 @@ from dataclasses import dataclass
 
 from kvtui.gpu import GpuProcess
 
-# what a host runs to list its processes (procps and busybox ps both take -o with these names)
-PS_COMMAND = "ps -eo pid=,ppid=,rss=,args="
 PS_MAX_ROWS = 20_000  # a bound on the listing read (a host has far fewer processes)
 ARGS_MAX = 400  # the command line kept per process
+# what a host runs to list its processes (procps and busybox ps both take -o with these names),
+# bounded on the host: each line cut, the number of lines capped
+PS_COMMAND = f"ps -eo pid=,ppid=,rss=,args= | cut -c1-{ARGS_MAX + 40} | head -n {PS_MAX_ROWS}"
 KILL_GRACE_S = 10  # seconds between the polite kill and kill -9 in the advice
 
 _HELPER = re.compile(
