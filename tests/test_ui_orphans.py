@@ -67,3 +67,32 @@ async def test_a_gpu_busy_failure_names_the_orphan_holding_the_memory() -> None:
         await pilot.press("b")  # the banner unfolded: its every line
         await wait_for(pilot, lambda: "Orphans: orphaned engine processes" in screen_text(app))
         assert "kill 4243" in screen_text(app)
+
+
+async def test_r_over_an_orphan_is_refused_naming_it() -> None:
+    from kvtui.audit import read_entries
+    from kvtui.ui.screens import ConfirmScreen
+
+    clock = FakeClock()
+    start_demo("demo", clock, speed=SPEED)
+    clock.advance(12.0)
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.main_screen.active_pane
+        assert pane is not None
+        await settle(pilot, app)
+        backend = pane.backend
+        assert isinstance(backend, DemoBackend)
+        backend.orphans = [GpuProcess(31337, 30_000.0, 2, None, "sglang::scheduler_TP2")]
+        await pilot.press("R")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: pane.busy is None and bool(read_entries())
+                       and read_entries()[-1]["action"] == "restart")
+        entry = read_entries()[-1]
+        assert entry["outcome"] == "refused"
+        await wait_for(pilot, lambda: "demo: refused" in screen_text(app))
+        await pilot.press("b")  # the banner's details: the refusal, with the PIDs and the command
+        await wait_for(pilot, lambda: "PID 31337 (sglang::scheduler_TP2" in screen_text(app))
+        assert "kill 31337" in screen_text(app)
+        assert pane.boot_index == 0  # no new boot
