@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,33 +144,46 @@ async def test_the_service_restart_is_refused_unless_forced() -> None:
         await backend.close()
 
 
+@dataclass
+class FakeOrphan:
+    pid: int
+    pid_file: Path  # names its (gone) session leader, as a start_command's `echo $! > FILE` does
+
+
 @pytest.fixture
-def fake_engine_core() -> Iterator[int]:
-    """A process titled ``VLLM::EngineCore`` whose parent (a shell) is gone: what ``ps`` shows of a
-    real one after its API server's ``kill -9``."""
+def fake_engine_core(tmp_path: Path) -> Iterator[FakeOrphan]:
+    """A process titled ``VLLM::EngineCore`` whose session leader (a shell started with setsid,
+    the pid file's PID) is gone: what ``ps`` shows of a real one after its API server's
+    ``kill -9``."""
+    pid_file = tmp_path / "server.pid"
     out = subprocess.run(
-        ["bash", "-c", "(exec -a VLLM::EngineCore sleep 120) </dev/null >/dev/null 2>&1 & echo $!"],
+        ["setsid", "bash", "-c", f"echo $$ > {pid_file}; "
+         "(exec -a VLLM::EngineCore sleep 120) </dev/null >/dev/null 2>&1 & echo $!"],
         capture_output=True, text=True, check=True, timeout=30,
     )
     pid = int(out.stdout.strip())
     try:
-        yield pid
+        yield FakeOrphan(pid, pid_file)
     finally:
         os.kill(pid, signal.SIGKILL)
 
 
-async def test_the_local_host_names_a_real_orphan_from_ps(tmp_path: Path, fake_engine_core: int) -> None:
-    cfg = HostConfig(local=True, log_file=str(tmp_path / "x.log"))
-    backend = LocalBackend("box", cfg)
+async def test_the_local_host_names_a_real_orphan_from_ps(tmp_path: Path, fake_engine_core: FakeOrphan) -> None:
+    fake = fake_engine_core
+    other = LocalBackend("other", HostConfig(local=True, log_file=str(tmp_path / "x.log")))
+    backend = LocalBackend("box", HostConfig(local=True, log_file=str(tmp_path / "x.log"),
+                                             pid_file=str(fake.pid_file)))
     try:
         deadline = time.monotonic() + 30
         found = await host_orphans(backend)
-        while fake_engine_core not in {o.pid for o in found} and time.monotonic() < deadline:
+        while fake.pid not in {o.pid for o in found} and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
             found = await host_orphans(backend)
+        assert await host_orphans(other) == []  # no pid file: the machine's orphans are not its server's
     finally:
         await backend.close()
-    mine = [o for o in found if o.pid == fake_engine_core]
+        await other.close()
+    mine = [o for o in found if o.pid == fake.pid]
     assert mine, found
     assert mine[0].title == "VLLM::EngineCore"
     assert mine[0].engine == "vllm"
@@ -178,7 +192,7 @@ async def test_the_local_host_names_a_real_orphan_from_ps(tmp_path: Path, fake_e
 
 @pytest.mark.sshd
 @requires_sshd
-async def test_an_ssh_host_names_a_real_orphan_from_ps(tmp_path: Path, fake_engine_core: int) -> None:
+async def test_an_ssh_host_names_a_real_orphan_from_ps(tmp_path: Path, fake_engine_core: FakeOrphan) -> None:
     sshd = start_sshd(tmp_path / "sshd", user="root")
     try:
         text = textwrap.dedent(f"""\
@@ -188,6 +202,7 @@ async def test_an_ssh_host_names_a_real_orphan_from_ps(tmp_path: Path, fake_engi
             identity_file = "{sshd.client_key}"
             known_hosts = "{sshd.known_hosts}"
             log_file = "{tmp_path / "x.log"}"
+            pid_file = "{fake_engine_core.pid_file}"
             """)
         cfg = parse_config(text, tmp_path / "hosts.toml").host("box")
         backend = SshBackend("box", cfg)
@@ -198,6 +213,6 @@ async def test_an_ssh_host_names_a_real_orphan_from_ps(tmp_path: Path, fake_engi
             await backend.close()
     finally:
         sshd.stop()
-    mine = [o for o in found if o.pid == fake_engine_core]
+    mine = [o for o in found if o.pid == fake_engine_core.pid]
     assert mine, found
     assert mine[0].title == "VLLM::EngineCore"

@@ -1,7 +1,7 @@
 """Orphaned engine processes: a process of a previous boot that lives on without its server.
 
-Pure core: the host's process listing (``PS_COMMAND``: ``ps -eo pid=,ppid=,rss=,args=``, parsed by ``parse_ps``)
-and the server's PIDs go in, the orphans come out (``find_orphans``).
+Pure core: the host's process listing (``PS_COMMAND``: ``ps -eo pid=,ppid=,sid=,rss=,args=``,
+parsed by ``parse_ps``) and the server's PIDs go in, the orphans come out (``find_orphans``).
 
 The engines name their helper processes with ``setproctitle`` (so ``ps`` shows the title, not
 the python command line):
@@ -19,9 +19,11 @@ the python command line):
   (or ``sglang serve``).
 
 An *orphan* is such a helper whose chain of parents reaches neither a server PID the host tracks
-(unit, pid file, container) nor a live engine server process: its server is gone. On a host with
-GPU processes listed, only helpers holding GPU memory count (the others stop nothing); on a CPU
-host every orphaned helper does (it holds RAM).
+(unit, pid file, container) nor a live engine server process: its server is gone. It must also be
+this host's server's: on a host with GPU processes listed, it holds memory on the server's GPUs
+(the others stop nothing); on a CPU host it is in the session of the server the pid file names
+(``setsid`` in the start command: the session id is that PID, dead or alive) — another server's
+orphans on a shared CPU machine are not this one's, and a CPU host without a pid file has none.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ PS_MAX_ROWS = 20_000  # a bound on the listing read (a host has far fewer proces
 ARGS_MAX = 400  # the command line kept per process
 # what a host runs to list its processes (procps and busybox ps both take -o with these names),
 # bounded on the host: each line cut, the number of lines capped
-PS_COMMAND = f"ps -eo pid=,ppid=,rss=,args= | cut -c1-{ARGS_MAX + 40} | head -n {PS_MAX_ROWS}"
+PS_COMMAND = f"ps -eo pid=,ppid=,sid=,rss=,args= | cut -c1-{ARGS_MAX + 40} | head -n {PS_MAX_ROWS}"
 KILL_GRACE_S = 10  # seconds between the polite kill and kill -9 in the advice
 
 _HELPER = re.compile(
@@ -57,6 +59,7 @@ class ProcRow:
     ppid: int
     args: str
     rss_kib: int | None = None
+    sid: int | None = None  # the session id
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,15 +86,16 @@ class Orphan:
 
 
 def parse_ps(text: str, limit: int = PS_MAX_ROWS) -> list[ProcRow]:
-    """``ps -eo pid=,ppid=,rss=,args=`` lines; unusable lines are skipped, at most ``limit`` rows."""
+    """``ps -eo pid=,ppid=,sid=,rss=,args=`` lines; unusable lines are skipped, at most ``limit`` rows."""
     out: list[ProcRow] = []
     for line in text.splitlines():
-        parts = line.split(None, 3)
-        if len(parts) < 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        parts = line.split(None, 4)
+        if len(parts) < 4 or not all(p.isdigit() for p in parts[:2]):
             continue
-        rss = int(parts[2]) if parts[2].isdigit() else None
-        args = parts[3] if len(parts) > 3 else ""
-        out.append(ProcRow(int(parts[0]), int(parts[1]), args.strip()[:ARGS_MAX], rss))
+        sid = int(parts[2]) if parts[2].isdigit() else None
+        rss = int(parts[3]) if parts[3].isdigit() else None
+        args = parts[4] if len(parts) > 4 else ""
+        out.append(ProcRow(int(parts[0]), int(parts[1]), args.strip()[:ARGS_MAX], rss, sid))
         if len(out) >= limit:
             break
     return out
@@ -111,11 +115,13 @@ def is_server(args: str) -> bool:
 
 
 def find_orphans(
-    rows: Sequence[ProcRow], server_pids: Iterable[int] = (), gpu: Sequence[GpuProcess] = ()
+    rows: Sequence[ProcRow], server_pids: Iterable[int] = (), gpu: Sequence[GpuProcess] = (),
+    session: int | None = None,
 ) -> list[Orphan]:
-    """The engine helpers in ``rows`` whose server is gone, by PID. ``server_pids``: the server's
-    PIDs the host tracks (may be empty: unknown, or no server); ``gpu``: the processes holding
-    memory on the server's GPUs (empty on a CPU host: every orphaned helper counts)."""
+    """This host's server's engine helpers in ``rows`` whose server is gone, by PID.
+    ``server_pids``: the server's PIDs the host tracks (may be empty: unknown, or no server);
+    ``gpu``: the processes holding memory on the server's GPUs (empty on a CPU host);
+    ``session``: on a CPU host, the server's session (the pid file's PID); None: no orphans there."""
     by_pid = {r.pid: r for r in rows}
     servers = set(server_pids)
     on_gpu: dict[int, GpuProcess] = {}
@@ -129,7 +135,7 @@ def find_orphans(
         if engine is None or row.pid in servers or not _orphaned(row, by_pid, servers):
             continue
         g = on_gpu.get(row.pid)
-        if gpu and g is None:
+        if (gpu and g is None) or (not gpu and (session is None or row.sid != session)):
             continue
         out.append(Orphan(
             pid=row.pid, ppid=row.ppid, title=row.args.split()[0] if row.args else "", engine=engine,

@@ -1,12 +1,15 @@
 """A host's orphaned engine processes (issue 24): its process listing, the server's PIDs and its
 GPU processes, classified by ``kvtui.engines.orphans``.
 
-SSH and local hosts run ``ps -eo pid=,ppid=,rss=,args=``; the demo host simulates its listing
+SSH and local hosts run ``ps -eo pid=,ppid=,sid=,rss=,args=`` (and, for a CPU host's server
+session, read the pid file the host tracks); the demo host simulates its listing
 (``DemoBackend.process_rows``); kube and bundle hosts have none here (a container's processes end
 with it), so they never have orphans.
 """
 
 from __future__ import annotations
+
+import shlex
 
 from kvtui.engines.orphans import PS_COMMAND, Orphan, ProcRow, find_orphans, parse_ps
 from kvtui.gpu import GpuProcess
@@ -46,4 +49,27 @@ async def host_orphans(
             gpu = await backend.gpu_processes()
         except (BackendError, OSError):
             gpu = []
-    return find_orphans(rows, servers, gpu)
+    session = None if gpu else await server_session(backend)
+    return find_orphans(rows, servers, gpu, session)
+
+
+async def server_session(backend: HostBackend) -> int | None:
+    """The PID the host's pid file names, alive or not (a server started with ``setsid`` leads
+    its session: its engine processes keep that session id after it is gone); None without one."""
+    from kvtui.hosts.commands import server_pid_file
+
+    host = getattr(backend, "host", None)
+    if host is None or not getattr(backend, "lists_processes", False):
+        return None
+    found = server_pid_file(getattr(host, "pid_file", None), getattr(host, "start_command", None),
+                            getattr(host, "stop_command", None))
+    if found is None:
+        return None
+    path = found[0]
+    path = "$HOME" + shlex.quote(path[1:]) if path.startswith("~") else shlex.quote(path)
+    try:
+        res = await backend.run(f"head -c 32 {path}", timeout=30)
+    except (BackendError, OSError):
+        return None
+    text = res.stdout.strip()
+    return int(text) if res.ok and text.isdigit() else None
