@@ -96,3 +96,24 @@ async def test_r_over_an_orphan_is_refused_naming_it() -> None:
         await wait_for(pilot, lambda: "PID 31337 (sglang::scheduler_TP2" in screen_text(app))
         assert "kill 31337" in screen_text(app)
         assert pane.boot_index == 0  # no new boot
+
+
+async def test_a_cpu_host_s_orphans_get_rows_of_their_own_with_their_ram() -> None:
+    from textual.app import App, ComposeResult
+
+    from kvtui.engines.orphans import Orphan
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield ProcessTable(classes="-shown")
+
+    app = One()
+    async with app.run_test(size=(160, 20)) as pilot:
+        table = app.query_one(ProcessTable)
+        table.show([], set(), [Orphan(8410, 1, "VLLM::EngineCore", "vllm", rss_mib=588.0),
+                               Orphan(11037, 8410, "VLLM::Worker", "vllm", rss_mib=2176.0)])
+        await pilot.pause()
+        rows = [table.get_row_at(i) for i in range(table.row_count)]
+        assert [(r[0], r[1], r[2], str(r[3])) for r in rows] == [
+            ("-", "8410", "588", "ORPHAN"), ("-", "11037", "2,176", "ORPHAN")]
+        assert "VLLM::Worker: orphan of the previous boot — end it: kill 11037" in str(rows[1][4])
