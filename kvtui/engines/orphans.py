@@ -43,7 +43,7 @@ KILL_GRACE_S = 10  # seconds between the polite kill and kill -9 in the advice
 
 _HELPER = re.compile(
     r"^(?:(?P<vllm>[A-Za-z0-9_.-]+)::(?:EngineCore|Worker|DPCoordinator|APIServer)\w*"
-    r"|sglang::(?:scheduler|detokenizer|data_parallel_controller|semi_pd_standalone_scheduler|tokenizer)\w*)"
+    r"|sglang::(?:scheduler|detokenizer|data_parallel_controller|semi_pd_standalone_scheduler)\w*)"
 )
 _SERVER = re.compile(
     r"(?:^|[\s/])(?:vllm\s+serve\b|-m\s+vllm\.entrypoints\.|vllm\.entrypoints\.openai\.api_server"
