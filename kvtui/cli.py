@@ -151,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("host", metavar="HOST", help=HOST_HELP)
     p.add_argument("--to", metavar="BACKUP", help="the backup file to restore (default: the newest)")
     p.add_argument("--restart", action="store_true", help="restart and wait for the restored boot")
+    p.add_argument("--force", action="store_true",
+                   help="with --restart: restart even over orphaned engine processes of the previous boot")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
                    help="with --restart: give up waiting for the boot after S seconds (exit 5; default 1800)")

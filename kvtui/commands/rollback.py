@@ -66,7 +66,7 @@ async def rollback_main(
     ) -> ApplyPlan:
         return await changes.plan_rollback(
             name, host, backend, to=args.to, restart=bool(args.restart),
-            timeout=float(args.timeout), clock=clock or time.time,
+            timeout=float(args.timeout), clock=clock or time.time, force=bool(getattr(args, "force", False)),
         )
 
     return await plan_and_execute(args, make_plan, verb="rollback", stdout=stdout, stderr=stderr, stdin=stdin,

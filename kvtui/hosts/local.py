@@ -330,6 +330,8 @@ class _FileState:
 class LocalBackend:
     """``HostBackend`` for this machine (see the module docstring)."""
 
+    lists_processes = True  # ``run(ps …)`` lists the host's processes (``kvtui.hosts.orphans``)
+
     def __init__(
         self,
         name: str,

@@ -18,11 +18,12 @@ from textual.worker import Worker, WorkerState
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.config import CalcConfig, HostConfig, UiConfig
-from kvtui.engines.events import Engine
+from kvtui.engines.events import Engine, FailureKind
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.history.eta import BootEta, slow_reason
 from kvtui.history.eta import clock as eta_clock
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend
+from kvtui.hosts.orphans import host_orphans
 from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate
 from kvtui.ui import formatting as fmt
 from kvtui.ui.host_actions import HostChanges, demo_target
@@ -199,6 +200,9 @@ class HostPane(HostChanges, Vertical):
         self.stall = StallDetector(ui.stall_seconds)
         self.error: str | None = None
         self._basis_for: Boot | None = None  # the start-missing boot whose calibration was looked up
+        # a gpu_busy boot whose host was asked for orphaned engine processes, and what they are
+        self._orphans_for: Boot | None = None
+        self._orphans_hint: str | None = None
         self.lines_received = 0
         self.batches_applied = 0  # monitor batches taken in (``up_to_date`` compares it)
         self._summary_posted: tuple[object, ...] | None = None  # the fleet row's state last posted
@@ -580,7 +584,7 @@ class HostPane(HostChanges, Vertical):
         self._one(BootFigures).show(boot)
         self._show_probe()
         previous = self.boots[-2] if len(self.boots) >= 2 and self.boots[-1] is boot else None
-        self._one(FailureBanner).show(boot, previous, self._changed_since_good(boot))
+        self._one(FailureBanner).show(boot, previous, self._changed_since_good(boot), self._orphans_of(boot, previous))
         calc = self.calculator
         if boot is not None and boot.start_missing is not None:
             if self.samples:  # the GPU memory from the GPU source (no boot line says it)
@@ -799,13 +803,36 @@ class HostPane(HostChanges, Vertical):
                 try:
                     processes = await backend.gpu_processes()
                     pids = await backend.server_pids()
+                    orphans = await host_orphans(backend, processes, pids)  # issue 24
                 except (BackendError, OSError) as exc:
                     self.notify(str(exc), title="GPU processes", severity="warning")
                     return
                 gpus = {s.index for s in self.samples}
                 shown = [p for p in processes if p.gpu_index is None or not gpus or p.gpu_index in gpus]
-                self.query_one(ProcessTable).show(shown, pids)
+                self.query_one(ProcessTable).show(shown, pids, orphans)
             await asyncio.sleep(2.0)
+
+    def _orphans_of(self, boot: Boot | None, previous: Boot | None) -> str | None:
+        """The gpu_busy failure's orphaned engine processes (issue 24): asked once per failed boot."""
+        failed = boot if boot is not None and boot.failure is not None else previous
+        if failed is None or failed.failure is None or failed.failure.kind is not FailureKind.GPU_BUSY:
+            return None
+        if self._orphans_for is not failed and self.backend is not None:
+            self._orphans_for, self._orphans_hint = failed, None
+            self._ask_orphans(failed)
+        return self._orphans_hint
+
+    @work(group="orphans", exit_on_error=False, description="orphaned engine processes")
+    async def _ask_orphans(self, failed: Boot) -> None:
+        from kvtui.engines.orphans import hint_text
+
+        backend = self.backend
+        if backend is None:
+            return
+        found = await host_orphans(backend)
+        if found and self._orphans_for is failed:
+            self._orphans_hint = hint_text(found)
+            self._render_boot()
 
     # ---- proving "ready" with a real request ----------------------------------------------------
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Final
 from kvtui.config import DemoHost
 from kvtui.demo_presets import PresetError, resolve_preset_name
 from kvtui.engines.events import LogRecord
+from kvtui.engines.orphans import ProcRow
 from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts import commands
@@ -136,6 +137,9 @@ class DemoBackend:
         self.uptime_s = float(uptime_h) * 3600.0 if uptime_h else 0.0
         self._status = ConnStatus(ConnState.CONNECTING, "simulated host")
         self._closed = False
+        # simulated orphaned engine helpers of a previous boot (issue 24): their GPU memory and
+        # title (``name``), under init; empty unless a test or a preset sets them
+        self.orphans: list[GpuProcess] = []
         self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         self._state: DemoState | None = None
         self._state_sig: tuple[int, int] | None = None
@@ -711,7 +715,17 @@ class DemoBackend:
             await self._pause(interval_s)
 
     async def gpu_processes(self) -> list[GpuProcess]:
-        return [p for s in self.samples_at(self.clock()) for p in s.processes]
+        return [*(p for s in self.samples_at(self.clock()) for p in s.processes), *self.orphans]
+
+    async def process_rows(self) -> list[ProcRow]:
+        """The simulated host's process listing (``kvtui.hosts.orphans``): the orphans and the
+        stale foreign process (``set_foreign_process``: one named ``VLLM::EngineCore`` is an
+        orphan) under init."""
+        foreign = self._timeline().state.foreign
+        rows = [ProcRow(1, 0, "/sbin/init"), *(ProcRow(p.pid, 1, p.name) for p in self.orphans)]
+        if foreign:
+            rows.append(ProcRow(int(foreign["pid"]), 1, str(foreign.get("name", "python3"))))
+        return rows
 
     async def server_pids(self) -> set[int]:
         return self.server_pids_at(self.clock())

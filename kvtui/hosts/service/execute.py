@@ -14,6 +14,7 @@ from kvtui import audit
 from kvtui import flags as fl
 from kvtui.boot import Boot, BootStatus
 from kvtui.config import SshHost
+from kvtui.engines.events import FailureKind
 from kvtui.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT
 from kvtui.hosts.backend import HostBackend
 from kvtui.hosts.probe import ProbeResult, boot_port, mark_not_serving, not_probed_reason, probe, served_model
@@ -31,7 +32,7 @@ from kvtui.hosts.service.model import (
     ServiceError,
 )
 from kvtui.hosts.service.plan import CPU_KV_SPACE_ENV, engine_of, unit_name
-from kvtui.hosts.service.prepare import plan_rollback
+from kvtui.hosts.service.prepare import plan_rollback, refuse_orphans
 from kvtui.hosts.service.render import reality
 
 if TYPE_CHECKING:
@@ -135,7 +136,22 @@ async def _restart_and_follow(run: Run) -> tuple[Boot | None, int, str]:
             say("environment not in effect: " + "; ".join(env_problems))
             return boot, EXIT_FAILED, "not_in_effect"
     unsettled = await _rollout_settled(ops, say, boot)
-    return unsettled or boot_result(say, boot)
+    result = unsettled or boot_result(say, boot)
+    await name_orphans(say, ops.backend, boot)
+    return result
+
+
+async def name_orphans(say: ProgressFn, backend: HostBackend, boot: Boot) -> None:
+    """A boot that failed for memory other processes hold (``gpu_busy``): the orphaned engine
+    processes of a previous boot among them, with the command to end them (issue 24)."""
+    from kvtui.engines.orphans import hint_text
+    from kvtui.hosts.orphans import host_orphans
+
+    if boot.failure is None or boot.failure.kind is not FailureKind.GPU_BUSY:
+        return
+    found = await host_orphans(backend)
+    if found:
+        say(f"hint: {hint_text(found)}")
 
 
 async def _rollout_settled(ops: object, say: ProgressFn, boot: Boot) -> tuple[Boot, int, str] | None:
@@ -199,7 +215,7 @@ async def _auto_rollback(run: Run, out: ApplyOutcome) -> ApplyOutcome:
     say(f"rolling back to {plan.backup_path} (--rollback-on-failure)")
     try:
         rb = await plan_rollback(plan.name, plan.host, run.ops.backend, to=plan.backup_path, restart=True,
-                                 timeout=plan.timeout, clock=run.clock)
+                                 timeout=plan.timeout, clock=run.clock, check_orphans=False)
     except ServiceError as exc:
         out.messages.append(f"rollback could not be planned: {exc}")
         return out
@@ -229,8 +245,10 @@ async def restart(
     failed. Never raises for the host; every attempt is audited (action ``restart``)."""
     say = Say(progress)
     ops = backend.service_ops()
+    if not plan.refused and plan.how is not None:
+        await refuse_orphans(plan.refusals, backend)
     if plan.refused or plan.how is None:
-        out = ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {r.reason}" for r in plan.refusals])
+        out = ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {r.reason}" for r in plan.blocking])
         _audit_restart(plan, out, clock, ops.login)
         return out
     call = RestartCall(plan.how, plan.cmd, plan.unit, say, plan.timeout, sleep, clock, stop_wait_s)
@@ -242,6 +260,8 @@ async def restart(
             unsettled = await _rollout_settled(ops, say, boot) if boot is not None else None
             boot, code, status = timed_out(say, follower, plan.timeout) if boot is None else (
                 unsettled or boot_result(say, boot))
+            if boot is not None:
+                await name_orphans(say, backend, boot)
             out = ApplyOutcome(code, status, list(say.log), boot=boot)
         else:
             await ops.issue_restart(call)

@@ -172,10 +172,16 @@ class RestartPlan:
     refusals: list[Refusal] = field(default_factory=list)
     follow: bool = False
     timeout: float = 1800.0
+    force: bool = False  # a forceable refusal (orphaned engine processes) does not stop it
+
+    @property
+    def blocking(self) -> list[Refusal]:
+        """The refusals that stop this restart (a forceable one only without ``force``)."""
+        return [r for r in self.refusals if not (r.forceable and self.force)]
 
     @property
     def refused(self) -> bool:
-        return bool(self.refusals)
+        return bool(self.blocking)
 
     def render(self) -> str:
         out = [f"{self.name}: restart the server"]

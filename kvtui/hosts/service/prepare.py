@@ -144,7 +144,20 @@ async def plan_apply(
     elif predict and plan.changed:
         known = await _predict(plan, backend, known, wiring)
     refuse_unknown_flags(plan, known)
+    if restart:
+        await refuse_orphans(plan.refusals, backend)
     return plan
+
+
+async def refuse_orphans(refusals: list[Refusal], backend: HostBackend) -> None:
+    """A restart over orphaned engine processes of the previous boot (``kvtui.hosts.orphans``)
+    would fail for their memory: refused (forceable) with their PIDs and the command to end them."""
+    from kvtui.engines.orphans import refusal_text
+    from kvtui.hosts.orphans import host_orphans
+
+    found = await host_orphans(backend)
+    if found:
+        refusals.append(Refusal(refusal_text(found), True))
 
 
 async def _preview(plan: ApplyPlan, ops: HostOps) -> None:
@@ -286,12 +299,16 @@ async def plan_rollback(
     graph_margin_gib: float | None = None,
     clock: Callable[[], float] = time.time,
     calculator: Calculator | None = None,
+    force: bool = False,
+    check_orphans: bool = True,
 ) -> ApplyPlan:
     """Restore the newest backup of the effective flags file (or ``to``) through the same
     verified path; the current file is saved first as ``<backup name>.pre-rollback``.
 
     With ``boots`` (the TUI's) and a ``calculator``, the prediction for the restored flags is
-    attached (for information: a rollback is never refused on a verdict)."""
+    attached (for information: a rollback is never refused on a verdict). With ``restart``, orphaned
+    engine processes refuse it unless ``force`` (``check_orphans=False``: the automatic rollback of a
+    failed apply, which checked them before its own restart)."""
     ops = backend.service_ops()
     source = await ops.locate(name, host)
     chosen = await _rollback_target(ops, host, source, to)
@@ -323,12 +340,15 @@ async def plan_rollback(
         timeout=timeout,
         pre_rollback_path=backup_name(source.path, clock(), ops.taken_names(source)) + PRE_ROLLBACK,
         env_edits=env_edits,
+        force=force,
     )
     _refuse_readonly(plan, ops)
     plan.steps, plan.cmd = ops.edit_steps(plan)
     await _preview(plan, ops)
     if boots and plan.changed:
         await _predict(plan, backend, list(boots), _Wiring(calculator, None, graph_margin_gib, 0.0, refuse=False))
+    if restart and check_orphans:
+        await refuse_orphans(plan.refusals, backend)
     return plan
 
 

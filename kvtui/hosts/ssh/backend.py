@@ -80,6 +80,8 @@ class _Stream:
 class SshBackend:
     """One remote host over SSH (see the module docstring)."""
 
+    lists_processes = True  # ``run(ps …)`` lists the host's processes (``kvtui.hosts.orphans``)
+
     def __init__(
         self,
         name: str,

@@ -538,9 +538,11 @@ class FailureBanner(Banner):
 
     previous: bool = False
 
-    def show(self, boot: Boot | None, previous: Boot | None = None, changed: Sequence[str] = ()) -> None:
+    def show(self, boot: Boot | None, previous: Boot | None = None, changed: Sequence[str] = (),
+             orphans: str | None = None) -> None:
         """``previous``: the boot before ``boot`` (shown when it failed and ``boot`` is starting);
-        ``changed``: what changed since the last good boot of the same model (the history)."""
+        ``changed``: what changed since the last good boot of the same model (the history);
+        ``orphans``: a gpu_busy failure's orphaned engine processes and the command to end them."""
         failure = boot.failure if boot is not None and boot.status is BootStatus.FAILED else None
         self.previous = False
         if (
@@ -564,12 +566,12 @@ class FailureBanner(Banner):
         fraction = failed.flags.get("mem_fraction_static") if failed is not None else None
         at = str(fraction) if fraction is not None and shown.kind.value.startswith("oom") else None
         self.set(
-            (shown.kind, shown.phase, shown.message, shown.hint, self.previous, lines, at),
-            lambda: self._content(shown, self.previous, lines, at),
+            (shown.kind, shown.phase, shown.message, shown.hint, self.previous, lines, at, orphans),
+            lambda: self._content(shown, self.previous, lines, at, orphans),
         )
 
     def _content(self, failure: Failure, previous: bool = False, changed: Sequence[str] = (),
-                 fraction: str | None = None) -> Content:
+                 fraction: str | None = None, orphans: str | None = None) -> Content:
         """``fraction``: the failed boot's --mem-fraction-static, said on the first line of an
         out-of-memory failure (the one line shown until ``b``)."""
         where = f" in {fmt.phase_label(failure.phase)}" if failure.phase is not None else ""
@@ -598,6 +600,8 @@ class FailureBanner(Banner):
             parts.append(Content.styled(message, "$foreground"))
         if failure.hint:
             parts.append(Content.assemble(("Hint: ", "$warning bold"), (failure.hint, "$foreground")))
+        if orphans:
+            parts.append(Content.assemble(("Orphans: ", "$warning bold"), (orphans, "$foreground")))
         if previous:
             parts.append(Content.styled("restarted automatically; the new boot is starting", "$text-muted italic"))
         if changed:

@@ -21,6 +21,7 @@ from textual.widget import Widget
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Phase
+from kvtui.engines.orphans import KILL_GRACE_S, Orphan
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.ui import formatting as fmt
 from kvtui.ui.perf import QuietStatic
@@ -606,15 +607,41 @@ class ProcessTable(ListTable[str | Text]):
         self.zebra_stripes = True
         self.add_columns("GPU", "PID", "MiB", "owner", "process")
 
-    def show(self, processes: Sequence[GpuProcess], server_pids: set[int]) -> None:
+    def show(self, processes: Sequence[GpuProcess], server_pids: set[int], orphans: Sequence[Orphan] = ()) -> None:
+        """``orphans`` (``kvtui.hosts.orphans``): engine processes of a previous boot whose server is
+        gone, marked ``ORPHAN`` in the warning colour with the command that ends them; on a CPU host
+        (no GPU process) they get rows of their own, their RAM in the MiB column."""
         rows = sorted(processes, key=lambda p: (p.gpu_index if p.gpu_index is not None else -1, -p.used_mib))
-        self.refill(
+        by_pid = {o.pid: o for o in orphans}
+        listed = {p.pid for p in rows}
+        colour = self.app.theme_variables.get("warning", "yellow") if self.is_attached else "yellow"
+        warn = f"bold {colour}"
+
+        def owner(pid: int) -> Text:
+            if pid in by_pid:
+                return Text("ORPHAN", style=warn)
+            return Text("server", style="") if pid in server_pids else Text("OTHER", style="bold")
+
+        def name(pid: int, default: str) -> str | Text:
+            o = by_pid.get(pid)
+            if o is None:
+                return default
+            return Text(f"{o.title}: orphan of the previous boot — end it: kill {o.pid} "
+                        f"(kill -9 {o.pid} after {KILL_GRACE_S} s)", style=colour)
+
+        gpu_rows = [
             (f"{proc.gpu_index}:{proc.pid}", (
                 "?" if proc.gpu_index is None else str(proc.gpu_index),
                 str(proc.pid),
                 f"{proc.used_mib:,.0f}",
-                Text("server", style="") if proc.pid in server_pids else Text("OTHER", style="bold"),
-                proc.name,
+                owner(proc.pid),
+                name(proc.pid, proc.name),
             ))
             for proc in rows
-        )
+        ]
+        ram_rows = [
+            (f"-:{o.pid}", ("-", str(o.pid), "" if o.rss_mib is None else f"{o.rss_mib:,.0f}", owner(o.pid),
+                            name(o.pid, o.title)))
+            for o in orphans if o.pid not in listed
+        ]
+        self.refill([*gpu_rows, *ram_rows])
