@@ -88,6 +88,8 @@ class ServingView(_Base):
         boot, idx = self.boot, self.boot_index
         if boot is None or idx is None or boot.status is not BootStatus.READY or self.serving_reader is None:
             return
+        if not self.shown and self._hidden_since is None:  # a pane hidden from the start
+            self._hidden_since = asyncio.get_running_loop().time()
         if self._sampling == idx or self._hidden_too_long():
             return
         if self._sampling is None or self._sampling != idx:

@@ -206,6 +206,11 @@ class ServingRow(QuietStatic):
         color: $text-muted;
         &.-shown { display: block; }
     }
+    MainScreen.-short ServingRow {  /* a short terminal: one row, cut with … (the log keeps its rows) */
+        height: 1;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
     """
 
     text = ""
