@@ -159,8 +159,10 @@ class ServingView(_Base):
         finally:
             if self._sampling == idx:
                 self._sampling = None
-            if self.boot is None or self.boot.status is not BootStatus.READY:
+            if self.boot is None or self.boot.status is not BootStatus.READY:  # a stop, a restart
                 self.serving_figures = self.diagnosis = self.suggestion = None
+                if self.is_attached:
+                    self.query_one(KvTimeline).clear()
                 self._draw_serving()
 
     async def sample_serving(self, boot: Boot, now: float) -> None:

@@ -196,7 +196,10 @@ def serving_text(figures: ServingFigures, engine: Engine, source: str, *, with_u
 
 
 class ServingRow(QuietStatic):
-    """The serving figures of the window (``ServingFigures``) under the KV gauge (wrapped)."""
+    """The serving figures of the window (``ServingFigures``) under the KV gauge (wrapped; one
+    row on a short terminal: its CSS names the screen's class, hence not scoped)."""
+
+    SCOPED_CSS = False
 
     DEFAULT_CSS = """
     ServingRow {
