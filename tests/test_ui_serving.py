@@ -176,3 +176,71 @@ def test_snapshot_a_serving_incident_pool_full_120x36(snap_compare: Any) -> None
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
+
+
+# ---- the calculator's answer, pure (kvtui.ui.widgets.serving.suggest) -------------------------
+
+def _model() -> Any:
+    from kvtui import kvcalc as kc
+    from kvtui.commands.replay import analyse_path
+
+    boots, _ = analyse_path(str(Path(__file__).parent / "fixtures" / "sglang-0.5.10-llama70b-tp4-ready.journal"))
+    chosen, others = kc.select_boot(boots)
+    return kc.calibrate(chosen, others=others)
+
+
+def _pool_full_diagnosis(pool: int, peak_usage: float) -> Any:
+    from kvtui.engines.events import Engine
+    from kvtui.serving.diagnose import Diagnosis, Evidence, pool_knobs
+
+    e = Evidence(seconds=300.0, samples=60, source="metrics", peak_kv_usage=peak_usage, max_running=64,
+                 max_waiting=12, preemptions=None, retractions=137.0, decode_ooms=0.0, length_refused=None,
+                 requests=900.0, ttft_p50=0.4, ttft_p95=2.0, queue_p95=1.5, running_cap=64, pool_tokens=pool)
+    return Diagnosis(Engine.SGLANG, Limit.POOL, e, pool_knobs(Engine.SGLANG))
+
+
+def test_suggest_takes_the_smaller_of_the_largest_safe_fraction_and_the_observed_demand() -> None:
+    """Fails on main: no suggestion existed (the diagnosis named the knob, never a value)."""
+    from kvtui import fmt
+    from kvtui import kvcalc as kc
+    from kvtui.ui.widgets.serving import DEMAND_MARGIN, suggest
+
+    model = _model()
+    base = kc.predict(model, {})
+    largest = fmt.round_down(base.max_safe_fraction, 2)
+    # demand far beyond the pool: the largest safe fraction, rounded down to 0.01
+    big = suggest(_pool_full_diagnosis(base.tokens, 1.0 * 3), model, kc.DEFAULT_GRAPH_MARGIN_GIB)
+    assert big is not None
+    assert big.value == f"{largest:.2f}"
+    assert big.safe == fmt.safe_max(base.max_safe_fraction)
+    # a demand a little above the pool: the first 0.01 step that holds it with the margin
+    small = suggest(_pool_full_diagnosis(base.tokens, 0.97), model, kc.DEFAULT_GRAPH_MARGIN_GIB)
+    assert small is not None
+    assert small.value is not None
+    assert small.tokens is not None
+    assert small.tokens >= 0.97 * base.tokens * DEMAND_MARGIN
+    assert float(small.value) <= largest
+    below = f"{float(small.value) - 0.01:.2f}"
+    if float(below) > model.fraction:
+        assert kc.predict(model, kc.parse_edits(model.engine, [f"mem_fraction_static={below}"], [])).tokens \
+            < 0.97 * base.tokens * DEMAND_MARGIN
+    assert small.answer == (f"at mem-fraction-static {small.value} (largest safe {small.safe}) the pool grows from "
+                            f"{base.tokens:,} to ~{small.tokens:,} tokens "
+                            f"(+{(small.tokens / base.tokens - 1) * 100:.0f} %)")
+
+
+def test_suggest_says_when_no_increase_is_safe() -> None:
+    """Fails on main: no suggestion existed."""
+    from kvtui import kvcalc as kc
+    from kvtui.ui.widgets.serving import suggest
+
+    model = _model()
+    margin = 30.0  # a graph margin no larger fraction leaves room for
+    base = kc.predict(model, {}, graph_margin_gib=margin)
+    assert base.max_safe_fraction is None or base.max_safe_fraction < model.fraction + 0.01
+    s = suggest(_pool_full_diagnosis(base.tokens, 1.0), model, margin)
+    assert s is not None
+    assert s.value is None
+    assert s.edit is None
+    assert "the pool cannot grow safely on these GPUs" in s.answer
+    assert "lower max-running-requests / context, or add GPUs" in s.answer
