@@ -244,3 +244,31 @@ def test_suggest_says_when_no_increase_is_safe() -> None:
     assert s.edit is None
     assert "the pool cannot grow safely on these GPUs" in s.answer
     assert "lower max-running-requests / context, or add GPUs" in s.answer
+
+
+async def test_a_hidden_host_stops_sampling_and_starts_again_when_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Like the pane's other pollers: a host tab hidden for ``HIDDEN_STOP_S`` reads no /metrics;
+    shown again, its serving view samples again. Fails on main: no serving sampler existed."""
+    import kvtui.ui.serving_view as sv
+
+    monkeypatch.setattr(sv, "HIDDEN_STOP_S", 0.5)
+    clock = FakeClock()
+    start_demo("demo-a", clock, SPEED)
+    start_demo("demo-b", clock, SPEED)
+    app = demo_app(clock, speed=SPEED, hosts=("demo-a", "demo-b"))
+    async with app.run_test(size=SIZE) as pilot:
+        a, b = app.main_screen.panes
+        await run_clock(pilot, app, clock, until=lambda: all(
+            p.boot is not None and p.boot.status is BootStatus.READY for p in (a, b)), limit=60)
+        await run_clock(pilot, app, clock, until=lambda: a.serving_readings >= 2, step=5.0, limit=60)
+        await pilot.pause(0.6)  # b has been hidden longer than HIDDEN_STOP_S
+        await run_clock(pilot, app, clock, seconds=10.0, step=5.0)
+        await wait_for(pilot, lambda: b.serving_caught_up)
+        stopped = b.serving_readings
+        await run_clock(pilot, app, clock, seconds=15.0, step=5.0)
+        assert b.serving_readings == stopped  # hidden: no sample
+        assert not [w for w in app.workers if w.node is b and w.group == "serving" and not w.is_finished]
+        assert a.serving_readings >= 4
+        await pilot.press("right_square_bracket")  # demo-b shown
+        await wait_for(pilot, lambda: app.main_screen.active_pane is b)
+        await run_clock(pilot, app, clock, until=lambda: b.serving_readings > stopped, step=5.0, limit=30)
