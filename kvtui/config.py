@@ -329,6 +329,9 @@ class DemoHost(_HostBase):
     # ... and its start is gone from the log (rotated away): the follower says so and gives the
     # running process's command line instead (kvtui.engines.source_records)
     demo_start_missing: bool = False
+    # a fixed offered load (0..2; above 1 more than the pool holds: a full pool with a queue, the
+    # engine retracting or preempting) instead of the simulation's slow waves (issue 24's incident)
+    demo_load: float | None = Field(default=None, ge=0, le=2)
 
     @property
     def kind(self) -> Literal["demo"]:
@@ -450,7 +453,8 @@ _VARIANTS: dict[str, type[SshHost] | type[LocalHost] | type[DemoHost] | type[Kub
 HOST_KEYS = ("ssh", "local", "demo", "kube", "selector", "port", "identity_file", "known_hosts", "strict_host_key",
              "engine", "unit", "log_file", "container", "launch_script", "start_command", "stop_command", "pid_file",
              "gpus", "sudo", "readonly", "probe", "probe_model", "gpu_metrics_url", "demo_speed", "demo_seed",
-             "demo_engine", "demo_model", "demo_node", "demo_stall_node", "demo_uptime_h", "demo_start_missing")
+             "demo_engine", "demo_model", "demo_node", "demo_stall_node", "demo_uptime_h", "demo_start_missing",
+             "demo_load")
 _KEYS_OF = {kind: tuple(model.model_fields) for kind, model in _VARIANTS.items()}
 assert set(HOST_KEYS) == {k for keys in _KEYS_OF.values() for k in keys}, "HOST_KEYS lists every host key once"
 

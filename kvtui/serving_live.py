@@ -127,8 +127,8 @@ class ServingReader:
 
     def reading(self, sample: ServingSample, boot: Boot | None) -> Reading:
         flags = boot.flags if boot is not None else {}
-        diag = diagnose(self.window, running_cap=running_cap(flags), device=device_of(flags),
-                        flags=[k.replace("_", "-") for k in flags])
+        given = [k.replace("_", "-") for k, v in flags.items() if v is not None and str(v) not in ("", "None")]
+        diag = diagnose(self.window, running_cap=running_cap(flags), device=device_of(flags), flags=given)
         return Reading(sample, self.window, diag)
 
 

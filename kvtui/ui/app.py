@@ -83,6 +83,8 @@ MAIN_BINDINGS: list[BindingType] = [
             tooltip="the boot's startup lines no rule recognised, by shape"),
     Binding("R", "restart", "Restart", id="restart", tooltip="restart the server (asks first)"),
     Binding("a", "apply", "Apply", id="apply", tooltip="apply the calculator's edits and restart (asks first)"),
+    Binding("K", "serving_apply", "Apply the KV suggestion", show=False, id="serving.apply",
+            tooltip="serving, pool full: the calculator set to the diagnosis' suggested edit, then apply (asks first)"),
     Binding("O", "tune", "Tune", show=False, id="tune",
             tooltip="find the largest fraction that boots, or meet a goal, one safe restart at a time (asks first)"),
     Binding("u", "rollback", "Rollback", show=False, id="rollback",
@@ -122,7 +124,7 @@ WIDGET_BINDING_IDS = (
 # Ids only the deployment console binds (kvtui.ui.deployment_screen; it shares the others).
 DEPLOYMENT_BINDING_IDS = ("node.filter", "gpu.plot")
 
-CHANGES_HOST = frozenset({"restart", "apply", "rollback"})
+CHANGES_HOST = frozenset({"restart", "apply", "rollback", "serving_apply"})
 PACE_HIDDEN_FROM = 5  # hosts in one console from which hidden hosts' monitors flush less often
 WARM_UP_QUIET = 2.0  # seconds without input before hidden panes are prepared in the background
 
@@ -736,6 +738,11 @@ class MainScreen(Screen[None]):
         pane = self.active_pane
         if pane is not None and not pane.readonly:
             pane.start_apply()
+
+    def action_serving_apply(self) -> None:
+        pane = self.active_pane
+        if pane is not None and not pane.readonly:
+            pane.apply_suggestion()
 
     def action_rollback(self) -> None:
         pane = self.active_pane

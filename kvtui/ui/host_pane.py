@@ -27,6 +27,7 @@ from kvtui.hosts.orphans import host_orphans
 from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate
 from kvtui.ui import formatting as fmt
 from kvtui.ui.host_actions import HostChanges, demo_target
+from kvtui.ui.serving_view import ServingView
 from kvtui.ui.stall import StallDetector
 from kvtui.ui.widgets.action import ActionBanner
 from kvtui.ui.widgets.banner import Banner
@@ -49,6 +50,7 @@ from kvtui.ui.widgets.gpu import (
 from kvtui.ui.widgets.host import ConnBanner, FleetRow, HostBar, HostInfo
 from kvtui.ui.widgets.log_panel import LogPanel
 from kvtui.ui.widgets.log_view import LogView
+from kvtui.ui.widgets.serving import KvTimeline, ServingBanner, ServingRow
 from kvtui.updates import LinePart
 
 if TYPE_CHECKING:
@@ -128,7 +130,7 @@ class GpuPanel(Panel, can_focus=True):
                 return
 
 
-class HostPane(HostChanges, Vertical):
+class HostPane(HostChanges, ServingView, Vertical):
     """The whole console of one host (its host-changing actions: ``HostChanges``)."""
 
     class Updates(Message):
@@ -227,6 +229,7 @@ class HostPane(HostChanges, Vertical):
         yield FailureBanner()
         yield StallNotice()
         yield ActionBanner()
+        yield ServingBanner()  # the serving view's diagnosis, with the calculator's answer (K applies it)
         # The log takes the width left over (kvtui.tcss sizes the rest by terminal size): the boot
         # and its figures above it, the GPUs and the calculator in a column on the right. Narrow,
         # that column goes and its panels open zoomed (tab, c, p, z); short, the timeline and the
@@ -238,6 +241,7 @@ class HostPane(HostChanges, Vertical):
                         yield PhaseTimeline()
                         yield ProbeLine()
                         yield KvUsage()
+                        yield ServingRow()  # the serving view (issue 24): the /metrics figures
                     with Panel(id="figures-panel", classes="panel"):
                         yield GpuSummary()
                         yield BootFigures()
@@ -250,6 +254,7 @@ class HostPane(HostChanges, Vertical):
                     yield GpuNote()
                     yield ForeignWarning()
                     yield GpuHistoryPlot()
+                    yield KvTimeline()
                     yield ProcessTable()
                 with Panel(id="calc-panel", classes="panel"):
                     yield CalculatorPanel(graph_margin_gib=self.calc_config.graph_margin_gib)
@@ -327,6 +332,8 @@ class HostPane(HostChanges, Vertical):
         if shown and self._stale:
             self._stale = False
             self._catch_up()
+        if self.is_attached:
+            self.serving_shown(shown)
 
     def _pace_monitor(self) -> None:
         monitor, base = self.monitor, self._pace_base
@@ -403,6 +410,7 @@ class HostPane(HostChanges, Vertical):
             **options,
         )
         self.monitor = monitor
+        self.attach_serving(monitor)
         self._pace_base = (monitor.flush_interval, monitor.serving_interval)
         self._pace_monitor()
         self.log_view.source = monitor.spool
@@ -479,10 +487,12 @@ class HostPane(HostChanges, Vertical):
         published and every published batch is applied. On a frozen clock, once the backend has
         nothing newer either, the screen is a function of the clock (tests wait for this)."""
         monitor = self.monitor
-        return monitor is not None and not monitor.pending and self.batches_applied == monitor.published
+        return (monitor is not None and not monitor.pending and self.batches_applied == monitor.published
+                and self.serving_caught_up)
 
     def apply_updates(self, updates: Sequence[MonitorUpdate]) -> None:
         now = self.clock()
+        self.wake_serving()
         parts: list[LinePart] = []
         count = 0
         boot_state: BootState | None = None
@@ -536,6 +546,7 @@ class HostPane(HostChanges, Vertical):
             # the usage sparkline keeps a point per second of the host's time: fed while hidden too
             kv.show(self.boot, self.clock())
             self._maybe_probe()
+            self.maybe_sample()
             if shown:
                 self._render_boot()
             else:

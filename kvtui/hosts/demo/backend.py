@@ -135,6 +135,7 @@ class DemoBackend:
         # its log says it serves)
         uptime_h = cfg.demo_uptime_h or (DEMO_START_MISSING_UPTIME_H if self.start_missing else None)
         self.uptime_s = float(uptime_h) * 3600.0 if uptime_h else 0.0
+        self.load: float | None = cfg.demo_load  # a fixed offered load (issue 24's incident), else the waves
         self._status = ConnStatus(ConnState.CONNECTING, "simulated host")
         self._closed = False
         # simulated orphaned engine helpers of a previous boot (issue 24): their GPU memory and
@@ -662,7 +663,8 @@ class DemoBackend:
         serving = False
         if v is not None and v.ready_t is not None and now >= v.ready_t:
             serving = True
-            load = serving_load(v.epoch.seed, v.g, (now - v.ready_t) * v.epoch.speed)
+            load = (serving_load(v.epoch.seed, v.g, (now - v.ready_t) * v.epoch.speed) if self.load is None
+                    else min(1.0, self.load))
         out: list[GpuSample] = []
         rng = random.Random(f"gpu-noise:{self.seed}:{int(now * 2)}")
         for idx in self._selected():

@@ -6,7 +6,7 @@ job``), computed from the state and the clock, never stored."""
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from kvtui.hosts.demo.state import DemoState, Epoch
@@ -141,6 +141,8 @@ class _Timeline:
                 meet_at=meet,
             )
         )
+        if self.b.load is not None and script.serving is not None:  # demo_load: a fixed offered load
+            script.serving = replace(script.serving, load=self.b.load)
         self.b._scripts[key] = script
         while len(self.b._scripts) > 64:
             self.b._scripts.popitem(last=False)

@@ -43,6 +43,7 @@ class ServingFacts:
     tag: str = ""  # SGLang: the rank tag (" TP0"); vLLM: the process tag ("APIServer")
     ms: bool = False  # SGLang's SGLANG_LOG_MS
     interval_s: float = 5.0  # simulated seconds between serving lines
+    load: float | None = None  # a fixed offered load (the host's ``demo_load``), else the seeded waves
 
 
 @dataclass(slots=True)

@@ -57,9 +57,9 @@ def tick_figures(
 ) -> tuple[TickFigures, random.Random]:
     """Tick ``j``'s figures, ``sim_t`` simulated seconds after ready, and the tick's generator
     (the serving line draws the rest of its text from it)."""
-    load = serving_load(seed, boot_no, sim_t)
+    load = serving_load(seed, boot_no, sim_t) if facts.load is None else facts.load
     rng = random.Random(f"tick:{seed}:{boot_no}:{j}")
-    running = round(load * facts.max_running_requests * 0.9)
+    running = min(facts.max_running_requests, round(load * facts.max_running_requests * 0.9))
     # the pool fills with the running requests' contexts (plus the prefix cache), never quite full
     usage = min(0.96, max(0.0, 0.04 + 0.86 * load + rng.uniform(-0.03, 0.03))) if running else 0.0
     used = int(usage * facts.tokens)
