@@ -138,7 +138,8 @@ async def test_a_too_high_fraction_shows_the_capture_oom_banner_with_its_hint() 
         assert pane.boot.failure.hint
         assert pane.boot.failure.hint in text
         assert plain(pane.query_one(PhaseTimeline)).splitlines()[-1].startswith("✖ graph capture")
-        assert "failed: oom_graph_capture" in pane.query_one(HostBar).right().plain
+        # the header says the failure as a person reads it, not its code (the walk of issue 22)
+        assert "✖ failed: OOM graph capture" in pane.query_one(HostBar).right().plain
         # the calculator, calibrated on the failed boot, says this fraction is an OOM risk
         await wait_for(pilot, lambda: pane.calculator.verdict is not None)
         assert pane.calculator.verdict == "oom_risk"

@@ -259,3 +259,17 @@ def test_a_banner_that_fits_beside_its_key_alone_keeps_its_end() -> None:
     narrow = one_line(full, 40, "b: details", head, short_hint="b").plain  # too narrow for all: cut, full hint
     assert "…" in narrow, narrow
     assert narrow.rstrip().endswith("b: details"), narrow
+
+
+def test_every_failure_has_a_short_label_a_person_reads() -> None:
+    """The header and the fleet line said the failure's code ('✖ failed: oom_graph_capture') where the
+    banner said 'out of memory in CUDA-graph capture': every kind has words of its own that fit a host
+    row's 28-cell state column with '✖ failed: '."""
+    from kvtui.engines.events import FailureKind
+    from kvtui.ui.formatting import failure_short
+
+    for kind in FailureKind:
+        said = failure_short(kind, None)
+        assert said != kind.value or " " not in kind.value, kind
+        assert "_" not in said, said
+        assert len(f"✖ failed: {said}") <= 27, said

@@ -43,6 +43,32 @@ FAILURE_TITLES: dict[FailureKind, str] = {
 
 
 
+# The failure in a few words, where a line holds one state among others (the header, the fleet
+# line, a host's row): the kind as a person reads it ("oom_graph_capture" was the code itself),
+# at most 18 cells so "✖ failed: …" fits a host row's 28-cell column.
+FAILURE_SHORT: dict[FailureKind, str] = {
+    FailureKind.OOM_WEIGHTS: "OOM in weights",
+    FailureKind.OOM_KV_ALLOCATE: "KV pool too big",
+    FailureKind.KV_TOO_SMALL: "KV pool < context",
+    FailureKind.OOM_GRAPH_CAPTURE: "OOM graph capture",
+    FailureKind.OOM_RUNTIME: "OOM while serving",
+    FailureKind.GPU_BUSY: "GPUs busy",
+    FailureKind.NCCL: "NCCL error",
+    FailureKind.BAD_ARGS: "bad arguments",
+    FailureKind.CRASH: "crashed",
+    FailureKind.NOT_SERVING: "not answering",
+    FailureKind.UNKNOWN: "unknown",
+}
+
+
+def failure_short(kind: FailureKind, phase: Phase | None) -> str:
+    """``FAILURE_SHORT``; an out-of-memory after the pools were sized and before ready is the
+    warm-up request's (as ``failure_title`` words it)."""
+    if kind is FailureKind.OOM_RUNTIME and phase is not None and phase is not Phase.READY:
+        return "OOM at warm-up"
+    return FAILURE_SHORT.get(kind, "unknown")
+
+
 def failure_title(kind: FailureKind, phase: Phase | None) -> str:
     """The failure banner's title: ``FAILURE_TITLES``, with an out-of-memory after the pools were
     sized worded by when it came (the warm-up request before ready is not "while serving")."""

@@ -66,7 +66,7 @@ def pod_text(kind: str, status: ConnStatus | None) -> Content | None:
 
 
 def boot_state_text(boot: Boot | None, elapsed: float | None) -> Content:
-    """The boot in a few words: "▶ graph capture 2m 13s", "✔ ready", "✖ failed: oom_graph_capture"."""
+    """The boot in a few words: "▶ graph capture 2m 13s", "✔ ready", "✖ failed: OOM graph capture"."""
     if boot is None:
         return Content.styled("no boot yet", "$text-muted")
     if boot.status is BootStatus.READY:
@@ -74,8 +74,9 @@ def boot_state_text(boot: Boot | None, elapsed: float | None) -> Content:
             return Content.styled("✔ serving", "$phase-ready bold")
         return Content.styled("✔ ready", "$phase-ready bold")
     if boot.status is BootStatus.FAILED:
-        kind = boot.failure.kind.value if boot.failure is not None else "unknown"
-        return Content.styled(f"✖ failed: {kind}", "$phase-failed bold")
+        failure = boot.failure
+        said = fmt.failure_short(failure.kind, failure.phase) if failure is not None else "unknown"
+        return Content.styled(f"✖ failed: {said}", "$phase-failed bold")
     if boot.status is BootStatus.STOPPED:
         return Content.styled("■ stopped", "$text-muted bold")
     phase = boot.phase
