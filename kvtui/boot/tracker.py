@@ -359,10 +359,7 @@ class BootTracker:
         serious = any(e.ft.specificity >= 2 for e in w.evidence)
         if boot.status is BootStatus.READY:
             if not serious:
-                boot.status = BootStatus.STOPPED
-                self._close_open(boot, ts)
-                if boot.ended_at is None:
-                    boot.ended_at = ts
+                self._stop(boot, ts)
                 upd.phase_changed = True
                 return upd
         elif not serious:
@@ -391,10 +388,7 @@ class BootTracker:
             self._fail(boot, ts)
             upd.failed = True
             return upd
-        boot.status = BootStatus.STOPPED
-        self._close_open(boot, ts)
-        if boot.ended_at is None:
-            boot.ended_at = ts
+        self._stop(boot, ts)
         upd.phase_changed = True
         return upd
 
@@ -484,8 +478,7 @@ class BootTracker:
             if any(e.ft.specificity >= 2 for e in self._w.evidence):
                 self._fail(boot, ts)
             else:
-                boot.status = BootStatus.STOPPED
-                self._close_open(boot, ts)
+                self._stop(boot, ts)
         if boot.ended_at is None:
             boot.ended_at = ts
 
@@ -518,8 +511,7 @@ class BootTracker:
             self._w.stopped_by_operator = True
             self._w.follow_open = False
             if boot.status is BootStatus.STARTING:
-                boot.status = BootStatus.STOPPED
-                self._close_open(boot, ts)
+                self._stop(boot, ts)
                 upd.phase_changed = True  # its running phase ended: live views must show "stopped"
             if boot.ended_at is None:
                 boot.ended_at = ts
@@ -530,12 +522,19 @@ class BootTracker:
         elif kind is BoundaryKind.PROCESS_EXITED:
             if boot.status is BootStatus.STARTING and not failed_exit and not self._w.evidence:
                 # a clean exit; a failed exit carries a FailureText on the same line
-                boot.status = BootStatus.STOPPED
-                self._close_open(boot, ts)
+                self._stop(boot, ts)
                 upd.phase_changed = True
             if boot.ended_at is None:
                 boot.ended_at = ts
         return boot
+
+    def _stop(self, boot: Boot, ts: datetime | None) -> None:
+        """The boot is over without a failure: stopped, its running phases ended at ``ts``, and
+        its end ``ts`` unless one was seen before."""
+        boot.status = BootStatus.STOPPED
+        self._close_open(boot, ts)
+        if boot.ended_at is None:
+            boot.ended_at = ts
 
     # ---- phases -------------------------------------------------------------------------------
     def _close_open(self, boot: Boot, ts: datetime | None) -> None:
