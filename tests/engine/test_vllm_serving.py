@@ -27,7 +27,9 @@ from sshd_support import free_port
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("engine")]
 
 BOOT_TIMEOUT = 300  # seconds for one boot on a loaded 2-core machine (about 40 s when idle)
-BURST = 24  # requests of 160 + 400 tokens: the 20-block pool holds about 4 of them
+BURST = 32  # requests of 160 + 800 tokens: the 20-block pool holds about 2 of them, so the queue lasts
+# ~20 s here; with 24 x 400 tokens (~8 s) the CI machine, its CPUs taken by the server, read its first sample
+# of the burst only when the queue had drained
 READY_LINE = "Application startup complete."
 
 
@@ -63,7 +65,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int
 
 
 def _post(port: int, model: str, i: int) -> None:
-    body = json.dumps({"model": model, "prompt": [(i * 7 + k) % 1000 + 3 for k in range(160)], "max_tokens": 400,
+    body = json.dumps({"model": model, "prompt": [(i * 7 + k) % 1000 + 3 for k in range(160)], "max_tokens": 800,
                        "ignore_eos": True, "temperature": 0.0}).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
                                  {"Content-Type": "application/json"})
@@ -80,7 +82,7 @@ def test_watch_reads_the_burst_from_the_real_metrics(server: tuple[Path, int, Pa
     hosts, port, model = server
     threads = [threading.Thread(target=_post, args=(port, str(model), i), daemon=True) for i in range(BURST)]
     watch = subprocess.Popen([sys.executable, "-m", "kvtui", "watch", "box", "--hosts", str(hosts), "--json",
-                              "--interval", "1", "--count", "10", "--timeout", "120"],
+                              "--interval", "0.5", "--count", "16", "--timeout", "120"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert watch.stdout is not None
@@ -97,7 +99,7 @@ def test_watch_reads_the_burst_from_the_real_metrics(server: tuple[Path, int, Pa
         for t in threads:
             t.join(timeout=300)
     docs = [json.loads(line) for line in lines if line.strip()]
-    assert len(docs) == 10, err
+    assert len(docs) == 16, err
     assert {d["source"] for d in docs} == {"metrics"}, err
     assert {d["engine"] for d in docs} == {"vllm"}
     assert {d["pool_tokens"] for d in docs} == {2560}  # 20 blocks of 128 tokens, as the engine says
