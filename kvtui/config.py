@@ -169,6 +169,17 @@ RemotePath = Annotated[str, AfterValidator(_check_remote_path)]
 LocalPath = Annotated[str, AfterValidator(lambda v: _check_text(v, "a path on this machine"))]
 NonEmpty = Annotated[str, AfterValidator(lambda v: _check_text(v, "a non-empty string"))]
 GpuList = Annotated[list[int] | None, BeforeValidator(parse_gpus)]
+
+
+def _prom_instance(v: str) -> str:
+    v = _check_text(v, "a non-empty string")
+    if not re.fullmatch(r"[^\s/\"'{}=,]+", v):
+        raise ValueError('expected the "instance" label Prometheus gives this server\'s /metrics target, like '
+                         '"10.0.0.5:8000" (kvtui fleet --json shows each row\'s instance)')
+    return v
+
+
+PromInstance = Annotated[str, AfterValidator(_prom_instance)]
 EngineName = Literal["sglang", "vllm", "auto"]
 
 
@@ -181,6 +192,8 @@ class _HostBase(_Strict):
     readonly: bool = False
     probe: bool = True  # after the ready line, ask the server for one token (issue 14)
     probe_model: NonEmpty | None = None  # the model name the probe asks for (else /v1/models' first)
+    # the fleet screen's drill-in (issue 26): the ``instance`` label Prometheus gives this server
+    prometheus_instance: PromInstance | None = None
 
     def __new__(cls, *args: Any, **keys: Any) -> Any:
         if cls is _HostBase:
@@ -452,7 +465,8 @@ _VARIANTS: dict[str, type[SshHost] | type[LocalHost] | type[DemoHost] | type[Kub
 # whose model has it (the rules below are derived from that).
 HOST_KEYS = ("ssh", "local", "demo", "kube", "selector", "port", "identity_file", "known_hosts", "strict_host_key",
              "engine", "unit", "log_file", "container", "launch_script", "start_command", "stop_command", "pid_file",
-             "gpus", "sudo", "readonly", "probe", "probe_model", "gpu_metrics_url", "demo_speed", "demo_seed",
+             "gpus", "sudo", "readonly", "probe", "probe_model", "prometheus_instance",
+             "gpu_metrics_url", "demo_speed", "demo_seed",
              "demo_engine", "demo_model", "demo_node", "demo_stall_node", "demo_uptime_h", "demo_start_missing",
              "demo_load")
 _KEYS_OF = {kind: tuple(model.model_fields) for kind, model in _VARIANTS.items()}

@@ -62,14 +62,23 @@ def run(args: argparse.Namespace) -> int:
     if bundle and args.host:
         print("kvtui connect: --bundle FILE opens a recorded boot: give no HOST with it", file=sys.stderr)
         return EXIT_USAGE
-    if not bundle and not args.host:
-        print("kvtui connect: name a HOST (see kvtui hosts), or --bundle FILE.tar.gz", file=sys.stderr)
-        return EXIT_USAGE
     try:
         config = load_config(args.hosts)
     except ConfigError as exc:
         print(f"kvtui: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    if not bundle and not args.host:
+        if config.prometheus is None:
+            print("kvtui connect: name a HOST (see kvtui hosts), or --bundle FILE.tar.gz (with a [prometheus] in "
+                  "hosts.toml and no HOST: the fleet screen)", file=sys.stderr)
+            return EXIT_USAGE
+        from kvtui.hosts.factory import make_backend as _fleet_backend
+        from kvtui.ui.app import KvtuiApp as _FleetApp
+
+        # no HOST and a [prometheus]: the fleet screen alone (enter opens a host's console over it)
+        code = _FleetApp([], backend_factory=_fleet_backend, config=config, readonly=args.readonly, freeze_gc=True,
+                         probe_ready=True, theme=getattr(args, "theme", None)).run()
+        return EXIT_OK if code is None else int(code)
     if bundle:
         from kvtui.hosts.bundle import BundleError
 

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from textual.theme import Theme
 
     from kvtui.ui.deployment_screen import DeploymentSpec
+    from kvtui.ui.fleet_screen import FleetSource
 
 # The main screen's bindings. Ids are what users remap in hosts.toml [keymap].
 MAIN_BINDINGS: list[BindingType] = [
@@ -98,6 +99,8 @@ MAIN_BINDINGS: list[BindingType] = [
             tooltip="write the boot's incident bundle (.tar.gz: log, GPUs, calculator, flags, screenshot)"),
     Binding("d", "history(True)", "What changed", show=False, id="diff",
             tooltip="what changed since the last good boot"),
+    Binding("F", "fleet", "Fleet screen", show=False, id="fleet",
+            tooltip="every serving instance of the fleet, read from [prometheus] (issue 26)"),
     Binding("tab", "panel(1)", "Next panel", show=False, id="panel.next", priority=True),
     Binding("shift+tab", "panel(-1)", "Previous panel", show=False, id="panel.previous", priority=True),
     Binding("escape", "escape", "Leave field", show=False, id="escape"),
@@ -155,8 +158,9 @@ class MainScreen(Screen[None]):
         calc: CalcConfig,
         readonly: bool,
         monitor_options: Mapping[str, Any] | None = None,
+        screen_id: str = "main",
     ) -> None:
-        super().__init__(id="main")
+        super().__init__(id=screen_id)  # another id: a host opened from the fleet screen
         self.monitor_options = monitor_options
         self.specs = list(specs)
         self.host_names = [s.name for s in self.specs]
@@ -651,6 +655,12 @@ class MainScreen(Screen[None]):
         if pane is not None:
             self.app.push_screen(HistoryScreen(pane.host_name, diff_newest=diff))
 
+    def action_fleet(self) -> None:
+        """``F``: the fleet screen (``kvtui.ui.fleet_screen``); on a host opened from it, back to it."""
+        app = self.app
+        if isinstance(app, KvtuiApp):
+            app.show_fleet()
+
     def action_bundle(self) -> None:
         """``B``: the boot's incident bundle (``kvtui.ui.history_screen.write_console_bundle``),
         with a screenshot of the console as it is now; a notification names the file."""
@@ -816,6 +826,7 @@ class KvtuiApp(App[int]):
         probe_ready: bool = False,
         bundle_writer: BundleWriter | None = None,
         deployment: DeploymentSpec | None = None,
+        fleet_source: FleetSource | None = None,
     ) -> None:
         """``monitor_options`` are passed to each ``HostMonitor`` (tests shorten its intervals).
         ``freeze_gc``: once the console is built, its objects leave the garbage collector's scans
@@ -833,8 +844,12 @@ class KvtuiApp(App[int]):
         self.gc_pacer = GcPacer()
         self.last_input = -1e18  # time.monotonic() of the last key, click or scroll
         self.deployment = deployment  # a [deployments.NAME]: its one pane (kvtui.ui.deployment_screen)
-        if not specs and deployment is None:
-            raise ValueError("KvtuiApp needs at least one host")
+        # ``F``'s rows (``kvtui.ui.fleet_screen``; None: from [prometheus]); without hosts the
+        # console is the fleet screen alone (``kvtui connect`` with no HOST and a [prometheus])
+        self.fleet_source = fleet_source
+        self.fleet_only = not specs and deployment is None
+        if self.fleet_only and fleet_source is None and (config is None or config.prometheus is None):
+            raise ValueError("KvtuiApp needs at least one host, or a [prometheus] for the fleet screen")
         self.specs = list(specs)
         self.config = config or Config()
         self.readonly = readonly
@@ -896,6 +911,8 @@ class KvtuiApp(App[int]):
     # ---- lifecycle ----------------------------------------------------------------------------
 
     def get_default_screen(self) -> Screen[None]:
+        if self.fleet_only:
+            return self.fleet_screen(standalone=True)
         if self.deployment is not None:
             from kvtui.ui.deployment_screen import DeploymentScreen
 
@@ -973,6 +990,44 @@ class KvtuiApp(App[int]):
             screen.action_quit()
             return
         self.exit()
+
+    # ---- the fleet screen (issue 26) ---------------------------------------------------------
+
+    def fleet_screen(self, *, standalone: bool = False) -> Screen[None]:
+        from kvtui.ui.fleet_screen import FleetScreen, PromFleetSource
+
+        source = self.fleet_source
+        if source is None and self.config.prometheus is not None:
+            source = PromFleetSource(self.config.prometheus)
+        return FleetScreen(source, hosts=self.config.hosts, clock=self.clock, standalone=standalone,
+                           config_path=str(self.config.path) if self.config.path else None)
+
+    def show_fleet(self) -> None:
+        """``F``: back to the fleet screen under this one (a host opened from it), else open one."""
+        from kvtui.ui.fleet_screen import FleetScreen
+
+        below = [s for s in self.screen_stack[:-1] if isinstance(s, FleetScreen)]
+        if below:
+            while not isinstance(self.screen, FleetScreen):
+                self.pop_screen()
+            return
+        self.push_screen(self.fleet_screen())
+
+    def open_host(self, name: str) -> None:
+        """Drill-in from the fleet screen to the hosts.toml host ``name``: its tab when this console
+        shows it, else a console of that one host over the fleet screen (``F`` comes back)."""
+        first = self.screen_stack[0] if self.screen_stack else None
+        if isinstance(first, MainScreen) and name in first.host_names:
+            main: MainScreen = first
+            while self.screen is not main:
+                self.pop_screen()
+            main.switch_host(name)
+            return
+        spec = HostSpec(name, self.config.host(name))
+        screen = MainScreen([spec], backend_factory=self._backend_factory, clock=self.clock, ui=self.config.ui,
+                            calc=self.config.calc, readonly=self.readonly, monitor_options=self.monitor_options,
+                            screen_id=f"main-{name}")
+        self.push_screen(screen)
 
     def action_switch_host(self, name: str) -> None:
         self.main_screen.switch_host(name)

@@ -50,6 +50,7 @@ TOPICS: dict[str, str] = {
     "theme.next": "view",
     "host.next": "host",
     "host.previous": "host",
+    "fleet": "fleet",
 }
 
 
