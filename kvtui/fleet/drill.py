@@ -51,7 +51,8 @@ def history_queries(row: FleetRow) -> dict[str, str]:
         running = f"sum(max by (dp_rank) (sglang:num_running_reqs{{{target}}}))"
         queued = f"sum(max by (dp_rank) (sglang:num_queue_reqs{{{target}}}))"
         tokens = f"sum(max by (dp_rank) (sglang:gen_throughput{{{target}}}))"
-    gpu_host = f'instance=~"{re.escape(row.host)}(:[0-9]+)?"'
+    # the DCGM exporter on the instance's address (any port); a raw `…` string: the regex's escapes as they are
+    gpu_host = f"instance=~`{re.escape(row.host).replace('`', '')}(:[0-9]+)?`"
     return {
         "kv": f"100 * {kv}",
         "running": running,
