@@ -87,6 +87,24 @@ def order(rows: Sequence[FleetRow], key: str, reverse: bool) -> list[FleetRow]:
     return sorted(by_key, key=lambda r: (severity(r), -len(r.trouble)))
 
 
+class StatusLine(Widget):
+    """One line of text repainted in place (no layout pass per key, as ``Static.update`` asks)."""
+
+    DEFAULT_CSS = "StatusLine { height: 1; }"
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.text = ""
+
+    def set_text(self, text: str) -> None:
+        if text != self.text:
+            self.text = text
+            self.refresh()
+
+    def render(self) -> RenderResult:
+        return Content(self.text)
+
+
 class FilterInput(Input):
     """The ``/`` field: ``enter`` keeps the filter, ``esc`` clears it (both back to the table)."""
 
@@ -141,12 +159,13 @@ class FleetScreen(Screen[None]):
         self.filter_text = ""
         self.reads = 0  # reads finished (good or not), for tests
         self._reading = False
+        self._banner_text: str | None = ""
 
     # ---- layout ------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-banner")
-        yield Static(id="fleet-status")
+        yield StatusLine(id="fleet-status")
         yield FleetTable(id="fleet-table")
         yield FilterInput(placeholder="filter: host, model, engine, state, trouble…", id="fleet-filter")
         close = "[b]q[/] quit" if self.standalone else "[b]F[/] back"
@@ -206,6 +225,9 @@ class FleetScreen(Screen[None]):
         self._fill()
 
     def _banner(self, text: str | None) -> None:
+        if text == self._banner_text:
+            return
+        self._banner_text = text
         banner = self.query_one("#fleet-banner", Static)
         banner.set_class(text is not None, "-shown")
         banner.update(Content(text or ""))
@@ -233,7 +255,7 @@ class FleetScreen(Screen[None]):
         parts.append(f"sort {self.sort_key} {'▲' if self.reverse else '▼'}")
         if self.filter_text:
             parts.append(f"/{self.filter_text}: {len(self.shown)} shown")
-        self.query_one("#fleet-status", Static).update(Content(" · ".join(parts)))
+        self.query_one(StatusLine).set_text(" · ".join(parts))
 
     # ---- keys --------------------------------------------------------------------------------
 
