@@ -189,10 +189,16 @@ class FleetScreen(Screen[None]):
         self.refresh_rows()
         self.set_interval(self.interval, self.refresh_rows, name="fleet-refresh")
 
+    def on_screen_resume(self) -> None:
+        if self.read_at is not None and self.clock() - self.read_at >= self.interval:
+            self.refresh_rows()
+
     # ---- reading -----------------------------------------------------------------------------
 
     def refresh_rows(self) -> None:
-        if self.source is None or self._reading:
+        """A read, unless one is running or another screen covers this one (a host's console or an
+        instance opened from it: no queries while nobody sees the rows; one when it shows again)."""
+        if self.source is None or self._reading or (self.is_attached and self.app.screen is not self):
             return
         self._reading = True
         self._read()
