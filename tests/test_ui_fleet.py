@@ -93,6 +93,23 @@ def test_connect_without_a_host_says_the_fleet_screen_needs_a_prometheus(capsys:
     assert "with a [prometheus] in hosts.toml and no HOST: the fleet screen" in capsys.readouterr().err
 
 
+async def test_the_fleet_keys_are_remappable_in_keymap() -> None:
+    from kvtui.ui.fleet_screen import InstanceScreen as _Instance
+    from kvtui.ui.widgets.fleet_table import FleetTable as _Table
+
+    ids = {b.id for cls in (FleetScreen, _Table, _Instance) for b in cls.BINDINGS if hasattr(b, "id") and b.id}
+    assert ids <= set(KvtuiApp.binding_ids())
+    config = Config(keymap={"fleet.sort": "o"})
+    app = fleet_app(FixedSource(20), config)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+        await read(pilot, screen)
+        assert not app._keymap_problems(config.keymap)
+        await pilot.press("o")
+        assert screen.sort_key == "engine"
+
+
 # ---- the table -------------------------------------------------------------------------------------
 
 

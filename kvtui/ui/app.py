@@ -124,6 +124,10 @@ WIDGET_BINDING_IDS = (
     "apply.force", "apply.rollback", "notice.close",
 )
 
+# Ids of the fleet screen's keys (kvtui.ui.fleet_screen, kvtui.ui.widgets.fleet_table).
+FLEET_BINDING_IDS = ("fleet.open", "fleet.filter", "fleet.sort", "fleet.reverse", "fleet.refresh", "fleet.back",
+                     "fleet.close", "fleet.quit", "instance.close", "instance.reload")
+
 # Ids only the deployment console binds (kvtui.ui.deployment_screen; it shares the others).
 DEPLOYMENT_BINDING_IDS = ("node.filter", "gpu.plot")
 
@@ -897,7 +901,7 @@ class KvtuiApp(App[int]):
     @staticmethod
     def binding_ids() -> list[str]:
         ids = [b.id for b in MAIN_BINDINGS if isinstance(b, Binding) and b.id]
-        return [*ids, *WIDGET_BINDING_IDS, *DEPLOYMENT_BINDING_IDS]
+        return [*ids, *WIDGET_BINDING_IDS, *DEPLOYMENT_BINDING_IDS, *FLEET_BINDING_IDS]
 
     def _keymap_problems(self, keymap: dict[str, str]) -> list[str]:
         known = set(self.binding_ids())
