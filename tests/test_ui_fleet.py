@@ -146,6 +146,23 @@ async def test_a_thousand_rows_trouble_first_and_the_movement_keys() -> None:
         assert table.current == at
 
 
+async def test_a_click_moves_the_cursor_a_double_click_drills_in() -> None:
+    app = fleet_app(FixedSource(100))
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+        await read(pilot, screen)
+        table = screen.table
+        await pilot.click(FleetTable, offset=(5, 4))  # the header, then rows 0, 1, 2, 3
+        assert table.cursor == 3
+        await pilot.click(FleetTable, offset=(5, 6), times=2)
+        assert table.cursor == 5
+        await wait_for(pilot, lambda: isinstance(app.screen, InstanceScreen))
+        view = app.screen
+        assert isinstance(view, InstanceScreen)
+        assert view.row == table.rows[5]
+
+
 async def test_sort_cycles_and_reverses_with_trouble_first() -> None:
     app = fleet_app(FixedSource(300))
     async with app.run_test(size=(120, 36)) as pilot:

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
+from textual import events
 from textual.binding import Binding, BindingType
 from textual.geometry import Region, Size
 from textual.message import Message
@@ -195,6 +196,16 @@ class FleetTable(ScrollView, can_focus=True):
         row = self.current
         if row is not None:
             self.post_message(self.Selected(row))
+
+    def on_click(self, event: events.Click) -> None:
+        """A click puts the cursor on that row; a double click drills in, as ``enter``."""
+        if event.y < 1:
+            return
+        row = int(self.scroll_y) + event.y - 1
+        if 0 <= row < len(self.rows):
+            self._move_to(row)
+            if event.chain >= 2:
+                self.action_select()
 
     def on_resize(self) -> None:
         self.virtual_size = Size(self.scrollable_content_region.width, len(self.rows) + 1)
