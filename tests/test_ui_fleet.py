@@ -233,12 +233,14 @@ async def test_prometheus_unreadable_banner_and_no_row_looks_healthy() -> None:
         assert screen.table.rows == []
         source.fail = None
         await pilot.press("r")
-        await read(pilot, screen, 2)
+        await wait_for(pilot, lambda: screen.problem is None)  # (the 5 s timer may read first: either will do)
+        await pilot.pause()
         assert "✖" not in screen_text(app)
         assert "up" in last_cells(app)
         source.fail = "Prometheus at http://prometheus.example:9090: no answer within 10 s ([prometheus] timeout)"
         await pilot.press("r")
-        await read(pilot, screen, 3)
+        await wait_for(pilot, lambda: screen.problem is not None)
+        await pilot.pause()
         text = screen_text(app)
         assert "no answer within 10 s" in text
         assert "The rows are those read at 05:46:40, greyed: stale" in text
@@ -370,7 +372,8 @@ def test_snapshot_fleet_stale_120x36(snap_compare: SnapCompare) -> None:
         await read(pilot, screen)
         source.fail = "Prometheus at http://prometheus.example:9090 answered 401 Unauthorized: it needs credentials"
         await pilot.press("r")
-        await read(pilot, screen, 2)
+        await wait_for(pilot, lambda: screen.problem is not None)
+        await pilot.pause()
 
     assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
 
