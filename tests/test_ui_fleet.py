@@ -331,6 +331,12 @@ async def test_enter_on_an_unknown_instance_opens_its_last_hour_and_the_hint() -
         text = screen_text(app)
         assert f'prometheus_instance = "{row.instance}"' in text
         assert all(line in text for line in hosts_hint(row).splitlines())
+        source = screen.source
+        assert isinstance(source, FixedSource)
+        reads = source.reads
+        screen.refresh_rows()  # the 5 s timer's call: nobody sees the rows, no query
+        await pilot.pause()
+        assert source.reads == reads
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is screen)
 
