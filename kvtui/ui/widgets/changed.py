@@ -75,17 +75,19 @@ def changes(d: hdiff.BootDiff) -> list[str]:
     return items
 
 
-def changed_line(rows: Sequence[tuple[int, BootDoc]], doc: BootDoc) -> tuple[int, list[str]] | None:
+def changed_line(rows: Sequence[tuple[int, hdiff.Doc]], doc: hdiff.Doc) -> tuple[int, list[str]] | None:
     """(the last good boot's id, what changed since) for the boot ``doc`` among the host's stored
     boots ``rows`` (id, document; newest first); None when there is no earlier ready boot of its
     model. The boot itself, once stored, is matched by its start and skipped with every newer row."""
-    started = doc.started_at
-    before = next((row_id for row_id, d in rows if started and d.started_at == started), None)
-    got = hdiff.last_good(rows, doc, before=before)
+    stored = [(row_id, BootDoc.of(d)) for row_id, d in rows]
+    this = BootDoc.of(doc)
+    started = this.started_at
+    before = next((row_id for row_id, d in stored if started and d.started_at == started), None)
+    got = hdiff.last_good(stored, this, before=before)
     if got is None:
         return None
     base_id, base = got
-    return base_id, changes(hdiff.diff(base, doc, base_id=base_id))
+    return base_id, changes(hdiff.diff(base, this, base_id=base_id))
 
 
 class ChangedStrip(QuietStatic):
