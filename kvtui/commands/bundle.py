@@ -39,7 +39,7 @@ class Extras:
     """What a bundle carries beyond the log and the stored document."""
 
     texts: dict[str, str] = field(default_factory=dict)
-    docs: dict[str, Any] = field(default_factory=dict)
+    docs: dict[str, object] = field(default_factory=dict)  # JSON members (name -> value)
     notes: list[str] = field(default_factory=list)
     svg: str | None = None
 
@@ -134,7 +134,7 @@ def write(out: Path, host: str, chosen: StoredBoot, rows: Sequence[StoredBoot], 
     diff_lines = (hdiff.render(hdiff.diff(hb.mask_doc(good[1].to_json()), hb.mask_doc(chosen.doc),
                                           base_id=good[0], boot_id=chosen.id))
                   if good is not None else [])  # masked before the diff: a changed secret shows as ***
-    hb.write_bundle(out, host=host, boot_id=chosen.id, doc=chosen.doc, log_lines=lines, replay_doc=replay_doc,
+    hb.write_bundle(out, host=host, boot_id=chosen.id, doc=chosen.document, log_lines=lines, replay_doc=replay_doc,
                     diff_lines=diff_lines, texts=extras.texts, docs=extras.docs, svg=extras.svg, notes=extras.notes)
 
 

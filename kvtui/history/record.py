@@ -129,7 +129,7 @@ class GpuSeries:
             self.used = self.used[::2]
             self.stride *= 2
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         gpus = sorted({i for u in self.used for i in u})
         return {
             "total_mib": {str(i): round(self.total.get(i, 0.0)) for i in gpus},

@@ -31,8 +31,8 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Final
 
 from pydantic import JsonValue
 
@@ -52,7 +52,7 @@ def _num(v: object) -> float | None:
     return float(v) if math.isfinite(v) else None
 
 
-def _hist_json(h: Histogram | None) -> dict[str, Any] | None:
+def _hist_json(h: Histogram | None) -> dict[str, JsonValue] | None:
     if h is None:
         return None
     return {"le": [None if math.isinf(b) else b for b, _ in h.buckets], "n": [c for _, c in h.buckets],
@@ -161,11 +161,11 @@ class ServingTally:
             taken += 1
         return taken
 
-    def part(self) -> dict[str, Any]:
+    def part(self) -> dict[str, JsonValue]:
         """This watcher's sums as stored (one entry of ``sessions``)."""
         return {
             "engine": self.engine,
-            "sources": sorted(self.sources),
+            "sources": list[JsonValue](sorted(self.sources)),
             "first_at": self.first_at,
             "last_at": self.last_at,
             "seconds": round(self.seconds, 3),
@@ -180,7 +180,7 @@ class ServingTally:
             "max_waiting": self.max_waiting,
         }
 
-    def section(self) -> dict[str, Any]:
+    def section(self) -> dict[str, JsonValue]:
         """A document's ``serving`` section holding only this watcher's part."""
         return build_section({self.session: self.part()})
 
@@ -188,7 +188,7 @@ class ServingTally:
 # -- sections --------------------------------------------------------------------------------------
 
 
-def _parts(section: object) -> dict[str, dict[str, Any]]:
+def _parts(section: object) -> dict[str, dict[str, JsonValue]]:
     if isinstance(section, ServingDoc):
         return {str(k): dict(v) for k, v in section.sessions.items()}
     if not isinstance(section, dict):
@@ -199,19 +199,23 @@ def _parts(section: object) -> dict[str, dict[str, Any]]:
     return {str(k): v for k, v in sessions.items() if isinstance(v, dict)}
 
 
-def _f(part: Mapping[str, Any], key: str) -> float:
+def _f(part: Mapping[str, JsonValue], key: str) -> float:
     return _num(part.get(key)) or 0.0
+
+
+def _strs(v: JsonValue | None) -> list[str]:
+    return [s for s in v if isinstance(s, str)] if isinstance(v, list) else []
 
 
 def _rate(n: float | None, per: float | None, scale: float) -> float | None:
     return n * scale / per if n is not None and per else None
 
 
-def summary(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def summary(parts: Mapping[str, Mapping[str, JsonValue]]) -> dict[str, JsonValue]:
     """The boot's figures from its watchers' parts (see the module doc)."""
     ordered = sorted(parts.values(), key=lambda p: (_f(p, "first_at"), _f(p, "last_at")))
-    chosen: list[Mapping[str, Any]] = []
-    group: list[Mapping[str, Any]] = []
+    chosen: list[Mapping[str, JsonValue]] = []
+    group: list[Mapping[str, JsonValue]] = []
     end = -math.inf
     for p in ordered:
         if group and _f(p, "first_at") >= end:  # after the whole group: another stretch of time
@@ -242,7 +246,7 @@ def summary(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         vals = [v for p in parts.values() if (v := _num(p.get(key))) is not None]
         return max(vals) if vals else None
 
-    def edge(key: str, pick: Any) -> float | None:
+    def edge(key: str, pick: Callable[[list[float]], float]) -> float | None:
         vals = [v for p in parts.values() if (v := _num(p.get(key))) is not None]
         return pick(vals) if vals else None
 
@@ -251,9 +255,10 @@ def summary(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     reqs = counts["requests"]
     ttft, queue = hists["ttft"], hists["queue_time"]
     engines = sorted({str(p["engine"]) for p in parts.values() if p.get("engine")})
-    sources = sorted({str(s) for p in parts.values() for s in (p.get("sources") or ()) if isinstance(s, str)})
+    sources = list[JsonValue](sorted({s for p in parts.values() for s in _strs(p.get("sources"))}))
+    engine: JsonValue = engines[0] if len(engines) == 1 else (list[JsonValue](engines) or None)
     return {
-        "engine": engines[0] if len(engines) == 1 else (engines or None),
+        "engine": engine,
         "sources": sources,
         "first_at": edge("first_at", min),
         "last_at": edge("last_at", max),
@@ -280,7 +285,7 @@ def summary(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def build_section(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def build_section(parts: Mapping[str, Mapping[str, JsonValue]]) -> dict[str, JsonValue]:
     """A ``serving`` section of these parts (bounded: the ``MAX_SESSIONS`` that watched longest)."""
     kept = dict(sorted(parts.items(), key=lambda kv: (_f(kv[1], "seconds"), _f(kv[1], "samples")),
                        reverse=True)[:MAX_SESSIONS])
@@ -288,7 +293,7 @@ def build_section(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def merge_serving(old: ServingDoc | Mapping[str, object] | None,
-                  new: ServingDoc | Mapping[str, object] | None) -> dict[str, Any] | None:
+                  new: ServingDoc | Mapping[str, object] | None) -> dict[str, JsonValue] | None:
     """Two documents' sections of one boot: every watcher's part (of one watcher, the part that
     took more samples: its newer write), the summary computed again; None when neither has one."""
     a, b = _parts(old), _parts(new)
