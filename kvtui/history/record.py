@@ -23,7 +23,6 @@ the serving figures (``serving``: ``kvtui.history.serving``) keep every watcher'
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
@@ -202,7 +201,7 @@ def new_doc(
     if unit_env is not None:
         names = pool_env_names(boot.engine)
         doc["unit_env"] = {n: unit_env.get(n) for n in names}
-    return BootDoc.parse(json.loads(json.dumps(doc, default=str)), f"the document of {host}'s boot")
+    return BootDoc.parse(doc, f"the document of {host}'s boot")
 
 
 def boot_doc(host: str, boot: Boot, **kw: Any) -> dict[str, JsonValue]:
