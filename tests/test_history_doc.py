@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 from history_support import sglang
+from test_ui_app import SIZE, SPEED, ready_demo
+from test_ui_helpers import demo_app, wait_for
 
 from kvtui import kvcalc
 from kvtui.changes import calculate, restart_record
@@ -26,6 +28,7 @@ from kvtui.history import (
 )
 from kvtui.history import record as rec
 from kvtui.history.store import default_path
+from kvtui.ui.history_screen import HistoryScreen
 
 # what kvtui wrote before the model existed (``boot_doc`` of main at issue 23: a Ray vLLM boot with
 # every part the history keeps: spool, peaks, GPU readings, a restart with its prediction, serving)
@@ -43,9 +46,9 @@ def _same_json(a: object, b: object) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def _put_raw(store: Store, key: str, raw: dict[str, object]) -> int:
-    """A row whose stored text is ``raw`` as it is (what another kvtui wrote)."""
-    row = store.put(rec.boot_doc("gpu-a", sglang(0.85)), key)
+def _put_raw(store: Store, key: str, raw: dict[str, object], host: str = "gpu-a") -> int:
+    """A row of ``host`` whose stored text is ``raw`` as it is (what another kvtui wrote)."""
+    row = store.put(rec.boot_doc(host, sglang(0.85)), key)
     db = sqlite3.connect(str(store.path))
     with db:
         db.execute("UPDATE boots SET doc = ? WHERE id = ?", (json.dumps(raw, sort_keys=True), row))
@@ -142,6 +145,20 @@ def test_a_document_of_a_newer_schema_is_refused_with_the_file_row_and_version(
     out, err = capsys.readouterr()
     assert f"#{keep}" in out
     assert f"row {row}: boot document schema_version 99 is newer than this kvtui reads (1)" in err
+
+
+async def test_the_console_history_view_says_which_row_a_newer_kvtui_wrote() -> None:
+    with open_store() as store:
+        row = _put_raw(store, "future-key", {**_old(), "host": "demo", "schema_version": 99}, host="demo")
+    app = demo_app(ready_demo(), speed=SPEED)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("H")
+        await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen)
+                       and "schema_version 99" in app.screen.detail_text)
+        screen = app.screen
+        assert isinstance(screen, HistoryScreen)
+        assert f"row {row}: boot document schema_version 99 is newer than this kvtui reads" in screen.detail_text
+        assert row not in [r.id for r in screen.rows]
 
 
 def test_what_the_recorder_writes_reads_back_as_written() -> None:
