@@ -82,6 +82,13 @@ def flag_value(flags: Mapping[str, object], names: Sequence[str]) -> object:
     return None
 
 
+def model_tp(flags: Mapping[str, object]) -> tuple[str | None, int | None]:
+    """The model and the TP size the flags name (``BootDoc.model`` / ``.tp`` of a live boot's flags)."""
+    model = flag_value(flags, MODEL_FLAGS)
+    tp = num(flag_value(flags, TP_FLAGS))
+    return (str(model) if model is not None else None), (int(tp) if tp is not None else None)
+
+
 class _Part(BaseModel):
     """A part of a document: unknown keys kept, absent keys left absent (see the module doc)."""
 
@@ -303,13 +310,11 @@ class BootDoc(_Part):
 
     @property
     def model(self) -> str | None:
-        v = flag_value(self.flags, MODEL_FLAGS)
-        return str(v) if v is not None else None
+        return model_tp(self.flags)[0]
 
     @property
     def tp(self) -> int | None:
-        v = num(flag_value(self.flags, TP_FLAGS))
-        return int(v) if v is not None else None
+        return model_tp(self.flags)[1]
 
     @property
     def fraction(self) -> float | None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Final
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus, PhaseSpan
 from kvtui.engines.events import Model, Phase
-from kvtui.history.doc import MODEL_FLAGS, TP_FLAGS, BootDoc, flag_value, num
+from kvtui.history.doc import BootDoc, model_tp, num
 
 Doc = BootDoc | Mapping[str, object]  # a stored document, or its JSON (``BootDoc.of``)
 
@@ -197,18 +197,12 @@ def past_boots(host: str, limit: int = 200) -> list[BootDoc]:
             return []
 
 
-def _model_tp(flags: Mapping[str, object]) -> tuple[str | None, int | None]:
-    model = flag_value(flags, MODEL_FLAGS)
-    tp = num(flag_value(flags, TP_FLAGS))
-    return (str(model) if model is not None else None), (int(tp) if tp is not None else None)
-
-
 def estimate(current: Boot, history: Sequence[Doc], now: datetime, *, host: str = "") -> BootEta:
     """The ETA of ``current`` from ``history`` (stored documents of this host: see the module doc)."""
     where = f" on {host}" if host else ""
     if current.status is not BootStatus.STARTING:
         return BootEta(None, None, None, None, 0, f"the boot is {current.status.value}")
-    model, tp = _model_tp(current.flags)
+    model, tp = model_tp(current.flags)
     if model is None:
         return BootEta(None, None, None, None, 0, "no ETA yet: the boot has not said its model")
     cap = _capture_key(current.flags, current.capture_bs)
@@ -295,7 +289,7 @@ def _by_rate(span: PhaseSpan | None, elapsed: float | None) -> float | None:
 def expected_text(history: Sequence[Doc], flags: Mapping[str, object], *, host: str = "") -> str:
     """Before a restart: how long a boot of this model and TP usually takes on this host to be
     ready (median and spread of the stored ready boots), or why that is not known."""
-    model, tp = _model_tp(flags)
+    model, tp = model_tp(flags)
     where = f" on {host}" if host else ""
     if model is None:
         return "no ETA: the server's model is not known"

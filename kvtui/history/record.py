@@ -1,4 +1,5 @@
-"""What the history keeps of one boot: a JSON document built from a ``Boot`` (pure: no I/O).
+"""What the history keeps of one boot: a JSON document built from a ``Boot`` (pure: no I/O),
+typed and versioned by ``kvtui.history.doc.BootDoc`` (``new_doc`` builds it; ``boot_doc`` is its JSON).
 
 The document is ``Boot.to_json()`` (the ``kvtui replay --json`` boot object) plus what the
 calculator and the diff need beyond it (``facts``, per-rank free memory before load, the capture
@@ -37,13 +38,11 @@ from kvtui.engines.events import METRIC_NAMES, Engine, Fact, FailureKind, Model,
 from kvtui.history.doc import (
     DOC_SCHEMA_VERSION,
     DOC_VERSION,
-    MODEL_FLAGS,
-    TP_FLAGS,
     BootDoc,
     GpuSamplesDoc,
     SpoolDoc,
     deployment_key,
-    flag_value,
+    model_tp,
     num,
     parse_dt,
 )
@@ -209,12 +208,6 @@ def boot_doc(host: str, boot: Boot, **kw: Any) -> dict[str, JsonValue]:
     return new_doc(host, boot, **kw).to_json()
 
 
-def progress(doc: BootDoc) -> tuple[int, int, int]:
-    """How far a document of a boot got: (terminal, phases, figures) — compared between two
-    readers' documents of the same boot."""
-    return doc.progress()
-
-
 def _max_map(a: Mapping[str, float | int], b: Mapping[str, float | int]) -> dict[str, float]:
     out: dict[str, float] = {}
     for m in (a, b):
@@ -275,10 +268,7 @@ def deployment_of(doc: BootDoc | Mapping[str, object]) -> str:
 
 def deployment_of_boot(boot: Boot) -> str:
     """``deployment_of`` for a live ``Boot``."""
-    model = flag_value(boot.flags, MODEL_FLAGS)
-    tp = num(flag_value(boot.flags, TP_FLAGS))
-    return deployment_key(boot.engine.value, str(model) if model is not None else None,
-                          int(tp) if tp is not None else None, boot.version_hint)
+    return deployment_key(boot.engine.value, *model_tp(boot.flags), boot.version_hint)
 
 
 # -- back to a Boot (for the calculator) ----------------------------------------------------------
