@@ -37,7 +37,8 @@ def calculate(boots: Sequence[Boot], edits: EditsFor, graph_margin_gib: float | 
         margin = kvcalc.DEFAULT_GRAPH_MARGIN_GIB if graph_margin_gib is None else graph_margin_gib
         pred = kvcalc.predict(model, mapping, graph_margin_gib=margin)
         if stored:
-            pred = dataclasses.replace(pred, reasons=[*pred.reasons, calibration_note(chosen, others, stored)])
+            cal = calibration_of(others, stored)
+            pred = dataclasses.replace(pred, reasons=[*pred.reasons, cal.note()], calibrated=cal)
         return Forecast(pred, chosen)
     except kvcalc.CalcError as exc:
         return str(exc)
@@ -83,9 +84,9 @@ def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
         except HistoryError:
             return []
     for row in rows:
-        if want_env and not _same_env(row.doc.get("env"), want_env):
+        if want_env and not _same_env(row.document.env, want_env):
             continue
-        b = boot_from_doc(row.doc)
+        b = boot_from_doc(row.document)
         if b.started_at is None or b.started_at in starts or not kvcalc.sized_pool(b):
             continue
         if not kvcalc.same_deployment(chosen, b):
@@ -113,7 +114,7 @@ def serving_basis(boot: Boot, host: str) -> tuple[Boot, list[Boot]] | None:
             return None
     same: list[Boot] = []
     for row in rows:  # newest first
-        b = boot_from_doc(row.doc)
+        b = boot_from_doc(row.document)
         if b.engine is boot.engine and kvcalc.sized_pool(b) and kvcalc.same_deployment(boot, b):
             same.append(b)
     chosen = next((b for b in same if _num(b.flags.get(fraction)) == _num(boot.flags.get(fraction))), None)
@@ -224,15 +225,17 @@ def _same_env(stored: object, want: dict[str, str | None]) -> bool:
     return all(norm(stored.get(k)) == norm(v) for k, v in want.items())
 
 
-def calibration_note(chosen: Boot, others: Sequence[Boot], stored: Sequence[Boot]) -> str:
+def calibration_of(others: Sequence[Boot], stored: Sequence[Boot]) -> kvcalc.HistoryCalibration:
     """What the prediction was calibrated with: how many boots, how many from the history."""
-    from kvtui.history import record as rec
+    from kvtui.history.doc import FRACTION_FLAGS, flag_value, num
 
-    fracs = sorted({f for f in (rec.fraction_of({"flags": b.flags}) for b in stored) if f is not None})
-    n = 1 + len(others) + len(stored)
-    shown = ", ".join(f"{f:g}" for f in fracs[:8]) + ("…" if len(fracs) > 8 else "")
-    return (f"calibrated with {n} boots of this deployment: {len(stored)} from the history"
-            + (f" (fractions {shown})" if shown else ""))
+    fracs = sorted({f for b in stored if (f := num(flag_value(b.flags, FRACTION_FLAGS))) is not None})
+    return kvcalc.HistoryCalibration(1 + len(others) + len(stored), len(stored), tuple(fracs))
+
+
+def calibration_note(chosen: Boot, others: Sequence[Boot], stored: Sequence[Boot]) -> str:
+    """``calibration_of``'s text (a line of the prediction's reasons)."""
+    return calibration_of(others, stored).note()
 
 
 def restart_record(plan: ApplyPlan, outcome: ApplyOutcome) -> dict[str, object]:
@@ -241,7 +244,6 @@ def restart_record(plan: ApplyPlan, outcome: ApplyOutcome) -> dict[str, object]:
     pred = plan.prediction
     prediction: dict[str, object] | None = None
     if pred is not None:
-        used = next((r for r in pred.reasons if r.startswith("calibrated with ")), None)
         prediction = {
             "tokens": pred.tokens,
             "verdict": str(pred.verdict),
@@ -249,7 +251,7 @@ def restart_record(plan: ApplyPlan, outcome: ApplyOutcome) -> dict[str, object]:
             "basis": str(pred.model.basis),
             "fraction": pred.fraction,
             "kv_cache_gib": pred.kv_cache_gib,
-            "calibration_boots": int(used.split()[2]) if used else 1,
+            "calibration_boots": pred.calibrated.boots if pred.calibrated is not None else 1,
         }
     return {
         "action": plan.action,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from kvtui import kvcalc
     from kvtui.config import HostConfig
     from kvtui.history import StoredBoot
+    from kvtui.history.doc import BootDoc, SpoolDoc
     from kvtui.hosts.backend import HostBackend
 
 FLAG_FILES_TIMEOUT_S = 30.0
@@ -38,16 +39,16 @@ class Extras:
     """What a bundle carries beyond the log and the stored document."""
 
     texts: dict[str, str] = field(default_factory=dict)
-    docs: dict[str, Any] = field(default_factory=dict)
+    docs: dict[str, object] = field(default_factory=dict)  # JSON members (name -> value)
     notes: list[str] = field(default_factory=list)
     svg: str | None = None
 
 
-def gpu_member(doc: Mapping[str, Any], extras: Extras) -> None:
+def gpu_member(doc: BootDoc, extras: Extras) -> None:
     """``gpu.json``: the boot's GPU readings as the history kept them."""
-    series = doc.get("gpu_samples")
-    if isinstance(series, dict) and series.get("ts"):
-        extras.docs["gpu.json"] = series
+    series = doc.gpu_samples
+    if series is not None and series.ts:
+        extras.docs["gpu.json"] = series.to_json()
     else:
         extras.notes.append("gpu.json: no GPU readings were kept for this boot (it was recorded by a command that "
                             "samples none, or by an older kvtui); boot.json has the peaks, if any")
@@ -78,16 +79,15 @@ def calculate(boots: Sequence[Any], source: str, extras: Extras) -> None:
         calc_members(None, source, extras, str(exc))
 
 
-async def flag_files(backend: HostBackend, name: str, host: HostConfig, doc: Mapping[str, Any],
-                     extras: Extras) -> None:
+async def flag_files(backend: HostBackend, name: str, host: HostConfig, doc: BootDoc, extras: Extras) -> None:
     """``flags-before.txt`` (the backup ``kvtui apply`` took before the edit) and
     ``flags-after.txt`` (the flag file as it is now), read through the host's backend, for a boot
     that came from a kvtui apply/rollback."""
-    restart = doc.get("restart")
-    if not isinstance(restart, dict) or not (restart.get("backup") or restart.get("restored_from")):
+    restart = doc.restart
+    if restart is None or not (restart.backup or restart.restored_from):
         return
     ops = backend.service_ops()
-    before = str(restart.get("backup") or restart.get("restored_from"))
+    before = str(restart.backup or restart.restored_from)
     try:
         extras.texts["flags-before.txt"] = await asyncio.wait_for(ops.read_copy(host, before), FLAG_FILES_TIMEOUT_S)
     except Exception as exc:  # a pruned backup, a host not reached: said in the manifest
@@ -96,14 +96,14 @@ async def flag_files(backend: HostBackend, name: str, host: HostConfig, doc: Map
         source = await asyncio.wait_for(ops.locate(name, host), FLAG_FILES_TIMEOUT_S)
         extras.texts["flags-after.txt"] = source.text
     except Exception as exc:
-        extras.notes.append(f"flags-after.txt: {restart.get('file') or 'the flag file'}: {exc or type(exc).__name__}")
+        extras.notes.append(f"flags-after.txt: {restart.file or 'the flag file'}: {exc or type(exc).__name__}")
 
 
-async def _cli_flag_files(name: str, host: HostConfig, doc: Mapping[str, Any], extras: Extras) -> None:
+async def _cli_flag_files(name: str, host: HostConfig, doc: BootDoc, extras: Extras) -> None:
     from kvtui.hosts.factory import make_backend
 
-    restart = doc.get("restart")
-    if not isinstance(restart, dict) or not (restart.get("backup") or restart.get("restored_from")):
+    restart = doc.restart
+    if restart is None or not (restart.backup or restart.restored_from):
         return
     try:
         backend = make_backend(name, host)
@@ -130,11 +130,11 @@ def write(out: Path, host: str, chosen: StoredBoot, rows: Sequence[StoredBoot], 
         replay_boots, _ = read_log(iter(["".join(ln + "\n" for ln in lines).encode()]))
     replay_doc = to_json(list(replay_boots), "log.txt")
     extras.notes.extend(unread_notes(replay_boots))
-    good = hdiff.last_good([(r.id, r.doc) for r in rows], chosen.doc, before=chosen.id)
-    diff_lines = (hdiff.render(hdiff.diff(hb.mask_doc(dict(good[1])), hb.mask_doc(dict(chosen.doc)),
+    good = hdiff.last_good([(r.id, r.document) for r in rows], chosen.document, before=chosen.id)
+    diff_lines = (hdiff.render(hdiff.diff(hb.mask_doc(good[1].to_json()), hb.mask_doc(chosen.doc),
                                           base_id=good[0], boot_id=chosen.id))
                   if good is not None else [])  # masked before the diff: a changed secret shows as ***
-    hb.write_bundle(out, host=host, boot_id=chosen.id, doc=chosen.doc, log_lines=lines, replay_doc=replay_doc,
+    hb.write_bundle(out, host=host, boot_id=chosen.id, doc=chosen.document, log_lines=lines, replay_doc=replay_doc,
                     diff_lines=diff_lines, texts=extras.texts, docs=extras.docs, svg=extras.svg, notes=extras.notes)
 
 
@@ -153,7 +153,7 @@ def unread_notes(boots: Sequence[Any]) -> list[str]:
     return out
 
 
-def spool_lines(spool: object, host: str = "host") -> list[str] | None:
+def spool_lines(spool: SpoolDoc | None, host: str = "host") -> list[str] | None:
     """The display lines of a stored boot's spool segment (markers left out); None: not there."""
     from kvtui.history.record import spool_segment
 
@@ -204,9 +204,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
             return EXIT_INPUT
     else:
         chosen = rows[0]  # the newest (the store lists them newest first), as the help says
-    lines = spool_lines(chosen.doc.get("spool"), args.host)
+    lines = spool_lines(chosen.document.spool, args.host)
     if lines is None:
-        kept = next((r for r in rows if r is not chosen and spool_lines(r.doc.get("spool"), args.host) is not None),
+        kept = next((r for r in rows if r is not chosen and spool_lines(r.document.spool, args.host) is not None),
                     None) if args.boot is None else None
         other = (f"; #{kept.id} ({kept.status}) is the newest boot whose log is kept: kvtui bundle {args.host} "
                  f"--boot {kept.id}") if kept is not None else ""
@@ -218,9 +218,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
 
     boots, _ = read_log(iter(["".join(ln + "\n" for ln in lines).encode()]))
     extras = Extras()
-    gpu_member(chosen.doc, extras)
+    gpu_member(chosen.document, extras)
     calculate(boots, f"{args.host} boot #{chosen.id} (bundle)", extras)
-    asyncio.run(_cli_flag_files(args.host, host_cfg, chosen.doc, extras))
+    asyncio.run(_cli_flag_files(args.host, host_cfg, chosen.document, extras))
     out = Path(args.output) if args.output else Path(f"kvtui-{args.host}-boot{chosen.id}.tar.gz")
     try:
         write(out, args.host, chosen, rows, lines, extras, boots=boots)
@@ -244,11 +244,11 @@ def _chosen_row(rows: list[Any], boot: Any, spool_dir: str | None, index: int | 
     started = getattr(boot, "started_at", None)
     if started is not None:
         for r in rows:
-            if r.doc.get("started_at") == started.isoformat():
+            if r.document.started_at == started.isoformat():
                 return r
     for r in rows:
-        sp = r.doc.get("spool") or {}
-        if spool_dir is not None and sp.get("set") == spool_dir and sp.get("boot") == index:
+        sp = r.document.spool
+        if spool_dir is not None and sp is not None and sp.set == spool_dir and sp.boot == index:
             return r
     return rows[0] if rows else None
 
@@ -282,18 +282,18 @@ async def write_console_bundle(pane: Any, svg: str, directory: Path | None = Non
     chosen = _chosen_row(stored, pane.boot, spool_dir, pane.boot_index)
     if chosen is None:
         raise ValueError(f"no boot of {host} in the history yet")
-    lines = await asyncio.to_thread(spool_lines, chosen.doc.get("spool"), host)
+    lines = await asyncio.to_thread(spool_lines, chosen.document.spool, host)
     if lines is None:
         raise ValueError(f"{host} boot #{chosen.id}: its log is not in the spool")
     extras = Extras(svg=svg)
-    gpu_member(chosen.doc, extras)
+    gpu_member(chosen.document, extras)
     pred = pane.calculator.prediction
     if pred is not None:
         calc_members(pred, f"{host} console (calculator as shown)", extras)
     else:
         calc_members(None, host, extras, pane.calculator.error or "the calculator had no prediction yet")
     if backend is not None:
-        await flag_files(backend, host, pane.spec.config, chosen.doc, extras)
+        await flag_files(backend, host, pane.spec.config, chosen.document, extras)
     out = (directory or Path.cwd()) / f"kvtui-{host}-boot{chosen.id}.tar.gz"
     await asyncio.to_thread(write, out, host, chosen, stored, lines, extras)
     return out.resolve()

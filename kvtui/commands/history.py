@@ -26,11 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Collection, Sequence
-from typing import TextIO
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, TextIO
 
 from kvtui import fmt
 from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from kvtui.history.doc import BootDoc
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
@@ -73,14 +76,21 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         except HistoryError as exc:
             print(f"kvtui history: {exc}", file=err)
             return EXIT_INPUT
+        _say_refused(store, err)
     return _list(rows, args, out, err, str(store.path))
+
+
+def _say_refused(store: object, err: TextIO) -> None:
+    """The stored documents a read skipped (a newer kvtui's: ``BootDoc``), one line each."""
+    for message in getattr(store, "refused", ()):
+        print(f"kvtui history: {message}", file=err)
 
 
 def _list(rows: list, args: argparse.Namespace, out: TextIO, err: TextIO, path: str) -> int:  # type: ignore[type-arg]
     from kvtui.history import ledger
     from kvtui.history import record as rec
 
-    entries = [e for r in rows if (e := ledger.entry(r.doc, r.id)) is not None]
+    entries = [e for r in rows if (e := ledger.entry(r.document, r.id)) is not None]
     summary = ledger.summarize(entries)
     if args.json:
         doc = {"host": args.host, "boots": [r.to_json() for r in rows],
@@ -93,30 +103,30 @@ def _list(rows: list, args: argparse.Namespace, out: TextIO, err: TextIO, path: 
     from kvtui.history import serving_figures as sf
 
     # the serving figures (``kvtui watch`` / the console recorded them): a column when any boot has them
-    served = {r.id: sf.compact(sf.section_of(r.doc)) for r in rows}
+    served = {r.id: sf.compact(r.document.serving_figures) for r in rows}
     serving_col = any(served.values())
     table: list[tuple[str, ...]] = [("id", "started", "outcome", "fraction", "tokens", "to ready",
                                      *(("serving",) if serving_col else ()), "failure / restart")]
     for r in rows:
-        d = r.doc
-        fail = d.get("failure")
+        d = r.document
+        fail = d.failure
         note = ""
-        if isinstance(fail, dict) and fail.get("kind"):
-            note = f"{fail.get('kind')}" + (f" in {fail.get('phase')}" if fail.get("phase") else "")
+        if fail is not None and fail.kind:
+            note = f"{fail.kind}" + (f" in {fail.phase}" if fail.phase else "")
         e = ledger.entry(d, r.id)
         if e is not None:
             pred = f"predicted {fmt.tokens(e.predicted_tokens)} {e.verdict}"
             if e.error_pct is not None:
                 pred += f" ({e.error_pct:+.2f} %)"
             note = (note + "; " if note else "") + pred
-        elif isinstance(d.get("restart"), dict):
+        elif d.restart is not None:
             note = (note + "; " if note else "") + "kvtui restart"
         if nodes := rec.nodes_note(d):  # a vLLM boot over Ray: its nodes and their TP ranks
             note = (note + "; " if note else "") + nodes
-        frac = rec.fraction_of(d)
-        table.append((f"#{r.id}", str(d.get("started_at") or "")[:19].replace("T", " "), str(d.get("status")),
-                      f"{frac:g}" if frac is not None else fmt.UNKNOWN, fmt.tokens(rec.tokens_of(d)),
-                      fmt.duration(rec.seconds_of(d)) if d.get("status") == "ready" else fmt.UNKNOWN,
+        frac = d.fraction
+        table.append((f"#{r.id}", (d.started_at or "")[:19].replace("T", " "), _status(d),
+                      f"{frac:g}" if frac is not None else fmt.UNKNOWN, fmt.tokens(d.tokens),
+                      fmt.duration(d.seconds) if d.status == "ready" else fmt.UNKNOWN,
                       *((served[r.id] or fmt.UNKNOWN,) if serving_col else ()), note))
     _write_table(table, out, right=(3, 4, 5))  # the figures right-aligned
     if entries:
@@ -182,7 +192,7 @@ def _deployment(args: argparse.Namespace, nodes: list[str], out: TextIO, err: Te
             from kvtui.history import diff as hdiff
 
             doc = {"deployment": name, "start": cur.ids, "base": base.ids, "nodes": [
-                {"node": node, "diff": (hdiff.diff(a.doc, b.doc, base_id=a.id, boot_id=b.id).to_json()
+                {"node": node, "diff": (hdiff.diff(a.document, b.document, base_id=a.id, boot_id=b.id).to_json()
                                         if a is not None and b is not None else None)}
                 for node, a, b in zip(nodes, base.members, cur.members, strict=True)]}
             _write_json(doc, out)
@@ -231,6 +241,7 @@ def _show(ref: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         except HistoryError as exc:
             print(f"kvtui history: {exc}", file=err)
             return EXIT_INPUT
+        _say_refused(store, err)
     if row is None:
         print(f"kvtui history {SHOW}: {missing}", file=err)
         return EXIT_INPUT if len(text) >= 6 or text.isdigit() else EXIT_USAGE
@@ -241,12 +252,15 @@ def _show(ref: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def _mib_map(raw: object) -> dict[str, float]:
-    from kvtui.history import record as rec
+def _status(d: BootDoc) -> str:
+    """The status as the list has always shown it (``None``: a document without one)."""
+    return d.status if "status" in d.model_fields_set else "None"
 
-    if not isinstance(raw, dict):
-        return {}
-    return {str(k): f for k, v in raw.items() if (f := rec._num(v)) is not None}
+
+def _mib_map(raw: Mapping[str, float]) -> dict[str, float]:
+    from kvtui.history.doc import num
+
+    return {str(k): f for k, v in raw.items() if (f := num(v)) is not None}
 
 
 def render_stored(row: object) -> list[str]:
@@ -256,52 +270,51 @@ def render_stored(row: object) -> list[str]:
     from kvtui.history import record as rec
 
     assert isinstance(row, StoredBoot)
-    d = row.doc
+    d = row.document
     boot = rec.boot_from_doc(d)
     lines = render_boot(boot, 1, 1)
     lines[0] = f"Boot #{row.id} of {row.host}" + lines[0].removeprefix("Boot 1 of 1")
-    ended = str(d.get("ended_at") or "")[:19].replace("T", " ")
-    started = str(d.get("started_at") or "")[:19].replace("T", " ")
+    ended = (d.ended_at or "")[:19].replace("T", " ")
+    started = (d.started_at or "")[:19].replace("T", " ")
     lines.insert(1, f"  started {started or fmt.UNKNOWN}" + (f" · ended {ended}" if ended else "")
-                 + (f" · to ready {fmt.duration(rec.seconds_of(d))}" if d.get("status") == "ready" else ""))
+                 + (f" · to ready {fmt.duration(d.seconds)}" if d.status == "ready" else ""))
     lines.append("  History")
     lines.append(f"    {'key':<16} {row.key}")
-    if d.get("source"):
-        lines.append(f"    {'recorded from':<16} {d.get('source')}")
-    spool = d.get("spool")
-    if isinstance(spool, dict) and spool.get("set") is not None:
+    if d.source:
+        lines.append(f"    {'recorded from':<16} {d.source}")
+    spool = d.spool
+    if spool is not None and spool.set is not None:
         seg = rec.spool_segment(spool)
-        lines.append(f"    {'log (spool)':<16} {seg if seg is not None else spool.get('set')}")
-    for name, label in (("env", "pool env"), ("unit_env", "unit env")):
-        env = d.get(name)
-        if isinstance(env, dict) and env:
+        lines.append(f"    {'log (spool)':<16} {seg if seg is not None else spool.set}")
+    for env, label in ((d.env, "pool env"), (d.unit_env, "unit env")):
+        if env:
             lines.append(f"    {label:<16} " + " · ".join(f"{k}={'(not set)' if v is None else v}"
                                                     for k, v in sorted(env.items())))
-    free0, peaks = _mib_map(d.get("gpu_free_at_start_mib")), _mib_map(d.get("peak_used_mib"))
+    free0, peaks = _mib_map(d.gpu_free_at_start_mib), _mib_map(d.peak_used_mib)
     if free0 or peaks:
         lines.append("  GPUs (MiB: free when the boot began · peak used during it)")
         for g in sorted({*free0, *peaks}, key=lambda k: (len(k), k)):
             f0, pk = free0.get(g), peaks.get(g)
             lines.append(f"    GPU {g:<12} {'—' if f0 is None else f'{f0:,.0f}':>10} · "
                          f"{'—' if pk is None else f'{pk:,.0f}':>10}")
-    samples = rec.gpu_readings(d.get("gpu_samples"))
+    samples = rec.gpu_readings(d.gpu_samples)
     if samples:
         lines.append(f"    {len(samples)} readings kept (kvtui bundle {row.host} --boot {row.id}: gpu.json)")
     lines.extend(_serving_lines(d))
-    flags = d.get("flags")
-    if isinstance(flags, dict) and flags:
+    flags = d.flags
+    if flags:
         lines.append(f"  Flags ({len(flags)}, as the engine dumped them)")
         lines.extend(_wrap([f"{k}={v}" for k, v in sorted(flags.items()) if v is not None], 96, "    "))
-    r = d.get("restart")
-    if isinstance(r, dict):
-        lines.append(f"  Restart by kvtui ({r.get('action') or 'restart'})")
-        if r.get("edit"):
-            lines.append(f"    {'edit':<16} {' '.join(str(e) for e in r['edit'])}")
-        if r.get("restored_from"):
-            lines.append(f"    {'restored from':<16} {r['restored_from']}")
-        for key, label in (("file", "file"), ("backup", "backup")):
-            if r.get(key):
-                lines.append(f"    {label:<16} {r[key]}")
+    r = d.restart
+    if r is not None:
+        lines.append(f"  Restart by kvtui ({r.action or 'restart'})")
+        if r.edit:
+            lines.append(f"    {'edit':<16} {' '.join(r.edit)}")
+        if r.restored_from:
+            lines.append(f"    {'restored from':<16} {r.restored_from}")
+        for value, label in ((r.file, "file"), (r.backup, "backup")):
+            if value:
+                lines.append(f"    {label:<16} {value}")
         e = ledger.entry(d, row.id)
         if e is not None:
             pred = (f"{fmt.tokens(e.predicted_tokens)} tokens, {e.verdict}, confidence {e.confidence}"
@@ -313,29 +326,29 @@ def render_stored(row: object) -> list[str]:
             if e.verdict_held is not None:
                 got += f", verdict {'held' if e.verdict_held else 'missed'}"
             lines.append(f"    {'actual':<16} {got}")
-        elif r.get("prediction_note"):
-            lines.append(f"    {'prediction':<16} {r['prediction_note']}")
-        outcome = str(r.get("outcome") or fmt.UNKNOWN)
-        if r.get("exit") is not None:
-            outcome += f" (exit {r['exit']})"
-        if r.get("rolled_back"):
+        elif r.prediction_note:
+            lines.append(f"    {'prediction':<16} {r.prediction_note}")
+        outcome = r.outcome or fmt.UNKNOWN
+        if r.exit is not None:
+            outcome += f" (exit {r.exit})"
+        if r.rolled_back:
             outcome += ", rolled back"
-        if r.get("forced"):
+        if r.forced:
             outcome += ", forced"
         lines.append(f"    {'outcome':<16} {outcome}")
     return lines
 
 
-def _serving_lines(d: dict[str, object]) -> list[str]:
+def _serving_lines(d: BootDoc) -> list[str]:
     """``history show``: the serving figures a watcher recorded (``kvtui.history.serving_figures``)."""
     from kvtui.history import serving_figures as sf
 
-    s = sf.section_of(d)
+    s = d.serving_figures
     if s is None:
         return []
-    first, last = sf.iso(s.get("first_at")), sf.iso(s.get("last_at"))
-    out = [f"  Serving (as watched: {s.get('samples')} samples from {first} to {last}, "
-           f"{s.get('watchers')} watcher{'s' if s.get('watchers') != 1 else ''})"]
+    first, last = sf.iso(s.first_at), sf.iso(s.last_at)
+    out = [f"  Serving (as watched: {s.samples} samples from {first} to {last}, "
+           f"{s.watchers} watcher{'s' if s.watchers != 1 else ''})"]
     out += [f"    {label:<28} {value}" for label, _, value in sf.rows(None, s)]
     return out
 
@@ -374,13 +387,13 @@ def _diff(store: object, args: argparse.Namespace, out: TextIO, err: TextIO) -> 
     if len(ids) == 2:
         b = by_id[ids[1]]
     else:
-        got = hdiff.last_good([(r.id, r.doc) for r in rows], a.doc, before=a.id)
+        got = hdiff.last_good([(r.id, r.document) for r in rows], a.document, before=a.id)
         if got is None:
             print(f"kvtui history: no ready boot of the same model before #{a.id} to compare with; "
                   "name two boots: --diff A B", file=err)
             return EXIT_INPUT
         b = by_id[got[0]]
-    d = hdiff.diff(b.doc, a.doc, base_id=b.id, boot_id=a.id)
+    d = hdiff.diff(b.document, a.document, base_id=b.id, boot_id=a.id)
     if args.json:
         _write_json(d.to_json(), out)
     else:

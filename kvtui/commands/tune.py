@@ -82,21 +82,22 @@ def observed_goal(name: str, cur: object) -> tuple[str, str] | str:
         except HistoryError as exc:
             return f"--goal {OBSERVED}: {exc}"
     mine = [r for r in rows if r.key == key]
-    row = next((r for r in [*mine, *rows] if sf.observed_tokens(r.doc) is not None), None)
+    row = next((r for r in [*mine, *rows] if sf.observed_tokens(r.document) is not None), None)
     if row is None:
         return (f"--goal {OBSERVED}: no boot of {name} has serving figures in the history: run kvtui watch {name} "
                 "(or keep the console's serving panel open) while the server is under its load, then tune again")
-    got = sf.observed_tokens(row.doc)
+    got = sf.observed_tokens(row.document)
+    section = row.document.serving_figures
     assert got is not None
+    assert section is not None
     peak, goal = got
-    section = sf.section_of(row.doc) or {}
     which = "the running boot" if mine and row is mine[0] else "the newest boot with serving figures"
-    watched = sf._num(section.get("seconds"))
+    watched = sf._num(section.seconds)
     note = (f"--goal {OBSERVED}: {which} (#{row.id}) held at most {peak:,} tokens "
-            f"(peak KV usage {sf._pct_text(section.get('peak_kv_usage'))}"
+            f"(peak KV usage {sf._pct_text(section.peak_kv_usage)}"
             + (f", watched {watched:.0f} s" if watched is not None else "")
             + f") + {sf.OBSERVED_MARGIN:.0%} = tokens={goal:,}")
-    usage = sf._num(section.get("peak_kv_usage"))
+    usage = sf._num(section.peak_kv_usage)
     if usage is not None and usage >= FULL_POOL:
         note += ("; the pool was full, so the demand was at least that: watch the new boot under the same load "
                  "and tune again if it fills too")

@@ -36,7 +36,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
@@ -52,6 +52,7 @@ from kvtui.monitor import HostMonitor
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
 
 if TYPE_CHECKING:
+    from kvtui.history.doc import BootDoc
     from kvtui.serving_live import ServingReader
 
 _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
@@ -92,7 +93,7 @@ class Waiter:
     noted_end: set[int] = field(default_factory=set)
     last_conn: ConnStatus | None = None
     last_out: float | None = None  # clock() of the last line printed (None: t0)
-    history: Sequence[Mapping[str, Any]] = ()  # the host's stored boots, for the phase ETAs
+    history: Sequence[BootDoc] = ()  # the host's stored boots, for the phase ETAs
     now: Callable[[], float] = time.time  # the host's wall clock (the ETA's elapsed time, the stall's)
     # the console's stall detector (on the host's clock): the heartbeat names a stall once it is
     # ``stall_notice_s`` old; ``stall_timeout`` (--stall-timeout, None: off) ends the wait (exit 5)
@@ -663,7 +664,7 @@ def _say_changed(waiter: Waiter, boot: Boot, host: str) -> None:
     got = since_last_good(waiter.history, boot_doc(host, boot))
     if got is None:
         return
-    when = str(got[0].get("started_at") or "")[:19].replace("T", " ")
+    when = (got[0].started_at or "")[:19].replace("T", " ")
     waiter._say(f"since the last good boot ({when}):")
     for line in got[1]:
         waiter._say(f"  {line}")

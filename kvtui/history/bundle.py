@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from kvtui.history.doc import BootDoc
+
 BUNDLE_VERSION: Final = 1
 MASK: Final = "***"
 # a name whose last part (split at _ - .) is a secret word: api_key, HF_TOKEN, DB_PASSWORD, auth;
@@ -84,15 +86,15 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def write_bundle(path: Path, *, host: str, boot_id: int, doc: Mapping[str, Any], log_lines: Sequence[str],
-                 replay_doc: Mapping[str, Any], diff_lines: Sequence[str] = (), now: float | None = None,
-                 texts: Mapping[str, str] | None = None, docs: Mapping[str, Any] | None = None,
+def write_bundle(path: Path, *, host: str, boot_id: int, doc: BootDoc, log_lines: Sequence[str],
+                 replay_doc: Mapping[str, object], diff_lines: Sequence[str] = (), now: float | None = None,
+                 texts: Mapping[str, str] | None = None, docs: Mapping[str, object] | None = None,
                  svg: str | None = None, notes: Sequence[str] = ()) -> Path:
     """Write the bundle (atomically: a temporary name, then renamed). ``texts`` and ``docs``: more
     members (text / JSON), masked like the rest; ``svg``: the console's screenshot."""
     created = time.time() if now is None else now
     members: list[tuple[str, bytes]] = [
-        ("boot.json", json.dumps(mask_doc(dict(doc)), indent=2, ensure_ascii=False).encode()),
+        ("boot.json", json.dumps(mask_doc(doc.to_json()), indent=2, ensure_ascii=False).encode()),
         ("log.txt", "".join(mask_text(ln) + "\n" for ln in log_lines).encode()),
     ]
     if diff_lines:

@@ -8,15 +8,15 @@ pairs with none of node 0's (a node restarted alone) is a start of its own, node
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
 from kvtui.history import diff as hdiff
 from kvtui.history import record as rec
+from kvtui.history.doc import BootDoc
 from kvtui.history.store import StoredBoot
 from kvtui.nodes import DeploymentBoot, began_at, merge_boots, pair_boots
 
@@ -44,9 +44,9 @@ class DeploymentStart:
     def status(self) -> BootStatus:
         return self.merged.boot.status
 
-    def head(self) -> Mapping[str, Any] | None:
+    def head(self) -> BootDoc | None:
         """Node 0's document, else the first node's that has one."""
-        return next((m.doc for m in self.members if m is not None), None)
+        return next((m.document for m in self.members if m is not None), None)
 
     def nodes_text(self) -> str:
         """``n0 ready · n1 up`` (the merged log's node column names; ``up``: a node whose ranks
@@ -63,7 +63,7 @@ class DeploymentStart:
                                                                                           BootStatus.STOPPED):
                 parts.append(f"n{i} up" + (", stopped" if b.status is BootStatus.STOPPED else ""))
                 continue
-            kind = rec.failure_kind_of(m.doc)
+            kind = m.document.failure_kind
             parts.append(f"n{i} {b.status.value}" + (f" ({kind})" if kind else ""))
         return " · ".join(parts)
 
@@ -75,13 +75,13 @@ def start_row(start: DeploymentStart) -> tuple[str, ...]:
     """One start's cells under ``ROW_HEADER`` (the console's ``H`` table and ``kvtui history NAME``):
     its node boots' ids, when it started (node 0's document), the merged outcome, each node's state,
     the merged pool's tokens, time to ready (ready starts only) and the fraction."""
-    head: Mapping[str, Any] = start.head() or {}
+    head = start.head() or BootDoc()
     boot = start.merged.boot
-    frac = rec.fraction_of(head)
+    frac = head.fraction
     ready = boot.status is BootStatus.READY
-    return (start.ids, str(head.get("started_at") or "")[:19].replace("T", " "), boot.status.value,
+    return (start.ids, (head.started_at or "")[:19].replace("T", " "), boot.status.value,
             start.nodes_text(), fmt.tokens(boot.metrics.max_total_num_tokens),
-            fmt.duration(rec.seconds_of(head)) if ready else fmt.UNKNOWN,
+            fmt.duration(head.seconds) if ready else fmt.UNKNOWN,
             f"{frac:g}" if frac is not None else fmt.UNKNOWN)
 
 
@@ -101,7 +101,7 @@ def deployment_starts(nodes: Sequence[str], per_node: Sequence[Sequence[StoredBo
     for rows in per_node:
         mine = []
         for r in reversed(rows):  # oldest first, as pair_boots reads a log
-            b = rec.boot_from_doc(r.doc)
+            b = rec.boot_from_doc(r.document)
             stored[id(b)] = r
             mine.append(b)
         boots.append(mine)
@@ -142,7 +142,7 @@ def render_diff(base: DeploymentStart, cur: DeploymentStart) -> list[str]:
             which = "either start" if a is None and b is None else ("the base" if a is None else "this start")
             out.append(f"  no boot of {name} in {which}: nothing to compare")
             continue
-        out.extend(hdiff.render(hdiff.diff(a.doc, b.doc, base_id=a.id, boot_id=b.id)))
+        out.extend(hdiff.render(hdiff.diff(a.document, b.document, base_id=a.id, boot_id=b.id)))
     return out
 
 

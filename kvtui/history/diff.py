@@ -13,11 +13,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
+
+from pydantic import JsonValue
 
 from kvtui import fmt
 from kvtui.history import record as rec
 from kvtui.history import serving_figures as sf
+from kvtui.history.doc import BootDoc, FailureDoc, ServingDoc, num
+
+Doc = BootDoc | Mapping[str, object]  # a stored document, or its JSON (``BootDoc.of``)
 
 # figures compared, in order: (metrics key, label, kind)
 FIGURES: Final = (
@@ -45,8 +50,8 @@ NOISE_FLAGS: Final = frozenset({"random_seed", "seed"})
 class BootDiff:
     base_id: int | None
     boot_id: int | None
-    base: Mapping[str, Any]
-    boot: Mapping[str, Any]
+    base: BootDoc
+    boot: BootDoc
     added: dict[str, object] = field(default_factory=dict)
     removed: dict[str, object] = field(default_factory=dict)
     changed: dict[str, tuple[object, object]] = field(default_factory=dict)
@@ -62,7 +67,7 @@ class BootDiff:
     nodes: tuple[str, str] | None = None
     # the serving figures of each boot (``serving_figures``: its document's section, without the
     # watchers' parts), None for a boot nobody watched serve
-    serving: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] = (None, None)
+    serving: tuple[ServingDoc | None, ServingDoc | None] = (None, None)
 
     def engine_changed(self) -> bool:
         """Another engine, or another version both boots printed. A version kvtui inferred from
@@ -80,8 +85,8 @@ class BootDiff:
         return {
             "base": self.base_id,
             "boot": self.boot_id,
-            "base_status": self.base.get("status"),
-            "boot_status": self.boot.get("status"),
+            "base_status": self.base.to_json().get("status"),
+            "boot_status": self.boot.to_json().get("status"),
             "flags": {"added": self.added, "removed": self.removed,
                       "changed": {k: list(v) for k, v in self.changed.items()}},
             "engine": list(self.engine),
@@ -92,38 +97,38 @@ class BootDiff:
             "gpu_free_at_start_mib": {k: list(v) for k, v in self.gpu_free_at_start_mib.items()},
             "env": {k: list(v) for k, v in self.env.items()},
             "nodes": list(self.nodes) if self.nodes is not None else None,
-            "serving": ({"base": self.serving[0], "boot": self.serving[1],
+            "serving": ({"base": _serving_json(self.serving[0]), "boot": _serving_json(self.serving[1]),
                          "headline": sf.headline(*self.serving)} if self.serving != (None, None) else None),
-            "failure": self.boot.get("failure"),
+            "failure": self.boot.to_json().get("failure"),
         }
 
 
 def _same(a: object, b: object) -> bool:
-    fa, fb = rec._num(a), rec._num(b)
+    fa, fb = num(a), num(b)
     if fa is not None and fb is not None and not isinstance(a, str) and not isinstance(b, str):
         return abs(fa - fb) <= 1e-9 * max(1.0, abs(fa))
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
-def _phase_seconds(doc: Mapping[str, Any]) -> dict[str, float | None]:
+def _phase_seconds(doc: BootDoc) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
-    for p in doc.get("phases") or ():
-        name = str(p.get("name")) + (" (draft)" if p.get("model") == "draft" else "")
-        out[name] = rec._num(p.get("seconds"))
+    for p in doc.phases:
+        name = p.name + (" (draft)" if p.model == "draft" else "")
+        out[name] = num(p.seconds)
     return out
 
 
 def _pairs(a: Mapping[str, object], b: Mapping[str, object]) -> dict[str, tuple[float | None, float | None]]:
     keys = list(dict.fromkeys([*a.keys(), *b.keys()]))
-    return {k: (rec._num(a.get(k)), rec._num(b.get(k))) for k in keys}
+    return {k: (num(a.get(k)), num(b.get(k))) for k in keys}
 
 
-def diff(base: Mapping[str, Any], boot: Mapping[str, Any], *, base_id: int | None = None,
-         boot_id: int | None = None) -> BootDiff:
+def diff(base: Doc, boot: Doc, *, base_id: int | None = None, boot_id: int | None = None) -> BootDiff:
     """``base`` → ``boot`` (see the module doc)."""
+    base, boot = BootDoc.of(base), BootDoc.of(boot)
     d = BootDiff(base_id, boot_id, base, boot)
-    fa: Mapping[str, object] = base.get("flags") or {}
-    fb: Mapping[str, object] = boot.get("flags") or {}
+    fa: Mapping[str, object] = base.flags
+    fb: Mapping[str, object] = boot.flags
     for k in sorted(set(fa) | set(fb)):
         if k in NOISE_FLAGS:
             continue
@@ -133,19 +138,18 @@ def diff(base: Mapping[str, Any], boot: Mapping[str, Any], *, base_id: int | Non
             d.removed[k] = fa[k]
         elif not _same(fa[k], fb[k]):
             d.changed[k] = (fa[k], fb[k])
-    d.engine = (base.get("engine"), boot.get("engine"))
-    d.version = (base.get("version_hint"), boot.get("version_hint"))
-    ma: Mapping[str, object] = base.get("metrics") or {}
-    mb: Mapping[str, object] = boot.get("metrics") or {}
+    d.engine = (base.engine, boot.engine)
+    d.version = (base.version_hint, boot.version_hint)
+    ma: Mapping[str, object] = base.metrics.to_json() if base.metrics is not None else {}
+    mb: Mapping[str, object] = boot.metrics.to_json() if boot.metrics is not None else {}
     for key, _, _ in FIGURES:
         d.figures[key] = (ma.get(key), mb.get(key))
     pa, pb = _phase_seconds(base), _phase_seconds(boot)
     d.phases = {k: (pa.get(k), pb.get(k)) for k in dict.fromkeys([*pa, *pb])}
-    d.free_before_load_gib = _pairs(base.get("avail_before_load_gib") or {}, boot.get("avail_before_load_gib") or {})
-    d.gpu_free_at_start_mib = _pairs(base.get("gpu_free_at_start_mib") or {},
-                                     boot.get("gpu_free_at_start_mib") or {})
-    ea, eb = base.get("env"), boot.get("env")
-    if isinstance(ea, dict) and isinstance(eb, dict):  # both stored it (older documents have none)
+    d.free_before_load_gib = _pairs(base.avail_before_load_gib, boot.avail_before_load_gib)
+    d.gpu_free_at_start_mib = _pairs(base.gpu_free_at_start_mib, boot.gpu_free_at_start_mib)
+    ea, eb = base.env, boot.env
+    if ea is not None and eb is not None:  # both stored it (older documents have none)
         for k in dict.fromkeys([*ea, *eb]):
             x, y = ea.get(k), eb.get(k)
             if not (x is None and y is None) and (x is None or y is None or not _same(_num_or(x), _num_or(y))):
@@ -153,13 +157,13 @@ def diff(base: Mapping[str, Any], boot: Mapping[str, Any], *, base_id: int | Non
     na, nb = rec.nodes_note(base), rec.nodes_note(boot)
     if na != nb:
         d.nodes = (na, nb)
-    d.serving = (_serving(base), _serving(boot))
+    d.serving = (base.serving_figures, boot.serving_figures)
     return d
 
 
-def _serving(doc: Mapping[str, Any]) -> dict[str, Any] | None:
-    s = sf.section_of(doc)
-    return {k: v for k, v in s.items() if k != "sessions"} if s is not None else None
+def _serving_json(s: ServingDoc | None) -> dict[str, JsonValue] | None:
+    """A section without the watchers' parts (``history --diff --json``)."""
+    return {k: v for k, v in s.to_json().items() if k != "sessions"} if s is not None else None
 
 
 def less_free(d: BootDiff) -> list[tuple[str, float, float]]:
@@ -180,7 +184,7 @@ def less_free(d: BootDiff) -> list[tuple[str, float, float]]:
 
 def _num_or(v: object) -> object:
     """``"2"`` and ``"2.0"`` are one value of a variable."""
-    f = rec._num(v)
+    f = num(v)
     return f if f is not None else v
 
 
@@ -199,7 +203,7 @@ def _v(value: object, kind: str = "") -> str:
 
 
 def _delta(a: object, b: object, kind: str) -> str:
-    fa, fb = rec._num(a), rec._num(b)
+    fa, fb = num(a), num(b)
     if fa is None or fb is None or _same(fa, fb):
         return ""
     if kind == "tokens":
@@ -216,12 +220,15 @@ def _phase_delta(a: float | None, b: float | None) -> str:
     return f"  ({'+' if b >= a else '-'}{fmt.duration(abs(b - a))})"
 
 
-def _label(doc: Mapping[str, Any], row_id: int | None) -> str:
-    started = str(doc.get("started_at") or "")[:19].replace("T", " ")
-    status = str(doc.get("status") or "?")
-    f = doc.get("failure")
-    if isinstance(f, dict) and f.get("kind"):
-        status += f" ({f.get('kind')}" + (f" in {f.get('phase')}" if f.get("phase") else "") + ")"
+def _failure(doc: BootDoc) -> FailureDoc | None:
+    return doc.failure if doc.failure is not None and doc.failure.kind else None
+
+
+def _label(doc: BootDoc, row_id: int | None) -> str:
+    started = (doc.started_at or "")[:19].replace("T", " ")
+    status = doc.status or "?"
+    if (f := _failure(doc)) is not None:
+        status += f" ({f.kind}" + (f" in {f.phase}" if f.phase else "") + ")"
     who = f"#{row_id}" if row_id is not None else "boot"
     return f"{who} {started} {status}".strip()
 
@@ -286,13 +293,11 @@ def render(d: BootDiff) -> list[str]:
         if None in d.serving:
             who = ha if d.serving[0] is None else hb
             out.append(f"  {who}: no serving figures (kvtui watch or the console records them while it serves)")
-    f = d.boot.get("failure")
-    if isinstance(f, dict) and f.get("kind"):
+    if (f := _failure(d.boot)) is not None:
         out.append("")
-        out.append(f"Failure: {f.get('kind')}" + (f" in {f.get('phase')}" if f.get("phase") else "")
-                   + f": {str(f.get('message') or '')[:200]}")
-        if f.get("hint"):
-            out.append(f"  hint: {f.get('hint')}")
+        out.append(f"Failure: {f.kind}" + (f" in {f.phase}" if f.phase else "") + f": {f.message[:200]}")
+        if f.hint:
+            out.append(f"  hint: {f.hint}")
     return out
 
 
@@ -314,19 +319,19 @@ def _table(title: str, ha: str, hb: str, rows: Sequence[tuple[str, str, str, str
     return out
 
 
-def last_good(boots: Sequence[tuple[int, Mapping[str, Any]]], boot: Mapping[str, Any],
-              before: int | None = None) -> tuple[int, Mapping[str, Any]] | None:
+def last_good(boots: Sequence[tuple[int, Doc]], boot: Doc, before: int | None = None) -> tuple[int, BootDoc] | None:
     """The newest ready boot of the same model (older than ``boot``: after it in the newest-first
     list ``boots`` of (id, document)); None when there is none."""
-    model = rec.model_of(boot)
+    model = BootDoc.of(boot).model
     seen = before is None
-    for row_id, doc in boots:
+    for row_id, raw in boots:
         if not seen:
             seen = row_id == before
             continue
-        if doc is boot or row_id == before:
+        if raw is boot or row_id == before:
             continue
-        if doc.get("status") == "ready" and rec.model_of(doc) == model:
+        doc = BootDoc.of(raw)
+        if doc.status == "ready" and doc.model == model:
             return row_id, doc
     return None
 
@@ -356,9 +361,7 @@ def summary(d: BootDiff, *, limit: int = 6) -> list[str]:
     return lines
 
 
-def since_last_good(
-    history: Sequence[Mapping[str, Any]], boot: Mapping[str, Any]
-) -> tuple[Mapping[str, Any], list[str]] | None:
+def since_last_good(history: Sequence[Doc], boot: Doc) -> tuple[BootDoc, list[str]] | None:
     """The last ready boot of ``boot``'s model in ``history`` (newest first) and the summary of
     what changed since; None when there is none."""
     got = last_good([(i, d) for i, d in enumerate(history)], boot)

@@ -22,12 +22,14 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus, PhaseSpan
 from kvtui.engines.events import Model, Phase
-from kvtui.history import record as rec
+from kvtui.history.doc import BootDoc, model_tp, num
+
+Doc = BootDoc | Mapping[str, object]  # a stored document, or its JSON (``BootDoc.of``)
 
 if TYPE_CHECKING:
     from kvtui.boot.stall import Stall
@@ -133,7 +135,7 @@ def slow_reason(eta: BootEta | None, silent: float | Stall | None = None) -> str
     return f"slower than usual: no progress for {clock(silent.seconds)} in {phase} ({silent.seen()}), {usual}"
 
 
-def heartbeat_eta(history: Sequence[Mapping[str, Any]], host: str,
+def heartbeat_eta(history: Sequence[Doc], host: str,
                   now: Callable[[], float]) -> Callable[[Boot], str | None]:
     """For ``kvtui apply --restart``'s follower (``kvtui.hosts.service``, which imports no
     history): the new boot -> its ETA text for the heartbeat, None without one (the line before
@@ -163,14 +165,14 @@ def _capture_key(flags: Mapping[str, object], capture_bs: Sequence[object]) -> o
     return ("flags", tuple(str(flags.get(k)) for k in CAPTURE_FLAGS))
 
 
-def _target_seconds(doc: Mapping[str, Any]) -> dict[str, float]:
+def _target_seconds(doc: BootDoc) -> dict[str, float]:
     out: dict[str, float] = {}
-    for p in doc.get("phases") or ():
-        if p.get("model", "target") != "target":
+    for p in doc.phases:
+        if p.model != "target":
             continue
-        s = rec._num(p.get("seconds"))
-        if s is not None and p.get("end") is not None:
-            out[str(p.get("name"))] = s
+        s = num(p.seconds)
+        if s is not None and p.end is not None:
+            out[p.name] = s
     return out
 
 
@@ -183,40 +185,40 @@ def _align(now: datetime, ref: datetime) -> datetime:
     return now.astimezone().replace(tzinfo=None)
 
 
-def past_boots(host: str, limit: int = 200) -> list[dict[str, Any]]:
+def past_boots(host: str, limit: int = 200) -> list[BootDoc]:
     """The host's stored boots (documents, newest first) for ``estimate``; empty when the history
     cannot be read (a reader of the history: opens it read-only, never raises)."""
     from kvtui.history.store import HistoryError, open_store
 
     with open_store(readonly=True) as store:
         try:
-            return [r.doc for r in store.boots(host, limit=limit)]
+            return [r.document for r in store.boots(host, limit=limit)]
         except HistoryError:
             return []
 
 
-def estimate(current: Boot, history: Sequence[Mapping[str, Any]], now: datetime, *, host: str = "") -> BootEta:
+def estimate(current: Boot, history: Sequence[Doc], now: datetime, *, host: str = "") -> BootEta:
     """The ETA of ``current`` from ``history`` (stored documents of this host: see the module doc)."""
     where = f" on {host}" if host else ""
     if current.status is not BootStatus.STARTING:
         return BootEta(None, None, None, None, 0, f"the boot is {current.status.value}")
-    model = rec.model_of({"flags": current.flags})
+    model, tp = model_tp(current.flags)
     if model is None:
         return BootEta(None, None, None, None, 0, "no ETA yet: the boot has not said its model")
-    tp = rec.tp_of({"flags": current.flags})
     cap = _capture_key(current.flags, current.capture_bs)
     start_time = current.started_at
-    past = [d for d in history if rec.model_of(d) == model and d.get("status") == "ready"
-            and d.get("started_at") != (start_time.isoformat() if start_time else None)]
+    docs = [BootDoc.of(d) for d in history]
+    past = [d for d in docs if d.model == model and d.status == "ready"
+            and d.started_at != (start_time.isoformat() if start_time else None)]
     if not past:
         return BootEta(None, None, None, None, 0, f"no ETA: no earlier ready boot of {model}{where} in the history")
-    same_tp = [d for d in past if rec.tp_of(d) == tp]
+    same_tp = [d for d in past if d.tp == tp]
 
     def for_phase(name: str) -> PhaseEstimate | None:
         pool = same_tp
         if name == Phase.GRAPH_CAPTURE.value:  # the batch lists when both have one, else the capture flags
             pool = [d for d in same_tp
-                    if _capture_key(d.get("flags") or {}, (d.get("capture_bs") or ()) if current.capture_bs else ())
+                    if _capture_key(d.flags, d.capture_bs if current.capture_bs else ())
                     == cap]
         values = [s for d in pool if (s := _target_seconds(d).get(name)) is not None]
         if not values:
@@ -284,16 +286,15 @@ def _by_rate(span: PhaseSpan | None, elapsed: float | None) -> float | None:
     return elapsed * total / done
 
 
-def expected_text(history: Sequence[Mapping[str, Any]], flags: Mapping[str, object], *, host: str = "") -> str:
+def expected_text(history: Sequence[Doc], flags: Mapping[str, object], *, host: str = "") -> str:
     """Before a restart: how long a boot of this model and TP usually takes on this host to be
     ready (median and spread of the stored ready boots), or why that is not known."""
-    model = rec.model_of({"flags": flags})
-    tp = rec.tp_of({"flags": flags})
+    model, tp = model_tp(flags)
     where = f" on {host}" if host else ""
     if model is None:
         return "no ETA: the server's model is not known"
-    times = [s for d in history if d.get("status") == "ready" and rec.model_of(d) == model and rec.tp_of(d) == tp
-             if (s := rec.seconds_of(d)) is not None]
+    times = [s for d in map(BootDoc.of, history) if d.status == "ready" and d.model == model and d.tp == tp
+             if (s := d.seconds) is not None]
     if not times:
         return f"no ETA: no earlier ready boot of {model} with TP {tp}{where} in the history"
     n = len(times)

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from kvtui.history import record as rec
+from pydantic import JsonValue
+
 from kvtui.history import serving_figures as sf
+from kvtui.history.doc import BootDoc, num
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +29,7 @@ class Entry:
     verdict_held: bool | None
     # the boot's serving figures, when a watcher recorded them (``serving_figures.HEADLINE``: did
     # the edit fix the incident)
-    serving: Mapping[str, Any] | None = None
+    serving: Mapping[str, JsonValue] | None = None
 
     @property
     def error_pct(self) -> float | None:
@@ -47,29 +48,26 @@ class Entry:
         }
 
 
-def entry(doc: Mapping[str, Any], boot_id: int | None = None) -> Entry | None:
+def entry(doc: BootDoc | Mapping[str, object], boot_id: int | None = None) -> Entry | None:
     """The ledger entry of a stored boot; None when kvtui did not restart it with a prediction."""
-    r = doc.get("restart")
-    if not isinstance(r, dict) or not isinstance(r.get("prediction"), dict):
+    doc = BootDoc.of(doc)
+    r = doc.restart
+    if r is None or r.prediction is None:
         return None
-    p = r["prediction"]
-    status = str(doc.get("status") or "")
-    verdict = p.get("verdict")
+    p = r.prediction
+    status = doc.status
+    verdict = p.verdict
     held: bool | None = None
     if verdict is not None and status in ("ready", "failed"):
         held = (status == "failed") == (verdict in ("oom_risk", "no_fit"))
-    tokens = rec._num(p.get("tokens"))
-    cal = rec._num(p.get("calibration_boots"))
-    return Entry(boot_id, doc.get("started_at"), [str(e) for e in r.get("edit") or ()], rec.fraction_of(doc),
-                 int(tokens) if tokens is not None else None, rec.tokens_of(doc),
-                 str(verdict) if verdict is not None else None,
-                 str(p.get("confidence")) if p.get("confidence") is not None else None,
-                 int(cal) if cal is not None else None, status, held, _serving(doc))
+    tokens, cal = num(p.tokens), num(p.calibration_boots)
+    return Entry(boot_id, doc.started_at, list(r.edit), doc.fraction, int(tokens) if tokens is not None else None,
+                 doc.tokens, verdict, p.confidence, int(cal) if cal is not None else None, status, held, _serving(doc))
 
 
-def _serving(doc: Mapping[str, Any]) -> dict[str, Any] | None:
-    s = sf.section_of(doc)
-    return {k: s.get(k) for k in sf.HEADLINE} if s is not None else None
+def _serving(doc: BootDoc) -> dict[str, JsonValue] | None:
+    s = doc.serving_figures
+    return {k: getattr(s, k) for k in sf.HEADLINE} if s is not None else None
 
 
 @dataclass(frozen=True, slots=True)

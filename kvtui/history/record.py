@@ -1,4 +1,5 @@
-"""What the history keeps of one boot: a JSON document built from a ``Boot`` (pure: no I/O).
+"""What the history keeps of one boot: a JSON document built from a ``Boot`` (pure: no I/O),
+typed and versioned by ``kvtui.history.doc.BootDoc`` (``new_doc`` builds it; ``boot_doc`` is its JSON).
 
 The document is ``Boot.to_json()`` (the ``kvtui replay --json`` boot object) plus what the
 calculator and the diff need beyond it (``facts``, per-rank free memory before load, the capture
@@ -23,53 +24,34 @@ the serving figures (``serving``: ``kvtui.history.serving``) keep every watcher'
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
+from pydantic import JsonValue
+
 from kvtui import fmt
 from kvtui.boot import Boot, BootMetrics, BootStatus, Failure, PhaseSpan
 from kvtui.engines.events import METRIC_NAMES, Engine, Fact, FailureKind, Model, Phase
+from kvtui.history.doc import (
+    DOC_SCHEMA_VERSION,
+    DOC_VERSION,
+    BootDoc,
+    GpuSamplesDoc,
+    SpoolDoc,
+    deployment_key,
+    model_tp,
+    num,
+    parse_dt,
+)
 from kvtui.history.serving_figures import merge_serving
 from kvtui.knobs import pool_env, pool_env_names
-
-DOC_VERSION: Final = 1
-TERMINAL: Final = frozenset({"ready", "failed", "stopped"})
-MODEL_FLAGS: Final = ("model_path", "model")
-TP_FLAGS: Final = ("tp_size", "tensor_parallel_size")
-FRACTION_FLAGS: Final = ("mem_fraction_static", "gpu_memory_utilization")
-
-Doc = dict[str, Any]
 
 
 def _iso(dt: datetime | None) -> str | None:
     return dt.isoformat() if dt is not None else None
-
-
-def _parse_dt(raw: object) -> datetime | None:
-    if not isinstance(raw, str) or not raw:
-        return None
-    try:
-        return datetime.fromisoformat(raw)
-    except ValueError:
-        return None
-
-
-def _num(v: object) -> float | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int | float):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, str):
-        try:
-            f = float(v)
-        except ValueError:
-            return None
-        return f if math.isfinite(f) else None
-    return None
 
 
 def boot_key(host: str, boot: Boot, spool: Mapping[str, object] | None = None) -> str | None:
@@ -83,7 +65,7 @@ def boot_key(host: str, boot: Boot, spool: Mapping[str, object] | None = None) -
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
 
-def position_key(host: str, spool: Mapping[str, object] | None) -> str | None:
+def position_key(host: str, spool: SpoolDoc | None) -> str | None:
     """The key of a boot without a timestamp (see the module doc), from its spool segment's first
     line; None while the segment has no line on disk yet."""
     path = spool_segment(spool)
@@ -100,18 +82,11 @@ def position_key(host: str, spool: Mapping[str, object] | None) -> str | None:
             continue
         cursor, text = cols[3], cols[5]
         if not cursor:
-            ident = f"{host}\0spool\0{spool.get('set')}\0{spool.get('boot')}"
+            ident = f"{host}\0spool\0{spool.set}\0{spool.boot}"
         else:
             digest = hashlib.sha256(text.encode()).hexdigest()[:16]
             ident = f"{host}\0pos\0{cursor}\0{digest}"
         return hashlib.sha256(ident.encode()).hexdigest()[:32]
-    return None
-
-
-def flag_value(flags: Mapping[str, object], names: Sequence[str]) -> object:
-    for n in names:
-        if n in flags and flags[n] is not None:
-            return flags[n]
     return None
 
 
@@ -152,7 +127,7 @@ class GpuSeries:
             self.used = self.used[::2]
             self.stride *= 2
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         gpus = sorted({i for u in self.used for i in u})
         return {
             "total_mib": {str(i): round(self.total.get(i, 0.0)) for i in gpus},
@@ -162,29 +137,31 @@ class GpuSeries:
 
 
 def gpu_readings(series: object) -> list[list[tuple[int, float, float, float]]]:
-    """A stored series back as readings: per reading, (gpu, used MiB, total MiB, ts) per GPU."""
-    if not isinstance(series, dict):
+    """A stored series (``GpuSamplesDoc``, or its JSON: a bundle's member) back as readings: per
+    reading, (gpu, used MiB, total MiB, ts) per GPU."""
+    if isinstance(series, Mapping):
+        try:
+            series = GpuSamplesDoc.model_validate(dict(series))
+        except ValueError:
+            return []
+    if not isinstance(series, GpuSamplesDoc):
         return []
-    ts = series.get("ts")
-    used = series.get("used_mib")
-    total = series.get("total_mib") or {}
-    if not isinstance(ts, list) or not isinstance(used, dict) or not isinstance(total, dict):
-        return []
+    ts, used, total = series.ts, series.used_mib, series.total_mib
     out: list[list[tuple[int, float, float, float]]] = []
     for k, t in enumerate(ts):
         reading: list[tuple[int, float, float, float]] = []
         for gpu, values in sorted(used.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0):
-            if not isinstance(values, list) or k >= len(values):
+            if k >= len(values):
                 continue
-            u, tot = _num(values[k]), _num(total.get(gpu))
+            u, tot = num(values[k]), num(total.get(gpu))
             if u is not None and str(gpu).isdigit():
-                reading.append((int(gpu), u, tot or 0.0, float(t) if _num(t) is not None else 0.0))
+                reading.append((int(gpu), u, tot or 0.0, float(t) if num(t) is not None else 0.0))
         if reading:
             out.append(reading)
     return out
 
 
-def boot_doc(
+def new_doc(
     host: str,
     boot: Boot,
     *,
@@ -195,18 +172,19 @@ def boot_doc(
     restart: Mapping[str, object] | None = None,
     gpu_samples: Mapping[str, object] | None = None,
     unit_env: Mapping[str, str] | None = None,
-) -> Doc:
+) -> BootDoc:
     """The history's document of ``boot`` (see the module doc). ``env``: the pool-sizing
     environment the boot ran with, as its log shows it (``knobs.pool_env``: what the calculator
     compares before it calibrates with a remembered vLLM boot); ``unit_env``: those variables as
     the unit or launch script set them, when the recorder read the file (a kvtui-driven restart)."""
-    doc: Doc = boot.to_json()
+    doc: dict[str, object] = boot.to_json()
+    doc["schema_version"] = DOC_SCHEMA_VERSION
     doc["doc_version"] = DOC_VERSION
     doc["host"] = host
     doc["source"] = source
     doc["started_at"] = _iso(boot.started_at)
     doc["ended_at"] = _iso(boot.ended_at)
-    doc["facts"] = {k: v for k, v in boot.facts.items() if _num(v) is not None}
+    doc["facts"] = {k: v for k, v in boot.facts.items() if num(v) is not None}
     doc["avail_before_load_gib"] = {
         rank: rf[Fact.AVAIL_BEFORE_LOAD_GIB] for rank, rf in boot.rank_facts.items() if Fact.AVAIL_BEFORE_LOAD_GIB in rf
     }
@@ -222,178 +200,143 @@ def boot_doc(
     if unit_env is not None:
         names = pool_env_names(boot.engine)
         doc["unit_env"] = {n: unit_env.get(n) for n in names}
-    return doc
+    return BootDoc.parse(doc, f"the document of {host}'s boot")
 
 
-def progress(doc: Mapping[str, Any]) -> tuple[int, int, int]:
-    """How far a document of a boot got: (terminal, phases, figures) — compared between two
-    readers' documents of the same boot."""
-    metrics = doc.get("metrics") or {}
-    figures = sum(1 for v in metrics.values() if v is not None) if isinstance(metrics, dict) else 0
-    return (1 if doc.get("status") in TERMINAL else 0, len(doc.get("phases") or ()), figures)
+def boot_doc(host: str, boot: Boot, **kw: Any) -> dict[str, JsonValue]:
+    """``new_doc`` as its JSON object (what ``kvtui history --json`` prints of a boot)."""
+    return new_doc(host, boot, **kw).to_json()
 
 
-def _max_map(a: object, b: object) -> dict[str, float]:
+def _max_map(a: Mapping[str, float | int], b: Mapping[str, float | int]) -> dict[str, float]:
     out: dict[str, float] = {}
     for m in (a, b):
-        if isinstance(m, dict):
-            for k, v in m.items():
-                f = _num(v)
-                if f is not None:
-                    out[str(k)] = max(out.get(str(k), f), f)
+        for k, v in m.items():
+            f = num(v)
+            if f is not None:
+                out[str(k)] = max(out.get(str(k), f), f)
     return out
 
 
-def _series_len(series: object) -> int:
-    ts = series.get("ts") if isinstance(series, dict) else None
-    return len(ts) if isinstance(ts, list) else 0
+def _series_len(series: GpuSamplesDoc | None) -> int:
+    return len(series.ts) if series is not None else 0
 
 
-def merge(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Doc:
+def merge(old: BootDoc | Mapping[str, object] | None, new: BootDoc | Mapping[str, object]) -> BootDoc:
     """One boot's document from two readers' (see the module doc)."""
+    new = BootDoc.of(new)
     if old is None:
-        return dict(new)
-    base, other = (dict(new), old) if progress(new) >= progress(old) else (dict(old), new)
-    base["peak_used_mib"] = _max_map(old.get("peak_used_mib"), new.get("peak_used_mib"))
-    # the most free memory either reader saw before the weights (``BootRecorder``'s rule)
-    base["gpu_free_at_start_mib"] = _max_map(old.get("gpu_free_at_start_mib"), new.get("gpu_free_at_start_mib"))
+        return new
+    old = BootDoc.of(old)
+    base, other = (new, old) if new.progress() >= old.progress() else (old, new)
+    changes: dict[str, object] = {
+        "peak_used_mib": _max_map(old.peak_used_mib, new.peak_used_mib),
+        # the most free memory either reader saw before the weights (``BootRecorder``'s rule)
+        "gpu_free_at_start_mib": _max_map(old.gpu_free_at_start_mib, new.gpu_free_at_start_mib),
+    }
     for key in ("spool", "source", "gpu_samples", "unit_env"):
-        if not base.get(key) and other.get(key):
-            base[key] = other[key]
-    if _series_len(other.get("gpu_samples")) > _series_len(base.get("gpu_samples")):
-        base["gpu_samples"] = other["gpu_samples"]  # the reader that saw more of the boot's readings
-    serving = merge_serving(old.get("serving"), new.get("serving"))  # every watcher's part, summed again
+        mine, theirs = getattr(base, key), getattr(other, key)
+        if not _present(mine) and _present(theirs):
+            changes[key] = theirs
+    if _series_len(other.gpu_samples) > _series_len(base.gpu_samples):
+        changes["gpu_samples"] = other.gpu_samples  # the reader that saw more of the boot's readings
+    serving = merge_serving(old.serving, new.serving)  # every watcher's part, summed again
     if serving is not None:
-        base["serving"] = serving
-    restart_old, restart_new = old.get("restart"), new.get("restart")
-    if isinstance(restart_old, dict) or isinstance(restart_new, dict):
-        r: dict[str, Any] = dict(restart_old) if isinstance(restart_old, dict) else {}
-        if isinstance(restart_new, dict):
-            r.update({k: v for k, v in restart_new.items() if v is not None})
-        base["restart"] = r
-    return base
+        changes["serving"] = serving
+    if old.restart is not None or new.restart is not None:
+        r: dict[str, JsonValue] = old.restart.to_json() if old.restart is not None else {}
+        if new.restart is not None:
+            r.update({k: v for k, v in new.restart.to_json().items() if v is not None})
+        changes["restart"] = r
+    return base.copy_with(**changes)
 
 
-# -- columns derived from a document (what lists and filters use) ------------------------------
+def _present(v: object) -> bool:
+    """A part a document has (``merge``: kept from the other reader when this one lacks it)."""
+    if isinstance(v, SpoolDoc | GpuSamplesDoc):
+        return bool(v.to_json())
+    return bool(v)
 
 
-def model_of(doc: Mapping[str, Any]) -> str | None:
-    v = flag_value(doc.get("flags") or {}, MODEL_FLAGS)
-    return str(v) if v is not None else None
+# -- columns derived from a document (what lists and filters use: ``BootDoc``'s properties) -----
 
 
-def tp_of(doc: Mapping[str, Any]) -> int | None:
-    v = _num(flag_value(doc.get("flags") or {}, TP_FLAGS))
-    return int(v) if v is not None else None
-
-
-def fraction_of(doc: Mapping[str, Any]) -> float | None:
-    return _num(flag_value(doc.get("flags") or {}, FRACTION_FLAGS))
-
-
-def tokens_of(doc: Mapping[str, Any]) -> int | None:
-    v = _num((doc.get("metrics") or {}).get("max_total_num_tokens"))
-    return int(v) if v is not None else None
-
-
-def seconds_of(doc: Mapping[str, Any]) -> float | None:
-    """Start to end (or to the start of ``ready``) in seconds; None while unknown."""
-    start = _parse_dt(doc.get("started_at"))
-    end = _parse_dt(doc.get("ended_at"))
-    for p in doc.get("phases") or ():
-        if p.get("name") == "ready" and p.get("model", "target") == "target":
-            end = _parse_dt(p.get("start")) or end
-    if start is None or end is None:
-        return None
-    try:
-        return max(0.0, (end - start).total_seconds())
-    except TypeError:
-        return None
-
-
-def deployment_of(doc: Mapping[str, Any]) -> str:
+def deployment_of(doc: BootDoc | Mapping[str, object]) -> str:
     """engine | model | TP | version: the boots the calculator may calibrate together."""
-    return "|".join(str(x) for x in (doc.get("engine"), model_of(doc), tp_of(doc), doc.get("version_hint")))
+    return BootDoc.of(doc).deployment
 
 
 def deployment_of_boot(boot: Boot) -> str:
     """``deployment_of`` for a live ``Boot``."""
-    return deployment_of({"engine": boot.engine.value, "flags": boot.flags, "version_hint": boot.version_hint})
-
-
-def failure_kind_of(doc: Mapping[str, Any]) -> str | None:
-    f = doc.get("failure")
-    return str(f.get("kind")) if isinstance(f, dict) and f.get("kind") else None
+    return deployment_key(boot.engine.value, *model_tp(boot.flags), boot.version_hint)
 
 
 # -- back to a Boot (for the calculator) ----------------------------------------------------------
 
 
-def boot_from_doc(doc: Mapping[str, Any]) -> Boot:
+def boot_from_doc(doc: BootDoc | Mapping[str, object]) -> Boot:
     """A ``Boot`` with what the document kept: engine, version, status, phases, failure, flags,
     figures and facts (enough for ``kvcalc.calibrate`` and ``same_deployment``)."""
+    doc = BootDoc.of(doc)
     try:
-        engine = Engine(str(doc.get("engine")))
+        engine = Engine(str(doc.engine))
     except ValueError:
         engine = Engine.UNKNOWN
     try:
-        status = BootStatus(str(doc.get("status")))
+        status = BootStatus(str(doc.status))
     except ValueError:
         status = BootStatus.STOPPED
-    boot = Boot(engine=engine, version_hint=doc.get("version_hint"), status=status)
-    for p in doc.get("phases") or ():
+    boot = Boot(engine=engine, version_hint=doc.version_hint, status=status)
+    for p in doc.phases:
         try:
-            name, model = Phase(p["name"]), Model(p.get("model", "target"))
-        except (KeyError, ValueError):
+            name, model = Phase(p.name), Model(p.model)
+        except ValueError:
             continue
-        boot.phases.append(PhaseSpan(name, model, _parse_dt(p.get("start")), _parse_dt(p.get("end")),
-                                     _num(p.get("seconds"))))
+        boot.phases.append(PhaseSpan(name, model, parse_dt(p.start), parse_dt(p.end), num(p.seconds)))
     if boot.phases:
         targets = [s for s in boot.phases if s.model is Model.TARGET]
         boot.phase = targets[-1].name if targets else None
-    f = doc.get("failure")
-    if isinstance(f, dict):
+    f = doc.failure
+    if f is not None:
         try:
-            kind = FailureKind(str(f.get("kind")))
+            kind = FailureKind(str(f.kind))
         except ValueError:
             kind = FailureKind.UNKNOWN
         try:
-            fphase = Phase(str(f.get("phase"))) if f.get("phase") else None
+            fphase = Phase(str(f.phase)) if f.phase else None
         except ValueError:
             fphase = None
-        boot.failure = Failure(kind, fphase, str(f.get("message") or ""), hint=str(f.get("hint") or ""))
-    flags = doc.get("flags")
-    boot.flags = dict(flags) if isinstance(flags, dict) else {}
-    metrics = doc.get("metrics")
-    if isinstance(metrics, dict):
+        boot.failure = Failure(kind, fphase, str(f.message or ""), hint=str(f.hint or ""))
+    boot.flags = dict(doc.flags)
+    if doc.metrics is not None:
         m = BootMetrics()
+        figures = doc.metrics.to_json()
         for fld in fields(BootMetrics):
-            v = metrics.get(fld.name)
+            v = figures.get(fld.name)
             if v is not None:
                 setattr(m, fld.name, v)
         boot.metrics = m
-    facts = doc.get("facts")
-    if isinstance(facts, dict):
-        boot.facts = {Fact(k): float(v) for k, v in facts.items() if k in METRIC_NAMES and _num(v) is not None}
-    for rank, v in (doc.get("avail_before_load_gib") or {}).items():
-        f2 = _num(v)
+    boot.facts = {Fact(k): float(v) for k, v in doc.facts.items() if k in METRIC_NAMES and num(v) is not None}
+    for rank, v in doc.avail_before_load_gib.items():
+        f2 = num(v)
         if f2 is not None:
             boot.rank_facts.setdefault(str(rank), {})[Fact.AVAIL_BEFORE_LOAD_GIB] = f2
-    boot.capture_bs = [int(x) for x in doc.get("capture_bs") or () if isinstance(x, int)]
-    boot.started_at = _parse_dt(doc.get("started_at"))
-    boot.ended_at = _parse_dt(doc.get("ended_at"))
-    boot.ranks = [str(r) for r in doc.get("ranks") or ()]
+    boot.capture_bs = [x for x in doc.capture_bs if isinstance(x, int) and not isinstance(x, bool)]
+    boot.started_at = doc.started
+    boot.ended_at = doc.ended
+    boot.ranks = list(doc.ranks)
     boot.nodes = ray_workers(doc)
     return boot
 
 
-def ray_workers(doc: Mapping[str, Any]) -> dict[str, dict[str, int | None]]:
+def ray_workers(doc: BootDoc | Mapping[str, object]) -> dict[str, dict[str, int | None]]:
     """``Boot.nodes`` of a stored Ray boot: node ip (``""``: the driver's) → worker → its TP rank.
     From ``ray_workers`` when the document has it; a document that has only ``nodes`` (the
     ``replay --json`` list) gives each node's TP ranks to its first workers, in order."""
-    exact = doc.get("ray_workers")
+    doc = BootDoc.of(doc)
+    exact = doc.ray_workers
     out: dict[str, dict[str, int | None]] = {}
-    if isinstance(exact, list):  # [[ip, [[worker, tp], ...]], ...]: lists keep the order first seen
+    if exact is not None:  # [[ip, [[worker, tp], ...]], ...]: lists keep the order first seen
         for entry in exact:
             if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
                 continue
@@ -401,31 +344,34 @@ def ray_workers(doc: Mapping[str, Any]) -> dict[str, dict[str, int | None]]:
                                                  else None)
                                   for pair in entry[1] if isinstance(pair, list) and len(pair) == 2}
         return out
-    for node in doc.get("nodes") or ():
-        if not isinstance(node, dict):
-            continue
+    for node in doc.nodes or ():
         ip = node.get("ip")
-        procs = [str(p) for p in node.get("processes") or ()]
-        ranks = [r for r in node.get("tp_ranks") or () if isinstance(r, int) and not isinstance(r, bool)]
+        raw_procs = node.get("processes")
+        raw_ranks = node.get("tp_ranks")
+        procs = [str(p) for p in raw_procs] if isinstance(raw_procs, list) else []
+        ranks = ([r for r in raw_ranks if isinstance(r, int) and not isinstance(r, bool)]
+                 if isinstance(raw_ranks, list) else [])
         workers: dict[str, int | None] = {p: (ranks[i] if i < len(ranks) else None) for i, p in enumerate(procs)}
         out[str(ip) if isinstance(ip, str) and ip else ""] = workers
     return out
 
 
-def nodes_note(doc: Mapping[str, Any]) -> str:
+def nodes_note(doc: BootDoc | Mapping[str, object]) -> str:
     """A stored Ray boot's nodes in a few words (``2 nodes: TP0 driver · TP1 10.0.0.2``); ``""``
     for any other boot."""
-    return fmt.ray_nodes_compact(doc.get("nodes"))
+    return fmt.ray_nodes_compact(BootDoc.of(doc).nodes)
 
 
-def spool_segment(spool: object) -> Path | None:
+def spool_segment(spool: SpoolDoc | Mapping[str, object] | None) -> Path | None:
     """The spool file of a stored boot (``{"set": DIR, "boot": N}``), when it still exists."""
-    if not isinstance(spool, dict) or spool.get("set") is None:
+    if isinstance(spool, Mapping):
+        try:
+            spool = SpoolDoc.model_validate(dict(spool))
+        except ValueError:
+            return None
+    if spool is None or spool.set is None:
         return None
-    directory = Path(str(spool["set"]))
-    try:
-        boot = int(spool.get("boot") or 0)
-    except (TypeError, ValueError):
-        return None
+    directory = Path(spool.set)
+    boot = spool.boot or 0
     found = sorted(directory.glob(f"*-boot-{boot:04d}.log")) if directory.is_dir() else []
     return found[-1] if found else None

@@ -28,11 +28,12 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Model, Phase
 from kvtui.history import record as rec
+from kvtui.history.doc import BootDoc
 from kvtui.history.store import DEFAULT_BUSY_S, HistoryBusy, HistoryError, Limits, Store, open_store
 from kvtui.retry import Backoff
 
@@ -144,12 +145,12 @@ class BootRecorder:
         # taken after it, not yet the live boot's (see ``log_time``)
         self._log_time: float | None = None
         self._held: list[Sequence[GpuReading]] = []
-        self._pending: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._pending: dict[int, tuple[str, BootDoc]] = {}
         # boots without a timestamp whose spool segment had no line on disk yet: keyed on a later try
-        self._unkeyed: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._unkeyed: dict[int, tuple[str, BootDoc]] = {}
         # boots whose write met a locked file (``HistoryBusy``): tried again on the next write,
         # when ``_retry_at`` comes (backoff: ``retry_pace``), and on close; bounded (KEEP_BOOTS)
-        self._retry: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._retry: dict[int, tuple[str, BootDoc]] = {}
         self._retry_at: float | None = None
         self._pace = retry_pace or Backoff(initial=RETRY_FIRST_S, cap=RETRY_CAP_S, first=RETRY_FIRST_S)
         self._busy_s = busy_timeout
@@ -299,7 +300,7 @@ class BootRecorder:
                 return
             key = ""  # no timestamp: keyed by its first line's place in the source, in the writer
         series = self._series.get(index)
-        doc = rec.boot_doc(self.host, boot, source=self.source, spool=spool, peaks_mib=self._peaks.get(index),
+        doc = rec.new_doc(self.host, boot, source=self.source, spool=spool, peaks_mib=self._peaks.get(index),
                            free_at_start_mib=self._free0.get(index),
                            gpu_samples=series.to_json() if series is not None and series else None)
         with self._cond:
@@ -385,17 +386,17 @@ class BootRecorder:
             self._note(store.problem)
         return store
 
-    def _write(self, store: Store, todo: Mapping[int, tuple[str, dict[str, Any]]]
-               ) -> dict[int, tuple[str, dict[str, Any]]]:
+    def _write(self, store: Store, todo: Mapping[int, tuple[str, BootDoc]]
+               ) -> dict[int, tuple[str, BootDoc]]:
         """Write ``todo``'s documents, oldest boot first; those to try again (the file was locked:
         every one from the first that met the lock) are returned."""
-        retry: dict[int, tuple[str, dict[str, Any]]] = {}
+        retry: dict[int, tuple[str, BootDoc]] = {}
         for index in sorted(todo):
             key, doc = todo[index]
             if store.readonly:
                 continue  # cannot be written (said once, in ``problem``)
             if not key:
-                key = rec.position_key(self.host, doc.get("spool")) or ""
+                key = rec.position_key(self.host, doc.spool) or ""
                 if not key:  # its first line is not on disk yet: the next write tries again
                     with self._cond:
                         self._unkeyed[index] = ("", doc)
@@ -529,7 +530,7 @@ def record_numbered(host: str, boot: Boot, *, restart: Mapping[str, object] | No
         return None, "the boot shows no start (no launch, no argument dump): not recorded"
     if key is None:
         return None, "the boot has no timestamp to key it by: not recorded"
-    doc = rec.boot_doc(host, boot, source=source, restart=restart, unit_env=unit_env)
+    doc = rec.new_doc(host, boot, source=source, restart=restart, unit_env=unit_env)
     steps = pace or Backoff(initial=RETRY_FIRST_S, cap=RETRY_CAP_S, first=RETRY_FIRST_S, jitter=0.5)
     own = store is None
     st = store if store is not None else open_store(limits=limits)

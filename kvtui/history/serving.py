@@ -9,10 +9,10 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from kvtui.boot import Boot
 from kvtui.history import record as rec
+from kvtui.history.doc import BootDoc
 from kvtui.history.serving_figures import (
     MAX_SESSIONS,
     OBSERVED_MARGIN,
@@ -48,7 +48,7 @@ __all__ = [
 # -- writing ---------------------------------------------------------------------------------------
 
 
-def serving_doc(host: str, boot: Boot, tally: ServingTally) -> tuple[str, dict[str, Any]] | None:
+def serving_doc(host: str, boot: Boot, tally: ServingTally) -> tuple[str, BootDoc] | None:
     """The key and document ``record_serving`` writes: the boot's own document (as the recorder
     would write it) with this watcher's ``serving`` section; None when the history cannot keep the
     boot (no start seen, no timestamp: ``BootRecorder.observe``'s rule) or nothing was sampled."""
@@ -59,9 +59,8 @@ def serving_doc(host: str, boot: Boot, tally: ServingTally) -> tuple[str, dict[s
     key = rec.boot_key(host, boot)
     if key is None:
         return None
-    doc = rec.boot_doc(host, boot, source="kvtui watch")
-    doc["serving"] = tally.section()
-    return key, doc
+    doc = rec.new_doc(host, boot, source="kvtui watch")
+    return key, doc.copy_with(serving=tally.section())
 
 
 def record_serving(store: Store, host: str, boot: Boot, tally: ServingTally) -> int | None:
@@ -99,7 +98,7 @@ class ServingRecorder:
         self._boot: Boot | None = None
         self._due = clock() + every
         self._task: asyncio.Task[None] | None = None
-        self._queue: dict[str, dict[str, Any]] = {}
+        self._queue: dict[str, BootDoc] = {}
 
     def observe(self, boot: Boot, window: ServingWindow) -> None:
         key = rec.boot_key(self.host, boot)

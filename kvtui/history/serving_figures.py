@@ -31,9 +31,12 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Final
 
+from pydantic import JsonValue
+
+from kvtui.history.doc import BootDoc, ServingDoc
 from kvtui.serving.sample import Histogram, ServingSample
 from kvtui.serving.window import COUNTERS, ServingWindow
 
@@ -49,7 +52,7 @@ def _num(v: object) -> float | None:
     return float(v) if math.isfinite(v) else None
 
 
-def _hist_json(h: Histogram | None) -> dict[str, Any] | None:
+def _hist_json(h: Histogram | None) -> dict[str, JsonValue] | None:
     if h is None:
         return None
     return {"le": [None if math.isinf(b) else b for b, _ in h.buckets], "n": [c for _, c in h.buckets],
@@ -158,11 +161,11 @@ class ServingTally:
             taken += 1
         return taken
 
-    def part(self) -> dict[str, Any]:
+    def part(self) -> dict[str, JsonValue]:
         """This watcher's sums as stored (one entry of ``sessions``)."""
         return {
             "engine": self.engine,
-            "sources": sorted(self.sources),
+            "sources": list[JsonValue](sorted(self.sources)),
             "first_at": self.first_at,
             "last_at": self.last_at,
             "seconds": round(self.seconds, 3),
@@ -177,7 +180,7 @@ class ServingTally:
             "max_waiting": self.max_waiting,
         }
 
-    def section(self) -> dict[str, Any]:
+    def section(self) -> dict[str, JsonValue]:
         """A document's ``serving`` section holding only this watcher's part."""
         return build_section({self.session: self.part()})
 
@@ -185,7 +188,9 @@ class ServingTally:
 # -- sections --------------------------------------------------------------------------------------
 
 
-def _parts(section: object) -> dict[str, dict[str, Any]]:
+def _parts(section: object) -> dict[str, dict[str, JsonValue]]:
+    if isinstance(section, ServingDoc):
+        return {str(k): dict(v) for k, v in section.sessions.items()}
     if not isinstance(section, dict):
         return {}
     sessions = section.get("sessions")
@@ -194,19 +199,23 @@ def _parts(section: object) -> dict[str, dict[str, Any]]:
     return {str(k): v for k, v in sessions.items() if isinstance(v, dict)}
 
 
-def _f(part: Mapping[str, Any], key: str) -> float:
+def _f(part: Mapping[str, JsonValue], key: str) -> float:
     return _num(part.get(key)) or 0.0
+
+
+def _strs(v: JsonValue | None) -> list[str]:
+    return [s for s in v if isinstance(s, str)] if isinstance(v, list) else []
 
 
 def _rate(n: float | None, per: float | None, scale: float) -> float | None:
     return n * scale / per if n is not None and per else None
 
 
-def summary(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def summary(parts: Mapping[str, Mapping[str, JsonValue]]) -> dict[str, JsonValue]:
     """The boot's figures from its watchers' parts (see the module doc)."""
     ordered = sorted(parts.values(), key=lambda p: (_f(p, "first_at"), _f(p, "last_at")))
-    chosen: list[Mapping[str, Any]] = []
-    group: list[Mapping[str, Any]] = []
+    chosen: list[Mapping[str, JsonValue]] = []
+    group: list[Mapping[str, JsonValue]] = []
     end = -math.inf
     for p in ordered:
         if group and _f(p, "first_at") >= end:  # after the whole group: another stretch of time
@@ -237,7 +246,7 @@ def summary(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         vals = [v for p in parts.values() if (v := _num(p.get(key))) is not None]
         return max(vals) if vals else None
 
-    def edge(key: str, pick: Any) -> float | None:
+    def edge(key: str, pick: Callable[[list[float]], float]) -> float | None:
         vals = [v for p in parts.values() if (v := _num(p.get(key))) is not None]
         return pick(vals) if vals else None
 
@@ -246,9 +255,10 @@ def summary(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     reqs = counts["requests"]
     ttft, queue = hists["ttft"], hists["queue_time"]
     engines = sorted({str(p["engine"]) for p in parts.values() if p.get("engine")})
-    sources = sorted({str(s) for p in parts.values() for s in (p.get("sources") or ()) if isinstance(s, str)})
+    sources = list[JsonValue](sorted({s for p in parts.values() for s in _strs(p.get("sources"))}))
+    engine: JsonValue = engines[0] if len(engines) == 1 else (list[JsonValue](engines) or None)
     return {
-        "engine": engines[0] if len(engines) == 1 else (engines or None),
+        "engine": engine,
         "sources": sources,
         "first_at": edge("first_at", min),
         "last_at": edge("last_at", max),
@@ -275,14 +285,15 @@ def summary(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def build_section(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def build_section(parts: Mapping[str, Mapping[str, JsonValue]]) -> dict[str, JsonValue]:
     """A ``serving`` section of these parts (bounded: the ``MAX_SESSIONS`` that watched longest)."""
     kept = dict(sorted(parts.items(), key=lambda kv: (_f(kv[1], "seconds"), _f(kv[1], "samples")),
                        reverse=True)[:MAX_SESSIONS])
     return {"version": SERVING_VERSION, **summary(kept), "sessions": {k: dict(v) for k, v in kept.items()}}
 
 
-def merge_serving(old: object, new: object) -> dict[str, Any] | None:
+def merge_serving(old: ServingDoc | Mapping[str, object] | None,
+                  new: ServingDoc | Mapping[str, object] | None) -> dict[str, JsonValue] | None:
     """Two documents' sections of one boot: every watcher's part (of one watcher, the part that
     took more samples: its newer write), the summary computed again; None when neither has one."""
     a, b = _parts(old), _parts(new)
@@ -295,20 +306,18 @@ def merge_serving(old: object, new: object) -> dict[str, Any] | None:
     return build_section(parts)
 
 
-def section_of(doc: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The document's ``serving`` section when it has figures (None: nobody watched it serve, or an
-    older kvtui's document)."""
-    s = doc.get("serving")
-    if not isinstance(s, dict) or not _num(s.get("samples")):
-        return None
-    return s
+def section_of(doc: BootDoc | Mapping[str, object]) -> dict[str, JsonValue] | None:
+    """The document's ``serving`` section as JSON when it has figures (None: nobody watched it
+    serve, or an older kvtui's document); ``BootDoc.serving_figures`` is the typed one."""
+    s = BootDoc.of(doc).serving_figures
+    return s.to_json() if s is not None else None
 
 
-def observed_tokens(doc: Mapping[str, Any], margin: float = OBSERVED_MARGIN) -> tuple[int, int] | None:
+def observed_tokens(doc: BootDoc | Mapping[str, object], margin: float = OBSERVED_MARGIN) -> tuple[int, int] | None:
     """``tune --goal tokens=observed``: (the observed peak demand, the goal: that + ``margin``,
     rounded up); None when the document has no peak demand."""
-    s = section_of(doc)
-    peak = _num(s.get("peak_tokens")) if s is not None else None
+    s = BootDoc.of(doc).serving_figures
+    peak = _num(s.peak_tokens) if s is not None else None
     if peak is None or peak <= 0:
         return None
     return int(peak), math.ceil(peak * (1.0 + margin))
@@ -349,9 +358,9 @@ def _per1k_text(v: object) -> str:
     return "0" if f == 0 else f"{f:,.{1 if f < 10 else 0}f}"
 
 
-def pressure_key(section: Mapping[str, Any]) -> str:
+def pressure_key(section: ServingDoc) -> str:
     """``preemptions`` (vLLM) or ``retractions`` (SGLang): the counter the section has."""
-    if _num(section.get("preemptions")) is None and _num(section.get("retractions")) is not None:
+    if _num(section.preemptions) is None and _num(section.retractions) is not None:
         return "retractions"
     return "preemptions"
 
@@ -373,25 +382,27 @@ ROWS: Final = (
 HEADLINE: Final = ("preemptions_per_1k", "retractions_per_1k", "ttft_p95", "peak_kv_usage")
 
 
-def rows(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> list[tuple[str, str, str]]:
+def _figure(section: ServingDoc | None, key: str) -> object:
+    return getattr(section, key, None) if section is not None else None
+
+
+def rows(a: ServingDoc | None, b: ServingDoc | None) -> list[tuple[str, str, str]]:
     """(label, base, boot) for each figure either section has."""
     out: list[tuple[str, str, str]] = []
     for label, key, text in ROWS:
-        x = a.get(key) if a is not None else None
-        y = b.get(key) if b is not None else None
+        x, y = _figure(a, key), _figure(b, key)
         if _num(x) is None and _num(y) is None:
             continue
         out.append((label, text(x) if a is not None else "—", text(y) if b is not None else "—"))
     return out
 
 
-def headline(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> str:
+def headline(a: ServingDoc | None, b: ServingDoc | None) -> str:
     """``preemptions per 1k requests 137 → 0, TTFT p95 4.6 s → 0.40 s, peak KV usage 100 % → 61 %``."""
     labels = {key: (label, text) for label, key, text in ROWS}
     parts = []
     for key in HEADLINE:
-        x = a.get(key) if a is not None else None
-        y = b.get(key) if b is not None else None
+        x, y = _figure(a, key), _figure(b, key)
         if _num(x) is None and _num(y) is None:
             continue
         label, text = labels[key]
@@ -399,20 +410,20 @@ def headline(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
-def compact(section: Mapping[str, Any] | None) -> str:
+def compact(section: ServingDoc | None) -> str:
     """The history list's serving cell: ``KV 100% 137/1k p95 4.6s`` (preemptions or retractions
     per 1k requests, TTFT p95); ``""`` when nobody watched the boot serve."""
     if section is None:
         return ""
     parts = []
-    peak = _num(section.get("peak_kv_usage"))
+    peak = _num(section.peak_kv_usage)
     if peak is not None:
         parts.append(f"KV {peak * 100:.0f}%")
     key = pressure_key(section)
-    per1k = _num(section.get(f"{key}_per_1k"))
+    per1k = _num(section.preemptions_per_1k if key == "preemptions" else section.retractions_per_1k)
     if per1k is not None:
         parts.append(f"{_per1k_text(per1k)}/1k {'preempt' if key == 'preemptions' else 'retract'}")
-    p95 = _num(section.get("ttft_p95"))
+    p95 = _num(section.ttft_p95)
     if p95 is not None:
         parts.append(f"p95 {_secs_text(p95).replace(' ', '')}")
-    return " ".join(parts) or f"{_count_text(section.get('samples'))} samples"
+    return " ".join(parts) or f"{_count_text(section.samples)} samples"

@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,15 +26,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
+
+from pydantic import JsonValue
 
 from kvtui.history import record as rec
+from kvtui.history.doc import BootDoc, DocError, DocVersionError
 
 FILE_NAME: Final = "history.sqlite3"
 DEFAULT_BUSY_S: Final = 5.0
 WAL_RETRY_S: Final = 0.01  # the first pause before the WAL switch is tried again (``Store._wal``)
 DEFAULT_MAX_AGE_DAYS: Final = 365.0
 DEFAULT_MAX_BOOTS: Final = 1000
+REFUSED_MAX: Final = 20  # the rows not read (``Store.refused``) whose messages are kept
 
 
 class HistoryError(Exception):
@@ -89,9 +92,9 @@ _V2_COLUMNS: Final = (
 )
 
 
-def _derived(doc: Mapping[str, Any]) -> dict[str, object]:
+def _derived(doc: BootDoc) -> dict[str, object]:
     """The columns computed from a document (v2)."""
-    started = rec._parse_dt(doc.get("started_at"))
+    started = doc.started
     ts: float | None = None
     if started is not None:
         try:
@@ -100,12 +103,12 @@ def _derived(doc: Mapping[str, Any]) -> dict[str, object]:
             ts = None
     return {
         "started_ts": ts,
-        "deployment": rec.deployment_of(doc),
-        "fraction": rec.fraction_of(doc),
-        "tokens": rec.tokens_of(doc),
-        "seconds": rec.seconds_of(doc),
-        "failure_kind": rec.failure_kind_of(doc),
-        "restarted": 1 if doc.get("restart") else 0,
+        "deployment": doc.deployment,
+        "fraction": doc.fraction,
+        "tokens": doc.tokens,
+        "seconds": doc.seconds,
+        "failure_kind": doc.failure_kind,
+        "restarted": 1 if doc.restart is not None and doc.restart.to_json() else 0,
     }
 
 
@@ -117,9 +120,9 @@ def _migrate_1_to_2(db: sqlite3.Connection) -> None:
     rows = db.execute("SELECT id, doc FROM boots").fetchall()
     for row_id, raw in rows:
         try:
-            doc = json.loads(raw)
-        except ValueError:
-            continue
+            doc = BootDoc.parse(raw, f"row {row_id}")
+        except DocError:
+            continue  # not read (a newer kvtui's, or not a boot document): its columns stay empty
         d = _derived(doc)
         db.execute(
             "UPDATE boots SET " + ", ".join(f"{k} = ?" for k in d) + " WHERE id = ?", (*d.values(), row_id)
@@ -142,23 +145,34 @@ SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 @dataclass(frozen=True, slots=True)
 class StoredBoot:
-    """One stored boot: ``id`` (what ``kvtui history`` shows and ``--diff`` takes) and its document."""
+    """One stored boot: ``id`` (what ``kvtui history`` shows and ``--diff`` takes) and its document
+    (``document``; ``doc``: the same as JSON)."""
 
     id: int
     key: str
     host: str
-    doc: dict[str, Any]
+    document: BootDoc
     updated_at: float
+
+    def __post_init__(self) -> None:
+        doc: object = self.document
+        if not isinstance(doc, BootDoc):  # a document's JSON (a test's row): read through the model
+            object.__setattr__(self, "document", BootDoc.parse(doc, f"row {self.id}"))
+
+    @property
+    def doc(self) -> dict[str, JsonValue]:
+        """The document as its JSON object (``kvtui history --json``'s boot, less id and key)."""
+        return self.document.to_json()
 
     @property
     def status(self) -> str:
-        return str(self.doc.get("status") or "")
+        return self.document.status
 
     @property
     def started_at(self) -> datetime | None:
-        return rec._parse_dt(self.doc.get("started_at"))
+        return self.document.started
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {"id": self.id, "key": self.key, **self.doc}
 
 
@@ -208,6 +222,9 @@ class Store:
         self.clock = clock
         self._db: sqlite3.Connection | None = None
         self._version = 0
+        # the rows a read skipped: a newer kvtui's document (``DocVersionError``) or one that is not
+        # a boot document; each message names the file, the row and why (the last ``REFUSED_MAX``)
+        self.refused: list[str] = []
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -345,8 +362,9 @@ class Store:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def put(self, doc: Mapping[str, Any], key: str) -> int:
-        """Store (or merge into) the boot ``key``; the row id. Raises ``HistoryError``."""
+    def put(self, doc: BootDoc | Mapping[str, object], key: str) -> int:
+        """Store (or merge into) the boot ``key``; the row id. Raises ``HistoryError`` (also when
+        the stored document of ``key`` is a newer kvtui's: it is not overwritten)."""
         if self.readonly or self._db is None:
             raise HistoryError(self.problem or f"{self.path}: the history is read-only")
         db = self._db
@@ -356,17 +374,22 @@ class Store:
                 old = None
                 if row is not None:
                     try:
-                        old = json.loads(row[1])
-                    except ValueError:
+                        old = BootDoc.parse(row[1], f"{self.path} row {row[0]}")
+                    except DocVersionError as exc:
+                        raise HistoryError(str(exc)) from None
+                    except DocError:
                         old = None
-                merged = rec.merge(old, doc)
+                try:
+                    merged = rec.merge(old, doc)
+                except DocError as exc:
+                    raise HistoryError(str(exc)) from None
                 cols: dict[str, object] = {
-                    "host": str(merged.get("host") or ""),
-                    "started_at": merged.get("started_at"),
-                    "status": str(merged.get("status") or "starting"),
-                    "engine": merged.get("engine"),
-                    "model": rec.model_of(merged),
-                    "doc": json.dumps(merged, ensure_ascii=False, sort_keys=True),
+                    "host": merged.host,
+                    "started_at": merged.started_at,
+                    "status": merged.status or "starting",
+                    "engine": merged.engine,
+                    "model": merged.model,
+                    "doc": merged.dumps(),
                     "updated_at": self.clock(),
                     **_derived(merged),
                 }
@@ -422,12 +445,20 @@ class Store:
         out: list[StoredBoot] = []
         for row_id, key, host, raw, updated in rows:
             try:
-                doc = json.loads(raw)
-            except ValueError:
+                doc = BootDoc.parse(raw, f"{self.path} row {row_id}")
+            except DocVersionError as exc:
+                self._refuse(str(exc))
                 continue
-            if isinstance(doc, dict):
-                out.append(StoredBoot(int(row_id), str(key), str(host), doc, float(updated)))
+            except DocError as exc:
+                if raw.lstrip().startswith("{"):  # JSON that is not a boot document: said
+                    self._refuse(str(exc))
+                continue
+            out.append(StoredBoot(int(row_id), str(key), str(host), doc, float(updated)))
         return out
+
+    def _refuse(self, message: str) -> None:
+        if message not in self.refused:
+            self.refused = [*self.refused, message][-REFUSED_MAX:]
 
     def boots(self, host: str, *, limit: int | None = None) -> list[StoredBoot]:
         """The host's boots, newest first."""

@@ -61,7 +61,7 @@ from kvtui.kvcalc.model import (
     Verdict,
     activation_allowance_gib,
 )
-from kvtui.kvcalc.predict import Prediction, grid_search, predict
+from kvtui.kvcalc.predict import HistoryCalibration, Prediction, grid_search, predict
 from kvtui.kvcalc.serving import model_path, serving_model
 
 __all__ = [
@@ -81,6 +81,7 @@ __all__ = [
     "Engine",
     "GraphModel",
     "GraphSource",
+    "HistoryCalibration",
     "IdentityCheck",
     "MemoryModel",
     "Prediction",

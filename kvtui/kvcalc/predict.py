@@ -24,6 +24,22 @@ from kvtui.kvcalc.verdict import _Eval, _evaluate, _Settings
 
 
 @dataclass(frozen=True, slots=True)
+class HistoryCalibration:
+    """What a prediction was calibrated with beyond its boot's own log (``kvtui.changes``: the
+    history's boots of the deployment): how many boots in all, how many of them remembered, and
+    the pool fractions those ran with. ``note`` is its text (a line of ``Prediction.reasons``)."""
+
+    boots: int
+    stored: int
+    fractions: tuple[float, ...] = ()
+
+    def note(self) -> str:
+        shown = ", ".join(f"{f:g}" for f in self.fractions[:8]) + ("…" if len(self.fractions) > 8 else "")
+        return (f"calibrated with {self.boots} boots of this deployment: {self.stored} from the history"
+                + (f" (fractions {shown})" if shown else ""))
+
+
+@dataclass(frozen=True, slots=True)
 class Prediction:
     model: MemoryModel
     edits: Edits
@@ -47,6 +63,8 @@ class Prediction:
     full_context: int = 1
     margin_gib: float = DEFAULT_GRAPH_MARGIN_GIB
     activation_gib: float = 0.0
+    # the history's boots that calibrated it too (None: the log's own boots only)
+    calibrated: HistoryCalibration | None = None
 
     def to_json(self) -> dict[str, object]:
         """The ``kvtui calc --json`` object (figures rounded once, limits toward the safe side)."""

@@ -99,7 +99,7 @@ class DeploymentHistoryScreen(HistoryScreen):
         out: list[str] = []
         for i, (name, m) in enumerate(zip(cur.nodes, cur.members, strict=True)):
             out.append(f"== node {i} ({name}) ==")
-            path = spool_segment(m.doc.get("spool")) if m is not None else None
+            path = spool_segment(m.document.spool) if m is not None else None
             if m is None:
                 out.append("  no boot of this start")
             elif path is None:

@@ -86,7 +86,9 @@ class HistoryScreen(ModalScreen[None]):
         def read() -> tuple[list[Any], str | None]:
             with open_store(readonly=True) as store:
                 try:
-                    return store.boots(self.host, limit=500), store.problem
+                    rows = store.boots(self.host, limit=500)
+                    # a newer kvtui's documents are not read: said under the table
+                    return rows, "\n".join(m for m in (store.problem, *store.refused) if m) or None
                 except HistoryError as exc:
                     return [], str(exc)
 
@@ -101,9 +103,9 @@ class HistoryScreen(ModalScreen[None]):
         table.clear(columns=True)
         self._add_columns(table, "id", "started", "outcome", "fraction", "tokens", "to ready", "failure / restart")
         for r in self.rows:
-            d = r.doc
-            fail = d.get("failure")
-            note = f"{fail.get('kind')} in {fail.get('phase')}" if isinstance(fail, dict) and fail.get("kind") else ""
+            d = r.document
+            fail = d.failure
+            note = f"{fail.kind} in {fail.phase}" if fail is not None and fail.kind else ""
             e = ledger.entry(d, r.id)
             if e is not None:
                 pred = f"predicted {fmt.tokens(e.predicted_tokens)} {e.verdict}"
@@ -112,16 +114,16 @@ class HistoryScreen(ModalScreen[None]):
                 note = f"{note}; {pred}" if note else pred
             if nodes := rec.nodes_note(d):  # a vLLM boot over Ray: its nodes and their TP ranks
                 note = f"{note}; {nodes}" if note else nodes
-            frac = rec.fraction_of(d)
+            frac = d.fraction
             table.add_row("*" if r.id == self.marked else "", f"#{r.id}",
-                          str(d.get("started_at") or "")[:19].replace("T", " "), str(d.get("status")),
-                          f"{frac:g}" if frac is not None else "—", fmt.tokens(rec.tokens_of(d)),
-                          fmt.duration(rec.seconds_of(d)) if d.get("status") == "ready" else "—", note,
+                          (d.started_at or "")[:19].replace("T", " "), d.status,
+                          f"{frac:g}" if frac is not None else "—", fmt.tokens(d.tokens),
+                          fmt.duration(d.seconds) if d.status == "ready" else "—", note,
                           key=str(r.id))
         if not self.rows:
             self._show(self.problem or f"no boot of {self.host} in the history yet")
             return
-        entries = [x for r in self.rows if (x := ledger.entry(r.doc, r.id)) is not None]
+        entries = [x for r in self.rows if (x := ledger.entry(r.document, r.id)) is not None]
         self._show(ledger.summarize(entries).text() + ("\n" + self.problem if self.problem else ""))
         if self.diff_newest:
             self.diff_newest = False
@@ -169,18 +171,18 @@ class HistoryScreen(ModalScreen[None]):
             return
         base = next((r for r in self.rows if r.id == self.marked), None) if self.marked != cur.id else None
         if base is None:
-            got = hdiff.last_good([(r.id, r.doc) for r in self.rows], cur.doc, before=cur.id)
+            got = hdiff.last_good([(r.id, r.document) for r in self.rows], cur.document, before=cur.id)
             if got is None:
                 self._show(f"#{cur.id}: no ready boot of the same model before it; mark one with space")
                 return
             base = next(r for r in self.rows if r.id == got[0])
-        self._show("\n".join(hdiff.render(hdiff.diff(base.doc, cur.doc, base_id=base.id, boot_id=cur.id))))
+        self._show("\n".join(hdiff.render(hdiff.diff(base.document, cur.document, base_id=base.id, boot_id=cur.id))))
 
     def action_log(self) -> None:
         cur = self._current()
         if cur is None:
             return
-        path = spool_segment(cur.doc.get("spool"))
+        path = spool_segment(cur.document.spool)
         if path is None:
             self._show(f"#{cur.id}: its log is not in the spool (recorded by a command that keeps none, "
                        "or pruned since)")

@@ -54,6 +54,7 @@ from kvtui.ui.widgets.serving import KvTimeline, ServingBanner, ServingRow
 from kvtui.updates import LinePart
 
 if TYPE_CHECKING:
+    from kvtui.history.doc import BootDoc
     from kvtui.hosts.probe import ProbeResult
     from kvtui.hosts.service import ApplyOutcome
     from kvtui.monitor import HostMonitor
@@ -195,7 +196,7 @@ class HostPane(HostChanges, ServingView, Vertical):
         self._status_at: float = 0.0  # clock time the status arrived (for the retry countdown)
         self.boot: Boot | None = None
         self.boot_index: int | None = None
-        self.eta_history: list[dict[str, Any]] = []  # the host's stored boots (phase ETAs)
+        self.eta_history: list[BootDoc] = []  # the host's stored boots (phase ETAs)
         self.boots: list[Boot] = []
         self.samples: tuple[GpuSample, ...] = ()
         self.foreign: tuple[GpuProcess, ...] = ()

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from textual.content import Content
 
 from kvtui.boot import Boot
 from kvtui.history import diff as hdiff
+from kvtui.history.doc import BootDoc
 from kvtui.ui.perf import QuietStatic
 
 HISTORY_ROWS = 50  # the host's newest stored boots searched for the last good one
@@ -75,17 +75,19 @@ def changes(d: hdiff.BootDiff) -> list[str]:
     return items
 
 
-def changed_line(rows: Sequence[tuple[int, Mapping[str, Any]]], doc: Mapping[str, Any]) -> tuple[int, list[str]] | None:
+def changed_line(rows: Sequence[tuple[int, hdiff.Doc]], doc: hdiff.Doc) -> tuple[int, list[str]] | None:
     """(the last good boot's id, what changed since) for the boot ``doc`` among the host's stored
     boots ``rows`` (id, document; newest first); None when there is no earlier ready boot of its
     model. The boot itself, once stored, is matched by its start and skipped with every newer row."""
-    started = doc.get("started_at")
-    before = next((row_id for row_id, d in rows if started and d.get("started_at") == started), None)
-    got = hdiff.last_good(rows, doc, before=before)
+    stored = [(row_id, BootDoc.of(d)) for row_id, d in rows]
+    this = BootDoc.of(doc)
+    started = this.started_at
+    before = next((row_id for row_id, d in stored if started and d.started_at == started), None)
+    got = hdiff.last_good(stored, this, before=before)
     if got is None:
         return None
     base_id, base = got
-    return base_id, changes(hdiff.diff(base, doc, base_id=base_id))
+    return base_id, changes(hdiff.diff(base, this, base_id=base_id))
 
 
 class ChangedStrip(QuietStatic):
@@ -105,7 +107,7 @@ class ChangedStrip(QuietStatic):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self._seen: tuple[object, ...] | None = None  # the boot's state last looked at
-        self._rows: list[tuple[int, dict[str, Any]]] = []
+        self._rows: list[tuple[int, BootDoc]] = []
         self._rows_for: tuple[object, ...] | None = None  # (host, boot, status) the rows were read for
         self.line: str | None = None  # what the strip says (None: hidden), for tests and the curious
 
@@ -141,13 +143,13 @@ class ChangedStrip(QuietStatic):
         self._rows_for = (host, index, boot.started_at, boot.status)
 
     def refresh_line(self, host: str, boot: Boot, *, reread: bool) -> None:
-        from kvtui.history import boot_doc
+        from kvtui.history.record import new_doc
 
-        doc = boot_doc(host, boot)
+        doc = new_doc(host, boot)
         self.run_worker(self._update(host, doc, reread), group="changed-strip", exclusive=True,
                         exit_on_error=False, description="what changed since the last good boot")
 
-    async def _update(self, host: str, doc: dict[str, Any], reread: bool) -> None:
+    async def _update(self, host: str, doc: BootDoc, reread: bool) -> None:
         if reread:
             self._rows = await asyncio.to_thread(_stored, host)
         got = changed_line(self._rows, doc)
@@ -170,13 +172,13 @@ class ChangedStrip(QuietStatic):
         return Content.assemble((head + ": ", "$text-muted"), (rest, "$warning"))
 
 
-def _stored(host: str) -> list[tuple[int, dict[str, Any]]]:
+def _stored(host: str) -> list[tuple[int, BootDoc]]:
     """The host's newest stored boots (id, document), newest first; empty when the history cannot
     be read (a reader: read-only, never raises)."""
     from kvtui.history.store import HistoryError, open_store
 
     try:
         with open_store(readonly=True) as store:
-            return [(r.id, r.doc) for r in store.boots(host, limit=HISTORY_ROWS)]
+            return [(r.id, r.document) for r in store.boots(host, limit=HISTORY_ROWS)]
     except (HistoryError, OSError):
         return []
