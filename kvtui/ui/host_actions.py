@@ -210,8 +210,8 @@ class HostChanges(_Base):
         """``D``: a demo host's simulation restarts in real time (×1), or at its configured speed
         again (the default speed when real time is what is configured)."""
         from kvtui.config import DEMO_DEFAULT_SPEED
-        from kvtui.hosts.demo import DemoBackend
         from kvtui.hosts.service import plan_restart
+        from kvtui.sim.backend import DemoBackend
 
         backend, cfg = self.backend, self.spec.config
         if not isinstance(backend, DemoBackend) or not cfg.demo or self.readonly:
