@@ -100,3 +100,27 @@ def test_the_simulation_imports_neither_textual_nor_asyncssh_nor_the_calculator(
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == ""
+
+
+# the host layer's public modules (pyproject.toml's import-linter contract "the views import only the
+# host layer's public modules"); this also sees `TYPE_CHECKING` imports, which import-linter skips
+HOSTS_PUBLIC = {"kvtui.hosts", "kvtui.hosts.backend", "kvtui.hosts.factory", "kvtui.hosts.service",
+                "kvtui.hosts.probe", "kvtui.hosts.orphans"}
+
+
+def test_the_views_import_only_the_host_layers_public_modules() -> None:
+    bad: list[str] = []
+    for path in sorted((KVTUI / "ui").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                # `from kvtui.hosts import service` names the module service; `from kvtui.hosts.backend
+                # import HostBackend` a name in a module
+                names = ([f"{node.module}.{a.name}" for a in node.names] if node.module == "kvtui.hosts"
+                         else [node.module])
+            else:
+                continue
+            bad += [f"{path.relative_to(KVTUI)}:{node.lineno} {n}" for n in names
+                    if n.startswith("kvtui.hosts.") and n not in HOSTS_PUBLIC]
+    assert bad == []

@@ -22,8 +22,7 @@ if TYPE_CHECKING:
     from kvtui.config import CalcConfig
     from kvtui.flags import Edit
     from kvtui.hosts.backend import HostBackend
-    from kvtui.hosts.service import ApplyOutcome, ApplyPlan, RestartPlan
-    from kvtui.hosts.service.model import Calculator
+    from kvtui.hosts.service import ApplyOutcome, ApplyPlan, Calculator, RestartPlan
     from kvtui.monitor import HostMonitor
     from kvtui.tune.driver import TuneResult
     from kvtui.ui.host_pane import Clock, HostSpec
