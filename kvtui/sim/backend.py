@@ -24,12 +24,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from kvtui.config import DemoHost
+from kvtui.config import state_dir as _state_root
 from kvtui.engines.events import LogRecord
 from kvtui.engines.orphans import ProcRow
 from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts import commands
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
+from kvtui.sim.http import Serving, serve_port, serving_of
+from kvtui.sim.metrics import DemoMetrics
 from kvtui.sim.presets import MODELS, PRESETS, GpuSpec, Preset, PresetError, resolve_preset_name
 from kvtui.sim.script import BootInput, BootScript, ForeignProcess
 from kvtui.sim.serving import serving_load
@@ -40,8 +43,6 @@ from kvtui.sim.unit import UnitInfo, _sd_time, _systemd_quote, parse_unit
 
 if TYPE_CHECKING:
     from kvtui.hosts.service.model import HostOps
-    from kvtui.sim.http import Serving
-    from kvtui.sim.metrics import DemoMetrics
 
 MAX_BATCH = 2000
 POWER_CAP_SHARE = 0.97  # a simulated GPU drawing this share of its power limit is held at its power cap
@@ -106,8 +107,6 @@ class DemoBackend:
                 )
         self.readonly = bool(readonly if readonly is not None else cfg.readonly)
         if state_dir is None:
-            from kvtui.config import state_dir as _state_root
-
             state_dir = _state_root() / "demo" / name
         self.state_dir = state_dir
         self.poll_interval = poll_interval
@@ -287,6 +286,7 @@ class DemoBackend:
 
     def service_ops(self) -> HostOps:
         """The guarded service's operations here (``kvtui.hosts.service``)."""
+        # lazy (measured): the service's modules cost ~400 ms to import at load ~10; only an edit needs them
         from kvtui.sim.ops import DemoOps
 
         return DemoOps(self)
@@ -925,12 +925,11 @@ class DemoBackend:
 
     def open_port(self, port: int) -> AbstractAsyncContextManager[tuple[str, int]]:
         """The simulated server's HTTP endpoints (``kvtui.sim.http``; the readiness probe)."""
-        from kvtui.sim.http import serve_port
-
         return serve_port(port, self.serving_now, self.metrics_now)
 
     async def metrics(self, port: int, *, timeout: float = 10.0) -> str:
         """The simulated server's ``/metrics``, over its loopback HTTP server (``kvtui.hosts.metrics``)."""
+        # lazy (measured): kvtui.hosts.metrics and the probe's HTTP client cost ~130 ms at load ~10; `watch` only
         from kvtui.hosts.metrics import metrics_via_port
 
         return await metrics_via_port(self, port, self.name, timeout=timeout)
@@ -938,8 +937,6 @@ class DemoBackend:
     def metrics_now(self) -> str | None:
         """The simulated engine's ``/metrics`` text now (``kvtui.sim.metrics``): None
         while no ready server runs, or with ``serve_metrics`` off (SGLang without --enable-metrics)."""
-        from kvtui.sim.metrics import DemoMetrics
-
         if not self.serve_metrics:
             return None
         tl = self._timeline()
@@ -960,8 +957,6 @@ class DemoBackend:
 
     def serving_now(self) -> Serving | None:
         """What the simulated server answers now: None when no server process runs."""
-        from kvtui.sim.http import serving_of
-
         now = self.clock()
         v = self._alive_view(self._timeline(), now)
         if v is None:
