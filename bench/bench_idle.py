@@ -25,7 +25,7 @@ SETTLE_S = 8.0
 _START_DEMO = (
     "import time\n"
     "from kvtui.config import HostConfig\n"
-    "from kvtui.hosts.demo import DemoBackend\n"
+    "from kvtui.sim.backend import DemoBackend\n"
     "DemoBackend('demo', HostConfig(demo=True), clock=lambda: time.time() - 3600).read_unit()\n"
 )
 

@@ -36,7 +36,7 @@ from pydantic import (
 from kvtui.config_checks import MAX_GPUS as MAX_GPUS
 from kvtui.config_checks import demo_gpu_problems, demo_preset_problems, kube_target, kube_target_problems
 from kvtui.config_checks import parse_gpus as parse_gpus
-from kvtui.demo_presets import PRESET_NODES, PresetError, resolve_preset_name
+from kvtui.sim.presets import PRESET_NODES, PresetError, resolve_preset_name
 
 HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]+$")
@@ -324,7 +324,7 @@ class LocalHost(ServerHost):
 
 
 class DemoHost(_HostBase):
-    """``demo = true``: the built-in simulated 8-GPU host (``kvtui.hosts.demo``)."""
+    """``demo = true``: the built-in simulated 8-GPU host (``kvtui.sim``)."""
 
     _KIND_KEY: ClassVar[str] = "demo"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from kvtui.demo_presets import DEMO_ENGINES, DEMO_GPU_COUNT, PRESET_NODES, PresetError, resolve_preset_name
+from kvtui.sim.presets import DEMO_ENGINES, DEMO_GPU_COUNT, PRESET_NODES, PresetError, resolve_preset_name
 
 _GPU_LIST_RE = re.compile(r"^\s*\d+\s*(?:-\s*\d+\s*)?(?:,\s*\d+\s*(?:-\s*\d+\s*)?)*$")
 MAX_GPUS = 1024

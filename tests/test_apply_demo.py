@@ -14,7 +14,7 @@ from kvtui.audit import read_entries
 from kvtui.cli import main
 from kvtui.config import parse_config
 from kvtui.flags import get_flag
-from kvtui.hosts.demo import DemoBackend
+from kvtui.sim.backend import DemoBackend
 
 HOSTS = """
 [hosts.demo]

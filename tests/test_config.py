@@ -366,7 +366,7 @@ def test_direct_construction_applies_the_rules() -> None:
      (None, "sglang", "kimi-k2.6")],
 )
 def test_demo_model_accepts_a_name_or_a_unique_prefix(model: str | None, engine: str, key: str) -> None:
-    from kvtui.demo_presets import resolve_preset_name
+    from kvtui.sim.presets import resolve_preset_name
 
     host = HostConfig(demo=True, demo_engine=engine, **({"demo_model": model} if model else {}))  # type: ignore[arg-type]
     assert host.demo_model == model
@@ -374,7 +374,7 @@ def test_demo_model_accepts_a_name_or_a_unique_prefix(model: str | None, engine:
 
 
 def test_an_ambiguous_prefix_lists_what_it_matches(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvtui.demo_presets as dp
+    import kvtui.sim.presets as dp
 
     monkeypatch.setattr(dp, "PRESET_ENGINES", {"llama-70b": "sglang", "llama-8b": "sglang", "kimi": "sglang"})
     with pytest.raises(dp.PresetError) as ei:
@@ -386,14 +386,15 @@ def test_an_ambiguous_prefix_lists_what_it_matches(monkeypatch: pytest.MonkeyPat
     assert dp.resolve_preset_name("llama-8", "sglang") == "llama-8b"
 
 
-def test_the_pure_preset_names_are_the_demo_hosts_presets() -> None:
-    """config checks names from kvtui.demo_presets (pure); the demo host simulates PRESETS."""
-    from kvtui.demo_presets import DEFAULT_PRESETS, PRESET_ENGINES
-    from kvtui.hosts.demo_models import PRESETS
+def test_the_preset_table_names_each_engines_default_and_the_multi_node_presets() -> None:
+    """One table (kvtui.sim.presets, pure): the names config checks are read off PRESETS."""
+    from kvtui.sim.presets import DEFAULT_PRESETS, DEMO_ENGINES, PRESET_ENGINES, PRESET_NODES, PRESETS
 
-    assert list(PRESET_ENGINES) == list(PRESETS)
-    assert {k: p.engine for k, p in PRESETS.items()} == PRESET_ENGINES
-    assert all(PRESET_ENGINES[k] == e for e, k in DEFAULT_PRESETS.items())
+    assert list(PRESET_ENGINES) == ["kimi-k2.6", "llama-70b", "qwen3-32b-eagle3", "vllm-llama-70b",
+                                    "deepseek-r1-2node"]
+    assert set(DEFAULT_PRESETS) == set(DEMO_ENGINES)
+    assert all(PRESETS[k].engine == e for e, k in DEFAULT_PRESETS.items())
+    assert PRESET_NODES == {"deepseek-r1-2node": 2}
 
 
 @pytest.mark.parametrize(

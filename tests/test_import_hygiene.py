@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+KVTUI = Path(__file__).resolve().parent.parent / "kvtui"
+
 CORE = ["kvtui.engines.events", "kvtui.boot", "kvtui.gpu", "kvtui.fmt", "kvtui.engines.sglang", "kvtui.engines.vllm",
         "kvtui.engines.shapes", "kvtui.kvcalc", "kvtui.config", "kvtui.flags", "kvtui.engines.parse", "kvtui.nodes",
-        "kvtui.bootlog", "kvtui.config_checks"]
+        "kvtui.bootlog", "kvtui.config_checks", "kvtui.sim.presets"]
 FORBIDDEN = ("textual", "asyncssh", "rich", "kvtui.hosts", "kvtui.ui")
 
 
@@ -39,3 +43,84 @@ def test_cli_help_does_not_import_textual() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# The simulation is its own package (issue 23): kvtui/sim/, not inside kvtui/hosts/
+# ---------------------------------------------------------------------------------------------
+
+SIM_FORBIDDEN = ("kvtui.kvcalc", "textual", "asyncssh")
+
+
+def _imported_names(path: Path) -> set[str]:
+    """Every module an ``import`` statement of this file names, at any level (a function's lazy
+    imports and ``TYPE_CHECKING`` blocks included)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def test_the_host_layer_holds_no_simulation() -> None:
+    hosts = KVTUI / "hosts"
+    named = sorted(str(p.relative_to(KVTUI)) for p in hosts.rglob("*")
+                   if "__pycache__" not in p.parts and ("demo" in p.name or "sim" in p.name))
+    assert named == []
+    defined = sorted(f"{p.relative_to(KVTUI)}: {n.name}" for p in hosts.rglob("*.py")
+                     for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+                     if isinstance(n, ast.ClassDef) and n.name.startswith(("Demo", "Sim")))
+    assert defined == []
+    # one preset table: kvtui/sim/presets.py, and no second one kept equal by a test
+    assert not (KVTUI / "demo_presets.py").exists()
+    tables = sorted(str(p.relative_to(KVTUI)) for p in KVTUI.rglob("*.py")
+                    for n in ast.parse(p.read_text(encoding="utf-8")).body
+                    if isinstance(n, (ast.Assign, ast.AnnAssign))
+                    and any(isinstance(t, ast.Name) and t.id in {"PRESETS", "PRESET_ENGINES", "PRESET_NODES"}
+                            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])))
+    assert tables == ["sim/presets.py", "sim/presets.py", "sim/presets.py"]
+
+
+def test_the_simulation_imports_neither_textual_nor_asyncssh_nor_the_calculator() -> None:
+    modules = sorted((KVTUI / "sim").rglob("*.py"))
+    assert {p.stem for p in modules} >= {"__init__", "backend", "presets", "sglang", "vllm", "timeline"}
+    for path in modules:
+        bad = sorted(n for n in _imported_names(path) if any(n == f or n.startswith(f + ".") for f in SIM_FORBIDDEN))
+        assert bad == [], f"{path.relative_to(KVTUI)} imports {bad}"
+    # and at run time, through everything it imports (the factory with it: `kvtui connect demo`)
+    code = (
+        "import importlib, pkgutil, sys, kvtui.sim, kvtui.hosts.factory\n"
+        "for m in pkgutil.walk_packages(kvtui.sim.__path__, 'kvtui.sim.'):\n"
+        "    importlib.import_module(m.name)\n"
+        f"bad = sorted(m for m in sys.modules if any(m == f or m.startswith(f + '.') for f in {SIM_FORBIDDEN!r}))\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == ""
+
+
+# the host layer's public modules (pyproject.toml's import-linter contract "the views import only the
+# host layer's public modules"); this also sees `TYPE_CHECKING` imports, which import-linter skips
+HOSTS_PUBLIC = {"kvtui.hosts", "kvtui.hosts.backend", "kvtui.hosts.factory", "kvtui.hosts.service",
+                "kvtui.hosts.probe", "kvtui.hosts.orphans"}
+
+
+def test_the_views_import_only_the_host_layers_public_modules() -> None:
+    bad: list[str] = []
+    for path in sorted((KVTUI / "ui").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                # `from kvtui.hosts import service` names the module service; `from kvtui.hosts.backend
+                # import HostBackend` a name in a module
+                names = ([f"{node.module}.{a.name}" for a in node.names] if node.module == "kvtui.hosts"
+                         else [node.module])
+            else:
+                continue
+            bad += [f"{path.relative_to(KVTUI)}:{node.lineno} {n}" for n in names
+                    if n.startswith("kvtui.hosts.") and n not in HOSTS_PUBLIC]
+    assert bad == []

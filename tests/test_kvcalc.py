@@ -591,26 +591,28 @@ def test_vllm_batched_tokens_edit_moves_the_profiled_activations() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Against the demo host's engine simulation (kvtui/hosts/demo_models.py, written independently)
+# Against the demo host's engine simulation (kvtui/sim/, written independently)
 # ---------------------------------------------------------------------------------------------
 
 
 def _demo_boot(key: str, fraction: float) -> tuple[str, Boot]:
-    import kvtui.hosts.demo_models as dm
     from kvtui.boot import BootTracker
     from kvtui.engines import parse
+    from kvtui.sim.presets import PRESETS, GpuSpec
+    from kvtui.sim.script import BootInput
+    from kvtui.sim.simulate import simulate_boot
 
-    preset = dm.PRESETS[key]
+    preset = PRESETS[key]
     argv = [preset.exe, "-m", preset.module]
     for flag in preset.flags:
         argv += shlex.split(flag)
     argv[argv.index("--mem-fraction-static") + 1] = str(fraction)
-    script = dm.simulate_boot(
-        dm.BootInput(
+    script = simulate_boot(
+        BootInput(
             argv=tuple(argv),
             env={"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in preset.gpus)},
             preset=preset,
-            gpu=dm.GpuSpec(),
+            gpu=GpuSpec(),
             seed=7,
             boot_no=1,
             start=1.7e9,

@@ -224,7 +224,7 @@ async def test_local_docker_container_killed(tmp_path: Path, monkeypatch: pytest
 
 async def test_demo_kill_fails_the_boot(tmp_path: Path) -> None:
     from kvtui.config import load_config
-    from kvtui.hosts.demo import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
     hosts = tmp_path / "hosts.toml"
     hosts.write_text('[hosts.d]\ndemo = true\ndemo_speed = 2.0\n')
@@ -237,7 +237,7 @@ async def test_demo_kill_fails_the_boot(tmp_path: Path) -> None:
 
 def test_demo_kill_of_a_stopped_server_is_nothing(tmp_path: Path) -> None:
     from kvtui.config import load_config
-    from kvtui.hosts.demo import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
     hosts = tmp_path / "hosts.toml"
     hosts.write_text('[hosts.d]\ndemo = true\n')

@@ -347,9 +347,9 @@ async def test_next_boot_mode_skips_the_past(tmp_path: Path) -> None:
 
 
 def _demo(tmp_path: Path, speed: float = 300.0) -> tuple[Any, HostConfig]:
-    from kvtui.hosts import demo
+    from kvtui.sim.backend import DemoBackend
     host = HostConfig(demo=True, demo_speed=speed)
-    return demo.DemoBackend("demo", host, state_dir=tmp_path / "demo"), host
+    return DemoBackend("demo", host, state_dir=tmp_path / "demo"), host
 
 
 async def test_demo_boot_to_ready_then_capture_oom_after_a_restart(tmp_path: Path) -> None:

@@ -24,10 +24,10 @@ from kvtui.config import HostConfig, parse_config
 from kvtui.flags import get_flag
 from kvtui.gpu import GpuProcess
 from kvtui.hosts import service
-from kvtui.hosts.demo import DemoBackend
 from kvtui.hosts.local import LocalBackend
 from kvtui.hosts.orphans import host_orphans
 from kvtui.hosts.ssh import SshBackend
+from kvtui.sim.backend import DemoBackend
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sshd_support import requires_sshd, start_sshd

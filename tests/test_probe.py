@@ -20,8 +20,8 @@ import pytest
 
 from kvtui.commands.wait import wait_for_boot
 from kvtui.config import DemoHost
-from kvtui.hosts.demo import DemoBackend
 from kvtui.hosts.probe import HttpError, http_request, probe, probe_address
+from kvtui.sim.backend import DemoBackend
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sshd_support import requires_sshd, start_sshd

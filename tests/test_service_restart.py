@@ -15,8 +15,8 @@ from kvtui.audit import read_entries
 from kvtui.boot import BootStatus
 from kvtui.config import HostConfig
 from kvtui.hosts import service
-from kvtui.hosts.demo import DemoBackend
 from kvtui.hosts.local import LocalBackend
+from kvtui.sim.backend import DemoBackend
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sshd_support import FakeTools

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from kvtui.cli import main
-from kvtui.hosts.demo import DemoBackend
-from kvtui.hosts.demo_models.metrics import DemoMetrics
-from kvtui.hosts.demo_models.script import ServingFacts
 from kvtui.hosts.metrics import MAX_METRICS_BYTES, MetricsUnavailable, metrics_via_port
 from kvtui.hosts.probe import direct
 from kvtui.serving.prom import parse_metrics
+from kvtui.sim.backend import DemoBackend
+from kvtui.sim.metrics import DemoMetrics
+from kvtui.sim.script import ServingFacts
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sshd_support import requires_sshd, start_sshd
@@ -367,7 +367,7 @@ def test_wait_serving_falls_back_to_the_log(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_a_first_demo_scrape_of_a_long_running_server_adds_a_bounded_number_of_ticks() -> None:
-    from kvtui.hosts.demo_models.metrics import MAX_TICKS_BACK
+    from kvtui.sim.metrics import MAX_TICKS_BACK
 
     m = DemoMetrics(_facts(), 7, 1, 5.0, "m")
     first = parse_metrics(m.text(1_000_000), 0.0)  # a server up for two months (simulated)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import kvtui.hosts.demo_models as dm
 from kvtui.audit import read_entries
 from kvtui.boot import Boot, BootTracker
 from kvtui.cli import main
@@ -18,22 +17,25 @@ from kvtui.config import parse_config
 from kvtui.engines import parse
 from kvtui.engines.events import Engine
 from kvtui.flags import get_flag
-from kvtui.hosts.demo import DemoBackend
+from kvtui.sim.backend import DemoBackend
+from kvtui.sim.presets import PRESETS, GpuSpec
+from kvtui.sim.script import BootInput
+from kvtui.sim.simulate import simulate_boot
 from kvtui.tune.planner import Bounds, Candidate, Goal, Planner, Stop, Tried, TuneError, parse_goal
 
 
 def sim_boot(fraction: float, mrr: int | None = None, key: str = "kimi-k2.6") -> Boot:
     """One boot of the demo's engine simulation (it never imports the calculator)."""
-    preset = dm.PRESETS[key]
+    preset = PRESETS[key]
     argv = [preset.exe, "-m", preset.module]
     for flag in preset.flags:
         argv += shlex.split(flag)
     argv[argv.index("--mem-fraction-static") + 1] = f"{fraction:g}"
     if mrr is not None:
         argv[argv.index("--max-running-requests") + 1] = str(mrr)
-    script = dm.simulate_boot(dm.BootInput(
+    script = simulate_boot(BootInput(
         argv=tuple(argv), env={"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in preset.gpus)}, preset=preset,
-        gpu=dm.GpuSpec(), seed=0, boot_no=1, start=1.7e9, speed=1.0))
+        gpu=GpuSpec(), seed=0, boot_no=1, start=1.7e9, speed=1.0))
     tracker = BootTracker()
     for parsed in parse.parse_bytes("\n".join(line.text for line in script.lines).encode()):
         tracker.feed(parsed)

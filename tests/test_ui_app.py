@@ -496,7 +496,7 @@ async def test_restart_is_disabled_where_kvtui_cannot_restart(tmp_path: Path) ->
 
 async def test_per_process_memory_and_the_foreign_process_warning() -> None:
     clock = ready_demo()
-    from kvtui.hosts.demo import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
     stale = DemoBackend("demo", HostConfig(demo=True, demo_speed=SPEED), clock=clock).set_foreign_process(
         gpu=3, mib=18432, pid=4242, name="python3"

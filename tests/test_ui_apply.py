@@ -17,7 +17,7 @@ from kvtui.boot import BootStatus
 from kvtui.config import HostConfig
 from kvtui.engines.events import FailureKind
 from kvtui.flags import get_flag
-from kvtui.hosts.demo import DemoBackend
+from kvtui.sim.backend import DemoBackend
 from kvtui.ui.app import KvtuiApp, MainScreen
 from kvtui.ui.commands import main_screen_commands
 from kvtui.ui.host_pane import HostPane

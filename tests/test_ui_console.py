@@ -680,7 +680,7 @@ async def test_r_during_a_running_apply_asks_and_restarts() -> None:
 
 def test_the_demo_is_ready_in_under_a_minute_by_default_keeping_its_proportions() -> None:
     from kvtui.config import Config, HostConfig
-    from kvtui.hosts.demo import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
     default = Config().host("demo")
     assert default.demo_speed == 8.0

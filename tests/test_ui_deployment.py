@@ -23,9 +23,9 @@ from textual.widgets import RichLog, Static
 from kvtui.boot import BootStatus
 from kvtui.config import parse_config
 from kvtui.flags import get_flag
-from kvtui.hosts.demo import DemoBackend
 from kvtui.hosts.factory import make_backend
 from kvtui.nodes import NodeObservation
+from kvtui.sim.backend import DemoBackend
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.deployment_screen import DeploymentScreen, DeploymentSpec
 from kvtui.ui.screens import ConfirmScreen
@@ -508,7 +508,7 @@ async def test_ctrl_x_stops_following_a_restart_once_every_node_is_restarted(
 
 async def test_ctrl_x_while_the_restarts_are_issued_waits_for_all_of_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kvtui.hosts.demo.ops import DemoOps
+    from kvtui.sim.ops import DemoOps
 
     entered, release = asyncio.Event(), asyncio.Event()
     real_issue = DemoOps.issue_restart
@@ -546,7 +546,7 @@ async def test_ctrl_x_while_the_restarts_are_issued_waits_for_all_of_them(
 
 async def test_ctrl_x_while_the_nodes_files_are_written_restores_every_node(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kvtui.hosts.demo.ops import DemoOps
+    from kvtui.sim.ops import DemoOps
 
     entered, release = asyncio.Event(), asyncio.Event()
     real_write = DemoOps.write

@@ -222,7 +222,7 @@ class FakeClock:
 
 
 def demo_backend(name: str, host: Any, clock: FakeClock) -> Any:
-    from kvtui.hosts.demo import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
     return DemoBackend(name, host, clock=clock, poll_interval=0.05)
 
@@ -260,7 +260,7 @@ def start_demo(name: str, clock: FakeClock, speed: float = 10.0) -> None:
     """Start the demo host's server now (its first boot begins at ``clock``'s time), so a test
     can move the clock on and open the console on a boot that is already under way or ready."""
     from kvtui.config import HostConfig
-    from kvtui.hosts.demo import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
     DemoBackend(name, HostConfig(demo=True, demo_speed=speed), clock=clock).read_unit()
 
@@ -270,7 +270,7 @@ def set_demo_fraction(name: str, fraction: float, clock: FakeClock, speed: float
     import re
 
     from kvtui.config import HostConfig
-    from kvtui.hosts.demo import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
     backend = DemoBackend(name, HostConfig(demo=True, demo_speed=speed), clock=clock)
     unit = backend.read_unit()
@@ -302,7 +302,7 @@ def caught_up(pane: Any, now: float) -> bool:
     """The pane shows everything its demo host produced up to ``now``: the host has no line after
     the monitor's last cursor, the monitor has nothing left to publish, the pane applied every
     batch, and the GPU plot has the reading at ``now``."""
-    from kvtui.hosts.demo import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
     monitor, backend = pane.monitor, pane.backend
     if monitor is None or not isinstance(backend, DemoBackend):

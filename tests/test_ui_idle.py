@@ -15,7 +15,7 @@ from textual.widget import Widget
 
 from kvtui.engines.events import LogRecord, Phase
 from kvtui.hosts.backend import LogStart, aclose_iter
-from kvtui.hosts.demo import DemoBackend
+from kvtui.sim.backend import DemoBackend
 from kvtui.ui.widgets.boot import BootFigures
 from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot, PhaseBand
 

@@ -24,7 +24,7 @@ async def test_the_process_table_takes_j_k_g_G_and_keeps_its_row_across_polls() 
     clock = FakeClock()
     start_demo("demo", clock, SPEED)
     clock.advance(12.0)
-    from kvtui.hosts.demo import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
     DemoBackend("demo", HostConfig(demo=True, demo_speed=SPEED), clock=clock).set_foreign_process(
         gpu=3, mib=2048, pid=4242, name="python3")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from test_ui_helpers import FakeClock, demo_app, screen_text, settle, start_demo, wait_for
 
 from kvtui.gpu import GpuProcess
-from kvtui.hosts.demo import DemoBackend
+from kvtui.sim.backend import DemoBackend
 from kvtui.ui.widgets.gpu import ProcessTable
 
 SPEED = 40.0

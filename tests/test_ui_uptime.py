@@ -119,7 +119,7 @@ async def test_slash_for_a_startup_line_searches_the_gap_then_finds_it_in_the_sp
 
 async def test_a_host_that_cannot_search_never_says_no_match_in_the_whole_log(monkeypatch: Any) -> None:
     """Fails on the old code: 'no older match in the whole log' for lines never searched."""
-    from kvtui.hosts.demo import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
     monkeypatch.delattr(DemoBackend, "search_log")
     clock = FakeClock()
@@ -223,7 +223,7 @@ async def test_a_config_that_cannot_be_read_says_why_in_one_line_never_waiting(m
     """Without history and without the model's config.json, the panel says the estimated pool and
     why there is no what-if (the path tried). Fails on the old code: 'waiting for the boot…'."""
     from kvtui.hosts.backend import CommandResult
-    from kvtui.hosts.demo import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
     async def no_config(self: DemoBackend, command: str, **kw: Any) -> CommandResult:
         return CommandResult(command, 3, "kvtui-tried /models/Kimi-K2.6/config.json\n", "")

@@ -80,7 +80,7 @@ def test_a_server_whose_start_is_gone_answers_the_probe(hosts: Path) -> None:
 
 def test_wait_prints_the_followers_notes(hosts: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fails on the old code: a backend's notes (SshBackend.notes) reached no view."""
-    from kvtui.hosts.demo import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
     monkeypatch.setattr(DemoBackend, "notes", ["no server start in the last 67108864 bytes of /var/log/x.log"],
                         raising=False)

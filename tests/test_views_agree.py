@@ -91,7 +91,7 @@ def test_the_refusal_names_the_safe_fraction_calc_prints_and_it_is_safe(
 
 def _demo_journal(tmp_path: Path, hosts: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     from kvtui.config import parse_config
-    from kvtui.hosts.demo import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
     cfg = parse_config(hosts.read_text(), hosts)
     b = DemoBackend("demo", cfg.host("demo"))

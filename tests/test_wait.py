@@ -19,8 +19,8 @@ import pytest
 from kvtui.cli import build_parser, main
 from kvtui.commands.wait import wait_for_boot
 from kvtui.config import load_config
-from kvtui.hosts.demo import DemoBackend
 from kvtui.monitor import HostMonitor
+from kvtui.sim.backend import DemoBackend
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FAST = 300.0  # demo_speed: a whole Kimi boot in about 1 s of wall time
@@ -381,7 +381,7 @@ def test_a_blocked_event_loop_still_exits_5_at_the_hard_deadline(tmp_path: Path)
     script = (
         "import sys, time\n"
         "import kvtui.commands.wait as w\n"
-        "from kvtui.hosts.demo import DemoBackend\n"
+        "from kvtui.sim.backend import DemoBackend\n"
         "from kvtui.cli import main\n"
         "w.HARD_GRACE = 1.0\n"
         "DemoBackend._collect = lambda self, *a: time.sleep(120)\n"

@@ -19,7 +19,7 @@ def make_backend(name: str, host: HostConfig, *, clock: Callable[[], float] | No
     on an injected time."""
     kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
     if isinstance(host, DemoHost):
-        from kvtui.hosts.demo import DemoBackend
+        from kvtui.sim.backend import DemoBackend
 
         return DemoBackend(name, host, **kwargs)
     if isinstance(host, KubeHost):

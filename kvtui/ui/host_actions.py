@@ -22,8 +22,7 @@ if TYPE_CHECKING:
     from kvtui.config import CalcConfig
     from kvtui.flags import Edit
     from kvtui.hosts.backend import HostBackend
-    from kvtui.hosts.service import ApplyOutcome, ApplyPlan, RestartPlan
-    from kvtui.hosts.service.model import Calculator
+    from kvtui.hosts.service import ApplyOutcome, ApplyPlan, Calculator, RestartPlan
     from kvtui.monitor import HostMonitor
     from kvtui.tune.driver import TuneResult
     from kvtui.ui.host_pane import Clock, HostSpec
@@ -210,8 +209,8 @@ class HostChanges(_Base):
         """``D``: a demo host's simulation restarts in real time (×1), or at its configured speed
         again (the default speed when real time is what is configured)."""
         from kvtui.config import DEMO_DEFAULT_SPEED
-        from kvtui.hosts.demo import DemoBackend
         from kvtui.hosts.service import plan_restart
+        from kvtui.sim.backend import DemoBackend
 
         backend, cfg = self.backend, self.spec.config
         if not isinstance(backend, DemoBackend) or not cfg.demo or self.readonly:

@@ -252,7 +252,7 @@ class RestartCall:
 class HostOps(Protocol):
     """How the guarded service reads, backs up, writes and restarts on one kind of host; every
     backend offers one (``HostBackend.service_ops``): ``kvtui.hosts.service.shell.ShellOps`` for
-    hosts that run shell commands (SSH, local), ``kvtui.hosts.demo_ops.DemoOps`` for the
+    hosts that run shell commands (SSH, local), ``kvtui.sim.ops.DemoOps`` for the
     simulated host. The service's flow (plan, execute, follow, audit) is the same for every host;
     what differs is here, each with its own words for the operator."""
 

@@ -9,21 +9,15 @@ import bisect
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from kvtui.hosts.demo.state import DemoState, Epoch
-from kvtui.hosts.demo.unit import UnitInfo
-from kvtui.hosts.demo_models import (
-    PRESETS,
-    BootInput,
-    BootScript,
-    ForeignProcess,
-    serving_interval,
-    serving_tick,
-    simulate_boot,
-    systemd_timespan,
-)
+from kvtui.sim.presets import PRESETS
+from kvtui.sim.script import BootInput, BootScript, ForeignProcess, systemd_timespan
+from kvtui.sim.serving import serving_interval, serving_tick
+from kvtui.sim.simulate import simulate_boot
+from kvtui.sim.state import DemoState, Epoch
+from kvtui.sim.unit import UnitInfo
 
 if TYPE_CHECKING:
-    from kvtui.hosts.demo.backend import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
 BACKLOG_SERVING_LINES = 1000  # CURRENT_BOOT starts with the boot's lines plus at most this many serving lines
 

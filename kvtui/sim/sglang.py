@@ -10,8 +10,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvtui.hosts.demo_models.presets import GIB, MODELS, QWEN3_32B_EAGLE3, ModelSpec
-from kvtui.hosts.demo_models.script import (
+from kvtui.sim.presets import GIB, MODELS, QWEN3_32B_EAGLE3, ModelSpec
+from kvtui.sim.script import (
     _BOOL,
     ArgError,
     BootInput,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kvtui.hosts.demo_models.script import BootInput, BootScript
-from kvtui.hosts.demo_models.sglang import _SglangBoot
-from kvtui.hosts.demo_models.vllm import _VllmBoot
+from kvtui.sim.script import BootInput, BootScript
+from kvtui.sim.sglang import _SglangBoot
+from kvtui.sim.vllm import _VllmBoot
 
 
 def simulate_boot(inp: BootInput) -> BootScript:

@@ -16,8 +16,8 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from kvtui.hosts.demo_models.script import ServingFacts
-from kvtui.hosts.demo_models.serving import TickFigures, tick_figures
+from kvtui.sim.script import ServingFacts
+from kvtui.sim.serving import TickFigures, tick_figures
 
 MAX_TICKS_BACK = 720  # a first scrape adds at most this many ticks (an hour simulated; ~0.1 s of work)
 AVG_OUTPUT_TOKENS = 350.0  # a finished request's output, to turn throughput into requests

@@ -7,7 +7,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from kvtui.hosts.demo_models.script import ServingFacts
+from kvtui.sim.script import ServingFacts
 
 SERVING_INTERVAL_S = 5.0  # simulated seconds between SGLang serving lines
 
@@ -42,7 +42,7 @@ class ServingTick:
 @dataclass(frozen=True, slots=True)
 class TickFigures:
     """The simulated server's state at serving tick ``j``: what its serving line prints and what
-    its ``/metrics`` reads (``kvtui.hosts.demo_models.metrics``)."""
+    its ``/metrics`` reads (``kvtui.sim.metrics``)."""
 
     load: float
     running: int

@@ -24,31 +24,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from kvtui.config import DemoHost
-from kvtui.demo_presets import PresetError, resolve_preset_name
+from kvtui.config import state_dir as _state_root
 from kvtui.engines.events import LogRecord
 from kvtui.engines.orphans import ProcRow
 from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts import commands
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
-from kvtui.hosts.demo.state import MAX_EPOCHS, DemoError, DemoState, Epoch, _atomic_write
-from kvtui.hosts.demo.timeline import BACKLOG_SERVING_LINES, BootView, Line, _Timeline
-from kvtui.hosts.demo.unit import UnitInfo, _sd_time, _systemd_quote, parse_unit
-from kvtui.hosts.demo_models import (
-    MODELS,
-    PRESETS,
-    BootInput,
-    BootScript,
-    ForeignProcess,
-    GpuSpec,
-    Preset,
-    serving_load,
-    simulate_arrival,
-)
+from kvtui.sim.http import Serving, serve_port, serving_of
+from kvtui.sim.metrics import DemoMetrics
+from kvtui.sim.presets import MODELS, PRESETS, GpuSpec, Preset, PresetError, resolve_preset_name
+from kvtui.sim.script import BootInput, BootScript, ForeignProcess
+from kvtui.sim.serving import serving_load
+from kvtui.sim.simulate import simulate_arrival
+from kvtui.sim.state import MAX_EPOCHS, DemoError, DemoState, Epoch, _atomic_write
+from kvtui.sim.timeline import BACKLOG_SERVING_LINES, BootView, Line, _Timeline
+from kvtui.sim.unit import UnitInfo, _sd_time, _systemd_quote, parse_unit
 
 if TYPE_CHECKING:
-    from kvtui.hosts.demo.http import Serving
-    from kvtui.hosts.demo_models.metrics import DemoMetrics
     from kvtui.hosts.service.model import HostOps
 
 MAX_BATCH = 2000
@@ -58,7 +51,7 @@ POWER_CAP_SHARE = 0.97  # a simulated GPU drawing this share of its power limit 
 def resolve_preset(name: str | None, engine: str = "sglang") -> str:
     """A preset key from ``demo_model`` (a key, case-insensitive, or a unique prefix of one) of
     the ``demo_engine``; without one, the engine's default preset. The same check as the
-    configuration's (``kvtui.demo_presets``)."""
+    configuration's (``kvtui.sim.presets``)."""
     try:
         return resolve_preset_name(name, engine)
     except PresetError as exc:
@@ -114,8 +107,6 @@ class DemoBackend:
                 )
         self.readonly = bool(readonly if readonly is not None else cfg.readonly)
         if state_dir is None:
-            from kvtui.config import state_dir as _state_root
-
             state_dir = _state_root() / "demo" / name
         self.state_dir = state_dir
         self.poll_interval = poll_interval
@@ -295,7 +286,8 @@ class DemoBackend:
 
     def service_ops(self) -> HostOps:
         """The guarded service's operations here (``kvtui.hosts.service``)."""
-        from kvtui.hosts.demo.ops import DemoOps
+        # lazy (measured): the service's modules cost ~400 ms to import at load ~10; only an edit needs them
+        from kvtui.sim.ops import DemoOps
 
         return DemoOps(self)
 
@@ -932,22 +924,19 @@ class DemoBackend:
         return self._timeline().last_boot(self.clock())
 
     def open_port(self, port: int) -> AbstractAsyncContextManager[tuple[str, int]]:
-        """The simulated server's HTTP endpoints (``kvtui.hosts.demo.http``; the readiness probe)."""
-        from kvtui.hosts.demo.http import serve_port
-
+        """The simulated server's HTTP endpoints (``kvtui.sim.http``; the readiness probe)."""
         return serve_port(port, self.serving_now, self.metrics_now)
 
     async def metrics(self, port: int, *, timeout: float = 10.0) -> str:
         """The simulated server's ``/metrics``, over its loopback HTTP server (``kvtui.hosts.metrics``)."""
+        # lazy (measured): kvtui.hosts.metrics and the probe's HTTP client cost ~130 ms at load ~10; `watch` only
         from kvtui.hosts.metrics import metrics_via_port
 
         return await metrics_via_port(self, port, self.name, timeout=timeout)
 
     def metrics_now(self) -> str | None:
-        """The simulated engine's ``/metrics`` text now (``kvtui.hosts.demo_models.metrics``): None
+        """The simulated engine's ``/metrics`` text now (``kvtui.sim.metrics``): None
         while no ready server runs, or with ``serve_metrics`` off (SGLang without --enable-metrics)."""
-        from kvtui.hosts.demo_models.metrics import DemoMetrics
-
         if not self.serve_metrics:
             return None
         tl = self._timeline()
@@ -968,8 +957,6 @@ class DemoBackend:
 
     def serving_now(self) -> Serving | None:
         """What the simulated server answers now: None when no server process runs."""
-        from kvtui.hosts.demo.http import serving_of
-
         now = self.clock()
         v = self._alive_view(self._timeline(), now)
         if v is None:

@@ -8,8 +8,8 @@ import random
 import shlex
 from collections.abc import Callable, Sequence
 
-from kvtui.hosts.demo_models.presets import GIB, MODELS
-from kvtui.hosts.demo_models.script import (
+from kvtui.sim.presets import GIB, MODELS
+from kvtui.sim.script import (
     _BOOL,
     ArgError,
     BootInput,
@@ -26,7 +26,7 @@ from kvtui.hosts.demo_models.script import (
     _visible_gpus,
     torch_size,
 )
-from kvtui.hosts.demo_models.serving import VLLM_SERVING_INTERVAL_S, _vllm_stamp
+from kvtui.sim.serving import VLLM_SERVING_INTERVAL_S, _vllm_stamp
 
 VLLM_VERSION = "0.11.0"
 

@@ -3,7 +3,7 @@ server's port, answering as the engine would at that moment of the simulation â€
 is dropped while no server runs (or on another port than the one its arguments name), ``/health``
 and ``/health_generate`` answer 503 until the boot is ready, then 200; ``/v1/models`` lists the
 served model; ``/v1/completions`` returns one token; ``/metrics`` the simulated engine's Prometheus
-text (``kvtui.hosts.demo_models.metrics``; 404 when the backend serves none, as SGLang without
+text (``kvtui.sim.metrics``; 404 when the backend serves none, as SGLang without
 ``--enable-metrics``). Only while ``open_port`` is held."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from kvtui.hosts.demo.unit import UnitInfo
+from kvtui.sim.unit import UnitInfo
 
 LOOPBACK = "127.0.0.1"
 

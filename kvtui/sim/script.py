@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from kvtui.hosts.demo_models.presets import GIB, MIB, GpuSpec, Preset
+from kvtui.sim.presets import GIB, MIB, GpuSpec, Preset
 
 
 @dataclass(frozen=True, slots=True)

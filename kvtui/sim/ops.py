@@ -30,7 +30,7 @@ from kvtui.hosts.service.verify import check_execstart, check_text
 
 if TYPE_CHECKING:
     from kvtui.config import HostConfig
-    from kvtui.hosts.demo.backend import DemoBackend
+    from kvtui.sim.backend import DemoBackend
 
 
 def _read_local(path: str) -> str:
