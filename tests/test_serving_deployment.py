@@ -110,3 +110,56 @@ def test_wait_serving_on_a_deployment_that_never_gets_ready_times_out(tmp_path: 
     assert "reading a first serving sample" not in err
     doc = json.loads(out)
     assert "serving" not in doc
+
+
+# -- which node's log stands in ---------------------------------------------------------------------
+
+
+class _Monitor:
+    """What a ``ServingReader`` and the deployment monitor read of a node's ``HostMonitor``: no boot
+    yet (the merged boot names no port, so no /metrics is asked for)."""
+
+    def __init__(self, name: str) -> None:
+        from types import SimpleNamespace
+
+        self.name = name
+        self.on_parsed: object = None
+        self.tracker = SimpleNamespace(boots=[])
+        self.reader = SimpleNamespace(engine=None)
+        self.backend = object()
+
+
+async def test_the_log_of_the_first_node_that_prints_serving_lines_stands_in_and_stays() -> None:
+    from typing import cast
+
+    from kvtui.config import HostConfig
+    from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
+    from kvtui.engines.events import Engine
+    from kvtui.monitor import HostMonitor
+    from kvtui.serving.sample import ServingSample
+    from kvtui.serving_live import DeploymentServingReader
+
+    nodes = [DeploymentNode(n, HostConfig(demo=True), cast(HostMonitor, _Monitor(n))) for n in ("n0", "n1", "n2")]
+    reader = DeploymentServingReader(DeploymentMonitor("d", nodes))
+
+    def line(node: str, at: float, retracted: float) -> None:
+        s = ServingSample(engine=Engine.SGLANG, at=at, source="log", kv_usage=0.97, running=8, waiting=3,
+                          retractions_total=retracted, dialect="sglang-log")
+        reader.readers[node]._pending.append(s)
+
+    assert await reader.read_current() is None  # nothing in any log yet
+    assert reader.metrics_error == "the boot's arguments name no port: its /metrics cannot be found"
+    line("n1", 10.0, 0.0)  # node 0 prints no serving line (its scheduler's rank is on node 1)
+    line("n1", 20.0, 4.0)
+    got = await reader.read_current()
+    assert got is not None
+    assert got.at == 20.0
+    assert reader.node == "n1"
+    assert reader.source == "log"
+    line("n0", 30.0, 99.0)  # another node's counters are not mixed in: n1's log stays the one read
+    line("n1", 30.0, 6.0)
+    got = await reader.read_current()
+    assert got is not None
+    assert got.retractions_total == 6.0
+    assert reader.node == "n1"
+    assert reader.window.increase("retractions") == 6.0

@@ -214,6 +214,7 @@ def test_wait_serving_over_ssh_diagnoses_pool_full(start_sim: Any, capsys: pytes
     with Load(sim.port):
         sim.wait_for("KV cache pool is full. Retract requests. #retracted_reqs: ")
         code = main(["wait", "gpu", "--hosts", str(sim.hosts), "--serving", "--json", "--timeout", "60"])
+        sim.stop()  # the load's requests in flight end at once
     out, err = capsys.readouterr()
     assert code == 0, err
     doc = json.loads(out)

@@ -1,5 +1,5 @@
-"""``kvtui watch HOST [--json] [--interval S] [--count N] [--timeout S]``: a serving server's KV
-pressure, one line per sample (issue 24).
+"""``kvtui watch HOST|DEPLOYMENT [--json] [--interval S] [--count N] [--timeout S]``: a serving
+server's KV pressure, one line per sample (issue 24).
 
 While the host's current boot is ready, every ``--interval`` seconds (default 5) the server's
 ``/metrics`` is read through the host (``kvtui.hosts.metrics``: the probe's port forward, the local
@@ -13,6 +13,11 @@ starts the window over (the two count from different origins).
 A line: ``14:52:03 metrics  KV 87.0% (peak 96.0%)  running 45 / waiting 3  retractions 2.4/min
 TTFT p95 0.41 s`` and, when a limit bites, the diagnosis (``kvtui.serving.diagnose``). ``--json``:
 one object per line (``sample_json``; README "kvtui watch").
+
+A ``[deployments.NAME]``: while the merged boot is ready, the ``/metrics`` of the node that serves
+HTTP (node 0, the head), else the log's serving lines of the nodes (``DeploymentServingReader``);
+``--json`` adds ``"deployment"``, ``host`` is the node the sample came from. ``kvtui wait NAME
+--serving`` reads a first sample the same way (``wait_deployment_serving``).
 
 The boot's serving figures over the whole watched time (peak KV usage and tokens held,
 preemptions / retractions and requests, TTFT and queue-time histograms) are written into its
