@@ -28,7 +28,10 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
+import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -49,8 +52,62 @@ def stamp(tag: str = "") -> str:
     return f"[{time.strftime('%Y-%m-%d %H:%M:%S')}{tag}]"
 
 
+class Journal:
+    """``--journal FILE``: the lines go to a real journal file as journald would store a unit's
+    output (``_SYSTEMD_UNIT``, ``_SYSTEMD_INVOCATION_ID``, ``_PID``), appended in batches by
+    ``systemd-journal-remote`` from export format (a thread, every ``FLUSH_S``; each run closes the
+    file, which wakes ``journalctl -f``), as ``tests/sshd_support.JournalWriter`` writes."""
+
+    FLUSH_S = 0.1
+    MAX_PENDING = 1 << 20  # bytes buffered between two flushes (beyond: flushed at once)
+
+    def __init__(self, path: str, unit: str, invocation: str) -> None:
+        self.path, self.unit, self.invocation = path, unit, invocation
+        where = ("/lib/systemd/systemd-journal-remote", "/usr/lib/systemd/systemd-journal-remote")
+        self.remote = next((p for p in where if os.path.exists(p)), shutil.which("systemd-journal-remote") or "")
+        self.lock = threading.Lock()  # the buffer
+        self.flushing = threading.Lock()  # one journal-remote run at a time, in order
+        self.pending = bytearray()
+        self.last_us = 0
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def write(self, message: str, priority: int = 6) -> None:
+        now_us = max(int(time.time() * 1_000_000), self.last_us + 1)
+        self.last_us = now_us
+        fields = {"__REALTIME_TIMESTAMP": now_us, "__MONOTONIC_TIMESTAMP": int(time.monotonic() * 1_000_000),
+                  "_BOOT_ID": "0123456789abcdef0123456789abcdef", "_HOSTNAME": "gpu-test",
+                  "SYSLOG_IDENTIFIER": "python3", "PRIORITY": priority, "_PID": os.getpid(),
+                  "_SYSTEMD_UNIT": self.unit, "_SYSTEMD_INVOCATION_ID": self.invocation}
+        entry = "".join(f"{k}={v}\n" for k, v in fields.items()).encode() + b"MESSAGE=" + message.encode() + b"\n\n"
+        with self.lock:
+            self.pending += entry
+            full = len(self.pending) > self.MAX_PENDING
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        with self.flushing:
+            with self.lock:
+                data, self.pending = bytes(self.pending), bytearray()
+            if data:
+                subprocess.run([self.remote, f"--output={self.path}", "-"], input=data, capture_output=True,
+                               timeout=30, check=False)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.FLUSH_S)
+            self.flush()
+
+
+JOURNAL: Journal | None = None
+
+
 def say(text: str, tag: str = "") -> None:
-    print(f"{stamp(tag)} {text}", flush=True)
+    line = f"{stamp(tag)} {text}"
+    if JOURNAL is not None:
+        JOURNAL.write(line, 4 if text.startswith("KV cache pool is full") else 6)
+    else:
+        print(line, flush=True)
 
 
 @dataclass
@@ -345,6 +402,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--step-ms", type=float, default=20.0, help="(simulation) real milliseconds per decode step")
     p.add_argument("--pid-file", help="(simulation) write this process's id here")
+    p.add_argument("--journal", help="(simulation) write the lines to this journal file (systemd-journal-remote)")
+    p.add_argument("--unit", default="sglang.service", help="(simulation) the unit the journal entries are of")
+    p.add_argument("--invocation-id", default="0" * 32, help="(simulation) their _SYSTEMD_INVOCATION_ID")
     ns = p.parse_args(argv)
     if ns.host not in ("127.0.0.1", "localhost", "::1"):
         p.error("the simulated server listens on loopback only")
@@ -356,4 +416,6 @@ if __name__ == "__main__":
     if args.pid_file:
         with open(args.pid_file, "w") as f:
             f.write(f"{os.getpid()}\n")
+    if args.journal:
+        JOURNAL = Journal(args.journal, args.unit, args.invocation_id)
     asyncio.run(main(args))

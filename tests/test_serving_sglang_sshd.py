@@ -2,7 +2,8 @@
 127.0.0.1 whose host runs the simulated SGLang server (``tests/sglang_sim.py``, started over SSH),
 which prints a real-format boot, then — under the load this test sends it (real HTTP requests on
 loopback, a fixed number of workers, a request cap and a time limit) — ``Decode batch`` lines and
-``KV cache pool is full. Retract requests. #retracted_reqs: …`` warnings to its log, and with
+``KV cache pool is full. Retract requests. #retracted_reqs: …`` warnings to its log (a file, or a
+systemd unit's journal: a real journal file that ``journalctl`` reads on the host), and with
 ``--enable-metrics`` serves ``sglang:*`` on ``/metrics``. ``kvtui watch HOST --json`` and ``kvtui
 wait HOST --serving`` read it over real SSH: from the log when metrics are off (the error names the
 URL), from ``/metrics`` through the SSH port forward when they are on, and say "pool full"."""
@@ -16,10 +17,12 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,7 +32,15 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sshd_support import SshdInstance, free_port, requires_sshd, start_sshd
+from sshd_support import (
+    REAL_JOURNALCTL,
+    FakeTools,
+    JournalWriter,
+    SshdInstance,
+    free_port,
+    requires_sshd,
+    start_sshd,
+)
 
 from kvtui.cli import main
 from kvtui.commands.watch import watch
@@ -37,11 +48,25 @@ from kvtui.commands.watch import watch
 pytestmark = [pytest.mark.sshd, requires_sshd]
 
 SIM = Path(__file__).parent / "sglang_sim.py"
+STARTING = "7d4958e842da4a758f6c1cdc7b36dcc5"  # systemd's "unit is starting" MESSAGE_ID
 POOL = 8192  # tokens: 48 running requests of 64 + 192 tokens would need 12,288
 WORKERS = 64  # requests in flight at once
 MAX_REQUESTS = 3000  # the load's bound in requests …
 LOAD_LIMIT_S = 90.0  # … and in time
 START_LIMIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def unit_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SshdInstance, FakeTools]]:
+    """An sshd whose sessions find the fake ``systemctl`` / ``nvidia-smi`` first and a ``journalctl``
+    that reads the unit's real journal file."""
+    tools = FakeTools.create(tmp_path_factory.mktemp("host"))
+    tools.set_gpus((Path(__file__).parent / "fixtures" / "nvidia-smi-query-8gpu.csv").read_text())
+    inst = start_sshd(tmp_path_factory.mktemp("sshd-unit"), user="root", path_prefix=tools.bin_dir,
+                      extra_env={"KVTUI_FAKE_STATE": str(tools.state)})
+    inst.assert_fake_path()
+    yield inst, tools
+    inst.stop()
 
 
 @pytest.fixture(scope="module")
@@ -55,18 +80,28 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdInstance]:
 
 @dataclass
 class SimHost:
-    """The simulated server on the sshd host, its log and the hosts.toml that reaches it."""
+    """The simulated server on the sshd host, its log (a file, or a unit's journal) and the
+    hosts.toml that reaches it."""
 
     port: int
-    log: Path
     hosts: Path
     pid_file: Path
+    log: Path | None = None  # the log file (else the journal)
+    journal: Path | None = None
+
+    def text(self) -> str:
+        if self.journal is not None:
+            res = subprocess.run([REAL_JOURNALCTL, f"--directory={self.journal.parent}", "-o", "cat", "-q"],
+                                 capture_output=True, text=True, timeout=30, check=False)
+            return res.stdout
+        assert self.log is not None
+        return self.log.read_text() if self.log.exists() else ""
 
     def wait_for(self, text: str, limit: float = START_LIMIT_S) -> None:
         deadline = time.monotonic() + limit
-        while text not in (self.log.read_text() if self.log.exists() else ""):
-            assert time.monotonic() < deadline, f"{text!r} not in the log: {self.log.read_text()[-2000:]}"
-            time.sleep(0.05)
+        while text not in self.text():
+            assert time.monotonic() < deadline, f"{text!r} not in the log: {self.text()[-2000:]}"
+            time.sleep(0.1)
 
     def stop(self) -> None:
         try:
@@ -75,29 +110,64 @@ class SimHost:
             pass
 
 
+def _argv(port: int, pid: Path, *flags: str) -> list[str]:
+    return [sys.executable, str(SIM), "--model-path", "/models/tiny-llama", "--port", str(port),
+            "--max-total-tokens", str(POOL), "--max-running-requests", "48", "--decode-log-interval", "5",
+            "--step-ms", "10",
+            "--pid-file", str(pid), *flags]
+
+
+def _host_table(sshd: SshdInstance, where: str) -> str:
+    return (f'[hosts.gpu]\nssh = "{sshd.target}"\nport = {sshd.port}\nidentity_file = "{sshd.client_key}"\n'
+            f'known_hosts = "{sshd.known_hosts}"\n{where}\nengine = "sglang"\n')
+
+
 def _start(sshd: SshdInstance, tmp_path: Path, *flags: str) -> SimHost:
+    """The server started over SSH as a host would run it, its output appended to a log file."""
     port = free_port()
     log, pid = tmp_path / "server.log", tmp_path / "server.pid"
-    argv = [sys.executable, str(SIM), "--model-path", "/models/tiny-llama", "--port", str(port),
-            "--max-total-tokens", str(POOL), "--max-running-requests", "48", "--decode-log-interval", "5",
-            "--pid-file", str(pid), *flags]
-    cmd = (f"setsid nohup {shlex.join(argv)} >> {shlex.quote(str(log))} 2>&1 < /dev/null &")
+    cmd = f"setsid nohup {shlex.join(_argv(port, pid, *flags))} >> {shlex.quote(str(log))} 2>&1 < /dev/null &"
     res = sshd.run(cmd)
     assert res.returncode == 0, res.stderr
     hosts = tmp_path / "hosts.toml"
-    hosts.write_text(f'[hosts.gpu]\nssh = "{sshd.target}"\nport = {sshd.port}\nidentity_file = "{sshd.client_key}"\n'
-                     f'known_hosts = "{sshd.known_hosts}"\nlog_file = "{log}"\nengine = "sglang"\n')
-    sim = SimHost(port, log, hosts, pid)
+    hosts.write_text(_host_table(sshd, f'log_file = "{log}"'))
+    sim = SimHost(port, hosts, pid, log=log)
+    sim.wait_for("The server is fired up and ready to roll!")
+    return sim
+
+
+def _start_unit(sshd: SshdInstance, tools: FakeTools, tmp_path: Path, *flags: str) -> SimHost:
+    """The server as a systemd unit's process: systemd's "Starting" line, then the server's lines in
+    the unit's journal (a real journal file, ``journalctl --directory`` reads it on the host)."""
+    port = free_port()
+    unit, inv = f"sglang-{uuid.uuid4().hex[:8]}.service", uuid.uuid4().hex
+    writer = JournalWriter(tools.journal_dir / unit).start()
+    (tools.bin_dir / "journalctl").write_text(
+        f"#!/bin/sh\nexec {REAL_JOURNALCTL} --directory={writer.directory} \"$@\"\n")
+    tools.set_unit(unit, InvocationID=inv, LoadState="loaded", ActiveState="active")
+    writer.write(f"Starting {unit} - SGLang...", _PID=1, SYSLOG_IDENTIFIER="systemd", UNIT=unit, INVOCATION_ID=inv,
+                 MESSAGE_ID=STARTING)
+    writer.close()
+    pid = tmp_path / "server.pid"
+    argv = _argv(port, pid, "--journal", str(writer.path), "--unit", unit, "--invocation-id", inv, *flags)
+    res = sshd.run(f"setsid nohup {shlex.join(argv)} > /dev/null 2>&1 < /dev/null &")
+    assert res.returncode == 0, res.stderr
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(_host_table(sshd, f'unit = "{unit}"'))
+    sim = SimHost(port, hosts, pid, journal=writer.path)
     sim.wait_for("The server is fired up and ready to roll!")
     return sim
 
 
 @pytest.fixture
-def start_sim(sshd: SshdInstance, tmp_path: Path) -> Iterator[Any]:
+def start_sim(sshd: SshdInstance, unit_host: tuple[SshdInstance, FakeTools], tmp_path: Path) -> Iterator[Any]:
     started: list[SimHost] = []
 
-    def start(*flags: str) -> SimHost:
-        sim = _start(sshd, tmp_path, *flags)
+    def start(*flags: str, log: str = "file") -> SimHost:
+        if log == "journal":
+            sim = _start_unit(unit_host[0], unit_host[1], tmp_path, *flags)
+        else:
+            sim = _start(sshd, tmp_path, *flags)
         started.append(sim)
         return sim
 
@@ -171,8 +241,9 @@ def _pool_full(doc: dict[str, Any]) -> None:
     assert doc["waiting"] is not None
 
 
-async def test_watch_under_load_from_the_log_when_metrics_are_off(start_sim: Any) -> None:
-    sim = start_sim()
+@pytest.mark.parametrize("log", ["file", "journal"])
+async def test_watch_under_load_from_the_log_when_metrics_are_off(start_sim: Any, log: str) -> None:
+    sim = start_sim(log=log)
     with Load(sim.port) as load:
         sim.wait_for("KV cache pool is full. Retract requests. #retracted_reqs: ")
         docs, err = await _watch(sim, count=3)
@@ -188,7 +259,7 @@ async def test_watch_under_load_from_the_log_when_metrics_are_off(start_sim: Any
         assert d["pool_tokens"] is None  # the log has no pool gauge
     _pool_full(docs[-1])
     assert "reading the log's serving lines instead" in err
-    text = sim.log.read_text()
+    text = sim.text()
     assert "Decode batch, #running-req: " in text
     assert ", #queue-req: " in text
 
