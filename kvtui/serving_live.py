@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from kvtui.boot import Boot
@@ -20,7 +20,7 @@ from kvtui.engines.events import Engine, ParsedLine
 from kvtui.monitor import HostMonitor
 from kvtui.serving.diagnose import Device, Diagnosis, diagnose
 from kvtui.serving.logs import LogFold
-from kvtui.serving.sample import ServingSample, Source
+from kvtui.serving.sample import CacheInfo, ServingSample, Source
 from kvtui.serving.window import ServingWindow
 
 if TYPE_CHECKING:
@@ -142,9 +142,15 @@ class ServingReader:
         return sample
 
     def take_log(self) -> list[ServingSample]:
-        """The log's serving samples since the last take (at most ``MAX_PENDING_LOG_SAMPLES``)."""
+        """The log's serving samples since the last take (at most ``MAX_PENDING_LOG_SAMPLES``), with
+        the pool's size from the boot's own lines (``max_total_num_tokens``, vLLM's KV cache size):
+        the serving lines print the usage, not the pool."""
         new = list(self._pending)
         self._pending.clear()
+        boot = self.current()
+        pool = boot.metrics.max_total_num_tokens if boot is not None else None
+        if pool:
+            new = [s if s.cache is not None else replace(s, cache=CacheInfo(kv_cache_size_tokens=pool)) for s in new]
         return new
 
     async def read(self, port: int | None, *, timeout: float = 10.0) -> ServingSample | None:

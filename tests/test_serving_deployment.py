@@ -62,6 +62,7 @@ def test_watch_a_deployment_falls_back_to_the_nodes_logs(hosts: str, capsys: pyt
         assert d["host"] == "r1-a"  # node 1 prints no serving line: node 0's log stands in
         assert "GET http://127.0.0.1:30000/metrics on r1-a answered 404" in d["metrics_error"]
         assert d["running"] is not None
+        assert d["pool_tokens"] == 660_181  # node 0's boot's pool (its serving lines print the usage only)
     assert "reading the log's serving lines of r1-a instead" in err
     # the human lines
     code = main(["watch", "r1", "--hosts", hosts, "--count", "1", "--interval", "0.3", "--timeout", "120"])

@@ -256,7 +256,7 @@ async def test_watch_under_load_from_the_log_when_metrics_are_off(start_sim: Any
         assert d["dialect"] == "sglang-log"
         assert f"GET http://127.0.0.1:{sim.port}/metrics on gpu (through an SSH port forward) answered 404" in (
             d["metrics_error"])
-        assert d["pool_tokens"] is None  # the log has no pool gauge
+        assert d["pool_tokens"] == POOL  # the boot's own max_total_num_tokens (a serving line has no pool)
     _pool_full(docs[-1])
     assert "reading the log's serving lines instead" in err
     text = sim.text()
@@ -295,5 +295,8 @@ def test_wait_serving_over_ssh_diagnoses_pool_full(start_sim: Any, capsys: pytes
     assert serving["source"] == "log"
     assert "answered 404" in serving["metrics_error"]
     _pool_full(serving)
+    evidence = serving["diagnosis"]["evidence"]
+    assert evidence["pool_tokens"] == POOL
+    assert evidence["peak_tokens"] >= 0.95 * POOL  # the observed demand, for tune --goal tokens=observed
     assert "kvtui wait: gpu: serving: " in err
     assert "! pool full" in err
