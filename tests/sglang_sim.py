@@ -40,9 +40,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 MAX_QUEUE = 4096
 MAX_BODY = 1 << 20
-INIT_NEW_TOKEN_RATIO = 0.7  # SGLang's defaults (--schedule-conservativeness 1.0)
-MIN_NEW_TOKEN_RATIO = 0.14
-RETRACT_DECODE_STEPS = 5  # room kept for the running requests' next steps after a retraction
+# SGLang's global_config: the admission's new-token ratio starts at 0.7 × --schedule-conservativeness,
+# decays to 0.14 of that over 600 decode steps; a retraction keeps room for 20 more steps
+DEFAULT_INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+NEW_TOKEN_RATIO_DECAY_STEPS = 600
+RETRACT_DECODE_STEPS = 20
 TTFT_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400]
 QUEUE_BUCKETS = [0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300, 400,
                  500, 600, 700, 800, 900, 1000]
@@ -135,10 +138,17 @@ class Scheduler:
     waiting: deque[Req] = field(default_factory=deque)
     running: list[Req] = field(default_factory=list)
     used: int = 0
-    ratio: float = INIT_NEW_TOKEN_RATIO
+    conservativeness: float = 1.0
+    ratio: float = 0.0
     steps: int = 0
     generated: int = 0
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.init_ratio = min(DEFAULT_INIT_NEW_TOKEN_RATIO * self.conservativeness, 1.0)
+        self.min_ratio = min(self.init_ratio * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+        self.decay = (self.init_ratio - self.min_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.ratio = self.init_ratio
 
     def submit(self, input_len: int, max_new: int) -> asyncio.Future[int]:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -178,20 +188,22 @@ class Scheduler:
 
     def _retract(self) -> None:
         """The running requests' next tokens do not fit: retract those with the fewest output
-        tokens (the longest inputs first among equals) until the rest have room for a few steps."""
+        tokens (the longest inputs first among equals) until the rest have room for
+        ``RETRACT_DECODE_STEPS`` steps; the new ratio is SGLang's estimate from the rest
+        (``(decoded + 20 × running) / their max new tokens``)."""
         self.running.sort(key=lambda r: (r.output, -r.input_len), reverse=True)
         out: list[Req] = []
-        while self.running and self.pool - self.used < len(self.running) * RETRACT_DECODE_STEPS:
+        while len(self.running) > 1 and self.pool - self.used < len(self.running) * RETRACT_DECODE_STEPS:
             r = self.running.pop()
             self.used -= r.held
             out.append(r)
-            if len(self.running) <= 1:
-                break
         gained = sum(r.held for r in out)
         for r in out:
             r.output = 0  # its KV is gone: it runs its prefill again when readmitted
         self.waiting.extendleft(reversed(out))
-        old, self.ratio = self.ratio, min(1.0, self.ratio + 0.25)
+        decoded = sum(r.output for r in self.running)
+        wanted = sum(r.max_new for r in self.running) or 1
+        old, self.ratio = self.ratio, min(1.0, (decoded + RETRACT_DECODE_STEPS * len(self.running)) / wanted)
         if self.metrics is not None:
             self.metrics.retracted.inc(len(out))
             self.metrics.last_retracted.set(len(out))
@@ -220,7 +232,7 @@ class Scheduler:
             else:
                 left.append(r)
         self.running = left
-        self.ratio = max(MIN_NEW_TOKEN_RATIO, self.ratio - (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600)
+        self.ratio = max(self.min_ratio, self.ratio - self.decay)
         self.steps += 1
         if self.steps % self.log_every == 0:
             self._log_decode()
@@ -357,6 +369,7 @@ def boot(ns: argparse.Namespace) -> None:
         f"max_running_requests={ns.max_running_requests}, max_total_tokens={ns.max_total_tokens}, "
         f"chunked_prefill_size=8192, max_prefill_tokens=16384, schedule_policy='fcfs', tp_size=1, pp_size=1, "
         f"page_size=1, context_length=None, cuda_graph_max_bs=8, disable_cuda_graph=False, "
+        f"schedule_conservativeness={ns.schedule_conservativeness}, "
         f"enable_metrics={ns.enable_metrics}, decode_log_interval={ns.decode_log_interval}, log_level='info')")
     say("Init torch distributed begin.", " TP0")
     say("Init torch distributed ends. elapsed=0.21 s, mem usage=0.12 GB", " TP0")
@@ -382,7 +395,7 @@ def boot(ns: argparse.Namespace) -> None:
 async def main(ns: argparse.Namespace) -> None:
     metrics = Metrics(ns.model_path, ns.max_total_tokens) if ns.enable_metrics else None
     sched = Scheduler(ns.max_total_tokens, ns.max_running_requests, ns.step_ms / 1000, ns.decode_log_interval,
-                      metrics)
+                      metrics, conservativeness=ns.schedule_conservativeness)
     loop_task = asyncio.create_task(sched.run())
     boot(ns)
     server = asyncio.create_task(serve(ns, sched))
@@ -400,6 +413,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-running-requests", type=int, default=48)
     p.add_argument("--decode-log-interval", type=int, default=40)
     p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--schedule-conservativeness", type=float, default=1.0)
     p.add_argument("--step-ms", type=float, default=20.0, help="(simulation) real milliseconds per decode step")
     p.add_argument("--pid-file", help="(simulation) write this process's id here")
     p.add_argument("--journal", help="(simulation) write the lines to this journal file (systemd-journal-remote)")
