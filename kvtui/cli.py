@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("watch", parents=common,
                        help="a serving server's KV pressure from its /metrics (or its log): one line per sample")
-    p.add_argument("host", metavar="HOST", help="a [hosts.NAME] of hosts.toml ('demo' always exists)")
+    p.add_argument("host", metavar="HOST", help="a [hosts.NAME] of hosts.toml ('demo' always exists), or a "
+                   "[deployments.NAME] (node 0's /metrics, else the nodes' logs)")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per sample: the window's figures and the diagnosis (README: kvtui watch)")
     p.add_argument("--interval", type=float, default=5.0, metavar="S", help="seconds between samples (default 5)")

@@ -12,15 +12,19 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol
 
 from kvtui.boot import Boot
 from kvtui.engines.events import Engine, ParsedLine
 from kvtui.monitor import HostMonitor
 from kvtui.serving.diagnose import Device, Diagnosis, diagnose
 from kvtui.serving.logs import LogFold
-from kvtui.serving.sample import ServingSample, Source
+from kvtui.serving.sample import CacheInfo, ServingSample, Source
 from kvtui.serving.window import ServingWindow
+
+if TYPE_CHECKING:
+    from kvtui.deployment_monitor import DeploymentMonitor
 
 MAX_PENDING_LOG_SAMPLES = 2048  # log samples kept between two reads (a busy server's 5 min of lines)
 
@@ -39,6 +43,22 @@ def running_cap(flags: Mapping[str, object]) -> int | None:
 
 def device_of(flags: Mapping[str, object]) -> Device:
     return "cpu" if str(flags.get("device", "")).lower() == "cpu" else "gpu"
+
+
+class LiveServing(Protocol):
+    """What ``kvtui watch`` reads: a host's ``ServingReader`` or a ``DeploymentServingReader``."""
+
+    window: ServingWindow
+    source: Source | None
+    metrics_error: str | None
+
+    def current(self) -> Boot | None: ...
+
+    async def read_current(self, *, timeout: float = 10.0) -> ServingSample | None: ...
+
+    def reading(self, sample: ServingSample, boot: Boot | None) -> Reading: ...
+
+    def recorded_boot(self) -> tuple[str, Boot | None]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +113,14 @@ class ServingReader:
             self.window.clear()  # metrics count since the server started, the log since kvtui read it
             self.source = source
 
-    async def read(self, port: int | None, *, timeout: float = 10.0) -> ServingSample | None:
-        """The next sample (added to ``window``): ``/metrics`` first, the log's new serving lines
-        when that fails (``metrics_error`` says why); None when neither has anything new."""
+    def current(self) -> Boot | None:
+        """The host's current boot (the one ``read`` samples while it is ready)."""
+        boots = self.monitor.tracker.boots
+        return boots[-1] if boots else None
+
+    async def scrape(self, port: int | None, *, timeout: float = 10.0) -> ServingSample | None:
+        """One ``/metrics`` sample of the server on ``port`` (not added to ``window``); None when
+        it cannot be read (``metrics_error`` says why)."""
         from kvtui.hosts.metrics import MetricsUnavailable, metrics_url, read_metrics
         from kvtui.serving.prom import MetricsError, parse_metrics
 
@@ -114,22 +139,54 @@ class ServingReader:
                 self.metrics_error = f"{metrics_url(port)}: {exc}"
         if sample is not None:
             self.metrics_error = None
+        return sample
+
+    def take_log(self) -> list[ServingSample]:
+        """The log's serving samples since the last take (at most ``MAX_PENDING_LOG_SAMPLES``), with
+        the pool's size from the boot's own lines (``max_total_num_tokens``, vLLM's KV cache size):
+        the serving lines print the usage, not the pool."""
+        new = list(self._pending)
+        self._pending.clear()
+        boot = self.current()
+        pool = boot.metrics.max_total_num_tokens if boot is not None else None
+        if pool:
+            new = [s if s.cache is not None else replace(s, cache=CacheInfo(kv_cache_size_tokens=pool)) for s in new]
+        return new
+
+    async def read(self, port: int | None, *, timeout: float = 10.0) -> ServingSample | None:
+        """The next sample (added to ``window``): ``/metrics`` first, the log's new serving lines
+        when that fails (``metrics_error`` says why); None when neither has anything new."""
+        sample = await self.scrape(port, timeout=timeout)
+        if sample is not None:
             self._use("metrics")
             self.window.add(sample)
             return sample
         if not self._pending:
             return None
         self._use("log")
-        new = list(self._pending)
-        self._pending.clear()
+        new = self.take_log()
         self.window.extend(new)
         return new[-1]
 
+    async def read_current(self, *, timeout: float = 10.0) -> ServingSample | None:
+        """``read`` for the current boot's port (``kvtui watch``)."""
+        boot = self.current()
+        return await self.read(boot_port_of(boot) if boot is not None else None, timeout=timeout)
+
     def reading(self, sample: ServingSample, boot: Boot | None) -> Reading:
-        flags = boot.flags if boot is not None else {}
-        given = [k.replace("_", "-") for k, v in flags.items() if v is not None and str(v) not in ("", "None")]
-        diag = diagnose(self.window, running_cap=running_cap(flags), device=device_of(flags), flags=given)
-        return Reading(sample, self.window, diag)
+        return reading_of(self.window, sample, boot)
+
+    def recorded_boot(self) -> tuple[str, Boot | None]:
+        """The host and boot whose history record gets the serving figures."""
+        return self.monitor.name, self.current()
+
+
+def reading_of(window: ServingWindow, sample: ServingSample, boot: Boot | None) -> Reading:
+    """``sample`` with ``window`` and the window's diagnosis under the boot's flags."""
+    flags = boot.flags if boot is not None else {}
+    given = [k.replace("_", "-") for k, v in flags.items() if v is not None and str(v) not in ("", "None")]
+    diag = diagnose(window, running_cap=running_cap(flags), device=device_of(flags), flags=given)
+    return Reading(sample, window, diag)
 
 
 def boot_port_of(boot: Boot) -> int | None:
@@ -153,3 +210,68 @@ async def first_reading(
         if deadline - loop.time() <= every:
             return None
         await asyncio.sleep(every)
+
+
+class DeploymentServingReader:
+    """Serving samples of a ``[deployments.NAME]`` (``kvtui watch NAME``, ``kvtui wait NAME
+    --serving``): the ``/metrics`` of the node that serves HTTP (the head, node rank 0: vLLM and
+    SGLang multi-node serve and export metrics there), else the log's serving lines of the nodes —
+    the head's when it prints them, else the first node whose log does (SGLang's ``Decode batch``
+    lines come from the scheduler of attention-TP rank 0). Samples of one node's log only: two
+    nodes' counters do not add up into one window. One ``ServingReader`` per node, attached to its
+    monitor before the deployment monitor runs."""
+
+    def __init__(self, dm: DeploymentMonitor, clock: Callable[[], float] = time.time) -> None:
+        self.dm = dm
+        self.clock = clock
+        self.readers = {n.name: ServingReader(n.monitor, clock) for n in dm.nodes}
+        self.window = ServingWindow()
+        self.source: Source | None = None
+        self.metrics_error: str | None = None
+        self.node: str | None = None  # the node the last sample came from
+        self._log_node: str | None = None  # the node whose log lines stand in (kept once chosen)
+
+    def current(self) -> Boot | None:
+        """The deployment's merged boot (ready when the head is ready and the others caught up)."""
+        if not any(n.monitor.tracker.boots for n in self.dm.nodes):
+            return None
+        return self.dm.merged().boot
+
+    def head(self) -> tuple[str, Boot | None]:
+        """The node that serves HTTP and its boot."""
+        dep = self.dm.dep if self.dm.dep is not None else self.dm.merged()
+        return dep.head.name, dep.head.boot
+
+    def _use(self, source: Source) -> None:
+        if source != self.source:
+            self.window.clear()
+            self.source = source
+
+    async def read_current(self, *, timeout: float = 10.0) -> ServingSample | None:
+        """The next sample (added to ``window``): the head's ``/metrics``, else one node's new log
+        samples; None when neither has anything new."""
+        name, boot = self.head()
+        head = self.readers[name]
+        sample = await head.scrape(boot_port_of(boot) if boot is not None else None, timeout=timeout)
+        if sample is not None:
+            self._use("metrics")
+            self.node = name
+            self.window.add(sample)
+            return sample
+        self.metrics_error = head.metrics_error
+        order = [self._log_node] if self._log_node is not None else [name, *(n for n in self.readers if n != name)]
+        for node in order:
+            new = self.readers[node].take_log()
+            if new:
+                self._use("log")
+                self._log_node = self.node = node
+                self.window.extend(new)
+                return new[-1]
+        return None
+
+    def reading(self, sample: ServingSample, boot: Boot | None) -> Reading:
+        return reading_of(self.window, sample, boot)
+
+    def recorded_boot(self) -> tuple[str, Boot | None]:
+        """The head's host and boot: the deployment's serving figures go into its history record."""
+        return self.head()

@@ -408,9 +408,11 @@ async def wait_for_boot(
         config = load_config(getattr(args, "hosts", None))
         dep = config.deployment(args.host)
         if dep is not None:  # a [deployments.NAME]: one wait over its nodes
-            if getattr(args, "serving", False):
-                print(f"kvtui wait: {args.host}: --serving reads one host's server; not for a deployment "
-                      "(wait on its leader node's host)", file=stderr)
+            if getattr(args, "serving", False):  # then a first sample of node 0's server (kvtui watch NAME's)
+                from kvtui.commands.watch import wait_deployment_serving
+
+                return await wait_deployment_serving(args, config, dep, stdout=stdout, stderr=stderr, clock=clock,
+                                                     timer=timer, began=began)
             from kvtui.commands.wait_nodes import wait_deployment
 
             return await wait_deployment(args, config, dep, stdout=stdout, stderr=stderr, clock=clock, timer=timer,

@@ -1,5 +1,5 @@
-"""``kvtui watch HOST [--json] [--interval S] [--count N] [--timeout S]``: a serving server's KV
-pressure, one line per sample (issue 24).
+"""``kvtui watch HOST|DEPLOYMENT [--json] [--interval S] [--count N] [--timeout S]``: a serving
+server's KV pressure, one line per sample (issue 24).
 
 While the host's current boot is ready, every ``--interval`` seconds (default 5) the server's
 ``/metrics`` is read through the host (``kvtui.hosts.metrics``: the probe's port forward, the local
@@ -13,6 +13,11 @@ starts the window over (the two count from different origins).
 A line: ``14:52:03 metrics  KV 87.0% (peak 96.0%)  running 45 / waiting 3  retractions 2.4/min
 TTFT p95 0.41 s`` and, when a limit bites, the diagnosis (``kvtui.serving.diagnose``). ``--json``:
 one object per line (``sample_json``; README "kvtui watch").
+
+A ``[deployments.NAME]``: while the merged boot is ready, the ``/metrics`` of the node that serves
+HTTP (node 0, the head), else the log's serving lines of the nodes (``DeploymentServingReader``);
+``--json`` adds ``"deployment"``, ``host`` is the node the sample came from. ``kvtui wait NAME
+--serving`` reads a first sample the same way (``wait_deployment_serving``).
 
 The boot's serving figures over the whole watched time (peak KV usage and tokens held,
 preemptions / retractions and requests, TTFT and queue-time histograms) are written into its
@@ -30,15 +35,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kvtui.boot import BootStatus
 from kvtui.config import HistoryConfig
+from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, DeploymentSink
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 from kvtui.history.serving import ServingRecorder
@@ -47,8 +54,11 @@ from kvtui.hosts.backend import BackendError, ConnState, LogStart
 from kvtui.monitor import HostMonitor
 from kvtui.serving.diagnose import Limit
 from kvtui.serving.sample import Source
-from kvtui.serving_live import Reading, ServingReader, boot_port_of
+from kvtui.serving_live import DeploymentServingReader, LiveServing, Reading, ServingReader
 from kvtui.updates import ConnUpdate, MonitorUpdate
+
+if TYPE_CHECKING:
+    from kvtui.config import Config, DeploymentConfig
 
 DEFAULT_INTERVAL_S = 5.0
 MIN_INTERVAL_S = 0.1  # a scrape costs the server a little: no faster than this
@@ -119,8 +129,7 @@ async def watch(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO,
     try:
         config = load_config(getattr(args, "hosts", None))
         if config.deployment(args.host) is not None:
-            print(f"kvtui watch: {args.host} is a deployment: watch its leader node's host", file=stderr)
-            return EXIT_USAGE
+            return await _watch_deployment(args, config, stdout=stdout, stderr=stderr, clock=clock)
         host = config.host(args.host)
     except ConfigError as exc:
         print(f"kvtui watch: {exc}", file=stderr)
@@ -147,9 +156,9 @@ async def watch(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO,
     print(f"kvtui watch: {args.host} ({host.source_label or host.kind}): waiting for a ready server", file=stderr,
           flush=True)
     try:
-        return await _loop(args.host, reader, task, fatal, interval=interval, timeout=timeout, count=count,
-                           json_out=bool(args.json), stdout=stdout, stderr=stderr, now=now, loop=loop,
-                           recorder=recorder)
+        return await _loop(args.host, reader, [(args.host, task)], fatal, interval=interval, timeout=timeout,
+                           count=count, emit=_printer(args.host, reader, bool(args.json), stdout, None), stderr=stderr,
+                           now=now, loop=loop, recorder=recorder)
     finally:
         if recorder is not None:
             await _close_recorder(args.host, recorder, stderr)
@@ -159,6 +168,152 @@ async def watch(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO,
         task.cancel()
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(task, 1.5)
+
+
+Emit = Callable[[Reading, float], None]
+
+
+def _printer(name: str, reader: LiveServing, json_out: bool, stdout: TextIO, deployment: str | None) -> Emit:
+    """A sample → one line on ``stdout`` (``--json``: ``sample_json``, plus ``"deployment"``)."""
+
+    def emit(r: Reading, t: float) -> None:
+        if json_out:
+            doc = sample_json(r, _sample_host(name, reader), t, reader.metrics_error)
+            if deployment is not None:
+                doc["deployment"] = deployment
+            stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+        else:
+            stdout.write(human_line(r, t) + "\n")
+        stdout.flush()
+
+    return emit
+
+
+def _sample_host(name: str, reader: LiveServing) -> str:
+    """The host a sample came from: for a deployment the node's (the head's /metrics, or the node
+    whose log stood in)."""
+    return reader.node or name if isinstance(reader, DeploymentServingReader) else name
+
+
+async def _watch_deployment(args: argparse.Namespace, config: Config, *, stdout: TextIO, stderr: TextIO,
+                            clock: Callable[[], float] | None) -> int:
+    """``kvtui watch NAME`` of a ``[deployments.NAME]``: the head node's /metrics, else the nodes'
+    log lines (``DeploymentServingReader``), while the merged boot is ready."""
+    interval, timeout = float(args.interval), float(args.timeout)
+    name: str = args.host
+    now = clock or time.time
+    opened = _open_deployment(name, config, clock, stderr, "kvtui watch")
+    if opened is None:
+        return EXIT_INPUT
+    dm, reader = opened
+    head = dm.nodes[0].name
+    recorder = _recorder(head, config.history)
+    fatal: list[str] = []
+    print(f"kvtui watch: {name} ({len(dm.nodes)} nodes: {', '.join(n.name for n in dm.nodes)}): waiting for a "
+          f"ready server (metrics from the node that serves HTTP)", file=stderr, flush=True)
+    tasks = dm.start(_deployment_sink(fatal))
+    try:
+        return await _loop(name, reader, [(n.name, t) for n, t in zip(dm.nodes, tasks, strict=True)], fatal,
+                           interval=interval, timeout=timeout, count=args.count,
+                           emit=_printer(name, reader, bool(args.json), stdout, name), stderr=stderr, now=now,
+                           loop=asyncio.get_running_loop(), recorder=recorder)
+    finally:
+        if recorder is not None:
+            await _close_recorder(head, recorder, stderr)
+        await dm.close()
+
+
+def _open_deployment(name: str, config: Config, clock: Callable[[], float] | None, stderr: TextIO,
+                     prog: str) -> tuple[DeploymentMonitor, DeploymentServingReader] | None:
+    """The deployment's node monitors (each from its current boot, GPUs read seldom) and a serving
+    reader attached to them (before they run: the log fallback sees each boot's lines)."""
+    from kvtui.config import ConfigError
+    from kvtui.hosts.factory import make_backend
+    from kvtui.spool import SpoolError
+
+    now = clock or time.time
+    nodes: list[DeploymentNode] = []
+    try:
+        for node_name, host in config.node_hosts(name):
+            backend = make_backend(node_name, host, clock=clock)
+            monitor = HostMonitor(node_name, backend, host=host, start=LogStart.CURRENT_BOOT, gpu_interval=30.0,
+                                  log_window=200, clock=now, retry_start=False)
+            nodes.append(DeploymentNode(node_name, host, monitor))
+    except (BackendError, SpoolError, ConfigError) as exc:
+        print(f"{prog}: {name}: {exc}", file=stderr)
+        return None
+    dm = DeploymentMonitor(name, nodes)
+    return dm, DeploymentServingReader(dm, now)
+
+
+def _deployment_sink(fatal: list[str]) -> DeploymentSink:
+    def sink(node: DeploymentNode, updates: Sequence[MonitorUpdate], _dep: object) -> None:
+        for u in updates:
+            if isinstance(u, ConnUpdate) and u.status.state in _FATAL:
+                fatal.append(f"{node.name}: {u.status.state.value}: {u.status.detail}".rstrip(": "))
+
+    return sink
+
+
+async def wait_deployment_serving(args: argparse.Namespace, config: Config, dep_cfg: DeploymentConfig, *,
+                                  stdout: TextIO, stderr: TextIO, clock: Callable[[], float] | None = None,
+                                  timer: Callable[[float], Awaitable[object]] | None = None,
+                                  began: float | None = None) -> int:
+    """``kvtui wait NAME --serving`` of a ``[deployments.NAME]``: the deployment's wait
+    (``commands.wait_nodes``), then, once it is ready, a first serving sample as ``kvtui watch
+    NAME`` reads it (the head's /metrics, else the nodes' logs) within the time left: on stderr,
+    and as the JSON's ``serving`` (``kvtui watch --json``'s object with ``"deployment"``); none in
+    time: exit 5."""
+    from kvtui.commands.wait_nodes import wait_deployment
+
+    name: str = args.host
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    buf = io.StringIO()
+    code = await wait_deployment(args, config, dep_cfg, stdout=buf if args.json else stdout, stderr=stderr,
+                                 clock=clock, timer=timer, began=began)
+    doc: dict[str, Any] | None = json.loads(buf.getvalue()) if args.json and buf.getvalue().strip() else None
+    if code == EXIT_OK:
+        left = max(1.0, float(args.timeout) - (loop.time() - t0))
+        print(f"kvtui wait: {name}: reading a first serving sample", file=stderr, flush=True)
+        got: list[dict[str, object]] = []
+        code = await _first_deployment_sample(args, config, left, got, stderr, clock)
+        if doc is not None:
+            doc["serving"] = got[0] if got else None
+    if doc is not None:
+        json.dump(doc, stdout, indent=2, ensure_ascii=False)
+        stdout.write("\n")
+        stdout.flush()
+    return code
+
+
+async def _first_deployment_sample(args: argparse.Namespace, config: Config, left: float,
+                                   got: list[dict[str, object]], stderr: TextIO,
+                                   clock: Callable[[], float] | None) -> int:
+    name: str = args.host
+    now = clock or time.time
+    opened = _open_deployment(name, config, clock, stderr, "kvtui wait")
+    if opened is None:
+        return EXIT_INPUT
+    dm, reader = opened
+
+    def emit(r: Reading, t: float) -> None:
+        if reader.source == "log":
+            print(f"kvtui wait: {name}: {reader.metrics_error}; from the log's serving lines of {reader.node}",
+                  file=stderr)
+        print(f"kvtui wait: {name}: serving: {human_line(r, t)}", file=stderr, flush=True)
+        doc = sample_json(r, _sample_host(name, reader), t, reader.metrics_error)
+        doc["deployment"] = name
+        got.append(doc)
+
+    fatal: list[str] = []
+    tasks = dm.start(_deployment_sink(fatal))
+    try:
+        return await _loop(name, reader, [(n.name, t) for n, t in zip(dm.nodes, tasks, strict=True)], fatal,
+                           interval=1.0, timeout=left, count=1, emit=emit, stderr=stderr, now=now,
+                           loop=asyncio.get_running_loop(), prog="kvtui wait", say_source=False)
+    finally:
+        await dm.close()
 
 
 def _recorder(host: str, config: HistoryConfig) -> ServingRecorder | None:
@@ -178,48 +333,49 @@ async def _close_recorder(name: str, recorder: ServingRecorder, stderr: TextIO) 
               f"kvtui history {name} --diff)", file=stderr)
 
 
-async def _loop(name: str, reader: ServingReader, task: asyncio.Task[None], fatal: list[str], *, interval: float,
-                timeout: float, count: int | None, json_out: bool, stdout: TextIO, stderr: TextIO,
-                now: Callable[[], float], loop: asyncio.AbstractEventLoop,
-                recorder: ServingRecorder | None = None) -> int:
+async def _loop(name: str, reader: LiveServing, tasks: Sequence[tuple[str, asyncio.Task[None]]],
+                fatal: list[str], *, interval: float, timeout: float, count: int | None, emit: Emit,
+                stderr: TextIO, now: Callable[[], float], loop: asyncio.AbstractEventLoop,
+                recorder: ServingRecorder | None = None, prog: str = "kvtui watch",
+                say_source: bool = True) -> int:
     printed = 0
     last = loop.time()  # the last sample (or the start)
     said_source: tuple[Source | None, str | None] = (None, None)
     while count is None or printed < count:
         if fatal:
-            print(f"kvtui watch: {name}: {fatal[-1]}", file=stderr)
+            print(f"{prog}: {name}: {fatal[-1]}", file=stderr)
             return EXIT_INPUT
-        if task.done():
+        ended = next(((n, t) for n, t in tasks if t.done()), None)
+        if ended is not None:
+            node, task = ended
             exc = None if task.cancelled() else task.exception()
-            print(f"kvtui watch: {name}: cannot follow the host: {exc or 'the monitor ended'}", file=stderr)
+            print(f"{prog}: {node}: cannot follow the host: {exc or 'the monitor ended'}", file=stderr)
             return EXIT_INPUT
-        boots = reader.monitor.tracker.boots
-        boot = boots[-1] if boots else None
+        boot = reader.current()
         pause = min(interval, 0.5)
         if boot is not None and boot.status is BootStatus.FAILED:
             why = f": {boot.failure.kind.value}: {boot.failure.message}" if boot.failure is not None else ""
-            print(f"kvtui watch: {name}: the server's boot failed{why}", file=stderr)
+            print(f"{prog}: {name}: the server's boot failed{why}", file=stderr)
             return EXIT_FAILED
         if boot is not None and boot.status is BootStatus.READY:
-            sample = await reader.read(boot_port_of(boot), timeout=max(1.0, min(10.0, interval * 2)))
+            sample = await reader.read_current(timeout=max(1.0, min(10.0, interval * 2)))
             source = (reader.source, reader.metrics_error)
-            if sample is not None and source != said_source:
+            if sample is not None and source != said_source and say_source:
+                where = _sample_host(name, reader)
+                of = f" of {where}" if where != name else ""
                 if reader.source == "log":
-                    print(f"kvtui watch: {name}: {reader.metrics_error}; reading the log's serving lines instead",
+                    print(f"{prog}: {name}: {reader.metrics_error}; reading the log's serving lines{of} instead",
                           file=stderr, flush=True)
                 else:
-                    print(f"kvtui watch: {name}: reading the server's /metrics", file=stderr, flush=True)
+                    print(f"{prog}: {name}: reading the server's /metrics{of}", file=stderr, flush=True)
                 said_source = source
             if sample is not None:
                 r = reader.reading(sample, boot)
                 if recorder is not None:
-                    recorder.observe(boot, reader.window)
-                t = now()
-                if json_out:
-                    stdout.write(json.dumps(sample_json(r, name, t, reader.metrics_error), ensure_ascii=False) + "\n")
-                else:
-                    stdout.write(human_line(r, t) + "\n")
-                stdout.flush()
+                    _, recorded = reader.recorded_boot()
+                    if recorded is not None:
+                        recorder.observe(recorded, reader.window)
+                emit(r, now())
                 printed += 1
                 last = loop.time()
                 if count is not None and printed >= count:
@@ -227,7 +383,7 @@ async def _loop(name: str, reader: ServingReader, task: asyncio.Task[None], fata
             pause = interval
         if loop.time() - last > timeout:
             why = reader.metrics_error or "the server is not ready"
-            print(f"kvtui watch: {name}: timed out: no sample for {timeout:g} s ({why})", file=stderr)
+            print(f"{prog}: {name}: timed out: no sample for {timeout:g} s ({why})", file=stderr)
             return EXIT_TIMEOUT
         await asyncio.sleep(pause)
     return EXIT_OK
