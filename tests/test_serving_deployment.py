@@ -14,7 +14,7 @@ from test_demo_2node import _hosts
 from test_serving_watch import FIELDS
 
 from kvtui.cli import main
-from kvtui.hosts.demo import DemoBackend
+from kvtui.sim.backend import DemoBackend
 
 
 @pytest.fixture
