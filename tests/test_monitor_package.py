@@ -16,6 +16,7 @@ import pytest
 
 import kvtui.monitor
 from kvtui.boot import BootStatus
+from kvtui.bootlog import read_log
 from kvtui.config import HostConfig
 from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
 from kvtui.hosts.backend import LogStart
@@ -171,8 +172,20 @@ async def test_a_host_and_a_one_node_deployment_see_the_same_boots_and_updates(t
     assert [b.to_json() for b in node_mon.boots] == [b.to_json() for b in alone.boots]
     assert _content(got_node) == _content(got_host)
     assert _content(got_host)[0]  # the log was read
-    host_boot = alone.boots[-1]
-    dep = merged[-1]
-    assert dep.boot.status is host_boot.status
-    assert dep.boot.failure == host_boot.failure
-    assert [p.name for p in dep.boot.phases] == [p.name for p in host_boot.phases]
+    # the merge of one node is the identity: the deployment's boot is the node's own
+    assert merged[-1].boot is node_mon.boots[-1]
+    assert merged[-1].boot.to_json() == alone.boots[-1].to_json()
+    assert merged[-1].findings == []
+
+
+def test_the_merge_of_one_node_is_its_boot() -> None:
+    from kvtui.nodes import merge_boots
+
+    log = (FIXTURES / "vllm/fail-0.11-kv-too-small.log").read_text().splitlines(keepends=True)
+    boots, _ = read_log([line.encode() for line in log])
+    boot = boots[-1]
+    before = boot.to_json()
+    dep = merge_boots([("box", boot)])
+    assert dep.boot is boot
+    assert boot.to_json() == before  # nothing added (no "box: " warnings, no renamed ranks)
+    assert [n.name for n in dep.nodes] == ["box"]
