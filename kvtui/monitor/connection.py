@@ -1,20 +1,28 @@
 """The monitor's connection: the backend's state as the views see it (with the follower's notes
 and a failed stream's reason), the first connection (retried unless told not to) and the pace of
-a stream's retries."""
+a stream's retries (and the closing of a stream once done with)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
-from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend, HostNotes
+from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend, HostNotes, aclose_iter
 from kvtui.retry import Backoff, doubling, sleep_unless
 from kvtui.updates import ConnUpdate
 
 NON_RETRYABLE: Final = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 MAX_NOTES: Final = 20  # the follower's notes kept
+
+
+async def close_quietly(it: AsyncIterator[object] | None) -> None:
+    """Close a stream's iterator (once it is done with), whatever it raises on the way out."""
+    if it is not None:
+        with contextlib.suppress(Exception):
+            await aclose_iter(it)
 
 
 class Connection:
@@ -111,4 +119,4 @@ class Connection:
         return not await self.sleep(pace.next())
 
 
-__all__ = ["MAX_NOTES", "NON_RETRYABLE", "Connection"]
+__all__ = ["MAX_NOTES", "NON_RETRYABLE", "Connection", "close_quietly"]

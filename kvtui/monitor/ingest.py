@@ -35,9 +35,8 @@ from kvtui.engines.events import (
 )
 from kvtui.hosts.backend import BackendError, BlockLogSource, HostBackend, LogStart, RecordBlock
 from kvtui.longrun import gap_of
-from kvtui.monitor.connection import Connection
+from kvtui.monitor.connection import Connection, close_quietly
 from kvtui.monitor.gaps import Gaps
-from kvtui.monitor.pollers import close_quietly
 from kvtui.monitor.publisher import Publisher
 from kvtui.monitor.window import LogWindow
 from kvtui.retry import doubling

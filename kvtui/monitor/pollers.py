@@ -12,7 +12,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from kvtui.gpu import GpuProcess, GpuSample
-from kvtui.hosts.backend import BackendError, HostBackend, aclose_iter
+from kvtui.hosts.backend import BackendError, HostBackend
+from kvtui.monitor.connection import close_quietly
 from kvtui.monitor.options import MonitorOptions
 from kvtui.retry import Backoff, doubling
 from kvtui.updates import GpuUpdate
@@ -21,15 +22,6 @@ if TYPE_CHECKING:
     from kvtui.history import BootRecorder
 
 log = logging.getLogger("kvtui.monitor")
-
-
-async def close_quietly(it: AsyncIterator[object] | None) -> None:
-    """Close a stream's iterator (once it is done with), whatever it raises on the way out."""
-    if it is not None:
-        try:
-            await aclose_iter(it)
-        except Exception:
-            pass
 
 
 class GpuPollers:
@@ -130,4 +122,4 @@ class GpuPollers:
                 pass
 
 
-__all__ = ["GpuPollers", "close_quietly"]
+__all__ = ["GpuPollers"]
