@@ -28,13 +28,15 @@ async def _measure(hosts: int, seconds: float, work: Path) -> dict[str, Any]:
 
     from kvtui.config import Config, HostConfig
     from kvtui.hosts.factory import make_backend
+    from kvtui.monitor import MonitorOptions
     from kvtui.ui.app import KvtuiApp
     from kvtui.ui.host_pane import HostSpec
 
     names = [f"gpu-{i:02d}" for i in range(hosts)]
     specs = [HostSpec(n, HostConfig(demo=True, demo_speed=20.0, demo_seed=i)) for i, n in enumerate(names)]
     # as `kvtui connect` makes it (freeze_gc: one console per process)
-    app = KvtuiApp(specs, backend_factory=make_backend, config=Config(), monitor_options={"state_dir": work / "state"},
+    app = KvtuiApp(specs, backend_factory=make_backend, config=Config(),
+                   monitor_options=MonitorOptions(state_dir=work / "state"),
                    freeze_gc=True)
     app.animation_level = "none"
     frames: list[float] = []

@@ -118,7 +118,7 @@ async def _kvtui_once(
 
     from kvtui.hosts.backend import LogStart
     from kvtui.hosts.ssh import SshBackend
-    from kvtui.monitor import HostMonitor, LogBatch, MonitorUpdate
+    from kvtui.monitor import HostMonitor, LogBatch, MonitorOptions, MonitorUpdate
 
     assert isinstance(inst, SshdInstance)
     run = work / f"run-{shape}-{time.monotonic_ns()}"
@@ -140,7 +140,7 @@ async def _kvtui_once(
         target = _last_cursor(shape, log, None)
         start = LogStart.NEXT_BOOT
     backend = SshBackend("bench", cfg, ssh_config=[], connect_timeout=10, options={"agent_path": None})
-    mon = HostMonitor("bench", backend, host=cfg, state_dir=run / "state", start=start)
+    mon = HostMonitor("bench", backend, host=cfg, options=MonitorOptions(state_dir=run / "state", start=start))
     batches = 0
 
     def sink(updates: list[MonitorUpdate]) -> None:

@@ -45,25 +45,25 @@ def rss():
 _LINES = _PRELUDE + r"""
 from kvtui.hosts.ssh.followers import _FileFollower
 from kvtui.hosts.backend import LogStart
-from kvtui.monitor import HostMonitor
+from kvtui.monitor import HostMonitor, MonitorOptions
 log, n_expected = Path(sys.argv[2]), int(sys.argv[3])
 out = {"start": rss()}
 backend = SimpleNamespace(name="mem", host=SimpleNamespace(log_file=str(log), unit="u", sudo=False, pid_file=None,
                                                              start_command=None, stop_command=None), scan_window=1)
-mon = HostMonitor("mem", backend, state_dir=Path(tempfile.mkdtemp()), log_window=5000)
-mon._sink = lambda updates: None
+mon = HostMonitor("mem", backend, options=MonitorOptions(state_dir=Path(tempfile.mkdtemp()), log_window=5000))
+mon.publisher.sink = lambda updates: None
 follower = _FileFollower(backend, LogStart.CURRENT_BOOT, "0")
 marks, seen = [], 0
 with log.open("rb") as f:
     while chunk := f.read(1 << 18):
         block = follower.feed_block(chunk)
-        mon._ingest_range(block, mon._plan(block), 0, len(block))
+        mon.ingest.range(block, mon.ingest.plan(block), 0, len(block))
         seen += len(block)
         if seen // 20000 != (seen - len(block)) // 20000:
-            mon._flush()
+            mon.publisher.flush()
         if len(marks) < 4 and seen >= (len(marks) + 1) * n_expected // 4:
             marks.append(rss())
-mon._flush(final=True)
+mon.publisher.flush(final=True)
 out["marks"] = marks
 out["end"] = rss()
 out["lines"] = mon.lines_seen
@@ -73,11 +73,11 @@ print(json.dumps(out))
 
 _GPUS = _PRELUDE + r"""
 from kvtui.gpu import GpuProcess, GpuSample
-from kvtui.monitor import HostMonitor
+from kvtui.monitor import HostMonitor, MonitorOptions
 now = [1_777_000_000.0]
 backend = SimpleNamespace(name="gpu")
-mon = HostMonitor("gpu", backend, state_dir=Path(tempfile.mkdtemp()), clock=lambda: now[0])
-mon._sink = lambda updates: None
+mon = HostMonitor("gpu", backend, options=MonitorOptions(state_dir=Path(tempfile.mkdtemp()), clock=lambda: now[0]))
+mon.publisher.sink = lambda updates: None
 marks = {}
 for second in range(2 * 3600 + 1):
     t = now[0] = 1_777_000_000.0 + second
@@ -86,9 +86,9 @@ for second in range(2 * 3600 + 1):
                   ts=t, processes=(GpuProcess(pid=7000 + i, used_mib=59000, name="python3", gpu_index=i),))
         for i in range(8)
     ]
-    mon._on_gpu(samples)
+    mon.pollers.on_gpu(samples)
     if second % 20 == 0:
-        mon._flush()
+        mon.publisher.flush()
     if second % 900 == 0:
         marks[second // 60] = rss()
 print(json.dumps({"marks": marks, "history": len(mon.gpu_history(0))}))

@@ -94,7 +94,7 @@ async def _cuts(inst: object, work: Path, cuts: int) -> dict[str, float]:
 
     from kvtui.hosts.backend import ConnState, LogStart
     from kvtui.hosts.ssh import SshBackend
-    from kvtui.monitor import HostMonitor
+    from kvtui.monitor import HostMonitor, MonitorOptions
 
     assert isinstance(inst, SshdInstance)
     proxy = await CutProxy(inst.port).start()
@@ -103,7 +103,8 @@ async def _cuts(inst: object, work: Path, cuts: int) -> dict[str, float]:
     log.write_bytes(_boot_head())
     b = _backend(inst, proxy.port, log)
     assert isinstance(b, SshBackend)
-    mon = HostMonitor("soak", b, host=b.host, state_dir=work / "state", start=LogStart.CURRENT_BOOT)
+    mon = HostMonitor("soak", b, host=b.host,
+                      options=MonitorOptions(state_dir=work / "state", start=LogStart.CURRENT_BOOT))
     task = asyncio.create_task(mon.run(lambda updates: None))
     written = 0
     stop = asyncio.Event()
@@ -170,7 +171,7 @@ async def _cycles(inst: object, work: Path, cycles: int) -> dict[str, float]:
 
     from kvtui.hosts.backend import LogStart
     from kvtui.hosts.ssh import SshBackend
-    from kvtui.monitor import HostMonitor
+    from kvtui.monitor import HostMonitor, MonitorOptions
 
     assert isinstance(inst, SshdInstance)
     log = work / "cycles-boot.log"
@@ -183,7 +184,8 @@ async def _cycles(inst: object, work: Path, cycles: int) -> dict[str, float]:
     for k in range(cycles):
         b = _backend(inst, inst.port, log)
         assert isinstance(b, SshBackend)
-        mon = HostMonitor("cycles", b, host=b.host, state_dir=work / "state-cycles", start=LogStart.CURRENT_BOOT)
+        mon = HostMonitor("cycles", b, host=b.host,
+                          options=MonitorOptions(state_dir=work / "state-cycles", start=LogStart.CURRENT_BOOT))
         task = asyncio.create_task(mon.run(lambda updates: None))
         try:
             await _wait(lambda: mon.lines_seen >= want, 30, f"cycle {k}: the boot read")  # noqa: B023

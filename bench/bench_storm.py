@@ -81,6 +81,7 @@ async def _storm(work: Path, seconds: float, rate: float) -> dict[str, Any]:
     from kvtui.boot import BootStatus
     from kvtui.config import Config, HostConfig
     from kvtui.hosts.factory import make_backend
+    from kvtui.monitor import MonitorOptions
     from kvtui.ui.app import KvtuiApp
     from kvtui.ui.host_pane import HostSpec
 
@@ -90,7 +91,7 @@ async def _storm(work: Path, seconds: float, rate: float) -> dict[str, Any]:
     spec = HostSpec("storm", HostConfig(local=True, log_file=str(log)))
     # as `kvtui connect` makes it (freeze_gc: one console per process, full collections paced)
     app = KvtuiApp([spec], backend_factory=make_backend, config=Config(),
-                   monitor_options={"state_dir": work / "state"}, freeze_gc=True)
+                   monitor_options=MonitorOptions(state_dir=work / "state"), freeze_gc=True)
     app.animation_level = "none"
     frames: list[float] = []
     actions: list[float] = []

@@ -318,11 +318,11 @@ async def _console_once(name: str, hosts: Path, state: Path, last: str, needle: 
     from kvtui.config import load_config
     from kvtui.engines.events import Fact
     from kvtui.hosts.factory import make_backend
-    from kvtui.monitor import HostMonitor
+    from kvtui.monitor import HostMonitor, MonitorOptions
 
     host = load_config(str(hosts)).host(name)
     backend = make_backend(name, host)
-    mon = HostMonitor(name, backend, state_dir=state, gpu_interval=5.0, pids_interval=60.0)
+    mon = HostMonitor(name, backend, options=MonitorOptions(state_dir=state, gpu_interval=5.0, pids_interval=60.0))
     t0 = time.perf_counter()
     task = asyncio.create_task(mon.run(lambda _batch: None))
     ready = caught = None

@@ -1,35 +1,53 @@
 """The one core reader "records -> boots": a ``LineParser`` feeding a ``BootTracker``.
 
 Pure core (no textual, no asyncssh, no I/O). Every reader of a log goes through it: the monitor
-(live and ``read_boots``), the restart follower (``kvtui.hosts.service.follow``), the local
-backend's scan back to the last server start (``kvtui.hosts.local``) and ``kvtui replay`` /
-``calc --log`` (``read_log``, over byte chunks, with the prefilter of ``parse_chunks``).
+(live: ``plan``, ``parse``, ``track``; a resumed spool's replay: ``feed``; ``read_boots``), the
+restart follower (``kvtui.hosts.service.follow``), the local backend's scan back to the last
+server start (``kvtui.hosts.local``) and ``kvtui replay`` / ``calc --log`` (``read_log``, over
+byte chunks, with the prefilter of ``parse_chunks``).
 
 - ``BootLog.feed(record)``: one record through the parser and the tracker; True when a boot
   began on it (the tracker holds one more boot than before).
 - ``BootLog.feed_parsed(line)``: one line already parsed (``parse_chunks`` yields them).
+- ``BootLog.plan(texts, ts, idents)``: a live batch's lines that cannot change a boot (the live
+  prefilter, when the log was made with ``live_prefilter=True``); ``BootLog.parse(record)`` then
+  ``BootLog.track(piece)``: a record piece by piece, for a reader that spools and shows each piece
+  (the monitor).
 - ``read_log(chunks)``: a whole saved log -> (boots, the detected input shape).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
-from kvtui.boot import Boot, BootTracker
+from kvtui.boot import Boot, BootTracker, BootUpdate
 from kvtui.engines.events import Engine, LogRecord, ParsedLine
-from kvtui.engines.parse import LineParser, parse_chunks
+from kvtui.engines.parse import LineParser, LivePlan, LivePrefilter, parse_chunks
+from kvtui.engines.text import strip_ansi
 from kvtui.engines.unknown import UnrecognisedShape
+
+ErrorSink = Callable[[str, LogRecord], None]
+"""Told where (``"parser"``, ``"tracker"``) a record could not be read; the record is kept."""
+
+
+def display_pieces(text: str) -> list[str]:
+    """The physical lines of a record as the parser splits them, ANSI stripped."""
+    if "\x1b" in text:
+        text = strip_ansi(text)
+    if "\r" in text or "\n" in text:
+        return [p for p in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if p.strip()]
+    return [text] if text and not text.isspace() else []
 
 
 class BootLog:
-    """A parser and a tracker wired together (``parser`` and ``tracker`` stay reachable: the
-    monitor handles each parsed piece itself, and views read ``tracker.boots``).
+    """A parser and a tracker wired together (views read ``tracker.boots``; the monitor spools and
+    shows each parsed piece between ``parse`` and ``track``).
 
     ``engine`` fixes the engine (None: detected from the log); ``max_boots`` bounds the boots
     kept (None keeps all, as ``replay`` does); ``clock`` gives "now" for year-less stamps."""
 
-    __slots__ = ("parser", "tracker")
+    __slots__ = ("live", "parser", "tracker")
 
     def __init__(
         self,
@@ -37,9 +55,12 @@ class BootLog:
         *,
         max_boots: int | None = 1000,
         clock: Callable[[], datetime] | None = None,
+        live_prefilter: bool = False,
     ) -> None:
         self.parser = LineParser(engine, clock=clock)
         self.tracker = BootTracker(engine, max_boots=max_boots)
+        # a live reader's prefilter (``plan``): lines that cannot change a boot are not parsed
+        self.live: LivePrefilter | None = LivePrefilter() if live_prefilter else None
 
     @property
     def boots(self) -> list[Boot]:
@@ -72,6 +93,36 @@ class BootLog:
         before = len(tracker.boots)
         tracker.feed(parsed)
         return len(tracker.boots) > before
+
+    def plan(
+        self, texts: Sequence[str], ts: Sequence[datetime | None] | None, idents: Sequence[str | None] | None,
+    ) -> LivePlan | None:
+        """Which lines of a live batch (in columns) to parse: for a line that cannot change a boot,
+        the style, timestamp and rank the parser would give it (``LivePrefilter.plan``); None: parse
+        every line (a log made without ``live_prefilter``)."""
+        live = self.live
+        if live is None:
+            return None
+        return live.plan(texts, ts, idents, sglang=self.parser.engine is Engine.SGLANG)
+
+    def parse(self, rec: LogRecord, on_error: ErrorSink) -> list[ParsedLine]:
+        """One record through the parser, its pieces not tracked yet (``track`` each: a live reader
+        spools and shows a piece before the next is tracked). A parser that fails on the record
+        gives its display pieces unparsed, told to ``on_error``, never raised."""
+        try:
+            return self.parser.feed(rec)
+        except Exception:
+            on_error("parser", rec)
+            return [ParsedLine(text=p, ts=rec.ts, record=rec) for p in display_pieces(rec.text)]
+
+    def track(self, parsed: ParsedLine, rec: LogRecord, on_error: ErrorSink) -> BootUpdate:
+        """One piece of ``rec`` (from ``parse``) through the tracker; a tracker that fails on it
+        gives an empty update, told to ``on_error``, never raised."""
+        try:
+            return self.tracker.feed(parsed)
+        except Exception:
+            on_error("tracker", rec)
+            return BootUpdate()
 
     def finish(self) -> None:
         """End of input (a boot whose log ends on an exception is failed)."""

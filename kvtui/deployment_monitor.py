@@ -18,13 +18,13 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.boot.stall import Stall, StallDetector
 from kvtui.engines.events import Phase
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus
-from kvtui.monitor import HostMonitor
+from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, current_start, diagnose_hang, merge_boots
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
 
@@ -157,13 +157,14 @@ class DeploymentMonitor:
 
 
 def node_monitor(node_name: str, backend: HostBackend, host: HostConfig, history: HistoryConfig | None,
-                 **options: Any) -> HostMonitor:
-    """A node's ``HostMonitor`` (the console's, ``kvtui wait NAME``'s): its boots are recorded in
-    the history under the node's host name (``kvtui.history.recorder_for``; none when ``[history]
-    record = false``). ``options``: the rest of ``HostMonitor``'s."""
+                 options: MonitorOptions | None = None) -> HostMonitor:
+    """A node's ``HostMonitor`` (the console's, ``kvtui wait NAME``'s), run with ``options`` (the
+    same ``MonitorOptions`` a host's monitor takes): its boots are recorded in the history under
+    the node's host name (``kvtui.history.recorder_for``; none when ``[history] record = false``)."""
     from kvtui.history import recorder_for
 
-    return HostMonitor(node_name, backend, host=host, history=recorder_for(node_name, history), **options)
+    return HostMonitor(node_name, backend, host=host, history=recorder_for(node_name, history),
+                       options=options or MonitorOptions())
 
 
 def unwritten(nodes: Sequence[DeploymentNode]) -> list[str]:

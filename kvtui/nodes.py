@@ -411,6 +411,9 @@ def merge_boots(nodes: Sequence[tuple[str, Boot | None]],
         if merged.phase is None and head.phase in HEAD_ONLY:
             merged.phase = head.phase
     refresh_metrics(merged)
+    if len(ordered) == 1 and head.boot is not None and not findings:
+        # a host is a deployment of one node: its merge is the identity (its own boot, unchanged)
+        return DeploymentBoot(boot=head.boot, nodes=ordered, figure_node=setter, failed_node=failed_node)
     # the findings travel with the boot: every reader of a boot (calc, the console) shows warnings
     merged.warnings[:0] = [f"deployment: {f}" for f in findings[:MAX_WARNINGS]]
     del merged.warnings[MAX_WARNINGS:]

@@ -16,7 +16,7 @@ from kvtui.config import parse_config
 from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
 from kvtui.hosts.backend import ConnState, LogStart
 from kvtui.hosts.factory import make_backend
-from kvtui.monitor import HostMonitor
+from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.nodes import DeploymentBoot
 from kvtui.updates import MonitorUpdate
 
@@ -27,8 +27,8 @@ def _dm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, stall: int | None = 
     cfg = parse_config(_hosts(stall=stall, hang=hang), tmp_path / "hosts.toml")
     nodes = []
     for name, host in cfg.node_hosts("r1"):
-        mon = HostMonitor(name, make_backend(name, host), host=host, start=LogStart.CURRENT_BOOT,
-                          gpu_interval=0.2, log_window=1000)
+        mon = HostMonitor(name, make_backend(name, host), host=host,
+                          options=MonitorOptions(start=LogStart.CURRENT_BOOT, gpu_interval=0.2, log_window=1000))
         nodes.append(DeploymentNode(name, host, mon))
     dep = cfg.deployment("r1")
     assert dep is not None

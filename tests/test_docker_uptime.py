@@ -33,7 +33,7 @@ from kvtui.engines.source_records import gap_range
 from kvtui.hosts.backend import HostBackend
 from kvtui.hosts.local import LocalBackend
 from kvtui.hosts.ssh import Backoff, SshBackend
-from kvtui.monitor import HostMonitor
+from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.spool import iter_spooled
 
 pytestmark = [pytest.mark.sshd]
@@ -215,7 +215,8 @@ async def test_a_container_days_up_is_ready_with_one_gap_and_the_tail(
     into the spool: ~30 MB, no gap; the head's docker call wrote the whole log) — and
     ``search_log`` refused a container (SSH) or did not exist (local)."""
     backend = make_backend(kind, tools, request)
-    mon = HostMonitor("dk", backend, state_dir=tmp_path / "state", gpu_interval=5.0, pids_interval=60.0)
+    mon = HostMonitor("dk", backend,
+                      options=MonitorOptions(state_dir=tmp_path / "state", gpu_interval=5.0, pids_interval=60.0))
     t0 = time.monotonic()
     task = asyncio.create_task(mon.run(_ignore))
 
@@ -336,7 +337,8 @@ async def test_a_container_whose_start_is_rotated_away_or_still_starting(
         ready = next(i for i, x in enumerate(lines) if "Load weight end" in x)
         log.write_text("".join(lines[:ready]))
     backend = make_backend("local", tools, request)
-    mon = HostMonitor("dk", backend, state_dir=tmp_path / "state", gpu_interval=5.0, pids_interval=60.0)
+    mon = HostMonitor("dk", backend,
+                      options=MonitorOptions(state_dir=tmp_path / "state", gpu_interval=5.0, pids_interval=60.0))
     task = asyncio.create_task(mon.run(_ignore))
     try:
         def mon_recs() -> list[tuple[str, str | None]]:

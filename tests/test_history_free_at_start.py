@@ -23,7 +23,7 @@ from kvtui.engines.events import Phase
 from kvtui.gpu import GpuSample
 from kvtui.history import BootRecorder, open_store
 from kvtui.history.diff import LESS_FREE_READING_GIB, diff, less_free, render, summary
-from kvtui.monitor import HostMonitor
+from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.sim.backend import DemoBackend
 from kvtui.updates import MonitorUpdate
 
@@ -143,11 +143,12 @@ async def test_a_restart_of_the_demo_host_keeps_its_free_memory_and_warns_of_not
     backend.read_unit()  # the first boot starts now
     db = tmp_path / "h.sqlite3"
     rec = BootRecorder("demo", db)
-    mon = HostMonitor("demo", backend, host=host, state_dir=tmp_path / "state", history=rec,
-                      gpu_interval=3600.0, clock=clock)  # one reading at the start, then the test's
+    mon = HostMonitor("demo", backend, host=host, history=rec,
+                      options=MonitorOptions(state_dir=tmp_path / "state", gpu_interval=3600.0,
+                                             clock=clock))  # one reading at the start, then the test's
 
     def reading() -> None:
-        mon._on_gpu(backend.samples_at(clock()))
+        mon.pollers.on_gpu(backend.samples_at(clock()))
 
     def boot(i: int) -> Any:
         return mon.boots[i] if len(mon.boots) > i else None

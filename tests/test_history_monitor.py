@@ -14,7 +14,7 @@ from test_ssh_fake import FakeHost, backend, wait_until
 from kvtui.boot import BootStatus
 from kvtui.engines.events import Phase
 from kvtui.history import BootRecorder, open_store
-from kvtui.monitor import HostMonitor
+from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.updates import MonitorUpdate
 
 
@@ -44,7 +44,8 @@ async def test_reconnects_mid_boot_and_two_consoles_store_each_boot_once(tmp_pat
         for ln in first[:half]:
             host.add(ln)
         rec1 = BootRecorder("gpu-a", db)
-        mon1 = HostMonitor("gpu-a", backend(srv), state_dir=tmp_path / "state", history=rec1, gpu_interval=0.05)
+        mon1 = HostMonitor("gpu-a", backend(srv), history=rec1,
+                           options=MonitorOptions(state_dir=tmp_path / "state", gpu_interval=0.05))
         t1 = await _run(mon1)
         await wait_until(lambda: bool(mon1.boots) and mon1.boots[-1].phase is not None
                          and mon1.boots[-1].phase is not Phase.LAUNCH)
@@ -60,7 +61,7 @@ async def test_reconnects_mid_boot_and_two_consoles_store_each_boot_once(tmp_pat
         assert mon1.boot_label(0) == f"boot #{n1}"
         # a second console on the same host, reading the same boot from its start
         rec2 = BootRecorder("gpu-a", db)
-        mon2 = HostMonitor("gpu-a", backend(srv), state_dir=tmp_path / "state", history=rec2)
+        mon2 = HostMonitor("gpu-a", backend(srv), history=rec2, options=MonitorOptions(state_dir=tmp_path / "state"))
         t2 = await _run(mon2)
         await wait_until(lambda: bool(mon2.boots) and mon2.boots[-1].status is BootStatus.READY)
         await wait_until(lambda: mon2.boot_number(0) is not None)
@@ -85,7 +86,8 @@ async def test_reconnects_mid_boot_and_two_consoles_store_each_boot_once(tmp_pat
         assert rec2.written
         # a third reader re-reads the first console's spool
         rec3 = BootRecorder("gpu-a", db)
-        mon3 = HostMonitor("gpu-a", backend(srv), state_dir=tmp_path / "state", history=rec3, resume=True)
+        mon3 = HostMonitor("gpu-a", backend(srv), history=rec3,
+                           options=MonitorOptions(state_dir=tmp_path / "state", resume=True))
         t3 = await _run(mon3)
         await wait_until(lambda: len(mon3.boots) >= 2)
         await wait_until(lambda: mon3.boot_number(1) is not None)

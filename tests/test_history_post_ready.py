@@ -20,7 +20,7 @@ from kvtui.engines.events import Phase
 from kvtui.gpu import GpuSample
 from kvtui.history import BootRecorder, open_store
 from kvtui.history.recorder import LOG_CLOCK_SLACK_S, GpuReading
-from kvtui.monitor import HostMonitor
+from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.updates import MonitorUpdate
 
 TOTAL = 81559.0
@@ -154,7 +154,8 @@ async def test_the_monitor_joining_a_past_boot_stores_no_reading_of_now(tmp_path
         for ln in lines[:k]:
             host.add(ln)
         rec = _Counting("box", db)
-        mon = HostMonitor("box", backend(srv), state_dir=tmp_path / "state", history=rec, gpu_interval=0.05)
+        mon = HostMonitor("box", backend(srv), history=rec,
+                          options=MonitorOptions(state_dir=tmp_path / "state", gpu_interval=0.05))
         task = asyncio.create_task(mon.run(ignore))
         await wait_until(lambda: bool(mon.boots) and mon.boots[-1].phase is Phase.LOAD_WEIGHTS, timeout=30)
         seen = rec.readings

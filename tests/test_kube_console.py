@@ -17,6 +17,7 @@ from test_ui_helpers import plain, wait_for
 from kvtui.config import parse_config
 from kvtui.hosts.kube.backend import KubeBackend
 from kvtui.hosts.kube.commands import PodRef
+from kvtui.monitor import MonitorOptions
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.host_pane import HostSpec
 from kvtui.ui.widgets.host import HostBar
@@ -50,7 +51,7 @@ async def test_the_header_shows_the_pod_state_as_it_changes(kube: FakeKube, tmp_
         return KubeBackend(name, PodRef("prod-eu", "llm", "r1-0", container="sglang"), retry_s=0.05, pod_poll_s=0.1)
 
     app = KvtuiApp([HostSpec("r1", host)], backend_factory=factory,
-                   monitor_options={"gpu_interval": 0.1, "flush_interval": 0.05})
+                   monitor_options=MonitorOptions(gpu_interval=0.1, flush_interval=0.05))
     app.animation_level = "none"
     async with app.run_test(size=(200, 40)) as pilot:
         bar = app.query_one(HostBar)
@@ -105,7 +106,7 @@ async def test_the_gpu_panel_says_why_dcgm_readings_are_stale(kube: FakeKube, tm
                            gpu_metrics_url=url)
 
     app = KvtuiApp([HostSpec("r1", host)], backend_factory=factory,
-                   monitor_options={"gpu_interval": 0.05, "flush_interval": 0.05})
+                   monitor_options=MonitorOptions(gpu_interval=0.05, flush_interval=0.05))
     app.animation_level = "none"
     async with app.run_test(size=(200, 40)) as pilot:
         bars, note = app.query_one(GpuBars), app.query_one(GpuNote)

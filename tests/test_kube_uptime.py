@@ -25,7 +25,7 @@ from kvtui.hosts.backend import SearchableLog
 from kvtui.hosts.kube import backend as KB
 from kvtui.hosts.kube import commands as K
 from kvtui.hosts.kube.backend import KubeBackend
-from kvtui.monitor import HostMonitor
+from kvtui.monitor import HostMonitor, MonitorOptions
 
 FIX = Path(__file__).parent / "fixtures"
 BOOT = (FIX / "real" / "01-sglang-llama32-3b-tp1-hicache-ready.log").read_text().splitlines()
@@ -87,7 +87,8 @@ async def test_a_pod_up_for_days_is_read_from_its_head_and_tail_with_one_gap(kub
     stamps = _write_log(kube, SERVING)
     size = kube.log_path("r1-0", "sglang").stat().st_size
     backend = KubeBackend("r1", REF, retry_s=0.05, pod_poll_s=0)
-    mon = HostMonitor("r1", backend, state_dir=tmp_path / "state", gpu_interval=30.0, pids_interval=30.0)
+    mon = HostMonitor("r1", backend,
+                      options=MonitorOptions(state_dir=tmp_path / "state", gpu_interval=30.0, pids_interval=30.0))
     got: list[Any] = []
     task = asyncio.create_task(mon.run(got.extend))
     last = _serving(SERVING - 1)
@@ -181,7 +182,8 @@ async def test_a_head_that_begins_while_it_serves_says_the_start_is_missing(kube
     kube.put_pod(_pod())
     _write_log(kube, 30_000, boot=False)
     backend = KubeBackend("r1", REF, retry_s=0.05, pod_poll_s=0)
-    mon = HostMonitor("r1", backend, state_dir=tmp_path / "state", gpu_interval=30.0, pids_interval=30.0)
+    mon = HostMonitor("r1", backend,
+                      options=MonitorOptions(state_dir=tmp_path / "state", gpu_interval=30.0, pids_interval=30.0))
     task = asyncio.create_task(mon.run(lambda _u: None))
     try:
         await until(lambda: bool(mon.spool.search(_serving(29_999), limit=1)), "the tail's last line")

@@ -29,7 +29,7 @@ from kvtui.engines.parse import LivePrefilter
 from kvtui.hosts.backend import LogStart, RecordBlock
 from kvtui.hosts.ssh import SshBackend
 from kvtui.hosts.ssh.followers import _FileFollower, _JournalFollower
-from kvtui.monitor import HostMonitor, LogBatch
+from kvtui.monitor import HostMonitor, LogBatch, MonitorOptions
 from kvtui.spool import Spool
 
 FIX = Path(__file__).parent / "fixtures"
@@ -109,13 +109,13 @@ def records(kind: str) -> list[LogRecord]:
 
 def monitor(tmp: Path, name: str, *, live: bool) -> HostMonitor:
     backend: Any = SimpleNamespace(name=name)
-    return HostMonitor(name, backend, state_dir=tmp / name, log_window=300, live_prefilter=live)
+    return HostMonitor(name, backend, options=MonitorOptions(state_dir=tmp / name, log_window=300, live_prefilter=live))
 
 
 def feed(mon: HostMonitor, recs: list[LogRecord], sizes: list[int], *, columns: bool) -> list[Any]:
     """Ingest ``recs`` in batches of the given sizes (cycled); return what the sink got."""
     got: list[Any] = []
-    mon._sink = got.extend
+    mon.publisher.sink = got.extend
     i = k = 0
     while i < len(recs):
         n = sizes[k % len(sizes)]
@@ -123,14 +123,14 @@ def feed(mon: HostMonitor, recs: list[LogRecord], sizes: list[int], *, columns: 
         if columns:  # a follower's bulk block (records built on demand)
             block = RecordBlock([r.text for r in batch], [r.cursor for r in batch], batch[0].source,
                                 [r.ts for r in batch], [r.ident for r in batch], [r.pid for r in batch])
-            mon._ingest_range(block, mon._plan(block), 0, len(block))
+            mon.ingest.range(block, mon.ingest.plan(block), 0, len(block))
         else:
-            mon._ingest(batch)
+            mon.ingest.records(batch)
         if k % 3 == 0:
-            mon._flush()
+            mon.publisher.flush()
         i += n
         k += 1
-    mon._flush()
+    mon.publisher.flush()
     return [ln for u in got if isinstance(u, LogBatch) for ln in u.lines]
 
 

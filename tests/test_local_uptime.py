@@ -25,7 +25,7 @@ from kvtui.config import HostConfig
 from kvtui.engines.source_records import gap_range, gap_where
 from kvtui.hosts.backend import LogStart, SearchableLog
 from kvtui.hosts.local import LocalBackend, make_splitter
-from kvtui.monitor import HostMonitor, MonitorUpdate
+from kvtui.monitor import HostMonitor, MonitorOptions, MonitorUpdate
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BOOT_LOG = FIXTURES / "real" / "01-sglang-llama32-3b-tp1-hicache-ready.log"  # ready, with figures
@@ -117,8 +117,8 @@ class Sink:
 async def monitored(tmp_path: Path, **host: Any) -> AsyncIterator[HostMonitor]:
     cfg = HostConfig(local=True, **host)
     backend = LocalBackend("box", cfg, poll_interval=0.02)
-    mon = HostMonitor("box", backend, host=cfg, state_dir=tmp_path / "state", gpu_interval=30.0,
-                      pids_interval=30.0)
+    mon = HostMonitor("box", backend, host=cfg,
+                      options=MonitorOptions(state_dir=tmp_path / "state", gpu_interval=30.0, pids_interval=30.0))
     task = asyncio.create_task(mon.run(Sink()))
     try:
         yield mon

@@ -157,18 +157,19 @@ def test_a_real_capture_oom_log_through_the_monitor_shows_its_failure_not_its_re
     from typing import Any
 
     from kvtui.engines.events import LogRecord
-    from kvtui.monitor import HostMonitor, LogBatch
+    from kvtui.monitor import HostMonitor, LogBatch, MonitorOptions
 
     raw = (Path(__file__).parent / "fixtures" / "sglang-0.4.10-qwen72b-tp2-capture-oom.log").read_text()
     texts = [t for t in raw.replace("\r", "\n").split("\n") if t.strip()]
     backend: Any = SimpleNamespace(name="oom")
-    mon = HostMonitor("oom", backend, state_dir=tmp_path / "oom", log_window=300, live_prefilter=True)
+    mon = HostMonitor("oom", backend,
+                      options=MonitorOptions(state_dir=tmp_path / "oom", log_window=300, live_prefilter=True))
     got: list[Any] = []
-    mon._sink = got.extend
+    mon.publisher.sink = got.extend
     recs = [LogRecord(t, None, str(i), "file") for i, t in enumerate(texts)]
     for i in range(0, len(recs), 5):
-        mon._ingest(recs[i:i + 5])
-        mon._flush()
+        mon.ingest.records(recs[i:i + 5])
+        mon.publisher.flush()
     w = BarWindow()
     lines = 0
     for u in got:

@@ -30,6 +30,7 @@ from kvtui.monitor import (
     GpuUpdate,
     HostMonitor,
     LogBatch,
+    MonitorOptions,
     MonitorUpdate,
     read_boots,
 )
@@ -82,7 +83,7 @@ def local_monitor(tmp_path: Path, log: Path, *, nvml: Nvml | None = None, system
                   unit: str | None = None, **kw: Any) -> HostMonitor:
     host = HostConfig(local=True, log_file=str(log), unit=unit)
     backend = LocalBackend("box", host, poll_interval=0.02, nvml=nvml, systemctl=systemctl)
-    return HostMonitor("box", backend, host=host, state_dir=tmp_path / "state", **kw)
+    return HostMonitor("box", backend, host=host, options=MonitorOptions(state_dir=tmp_path / "state", **kw))
 
 
 def _write(path: Path, lines: Sequence[str]) -> None:
@@ -216,7 +217,8 @@ async def test_no_gpu_no_crash_and_no_source_is_a_clear_failure(tmp_path: Path) 
     # a host without a log source cannot be followed: run() returns with FAILED
     host = HostConfig.model_construct(local=True, unit=None, log_file=None, container=None, engine="auto", gpus=None,
                                       demo=False, demo_engine="sglang")
-    mon2 = HostMonitor("nosrc", LocalBackend("nosrc", host), host=None, state_dir=tmp_path / "state")
+    mon2 = HostMonitor("nosrc", LocalBackend("nosrc", host), host=None,
+                       options=MonitorOptions(state_dir=tmp_path / "state"))
     sink2 = Sink()
     await asyncio.wait_for(mon2.run(sink2), 5.0)
     await mon2.close()
@@ -357,7 +359,8 @@ async def test_demo_boot_to_ready_then_capture_oom_after_a_restart(tmp_path: Pat
     # phases were published collapsed (2 < 3) — what is checked is that they are published as they come
     backend, host = _demo(tmp_path, speed=60.0)
     backend.set_foreign_process(gpu=3, mib=12288, pid=4242)
-    mon = HostMonitor("demo", backend, host=host, state_dir=tmp_path / "state", gpu_interval=0.05)
+    mon = HostMonitor("demo", backend, host=host,
+                      options=MonitorOptions(state_dir=tmp_path / "state", gpu_interval=0.05))
     async with running(mon) as sink:
         await sink.wait(lambda s: any(st == BootStatus.READY for *_, st in s.boot_seen), timeout=90)
         seen = list(dict.fromkeys(ph for _, _, ph, _ in sink.boot_seen if ph is not None))

@@ -14,7 +14,7 @@ from kvtui.config import HostConfig
 from kvtui.engines.events import LogRecord
 from kvtui.hosts.backend import RecordBlock
 from kvtui.hosts.local import LocalBackend
-from kvtui.monitor import SKIPPED_SLICE, STORM_BATCH, STORM_SERVING_INTERVAL, HostMonitor, LogBatch
+from kvtui.monitor import SKIPPED_SLICE, STORM_BATCH, STORM_SERVING_INTERVAL, HostMonitor, LogBatch, MonitorOptions
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -24,7 +24,8 @@ def monitor(tmp_path: Path, name: str, **kw: object) -> HostMonitor:
     log.write_text("")
     host = HostConfig(local=True, log_file=str(log))
     backend = LocalBackend(name, host, poll_interval=0.02, systemctl=("false",))
-    return HostMonitor(name, backend, host=host, state_dir=tmp_path / "state", **kw)  # type: ignore[arg-type]
+    return HostMonitor(name, backend, host=host,
+                       options=MonitorOptions(state_dir=tmp_path / "state", **kw))  # type: ignore[arg-type]
 
 
 def storm_records(n: int) -> list[LogRecord]:
@@ -57,7 +58,7 @@ def spooled(mon: HostMonitor) -> list[tuple[object, ...]]:
 async def test_a_large_chunk_is_ingested_in_slices_that_let_other_tasks_run(tmp_path: Path) -> None:
     records = storm_records(5 * SKIPPED_SLICE + 123)
     whole = monitor(tmp_path, "whole")
-    whole._ingest(records)  # one synchronous pass over the whole chunk (the reference)
+    whole.ingest.records(records)  # one synchronous pass over the whole chunk (the reference)
 
     sliced = monitor(tmp_path, "sliced")
     sliced.step_budget = 0.0  # yield after every slice
@@ -70,16 +71,16 @@ async def test_a_large_chunk_is_ingested_in_slices_that_let_other_tasks_run(tmp_
             await asyncio.sleep(0)
 
     planned: list[int] = []  # the sizes the prefilter planned at once
-    plan = sliced._plan
+    plan = sliced.ingest.plan
 
     def recording_plan(block: RecordBlock) -> object:
         planned.append(len(block))
         return plan(block)
 
-    sliced._plan = recording_plan  # type: ignore[assignment,method-assign]
+    sliced.ingest.plan = recording_plan  # type: ignore[assignment,method-assign]
     other = asyncio.create_task(other_task())
     await asyncio.sleep(0)
-    await sliced._ingest_block(RecordBlock.of(records))
+    await sliced.ingest.block(RecordBlock.of(records))
     done.set()
     await other
     # no step planned more than a slice, and the other task ran between slices
@@ -112,8 +113,8 @@ async def test_slices_within_the_step_budget_run_without_a_yield(tmp_path: Path)
 
     other = asyncio.create_task(other_task())
     await asyncio.sleep(0)
-    mon._step_started = time.perf_counter()
-    await mon._ingest_block(RecordBlock.of(records))
+    mon.ingest.step_started = time.perf_counter()
+    await mon.ingest.block(RecordBlock.of(records))
     done.set()
     await other
     assert set(turns) <= {0, len(records)}  # nobody else ran in the middle of the block
@@ -124,14 +125,14 @@ async def test_slices_within_the_step_budget_run_without_a_yield(tmp_path: Path)
 async def test_serving_figures_are_paced_to_once_a_second_in_a_storm(tmp_path: Path) -> None:
     mon = monitor(tmp_path, "pace", serving_interval=0.25)
     try:
-        assert mon._serving_pace() == 0.25
-        mon._batch_lines = STORM_BATCH  # the last batch was storm-sized
-        assert mon._serving_pace() == STORM_SERVING_INTERVAL == 1.0
-        mon._batch_lines = STORM_BATCH - 1
-        assert mon._serving_pace() == 0.25
+        assert mon.publisher.serving_pace() == 0.25
+        mon.publisher.batch_lines = STORM_BATCH  # the last batch was storm-sized
+        assert mon.publisher.serving_pace() == STORM_SERVING_INTERVAL == 1.0
+        mon.publisher.batch_lines = STORM_BATCH - 1
+        assert mon.publisher.serving_pace() == 0.25
         slow = monitor(tmp_path, "slow", serving_interval=3.0)
-        slow._batch_lines = STORM_BATCH
-        assert slow._serving_pace() == 3.0  # a longer interval asked for is kept
+        slow.publisher.batch_lines = STORM_BATCH
+        assert slow.publisher.serving_pace() == 3.0  # a longer interval asked for is kept
         await slow.close()
     finally:
         await mon.close()
@@ -151,7 +152,8 @@ async def test_a_shorter_pace_flushes_what_is_pending_at_once(tmp_path: Path) ->
     log.write_text("")
     host = HostConfig(local=True, log_file=str(log))
     backend = LocalBackend("paced", host, poll_interval=0.02, systemctl=("false",))
-    mon = HostMonitor("paced", backend, host=host, state_dir=tmp_path / "state", flush_interval=0.05)
+    mon = HostMonitor("paced", backend, host=host,
+                      options=MonitorOptions(state_dir=tmp_path / "state", flush_interval=0.05))
     batches: list[int] = []
     task = asyncio.create_task(mon.run(lambda updates: batches.append(
         sum(len(u.lines) for u in updates if isinstance(u, LogBatch)))))

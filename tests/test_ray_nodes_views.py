@@ -24,6 +24,7 @@ from kvtui.cli import main
 from kvtui.config import Config, HostConfig
 from kvtui.history import boot_from_doc, open_store
 from kvtui.history import record as rec
+from kvtui.monitor import MonitorOptions
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.history_screen import HistoryScreen
 from kvtui.ui.host_pane import HostSpec
@@ -99,7 +100,7 @@ async def test_the_console_shows_the_nodes_at_80x24(tmp_path: Path) -> None:
     app = KvtuiApp([HostSpec("ray", HostConfig(local=True, log_file=str(log)))],
                    backend_factory=lambda name, host: make_backend(name, host, clock=clock),
                    config=Config(), clock=clock,
-                   monitor_options={"gpu_interval": 0.05, "flush_interval": 0.05})
+                   monitor_options=MonitorOptions(gpu_interval=0.05, flush_interval=0.05))
     async with app.run_test(size=(80, 24)) as pilot:
         pane = app.main_screen.active_pane
         assert pane is not None

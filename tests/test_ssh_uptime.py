@@ -47,7 +47,7 @@ from kvtui.engines.events import Fact, LogRecord
 from kvtui.engines.source_records import gap_range, gap_where
 from kvtui.hosts.backend import BackendError, LogStart
 from kvtui.hosts.ssh import Backoff, SshBackend
-from kvtui.monitor import HostMonitor
+from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.spool import iter_spooled
 
 pytestmark = [pytest.mark.sshd, requires_sshd]
@@ -174,7 +174,8 @@ class Followed:
 
     def __init__(self, sshd: SshdInstance, state: Path, **keys: Any) -> None:
         self.backend = make_backend(sshd, **keys)
-        self.mon = HostMonitor("uptime", self.backend, state_dir=state, gpu_interval=5.0, pids_interval=60.0)
+        self.mon = HostMonitor("uptime", self.backend,
+                               options=MonitorOptions(state_dir=state, gpu_interval=5.0, pids_interval=60.0))
         self.t0 = time.monotonic()
         self.task = asyncio.create_task(self.mon.run(_ignore))
 

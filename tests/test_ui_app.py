@@ -24,6 +24,7 @@ from kvtui.audit import read_entries
 from kvtui.boot import BootStatus
 from kvtui.config import Config, HostConfig, UiConfig
 from kvtui.engines.events import FailureKind, Phase
+from kvtui.monitor import MonitorOptions
 from kvtui.ui.app import KvtuiApp, MainScreen
 from kvtui.ui.commands import main_screen_commands
 from kvtui.ui.host_pane import HostPane, HostSpec
@@ -417,7 +418,7 @@ async def test_stall_detector_on_a_real_log_file_that_stops(tmp_path: Path, fixt
         backend_factory=lambda name, host: make_backend(name, host, clock=clock),
         config=config,
         clock=clock,
-        monitor_options={"gpu_interval": 0.05, "flush_interval": 0.05},
+        monitor_options=MonitorOptions(gpu_interval=0.05, flush_interval=0.05),
     )
     async with app.run_test(size=SIZE) as pilot:
         pane = pane_of(app)
@@ -456,7 +457,7 @@ async def test_restart_on_a_local_host_runs_its_stop_and_start_commands(tmp_path
         [HostSpec("box", host)],
         backend_factory=lambda name, cfg: make_backend(name, cfg, clock=clock),
         clock=clock,
-        monitor_options={"gpu_interval": 0.05, "flush_interval": 0.05},
+        monitor_options=MonitorOptions(gpu_interval=0.05, flush_interval=0.05),
     )
     async with app.run_test(size=SIZE) as pilot:
         pane = pane_of(app)

@@ -13,7 +13,7 @@ from textual.widget import Widget
 from kvtui.boot import Boot, BootMetrics, BootStatus, Failure, LiveMetrics, PhaseSpan
 from kvtui.engines.events import Engine, FailureKind, Model, Phase
 from kvtui.gpu import GpuProcess, GpuSample
-from kvtui.monitor import LogLine
+from kvtui.monitor import LogLine, MonitorOptions
 from kvtui.ui.themes import DEFAULT_THEME, load_themes, theme_variable_defaults
 
 T0 = datetime(2026, 5, 1, 12, 0, 0)
@@ -250,7 +250,7 @@ def demo_app(
         readonly=readonly,
         clock=clock,
         theme=theme,
-        monitor_options={"gpu_interval": 0.1, "flush_interval": 0.05},
+        monitor_options=MonitorOptions(gpu_interval=0.1, flush_interval=0.05),
     )
     app.animation_level = "none"
     return app

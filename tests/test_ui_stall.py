@@ -10,6 +10,7 @@ from test_ui_helpers import FakeClock, wait_for
 
 from kvtui.config import Config, HostConfig, UiConfig
 from kvtui.engines.events import Phase
+from kvtui.monitor import MonitorOptions
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.host_pane import HostPane, HostSpec
 from kvtui.ui.widgets.boot import StallNotice
@@ -35,7 +36,7 @@ async def test_a_vllm_log_that_only_repeats_the_shm_wait_raises_the_stall_notice
         backend_factory=lambda name, host: make_backend(name, host, clock=clock),
         config=Config(ui=UiConfig(stall_seconds=120)),
         clock=clock,
-        monitor_options={"gpu_interval": 0.05, "flush_interval": 0.05},
+        monitor_options=MonitorOptions(gpu_interval=0.05, flush_interval=0.05),
     )
     async with app.run_test(size=SIZE) as pilot:
         pane = app.main_screen.query_one(HostPane)

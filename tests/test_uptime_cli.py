@@ -4,6 +4,7 @@ its stderr, ``replay`` prints what was not read, ``bundle`` says what it left ou
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import tarfile
@@ -13,7 +14,7 @@ from typing import ClassVar
 import pytest
 
 from kvtui.cli import main
-from kvtui.monitor import HostMonitor
+from kvtui.monitor.connection import Connection
 
 HOSTS = """
 [hosts.demo-days]
@@ -145,12 +146,7 @@ def test_monitor_takes_the_notes_into_its_status() -> None:
     class Backend:
         notes: ClassVar[list[str]] = ["a note"]
 
-    m = HostMonitor.__new__(HostMonitor)
-    from collections import deque
-
-    m.backend = Backend()  # type: ignore[assignment]
-    m.notes = deque(maxlen=20)
-    m.notes_seen = 0
+    m = Connection(Backend(), retry_start=True, publish=lambda _u: None, closed=asyncio.Event())  # type: ignore[arg-type]
     m._take_notes()
     assert list(m.notes) == ["a note"]
     assert m.notes_seen == 1

@@ -50,9 +50,8 @@ def bundle_app(path: str, config: Config, *, readonly: bool = False, **options: 
     async def _recorded(pane: Any, svg: str) -> Path:
         raise ValueError(f"{pane.host_name} is a recorded boot already: its bundle is {bundle.path}")
 
-    monitor_options = {"history": None, **dict(options.pop("monitor_options", None) or {})}
     return KvtuiApp([HostSpec(name, host)], backend_factory=factory, config=config, readonly=readonly,
-                    monitor_options=monitor_options, bundle_writer=_recorded, **options)
+                    record_history=False, bundle_writer=_recorded, **options)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -48,7 +48,7 @@ from kvtui.engines.events import Model, Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 from kvtui.history.recorder import recordable
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
-from kvtui.monitor import HostMonitor
+from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
 
 if TYPE_CHECKING:
@@ -427,13 +427,15 @@ async def wait_for_boot(
             args.host,
             backend,
             host=host,
-            start=LogStart.NEXT_BOOT if args.next else LogStart.CURRENT_BOOT,
-            gpu_interval=5.0,  # the wait does not look at GPUs; keep the host quiet
-            log_window=1000,
-            clock=clock or time.time,
-            retry_start=False,  # an unreachable host is exit 3 at once; later drops are waited out
             history=recorder_for(args.host, config.history),
-            began=began,
+            options=MonitorOptions(
+                start=LogStart.NEXT_BOOT if args.next else LogStart.CURRENT_BOOT,
+                gpu_interval=5.0,  # the wait does not look at GPUs; keep the host quiet
+                log_window=1000,
+                clock=clock or time.time,
+                retry_start=False,  # an unreachable host is exit 3 at once; later drops are waited out
+                began=began,
+            ),
         )
     except (BackendError, SpoolError) as exc:
         print(f"kvtui wait: {args.host}: {exc}", file=stderr)

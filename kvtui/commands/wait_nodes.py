@@ -45,6 +45,7 @@ from kvtui.deployment_monitor import (
 from kvtui.engines.events import Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.hosts.backend import BackendError, ConnState, LogStart
+from kvtui.monitor import MonitorOptions
 from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, diagnose_hang
 from kvtui.updates import ConnUpdate, MonitorUpdate
 
@@ -270,9 +271,9 @@ async def wait_deployment(
         for node_name, host in config.node_hosts(name):
             backend = make_backend(node_name, host, clock=clock)
             monitor = node_monitor(node_name, backend, host, config.history,
-                                   start=LogStart.NEXT_BOOT if args.next else LogStart.CURRENT_BOOT,
-                                   gpu_interval=5.0, log_window=1000, clock=clock or time.time, retry_start=False,
-                                   began=began)
+                                   MonitorOptions(start=LogStart.NEXT_BOOT if args.next else LogStart.CURRENT_BOOT,
+                                                  gpu_interval=5.0, log_window=1000, clock=clock or time.time,
+                                                  retry_start=False, began=began))
             nodes.append(DeploymentNode(node_name, host, monitor))
     except (BackendError, SpoolError) as exc:
         print(f"kvtui wait: {name}: {exc}", file=stderr)

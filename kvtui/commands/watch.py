@@ -51,7 +51,7 @@ from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USA
 from kvtui.history.serving import ServingRecorder
 from kvtui.history.store import Limits
 from kvtui.hosts.backend import BackendError, ConnState, LogStart
-from kvtui.monitor import HostMonitor
+from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.serving.diagnose import Limit
 from kvtui.serving.sample import Source
 from kvtui.serving_live import DeploymentServingReader, LiveServing, Reading, ServingReader
@@ -137,8 +137,9 @@ async def watch(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO,
     now = clock or time.time
     try:
         backend = make_backend(args.host, host, clock=clock)
-        monitor = HostMonitor(args.host, backend, host=host, start=LogStart.CURRENT_BOOT, gpu_interval=30.0,
-                              log_window=200, clock=now, retry_start=False)
+        monitor = HostMonitor(args.host, backend, host=host,
+                              options=MonitorOptions(start=LogStart.CURRENT_BOOT, gpu_interval=30.0, log_window=200,
+                                                     clock=now, retry_start=False))
     except (BackendError, SpoolError) as exc:
         print(f"kvtui watch: {args.host}: {exc}", file=stderr)
         return EXIT_INPUT

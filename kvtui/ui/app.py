@@ -8,7 +8,7 @@ action to the active host's pane.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -23,6 +23,7 @@ from textual.widgets import Input, TabbedContent, TabPane
 
 from kvtui.boot import BootStatus
 from kvtui.config import CalcConfig, Config, UiConfig
+from kvtui.monitor import MonitorOptions
 from kvtui.ui.commands import Command, KvtuiCommands, main_screen_commands
 from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec
 from kvtui.ui.keys import is_printable_key
@@ -161,11 +162,13 @@ class MainScreen(Screen[None]):
         ui: UiConfig,
         calc: CalcConfig,
         readonly: bool,
-        monitor_options: Mapping[str, Any] | None = None,
+        monitor_options: MonitorOptions | None = None,
+        record_history: bool = True,
         screen_id: str = "main",
     ) -> None:
         super().__init__(id=screen_id)  # another id: a host opened from the fleet screen
         self.monitor_options = monitor_options
+        self.record_history = record_history
         self.specs = list(specs)
         self.host_names = [s.name for s in self.specs]
         self._backend_factory = backend_factory
@@ -188,6 +191,7 @@ class MainScreen(Screen[None]):
             calc=self._calc,
             readonly=self.readonly,
             monitor_options=self.monitor_options,
+            record_history=self.record_history,
             shown=shown,
             pace_hidden=len(self.specs) >= PACE_HIDDEN_FROM,
             id=f"pane-{spec.name}",
@@ -825,14 +829,16 @@ class KvtuiApp(App[int]):
         readonly: bool = False,
         clock: Clock = time.time,
         theme: str | None = None,
-        monitor_options: Mapping[str, Any] | None = None,
+        monitor_options: MonitorOptions | None = None,
+        record_history: bool = True,
         freeze_gc: bool = False,
         probe_ready: bool = False,
         bundle_writer: BundleWriter | None = None,
         deployment: DeploymentSpec | None = None,
         fleet_source: FleetSource | None = None,
     ) -> None:
-        """``monitor_options`` are passed to each ``HostMonitor`` (tests shorten its intervals).
+        """``monitor_options``: how each ``HostMonitor`` runs (tests shorten its intervals);
+        ``record_history``: the monitors record the boots they see (not a bundle's).
         ``freeze_gc``: once the console is built, its objects leave the garbage collector's scans
         (``kvtui connect``, which runs one console per process, sets it; see ``_freeze_gc``).
         ``probe_ready``: a boot that says ready is asked for one token (``kvtui.hosts.probe``) and
@@ -859,7 +865,8 @@ class KvtuiApp(App[int]):
         self.readonly = readonly
         self.clock = clock
         self._backend_factory = backend_factory
-        self.monitor_options = dict(monitor_options or {})
+        self.monitor_options = monitor_options
+        self.record_history = record_history
         loaded = load_themes()
         for t in loaded.themes:
             self.register_theme(t)
@@ -931,6 +938,7 @@ class KvtuiApp(App[int]):
             calc=self.config.calc,
             readonly=self.readonly,
             monitor_options=self.monitor_options,
+            record_history=self.record_history,
         )
 
     def on_mount(self) -> None:
@@ -1030,6 +1038,7 @@ class KvtuiApp(App[int]):
         spec = HostSpec(name, self.config.host(name))
         screen = MainScreen([spec], backend_factory=self._backend_factory, clock=self.clock, ui=self.config.ui,
                             calc=self.config.calc, readonly=self.readonly, monitor_options=self.monitor_options,
+                            record_history=self.record_history,
                             screen_id=f"main-{name}")
         self.push_screen(screen)
 

@@ -28,6 +28,7 @@ from textual.widgets import Input
 from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, node_monitor
 from kvtui.exits import EXIT_FAILED
 from kvtui.hosts.backend import LogStart
+from kvtui.monitor import MonitorOptions
 from kvtui.ui.deployment_pane import LOG_KEEP, DeploymentPane
 from kvtui.ui.perf import KeysFooter
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
@@ -112,8 +113,8 @@ class DeploymentScreen(Screen[None]):
         for node_name, host in spec.nodes:
             backend = (backend_factory(node_name, host, clock=clock) if pass_clock
                        else backend_factory(node_name, host))
-            monitor = node_monitor(node_name, backend, host, history, start=LogStart.CURRENT_BOOT,
-                                   log_window=LOG_KEEP, clock=clock)
+            monitor = node_monitor(node_name, backend, host, history,
+                                   MonitorOptions(start=LogStart.CURRENT_BOOT, log_window=LOG_KEEP, clock=clock))
             dnodes.append(DeploymentNode(node_name, host, monitor))
         self.dm = DeploymentMonitor(spec.name, dnodes, bound_s=spec.hang_seconds)
         self.last_code: int | None = None  # the last change's exit code (tests)

@@ -4,7 +4,7 @@ pane) and hands each widget the data it renders."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -24,7 +24,7 @@ from kvtui.history.eta import BootEta, slow_reason
 from kvtui.history.eta import clock as eta_clock
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend
 from kvtui.hosts.orphans import host_orphans
-from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate
+from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorOptions, MonitorUpdate
 from kvtui.ui import formatting as fmt
 from kvtui.ui.host_actions import HostChanges, demo_target
 from kvtui.ui.serving_view import ServingView
@@ -163,15 +163,18 @@ class HostPane(HostChanges, ServingView, Vertical):
         ui: UiConfig,
         calc: CalcConfig,
         readonly: bool = False,
-        monitor_options: Mapping[str, Any] | None = None,
+        monitor_options: MonitorOptions | None = None,
+        record_history: bool = True,
         shown: bool = True,
         pace_hidden: bool = False,
         id: str | None = None,
     ) -> None:
-        """``shown``: whether the pane starts on screen (False for a host whose tab is not the
-        first); ``set_shown`` follows the tabs from there. ``pace_hidden`` (a console of many
-        hosts): while hidden, the monitor hands over batches at most every
-        ``HIDDEN_FLUSH_INTERVAL`` and serving-only boot changes at most every
+        """``monitor_options``: how its ``HostMonitor`` runs (the pane sets ``log_window`` and
+        ``clock``; tests shorten the intervals); ``record_history``: the monitor records the boots
+        it sees in the history (issue 13; not a bundle's). ``shown``: whether the pane starts on
+        screen (False for a host whose tab is not the first); ``set_shown`` follows the tabs from
+        there. ``pace_hidden`` (a console of many hosts): while hidden, the monitor hands over
+        batches at most every ``HIDDEN_FLUSH_INTERVAL`` and serving-only boot changes at most every
         ``HIDDEN_SERVING_INTERVAL`` seconds (nothing is drawn from them; 31 hidden hosts serving
         made ~120 batches a second)."""
         super().__init__(id=id, classes="host-pane")
@@ -181,7 +184,8 @@ class HostPane(HostChanges, ServingView, Vertical):
         self._boot_panel: Widget | None = None
         self._shown = shown
         self._stale = False  # data changed while hidden: the widgets catch up when shown
-        self.monitor_options = dict(monitor_options or {})
+        self.monitor_options = monitor_options or MonitorOptions()
+        self.record_history = record_history
         self.spec = spec
         self.host_name = spec.name
         self.readonly = readonly or spec.config.readonly
@@ -396,20 +400,13 @@ class HostPane(HostChanges, ServingView, Vertical):
             return
         self.backend = backend
         self.post_message(self.Connected())
-        options = dict(self.monitor_options)
-        if "history" not in options:  # the console records every boot it sees (issue 13)
+        history = None
+        if self.record_history:  # the console records every boot it sees (issue 13)
             from kvtui.history import recorder_for
 
-            options["history"] = recorder_for(self.host_name, getattr(getattr(self.app, "config", None),
-                                                                      "history", None))
-        monitor = HostMonitor(
-            self.host_name,
-            backend,
-            host=self.spec.config,
-            log_window=self.ui_config.log_lines,
-            clock=self.clock,
-            **options,
-        )
+            history = recorder_for(self.host_name, getattr(getattr(self.app, "config", None), "history", None))
+        options = replace(self.monitor_options, log_window=self.ui_config.log_lines, clock=self.clock)
+        monitor = HostMonitor(self.host_name, backend, host=self.spec.config, history=history, options=options)
         self.monitor = monitor
         self.attach_serving(monitor)
         self._pace_base = (monitor.flush_interval, monitor.serving_interval)
