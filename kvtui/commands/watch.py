@@ -237,8 +237,9 @@ def _open_deployment(name: str, config: Config, clock: Callable[[], float] | Non
     try:
         for node_name, host in config.node_hosts(name):
             backend = make_backend(node_name, host, clock=clock)
-            monitor = HostMonitor(node_name, backend, host=host, start=LogStart.CURRENT_BOOT, gpu_interval=30.0,
-                                  log_window=200, clock=now, retry_start=False)
+            monitor = HostMonitor(node_name, backend, host=host,
+                                  options=MonitorOptions(start=LogStart.CURRENT_BOOT, gpu_interval=30.0,
+                                                         log_window=200, clock=now, retry_start=False))
             nodes.append(DeploymentNode(node_name, host, monitor))
     except (BackendError, SpoolError, ConfigError) as exc:
         print(f"{prog}: {name}: {exc}", file=stderr)
