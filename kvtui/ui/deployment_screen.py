@@ -29,6 +29,7 @@ from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, node_mon
 from kvtui.exits import EXIT_FAILED
 from kvtui.hosts.backend import LogStart
 from kvtui.ui.deployment_pane import LOG_KEEP, DeploymentPane
+from kvtui.ui.host_actions import calculator_edits
 from kvtui.ui.perf import KeysFooter
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
 from kvtui.ui.widgets.calculator import CalculatorPanel
@@ -351,24 +352,8 @@ class DeploymentScreen(Screen[None]):
         return [NodeSide(n.name, n.host, n.monitor.backend, boots=list(n.monitor.tracker.boots))
                 for n in self.dm.nodes]
 
-    def calculator_edits(self) -> list[fl.Edit] | str:
-        """The calculator's changed flags as edits of every node's flags file, or why there are none."""
-        from kvtui import flags, kvcalc
-
-        calc = self.pane.calculator
-        sets, unsets = calc.edits()
-        if not sets and not unsets:
-            return "no edits to apply: change a flag in the calculator first (c)"
-        if calc.engine is None:
-            return "the calculator has no boot to work from yet"
-        try:
-            edits = kvcalc.parse_edits(calc.engine, sets, unsets)
-        except kvcalc.CalcError as exc:
-            return f"the calculator's edit is not valid: {exc}"
-        return flags.edits_from_mapping(dict(edits.values))
-
     def action_apply(self) -> None:
-        edits = self.calculator_edits()
+        edits = calculator_edits(self.pane.calculator)
         if isinstance(edits, str):
             self.notify(edits, severity="warning", timeout=5)
             return
