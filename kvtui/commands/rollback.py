@@ -40,7 +40,7 @@ async def rollback_main(
     clock: Callable[[], float] | None = None,
 ) -> int:
     from kvtui import changes
-    from kvtui.commands.apply import _ask, plan_and_execute
+    from kvtui.commands.apply import apply_deployment, plan_and_execute
     from kvtui.config import ConfigError, load_config
 
     if args.timeout is not None and args.timeout <= 0:
@@ -51,15 +51,13 @@ async def rollback_main(
         dep = config.deployment(args.host)
     except ConfigError:
         dep = None  # the host path reports the file's problems
-    if dep is not None:  # every node's newest backup, all or nothing (kvtui.commands.apply_nodes)
+    if dep is not None:  # every node's newest backup, all or nothing (kvtui.commands.apply.apply_deployment)
         if args.to:
             print(f"kvtui rollback: --to names one file; {args.host} is a deployment of {len(dep.nodes)} nodes: "
                   "roll back each node's newest backup without --to, or one node by its host name", file=stderr)
             return EXIT_USAGE
-        from kvtui.commands.apply_nodes import apply_deployment
-
         return await apply_deployment(args, config, dep, [], [], stdout=stdout, stderr=stderr, stdin=stdin,
-                                      ask=_ask, clock=clock, verb="rollback")
+                                      clock=clock, verb="rollback")
 
     async def make_plan(
         name: str, host: HostConfig, backend: HostBackend, _margin: float | None

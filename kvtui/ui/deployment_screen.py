@@ -1,7 +1,7 @@
 """``DeploymentScreen``: ``KvtuiApp``'s screen for ``kvtui connect NAME`` on a ``[deployments.NAME]``
 (issue 15) — the deployment's pane (``kvtui.ui.deployment_pane``) and its keys.
 
-The change keys act on every node as one, through ``kvtui.deployment_changes`` (what ``kvtui apply
+The change keys act on every node as one, through ``kvtui.changes`` (what ``kvtui apply
 NAME`` / ``kvtui rollback NAME`` run): ``a`` applies the calculator's edits (planned on every node at
 once; a refusal anywhere refuses the whole; one confirmation; written and verified node by node, a
 failure restoring the nodes already written; node 0 restarted first; the merged boot followed and
@@ -36,8 +36,8 @@ from kvtui.ui.widgets.calculator import CalculatorPanel
 
 if TYPE_CHECKING:
     from kvtui import flags as fl
+    from kvtui.changes import NodeSide
     from kvtui.config import CalcConfig, HistoryConfig, HostConfig
-    from kvtui.deployment_changes import NodeSide
     from kvtui.hosts.backend import HostBackend
     from kvtui.nodes import DeploymentBoot
     from kvtui.ui.widgets.action import Severity
@@ -347,7 +347,7 @@ class DeploymentScreen(Screen[None]):
             self._cancel_now()
 
     def _sides(self) -> list[NodeSide]:
-        from kvtui.deployment_changes import NodeSide
+        from kvtui.changes import NodeSide
 
         return [NodeSide(n.name, n.host, n.monitor.backend, boots=list(n.monitor.tracker.boots))
                 for n in self.dm.nodes]
@@ -383,9 +383,9 @@ class DeploymentScreen(Screen[None]):
 
     async def _probe_head(self, dep: DeploymentBoot, sides: Sequence[NodeSide], say: Callable[[str], None]) -> bool:
         """The merged boot is ready: ask node 0's server for one token when the console probes
-        (``deployment_changes.probe_head``, as ``kvtui apply NAME --restart`` does); False when it
+        (``changes.probe_head``, as ``kvtui apply NAME --restart`` does); False when it
         does not answer (its boot is then ``not_serving``)."""
-        from kvtui import deployment_changes as dc
+        from kvtui import changes as dc
 
         if not getattr(self.app, "probe_ready", False):
             return True
@@ -394,7 +394,7 @@ class DeploymentScreen(Screen[None]):
 
     @work(group="dep-change", exit_on_error=False, description="deployment change")
     async def _change_worker(self, verb: str, edits: list[fl.Edit], gen: int) -> None:
-        from kvtui import deployment_changes as dc
+        from kvtui import changes as dc
         from kvtui.hosts import service
 
         pane = self.pane
