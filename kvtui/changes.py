@@ -31,7 +31,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -442,12 +442,13 @@ async def write_nodes(nodes: Sequence[NodeSide], say: Say, *, verb: str = "apply
     return WriteResult(None, [], written)
 
 
-async def restore(written: Sequence[NodeSide], clock: Callable[[], float], say: Say) -> list[str]:
-    """Put back each written node's previous file (the backup its write just made), newest first."""
-
+async def restore(written: Sequence[NodeSide], clock: Callable[[], float], say: Say,
+                  to: Mapping[str, str] | None = None) -> list[str]:
+    """Put back each written node's previous file (the backup its write just made; ``to``: the
+    backup named for each node), newest first."""
     said: list[str] = []
     for n in reversed(written):
-        backup = n.outcome.backup_path if n.outcome is not None else None
+        backup = to.get(n.name) if to is not None else n.outcome.backup_path if n.outcome is not None else None
         if not backup:
             said.append(f"{n.name}: NOT restored (no backup path known)")
             continue
@@ -586,6 +587,25 @@ async def record_nodes(nodes: Sequence[NodeSide], code: int, config: HistoryConf
     return problems
 
 
+async def restart_nodes(
+    nodes: Sequence[NodeSide], hang_s: float, timeout: float, clock: Callable[[], float], say: Say,
+    expect: Sequence[fl.Edit], history: HistoryConfig | None, *, probe_on: bool | None = None,
+    probe_timeout: float | None = None, note: Say | None = None,
+) -> tuple[int, DeploymentBoot | None, ProbeResult | None]:
+    """Steps 3 to 5 (the module docstring): every node restarted and the merged boot followed,
+    node 0's server asked for a token once the whole is ready (no answer: exit 1), each node's boot
+    recorded (what could not be is said, to ``note``). (exit code, the merged boot, the probe's answer)."""
+    code, dep = await restart_and_follow(nodes, hang_s, timeout, clock, say, expect)
+    res = None
+    if code == EXIT_OK and dep is not None:
+        res = await probe_head(dep, nodes, say, enabled=probe_on, timeout=probe_timeout)
+        if res is not None and not res.ok:
+            code = EXIT_FAILED
+    for problem in await record_nodes(nodes, code, history):
+        (note or say)(f"note: the boot is not in the history: {problem}")
+    return code, dep, res
+
+
 async def close_followers(nodes: Sequence[NodeSide]) -> None:
     """End every node's follower (bounded)."""
     for n in nodes:
@@ -595,8 +615,9 @@ async def close_followers(nodes: Sequence[NodeSide]) -> None:
 
 
 __all__ = [
-    "NOT_ANSWERING", "NodeSide", "ServingConfig", "WriteResult", "calculate", "calculate_on", "calibration_note",
-    "close_followers", "gpu_total_gib", "host_boots", "plan_apply", "plan_nodes", "plan_rollback", "prefixed",
-    "probe_head", "record_nodes", "record_restart", "record_restart_numbered", "restart_and_follow", "restart_record",
-    "restore", "serving_basis", "serving_config", "stored_siblings", "write_nodes",
+    "NOT_ANSWERING", "OUTCOME_OF_EXIT", "NodeSide", "ServingConfig", "WriteResult", "calculate", "calculate_on",
+    "calibration_note", "close_followers", "gpu_total_gib", "host_boots", "plan_apply", "plan_nodes",
+    "plan_rollback", "prefixed", "probe_head", "record_nodes", "record_restart", "record_restart_numbered",
+    "restart_and_follow", "restart_nodes", "restart_record", "restore", "serving_basis", "serving_config",
+    "stored_siblings", "write_nodes",
 ]

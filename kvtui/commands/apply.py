@@ -69,7 +69,6 @@ from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S
 
 if TYPE_CHECKING:
     from kvtui.hosts.service import ApplyOutcome, ApplyPlan
-    from kvtui.nodes import DeploymentBoot
 
 
 class CommandMain(Protocol):
@@ -300,6 +299,21 @@ async def apply_deployment(
     """Every node of a deployment changed as one (the module docstring); ``verb`` "rollback":
     every node's newest backup instead of an edit (``edits`` empty), on the same path."""
     name: str = args.host
+    opened = await open_nodes(config, name, verb, stderr, clock)
+    if isinstance(opened, int):
+        return opened
+    try:
+        return await _apply_nodes(args, config, dep_cfg, opened, edits, env_edits, stdout=stdout, stderr=stderr,
+                                  stdin=stdin, clock=clock or time.time, verb=verb)
+    finally:
+        await close_nodes(opened)
+
+
+async def open_nodes(config: Config, name: str, verb: str, stderr: TextIO,
+                     clock: Callable[[], float] | None) -> list[NodeSide] | int:
+    """Every node of the deployment ``name`` with its backend started (``apply``, ``rollback``,
+    ``tune``), or the exit code: refused for pods of one controller (one host's change edits
+    every pod template), 3 for a node that cannot be opened (the others closed again)."""
     kube = [n for n, h in config.node_hosts(name) if h.kind == "kube"]
     if kube:
         # the pods of one server share their controller (a LeaderWorkerSet's leader and worker
@@ -314,21 +328,23 @@ async def apply_deployment(
         except BackendError as exc:
             print(f"kvtui {verb}: {name}: {node_name}: {exc}", file=stderr)
             return EXIT_INPUT
-    try:
-        results = await asyncio.gather(*(n.backend.start() for n in nodes), return_exceptions=True)
-        for n, r in zip(nodes, results, strict=True):
-            if isinstance(r, BaseException):
-                print(f"kvtui {verb}: {name}: {n.name}: {r}", file=stderr)
-                return EXIT_INPUT
-        return await _apply_nodes(args, config, dep_cfg, nodes, edits, env_edits, stdout=stdout, stderr=stderr,
-                                  stdin=stdin, clock=clock or time.time, verb=verb)
-    finally:
-        for n in nodes:
-            if n.follower is not None:
-                with contextlib.suppress(Exception):
-                    await n.follower.close()
+    results = await asyncio.gather(*(n.backend.start() for n in nodes), return_exceptions=True)
+    for n, r in zip(nodes, results, strict=True):
+        if isinstance(r, BaseException):
+            print(f"kvtui {verb}: {name}: {n.name}: {r}", file=stderr)
+            await close_nodes(nodes)
+            return EXIT_INPUT
+    return nodes
+
+
+async def close_nodes(nodes: Sequence[NodeSide]) -> None:
+    """End every node's follower and close its backend (errors passed over)."""
+    for n in nodes:
+        if n.follower is not None:
             with contextlib.suppress(Exception):
-                await n.backend.close()
+                await n.follower.close()
+        with contextlib.suppress(Exception):
+            await n.backend.close()
 
 
 async def _apply_nodes(
@@ -379,11 +395,14 @@ async def _apply_nodes(
         return EXIT_OK
 
     # 3. restart all (node 0 first) and follow the merged boot; 4. ask node 0's server for a token
-    code, dep = await changes.restart_and_follow(nodes, dep_cfg.hang_seconds, timeout, clock, say, edits)
-    if not await _answers(args, code, dep, nodes, say, timeout):
+    def note(msg: str) -> None:
+        say(f"kvtui {verb}: {msg}")
+
+    probe_on, probe_s = getattr(args, "probe", None), min(timeout, DEFAULT_PROBE_TIMEOUT_S)
+    code, dep, res = await changes.restart_nodes(nodes, dep_cfg.hang_seconds, timeout, clock, say, edits,
+                                                 config.history, note=note, probe_on=probe_on, probe_timeout=probe_s)
+    if res is not None and not res.ok:
         say(f"kvtui {verb}: {name}: {NOT_ANSWERING}: the new boot is failed (not_serving)")
-        code = EXIT_FAILED
-    await _record_nodes(nodes, code, config, say, verb)
     if dep is not None:
         stdout.write("\n".join(render_deployment(dep, render_boot(dep.boot, 1, 1), 1, 1)) + "\n")
         stdout.flush()
@@ -391,33 +410,12 @@ async def _apply_nodes(
         say(f"rolling back every node of {name} (--rollback-on-failure)")
         restored = await changes.restore(written, clock, say)
         say(f"{name}: " + "; ".join(restored))
-        rc, back = await changes.restart_and_follow(nodes, dep_cfg.hang_seconds, timeout, clock, say, ())
-        if not await _answers(args, rc, back, nodes, say, timeout):
-            rc = EXIT_FAILED
-        await _record_nodes(nodes, rc, config, say, verb)
+        rc, _, _ = await changes.restart_nodes(nodes, dep_cfg.hang_seconds, timeout, clock, say, (), config.history,
+                                               note=note, probe_on=probe_on, probe_timeout=probe_s)
         say(f"{name}: rolled back: the previous flags " + ("are back and the boot is ready" if rc == EXIT_OK
                                                           else f"are back; the boot ended with exit {rc}"))
         return EXIT_FAILED if code in (EXIT_OK, EXIT_FAILED) else code
     return code
-
-
-async def _record_nodes(nodes: Sequence[NodeSide], code: int, config: Config, say: Callable[[str], None],
-                        verb: str) -> None:
-    """Each node's new boot into the history (``record_nodes``); what could not be is said."""
-    for problem in await changes.record_nodes(nodes, code, config.history):
-        say(f"kvtui {verb}: note: the boot is not in the history: {problem}")
-
-
-async def _answers(args: argparse.Namespace, code: int, dep: DeploymentBoot | None, nodes: Sequence[NodeSide],
-                   say: Callable[[str], None], timeout: float) -> bool:
-    """False when the merged boot is ready but node 0's server did not answer a 1-token request
-    (``probe_head``: within ``min(timeout, 60 s)``, as a host's apply); True otherwise (not ready,
-    not asked)."""
-    if code != EXIT_OK or dep is None:
-        return True
-    res = await changes.probe_head(dep, nodes, say, enabled=getattr(args, "probe", None),
-                                   timeout=min(timeout, DEFAULT_PROBE_TIMEOUT_S))
-    return res is None or res.ok
 
 
 def history_config(args: argparse.Namespace) -> HistoryConfig | None:
