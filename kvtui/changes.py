@@ -41,6 +41,8 @@ from kvtui import flags as fl
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
+from kvtui.history import HistoryError, Limits, boot_from_doc, open_store, record_numbered
+from kvtui.history import record as rec
 from kvtui.hosts import commands, service
 from kvtui.hosts.backend import BackendError, HostBackend, aclose_iter
 from kvtui.hosts.probe import (
@@ -105,9 +107,6 @@ def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
     A vLLM pool also follows its environment (``VLLM_CPU_KVCACHE_SPACE`` on the CPU backend): a
     remembered vLLM boot counts only when it was stored with that environment (``env``, since
     schema documents carry it) and it equals ``chosen``'s."""
-    from kvtui.history import HistoryError, boot_from_doc, open_store
-    from kvtui.history import record as rec
-
     if chosen.engine not in (Engine.SGLANG, Engine.VLLM):
         return []
     want_env = pool_env(chosen.engine, chosen.flags, chosen.facts)
@@ -138,8 +137,6 @@ def serving_basis(boot: Boot, host: str) -> tuple[Boot, list[Boot]] | None:
     its pool with the same flags (``kvcalc.same_deployment`` and the same pool fraction), plus the
     other stored boots of that deployment — as ``kvtui calc --host`` uses the history. None when
     the history holds none (or cannot be read)."""
-    from kvtui.history import HistoryError, boot_from_doc, open_store
-
     if boot.start_missing is None or boot.engine not in (Engine.SGLANG, Engine.VLLM) or not boot.flags:
         return None
     fraction = kvcalc.fraction_flag(boot.engine)
@@ -253,8 +250,6 @@ def _same_env(stored: object, want: dict[str, str | None]) -> bool:
 
 def calibration_note(chosen: Boot, others: Sequence[Boot], stored: Sequence[Boot]) -> str:
     """What the prediction was calibrated with: how many boots, how many from the history."""
-    from kvtui.history import record as rec
-
     fracs = sorted({f for f in (rec.fraction_of({"flags": b.flags}) for b in stored) if f is not None})
     n = 1 + len(others) + len(stored)
     shown = ", ".join(f"{f:g}" for f in fracs[:8]) + ("…" if len(fracs) > 8 else "")
@@ -305,8 +300,6 @@ def record_restart_numbered(plan: ApplyPlan, outcome: ApplyOutcome, config: Hist
                             restarted: bool = False) -> tuple[int | None, str | None]:
     """``record_restart`` with the boot's number in the history (``kvtui.history.ident``; None:
     not recorded) before the problem."""
-    from kvtui.history import Limits, record_numbered
-
     if not (plan.restart or restarted) or outcome.boot is None or (config is not None and not config.record):
         return None, None
     limits = Limits(config.max_age_days, config.max_boots_per_host) if config is not None else None

@@ -16,18 +16,18 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
+from kvtui import changes
+from kvtui.commands.apply import apply_deployment, plan_and_execute, run_main
+from kvtui.config import ConfigError, HostConfig, load_config
 from kvtui.exits import EXIT_USAGE
+from kvtui.hosts.backend import HostBackend
 
 if TYPE_CHECKING:
-    from kvtui.config import HostConfig
-    from kvtui.hosts.backend import HostBackend
     from kvtui.hosts.service import ApplyPlan
 
 
 def run(args: argparse.Namespace, **streams: Any) -> int:
     """``run_main(rollback_main, …)`` (``kvtui.commands.apply``)."""
-    from kvtui.commands.apply import run_main
-
     return run_main(rollback_main, args, **streams)
 
 
@@ -39,10 +39,6 @@ async def rollback_main(
     stdin: TextIO,
     clock: Callable[[], float] | None = None,
 ) -> int:
-    from kvtui import changes
-    from kvtui.commands.apply import apply_deployment, plan_and_execute
-    from kvtui.config import ConfigError, load_config
-
     if args.timeout is not None and args.timeout <= 0:
         print(f"kvtui rollback: --timeout {args.timeout:g}: expected a number of seconds above 0", file=stderr)
         return EXIT_USAGE

@@ -33,12 +33,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
-from kvtui.changes import NodeSide
-from kvtui.commands.apply import _ask, close_nodes, deployment_of, history_config, open_host, open_nodes, run_main
-from kvtui.config import DEFAULT_HANG_SECONDS
 from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
+# ``kvtui --help`` imports this module for its parser: everything else is imported where it is used
 if TYPE_CHECKING:
+    from kvtui.changes import NodeSide
     from kvtui.tune.planner import Planner
 
 
@@ -112,6 +111,8 @@ def observed_goal(name: str, cur: object) -> tuple[str, str] | str:
 
 def run(args: argparse.Namespace, **streams: Any) -> int:
     """``run_main(tune_main, …)`` (``kvtui.commands.apply``)."""
+    from kvtui.commands.apply import run_main
+
     return run_main(tune_main, args, **streams)
 
 
@@ -150,6 +151,8 @@ async def tune_main(
     clock: Callable[[], float] | None = None,
 ) -> int:
     from kvtui.boot import BootStatus
+    from kvtui.commands.apply import _ask, close_nodes, deployment_of, history_config, open_host, open_nodes
+    from kvtui.config import DEFAULT_HANG_SECONDS
     from kvtui.hosts import service
     from kvtui.hosts.backend import BackendError
     from kvtui.tune import driver
