@@ -106,14 +106,8 @@ def run(args: argparse.Namespace, **streams: Any) -> int:
     return run_main(apply_main, args, **streams)
 
 
-async def apply_main(
-    args: argparse.Namespace,
-    *,
-    stdout: TextIO,
-    stderr: TextIO,
-    stdin: TextIO,
-    clock: Callable[[], float] | None = None,
-) -> int:
+async def apply_main(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO, stdin: TextIO,
+                     clock: Callable[[], float] | None = None) -> int:
     try:
         edits = fl.parse_edit_args(list(args.set or []), list(args.unset or []))
         env_edits = envedit.parse_env_args(list(getattr(args, "setenv", None) or []),

@@ -31,14 +31,8 @@ def run(args: argparse.Namespace, **streams: Any) -> int:
     return run_main(rollback_main, args, **streams)
 
 
-async def rollback_main(
-    args: argparse.Namespace,
-    *,
-    stdout: TextIO,
-    stderr: TextIO,
-    stdin: TextIO,
-    clock: Callable[[], float] | None = None,
-) -> int:
+async def rollback_main(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO, stdin: TextIO,
+                        clock: Callable[[], float] | None = None) -> int:
     if args.timeout is not None and args.timeout <= 0:
         print(f"kvtui rollback: --timeout {args.timeout:g}: expected a number of seconds above 0", file=stderr)
         return EXIT_USAGE

@@ -142,14 +142,8 @@ def make_planner(args: argparse.Namespace, engine: object, start: dict[str, obje
                    stored=stored_siblings)  # the history calibrates too, as calc --host and the console
 
 
-async def tune_main(
-    args: argparse.Namespace,
-    *,
-    stdout: TextIO,
-    stderr: TextIO,
-    stdin: TextIO,
-    clock: Callable[[], float] | None = None,
-) -> int:
+async def tune_main(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO, stdin: TextIO,
+                    clock: Callable[[], float] | None = None) -> int:
     from kvtui.boot import BootStatus
     from kvtui.commands.apply import _ask, close_nodes, deployment_of, history_config, open_host, open_nodes
     from kvtui.config import DEFAULT_HANG_SECONDS
