@@ -1,28 +1,69 @@
-"""The guarded service as the CLI and the console use it: ``kvtui.hosts.service`` (which speaks
-only to the host's ``HostOps`` and knows neither the calculator nor the monitor) with kvtui's
-calculator (``kvtui.kvcalc``) and the host's boots (``kvtui.monitor.read_boots``) wired in.
+"""One change controller for a host and a deployment (issue 23: a host is a deployment of one
+node): kvtui's calculator (``kvtui.kvcalc``) and the host's boots (``kvtui.monitor.read_boots``)
+wired into the guarded service (``kvtui.hosts.service``, which speaks only to a host's
+``HostOps``), and the steps that change N ≥ 1 nodes as one, all or nothing.
 
-``plan_apply`` / ``plan_rollback`` here predict as ``kvtui calc`` would; every other name is the
-service's own (``execute``, ``restart``, ``ServiceError``, ``ApplyPlan``, …: ``__getattr__``)."""
+Planning (``plan_apply`` / ``plan_rollback``: the service's planners with kvtui's calculator and
+boot reader, predicting as ``kvtui calc`` would) and the history's record of a restart
+(``record_restart``) are per node. A change of N nodes (``kvtui apply NAME`` / ``kvtui rollback
+NAME``, ``kvtui tune NAME``, the deployment console) goes through these steps; each caller does its
+own asking and printing:
+
+1. ``plan_nodes``: every node's change planned at once through the one guarded path (no restart in
+   the node plans); the caller refuses the whole when any plan is refused;
+2. ``write_nodes``: the files written and verified node by node (backup, atomic write, re-read;
+   for a unit, daemon-reload and ``systemctl show``): every file is verified before any restart.
+   When a node's write fails, every node written before it is restored from the backup just made
+   (``restore``) and nothing restarts;
+3. ``restart_and_follow``: one ``BootFollower`` per node (positioned before any restart), node
+   rank 0 restarted first (it hosts the rendezvous), the others right after without waiting; the
+   nodes' new boots merged (``kvtui.nodes``; for one node the merge is that node's boot) until the
+   whole is ready, a node failed, or the timeout; a hang is said once per diagnosis;
+4. ``probe_head``: once the whole is ready, node 0's server (the one that serves HTTP) is asked
+   for one token (``kvtui.hosts.probe``); no answer fails the change as ``not_serving``;
+5. ``record_nodes``: each node's followed boot into the history with its edit and prediction.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
-import functools
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
 
-from kvtui import kvcalc
-from kvtui.boot import Boot
+from kvtui import envedit, kvcalc
+from kvtui import flags as fl
+from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine
-from kvtui.hosts import service
-from kvtui.hosts.backend import HostBackend
+from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
+from kvtui.history import HistoryError, Limits, boot_from_doc, open_store, record_numbered
+from kvtui.history import record as rec
+from kvtui.history.doc import FRACTION_FLAGS, flag_value, num
+from kvtui.hosts import commands, service
+from kvtui.hosts.backend import BackendError, HostBackend, aclose_iter
+from kvtui.hosts.probe import (
+    DEFAULT_PROBE_TIMEOUT_S,
+    ProbeResult,
+    boot_port,
+    mark_not_serving,
+    not_probed_reason,
+    probe,
+    served_model,
+)
+from kvtui.hosts.service import ApplyOutcome, ApplyPlan, BootFollower
 from kvtui.hosts.service.model import Calculator, EditsFor, Forecast
+from kvtui.hosts.service.plan import engine_of
+from kvtui.knobs import pool_env, pool_env_names
 from kvtui.monitor import read_boots
+from kvtui.nodes import DeploymentBoot, diagnose_hang, merge_boots
 
 if TYPE_CHECKING:
     from kvtui.config import HistoryConfig, HostConfig
-    from kvtui.hosts.service.model import ApplyOutcome, ApplyPlan
 
 
 def calculate(boots: Sequence[Boot], edits: EditsFor, graph_margin_gib: float | None) -> Forecast | str:
@@ -68,10 +109,6 @@ def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
     A vLLM pool also follows its environment (``VLLM_CPU_KVCACHE_SPACE`` on the CPU backend): a
     remembered vLLM boot counts only when it was stored with that environment (``env``, since
     schema documents carry it) and it equals ``chosen``'s."""
-    from kvtui.history import HistoryError, boot_from_doc, open_store
-    from kvtui.history import record as rec
-    from kvtui.knobs import pool_env
-
     if chosen.engine not in (Engine.SGLANG, Engine.VLLM):
         return []
     want_env = pool_env(chosen.engine, chosen.flags, chosen.facts)
@@ -102,8 +139,6 @@ def serving_basis(boot: Boot, host: str) -> tuple[Boot, list[Boot]] | None:
     its pool with the same flags (``kvcalc.same_deployment`` and the same pool fraction), plus the
     other stored boots of that deployment — as ``kvtui calc --host`` uses the history. None when
     the history holds none (or cannot be read)."""
-    from kvtui.history import HistoryError, boot_from_doc, open_store
-
     if boot.start_missing is None or boot.engine not in (Engine.SGLANG, Engine.VLLM) or not boot.flags:
         return None
     fraction = kvcalc.fraction_flag(boot.engine)
@@ -157,11 +192,6 @@ async def serving_config(backend: HostBackend, boot: Boot, *, gpu_mem_gib: float
     directory or the HF cache; bounded) and, unless ``gpu_mem_gib`` is given (or ``read_gpu`` is
     False: the console has its GPU readings), the GPU's memory from one GPU reading. Never raises:
     a failure is ``why``."""
-    import json
-
-    from kvtui.hosts import commands
-    from kvtui.hosts.backend import BackendError
-
     model = kvcalc.model_path(boot)
     if model is None:
         return ServingConfig(why="the running flags name no model (--model-path / --model): no config.json to read")
@@ -183,11 +213,6 @@ async def serving_config(backend: HostBackend, boot: Boot, *, gpu_mem_gib: float
 
 async def gpu_total_gib(backend: HostBackend, timeout: float = GPU_READ_TIMEOUT_S) -> float | None:
     """The largest GPU's memory (GiB) from the host's first GPU reading; None when none came."""
-    import asyncio
-    import contextlib
-
-    from kvtui.hosts.backend import BackendError, aclose_iter
-
     it = backend.gpu_stream(1.0)
     try:
         async with asyncio.timeout(timeout):
@@ -227,8 +252,6 @@ def _same_env(stored: object, want: dict[str, str | None]) -> bool:
 
 def calibration_of(others: Sequence[Boot], stored: Sequence[Boot]) -> kvcalc.HistoryCalibration:
     """What the prediction was calibrated with: how many boots, how many from the history."""
-    from kvtui.history.doc import FRACTION_FLAGS, flag_value, num
-
     fracs = sorted({f for b in stored if (f := num(flag_value(b.flags, FRACTION_FLAGS))) is not None})
     return kvcalc.HistoryCalibration(1 + len(others) + len(stored), len(stored), tuple(fracs))
 
@@ -280,8 +303,6 @@ def record_restart_numbered(plan: ApplyPlan, outcome: ApplyOutcome, config: Hist
                             restarted: bool = False) -> tuple[int | None, str | None]:
     """``record_restart`` with the boot's number in the history (``kvtui.history.ident``; None:
     not recorded) before the problem."""
-    from kvtui.history import Limits, record_numbered
-
     if not (plan.restart or restarted) or outcome.boot is None or (config is not None and not config.record):
         return None, None
     limits = Limits(config.max_age_days, config.max_boots_per_host) if config is not None else None
@@ -293,13 +314,9 @@ def record_restart_numbered(plan: ApplyPlan, outcome: ApplyOutcome, config: Hist
 def unit_env(plan: ApplyPlan) -> dict[str, str] | None:
     """The pool-sizing variables (``knobs.pool_env_names``) the written unit or script gives the
     server; None when the file's environment cannot be read."""
-    from kvtui import envedit
-    from kvtui.flags import FlagError
-    from kvtui.knobs import pool_env_names
-
     try:
         env = envedit.effective_env(plan.new_text, plan.source.kind)
-    except FlagError:  # a file whose environment cannot be read back: not stored
+    except fl.FlagError:  # a file whose environment cannot be read back: not stored
         return None
     return {n: env[n] for n in pool_env_names(plan.engine) if n in env}
 
@@ -310,29 +327,293 @@ async def host_boots(backend: HostBackend, host: HostConfig, engine: Engine, tim
     return await read_boots(backend, timeout=timeout, host=host, engine=engine, first=8.0, start_backend=False)
 
 
-# the service's planners with the calculator and the boot reader: the same arguments otherwise
-plan_apply = functools.partial(service.plan_apply, calculator=calculate, read_boots=host_boots)
-plan_rollback = functools.partial(service.plan_rollback, calculator=calculate)
+async def plan_apply(
+    name: str, host: HostConfig, backend: HostBackend, edits: Sequence[fl.Edit], *, restart: bool = False,
+    force: bool = False, rollback_on_failure: bool = False, timeout: float = 1800.0,
+    graph_margin_gib: float | None = None, boot: Boot | None = None, boots: Sequence[Boot] | None = None,
+    predict: bool = True, boots_timeout: float = 20.0, clock: Callable[[], float] = time.time,
+    env_edits: Sequence[envedit.EnvEdit] = (), calculator: Calculator | None = None,
+) -> ApplyPlan:
+    """``service.plan_apply`` predicting with ``calculate`` (or ``calculator``) and reading the
+    host's boots with ``host_boots``."""
+    return await service.plan_apply(
+        name, host, backend, edits, restart=restart, force=force, rollback_on_failure=rollback_on_failure,
+        timeout=timeout, graph_margin_gib=graph_margin_gib, boot=boot, boots=boots, predict=predict,
+        boots_timeout=boots_timeout, clock=clock, env_edits=env_edits, calculator=calculator or calculate,
+        read_boots=host_boots)
 
 
-def __getattr__(name: str) -> Any:
-    """Any other name of the service (its private helpers too, for tests)."""
-    return getattr(service, name)
+async def plan_rollback(
+    name: str, host: HostConfig, backend: HostBackend, *, to: str | None = None, restart: bool = False,
+    timeout: float = 1800.0, boots: Sequence[Boot] | None = None, graph_margin_gib: float | None = None,
+    clock: Callable[[], float] = time.time, force: bool = False, check_orphans: bool = True,
+) -> ApplyPlan:
+    """``service.plan_rollback`` predicting with ``calculate``."""
+    return await service.plan_rollback(
+        name, host, backend, to=to, restart=restart, timeout=timeout, boots=boots,
+        graph_margin_gib=graph_margin_gib, clock=clock, calculator=calculate, force=force,
+        check_orphans=check_orphans)
+
+
+# ---- N >= 1 nodes changed as one (see the module docstring) ----------------------------------------
+
+POLL_S = 0.25
+NOT_ANSWERING = "ready on every node, but node 0's server does not answer"  # the change's headline then
+Say = Callable[[str], None]
+
+
+def prefixed(say: Say, who: str) -> Say:
+    return lambda m: say(f"{who}: {m}")
+
+
+@dataclass
+class NodeSide:
+    """One node of a change: its host, its backend (opened by the caller) and what happened."""
+
+    name: str
+    host: HostConfig
+    backend: HostBackend
+    plan: ApplyPlan | None = None
+    outcome: ApplyOutcome | None = None
+    follower: BootFollower | None = None
+    boots: list[Boot] = field(default_factory=list)  # the node's known boots (predictions), if any
+
+
+@dataclass
+class WriteResult:
+    """``write_nodes``: ``code`` None when every file is written and verified; else the exit code,
+    ``messages`` what went wrong and what was restored."""
+
+    code: int | None
+    messages: list[str]
+    written: list[NodeSide]
+
+
+async def plan_nodes(
+    nodes: Sequence[NodeSide], edits: Sequence[fl.Edit], *, verb: str = "apply", force: bool = False,
+    timeout: float = 600.0, graph_margin_gib: float | None = None, clock: Callable[[], float] = time.time,
+    env_edits: Sequence[envedit.EnvEdit] = (),
+) -> list[tuple[NodeSide, BaseException]]:
+    """Plan every node's change at once (``n.plan``); the nodes whose planning raised, with what."""
+
+    async def plan(n: NodeSide) -> ApplyPlan:
+        if verb == "rollback":
+            return await plan_rollback(n.name, n.host, n.backend, restart=False, timeout=timeout,
+                                       boots=n.boots or None, clock=clock)
+        return await plan_apply(
+            n.name, n.host, n.backend, list(edits), restart=False, force=force, timeout=timeout,
+            boots=n.boots or None, graph_margin_gib=graph_margin_gib, clock=clock, env_edits=list(env_edits))
+
+    planned = await asyncio.gather(*(plan(n) for n in nodes), return_exceptions=True)
+    errors: list[tuple[NodeSide, BaseException]] = []
+    for n, p in zip(nodes, planned, strict=True):
+        if isinstance(p, BaseException):
+            errors.append((n, p))
+        else:
+            n.plan = p
+    return errors
+
+
+async def write_nodes(nodes: Sequence[NodeSide], say: Say, *, verb: str = "apply",
+                      clock: Callable[[], float] = time.time) -> WriteResult:
+    """Write and verify every planned node's file, node by node; a failure restores the nodes
+    written before it (see the module docstring)."""
+
+    written: list[NodeSide] = []
+    for n in nodes:
+        assert n.plan is not None
+        if not n.plan.changed:
+            say(f"{n.name}: {n.plan.source.path} already says this")
+            continue
+        out = await service.execute(n.plan, n.backend, prefixed(say, n.name), clock=clock)
+        n.outcome = out
+        if out.status != "written":
+            why = f"{n.name}: " + (out.messages[-1] if out.messages else out.status)
+            restored = await restore(written, clock, say)
+            tail = "; ".join(restored) if restored else "no other node had been written"
+            return WriteResult(out.code if out.code != EXIT_OK else EXIT_INPUT,
+                               [why, f"not {'applied' if verb == 'apply' else 'rolled back'}: {tail}; "
+                                     "nothing was restarted"], written)
+        written.append(n)
+    return WriteResult(None, [], written)
+
+
+async def restore(written: Sequence[NodeSide], clock: Callable[[], float], say: Say,
+                  to: Mapping[str, str] | None = None) -> list[str]:
+    """Put back each written node's previous file (the backup its write just made; ``to``: the
+    backup named for each node), newest first."""
+    said: list[str] = []
+    for n in reversed(written):
+        backup = to.get(n.name) if to is not None else n.outcome.backup_path if n.outcome is not None else None
+        if not backup:
+            said.append(f"{n.name}: NOT restored (no backup path known)")
+            continue
+        try:
+            rb = await plan_rollback(n.name, n.host, n.backend, to=backup, restart=False, clock=clock)
+            out = await service.execute(rb, n.backend, prefixed(say, n.name), clock=clock)
+        except service.ServiceError as exc:
+            said.append(f"{n.name}: NOT restored ({exc}); its previous file is {backup}")
+            continue
+        if out.status == "written":
+            said.append(f"{n.name} restored from {backup}")
+        else:
+            said.append(f"{n.name}: NOT restored ({out.messages[-1] if out.messages else out.status}); "
+                        f"its previous file is {backup}")
+    return said
+
+
+async def restart_and_follow(
+    nodes: Sequence[NodeSide], hang_s: float, timeout: float, clock: Callable[[], float], say: Say,
+    expect: Sequence[fl.Edit], *, stage: Callable[[str], None] | None = None,
+) -> tuple[int, DeploymentBoot | None]:
+    """Restart every node (node 0 first) and follow the merged new boot (see the module docstring):
+    (exit code, the merged boot when one was followed). ``stage`` hears ``"restart"`` before the
+    first restart is issued and ``"follow"`` once every node's restart is (the console's cancel
+    waits for it: a deployment is never left half restarted by kvtui)."""
+
+    for n in nodes:
+        if n.follower is not None:
+            await n.follower.close()
+        n.follower = BootFollower(n.backend, engine_of(n.host), progress=prefixed(say, n.name))
+    await asyncio.gather(*(n.follower.start(n.backend.service_ops().settle_s) for n in nodes if n.follower))
+    for n in nodes:
+        assert n.follower is not None
+        n.follower.mark()
+    if stage is not None:
+        stage("restart")
+    for n in nodes:  # node 0 first: it hosts the rendezvous
+        rp = service.plan_restart(n.name, n.host, n.backend)
+        if rp.refused:
+            say(f"{n.name}: restart refused: {rp.refusals[0].reason}")
+            return EXIT_INPUT, None
+        out = await service.restart(rp, n.backend, prefixed(say, n.name), clock=clock)
+        if out.status != "restarted":
+            say(f"kvtui: {n.name}: restart failed: " + (out.messages[-1] if out.messages else out.status))
+            return (out.code if out.code != EXIT_OK else EXIT_INPUT), None
+    for n in nodes:
+        assert n.follower is not None
+        n.follower.triggered()
+    if stage is not None:
+        stage("follow")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    said_hang = ""
+    while True:
+        dep = merge_boots([(n.name, n.follower.current() if n.follower else None) for n in nodes])
+        if dep.boot.status is BootStatus.READY:
+            say(f"the deployment is ready on all {len(nodes)} nodes")
+            wrong = [f"{n.label()}: {'; '.join(p)}" for n in dep.nodes if n.boot is not None and n.boot.flags
+                     and (p := fl.check_dump(n.boot.engine, n.boot.flags, list(expect)))]
+            if wrong:
+                say("edit not in effect: " + " | ".join(wrong))
+                return EXIT_FAILED, dep
+            if expect:
+                say("every node's own argument dump carries the edits")
+            return EXIT_OK, dep
+        if dep.boot.status is BootStatus.FAILED:
+            who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
+            f = dep.boot.failure
+            say(f"the new boot failed on {who}" + (f": {f.kind.value}: {f.message[:200]}" if f else ""))
+            return EXIT_FAILED, dep
+        hang = diagnose_hang(dep, datetime.now().astimezone(), hang_s)
+        if hang is not None and hang.summary != said_hang:
+            said_hang = hang.summary
+            say(f"hang: {hang.summary}")
+            for c in hang.causes:
+                say(f"  - {c}")
+        if loop.time() >= deadline:
+            say(f"timed out after {timeout:g} s waiting for the new boot on every node")
+            return EXIT_TIMEOUT, dep
+        await asyncio.sleep(POLL_S)
+
+
+async def probe_head(dep: DeploymentBoot, nodes: Sequence[NodeSide], say: Say, *, enabled: bool | None = None,
+                     timeout: float | None = None) -> ProbeResult | None:
+    """The merged boot is ready: ask node 0's server (the one that serves HTTP) for one token,
+    as a host's change does (``kvtui.hosts.probe``). ``enabled``: ``--probe``/``--no-probe``;
+    None: node 0's host's ``probe`` (``probe_model`` names the model). None when it is not asked
+    (turned off, no port in node 0's arguments, a host that cannot reach it: said); an answer
+    that is not one fails node 0's boot as ``not_serving``."""
+
+    head = dep.head
+    side = next((n for n in nodes if n.name == head.name), None)
+    boot = head.boot
+    if side is None or boot is None:
+        return None
+    on = enabled if enabled is not None else getattr(side.host, "probe", True)
+    why = not_probed_reason(side.backend, boot.flags, enabled=on)
+    if why is not None:
+        say(f"{head.label()}: not probed ({'--no-probe' if enabled is False else why})")
+        return None
+    port = boot_port(boot.flags)
+    assert port is not None  # not_probed_reason checked it
+    say(f"{head.label()}: asking the server on port {port} for one token…")
+    model = getattr(side.host, "probe_model", None) or served_model(boot.flags)
+    res = await probe(side.backend, port, model=model,
+                      timeout=DEFAULT_PROBE_TIMEOUT_S if timeout is None else max(1.0, timeout))
+    say(f"{head.label()}: {res.headline()}")
+    if not res.ok:  # node 0's boot and the whole's: failed, by node 0
+        mark_not_serving(boot, res)
+        if dep.boot is not boot:
+            mark_not_serving(dep.boot, res)
+        dep.failed_node = head.node_rank
+    return res
+
+
+OUTCOME_OF_EXIT = {EXIT_OK: "ready", EXIT_FAILED: "failed", EXIT_TIMEOUT: "timeout"}
+
+
+async def record_nodes(nodes: Sequence[NodeSide], code: int, config: HistoryConfig | None) -> list[str]:
+    """Record each node's followed boot (after ``restart_and_follow``) in the history under its
+    host name, with the change (``kvtui.record_restart``: the node's edit and prediction)
+    and the deployment's outcome (``code``); nothing with ``[history] record = false``. What could
+    not be recorded, per node (the caller says it)."""
+
+    problems: list[str] = []
+    for n in nodes:
+        boot = n.follower.current() if n.follower is not None else None
+        if n.plan is None or boot is None:
+            continue
+        out = ApplyOutcome(code, OUTCOME_OF_EXIT.get(code, "error"), boot=boot,
+                           backup_path=n.outcome.backup_path if n.outcome is not None else None)
+        plan = n.plan
+        problem = await asyncio.to_thread(record_restart, plan, out, config, restarted=True)
+        if problem:
+            problems.append(f"{n.name}: {problem}")
+    return problems
+
+
+async def restart_nodes(
+    nodes: Sequence[NodeSide], hang_s: float, timeout: float, clock: Callable[[], float], say: Say,
+    expect: Sequence[fl.Edit], history: HistoryConfig | None, *, probe_on: bool | None = None,
+    probe_timeout: float | None = None, note: Say | None = None,
+) -> tuple[int, DeploymentBoot | None, ProbeResult | None]:
+    """Steps 3 to 5 (the module docstring): every node restarted and the merged boot followed,
+    node 0's server asked for a token once the whole is ready (no answer: exit 1), each node's boot
+    recorded (what could not be is said, to ``note``). (exit code, the merged boot, the probe's answer)."""
+    code, dep = await restart_and_follow(nodes, hang_s, timeout, clock, say, expect)
+    res = None
+    if code == EXIT_OK and dep is not None:
+        res = await probe_head(dep, nodes, say, enabled=probe_on, timeout=probe_timeout)
+        if res is not None and not res.ok:
+            code = EXIT_FAILED
+    for problem in await record_nodes(nodes, code, history):
+        (note or say)(f"note: the boot is not in the history: {problem}")
+    return code, dep, res
+
+
+async def close_followers(nodes: Sequence[NodeSide]) -> None:
+    """End every node's follower (bounded)."""
+    for n in nodes:
+        if n.follower is not None:
+            await n.follower.close()
+            n.follower = None
 
 
 __all__ = [
-    "ServingConfig",
-    "calculate",
-    "calculate_on",
-    "calibration_note",
-    "gpu_total_gib",
-    "host_boots",
-    "plan_apply",
-    "plan_rollback",
-    "record_restart",
-    "record_restart_numbered",
-    "restart_record",
-    "serving_basis",
-    "serving_config",
-    "stored_siblings",
+    "NOT_ANSWERING", "OUTCOME_OF_EXIT", "NodeSide", "ServingConfig", "WriteResult", "calculate", "calculate_on",
+    "calibration_note", "close_followers", "gpu_total_gib", "host_boots", "plan_apply", "plan_nodes",
+    "plan_rollback", "prefixed", "probe_head", "record_nodes", "record_restart", "record_restart_numbered",
+    "restart_and_follow", "restart_nodes", "restart_record", "restore", "serving_basis", "serving_config",
+    "stored_siblings", "write_nodes",
 ]

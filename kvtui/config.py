@@ -651,12 +651,13 @@ DEFAULT_HANG_SECONDS = 180.0
 
 
 class DeploymentConfig(_Strict):
-    """``[deployments.NAME]``: one server spread over several hosts (``nodes``, each a
-    ``[hosts.NAME]``). A node's rank is its position in ``nodes`` unless its own arguments say
-    ``--node-rank``. ``hang_seconds``: how long a node may trail the phase the others reached
-    before the deployment is called hung (``kvtui.nodes.diagnose_hang``)."""
+    """``[deployments.NAME]``: one server spread over one or more hosts (``nodes``, each a
+    ``[hosts.NAME]``; of one node, the deployment acts as its host: issue 23). A node's rank is its
+    position in ``nodes`` unless its own arguments say ``--node-rank``. ``hang_seconds``: how long a
+    node may trail the phase the others reached before the deployment is called hung
+    (``kvtui.nodes.diagnose_hang``)."""
 
-    nodes: list[str] = Field(min_length=2, max_length=64)
+    nodes: list[str] = Field(min_length=1, max_length=64)
     hang_seconds: float = Field(default=DEFAULT_HANG_SECONDS, gt=0, le=86400)
 
     @field_validator("nodes")
@@ -1027,7 +1028,7 @@ def _expected(err: Any, model: type[_Strict], key: str) -> str:
     if etype == "too_short":
         n = ctx.get("min_length")
         if key == "nodes":
-            return f"expected at least {n} hosts (a server on one host is a [hosts.NAME] of its own)"
+            return f"expected at least {n} host (a deployment of one node acts as its host)"
         return f"expected at least {n} items"
     if etype == "too_long":
         return f"expected at most {ctx.get('max_length')} items"

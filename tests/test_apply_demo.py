@@ -262,21 +262,21 @@ def _whole_journal(demo: DemoBackend) -> str:
 
 async def test_the_service_plan_refuses_an_unknown_flag_for_every_caller(hosts: Path) -> None:
     """The refusal lives in the plan (kvtui.hosts.service), so the console's apply refuses too."""
-    from kvtui import changes as service
+    from kvtui import changes
     from kvtui.flags import parse_edit_args
 
     cfg = parse_config(HOSTS, hosts)
     backend = DemoBackend("demo", cfg.host("demo"))
     await backend.start()
     try:
-        plan = await service.plan_apply("demo", cfg.host("demo"), backend, parse_edit_args(["foo=1"]))
+        plan = await changes.plan_apply("demo", cfg.host("demo"), backend, parse_edit_args(["foo=1"]))
         assert plan.refused
         assert [r.forceable for r in plan.blocking] == [True]
         assert "--foo is not a flag SGLang accepts" in plan.blocking[0].reason
         plan.force = True
         assert not plan.refused
         # known flags, and flags the file already passes, are not refused
-        plan = await service.plan_apply("demo", cfg.host("demo"), backend, parse_edit_args(["cuda-graph-max-bs=32"]))
+        plan = await changes.plan_apply("demo", cfg.host("demo"), backend, parse_edit_args(["cuda-graph-max-bs=32"]))
         assert not plan.refused
     finally:
         await backend.close()

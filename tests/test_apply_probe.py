@@ -1,7 +1,7 @@
 """``kvtui apply NAME --restart`` on a ``[deployments.NAME]`` proves "ready" with a real request, as
 ``apply HOST --restart`` (``--probe``/``--no-probe`` over the host's ``probe``, tested here) and the
 deployment console do: once the merged boot is ready, node 0's
-server (the one that serves HTTP) is asked for one token (``deployment_changes.probe_head``); no
+server (the one that serves HTTP) is asked for one token (``changes.probe_head``); no
 answer fails the change as ``not_serving`` (exit 1, "ready on every node, but node 0's server does
 not answer"); ``--no-probe`` (or node 0's ``probe = false``) takes the log's word.
 

@@ -48,7 +48,7 @@ def test_a_deployment_loads_with_its_nodes_in_rank_order(tmp_path: Path) -> None
     ('[deployments.r1]\nnodes = ["h20-a", "h20-x"]\n',
      "[deployments.r1] nodes = [\"h20-a\", \"h20-x\"]: 'h20-x' is not a [hosts.NAME] of this file: expected one of "
      "demo, h20-a, h20-b, h20-c (did you mean 'h20-c'?)"),
-    ('[deployments.r1]\nnodes = ["h20-a"]\n', "nodes = [\"h20-a\"]: expected at least 2 hosts"),
+    ('[deployments.r1]\nnodes = []\n', "nodes = []: expected at least 1 host"),
     ('[deployments.r1]\nnodes = ["h20-a", "h20-a"]\n', "expected each host once, h20-a is listed twice"),
     ('[deployments.r1]\nnodes = ["h20-a", "h20-c"]\n',
      "mixes engines (sglang on h20-a; vllm on h20-c): expected one engine on every node"),

@@ -21,9 +21,10 @@ import pytest
 from sshd_support import requires_sshd
 from test_service_sshd import Host, _start, make_unit
 
-from kvtui import changes as service
+from kvtui import changes
 from kvtui.config import DemoHost
 from kvtui.flags import parse_edit_args
+from kvtui.hosts import service
 from kvtui.hosts.service import BootFollower
 from kvtui.hosts.ssh import SshBackend
 from kvtui.sim.backend import DemoBackend
@@ -66,7 +67,7 @@ async def test_a_fast_boot_is_followed_when_locating_the_log_is_slow(host: Host,
     b = SshBackend("pos", cfg, ssh_config=[], connect_timeout=5.0)
     backends.append(b)
     await b.start()
-    plan = await service.plan_apply("pos", cfg, b, parse_edit_args(["mem-fraction-static=0.83"]),  # type: ignore[arg-type]
+    plan = await changes.plan_apply("pos", cfg, b, parse_edit_args(["mem-fraction-static=0.83"]),  # type: ignore[arg-type]
                                     restart=True, timeout=20, boots_timeout=3)
     progress: list[str] = []
     t0 = time.monotonic()

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from kvtui import changes as service
-from kvtui import flags, knobs, kvcalc
+from kvtui import changes, flags, knobs, kvcalc
 from kvtui.boot import Boot
 from kvtui.cli import main
 from kvtui.commands.calc import read_log_boots
 from kvtui.config import HostConfig
 from kvtui.engines.events import Engine
 from kvtui.flags import Edit, apply_edits, check_dump, get_flag, parse_edit_args
+from kvtui.hosts import service
 from kvtui.hosts.local import LocalBackend
 from kvtui.hosts.service.plan import prediction_edits
 from kvtui.knobs import Memory
@@ -264,7 +264,7 @@ async def test_apply_adds_the_decode_spelling_to_a_0523_server(
 ) -> None:
     b, cfg, unit, log = box
     log.write_bytes(SG523.read_bytes())
-    plan = await service.plan_apply("box", cfg, b, parse_edit_args(["cuda-graph-max-bs=16"]), boots_timeout=10,
+    plan = await changes.plan_apply("box", cfg, b, parse_edit_args(["cuda-graph-max-bs=16"]), boots_timeout=10,
                                     force=True)
     assert "+    --cuda-graph-max-bs-decode 16 \\\n" in plan.diff
     assert "--cuda-graph-max-bs 16" not in plan.new_text
@@ -282,7 +282,7 @@ async def test_apply_adds_the_old_spelling_to_an_older_server(
 ) -> None:
     b, cfg, _unit, log = box
     log.write_bytes(SG512.read_bytes())
-    plan = await service.plan_apply("box", cfg, b, parse_edit_args(["cuda-graph-max-bs-decode=16"]), boots_timeout=10,
+    plan = await changes.plan_apply("box", cfg, b, parse_edit_args(["cuda-graph-max-bs-decode=16"]), boots_timeout=10,
                                     force=True)
     assert "+    --cuda-graph-max-bs 16 \\\n" in plan.diff
     assert "decode" not in plan.new_text
@@ -292,7 +292,7 @@ async def test_apply_without_a_boot_keeps_the_usual_spelling_and_says_so(
     box: tuple[LocalBackend, HostConfig, Path, Path]
 ) -> None:
     b, cfg, _unit, _log = box  # the log is empty: no boot to tell the release
-    plan = await service.plan_apply("box", cfg, b, parse_edit_args(["cuda-graph-max-bs=16"]), boots_timeout=2)
+    plan = await changes.plan_apply("box", cfg, b, parse_edit_args(["cuda-graph-max-bs=16"]), boots_timeout=2)
     assert "+    --cuda-graph-max-bs 16 \\\n" in plan.diff
     assert "no running boot's argument dump" in plan.changes[0].note
     assert "--cuda-graph-max-bs-decode" in plan.changes[0].note
@@ -307,14 +307,14 @@ async def test_apply_edits_a_0523_unit_in_place_and_does_not_refuse_the_new_spel
     b, cfg, unit, _log = box
     unit.write_text(UNIT_523)
     for given in ("cuda-graph-max-bs-decode=4", "cuda-graph-max-bs=4"):
-        plan = await service.plan_apply("box", cfg, b, parse_edit_args([given]), boots_timeout=2)
+        plan = await changes.plan_apply("box", cfg, b, parse_edit_args([given]), boots_timeout=2)
         assert not plan.refused, plan.blocking
         assert plan.new_text == UNIT_523.replace("--cuda-graph-max-bs-decode 8", "--cuda-graph-max-bs-decode 4")
     unit.write_text(UNIT_PLAIN)
     for given in ("cuda-graph-max-bs-decode=4", "cuda-graph-bs-decode=1,2,4"):
-        plan = await service.plan_apply("box", cfg, b, parse_edit_args([given]), boots_timeout=2)
+        plan = await changes.plan_apply("box", cfg, b, parse_edit_args([given]), boots_timeout=2)
         assert not plan.refused, plan.blocking
-    plan = await service.plan_apply("box", cfg, b, parse_edit_args(["cuda-graph-max-bs-decoder=4"]), boots_timeout=2)
+    plan = await changes.plan_apply("box", cfg, b, parse_edit_args(["cuda-graph-max-bs-decoder=4"]), boots_timeout=2)
     assert plan.refused
     assert "nearest known flags: --cuda-graph-max-bs-decode" in plan.blocking[0].reason
 

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from kvtui import changes as service
+from kvtui import changes
 from kvtui.config import HostConfig, load_config
 from kvtui.envedit import EnvEdit, effective_env
 from kvtui.flags import Edit
+from kvtui.hosts import service
 from kvtui.hosts.local import LocalBackend
 
 REAL = Path(__file__).parent / "fixtures" / "real"
@@ -79,7 +80,7 @@ async def _apply(cfg: HostConfig, env: list[EnvEdit], progress: list[str], **kw:
     b = LocalBackend("box", cfg)
     await b.start()
     try:
-        plan = await service.plan_apply("box", cfg, b, [], restart=True, timeout=60, env_edits=env,
+        plan = await changes.plan_apply("box", cfg, b, [], restart=True, timeout=60, env_edits=env,
                                         **kw)  # type: ignore[arg-type]
         return await service.execute(plan, b, progress.append, stop_wait_s=20)
     finally:
@@ -95,7 +96,7 @@ async def test_setenv_restart_checks_the_new_boot_and_process(host: tuple[HostCo
     # start the server as it is, then edit
     b = LocalBackend("box", cfg)
     await b.start()
-    plan = await service.plan_apply("box", cfg, b, [], restart=True, timeout=60, predict=False,
+    plan = await changes.plan_apply("box", cfg, b, [], restart=True, timeout=60, predict=False,
                                     env_edits=[EnvEdit("VLLM_CPU_KVCACHE_SPACE", "2")])
     assert "-export VLLM_CPU_KVCACHE_SPACE=1\n+export VLLM_CPU_KVCACHE_SPACE=2\n" in plan.diff
     assert [c.describe() for c in plan.changes] == ["env VLLM_CPU_KVCACHE_SPACE: 1 -> 2 (line 3)"]
@@ -114,7 +115,7 @@ async def test_setenv_restart_checks_the_new_boot_and_process(host: tuple[HostCo
     # roll back through the same path: the restored boot is checked for the old value
     b = LocalBackend("box", cfg)
     await b.start()
-    rb = await service.plan_rollback("box", cfg, b, restart=True, timeout=60)
+    rb = await changes.plan_rollback("box", cfg, b, restart=True, timeout=60)
     assert rb.env_edits == [EnvEdit("VLLM_CPU_KVCACHE_SPACE", "1")]
     progress.clear()
     rb_out = await service.execute(rb, b, progress.append, stop_wait_s=20)
@@ -150,7 +151,7 @@ async def test_plan_predicts_the_pool_from_the_running_boot(host: tuple[HostConf
     b = LocalBackend("box", cfg)
     await b.start()
     try:
-        plan = await service.plan_apply("box", cfg, b, [Edit("VLLM_CPU_KVCACHE_SPACE", "2")], restart=True)
+        plan = await changes.plan_apply("box", cfg, b, [Edit("VLLM_CPU_KVCACHE_SPACE", "2")], restart=True)
     finally:
         await b.close()
     assert plan.edits == []  # an upper-case name given as a flag is an environment edit

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kvtui import changes as service
+from kvtui import changes
 from kvtui.config import HostConfig
 from kvtui.flags import get_flag, parse_edit_args
+from kvtui.hosts import service
 from kvtui.hosts.local import LocalBackend
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -46,7 +47,7 @@ async def test_local_apply_then_rollback(host: tuple[LocalBackend, HostConfig, P
     b, cfg, etc = host
     drop = etc / "llm.service.d" / "10-flags.conf"
     before = drop.read_text()
-    plan = await service.plan_apply("box", cfg, b, parse_edit_args(["max-running-requests=32"], ["port"]),
+    plan = await changes.plan_apply("box", cfg, b, parse_edit_args(["max-running-requests=32"], ["port"]),
                                     boots_timeout=1)
     assert plan.source.path == str(drop)
     assert plan.prediction is None
@@ -60,14 +61,14 @@ async def test_local_apply_then_rollback(host: tuple[LocalBackend, HostConfig, P
     assert "# lowered after a capture OOM" in new
     loaded = etc.parent / "host" / "state" / "units" / "llm.service" / "ExecStart"  # by daemon-reload
     assert "--max-running-requests 32" in _read(loaded)
-    rb = await service.plan_rollback("box", cfg, b)
+    rb = await changes.plan_rollback("box", cfg, b)
     assert rb.backup_path == out.backup_path
     assert "-    --max-running-requests 32\n+    --port 30000\n" in rb.diff
     rb_out = await service.execute(rb, b)
     assert rb_out.code == 0, rb_out.messages
     assert drop.read_text() == before
     # a second rollback finds no backup that differs from the file: nothing to do
-    again = await service.plan_rollback("box", cfg, b)
+    again = await changes.plan_rollback("box", cfg, b)
     assert not again.changed
 
 
@@ -79,7 +80,7 @@ async def test_local_readonly_and_container(tmp_path: Path) -> None:
     cfg = HostConfig(local=True, log_file=str(tmp_path / "x.log"), container="sglang")
     b = LocalBackend("box", cfg)
     with pytest.raises(service.ServiceError) as exc:
-        await service.plan_apply("box", cfg, b, parse_edit_args(["tp=2"]))
+        await changes.plan_apply("box", cfg, b, parse_edit_args(["tp=2"]))
     assert exc.value.code == 4
     assert "containers are read-only" in str(exc.value)
     await b.close()

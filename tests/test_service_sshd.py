@@ -31,9 +31,10 @@ from pathlib import Path
 
 import pytest
 
-from kvtui import changes as service
+from kvtui import changes
 from kvtui.audit import read_entries
 from kvtui.flags import get_flag, parse_edit_args
+from kvtui.hosts import service
 from kvtui.hosts.ssh import SshBackend
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -365,7 +366,7 @@ async def test_dropin_edit_reload_restart_and_the_boot_runs_it(root_host: Host, 
     os.chown(u.dropin, *_ids(OP_USER))  # the write must keep the owner (and the mode)
     u.dropin.chmod(0o640)
     b, cfg = await connect(root_host, backends, "a", unit="kvt-a.service", log_file=str(u.log))
-    plan = await service.plan_apply("a", cfg, b, parse_edit_args(["mem-fraction-static=0.82"]),  # type: ignore[arg-type]
+    plan = await changes.plan_apply("a", cfg, b, parse_edit_args(["mem-fraction-static=0.82"]),  # type: ignore[arg-type]
                                     restart=True, timeout=60, boots_timeout=3)
     assert plan.source.path == str(u.dropin)  # the drop-in that overrides ExecStart is the file edited
     assert any("overrides ExecStart" in v for v in plan.source.via)
@@ -406,7 +407,7 @@ async def test_failed_boot_rolls_back_over_ssh(root_host: Host, backends: list[S
     u = make_unit(root_host, "kvt-b", dropin=False)
     before = u.fragment.read_text()
     b, cfg = await connect(root_host, backends, "b", unit="kvt-b.service", log_file=str(u.log))
-    plan = await service.plan_apply("b", cfg, b, parse_edit_args(["mem-fraction-static=0.97"]),  # type: ignore[arg-type]
+    plan = await changes.plan_apply("b", cfg, b, parse_edit_args(["mem-fraction-static=0.97"]),  # type: ignore[arg-type]
                                     restart=True, force=True, rollback_on_failure=True, timeout=60, predict=False)
     progress: list[str] = []
     out = await service.execute(plan, b, progress.append)
@@ -427,7 +428,7 @@ async def test_edit_not_in_effect_when_another_file_overrides(root_host: Host, b
     u = make_unit(root_host, "kvt-c", dropin=False)
     before = u.fragment.read_text()
     b, cfg = await connect(root_host, backends, "c", unit="kvt-c.service", log_file=str(u.log))
-    plan = await service.plan_apply("c", cfg, b, parse_edit_args(["mem-fraction-static=0.83"]),  # type: ignore[arg-type]
+    plan = await changes.plan_apply("c", cfg, b, parse_edit_args(["mem-fraction-static=0.83"]),  # type: ignore[arg-type]
                                     restart=True, timeout=30, predict=False)
     sneaky = u.dir / "kvt-c.service.d"
     sneaky.mkdir()
@@ -455,7 +456,7 @@ async def test_directory_not_writable(op_host: Host, backends: list[SshBackend])
     u = make_unit(op_host, "kvt-d", dropin=False)  # root-owned dir and file, 0755/0644
     before = u.fragment.read_text()
     b, cfg = await connect(op_host, backends, "d", unit="kvt-d.service", log_file=str(u.log))
-    plan = await service.plan_apply("d", cfg, b, parse_edit_args(["mem-fraction-static=0.82"]), predict=False)  # type: ignore[arg-type]
+    plan = await changes.plan_apply("d", cfg, b, parse_edit_args(["mem-fraction-static=0.82"]), predict=False)  # type: ignore[arg-type]
     out = await service.execute(plan, b)
     assert out.code == 3
     assert "cannot back up" in out.messages[-1]
@@ -472,7 +473,7 @@ async def test_permission_denied_on_owner(op_host: Host, backends: list[SshBacke
     os.chown(u.dir, *_ids(OP_USER))
     before = u.fragment.read_text()
     b, cfg = await connect(op_host, backends, "e", unit="kvt-e.service", log_file=str(u.log))
-    plan = await service.plan_apply("e", cfg, b, parse_edit_args(["mem-fraction-static=0.82"]), predict=False)  # type: ignore[arg-type]
+    plan = await changes.plan_apply("e", cfg, b, parse_edit_args(["mem-fraction-static=0.82"]), predict=False)  # type: ignore[arg-type]
     out = await service.execute(plan, b)
     assert out.code == 3
     msg = out.messages[-1]
@@ -498,7 +499,7 @@ async def test_write_failing_midway(root_host: Host, backends: list[SshBackend],
     u = make_unit(root_host, f"kvt-f{mode}", dropin=False)
     before = u.fragment.read_text()
     b, cfg = await connect(root_host, backends, "f", unit=f"kvt-f{mode}.service", log_file=str(u.log))
-    plan = await service.plan_apply("f", cfg, b, parse_edit_args(["mem-fraction-static=0.82"]), predict=False)  # type: ignore[arg-type]
+    plan = await changes.plan_apply("f", cfg, b, parse_edit_args(["mem-fraction-static=0.82"]), predict=False)  # type: ignore[arg-type]
     flag = root_host.tools.state / "cat.mode"
     flag.write_text(mode)
     try:
@@ -520,7 +521,7 @@ async def test_write_failing_midway(root_host: Host, backends: list[SshBackend],
 async def test_file_changed_between_read_and_write(root_host: Host, backends: list[SshBackend]) -> None:
     u = make_unit(root_host, "kvt-g", dropin=False)
     b, cfg = await connect(root_host, backends, "g", unit="kvt-g.service", log_file=str(u.log))
-    plan = await service.plan_apply("g", cfg, b, parse_edit_args(["mem-fraction-static=0.82"]), predict=False)  # type: ignore[arg-type]
+    plan = await changes.plan_apply("g", cfg, b, parse_edit_args(["mem-fraction-static=0.82"]), predict=False)  # type: ignore[arg-type]
     concurrent = u.fragment.read_text().replace("--port 30000", "--port 30001")
     u.fragment.write_text(concurrent)  # someone else edits meanwhile
     out = await service.execute(plan, b)
@@ -538,7 +539,7 @@ async def test_connection_drops_between_write_and_restart(root_host: Host, backe
     root_host.sshd.trust_port(proxy.port)
     try:
         b, cfg = await connect(root_host, backends, "h", port=proxy.port, unit="kvt-h.service", log_file=str(u.log))
-        plan = await service.plan_apply("h", cfg, b, parse_edit_args(["mem-fraction-static=0.82"]),  # type: ignore[arg-type]
+        plan = await changes.plan_apply("h", cfg, b, parse_edit_args(["mem-fraction-static=0.82"]),  # type: ignore[arg-type]
                                         restart=True, timeout=3, predict=False)
 
         def progress(msg: str) -> None:
@@ -560,7 +561,7 @@ async def test_connection_drops_between_write_and_restart(root_host: Host, backe
         # the network comes back: the rollback restores the original through the same path
         proxy.refuse = False
         b2, _ = await connect(root_host, backends, "h", port=proxy.port, unit="kvt-h.service", log_file=str(u.log))
-        rb = await service.plan_rollback("h", cfg, b2)  # type: ignore[arg-type]
+        rb = await changes.plan_rollback("h", cfg, b2)  # type: ignore[arg-type]
         assert rb.backup_path == out.backup_path
         rb_out = await service.execute(rb, b2)
         assert rb_out.code == 0, rb_out.messages
@@ -595,7 +596,7 @@ async def test_script_host_stop_wait_start_detached(root_host: Host, backends: l
     first = int(pidfile.read_text())
     b, cfg = await connect(root_host, backends, "s", log_file=str(log), launch_script=str(script),
                            start_command=start, stop_command=stop)
-    plan = await service.plan_apply("s", cfg, b, parse_edit_args(["mem-fraction-static=0.9"]),  # type: ignore[arg-type]
+    plan = await changes.plan_apply("s", cfg, b, parse_edit_args(["mem-fraction-static=0.9"]),  # type: ignore[arg-type]
                                     restart=True, timeout=60, predict=False)
     assert plan.source.kind == "script"
     assert "--mem-fraction-static=0.9 \\" in plan.new_text  # the =-style of its neighbours

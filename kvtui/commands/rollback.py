@@ -16,33 +16,23 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
+from kvtui import changes
+from kvtui.commands.apply import apply_deployment, plan_and_execute, run_main
+from kvtui.config import ConfigError, HostConfig, load_config
 from kvtui.exits import EXIT_USAGE
+from kvtui.hosts.backend import HostBackend
 
 if TYPE_CHECKING:
-    from kvtui.config import HostConfig
-    from kvtui.hosts.backend import HostBackend
     from kvtui.hosts.service import ApplyPlan
 
 
 def run(args: argparse.Namespace, **streams: Any) -> int:
     """``run_main(rollback_main, …)`` (``kvtui.commands.apply``)."""
-    from kvtui.commands.apply import run_main
-
     return run_main(rollback_main, args, **streams)
 
 
-async def rollback_main(
-    args: argparse.Namespace,
-    *,
-    stdout: TextIO,
-    stderr: TextIO,
-    stdin: TextIO,
-    clock: Callable[[], float] | None = None,
-) -> int:
-    from kvtui import changes
-    from kvtui.commands.apply import _ask, plan_and_execute
-    from kvtui.config import ConfigError, load_config
-
+async def rollback_main(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO, stdin: TextIO,
+                        clock: Callable[[], float] | None = None) -> int:
     if args.timeout is not None and args.timeout <= 0:
         print(f"kvtui rollback: --timeout {args.timeout:g}: expected a number of seconds above 0", file=stderr)
         return EXIT_USAGE
@@ -51,15 +41,13 @@ async def rollback_main(
         dep = config.deployment(args.host)
     except ConfigError:
         dep = None  # the host path reports the file's problems
-    if dep is not None:  # every node's newest backup, all or nothing (kvtui.commands.apply_nodes)
+    if dep is not None:  # every node's newest backup, all or nothing (kvtui.commands.apply.apply_deployment)
         if args.to:
             print(f"kvtui rollback: --to names one file; {args.host} is a deployment of {len(dep.nodes)} nodes: "
                   "roll back each node's newest backup without --to, or one node by its host name", file=stderr)
             return EXIT_USAGE
-        from kvtui.commands.apply_nodes import apply_deployment
-
         return await apply_deployment(args, config, dep, [], [], stdout=stdout, stderr=stderr, stdin=stdin,
-                                      ask=_ask, clock=clock, verb="rollback")
+                                      clock=clock, verb="rollback")
 
     async def make_plan(
         name: str, host: HostConfig, backend: HostBackend, _margin: float | None

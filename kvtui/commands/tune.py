@@ -1,4 +1,4 @@
-"""``kvtui tune HOST --goal GOAL [--requests K] [--also KNOB]… [--max-boots N] [--floor F]
+"""``kvtui tune NAME --goal GOAL [--requests K] [--also KNOB]… [--max-boots N] [--floor F]
 [--ceiling F] [--step S] [--yes] [--dry-run] [--timeout S] [--json]``.
 
 Reads the flags file and the host's boots, asks the calculator for the first candidate
@@ -6,6 +6,11 @@ Reads the flags file and the host's boots, asks the calculator for the first can
 what happens on failure) and asks; then runs the loop (``kvtui.tune.driver``) through the guarded
 apply path, with a table of steps on stderr. Ctrl-C stops after the step in progress (a second one
 interrupts it: the service audits and says where the host was left).
+
+NAME a ``[deployments.NAME]``: every step goes through the controller ``kvtui apply NAME`` uses
+(``kvtui.changes``: every node's file, all or nothing, every node restarted, node 0 first, the
+merged boot followed and node 0's server asked for a token); the planner reads node 0's flags file
+and boots; the closing rollback restores every node (``kvtui.tune.driver``).
 
 ``--goal tokens=observed``: ``tokens=N`` with N the observed peak demand of the running boot (else
 the newest boot with serving figures: what ``kvtui watch`` or the console recorded in the history)
@@ -28,10 +33,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
-from kvtui.commands.apply import _ask, history_config, open_host, run_main
 from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
+# ``kvtui --help`` imports this module for its parser: everything else is imported where it is used
 if TYPE_CHECKING:
+    from kvtui.changes import NodeSide
     from kvtui.tune.planner import Planner
 
 
@@ -106,6 +112,8 @@ def observed_goal(name: str, cur: object) -> tuple[str, str] | str:
 
 def run(args: argparse.Namespace, **streams: Any) -> int:
     """``run_main(tune_main, …)`` (``kvtui.commands.apply``)."""
+    from kvtui.commands.apply import run_main
+
     return run_main(tune_main, args, **streams)
 
 
@@ -135,15 +143,11 @@ def make_planner(args: argparse.Namespace, engine: object, start: dict[str, obje
                    stored=stored_siblings)  # the history calibrates too, as calc --host and the console
 
 
-async def tune_main(
-    args: argparse.Namespace,
-    *,
-    stdout: TextIO,
-    stderr: TextIO,
-    stdin: TextIO,
-    clock: Callable[[], float] | None = None,
-) -> int:
+async def tune_main(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO, stdin: TextIO,
+                    clock: Callable[[], float] | None = None) -> int:
     from kvtui.boot import BootStatus
+    from kvtui.commands.apply import _ask, close_nodes, deployment_of, history_config, open_host, open_nodes
+    from kvtui.config import DEFAULT_HANG_SECONDS
     from kvtui.hosts import service
     from kvtui.hosts.backend import BackendError
     from kvtui.tune import driver
@@ -165,19 +169,29 @@ async def tune_main(
     if args.timeout <= 0:
         err(f"--timeout {args.timeout:g}: expected a number of seconds above 0")
         return EXIT_USAGE
-    opened = await open_host(args, stderr, clock)
-    if isinstance(opened, int):
-        return opened
-    name, host, backend, margin = opened
+    found = deployment_of(args)
+    nodes: list[NodeSide] = []
+    hang_s = DEFAULT_HANG_SECONDS
+    if found is not None:  # a deployment: through the same controller as apply NAME, node 0 read
+        opened_nodes = await open_nodes(found[0], args.host, "tune", stderr, clock)
+        if isinstance(opened_nodes, int):
+            return opened_nodes
+        nodes, hang_s = opened_nodes, found[1].hang_seconds
+        name, host, backend, margin = args.host, nodes[0].host, nodes[0].backend, found[0].calc.graph_margin_gib
+    else:
+        opened = await open_host(args, stderr, clock)
+        if isinstance(opened, int):
+            return opened
+        name, host, backend, margin = opened
     try:
         try:
-            cmd, boots = await driver.start_state(name, host, backend)
+            cmd, boots = await driver.start_state(nodes[0].name if nodes else name, host, backend)
         except (service.ServiceError, BackendError) as exc:
             err(str(exc))
             return getattr(exc, "code", EXIT_INPUT)
         cur = boots[-1] if boots else None
         if observed:
-            goal = observed_goal(name, cur)
+            goal = observed_goal(nodes[0].name if nodes else name, cur)
             if isinstance(goal, str):
                 err(goal)
                 return EXIT_INPUT
@@ -190,8 +204,9 @@ async def tune_main(
         except TuneError as exc:
             err(str(exc))
             return EXIT_USAGE
-        if host.readonly:
-            err(f"refused: host '{name}' is readonly (readonly = true): kvtui never edits or restarts it")
+        ro = next((n.name for n in nodes if n.host.readonly), None) if nodes else (name if host.readonly else None)
+        if ro is not None:
+            err(f"refused: host '{ro}' is readonly (readonly = true): kvtui never edits or restarts it")
             return EXIT_REFUSED
         first = planner.next(boots, [])
         stdout.write(driver.render_plan(name, planner, first, cur))
@@ -216,13 +231,13 @@ async def tune_main(
         run = driver.TuneRun(name, host, backend, planner, list(boots), timeout=float(args.timeout),
                              margin_gib=margin, say=lambda m: print(m, file=stderr, flush=True),
                              step_say=lambda row: print(row, file=stderr, flush=True), clock=clock or time.time,
-                             history=history_config(args))
+                             history=history_config(args), nodes=nodes, hang_s=hang_s)
         print(driver.TABLE_HEAD, file=stderr, flush=True)
         with _stop_on_sigint(run.stop, err):
             result = await driver.tune(run)
         return _report(args, result, stdout, stderr)
     finally:
-        await backend.close()
+        await close_nodes(nodes) if nodes else await backend.close()
 
 
 @contextlib.contextmanager

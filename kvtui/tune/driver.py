@@ -4,7 +4,13 @@ restart, follow the new boot, edit-in-effect check); the boot it ends with goes 
 planner. A tune that ends on a failed boot rolls back to the last ready configuration through
 ``plan_rollback`` (the backup the step after it made) and says so. A stop request (Ctrl-C,
 ``Esc``) is honoured between steps, never inside one: the unit is never left half-edited.
-Every step is audited by the service (action ``apply``); the tune adds one entry (``tune``)."""
+Every step is audited by the service (action ``apply``); the tune adds one entry (``tune``).
+
+A deployment (``TuneRun.nodes``) is tuned through the same controller as ``kvtui apply NAME``
+(``kvtui.changes``): each candidate planned on every node, refused as a whole, written and verified
+node by node, every node restarted (node 0 first), the merged boot followed and node 0's server
+asked for a token; the planner learns from node 0's boot; the closing rollback restores every
+node's backup of the last ready configuration."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from typing import TYPE_CHECKING
 from kvtui import audit, changes, fmt, kvcalc
 from kvtui import flags as fl
 from kvtui.boot import Boot, BootStatus
+from kvtui.changes import NodeSide
 from kvtui.engines.events import FailureKind
 from kvtui.exits import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT
 from kvtui.hosts import service
@@ -30,6 +37,7 @@ if TYPE_CHECKING:
     from kvtui.config import HistoryConfig, HostConfig
 
 Say = Callable[[str], None]
+Restore = dict[str, str]  # node (the host's name for a host) -> the backup holding the last ready configuration
 
 
 @dataclass(slots=True)
@@ -119,6 +127,8 @@ class TuneRun:
     tried: list[Tried] = field(default_factory=list)
     steps: list[TuneStep] = field(default_factory=list)
     history: HistoryConfig | None = None  # [history] of hosts.toml: each step's boot is remembered
+    nodes: list[NodeSide] = field(default_factory=list)  # a deployment's nodes (node 0's is name/host/backend)
+    hang_s: float = 180.0  # the deployment's hang_seconds
 
 
 async def _heartbeat_eta(run: TuneRun) -> Callable[[Boot], str | None]:
@@ -145,7 +155,7 @@ async def tune(run: TuneRun) -> TuneResult:
     """Run the loop until the planner stops, the budget is spent, a step cannot go on, or a stop
     is requested; end on the last ready configuration."""
     p = run.planner
-    restore: str | None = None  # the backup holding the last ready configuration
+    restore: Restore | None = None  # the backups holding the last ready configuration
     prev_ready = p.start_ready
     reason = ""
     code: int | None = None
@@ -171,7 +181,7 @@ async def tune(run: TuneRun) -> TuneResult:
         tried, backup = got
         p.learn(tried)
         run.tried.append(tried)
-        if prev_ready and backup is not None:
+        if prev_ready and backup:
             restore = backup
         prev_ready = tried.ready
         if run.step_say is not None:
@@ -183,11 +193,13 @@ async def tune(run: TuneRun) -> TuneResult:
     return await _finish(run, reason, met and prev_ready, code, restore, prev_ready)
 
 
-async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, str | None] | int:
+async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, Restore | None] | int:
     """Apply one candidate and follow its boot; an exit code when the tune cannot go on."""
     c = step.candidate
     edits = [fl.Edit(k, v) for k, v in c.edits(run.planner.engine)]
     calib = _calibration_boots(run)
+    if run.nodes:
+        return await _one_step_nodes(run, step, edits, calib)
     try:
         plan = await changes.plan_apply(run.name, run.host, run.backend, edits, restart=True, timeout=run.timeout,
                                         graph_margin_gib=run.margin_gib, boots=calib, clock=run.clock)
@@ -197,20 +209,10 @@ async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, str | None] | 
         run.say(f"step {step.index}: cannot plan: {exc}")
         return exc.code
     if plan.refused:
-        step.outcome = "refused"
-        step.failure = "; ".join(r.reason for r in plan.blocking)
-        run.say(f"step {step.index}: refused: {step.failure}")
-        await service.execute(plan, run.backend, clock=run.clock)  # audits the refusal
-        return EXIT_REFUSED
+        return await _refused(run, step, [NodeSide(run.name, run.host, run.backend, plan=plan)], named=False)
     if not plan.changed:
-        cur = run.boots[-1] if run.boots else None
-        step.outcome = "ready" if cur is not None and cur.status is BootStatus.READY else "unchanged"
-        step.tokens = None if cur is None else cur.metrics.max_total_num_tokens
-        return Tried(c, step.outcome, cur), None
-
-    def progress(msg: str) -> None:
-        run.say(f"  {msg}")
-
+        return _unchanged(run, step)
+    progress = _indented(run)
     out = await service.execute(plan, run.backend, progress, clock=run.clock, heartbeat=progress,
                                 eta=await _heartbeat_eta(run))
     await _remember(run, plan, out)
@@ -232,7 +234,88 @@ async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, str | None] | 
             run.say(f"the previous flags are saved as {out.backup_path}: `kvtui rollback {run.name} --restart` "
                     "restores them")
         return out.code
-    return Tried(c, step.outcome, boot), out.backup_path
+    return Tried(c, step.outcome, boot), {run.name: out.backup_path} if out.backup_path else None
+
+
+async def _one_step_nodes(run: TuneRun, step: TuneStep, edits: list[fl.Edit],
+                          calib: list[Boot]) -> tuple[Tried, Restore | None] | int:
+    """A deployment's step through ``kvtui.changes`` (the module docstring)."""
+    c = step.candidate
+    for n in run.nodes:
+        n.boots = list(calib)
+    errors = await changes.plan_nodes(run.nodes, edits, timeout=run.timeout, graph_margin_gib=run.margin_gib,
+                                      clock=run.clock)
+    for n, exc in errors:
+        if not isinstance(exc, service.ServiceError):
+            raise exc
+        step.outcome, step.failure = "error", f"{n.name}: {exc}"
+        run.say(f"step {step.index}: cannot plan: {step.failure}")
+        return exc.code
+    refused = [n for n in run.nodes if n.plan is not None and n.plan.refused]
+    if refused:
+        return await _refused(run, step, refused, named=True)
+    if not any(n.plan is not None and n.plan.changed for n in run.nodes):
+        return _unchanged(run, step)
+    wrote = await changes.write_nodes(run.nodes, _indented(run), clock=run.clock)
+    if wrote.code is not None:
+        step.outcome, step.failure = "error", "; ".join(wrote.messages)
+        run.say(f"step {step.index}: {step.failure}")
+        return wrote.code
+    backups = {n.name: n.outcome.backup_path for n in wrote.written if n.outcome and n.outcome.backup_path}
+    step.backup = "; ".join(backups.values()) or None
+    code, boot = await _restart_nodes(run, edits, step)
+    step.outcome = changes.OUTCOME_OF_EXIT.get(code, "error")
+    if boot is not None:
+        run.boots.append(boot)
+        step.tokens = boot.metrics.max_total_num_tokens
+        step.seconds = boot_seconds(boot)
+    if code not in (EXIT_OK, EXIT_FAILED, EXIT_TIMEOUT):
+        return code
+    return Tried(c, step.outcome, boot), backups or None
+
+
+async def _restart_nodes(run: TuneRun, expect: Sequence[fl.Edit], step: TuneStep | None = None,
+                         ) -> tuple[int, Boot | None]:
+    """Every node restarted and the merged boot followed, node 0's server asked for a token, each
+    node's boot recorded: (exit code, node 0's boot: what the planner learns from)."""
+    code, dep, res = await changes.restart_nodes(run.nodes, run.hang_s, run.timeout, run.clock, _indented(run),
+                                                 expect, run.history, probe_timeout=run.probe_timeout, note=run.say)
+    if res is not None and step is not None:
+        step.probe = res.headline()
+    await changes.close_followers(run.nodes)
+    if dep is None:
+        return code, None
+    if step is not None and dep.boot.failure is not None:
+        step.failure = dep.boot.failure.kind.value
+    head = dep.head.boot
+    if head is not None and dep.boot.status is BootStatus.FAILED and head.failure is None:
+        head.status, head.failure = BootStatus.FAILED, dep.boot.failure  # another node failed the whole
+    return code, head
+
+
+def _indented(run: TuneRun) -> Say:
+    """A step's progress, said indented under the step."""
+    return lambda msg: run.say(f"  {msg}")
+
+
+async def _refused(run: TuneRun, step: TuneStep, sides: Sequence[NodeSide], *, named: bool) -> int:
+    """A step whose plan (on a node: ``named``) is refused: said, audited; the tune ends."""
+    step.outcome = "refused"
+    step.failure = "; ".join(f"{n.name}: {r.reason}" if named else r.reason
+                             for n in sides if n.plan is not None for r in n.plan.blocking)
+    run.say(f"step {step.index}: refused: {step.failure}")
+    for n in sides:
+        if n.plan is not None:
+            await service.execute(n.plan, n.backend, clock=run.clock)  # audits the refusal
+    return EXIT_REFUSED
+
+
+def _unchanged(run: TuneRun, step: TuneStep) -> tuple[Tried, None]:
+    """A candidate every file already says: the running boot is its result."""
+    cur = run.boots[-1] if run.boots else None
+    step.outcome = "ready" if cur is not None and cur.status is BootStatus.READY else "unchanged"
+    step.tokens = None if cur is None else cur.metrics.max_total_num_tokens
+    return Tried(step.candidate, step.outcome, cur), None
 
 
 def _calibration_boots(run: TuneRun) -> list[Boot]:
@@ -246,7 +329,7 @@ def _calibration_boots(run: TuneRun) -> list[Boot]:
     return [chosen] if died else [*others, chosen]
 
 
-async def _finish(run: TuneRun, reason: str, met: bool, code: int | None, restore: str | None,
+async def _finish(run: TuneRun, reason: str, met: bool, code: int | None, restore: Restore | None,
                   prev_ready: bool) -> TuneResult:
     """Close the tune: the last step ended ready (met or not), or roll back to the last ready
     configuration; a step that could not go on (``code``) leaves the host as it says."""
@@ -268,39 +351,54 @@ async def _finish(run: TuneRun, reason: str, met: bool, code: int | None, restor
     return result
 
 
-async def _roll_back(run: TuneRun, result: TuneResult, restore: str | None) -> None:
-    if restore is None:
+async def _roll_back(run: TuneRun, result: TuneResult, restore: Restore | None) -> None:
+    if not restore:
         result.rolled_back = "nothing to roll back to: no configuration of this tune (nor the one before it) was ready"
         run.say(f"{run.name}: {result.rolled_back}; the host is left as the last step made it")
         return
-    run.say(f"the last step did not end ready: rolling back to the last ready configuration ({restore})")
+    shown = "; ".join(restore.values())
+    run.say(f"the last step did not end ready: rolling back to the last ready configuration ({shown})")
+    if run.nodes:
+        await _roll_back_nodes(run, result, restore)
+        return
     try:
-        rb = await changes.plan_rollback(run.name, run.host, run.backend, to=restore, restart=True,
+        rb = await changes.plan_rollback(run.name, run.host, run.backend, to=restore[run.name], restart=True,
                                          timeout=run.timeout, clock=run.clock)
     except service.ServiceError as exc:
         result.rolled_back = f"the rollback could not be planned: {exc}"
         result.code = exc.code
         run.say(result.rolled_back)
         return
-
-    def progress(msg: str) -> None:
-        run.say(f"  {msg}")
-
+    progress = _indented(run)
     out = await service.execute(rb, run.backend, progress, clock=run.clock, heartbeat=progress,
                                 eta=await _heartbeat_eta(run))
     await _remember(run, rb, out)
-    good = out.status == "ready"
+    _rolled_back(run, result, out.status, out.boot, shown)
+
+
+def _rolled_back(run: TuneRun, result: TuneResult, status: str, boot: Boot | None, shown: str) -> None:
+    """What the closing rollback ended with (``status``, its boot), into the result and said."""
+    good = status == "ready"
     ready = [t for t in run.tried if t.ready]
     label = ready[-1].candidate.label() if ready else "the configuration before the tune"
     result.rolled_back = (f"rolled back to the last ready configuration ({label}); the boot is ready" if good
-                          else f"the rollback to {restore} ended {out.status}")
+                          else f"the rollback to {shown} ended {status}")
     if good:
         result.final = label
-        if out.boot is not None:
-            run.boots.append(out.boot)
+        if boot is not None:
+            run.boots.append(boot)
     elif result.code == EXIT_OK:
         result.code = EXIT_FAILED
     run.say(result.rolled_back)
+
+
+async def _roll_back_nodes(run: TuneRun, result: TuneResult, restore: Restore) -> None:
+    """Every node's backup of the last ready configuration written back (``changes.restore``),
+    every node restarted and the merged boot followed."""
+    said = await changes.restore(run.nodes, run.clock, _indented(run), to=restore)
+    run.say(f"{run.name}: " + "; ".join(said))
+    code, boot = await _restart_nodes(run, ())
+    _rolled_back(run, result, changes.OUTCOME_OF_EXIT.get(code, "error"), boot, "; ".join(restore.values()))
 
 
 def _audit(run: TuneRun, result: TuneResult) -> None:

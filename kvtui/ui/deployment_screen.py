@@ -1,7 +1,7 @@
 """``DeploymentScreen``: ``KvtuiApp``'s screen for ``kvtui connect NAME`` on a ``[deployments.NAME]``
 (issue 15) — the deployment's pane (``kvtui.ui.deployment_pane``) and its keys.
 
-The change keys act on every node as one, through ``kvtui.deployment_changes`` (what ``kvtui apply
+The change keys act on every node as one, through ``kvtui.changes`` (what ``kvtui apply
 NAME`` / ``kvtui rollback NAME`` run): ``a`` applies the calculator's edits (planned on every node at
 once; a refusal anywhere refuses the whole; one confirmation; written and verified node by node, a
 failure restoring the nodes already written; node 0 restarted first; the merged boot followed and
@@ -30,14 +30,15 @@ from kvtui.exits import EXIT_FAILED
 from kvtui.hosts.backend import LogStart
 from kvtui.monitor import MonitorOptions
 from kvtui.ui.deployment_pane import LOG_KEEP, DeploymentPane
+from kvtui.ui.host_actions import calculator_edits
 from kvtui.ui.perf import KeysFooter
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
 from kvtui.ui.widgets.calculator import CalculatorPanel
 
 if TYPE_CHECKING:
     from kvtui import flags as fl
+    from kvtui.changes import NodeSide
     from kvtui.config import CalcConfig, HistoryConfig, HostConfig
-    from kvtui.deployment_changes import NodeSide
     from kvtui.hosts.backend import HostBackend
     from kvtui.nodes import DeploymentBoot
     from kvtui.ui.widgets.action import Severity
@@ -347,29 +348,13 @@ class DeploymentScreen(Screen[None]):
             self._cancel_now()
 
     def _sides(self) -> list[NodeSide]:
-        from kvtui.deployment_changes import NodeSide
+        from kvtui.changes import NodeSide
 
         return [NodeSide(n.name, n.host, n.monitor.backend, boots=list(n.monitor.tracker.boots))
                 for n in self.dm.nodes]
 
-    def calculator_edits(self) -> list[fl.Edit] | str:
-        """The calculator's changed flags as edits of every node's flags file, or why there are none."""
-        from kvtui import flags, kvcalc
-
-        calc = self.pane.calculator
-        sets, unsets = calc.edits()
-        if not sets and not unsets:
-            return "no edits to apply: change a flag in the calculator first (c)"
-        if calc.engine is None:
-            return "the calculator has no boot to work from yet"
-        try:
-            edits = kvcalc.parse_edits(calc.engine, sets, unsets)
-        except kvcalc.CalcError as exc:
-            return f"the calculator's edit is not valid: {exc}"
-        return flags.edits_from_mapping(dict(edits.values))
-
     def action_apply(self) -> None:
-        edits = self.calculator_edits()
+        edits = calculator_edits(self.pane.calculator)
         if isinstance(edits, str):
             self.notify(edits, severity="warning", timeout=5)
             return
@@ -399,9 +384,9 @@ class DeploymentScreen(Screen[None]):
 
     async def _probe_head(self, dep: DeploymentBoot, sides: Sequence[NodeSide], say: Callable[[str], None]) -> bool:
         """The merged boot is ready: ask node 0's server for one token when the console probes
-        (``deployment_changes.probe_head``, as ``kvtui apply NAME --restart`` does); False when it
+        (``changes.probe_head``, as ``kvtui apply NAME --restart`` does); False when it
         does not answer (its boot is then ``not_serving``)."""
-        from kvtui import deployment_changes as dc
+        from kvtui import changes as dc
 
         if not getattr(self.app, "probe_ready", False):
             return True
@@ -410,7 +395,7 @@ class DeploymentScreen(Screen[None]):
 
     @work(group="dep-change", exit_on_error=False, description="deployment change")
     async def _change_worker(self, verb: str, edits: list[fl.Edit], gen: int) -> None:
-        from kvtui import deployment_changes as dc
+        from kvtui import changes as dc
         from kvtui.hosts import service
 
         pane = self.pane

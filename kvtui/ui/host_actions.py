@@ -41,6 +41,25 @@ def demo_target(speed: float) -> str:
     return f"demo ×{speed:g}" + (" real time" if speed == 1 else "")
 
 
+def calculator_edits(calc: CalculatorPanel) -> list[Edit] | str:
+    """The flags the user changed in the calculator, as edits of the server's flags file (every
+    node's, for a deployment; validated as the calculator validates them), or why there is nothing
+    to apply. The host console's ``a`` and the deployment console's ``a`` both use it."""
+    from kvtui import flags, kvcalc
+
+    sets, unsets = calc.edits()
+    if not sets and not unsets:
+        return "no edits to apply: change a flag in the calculator first (c)"
+    engine = calc.engine
+    if engine is None:
+        return "the calculator has no boot to work from yet"
+    try:
+        edits = kvcalc.parse_edits(engine, sets, unsets)
+    except kvcalc.CalcError as exc:
+        return f"the calculator's edit is not valid: {exc}"
+    return flags.edits_from_mapping(dict(edits.values))
+
+
 class HostChanges(_Base):
     """Apply, rollback, restart, demo speed and tune on the pane's host (one at a time: ``busy``).
     The state it uses (``backend``, ``boot``, ``busy``, …) is ``HostPane``'s."""
@@ -81,23 +100,6 @@ class HostChanges(_Base):
     @property
     def action_banner(self) -> ActionBanner:
         return self.query_one(ActionBanner)
-
-    def calculator_edits(self) -> list[Edit] | str:
-        """The flags the user changed in the calculator, as edits of the server's flags file
-        (validated as the calculator validates them), or why there is nothing to apply."""
-        from kvtui import flags, kvcalc
-
-        sets, unsets = self.calculator.edits()
-        if not sets and not unsets:
-            return "no edits to apply: change a flag in the calculator first (c)"
-        engine = self.calculator.engine
-        if engine is None:
-            return "the calculator has no boot to work from yet"
-        try:
-            edits = kvcalc.parse_edits(engine, sets, unsets)
-        except kvcalc.CalcError as exc:
-            return f"the calculator's edit is not valid: {exc}"
-        return flags.edits_from_mapping(dict(edits.values))
 
     def rollback_default(self) -> tuple[bool, str]:
         """The automatic-rollback toggle's default, and why: on when the running boot is ready
@@ -191,7 +193,7 @@ class HostChanges(_Base):
         """``a``: plan the calculator's edits, confirm, apply and restart."""
         if self.readonly:
             return
-        edits = self.calculator_edits()
+        edits = calculator_edits(self.calculator)
         if isinstance(edits, str):
             self.notify(edits, severity="warning", timeout=5)
             return
