@@ -154,6 +154,12 @@ def _value(prom: Any, expr: str) -> float:
         return 0.0
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _rss_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -205,11 +211,19 @@ def measure(n: int, gpus: int, refreshes: int, interval: float, work: Path) -> d
                 series = float(json.load(r)["data"]["headStats"]["numSeries"])
             client = PromClient(PrometheusConfig(url=prom.url, timeout=60))
             cols = fetch_columns(client)  # warm-up (Prometheus's own caches, our imports)
+            # Prometheus's CPU while it only ingests (one scrape interval), then while we refresh: the
+            # difference per refresh is what a refresh costs it, whatever else runs on the machine
+            cpu0, t_idle = _cpu_s(prom.proc.pid), time.perf_counter()
+            time.sleep(interval)
+            idle_rate = (_cpu_s(prom.proc.pid) - cpu0) / (time.perf_counter() - t_idle)
             refresh: list[float] = []
+            cpu0, t_busy = _cpu_s(prom.proc.pid), time.perf_counter()
             for _ in range(refreshes):
                 t0 = time.perf_counter()
                 cols = fetch_columns(client)
                 refresh.append(time.perf_counter() - t0)
+            busy = time.perf_counter() - t_busy
+            prom_cpu = max(0.0, (_cpu_s(prom.proc.pid) - cpu0 - idle_rate * busy) / refreshes)
             per_query: dict[str, list[float]] = {name: [] for name in QUERIES}
             for _ in range(max(3, refreshes // 4)):
                 for name, expr in QUERIES.items():
@@ -268,6 +282,7 @@ def measure(n: int, gpus: int, refreshes: int, interval: float, work: Path) -> d
         "trouble": [[r.host, r.engine, *r.trouble] for r in rows if r.trouble],
         "ttft_known": sum(1 for r in rows if r.ttft_p95_s is not None), "queries": len(QUERIES),
         "refresh_s": refresh, "refresh_p50_s": percentile(refresh, 50), "refresh_p95_s": percentile(refresh, 95),
+        "prometheus_cpu_per_refresh_s": prom_cpu, "prometheus_cpu_ingest_per_s": idle_rate,
         "query_median_s": med, "slowest_query": slowest, "slowest_query_s": med[slowest],
         "join_ms": statistics.median(joins) * 1000, "render_ms": statistics.median(renders) * 1000,
         "cli_json_s": statistics.median(w for w, _ in cli), "cli_json_rss_mb": max(r for _, r in cli),
@@ -300,6 +315,10 @@ def run(quick: bool, workdir: Path, *, instances: int | None = None, gpus: int =
             note=f"p50 {res['refresh_p50_s']:.3f} s over {reps} refreshes of {res['queries']} queries (6 at a time); "
                  f"{res['targets']:,} targets, {res['series']:,.0f} series, scraped every {interval:g} s; "
                  f"Prometheus RSS {res['prometheus_rss_mb'] or 0:.0f} MB; load {load0}"),
+        Row(name, "Prometheus CPU per refresh", res["prometheus_cpu_per_refresh_s"], "s",
+            note=f"its CPU time during the refreshes less its ingest rate ({res['prometheus_cpu_ingest_per_s']:.2f} "
+                 "CPU-s per s, measured over one scrape interval before): what one refresh costs the server, "
+                 "steadier than the wall time on a shared machine"),
         Row(name, "slowest query alone", res["slowest_query_s"] * 1000, "ms",
             note=f"'{slow}': {_short(QUERIES[slow])}; next: " + ", ".join(
                 f"{k} {v * 1000:.0f}" for k, v in sorted(res["query_median_s"].items(), key=lambda kv: -kv[1])[1:4])
