@@ -18,6 +18,9 @@ points), it measures:
 - **one refresh**: ``kvtui.fleet.rows.fetch_columns`` (every column's PromQL, 6 at a time, as the
   console and the CLI run them), p50/p95 over N refreshes; budget p95 < 5 s (the refresh interval
   the issue asks for);
+- **a screen's refresh** (``FleetPoller``: the 7 slow columns kept, 11 queries), alternating with
+  the full refreshes so both see the same load, and **Prometheus's CPU** per refresh of each kind
+  (its CPU time over the call less its ingest rate, measured over one scrape interval before);
 - **each query alone** (sequentially, median of N): the slowest one named;
 - **join + render**: ``build_rows`` and the headless table text of ``kvtui fleet``
   (``sort_rows`` + ``render_table``), median;
@@ -186,7 +189,7 @@ def measure(n: int, gpus: int, refreshes: int, interval: float, work: Path) -> d
     from kvtui.commands.fleet import render_table
     from kvtui.config import PrometheusConfig
     from kvtui.fleet.client import PromClient
-    from kvtui.fleet.rows import QUERIES, build_rows, fetch_columns, sort_rows
+    from kvtui.fleet.rows import QUERIES, SLOW_COLUMNS, SLOW_EVERY_S, FleetPoller, build_rows, fetch_columns, sort_rows
     from tests.prom_support import Prometheus
 
     ctx = multiprocessing.get_context("spawn")
@@ -216,14 +219,29 @@ def measure(n: int, gpus: int, refreshes: int, interval: float, work: Path) -> d
             cpu0, t_idle = _cpu_s(prom.proc.pid), time.perf_counter()
             time.sleep(interval)
             idle_rate = (_cpu_s(prom.proc.pid) - cpu0) / (time.perf_counter() - t_idle)
+            # a full refresh (every column: the CLI, a screen's first read) and a screen's refresh between
+            # two reads of the slow columns (FleetPoller), alternately, so that both see the same load
+            poller = FleetPoller(slow_every_s=1e9)
+            poller.columns(client)
             refresh: list[float] = []
-            cpu0, t_busy = _cpu_s(prom.proc.pid), time.perf_counter()
+            fast: list[float] = []
+            cpu_full = cpu_fast = 0.0
             for _ in range(refreshes):
-                t0 = time.perf_counter()
-                cols = fetch_columns(client)
-                refresh.append(time.perf_counter() - t0)
-            busy = time.perf_counter() - t_busy
-            prom_cpu = max(0.0, (_cpu_s(prom.proc.pid) - cpu0 - idle_rate * busy) / refreshes)
+                for kind in ("full", "fast"):
+                    cpu0, t0 = _cpu_s(prom.proc.pid), time.perf_counter()
+                    if kind == "full":
+                        cols = fetch_columns(client)
+                    else:
+                        poller.columns(client)
+                    took = time.perf_counter() - t0
+                    cpu = _cpu_s(prom.proc.pid) - cpu0 - idle_rate * took
+                    if kind == "full":
+                        refresh.append(took)
+                        cpu_full += cpu
+                    else:
+                        fast.append(took)
+                        cpu_fast += cpu
+            prom_cpu = max(0.0, cpu_full / refreshes)
             per_query: dict[str, list[float]] = {name: [] for name in QUERIES}
             for _ in range(max(3, refreshes // 4)):
                 for name, expr in QUERIES.items():
@@ -282,7 +300,11 @@ def measure(n: int, gpus: int, refreshes: int, interval: float, work: Path) -> d
         "trouble": [[r.host, r.engine, *r.trouble] for r in rows if r.trouble],
         "ttft_known": sum(1 for r in rows if r.ttft_p95_s is not None), "queries": len(QUERIES),
         "refresh_s": refresh, "refresh_p50_s": percentile(refresh, 50), "refresh_p95_s": percentile(refresh, 95),
-        "prometheus_cpu_per_refresh_s": prom_cpu, "prometheus_cpu_ingest_per_s": idle_rate,
+        "prometheus_cpu_per_refresh_s": prom_cpu, "fast_refresh_s": fast,
+        "fast_refresh_p50_s": percentile(fast, 50), "fast_refresh_p95_s": percentile(fast, 95),
+        "prometheus_cpu_per_fast_refresh_s": max(0.0, cpu_fast / refreshes),
+        "fast_queries": len(QUERIES) - len(SLOW_COLUMNS),
+        "slow_every_s": SLOW_EVERY_S, "prometheus_cpu_ingest_per_s": idle_rate,
         "query_median_s": med, "slowest_query": slowest, "slowest_query_s": med[slowest],
         "join_ms": statistics.median(joins) * 1000, "render_ms": statistics.median(renders) * 1000,
         "cli_json_s": statistics.median(w for w, _ in cli), "cli_json_rss_mb": max(r for _, r in cli),
@@ -315,6 +337,12 @@ def run(quick: bool, workdir: Path, *, instances: int | None = None, gpus: int =
             note=f"p50 {res['refresh_p50_s']:.3f} s over {reps} refreshes of {res['queries']} queries (6 at a time); "
                  f"{res['targets']:,} targets, {res['series']:,.0f} series, scraped every {interval:g} s; "
                  f"Prometheus RSS {res['prometheus_rss_mb'] or 0:.0f} MB; load {load0}"),
+        Row(name, "screen refresh p95 (FleetPoller)", res["fast_refresh_p95_s"], "s",
+            budget=f"< {REFRESH_BUDGET_S:g} s",
+            met=res["fast_refresh_p95_s"] < REFRESH_BUDGET_S,
+            note=f"p50 {res['fast_refresh_p50_s']:.3f} s: {res['fast_queries']} queries, the slow columns kept "
+                 f"(asked every {res['slow_every_s']:g} s); alternating with the full refreshes above; Prometheus CPU "
+                 f"{res['prometheus_cpu_per_fast_refresh_s']:.2f} s per refresh"),
         Row(name, "Prometheus CPU per refresh", res["prometheus_cpu_per_refresh_s"], "s",
             note=f"its CPU time during the refreshes less its ingest rate ({res['prometheus_cpu_ingest_per_s']:.2f} "
                  "CPU-s per s, measured over one scrape interval before): what one refresh costs the server, "
