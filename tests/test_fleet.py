@@ -342,9 +342,28 @@ def test_poller_asks_the_slow_columns_once_a_minute() -> None:
     now[0] += 5
     again = poller.fetch(client)
     assert sorted(client.asked) == sorted(e for k, e in QUERIES.items() if k not in SLOW_COLUMNS)
-    assert len(client.asked) <= len(QUERIES) - 7
+    assert len(client.asked) <= len(QUERIES) - 8
     assert again == first  # the slow columns kept: the same rows (engines, GPUs, XID, restarts)
     client.asked.clear()
     now[0] += 56
     poller.fetch(client)
     assert len(client.asked) == len(QUERIES)  # a minute on: all again
+
+
+def test_kv_pool_from_vllm_labels_and_sglang_gauge() -> None:
+    """vLLM says its pool in ``cache_config_info``'s labels, per DP engine (summed); SGLang as
+    ``max_total_num_tokens`` (already summed over DP ranks by the query); "None" labels skipped."""
+    a = {"job": "vllm", "instance": "10.0.0.1:8000"}
+    b = {"job": "sglang", "instance": "gpu-b.example:30000"}
+    c = {"job": "vllm", "instance": "10.0.0.3:8000"}
+    cols = {**_columns(), "kv_pool": [
+        S(1, **a, engine="0", num_gpu_blocks="20", block_size="128"),
+        S(1, **a, engine="1", num_gpu_blocks="30", block_size="128"),
+        S(384812, **b),
+        S(1, **c, engine="0", num_gpu_blocks="None", block_size="16"),
+    ]}
+    by = {r.host: r for r in build_rows(cols)}
+    assert by["10.0.0.1"].kv_pool_tokens == 50 * 128
+    assert by["gpu-b.example"].kv_pool_tokens == 384812
+    assert by["10.0.0.3"].kv_pool_tokens is None
+    assert build_rows(_columns())[0].to_json()["kv_pool_tokens"] is None

@@ -4,7 +4,7 @@ scrapes the tiny Llama's ``/metrics`` (vLLM 0.32.0's CPU build, a KV cache of 20
 ``--max-num-seqs 16``) and a simulated DCGM exporter of 8 GPUs on the same address. A bounded burst
 (32 completions of 160 + 800 tokens, loopback, as test_vllm_serving.py drives it: the pool holds about
 two, so ~20 s of queue) runs while ``kvtui fleet --json`` reads Prometheus: the instance is up,
-engine vllm, its model, KV usage and peak, running and queued — all from the engine's own metrics —
+engine vllm, its model, KV pool (2,560 tokens), usage and peak, running and queued — all from the engine's own metrics —
 and the 8 GPUs joined by its address. vLLM's ``/metrics`` carries no version (README "The fleet"):
 the row says "unknown", and Python's ``python_info{version=…}`` is not taken for it. The server's
 process group is ended after (``SIGKILL``)."""
@@ -128,6 +128,7 @@ def test_fleet_shows_the_real_server_serving_a_burst(served: Served) -> None:
     assert row["queued"] >= 1
     assert 0 < row["kv_usage"] <= 1
     assert row["kv_peak_1h"] >= row["kv_usage"]
+    assert row["kv_pool_tokens"] == 2560  # 20 blocks of 128 tokens, from vllm:cache_config_info
     assert row["preemptions_per_min"] is not None
     assert row["version"] == "unknown"  # no vLLM metric carries it; python_info's version is Python's
     assert row["gpus"] == 8  # the DCGM exporter on the same address
