@@ -315,3 +315,55 @@ def test_readme_fleet_section_is_true() -> None:
     assert f"$ kvtui fleet\n{header}\n" in section
     for col in SORT_COLUMNS:
         assert col in section.split("--sort COL", 1)[1].split("--filter TEXT", 1)[0]
+
+
+class _Counting(PromClient):
+    """A client answering from ``_columns()`` by query text, counting what it is asked."""
+
+    def __init__(self) -> None:
+        super().__init__(PrometheusConfig(url="http://127.0.0.1:1"))
+        self.asked: list[str] = []
+        self.by_expr = {expr: _columns().get(name, []) for name, expr in QUERIES.items()}
+
+    def query(self, expr: str, at: float | None = None) -> list[Sample]:
+        self.asked.append(expr)
+        return self.by_expr[expr]
+
+
+def test_poller_asks_the_slow_columns_once_a_minute() -> None:
+    from kvtui.fleet.rows import SLOW_COLUMNS, FleetPoller
+
+    now = [1000.0]
+    poller = FleetPoller(slow_every_s=60, clock=lambda: now[0])
+    client = _Counting()
+    first = poller.fetch(client)
+    assert sorted(client.asked) == sorted(QUERIES.values())  # everything, once
+    client.asked.clear()
+    now[0] += 5
+    again = poller.fetch(client)
+    assert sorted(client.asked) == sorted(e for k, e in QUERIES.items() if k not in SLOW_COLUMNS)
+    assert len(client.asked) <= len(QUERIES) - 8
+    assert again == first  # the slow columns kept: the same rows (engines, GPUs, XID, restarts)
+    client.asked.clear()
+    now[0] += 56
+    poller.fetch(client)
+    assert len(client.asked) == len(QUERIES)  # a minute on: all again
+
+
+def test_kv_pool_from_vllm_labels_and_sglang_gauge() -> None:
+    """vLLM says its pool in ``cache_config_info``'s labels, per DP engine (summed); SGLang as
+    ``max_total_num_tokens`` (already summed over DP ranks by the query); "None" labels skipped."""
+    a = {"job": "vllm", "instance": "10.0.0.1:8000"}
+    b = {"job": "sglang", "instance": "gpu-b.example:30000"}
+    c = {"job": "vllm", "instance": "10.0.0.3:8000"}
+    cols = {**_columns(), "kv_pool": [
+        S(1, **a, engine="0", num_gpu_blocks="20", block_size="128"),
+        S(1, **a, engine="1", num_gpu_blocks="30", block_size="128"),
+        S(384812, **b),
+        S(1, **c, engine="0", num_gpu_blocks="None", block_size="16"),
+    ]}
+    by = {r.host: r for r in build_rows(cols)}
+    assert by["10.0.0.1"].kv_pool_tokens == 50 * 128
+    assert by["gpu-b.example"].kv_pool_tokens == 384812
+    assert by["10.0.0.3"].kv_pool_tokens is None
+    assert build_rows(_columns())[0].to_json()["kv_pool_tokens"] is None

@@ -154,6 +154,10 @@ def test_fleet_json_finds_the_three_in_trouble_first(fleet: Fleet, capsys: pytes
     assert real["running"] == 5
     assert real["uptime_s"] > 0
     assert by[addr(DP2)]["running"] == 32
+    # the pool: vLLM's cache_config_info labels (20 blocks of 128; two engines of 12,000 x 16)
+    assert real["kv_pool_tokens"] == 2560
+    assert by[addr(DP2)]["kv_pool_tokens"] == 2 * 12000 * 16
+    assert sg["kv_pool_tokens"] is None  # this SGLang text has no max_total_num_tokens
     assert took < 30  # a handful of queries, not one per host
 
 

@@ -99,6 +99,25 @@ def test_prometheus_text_details() -> None:
     assert parse_labels('a="x\\\\y",b="1"') == {"a": "x\\y", "b": "1"}
 
 
+def test_exposition_text_the_hand_parser_misread() -> None:
+    """Read by prometheus_client's parser: an exemplar after the value (the hand-written regex took
+    the exemplar's value, 1, for the GPU's memory), spaces around the label braces (it dropped the
+    line), an escaped quote and a brace inside a label value, a timestamp, +Inf (left out, as NaN),
+    OpenMetrics' ``# EOF``; a line the parser refuses is left out and the rest still read."""
+    text = ('DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-a"} 5 # {trace_id="abc"} 1\n'
+            'DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-a"} 7 1733061600000\n'
+            'DCGM_FI_DEV_FB_USED { gpu = "1" , modelName = "H100 \\"x} 9\\"" } 20\n'
+            'DCGM_FI_DEV_FB_FREE{gpu="1"} 60\n'
+            'DCGM_FI_DEV_FB_USED{gpu="2"} +Inf\n'
+            'DCGM_FI_DEV_FB_FREE{gpu="2"} 5\n'
+            "# EOF\n")
+    r = parse_dcgm(text, 0.0)
+    assert [(s.index, s.used_mib, s.total_mib, s.name, s.uuid) for s in r.samples] == [
+        (0, 5.0, 12.0, "", "GPU-a"), (1, 20.0, 80.0, 'H100 "x} 9"', None)]
+    broken = text.replace("# EOF\n", "") + 'DCGM_FI_DEV_GPU_UTIL{gpu="0" 3\nnot a sample at all\n'
+    assert [(s.index, s.used_mib, s.util) for s in parse_dcgm(broken, 0.0).samples] == [(0, 5.0, None), (1, 20.0, None)]
+
+
 def test_service_url_and_its_proxy_path_argv() -> None:
     assert parse_service_url(URL) == ServiceUrl("http", "nvidia-dcgm-exporter", "gpu-operator", 9400, "/metrics")
     assert parse_service_url(URL).proxy_path() == PROXY

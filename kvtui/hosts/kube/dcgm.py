@@ -1,5 +1,6 @@
 """GPU memory from a DCGM exporter's Prometheus text (``dcgm-exporter``: the usual GPU metrics
-source in a cluster). Pure: the backend fetches the text through ``kubectl get --raw`` on the
+source in a cluster), read with ``prometheus_client``'s maintained text-format parser (as
+``kvtui.serving.prom`` reads the engines'). Pure: the backend fetches the text through ``kubectl get --raw`` on the
 service proxy (``kvtui.kube_ref.ServiceUrl``) and hands it here.
 
 The metrics read: ``DCGM_FI_DEV_FB_USED`` and ``DCGM_FI_DEV_FB_FREE`` (frame buffer, MiB; total =
@@ -19,13 +20,13 @@ answer is taken (``Reading.filtered`` False: the caller says so).
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from kvtui.gpu import GpuSample
 
-_LINE_RE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+-?\d+)?\s*$")
-_LABEL_RE = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _FIELDS = {
     "DCGM_FI_DEV_FB_USED": "used",
     "DCGM_FI_DEV_FB_FREE": "free",
@@ -33,23 +34,43 @@ _FIELDS = {
     "DCGM_FI_DEV_GPU_TEMP": "temp",
     "DCGM_FI_DEV_POWER_USAGE": "power",
 }
+# the most text read from one answer: 8 GPUs × dcgm-exporter's default counters is ~40 KiB
+MAX_TEXT_CHARS = 8 * 1024 * 1024
+
+Labelled = tuple[str, dict[str, str], float]  # (sample name, labels, value)
 
 
-def _unescape(value: str) -> str:
-    return value.replace("\\\\", "\x00").replace('\\"', '"').replace("\\n", "\n").replace("\x00", "\\")
+def _samples(text: str) -> Iterator[Labelled]:
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            yield s.name, s.labels, float(s.value)
+
+
+def read_samples(text: str) -> list[Labelled]:
+    """Every sample of an exposition text, read by ``prometheus_client``'s maintained parser (escaped
+    label values, timestamps, exemplars, NaN / ±Inf, ``# EOF``). A line that parser refuses is left
+    out and the others kept (the whole text is parsed at once; only a text with such a line is read
+    again line by line)."""
+    text = text[:MAX_TEXT_CHARS]
+    try:
+        return list(_samples(text))
+    except (ValueError, IndexError, KeyError, TypeError):  # the parser's errors on a malformed line
+        pass
+    out: list[Labelled] = []
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            out.extend(_samples(line + "\n"))
+        except (ValueError, IndexError, KeyError, TypeError):
+            continue
+    return out
 
 
 def parse_labels(text: str) -> dict[str, str]:
-    """``gpu="0",UUID="GPU-…"`` -> {"gpu": "0", "UUID": "GPU-…"} (escapes undone)."""
-    out: dict[str, str] = {}
-    pos = 0
-    while pos < len(text):
-        m = _LABEL_RE.match(text, pos)
-        if m is None:
-            break
-        out[m.group(1)] = _unescape(m.group(2))
-        pos = m.end()
-    return out
+    """``gpu="0",UUID="GPU-…"`` -> {"gpu": "0", "UUID": "GPU-…"} (escapes undone); {} when malformed."""
+    got = read_samples(f"x{{{text}}} 0\n")
+    return got[0][1] if got else {}
 
 
 @dataclass
@@ -78,24 +99,13 @@ def parse_dcgm(text: str, ts: float, *, namespace: str | None = None, pod: str |
     when the exporter maps GPUs to pods. A GPU without both FB_USED and FB_FREE is left out."""
     gpus: dict[int, _Gpu] = {}
     hosts: set[str] = set()
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE_RE.match(line)
-        if m is None or m.group("name") not in _FIELDS:
-            continue
-        labels = parse_labels(m.group("labels") or "")
-        if "GPU_I_ID" in labels or not labels.get("gpu", "").isdigit():
-            continue
-        try:
-            value = float(m.group("value"))
-        except ValueError:
+    for name, labels, value in read_samples(text):
+        if name not in _FIELDS or "GPU_I_ID" in labels or not labels.get("gpu", "").isdigit():
             continue
         if not math.isfinite(value):
             continue
         g = gpus.setdefault(int(labels["gpu"]), _Gpu(int(labels["gpu"])))
-        g.values[_FIELDS[m.group("name")]] = value
+        g.values[_FIELDS[name]] = value
         g.uuid = labels.get("UUID") or g.uuid
         g.model = labels.get("modelName") or g.model
         if labels.get("Hostname"):
