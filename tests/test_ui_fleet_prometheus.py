@@ -7,6 +7,7 @@ unreachable, answers 401 or times out: the banner, and no row shown as healthy."
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import socket
 import threading
@@ -124,6 +125,14 @@ async def test_trouble_first_sort_and_filter(fleet: Fleet) -> None:
         assert all(not r.trouble for r in rows[2:])
         text = screen_text(app)
         assert f"{fleet.prom.url} · {N} instances, 2 in trouble · read " in text
+        source = screen.source
+        assert isinstance(source, PromFleetSource)
+        before = source.poller._slow_at
+        assert before > 0  # the first read asked every column, the slow ones kept for a minute
+        again = await asyncio.to_thread(source.rows)
+        assert source.poller._slow_at == before  # a read within the minute asks only the fast columns
+        assert [r.instance for r in again[:2]] == [fleet.instance(DOWN), fleet.instance(PREEMPTING)]
+        assert {r.engine for r in again} == {"vllm", "sglang"}  # engines from the kept slow columns
         while screen.sort_key != "queued":
             await pilot.press("s")
         queued = [r.queued for r in screen.table.rows[2:]]
