@@ -21,15 +21,13 @@ wait with exit 5 once no node made progress for S seconds (each node's stall nam
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from kvtui import fmt
 from kvtui.boot import BootStatus
@@ -38,19 +36,13 @@ from kvtui.deployment_monitor import (
     DeploymentMonitor,
     DeploymentNode,
     NodeStalls,
-    node_monitor,
     probe_nodes,
-    unwritten,
 )
 from kvtui.engines.events import Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
-from kvtui.hosts.backend import BackendError, ConnState, LogStart
-from kvtui.monitor import MonitorOptions
+from kvtui.hosts.backend import ConnState
 from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, diagnose_hang
 from kvtui.updates import ConnUpdate, MonitorUpdate
-
-if TYPE_CHECKING:
-    from kvtui.config import Config, DeploymentConfig
 
 _FATAL = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 CLOSE_LIMIT = 1.5
@@ -68,6 +60,9 @@ class Result:
     message: str = ""
     hang: Hang | None = None
     snapshot: dict[str, Any] | None = None
+    # ``--serving``: after ready, the first serving sample's exit code and JSON (None: none came)
+    serving_code: int | None = None
+    serving: dict[str, object] | None = None
 
 
 @dataclass(slots=True)
@@ -236,6 +231,23 @@ class DeploymentWaiter:
             if self.clock() - last >= HEARTBEAT_S:
                 self._say(self.heartbeat_text())
 
+    # -- the wait's view (``kvtui.commands.wait.View``) -----------------------------------------
+
+    def beats(self) -> list[Coroutine[Any, Any, None]]:
+        return [self.heartbeat()]
+
+    def crashed(self, message: str) -> Result:
+        return Result(EXIT_INPUT, message=message)
+
+    async def timed_out(self, timeout: float) -> Result:
+        """``--timeout`` ran out: where each node is, and the hang diagnosis when a node trails."""
+        dep = self.merged()
+        hang = diagnose_hang(dep, datetime.now().astimezone(), 0.0, self._observed())
+        msg = f"timed out after {timeout:g} s: {self.heartbeat_text().split(': ', 1)[-1]}"
+        if hang is not None:
+            msg += f"\nkvtui wait: hang: {hang.summary}" + "".join(f"\n  - {c}" for c in hang.causes)
+        return Result(EXIT_TIMEOUT, dep if any(n.boot for n in dep.nodes) else None, msg, hang)
+
     def _say(self, text: str, elapsed: float | None = None) -> None:
         stamp = f"{fmt.stamp(elapsed)} " if elapsed is not None else ""
         print(f"{stamp}{text}", file=self.err, flush=True)
@@ -251,85 +263,3 @@ class DeploymentWaiter:
 def _clip(text: str, n: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
-
-
-async def wait_deployment(
-    args: argparse.Namespace, config: Config, dep_cfg: DeploymentConfig, *, stdout: TextIO, stderr: TextIO,
-    clock: Callable[[], float] | None = None, timer: Callable[[float], Awaitable[object]] | None = None,
-    began: float | None = None,
-) -> int:
-    """``began``: ``time.monotonic()`` when the wait began (``HostMonitor``'s)."""
-    from kvtui.commands.bootview import render_boot
-    from kvtui.commands.replay_nodes import render_deployment
-    from kvtui.hosts.factory import make_backend
-    from kvtui.spool import SpoolError
-
-    name: str = args.host
-    timeout: float = args.timeout
-    nodes: list[DeploymentNode] = []
-    try:
-        for node_name, host in config.node_hosts(name):
-            backend = make_backend(node_name, host, clock=clock)
-            monitor = node_monitor(node_name, backend, host, config.history,
-                                   MonitorOptions(start=LogStart.NEXT_BOOT if args.next else LogStart.CURRENT_BOOT,
-                                                  gpu_interval=5.0, log_window=1000, clock=clock or time.time,
-                                                  retry_start=False, began=began))
-            nodes.append(DeploymentNode(node_name, host, monitor))
-    except (BackendError, SpoolError) as exc:
-        print(f"kvtui wait: {name}: {exc}", file=stderr)
-        return EXIT_INPUT
-    loop = asyncio.get_running_loop()
-    dm = DeploymentMonitor(name, nodes, next_boot=bool(args.next), bound_s=dep_cfg.hang_seconds)
-    waiter = DeploymentWaiter(dm, stderr, t0=loop.time(), clock=loop.time)
-    waiter.done = loop.create_future()
-    waiter.now = clock or time.time
-    waiter.stall_notice_s = config.ui.stall_seconds
-    waiter.stall_timeout = getattr(args, "stall_timeout", None)
-    what = "the next boot" if args.next else "the current boot"
-    print(f"kvtui wait: {name} ({len(nodes)} nodes: {', '.join(n.name for n in nodes)}): following {what}",
-          file=stderr)
-    tasks = dm.start(waiter.on_updates)
-    expiry = asyncio.ensure_future((timer or asyncio.sleep)(timeout))
-    beat = asyncio.create_task(waiter.heartbeat())
-    try:
-        pending: set[asyncio.Future[Any]] = {waiter.done, expiry, *tasks}
-        done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        if waiter.done in done:
-            result = waiter.done.result()
-        elif expiry in done:
-            dep = waiter.merged()
-            hang = diagnose_hang(dep, datetime.now().astimezone(), 0.0, waiter._observed())
-            msg = f"timed out after {timeout:g} s: {waiter.heartbeat_text().split(': ', 1)[-1]}"
-            if hang is not None:
-                msg += f"\nkvtui wait: hang: {hang.summary}" + "".join(f"\n  - {c}" for c in hang.causes)
-            result = Result(EXIT_TIMEOUT, dep if any(n.boot for n in dep.nodes) else None, msg, hang)
-        else:
-            crashed = next(t for t in tasks if t in done)
-            node = nodes[tasks.index(crashed)]
-            crash = crashed.exception()
-            st = node.monitor.status
-            detail = str(crash) if crash is not None else (st.detail or st.state.value)
-            result = Result(EXIT_INPUT, message=f"{node.name}: cannot follow the host: {detail}")
-    finally:
-        beat.cancel()
-        expiry.cancel()
-        await dm.close()
-    for line in unwritten(nodes):
-        print(f"kvtui wait: {name}: note: {line}", file=stderr)
-    if result.code == EXIT_OK:
-        print(f"kvtui wait: {name}: ready on all {len(nodes)} nodes", file=stderr)
-    if result.message:
-        print(f"kvtui wait: {result.message}", file=stderr)
-    if result.hang is not None and result.code == EXIT_FAILED:
-        for c in result.hang.causes:
-            print(f"  - {c}", file=stderr)
-    if result.dep is not None:
-        if args.json:
-            json.dump(result.snapshot or result.dep.to_json(), stdout, indent=2, ensure_ascii=False)
-            stdout.write("\n")
-        else:
-            lines = render_deployment(result.dep, render_boot(result.dep.boot, 1, 1), 1, 1)
-            stdout.write("\n".join(lines) + "\n")
-        stdout.flush()
-    return result.code
-
