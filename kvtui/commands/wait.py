@@ -1,4 +1,10 @@
-"""``kvtui wait HOST [--timeout S] [--stall-timeout S] [--next] [--follow-restarts] [--json]``.
+"""``kvtui wait NAME [--timeout S] [--stall-timeout S] [--next] [--follow-restarts] [--json]``.
+
+One wait for a host and a ``[deployments.NAME]`` (issue 23): a host is a deployment of one node.
+The nodes' monitors are built once (``config.node_hosts``), run under a ``DeploymentMonitor`` and
+driven by one loop (``follow``); a ``View`` decides: ``Waiter`` below for a host (the node's own
+boots, as described here), ``kvtui.commands.wait_nodes.DeploymentWaiter`` for a deployment (the
+merged boot). The last lines and the boot on stdout: ``kvtui.commands.wait_report``.
 
 Follows the host's current boot (``--next``: the next one to start) until it is ready (exit 0)
 or fails (exit 1); ``--follow-restarts`` keeps waiting through automatic restarts until a boot is

@@ -1,4 +1,5 @@
-"""``kvtui wait NAME`` where NAME is a ``[deployments.NAME]``: one wait over all its nodes.
+"""The deployment's view of ``kvtui wait NAME`` (a ``[deployments.NAME]``): ``DeploymentWaiter``,
+which the one wait loop (``kvtui.commands.wait.follow``) feeds, as it feeds a host's ``Waiter``.
 
 Each node is followed by its own ``HostMonitor`` (its own connection, spool and tracker); after
 every batch the nodes' current boots are merged (``kvtui.nodes.merge_boots``) and the merged

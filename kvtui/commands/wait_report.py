@@ -15,6 +15,7 @@ from kvtui import fmt, longrun
 from kvtui.boot import Boot
 from kvtui.commands.bootview import render_boot
 from kvtui.commands.replay_nodes import render_deployment
+from kvtui.deployment_monitor import unwritten
 from kvtui.exits import EXIT_FAILED, EXIT_OK
 from kvtui.history import boot_doc
 from kvtui.history.diff import since_last_good
@@ -99,11 +100,8 @@ def report_deployment(result: Result, nodes: Sequence[DeploymentNode], args: arg
     or hang) and its merged boot; with ``--serving`` the JSON's ``serving`` is the first sample
     (``kvtui watch --json``'s object) and its exit code the wait's."""
     name: str = args.host
-    for n in nodes:
-        rec = n.monitor.history
-        note = rec.unwritten_note() if rec is not None else None
-        if note:
-            print(f"kvtui wait: {name}: note: {n.name}: {note}", file=stderr)
+    for line in unwritten(nodes):
+        print(f"kvtui wait: {name}: note: {line}", file=stderr)
     if result.code == EXIT_OK:
         print(f"kvtui wait: {name}: ready on all {len(nodes)} nodes", file=stderr)
     if result.message:
