@@ -50,7 +50,7 @@ from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
 from kvtui.boot.stall import Stall, StallDetector
 from kvtui.commands.wait_nodes import DeploymentWaiter, Result
-from kvtui.commands.wait_report import report_deployment, report_host
+from kvtui.commands.wait_report import clip, report_deployment, report_host
 from kvtui.commands.watch import first_deployment_sample, human_line, sample_json
 from kvtui.config import ConfigError, load_config
 from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from kvtui.nodes import DeploymentBoot
 
 _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
-CLOSE_LIMIT = 1.5  # seconds for closing the host, then as much for its streams to end, after the wait
+CLOSE_LIMIT = 1.5  # seconds for the history's last writes after the wait (its flush, its close)
 HARD_GRACE = 5.0  # the hard deadline: --timeout + this, when the event loop itself did not get there
 HEARTBEAT_S = fmt.HEARTBEAT_S  # a heartbeat line after this long without output
 # a new boot's "started" line waits at most this long (loop clock) for the boot's number in the
@@ -305,7 +305,7 @@ class Waiter:
             self.say(f"{self.label(index)} failed")
             return
         where = f" in {fmt.phase_label(f.phase)}" if f.phase is not None else ""
-        self.say(f"failed{where}: {f.kind.value}: {_clip(f.message, 300)}", self.elapsed(boot, boot.ended_at))
+        self.say(f"failed{where}: {f.kind.value}: {clip(f.message, 300)}", self.elapsed(boot, boot.ended_at))
         if f.hint:
             self.say(f"hint: {f.hint}")
 
@@ -411,11 +411,6 @@ def _where(boot: Boot) -> str:
     return boot.status.value + (f" in {fmt.phase_label(boot.phase)}" if boot.phase is not None else "")
 
 
-def _clip(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
 
 R = TypeVar("R")
 
@@ -469,7 +464,8 @@ async def follow(view: View[R], dm: DeploymentMonitor, timeout: float,
         for beat in beats:
             beat.cancel()
         expiry.cancel()
-        await asyncio.gather(*(_close_bounded(n.monitor, t) for n, t in zip(dm.nodes, tasks, strict=True)))
+        await dm.close()  # each node bounded (``deployment_monitor.CLOSE_LIMIT``): a host that does not close,
+        # a stream that ignores its cancellation must not hold the exit code back
     for n in dm.nodes:
         if n.monitor.history is not None:
             # the monitor's close may have run out of time while the history file was locked: the
@@ -654,19 +650,6 @@ async def _first_serving(outcome: Outcome, reader: ServingReader, args: argparse
     return Outcome(outcome.code, boot, outcome.index, outcome.message, snap)
 
 
-async def _close_bounded(monitor: HostMonitor, task: asyncio.Task[None]) -> None:
-    """Close the host and let the monitor end, each within ``CLOSE_LIMIT``: a host that does not
-    close or a stream that ignores its cancellation must not hold the exit code back."""
-    with contextlib.suppress(TimeoutError, Exception):
-        async with asyncio.timeout(CLOSE_LIMIT):
-            await monitor.close()
-    _, still = await asyncio.wait({task}, timeout=CLOSE_LIMIT)
-    if still:
-        task.cancel()
-        _, still = await asyncio.wait({task}, timeout=CLOSE_LIMIT)
-    if not still:
-        with contextlib.suppress(BaseException):
-            task.result()  # retrieved: a crash after the outcome was decided is not reported twice
 class _Overdue(SystemExit):
     """The hard deadline passed: the wait is ended from the SIGALRM handler. A ``SystemExit``, so
     that asyncio lets it out of the task that was running (a blocked, synchronous call) instead of

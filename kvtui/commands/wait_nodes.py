@@ -33,6 +33,7 @@ from typing import Any, TextIO
 from kvtui import fmt
 from kvtui.boot import BootStatus
 from kvtui.boot.stall import Stall
+from kvtui.commands.wait_report import clip
 from kvtui.deployment_monitor import (
     DeploymentMonitor,
     DeploymentNode,
@@ -46,7 +47,6 @@ from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, diagnos
 from kvtui.updates import ConnUpdate, MonitorUpdate
 
 _FATAL = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
-CLOSE_LIMIT = 1.5
 HEARTBEAT_S = fmt.HEARTBEAT_S
 HANG_CHECK_S = 1.0  # how often a quiet deployment is checked for a node that trails too long
 
@@ -155,7 +155,7 @@ class DeploymentWaiter:
         if status is BootStatus.FAILED:
             f = dep.boot.failure
             who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
-            what = f"{f.kind.value}: {_clip(f.message, 300)}" if f is not None else "failed"
+            what = f"{f.kind.value}: {clip(f.message, 300)}" if f is not None else "failed"
             where = f" in {fmt.phase_label(f.phase)}" if f is not None and f.phase is not None else ""
             self._finish(Result(EXIT_FAILED, dep, f"{self.name}: failed on {who}{where}: {what}"))
             return
@@ -259,8 +259,3 @@ class DeploymentWaiter:
             if result.dep is not None:
                 result.snapshot = result.dep.to_json()
             self.done.set_result(result)
-
-
-def _clip(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
