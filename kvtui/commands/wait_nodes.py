@@ -51,8 +51,6 @@ HEARTBEAT_S = fmt.HEARTBEAT_S
 HANG_CHECK_S = 1.0  # how often a quiet deployment is checked for a node that trails too long
 
 
-Node = DeploymentNode
-
 
 @dataclass(slots=True)
 class Result:
@@ -87,18 +85,6 @@ class DeploymentWaiter:
     stall_timeout: float | None = None
     now: Callable[[], float] = time.time
 
-    @property
-    def name(self) -> str:
-        return self.dm.name
-
-    @property
-    def nodes(self) -> list[DeploymentNode]:
-        return self.dm.nodes
-
-    @property
-    def bound_s(self) -> float:
-        return self.dm.bound_s
-
     def on_updates(self, node: DeploymentNode, updates: Sequence[MonitorUpdate], dep: DeploymentBoot | None) -> None:
         """The deployment monitor's sink."""
         if self.done is None or self.done.done():
@@ -109,15 +95,12 @@ class DeploymentWaiter:
                 msg = f"{node.name}: {st.state.value}: {st.detail or ''}".rstrip(": ")
                 self._finish(Result(EXIT_INPUT, message=msg))
                 return
-        self._feed_stall(node, updates)
+        self.stalls.feed(node.name, updates, self.now())
         if dep is not None:
             self.evaluate(dep)
         self.check_stall(dep)
 
     # -- stall ---------------------------------------------------------------------------------
-
-    def _feed_stall(self, node: DeploymentNode, updates: Sequence[MonitorUpdate]) -> None:
-        self.stalls.feed(node.name, updates, self.now())
 
     def node_stalls(self, dep: DeploymentBoot, threshold: float) -> list[tuple[NodeBoot, Stall | None]]:
         """Each node with its stall once ``threshold`` seconds passed without progress on it."""
@@ -128,7 +111,7 @@ class DeploymentWaiter:
         stalled) → exit 5, each node's stall named."""
         if self.stall_timeout is None or self.done is None or self.done.done():
             return
-        dep = dep or self.merged()
+        dep = dep or self.dm.merged()
         if dep.boot.status is not BootStatus.STARTING:
             return
         starting = [(nb, st) for nb, st in self.node_stalls(dep, self.stall_timeout)
@@ -137,16 +120,13 @@ class DeploymentWaiter:
             return
         said = "; ".join(f"{nb.label()}: {st.text()}" for nb, st in starting if st is not None)
         quiet = min(st.seconds for _, st in starting if st is not None)
-        self._finish(Result(EXIT_TIMEOUT, dep, f"{self.name}: no progress on any node for {fmt.duration(quiet)} "
+        self._finish(Result(EXIT_TIMEOUT, dep, f"{self.dm.name}: no progress on any node for {fmt.duration(quiet)} "
                                                f"(--stall-timeout {self.stall_timeout:g} s): {said}"))
-
-    def merged(self) -> DeploymentBoot:
-        return self.dm.merged()
 
     def evaluate(self, dep: DeploymentBoot | None = None) -> None:
         if self.done is None or self.done.done():
             return
-        dep = self.dep = dep or self.merged()
+        dep = self.dep = dep or self.dm.merged()
         self._progress(dep)
         status = dep.boot.status
         if status is BootStatus.READY:
@@ -157,27 +137,24 @@ class DeploymentWaiter:
             who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
             what = f"{f.kind.value}: {clip(f.message, 300)}" if f is not None else "failed"
             where = f" in {fmt.phase_label(f.phase)}" if f is not None and f.phase is not None else ""
-            self._finish(Result(EXIT_FAILED, dep, f"{self.name}: failed on {who}{where}: {what}"))
+            self._finish(Result(EXIT_FAILED, dep, f"{self.dm.name}: failed on {who}{where}: {what}"))
             return
         self.check_hang(dep)
 
     def check_hang(self, dep: DeploymentBoot | None = None) -> None:
-        dep = dep or self.merged()
-        hang = diagnose_hang(dep, datetime.now().astimezone(), self.bound_s, self._observed())
+        dep = dep or self.dm.merged()
+        hang = diagnose_hang(dep, datetime.now().astimezone(), self.dm.bound_s, self.dm.observed())
         if hang is not None and not self.probing:
             self.probing = True
             asyncio.get_running_loop().create_task(self._probe_and_decide(dep))
 
-    def _observed(self, extra: dict[int, NodeObservation] | None = None) -> dict[int, NodeObservation]:
-        return self.dm.observed(extra)
-
     async def _probe_and_decide(self, dep: DeploymentBoot) -> None:
         try:
-            probed = await probe_nodes(self.nodes, dep)
+            probed = await probe_nodes(self.dm.nodes, dep)
             if self.done is None or self.done.done():
                 return
-            dep = self.dep = self.merged()
-            hang = diagnose_hang(dep, datetime.now().astimezone(), self.bound_s, self._observed(probed))
+            dep = self.dep = self.dm.merged()
+            hang = diagnose_hang(dep, datetime.now().astimezone(), self.dm.bound_s, self.dm.observed(probed))
             if hang is None:
                 return
             text = "\n".join(hang.lines())
@@ -185,7 +162,7 @@ class DeploymentWaiter:
             stopped = any(dep.node(r).boot is not None and dep.node(r).boot.status is BootStatus.STOPPED  # type: ignore[union-attr]
                           for r in hang.lagging)
             if dead or stopped:
-                self._finish(Result(EXIT_FAILED, dep, f"{self.name}: hung: {hang.summary}", hang))
+                self._finish(Result(EXIT_FAILED, dep, f"{self.dm.name}: hung: {hang.summary}", hang))
                 return
             said = re.sub(r"\d+(\.\d+)?", "#", text)  # the same diagnosis with its clocks moved on is not news
             if said != self.hang_said:
@@ -209,7 +186,7 @@ class DeploymentWaiter:
 
     def heartbeat_text(self) -> str:
         waited = fmt.duration(self.clock() - self.t0)
-        dep = self.dep or self.merged()
+        dep = self.dep or self.dm.merged()
         parts = []
         notice = self.stall_notice_s if self.stall_timeout is None else min(self.stall_notice_s, self.stall_timeout)
         for n, stall in self.node_stalls(dep, notice):
@@ -242,8 +219,8 @@ class DeploymentWaiter:
 
     async def timed_out(self, timeout: float) -> Result:
         """``--timeout`` ran out: where each node is, and the hang diagnosis when a node trails."""
-        dep = self.merged()
-        hang = diagnose_hang(dep, datetime.now().astimezone(), 0.0, self._observed())
+        dep = self.dm.merged()
+        hang = diagnose_hang(dep, datetime.now().astimezone(), 0.0, self.dm.observed())
         msg = f"timed out after {timeout:g} s: {self.heartbeat_text().split(': ', 1)[-1]}"
         if hang is not None:
             msg += f"\nkvtui wait: hang: {hang.summary}" + "".join(f"\n  - {c}" for c in hang.causes)
