@@ -1,7 +1,7 @@
 """``DeploymentMonitor``: one ``HostMonitor`` per node of a ``[deployments.NAME]`` and the merged boot
 (``kvtui.nodes.merge_boots``) published after every batch that changed a node's log or boot.
 
-The monitor layer's piece for deployments (issue 15): ``kvtui wait NAME`` (``commands/wait_nodes``)
+The monitor layer's piece for deployments (issue 15): ``kvtui wait NAME`` (``commands/wait``)
 and the console's deployment pane both read a deployment through it. It owns the node monitors
 (``start`` runs them, ``close`` ends them), remembers per node when its last line arrived and its
 connection state, and answers the hang diagnosis (``kvtui.nodes.diagnose_hang``) from what it saw.

@@ -1,4 +1,10 @@
-"""``kvtui wait HOST [--timeout S] [--stall-timeout S] [--next] [--follow-restarts] [--json]``.
+"""``kvtui wait NAME [--timeout S] [--stall-timeout S] [--next] [--follow-restarts] [--json]``.
+
+One wait for a host and a ``[deployments.NAME]`` (issue 23): a host is a deployment of one node.
+The nodes' monitors are built once (``config.node_hosts``), run under a ``DeploymentMonitor`` and
+driven by one loop (``follow``); a ``View`` decides: ``Waiter`` below for a host (the node's own
+boots, as described here), ``kvtui.commands.wait_nodes.DeploymentWaiter`` for a deployment (the
+merged boot). The last lines and the boot on stdout: ``kvtui.commands.wait_report``.
 
 Follows the host's current boot (``--next``: the next one to start) until it is ready (exit 0)
 or fails (exit 1); ``--follow-restarts`` keeps waiting through automatic restarts until a boot is
@@ -31,32 +37,43 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, TextIO
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeVar
 
-from kvtui import fmt, longrun
+from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
 from kvtui.boot.stall import Stall, StallDetector
+from kvtui.commands.wait_nodes import DeploymentWaiter, Result
+from kvtui.commands.wait_report import clip, report_deployment, report_host
+from kvtui.commands.watch import first_deployment_sample, human_line, sample_json
+from kvtui.config import ConfigError, load_config
+from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
 from kvtui.engines.events import Model, Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
+from kvtui.history import eta, recorder_for
+from kvtui.history.eta import past_boots
 from kvtui.history.recorder import recordable
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
+from kvtui.hosts.factory import make_backend
+from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, can_probe, mark_not_serving, probe, served_model
 from kvtui.monitor import HostMonitor, MonitorOptions
+from kvtui.serving_live import DeploymentServingReader, ServingReader, first_reading
+from kvtui.spool import SpoolError
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
 
 if TYPE_CHECKING:
+    from kvtui.config import HostConfig
     from kvtui.history.doc import BootDoc
-    from kvtui.serving_live import ServingReader
+    from kvtui.nodes import DeploymentBoot
 
 _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
-CLOSE_LIMIT = 1.5  # seconds for closing the host, then as much for its streams to end, after the wait
+CLOSE_LIMIT = 1.5  # seconds for the history's last writes after the wait (its flush, its close)
 HARD_GRACE = 5.0  # the hard deadline: --timeout + this, when the event loop itself did not get there
 HEARTBEAT_S = fmt.HEARTBEAT_S  # a heartbeat line after this long without output
 # a new boot's "started" line waits at most this long (loop clock) for the boot's number in the
@@ -135,7 +152,7 @@ class Waiter:
             return
         self.notes_said = m.notes_seen
         for note in list(m.notes)[-new:]:
-            self._say(f"note: {note}")
+            self.say(f"note: {note}")
 
     # -- stall -------------------------------------------------------------------------------
 
@@ -183,9 +200,9 @@ class Waiter:
             return
         if st.state is ConnState.RECONNECTING and prev is not None and prev.state is ConnState.CONNECTED:
             retry = f", retrying in {st.retry_in:.0f} s" if st.retry_in else ""
-            self._say(f"connection lost{retry}: {st.detail}" if st.detail else f"connection lost{retry}")
+            self.say(f"connection lost{retry}: {st.detail}" if st.detail else f"connection lost{retry}")
         elif st.state is ConnState.CONNECTED and prev is not None and prev.state is ConnState.RECONNECTING:
-            self._say("reconnected")
+            self.say("reconnected")
 
     # -- boots -------------------------------------------------------------------------------
 
@@ -226,11 +243,11 @@ class Waiter:
                     return
                 if i not in self.noted_end:
                     self.noted_end.add(i)
-                    self._say_failure(i, boot)
-                    self._say("waiting for an automatic restart (--follow-restarts)")
+                    self.say_failure(i, boot)
+                    self.say("waiting for an automatic restart (--follow-restarts)")
             elif boot.status is BootStatus.STOPPED and i not in self.noted_end:
                 self.noted_end.add(i)
-                self._say(f"{self.label(i)} stopped before it was ready; waiting for the next boot")
+                self.say(f"{self.label(i)} stopped before it was ready; waiting for the next boot")
 
     def _announced(self, index: int) -> bool:
         """Whether boot ``index`` gets a "started" line (a boot after the first one followed)."""
@@ -259,7 +276,7 @@ class Waiter:
         if self.done is not None and not self.done.done():
             self._boots()
 
-    def _elapsed(self, boot: Boot, at: datetime | None) -> float:
+    def elapsed(self, boot: Boot, at: datetime | None) -> float:
         """Seconds from the boot's start to ``at`` (else since the wait began)."""
         start = boot.started_at
         if start is not None and at is not None:
@@ -276,21 +293,21 @@ class Waiter:
             self.first_seen.pop(index, None)
             if self._announced(index):
                 when = f" at {boot.started_at:%H:%M:%S}" if boot.started_at is not None else ""
-                self._say(f"{self.label(index)} started{when}")
+                self.say(f"{self.label(index)} started{when}")
         for span in boot.phases[done:]:
             name = fmt.phase_label(span.name) + (" (draft)" if span.model is Model.DRAFT else "")
-            self._say(name, self._elapsed(boot, span.start))
+            self.say(name, self.elapsed(boot, span.start))
         self.printed[index] = len(boot.phases)
 
-    def _say_failure(self, index: int, boot: Boot) -> None:
+    def say_failure(self, index: int, boot: Boot) -> None:
         f = boot.failure
         if f is None:
-            self._say(f"{self.label(index)} failed")
+            self.say(f"{self.label(index)} failed")
             return
         where = f" in {fmt.phase_label(f.phase)}" if f.phase is not None else ""
-        self._say(f"failed{where}: {f.kind.value}: {_clip(f.message, 300)}", self._elapsed(boot, boot.ended_at))
+        self.say(f"failed{where}: {f.kind.value}: {clip(f.message, 300)}", self.elapsed(boot, boot.ended_at))
         if f.hint:
-            self._say(f"hint: {f.hint}")
+            self.say(f"hint: {f.hint}")
 
     # -- output --------------------------------------------------------------------------------
 
@@ -299,7 +316,7 @@ class Waiter:
         log`` (``kvtui.history.ident``)."""
         return self.monitor.boot_label(index)
 
-    def _say(self, text: str, elapsed: float | None = None) -> None:
+    def say(self, text: str, elapsed: float | None = None) -> None:
         stamp = f"{fmt.stamp(elapsed)} " if elapsed is not None else ""
         print(f"{stamp}{text}", file=self.err, flush=True)
         self.last_out = self.clock()
@@ -331,10 +348,6 @@ class Waiter:
 
     def eta_text(self, boot: Boot) -> str:
         """The boot's ETA from the host's history (``kvtui.history.eta``), or why there is none."""
-        from datetime import UTC
-
-        from kvtui.history import eta
-
         now = datetime.fromtimestamp(self.now(), tz=UTC)
         return eta.estimate(boot, self.history, now, host=self.monitor.name).text()
 
@@ -348,7 +361,40 @@ class Waiter:
                 continue
             if self.done is not None and self.done.done():
                 return
-            self._say(self.heartbeat_text())
+            self.say(self.heartbeat_text())
+
+    # -- the wait's view (``View``) ---------------------------------------------------------------
+
+    def on_updates(self, node: DeploymentNode, updates: Sequence[MonitorUpdate], dep: DeploymentBoot | None) -> None:
+        """The sink of the one node's monitor (through ``DeploymentMonitor``): its own updates."""
+        self(updates)
+
+    def beats(self) -> list[Coroutine[Any, Any, None]]:
+        """The heartbeat, and with ``--stall-timeout`` the look at a silent log's stall."""
+        beats = [self.heartbeat(HEARTBEAT_S)]
+        if self.stall_timeout is not None:
+            beats.append(self.watch_stall())
+        return beats
+
+    def crashed(self, message: str) -> Outcome:
+        return Outcome(EXIT_INPUT, message=message)
+
+    async def timed_out(self, timeout: float) -> Outcome:
+        """``--timeout`` ran out: the followed boot, where it is (``--next`` with no new boot: so)."""
+        monitor = self.monitor
+        if self.next_boot and self.following is None:
+            # the running server's lines are not the next boot: say that none started
+            running = " (the running server went on; nothing restarted it)" if monitor.tracker.boots else ""
+            return Outcome(EXIT_TIMEOUT, message=f"timed out after {timeout:g} s: no new boot started{running}")
+        if monitor.history is not None:  # the boot's number (its first write may be under way): bounded
+            await asyncio.to_thread(monitor.history.flush, CLOSE_LIMIT)
+        boots = monitor.tracker.boots
+        idx = self.following if self.following is not None else (len(boots) - 1 if boots else None)
+        boot = boots[idx] if idx is not None and boots else None
+        seen = "no boot seen"
+        if boot is not None and idx is not None:
+            seen = f"{self.label(idx)} still {_where(boot)}"
+        return Outcome(EXIT_TIMEOUT, boot, idx, f"timed out after {timeout:g} s: {seen}")
 
     def _finish(self, outcome: Outcome) -> None:
         if self.done is not None and not self.done.done():
@@ -365,18 +411,67 @@ def _where(boot: Boot) -> str:
     return boot.status.value + (f" in {fmt.phase_label(boot.phase)}" if boot.phase is not None else "")
 
 
-def _clip(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
+
+R = TypeVar("R")
 
 
-def _summary(boot: Boot, index: int, total: int, number: int | None, host: str) -> str:
-    """The boot in full, named ``Boot #13 of HOST`` (as ``kvtui history show``), else by its
-    place in the log read (``Boot 2 of 3 in this log``)."""
-    from kvtui.commands.bootview import render_boot
+class View(Protocol[R]):
+    """What decides a wait and says its progress: ``Waiter`` (a host: the node's own boots) or
+    ``kvtui.commands.wait_nodes.DeploymentWaiter`` (a deployment: the nodes' merged boot). The one
+    loop (``follow``) feeds it the deployment monitor's updates and sets ``done`` for it."""
 
-    title = f"Boot #{number} of {host}" if number is not None else f"Boot {index + 1} of {total} in this log"
-    return "\n".join(render_boot(boot, index + 1, total, title=title)) + "\n"
+    done: asyncio.Future[R] | None
+
+    def on_updates(self, node: DeploymentNode, updates: Sequence[MonitorUpdate],
+                   dep: DeploymentBoot | None) -> None: ...
+
+    def beats(self) -> list[Coroutine[Any, Any, None]]: ...
+
+    def crashed(self, message: str) -> R: ...
+
+    async def timed_out(self, timeout: float) -> R: ...
+
+
+async def follow(view: View[R], dm: DeploymentMonitor, timeout: float,
+                 timer: Callable[[float], Awaitable[object]] | None,
+                 ready: Callable[[R, list[asyncio.Task[None]]], Awaitable[R]]) -> R:
+    """The one wait, for a host (a deployment of one node) and a deployment: run the nodes'
+    monitors into ``view`` until it decides, ``--timeout`` runs out (``timer``) or a node's monitor
+    ends; then ``ready`` (the proof of a ready boot, while the monitors still run: the probe, the
+    first serving sample); then every node is closed, bounded, and its history closed."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[R] = loop.create_future()
+    view.done = done
+    tasks = dm.start(view.on_updates)
+    expiry = asyncio.ensure_future((timer or asyncio.sleep)(timeout))
+    beats = [asyncio.create_task(b) for b in view.beats()]
+    try:
+        pending: set[asyncio.Future[Any]] = {done, expiry, *tasks}
+        finished, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        crashed = next((t for t in tasks if t in finished), None)
+        if done in finished:
+            result = done.result()
+        elif crashed is not None:
+            node = dm.nodes[tasks.index(crashed)]
+            crash = crashed.exception()
+            st = node.monitor.status
+            detail = str(crash) if crash is not None else (st.detail or st.state.value)
+            result = view.crashed(f"{node.name}: cannot follow the host: {detail}")
+        else:
+            result = await view.timed_out(timeout)
+        result = await ready(result, tasks)
+    finally:
+        for beat in beats:
+            beat.cancel()
+        expiry.cancel()
+        await dm.close()  # each node bounded (``deployment_monitor.CLOSE_LIMIT``): a host that does not close,
+        # a stream that ignores its cancellation must not hold the exit code back
+    for n in dm.nodes:
+        if n.monitor.history is not None:
+            # the monitor's close may have run out of time while the history file was locked: the
+            # recorder's own close ends its tries (bounded) and says how many boots it could not write
+            await asyncio.to_thread(n.monitor.history.close, CLOSE_LIMIT)
+    return result
 
 
 async def wait_for_boot(
@@ -389,11 +484,6 @@ async def wait_for_boot(
 ) -> int:
     """The wait. ``clock``: the hosts' time (the demo host's, the monitor's); ``timer``: what
     ``--timeout`` waits on (default ``asyncio.sleep``; tests pass an event to time out on cue)."""
-    from kvtui.config import ConfigError, load_config
-    from kvtui.history import recorder_for
-    from kvtui.hosts.factory import make_backend
-    from kvtui.spool import SpoolError
-
     began = time.monotonic()  # --next: a server started from now on is the next boot, however slow the host
     timeout: float = args.timeout
     if not timeout > 0:
@@ -404,117 +494,111 @@ async def wait_for_boot(
         print(f"kvtui wait: --stall-timeout must be a positive number of seconds, got {stall_timeout:g}",
               file=stderr)
         return EXIT_USAGE
+    name: str = args.host
     try:
         config = load_config(getattr(args, "hosts", None))
-        dep = config.deployment(args.host)
-        if dep is not None:  # a [deployments.NAME]: one wait over its nodes
-            if getattr(args, "serving", False):  # then a first sample of node 0's server (kvtui watch NAME's)
-                from kvtui.commands.watch import wait_deployment_serving
-
-                return await wait_deployment_serving(args, config, dep, stdout=stdout, stderr=stderr, clock=clock,
-                                                     timer=timer, began=began)
-            from kvtui.commands.wait_nodes import wait_deployment
-
-            return await wait_deployment(args, config, dep, stdout=stdout, stderr=stderr, clock=clock, timer=timer,
-                                         began=began)
-        host = config.host(args.host)
+        dep_cfg = config.deployment(name)
+        node_hosts = config.node_hosts(name)  # a host: [(name, host)], a deployment of one node
     except ConfigError as exc:
         print(f"kvtui wait: {exc}", file=stderr)
         return EXIT_INPUT
+    options = MonitorOptions(
+        start=LogStart.NEXT_BOOT if args.next else LogStart.CURRENT_BOOT,
+        gpu_interval=5.0,  # the wait does not look at GPUs; keep the host quiet
+        log_window=1000,
+        clock=clock or time.time,
+        retry_start=False,  # an unreachable host is exit 3 at once; later drops are waited out
+        began=began,
+    )
+    nodes: list[DeploymentNode] = []
     try:
-        backend = make_backend(args.host, host, clock=clock)
-        monitor = HostMonitor(
-            args.host,
-            backend,
-            host=host,
-            history=recorder_for(args.host, config.history),
-            options=MonitorOptions(
-                start=LogStart.NEXT_BOOT if args.next else LogStart.CURRENT_BOOT,
-                gpu_interval=5.0,  # the wait does not look at GPUs; keep the host quiet
-                log_window=1000,
-                clock=clock or time.time,
-                retry_start=False,  # an unreachable host is exit 3 at once; later drops are waited out
-                began=began,
-            ),
-        )
+        for node_name, host in node_hosts:
+            backend = make_backend(node_name, host, clock=clock)
+            monitor = HostMonitor(node_name, backend, host=host, history=recorder_for(node_name, config.history),
+                                  options=options)
+            nodes.append(DeploymentNode(node_name, host, monitor))
     except (BackendError, SpoolError) as exc:
-        print(f"kvtui wait: {args.host}: {exc}", file=stderr)
+        print(f"kvtui wait: {name}: {exc}", file=stderr)
         return EXIT_INPUT
+    if dep_cfg is None:
+        dm = DeploymentMonitor(name, nodes, next_boot=bool(args.next))
+        return await _wait_host(args, config.ui.stall_seconds, dm, stdout=stdout, stderr=stderr, clock=clock,
+                                timer=timer)
+    dm = DeploymentMonitor(name, nodes, next_boot=bool(args.next), bound_s=dep_cfg.hang_seconds)
+    return await _wait_deployment(args, config.ui.stall_seconds, dm, stdout=stdout, stderr=stderr, clock=clock,
+                                  timer=timer)
+
+
+async def _wait_host(args: argparse.Namespace, stall_notice_s: float, dm: DeploymentMonitor, *, stdout: TextIO,
+                     stderr: TextIO, clock: Callable[[], float] | None,
+                     timer: Callable[[float], Awaitable[object]] | None) -> int:
+    """A host: its one node's boots decide (``Waiter``), numbered by the history; ready is proved
+    by the probe, and with ``--serving`` by a first serving sample."""
+    node = dm.nodes[0]
+    monitor, host = node.monitor, node.host
     serving = None
     if getattr(args, "serving", False):  # before the monitor runs: the log fallback sees the boot's lines
-        from kvtui.serving_live import ServingReader
-
         serving = ServingReader(monitor, clock or time.time)
     loop = asyncio.get_running_loop()
-    waiter = Waiter(
-        monitor, stderr, next_boot=bool(args.next), follow_restarts=bool(args.follow_restarts), t0=loop.time(),
-        clock=loop.time,
-    )
-    waiter.done = loop.create_future()
+    waiter = Waiter(monitor, stderr, next_boot=bool(args.next), follow_restarts=bool(args.follow_restarts),
+                    t0=loop.time(), clock=loop.time)
     waiter.now = clock or time.time
-    waiter.stall_notice_s = config.ui.stall_seconds
-    waiter.stall_timeout = stall_timeout
-    from kvtui.history.eta import past_boots
-
+    waiter.stall_notice_s = stall_notice_s
+    waiter.stall_timeout = getattr(args, "stall_timeout", None)
     waiter.history = await asyncio.to_thread(past_boots, args.host)
     what = "the next boot" if args.next else "the current boot"
     print(f"kvtui wait: {args.host} ({host.source_label or host.kind}): following {what}", file=stderr)
-    task = asyncio.create_task(monitor.run(waiter))
-    expiry = asyncio.ensure_future((timer or asyncio.sleep)(timeout))
-    beat = asyncio.create_task(waiter.heartbeat(HEARTBEAT_S))
-    watch = asyncio.create_task(waiter.watch_stall()) if stall_timeout is not None else None
-    try:
-        pending: set[asyncio.Future[Any]] = {waiter.done, task, expiry}
-        done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        if waiter.done in done:
-            outcome = waiter.done.result()
-        elif task in done:
-            crash = task.exception()
-            st = monitor.status
-            detail = str(crash) if crash is not None else (st.detail or st.state.value)
-            outcome = Outcome(EXIT_INPUT, message=f"{args.host}: cannot follow the host: {detail}")
-        elif args.next and waiter.following is None:
-            # the running server's lines are not the next boot: say that none started
-            running = " (the running server went on; nothing restarted it)" if monitor.tracker.boots else ""
-            outcome = Outcome(EXIT_TIMEOUT, message=f"timed out after {timeout:g} s: no new boot started{running}")
-        else:
-            if monitor.history is not None:  # the boot's number (its first write may be under way): bounded
-                await asyncio.to_thread(monitor.history.flush, CLOSE_LIMIT)
-            boots = monitor.tracker.boots
-            idx = waiter.following if waiter.following is not None else (len(boots) - 1 if boots else None)
-            boot = boots[idx] if idx is not None and boots else None
-            seen = "no boot seen"
-            if boot is not None and idx is not None:
-                seen = f"{waiter.label(idx)} still {_where(boot)}"
-            outcome = Outcome(EXIT_TIMEOUT, boot, idx, f"timed out after {timeout:g} s: {seen}")
+
+    async def ready(outcome: Outcome, tasks: list[asyncio.Task[None]]) -> Outcome:
         if outcome.code == EXIT_OK and outcome.boot is not None:
-            outcome = await _probe_ready(outcome, monitor, host, args, stderr,
-                                         timeout - (loop.time() - waiter.t0))
+            outcome = await _probe_ready(outcome, monitor, host, args, stderr, args.timeout - (loop.time() - waiter.t0))
         if outcome.code == EXIT_OK and outcome.boot is not None and serving is not None:
-            outcome = await _first_serving(outcome, serving, args, stderr, timeout - (loop.time() - waiter.t0))
-    finally:
-        beat.cancel()
-        if watch is not None:
-            watch.cancel()
-        expiry.cancel()
-        await _close_bounded(monitor, task)
-    if monitor.history is not None:
-        # the monitor's close may have run out of time while the history file was locked: the
-        # recorder's own close ends its tries (bounded) and says how many boots it could not write
-        await asyncio.to_thread(monitor.history.close, CLOSE_LIMIT)
-        note = monitor.history.unwritten_note()
-        if note:
-            print(f"kvtui wait: {args.host}: note: {note}", file=stderr)
-    return _report(outcome, monitor, args, stdout, stderr, waiter)
+            outcome = await _first_serving(outcome, serving, args, stderr, args.timeout - (loop.time() - waiter.t0))
+        return outcome
+
+    outcome = await follow(waiter, dm, args.timeout, timer, ready)
+    note = monitor.history.unwritten_note() if monitor.history is not None else None
+    if note:
+        print(f"kvtui wait: {args.host}: note: {note}", file=stderr)
+    return report_host(outcome, monitor, args, stdout, stderr, waiter)
 
 
-async def _probe_ready(outcome: Outcome, monitor: HostMonitor, host: Any, args: argparse.Namespace,
+async def _wait_deployment(args: argparse.Namespace, stall_notice_s: float, dm: DeploymentMonitor, *,
+                           stdout: TextIO, stderr: TextIO, clock: Callable[[], float] | None,
+                           timer: Callable[[float], Awaitable[object]] | None) -> int:
+    """A ``[deployments.NAME]``: the nodes' merged boot decides (``DeploymentWaiter``); with
+    ``--serving`` a first serving sample through the same node monitors."""
+    name: str = args.host
+    now = clock or time.time
+    # before the monitors run: the log fallback sees the boots' lines
+    serving = DeploymentServingReader(dm, now) if getattr(args, "serving", False) else None
+    loop = asyncio.get_running_loop()
+    waiter = DeploymentWaiter(dm, stderr, t0=loop.time(), clock=loop.time)
+    waiter.now = now
+    waiter.stall_notice_s = stall_notice_s
+    waiter.stall_timeout = getattr(args, "stall_timeout", None)
+    what = "the next boot" if args.next else "the current boot"
+    print(f"kvtui wait: {name} ({len(dm.nodes)} nodes: {', '.join(n.name for n in dm.nodes)}): following {what}",
+          file=stderr)
+
+    async def ready(result: Result, tasks: list[asyncio.Task[None]]) -> Result:
+        if result.code != EXIT_OK or serving is None:
+            return result
+        left = max(1.0, float(args.timeout) - (loop.time() - waiter.t0))
+        print(f"kvtui wait: {name}: reading a first serving sample", file=stderr, flush=True)
+        by_name = [(n.name, t) for n, t in zip(dm.nodes, tasks, strict=True)]
+        result.serving_code, result.serving = await first_deployment_sample(name, serving, by_name, left, stderr, now)
+        return result
+
+    result = await follow(waiter, dm, args.timeout, timer, ready)
+    return report_deployment(result, dm.nodes, args, stdout, stderr)
+
+
+async def _probe_ready(outcome: Outcome, monitor: HostMonitor, host: HostConfig, args: argparse.Namespace,
                        stderr: TextIO, left: float) -> Outcome:
     """Prove "ready" with a real request (``kvtui.hosts.probe``): on by default when the boot's
     arguments name its port (``--no-probe`` or ``probe = false`` turn it off); a boot that does
     not answer a 1-token request within the time left is failed, kind ``not_serving``."""
-    from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, can_probe, mark_not_serving, probe, served_model
-
     boot = outcome.boot
     assert boot is not None
     wanted = getattr(args, "probe", None)
@@ -548,9 +632,6 @@ async def _first_serving(outcome: Outcome, reader: ServingReader, args: argparse
                          left: float) -> Outcome:
     """``--serving``: after ready, a first serving sample (``kvtui.commands.watch``), on stderr and
     as the JSON's ``serving`` (``kvtui watch --json``'s object); none within the time left: exit 5."""
-    from kvtui.commands.watch import human_line, sample_json
-    from kvtui.serving_live import first_reading
-
     boot = outcome.boot
     assert boot is not None
     print(f"kvtui wait: {args.host}: reading a first serving sample", file=stderr, flush=True)
@@ -567,21 +648,6 @@ async def _first_serving(outcome: Outcome, reader: ServingReader, args: argparse
     print(f"kvtui wait: {args.host}: serving: {human_line(r, now)}", file=stderr, flush=True)
     snap["serving"] = sample_json(r, args.host, now, reader.metrics_error)
     return Outcome(outcome.code, boot, outcome.index, outcome.message, snap)
-
-
-async def _close_bounded(monitor: HostMonitor, task: asyncio.Task[None]) -> None:
-    """Close the host and let the monitor end, each within ``CLOSE_LIMIT``: a host that does not
-    close or a stream that ignores its cancellation must not hold the exit code back."""
-    with contextlib.suppress(TimeoutError, Exception):
-        async with asyncio.timeout(CLOSE_LIMIT):
-            await monitor.close()
-    _, still = await asyncio.wait({task}, timeout=CLOSE_LIMIT)
-    if still:
-        task.cancel()
-        _, still = await asyncio.wait({task}, timeout=CLOSE_LIMIT)
-    if not still:
-        with contextlib.suppress(BaseException):
-            task.result()  # retrieved: a crash after the outcome was decided is not reported twice
 
 
 class _Overdue(SystemExit):
@@ -610,69 +676,6 @@ def _hard_deadline(seconds: float) -> Iterator[None]:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
-
-def serving_line(boot: Boot) -> str:
-    """``serving — its start is not in the log (…); flags from the process; pool ~191,489 tokens
-    (estimated)``: what ``wait`` says of a boot it could not read from its start."""
-    parts = [longrun.serving_state(boot) or "serving"]
-    if boot.flags_from == "process":
-        parts.append("flags from the process" + (f" (pid {boot.process_pid})" if boot.process_pid else ""))
-    if boot.live.pool_tokens_est is not None:
-        err = boot.live.pool_tokens_err
-        parts.append(f"pool ~{boot.live.pool_tokens_est:,} tokens (estimated{f' ±{err:,}' if err else ''})")
-    if boot.skipped_lines:
-        parts.append(longrun.skipped(boot) or "")
-    return "; ".join(p for p in parts if p)
-
-
-def _report(
-    outcome: Outcome, monitor: HostMonitor, args: argparse.Namespace, stdout: TextIO, stderr: TextIO, waiter: Waiter
-) -> int:
-    boot, idx = outcome.boot, outcome.index
-    waiter.say_notes()
-    if outcome.code == EXIT_FAILED and boot is not None and idx is not None:
-        waiter._say_failure(idx, boot)
-        _say_changed(waiter, boot, args.host)
-    elif outcome.code == EXIT_OK and boot is not None and idx is not None and boot.start_missing is not None:
-        # up since before the log kvtui could read: it serves; say what is known and from where
-        print(f"kvtui wait: {args.host}: {waiter.label(idx)} is {serving_line(boot)}", file=stderr)
-    elif outcome.code == EXIT_OK and boot is not None and idx is not None:
-        took = boot.phases[-1].start if boot.phases else None
-        unread = f" ({longrun.skipped(boot)})" if boot.skipped_lines else ""
-        print(f"kvtui wait: {args.host}: {waiter.label(idx)} is ready"
-              + (f" after {fmt.duration(waiter._elapsed(boot, took))}" if took is not None else "") + unread,
-              file=stderr)
-    if outcome.message:
-        print(f"kvtui wait: {outcome.message}", file=stderr)
-    if boot is not None and idx is not None:
-        number = monitor.boot_number(idx)
-        if args.json:
-            from kvtui.history.record import boot_key
-
-            doc = outcome.snapshot if outcome.snapshot is not None else boot.to_json()
-            # the boot's identity (``kvtui.history.ident``): its number in the history (null: none)
-            doc = {"boot": number, "boot_key": boot_key(args.host, boot) if number is not None else None, **doc}
-            json.dump(doc, stdout, indent=2, ensure_ascii=False)
-            stdout.write("\n")
-        else:
-            stdout.write(_summary(boot, idx, len(monitor.tracker.boots), number, args.host))
-        stdout.flush()
-    return outcome.code
-
-
-def _say_changed(waiter: Waiter, boot: Boot, host: str) -> None:
-    """A failed boot: what changed since the last ready boot of its model (the history)."""
-    from kvtui.history import boot_doc
-    from kvtui.history.diff import since_last_good
-
-    got = since_last_good(waiter.history, boot_doc(host, boot))
-    if got is None:
-        return
-    when = (got[0].started_at or "")[:19].replace("T", " ")
-    waiter._say(f"since the last good boot ({when}):")
-    for line in got[1]:
-        waiter._say(f"  {line}")
-    waiter._say(f"  (kvtui history {host} --diff: the whole comparison)")
 
 
 def run(

@@ -1,4 +1,5 @@
-"""``kvtui wait NAME`` where NAME is a ``[deployments.NAME]``: one wait over all its nodes.
+"""The deployment's view of ``kvtui wait NAME`` (a ``[deployments.NAME]``): ``DeploymentWaiter``,
+which the one wait loop (``kvtui.commands.wait.follow``) feeds, as it feeds a host's ``Waiter``.
 
 Each node is followed by its own ``HostMonitor`` (its own connection, spool and tracker); after
 every batch the nodes' current boots are merged (``kvtui.nodes.merge_boots``) and the merged
@@ -21,44 +22,34 @@ wait with exit 5 once no node made progress for S seconds (each node's stall nam
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from kvtui import fmt
 from kvtui.boot import BootStatus
 from kvtui.boot.stall import Stall
+from kvtui.commands.wait_report import clip
 from kvtui.deployment_monitor import (
     DeploymentMonitor,
     DeploymentNode,
     NodeStalls,
-    node_monitor,
     probe_nodes,
-    unwritten,
 )
 from kvtui.engines.events import Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
-from kvtui.hosts.backend import BackendError, ConnState, LogStart
-from kvtui.monitor import MonitorOptions
+from kvtui.hosts.backend import ConnState
 from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, diagnose_hang
 from kvtui.updates import ConnUpdate, MonitorUpdate
 
-if TYPE_CHECKING:
-    from kvtui.config import Config, DeploymentConfig
-
 _FATAL = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
-CLOSE_LIMIT = 1.5
 HEARTBEAT_S = fmt.HEARTBEAT_S
 HANG_CHECK_S = 1.0  # how often a quiet deployment is checked for a node that trails too long
 
-
-Node = DeploymentNode
 
 
 @dataclass(slots=True)
@@ -68,6 +59,9 @@ class Result:
     message: str = ""
     hang: Hang | None = None
     snapshot: dict[str, Any] | None = None
+    # ``--serving``: after ready, the first serving sample's exit code and JSON (None: none came)
+    serving_code: int | None = None
+    serving: dict[str, object] | None = None
 
 
 @dataclass(slots=True)
@@ -91,18 +85,6 @@ class DeploymentWaiter:
     stall_timeout: float | None = None
     now: Callable[[], float] = time.time
 
-    @property
-    def name(self) -> str:
-        return self.dm.name
-
-    @property
-    def nodes(self) -> list[DeploymentNode]:
-        return self.dm.nodes
-
-    @property
-    def bound_s(self) -> float:
-        return self.dm.bound_s
-
     def on_updates(self, node: DeploymentNode, updates: Sequence[MonitorUpdate], dep: DeploymentBoot | None) -> None:
         """The deployment monitor's sink."""
         if self.done is None or self.done.done():
@@ -113,15 +95,12 @@ class DeploymentWaiter:
                 msg = f"{node.name}: {st.state.value}: {st.detail or ''}".rstrip(": ")
                 self._finish(Result(EXIT_INPUT, message=msg))
                 return
-        self._feed_stall(node, updates)
+        self.stalls.feed(node.name, updates, self.now())
         if dep is not None:
             self.evaluate(dep)
         self.check_stall(dep)
 
     # -- stall ---------------------------------------------------------------------------------
-
-    def _feed_stall(self, node: DeploymentNode, updates: Sequence[MonitorUpdate]) -> None:
-        self.stalls.feed(node.name, updates, self.now())
 
     def node_stalls(self, dep: DeploymentBoot, threshold: float) -> list[tuple[NodeBoot, Stall | None]]:
         """Each node with its stall once ``threshold`` seconds passed without progress on it."""
@@ -132,7 +111,7 @@ class DeploymentWaiter:
         stalled) → exit 5, each node's stall named."""
         if self.stall_timeout is None or self.done is None or self.done.done():
             return
-        dep = dep or self.merged()
+        dep = dep or self.dm.merged()
         if dep.boot.status is not BootStatus.STARTING:
             return
         starting = [(nb, st) for nb, st in self.node_stalls(dep, self.stall_timeout)
@@ -141,16 +120,13 @@ class DeploymentWaiter:
             return
         said = "; ".join(f"{nb.label()}: {st.text()}" for nb, st in starting if st is not None)
         quiet = min(st.seconds for _, st in starting if st is not None)
-        self._finish(Result(EXIT_TIMEOUT, dep, f"{self.name}: no progress on any node for {fmt.duration(quiet)} "
+        self._finish(Result(EXIT_TIMEOUT, dep, f"{self.dm.name}: no progress on any node for {fmt.duration(quiet)} "
                                                f"(--stall-timeout {self.stall_timeout:g} s): {said}"))
-
-    def merged(self) -> DeploymentBoot:
-        return self.dm.merged()
 
     def evaluate(self, dep: DeploymentBoot | None = None) -> None:
         if self.done is None or self.done.done():
             return
-        dep = self.dep = dep or self.merged()
+        dep = self.dep = dep or self.dm.merged()
         self._progress(dep)
         status = dep.boot.status
         if status is BootStatus.READY:
@@ -159,29 +135,26 @@ class DeploymentWaiter:
         if status is BootStatus.FAILED:
             f = dep.boot.failure
             who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
-            what = f"{f.kind.value}: {_clip(f.message, 300)}" if f is not None else "failed"
+            what = f"{f.kind.value}: {clip(f.message, 300)}" if f is not None else "failed"
             where = f" in {fmt.phase_label(f.phase)}" if f is not None and f.phase is not None else ""
-            self._finish(Result(EXIT_FAILED, dep, f"{self.name}: failed on {who}{where}: {what}"))
+            self._finish(Result(EXIT_FAILED, dep, f"{self.dm.name}: failed on {who}{where}: {what}"))
             return
         self.check_hang(dep)
 
     def check_hang(self, dep: DeploymentBoot | None = None) -> None:
-        dep = dep or self.merged()
-        hang = diagnose_hang(dep, datetime.now().astimezone(), self.bound_s, self._observed())
+        dep = dep or self.dm.merged()
+        hang = diagnose_hang(dep, datetime.now().astimezone(), self.dm.bound_s, self.dm.observed())
         if hang is not None and not self.probing:
             self.probing = True
             asyncio.get_running_loop().create_task(self._probe_and_decide(dep))
 
-    def _observed(self, extra: dict[int, NodeObservation] | None = None) -> dict[int, NodeObservation]:
-        return self.dm.observed(extra)
-
     async def _probe_and_decide(self, dep: DeploymentBoot) -> None:
         try:
-            probed = await probe_nodes(self.nodes, dep)
+            probed = await probe_nodes(self.dm.nodes, dep)
             if self.done is None or self.done.done():
                 return
-            dep = self.dep = self.merged()
-            hang = diagnose_hang(dep, datetime.now().astimezone(), self.bound_s, self._observed(probed))
+            dep = self.dep = self.dm.merged()
+            hang = diagnose_hang(dep, datetime.now().astimezone(), self.dm.bound_s, self.dm.observed(probed))
             if hang is None:
                 return
             text = "\n".join(hang.lines())
@@ -189,7 +162,7 @@ class DeploymentWaiter:
             stopped = any(dep.node(r).boot is not None and dep.node(r).boot.status is BootStatus.STOPPED  # type: ignore[union-attr]
                           for r in hang.lagging)
             if dead or stopped:
-                self._finish(Result(EXIT_FAILED, dep, f"{self.name}: hung: {hang.summary}", hang))
+                self._finish(Result(EXIT_FAILED, dep, f"{self.dm.name}: hung: {hang.summary}", hang))
                 return
             said = re.sub(r"\d+(\.\d+)?", "#", text)  # the same diagnosis with its clocks moved on is not news
             if said != self.hang_said:
@@ -213,7 +186,7 @@ class DeploymentWaiter:
 
     def heartbeat_text(self) -> str:
         waited = fmt.duration(self.clock() - self.t0)
-        dep = self.dep or self.merged()
+        dep = self.dep or self.dm.merged()
         parts = []
         notice = self.stall_notice_s if self.stall_timeout is None else min(self.stall_notice_s, self.stall_timeout)
         for n, stall in self.node_stalls(dep, notice):
@@ -236,6 +209,23 @@ class DeploymentWaiter:
             if self.clock() - last >= HEARTBEAT_S:
                 self._say(self.heartbeat_text())
 
+    # -- the wait's view (``kvtui.commands.wait.View``) -----------------------------------------
+
+    def beats(self) -> list[Coroutine[Any, Any, None]]:
+        return [self.heartbeat()]
+
+    def crashed(self, message: str) -> Result:
+        return Result(EXIT_INPUT, message=message)
+
+    async def timed_out(self, timeout: float) -> Result:
+        """``--timeout`` ran out: where each node is, and the hang diagnosis when a node trails."""
+        dep = self.dm.merged()
+        hang = diagnose_hang(dep, datetime.now().astimezone(), 0.0, self.dm.observed())
+        msg = f"timed out after {timeout:g} s: {self.heartbeat_text().split(': ', 1)[-1]}"
+        if hang is not None:
+            msg += f"\nkvtui wait: hang: {hang.summary}" + "".join(f"\n  - {c}" for c in hang.causes)
+        return Result(EXIT_TIMEOUT, dep if any(n.boot for n in dep.nodes) else None, msg, hang)
+
     def _say(self, text: str, elapsed: float | None = None) -> None:
         stamp = f"{fmt.stamp(elapsed)} " if elapsed is not None else ""
         print(f"{stamp}{text}", file=self.err, flush=True)
@@ -246,90 +236,3 @@ class DeploymentWaiter:
             if result.dep is not None:
                 result.snapshot = result.dep.to_json()
             self.done.set_result(result)
-
-
-def _clip(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-async def wait_deployment(
-    args: argparse.Namespace, config: Config, dep_cfg: DeploymentConfig, *, stdout: TextIO, stderr: TextIO,
-    clock: Callable[[], float] | None = None, timer: Callable[[float], Awaitable[object]] | None = None,
-    began: float | None = None,
-) -> int:
-    """``began``: ``time.monotonic()`` when the wait began (``HostMonitor``'s)."""
-    from kvtui.commands.bootview import render_boot
-    from kvtui.commands.replay_nodes import render_deployment
-    from kvtui.hosts.factory import make_backend
-    from kvtui.spool import SpoolError
-
-    name: str = args.host
-    timeout: float = args.timeout
-    nodes: list[DeploymentNode] = []
-    try:
-        for node_name, host in config.node_hosts(name):
-            backend = make_backend(node_name, host, clock=clock)
-            monitor = node_monitor(node_name, backend, host, config.history,
-                                   MonitorOptions(start=LogStart.NEXT_BOOT if args.next else LogStart.CURRENT_BOOT,
-                                                  gpu_interval=5.0, log_window=1000, clock=clock or time.time,
-                                                  retry_start=False, began=began))
-            nodes.append(DeploymentNode(node_name, host, monitor))
-    except (BackendError, SpoolError) as exc:
-        print(f"kvtui wait: {name}: {exc}", file=stderr)
-        return EXIT_INPUT
-    loop = asyncio.get_running_loop()
-    dm = DeploymentMonitor(name, nodes, next_boot=bool(args.next), bound_s=dep_cfg.hang_seconds)
-    waiter = DeploymentWaiter(dm, stderr, t0=loop.time(), clock=loop.time)
-    waiter.done = loop.create_future()
-    waiter.now = clock or time.time
-    waiter.stall_notice_s = config.ui.stall_seconds
-    waiter.stall_timeout = getattr(args, "stall_timeout", None)
-    what = "the next boot" if args.next else "the current boot"
-    print(f"kvtui wait: {name} ({len(nodes)} nodes: {', '.join(n.name for n in nodes)}): following {what}",
-          file=stderr)
-    tasks = dm.start(waiter.on_updates)
-    expiry = asyncio.ensure_future((timer or asyncio.sleep)(timeout))
-    beat = asyncio.create_task(waiter.heartbeat())
-    try:
-        pending: set[asyncio.Future[Any]] = {waiter.done, expiry, *tasks}
-        done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        if waiter.done in done:
-            result = waiter.done.result()
-        elif expiry in done:
-            dep = waiter.merged()
-            hang = diagnose_hang(dep, datetime.now().astimezone(), 0.0, waiter._observed())
-            msg = f"timed out after {timeout:g} s: {waiter.heartbeat_text().split(': ', 1)[-1]}"
-            if hang is not None:
-                msg += f"\nkvtui wait: hang: {hang.summary}" + "".join(f"\n  - {c}" for c in hang.causes)
-            result = Result(EXIT_TIMEOUT, dep if any(n.boot for n in dep.nodes) else None, msg, hang)
-        else:
-            crashed = next(t for t in tasks if t in done)
-            node = nodes[tasks.index(crashed)]
-            crash = crashed.exception()
-            st = node.monitor.status
-            detail = str(crash) if crash is not None else (st.detail or st.state.value)
-            result = Result(EXIT_INPUT, message=f"{node.name}: cannot follow the host: {detail}")
-    finally:
-        beat.cancel()
-        expiry.cancel()
-        await dm.close()
-    for line in unwritten(nodes):
-        print(f"kvtui wait: {name}: note: {line}", file=stderr)
-    if result.code == EXIT_OK:
-        print(f"kvtui wait: {name}: ready on all {len(nodes)} nodes", file=stderr)
-    if result.message:
-        print(f"kvtui wait: {result.message}", file=stderr)
-    if result.hang is not None and result.code == EXIT_FAILED:
-        for c in result.hang.causes:
-            print(f"  - {c}", file=stderr)
-    if result.dep is not None:
-        if args.json:
-            json.dump(result.snapshot or result.dep.to_json(), stdout, indent=2, ensure_ascii=False)
-            stdout.write("\n")
-        else:
-            lines = render_deployment(result.dep, render_boot(result.dep.boot, 1, 1), 1, 1)
-            stdout.write("\n".join(lines) + "\n")
-        stdout.flush()
-    return result.code
-

@@ -17,7 +17,7 @@ one object per line (``sample_json``; README "kvtui watch").
 A ``[deployments.NAME]``: while the merged boot is ready, the ``/metrics`` of the node that serves
 HTTP (node 0, the head), else the log's serving lines of the nodes (``DeploymentServingReader``);
 ``--json`` adds ``"deployment"``, ``host`` is the node the sample came from. ``kvtui wait NAME
---serving`` reads a first sample the same way (``wait_deployment_serving``).
+--serving`` reads a first sample the same way (``first_deployment_sample``), through the wait's monitors.
 
 The boot's serving figures over the whole watched time (peak KV usage and tokens held,
 preemptions / retractions and requests, TTFT and queue-time histograms) are written into its
@@ -35,13 +35,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import io
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kvtui.boot import BootStatus
 from kvtui.config import HistoryConfig
@@ -58,7 +57,7 @@ from kvtui.serving_live import DeploymentServingReader, LiveServing, Reading, Se
 from kvtui.updates import ConnUpdate, MonitorUpdate
 
 if TYPE_CHECKING:
-    from kvtui.config import Config, DeploymentConfig
+    from kvtui.config import Config
 
 DEFAULT_INTERVAL_S = 5.0
 MIN_INTERVAL_S = 0.1  # a scrape costs the server a little: no faster than this
@@ -257,47 +256,15 @@ def _deployment_sink(fatal: list[str]) -> DeploymentSink:
     return sink
 
 
-async def wait_deployment_serving(args: argparse.Namespace, config: Config, dep_cfg: DeploymentConfig, *,
-                                  stdout: TextIO, stderr: TextIO, clock: Callable[[], float] | None = None,
-                                  timer: Callable[[float], Awaitable[object]] | None = None,
-                                  began: float | None = None) -> int:
-    """``kvtui wait NAME --serving`` of a ``[deployments.NAME]``: the deployment's wait
-    (``commands.wait_nodes``), then, once it is ready, a first serving sample as ``kvtui watch
-    NAME`` reads it (the head's /metrics, else the nodes' logs) within the time left: on stderr,
-    and as the JSON's ``serving`` (``kvtui watch --json``'s object with ``"deployment"``); none in
-    time: exit 5."""
-    from kvtui.commands.wait_nodes import wait_deployment
-
-    name: str = args.host
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
-    buf = io.StringIO()
-    code = await wait_deployment(args, config, dep_cfg, stdout=buf if args.json else stdout, stderr=stderr,
-                                 clock=clock, timer=timer, began=began)
-    doc: dict[str, Any] | None = json.loads(buf.getvalue()) if args.json and buf.getvalue().strip() else None
-    if code == EXIT_OK:
-        left = max(1.0, float(args.timeout) - (loop.time() - t0))
-        print(f"kvtui wait: {name}: reading a first serving sample", file=stderr, flush=True)
-        got: list[dict[str, object]] = []
-        code = await _first_deployment_sample(args, config, left, got, stderr, clock)
-        if doc is not None:
-            doc["serving"] = got[0] if got else None
-    if doc is not None:
-        json.dump(doc, stdout, indent=2, ensure_ascii=False)
-        stdout.write("\n")
-        stdout.flush()
-    return code
-
-
-async def _first_deployment_sample(args: argparse.Namespace, config: Config, left: float,
-                                   got: list[dict[str, object]], stderr: TextIO,
-                                   clock: Callable[[], float] | None) -> int:
-    name: str = args.host
-    now = clock or time.time
-    opened = _open_deployment(name, config, clock, stderr, "kvtui wait")
-    if opened is None:
-        return EXIT_INPUT
-    dm, reader = opened
+async def first_deployment_sample(name: str, reader: DeploymentServingReader,
+                                  tasks: Sequence[tuple[str, asyncio.Task[None]]], left: float, stderr: TextIO,
+                                  now: Callable[[], float]) -> tuple[int, dict[str, object] | None]:
+    """``kvtui wait NAME --serving`` of a ``[deployments.NAME]``, once the wait says ready: a first
+    serving sample as ``kvtui watch NAME`` reads it (the head's /metrics, else the nodes' logs),
+    through the wait's own node monitors (``reader`` was attached before they ran; ``tasks``: their
+    tasks, by node name), within ``left`` seconds, on stderr. The exit code (0, or 5 when no sample
+    came in time) and the sample's JSON with ``"deployment"`` (None: no sample)."""
+    got: list[dict[str, object]] = []
 
     def emit(r: Reading, t: float) -> None:
         if reader.source == "log":
@@ -308,14 +275,9 @@ async def _first_deployment_sample(args: argparse.Namespace, config: Config, lef
         doc["deployment"] = name
         got.append(doc)
 
-    fatal: list[str] = []
-    tasks = dm.start(_deployment_sink(fatal))
-    try:
-        return await _loop(name, reader, [(n.name, t) for n, t in zip(dm.nodes, tasks, strict=True)], fatal,
-                           interval=1.0, timeout=left, count=1, emit=emit, stderr=stderr, now=now,
-                           loop=asyncio.get_running_loop(), prog="kvtui wait", say_source=False)
-    finally:
-        await dm.close()
+    code = await _loop(name, reader, tasks, [], interval=1.0, timeout=left, count=1, emit=emit, stderr=stderr,
+                       now=now, loop=asyncio.get_running_loop(), prog="kvtui wait", say_source=False)
+    return code, (got[0] if got else None)
 
 
 def _recorder(host: str, config: HistoryConfig) -> ServingRecorder | None:

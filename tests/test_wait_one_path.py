@@ -1,0 +1,75 @@
+"""Issue 23, item 1: one ``wait``. ``kvtui wait NAME`` builds the nodes' monitors once and runs one
+loop (``kvtui.commands.wait.follow``) over a ``DeploymentMonitor`` for a host (a deployment of one
+node) and for a ``[deployments.NAME]``; ``wait --serving`` on a deployment reads its first serving
+sample through the wait's own node monitors (no second set opened after the wait)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_demo_2node import _hosts
+
+from kvtui.cli import main
+from kvtui.deployment_monitor import DeploymentMonitor
+from kvtui.monitor import HostMonitor
+
+HOSTS = """
+[hosts.solo]
+demo = true
+demo_speed = 400.0
+
+[hosts.one]
+demo = true
+demo_speed = 400.0
+
+[deployments.dep1]
+nodes = ["one"]
+"""
+
+
+def test_a_host_and_a_deployment_wait_through_the_same_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "hosts.toml"
+    path.write_text(HOSTS)
+    started: list[tuple[str, list[str]]] = []
+    start = DeploymentMonitor.start
+
+    def seen(self: DeploymentMonitor, sink: Callable[..., None]) -> Any:
+        started.append((self.name, [n.name for n in self.nodes]))
+        return start(self, sink)
+
+    monkeypatch.setattr(DeploymentMonitor, "start", seen)
+    assert main(["--hosts", str(path), "wait", "solo", "--timeout", "60"]) == 0
+    out, err = capsys.readouterr()
+    assert "kvtui wait: solo: boot " in err, err
+    assert " is ready" in err, err
+    assert out.startswith("Boot ")  # the host's own boot, as before
+    assert main(["--hosts", str(path), "wait", "dep1", "--timeout", "60"]) == 0
+    _, err = capsys.readouterr()
+    assert "ready on all 1 nodes" in err
+    assert started == [("solo", ["solo"]), ("dep1", ["one"])]  # a host: a deployment of one node
+
+
+def test_wait_serving_on_a_deployment_opens_its_nodes_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "hosts.toml"
+    path.write_text(_hosts(speed=500))
+    opened: list[str] = []
+    init = HostMonitor.__init__
+
+    def counted(self: HostMonitor, name: str, *a: Any, **kw: Any) -> None:
+        opened.append(name)
+        init(self, name, *a, **kw)
+
+    monkeypatch.setattr(HostMonitor, "__init__", counted)
+    code = main(["wait", "r1", "--hosts", str(path), "--serving", "--json", "--timeout", "120"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["serving"]["samples"] == 1
+    assert doc["serving"]["deployment"] == "r1"
+    assert opened == ["r1-a", "r1-b"]  # the wait's monitors read the sample too
