@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from kvtui.boot import Boot
 from kvtui.engines.events import Engine, ParsedLine
 from kvtui.monitor import HostMonitor
-from kvtui.serving.diagnose import Device, Diagnosis, diagnose
+from kvtui.serving.diagnose import Device, Diagnosis, Limit, diagnose
 from kvtui.serving.logs import LogFold
 from kvtui.serving.sample import ServingSample, Source
+from kvtui.serving.suggest import PoolSuggestion, size_pool
 from kvtui.serving.window import ServingWindow
 
 MAX_PENDING_LOG_SAMPLES = 2048  # log samples kept between two reads (a busy server's 5 min of lines)
@@ -43,11 +44,13 @@ def device_of(flags: Mapping[str, object]) -> Device:
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """One sample read, the window after it, and the diagnosis of the window."""
+    """One sample read, the window after it, the diagnosis of the window, and the edit that answers
+    a full pool given in bytes (``kvtui.serving.suggest``; None otherwise)."""
 
     sample: ServingSample
     window: ServingWindow
     diagnosis: Diagnosis
+    suggestion: PoolSuggestion | None = None
 
 
 class ServingReader:
@@ -129,7 +132,12 @@ class ServingReader:
         flags = boot.flags if boot is not None else {}
         given = [k.replace("_", "-") for k, v in flags.items() if v is not None and str(v) not in ("", "None")]
         diag = diagnose(self.window, running_cap=running_cap(flags), device=device_of(flags), flags=given)
-        return Reading(sample, self.window, diag)
+        suggestion = None
+        if diag.limit is Limit.POOL and boot is not None:
+            from kvtui.knobs import pool_env
+
+            suggestion = size_pool(diag, sample.cache, flags, pool_env(boot.engine, flags, boot.facts))
+        return Reading(sample, self.window, diag, suggestion)
 
 
 def boot_port_of(boot: Boot) -> int | None:

@@ -63,7 +63,7 @@ def _num(v: int | None) -> str:
     return "—" if v is None else str(v)
 
 
-def human_line(r: Reading, now: float) -> str:
+def human_line(r: Reading, now: float, host: str = "HOST") -> str:
     """``14:52:03 metrics  KV 87.0% (peak 96.0%)  running 45 / waiting 3  retractions 2.4/min  TTFT p95 0.41 s``."""
     f = r.window.figures()
     s = r.sample
@@ -76,7 +76,7 @@ def human_line(r: Reading, now: float) -> str:
              "TTFT p95 " + ("—" if f.ttft_p95 is None else f"{f.ttft_p95:.2f} s")]
     line = "  ".join(parts)
     if r.diagnosis.limit is not Limit.NONE:
-        line += f"  ! {r.diagnosis.line()}"
+        line += f"  ! {r.diagnosis.line(r.suggestion.answer(host) if r.suggestion is not None else None)}"
     return line
 
 
@@ -91,7 +91,8 @@ def sample_json(r: Reading, host: str, now: float, metrics_error: str | None) ->
         "dialect": s.dialect,
         **r.window.figures().to_json(),
         "pool_tokens": s.cache.pool_tokens if s.cache is not None else None,
-        "diagnosis": r.diagnosis.to_json(),
+        "diagnosis": {**r.diagnosis.to_json(),
+                      "suggest": r.suggestion.to_json(host) if r.suggestion is not None else None},
         "metrics_error": metrics_error,
     }
 
@@ -218,7 +219,7 @@ async def _loop(name: str, reader: ServingReader, task: asyncio.Task[None], fata
                 if json_out:
                     stdout.write(json.dumps(sample_json(r, name, t, reader.metrics_error), ensure_ascii=False) + "\n")
                 else:
-                    stdout.write(human_line(r, t) + "\n")
+                    stdout.write(human_line(r, t, name) + "\n")
                 stdout.flush()
                 printed += 1
                 last = loop.time()
