@@ -112,3 +112,15 @@ def test_watch_says_the_suggestion_in_json_and_in_its_line() -> None:
             "pool grows from 2,560 to 16,512 tokens: kvtui apply box --set kv-cache-memory-bytes=16908288 --restart"
             ) in line
     assert sample_json(Reading(latest, w, d), "box", 0.0, None)["diagnosis"]["suggest"] is None  # type: ignore[index]
+
+
+def test_the_suggested_flag_is_one_kvtui_knows() -> None:
+    from kvtui.flags.edit import apply_edits, parse_edit_args
+
+    script = ("#!/bin/bash\nexec python -m vllm.entrypoints.openai.api_server \\\n  --model /m \\\n"
+              "  --kv-cache-memory-bytes 2621440 \\\n  --port 8000\n")
+    res = apply_edits(script, "script", parse_edit_args(["kv-cache-memory-bytes=16908288"]))
+    assert "--kv-cache-memory-bytes 16908288 \\" in res.new_text
+    assert "not a flag kvtui knows" not in res.changes[0].note  # the edit kvtui itself suggests
+    res = apply_edits(script, "script", parse_edit_args(["kv-cache-memory-bytes=16M"]))  # vLLM's own k/m/g form
+    assert "--kv-cache-memory-bytes 16M \\" in res.new_text
