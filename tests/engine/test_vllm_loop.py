@@ -39,6 +39,8 @@ pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("engine")]
 BURST = 32  # requests of 160 + 800 tokens: the 20-block pool holds about 2 of them at once
 BURST_TIMEOUT = 180  # seconds for one burst to finish (about 20 s here when idle)
 POOL_BYTES = 2621440  # 20 blocks of 128 tokens x 1,024 bytes a token
+INTERVAL = 3  # seconds between watch's samples; it waits 2 x this for /metrics (with 1 s, a server busy with the
+# burst on a loaded 2-core machine once took longer than 2 s: watch fell back to the log and started its window over)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +65,7 @@ def _watch_a_burst(server: LocalServer) -> tuple[list[dict[str, object]], str]:
     until every request has ended and two more after; then Ctrl-C (the figures go to the history
     as the watcher ends). (The samples, watch's stderr.)"""
     watch = subprocess.Popen([sys.executable, "-m", "kvtui", "--hosts", str(server.hosts), "watch", "box", "--json",
-                              "--interval", "1", "--timeout", "120"],
+                              "--interval", str(INTERVAL), "--timeout", "120"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server.env,
                              cwd=server.work)
     assert watch.stdout is not None
@@ -169,8 +171,10 @@ async def test_the_suggested_edit_ends_the_preemptions_under_the_same_burst(serv
 
     code, listing, err, _ = await server.kvtui("history", "box")
     print("vllm loop: " + "\nvllm loop: ".join(listing.splitlines()))
-    # a row a boot: the two the watchers recorded (before the restart follower's fix, the old
-    # server's last stats line once made a third, "ready" row: the default --diff compared with it)
+    # a row a boot: the two the watchers recorded. The old server's last lines while it stopped
+    # made a third row twice here — its last stats line taken for the new boot (0c8664e), its
+    # EngineDeadError traceback giving the new boot the stop's time (a9d393f) — and the default
+    # --diff compared the new boot with that row
     assert [ln.split()[0] for ln in listing.splitlines()[1:] if ln.strip()] == [f"#{second}", f"#{first}"], listing
     code, out, err, _ = await server.kvtui("history", "box", "--diff", "--json")  # the newest and the one before
     assert code == 0, err
