@@ -201,6 +201,8 @@ SPECS: tuple[Knob, ...] = (
           shorthands=("chunk_size", "chunked_prefill")),
     _knob("max_prefill_tokens", _V.POS_INT, ("max-prefill-tokens",)),
     _knob("swap_space", _V.NONNEG_FLOAT, (), ("swap-space",)),
+    # vLLM: the pool in bytes, whatever the utilization (k/m/g/t and Ki/Mi/Gi accepted: kept as written)
+    _knob("kv_cache_memory_bytes", _V.STR, (), ("kv-cache-memory-bytes",)),
     _knob("cpu_offload_gb", _V.NONNEG_FLOAT, (), ("cpu-offload-gb",)),
     # parallelism
     _knob(

@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from kvtui.boot import Boot
 from kvtui.engines.events import Engine, ParsedLine
+from kvtui.knobs import pool_env
 from kvtui.monitor import HostMonitor
-from kvtui.serving.diagnose import Device, Diagnosis, diagnose
+from kvtui.serving.diagnose import Device, Diagnosis, Limit, diagnose
 from kvtui.serving.logs import LogFold
 from kvtui.serving.sample import CacheInfo, ServingSample, Source
+from kvtui.serving.suggest import PoolSuggestion, size_pool
 from kvtui.serving.window import ServingWindow
 
 if TYPE_CHECKING:
@@ -63,11 +65,13 @@ class LiveServing(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """One sample read, the window after it, and the diagnosis of the window."""
+    """One sample read, the window after it, the diagnosis of the window, and the edit that answers
+    a full pool given in bytes (``kvtui.serving.suggest``; None otherwise)."""
 
     sample: ServingSample
     window: ServingWindow
     diagnosis: Diagnosis
+    suggestion: PoolSuggestion | None = None
 
 
 class ServingReader:
@@ -186,7 +190,10 @@ def reading_of(window: ServingWindow, sample: ServingSample, boot: Boot | None) 
     flags = boot.flags if boot is not None else {}
     given = [k.replace("_", "-") for k, v in flags.items() if v is not None and str(v) not in ("", "None")]
     diag = diagnose(window, running_cap=running_cap(flags), device=device_of(flags), flags=given)
-    return Reading(sample, window, diag)
+    suggestion = None
+    if diag.limit is Limit.POOL and boot is not None:
+        suggestion = size_pool(diag, sample.cache, flags, pool_env(boot.engine, flags, boot.facts))
+    return Reading(sample, window, diag, suggestion)
 
 
 def boot_port_of(boot: Boot) -> int | None:

@@ -502,6 +502,12 @@ class BootTracker:
                 if boot.phases or boot.flags or boot.failure or boot.status is not BootStatus.STARTING:
                     self._end_replaced(boot, ts)
                     boot = self._new_boot(ts, upd)
+            if not boot.phases and ts is not None and boot.started_at is not None:
+                # a boot opened by stray timed lines (a follower that starts at the log's end reads
+                # the old server's last traceback first) starts here, as for a reader of the whole
+                # boot: its key in the history (a boot opened by untimed lines keeps none: keyed by
+                # its first line's place)
+                boot.started_at = ts
             if not ev.new_args:
                 self._phase(boot, PhaseMark(Phase.LAUNCH), ts, upd)
             return boot

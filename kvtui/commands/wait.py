@@ -645,7 +645,7 @@ async def _first_serving(outcome: Outcome, reader: ServingReader, args: argparse
     now = time.time()
     if reader.source == "log":
         print(f"kvtui wait: {args.host}: {reader.metrics_error}; from the log's serving lines", file=stderr)
-    print(f"kvtui wait: {args.host}: serving: {human_line(r, now)}", file=stderr, flush=True)
+    print(f"kvtui wait: {args.host}: serving: {human_line(r, now, args.host)}", file=stderr, flush=True)
     snap["serving"] = sample_json(r, args.host, now, reader.metrics_error)
     return Outcome(outcome.code, boot, outcome.index, outcome.message, snap)
 

@@ -72,7 +72,7 @@ def _num(v: int | None) -> str:
     return "—" if v is None else str(v)
 
 
-def human_line(r: Reading, now: float) -> str:
+def human_line(r: Reading, now: float, host: str = "HOST") -> str:
     """``14:52:03 metrics  KV 87.0% (peak 96.0%)  running 45 / waiting 3  retractions 2.4/min  TTFT p95 0.41 s``."""
     f = r.window.figures()
     s = r.sample
@@ -85,12 +85,14 @@ def human_line(r: Reading, now: float) -> str:
              "TTFT p95 " + ("—" if f.ttft_p95 is None else f"{f.ttft_p95:.2f} s")]
     line = "  ".join(parts)
     if r.diagnosis.limit is not Limit.NONE:
-        line += f"  ! {r.diagnosis.line()}"
+        line += f"  ! {r.diagnosis.line(r.suggestion.answer(host) if r.suggestion is not None else None)}"
     return line
 
 
-def sample_json(r: Reading, host: str, now: float, metrics_error: str | None) -> dict[str, object]:
-    """The ``--json`` object (README "kvtui watch")."""
+def sample_json(r: Reading, host: str, now: float, metrics_error: str | None,
+                target: str | None = None) -> dict[str, object]:
+    """The ``--json`` object (README "kvtui watch"); ``target``: what the suggestion's ``apply``
+    names (a deployment's name; default ``host``)."""
     s = r.sample
     return {
         "host": host,
@@ -100,7 +102,8 @@ def sample_json(r: Reading, host: str, now: float, metrics_error: str | None) ->
         "dialect": s.dialect,
         **r.window.figures().to_json(),
         "pool_tokens": s.cache.pool_tokens if s.cache is not None else None,
-        "diagnosis": r.diagnosis.to_json(),
+        "diagnosis": {**r.diagnosis.to_json(),
+                      "suggest": r.suggestion.to_json(target or host) if r.suggestion is not None else None},
         "metrics_error": metrics_error,
     }
 
@@ -178,12 +181,12 @@ def _printer(name: str, reader: LiveServing, json_out: bool, stdout: TextIO, dep
 
     def emit(r: Reading, t: float) -> None:
         if json_out:
-            doc = sample_json(r, _sample_host(name, reader), t, reader.metrics_error)
+            doc = sample_json(r, _sample_host(name, reader), t, reader.metrics_error, name)
             if deployment is not None:
                 doc["deployment"] = deployment
             stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
         else:
-            stdout.write(human_line(r, t) + "\n")
+            stdout.write(human_line(r, t, name) + "\n")
         stdout.flush()
 
     return emit
@@ -270,8 +273,8 @@ async def first_deployment_sample(name: str, reader: DeploymentServingReader,
         if reader.source == "log":
             print(f"kvtui wait: {name}: {reader.metrics_error}; from the log's serving lines of {reader.node}",
                   file=stderr)
-        print(f"kvtui wait: {name}: serving: {human_line(r, t)}", file=stderr, flush=True)
-        doc = sample_json(r, _sample_host(name, reader), t, reader.metrics_error)
+        print(f"kvtui wait: {name}: serving: {human_line(r, t, name)}", file=stderr, flush=True)
+        doc = sample_json(r, _sample_host(name, reader), t, reader.metrics_error, name)
         doc["deployment"] = name
         got.append(doc)
 

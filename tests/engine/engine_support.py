@@ -8,9 +8,19 @@ it the suite is skipped — except where ``KVTUI_REQUIRE_ENGINE=1`` (CI), where 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
+import textwrap
+import threading
+import time
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -71,3 +81,174 @@ def write_model(root: Path) -> Path:
     model.mkdir(parents=True, exist_ok=True)
     (model / "config.json").write_text(json.dumps(TINY_LLAMA, indent=2) + "\n")
     return model
+
+
+# -- a server kvtui can restart: a launch script started by the host's start_command ---------------
+
+BOOT_TIMEOUT = 300  # seconds for one boot on a loaded 2-core machine (about 40 s when idle)
+EXIT_TIMEOUT = 60  # seconds for killed processes to be gone (a large engine's memory takes a while)
+
+
+def launch_script(python: Path, work: Path, port: int, *, env: Mapping[str, str] | None = None,
+                  args: Sequence[str] = ("--max-model-len", "4096", "--max-num-seqs", "8"),
+                  comment: str = "") -> str:
+    """A launch script as an operator writes one: ``export`` lines, then ``exec`` the API server of
+    the tiny Llama (``work/model``) on 127.0.0.1:``port``, one flag a line (kvtui edits them)."""
+    lines = ["#!/bin/bash"]
+    if comment:
+        lines.append(f"# {comment}")
+    lines += [f"export {k}={v}" for k, v in (env if env is not None else {"VLLM_CPU_KVCACHE_SPACE": "1"}).items()]
+    flags = [f"--model {work / 'model'}", "--load-format dummy", "--skip-tokenizer-init", "--enforce-eager",
+             *(f"{a} {b}" for a, b in zip(args[::2], args[1::2], strict=True)), "--host 127.0.0.1", f"--port {port}"]
+    lines.append(f"exec {python} -m vllm.entrypoints.openai.api_server \\")
+    lines += [f"  {f} \\" for f in flags[:-1]] + [f"  {flags[-1]}"]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class LocalServer:
+    """The real vLLM started from ``work/launch.sh`` by a ``local`` host's ``start_command``
+    (``setsid nohup``: its own process group, the PID in ``server.pid``), its output appended to
+    ``work/server.log``; ``stop_command`` ends it. ``hosts.toml`` names it ``name``; ``extra_hosts``:
+    more tables with the same settings (the engine suite's SSH host). ``kvtui`` runs the real
+    command in a subprocess with ``env`` (a private XDG state: the history, the audit log)."""
+
+    work: Path
+    python: Path
+    port: int
+    env: dict[str, str]
+    name: str = "cpu"
+    script_text: str = ""
+
+    @property
+    def script(self) -> Path:
+        return self.work / "launch.sh"
+
+    @property
+    def log(self) -> Path:
+        return self.work / "server.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.work / "server.pid"
+
+    @property
+    def hosts(self) -> Path:
+        return self.work / "hosts.toml"
+
+    @property
+    def start_command(self) -> str:
+        return f"setsid nohup {self.script} >> {self.log} 2>&1 < /dev/null & echo $! > {self.pid_file}"
+
+    @property
+    def stop_command(self) -> str:
+        return f"kill $(cat {self.pid_file})"
+
+    def host_settings(self) -> str:
+        """The settings every host of this server has (engine, log, script, start and stop)."""
+        return textwrap.dedent(f"""\
+            engine = "vllm"
+            log_file = "{self.log}"
+            launch_script = "{self.script}"
+            start_command = {json.dumps(self.start_command)}
+            stop_command = {json.dumps(self.stop_command)}
+            """)
+
+    def hosts_toml(self) -> str:
+        return f"[hosts.{self.name}]\nlocal = true\n" + self.host_settings()
+
+    def write(self) -> None:
+        write_model(self.work)
+        self.script.write_text(self.script_text or launch_script(self.python, self.work, self.port))
+        self.script.chmod(0o755)
+        self.log.touch()
+        self.hosts.write_text(self.hosts_toml())
+
+    def start(self) -> None:
+        subprocess.run(self.start_command, shell=True, check=True, cwd=self.work)
+
+    def server_pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def alive(self) -> bool:
+        pid = self.server_pid()
+        if pid is None:
+            return False
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            return False
+        return state not in ("Z", "X")
+
+    def kill_all(self) -> None:
+        """End the server's whole process group (a kill -9 leaves its engine workers behind) and
+        wait until its processes are gone (a SIGKILLed process lives on while the kernel frees its
+        memory: longer on a loaded machine)."""
+        from proc_support import wait_group_gone
+
+        pid = self.server_pid()
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            wait_group_gone(pid, EXIT_TIMEOUT)
+
+    def stop(self) -> None:
+        """Stop the server (as its stop_command does) and wait until its process group is gone."""
+        if self.server_pid() is None or not self.alive():
+            self.kill_all()
+            return
+        subprocess.run(self.stop_command, shell=True, check=False, cwd=self.work)
+        deadline = time.monotonic() + 60
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.kill_all()
+
+    def log_since(self, offset: int) -> str:
+        return self.log.read_bytes()[offset:].decode("utf-8", "replace")
+
+    async def kvtui(self, *args: str, timeout: float = BOOT_TIMEOUT + 60) -> tuple[int, str, str, float]:
+        """``kvtui --hosts … ARGS`` in a subprocess: (exit code, stdout, stderr, seconds)."""
+        t0 = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kvtui", "--hosts", str(self.hosts), *args,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env, cwd=self.work,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        except TimeoutError:
+            proc.kill()
+            out, err = await proc.communicate()
+            raise AssertionError(f"kvtui {' '.join(args)} did not end within {timeout} s:\n{err.decode()}") from None
+        return proc.returncode or 0, out.decode(), err.decode(), time.monotonic() - t0
+
+
+def private_env(work: Path) -> dict[str, str]:
+    """The environment of the kvtui commands a test runs: no SSH agent, no KVTUI_HOSTS, the state
+    and the configuration under ``work`` (the history and the audit log start empty), UTC."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "KVTUI_HOSTS")}
+    env.update(XDG_STATE_HOME=str(work / "state"), XDG_CONFIG_HOME=str(work / "config"), TZ="UTC")
+    return env
+
+
+# -- load: a bounded burst of completions (loopback, a fixed count, a time limit) -----------------
+
+def complete(port: int, model: str, i: int, *, prompt: int = 160, tokens: int = 800, timeout: float = 240) -> None:
+    """One completion of ``prompt`` token ids + ``tokens`` generated (``ignore_eos``: exactly that
+    many) from the server on 127.0.0.1:``port``; a refused or timed-out request is let go."""
+    body = json.dumps({"model": model, "prompt": [(i * 7 + k) % 1000 + 3 for k in range(prompt)],
+                       "max_tokens": tokens, "ignore_eos": True, "temperature": 0.0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                 {"Content-Type": "application/json"})
+    with contextlib.suppress(OSError), urllib.request.urlopen(req, timeout=timeout) as r:
+        r.read()
+
+
+def burst(port: int, model: str, count: int, **kw: float) -> list[threading.Thread]:
+    """``count`` concurrent completions (``complete``), started; join them (with a time limit)."""
+    threads = [threading.Thread(target=complete, args=(port, model, i), kwargs=kw, daemon=True) for i in range(count)]
+    for t in threads:
+        t.start()
+    return threads

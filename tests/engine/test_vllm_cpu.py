@@ -26,29 +26,23 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import contextlib
 import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from engine_support import require_engine, write_model
-from proc_support import followers_read, group_members, wait_group_gone
+from engine_support import BOOT_TIMEOUT, LocalServer, launch_script, private_env, require_engine
+from proc_support import followers_read, group_members
 from sshd_support import SshdInstance, free_port, requires_sshd, start_sshd
 
 # one worker runs the whole module, in order (pytest-xdist: --dist loadfile, or loadgroup)
 pytestmark = [pytest.mark.engine, pytest.mark.sshd, requires_sshd, pytest.mark.xdist_group("engine")]
 
-BOOT_TIMEOUT = 300  # seconds for one boot on a loaded 2-core machine (about 40 s when idle)
-EXIT_TIMEOUT = 60  # seconds for killed processes to be gone (a large engine's memory takes a while)
 TIMES: dict[str, float] = {}
 
 
@@ -58,136 +52,22 @@ def timed(name: str, seconds: float) -> None:
 
 
 @dataclass
-class Rig:
-    """The server's files, the two hosts that reach it, and the kvtui command."""
+class Rig(LocalServer):
+    """The server's files (``engine_support.LocalServer``), and the two hosts that reach it: ``cpu``
+    (local) and ``cpussh`` (the same settings through the test sshd)."""
 
-    work: Path
-    python: Path
-    sshd: SshdInstance
-    port: int
-    env: dict[str, str] = field(default_factory=dict)
+    sshd: SshdInstance | None = None
 
-    @property
-    def script(self) -> Path:
-        return self.work / "launch.sh"
-
-    @property
-    def log(self) -> Path:
-        return self.work / "server.log"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.work / "server.pid"
-
-    @property
-    def hosts(self) -> Path:
-        return self.work / "hosts.toml"
-
-    @property
-    def start_command(self) -> str:
-        return f"setsid nohup {self.script} >> {self.log} 2>&1 < /dev/null & echo $! > {self.pid_file}"
-
-    @property
-    def stop_command(self) -> str:
-        return f"kill $(cat {self.pid_file})"
-
-    def write(self) -> None:
-        write_model(self.work)
-        self.script.write_text(self.original_script())
-        self.script.chmod(0o755)
-        self.log.touch()
-        common = textwrap.dedent(f"""\
-            engine = "vllm"
-            log_file = "{self.log}"
-            launch_script = "{self.script}"
-            start_command = {json.dumps(self.start_command)}
-            stop_command = {json.dumps(self.stop_command)}
-            """)
+    def hosts_toml(self) -> str:
         s = self.sshd
-        self.hosts.write_text(
-            "[hosts.cpu]\nlocal = true\n" + common + "\n"
-            f'[hosts.cpussh]\nssh = "{s.target}"\nport = {s.port}\nidentity_file = "{s.client_key}"\n'
-            f'known_hosts = "{s.known_hosts}"\n' + common
-        )
+        assert s is not None
+        return (super().hosts_toml() + "\n"
+                f'[hosts.cpussh]\nssh = "{s.target}"\nport = {s.port}\nidentity_file = "{s.client_key}"\n'
+                f'known_hosts = "{s.known_hosts}"\n' + self.host_settings())
 
     def original_script(self) -> str:
-        return textwrap.dedent(f"""\
-            #!/bin/bash
-            # vLLM on the CPU, as an operator starts it (kvtui's engine suite)
-            export VLLM_CPU_KVCACHE_SPACE=1
-            exec {self.python} -m vllm.entrypoints.openai.api_server \\
-              --model {self.work / "model"} \\
-              --load-format dummy \\
-              --skip-tokenizer-init \\
-              --enforce-eager \\
-              --max-model-len 4096 \\
-              --max-num-seqs 8 \\
-              --host 127.0.0.1 \\
-              --port {self.port}
-            """)
-
-    # -- the kvtui command ------------------------------------------------------------------------
-
-    async def kvtui(self, *args: str, timeout: float = BOOT_TIMEOUT + 60) -> tuple[int, str, str, float]:
-        """``kvtui --hosts … ARGS`` in a subprocess: (exit code, stdout, stderr, seconds)."""
-        t0 = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "kvtui", "--hosts", str(self.hosts), *args,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env, cwd=self.work,
-        )
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout)
-        except TimeoutError:
-            proc.kill()
-            out, err = await proc.communicate()
-            raise AssertionError(f"kvtui {' '.join(args)} did not end within {timeout} s:\n{err.decode()}") from None
-        return proc.returncode or 0, out.decode(), err.decode(), time.monotonic() - t0
-
-    # -- the server ---------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        subprocess.run(self.start_command, shell=True, check=True, cwd=self.work)
-
-    def server_pid(self) -> int | None:
-        try:
-            return int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    def kill_all(self) -> None:
-        """End the server's whole process group (a kill -9 leaves its engine workers behind) and
-        wait until its processes are gone (a SIGKILLed process lives on while the kernel frees its
-        memory: longer on a loaded machine)."""
-        pid = self.server_pid()
-        if pid is not None:
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-            wait_group_gone(pid, EXIT_TIMEOUT)
-
-    def alive(self) -> bool:
-        pid = self.server_pid()
-        if pid is None:
-            return False
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            return False
-        return state not in ("Z", "X")
-
-    def stop(self) -> None:
-        """Stop the server (as its stop_command does) and wait until its process group is gone."""
-        pid = self.server_pid()
-        if pid is None or not self.alive():
-            self.kill_all()
-            return
-        subprocess.run(self.stop_command, shell=True, check=False, cwd=self.work)
-        deadline = time.monotonic() + 60
-        while self.alive() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        self.kill_all()
-
-    def log_since(self, offset: int) -> str:
-        return self.log.read_bytes()[offset:].decode("utf-8", "replace")
+        return launch_script(self.python, self.work, self.port,
+                             comment="vLLM on the CPU, as an operator starts it (kvtui's engine suite)")
 
     def last_args(self) -> dict[str, object]:
         """The latest boot's own argument dump (vLLM's ``non-default args: {…}``)."""
@@ -202,9 +82,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     sshd = start_sshd(tmp_path_factory.mktemp("sshd-engine"), user="root")
     work = tmp_path_factory.mktemp("vllm-cpu")
     work.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "KVTUI_HOSTS")}
-    env.update(XDG_STATE_HOME=str(work / "state"), XDG_CONFIG_HOME=str(work / "config"), TZ="UTC")
-    r = Rig(work=work, python=python, sshd=sshd, port=free_port(), env=env)
+    r = Rig(work=work, python=python, port=free_port(), env=private_env(work), sshd=sshd)
+    r.script_text = r.original_script()
     r.write()
     t0 = time.monotonic()
     try:

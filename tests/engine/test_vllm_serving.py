@@ -16,12 +16,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_support import require_engine, write_model
+from engine_support import burst, require_engine, write_model
 from sshd_support import free_port
 
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("engine")]
@@ -64,15 +63,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int
         proc.wait(timeout=60)
 
 
-def _post(port: int, model: str, i: int) -> None:
-    body = json.dumps({"model": model, "prompt": [(i * 7 + k) % 1000 + 3 for k in range(160)], "max_tokens": 800,
-                       "ignore_eos": True, "temperature": 0.0}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
-                                 {"Content-Type": "application/json"})
-    with contextlib.suppress(OSError), urllib.request.urlopen(req, timeout=240) as r:
-        r.read()
-
-
 def _kvtui(*argv: str, timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kvtui", *argv], capture_output=True, text=True, timeout=timeout,
                           check=False)
@@ -80,15 +70,14 @@ def _kvtui(*argv: str, timeout: float) -> subprocess.CompletedProcess[str]:
 
 def test_watch_reads_the_burst_from_the_real_metrics(server: tuple[Path, int, Path]) -> None:
     hosts, port, model = server
-    threads = [threading.Thread(target=_post, args=(port, str(model), i), daemon=True) for i in range(BURST)]
+    threads: list[threading.Thread] = []
     watch = subprocess.Popen([sys.executable, "-m", "kvtui", "watch", "box", "--hosts", str(hosts), "--json",
                               "--interval", "0.5", "--count", "16", "--timeout", "120"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert watch.stdout is not None
         lines = [watch.stdout.readline()]  # the first sample: watch reads the server; then the burst
-        for t in threads:
-            t.start()
+        threads = burst(port, str(model), BURST)
         lines += watch.stdout.readlines()
         err = watch.stderr.read() if watch.stderr is not None else ""
         assert watch.wait(timeout=300) == 0, err

@@ -207,8 +207,13 @@ class BootFollower:
 
     def _candidates(self) -> list[Boot]:
         """Boots begun after the mark, except those stopped (by the restart itself, or an
-        automatic restart of the old unit that the restart replaced)."""
-        return [b for b in self._tracker.boots if id(b) not in self._before and b.status is not BootStatus.STOPPED]
+        automatic restart of the old unit that the restart replaced) and, once positioned, those
+        whose start is not in the log: serving lines with no start before them are the old
+        server's last ones (vLLM's stats logger prints one more while it shuts down), not the
+        new boot, whose start this follower reads."""
+        positioned = self.positioned.is_set()
+        return [b for b in self._tracker.boots if id(b) not in self._before and b.status is not BootStatus.STOPPED
+                and not (positioned and b.start_missing is not None)]
 
     def current(self) -> Boot | None:
         c = self._candidates()
