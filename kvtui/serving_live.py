@@ -17,9 +17,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from kvtui.boot import Boot
 from kvtui.engines.events import Engine, ParsedLine
+from kvtui.hosts.metrics import MetricsUnavailable, metrics_url, read_metrics
+from kvtui.hosts.probe import boot_port
 from kvtui.monitor import HostMonitor
 from kvtui.serving.diagnose import Device, Diagnosis, diagnose
 from kvtui.serving.logs import LogFold
+from kvtui.serving.prom import MetricsError, parse_metrics
 from kvtui.serving.sample import CacheInfo, ServingSample, Source
 from kvtui.serving.window import ServingWindow
 
@@ -121,9 +124,6 @@ class ServingReader:
     async def scrape(self, port: int | None, *, timeout: float = 10.0) -> ServingSample | None:
         """One ``/metrics`` sample of the server on ``port`` (not added to ``window``); None when
         it cannot be read (``metrics_error`` says why)."""
-        from kvtui.hosts.metrics import MetricsUnavailable, metrics_url, read_metrics
-        from kvtui.serving.prom import MetricsError, parse_metrics
-
         sample: ServingSample | None = None
         if port is None:
             self.metrics_error = "the boot's arguments name no port: its /metrics cannot be found"
@@ -190,8 +190,6 @@ def reading_of(window: ServingWindow, sample: ServingSample, boot: Boot | None) 
 
 
 def boot_port_of(boot: Boot) -> int | None:
-    from kvtui.hosts.probe import boot_port
-
     return boot_port(boot.flags)
 
 
