@@ -44,17 +44,20 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from kvtui.boot import BootStatus
-from kvtui.config import HistoryConfig
+from kvtui.commands.wait_nodes import wait_deployment
+from kvtui.config import ConfigError, HistoryConfig, load_config
 from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, DeploymentSink
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 from kvtui.history.serving import ServingRecorder
 from kvtui.history.store import Limits
 from kvtui.hosts.backend import BackendError, ConnState, LogStart
+from kvtui.hosts.factory import make_backend
 from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.serving.diagnose import Limit
 from kvtui.serving.sample import Source
 from kvtui.serving_live import DeploymentServingReader, LiveServing, Reading, ServingReader
+from kvtui.spool import SpoolError
 from kvtui.updates import ConnUpdate, MonitorUpdate
 
 if TYPE_CHECKING:
@@ -115,10 +118,6 @@ def _positive(name: str, v: float | None, stderr: TextIO) -> bool:
 
 async def watch(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO,
                 clock: Callable[[], float] | None = None) -> int:
-    from kvtui.config import ConfigError, load_config
-    from kvtui.hosts.factory import make_backend
-    from kvtui.spool import SpoolError
-
     interval, timeout, count = float(args.interval), float(args.timeout), args.count
     if not (_positive("--interval", interval, stderr) and _positive("--timeout", timeout, stderr)
             and _positive("--count", count, stderr)):
@@ -228,10 +227,6 @@ def _open_deployment(name: str, config: Config, clock: Callable[[], float] | Non
                      prog: str) -> tuple[DeploymentMonitor, DeploymentServingReader] | None:
     """The deployment's node monitors (each from its current boot, GPUs read seldom) and a serving
     reader attached to them (before they run: the log fallback sees each boot's lines)."""
-    from kvtui.config import ConfigError
-    from kvtui.hosts.factory import make_backend
-    from kvtui.spool import SpoolError
-
     now = clock or time.time
     nodes: list[DeploymentNode] = []
     try:
@@ -266,8 +261,6 @@ async def wait_deployment_serving(args: argparse.Namespace, config: Config, dep_
     NAME`` reads it (the head's /metrics, else the nodes' logs) within the time left: on stderr,
     and as the JSON's ``serving`` (``kvtui watch --json``'s object with ``"deployment"``); none in
     time: exit 5."""
-    from kvtui.commands.wait_nodes import wait_deployment
-
     name: str = args.host
     loop = asyncio.get_running_loop()
     t0 = loop.time()
