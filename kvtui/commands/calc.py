@@ -297,7 +297,7 @@ async def _host_or_deployment_boots(
     A host whose current boot serves with its start not in the log: the history's boot of the
     same host and flags, else — on the same connection — its model's config.json and a GPU reading."""
     # lazy (here and below): --host only; kvtui.changes and kvtui.history (pydantic) cost `kvtui calc --log`
-    # +170 ms (440 → 610 ms)
+    # +90 ms CPU (520 → 610 ms; with monitor/host.py's lazy label)
     from kvtui.changes import serving_basis, serving_config
 
     config = load_config(hosts)

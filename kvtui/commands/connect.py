@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvtui: {exc}", file=sys.stderr)
         return EXIT_INPUT
 
-    # lazy: kvtui.commands.bundle imports the calculator (kvtui.kvcalc, ~120 ms), which importing
+    # lazy: kvtui.commands.bundle imports the calculator (kvtui.kvcalc; +80 ms CPU), which importing
     # this module must not (test_ui_startup); only this path (hosts, not a bundle or deployment) needs it
     from kvtui.commands.bundle import write_console_bundle
 

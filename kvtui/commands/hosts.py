@@ -155,7 +155,7 @@ def console_problems(config: Config) -> tuple[list[str], list[str]]:
     """(problems, warnings) the console would report at start: ``[ui] theme`` not among the themes
     it offers, a ``[keymap]`` id it has no binding for (problems); a theme file it cannot use
     (warnings: the console falls back to its default theme)."""
-    # lazy: the console (textual, kvtui.ui) costs `kvtui hosts` +450 ms (~230 → ~680 ms, importtime),
+    # lazy: the console (textual, kvtui.ui) costs `kvtui hosts` +840 ms CPU (390 → 1230 ms),
     # needed only with --check / --connect
     from kvtui.ui.app import KvtuiApp
     from kvtui.ui.themes import accepted_theme_names, load_themes  # lazy: as above

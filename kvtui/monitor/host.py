@@ -218,8 +218,8 @@ class HostMonitor:
     def boot_label(self, index: int | None) -> str:
         """``boot #13`` (the history's number), else ``boot 2 of this log`` (the place of the boot
         in the log this monitor read: a number that cannot be taken for the history's)."""
-        # lazy: the history package (pydantic) costs `import kvtui.monitor` +140 ms (200 → 340 ms),
-        # which `kvtui calc --log` and `replay` do not need
+        # lazy: the history package (pydantic) costs `import kvtui.monitor` +40 ms CPU,
+        # which `kvtui calc --log` does not need (calc's lazies: with this one, +90 ms CPU)
         from kvtui.history.ident import label
 
         return label(self.boot_number(index), None if index is None else index + 1)
