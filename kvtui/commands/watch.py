@@ -44,7 +44,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from kvtui.boot import BootStatus
-from kvtui.commands.wait_nodes import wait_deployment
 from kvtui.config import ConfigError, HistoryConfig, load_config
 from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, DeploymentSink
 from kvtui.engines.events import Engine
@@ -261,6 +260,8 @@ async def wait_deployment_serving(args: argparse.Namespace, config: Config, dep_
     NAME`` reads it (the head's /metrics, else the nodes' logs) within the time left: on stderr,
     and as the JSON's ``serving`` (``kvtui watch --json``'s object with ``"deployment"``); none in
     time: exit 5."""
+    from kvtui.commands.wait_nodes import wait_deployment
+
     name: str = args.host
     loop = asyncio.get_running_loop()
     t0 = loop.time()
