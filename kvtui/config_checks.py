@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from kvtui.kube_ref import KubeRefError, parse_service_url, parse_target
 from kvtui.sim.presets import DEMO_ENGINES, DEMO_GPU_COUNT, PRESET_NODES, PresetError, resolve_preset_name
 
 _GPU_LIST_RE = re.compile(r"^\s*\d+\s*(?:-\s*\d+\s*)?(?:,\s*\d+\s*(?:-\s*\d+\s*)?)*$")
@@ -59,8 +60,6 @@ def kube_target(v: str) -> str:
 def kube_target_problems(given: Mapping[str, object]) -> list[tuple[str | None, str, object]]:
     """``kube`` is CONTEXT/NAMESPACE/POD, or CONTEXT/NAMESPACE with a ``selector`` (names as
     Kubernetes allows them: the same check as the kubectl argv builder's)."""
-    from kvtui.kube_ref import KubeRefError, parse_target
-
     target, selector, container = given.get("kube"), given.get("selector"), given.get("container")
     if not isinstance(target, str) or (selector is not None and not isinstance(selector, str)):
         return []
@@ -74,8 +73,6 @@ def kube_target_problems(given: Mapping[str, object]) -> list[tuple[str | None, 
         return [("kube", str(exc), target)]
     url = given.get("gpu_metrics_url")
     if isinstance(url, str):
-        from kvtui.kube_ref import parse_service_url
-
         try:
             parse_service_url(url)
         except KubeRefError as exc:

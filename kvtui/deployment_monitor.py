@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 from kvtui.boot import Boot, BootStatus
 from kvtui.boot.stall import Stall, StallDetector
 from kvtui.engines.events import Phase
+from kvtui.history import recorder_for
+from kvtui.hosts import commands as C
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus
 from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, current_start, diagnose_hang, merge_boots
@@ -161,8 +163,6 @@ def node_monitor(node_name: str, backend: HostBackend, host: HostConfig, history
     """A node's ``HostMonitor`` (the console's, ``kvtui wait NAME``'s), run with ``options`` (the
     same ``MonitorOptions`` a host's monitor takes): its boots are recorded in the history under
     the node's host name (``kvtui.history.recorder_for``; none when ``[history] record = false``)."""
-    from kvtui.history import recorder_for
-
     return HostMonitor(node_name, backend, host=host, history=recorder_for(node_name, history),
                        options=options or MonitorOptions())
 
@@ -232,8 +232,6 @@ async def probe_nodes(nodes: Sequence[DeploymentNode], dep: DeploymentBoot) -> d
     """Each node's unit state and NCCL_*/GLOO_* environment, asked of its host at once (nodes
     without a unit, or that do not answer, stay unknown; a kube node's pod state is read again).
     What ``kvtui wait NAME`` and the console's hang diagnosis add to the log's evidence."""
-    from kvtui.hosts import commands as C
-
     ranks = {n.name: n.node_rank for n in dep.nodes}
 
     async def one(node: DeploymentNode) -> tuple[int, NodeObservation]:

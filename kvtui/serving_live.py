@@ -17,10 +17,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from kvtui.boot import Boot
 from kvtui.engines.events import Engine, ParsedLine
+from kvtui.hosts.metrics import MetricsUnavailable, metrics_url, read_metrics
+from kvtui.hosts.probe import boot_port
 from kvtui.knobs import pool_env
 from kvtui.monitor import HostMonitor
 from kvtui.serving.diagnose import Device, Diagnosis, Limit, diagnose
 from kvtui.serving.logs import LogFold
+from kvtui.serving.prom import MetricsError, parse_metrics
 from kvtui.serving.sample import CacheInfo, ServingSample, Source
 from kvtui.serving.suggest import PoolSuggestion, size_pool
 from kvtui.serving.window import ServingWindow
@@ -125,9 +128,6 @@ class ServingReader:
     async def scrape(self, port: int | None, *, timeout: float = 10.0) -> ServingSample | None:
         """One ``/metrics`` sample of the server on ``port`` (not added to ``window``); None when
         it cannot be read (``metrics_error`` says why)."""
-        from kvtui.hosts.metrics import MetricsUnavailable, metrics_url, read_metrics
-        from kvtui.serving.prom import MetricsError, parse_metrics
-
         sample: ServingSample | None = None
         if port is None:
             self.metrics_error = "the boot's arguments name no port: its /metrics cannot be found"
@@ -197,8 +197,6 @@ def reading_of(window: ServingWindow, sample: ServingSample, boot: Boot | None) 
 
 
 def boot_port_of(boot: Boot) -> int | None:
-    from kvtui.hosts.probe import boot_port
-
     return boot_port(boot.flags)
 
 

@@ -16,9 +16,10 @@ from typing import ClassVar
 import pytest
 
 from kvtui.cli import main
-from kvtui.commands.fleet import SORT_COLUMNS, render_table
+from kvtui.commands.fleet import render_table
 from kvtui.config import ConfigError, PrometheusConfig, parse_config
 from kvtui.fleet.client import PromClient, PromError, Sample
+from kvtui.fleet.columns import SORT_COLUMNS
 from kvtui.fleet.rows import QUERIES, SORT_KEYS, FleetRow, build_rows, filter_rows, host_of, sort_rows
 from tests.prom_support import free_port
 

@@ -22,10 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from kvtui import changes, kvcalc, longrun
+from kvtui.bootlog import read_log
+from kvtui.commands.bootview import to_json
+from kvtui.commands.calc import render
+from kvtui.config import ConfigError, load_config
 from kvtui.exits import EXIT_INPUT, EXIT_OK
+from kvtui.history import HistoryError, open_store
+from kvtui.history import bundle as hb
+from kvtui.history import diff as hdiff
+from kvtui.history.record import spool_segment
+from kvtui.hosts.factory import make_backend
 
 if TYPE_CHECKING:
-    from kvtui import kvcalc
     from kvtui.config import HostConfig
     from kvtui.history import StoredBoot
     from kvtui.history.doc import BootDoc, SpoolDoc
@@ -57,8 +66,6 @@ def gpu_member(doc: BootDoc, extras: Extras) -> None:
 def calc_members(pred: kvcalc.Prediction | None, source: str, extras: Extras, problem: str | None = None) -> None:
     """``calc.json`` (the prediction: figures, verdict, reasons, explain lines) and ``calc.txt``
     (as ``kvtui calc`` prints it)."""
-    from kvtui.commands.calc import render
-
     if pred is None:
         extras.notes.append(f"calc: {problem or 'the calculator had no prediction for this boot'}")
         return
@@ -69,8 +76,6 @@ def calc_members(pred: kvcalc.Prediction | None, source: str, extras: Extras, pr
 def calculate(boots: Sequence[Any], source: str, extras: Extras) -> None:
     """The calculator on the bundle's boot, as ``kvtui calc`` would (no edits), calibrated with the
     history's boots of the deployment too."""
-    from kvtui import changes, kvcalc
-
     try:
         chosen, others = kvcalc.select_boot(list(boots), None)
         model = kvcalc.calibrate(chosen, others=[*others, *changes.stored_siblings(chosen, boots)])
@@ -100,8 +105,6 @@ async def flag_files(backend: HostBackend, name: str, host: HostConfig, doc: Boo
 
 
 async def _cli_flag_files(name: str, host: HostConfig, doc: BootDoc, extras: Extras) -> None:
-    from kvtui.hosts.factory import make_backend
-
     restart = doc.restart
     if restart is None or not (restart.backup or restart.restored_from):
         return
@@ -120,11 +123,6 @@ async def _cli_flag_files(name: str, host: HostConfig, doc: BootDoc, extras: Ext
 def write(out: Path, host: str, chosen: StoredBoot, rows: Sequence[StoredBoot], lines: list[str],
           extras: Extras, *, boots: Sequence[Any] | None = None) -> None:
     """Write the bundle of ``chosen`` (``rows``: the host's stored boots, for the diff)."""
-    from kvtui.bootlog import read_log
-    from kvtui.commands.bootview import to_json
-    from kvtui.history import bundle as hb
-    from kvtui.history import diff as hdiff
-
     replay_boots = boots
     if replay_boots is None:
         replay_boots, _ = read_log(iter(["".join(ln + "\n" for ln in lines).encode()]))
@@ -141,8 +139,6 @@ def write(out: Path, host: str, chosen: StoredBoot, rows: Sequence[StoredBoot], 
 def unread_notes(boots: Sequence[Any]) -> list[str]:
     """What the bundle's log leaves out because kvtui never read it (a server up for days): the
     serving lines its follower skipped and their range on the host, a start not in the log."""
-    from kvtui import longrun
-
     out: list[str] = []
     for b in boots:
         if b.skipped_lines or b.skipped_where:
@@ -155,8 +151,6 @@ def unread_notes(boots: Sequence[Any]) -> list[str]:
 
 def spool_lines(spool: SpoolDoc | None, host: str = "host") -> list[str] | None:
     """The display lines of a stored boot's spool segment (markers left out); None: not there."""
-    from kvtui.history.record import spool_segment
-
     path = spool_segment(spool)
     if path is None:
         return None
@@ -179,9 +173,6 @@ def _journal_line(ts: str, ident: str, text: str, host: str) -> str:
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    from kvtui.config import ConfigError, load_config
-    from kvtui.history import HistoryError, open_store
-
     err = stderr or sys.stderr
     try:
         host_cfg = load_config(getattr(args, "hosts", None)).host(args.host)
@@ -214,7 +205,6 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         print(f"kvtui bundle: {args.host}: #{chosen.id}{newest}: its log is not in the spool (recorded by a command "
               f"that keeps none, or pruned since); a console or kvtui wait keeps one{other}", file=err)
         return EXIT_INPUT
-    from kvtui.bootlog import read_log
 
     boots, _ = read_log(iter(["".join(ln + "\n" for ln in lines).encode()]))
     extras = Extras()
@@ -257,8 +247,6 @@ async def write_console_bundle(pane: Any, svg: str, directory: Path | None = Non
     """The console's bundle of the boot it shows (``B``): what ``kvtui bundle`` writes, with the
     calculator's state as the operator left it (their edits) and the screen as an SVG. Raises
     ``ValueError`` with a message for the operator when there is nothing to bundle."""
-    from kvtui.history import HistoryError, open_store
-
     host = pane.host_name
     backend = pane.backend
     if getattr(backend, "recorded", False):

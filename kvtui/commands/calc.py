@@ -13,6 +13,8 @@ calculator needs (no boot found, no boot that sized its pool, a config.json with
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import sys
 from collections.abc import Collection, Sequence
@@ -20,12 +22,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from kvtui import fmt
+from kvtui import fmt, longrun
 from kvtui import kvcalc as kc
 from kvtui.boot import Boot
+from kvtui.bootlog import read_log
+from kvtui.commands.logfile import InputError, no_boot_found, open_log, read_chunks
+from kvtui.config import ConfigError, find_hosts_file, load_config
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from kvtui.hosts.backend import BackendError
+from kvtui.hosts.factory import make_backend
 from kvtui.knobs import env_knob, unknown_flag
+from kvtui.monitor import host_boots, read_boots
+from kvtui.nodes import merge_logs
 
 if TYPE_CHECKING:
     from kvtui.changes import ServingConfig
@@ -44,9 +53,6 @@ class _Fail(Exception):
 
 def read_log_boots(path: str) -> list[Boot]:
     """Every boot of a saved log (any shape ``kvtui replay`` reads), in order."""
-    from kvtui.bootlog import read_log
-    from kvtui.commands.logfile import InputError, no_boot_found, open_log, read_chunks
-
     try:
         stream = open_log(path)
     except InputError as exc:
@@ -87,8 +93,6 @@ def graph_margin_from_config(hosts: str | None, err: TextIO) -> float:
     An explicit ``--hosts`` that is broken is an error (exit 3); a broken file found by the default
     lookup only earns a warning, so an unrelated hosts.toml does not block a calculation.
     """
-    from kvtui.config import ConfigError, find_hosts_file, load_config
-
     try:
         found = find_hosts_file(hosts)
     except ConfigError as exc:
@@ -264,10 +268,7 @@ def _source_boots(args: argparse.Namespace) -> tuple[list[Boot], str, _Serving |
     (``--host``, with what a serving boot whose start is gone stands on)."""
     if not getattr(args, "host", None):
         return read_log_boots(args.log), ("stdin" if args.log == "-" else args.log), None
-    import asyncio
 
-    from kvtui.config import ConfigError
-    from kvtui.hosts.backend import BackendError
 
     try:
         boots, serving = asyncio.run(
@@ -295,14 +296,9 @@ async def _host_or_deployment_boots(
 
     A host whose current boot serves with its start not in the log: the history's boot of the
     same host and flags, else — on the same connection — its model's config.json and a GPU reading."""
-    import asyncio
-    import contextlib
-
+    # lazy (here and below): --host only; kvtui.changes and kvtui.history (pydantic) cost `kvtui calc --log`
+    # +90 ms CPU (520 → 610 ms; with monitor/host.py's lazy label)
     from kvtui.changes import serving_basis, serving_config
-    from kvtui.config import load_config
-    from kvtui.hosts.factory import make_backend
-    from kvtui.monitor import host_boots, read_boots
-    from kvtui.nodes import merge_logs
 
     config = load_config(hosts)
     if config.deployment(name) is None:
@@ -384,7 +380,7 @@ def _log_model(boots: list[Boot], args: argparse.Namespace, label: str) -> tuple
         raise _Fail(EXIT_INPUT if exc.kind == "input" else EXIT_USAGE, f"{label}: {exc}") from None
     stored: list[Boot] = []
     if getattr(args, "host", None):  # the host's remembered boots of this deployment calibrate too
-        from kvtui.changes import stored_siblings
+        from kvtui.changes import stored_siblings  # lazy: --host only (above)
 
         stored = stored_siblings(boot, boots)
     try:
@@ -394,7 +390,7 @@ def _log_model(boots: list[Boot], args: argparse.Namespace, label: str) -> tuple
     source = f"boot {boots.index(boot) + 1} of {len(boots)} in {label}"
     number: int | None = None
     if getattr(args, "host", None):  # the boot by its number in the history, as every view names it
-        from kvtui.history.ident import label as boot_label
+        from kvtui.history.ident import label as boot_label  # lazy: --host only (above)
 
         number = _history_number(args.host, boot, getattr(args, "hosts", None))
         source = f"{boot_label(number, boots.index(boot) + 1)} {'of' if number is not None else 'from'} {label}"
@@ -404,7 +400,7 @@ def _log_model(boots: list[Boot], args: argparse.Namespace, label: str) -> tuple
         source += f" (+{len(stored)} boot{'s' if len(stored) != 1 else ''} of this deployment from the history)"
     offered: dict[str, object] = {"from_log": len(others), "from_history": len(stored)}
     if getattr(args, "host", None):
-        from kvtui.history.record import boot_key
+        from kvtui.history.record import boot_key  # lazy: --host only (above)
 
         offered["boot"] = number  # the history's number of the chosen boot (``kvtui.history.ident``)
         offered["boot_key"] = boot_key(args.host, boot) if number is not None else None
@@ -415,9 +411,8 @@ def _history_number(host: str, boot: Boot, hosts: str | None) -> int | None:
     """The history's number of ``host``'s ``boot`` (``kvtui.history.ident``): the stored row's, else
     the boot is recorded now, as any reader of the host records the boots it sees (not with
     ``[history] record = false``, nor for a deployment: its nodes' boots are stored per node)."""
-    from kvtui.config import ConfigError, load_config
-    from kvtui.history import Limits, open_store, record_numbered
-    from kvtui.history.ident import stored_number
+    from kvtui.history import Limits, open_store, record_numbered  # lazy: --host only (above)
+    from kvtui.history.ident import stored_number  # lazy: as above
 
     with open_store(readonly=True) as store:
         number = stored_number(host, boot, store)
@@ -437,8 +432,6 @@ def _serving_model(boot: Boot, serving: _Serving, args: argparse.Namespace,
                    label: str) -> tuple[kc.MemoryModel, str, dict[str, object]]:
     """A serving boot whose start is not in the log: calibrated on the history's boot of the same
     host and flags, else its config.json anchored at the pool its serving lines give."""
-    from kvtui import longrun
-
     head = "; ".join(x for x in (longrun.serving_state(boot), longrun.flags_source(boot)) if x)
     if serving.basis is not None:
         chosen, others = serving.basis

@@ -1,20 +1,27 @@
 """``kvtui connect HOST [HOST…] [--readonly]``: the live console; ``kvtui connect --bundle FILE``:
 the same console over a recorded boot (``kvtui.hosts.bundle``: read-only, nothing recorded).
 
-Textual and the hosts layer are imported only here, when the command runs.
+Textual and the hosts layer are imported here, when the command runs (``kvtui.cli.COMMANDS``).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvtui.config import ConfigError, LocalHost, load_config
 from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_USAGE
+from kvtui.hosts.bundle import BundleBackend, BundleError, load_bundle
+from kvtui.hosts.factory import make_backend
+from kvtui.ui.app import KvtuiApp
+from kvtui.ui.deployment_screen import DeploymentSpec
+from kvtui.ui.host_pane import HostSpec
 
 if TYPE_CHECKING:
     from kvtui.config import Config
-    from kvtui.ui.app import KvtuiApp
 
 
 def expand_names(config: Config, names: list[str]) -> list[str]:
@@ -32,14 +39,6 @@ def bundle_app(path: str, config: Config, *, readonly: bool = False, **options: 
     """The console over a bundle's recorded boot (raises ``BundleError`` naming the file): one
     pane named after the bundle's host (``HOST-bundle``), its backend the bundle, no history
     recorded, no readiness probe; edits and restarts are refused by the backend with the reason."""
-    import re
-    from pathlib import Path
-
-    from kvtui.config import LocalHost
-    from kvtui.hosts.bundle import BundleBackend, load_bundle
-    from kvtui.ui.app import KvtuiApp
-    from kvtui.ui.host_pane import HostSpec
-
     bundle = load_bundle(path)
     name = f"{bundle.host}-bundle" if re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", bundle.host) else "bundle"
     host = LocalHost(local=True, log_file=str(bundle.path), probe=False)
@@ -55,8 +54,6 @@ def bundle_app(path: str, config: Config, *, readonly: bool = False, **options: 
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvtui.config import ConfigError, load_config
-
     bundle = getattr(args, "bundle", None)
     if bundle and args.host:
         print("kvtui connect: --bundle FILE opens a recorded boot: give no HOST with it", file=sys.stderr)
@@ -71,16 +68,11 @@ def run(args: argparse.Namespace) -> int:
             print("kvtui connect: name a HOST (see kvtui hosts), or --bundle FILE.tar.gz (with a [prometheus] in "
                   "hosts.toml and no HOST: the fleet screen)", file=sys.stderr)
             return EXIT_USAGE
-        from kvtui.hosts.factory import make_backend as _fleet_backend
-        from kvtui.ui.app import KvtuiApp as _FleetApp
-
         # no HOST and a [prometheus]: the fleet screen alone (enter opens a host's console over it)
-        code = _FleetApp([], backend_factory=_fleet_backend, config=config, readonly=args.readonly, freeze_gc=True,
-                         probe_ready=True, theme=getattr(args, "theme", None)).run()
+        code = KvtuiApp([], backend_factory=make_backend, config=config, readonly=args.readonly, freeze_gc=True,
+                        probe_ready=True, theme=getattr(args, "theme", None)).run()
         return EXIT_OK if code is None else int(code)
     if bundle:
-        from kvtui.hosts.bundle import BundleError
-
         try:
             app = bundle_app(bundle, config, readonly=args.readonly, freeze_gc=True, theme=getattr(args, "theme", None))
         except BundleError as exc:
@@ -93,16 +85,10 @@ def run(args: argparse.Namespace) -> int:
     if dep is not None:
         # one deployment: the console with its one pane (GPUs grouped by node, the merged boot and
         # log, the change keys acting on every node)
-        from kvtui.hosts.factory import make_backend as _make
-        from kvtui.ui.app import KvtuiApp as _App
-        from kvtui.ui.deployment_screen import DeploymentSpec
-
         spec = DeploymentSpec(args.host[0], config.node_hosts(args.host[0]), dep.hang_seconds)
-        code = _App([], backend_factory=_make, config=config, readonly=args.readonly, freeze_gc=True,
-                    deployment=spec, theme=getattr(args, "theme", None)).run()
+        code = KvtuiApp([], backend_factory=make_backend, config=config, readonly=args.readonly, freeze_gc=True,
+                        deployment=spec, theme=getattr(args, "theme", None)).run()
         return EXIT_OK if code is None else int(code)
-
-    from kvtui.ui.host_pane import HostSpec
 
     specs: list[HostSpec] = []
     try:
@@ -113,9 +99,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvtui: {exc}", file=sys.stderr)
         return EXIT_INPUT
 
+    # lazy: kvtui.commands.bundle imports the calculator (kvtui.kvcalc; +80 ms CPU), which importing
+    # this module must not (test_ui_startup); only this path (hosts, not a bundle or deployment) needs it
     from kvtui.commands.bundle import write_console_bundle
-    from kvtui.hosts.factory import make_backend
-    from kvtui.ui.app import KvtuiApp
 
     app = KvtuiApp(specs, backend_factory=make_backend, config=config, readonly=args.readonly, freeze_gc=True,
                    probe_ready=True, bundle_writer=write_console_bundle, theme=getattr(args, "theme", None))

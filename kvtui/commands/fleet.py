@@ -11,14 +11,14 @@ import json
 import sys
 from typing import TYPE_CHECKING, TextIO
 
+from kvtui.config import ConfigError, load_config
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK
+from kvtui.fleet.client import PromClient, PromError
+from kvtui.fleet.rows import fetch_fleet, filter_rows, sort_rows
 
 if TYPE_CHECKING:
     from kvtui.fleet.rows import FleetRow
 
-# kvtui.fleet.rows.SORT_KEYS (spelled here so that `kvtui --help` imports no HTTP client; a test keeps them equal)
-SORT_COLUMNS = ("host", "engine", "version", "model", "state", "gpus", "mem", "util", "temp", "kv", "kv-peak",
-                "running", "queued", "preemptions", "ttft", "uptime")
 WIDTH = 120
 # (title, width, right-aligned); the last column takes what is left of WIDTH
 COLUMNS: list[tuple[str, int, bool]] = [
@@ -26,21 +26,6 @@ COLUMNS: list[tuple[str, int, bool]] = [
     ("UTIL", 4, True), ("TEMP", 4, True), ("KV/PEAK", 8, True), ("RUN/Q", 7, True), ("PRE/m", 5, True),
     ("TTFT95", 6, True), ("UP", 5, True),
 ]
-
-
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
-               common: list[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("fleet", parents=common,
-                       help="every vLLM / SGLang instance and its GPUs, from the [prometheus] of hosts.toml")
-    p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
-    p.add_argument("--problems", action="store_true",
-                   help="exit 1 when any instance is in trouble (down, restarting, KV full with a queue, "
-                        "preempting, XID errors), 0 otherwise; 3 when Prometheus cannot be read")
-    p.add_argument("--sort", choices=SORT_COLUMNS, default="host", metavar="COL",
-                   help="order within trouble / healthy rows: " + ", ".join(SORT_COLUMNS)
-                        + " (text A-Z, numbers largest first; default host)")
-    p.add_argument("--filter", metavar="TEXT", default=None,
-                   help="only rows whose host, instance, engine, version, model, state or trouble contain TEXT")
 
 
 def _cut(text: str, width: int) -> str:
@@ -97,10 +82,6 @@ def render_table(rows: list[FleetRow], width: int = WIDTH) -> str:
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    from kvtui.config import ConfigError, load_config
-    from kvtui.fleet.client import PromClient, PromError
-    from kvtui.fleet.rows import fetch_fleet, filter_rows, sort_rows
-
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     try:

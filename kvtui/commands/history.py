@@ -30,16 +30,21 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from kvtui import fmt
+from kvtui.commands.bootview import render_boot
+from kvtui.config import ConfigError, load_config
 from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_USAGE
+from kvtui.history import HistoryError, Store, StoredBoot, ledger, open_store
+from kvtui.history import diff as hdiff
+from kvtui.history import record as rec
+from kvtui.history import serving_figures as sf
+from kvtui.history.deployment import ROW_HEADER, deployment_starts, previous_good, render_diff, start_row
+from kvtui.history.doc import num
 
 if TYPE_CHECKING:
     from kvtui.history.doc import BootDoc
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    from kvtui.config import ConfigError, load_config
-    from kvtui.history import HistoryError, open_store
-
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     if args.limit is not None and args.limit < 1:
@@ -87,8 +92,6 @@ def _say_refused(store: object, err: TextIO) -> None:
 
 
 def _list(rows: list, args: argparse.Namespace, out: TextIO, err: TextIO, path: str) -> int:  # type: ignore[type-arg]
-    from kvtui.history import ledger
-    from kvtui.history import record as rec
 
     entries = [e for r in rows if (e := ledger.entry(r.document, r.id)) is not None]
     summary = ledger.summarize(entries)
@@ -100,7 +103,6 @@ def _list(rows: list, args: argparse.Namespace, out: TextIO, err: TextIO, path: 
     if not rows:
         print(f"kvtui history: no boot of {args.host} in the history ({path})", file=err)
         return EXIT_OK
-    from kvtui.history import serving_figures as sf
 
     # the serving figures (``kvtui watch`` / the console recorded them): a column when any boot has them
     served = {r.id: sf.compact(r.document.serving_figures) for r in rows}
@@ -158,9 +160,6 @@ def _deployment(args: argparse.Namespace, nodes: list[str], out: TextIO, err: Te
     deployment console's ``H`` shows it; ``--json``: the starts with each node's stored document;
     ``--diff [A [B]]``: start A (default: the newest; ``N`` is the start's position in the list,
     1 the newest) against B (default: the last ready start before A), node by node."""
-    from kvtui.history import HistoryError, open_store
-    from kvtui.history.deployment import ROW_HEADER, deployment_starts, previous_good, render_diff, start_row
-
     name = args.host
     with open_store(readonly=True) as store:
         if store.problem:
@@ -189,8 +188,6 @@ def _deployment(args: argparse.Namespace, nodes: list[str], out: TextIO, err: Te
                   file=err)
             return EXIT_INPUT
         if args.json:
-            from kvtui.history import diff as hdiff
-
             doc = {"deployment": name, "start": cur.ids, "base": base.ids, "nodes": [
                 {"node": node, "diff": (hdiff.diff(a.document, b.document, base_id=a.id, boot_id=b.id).to_json()
                                         if a is not None and b is not None else None)}
@@ -217,8 +214,6 @@ def _deployment(args: argparse.Namespace, nodes: list[str], out: TextIO, err: Te
 
 def _show(ref: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``kvtui history show KEY|N``: see the module doc."""
-    from kvtui.history import HistoryError, StoredBoot, open_store
-
     text = ref.strip().lstrip("#")
     with open_store(readonly=True) as store:
         if store.problem:
@@ -258,17 +253,11 @@ def _status(d: BootDoc) -> str:
 
 
 def _mib_map(raw: Mapping[str, float]) -> dict[str, float]:
-    from kvtui.history.doc import num
-
     return {str(k): f for k, v in raw.items() if (f := num(v)) is not None}
 
 
 def render_stored(row: object) -> list[str]:
     """One stored boot in full (``history show``'s text)."""
-    from kvtui.commands.bootview import render_boot
-    from kvtui.history import StoredBoot, ledger
-    from kvtui.history import record as rec
-
     assert isinstance(row, StoredBoot)
     d = row.document
     boot = rec.boot_from_doc(d)
@@ -341,8 +330,6 @@ def render_stored(row: object) -> list[str]:
 
 def _serving_lines(d: BootDoc) -> list[str]:
     """``history show``: the serving figures a watcher recorded (``kvtui.history.serving_figures``)."""
-    from kvtui.history import serving_figures as sf
-
     s = d.serving_figures
     if s is None:
         return []
@@ -368,9 +355,6 @@ def _wrap(items: list[str], width: int, indent: str) -> list[str]:
 
 
 def _diff(store: object, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from kvtui.history import Store
-    from kvtui.history import diff as hdiff
-
     assert isinstance(store, Store)
     rows = store.boots(args.host, limit=1000)
     if not rows:

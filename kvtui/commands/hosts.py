@@ -17,15 +17,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
+from kvtui.config import ConfigError, DemoHost, SshHost, format_value, load_config, search_locations
 from kvtui.exits import EXIT_INPUT, EXIT_OK
+from kvtui.fleet.client import PromClient, PromError
+from kvtui.fleet.rows import fetch_summary
+from kvtui.hosts import commands as C
+from kvtui.hosts.backend import BackendError, ConnState
+from kvtui.hosts.commands import server_pid_file
+from kvtui.hosts.factory import make_backend
 
 if TYPE_CHECKING:
-    from kvtui.config import Config, HostConfig, SshHost
+    from kvtui.config import Config, HostConfig
     from kvtui.hosts.backend import HostBackend
 
 CONNECT_TIMEOUT_S = 20.0
@@ -50,8 +58,6 @@ def format_gpus(gpus: Sequence[int] | None) -> str:
 
 
 def host_notes(name: str, host: HostConfig, config: Config) -> list[str]:
-    from kvtui.config import DemoHost, SshHost
-
     notes: list[str] = []
     if host.readonly:
         notes.append("readonly")
@@ -77,8 +83,6 @@ def host_notes(name: str, host: HostConfig, config: Config) -> list[str]:
 
 def liveness_source(host: HostConfig) -> str:
     """How kvtui sees that this host's server process is gone (``hosts --check`` says it)."""
-    from kvtui.hosts.commands import server_pid_file
-
     if host.demo:
         return "the simulated unit (systemd's lines)"
     if host.kind == "kube":
@@ -151,11 +155,10 @@ def console_problems(config: Config) -> tuple[list[str], list[str]]:
     """(problems, warnings) the console would report at start: ``[ui] theme`` not among the themes
     it offers, a ``[keymap]`` id it has no binding for (problems); a theme file it cannot use
     (warnings: the console falls back to its default theme)."""
-    import difflib
-
-    from kvtui.config import format_value
+    # lazy: the console (textual, kvtui.ui) costs `kvtui hosts` +840 ms CPU (390 → 1230 ms),
+    # needed only with --check / --connect
     from kvtui.ui.app import KvtuiApp
-    from kvtui.ui.themes import accepted_theme_names, load_themes
+    from kvtui.ui.themes import accepted_theme_names, load_themes  # lazy: as above
 
     where = str(config.path) if config.path else "hosts.toml"
     problems: list[str] = []
@@ -180,9 +183,6 @@ def console_problems(config: Config) -> tuple[list[str], list[str]]:
 
 def check_prometheus(config: Config, err: TextIO) -> str | None:
     """``[prometheus]``: reach it once and say what it scrapes; the problem's text when it cannot be read."""
-    from kvtui.fleet.client import PromClient, PromError
-    from kvtui.fleet.rows import fetch_summary
-
     assert config.prometheus is not None
     try:
         s = fetch_summary(PromClient(config.prometheus))
@@ -203,8 +203,6 @@ class ConnectResult:
 
 
 async def _probe_ssh(backend: HostBackend, host: SshHost) -> str:
-    from kvtui.hosts import commands as C
-
     res = await backend.run(C.probe_host(unit=host.unit, log_file=host.log_file, container=host.container,
                                          sudo=host.sudo), timeout=CONNECT_TIMEOUT_S)
     info = C.parse_probe(res.stdout)
@@ -232,10 +230,6 @@ def _probe_ok(summary: str) -> bool:
 
 
 async def connect_one(name: str, host: HostConfig) -> ConnectResult:
-    from kvtui.config import SshHost
-    from kvtui.hosts.backend import BackendError, ConnState
-    from kvtui.hosts.factory import make_backend
-
     backend = make_backend(name, host)
     try:
         try:
@@ -268,8 +262,6 @@ async def connect_all(config: Config, names: list[str]) -> list[ConnectResult]:
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    from kvtui.config import ConfigError, load_config, search_locations
-
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     try:

@@ -33,34 +33,23 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
+from kvtui import kvcalc
+from kvtui.boot import Boot, BootStatus
+from kvtui.changes import stored_siblings
+from kvtui.commands.apply import _ask, close_nodes, deployment_of, history_config, open_host, open_nodes, run_main
+from kvtui.config import DEFAULT_HANG_SECONDS
+from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from kvtui.history import HistoryError, boot_key, open_store
+from kvtui.history import serving_figures as sf
+from kvtui.hosts import service
+from kvtui.hosts.backend import BackendError
+from kvtui.tune import driver
+from kvtui.tune.driver import TABLE_HEAD, TuneResult, table_row
+from kvtui.tune.planner import Bounds, Planner, Stop, TuneError, also_name, parse_goal
 
-# ``kvtui --help`` imports this module for its parser: everything else is imported where it is used
 if TYPE_CHECKING:
     from kvtui.changes import NodeSide
-    from kvtui.tune.planner import Planner
-
-
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
-               common: list[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("tune", parents=common,
-                       help="find the largest memory fraction that boots (or meets a goal), one safe step at a time")
-    p.add_argument("host", metavar="HOST", help="a [hosts.NAME] of hosts.toml ('demo' always exists)")
-    p.add_argument("--goal", required=True, metavar="GOAL",
-                   help="max-tokens | context=N | tokens=N | tokens=observed (the peak demand kvtui watch "
-                        "recorded, +20 %%)")
-    p.add_argument("--requests", type=int, metavar="K", help="with context=N: K requests of N tokens (default 1)")
-    p.add_argument("--also", action="append", default=[], metavar="KNOB",
-                   help="also move max-running-requests / cuda-graph-max-bs (only those named)")
-    p.add_argument("--max-boots", type=int, default=6, metavar="N", help="at most N boots (default 6)")
-    p.add_argument("--floor", type=float, default=0.5, metavar="F", help="never below this fraction (default 0.5)")
-    p.add_argument("--ceiling", type=float, default=0.99, metavar="F", help="never above this fraction (default 0.99)")
-    p.add_argument("--step", type=float, default=0.01, metavar="S",
-                   help="the grid of first candidates and of steps up after a pool that did not fit (default 0.01)")
-    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="per boot (default 1800)")
-    p.add_argument("--json", action="store_true", help="the result as JSON on stdout")
 
 
 OBSERVED = "tokens=observed"
@@ -77,10 +66,6 @@ def observed_goal(name: str, cur: object) -> tuple[str, str] | str:
     of the running boot, else of the newest boot of the host with serving figures, plus
     ``OBSERVED_MARGIN`` (20 %); (the goal, a note saying where it came from), or the message why
     there is none."""
-    from kvtui.boot import Boot
-    from kvtui.history import HistoryError, boot_key, open_store
-    from kvtui.history import serving_figures as sf
-
     key = boot_key(name, cur) if isinstance(cur, Boot) else None
     with open_store(readonly=True) as store:
         try:
@@ -112,18 +97,12 @@ def observed_goal(name: str, cur: object) -> tuple[str, str] | str:
 
 def run(args: argparse.Namespace, **streams: Any) -> int:
     """``run_main(tune_main, …)`` (``kvtui.commands.apply``)."""
-    from kvtui.commands.apply import run_main
-
     return run_main(tune_main, args, **streams)
 
 
 def make_planner(args: argparse.Namespace, engine: object, start: dict[str, object], start_ready: bool,
                  start_tokens: int | None, margin: float | None) -> Planner:
     """The planner for these options (``TuneError`` for a bad one)."""
-    from kvtui import kvcalc
-    from kvtui.engines.events import Engine
-    from kvtui.tune.planner import Bounds, Planner, TuneError, also_name, parse_goal
-
     goal = parse_goal(args.goal, args.requests)
     bounds = Bounds(args.floor, args.ceiling, args.step, args.max_boots)
     bounds.check()
@@ -135,7 +114,6 @@ def make_planner(args: argparse.Namespace, engine: object, start: dict[str, obje
                 raise TuneError(f"--also {name}: expected max-running-requests or cuda-graph-max-bs")
             also.append(k)
     assert isinstance(engine, Engine)
-    from kvtui.changes import stored_siblings
 
     return Planner(engine, goal, bounds, tuple(dict.fromkeys(also)),
                    kvcalc.DEFAULT_GRAPH_MARGIN_GIB if margin is None else margin,
@@ -145,14 +123,6 @@ def make_planner(args: argparse.Namespace, engine: object, start: dict[str, obje
 
 async def tune_main(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO, stdin: TextIO,
                     clock: Callable[[], float] | None = None) -> int:
-    from kvtui.boot import BootStatus
-    from kvtui.commands.apply import _ask, close_nodes, deployment_of, history_config, open_host, open_nodes
-    from kvtui.config import DEFAULT_HANG_SECONDS
-    from kvtui.hosts import service
-    from kvtui.hosts.backend import BackendError
-    from kvtui.tune import driver
-    from kvtui.tune.planner import Stop, TuneError, parse_goal
-
     def err(msg: str) -> None:
         print(f"kvtui tune: {msg}", file=stderr, flush=True)
 
@@ -262,8 +232,6 @@ def _stop_on_sigint(stop: asyncio.Event, err: Callable[[str], None]) -> Iterator
 
 
 def _report(args: argparse.Namespace, result: object, stdout: TextIO, stderr: TextIO) -> int:
-    from kvtui.tune.driver import TuneResult
-
     assert isinstance(result, TuneResult)
     head = "goal met" if result.met else ("interrupted" if result.interrupted else "goal not met")
     print(f"{result.host}: {head}: {result.reason}", file=stderr, flush=True)
@@ -273,8 +241,6 @@ def _report(args: argparse.Namespace, result: object, stdout: TextIO, stderr: Te
     if args.json:
         stdout.write(json.dumps(result.to_json(), indent=1) + "\n")
     else:
-        from kvtui.tune.driver import TABLE_HEAD, table_row
-
         if result.steps:
             stdout.write("\n".join([TABLE_HEAD, *(table_row(s) for s in result.steps)]) + "\n")
         stdout.write(f"{result.host}: {head}" + (f"; {result.rolled_back}" if result.rolled_back else "") + "\n")

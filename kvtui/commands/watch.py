@@ -43,17 +43,19 @@ from datetime import datetime
 from typing import TYPE_CHECKING, TextIO
 
 from kvtui.boot import BootStatus
-from kvtui.config import HistoryConfig
+from kvtui.config import ConfigError, HistoryConfig, load_config
 from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, DeploymentSink
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 from kvtui.history.serving import ServingRecorder
 from kvtui.history.store import Limits
 from kvtui.hosts.backend import BackendError, ConnState, LogStart
+from kvtui.hosts.factory import make_backend
 from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.serving.diagnose import Limit
 from kvtui.serving.sample import Source
 from kvtui.serving_live import DeploymentServingReader, LiveServing, Reading, ServingReader
+from kvtui.spool import SpoolError
 from kvtui.updates import ConnUpdate, MonitorUpdate
 
 if TYPE_CHECKING:
@@ -117,10 +119,6 @@ def _positive(name: str, v: float | None, stderr: TextIO) -> bool:
 
 async def watch(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO,
                 clock: Callable[[], float] | None = None) -> int:
-    from kvtui.config import ConfigError, load_config
-    from kvtui.hosts.factory import make_backend
-    from kvtui.spool import SpoolError
-
     interval, timeout, count = float(args.interval), float(args.timeout), args.count
     if not (_positive("--interval", interval, stderr) and _positive("--timeout", timeout, stderr)
             and _positive("--count", count, stderr)):
@@ -230,10 +228,6 @@ def _open_deployment(name: str, config: Config, clock: Callable[[], float] | Non
                      prog: str) -> tuple[DeploymentMonitor, DeploymentServingReader] | None:
     """The deployment's node monitors (each from its current boot, GPUs read seldom) and a serving
     reader attached to them (before they run: the log fallback sees each boot's lines)."""
-    from kvtui.config import ConfigError
-    from kvtui.hosts.factory import make_backend
-    from kvtui.spool import SpoolError
-
     now = clock or time.time
     nodes: list[DeploymentNode] = []
     try:

@@ -21,13 +21,14 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus, PhaseSpan
 from kvtui.engines.events import Model, Phase
 from kvtui.history.doc import BootDoc, model_tp, num
+from kvtui.history.store import HistoryError, open_store
 
 Doc = BootDoc | Mapping[str, object]  # a stored document, or its JSON (``BootDoc.of``)
 
@@ -140,8 +141,6 @@ def heartbeat_eta(history: Sequence[Doc], host: str,
     """For ``kvtui apply --restart``'s follower (``kvtui.hosts.service``, which imports no
     history): the new boot -> its ETA text for the heartbeat, None without one (the line before
     the restart already said there is no history)."""
-    from datetime import UTC
-
     def eta_of(boot: Boot) -> str | None:
         if not history:
             return None
@@ -188,8 +187,6 @@ def _align(now: datetime, ref: datetime) -> datetime:
 def past_boots(host: str, limit: int = 200) -> list[BootDoc]:
     """The host's stored boots (documents, newest first) for ``estimate``; empty when the history
     cannot be read (a reader of the history: opens it read-only, never raises)."""
-    from kvtui.history.store import HistoryError, open_store
-
     with open_store(readonly=True) as store:
         try:
             return [r.document for r in store.boots(host, limit=limit)]

@@ -13,6 +13,7 @@ from pathlib import Path
 from kvtui.boot import Boot
 from kvtui.history import record as rec
 from kvtui.history.doc import BootDoc
+from kvtui.history.recorder import recordable
 from kvtui.history.serving_figures import (
     MAX_SESSIONS,
     OBSERVED_MARGIN,
@@ -25,7 +26,7 @@ from kvtui.history.serving_figures import (
     section_of,
     summary,
 )
-from kvtui.history.store import Limits, Store
+from kvtui.history.store import HistoryError, Limits, Store, open_store
 from kvtui.serving.window import ServingWindow
 
 __all__ = [
@@ -52,8 +53,6 @@ def serving_doc(host: str, boot: Boot, tally: ServingTally) -> tuple[str, BootDo
     """The key and document ``record_serving`` writes: the boot's own document (as the recorder
     would write it) with this watcher's ``serving`` section; None when the history cannot keep the
     boot (no start seen, no timestamp: ``BootRecorder.observe``'s rule) or nothing was sampled."""
-    from kvtui.history.recorder import recordable
-
     if not tally.samples or not recordable(boot):
         return None
     key = rec.boot_key(host, boot)
@@ -133,8 +132,6 @@ class ServingRecorder:
 
     def _drain(self) -> None:
         """In a worker thread: write the queued documents (``dict.popitem`` is atomic)."""
-        from kvtui.history.store import HistoryError, open_store
-
         while self._queue:
             try:
                 key, doc = self._queue.popitem()

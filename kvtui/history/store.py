@@ -30,6 +30,7 @@ from typing import Final
 
 from pydantic import JsonValue
 
+from kvtui.config import state_dir
 from kvtui.history import record as rec
 from kvtui.history.doc import BootDoc, DocError, DocVersionError
 
@@ -59,8 +60,6 @@ class Limits:
 
 
 def default_path() -> Path:
-    from kvtui.config import state_dir
-
     return state_dir() / FILE_NAME
 
 

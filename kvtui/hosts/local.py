@@ -29,6 +29,7 @@ import shlex
 import signal
 import sys
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -42,7 +43,7 @@ from kvtui.engines.source_records import gap_range
 from kvtui.gpu import GpuProcess, GpuSample, process_from_nvml, sample_from_nvml
 from kvtui.hosts import commands as C
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
-from kvtui.hosts.commands import CONTROL_PREFIX
+from kvtui.hosts.commands import CONTROL_PREFIX, ENGINE_PROCESS_PATTERN, server_pid_file
 from kvtui.hosts.dockerlog import CatchUp, fixed_stamp, parse_docker_search
 from kvtui.hosts.filelog import (
     HEAD_BYTES,
@@ -76,6 +77,9 @@ from kvtui.hosts.journal import (
     search_command,
     search_matches,
 )
+from kvtui.hosts.metrics import metrics_via_port
+from kvtui.hosts.probe import direct
+from kvtui.hosts.service.shell import ShellOps
 from kvtui.liveness import (
     DOCKER_STATE_FORMAT,
     FRESH_SLACK_S,
@@ -181,7 +185,7 @@ class Nvml:
             return True
         try:
             if self._mod is None:
-                import pynvml
+                import pynvml  # lazy: an optional dependency (NVML), absent on a machine without it
 
                 self._mod = pynvml
             self._mod.nvmlInit()
@@ -352,7 +356,6 @@ class LocalBackend:
         self._clock = clock
         self._poll = poll_interval
         self._liveness_interval = liveness_interval
-        from kvtui.hosts.commands import server_pid_file
 
         found = server_pid_file(host.pid_file, host.start_command, host.stop_command)
         self.pid_file: Path | None = Path(found[0]).expanduser() if found else None
@@ -454,8 +457,6 @@ class LocalBackend:
         """(argv, pid) of the running server from ``/proc/PID/cmdline``: the pid file's process
         (or the engine process below it, when it is a launch script), else the oldest engine
         process on this machine (``commands.ENGINE_PROCESS_PATTERN``); None when none runs."""
-        from kvtui.hosts.commands import ENGINE_PROCESS_PATTERN
-
         if self.pid_file is not None:
             pid, alive, _age = _pid_reading(self.pid_file)
             if pid is not None and alive:
@@ -967,8 +968,6 @@ class LocalBackend:
         from the gap's first byte (its stdin positioned there: no copy through a pipe) and stops
         at its limit; a ``.gz`` copy through ``gzip -dc``. Each record's cursor is the absolute
         byte offset after its line; ``line_no`` its line number in the gap (None in a .gz)."""
-        from kvtui.engines.source_records import gap_range
-
         parts = gap_range(where)
         if "since" in parts and self.host.container and not self.host.log_file:  # a container's gap: two times
             return await self._search_docker(self.host.container, pattern, where, regex=regex,
@@ -1099,20 +1098,14 @@ class LocalBackend:
 
     def service_ops(self) -> HostOps:
         """The guarded service's operations here (``kvtui.hosts.service``)."""
-        from kvtui.hosts.service.shell import ShellOps
-
         return ShellOps(self)
 
     def open_port(self, port: int) -> contextlib.AbstractAsyncContextManager[tuple[str, int]]:
         """The server's port on this machine's loopback (the readiness probe): nothing to open."""
-        from kvtui.hosts.probe import direct
-
         return direct(port)
 
     async def metrics(self, port: int, *, timeout: float = 10.0) -> str:
         """The server's ``/metrics`` on this machine's loopback (``kvtui.hosts.metrics``)."""
-        from kvtui.hosts.metrics import metrics_via_port
-
         return await metrics_via_port(self, port, self.name, timeout=timeout)
 
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
@@ -1150,8 +1143,6 @@ async def _collect_matches(
 ) -> list[LogMatch]:
     """grep's output (``-b -n``, ``-C``) -> matches in [a, b) with their context: the first
     ``limit`` (returns as soon as they are complete), or the last ``limit`` with ``newest``."""
-    from collections import deque
-
     assert proc.stdout is not None
     found: deque[tuple[LogRecord, list[LogRecord], list[LogRecord], int | None]] = deque(
         maxlen=limit if newest else None)

@@ -14,6 +14,7 @@ import shlex
 from kvtui.engines.orphans import PS_COMMAND, Orphan, ProcRow, find_orphans, parse_ps
 from kvtui.gpu import GpuProcess
 from kvtui.hosts.backend import BackendError, HostBackend
+from kvtui.hosts.commands import server_pid_file
 
 
 async def process_rows(backend: HostBackend) -> list[ProcRow] | None:
@@ -56,8 +57,6 @@ async def host_orphans(
 async def server_session(backend: HostBackend) -> int | None:
     """The PID the host's pid file names, alive or not (a server started with ``setsid`` leads
     its session: its engine processes keep that session id after it is gone); None without one."""
-    from kvtui.hosts.commands import server_pid_file
-
     host = getattr(backend, "host", None)
     if host is None or not getattr(backend, "lists_processes", False):
         return None

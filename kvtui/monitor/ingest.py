@@ -40,6 +40,7 @@ from kvtui.monitor.gaps import Gaps
 from kvtui.monitor.publisher import Publisher
 from kvtui.monitor.window import LogWindow
 from kvtui.retry import doubling
+from kvtui.spool import iter_spooled
 from kvtui.updates import GapMark, LineRun
 
 if TYPE_CHECKING:
@@ -307,8 +308,6 @@ class Ingest:
 
     async def replay(self) -> None:
         """A resumed spool: rebuild the tracker from it (in slices, yielding to the loop)."""
-        from kvtui.spool import iter_spooled
-
         batch: list[LogRecord] = []
         for sp in iter_spooled(self.spool):
             if sp.style == "marker":

@@ -8,8 +8,10 @@ import contextlib
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.bootlog import BootLog
+from kvtui.config import load_config
 from kvtui.engines.events import Engine
 from kvtui.hosts.backend import BackendError, HostBackend, LogStart, aclose_iter
+from kvtui.hosts.factory import make_backend
 from kvtui.monitor.options import MonitorHost, engine_hint_for
 
 
@@ -74,9 +76,6 @@ async def host_boots(
     hosts.toml -> backend -> ``read_boots`` -> close. Raises ``kvtui.config.ConfigError`` (bad
     file, unknown host), ``BackendError`` (unreachable) or ``TimeoutError`` (nothing within
     ``timeout``); the last boot is the host's current one."""
-    from kvtui.config import load_config
-    from kvtui.hosts.factory import make_backend
-
     host = load_config(hosts).host(name)
     backend = make_backend(name, host)
     try:

@@ -31,8 +31,10 @@ from kvtui.engines.source_records import command_record, gap_range, gap_record, 
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts import commands
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
+from kvtui.hosts.metrics import metrics_via_port
 from kvtui.sim.http import Serving, serve_port, serving_of
 from kvtui.sim.metrics import DemoMetrics
+from kvtui.sim.ops import DemoOps
 from kvtui.sim.presets import MODELS, PRESETS, GpuSpec, Preset, PresetError, resolve_preset_name
 from kvtui.sim.script import BootInput, BootScript, ForeignProcess
 from kvtui.sim.serving import serving_load
@@ -287,7 +289,6 @@ class DemoBackend:
     def service_ops(self) -> HostOps:
         """The guarded service's operations here (``kvtui.hosts.service``)."""
         # lazy (measured): the service's modules cost ~400 ms to import at load ~10; only an edit needs them
-        from kvtui.sim.ops import DemoOps
 
         return DemoOps(self)
 
@@ -930,7 +931,6 @@ class DemoBackend:
     async def metrics(self, port: int, *, timeout: float = 10.0) -> str:
         """The simulated server's ``/metrics``, over its loopback HTTP server (``kvtui.hosts.metrics``)."""
         # lazy (measured): kvtui.hosts.metrics and the probe's HTTP client cost ~130 ms at load ~10; `watch` only
-        from kvtui.hosts.metrics import metrics_via_port
 
         return await metrics_via_port(self, port, self.name, timeout=timeout)
 

@@ -27,6 +27,7 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.changes import NodeSide
 from kvtui.engines.events import FailureKind
 from kvtui.exits import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT
+from kvtui.history.eta import heartbeat_eta, past_boots
 from kvtui.hosts import service
 from kvtui.hosts.backend import BackendError, HostBackend
 from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S
@@ -135,8 +136,6 @@ async def _heartbeat_eta(run: TuneRun) -> Callable[[Boot], str | None]:
     """The new boot's ETA for the follower's heartbeat, from the host's stored boots (as
     ``apply --restart`` says it: "… the new boot is in load weights 12/61 shards; load weights
     0:40 / ~4:05, ready in ~4:50")."""
-    from kvtui.history.eta import heartbeat_eta, past_boots
-
     past = await asyncio.to_thread(past_boots, run.name)
     return heartbeat_eta(past, run.name, run.clock)
 

@@ -26,6 +26,7 @@ from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.history import bundle as hb
 from kvtui.history.record import gpu_readings
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
+from kvtui.hosts.bundle.ops import BundleOps, read_only_reason
 
 if TYPE_CHECKING:
     from kvtui.hosts.service.model import HostOps
@@ -182,11 +183,7 @@ class BundleBackend:
         return set()
 
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
-        from kvtui.hosts.bundle.ops import read_only_reason
-
         raise BackendError(read_only_reason(self.name, self.path))
 
     def service_ops(self) -> HostOps:
-        from kvtui.hosts.bundle.ops import BundleOps
-
         return BundleOps(self)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import time
 from collections import deque
@@ -54,6 +55,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvtui.config import state_dir
 from kvtui.engines.events import LogRecord
 from kvtui.engines.exit_record import stop_record
 from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
@@ -69,6 +71,8 @@ from kvtui.gpu import (
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
 from kvtui.hosts.commands import READY_PATTERNS, SERVER_START_PATTERNS
 from kvtui.hosts.kube import commands as K
+from kvtui.hosts.kube.dcgm import parse_dcgm, stale_reason
+from kvtui.hosts.kube.ops import KubeOps
 from kvtui.hosts.kube.state import (
     ContainerId,
     LogResume,
@@ -89,6 +93,8 @@ from kvtui.hosts.kube.state import (
     split_stamp,
     successor,
 )
+from kvtui.hosts.metrics import MAX_METRICS_BYTES, MetricsUnavailable, check_metrics
+from kvtui.kube_ref import parse_service_url
 from kvtui.liveness import exit_record
 
 if TYPE_CHECKING:
@@ -177,8 +183,6 @@ class KubeBackend:
 
     async def refresh(self) -> PodState:
         """Read the pod again (the leader, for a selector): its state, for the console and the log."""
-        import json
-
         if self.ref.selector:
             rc, out, err = await self._kubectl(K.list_pods(self.ref))
             if rc != 0:
@@ -213,8 +217,6 @@ class KubeBackend:
         """The pod named by the host is gone: the one its controller made in its place (found by
         the controller's labels, ``state.successor``), when the pod was read before and has a
         controller; None when there is none (yet)."""
-        import json
-
         old = self._obj
         ctl = await self._controller(old) if old is not None else None
         if old is None or ctl is None:
@@ -240,8 +242,6 @@ class KubeBackend:
         """(kind, name, selector) of the controller that makes ``pod``'s successors — a
         ReplicaSet's Deployment (its ``spec.selector`` spans its rollouts), else the owner
         itself —, resolved once and remembered (``learn_controller``); None for a bare pod."""
-        import json
-
         if self._ctl is not None:
             return self._ctl
         owner = controller_of(pod)
@@ -281,8 +281,6 @@ class KubeBackend:
     async def _recalled_pod(self) -> dict[str, Any] | None:
         """The pod the host names is gone and was not read in this run: the current pod of its
         controller as an earlier kvtui remembered it (``learn_controller``); None if none."""
-        import json
-
         ctl = self._ctl or await asyncio.to_thread(_recall, self.ref)
         if ctl is None:
             return None
@@ -529,8 +527,6 @@ class KubeBackend:
 
     async def _next_container(self, old: ContainerId | None) -> NextContainer | None:
         """Look at the pods until the container after ``old`` has started (None: closed)."""
-        import json
-
         like = self._obj
         sel = None
         if not self.ref.selector and like is not None and (controller_of(like) or ("", ""))[0] == "ReplicaSet":
@@ -894,9 +890,6 @@ class KubeBackend:
         never from here) every ``interval_s`` (at least ``DCGM_MIN_S``: the exporter itself
         collects every few seconds); an answer that fails, or comes from another node's exporter,
         leaves the last samples marked stale, as an SSH host's are while it reconnects."""
-        from kvtui.hosts.kube.dcgm import parse_dcgm, stale_reason
-        from kvtui.kube_ref import parse_service_url
-
         assert self.gpu_metrics_url is not None
         argv = K.get_raw(self.ref, parse_service_url(self.gpu_metrics_url).proxy_path())
         last: list[GpuSample] = []
@@ -926,8 +919,6 @@ class KubeBackend:
         """The server's ``/metrics`` through the API server's pod proxy (``kubectl get --raw
         /api/v1/namespaces/NS/pods/POD:PORT/proxy/metrics``; ``kvtui.hosts.metrics``): the pod's
         port reached from inside the cluster, never from here."""
-        from kvtui.hosts.metrics import MAX_METRICS_BYTES, MetricsUnavailable, check_metrics
-
         if self._pod is None:
             raise MetricsUnavailable(f"{self.name}: no pod yet: its /metrics cannot be read")
         path = K.pod_proxy_path(self.ref, self._pod, port, "/metrics")
@@ -995,8 +986,6 @@ class KubeBackend:
 
     def service_ops(self) -> HostOps:
         """``KubeOps``: it says why a pod is neither edited nor restarted by kvtui (yet)."""
-        from kvtui.hosts.kube.ops import KubeOps
-
         return KubeOps(self)
 
     async def _sleep(self, seconds: float) -> bool:
@@ -1007,15 +996,11 @@ class KubeBackend:
 
 
 def _memory(ref: K.PodRef) -> Path:
-    from kvtui.config import state_dir
-
     key = f"{ref.context or '(current)'}/{ref.namespace}/{ref.pod}"
     return state_dir() / "kube-hosts" / (key.replace("%", "%25").replace("/", "%2F").replace(":", "%3A") + ".json")
 
 
 def _remember(ref: K.PodRef, kind: str, name: str, selector: str) -> None:
-    import json
-
     path = _memory(ref)
     doc = {"kind": kind, "name": name, "selector": selector}
     with contextlib.suppress(OSError, ValueError):
@@ -1028,8 +1013,6 @@ def _remember(ref: K.PodRef, kind: str, name: str, selector: str) -> None:
 
 
 def _recall(ref: K.PodRef) -> tuple[str, str, str] | None:
-    import json
-
     try:
         doc = json.loads(_memory(ref).read_text())
         kind, name, sel = str(doc["kind"]), str(doc["name"]), K.check_selector(str(doc["selector"]))

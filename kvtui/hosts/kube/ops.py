@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import hashlib
 import json
 import os
@@ -546,8 +547,6 @@ def args_diff(kind: str, name: str, before: Mapping[str, Any], after: Mapping[st
     """A unified diff of every pod template's command / args, before and as the API server
     returned them (YAML, one word a line: an edit shows as the words it changes), one per
     template, each headed with the template's container path."""
-    import difflib
-
     def lines(command: Sequence[str], args: Sequence[str]) -> list[str]:
         out = yaml_list("command", command, 0) if command else []
         return [ln + "\n" for ln in [*out, *yaml_list("args", args, 0)]]

@@ -5,10 +5,13 @@ resume of ``kubectl logs -f --timestamps``. No I/O here: the backend runs the ar
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 JSON = Mapping[str, Any]
@@ -270,8 +273,6 @@ def deletion_requested(pod: JSON) -> int:
     """The stamp key of the second ``pod``'s deletion was requested: ``deletionTimestamp`` is the
     request *plus* the grace period (``deletionGracePeriodSeconds``; 30 s by default), so the
     controller's replacement, made right away, is created well before it. -1: not being deleted."""
-    from datetime import datetime, timedelta
-
     meta = pod.get("metadata") or {}
     stamp = meta.get("deletionTimestamp")
     if not isinstance(stamp, str) or not stamp:
@@ -594,8 +595,6 @@ def env_values(obj: JSON, container: str | None) -> list[tuple[str, list[dict[st
 def yaml_env(entries: Sequence[Mapping[str, Any]], indent: int = 0) -> list[str]:
     """``env:`` and the entries as YAML (``- name: X`` / ``value: "…"``; a ``valueFrom`` as JSON,
     which is YAML too)."""
-    import json
-
     pad = " " * indent
     out = [f"{pad}env:"]
     for e in entries:
@@ -708,8 +707,6 @@ class ArgsText:
 
 
 def args_text(site: ArgsSite) -> ArgsText:
-    import shlex
-
     words = (*site.command, *site.args)
     for i in range(1, len(words) - 1):
         if words[i] == "-c" and words[i - 1].rsplit("/", 1)[-1] in _SHELLS:
@@ -723,8 +720,6 @@ def args_text(site: ArgsSite) -> ArgsText:
 def args_values(at: ArgsText, new_text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(command, args) that say ``new_text``: the script replaced in place, or the new words
     split with the command's own words kept as the command (an edit never touches them)."""
-    import shlex
-
     site = at.site
     n_cmd = len(site.command)
     if at.shell_at is not None:
@@ -763,8 +758,6 @@ def patch_ops(site: ArgsSite, command: Sequence[str], args: Sequence[str]) -> li
 
 def yaml_list(key: str, words: Sequence[str], indent: int) -> list[str]:
     """``key:`` and a YAML block list of ``words`` (JSON strings are YAML strings)."""
-    import json
-
     pad = " " * indent
     return [f"{pad}{key}:", *(f"{pad}- {json.dumps(w)}" for w in words)]
 

@@ -15,8 +15,10 @@ from kvtui import flags as fl
 from kvtui.boot import Boot, BootStatus
 from kvtui.config import SshHost
 from kvtui.engines.events import FailureKind
+from kvtui.engines.orphans import hint_text
 from kvtui.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT
 from kvtui.hosts.backend import HostBackend
+from kvtui.hosts.orphans import host_orphans
 from kvtui.hosts.probe import ProbeResult, boot_port, mark_not_serving, not_probed_reason, probe, served_model
 from kvtui.hosts.service.follow import RestartFailed, boot_result, follow_restart, timed_out
 from kvtui.hosts.service.model import (
@@ -144,9 +146,6 @@ async def _restart_and_follow(run: Run) -> tuple[Boot | None, int, str]:
 async def name_orphans(say: ProgressFn, backend: HostBackend, boot: Boot) -> None:
     """A boot that failed for memory other processes hold (``gpu_busy``): the orphaned engine
     processes of a previous boot among them, with the command to end them (issue 24)."""
-    from kvtui.engines.orphans import hint_text
-    from kvtui.hosts.orphans import host_orphans
-
     if boot.failure is None or boot.failure.kind is not FailureKind.GPU_BUSY:
         return
     found = await host_orphans(backend)

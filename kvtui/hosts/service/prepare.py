@@ -15,8 +15,10 @@ from kvtui import fmt
 from kvtui.boot import Boot
 from kvtui.config import ServerHost
 from kvtui.engines.events import Engine
+from kvtui.engines.orphans import refusal_text
 from kvtui.exits import EXIT_INPUT, EXIT_REFUSED, EXIT_USAGE
 from kvtui.hosts.backend import BackendError, HostBackend
+from kvtui.hosts.orphans import host_orphans
 from kvtui.hosts.service.model import (
     BACKUP_MARK,
     PRE_ROLLBACK,
@@ -152,9 +154,6 @@ async def plan_apply(
 async def refuse_orphans(refusals: list[Refusal], backend: HostBackend) -> None:
     """A restart over orphaned engine processes of the previous boot (``kvtui.hosts.orphans``)
     would fail for their memory: refused (forceable) with their PIDs and the command to end them."""
-    from kvtui.engines.orphans import refusal_text
-    from kvtui.hosts.orphans import host_orphans
-
     found = await host_orphans(backend)
     if found:
         refusals.append(Refusal(refusal_text(found), True))

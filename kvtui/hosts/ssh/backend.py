@@ -33,6 +33,8 @@ from kvtui.hosts.backend import (
 )
 from kvtui.hosts.dockerlog import fixed_stamp, parse_docker_search
 from kvtui.hosts.journal import search_command, search_matches
+from kvtui.hosts.metrics import metrics_via_port
+from kvtui.hosts.service.shell import ShellOps
 from kvtui.hosts.ssh.followers import (
     MAX_BATCH_RECORDS,
     MAX_QUEUED_BATCHES,
@@ -460,8 +462,6 @@ class SshBackend:
 
     def service_ops(self) -> HostOps:
         """The guarded service's operations here (``kvtui.hosts.service``)."""
-        from kvtui.hosts.service.shell import ShellOps
-
         return ShellOps(self)
 
     @contextlib.asynccontextmanager
@@ -485,8 +485,6 @@ class SshBackend:
 
     async def metrics(self, port: int, *, timeout: float = 10.0) -> str:
         """The server's ``/metrics`` through a port forward like the probe's (``kvtui.hosts.metrics``)."""
-        from kvtui.hosts.metrics import metrics_via_port
-
         return await metrics_via_port(self, port, self.name, via="through an SSH port forward", timeout=timeout)
 
     def forwards_open(self) -> int:
