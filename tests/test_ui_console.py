@@ -30,12 +30,12 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.commands.replay import analyse, read_chunks
 from kvtui.engines.events import Phase
 from kvtui.ui.app import KvtuiApp, MainScreen
+from kvtui.ui.calc.panel import CalculatorPanel, edit_window, elide
+from kvtui.ui.gpu.widgets import GpuHistoryPlot, PhaseBand, short_gpu_name
 from kvtui.ui.host_pane import HostPane
+from kvtui.ui.log.panel import FindBar, LogPanel, LogStatus
+from kvtui.ui.log.view import LogView
 from kvtui.ui.screens import ConfirmScreen
-from kvtui.ui.widgets.calculator import CalculatorPanel, edit_window, elide
-from kvtui.ui.widgets.gpu import GpuHistoryPlot, PhaseBand, short_gpu_name
-from kvtui.ui.widgets.log_panel import FindBar, LogPanel, LogStatus
-from kvtui.ui.widgets.log_view import LogView
 
 SPEED = 40.0
 READY_AFTER = 12.0

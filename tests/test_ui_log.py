@@ -10,8 +10,8 @@ from test_ui_helpers import Harness, log_lines, wait_for
 
 from kvtui.monitor import LogLine
 from kvtui.spool import Spool
-from kvtui.ui.widgets.log_panel import LogPanel, LogStatus
-from kvtui.ui.widgets.log_view import LineFilter, LogView, TextQuery, ViewMode
+from kvtui.ui.log.panel import LogPanel, LogStatus
+from kvtui.ui.log.view import LineFilter, LogView, TextQuery, ViewMode
 
 
 def make_spool(tmp_path: Path, count: int) -> tuple[Spool, list[LogLine]]:

@@ -13,10 +13,10 @@ from test_ui_helpers import T0, FakeClock, Harness, demo_app, log_lines, screen_
 from kvtui.boot import BootStatus
 from kvtui.monitor import LogLine
 from kvtui.spool import Spool
+from kvtui.ui.log.panel import LogPanel
+from kvtui.ui.log.view import LogView, without_own_stamp
 from kvtui.ui.screens import HelpScreen
 from kvtui.ui.widgets.boot import PhaseTimeline
-from kvtui.ui.widgets.log_panel import LogPanel
-from kvtui.ui.widgets.log_view import LogView, without_own_stamp
 
 
 def following(view: LogView) -> bool:

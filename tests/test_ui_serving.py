@@ -20,7 +20,7 @@ from kvtui.serving.diagnose import Limit
 from kvtui.ui.app import KvtuiApp, MainScreen
 from kvtui.ui.host_pane import HostPane
 from kvtui.ui.screens import ApplyScreen
-from kvtui.ui.widgets.serving import KvTimeline, ServingBanner, ServingRow, serving_text
+from kvtui.ui.serving.widgets import KvTimeline, ServingBanner, ServingRow, serving_text
 
 SPEED = 40.0
 SIZE = (130, 38)
@@ -178,7 +178,7 @@ def test_snapshot_a_serving_incident_pool_full_120x36(snap_compare: Any) -> None
     assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
 
 
-# ---- the calculator's answer, pure (kvtui.ui.widgets.serving.suggest) -------------------------
+# ---- the calculator's answer, pure (kvtui.ui.serving.widgets.suggest) -------------------------
 
 def _model() -> Any:
     from kvtui import kvcalc as kc
@@ -203,7 +203,7 @@ def test_suggest_takes_the_smaller_of_the_largest_safe_fraction_and_the_observed
     """Fails on main: no suggestion existed (the diagnosis named the knob, never a value)."""
     from kvtui import fmt
     from kvtui import kvcalc as kc
-    from kvtui.ui.widgets.serving import DEMAND_MARGIN, suggest
+    from kvtui.ui.serving.widgets import DEMAND_MARGIN, suggest
 
     model = _model()
     base = kc.predict(model, {})
@@ -232,7 +232,7 @@ def test_suggest_takes_the_smaller_of_the_largest_safe_fraction_and_the_observed
 def test_suggest_says_when_no_increase_is_safe() -> None:
     """Fails on main: no suggestion existed."""
     from kvtui import kvcalc as kc
-    from kvtui.ui.widgets.serving import suggest
+    from kvtui.ui.serving.widgets import suggest
 
     model = _model()
     margin = 30.0  # a graph margin no larger fraction leaves room for
@@ -249,7 +249,7 @@ def test_suggest_says_when_no_increase_is_safe() -> None:
 async def test_a_hidden_host_stops_sampling_and_starts_again_when_shown(monkeypatch: pytest.MonkeyPatch) -> None:
     """Like the pane's other pollers: a host tab hidden for ``HIDDEN_STOP_S`` reads no /metrics;
     shown again, its serving view samples again. Fails on main: no serving sampler existed."""
-    import kvtui.ui.serving_view as sv
+    import kvtui.ui.serving.panel as sv
 
     monkeypatch.setattr(sv, "HIDDEN_STOP_S", 0.5)
     clock = FakeClock()

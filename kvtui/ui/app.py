@@ -24,9 +24,12 @@ from textual.widgets import Input, TabbedContent, TabPane
 from kvtui.boot import BootStatus
 from kvtui.config import CalcConfig, Config, UiConfig
 from kvtui.monitor import MonitorOptions
+from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.commands import Command, KvtuiCommands, main_screen_commands
+from kvtui.ui.gpu.widgets import ProcessTable
 from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec
 from kvtui.ui.keys import is_printable_key
+from kvtui.ui.log.view import LogView
 from kvtui.ui.perf import GcPacer, KeysFooter
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
 from kvtui.ui.themes import (
@@ -39,10 +42,7 @@ from kvtui.ui.themes import (
     usable_theme,
 )
 from kvtui.ui.widgets.boot import BootFigures, PhaseTimeline
-from kvtui.ui.widgets.calculator import CalculatorPanel
-from kvtui.ui.widgets.gpu import ProcessTable
 from kvtui.ui.widgets.host import FleetSummary, HostBar, ZoomHeader
-from kvtui.ui.widgets.log_view import LogView
 
 # the console's bundle writer (``B``): the pane on screen and its SVG screenshot -> the file written
 BundleWriter = Callable[[HostPane, str], Awaitable[Path]]
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from textual.theme import Theme
 
     from kvtui.ui.deployment_screen import DeploymentSpec
-    from kvtui.ui.fleet_screen import FleetSource
+    from kvtui.ui.fleet.screen import FleetSource
 
 # The main screen's bindings. Ids are what users remap in hosts.toml [keymap].
 MAIN_BINDINGS: list[BindingType] = [
@@ -125,7 +125,7 @@ WIDGET_BINDING_IDS = (
     "apply.force", "apply.rollback", "notice.close",
 )
 
-# Ids of the fleet screen's keys (kvtui.ui.fleet_screen, kvtui.ui.widgets.fleet_table).
+# Ids of the fleet screen's keys (kvtui.ui.fleet.screen, kvtui.ui.fleet.table).
 FLEET_BINDING_IDS = ("fleet.open", "fleet.filter", "fleet.sort", "fleet.reverse", "fleet.refresh", "fleet.back",
                      "fleet.close", "fleet.quit", "instance.close", "instance.reload")
 
@@ -657,20 +657,20 @@ class MainScreen(Screen[None]):
     def action_history(self, diff: bool = False) -> None:
         """``H``: the host's remembered boots; ``d``: opened on the newest boot's diff against the
         last good one (issue 13)."""
-        from kvtui.ui.history_screen import HistoryScreen
+        from kvtui.ui.history.screen import HistoryScreen
 
         pane = self.active_pane
         if pane is not None:
             self.app.push_screen(HistoryScreen(pane.host_name, diff_newest=diff))
 
     def action_fleet(self) -> None:
-        """``F``: the fleet screen (``kvtui.ui.fleet_screen``); on a host opened from it, back to it."""
+        """``F``: the fleet screen (``kvtui.ui.fleet.screen``); on a host opened from it, back to it."""
         app = self.app
         if isinstance(app, KvtuiApp):
             app.show_fleet()
 
     def action_bundle(self) -> None:
-        """``B``: the boot's incident bundle (``kvtui.ui.history_screen.write_console_bundle``),
+        """``B``: the boot's incident bundle (``kvtui.ui.history.screen.write_console_bundle``),
         with a screenshot of the console as it is now; a notification names the file."""
         pane = self.active_pane
         if pane is not None:
@@ -854,7 +854,7 @@ class KvtuiApp(App[int]):
         self.gc_pacer = GcPacer()
         self.last_input = -1e18  # time.monotonic() of the last key, click or scroll
         self.deployment = deployment  # a [deployments.NAME]: its one pane (kvtui.ui.deployment_screen)
-        # ``F``'s rows (``kvtui.ui.fleet_screen``; None: from [prometheus]); without hosts the
+        # ``F``'s rows (``kvtui.ui.fleet.screen``; None: from [prometheus]); without hosts the
         # console is the fleet screen alone (``kvtui connect`` with no HOST and a [prometheus])
         self.fleet_source = fleet_source
         self.fleet_only = not specs and deployment is None
@@ -1006,7 +1006,7 @@ class KvtuiApp(App[int]):
     # ---- the fleet screen (issue 26) ---------------------------------------------------------
 
     def fleet_screen(self, *, standalone: bool = False) -> Screen[None]:
-        from kvtui.ui.fleet_screen import FleetScreen, PromFleetSource
+        from kvtui.ui.fleet.screen import FleetScreen, PromFleetSource
 
         source = self.fleet_source
         if source is None and self.config.prometheus is not None:
@@ -1016,7 +1016,7 @@ class KvtuiApp(App[int]):
 
     def show_fleet(self) -> None:
         """``F``: back to the fleet screen under this one (a host opened from it), else open one."""
-        from kvtui.ui.fleet_screen import FleetScreen
+        from kvtui.ui.fleet.screen import FleetScreen
 
         below = [s for s in self.screen_stack[:-1] if isinstance(s, FleetScreen)]
         if below:

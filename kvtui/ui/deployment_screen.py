@@ -29,11 +29,11 @@ from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, node_mon
 from kvtui.exits import EXIT_FAILED
 from kvtui.hosts.backend import LogStart
 from kvtui.monitor import MonitorOptions
+from kvtui.ui.calc.panel import CalculatorPanel
+from kvtui.ui.changes.controller import calculator_edits
 from kvtui.ui.deployment_pane import LOG_KEEP, DeploymentPane
-from kvtui.ui.host_actions import calculator_edits
 from kvtui.ui.perf import KeysFooter
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
-from kvtui.ui.widgets.calculator import CalculatorPanel
 
 if TYPE_CHECKING:
     from kvtui import flags as fl
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from kvtui.config import CalcConfig, HistoryConfig, HostConfig
     from kvtui.hosts.backend import HostBackend
     from kvtui.nodes import DeploymentBoot
-    from kvtui.ui.widgets.action import Severity
+    from kvtui.ui.changes.action import Severity
 
 BackendFactory = Callable[..., "HostBackend"]
 CHANGE_TIMEOUT_S = 1800.0  # how long a change follows the nodes' new boots
@@ -221,7 +221,7 @@ class DeploymentScreen(Screen[None]):
     def action_history(self, diff: bool = False) -> None:
         """``H``: the deployment's remembered starts (each node's stored boots grouped by start);
         ``d``: opened on the newest start's diff, node by node, against the last good one."""
-        from kvtui.ui.deployment_history import DeploymentHistoryScreen
+        from kvtui.ui.history.deployment import DeploymentHistoryScreen
 
         self.app.push_screen(DeploymentHistoryScreen(self.spec.name, [n.name for n in self.dm.nodes],
                                                      diff_newest=diff))

@@ -26,15 +26,10 @@ from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend
 from kvtui.hosts.orphans import host_orphans
 from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorOptions, MonitorUpdate
 from kvtui.ui import formatting as fmt
-from kvtui.ui.host_actions import HostChanges, demo_target
-from kvtui.ui.serving_view import ServingView
-from kvtui.ui.stall import StallDetector
-from kvtui.ui.widgets.action import ActionBanner
-from kvtui.ui.widgets.banner import Banner
-from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, ProbeLine, StallNotice
-from kvtui.ui.widgets.calculator import CalculatorPanel
-from kvtui.ui.widgets.changed import ChangedStrip
-from kvtui.ui.widgets.gpu import (
+from kvtui.ui.calc.panel import CalculatorPanel
+from kvtui.ui.changes.action import ActionBanner
+from kvtui.ui.changes.controller import HostChanges, demo_target
+from kvtui.ui.gpu.widgets import (
     ForeignWarning,
     GpuBars,
     GpuHeader,
@@ -47,10 +42,15 @@ from kvtui.ui.widgets.gpu import (
     phase_bands,
     short_gpu_name,
 )
+from kvtui.ui.history.changed import ChangedStrip
+from kvtui.ui.log.panel import LogPanel
+from kvtui.ui.log.view import LogView
+from kvtui.ui.serving.panel import ServingView
+from kvtui.ui.serving.widgets import KvTimeline, ServingBanner, ServingRow
+from kvtui.ui.stall import StallDetector
+from kvtui.ui.widgets.banner import Banner
+from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, ProbeLine, StallNotice
 from kvtui.ui.widgets.host import ConnBanner, FleetRow, HostBar, HostInfo
-from kvtui.ui.widgets.log_panel import LogPanel
-from kvtui.ui.widgets.log_view import LogView
-from kvtui.ui.widgets.serving import KvTimeline, ServingBanner, ServingRow
 from kvtui.updates import LinePart
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from kvtui.history.deployment import (
     start_row,
 )
 from kvtui.history.record import spool_segment
-from kvtui.ui.history_screen import HistoryScreen, tail_text
+from kvtui.ui.history.screen import HistoryScreen, tail_text
 
 NODE_LOG_LINES = 60  # ``l``: the last lines of each node's log of the start
 

@@ -35,7 +35,7 @@ from textual.widgets import Input, Static
 from kvtui.fleet.client import PromClient, PromError
 from kvtui.fleet.drill import InstanceHistory, fetch_history, host_for, hosts_hint
 from kvtui.fleet.rows import SORT_KEYS, FleetRow, fetch_fleet, filter_rows, sort_rows
-from kvtui.ui.widgets.fleet_table import FleetTable
+from kvtui.ui.fleet.table import FleetTable
 
 if TYPE_CHECKING:
     from textual.app import RenderResult

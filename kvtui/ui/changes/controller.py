@@ -14,8 +14,8 @@ from textual.notifications import SeverityLevel
 from textual.widget import Widget
 
 from kvtui.boot import Boot, BootStatus
+from kvtui.ui.changes.action import ActionBanner, Severity
 from kvtui.ui.screens import ApplyScreen, NoticeScreen
-from kvtui.ui.widgets.action import ActionBanner, Severity
 from kvtui.ui.widgets.host import HostBar
 
 if TYPE_CHECKING:
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from kvtui.hosts.service import ApplyOutcome, ApplyPlan, Calculator, RestartPlan
     from kvtui.monitor import HostMonitor
     from kvtui.tune.driver import TuneResult
+    from kvtui.ui.calc.panel import CalculatorPanel
     from kvtui.ui.host_pane import Clock, HostSpec
-    from kvtui.ui.widgets.calculator import CalculatorPanel
     from kvtui.ui.widgets.host import HostInfo
 
     _Base = Widget

@@ -1,6 +1,6 @@
 """The log view: a bounded, line-API log view with follow/pause, search and filter over the
 whole spool, error jumps, marks, timestamps and wrapping (the panel around it, with its status line
-and find bar, is ``kvtui.ui.widgets.log_panel``).
+and find bar, is ``kvtui.ui.log.panel``).
 
 ``LogView`` keeps at most ``window`` lines in memory. Everything older lives in the host's spool
 (``HostMonitor.spool``), which search, filter and history reads reach through :class:`LogSource`.
@@ -35,7 +35,7 @@ from textual.strip import Strip
 from kvtui.engines.events import LineStyle
 from kvtui.logfilter import FilterSet, LineFilter
 from kvtui.longrun import gap_count, gap_text_label
-from kvtui.ui.widgets.log_window import BarWindow, LineWindow
+from kvtui.ui.log.window import BarWindow, LineWindow
 from kvtui.updates import GapMark, GapSearchError, HostMatch, LineRun, LogLine, expand, make_line
 
 MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)

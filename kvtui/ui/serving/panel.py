@@ -1,7 +1,7 @@
 """The host pane's serving view (issue 24): ``ServingView``, mixed into ``HostPane``, samples a
 ready boot's server through ``kvtui.serving_live.ServingReader`` (its ``/metrics``, else the log's
 serving lines) in a worker every ``serving_interval`` seconds, and feeds the widgets of
-``kvtui.ui.widgets.serving``: the figures row and the diagnosis banner in the boot panel, the KV
+``kvtui.ui.serving.widgets``: the figures row and the diagnosis banner in the boot panel, the KV
 timeline in the GPU panel. The diagnosis' calculator answer (``suggest``) is computed in a thread;
 ``K`` (``apply_suggestion``) sets the calculator's field to it and opens the apply dialog.
 
@@ -20,14 +20,14 @@ from textual import work
 from kvtui.boot import Boot, BootStatus
 from kvtui.serving.diagnose import Diagnosis, Limit
 from kvtui.serving.window import ServingFigures
-from kvtui.ui.widgets.serving import KvTimeline, ServingBanner, ServingRow, Suggestion, serving_text, suggest
+from kvtui.ui.serving.widgets import KvTimeline, ServingBanner, ServingRow, Suggestion, serving_text, suggest
 
 if TYPE_CHECKING:
     from textual.widget import Widget
 
     from kvtui.monitor import HostMonitor
     from kvtui.serving_live import ServingReader
-    from kvtui.ui.widgets.calculator import CalculatorPanel
+    from kvtui.ui.calc.panel import CalculatorPanel
 
     _Base = Widget
 else:
