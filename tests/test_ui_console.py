@@ -631,7 +631,7 @@ async def _apply_running(pilot: Any, app: KvtuiApp, clock: FakeClock) -> HostPan
     await wait_for(pilot, lambda: isinstance(app.screen, ApplyScreen))
     await pilot.press("y")
     # the clock stands still: the new boot never gets ready, the apply keeps following it
-    await wait_for(pilot, lambda: pane.restart_issued)
+    await wait_for(pilot, lambda: pane.changes.restart_issued)
     assert pane.busy == "an apply"
     return pane
 
@@ -670,7 +670,7 @@ async def test_r_during_a_running_apply_asks_and_restarts() -> None:
         await pilot.press("y")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and "Restart the server" in app.screen.body)
         await pilot.press("y")
-        await wait_for(pilot, lambda: pane.busy == "a restart" or pane.last_outcome is not None)
+        await wait_for(pilot, lambda: pane.busy == "a restart" or pane.changes.last_outcome is not None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -707,7 +707,7 @@ async def test_the_header_says_the_demo_speed_and_d_switches_to_real_time() -> N
         pane = await ready_app(pilot, app, clock)
         assert "demo ×40" in pane.query_one(HostBar).left().plain
         await pilot.press("D")
-        await wait_for(pilot, lambda: pane.busy is None and pane.last_outcome is not None)
+        await wait_for(pilot, lambda: pane.busy is None and pane.changes.last_outcome is not None)
         assert "demo ×1 real time" in pane.query_one(HostBar).left().plain
         backend = pane.backend
         assert backend is not None

@@ -402,7 +402,7 @@ class MainScreen(Screen[None]):
             if pane is None or pane.readonly or getattr(pane.backend, "recorded", False):
                 return False  # hidden: readonly hosts and recordings offer nothing that changes them
             if action == "restart":
-                return pane.can_restart()
+                return pane.changes.can_restart()
         if action == "explain" and pane is not None and pane.calculator.prediction is None:
             return None
         return True
@@ -627,7 +627,7 @@ class MainScreen(Screen[None]):
         pane = self.active_pane
         if pane is None or not pane.spec.config.demo:
             return
-        pane.toggle_demo_speed()
+        pane.changes.toggle_demo_speed()
 
     def action_zoom(self) -> None:
         """``z``: the focused panel fills the screen; again, back to the layout."""
@@ -714,13 +714,13 @@ class MainScreen(Screen[None]):
             return
         if pane.busy is not None:  # ask (it used to refuse): cancel it, or stop following it, and restart
             running = pane.busy
-            after = "stops following it (its restart goes on)" if pane.restart_issued else "cancels it first"
+            after = "stops following it (its restart goes on)" if pane.changes.restart_issued else "cancels it first"
             body = (f"{running[0].upper()}{running[1:]} is running on {pane.host_name}.\n\n"
                     f"Restarting now {after}, then restarts the server.")
 
             def replace_it(answer: bool | None) -> None:
                 if answer and pane.busy == running:
-                    pane.cancel_change()
+                    pane.changes.cancel_change()
                     self.call_after_refresh(self.action_restart)
 
             self.app.push_screen(ConfirmScreen(f"Restart {pane.host_name} now?", body), replace_it)
@@ -748,29 +748,29 @@ class MainScreen(Screen[None]):
 
         def done(answer: bool | None) -> None:
             if answer:
-                pane.start_restart(plan)
+                pane.changes.start_restart(plan)
 
         self.app.push_screen(ConfirmScreen(f"Restart {pane.host_name}", body), done)
 
     def action_apply(self) -> None:
         pane = self.active_pane
         if pane is not None and not pane.readonly:
-            pane.start_apply()
+            pane.changes.start_apply()
 
     def action_serving_apply(self) -> None:
         pane = self.active_pane
         if pane is not None and not pane.readonly:
-            pane.apply_suggestion()
+            pane.serving.apply_suggestion()
 
     def action_rollback(self) -> None:
         pane = self.active_pane
         if pane is not None and not pane.readonly:
-            pane.start_rollback()
+            pane.changes.start_rollback()
 
     def action_tune(self) -> None:
         pane = self.active_pane
         if pane is not None and not pane.readonly:
-            pane.start_tune()
+            pane.changes.start_tune()
 
     def action_panel(self, step: int) -> None:
         pane = self.active_pane
@@ -796,7 +796,7 @@ class MainScreen(Screen[None]):
 
     def action_cancel_change(self) -> None:
         pane = self.active_pane
-        if pane is not None and pane.cancel_change() is not None:
+        if pane is not None and pane.changes.cancel_change() is not None:
             self.refresh_bindings()
 
     def action_escape(self) -> None:
@@ -806,7 +806,7 @@ class MainScreen(Screen[None]):
                 self.minimize()
             return
         pane = self.active_pane
-        if pane is not None and pane.stop_tune():
+        if pane is not None and pane.changes.stop_tune():
             return  # a tune stops after the step in progress
         if pane is not None and pane.action_banner.shown:
             # running, it goes on in the background (the banner comes back with the outcome)

@@ -28,7 +28,7 @@ from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorOpt
 from kvtui.ui import formatting as fmt
 from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.changes.action import ActionBanner
-from kvtui.ui.changes.controller import HostChanges, demo_target
+from kvtui.ui.changes.controller import ChangeController, demo_target
 from kvtui.ui.gpu.widgets import (
     ForeignWarning,
     GpuBars,
@@ -45,7 +45,7 @@ from kvtui.ui.gpu.widgets import (
 from kvtui.ui.history.changed import ChangedStrip
 from kvtui.ui.log.panel import LogPanel
 from kvtui.ui.log.view import LogView
-from kvtui.ui.serving.panel import ServingView
+from kvtui.ui.serving.panel import ServingSampler
 from kvtui.ui.serving.widgets import KvTimeline, ServingBanner, ServingRow
 from kvtui.ui.stall import StallDetector
 from kvtui.ui.widgets.banner import Banner
@@ -56,9 +56,7 @@ from kvtui.updates import LinePart
 if TYPE_CHECKING:
     from kvtui.history.doc import BootDoc
     from kvtui.hosts.probe import ProbeResult
-    from kvtui.hosts.service import ApplyOutcome
     from kvtui.monitor import HostMonitor
-    from kvtui.tune.driver import TuneResult
 
 Clock = Callable[[], float]
 BackendFactory = Callable[[str, HostConfig], HostBackend]
@@ -131,8 +129,9 @@ class GpuPanel(Panel, can_focus=True):
                 return
 
 
-class HostPane(HostChanges, ServingView, Vertical):
-    """The whole console of one host (its host-changing actions: ``HostChanges``)."""
+class HostPane(Vertical):
+    """The whole console of one host (its host-changing actions: ``changes``, a ``ChangeController``;
+    its serving view's sampler: ``serving``, a ``ServingSampler``)."""
 
     class Updates(Message):
         """A batch of monitor updates (the monitor flushes at most every ~50 ms)."""
@@ -216,14 +215,9 @@ class HostPane(HostChanges, ServingView, Vertical):
         self._history_said: str | None = None  # the history recorder's problem last shown (a toast)
         self._show_processes = False
         self.offline: str | None = None  # the connection's state while the host is not reached
-        self.busy: str | None = None  # the host-changing action running ("an apply", …)
         self.probes: dict[int, ProbeResult | None] = {}  # boot index -> the readiness probe (None: asking)
-        self.tune_stop: asyncio.Event | None = None  # set: the running tune stops after its step
-        self.last_tune: TuneResult | None = None
-        self._busy_gen = 0  # bumped by each change begun or cancelled (see ``_end``)
-        self.restart_issued = False  # the running change reached its restart step
-        self._written = False  # the running change wrote the flags file
-        self.last_outcome: ApplyOutcome | None = None
+        self.changes = ChangeController(self)  # a / u / R / D / O / ctrl+x
+        self.serving = ServingSampler(self)  # the serving view (issue 24)
 
     # ---- layout -----------------------------------------------------------------------------
 
@@ -300,6 +294,15 @@ class HostPane(HostChanges, ServingView, Vertical):
         return self._one(CalculatorPanel)
 
     @property
+    def action_banner(self) -> ActionBanner:
+        return self._one(ActionBanner)
+
+    @property
+    def busy(self) -> str | None:
+        """The host-changing action running ("an apply", …), else None."""
+        return self.changes.busy
+
+    @property
     def gpu_plot(self) -> GpuHistoryPlot:
         return self._one(GpuHistoryPlot)
 
@@ -338,7 +341,7 @@ class HostPane(HostChanges, ServingView, Vertical):
             self._stale = False
             self._catch_up()
         if self.is_attached:
-            self.serving_shown(shown)
+            self.serving.shown_changed(shown)
 
     def _pace_monitor(self) -> None:
         monitor, base = self.monitor, self._pace_base
@@ -408,7 +411,7 @@ class HostPane(HostChanges, ServingView, Vertical):
         options = replace(self.monitor_options, log_window=self.ui_config.log_lines, clock=self.clock)
         monitor = HostMonitor(self.host_name, backend, host=self.spec.config, history=history, options=options)
         self.monitor = monitor
-        self.attach_serving(monitor)
+        self.serving.attach(monitor)
         self._pace_base = (monitor.flush_interval, monitor.serving_interval)
         self._pace_monitor()
         self.log_view.source = monitor.spool
@@ -486,11 +489,11 @@ class HostPane(HostChanges, ServingView, Vertical):
         nothing newer either, the screen is a function of the clock (tests wait for this)."""
         monitor = self.monitor
         return (monitor is not None and not monitor.pending and self.batches_applied == monitor.published
-                and self.serving_caught_up)
+                and self.serving.caught_up)
 
     def apply_updates(self, updates: Sequence[MonitorUpdate]) -> None:
         now = self.clock()
-        self.wake_serving()
+        self.serving.wake()
         parts: list[LinePart] = []
         count = 0
         boot_state: BootState | None = None
@@ -544,7 +547,7 @@ class HostPane(HostChanges, ServingView, Vertical):
             # the usage sparkline keeps a point per second of the host's time: fed while hidden too
             kv.show(self.boot, self.clock())
             self._maybe_probe()
-            self.maybe_sample()
+            self.serving.maybe_sample()
             if shown:
                 self._render_boot()
             else:

@@ -1,9 +1,10 @@
-"""The host pane's serving view (issue 24): ``ServingView``, mixed into ``HostPane``, samples a
-ready boot's server through ``kvtui.serving_live.ServingReader`` (its ``/metrics``, else the log's
-serving lines) in a worker every ``serving_interval`` seconds, and feeds the widgets of
-``kvtui.ui.serving.widgets``: the figures row and the diagnosis banner in the boot panel, the KV
-timeline in the GPU panel. The diagnosis' calculator answer (``suggest``) is computed in a thread;
-``K`` (``apply_suggestion``) sets the calculator's field to it and opens the apply dialog.
+"""The host pane's serving view (issue 24): ``ServingSampler``, owned by ``HostPane``
+(``pane.serving``), samples a ready boot's server through ``kvtui.serving_live.ServingReader``
+(its ``/metrics``, else the log's serving lines) in a worker every ``interval`` seconds, and
+feeds the widgets of ``kvtui.ui.serving.widgets``: the figures row and the diagnosis banner in the
+boot panel, the KV timeline in the GPU panel. The diagnosis' calculator answer (``suggest``) is
+computed in a thread; ``K`` (``apply_suggestion``) sets the calculator's field to it and opens the
+apply dialog.
 
 Like the pane's other pollers, it reads only what it needs: it stops when the boot is no longer
 the ready one, and when the pane has been hidden for ``HIDDEN_STOP_S`` (the window then starts
@@ -15,181 +16,161 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from textual import work
-
 from kvtui.boot import Boot, BootStatus
 from kvtui.serving.diagnose import Diagnosis, Limit
 from kvtui.serving.window import ServingFigures
+from kvtui.serving_live import ServingReader, boot_port_of
 from kvtui.ui.serving.widgets import KvTimeline, ServingBanner, ServingRow, Suggestion, serving_text, suggest
 
 if TYPE_CHECKING:
-    from textual.widget import Widget
-
     from kvtui.monitor import HostMonitor
-    from kvtui.serving_live import ServingReader
-    from kvtui.ui.calc.panel import CalculatorPanel
-
-    _Base = Widget
-else:
-    _Base = object
+    from kvtui.ui.host_pane import HostPane
 
 SERVING_INTERVAL_S = 5.0  # seconds between two samples of a ready server
 HIDDEN_STOP_S = 60.0  # a pane hidden this long stops sampling (shown again: it starts over)
 METRICS_TIMEOUT_S = 4.0
 
 
-class ServingView(_Base):
-    """The serving sampler of a ``HostPane`` (which provides ``boot``, ``boot_index``, ``shown``,
-    ``calculator`` and ``start_apply``)."""
+class ServingSampler:
+    """The serving sampler of a ``HostPane``: it reads the pane's ``boot``, ``boot_index``,
+    ``shown`` and ``calculator``, draws into the pane's serving widgets and runs its worker on the
+    pane (group ``serving``)."""
 
-    serving_interval = SERVING_INTERVAL_S
-    serving_reader: ServingReader | None = None
-    serving_figures: ServingFigures | None = None
-    diagnosis: Diagnosis | None = None
-    suggestion: Suggestion | None = None
-    serving_readings = 0  # samples taken in (tests wait for them)
-    _sampling: int | None = None  # the boot index the worker samples
-    _hidden_since: float | None = None  # the event loop's time the pane was hidden
-    _suggest_key: tuple[object, ...] | None = None
-    _serving_stale = False
-    _serving_at: float | None = None  # the pane's clock at the last sample
-    _serving_wake: asyncio.Event | None = None
+    interval = SERVING_INTERVAL_S
 
-    if TYPE_CHECKING:
-        boot: Boot | None
-        boot_index: int | None
+    def __init__(self, pane: HostPane) -> None:
+        self.pane = pane
+        self.reader: ServingReader | None = None
+        self.figures: ServingFigures | None = None
+        self.diagnosis: Diagnosis | None = None
+        self.suggestion: Suggestion | None = None
+        self.readings = 0  # samples taken in (tests wait for them)
+        self._sampling: int | None = None  # the boot index the worker samples
+        self._hidden_since: float | None = None  # the event loop's time the pane was hidden
+        self._suggest_key: tuple[object, ...] | None = None
+        self._stale = False
+        self._at: float | None = None  # the pane's clock at the last sample
+        self._wake: asyncio.Event | None = None
 
-        @property
-        def shown(self) -> bool: ...
-
-        @property
-        def calculator(self) -> CalculatorPanel: ...
-
-        def start_apply(self) -> None: ...
-
-    def attach_serving(self, monitor: HostMonitor) -> None:
+    def attach(self, monitor: HostMonitor) -> None:
         """Before the monitor runs: the reader's log fold sees the boot's lines from its start."""
-        from kvtui.serving_live import ServingReader
+        self.reader = ServingReader(monitor, clock=monitor.clock)
 
-        self.serving_reader = ServingReader(monitor, clock=monitor.clock)
-
-    def serving_shown(self, shown: bool) -> None:
+    def shown_changed(self, shown: bool) -> None:
         """The pane was shown or hidden: hidden, the clock to stop by starts; shown, the view
         catches up and sampling starts again when it had stopped."""
         self._hidden_since = None if shown else asyncio.get_running_loop().time()
         if shown:
-            if self._serving_stale:
-                self._serving_stale = False
-                self._draw_serving()
+            if self._stale:
+                self._stale = False
+                self.draw()
             self.maybe_sample()
 
     def maybe_sample(self) -> None:
         """Start sampling the boot when it is ready and not sampled yet."""
-        boot, idx = self.boot, self.boot_index
-        if boot is None or idx is None or boot.status is not BootStatus.READY or self.serving_reader is None:
+        boot, idx = self.pane.boot, self.pane.boot_index
+        if boot is None or idx is None or boot.status is not BootStatus.READY or self.reader is None:
             return
-        if not self.shown and self._hidden_since is None:  # a pane hidden from the start
+        if not self.pane.shown and self._hidden_since is None:  # a pane hidden from the start
             self._hidden_since = asyncio.get_running_loop().time()
         if self._sampling == idx or self._hidden_too_long():
             return
         if self._sampling is None or self._sampling != idx:
-            self._reset_serving()
+            self._reset()
         self._sampling = idx
-        self._serving_at = None
-        self._serving_worker(idx)
+        self._at = None
+        self.pane.run_worker(self._serving_worker(idx), name="_serving_worker", group="serving",
+                             description="serving metrics", exclusive=True, exit_on_error=False)
 
     def _hidden_too_long(self) -> bool:
         since = self._hidden_since
         return since is not None and asyncio.get_running_loop().time() - since >= HIDDEN_STOP_S
 
-    def _reset_serving(self) -> None:
-        reader = self.serving_reader
+    def _reset(self) -> None:
+        reader = self.reader
         if reader is not None:
             reader.window.clear()
-        self.serving_figures = self.diagnosis = self.suggestion = None
+        self.figures = self.diagnosis = self.suggestion = None
         self._suggest_key = None
-        self.query_one(KvTimeline).clear()
-        self._draw_serving()
+        self.pane.query_one(KvTimeline).clear()
+        self.draw()
 
     @property
-    def serving_caught_up(self) -> bool:
-        """The sampler has read the server at the pane's clock (within ``serving_interval``), or
+    def caught_up(self) -> bool:
+        """The sampler has read the server at the pane's clock (within ``interval``), or
         does not sample: with the clock frozen the view is then a function of it (tests settle on it)."""
-        at = self._serving_at
-        return self._sampling is None or (at is not None and self._serving_clock() - at < self.serving_interval)
+        at = self._at
+        return self._sampling is None or (at is not None and self._clock() - at < self.interval)
 
-    def serving_sampled_at(self) -> float | None:
+    def sampled_at(self) -> float | None:
         """The pane's clock at the last sample (None: none yet in this boot)."""
-        return self._serving_at
+        return self._at
 
-    def _serving_clock(self) -> float:
-        reader = self.serving_reader
+    def _clock(self) -> float:
+        reader = self.reader
         return reader.clock() if reader is not None else 0.0
 
-    def wake_serving(self) -> None:
+    def wake(self) -> None:
         """New data from the monitor (the clock moved): the sampler checks whether a sample is due."""
-        event = self._serving_wake
+        event = self._wake
         if event is not None:
             event.set()
 
-    @work(exclusive=True, group="serving", exit_on_error=False, description="serving metrics")
     async def _serving_worker(self, idx: int) -> None:
-        """A sample each ``serving_interval`` seconds of the pane's clock; between them it waits
-        for that time, or for the monitor's next batch (``wake_serving``), whichever comes first."""
-        reader = self.serving_reader
-        wake = self._serving_wake = asyncio.Event()
-        self._serving_at = None
+        """A sample each ``interval`` seconds of the pane's clock; between them it waits
+        for that time, or for the monitor's next batch (``wake``), whichever comes first."""
+        reader = self.reader
+        wake = self._wake = asyncio.Event()
+        self._at = None
         try:
             while reader is not None:
-                boot = self.boot
-                if boot is None or self.boot_index != idx or boot.status is not BootStatus.READY:
+                boot = self.pane.boot
+                if boot is None or self.pane.boot_index != idx or boot.status is not BootStatus.READY:
                     break
                 if self._hidden_too_long():
                     break
                 now = reader.clock()
-                at = self.serving_sampled_at()
-                if at is None or now - at >= self.serving_interval or now < at:
-                    await self.sample_serving(boot, now)
+                at = self.sampled_at()
+                if at is None or now - at >= self.interval or now < at:
+                    await self.sample(boot, now)
                     continue
                 wake.clear()
                 try:
-                    await asyncio.wait_for(wake.wait(), timeout=max(0.05, self.serving_interval - (now - at)))
+                    await asyncio.wait_for(wake.wait(), timeout=max(0.05, self.interval - (now - at)))
                 except TimeoutError:
                     pass
         finally:
             if self._sampling == idx:
                 self._sampling = None
-            if self.boot is None or self.boot.status is not BootStatus.READY:  # a stop, a restart
-                self.serving_figures = self.diagnosis = self.suggestion = None
-                if self.is_attached:
-                    self.query_one(KvTimeline).clear()
-                self._draw_serving()
+            if self.pane.boot is None or self.pane.boot.status is not BootStatus.READY:  # a stop, a restart
+                self.figures = self.diagnosis = self.suggestion = None
+                if self.pane.is_attached:
+                    self.pane.query_one(KvTimeline).clear()
+                self.draw()
 
-    async def sample_serving(self, boot: Boot, now: float) -> None:
+    async def sample(self, boot: Boot, now: float) -> None:
         """One sample of ``boot``'s server, taken in and drawn (hidden: drawn when shown)."""
-        from kvtui.serving_live import boot_port_of
-
-        reader = self.serving_reader
+        reader = self.reader
         if reader is None:
             return
         sample = await reader.read(boot_port_of(boot), timeout=METRICS_TIMEOUT_S)
-        if sample is not None and self.boot is boot:
+        if sample is not None and self.pane.boot is boot:
             reading = reader.reading(sample, boot)
-            self.serving_readings += 1
-            self.serving_figures = reading.window.figures()
+            self.readings += 1
+            self.figures = reading.window.figures()
             self.diagnosis = reading.diagnosis
-            self.query_one(KvTimeline).add(sample.kv_usage)
+            self.pane.query_one(KvTimeline).add(sample.kv_usage)
             await self._size_suggestion(reading.diagnosis)
-            if self.shown:
-                self._draw_serving()
+            if self.pane.shown:
+                self.draw()
             else:
-                self._serving_stale = True
-        self._serving_at = now
+                self._stale = True
+        self._at = now
 
     async def _size_suggestion(self, diag: Diagnosis) -> None:
         """The calculator's answer to a full pool, computed off the event loop when what it
         rests on changed (the calculator's model, the limit, the knob, the observed demand)."""
-        calc = self.calculator
+        calc = self.pane.calculator
         model = calc.model
         if diag.limit is not Limit.POOL or model is None:
             self.suggestion, self._suggest_key = None, None
@@ -201,21 +182,21 @@ class ServingView(_Base):
         self._suggest_key = key
         self.suggestion = await asyncio.to_thread(suggest, diag, model, calc.margin_gib)
 
-    def _draw_serving(self) -> None:
-        if not self.is_attached:
+    def draw(self) -> None:
+        if not self.pane.is_attached:
             return
-        figures, boot = self.serving_figures, self.boot
-        reader = self.serving_reader
-        row = self.query_one(ServingRow)
+        figures, boot = self.figures, self.pane.boot
+        reader = self.reader
+        row = self.pane.query_one(ServingRow)
         if figures is None or boot is None or reader is None or figures.samples == 0:
             row.show(None)
-            self.query_one(ServingBanner).show(None, None)
-            self.query_one(KvTimeline).draw()
+            self.pane.query_one(ServingBanner).show(None, None)
+            self.pane.query_one(KvTimeline).draw()
             return
         source = "/metrics" if reader.source == "metrics" else "log"
         row.show(serving_text(figures, boot.engine, source, with_usage=boot.live.token_usage is None))
-        self.query_one(ServingBanner).show(self.diagnosis, self.suggestion)
-        self.query_one(KvTimeline).draw()
+        self.pane.query_one(ServingBanner).show(self.diagnosis, self.suggestion)
+        self.pane.query_one(KvTimeline).draw()
 
     def apply_suggestion(self) -> str | None:
         """``K``: the calculator's field set to the suggested value, then the apply dialog (``a``).
@@ -229,16 +210,16 @@ class ServingView(_Base):
         elif s.value is None:
             why = s.answer
         if why is not None or s is None or s.value is None:
-            self.notify(why or "no suggested edit", title="serving", severity="warning", timeout=6)
+            self.pane.notify(why or "no suggested edit", title="serving", severity="warning", timeout=6)
             return why
-        calc = self.calculator
+        calc = self.pane.calculator
         field = next((f for f in calc.fields if f.flag == s.flag), None)
         if field is None:
             why = f"the calculator has no {s.flag.replace('_', '-')} field for this boot"
-            self.notify(why, title="serving", severity="warning", timeout=6)
+            self.pane.notify(why, title="serving", severity="warning", timeout=6)
             return why
         field.value = s.value
         calc.recompute()
         calc.refresh(layout=True)
-        self.start_apply()
+        self.pane.changes.start_apply()
         return None
