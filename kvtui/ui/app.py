@@ -23,11 +23,16 @@ from textual.widgets import Input, TabbedContent, TabPane
 
 from kvtui.boot import BootStatus
 from kvtui.config import CalcConfig, Config, UiConfig
+from kvtui.hosts.service import plan_restart
 from kvtui.monitor import MonitorOptions
+from kvtui.ui import formatting as fmt
 from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.commands import Command, KvtuiCommands, main_screen_commands
+from kvtui.ui.deployment_screen import DeploymentScreen, DeploymentSpec
+from kvtui.ui.fleet.screen import FleetScreen, FleetSource, PromFleetSource
 from kvtui.ui.gpu.widgets import ProcessTable
-from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec
+from kvtui.ui.history.screen import HistoryScreen
+from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec, Panel
 from kvtui.ui.keys import is_printable_key
 from kvtui.ui.log.view import LogView
 from kvtui.ui.perf import GcPacer, KeysFooter
@@ -49,9 +54,6 @@ BundleWriter = Callable[[HostPane, str], Awaitable[Path]]
 
 if TYPE_CHECKING:
     from textual.theme import Theme
-
-    from kvtui.ui.deployment_screen import DeploymentSpec
-    from kvtui.ui.fleet.screen import FleetSource
 
 # The main screen's bindings. Ids are what users remap in hosts.toml [keymap].
 MAIN_BINDINGS: list[BindingType] = [
@@ -573,8 +575,6 @@ class MainScreen(Screen[None]):
 
     def _panel_of(self, widget: Widget | None) -> Widget | None:
         """The panel ``widget`` is in (itself when it is one)."""
-        from kvtui.ui.host_pane import Panel
-
         node: Any = widget
         while node is not None and not isinstance(node, Screen):
             if isinstance(node, Panel):
@@ -657,8 +657,6 @@ class MainScreen(Screen[None]):
     def action_history(self, diff: bool = False) -> None:
         """``H``: the host's remembered boots; ``d``: opened on the newest boot's diff against the
         last good one (issue 13)."""
-        from kvtui.ui.history.screen import HistoryScreen
-
         pane = self.active_pane
         if pane is not None:
             self.app.push_screen(HistoryScreen(pane.host_name, diff_newest=diff))
@@ -707,8 +705,6 @@ class MainScreen(Screen[None]):
 
     def action_restart(self) -> None:
         """``R``: a confirm that names what will run, then the service layer's restart."""
-        from kvtui.hosts.service import plan_restart
-
         pane = self.active_pane
         if pane is None or pane.readonly:
             return
@@ -735,8 +731,6 @@ class MainScreen(Screen[None]):
         boot = pane.boot
         state = "no boot seen yet"
         if boot is not None:
-            from kvtui.ui import formatting as fmt
-
             state = f"the current boot is {boot.status.value}"
             if boot.status is not BootStatus.READY and boot.phase is not None:  # not "ready in ready"
                 state += f" in {fmt.phase_label(boot.phase)}"
@@ -925,8 +919,6 @@ class KvtuiApp(App[int]):
         if self.fleet_only:
             return self.fleet_screen(standalone=True)
         if self.deployment is not None:
-            from kvtui.ui.deployment_screen import DeploymentScreen
-
             return DeploymentScreen(self.deployment, backend_factory=self._backend_factory, clock=self.clock,
                                     calc=self.config.calc, readonly=self.readonly,
                                     pass_clock=self.clock is not time.time, history=self.config.history)
@@ -996,8 +988,6 @@ class KvtuiApp(App[int]):
         """Textual's ``ctrl+q`` (a priority binding of the app): the same question ``q`` asks
         while a change is running; on the question itself, or before the console exists, quit."""
         screen = self.screen_stack[0] if self.screen_stack else None
-        from kvtui.ui.deployment_screen import DeploymentScreen
-
         if isinstance(screen, MainScreen | DeploymentScreen) and not isinstance(self.screen, ConfirmScreen):
             screen.action_quit()
             return
@@ -1006,8 +996,6 @@ class KvtuiApp(App[int]):
     # ---- the fleet screen (issue 26) ---------------------------------------------------------
 
     def fleet_screen(self, *, standalone: bool = False) -> Screen[None]:
-        from kvtui.ui.fleet.screen import FleetScreen, PromFleetSource
-
         source = self.fleet_source
         if source is None and self.config.prometheus is not None:
             source = PromFleetSource(self.config.prometheus)
@@ -1016,8 +1004,6 @@ class KvtuiApp(App[int]):
 
     def show_fleet(self) -> None:
         """``F``: back to the fleet screen under this one (a host opened from it), else open one."""
-        from kvtui.ui.fleet.screen import FleetScreen
-
         below = [s for s in self.screen_stack[:-1] if isinstance(s, FleetScreen)]
         if below:
             while not isinstance(self.screen, FleetScreen):

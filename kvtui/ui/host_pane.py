@@ -19,12 +19,16 @@ from textual.worker import Worker, WorkerState
 from kvtui.boot import Boot, BootStatus
 from kvtui.config import CalcConfig, HostConfig, UiConfig
 from kvtui.engines.events import Engine, FailureKind
+from kvtui.engines.orphans import hint_text
 from kvtui.gpu import GpuProcess, GpuSample
-from kvtui.history.eta import BootEta, slow_reason
+from kvtui.history import boot_doc, recorder_for
+from kvtui.history.diff import since_last_good
+from kvtui.history.eta import BootEta, estimate, past_boots, slow_reason
 from kvtui.history.eta import clock as eta_clock
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend
 from kvtui.hosts.orphans import host_orphans
-from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorOptions, MonitorUpdate
+from kvtui.hosts.probe import boot_port, can_probe, mark_not_serving, probe, served_model
+from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, HostMonitor, LogBatch, MonitorOptions, MonitorUpdate
 from kvtui.ui import formatting as fmt
 from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.changes.action import ActionBanner
@@ -56,7 +60,6 @@ from kvtui.updates import LinePart
 if TYPE_CHECKING:
     from kvtui.history.doc import BootDoc
     from kvtui.hosts.probe import ProbeResult
-    from kvtui.monitor import HostMonitor
 
 Clock = Callable[[], float]
 BackendFactory = Callable[[str, HostConfig], HostBackend]
@@ -394,8 +397,6 @@ class HostPane(Vertical):
 
     @work(exclusive=True, group="monitor", exit_on_error=False, description="host monitor")
     async def run_monitor(self) -> None:
-        from kvtui.monitor import HostMonitor
-
         try:
             backend = self._backend_factory(self.host_name, self.spec.config)
         except (BackendError, OSError, ValueError) as exc:
@@ -405,8 +406,6 @@ class HostPane(Vertical):
         self.post_message(self.Connected())
         history = None
         if self.record_history:  # the console records every boot it sees (issue 13)
-            from kvtui.history import recorder_for
-
             history = recorder_for(self.host_name, getattr(getattr(self.app, "config", None), "history", None))
         options = replace(self.monitor_options, log_window=self.ui_config.log_lines, clock=self.clock)
         monitor = HostMonitor(self.host_name, backend, host=self.spec.config, history=history, options=options)
@@ -426,14 +425,10 @@ class HostPane(Vertical):
     @work(exclusive=True, group="eta-history", exit_on_error=False, description="boot history")
     async def load_eta_history(self) -> None:
         """The host's stored boots (read off the loop), for the phase ETAs of ``_refresh_live``."""
-        from kvtui.history.eta import past_boots
-
         self.eta_history = await asyncio.to_thread(past_boots, self.host_name)
 
     def _eta(self, boot: Boot | None, now_dt: datetime) -> BootEta | None:
         """The running boot's ETA when the history has boots to base it on (none: nothing shown)."""
-        from kvtui.history.eta import estimate
-
         if boot is None or boot.status is not BootStatus.STARTING or not self.eta_history:
             return None
         got = estimate(boot, self.eta_history, now_dt, host=self.host_name)
@@ -443,9 +438,6 @@ class HostPane(Vertical):
         """A failed boot: what changed since the last ready boot of its model (the history)."""
         if boot is None or boot.status is not BootStatus.FAILED or not self.eta_history:
             return []
-        from kvtui.history import boot_doc
-        from kvtui.history.diff import since_last_good
-
         got = since_last_good(self.eta_history, boot_doc(self.host_name, boot))
         return got[1] if got is not None else []
 
@@ -612,7 +604,7 @@ class HostPane(Vertical):
         """A boot whose start is not in the log: the history's boot of this host with the same
         flags calibrates the calculator (read off the event loop); without one, the model's
         config.json read on the host, anchored at the pool estimated from serving lines."""
-        from kvtui.changes import ServingConfig, serving_basis, serving_config
+        from kvtui.changes import ServingConfig, serving_basis, serving_config  # lazy: imports kvcalc (test_ui_startup)
 
         try:
             basis = await asyncio.to_thread(serving_basis, boot, self.host_name)
@@ -836,8 +828,6 @@ class HostPane(Vertical):
 
     @work(group="orphans", exit_on_error=False, description="orphaned engine processes")
     async def _ask_orphans(self, failed: Boot) -> None:
-        from kvtui.engines.orphans import hint_text
-
         backend = self.backend
         if backend is None:
             return
@@ -851,8 +841,6 @@ class HostPane(Vertical):
     def _maybe_probe(self) -> None:
         """Once per ready boot: ask the server for one token (``kvtui.hosts.probe``) when the
         console probes (``kvtui connect``), the host does (``probe``), and the boot names its port."""
-        from kvtui.hosts.probe import boot_port, can_probe, served_model
-
         boot, idx = self.boot, self.boot_index
         if boot is None or idx is None or idx in self.probes or boot.status is not BootStatus.READY:
             return
@@ -867,8 +855,6 @@ class HostPane(Vertical):
 
     @work(group="probe", exit_on_error=False, description="probe")
     async def _probe_worker(self, idx: int, port: int, model: str | None) -> None:
-        from kvtui.hosts.probe import probe
-
         backend = self.backend
         if backend is None:
             return
@@ -882,8 +868,6 @@ class HostPane(Vertical):
     def _not_serving(self, boot: Boot, res: ProbeResult) -> None:
         """The log said ready but the server did not answer: the boot is failed, ``not_serving``,
         as ``kvtui wait`` marks it — the failure banner, the status line and the fleet row say so."""
-        from kvtui.hosts.probe import mark_not_serving
-
         mark_not_serving(boot, res)
         if boot is not self.boot:
             return

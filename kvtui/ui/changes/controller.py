@@ -39,7 +39,7 @@ def calculator_edits(calc: CalculatorPanel) -> list[Edit] | str:
     """The flags the user changed in the calculator, as edits of the server's flags file (every
     node's, for a deployment; validated as the calculator validates them), or why there is nothing
     to apply. The host console's ``a`` and the deployment console's ``a`` both use it."""
-    from kvtui import kvcalc  # lazy: the calculator's model waits until the console's first frame
+    from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
 
     sets, unsets = calc.edits()
     if not sets and not unsets:
@@ -156,7 +156,7 @@ class ChangeController:
         """What predicts the apply's flags: the calculator's own model for a serving boot whose start
         is not in the log (the history's boot of its flags, or its config.json at the estimated
         pool: the log has no pool line to calibrate from), else ``changes.calculate``."""
-        from kvtui import changes, kvcalc  # lazy: the calculator's model (kvcalc) after the first frame
+        from kvtui import changes, kvcalc  # lazy: imports kvcalc (test_ui_startup)
 
         boot, model = self.pane.boot, self.pane.calculator.model
         if boot is not None and boot.start_missing is not None and model is not None and not kvcalc.sized_pool(boot):
@@ -219,7 +219,7 @@ class ChangeController:
                                  description="restart", exit_on_error=False)
 
     async def _apply_worker(self, edits: list[Edit], gen: int) -> None:
-        from kvtui import changes  # lazy: it imports kvcalc (after the console's first frame)
+        from kvtui import changes  # lazy: imports kvcalc (test_ui_startup)
 
         backend = self.pane.backend
         assert backend is not None
@@ -250,7 +250,7 @@ class ChangeController:
             self._end(gen)
 
     async def _rollback_worker(self, gen: int) -> None:
-        from kvtui import changes  # lazy: it imports kvcalc (after the console's first frame)
+        from kvtui import changes  # lazy: imports kvcalc (test_ui_startup)
 
         backend = self.pane.backend
         assert backend is not None
@@ -284,7 +284,7 @@ class ChangeController:
         outcome = await service.execute(plan, backend, self._progress, clock=self.pane.clock)
         self.last_outcome = outcome
         if plan.restart and outcome.boot is not None:  # the history keeps the edit, prediction and outcome
-            from kvtui.changes import record_restart  # lazy: it imports kvcalc (after the first frame)
+            from kvtui.changes import record_restart  # lazy: imports kvcalc (test_ui_startup)
 
             cfg = getattr(getattr(self.pane.app, "config", None), "history", None)
             await asyncio.to_thread(record_restart, plan, outcome, cfg)
@@ -330,11 +330,10 @@ class ChangeController:
         return True
 
     async def _tune_worker(self, gen: int) -> None:
-        # lazy: kvtui.changes, kvcalc and kvtui.tune (which imports kvcalc) after the console's first frame
-        from kvtui import changes
-        from kvtui.kvcalc import DEFAULT_GRAPH_MARGIN_GIB
-        from kvtui.tune import driver
-        from kvtui.tune.planner import Bounds, Planner, Stop, TuneError, also_name, parse_goal
+        from kvtui import changes  # lazy: imports kvcalc (test_ui_startup)
+        from kvtui.kvcalc import DEFAULT_GRAPH_MARGIN_GIB  # lazy: kvcalc after the first frame (test_ui_startup)
+        from kvtui.tune import driver  # lazy: imports kvcalc (test_ui_startup)
+        from kvtui.tune import planner as tp  # lazy: imports kvcalc (test_ui_startup)
 
         backend = self.pane.backend
         assert backend is not None
@@ -351,22 +350,22 @@ class ChangeController:
             try:
                 cmd, boots = await driver.start_state(self.host_name, self.pane.spec.config, backend,
                                                       boots=self._known_boots())
-                goal = parse_goal(req.goal, req.requests)
-                also = tuple(dict.fromkeys(also_name(a) or a.lstrip("-").replace("_", "-") for a in req.also))
+                goal = tp.parse_goal(req.goal, req.requests)
+                also = tuple(dict.fromkeys(tp.also_name(a) or a.lstrip("-").replace("_", "-") for a in req.also))
                 cur = boots[-1] if boots else None
                 margin = self.pane.calc_config.graph_margin_gib
-                planner = Planner(cmd.engine, goal, Bounds(max_boots=req.max_boots), also,
-                                  DEFAULT_GRAPH_MARGIN_GIB if margin is None else margin,
-                                  driver.running_flags(boots, cmd),
-                                  cur is not None and cur.status is BootStatus.READY,
-                                  None if cur is None else cur.metrics.max_total_num_tokens,
-                                  stored=changes.stored_siblings)
-            except (service.ServiceError, BackendError, TuneError) as exc:
+                planner = tp.Planner(cmd.engine, goal, tp.Bounds(max_boots=req.max_boots), also,
+                                     DEFAULT_GRAPH_MARGIN_GIB if margin is None else margin,
+                                     driver.running_flags(boots, cmd),
+                                     cur is not None and cur.status is BootStatus.READY,
+                                     None if cur is None else cur.metrics.max_total_num_tokens,
+                                     stored=changes.stored_siblings)
+            except (service.ServiceError, BackendError, tp.TuneError) as exc:
                 await self.pane.app.push_screen_wait(NoticeScreen(f"Cannot tune {self.host_name}", str(exc)))
                 return
             first = planner.next(boots, [])
             plan_text = driver.render_plan(self.host_name, planner, first, cur)
-            if isinstance(first, Stop):
+            if isinstance(first, tp.Stop):
                 await self.pane.app.push_screen_wait(NoticeScreen(f"Nothing to tune on {self.host_name}", plan_text,
                                                                   error=not first.met))
                 return

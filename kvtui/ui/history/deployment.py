@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from textual import work
 from textual.widgets import DataTable, Static
 
+from kvtui.history import HistoryError, open_store
 from kvtui.history.deployment import (
     ROW_HEADER,
     DeploymentStart,
@@ -42,8 +43,6 @@ class DeploymentHistoryScreen(HistoryScreen):
 
     @work(exclusive=True, group="history-load", exit_on_error=False)
     async def load(self) -> None:
-        from kvtui.history import HistoryError, open_store
-
         def read() -> tuple[list[DeploymentStart], str | None]:
             with open_store(readonly=True) as store:
                 try:
