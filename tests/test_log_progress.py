@@ -12,8 +12,8 @@ from test_ui_helpers import Harness, wait_for
 from kvtui.monitor import LogLine
 from kvtui.progress_bars import BarRows, bar_key
 from kvtui.spool import Spool
+from kvtui.ui.log.model import ViewMode
 from kvtui.ui.log.panel import LogPanel, LogStatus
-from kvtui.ui.log.view import ViewMode
 from kvtui.ui.log.window import BarWindow
 from kvtui.updates import LineRun
 

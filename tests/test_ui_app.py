@@ -30,8 +30,9 @@ from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.commands import main_screen_commands
 from kvtui.ui.gpu.widgets import ProcessTable
 from kvtui.ui.host_pane import HostPane, HostSpec
+from kvtui.ui.log.model import ViewMode
 from kvtui.ui.log.panel import FindBar
-from kvtui.ui.log.view import LogView, ViewMode
+from kvtui.ui.log.view import LogView
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen
 from kvtui.ui.widgets.boot import FailureBanner, PhaseTimeline, StallNotice
 from kvtui.ui.widgets.host import FleetSummary, HostBar

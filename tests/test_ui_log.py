@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 from test_ui_helpers import Harness, log_lines, wait_for
 
+from kvtui.logfilter import LineFilter
 from kvtui.monitor import LogLine
 from kvtui.spool import Spool
+from kvtui.ui.log.model import TextQuery, ViewMode
 from kvtui.ui.log.panel import LogPanel, LogStatus
-from kvtui.ui.log.view import LineFilter, LogView, TextQuery, ViewMode
+from kvtui.ui.log.view import LogView
 
 
 def make_spool(tmp_path: Path, count: int) -> tuple[Spool, list[LogLine]]:

@@ -13,8 +13,9 @@ from test_ui_helpers import T0, FakeClock, Harness, demo_app, log_lines, screen_
 from kvtui.boot import BootStatus
 from kvtui.monitor import LogLine
 from kvtui.spool import Spool
+from kvtui.ui.log.model import without_own_stamp
 from kvtui.ui.log.panel import LogPanel
-from kvtui.ui.log.view import LogView, without_own_stamp
+from kvtui.ui.log.view import LogView
 from kvtui.ui.screens import HelpScreen
 from kvtui.ui.widgets.boot import PhaseTimeline
 

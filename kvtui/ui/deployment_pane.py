@@ -48,8 +48,8 @@ from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, NodeObservation, node_sta
 from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.changes.action import ActionBanner
 from kvtui.ui.gpu.widgets import GpuBars, GpuHistoryPlot, ProcessTable, boot_origin, phase_bands
+from kvtui.ui.log.model import TextQuery
 from kvtui.ui.log.panel import FindBar
-from kvtui.ui.log.view import TextQuery
 from kvtui.ui.widgets.boot import BootFigures, PhaseTimeline
 from kvtui.updates import GpuUpdate, LogBatch, MonitorUpdate
 

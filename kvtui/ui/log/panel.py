@@ -15,7 +15,8 @@ from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from kvtui.ui.keys import refocus_key, run_own_binding
-from kvtui.ui.log.view import LogSource, LogView, ViewMode
+from kvtui.ui.log.model import LogSource, ViewMode
+from kvtui.ui.log.view import LogView
 from kvtui.ui.perf import QuietStatic
 
 

@@ -9,15 +9,11 @@ and find bar, is ``kvtui.ui.log.panel``).
 from __future__ import annotations
 
 import asyncio
-import math
-import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from itertools import pairwise
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -35,6 +31,21 @@ from textual.strip import Strip
 from kvtui.engines.events import LineStyle
 from kvtui.logfilter import FilterSet, LineFilter
 from kvtui.longrun import gap_count, gap_text_label
+from kvtui.ui.log.model import (
+    HostLog,
+    HostResults,
+    LogSource,
+    TextQuery,
+    ViewMode,
+    gutter_mark,
+    longest,
+    read_back,
+    short,
+    with_note,
+    without_own_stamp,
+    wrap_note,
+    wrapped_rows,
+)
 from kvtui.ui.log.window import BarWindow, LineWindow
 from kvtui.updates import GapMark, GapSearchError, HostMatch, LineRun, LogLine, expand, make_line
 
@@ -42,7 +53,6 @@ MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps th
 _PLAIN = Style()
 SPOOL_MATCH_LIMIT = 1000
 READ_BACK_LIMIT = 500_000  # lines a filter set the spool cannot search in one pass reads back at most
-READ_BACK_CHUNK = 20_000
 CACHED_ROWS = 400
 WRAP_HANG = 2  # a wrapped line's continuation rows start this many cells right of its text
 HOST_PAGE = 200  # matches a search of a gap brings back from the host at a time
@@ -51,166 +61,6 @@ HOST_SEQ_BASE = -(1 << 40)  # the rows of a host search's results: never a spool
 # what ``e``/``E`` look for in a gap on the host (the lines the console would colour as errors)
 HOST_ERROR_PATTERN = r"Traceback|ERROR|CRITICAL|FATAL|[Ee]xception|out of memory|CUDA error|NCCL error"
 
-
-class LogSource(Protocol):
-    """The complete log of a host (``kvtui.spool.Spool`` satisfies this)."""
-
-    def read(self, start_seq: int, count: int) -> list[LogLine]: ...
-
-    def search(
-        self,
-        pattern: str,
-        *,
-        regex: bool = False,
-        rank: str | None = None,
-        start_seq: int = 0,
-        reverse: bool = False,
-        limit: int = 1000,
-    ) -> list[LogLine]: ...
-
-    def __len__(self) -> int: ...
-
-
-class HostLog(Protocol):
-    """The lines a host's follower did not read (a server up for days): the gaps (their marker
-    rows in the spool) and a search of them on the host (``kvtui.monitor.HostMonitor``)."""
-
-    @property
-    def gaps(self) -> list[GapMark]: ...
-
-    def gap_search_unavailable(self) -> str | None: ...
-
-    async def search_gap(
-        self, gap: GapMark, pattern: str, *, regex: bool = False, ignore_case: bool = True, context: int = 2,
-        limit: int = 200, newest: bool = False, after: HostMatch | None = None,
-    ) -> list[HostMatch]: ...
-
-
-@dataclass(slots=True)
-class _HostResults:
-    """What a search of a gap brought back, shown in ``ViewMode.HOST``: the rows of each match
-    (``match_seqs``, in order), and whether the host may hold more after the last one."""
-
-    gap: GapMark
-    query: str
-    errors: bool  # ``e``/``E``: error lines, not the search
-    hits: list[HostMatch]
-    match_seqs: list[int]
-    more: bool
-    wrapped: bool = False  # the search that found them went on past the log's end (start)
-
-
-def _with_note(message: str, note: str) -> str:
-    return f"{message} ({note})" if note else message
-
-
-def _wrap_note(note: str, wrapped: bool, forward: bool) -> str:
-    """A search's note, with where it went on from when it passed the log's end (start)."""
-    if not wrapped:
-        return note
-    went = "past the end, on from the top" if forward else "past the top, on from the end"
-    return f"{went}; {note}" if note else went
-
-
-def _wrapped_rows(length: int, width: int, indent: int) -> int:
-    """Rows a line of ``length`` cells takes wrapped at ``width``, its continuation rows indented
-    by ``indent``."""
-    if length <= width:
-        return 1
-    return 1 + math.ceil((length - width) / max(1, width - indent))
-
-
-# the engine's own timestamp at a line's start: SGLang ``[2025-06-01 12:00:00 TP0] …`` (``[… ]`` when
-# it has no rank), vLLM ``INFO 06-01 12:00:00 [file.py:12] …`` (``(EngineCore_DP0 pid=7) INFO …`` in V1)
-_SGLANG_STAMP = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(\] ?| )")
-_VLLM_STAMP = re.compile(
-    r"((?:\([^()]{1,80}\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-)
-
-
-def without_own_stamp(text: str) -> str:
-    """``text`` without the engine's own timestamp at its start (``t`` shows the line's time in a
-    column of its own: the engine's stamp when it printed one): ``[TP0] …``, ``INFO [file.py:12] …``.
-    Two anchored matches, only while timestamps are shown."""
-    first = text[:1]
-    if first == "[":
-        m = _SGLANG_STAMP.match(text)
-        if m is not None:
-            return text[m.end():] if m.group(1).startswith("]") else "[" + text[m.end():]
-    elif first and first in "(DIWEC":
-        m = _VLLM_STAMP.match(text)
-        if m is not None:
-            return m.group(1) + text[m.end():]
-    return text
-
-
-def _gutter(marked: bool, cursor: bool) -> str:
-    """The cell left of a line: ``▌`` a mark (``m``), ``▸`` the cursor line (not marked)."""
-    return "▌" if marked else ("▸" if cursor else " ")
-
-
-def _short(text: str, width: int = 24) -> str:
-    """A search or filter text inside a status message: cut with … so the message's key words
-    (what happened) are never what a narrow status line loses."""
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-# --------------------------------------------------------------------------------------------
-# Matching (pure)
-# --------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class TextQuery:
-    """A search or text filter: plain text, case-insensitive unless it has an upper-case letter
-    (smart case)."""
-
-    text: str
-
-    @property
-    def ignore_case(self) -> bool:
-        return self.text == self.text.lower()
-
-    def compiled(self) -> re.Pattern[str]:
-        return re.compile(re.escape(self.text), re.IGNORECASE if self.ignore_case else 0)
-
-    def spool_args(self) -> tuple[str, bool]:
-        """(pattern, regex) for ``LogSource.search`` (a plain pattern there is smart case too)."""
-        return self.text, False
-
-
-class ViewMode(StrEnum):
-    LIVE = "live"  # the newest lines, in memory
-    HISTORY = "history"  # a window read back from the spool around a search hit
-    FILTER = "filter"  # only lines that pass the & filter (from the whole spool)
-    HOST = "host"  # lines a search found on the host, in a gap the follower did not read
-
-
-def _read_back(source: LogSource, fs: FilterSet, want: int, limit: int) -> tuple[list[LogLine], int]:
-    """The newest ``want`` lines of ``source`` that ``fs`` passes, newest first, reading back at
-    most ``limit`` lines; and the first seq read (0: the whole log; -1: ``want`` found before
-    that). Runs in a thread."""
-    pos = len(source)
-    out: list[LogLine] = []
-    read = 0
-    while pos > 0 and len(out) < want and read < limit:
-        start = max(0, pos - READ_BACK_CHUNK)
-        lines = source.read(start, pos - start)
-        read += len(lines)
-        pos = start
-        out.extend(reversed([ln for ln in lines if fs.matches(ln)]))
-    return out[:want], (-1 if len(out) >= want else pos)
-
-
-# --------------------------------------------------------------------------------------------
-# The view
-# --------------------------------------------------------------------------------------------
-
-
-def _longest(view: LineWindow | list[LogLine], last: int) -> int:
-    """The longest text among the newest ``last`` lines of ``view`` (a window builds no line)."""
-    if isinstance(view, LineWindow):
-        return view.text_lengths(last)
-    return max((len(line.text) for line in view[-last:]), default=0)
 
 
 class LogView(ScrollView, can_focus=True):
@@ -333,7 +183,7 @@ class LogView(ScrollView, can_focus=True):
         self._held_pending = 0
         # the gaps of a server up for days and their search on the host (set by the host pane)
         self.host_log: HostLog | None = None
-        self._host: _HostResults | None = None  # the results shown in ViewMode.HOST
+        self._host: HostResults | None = None  # the results shown in ViewMode.HOST
 
     # ---- data in ------------------------------------------------------------------------
 
@@ -490,7 +340,7 @@ class LogView(ScrollView, can_focus=True):
         width = self._max_width
         extra = 1 + (13 if self.timestamps else 0)
         if added > 0 and view:  # new lines are at the end; toggles rescan all
-            width = max(width, extra + min(_longest(view, added), MAX_DISPLAY_CHARS))
+            width = max(width, extra + min(longest(view, added), MAX_DISPLAY_CHARS))
         self._max_width = width
         if self.wrap:
             content = max(10, self.scrollable_content_region.width or self.size.width or 80)
@@ -499,7 +349,7 @@ class LogView(ScrollView, can_focus=True):
             indent = self._wrap_indent(content)
             for line in view:
                 one = line.style in ("marker", "gap")
-                total += 1 if one else _wrapped_rows(self._line_length(line), content, indent)
+                total += 1 if one else wrapped_rows(self._line_length(line), content, indent)
                 starts.append(total)
             self._row_starts = starts
             self._set_virtual_size(Size(content, total))
@@ -532,7 +382,7 @@ class LogView(ScrollView, can_focus=True):
         # pays this over the whole window: one pass in C, not a method call per line)
         view = self._view
         extra = 1 + (13 if self.timestamps else 0)
-        self._max_width = extra + min(MAX_DISPLAY_CHARS, _longest(view, len(view))) if view else 0
+        self._max_width = extra + min(MAX_DISPLAY_CHARS, longest(view, len(view))) if view else 0
         self._version += 1
         self._cache.clear()
         self._rebuild_rows(added=0)
@@ -709,10 +559,10 @@ class LogView(ScrollView, can_focus=True):
                 note = unable
                 continue
             if line.style == "error":
-                self.message = _with_note(f"error on line {line.seq + 1:,}", note)  # (not the last miss, left standing)
+                self.message = with_note(f"error on line {line.seq + 1:,}", note)  # (not the last miss, left standing)
                 self.set_cursor(line.seq)
                 return True
-        self.message = _with_note(f"no {'next' if forward else 'previous'} error in view", note)
+        self.message = with_note(f"no {'next' if forward else 'previous'} error in view", note)
         self._post_status()
         return False
 
@@ -856,7 +706,7 @@ class LogView(ScrollView, can_focus=True):
         line = view[index] if index is not None else view[-1]
         self.app.copy_to_clipboard(line.text)
         which = f"line {line.seq + 1:,}" if index is not None else f"the newest line ({line.seq + 1:,}; no cursor)"
-        self.message = f"copied {which}: {_short(line.text, 40)}"
+        self.message = f"copied {which}: {short(line.text, 40)}"
         self._post_status()
         return line.text
 
@@ -902,7 +752,7 @@ class LogView(ScrollView, can_focus=True):
         view = self._view
         if self.source is None:
             if wrapped:
-                self.message = _with_note(f"no match for /{_short(query.text)}", note)
+                self.message = with_note(f"no match for /{short(query.text)}", note)
                 self._post_status()
             else:
                 self._find_from_edge(query, forward, note)
@@ -910,7 +760,7 @@ class LogView(ScrollView, can_focus=True):
         edge = (view[-1].seq + 1) if forward and view else (view[0].seq - 1 if view else 0)
         if not forward and edge < 0:
             if wrapped:
-                self.message = _with_note(self._no_match(query.text), note)
+                self.message = with_note(self._no_match(query.text), note)
                 self._post_status()
             else:
                 self._find_from_edge(query, forward, note)
@@ -925,7 +775,7 @@ class LogView(ScrollView, can_focus=True):
         n = len(self._view)
         found, note = self._scan(query, range(0, n) if forward else range(n - 1, -1, -1), forward, note, True)
         if not found:
-            self.message = _with_note(f"no match for /{_short(query.text)}", note)
+            self.message = with_note(f"no match for /{short(query.text)}", note)
             self._post_status()
 
     def _scan(self, query: TextQuery, rng: range, forward: bool, note: str, wrapped: bool) -> tuple[bool, str]:
@@ -948,7 +798,7 @@ class LogView(ScrollView, can_focus=True):
                 continue
             if pattern.search(line.text):
                 self.set_cursor(line.seq)
-                self.message = _with_note(f"match on line {line.seq + 1:,}", _wrap_note(note, wrapped, forward))
+                self.message = with_note(f"match on line {line.seq + 1:,}", wrap_note(note, wrapped, forward))
                 self._post_status()
                 return True, note
         return False, note
@@ -970,8 +820,8 @@ class LogView(ScrollView, can_focus=True):
         not search leaves "in the lines read"."""
         unread = self._unsearched_gaps()
         if unread:
-            return f"no match in the lines read for /{_short(text)}"
-        return f"no match in the whole log for /{_short(text)}"
+            return f"no match in the lines read for /{short(text)}"
+        return f"no match in the whole log for /{short(text)}"
 
     def _unsearched_gaps(self) -> bool:
         host = self.host_log
@@ -1009,7 +859,7 @@ class LogView(ScrollView, can_focus=True):
             return
         pattern, regex = query.spool_args()
         rank = self.line_filter.rank if self.line_filter is not None else None
-        self.message = f"searching the spool for /{_short(query.text)}…"
+        self.message = f"searching the spool for /{short(query.text)}…"
         self._post_status()
         hits = await asyncio.to_thread(
             source.search, pattern, regex=regex, rank=rank, start_seq=start_seq, reverse=not forward, limit=1
@@ -1025,13 +875,13 @@ class LogView(ScrollView, can_focus=True):
             if not wrapped:
                 self._find_from_edge(query, forward, note)
                 return
-            self.message = _with_note(self._no_match(query.text), note)
+            self.message = with_note(self._no_match(query.text), note)
             self._post_status()
             return
         where = "match on line" if self._index_of(hits[0].seq) is not None else "found in the spool: line"
         await self._jump_via_source(hits[0].seq)
-        self.message = _with_note(f"{where} {hits[0].seq + 1:,} (/{_short(query.text)})",
-                                  _wrap_note(note, wrapped, forward))
+        self.message = with_note(f"{where} {hits[0].seq + 1:,} (/{short(query.text)})",
+                                  wrap_note(note, wrapped, forward))
         self._post_status()
 
     # ---- a gap of lines not read, searched on the host ------------------------------------------
@@ -1048,7 +898,7 @@ class LogView(ScrollView, can_focus=True):
         host = self.host_log
         if host is None:
             return
-        what = "errors" if errors else f"/{_short(text)}"
+        what = "errors" if errors else f"/{short(text)}"
         self.message = f"searching {gap_count(gap.gap.lines)} on the host for {what}…"
         self._post_status()
         try:
@@ -1063,7 +913,7 @@ class LogView(ScrollView, can_focus=True):
                 searched = "the rest of the " if after is not None else ""
                 note = f"none in {searched}{gap_count(gap.gap.lines)} searched on the host"
         if hits:
-            self._show_host(_HostResults(gap, text, errors, hits, [], more=len(hits) >= HOST_PAGE, wrapped=wrapped),
+            self._show_host(HostResults(gap, text, errors, hits, [], more=len(hits) >= HOST_PAGE, wrapped=wrapped),
                             forward)
             return
         # nothing there: on from the gap's row, in the lines read
@@ -1073,7 +923,7 @@ class LogView(ScrollView, can_focus=True):
         else:
             self.find(forward, note=note, wrapped=wrapped)
 
-    def _show_host(self, res: _HostResults, forward: bool) -> None:
+    def _show_host(self, res: HostResults, forward: bool) -> None:
         """The matches a host search brought back, with their context, as a view of their own:
         a header row, then each match under the number of its line in the gap."""
         seq = HOST_SEQ_BASE
@@ -1088,7 +938,7 @@ class LogView(ScrollView, can_focus=True):
         n = len(res.hits)
         one = n == 1 and not res.more
         what = ("error line" if one else "error lines") if res.errors else (
-            f"{'match' if one else 'matches'} for /{_short(res.query)}")
+            f"{'match' if one else 'matches'} for /{short(res.query)}")
         add(f"from the host — {n:,}{'+' if res.more else ''} {what} in the {gap_count(res.gap.gap.lines)} not read",
             "marker")
         for hit in res.hits:
@@ -1132,7 +982,7 @@ class LogView(ScrollView, can_focus=True):
         self._leave_host_and_go_on(res, forward)
 
     @work(exclusive=True, group="log-search", exit_on_error=False)
-    async def _leave_host_and_go_on(self, res: _HostResults, forward: bool) -> None:
+    async def _leave_host_and_go_on(self, res: HostResults, forward: bool) -> None:
         if forward and res.more:
             await self._gap_search(res.query, res.query == res.query.lower(), res.gap, True, errors=res.errors,
                                    after=res.hits[-1], wrapped=res.wrapped)
@@ -1215,7 +1065,7 @@ class LogView(ScrollView, can_focus=True):
                 self._post_status()
                 return
             fs = current.without_last()
-            said = f"dropped &{_short(current.filters[-1].raw)}"
+            said = f"dropped &{short(current.filters[-1].raw)}"
         else:
             flt = LineFilter.parse(text)
             if flt is None:
@@ -1223,7 +1073,7 @@ class LogView(ScrollView, can_focus=True):
                 self._post_status()
                 return
             if flt in current.filters:
-                self.message = f"already filtered: &{_short(flt.raw)}"
+                self.message = f"already filtered: &{short(flt.raw)}"
                 self._post_status()
                 return
             fs = current.added(flt)
@@ -1248,7 +1098,7 @@ class LogView(ScrollView, can_focus=True):
         self._show(self._bar_rows(in_memory), ViewMode.FILTER)
         self.follow = True
         self._scroll_to_end()
-        self.message = _with_note(f"{len(in_memory):,} lines in memory match {_short(fs.raw, 40)}", said)
+        self.message = with_note(f"{len(in_memory):,} lines in memory match {short(fs.raw, 40)}", said)
         self._post_status()
         if self.source is not None:
             self._filter_from_spool(fs, said)
@@ -1263,7 +1113,7 @@ class LogView(ScrollView, can_focus=True):
         if source is None:
             return
         window = self.window
-        label = _short(fs.raw, 40)
+        label = short(fs.raw, 40)
         first = fs.filters[0]
         pattern: str | None
         if fs.rank is not None:
@@ -1279,7 +1129,7 @@ class LogView(ScrollView, can_focus=True):
                 )
                 stopped = 0 if len(hits) < window else -1
             else:
-                hits, stopped = await asyncio.to_thread(_read_back, source, fs, window, READ_BACK_LIMIT)
+                hits, stopped = await asyncio.to_thread(read_back, source, fs, window, READ_BACK_LIMIT)
         except Exception as exc:  # an expression the spool refused: said, the lines in memory stay
             if self.line_filter is fs:
                 self.message = f"the spool could not be searched for {label} ({exc})"
@@ -1312,7 +1162,7 @@ class LogView(ScrollView, can_focus=True):
             scope = "the whole log" if stopped == 0 else "the whole log (newest shown)"
         host = self.host_log
         if host is None or not host.gaps:
-            self.message = _with_note(f"{len(hits):,} lines in {scope} match {label}", said)
+            self.message = with_note(f"{len(hits):,} lines in {scope} match {label}", said)
             self._post_status()
             return
         read = f"{len(hits):,} lines read match {label}{' (newest shown)' if stopped < 0 else ''}"
@@ -1346,7 +1196,7 @@ class LogView(ScrollView, can_focus=True):
         else:
             plus = "+" if found >= HOST_PAGE else ""
             single = fs.ins[0] if len(fs) == 1 and not fs.ins[0].regex else None
-            how = f"on the host: /{_short(single.text)} shows them" if single is not None else "on the host"
+            how = f"on the host: /{short(single.text)} shows them" if single is not None else "on the host"
             self.message = f"{read}; {found:,}{plus} more in the {unread:,} lines not read ({how})"
         self._post_status()
 
@@ -1391,7 +1241,7 @@ class LogView(ScrollView, can_focus=True):
             for m in query.compiled().finditer(text):
                 if m.end() > m.start():
                     body.stylize(styles["match"], m.start(), m.end())
-        head = _gutter(line.seq in self.marks, line.seq == self.cursor)
+        head = gutter_mark(line.seq in self.marks, line.seq == self.cursor)
         gutter = Text(head, style=styles["gutter"] if head != " " else Style())
         parts = [gutter]
         if self.timestamps:
@@ -1409,7 +1259,7 @@ class LogView(ScrollView, can_focus=True):
             rich_text = self._line_text(line, styles)
             return Strip(list(rich_text.render(self.app.console)), rich_text.cell_len)
         spans: list[tuple[int, int, Style]] = []  # (start, end, style): only styles Rich keeps (truthy)
-        head = _gutter(line.seq in self.marks, line.seq == self.cursor)
+        head = gutter_mark(line.seq in self.marks, line.seq == self.cursor)
         if head != " " and styles["gutter"]:
             spans.append((0, 1, styles["gutter"]))
         if self.timestamps:
