@@ -53,3 +53,9 @@ def test_the_ui_is_grouped_by_feature() -> None:
         assert (UI / feature / "__init__.py").is_file(), feature
     assert {p.name for p in (UI / "widgets").glob("*.py")} <= {
         "__init__.py", "banner.py", "boot.py", "host.py", "quiet.py", "table.py"}
+
+
+def test_the_log_view_is_split_by_idea_into_modules_under_1000_lines() -> None:
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (UI / "log").glob("*.py")}
+    assert {"view.py", "model.py", "search.py", "filtering.py", "panel.py", "window.py"} <= set(sizes)
+    assert max(sizes.values()) < 1000, sizes

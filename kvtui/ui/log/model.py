@@ -16,6 +16,7 @@ from kvtui.ui.log.window import LineWindow
 from kvtui.updates import GapMark, HostMatch, LogLine
 
 READ_BACK_CHUNK = 20_000
+HOST_PAGE = 200  # matches a search of a gap brings back from the host at a time
 
 
 class LogSource(Protocol):

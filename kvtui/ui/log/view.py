@@ -8,10 +8,8 @@ and find bar, is ``kvtui.ui.log.panel``).
 
 from __future__ import annotations
 
-import asyncio
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from itertools import pairwise
 from typing import ClassVar
 
@@ -28,38 +26,29 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from kvtui.engines.events import LineStyle
-from kvtui.logfilter import FilterSet, LineFilter
-from kvtui.longrun import gap_count, gap_text_label
+from kvtui.logfilter import FilterSet
+from kvtui.longrun import gap_text_label
+from kvtui.ui.log.filtering import gaps_unsearchable, next_filters, search_gaps, spool_filter_hits
 from kvtui.ui.log.model import (
     HostLog,
-    HostResults,
     LogSource,
     TextQuery,
     ViewMode,
     gutter_mark,
     longest,
-    read_back,
     short,
     with_note,
     without_own_stamp,
-    wrap_note,
     wrapped_rows,
 )
+from kvtui.ui.log.search import LogSearch
 from kvtui.ui.log.window import BarWindow, LineWindow
-from kvtui.updates import GapMark, GapSearchError, HostMatch, LineRun, LogLine, expand, make_line
+from kvtui.updates import LineRun, LogLine, expand
 
 MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)
 _PLAIN = Style()
-SPOOL_MATCH_LIMIT = 1000
-READ_BACK_LIMIT = 500_000  # lines a filter set the spool cannot search in one pass reads back at most
 CACHED_ROWS = 400
 WRAP_HANG = 2  # a wrapped line's continuation rows start this many cells right of its text
-HOST_PAGE = 200  # matches a search of a gap brings back from the host at a time
-HOST_CONTEXT = 2  # lines of context each side of a match found on the host
-HOST_SEQ_BASE = -(1 << 40)  # the rows of a host search's results: never a spool seq
-# what ``e``/``E`` look for in a gap on the host (the lines the console would colour as errors)
-HOST_ERROR_PATTERN = r"Traceback|ERROR|CRITICAL|FATAL|[Ee]xception|out of memory|CUDA error|NCCL error"
 
 
 
@@ -183,7 +172,7 @@ class LogView(ScrollView, can_focus=True):
         self._held_pending = 0
         # the gaps of a server up for days and their search on the host (set by the host pane)
         self.host_log: HostLog | None = None
-        self._host: HostResults | None = None  # the results shown in ViewMode.HOST
+        self.finder = LogSearch(self)  # / \ n N: the search, in the lines read and on the host
 
     # ---- data in ------------------------------------------------------------------------
 
@@ -432,7 +421,7 @@ class LogView(ScrollView, can_focus=True):
         if follow:
             self.pending = 0
             if self.mode in (ViewMode.HISTORY, ViewMode.HOST):
-                self._host = None
+                self.finder.host_results = None
                 if self.line_filter is not None:
                     self.apply_filters(self.line_filter)
                 else:
@@ -537,8 +526,8 @@ class LogView(ScrollView, can_focus=True):
     def next_error(self, forward: bool = True, *, note: str = "") -> bool:
         """Jump to the next (or previous) error line in the view; False when there is none. A gap
         of lines the follower did not read on the way is searched for error lines on the host."""
-        if self.mode is ViewMode.HOST and self._host is not None and self._host.errors:
-            self._find_in_host(forward)
+        if self.mode is ViewMode.HOST and self.finder.host_results is not None and self.finder.host_results.errors:
+            self.finder.find_in_host(forward)
             return True
         view = self._view
         if not view:
@@ -551,10 +540,10 @@ class LogView(ScrollView, can_focus=True):
         rng = range(start + 1, len(view)) if forward else range(start - 1, -1, -1)
         for i in rng:
             line = view[i]
-            if line.style == "gap" and (gap := self._gap_at(line.seq)) is not None:
-                unable = self._gap_unsearchable(gap)
+            if line.style == "gap" and (gap := self.finder.gap_at(line.seq)) is not None:
+                unable = self.finder.gap_unsearchable(gap)
                 if unable is None:
-                    self._search_gap("", False, gap, forward, note=note, errors=True)
+                    self.finder.search_gap("", False, gap, forward, note=note, errors=True)
                     return True
                 note = unable
                 continue
@@ -710,318 +699,16 @@ class LogView(ScrollView, can_focus=True):
         self._post_status()
         return line.text
 
-    # ---- search -------------------------------------------------------------------------
+    # ---- search (``LogSearch``) ---------------------------------------------------------------
 
     def set_search(self, text: str, forward: bool = True) -> None:
-        """``/`` (``forward``) finds the first match after the cursor — with no cursor, from the top
-        of the screen — and ``\\`` the first before it (from the bottom of the screen); past the
-        end of the log the search goes on from the other end (and says so)."""
-        if self.mode is ViewMode.HOST:  # a new search starts from the log, not a host search's results
-            self._leave_host()
-        self.search_query = TextQuery(text) if text else None
-        self.search_forward = forward
-        self._version += 1
-        self._cache.clear()
-        self.refresh()
-        if self.search_query is not None:
-            self.find(forward)
-        else:
-            self.message = ""
-            self._post_status()
+        self.finder.set_search(text, forward)
 
     def repeat_search(self, same: bool = True) -> None:
-        """``n`` (``same``) goes on in the search's direction, ``N`` the other way."""
-        self.find(self.search_forward if same else not self.search_forward)
+        self.finder.repeat_search(same)
 
     def find(self, forward: bool = True, *, note: str = "", wrapped: bool = False) -> None:
-        """Go to the next match after the cursor (``forward``, newer) or before it (older; with no
-        cursor, from the top / bottom of the screen); beyond the lines in memory the spool is
-        searched, and a gap of lines the follower did not read (a server up for days) is searched
-        on the host where the search crosses it (``note``: what an earlier step of the same search
-        found there, for the message). Past the end (start) of the log it goes on once from the
-        start (end): ``wrapped``."""
-        query = self.search_query
-        if query is None:
-            return
-        if self.mode is ViewMode.HOST and self._host is not None:
-            self._find_in_host(forward)
-            return
-        found, note = self._scan(query, self._search_range(forward), forward, note, wrapped)
-        if found:
-            return
-        view = self._view
-        if self.source is None:
-            if wrapped:
-                self.message = with_note(f"no match for /{short(query.text)}", note)
-                self._post_status()
-            else:
-                self._find_from_edge(query, forward, note)
-            return
-        edge = (view[-1].seq + 1) if forward and view else (view[0].seq - 1 if view else 0)
-        if not forward and edge < 0:
-            if wrapped:
-                self.message = with_note(self._no_match(query.text), note)
-                self._post_status()
-            else:
-                self._find_from_edge(query, forward, note)
-            return
-        self._search_spool(query, edge, forward, note, wrapped)
-
-    def _find_from_edge(self, query: TextQuery, forward: bool, note: str) -> None:
-        """The search passed the log's end (start): on from its start (end), once."""
-        if self.source is not None:
-            self._search_spool(query, 0 if forward else max(0, len(self.source) - 1), forward, note, wrapped=True)
-            return
-        n = len(self._view)
-        found, note = self._scan(query, range(0, n) if forward else range(n - 1, -1, -1), forward, note, True)
-        if not found:
-            self.message = with_note(f"no match for /{short(query.text)}", note)
-            self._post_status()
-
-    def _scan(self, query: TextQuery, rng: range, forward: bool, note: str, wrapped: bool) -> tuple[bool, str]:
-        """Walk the view's lines ``rng`` for the search: True when it went to a match, or on to
-        the host's search of a gap of lines not read; and the note (a gap it could not search)."""
-        pattern = query.compiled()
-        view = self._view
-        for i in rng:
-            line = view[i]
-            if line.style == "gap":
-                gap = self._gap_at(line.seq)
-                if gap is not None:
-                    unable = self._gap_unsearchable(gap)
-                    if unable is None:
-                        self._search_gap(query.text, query.ignore_case, gap, forward, note=note, wrapped=wrapped)
-                        return True, note
-                    note = unable
-                continue
-            if self.line_filter is not None and not self.line_filter.matches(line):
-                continue
-            if pattern.search(line.text):
-                self.set_cursor(line.seq)
-                self.message = with_note(f"match on line {line.seq + 1:,}", wrap_note(note, wrapped, forward))
-                self._post_status()
-                return True, note
-        return False, note
-
-    def _search_range(self, forward: bool) -> range:
-        """The indices of the view a search walks: after (before) the cursor, else from the top
-        (bottom) of the screen on."""
-        n = len(self._view)
-        here = self._index_of(self.cursor) if self.cursor is not None else None
-        if here is not None:
-            return range(here + 1, n) if forward else range(here - 1, -1, -1)
-        shown = self._screen_indices()
-        if shown is None:
-            return range(0)
-        return range(shown[0], n) if forward else range(shown[1], -1, -1)
-
-    def _no_match(self, text: str) -> str:
-        """"no match in the whole log" — only when every line was searched: a gap the host could
-        not search leaves "in the lines read"."""
-        unread = self._unsearched_gaps()
-        if unread:
-            return f"no match in the lines read for /{short(text)}"
-        return f"no match in the whole log for /{short(text)}"
-
-    def _unsearched_gaps(self) -> bool:
-        host = self.host_log
-        return host is not None and bool(host.gaps) and host.gap_search_unavailable() is not None
-
-    def _gap_at(self, seq: int) -> GapMark | None:
-        host = self.host_log
-        if host is None:
-            return None
-        return next((g for g in host.gaps if g.seq == seq), None)
-
-    def _gap_unsearchable(self, gap: GapMark) -> str | None:
-        """Why the host cannot search ``gap`` (None: it can) — said, never taken for "no match"."""
-        host = self.host_log
-        reason = host.gap_search_unavailable() if host is not None else "no host"
-        if reason is None:
-            return None
-        return f"{gap_count(gap.gap.lines)} not searched: the host cannot search its unread lines ({reason})"
-
-    def _gap_between(self, start_seq: int, hit_seq: int | None, forward: bool) -> GapMark | None:
-        """The first gap a search from ``start_seq`` meets before its spool hit (or the end)."""
-        host = self.host_log
-        if host is None:
-            return None
-        if forward:
-            return next((g for g in host.gaps if g.seq >= start_seq and (hit_seq is None or g.seq < hit_seq)), None)
-        return next((g for g in reversed(host.gaps) if g.seq <= start_seq and (hit_seq is None or g.seq > hit_seq)),
-                    None)
-
-    @work(exclusive=True, group="log-search", exit_on_error=False)
-    async def _search_spool(self, query: TextQuery, start_seq: int, forward: bool, note: str = "",
-                            wrapped: bool = False) -> None:
-        source = self.source
-        if source is None:
-            return
-        pattern, regex = query.spool_args()
-        rank = self.line_filter.rank if self.line_filter is not None else None
-        self.message = f"searching the spool for /{short(query.text)}…"
-        self._post_status()
-        hits = await asyncio.to_thread(
-            source.search, pattern, regex=regex, rank=rank, start_seq=start_seq, reverse=not forward, limit=1
-        )
-        gap = self._gap_between(start_seq, hits[0].seq if hits else None, forward)
-        if gap is not None:
-            unable = self._gap_unsearchable(gap)
-            if unable is None:
-                await self._gap_search(query.text, query.ignore_case, gap, forward, note=note, wrapped=wrapped)
-                return
-            note = unable
-        if not hits:
-            if not wrapped:
-                self._find_from_edge(query, forward, note)
-                return
-            self.message = with_note(self._no_match(query.text), note)
-            self._post_status()
-            return
-        where = "match on line" if self._index_of(hits[0].seq) is not None else "found in the spool: line"
-        await self._jump_via_source(hits[0].seq)
-        self.message = with_note(f"{where} {hits[0].seq + 1:,} (/{short(query.text)})",
-                                  wrap_note(note, wrapped, forward))
-        self._post_status()
-
-    # ---- a gap of lines not read, searched on the host ------------------------------------------
-
-    @work(exclusive=True, group="log-search", exit_on_error=False)
-    async def _search_gap(self, text: str, ignore_case: bool, gap: GapMark, forward: bool, *, note: str = "",
-                          errors: bool = False, wrapped: bool = False) -> None:
-        await self._gap_search(text, ignore_case, gap, forward, note=note, errors=errors, wrapped=wrapped)
-
-    async def _gap_search(self, text: str, ignore_case: bool, gap: GapMark, forward: bool, *, note: str = "",
-                          errors: bool = False, after: HostMatch | None = None, wrapped: bool = False) -> None:
-        """Search ``gap`` on the host (``HostLog.search_gap``; a worker: the loop stays free) and
-        show what it brings back (``ViewMode.HOST``); nothing there: the search goes on past it."""
-        host = self.host_log
-        if host is None:
-            return
-        what = "errors" if errors else f"/{short(text)}"
-        self.message = f"searching {gap_count(gap.gap.lines)} on the host for {what}…"
-        self._post_status()
-        try:
-            hits = await host.search_gap(gap, HOST_ERROR_PATTERN if errors else text, regex=errors,
-                                         ignore_case=ignore_case and not errors, context=HOST_CONTEXT,
-                                         limit=HOST_PAGE, newest=not forward, after=after)
-        except GapSearchError as exc:
-            hits = []
-            note = f"{gap_count(gap.gap.lines)} not searched: the host could not search them ({exc})"
-        else:
-            if not hits:
-                searched = "the rest of the " if after is not None else ""
-                note = f"none in {searched}{gap_count(gap.gap.lines)} searched on the host"
-        if hits:
-            self._show_host(HostResults(gap, text, errors, hits, [], more=len(hits) >= HOST_PAGE, wrapped=wrapped),
-                            forward)
-            return
-        # nothing there: on from the gap's row, in the lines read
-        await self._jump_via_source(gap.seq)
-        if errors:
-            self.next_error(forward, note=note)
-        else:
-            self.find(forward, note=note, wrapped=wrapped)
-
-    def _show_host(self, res: HostResults, forward: bool) -> None:
-        """The matches a host search brought back, with their context, as a view of their own:
-        a header row, then each match under the number of its line in the gap."""
-        seq = HOST_SEQ_BASE
-        rows: list[LogLine] = []
-
-        def add(text: str, style: LineStyle = "", ts: datetime | None = None) -> int:
-            nonlocal seq
-            rows.append(make_line(seq, text, ts, None, -1, style))
-            seq += 1
-            return seq - 1
-
-        n = len(res.hits)
-        one = n == 1 and not res.more
-        what = ("error line" if one else "error lines") if res.errors else (
-            f"{'match' if one else 'matches'} for /{short(res.query)}")
-        add(f"from the host — {n:,}{'+' if res.more else ''} {what} in the {gap_count(res.gap.gap.lines)} not read",
-            "marker")
-        for hit in res.hits:
-            where = f"line {hit.line_no:,} of the gap" if hit.line_no is not None else "in the gap"
-            add(f"{where}", "marker")
-            for t in hit.before:
-                add(t)
-            res.match_seqs.append(add(hit.text, "error" if res.errors else "", hit.ts))
-            for t in hit.after:
-                add(t)
-        tail = "n: more from the host" if res.more else "n / N go on in the lines read · G: back to the log"
-        add(f"end of the host's {what} — {tail}", "marker")
-        self._host = res
-        self.follow = False
-        self._show(rows, ViewMode.HOST)
-        self.set_cursor(res.match_seqs[0] if forward else res.match_seqs[-1])
-        self._host_message(res.match_seqs.index(self.cursor) if self.cursor in res.match_seqs else 0)
-
-    def _host_message(self, k: int) -> None:
-        res = self._host
-        if res is None:
-            return
-        hit = res.hits[k]
-        where = f" (line {hit.line_no:,} of the gap)" if hit.line_no is not None else ""
-        more = "+" if res.more else ""
-        self.message = f"from the host: match {k + 1:,} of {len(res.hits):,}{more}{where}"
-        self._post_status()
-
-    def _find_in_host(self, forward: bool) -> None:
-        """``n``/``N`` among a host search's matches; past the last (first) one, on: the host's
-        next page, or the lines read after (before) the gap."""
-        res = self._host
-        assert res is not None
-        seqs = res.match_seqs
-        k = seqs.index(self.cursor) if self.cursor in seqs else (-1 if forward else len(seqs))
-        k += 1 if forward else -1
-        if 0 <= k < len(seqs):
-            self.set_cursor(seqs[k])
-            self._host_message(k)
-            return
-        self._leave_host_and_go_on(res, forward)
-
-    @work(exclusive=True, group="log-search", exit_on_error=False)
-    async def _leave_host_and_go_on(self, res: HostResults, forward: bool) -> None:
-        if forward and res.more:
-            await self._gap_search(res.query, res.query == res.query.lower(), res.gap, True, errors=res.errors,
-                                   after=res.hits[-1], wrapped=res.wrapped)
-            return
-        self._leave_host()
-        await self._jump_via_source(res.gap.seq)
-        if res.errors:
-            self.next_error(forward, note="past the host's matches")
-        else:
-            self.find(forward, note="past the host's matches", wrapped=res.wrapped)
-
-    def _leave_host(self) -> None:
-        self._host = None
-        self._show(self._live, ViewMode.LIVE)
-        self.cursor = None
-
-    async def _jump_via_source(self, seq: int) -> None:
-        if self._index_of(seq) is None and self.source is not None:
-            source = self.source
-            half = self.window // 2
-            start = max(0, seq - half)
-            lines = await asyncio.to_thread(source.read, start, self.window)
-            if self.line_filter is not None:
-                lines = [ln for ln in lines if self.line_filter.matches(ln)]
-            self.follow = False
-            self._show(lines, ViewMode.HISTORY)
-        self.set_cursor(seq)
-
-    async def count_matches(self) -> int | None:
-        """How many lines of the whole log match the search (capped at SPOOL_MATCH_LIMIT)."""
-        if self.search_query is None:
-            return None
-        if self.source is None:
-            pattern = self.search_query.compiled()
-            return sum(1 for line in self._view if pattern.search(line.text))
-        pattern_s, regex = self.search_query.spool_args()
-        source = self.source
-        hits = await asyncio.to_thread(source.search, pattern_s, regex=regex, limit=SPOOL_MATCH_LIMIT)
-        return len(hits)
+        self.finder.find(forward, note=note, wrapped=wrapped)
 
     # ---- progress bars --------------------------------------------------------------------
 
@@ -1053,31 +740,11 @@ class LogView(ScrollView, can_focus=True):
         rank such as ``TP3``; a regular expression when it has ``|``, ``(``… — see
         ``kvtui.logfilter``); ``-`` drops the newest filter; empty text clears them all. Lines
         come from the whole spool when there is one."""
-        text = text.strip()
-        current = self.line_filter or FilterSet()
-        said = ""
-        if not text:
-            fs = FilterSet()
-            said = "filters cleared" if len(current) > 1 else "filter cleared"
-        elif text == "-":
-            if not current:
-                self.message = "no filter to drop (& adds one)"
-                self._post_status()
-                return
-            fs = current.without_last()
-            said = f"dropped &{short(current.filters[-1].raw)}"
-        else:
-            flt = LineFilter.parse(text)
-            if flt is None:
-                self.message = "&! needs a text or a rank after it"
-                self._post_status()
-                return
-            if flt in current.filters:
-                self.message = f"already filtered: &{short(flt.raw)}"
-                self._post_status()
-                return
-            fs = current.added(flt)
-            said = "; ".join(fs.notes)
+        fs, said = next_filters(self.line_filter or FilterSet(), text)
+        if fs is None:  # nothing changes: why
+            self.message = said
+            self._post_status()
+            return
         self.apply_filters(fs, said)
 
     def apply_filters(self, filters: FilterSet | None, said: str = "") -> None:
@@ -1105,31 +772,15 @@ class LogView(ScrollView, can_focus=True):
 
     @work(exclusive=True, group="log-filter", exit_on_error=False)
     async def _filter_from_spool(self, fs: FilterSet, said: str = "") -> None:
-        """The newest ``window`` lines of the whole spool that ``fs`` passes: one spool search
-        when the set is one text or rank, or its texts make one expression (negation and regex
-        included); a set with ranks and more is read back and tested (at most READ_BACK_LIMIT
-        lines)."""
+        """The newest ``window`` lines of the whole spool that ``fs`` passes (``spool_filter_hits``),
+        then its texts in the host's gaps of lines not read (``search_gaps``)."""
         source = self.source
         if source is None:
             return
         window = self.window
         label = short(fs.raw, 40)
-        first = fs.filters[0]
-        pattern: str | None
-        if fs.rank is not None:
-            pattern, regex, rank = "", False, fs.rank
-        elif len(fs) == 1 and not first.negate and not first.regex and first.rank is None:
-            pattern, regex, rank = first.text, False, None  # the spool's plain search: smart case too
-        else:
-            pattern, regex, rank = fs.spool_regex(), True, None
         try:
-            if pattern is not None:
-                hits = await asyncio.to_thread(
-                    source.search, pattern, regex=regex, rank=rank, start_seq=-1, reverse=True, limit=window
-                )
-                stopped = 0 if len(hits) < window else -1
-            else:
-                hits, stopped = await asyncio.to_thread(read_back, source, fs, window, READ_BACK_LIMIT)
+            hits, stopped = await spool_filter_hits(source, fs, window)
         except Exception as exc:  # an expression the spool refused: said, the lines in memory stay
             if self.line_filter is fs:
                 self.message = f"the spool could not be searched for {label} ({exc})"
@@ -1167,37 +818,17 @@ class LogView(ScrollView, can_focus=True):
             return
         read = f"{len(hits):,} lines read match {label}{' (newest shown)' if stopped < 0 else ''}"
         unread = sum(g.gap.lines or 0 for g in host.gaps)
-        reason = host.gap_search_unavailable()
-        if reason is not None or fs.has_rank or not fs.ins:
-            why = (f"the host cannot search its unread lines ({reason})" if reason
-                   else "a rank is not searched there" if fs.has_rank
-                   else "a filter that only hides lines is not searched there")
+        why = gaps_unsearchable(host, fs)
+        if why is not None:
             self.message = f"{read}; {unread:,} lines not read: {why}"
             self._post_status()
             return
         self.message = f"{read}; searching {unread:,} lines not read on the host…"
         self._post_status()
-        found, failed = 0, ""
-        for gap in host.gaps:
-            seen: set[tuple[int | None, str]] = set()
-            for flt in fs.ins:  # each positive text on its own; the hiding ones applied to what comes back
-                try:
-                    got = await host.search_gap(gap, flt.text, regex=flt.regex, ignore_case=flt.ignore_case,
-                                                limit=HOST_PAGE, newest=True)
-                except GapSearchError as exc:
-                    failed = str(exc)
-                    continue
-                seen.update((h.line_no, h.text) for h in got if fs.matches_text(h.text, None))
-            found += len(seen)
+        found = await search_gaps(host, fs, unread)
         if self.line_filter is not fs:
             return
-        if failed:
-            self.message = f"{read}; {unread:,} lines not read: the host could not search them ({failed})"
-        else:
-            plus = "+" if found >= HOST_PAGE else ""
-            single = fs.ins[0] if len(fs) == 1 and not fs.ins[0].regex else None
-            how = f"on the host: /{short(single.text)} shows them" if single is not None else "on the host"
-            self.message = f"{read}; {found:,}{plus} more in the {unread:,} lines not read ({how})"
+        self.message = f"{read}; {found}"
         self._post_status()
 
     # ---- rendering ------------------------------------------------------------------------
