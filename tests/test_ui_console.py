@@ -294,7 +294,7 @@ async def test_a_narrow_status_line_keeps_what_happened() -> None:
         view.append(log_lines(20))
         await pilot.pause()
         view.set_search("Load weight begin and then some more words")
-        view.find(forward=True)
+        view.finder.find(forward=True)
         await pilot.pause()
         state = panel.query_one(LogStatus).query_one("#log-state")
         shown = screen_text(pilot.app)

@@ -707,9 +707,6 @@ class LogView(ScrollView, can_focus=True):
     def repeat_search(self, same: bool = True) -> None:
         self.finder.repeat_search(same)
 
-    def find(self, forward: bool = True, *, note: str = "", wrapped: bool = False) -> None:
-        self.finder.find(forward, note=note, wrapped=wrapped)
-
     # ---- progress bars --------------------------------------------------------------------
 
     def action_toggle_progress(self) -> None:
