@@ -489,7 +489,7 @@ class MainScreen(Screen[None]):
             if view.search_query is None:
                 self.notify("nothing to repeat: search with / first", severity="warning", timeout=3)
                 return
-            view.repeat_search(same=forward)  # n: the search's own direction, N: the other
+            view.finder.repeat_search(same=forward)  # n: the search's own direction, N: the other
 
     def action_follow(self) -> None:
         view = self._view()

@@ -34,23 +34,6 @@ class LogSearch:
         self.view = view
         self.host_results: HostResults | None = None  # the results shown in ViewMode.HOST
 
-    def set_search(self, text: str, forward: bool = True) -> None:
-        """``/`` (``forward``) finds the first match after the cursor — with no cursor, from the top
-        of the screen — and ``\\`` the first before it (from the bottom of the screen); past the
-        end of the log the search goes on from the other end (and says so)."""
-        if self.view.mode is ViewMode.HOST:  # a new search starts from the log, not a host search's results
-            self.leave_host()
-        self.view.search_query = TextQuery(text) if text else None
-        self.view.search_forward = forward
-        self.view._version += 1
-        self.view._cache.clear()
-        self.view.refresh()
-        if self.view.search_query is not None:
-            self.find(forward)
-        else:
-            self.view.message = ""
-            self.view._post_status()
-
     def repeat_search(self, same: bool = True) -> None:
         """``n`` (``same``) goes on in the search's direction, ``N`` the other way."""
         self.find(self.view.search_forward if same else not self.view.search_forward)
@@ -71,11 +54,11 @@ class LogSearch:
         found, note = self._scan(query, self._search_range(forward), forward, note, wrapped)
         if found:
             return
-        view = self.view._view
+        view = self.view.shown_rows
         if self.view.source is None:
             if wrapped:
                 self.view.message = with_note(f"no match for /{short(query.text)}", note)
-                self.view._post_status()
+                self.view.post_status()
             else:
                 self._find_from_edge(query, forward, note)
             return
@@ -83,7 +66,7 @@ class LogSearch:
         if not forward and edge < 0:
             if wrapped:
                 self.view.message = with_note(self._no_match(query.text), note)
-                self.view._post_status()
+                self.view.post_status()
             else:
                 self._find_from_edge(query, forward, note)
             return
@@ -94,17 +77,17 @@ class LogSearch:
         if self.view.source is not None:
             self._search_spool(query, 0 if forward else max(0, len(self.view.source) - 1), forward, note, wrapped=True)
             return
-        n = len(self.view._view)
+        n = len(self.view.shown_rows)
         found, note = self._scan(query, range(0, n) if forward else range(n - 1, -1, -1), forward, note, True)
         if not found:
             self.view.message = with_note(f"no match for /{short(query.text)}", note)
-            self.view._post_status()
+            self.view.post_status()
 
     def _scan(self, query: TextQuery, rng: range, forward: bool, note: str, wrapped: bool) -> tuple[bool, str]:
         """Walk the view's lines ``rng`` for the search: True when it went to a match, or on to
         the host's search of a gap of lines not read; and the note (a gap it could not search)."""
         pattern = query.compiled()
-        view = self.view._view
+        view = self.view.shown_rows
         for i in rng:
             line = view[i]
             if line.style == "gap":
@@ -121,18 +104,18 @@ class LogSearch:
             if pattern.search(line.text):
                 self.view.set_cursor(line.seq)
                 self.view.message = with_note(f"match on line {line.seq + 1:,}", wrap_note(note, wrapped, forward))
-                self.view._post_status()
+                self.view.post_status()
                 return True, note
         return False, note
 
     def _search_range(self, forward: bool) -> range:
         """The indices of the view a search walks: after (before) the cursor, else from the top
         (bottom) of the screen on."""
-        n = len(self.view._view)
-        here = self.view._index_of(self.view.cursor) if self.view.cursor is not None else None
+        n = len(self.view.shown_rows)
+        here = self.view.index_of(self.view.cursor) if self.view.cursor is not None else None
         if here is not None:
             return range(here + 1, n) if forward else range(here - 1, -1, -1)
-        shown = self.view._screen_indices()
+        shown = self.view.screen_indices()
         if shown is None:
             return range(0)
         return range(shown[0], n) if forward else range(shown[1], -1, -1)
@@ -189,7 +172,7 @@ class LogSearch:
         pattern, regex = query.spool_args()
         rank = self.view.line_filter.rank if self.view.line_filter is not None else None
         self.view.message = f"searching the spool for /{short(query.text)}…"
-        self.view._post_status()
+        self.view.post_status()
         hits = await asyncio.to_thread(
             source.search, pattern, regex=regex, rank=rank, start_seq=start_seq, reverse=not forward, limit=1
         )
@@ -205,13 +188,13 @@ class LogSearch:
                 self._find_from_edge(query, forward, note)
                 return
             self.view.message = with_note(self._no_match(query.text), note)
-            self.view._post_status()
+            self.view.post_status()
             return
-        where = "match on line" if self.view._index_of(hits[0].seq) is not None else "found in the spool: line"
+        where = "match on line" if self.view.index_of(hits[0].seq) is not None else "found in the spool: line"
         await self.jump_via_source(hits[0].seq)
         self.view.message = with_note(f"{where} {hits[0].seq + 1:,} (/{short(query.text)})",
                                        wrap_note(note, wrapped, forward))
-        self.view._post_status()
+        self.view.post_status()
 
     # ---- a gap of lines not read, searched on the host ------------------------------------------
 
@@ -229,7 +212,7 @@ class LogSearch:
             return
         what = "errors" if errors else f"/{short(text)}"
         self.view.message = f"searching {gap_count(gap.gap.lines)} on the host for {what}…"
-        self.view._post_status()
+        self.view.post_status()
         try:
             hits = await host.search_gap(gap, HOST_ERROR_PATTERN if errors else text, regex=errors,
                                          ignore_case=ignore_case and not errors, context=HOST_CONTEXT,
@@ -282,7 +265,7 @@ class LogSearch:
         add(f"end of the host's {what} — {tail}", "marker")
         self.host_results = res
         self.view.follow = False
-        self.view._show(rows, ViewMode.HOST)
+        self.view.show_rows(rows, ViewMode.HOST)
         self.view.set_cursor(res.match_seqs[0] if forward else res.match_seqs[-1])
         self._host_message(res.match_seqs.index(self.view.cursor) if self.view.cursor in res.match_seqs else 0)
 
@@ -294,7 +277,7 @@ class LogSearch:
         where = f" (line {hit.line_no:,} of the gap)" if hit.line_no is not None else ""
         more = "+" if res.more else ""
         self.view.message = f"from the host: match {k + 1:,} of {len(res.hits):,}{more}{where}"
-        self.view._post_status()
+        self.view.post_status()
 
     def find_in_host(self, forward: bool) -> None:
         """``n``/``N`` among a host search's matches; past the last (first) one, on: the host's
@@ -327,11 +310,11 @@ class LogSearch:
 
     def leave_host(self) -> None:
         self.host_results = None
-        self.view._show(self.view._live, ViewMode.LIVE)
+        self.view.show_rows(self.view.live_rows, ViewMode.LIVE)
         self.view.cursor = None
 
     async def jump_via_source(self, seq: int) -> None:
-        if self.view._index_of(seq) is None and self.view.source is not None:
+        if self.view.index_of(seq) is None and self.view.source is not None:
             source = self.view.source
             half = self.view.window // 2
             start = max(0, seq - half)
@@ -339,7 +322,7 @@ class LogSearch:
             if self.view.line_filter is not None:
                 lines = [ln for ln in lines if self.view.line_filter.matches(ln)]
             self.view.follow = False
-            self.view._show(lines, ViewMode.HISTORY)
+            self.view.show_rows(lines, ViewMode.HISTORY)
         self.view.set_cursor(seq)
 
     async def count_matches(self) -> int | None:
@@ -348,7 +331,7 @@ class LogSearch:
             return None
         if self.view.source is None:
             pattern = self.view.search_query.compiled()
-            return sum(1 for line in self.view._view if pattern.search(line.text))
+            return sum(1 for line in self.view.shown_rows if pattern.search(line.text))
         pattern_s, regex = self.view.search_query.spool_args()
         source = self.view.source
         hits = await asyncio.to_thread(source.search, pattern_s, regex=regex, limit=SPOOL_MATCH_LIMIT)

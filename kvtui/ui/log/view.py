@@ -143,7 +143,7 @@ class LogView(ScrollView, can_focus=True):
         self._all = LineWindow()
         self._rows = BarWindow()
         self.collapse_progress = True
-        self._view: LineWindow | list[LogLine] = self._live
+        self.shown_rows: LineWindow | list[LogLine] = self.live_rows
         self._row_starts: list[int] = []
         self._max_width = 0
         self.cursor: int | None = None  # seq of the current line
@@ -177,18 +177,18 @@ class LogView(ScrollView, can_focus=True):
     # ---- data in ------------------------------------------------------------------------
 
     @property
-    def _live(self) -> LineWindow:
+    def live_rows(self) -> LineWindow:
         """The live tail as shown: a row per progress bar, or (``P``) every redraw."""
         return self._rows if self.collapse_progress else self._all
 
     @property
     def lines(self) -> Sequence[LogLine]:
         """The lines currently shown (live tail, history window or filtered)."""
-        return self._view
+        return self.shown_rows
 
     @property
     def live_lines(self) -> Sequence[LogLine]:
-        return self._live
+        return self.live_rows
 
     @property
     def held(self) -> bool:
@@ -214,9 +214,9 @@ class LogView(ScrollView, can_focus=True):
             self._after_view_change(added=added, trimmed=trimmed)
         if pending:
             self.pending += pending
-            self._post_status()
+            self.post_status()
         elif self.line_filter is not None:  # the hidden count moved while held
-            self._post_status()
+            self.post_status()
 
     def _settle_held(self) -> None:
         """The view is being replaced while held: what was counted for the old one becomes the new
@@ -255,9 +255,9 @@ class LogView(ScrollView, can_focus=True):
             if len(passing) < count:
                 self.filter_hidden += count - len(passing)
                 if not passing and not self._held:  # (held: said when shown again, see ``hold``)
-                    self._post_status()
+                    self.post_status()
             if passing:
-                view = self._view
+                view = self.shown_rows
                 if isinstance(view, BarWindow):  # a row per progress bar here too
                     added, redrawn = view.feed(passing)
                 else:
@@ -273,7 +273,7 @@ class LogView(ScrollView, can_focus=True):
             self._held_pending += count
         else:  # HISTORY: the tail moves on without us
             self.pending += count
-            self._post_status()
+            self.post_status()
 
     def _widen(self, redrawn: int) -> None:
         """A bar's row was redrawn in place with a text of ``redrawn`` characters: as wide as it."""
@@ -316,7 +316,7 @@ class LogView(ScrollView, can_focus=True):
         # always repaint: a full window that follows keeps its height and scroll offset while every
         # row now shows another line (no refresh would leave the view frozen during a storm)
         self.refresh()
-        self._post_status()
+        self.post_status()
 
     def _line_length(self, line: LogLine) -> int:
         if self.timestamps:
@@ -325,7 +325,7 @@ class LogView(ScrollView, can_focus=True):
         return 1 + min(len(line.text), MAX_DISPLAY_CHARS)
 
     def _rebuild_rows(self, added: int = 2048) -> None:
-        view = self._view
+        view = self.shown_rows
         width = self._max_width
         extra = 1 + (13 if self.timestamps else 0)
         if added > 0 and view:  # new lines are at the end; toggles rescan all
@@ -369,7 +369,7 @@ class LogView(ScrollView, can_focus=True):
     def _rescan(self) -> None:
         # the widest line, as ``_line_length`` measures it (a key toggling timestamps or wrap
         # pays this over the whole window: one pass in C, not a method call per line)
-        view = self._view
+        view = self.shown_rows
         extra = 1 + (13 if self.timestamps else 0)
         self._max_width = extra + min(MAX_DISPLAY_CHARS, longest(view, len(view))) if view else 0
         self._version += 1
@@ -425,12 +425,12 @@ class LogView(ScrollView, can_focus=True):
                 if self.line_filter is not None:
                     self.apply_filters(self.line_filter)
                 else:
-                    self._show(self._live, ViewMode.LIVE)
+                    self.show_rows(self.live_rows, ViewMode.LIVE)
             self.cursor = None
             self._version += 1
             self._scroll_to_end()
             self.refresh()
-        self._post_status()
+        self.post_status()
 
     def action_follow_end(self) -> None:
         self.follow = True
@@ -444,41 +444,41 @@ class LogView(ScrollView, can_focus=True):
             self._scroll_to_end()
         elif self.cursor is not None:
             self._scroll_to_seq(self.cursor)
-        self._post_status()
+        self.post_status()
 
     def watch_timestamps(self) -> None:
         self._rescan()
         if self.follow:
             self._scroll_to_end()
-        self._post_status()
+        self.post_status()
 
     def set_recorded(self, recorded: bool) -> None:
         """The log is a recording (``connect --bundle``): its status says so, never "following"."""
         if recorded != self.recorded:
             self.recorded = recorded
-            self._post_status()
+            self.post_status()
 
     def set_offline(self, offline: str | None) -> None:
         """The host is not reached (``offline`` says how), or reached again (None)."""
         if offline != self.offline:
             self.offline = offline
-            self._post_status()
+            self.post_status()
 
-    def _post_status(self) -> None:
+    def post_status(self) -> None:
         if self.is_attached:
             self.post_message(self.StatusChanged(self))
 
-    def _show(self, lines: LineWindow | list[LogLine], mode: ViewMode) -> None:
+    def show_rows(self, lines: LineWindow | list[LogLine], mode: ViewMode) -> None:
         if self._held:
             self._settle_held()
-        self._view = lines
+        self.shown_rows = lines
         self.mode = mode
         self._rescan()
 
     # ---- positions ------------------------------------------------------------------------
 
-    def _index_of(self, seq: int) -> int | None:
-        view = self._view
+    def index_of(self, seq: int) -> int | None:
+        view = self.shown_rows
         i = bisect_left(view, seq, key=lambda line: line.seq)
         return i if i < len(view) and view[i].seq == seq else None
 
@@ -491,7 +491,7 @@ class LogView(ScrollView, can_focus=True):
         return row
 
     def _scroll_to_seq(self, seq: int) -> None:
-        index = self._index_of(seq)
+        index = self.index_of(seq)
         if index is None:
             return
         row = self._row_of_index(index)
@@ -503,14 +503,14 @@ class LogView(ScrollView, can_focus=True):
     def current_index(self) -> int | None:
         """Index (in the view) of the current line: the cursor, else the last line on screen."""
         if self.cursor is not None:
-            index = self._index_of(self.cursor)
+            index = self.index_of(self.cursor)
             if index is not None:
                 return index
-        if not self._view:
+        if not self.shown_rows:
             return None
         height = self.scrollable_content_region.height or self.size.height or 1
         bottom = self._index_at_row(int(self.scroll_y) + height - 1)
-        return min(len(self._view) - 1, bottom)
+        return min(len(self.shown_rows) - 1, bottom)
 
     def set_cursor(self, seq: int) -> None:
         """Make ``seq`` the current line (stop following) and bring it into view."""
@@ -519,7 +519,7 @@ class LogView(ScrollView, can_focus=True):
         self._version += 1
         self._scroll_to_seq(seq)
         self.refresh()
-        self._post_status()
+        self.post_status()
 
     # ---- errors, marks ----------------------------------------------------------------------
 
@@ -529,7 +529,7 @@ class LogView(ScrollView, can_focus=True):
         if self.mode is ViewMode.HOST and self.finder.host_results is not None and self.finder.host_results.errors:
             self.finder.find_in_host(forward)
             return True
-        view = self._view
+        view = self.shown_rows
         if not view:
             return False
         start = self.current_index()
@@ -552,16 +552,16 @@ class LogView(ScrollView, can_focus=True):
                 self.set_cursor(line.seq)
                 return True
         self.message = with_note(f"no {'next' if forward else 'previous'} error in view", note)
-        self._post_status()
+        self.post_status()
         return False
 
     def action_lines(self, step: int) -> None:
         """``j``/``k``: the cursor a line down/up (the first press makes it, see ``move_cursor``)."""
         self.move_cursor(step)
 
-    def _screen_indices(self) -> tuple[int, int] | None:
+    def screen_indices(self) -> tuple[int, int] | None:
         """Indices of the first and last line on screen (None: nothing shown)."""
-        view = self._view
+        view = self.shown_rows
         if not view:
             return None
         height = self.scrollable_content_region.height or self.size.height or 1
@@ -574,11 +574,11 @@ class LogView(ScrollView, can_focus=True):
         only when it leaves the screen. With no cursor (following), the first press makes one on
         the last line on screen (on the first for ``j`` when paused) and pauses following; so does
         a press after a scroll left the cursor off screen."""
-        view = self._view
+        view = self.shown_rows
         if not view:
             return
-        index = self._index_of(self.cursor) if self.cursor is not None else None
-        shown = self._screen_indices()
+        index = self.index_of(self.cursor) if self.cursor is not None else None
+        shown = self.screen_indices()
         if shown is None:
             return
         if index is None or not shown[0] <= index <= shown[1]:
@@ -591,7 +591,7 @@ class LogView(ScrollView, can_focus=True):
         self._version += 1
         self._keep_on_screen(index)
         self.refresh()
-        self._post_status()
+        self.post_status()
 
     def _keep_on_screen(self, index: int) -> None:
         """Scroll the least that brings the line at ``index`` (all its rows) on screen."""
@@ -612,7 +612,7 @@ class LogView(ScrollView, can_focus=True):
     def on_click(self, event: events.Click) -> None:
         """A click puts the cursor on the clicked line (and pauses following)."""
         offset = event.get_content_offset(self)
-        view = self._view
+        view = self.shown_rows
         if offset is None or not view:
             return
         index = self._index_at_row(int(self.scroll_y) + offset.y)
@@ -622,18 +622,18 @@ class LogView(ScrollView, can_focus=True):
         self.cursor = view[index].seq
         self._version += 1
         self.refresh()
-        self._post_status()
+        self.post_status()
 
     def action_first_line(self) -> None:
-        if self.cursor is not None and self._view:  # the cursor goes along
-            self.cursor = self._view[0].seq
+        if self.cursor is not None and self.shown_rows:  # the cursor goes along
+            self.cursor = self.shown_rows[0].seq
             self._version += 1
             self.refresh()
         self.scroll_to(y=0, animate=False, immediate=True)
-        gaps = [line for line in self._view if line.style == "gap"] if self.host_log is not None else []
+        gaps = [line for line in self.shown_rows if line.style == "gap"] if self.host_log is not None else []
         if gaps:  # the first line read is not the log's first line since the boot: say what lies between
             self.message = f"the first line read; {gap_text_label(gaps[0].text, hint=False)} below it (/ searches them)"
-            self._post_status()
+            self.post_status()
 
     def action_half_page(self, step: int) -> None:
         height = self.scrollable_content_region.height or self.size.height or 2
@@ -644,13 +644,13 @@ class LogView(ScrollView, can_focus=True):
 
     def jump_mark(self, forward: bool = True) -> bool:
         """Go to the next (or previous) marked line in the view, round to the first (last)."""
-        in_view = [line.seq for line in self._view if line.seq in self.marks] if self.marks else []
+        in_view = [line.seq for line in self.shown_rows if line.seq in self.marks] if self.marks else []
         if not in_view:
             self.message = "no marked line in view (m marks one)"
-            self._post_status()
+            self.post_status()
             return False
         here = self.current_index()
-        current = self._view[here].seq if here is not None else None
+        current = self.shown_rows[here].seq if here is not None else None
         if current is None:
             target = in_view[0] if forward else in_view[-1]
         elif forward:
@@ -667,7 +667,7 @@ class LogView(ScrollView, can_focus=True):
         index = self.current_index()
         if index is None:
             return None
-        seq = self._view[index].seq
+        seq = self.shown_rows[index].seq
         if seq in self.marks:
             self.marks.discard(seq)
             self.message = f"unmarked line {seq + 1:,}"
@@ -680,32 +680,42 @@ class LogView(ScrollView, can_focus=True):
             self.message = f"marked line {seq + 1:,}{where} ({n:,} mark{'s' if n != 1 else ''})"
         self._version += 1
         self.refresh()
-        self._post_status()
+        self.post_status()
         return seq
 
     def copy_line(self) -> str | None:
         """``y``: the cursor line's text to the clipboard (OSC 52) — with no cursor, the newest
         line — and say what was copied."""
-        view = self._view
-        index = self._index_of(self.cursor) if self.cursor is not None else None
+        view = self.shown_rows
+        index = self.index_of(self.cursor) if self.cursor is not None else None
         if index is None and not view:
             self.message = "no line to copy yet"
-            self._post_status()
+            self.post_status()
             return None
         line = view[index] if index is not None else view[-1]
         self.app.copy_to_clipboard(line.text)
         which = f"line {line.seq + 1:,}" if index is not None else f"the newest line ({line.seq + 1:,}; no cursor)"
         self.message = f"copied {which}: {short(line.text, 40)}"
-        self._post_status()
+        self.post_status()
         return line.text
 
     # ---- search (``LogSearch``) ---------------------------------------------------------------
 
     def set_search(self, text: str, forward: bool = True) -> None:
-        self.finder.set_search(text, forward)
-
-    def repeat_search(self, same: bool = True) -> None:
-        self.finder.repeat_search(same)
+        """``/`` (``forward``) finds the first match after the cursor (none: from the screen's top),
+        ``\\`` the first before it; past the log's end (start) it goes on from the other (``finder``)."""
+        if self.mode is ViewMode.HOST:  # a new search starts from the log, not a host search's results
+            self.finder.leave_host()
+        self.search_query = TextQuery(text) if text else None
+        self.search_forward = forward
+        self._version += 1
+        self._cache.clear()
+        self.refresh()
+        if self.search_query is not None:
+            self.finder.find(forward)
+        else:
+            self.message = ""
+            self.post_status()
 
     # ---- progress bars --------------------------------------------------------------------
 
@@ -719,7 +729,7 @@ class LogView(ScrollView, can_focus=True):
         self.message = ("a row per progress bar, redrawn in place (P: every redraw)" if self.collapse_progress
                         else "every progress bar redraw shown (P: a row per bar)")
         if self.mode is ViewMode.LIVE:
-            self._show(self._live, ViewMode.LIVE)
+            self.show_rows(self.live_rows, ViewMode.LIVE)
             if self.follow:
                 self._scroll_to_end()
             elif self.cursor is not None:
@@ -728,7 +738,7 @@ class LogView(ScrollView, can_focus=True):
             said = self.message
             self.apply_filters(self.line_filter, said)  # the filtered lines again, read anew
             return
-        self._post_status()
+        self.post_status()
 
     # ---- filter -------------------------------------------------------------------------
 
@@ -740,7 +750,7 @@ class LogView(ScrollView, can_focus=True):
         fs, said = next_filters(self.line_filter or FilterSet(), text)
         if fs is None:  # nothing changes: why
             self.message = said
-            self._post_status()
+            self.post_status()
             return
         self.apply_filters(fs, said)
 
@@ -752,18 +762,18 @@ class LogView(ScrollView, can_focus=True):
         fs = self.line_filter
         if fs is None:
             self.message = said or "filter cleared"
-            self._show(self._live, ViewMode.LIVE)
+            self.show_rows(self.live_rows, ViewMode.LIVE)
             self.follow = True
             self._scroll_to_end()
-            self._post_status()
+            self.post_status()
             return
         in_memory = [line for line in self._all if fs.matches(line)]
         self.filter_hidden = len(self._all) - len(in_memory)
-        self._show(self._bar_rows(in_memory), ViewMode.FILTER)
+        self.show_rows(self._bar_rows(in_memory), ViewMode.FILTER)
         self.follow = True
         self._scroll_to_end()
         self.message = with_note(f"{len(in_memory):,} lines in memory match {short(fs.raw, 40)}", said)
-        self._post_status()
+        self.post_status()
         if self.source is not None:
             self._filter_from_spool(fs, said)
 
@@ -781,7 +791,7 @@ class LogView(ScrollView, can_focus=True):
         except Exception as exc:  # an expression the spool refused: said, the lines in memory stay
             if self.line_filter is fs:
                 self.message = f"the spool could not be searched for {label} ({exc})"
-                self._post_status()
+                self.post_status()
             return
         if self.line_filter is not fs:
             return  # replaced meanwhile
@@ -801,7 +811,7 @@ class LogView(ScrollView, can_focus=True):
         end = max(newest, self._all[-1].seq if self._all else -1)
         start = stopped if stopped >= 0 else (hits[0].seq if hits else end + 1)
         self.filter_hidden = max(0, end - start + 1 - len(hits))
-        self._show(self._bar_rows(hits), ViewMode.FILTER)
+        self.show_rows(self._bar_rows(hits), ViewMode.FILTER)
         if self.follow:
             self._scroll_to_end()
         if stopped > 0:
@@ -811,22 +821,22 @@ class LogView(ScrollView, can_focus=True):
         host = self.host_log
         if host is None or not host.gaps:
             self.message = with_note(f"{len(hits):,} lines in {scope} match {label}", said)
-            self._post_status()
+            self.post_status()
             return
         read = f"{len(hits):,} lines read match {label}{' (newest shown)' if stopped < 0 else ''}"
         unread = sum(g.gap.lines or 0 for g in host.gaps)
         why = gaps_unsearchable(host, fs)
         if why is not None:
             self.message = f"{read}; {unread:,} lines not read: {why}"
-            self._post_status()
+            self.post_status()
             return
         self.message = f"{read}; searching {unread:,} lines not read on the host…"
-        self._post_status()
+        self.post_status()
         found = await search_gaps(host, fs, unread)
         if self.line_filter is not fs:
             return
         self.message = f"{read}; {found}"
-        self._post_status()
+        self.post_status()
 
     # ---- rendering ------------------------------------------------------------------------
 
@@ -940,7 +950,7 @@ class LogView(ScrollView, can_focus=True):
                      self._styles())
         (scroll_x, scroll_y), width, base, styles = frame
         row = scroll_y + y
-        view = self._view
+        view = self.shown_rows
         if not view:
             return Strip.blank(width, base)
         index = self._index_at_row(row)
