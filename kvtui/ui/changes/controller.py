@@ -330,8 +330,7 @@ class ChangeController:
         return True
 
     async def _tune_worker(self, gen: int) -> None:
-        from kvtui import changes  # lazy: imports kvcalc (test_ui_startup)
-        from kvtui.kvcalc import DEFAULT_GRAPH_MARGIN_GIB  # lazy: kvcalc after the first frame (test_ui_startup)
+        from kvtui import changes, kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
         from kvtui.tune import driver  # lazy: imports kvcalc (test_ui_startup)
         from kvtui.tune import planner as tp  # lazy: imports kvcalc (test_ui_startup)
 
@@ -355,7 +354,7 @@ class ChangeController:
                 cur = boots[-1] if boots else None
                 margin = self.pane.calc_config.graph_margin_gib
                 planner = tp.Planner(cmd.engine, goal, tp.Bounds(max_boots=req.max_boots), also,
-                                     DEFAULT_GRAPH_MARGIN_GIB if margin is None else margin,
+                                     kvcalc.DEFAULT_GRAPH_MARGIN_GIB if margin is None else margin,
                                      driver.running_flags(boots, cmd),
                                      cur is not None and cur.status is BootStatus.READY,
                                      None if cur is None else cur.metrics.max_total_num_tokens,
