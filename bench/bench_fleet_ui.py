@@ -39,7 +39,7 @@ async def _measure(n: int, seconds: float) -> dict[str, Any]:
     from kvtui.config import Config
     from kvtui.hosts.factory import make_backend
     from kvtui.ui.app import KvtuiApp
-    from kvtui.ui.fleet_screen import FleetScreen
+    from kvtui.ui.fleet.screen import FleetScreen
 
     source = FixedSource(n)
     app = KvtuiApp([], backend_factory=make_backend, config=Config(), fleet_source=source, freeze_gc=True)

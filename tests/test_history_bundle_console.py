@@ -21,10 +21,10 @@ from kvtui.config import Config
 from kvtui.engines.events import Phase
 from kvtui.history import open_store
 from kvtui.history.bundle import read_member, read_members
+from kvtui.ui.gpu.widgets import GpuHistoryPlot
+from kvtui.ui.log.view import LogView
 from kvtui.ui.screens import ConfirmScreen, NoticeScreen
-from kvtui.ui.widgets.gpu import GpuHistoryPlot
 from kvtui.ui.widgets.host import HostBar
-from kvtui.ui.widgets.log_view import LogView
 
 from test_ui_helpers import demo_app  # isort: skip
 

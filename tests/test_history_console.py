@@ -10,7 +10,7 @@ from textual.widgets import DataTable
 from kvtui.boot import BootStatus
 from kvtui.engines.events import Phase
 from kvtui.history import open_store
-from kvtui.ui.history_screen import HistoryScreen
+from kvtui.ui.history.screen import HistoryScreen
 from kvtui.ui.screens import ConfirmScreen
 from kvtui.ui.widgets.boot import FailureBanner, PhaseTimeline
 

@@ -28,7 +28,7 @@ from kvtui.history import (
 )
 from kvtui.history import record as rec
 from kvtui.history.store import default_path
-from kvtui.ui.history_screen import HistoryScreen
+from kvtui.ui.history.screen import HistoryScreen
 
 # what kvtui wrote before the model existed (``boot_doc`` of main at issue 23: a Ray vLLM boot with
 # every part the history keeps: spool, peaks, GPU readings, a restart with its prediction, serving)

@@ -91,7 +91,7 @@ async def test_the_gpu_panel_says_why_dcgm_readings_are_stale(kube: FakeKube, tm
     """A kube host on a DCGM exporter: the stale mark in the GPU panel says why — another node's
     exporter answered, the exporter cannot be reached — and goes when readings come again."""
     from kvtui.kube_ref import parse_service_url
-    from kvtui.ui.widgets.gpu import GpuBars, GpuNote
+    from kvtui.ui.gpu.widgets import GpuBars, GpuNote
 
     url = "http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics"
     proxy = parse_service_url(url).proxy_path()

@@ -12,9 +12,9 @@ from test_ui_helpers import Harness, wait_for
 from kvtui.monitor import LogLine
 from kvtui.progress_bars import BarRows, bar_key
 from kvtui.spool import Spool
-from kvtui.ui.widgets.log_panel import LogPanel, LogStatus
-from kvtui.ui.widgets.log_view import ViewMode
-from kvtui.ui.widgets.log_window import BarWindow
+from kvtui.ui.log.model import ViewMode
+from kvtui.ui.log.panel import LogPanel, LogStatus
+from kvtui.ui.log.window import BarWindow
 from kvtui.updates import LineRun
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

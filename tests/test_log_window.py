@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtui.ui.widgets.log_window import LineWindow
+from kvtui.ui.log.window import LineWindow
 from kvtui.updates import LinePart, LineRun, LogBatch, LogLine, expand
 
 # an op: ("add", [part sizes: 0 = a single LogLine, n > 0 = a run of n lines]) or ("del", n)

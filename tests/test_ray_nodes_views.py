@@ -26,7 +26,7 @@ from kvtui.history import boot_from_doc, open_store
 from kvtui.history import record as rec
 from kvtui.monitor import MonitorOptions
 from kvtui.ui.app import KvtuiApp
-from kvtui.ui.history_screen import HistoryScreen
+from kvtui.ui.history.screen import HistoryScreen
 from kvtui.ui.host_pane import HostSpec
 from kvtui.ui.widgets.boot import BootFigures
 

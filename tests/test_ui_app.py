@@ -26,15 +26,16 @@ from kvtui.config import Config, HostConfig, UiConfig
 from kvtui.engines.events import FailureKind, Phase
 from kvtui.monitor import MonitorOptions
 from kvtui.ui.app import KvtuiApp, MainScreen
+from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.commands import main_screen_commands
+from kvtui.ui.gpu.widgets import ProcessTable
 from kvtui.ui.host_pane import HostPane, HostSpec
+from kvtui.ui.log.model import ViewMode
+from kvtui.ui.log.panel import FindBar
+from kvtui.ui.log.view import LogView
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen
 from kvtui.ui.widgets.boot import FailureBanner, PhaseTimeline, StallNotice
-from kvtui.ui.widgets.calculator import CalculatorPanel
-from kvtui.ui.widgets.gpu import ProcessTable
 from kvtui.ui.widgets.host import FleetSummary, HostBar
-from kvtui.ui.widgets.log_panel import FindBar
-from kvtui.ui.widgets.log_view import LogView, ViewMode
 
 SPEED = 40.0
 SIZE = (130, 38)

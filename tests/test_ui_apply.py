@@ -82,9 +82,9 @@ async def _open_dialog(pilot: Any, app: KvtuiApp, key: str = "a") -> ApplyScreen
 
 
 async def _until_outcome(pilot: Any, app: KvtuiApp, clock: FakeClock, pane: HostPane, before: object) -> Any:
-    await run_clock(pilot, app, clock, until=lambda: pane.last_outcome is not before and pane.busy is None,
+    await run_clock(pilot, app, clock, until=lambda: pane.changes.last_outcome is not before and pane.busy is None,
                     limit=120)
-    return pane.last_outcome
+    return pane.changes.last_outcome
 
 
 def _checked(box: Checkbox) -> bool:
@@ -137,7 +137,7 @@ async def test_apply_a_safe_fraction_from_the_calculator_then_roll_it_back() -> 
         assert "on by default: the running boot is ready" in _text(dialog, "#apply-rollback-why")
         assert _fraction() == "0.85"  # nothing written before y
 
-        before = pane.last_outcome
+        before = pane.changes.last_outcome
         await pilot.press("y")
         await wait_for(pilot, lambda: isinstance(app.screen, MainScreen))
         # q while it runs asks first (quitting would stop following it and the automatic rollback)
@@ -204,7 +204,7 @@ async def test_apply_a_safe_fraction_from_the_calculator_then_roll_it_back() -> 
         assert not dialog.plan.refusals
         assert "Prediction for the restored flags" in _text(dialog, "#apply-prediction")
         assert "Roll back" in str(dialog.query_one("#confirm", Button).label)
-        before = pane.last_outcome
+        before = pane.changes.last_outcome
         await pilot.press("y")
         outcome = await _until_outcome(pilot, app, clock, pane, before)
         assert outcome.status == "ready", outcome.messages
@@ -272,7 +272,7 @@ async def test_an_oom_risk_fraction_is_refused_unless_forced_and_rolled_back_whe
         assert not _checked(box)
         await pilot.press("r")
         assert _checked(box)
-        before = pane.last_outcome
+        before = pane.changes.last_outcome
         await pilot.press("y")
         outcome = await _until_outcome(pilot, app, clock, pane, before)
         # the new boot died in graph capture; the previous flags came back and booted to ready

@@ -14,8 +14,8 @@ from textual.widget import Widget
 
 from kvtui.boot import BootStatus
 from kvtui.ui.app import KvtuiApp
+from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.host_pane import HostPane
-from kvtui.ui.widgets.calculator import CalculatorPanel
 
 SPEED = 40.0
 READY_AFTER = 12.0

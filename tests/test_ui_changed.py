@@ -1,4 +1,4 @@
-"""The "what changed" strip (kvtui/ui/widgets/changed.py): after a restart, one line under the
+"""The "what changed" strip (kvtui/ui/history/changed.py): after a restart, one line under the
 header says what the new boot does differently from the last good one — the history's diff."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from test_ui_helpers import demo_app, plain, run_clock, set_demo_fraction
 
 from kvtui.boot import BootStatus
 from kvtui.history import diff as hdiff
-from kvtui.ui.widgets.changed import ChangedStrip, changed_line, changes
+from kvtui.ui.history.changed import ChangedStrip, changed_line, changes
 
 
 def _doc(status: str = "ready", *, started: str = "2026-05-01T10:00:00", **over: Any) -> dict[str, Any]:

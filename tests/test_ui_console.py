@@ -30,12 +30,12 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.commands.replay import analyse, read_chunks
 from kvtui.engines.events import Phase
 from kvtui.ui.app import KvtuiApp, MainScreen
+from kvtui.ui.calc.panel import CalculatorPanel, edit_window, elide
+from kvtui.ui.gpu.widgets import GpuHistoryPlot, PhaseBand, short_gpu_name
 from kvtui.ui.host_pane import HostPane
+from kvtui.ui.log.panel import FindBar, LogPanel, LogStatus
+from kvtui.ui.log.view import LogView
 from kvtui.ui.screens import ConfirmScreen
-from kvtui.ui.widgets.calculator import CalculatorPanel, edit_window, elide
-from kvtui.ui.widgets.gpu import GpuHistoryPlot, PhaseBand, short_gpu_name
-from kvtui.ui.widgets.log_panel import FindBar, LogPanel, LogStatus
-from kvtui.ui.widgets.log_view import LogView
 
 SPEED = 40.0
 READY_AFTER = 12.0
@@ -294,7 +294,7 @@ async def test_a_narrow_status_line_keeps_what_happened() -> None:
         view.append(log_lines(20))
         await pilot.pause()
         view.set_search("Load weight begin and then some more words")
-        view.find(forward=True)
+        view.finder.find(forward=True)
         await pilot.pause()
         state = panel.query_one(LogStatus).query_one("#log-state")
         shown = screen_text(pilot.app)
@@ -631,7 +631,7 @@ async def _apply_running(pilot: Any, app: KvtuiApp, clock: FakeClock) -> HostPan
     await wait_for(pilot, lambda: isinstance(app.screen, ApplyScreen))
     await pilot.press("y")
     # the clock stands still: the new boot never gets ready, the apply keeps following it
-    await wait_for(pilot, lambda: pane.restart_issued)
+    await wait_for(pilot, lambda: pane.changes.restart_issued)
     assert pane.busy == "an apply"
     return pane
 
@@ -670,7 +670,7 @@ async def test_r_during_a_running_apply_asks_and_restarts() -> None:
         await pilot.press("y")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and "Restart the server" in app.screen.body)
         await pilot.press("y")
-        await wait_for(pilot, lambda: pane.busy == "a restart" or pane.last_outcome is not None)
+        await wait_for(pilot, lambda: pane.busy == "a restart" or pane.changes.last_outcome is not None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -707,7 +707,7 @@ async def test_the_header_says_the_demo_speed_and_d_switches_to_real_time() -> N
         pane = await ready_app(pilot, app, clock)
         assert "demo ×40" in pane.query_one(HostBar).left().plain
         await pilot.press("D")
-        await wait_for(pilot, lambda: pane.busy is None and pane.last_outcome is not None)
+        await wait_for(pilot, lambda: pane.busy is None and pane.changes.last_outcome is not None)
         assert "demo ×1 real time" in pane.query_one(HostBar).left().plain
         backend = pane.backend
         assert backend is not None

@@ -28,8 +28,8 @@ from kvtui.nodes import NodeObservation
 from kvtui.sim.backend import DemoBackend
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.deployment_screen import DeploymentScreen, DeploymentSpec
+from kvtui.ui.gpu.widgets import GpuBars, GpuHistoryPlot
 from kvtui.ui.screens import ConfirmScreen
-from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot
 
 SIZE = (120, 36)
 SnapCompare = Any
@@ -324,7 +324,7 @@ async def test_history_and_diff_show_the_deployment_s_starts_node_by_node(tmp_pa
     node by node; ``H`` lists one row per start with its nodes."""
     from textual.widgets import DataTable
 
-    from kvtui.ui.deployment_history import DeploymentHistoryScreen
+    from kvtui.ui.history.deployment import DeploymentHistoryScreen
 
     app = _app(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
@@ -384,7 +384,7 @@ async def test_p_shows_the_gpu_processes_of_the_node_the_log_shows(tmp_path: Pat
     """``p`` (remapped here to ``P`` through ``[keymap]``: binding id ``processes``, as on the host
     console) swaps the bars for the host console's process table of the node the log's filter shows
     (all nodes: node 0); ``#`` moves it to node 1; ``g`` and ``p`` swap back."""
-    from kvtui.ui.widgets.gpu import ProcessTable
+    from kvtui.ui.gpu.widgets import ProcessTable
 
     app = _app(tmp_path, monkeypatch, extra='[keymap]\nprocesses = "P"\n')
     async with app.run_test(size=SIZE) as pilot:

@@ -19,8 +19,8 @@ from kvtui.config import Config, ConfigError, parse_config
 from kvtui.fleet.drill import host_for, hosts_hint
 from kvtui.hosts.factory import make_backend
 from kvtui.ui.app import KvtuiApp, MainScreen
-from kvtui.ui.fleet_screen import FleetScreen, InstanceScreen, SeriesPlot
-from kvtui.ui.widgets.fleet_table import FleetTable
+from kvtui.ui.fleet.screen import FleetScreen, InstanceScreen, SeriesPlot
+from kvtui.ui.fleet.table import FleetTable
 
 SnapCompare = Callable[..., bool]
 TROUBLE_HOSTS = [synthetic_row(i).host for i in (DOWN, RESTARTING, XID, KV_FULL, PREEMPTING)]
@@ -94,8 +94,8 @@ def test_connect_without_a_host_says_the_fleet_screen_needs_a_prometheus(capsys:
 
 
 async def test_the_fleet_keys_are_remappable_in_keymap() -> None:
-    from kvtui.ui.fleet_screen import InstanceScreen as _Instance
-    from kvtui.ui.widgets.fleet_table import FleetTable as _Table
+    from kvtui.ui.fleet.screen import InstanceScreen as _Instance
+    from kvtui.ui.fleet.table import FleetTable as _Table
 
     ids = {b.id for cls in (FleetScreen, _Table, _Instance) for b in cls.BINDINGS if hasattr(b, "id") and b.id}
     assert ids <= set(KvtuiApp.binding_ids())

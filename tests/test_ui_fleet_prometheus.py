@@ -23,7 +23,7 @@ from textual.pilot import Pilot
 from kvtui.config import PrometheusConfig, load_config
 from kvtui.hosts.factory import make_backend
 from kvtui.ui.app import KvtuiApp, MainScreen
-from kvtui.ui.fleet_screen import FleetScreen, InstanceScreen, PromFleetSource
+from kvtui.ui.fleet.screen import FleetScreen, InstanceScreen, PromFleetSource
 from tests.prom_support import Exporters, Prometheus, dcgm_text, free_port, need_prometheus, sglang_text, vllm_text
 
 N = 12

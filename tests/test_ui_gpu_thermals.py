@@ -9,8 +9,8 @@ from dataclasses import replace
 from test_ui_helpers import FakeClock, Harness, demo_app, gpu_samples, plain, settle, start_demo, wait_for
 from textual.containers import Vertical
 
+from kvtui.ui.gpu.widgets import GpuBars, GpuHeader, GpuNote, GpuSummary
 from kvtui.ui.host_pane import HostPane
-from kvtui.ui.widgets.gpu import GpuBars, GpuHeader, GpuNote, GpuSummary
 
 SPEED = 40.0
 

@@ -10,12 +10,12 @@ from test_ui_helpers import FakeClock, Harness, demo_app, log_lines, plain, run_
 from textual.widget import Widget
 
 from kvtui.boot import BootStatus
+from kvtui.ui.gpu.widgets import GpuBars
 from kvtui.ui.host_pane import HostPane
+from kvtui.ui.log.panel import LogPanel
+from kvtui.ui.log.view import LogView
 from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice, UsageSpark
-from kvtui.ui.widgets.gpu import GpuBars
 from kvtui.ui.widgets.host import FleetSummary
-from kvtui.ui.widgets.log_panel import LogPanel
-from kvtui.ui.widgets.log_view import LogView
 
 SPEED = 40.0
 SIZE = (160, 48)  # wide enough for the GPU plot (kvtui.tcss: not laid out below 160 columns)

@@ -16,8 +16,8 @@ from textual.widget import Widget
 from kvtui.engines.events import LogRecord, Phase
 from kvtui.hosts.backend import LogStart, aclose_iter
 from kvtui.sim.backend import DemoBackend
+from kvtui.ui.gpu.widgets import GpuBars, GpuHistoryPlot, PhaseBand
 from kvtui.ui.widgets.boot import BootFigures
-from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot, PhaseBand
 
 HOUR = 3600.0
 

@@ -15,10 +15,10 @@ from textual.widgets._footer import FooterKey
 
 from kvtui.boot import BootStatus
 from kvtui.ui.app import KvtuiApp
+from kvtui.ui.changes.action import ActionBanner
 from kvtui.ui.host_pane import HostPane
 from kvtui.ui.perf import KeysFooter
 from kvtui.ui.screens import ApplyScreen, DialogBody
-from kvtui.ui.widgets.action import ActionBanner
 from kvtui.ui.widgets.boot import FailureBanner, PhaseTimeline
 from kvtui.ui.widgets.host import FleetSummary, ZoomHeader
 

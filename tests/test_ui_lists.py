@@ -8,8 +8,8 @@ from typing import Any
 from test_ui_helpers import FakeClock, demo_app, settle, start_demo, wait_for
 
 from kvtui.config import HostConfig
+from kvtui.ui.gpu.widgets import ProcessTable
 from kvtui.ui.host_pane import HostPane
-from kvtui.ui.widgets.gpu import ProcessTable
 from kvtui.ui.widgets.table import ListTable
 
 SPEED = 40.0

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 from test_ui_helpers import Harness, log_lines, wait_for
 
+from kvtui.logfilter import LineFilter
 from kvtui.monitor import LogLine
 from kvtui.spool import Spool
-from kvtui.ui.widgets.log_panel import LogPanel, LogStatus
-from kvtui.ui.widgets.log_view import LineFilter, LogView, TextQuery, ViewMode
+from kvtui.ui.log.model import TextQuery, ViewMode
+from kvtui.ui.log.panel import LogPanel, LogStatus
+from kvtui.ui.log.view import LogView
 
 
 def make_spool(tmp_path: Path, count: int) -> tuple[Spool, list[LogLine]]:
@@ -194,14 +196,14 @@ async def test_search_n_and_N_walk_matches_newer_and_older(tmp_path: Path) -> No
         # backwards (\): the first match before the bottom of the screen; n goes on backwards
         view.set_search("RuntimeError", forward=False)  # case-sensitive (has capitals); errors at ..50
         await wait_for(pilot, lambda: view.cursor == 950)
-        view.repeat_search()
+        view.finder.repeat_search()
         await wait_for(pilot, lambda: view.cursor == 850)
-        view.repeat_search()
+        view.finder.repeat_search()
         await wait_for(pilot, lambda: view.cursor == 750)
-        view.repeat_search()  # 650 is older than the window: read back from the spool
+        view.finder.repeat_search()  # 650 is older than the window: read back from the spool
         await wait_for(pilot, lambda: view.cursor == 650)
         assert mode(view) is ViewMode.HISTORY
-        view.repeat_search(same=False)  # N: the other way
+        view.finder.repeat_search(same=False)  # N: the other way
         await wait_for(pilot, lambda: view.cursor == 750)
         view.set_search("no such text anywhere")
         await wait_for(pilot, lambda: "no match in the whole log" in view.message)

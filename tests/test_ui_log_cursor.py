@@ -13,10 +13,11 @@ from test_ui_helpers import T0, FakeClock, Harness, demo_app, log_lines, screen_
 from kvtui.boot import BootStatus
 from kvtui.monitor import LogLine
 from kvtui.spool import Spool
+from kvtui.ui.log.model import without_own_stamp
+from kvtui.ui.log.panel import LogPanel
+from kvtui.ui.log.view import LogView
 from kvtui.ui.screens import HelpScreen
 from kvtui.ui.widgets.boot import PhaseTimeline
-from kvtui.ui.widgets.log_panel import LogPanel
-from kvtui.ui.widgets.log_view import LogView, without_own_stamp
 
 
 def following(view: LogView) -> bool:
@@ -165,17 +166,17 @@ async def test_slash_finds_the_first_match_after_the_cursor_and_n_goes_on_throug
         view.set_search("RuntimeError")  # errors at ..50
         await wait_for(pilot, lambda: cursor(view) == 850)  # after the cursor, not the newest (950)
         assert view.message == "match on line 851"
-        view.repeat_search()  # n: on in the search's direction
+        view.finder.repeat_search()  # n: on in the search's direction
         await wait_for(pilot, lambda: cursor(view) == 950)
-        view.repeat_search()  # past the end: on from the log's start, read back from the spool
+        view.finder.repeat_search()  # past the end: on from the log's start, read back from the spool
         await wait_for(pilot, lambda: cursor(view) == 50)
         assert "found in the spool: line 51" in view.message
         assert "past the end, on from the top" in view.message
-        view.repeat_search()
+        view.finder.repeat_search()
         await wait_for(pilot, lambda: cursor(view) == 150)
-        view.repeat_search(same=False)  # N: the other way
+        view.finder.repeat_search(same=False)  # N: the other way
         await wait_for(pilot, lambda: cursor(view) == 50)
-        view.repeat_search(same=False)  # past the top: on from the end
+        view.finder.repeat_search(same=False)  # past the top: on from the end
         await wait_for(pilot, lambda: cursor(view) == 950)
         assert "past the top, on from the end" in view.message
     spool.close()
@@ -202,9 +203,9 @@ async def test_slash_without_a_cursor_searches_from_the_top_of_the_screen_and_ba
         await wait_for(pilot, lambda: cursor(view) == 250)
         assert view.search_forward is False
         await wait_for(pilot, lambda: "search \\boom" in screen_text(pilot.app))
-        view.repeat_search()  # n: on backwards
+        view.finder.repeat_search()  # n: on backwards
         assert cursor(view) == 150
-        view.repeat_search(same=False)  # N
+        view.finder.repeat_search(same=False)  # N
         assert cursor(view) == 250
         panel.open_find("search")
         await pilot.pause()

@@ -13,8 +13,9 @@ from test_ui_helpers import Harness, wait_for
 from kvtui.logfilter import FilterSet, LineFilter
 from kvtui.monitor import LogLine
 from kvtui.spool import Spool
-from kvtui.ui.widgets.log_panel import LogPanel, LogStatus
-from kvtui.ui.widgets.log_view import LogView, ViewMode
+from kvtui.ui.log.model import ViewMode
+from kvtui.ui.log.panel import LogPanel, LogStatus
+from kvtui.ui.log.view import LogView
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 

@@ -26,9 +26,9 @@ from kvtui.hosts.backend import ConnState, ConnStatus
 from kvtui.ui import formatting as fmt
 from kvtui.ui.app import PACE_HIDDEN_FROM, GcPacer
 from kvtui.ui.host_pane import HIDDEN_FLUSH_INTERVAL, HIDDEN_SERVING_INTERVAL
+from kvtui.ui.log.panel import LogPanel
+from kvtui.ui.log.view import MAX_DISPLAY_CHARS
 from kvtui.ui.widgets.host import FleetRow, FleetSummary
-from kvtui.ui.widgets.log_panel import LogPanel
-from kvtui.ui.widgets.log_view import MAX_DISPLAY_CHARS
 
 # ---- GcPacer ------------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from test_ui_helpers import FakeClock, demo_app, screen_text, settle, start_demo
 
 from kvtui.gpu import GpuProcess
 from kvtui.sim.backend import DemoBackend
-from kvtui.ui.widgets.gpu import ProcessTable
+from kvtui.ui.gpu.widgets import ProcessTable
 
 SPEED = 40.0
 SIZE = (130, 38)

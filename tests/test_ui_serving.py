@@ -20,7 +20,7 @@ from kvtui.serving.diagnose import Limit
 from kvtui.ui.app import KvtuiApp, MainScreen
 from kvtui.ui.host_pane import HostPane
 from kvtui.ui.screens import ApplyScreen
-from kvtui.ui.widgets.serving import KvTimeline, ServingBanner, ServingRow, serving_text
+from kvtui.ui.serving.widgets import KvTimeline, ServingBanner, ServingRow, serving_text
 
 SPEED = 40.0
 SIZE = (130, 38)
@@ -34,8 +34,8 @@ def _pane(app: KvtuiApp) -> HostPane:
 
 
 def _pool_full(pane: HostPane) -> bool:
-    d = pane.diagnosis
-    return d is not None and d.limit is Limit.POOL and pane.suggestion is not None
+    d = pane.serving.diagnosis
+    return d is not None and d.limit is Limit.POOL and pane.serving.suggestion is not None
 
 
 async def _incident(pilot: Any, app: KvtuiApp, clock: FakeClock) -> HostPane:
@@ -65,9 +65,9 @@ async def test_the_serving_view_shows_metrics_and_the_pool_full_diagnosis_with_c
     app = demo_app(clock, speed=SPEED, host_options=OVERLOAD)
     async with app.run_test(size=SIZE) as pilot:
         pane = await _incident(pilot, app, clock)
-        assert pane.serving_reader is not None
-        assert pane.serving_reader.source == "metrics"
-        figures = pane.serving_figures
+        assert pane.serving.reader is not None
+        assert pane.serving.reader.source == "metrics"
+        figures = pane.serving.figures
         assert figures is not None
         assert pane.boot is not None
         # the row: the window's figures from /metrics (the queue, retractions, TTFT, queue time)
@@ -122,7 +122,7 @@ async def test_K_takes_the_suggested_edit_to_the_apply_dialog() -> None:
     app = demo_app(clock, speed=SPEED, host_options=OVERLOAD)
     async with app.run_test(size=SIZE) as pilot:
         pane = await _incident(pilot, app, clock)
-        s = pane.suggestion
+        s = pane.serving.suggestion
         assert s is not None
         assert s.value is not None
         await pilot.press("K")
@@ -178,7 +178,7 @@ def test_snapshot_a_serving_incident_pool_full_120x36(snap_compare: Any) -> None
     assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
 
 
-# ---- the calculator's answer, pure (kvtui.ui.widgets.serving.suggest) -------------------------
+# ---- the calculator's answer, pure (kvtui.ui.serving.widgets.suggest) -------------------------
 
 def _model() -> Any:
     from kvtui import kvcalc as kc
@@ -203,7 +203,7 @@ def test_suggest_takes_the_smaller_of_the_largest_safe_fraction_and_the_observed
     """Fails on main: no suggestion existed (the diagnosis named the knob, never a value)."""
     from kvtui import fmt
     from kvtui import kvcalc as kc
-    from kvtui.ui.widgets.serving import DEMAND_MARGIN, suggest
+    from kvtui.ui.serving.widgets import DEMAND_MARGIN, suggest
 
     model = _model()
     base = kc.predict(model, {})
@@ -232,7 +232,7 @@ def test_suggest_takes_the_smaller_of_the_largest_safe_fraction_and_the_observed
 def test_suggest_says_when_no_increase_is_safe() -> None:
     """Fails on main: no suggestion existed."""
     from kvtui import kvcalc as kc
-    from kvtui.ui.widgets.serving import suggest
+    from kvtui.ui.serving.widgets import suggest
 
     model = _model()
     margin = 30.0  # a graph margin no larger fraction leaves room for
@@ -249,7 +249,7 @@ def test_suggest_says_when_no_increase_is_safe() -> None:
 async def test_a_hidden_host_stops_sampling_and_starts_again_when_shown(monkeypatch: pytest.MonkeyPatch) -> None:
     """Like the pane's other pollers: a host tab hidden for ``HIDDEN_STOP_S`` reads no /metrics;
     shown again, its serving view samples again. Fails on main: no serving sampler existed."""
-    import kvtui.ui.serving_view as sv
+    import kvtui.ui.serving.panel as sv
 
     monkeypatch.setattr(sv, "HIDDEN_STOP_S", 0.5)
     clock = FakeClock()
@@ -260,15 +260,15 @@ async def test_a_hidden_host_stops_sampling_and_starts_again_when_shown(monkeypa
         a, b = app.main_screen.panes
         await run_clock(pilot, app, clock, until=lambda: all(
             p.boot is not None and p.boot.status is BootStatus.READY for p in (a, b)), limit=60)
-        await run_clock(pilot, app, clock, until=lambda: a.serving_readings >= 2, step=5.0, limit=60)
+        await run_clock(pilot, app, clock, until=lambda: a.serving.readings >= 2, step=5.0, limit=60)
         await pilot.pause(0.6)  # b has been hidden longer than HIDDEN_STOP_S
         await run_clock(pilot, app, clock, seconds=10.0, step=5.0)
-        await wait_for(pilot, lambda: b.serving_caught_up)
-        stopped = b.serving_readings
+        await wait_for(pilot, lambda: b.serving.caught_up)
+        stopped = b.serving.readings
         await run_clock(pilot, app, clock, seconds=15.0, step=5.0)
-        assert b.serving_readings == stopped  # hidden: no sample
+        assert b.serving.readings == stopped  # hidden: no sample
         assert not [w for w in app.workers if w.node is b and w.group == "serving" and not w.is_finished]
-        assert a.serving_readings >= 4
+        assert a.serving.readings >= 4
         await pilot.press("right_square_bracket")  # demo-b shown
         await wait_for(pilot, lambda: app.main_screen.active_pane is b)
-        await run_clock(pilot, app, clock, until=lambda: b.serving_readings > stopped, step=5.0, limit=30)
+        await run_clock(pilot, app, clock, until=lambda: b.serving.readings > stopped, step=5.0, limit=30)

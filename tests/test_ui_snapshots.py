@@ -37,7 +37,7 @@ from kvtui.boot import BootStatus
 from kvtui.config import Config, HistoryConfig
 from kvtui.engines.events import Phase
 from kvtui.ui.app import KvtuiApp
-from kvtui.ui.widgets.gpu import GpuHistoryPlot, PhaseBand
+from kvtui.ui.gpu.widgets import GpuHistoryPlot, PhaseBand
 
 SIZE = (130, 38)
 SnapCompare = Callable[..., bool]

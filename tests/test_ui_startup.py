@@ -14,7 +14,7 @@ from textual.screen import Screen
 from textual.widgets._footer import FooterKey
 
 from kvtui.ui.app import KeysFooter, MainScreen
-from kvtui.ui.widgets.log_view import LogView
+from kvtui.ui.log.view import LogView
 
 
 async def test_the_first_frame_has_the_footers_keys_and_the_log_focused_and_then_the_monitor_starts() -> None:

@@ -10,8 +10,8 @@ from test_ui_helpers import Harness, log_lines, wait_for
 from textual.widget import Widget
 
 from kvtui.monitor import LogLine
-from kvtui.ui.widgets.log_panel import LogPanel
-from kvtui.ui.widgets.log_view import LogView
+from kvtui.ui.log.panel import LogPanel
+from kvtui.ui.log.view import LogView
 from kvtui.ui.widgets.quiet import QuietStatic
 
 

@@ -106,8 +106,9 @@ async def test_the_boot_panel_shows_the_probe_and_O_tunes_to_the_margin_edge() -
         await pilot.press("y")
         await wait_for(pilot, lambda: isinstance(app.screen, MainScreen))
         assert pane.busy == "a tune"
-        await run_clock(pilot, app, clock, until=lambda: pane.last_tune is not None and pane.busy is None, limit=300)
-        result = pane.last_tune
+        await run_clock(pilot, app, clock, until=lambda: pane.changes.last_tune is not None and pane.busy is None,
+                        limit=300)
+        result = pane.changes.last_tune
         assert result is not None
         assert result.met, result.reason
         assert [s.outcome for s in result.steps] == ["ready", "ready"]
@@ -126,12 +127,13 @@ async def test_esc_stops_a_running_tune_after_its_step() -> None:
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=20)
         await pilot.press("y")
-        await wait_for(pilot, lambda: pane.busy == "a tune" and pane.tune_stop is not None)
+        await wait_for(pilot, lambda: pane.busy == "a tune" and pane.changes.tune_stop is not None)
         await pilot.press("escape")
-        assert pane.tune_stop is not None
-        assert pane.tune_stop.is_set()
-        await run_clock(pilot, app, clock, until=lambda: pane.last_tune is not None and pane.busy is None, limit=300)
-        result = pane.last_tune
+        assert pane.changes.tune_stop is not None
+        assert pane.changes.tune_stop.is_set()
+        await run_clock(pilot, app, clock, until=lambda: pane.changes.last_tune is not None and pane.busy is None,
+                        limit=300)
+        result = pane.changes.last_tune
         assert result is not None
         assert result.interrupted
         assert [s.outcome for s in result.steps] == ["ready"]

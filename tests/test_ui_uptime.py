@@ -12,8 +12,9 @@ from test_ui_helpers import FakeClock, demo_app, screen_text, settle, wait_for
 from kvtui.boot import BootStatus
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.host_pane import HostPane
+from kvtui.ui.log.model import ViewMode
+from kvtui.ui.log.view import LogView
 from kvtui.ui.screens import ApplyScreen
-from kvtui.ui.widgets.log_view import LogView, ViewMode
 
 SPEED = 2.0  # one serving line every 2.5 s: 2 h up = ~2,800 serving lines, ~1,800 of them in the gap
 UPTIME = {"demo_uptime_h": 2.0}

@@ -18,9 +18,9 @@ from test_ui_helpers import (
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Phase
 from kvtui.hosts.backend import ConnState, ConnStatus
+from kvtui.ui.gpu.widgets import ForeignWarning, GpuBars, GpuHistoryPlot, PhaseBand
 from kvtui.ui.stall import StallDetector
 from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice
-from kvtui.ui.widgets.gpu import ForeignWarning, GpuBars, GpuHistoryPlot, PhaseBand
 from kvtui.ui.widgets.host import ConnBanner, HostBar, HostInfo
 
 

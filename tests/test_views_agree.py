@@ -14,7 +14,7 @@ from test_ui_helpers import Harness
 from kvtui import kvcalc as kc
 from kvtui.cli import main
 from kvtui.commands.replay import analyse_path
-from kvtui.ui.widgets.calculator import CalculatorPanel
+from kvtui.ui.calc.panel import CalculatorPanel
 
 FIX = Path(__file__).parent / "fixtures"
 LLAMA_JOURNAL = FIX / "sglang-0.5.10-llama70b-tp4-ready.journal"

@@ -8,7 +8,7 @@ requests (``--max-num-seqs``) — at its longest (``--max-model-len``; vLLM's
 ``kv_cache_max_concurrency`` gives it where the boot's arguments do not), in whole blocks, plus
 the one block vLLM keeps aside. The bytes a token takes are the pool's own: its bytes (the flag,
 or the variable's GiB) over its tokens (``vllm:cache_config_info``). A pool sized by a memory
-fraction (a GPU) is the calculator's to size (``kvtui.ui.widgets.serving.suggest``): none here.
+fraction (a GPU) is the calculator's to size (``kvtui.ui.serving.widgets.suggest``): none here.
 Pure core.
 """
 

@@ -23,10 +23,18 @@ from textual.widgets import Input, TabbedContent, TabPane
 
 from kvtui.boot import BootStatus
 from kvtui.config import CalcConfig, Config, UiConfig
+from kvtui.hosts.service import plan_restart
 from kvtui.monitor import MonitorOptions
+from kvtui.ui import formatting as fmt
+from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.commands import Command, KvtuiCommands, main_screen_commands
-from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec
+from kvtui.ui.deployment_screen import DeploymentScreen, DeploymentSpec
+from kvtui.ui.fleet.screen import FleetScreen, FleetSource, PromFleetSource
+from kvtui.ui.gpu.widgets import ProcessTable
+from kvtui.ui.history.screen import HistoryScreen
+from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec, Panel
 from kvtui.ui.keys import is_printable_key
+from kvtui.ui.log.view import LogView
 from kvtui.ui.perf import GcPacer, KeysFooter
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
 from kvtui.ui.themes import (
@@ -39,19 +47,13 @@ from kvtui.ui.themes import (
     usable_theme,
 )
 from kvtui.ui.widgets.boot import BootFigures, PhaseTimeline
-from kvtui.ui.widgets.calculator import CalculatorPanel
-from kvtui.ui.widgets.gpu import ProcessTable
 from kvtui.ui.widgets.host import FleetSummary, HostBar, ZoomHeader
-from kvtui.ui.widgets.log_view import LogView
 
 # the console's bundle writer (``B``): the pane on screen and its SVG screenshot -> the file written
 BundleWriter = Callable[[HostPane, str], Awaitable[Path]]
 
 if TYPE_CHECKING:
     from textual.theme import Theme
-
-    from kvtui.ui.deployment_screen import DeploymentSpec
-    from kvtui.ui.fleet_screen import FleetSource
 
 # The main screen's bindings. Ids are what users remap in hosts.toml [keymap].
 MAIN_BINDINGS: list[BindingType] = [
@@ -125,7 +127,7 @@ WIDGET_BINDING_IDS = (
     "apply.force", "apply.rollback", "notice.close",
 )
 
-# Ids of the fleet screen's keys (kvtui.ui.fleet_screen, kvtui.ui.widgets.fleet_table).
+# Ids of the fleet screen's keys (kvtui.ui.fleet.screen, kvtui.ui.fleet.table).
 FLEET_BINDING_IDS = ("fleet.open", "fleet.filter", "fleet.sort", "fleet.reverse", "fleet.refresh", "fleet.back",
                      "fleet.close", "fleet.quit", "instance.close", "instance.reload")
 
@@ -402,7 +404,7 @@ class MainScreen(Screen[None]):
             if pane is None or pane.readonly or getattr(pane.backend, "recorded", False):
                 return False  # hidden: readonly hosts and recordings offer nothing that changes them
             if action == "restart":
-                return pane.can_restart()
+                return pane.changes.can_restart()
         if action == "explain" and pane is not None and pane.calculator.prediction is None:
             return None
         return True
@@ -487,7 +489,7 @@ class MainScreen(Screen[None]):
             if view.search_query is None:
                 self.notify("nothing to repeat: search with / first", severity="warning", timeout=3)
                 return
-            view.repeat_search(same=forward)  # n: the search's own direction, N: the other
+            view.finder.repeat_search(same=forward)  # n: the search's own direction, N: the other
 
     def action_follow(self) -> None:
         view = self._view()
@@ -573,8 +575,6 @@ class MainScreen(Screen[None]):
 
     def _panel_of(self, widget: Widget | None) -> Widget | None:
         """The panel ``widget`` is in (itself when it is one)."""
-        from kvtui.ui.host_pane import Panel
-
         node: Any = widget
         while node is not None and not isinstance(node, Screen):
             if isinstance(node, Panel):
@@ -627,7 +627,7 @@ class MainScreen(Screen[None]):
         pane = self.active_pane
         if pane is None or not pane.spec.config.demo:
             return
-        pane.toggle_demo_speed()
+        pane.changes.toggle_demo_speed()
 
     def action_zoom(self) -> None:
         """``z``: the focused panel fills the screen; again, back to the layout."""
@@ -657,20 +657,18 @@ class MainScreen(Screen[None]):
     def action_history(self, diff: bool = False) -> None:
         """``H``: the host's remembered boots; ``d``: opened on the newest boot's diff against the
         last good one (issue 13)."""
-        from kvtui.ui.history_screen import HistoryScreen
-
         pane = self.active_pane
         if pane is not None:
             self.app.push_screen(HistoryScreen(pane.host_name, diff_newest=diff))
 
     def action_fleet(self) -> None:
-        """``F``: the fleet screen (``kvtui.ui.fleet_screen``); on a host opened from it, back to it."""
+        """``F``: the fleet screen (``kvtui.ui.fleet.screen``); on a host opened from it, back to it."""
         app = self.app
         if isinstance(app, KvtuiApp):
             app.show_fleet()
 
     def action_bundle(self) -> None:
-        """``B``: the boot's incident bundle (``kvtui.ui.history_screen.write_console_bundle``),
+        """``B``: the boot's incident bundle (``kvtui.ui.history.screen.write_console_bundle``),
         with a screenshot of the console as it is now; a notification names the file."""
         pane = self.active_pane
         if pane is not None:
@@ -707,20 +705,18 @@ class MainScreen(Screen[None]):
 
     def action_restart(self) -> None:
         """``R``: a confirm that names what will run, then the service layer's restart."""
-        from kvtui.hosts.service import plan_restart
-
         pane = self.active_pane
         if pane is None or pane.readonly:
             return
         if pane.busy is not None:  # ask (it used to refuse): cancel it, or stop following it, and restart
             running = pane.busy
-            after = "stops following it (its restart goes on)" if pane.restart_issued else "cancels it first"
+            after = "stops following it (its restart goes on)" if pane.changes.restart_issued else "cancels it first"
             body = (f"{running[0].upper()}{running[1:]} is running on {pane.host_name}.\n\n"
                     f"Restarting now {after}, then restarts the server.")
 
             def replace_it(answer: bool | None) -> None:
                 if answer and pane.busy == running:
-                    pane.cancel_change()
+                    pane.changes.cancel_change()
                     self.call_after_refresh(self.action_restart)
 
             self.app.push_screen(ConfirmScreen(f"Restart {pane.host_name} now?", body), replace_it)
@@ -735,8 +731,6 @@ class MainScreen(Screen[None]):
         boot = pane.boot
         state = "no boot seen yet"
         if boot is not None:
-            from kvtui.ui import formatting as fmt
-
             state = f"the current boot is {boot.status.value}"
             if boot.status is not BootStatus.READY and boot.phase is not None:  # not "ready in ready"
                 state += f" in {fmt.phase_label(boot.phase)}"
@@ -748,29 +742,29 @@ class MainScreen(Screen[None]):
 
         def done(answer: bool | None) -> None:
             if answer:
-                pane.start_restart(plan)
+                pane.changes.start_restart(plan)
 
         self.app.push_screen(ConfirmScreen(f"Restart {pane.host_name}", body), done)
 
     def action_apply(self) -> None:
         pane = self.active_pane
         if pane is not None and not pane.readonly:
-            pane.start_apply()
+            pane.changes.start_apply()
 
     def action_serving_apply(self) -> None:
         pane = self.active_pane
         if pane is not None and not pane.readonly:
-            pane.apply_suggestion()
+            pane.serving.apply_suggestion()
 
     def action_rollback(self) -> None:
         pane = self.active_pane
         if pane is not None and not pane.readonly:
-            pane.start_rollback()
+            pane.changes.start_rollback()
 
     def action_tune(self) -> None:
         pane = self.active_pane
         if pane is not None and not pane.readonly:
-            pane.start_tune()
+            pane.changes.start_tune()
 
     def action_panel(self, step: int) -> None:
         pane = self.active_pane
@@ -796,7 +790,7 @@ class MainScreen(Screen[None]):
 
     def action_cancel_change(self) -> None:
         pane = self.active_pane
-        if pane is not None and pane.cancel_change() is not None:
+        if pane is not None and pane.changes.cancel_change() is not None:
             self.refresh_bindings()
 
     def action_escape(self) -> None:
@@ -806,7 +800,7 @@ class MainScreen(Screen[None]):
                 self.minimize()
             return
         pane = self.active_pane
-        if pane is not None and pane.stop_tune():
+        if pane is not None and pane.changes.stop_tune():
             return  # a tune stops after the step in progress
         if pane is not None and pane.action_banner.shown:
             # running, it goes on in the background (the banner comes back with the outcome)
@@ -854,7 +848,7 @@ class KvtuiApp(App[int]):
         self.gc_pacer = GcPacer()
         self.last_input = -1e18  # time.monotonic() of the last key, click or scroll
         self.deployment = deployment  # a [deployments.NAME]: its one pane (kvtui.ui.deployment_screen)
-        # ``F``'s rows (``kvtui.ui.fleet_screen``; None: from [prometheus]); without hosts the
+        # ``F``'s rows (``kvtui.ui.fleet.screen``; None: from [prometheus]); without hosts the
         # console is the fleet screen alone (``kvtui connect`` with no HOST and a [prometheus])
         self.fleet_source = fleet_source
         self.fleet_only = not specs and deployment is None
@@ -925,8 +919,6 @@ class KvtuiApp(App[int]):
         if self.fleet_only:
             return self.fleet_screen(standalone=True)
         if self.deployment is not None:
-            from kvtui.ui.deployment_screen import DeploymentScreen
-
             return DeploymentScreen(self.deployment, backend_factory=self._backend_factory, clock=self.clock,
                                     calc=self.config.calc, readonly=self.readonly,
                                     pass_clock=self.clock is not time.time, history=self.config.history)
@@ -996,8 +988,6 @@ class KvtuiApp(App[int]):
         """Textual's ``ctrl+q`` (a priority binding of the app): the same question ``q`` asks
         while a change is running; on the question itself, or before the console exists, quit."""
         screen = self.screen_stack[0] if self.screen_stack else None
-        from kvtui.ui.deployment_screen import DeploymentScreen
-
         if isinstance(screen, MainScreen | DeploymentScreen) and not isinstance(self.screen, ConfirmScreen):
             screen.action_quit()
             return
@@ -1006,8 +996,6 @@ class KvtuiApp(App[int]):
     # ---- the fleet screen (issue 26) ---------------------------------------------------------
 
     def fleet_screen(self, *, standalone: bool = False) -> Screen[None]:
-        from kvtui.ui.fleet_screen import FleetScreen, PromFleetSource
-
         source = self.fleet_source
         if source is None and self.config.prometheus is not None:
             source = PromFleetSource(self.config.prometheus)
@@ -1016,8 +1004,6 @@ class KvtuiApp(App[int]):
 
     def show_fleet(self) -> None:
         """``F``: back to the fleet screen under this one (a host opened from it), else open one."""
-        from kvtui.ui.fleet_screen import FleetScreen
-
         below = [s for s in self.screen_stack[:-1] if isinstance(s, FleetScreen)]
         if below:
             while not isinstance(self.screen, FleetScreen):

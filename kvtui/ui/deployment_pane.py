@@ -45,12 +45,12 @@ from kvtui.fmt import duration as fmt_duration
 from kvtui.gpu import GpuProcess
 from kvtui.hosts.backend import BackendError
 from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, NodeObservation, node_state
-from kvtui.ui.widgets.action import ActionBanner
+from kvtui.ui.calc.panel import CalculatorPanel
+from kvtui.ui.changes.action import ActionBanner
+from kvtui.ui.gpu.widgets import GpuBars, GpuHistoryPlot, ProcessTable, boot_origin, phase_bands
+from kvtui.ui.log.model import TextQuery
+from kvtui.ui.log.panel import FindBar
 from kvtui.ui.widgets.boot import BootFigures, PhaseTimeline
-from kvtui.ui.widgets.calculator import CalculatorPanel
-from kvtui.ui.widgets.gpu import GpuBars, GpuHistoryPlot, ProcessTable, boot_origin, phase_bands
-from kvtui.ui.widgets.log_panel import FindBar
-from kvtui.ui.widgets.log_view import TextQuery
 from kvtui.updates import GpuUpdate, LogBatch, MonitorUpdate
 
 if TYPE_CHECKING:

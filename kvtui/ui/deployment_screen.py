@@ -25,15 +25,18 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Input
 
+from kvtui.config import DEFAULT_STALL_SECONDS
 from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, node_monitor
 from kvtui.exits import EXIT_FAILED
+from kvtui.hosts import service
 from kvtui.hosts.backend import LogStart
 from kvtui.monitor import MonitorOptions
+from kvtui.ui.calc.panel import CalculatorPanel
+from kvtui.ui.changes.controller import calculator_edits
 from kvtui.ui.deployment_pane import LOG_KEEP, DeploymentPane
-from kvtui.ui.host_actions import calculator_edits
+from kvtui.ui.history.deployment import DeploymentHistoryScreen
 from kvtui.ui.perf import KeysFooter
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
-from kvtui.ui.widgets.calculator import CalculatorPanel
 
 if TYPE_CHECKING:
     from kvtui import flags as fl
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
     from kvtui.config import CalcConfig, HistoryConfig, HostConfig
     from kvtui.hosts.backend import HostBackend
     from kvtui.nodes import DeploymentBoot
-    from kvtui.ui.widgets.action import Severity
+    from kvtui.ui.changes.action import Severity
 
 BackendFactory = Callable[..., "HostBackend"]
 CHANGE_TIMEOUT_S = 1800.0  # how long a change follows the nodes' new boots
@@ -130,8 +133,6 @@ class DeploymentScreen(Screen[None]):
         return self.query_one(DeploymentPane)
 
     def compose(self) -> ComposeResult:
-        from kvtui.config import DEFAULT_STALL_SECONDS
-
         ui = getattr(getattr(self.app, "config", None), "ui", None)
         yield DeploymentPane(self.dm, clock=self.clock, graph_margin_gib=self.calc_config.graph_margin_gib,
                              readonly=self.readonly,
@@ -221,8 +222,6 @@ class DeploymentScreen(Screen[None]):
     def action_history(self, diff: bool = False) -> None:
         """``H``: the deployment's remembered starts (each node's stored boots grouped by start);
         ``d``: opened on the newest start's diff, node by node, against the last good one."""
-        from kvtui.ui.deployment_history import DeploymentHistoryScreen
-
         self.app.push_screen(DeploymentHistoryScreen(self.spec.name, [n.name for n in self.dm.nodes],
                                                      diff_newest=diff))
 
@@ -348,7 +347,7 @@ class DeploymentScreen(Screen[None]):
             self._cancel_now()
 
     def _sides(self) -> list[NodeSide]:
-        from kvtui.changes import NodeSide
+        from kvtui.changes import NodeSide  # lazy: imports kvcalc (test_ui_startup)
 
         return [NodeSide(n.name, n.host, n.monitor.backend, boots=list(n.monitor.tracker.boots))
                 for n in self.dm.nodes]
@@ -386,7 +385,7 @@ class DeploymentScreen(Screen[None]):
         """The merged boot is ready: ask node 0's server for one token when the console probes
         (``changes.probe_head``, as ``kvtui apply NAME --restart`` does); False when it
         does not answer (its boot is then ``not_serving``)."""
-        from kvtui import changes as dc
+        from kvtui import changes as dc  # lazy: imports kvcalc (test_ui_startup)
 
         if not getattr(self.app, "probe_ready", False):
             return True
@@ -395,9 +394,7 @@ class DeploymentScreen(Screen[None]):
 
     @work(group="dep-change", exit_on_error=False, description="deployment change")
     async def _change_worker(self, verb: str, edits: list[fl.Edit], gen: int) -> None:
-        from kvtui import changes as dc
-        from kvtui.hosts import service
-
+        from kvtui import changes as dc  # lazy: imports kvcalc (test_ui_startup)
         pane = self.pane
         banner = pane.action_banner
         name = self.spec.name

@@ -19,22 +19,21 @@ from textual.worker import Worker, WorkerState
 from kvtui.boot import Boot, BootStatus
 from kvtui.config import CalcConfig, HostConfig, UiConfig
 from kvtui.engines.events import Engine, FailureKind
+from kvtui.engines.orphans import hint_text
 from kvtui.gpu import GpuProcess, GpuSample
-from kvtui.history.eta import BootEta, slow_reason
+from kvtui.history import boot_doc, recorder_for
+from kvtui.history.diff import since_last_good
+from kvtui.history.eta import BootEta, estimate, past_boots, slow_reason
 from kvtui.history.eta import clock as eta_clock
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend
 from kvtui.hosts.orphans import host_orphans
-from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorOptions, MonitorUpdate
+from kvtui.hosts.probe import boot_port, can_probe, mark_not_serving, probe, served_model
+from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, HostMonitor, LogBatch, MonitorOptions, MonitorUpdate
 from kvtui.ui import formatting as fmt
-from kvtui.ui.host_actions import HostChanges, demo_target
-from kvtui.ui.serving_view import ServingView
-from kvtui.ui.stall import StallDetector
-from kvtui.ui.widgets.action import ActionBanner
-from kvtui.ui.widgets.banner import Banner
-from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, ProbeLine, StallNotice
-from kvtui.ui.widgets.calculator import CalculatorPanel
-from kvtui.ui.widgets.changed import ChangedStrip
-from kvtui.ui.widgets.gpu import (
+from kvtui.ui.calc.panel import CalculatorPanel
+from kvtui.ui.changes.action import ActionBanner
+from kvtui.ui.changes.controller import ChangeController, demo_target
+from kvtui.ui.gpu.widgets import (
     ForeignWarning,
     GpuBars,
     GpuHeader,
@@ -47,18 +46,20 @@ from kvtui.ui.widgets.gpu import (
     phase_bands,
     short_gpu_name,
 )
+from kvtui.ui.history.changed import ChangedStrip
+from kvtui.ui.log.panel import LogPanel
+from kvtui.ui.log.view import LogView
+from kvtui.ui.serving.panel import ServingSampler
+from kvtui.ui.serving.widgets import KvTimeline, ServingBanner, ServingRow
+from kvtui.ui.stall import StallDetector
+from kvtui.ui.widgets.banner import Banner
+from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, ProbeLine, StallNotice
 from kvtui.ui.widgets.host import ConnBanner, FleetRow, HostBar, HostInfo
-from kvtui.ui.widgets.log_panel import LogPanel
-from kvtui.ui.widgets.log_view import LogView
-from kvtui.ui.widgets.serving import KvTimeline, ServingBanner, ServingRow
 from kvtui.updates import LinePart
 
 if TYPE_CHECKING:
     from kvtui.history.doc import BootDoc
     from kvtui.hosts.probe import ProbeResult
-    from kvtui.hosts.service import ApplyOutcome
-    from kvtui.monitor import HostMonitor
-    from kvtui.tune.driver import TuneResult
 
 Clock = Callable[[], float]
 BackendFactory = Callable[[str, HostConfig], HostBackend]
@@ -131,8 +132,9 @@ class GpuPanel(Panel, can_focus=True):
                 return
 
 
-class HostPane(HostChanges, ServingView, Vertical):
-    """The whole console of one host (its host-changing actions: ``HostChanges``)."""
+class HostPane(Vertical):
+    """The whole console of one host (its host-changing actions: ``changes``, a ``ChangeController``;
+    its serving view's sampler: ``serving``, a ``ServingSampler``)."""
 
     class Updates(Message):
         """A batch of monitor updates (the monitor flushes at most every ~50 ms)."""
@@ -216,14 +218,9 @@ class HostPane(HostChanges, ServingView, Vertical):
         self._history_said: str | None = None  # the history recorder's problem last shown (a toast)
         self._show_processes = False
         self.offline: str | None = None  # the connection's state while the host is not reached
-        self.busy: str | None = None  # the host-changing action running ("an apply", …)
         self.probes: dict[int, ProbeResult | None] = {}  # boot index -> the readiness probe (None: asking)
-        self.tune_stop: asyncio.Event | None = None  # set: the running tune stops after its step
-        self.last_tune: TuneResult | None = None
-        self._busy_gen = 0  # bumped by each change begun or cancelled (see ``_end``)
-        self.restart_issued = False  # the running change reached its restart step
-        self._written = False  # the running change wrote the flags file
-        self.last_outcome: ApplyOutcome | None = None
+        self.changes = ChangeController(self)  # a / u / R / D / O / ctrl+x
+        self.serving = ServingSampler(self)  # the serving view (issue 24)
 
     # ---- layout -----------------------------------------------------------------------------
 
@@ -300,6 +297,15 @@ class HostPane(HostChanges, ServingView, Vertical):
         return self._one(CalculatorPanel)
 
     @property
+    def action_banner(self) -> ActionBanner:
+        return self._one(ActionBanner)
+
+    @property
+    def busy(self) -> str | None:
+        """The host-changing action running ("an apply", …), else None."""
+        return self.changes.busy
+
+    @property
     def gpu_plot(self) -> GpuHistoryPlot:
         return self._one(GpuHistoryPlot)
 
@@ -338,7 +344,7 @@ class HostPane(HostChanges, ServingView, Vertical):
             self._stale = False
             self._catch_up()
         if self.is_attached:
-            self.serving_shown(shown)
+            self.serving.shown_changed(shown)
 
     def _pace_monitor(self) -> None:
         monitor, base = self.monitor, self._pace_base
@@ -391,8 +397,6 @@ class HostPane(HostChanges, ServingView, Vertical):
 
     @work(exclusive=True, group="monitor", exit_on_error=False, description="host monitor")
     async def run_monitor(self) -> None:
-        from kvtui.monitor import HostMonitor
-
         try:
             backend = self._backend_factory(self.host_name, self.spec.config)
         except (BackendError, OSError, ValueError) as exc:
@@ -402,13 +406,11 @@ class HostPane(HostChanges, ServingView, Vertical):
         self.post_message(self.Connected())
         history = None
         if self.record_history:  # the console records every boot it sees (issue 13)
-            from kvtui.history import recorder_for
-
             history = recorder_for(self.host_name, getattr(getattr(self.app, "config", None), "history", None))
         options = replace(self.monitor_options, log_window=self.ui_config.log_lines, clock=self.clock)
         monitor = HostMonitor(self.host_name, backend, host=self.spec.config, history=history, options=options)
         self.monitor = monitor
-        self.attach_serving(monitor)
+        self.serving.attach(monitor)
         self._pace_base = (monitor.flush_interval, monitor.serving_interval)
         self._pace_monitor()
         self.log_view.source = monitor.spool
@@ -423,14 +425,10 @@ class HostPane(HostChanges, ServingView, Vertical):
     @work(exclusive=True, group="eta-history", exit_on_error=False, description="boot history")
     async def load_eta_history(self) -> None:
         """The host's stored boots (read off the loop), for the phase ETAs of ``_refresh_live``."""
-        from kvtui.history.eta import past_boots
-
         self.eta_history = await asyncio.to_thread(past_boots, self.host_name)
 
     def _eta(self, boot: Boot | None, now_dt: datetime) -> BootEta | None:
         """The running boot's ETA when the history has boots to base it on (none: nothing shown)."""
-        from kvtui.history.eta import estimate
-
         if boot is None or boot.status is not BootStatus.STARTING or not self.eta_history:
             return None
         got = estimate(boot, self.eta_history, now_dt, host=self.host_name)
@@ -440,9 +438,6 @@ class HostPane(HostChanges, ServingView, Vertical):
         """A failed boot: what changed since the last ready boot of its model (the history)."""
         if boot is None or boot.status is not BootStatus.FAILED or not self.eta_history:
             return []
-        from kvtui.history import boot_doc
-        from kvtui.history.diff import since_last_good
-
         got = since_last_good(self.eta_history, boot_doc(self.host_name, boot))
         return got[1] if got is not None else []
 
@@ -486,11 +481,11 @@ class HostPane(HostChanges, ServingView, Vertical):
         nothing newer either, the screen is a function of the clock (tests wait for this)."""
         monitor = self.monitor
         return (monitor is not None and not monitor.pending and self.batches_applied == monitor.published
-                and self.serving_caught_up)
+                and self.serving.caught_up)
 
     def apply_updates(self, updates: Sequence[MonitorUpdate]) -> None:
         now = self.clock()
-        self.wake_serving()
+        self.serving.wake()
         parts: list[LinePart] = []
         count = 0
         boot_state: BootState | None = None
@@ -544,7 +539,7 @@ class HostPane(HostChanges, ServingView, Vertical):
             # the usage sparkline keeps a point per second of the host's time: fed while hidden too
             kv.show(self.boot, self.clock())
             self._maybe_probe()
-            self.maybe_sample()
+            self.serving.maybe_sample()
             if shown:
                 self._render_boot()
             else:
@@ -609,7 +604,7 @@ class HostPane(HostChanges, ServingView, Vertical):
         """A boot whose start is not in the log: the history's boot of this host with the same
         flags calibrates the calculator (read off the event loop); without one, the model's
         config.json read on the host, anchored at the pool estimated from serving lines."""
-        from kvtui.changes import ServingConfig, serving_basis, serving_config
+        from kvtui.changes import ServingConfig, serving_basis, serving_config  # lazy: imports kvcalc (test_ui_startup)
 
         try:
             basis = await asyncio.to_thread(serving_basis, boot, self.host_name)
@@ -833,8 +828,6 @@ class HostPane(HostChanges, ServingView, Vertical):
 
     @work(group="orphans", exit_on_error=False, description="orphaned engine processes")
     async def _ask_orphans(self, failed: Boot) -> None:
-        from kvtui.engines.orphans import hint_text
-
         backend = self.backend
         if backend is None:
             return
@@ -848,8 +841,6 @@ class HostPane(HostChanges, ServingView, Vertical):
     def _maybe_probe(self) -> None:
         """Once per ready boot: ask the server for one token (``kvtui.hosts.probe``) when the
         console probes (``kvtui connect``), the host does (``probe``), and the boot names its port."""
-        from kvtui.hosts.probe import boot_port, can_probe, served_model
-
         boot, idx = self.boot, self.boot_index
         if boot is None or idx is None or idx in self.probes or boot.status is not BootStatus.READY:
             return
@@ -864,8 +855,6 @@ class HostPane(HostChanges, ServingView, Vertical):
 
     @work(group="probe", exit_on_error=False, description="probe")
     async def _probe_worker(self, idx: int, port: int, model: str | None) -> None:
-        from kvtui.hosts.probe import probe
-
         backend = self.backend
         if backend is None:
             return
@@ -879,8 +868,6 @@ class HostPane(HostChanges, ServingView, Vertical):
     def _not_serving(self, boot: Boot, res: ProbeResult) -> None:
         """The log said ready but the server did not answer: the boot is failed, ``not_serving``,
         as ``kvtui wait`` marks it — the failure banner, the status line and the fleet row say so."""
-        from kvtui.hosts.probe import mark_not_serving
-
         mark_not_serving(boot, res)
         if boot is not self.boot:
             return

@@ -14,7 +14,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Static
+from textual.widgets import Button, Checkbox, Input, Static
 
 from kvtui.ui import formatting as fmt
 
@@ -552,8 +552,6 @@ class TuneScreen(FittedDialog[TuneRequest | None]):
         self.now = now
 
     def compose(self) -> ComposeResult:
-        from textual.widgets import Input
-
         rules = (
             "Each step is an apply with restart on the one guarded path: diff, backup, verify, restart, "
             "follow the new boot, check the edit is in effect, then ask the server for one token.\n"
@@ -587,16 +585,12 @@ class TuneScreen(FittedDialog[TuneRequest | None]):
         self.call_after_refresh(self._focus_goal)
 
     def _focus_goal(self) -> None:
-        from textual.widgets import Input
-
         self.set_focus(self.query_one("#tune-goal", Input))
 
     def request(self) -> TuneRequest | str:
         """The request, or what is wrong with it."""
-        from textual.widgets import Input
-
-        from kvtui.tune import TuneError, parse_goal
-        from kvtui.tune.planner import also_name
+        from kvtui.tune import TuneError, parse_goal  # lazy: imports kvcalc (test_ui_startup)
+        from kvtui.tune.planner import also_name  # lazy: imports kvcalc (test_ui_startup)
 
         goal = self.query_one("#tune-goal", Input).value.strip()
         requests = None

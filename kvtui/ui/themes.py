@@ -19,7 +19,9 @@ skipped; the app then falls back to :data:`DEFAULT_THEME`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import tempfile
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +31,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from textual.color import Color, ColorParseError
-from textual.theme import Theme
+from textual.theme import BUILTIN_THEMES, Theme
+
+from kvtui.config import state_dir
 
 DEFAULT_THEME = "kvtui-dark"
 
@@ -277,8 +281,6 @@ def accepted_theme_names(loaded: LoadedThemes | None = None) -> list[str]:
     """Every name ``[ui] theme`` may take: the themes the console offers (kvtui's theme files and
     Textual's built-ins). The console checks ``[ui] theme`` against it at start, and
     ``kvtui hosts --check`` up front: change what the console offers here, and both follow."""
-    from textual.theme import BUILTIN_THEMES
-
     loaded = load_themes() if loaded is None else loaded
     builtins = {name for name, theme in BUILTIN_THEMES.items() if usable_theme(theme)}  # not the ANSI ones
     return sorted(builtins | {t.name for t in loaded.themes})
@@ -292,16 +294,12 @@ UI_STATE_FILE = "ui.json"  # in the state dir (``kvtui.config.state_dir``, next 
 
 
 def ui_state_path() -> Path:
-    from kvtui.config import state_dir
-
     return state_dir() / UI_STATE_FILE
 
 
 def remembered_theme(path: Path | None = None) -> str | None:
     """The theme the user last chose in the console; None when none was remembered or the file
     cannot be read (never raises: a broken file is as good as none)."""
-    import json
-
     try:
         data = json.loads((path or ui_state_path()).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -314,9 +312,6 @@ def remember_theme(name: str, path: Path | None = None) -> str | None:
     """Write ``name`` as the theme to start with next time (atomically: a temporary file renamed
     over the old one, so a crash leaves the old choice or the new one). Other keys of the file are
     kept. Returns what went wrong, or None."""
-    import json
-    import tempfile
-
     target = path or ui_state_path()
     try:
         data = json.loads(target.read_text(encoding="utf-8"))

@@ -267,7 +267,7 @@ class CalculatorPanel(Widget, can_focus=True):
 
     def set_boot(self, boot: Boot | None, boots: Sequence[Boot] = ()) -> None:
         """Recalibrate when the boot's figures changed; keeps the user's edits."""
-        from kvtui import kvcalc
+        from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
 
         if boot is None:
             return
@@ -321,7 +321,7 @@ class CalculatorPanel(Widget, can_focus=True):
         """The model of a serving boot whose start is not in the log: calibrated on the stored
         boot of the same host and flags (the history), else its config.json anchored at the pool
         estimated from serving lines; the GPU memory from the GPU source."""
-        from kvtui import kvcalc
+        from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
 
         if self.stored_basis is None:
             pool = longrun.estimated_pool(boot) or "pool not printed yet"
@@ -354,7 +354,7 @@ class CalculatorPanel(Widget, can_focus=True):
         return ""
 
     def _build_fields(self, boot: Boot) -> None:
-        from kvtui import kvcalc
+        from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
 
         assert self.engine is not None
         flags = kvcalc.EDITABLE_FLAGS.get(self.engine, ())
@@ -370,7 +370,7 @@ class CalculatorPanel(Widget, can_focus=True):
 
     @property
     def margin_gib(self) -> float:
-        from kvtui import kvcalc
+        from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
 
         return kvcalc.DEFAULT_GRAPH_MARGIN_GIB if self.graph_margin_gib is None else self.graph_margin_gib
 
@@ -662,7 +662,7 @@ class CalculatorPanel(Widget, can_focus=True):
         """Predict for the current edits and show it. Each edited field is checked on its own: an
         invalid one is flagged, named in ``error`` with what it takes, and the prediction is made
         with its last valid value (a combination the model refuses keeps the last prediction)."""
-        from kvtui import kvcalc
+        from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
 
         self.computations += 1
         for f in self.fields:

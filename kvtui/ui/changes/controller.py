@@ -1,39 +1,33 @@
 """The host-changing actions of a host's console (``a`` apply, ``u`` rollback, ``R`` restart,
-``D`` demo speed, ``O`` tune, ``ctrl+x`` cancel): ``HostChanges``, a mixin of ``HostPane`` that
-plans through ``kvtui.changes`` / ``kvtui.tune``, confirms in a dialog, runs the change in a
-``service`` worker and shows its progress and outcome in the action banner."""
+``D`` demo speed, ``O`` tune, ``ctrl+x`` cancel): ``ChangeController``, owned by ``HostPane``
+(``pane.changes``), plans through ``kvtui.changes`` / ``kvtui.tune``, confirms in a dialog, runs
+the change in a ``service`` worker of the pane and shows its progress and outcome in the pane's
+action banner."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
-from textual import work
 from textual.notifications import SeverityLevel
-from textual.widget import Widget
 
+from kvtui import flags
 from kvtui.boot import Boot, BootStatus
-from kvtui.ui.screens import ApplyScreen, NoticeScreen
-from kvtui.ui.widgets.action import ActionBanner, Severity
+from kvtui.config import DEMO_DEFAULT_SPEED
+from kvtui.hosts import service
+from kvtui.hosts.backend import BackendError
+from kvtui.sim.backend import DemoBackend
+from kvtui.ui.changes.action import Severity
+from kvtui.ui.screens import ApplyScreen, ConfirmScreen, NoticeScreen, TuneScreen
 from kvtui.ui.widgets.host import HostBar
 
 if TYPE_CHECKING:
-    from kvtui.config import CalcConfig
     from kvtui.flags import Edit
-    from kvtui.hosts.backend import HostBackend
     from kvtui.hosts.service import ApplyOutcome, ApplyPlan, Calculator, RestartPlan
-    from kvtui.monitor import HostMonitor
     from kvtui.tune.driver import TuneResult
-    from kvtui.ui.host_pane import Clock, HostSpec
-    from kvtui.ui.widgets.calculator import CalculatorPanel
-    from kvtui.ui.widgets.host import HostInfo
-
-    _Base = Widget
-else:
-    _Base = object
-
-W = TypeVar("W", bound=Widget)
+    from kvtui.ui.calc.panel import CalculatorPanel
+    from kvtui.ui.host_pane import HostPane
 
 
 def demo_target(speed: float) -> str:
@@ -45,7 +39,7 @@ def calculator_edits(calc: CalculatorPanel) -> list[Edit] | str:
     """The flags the user changed in the calculator, as edits of the server's flags file (every
     node's, for a deployment; validated as the calculator validates them), or why there is nothing
     to apply. The host console's ``a`` and the deployment console's ``a`` both use it."""
-    from kvtui import flags, kvcalc
+    from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
 
     sets, unsets = calc.edits()
     if not sets and not unsets:
@@ -60,52 +54,35 @@ def calculator_edits(calc: CalculatorPanel) -> list[Edit] | str:
     return flags.edits_from_mapping(dict(edits.values))
 
 
-class HostChanges(_Base):
-    """Apply, rollback, restart, demo speed and tune on the pane's host (one at a time: ``busy``).
-    The state it uses (``backend``, ``boot``, ``busy``, …) is ``HostPane``'s."""
+class ChangeController:
+    """Apply, rollback, restart, demo speed and tune on a pane's host (one at a time: ``busy``).
+    It reads the pane's host state (``backend``, ``boot``, ``monitor``, …) and runs its workers on
+    the pane (group ``service``)."""
 
-    if TYPE_CHECKING:
-        spec: HostSpec
-        host_name: str
-        readonly: bool
-        info: HostInfo
-        clock: Clock
-        calc_config: CalcConfig
-        backend: HostBackend | None
-        monitor: HostMonitor | None
-        boot: Boot | None
-        busy: str | None
-        tune_stop: asyncio.Event | None
-        last_tune: TuneResult | None
-        _busy_gen: int
-        restart_issued: bool
-        _written: bool
-        last_outcome: ApplyOutcome | None
-
-        @property
-        def calculator(self) -> CalculatorPanel: ...
-
-        def _one(self, kind: type[W]) -> W: ...
+    def __init__(self, pane: HostPane) -> None:
+        self.pane = pane
+        self.host_name = pane.host_name
+        self.busy: str | None = None  # the host-changing action running ("an apply", …)
+        self.tune_stop: asyncio.Event | None = None  # set: the running tune stops after its step
+        self.last_tune: TuneResult | None = None
+        self._busy_gen = 0  # bumped by each change begun or cancelled (see ``_end``)
+        self.restart_issued = False  # the running change reached its restart step
+        self._written = False  # the running change wrote the flags file
+        self.last_outcome: ApplyOutcome | None = None
 
     # ---- changing the host: a / u / R, through kvtui.hosts.service -------------------------------
 
     def can_restart(self) -> bool | None:
         """False: hidden (readonly); None: shown but unavailable; True: available."""
-        if self.readonly:
+        if self.pane.readonly:
             return False
-        from kvtui.hosts.service import restart_unavailable
-
-        return None if restart_unavailable(self.host_name, self.spec.config, self.backend) else True
-
-    @property
-    def action_banner(self) -> ActionBanner:
-        return self.query_one(ActionBanner)
+        return None if service.restart_unavailable(self.host_name, self.pane.spec.config, self.pane.backend) else True
 
     def rollback_default(self) -> tuple[bool, str]:
         """The automatic-rollback toggle's default, and why: on when the running boot is ready
         (the current flags are known to work, so going back restores service), off otherwise
         (going back would restart into flags that have not produced a ready boot)."""
-        boot = self.boot
+        boot = self.pane.boot
         if boot is not None and boot.status is BootStatus.READY:
             return True, ("on by default: the running boot is ready with the current flags, so going back to "
                           "them restores service")
@@ -117,11 +94,11 @@ class HostChanges(_Base):
         """Mark ``what`` as running; its number (its worker hands it to ``_end``), or None when
         another change runs or the host is not reached."""
         if self.busy is not None:
-            self.notify(f"{self.busy} in progress on {self.host_name}: wait for it to end, or cancel it (ctrl+x)",
-                        severity="warning", timeout=4)
+            self.pane.notify(f"{self.busy} in progress on {self.host_name}: wait for it to end, or cancel it (ctrl+x)",
+                             severity="warning", timeout=4)
             return None
-        if self.backend is None:
-            self.notify(f"{self.host_name} is not connected yet", severity="warning", timeout=4)
+        if self.pane.backend is None:
+            self.pane.notify(f"{self.host_name} is not connected yet", severity="warning", timeout=4)
             return None
         self.busy = what
         self._keys_changed()
@@ -139,8 +116,8 @@ class HostChanges(_Base):
 
     def _keys_changed(self) -> None:
         """The footer's keys depend on ``busy``: ask the screen to check them again."""
-        if self.is_attached:
-            self.screen.refresh_bindings()
+        if self.pane.is_attached:
+            self.pane.screen.refresh_bindings()
 
     # progress lines that say the server is being restarted (kvtui.hosts.service's wording)
     RESTART_STEP = ("restarting the unit", "systemctl restart", "stopping the server", "starting the server")
@@ -150,7 +127,7 @@ class HostChanges(_Base):
             self.restart_issued = True
         if "the previous version is saved as" in line:
             self._written = True
-        self.action_banner.progress(line)
+        self.pane.action_banner.progress(line)
 
     def cancel_change(self) -> str | None:
         """``ctrl+x``: stop the running apply, rollback or restart — before its restart step it is
@@ -171,103 +148,100 @@ class HostChanges(_Base):
                       "(written atomically)"]
         self._busy_gen += 1  # the cancelled worker's end no longer frees the host: it is free now
         self.busy = None
-        self.workers.cancel_group(self, "service")
-        self.action_banner.finish("warning", headline, detail)
+        self.pane.workers.cancel_group(self.pane, "service")
+        self.pane.action_banner.finish("warning", headline, detail)
         return headline
 
     def _calculator_for_apply(self) -> Calculator:
         """What predicts the apply's flags: the calculator's own model for a serving boot whose start
         is not in the log (the history's boot of its flags, or its config.json at the estimated
         pool: the log has no pool line to calibrate from), else ``changes.calculate``."""
-        from kvtui import changes, kvcalc
+        from kvtui import changes, kvcalc  # lazy: imports kvcalc (test_ui_startup)
 
-        boot, model = self.boot, self.calculator.model
+        boot, model = self.pane.boot, self.pane.calculator.model
         if boot is not None and boot.start_missing is not None and model is not None and not kvcalc.sized_pool(boot):
             return changes.calculate_on(model, boot)
         return changes.calculate
 
     def _known_boots(self) -> list[Boot] | None:
-        return list(self.monitor.tracker.boots) if self.monitor is not None else None
+        return list(self.pane.monitor.tracker.boots) if self.pane.monitor is not None else None
 
     def start_apply(self) -> None:
         """``a``: plan the calculator's edits, confirm, apply and restart."""
-        if self.readonly:
+        if self.pane.readonly:
             return
-        edits = calculator_edits(self.calculator)
+        edits = calculator_edits(self.pane.calculator)
         if isinstance(edits, str):
-            self.notify(edits, severity="warning", timeout=5)
+            self.pane.notify(edits, severity="warning", timeout=5)
             return
         gen = self._begin("an apply")
         if gen is not None:
-            self._apply_worker(edits, gen)
+            self.pane.run_worker(self._apply_worker(edits, gen), name="_apply_worker", group="service",
+                                 description="apply", exit_on_error=False)
 
     def start_rollback(self) -> None:
         """``u``: restore the newest backup of the flags file, confirm, restart."""
-        gen = None if self.readonly else self._begin("a rollback")
+        gen = None if self.pane.readonly else self._begin("a rollback")
         if gen is not None:
-            self._rollback_worker(gen)
+            self.pane.run_worker(self._rollback_worker(gen), name="_rollback_worker", group="service",
+                                 description="rollback", exit_on_error=False)
 
     def toggle_demo_speed(self) -> None:
         """``D``: a demo host's simulation restarts in real time (×1), or at its configured speed
         again (the default speed when real time is what is configured)."""
-        from kvtui.config import DEMO_DEFAULT_SPEED
-        from kvtui.hosts.service import plan_restart
-        from kvtui.sim.backend import DemoBackend
-
-        backend, cfg = self.backend, self.spec.config
-        if not isinstance(backend, DemoBackend) or not cfg.demo or self.readonly:
+        backend, cfg = self.pane.backend, self.pane.spec.config
+        if not isinstance(backend, DemoBackend) or not cfg.demo or self.pane.readonly:
             return
         if self.busy is not None:
-            self.notify(f"{self.busy} in progress on {self.host_name}: the speed can change after it",
-                        severity="warning", timeout=4)
+            self.pane.notify(f"{self.busy} in progress on {self.host_name}: the speed can change after it",
+                             severity="warning", timeout=4)
             return
         configured = cfg.demo_speed
         fast = configured if configured != 1 else DEMO_DEFAULT_SPEED
         backend.speed = 1.0 if backend.speed != 1 else fast
-        self.info = replace(self.info, target=demo_target(backend.speed))
-        bar = self._one(HostBar)
-        bar.info = self.info
+        self.pane.info = replace(self.pane.info, target=demo_target(backend.speed))
+        bar = self.pane.query_one(HostBar)
+        bar.info = self.pane.info
         bar.refresh()
-        plan = plan_restart(self.host_name, self.spec.config, backend)
+        plan = service.plan_restart(self.host_name, self.pane.spec.config, backend)
         if plan.refused:
-            self.notify(plan.refusals[0].reason, title="demo speed", severity="warning", timeout=8)
+            self.pane.notify(plan.refusals[0].reason, title="demo speed", severity="warning", timeout=8)
             return
-        self.notify(f"{self.host_name}: the simulation restarts at ×{backend.speed:g}"
-                    + (" (real time)" if backend.speed == 1 else ""), title="demo speed", timeout=4)
+        self.pane.notify(f"{self.host_name}: the simulation restarts at ×{backend.speed:g}"
+                         + (" (real time)" if backend.speed == 1 else ""), title="demo speed", timeout=4)
         self.start_restart(plan)
 
     def start_restart(self, plan: RestartPlan) -> None:
         """``R`` (after its confirm): restart through the service layer."""
-        gen = None if self.readonly else self._begin("a restart")
+        gen = None if self.pane.readonly else self._begin("a restart")
         if gen is not None:
-            self._restart_worker(plan, gen)
+            self.pane.run_worker(self._restart_worker(plan, gen), name="_restart_worker", group="service",
+                                 description="restart", exit_on_error=False)
 
-    @work(group="service", exit_on_error=False, description="apply")
     async def _apply_worker(self, edits: list[Edit], gen: int) -> None:
-        from kvtui import changes
-        from kvtui.hosts import service
+        from kvtui import changes  # lazy: imports kvcalc (test_ui_startup)
 
-        backend = self.backend
+        backend = self.pane.backend
         assert backend is not None
-        banner = self.action_banner
+        banner = self.pane.action_banner
         try:
             banner.start(f"apply on {self.host_name}", "reading the server's flags…")
             try:
                 plan = await changes.plan_apply(
-                    self.host_name, self.spec.config, backend, edits, restart=True, boots=self._known_boots(),
-                    graph_margin_gib=self.calc_config.graph_margin_gib, clock=self.clock,
+                    self.host_name, self.pane.spec.config, backend, edits, restart=True, boots=self._known_boots(),
+                    graph_margin_gib=self.pane.calc_config.graph_margin_gib, clock=self.pane.clock,
                     calculator=self._calculator_for_apply(),
                 )
             except service.ServiceError as exc:
                 banner.stop()
-                await self.app.push_screen_wait(NoticeScreen(f"Cannot apply on {self.host_name}", str(exc)))
+                await self.pane.app.push_screen_wait(NoticeScreen(f"Cannot apply on {self.host_name}", str(exc)))
                 return
             banner.hide()
             on, why = self.rollback_default()
-            decision = await self.app.push_screen_wait(ApplyScreen(plan, rollback_default=on, rollback_why=why))
+            decision = await self.pane.app.push_screen_wait(ApplyScreen(plan, rollback_default=on, rollback_why=why))
             if decision is None:
                 banner.stop()
-                self.notify("nothing was changed", title=f"{self.host_name}: apply cancelled", timeout=4)
+                self.pane.notify("nothing was changed", title=f"{self.host_name}: apply cancelled", timeout=4)
                 return
             plan.force = decision.force
             plan.rollback_on_failure = decision.rollback_on_failure
@@ -275,48 +249,44 @@ class HostChanges(_Base):
         finally:
             self._end(gen)
 
-    @work(group="service", exit_on_error=False, description="rollback")
     async def _rollback_worker(self, gen: int) -> None:
-        from kvtui import changes
-        from kvtui.hosts import service
+        from kvtui import changes  # lazy: imports kvcalc (test_ui_startup)
 
-        backend = self.backend
+        backend = self.pane.backend
         assert backend is not None
-        banner = self.action_banner
+        banner = self.pane.action_banner
         try:
             banner.start(f"rollback on {self.host_name}", "looking for kvtui's backups…")
             try:
-                plan = await changes.plan_rollback(self.host_name, self.spec.config, backend, restart=True,
+                plan = await changes.plan_rollback(self.host_name, self.pane.spec.config, backend, restart=True,
                                                    boots=self._known_boots(),
-                                                   graph_margin_gib=self.calc_config.graph_margin_gib,
-                                                   clock=self.clock)
+                                                   graph_margin_gib=self.pane.calc_config.graph_margin_gib,
+                                                   clock=self.pane.clock)
             except service.ServiceError as exc:
                 banner.stop()
-                await self.app.push_screen_wait(NoticeScreen(f"Cannot roll back {self.host_name}", str(exc)))
+                await self.pane.app.push_screen_wait(NoticeScreen(f"Cannot roll back {self.host_name}", str(exc)))
                 return
             banner.hide()
-            decision = await self.app.push_screen_wait(ApplyScreen(plan))
+            decision = await self.pane.app.push_screen_wait(ApplyScreen(plan))
             if decision is None:
                 banner.stop()
-                self.notify("nothing was changed", title=f"{self.host_name}: rollback cancelled", timeout=4)
+                self.pane.notify("nothing was changed", title=f"{self.host_name}: rollback cancelled", timeout=4)
                 return
             await self._execute(plan)
         finally:
             self._end(gen)
 
     async def _execute(self, plan: ApplyPlan) -> None:
-        from kvtui.hosts import service
-
-        backend = self.backend
+        backend = self.pane.backend
         assert backend is not None
         verb = "apply" if plan.action == "apply" else "rollback"
-        self.action_banner.start(f"{verb} on {self.host_name}")
-        outcome = await service.execute(plan, backend, self._progress, clock=self.clock)
+        self.pane.action_banner.start(f"{verb} on {self.host_name}")
+        outcome = await service.execute(plan, backend, self._progress, clock=self.pane.clock)
         self.last_outcome = outcome
         if plan.restart and outcome.boot is not None:  # the history keeps the edit, prediction and outcome
-            from kvtui.changes import record_restart
+            from kvtui.changes import record_restart  # lazy: imports kvcalc (test_ui_startup)
 
-            cfg = getattr(getattr(self.app, "config", None), "history", None)
+            cfg = getattr(getattr(self.pane.app, "config", None), "history", None)
             await asyncio.to_thread(record_restart, plan, outcome, cfg)
         self._show_outcome(service.outcome_headline(outcome, plan.action, plan.name), outcome, verb)
 
@@ -334,19 +304,20 @@ class HostChanges(_Base):
             why = [m for m in outcome.messages if m.startswith(("the new boot failed", "hint:", "edit not in effect",
                                                                  "rolled back", "refused", "timed out"))]
             detail += why or outcome.messages[-2:]
-        self.action_banner.finish(severity, headline, detail)
+        self.pane.action_banner.finish(severity, headline, detail)
         toast: SeverityLevel = "information" if severity == "ok" else (
             "warning" if severity == "warning" else "error")
-        self.notify("\n".join([headline, *outcome.reality]), title=f"{self.host_name}: {verb}", severity=toast,
-                    timeout=8 if severity == "ok" else 15)
+        self.pane.notify("\n".join([headline, *outcome.reality]), title=f"{self.host_name}: {verb}", severity=toast,
+                         timeout=8 if severity == "ok" else 15)
 
     # ---- tune (O) -------------------------------------------------------------------------------
 
     def start_tune(self) -> None:
         """``O``: the tune dialog, then the plan to confirm, then the loop (``kvtui.tune``)."""
-        gen = None if self.readonly else self._begin("a tune")
+        gen = None if self.pane.readonly else self._begin("a tune")
         if gen is not None:
-            self._tune_worker(gen)
+            self.pane.run_worker(self._tune_worker(gen), name="_tune_worker", group="service",
+                                 description="tune", exit_on_error=False)
 
     def stop_tune(self) -> bool:
         """``Esc`` while a tune runs: it stops after the step in progress. True when one runs."""
@@ -354,63 +325,58 @@ class HostChanges(_Base):
             return False
         if not self.tune_stop.is_set():
             self.tune_stop.set()
-            self.notify("the tune stops after the step in progress (ctrl+x interrupts it)",
-                        title=f"{self.host_name}: tune", timeout=6)
+            self.pane.notify("the tune stops after the step in progress (ctrl+x interrupts it)",
+                             title=f"{self.host_name}: tune", timeout=6)
         return True
 
-    @work(group="service", exit_on_error=False, description="tune")
     async def _tune_worker(self, gen: int) -> None:
-        from kvtui import changes
-        from kvtui.hosts import service
-        from kvtui.hosts.backend import BackendError
-        from kvtui.kvcalc import DEFAULT_GRAPH_MARGIN_GIB
-        from kvtui.tune import driver
-        from kvtui.tune.planner import Bounds, Planner, Stop, TuneError, also_name, parse_goal
-        from kvtui.ui.screens import ConfirmScreen, TuneScreen
+        from kvtui import changes, kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
+        from kvtui.tune import driver  # lazy: imports kvcalc (test_ui_startup)
+        from kvtui.tune import planner as tp  # lazy: imports kvcalc (test_ui_startup)
 
-        backend = self.backend
+        backend = self.pane.backend
         assert backend is not None
-        banner = self.action_banner
+        banner = self.pane.action_banner
         try:
-            boot = self.boot
+            boot = self.pane.boot
             now = "no boot seen yet" if boot is None else (
                 f"the current boot is {boot.status.value}"
                 + (f" with {boot.metrics.max_total_num_tokens:,} tokens" if boot.metrics.max_total_num_tokens else ""))
-            req = await self.app.push_screen_wait(TuneScreen(self.host_name, now))
+            req = await self.pane.app.push_screen_wait(TuneScreen(self.host_name, now))
             if req is None:
-                self.notify("nothing was changed", title=f"{self.host_name}: tune cancelled", timeout=4)
+                self.pane.notify("nothing was changed", title=f"{self.host_name}: tune cancelled", timeout=4)
                 return
             try:
-                cmd, boots = await driver.start_state(self.host_name, self.spec.config, backend,
+                cmd, boots = await driver.start_state(self.host_name, self.pane.spec.config, backend,
                                                       boots=self._known_boots())
-                goal = parse_goal(req.goal, req.requests)
-                also = tuple(dict.fromkeys(also_name(a) or a.lstrip("-").replace("_", "-") for a in req.also))
+                goal = tp.parse_goal(req.goal, req.requests)
+                also = tuple(dict.fromkeys(tp.also_name(a) or a.lstrip("-").replace("_", "-") for a in req.also))
                 cur = boots[-1] if boots else None
-                margin = self.calc_config.graph_margin_gib
-                planner = Planner(cmd.engine, goal, Bounds(max_boots=req.max_boots), also,
-                                  DEFAULT_GRAPH_MARGIN_GIB if margin is None else margin,
-                                  driver.running_flags(boots, cmd),
-                                  cur is not None and cur.status is BootStatus.READY,
-                                  None if cur is None else cur.metrics.max_total_num_tokens,
-                                  stored=changes.stored_siblings)
-            except (service.ServiceError, BackendError, TuneError) as exc:
-                await self.app.push_screen_wait(NoticeScreen(f"Cannot tune {self.host_name}", str(exc)))
+                margin = self.pane.calc_config.graph_margin_gib
+                planner = tp.Planner(cmd.engine, goal, tp.Bounds(max_boots=req.max_boots), also,
+                                     kvcalc.DEFAULT_GRAPH_MARGIN_GIB if margin is None else margin,
+                                     driver.running_flags(boots, cmd),
+                                     cur is not None and cur.status is BootStatus.READY,
+                                     None if cur is None else cur.metrics.max_total_num_tokens,
+                                     stored=changes.stored_siblings)
+            except (service.ServiceError, BackendError, tp.TuneError) as exc:
+                await self.pane.app.push_screen_wait(NoticeScreen(f"Cannot tune {self.host_name}", str(exc)))
                 return
             first = planner.next(boots, [])
             plan_text = driver.render_plan(self.host_name, planner, first, cur)
-            if isinstance(first, Stop):
-                await self.app.push_screen_wait(NoticeScreen(f"Nothing to tune on {self.host_name}", plan_text,
-                                                             error=not first.met))
+            if isinstance(first, tp.Stop):
+                await self.pane.app.push_screen_wait(NoticeScreen(f"Nothing to tune on {self.host_name}", plan_text,
+                                                                  error=not first.met))
                 return
-            if not await self.app.push_screen_wait(ConfirmScreen(f"Tune {self.host_name}", plan_text, "Tune")):
-                self.notify("nothing was changed", title=f"{self.host_name}: tune cancelled", timeout=4)
+            if not await self.pane.app.push_screen_wait(ConfirmScreen(f"Tune {self.host_name}", plan_text, "Tune")):
+                self.pane.notify("nothing was changed", title=f"{self.host_name}: tune cancelled", timeout=4)
                 return
             self.tune_stop = asyncio.Event()
             banner.start(f"tune on {self.host_name}", first.why)
-            run = driver.TuneRun(self.host_name, self.spec.config, backend, planner, list(boots),
-                                 margin_gib=self.calc_config.graph_margin_gib, say=self._progress,
-                                 step_say=self._progress, clock=self.clock, stop=self.tune_stop,
-                                 history=getattr(getattr(self.app, "config", None), "history", None))
+            run = driver.TuneRun(self.host_name, self.pane.spec.config, backend, planner, list(boots),
+                                 margin_gib=self.pane.calc_config.graph_margin_gib, say=self._progress,
+                                 step_say=self._progress, clock=self.pane.clock, stop=self.tune_stop,
+                                 history=getattr(getattr(self.pane.app, "config", None), "history", None))
             result = await driver.tune(run)
             self.last_tune = result
             head = "goal met" if result.met else ("stopped" if result.interrupted else "goal not met")
@@ -424,20 +390,17 @@ class HostChanges(_Base):
             self.tune_stop = None
             self._end(gen)
 
-    @work(group="service", exit_on_error=False, description="restart")
     async def _restart_worker(self, plan: RestartPlan, gen: int) -> None:
-        from kvtui.hosts import service
-
-        backend = self.backend
+        backend = self.pane.backend
         assert backend is not None
         try:
-            self.action_banner.start(f"restart on {self.host_name}")
-            outcome = await service.restart(plan, backend, self._progress, clock=self.clock)
+            self.pane.action_banner.start(f"restart on {self.host_name}")
+            outcome = await service.restart(plan, backend, self._progress, clock=self.pane.clock)
             self.last_outcome = outcome
             if outcome.code == 0:
-                self.action_banner.stop()
-                self.notify(f"{self.host_name}: restarted — following the new boot; the log marks it",
-                            title=f"{self.host_name}: restart")
+                self.pane.action_banner.stop()
+                self.pane.notify(f"{self.host_name}: restarted — following the new boot; the log marks it",
+                                 title=f"{self.host_name}: restart")
             else:
                 self._show_outcome(service.outcome_headline(outcome, "restart", self.host_name), outcome, "restart")
         finally:

@@ -20,6 +20,9 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
+from kvtui.history import HistoryError, ledger, open_store
+from kvtui.history import diff as hdiff
+from kvtui.history import record as rec
 from kvtui.history.record import spool_segment
 from kvtui.ui import formatting as fmt
 from kvtui.ui.widgets.table import ListTable
@@ -81,8 +84,6 @@ class HistoryScreen(ModalScreen[None]):
 
     @work(exclusive=True, group="history-load", exit_on_error=False)
     async def load(self) -> None:
-        from kvtui.history import HistoryError, open_store
-
         def read() -> tuple[list[Any], str | None]:
             with open_store(readonly=True) as store:
                 try:
@@ -96,9 +97,6 @@ class HistoryScreen(ModalScreen[None]):
         self._fill()
 
     def _fill(self) -> None:
-        from kvtui.history import ledger
-        from kvtui.history import record as rec
-
         table = self.query_one(DataTable)
         table.clear(columns=True)
         self._add_columns(table, "id", "started", "outcome", "fraction", "tokens", "to ready", "failure / restart")
@@ -164,8 +162,6 @@ class HistoryScreen(ModalScreen[None]):
                               "*" if self._key(r) == self.marked else "")
 
     def action_diff(self) -> None:
-        from kvtui.history import diff as hdiff
-
         cur = self._current()
         if cur is None:
             return

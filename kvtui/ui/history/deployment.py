@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from textual import work
 from textual.widgets import DataTable, Static
 
+from kvtui.history import HistoryError, open_store
 from kvtui.history.deployment import (
     ROW_HEADER,
     DeploymentStart,
@@ -22,7 +23,7 @@ from kvtui.history.deployment import (
     start_row,
 )
 from kvtui.history.record import spool_segment
-from kvtui.ui.history_screen import HistoryScreen, tail_text
+from kvtui.ui.history.screen import HistoryScreen, tail_text
 
 NODE_LOG_LINES = 60  # ``l``: the last lines of each node's log of the start
 
@@ -42,8 +43,6 @@ class DeploymentHistoryScreen(HistoryScreen):
 
     @work(exclusive=True, group="history-load", exit_on_error=False)
     async def load(self) -> None:
-        from kvtui.history import HistoryError, open_store
-
         def read() -> tuple[list[DeploymentStart], str | None]:
             with open_store(readonly=True) as store:
                 try:

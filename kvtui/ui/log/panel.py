@@ -1,4 +1,4 @@
-"""The log panel: the log view (``kvtui.ui.widgets.log_view``) with its status line (follow state,
+"""The log panel: the log view (``kvtui.ui.log.view``) with its status line (follow state,
 mode, messages, the "N new lines" badge) and the find bar for ``/`` search and ``&`` filter."""
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from kvtui.ui.keys import refocus_key, run_own_binding
+from kvtui.ui.log.model import LogSource, ViewMode
+from kvtui.ui.log.view import LogView
 from kvtui.ui.perf import QuietStatic
-from kvtui.ui.widgets.log_view import LogSource, LogView, ViewMode
 
 
 class FindInput(Input, inherit_bindings=False):

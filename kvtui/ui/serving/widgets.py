@@ -68,7 +68,7 @@ class Suggestion:
 
 def _predict(model: kvcalc.MemoryModel, flag: str, value: str | None, margin: float) -> kvcalc.Prediction:
     """As the calculator panel predicts: its edits parsed, then ``kvcalc.predict``."""
-    from kvtui import kvcalc  # (lazy: test_ui_startup)
+    from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
 
     edits = kvcalc.parse_edits(model.engine, [f"{flag}={value}"] if value is not None else [], [])
     return kvcalc.predict(model, edits, graph_margin_gib=margin)
@@ -95,7 +95,7 @@ def suggest(diag: Diagnosis, model: kvcalc.MemoryModel | None, margin_gib: float
     to 0.01, or the smallest that holds the observed peak demand (``Evidence.peak_tokens``) ×
     ``DEMAND_MARGIN``, whichever is smaller, and an increase; on vLLM's CPU backend
     ``VLLM_CPU_KVCACHE_SPACE`` in whole GiB the same way (the largest the calculator calls safe)."""
-    from kvtui import kvcalc  # (lazy: test_ui_startup)
+    from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
 
     if diag.limit is not Limit.POOL or model is None or not diag.knobs:
         return None
@@ -115,7 +115,7 @@ def suggest(diag: Diagnosis, model: kvcalc.MemoryModel | None, margin_gib: float
 
 def _suggest_fraction(model: kvcalc.MemoryModel, base: kvcalc.Prediction, target: int | None,
                       margin: float) -> Suggestion:
-    from kvtui import kvcalc  # (lazy: test_ui_startup)
+    from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
 
     flag = kvcalc.fraction_flag(model.engine)
     label = flag.replace("_", "-")
@@ -144,8 +144,8 @@ def _suggest_fraction(model: kvcalc.MemoryModel, base: kvcalc.Prediction, target
 
 def _suggest_cpu(model: kvcalc.MemoryModel, base: kvcalc.Prediction, target: int | None,
                  margin: float) -> Suggestion | None:
-    from kvtui import kvcalc  # (lazy: test_ui_startup)
-    from kvtui.kvcalc.edits import CPU_KV_SPACE
+    from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
+    from kvtui.kvcalc.edits import CPU_KV_SPACE  # lazy: kvcalc after the first frame (test_ui_startup)
 
     flag = CPU_KV_SPACE
     try:

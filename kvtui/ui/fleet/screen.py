@@ -34,8 +34,8 @@ from textual.widgets import Input, Static
 
 from kvtui.fleet.client import PromClient, PromError
 from kvtui.fleet.drill import InstanceHistory, fetch_history, host_for, hosts_hint
-from kvtui.fleet.rows import SORT_KEYS, FleetPoller, FleetRow, filter_rows, sort_rows
-from kvtui.ui.widgets.fleet_table import FleetTable
+from kvtui.fleet.rows import SORT_KEYS, FleetPoller, FleetRow, filter_rows, severity, sort_rows
+from kvtui.ui.fleet.table import FleetTable
 
 if TYPE_CHECKING:
     from textual.app import RenderResult
@@ -84,8 +84,6 @@ def order(rows: Sequence[FleetRow], key: str, reverse: bool) -> list[FleetRow]:
     turns that round, the trouble rows staying on top)."""
     if not reverse:
         return sort_rows(rows, key)
-    from kvtui.fleet.rows import severity
-
     by_key = sorted(sorted(rows, key=lambda r: (r.host, r.instance)), key=SORT_KEYS[key], reverse=True)
     return sorted(by_key, key=lambda r: (severity(r), -len(r.trouble)))
 
@@ -385,7 +383,7 @@ class SeriesPlot(Widget):
         return self._cache
 
     def _build(self) -> str:
-        from textual_plotext import Plot
+        from textual_plotext import Plot  # lazy: plotext after the first frame (test_ui_startup)
 
         if self._plot is None:
             self._plot = Plot()

@@ -439,7 +439,7 @@ class GpuHistoryPlot(Widget):
     def plt(self) -> Plot:
         """The plotext figure (plotext is imported on first use: ~0.1 s kept out of start-up)."""
         if self._plot is None:
-            from textual_plotext import Plot
+            from textual_plotext import Plot  # lazy: plotext after the first frame (test_ui_startup)
 
             self._plot = Plot()
             self._plot.theme("clear")

@@ -24,6 +24,8 @@ from textual.content import Content
 from kvtui.boot import Boot
 from kvtui.history import diff as hdiff
 from kvtui.history.doc import BootDoc
+from kvtui.history.record import new_doc
+from kvtui.history.store import HistoryError, open_store
 from kvtui.ui.perf import QuietStatic
 
 HISTORY_ROWS = 50  # the host's newest stored boots searched for the last good one
@@ -143,8 +145,6 @@ class ChangedStrip(QuietStatic):
         self._rows_for = (host, index, boot.started_at, boot.status)
 
     def refresh_line(self, host: str, boot: Boot, *, reread: bool) -> None:
-        from kvtui.history.record import new_doc
-
         doc = new_doc(host, boot)
         self.run_worker(self._update(host, doc, reread), group="changed-strip", exclusive=True,
                         exit_on_error=False, description="what changed since the last good boot")
@@ -175,8 +175,6 @@ class ChangedStrip(QuietStatic):
 def _stored(host: str) -> list[tuple[int, BootDoc]]:
     """The host's newest stored boots (id, document), newest first; empty when the history cannot
     be read (a reader: read-only, never raises)."""
-    from kvtui.history.store import HistoryError, open_store
-
     try:
         with open_store(readonly=True) as store:
             return [(r.id, r.document) for r in store.boots(host, limit=HISTORY_ROWS)]

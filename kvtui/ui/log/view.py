@@ -1,6 +1,6 @@
 """The log view: a bounded, line-API log view with follow/pause, search and filter over the
 whole spool, error jumps, marks, timestamps and wrapping (the panel around it, with its status line
-and find bar, is ``kvtui.ui.widgets.log_panel``).
+and find bar, is ``kvtui.ui.log.panel``).
 
 ``LogView`` keeps at most ``window`` lines in memory. Everything older lives in the host's spool
 (``HostMonitor.spool``), which search, filter and history reads reach through :class:`LogSource`.
@@ -8,16 +8,10 @@ and find bar, is ``kvtui.ui.widgets.log_panel``).
 
 from __future__ import annotations
 
-import asyncio
-import math
-import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from enum import StrEnum
 from itertools import pairwise
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -32,185 +26,30 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from kvtui.engines.events import LineStyle
-from kvtui.logfilter import FilterSet, LineFilter
-from kvtui.longrun import gap_count, gap_text_label
-from kvtui.ui.widgets.log_window import BarWindow, LineWindow
-from kvtui.updates import GapMark, GapSearchError, HostMatch, LineRun, LogLine, expand, make_line
+from kvtui.logfilter import FilterSet
+from kvtui.longrun import gap_text_label
+from kvtui.ui.log.filtering import gaps_unsearchable, next_filters, search_gaps, spool_filter_hits
+from kvtui.ui.log.model import (
+    HostLog,
+    LogSource,
+    TextQuery,
+    ViewMode,
+    gutter_mark,
+    longest,
+    short,
+    with_note,
+    without_own_stamp,
+    wrapped_rows,
+)
+from kvtui.ui.log.search import LogSearch
+from kvtui.ui.log.window import BarWindow, LineWindow
+from kvtui.updates import LineRun, LogLine, expand
 
 MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)
 _PLAIN = Style()
-SPOOL_MATCH_LIMIT = 1000
-READ_BACK_LIMIT = 500_000  # lines a filter set the spool cannot search in one pass reads back at most
-READ_BACK_CHUNK = 20_000
 CACHED_ROWS = 400
 WRAP_HANG = 2  # a wrapped line's continuation rows start this many cells right of its text
-HOST_PAGE = 200  # matches a search of a gap brings back from the host at a time
-HOST_CONTEXT = 2  # lines of context each side of a match found on the host
-HOST_SEQ_BASE = -(1 << 40)  # the rows of a host search's results: never a spool seq
-# what ``e``/``E`` look for in a gap on the host (the lines the console would colour as errors)
-HOST_ERROR_PATTERN = r"Traceback|ERROR|CRITICAL|FATAL|[Ee]xception|out of memory|CUDA error|NCCL error"
 
-
-class LogSource(Protocol):
-    """The complete log of a host (``kvtui.spool.Spool`` satisfies this)."""
-
-    def read(self, start_seq: int, count: int) -> list[LogLine]: ...
-
-    def search(
-        self,
-        pattern: str,
-        *,
-        regex: bool = False,
-        rank: str | None = None,
-        start_seq: int = 0,
-        reverse: bool = False,
-        limit: int = 1000,
-    ) -> list[LogLine]: ...
-
-    def __len__(self) -> int: ...
-
-
-class HostLog(Protocol):
-    """The lines a host's follower did not read (a server up for days): the gaps (their marker
-    rows in the spool) and a search of them on the host (``kvtui.monitor.HostMonitor``)."""
-
-    @property
-    def gaps(self) -> list[GapMark]: ...
-
-    def gap_search_unavailable(self) -> str | None: ...
-
-    async def search_gap(
-        self, gap: GapMark, pattern: str, *, regex: bool = False, ignore_case: bool = True, context: int = 2,
-        limit: int = 200, newest: bool = False, after: HostMatch | None = None,
-    ) -> list[HostMatch]: ...
-
-
-@dataclass(slots=True)
-class _HostResults:
-    """What a search of a gap brought back, shown in ``ViewMode.HOST``: the rows of each match
-    (``match_seqs``, in order), and whether the host may hold more after the last one."""
-
-    gap: GapMark
-    query: str
-    errors: bool  # ``e``/``E``: error lines, not the search
-    hits: list[HostMatch]
-    match_seqs: list[int]
-    more: bool
-    wrapped: bool = False  # the search that found them went on past the log's end (start)
-
-
-def _with_note(message: str, note: str) -> str:
-    return f"{message} ({note})" if note else message
-
-
-def _wrap_note(note: str, wrapped: bool, forward: bool) -> str:
-    """A search's note, with where it went on from when it passed the log's end (start)."""
-    if not wrapped:
-        return note
-    went = "past the end, on from the top" if forward else "past the top, on from the end"
-    return f"{went}; {note}" if note else went
-
-
-def _wrapped_rows(length: int, width: int, indent: int) -> int:
-    """Rows a line of ``length`` cells takes wrapped at ``width``, its continuation rows indented
-    by ``indent``."""
-    if length <= width:
-        return 1
-    return 1 + math.ceil((length - width) / max(1, width - indent))
-
-
-# the engine's own timestamp at a line's start: SGLang ``[2025-06-01 12:00:00 TP0] …`` (``[… ]`` when
-# it has no rank), vLLM ``INFO 06-01 12:00:00 [file.py:12] …`` (``(EngineCore_DP0 pid=7) INFO …`` in V1)
-_SGLANG_STAMP = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(\] ?| )")
-_VLLM_STAMP = re.compile(
-    r"((?:\([^()]{1,80}\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-)
-
-
-def without_own_stamp(text: str) -> str:
-    """``text`` without the engine's own timestamp at its start (``t`` shows the line's time in a
-    column of its own: the engine's stamp when it printed one): ``[TP0] …``, ``INFO [file.py:12] …``.
-    Two anchored matches, only while timestamps are shown."""
-    first = text[:1]
-    if first == "[":
-        m = _SGLANG_STAMP.match(text)
-        if m is not None:
-            return text[m.end():] if m.group(1).startswith("]") else "[" + text[m.end():]
-    elif first and first in "(DIWEC":
-        m = _VLLM_STAMP.match(text)
-        if m is not None:
-            return m.group(1) + text[m.end():]
-    return text
-
-
-def _gutter(marked: bool, cursor: bool) -> str:
-    """The cell left of a line: ``▌`` a mark (``m``), ``▸`` the cursor line (not marked)."""
-    return "▌" if marked else ("▸" if cursor else " ")
-
-
-def _short(text: str, width: int = 24) -> str:
-    """A search or filter text inside a status message: cut with … so the message's key words
-    (what happened) are never what a narrow status line loses."""
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-# --------------------------------------------------------------------------------------------
-# Matching (pure)
-# --------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class TextQuery:
-    """A search or text filter: plain text, case-insensitive unless it has an upper-case letter
-    (smart case)."""
-
-    text: str
-
-    @property
-    def ignore_case(self) -> bool:
-        return self.text == self.text.lower()
-
-    def compiled(self) -> re.Pattern[str]:
-        return re.compile(re.escape(self.text), re.IGNORECASE if self.ignore_case else 0)
-
-    def spool_args(self) -> tuple[str, bool]:
-        """(pattern, regex) for ``LogSource.search`` (a plain pattern there is smart case too)."""
-        return self.text, False
-
-
-class ViewMode(StrEnum):
-    LIVE = "live"  # the newest lines, in memory
-    HISTORY = "history"  # a window read back from the spool around a search hit
-    FILTER = "filter"  # only lines that pass the & filter (from the whole spool)
-    HOST = "host"  # lines a search found on the host, in a gap the follower did not read
-
-
-def _read_back(source: LogSource, fs: FilterSet, want: int, limit: int) -> tuple[list[LogLine], int]:
-    """The newest ``want`` lines of ``source`` that ``fs`` passes, newest first, reading back at
-    most ``limit`` lines; and the first seq read (0: the whole log; -1: ``want`` found before
-    that). Runs in a thread."""
-    pos = len(source)
-    out: list[LogLine] = []
-    read = 0
-    while pos > 0 and len(out) < want and read < limit:
-        start = max(0, pos - READ_BACK_CHUNK)
-        lines = source.read(start, pos - start)
-        read += len(lines)
-        pos = start
-        out.extend(reversed([ln for ln in lines if fs.matches(ln)]))
-    return out[:want], (-1 if len(out) >= want else pos)
-
-
-# --------------------------------------------------------------------------------------------
-# The view
-# --------------------------------------------------------------------------------------------
-
-
-def _longest(view: LineWindow | list[LogLine], last: int) -> int:
-    """The longest text among the newest ``last`` lines of ``view`` (a window builds no line)."""
-    if isinstance(view, LineWindow):
-        return view.text_lengths(last)
-    return max((len(line.text) for line in view[-last:]), default=0)
 
 
 class LogView(ScrollView, can_focus=True):
@@ -304,7 +143,7 @@ class LogView(ScrollView, can_focus=True):
         self._all = LineWindow()
         self._rows = BarWindow()
         self.collapse_progress = True
-        self._view: LineWindow | list[LogLine] = self._live
+        self.shown_rows: LineWindow | list[LogLine] = self.live_rows
         self._row_starts: list[int] = []
         self._max_width = 0
         self.cursor: int | None = None  # seq of the current line
@@ -333,23 +172,23 @@ class LogView(ScrollView, can_focus=True):
         self._held_pending = 0
         # the gaps of a server up for days and their search on the host (set by the host pane)
         self.host_log: HostLog | None = None
-        self._host: _HostResults | None = None  # the results shown in ViewMode.HOST
+        self.finder = LogSearch(self)  # / \ n N: the search, in the lines read and on the host
 
     # ---- data in ------------------------------------------------------------------------
 
     @property
-    def _live(self) -> LineWindow:
+    def live_rows(self) -> LineWindow:
         """The live tail as shown: a row per progress bar, or (``P``) every redraw."""
         return self._rows if self.collapse_progress else self._all
 
     @property
     def lines(self) -> Sequence[LogLine]:
         """The lines currently shown (live tail, history window or filtered)."""
-        return self._view
+        return self.shown_rows
 
     @property
     def live_lines(self) -> Sequence[LogLine]:
-        return self._live
+        return self.live_rows
 
     @property
     def held(self) -> bool:
@@ -375,9 +214,9 @@ class LogView(ScrollView, can_focus=True):
             self._after_view_change(added=added, trimmed=trimmed)
         if pending:
             self.pending += pending
-            self._post_status()
+            self.post_status()
         elif self.line_filter is not None:  # the hidden count moved while held
-            self._post_status()
+            self.post_status()
 
     def _settle_held(self) -> None:
         """The view is being replaced while held: what was counted for the old one becomes the new
@@ -416,9 +255,9 @@ class LogView(ScrollView, can_focus=True):
             if len(passing) < count:
                 self.filter_hidden += count - len(passing)
                 if not passing and not self._held:  # (held: said when shown again, see ``hold``)
-                    self._post_status()
+                    self.post_status()
             if passing:
-                view = self._view
+                view = self.shown_rows
                 if isinstance(view, BarWindow):  # a row per progress bar here too
                     added, redrawn = view.feed(passing)
                 else:
@@ -434,7 +273,7 @@ class LogView(ScrollView, can_focus=True):
             self._held_pending += count
         else:  # HISTORY: the tail moves on without us
             self.pending += count
-            self._post_status()
+            self.post_status()
 
     def _widen(self, redrawn: int) -> None:
         """A bar's row was redrawn in place with a text of ``redrawn`` characters: as wide as it."""
@@ -477,7 +316,7 @@ class LogView(ScrollView, can_focus=True):
         # always repaint: a full window that follows keeps its height and scroll offset while every
         # row now shows another line (no refresh would leave the view frozen during a storm)
         self.refresh()
-        self._post_status()
+        self.post_status()
 
     def _line_length(self, line: LogLine) -> int:
         if self.timestamps:
@@ -486,11 +325,11 @@ class LogView(ScrollView, can_focus=True):
         return 1 + min(len(line.text), MAX_DISPLAY_CHARS)
 
     def _rebuild_rows(self, added: int = 2048) -> None:
-        view = self._view
+        view = self.shown_rows
         width = self._max_width
         extra = 1 + (13 if self.timestamps else 0)
         if added > 0 and view:  # new lines are at the end; toggles rescan all
-            width = max(width, extra + min(_longest(view, added), MAX_DISPLAY_CHARS))
+            width = max(width, extra + min(longest(view, added), MAX_DISPLAY_CHARS))
         self._max_width = width
         if self.wrap:
             content = max(10, self.scrollable_content_region.width or self.size.width or 80)
@@ -499,7 +338,7 @@ class LogView(ScrollView, can_focus=True):
             indent = self._wrap_indent(content)
             for line in view:
                 one = line.style in ("marker", "gap")
-                total += 1 if one else _wrapped_rows(self._line_length(line), content, indent)
+                total += 1 if one else wrapped_rows(self._line_length(line), content, indent)
                 starts.append(total)
             self._row_starts = starts
             self._set_virtual_size(Size(content, total))
@@ -530,9 +369,9 @@ class LogView(ScrollView, can_focus=True):
     def _rescan(self) -> None:
         # the widest line, as ``_line_length`` measures it (a key toggling timestamps or wrap
         # pays this over the whole window: one pass in C, not a method call per line)
-        view = self._view
+        view = self.shown_rows
         extra = 1 + (13 if self.timestamps else 0)
-        self._max_width = extra + min(MAX_DISPLAY_CHARS, _longest(view, len(view))) if view else 0
+        self._max_width = extra + min(MAX_DISPLAY_CHARS, longest(view, len(view))) if view else 0
         self._version += 1
         self._cache.clear()
         self._rebuild_rows(added=0)
@@ -582,16 +421,16 @@ class LogView(ScrollView, can_focus=True):
         if follow:
             self.pending = 0
             if self.mode in (ViewMode.HISTORY, ViewMode.HOST):
-                self._host = None
+                self.finder.host_results = None
                 if self.line_filter is not None:
                     self.apply_filters(self.line_filter)
                 else:
-                    self._show(self._live, ViewMode.LIVE)
+                    self.show_rows(self.live_rows, ViewMode.LIVE)
             self.cursor = None
             self._version += 1
             self._scroll_to_end()
             self.refresh()
-        self._post_status()
+        self.post_status()
 
     def action_follow_end(self) -> None:
         self.follow = True
@@ -605,41 +444,41 @@ class LogView(ScrollView, can_focus=True):
             self._scroll_to_end()
         elif self.cursor is not None:
             self._scroll_to_seq(self.cursor)
-        self._post_status()
+        self.post_status()
 
     def watch_timestamps(self) -> None:
         self._rescan()
         if self.follow:
             self._scroll_to_end()
-        self._post_status()
+        self.post_status()
 
     def set_recorded(self, recorded: bool) -> None:
         """The log is a recording (``connect --bundle``): its status says so, never "following"."""
         if recorded != self.recorded:
             self.recorded = recorded
-            self._post_status()
+            self.post_status()
 
     def set_offline(self, offline: str | None) -> None:
         """The host is not reached (``offline`` says how), or reached again (None)."""
         if offline != self.offline:
             self.offline = offline
-            self._post_status()
+            self.post_status()
 
-    def _post_status(self) -> None:
+    def post_status(self) -> None:
         if self.is_attached:
             self.post_message(self.StatusChanged(self))
 
-    def _show(self, lines: LineWindow | list[LogLine], mode: ViewMode) -> None:
+    def show_rows(self, lines: LineWindow | list[LogLine], mode: ViewMode) -> None:
         if self._held:
             self._settle_held()
-        self._view = lines
+        self.shown_rows = lines
         self.mode = mode
         self._rescan()
 
     # ---- positions ------------------------------------------------------------------------
 
-    def _index_of(self, seq: int) -> int | None:
-        view = self._view
+    def index_of(self, seq: int) -> int | None:
+        view = self.shown_rows
         i = bisect_left(view, seq, key=lambda line: line.seq)
         return i if i < len(view) and view[i].seq == seq else None
 
@@ -652,7 +491,7 @@ class LogView(ScrollView, can_focus=True):
         return row
 
     def _scroll_to_seq(self, seq: int) -> None:
-        index = self._index_of(seq)
+        index = self.index_of(seq)
         if index is None:
             return
         row = self._row_of_index(index)
@@ -664,14 +503,14 @@ class LogView(ScrollView, can_focus=True):
     def current_index(self) -> int | None:
         """Index (in the view) of the current line: the cursor, else the last line on screen."""
         if self.cursor is not None:
-            index = self._index_of(self.cursor)
+            index = self.index_of(self.cursor)
             if index is not None:
                 return index
-        if not self._view:
+        if not self.shown_rows:
             return None
         height = self.scrollable_content_region.height or self.size.height or 1
         bottom = self._index_at_row(int(self.scroll_y) + height - 1)
-        return min(len(self._view) - 1, bottom)
+        return min(len(self.shown_rows) - 1, bottom)
 
     def set_cursor(self, seq: int) -> None:
         """Make ``seq`` the current line (stop following) and bring it into view."""
@@ -680,17 +519,17 @@ class LogView(ScrollView, can_focus=True):
         self._version += 1
         self._scroll_to_seq(seq)
         self.refresh()
-        self._post_status()
+        self.post_status()
 
     # ---- errors, marks ----------------------------------------------------------------------
 
     def next_error(self, forward: bool = True, *, note: str = "") -> bool:
         """Jump to the next (or previous) error line in the view; False when there is none. A gap
         of lines the follower did not read on the way is searched for error lines on the host."""
-        if self.mode is ViewMode.HOST and self._host is not None and self._host.errors:
-            self._find_in_host(forward)
+        if self.mode is ViewMode.HOST and self.finder.host_results is not None and self.finder.host_results.errors:
+            self.finder.find_in_host(forward)
             return True
-        view = self._view
+        view = self.shown_rows
         if not view:
             return False
         start = self.current_index()
@@ -701,28 +540,28 @@ class LogView(ScrollView, can_focus=True):
         rng = range(start + 1, len(view)) if forward else range(start - 1, -1, -1)
         for i in rng:
             line = view[i]
-            if line.style == "gap" and (gap := self._gap_at(line.seq)) is not None:
-                unable = self._gap_unsearchable(gap)
+            if line.style == "gap" and (gap := self.finder.gap_at(line.seq)) is not None:
+                unable = self.finder.gap_unsearchable(gap)
                 if unable is None:
-                    self._search_gap("", False, gap, forward, note=note, errors=True)
+                    self.finder.search_gap("", False, gap, forward, note=note, errors=True)
                     return True
                 note = unable
                 continue
             if line.style == "error":
-                self.message = _with_note(f"error on line {line.seq + 1:,}", note)  # (not the last miss, left standing)
+                self.message = with_note(f"error on line {line.seq + 1:,}", note)  # (not the last miss, left standing)
                 self.set_cursor(line.seq)
                 return True
-        self.message = _with_note(f"no {'next' if forward else 'previous'} error in view", note)
-        self._post_status()
+        self.message = with_note(f"no {'next' if forward else 'previous'} error in view", note)
+        self.post_status()
         return False
 
     def action_lines(self, step: int) -> None:
         """``j``/``k``: the cursor a line down/up (the first press makes it, see ``move_cursor``)."""
         self.move_cursor(step)
 
-    def _screen_indices(self) -> tuple[int, int] | None:
+    def screen_indices(self) -> tuple[int, int] | None:
         """Indices of the first and last line on screen (None: nothing shown)."""
-        view = self._view
+        view = self.shown_rows
         if not view:
             return None
         height = self.scrollable_content_region.height or self.size.height or 1
@@ -735,11 +574,11 @@ class LogView(ScrollView, can_focus=True):
         only when it leaves the screen. With no cursor (following), the first press makes one on
         the last line on screen (on the first for ``j`` when paused) and pauses following; so does
         a press after a scroll left the cursor off screen."""
-        view = self._view
+        view = self.shown_rows
         if not view:
             return
-        index = self._index_of(self.cursor) if self.cursor is not None else None
-        shown = self._screen_indices()
+        index = self.index_of(self.cursor) if self.cursor is not None else None
+        shown = self.screen_indices()
         if shown is None:
             return
         if index is None or not shown[0] <= index <= shown[1]:
@@ -752,7 +591,7 @@ class LogView(ScrollView, can_focus=True):
         self._version += 1
         self._keep_on_screen(index)
         self.refresh()
-        self._post_status()
+        self.post_status()
 
     def _keep_on_screen(self, index: int) -> None:
         """Scroll the least that brings the line at ``index`` (all its rows) on screen."""
@@ -773,7 +612,7 @@ class LogView(ScrollView, can_focus=True):
     def on_click(self, event: events.Click) -> None:
         """A click puts the cursor on the clicked line (and pauses following)."""
         offset = event.get_content_offset(self)
-        view = self._view
+        view = self.shown_rows
         if offset is None or not view:
             return
         index = self._index_at_row(int(self.scroll_y) + offset.y)
@@ -783,18 +622,18 @@ class LogView(ScrollView, can_focus=True):
         self.cursor = view[index].seq
         self._version += 1
         self.refresh()
-        self._post_status()
+        self.post_status()
 
     def action_first_line(self) -> None:
-        if self.cursor is not None and self._view:  # the cursor goes along
-            self.cursor = self._view[0].seq
+        if self.cursor is not None and self.shown_rows:  # the cursor goes along
+            self.cursor = self.shown_rows[0].seq
             self._version += 1
             self.refresh()
         self.scroll_to(y=0, animate=False, immediate=True)
-        gaps = [line for line in self._view if line.style == "gap"] if self.host_log is not None else []
+        gaps = [line for line in self.shown_rows if line.style == "gap"] if self.host_log is not None else []
         if gaps:  # the first line read is not the log's first line since the boot: say what lies between
             self.message = f"the first line read; {gap_text_label(gaps[0].text, hint=False)} below it (/ searches them)"
-            self._post_status()
+            self.post_status()
 
     def action_half_page(self, step: int) -> None:
         height = self.scrollable_content_region.height or self.size.height or 2
@@ -805,13 +644,13 @@ class LogView(ScrollView, can_focus=True):
 
     def jump_mark(self, forward: bool = True) -> bool:
         """Go to the next (or previous) marked line in the view, round to the first (last)."""
-        in_view = [line.seq for line in self._view if line.seq in self.marks] if self.marks else []
+        in_view = [line.seq for line in self.shown_rows if line.seq in self.marks] if self.marks else []
         if not in_view:
             self.message = "no marked line in view (m marks one)"
-            self._post_status()
+            self.post_status()
             return False
         here = self.current_index()
-        current = self._view[here].seq if here is not None else None
+        current = self.shown_rows[here].seq if here is not None else None
         if current is None:
             target = in_view[0] if forward else in_view[-1]
         elif forward:
@@ -828,7 +667,7 @@ class LogView(ScrollView, can_focus=True):
         index = self.current_index()
         if index is None:
             return None
-        seq = self._view[index].seq
+        seq = self.shown_rows[index].seq
         if seq in self.marks:
             self.marks.discard(seq)
             self.message = f"unmarked line {seq + 1:,}"
@@ -841,337 +680,42 @@ class LogView(ScrollView, can_focus=True):
             self.message = f"marked line {seq + 1:,}{where} ({n:,} mark{'s' if n != 1 else ''})"
         self._version += 1
         self.refresh()
-        self._post_status()
+        self.post_status()
         return seq
 
     def copy_line(self) -> str | None:
         """``y``: the cursor line's text to the clipboard (OSC 52) — with no cursor, the newest
         line — and say what was copied."""
-        view = self._view
-        index = self._index_of(self.cursor) if self.cursor is not None else None
+        view = self.shown_rows
+        index = self.index_of(self.cursor) if self.cursor is not None else None
         if index is None and not view:
             self.message = "no line to copy yet"
-            self._post_status()
+            self.post_status()
             return None
         line = view[index] if index is not None else view[-1]
         self.app.copy_to_clipboard(line.text)
         which = f"line {line.seq + 1:,}" if index is not None else f"the newest line ({line.seq + 1:,}; no cursor)"
-        self.message = f"copied {which}: {_short(line.text, 40)}"
-        self._post_status()
+        self.message = f"copied {which}: {short(line.text, 40)}"
+        self.post_status()
         return line.text
 
-    # ---- search -------------------------------------------------------------------------
+    # ---- search (``LogSearch``) ---------------------------------------------------------------
 
     def set_search(self, text: str, forward: bool = True) -> None:
-        """``/`` (``forward``) finds the first match after the cursor — with no cursor, from the top
-        of the screen — and ``\\`` the first before it (from the bottom of the screen); past the
-        end of the log the search goes on from the other end (and says so)."""
+        """``/`` (``forward``) finds the first match after the cursor (none: from the screen's top),
+        ``\\`` the first before it; past the log's end (start) it goes on from the other (``finder``)."""
         if self.mode is ViewMode.HOST:  # a new search starts from the log, not a host search's results
-            self._leave_host()
+            self.finder.leave_host()
         self.search_query = TextQuery(text) if text else None
         self.search_forward = forward
         self._version += 1
         self._cache.clear()
         self.refresh()
         if self.search_query is not None:
-            self.find(forward)
+            self.finder.find(forward)
         else:
             self.message = ""
-            self._post_status()
-
-    def repeat_search(self, same: bool = True) -> None:
-        """``n`` (``same``) goes on in the search's direction, ``N`` the other way."""
-        self.find(self.search_forward if same else not self.search_forward)
-
-    def find(self, forward: bool = True, *, note: str = "", wrapped: bool = False) -> None:
-        """Go to the next match after the cursor (``forward``, newer) or before it (older; with no
-        cursor, from the top / bottom of the screen); beyond the lines in memory the spool is
-        searched, and a gap of lines the follower did not read (a server up for days) is searched
-        on the host where the search crosses it (``note``: what an earlier step of the same search
-        found there, for the message). Past the end (start) of the log it goes on once from the
-        start (end): ``wrapped``."""
-        query = self.search_query
-        if query is None:
-            return
-        if self.mode is ViewMode.HOST and self._host is not None:
-            self._find_in_host(forward)
-            return
-        found, note = self._scan(query, self._search_range(forward), forward, note, wrapped)
-        if found:
-            return
-        view = self._view
-        if self.source is None:
-            if wrapped:
-                self.message = _with_note(f"no match for /{_short(query.text)}", note)
-                self._post_status()
-            else:
-                self._find_from_edge(query, forward, note)
-            return
-        edge = (view[-1].seq + 1) if forward and view else (view[0].seq - 1 if view else 0)
-        if not forward and edge < 0:
-            if wrapped:
-                self.message = _with_note(self._no_match(query.text), note)
-                self._post_status()
-            else:
-                self._find_from_edge(query, forward, note)
-            return
-        self._search_spool(query, edge, forward, note, wrapped)
-
-    def _find_from_edge(self, query: TextQuery, forward: bool, note: str) -> None:
-        """The search passed the log's end (start): on from its start (end), once."""
-        if self.source is not None:
-            self._search_spool(query, 0 if forward else max(0, len(self.source) - 1), forward, note, wrapped=True)
-            return
-        n = len(self._view)
-        found, note = self._scan(query, range(0, n) if forward else range(n - 1, -1, -1), forward, note, True)
-        if not found:
-            self.message = _with_note(f"no match for /{_short(query.text)}", note)
-            self._post_status()
-
-    def _scan(self, query: TextQuery, rng: range, forward: bool, note: str, wrapped: bool) -> tuple[bool, str]:
-        """Walk the view's lines ``rng`` for the search: True when it went to a match, or on to
-        the host's search of a gap of lines not read; and the note (a gap it could not search)."""
-        pattern = query.compiled()
-        view = self._view
-        for i in rng:
-            line = view[i]
-            if line.style == "gap":
-                gap = self._gap_at(line.seq)
-                if gap is not None:
-                    unable = self._gap_unsearchable(gap)
-                    if unable is None:
-                        self._search_gap(query.text, query.ignore_case, gap, forward, note=note, wrapped=wrapped)
-                        return True, note
-                    note = unable
-                continue
-            if self.line_filter is not None and not self.line_filter.matches(line):
-                continue
-            if pattern.search(line.text):
-                self.set_cursor(line.seq)
-                self.message = _with_note(f"match on line {line.seq + 1:,}", _wrap_note(note, wrapped, forward))
-                self._post_status()
-                return True, note
-        return False, note
-
-    def _search_range(self, forward: bool) -> range:
-        """The indices of the view a search walks: after (before) the cursor, else from the top
-        (bottom) of the screen on."""
-        n = len(self._view)
-        here = self._index_of(self.cursor) if self.cursor is not None else None
-        if here is not None:
-            return range(here + 1, n) if forward else range(here - 1, -1, -1)
-        shown = self._screen_indices()
-        if shown is None:
-            return range(0)
-        return range(shown[0], n) if forward else range(shown[1], -1, -1)
-
-    def _no_match(self, text: str) -> str:
-        """"no match in the whole log" — only when every line was searched: a gap the host could
-        not search leaves "in the lines read"."""
-        unread = self._unsearched_gaps()
-        if unread:
-            return f"no match in the lines read for /{_short(text)}"
-        return f"no match in the whole log for /{_short(text)}"
-
-    def _unsearched_gaps(self) -> bool:
-        host = self.host_log
-        return host is not None and bool(host.gaps) and host.gap_search_unavailable() is not None
-
-    def _gap_at(self, seq: int) -> GapMark | None:
-        host = self.host_log
-        if host is None:
-            return None
-        return next((g for g in host.gaps if g.seq == seq), None)
-
-    def _gap_unsearchable(self, gap: GapMark) -> str | None:
-        """Why the host cannot search ``gap`` (None: it can) — said, never taken for "no match"."""
-        host = self.host_log
-        reason = host.gap_search_unavailable() if host is not None else "no host"
-        if reason is None:
-            return None
-        return f"{gap_count(gap.gap.lines)} not searched: the host cannot search its unread lines ({reason})"
-
-    def _gap_between(self, start_seq: int, hit_seq: int | None, forward: bool) -> GapMark | None:
-        """The first gap a search from ``start_seq`` meets before its spool hit (or the end)."""
-        host = self.host_log
-        if host is None:
-            return None
-        if forward:
-            return next((g for g in host.gaps if g.seq >= start_seq and (hit_seq is None or g.seq < hit_seq)), None)
-        return next((g for g in reversed(host.gaps) if g.seq <= start_seq and (hit_seq is None or g.seq > hit_seq)),
-                    None)
-
-    @work(exclusive=True, group="log-search", exit_on_error=False)
-    async def _search_spool(self, query: TextQuery, start_seq: int, forward: bool, note: str = "",
-                            wrapped: bool = False) -> None:
-        source = self.source
-        if source is None:
-            return
-        pattern, regex = query.spool_args()
-        rank = self.line_filter.rank if self.line_filter is not None else None
-        self.message = f"searching the spool for /{_short(query.text)}…"
-        self._post_status()
-        hits = await asyncio.to_thread(
-            source.search, pattern, regex=regex, rank=rank, start_seq=start_seq, reverse=not forward, limit=1
-        )
-        gap = self._gap_between(start_seq, hits[0].seq if hits else None, forward)
-        if gap is not None:
-            unable = self._gap_unsearchable(gap)
-            if unable is None:
-                await self._gap_search(query.text, query.ignore_case, gap, forward, note=note, wrapped=wrapped)
-                return
-            note = unable
-        if not hits:
-            if not wrapped:
-                self._find_from_edge(query, forward, note)
-                return
-            self.message = _with_note(self._no_match(query.text), note)
-            self._post_status()
-            return
-        where = "match on line" if self._index_of(hits[0].seq) is not None else "found in the spool: line"
-        await self._jump_via_source(hits[0].seq)
-        self.message = _with_note(f"{where} {hits[0].seq + 1:,} (/{_short(query.text)})",
-                                  _wrap_note(note, wrapped, forward))
-        self._post_status()
-
-    # ---- a gap of lines not read, searched on the host ------------------------------------------
-
-    @work(exclusive=True, group="log-search", exit_on_error=False)
-    async def _search_gap(self, text: str, ignore_case: bool, gap: GapMark, forward: bool, *, note: str = "",
-                          errors: bool = False, wrapped: bool = False) -> None:
-        await self._gap_search(text, ignore_case, gap, forward, note=note, errors=errors, wrapped=wrapped)
-
-    async def _gap_search(self, text: str, ignore_case: bool, gap: GapMark, forward: bool, *, note: str = "",
-                          errors: bool = False, after: HostMatch | None = None, wrapped: bool = False) -> None:
-        """Search ``gap`` on the host (``HostLog.search_gap``; a worker: the loop stays free) and
-        show what it brings back (``ViewMode.HOST``); nothing there: the search goes on past it."""
-        host = self.host_log
-        if host is None:
-            return
-        what = "errors" if errors else f"/{_short(text)}"
-        self.message = f"searching {gap_count(gap.gap.lines)} on the host for {what}…"
-        self._post_status()
-        try:
-            hits = await host.search_gap(gap, HOST_ERROR_PATTERN if errors else text, regex=errors,
-                                         ignore_case=ignore_case and not errors, context=HOST_CONTEXT,
-                                         limit=HOST_PAGE, newest=not forward, after=after)
-        except GapSearchError as exc:
-            hits = []
-            note = f"{gap_count(gap.gap.lines)} not searched: the host could not search them ({exc})"
-        else:
-            if not hits:
-                searched = "the rest of the " if after is not None else ""
-                note = f"none in {searched}{gap_count(gap.gap.lines)} searched on the host"
-        if hits:
-            self._show_host(_HostResults(gap, text, errors, hits, [], more=len(hits) >= HOST_PAGE, wrapped=wrapped),
-                            forward)
-            return
-        # nothing there: on from the gap's row, in the lines read
-        await self._jump_via_source(gap.seq)
-        if errors:
-            self.next_error(forward, note=note)
-        else:
-            self.find(forward, note=note, wrapped=wrapped)
-
-    def _show_host(self, res: _HostResults, forward: bool) -> None:
-        """The matches a host search brought back, with their context, as a view of their own:
-        a header row, then each match under the number of its line in the gap."""
-        seq = HOST_SEQ_BASE
-        rows: list[LogLine] = []
-
-        def add(text: str, style: LineStyle = "", ts: datetime | None = None) -> int:
-            nonlocal seq
-            rows.append(make_line(seq, text, ts, None, -1, style))
-            seq += 1
-            return seq - 1
-
-        n = len(res.hits)
-        one = n == 1 and not res.more
-        what = ("error line" if one else "error lines") if res.errors else (
-            f"{'match' if one else 'matches'} for /{_short(res.query)}")
-        add(f"from the host — {n:,}{'+' if res.more else ''} {what} in the {gap_count(res.gap.gap.lines)} not read",
-            "marker")
-        for hit in res.hits:
-            where = f"line {hit.line_no:,} of the gap" if hit.line_no is not None else "in the gap"
-            add(f"{where}", "marker")
-            for t in hit.before:
-                add(t)
-            res.match_seqs.append(add(hit.text, "error" if res.errors else "", hit.ts))
-            for t in hit.after:
-                add(t)
-        tail = "n: more from the host" if res.more else "n / N go on in the lines read · G: back to the log"
-        add(f"end of the host's {what} — {tail}", "marker")
-        self._host = res
-        self.follow = False
-        self._show(rows, ViewMode.HOST)
-        self.set_cursor(res.match_seqs[0] if forward else res.match_seqs[-1])
-        self._host_message(res.match_seqs.index(self.cursor) if self.cursor in res.match_seqs else 0)
-
-    def _host_message(self, k: int) -> None:
-        res = self._host
-        if res is None:
-            return
-        hit = res.hits[k]
-        where = f" (line {hit.line_no:,} of the gap)" if hit.line_no is not None else ""
-        more = "+" if res.more else ""
-        self.message = f"from the host: match {k + 1:,} of {len(res.hits):,}{more}{where}"
-        self._post_status()
-
-    def _find_in_host(self, forward: bool) -> None:
-        """``n``/``N`` among a host search's matches; past the last (first) one, on: the host's
-        next page, or the lines read after (before) the gap."""
-        res = self._host
-        assert res is not None
-        seqs = res.match_seqs
-        k = seqs.index(self.cursor) if self.cursor in seqs else (-1 if forward else len(seqs))
-        k += 1 if forward else -1
-        if 0 <= k < len(seqs):
-            self.set_cursor(seqs[k])
-            self._host_message(k)
-            return
-        self._leave_host_and_go_on(res, forward)
-
-    @work(exclusive=True, group="log-search", exit_on_error=False)
-    async def _leave_host_and_go_on(self, res: _HostResults, forward: bool) -> None:
-        if forward and res.more:
-            await self._gap_search(res.query, res.query == res.query.lower(), res.gap, True, errors=res.errors,
-                                   after=res.hits[-1], wrapped=res.wrapped)
-            return
-        self._leave_host()
-        await self._jump_via_source(res.gap.seq)
-        if res.errors:
-            self.next_error(forward, note="past the host's matches")
-        else:
-            self.find(forward, note="past the host's matches", wrapped=res.wrapped)
-
-    def _leave_host(self) -> None:
-        self._host = None
-        self._show(self._live, ViewMode.LIVE)
-        self.cursor = None
-
-    async def _jump_via_source(self, seq: int) -> None:
-        if self._index_of(seq) is None and self.source is not None:
-            source = self.source
-            half = self.window // 2
-            start = max(0, seq - half)
-            lines = await asyncio.to_thread(source.read, start, self.window)
-            if self.line_filter is not None:
-                lines = [ln for ln in lines if self.line_filter.matches(ln)]
-            self.follow = False
-            self._show(lines, ViewMode.HISTORY)
-        self.set_cursor(seq)
-
-    async def count_matches(self) -> int | None:
-        """How many lines of the whole log match the search (capped at SPOOL_MATCH_LIMIT)."""
-        if self.search_query is None:
-            return None
-        if self.source is None:
-            pattern = self.search_query.compiled()
-            return sum(1 for line in self._view if pattern.search(line.text))
-        pattern_s, regex = self.search_query.spool_args()
-        source = self.source
-        hits = await asyncio.to_thread(source.search, pattern_s, regex=regex, limit=SPOOL_MATCH_LIMIT)
-        return len(hits)
+            self.post_status()
 
     # ---- progress bars --------------------------------------------------------------------
 
@@ -1185,7 +729,7 @@ class LogView(ScrollView, can_focus=True):
         self.message = ("a row per progress bar, redrawn in place (P: every redraw)" if self.collapse_progress
                         else "every progress bar redraw shown (P: a row per bar)")
         if self.mode is ViewMode.LIVE:
-            self._show(self._live, ViewMode.LIVE)
+            self.show_rows(self.live_rows, ViewMode.LIVE)
             if self.follow:
                 self._scroll_to_end()
             elif self.cursor is not None:
@@ -1194,7 +738,7 @@ class LogView(ScrollView, can_focus=True):
             said = self.message
             self.apply_filters(self.line_filter, said)  # the filtered lines again, read anew
             return
-        self._post_status()
+        self.post_status()
 
     # ---- filter -------------------------------------------------------------------------
 
@@ -1203,31 +747,11 @@ class LogView(ScrollView, can_focus=True):
         rank such as ``TP3``; a regular expression when it has ``|``, ``(``… — see
         ``kvtui.logfilter``); ``-`` drops the newest filter; empty text clears them all. Lines
         come from the whole spool when there is one."""
-        text = text.strip()
-        current = self.line_filter or FilterSet()
-        said = ""
-        if not text:
-            fs = FilterSet()
-            said = "filters cleared" if len(current) > 1 else "filter cleared"
-        elif text == "-":
-            if not current:
-                self.message = "no filter to drop (& adds one)"
-                self._post_status()
-                return
-            fs = current.without_last()
-            said = f"dropped &{_short(current.filters[-1].raw)}"
-        else:
-            flt = LineFilter.parse(text)
-            if flt is None:
-                self.message = "&! needs a text or a rank after it"
-                self._post_status()
-                return
-            if flt in current.filters:
-                self.message = f"already filtered: &{_short(flt.raw)}"
-                self._post_status()
-                return
-            fs = current.added(flt)
-            said = "; ".join(fs.notes)
+        fs, said = next_filters(self.line_filter or FilterSet(), text)
+        if fs is None:  # nothing changes: why
+            self.message = said
+            self.post_status()
+            return
         self.apply_filters(fs, said)
 
     def apply_filters(self, filters: FilterSet | None, said: str = "") -> None:
@@ -1238,52 +762,36 @@ class LogView(ScrollView, can_focus=True):
         fs = self.line_filter
         if fs is None:
             self.message = said or "filter cleared"
-            self._show(self._live, ViewMode.LIVE)
+            self.show_rows(self.live_rows, ViewMode.LIVE)
             self.follow = True
             self._scroll_to_end()
-            self._post_status()
+            self.post_status()
             return
         in_memory = [line for line in self._all if fs.matches(line)]
         self.filter_hidden = len(self._all) - len(in_memory)
-        self._show(self._bar_rows(in_memory), ViewMode.FILTER)
+        self.show_rows(self._bar_rows(in_memory), ViewMode.FILTER)
         self.follow = True
         self._scroll_to_end()
-        self.message = _with_note(f"{len(in_memory):,} lines in memory match {_short(fs.raw, 40)}", said)
-        self._post_status()
+        self.message = with_note(f"{len(in_memory):,} lines in memory match {short(fs.raw, 40)}", said)
+        self.post_status()
         if self.source is not None:
             self._filter_from_spool(fs, said)
 
     @work(exclusive=True, group="log-filter", exit_on_error=False)
     async def _filter_from_spool(self, fs: FilterSet, said: str = "") -> None:
-        """The newest ``window`` lines of the whole spool that ``fs`` passes: one spool search
-        when the set is one text or rank, or its texts make one expression (negation and regex
-        included); a set with ranks and more is read back and tested (at most READ_BACK_LIMIT
-        lines)."""
+        """The newest ``window`` lines of the whole spool that ``fs`` passes (``spool_filter_hits``),
+        then its texts in the host's gaps of lines not read (``search_gaps``)."""
         source = self.source
         if source is None:
             return
         window = self.window
-        label = _short(fs.raw, 40)
-        first = fs.filters[0]
-        pattern: str | None
-        if fs.rank is not None:
-            pattern, regex, rank = "", False, fs.rank
-        elif len(fs) == 1 and not first.negate and not first.regex and first.rank is None:
-            pattern, regex, rank = first.text, False, None  # the spool's plain search: smart case too
-        else:
-            pattern, regex, rank = fs.spool_regex(), True, None
+        label = short(fs.raw, 40)
         try:
-            if pattern is not None:
-                hits = await asyncio.to_thread(
-                    source.search, pattern, regex=regex, rank=rank, start_seq=-1, reverse=True, limit=window
-                )
-                stopped = 0 if len(hits) < window else -1
-            else:
-                hits, stopped = await asyncio.to_thread(_read_back, source, fs, window, READ_BACK_LIMIT)
+            hits, stopped = await spool_filter_hits(source, fs, window)
         except Exception as exc:  # an expression the spool refused: said, the lines in memory stay
             if self.line_filter is fs:
                 self.message = f"the spool could not be searched for {label} ({exc})"
-                self._post_status()
+                self.post_status()
             return
         if self.line_filter is not fs:
             return  # replaced meanwhile
@@ -1303,7 +811,7 @@ class LogView(ScrollView, can_focus=True):
         end = max(newest, self._all[-1].seq if self._all else -1)
         start = stopped if stopped >= 0 else (hits[0].seq if hits else end + 1)
         self.filter_hidden = max(0, end - start + 1 - len(hits))
-        self._show(self._bar_rows(hits), ViewMode.FILTER)
+        self.show_rows(self._bar_rows(hits), ViewMode.FILTER)
         if self.follow:
             self._scroll_to_end()
         if stopped > 0:
@@ -1312,43 +820,23 @@ class LogView(ScrollView, can_focus=True):
             scope = "the whole log" if stopped == 0 else "the whole log (newest shown)"
         host = self.host_log
         if host is None or not host.gaps:
-            self.message = _with_note(f"{len(hits):,} lines in {scope} match {label}", said)
-            self._post_status()
+            self.message = with_note(f"{len(hits):,} lines in {scope} match {label}", said)
+            self.post_status()
             return
         read = f"{len(hits):,} lines read match {label}{' (newest shown)' if stopped < 0 else ''}"
         unread = sum(g.gap.lines or 0 for g in host.gaps)
-        reason = host.gap_search_unavailable()
-        if reason is not None or fs.has_rank or not fs.ins:
-            why = (f"the host cannot search its unread lines ({reason})" if reason
-                   else "a rank is not searched there" if fs.has_rank
-                   else "a filter that only hides lines is not searched there")
+        why = gaps_unsearchable(host, fs)
+        if why is not None:
             self.message = f"{read}; {unread:,} lines not read: {why}"
-            self._post_status()
+            self.post_status()
             return
         self.message = f"{read}; searching {unread:,} lines not read on the host…"
-        self._post_status()
-        found, failed = 0, ""
-        for gap in host.gaps:
-            seen: set[tuple[int | None, str]] = set()
-            for flt in fs.ins:  # each positive text on its own; the hiding ones applied to what comes back
-                try:
-                    got = await host.search_gap(gap, flt.text, regex=flt.regex, ignore_case=flt.ignore_case,
-                                                limit=HOST_PAGE, newest=True)
-                except GapSearchError as exc:
-                    failed = str(exc)
-                    continue
-                seen.update((h.line_no, h.text) for h in got if fs.matches_text(h.text, None))
-            found += len(seen)
+        self.post_status()
+        found = await search_gaps(host, fs, unread)
         if self.line_filter is not fs:
             return
-        if failed:
-            self.message = f"{read}; {unread:,} lines not read: the host could not search them ({failed})"
-        else:
-            plus = "+" if found >= HOST_PAGE else ""
-            single = fs.ins[0] if len(fs) == 1 and not fs.ins[0].regex else None
-            how = f"on the host: /{_short(single.text)} shows them" if single is not None else "on the host"
-            self.message = f"{read}; {found:,}{plus} more in the {unread:,} lines not read ({how})"
-        self._post_status()
+        self.message = f"{read}; {found}"
+        self.post_status()
 
     # ---- rendering ------------------------------------------------------------------------
 
@@ -1391,7 +879,7 @@ class LogView(ScrollView, can_focus=True):
             for m in query.compiled().finditer(text):
                 if m.end() > m.start():
                     body.stylize(styles["match"], m.start(), m.end())
-        head = _gutter(line.seq in self.marks, line.seq == self.cursor)
+        head = gutter_mark(line.seq in self.marks, line.seq == self.cursor)
         gutter = Text(head, style=styles["gutter"] if head != " " else Style())
         parts = [gutter]
         if self.timestamps:
@@ -1409,7 +897,7 @@ class LogView(ScrollView, can_focus=True):
             rich_text = self._line_text(line, styles)
             return Strip(list(rich_text.render(self.app.console)), rich_text.cell_len)
         spans: list[tuple[int, int, Style]] = []  # (start, end, style): only styles Rich keeps (truthy)
-        head = _gutter(line.seq in self.marks, line.seq == self.cursor)
+        head = gutter_mark(line.seq in self.marks, line.seq == self.cursor)
         if head != " " and styles["gutter"]:
             spans.append((0, 1, styles["gutter"]))
         if self.timestamps:
@@ -1462,7 +950,7 @@ class LogView(ScrollView, can_focus=True):
                      self._styles())
         (scroll_x, scroll_y), width, base, styles = frame
         row = scroll_y + y
-        view = self._view
+        view = self.shown_rows
         if not view:
             return Strip.blank(width, base)
         index = self._index_at_row(row)

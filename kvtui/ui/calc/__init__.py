@@ -1,0 +1,1 @@
+"""The KV-pool calculator panel."""

@@ -1,0 +1,1 @@
+"""Flag edits, rollback, restart and tune from the console: the pane's change controller and its banner."""

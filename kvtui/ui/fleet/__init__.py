@@ -1,0 +1,1 @@
+"""The fleet screen and its virtual table."""

@@ -1,0 +1,1 @@
+"""The GPU panel: summary, bars, history plot, process table."""

@@ -1,0 +1,1 @@
+"""Past boots: the history screens and the changed-since strip."""
