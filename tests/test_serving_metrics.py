@@ -288,6 +288,14 @@ def test_diagnose_full_pool_without_preemptions_is_not_pool_full() -> None:
     assert diagnose(w).limit is Limit.NONE  # full and busy, but nothing pushed out
 
 
+def test_diagnose_preemptions_are_a_full_pool_whatever_usage_was_sampled() -> None:
+    w = ServingWindow()  # samples seconds apart catch 84 % at most while 70 requests were preempted
+    w.extend(_s(3.0 * i, usage=0.84 if i % 2 else 0.4, running=4, waiting=20, pre=float(10 * i)) for i in range(8))
+    d = diagnose(w)
+    assert d.limit is Limit.POOL
+    assert d.line().startswith("pool full: 70 preemptions in 21 s at 84 % usage, 20 waiting")
+
+
 def test_diagnose_running_cap() -> None:
     w = ServingWindow()
     w.extend(_s(10.0 * i, usage=0.35, running=16, waiting=40, pre=0.0) for i in range(10))

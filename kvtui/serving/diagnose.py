@@ -1,8 +1,9 @@
 """KV-pressure diagnosis over a ``ServingWindow``: which limit bites, the evidence, the knob.
 
-* ``pool full``       — the KV pool: usage ≥ 95 % (``full_usage``) while requests wait, and the
-                        engine preempts (vLLM) or retracts (SGLang) requests — or the source does
-                        not count them (vLLM's log) —, or SGLang's decode ran out of memory;
+* ``pool full``       — the KV pool: the engine preempts (vLLM) or retracts (SGLang) requests while
+                        others wait for capacity (whatever usage the samples caught); where
+                        the source does not count them (vLLM's log), usage ≥ 95 % (``full_usage``)
+                        while requests wait; or SGLang's decode ran out of memory;
 * ``running cap``     — ``--max-running-requests`` (SGLang) / ``--max-num-seqs`` (vLLM): as many
                         requests run as the cap allows while others wait, with the pool far from full;
 * ``context length``  — requests refused (or truncated) for the context length;
@@ -257,7 +258,12 @@ def diagnose(
     # vLLM's log never counts preemptions (0.32): there the full pool with a queue is the evidence
     pushed_known = e.preemptions is not None or e.retractions is not None
     full = usage_waiting is not None and usage_waiting >= full_usage(latest.cache if latest is not None else None)
-    if (full and (pushed_out > 0 or not pushed_known)) or (e.decode_ooms or 0) > 0:
+    # a preemption (vLLM: a running request's next block could not be allocated) or a retraction
+    # (SGLang: decode memory ran short) while requests wait for capacity is the pool running out,
+    # whatever usage the samples caught (seconds apart: the real vLLM's loop test read 84 % at 70
+    # preemptions); where the source does not count them, a full pool with a queue is the evidence
+    waited = usage_waiting is not None
+    if (pushed_out > 0 and waited) or (full and not pushed_known) or (e.decode_ooms or 0) > 0:
         bites.append(Limit.POOL)
     running_waiting = window.running_when_waiting()
     if (running_cap is not None and running_waiting is not None and running_waiting >= running_cap
