@@ -66,6 +66,8 @@ MIN_INTERVAL_S = 0.1  # a scrape costs the server a little: no faster than this
 _FATAL = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 
 
+METRICS_WAIT_S = 5.0  # the least time /metrics is given before the log's serving lines stand in
+
 def _pct(v: float | None) -> str:
     return "—" if v is None else f"{100 * v:.1f}%"
 
@@ -319,7 +321,9 @@ async def _loop(name: str, reader: LiveServing, tasks: Sequence[tuple[str, async
             print(f"{prog}: {name}: the server's boot failed{why}", file=stderr)
             return EXIT_FAILED
         if boot is not None and boot.status is BootStatus.READY:
-            sample = await reader.read_current(timeout=max(1.0, min(10.0, interval * 2)))
+            # a busy server answers /metrics late (the real vLLM under a burst: > 1 s on CI): wait up
+            # to METRICS_WAIT_S before its log stands in, whatever the interval
+            sample = await reader.read_current(timeout=max(METRICS_WAIT_S, min(10.0, interval * 2)))
             source = (reader.source, reader.metrics_error)
             if sample is not None and source != said_source and say_source:
                 where = _sample_host(name, reader)
