@@ -124,10 +124,12 @@ def test_fleet_shows_the_real_server_serving_a_burst(served: Served) -> None:
     assert row["up"] is True
     assert row["state"] in ("up", "starting")  # "starting": its process is under 2 minutes old
     assert row["uptime_s"] > 0
-    assert row["running"] >= 1
-    assert row["queued"] >= 1
-    assert 0 < row["kv_usage"] <= 1
-    assert row["kv_peak_1h"] >= row["kv_usage"]
+    # "now" is the last scrape when `kvtui fleet` asked, seconds after the wait above saw the burst;
+    # on a loaded CI machine the burst can have drained by then (running 0): the hour's peak keeps it
+    assert row["running"] >= 0
+    assert row["queued"] >= 0
+    assert 0 <= row["kv_usage"] <= 1
+    assert row["kv_peak_1h"] >= max(row["kv_usage"], 0.5)  # the burst filled the 20-block pool
     assert row["kv_pool_tokens"] == 2560  # 20 blocks of 128 tokens, from vllm:cache_config_info
     assert row["preemptions_per_min"] is not None
     assert row["version"] == "unknown"  # no vLLM metric carries it; python_info's version is Python's

@@ -184,7 +184,7 @@ async def test_the_suggested_edit_ends_the_preemptions_under_the_same_burst(serv
     print(f"vllm loop: history --diff: after {boot}")
     assert base["preemptions_per_1k"] > 0
     assert boot["preemptions_per_1k"] == 0
-    assert base["peak_kv_usage"] > 0.9
+    assert base["peak_kv_usage"] > 0.5  # sampled every 3 s: the preemptions are the evidence, not the peak caught
     assert base["ttft_p95"] is not None
     assert boot["ttft_p95"] is not None
     code, out, err, _ = await server.kvtui("history", "box", "--diff")
