@@ -369,3 +369,38 @@ def fetch_summary(client: PromClient) -> FleetSummary:
         return int(cols[name][0].value) if cols[name] else 0
 
     return FleetSummary(one("dcgm_gpus"), one("vllm"), one("sglang"), one("targets"), time.monotonic() - t0)
+
+
+def _f(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 120:
+        return f"{s:.0f}s"
+    if s < 7200:
+        return f"{s / 60:.0f}m"
+    if s < 172800:
+        return f"{s / 3600:.0f}h"
+    return f"{s / 86400:.0f}d"
+
+
+def row_cells(r: FleetRow) -> list[str]:
+    """One row's cells as ``kvtui fleet`` and the console's fleet table both show them."""
+    mem = "-"
+    if r.mem_used_max_mib is not None and r.mem_total_mib is not None:
+        mem = f"{r.mem_used_max_mib / 1024:.0f}/{r.mem_total_mib / 1024:.0f}"
+    kv = "-"
+    if r.kv_usage is not None or r.kv_peak_1h is not None:
+        now = _f(None if r.kv_usage is None else r.kv_usage * 100, ".0f")
+        kv = f"{now}/{_f(None if r.kv_peak_1h is None else r.kv_peak_1h * 100, '.0f')}%"
+    rq = "-" if r.running is None and r.queued is None else f"{_f(r.running, '.0f')}/{_f(r.queued, '.0f')}"
+    ttft = "-"
+    if r.ttft_p95_s is not None:
+        ttft = f"{r.ttft_p95_s * 1000:.0f}ms" if r.ttft_p95_s < 1 else f"{r.ttft_p95_s:.1f}s"
+    engine = r.engine if r.version == "unknown" else f"{r.engine} {r.version}"
+    return [r.host, engine, r.model.rsplit("/", 1)[-1], _f(None if r.gpus is None else float(r.gpus), ".0f"), mem,
+            _f(r.util_pct, ".0f"), _f(r.temp_max_c, ".0f"), kv, rq, _f(r.preemptions_per_min, ".1f"), ttft,
+            _duration(r.uptime_s)]
