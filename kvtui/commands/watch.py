@@ -139,9 +139,7 @@ async def watch(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO,
     now = clock or time.time
     try:
         backend = make_backend(args.host, host, clock=clock)
-        monitor = HostMonitor(args.host, backend, host=host,
-                              options=MonitorOptions(start=LogStart.CURRENT_BOOT, gpu_interval=30.0, log_window=200,
-                                                     clock=now, retry_start=False))
+        monitor = HostMonitor(args.host, backend, host=host, options=_watch_options(now))
     except (BackendError, SpoolError) as exc:
         print(f"kvtui watch: {args.host}: {exc}", file=stderr)
         return EXIT_INPUT
@@ -192,6 +190,12 @@ def _printer(name: str, reader: LiveServing, json_out: bool, stdout: TextIO, dep
     return emit
 
 
+def _watch_options(now: Callable[[], float]) -> MonitorOptions:
+    """A watching monitor: from the current boot, GPUs read seldom, a short log window, one try."""
+    return MonitorOptions(start=LogStart.CURRENT_BOOT, gpu_interval=30.0, log_window=200, clock=now,
+                          retry_start=False)
+
+
 def _sample_host(name: str, reader: LiveServing) -> str:
     """The host a sample came from: for a deployment the node's (the head's /metrics, or the node
     whose log stood in)."""
@@ -235,9 +239,7 @@ def _open_deployment(name: str, config: Config, clock: Callable[[], float] | Non
     try:
         for node_name, host in config.node_hosts(name):
             backend = make_backend(node_name, host, clock=clock)
-            monitor = HostMonitor(node_name, backend, host=host,
-                                  options=MonitorOptions(start=LogStart.CURRENT_BOOT, gpu_interval=30.0,
-                                                         log_window=200, clock=now, retry_start=False))
+            monitor = HostMonitor(node_name, backend, host=host, options=_watch_options(now))
             nodes.append(DeploymentNode(node_name, host, monitor))
     except (BackendError, SpoolError, ConfigError) as exc:
         print(f"{prog}: {name}: {exc}", file=stderr)
