@@ -44,7 +44,7 @@ from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.history import HistoryError, Limits, boot_from_doc, open_store, record_numbered
 from kvtui.history import record as rec
 from kvtui.history.doc import FRACTION_FLAGS, flag_value, num
-from kvtui.hosts import commands, service
+from kvtui.hosts import service, shellcmd
 from kvtui.hosts.backend import BackendError, HostBackend, aclose_iter
 from kvtui.hosts.probe import (
     DEFAULT_PROBE_TIMEOUT_S,
@@ -188,7 +188,7 @@ class ServingConfig:
 
 async def serving_config(backend: HostBackend, boot: Boot, *, gpu_mem_gib: float | None = None,
                          read_gpu: bool = True) -> ServingConfig:
-    """Read the running model's ``config.json`` on the host (``commands.model_config``: its
+    """Read the running model's ``config.json`` on the host (``shellcmd.model_config``: its
     directory or the HF cache; bounded) and, unless ``gpu_mem_gib`` is given (or ``read_gpu`` is
     False: the console has its GPU readings), the GPU's memory from one GPU reading. Never raises:
     a failure is ``why``."""
@@ -196,9 +196,9 @@ async def serving_config(backend: HostBackend, boot: Boot, *, gpu_mem_gib: float
     if model is None:
         return ServingConfig(why="the running flags name no model (--model-path / --model): no config.json to read")
     try:
-        res = await backend.run(commands.model_config(model, pid=boot.process_pid), timeout=MODEL_CONFIG_TIMEOUT_S)
-        path, text = commands.parse_model_config(res.exit_status, res.stdout, res.stderr)
-    except (BackendError, commands.ModelConfigError) as exc:
+        res = await backend.run(shellcmd.model_config(model, pid=boot.process_pid), timeout=MODEL_CONFIG_TIMEOUT_S)
+        path, text = shellcmd.parse_model_config(res.exit_status, res.stdout, res.stderr)
+    except (BackendError, shellcmd.ModelConfigError) as exc:
         return ServingConfig(why=f"{model}: {exc}")
     try:
         data = json.loads(text)

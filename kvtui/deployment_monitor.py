@@ -24,7 +24,7 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.boot.stall import Stall, StallDetector
 from kvtui.engines.events import Phase
 from kvtui.history import recorder_for
-from kvtui.hosts import commands as C
+from kvtui.hosts import shellcmd as C
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus
 from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, current_start, diagnose_hang, merge_boots

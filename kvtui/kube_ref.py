@@ -1,6 +1,6 @@
 """A Kubernetes pod reference as hosts.toml spells it (``kube = "CONTEXT/NAMESPACE/POD"``), and the
 checks on the names that go into a kubectl argv. Pure core: ``kvtui.config`` validates with it,
-``kvtui.hosts.kube.commands`` builds the argv with it."""
+``kvtui.hosts.kube.kubectl_argv`` builds the argv with it."""
 
 from __future__ import annotations
 

@@ -959,6 +959,6 @@ class ThreadedFakeSshServer:
 
 def inner_command(command: str) -> str:
     """The command inside kvtui's stream guard (``sh -c '<guard> CMD …'``), else ``command``."""
-    from kvtui.hosts.commands import unwrap_guard
+    from kvtui.hosts.shellcmd import unwrap_guard
 
     return unwrap_guard(command)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtui.hosts import commands as C
+from kvtui.hosts import shellcmd as C
 
 NASTY = [
     "a'b",

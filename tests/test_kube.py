@@ -14,7 +14,7 @@ from kube_support import FakeKube
 
 from kvtui import flags as fl
 from kvtui.gpu import QUERY_GPU_FIELD_NAMES, parse_query_gpu_csv
-from kvtui.hosts.kube import commands as K
+from kvtui.hosts.kube import kubectl_argv as K
 from kvtui.hosts.kube.state import (
     ArgsError,
     ArgsSite,

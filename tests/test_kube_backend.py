@@ -21,7 +21,7 @@ from kvtui.boot import BootStatus, BootTracker
 from kvtui.engines.parse import LineParser
 from kvtui.hosts.backend import BackendError, LogStart
 from kvtui.hosts.kube.backend import KubeBackend
-from kvtui.hosts.kube.commands import PodRef
+from kvtui.hosts.kube.kubectl_argv import PodRef
 from kvtui.hosts.service.model import ServiceError
 
 FIX = Path(__file__).parent / "fixtures"

@@ -16,7 +16,7 @@ from test_ui_helpers import plain, wait_for
 
 from kvtui.config import parse_config
 from kvtui.hosts.kube.backend import KubeBackend
-from kvtui.hosts.kube.commands import PodRef
+from kvtui.hosts.kube.kubectl_argv import PodRef
 from kvtui.monitor import MonitorOptions
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.host_pane import HostSpec

@@ -19,7 +19,7 @@ import pytest
 from kube_support import FakeKube
 
 from kvtui.config import ConfigError, parse_config
-from kvtui.hosts.kube import commands as K
+from kvtui.hosts.kube import kubectl_argv as K
 from kvtui.hosts.kube.backend import KubeBackend
 from kvtui.hosts.kube.dcgm import parse_dcgm, parse_labels, stale_reason
 from kvtui.kube_ref import KubeRefError, ServiceUrl, parse_service_url

@@ -21,7 +21,7 @@ import pytest
 from kube_support import FakeKube, until
 
 from kvtui.hosts.backend import PositionedLogSource
-from kvtui.hosts.kube import commands as K
+from kvtui.hosts.kube import kubectl_argv as K
 from kvtui.hosts.kube.backend import KubeBackend
 from kvtui.hosts.kube.state import ContainerId, NextContainer, container_id, next_container, siblings_selector
 

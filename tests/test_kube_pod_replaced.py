@@ -18,7 +18,7 @@ from kvtui.boot import BootStatus
 from kvtui.bootlog import BootLog
 from kvtui.engines.events import LogRecord
 from kvtui.hosts.backend import ConnState, LogStart
-from kvtui.hosts.kube import commands as K
+from kvtui.hosts.kube import kubectl_argv as K
 from kvtui.hosts.kube.backend import KubeBackend
 from kvtui.hosts.kube.state import successor
 

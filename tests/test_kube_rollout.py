@@ -28,7 +28,7 @@ from kube_support import FakeKube
 from kvtui.boot import BootStatus
 from kvtui.bootlog import BootLog
 from kvtui.engines.events import LogRecord
-from kvtui.hosts.kube import commands as K
+from kvtui.hosts.kube import kubectl_argv as K
 from kvtui.hosts.kube.backend import KubeBackend
 
 FIX = Path(__file__).parent / "fixtures"

@@ -23,7 +23,7 @@ from kvtui.boot import BootStatus
 from kvtui.engines.source_records import gap_range
 from kvtui.hosts.backend import SearchableLog
 from kvtui.hosts.kube import backend as KB
-from kvtui.hosts.kube import commands as K
+from kvtui.hosts.kube import kubectl_argv as K
 from kvtui.hosts.kube.backend import KubeBackend
 from kvtui.monitor import HostMonitor, MonitorOptions
 

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from kvtui.hosts import commands as cmds
+from kvtui.hosts import shellcmd as cmds
 
 
 def test_the_root_of_the_tree_is_the_main_process_even_when_a_worker_has_a_smaller_pid() -> None:

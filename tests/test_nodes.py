@@ -232,7 +232,7 @@ def test_a_stopped_node_is_named_at_once() -> None:
 
 
 def test_unit_environment_command_and_parse() -> None:
-    from kvtui.hosts import commands as C
+    from kvtui.hosts import shellcmd as C
 
     assert C.unit_environment("sglang r1.service") == "systemctl show -p Environment --value 'sglang r1.service'"
     assert C.unit_environment("s.service", sudo=True) == "sudo -n systemctl show -p Environment --value s.service"

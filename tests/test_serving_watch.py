@@ -281,7 +281,7 @@ def test_wait_serving_prints_a_first_sample(tmp_path: Path, capsys: pytest.Captu
 
 async def test_metrics_of_a_kube_pod_through_the_api_server_pod_proxy(kube: Any) -> None:
     from kvtui.hosts.kube.backend import KubeBackend
-    from kvtui.hosts.kube.commands import PodRef
+    from kvtui.hosts.kube.kubectl_argv import PodRef
 
     pod = json.loads((Path(__file__).parent / "fixtures" / "kube" / "pods" / "running-ready.json").read_text())
     kube.put_pod(pod, "r1-0")

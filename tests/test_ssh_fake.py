@@ -1,7 +1,7 @@
 """SshBackend against an in-process asyncssh server (fast): connection states, host keys,
 lossless journal resume across server-side drops, GPU stream and staleness, one-shot commands.
 
-The fake host answers the *commands kvtui builds* (``kvtui.hosts.commands``), unwrapping the
+The fake host answers the *commands kvtui builds* (``kvtui.hosts.shellcmd``), unwrapping the
 stream guard; it is not a shell."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from sshd_support import FakeSshServer, fake_ssh_server, inner_command
 
 from kvtui.config import HostConfig
 from kvtui.engines.events import LogRecord
-from kvtui.hosts import commands as C
+from kvtui.hosts import shellcmd as C
 from kvtui.hosts.backend import BackendError, ConnState, HostBackend, LogStart
 from kvtui.hosts.ssh import Backoff, SshBackend
 

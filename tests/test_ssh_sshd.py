@@ -38,7 +38,7 @@ from sshd_support import (
 )
 
 from kvtui.engines.events import LogRecord
-from kvtui.hosts import commands as C
+from kvtui.hosts import shellcmd as C
 from kvtui.hosts.backend import BackendError, ConnState, LogStart
 from kvtui.hosts.ssh import Backoff, SshBackend
 

@@ -27,12 +27,12 @@ from kvtui.engines.events import FailureKind, Phase
 from kvtui.monitor import MonitorOptions
 from kvtui.ui.app import KvtuiApp, MainScreen
 from kvtui.ui.calc.panel import CalculatorPanel
-from kvtui.ui.commands import main_screen_commands
 from kvtui.ui.gpu.widgets import ProcessTable
 from kvtui.ui.host_pane import HostPane, HostSpec
 from kvtui.ui.log.model import ViewMode
 from kvtui.ui.log.panel import FindBar
 from kvtui.ui.log.view import LogView
+from kvtui.ui.palette import main_screen_commands
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen
 from kvtui.ui.widgets.boot import FailureBanner, PhaseTimeline, StallNotice
 from kvtui.ui.widgets.host import FleetSummary, HostBar

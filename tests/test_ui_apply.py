@@ -19,8 +19,8 @@ from kvtui.engines.events import FailureKind
 from kvtui.flags import get_flag
 from kvtui.sim.backend import DemoBackend
 from kvtui.ui.app import KvtuiApp, MainScreen
-from kvtui.ui.commands import main_screen_commands
 from kvtui.ui.host_pane import HostPane
+from kvtui.ui.palette import main_screen_commands
 from kvtui.ui.screens import ApplyScreen, ConfirmScreen, HelpScreen, NoticeScreen
 
 SPEED = 40.0

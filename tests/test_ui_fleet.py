@@ -67,7 +67,7 @@ async def test_F_opens_the_fleet_screen_from_a_console_and_F_closes_it() -> None
 
 
 async def test_the_palette_offers_the_fleet_screen() -> None:
-    from kvtui.ui.commands import main_screen_commands
+    from kvtui.ui.palette import main_screen_commands
 
     app = demo_app(FakeClock())
     async with app.run_test(size=(120, 36)) as pilot:

@@ -48,7 +48,7 @@ from kvtui.engines.events import (
 )
 from kvtui.engines.text import version_key
 from kvtui.engines.unknown import UnrecognisedShape, looks_like_startup, shape_of
-from kvtui.flags.command import parse_argv
+from kvtui.flags.cmdline import parse_argv
 from kvtui.flags.errors import FlagError
 from kvtui.knobs import dest_name
 

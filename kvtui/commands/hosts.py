@@ -27,10 +27,10 @@ from kvtui.config import ConfigError, DemoHost, SshHost, format_value, load_conf
 from kvtui.exits import EXIT_INPUT, EXIT_OK
 from kvtui.fleet.client import PromClient, PromError
 from kvtui.fleet.rows import fetch_summary
-from kvtui.hosts import commands as C
+from kvtui.hosts import shellcmd as C
 from kvtui.hosts.backend import BackendError, ConnState
-from kvtui.hosts.commands import server_pid_file
 from kvtui.hosts.factory import make_backend
+from kvtui.hosts.shellcmd import server_pid_file
 
 if TYPE_CHECKING:
     from kvtui.config import Config, HostConfig

@@ -24,7 +24,7 @@ count, a non-number) and values with shell or systemd metacharacters are refused
 that says why.
 
 No I/O: every function takes text and returns text or data. The parts: ``lexer`` (words with their
-exact positions), ``command`` (the server command among words: engine, flags), ``locate`` (that
+exact positions), ``cmdline`` (the server command among words: engine, flags), ``locate`` (that
 command in a unit or a script), ``values`` (what the engine would refuse), ``edit`` and ``layout``
 (changing only the bytes of the edited flags, in the neighbours' style), ``verify`` (re-reading a
 written file, a command line or the engine's argument dump). The flag table itself is
@@ -33,7 +33,7 @@ written file, a command line or the engine's argument dump). The flag table itse
 
 from __future__ import annotations
 
-from kvtui.flags.command import FlagOccurrence, ServerCommand, parse_argv, parse_systemctl_execstart
+from kvtui.flags.cmdline import FlagOccurrence, ServerCommand, parse_argv, parse_systemctl_execstart
 from kvtui.flags.edit import Change, Edit, EditResult, apply_edits, edits_from_mapping, parse_edit_args
 from kvtui.flags.errors import BadValue, FlagError, NoServerCommand
 from kvtui.flags.lexer import Kind, Word

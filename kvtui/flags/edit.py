@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from kvtui.engines.events import Engine
-from kvtui.flags.command import FlagOccurrence, ServerCommand
+from kvtui.flags.cmdline import FlagOccurrence, ServerCommand
 from kvtui.flags.errors import BadValue, FlagError
 from kvtui.flags.layout import _insert, _remove
 from kvtui.flags.lexer import Kind, Word, _line_no

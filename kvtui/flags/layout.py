@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvtui.flags.command import FlagOccurrence, ServerCommand
+from kvtui.flags.cmdline import FlagOccurrence, ServerCommand
 from kvtui.flags.lexer import Kind, Word, _line_no
 
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvtui.flags.command import ServerCommand, _command_from_words, _mentions_engine
+from kvtui.flags.cmdline import ServerCommand, _command_from_words, _mentions_engine
 from kvtui.flags.errors import FlagError, NoServerCommand
 from kvtui.flags.lexer import _ASSIGN_RE, _CONTROL_OPS, Kind, Word, _Item, _Lexer, _line_at, _line_no, _Op
 

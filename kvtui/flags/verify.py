@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from kvtui.engines.events import Engine
-from kvtui.flags.command import ServerCommand
+from kvtui.flags.cmdline import ServerCommand
 from kvtui.flags.edit import Edit, _occurrences, _resolve
 from kvtui.flags.errors import FlagError
 from kvtui.flags.lexer import Kind

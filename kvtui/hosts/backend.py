@@ -216,7 +216,7 @@ class HostBackend(Protocol):
         ...
 
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
-        """Run one shell command (built by ``kvtui.hosts.commands``) on the host."""
+        """Run one shell command (built by ``kvtui.hosts.shellcmd``) on the host."""
         ...
 
     def service_ops(self) -> HostOps:

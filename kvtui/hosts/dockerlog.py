@@ -14,7 +14,7 @@ from typing import Final
 
 from kvtui.engines.events import LogRecord
 from kvtui.engines.source_records import command_record, gap_record, gap_where, start_missing_record
-from kvtui.hosts import commands as C
+from kvtui.hosts import shellcmd as C
 from kvtui.hosts.backend import LogMatch
 
 _STAMP_RE: Final = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")

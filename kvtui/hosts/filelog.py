@@ -43,7 +43,7 @@ from kvtui.engines.events import BootBoundary, Engine, LogRecord, ParsedLine
 from kvtui.engines.parse import LineParser, parse_chunks
 from kvtui.engines.shapes import RecordSplitter
 from kvtui.engines.source_records import command_record, gap_record, gap_where, start_missing_record
-from kvtui.hosts.commands import READY_PATTERNS, SERVER_START_PATTERNS
+from kvtui.hosts.shellcmd import READY_PATTERNS, SERVER_START_PATTERNS
 
 SCAN_CHUNK: Final = 8 << 20  # the backward search's piece (one rfind per start pattern)
 TAIL_BYTES: Final = 2 << 20  # the recent tail read before following

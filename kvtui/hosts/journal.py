@@ -21,7 +21,7 @@ from typing import Final
 from kvtui.engines.events import LogRecord
 from kvtui.engines.shapes import parse_journal_json
 from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
-from kvtui.hosts import commands as C
+from kvtui.hosts import shellcmd as C
 from kvtui.hosts.backend import BackendError, LogMatch
 
 _START_RES: Final = tuple(re.compile(p) for p in C.SERVER_START_PATTERNS)

@@ -11,7 +11,7 @@
   the line's RFC 3339 timestamp.
 - GPU memory through NVML (``pynvml``, imported lazily). Without a GPU or driver the status says
   so plainly and ``gpu_stream`` yields nothing.
-- ``run()`` through an asyncio subprocess (a shell string built by ``kvtui.hosts.commands``).
+- ``run()`` through an asyncio subprocess (a shell string built by ``kvtui.hosts.shellcmd``).
 
 No orphans: every child (journalctl, docker logs, commands) gets ``PR_SET_PDEATHSIG`` (Linux), so
 it dies with kvtui even on ``kill -9``; ``close()`` terminates them and waits.
@@ -41,9 +41,8 @@ from kvtui.engines.events import LogRecord
 from kvtui.engines.shapes import parse_journal_json
 from kvtui.engines.source_records import gap_range
 from kvtui.gpu import GpuProcess, GpuSample, process_from_nvml, sample_from_nvml
-from kvtui.hosts import commands as C
+from kvtui.hosts import shellcmd as C
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
-from kvtui.hosts.commands import CONTROL_PREFIX, ENGINE_PROCESS_PATTERN, server_pid_file
 from kvtui.hosts.dockerlog import CatchUp, fixed_stamp, parse_docker_search
 from kvtui.hosts.filelog import (
     HEAD_BYTES,
@@ -80,6 +79,7 @@ from kvtui.hosts.journal import (
 from kvtui.hosts.metrics import metrics_via_port
 from kvtui.hosts.probe import direct
 from kvtui.hosts.service.shell import ShellOps
+from kvtui.hosts.shellcmd import CONTROL_PREFIX, ENGINE_PROCESS_PATTERN, server_pid_file
 from kvtui.liveness import (
     DOCKER_STATE_FORMAT,
     FRESH_SLACK_S,

@@ -14,7 +14,7 @@ import shlex
 from kvtui.engines.orphans import PS_COMMAND, Orphan, ProcRow, find_orphans, parse_ps
 from kvtui.gpu import GpuProcess
 from kvtui.hosts.backend import BackendError, HostBackend
-from kvtui.hosts.commands import server_pid_file
+from kvtui.hosts.shellcmd import server_pid_file
 
 
 async def process_rows(backend: HostBackend) -> list[ProcRow] | None:

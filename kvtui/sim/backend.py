@@ -29,7 +29,7 @@ from kvtui.engines.events import LogRecord
 from kvtui.engines.orphans import ProcRow
 from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
 from kvtui.gpu import GpuProcess, GpuSample
-from kvtui.hosts import commands
+from kvtui.hosts import shellcmd
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
 from kvtui.hosts.metrics import metrics_via_port
 from kvtui.sim.http import Serving, serve_port, serving_of
@@ -294,8 +294,8 @@ class DemoBackend:
 
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
         """The demo runs no shell; it answers only the read of a model's ``config.json``
-        (``commands.model_config``) from its simulated models, as the host's files would."""
-        model = commands.model_config_request(command)
+        (``shellcmd.model_config``) from its simulated models, as the host's files would."""
+        model = shellcmd.model_config_request(command)
         if model is not None:
             return self._model_config(command, model)
         return CommandResult(command, 127, "", "demo host runs no shell commands\n")
@@ -305,9 +305,9 @@ class DemoBackend:
         spec = MODELS.get(model.rstrip("/"))
         path = f"{model.rstrip('/')}/config.json"
         if spec is None:
-            return CommandResult(command, 3, f"{commands.MODEL_CONFIG_TRIED}{path}\n", "")
+            return CommandResult(command, 3, f"{shellcmd.MODEL_CONFIG_TRIED}{path}\n", "")
         text = json.dumps(spec.hf_config(), indent=2) + "\n"
-        return CommandResult(command, 0, f"{commands.MODEL_CONFIG_FOUND}{path}\n{text}", "")
+        return CommandResult(command, 0, f"{shellcmd.MODEL_CONFIG_FOUND}{path}\n{text}", "")
 
     def cursor(self, g: int, i: int) -> str:
         return f"demo:{self._load().state_id}:{g}:{i}"

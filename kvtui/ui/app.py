@@ -27,7 +27,6 @@ from kvtui.hosts.service import plan_restart
 from kvtui.monitor import MonitorOptions
 from kvtui.ui import formatting as fmt
 from kvtui.ui.calc.panel import CalculatorPanel
-from kvtui.ui.commands import Command, KvtuiCommands, main_screen_commands
 from kvtui.ui.deployment_screen import DeploymentScreen, DeploymentSpec
 from kvtui.ui.fleet.screen import FleetScreen, FleetSource, PromFleetSource
 from kvtui.ui.gpu.widgets import ProcessTable
@@ -35,6 +34,7 @@ from kvtui.ui.history.screen import HistoryScreen
 from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec, Panel
 from kvtui.ui.keys import is_printable_key
 from kvtui.ui.log.view import LogView
+from kvtui.ui.palette import Command, KvtuiCommands, main_screen_commands
 from kvtui.ui.perf import GcPacer, KeysFooter
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
 from kvtui.ui.themes import (

@@ -1,6 +1,6 @@
 """``KubeBackend``: a server in a Kubernetes pod, followed with the operator's own ``kubectl``.
 
-- **Log**: ``kubectl logs --follow --timestamps`` (argv from ``kvtui.hosts.kube.commands``); each
+- **Log**: ``kubectl logs --follow --timestamps`` (argv from ``kvtui.hosts.kube.kubectl_argv``); each
   line's kubelet stamp is its ``ts`` and its cursor. A stream that drops is resumed with
   ``--since-time`` at the last stamp, and ``LogResume`` drops the lines the kubelet sends again
   (0 lost, 0 repeated). When the container restarted (its ``restartCount`` went up: a crash, an
@@ -69,8 +69,7 @@ from kvtui.gpu import (
     select_gpus,
 )
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
-from kvtui.hosts.commands import READY_PATTERNS, SERVER_START_PATTERNS
-from kvtui.hosts.kube import commands as K
+from kvtui.hosts.kube import kubectl_argv as K
 from kvtui.hosts.kube.dcgm import parse_dcgm, stale_reason
 from kvtui.hosts.kube.ops import KubeOps
 from kvtui.hosts.kube.state import (
@@ -94,6 +93,7 @@ from kvtui.hosts.kube.state import (
     successor,
 )
 from kvtui.hosts.metrics import MAX_METRICS_BYTES, MetricsUnavailable, check_metrics
+from kvtui.hosts.shellcmd import READY_PATTERNS, SERVER_START_PATTERNS
 from kvtui.kube_ref import parse_service_url
 from kvtui.liveness import exit_record
 
@@ -298,7 +298,7 @@ class KubeBackend:
         return self._obj
 
     async def kubectl(self, argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
-        """Run one argv of ``kvtui.hosts.kube.commands``: (exit status, stdout, stderr)."""
+        """Run one argv of ``kvtui.hosts.kube.kubectl_argv``: (exit status, stdout, stderr)."""
         return await self._kubectl(argv, timeout)
 
     def mark_next_boot(self, at: float) -> None:

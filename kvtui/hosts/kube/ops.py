@@ -51,7 +51,7 @@ from kvtui import envedit as ev
 from kvtui import flags as fl
 from kvtui.exits import EXIT_INPUT, EXIT_REFUSED
 from kvtui.hosts.backend import BackendError
-from kvtui.hosts.kube import commands as K
+from kvtui.hosts.kube import kubectl_argv as K
 from kvtui.hosts.kube.state import (
     ArgsError,
     ArgsSite,

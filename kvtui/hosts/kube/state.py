@@ -1,6 +1,6 @@
 """Pure readers of the Kubernetes API's JSON (what ``kubectl get … -o json`` prints), and the log
 resume of ``kubectl logs -f --timestamps``. No I/O here: the backend runs the argv of
-``kvtui.hosts.kube.commands`` and hands the text to these.
+``kvtui.hosts.kube.kubectl_argv`` and hands the text to these.
 """
 
 from __future__ import annotations

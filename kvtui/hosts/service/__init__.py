@@ -29,7 +29,7 @@ through the same verified path and restarts again.
 The service speaks to a host only through its ``HostOps`` (``backend.service_ops()``): how files
 are found, read, backed up, written and checked, and how the server restarts, on that kind of
 host — ``ShellOps`` (``kvtui.hosts.service.shell``: every command built by
-``kvtui.hosts.commands``, for SSH and local hosts) and ``DemoOps`` (``kvtui.sim.ops``: the
+``kvtui.hosts.shellcmd``, for SSH and local hosts) and ``DemoOps`` (``kvtui.sim.ops``: the
 simulated host's unit file and systemd, backups included, so edits persist in the demo's state).
 The flow above is the same for every host.
 

@@ -1,5 +1,5 @@
 """``ShellOps``: the guarded service on a host that runs shell commands (SSH, local). Every
-command is built by ``kvtui.hosts.commands`` and shown in the plan before it runs: the file is
+command is built by ``kvtui.hosts.shellcmd`` and shown in the plan before it runs: the file is
 found through ``systemctl show`` (the drop-in that sets ExecStart, else the fragment; a script it
 runs), read with its hash checked on the host, copied aside, written atomically (the host checks
 the content's hash before the rename), re-read, reloaded into systemd and checked there; the
@@ -17,7 +17,7 @@ from kvtui import flags as fl
 from kvtui import fmt
 from kvtui.config import ServerHost
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_REFUSED
-from kvtui.hosts import commands as cmds
+from kvtui.hosts import shellcmd as cmds
 from kvtui.hosts.backend import BackendError, CommandResult, HostBackend
 from kvtui.hosts.service.model import (
     BACKUP_MARK,

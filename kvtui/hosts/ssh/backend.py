@@ -21,7 +21,7 @@ from kvtui.config import HostConfig
 from kvtui.engines.events import LogRecord
 from kvtui.engines.source_records import gap_range
 from kvtui.gpu import GpuProcess, GpuSample
-from kvtui.hosts import commands as C
+from kvtui.hosts import shellcmd as C
 from kvtui.hosts.backend import (
     BackendError,
     CommandResult,

@@ -21,7 +21,7 @@ from kvtui.engines.events import LogRecord
 from kvtui.engines.shapes import journal_columns, journal_fields, parse_journal_json
 from kvtui.engines.source_records import command_record, gap_record, gap_where, start_missing_record
 from kvtui.engines.text import MAX_LINE_CHARS
-from kvtui.hosts import commands as C
+from kvtui.hosts import shellcmd as C
 from kvtui.hosts.backend import BackendError, LogStart, RecordBlock
 from kvtui.hosts.dockerlog import CatchUp
 from kvtui.hosts.journal import JournalUptime, missing_records, parse_boot_start, parse_main_cmdline, split_controls
