@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
 
 CLOSE_LIMIT = 1.5  # seconds a node monitor is given to close before its task is cancelled
 PROBE_TIMEOUT = 15.0  # seconds a node's unit/environment probe may take
+# a node's backlog (its log as it stood when the monitor started) is read once a line stamped
+# after that start came, or once its stream, having delivered, stayed quiet this long
+BACKLOG_QUIET_S = 1.5
+BACKLOG_LIMIT_S = 30.0  # seconds after which a node whose backlog is not read is said so, not waited for
 
 
 @dataclass(slots=True)
@@ -48,6 +53,9 @@ class DeploymentNode:
     index: int = 0
     last_line_at: datetime | None = None
     status: ConnStatus | None = None  # the node's connection state, as its monitor last said
+    last_batch_at: float | None = None  # ``time.monotonic()`` when its last log batch came
+    # its backlog: None while kvtui still reads it, "" once read, else why it is not ("not read within 30 s")
+    backlog: str | None = None
 
 
 DeploymentSink = Callable[[DeploymentNode, Sequence[MonitorUpdate], DeploymentBoot | None], None]
@@ -67,6 +75,10 @@ class DeploymentMonitor:
         self.bound_s = bound_s
         self.dep: DeploymentBoot | None = None  # the last merged boot published
         self._tasks: list[asyncio.Task[None]] = []
+        self.mono: Callable[[], float] = time.monotonic  # the backlog's clock (quiet, limit)
+        self.wall: Callable[[], float] = time.time  # the hosts' clock (their lines' stamps)
+        self.started_mono: float | None = None  # when ``start`` ran
+        self.started_at: datetime | None = None  # the same, on the wall clock: where each node's backlog ends
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -130,6 +142,47 @@ class DeploymentMonitor:
                     return nb.node_rank
         return node.index
 
+    # -- the backlogs ----------------------------------------------------------------------------
+
+    def backlog_pending(self) -> list[DeploymentNode]:
+        """The nodes whose backlog (their log as it stood when ``start`` ran) kvtui is still
+        reading: no decision that names a node (a hang, a failure) is taken before each node's is
+        read — a node not read yet would be said "not started". A node's backlog is read once a
+        line stamped at or after the start came (its log's order: everything before it came
+        first), or once its stream, having delivered, stayed quiet ``BACKLOG_QUIET_S``; a node
+        that delivers nothing is given up on after ``BACKLOG_LIMIT_S`` (``backlog`` says so)."""
+        now = self.mono()
+        began = self.started_mono if self.started_mono is not None else now
+        pending = []
+        for n in self.nodes:
+            if n.backlog is not None:
+                continue
+            if n.last_batch_at is not None and now - n.last_batch_at >= BACKLOG_QUIET_S:
+                n.backlog = ""
+            elif now - began >= BACKLOG_LIMIT_S:
+                n.backlog = f"its log not read within {BACKLOG_LIMIT_S:g} s" + (
+                    "" if n.last_batch_at is None else " (still reading its backlog)")
+            else:
+                pending.append(n)
+        return pending
+
+    def backlog_notes(self) -> list[str]:
+        """Per node whose backlog was given up on, why (said with a decision)."""
+        return [f"{n.name}: {n.backlog}" for n in self.nodes if n.backlog]
+
+    def _batch(self, node: DeploymentNode, batch: LogBatch) -> None:
+        node.last_batch_at = self.mono()
+        if node.backlog is not None or self.started_at is None:
+            return
+        for _, stamps in columns(batch.parts):
+            for ts in reversed(stamps):
+                if ts is not None:
+                    if ts.astimezone() >= self.started_at:
+                        node.backlog = ""
+                    break
+            if node.backlog == "":
+                return
+
     # -- running ----------------------------------------------------------------------------------
 
     def _sink(self, node: DeploymentNode, sink: DeploymentSink) -> Callable[[Sequence[MonitorUpdate]], None]:
@@ -140,6 +193,7 @@ class DeploymentMonitor:
                     node.status = u.status
                 elif isinstance(u, LogBatch):
                     node.last_line_at = datetime.now().astimezone()
+                    self._batch(node, u)
                     changed = True
                 elif isinstance(u, BootState):
                     changed = True
@@ -148,7 +202,10 @@ class DeploymentMonitor:
         return on_updates
 
     def start(self, sink: DeploymentSink) -> list[asyncio.Task[None]]:
-        """Run every node's monitor (one task per node, in node order); their updates go to ``sink``."""
+        """Run every node's monitor (one task per node, in node order); their updates go to ``sink``.
+        Where each node's backlog ends is now (``backlog_pending``)."""
+        self.started_mono = self.mono()
+        self.started_at = datetime.fromtimestamp(self.wall()).astimezone()
         self._tasks = [asyncio.create_task(n.monitor.run(self._sink(n, sink))) for n in self.nodes]
         return list(self._tasks)
 
@@ -264,5 +321,5 @@ async def probe_nodes(nodes: Sequence[DeploymentNode], dep: DeploymentBoot) -> d
     return dict(await asyncio.gather(*(one(n) for n in nodes)))
 
 
-__all__ = ["CLOSE_LIMIT", "PROBE_TIMEOUT", "DeploymentMonitor", "DeploymentNode", "DeploymentSink", "NodeStalls",
-           "node_monitor", "probe_nodes", "unwritten"]
+__all__ = ["BACKLOG_LIMIT_S", "BACKLOG_QUIET_S", "CLOSE_LIMIT", "PROBE_TIMEOUT", "DeploymentMonitor",
+           "DeploymentNode", "DeploymentSink", "NodeStalls", "node_monitor", "probe_nodes", "unwritten"]

@@ -574,7 +574,7 @@ async def _wait_deployment(args: argparse.Namespace, stall_notice_s: float, dm: 
     serving = DeploymentServingReader(dm, now) if getattr(args, "serving", False) else None
     loop = asyncio.get_running_loop()
     waiter = DeploymentWaiter(dm, stderr, t0=loop.time(), clock=loop.time)
-    waiter.now = now
+    waiter.now = dm.wall = now  # the hosts' clock: their lines' stamps say where each node's backlog ends
     waiter.stall_notice_s = stall_notice_s
     waiter.stall_timeout = getattr(args, "stall_timeout", None)
     what = "the next boot" if args.next else "the current boot"

@@ -15,6 +15,12 @@ unit's NCCL_*/GLOO_* environment): a lagging node whose unit is not running ends
 exit 1 and the diagnosis; otherwise the diagnosis is printed once and the wait goes on (exit 5
 at the timeout, with the diagnosis).
 
+No decision names a node (a failure, a hang) before every node's backlog — its log as it stood
+when the wait began — is read (``DeploymentMonitor.backlog_pending``): a node whose lines have not
+come yet would be said "not started" while it waits at NCCL init. A node given up on
+(``BACKLOG_LIMIT_S``) is said with the decision. Ready needs no such wait (the head serves and the
+others caught up: evidence that cannot come early).
+
 Each node has the console's stall detector (``kvtui.boot.stall``): the heartbeat names a node's
 stall once ``[ui] stall_seconds`` passed without progress on it, and ``--stall-timeout S`` ends the
 wait with exit 5 once no node made progress for S seconds (each node's stall named).
@@ -132,12 +138,15 @@ class DeploymentWaiter:
         if status is BootStatus.READY:
             self._finish(Result(EXIT_OK, dep))
             return
+        if self.dm.backlog_pending():
+            return  # a node whose backlog is not read yet would be said "not started": decided on the heartbeat
         if status is BootStatus.FAILED:
             f = dep.boot.failure
             who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
             what = f"{f.kind.value}: {clip(f.message, 300)}" if f is not None else "failed"
             where = f" in {fmt.phase_label(f.phase)}" if f is not None and f.phase is not None else ""
-            self._finish(Result(EXIT_FAILED, dep, f"{self.dm.name}: failed on {who}{where}: {what}"))
+            self._finish(Result(EXIT_FAILED, dep, f"{self.dm.name}: failed on {who}{where}: {what}"
+                                + self._unread_note()))
             return
         self.check_hang(dep)
 
@@ -162,7 +171,8 @@ class DeploymentWaiter:
             stopped = any(dep.node(r).boot is not None and dep.node(r).boot.status is BootStatus.STOPPED  # type: ignore[union-attr]
                           for r in hang.lagging)
             if dead or stopped:
-                self._finish(Result(EXIT_FAILED, dep, f"{self.dm.name}: hung: {hang.summary}", hang))
+                self._finish(Result(EXIT_FAILED, dep, f"{self.dm.name}: hung: {hang.summary}" + self._unread_note(),
+                                    hang))
                 return
             said = re.sub(r"\d+(\.\d+)?", "#", text)  # the same diagnosis with its clocks moved on is not news
             if said != self.hang_said:
@@ -172,6 +182,11 @@ class DeploymentWaiter:
                     self._say(f"  - {c}")
         finally:
             self.probing = False
+
+    def _unread_note(self) -> str:
+        """The nodes whose backlog was given up on (``DeploymentMonitor.backlog_pending``), said
+        with the decision: what it knows of them is not their whole log."""
+        return "".join(f"\n  - {note}" for note in self.dm.backlog_notes())
 
     def _progress(self, dep: DeploymentBoot) -> None:
         for span in dep.boot.phases:
@@ -201,7 +216,7 @@ class DeploymentWaiter:
             await asyncio.sleep(HANG_CHECK_S)
             if self.done.done():
                 return
-            self.check_hang()
+            self.evaluate()  # a decision held back until every node's backlog was read is taken here
             self.check_stall()
             if self.done.done():
                 return
@@ -224,6 +239,8 @@ class DeploymentWaiter:
         msg = f"timed out after {timeout:g} s: {self.heartbeat_text().split(': ', 1)[-1]}"
         if hang is not None:
             msg += f"\nkvtui wait: hang: {hang.summary}" + "".join(f"\n  - {c}" for c in hang.causes)
+        msg += "".join(f"\n  - {n.name}: its backlog still being read" for n in self.dm.backlog_pending())
+        msg += self._unread_note()
         return Result(EXIT_TIMEOUT, dep if any(n.boot for n in dep.nodes) else None, msg, hang)
 
     def _say(self, text: str, elapsed: float | None = None) -> None:

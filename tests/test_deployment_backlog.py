@@ -1,0 +1,180 @@
+"""The deployment wait decides only once every node's backlog is read (issue 23, flake23): a
+loaded machine read node 1's stop over sshd before node 0's first lines, and the wait named
+node 0 "not started" while node 0 was waiting at NCCL init
+(tests/test_deployment_sshd.py::test_a_node_whose_unit_was_stopped_fails_the_wait_with_its_name
+under CI). Here the same two logs come from in-process backends whose timing the test controls:
+node 0's lines come only after node 1's stop was read and the wait had time to decide."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from nodes_gen import at, sglang_node
+
+from kvtui.boot import BootStatus
+from kvtui.commands.wait import follow
+from kvtui.commands.wait_nodes import DeploymentWaiter, Result
+from kvtui.config import parse_config
+from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
+from kvtui.engines.events import LogRecord
+from kvtui.exits import EXIT_FAILED, EXIT_TIMEOUT
+from kvtui.gpu import GpuProcess, GpuSample
+from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
+from kvtui.monitor import HostMonitor, MonitorOptions
+
+HOSTS = """
+[hosts.a]
+ssh = "a.example"
+unit = "sglang.service"
+engine = "sglang"
+
+[hosts.b]
+ssh = "b.example"
+unit = "sglang.service"
+engine = "sglang"
+
+[deployments.r1]
+nodes = ["a", "b"]
+"""
+
+
+class _Node:
+    """A host whose log is ``records``, delivered once ``gate`` is set (None: at once), then
+    followed until close; its unit cannot be probed."""
+
+    def __init__(self, name: str, records: list[LogRecord], gate: asyncio.Event | None = None) -> None:
+        self.name = name
+        self.records = records
+        self.gate = gate
+        self.closed = asyncio.Event()
+        self.state = ConnState.CONNECTING
+
+    def status(self) -> ConnStatus:
+        return ConnStatus(self.state)
+
+    async def start(self) -> None:
+        self.state = ConnState.CONNECTED
+
+    async def close(self) -> None:
+        self.state = ConnState.CLOSED
+        self.closed.set()
+
+    async def follow_log(self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None, *,
+                         began: float | None = None) -> AsyncIterator[list[LogRecord]]:
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.records:
+            yield self.records
+        await self.closed.wait()
+
+    async def gpu_stream(self, interval_s: float = 1.0) -> AsyncIterator[list[GpuSample]]:
+        await self.closed.wait()
+        for _ in ():
+            yield []
+
+    async def gpu_processes(self) -> list[GpuProcess]:
+        return []
+
+    async def server_pids(self) -> set[int]:
+        return set()
+
+    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
+        raise BackendError("no unit probe here")
+
+
+def _records(text: str) -> list[LogRecord]:
+    return [LogRecord(text=line, cursor=str(i), source="journal") for i, line in enumerate(text.splitlines())]
+
+
+def _systemd(text: str) -> LogRecord:
+    return LogRecord(text=text, ts=datetime.now().astimezone(), source="journal", ident="systemd")
+
+
+def _dm(tmp_path: Path, backends: list[_Node]) -> DeploymentMonitor:
+    cfg = parse_config(HOSTS, tmp_path / "hosts.toml")
+    nodes = []
+    for (name, host), backend in zip(cfg.node_hosts("r1"), backends, strict=True):
+        mon = HostMonitor(name, backend, host=host,  # type: ignore[arg-type]
+                          options=MonitorOptions(start=LogStart.CURRENT_BOOT, gpu_interval=5.0, log_window=1000,
+                                                 retry_start=False, state_dir=tmp_path / "state"))
+        nodes.append(DeploymentNode(name, host, mon))
+    return DeploymentMonitor("r1", nodes, bound_s=180)
+
+
+async def _node1_stopped(dm: DeploymentMonitor, limit: float = 30.0) -> None:
+    """Until node 1's stop was read (polled: the monitor says no event for it)."""
+    for _ in range(int(limit / 0.02)):
+        boot = dm.current(dm.nodes[1])
+        if boot is not None and boot.status is BootStatus.STOPPED:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"node 1's stop not read within {limit:g} s")
+
+
+async def _ready(result: Result, tasks: list[asyncio.Task[None]]) -> Result:
+    return result
+
+
+async def test_the_wait_names_no_node_before_every_nodes_backlog_is_read(tmp_path: Path) -> None:
+    start = datetime.now() - timedelta(seconds=30)
+    a = _Node("a", [_systemd("Started sglang.service - SGLang."),
+                    *_records(at(start, lambda: sglang_node(0, stall_node0=True)))], gate=asyncio.Event())
+    b = _Node("b", [_systemd("Started sglang.service - SGLang."),
+                    *_records(at(start, lambda: sglang_node(1, stall=True))),
+                    _systemd("Stopping sglang.service - SGLang..."), _systemd("Stopped sglang.service - SGLang.")])
+    dm = _dm(tmp_path, [a, b])
+    err = io.StringIO()
+    loop = asyncio.get_running_loop()
+    waiter = DeploymentWaiter(dm, err, t0=loop.time(), clock=loop.time)
+
+    async def late_node0() -> None:
+        # node 0's lines come after node 1's stop was read and the wait had a second to decide on it
+        await _node1_stopped(dm)
+        assert waiter.done is not None
+        await asyncio.wait({waiter.done}, timeout=1.0)
+        assert a.gate is not None
+        a.gate.set()
+
+    releasing = asyncio.create_task(late_node0())
+    result = await follow(waiter, dm, 60, None, _ready)
+    await releasing
+    assert result.code == EXIT_FAILED, err.getvalue()
+    assert result.message.startswith("r1: hung: node 1 (b) stopped at launch; node 0 (a) waiting"), result.message
+    assert "at NCCL init (distributed init)" in result.message
+    assert "not started" not in result.message
+
+
+async def test_a_node_whose_log_never_comes_is_said_at_the_timeout(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node 0's log never comes: the wait holds its decision, and its timeout says whose backlog
+    was still being read."""
+    start = datetime.now() - timedelta(seconds=30)
+    a = _Node("a", [], gate=asyncio.Event())
+    b = _Node("b", [_systemd("Started sglang.service - SGLang."),
+                    *_records(at(start, lambda: sglang_node(1, stall=True))),
+                    _systemd("Stopped sglang.service - SGLang.")])
+    dm = _dm(tmp_path, [a, b])
+    err = io.StringIO()
+    loop = asyncio.get_running_loop()
+    waiter = DeploymentWaiter(dm, err, t0=loop.time(), clock=loop.time)
+    expired = asyncio.Event()
+
+    async def timer(_: float) -> None:
+        await expired.wait()
+
+    async def expire() -> None:
+        await _node1_stopped(dm)
+        assert waiter.done is not None
+        await asyncio.wait({waiter.done}, timeout=1.0)
+        expired.set()
+
+    expiring = asyncio.create_task(expire())
+    result = await follow(waiter, dm, 60, timer, _ready)
+    await expiring
+    assert result.code == EXIT_TIMEOUT, result.message
+    assert "a: its backlog still being read" in result.message
