@@ -724,6 +724,19 @@ class FakeKube:
         path = self.state / "forwarded"
         return path.read_text().splitlines() if path.exists() else []
 
+    def ready_now(self, pod: str) -> None:
+        """``pod``'s readiness probe passes now (its ``ready_after`` cut short): the cluster marks it
+        Ready at its next call. A test releases a rollout at the moment it chooses."""
+        import fcntl
+
+        path = self._sim("ready") / f"{pod}.json"
+        with open(self.state / "sim" / ".lock", "a") as lk:
+            fcntl.flock(lk, fcntl.LOCK_EX)
+            doc = json.loads(path.read_text())
+            doc["at"] = 0
+            path.with_suffix(".new").write_text(json.dumps(doc))
+            path.with_suffix(".new").replace(path)
+
     def finalize_after(self, seconds: float) -> None:
         """How long a pod whose containers ended stays (Terminating) before it is removed."""
         self._sim("ready")

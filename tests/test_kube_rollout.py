@@ -18,6 +18,7 @@ import copy
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,11 @@ SHUTDOWN = ["[2026-12-01 15:30:00] INFO:     Shutting down", "[2026-12-01 15:30:
             "shutdown.", "[2026-12-01 15:30:00] INFO:     Application shutdown complete.",
             "[2026-12-01 15:30:00] INFO:     Finished server process [4100]"]
 OLD = "sglang-dsv4-5d8f7c9b6-x2k9q"
+# how long a pod whose container ended stays before it is removed, in the tests that assert how
+# its container ended: kvtui reads that from the pod as last read (``pod_end``), one ``kubectl get``
+# after the log stream ended — which took longer than the default 0.3 s on a loaded machine (the
+# pod already gone: "deleted", the container's end unknown, as on a real cluster that fast)
+FINALIZE_READ_S = 5.0
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -141,6 +147,7 @@ async def test_a_deleted_pod_that_shuts_down_cleanly_is_a_stopped_boot(kube: Fak
     """The console's follow of the current boot: the pod deleted, its server prints uvicorn's
     shutdown and exits 0 — the boot is stopped (Completed, exit 0), the replacement's boot next."""
     _deployment(kube)
+    kube.finalize_after(FINALIZE_READ_S)
     kube.on_sigterm(OLD, "sglang", SHUTDOWN, after=0.3, exit_code=0)
     new = "sglang-dsv4-5d8f7c9b6-7hq4z"
     kube.on_delete(OLD, _dep_pod(new), "sglang", _boot("0.85")[:40])
@@ -165,6 +172,7 @@ async def test_a_statefulset_pod_made_again_after_its_deletion_is_stopped_not_cr
     pod["metadata"]["uid"] = "uid-old"
     pod["spec"]["terminationGracePeriodSeconds"] = 1
     kube.put_pod(pod)
+    kube.finalize_after(FINALIZE_READ_S)
     t0 = time.time() - 120
     kube.append_log("r1-0", "sglang", [f"{_stamp(t0 + i / 1000)} {ln}" for i, ln in enumerate(NODE0)])
     kube.on_delete("r1-0", copy.deepcopy(pod), "sglang", NODE0[:30])
@@ -252,10 +260,28 @@ def test_apply_restart_is_ready_only_once_the_rollout_is_complete(kube: FakeKube
     _deployment(kube)
     kube.on_sigterm(OLD, "sglang", SHUTDOWN, after=0.2)
     new = "sglang-dsv4-6c7d8e9f0-abcde"
+    # the new pod's readiness passes only once the apply said it waits for the rollout (a fixed
+    # 3 s was sometimes over before a loaded machine had read the new boot's ready line)
     kube.on_rollout("Deployment", "sglang-dsv4", _dep_pod(new, "6c7d8e9f0", chart="sglang-0.3.2"), "sglang",
-                    _boot("0.88"), surge=True, ready_after=3.0)
-    code, out, err = _run(kube, tmp_path, "apply", "dsv4", "--set", "mem-fraction-static=0.88", "--restart", "--yes",
-                          "--timeout", "90", "--no-probe")
+                    _boot("0.88"), surge=True, ready_after=10_000.0)
+    proc = _cli(kube, tmp_path, "apply", "dsv4", "--set", "mem-fraction-static=0.88", "--restart", "--yes",
+                "--timeout", "90", "--no-probe")
+    watchdog = threading.Timer(180, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stderr is not None
+        assert proc.stdout is not None
+        said: list[str] = []
+        for line in proc.stderr:
+            said.append(line)
+            if "waiting for the rollout to complete" in line:
+                assert kube.pod(OLD) is not None  # not complete yet: the old pod still serves
+                kube.ready_now(new)
+        out, code = proc.stdout.read(), proc.wait()
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    err = "".join(said)
     assert code == 0, err
     assert "dsv4: applied; the new boot is ready" in out
     done = err.index('rollout: deployment "sglang-dsv4" successfully rolled out')
