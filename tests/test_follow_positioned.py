@@ -89,10 +89,11 @@ async def test_the_demo_follower_is_positioned_before_the_settle_time(tmp_path: 
     await b.start()
     f = BootFollower(b, None)
     try:
-        await asyncio.wait_for(f.start(settle=30.0), 5.0)  # not the 30 s settle: the demo says when
+        # not the 30 s settle: the demo says when (15 s: room for a loaded machine, half the settle)
+        await asyncio.wait_for(f.start(settle=30.0), 15.0)
         assert f.positioned.is_set()
         assert f.positioned_after is not None
-        assert f.positioned_after < 5.0
+        assert f.positioned_after < 15.0
     finally:
         await f.close()
         await b.close()

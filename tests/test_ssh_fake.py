@@ -457,7 +457,7 @@ async def test_gpu_stream_filters_and_marks_stale(tmp_path: Path) -> None:
     host = FakeHost()
     async with fake_ssh_server(host.handle, tmp_path / "srv") as srv:
         clock_value = [1000.0]
-        b = SshBackend("gpu-a", srv.host_config(gpus="0-3"), ssh_config=[], stale_after=0.4,
+        b = SshBackend("gpu-a", srv.host_config(gpus="0-3"), ssh_config=[], stale_after=2.0,
                        clock=lambda: clock_value[0])
         it = b.gpu_stream(interval_s=0.05)
         first = await asyncio.wait_for(it.__anext__(), 5)

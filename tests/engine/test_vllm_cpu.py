@@ -129,9 +129,9 @@ async def test_cold_start_wait_and_the_console(rig: Rig) -> None:
             return pane.boot is not None and pane.boot.status is BootStatus.READY
 
         await wait_for(pilot, ready, timeout=BOOT_TIMEOUT, step=0.2)
-        await pilot.pause(0.3)
-        figures = plain(pane.query_one("BootFigures"))
-        assert "1,048,576" in figures  # the pool the engine printed
+        # the pool the engine printed, once the pane drew the ready boot (a fixed 0.3 s pause
+        # was all a loaded machine had to draw it)
+        await wait_for(pilot, lambda: "1,048,576" in plain(pane.query_one("BootFigures")), timeout=60, step=0.2)
         assert "✔ ready" in pane.query_one("HostBar").right().plain  # type: ignore[attr-defined]
     timed("cold start: console saw ready", time.monotonic() - t0)
     for task, host in zip(waits, ("cpu", "cpussh"), strict=True):
