@@ -33,11 +33,18 @@ from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USA
 from kvtui.hosts.backend import BackendError
 from kvtui.hosts.factory import make_backend
 from kvtui.knobs import env_knob, unknown_flag
+from kvtui.lazy import lazy_module
 from kvtui.monitor import host_boots, read_boots
 from kvtui.nodes import merge_logs
 
 if TYPE_CHECKING:
+    from kvtui import changes, history
     from kvtui.changes import ServingConfig
+    from kvtui.history import ident as history_ident
+else:
+    changes = lazy_module("kvtui.changes")  # lazy: --host only: `kvtui calc --log` +108 ms CPU
+    history = lazy_module("kvtui.history")  # lazy: --host only: (pydantic) `kvtui calc --log` +51 ms CPU
+    history_ident = lazy_module("kvtui.history.ident")  # lazy: as kvtui.history
 
 
 class _Fail(Exception):
@@ -296,10 +303,6 @@ async def _host_or_deployment_boots(
 
     A host whose current boot serves with its start not in the log: the history's boot of the
     same host and flags, else — on the same connection — its model's config.json and a GPU reading."""
-    # lazy (here and below): --host only; kvtui.changes and kvtui.history (pydantic) cost `kvtui calc --log`
-    # +90 ms CPU (520 → 610 ms; with monitor/host.py's lazy label)
-    from kvtui.changes import serving_basis, serving_config
-
     config = load_config(hosts)
     if config.deployment(name) is None:
         host = config.host(name)
@@ -308,10 +311,10 @@ async def _host_or_deployment_boots(
             boots = await read_boots(backend, timeout=HOST_READ_TIMEOUT_S, host=host)
             if not boots or not _needs_serving_basis(boots[-1]):
                 return boots, None
-            basis = await asyncio.to_thread(serving_basis, boots[-1], name)
+            basis = await asyncio.to_thread(changes.serving_basis, boots[-1], name)
             if basis is not None:
                 return boots, _Serving(basis=basis)
-            return boots, _Serving(config=await serving_config(backend, boots[-1], gpu_mem_gib=gpu_mem_gib))
+            return boots, _Serving(config=await changes.serving_config(backend, boots[-1], gpu_mem_gib=gpu_mem_gib))
         finally:
             with contextlib.suppress(Exception):
                 await backend.close()
@@ -380,9 +383,7 @@ def _log_model(boots: list[Boot], args: argparse.Namespace, label: str) -> tuple
         raise _Fail(EXIT_INPUT if exc.kind == "input" else EXIT_USAGE, f"{label}: {exc}") from None
     stored: list[Boot] = []
     if getattr(args, "host", None):  # the host's remembered boots of this deployment calibrate too
-        from kvtui.changes import stored_siblings  # lazy: --host only (above)
-
-        stored = stored_siblings(boot, boots)
+        stored = changes.stored_siblings(boot, boots)
     try:
         model = kc.calibrate(boot, gpu_mem_gib=args.gpu_mem_gib, others=[*others, *stored])
     except kc.CalcError as exc:
@@ -390,20 +391,17 @@ def _log_model(boots: list[Boot], args: argparse.Namespace, label: str) -> tuple
     source = f"boot {boots.index(boot) + 1} of {len(boots)} in {label}"
     number: int | None = None
     if getattr(args, "host", None):  # the boot by its number in the history, as every view names it
-        from kvtui.history.ident import label as boot_label  # lazy: --host only (above)
-
         number = _history_number(args.host, boot, getattr(args, "hosts", None))
-        source = f"{boot_label(number, boots.index(boot) + 1)} {'of' if number is not None else 'from'} {label}"
+        named = history_ident.label(number, boots.index(boot) + 1)
+        source = f"{named} {'of' if number is not None else 'from'} {label}"
     if others:
         source += f" (+{len(others)} sibling boot{'s' if len(others) != 1 else ''})"
     if stored:
         source += f" (+{len(stored)} boot{'s' if len(stored) != 1 else ''} of this deployment from the history)"
     offered: dict[str, object] = {"from_log": len(others), "from_history": len(stored)}
     if getattr(args, "host", None):
-        from kvtui.history.record import boot_key  # lazy: --host only (above)
-
         offered["boot"] = number  # the history's number of the chosen boot (``kvtui.history.ident``)
-        offered["boot_key"] = boot_key(args.host, boot) if number is not None else None
+        offered["boot_key"] = history.boot_key(args.host, boot) if number is not None else None
     return model, boot, source, offered
 
 
@@ -411,11 +409,8 @@ def _history_number(host: str, boot: Boot, hosts: str | None) -> int | None:
     """The history's number of ``host``'s ``boot`` (``kvtui.history.ident``): the stored row's, else
     the boot is recorded now, as any reader of the host records the boots it sees (not with
     ``[history] record = false``, nor for a deployment: its nodes' boots are stored per node)."""
-    from kvtui.history import Limits, open_store, record_numbered  # lazy: --host only (above)
-    from kvtui.history.ident import stored_number  # lazy: as above
-
-    with open_store(readonly=True) as store:
-        number = stored_number(host, boot, store)
+    with history.open_store(readonly=True) as store:
+        number = history_ident.stored_number(host, boot, store)
     if number is not None:
         return number
     try:
@@ -424,8 +419,8 @@ def _history_number(host: str, boot: Boot, hosts: str | None) -> int | None:
         return None
     if config.deployment(host) is not None or not config.history.record:
         return None
-    limits = Limits(config.history.max_age_days, config.history.max_boots_per_host)
-    return record_numbered(host, boot, source="calc --host", limits=limits, tries=1)[0]
+    limits = history.Limits(config.history.max_age_days, config.history.max_boots_per_host)
+    return history.record_numbered(host, boot, source="calc --host", limits=limits, tries=1)[0]
 
 
 def _serving_model(boot: Boot, serving: _Serving, args: argparse.Namespace,

@@ -16,12 +16,16 @@ from kvtui.config import ConfigError, LocalHost, load_config
 from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from kvtui.hosts.bundle import BundleBackend, BundleError, load_bundle
 from kvtui.hosts.factory import make_backend
+from kvtui.lazy import lazy_module
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.deployment_screen import DeploymentSpec
 from kvtui.ui.host_pane import HostSpec
 
 if TYPE_CHECKING:
+    from kvtui.commands import bundle as console_bundle
     from kvtui.config import Config
+else:
+    console_bundle = lazy_module("kvtui.commands.bundle")  # lazy: imports kvcalc (test_ui_startup): +62 ms CPU
 
 
 def expand_names(config: Config, names: list[str]) -> list[str]:
@@ -99,11 +103,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvtui: {exc}", file=sys.stderr)
         return EXIT_INPUT
 
-    # lazy: kvtui.commands.bundle imports the calculator (kvtui.kvcalc; +80 ms CPU), which importing
-    # this module must not (test_ui_startup); only this path (hosts, not a bundle or deployment) needs it
-    from kvtui.commands.bundle import write_console_bundle
-
     app = KvtuiApp(specs, backend_factory=make_backend, config=config, readonly=args.readonly, freeze_gc=True,
-                   probe_ready=True, bundle_writer=write_console_bundle, theme=getattr(args, "theme", None))
+                   probe_ready=True, bundle_writer=console_bundle.write_console_bundle,
+                   theme=getattr(args, "theme", None))
     code = app.run()
     return EXIT_OK if code is None else int(code)

@@ -31,10 +31,16 @@ from kvtui.hosts import shellcmd as C
 from kvtui.hosts.backend import BackendError, ConnState
 from kvtui.hosts.factory import make_backend
 from kvtui.hosts.shellcmd import server_pid_file
+from kvtui.lazy import lazy_module
 
 if TYPE_CHECKING:
     from kvtui.config import Config, HostConfig
     from kvtui.hosts.backend import HostBackend
+    from kvtui.ui import app as ui_app
+    from kvtui.ui import themes as ui_themes
+else:
+    ui_app = lazy_module("kvtui.ui.app")  # lazy: --check only: (textual) `kvtui hosts` +744 ms CPU
+    ui_themes = lazy_module("kvtui.ui.themes")  # lazy: --check only: +113 ms CPU
 
 CONNECT_TIMEOUT_S = 20.0
 
@@ -155,23 +161,18 @@ def console_problems(config: Config) -> tuple[list[str], list[str]]:
     """(problems, warnings) the console would report at start: ``[ui] theme`` not among the themes
     it offers, a ``[keymap]`` id it has no binding for (problems); a theme file it cannot use
     (warnings: the console falls back to its default theme)."""
-    # lazy: the console (textual, kvtui.ui) costs `kvtui hosts` +840 ms CPU (390 → 1230 ms),
-    # needed only with --check / --connect
-    from kvtui.ui.app import KvtuiApp
-    from kvtui.ui.themes import accepted_theme_names, load_themes  # lazy: as above
-
     where = str(config.path) if config.path else "hosts.toml"
     problems: list[str] = []
-    loaded = load_themes()
+    loaded = ui_themes.load_themes()
     warnings = [f"{p} (the console reports it and does not offer that theme)" for p in loaded.problems]
-    names = accepted_theme_names(loaded)
+    names = ui_themes.accepted_theme_names(loaded)
     theme = config.ui.theme
     if theme not in names:
         close = difflib.get_close_matches(theme, names, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         problems.append(f"{where}: [ui] theme = {format_value(theme)}: expected one of the themes "
                         f"{', '.join(names)}{hint}")
-    ids = KvtuiApp.binding_ids()
+    ids = ui_app.KvtuiApp.binding_ids()
     for bid, keys in config.keymap.items():
         if bid not in ids:
             close = difflib.get_close_matches(bid, ids, n=1)

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import BinaryIO, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from kvtui.boot import Boot, BootStatus
 from kvtui.bootlog import BootLog, read_log
@@ -37,7 +37,15 @@ from kvtui.engines.parse import LineParser, Prefilter, parse_chunks, wrap_widths
 from kvtui.engines.shapes import detect_shape, iter_records
 from kvtui.engines.text import MAX_LINE_CHARS
 from kvtui.engines.unknown import UnrecognisedShape
+from kvtui.lazy import lazy_module
 from kvtui.nodes import apart, merge_logs
+
+if TYPE_CHECKING:
+    from kvtui import history
+    from kvtui.history import bundle as history_bundle
+else:
+    history = lazy_module("kvtui.history")  # lazy: --record only: (pydantic) `kvtui replay` +256 ms CPU
+    history_bundle = lazy_module("kvtui.history.bundle")  # lazy: a bundle only: as kvtui.history
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -273,18 +281,12 @@ def _bundle_log(path: str) -> bytes | None:
     """The log inside a kvtui incident bundle (``kvtui bundle``); None: not a bundle."""
     if path == "-" or not (path.endswith((".tar.gz", ".tgz"))):
         return None
-    # lazy (here and below): a bundle or --record only; kvtui.history (pydantic) costs `kvtui replay`
-    # +220 ms CPU (210 → 430 ms)
-    from kvtui.history.bundle import read_member
-
-    return read_member(path, "log.txt")
+    return history_bundle.read_member(path, "log.txt")
 
 
 def _bundle_notes(path: str) -> list[str]:
     """The notes of a bundle's manifest (what it could not hold, and why)."""
-    from kvtui.history.bundle import read_member  # lazy: as above
-
-    raw = read_member(path, "manifest.json")
+    raw = history_bundle.read_member(path, "manifest.json")
     try:
         notes = json.loads(raw or b"{}").get("notes") or []
     except (ValueError, AttributeError):
@@ -294,11 +296,9 @@ def _bundle_notes(path: str) -> list[str]:
 
 def _record(boots: list[Boot], host: str, source: str, err: TextIO) -> None:
     """``--record HOST``: the log's boots go into the history as boots of HOST (once each)."""
-    from kvtui.history import open_store, record_boot, recordable  # lazy: as above
-
-    kept = [b for b in boots if recordable(b)]
-    with open_store() as store:
-        problems = [p for b in kept if (p := record_boot(host, b, source=f"replay:{source}", store=store))]
+    kept = [b for b in boots if history.recordable(b)]
+    with history.open_store() as store:
+        problems = [p for b in kept if (p := history.record_boot(host, b, source=f"replay:{source}", store=store))]
     if problems:
         print(f"kvtui replay: --record: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1
                                                            else ""), file=err)

@@ -8,10 +8,19 @@ from typing import TYPE_CHECKING, Any
 
 from kvtui.config import DemoHost, KubeHost, LocalHost
 from kvtui.kube_ref import parse_target
+from kvtui.lazy import lazy_module
 
 if TYPE_CHECKING:
     from kvtui.config import HostConfig
+    from kvtui.hosts import local, ssh
     from kvtui.hosts.backend import HostBackend
+    from kvtui.hosts.kube import backend as kube_backend
+    from kvtui.sim import backend as sim_backend
+else:
+    sim_backend = lazy_module("kvtui.sim.backend")  # lazy: one backend kind a host: +236 ms CPU
+    kube_backend = lazy_module("kvtui.hosts.kube.backend")  # lazy: as above: +251 ms CPU
+    local = lazy_module("kvtui.hosts.local")  # lazy: as above: +267 ms CPU
+    ssh = lazy_module("kvtui.hosts.ssh")  # lazy: as above (asyncssh): +360 ms CPU
 
 
 def make_backend(name: str, host: HostConfig, *, clock: Callable[[], float] | None = None) -> HostBackend:
@@ -20,18 +29,10 @@ def make_backend(name: str, host: HostConfig, *, clock: Callable[[], float] | No
     on an injected time."""
     kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
     if isinstance(host, DemoHost):
-        from kvtui.sim.backend import DemoBackend  # lazy: the host's kind only; all four: 220 → 910 ms CPU
-
-        return DemoBackend(name, host, **kwargs)
+        return sim_backend.DemoBackend(name, host, **kwargs)
     if isinstance(host, KubeHost):
-        from kvtui.hosts.kube.backend import KubeBackend  # lazy: as above
-
         ref = parse_target(host.kube, selector=host.selector, container=host.container)
-        return KubeBackend(name, ref, gpus=host.gpus, gpu_metrics_url=host.gpu_metrics_url, **kwargs)
+        return kube_backend.KubeBackend(name, ref, gpus=host.gpus, gpu_metrics_url=host.gpu_metrics_url, **kwargs)
     if isinstance(host, LocalHost):
-        from kvtui.hosts.local import LocalBackend  # lazy: as above
-
-        return LocalBackend(name, host, **kwargs)
-    from kvtui.hosts.ssh import SshBackend  # lazy: as above (asyncssh alone ~150 ms)
-
-    return SshBackend(name, host, **kwargs)
+        return local.LocalBackend(name, host, **kwargs)
+    return ssh.SshBackend(name, host, **kwargs)

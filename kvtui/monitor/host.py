@@ -17,6 +17,7 @@ from kvtui.config import state_dir
 from kvtui.engines.events import ParsedLine
 from kvtui.gpu import GpuSample
 from kvtui.hosts.backend import ConnStatus, HostBackend
+from kvtui.lazy import lazy_module
 from kvtui.monitor.connection import Connection
 from kvtui.monitor.gaps import Gaps
 from kvtui.monitor.ingest import Ingest
@@ -29,6 +30,9 @@ from kvtui.updates import ConnUpdate, GapMark, GpuUpdate, HostMatch, LogLine
 
 if TYPE_CHECKING:
     from kvtui.history import BootRecorder
+    from kvtui.history import ident as history_ident
+else:
+    history_ident = lazy_module("kvtui.history.ident")  # lazy: (pydantic) `import kvtui.monitor` +43 ms CPU
 
 CLOSE_GRACE: Final = 0.2  # seconds the streams get to end by themselves after close()
 
@@ -218,11 +222,7 @@ class HostMonitor:
     def boot_label(self, index: int | None) -> str:
         """``boot #13`` (the history's number), else ``boot 2 of this log`` (the place of the boot
         in the log this monitor read: a number that cannot be taken for the history's)."""
-        # lazy: the history package (pydantic) costs `import kvtui.monitor` +40 ms CPU,
-        # which `kvtui calc --log` does not need (calc's lazies: with this one, +90 ms CPU)
-        from kvtui.history.ident import label
-
-        return label(self.boot_number(index), None if index is None else index + 1)
+        return history_ident.label(self.boot_number(index), None if index is None else index + 1)
 
     def gpu_history(self, index: int) -> Sequence[tuple[float, float]]:
         """(ts, used_mib) samples of GPU ``index``, oldest first, at most ``gpu_history``."""

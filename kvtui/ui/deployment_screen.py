@@ -30,6 +30,7 @@ from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, node_mon
 from kvtui.exits import EXIT_FAILED
 from kvtui.hosts import service
 from kvtui.hosts.backend import LogStart
+from kvtui.lazy import lazy_module
 from kvtui.monitor import MonitorOptions
 from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.changes.controller import calculator_edits
@@ -39,12 +40,15 @@ from kvtui.ui.perf import KeysFooter
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScreen
 
 if TYPE_CHECKING:
+    from kvtui import changes as dc
     from kvtui import flags as fl
     from kvtui.changes import NodeSide
     from kvtui.config import CalcConfig, HistoryConfig, HostConfig
     from kvtui.hosts.backend import HostBackend
     from kvtui.nodes import DeploymentBoot
     from kvtui.ui.changes.action import Severity
+else:
+    dc = lazy_module("kvtui.changes")  # lazy: imports kvcalc (test_ui_startup): +65 ms CPU
 
 BackendFactory = Callable[..., "HostBackend"]
 CHANGE_TIMEOUT_S = 1800.0  # how long a change follows the nodes' new boots
@@ -347,9 +351,7 @@ class DeploymentScreen(Screen[None]):
             self._cancel_now()
 
     def _sides(self) -> list[NodeSide]:
-        from kvtui.changes import NodeSide  # lazy: imports kvcalc (test_ui_startup)
-
-        return [NodeSide(n.name, n.host, n.monitor.backend, boots=list(n.monitor.tracker.boots))
+        return [dc.NodeSide(n.name, n.host, n.monitor.backend, boots=list(n.monitor.tracker.boots))
                 for n in self.dm.nodes]
 
     def action_apply(self) -> None:
@@ -385,8 +387,6 @@ class DeploymentScreen(Screen[None]):
         """The merged boot is ready: ask node 0's server for one token when the console probes
         (``changes.probe_head``, as ``kvtui apply NAME --restart`` does); False when it
         does not answer (its boot is then ``not_serving``)."""
-        from kvtui import changes as dc  # lazy: imports kvcalc (test_ui_startup)
-
         if not getattr(self.app, "probe_ready", False):
             return True
         res = await dc.probe_head(dep, sides, say)
@@ -394,7 +394,6 @@ class DeploymentScreen(Screen[None]):
 
     @work(group="dep-change", exit_on_error=False, description="deployment change")
     async def _change_worker(self, verb: str, edits: list[fl.Edit], gen: int) -> None:
-        from kvtui import changes as dc  # lazy: imports kvcalc (test_ui_startup)
         pane = self.pane
         banner = pane.action_banner
         name = self.spec.name

@@ -16,6 +16,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Static
 
+from kvtui.lazy import lazy_module
 from kvtui.ui import formatting as fmt
 
 ResultT = TypeVar("ResultT")
@@ -23,6 +24,9 @@ ResultT = TypeVar("ResultT")
 if TYPE_CHECKING:
     from kvtui.hosts.service import ApplyPlan
     from kvtui.kvcalc import Prediction
+    from kvtui.tune import planner as tp
+else:
+    tp = lazy_module("kvtui.tune.planner")  # lazy: imports kvcalc (test_ui_startup): +79 ms CPU
 
 
 class DialogBody(VerticalScroll):
@@ -589,24 +593,21 @@ class TuneScreen(FittedDialog[TuneRequest | None]):
 
     def request(self) -> TuneRequest | str:
         """The request, or what is wrong with it."""
-        from kvtui.tune import TuneError, parse_goal  # lazy: imports kvcalc (test_ui_startup)
-        from kvtui.tune.planner import also_name  # lazy: imports kvcalc (test_ui_startup)
-
         goal = self.query_one("#tune-goal", Input).value.strip()
         requests = None
         m = re.fullmatch(r"context=([0-9_,]+)\s*[x×*]\s*([0-9]+)", goal)
         if m:
             goal, requests = f"context={m.group(1)}", int(m.group(2))
         try:
-            parse_goal(goal, requests)
-        except TuneError as exc:
+            tp.parse_goal(goal, requests)
+        except tp.TuneError as exc:
             return str(exc)
         boots_text = self.query_one("#tune-max-boots", Input).value.strip() or "6"
         if not boots_text.isdigit() or int(boots_text) < 1:
             return f"boot budget {boots_text!r}: expected a whole number ≥ 1"
         also = tuple(a.strip() for a in self.query_one("#tune-also", Input).value.split(",") if a.strip())
         for a in also:
-            if also_name(a) is None:
+            if tp.also_name(a) is None:
                 return f"also {a!r}: expected max-running-requests or cuda-graph-max-bs"
         return TuneRequest(goal, int(boots_text), also, requests)
 

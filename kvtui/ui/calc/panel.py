@@ -32,12 +32,15 @@ from kvtui import longrun
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Engine
 from kvtui.knobs import MEMORY_ROLES, Memory
+from kvtui.lazy import lazy_module
 from kvtui.ui import formatting as fmt
 from kvtui.ui.keys import refocus_key, run_own_binding
 
 if TYPE_CHECKING:
     from kvtui import kvcalc
     from kvtui.changes import ServingConfig
+else:
+    kvcalc = lazy_module("kvtui.kvcalc")  # lazy: after the console's first frame (test_ui_startup): +47 ms CPU
 
 DEBOUNCE_S = 0.25
 MIN_VALUE_CELLS = 8  # a flag's value keeps at least this many cells (its label is elided first)
@@ -267,8 +270,6 @@ class CalculatorPanel(Widget, can_focus=True):
 
     def set_boot(self, boot: Boot | None, boots: Sequence[Boot] = ()) -> None:
         """Recalibrate when the boot's figures changed; keeps the user's edits."""
-        from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
-
         if boot is None:
             return
         m = boot.metrics
@@ -321,8 +322,6 @@ class CalculatorPanel(Widget, can_focus=True):
         """The model of a serving boot whose start is not in the log: calibrated on the stored
         boot of the same host and flags (the history), else its config.json anchored at the pool
         estimated from serving lines; the GPU memory from the GPU source."""
-        from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
-
         if self.stored_basis is None:
             pool = longrun.estimated_pool(boot) or "pool not printed yet"
             if not self.basis_looked_up:
@@ -354,8 +353,6 @@ class CalculatorPanel(Widget, can_focus=True):
         return ""
 
     def _build_fields(self, boot: Boot) -> None:
-        from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
-
         assert self.engine is not None
         flags = kvcalc.EDITABLE_FLAGS.get(self.engine, ())
         fraction = kvcalc.fraction_flag(self.engine)
@@ -370,8 +367,6 @@ class CalculatorPanel(Widget, can_focus=True):
 
     @property
     def margin_gib(self) -> float:
-        from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
-
         return kvcalc.DEFAULT_GRAPH_MARGIN_GIB if self.graph_margin_gib is None else self.graph_margin_gib
 
     # ---- focus and editing -----------------------------------------------------------------------
@@ -662,8 +657,6 @@ class CalculatorPanel(Widget, can_focus=True):
         """Predict for the current edits and show it. Each edited field is checked on its own: an
         invalid one is flagged, named in ``error`` with what it takes, and the prediction is made
         with its last valid value (a combination the model refuses keeps the last prediction)."""
-        from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
-
         self.computations += 1
         for f in self.fields:
             f.invalid = False

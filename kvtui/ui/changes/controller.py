@@ -17,17 +17,26 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.config import DEMO_DEFAULT_SPEED
 from kvtui.hosts import service
 from kvtui.hosts.backend import BackendError
+from kvtui.lazy import lazy_module
 from kvtui.sim.backend import DemoBackend
 from kvtui.ui.changes.action import Severity
 from kvtui.ui.screens import ApplyScreen, ConfirmScreen, NoticeScreen, TuneScreen
 from kvtui.ui.widgets.host import HostBar
 
 if TYPE_CHECKING:
+    from kvtui import changes, kvcalc
     from kvtui.flags import Edit
     from kvtui.hosts.service import ApplyOutcome, ApplyPlan, Calculator, RestartPlan
+    from kvtui.tune import driver
+    from kvtui.tune import planner as tp
     from kvtui.tune.driver import TuneResult
     from kvtui.ui.calc.panel import CalculatorPanel
     from kvtui.ui.host_pane import HostPane
+else:
+    changes = lazy_module("kvtui.changes")  # lazy: imports kvcalc (test_ui_startup): +65 ms CPU
+    kvcalc = lazy_module("kvtui.kvcalc")  # lazy: after the console's first frame (test_ui_startup): +47 ms CPU
+    driver = lazy_module("kvtui.tune.driver")  # lazy: imports kvcalc (test_ui_startup): +79 ms CPU
+    tp = lazy_module("kvtui.tune.planner")  # lazy: imports kvcalc (test_ui_startup): +79 ms CPU
 
 
 def demo_target(speed: float) -> str:
@@ -39,8 +48,6 @@ def calculator_edits(calc: CalculatorPanel) -> list[Edit] | str:
     """The flags the user changed in the calculator, as edits of the server's flags file (every
     node's, for a deployment; validated as the calculator validates them), or why there is nothing
     to apply. The host console's ``a`` and the deployment console's ``a`` both use it."""
-    from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
-
     sets, unsets = calc.edits()
     if not sets and not unsets:
         return "no edits to apply: change a flag in the calculator first (c)"
@@ -156,8 +163,6 @@ class ChangeController:
         """What predicts the apply's flags: the calculator's own model for a serving boot whose start
         is not in the log (the history's boot of its flags, or its config.json at the estimated
         pool: the log has no pool line to calibrate from), else ``changes.calculate``."""
-        from kvtui import changes, kvcalc  # lazy: imports kvcalc (test_ui_startup)
-
         boot, model = self.pane.boot, self.pane.calculator.model
         if boot is not None and boot.start_missing is not None and model is not None and not kvcalc.sized_pool(boot):
             return changes.calculate_on(model, boot)
@@ -219,8 +224,6 @@ class ChangeController:
                                  description="restart", exit_on_error=False)
 
     async def _apply_worker(self, edits: list[Edit], gen: int) -> None:
-        from kvtui import changes  # lazy: imports kvcalc (test_ui_startup)
-
         backend = self.pane.backend
         assert backend is not None
         banner = self.pane.action_banner
@@ -250,8 +253,6 @@ class ChangeController:
             self._end(gen)
 
     async def _rollback_worker(self, gen: int) -> None:
-        from kvtui import changes  # lazy: imports kvcalc (test_ui_startup)
-
         backend = self.pane.backend
         assert backend is not None
         banner = self.pane.action_banner
@@ -284,10 +285,8 @@ class ChangeController:
         outcome = await service.execute(plan, backend, self._progress, clock=self.pane.clock)
         self.last_outcome = outcome
         if plan.restart and outcome.boot is not None:  # the history keeps the edit, prediction and outcome
-            from kvtui.changes import record_restart  # lazy: imports kvcalc (test_ui_startup)
-
             cfg = getattr(getattr(self.pane.app, "config", None), "history", None)
-            await asyncio.to_thread(record_restart, plan, outcome, cfg)
+            await asyncio.to_thread(changes.record_restart, plan, outcome, cfg)
         self._show_outcome(service.outcome_headline(outcome, plan.action, plan.name), outcome, verb)
 
     def _show_outcome(self, headline: str, outcome: ApplyOutcome, verb: str) -> None:
@@ -330,10 +329,6 @@ class ChangeController:
         return True
 
     async def _tune_worker(self, gen: int) -> None:
-        from kvtui import changes, kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
-        from kvtui.tune import driver  # lazy: imports kvcalc (test_ui_startup)
-        from kvtui.tune import planner as tp  # lazy: imports kvcalc (test_ui_startup)
-
         backend = self.pane.backend
         assert backend is not None
         banner = self.pane.action_banner

@@ -23,13 +23,17 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Phase
 from kvtui.engines.orphans import KILL_GRACE_S, Orphan
 from kvtui.gpu import GpuProcess, GpuSample
+from kvtui.lazy import lazy_module
 from kvtui.ui import formatting as fmt
 from kvtui.ui.perf import QuietStatic
 from kvtui.ui.themes import rgb
 from kvtui.ui.widgets.table import ListTable
 
 if TYPE_CHECKING:
+    import textual_plotext
     from textual_plotext import Plot
+else:
+    textual_plotext = lazy_module("textual_plotext")  # lazy: after the first frame (test_ui_startup): +20 ms CPU
 
 
 ROW_STRIPS = 256  # GPU bar rows kept rendered (8 GPUs x the few utilisation values each wanders over)
@@ -439,9 +443,7 @@ class GpuHistoryPlot(Widget):
     def plt(self) -> Plot:
         """The plotext figure (plotext is imported on first use: ~0.1 s kept out of start-up)."""
         if self._plot is None:
-            from textual_plotext import Plot  # lazy: plotext after the first frame (test_ui_startup)
-
-            self._plot = Plot()
+            self._plot = textual_plotext.Plot()
             self._plot.theme("clear")
         return self._plot
 

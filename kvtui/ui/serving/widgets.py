@@ -27,6 +27,7 @@ from textual.content import Content
 
 from kvtui import fmt
 from kvtui.engines.events import Engine
+from kvtui.lazy import lazy_module
 from kvtui.serving.diagnose import Diagnosis, Limit
 from kvtui.serving.window import ServingFigures
 from kvtui.ui.perf import QuietStatic
@@ -34,6 +35,8 @@ from kvtui.ui.widgets.banner import Banner
 
 if TYPE_CHECKING:  # the calculator is imported when a pool is full, not before the console's first frame
     from kvtui import kvcalc
+else:
+    kvcalc = lazy_module("kvtui.kvcalc")  # lazy: after the console's first frame (test_ui_startup): +47 ms CPU
 
 DEMAND_MARGIN = 1.25  # the suggested pool holds the observed peak demand with this margin
 TIMELINE_POINTS = 240  # KvTimeline's ring: 20 min at the pane's 5 s sampling
@@ -68,8 +71,6 @@ class Suggestion:
 
 def _predict(model: kvcalc.MemoryModel, flag: str, value: str | None, margin: float) -> kvcalc.Prediction:
     """As the calculator panel predicts: its edits parsed, then ``kvcalc.predict``."""
-    from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
-
     edits = kvcalc.parse_edits(model.engine, [f"{flag}={value}"] if value is not None else [], [])
     return kvcalc.predict(model, edits, graph_margin_gib=margin)
 
@@ -95,8 +96,6 @@ def suggest(diag: Diagnosis, model: kvcalc.MemoryModel | None, margin_gib: float
     to 0.01, or the smallest that holds the observed peak demand (``Evidence.peak_tokens``) ×
     ``DEMAND_MARGIN``, whichever is smaller, and an increase; on vLLM's CPU backend
     ``VLLM_CPU_KVCACHE_SPACE`` in whole GiB the same way (the largest the calculator calls safe)."""
-    from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
-
     if diag.limit is not Limit.POOL or model is None or not diag.knobs:
         return None
     peak = diag.evidence.peak_tokens
@@ -115,8 +114,6 @@ def suggest(diag: Diagnosis, model: kvcalc.MemoryModel | None, margin_gib: float
 
 def _suggest_fraction(model: kvcalc.MemoryModel, base: kvcalc.Prediction, target: int | None,
                       margin: float) -> Suggestion:
-    from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
-
     flag = kvcalc.fraction_flag(model.engine)
     label = flag.replace("_", "-")
     safe = fmt.safe_max(base.max_safe_fraction)
@@ -144,10 +141,7 @@ def _suggest_fraction(model: kvcalc.MemoryModel, base: kvcalc.Prediction, target
 
 def _suggest_cpu(model: kvcalc.MemoryModel, base: kvcalc.Prediction, target: int | None,
                  margin: float) -> Suggestion | None:
-    from kvtui import kvcalc  # lazy: kvcalc after the first frame (test_ui_startup)
-    from kvtui.kvcalc.edits import CPU_KV_SPACE  # lazy: kvcalc after the first frame (test_ui_startup)
-
-    flag = CPU_KV_SPACE
+    flag = kvcalc.edits.CPU_KV_SPACE
     try:
         current = float(str(model.pool_env.get("VLLM_CPU_KVCACHE_SPACE")))
     except ValueError:
