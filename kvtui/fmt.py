@@ -296,3 +296,18 @@ def ray_nodes_compact(nodes: object) -> str:
     parts = " · ".join(f"{tp_ranks(n.tp_ranks)} {n.name}" for n in ns)
     return f"{len(ns)} node{'s' if len(ns) != 1 else ''}: {parts}"
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Text
+# ---------------------------------------------------------------------------------------------
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: cut with ``…`` where it is longer."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` on one line (white space folded), at most ``limit`` characters (a message quoted in a report)."""
+    return cut(" ".join(text.split()), limit)

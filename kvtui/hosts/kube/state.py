@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from kvtui import fmt
+
 JSON = Mapping[str, Any]
 
 # the waiting reasons that mean the container cannot start as it is (not just "not yet")
@@ -87,7 +89,7 @@ class PodState:
             head = f"{self.phase}: {self.current.brief() if brief else self.current.words()}"
         else:
             head = self.phase
-        parts = [head + (f" ({_one_line(self.message)})" if self.message and self.state != "running" else "")]
+        parts = [head + (f" ({fmt.one_line(self.message, 200)})" if self.message and self.state != "running" else "")]
         if self.restarts:
             parts.append(f"{self.restarts} restart{'s' if self.restarts != 1 else ''}")
         if self.last is not None:
@@ -95,9 +97,6 @@ class PodState:
         return ", ".join(parts)
 
 
-def _one_line(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _termination(t: JSON | None) -> Termination | None:
