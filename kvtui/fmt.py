@@ -139,11 +139,6 @@ def capacity(value: float | None, digits: int = 2) -> str:
     return f"{round_down(value, digits):,.{digits}f}"
 
 
-def bytes_per_token(value: float | None) -> str:
-    """``81,920 B/token``."""
-    return UNKNOWN if value is None else f"{int(value):,} B/token"
-
-
 # ---------------------------------------------------------------------------------------------
 # Time
 # ---------------------------------------------------------------------------------------------

@@ -54,7 +54,6 @@ def test_figures_round_once_to_nearest() -> None:
     assert fmt.fraction(0.875) == "0.875"
     assert fmt.fraction(0.8) == "0.80"
     assert fmt.mib(1.0) == "1,024.0 MiB"
-    assert fmt.bytes_per_token(81920) == "81,920 B/token"
 
 
 @pytest.mark.parametrize(

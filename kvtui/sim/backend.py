@@ -50,16 +50,6 @@ MAX_BATCH = 2000
 POWER_CAP_SHARE = 0.97  # a simulated GPU drawing this share of its power limit is held at its power cap
 
 
-def resolve_preset(name: str | None, engine: str = "sglang") -> str:
-    """A preset key from ``demo_model`` (a key, case-insensitive, or a unique prefix of one) of
-    the ``demo_engine``; without one, the engine's default preset. The same check as the
-    configuration's (``kvtui.sim.presets``)."""
-    try:
-        return resolve_preset_name(name, engine)
-    except PresetError as exc:
-        raise DemoError(str(exc)) from None
-
-
 DEMO_START_MISSING_UPTIME_H: Final = 48.0
 
 

@@ -67,10 +67,6 @@ class PodState:
     node: str | None
 
     @property
-    def crash_looping(self) -> bool:
-        return self.reason == "CrashLoopBackOff"
-
-    @property
     def stuck(self) -> bool:
         """Cannot start as it is (unschedulable, image pull, bad config, crash loop)."""
         return self.reason == "Unschedulable" or self.reason in _BAD_WAITING
