@@ -89,7 +89,7 @@ class Outcome:
     message: str = ""
     # the boot's JSON taken when the wait decided (the monitor goes on feeding serving lines into
     # the same Boot until it is closed: the printed object is the boot at its ready/failed moment)
-    snapshot: dict[str, Any] | None = None
+    snapshot: dict[str, object] | None = None
 
 
 @dataclass(slots=True)

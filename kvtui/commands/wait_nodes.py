@@ -57,7 +57,7 @@ class Result:
     dep: DeploymentBoot | None = None
     message: str = ""
     hang: Hang | None = None
-    snapshot: dict[str, Any] | None = None
+    snapshot: dict[str, object] | None = None
     # ``--serving``: after ready, the first serving sample's exit code and JSON (None: none came)
     serving_code: int | None = None
     serving: dict[str, object] | None = None

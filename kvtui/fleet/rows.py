@@ -123,7 +123,7 @@ class FleetRow:
     uptime_s: float | None = None
     trouble: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
 

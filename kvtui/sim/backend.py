@@ -18,7 +18,6 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -39,7 +38,7 @@ from kvtui.sim.presets import MODELS, PRESETS, GpuSpec, Preset, PresetError, res
 from kvtui.sim.script import BootInput, BootScript, ForeignProcess
 from kvtui.sim.serving import serving_load
 from kvtui.sim.simulate import simulate_arrival
-from kvtui.sim.state import MAX_EPOCHS, DemoError, DemoState, Epoch, _atomic_write
+from kvtui.sim.state import MAX_EPOCHS, DemoError, DemoState, Epoch, ForeignDoc, _atomic_write
 from kvtui.sim.timeline import BACKLOG_SERVING_LINES, BootView, Line, _Timeline
 from kvtui.sim.unit import UnitInfo, _sd_time, _systemd_quote, parse_unit
 
@@ -820,7 +819,7 @@ class DemoBackend:
                     g0=last.g0 + n,
                     seed=self.seed,
                     speed=self.speed,
-                    foreign=dict(st.foreign) if st.foreign else None,
+                    foreign=st.foreign.copy() if st.foreign else None,
                 )
             )
 
@@ -882,7 +881,7 @@ class DemoBackend:
             name=name,
         )
         with self._mutate() as st:
-            st.foreign = asdict(proc)
+            st.foreign = ForeignDoc(gpu=proc.gpu, mib=proc.mib, pid=proc.pid, name=proc.name)
         return proc
 
     def unit_status(self) -> str:
