@@ -22,7 +22,6 @@ class EnvVar(TypedDict, total=False):
 
 class Container(TypedDict, total=False):
     name: str
-    image: str
     command: list[str]
     args: list[str]
     env: list[EnvVar]
@@ -30,16 +29,13 @@ class Container(TypedDict, total=False):
 
 
 class OwnerReference(TypedDict, total=False):
-    apiVersion: str
     kind: str
     name: str
-    uid: str
     controller: bool
 
 
 class ObjectMeta(TypedDict, total=False):
     name: str
-    namespace: str
     uid: str
     labels: dict[str, str]
     annotations: dict[str, str]
@@ -87,8 +83,6 @@ class PodSpec(TypedDict, total=False):
 
 class PodStatus(TypedDict, total=False):
     phase: str
-    reason: str
-    message: str
     conditions: list[PodCondition]
     containerStatuses: list[ContainerStatus]
 
@@ -96,7 +90,6 @@ class PodStatus(TypedDict, total=False):
 class KubeObject(TypedDict, total=False):
     """What every object has: its kind and its metadata (``ownerReferences``, labels …)."""
 
-    apiVersion: str
     kind: str
     metadata: ObjectMeta
 

@@ -121,8 +121,6 @@ class KubeOps:
     def __init__(self, backend: KubeBackend) -> None:
         self._backend = backend
         self._target: _Target | None = None
-        self._ops: list[dict[str, object]] = []
-        self._undo: list[dict[str, object]] = []
         self._rollout: asyncio.Task[None] | None = None
         self._rollout_problem: str | None = None
 
