@@ -161,25 +161,28 @@ class KubeBackend:
 
     # -- kubectl ---------------------------------------------------------------------------
 
-    async def _kubectl(self, argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
+    async def _spawn(self, argv: list[str], *, stderr: bool = True, limit: int = 1 << 16,
+                     missing: type[Exception] = BackendError) -> asyncio.subprocess.Process:
+        """kubectl run with ``argv``, its output piped (its stderr too with ``stderr``), kept until ``_reap``;
+        ``missing`` is raised when there is no kubectl on PATH."""
         try:
-            proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
-                                                        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE if stderr else asyncio.subprocess.DEVNULL, limit=limit)
         except FileNotFoundError:
-            raise BackendError("kubectl not found on PATH: kvtui runs the kubectl you use (your kubeconfig, "
-                               "contexts and auth plugins); install it or put it on PATH") from None
+            raise missing("kubectl not found on PATH: kvtui runs the kubectl you use (your kubeconfig, "
+                          "contexts and auth plugins); install it or put it on PATH") from None
         self._procs.add(proc)
+        return proc
+
+    async def _kubectl(self, argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
+        proc = await self._spawn(argv)
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
         except TimeoutError:
             raise BackendError(f"kubectl did not answer within {timeout:g} s: {' '.join(argv[1:6])} …") from None
-        finally:
-            if proc.returncode is None:  # timed out, or cancelled (the backend closed): not left behind
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                with contextlib.suppress(Exception):
-                    await proc.wait()
-            self._procs.discard(proc)
+        finally:  # timed out, or cancelled (the backend closed): not left behind
+            await self._reap(proc)
         return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
 
     async def refresh(self) -> PodState:
@@ -695,13 +698,7 @@ class KubeBackend:
         self._last_err = ""
         self._stream_bytes = 0
         self._stream_first = None
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE if errors else asyncio.subprocess.DEVNULL, limit=1 << 17)
-        except FileNotFoundError:
-            raise BackendError("kubectl not found on PATH") from None
-        self._procs.add(proc)
+        proc = await self._spawn(argv, stderr=errors, limit=1 << 17)
         assert proc.stdout is not None
         try:
             carry = b""
@@ -832,13 +829,7 @@ class KubeBackend:
             argv = K.exec_gpu_query(self.ref, self._pod, fields,
                                     interval_ms=int(max(0.01, interval_s) * 1000))
             parsed = 0
-            try:
-                proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
-                                                            stdout=asyncio.subprocess.PIPE,
-                                                            stderr=asyncio.subprocess.DEVNULL)
-            except FileNotFoundError:
-                raise BackendError("kubectl not found on PATH") from None
-            self._procs.add(proc)
+            proc = await self._spawn(argv, stderr=False)
             assert proc.stdout is not None
             tick: list[GpuSample] = []
             size: int | None = None
@@ -944,13 +935,7 @@ class KubeBackend:
             await self.start()
         assert self._pod is not None
         argv = K.port_forward(self.ref, self._pod, port)
-        try:
-            proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
-                                                        stdout=asyncio.subprocess.PIPE,
-                                                        stderr=asyncio.subprocess.PIPE)
-        except FileNotFoundError:
-            raise OSError("kubectl not found on PATH") from None
-        self._procs.add(proc)
+        proc = await self._spawn(argv, missing=OSError)
         try:
             assert proc.stdout is not None
             assert proc.stderr is not None
