@@ -55,10 +55,8 @@ class ContainerStateDetail(TypedDict, total=False):
     finishedAt: str
 
 
-class ContainerState(TypedDict, total=False):
-    waiting: ContainerStateDetail
-    running: ContainerStateDetail
-    terminated: ContainerStateDetail
+# a container's ``state`` / ``lastState``: "waiting", "running" or "terminated" -> its detail
+ContainerState = dict[str, ContainerStateDetail]
 
 
 class ContainerStatus(TypedDict, total=False):
@@ -87,6 +85,11 @@ class PodStatus(TypedDict, total=False):
     containerStatuses: list[ContainerStatus]
 
 
+class LabelSelector(TypedDict, total=False):
+    matchLabels: dict[str, str]
+    matchExpressions: list[dict[str, object]]
+
+
 class KubeObject(TypedDict, total=False):
     """What every object has: its kind and its metadata (``ownerReferences``, labels …)."""
 
@@ -99,27 +102,12 @@ class Pod(KubeObject, total=False):
     status: PodStatus
 
 
-class LabelSelector(TypedDict, total=False):
-    matchLabels: dict[str, str]
-    matchExpressions: list[dict[str, object]]
-
-
-class PodTemplate(TypedDict, total=False):
-    metadata: ObjectMeta
-    spec: PodSpec
-
-
-class LeaderWorkerTemplate(TypedDict, total=False):
-    leaderTemplate: PodTemplate
-    workerTemplate: PodTemplate
-
-
 class ControllerSpec(TypedDict, total=False):
     """A Deployment's, StatefulSet's or LeaderWorkerSet's spec: its selector and pod template(s)."""
 
     selector: LabelSelector
-    template: PodTemplate
-    leaderWorkerTemplate: LeaderWorkerTemplate
+    template: Pod  # a pod template: a pod's metadata and spec
+    leaderWorkerTemplate: dict[str, Pod]  # leaderTemplate, workerTemplate
 
 
 class Controller(KubeObject, total=False):

@@ -23,7 +23,6 @@ from kvtui.hosts.kube.objects import (
     EnvVar,
     KubeObject,
     Pod,
-    PodTemplate,
 )
 
 # the waiting reasons that mean the container cannot start as it is (not just "not yet")
@@ -469,7 +468,7 @@ def _template_containers(obj: Controller, container: str | None) -> list[tuple[s
             node = node.get(k) if isinstance(node, Mapping) else None
         if not isinstance(node, Mapping):
             continue
-        containers = (cast(PodTemplate, node).get("spec") or {}).get("containers") or []
+        containers = (cast(Pod, node).get("spec") or {}).get("containers") or []
         for i, c in enumerate(containers):
             if container is None and i > 0:
                 break
