@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import Row, loadavg, noting, percentile, standalone_main, watch_frames
+from common import Row, frame_after_action, loadavg, noting, percentile, send_key, standalone_main, watch_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -34,7 +34,6 @@ KIND = {"j": "move", "k": "move", "G": "move", "g": "move", "s": "sort", "S": "s
 
 async def _measure(n: int, seconds: float) -> dict[str, Any]:
     from fleet_ui_support import FixedSource
-    from textual import events
 
     from kvtui.config import Config
     from kvtui.hosts.factory import make_backend
@@ -72,13 +71,6 @@ async def _measure(n: int, seconds: float) -> dict[str, Any]:
         watch_frames(app, frames, drawn)
         await asyncio.sleep(1.0)
 
-        def send_key(key: str) -> None:
-            name = {"/": "slash"}.get(key, key)
-            event = events.Key(name, key if len(key) == 1 else None)
-            event.set_sender(app)
-            assert app._driver is not None
-            app._driver.send_message(event)
-
         end = loop.time() + seconds
         k = 0
         while loop.time() < end:
@@ -88,19 +80,12 @@ async def _measure(n: int, seconds: float) -> dict[str, Any]:
             acted.clear()
             t0 = time.perf_counter()
             c0 = time.process_time()
-            send_key(key)
+            send_key(app, key)
             if key == "/":  # focus moves to the field: nothing re-drawn to time
                 await pilot.pause(0.05)
                 continue
             kind = KIND.get(key, "filter")
-            try:
-                async with asyncio.timeout(2.0):
-                    await acted.wait()
-                    while not (frames and frames[-1] >= act_at[-1]):
-                        drawn.clear()
-                        await drawn.wait()
-            except TimeoutError:
-                pass
+            await frame_after_action(acted, drawn, frames, act_at)
             if len(act_at) == n_acts:
                 latencies[kind].append(2000.0)
                 continue

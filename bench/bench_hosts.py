@@ -18,13 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import Row, loadavg, noting, percentile, standalone_main, watch_frames
+from common import Row, frame_after_action, loadavg, noting, percentile, send_key, standalone_main, watch_frames
 
 BUDGET_MS = 150.0
 
 
 async def _measure(hosts: int, seconds: float, work: Path) -> dict[str, Any]:
-    from textual import events
 
     from kvtui.config import Config, HostConfig
     from kvtui.hosts.factory import make_backend
@@ -59,12 +58,6 @@ async def _measure(hosts: int, seconds: float, work: Path) -> dict[str, Any]:
         connected = sum(1 for p in screen.panes if p.monitor is not None and p.monitor.lines_seen)
         await asyncio.sleep(2.0)
 
-        def send_key(key: str) -> None:
-            event = events.Key(key, key)
-            event.set_sender(app)
-            assert app._driver is not None
-            app._driver.send_message(event)
-
         end = loop.time() + seconds
         k = 0
         while loop.time() < end:
@@ -72,19 +65,12 @@ async def _measure(hosts: int, seconds: float, work: Path) -> dict[str, Any]:
             acted.clear()
             t0 = time.perf_counter()
             if k % 2 == 0:
-                send_key("t")
+                send_key(app, "t")
             else:  # what the tab bar / palette does: show another host
                 app.call_later(on_switch, names[(k // 2) % min(hosts, 8)])
             kinds.append("t" if k % 2 == 0 else "switch")
             k += 1
-            try:
-                async with asyncio.timeout(2.0):
-                    await acted.wait()
-                    while not (frames and frames[-1] >= act_at[-1]):
-                        drawn.clear()
-                        await drawn.wait()
-            except TimeoutError:
-                pass
+            await frame_after_action(acted, drawn, frames, act_at)
             if len(act_at) == n:
                 latencies.append(2000.0)
                 continue

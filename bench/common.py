@@ -178,6 +178,30 @@ def watch_frames(app: Any, frames: list[float], drawn: asyncio.Event) -> None:
     app._display = display
 
 
+def send_key(app: Any, key: str) -> None:
+    """``key`` into the Textual ``app`` the way ``Pilot.press`` sends it (``/``: the slash key)."""
+    from textual import events  # lazy: the suite's other benchmarks import no Textual
+
+    event = events.Key({"/": "slash"}.get(key, key), key if len(key) == 1 else None)
+    event.set_sender(app)
+    assert app._driver is not None
+    app._driver.send_message(event)
+
+
+async def frame_after_action(acted: asyncio.Event, drawn: asyncio.Event, frames: list[float], at: list[float],
+                             timeout: float = 2.0) -> None:
+    """Until the action a key triggers has run (``acted``, see ``noting``) and a frame is drawn after it
+    (``watch_frames``), or ``timeout`` seconds: the caller reads the key's first frame from ``frames``."""
+    try:
+        async with asyncio.timeout(timeout):
+            await acted.wait()
+            while not (frames and frames[-1] >= at[-1]):
+                drawn.clear()
+                await drawn.wait()
+    except TimeoutError:
+        pass
+
+
 def noting(action: Callable[..., None], at: list[float], acted: asyncio.Event) -> Callable[..., None]:
     """``action``, noting when it runs (into ``at``) and setting ``acted`` first."""
 

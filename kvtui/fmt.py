@@ -139,11 +139,6 @@ def capacity(value: float | None, digits: int = 2) -> str:
     return f"{round_down(value, digits):,.{digits}f}"
 
 
-def bytes_per_token(value: float | None) -> str:
-    """``81,920 B/token``."""
-    return UNKNOWN if value is None else f"{int(value):,} B/token"
-
-
 # ---------------------------------------------------------------------------------------------
 # Time
 # ---------------------------------------------------------------------------------------------
@@ -296,3 +291,18 @@ def ray_nodes_compact(nodes: object) -> str:
     parts = " · ".join(f"{tp_ranks(n.tp_ranks)} {n.name}" for n in ns)
     return f"{len(ns)} node{'s' if len(ns) != 1 else ''}: {parts}"
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Text
+# ---------------------------------------------------------------------------------------------
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: cut with ``…`` where it is longer."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` on one line (white space folded), at most ``limit`` characters (a message quoted in a report)."""
+    return cut(" ".join(text.split()), limit)

@@ -280,29 +280,6 @@ def parse_compute_apps_csv(text: str) -> list[GpuProcess]:
 # ---------------------------------------------------------------------------------------------
 
 
-def attach_processes(samples: Sequence[GpuSample], processes: Iterable[GpuProcess]) -> list[GpuSample]:
-    """Samples with their GPU's processes attached (matched by uuid, else by index).
-
-    Each attached process gets the sample's index and uuid filled in. Processes that match no
-    sample are dropped (they belong to GPUs outside the selection). Within a GPU, processes keep
-    their input order.
-    """
-    by_uuid = {s.uuid.upper(): i for i, s in enumerate(samples) if s.uuid}
-    by_index = {s.index: i for i, s in enumerate(samples)}
-    groups: list[list[GpuProcess]] = [[] for _ in samples]
-    for proc in processes:
-        slot: int | None = None
-        if proc.gpu_uuid and proc.gpu_uuid.upper() in by_uuid:
-            slot = by_uuid[proc.gpu_uuid.upper()]
-        elif proc.gpu_index is not None and proc.gpu_index in by_index:
-            slot = by_index[proc.gpu_index]
-        if slot is None:
-            continue
-        s = samples[slot]
-        groups[slot].append(replace(proc, gpu_index=s.index, gpu_uuid=s.uuid or proc.gpu_uuid))
-    return [replace(s, processes=tuple(g)) for s, g in zip(samples, groups, strict=True)]
-
-
 def select_gpus(samples: Iterable[GpuSample], gpus: Sequence[int] | None) -> list[GpuSample]:
     """The samples of the configured GPUs (all when ``gpus`` is None), in index order."""
     wanted = None if gpus is None else set(gpus)

@@ -103,10 +103,6 @@ class LineFilter:
             return rank_tokens(self.rank) <= rank_tokens(rank) or self.rank.upper() == rank.upper()
         return self.compiled().search(text) is not None
 
-    def matches_line(self, text: str, rank: str | None) -> bool:
-        """This filter alone: an in-filter keeps what it hits, an out-filter what it does not."""
-        return self.hits(text, rank) != self.negate
-
     @property
     def chip(self) -> str:
         """``+Prefill|Capture`` / ``-Decode`` / ``+TP3`` (the status line's chips)."""

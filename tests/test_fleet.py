@@ -264,16 +264,6 @@ def test_one_query_per_column() -> None:
         assert "Hostname=" not in expr
 
 
-def test_fetch_fleet_async_raises_the_same_error() -> None:
-    import asyncio
-
-    from kvtui.fleet.rows import fetch_fleet_async
-
-    client = PromClient(PrometheusConfig(url=f"http://127.0.0.1:{free_port()}", timeout=5))
-    with pytest.raises(PromError, match="cannot reach Prometheus"):
-        asyncio.run(fetch_fleet_async(client))
-
-
 def test_host_of() -> None:
     assert host_of("10.0.0.5:8000") == "10.0.0.5"
     assert host_of("[fe80::1]:8000") == "fe80::1"

@@ -54,7 +54,6 @@ def test_figures_round_once_to_nearest() -> None:
     assert fmt.fraction(0.875) == "0.875"
     assert fmt.fraction(0.8) == "0.80"
     assert fmt.mib(1.0) == "1,024.0 MiB"
-    assert fmt.bytes_per_token(81920) == "81,920 B/token"
 
 
 @pytest.mark.parametrize(
@@ -116,3 +115,12 @@ def test_every_place_a_safe_limit_is_drawn_rounds_it_down() -> None:
     pred = dataclasses.replace(pred, max_safe_fraction=0.9596)
     assert "largest safe 0.959" in prediction_summary(pred).plain
     assert "  largest safe fraction: 0.959" in render_prediction(pred)
+
+
+def test_cut_and_one_line_are_the_one_ellipsis_every_view_uses() -> None:
+    assert fmt.cut("abcdef", 6) == "abcdef"
+    assert fmt.cut("abcdefg", 6) == "abcde…"
+    assert fmt.cut("abc", 0) == "…"
+    assert fmt.one_line("a\n  b\tc", 300) == "a b c"
+    assert fmt.one_line("x " * 200, 10) == "x x x x x…"
+    assert fmt.one_line("y" * 301) == "y" * 299 + "…"

@@ -15,7 +15,6 @@ from kvtui.gpu import (
     GpuProcess,
     GpuSample,
     QueryGpuTicks,
-    attach_processes,
     format_query_gpu_line,
     mark_stale,
     parse_compute_apps_csv,
@@ -154,21 +153,6 @@ def test_compute_apps() -> None:
     assert procs[2].name == "/home/user/old,run/python3"  # a comma inside the process name
     assert procs[3].used_mib == 0.0  # [N/A] memory: PID kept
     assert parse_compute_apps_line("No running processes found") is None
-
-
-def test_attach_processes_by_uuid_and_index() -> None:
-    samples = parse_query_gpu_csv((GPU_FIX / "query-gpu-8.csv").read_text(), ts=0.0)
-    procs = parse_compute_apps_csv((GPU_FIX / "compute-apps.csv").read_text())
-    procs.append(GpuProcess(pid=5, used_mib=10, gpu_index=6))  # no uuid: matched by index
-    procs.append(GpuProcess(pid=6, used_mib=10, gpu_index=42))  # no such GPU: dropped
-    joined = attach_processes(samples, procs)
-    assert [p.pid for p in joined[0].processes] == [7003]
-    assert [p.pid for p in joined[1].processes] == [7004, 41877]
-    assert all(p.gpu_index == 1 for p in joined[1].processes)
-    assert [p.pid for p in joined[7].processes] == [9999]
-    assert [(p.pid, p.gpu_uuid) for p in joined[6].processes] == [(5, samples[6].uuid)]
-    assert sum(len(s.processes) for s in joined) == 5
-    assert joined[2].processes == ()
 
 
 def test_select_and_stale() -> None:

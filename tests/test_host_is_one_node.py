@@ -10,25 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from one_node_support import HOSTS
 
 from kvtui.cli import main
 from kvtui.config import parse_config
 from kvtui.flags import get_flag
 from kvtui.history import open_store
 from kvtui.sim.backend import DemoBackend
-
-HOSTS = """
-[hosts.solo]
-demo = true
-demo_speed = 400.0
-
-[hosts.one]
-demo = true
-demo_speed = 400.0
-
-[deployments.dep1]
-nodes = ["one"]
-"""
 
 # what a restart's record says about the change (the backup's and the file's paths differ by host)
 KEYS = ("action", "edit", "outcome", "exit", "rolled_back", "forced")

@@ -21,7 +21,7 @@ from kube_support import FakeKube
 from kvtui.config import ConfigError, parse_config
 from kvtui.hosts.kube import kubectl_argv as K
 from kvtui.hosts.kube.backend import KubeBackend
-from kvtui.hosts.kube.dcgm import parse_dcgm, parse_labels, stale_reason
+from kvtui.hosts.kube.dcgm import parse_dcgm, stale_reason
 from kvtui.kube_ref import KubeRefError, ServiceUrl, parse_service_url
 
 FIX = Path(__file__).parent / "fixtures" / "kube"
@@ -96,7 +96,6 @@ def test_prometheus_text_details() -> None:
             "garbage line\n")
     r = parse_dcgm(text, 0.0)
     assert [(s.index, s.used_mib, s.total_mib, s.name) for s in r.samples] == [(1, 10.0, 80.0, 'H100 "SXM"')]
-    assert parse_labels('a="x\\\\y",b="1"') == {"a": "x\\y", "b": "1"}
 
 
 def test_exposition_text_the_hand_parser_misread() -> None:

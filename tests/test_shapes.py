@@ -20,7 +20,6 @@ from kvtui.engines.shapes import (
     SHAPES,
     RecordSplitter,
     detect_shape,
-    iter_chunks,
     iter_records,
     parse_journal_json,
 )
@@ -412,12 +411,6 @@ def test_raw_cursors_are_resume_offsets() -> None:
     sp = RecordSplitter("raw", base_offset=100)
     sp.feed(b"abc\nde")
     assert sp.offset == 104  # the partial "de" is not consumed yet
-
-
-def test_iter_chunks_streams_a_file_piecewise() -> None:
-    data = (SF / "vllm.json").read_bytes()
-    pieces = [data[i:i + 1000] for i in range(0, len(data), 1000)]
-    assert list(iter_chunks(pieces, now=clock)) == list(iter_records(data, now=clock))
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,24 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from one_node_support import HOSTS
 from test_demo_2node import _hosts
 
 from kvtui.cli import main
 from kvtui.deployment_monitor import DeploymentMonitor
 from kvtui.monitor import HostMonitor
-
-HOSTS = """
-[hosts.solo]
-demo = true
-demo_speed = 400.0
-
-[hosts.one]
-demo = true
-demo_speed = 400.0
-
-[deployments.dep1]
-nodes = ["one"]
-"""
 
 
 def test_a_host_and_a_deployment_wait_through_the_same_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

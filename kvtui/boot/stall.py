@@ -61,8 +61,6 @@ HEALTH_PROBE: Final = WaitLine(
     "health_probe", "GET /health",
     "only the health probe is answered: the engine is not advancing")
 
-WAIT_LINES: Final = (SHM_BROADCAST, PLACEMENT_GROUP, RAY_UNSCHEDULABLE, C10D_CONNECT, ENGINE_CORE, HEALTH_PROBE)
-
 # (a needle every such line holds — a cheap `in` before the pattern —, the pattern, the kind).
 # vLLM shm_broadcast.py LONG_WAIT_TIME_LOG_MSG (≥ 0.10, INFO) and the 0.6-0.9 / SGLang wording
 # `No available block found in 60 second.`; vLLM executor/ray_utils.py `Waiting for creating a

@@ -160,12 +160,12 @@ def render_boot(boot: Boot, index: int, total: int, *, title: str | None = None)
         out.append(f"  Nodes (Ray workers by node ip: {len(nodes)}; the driver's node untagged)")
         out += [f"    {line}" for line in fmt.ray_node_lines(nodes)]
     for w in boot.warnings[:3]:
-        out.append(f"    warning: {_clip(w, 200)}")
+        out.append(f"    warning: {fmt.cut(w, 200)}")
     if boot.failure is not None:
         f = boot.failure
         ph = f" in {f.phase.value}" if f.phase is not None else ""
         out.append(f"  Failure: {f.kind.value}{ph}")
-        out.append(f"    {_clip(f.message, 400)}")
+        out.append(f"    {fmt.cut(f.message, 400)}")
         out.append(f"    hint: {f.hint}")
     return out
 
@@ -185,10 +185,6 @@ def _row(label: str, *items: str | None) -> list[str]:
 
 def _fmt(v: object) -> str:
     return "—" if v is None else f"{v}"
-
-
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def to_json(boots: list[Boot], source: str, unrecognised: list[UnrecognisedShape] | None = None) -> dict[str, object]:

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, TextIO
 
+from kvtui import fmt
 from kvtui.config import ConfigError, load_config
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK
 from kvtui.fleet.client import PromClient, PromError
@@ -28,18 +29,14 @@ COLUMNS: list[tuple[str, int, bool]] = [
 ]
 
 
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
-
-
 def render_table(rows: list[FleetRow], width: int = WIDTH) -> str:
     used = sum(w for _, w, _ in COLUMNS) + len(COLUMNS)
     last = max(width - used, 8)
 
     def line(cells: list[str], state: str) -> str:
-        parts = [(_cut(c, w).rjust(w) if right else _cut(c, w).ljust(w))
+        parts = [(fmt.cut(c, w).rjust(w) if right else fmt.cut(c, w).ljust(w))
                  for c, (_, w, right) in zip(cells, COLUMNS, strict=True)]
-        return (" ".join(parts) + " " + _cut(state, last)).rstrip()
+        return (" ".join(parts) + " " + fmt.cut(state, last)).rstrip()
 
     out = [line([t for t, _, _ in COLUMNS], "STATE / TROUBLE")]
     for r in rows:

@@ -72,7 +72,7 @@ def read_chunks(stream: Readable, name: str, chunk_bytes: int = CHUNK_BYTES) -> 
     except OSError as exc:
         raise InputError(f"{name}: cannot read ({exc.strerror or exc})") from exc
     if head[:2] == b"\x1f\x8b":
-        gz = gzip.GzipFile(fileobj=_Prepend(head, stream), mode="rb")
+        gz = gzip.GzipFile(fileobj=RawView(stream, head), mode="rb")
         stream = gz
         try:
             head = gz.read(chunk_bytes)
@@ -87,26 +87,30 @@ def read_chunks(stream: Readable, name: str, chunk_bytes: int = CHUNK_BYTES) -> 
             raise InputError(f"{name}: read failed ({exc})") from exc
 
 
-class _Prepend(io.RawIOBase):
-    """A stream whose first bytes were already read (to sniff gzip)."""
+class RawView(io.RawIOBase):
+    """A raw stream over ``rest``: ``first`` (bytes already read from it, to sniff gzip) comes before it,
+    and no more than ``limit`` bytes in all are read (None: to its end)."""
 
-    def __init__(self, first: bytes, rest: Readable) -> None:
+    def __init__(self, rest: Readable, first: bytes = b"", limit: int | None = None) -> None:
         self._first = first
         self._rest = rest
+        self._left = limit
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        n = len(b) if self._left is None else min(len(b), self._left)
+        if n <= 0:
+            return 0
         if self._first:
-            n = min(len(b), len(self._first))
-            b[:n] = self._first[:n]
-            self._first = self._first[n:]
-            return n
-        data = self._rest.read(len(b))
-        n = len(data)
-        b[:n] = data
-        return n
+            data, self._first = self._first[:n], self._first[n:]
+        else:
+            data = self._rest.read(n)
+        b[: len(data)] = data
+        if self._left is not None:
+            self._left -= len(data)
+        return len(data)
 
 
 def no_boot_found(source: str) -> str:

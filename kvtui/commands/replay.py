@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import io
 import json
 import multiprocessing
 import os
@@ -31,7 +30,7 @@ from kvtui.boot import Boot, BootStatus
 from kvtui.bootlog import BootLog, read_log
 from kvtui.commands import replay_nodes as R
 from kvtui.commands.bootview import render_boot, to_json
-from kvtui.commands.logfile import CHUNK_BYTES, InputError, check_text, no_boot_found, open_log, read_chunks
+from kvtui.commands.logfile import CHUNK_BYTES, InputError, RawView, check_text, no_boot_found, open_log, read_chunks
 from kvtui.engines.events import Engine
 from kvtui.engines.parse import LineParser, Prefilter, parse_chunks, wrap_widths
 from kvtui.engines.shapes import detect_shape, iter_records
@@ -137,7 +136,7 @@ def _analyse_parallel(
             parser.prime(iter_records(head[: cut + 1], shape, now=clock))  # a collector's prefix
             feed = log.tracker.feed
             for parsed in parse_chunks(
-                read_chunks(_Limited(stream, boundary), path), engine_hint, parser=parser, clock=clock, shape=shape
+                read_chunks(RawView(stream, limit=boundary), path), engine_hint, parser=parser, clock=clock, shape=shape
             ):
                 feed(parsed)
             worker.join()
@@ -191,30 +190,6 @@ def _filter_tail(path: str, start: int, drop_access: bool, spill: BinaryIO) -> N
         if kept:
             spill.write(b"\n".join(kept) + b"\n")
     spill.flush()
-
-
-class _Limited(io.RawIOBase):
-    """The first ``limit`` bytes of a stream."""
-
-    def __init__(self, stream: BinaryIO, limit: int) -> None:
-        self._stream = stream
-        self._left = limit
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int = -1) -> bytes:
-        if self._left <= 0:
-            return b""
-        n = self._left if size is None or size < 0 else min(size, self._left)
-        data = self._stream.read(n)
-        self._left -= len(data)
-        return data
-
-    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
 
 
 def analyse(

@@ -50,7 +50,7 @@ from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
 from kvtui.boot.stall import Stall, StallDetector
 from kvtui.commands.wait_nodes import DeploymentWaiter, Result
-from kvtui.commands.wait_report import clip, report_deployment, report_host
+from kvtui.commands.wait_report import report_deployment, report_host
 from kvtui.commands.watch import first_deployment_sample, human_line, sample_json
 from kvtui.config import ConfigError, load_config
 from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
@@ -89,7 +89,7 @@ class Outcome:
     message: str = ""
     # the boot's JSON taken when the wait decided (the monitor goes on feeding serving lines into
     # the same Boot until it is closed: the printed object is the boot at its ready/failed moment)
-    snapshot: dict[str, Any] | None = None
+    snapshot: dict[str, object] | None = None
 
 
 @dataclass(slots=True)
@@ -305,7 +305,7 @@ class Waiter:
             self.say(f"{self.label(index)} failed")
             return
         where = f" in {fmt.phase_label(f.phase)}" if f.phase is not None else ""
-        self.say(f"failed{where}: {f.kind.value}: {clip(f.message, 300)}", self.elapsed(boot, boot.ended_at))
+        self.say(f"failed{where}: {f.kind.value}: {fmt.one_line(f.message, 300)}", self.elapsed(boot, boot.ended_at))
         if f.hint:
             self.say(f"hint: {f.hint}")
 

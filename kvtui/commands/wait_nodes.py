@@ -39,7 +39,6 @@ from typing import Any, TextIO
 from kvtui import fmt
 from kvtui.boot import BootStatus
 from kvtui.boot.stall import Stall
-from kvtui.commands.wait_report import clip
 from kvtui.deployment_monitor import (
     DeploymentMonitor,
     DeploymentNode,
@@ -64,7 +63,7 @@ class Result:
     dep: DeploymentBoot | None = None
     message: str = ""
     hang: Hang | None = None
-    snapshot: dict[str, Any] | None = None
+    snapshot: dict[str, object] | None = None
     # ``--serving``: after ready, the first serving sample's exit code and JSON (None: none came)
     serving_code: int | None = None
     serving: dict[str, object] | None = None
@@ -143,7 +142,7 @@ class DeploymentWaiter:
         if status is BootStatus.FAILED:
             f = dep.boot.failure
             who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
-            what = f"{f.kind.value}: {clip(f.message, 300)}" if f is not None else "failed"
+            what = f"{f.kind.value}: {fmt.one_line(f.message, 300)}" if f is not None else "failed"
             where = f" in {fmt.phase_label(f.phase)}" if f is not None and f.phase is not None else ""
             self._finish(Result(EXIT_FAILED, dep, f"{self.dm.name}: failed on {who}{where}: {what}"
                                 + self._unread_note()))

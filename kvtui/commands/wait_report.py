@@ -28,12 +28,6 @@ if TYPE_CHECKING:
     from kvtui.monitor import HostMonitor
 
 
-def clip(text: str, n: int) -> str:
-    """``text`` on one line, at most ``n`` characters (a failure's message in a wait's line)."""
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
 def summary(boot: Boot, index: int, total: int, number: int | None, host: str) -> str:
     """The boot in full, named ``Boot #13 of HOST`` (as ``kvtui history show``), else by its
     place in the log read (``Boot 2 of 3 in this log``)."""

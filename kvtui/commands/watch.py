@@ -61,7 +61,6 @@ from kvtui.updates import ConnUpdate, MonitorUpdate
 if TYPE_CHECKING:
     from kvtui.config import Config
 
-DEFAULT_INTERVAL_S = 5.0
 MIN_INTERVAL_S = 0.1  # a scrape costs the server a little: no faster than this
 _FATAL = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 

@@ -21,6 +21,7 @@ line a line is. Pure core.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Final
 
 from kvtui.engines.events import Engine, FailureKind, FailureText
@@ -113,6 +114,20 @@ def _type_word(name: str) -> str:
     return _TYPE_WORDS.get(base, _TYPE_WORDS.get(name, f"a valid {base}"))
 
 
+# argparse's other refusals (after ``unrecognized arguments``) -> the hint's words: (the match, the engine's name)
+_DETAIL_WORDS: Final[tuple[tuple[re.Pattern[str], Callable[[re.Match[str], str], str]], ...]] = (
+    (_INVALID_VALUE_RE, lambda m, _: f"{_flag_name(m.group(1))} got {m.group(3).strip()}, but it expects "
+                                     f"{_type_word(m.group(2))}"),
+    (_INVALID_CHOICE_RE, lambda m, _: f"{_flag_name(m.group(1))} does not accept {m.group(2).strip()}"
+                                      + (f": choose from {m.group(3)}" if m.group(3) else "")),
+    (_EXPECTED_RE, lambda m, _: f"{_flag_name(m.group(1))} {m.group(2)} (a flag without its value?)"),
+    (_REQUIRED_RE, lambda m, name: f"{name} needs {m.group(1)}: add it to the command line"),
+    (_AMBIGUOUS_RE, lambda m, _: f"{m.group(1)} is an abbreviation of several flags ({m.group(2)}): "
+                                 "spell the flag out"),
+    (_ARGUMENT_RE, lambda m, _: f"{_flag_name(m.group(1))}: {m.group(2)}"),
+)
+
+
 def bad_args_hint(engine: Engine, detail: str) -> str:
     """The hint for argparse's error ``detail`` (the text after ``PROG: error: ``)."""
     name = _ENGINE_NAME.get(engine, "server")
@@ -132,26 +147,7 @@ def bad_args_hint(engine: Engine, detail: str) -> str:
         else:
             text = f"{', '.join(flags)} are not flags of this {name} build (remove them or check the spelling)"
         return head + text + "".join(notes)
-    m = _INVALID_VALUE_RE.match(detail)
-    if m is not None:
-        flag, value = _flag_name(m.group(1)), m.group(3).strip()
-        return head + f"{flag} got {value}, but it expects {_type_word(m.group(2))}"
-    m = _INVALID_CHOICE_RE.match(detail)
-    if m is not None:
-        flag, value = _flag_name(m.group(1)), m.group(2).strip()
-        choices = m.group(3)
-        tail = f": choose from {choices}" if choices else ""
-        return head + f"{flag} does not accept {value}{tail}"
-    m = _EXPECTED_RE.match(detail)
-    if m is not None:
-        return head + f"{_flag_name(m.group(1))} {m.group(2)} (a flag without its value?)"
-    m = _REQUIRED_RE.match(detail)
-    if m is not None:
-        return head + f"{name} needs {m.group(1)}: add it to the command line"
-    m = _AMBIGUOUS_RE.match(detail)
-    if m is not None:
-        return head + f"{m.group(1)} is an abbreviation of several flags ({m.group(2)}): spell the flag out"
-    m = _ARGUMENT_RE.match(detail)
-    if m is not None:
-        return head + f"{_flag_name(m.group(1))}: {m.group(2)}"
+    for pattern, say in _DETAIL_WORDS:
+        if (m := pattern.match(detail)) is not None:
+            return head + say(m, name)
     return head + detail

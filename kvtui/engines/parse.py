@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import Protocol
+from typing import Final, Protocol
 
 from kvtui.engines.collector import PrefixLayer
 from kvtui.engines.events import (
@@ -102,22 +102,26 @@ def systemd_events(text: str) -> tuple[LogEvent, ...]:
     if "Main process exited" in text:
         if _EXIT_OK_RE.search(text):
             return (BootBoundary(BoundaryKind.PROCESS_EXITED),)
-        hint = None
-        if "status=9/KILL" in text:
-            hint = "the server was killed with SIGKILL: the host's OOM killer (dmesg -T | grep -i oom) or an operator"
-        return (
-            BootBoundary(BoundaryKind.PROCESS_EXITED),
-            FailureText(text, None, fatal=True, specificity=0, hint=hint),
-        )
+        return _exit_failed(text, "status=9/KILL")
     if "Failed with result" in text:
-        hint = None
-        if "'oom-kill'" in text:
-            hint = "the kernel's OOM killer ended the service (host RAM, not GPU memory): check dmesg -T | grep -i oom"
-        return (
-            BootBoundary(BoundaryKind.PROCESS_EXITED),
-            FailureText(text, None, fatal=True, specificity=0, hint=hint),
-        )
+        return _exit_failed(text, "'oom-kill'")
     return ()
+
+
+# what a failed exit line holds -> the hint it gets
+_EXIT_HINTS: Final = {
+    "status=9/KILL":
+        "the server was killed with SIGKILL: the host's OOM killer (dmesg -T | grep -i oom) or an operator",
+    "'oom-kill'": "the kernel's OOM killer ended the service (host RAM, not GPU memory): check dmesg -T | grep -i oom",
+}
+
+
+def _exit_failed(text: str, sign: str) -> tuple[LogEvent, ...]:
+    """The unit's process ended badly: a boundary and a fatal failure text, hinted where ``sign`` is in it."""
+    return (
+        BootBoundary(BoundaryKind.PROCESS_EXITED),
+        FailureText(text, None, fatal=True, specificity=0, hint=_EXIT_HINTS[sign] if sign in text else None),
+    )
 
 
 def _is_plain_systemd(text: str) -> bool:

@@ -33,7 +33,7 @@ import itertools
 import json
 import operator
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -758,13 +758,4 @@ def iter_records(data: bytes, shape: str | None = None, *, now: Callable[[], dat
     view = memoryview(data)
     for start in range(0, len(data), _BLOCK):
         yield from sp._consume(bytes(view[start:start + _BLOCK]), final=False)
-    yield from sp._consume(b"", final=True)
-
-
-def iter_chunks(chunks: Iterable[bytes], shape: str | None = None, *,
-                now: Callable[[], datetime] | None = None, source: str | None = None) -> Iterator[LogRecord]:
-    """``iter_records`` over a stream of chunks (a file read piecewise), in constant memory."""
-    sp = RecordSplitter(shape, now=now, source=source)
-    for chunk in chunks:
-        yield from sp._consume(chunk, final=False)
     yield from sp._consume(b"", final=True)

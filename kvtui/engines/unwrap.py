@@ -108,7 +108,6 @@ class Unwrapper:
         self.widths = widths
         self._least = min(widths)
         self._held: bytes | None = None
-        self._held_cols = 0
 
     def feed(self, lines: list[bytes]) -> list[bytes]:
         out: list[bytes] = []

@@ -22,7 +22,6 @@ Metric names (README "The fleet"; docs/serving-metrics.md for the engines, dcgm-
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 import time
@@ -124,7 +123,7 @@ class FleetRow:
     uptime_s: float | None = None
     trouble: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -307,11 +306,6 @@ def filter_rows(rows: Iterable[FleetRow], text: str) -> list[FleetRow]:
 def fetch_fleet(client: PromClient) -> list[FleetRow]:
     """One refresh: every column's query, joined. Raises ``PromError`` when any could not be read."""
     return build_rows(fetch_columns(client))
-
-
-async def fetch_fleet_async(client: PromClient) -> list[FleetRow]:
-    """``fetch_fleet`` off the event loop (for the console: it never blocks the loop)."""
-    return await asyncio.to_thread(fetch_fleet, client)
 
 
 # Columns that change slowly (which instances serve which model, versions, restarts and XIDs in the

@@ -374,15 +374,6 @@ class BootDoc(_Part):
         figures = self.metrics.figures() if self.metrics is not None else 0
         return (1 if self.terminal else 0, len(self.phases), figures)
 
-    def target_phase_seconds(self) -> dict[str, float]:
-        """The target model's finished phases: name → seconds (the last of a name wins)."""
-        out: dict[str, float] = {}
-        for p in self.phases:
-            s = num(p.seconds)
-            if p.model == "target" and s is not None:
-                out[p.name] = s
-        return out
-
     @property
     def serving_figures(self) -> ServingDoc | None:
         """The ``serving`` section when it has figures (None: nobody watched it serve)."""

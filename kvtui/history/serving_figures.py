@@ -334,28 +334,20 @@ def iso(ts: object) -> str | None:
 # -- text ------------------------------------------------------------------------------------------
 
 
-def _pct_text(v: object) -> str:
-    f = _num(v)
-    return "?" if f is None else f"{f * 100:.0f} %"
+def _shown(show: Callable[[float], str]) -> Callable[[object], str]:
+    """A figure's text: ``show`` of its number, or ``?`` where the section has none."""
+
+    def text(v: object) -> str:
+        f = _num(v)
+        return "?" if f is None else show(f)
+
+    return text
 
 
-def _secs_text(v: object) -> str:
-    f = _num(v)
-    if f is None:
-        return "?"
-    return f"{f:.2f} s" if f < 1 else f"{f:.1f} s"
-
-
-def _count_text(v: object, digits: int = 0) -> str:
-    f = _num(v)
-    return "?" if f is None else f"{f:,.{digits}f}"
-
-
-def _per1k_text(v: object) -> str:
-    f = _num(v)
-    if f is None:
-        return "?"
-    return "0" if f == 0 else f"{f:,.{1 if f < 10 else 0}f}"
+_pct_text = _shown(lambda f: f"{f * 100:.0f} %")
+_secs_text = _shown(lambda f: f"{f:.2f} s" if f < 1 else f"{f:.1f} s")
+_count_text = _shown(lambda f: f"{f:,.0f}")
+_per1k_text = _shown(lambda f: "0" if f == 0 else f"{f:,.{1 if f < 10 else 0}f}")
 
 
 def pressure_key(section: ServingDoc) -> str:
@@ -376,7 +368,7 @@ ROWS: Final = (
     ("preemptions", "preemptions", _count_text),
     ("retractions", "retractions", _count_text),
     ("requests finished", "requests", _count_text),
-    ("watched", "seconds", lambda v: "?" if _num(v) is None else f"{_num(v) or 0:.0f} s"),
+    ("watched", "seconds", _shown(lambda f: f"{f:.0f} s")),
 )
 # the one-line comparison: the incident's figures
 HEADLINE: Final = ("preemptions_per_1k", "retractions_per_1k", "ttft_p95", "peak_kv_usage")

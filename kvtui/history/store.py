@@ -418,16 +418,6 @@ class Store:
             (host, host, max(1, lim.max_boots_per_host)),
         )
 
-    def prune(self, host: str) -> None:
-        """Apply the limits to ``host`` now (also done whenever one of its boots is added)."""
-        if self.readonly or self._db is None:
-            raise HistoryError(self.problem or f"{self.path}: the history is read-only")
-        try:
-            with self._write(self._db) as db:
-                self._prune(db, host)
-        except sqlite3.Error as exc:
-            raise _error(exc, self.path) from None
-
     # -- reading ---------------------------------------------------------------------------------
 
     def _rows(self, where: str, params: Sequence[object], limit: int | None) -> list[StoredBoot]:

@@ -46,19 +46,6 @@ class Gaps:
             return None
         return f"a {self.kind} host has no search of its log"
 
-    def before(self, seq: int) -> GapMark | None:
-        """The newest gap whose marker row is at or before ``seq``."""
-        found = None
-        for g in self.marks:
-            if g.seq > seq:
-                break
-            found = g
-        return found
-
-    def after(self, seq: int) -> GapMark | None:
-        """The oldest gap whose marker row is at or after ``seq``."""
-        return next((g for g in self.marks if g.seq >= seq), None)
-
     async def search(
         self, gap: GapMark, pattern: str, *, regex: bool = False, ignore_case: bool = True, context: int = 2,
         limit: int = 200, newest: bool = False, after: HostMatch | None = None,

@@ -249,14 +249,6 @@ class HostMonitor:
         """Why the host cannot search the lines its follower did not read (None: it can)."""
         return self.gap_log.unavailable()
 
-    def gap_before(self, seq: int) -> GapMark | None:
-        """The newest gap whose marker row is at or before ``seq``."""
-        return self.gap_log.before(seq)
-
-    def gap_after(self, seq: int) -> GapMark | None:
-        """The oldest gap whose marker row is at or after ``seq``."""
-        return self.gap_log.after(seq)
-
     async def search_gap(
         self, gap: GapMark, pattern: str, *, regex: bool = False, ignore_case: bool = True, context: int = 2,
         limit: int = 200, newest: bool = False, after: HostMatch | None = None,

@@ -18,7 +18,6 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -39,7 +38,7 @@ from kvtui.sim.presets import MODELS, PRESETS, GpuSpec, Preset, PresetError, res
 from kvtui.sim.script import BootInput, BootScript, ForeignProcess
 from kvtui.sim.serving import serving_load
 from kvtui.sim.simulate import simulate_arrival
-from kvtui.sim.state import MAX_EPOCHS, DemoError, DemoState, Epoch, _atomic_write
+from kvtui.sim.state import MAX_EPOCHS, DemoError, DemoState, Epoch, ForeignDoc, _atomic_write
 from kvtui.sim.timeline import BACKLOG_SERVING_LINES, BootView, Line, _Timeline
 from kvtui.sim.unit import UnitInfo, _sd_time, _systemd_quote, parse_unit
 
@@ -48,16 +47,6 @@ if TYPE_CHECKING:
 
 MAX_BATCH = 2000
 POWER_CAP_SHARE = 0.97  # a simulated GPU drawing this share of its power limit is held at its power cap
-
-
-def resolve_preset(name: str | None, engine: str = "sglang") -> str:
-    """A preset key from ``demo_model`` (a key, case-insensitive, or a unique prefix of one) of
-    the ``demo_engine``; without one, the engine's default preset. The same check as the
-    configuration's (``kvtui.sim.presets``)."""
-    try:
-        return resolve_preset_name(name, engine)
-    except PresetError as exc:
-        raise DemoError(str(exc)) from None
 
 
 DEMO_START_MISSING_UPTIME_H: Final = 48.0
@@ -830,7 +819,7 @@ class DemoBackend:
                     g0=last.g0 + n,
                     seed=self.seed,
                     speed=self.speed,
-                    foreign=dict(st.foreign) if st.foreign else None,
+                    foreign=st.foreign.copy() if st.foreign else None,
                 )
             )
 
@@ -892,7 +881,7 @@ class DemoBackend:
             name=name,
         )
         with self._mutate() as st:
-            st.foreign = asdict(proc)
+            st.foreign = ForeignDoc(gpu=proc.gpu, mib=proc.mib, pid=proc.pid, name=proc.name)
         return proc
 
     def unit_status(self) -> str:

@@ -9,7 +9,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from kvtui.hosts.backend import BackendError
 
@@ -21,6 +21,15 @@ MAX_EPOCHS = 32  # older epochs (and their boots) are forgotten, like a vacuumed
 
 class DemoError(BackendError):
     """A demo-host operation was refused or its state is unusable; ``str()`` is user-facing."""
+
+
+class ForeignDoc(TypedDict):
+    """A foreign process as the state file keeps it (``kvtui.sim.script.ForeignProcess``'s fields)."""
+
+    gpu: int
+    mib: float
+    pid: int
+    name: str
 
 
 @dataclass(slots=True)
@@ -36,7 +45,7 @@ class Epoch:
     max_boots: int | None = None  # cut short by a daemon-reload during an automatic-restart chain
     seed: int = 0
     speed: float = 1.0
-    foreign: dict[str, Any] | None = None
+    foreign: ForeignDoc | None = None
     killed: float | None = None  # ``kill()``: the server got SIGKILL then (the epoch ends with it)
 
 
@@ -50,7 +59,7 @@ class DemoState:
     unit_name: str
     loaded_unit: str
     epochs: list[Epoch]
-    foreign: dict[str, Any] | None = None
+    foreign: ForeignDoc | None = None
     format: int = STATE_FORMAT
 
     def to_json(self) -> str:

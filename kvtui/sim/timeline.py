@@ -256,28 +256,21 @@ class _Timeline:
         serving_n: int | None = 0
         death_t: float | None = None
         killed = e.killed is not None and stop == e.killed
-        if killed and stop is not None and (script.outcome != "failed" or stop < script.end_t):
-            # SIGKILL while running: lines up to the kill, then systemd's lines for a killed main process
+        if stop is not None and stop_done is not None and (script.outcome != "failed" or stop < script.end_t):
+            # SIGKILL or stopped while running: lines up to then, then systemd's lines for a killed main
+            # process, or its stop sequence
             pre, ready_t, serving_n = self._cut(pre, stop, ready_t, interval, script.serving is not None)
-            consumed = systemd_timespan((stop - start) * cpu)
+            death_t = stop if killed else stop_done
+            consumed = systemd_timespan((death_t - start) * cpu)
             tail = [
                 Line(stop, f"{name}: Main process exited, code=killed, status=9/KILL", SYSTEMD_PID, sd),
                 Line(stop, f"{name}: Failed with result 'signal'.", SYSTEMD_PID, sd),
-                Line(stop, f"{name}: Consumed {consumed} CPU time.", SYSTEMD_PID, sd),
-            ]
-            death_t = stop
-            next_start = None
-        elif stop is not None and stop_done is not None and (script.outcome != "failed" or stop < script.end_t):
-            # stopped while running: lines up to the stop, then systemd's stop sequence
-            pre, ready_t, serving_n = self._cut(pre, stop, ready_t, interval, script.serving is not None)
-            consumed = systemd_timespan((stop_done - start) * cpu)
-            tail = [
+            ] if killed else [
                 Line(stop, f"Stopping {desc}...", SYSTEMD_PID, sd),
                 Line(stop_done, f"{name}: Deactivated successfully.", SYSTEMD_PID, sd),
                 Line(stop_done, f"Stopped {desc}.", SYSTEMD_PID, sd),
-                Line(stop_done, f"{name}: Consumed {consumed} CPU time.", SYSTEMD_PID, sd),
             ]
-            death_t = stop_done
+            tail.append(Line(death_t, f"{name}: Consumed {consumed} CPU time.", SYSTEMD_PID, sd))
             next_start = None
         elif script.outcome == "failed":
             f_t = script.end_t

@@ -27,7 +27,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from textual.color import Color, ColorParseError
@@ -148,7 +147,7 @@ class ThemeFile(BaseModel):
         return variables
 
 
-def _format_validation(path: Path, exc: ValidationError, data: Mapping[str, Any]) -> str:
+def _format_validation(path: Path, exc: ValidationError) -> str:
     parts: list[str] = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(file)"
@@ -196,7 +195,7 @@ def load_theme_file(path: Path) -> Theme:
     try:
         spec = ThemeFile.model_validate(data)
     except ValidationError as exc:
-        raise ThemeError(_format_validation(path, exc, data)) from None
+        raise ThemeError(_format_validation(path, exc)) from None
     fields = spec.model_dump(exclude={"variables"})
     base = Theme(**fields).to_color_system().generate()
     variables = _resolve_references(spec.variables, base, path)

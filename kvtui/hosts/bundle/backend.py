@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from kvtui.engines.events import LogRecord
 from kvtui.gpu import GpuProcess, GpuSample
@@ -52,7 +52,7 @@ class Bundle:
     boot: int | None
     records: list[LogRecord]
     readings: list[list[GpuSample]]
-    doc: dict[str, Any] = field(default_factory=dict)
+    doc: dict[str, object] = field(default_factory=dict)
     members: dict[str, bytes] = field(default_factory=dict)
 
 

@@ -53,7 +53,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kvtui.config import state_dir
 from kvtui.engines.events import LogRecord
@@ -71,6 +71,7 @@ from kvtui.gpu import (
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
 from kvtui.hosts.kube import kubectl_argv as K
 from kvtui.hosts.kube.dcgm import parse_dcgm, stale_reason
+from kvtui.hosts.kube.objects import Pod
 from kvtui.hosts.kube.ops import KubeOps
 from kvtui.hosts.kube.state import (
     ContainerId,
@@ -144,7 +145,7 @@ class KubeBackend:
         self._status = ConnStatus(ConnState.CONNECTING)
         self._pod: str | None = ref.pod
         self._state: PodState | None = None
-        self._obj: dict[str, Any] | None = None  # the pod as last read
+        self._obj: Pod | None = None  # the pod as last read
         self._marked = False  # mark_next_boot: the next boot comes after ``_next_after``
         self._next_after: ContainerId | None = None
         self._awaiting_next = False  # a next-boot follow is waiting for the next container
@@ -160,29 +161,33 @@ class KubeBackend:
 
     # -- kubectl ---------------------------------------------------------------------------
 
-    async def _kubectl(self, argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
+    async def _spawn(self, argv: list[str], *, stderr: bool = True, limit: int = 1 << 16,
+                     missing: type[Exception] = BackendError) -> asyncio.subprocess.Process:
+        """kubectl run with ``argv``, its output piped (its stderr too with ``stderr``), kept until ``_reap``;
+        ``missing`` is raised when there is no kubectl on PATH."""
         try:
-            proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
-                                                        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE if stderr else asyncio.subprocess.DEVNULL, limit=limit)
         except FileNotFoundError:
-            raise BackendError("kubectl not found on PATH: kvtui runs the kubectl you use (your kubeconfig, "
-                               "contexts and auth plugins); install it or put it on PATH") from None
+            raise missing("kubectl not found on PATH: kvtui runs the kubectl you use (your kubeconfig, "
+                          "contexts and auth plugins); install it or put it on PATH") from None
         self._procs.add(proc)
+        return proc
+
+    async def _kubectl(self, argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
+        proc = await self._spawn(argv)
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
         except TimeoutError:
             raise BackendError(f"kubectl did not answer within {timeout:g} s: {' '.join(argv[1:6])} …") from None
-        finally:
-            if proc.returncode is None:  # timed out, or cancelled (the backend closed): not left behind
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                with contextlib.suppress(Exception):
-                    await proc.wait()
-            self._procs.discard(proc)
+        finally:  # timed out, or cancelled (the backend closed): not left behind
+            await self._reap(proc)
         return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
 
     async def refresh(self) -> PodState:
         """Read the pod again (the leader, for a selector): its state, for the console and the log."""
+        obj: Pod | None
         if self.ref.selector:
             rc, out, err = await self._kubectl(K.list_pods(self.ref))
             if rc != 0:
@@ -193,7 +198,7 @@ class KubeBackend:
                                    f"{self.ref.namespace}")
             # the leader; the one followed so far while two have its place (a rolling replacement)
             leaders = [p for p in items if node_rank(p) == node_rank(items[0])]
-            obj: Any = next((p for p in leaders if p["metadata"]["name"] == self._pod), items[0])
+            obj = next((p for p in leaders if p["metadata"]["name"] == self._pod), items[0])
             self._pod = str(obj["metadata"]["name"])
         else:
             assert self._pod is not None
@@ -213,7 +218,7 @@ class KubeBackend:
         self._state = pod_state(obj, self.ref.container)
         return self._state
 
-    async def _successor(self) -> dict[str, Any] | None:
+    async def _successor(self) -> Pod | None:
         """The pod named by the host is gone: the one its controller made in its place (found by
         the controller's labels, ``state.successor``), when the pod was read before and has a
         controller; None when there is none (yet)."""
@@ -226,8 +231,7 @@ class KubeBackend:
             items = json.loads(out).get("items") or [] if rc == 0 else []
         except ValueError:
             items = []
-        found = successor(items, old)
-        return dict(found) if found is not None else None
+        return successor(items, old)
 
     def _gone_text(self, error: str) -> str:
         """kubectl's error about the pod, and what kvtui does next when it was replaced."""
@@ -238,7 +242,7 @@ class KubeBackend:
 
     # -- the pod's controller: a host named by a pod follows it through its rollouts -------------
 
-    async def _controller(self, pod: dict[str, Any]) -> tuple[str, str, str] | None:
+    async def _controller(self, pod: Pod) -> tuple[str, str, str] | None:
         """(kind, name, selector) of the controller that makes ``pod``'s successors — a
         ReplicaSet's Deployment (its ``spec.selector`` spans its rollouts), else the owner
         itself —, resolved once and remembered (``learn_controller``); None for a bare pod."""
@@ -278,7 +282,7 @@ class KubeBackend:
         with contextlib.suppress(OSError):
             await asyncio.to_thread(_remember, self.ref, kind, name, selector)
 
-    async def _recalled_pod(self) -> dict[str, Any] | None:
+    async def _recalled_pod(self) -> Pod | None:
         """The pod the host names is gone and was not read in this run: the current pod of its
         controller as an earlier kvtui remembered it (``learn_controller``); None if none."""
         ctl = self._ctl or await asyncio.to_thread(_recall, self.ref)
@@ -290,10 +294,9 @@ class KubeBackend:
             items = json.loads(out).get("items") or [] if rc == 0 else []
         except ValueError:
             items = []
-        found = current_pod(items, ctl[0], self.ref.pod)
-        return dict(found) if found is not None else None
+        return current_pod(items, ctl[0], self.ref.pod)
 
-    def pod_object(self) -> dict[str, Any] | None:
+    def pod_object(self) -> Pod | None:
         """The pod's JSON as last read (``refresh``)."""
         return self._obj
 
@@ -535,7 +538,7 @@ class KubeBackend:
             ctl = await self._controller(like)
             sel = ctl[2] if ctl is not None else siblings_selector(like)
         while not self._closed.is_set():
-            pods: list[Any] = []
+            pods: list[Pod] = []
             try:
                 for argv in ([K.list_pods(self.ref)] if self.ref.selector else
                              [K.get_pod(self.ref, old.pod if old is not None else str(self._pod)),
@@ -695,13 +698,7 @@ class KubeBackend:
         self._last_err = ""
         self._stream_bytes = 0
         self._stream_first = None
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE if errors else asyncio.subprocess.DEVNULL, limit=1 << 17)
-        except FileNotFoundError:
-            raise BackendError("kubectl not found on PATH") from None
-        self._procs.add(proc)
+        proc = await self._spawn(argv, stderr=errors, limit=1 << 17)
         assert proc.stdout is not None
         try:
             carry = b""
@@ -832,13 +829,7 @@ class KubeBackend:
             argv = K.exec_gpu_query(self.ref, self._pod, fields,
                                     interval_ms=int(max(0.01, interval_s) * 1000))
             parsed = 0
-            try:
-                proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
-                                                            stdout=asyncio.subprocess.PIPE,
-                                                            stderr=asyncio.subprocess.DEVNULL)
-            except FileNotFoundError:
-                raise BackendError("kubectl not found on PATH") from None
-            self._procs.add(proc)
+            proc = await self._spawn(argv, stderr=False)
             assert proc.stdout is not None
             tick: list[GpuSample] = []
             size: int | None = None
@@ -944,13 +935,7 @@ class KubeBackend:
             await self.start()
         assert self._pod is not None
         argv = K.port_forward(self.ref, self._pod, port)
-        try:
-            proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
-                                                        stdout=asyncio.subprocess.PIPE,
-                                                        stderr=asyncio.subprocess.PIPE)
-        except FileNotFoundError:
-            raise OSError("kubectl not found on PATH") from None
-        self._procs.add(proc)
+        proc = await self._spawn(argv, missing=OSError)
         try:
             assert proc.stdout is not None
             assert proc.stderr is not None

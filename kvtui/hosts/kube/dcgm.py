@@ -67,12 +67,6 @@ def read_samples(text: str) -> list[Labelled]:
     return out
 
 
-def parse_labels(text: str) -> dict[str, str]:
-    """``gpu="0",UUID="GPU-…"`` -> {"gpu": "0", "UUID": "GPU-…"} (escapes undone); {} when malformed."""
-    got = read_samples(f"x{{{text}}} 0\n")
-    return got[0][1] if got else {}
-
-
 @dataclass
 class _Gpu:
     index: int
@@ -142,4 +136,3 @@ def _sample(index: int, g: _Gpu, ts: float) -> GpuSample:
     v = g.values
     return GpuSample(index=index, used_mib=v["used"], total_mib=v["used"] + v["free"], util=v.get("util"), ts=ts,
                      uuid=g.uuid, name=g.model, temperature_c=v.get("temp"), power_w=v.get("power"))
-

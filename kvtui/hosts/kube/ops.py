@@ -45,13 +45,14 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kvtui import envedit as ev
 from kvtui import flags as fl
 from kvtui.exits import EXIT_INPUT, EXIT_REFUSED
 from kvtui.hosts.backend import BackendError
 from kvtui.hosts.kube import kubectl_argv as K
+from kvtui.hosts.kube.objects import Backup, Controller, EnvVar, KubeObject
 from kvtui.hosts.kube.state import (
     ArgsError,
     ArgsSite,
@@ -109,7 +110,7 @@ def _name_of(path: Path) -> str:
 class _Target:
     kind: str
     name: str
-    obj: dict[str, Any]
+    obj: Controller
     sites: list[ArgsText]
     manager: Manager | None
     via: tuple[str, ...]
@@ -120,8 +121,6 @@ class KubeOps:
     def __init__(self, backend: KubeBackend) -> None:
         self._backend = backend
         self._target: _Target | None = None
-        self._ops: list[dict[str, object]] = []
-        self._undo: list[dict[str, object]] = []
         self._rollout: asyncio.Task[None] | None = None
         self._rollout_problem: str | None = None
 
@@ -155,11 +154,11 @@ class KubeOps:
 
     # -- reading -------------------------------------------------------------------------------
 
-    async def _get(self, kind: str, name: str) -> dict[str, Any]:
+    async def _get(self, kind: str, name: str) -> Controller:
         rc, out, err = await self._kubectl(K.get_object(self._backend.ref, kind, name))
         if rc != 0:
             raise ServiceError(f"kubectl get {kind.lower()}/{name}: {_first_line(err) or f'exit {rc}'}", EXIT_INPUT)
-        obj: dict[str, Any] = json.loads(out)
+        obj: Controller = json.loads(out)
         return obj
 
     async def _kubectl(self, argv: list[str]) -> tuple[int, str, str]:
@@ -168,7 +167,7 @@ class KubeOps:
         except BackendError as exc:
             raise ServiceError(str(exc), EXIT_INPUT) from exc
 
-    async def _owner(self) -> tuple[str, str, dict[str, Any], tuple[str, ...]]:
+    async def _owner(self) -> tuple[str, str, Controller, tuple[str, ...]]:
         """The controller whose pod template holds the server's container: (kind, name, object, how)."""
         try:
             await self._backend.refresh()
@@ -176,9 +175,9 @@ class KubeOps:
             raise ServiceError(str(exc), EXIT_INPUT) from exc
         pod = self._backend.pod_object()
         assert pod is not None
-        here: dict[str, Any] = pod
+        here: KubeObject = pod
         via = [f"pod {pod['metadata']['name']}"]
-        found: tuple[str, str, dict[str, Any]] | None = None
+        found: tuple[str, str, Controller] | None = None
         for _ in range(6):
             owner = controller_of(here)
             if owner is None:
@@ -240,9 +239,9 @@ class KubeOps:
         d = backups_dir()
         return [_name_of(p) for p in d.iterdir()] if d.is_dir() else []
 
-    def _read_backup(self, path: str) -> dict[str, Any]:
+    def _read_backup(self, path: str) -> Backup:
         try:
-            doc: dict[str, Any] = json.loads(backup_file(path).read_text())
+            doc: Backup = json.loads(backup_file(path).read_text())
         except (OSError, ValueError) as exc:
             raise ServiceError(f"{path}: cannot read this backup ({backup_file(path)}: {exc})", EXIT_INPUT) from exc
         return doc
@@ -262,7 +261,7 @@ class KubeOps:
         t = self._target
         assert t is not None, "locate() first"
         new: list[tuple[tuple[str, ...], tuple[str, ...]]] = []  # every site's (command, args) after
-        envs: list[list[dict[str, Any]]] = []  # every site's env list after
+        envs: list[list[EnvVar]] = []  # every site's env list after
         try:
             if plan.action == "rollback":
                 doc = self._read_backup(plan.backup_path)
@@ -327,7 +326,7 @@ class KubeOps:
             "read_env": json.dumps(env_values(t.obj, container)), "expected_env": json.dumps(envs),
         }
 
-    def _edited_env(self, plan: ApplyPlan) -> list[list[dict[str, Any]]]:
+    def _edited_env(self, plan: ApplyPlan) -> list[list[EnvVar]]:
         """Every pod template's env list after the plan's ``--setenv`` / ``--unsetenv`` (the same
         edits on each; the first template's changes are the plan's). A variable the container's own
         ``sh -c`` script (or an ``env NAME=…`` prefix) assigns is refused: it would override the
@@ -335,7 +334,7 @@ class KubeOps:
         t = self._target
         assert t is not None
         if not plan.env_edits:
-            return [[dict(e) for e in es.entries] for es in t.envs]
+            return [[e.copy() for e in es.entries] for es in t.envs]
         for at in t.sites:
             try:
                 own = ev.effective_env(at.text, "script")
@@ -346,7 +345,7 @@ class KubeOps:
                 raise ArgsError(f"the container's command line assigns {', '.join(mine)} itself "
                                 f"({mine[0]}={own[mine[0]]}), which overrides its env list: edit that with --set, or "
                                 "the manifest")
-        out: list[list[dict[str, Any]]] = []
+        out: list[list[EnvVar]] = []
         for i, es in enumerate(t.envs):
             entries, changes = edit_env(es, [(e.name, e.value) for e in plan.env_edits])
             out.append(entries)
@@ -356,13 +355,13 @@ class KubeOps:
                                                                                                  strict=True))
         return out
 
-    def _rollback_env(self, plan: ApplyPlan, doc: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
+    def _rollback_env(self, plan: ApplyPlan, doc: Backup) -> list[list[EnvVar]]:
         """Every pod template's env list as the backup saved it (a backup from before env was saved:
         as it is now); the plan's ``env_edits`` are the difference, checked on the new pod."""
         t = self._target
         assert t is not None
         saved = {s["path"].rsplit("/", 1)[0]: s["env"] for s in doc["sites"] if "env" in s}
-        out = [[dict(e) for e in saved.get(es.path.rsplit("/", 1)[0], es.entries)] for es in t.envs]
+        out = [[e.copy() for e in saved.get(es.path.rsplit("/", 1)[0], es.entries)] for es in t.envs]
         if t.envs:
             now, then = plain_env(t.envs[0].entries), plain_env(out[0])
             edits = [ev.EnvEdit(k, v) for k, v in then.items() if now.get(k) != v]
@@ -406,7 +405,7 @@ class KubeOps:
                 or json.loads(json.dumps(current_env)) != json.loads(cmd.get("read_env") or "[]")):
             raise ServiceError(f"{plan.source.path}: its args or env changed since they were read; nothing was written "
                                "(run the command again to plan on what it says now)", EXIT_REFUSED)
-        doc = {
+        doc: Backup = {
             "object": f"{kind}/{name}", "context": self._backend.ref.context,
             "namespace": self._backend.ref.namespace, "container": container, "saved_at": run.clock(),
             "text": plan.source.text,
@@ -543,7 +542,7 @@ class KubeOps:
         return problems
 
 
-def args_diff(kind: str, name: str, before: Mapping[str, Any], after: Mapping[str, Any], container: str | None) -> str:
+def args_diff(kind: str, name: str, before: Controller, after: Controller, container: str | None) -> str:
     """A unified diff of every pod template's command / args, before and as the API server
     returned them (YAML, one word a line: an edit shows as the words it changes), one per
     template, each headed with the template's container path."""
@@ -551,7 +550,7 @@ def args_diff(kind: str, name: str, before: Mapping[str, Any], after: Mapping[st
         out = yaml_list("command", command, 0) if command else []
         return [ln + "\n" for ln in [*out, *yaml_list("args", args, 0)]]
 
-    def env_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    def env_lines(entries: Sequence[EnvVar]) -> list[str]:
         return [ln + "\n" for ln in yaml_env(entries)] if entries else []
 
     label = f"{kind.lower()}/{name}"

@@ -12,9 +12,18 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-JSON = Mapping[str, Any]
+from kvtui import fmt
+from kvtui.hosts.kube.objects import (
+    Container,
+    ContainerStateDetail,
+    ContainerStatus,
+    Controller,
+    EnvVar,
+    KubeObject,
+    Pod,
+)
 
 # the waiting reasons that mean the container cannot start as it is (not just "not yet")
 _BAD_WAITING = {"ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff", "CreateContainerConfigError",
@@ -65,10 +74,6 @@ class PodState:
     node: str | None
 
     @property
-    def crash_looping(self) -> bool:
-        return self.reason == "CrashLoopBackOff"
-
-    @property
     def stuck(self) -> bool:
         """Cannot start as it is (unschedulable, image pull, bad config, crash loop)."""
         return self.reason == "Unschedulable" or self.reason in _BAD_WAITING
@@ -87,7 +92,7 @@ class PodState:
             head = f"{self.phase}: {self.current.brief() if brief else self.current.words()}"
         else:
             head = self.phase
-        parts = [head + (f" ({_one_line(self.message)})" if self.message and self.state != "running" else "")]
+        parts = [head + (f" ({fmt.one_line(self.message, 200)})" if self.message and self.state != "running" else "")]
         if self.restarts:
             parts.append(f"{self.restarts} restart{'s' if self.restarts != 1 else ''}")
         if self.last is not None:
@@ -95,12 +100,9 @@ class PodState:
         return ", ".join(parts)
 
 
-def _one_line(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _termination(t: JSON | None) -> Termination | None:
+def _termination(t: ContainerStateDetail | None) -> Termination | None:
     if not t:
         return None
     code = t.get("exitCode")
@@ -108,10 +110,10 @@ def _termination(t: JSON | None) -> Termination | None:
                        t.get("finishedAt"))
 
 
-def pick_container(pod: JSON, container: str | None) -> JSON | None:
+def pick_container(pod: Pod, container: str | None) -> ContainerStatus | None:
     """The server's container status: the named one, else the default container (annotation
     ``kubectl.kubernetes.io/default-container``), else the first."""
-    statuses: Sequence[JSON] = (pod.get("status") or {}).get("containerStatuses") or []
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
     want = container or ((pod.get("metadata") or {}).get("annotations") or {}).get(
         "kubectl.kubernetes.io/default-container")
     if want:
@@ -119,7 +121,7 @@ def pick_container(pod: JSON, container: str | None) -> JSON | None:
     return statuses[0] if statuses else None
 
 
-def pod_state(pod: JSON, container: str | None = None) -> PodState:
+def pod_state(pod: Pod, container: str | None = None) -> PodState:
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
@@ -163,7 +165,7 @@ def pod_state(pod: JSON, container: str | None = None) -> PodState:
 
 
 
-def pod_command(pod: JSON, container: str | None) -> tuple[str, ...]:
+def pod_command(pod: Pod, container: str | None) -> tuple[str, ...]:
     """The container's command line as the pod's spec says (``command`` then ``args``; empty when
     neither is set: the image's entrypoint runs) — the running server's flags when its own
     argument dump is no longer in ``kubectl logs``."""
@@ -188,7 +190,7 @@ class ContainerId:
     started_at: str | None
 
 
-def container_id(pod: JSON, container: str | None) -> ContainerId | None:
+def container_id(pod: Pod, container: str | None) -> ContainerId | None:
     cs = pick_container(pod, container)
     if cs is None:
         return None
@@ -214,7 +216,7 @@ class NextContainer:
     restarts: int
 
 
-def next_container(pods: Iterable[JSON], container: str | None, old: ContainerId | None) -> NextContainer | None:
+def next_container(pods: Iterable[Pod], container: str | None, old: ContainerId | None) -> NextContainer | None:
     """Among ``pods``, the container run that started after ``old`` (another pod — another uid,
     or another name —, or the same pod's container restarted since), the latest one; None while
     there is none yet (the new pod is Pending, its container is being created, or the old one is
@@ -251,14 +253,14 @@ REVISION_LABELS = ("pod-template-hash", "controller-revision-hash", "statefulset
                    "apps.kubernetes.io/pod-index")
 
 
-def siblings_selector(pod: JSON) -> str | None:
+def siblings_selector(pod: Pod) -> str | None:
     """An equality selector for the pods of ``pod``'s controller across revisions (its labels
     without the revision's own): where a Deployment's new pod is found after a rollout."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
     keep = sorted((k, v) for k, v in labels.items() if k not in REVISION_LABELS)
     return ",".join(f"{k}={v}" for k, v in keep) or None
 
-def selector_of(obj: JSON) -> str | None:
+def selector_of(obj: Controller) -> str | None:
     """A controller's ``spec.selector`` as an equality selector (its ``matchLabels``): the pods it
     owns across its rollouts (a Deployment's does not name ``pod-template-hash``, a ReplicaSet's
     does); None when it has ``matchExpressions`` (not an equality selector) or no labels."""
@@ -269,7 +271,7 @@ def selector_of(obj: JSON) -> str | None:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or None
 
 
-def deletion_requested(pod: JSON) -> int:
+def deletion_requested(pod: Pod) -> int:
     """The stamp key of the second ``pod``'s deletion was requested: ``deletionTimestamp`` is the
     request *plus* the grace period (``deletionGracePeriodSeconds``; 30 s by default), so the
     controller's replacement, made right away, is created well before it. -1: not being deleted."""
@@ -286,12 +288,12 @@ def deletion_requested(pod: JSON) -> int:
     return _stamp_key(at.strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
-def terminating(pod: JSON) -> bool:
+def terminating(pod: Pod) -> bool:
     """The pod's deletion was requested (it is Terminating: SIGTERM sent, the grace period runs)."""
     return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
-def _created(pod: JSON) -> int:
+def _created(pod: Pod) -> int:
     made = _stamp_key((pod.get("metadata") or {}).get("creationTimestamp"))
     if made < 0:
         runs = [(cs.get("state") or {}).get("running") or (cs.get("state") or {}).get("terminated") or {}
@@ -300,7 +302,7 @@ def _created(pod: JSON) -> int:
     return made
 
 
-def pod_end(pod: JSON | None, container: str | None) -> tuple[bool, str]:
+def pod_end(pod: Pod | None, container: str | None) -> tuple[bool, str]:
     """How the server of a pod that is gone ended, from the pod as last read: (stopped, words).
     A pod is only ever removed by a deletion (SIGTERM, then SIGKILL when the grace period ends):
     a stop, unless its container had already ended otherwise — ``terminated.exitCode`` 0
@@ -320,12 +322,12 @@ def pod_end(pod: JSON | None, container: str | None) -> tuple[bool, str]:
     return False, f"container {name}: {t.words()}"
 
 
-def current_pod(pods: Iterable[JSON], kind: str, name: str | None = None) -> JSON | None:
+def current_pod(pods: Iterable[Pod], kind: str, name: str | None = None) -> Pod | None:
     """The pod a controller runs the server in now (a host named by a pod its controller has
     since replaced: ``KubeBackend`` remembers the controller): among ``pods`` (its selector's),
     those not Terminating — a StatefulSet's under ``name`` only (its other replicas are other
     servers) —, Ready first, then the one created last; None when there is none."""
-    best: tuple[bool, int, str, JSON] | None = None
+    best: tuple[bool, int, str, Pod] | None = None
     for pod in pods:
         m = pod.get("metadata") or {}
         if terminating(pod) or (kind == "StatefulSet" and name is not None and m.get("name") != name):
@@ -338,7 +340,7 @@ def current_pod(pods: Iterable[JSON], kind: str, name: str | None = None) -> JSO
     return None if best is None else best[3]
 
 
-def successor(pods: Iterable[JSON], gone: JSON) -> JSON | None:
+def successor(pods: Iterable[Pod], gone: Pod) -> Pod | None:
     """The pod that took the place of ``gone`` (deleted; its controller made another, under
     another name for a Deployment's or a ReplicaSet's pod): among ``pods`` (the controller's, by
     its ``spec.selector``), those owned by a controller of the same kind, other than ``gone``
@@ -350,7 +352,7 @@ def successor(pods: Iterable[JSON], gone: JSON) -> JSON | None:
     kind = (controller_of(gone) or ("", ""))[0]
     meta = gone.get("metadata") or {}
     deleted = deletion_requested(gone)
-    best: tuple[int, str, JSON] | None = None
+    best: tuple[int, str, Pod] | None = None
     for pod in pods:
         m = pod.get("metadata") or {}
         if m.get("name") == meta.get("name") and m.get("uid") == meta.get("uid"):
@@ -378,13 +380,13 @@ LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 STS_POD_INDEX = "apps.kubernetes.io/pod-index"
 
 
-def node_order(pods: Iterable[JSON]) -> list[JSON]:
+def node_order(pods: Iterable[Pod]) -> list[Pod]:
     """The pods of one multi-node server in node-rank order: a LeaderWorkerSet's worker index
     (``0`` = the leader), a StatefulSet's pod index (label, else the name's ``-N``), else by name."""
     return sorted(pods, key=lambda p: (node_rank(p), str((p.get("metadata") or {}).get("name") or "")))
 
 
-def node_rank(pod: JSON) -> int:
+def node_rank(pod: Pod) -> int:
     """The pod's place in its group (``node_order``): the worker / pod index, else the name's
     ``-N``, else last."""
     meta = pod.get("metadata") or {}
@@ -400,7 +402,7 @@ def node_rank(pod: JSON) -> int:
 # -- who owns the pod, and who owns that ----------------------------------------------------
 
 
-def controller_of(obj: JSON) -> tuple[str, str] | None:
+def controller_of(obj: KubeObject) -> tuple[str, str] | None:
     """``(kind, name)`` of the object's controller (``ownerReferences`` with ``controller: true``)."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):
@@ -417,7 +419,7 @@ class Manager:
     release: str | None = None
 
 
-def gitops_manager(obj: JSON) -> Manager | None:
+def gitops_manager(obj: KubeObject) -> Manager | None:
     """Helm (``app.kubernetes.io/managed-by: Helm`` or ``meta.helm.sh/release-name``), Argo CD
     (``argocd.argoproj.io/*`` annotations or the ``argocd.argoproj.io/instance`` label), Flux
     (``kustomize.toolkit.fluxcd.io/*`` / ``helm.toolkit.fluxcd.io/*`` labels). Argo CD and Flux
@@ -457,16 +459,16 @@ class ArgsSite:
     command: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _template_containers(obj: JSON, container: str | None) -> list[tuple[str, JSON]]:
+def _template_containers(obj: Controller, container: str | None) -> list[tuple[str, Container]]:
     """(JSON-patch path of the container, the container) in every pod template of ``obj``."""
-    out: list[tuple[str, JSON]] = []
+    out: list[tuple[str, Container]] = []
     for path in _TEMPLATES.get(str(obj.get("kind")), ()):
         node: Any = obj
         for k in path:
             node = node.get(k) if isinstance(node, Mapping) else None
         if not isinstance(node, Mapping):
             continue
-        containers = (node.get("spec") or {}).get("containers") or []
+        containers = (cast(Pod, node).get("spec") or {}).get("containers") or []
         for i, c in enumerate(containers):
             if container is None and i > 0:
                 break
@@ -476,7 +478,7 @@ def _template_containers(obj: JSON, container: str | None) -> list[tuple[str, JS
     return out
 
 
-def container_args(obj: JSON, container: str | None) -> list[ArgsSite]:
+def container_args(obj: Controller, container: str | None) -> list[ArgsSite]:
     """Every pod template's ``args`` of the container (a LeaderWorkerSet has the leader's and the
     workers'); the paths are what a JSON patch replaces."""
     out: list[ArgsSite] = []
@@ -497,17 +499,17 @@ class EnvSite:
     container also reads ``envFrom`` (a ConfigMap / Secret may set a variable too)."""
 
     path: str
-    entries: tuple[Mapping[str, Any], ...]
+    entries: tuple[EnvVar, ...]
     from_sources: bool = False
 
 
-def container_env(obj: JSON, container: str | None) -> list[EnvSite]:
+def container_env(obj: Controller, container: str | None) -> list[EnvSite]:
     """Every pod template's ``env`` of the container, in ``container_args``' order."""
-    return [EnvSite(base + "/env", tuple(dict(e) for e in c.get("env") or ()), bool(c.get("envFrom")))
+    return [EnvSite(base + "/env", tuple(e.copy() for e in c.get("env") or ()), bool(c.get("envFrom")))
             for base, c in _template_containers(obj, container)]
 
 
-def plain_env(entries: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+def plain_env(entries: Iterable[EnvVar]) -> dict[str, str]:
     """The variables the entries give a value (``valueFrom`` ones are not known here; a later
     entry of the same name wins, as the kubelet does)."""
     out: dict[str, str] = {}
@@ -519,7 +521,7 @@ def plain_env(entries: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     return out
 
 
-def _value_from(entry: Mapping[str, Any]) -> str:
+def _value_from(entry: EnvVar) -> str:
     src = entry.get("valueFrom") or {}
     kind = next(iter(src), "valueFrom")
     ref = src.get(kind) or {}
@@ -539,14 +541,13 @@ class EnvChange:
     entry: int
 
 
-def edit_env(site: EnvSite, edits: Iterable[tuple[str, str | None]]) -> tuple[list[dict[str, Any]],
-                                                                             list[EnvChange]]:
+def edit_env(site: EnvSite, edits: Iterable[tuple[str, str | None]]) -> tuple[list[EnvVar], list[EnvChange]]:
     """The env list after ``edits`` ((name, value); value None: remove): a variable set in the
     list gets the new value (every entry of that name), a new one is appended, a removed one
     loses every entry. Raises ``ArgsError`` for what kvtui will not do: replace or remove a
     ``valueFrom`` (a Secret, ConfigMap or field reference: the manifest's business), remove a
     variable the list does not set."""
-    out = [dict(e) for e in site.entries]
+    out = [e.copy() for e in site.entries]
     changes: list[EnvChange] = []
     for name, value in edits:
         at = [i for i, e in enumerate(out) if e.get("name") == name]
@@ -575,24 +576,24 @@ def edit_env(site: EnvSite, edits: Iterable[tuple[str, str | None]]) -> tuple[li
     return out, changes
 
 
-def env_patch_ops(site: EnvSite, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, object]]:
+def env_patch_ops(site: EnvSite, entries: Sequence[EnvVar]) -> list[dict[str, object]]:
     """JSON-patch operations that make ``site``'s env list ``entries`` (after a ``test`` that it
     still holds what kvtui read, as for the args)."""
-    new = [dict(e) for e in entries]
-    if [dict(e) for e in site.entries] == new:
+    new = [e.copy() for e in entries]
+    if [e.copy() for e in site.entries] == new:
         return []
     if site.entries:
-        return [{"op": "test", "path": site.path, "value": [dict(e) for e in site.entries]},
+        return [{"op": "test", "path": site.path, "value": [e.copy() for e in site.entries]},
                 {"op": "replace", "path": site.path, "value": new}]
     return [{"op": "add", "path": site.path, "value": new}]
 
 
-def env_values(obj: JSON, container: str | None) -> list[tuple[str, list[dict[str, Any]]]]:
+def env_values(obj: Controller, container: str | None) -> list[tuple[str, list[EnvVar]]]:
     """(path, entries) of every env site, to compare two reads of an object."""
-    return [(s.path, [dict(e) for e in s.entries]) for s in container_env(obj, container)]
+    return [(s.path, [e.copy() for e in s.entries]) for s in container_env(obj, container)]
 
 
-def yaml_env(entries: Sequence[Mapping[str, Any]], indent: int = 0) -> list[str]:
+def yaml_env(entries: Sequence[EnvVar], indent: int = 0) -> list[str]:
     """``env:`` and the entries as YAML (``- name: X`` / ``value: "…"``; a ``valueFrom`` as JSON,
     which is YAML too)."""
     pad = " " * indent
@@ -776,6 +777,6 @@ def chart_patch(kind: str, name: str, container: str | None, changed: Sequence[t
     return "\n".join(out)
 
 
-def site_values(obj: JSON, container: str | None) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+def site_values(obj: Controller, container: str | None) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
     """(path, command, args) of every site, to compare two reads of an object."""
     return [(s.path, s.command, s.args) for s in container_args(obj, container)]

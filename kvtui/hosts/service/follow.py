@@ -21,9 +21,9 @@ from kvtui.bootlog import BootLog
 from kvtui.engines.events import Engine
 from kvtui.engines.exit_record import EXIT_IDENT, parse_exit
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
+from kvtui.fmt import one_line
 from kvtui.hosts.backend import BackendError, HostBackend, LogStart, PositionedLogSource, aclose_iter
 from kvtui.hosts.service.model import EtaFn, ProgressFn, ServiceError
-from kvtui.hosts.service.plan import one_line
 
 POSITION_LIMIT = 30.0  # seconds a positioning backend is given to locate the log's end
 

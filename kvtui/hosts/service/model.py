@@ -67,8 +67,25 @@ class PlanStep:
     command: str | None = None  # the exact shell command (None: a demo step, or a wait)
 
 
+class _Refusable:
+    """What an apply plan and a restart plan share: their refusals, and ``force`` overriding the forceable ones."""
+
+    __slots__ = ()
+    refusals: list[Refusal]
+    force: bool
+
+    @property
+    def blocking(self) -> list[Refusal]:
+        """The refusals that stop this plan (a forceable one only without ``force``)."""
+        return [r for r in self.refusals if not (r.forceable and self.force)]
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.blocking)
+
+
 @dataclass(slots=True)
-class ApplyPlan:
+class ApplyPlan(_Refusable):
     """What an apply (or a rollback) will do. Built by ``plan_apply`` / ``plan_rollback``."""
 
     name: str
@@ -102,15 +119,6 @@ class ApplyPlan:
     @property
     def changed(self) -> bool:
         return self.new_text != self.source.text or self.env_changed
-
-    @property
-    def blocking(self) -> list[Refusal]:
-        """The refusals that stop this plan (a forceable one only without ``force``)."""
-        return [r for r in self.refusals if not (r.forceable and self.force)]
-
-    @property
-    def refused(self) -> bool:
-        return bool(self.blocking)
 
     @property
     def verdict(self) -> str | None:
@@ -160,7 +168,7 @@ class ApplyOutcome:
 
 
 @dataclass(slots=True)
-class RestartPlan:
+class RestartPlan(_Refusable):
     """What a plain restart will do. Built by ``plan_restart``; carried out by ``restart``."""
 
     name: str
@@ -173,15 +181,6 @@ class RestartPlan:
     follow: bool = False
     timeout: float = 1800.0
     force: bool = False  # a forceable refusal (orphaned engine processes) does not stop it
-
-    @property
-    def blocking(self) -> list[Refusal]:
-        """The refusals that stop this restart (a forceable one only without ``force``)."""
-        return [r for r in self.refusals if not (r.forceable and self.force)]
-
-    @property
-    def refused(self) -> bool:
-        return bool(self.blocking)
 
     def render(self) -> str:
         out = [f"{self.name}: restart the server"]

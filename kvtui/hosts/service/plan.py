@@ -71,11 +71,6 @@ def unified_diff(old: str, new: str, path: str, new_label: str | None = None) ->
     )
 
 
-def one_line(text: str, limit: int = 300) -> str:
-    t = " ".join(text.split())
-    return t if len(t) <= limit else t[: limit - 1] + "…"
-
-
 _ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
 
 

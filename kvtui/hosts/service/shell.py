@@ -17,6 +17,7 @@ from kvtui import flags as fl
 from kvtui import fmt
 from kvtui.config import ServerHost
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_REFUSED
+from kvtui.fmt import one_line
 from kvtui.hosts import shellcmd as cmds
 from kvtui.hosts.backend import BackendError, CommandResult, HostBackend
 from kvtui.hosts.service.model import (
@@ -35,7 +36,7 @@ from kvtui.hosts.service.model import (
     Run,
     ServiceError,
 )
-from kvtui.hosts.service.plan import backup_sort_key, one_line, sha256_text, unit_name
+from kvtui.hosts.service.plan import backup_sort_key, sha256_text, unit_name
 from kvtui.hosts.service.verify import check_execstart, check_systemd_env, check_text
 
 if TYPE_CHECKING:

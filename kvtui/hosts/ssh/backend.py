@@ -131,7 +131,6 @@ class SshBackend:
         # the --query-gpu fields asked for: the legacy ones once this nvidia-smi rejected a newer one
         self._gpu_fields = gpu_mod.QUERY_GPU_FIELDS
         self.reconnects = 0
-        self.last_connect_seconds: float | None = None
         self.login_user: str | None = None
         self.notes: list[str] = []
 
@@ -209,7 +208,6 @@ class SshBackend:
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
         host = self.host.ssh_host or ""
-        t0 = time.monotonic()
         try:
             conn = await asyncssh.connect(host, **self._connect_kwargs())
         except asyncssh.HostKeyNotVerifiable as exc:
@@ -224,7 +222,6 @@ class SshBackend:
                 ValueError) as exc:
             raise _Fatal(ConnStatus(ConnState.FAILED, f"{self.host.target}: {exc}",
                                     strict_host_key=self.host.strict_host_key)) from exc
-        self.last_connect_seconds = time.monotonic() - t0
         self.login_user = conn.get_extra_info("username")
         return conn
 

@@ -19,6 +19,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from kvtui import fmt
 from kvtui.fleet.rows import FleetRow, row_cells
 
 # (title, width, right-aligned, the sort keys (kvtui.fleet.rows.SORT_KEYS) it shows); the last
@@ -33,12 +34,8 @@ LAST_TITLE = "STATE / TROUBLE"
 LAST_SORTS = ("state",)
 
 
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
-
-
 def _line(cells: Sequence[str]) -> str:
-    parts = [(_cut(c, w).rjust(w) if right else _cut(c, w).ljust(w))
+    parts = [(fmt.cut(c, w).rjust(w) if right else fmt.cut(c, w).ljust(w))
              for c, (_, w, right, _s) in zip(cells, COLUMNS, strict=True)]
     return " ".join(parts) + " "
 
@@ -184,7 +181,7 @@ class FleetTable(ScrollView, can_focus=True):
             titles.append(self._marked(title, sorts))
         text = _line(titles) + self._marked(LAST_TITLE, LAST_SORTS)
         style = self.get_component_rich_style("fleet-table--header")
-        return Strip([Segment(_cut(text, width), style)]).extend_cell_length(width, style)
+        return Strip([Segment(fmt.cut(text, width), style)]).extend_cell_length(width, style)
 
     def _marked(self, title: str, sorts: tuple[str, ...]) -> str:
         if self.sort_key not in sorts:
@@ -221,9 +218,9 @@ class FleetTable(ScrollView, can_focus=True):
         if i == self.cursor:
             cursor = self.get_component_rich_style("fleet-table--cursor")
             main, last_style = main + cursor, last_style + Style(bgcolor=cursor.bgcolor)
-        fixed = _cut(fixed, width)
+        fixed = fmt.cut(fixed, width)
         rest = max(width - len(fixed), 0)
         segments = [Segment(fixed, main)]
         if rest:
-            segments.append(Segment(_cut(last, rest), last_style))
+            segments.append(Segment(fmt.cut(last, rest), last_style))
         return Strip(segments).extend_cell_length(width, main)

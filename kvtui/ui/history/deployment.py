@@ -83,7 +83,7 @@ class DeploymentHistoryScreen(HistoryScreen):
         cur = self._start()
         if cur is None:
             return
-        base = next((s for s in self.starts if s.key == self.marked), None) if self.marked != cur.key else None
+        base: DeploymentStart | None = self._marked(cur)
         if base is None:
             base = previous_good(self.starts, cur)
             if base is None:

@@ -161,11 +161,17 @@ class HistoryScreen(ModalScreen[None]):
             table.update_cell(str(self._key(r)), table.ordered_columns[0].key,
                               "*" if self._key(r) == self.marked else "")
 
+    def _marked(self, cur: Any) -> Any:
+        """The row marked (space) to diff ``cur`` against; None when none is, or ``cur`` is."""
+        if self.marked == self._key(cur):
+            return None
+        return next((r for r in self.rows if self._key(r) == self.marked), None)
+
     def action_diff(self) -> None:
         cur = self._current()
         if cur is None:
             return
-        base = next((r for r in self.rows if r.id == self.marked), None) if self.marked != cur.id else None
+        base = self._marked(cur)
         if base is None:
             got = hdiff.last_good([(r.id, r.document) for r in self.rows], cur.document, before=cur.id)
             if got is None:
