@@ -146,7 +146,6 @@ FUNCTION_IMPORTS_ALLOWED: dict[str, tuple[int, str]] = {
     "monitor/host.py": (1, "kvtui.history (pydantic) +40 ms CPU on `import kvtui.monitor`, which calc imports"),
     "ui/calc/panel.py": (5, UI_KVCALC),
     "ui/changes/controller.py": (8, UI_KVCALC),
-    "ui/deployment_screen.py": (3, UI_KVCALC),
     "ui/fleet/screen.py": (1, UI_KVCALC),
     "ui/gpu/widgets.py": (1, "plotext (textual-plotext) only when the GPU plot is first drawn (test_ui_startup)"),
     "ui/host_pane.py": (1, UI_KVCALC),
