@@ -103,6 +103,8 @@ async def test_O_tunes_every_node_of_a_deployment(tmp_path: Path, monkeypatch: p
     async with app.run_test(size=SIZE) as pilot:
         pane = _pane(app)
         await _until(pilot, lambda: pane.boot is not None and pane.boot.status is BootStatus.READY)
+        keys = {row[2] for row in app.screen_stack[0].key_rows()}  # type: ignore[attr-defined]
+        assert {"tune", "fleet"} <= keys  # O and F, as the host console has them
         await pilot.press("O")
         await _until(pilot, lambda: isinstance(app.screen, TuneScreen))
         app.screen.query_one("#tune-max-boots", Input).value = "1"
