@@ -123,7 +123,7 @@ class DeploymentPane(Vertical):
         self.applied = 0  # refreshes that found something new (tests)
         self.probed: dict[int, NodeObservation] = {}  # by node rank: the last probe's answers
         self.probes = 0  # probes finished (tests)
-        self.changes = ChangeController(self, self, hang_s=dm.bound_s)  # a / u / R / O / ctrl+x on every node
+        self.changes = ChangeController(self, self, dm.name, hang_s=dm.bound_s)  # a / u / R / O / ctrl+x on every node
         self._calibrated: tuple[object, ...] | None = None
         self.shown: deque[_Line] = deque(maxlen=LOG_KEEP)  # the lines the log shows, in its order
         self.search: TextQuery | None = None  # ``/``: the merged log's search
@@ -176,10 +176,6 @@ class DeploymentPane(Vertical):
     def busy(self) -> str | None:
         """The change running on every node ("an apply", …), else None."""
         return self.changes.busy
-
-    @property
-    def site_name(self) -> str:  # the ChangeSite of ``changes``
-        return self.dm.name
 
     @property
     def boot(self) -> Boot | None:

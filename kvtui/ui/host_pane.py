@@ -220,7 +220,7 @@ class HostPane(Vertical):
         self._show_processes = False
         self.offline: str | None = None  # the connection's state while the host is not reached
         self.probes: dict[int, ProbeResult | None] = {}  # boot index -> the readiness probe (None: asking)
-        self.changes = ChangeController(self, self, on_demo_speed=self._show_demo_speed)  # a/u/R/D/O/ctrl+x
+        self.changes = ChangeController(self, self, spec.name, on_demo_speed=self._show_demo_speed)  # a/u/R/D/O/ctrl+x
         self.serving = ServingSampler(self)  # the serving view (issue 24)
 
     # ---- layout -----------------------------------------------------------------------------
@@ -305,10 +305,6 @@ class HostPane(Vertical):
     def busy(self) -> str | None:
         """The host-changing action running ("an apply", …), else None."""
         return self.changes.busy
-
-    @property
-    def site_name(self) -> str:  # the ChangeSite of ``changes``
-        return self.host_name
 
     def change_nodes(self) -> list[ChangeNode]:
         """The host as the one node of a change (``ChangeSite``); [] until connected."""

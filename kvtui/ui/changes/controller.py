@@ -85,9 +85,6 @@ class ChangeSite(Protocol):
     clock: Callable[[], float]
 
     @property
-    def site_name(self) -> str: ...  # the host's or the deployment's name (banners, toasts)
-
-    @property
     def boot(self) -> Boot | None: ...  # the running boot (a deployment's: merged)
 
     @property
@@ -104,10 +101,11 @@ class ChangeController:
     """Apply, rollback, restart, demo speed and tune on a site's N ≥ 1 nodes (one at a time:
     ``busy``); its workers run on ``pane`` (group ``service``)."""
 
-    def __init__(self, pane: Widget, site: ChangeSite, *, hang_s: float = 180.0,
+    def __init__(self, pane: Widget, site: ChangeSite, name: str, *, hang_s: float = 180.0,
                  on_demo_speed: Callable[[float], None] | None = None) -> None:
         self.pane = pane  # where the workers run and the toasts show
         self.site = site
+        self.name = name  # the host's or the deployment's (banners, toasts)
         self.hang_s = hang_s  # a deployment's hang_seconds (following several nodes)
         self.on_demo_speed = on_demo_speed  # ``D`` changed a demo host's speed: the pane shows it
         self.busy: str | None = None  # the changing action running ("an apply", …)
@@ -122,10 +120,6 @@ class ChangeController:
         # "restart" (issuing), "follow"; a ctrl+x during "write" or "restart" acts when it ends
         self.stage = ""
         self._cancel_asked = False
-
-    @property
-    def name(self) -> str:
-        return self.site.site_name
 
     def rollback_default(self) -> tuple[bool, str]:
         """The automatic-rollback toggle's default, and why: on when the running boot is ready
@@ -203,23 +197,17 @@ class ChangeController:
 
     def _cancel_now(self) -> str:
         what = (self.busy or "a change").removeprefix("an ").removeprefix("a ")
-        several = bool(self.stage)
         if self.restart_issued:
-            headline = f"{what} {'of' if several else 'on'} {self.name}: no longer followed"
-            detail = ["every node's restart was issued and goes on; the node lines and the log show the new boot"
-                      if several else
-                      "the restart was issued and goes on on the host; the log and the boot panel show the new boot"]
+            headline = f"{what} of {self.name}: no longer followed"
+            detail = ["every node's restart was issued and goes on; the log and the boot panel show the new boot"]
         elif self._written and what != "restart":
             headline = f"{what} on {self.name} cancelled before the restart"
-            files = "the backups are restored" if what == "rollback" else "the new flags are written"
-            detail = [f"{files} and verified on every node but not running: R restarts into them"
-                      + (", u rolls them back" if what == "apply" else "") if several else
-                      "the new flags are written but not running: R restarts into them, u rolls them back"]
+            detail = [("the backups are restored" if what == "rollback" else "the new flags are written")
+                      + " and verified on every node but not running: R restarts into them"
+                      + (", u rolls them back" if what == "apply" else "")]
         else:
             headline = f"{what} on {self.name} cancelled"
-            detail = ["nothing was written or restarted on any node" if several else
-                      "nothing was restarted; a write under way either finished whole or left the file as it was "
-                      "(written atomically)"]
+            detail = ["nothing was restarted; a file being written was written whole or left as it was (atomically)"]
         self._busy_gen += 1  # the cancelled worker's end no longer frees the site: it is free now
         self.busy = None
         self.stage = ""
