@@ -121,3 +121,26 @@ async def test_O_tunes_every_node_of_a_deployment(tmp_path: Path, monkeypatch: p
         demo = tmp_path / "state" / "kvtui" / "demo"
         units = [(demo / n / "sglang-r1.service").read_text() for n in ("r1-a", "r1-b")]
         assert [float(str(get_flag(u, "unit", "mem-fraction-static"))) for u in units] == [float(final)] * 2
+
+
+async def test_an_apply_of_every_node_records_each_node_s_edit_in_the_history(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # as `kvtui apply r1 --restart` does (changes.record_nodes), and the host console's apply
+    app = _app(tmp_path, monkeypatch, two_node_hosts(), "r1")
+    async with app.run_test(size=SIZE) as pilot:
+        pane = _pane(app)
+        await _until(pilot, lambda: pane.boot is not None and pane.boot.status is BootStatus.READY
+                     and pane.calculator.result is not None)
+        await pilot.press("c", *"0.85", "enter", "escape")
+        await _until(pilot, lambda: pane.calculator.result is not None
+                     and pane.calculator.result["edits"] == {"mem_fraction_static": 0.85})
+        await pilot.press("a")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))  # one confirmation for every node
+        await pilot.press("y")
+        await _until(pilot, lambda: pane.busy is None and pane.changes.last_code is not None)
+        assert pane.changes.last_code == 0, pane.action_banner.detail
+        with open_store(readonly=True) as store:
+            for node in ("r1-a", "r1-b"):
+                restarts = [r.doc["restart"] for r in store.boots(node, limit=20) if r.doc.get("restart")]
+                assert [(r["action"], r["edit"], r["outcome"]) for r in restarts] == [  # type: ignore[index,call-overload]
+                    ("apply", ["--set mem-fraction-static=0.85"], "ready")], node

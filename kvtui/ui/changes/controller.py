@@ -447,6 +447,8 @@ class ChangeController:
             silent = code == 0 and res is not None and not res.ok
             if silent:
                 code = EXIT_FAILED
+            for problem in await dc.record_nodes(sides, code, self._history()):  # each node's edit and outcome
+                say(f"note: the boot is not in the history: {problem}")
             self.last_code = code
             severity: Severity = "ok" if code == 0 else ("warning" if code == 5 else "failed")
             head = (dc.NOT_ANSWERING if silent else
