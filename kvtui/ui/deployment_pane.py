@@ -16,7 +16,7 @@ boot). Top to bottom:
 * the hang diagnosis — the log's evidence plus each node's unit state and NCCL_*/GLOO_*
   environment, as ``kvtui wait NAME`` gives it — the findings (flags that differ between
   nodes, …) and which node set each figure;
-* the progress of a change (apply, restart, rollback of every node: ``kvtui.changes``);
+* the progress of a change of every node (``changes``: the host console's ``ChangeController``);
 * the merged log, each line with its node's column; ``#`` cycles a filter (all nodes, node 0, …);
   ``/`` searches the lines it keeps (``LOG_KEEP``, smart case, the host console's find bar and
   ``TextQuery``; ``n``/``N`` the next/previous match, within the node filter).
