@@ -167,7 +167,6 @@ LAZY_MODULES: dict[tuple[str, str], str] = {
     ("ui/changes/controller.py", "kvtui.kvcalc"): KVCALC,
     ("ui/changes/controller.py", "kvtui.tune.driver"): TUNE,
     ("ui/changes/controller.py", "kvtui.tune.planner"): TUNE,
-    ("ui/deployment_screen.py", "kvtui.changes"): CHANGES,
     ("ui/fleet/screen.py", "textual_plotext"): PLOTEXT,
     ("ui/gpu/widgets.py", "textual_plotext"): PLOTEXT,
     ("ui/host_pane.py", "kvtui.changes"): CHANGES,

@@ -305,8 +305,8 @@ async def _apply_fraction(pilot: Pilot[Any], app: KvtuiApp, fraction: float) -> 
     await pilot.press("a")
     await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
     await pilot.press("y")
-    await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
-    assert screen.last_code == 0, pane.action_banner.detail
+    await _until(pilot, lambda: pane.busy is None and screen.pane.changes.last_code is not None, timeout=60)
+    assert screen.pane.changes.last_code == 0, pane.action_banner.detail
 
 
 def _stored(names: tuple[str, ...] = ("r1-a", "r1-b")) -> dict[str, list[str]]:
@@ -451,25 +451,25 @@ async def test_apply_restart_and_rollback_act_on_every_node(tmp_path: Path, monk
             nb.boot is not None and nb.boot.flags.get("mem_fraction_static") == 0.85 for nb in screen.dm.dep.nodes))
         assert not screen.dm.dep.findings  # both nodes run the new flags: no difference between them
         # R: every node restarted, the merged boot followed to ready
-        screen.last_code = None
+        screen.pane.changes.last_code = None
         await pilot.press("R")
         await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
-        await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
-        assert screen.last_code == 0, pane.action_banner.detail
+        await _until(pilot, lambda: pane.busy is None and screen.pane.changes.last_code is not None, timeout=60)
+        assert screen.pane.changes.last_code == 0, pane.action_banner.detail
         assert pane.action_banner.headline == "restart on r1: ready on every node"
         # u: every node's newest backup back, restarted
-        screen.last_code = None
+        screen.pane.changes.last_code = None
         await pilot.press("u")
         await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
-        await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
-        assert screen.last_code == 0, pane.action_banner.detail
+        await _until(pilot, lambda: pane.busy is None and screen.pane.changes.last_code is not None, timeout=60)
+        assert screen.pane.changes.last_code == 0, pane.action_banner.detail
         assert all(get_flag(u, "unit", "mem-fraction-static") == "0.88" for u in _units(tmp_path))
 
 
 def _dep_workers(app: KvtuiApp) -> list[Any]:
-    return [w for w in app.workers if w.group == "dep-change" and w.is_running]
+    return [w for w in app.workers if w.group == "service" and w.is_running]
 
 
 def _boots(app: KvtuiApp) -> list[int]:
@@ -490,7 +490,7 @@ async def test_ctrl_x_stops_following_a_restart_once_every_node_is_restarted(
         await pilot.press("R")
         await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
-        await _until(pilot, lambda: screen.stage == "follow", timeout=60)
+        await _until(pilot, lambda: screen.pane.changes.stage == "follow", timeout=60)
         assert screen.check_action("cancel_change", ())
         assert "ctrl+x: cancel" in pane.action_banner.build().plain
         await pilot.press("ctrl+x")
@@ -499,7 +499,7 @@ async def test_ctrl_x_stops_following_a_restart_once_every_node_is_restarted(
         assert "every node's restart was issued and goes on" in pane.action_banner.detail[0]
         await _until(pilot, lambda: not _dep_workers(app))
         assert pane.busy is None  # the cancelled worker's end did not take the deployment back
-        assert screen.last_code is None
+        assert screen.pane.changes.last_code is None
         # the restarts were issued on both nodes and go on: both new boots come, and get ready
         clock.advance(60.0)
         await _until(pilot, lambda: all(n > b for n, b in zip(_boots(app), before, strict=True)), timeout=60)
@@ -533,13 +533,13 @@ async def test_ctrl_x_while_the_restarts_are_issued_waits_for_all_of_them(
         await pilot.press("y")
         await _until(pilot, entered.is_set)
         await pilot.press("ctrl+x")
-        assert screen.stage == "restart"
+        assert screen.pane.changes.stage == "restart"
         assert pane.busy == "a restart"  # node 1's restart is still issued: not left half restarted
         assert "cancel asked" in " ".join(pane.action_banner.lines)
         release.set()
         await _until(pilot, lambda: pane.busy is None and not _dep_workers(app), timeout=60)
         assert pane.action_banner.headline == "restart of r1: no longer followed"
-        assert screen.last_code is None
+        assert screen.pane.changes.last_code is None
         clock.advance(60.0)  # both nodes were restarted: both new boots come
         await _until(pilot, lambda: all(n > b for n, b in zip(_boots(app), before, strict=True)), timeout=60)
 
@@ -575,7 +575,7 @@ async def test_ctrl_x_while_the_nodes_files_are_written_restores_every_node(
         await _until(pilot, entered.is_set)
         assert get_flag(_units(tmp_path)[0], "unit", "mem-fraction-static") == "0.85"  # node 0 written
         await pilot.press("ctrl+x")
-        assert screen.stage == "write"
+        assert screen.pane.changes.stage == "write"
         assert pane.busy == "an apply"  # the write in progress ends first (all or nothing)
         assert "cancel asked" in " ".join(pane.action_banner.lines)
         release.set()
@@ -626,8 +626,8 @@ async def test_a_restart_ready_on_every_node_asks_node_0_for_one_token(
         await pilot.press("R")
         await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
-        await _until(pilot, lambda: pane.busy is None and screen.last_code is not None, timeout=60)
-        assert screen.last_code == 0, pane.action_banner.detail
+        await _until(pilot, lambda: pane.busy is None and screen.pane.changes.last_code is not None, timeout=60)
+        assert screen.pane.changes.last_code == 0, pane.action_banner.detail
         assert pane.action_banner.headline == "restart on r1: ready on every node"
         said = [ln for ln in pane.action_banner.detail if "1-token" in ln]
         assert said

@@ -404,7 +404,7 @@ class MainScreen(Screen[None]):
             if pane is None or pane.readonly or getattr(pane.backend, "recorded", False):
                 return False  # hidden: readonly hosts and recordings offer nothing that changes them
             if action == "restart":
-                return pane.changes.can_restart()
+                return pane.can_restart()
         if action == "explain" and pane is not None and pane.calculator.prediction is None:
             return None
         return True

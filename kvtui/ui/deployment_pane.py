@@ -16,7 +16,7 @@ boot). Top to bottom:
 * the hang diagnosis — the log's evidence plus each node's unit state and NCCL_*/GLOO_*
   environment, as ``kvtui wait NAME`` gives it — the findings (flags that differ between
   nodes, …) and which node set each figure;
-* the progress of a change (apply, restart, rollback of every node: ``kvtui.changes``);
+* the progress of a change of every node (``changes``: the host console's ``ChangeController``);
 * the merged log, each line with its node's column; ``#`` cycles a filter (all nodes, node 0, …);
   ``/`` searches the lines it keeps (``LOG_KEEP``, smart case, the host console's find bar and
   ``TextQuery``; ``n``/``N`` the next/previous match, within the node filter).
@@ -47,6 +47,7 @@ from kvtui.hosts.backend import BackendError
 from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, NodeObservation, node_state
 from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.changes.action import ActionBanner
+from kvtui.ui.changes.controller import ChangeController, ChangeNode
 from kvtui.ui.gpu.widgets import GpuBars, GpuHistoryPlot, ProcessTable, boot_origin, phase_bands
 from kvtui.ui.log.model import TextQuery
 from kvtui.ui.log.panel import FindBar
@@ -122,7 +123,7 @@ class DeploymentPane(Vertical):
         self.applied = 0  # refreshes that found something new (tests)
         self.probed: dict[int, NodeObservation] = {}  # by node rank: the last probe's answers
         self.probes = 0  # probes finished (tests)
-        self.busy: str | None = None  # the change running ("an apply", …), else None
+        self.changes = ChangeController(self, self, dm.name, hang_s=dm.bound_s)  # a / u / R / O / ctrl+x on every node
         self._calibrated: tuple[object, ...] | None = None
         self.shown: deque[_Line] = deque(maxlen=LOG_KEEP)  # the lines the log shows, in its order
         self.search: TextQuery | None = None  # ``/``: the merged log's search
@@ -170,6 +171,19 @@ class DeploymentPane(Vertical):
         self.refresh_now()
         self._show_plot()
         self.call_after_refresh(self.probe)
+
+    @property
+    def busy(self) -> str | None:
+        """The change running on every node ("an apply", …), else None."""
+        return self.changes.busy
+
+    @property
+    def boot(self) -> Boot | None:
+        return self.dm.dep.boot if self.dm.dep is not None else None
+
+    def change_nodes(self) -> list[ChangeNode]:
+        """Every node of a change (``ChangeSite``), node 0 first, with its known boots."""
+        return [ChangeNode(n.name, n.host, n.monitor.backend, list(n.monitor.tracker.boots)) for n in self.dm.nodes]
 
     @property
     def calculator(self) -> CalculatorPanel:

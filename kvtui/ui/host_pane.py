@@ -25,6 +25,7 @@ from kvtui.history import boot_doc, recorder_for
 from kvtui.history.diff import since_last_good
 from kvtui.history.eta import BootEta, estimate, past_boots, slow_reason
 from kvtui.history.eta import clock as eta_clock
+from kvtui.hosts import service
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, HostBackend
 from kvtui.hosts.orphans import host_orphans
 from kvtui.hosts.probe import boot_port, can_probe, mark_not_serving, probe, served_model
@@ -33,7 +34,7 @@ from kvtui.monitor import BootState, ConnUpdate, GpuUpdate, HostMonitor, LogBatc
 from kvtui.ui import formatting as fmt
 from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.changes.action import ActionBanner
-from kvtui.ui.changes.controller import ChangeController, demo_target
+from kvtui.ui.changes.controller import ChangeController, ChangeNode, demo_target
 from kvtui.ui.gpu.widgets import (
     ForeignWarning,
     GpuBars,
@@ -223,7 +224,7 @@ class HostPane(Vertical):
         self._show_processes = False
         self.offline: str | None = None  # the connection's state while the host is not reached
         self.probes: dict[int, ProbeResult | None] = {}  # boot index -> the readiness probe (None: asking)
-        self.changes = ChangeController(self)  # a / u / R / D / O / ctrl+x
+        self.changes = ChangeController(self, self, spec.name, on_demo_speed=self._show_demo_speed)  # a/u/R/D/O/ctrl+x
         self.serving = ServingSampler(self)  # the serving view (issue 24)
 
     # ---- layout -----------------------------------------------------------------------------
@@ -308,6 +309,22 @@ class HostPane(Vertical):
     def busy(self) -> str | None:
         """The host-changing action running ("an apply", …), else None."""
         return self.changes.busy
+
+    def change_nodes(self) -> list[ChangeNode]:
+        """The host as the one node of a change (``ChangeSite``); [] until connected."""
+        boots = list(self.monitor.tracker.boots) if self.monitor is not None else []
+        return [] if self.backend is None else [ChangeNode(self.host_name, self.spec.config, self.backend, boots)]
+
+    def can_restart(self) -> bool | None:
+        """False: hidden (readonly); None: shown but unavailable; True: available."""
+        if self.readonly:
+            return False
+        return None if service.restart_unavailable(self.host_name, self.spec.config, self.backend) else True
+
+    def _show_demo_speed(self, speed: float) -> None:
+        self.info = replace(self.info, target=demo_target(speed))
+        self.query_one(HostBar).info = self.info
+        self.query_one(HostBar).refresh()
 
     @property
     def gpu_plot(self) -> GpuHistoryPlot:

@@ -1,42 +1,56 @@
-"""The host-changing actions of a host's console (``a`` apply, ``u`` rollback, ``R`` restart,
-``D`` demo speed, ``O`` tune, ``ctrl+x`` cancel): ``ChangeController``, owned by ``HostPane``
-(``pane.changes``), plans through ``kvtui.changes`` / ``kvtui.tune``, confirms in a dialog, runs
-the change in a ``service`` worker of the pane and shows its progress and outcome in the pane's
-action banner."""
+"""The changing actions of a console (``a`` apply, ``u`` rollback, ``R`` restart, ``D`` demo speed,
+``O`` tune, ``ctrl+x`` cancel) over N ≥ 1 nodes: ``ChangeController``, owned by the pane it changes
+(``HostPane.changes``: one node; ``DeploymentPane.changes``: the deployment's nodes), which gives
+it what it needs as a ``ChangeSite``. It plans through ``kvtui.changes`` / ``kvtui.tune``, confirms
+in a dialog, runs the change in a ``service`` worker of the pane and shows its progress and outcome
+in the pane's action banner. One node (a host, or a deployment of one) goes through
+``kvtui.hosts.service``'s guarded path (the apply dialog with its diff and prediction, automatic
+rollback, the 1-token probe, the history record); several nodes as one, all or nothing, through
+``kvtui.changes``'s steps (``plan_nodes`` → ``write_nodes`` → ``restart_and_follow`` →
+``probe_head`` → ``record_nodes``), as ``kvtui apply NAME`` does. Tune is ``kvtui.tune``'s loop
+either way (``TuneRun.nodes`` for several)."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from textual.notifications import SeverityLevel
 
 from kvtui import flags
 from kvtui.boot import Boot, BootStatus
 from kvtui.config import DEMO_DEFAULT_SPEED
+from kvtui.exits import EXIT_FAILED
 from kvtui.hosts import service
 from kvtui.hosts.backend import BackendError
 from kvtui.lazy import lazy_module
 from kvtui.sim.backend import DemoBackend
 from kvtui.ui.changes.action import Severity
 from kvtui.ui.screens import ApplyScreen, ConfirmScreen, NoticeScreen, TuneScreen
-from kvtui.ui.widgets.host import HostBar
 
 if TYPE_CHECKING:
+    from textual.widget import Widget
+
     from kvtui import changes, kvcalc
+    from kvtui.changes import NodeSide
+    from kvtui.config import HistoryConfig, HostConfig
     from kvtui.flags import Edit
-    from kvtui.hosts.service import ApplyOutcome, ApplyPlan, Calculator, RestartPlan
+    from kvtui.hosts.backend import HostBackend
+    from kvtui.hosts.probe import ProbeResult
+    from kvtui.hosts.service import ApplyOutcome, Calculator, RestartPlan
     from kvtui.tune import driver
     from kvtui.tune import planner as tp
     from kvtui.tune.driver import TuneResult
     from kvtui.ui.calc.panel import CalculatorPanel
-    from kvtui.ui.host_pane import HostPane
+    from kvtui.ui.changes.action import ActionBanner
 else:
     changes = lazy_module("kvtui.changes")  # lazy: imports kvcalc (test_ui_startup): +65 ms CPU
     kvcalc = lazy_module("kvtui.kvcalc")  # lazy: after the console's first frame (test_ui_startup): +47 ms CPU
     driver = lazy_module("kvtui.tune.driver")  # lazy: imports kvcalc (test_ui_startup): +79 ms CPU
     tp = lazy_module("kvtui.tune.planner")  # lazy: imports kvcalc (test_ui_startup): +79 ms CPU
+
+CHANGE_TIMEOUT_S = 1800.0  # how long a change of several nodes follows their new boots
 
 
 def demo_target(speed: float) -> str:
@@ -61,35 +75,64 @@ def calculator_edits(calc: CalculatorPanel) -> list[Edit] | str:
     return flags.edits_from_mapping(dict(edits.values))
 
 
-class ChangeController:
-    """Apply, rollback, restart, demo speed and tune on a pane's host (one at a time: ``busy``).
-    It reads the pane's host state (``backend``, ``boot``, ``monitor``, …) and runs its workers on
-    the pane (group ``service``)."""
+class ChangeNode(NamedTuple):
+    """A node a change acts on, as its pane knows it."""
 
-    def __init__(self, pane: HostPane) -> None:
-        self.pane = pane
-        self.host_name = pane.host_name
-        self.busy: str | None = None  # the host-changing action running ("an apply", …)
+    name: str
+    host: HostConfig
+    backend: HostBackend
+    boots: list[Boot]  # its known boots (predictions, tune)
+
+
+class ChangeSite(Protocol):
+    """What a ``ChangeController`` needs of the pane it changes (``HostPane``: one node;
+    ``DeploymentPane``: its nodes, node 0 first)."""
+
+    readonly: bool
+    clock: Callable[[], float]
+
+    @property
+    def boot(self) -> Boot | None: ...  # the running boot (a deployment's: merged)
+
+    @property
+    def calculator(self) -> CalculatorPanel: ...
+
+    @property
+    def action_banner(self) -> ActionBanner: ...
+
+    def change_nodes(self) -> list[ChangeNode]:  # node 0 first; [] until connected
+        ...
+
+
+class ChangeController:
+    """Apply, rollback, restart, demo speed and tune on a site's N ≥ 1 nodes (one at a time:
+    ``busy``); its workers run on ``pane`` (group ``service``)."""
+
+    def __init__(self, pane: Widget, site: ChangeSite, name: str, *, hang_s: float = 180.0,
+                 on_demo_speed: Callable[[float], None] | None = None) -> None:
+        self.pane = pane  # where the workers run and the toasts show
+        self.site = site
+        self.name = name  # the host's or the deployment's (banners, toasts)
+        self.hang_s = hang_s  # a deployment's hang_seconds (following several nodes)
+        self.on_demo_speed = on_demo_speed  # ``D`` changed a demo host's speed: the pane shows it
+        self.busy: str | None = None  # the changing action running ("an apply", …)
         self.tune_stop: asyncio.Event | None = None  # set: the running tune stops after its step
         self.last_tune: TuneResult | None = None
         self._busy_gen = 0  # bumped by each change begun or cancelled (see ``_end``)
-        self.restart_issued = False  # the running change reached its restart step
-        self._written = False  # the running change wrote the flags file
+        self.restart_issued = False  # the running change reached its restart step (every node's)
+        self._written = False  # the running change wrote the flags file(s)
         self.last_outcome: ApplyOutcome | None = None
-
-    # ---- changing the host: a / u / R, through kvtui.hosts.service -------------------------------
-
-    def can_restart(self) -> bool | None:
-        """False: hidden (readonly); None: shown but unavailable; True: available."""
-        if self.pane.readonly:
-            return False
-        return None if service.restart_unavailable(self.host_name, self.pane.spec.config, self.pane.backend) else True
+        self.last_code: int | None = None  # the last change's exit code (tests)
+        # where a change of several nodes is: "plan", "write" (the nodes' files), "position",
+        # "restart" (issuing), "follow"; a ctrl+x during "write" or "restart" acts when it ends
+        self.stage = ""
+        self._cancel_asked = False
 
     def rollback_default(self) -> tuple[bool, str]:
         """The automatic-rollback toggle's default, and why: on when the running boot is ready
         (the current flags are known to work, so going back restores service), off otherwise
         (going back would restart into flags that have not produced a ready boot)."""
-        boot = self.pane.boot
+        boot = self.site.boot
         if boot is not None and boot.status is BootStatus.READY:
             return True, ("on by default: the running boot is ready with the current flags, so going back to "
                           "them restores service")
@@ -97,28 +140,32 @@ class ChangeController:
         return False, (f"off by default: {state}, so the current flags are not known to work (going back "
                        "would restart into them)")
 
-    def _begin(self, what: str) -> int | None:
-        """Mark ``what`` as running; its number (its worker hands it to ``_end``), or None when
-        another change runs or the host is not reached."""
+    def _begin(self, what: str) -> tuple[int, list[NodeSide]] | None:
+        """Mark ``what`` as running: its number (its worker hands it to ``_end``) and the nodes,
+        or None when another change runs, the site is readonly or not reached."""
+        if self.site.readonly:
+            return None
         if self.busy is not None:
-            self.pane.notify(f"{self.busy} in progress on {self.host_name}: wait for it to end, or cancel it (ctrl+x)",
+            self.pane.notify(f"{self.busy} in progress on {self.name}: wait for it to end, or cancel it (ctrl+x)",
                              severity="warning", timeout=4)
             return None
-        if self.pane.backend is None:
-            self.pane.notify(f"{self.host_name} is not connected yet", severity="warning", timeout=4)
+        sides = self._sides()
+        if not sides:
+            self.pane.notify(f"{self.name} is not connected yet", severity="warning", timeout=4)
             return None
         self.busy = what
-        self._keys_changed()
         self._busy_gen += 1
-        self.restart_issued = False
-        self._written = False
-        return self._busy_gen
+        self.restart_issued = self._written = self._cancel_asked = False
+        self.stage = "plan" if len(sides) > 1 else ""
+        self._keys_changed()
+        return self._busy_gen, sides
 
     def _end(self, gen: int) -> None:
-        """A worker is done: it no longer holds the host (unless it was cancelled and another
+        """A worker is done: it no longer holds the site (unless it was cancelled and another
         change began since)."""
         if gen == self._busy_gen:
             self.busy = None
+            self.stage = ""
             self._keys_changed()  # the footer's ^x Cancel change goes with it
 
     def _keys_changed(self) -> None:
@@ -134,160 +181,172 @@ class ChangeController:
             self.restart_issued = True
         if "the previous version is saved as" in line:
             self._written = True
-        self.pane.action_banner.progress(line)
+        self.site.action_banner.progress(line)
 
     def cancel_change(self) -> str | None:
-        """``ctrl+x``: stop the running apply, rollback or restart — before its restart step it is
-        cancelled (what was written is said); after it, kvtui stops following (the new boot goes on
-        and the log shows it). What the banner says, or None when nothing runs."""
+        """``ctrl+x``: stop the running change — before its restart step it is cancelled (what was
+        written is said); after it, kvtui stops following (the new boot goes on and the log shows
+        it). Of several nodes, all or nothing: asked while their files are written or their
+        restarts issued, it acts when that step ends (the nodes written are restored; every restart
+        is issued, then the following stops). What the banner says, or None when nothing runs."""
         if self.busy is None:
             return None
-        what = self.busy.removeprefix("an ").removeprefix("a ")
+        if self.stage in ("write", "restart"):
+            self._cancel_asked = True
+            line = ("cancel asked: the write in progress ends, then every node written is restored"
+                    if self.stage == "write" else
+                    "cancel asked: every node's restart is issued first (a deployment is not left half "
+                    "restarted), then the following stops")
+            self.site.action_banner.progress(line)
+            self.pane.notify(line, title=f"{self.name}: cancelling", timeout=5)
+            return line
+        return self._cancel_now()
+
+    def _cancel_now(self) -> str:
+        what = (self.busy or "a change").removeprefix("an ").removeprefix("a ")
         if self.restart_issued:
-            headline = f"{what} on {self.host_name}: no longer followed"
-            detail = ["the restart was issued and goes on on the host; the log and the boot panel show the new boot"]
-        elif self._written:
-            headline = f"{what} on {self.host_name} cancelled before the restart"
-            detail = ["the new flags are written but not running: R restarts into them, u rolls them back"]
+            headline = f"{what} of {self.name}: no longer followed"
+            detail = ["every node's restart was issued and goes on; the log and the boot panel show the new boot"]
+        elif self._written and what != "restart":
+            headline = f"{what} on {self.name} cancelled before the restart"
+            detail = [("the backups are restored" if what == "rollback" else "the new flags are written")
+                      + " and verified on every node but not running: R restarts into them"
+                      + (", u rolls them back" if what == "apply" else "")]
         else:
-            headline = f"{what} on {self.host_name} cancelled"
-            detail = ["nothing was restarted; a write under way either finished whole or left the file as it was "
-                      "(written atomically)"]
-        self._busy_gen += 1  # the cancelled worker's end no longer frees the host: it is free now
+            headline = f"{what} on {self.name} cancelled"
+            detail = ["nothing was restarted; a file being written was written whole or left as it was (atomically)"]
+        self._busy_gen += 1  # the cancelled worker's end no longer frees the site: it is free now
         self.busy = None
+        self.stage = ""
+        self._cancel_asked = False
         self.pane.workers.cancel_group(self.pane, "service")
-        self.pane.action_banner.finish("warning", headline, detail)
+        self.site.action_banner.finish("warning", headline, detail)
+        self._keys_changed()
         return headline
+
+    def _stage(self, stage: str) -> None:
+        """A change of several nodes reached ``stage`` (a cancel asked during the step before acts now)."""
+        self.stage = stage
+        if stage == "follow":
+            self.restart_issued = True
+            if self._cancel_asked:
+                self._cancel_now()
+
+    def _sides(self) -> list[NodeSide]:
+
+        return [changes.NodeSide(n.name, n.host, n.backend, boots=n.boots) for n in self.site.change_nodes()]
+
+    def _run(self, work: Callable[[int, list[NodeSide]], Awaitable[None]], what: str) -> None:
+        """Begin ``what`` and run ``work(gen, sides)`` (a coroutine) in a ``service`` worker."""
+        begun = self._begin(what)
+        if begun is not None:
+            self.pane.run_worker(work(*begun), name=what, group="service",
+                                 description=what.split()[-1], exit_on_error=False)
 
     def _calculator_for_apply(self) -> Calculator:
         """What predicts the apply's flags: the calculator's own model for a serving boot whose start
         is not in the log (the history's boot of its flags, or its config.json at the estimated
         pool: the log has no pool line to calibrate from), else ``changes.calculate``."""
-        boot, model = self.pane.boot, self.pane.calculator.model
+
+        boot, model = self.site.boot, self.site.calculator.model
         if boot is not None and boot.start_missing is not None and model is not None and not kvcalc.sized_pool(boot):
             return changes.calculate_on(model, boot)
         return changes.calculate
 
-    def _known_boots(self) -> list[Boot] | None:
-        return list(self.pane.monitor.tracker.boots) if self.pane.monitor is not None else None
-
     def start_apply(self) -> None:
-        """``a``: plan the calculator's edits, confirm, apply and restart."""
-        if self.pane.readonly:
+        """``a``: plan the calculator's edits, confirm, apply and restart (every node)."""
+        if self.site.readonly:
             return
-        edits = calculator_edits(self.pane.calculator)
+        edits = calculator_edits(self.site.calculator)
         if isinstance(edits, str):
             self.pane.notify(edits, severity="warning", timeout=5)
             return
-        gen = self._begin("an apply")
-        if gen is not None:
-            self.pane.run_worker(self._apply_worker(edits, gen), name="_apply_worker", group="service",
-                                 description="apply", exit_on_error=False)
+        self._run(lambda gen, sides: self._one_worker("apply", edits, gen, sides[0]) if len(sides) == 1 else
+                  self._nodes_worker("apply", edits, gen, sides), "an apply")
 
     def start_rollback(self) -> None:
-        """``u``: restore the newest backup of the flags file, confirm, restart."""
-        gen = None if self.pane.readonly else self._begin("a rollback")
-        if gen is not None:
-            self.pane.run_worker(self._rollback_worker(gen), name="_rollback_worker", group="service",
-                                 description="rollback", exit_on_error=False)
+        """``u``: restore the newest backup of the flags file (every node's), confirm, restart."""
+        self._run(lambda gen, sides: self._one_worker("rollback", [], gen, sides[0]) if len(sides) == 1 else
+                  self._nodes_worker("rollback", [], gen, sides), "a rollback")
 
     def toggle_demo_speed(self) -> None:
         """``D``: a demo host's simulation restarts in real time (×1), or at its configured speed
         again (the default speed when real time is what is configured)."""
-        backend, cfg = self.pane.backend, self.pane.spec.config
-        if not isinstance(backend, DemoBackend) or not cfg.demo or self.pane.readonly:
+        sides = self._sides()
+        side = sides[0] if len(sides) == 1 else None
+        if side is None or self.site.readonly or self.on_demo_speed is None:
+            return
+        backend, cfg = side.backend, side.host
+        if not isinstance(backend, DemoBackend) or not cfg.demo:
             return
         if self.busy is not None:
-            self.pane.notify(f"{self.busy} in progress on {self.host_name}: the speed can change after it",
+            self.pane.notify(f"{self.busy} in progress on {self.name}: the speed can change after it",
                              severity="warning", timeout=4)
             return
         configured = cfg.demo_speed
-        fast = configured if configured != 1 else DEMO_DEFAULT_SPEED
-        backend.speed = 1.0 if backend.speed != 1 else fast
-        self.pane.info = replace(self.pane.info, target=demo_target(backend.speed))
-        bar = self.pane.query_one(HostBar)
-        bar.info = self.pane.info
-        bar.refresh()
-        plan = service.plan_restart(self.host_name, self.pane.spec.config, backend)
+        backend.speed = 1.0 if backend.speed != 1 else (configured if configured != 1 else DEMO_DEFAULT_SPEED)
+        self.on_demo_speed(backend.speed)
+        plan = service.plan_restart(side.name, cfg, backend)
         if plan.refused:
             self.pane.notify(plan.refusals[0].reason, title="demo speed", severity="warning", timeout=8)
             return
-        self.pane.notify(f"{self.host_name}: the simulation restarts at ×{backend.speed:g}"
+        self.pane.notify(f"{self.name}: the simulation restarts at ×{backend.speed:g}"
                          + (" (real time)" if backend.speed == 1 else ""), title="demo speed", timeout=4)
         self.start_restart(plan)
 
-    def start_restart(self, plan: RestartPlan) -> None:
-        """``R`` (after its confirm): restart through the service layer."""
-        gen = None if self.pane.readonly else self._begin("a restart")
-        if gen is not None:
-            self.pane.run_worker(self._restart_worker(plan, gen), name="_restart_worker", group="service",
-                                 description="restart", exit_on_error=False)
+    def start_restart(self, plan: RestartPlan | None = None) -> None:
+        """``R`` (after its confirm): restart one node through the service layer (``plan``: made by
+        the caller), several as one (node 0 first, the merged boot followed)."""
+        def work(gen: int, sides: list[NodeSide]) -> Awaitable[None]:
+            if len(sides) > 1:
+                return self._nodes_worker("restart", [], gen, sides)
+            one = plan or service.plan_restart(sides[0].name, sides[0].host, sides[0].backend)
+            return self._restart_worker(one, gen, sides[0])
+        self._run(work, "a restart")
 
-    async def _apply_worker(self, edits: list[Edit], gen: int) -> None:
-        backend = self.pane.backend
-        assert backend is not None
-        banner = self.pane.action_banner
+    async def _one_worker(self, verb: str, edits: list[Edit], gen: int, side: NodeSide) -> None:
+        """One node's apply or rollback through ``kvtui.hosts.service``: planned, confirmed in the
+        apply dialog (the diff, the prediction; an apply's automatic rollback), executed with its
+        restart followed, recorded in the history."""
+
+        banner, app, margin, clock = self.site.action_banner, self.pane.app, self.site.calculator.graph_margin_gib, \
+            self.site.clock
         try:
-            banner.start(f"apply on {self.host_name}", "reading the server's flags…")
+            banner.start(f"{verb} on {self.name}", "reading the server's flags…" if verb == "apply" else
+                         "looking for kvtui's backups…")
             try:
-                plan = await changes.plan_apply(
-                    self.host_name, self.pane.spec.config, backend, edits, restart=True, boots=self._known_boots(),
-                    graph_margin_gib=self.pane.calc_config.graph_margin_gib, clock=self.pane.clock,
-                    calculator=self._calculator_for_apply(),
-                )
+                plan = await (changes.plan_apply(side.name, side.host, side.backend, edits, restart=True,
+                                                 boots=side.boots, graph_margin_gib=margin, clock=clock,
+                                                 calculator=self._calculator_for_apply())
+                              if verb == "apply" else
+                              changes.plan_rollback(side.name, side.host, side.backend, restart=True,
+                                                    boots=side.boots, graph_margin_gib=margin, clock=clock))
             except service.ServiceError as exc:
                 banner.stop()
-                await self.pane.app.push_screen_wait(NoticeScreen(f"Cannot apply on {self.host_name}", str(exc)))
+                title = f"Cannot apply on {self.name}" if verb == "apply" else f"Cannot roll back {self.name}"
+                await app.push_screen_wait(NoticeScreen(title, str(exc)))
                 return
             banner.hide()
-            on, why = self.rollback_default()
-            decision = await self.pane.app.push_screen_wait(ApplyScreen(plan, rollback_default=on, rollback_why=why))
+            on, why = self.rollback_default() if verb == "apply" else (False, "")
+            decision = await app.push_screen_wait(ApplyScreen(plan, rollback_default=on, rollback_why=why))
             if decision is None:
                 banner.stop()
-                self.pane.notify("nothing was changed", title=f"{self.host_name}: apply cancelled", timeout=4)
+                self.pane.notify("nothing was changed", title=f"{self.name}: {verb} cancelled", timeout=4)
                 return
-            plan.force = decision.force
-            plan.rollback_on_failure = decision.rollback_on_failure
-            await self._execute(plan)
+            if verb == "apply":
+                plan.force = decision.force
+                plan.rollback_on_failure = decision.rollback_on_failure
+            banner.start(f"{verb} on {self.name}")
+            outcome = await service.execute(plan, side.backend, self._progress, clock=clock)
+            self.last_outcome, self.last_code = outcome, outcome.code
+            if plan.restart and outcome.boot is not None:  # the history keeps the edit, prediction and outcome
+                await asyncio.to_thread(changes.record_restart, plan, outcome, self._history())
+            self._show_outcome(service.outcome_headline(outcome, plan.action, plan.name), outcome, verb)
         finally:
             self._end(gen)
 
-    async def _rollback_worker(self, gen: int) -> None:
-        backend = self.pane.backend
-        assert backend is not None
-        banner = self.pane.action_banner
-        try:
-            banner.start(f"rollback on {self.host_name}", "looking for kvtui's backups…")
-            try:
-                plan = await changes.plan_rollback(self.host_name, self.pane.spec.config, backend, restart=True,
-                                                   boots=self._known_boots(),
-                                                   graph_margin_gib=self.pane.calc_config.graph_margin_gib,
-                                                   clock=self.pane.clock)
-            except service.ServiceError as exc:
-                banner.stop()
-                await self.pane.app.push_screen_wait(NoticeScreen(f"Cannot roll back {self.host_name}", str(exc)))
-                return
-            banner.hide()
-            decision = await self.pane.app.push_screen_wait(ApplyScreen(plan))
-            if decision is None:
-                banner.stop()
-                self.pane.notify("nothing was changed", title=f"{self.host_name}: rollback cancelled", timeout=4)
-                return
-            await self._execute(plan)
-        finally:
-            self._end(gen)
-
-    async def _execute(self, plan: ApplyPlan) -> None:
-        backend = self.pane.backend
-        assert backend is not None
-        verb = "apply" if plan.action == "apply" else "rollback"
-        self.pane.action_banner.start(f"{verb} on {self.host_name}")
-        outcome = await service.execute(plan, backend, self._progress, clock=self.pane.clock)
-        self.last_outcome = outcome
-        if plan.restart and outcome.boot is not None:  # the history keeps the edit, prediction and outcome
-            cfg = getattr(getattr(self.pane.app, "config", None), "history", None)
-            await asyncio.to_thread(changes.record_restart, plan, outcome, cfg)
-        self._show_outcome(service.outcome_headline(outcome, plan.action, plan.name), outcome, verb)
+    def _history(self) -> HistoryConfig | None:
+        return getattr(getattr(self.pane.app, "config", None), "history", None)
 
     def _show_outcome(self, headline: str, outcome: ApplyOutcome, verb: str) -> None:
         if outcome.code == 0:
@@ -303,20 +362,111 @@ class ChangeController:
             why = [m for m in outcome.messages if m.startswith(("the new boot failed", "hint:", "edit not in effect",
                                                                  "rolled back", "refused", "timed out"))]
             detail += why or outcome.messages[-2:]
-        self.pane.action_banner.finish(severity, headline, detail)
+        self.site.action_banner.finish(severity, headline, detail)
         toast: SeverityLevel = "information" if severity == "ok" else (
             "warning" if severity == "warning" else "error")
-        self.pane.notify("\n".join([headline, *outcome.reality]), title=f"{self.host_name}: {verb}", severity=toast,
+        self.pane.notify("\n".join([headline, *outcome.reality]), title=f"{self.name}: {verb}", severity=toast,
                          timeout=8 if severity == "ok" else 15)
+
+    async def _restart_worker(self, plan: RestartPlan, gen: int, side: NodeSide) -> None:
+        try:
+            self.site.action_banner.start(f"restart on {self.name}")
+            outcome = await service.restart(plan, side.backend, self._progress, clock=self.site.clock)
+            self.last_outcome, self.last_code = outcome, outcome.code
+            if outcome.code == 0:
+                self.site.action_banner.stop()
+                self.pane.notify(f"{self.name}: restarted — following the new boot; the log marks it",
+                                 title=f"{self.name}: restart")
+            else:
+                self._show_outcome(service.outcome_headline(outcome, "restart", self.name), outcome, "restart")
+        finally:
+            self._end(gen)
+
+    # ---- several nodes as one (kvtui.changes's steps, as ``kvtui apply NAME``) --------------------
+
+    async def _nodes_worker(self, verb: str, edits: list[Edit], gen: int, sides: list[NodeSide]) -> None:
+
+        banner, name, clock = self.site.action_banner, self.name, self.site.clock
+        said: list[str] = []
+        res: ProbeResult | None = None
+
+        def say(line: str) -> None:
+            said.append(line)
+            banner.progress(line)
+        try:
+            if verb != "restart":
+                banner.start(f"{verb} on {name} ({len(sides)} nodes)", "reading every node's flags…")
+                errors = await changes.plan_nodes(sides, edits, verb=verb, timeout=CHANGE_TIMEOUT_S, clock=clock,
+                                             graph_margin_gib=self.site.calculator.graph_margin_gib)
+                if errors:
+                    banner.stop()
+                    text = "\n".join(f"{n.name}: {exc}" for n, exc in errors)
+                    await self.pane.app.push_screen_wait(NoticeScreen(f"Cannot {verb} on {name}", text))
+                    return
+                refused = [n for n in sides if n.plan is not None and n.plan.refused]
+                if refused:
+                    for n in refused:
+                        assert n.plan is not None
+                        await service.execute(n.plan, n.backend, clock=clock)  # audits the refusal
+                    reasons = [f"{n.name}: {r.reason}" for n in refused if n.plan for r in n.plan.blocking]
+                    banner.finish("failed", f"{verb} on {name}: refused as a whole: nothing was written on any node",
+                                  reasons)
+                    return
+                if not any(n.plan is not None and n.plan.changed for n in sides):
+                    banner.stop()
+                    self.pane.notify("every node's file already says this; nothing to do", title=f"{name}: {verb}")
+                    return
+                banner.hide()
+                body = "\n".join(f"== node {i}: {n.name} ==\n{service.render_plan(n.plan)}"
+                                 for i, n in enumerate(sides) if n.plan is not None)
+                body += ("\nthen: restart every node (node 0 first, the others right after) and follow the merged "
+                         "boot until it is ready or failed")
+                title = f"{verb.capitalize()} on all {len(sides)} nodes of {name}"
+                if not await self.pane.app.push_screen_wait(ConfirmScreen(title, body, verb.capitalize())):
+                    self.pane.notify("nothing was changed", title=f"{name}: {verb} cancelled", timeout=4)
+                    return
+                banner.start(f"{verb} on {name} ({len(sides)} nodes)")
+                self.stage = "write"
+                wrote = await changes.write_nodes(sides, say, verb=verb, clock=clock)
+                if wrote.code is not None:
+                    self.last_code = wrote.code
+                    banner.finish("failed", f"{verb} on {name}: not done", wrote.messages)
+                    return
+                if self._cancel_asked:  # ctrl+x while the files were written: all of them restored
+                    restored = await changes.restore(wrote.written, clock, say)
+                    banner.finish("warning", f"{verb} on {name} cancelled: nothing was restarted",
+                                  restored or ["no node's file had to be written"])
+                    return
+                self._written = True
+                say(f"{name}: " + ("the backups are restored" if verb == "rollback" else "the new flags are written")
+                    + " and verified on every node")
+            else:
+                banner.start(f"restart of {name} ({len(sides)} nodes)")
+            self.stage = "position"
+            code, dep = await changes.restart_and_follow(sides, self.hang_s, CHANGE_TIMEOUT_S, clock, say, edits,
+                                                    stage=self._stage)
+            if code == 0 and dep is not None and getattr(self.pane.app, "probe_ready", False):  # node 0: 1 token
+                res = await changes.probe_head(dep, sides, say)
+            silent = code == 0 and res is not None and not res.ok
+            if silent:
+                code = EXIT_FAILED
+            for problem in await changes.record_nodes(sides, code, self._history()):  # each node's edit and outcome
+                say(f"note: the boot is not in the history: {problem}")
+            self.last_code = code
+            severity: Severity = "ok" if code == 0 else ("warning" if code == 5 else "failed")
+            head = (changes.NOT_ANSWERING if silent else
+                    {0: "ready on every node", 1: "the new boot failed", 5: "timed out"}.get(code, f"exit {code}"))
+            banner.finish(severity, f"{verb} on {name}: {head}", outcome_lines(said))
+        finally:
+            await changes.close_followers(sides)
+            self._end(gen)
 
     # ---- tune (O) -------------------------------------------------------------------------------
 
     def start_tune(self) -> None:
-        """``O``: the tune dialog, then the plan to confirm, then the loop (``kvtui.tune``)."""
-        gen = None if self.pane.readonly else self._begin("a tune")
-        if gen is not None:
-            self.pane.run_worker(self._tune_worker(gen), name="_tune_worker", group="service",
-                                 description="tune", exit_on_error=False)
+        """``O``: the tune dialog, then the plan to confirm, then the loop (``kvtui.tune``; several
+        nodes: each step edits and restarts every node and follows the merged boot)."""
+        self._run(self._tune_worker, "a tune")
 
     def stop_tune(self) -> bool:
         """``Esc`` while a tune runs: it stops after the step in progress. True when one runs."""
@@ -325,29 +475,28 @@ class ChangeController:
         if not self.tune_stop.is_set():
             self.tune_stop.set()
             self.pane.notify("the tune stops after the step in progress (ctrl+x interrupts it)",
-                             title=f"{self.host_name}: tune", timeout=6)
+                             title=f"{self.name}: tune", timeout=6)
         return True
 
-    async def _tune_worker(self, gen: int) -> None:
-        backend = self.pane.backend
-        assert backend is not None
-        banner = self.pane.action_banner
+    async def _tune_worker(self, gen: int, sides: list[NodeSide]) -> None:
+
+        head, app, name = sides[0], self.pane.app, self.name
+        banner = self.site.action_banner
         try:
-            boot = self.pane.boot
+            boot = self.site.boot
             now = "no boot seen yet" if boot is None else (
                 f"the current boot is {boot.status.value}"
                 + (f" with {boot.metrics.max_total_num_tokens:,} tokens" if boot.metrics.max_total_num_tokens else ""))
-            req = await self.pane.app.push_screen_wait(TuneScreen(self.host_name, now))
+            req = await app.push_screen_wait(TuneScreen(name, now))
             if req is None:
-                self.pane.notify("nothing was changed", title=f"{self.host_name}: tune cancelled", timeout=4)
+                self.pane.notify("nothing was changed", title=f"{name}: tune cancelled", timeout=4)
                 return
+            margin = self.site.calculator.graph_margin_gib
             try:
-                cmd, boots = await driver.start_state(self.host_name, self.pane.spec.config, backend,
-                                                      boots=self._known_boots())
+                cmd, boots = await driver.start_state(head.name, head.host, head.backend, boots=head.boots)
                 goal = tp.parse_goal(req.goal, req.requests)
                 also = tuple(dict.fromkeys(tp.also_name(a) or a.lstrip("-").replace("_", "-") for a in req.also))
                 cur = boots[-1] if boots else None
-                margin = self.pane.calc_config.graph_margin_gib
                 planner = tp.Planner(cmd.engine, goal, tp.Bounds(max_boots=req.max_boots), also,
                                      kvcalc.DEFAULT_GRAPH_MARGIN_GIB if margin is None else margin,
                                      driver.running_flags(boots, cmd),
@@ -355,48 +504,44 @@ class ChangeController:
                                      None if cur is None else cur.metrics.max_total_num_tokens,
                                      stored=changes.stored_siblings)
             except (service.ServiceError, BackendError, tp.TuneError) as exc:
-                await self.pane.app.push_screen_wait(NoticeScreen(f"Cannot tune {self.host_name}", str(exc)))
+                await app.push_screen_wait(NoticeScreen(f"Cannot tune {name}", str(exc)))
                 return
             first = planner.next(boots, [])
-            plan_text = driver.render_plan(self.host_name, planner, first, cur)
+            plan_text = driver.render_plan(name, planner, first, cur)
             if isinstance(first, tp.Stop):
-                await self.pane.app.push_screen_wait(NoticeScreen(f"Nothing to tune on {self.host_name}", plan_text,
-                                                                  error=not first.met))
+                await app.push_screen_wait(NoticeScreen(f"Nothing to tune on {name}", plan_text, error=not first.met))
                 return
-            if not await self.pane.app.push_screen_wait(ConfirmScreen(f"Tune {self.host_name}", plan_text, "Tune")):
-                self.pane.notify("nothing was changed", title=f"{self.host_name}: tune cancelled", timeout=4)
+            if not await app.push_screen_wait(ConfirmScreen(f"Tune {name}", plan_text, "Tune")):
+                self.pane.notify("nothing was changed", title=f"{name}: tune cancelled", timeout=4)
                 return
             self.tune_stop = asyncio.Event()
-            banner.start(f"tune on {self.host_name}", first.why)
-            run = driver.TuneRun(self.host_name, self.pane.spec.config, backend, planner, list(boots),
-                                 margin_gib=self.pane.calc_config.graph_margin_gib, say=self._progress,
-                                 step_say=self._progress, clock=self.pane.clock, stop=self.tune_stop,
-                                 history=getattr(getattr(self.pane.app, "config", None), "history", None))
+            banner.start(f"tune on {name}", first.why)
+            run = driver.TuneRun(name if len(sides) > 1 else head.name, head.host, head.backend, planner,
+                                 list(boots), margin_gib=margin, say=self._progress, step_say=self._progress,
+                                 clock=self.site.clock, stop=self.tune_stop, history=self._history(),
+                                 nodes=sides if len(sides) > 1 else [], hang_s=self.hang_s)
             result = await driver.tune(run)
             self.last_tune = result
-            head = "goal met" if result.met else ("stopped" if result.interrupted else "goal not met")
+            verdict = "goal met" if result.met else ("stopped" if result.interrupted else "goal not met")
             detail = [driver.TABLE_HEAD, *(driver.table_row(s) for s in result.steps), result.reason]
             if result.rolled_back:
                 detail.append(result.rolled_back)
             severity: Severity = "ok" if result.met else ("warning" if result.code in (1, 5) else "failed")
-            banner.finish(severity, f"{self.host_name}: tune: {head}"
-                          + (f"; running {result.final}" if result.final else ""), detail)
+            banner.finish(severity, f"{name}: tune: {verdict}" + (f"; running {result.final}" if result.final else ""),
+                          detail)
         finally:
             self.tune_stop = None
+            if len(sides) > 1:
+                await changes.close_followers(sides)
             self._end(gen)
 
-    async def _restart_worker(self, plan: RestartPlan, gen: int) -> None:
-        backend = self.pane.backend
-        assert backend is not None
-        try:
-            self.pane.action_banner.start(f"restart on {self.host_name}")
-            outcome = await service.restart(plan, backend, self._progress, clock=self.pane.clock)
-            self.last_outcome = outcome
-            if outcome.code == 0:
-                self.pane.action_banner.stop()
-                self.pane.notify(f"{self.host_name}: restarted — following the new boot; the log marks it",
-                                 title=f"{self.host_name}: restart")
-            else:
-                self._show_outcome(service.outcome_headline(outcome, "restart", self.host_name), outcome, "restart")
-        finally:
-            self._end(gen)
+
+OUTCOME_WORDS = ("ready on all", "failed", "hang:", "edit not in effect", "argument dump", "timed out", "refused",
+                 "1-token", "not serving", "not probed")
+
+
+def outcome_lines(said: Sequence[str], n: int = 4) -> list[str]:
+    """What a change's outcome shows under its headline: the lines that say how it ended (the
+    failure, the hang, the dump check), else the last ones."""
+    key = [ln for ln in said if any(w in ln for w in OUTCOME_WORDS)]
+    return (key or list(said))[-n:]
