@@ -331,7 +331,7 @@ def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, st
         engine = Engine(args.engine) if args.engine else Engine.SGLANG
         config = _read_config(args.model)
         try:
-            edits = kc.parse_edits(engine, sets, unsets)
+            edits = kc.parse_what_if(engine, sets, unsets)
         except kc.CalcError as exc:
             raise _Fail(EXIT_USAGE, str(exc)) from None
         try:
@@ -349,7 +349,7 @@ def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, st
         offered: dict[str, object] = {"from_log": 0, "from_history": 0}
     else:
         try:  # catch a malformed edit before reading a possibly large log
-            kc.parse_edits(Engine.UNKNOWN, sets, unsets)
+            kc.parse_what_if(Engine.UNKNOWN, sets, unsets)
         except kc.CalcError as exc:
             raise _Fail(EXIT_USAGE, str(exc)) from None
         boots, label, serving = _source_boots(args)
@@ -359,7 +359,7 @@ def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, st
         else:
             model, boot, source, offered = _log_model(boots, args, label)
         try:
-            edits = kc.parse_edits(model.engine, sets, unsets)
+            edits = kc.parse_what_if(model.engine, sets, unsets)
         except kc.CalcError as exc:
             raise _Fail(EXIT_USAGE, str(exc)) from None
     _refuse_unknown(model.engine, sets, dump=() if args.model else boot.flags)
@@ -464,7 +464,7 @@ def _refuse_unknown(engine: Engine, sets: Sequence[str], dump: Collection[str]) 
         try:
             name = kc.canonical_flag(engine, name)  # the calculator's shorthands (mfs, gmu) too
         except kc.CalcError:
-            continue  # malformed: parse_edits said so already
+            continue  # malformed: parse_what_if said so already
         why = unknown_flag(engine, name, None, [str(k) for k in dump])
         if why is not None:
             raise _Fail(EXIT_REFUSED, f"refused: {why}: check the spelling")

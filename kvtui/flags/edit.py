@@ -67,7 +67,7 @@ def parse_edit_args(sets: Sequence[str] = (), unsets: Sequence[str] = ()) -> lis
 
 
 def edits_from_mapping(values: Mapping[str, object]) -> list[Edit]:
-    """Edits from a mapping (the calculator's edits): None removes, True/False switch, else a value."""
+    """Edits from a mapping (e.g. the calculator's ``WhatIf.values``): None removes, True/False switch, else a value."""
     out: list[Edit] = []
     for k, v in values.items():
         if v is None or isinstance(v, bool):
