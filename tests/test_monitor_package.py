@@ -18,10 +18,10 @@ import kvtui.monitor
 from kvtui.boot import BootStatus
 from kvtui.bootlog import read_log
 from kvtui.config import HostConfig
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
 from kvtui.hosts.backend import LogStart
 from kvtui.hosts.local import LocalBackend
 from kvtui.monitor import HostMonitor, MonitorOptions
+from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode
 from kvtui.nodes import DeploymentBoot
 from kvtui.updates import BootState, LogBatch, MonitorUpdate, expand
 
@@ -68,7 +68,7 @@ def test_options_are_keyword_only_and_serving_interval_may_be_zero() -> None:
 
 def test_the_console_and_the_node_monitors_take_options_not_a_mapping() -> None:
     """No ``Mapping[str, Any]`` of monitor keywords crosses a module boundary any more."""
-    from kvtui.deployment_monitor import node_monitor
+    from kvtui.monitor.deployment import node_monitor
     from kvtui.ui.app import KvtuiApp, MainScreen
     from kvtui.ui.host_pane import HostPane
 

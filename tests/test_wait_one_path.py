@@ -14,8 +14,8 @@ import pytest
 from test_demo_2node import _hosts
 
 from kvtui.cli import main
-from kvtui.deployment_monitor import DeploymentMonitor
 from kvtui.monitor import HostMonitor
+from kvtui.monitor.deployment import DeploymentMonitor
 
 HOSTS = """
 [hosts.solo]

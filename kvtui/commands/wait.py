@@ -53,7 +53,6 @@ from kvtui.commands.wait_nodes import DeploymentWaiter, Result
 from kvtui.commands.wait_report import clip, report_deployment, report_host
 from kvtui.commands.watch import first_deployment_sample, human_line, sample_json
 from kvtui.config import ConfigError, load_config
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
 from kvtui.engines.events import Model, Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 from kvtui.history import eta, recorder_for
@@ -63,6 +62,7 @@ from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
 from kvtui.hosts.factory import make_backend
 from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, can_probe, mark_not_serving, probe, served_model
 from kvtui.monitor import HostMonitor, MonitorOptions
+from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode
 from kvtui.serving_live import DeploymentServingReader, ServingReader, first_reading
 from kvtui.spool import SpoolError
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
@@ -464,7 +464,7 @@ async def follow(view: View[R], dm: DeploymentMonitor, timeout: float,
         for beat in beats:
             beat.cancel()
         expiry.cancel()
-        await dm.close()  # each node bounded (``deployment_monitor.CLOSE_LIMIT``): a host that does not close,
+        await dm.close()  # each node bounded (``monitor.deployment.CLOSE_LIMIT``): a host that does not close,
         # a stream that ignores its cancellation must not hold the exit code back
     for n in dm.nodes:
         if n.monitor.history is not None:

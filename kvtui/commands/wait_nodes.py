@@ -34,15 +34,15 @@ from kvtui import fmt
 from kvtui.boot import BootStatus
 from kvtui.boot.stall import Stall
 from kvtui.commands.wait_report import clip
-from kvtui.deployment_monitor import (
+from kvtui.engines.events import Phase
+from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
+from kvtui.hosts.backend import ConnState
+from kvtui.monitor.deployment import (
     DeploymentMonitor,
     DeploymentNode,
     NodeStalls,
     probe_nodes,
 )
-from kvtui.engines.events import Phase
-from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
-from kvtui.hosts.backend import ConnState
 from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, diagnose_hang
 from kvtui.updates import ConnUpdate, MonitorUpdate
 

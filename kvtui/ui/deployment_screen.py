@@ -26,11 +26,11 @@ from textual.screen import Screen
 from textual.widgets import Input
 
 from kvtui.config import DEFAULT_STALL_SECONDS
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, node_monitor
 from kvtui.exits import EXIT_FAILED
 from kvtui.hosts import service
 from kvtui.hosts.backend import LogStart
 from kvtui.monitor import MonitorOptions
+from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode, node_monitor
 from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.changes.controller import calculator_edits
 from kvtui.ui.deployment_pane import LOG_KEEP, DeploymentPane

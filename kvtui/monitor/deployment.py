@@ -26,7 +26,8 @@ from kvtui.engines.events import Phase
 from kvtui.history import recorder_for
 from kvtui.hosts import shellcmd as C
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus
-from kvtui.monitor import HostMonitor, MonitorOptions
+from kvtui.monitor.host import HostMonitor
+from kvtui.monitor.options import MonitorOptions
 from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, current_start, diagnose_hang, merge_boots
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
 
