@@ -17,7 +17,7 @@ own asking and printing:
    (``restore``) and nothing restarts;
 3. ``restart_and_follow``: one ``BootFollower`` per node (positioned before any restart), node
    rank 0 restarted first (it hosts the rendezvous), the others right after without waiting; the
-   nodes' new boots merged (``kvtui.nodes``; for one node the merge is that node's boot) until the
+   nodes' new boots merged (``kvtui.boot.deployment``; for one node the merge is that node's boot) until the
    whole is ready, a node failed, or the timeout; a hang is said once per diagnosis;
 4. ``probe_head``: once the whole is ready, node 0's server (the one that serves HTTP) is asked
    for one token (``kvtui.hosts.probe``); no answer fails the change as ``not_serving``;
@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from kvtui import envedit, kvcalc
 from kvtui import flags as fl
 from kvtui.boot import Boot, BootStatus
+from kvtui.boot.deployment import DeploymentBoot, diagnose_hang, merge_boots
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.history import HistoryError, Limits, boot_from_doc, open_store, record_numbered
@@ -60,7 +61,6 @@ from kvtui.hosts.service.model import Calculator, EditsFor, Forecast
 from kvtui.hosts.service.plan import engine_of
 from kvtui.knobs import pool_env, pool_env_names
 from kvtui.monitor import read_boots
-from kvtui.nodes import DeploymentBoot, diagnose_hang, merge_boots
 
 if TYPE_CHECKING:
     from kvtui.config import HistoryConfig, HostConfig

@@ -16,13 +16,13 @@ import pytest
 
 import kvtui.monitor
 from kvtui.boot import BootStatus
+from kvtui.boot.deployment import DeploymentBoot
 from kvtui.bootlog import read_log
 from kvtui.config import HostConfig
 from kvtui.hosts.backend import LogStart
 from kvtui.hosts.local import LocalBackend
 from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode
-from kvtui.nodes import DeploymentBoot
 from kvtui.updates import BootState, LogBatch, MonitorUpdate, expand
 
 PACKAGE = Path(kvtui.monitor.__file__).parent
@@ -179,7 +179,7 @@ async def test_a_host_and_a_one_node_deployment_see_the_same_boots_and_updates(t
 
 
 def test_the_merge_of_one_node_is_its_boot() -> None:
-    from kvtui.nodes import merge_boots
+    from kvtui.boot.deployment import merge_boots
 
     log = (FIXTURES / "vllm/fail-0.11-kv-too-small.log").read_text().splitlines(keepends=True)
     boots, _ = read_log([line.encode() for line in log])

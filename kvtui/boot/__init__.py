@@ -4,7 +4,8 @@ Pure core: no textual, no asyncssh, no I/O.
 
 Modules: ``model`` (``Boot`` and its parts, ``to_json``), ``tracker`` (``BootTracker``), ``facts``
 (how figures are aggregated over ranks; ``refresh_metrics``), ``hints`` (failure hints and the
-exit diagnosis). The public names are re-exported here.
+exit diagnosis). The public names are re-exported here. ``deployment`` (not re-exported): one
+boot across the N ≥ 1 nodes of a deployment (``merge_boots`` → ``DeploymentBoot``).
 
 CONTRACT (other modules rely on these names; change them only together with their users):
 - ``Boot`` fields below, ``Boot.to_json()`` (the ``kvtui replay --json`` boot object),

@@ -32,7 +32,7 @@ all or nothing (``kvtui.changes``: a host is the deployment of one node), in thi
    node's error: no node is left with the new flags, nothing restarts;
 4. with ``--restart``: ``changes.restart_and_follow``: node rank 0 first (it hosts the rendezvous
    the others connect to; SGLang ``--dist-init-addr``, vLLM ``--master-addr``), the others right
-   after, without waiting; the nodes' new boots are merged (``kvtui.nodes``) until the whole is
+   after, without waiting; the nodes' new boots are merged (``kvtui.boot.deployment``) until the whole is
    ready (0), a node failed (1; ``--rollback-on-failure`` then restores and restarts every node),
    a node holds the others back past the deployment's ``hang_seconds`` with its unit gone (1), or
    the timeout (5);

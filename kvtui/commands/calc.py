@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TextIO
 from kvtui import fmt, longrun
 from kvtui import kvcalc as kc
 from kvtui.boot import Boot
+from kvtui.boot.deployment import merge_logs
 from kvtui.bootlog import read_log
 from kvtui.commands.logfile import InputError, no_boot_found, open_log, read_chunks
 from kvtui.config import ConfigError, find_hosts_file, load_config
@@ -34,7 +35,6 @@ from kvtui.hosts.backend import BackendError
 from kvtui.hosts.factory import make_backend
 from kvtui.knobs import env_knob, unknown_flag
 from kvtui.monitor import host_boots, read_boots
-from kvtui.nodes import merge_logs
 
 if TYPE_CHECKING:
     from kvtui.changes import ServingConfig
@@ -292,7 +292,7 @@ async def _host_or_deployment_boots(
     name: str, hosts: str | None, gpu_mem_gib: float | None = None
 ) -> tuple[list[Boot], _Serving | None]:
     """A host's boots; for a ``[deployments.NAME]``, every node's read at once and merged into the
-    deployment's boots (``kvtui.nodes``: free memory is the minimum over all nodes' ranks).
+    deployment's boots (``kvtui.boot.deployment``: free memory is the minimum over all nodes' ranks).
 
     A host whose current boot serves with its start not in the log: the history's boot of the
     same host and flags, else — on the same connection — its model's config.json and a GPU reading."""

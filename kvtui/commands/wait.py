@@ -68,9 +68,9 @@ from kvtui.spool import SpoolError
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
 
 if TYPE_CHECKING:
+    from kvtui.boot.deployment import DeploymentBoot
     from kvtui.config import HostConfig
     from kvtui.history.doc import BootDoc
-    from kvtui.nodes import DeploymentBoot
 
 _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 CLOSE_LIMIT = 1.5  # seconds for the history's last writes after the wait (its flush, its close)

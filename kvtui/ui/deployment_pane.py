@@ -39,12 +39,12 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import RichLog, Static
 
+from kvtui.boot.deployment import FIGURE_LABELS, DeploymentBoot, NodeObservation, node_state
 from kvtui.config import DEFAULT_STALL_SECONDS
 from kvtui.fmt import duration as fmt_duration
 from kvtui.gpu import GpuProcess
 from kvtui.hosts.backend import BackendError
 from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode, NodeStalls, probe_nodes
-from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, NodeObservation, node_state
 from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.changes.action import ActionBanner
 from kvtui.ui.gpu.widgets import GpuBars, GpuHistoryPlot, ProcessTable, boot_origin, phase_bands

@@ -40,10 +40,10 @@ from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen, NoticeScr
 
 if TYPE_CHECKING:
     from kvtui import flags as fl
+    from kvtui.boot.deployment import DeploymentBoot
     from kvtui.changes import NodeSide
     from kvtui.config import CalcConfig, HistoryConfig, HostConfig
     from kvtui.hosts.backend import HostBackend
-    from kvtui.nodes import DeploymentBoot
     from kvtui.ui.changes.action import Severity
 
 BackendFactory = Callable[..., "HostBackend"]
