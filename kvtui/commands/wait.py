@@ -3,7 +3,7 @@
 One wait for a host and a ``[deployments.NAME]`` (issue 23): a host is a deployment of one node.
 The nodes' monitors are built once (``config.node_hosts``), run under a ``DeploymentMonitor`` and
 driven by one loop (``follow``); a ``View`` decides: ``Waiter`` below for a host (the node's own
-boots, as described here), ``kvtui.commands.wait_nodes.DeploymentWaiter`` for a deployment (the
+boots, as described here), ``kvtui.commands.wait_deployment.DeploymentWaiter`` for a deployment (the
 merged boot). The last lines and the boot on stdout: ``kvtui.commands.wait_report``.
 
 Follows the host's current boot (``--next``: the next one to start) until it is ready (exit 0)
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeVar
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
 from kvtui.boot.stall import Stall, StallDetector
-from kvtui.commands.wait_nodes import DeploymentWaiter, Result
+from kvtui.commands.wait_deployment import DeploymentWaiter, Result
 from kvtui.commands.wait_report import clip, report_deployment, report_host
 from kvtui.commands.watch import first_deployment_sample, human_line, sample_json
 from kvtui.config import ConfigError, load_config
@@ -417,7 +417,7 @@ R = TypeVar("R")
 
 class View(Protocol[R]):
     """What decides a wait and says its progress: ``Waiter`` (a host: the node's own boots) or
-    ``kvtui.commands.wait_nodes.DeploymentWaiter`` (a deployment: the nodes' merged boot). The one
+    ``kvtui.commands.wait_deployment.DeploymentWaiter`` (a deployment: the nodes' merged boot). The one
     loop (``follow``) feeds it the deployment monitor's updates and sets ``done`` for it."""
 
     done: asyncio.Future[R] | None

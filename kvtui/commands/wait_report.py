@@ -23,7 +23,7 @@ from kvtui.monitor.deployment import unwritten
 
 if TYPE_CHECKING:
     from kvtui.commands.wait import Outcome, Waiter
-    from kvtui.commands.wait_nodes import Result
+    from kvtui.commands.wait_deployment import Result
     from kvtui.monitor import HostMonitor
     from kvtui.monitor.deployment import DeploymentNode
 
