@@ -58,7 +58,7 @@ from kvtui import changes, envedit
 from kvtui import flags as fl
 from kvtui.changes import NOT_ANSWERING, NodeSide
 from kvtui.commands.bootview import render_boot
-from kvtui.commands.replay_nodes import render_deployment
+from kvtui.commands.bootview_deployment import render_deployment
 from kvtui.config import Config, ConfigError, DeploymentConfig, HistoryConfig, HostConfig, load_config
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from kvtui.history.eta import expected_text, heartbeat_eta, past_boots

@@ -30,7 +30,7 @@ from typing import BinaryIO, TextIO
 from kvtui.boot import Boot, BootStatus
 from kvtui.boot.deployment import apart, merge_logs
 from kvtui.bootlog import BootLog, read_log
-from kvtui.commands import replay_nodes as R
+from kvtui.commands import bootview_deployment as R
 from kvtui.commands.bootview import render_boot, to_json
 from kvtui.commands.logfile import CHUNK_BYTES, InputError, check_text, no_boot_found, open_log, read_chunks
 from kvtui.engines.events import Engine

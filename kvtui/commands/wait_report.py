@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TextIO
 from kvtui import fmt, longrun
 from kvtui.boot import Boot
 from kvtui.commands.bootview import render_boot
-from kvtui.commands.replay_nodes import render_deployment
+from kvtui.commands.bootview_deployment import render_deployment
 from kvtui.exits import EXIT_FAILED, EXIT_OK
 from kvtui.history import boot_doc
 from kvtui.history.diff import since_last_good
