@@ -568,9 +568,9 @@ def args_diff(kind: str, name: str, before: Mapping[str, Any], after: Mapping[st
     return "".join(out)
 
 
-def _change(c: EnvChange) -> fl.Change:
+def _change(c: EnvChange) -> fl.EditedLine:
     """An env-list change as the plan lists it (``line``: the entry's place in the list)."""
-    return fl.Change(f"env {c.name}", c.action, c.old, c.new, c.entry, "in the container's env list")
+    return fl.EditedLine(f"env {c.name}", c.action, c.old, c.new, c.entry, "in the container's env list")
 
 
 def _first_line(text: str) -> str:

@@ -78,7 +78,7 @@ class ApplyPlan:
     engine: Engine
     edits: list[fl.Edit]
     new_text: str
-    changes: list[fl.Change]
+    changes: list[fl.EditedLine]
     warnings: list[str]
     diff: str
     backup_path: str  # apply: where the backup goes; rollback: the backup restored
