@@ -103,7 +103,7 @@ def calculate_on(model: kvcalc.MemoryModel, boot: Boot) -> Calculator:
 
 def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
     """The history's boots of ``chosen``'s deployment (any host: same engine, model, TP and
-    version; ``kvcalc.same_deployment``) that sized a pool, except those in ``seen`` (the log's
+    version; ``kvcalc.same_setup``) that sized a pool, except those in ``seen`` (the log's
     own): more calibration points for the calculator. Empty when the history cannot be read.
 
     A vLLM pool also follows its environment (``VLLM_CPU_KVCACHE_SPACE`` on the CPU backend): a
@@ -126,7 +126,7 @@ def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
         b = boot_from_doc(row.document)
         if b.started_at is None or b.started_at in starts or not kvcalc.sized_pool(b):
             continue
-        if not kvcalc.same_deployment(chosen, b):
+        if not kvcalc.same_setup(chosen, b):
             continue
         starts.add(b.started_at)
         out.append(b)
@@ -136,7 +136,7 @@ def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
 def serving_basis(boot: Boot, host: str) -> tuple[Boot, list[Boot]] | None:
     """The calibration of a boot whose start is not in the log (a server up for days: its flags
     from the running process, no pool line): the history's newest boot of the same host that sized
-    its pool with the same flags (``kvcalc.same_deployment`` and the same pool fraction), plus the
+    its pool with the same flags (``kvcalc.same_setup`` and the same pool fraction), plus the
     other stored boots of that deployment — as ``kvtui calc --host`` uses the history. None when
     the history holds none (or cannot be read)."""
     if boot.start_missing is None or boot.engine not in (Engine.SGLANG, Engine.VLLM) or not boot.flags:
@@ -150,7 +150,7 @@ def serving_basis(boot: Boot, host: str) -> tuple[Boot, list[Boot]] | None:
     same: list[Boot] = []
     for row in rows:  # newest first
         b = boot_from_doc(row.document)
-        if b.engine is boot.engine and kvcalc.sized_pool(b) and kvcalc.same_deployment(boot, b):
+        if b.engine is boot.engine and kvcalc.sized_pool(b) and kvcalc.same_setup(boot, b):
             same.append(b)
     chosen = next((b for b in same if _num(b.flags.get(fraction)) == _num(boot.flags.get(fraction))), None)
     if chosen is None:

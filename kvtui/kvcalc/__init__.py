@@ -24,7 +24,7 @@ vLLM (§3.3, §6.6)::
 
     kv(u') = kv(u) + total·(u' − u);  tokens = floor(kv·2^30 / bytes_per_block)·block_size
 
-Two boots of one deployment at different fractions give the slope (tokens per unit of fraction,
+Two boots of one setup (``same_setup``) at different fractions give the slope (tokens per unit of fraction,
 or vLLM's device total) directly: ``basis: two-point``.
 
 The parts: ``model`` (the MemoryModel, its graph model, errors, verdicts), ``whatif`` (the what-if flag
@@ -41,7 +41,7 @@ from __future__ import annotations
 from kvtui.engines.events import Engine
 from kvtui.knobs import EDITABLE_FLAGS, fraction_flag
 from kvtui.kvcalc.arith import GIB, MIB_PER_GIB, floor_page
-from kvtui.kvcalc.boots import same_deployment, select_boot, sized_pool
+from kvtui.kvcalc.boots import same_setup, select_boot, sized_pool
 from kvtui.kvcalc.calibrate import calibrate
 from kvtui.kvcalc.config import estimate_weights_gib, from_config
 from kvtui.kvcalc.defaults import KV_DTYPE_BYTES, default_mem_fraction, default_running_requests, extend_capture_bs
@@ -100,7 +100,7 @@ __all__ = [
     "model_path",
     "parse_what_if",
     "predict",
-    "same_deployment",
+    "same_setup",
     "select_boot",
     "serving_model",
     "sized_pool",
