@@ -955,7 +955,7 @@ def test_fraction_flag_and_editable_flags() -> None:
             assert kc.FLAG_ALIASES[engine][name] == name
 
 
-def test_parse_edits_values() -> None:
+def test_parse_what_if_values() -> None:
     e = kc.parse_what_if(
         Engine.SGLANG,
         [
@@ -998,7 +998,7 @@ def test_parse_edits_values() -> None:
         (["mem-fraction-static=0.9"], ["mem-fraction-static"], "already given"),
     ],
 )
-def test_parse_edits_rejects_bad_input_clearly(sets: list[str], unsets: list[str], message: str) -> None:
+def test_parse_what_if_rejects_bad_input_clearly(sets: list[str], unsets: list[str], message: str) -> None:
     with pytest.raises(kc.CalcError, match=message):
         kc.parse_what_if(Engine.SGLANG, sets, unsets)
 
