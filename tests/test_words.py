@@ -57,7 +57,7 @@ def _classes() -> dict[str, list[str]]:
     return found
 
 
-@pytest.mark.parametrize("retired", ["Edits", "Change", "BootUpdate"])
+@pytest.mark.parametrize("retired", ["Edits", "Change", "EnvChange", "BootUpdate"])
 def test_retired_class_names_stay_retired(retired: str) -> None:
     """``Edits`` (the calculator's values: ``WhatIf``), ``Change`` (a file's edited line:
     ``EditedLine``; a change is ``kvtui.changes``'), ``BootUpdate`` (``BootDelta``; an update is what
