@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
-from kvtui.boot import Boot, BootTracker, BootUpdate
+from kvtui.boot import Boot, BootDelta, BootTracker
 from kvtui.engines.events import Engine, LogRecord, ParsedLine
 from kvtui.engines.parse import LineParser, LivePlan, LivePrefilter, parse_chunks
 from kvtui.engines.text import strip_ansi
@@ -115,14 +115,14 @@ class BootLog:
             on_error("parser", rec)
             return [ParsedLine(text=p, ts=rec.ts, record=rec) for p in display_pieces(rec.text)]
 
-    def track(self, parsed: ParsedLine, rec: LogRecord, on_error: ErrorSink) -> BootUpdate:
+    def track(self, parsed: ParsedLine, rec: LogRecord, on_error: ErrorSink) -> BootDelta:
         """One piece of ``rec`` (from ``parse``) through the tracker; a tracker that fails on it
         gives an empty update, told to ``on_error``, never raised."""
         try:
             return self.tracker.feed(parsed)
         except Exception:
             on_error("tracker", rec)
-            return BootUpdate()
+            return BootDelta()
 
     def finish(self) -> None:
         """End of input (a boot whose log ends on an exception is failed)."""

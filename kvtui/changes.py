@@ -17,7 +17,7 @@ own asking and printing:
    (``restore``) and nothing restarts;
 3. ``restart_and_follow``: one ``BootFollower`` per node (positioned before any restart), node
    rank 0 restarted first (it hosts the rendezvous), the others right after without waiting; the
-   nodes' new boots merged (``kvtui.nodes``; for one node the merge is that node's boot) until the
+   nodes' new boots merged (``kvtui.boot.deployment``; for one node the merge is that node's boot) until the
    whole is ready, a node failed, or the timeout; a hang is said once per diagnosis;
 4. ``probe_head``: once the whole is ready, node 0's server (the one that serves HTTP) is asked
    for one token (``kvtui.hosts.probe``); no answer fails the change as ``not_serving``;
@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from kvtui import envedit, kvcalc
 from kvtui import flags as fl
 from kvtui.boot import Boot, BootStatus
+from kvtui.boot.deployment import DeploymentBoot, diagnose_hang, merge_boots
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.history import HistoryError, Limits, boot_from_doc, open_store, record_numbered
@@ -60,7 +61,6 @@ from kvtui.hosts.service.model import Calculator, EditsFor, Forecast
 from kvtui.hosts.service.plan import engine_of
 from kvtui.knobs import pool_env, pool_env_names
 from kvtui.monitor import read_boots
-from kvtui.nodes import DeploymentBoot, diagnose_hang, merge_boots
 
 if TYPE_CHECKING:
     from kvtui.config import HistoryConfig, HostConfig
@@ -103,7 +103,7 @@ def calculate_on(model: kvcalc.MemoryModel, boot: Boot) -> Calculator:
 
 def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
     """The history's boots of ``chosen``'s deployment (any host: same engine, model, TP and
-    version; ``kvcalc.same_deployment``) that sized a pool, except those in ``seen`` (the log's
+    version; ``kvcalc.same_setup``) that sized a pool, except those in ``seen`` (the log's
     own): more calibration points for the calculator. Empty when the history cannot be read.
 
     A vLLM pool also follows its environment (``VLLM_CPU_KVCACHE_SPACE`` on the CPU backend): a
@@ -126,7 +126,7 @@ def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
         b = boot_from_doc(row.document)
         if b.started_at is None or b.started_at in starts or not kvcalc.sized_pool(b):
             continue
-        if not kvcalc.same_deployment(chosen, b):
+        if not kvcalc.same_setup(chosen, b):
             continue
         starts.add(b.started_at)
         out.append(b)
@@ -136,7 +136,7 @@ def stored_siblings(chosen: Boot, seen: Sequence[Boot]) -> list[Boot]:
 def serving_basis(boot: Boot, host: str) -> tuple[Boot, list[Boot]] | None:
     """The calibration of a boot whose start is not in the log (a server up for days: its flags
     from the running process, no pool line): the history's newest boot of the same host that sized
-    its pool with the same flags (``kvcalc.same_deployment`` and the same pool fraction), plus the
+    its pool with the same flags (``kvcalc.same_setup`` and the same pool fraction), plus the
     other stored boots of that deployment — as ``kvtui calc --host`` uses the history. None when
     the history holds none (or cannot be read)."""
     if boot.start_missing is None or boot.engine not in (Engine.SGLANG, Engine.VLLM) or not boot.flags:
@@ -150,7 +150,7 @@ def serving_basis(boot: Boot, host: str) -> tuple[Boot, list[Boot]] | None:
     same: list[Boot] = []
     for row in rows:  # newest first
         b = boot_from_doc(row.document)
-        if b.engine is boot.engine and kvcalc.sized_pool(b) and kvcalc.same_deployment(boot, b):
+        if b.engine is boot.engine and kvcalc.sized_pool(b) and kvcalc.same_setup(boot, b):
             same.append(b)
     chosen = next((b for b in same if _num(b.flags.get(fraction)) == _num(boot.flags.get(fraction))), None)
     if chosen is None:

@@ -655,7 +655,7 @@ class DeploymentConfig(_Strict):
     ``[hosts.NAME]``; of one node, the deployment acts as its host: issue 23). A node's rank is its
     position in ``nodes`` unless its own arguments say ``--node-rank``. ``hang_seconds``: how long a
     node may trail the phase the others reached before the deployment is called hung
-    (``kvtui.nodes.diagnose_hang``)."""
+    (``kvtui.boot.deployment.diagnose_hang``)."""
 
     nodes: list[str] = Field(min_length=1, max_length=64)
     hang_seconds: float = Field(default=DEFAULT_HANG_SECONDS, gt=0, le=86400)

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from kvtui.flags import Change, FlagError, Kind, ServerCommand, Word, parse_command
+from kvtui.flags import EditedLine, FlagError, Kind, ServerCommand, Word, parse_command
 from kvtui.flags.layout import _line_bounds
 from kvtui.flags.lexer import _Lexer, _line_at, _line_no
 from kvtui.flags.locate import _EXEC_RE, _SECTION_RE, _script_statements, _service_key_lines
@@ -303,7 +303,7 @@ def _effective(text: str, kind: Kind, name: str) -> Assignment | None:
 @dataclass(frozen=True, slots=True)
 class EnvResult:
     new_text: str
-    changes: tuple[Change, ...]
+    changes: tuple[EditedLine, ...]
     warnings: tuple[str, ...]
 
     @property
@@ -314,7 +314,7 @@ class EnvResult:
 def apply_env_edits(text: str, kind: Kind, edits: Iterable[EnvEdit]) -> EnvResult:
     """Apply environment edits; only the bytes of the edited assignments change (a new variable
     is one inserted line; a removed one, its word or its line). Raises ``EnvError``."""
-    changes: list[Change] = []
+    changes: list[EditedLine] = []
     warnings: list[str] = []
     parse_command(text, kind)  # NoServerCommand / FlagError when there is no server command
     for e in edits:
@@ -330,7 +330,7 @@ def _label(name: str) -> str:
     return f"env {name}"
 
 
-def _apply_one(text: str, kind: Kind, e: EnvEdit) -> tuple[str, Change]:
+def _apply_one(text: str, kind: Kind, e: EnvEdit) -> tuple[str, EditedLine]:
     cur = _effective(text, kind, e.name)
     if e.value is None:
         return _remove_all(text, kind, e.name, cur)
@@ -338,7 +338,7 @@ def _apply_one(text: str, kind: Kind, e: EnvEdit) -> tuple[str, Change]:
     if cur is not None:
         line = _line_no(text, cur.vstart)
         if cur.value == value:
-            return text, Change(_label(e.name), "unchanged", cur.value, value, line)
+            return text, EditedLine(_label(e.name), "unchanged", cur.value, value, line)
         if not cur.plain:
             raise EnvError(
                 f"line {line}: {e.name} is written with escapes or quotes inside its value ({cur.word.raw}); kvtui "
@@ -346,10 +346,10 @@ def _apply_one(text: str, kind: Kind, e: EnvEdit) -> tuple[str, Change]:
             )
         note = f"replaced the expansion {cur.value}" if cur.dynamic else ""
         new = text[: cur.vstart] + value + text[cur.vend :]
-        return new, Change(_label(e.name), "set", cur.value, value, line, note)
+        return new, EditedLine(_label(e.name), "set", cur.value, value, line, note)
     at, line_text = _insertion(text, kind, e.name, value)
     new = text[:at] + line_text + text[at:]
-    return new, Change(_label(e.name), "add", None, value, _line_no(new, at))
+    return new, EditedLine(_label(e.name), "add", None, value, _line_no(new, at))
 
 
 def _insertion(text: str, kind: Kind, name: str, value: str) -> tuple[int, str]:
@@ -371,7 +371,7 @@ def _insertion(text: str, kind: Kind, name: str, value: str) -> tuple[int, str]:
     return ls, f"{lead.group(0) if lead else ''}export {name}={value}\n"
 
 
-def _remove_all(text: str, kind: Kind, name: str, cur: Assignment | None) -> tuple[str, Change]:
+def _remove_all(text: str, kind: Kind, name: str, cur: Assignment | None) -> tuple[str, EditedLine]:
     found = [a for a in assignments(text, kind) if a.name == name]
     if cur is None or not found:
         where = ("the unit file (an Environment= of another unit file, a drop-in, an EnvironmentFile= or "
@@ -393,7 +393,7 @@ def _remove_all(text: str, kind: Kind, name: str, cur: Assignment | None) -> tup
         elif one is not None:
             text = _remove(text, kind, one)
     extra = f"; removed {len(found)} assignments" if len(found) > 1 else ""
-    return text, Change(_label(name), "remove", cur.value, None, line, extra.lstrip("; "))
+    return text, EditedLine(_label(name), "remove", cur.value, None, line, extra.lstrip("; "))
 
 
 def _remove(text: str, kind: Kind, a: Assignment) -> str:

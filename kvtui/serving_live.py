@@ -29,7 +29,7 @@ from kvtui.serving.suggest import PoolSuggestion, size_pool
 from kvtui.serving.window import ServingWindow
 
 if TYPE_CHECKING:
-    from kvtui.deployment_monitor import DeploymentMonitor
+    from kvtui.monitor.deployment import DeploymentMonitor
 
 MAX_PENDING_LOG_SAMPLES = 2048  # log samples kept between two reads (a busy server's 5 min of lines)
 

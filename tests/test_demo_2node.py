@@ -171,8 +171,8 @@ def test_node_0_waits_at_distributed_init_until_node_1_arrives(tmp_path: Path) -
 
 def test_each_node_has_its_own_cards_so_a_figure_can_be_set_by_node_1(tmp_path: Path) -> None:
     from kvtui.boot import BootTracker
+    from kvtui.boot.deployment import merge_boots
     from kvtui.engines.parse import LineParser
-    from kvtui.nodes import merge_boots
 
     def boot(x: DemoBackend) -> Any:
         parser, tracker = LineParser(None), BootTracker(None)

@@ -18,14 +18,14 @@ from nodes_gen import at, sglang_node
 
 from kvtui.boot import BootStatus
 from kvtui.commands.wait import follow
-from kvtui.commands.wait_nodes import DeploymentWaiter, Result
+from kvtui.commands.wait_deployment import DeploymentWaiter, Result
 from kvtui.config import parse_config
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
 from kvtui.engines.events import LogRecord
 from kvtui.exits import EXIT_FAILED, EXIT_TIMEOUT
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
 from kvtui.monitor import HostMonitor, MonitorOptions
+from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode
 
 HOSTS = """
 [hosts.a]

@@ -12,12 +12,12 @@ import pytest
 from test_demo_2node import _hosts
 
 from kvtui.boot import BootStatus
+from kvtui.boot.deployment import DeploymentBoot
 from kvtui.config import parse_config
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
 from kvtui.hosts.backend import ConnState, LogStart
 from kvtui.hosts.factory import make_backend
 from kvtui.monitor import HostMonitor, MonitorOptions
-from kvtui.nodes import DeploymentBoot
+from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode
 from kvtui.updates import MonitorUpdate
 
 
@@ -99,9 +99,9 @@ def test_node_stalls_name_each_stalled_node_by_what_it_printed() -> None:
     from datetime import datetime
 
     from kvtui.boot import Boot
-    from kvtui.deployment_monitor import NodeStalls
+    from kvtui.boot.deployment import merge_boots
     from kvtui.engines.events import Engine, Phase
-    from kvtui.nodes import merge_boots
+    from kvtui.monitor.deployment import NodeStalls
     from kvtui.updates import BootState, LogBatch, LogLine
 
     shm = ("(Worker_TP0 pid=9) INFO 03-10 14:0{k}:28 [shm_broadcast.py:542] No available shared memory broadcast "

@@ -1,5 +1,5 @@
 """A deployment's remembered starts (``kvtui.history.deployment``): each node's stored boots grouped
-by start (``nodes.pair_boots``, as ``replay a.log b.log``), a node restarted alone as a start of its
+by start (``boot.deployment.pair_boots``, as ``replay a.log b.log``), a node restarted alone as a start of its
 own, the previous good start, and the diff of two starts node by node."""
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ import pytest
 from test_demo_2node import _hosts
 
 from kvtui.cli import main
-from kvtui.deployment_monitor import DeploymentNode, unwritten
 from kvtui.history import BootRecorder, open_store
+from kvtui.monitor.deployment import DeploymentNode, unwritten
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 KVTUI = Path(__file__).resolve().parent.parent / "kvtui"
 
 CORE = ["kvtui.engines.events", "kvtui.boot", "kvtui.gpu", "kvtui.fmt", "kvtui.engines.sglang", "kvtui.engines.vllm",
-        "kvtui.engines.shapes", "kvtui.kvcalc", "kvtui.config", "kvtui.flags", "kvtui.engines.parse", "kvtui.nodes",
-        "kvtui.bootlog", "kvtui.config_checks", "kvtui.sim.presets"]
+        "kvtui.engines.shapes", "kvtui.kvcalc", "kvtui.config", "kvtui.flags", "kvtui.engines.parse",
+        "kvtui.boot.deployment", "kvtui.bootlog", "kvtui.config_checks", "kvtui.sim.presets"]
 FORBIDDEN = ("textual", "asyncssh", "rich", "kvtui.hosts", "kvtui.ui")
 
 

@@ -116,7 +116,7 @@ def test_the_calculator_takes_both_spellings_as_one_setting() -> None:
         assert kvcalc.canonical_flag(SG, name) == "cuda_graph_max_bs"
         assert kvcalc.canonical_flag(Engine.VLLM, name) == "max_cudagraph_capture_size"
     with pytest.raises(kvcalc.CalcError, match="give it once"):
-        kvcalc.parse_edits(SG, ["cuda-graph-max-bs=8", "cuda-graph-max-bs-decode=16"], [])
+        kvcalc.parse_what_if(SG, ["cuda-graph-max-bs=8", "cuda-graph-max-bs-decode=16"], [])
 
 
 # ---------------------------------------------------------------------------------------------

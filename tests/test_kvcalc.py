@@ -372,7 +372,7 @@ def test_capped_pool_predicts_uncapped_budget() -> None:
     model, _fx = _model("sglang-capped-tp4.log")
     assert model.tokens == 200000
     assert any("capped" in r for r in model.reasons)
-    free = kc.predict(model, kc.parse_edits(Engine.SGLANG, [], ["max-total-tokens"]))
+    free = kc.predict(model, kc.parse_what_if(Engine.SGLANG, [], ["max-total-tokens"]))
     _, uncapped = gen.sglang_boot(gen.LLAMA70B, gen.H100, gen.SglangFlags(), seed=8)
     assert free.tokens == pytest.approx(uncapped.tokens, rel=0.005)
     assert kc.predict(model, {"max_total_tokens": 150000}).tokens == 150000
@@ -955,8 +955,8 @@ def test_fraction_flag_and_editable_flags() -> None:
             assert kc.FLAG_ALIASES[engine][name] == name
 
 
-def test_parse_edits_values() -> None:
-    e = kc.parse_edits(
+def test_parse_what_if_values() -> None:
+    e = kc.parse_what_if(
         Engine.SGLANG,
         [
             "--mem-fraction-static=0.92",
@@ -998,14 +998,14 @@ def test_parse_edits_values() -> None:
         (["mem-fraction-static=0.9"], ["mem-fraction-static"], "already given"),
     ],
 )
-def test_parse_edits_rejects_bad_input_clearly(sets: list[str], unsets: list[str], message: str) -> None:
+def test_parse_what_if_rejects_bad_input_clearly(sets: list[str], unsets: list[str], message: str) -> None:
     with pytest.raises(kc.CalcError, match=message):
-        kc.parse_edits(Engine.SGLANG, sets, unsets)
+        kc.parse_what_if(Engine.SGLANG, sets, unsets)
 
 
 def test_unmodelled_flag_is_accepted_with_low_confidence() -> None:
     model = kc.calibrate(llama70b_journal())
-    pred = kc.predict(model, kc.parse_edits(Engine.SGLANG, ["enable-torch-compile=true"], []))
+    pred = kc.predict(model, kc.parse_what_if(Engine.SGLANG, ["enable-torch-compile=true"], []))
     assert pred.confidence == "low"
     assert any("enable_torch_compile is not modelled" in r for r in pred.reasons)
     assert pred.tokens == model.tokens
@@ -1013,7 +1013,7 @@ def test_unmodelled_flag_is_accepted_with_low_confidence() -> None:
 
 
 def test_bare_boolean_flag_is_accepted_unmodelled() -> None:
-    e = kc.parse_edits(Engine.SGLANG, ["--enable-torch-compile"], [])
+    e = kc.parse_what_if(Engine.SGLANG, ["--enable-torch-compile"], [])
     assert e.values == {"enable_torch_compile": True}
     assert e.unmodelled == ("enable_torch_compile",)
 
@@ -1070,9 +1070,9 @@ def test_tp_edit_is_an_estimate() -> None:
 def test_unset_fraction_needs_the_gpu_size() -> None:
     model = kc.calibrate(llama70b_journal())
     with pytest.raises(kc.CalcError, match="--gpu-mem-gib"):
-        kc.predict(model, kc.parse_edits(Engine.SGLANG, [], ["mem-fraction-static"]))
+        kc.predict(model, kc.parse_what_if(Engine.SGLANG, [], ["mem-fraction-static"]))
     model = kc.calibrate(llama70b_journal(), gpu_mem_gib=79.19)
-    pred = kc.predict(model, kc.parse_edits(Engine.SGLANG, [], ["mem-fraction-static"]))
+    pred = kc.predict(model, kc.parse_what_if(Engine.SGLANG, [], ["mem-fraction-static"]))
     assert pred.fraction == kc.default_mem_fraction(79.19, 4, chunk=8192, max_bs=160)
     assert pred.to_json()["edits"] == {"mem_fraction_static": None}
 
@@ -1116,7 +1116,7 @@ def test_select_boot() -> None:
 
 def test_json_shape_is_exactly_the_issue_s() -> None:
     model = kc.calibrate(llama70b_journal())
-    out: dict[str, Any] = kc.predict(model, kc.parse_edits(Engine.SGLANG, ["mem-fraction-static=0.9"], [])).to_json()
+    out: dict[str, Any] = kc.predict(model, kc.parse_what_if(Engine.SGLANG, ["mem-fraction-static=0.9"], [])).to_json()
     assert list(out) == [
         "engine",
         "basis",

@@ -87,7 +87,7 @@ def test_calc_cli_set_predicts_the_doubled_pool(capsys: pytest.CaptureFixture[st
 
 
 def test_an_sglang_boot_does_not_model_it() -> None:
-    edits = kvcalc.parse_edits(kvcalc.Engine.SGLANG, ["VLLM_CPU_KVCACHE_SPACE=2"], [])
+    edits = kvcalc.parse_what_if(kvcalc.Engine.SGLANG, ["VLLM_CPU_KVCACHE_SPACE=2"], [])
     assert edits.unmodelled == ("vllm_cpu_kvcache_space",)
 
 

@@ -16,13 +16,13 @@ import pytest
 
 import kvtui.monitor
 from kvtui.boot import BootStatus
+from kvtui.boot.deployment import DeploymentBoot
 from kvtui.bootlog import read_log
 from kvtui.config import HostConfig
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
 from kvtui.hosts.backend import LogStart
 from kvtui.hosts.local import LocalBackend
 from kvtui.monitor import HostMonitor, MonitorOptions
-from kvtui.nodes import DeploymentBoot
+from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode
 from kvtui.updates import BootState, LogBatch, MonitorUpdate, expand
 
 PACKAGE = Path(kvtui.monitor.__file__).parent
@@ -68,7 +68,7 @@ def test_options_are_keyword_only_and_serving_interval_may_be_zero() -> None:
 
 def test_the_console_and_the_node_monitors_take_options_not_a_mapping() -> None:
     """No ``Mapping[str, Any]`` of monitor keywords crosses a module boundary any more."""
-    from kvtui.deployment_monitor import node_monitor
+    from kvtui.monitor.deployment import node_monitor
     from kvtui.ui.app import KvtuiApp, MainScreen
     from kvtui.ui.host_pane import HostPane
 
@@ -179,7 +179,7 @@ async def test_a_host_and_a_one_node_deployment_see_the_same_boots_and_updates(t
 
 
 def test_the_merge_of_one_node_is_its_boot() -> None:
-    from kvtui.nodes import merge_boots
+    from kvtui.boot.deployment import merge_boots
 
     log = (FIXTURES / "vllm/fail-0.11-kv-too-small.log").read_text().splitlines(keepends=True)
     boots, _ = read_log([line.encode() for line in log])

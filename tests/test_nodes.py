@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvtui.boot import Boot, BootStatus
-from kvtui.commands.replay import analyse_path
-from kvtui.engines.events import Engine, Phase
-from kvtui.nodes import (
+from kvtui.boot.deployment import (
     DeploymentBoot,
     NodeObservation,
     current_start,
@@ -25,6 +23,8 @@ from kvtui.nodes import (
     pair_boots,
     same_start,
 )
+from kvtui.commands.replay import analyse_path
+from kvtui.engines.events import Engine, Phase
 
 NODES = Path(__file__).parent / "fixtures" / "nodes"
 NOW_CLOCK = lambda: datetime(2026, 11, 21)  # noqa: E731 - the year of vLLM's year-less stamps
@@ -333,7 +333,7 @@ REAL = Path(__file__).parent / "fixtures" / "real"
 
 
 def test_logs_of_one_deployment_are_not_apart() -> None:
-    from kvtui.nodes import apart
+    from kvtui.boot.deployment import apart
 
     for a, b in (("sglang-tp16-node0.log", "sglang-tp16-node1.log"),
                  ("sglang-tp16-node0.log", "sglang-tp16-node1-mf085.log"),  # a flag differs: a finding
@@ -344,7 +344,7 @@ def test_logs_of_one_deployment_are_not_apart() -> None:
 
 
 def test_logs_that_disagree_are_apart() -> None:
-    from kvtui.nodes import apart
+    from kvtui.boot.deployment import apart
 
     n0, n1 = _boots("sglang-tp16-node0.log"), _boots("sglang-tp16-node1.log")
     assert apart([("a", n0), ("b", _boots("sglang-tp16-node1-addr.log"))]) == [

@@ -134,9 +134,9 @@ async def test_the_log_of_the_first_node_that_prints_serving_lines_stands_in_and
     from typing import cast
 
     from kvtui.config import HostConfig
-    from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
     from kvtui.engines.events import Engine
     from kvtui.monitor import HostMonitor
+    from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode
     from kvtui.serving.sample import ServingSample
     from kvtui.serving_live import DeploymentServingReader
 

@@ -21,10 +21,10 @@ from textual.pilot import Pilot
 from textual.widgets import RichLog, Static
 
 from kvtui.boot import BootStatus
+from kvtui.boot.deployment import NodeObservation
 from kvtui.config import parse_config
 from kvtui.flags import get_flag
 from kvtui.hosts.factory import make_backend
-from kvtui.nodes import NodeObservation
 from kvtui.sim.backend import DemoBackend
 from kvtui.ui.app import KvtuiApp
 from kvtui.ui.deployment_screen import DeploymentScreen, DeploymentSpec

@@ -222,7 +222,7 @@ def test_suggest_takes_the_smaller_of_the_largest_safe_fraction_and_the_observed
     assert float(small.value) <= largest
     below = f"{float(small.value) - 0.01:.2f}"
     if float(below) > model.fraction:
-        assert kc.predict(model, kc.parse_edits(model.engine, [f"mem_fraction_static={below}"], [])).tokens \
+        assert kc.predict(model, kc.parse_what_if(model.engine, [f"mem_fraction_static={below}"], [])).tokens \
             < 0.97 * base.tokens * DEMAND_MARGIN
     assert small.answer == (f"at mem-fraction-static {small.value} (largest safe {small.safe}) the pool grows from "
                             f"{base.tokens:,} to ~{small.tokens:,} tokens "

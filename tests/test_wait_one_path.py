@@ -15,8 +15,8 @@ from one_node_support import HOSTS
 from test_demo_2node import _hosts
 
 from kvtui.cli import main
-from kvtui.deployment_monitor import DeploymentMonitor
 from kvtui.monitor import HostMonitor
+from kvtui.monitor.deployment import DeploymentMonitor
 
 
 def test_a_host_and_a_deployment_wait_through_the_same_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -4,11 +4,12 @@ Pure core: no textual, no asyncssh, no I/O.
 
 Modules: ``model`` (``Boot`` and its parts, ``to_json``), ``tracker`` (``BootTracker``), ``facts``
 (how figures are aggregated over ranks; ``refresh_metrics``), ``hints`` (failure hints and the
-exit diagnosis). The public names are re-exported here.
+exit diagnosis). The public names are re-exported here. ``deployment`` (not re-exported): one
+boot across the N ≥ 1 nodes of a deployment (``merge_boots`` → ``DeploymentBoot``).
 
 CONTRACT (other modules rely on these names; change them only together with their users):
 - ``Boot`` fields below, ``Boot.to_json()`` (the ``kvtui replay --json`` boot object),
-- ``BootTracker.feed(parsed) -> BootUpdate``, ``BootTracker.boots``, ``BootTracker.current``,
+- ``BootTracker.feed(parsed) -> BootDelta``, ``BootTracker.boots``, ``BootTracker.current``,
   ``BootTracker.finish()`` (end of input: a boot that ends on an exception is failed).
 
 How the tracker reads a log:
@@ -42,7 +43,7 @@ from __future__ import annotations
 
 from kvtui.boot.facts import fact_rule, rank_sort_key, refresh_metrics
 from kvtui.boot.hints import EXIT_CONTEXT_LINES, exit_diagnosis, hint_for
-from kvtui.boot.model import Boot, BootMetrics, BootStatus, BootUpdate, Failure, LiveMetrics, PhaseSpan
+from kvtui.boot.model import Boot, BootDelta, BootMetrics, BootStatus, Failure, LiveMetrics, PhaseSpan
 from kvtui.boot.tracker import (
     MAX_EVIDENCE,
     MAX_RANKS,
@@ -64,10 +65,10 @@ __all__ = [
     "MAX_UNRECOGNISED",
     "MAX_WARNINGS",
     "Boot",
+    "BootDelta",
     "BootMetrics",
     "BootStatus",
     "BootTracker",
-    "BootUpdate",
     "Failure",
     "LiveMetrics",
     "PhaseSpan",

@@ -1,5 +1,5 @@
 """How a boot's figures are aggregated: over ranks (and over the nodes of a deployment,
-``kvtui.nodes``) each figure takes the minimum (free memory), the maximum (graph memory, weights,
+``kvtui.boot.deployment``) each figure takes the minimum (free memory), the maximum (graph memory, weights,
 durations) or the lowest rank's value (sizes and counts) — ``fact_rule``; ``refresh_metrics``
 derives ``Boot.metrics`` (the ``replay --json`` figures) from ``Boot.facts``; ``rank_sort_key`` is
 the natural order of rank tags.
@@ -121,7 +121,7 @@ def _v0_pool(boot: Boot) -> tuple[int | None, str | None]:
 
 def refresh_metrics(boot: Boot) -> None:
     """``boot.metrics`` from ``boot.facts`` (and flags, live figures): the tracker calls it after
-    each figure; a merge of several boots (``kvtui.nodes``) calls it on the merged facts."""
+    each figure; a merge of several boots (``kvtui.boot.deployment``) calls it on the merged facts."""
     f = boot.facts
     m = boot.metrics
 

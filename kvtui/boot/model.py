@@ -1,6 +1,6 @@
 """What a boot is: ``Boot`` (one server start: engine, status, phases, failure, flags, figures)
 and its parts (``PhaseSpan``, ``Failure``, ``BootMetrics``, ``LiveMetrics``), ``BootStatus``,
-``BootUpdate`` (what one line changed, for live views), and ``Boot.to_json()`` (the boot object of
+``BootDelta`` (what one line changed, for live views), and ``Boot.to_json()`` (the boot object of
 ``kvtui replay --json``).
 
 Pure core.
@@ -278,7 +278,7 @@ class Boot:
 
 
 @dataclass(slots=True)
-class BootUpdate:
+class BootDelta:
     """What one ``feed`` changed, for live views: cheap to build, cheap to ignore."""
 
     new_boot: bool = False  # a new boot started on this line (a restart marker for the log)

@@ -19,7 +19,7 @@ from typing import Final
 
 from kvtui.boot.facts import _MAX_METRICS, _METRICS_INPUTS, _MIN_METRICS, _POOL_METRICS, rank_sort_key, refresh_metrics
 from kvtui.boot.hints import _DEFAULT_OOM_PHASE_KIND, EXIT_CONTEXT_LINES, _is_oom, exit_diagnosis, hint_for
-from kvtui.boot.model import Boot, BootStatus, BootUpdate, Failure, PhaseSpan
+from kvtui.boot.model import Boot, BootDelta, BootStatus, Failure, PhaseSpan
 from kvtui.engines.events import (
     PHASE_RANK,
     BootBoundary,
@@ -161,7 +161,7 @@ class BootTracker:
         return self.boots[-1] if self.boots else None
 
     # -----------------------------------------------------------------------------------------
-    def feed(self, parsed: ParsedLine) -> BootUpdate:
+    def feed(self, parsed: ParsedLine) -> BootDelta:
         """Account one parsed line to the current boot (starting or ending boots as needed)."""
         self._line += 1
         ev0 = parsed.events[0] if parsed.events else None
@@ -190,7 +190,7 @@ class BootTracker:
             if self._w.follow_open:
                 self._follow(parsed)
             self._recent.append(parsed.text)
-            return BootUpdate(serving=True)
+            return BootDelta(serving=True)
         if events and type(events[-1]) is WorkerNode:  # the first line of a Ray worker (vLLM)
             events = self._workers(boot, events)
         if parsed.tp is not None and self._w.node_of and boot is not None:
@@ -206,8 +206,8 @@ class BootTracker:
             if (boot is None or boot.status is BootStatus.STARTING) and parsed.prefixed and not parsed.known:
                 self._unrecognised(boot, parsed.text)
             self._recent.append(parsed.text)
-            return BootUpdate()
-        upd = BootUpdate()
+            return BootDelta()
+        upd = BootDelta()
         for ev in events:
             if isinstance(ev, BootBoundary):
                 boot = self._boundary(ev, ts, upd, any(isinstance(e, FailureText) for e in events))
@@ -330,14 +330,14 @@ class BootTracker:
             self._fail(boot, self._w.evidence[-1].ts or self._last_ts)
 
     # ---- the server process is gone (kvtui.liveness) ----------------------------------------
-    def _server_exit(self, ev: ServerExit, ts: datetime | None, parsed: ParsedLine) -> BootUpdate:
+    def _server_exit(self, ev: ServerExit, ts: datetime | None, parsed: ParsedLine) -> BootDelta:
         """The backend saw the server process gone. A starting boot is failed: by the evidence
         it left (as at the end of input), else kind ``crash`` — or ``bad_args`` when its last
         lines are an argparse refusal — with "the server process exited" and the last lines as
         context. A ready boot with no error since is stopped (its end is all that is known). A
         process that exited before any boot line is a boot of its own, failed; one that was
         already gone when following began ends only a boot that is still open."""
-        upd = BootUpdate()
+        upd = BootDelta()
         ts = self._exit_ts(ts)
         boot = self.current
         if ev.stopped:
@@ -377,7 +377,7 @@ class BootTracker:
         upd.failed = True
         return upd
 
-    def _stopped_from_outside(self, boot: Boot | None, ts: datetime | None, upd: BootUpdate) -> BootUpdate:
+    def _stopped_from_outside(self, boot: Boot | None, ts: datetime | None, upd: BootDelta) -> BootDelta:
         """The server was stopped, not crashed (a kube pod deleted: SIGTERM, its shutdown, exit 0):
         an open boot is stopped (failed only by the evidence it left before); lines no boot took
         (the old server's shutdown seen by a next-boot follower) make no boot."""
@@ -402,7 +402,7 @@ class BootTracker:
         return max(ts, last)
 
     # ---- boots --------------------------------------------------------------------------------
-    def _new_boot(self, ts: datetime | None, upd: BootUpdate) -> Boot:
+    def _new_boot(self, ts: datetime | None, upd: BootDelta) -> Boot:
         boot = Boot(engine=self.engine_hint or Engine.UNKNOWN, first_line=self._line, last_line=self._line)
         boot.started_at = ts
         self.boots.append(boot)
@@ -414,7 +414,7 @@ class BootTracker:
         return boot
 
     # ---- a server up for days (kvtui.engines.source_records) --------------------------------
-    def _serving_boot(self, ts: datetime | None, upd: BootUpdate, reason: str) -> Boot:
+    def _serving_boot(self, ts: datetime | None, upd: BootDelta, reason: str) -> Boot:
         """A boot whose start is not in the log: it serves (status ready, no phase lines)."""
         boot = self._new_boot(None, upd)
         boot.status = BootStatus.READY
@@ -423,10 +423,10 @@ class BootTracker:
         upd.phase_changed = True
         return boot
 
-    def _source_said(self, ev: LogEvent, parsed: ParsedLine) -> BootUpdate:
+    def _source_said(self, ev: LogEvent, parsed: ParsedLine) -> BootDelta:
         """What the follower said about the log itself: lines it skipped (``LogGap``), a start it
         could not find (``StartMissing``), the running process's command line (``RunningCommand``)."""
-        upd = BootUpdate()
+        upd = BootDelta()
         boot = self.current
         if isinstance(ev, LogGap):
             if boot is not None:
@@ -482,7 +482,7 @@ class BootTracker:
         if boot.ended_at is None:
             boot.ended_at = ts
 
-    def _boundary(self, ev: BootBoundary, ts: datetime | None, upd: BootUpdate, failed_exit: bool) -> Boot | None:
+    def _boundary(self, ev: BootBoundary, ts: datetime | None, upd: BootDelta, failed_exit: bool) -> Boot | None:
         boot = self.current
         kind = ev.kind
         if kind is BoundaryKind.STARTED:
@@ -587,7 +587,7 @@ class BootTracker:
         else:
             s.seconds = printed
 
-    def _phase(self, boot: Boot, ev: PhaseMark, ts: datetime | None, upd: BootUpdate, timed: bool = True) -> None:
+    def _phase(self, boot: Boot, ev: PhaseMark, ts: datetime | None, upd: BootDelta, timed: bool = True) -> None:
         """``timed`` is False when the line had no time of its own (tqdm bars, traceback frames):
         ``ts`` is then the previous line's, good enough to open a phase but never to move one."""
         w = self._w
@@ -683,7 +683,7 @@ class BootTracker:
                 w.activity = ev.phase
                 upd.phase_changed = True
 
-    def _progress(self, boot: Boot, ev: Progress, ts: datetime | None, upd: BootUpdate, timed: bool) -> None:
+    def _progress(self, boot: Boot, ev: Progress, ts: datetime | None, upd: BootDelta, timed: bool) -> None:
         span = self._w.spans.get((ev.phase, ev.model))
         if span is None:
             if boot.status is not BootStatus.STARTING:
@@ -836,7 +836,7 @@ class BootTracker:
         return []
 
     def _failure_text(
-        self, boot: Boot, ft: FailureText, ts: datetime | None, parsed: ParsedLine, upd: BootUpdate
+        self, boot: Boot, ft: FailureText, ts: datetime | None, parsed: ParsedLine, upd: BootDelta
     ) -> None:
         w = self._w
         if w.stopped_by_operator or boot.status is BootStatus.STOPPED:

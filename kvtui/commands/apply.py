@@ -32,7 +32,7 @@ all or nothing (``kvtui.changes``: a host is the deployment of one node), in thi
    node's error: no node is left with the new flags, nothing restarts;
 4. with ``--restart``: ``changes.restart_and_follow``: node rank 0 first (it hosts the rendezvous
    the others connect to; SGLang ``--dist-init-addr``, vLLM ``--master-addr``), the others right
-   after, without waiting; the nodes' new boots are merged (``kvtui.nodes``) until the whole is
+   after, without waiting; the nodes' new boots are merged (``kvtui.boot.deployment``) until the whole is
    ready (0), a node failed (1; ``--rollback-on-failure`` then restores and restarts every node),
    a node holds the others back past the deployment's ``hang_seconds`` with its unit gone (1), or
    the timeout (5);
@@ -58,7 +58,7 @@ from kvtui import changes, envedit
 from kvtui import flags as fl
 from kvtui.changes import NOT_ANSWERING, NodeSide
 from kvtui.commands.bootview import render_boot
-from kvtui.commands.replay_nodes import render_deployment
+from kvtui.commands.bootview_deployment import render_deployment
 from kvtui.config import Config, ConfigError, DeploymentConfig, HistoryConfig, HostConfig, load_config
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from kvtui.history.eta import expected_text, heartbeat_eta, past_boots

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TextIO
 from kvtui import fmt, longrun
 from kvtui import kvcalc as kc
 from kvtui.boot import Boot
+from kvtui.boot.deployment import merge_logs
 from kvtui.bootlog import read_log
 from kvtui.commands.logfile import InputError, no_boot_found, open_log, read_chunks
 from kvtui.config import ConfigError, find_hosts_file, load_config
@@ -35,7 +36,6 @@ from kvtui.hosts.factory import make_backend
 from kvtui.knobs import env_knob, unknown_flag
 from kvtui.lazy import lazy_module
 from kvtui.monitor import host_boots, read_boots
-from kvtui.nodes import merge_logs
 
 if TYPE_CHECKING:
     from kvtui import changes, history
@@ -299,7 +299,7 @@ async def _host_or_deployment_boots(
     name: str, hosts: str | None, gpu_mem_gib: float | None = None
 ) -> tuple[list[Boot], _Serving | None]:
     """A host's boots; for a ``[deployments.NAME]``, every node's read at once and merged into the
-    deployment's boots (``kvtui.nodes``: free memory is the minimum over all nodes' ranks).
+    deployment's boots (``kvtui.boot.deployment``: free memory is the minimum over all nodes' ranks).
 
     A host whose current boot serves with its start not in the log: the history's boot of the
     same host and flags, else — on the same connection — its model's config.json and a GPU reading."""
@@ -334,7 +334,7 @@ def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, st
         engine = Engine(args.engine) if args.engine else Engine.SGLANG
         config = _read_config(args.model)
         try:
-            edits = kc.parse_edits(engine, sets, unsets)
+            edits = kc.parse_what_if(engine, sets, unsets)
         except kc.CalcError as exc:
             raise _Fail(EXIT_USAGE, str(exc)) from None
         try:
@@ -352,7 +352,7 @@ def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, st
         offered: dict[str, object] = {"from_log": 0, "from_history": 0}
     else:
         try:  # catch a malformed edit before reading a possibly large log
-            kc.parse_edits(Engine.UNKNOWN, sets, unsets)
+            kc.parse_what_if(Engine.UNKNOWN, sets, unsets)
         except kc.CalcError as exc:
             raise _Fail(EXIT_USAGE, str(exc)) from None
         boots, label, serving = _source_boots(args)
@@ -362,7 +362,7 @@ def _predict(args: argparse.Namespace, margin: float) -> tuple[kc.Prediction, st
         else:
             model, boot, source, offered = _log_model(boots, args, label)
         try:
-            edits = kc.parse_edits(model.engine, sets, unsets)
+            edits = kc.parse_what_if(model.engine, sets, unsets)
         except kc.CalcError as exc:
             raise _Fail(EXIT_USAGE, str(exc)) from None
     _refuse_unknown(model.engine, sets, dump=() if args.model else boot.flags)
@@ -459,7 +459,7 @@ def _refuse_unknown(engine: Engine, sets: Sequence[str], dump: Collection[str]) 
         try:
             name = kc.canonical_flag(engine, name)  # the calculator's shorthands (mfs, gmu) too
         except kc.CalcError:
-            continue  # malformed: parse_edits said so already
+            continue  # malformed: parse_what_if said so already
         why = unknown_flag(engine, name, None, [str(k) for k in dump])
         if why is not None:
             raise _Fail(EXIT_REFUSED, f"refused: {why}: check the spelling")

@@ -27,8 +27,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from kvtui.boot import Boot, BootStatus
+from kvtui.boot.deployment import apart, merge_logs
 from kvtui.bootlog import BootLog, read_log
-from kvtui.commands import replay_nodes as R
+from kvtui.commands import bootview_deployment as R
 from kvtui.commands.bootview import render_boot, to_json
 from kvtui.commands.logfile import CHUNK_BYTES, InputError, RawView, check_text, no_boot_found, open_log, read_chunks
 from kvtui.engines.events import Engine
@@ -37,7 +38,6 @@ from kvtui.engines.shapes import detect_shape, iter_records
 from kvtui.engines.text import MAX_LINE_CHARS
 from kvtui.engines.unknown import UnrecognisedShape
 from kvtui.lazy import lazy_module
-from kvtui.nodes import apart, merge_logs
 
 if TYPE_CHECKING:
     from kvtui import history
@@ -343,7 +343,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
 
 def _run_nodes(paths: list[str], args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Several logs: the nodes of one deployment — every start as one merged boot
-    (``kvtui.nodes``) — when they agree on being one (``nodes.apart``: a server on one node,
+    (``kvtui.boot.deployment``) — when they agree on being one (``boot.deployment.apart``: a server on one node,
     another --nnodes / --node-rank / rendezvous / model, no overlap in time say they are not);
     else each log on its own, as ``replay`` reports one, after the reasons (exit: the worst)."""
     if paths.count("-") > 1:

@@ -3,7 +3,7 @@
 One wait for a host and a ``[deployments.NAME]`` (issue 23): a host is a deployment of one node.
 The nodes' monitors are built once (``config.node_hosts``), run under a ``DeploymentMonitor`` and
 driven by one loop (``follow``); a ``View`` decides: ``Waiter`` below for a host (the node's own
-boots, as described here), ``kvtui.commands.wait_nodes.DeploymentWaiter`` for a deployment (the
+boots, as described here), ``kvtui.commands.wait_deployment.DeploymentWaiter`` for a deployment (the
 merged boot). The last lines and the boot on stdout: ``kvtui.commands.wait_report``.
 
 Follows the host's current boot (``--next``: the next one to start) until it is ready (exit 0)
@@ -49,11 +49,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeVar
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
 from kvtui.boot.stall import Stall, StallDetector
-from kvtui.commands.wait_nodes import DeploymentWaiter, Result
+from kvtui.commands.wait_deployment import DeploymentWaiter, Result
 from kvtui.commands.wait_report import report_deployment, report_host
 from kvtui.commands.watch import first_deployment_sample, human_line, sample_json
 from kvtui.config import ConfigError, load_config
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode
 from kvtui.engines.events import Model, Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 from kvtui.history import eta, recorder_for
@@ -63,14 +62,15 @@ from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
 from kvtui.hosts.factory import make_backend
 from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, can_probe, mark_not_serving, probe, served_model
 from kvtui.monitor import HostMonitor, MonitorOptions
+from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode
 from kvtui.serving_live import DeploymentServingReader, ServingReader, first_reading
 from kvtui.spool import SpoolError
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
 
 if TYPE_CHECKING:
+    from kvtui.boot.deployment import DeploymentBoot
     from kvtui.config import HostConfig
     from kvtui.history.doc import BootDoc
-    from kvtui.nodes import DeploymentBoot
 
 _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
 CLOSE_LIMIT = 1.5  # seconds for the history's last writes after the wait (its flush, its close)
@@ -417,7 +417,7 @@ R = TypeVar("R")
 
 class View(Protocol[R]):
     """What decides a wait and says its progress: ``Waiter`` (a host: the node's own boots) or
-    ``kvtui.commands.wait_nodes.DeploymentWaiter`` (a deployment: the nodes' merged boot). The one
+    ``kvtui.commands.wait_deployment.DeploymentWaiter`` (a deployment: the nodes' merged boot). The one
     loop (``follow``) feeds it the deployment monitor's updates and sets ``done`` for it."""
 
     done: asyncio.Future[R] | None
@@ -464,7 +464,7 @@ async def follow(view: View[R], dm: DeploymentMonitor, timeout: float,
         for beat in beats:
             beat.cancel()
         expiry.cancel()
-        await dm.close()  # each node bounded (``deployment_monitor.CLOSE_LIMIT``): a host that does not close,
+        await dm.close()  # each node bounded (``monitor.deployment.CLOSE_LIMIT``): a host that does not close,
         # a stream that ignores its cancellation must not hold the exit code back
     for n in dm.nodes:
         if n.monitor.history is not None:

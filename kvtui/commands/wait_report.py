@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, TextIO
 from kvtui import fmt, longrun
 from kvtui.boot import Boot
 from kvtui.commands.bootview import render_boot
-from kvtui.commands.replay_nodes import render_deployment
-from kvtui.deployment_monitor import unwritten
+from kvtui.commands.bootview_deployment import render_deployment
 from kvtui.exits import EXIT_FAILED, EXIT_OK
 from kvtui.history import boot_doc
 from kvtui.history.diff import since_last_good
 from kvtui.history.record import boot_key
+from kvtui.monitor.deployment import unwritten
 
 if TYPE_CHECKING:
     from kvtui.commands.wait import Outcome, Waiter
-    from kvtui.commands.wait_nodes import Result
-    from kvtui.deployment_monitor import DeploymentNode
+    from kvtui.commands.wait_deployment import Result
     from kvtui.monitor import HostMonitor
+    from kvtui.monitor.deployment import DeploymentNode
 
 
 def summary(boot: Boot, index: int, total: int, number: int | None, host: str) -> str:

@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, TextIO
 
 from kvtui.boot import BootStatus
 from kvtui.config import ConfigError, HistoryConfig, load_config
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, DeploymentSink
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 from kvtui.history.serving import ServingRecorder
@@ -52,6 +51,7 @@ from kvtui.history.store import Limits
 from kvtui.hosts.backend import BackendError, ConnState, LogStart
 from kvtui.hosts.factory import make_backend
 from kvtui.monitor import HostMonitor, MonitorOptions
+from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode, DeploymentSink
 from kvtui.serving.diagnose import Limit
 from kvtui.serving.sample import Source
 from kvtui.serving_live import DeploymentServingReader, LiveServing, Reading, ServingReader

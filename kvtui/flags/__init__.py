@@ -34,7 +34,7 @@ written file, a command line or the engine's argument dump). The flag table itse
 from __future__ import annotations
 
 from kvtui.flags.cmdline import FlagOccurrence, ServerCommand, parse_argv, parse_systemctl_execstart
-from kvtui.flags.edit import Change, Edit, EditResult, apply_edits, edits_from_mapping, parse_edit_args
+from kvtui.flags.edit import Edit, EditedLine, EditResult, apply_edits, edits_from_mapping, parse_edit_args
 from kvtui.flags.errors import BadValue, FlagError, NoServerCommand
 from kvtui.flags.lexer import Kind, Word
 from kvtui.flags.locate import find_effective_execstart, get_flag, parse_command, unit_has_execstart
@@ -46,10 +46,10 @@ from kvtui.knobs import written_name as canonical_flag
 __all__ = [
     "SPECS",
     "BadValue",
-    "Change",
     "Edit",
     "EditResult",
     "EditValue",
+    "EditedLine",
     "FlagError",
     "FlagOccurrence",
     "Kind",

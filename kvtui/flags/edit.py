@@ -67,7 +67,7 @@ def parse_edit_args(sets: Sequence[str] = (), unsets: Sequence[str] = ()) -> lis
 
 
 def edits_from_mapping(values: Mapping[str, object]) -> list[Edit]:
-    """Edits from a mapping (the calculator's edits): None removes, True/False switch, else a value."""
+    """Edits from a mapping (e.g. the calculator's ``WhatIf.values``): None removes, True/False switch, else a value."""
     out: list[Edit] = []
     for k, v in values.items():
         if v is None or isinstance(v, bool):
@@ -87,8 +87,9 @@ def _fmt_float(x: float) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Change:
-    """What an edit did. ``action``: set (value replaced) / add / remove / unchanged."""
+class EditedLine:
+    """One flag (or environment variable) of a file as an edit left it — not a ``kvtui.changes``
+    change. ``action``: set (value replaced) / add / remove / unchanged."""
 
     flag: str  # --name as it is (or was) written
     action: Literal["set", "add", "remove", "unchanged"]
@@ -119,7 +120,7 @@ class Change:
 @dataclass(frozen=True, slots=True)
 class EditResult:
     new_text: str
-    changes: tuple[Change, ...]
+    changes: tuple[EditedLine, ...]
     warnings: tuple[str, ...]
     command: ServerCommand  # the command parsed from new_text
     engine: Engine
@@ -244,7 +245,7 @@ def apply_edits(text: str, kind: Kind, edits: Iterable[Edit], *, dump: Collectio
             raise BadValue(f"{seen[key]} and {e} change the same flag (--{r.name}); give it once")
         seen[key] = e
         resolved.append(r)
-    changes: list[Change] = []
+    changes: list[EditedLine] = []
     warnings: list[str] = list(cmd.warnings)
     for r in resolved:
         text, change = _apply_one(text, kind, r)
@@ -264,7 +265,7 @@ def _render_value(old: Word | None, value: str) -> str:
     return f"{q}{value}{q}" if q else value
 
 
-def _apply_one(text: str, kind: Kind, r: _Resolved) -> tuple[str, Change]:
+def _apply_one(text: str, kind: Kind, r: _Resolved) -> tuple[str, EditedLine]:
     cmd = parse_command(text, kind)
     occ = _occurrences(cmd, r)
     note = "; ".join(r.notes)
@@ -282,7 +283,7 @@ def _apply_one(text: str, kind: Kind, r: _Resolved) -> tuple[str, Change]:
         w = cmd.positionals[0]
         new_raw = _render_value(w, value)
         new_text = text[: w.start] + new_raw + text[w.end :]
-        return new_text, Change("MODEL", "set", w.value, value, _line_no(new_text, w.start), note)
+        return new_text, EditedLine("MODEL", "set", w.value, value, _line_no(new_text, w.start), note)
     if value is None:
         return _remove_all(text, kind, cmd, r, occ, note)
     if occ:
@@ -292,7 +293,7 @@ def _apply_one(text: str, kind: Kind, r: _Resolved) -> tuple[str, Change]:
 
 def _remove_all(
     text: str, kind: Kind, cmd: ServerCommand, r: _Resolved, occ: list[FlagOccurrence], note: str
-) -> tuple[str, Change]:
+) -> tuple[str, EditedLine]:
     """``--unset``: every occurrence goes (an absent flag is an error that names the nearest)."""
     if not occ:
         near = suggest(cmd.engine, r.name) if r.spec is None else []
@@ -304,12 +305,12 @@ def _remove_all(
     first = occ[0]
     old = occ[-1].value
     extra = f"; removed {len(occ)} occurrences" if len(occ) > 1 else ""
-    return text, Change(f"--{first.name}", "remove", old, None, _line_no(text, first.start), note + extra)
+    return text, EditedLine(f"--{first.name}", "remove", old, None, _line_no(text, first.start), note + extra)
 
 
 def _replace_last(
     text: str, cmd: ServerCommand, r: _Resolved, occ: list[FlagOccurrence], value: str | bool, note: str
-) -> tuple[str, Change]:
+) -> tuple[str, EditedLine]:
     """``--set`` of a flag the command has: the last occurrence (the one the engine uses) changes,
     only its value's bytes (a switch: its ``--no-`` prefix)."""
     o = occ[-1]
@@ -319,13 +320,13 @@ def _replace_last(
     if isinstance(value, bool):
         # a switch
         if o.value is value:
-            return text, Change(f"--{o.name}", "unchanged", o.value, value, line, note2)
+            return text, EditedLine(f"--{o.name}", "unchanged", o.value, value, line, note2)
         if isinstance(o.value, bool):
             # vLLM --X <-> --no-X
             prefix = o.flag.raw[: len(o.flag.raw) - len(o.flag.raw.lstrip("-"))]
             new_flag = f"{prefix}{'' if value else 'no-'}{r.name}"
             new_text = text[: o.flag.start] + new_flag + text[o.flag.end :]
-            return new_text, Change(f"--{o.name}", "set", o.value, value, line, note2)
+            return new_text, EditedLine(f"--{o.name}", "set", o.value, value, line, note2)
         raise FlagError(f"--{o.name} has a value here ({o.value}); give one: --set {r.name}=VALUE")
     if o.inline:
         raw = o.flag.raw
@@ -350,13 +351,13 @@ def _replace_last(
         new_text = text[: o.flag.end] + sep + value + text[o.flag.end :]
     old_v = o.value
     if old_v == value:
-        return text, Change(f"--{o.name}", "unchanged", old_v, value, line, note2)
+        return text, EditedLine(f"--{o.name}", "unchanged", old_v, value, line, note2)
     if isinstance(old_v, str) and o.dynamic_value:
         note2 = "; ".join(x for x in (note2, f"replaced the variable {old_v}") if x)
-    return new_text, Change(f"--{o.name}", "set", old_v, value, line, note2)
+    return new_text, EditedLine(f"--{o.name}", "set", old_v, value, line, note2)
 
 
-def _add(text: str, cmd: ServerCommand, r: _Resolved, value: str | bool, note: str) -> tuple[str, Change]:
+def _add(text: str, cmd: ServerCommand, r: _Resolved, value: str | bool, note: str) -> tuple[str, EditedLine]:
     """``--set`` of a flag the command lacks: added in the neighbours' style (``layout._insert``),
     in the spelling the running boot's release takes (``_spelling``)."""
     name, why = _spelling(cmd.engine, r)
@@ -372,7 +373,7 @@ def _add(text: str, cmd: ServerCommand, r: _Resolved, value: str | bool, note: s
             sep = " "
         flag_text = f"--{name}{sep}{written}"
     new_text, line = _insert(text, cmd, flag_text)
-    return new_text, Change(f"--{name}", "add", None, value, line, note)
+    return new_text, EditedLine(f"--{name}", "add", None, value, line, note)
 
 
 def _style(cmd: ServerCommand) -> str:

@@ -2,7 +2,7 @@
 them under the node's host name) grouped by start — one row per start of the deployment, its node
 boots side by side — and the diff of two such starts, node by node.
 
-The grouping is the one ``kvtui replay a.log b.log`` uses (``kvtui.nodes.pair_boots``: a node's boot
+The grouping is the one ``kvtui replay a.log b.log`` uses (``kvtui.boot.deployment.pair_boots``: a node's boot
 belongs to node 0's boot that started nearest to it and overlaps it); a boot of another node that
 pairs with none of node 0's (a node restarted alone) is a start of its own, node 0 missing."""
 
@@ -14,17 +14,17 @@ from datetime import datetime
 
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
+from kvtui.boot.deployment import DeploymentBoot, began_at, merge_boots, pair_boots
 from kvtui.history import diff as hdiff
 from kvtui.history import record as rec
 from kvtui.history.doc import BootDoc
 from kvtui.history.store import StoredBoot
-from kvtui.nodes import DeploymentBoot, began_at, merge_boots, pair_boots
 
 
 @dataclass(frozen=True, slots=True)
 class DeploymentStart:
     """One start of a deployment: per node (in node order) its stored boot, or None when that
-    node has none of this start; ``merged``: the nodes' boots merged (``kvtui.nodes``)."""
+    node has none of this start; ``merged``: the nodes' boots merged (``kvtui.boot.deployment``)."""
 
     nodes: tuple[str, ...]
     members: tuple[StoredBoot | None, ...]

@@ -276,7 +276,7 @@ def deployment_of_boot(boot: Boot) -> str:
 
 def boot_from_doc(doc: BootDoc | Mapping[str, object]) -> Boot:
     """A ``Boot`` with what the document kept: engine, version, status, phases, failure, flags,
-    figures and facts (enough for ``kvcalc.calibrate`` and ``same_deployment``)."""
+    figures and facts (enough for ``kvcalc.calibrate`` and ``same_setup``)."""
     doc = BootDoc.of(doc)
     try:
         engine = Engine(str(doc.engine))

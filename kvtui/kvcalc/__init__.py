@@ -1,7 +1,7 @@
 """The KV-pool calculator, calibrated from the boot's own log (pure core: no I/O, no UI).
 
 ``calibrate(boot)`` reads what the engine printed about itself and builds a ``MemoryModel``;
-``predict(model, edits)`` says what an edited set of flags will give: tokens, KV GiB per rank,
+``predict(model, what_if)`` says what a set of flag values (a ``WhatIf``) will give: tokens, KV GiB per rank,
 memory left after the pool, headroom against the CUDA-graph capture, the request table, how many
 full-context requests fit, and a verdict (``ok`` / ``tight`` / ``oom_risk`` / ``no_fit``), with
 ``explain`` lines that put the numbers into the formulas.
@@ -24,11 +24,11 @@ vLLM (§3.3, §6.6)::
 
     kv(u') = kv(u) + total·(u' − u);  tokens = floor(kv·2^30 / bytes_per_block)·block_size
 
-Two boots of one deployment at different fractions give the slope (tokens per unit of fraction,
+Two boots of one setup (``same_setup``) at different fractions give the slope (tokens per unit of fraction,
 or vLLM's device total) directly: ``basis: two-point``.
 
-The parts: ``model`` (the MemoryModel, its graph model, errors, verdicts), ``edits`` (flag edits in
-the engine's names, from ``kvtui.knobs``), ``boots`` (what a boot printed; which boot to use),
+The parts: ``model`` (the MemoryModel, its graph model, errors, verdicts), ``whatif`` (the what-if flag
+values in the engine's names, from ``kvtui.knobs``), ``boots`` (what a boot printed; which boot to use),
 ``sglang`` / ``vllm`` (calibration), ``graphs`` (what capture needs), ``config`` (a model from a
 ``config.json``), ``serving`` (a running server whose start is not in the log: its config
 anchored at the pool its serving lines give), ``verdict`` (one setting evaluated), ``predict`` (the
@@ -41,11 +41,10 @@ from __future__ import annotations
 from kvtui.engines.events import Engine
 from kvtui.knobs import EDITABLE_FLAGS, fraction_flag
 from kvtui.kvcalc.arith import GIB, MIB_PER_GIB, floor_page
-from kvtui.kvcalc.boots import same_deployment, select_boot, sized_pool
+from kvtui.kvcalc.boots import same_setup, select_boot, sized_pool
 from kvtui.kvcalc.calibrate import calibrate
 from kvtui.kvcalc.config import estimate_weights_gib, from_config
 from kvtui.kvcalc.defaults import KV_DTYPE_BYTES, default_mem_fraction, default_running_requests, extend_capture_bs
-from kvtui.kvcalc.edits import FLAG_ALIASES, Edits, canonical_flag, edits_from_mapping, parse_edits
 from kvtui.kvcalc.model import (
     ACTIVATION_MIB_PER_TOKEN,
     DEFAULT_CHUNK,
@@ -63,6 +62,7 @@ from kvtui.kvcalc.model import (
 )
 from kvtui.kvcalc.predict import HistoryCalibration, Prediction, grid_search, predict
 from kvtui.kvcalc.serving import model_path, serving_model
+from kvtui.kvcalc.whatif import FLAG_ALIASES, WhatIf, canonical_flag, parse_what_if, what_if_from_mapping
 
 __all__ = [
     "ACTIVATION_MIB_PER_TOKEN",
@@ -77,7 +77,6 @@ __all__ = [
     "Basis",
     "CalcError",
     "Confidence",
-    "Edits",
     "Engine",
     "GraphModel",
     "GraphSource",
@@ -86,12 +85,12 @@ __all__ = [
     "MemoryModel",
     "Prediction",
     "Verdict",
+    "WhatIf",
     "activation_allowance_gib",
     "calibrate",
     "canonical_flag",
     "default_mem_fraction",
     "default_running_requests",
-    "edits_from_mapping",
     "estimate_weights_gib",
     "extend_capture_bs",
     "floor_page",
@@ -99,10 +98,11 @@ __all__ = [
     "from_config",
     "grid_search",
     "model_path",
-    "parse_edits",
+    "parse_what_if",
     "predict",
-    "same_deployment",
+    "same_setup",
     "select_boot",
     "serving_model",
     "sized_pool",
+    "what_if_from_mapping",
 ]

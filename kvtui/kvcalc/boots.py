@@ -79,7 +79,7 @@ def sized_pool(boot: Boot) -> bool:
     return _boot_tokens(boot) is not None
 
 
-_DEPLOYMENT_KEYS: dict[Engine, tuple[str, ...]] = {
+_SETUP_KEYS: dict[Engine, tuple[str, ...]] = {
     Engine.SGLANG: (
         "model_path",
         "tp_size",
@@ -109,11 +109,12 @@ _DEPLOYMENT_KEYS: dict[Engine, tuple[str, ...]] = {
 }
 
 
-def same_deployment(a: Boot, b: Boot) -> bool:
-    """Same engine, model and memory-relevant flags (the fraction may differ)."""
+def same_setup(a: Boot, b: Boot) -> bool:
+    """The same setup: same engine, model and memory-relevant flags (the fraction may differ) —
+    boots that calibrate one model together (not a ``[deployments.NAME]``)."""
     if a.engine is not b.engine:
         return False
-    for key in _DEPLOYMENT_KEYS.get(a.engine, ()):
+    for key in _SETUP_KEYS.get(a.engine, ()):
         if key in a.flags and key in b.flags and a.flags[key] != b.flags[key]:
             return False
     ca, cb = a.metrics.cell_bytes, b.metrics.cell_bytes
@@ -121,7 +122,7 @@ def same_deployment(a: Boot, b: Boot) -> bool:
 
 
 def select_boot(boots: Sequence[Boot], index: int | None = None) -> tuple[Boot, list[Boot]]:
-    """The boot to calibrate from, plus the other boots of the same deployment that sized a pool.
+    """The boot to calibrate from, plus the other boots of the same setup that sized a pool.
 
     ``index`` is 1-based (``--boot 2`` = the second boot of the log; ``-1`` = the last); by default
     the last boot that sized its pool.
@@ -151,7 +152,7 @@ def select_boot(boots: Sequence[Boot], index: int | None = None) -> tuple[Boot, 
                 "input",
             )
         chosen = sized[-1]
-    others = [b for b in boots if b is not chosen and sized_pool(b) and same_deployment(chosen, b)]
+    others = [b for b in boots if b is not chosen and sized_pool(b) and same_setup(chosen, b)]
     return chosen, others
 
 

@@ -14,7 +14,7 @@ from kvtui.kvcalc.vllm import _calibrate_vllm
 def calibrate(boot: Boot, *, gpu_mem_gib: float | None = None, others: Sequence[Boot] = ()) -> MemoryModel:
     """Build the memory model of ``boot``'s deployment from what its log printed.
 
-    ``others``: earlier boots of the same deployment in the same log (two-point slope).
+    ``others``: earlier boots of the same setup in the same log (two-point slope).
     Raises ``CalcError`` when the boot never sized its pool, saying what is missing.
     """
     if boot.engine is Engine.VLLM:

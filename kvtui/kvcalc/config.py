@@ -16,7 +16,6 @@ from kvtui.kvcalc.defaults import (
     default_running_requests,
     extend_capture_bs,
 )
-from kvtui.kvcalc.edits import Edits, edits_from_mapping
 from kvtui.kvcalc.model import (
     Basis,
     CalcError,
@@ -28,6 +27,7 @@ from kvtui.kvcalc.model import (
     Sizing,
     activation_allowance_gib,
 )
+from kvtui.kvcalc.whatif import WhatIf, what_if_from_mapping
 
 
 def _cfg_int(cfg: Mapping[str, object], *keys: str) -> int | None:
@@ -118,7 +118,7 @@ class _Planned:
     """A deployment described by its ``config.json`` and the flags it will run with."""
 
     engine: Engine
-    given: Edits
+    given: WhatIf
     gpu_mem_gib: float
     tp: int
     weights_gib: float  # per rank
@@ -138,14 +138,14 @@ class _Planned:
     anchor: tuple[int, int | None] | None = None
 
 
-def _given_int(given: Edits, role: Memory) -> int | None:
+def _given_int(given: WhatIf, role: Memory) -> int | None:
     _present, value = given.get(role)
     return int(value) if isinstance(value, int) else None
 
 
 def _plan(
     config: Mapping[str, object], gpu_mem_gib: float, tp: int, weights_gib: float | None, engine: Engine,
-    given: Edits, c: Notes, anchor: tuple[int, int | None] | None = None,
+    given: WhatIf, c: Notes, anchor: tuple[int, int | None] | None = None,
 ) -> _Planned:
     cfg: Mapping[str, object] = config
     tc = config.get("text_config")
@@ -385,7 +385,7 @@ def from_config(
         raise CalcError(f"--tp {tp}: expected a whole number ≥ 1")
     if engine is Engine.UNKNOWN:
         engine = Engine.SGLANG
-    given = edits_from_mapping(engine, flags or {})
+    given = what_if_from_mapping(engine, flags or {})
     c = Notes()
     anchor: tuple[int, int | None] | None = None
     if observed_tokens is not None:

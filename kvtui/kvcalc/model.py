@@ -82,8 +82,8 @@ class Basis(StrEnum):
     """What a model stands on."""
 
     CALIBRATED = "calibrated"  # one boot's own figures
-    TWO_POINT = "two-point"  # two boots of one deployment at different fractions: the slope measured
-    LEAST_SQUARES = "least-squares"  # three or more boots of one deployment: the slope fitted through all
+    TWO_POINT = "two-point"  # two boots of one setup at different fractions: the slope measured
+    LEAST_SQUARES = "least-squares"  # three or more boots of one setup: the slope fitted through all
     CONFIG = "config"  # a config.json: no boot yet, every figure an estimate
     # a config.json placed at a running server's pool estimated from its serving lines (its start
     # is not in the log): the weights and overhead solved from that point, the slope from the card
@@ -102,7 +102,7 @@ class GraphSource(StrEnum):
     CAPTURE_OOM = "capture-oom"  # the boot died in capture: what it had used plus what it asked for
     ESTIMATED = "estimated"  # not shown: SGLang's own reserve
     DISABLED = "disabled"  # --disable-cuda-graph
-    OTHER_BOOT = "other-boot"  # measured on a sibling boot of the same deployment
+    OTHER_BOOT = "other-boot"  # measured on a sibling boot of the same setup
 
 
 @dataclass(frozen=True, slots=True)

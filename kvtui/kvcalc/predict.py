@@ -10,7 +10,6 @@ from kvtui.engines.events import Engine
 from kvtui.knobs import Memory, fraction_flag
 from kvtui.kvcalc.arith import GIB, _frac
 from kvtui.kvcalc.defaults import _sglang_tier, default_mem_fraction
-from kvtui.kvcalc.edits import CPU_KV_SPACE, Edits, _parse_value, edits_from_mapping
 from kvtui.kvcalc.model import (
     DEFAULT_GRAPH_MARGIN_GIB,
     Basis,
@@ -21,6 +20,7 @@ from kvtui.kvcalc.model import (
     activation_allowance_gib,
 )
 from kvtui.kvcalc.verdict import _Eval, _evaluate, _Settings
+from kvtui.kvcalc.whatif import CPU_KV_SPACE, WhatIf, _parse_value, what_if_from_mapping
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,7 @@ class HistoryCalibration:
 @dataclass(frozen=True, slots=True)
 class Prediction:
     model: MemoryModel
-    edits: Edits
+    edits: WhatIf
     fraction: float
     tokens: int
     kv_cache_gib: float | None
@@ -121,7 +121,7 @@ class Prediction:
         }
 
 
-def _resolve_fraction(model: MemoryModel, edits: Edits, notes: list[str]) -> float:
+def _resolve_fraction(model: MemoryModel, edits: WhatIf, notes: list[str]) -> float:
     """The fraction edited, or the engine's default when unset (SGLang's depends on the card)."""
     eng = model.engine
     present, val = edits.get(Memory.FRACTION)
@@ -149,7 +149,7 @@ def _resolve_fraction(model: MemoryModel, edits: Edits, notes: list[str]) -> flo
     return f
 
 
-def _resolve(model: MemoryModel, edits: Edits, notes: list[str], lows: list[str]) -> _Settings:
+def _resolve(model: MemoryModel, edits: WhatIf, notes: list[str], lows: list[str]) -> _Settings:
     """The settings an edit gives: each modelled flag edited, unset (the engine's default), or the boot's."""
     eng = model.engine
     f = _resolve_fraction(model, edits, notes)
@@ -196,7 +196,7 @@ def _resolve(model: MemoryModel, edits: Edits, notes: list[str], lows: list[str]
                      _resolve_cpu_kv_space(model, edits, lows))
 
 
-def _resolve_cpu_kv_space(model: MemoryModel, edits: Edits, lows: list[str]) -> float | None:
+def _resolve_cpu_kv_space(model: MemoryModel, edits: WhatIf, lows: list[str]) -> float | None:
     """vLLM's CPU pool edited with ``VLLM_CPU_KVCACHE_SPACE`` (None: not edited, or not a CPU boot)."""
     present, value = edits.get(Memory.CPU_KV_SPACE) if model.engine is Engine.VLLM else (False, None)
     if present and model.cpu_mem_gib is None:
@@ -260,16 +260,16 @@ def _search_fractions(model: MemoryModel, s: _Settings, ev: _Eval, full_context:
 
 def predict(
     model: MemoryModel,
-    edits: Edits | Mapping[str, object] | None = None,
+    edits: WhatIf | Mapping[str, object] | None = None,
     *,
     full_context: int = 1,
     graph_margin_gib: float = DEFAULT_GRAPH_MARGIN_GIB,
 ) -> Prediction:
     """Predict the pool and the verdict for ``edits`` (engine flag names or aliases)."""
     if edits is None:
-        edits = Edits(model.engine, {})
-    elif not isinstance(edits, Edits):
-        edits = edits_from_mapping(model.engine, edits)
+        edits = WhatIf(model.engine, {})
+    elif not isinstance(edits, WhatIf):
+        edits = what_if_from_mapping(model.engine, edits)
     if full_context < 1:
         raise CalcError(f"--full-context {full_context}: expected a whole number ≥ 1")
     if graph_margin_gib < 0:

@@ -108,7 +108,7 @@ def _fixed_pool(boot: Boot) -> str | None:
 def _two_point(
     boot: Boot, kv: float, u: float, total: float | None, others: Sequence[Boot], c: Notes
 ) -> tuple[float | None, float | None, Basis, int]:
-    """(device total, slope, basis, boots used): boots of one deployment at other utilizations
+    """(device total, slope, basis, boots used): boots of one setup at other utilizations
     measure the device total (GiB of KV per 1.0 of utilization): two boots give a two-point slope,
     three or more a least-squares line through all of them (the history's boots: ``others``).
     A pool whose size was given (the CPU backend's ``VLLM_CPU_KVCACHE_SPACE``,

@@ -11,6 +11,8 @@ no textual.
 - ``connection``: the connection state, the follower's notes, retries (``Connection``).
 - ``gaps``: gaps of unread lines and their search on the host (``Gaps``).
 - ``oneshot``: ``read_boots`` / ``host_boots`` (a host's boots now, no spool).
+- ``deployment``: ``DeploymentMonitor``: one ``HostMonitor`` per node of a deployment (N ≥ 1
+  nodes), their boots merged (``kvtui.boot.deployment``).
 
 CONTRACT shared with ``kvtui/ui`` and ``kvtui/commands/wait.py``: the update types, which live in
 ``kvtui.updates`` and are re-exported here for the views that import them from the monitor.

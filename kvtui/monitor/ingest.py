@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
-from kvtui.boot import BootUpdate
+from kvtui.boot import BootDelta
 from kvtui.bootlog import BootLog, display_pieces
 from kvtui.engines.events import (
     BootBoundary,
@@ -103,7 +103,7 @@ def sub_block(block: RecordBlock, a: int, b: int) -> RecordBlock:
     )
 
 
-def _changed(upd: BootUpdate) -> bool:
+def _changed(upd: BootDelta) -> bool:
     return (
         upd.new_boot or upd.phase_changed or upd.metrics_changed or upd.failed or upd.ready or upd.serving
     )

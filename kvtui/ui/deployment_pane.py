@@ -1,7 +1,7 @@
 """The console's pane for a ``[deployments.NAME]`` (issue 15): ``kvtui connect NAME`` opens it in
 ``KvtuiApp`` (``kvtui.ui.deployment_screen`` holds its keys).
 
-Read through ``kvtui.deployment_monitor.DeploymentMonitor`` (one HostMonitor per node, the merged
+Read through ``kvtui.monitor.deployment.DeploymentMonitor`` (one HostMonitor per node, the merged
 boot). Top to bottom:
 
 * the deployment's state, then one line per node: its connection, how far its boot got, and its
@@ -39,12 +39,12 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import RichLog, Static
 
+from kvtui.boot.deployment import FIGURE_LABELS, DeploymentBoot, NodeObservation, node_state
 from kvtui.config import DEFAULT_STALL_SECONDS
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, NodeStalls, probe_nodes
 from kvtui.fmt import duration as fmt_duration
 from kvtui.gpu import GpuProcess
 from kvtui.hosts.backend import BackendError
-from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, NodeObservation, node_state
+from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode, NodeStalls, probe_nodes
 from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.changes.action import ActionBanner
 from kvtui.ui.changes.controller import ChangeController, ChangeNode

@@ -29,9 +29,9 @@ from textual.screen import Screen
 from textual.widgets import Input
 
 from kvtui.config import DEFAULT_STALL_SECONDS
-from kvtui.deployment_monitor import DeploymentMonitor, DeploymentNode, node_monitor
 from kvtui.hosts.backend import LogStart
 from kvtui.monitor import MonitorOptions
+from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode, node_monitor
 from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.deployment_pane import LOG_KEEP, DeploymentPane
 from kvtui.ui.history.deployment import DeploymentHistoryScreen

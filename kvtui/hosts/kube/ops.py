@@ -57,7 +57,7 @@ from kvtui.hosts.kube.state import (
     ArgsError,
     ArgsSite,
     ArgsText,
-    EnvChange,
+    EditedEnvEntry,
     EnvSite,
     Manager,
     args_text,
@@ -368,7 +368,7 @@ class KubeOps:
             edits += [ev.EnvEdit(k, None) for k in now if k not in then]
             plan.env_edits = edits
             names = [str(x.get("name")) for x in out[0]] + [str(x.get("name")) for x in t.envs[0].entries]
-            plan.changes.extend(_change(EnvChange(e.name, "set" if e.value is not None and e.name in now else "add"
+            plan.changes.extend(_change(EditedEnvEntry(e.name, "set" if e.value is not None and e.name in now else "add"
                                                   if e.value is not None else "remove", now.get(e.name), e.value,
                                                   names.index(e.name) % max(1, len(out[0])) + 1))
                                 for e in edits)
@@ -567,9 +567,9 @@ def args_diff(kind: str, name: str, before: Controller, after: Controller, conta
     return "".join(out)
 
 
-def _change(c: EnvChange) -> fl.Change:
+def _change(c: EditedEnvEntry) -> fl.EditedLine:
     """An env-list change as the plan lists it (``line``: the entry's place in the list)."""
-    return fl.Change(f"env {c.name}", c.action, c.old, c.new, c.entry, "in the container's env list")
+    return fl.EditedLine(f"env {c.name}", c.action, c.old, c.new, c.entry, "in the container's env list")
 
 
 def _first_line(text: str) -> str:

@@ -530,7 +530,7 @@ def _value_from(entry: EnvVar) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class EnvChange:
+class EditedEnvEntry:
     """What one environment edit does to an ``env`` list: ``action`` set / add / remove /
     unchanged, the old and new value, and the entry's position (1-based)."""
 
@@ -541,14 +541,14 @@ class EnvChange:
     entry: int
 
 
-def edit_env(site: EnvSite, edits: Iterable[tuple[str, str | None]]) -> tuple[list[EnvVar], list[EnvChange]]:
+def edit_env(site: EnvSite, edits: Iterable[tuple[str, str | None]]) -> tuple[list[EnvVar], list[EditedEnvEntry]]:
     """The env list after ``edits`` ((name, value); value None: remove): a variable set in the
     list gets the new value (every entry of that name), a new one is appended, a removed one
     loses every entry. Raises ``ArgsError`` for what kvtui will not do: replace or remove a
     ``valueFrom`` (a Secret, ConfigMap or field reference: the manifest's business), remove a
     variable the list does not set."""
     out = [e.copy() for e in site.entries]
-    changes: list[EnvChange] = []
+    changes: list[EditedEnvEntry] = []
     for name, value in edits:
         at = [i for i, e in enumerate(out) if e.get("name") == name]
         ref = next((out[i] for i in at if "valueFrom" in out[i]), None)
@@ -562,17 +562,17 @@ def edit_env(site: EnvSite, edits: Iterable[tuple[str, str | None]]) -> tuple[li
                         else " (the image may still set it)")
                 raise ArgsError(f"--unsetenv {name}: {name} is not in the container's env list{more}")
             out = [e for e in out if e.get("name") != name]
-            changes.append(EnvChange(name, "remove", old, None, at[0] + 1))
+            changes.append(EditedEnvEntry(name, "remove", old, None, at[0] + 1))
         elif at:
             if old == value:
-                changes.append(EnvChange(name, "unchanged", old, value, at[-1] + 1))
+                changes.append(EditedEnvEntry(name, "unchanged", old, value, at[-1] + 1))
                 continue
             for i in at:
                 out[i]["value"] = value
-            changes.append(EnvChange(name, "set", old, value, at[-1] + 1))
+            changes.append(EditedEnvEntry(name, "set", old, value, at[-1] + 1))
         else:
             out.append({"name": name, "value": value})
-            changes.append(EnvChange(name, "add", None, value, len(out)))
+            changes.append(EditedEnvEntry(name, "add", None, value, len(out)))
     return out, changes
 
 

@@ -95,7 +95,7 @@ class ApplyPlan(_Refusable):
     engine: Engine
     edits: list[fl.Edit]
     new_text: str
-    changes: list[fl.Change]
+    changes: list[fl.EditedLine]
     warnings: list[str]
     diff: str
     backup_path: str  # apply: where the backup goes; rollback: the backup restored

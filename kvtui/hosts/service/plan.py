@@ -195,7 +195,7 @@ def needs_release(source_text: str, kind: fl.Kind, edits: Sequence[fl.Edit]) -> 
 
 def rollback_changes(
     old: fl.ServerCommand, new: fl.ServerCommand, old_text: str, new_text: str, edits: Sequence[fl.Edit]
-) -> list[fl.Change]:
+) -> list[fl.EditedLine]:
     """What a rollback changes, each with its real line: in the restored text for a flag it sets
     or adds, in the current text for one it removes (was ``(line 0)`` for every one)."""
 
@@ -203,24 +203,24 @@ def rollback_changes(
         occ = cmd.find(flag)
         return text.count("\n", 0, occ[-1].start) + 1 if occ else cmd.exec_line
 
-    out: list[fl.Change] = []
+    out: list[fl.EditedLine] = []
     for e in edits:
         before, after = old.get(e.flag), new.get(e.flag)
         if e.value is None:
-            out.append(fl.Change(f"--{e.flag}", "remove", before, None, line_of(old, old_text, e.flag)))
+            out.append(fl.EditedLine(f"--{e.flag}", "remove", before, None, line_of(old, old_text, e.flag)))
         else:
             action: Literal["add", "set"] = "add" if before is None else "set"
-            out.append(fl.Change(f"--{e.flag}", action, before, after, line_of(new, new_text, e.flag)))
+            out.append(fl.EditedLine(f"--{e.flag}", action, before, after, line_of(new, new_text, e.flag)))
     return out
 
 
 def env_rollback_changes(
     old_text: str, new_text: str, kind: fl.Kind, env_edits: Sequence[ev.EnvEdit]
-) -> list[fl.Change]:
+) -> list[fl.EditedLine]:
     """What a rollback changes in the environment, each with its line."""
     old_env = ev.effective_env(old_text, kind) if env_edits else {}
     return [
-        fl.Change(f"env {e.name}", "remove" if e.value is None else ("set" if e.name in old_env else "add"),
+        fl.EditedLine(f"env {e.name}", "remove" if e.value is None else ("set" if e.name in old_env else "add"),
                   old_env.get(e.name), e.value,
                   ev.assignment_line(old_text if e.value is None else new_text, kind, e.name))
         for e in env_edits

@@ -177,7 +177,7 @@ def _engine_hint(source: FlagSource) -> Engine:
 
 def _edit(
     source: FlagSource, edits: Sequence[fl.Edit], env_edits: Sequence[ev.EnvEdit], dump: frozenset[str] | None
-) -> tuple[str, Engine, list[fl.Change], list[str]]:
+) -> tuple[str, Engine, list[fl.EditedLine], list[str]]:
     """The source's new text, its engine, the changes and the warnings (``ServiceError`` when
     kvtui will not make the edit). ``dump``: the running boot's argument-dump keys, when known
     (the spelling of a flag added that releases spell differently)."""

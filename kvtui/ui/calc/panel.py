@@ -669,13 +669,13 @@ class CalculatorPanel(Widget, can_focus=True):
             if not f.edited:
                 continue
             try:
-                kvcalc.parse_edits(self.engine, *_edit_args([(f.flag, f.observed, f.value)]))
+                kvcalc.parse_what_if(self.engine, *_edit_args([(f.flag, f.observed, f.value)]))
             except kvcalc.CalcError as exc:
                 f.invalid = True
                 errors.append(_field_error(f, str(exc)))
         sets, unsets = _edit_args((f.flag, f.observed, f.valid if f.invalid else f.value) for f in self.fields)
         try:
-            edits = kvcalc.parse_edits(self.engine, sets, unsets)
+            edits = kvcalc.parse_what_if(self.engine, sets, unsets)
             prediction = kvcalc.predict(self.model, edits, graph_margin_gib=self.margin_gib)
         except kvcalc.CalcError as exc:
             if self.prediction is not None and self.prediction.model is not self.model:

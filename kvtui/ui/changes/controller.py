@@ -69,7 +69,7 @@ def calculator_edits(calc: CalculatorPanel) -> list[Edit] | str:
     if engine is None:
         return "the calculator has no boot to work from yet"
     try:
-        edits = kvcalc.parse_edits(engine, sets, unsets)
+        edits = kvcalc.parse_what_if(engine, sets, unsets)
     except kvcalc.CalcError as exc:
         return f"the calculator's edit is not valid: {exc}"
     return flags.edits_from_mapping(dict(edits.values))

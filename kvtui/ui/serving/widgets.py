@@ -12,7 +12,7 @@ server (``kvtui.serving_live.ServingReader``: ``/metrics``, else the log's servi
                       (a bounded ring of samples).
 
 ``suggest`` sizes the diagnosis' knob with the console calculator's own path — its calibrated
-model, ``kvcalc.parse_edits`` + ``kvcalc.predict`` with its graph margin — and runs off the event
+model, ``kvcalc.parse_what_if`` + ``kvcalc.predict`` with its graph margin — and runs off the event
 loop (the pane calls it in a thread).
 """
 
@@ -71,7 +71,7 @@ class Suggestion:
 
 def _predict(model: kvcalc.MemoryModel, flag: str, value: str | None, margin: float) -> kvcalc.Prediction:
     """As the calculator panel predicts: its edits parsed, then ``kvcalc.predict``."""
-    edits = kvcalc.parse_edits(model.engine, [f"{flag}={value}"] if value is not None else [], [])
+    edits = kvcalc.parse_what_if(model.engine, [f"{flag}={value}"] if value is not None else [], [])
     return kvcalc.predict(model, edits, graph_margin_gib=margin)
 
 
@@ -141,7 +141,7 @@ def _suggest_fraction(model: kvcalc.MemoryModel, base: kvcalc.Prediction, target
 
 def _suggest_cpu(model: kvcalc.MemoryModel, base: kvcalc.Prediction, target: int | None,
                  margin: float) -> Suggestion | None:
-    flag = kvcalc.edits.CPU_KV_SPACE
+    flag = kvcalc.whatif.CPU_KV_SPACE
     try:
         current = float(str(model.pool_env.get("VLLM_CPU_KVCACHE_SPACE")))
     except ValueError:

@@ -1,4 +1,6 @@
-"""Flag edits for the calculator: names (from kvtui.knobs), values, ``--set``/``--unset``."""
+"""The calculator's what-if values (``WhatIf``): flag names (from kvtui.knobs) and the values to
+evaluate, from ``--set``/``--unset`` or a mapping, validated. Not ``kvtui.flags.Edit`` (an edit of
+a flags file): the apply path turns a ``WhatIf`` into file edits with ``flags.edits_from_mapping``."""
 
 from __future__ import annotations
 
@@ -119,8 +121,8 @@ def _parse_cpu_kv_space(name: str, raw: object) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Edits:
-    """Flag edits in the engine's own names. ``values[name] is None`` means ``--unset``."""
+class WhatIf:
+    """What-if values in the engine's own names. ``values[name] is None`` means ``--unset``."""
 
     engine: Engine
     values: Mapping[str, object] = field(default_factory=dict)
@@ -142,8 +144,8 @@ class Edits:
         return dict(self.values)
 
 
-def parse_edits(engine: Engine, sets: Sequence[str], unsets: Sequence[str]) -> Edits:
-    """``--set FLAG=VALUE`` / ``--unset FLAG`` → ``Edits`` (raises ``CalcError`` on bad input)."""
+def parse_what_if(engine: Engine, sets: Sequence[str], unsets: Sequence[str]) -> WhatIf:
+    """``--set FLAG=VALUE`` / ``--unset FLAG`` → ``WhatIf`` (raises ``CalcError`` on bad input)."""
     values: dict[str, object] = {}
     origin: dict[str, str] = {}
     for item in sets:
@@ -173,13 +175,13 @@ def parse_edits(engine: Engine, sets: Sequence[str], unsets: Sequence[str]) -> E
             raise CalcError(f"--unset {item}: {name} is already given by {origin[name]}; give it once")
         values[name] = None
         origin[name] = f"--unset {item}"
-    return Edits(engine, values)
+    return WhatIf(engine, values)
 
 
-def edits_from_mapping(engine: Engine, mapping: Mapping[str, object]) -> Edits:
-    """Edits given as ``{flag: value}`` (any alias; ``None`` = unset), validated like ``--set``."""
+def what_if_from_mapping(engine: Engine, mapping: Mapping[str, object]) -> WhatIf:
+    """What-if values given as ``{flag: value}`` (any alias; ``None`` = unset), validated like ``--set``."""
     values: dict[str, object] = {}
     for raw_name, raw_value in mapping.items():
         name = canonical_flag(engine, raw_name)
         values[name] = None if raw_value is None else _parse_value(engine, name, raw_value)
-    return Edits(engine, values)
+    return WhatIf(engine, values)

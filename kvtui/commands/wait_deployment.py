@@ -2,12 +2,12 @@
 which the one wait loop (``kvtui.commands.wait.follow``) feeds, as it feeds a host's ``Waiter``.
 
 Each node is followed by its own ``HostMonitor`` (its own connection, spool and tracker); after
-every batch the nodes' current boots are merged (``kvtui.nodes.merge_boots``) and the merged
+every batch the nodes' current boots are merged (``kvtui.boot.deployment.merge_boots``) and the merged
 boot decides, as ``wait`` does for one host: 0 when the whole is ready (the head node serves),
 1 when a node failed (its failure, named with the node), 5 at ``--timeout``, 3 when a node
 cannot be reached. Progress goes to stderr as the merged phases start.
 
-A node that holds the others back is named by the hang diagnosis (``kvtui.nodes.diagnose_hang``,
+A node that holds the others back is named by the hang diagnosis (``kvtui.boot.deployment.diagnose_hang``,
 bound = the deployment's ``hang_seconds``): at once when its boot stopped, else when it trails
 the phase another node reached for longer than the bound. kvtui then asks the lagging nodes'
 hosts what it can see (the unit's state with the same probe as ``hosts --connect``; every
@@ -38,17 +38,17 @@ from typing import Any, TextIO
 
 from kvtui import fmt
 from kvtui.boot import BootStatus
+from kvtui.boot.deployment import DeploymentBoot, Hang, NodeBoot, NodeObservation, diagnose_hang
 from kvtui.boot.stall import Stall
-from kvtui.deployment_monitor import (
+from kvtui.engines.events import Phase
+from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
+from kvtui.hosts.backend import ConnState
+from kvtui.monitor.deployment import (
     DeploymentMonitor,
     DeploymentNode,
     NodeStalls,
     probe_nodes,
 )
-from kvtui.engines.events import Phase
-from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
-from kvtui.hosts.backend import ConnState
-from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, diagnose_hang
 from kvtui.updates import ConnUpdate, MonitorUpdate
 
 _FATAL = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})

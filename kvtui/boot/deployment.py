@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from kvtui import fmt
-from kvtui.boot import Boot, BootStatus, PhaseSpan, fact_rule, rank_sort_key, refresh_metrics
+from kvtui.boot.facts import fact_rule, rank_sort_key, refresh_metrics
+from kvtui.boot.model import Boot, BootStatus, PhaseSpan
 from kvtui.engines.events import PHASE_RANK, Engine, Fact, Model, Phase
 
 # phases only the head node (node rank 0) reaches

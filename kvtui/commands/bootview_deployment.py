@@ -1,12 +1,12 @@
 """``kvtui replay a.log b.log …`` (and ``wait`` on a deployment): how a deployment's merged boot is
-shown. ``replay`` reads the files and merges them (``kvtui.nodes``); this module only renders.
+shown. ``replay`` reads the files and merges them (``kvtui.boot.deployment``); this module only renders.
 
 Each file is read as ``replay`` reads one (any shape, gzip, the same exit 3 for unreadable input);
 node names are the files' names, node ranks come from each log's own ``--node-rank`` (else the
 order given). Every start of the deployment is shown as one boot (the merged phases, ranks and
 figures, as for one host), then the nodes side by side: each node's phases, which node set each
 figure, and the findings (flags that differ between the nodes, a different rendezvous in a
-configured deployment). Logs that cannot be one deployment's nodes (``kvtui.nodes.apart``) are not
+configured deployment). Logs that cannot be one deployment's nodes (``kvtui.boot.deployment.apart``) are not
 merged: ``replay`` reports each on its own. Exit 1 when the last start failed on any node."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
+from kvtui.boot.deployment import FIGURE_LABELS, DeploymentBoot, node_state
 from kvtui.engines.events import PHASE_RANK, Phase
-from kvtui.nodes import FIGURE_LABELS, DeploymentBoot, node_state
 
 # the figures shown with the node that set them, in this order
 _FIGURES = FIGURE_LABELS

@@ -1,10 +1,10 @@
 """``DeploymentMonitor``: one ``HostMonitor`` per node of a ``[deployments.NAME]`` and the merged boot
-(``kvtui.nodes.merge_boots``) published after every batch that changed a node's log or boot.
+(``kvtui.boot.deployment.merge_boots``) published after every batch that changed a node's log or boot.
 
 The monitor layer's piece for deployments (issue 15): ``kvtui wait NAME`` (``commands/wait``)
 and the console's deployment pane both read a deployment through it. It owns the node monitors
 (``start`` runs them, ``close`` ends them), remembers per node when its last line arrived and its
-connection state, and answers the hang diagnosis (``kvtui.nodes.diagnose_hang``) from what it saw.
+connection state, and answers the hang diagnosis (``kvtui.boot.deployment.diagnose_hang``) from what it saw.
 
 A sink gets ``(node, updates, merged)``: the node's own updates, unchanged (GPU readings, log
 batches, connection state, …), and the deployment's merged boot when that batch changed it (a log
@@ -22,13 +22,22 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from kvtui.boot import Boot, BootStatus
+from kvtui.boot.deployment import (
+    DeploymentBoot,
+    Hang,
+    NodeBoot,
+    NodeObservation,
+    current_start,
+    diagnose_hang,
+    merge_boots,
+)
 from kvtui.boot.stall import Stall, StallDetector
 from kvtui.engines.events import Phase
 from kvtui.history import recorder_for
 from kvtui.hosts import shellcmd as C
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus
-from kvtui.monitor import HostMonitor, MonitorOptions
-from kvtui.nodes import DeploymentBoot, Hang, NodeBoot, NodeObservation, current_start, diagnose_hang, merge_boots
+from kvtui.monitor.host import HostMonitor
+from kvtui.monitor.options import MonitorOptions
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
 
 if TYPE_CHECKING:
@@ -94,7 +103,7 @@ class DeploymentMonitor:
 
     def merged(self) -> DeploymentBoot:
         """The nodes' current boots merged, now (also kept as ``dep``): the newest start's, paired by
-        time (``nodes.current_start``: a node restarted alone is not merged with the others' older
+        time (``boot.deployment.current_start``: a node restarted alone is not merged with the others' older
         boots; they are named as not in this start)."""
         kept, earlier = current_start([self.current(n) for n in self.nodes])
         self.dep = merge_boots([(n.name, b) for n, b in zip(self.nodes, kept, strict=True)], earlier)
