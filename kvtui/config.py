@@ -19,7 +19,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, TextIO, TypeAlias
 
 from pydantic import (
     AfterValidator,
@@ -843,6 +843,16 @@ def load_config(explicit: str | None = None) -> Config:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the hosts file: {exc.strerror or exc}") from None
     return parse_config(data, path)
+
+
+def load_config_or_say(explicit: str | None, err: TextIO, *, who: str) -> Config | None:
+    """``load_config`` for a command: None once it printed why the hosts file cannot be used
+    (``WHO: …``); the command then exits ``EXIT_INPUT``."""
+    try:
+        return load_config(explicit)
+    except ConfigError as exc:
+        print(f"{who}: {exc}", file=err)
+        return None
 
 
 _TOP_KEYS = ("hosts", "deployments", "ui", "keymap", "calc", "history", "prometheus")
