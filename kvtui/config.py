@@ -220,7 +220,24 @@ class _HostBase(_Strict):
         return self
 
 
-class ServerHost(_HostBase):
+class _RealServer:
+    """What a server host and a pod say the same way: a real server (not the demo's), of the engine
+    their ``engine`` key declares."""
+
+    if TYPE_CHECKING:
+        engine: str
+
+    @property
+    def demo(self) -> Literal[False]:
+        return False
+
+    @property
+    def server_engine(self) -> str:
+        """The engine the host declares (``auto``: detect it from the log)."""
+        return self.engine
+
+
+class ServerHost(_RealServer, _HostBase):
     """A host that runs a real server (over SSH or on this machine): what kvtui follows (``unit``,
     ``log_file``, ``container``: at least one), where the flags live, how it restarts."""
 
@@ -234,15 +251,6 @@ class ServerHost(_HostBase):
     sudo: bool = False
     engine: EngineName = "auto"
     pid_file: RemotePath | None = None  # the server's pid file (liveness); else the one start_command writes
-
-    @property
-    def demo(self) -> Literal[False]:
-        return False
-
-    @property
-    def server_engine(self) -> str:
-        """The engine the host declares (``auto``: detect it from the log)."""
-        return self.engine
 
     @property
     def log_source(self) -> Literal["file", "docker", "journal"]:
@@ -366,24 +374,17 @@ class DemoHost(_HostBase):
     def source_label(self) -> str:
         return "simulated unit"
 
-    # a simulated server has no unit file, log file or container of its own to name
-    @property
-    def unit(self) -> None:
-        return None
-
-    @property
-    def log_file(self) -> None:
-        return None
-
-    @property
-    def container(self) -> None:
-        return None
+    # a simulated server has no unit file, log file or container of its own to name (class
+    # constants, not keys)
+    unit: ClassVar[None] = None
+    log_file: ClassVar[None] = None
+    container: ClassVar[None] = None
 
 
 KubeTarget = Annotated[str, AfterValidator(kube_target)]
 
 
-class KubeHost(_HostBase):
+class KubeHost(_RealServer, _HostBase):
     """``kube = "CONTEXT/NAMESPACE/POD"`` (or ``"CONTEXT/NAMESPACE"`` + ``selector``): a server in a
     Kubernetes pod, followed with the operator's own ``kubectl`` (``kvtui.hosts.kube``)."""
 
@@ -404,14 +405,6 @@ class KubeHost(_HostBase):
         return self.kube + (f" ({self.selector})" if self.selector else "")
 
     @property
-    def demo(self) -> Literal[False]:
-        return False
-
-    @property
-    def server_engine(self) -> str:
-        return self.engine
-
-    @property
     def log_source(self) -> Literal["kube"]:
         return "kube"
 
@@ -421,33 +414,14 @@ class KubeHost(_HostBase):
         return what + (f", container {self.container}" if self.container else "")
 
     # what a server host has and a pod does not: kvtui neither edits nor restarts a pod itself yet
-    @property
-    def unit(self) -> None:
-        return None
-
-    @property
-    def log_file(self) -> None:
-        return None
-
-    @property
-    def launch_script(self) -> None:
-        return None
-
-    @property
-    def start_command(self) -> None:
-        return None
-
-    @property
-    def stop_command(self) -> None:
-        return None
-
-    @property
-    def pid_file(self) -> None:
-        return None
-
-    @property
-    def sudo(self) -> bool:
-        return False
+    # (class constants, not keys: a kube table that sets one is refused as any unknown key)
+    unit: ClassVar[None] = None
+    log_file: ClassVar[None] = None
+    launch_script: ClassVar[None] = None
+    start_command: ClassVar[None] = None
+    stop_command: ClassVar[None] = None
+    pid_file: ClassVar[None] = None
+    sudo: ClassVar[bool] = False
 
 
 if TYPE_CHECKING:
