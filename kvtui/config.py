@@ -16,7 +16,7 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, TextIO, TypeAlias
@@ -854,33 +854,26 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
             add("", f"unknown section '{key}'", _expected_one_of(key, _TOP_KEYS, "sections"), value)
 
     hosts: dict[str, HostConfig] = {}
-    raw_hosts = raw.get("hosts", {})
-    if not isinstance(raw_hosts, dict):
-        add("", "hosts", "expected tables [hosts.NAME]", raw_hosts)
-        raw_hosts = {}
-    for name, table in raw_hosts.items():
-        tname = f"hosts.{name}" if HOST_NAME_RE.match(name) else f"hosts.{json.dumps(name)}"
-        if not HOST_NAME_RE.match(name):
+    defined: set[str] = set()  # the names given a table, valid or not (a deployment's nodes name them)
+    for name, tname, valid, table in _named_tables(raw, "hosts", "expected tables [hosts.NAME]", add):
+        if not valid:
             add(tname, None, f"host name {json.dumps(name)}: expected letters, digits, '-' and '_' only")
         if not isinstance(table, dict):
             add("hosts", name, "expected a table [hosts." + name + "] of host settings", table)
             continue
+        defined.add(name)
         keys_ok = _validate(_HostKeys, table, tname, add) is not None
         rules = host_rule_problems(table)
         for rkey, expected, value in rules:
             add(tname, rkey, expected, value)
         kind = _kind_of(table)
-        if keys_ok and not rules and kind is not None and HOST_NAME_RE.match(name):
+        if keys_ok and not rules and kind is not None and valid:
             hosts[name] = _VARIANTS[kind].model_validate(table)
 
     deployments: dict[str, DeploymentConfig] = {}
-    raw_deps = raw.get("deployments", {})
-    if not isinstance(raw_deps, dict):
-        add("", "deployments", "expected tables [deployments.NAME] with nodes = [\"host-a\", \"host-b\"]", raw_deps)
-        raw_deps = {}
-    for name, table in raw_deps.items():
-        tname = f"deployments.{name}" if HOST_NAME_RE.match(name) else f"deployments.{json.dumps(name)}"
-        if not HOST_NAME_RE.match(name):
+    expected = "expected tables [deployments.NAME] with nodes = [\"host-a\", \"host-b\"]"
+    for name, tname, valid, table in _named_tables(raw, "deployments", expected, add):
+        if not valid:
             add(tname, None, f"deployment name {json.dumps(name)}: expected letters, digits, '-' and '_' only")
             continue
         if not isinstance(table, dict):
@@ -893,7 +886,6 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
         dep = _validate(DeploymentConfig, table, tname, add)
         if dep is not None:
             deployments[name] = dep
-    defined = {n for n, t in raw_hosts.items() if isinstance(t, dict)}
     for tname, dkey, expected, value in deployment_problems(deployments, hosts, defined):
         add(tname, dkey, expected, value)
 
@@ -920,6 +912,19 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
         raise ConfigError(header + "\n  " + "\n  ".join(lines), problems)
     return Config(hosts=hosts, deployments=deployments, ui=ui, keymap=keymap, calc=calc, path=Path(path),
                   history=history, prometheus=prometheus)
+
+
+def _named_tables(raw: dict[str, Any], section: str, expected: str,
+                  add: Any) -> Iterator[tuple[str, str, bool, object]]:
+    """Each ``[SECTION.NAME]`` table: its name, the table's name as a problem names it, whether the
+    name is a valid one, and the table; a section that is not tables is a problem (``expected``)."""
+    tables = raw.get(section, {})
+    if not isinstance(tables, dict):
+        add("", section, expected, tables)
+        return
+    for name, table in tables.items():
+        valid = HOST_NAME_RE.match(name) is not None
+        yield name, (f"{section}.{name}" if valid else f"{section}.{json.dumps(name)}"), valid, table
 
 
 def _prometheus_section(raw: dict[str, Any], add: Any) -> PrometheusConfig | None:
