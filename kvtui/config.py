@@ -209,13 +209,13 @@ class _HostBase(_Strict):
                                                            if k in variant.model_fields})
         return super().model_construct(_fields_set, **values)
 
-    _KIND_KEY: ClassVar[str] = ""  # the key that names a kind of host: ssh, local or demo
+    kind: ClassVar[str] = ""  # the key that names a kind of host: ssh, local, demo or kube
 
     @model_validator(mode="after")
     def _rules(self) -> Self:
         """The cross-key rules on the keys given (the kind's own key always counts as given)."""
-        if self._KIND_KEY:
-            kind = {self._KIND_KEY: getattr(self, self._KIND_KEY)}
+        if self.kind:
+            kind = {self.kind: getattr(self, self.kind)}
             _raise_rules({k: getattr(self, k) for k in self.model_fields_set} | kind)
         return self
 
@@ -278,17 +278,13 @@ class ServerHost(_RealServer, _HostBase):
 class SshHost(ServerHost):
     """``ssh = "user@host"``: a remote host over SSH."""
 
-    _KIND_KEY: ClassVar[str] = "ssh"
+    kind: ClassVar[Literal["ssh"]] = "ssh"  # (the key that names it)
 
     ssh: SshTarget
     port: int | None = Field(default=None, ge=1, le=65535)
     identity_file: LocalPath | None = None
     known_hosts: LocalPath | None = None
     strict_host_key: bool = True
-
-    @property
-    def kind(self) -> Literal["ssh"]:
-        return "ssh"
 
     @property
     def target(self) -> str:
@@ -318,13 +314,9 @@ class SshHost(ServerHost):
 class LocalHost(ServerHost):
     """``local = true``: the machine kvtui runs on."""
 
-    _KIND_KEY: ClassVar[str] = "local"
+    kind: ClassVar[Literal["local"]] = "local"  # (the key that names it)
 
     local: Literal[True]
-
-    @property
-    def kind(self) -> Literal["local"]:
-        return "local"
 
     @property
     def target(self) -> str:
@@ -334,7 +326,7 @@ class LocalHost(ServerHost):
 class DemoHost(_HostBase):
     """``demo = true``: the built-in simulated 8-GPU host (``kvtui.sim``)."""
 
-    _KIND_KEY: ClassVar[str] = "demo"
+    kind: ClassVar[Literal["demo"]] = "demo"  # (the key that names it)
 
     demo: Literal[True] = True
     demo_speed: float = Field(default=DEMO_DEFAULT_SPEED, gt=0, le=100000)
@@ -353,10 +345,6 @@ class DemoHost(_HostBase):
     # a fixed offered load (0..2; above 1 more than the pool holds: a full pool with a queue, the
     # engine retracting or preempting) instead of the simulation's slow waves (issue 24's incident)
     demo_load: float | None = Field(default=None, ge=0, le=2)
-
-    @property
-    def kind(self) -> Literal["demo"]:
-        return "demo"
 
     @property
     def target(self) -> str:
@@ -388,17 +376,13 @@ class KubeHost(_RealServer, _HostBase):
     """``kube = "CONTEXT/NAMESPACE/POD"`` (or ``"CONTEXT/NAMESPACE"`` + ``selector``): a server in a
     Kubernetes pod, followed with the operator's own ``kubectl`` (``kvtui.hosts.kube``)."""
 
-    _KIND_KEY: ClassVar[str] = "kube"
+    kind: ClassVar[Literal["kube"]] = "kube"  # (the key that names it)
 
     kube: KubeTarget
     selector: NonEmpty | None = None
     container: ContainerName | None = None
     engine: EngineName = "auto"
     gpu_metrics_url: NonEmpty | None = None  # a DCGM exporter's in-cluster URL (read through the API server)
-
-    @property
-    def kind(self) -> Literal["kube"]:
-        return "kube"
 
     @property
     def target(self) -> str:
