@@ -16,10 +16,10 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, TextIO, TypeAlias
 
 from pydantic import (
     AfterValidator,
@@ -209,18 +209,35 @@ class _HostBase(_Strict):
                                                            if k in variant.model_fields})
         return super().model_construct(_fields_set, **values)
 
-    _KIND_KEY: ClassVar[str] = ""  # the key that names a kind of host: ssh, local or demo
+    kind: ClassVar[str] = ""  # the key that names a kind of host: ssh, local, demo or kube
 
     @model_validator(mode="after")
     def _rules(self) -> Self:
         """The cross-key rules on the keys given (the kind's own key always counts as given)."""
-        if self._KIND_KEY:
-            kind = {self._KIND_KEY: getattr(self, self._KIND_KEY)}
+        if self.kind:
+            kind = {self.kind: getattr(self, self.kind)}
             _raise_rules({k: getattr(self, k) for k in self.model_fields_set} | kind)
         return self
 
 
-class ServerHost(_HostBase):
+class _RealServer:
+    """What a server host and a pod say the same way: a real server (not the demo's), of the engine
+    their ``engine`` key declares."""
+
+    if TYPE_CHECKING:
+        engine: str
+
+    @property
+    def demo(self) -> Literal[False]:
+        return False
+
+    @property
+    def server_engine(self) -> str:
+        """The engine the host declares (``auto``: detect it from the log)."""
+        return self.engine
+
+
+class ServerHost(_RealServer, _HostBase):
     """A host that runs a real server (over SSH or on this machine): what kvtui follows (``unit``,
     ``log_file``, ``container``: at least one), where the flags live, how it restarts."""
 
@@ -234,15 +251,6 @@ class ServerHost(_HostBase):
     sudo: bool = False
     engine: EngineName = "auto"
     pid_file: RemotePath | None = None  # the server's pid file (liveness); else the one start_command writes
-
-    @property
-    def demo(self) -> Literal[False]:
-        return False
-
-    @property
-    def server_engine(self) -> str:
-        """The engine the host declares (``auto``: detect it from the log)."""
-        return self.engine
 
     @property
     def log_source(self) -> Literal["file", "docker", "journal"]:
@@ -270,17 +278,13 @@ class ServerHost(_HostBase):
 class SshHost(ServerHost):
     """``ssh = "user@host"``: a remote host over SSH."""
 
-    _KIND_KEY: ClassVar[str] = "ssh"
+    kind: ClassVar[Literal["ssh"]] = "ssh"  # (the key that names it)
 
     ssh: SshTarget
     port: int | None = Field(default=None, ge=1, le=65535)
     identity_file: LocalPath | None = None
     known_hosts: LocalPath | None = None
     strict_host_key: bool = True
-
-    @property
-    def kind(self) -> Literal["ssh"]:
-        return "ssh"
 
     @property
     def target(self) -> str:
@@ -310,13 +314,9 @@ class SshHost(ServerHost):
 class LocalHost(ServerHost):
     """``local = true``: the machine kvtui runs on."""
 
-    _KIND_KEY: ClassVar[str] = "local"
+    kind: ClassVar[Literal["local"]] = "local"  # (the key that names it)
 
     local: Literal[True]
-
-    @property
-    def kind(self) -> Literal["local"]:
-        return "local"
 
     @property
     def target(self) -> str:
@@ -326,7 +326,7 @@ class LocalHost(ServerHost):
 class DemoHost(_HostBase):
     """``demo = true``: the built-in simulated 8-GPU host (``kvtui.sim``)."""
 
-    _KIND_KEY: ClassVar[str] = "demo"
+    kind: ClassVar[Literal["demo"]] = "demo"  # (the key that names it)
 
     demo: Literal[True] = True
     demo_speed: float = Field(default=DEMO_DEFAULT_SPEED, gt=0, le=100000)
@@ -347,10 +347,6 @@ class DemoHost(_HostBase):
     demo_load: float | None = Field(default=None, ge=0, le=2)
 
     @property
-    def kind(self) -> Literal["demo"]:
-        return "demo"
-
-    @property
     def target(self) -> str:
         return "simulated"
 
@@ -366,28 +362,21 @@ class DemoHost(_HostBase):
     def source_label(self) -> str:
         return "simulated unit"
 
-    # a simulated server has no unit file, log file or container of its own to name
-    @property
-    def unit(self) -> None:
-        return None
-
-    @property
-    def log_file(self) -> None:
-        return None
-
-    @property
-    def container(self) -> None:
-        return None
+    # a simulated server has no unit file, log file or container of its own to name (class
+    # constants, not keys)
+    unit: ClassVar[None] = None
+    log_file: ClassVar[None] = None
+    container: ClassVar[None] = None
 
 
 KubeTarget = Annotated[str, AfterValidator(kube_target)]
 
 
-class KubeHost(_HostBase):
+class KubeHost(_RealServer, _HostBase):
     """``kube = "CONTEXT/NAMESPACE/POD"`` (or ``"CONTEXT/NAMESPACE"`` + ``selector``): a server in a
     Kubernetes pod, followed with the operator's own ``kubectl`` (``kvtui.hosts.kube``)."""
 
-    _KIND_KEY: ClassVar[str] = "kube"
+    kind: ClassVar[Literal["kube"]] = "kube"  # (the key that names it)
 
     kube: KubeTarget
     selector: NonEmpty | None = None
@@ -396,20 +385,8 @@ class KubeHost(_HostBase):
     gpu_metrics_url: NonEmpty | None = None  # a DCGM exporter's in-cluster URL (read through the API server)
 
     @property
-    def kind(self) -> Literal["kube"]:
-        return "kube"
-
-    @property
     def target(self) -> str:
         return self.kube + (f" ({self.selector})" if self.selector else "")
-
-    @property
-    def demo(self) -> Literal[False]:
-        return False
-
-    @property
-    def server_engine(self) -> str:
-        return self.engine
 
     @property
     def log_source(self) -> Literal["kube"]:
@@ -421,33 +398,14 @@ class KubeHost(_HostBase):
         return what + (f", container {self.container}" if self.container else "")
 
     # what a server host has and a pod does not: kvtui neither edits nor restarts a pod itself yet
-    @property
-    def unit(self) -> None:
-        return None
-
-    @property
-    def log_file(self) -> None:
-        return None
-
-    @property
-    def launch_script(self) -> None:
-        return None
-
-    @property
-    def start_command(self) -> None:
-        return None
-
-    @property
-    def stop_command(self) -> None:
-        return None
-
-    @property
-    def pid_file(self) -> None:
-        return None
-
-    @property
-    def sudo(self) -> bool:
-        return False
+    # (class constants, not keys: a kube table that sets one is refused as any unknown key)
+    unit: ClassVar[None] = None
+    log_file: ClassVar[None] = None
+    launch_script: ClassVar[None] = None
+    start_command: ClassVar[None] = None
+    stop_command: ClassVar[None] = None
+    pid_file: ClassVar[None] = None
+    sudo: ClassVar[bool] = False
 
 
 if TYPE_CHECKING:
@@ -845,6 +803,16 @@ def load_config(explicit: str | None = None) -> Config:
     return parse_config(data, path)
 
 
+def load_config_or_say(explicit: str | None, err: TextIO, *, who: str) -> Config | None:
+    """``load_config`` for a command: None once it printed why the hosts file cannot be used
+    (``WHO: …``); the command then exits ``EXIT_INPUT``."""
+    try:
+        return load_config(explicit)
+    except ConfigError as exc:
+        print(f"{who}: {exc}", file=err)
+        return None
+
+
 _TOP_KEYS = ("hosts", "deployments", "ui", "keymap", "calc", "history", "prometheus")
 
 
@@ -870,33 +838,26 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
             add("", f"unknown section '{key}'", _expected_one_of(key, _TOP_KEYS, "sections"), value)
 
     hosts: dict[str, HostConfig] = {}
-    raw_hosts = raw.get("hosts", {})
-    if not isinstance(raw_hosts, dict):
-        add("", "hosts", "expected tables [hosts.NAME]", raw_hosts)
-        raw_hosts = {}
-    for name, table in raw_hosts.items():
-        tname = f"hosts.{name}" if HOST_NAME_RE.match(name) else f"hosts.{json.dumps(name)}"
-        if not HOST_NAME_RE.match(name):
+    defined: set[str] = set()  # the names given a table, valid or not (a deployment's nodes name them)
+    for name, tname, valid, table in _named_tables(raw, "hosts", "expected tables [hosts.NAME]", add):
+        if not valid:
             add(tname, None, f"host name {json.dumps(name)}: expected letters, digits, '-' and '_' only")
         if not isinstance(table, dict):
             add("hosts", name, "expected a table [hosts." + name + "] of host settings", table)
             continue
+        defined.add(name)
         keys_ok = _validate(_HostKeys, table, tname, add) is not None
         rules = host_rule_problems(table)
         for rkey, expected, value in rules:
             add(tname, rkey, expected, value)
         kind = _kind_of(table)
-        if keys_ok and not rules and kind is not None and HOST_NAME_RE.match(name):
+        if keys_ok and not rules and kind is not None and valid:
             hosts[name] = _VARIANTS[kind].model_validate(table)
 
     deployments: dict[str, DeploymentConfig] = {}
-    raw_deps = raw.get("deployments", {})
-    if not isinstance(raw_deps, dict):
-        add("", "deployments", "expected tables [deployments.NAME] with nodes = [\"host-a\", \"host-b\"]", raw_deps)
-        raw_deps = {}
-    for name, table in raw_deps.items():
-        tname = f"deployments.{name}" if HOST_NAME_RE.match(name) else f"deployments.{json.dumps(name)}"
-        if not HOST_NAME_RE.match(name):
+    expected = "expected tables [deployments.NAME] with nodes = [\"host-a\", \"host-b\"]"
+    for name, tname, valid, table in _named_tables(raw, "deployments", expected, add):
+        if not valid:
             add(tname, None, f"deployment name {json.dumps(name)}: expected letters, digits, '-' and '_' only")
             continue
         if not isinstance(table, dict):
@@ -909,7 +870,6 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
         dep = _validate(DeploymentConfig, table, tname, add)
         if dep is not None:
             deployments[name] = dep
-    defined = {n for n, t in raw_hosts.items() if isinstance(t, dict)}
     for tname, dkey, expected, value in deployment_problems(deployments, hosts, defined):
         add(tname, dkey, expected, value)
 
@@ -936,6 +896,19 @@ def parse_config(data: bytes | str, path: Path | str = "hosts.toml") -> Config:
         raise ConfigError(header + "\n  " + "\n  ".join(lines), problems)
     return Config(hosts=hosts, deployments=deployments, ui=ui, keymap=keymap, calc=calc, path=Path(path),
                   history=history, prometheus=prometheus)
+
+
+def _named_tables(raw: dict[str, Any], section: str, expected: str,
+                  add: Any) -> Iterator[tuple[str, str, bool, object]]:
+    """Each ``[SECTION.NAME]`` table: its name, the table's name as a problem names it, whether the
+    name is a valid one, and the table; a section that is not tables is a problem (``expected``)."""
+    tables = raw.get(section, {})
+    if not isinstance(tables, dict):
+        add("", section, expected, tables)
+        return
+    for name, table in tables.items():
+        valid = HOST_NAME_RE.match(name) is not None
+        yield name, (f"{section}.{name}" if valid else f"{section}.{json.dumps(name)}"), valid, table
 
 
 def _prometheus_section(raw: dict[str, Any], add: Any) -> PrometheusConfig | None:

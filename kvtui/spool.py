@@ -314,12 +314,7 @@ class Spool:
         written exactly as ``append`` writes it. Returns the ``seq`` of the first line."""
         if not texts:
             return self._count
-        fast = self._rows_fast(texts, ts, ranks, styles, cursors, idents)
-        if fast is not None:
-            parts, blob = fast
-        else:  # a field with a tab or a line break, a text with a line break: row by row
-            parts = self._rows(texts, ts, ranks, styles, cursors, idents)
-            blob = "".join(parts)
+        parts, blob = self._rows(texts, ts, ranks, styles, cursors, idents)
         last_cursor: str | None = None
         for cursor in reversed(cursors):
             if cursor:
@@ -375,7 +370,7 @@ class Spool:
         self._last_ts, self._last_ts_s = last_ts, last_s
         return out
 
-    def _rows_fast(
+    def _rows(
         self,
         texts: Sequence[str],
         ts: Sequence[datetime | None],
@@ -383,10 +378,10 @@ class Spool:
         styles: Sequence[str | None],
         cursors: Sequence[str | None],
         idents: Sequence[str | None] | None,
-    ) -> tuple[list[str], str] | None:
-        """The rows of ``extend`` built in bulk, and joined; or None when one of them needs cleaning (a tab or a
-        line break in a field, a line break in a text): checked once over the whole block."""
-        last = self._last_ts, self._last_ts_s
+    ) -> tuple[list[str], str]:
+        """The rows of ``extend``, and joined: built in bulk and checked once over the whole block;
+        when one of them needs cleaning (a tab or a line break in a field, a line break in a text),
+        built again one by one, each cleaned as ``append`` cleans it."""
         isos = self._iso(ts)
         if idents is None:
             rows = [f"{i}\t{r or ''}\t{s or ''}\t{c or ''}\t\t{x}\n"
@@ -399,32 +394,11 @@ class Spool:
         # every row holds its 5 separators, its one newline, and the texts' own tabs: nothing else
         if blob.count("\n") == n and "\r" not in blob and blob.count("\t") == 5 * n + "".join(texts).count("\t"):
             return rows, blob
-        self._last_ts, self._last_ts_s = last
-        return None
-
-    def _rows(
-        self,
-        texts: Sequence[str],
-        ts: Sequence[datetime | None],
-        ranks: Sequence[str | None],
-        styles: Sequence[str | None],
-        cursors: Sequence[str | None],
-        idents: Sequence[str | None] | None,
-    ) -> list[str]:
-        """The rows of ``extend`` one by one, each cleaned as ``append`` cleans it."""
-        last_ts, last_s = self._last_ts, self._last_ts_s
         parts: list[str] = []
         add = parts.append
-        for text, t, rank, style, cursor, ident in zip(
-            texts, ts, ranks, styles, cursors, idents if idents is not None else itertools.repeat(None), strict=False
+        for ts_s, text, rank, style, cursor, ident in zip(
+            isos, texts, ranks, styles, cursors, idents if idents is not None else itertools.repeat(None), strict=False
         ):
-            if t is None:
-                ts_s = ""
-            elif t is last_ts or t == last_ts:
-                ts_s = last_s
-            else:
-                ts_s = last_s = t.isoformat()
-                last_ts = t
             if "\n" in text or "\r" in text:
                 text = text.translate(_TEXT_BAD)
             head = f"{ts_s}\t{rank or ''}\t{style or ''}\t{cursor or ''}\t{ident or ''}\t"
@@ -433,8 +407,7 @@ class Spool:
                     f.translate(_FIELD_BAD) for f in (ts_s, rank or "", style or "", cursor or "", ident or "")
                 ) + "\t"
             add(head + text + "\n")
-        self._last_ts, self._last_ts_s = last_ts, last_s
-        return parts
+        return parts, "".join(parts)
 
     def _start_segment(self, boot: int) -> _Segment:
         if self._writer is not None:

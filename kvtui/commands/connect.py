@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvtui.config import ConfigError, LocalHost, load_config
+from kvtui.config import ConfigError, LocalHost, load_config_or_say
 from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from kvtui.hosts.bundle import BundleBackend, BundleError, load_bundle
 from kvtui.hosts.factory import make_backend
@@ -62,10 +62,8 @@ def run(args: argparse.Namespace) -> int:
     if bundle and args.host:
         print("kvtui connect: --bundle FILE opens a recorded boot: give no HOST with it", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        config = load_config(args.hosts)
-    except ConfigError as exc:
-        print(f"kvtui: {exc}", file=sys.stderr)
+    config = load_config_or_say(args.hosts, sys.stderr, who="kvtui")
+    if config is None:
         return EXIT_INPUT
     if not bundle and not args.host:
         if config.prometheus is None:

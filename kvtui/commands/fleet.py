@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 from kvtui import fmt
-from kvtui.config import ConfigError, load_config
+from kvtui.config import load_config_or_say
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK
 from kvtui.fleet.client import PromClient, PromError
 from kvtui.fleet.rows import fetch_fleet, filter_rows, row_cells, sort_rows
@@ -47,10 +47,8 @@ def render_table(rows: list[FleetRow], width: int = WIDTH) -> str:
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    try:
-        config = load_config(getattr(args, "hosts", None))
-    except ConfigError as exc:
-        print(f"kvtui fleet: {exc}", file=err)
+    config = load_config_or_say(getattr(args, "hosts", None), err, who="kvtui fleet")
+    if config is None:
         return EXIT_INPUT
     if config.prometheus is None:
         where = config.path or "no hosts file found"

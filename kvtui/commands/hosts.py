@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from kvtui.config import ConfigError, DemoHost, SshHost, format_value, load_config, search_locations
+from kvtui.config import DemoHost, SshHost, format_value, load_config_or_say, search_locations
 from kvtui.exits import EXIT_INPUT, EXIT_OK
 from kvtui.fleet.client import PromClient, PromError
 from kvtui.fleet.rows import fetch_summary
@@ -265,10 +265,8 @@ async def connect_all(config: Config, names: list[str]) -> list[ConnectResult]:
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    try:
-        config = load_config(getattr(args, "hosts", None))
-    except ConfigError as exc:
-        print(f"kvtui hosts: {exc}", file=err)
+    config = load_config_or_say(getattr(args, "hosts", None), err, who="kvtui hosts")
+    if config is None:
         return EXIT_INPUT
     names = config.names()
     rows = [["NAME", "KIND", "TARGET", "FOLLOWS", "GPUS", "NOTES"]]

@@ -117,23 +117,18 @@ _SYSTEMD_UNIT_RE = re.compile(
     r"|Consumed )"
 )
 _ORDER = ("json", "short-iso", "short-precise", "short", "docker-ts")
+# the stamped shapes a line's first character leaves, tried in this order
+_BY_DIGIT = ((_SHORT_ISO_RE, "short-iso"), (_DOCKER_TS_RE, "docker-ts"))
+_BY_UPPER = ((_SHORT_PRECISE_RE, "short-precise"), (_SHORT_RE, "short"))
 
 
 def _line_shape(line: str) -> str | None:
     if line.startswith("{"):
         return "json" if parse_journal_json(line) is not None else None
     c = line[:1]
-    if c.isdigit():
-        if _SHORT_ISO_RE.match(line):
-            return "short-iso"
-        if _DOCKER_TS_RE.match(line):
-            return "docker-ts"
-        return None
-    if c.isupper():
-        if _SHORT_PRECISE_RE.match(line):
-            return "short-precise"
-        if _SHORT_RE.match(line):
-            return "short"
+    for regex, shape in _BY_DIGIT if c.isdigit() else _BY_UPPER if c.isupper() else ():
+        if regex.match(line):
+            return shape
     return None
 
 
@@ -569,26 +564,21 @@ class RecordSplitter:
             end = pos + n + 1
             sp = line.find(" ", 19, 40)
             c = line.find(": ", sp + 1) if sp > 0 else -1
-            if c < 0 or n > MAX_LINE_BYTES or line[10:11] != "T":
-                # the rare line: hand the rest of the block to the generic path (it keeps state)
-                self._offset = pos
-                self._ts_key, self._ts_val = ts_key, ts_val
-                self._cont = cont
-                rest = "\n".join(tlines[i:]) + ("\n" if text.endswith("\n") else "")
-                yield from self._lines(rest.encode("ascii"), _generic=True)
-                return
-            key = line[:sp]
-            if key != ts_key:
-                ts_val = self._iso(key)
-                ts_key = key
-            head = line[sp + 1:c]
-            got = heads.get(head)
+            got = None
+            if c >= 0 and n <= MAX_LINE_BYTES and line[10:11] == "T":
+                key = line[:sp]
+                if key != ts_key:
+                    ts_val = self._iso(key)
+                    ts_key = key
+                head = line[sp + 1:c]
+                got = heads.get(head)
+                if got is None:
+                    got = self._new_head(head)
+                if ts_val is None or not got[1]:
+                    got = None
             if got is None:
-                got = _journal_head(head)
-                if len(heads) > 4096:
-                    heads.clear()
-                heads[head] = got
-            if ts_val is None or not got[1]:
+                # the rare line (not this shape, too long, a stamp or head it cannot read): hand the
+                # rest of the block to the generic path (it keeps state)
                 self._offset = pos
                 self._ts_key, self._ts_val = ts_key, ts_val
                 self._cont = cont
@@ -617,9 +607,11 @@ class RecordSplitter:
             return self._short_iso
         return self._short  # short, short-precise
 
-    def _docker_ts(self, line: str) -> _Parsed | None:
+    def _docker_ts(self, line: str, min_stamp: int = 20) -> _Parsed | None:
+        """An ISO stamp (at least ``min_stamp`` characters), a space, the text (inline: docker's
+        live lines come through here)."""
         sp = line.find(" ")
-        if sp < 20 or line[4] != "-" or line[10] != "T":
+        if sp < min_stamp or line[4] != "-" or line[10] != "T":
             return None
         ts = self._iso(line[:sp])
         if ts is None:
@@ -627,13 +619,9 @@ class RecordSplitter:
         return ts, None, None, line[sp + 1:], 0
 
     def _short_iso(self, line: str) -> _Parsed | None:
-        sp = line.find(" ")
-        if sp < 19 or line[4] != "-" or line[10] != "T":
-            return None
-        ts = self._iso(line[:sp])
-        if ts is None:
-            return None
-        return self._journal_tail(line, sp + 1, ts)
+        """A docker-ts line (the stamp may be one character shorter) whose text is a journal head."""
+        got = self._docker_ts(line, 19)
+        return None if got is None else self._journal_tail(line, len(line) - len(got[3]), got[0])
 
     def _short(self, line: str) -> _Parsed | None:
         # "Mar 04 09:12:00[.123456] host ident[pid]: msg"
@@ -662,13 +650,18 @@ class RecordSplitter:
         head = line[h:c]
         got = self._heads.get(head)
         if got is None:
-            got = _journal_head(head)
-            if len(self._heads) > 4096:
-                self._heads.clear()
-            self._heads[head] = got
+            got = self._new_head(head)
         if not got[1]:
             return None
         return ts, got[0], got[1], line[c + 2:], c + 2
+
+    def _new_head(self, head: str) -> tuple[int | None, str]:
+        """``_journal_head`` of a head not seen yet, remembered (at most 4096, then forgotten)."""
+        got = _journal_head(head)
+        if len(self._heads) > 4096:
+            self._heads.clear()
+        self._heads[head] = got
+        return got
 
     def _iso(self, s: str) -> datetime | None:
         if s == self._ts_key:

@@ -111,6 +111,10 @@ class _VllmBoot:
         t = self.sim.at(sim_t)
         self.sim.emit(sim_t, f"({proc} pid={pid}) {level} {_vllm_stamp(t)} [{fileinfo}] {msg}", pid, raw=True)
 
+    def worker_log(self, rank: int, sim_t: float, fileinfo: str, msg: str) -> None:
+        """A line of rank ``rank``'s worker process."""
+        self.log(sim_t, self.wname[rank], self.wpid[rank], fileinfo, msg)
+
     def raw(self, sim_t: float, proc: str, pid: int, text: str) -> None:
         self.sim.emit(sim_t, f"({proc} pid={pid}) {text}", pid, raw=True)
 
@@ -295,10 +299,9 @@ class _VllmBoot:
             sim.mem_frame(g, t - 1.0, 0.0)
             sim.mem_frame(g, t + 0.05 * r, ctx_gib[g] * 1024)
             if tp > 1:
-                self.log(
+                self.worker_log(
+                    r,
                     t + 0.05 * r,
-                    wname[r],
-                    wpid[r],
                     "parallel_state.py:1208",
                     f"rank {r} in world size {tp} is assigned as DP rank 0, PP rank 0, TP rank {r}, EP rank {r}",
                 )
@@ -323,11 +326,8 @@ class _VllmBoot:
         sim, jit, model, tp = self.sim, self.jit, self.model, self.tp
         ranks, phys, wpid, wname, ctx_gib = self.ranks, self.phys, self.wpid, self.wname, self.ctx_gib
         for r in ranks:
-            self.log(
-                t + 0.02 * r, wname[r], wpid[r], "gpu_model_runner.py:2602",
-                f"Starting to load model {self.model_path}..."
-            )
-        self.log(t + 0.4, wname[0], wpid[0], "cuda.py:366", "Using Flash Attention backend on V1 engine.")
+            self.worker_log(r, t + 0.02 * r, "gpu_model_runner.py:2602", f"Starting to load model {self.model_path}...")
+        self.worker_log(0, t + 0.4, "cuda.py:366", "Using Flash Attention backend on V1 engine.")
         w_r = self.w_r = model.weights_gib / tp + model.replicated_gib
         load_s = model.load_seconds * (8 / max(tp, 1)) ** 0.35
         desc = "Loading safetensors checkpoint shards"
@@ -351,17 +351,15 @@ class _VllmBoot:
         self.raw(done, wname[0], wpid[0], "")
         sim.util_frame(t_l, 3.0)
         for r in ranks:
-            self.log(
+            self.worker_log(
+                r,
                 done + 0.05 * r,
-                wname[r],
-                wpid[r],
                 "default_loader.py:267",
                 f"Loading weights took {sim.real(done - t_l) + 0.02 * r:.2f} seconds",
             )
-            self.log(
+            self.worker_log(
+                r,
                 done + 0.3 + 0.05 * r,
-                wname[r],
-                wpid[r],
                 "gpu_model_runner.py:2653",
                 f"Model loading took {w_r:.4f} GiB and {sim.real(done - t) + 0.3 + 0.05 * r:.6f} seconds",
             )
@@ -371,29 +369,22 @@ class _VllmBoot:
         """torch.compile (unless eager) and the memory profile: the activation peak and non-torch
         memory, and what is left for the KV cache."""
         inp, sim, jit, model, tp = self.inp, self.sim, self.jit, self.model, self.tp
-        ranks, phys, wpid, wname, ctx_gib, w_r = self.ranks, self.phys, self.wpid, self.wname, self.ctx_gib, self.w_r
+        ranks, phys, ctx_gib, w_r = self.ranks, self.phys, self.ctx_gib, self.w_r
         compile_s = 0.0
         if not self.eager:
             h = random.Random(f"cache:{inp.seed}:{self.model_path}").getrandbits(24)
             dyn = 10.0 + 6.0 * jit.random()
             compile_s = dyn + 12.0 + 6.0 * jit.random()
-            self.log(
+            self.worker_log(
+                0,
                 t + 0.1,
-                wname[0],
-                wpid[0],
                 "backends.py:548",
                 f"Using cache directory: /root/.cache/vllm/torch_compile_cache/{h:06x}/rank_0_0/backbone "
                 "for vLLM's torch.compile",
             )
-            self.log(
-                t + dyn, wname[0], wpid[0], "backends.py:559", f"Dynamo bytecode transform time: {sim.real(dyn):.2f} s"
-            )
-            self.log(
-                t + compile_s,
-                wname[0],
-                wpid[0],
-                "monitor.py:34",
-                f"torch.compile takes {sim.real(compile_s):.2f} s in total",
+            self.worker_log(0, t + dyn, "backends.py:559", f"Dynamo bytecode transform time: {sim.real(dyn):.2f} s")
+            self.worker_log(
+                0, t + compile_s, "monitor.py:34", f"torch.compile takes {sim.real(compile_s):.2f} s in total"
             )
             sim.util_frame(t, 60.0)
         peak = model.vllm_peak_gib * self.batched / 8192
@@ -407,13 +398,7 @@ class _VllmBoot:
             sim.mem_step(phys[r], t_prof, (base + non_torch) * 1024)
         kv = self.kv = self.requested - (w_r + peak + non_torch)
         for r in ranks:
-            self.log(
-                t_prof + 0.3 + 0.02 * r,
-                wname[r],
-                wpid[r],
-                "gpu_worker.py:298",
-                f"Available KV cache memory: {kv:.2f} GiB",
-            )
+            self.worker_log(r, t_prof + 0.3 + 0.02 * r, "gpu_worker.py:298", f"Available KV cache memory: {kv:.2f} GiB")
         return t_prof + 0.4 + 0.02 * tp
 
     def _kv_cache(self, t: float) -> float | BootScript:
@@ -524,10 +509,9 @@ class _VllmBoot:
         sim.close(full, t + g_s)
         for r in ranks:
             sim.mem_step(phys[r], t + g_s, (ctx_gib[phys[r]] + w_r + non_torch + kv_alloc + g_need) * 1024)
-            self.log(
+            self.worker_log(
+                r,
                 t + g_s + 0.1 + 0.02 * r,
-                wname[r],
-                wpid[r],
                 "gpu_model_runner.py:3480",
                 f"Graph capturing finished in {max(1, round(sim.real(g_s)))} secs, took {g_need:.2f} GiB",
             )

@@ -301,6 +301,12 @@ class MainScreen(Screen[None]):
         panes = self.panes
         return panes[0] if panes else None
 
+    @property
+    def changeable_pane(self) -> HostPane | None:
+        """The active pane if kvtui may edit or restart its host (not a readonly one)."""
+        pane = self.active_pane
+        return pane if pane is not None and not pane.readonly else None
+
     def switch_host(self, name: str) -> None:
         if name not in self.host_names or len(self.specs) < 2:
             return
@@ -705,8 +711,8 @@ class MainScreen(Screen[None]):
 
     def action_restart(self) -> None:
         """``R``: a confirm that names what will run, then the service layer's restart."""
-        pane = self.active_pane
-        if pane is None or pane.readonly:
+        pane = self.changeable_pane
+        if pane is None:
             return
         if pane.busy is not None:  # ask (it used to refuse): cancel it, or stop following it, and restart
             running = pane.busy
@@ -747,23 +753,19 @@ class MainScreen(Screen[None]):
         self.app.push_screen(ConfirmScreen(f"Restart {pane.host_name}", body), done)
 
     def action_apply(self) -> None:
-        pane = self.active_pane
-        if pane is not None and not pane.readonly:
+        if (pane := self.changeable_pane) is not None:
             pane.changes.start_apply()
 
     def action_serving_apply(self) -> None:
-        pane = self.active_pane
-        if pane is not None and not pane.readonly:
+        if (pane := self.changeable_pane) is not None:
             pane.serving.apply_suggestion()
 
     def action_rollback(self) -> None:
-        pane = self.active_pane
-        if pane is not None and not pane.readonly:
+        if (pane := self.changeable_pane) is not None:
             pane.changes.start_rollback()
 
     def action_tune(self) -> None:
-        pane = self.active_pane
-        if pane is not None and not pane.readonly:
+        if (pane := self.changeable_pane) is not None:
             pane.changes.start_tune()
 
     def action_panel(self, step: int) -> None:
