@@ -22,6 +22,7 @@ from kvtui.engines.events import Phase
 from kvtui.history import open_store
 from kvtui.history.bundle import read_member, read_members
 from kvtui.ui.gpu.widgets import GpuHistoryPlot
+from kvtui.ui.log.panel import LogStatus
 from kvtui.ui.log.view import LogView
 from kvtui.ui.screens import ConfirmScreen, NoticeScreen
 from kvtui.ui.widgets.host import HostBar
@@ -95,7 +96,7 @@ async def test_the_bundle_key_and_connect_bundle(tmp_path: Path, monkeypatch: py
         assert "● connected" not in bar.left().plain
         pane.tick()
         assert bar.right().plain.startswith("boot #2  ")  # the boot by its number in the history (issue 22 #2)
-        state = str(pane.query_one("#log-state").render())
+        state = pane.query_one(LogStatus).state.plain
         assert "■ recorded" in state
         assert "following" not in state
         shown = {b.binding.action for b in offline.screen.active_bindings.values()}

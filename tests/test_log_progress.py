@@ -108,8 +108,7 @@ def test_bar_window_trimmed_then_fed_starts_the_bar_again() -> None:
 
 
 def status_text(panel: LogPanel) -> str:
-    rendered = panel.query_one(LogStatus).query_one("#log-state").render()
-    return getattr(rendered, "plain", str(rendered))
+    return panel.query_one(LogStatus).state.plain
 
 
 async def test_redraws_show_as_one_row_P_expands_and_the_spool_keeps_them(tmp_path: Path) -> None:

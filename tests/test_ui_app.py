@@ -30,7 +30,7 @@ from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.gpu.widgets import ProcessTable
 from kvtui.ui.host_pane import HostPane, HostSpec
 from kvtui.ui.log.model import ViewMode
-from kvtui.ui.log.panel import FindBar
+from kvtui.ui.log.panel import FindBar, LogStatus
 from kvtui.ui.log.view import LogView
 from kvtui.ui.palette import main_screen_commands
 from kvtui.ui.screens import ConfirmScreen, ExplainScreen, HelpScreen
@@ -105,7 +105,7 @@ async def test_a_boot_is_followed_to_ready() -> None:
         assert pane.boot.metrics.max_total_num_tokens is not None
         assert f"{pane.boot.metrics.max_total_num_tokens:,}" in plain(pane.query_one("BootFigures"))
         assert pane.query_one("KvUsage").has_class("-serving")
-        assert "KV usage" in str(pane.query_one("#kv-gauge").render())
+        assert "KV usage" in str(pane.query_one("KvUsage").render())
         # GPU bars for the 8 server GPUs and a plot with history
         assert len(plain(pane.query_one("GpuBars")).splitlines()) == 8
         assert len(pane.gpu_plot.points) >= 5
@@ -208,7 +208,7 @@ async def test_search_filter_follow_and_error_keys() -> None:
         assert not following(view)
         await run_clock(pilot, app, clock, seconds=2.0)
         assert view.pending > 0
-        assert f"{view.pending:,} new line" in str(pane.query_one("#log-badge").render())
+        assert f"{view.pending:,} new line" in pane.query_one(LogStatus).badge
 
 
 async def test_calculator_keys_and_the_prediction_updates_as_you_type() -> None:

@@ -14,7 +14,7 @@ from kvtui.ui.gpu.widgets import GpuBars
 from kvtui.ui.host_pane import HostPane
 from kvtui.ui.log.panel import LogPanel
 from kvtui.ui.log.view import LogView
-from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice, UsageSpark
+from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice
 from kvtui.ui.widgets.host import FleetSummary
 
 SPEED = 40.0
@@ -121,8 +121,7 @@ def rendered(pane: HostPane) -> dict[str, str]:
     widgets: list[type[Widget]] = [BootFigures, PhaseTimeline, FailureBanner, StallNotice, GpuBars]
     out = {w.__name__: plain(pane.query_one(w)) for w in widgets}
     kv = pane.query_one(KvUsage)
-    out["kv"] = repr((kv.has_class("-serving"), list(kv.history), plain(kv.query_one("#kv-gauge")),
-                      plain(kv.query_one("#kv-load")), list(kv.query_one(UsageSpark).data)))
+    out["kv"] = repr((kv.has_class("-serving"), list(kv.history), plain(kv)))
     out["log"] = "\n".join(screen_text(pane.log_view))
     out["log_rows"] = str(pane.log_view.virtual_size)
     out["boot_subtitle"] = str(pane.query_one("#boot-panel").border_subtitle)

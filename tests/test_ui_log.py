@@ -34,8 +34,7 @@ def mode(view: LogView) -> ViewMode:
 
 
 def badge_text(panel: LogPanel) -> str:
-    badge = panel.query_one(LogStatus).query_one("#log-badge")
-    return str(badge.render()) if badge.has_class("-shown") else ""
+    return panel.query_one(LogStatus).badge
 
 
 def test_rank_and_text_filters_parse() -> None:

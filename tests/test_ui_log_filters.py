@@ -38,9 +38,7 @@ def serving_lines(count: int, *, start: int = 0) -> list[LogLine]:
 
 
 def status_text(panel: LogPanel) -> str:
-    state = panel.query_one(LogStatus).query_one("#log-state")
-    rendered = state.render()
-    return getattr(rendered, "plain", str(rendered))
+    return panel.query_one(LogStatus).state.plain
 
 
 def view_mode(view: LogView) -> ViewMode:

@@ -122,9 +122,10 @@ async def test_kv_usage_appears_after_ready_and_keeps_a_bounded_history() -> Non
         assert usage.has_class("-serving")
         assert len(usage.history) == 5
         assert usage.history[-1] == 0.8
-        gauge = str(usage.query_one("#kv-gauge").render())
-        assert "80.0%" in gauge
-        assert "running 12" in str(usage.query_one("#kv-load").render())
+        rows = str(usage.render()).splitlines()
+        assert len(rows) == 4  # the gauge, two rows of sparkline, the load
+        assert "80.0%" in rows[0]
+        assert "running 12" in rows[-1]
 
 
 async def test_gpu_bars_one_row_per_gpu_and_the_foreign_warning() -> None:

@@ -336,6 +336,7 @@ class HostPane(Vertical):
         """A short terminal: the timeline and the figures say it in a few lines."""
         self._one(PhaseTimeline).set_compact(compact)
         self._one(BootFigures).set_compact(compact)
+        self._one(KvUsage).set_compact(compact)  # no sparkline
 
     def set_banners_expanded(self, expanded: bool) -> None:
         """``b``: the banners in full, or one line each."""

@@ -17,7 +17,6 @@ from textual.widgets import Input, Static
 from kvtui.ui.keys import refocus_key, run_own_binding
 from kvtui.ui.log.model import LogSource, ViewMode
 from kvtui.ui.log.view import LogView
-from kvtui.ui.perf import QuietStatic
 
 
 class FindInput(Input, inherit_bindings=False):
@@ -159,32 +158,27 @@ class FindBar(Horizontal):
             self.post_message(self.Submitted(self, self.kind, value))
 
 
-class LogStatus(Horizontal):
-    """Follow state, mode and messages on the left; the "N new lines" badge on the right."""
+class LogStatus(Widget):
+    """Follow state, mode and messages on the left; the "N new lines" badge on the right: one
+    row, drawn by one widget (issue 23: a host pane in few widgets; this was three)."""
 
     DEFAULT_CSS = """
     LogStatus {
         dock: bottom;
         height: 1;
         background: $surface;
-        #log-state {
-            width: 1fr; height: 1; color: $text-muted; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis;
-        }
-        #log-badge {
-            width: auto;
-            padding: 0 1;
-            display: none;
-            background: $accent;
-            color: $text;
-            text-style: bold;
-            &.-shown { display: block; }
-        }
+        color: $text-muted;
+        & > .log-status--badge { background: $accent; color: $text; text-style: bold; }
     }
     """
 
-    def compose(self) -> ComposeResult:
-        yield QuietStatic(id="log-state")
-        yield QuietStatic(id="log-badge")
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"log-status--badge"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = Content("")  # the left part: follow state, message, mode, filters…
+        self.badge = ""  # "↓ 12 new lines (f)"; empty while none wait
+        self._key: tuple[str, str] | None = None
 
     def show(self, view: LogView) -> None:
         parts: list[Content] = []
@@ -218,14 +212,24 @@ class LogStatus(Horizontal):
         if view.timestamps:
             parts.append(Content("timestamps"))
         state = Content(" · ").join(parts)
-        # one row, 1fr wide (CSS): a new state is a repaint, not a layout pass of the screen
-        self.query_one("#log-state", QuietStatic).set(state.markup, lambda: state, layout=False)
-        badge = self.query_one("#log-badge", QuietStatic)
-        badge.set_class(view.pending > 0, "-shown")
+        badge = ""
         if view.pending > 0:
             noun = "line" if view.pending == 1 else "lines"
-            text = f"↓ {view.pending:,} new {noun} (f)"
-            badge.set(text, lambda: text)
+            badge = f"↓ {view.pending:,} new {noun} (f)"
+        # one row (CSS): a new state is a repaint, not a layout pass of the screen
+        key = (state.markup, badge)
+        if key != self._key:
+            self._key = key
+            self.state, self.badge = state, badge
+            self.refresh()
+
+    def render(self) -> Content:
+        width = self.size.width
+        badge = (Content.styled(f" {self.badge} ", self.get_visual_style("log-status--badge"))
+                 if self.badge else Content(""))
+        room = max(0, width - badge.cell_length - 2)  # a cell either side of the state
+        state = self.state.truncate(room, ellipsis=True)
+        return Content.assemble(" ", state, " " * max(1, width - 1 - state.cell_length - badge.cell_length), badge)
 
 
 class LogPanel(Vertical):

@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import ClassVar
 
-from textual.app import ComposeResult
-from textual.containers import Vertical
 from textual.content import Content
 from textual.geometry import Size
 from textual.reactive import reactive
@@ -388,81 +387,31 @@ class BootFigures(BootRows):
         return Content("\n").join(lines)
 
 
-class KvGauge(Widget):
-    """``KV usage ██████░░░░  42.0%``, as wide as the widget is."""
-
-    DEFAULT_CSS = """
-    KvGauge { height: 1; }
-    """
-
-    usage: reactive[float | None] = reactive(None)
-
-    def render(self) -> Content:
-        usage = self.usage
-        if usage is None:
-            return Content("")
-        label = "KV usage "
-        pct = f" {fmt.percent(usage):>6}"
-        width = max(4, self.size.width - len(label) - len(pct))
-        filled, empty = fmt.bar(usage, width)
-        style = "$error" if usage >= 0.95 else "$warning" if usage >= 0.8 else "$phase-ready"
-        return Content.assemble(
-            (label, "$text-muted"),
-            ("█" * filled, style),
-            ("█" * empty, "$foreground 12%"),
-            (pct, "$foreground bold"),
-        )
-
-
 _SPARK = " ▁▂▃▄▅▆▇█"
 
 
-class UsageSpark(Widget):
+def _usage_style(value: float) -> str:
+    return "$error" if value >= 0.95 else "$warning" if value >= 0.8 else "$phase-ready"
+
+
+def spark_columns(data: Sequence[float], width: int, height: int) -> list[list[str]]:
     """KV-pool usage over time on a fixed 0–100 % scale (Textual's ``Sparkline`` scales to the
-    data's own maximum: 10 % drew full height, in the colour of a full pool). Each column is one
-    reading, coloured as the gauge is (warning from 80 %, error from 95 %); the newest on the
-    right."""
-
-    DEFAULT_CSS = """
-    UsageSpark { height: 2; }
-    """
-
-    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(id=id, classes=classes)
-        self.data: list[float] = []
-
-    def set_data(self, data: list[float]) -> None:
-        if data != self.data:
-            self.data = list(data)
-            self.refresh()
-
-    def columns(self, width: int, height: int) -> list[list[str]]:
-        """The glyphs of each column, top row first."""
-        levels = height * 8
-        cols: list[list[str]] = []
-        for value in self.data[-width:] if width > 0 else []:
-            filled = round(min(1.0, max(0.0, value)) * levels)
-            if value > 0 and filled == 0:
-                filled = 1  # a pool in use is never drawn empty
-            cols.append([_SPARK[min(8, max(0, filled - (height - 1 - row) * 8))] for row in range(height)])
-        return cols
-
-    def render(self) -> Content:
-        width, height = self.size.width or 40, max(1, self.size.height or 2)
-        cols = self.columns(width, height)
-        pad = width - len(cols)
-        rows: list[Content] = []
-        for row in range(height):
-            parts: list[tuple[str, str] | str] = [" " * pad]
-            for value, col in zip(self.data[-len(cols):] if cols else [], cols, strict=True):
-                style = "$error" if value >= 0.95 else "$warning" if value >= 0.8 else "$phase-ready"
-                parts.append((col[row], style))
-            rows.append(Content.assemble(*parts))
-        return Content("\n").join(rows)
+    data's own maximum: 10 % drew full height, in the colour of a full pool): the glyphs of each
+    column, top row first, one column per reading, the newest on the right."""
+    levels = height * 8
+    cols: list[list[str]] = []
+    for value in data[-width:] if width > 0 else []:
+        filled = round(min(1.0, max(0.0, value)) * levels)
+        if value > 0 and filled == 0:
+            filled = 1  # a pool in use is never drawn empty
+        cols.append([_SPARK[min(8, max(0, filled - (height - 1 - row) * 8))] for row in range(height)])
+    return cols
 
 
-class KvUsage(Vertical):
-    """After ready: the live KV-pool usage gauge, its sparkline and the serving load."""
+class KvUsage(Widget):
+    """After ready: the live KV-pool usage gauge (``KV usage ██████░░░░  42.0%``), its sparkline
+    (two rows, gone on a short terminal: ``set_compact``) and the serving load, drawn as one
+    widget (issue 23: a host pane in few widgets; these were four)."""
 
     DEFAULT_CSS = """
     KvUsage {
@@ -470,23 +419,30 @@ class KvUsage(Vertical):
         padding: 0 1;
         display: none;
         &.-serving { display: block; }
-        #kv-gauge { height: 1; }
-        #kv-load { height: 1; color: $text-muted; }
+        & > .kv-usage--load { color: $text-muted; }
     }
     """
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"kv-usage--load"}  # the load's row
+
+    SPARK_ROWS = 2
 
     history: deque[float]
 
     def __init__(self, *, history: int = 120, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.history = deque(maxlen=history)
-        self._usage: float | None = None
+        self.usage: float | None = None  # the gauge's figure
+        self.load = ""  # ``running 12 · queued 0 · 1,234 tok/s``
+        self.compact = False
         self._bucket: int | None = None
+        self._drawn: tuple[object, ...] | None = None
 
-    def compose(self) -> ComposeResult:
-        yield KvGauge(id="kv-gauge")
-        yield UsageSpark(id="kv-spark")
-        yield QuietStatic(id="kv-load")
+    def set_compact(self, compact: bool) -> None:
+        """A short terminal: the gauge and the load, no sparkline."""
+        if compact != self.compact:
+            self.compact = compact
+            self.refresh(layout=True)
 
     def show(self, boot: Boot | None, now: float | None = None) -> None:
         """``now`` (clock seconds) buckets the sparkline: one point per second of the host's
@@ -500,22 +456,62 @@ class KvUsage(Vertical):
         bucket = int(now) if now is not None else None
         if self.history and bucket is not None and bucket == self._bucket:
             self.history[-1] = usage
-        elif bucket is not None or usage != self._usage or not self.history:
+        elif bucket is not None or usage != self.usage or not self.history:
             self.history.append(usage)
         self._bucket = bucket
-        self._usage = usage
-        self.query_one(KvGauge).usage = usage
-        spark = self.query_one("#kv-spark", UsageSpark)
-        spark.set_data(list(self.history))
+        self.usage = usage
         live = boot.live
         parts = [
             f"running {live.running_reqs}" if live.running_reqs is not None else None,
             f"queued {live.queue_reqs}" if live.queue_reqs is not None else None,
             f"{live.gen_throughput:,.0f} tok/s" if live.gen_throughput is not None else None,
         ]
-        load = " · ".join(p for p in parts if p)
-        # one row, as wide as the panel (CSS): a new figure needs a repaint, never a layout pass
-        self.query_one("#kv-load", QuietStatic).set(load, lambda: load, layout=False)
+        self.load = " · ".join(p for p in parts if p)
+        # a fixed number of rows: a new figure needs a repaint, never a layout pass
+        drawn = (usage, self.load, tuple(self.history))
+        if drawn != self._drawn:
+            self._drawn = drawn
+            self.refresh()
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return 2 if self.compact else 2 + self.SPARK_ROWS
+
+    def gauge(self, width: int) -> Content:
+        """The gauge's row, ``width`` cells."""
+        usage = self.usage
+        if usage is None:
+            return Content("")
+        label = "KV usage "
+        pct = f" {fmt.percent(usage):>6}"
+        filled, empty = fmt.bar(usage, max(4, width - len(label) - len(pct)))
+        return Content.assemble(
+            (label, "$text-muted"),
+            ("█" * filled, _usage_style(usage)),
+            ("█" * empty, "$foreground 12%"),
+            (pct, "$foreground bold"),
+        )
+
+    def spark(self, width: int, height: int) -> list[Content]:
+        """The sparkline's rows, each reading coloured as the gauge is (warning from 80 %,
+        error from 95 %)."""
+        data = list(self.history)
+        cols = spark_columns(data, width, height)
+        pad = width - len(cols)
+        rows: list[Content] = []
+        for row in range(height):
+            parts: list[tuple[str, str] | str] = [" " * pad]
+            for value, col in zip(data[-len(cols):] if cols else [], cols, strict=True):
+                parts.append((col[row], _usage_style(value)))
+            rows.append(Content.assemble(*parts))
+        return rows
+
+    def render(self) -> Content:
+        width = self.size.width or 40
+        rows = [self.gauge(width)]
+        if not self.compact:
+            rows.extend(self.spark(width, self.SPARK_ROWS))
+        rows.append(Content.styled(self.load[:width], self.get_visual_style("kv-usage--load")))
+        return Content("\n").join(rows)
 
 
 class FailureBanner(Banner):
