@@ -387,6 +387,35 @@ def test_a_startup_part_resumed_after_a_cut_reads_what_one_read_does(tmp_path: P
     assert controls2[-1] == gap
 
 
+def test_a_startup_part_resumed_with_nothing_after_the_cut_follows_from_there(tmp_path: Path) -> None:
+    """A boot whose journal ends inside its startup part (one entry after the ready line), cut once every entry was
+    delivered: the resumed script ends the part at the resume's cursor and follows from there
+    (the next entry written comes). Before: the part read nothing, said ``cursor=0`` and
+    followed after cursor ``0`` (journalctl refused it: the stream ended)."""
+    d = _build_journal(tmp_path / "j", serving=0, head=True)
+    jc = f"{REAL_JOURNALCTL} --directory={d}"
+    lines = subprocess.run([*shlex.split(jc), "-u", UNIT, "-o", "json", "-q", "--no-pager"],
+                           capture_output=True, check=True, timeout=60).stdout.splitlines()
+    whole = [json.loads(e) for e in lines]
+    plan = JournalUptime()
+    plan.saw([e["MESSAGE"] for e in whole], sum(len(e) + 1 for e in lines))
+    last = whole[-1]["__CURSOR"]
+    proc = subprocess.Popen(["timeout", "60", "sh", "-c", plan.command(UNIT, whole[0]["__CURSOR"], last,
+                                                                       journalctl=jc)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    try:
+        control = proc.stdout.readline()
+        assert control.startswith(CONTROL_PREFIX + b"startup stop=0 cursor=" + last.encode() + b" "), control
+        writer = JournalWriter(d).start()
+        writer.write("after the cut", _SYSTEMD_UNIT=UNIT, _SYSTEMD_INVOCATION_ID=INV, _PID=4242)
+        writer.flush()
+        assert json.loads(proc.stdout.readline())["MESSAGE"] == "after the cut"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.fixture
 def sglang_process(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A real process whose command line is an SGLang server's (``python3 -m
