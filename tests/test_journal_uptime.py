@@ -19,6 +19,7 @@ test names (``STATE/journal.dir``).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import shlex
@@ -50,7 +51,9 @@ from kvtui.config import LocalHost
 from kvtui.engines.events import Fact, LogRecord
 from kvtui.engines.source_records import gap_range
 from kvtui.hosts.backend import LogStart, aclose_iter
+from kvtui.hosts.journal import JournalUptime
 from kvtui.hosts.local import LocalBackend
+from kvtui.hosts.shellcmd import CONTROL_PREFIX
 from kvtui.hosts.ssh import SshBackend
 from kvtui.retry import Backoff
 from kvtui.spool import Spool
@@ -332,6 +335,85 @@ async def test_cuts_while_reading_resume_without_a_repeat_or_a_second_gap(
     n_boot = sum(1 for line in BOOT_LOG.read_text().splitlines() if line.strip())
     assert len(cursors) == 1 + n_boot + 300 + 10_000 + 3  # the manager's line, the boot, margin, tail, new
     assert [r.text for r in seen[-3:]] == [f"after the cut {i}" for i in range(3)]
+
+
+def _uptime_run(script: str) -> tuple[list[bytes], list[str]]:
+    """Runs a ``journal_uptime`` script until its gap line: the JSON lines before it and its
+    control lines (the tail's ``-f`` after it is stopped)."""
+    proc = subprocess.Popen(["timeout", "60", "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    entries: list[bytes] = []
+    controls: list[str] = []
+    try:
+        for line in proc.stdout:
+            if line.startswith(CONTROL_PREFIX):
+                controls.append(line[len(CONTROL_PREFIX):].decode().strip())
+                if controls[-1].startswith("gap "):
+                    break
+            else:
+                entries.append(line)
+    finally:
+        proc.kill()
+        proc.wait()
+    return entries, controls
+
+
+@pytest.mark.parametrize("cut", ["4 entries after uvicorn's ready line", "the whole part, not its end"])
+def test_a_startup_part_resumed_after_a_cut_reads_what_one_read_does(tmp_path: Path, cut: str) -> None:
+    """The startup part cut and resumed (``JournalUptime.saw`` then ``command`` after the last
+    cursor delivered) reads exactly the rest of what one uncut read gives, and the same gap.
+    Before: cut between SGLang's two ready lines (uvicorn's, then its own) the resumed part owed
+    the margin less the entries after uvicorn's line (the CI flake: 4 entries short, a gap of
+    3,704, not 3,700); cut once the whole part was delivered (its control line not) it read one
+    entry more."""
+    d = _build_journal(tmp_path / "j", serving=11_000, head=True)
+    jc = f"{REAL_JOURNALCTL} --directory={d}"
+    first = subprocess.run([*shlex.split(jc), "-u", UNIT, "-o", "json", "-q", "--no-pager"],
+                           capture_output=True, check=True, timeout=60).stdout.splitlines()[0]
+    start = json.loads(first)["__CURSOR"]
+    whole, controls = _uptime_run(JournalUptime().command(UNIT, start, None, journalctl=jc))
+    gap = controls[-1]
+    assert "lines=700 " in gap, controls  # 11,000 serving lines: the margin 300, the tail 10,000
+    texts = [json.loads(e)["MESSAGE"] for e in whole]
+    uvicorn = next(i for i, t in enumerate(texts) if "Application startup complete" in t)
+    assert any("fired up and ready to roll" in t for t in texts[uvicorn + 5:])
+    k = uvicorn + 5 if cut.startswith("4 entries") else len(whole)
+    plan = JournalUptime()
+    for i in range(0, k, 16):  # delivered in chunks, as the follower sees them
+        plan.saw(texts[i:min(k, i + 16)], sum(len(e) for e in whole[i:min(k, i + 16)]))
+    last = json.loads(whole[k - 1])["__CURSOR"]
+    rest, controls2 = _uptime_run(plan.command(UNIT, start, last, journalctl=jc))
+    assert [json.loads(e)["__CURSOR"] for e in rest] == [json.loads(e)["__CURSOR"] for e in whole[k:]]
+    assert controls2[-1] == gap
+
+
+def test_a_startup_part_resumed_with_nothing_after_the_cut_follows_from_there(tmp_path: Path) -> None:
+    """A boot whose journal ends inside its startup part (one entry after the ready line), cut once every entry was
+    delivered: the resumed script ends the part at the resume's cursor and follows from there
+    (the next entry written comes). Before: the part read nothing, said ``cursor=0`` and
+    followed after cursor ``0`` (journalctl refused it: the stream ended)."""
+    d = _build_journal(tmp_path / "j", serving=0, head=True)
+    jc = f"{REAL_JOURNALCTL} --directory={d}"
+    lines = subprocess.run([*shlex.split(jc), "-u", UNIT, "-o", "json", "-q", "--no-pager"],
+                           capture_output=True, check=True, timeout=60).stdout.splitlines()
+    whole = [json.loads(e) for e in lines]
+    plan = JournalUptime()
+    plan.saw([e["MESSAGE"] for e in whole], sum(len(e) + 1 for e in lines))
+    last = whole[-1]["__CURSOR"]
+    proc = subprocess.Popen(["timeout", "60", "sh", "-c", plan.command(UNIT, whole[0]["__CURSOR"], last,
+                                                                       journalctl=jc)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    try:
+        control = proc.stdout.readline()
+        assert control.startswith(CONTROL_PREFIX + b"startup stop=0 cursor=" + last.encode() + b" "), control
+        writer = JournalWriter(d).start()
+        writer.write("after the cut", _SYSTEMD_UNIT=UNIT, _SYSTEMD_INVOCATION_ID=INV, _PID=4242)
+        writer.flush()
+        assert json.loads(proc.stdout.readline())["MESSAGE"] == "after the cut"
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture

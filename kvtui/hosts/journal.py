@@ -135,7 +135,8 @@ class JournalUptime:
             return C.journal_uptime(unit, startup_done=self.done, journalctl=journalctl, sudo=sudo)
         if last_cursor is None:
             return C.journal_uptime(unit, cursor=start_cursor, journalctl=journalctl, sudo=sudo)
-        return C.journal_uptime(unit, after_cursor=last_cursor, ready=self.ready, after_ready=self.after_ready,
+        return C.journal_uptime(unit, after_cursor=last_cursor, after_ts=cursor_time_us(last_cursor),
+                                ready=self.ready, after_ready=self.after_ready,
                                 read_bytes=self.read_bytes, journalctl=journalctl, sudo=sudo)
 
     def saw(self, texts: list[str], nbytes: int) -> None:

@@ -192,13 +192,18 @@ JOURNAL_GAP_COUNT_MAX = 50_000  # a gap of more lines is not counted (1M entries
 # A field of one `journalctl -o json` line (mawk, gawk, busybox awk): f("__CURSOR").
 _AWK_FIELD = (r'function f(n) { if (match($0, "\"" n "\":\"[^\"]*\"")) '
               r'return substr($0, RSTART + length(n) + 4, RLENGTH - length(n) - 5); return "-" }')
+# m: the entries still owed after the ready line (a resumed part: the margin less those delivered),
+# M: the whole margin, owed again after a later ready line (SGLang: uvicorn's, then its own); a
+# resumed part with nothing owed stops before its first entry (no cursor of its own: "-", the
+# script goes on from the resume's cursor)
 _AWK_STARTUP = _AWK_FIELD + r"""
+BEGIN { if ((r && m <= 0) || cap <= 0) s = 1 }
 s { x = f("__REALTIME_TIMESTAMP"); e = 1; exit }
 { print; c = f("__CURSOR"); t = f("__REALTIME_TIMESTAMP"); b += length($0) + 1 }
-/""" + JOURNAL_READY_RE + r"""/ { r = 1; k = 0; next }
+/""" + JOURNAL_READY_RE + r"""/ { r = 1; k = 0; m = M; next }
 r { k++ }
 (r && k >= m) || b >= cap { s = 1 }
-END { print c, t, e + 0, (e ? x : "-") > "/dev/stderr" }"""
+END { if (c == "") c = "-"; if (t == "") t = "-"; print c, t, e + 0, (e ? x : "-") > "/dev/stderr" }"""
 _AWK_PAIR = _AWK_FIELD + r"""
 { printf "%s %s ", f("__CURSOR"), f("__REALTIME_TIMESTAMP") }"""
 
@@ -208,6 +213,7 @@ def journal_uptime(
     *,
     cursor: str | None = None,
     after_cursor: str | None = None,
+    after_ts: int | None = None,
     ready: bool = False,
     after_ready: int = 0,
     read_bytes: int = 0,
@@ -227,7 +233,8 @@ def journal_uptime(
 
     1. the startup part: from ``cursor`` (inclusive) or ``after_cursor`` through the ready line
        (``JOURNAL_READY_RE``) plus ``margin`` entries, at most ``cap`` bytes of JSON (awk stops
-       journalctl); ``ready``/``after_ready``/``read_bytes``: where a resumed startup part was.
+       journalctl); ``ready``/``after_ready``/``read_bytes``: where a resumed startup part was
+       (``after_ts``: ``after_cursor``'s time; the part ends there when nothing more is owed).
        Then ``startup stop=0|1 cursor=C1 ts=T1 next=TS``: ``stop=0`` the journal ended first (the
        script follows after C1: no gap); ``next`` the time of the first entry after it.
        ``startup_done`` = (C1, T1, next): that part was read already (a resume): skip it.
@@ -250,12 +257,16 @@ def journal_uptime(
             so = "--cursor=" + q(cursor)
         else:
             raise ValueError("journal_uptime: a start cursor is needed")
-        awk = (f"awk -v m={int(margin) - int(after_ready)} -v cap={int(cap) - int(read_bytes)} "
+        awk = (f"awk -v m={int(margin) - int(after_ready)} -v M={int(margin)} -v cap={int(cap) - int(read_bytes)} "
                f"-v r={1 if ready else 0} {q(_AWK_STARTUP)}")
+        # a resumed part that printed nothing (nothing owed, or no entry yet) ends at the resume's cursor
+        t0 = str(int(after_ts)) if after_ts is not None else "-"
+        resumed = (f'if [ "$c1" = - ]; then c1={q(after_cursor)}; t1={t0}; fi\n'
+                   if after_cursor is not None else "")
         head = f"""exec 3>&1
 set -- $({jc} -u {u} {so} {out} 2>/dev/null | {awk} 2>&1 >&3)
 c1=${{1:--}}; t1=${{2:--}}; stop=${{3:-0}}; nx=${{4:--}}
-printf '{mark}startup stop=%s cursor=%s ts=%s next=%s\\n' "$stop" "$c1" "$t1" "$nx"
+{resumed}printf '{mark}startup stop=%s cursor=%s ts=%s next=%s\\n' "$stop" "$c1" "$t1" "$nx"
 if [ "$c1" = - ]; then exec {jc} -u {u} {out} -f --no-tail {so}; fi
 if [ "$stop" != 1 ]; then {follow_after}; fi
 """
