@@ -184,3 +184,16 @@ def parse_rfc3339(stamp: str) -> datetime | None:
         return datetime.fromisoformat(f"{m.group(1)}.{frac}{'+00:00' if m.group(3) == 'Z' else m.group(3)}")
     except ValueError:
         return None
+
+
+def parse_docker_ts(stamp: str) -> datetime | None:
+    """RFC 3339 with nanoseconds (``2026-03-04T09:12:00.123456789Z``) -> aware datetime (µs)."""
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", stamp)
+    if not m:
+        return None
+    frac = (m.group(2) or "0")[:6].ljust(6, "0")
+    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
+    try:
+        return datetime.fromisoformat(f"{m.group(1)}.{frac}{tz}")
+    except ValueError:
+        return None
