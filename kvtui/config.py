@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -36,6 +35,9 @@ from pydantic import (
 from kvtui.config_checks import MAX_GPUS as MAX_GPUS
 from kvtui.config_checks import demo_gpu_problems, demo_preset_problems, kube_target, kube_target_problems
 from kvtui.config_checks import parse_gpus as parse_gpus
+from kvtui.config_paths import find_hosts_file as find_hosts_file
+from kvtui.config_paths import search_locations as search_locations
+from kvtui.config_paths import state_dir as state_dir
 from kvtui.sim.presets import PRESET_NODES, PresetError, resolve_preset_name
 
 HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -753,38 +755,8 @@ class Config:
 
 
 # ---------------------------------------------------------------------------------------------
-# Finding and loading
+# Loading (where the hosts file and the state live: kvtui.config_paths)
 # ---------------------------------------------------------------------------------------------
-
-
-def _config_home() -> Path:
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    return Path(xdg) if xdg else Path.home() / ".config"
-
-
-def state_dir() -> Path:
-    """``$XDG_STATE_HOME/kvtui`` (default ``~/.local/state/kvtui``). Not created here."""
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
-    return base / "kvtui"
-
-
-def search_locations() -> list[str]:
-    return ["--hosts PATH", "$KVTUI_HOSTS", "./hosts.toml", str(_config_home() / "kvtui" / "hosts.toml")]
-
-
-def find_hosts_file(explicit: str | None) -> Path | None:
-    """The hosts file to read: an explicit ``--hosts`` or ``$KVTUI_HOSTS`` path is returned even if
-    missing (loading it then says so); ``./hosts.toml`` and the XDG one only when they exist."""
-    if explicit:
-        return Path(explicit).expanduser()
-    env = os.environ.get("KVTUI_HOSTS")
-    if env:
-        return Path(env).expanduser()
-    for candidate in (Path("hosts.toml"), _config_home() / "kvtui" / "hosts.toml"):
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def load_config(explicit: str | None = None) -> Config:

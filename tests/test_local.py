@@ -19,7 +19,8 @@ import pytest
 from kvtui.config import HostConfig
 from kvtui.engines.events import LogRecord
 from kvtui.hosts.backend import BackendError, ConnState, HostBackend, LogStart
-from kvtui.hosts.local import NO_GPU_PREFIX, LocalBackend, Nvml, boot_start_offset
+from kvtui.hosts.local import LocalBackend, boot_start_offset
+from kvtui.hosts.nvml import NO_GPU_PREFIX, Nvml
 
 POLL = 0.02
 SGLANG_ARGS = "[2026-03-04 09:12:00] server_args=ServerArgs(model_path='/m', tp_size=2, mem_fraction_static=0.85)"

@@ -22,7 +22,8 @@ from kvtui.boot import BootStatus
 from kvtui.config import HostConfig
 from kvtui.engines.events import FailureKind, Phase
 from kvtui.hosts.backend import ConnState, LogStart
-from kvtui.hosts.local import LocalBackend, Nvml
+from kvtui.hosts.local import LocalBackend
+from kvtui.hosts.nvml import Nvml
 from kvtui.monitor import (
     MIN_FLUSH_INTERVAL,
     BootState,

@@ -774,7 +774,8 @@ async def test_ssh_config_alias_is_honoured_and_trusted_under_its_real_name(tmp_
 @pytest.mark.parametrize("stamp", ["2026-03-04T09:12:00.123456789Z", "2026-03-04T09:12:00Z",
                                    "2026-03-04T09:12:00.5+02:00", "2026-03-04T09:12:00-05:30"])
 def test_docker_timestamps_cached_parse_matches_full_parse(stamp: str) -> None:
-    from kvtui.hosts.ssh.followers import _DockerFollower, parse_docker_ts
+    from kvtui.hosts.dockerlog import parse_docker_ts
+    from kvtui.hosts.ssh.followers import _DockerFollower
 
     d = _DockerFollower(SshBackend("x", HostConfig(ssh="h", container="c")), LogStart.CURRENT_BOOT, None)
     d._ts("2026-03-04T09:12:00.000000001Z")  # prime the cache with the same second

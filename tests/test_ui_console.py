@@ -785,7 +785,7 @@ def test_the_readme_key_table_lists_every_key() -> None:
     from textual.binding import Binding
     from textual.keys import key_to_character
 
-    from kvtui.ui.app import MAIN_BINDINGS
+    from kvtui.ui.bindings import MAIN_BINDINGS
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## The console"): readme.index("## hosts.toml")]

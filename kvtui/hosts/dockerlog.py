@@ -143,3 +143,57 @@ def parse_docker_search(out: str, *, context: int = 0) -> list[LogMatch]:
             after = tuple(by_line[k] for k in range(n + 1, n + context + 1) if k in by_line)
             found.append(LogMatch(rec, before, after, n))
     return found
+
+
+# Lines of `docker logs --timestamps` and docker's RFC 3339 stamps (the local follower's).
+
+
+_DOCKER_TS: Final = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d) ?")
+
+
+def parse_docker_line(line: str) -> LogRecord:
+    """One ``docker logs --timestamps`` line; the cursor is its RFC 3339 timestamp as printed."""
+    m = _DOCKER_TS.match(line)
+    if not m:
+        return LogRecord(text=line, source="docker")
+    frac = (m.group(2) or "")[:7].ljust(7, "0") if m.group(2) else ""
+    zone = "+00:00" if m.group(3) == "Z" else m.group(3)
+    try:
+        ts: datetime | None = datetime.fromisoformat(m.group(1) + frac + zone)
+    except ValueError:
+        ts = None
+    stamp = line[: m.end()].rstrip(" ")
+    return LogRecord(text=line[m.end() :], ts=ts, cursor=stamp, source="docker")
+
+
+def docker_key(stamp: str) -> tuple[str, str]:
+    """Sortable (seconds, nanoseconds) key of a docker timestamp (always UTC ``Z`` in practice)."""
+    m = _DOCKER_TS.match(stamp + " ")
+    if not m:
+        return (stamp, "")
+    return (m.group(1), (m.group(2) or ".").ljust(10, "0"))
+
+
+def parse_rfc3339(stamp: str) -> datetime | None:
+    """Docker's ``2026-03-04T09:12:00.123456789Z`` -> an aware datetime (µs), None if it is not one."""
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", stamp.strip())
+    if m is None:
+        return None
+    frac = (m.group(2) or "0")[:6].ljust(6, "0")
+    try:
+        return datetime.fromisoformat(f"{m.group(1)}.{frac}{'+00:00' if m.group(3) == 'Z' else m.group(3)}")
+    except ValueError:
+        return None
+
+
+def parse_docker_ts(stamp: str) -> datetime | None:
+    """RFC 3339 with nanoseconds (``2026-03-04T09:12:00.123456789Z``) -> aware datetime (µs)."""
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", stamp)
+    if not m:
+        return None
+    frac = (m.group(2) or "0")[:6].ljust(6, "0")
+    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
+    try:
+        return datetime.fromisoformat(f"{m.group(1)}.{frac}{tz}")
+    except ValueError:
+        return None

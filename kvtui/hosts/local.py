@@ -9,28 +9,26 @@
   ``docker logs -f --timestamps``. Resuming after a cursor (``after_cursor``) neither loses nor
   repeats a line: file cursors are byte offsets, journal cursors journald's own, docker cursors
   the line's RFC 3339 timestamp.
-- GPU memory through NVML (``pynvml``, imported lazily). Without a GPU or driver the status says
-  so plainly and ``gpu_stream`` yields nothing.
+- GPU memory through NVML (``kvtui.hosts.nvml``, ``pynvml`` imported lazily). Without a GPU or
+  driver the status says so plainly and ``gpu_stream`` yields nothing.
 - ``run()`` through an asyncio subprocess (a shell string built by ``kvtui.hosts.shellcmd``).
 
-No orphans: every child (journalctl, docker logs, commands) gets ``PR_SET_PDEATHSIG`` (Linux), so
-it dies with kvtui even on ``kill -9``; ``close()`` terminates them and waits.
+No orphans (``kvtui.hosts.localproc``): every child (journalctl, docker logs, commands) gets
+``PR_SET_PDEATHSIG`` (Linux), so it dies with kvtui even on ``kill -9``; ``close()`` terminates
+them and waits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import os
 import re
 import shlex
 import signal
-import sys
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -40,16 +38,22 @@ from kvtui.config import LocalHost
 from kvtui.engines.events import LogRecord
 from kvtui.engines.shapes import parse_journal_json
 from kvtui.engines.source_records import gap_range
-from kvtui.gpu import GpuProcess, GpuSample, process_from_nvml, sample_from_nvml
+from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts import shellcmd as C
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
-from kvtui.hosts.dockerlog import CatchUp, fixed_stamp, parse_docker_search
+from kvtui.hosts.dockerlog import (
+    CatchUp,
+    docker_key,
+    fixed_stamp,
+    parse_docker_line,
+    parse_docker_search,
+    parse_rfc3339,
+)
 from kvtui.hosts.filelog import (
     HEAD_BYTES,
     TAIL_BYTES,
     BootPlan,
     Gap,
-    GrepLine,
     Part,
     Source,
     copy_rest,
@@ -57,9 +61,7 @@ from kvtui.hosts.filelog import (
     engine_roots,
     gap_of,
     grep_argv,
-    grep_record,
     make_splitter,
-    parse_grep_line,
     plan_current_boot,
     proc_cmdline,
 )
@@ -76,7 +78,10 @@ from kvtui.hosts.journal import (
     search_command,
     search_matches,
 )
+from kvtui.hosts.localgrep import collect_matches
+from kvtui.hosts.localproc import PREEXEC, descendants, pid_reading, pids_of, stop_process
 from kvtui.hosts.metrics import metrics_via_port
+from kvtui.hosts.nvml import Nvml, nvml_text
 from kvtui.hosts.probe import direct
 from kvtui.hosts.service.shell import ShellOps
 from kvtui.hosts.shellcmd import CONTROL_PREFIX, ENGINE_PROCESS_PATTERN, server_pid_file
@@ -86,9 +91,6 @@ from kvtui.liveness import (
     PidWatch,
     exit_record,
     parse_docker_state,
-    proc_age,
-    proc_state,
-    read_pid,
 )
 from kvtui.retry import sleep_unless
 
@@ -100,224 +102,6 @@ READ_CHUNK: Final = 256 << 10  # small enough that splitting one chunk never sta
 DEFAULT_TAIL_BYTES: Final = TAIL_BYTES  # the recent tail of a log file read before following it
 DEFAULT_JOURNAL_SCAN_LINES: Final = 20_000
 _TERMINATOR: Final = re.compile(rb"[\r\n]")
-
-NO_GPU_PREFIX: Final = "no NVIDIA GPU or driver on this machine"
-
-
-# ---------------------------------------------------------------------------------------------
-# Child processes that die with us
-# ---------------------------------------------------------------------------------------------
-
-
-def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
-_PREEXEC: Callable[[], None] | None = _pdeathsig if sys.platform.startswith("linux") else None
-
-
-async def _stop_process(proc: asyncio.subprocess.Process, grace: float = 2.0) -> None:
-    if proc.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.terminate()
-    try:
-        async with asyncio.timeout(grace):
-            await proc.wait()
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-
-
-# ---------------------------------------------------------------------------------------------
-# journald JSON and docker lines
-# ---------------------------------------------------------------------------------------------
-
-
-_DOCKER_TS: Final = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d) ?")
-
-
-def parse_docker_line(line: str) -> LogRecord:
-    """One ``docker logs --timestamps`` line; the cursor is its RFC 3339 timestamp as printed."""
-    m = _DOCKER_TS.match(line)
-    if not m:
-        return LogRecord(text=line, source="docker")
-    frac = (m.group(2) or "")[:7].ljust(7, "0") if m.group(2) else ""
-    zone = "+00:00" if m.group(3) == "Z" else m.group(3)
-    try:
-        ts: datetime | None = datetime.fromisoformat(m.group(1) + frac + zone)
-    except ValueError:
-        ts = None
-    stamp = line[: m.end()].rstrip(" ")
-    return LogRecord(text=line[m.end() :], ts=ts, cursor=stamp, source="docker")
-
-
-def _docker_key(stamp: str) -> tuple[str, str]:
-    """Sortable (seconds, nanoseconds) key of a docker timestamp (always UTC ``Z`` in practice)."""
-    m = _DOCKER_TS.match(stamp + " ")
-    if not m:
-        return (stamp, "")
-    return (m.group(1), (m.group(2) or ".").ljust(10, "0"))
-
-
-# ---------------------------------------------------------------------------------------------
-# NVML
-# ---------------------------------------------------------------------------------------------
-
-
-class Nvml:
-    """The NVML calls kvtui needs, behind one object (``pynvml`` imported lazily). ``module`` lets
-    a caller pass another implementation of the same functions (tests on machines without GPUs).
-    """
-
-    def __init__(self, module: Any | None = None) -> None:
-        self._mod = module
-        self.error: str | None = None
-        self._ok = False
-
-    def init(self) -> bool:
-        if self._ok:
-            return True
-        try:
-            if self._mod is None:
-                import pynvml  # lazy: an optional dependency (NVML), absent on a machine without it
-
-                self._mod = pynvml
-            self._mod.nvmlInit()
-            count = int(self._mod.nvmlDeviceGetCount())
-        except Exception as exc:  # ImportError, NVMLError_LibraryNotFound / DriverNotLoaded / …
-            self.error = f"{NO_GPU_PREFIX} (NVML: {_nvml_text(exc)})"
-            return False
-        if count == 0:
-            self.error = f"{NO_GPU_PREFIX} (NVML found no devices)"
-            with contextlib.suppress(Exception):
-                self._mod.nvmlShutdown()
-            return False
-        self._ok = True
-        self.error = None
-        return True
-
-    def shutdown(self) -> None:
-        if self._ok and self._mod is not None:
-            self._ok = False
-            with contextlib.suppress(Exception):
-                self._mod.nvmlShutdown()
-
-    def _indices(self, wanted: Sequence[int] | None) -> list[int]:
-        assert self._mod is not None
-        count = int(self._mod.nvmlDeviceGetCount())
-        return [i for i in range(count) if wanted is None or i in wanted]
-
-    def sample(self, wanted: Sequence[int] | None, ts: float, *, processes: bool = True) -> list[GpuSample]:
-        nv = self._mod
-        assert nv is not None
-        out: list[GpuSample] = []
-        for i in self._indices(wanted):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            mem = nv.nvmlDeviceGetMemoryInfo(h)
-            uuid = _opt_str(nv, "nvmlDeviceGetUUID", h)
-            util_raw = _opt(nv, "nvmlDeviceGetUtilizationRates", h)
-            procs = self._procs(h, i, uuid) if processes else []
-            out.append(
-                sample_from_nvml(
-                    i,
-                    mem.used,
-                    mem.total,
-                    ts,
-                    util_gpu=_float_or_none(getattr(util_raw, "gpu", None)),
-                    uuid=uuid,
-                    name=_opt_str(nv, "nvmlDeviceGetName", h) or "",
-                    temperature_c=_opt_float(nv, "nvmlDeviceGetTemperature", h, 0),  # NVML_TEMPERATURE_GPU
-                    power_mw=_opt_float(nv, "nvmlDeviceGetPowerUsage", h),
-                    power_limit_mw=_opt_float(nv, "nvmlDeviceGetEnforcedPowerLimit", h),
-                    throttle_mask=_throttle_mask(nv, h),
-                    processes=procs,
-                )
-            )
-        return out
-
-    def _procs(self, handle: Any, index: int, uuid: str | None) -> list[GpuProcess]:
-        nv = self._mod
-        assert nv is not None
-        try:
-            infos = nv.nvmlDeviceGetComputeRunningProcesses(handle)
-        except Exception:
-            return []
-        out = []
-        for p in infos:
-            used = getattr(p, "usedGpuMemory", None)
-            pid = int(p.pid)
-            out.append(
-                process_from_nvml(
-                    pid, used if isinstance(used, int) else None, gpu_index=index, gpu_uuid=uuid, name=_proc_name(pid)
-                )
-            )
-        return out
-
-    def processes(self, wanted: Sequence[int] | None) -> list[GpuProcess]:
-        nv = self._mod
-        assert nv is not None
-        out: list[GpuProcess] = []
-        for i in self._indices(wanted):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            out.extend(self._procs(h, i, _opt_str(nv, "nvmlDeviceGetUUID", h)))
-        return out
-
-
-def _s(v: object) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def _opt(mod: Any, fn: str, *args: Any) -> Any:
-    """An optional NVML reading: None when the device (or this pynvml) does not support it."""
-    try:
-        return getattr(mod, fn)(*args)
-    except Exception:
-        return None
-
-
-def _opt_str(mod: Any, fn: str, *args: Any) -> str | None:
-    v = _opt(mod, fn, *args)
-    return None if v is None else _s(v)
-
-
-def _opt_float(mod: Any, fn: str, *args: Any) -> float | None:
-    return _float_or_none(_opt(mod, fn, *args))
-
-
-def _throttle_mask(mod: Any, handle: Any) -> int | None:
-    """The clocks event (throttle) reasons: ``nvmlDeviceGetCurrentClocksEventReasons`` (driver
-    535+), else the older ``…ThrottleReasons``; None when neither answers."""
-    for fn in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
-        if hasattr(mod, fn):
-            v = _opt(mod, fn, handle)
-            if isinstance(v, int):
-                return v
-    return None
-
-
-def _float_or_none(v: Any) -> float | None:
-    try:
-        return None if v is None else float(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _nvml_text(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text or type(exc).__name__
-
-
-def _proc_name(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,7 +198,7 @@ class LocalBackend:
     async def close(self) -> None:
         self._closed.set()
         procs = list(self._procs)
-        await asyncio.gather(*(_stop_process(p) for p in procs), return_exceptions=True)
+        await asyncio.gather(*(stop_process(p) for p in procs), return_exceptions=True)
         self._procs.clear()
         if self._gpu_ok:
             await asyncio.to_thread(self._nvml.shutdown)
@@ -458,9 +242,9 @@ class LocalBackend:
         (or the engine process below it, when it is a launch script), else the oldest engine
         process on this machine (``commands.ENGINE_PROCESS_PATTERN``); None when none runs."""
         if self.pid_file is not None:
-            pid, alive, _age = _pid_reading(self.pid_file)
+            pid, alive, _age = pid_reading(self.pid_file)
             if pid is not None and alive:
-                below = sorted(_descendants({pid}))
+                below = sorted(descendants({pid}))
                 found = engine_command([pid, *below], ENGINE_PROCESS_PATTERN)
                 if found is not None:
                     return found
@@ -623,7 +407,7 @@ class LocalBackend:
                     pending_exit = None
                 elif self.pid_file is not None and pending_exit is None and time.monotonic() >= next_check:
                     next_check = time.monotonic() + self._liveness_interval
-                    pid, alive, age = _pid_reading(self.pid_file)
+                    pid, alive, age = pid_reading(self.pid_file)
                     fresh = age is not None and age <= time.monotonic() - t_follow + FRESH_SLACK_S
                     gone = watch.observe(pid, alive, fresh=fresh)
                     if gone is not None:
@@ -647,7 +431,7 @@ class LocalBackend:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                preexec_fn=_PREEXEC,
+                preexec_fn=PREEXEC,
             )
         except FileNotFoundError as exc:
             raise BackendError(f"cannot run {argv[0]}: not found on this machine") from exc
@@ -662,7 +446,7 @@ class LocalBackend:
             async with asyncio.timeout(timeout):
                 out, err = await proc.communicate()
         except TimeoutError:
-            await _stop_process(proc)
+            await stop_process(proc)
             raise BackendError(f"{argv[0]} did not answer within {timeout:g} s") from None
         finally:
             self._procs.discard(proc)
@@ -677,7 +461,7 @@ class LocalBackend:
         except (TimeoutError, ValueError):
             return b""
         finally:
-            await _stop_process(proc)
+            await stop_process(proc)
             self._procs.discard(proc)
 
     async def _journal_start_cursor(self, unit: str) -> tuple[str | None, bool]:
@@ -818,7 +602,7 @@ class LocalBackend:
                         self._log_detail = ""
                         yield batch
             finally:
-                await _stop_process(proc)
+                await stop_process(proc)
                 self._procs.discard(proc)
             if self._closed.is_set():
                 return
@@ -903,7 +687,7 @@ class LocalBackend:
                         rec = parse_docker_line(raw.decode("utf-8", "replace").rstrip("\r"))
                         if catch is not None and catch.phase == "tail" and rec.cursor:
                             batch.extend(catch.tail_first(rec.cursor))  # the gap before the tail
-                        if skip_until and rec.cursor and _docker_key(rec.cursor) <= _docker_key(skip_until):
+                        if skip_until and rec.cursor and docker_key(rec.cursor) <= docker_key(skip_until):
                             continue
                         batch.append(rec)
                         if rec.cursor:
@@ -915,7 +699,7 @@ class LocalBackend:
             finally:
                 for t in pumps:
                     t.cancel()
-                await _stop_process(proc)
+                await stop_process(proc)
                 self._procs.discard(proc)
             if not self._closed.is_set():
                 gone, held = held or await self._docker_state(container, watch, fresh_after), None
@@ -950,7 +734,7 @@ class LocalBackend:
         if state is None:
             return None
         started, running, detail = state
-        started_at = _parse_rfc3339(started)
+        started_at = parse_rfc3339(started)
         gone = watch.observe(started, running, fresh=started_at is not None and started_at >= fresh_after)
         if gone is None:
             return None
@@ -999,10 +783,10 @@ class LocalBackend:
                 try:
                     procs.append(await asyncio.create_subprocess_exec(
                         "gzip", "-dc", "--", str(path), stdin=asyncio.subprocess.DEVNULL, stdout=wfd,
-                        stderr=asyncio.subprocess.DEVNULL, preexec_fn=_PREEXEC))
+                        stderr=asyncio.subprocess.DEVNULL, preexec_fn=PREEXEC))
                     procs.append(await asyncio.create_subprocess_exec(
                         *argv, stdin=rfd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
-                        preexec_fn=_PREEXEC))
+                        preexec_fn=PREEXEC))
                 finally:
                     os.close(rfd)
                     os.close(wfd)
@@ -1020,26 +804,27 @@ class LocalBackend:
                     os.lseek(fd, a, os.SEEK_SET)
                     procs.append(await asyncio.create_subprocess_exec(
                         *argv, stdin=fd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
-                        preexec_fn=_PREEXEC))
+                        preexec_fn=PREEXEC))
                 finally:
                     os.close(fd)
                 base = a
         except FileNotFoundError as exc:
             for p in procs:
-                await _stop_process(p)
+                await stop_process(p)
             raise BackendError(f"cannot search {path}: {exc.filename or 'grep/gzip'} not found") from exc
         self._procs.update(procs)
         grep = procs[-1]
         try:
-            found = await _collect_matches(grep, pattern, base, a, b, ignore_case=ignore_case, context=context,
-                                           limit=limit, newest=newest, numbered=not gz)
+            found = await collect_matches(grep, pattern, base, a, b, ignore_case=ignore_case, context=context,
+                                           limit=limit, newest=newest, numbered=not gz,
+                                           max_line=MAX_LINE_BYTES)
             stopped_early = False
             try:  # done by itself (EOF, -m): reaped by asyncio, not by a terminate() racing its exit
                 async with asyncio.timeout(0.25):
                     await grep.wait()
             except TimeoutError:  # still reading past the range: not needed any more
                 stopped_early = True
-                await _stop_process(grep)
+                await stop_process(grep)
             _out, err = await grep.communicate()  # what is left in its pipes (it has exited): closes them
             rc = grep.returncode
             if rc not in (0, 1) and not stopped_early:
@@ -1047,7 +832,7 @@ class LocalBackend:
                 raise BackendError(f"grep: {text or f'exit {rc}'}")
         finally:
             for p in procs:
-                await _stop_process(p)
+                await stop_process(p)
                 self._procs.discard(p)
         return found
 
@@ -1064,7 +849,7 @@ class LocalBackend:
             try:
                 samples = await asyncio.to_thread(self._nvml.sample, wanted, self._clock())
             except Exception as exc:
-                raise BackendError(f"NVML: {_nvml_text(exc)}") from exc
+                raise BackendError(f"NVML: {nvml_text(exc)}") from exc
             yield samples
             if await self._sleep(max(0.0, interval_s - (time.monotonic() - t0))):
                 return
@@ -1079,10 +864,10 @@ class LocalBackend:
         if not unit:
             if self.pid_file is None:
                 return set()
-            pid, alive, _age = _pid_reading(self.pid_file)
+            pid, alive, _age = pid_reading(self.pid_file)
             if pid is None or not alive:
                 return set()
-            return {pid} | await asyncio.to_thread(_descendants, {pid})
+            return {pid} | await asyncio.to_thread(descendants, {pid})
         try:
             rc, out, _ = await self._capture(
                 [*self._systemctl, "show", "-p", "MainPID", "-p", "ControlGroup", unit], timeout=10.0
@@ -1092,7 +877,7 @@ class LocalBackend:
         if rc != 0:
             return set()
         props = dict(line.split("=", 1) for line in out.decode(errors="replace").splitlines() if "=" in line)
-        return await asyncio.to_thread(_pids_of, props.get("MainPID", ""), props.get("ControlGroup", ""))
+        return await asyncio.to_thread(pids_of, props.get("MainPID", ""), props.get("ControlGroup", ""))
 
     # -- commands --------------------------------------------------------------------------------
 
@@ -1116,7 +901,7 @@ class LocalBackend:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=_PREEXEC,
+                preexec_fn=PREEXEC,
             )
         except OSError as exc:
             raise BackendError(f"cannot run a shell on this machine: {exc.strerror or exc}") from exc
@@ -1137,59 +922,6 @@ class LocalBackend:
         )
 
 
-async def _collect_matches(
-    proc: asyncio.subprocess.Process, pattern: str, base: int, a: int, b: int, *, ignore_case: bool, context: int,
-    limit: int, newest: bool, numbered: bool,
-) -> list[LogMatch]:
-    """grep's output (``-b -n``, ``-C``) -> matches in [a, b) with their context: the first
-    ``limit`` (returns as soon as they are complete), or the last ``limit`` with ``newest``."""
-    assert proc.stdout is not None
-    found: deque[tuple[LogRecord, list[LogRecord], list[LogRecord], int | None]] = deque(
-        maxlen=limit if newest else None)
-    before: list[LogRecord] = []
-    after_open = False
-    partial = b""
-    while True:
-        data = await proc.stdout.read(1 << 16)
-        if not data:
-            break
-        lines = (partial + data).split(b"\n")
-        partial = lines.pop()
-        if len(partial) > 2 * MAX_LINE_BYTES:
-            partial = partial[: 2 * MAX_LINE_BYTES]
-        for raw in lines:
-            line: GrepLine | None = parse_grep_line(raw)
-            if line is None:  # "--": the next lines are not next to the last match
-                before, after_open = [], False
-                continue
-            at = base + line.offset
-            if at >= b:
-                return _matches(found)
-            if at < a:
-                continue
-            if len(line.text) > MAX_LINE_BYTES:
-                line.text = line.text[:MAX_LINE_BYTES]
-            rec = grep_record(line, base, pattern, ignore_case=ignore_case)
-            if line.match:
-                if not newest and len(found) >= limit:
-                    return _matches(found)
-                found.append((rec, before[-context:] if context else [], [], line.line_no if numbered else None))
-                before, after_open = [], True
-                continue
-            if after_open and found and len(found[-1][2]) < context:
-                found[-1][2].append(rec)
-            before.append(rec)
-            if len(before) > context:
-                del before[0]
-        if not newest and len(found) >= limit and (not context or len(found[-1][2]) >= context):
-            return _matches(found)
-    return _matches(found)
-
-
-def _matches(found: Iterable[tuple[LogRecord, list[LogRecord], list[LogRecord], int | None]]) -> list[LogMatch]:
-    return [LogMatch(rec, tuple(bef), tuple(aft), n) for rec, bef, aft, n in found]
-
-
 def _expand(path: str) -> Path:
     return Path(path).expanduser()
 
@@ -1205,38 +937,6 @@ def _read_checked(fh: Any, head: bytes) -> tuple[bytes, bool]:
     return b"", False
 
 
-_CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _parse_rfc3339(stamp: str) -> datetime | None:
-    """Docker's ``2026-03-04T09:12:00.123456789Z`` -> an aware datetime (µs), None if it is not one."""
-    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", stamp.strip())
-    if m is None:
-        return None
-    frac = (m.group(2) or "0")[:6].ljust(6, "0")
-    try:
-        return datetime.fromisoformat(f"{m.group(1)}.{frac}{'+00:00' if m.group(3) == 'Z' else m.group(3)}")
-    except ValueError:
-        return None
-
-
-def _pid_reading(pid_file: Path) -> tuple[int | None, bool, float | None]:
-    """(the pid the file names, whether that process runs — a zombie does not —, its age in s)."""
-    try:
-        pid = read_pid(pid_file.read_text(errors="replace")[:64])
-    except OSError:
-        return None, False, None
-    if pid is None:
-        return None, False, None
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
-        uptime = Path("/proc/uptime").read_text()
-    except OSError:
-        return pid, False, None
-    state = proc_state(stat)
-    return pid, state is not None and state not in ("Z", "X", "x"), proc_age(stat, uptime, _CLOCK_TICKS)
-
-
 def _journal_boot_start(records: Sequence[LogRecord], engine: str) -> int:
     """Index of the current boot's first record in a journal window (the tracker's last boot
     start, else the last systemd ``Starting``/``Started`` line, else 0)."""
@@ -1250,42 +950,3 @@ def _journal_boot_start(records: Sequence[LogRecord], engine: str) -> int:
     return 0
 
 
-def _pids_of(main_pid: str, cgroup: str) -> set[int]:
-    pids: set[int] = set()
-    if main_pid.strip().isdigit() and int(main_pid) > 0:
-        pids.add(int(main_pid))
-    if cgroup.startswith("/"):
-        root = Path("/sys/fs/cgroup") / cgroup.lstrip("/")
-        for procs in _walk(root, "cgroup.procs"):
-            with contextlib.suppress(OSError):
-                pids.update(int(x) for x in procs.read_text().split() if x.isdigit())
-    if pids:
-        pids |= _descendants(pids)
-    return pids
-
-
-def _walk(root: Path, name: str) -> Iterable[Path]:
-    if not root.is_dir():
-        return []
-    return (Path(d) / name for d, _, files in os.walk(root) if name in files)
-
-
-def _descendants(roots: set[int]) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(d.name))
-    out: set[int] = set()
-    todo = list(roots)
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in out:
-                out.add(c)
-                todo.append(c)
-    return out

@@ -52,10 +52,8 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvtui.config import state_dir
 from kvtui.engines.events import LogRecord
 from kvtui.engines.exit_record import stop_record
 from kvtui.engines.source_records import command_record, gap_range, gap_record, gap_where, start_missing_record
@@ -71,6 +69,7 @@ from kvtui.gpu import (
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogMatch, LogStart
 from kvtui.hosts.kube import kubectl_argv as K
 from kvtui.hosts.kube.dcgm import parse_dcgm, stale_reason
+from kvtui.hosts.kube.memory import recall_controller, remember_controller
 from kvtui.hosts.kube.objects import Pod
 from kvtui.hosts.kube.ops import KubeOps
 from kvtui.hosts.kube.state import (
@@ -280,12 +279,12 @@ class KubeBackend:
         if not self.ref.pod:
             return
         with contextlib.suppress(OSError):
-            await asyncio.to_thread(_remember, self.ref, kind, name, selector)
+            await asyncio.to_thread(remember_controller, self.ref, kind, name, selector)
 
     async def _recalled_pod(self) -> Pod | None:
         """The pod the host names is gone and was not read in this run: the current pod of its
         controller as an earlier kvtui remembered it (``learn_controller``); None if none."""
-        ctl = self._ctl or await asyncio.to_thread(_recall, self.ref)
+        ctl = self._ctl or await asyncio.to_thread(recall_controller, self.ref)
         if ctl is None:
             return None
         self._ctl = ctl
@@ -978,32 +977,6 @@ class KubeBackend:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._closed.wait(), seconds)
         return self._closed.is_set()
-
-
-def _memory(ref: K.PodRef) -> Path:
-    key = f"{ref.context or '(current)'}/{ref.namespace}/{ref.pod}"
-    return state_dir() / "kube-hosts" / (key.replace("%", "%25").replace("/", "%2F").replace(":", "%3A") + ".json")
-
-
-def _remember(ref: K.PodRef, kind: str, name: str, selector: str) -> None:
-    path = _memory(ref)
-    doc = {"kind": kind, "name": name, "selector": selector}
-    with contextlib.suppress(OSError, ValueError):
-        if json.loads(path.read_text()) == doc:
-            return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{id(doc)}")
-    tmp.write_text(json.dumps(doc))
-    tmp.replace(path)
-
-
-def _recall(ref: K.PodRef) -> tuple[str, str, str] | None:
-    try:
-        doc = json.loads(_memory(ref).read_text())
-        kind, name, sel = str(doc["kind"]), str(doc["name"]), K.check_selector(str(doc["selector"]))
-    except (OSError, ValueError, KeyError, TypeError, K.KubeRefError):
-        return None
-    return kind, name, sel
 
 
 def _first_line(text: str) -> str:

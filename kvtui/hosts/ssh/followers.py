@@ -23,7 +23,7 @@ from kvtui.engines.source_records import command_record, gap_record, gap_where, 
 from kvtui.engines.text import MAX_LINE_CHARS
 from kvtui.hosts import shellcmd as C
 from kvtui.hosts.backend import BackendError, LogStart, RecordBlock
-from kvtui.hosts.dockerlog import CatchUp
+from kvtui.hosts.dockerlog import CatchUp, parse_docker_ts
 from kvtui.hosts.journal import JournalUptime, missing_records, parse_boot_start, parse_main_cmdline, split_controls
 from kvtui.liveness import DOCKER_STATE_FORMAT, FRESH_SLACK_S, PidWatch, exit_record, parse_docker_state
 
@@ -60,19 +60,6 @@ def _decode(raw: bytes) -> str:
 
 
 _DOCKER_LINE_RE = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) ?(.*)$", re.S)
-
-
-def parse_docker_ts(stamp: str) -> datetime | None:
-    """RFC 3339 with nanoseconds (``2026-03-04T09:12:00.123456789Z``) -> aware datetime (µs)."""
-    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", stamp)
-    if not m:
-        return None
-    frac = (m.group(2) or "0")[:6].ljust(6, "0")
-    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
-    try:
-        return datetime.fromisoformat(f"{m.group(1)}.{frac}{tz}")
-    except ValueError:
-        return None
 
 
 async def _run_answer(conn: asyncssh.SSHClientConnection, command: str, *, timeout: float) -> Any:

@@ -42,7 +42,7 @@ DEMAND_MARGIN = 1.25  # the suggested pool holds the observed peak demand with t
 TIMELINE_POINTS = 240  # KvTimeline's ring: 20 min at the pane's 5 s sampling
 MAX_CPU_STEPS = 256  # VLLM_CPU_KVCACHE_SPACE candidates tried, 1 GiB apart
 SPARK = "▁▂▃▄▅▆▇█"
-APPLY_KEY = "K"  # the screen's binding (kvtui.ui.app MAIN_BINDINGS, id "serving.apply")
+APPLY_KEY = "K"  # the screen's binding (kvtui.ui.bindings MAIN_BINDINGS, id "serving.apply")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from textual.widget import Widget
 
 from kvtui.ui.perf import QuietStatic
 
-EXPAND_KEY = "b"  # the screen's binding (kvtui.ui.app MAIN_BINDINGS, id "banners")
+EXPAND_KEY = "b"  # the screen's binding (kvtui.ui.bindings MAIN_BINDINGS, id "banners")
 
 
 def expand_key(widget: Widget) -> str:
