@@ -674,21 +674,22 @@ class MainScreen(Screen[None]):
 
         self.app.push_screen(ConfirmScreen(f"Restart {pane.host_name}", body), done)
 
-    def action_apply(self) -> None:
+    def _on_changeable(self, act: Callable[[HostPane], object]) -> None:
+        """``act`` on the active pane, if kvtui may change its host (``changeable_pane``)."""
         if (pane := self.changeable_pane) is not None:
-            pane.changes.start_apply()
+            act(pane)
+
+    def action_apply(self) -> None:
+        self._on_changeable(lambda pane: pane.changes.start_apply())
 
     def action_serving_apply(self) -> None:
-        if (pane := self.changeable_pane) is not None:
-            pane.serving.apply_suggestion()
+        self._on_changeable(lambda pane: pane.serving.apply_suggestion())
 
     def action_rollback(self) -> None:
-        if (pane := self.changeable_pane) is not None:
-            pane.changes.start_rollback()
+        self._on_changeable(lambda pane: pane.changes.start_rollback())
 
     def action_tune(self) -> None:
-        if (pane := self.changeable_pane) is not None:
-            pane.changes.start_tune()
+        self._on_changeable(lambda pane: pane.changes.start_tune())
 
     def action_panel(self, step: int) -> None:
         pane = self.active_pane

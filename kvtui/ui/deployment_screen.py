@@ -32,6 +32,7 @@ from kvtui.config import DEFAULT_STALL_SECONDS
 from kvtui.hosts.backend import LogStart
 from kvtui.monitor import MonitorOptions
 from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode, node_monitor
+from kvtui.ui.bindings import shared_bindings
 from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.deployment_pane import LOG_KEEP, DeploymentPane
 from kvtui.ui.history.deployment import DeploymentHistoryScreen
@@ -44,40 +45,29 @@ if TYPE_CHECKING:
 
 BackendFactory = Callable[..., "HostBackend"]
 
-DEPLOYMENT_BINDINGS: list[BindingType] = [
-    Binding("question_mark", "help", "Help", id="help", tooltip="every key, with its id for [keymap]"),
-    Binding("q", "quit", "Quit", id="quit"),
-    Binding("ctrl+x", "cancel_change", "Cancel change", id="change.cancel",
-            tooltip="cancel the running apply/rollback/restart (once every node's restart is issued: stop "
-                    "following it)"),
-    Binding("slash", "search", "Search", id="search", tooltip="search the merged log (smart case)", priority=True),
-    Binding("n", "find(True)", "Next match", show=False, id="search.next"),
-    Binding("N", "find(False)", "Previous match", show=False, id="search.previous"),
+# The host console's bindings (kvtui.ui.bindings, same keys and ids) with the deployment's tooltips,
+# plus its own two; the list's order is the footer's and the help screen's.
+DEPLOYMENT_BINDINGS: list[BindingType] = shared_bindings([
+    "help", "quit", "change.cancel", "search", "search.next", "search.previous",
     Binding("number_sign", "node_filter", "Node filter", id="node.filter",
             tooltip="the log of all nodes, node 0, node 1, … (a search stays)"),
     Binding("g", "gpu_plot", "GPU plot", show=False, id="gpu.plot",
             tooltip="GPU memory over time of the node the log shows (all nodes: their sum), or the bars"),
-    Binding("p", "processes", "Processes", show=False, id="processes",
-            tooltip="per-process GPU memory on the node the log shows (all nodes: node 0), or the bars"),
-    Binding("c", "calculator", "Calculator", id="calculator", priority=True,
-            tooltip="edit flags, see the next boot's KV pool (every rank of every node)"),
-    Binding("x", "explain", "Explain", id="explain", tooltip="how the prediction is computed"),
-    Binding("a", "apply", "Apply", id="apply",
-            tooltip="apply the calculator's edits on every node and restart (asks first)"),
-    Binding("R", "restart", "Restart", id="restart", tooltip="restart every node, node 0 first (asks first)"),
-    Binding("u", "rollback", "Rollback", show=False, id="rollback",
-            tooltip="restore every node's newest backup and restart (asks first)"),
-    Binding("O", "tune", "Tune", show=False, id="tune",
-            tooltip="tune every node as one: each step edits and restarts every node (asks first)"),
-    Binding("H", "history", "History", show=False, id="history",
-            tooltip="the deployment's remembered starts, one row per start with its nodes; pick two to diff"),
-    Binding("d", "history(True)", "What changed", show=False, id="diff",
-            tooltip="what changed, node by node, since the last good start of the deployment"),
-    Binding("F", "fleet", "Fleet screen", show=False, id="fleet",
-            tooltip="every serving instance of the fleet, read from [prometheus] (issue 26)"),
-    Binding("escape", "escape", "Leave field", show=False, id="escape"),
-    Binding("T", "next_theme", "Next theme", show=False, id="theme.next", tooltip="cycle kvtui's colour themes"),
-]
+    "processes", "calculator", "explain", "apply", "restart", "rollback", "tune", "history", "diff", "fleet",
+    "escape", "theme.next",
+], tooltips={
+    "change.cancel": "cancel the running apply/rollback/restart (once every node's restart is issued: stop "
+                     "following it)",
+    "search": "search the merged log (smart case)",
+    "processes": "per-process GPU memory on the node the log shows (all nodes: node 0), or the bars",
+    "calculator": "edit flags, see the next boot's KV pool (every rank of every node)",
+    "apply": "apply the calculator's edits on every node and restart (asks first)",
+    "restart": "restart every node, node 0 first (asks first)",
+    "rollback": "restore every node's newest backup and restart (asks first)",
+    "tune": "tune every node as one: each step edits and restarts every node (asks first)",
+    "history": "the deployment's remembered starts, one row per start with its nodes; pick two to diff",
+    "diff": "what changed, node by node, since the last good start of the deployment",
+}, hidden=frozenset({"processes"}))
 CHANGES = frozenset({"apply", "restart", "rollback", "tune"})
 
 
