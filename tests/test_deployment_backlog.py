@@ -26,6 +26,7 @@ from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
 from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode
+from kvtui.ui.deployment_pane import DeploymentPane
 
 HOSTS = """
 [hosts.a]
@@ -178,3 +179,39 @@ async def test_a_node_whose_log_never_comes_is_said_at_the_timeout(tmp_path: Pat
     await expiring
     assert result.code == EXIT_TIMEOUT, result.message
     assert "a: its backlog still being read" in result.message
+
+
+async def test_the_deployment_console_names_no_hang_before_every_nodes_backlog_is_read(tmp_path: Path) -> None:
+    """The console's deployment pane holds its hang diagnosis by the same rule as the wait: while
+    node 0's lines have not come, it says it is reading them instead of naming node 0 "not
+    started"; once they came, the diagnosis names the real state."""
+    start = datetime.now() - timedelta(seconds=30)
+    a = _Node("a", [_systemd("Started sglang.service - SGLang."),
+                    *_records(at(start, lambda: sglang_node(0, stall_node0=True)))], gate=asyncio.Event())
+    b = _Node("b", [_systemd("Started sglang.service - SGLang."),
+                    *_records(at(start, lambda: sglang_node(1, stall=True))),
+                    _systemd("Stopping sglang.service - SGLang..."), _systemd("Stopped sglang.service - SGLang.")])
+    dm = _dm(tmp_path, [a, b])
+    tasks = dm.start(lambda node, updates, dep: None)
+    try:
+        await _node1_stopped(dm)
+        pane = DeploymentPane(dm)
+        later = datetime.now().astimezone() + timedelta(hours=1)  # far past the hang bound
+        held = pane._notes(dm.merged(), later).plain
+        assert "reading the log so far of node 0 · a" in held, held
+        assert "hang:" not in held, held
+        assert "not started" not in held, held
+        assert a.gate is not None
+        a.gate.set()
+        for _ in range(int(30 / 0.05)):
+            if not dm.backlog_pending():
+                break
+            await asyncio.sleep(0.05)
+        said = pane._notes(dm.merged(), later).plain
+        assert "reading the log so far" not in said, said
+        assert "hang:" in said, said
+        assert "not started" not in said, said
+    finally:
+        await dm.close()
+        for t in tasks:
+            t.cancel()

@@ -671,7 +671,10 @@ def test_snapshot_two_node_demo_deployment(snap_compare: SnapCompare, tmp_path: 
                 assert isinstance(b, DemoBackend)
                 if b.read_lines(after_cursor=n.monitor.spool.last_cursor, limit=1) or n.monitor.pending:
                     return False
-            return len(pane._gpus) == 2 and _ready(app) and pane.calculator.result is not None
+            # every node's backlog read (the fake clock stamps the lines before the monitors' start:
+            # read once each node's stream is quiet 1.5 s): the notes no longer say "reading …"
+            return (len(pane._gpus) == 2 and _ready(app) and pane.calculator.result is not None
+                    and not screen.dm.backlog_pending())
         await _until(pilot, settled, timeout=60)
         pane._dirty = True
         pane.refresh_now()
