@@ -218,7 +218,10 @@ async def test_next_boot_takes_only_new_lines(kube: FakeKube) -> None:
     await backend.start()
     reader = Reader(backend, LogStart.NEXT_BOOT)
     try:
-        await until(lambda: any("logs" in c for c in kube.calls()), "kubectl logs")
+        # the follow itself, not the `kubectl logs --tail=1` that reads where "now" is on the node: a
+        # line written between that call and its read would be taken for the running server's last
+        # line (a loaded machine did, once)
+        await until(lambda: any("logs" in c and "--follow" in c for c in kube.calls()), "kubectl logs --follow")
         now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 2))
         kube.append_log("r1-0", "sglang", [f"{now}.5Z [x] new line"])
         await until(lambda: len(reader.texts) == 1, "the new line")
