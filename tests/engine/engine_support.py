@@ -252,3 +252,46 @@ def burst(port: int, model: str, count: int, **kw: float) -> list[threading.Thre
     for t in threads:
         t.start()
     return threads
+
+
+def watch_a_burst(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | None, port: int, model: str,
+                  count: int, burst_timeout: float) -> tuple[list[dict[str, object]], str]:
+    """``kvtui`` ``argv`` (a ``watch … --json``) from before a burst of ``count`` requests until
+    every request of it ended and two samples after, then Ctrl-C: the window holds the whole
+    burst, so its counters (requests, preemptions, the queue-time histogram) hold every request
+    however the samples fell. (The samples, watch's stderr.)"""
+    watch = subprocess.Popen([sys.executable, "-m", "kvtui", *argv], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(env), cwd=cwd)
+    assert watch.stdout is not None
+    assert watch.stderr is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(watch.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    threads: list[threading.Thread] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not lines:  # the first sample: watch reads the server; then the burst
+            assert watch.poll() is None, watch.stderr.read()
+            assert time.monotonic() < deadline, "watch read no sample"
+            time.sleep(0.2)
+        threads = burst(port, model, count)
+        deadline = time.monotonic() + burst_timeout
+        for t in threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        assert not any(t.is_alive() for t in threads), f"the burst did not end within {burst_timeout} s"
+        after = len(lines)
+        deadline = time.monotonic() + 60
+        while len(lines) < after + 2:  # the counters after the last request
+            assert watch.poll() is None, watch.stderr.read()
+            assert time.monotonic() < deadline, "watch read no sample after the burst"
+            time.sleep(0.2)
+        watch.send_signal(signal.SIGINT)
+        code = watch.wait(timeout=60)
+        reader.join(timeout=10)
+        err = watch.stderr.read()
+        assert code == 130, err
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+    return [json.loads(line) for line in lines if line.strip()], err

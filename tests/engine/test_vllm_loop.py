@@ -23,15 +23,11 @@ import asyncio
 import json
 import re
 import shlex
-import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-from engine_support import BOOT_TIMEOUT, LocalServer, burst, launch_script, private_env, require_engine
+from engine_support import BOOT_TIMEOUT, LocalServer, launch_script, private_env, require_engine, watch_a_burst
 from sshd_support import free_port
 
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("engine")]
@@ -61,46 +57,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
 
 
 def _watch_a_burst(server: LocalServer) -> tuple[list[dict[str, object]], str]:
-    """``kvtui watch box --json`` while a burst runs: its first sample before the burst, its samples
-    until every request has ended and two more after; then Ctrl-C (the figures go to the history
-    as the watcher ends). (The samples, watch's stderr.)"""
-    watch = subprocess.Popen([sys.executable, "-m", "kvtui", "--hosts", str(server.hosts), "watch", "box", "--json",
-                              "--interval", str(INTERVAL), "--timeout", "120"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server.env,
-                             cwd=server.work)
-    assert watch.stdout is not None
-    assert watch.stderr is not None
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(watch.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    threads: list[threading.Thread] = []
-    try:
-        deadline = time.monotonic() + 120
-        while not lines:  # the first sample: the server before the burst
-            assert watch.poll() is None, watch.stderr.read()
-            assert time.monotonic() < deadline, "watch read no sample"
-            time.sleep(0.2)
-        threads = burst(server.port, str(server.work / "model"), BURST)
-        deadline = time.monotonic() + BURST_TIMEOUT
-        for t in threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
-        assert not any(t.is_alive() for t in threads), f"the burst did not end within {BURST_TIMEOUT} s"
-        after = len(lines)
-        deadline = time.monotonic() + 60
-        while len(lines) < after + 2:  # the counters after the last request
-            assert watch.poll() is None, watch.stderr.read()
-            assert time.monotonic() < deadline, "watch read no sample after the burst"
-            time.sleep(0.2)
-        watch.send_signal(signal.SIGINT)
-        code = watch.wait(timeout=60)
-        reader.join(timeout=10)
-        err = watch.stderr.read()
-        assert code == 130, err
-    finally:
-        if watch.poll() is None:
-            watch.kill()
-            watch.wait()
-    docs = [json.loads(line) for line in lines if line.strip()]
+    """``kvtui watch box --json`` while a burst runs (``watch_a_burst``: its first sample before the
+    burst, its samples until every request has ended and two more after; then Ctrl-C, the figures
+    go to the history as the watcher ends). (The samples, watch's stderr.)"""
+    docs, err = watch_a_burst(["--hosts", str(server.hosts), "watch", "box", "--json", "--interval", str(INTERVAL),
+                               "--timeout", "120"], env=server.env, cwd=server.work, port=server.port,
+                              model=str(server.work / "model"), count=BURST, burst_timeout=BURST_TIMEOUT)
     assert {d["source"] for d in docs} == {"metrics"}, err
     return docs, err
 

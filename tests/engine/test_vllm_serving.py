@@ -15,13 +15,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_support import burst, require_engine, write_model
+from engine_support import require_engine, watch_a_burst, write_model
 from sshd_support import free_port
 
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("engine")]
@@ -72,46 +71,10 @@ def _kvtui(*argv: str, timeout: float) -> subprocess.CompletedProcess[str]:
 
 
 def _watch_the_burst(hosts: Path, port: int, model: Path) -> tuple[list[dict[str, object]], str]:
-    """``kvtui watch box --json`` from before the burst until every request of it ended and two
-    samples after, then Ctrl-C: the window holds the whole burst, so its counters (requests,
-    preemptions, the queue-time histogram) hold every request however the samples fell."""
-    watch = subprocess.Popen([sys.executable, "-m", "kvtui", "watch", "box", "--hosts", str(hosts), "--json",
-                              "--interval", str(INTERVAL), "--timeout", "120"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=dict(os.environ, XDG_STATE_HOME=str(hosts.parent / "state")))
-    assert watch.stdout is not None
-    assert watch.stderr is not None
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(watch.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    threads: list[threading.Thread] = []
-    try:
-        deadline = time.monotonic() + 120
-        while not lines:  # the first sample: watch reads the server; then the burst
-            assert watch.poll() is None, watch.stderr.read()
-            assert time.monotonic() < deadline, "watch read no sample"
-            time.sleep(0.2)
-        threads = burst(port, str(model), BURST)
-        deadline = time.monotonic() + BURST_TIMEOUT
-        for t in threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
-        assert not any(t.is_alive() for t in threads), f"the burst did not end within {BURST_TIMEOUT} s"
-        after = len(lines)
-        deadline = time.monotonic() + 60
-        while len(lines) < after + 2:  # the counters after the last request
-            assert watch.poll() is None, watch.stderr.read()
-            assert time.monotonic() < deadline, "watch read no sample after the burst"
-            time.sleep(0.2)
-        watch.send_signal(signal.SIGINT)
-        code = watch.wait(timeout=60)
-        reader.join(timeout=10)
-        err = watch.stderr.read()
-        assert code == 130, err
-    finally:
-        if watch.poll() is None:
-            watch.kill()
-            watch.wait()
-    return [json.loads(line) for line in lines if line.strip()], err
+    """``kvtui watch box --json`` over the whole burst (``watch_a_burst``)."""
+    return watch_a_burst(["watch", "box", "--hosts", str(hosts), "--json", "--interval", str(INTERVAL), "--timeout",
+                          "120"], env=dict(os.environ, XDG_STATE_HOME=str(hosts.parent / "state")), cwd=None,
+                         port=port, model=str(model), count=BURST, burst_timeout=BURST_TIMEOUT)
 
 
 def test_watch_reads_the_burst_from_the_real_metrics(server: tuple[Path, int, Path]) -> None:
