@@ -114,6 +114,15 @@ def _parse_ts(raw: str) -> datetime | None:
         return None
 
 
+def _clean_row(ts_s: str, text: str, rank: str | None, style: str | None, cursor: str | None,
+               ident: str | None) -> str:
+    """One spool row whose fields hold no tab or line break and whose text no line break."""
+    if "\n" in text or "\r" in text:
+        text = text.translate(_TEXT_BAD)
+    fields = (ts_s, rank or "", style or "", cursor or "", ident or "")
+    return "\t".join(f.translate(_FIELD_BAD) for f in fields) + "\t" + text + "\n"
+
+
 class Spool:
     """The complete log of one host session on disk (see the module docstring)."""
 
@@ -172,17 +181,9 @@ class Spool:
         return spool
 
     @classmethod
-    def resume(
-        cls,
-        state_dir: Path,
-        host: str,
-        *,
-        source: str = "",
-        keep_sets: int = DEFAULT_KEEP_SETS,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-    ) -> Spool:
+    def resume(cls, state_dir: Path, host: str, *, source: str = "") -> Spool:
         """Reopen the newest set of ``host`` with the same ``source`` that no other process holds;
-        start a new set when there is none."""
+        start a new set (``create``) when there is none."""
         host_dir = state_dir / "spool" / host_dir_name(host)
         if host_dir.is_dir():
             for d in sorted((p for p in host_dir.iterdir() if p.is_dir()), reverse=True):
@@ -196,7 +197,7 @@ class Spool:
                     return cls(d, host=host, source=source, _resume=True)
                 except SpoolError:
                     continue  # held by another process
-        return cls.create(state_dir, host, source=source, keep_sets=keep_sets, max_bytes=max_bytes)
+        return cls.create(state_dir, host, source=source)
 
     def _load_existing(self) -> None:
         files = sorted(p for p in self.directory.iterdir() if _SEGMENT_RE.match(p.name))
@@ -260,42 +261,10 @@ class Spool:
         ident: str | None = None,
     ) -> LogLine:
         """Append one display line (a new segment file starts when ``boot`` changes); returns it
-        with its ``seq``. Buffered: ``flush()`` (or any read) pushes it to the OS."""
+        with its ``seq``. Buffered: ``flush()`` (or any read) pushes it to the OS. One line of
+        ``extend``: written exactly as a block's line is."""
+        seq = self.extend([text], [ts], [rank], [style], [cursor], [ident], boot=boot)
         clean = text.translate(_TEXT_BAD) if ("\n" in text or "\r" in text) else text
-        if ts is None:
-            ts_s = ""
-        elif ts is self._last_ts or ts == self._last_ts:
-            ts_s = self._last_ts_s
-        else:
-            ts_s = self._last_ts_s = ts.isoformat()
-            self._last_ts = ts
-        head = f"{ts_s}\t{rank or ''}\t{style}\t{cursor or ''}\t{ident or ''}\t"
-        if head.count("\t") != 5 or "\n" in head or "\r" in head:
-            head = "\t".join(
-                f.translate(_FIELD_BAD) for f in (ts_s, rank or "", style, cursor or "", ident or "")
-            ) + "\t"
-        raw = (head + clean + "\n").encode("utf-8", "replace")
-        with self._lock:
-            if self._closed:
-                raise SpoolError(f"the spool {self.directory} is closed")
-            seg = self._segments[-1] if self._segments else None
-            if seg is None or seg.boot != boot:
-                seg = self._start_segment(boot)
-            elif self._writer is None:  # resumed: continue the last segment
-                self._writer = self._open_writer(seg.path)
-            if seg.count % STRIDE == 0:
-                seg.blocks.append(seg.size)
-            assert self._writer is not None
-            try:
-                self._writer.write(raw)
-            except OSError as exc:
-                raise SpoolError(f"cannot write the spool {seg.path}: {exc.strerror or exc}") from exc
-            seg.size += len(raw)
-            seg.count += 1
-            seq = self._count
-            self._count += 1
-            if cursor:
-                self._last_cursor = cursor
         return LogLine(seq=seq, text=clean, ts=ts, rank=rank, boot=boot, style=style)
 
     def extend(
@@ -310,18 +279,34 @@ class Spool:
         boot: int,
     ) -> int:
         """Append several display lines of one boot in one write, given in columns (line ``i`` is
-        ``texts[i]`` with ``ts[i]``, ``ranks[i]``, …; ``idents`` None: none has one); each line is
-        written exactly as ``append`` writes it. Returns the ``seq`` of the first line."""
+        ``texts[i]`` with ``ts[i]``, ``ranks[i]``, …; ``idents`` None: none has one; ``append`` is
+        one line of it). Returns the ``seq`` of the first line.
+
+        The rows are built in bulk and checked once over the whole block; when one of them needs
+        cleaning (a tab or a line break in a field, a line break in a text), built again one by
+        one, each cleaned."""
         if not texts:
             return self._count
-        parts, blob = self._rows(texts, ts, ranks, styles, cursors, idents)
+        isos = self._iso(ts)
+        if idents is None:
+            parts = [f"{i}\t{r or ''}\t{s or ''}\t{c or ''}\t\t{x}\n"
+                     for i, r, s, c, x in zip(isos, ranks, styles, cursors, texts, strict=False)]
+        else:
+            parts = [f"{i}\t{r or ''}\t{s or ''}\t{c or ''}\t{d or ''}\t{x}\n"
+                     for i, r, s, c, d, x in zip(isos, ranks, styles, cursors, idents, texts, strict=False)]
+        blob = "".join(parts)
+        n = len(parts)
+        # every row holds its 5 separators, its one newline, and the texts' own tabs: nothing else
+        if blob.count("\n") != n or "\r" in blob or blob.count("\t") != 5 * n + "".join(texts).count("\t"):
+            ids = idents if idents is not None else itertools.repeat(None)
+            parts = [_clean_row(*row) for row in zip(isos, texts, ranks, styles, cursors, ids, strict=False)]
+            blob = "".join(parts)
         last_cursor: str | None = None
         for cursor in reversed(cursors):
             if cursor:
                 last_cursor = cursor
                 break
         raw = blob.encode("utf-8", "replace")
-        n = len(parts)
         with self._lock:
             if self._closed:
                 raise SpoolError(f"the spool {self.directory} is closed")
@@ -369,45 +354,6 @@ class Spool:
                 add(last_s)
         self._last_ts, self._last_ts_s = last_ts, last_s
         return out
-
-    def _rows(
-        self,
-        texts: Sequence[str],
-        ts: Sequence[datetime | None],
-        ranks: Sequence[str | None],
-        styles: Sequence[str | None],
-        cursors: Sequence[str | None],
-        idents: Sequence[str | None] | None,
-    ) -> tuple[list[str], str]:
-        """The rows of ``extend``, and joined: built in bulk and checked once over the whole block;
-        when one of them needs cleaning (a tab or a line break in a field, a line break in a text),
-        built again one by one, each cleaned as ``append`` cleans it."""
-        isos = self._iso(ts)
-        if idents is None:
-            rows = [f"{i}\t{r or ''}\t{s or ''}\t{c or ''}\t\t{x}\n"
-                    for i, r, s, c, x in zip(isos, ranks, styles, cursors, texts, strict=False)]
-        else:
-            rows = [f"{i}\t{r or ''}\t{s or ''}\t{c or ''}\t{d or ''}\t{x}\n"
-                    for i, r, s, c, d, x in zip(isos, ranks, styles, cursors, idents, texts, strict=False)]
-        blob = "".join(rows)
-        n = len(rows)
-        # every row holds its 5 separators, its one newline, and the texts' own tabs: nothing else
-        if blob.count("\n") == n and "\r" not in blob and blob.count("\t") == 5 * n + "".join(texts).count("\t"):
-            return rows, blob
-        parts: list[str] = []
-        add = parts.append
-        for ts_s, text, rank, style, cursor, ident in zip(
-            isos, texts, ranks, styles, cursors, idents if idents is not None else itertools.repeat(None), strict=False
-        ):
-            if "\n" in text or "\r" in text:
-                text = text.translate(_TEXT_BAD)
-            head = f"{ts_s}\t{rank or ''}\t{style or ''}\t{cursor or ''}\t{ident or ''}\t"
-            if head.count("\t") != 5 or "\n" in head or "\r" in head:
-                head = "\t".join(
-                    f.translate(_FIELD_BAD) for f in (ts_s, rank or "", style or "", cursor or "", ident or "")
-                ) + "\t"
-            add(head + text + "\n")
-        return parts, "".join(parts)
 
     def _start_segment(self, boot: int) -> _Segment:
         if self._writer is not None:
