@@ -35,6 +35,7 @@ from kvtui.knobs import MEMORY_ROLES, Memory
 from kvtui.lazy import lazy_module
 from kvtui.ui import formatting as fmt
 from kvtui.ui.keys import refocus_key, run_own_binding
+from kvtui.ui.message import WidgetMessage
 
 if TYPE_CHECKING:
     from kvtui import kvcalc
@@ -215,16 +216,12 @@ class CalculatorPanel(Widget, can_focus=True):
                 tooltip="every flag back to the running boot's"),
     ]
 
-    class Computed(Message):
+    class Computed(WidgetMessage["CalculatorPanel"]):
         """A new prediction (or an error) is on screen."""
 
-        def __init__(self, panel: CalculatorPanel) -> None:
-            super().__init__()
-            self.panel = panel
-
         @property
-        def control(self) -> CalculatorPanel:
-            return self.panel
+        def panel(self) -> CalculatorPanel:
+            return self.control
 
     class Left(Message):
         """The user left the calculator with Esc."""

@@ -10,13 +10,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
-from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from kvtui.ui.keys import refocus_key, run_own_binding
 from kvtui.ui.log.model import LogSource, ViewMode
 from kvtui.ui.log.view import LogView
+from kvtui.ui.message import WidgetMessage
 
 
 class FindInput(Input, inherit_bindings=False):
@@ -66,25 +66,14 @@ class FindBar(Horizontal):
     }
     """
 
-    class Submitted(Message):
+    class Submitted(WidgetMessage["FindBar"]):
         def __init__(self, bar: FindBar, kind: str, value: str) -> None:
-            super().__init__()
-            self.bar = bar
+            super().__init__(bar)
             self.kind = kind
             self.value = value
 
-        @property
-        def control(self) -> FindBar:
-            return self.bar
-
-    class Closed(Message):
-        def __init__(self, bar: FindBar) -> None:
-            super().__init__()
-            self.bar = bar
-
-        @property
-        def control(self) -> FindBar:
-            return self.bar
+    class Closed(WidgetMessage["FindBar"]):
+        pass
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Cancel", id="find.close"),
@@ -263,7 +252,7 @@ class LogPanel(Vertical):
     @on(LogView.StatusChanged)
     def _status(self, event: LogView.StatusChanged) -> None:
         event.stop()
-        self.query_one(LogStatus).show(event.log_view)
+        self.query_one(LogStatus).show(event.control)
 
     def open_find(self, kind: str, *, forward: bool = True) -> None:
         view = self.view

@@ -43,6 +43,7 @@ from kvtui.ui.log.model import (
 )
 from kvtui.ui.log.search import LogSearch
 from kvtui.ui.log.window import BarWindow, LineWindow
+from kvtui.ui.message import WidgetMessage
 from kvtui.updates import LineRun, LogLine, expand
 
 MAX_DISPLAY_CHARS = 2000  # longer lines are cut for display (the spool keeps them whole)
@@ -112,19 +113,11 @@ class LogView(ScrollView, can_focus=True):
     pending: reactive[int] = reactive(0)
     mode: reactive[ViewMode] = reactive(ViewMode.LIVE)
 
-    class StatusChanged(Message):
+    class StatusChanged(WidgetMessage["LogView"]):
         """Follow, mode, filter, search or pending count changed (for the status line)."""
 
-        def __init__(self, log_view: LogView) -> None:
-            super().__init__()
-            self.log_view = log_view
-
-        @property
-        def control(self) -> LogView:
-            return self.log_view
-
         def can_replace(self, message: Message) -> bool:
-            return isinstance(message, LogView.StatusChanged) and message.log_view is self.log_view
+            return isinstance(message, LogView.StatusChanged) and message.control is self.control
 
     def __init__(
         self,
