@@ -27,6 +27,7 @@ from kvtui.lazy import lazy_module
 from kvtui.ui import formatting as fmt
 from kvtui.ui.perf import QuietStatic
 from kvtui.ui.themes import rgb
+from kvtui.ui.widgets.banner import Notice
 from kvtui.ui.widgets.table import ListTable
 
 if TYPE_CHECKING:
@@ -304,26 +305,17 @@ class GpuBars(Widget):
         return strip
 
 
-class GpuNote(QuietStatic):
+class GpuNote(Notice):
     """Why the GPU readings are stale, or what to know about them, as the host's backend says it
     (a kube host on a DCGM exporter: "stale: another node's DCGM exporter answered (…)", "stale:
     DCGM exporter unreachable: …", "stale: no DCGM series for pod …"), and the GPUs whose clocks
     are throttled (``⚠ power cap: GPU 2, 5``). Hidden when there is none."""
 
-    DEFAULT_CSS = """
-    GpuNote {
-        display: none;
-        height: auto;
-        padding: 0 1;
-        &.-shown { display: block; }
-    }
-    """
-
     def show(self, samples: Sequence[GpuSample], note: str | None) -> None:
         stale = any(s.stale for s in samples)
         throttle = throttle_line(samples)
-        self.set_class(bool(note or throttle), "-shown")
-        self.set((note, stale, throttle), lambda: self._content(note, stale, throttle))
+        self.show_when((note, stale, throttle) if note or throttle else None,
+                       lambda: self._content(note, stale, throttle))
 
     @staticmethod
     def _content(note: str | None, stale: bool, throttle: str | None = None) -> Content:

@@ -5,6 +5,9 @@ with the key that expands it; expanded (``b``, the screen's), every line."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+from typing import ClassVar
+
 from textual.content import Content
 from textual.events import Resize
 from textual.visual import VisualType
@@ -49,6 +52,28 @@ def one_line(full: Content, width: int, hint: str, head: Content | None = None, 
     if head.cell_length > room:
         head = head.truncate(room, ellipsis=True)
     return Content.assemble(head, " " * max(0, room - head.cell_length), tail)
+
+
+class Notice(QuietStatic):
+    """A notice shown only while it has something to say (``show_when``), every line of it (not
+    a one-line ``Banner``: what it says to the end is the point). A subclass gives it its tone
+    (a coloured bar at its left, e.g. ``background: $warning-muted; border-left: thick $warning``)."""
+
+    DEFAULT_CSS = """
+    Notice {
+        display: none;
+        height: auto;
+        padding: 0 1;
+        &.-shown { display: block; }
+    }
+    """
+
+    SHOWN: ClassVar[str] = "-shown"  # the class that shows it
+
+    def show_when(self, key: Hashable | None, build: Callable[[], VisualType] = str) -> None:
+        """Show ``build()`` (rebuilt only when ``key`` changed); ``key`` None: hidden, emptied."""
+        self.set_class(key is not None, self.SHOWN)
+        self.set(key, build if key is not None else str)
 
 
 class Banner(QuietStatic):

@@ -22,8 +22,7 @@ from kvtui.engines.events import PHASE_ORDER, Fact, Model, Phase
 from kvtui.history.eta import BootEta
 from kvtui.history.eta import clock as eta_clock
 from kvtui.ui import formatting as fmt
-from kvtui.ui.perf import QuietStatic
-from kvtui.ui.widgets.banner import Banner
+from kvtui.ui.widgets.banner import Banner, Notice
 
 _FINAL_TARGET = {Phase.READY}
 
@@ -606,20 +605,19 @@ class FailureBanner(Banner):
         return Content("\n").join(parts)
 
 
-class StallNotice(QuietStatic):
-    """"possibly hung in <phase> for Ns": no log line and no GPU-memory change for a while. Not
-    a one-line ``Banner``: it is one sentence, whose end (the likely cause) matters."""
+class StallNotice(Notice):
+    """"possibly hung in <phase> for Ns": no log line and no GPU-memory change for a while: one
+    sentence, whose end (the likely cause) matters."""
 
     DEFAULT_CSS = """
     StallNotice {
-        display: none;
-        height: auto;
-        padding: 0 1;
         background: $warning-muted;
         border-left: thick $warning;
         &.-stalled { display: block; }
     }
     """
+
+    SHOWN = "-stalled"
 
     stalled_for: reactive[float | None] = reactive(None)
 
@@ -631,14 +629,13 @@ class StallNotice(QuietStatic):
         """``stall``: what the engine kept printing meanwhile (``kvtui.boot.stall``), when it did."""
         self._phase = phase
         self.stalled_for = seconds
-        self.set_class(seconds is not None, "-stalled")
         if seconds is None:
-            self.set(None, lambda: "")
+            self.show_when(None)
             return
         printed = stall.printed() if stall is not None else None
         if printed is not None and stall is not None and stall.kind is not None:
             cause = stall.kind.cause
-            self.set(
+            self.show_when(
                 (phase, fmt.duration(seconds), printed, cause),
                 lambda: Content.assemble(
                     ("⏸ stuck", "$warning bold"),
@@ -647,7 +644,7 @@ class StallNotice(QuietStatic):
                 ),
             )
             return
-        self.set(
+        self.show_when(
             (phase, fmt.duration(seconds)),
             lambda: Content.assemble(
                 ("⏸ possibly hung", "$warning bold"),
@@ -657,26 +654,13 @@ class StallNotice(QuietStatic):
         )
 
 
-class ProbeLine(QuietStatic):
+class ProbeLine(Notice):
     """The readiness probe of the boot shown (``kvtui.hosts.probe``): asking, answered in N ms, or
     not serving with the HTTP error. Hidden while there is nothing to say."""
-
-    DEFAULT_CSS = """
-    ProbeLine {
-        display: none;
-        height: auto;
-        padding: 0 1;
-        &.-shown { display: block; }
-    }
-    """
 
     def show(self, state: str | None, ok: bool | None = None) -> None:
         """``state``: the line (None: hidden); ``ok``: answered (True), not serving (False),
         still asking (None)."""
-        self.set_class(state is not None, "-shown")
-        if state is None:
-            self.set(None, lambda: "")
-            return
         mark, style = {True: ("✔ ", "$success bold"), False: ("✘ ", "$error bold"), None: ("… ", "$text-muted")}[ok]
-        self.set((state, ok), lambda: Content.assemble((mark, style), (state, "$foreground" if ok is not None
-                                                                       else "$text-muted italic")))
+        self.show_when(None if state is None else (state, ok), lambda: Content.assemble(
+            (mark, style), (state or "", "$foreground" if ok is not None else "$text-muted italic")))

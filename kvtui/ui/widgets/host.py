@@ -12,8 +12,7 @@ from textual.widget import Widget
 from kvtui.boot import Boot, BootStatus
 from kvtui.hosts.backend import ConnState, ConnStatus
 from kvtui.ui import formatting as fmt
-from kvtui.ui.perf import QuietStatic
-from kvtui.ui.widgets.banner import expand_key
+from kvtui.ui.widgets.banner import Notice, expand_key
 
 _STATE_STYLE: dict[ConnState, tuple[str, str]] = {
     ConnState.CONNECTING: ("◌", "$text-muted"),
@@ -88,30 +87,24 @@ def boot_state_text(boot: Boot | None, elapsed: float | None) -> Content:
 FATAL_STATES = frozenset({ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED, ConnState.FAILED})
 
 
-class ConnBanner(QuietStatic):
+class ConnBanner(Notice):
     """Why a host cannot be reached when retrying will not help (host key, authentication,
     configuration): the backend's message, which says what to do (e.g. how to trust a key). Not
     a one-line ``Banner``: what to do is the point, and there is no log to make room for."""
 
     DEFAULT_CSS = """
     ConnBanner {
-        display: none;
-        height: auto;
-        padding: 0 1;
         background: $error-muted;
         border-left: thick $error;
-        &.-shown { display: block; }
     }
     """
 
     def show(self, status: ConnStatus | None) -> None:
-        fatal = status is not None and status.state in FATAL_STATES
-        self.set_class(fatal, "-shown")
-        if status is None or not fatal:
-            self.set(None, lambda: "")
+        if status is None or status.state not in FATAL_STATES:
+            self.show_when(None)
             return
         shown = status
-        self.set((shown.state, shown.detail, shown.fingerprint), lambda: self._content(shown))
+        self.show_when((shown.state, shown.detail, shown.fingerprint), lambda: self._content(shown))
 
     @staticmethod
     def _content(status: ConnStatus) -> Content:
