@@ -159,6 +159,16 @@ class BarWindow(LineWindow):
                 added += n
                 out.clear()
 
+        def redraw(placed: tuple[int, int], line: LogLine) -> None:
+            """``line`` is a bar's next draw: it redraws the bar's row in place (or, that row
+            gone, is a row of its own)."""
+            nonlocal row, redrawn
+            flush()
+            if (n := self._redraw(placed, line)) < 0:
+                out.append(line)
+                row += 1
+            redrawn = max(redrawn, n)
+
         for p in parts:
             if isinstance(p, LogLine):
                 placed = bars.place(p.text, p.rank, row) if may_be_bar(p.text) else None
@@ -167,12 +177,8 @@ class BarWindow(LineWindow):
                 if placed is None or placed[1] == 1:
                     out.append(p)
                     row += 1
-                    continue
-                flush()
-                if (n := self._redraw(placed, p)) < 0:
-                    out.append(p)
-                    row += 1
-                redrawn = max(redrawn, n)
+                else:
+                    redraw(placed, p)
                 continue
             texts = p.texts
             if not texts:
@@ -198,12 +204,8 @@ class BarWindow(LineWindow):
                 if placed[1] == 1:
                     out.append(line)
                     row += 1
-                    continue
-                flush()
-                if (n := self._redraw(placed, line)) < 0:
-                    out.append(line)
-                    row += 1
-                redrawn = max(redrawn, n)
+                else:
+                    redraw(placed, line)
             if start < len(texts):
                 out.append(_slice(p, start, len(texts)) if start else p)
                 row += len(texts) - start
