@@ -8,13 +8,14 @@ spool: it imports only the core's types and the backend's connection status.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
 from kvtui.boot import Boot
 from kvtui.engines.events import LineStyle, LogGap
+from kvtui.fastnew import fast_new
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts.backend import ConnStatus
 
@@ -178,23 +179,6 @@ class GapSearchError(Exception):
     """The host cannot search a gap's lines (no ``search_log``, the range is gone, a tool is
     missing): the text says why, for the operator."""
 
-_new = object.__new__
-_set_seq = LogLine.__dict__["seq"].__set__
-_set_text = LogLine.__dict__["text"].__set__
-_set_ts = LogLine.__dict__["ts"].__set__
-_set_rank = LogLine.__dict__["rank"].__set__
-_set_boot = LogLine.__dict__["boot"].__set__
-_set_style = LogLine.__dict__["style"].__set__
-
-
-def make_line(seq: int, text: str, ts: datetime | None, rank: str | None, boot: int, style: LineStyle) -> LogLine:
-    """``LogLine(...)`` without the frozen dataclass's per-field ``object.__setattr__`` (the hot
-    path builds one per line)."""
-    line: LogLine = _new(LogLine)
-    _set_seq(line, seq)
-    _set_text(line, text)
-    _set_ts(line, ts)
-    _set_rank(line, rank)
-    _set_boot(line, boot)
-    _set_style(line, style)
-    return line
+# ``LogLine(...)`` without the frozen dataclass's per-field ``object.__setattr__`` (the hot path
+# builds one per line)
+make_line: Callable[[int, str, datetime | None, str | None, int, LineStyle], LogLine] = fast_new(LogLine)

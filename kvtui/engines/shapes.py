@@ -34,11 +34,11 @@ import json
 import operator
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kvtui.engines.events import LogRecord
+from kvtui.fastnew import fast_new
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -75,31 +75,7 @@ _MONTHS = {m: i for i, m in enumerate(
 # --------------------------------------------------------------------------------------------
 # Fast LogRecord construction (the frozen dataclass __init__ costs ~3x more per record)
 # --------------------------------------------------------------------------------------------
-_new = object.__new__
-_FIELD_NAMES = tuple(f.name for f in fields(LogRecord))
-if _FIELD_NAMES == ("text", "ts", "cursor", "source", "pid", "ident"):
-    _set_text = LogRecord.__dict__["text"].__set__
-    _set_ts = LogRecord.__dict__["ts"].__set__
-    _set_cursor = LogRecord.__dict__["cursor"].__set__
-    _set_source = LogRecord.__dict__["source"].__set__
-    _set_pid = LogRecord.__dict__["pid"].__set__
-    _set_ident = LogRecord.__dict__["ident"].__set__
-
-    def _rec(text: str, ts: datetime | None, cursor: str | None, source: str,
-             pid: int | None, ident: str | None) -> LogRecord:
-        r: LogRecord = _new(LogRecord)
-        _set_text(r, text)
-        _set_ts(r, ts)
-        _set_cursor(r, cursor)
-        _set_source(r, source)
-        _set_pid(r, pid)
-        _set_ident(r, ident)
-        return r
-else:  # the contract grew a field: fall back to the (slower) generated constructor
-
-    def _rec(text: str, ts: datetime | None, cursor: str | None, source: str,
-             pid: int | None, ident: str | None) -> LogRecord:
-        return LogRecord(text, ts, cursor, source, pid, ident)
+_rec: Callable[[str, datetime | None, str | None, str, int | None, str | None], LogRecord] = fast_new(LogRecord)
 
 
 # --------------------------------------------------------------------------------------------
