@@ -1,5 +1,5 @@
 """What the log view reads and shows, as plain data and pure functions: its sources' protocols
-(``LogSource``: the spool; ``HostLog``: the gaps of a long-running server, searched on the host),
+(``LogSource``: the spool itself; ``HostLog``: the gaps of a long-running server, searched on the host),
 the view's modes, the text query of a search or filter, a host search's results, and the line-text
 helpers (the engine's own timestamp, the gutter, wrapped rows, status notes)."""
 
@@ -9,9 +9,10 @@ import math
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from kvtui.logfilter import FilterSet
+from kvtui.spool import Spool
 from kvtui.ui.log.window import LineWindow
 from kvtui.updates import GapMark, HostMatch, LogLine
 
@@ -19,23 +20,9 @@ READ_BACK_CHUNK = 20_000
 HOST_PAGE = 200  # matches a search of a gap brings back from the host at a time
 
 
-class LogSource(Protocol):
-    """The complete log of a host (``kvtui.spool.Spool`` satisfies this)."""
-
-    def read(self, start_seq: int, count: int) -> list[LogLine]: ...
-
-    def search(
-        self,
-        pattern: str,
-        *,
-        regex: bool = False,
-        rank: str | None = None,
-        start_seq: int = 0,
-        reverse: bool = False,
-        limit: int = 1000,
-    ) -> list[LogLine]: ...
-
-    def __len__(self) -> int: ...
+# The complete log of a host: its spool (read, search, len), the one kind of source there is; its
+# methods' signatures are the spool's own, not restated here.
+LogSource: TypeAlias = Spool
 
 
 class HostLog(Protocol):
