@@ -128,20 +128,18 @@ _V0_PROFILE_TOTAL_RE = re.compile(r"total_gpu_memory=([\d.]+) ?GiB")
 _UTIL_EQ_RE = re.compile(r"gpu[_-]memory[_-]utilization=([\d.]+)")
 _V08_TOTAL_RE = re.compile(r"total_gpu_memory \(([\d.]+) ?GiB\) x gpu_memory_utilization \(([\d.]+)\)")
 _V08_REST_RE = re.compile(r"the rest of the memory reserved for KV Cache is (-?[\d.]+) ?GiB")
+# `GPU KV cache usage` on CUDA/ROCm, `CPU KV cache usage` on the CPU build (0.32: the device type, upper case)
+_USAGE = r"\b[A-Z]+ KV cache usage: ([\d.]+)%"
+_USAGE_RE = re.compile(_USAGE)
 _SERVING_RE = re.compile(
     r"Avg generation throughput: ([\d.]+) tokens/s.*?Running: (\d+) reqs?.*?(?:Waiting|Pending): (\d+) reqs?"
-    r".*?(?:Preemptions: (\d+).*?)?\b[A-Z]+ KV cache usage: ([\d.]+)%"
+    r".*?(?:Preemptions: (\d+).*?)?" + _USAGE
 )
-# `GPU KV cache usage` on CUDA/ROCm, `CPU KV cache usage` on the CPU build (0.32: the device type, upper case)
-_USAGE_RE = re.compile(r"\b[A-Z]+ KV cache usage: ([\d.]+)%")
-_FREE_MEM_RE = re.compile(
-    r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) ?GiB\) on startup is less than (?:desired GPU memory "
-    r"utilization|the engine's budget after excluding external process's weights) \(([\d.]+)"
-)
-_FREE_INFO_RE = re.compile(
-    r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) ?GiB\) on startup\. Desired GPU memory utilization is "
-    r"\(([\d.]+)"
-)
+# the free memory the engine found at start-up (free/total GiB), then why it refuses, or what it was asked for
+_FREE_ON_START = r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) ?GiB\) on startup"
+_FREE_MEM_RE = re.compile(_FREE_ON_START + r" is less than (?:desired GPU memory utilization|the engine's budget after "
+                          r"excluding external process's weights) \(([\d.]+)")
+_FREE_INFO_RE = re.compile(_FREE_ON_START + r"\. Desired GPU memory utilization is \(([\d.]+)")
 _KV_HINT_RE = re.compile(r"--kv-cache-memory=\d+` \(([\d.]+) ?GiB\) to fit into requested memory")
 _TOO_SMALL_RE = re.compile(
     r"max seq len \((\d+)\), \(([\d.]+) ?GiB KV cache is needed, which is larger than the available KV cache "
