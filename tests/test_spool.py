@@ -279,3 +279,26 @@ def test_extend_clean_blocks_in_bulk_and_dirty_ones_row_by_row(tmp_path: Path) -
     assert a.last_cursor == b.last_cursor == "1398"
     assert a.read(0, 400) == b.read(0, 400)
     assert b.read(120, 1)[0].text == "line break"
+
+
+def test_append_writes_a_line_as_extend_writes_it(tmp_path: Path) -> None:
+    """``append`` is one line of ``extend``: fields with tabs or line breaks and a text with line
+    breaks are cleaned the same way, byte for byte."""
+    rows = [
+        ("plain line", TS, "TP0", "phase", "c1", "python3"),
+        ("tab\tin text", None, None, "", None, None),
+        ("line\nbreak\r", TS, "TP\t1", "warn", "c\n2", "id\t3"),
+    ]
+    with Spool.create(tmp_path / "a", "h") as one, Spool.create(tmp_path / "b", "h") as block:
+        lines = [one.append(t, boot=0, ts=ts, rank=r, style=st, cursor=c, ident=i) for t, ts, r, st, c, i in rows]
+        first = block.extend(*[[row[k] for row in rows] for k in range(6)], boot=0)
+        one.flush()
+        block.flush()
+        assert first == 0
+        assert [ln.seq for ln in lines] == [0, 1, 2]
+        assert lines[2].text == "line break "
+        assert one.read(0, 3) == block.read(0, 3)
+        assert one.last_cursor == block.last_cursor == "c\n2"
+        (seg_a,) = (p for p in one.directory.iterdir() if p.suffix == ".log")
+        (seg_b,) = (p for p in block.directory.iterdir() if p.suffix == ".log")
+        assert seg_a.read_bytes() == seg_b.read_bytes()

@@ -18,9 +18,10 @@ from test_ui_helpers import (
 from kvtui.boot import Boot, BootStatus
 from kvtui.engines.events import Phase
 from kvtui.hosts.backend import ConnState, ConnStatus
-from kvtui.ui.gpu.widgets import ForeignWarning, GpuBars, GpuHistoryPlot, PhaseBand
+from kvtui.ui.gpu.widgets import ForeignWarning, GpuBars, GpuHistoryPlot, GpuNote, PhaseBand
 from kvtui.ui.stall import StallDetector
-from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, StallNotice
+from kvtui.ui.widgets.banner import Notice
+from kvtui.ui.widgets.boot import BootFigures, FailureBanner, KvUsage, PhaseTimeline, ProbeLine, StallNotice
 from kvtui.ui.widgets.host import ConnBanner, HostBar, HostInfo
 
 
@@ -280,3 +281,32 @@ def test_reconnect_countdown_ticks_with_the_clock() -> None:
     status = pane.live_status(now[0])
     assert status is not None
     assert status.retry_in == 0.0
+
+
+async def test_notices_share_one_look_and_hide_emptied() -> None:
+    """ConnBanner, StallNotice, ProbeLine and GpuNote are one ``Notice``: hidden and emptied with
+    nothing to say, shown whole (height auto, padded) otherwise; the tone (a bar at the left) is
+    the subclass's own."""
+    conn, stall, probe, note = ConnBanner(), StallNotice(), ProbeLine(), GpuNote()
+    async with Harness(conn, stall, probe, note).run_test(size=(100, 20)) as pilot:
+        probe.show("answered in 12 ms", ok=True)
+        stall.show(Phase.LOAD_WEIGHTS, 90.0)
+        await pilot.pause()
+        for widget in (conn, stall, probe, note):
+            assert isinstance(widget, Notice)
+        assert probe.display
+        assert stall.display
+        assert not conn.display
+        assert not note.display
+        assert probe.styles.padding.left == 1
+        assert stall.styles.padding.left == 1
+        assert stall.styles.border_left[0] == "thick"
+        assert not probe.styles.border_left[0]
+        assert "answered in 12 ms" in str(probe.render())
+        probe.show(None)
+        stall.show(Phase.LOAD_WEIGHTS, None)
+        await pilot.pause()
+        assert not probe.display
+        assert not stall.display
+        assert str(probe.render()) == ""
+        assert str(stall.render()) == ""
