@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -246,6 +248,39 @@ def complete(port: int, model: str, i: int, *, prompt: int = 160, tokens: int = 
         r.read()
 
 
+BURST_LOCK_TIMEOUT = 600  # seconds a burst waits for another worker's to end (one takes about 20-60 s)
+
+
+@contextlib.contextmanager
+def one_burst_at_a_time(timeout: float = BURST_LOCK_TIMEOUT) -> Iterator[None]:
+    """Held while a test's burst runs: one burst at a time across this run's xdist workers. Two
+    vLLM CPU servers each serving a burst on a 2-core machine starve each other: the API server
+    answered ``/metrics`` after more than watch's 6 s, so watch read no sample inside a 17 s burst
+    (``test_vllm_serving``: 3 samples, none in it) or let the log stand in and started its window
+    over mid-burst (``test_vllm_loop``: sources {log, metrics}). A burst is what these tests
+    measure; another test's is not their load. A ``flock`` on a file named by the run's id
+    (``PYTEST_XDIST_TESTRUNUID``; no lock without xdist: one process runs the tests one by one);
+    released when its holder ends, however it ends."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        yield
+        return
+    path = Path(tempfile.gettempdir()) / f"kvtui-engine-burst-{run}.lock"
+    with path.open("a") as fh:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                assert time.monotonic() < deadline, f"another worker's burst held {path} for {timeout} s"
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def burst(port: int, model: str, count: int, **kw: float) -> list[threading.Thread]:
     """``count`` concurrent completions (``complete``), started; join them (with a time limit)."""
     threads = [threading.Thread(target=complete, args=(port, model, i), kwargs=kw, daemon=True) for i in range(count)]
@@ -259,39 +294,41 @@ def watch_a_burst(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | No
     """``kvtui`` ``argv`` (a ``watch … --json``) from before a burst of ``count`` requests until
     every request of it ended and two samples after, then Ctrl-C: the window holds the whole
     burst, so its counters (requests, preemptions, the queue-time histogram) hold every request
-    however the samples fell. (The samples, watch's stderr.)"""
-    watch = subprocess.Popen([sys.executable, "-m", "kvtui", *argv], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=dict(env), cwd=cwd)
-    assert watch.stdout is not None
-    assert watch.stderr is not None
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(watch.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    threads: list[threading.Thread] = []
-    try:
-        deadline = time.monotonic() + 120
-        while not lines:  # the first sample: watch reads the server; then the burst
-            assert watch.poll() is None, watch.stderr.read()
-            assert time.monotonic() < deadline, "watch read no sample"
-            time.sleep(0.2)
-        threads = burst(port, model, count)
-        deadline = time.monotonic() + burst_timeout
-        for t in threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
-        assert not any(t.is_alive() for t in threads), f"the burst did not end within {burst_timeout} s"
-        after = len(lines)
-        deadline = time.monotonic() + 60
-        while len(lines) < after + 2:  # the counters after the last request
-            assert watch.poll() is None, watch.stderr.read()
-            assert time.monotonic() < deadline, "watch read no sample after the burst"
-            time.sleep(0.2)
-        watch.send_signal(signal.SIGINT)
-        code = watch.wait(timeout=60)
-        reader.join(timeout=10)
-        err = watch.stderr.read()
-        assert code == 130, err
-    finally:
-        if watch.poll() is None:
-            watch.kill()
-            watch.wait()
+    however the samples fell. The whole of it holds ``one_burst_at_a_time``. (The samples,
+    watch's stderr.)"""
+    with one_burst_at_a_time():  # the server's own burst, not another worker's too
+        watch = subprocess.Popen([sys.executable, "-m", "kvtui", *argv], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=dict(env), cwd=cwd)
+        assert watch.stdout is not None
+        assert watch.stderr is not None
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(watch.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        threads: list[threading.Thread] = []
+        try:
+            deadline = time.monotonic() + 120
+            while not lines:  # the first sample: watch reads the server; then the burst
+                assert watch.poll() is None, watch.stderr.read()
+                assert time.monotonic() < deadline, "watch read no sample"
+                time.sleep(0.2)
+            threads = burst(port, model, count)
+            deadline = time.monotonic() + burst_timeout
+            for t in threads:
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
+            assert not any(t.is_alive() for t in threads), f"the burst did not end within {burst_timeout} s"
+            after = len(lines)
+            deadline = time.monotonic() + 60
+            while len(lines) < after + 2:  # the counters after the last request
+                assert watch.poll() is None, watch.stderr.read()
+                assert time.monotonic() < deadline, "watch read no sample after the burst"
+                time.sleep(0.2)
+            watch.send_signal(signal.SIGINT)
+            code = watch.wait(timeout=60)
+            reader.join(timeout=10)
+            err = watch.stderr.read()
+            assert code == 130, err
+        finally:
+            if watch.poll() is None:
+                watch.kill()
+                watch.wait()
     return [json.loads(line) for line in lines if line.strip()], err

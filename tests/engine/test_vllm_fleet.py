@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from engine_support import require_engine, write_model
+from engine_support import one_burst_at_a_time, require_engine, write_model
 from prom_support import Exporters, Prometheus, dcgm_text, free_port, need_prometheus
 
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("engine")]
@@ -100,18 +100,19 @@ def _fleet(hosts: Path) -> dict[str, object]:
 
 
 def test_fleet_shows_the_real_server_serving_a_burst(served: Served) -> None:
-    threads = [threading.Thread(target=_post, args=(served.port, str(served.model), i), daemon=True)
-               for i in range(BURST)]
-    for t in threads:
-        t.start()
-    try:
-        # Prometheus has scraped the burst: requests running and queued behind the 20-block pool
-        served.prom.wait(lambda: served.prom.value("sum(vllm:num_requests_running)") > 0
-                         and served.prom.value("sum(vllm:num_requests_waiting)") > 0, 120, "the burst scraped")
-        doc = _fleet(served.hosts)
-    finally:
+    with one_burst_at_a_time():  # not beside another worker's burst (engine_support)
+        threads = [threading.Thread(target=_post, args=(served.port, str(served.model), i), daemon=True)
+                   for i in range(BURST)]
         for t in threads:
-            t.join(timeout=300)
+            t.start()
+        try:
+            # Prometheus has scraped the burst: requests running and queued behind the 20-block pool
+            served.prom.wait(lambda: served.prom.value("sum(vllm:num_requests_running)") > 0
+                             and served.prom.value("sum(vllm:num_requests_waiting)") > 0, 120, "the burst scraped")
+            doc = _fleet(served.hosts)
+        finally:
+            for t in threads:
+                t.join(timeout=300)
     rows = doc["rows"]
     assert isinstance(rows, list)
     assert doc["instances"] == 1, rows
