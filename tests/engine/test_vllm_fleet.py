@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from engine_support import one_burst_at_a_time, require_engine, write_model
+from engine_support import Burst, one_burst_at_a_time, require_engine, write_model
 from prom_support import Exporters, Prometheus, dcgm_text, free_port, need_prometheus
 
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("engine")]
@@ -61,12 +60,15 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     try:
         dcgm = ex.add("127.0.0.1", free_port(), lambda: dcgm_text("cpu-box", 8, used=1234, temp=41))
         t0 = time.monotonic()
-        while READY_LINE not in log.read_text(errors="replace"):
-            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
-            assert time.monotonic() - t0 < BOOT_TIMEOUT, "the server was not ready in time"
-            time.sleep(0.5)
+        # Prometheus starts while the server boots (its target is down until then): its start-up
+        # and first scrapes are not added to the boot's ~40 s
         prom = Prometheus(work, {"vllm": [f"127.0.0.1:{port}"], "dcgm": [dcgm]})
         try:
+            while READY_LINE not in log.read_text(errors="replace"):
+                assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+                assert time.monotonic() - t0 < BOOT_TIMEOUT, "the server was not ready in time"
+                time.sleep(0.5)
+            print(f"vllm fleet: ready after {time.monotonic() - t0:.1f} s")
             prom.wait(lambda: prom.value('count(up{job="vllm"} == 1) + count(up{job="dcgm"} == 1)') == 2, 120,
                       "the server and the exporter scraped")
             prom.wait(lambda: prom.value("count(vllm:num_requests_running)") >= 1, 60, "vLLM's metrics")
@@ -82,15 +84,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         proc.wait(timeout=60)
 
 
-def _post(port: int, model: str, i: int) -> None:
-    body = json.dumps({"model": model, "prompt": [(i * 7 + k) % 1000 + 3 for k in range(160)], "max_tokens": 800,
-                       "ignore_eos": True, "temperature": 0.0}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
-                                 {"Content-Type": "application/json"})
-    with contextlib.suppress(OSError), urllib.request.urlopen(req, timeout=240) as r:
-        r.read()
-
-
 def _fleet(hosts: Path) -> dict[str, object]:
     res = subprocess.run([sys.executable, "-m", "kvtui", "fleet", "--hosts", str(hosts), "--json"],
                          capture_output=True, text=True, timeout=120, check=False)
@@ -101,18 +94,14 @@ def _fleet(hosts: Path) -> dict[str, object]:
 
 def test_fleet_shows_the_real_server_serving_a_burst(served: Served) -> None:
     with one_burst_at_a_time():  # not beside another worker's burst (engine_support)
-        threads = [threading.Thread(target=_post, args=(served.port, str(served.model), i), daemon=True)
-                   for i in range(BURST)]
-        for t in threads:
-            t.start()
+        load = Burst(served.port, str(served.model), BURST)
         try:
             # Prometheus has scraped the burst: requests running and queued behind the 20-block pool
             served.prom.wait(lambda: served.prom.value("sum(vllm:num_requests_running)") > 0
                              and served.prom.value("sum(vllm:num_requests_waiting)") > 0, 120, "the burst scraped")
             doc = _fleet(served.hosts)
         finally:
-            for t in threads:
-                t.join(timeout=300)
+            load.cancel()  # the fleet has read it: the rest of the burst would be served to nobody
     rows = doc["rows"]
     assert isinstance(rows, list)
     assert doc["instances"] == 1, rows
