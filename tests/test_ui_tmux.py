@@ -46,13 +46,17 @@ class Terminal:
         width, height = self.size
         env_args = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
         command = " ".join(_quote(a) for a in argv)
-        # the window keeps this size with no client attached (tmux would otherwise pick its own)
+        # the window keeps this size with no client attached (tmux would otherwise pick its own); the
+        # command starts once it has it: on the "sized" channel (tmux keeps a signal sent before
+        # the wait), not after a fixed 0.5 s
+        wait = f"{_quote(TMUX or 'tmux')} -L {_quote(self.socket)} wait-for sized"
         self.tmux("-f", "/dev/null", "new-session", "-d", "-s", "kvtui", "-x", str(width), "-y", str(height),
-                  *env_args, f"sleep 0.5; {command}; sleep 60")
+                  *env_args, f"{wait}; {command}; sleep 60")
         self.tmux("set-option", "-w", "-t", "kvtui", "window-size", "manual")
         self.tmux("resize-window", "-t", "kvtui", "-x", str(width), "-y", str(height))
         shown = self.tmux("display-message", "-p", "-t", "kvtui", "#{pane_width}x#{pane_height}").strip()
         assert shown == f"{width}x{height}", f"the tmux window is {shown}, not {width}x{height}"
+        self.tmux("wait-for", "-S", "sized")
 
     def screen(self) -> list[str]:
         return self.tmux("capture-pane", "-p", "-t", "kvtui").splitlines()

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
-import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -235,23 +238,97 @@ def private_env(work: Path) -> dict[str, str]:
 
 # -- load: a bounded burst of completions (loopback, a fixed count, a time limit) -----------------
 
-def complete(port: int, model: str, i: int, *, prompt: int = 160, tokens: int = 800, timeout: float = 240) -> None:
-    """One completion of ``prompt`` token ids + ``tokens`` generated (``ignore_eos``: exactly that
-    many) from the server on 127.0.0.1:``port``; a refused or timed-out request is let go."""
-    body = json.dumps({"model": model, "prompt": [(i * 7 + k) % 1000 + 3 for k in range(prompt)],
-                       "max_tokens": tokens, "ignore_eos": True, "temperature": 0.0}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
-                                 {"Content-Type": "application/json"})
-    with contextlib.suppress(OSError), urllib.request.urlopen(req, timeout=timeout) as r:
-        r.read()
+class Burst:
+    """``count`` concurrent completions of ``prompt`` token ids + ``tokens`` generated (``ignore_eos``:
+    exactly that many) from the server on 127.0.0.1:``port``, each on its own connection in a
+    thread, started at once; a refused or timed-out request is let go. ``join`` waits for them
+    (with a time limit); ``cancel`` ends them now: it closes their connections, and vLLM aborts a
+    completion whose client went away (``with_cancellation``), so the server is idle again at once
+    instead of serving the rest of the burst to nobody."""
+
+    def __init__(self, port: int, model: str, count: int, *, prompt: int = 160, tokens: int = 800,
+                 timeout: float = 240) -> None:
+        self.port, self.model, self.prompt, self.tokens, self.timeout = port, model, prompt, tokens, timeout
+        self._lock = threading.Lock()
+        self._conns: list[http.client.HTTPConnection] = []
+        self._cancelled = False
+        self.threads = [threading.Thread(target=self._complete, args=(i,), daemon=True) for i in range(count)]
+        for t in self.threads:
+            t.start()
+
+    def _complete(self, i: int) -> None:
+        body = json.dumps({"model": self.model, "prompt": [(i * 7 + k) % 1000 + 3 for k in range(self.prompt)],
+                           "max_tokens": self.tokens, "ignore_eos": True, "temperature": 0.0})
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+        with self._lock:
+            if self._cancelled:
+                return
+            self._conns.append(conn)
+        try:
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+                conn.getresponse().read()
+        finally:
+            conn.close()
+
+    def alive(self) -> bool:
+        return any(t.is_alive() for t in self.threads)
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every request to end; True when they all did."""
+        deadline = time.monotonic() + timeout
+        for t in self.threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        return not self.alive()
+
+    def cancel(self, timeout: float = 60) -> None:
+        """End the requests still running: shut their connections (a thread still connecting is
+        shut on the next round) until every thread has ended, or ``timeout``."""
+        with self._lock:
+            self._cancelled = True
+        deadline = time.monotonic() + timeout
+        while self.alive() and time.monotonic() < deadline:
+            with self._lock:
+                conns = list(self._conns)
+            for conn in conns:
+                if conn.sock is not None:
+                    with contextlib.suppress(OSError):
+                        conn.sock.shutdown(socket.SHUT_RDWR)
+            self.join(0.5)
+        assert not self.alive(), f"the burst's requests did not end within {timeout} s of their cancel"
 
 
-def burst(port: int, model: str, count: int, **kw: float) -> list[threading.Thread]:
-    """``count`` concurrent completions (``complete``), started; join them (with a time limit)."""
-    threads = [threading.Thread(target=complete, args=(port, model, i), kwargs=kw, daemon=True) for i in range(count)]
-    for t in threads:
-        t.start()
-    return threads
+BURST_LOCK_TIMEOUT = 600  # seconds a burst waits for another worker's to end (one takes about 20-60 s)
+
+
+@contextlib.contextmanager
+def one_burst_at_a_time(timeout: float = BURST_LOCK_TIMEOUT) -> Iterator[None]:
+    """Held while a test's burst runs: one burst at a time across this run's xdist workers. Two
+    vLLM CPU servers each serving a burst on a 2-core machine starve each other: the API server
+    answered ``/metrics`` after more than watch's 6 s, so watch read no sample inside a 17 s burst
+    (``test_vllm_serving``: 3 samples, none in it) or let the log stand in and started its window
+    over mid-burst (``test_vllm_loop``: sources {log, metrics}). A burst is what these tests
+    measure; another test's is not their load. A ``flock`` on a file named by the run's id
+    (``PYTEST_XDIST_TESTRUNUID``; no lock without xdist: one process runs the tests one by one);
+    released when its holder ends, however it ends."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        yield
+        return
+    path = Path(tempfile.gettempdir()) / f"kvtui-engine-burst-{run}.lock"
+    with path.open("a") as fh:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                assert time.monotonic() < deadline, f"another worker's burst held {path} for {timeout} s"
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def watch_a_burst(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | None, port: int, model: str,
@@ -259,39 +336,37 @@ def watch_a_burst(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | No
     """``kvtui`` ``argv`` (a ``watch … --json``) from before a burst of ``count`` requests until
     every request of it ended and two samples after, then Ctrl-C: the window holds the whole
     burst, so its counters (requests, preemptions, the queue-time histogram) hold every request
-    however the samples fell. (The samples, watch's stderr.)"""
-    watch = subprocess.Popen([sys.executable, "-m", "kvtui", *argv], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=dict(env), cwd=cwd)
-    assert watch.stdout is not None
-    assert watch.stderr is not None
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(watch.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    threads: list[threading.Thread] = []
-    try:
-        deadline = time.monotonic() + 120
-        while not lines:  # the first sample: watch reads the server; then the burst
-            assert watch.poll() is None, watch.stderr.read()
-            assert time.monotonic() < deadline, "watch read no sample"
-            time.sleep(0.2)
-        threads = burst(port, model, count)
-        deadline = time.monotonic() + burst_timeout
-        for t in threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
-        assert not any(t.is_alive() for t in threads), f"the burst did not end within {burst_timeout} s"
-        after = len(lines)
-        deadline = time.monotonic() + 60
-        while len(lines) < after + 2:  # the counters after the last request
-            assert watch.poll() is None, watch.stderr.read()
-            assert time.monotonic() < deadline, "watch read no sample after the burst"
-            time.sleep(0.2)
-        watch.send_signal(signal.SIGINT)
-        code = watch.wait(timeout=60)
-        reader.join(timeout=10)
-        err = watch.stderr.read()
-        assert code == 130, err
-    finally:
-        if watch.poll() is None:
-            watch.kill()
-            watch.wait()
+    however the samples fell. The whole of it holds ``one_burst_at_a_time``. (The samples,
+    watch's stderr.)"""
+    with one_burst_at_a_time():  # the server's own burst, not another worker's too
+        watch = subprocess.Popen([sys.executable, "-m", "kvtui", *argv], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=dict(env), cwd=cwd)
+        assert watch.stdout is not None
+        assert watch.stderr is not None
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(watch.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        try:
+            deadline = time.monotonic() + 120
+            while not lines:  # the first sample: watch reads the server; then the burst
+                assert watch.poll() is None, watch.stderr.read()
+                assert time.monotonic() < deadline, "watch read no sample"
+                time.sleep(0.2)
+            load = Burst(port, model, count)
+            assert load.join(burst_timeout), f"the burst did not end within {burst_timeout} s"
+            after = len(lines)
+            deadline = time.monotonic() + 60
+            while len(lines) < after + 2:  # the counters after the last request
+                assert watch.poll() is None, watch.stderr.read()
+                assert time.monotonic() < deadline, "watch read no sample after the burst"
+                time.sleep(0.2)
+            watch.send_signal(signal.SIGINT)
+            code = watch.wait(timeout=60)
+            reader.join(timeout=10)
+            err = watch.stderr.read()
+            assert code == 130, err
+        finally:
+            if watch.poll() is None:
+                watch.kill()
+                watch.wait()
     return [json.loads(line) for line in lines if line.strip()], err

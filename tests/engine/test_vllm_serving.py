@@ -1,11 +1,21 @@
-"""``kvtui watch`` against the real vLLM CPU server (issue 24): the tiny Llama with a KV cache of 20
-blocks of 128 tokens (``--kv-cache-memory-bytes 2621440``), a bounded burst of concurrent
-completions from the test (loopback, a fixed count, a time limit), and ``kvtui watch --json`` on
-a ``local`` host (the server's log file; ``/metrics`` read directly on 127.0.0.1) in a subprocess:
-every sample comes from ``/metrics``, the pool is the engine's own 2,560 tokens, and the burst
-shows in the engine's own counters over the whole burst (every request, preemptions: the pool ran
-out, seconds of queue time), which no sampling can miss. Then ``wait --serving`` reads a first sample of
-the same server. The server's process group is ended after (``SIGKILL``)."""
+"""``kvtui watch`` and ``kvtui fleet`` against the real vLLM CPU server (issues 24, 26): the tiny
+Llama with a KV cache of 20 blocks of 128 tokens (``--kv-cache-memory-bytes 2621440``), a bounded
+burst of concurrent completions from the test (loopback, a fixed count, a time limit), and ``kvtui
+watch --json`` on a ``local`` host (the server's log file; ``/metrics`` read directly on 127.0.0.1)
+in a subprocess: every sample comes from ``/metrics``, the pool is the engine's own 2,560 tokens,
+and the burst shows in the engine's own counters over the whole burst (every request,
+preemptions: the pool ran out, seconds of queue time), which no sampling can miss. Then ``wait
+--serving`` reads a first sample of the same server.
+
+The fleet (issue 26), on the same server (one boot for both): Debian's ``prometheus``
+(tests/prom_support.py: 127.0.0.1, a generated config, a temporary TSDB, 1 s scrapes) scrapes its
+``/metrics`` and a simulated DCGM exporter of 8 GPUs on the same address. A burst runs while
+``kvtui fleet --json`` reads Prometheus: the instance is up, engine vllm, its model, KV pool (2,560
+tokens), usage and peak, running and queued — all from the engine's own metrics — and the 8 GPUs
+joined by its address. vLLM's ``/metrics`` carries no version (README "The fleet"): the row says
+"unknown", and Python's ``python_info{version=…}`` is not taken for it.
+
+The server's process group is ended after (``SIGKILL``)."""
 
 from __future__ import annotations
 
@@ -16,11 +26,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from engine_support import require_engine, watch_a_burst, write_model
+from engine_support import Burst, one_burst_at_a_time, require_engine, watch_a_burst, write_model
+from prom_support import Exporters, Prometheus, dcgm_text, need_prometheus
 from sshd_support import free_port
 
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("engine")]
@@ -80,7 +93,10 @@ def _watch_the_burst(hosts: Path, port: int, model: Path) -> tuple[list[dict[str
 def test_watch_reads_the_burst_from_the_real_metrics(server: tuple[Path, int, Path]) -> None:
     hosts, port, model = server
     docs, err = _watch_the_burst(hosts, port, model)
-    assert len(docs) >= 4, err  # one before the burst, at least one in it, two after
+    # one before the burst, at least one in it, two after: the burst (~17 s) holds 3-5 of watch's samples
+    # when it has the machine's CPUs to itself (engine_support.one_burst_at_a_time); beside another
+    # worker's burst /metrics answered after watch's 6 s and none fell inside
+    assert len(docs) >= 4, err
     # every sample from /metrics (INTERVAL: watch waits 2 x 3 s for an answer; at 0.5 s a server
     # busy with the burst on a loaded machine did not answer, and a sample from the log starts the
     # window over)
@@ -108,3 +124,98 @@ def test_wait_serving_reads_a_first_sample(server: tuple[Path, int, Path]) -> No
     assert doc["probe"]["ok"] is True
     assert doc["serving"]["source"] == "metrics"
     assert doc["serving"]["pool_tokens"] == 2560
+
+
+# -- kvtui fleet: a real Prometheus scraping the same server ----------------------------------------
+
+
+@dataclass
+class Served:
+    prom: Prometheus
+    port: int
+    model: Path
+    hosts: Path
+
+
+@pytest.fixture(scope="module")
+def served(server: tuple[Path, int, Path]) -> Iterator[Served]:
+    """Prometheus scraping the server and a simulated DCGM exporter of 8 GPUs on its address."""
+    need_prometheus()
+    hosts, port, model = server
+    ex = Exporters()
+    try:
+        dcgm = ex.add("127.0.0.1", free_port(), lambda: dcgm_text("cpu-box", 8, used=1234, temp=41))
+        prom = Prometheus(hosts.parent, {"vllm": [f"127.0.0.1:{port}"], "dcgm": [dcgm]})
+        try:
+            prom.wait(lambda: prom.value('count(up{job="vllm"} == 1) + count(up{job="dcgm"} == 1)') == 2, 120,
+                      "the server and the exporter scraped")
+            prom.wait(lambda: prom.value("count(vllm:num_requests_running)") >= 1, 60, "vLLM's metrics")
+            fleet_hosts = hosts.parent / "fleet-hosts.toml"
+            fleet_hosts.write_text(f'[prometheus]\nurl = "{prom.url}"\ntimeout = 30\n')
+            yield Served(prom, port, model, fleet_hosts)
+        finally:
+            prom.close()
+    finally:
+        ex.close()
+
+
+def _fleet(hosts: Path) -> dict[str, object]:
+    res = subprocess.run([sys.executable, "-m", "kvtui", "fleet", "--hosts", str(hosts), "--json"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+    doc: dict[str, object] = json.loads(res.stdout)
+    return doc
+
+
+def test_fleet_shows_the_real_server_serving_a_burst(served: Served) -> None:
+    with one_burst_at_a_time():  # not beside another worker's burst (engine_support)
+        t0 = time.monotonic()
+        load = Burst(served.port, str(served.model), BURST)
+        try:
+            # Prometheus has scraped the burst: requests running and queued behind the 20-block pool
+            served.prom.wait(lambda: served.prom.value("sum(vllm:num_requests_running)") > 0
+                             and served.prom.value("sum(vllm:num_requests_waiting)") > 0, 120, "the burst scraped")
+            t1 = time.monotonic()
+            doc = _fleet(served.hosts)
+            t2 = time.monotonic()
+        finally:
+            load.cancel()  # the fleet has read it: the rest of the burst would be served to nobody
+        print(f"vllm fleet: the burst scraped after {t1 - t0:.1f} s, kvtui fleet read it in {t2 - t1:.1f} s, "
+              f"its cancel took {time.monotonic() - t2:.1f} s")
+    rows = doc["rows"]
+    assert isinstance(rows, list)
+    assert doc["instances"] == 1, rows
+    row = rows[0]
+    print(f"vllm fleet: {row}")
+    assert row["instance"] == f"127.0.0.1:{served.port}"
+    assert row["host"] == "127.0.0.1"
+    assert row["engine"] == "vllm"
+    assert row["model"] == str(served.model)  # model_name, as the engine labels its series
+    assert row["up"] is True
+    assert row["state"] in ("up", "starting")  # "starting": its process is under 2 minutes old
+    assert row["uptime_s"] > 0
+    # "now" is the last scrape when `kvtui fleet` asked, seconds after the wait above saw the burst;
+    # on a loaded CI machine the burst can have drained by then (running 0): the hour's peak keeps it
+    assert row["running"] >= 0
+    assert row["queued"] >= 0
+    assert 0 <= row["kv_usage"] <= 1
+    assert row["kv_peak_1h"] >= max(row["kv_usage"], 0.5)  # the burst filled the 20-block pool
+    assert row["kv_pool_tokens"] == 2560  # 20 blocks of 128 tokens, from vllm:cache_config_info
+    assert row["preemptions_per_min"] is not None
+    assert row["version"] == "unknown"  # no vLLM metric carries it; python_info's version is Python's
+    assert row["gpus"] == 8  # the DCGM exporter on the same address
+    assert row["mem_used_max_mib"] == 1234
+    assert row["temp_max_c"] == 41 + 7
+
+
+def test_the_metrics_carry_no_vllm_version(served: Served) -> None:
+    """Why the fleet shows no vLLM version: the released wheel's /metrics has no series with the
+    engine's version (only python_info's, the interpreter's); it is on GET /version instead."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{served.port}/version", timeout=30) as r:
+        version = json.load(r)["version"]
+    assert version.startswith("0.32")
+    with urllib.request.urlopen(f"http://127.0.0.1:{served.port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    carrying = [line for line in text.splitlines() if not line.startswith("#") and f'"{version}"' in line]
+    assert carrying == []
+    assert any(line.startswith("python_info{") for line in text.splitlines())
