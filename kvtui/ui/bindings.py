@@ -63,6 +63,8 @@ MAIN_BINDINGS: list[BindingType] = [
     Binding("escape", "escape", "Leave field", show=False, id="escape"),
     Binding("right_square_bracket", "host(1)", "Next host", show=False, id="host.next"),
     Binding("left_square_bracket", "host(-1)", "Previous host", show=False, id="host.previous"),
+    Binding("number_sign", "next_node", "Next node", show=False, id="node.filter",
+            tooltip="a deployment's node: the next node's console (its tab)"),
     *[Binding(str(n), f"host_number({n})", f"Host {n}", show=False, id=f"host.{n}") for n in range(1, 10)],
     Binding("T", "next_theme", "Next theme", show=False, id="theme.next", tooltip="cycle kvtui's colour themes"),
     Binding("D", "demo_speed", "Demo speed", show=False, id="demo.speed",
