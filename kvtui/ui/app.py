@@ -26,10 +26,9 @@ from kvtui.config import CalcConfig, Config, UiConfig
 from kvtui.hosts.service import plan_restart
 from kvtui.monitor import MonitorOptions
 from kvtui.ui import formatting as fmt
-from kvtui.ui.bindings import DEPLOYMENT_BINDING_IDS, FLEET_BINDING_IDS, MAIN_BINDINGS, WIDGET_BINDING_IDS
+from kvtui.ui.bindings import FLEET_BINDING_IDS, MAIN_BINDINGS, WIDGET_BINDING_IDS
 from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.deployment import DeploymentGroup
-from kvtui.ui.deployment_screen import DeploymentScreen, DeploymentSpec
 from kvtui.ui.fleet.screen import FleetScreen, FleetSource, PromFleetSource
 from kvtui.ui.gpu.widgets import ProcessTable
 from kvtui.ui.history.deployment import DeploymentHistoryScreen
@@ -786,7 +785,6 @@ class KvtuiApp(App[int]):
         freeze_gc: bool = False,
         probe_ready: bool = False,
         bundle_writer: BundleWriter | None = None,
-        deployment: DeploymentSpec | None = None,
         fleet_source: FleetSource | None = None,
         deployments: Sequence[str] = (),
     ) -> None:
@@ -808,11 +806,10 @@ class KvtuiApp(App[int]):
         self.bundle_writer = bundle_writer
         self.gc_pacer = GcPacer()
         self.last_input = -1e18  # time.monotonic() of the last key, click or scroll
-        self.deployment = deployment  # a [deployments.NAME]: its one pane (kvtui.ui.deployment_screen)
         # ``F``'s rows (``kvtui.ui.fleet.screen``; None: from [prometheus]); without hosts the
         # console is the fleet screen alone (``kvtui connect`` with no HOST and a [prometheus])
         self.fleet_source = fleet_source
-        self.fleet_only = not specs and deployment is None
+        self.fleet_only = not specs
         if self.fleet_only and fleet_source is None and (config is None or config.prometheus is None):
             raise ValueError("KvtuiApp needs at least one host, or a [prometheus] for the fleet screen")
         self.specs = list(specs)
@@ -864,7 +861,7 @@ class KvtuiApp(App[int]):
     @staticmethod
     def binding_ids() -> list[str]:
         ids = [b.id for b in MAIN_BINDINGS if isinstance(b, Binding) and b.id]
-        return [*ids, *WIDGET_BINDING_IDS, *DEPLOYMENT_BINDING_IDS, *FLEET_BINDING_IDS]
+        return [*ids, *WIDGET_BINDING_IDS, *FLEET_BINDING_IDS]
 
     def _keymap_problems(self, keymap: dict[str, str]) -> list[str]:
         known = set(self.binding_ids())
@@ -880,10 +877,6 @@ class KvtuiApp(App[int]):
     def get_default_screen(self) -> Screen[None]:
         if self.fleet_only:
             return self.fleet_screen(standalone=True)
-        if self.deployment is not None:
-            return DeploymentScreen(self.deployment, backend_factory=self._backend_factory, clock=self.clock,
-                                    calc=self.config.calc, readonly=self.readonly,
-                                    pass_clock=self.clock is not time.time, history=self.config.history)
         return MainScreen(
             self.specs,
             backend_factory=self._backend_factory,
@@ -951,7 +944,7 @@ class KvtuiApp(App[int]):
         """Textual's ``ctrl+q`` (a priority binding of the app): the same question ``q`` asks
         while a change is running; on the question itself, or before the console exists, quit."""
         screen = self.screen_stack[0] if self.screen_stack else None
-        if isinstance(screen, MainScreen | DeploymentScreen) and not isinstance(self.screen, ConfirmScreen):
+        if isinstance(screen, MainScreen) and not isinstance(self.screen, ConfirmScreen):
             screen.action_quit()
             return
         self.exit()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widget import Widget
 from textual.worker import Worker, WorkerState
@@ -334,7 +335,12 @@ class HostPane(Vertical):
 
     @property
     def deployment_strip(self) -> DeploymentStrip | None:
-        return self._one(DeploymentStrip) if self.group is not None and self.is_attached else None
+        if self.group is None or not self.is_attached:
+            return None
+        try:
+            return self._one(DeploymentStrip)
+        except NoMatches:  # unmounted
+            return None
 
     def calibration(self) -> tuple[Boot | None, list[Boot]]:
         """What the calculator is calibrated from: the boot and its host's boots; a deployment's node,
