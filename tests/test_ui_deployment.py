@@ -322,6 +322,7 @@ async def test_apply_restart_and_rollback_act_on_every_node(tmp_path: Path, monk
         # a: the calculator's edit, planned on both nodes, one confirmation, both written, both restarted
         await _apply_fraction(pilot, app, 0.85)
         assert pane.action_banner.headline == "apply on r1: ready on every node"
+        assert _node(app, 1).action_banner.headline == pane.action_banner.headline  # on node 1's console too
         assert all(get_flag(u, "unit", "mem-fraction-static") == "0.85" for u in _units(tmp_path))
         assert "every node's own argument dump carries the edits" in pane.action_banner.detail
         dm = _group(app).dm
