@@ -26,7 +26,7 @@ from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
 from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode
-from kvtui.ui.deployment_pane import DeploymentPane
+from kvtui.ui.deployment import notes
 
 HOSTS = """
 [hosts.a]
@@ -182,7 +182,7 @@ async def test_a_node_whose_log_never_comes_is_said_at_the_timeout(tmp_path: Pat
 
 
 async def test_the_deployment_console_names_no_hang_before_every_nodes_backlog_is_read(tmp_path: Path) -> None:
-    """The console's deployment pane holds its hang diagnosis by the same rule as the wait: while
+    """The console's deployment strip holds its hang diagnosis by the same rule as the wait: while
     node 0's lines have not come, it says it is reading them instead of naming node 0 "not
     started"; once they came, the diagnosis names the real state."""
     start = datetime.now() - timedelta(seconds=30)
@@ -195,9 +195,8 @@ async def test_the_deployment_console_names_no_hang_before_every_nodes_backlog_i
     tasks = dm.start(lambda node, updates, dep: None)
     try:
         await _node1_stopped(dm)
-        pane = DeploymentPane(dm)
         later = datetime.now().astimezone() + timedelta(hours=1)  # far past the hang bound
-        held = pane._notes(dm.merged(), later).plain
+        held = notes(dm, None, later).plain
         assert "reading the log so far of node 0 · a" in held, held
         assert "hang:" not in held, held
         assert "not started" not in held, held
@@ -207,7 +206,7 @@ async def test_the_deployment_console_names_no_hang_before_every_nodes_backlog_i
             if not dm.backlog_pending():
                 break
             await asyncio.sleep(0.05)
-        said = pane._notes(dm.merged(), later).plain
+        said = notes(dm, None, later).plain
         assert "reading the log so far" not in said, said
         assert "hang:" in said, said
         assert "not started" not in said, said

@@ -133,13 +133,9 @@ async def test_the_gpu_panel_says_why_dcgm_readings_are_stale(kube: FakeKube, tm
 
 
 async def test_the_deployment_console_shows_each_pods_state(kube: FakeKube, tmp_path: Path) -> None:
-    """A deployment of two kube pods (an LWS leader and its worker): each node's header beside its
-    GPU bars carries its pod's state as its backend reads it, and follows it (the worker's
-    container OOM-killed and crash-looping)."""
-    from textual.widgets import Static
-
-    from kvtui.ui.deployment_screen import DeploymentScreen, DeploymentSpec
-
+    """A deployment of two kube pods (an LWS leader and its worker): each node's console (a tab per
+    node) carries its pod's state in its header as its backend reads it, and follows it (the
+    worker's container OOM-killed and crash-looping); ``#`` goes from the leader's to the worker's."""
     for fixture in ("lws-leader", "lws-worker-1"):
         pod = _pod(fixture)
         kube.put_pod(pod)
@@ -153,27 +149,31 @@ async def test_the_deployment_console_shows_each_pods_state(kube: FakeKube, tmp_
         return KubeBackend(name, PodRef("prod-eu", "llm", pods[name], container="sglang"), retry_s=0.05,
                            pod_poll_s=0.1)
 
-    dep = cfg.deployment("r1")
-    assert dep is not None
-    app = KvtuiApp([], backend_factory=factory, config=cfg,
-                   deployment=DeploymentSpec("r1", cfg.node_hosts("r1"), dep.hang_seconds))
+    app = KvtuiApp([HostSpec(n, cfg.host(n)) for n in ("leader", "worker")], backend_factory=factory, config=cfg,
+                   deployments=["r1"])
     app.animation_level = "none"
-    async with app.run_test(size=(160, 40)) as pilot:
-        screen = app.screen_stack[0]
-        assert isinstance(screen, DeploymentScreen)
+    async with app.run_test(size=(200, 40)) as pilot:
+        leader, worker = app.main_screen.panes
+        assert leader.group is worker.group is not None
 
-        def head(i: int) -> str:
-            return str(screen.query_one(f"#node-head-{i}", Static).render())
+        def head(pane: Any) -> str:
+            return plain(pane.query_one(HostBar))
 
-        await wait_for(pilot, lambda: "pod r1-0: Running, ready" in head(0), timeout=30)
-        await wait_for(pilot, lambda: "pod r1-0-1: Running" in head(1), timeout=30)
+        await wait_for(pilot, lambda: "pod r1-0: Running, ready" in head(leader), timeout=30)
+        await pilot.press("number_sign")
+        await wait_for(pilot, lambda: app.main_screen.active_pane is worker, timeout=10)
+        await wait_for(pilot, lambda: "pod r1-0-1: Running" in head(worker), timeout=30)
         crashed = _pod("lws-worker-1")
         st = crashed["status"]["containerStatuses"][0]
         st["restartCount"], st["ready"] = 3, False
         st["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}}
         st["lastState"] = {"terminated": {"reason": "OOMKilled", "exitCode": 137}}
         kube.put_pod(crashed)
-        await wait_for(pilot, lambda: "CrashLoopBackOff" in head(1), timeout=30)
+        await wait_for(pilot, lambda: "CrashLoopBackOff" in head(worker), timeout=30)
         assert ("pod r1-0-1: CrashLoopBackOff (back-off 40s restarting failed container), 3 restarts, last: OOMKilled "
-                "(exit 137): host memory, not GPU") in head(1)
-        assert "pod r1-0: Running, ready" in head(0)
+                "(exit 137): host memory, not GPU") in (worker.status.detail if worker.status else "")
+        assert leader.status is not None
+        assert "pod r1-0: Running, ready" in (leader.status.detail or "")
+        for pane in (leader, worker):  # closed here, not by the app's teardown: the backends reap kubectl
+            assert pane.monitor is not None
+            await pane.monitor.close()

@@ -17,12 +17,12 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from kvtui.boot import BootStatus
+from kvtui.commands.connect import expand_names
 from kvtui.config import parse_config
 from kvtui.flags import get_flag
 from kvtui.history import open_store
 from kvtui.hosts.factory import make_backend
 from kvtui.ui.app import KvtuiApp
-from kvtui.ui.deployment_screen import DeploymentScreen, DeploymentSpec
 from kvtui.ui.host_pane import HostSpec
 from kvtui.ui.screens import ApplyScreen, ConfirmScreen, TuneScreen
 
@@ -43,19 +43,14 @@ def _app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, deployment:
     """The console on a host (``deployment`` None: ``solo``) or a deployment, its state under ``tmp_path``."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     cfg = parse_config(text, tmp_path / "hosts.toml")
-    if deployment is None:
-        return KvtuiApp([HostSpec("solo", cfg.host("solo"))], backend_factory=make_backend, config=cfg,
-                        clock=time.time)
-    dep = cfg.deployment(deployment)
-    assert dep is not None
-    spec = DeploymentSpec(deployment, cfg.node_hosts(deployment), dep.hang_seconds)
-    return KvtuiApp([], backend_factory=make_backend, config=cfg, deployment=spec, clock=time.time)
+    names = ["solo"] if deployment is None else [deployment]  # as ``kvtui connect NAME`` opens it
+    return KvtuiApp([HostSpec(n, cfg.host(n)) for n in expand_names(cfg, names)], backend_factory=make_backend,
+                    config=cfg, clock=time.time, deployments=[n for n in names if cfg.deployment(n) is not None])
 
 
 def _pane(app: KvtuiApp) -> Any:
-    """The pane whose ``changes`` the keys drive: the host's, or the deployment's."""
-    first = app.screen_stack[0]
-    return first.pane if isinstance(first, DeploymentScreen) else app.main_screen.active_pane
+    """The pane whose ``changes`` the keys drive: the host's, or node 0's of a deployment."""
+    return app.main_screen.active_pane
 
 
 async def _apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deployment: str | None) -> dict[str, Any]:
@@ -82,7 +77,8 @@ async def _apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deployment: st
         def same(v: object) -> str:  # the state directory and the backup's time differ between the runs
             return re.sub(r"kvtui-\d{8}T[\d.]+Z", "kvtui-TIME", str(v).replace(state, "STATE"))
 
-        return {"code": pane.changes.last_code, "headline": pane.action_banner.headline,
+        return {"pane": type(pane).__name__, "group": pane.group, "code": pane.changes.last_code,
+                "headline": pane.action_banner.headline,
                 "unit": same(units[0].read_text()), "record": {k: same(v) for k, v in restarts[0].items()}}
 
 
@@ -95,7 +91,9 @@ async def test_the_same_apply_on_a_host_and_on_a_one_node_deployment_ends_the_sa
     assert get_flag(host["unit"], "unit", "mem-fraction-static") == "0.86"
     assert host["record"]["edit"] == "['--set mem-fraction-static=0.86']"
     assert host["record"]["outcome"] == "ready"
-    assert dep == host  # the headline, the file written, the history's record
+    assert host["pane"] == "HostPane"
+    assert host["group"] is None  # a deployment of one node is its host's pane: no group, no strip
+    assert dep == host  # the same pane, the headline, the file written, the history's record
 
 
 async def test_O_tunes_every_node_of_a_deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,7 +101,7 @@ async def test_O_tunes_every_node_of_a_deployment(tmp_path: Path, monkeypatch: p
     async with app.run_test(size=SIZE) as pilot:
         pane = _pane(app)
         await _until(pilot, lambda: pane.boot is not None and pane.boot.status is BootStatus.READY)
-        keys = {row[2] for row in app.screen_stack[0].key_rows()}  # type: ignore[attr-defined]
+        keys = {row[2] for row in app.main_screen.key_rows()}
         assert {"tune", "fleet"} <= keys  # O and F, as the host console has them
         await pilot.press("O")
         await _until(pilot, lambda: isinstance(app.screen, TuneScreen))
@@ -112,6 +110,7 @@ async def test_O_tunes_every_node_of_a_deployment(tmp_path: Path, monkeypatch: p
         await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         assert "goal max-tokens" in str(app.screen.body)  # type: ignore[attr-defined]
         assert pane.busy == "a tune"
+        assert app.main_screen.panes[1].busy == "a tune"  # node 1's console: the same change
         await pilot.press("y")
         await _until(pilot, lambda: pane.busy is None and pane.changes.last_tune is not None, timeout=120)
         result = pane.changes.last_tune

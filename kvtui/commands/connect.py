@@ -18,7 +18,6 @@ from kvtui.hosts.bundle import BundleBackend, BundleError, load_bundle
 from kvtui.hosts.factory import make_backend
 from kvtui.lazy import lazy_module
 from kvtui.ui.app import KvtuiApp
-from kvtui.ui.deployment_screen import DeploymentSpec
 from kvtui.ui.host_pane import HostSpec
 
 if TYPE_CHECKING:
@@ -29,9 +28,8 @@ else:
 
 
 def expand_names(config: Config, names: list[str]) -> list[str]:
-    """The hosts to open: a ``[deployments.NAME]`` among other names opens each of its nodes (one
-    tab per node, in node-rank order; a deployment alone opens its one pane, ``run``); the same
-    host twice opens one tab."""
+    """The hosts to open: a ``[deployments.NAME]`` opens each of its nodes (one tab per node, in
+    node-rank order; ``KvtuiApp``'s ``deployments`` groups them); the same host twice opens one tab."""
     out: list[str] = []
     for name in names:
         dep = config.deployment(name)
@@ -83,15 +81,6 @@ def run(args: argparse.Namespace) -> int:
         code = app.run()
         return EXIT_OK if code is None else int(code)
 
-    dep = config.deployment(args.host[0]) if len(args.host) == 1 else None
-    if dep is not None:
-        # one deployment: the console with its one pane (GPUs grouped by node, the merged boot and
-        # log, the change keys acting on every node)
-        spec = DeploymentSpec(args.host[0], config.node_hosts(args.host[0]), dep.hang_seconds)
-        code = KvtuiApp([], backend_factory=make_backend, config=config, readonly=args.readonly, freeze_gc=True,
-                        deployment=spec, theme=getattr(args, "theme", None)).run()
-        return EXIT_OK if code is None else int(code)
-
     specs: list[HostSpec] = []
     try:
         names = expand_names(config, list(args.host))
@@ -103,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     app = KvtuiApp(specs, backend_factory=make_backend, config=config, readonly=args.readonly, freeze_gc=True,
                    probe_ready=True, bundle_writer=console_bundle.write_console_bundle,
-                   theme=getattr(args, "theme", None))
+                   theme=getattr(args, "theme", None),
+                   deployments=[n for n in args.host if config.deployment(n) is not None])
     code = app.run()
     return EXIT_OK if code is None else int(code)

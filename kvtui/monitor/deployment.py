@@ -194,27 +194,37 @@ class DeploymentMonitor:
 
     # -- running ----------------------------------------------------------------------------------
 
+    def take(self, node: DeploymentNode, updates: Sequence[MonitorUpdate]) -> bool:
+        """What the deployment tracks of a node's updates (its connection state, its last line, its
+        backlog); True when they changed its log or boot. ``start``'s sink calls it; a console whose
+        panes run the node monitors feeds it their updates (``begin`` instead of ``start``)."""
+        changed = False
+        for u in updates:
+            if isinstance(u, ConnUpdate):
+                node.status = u.status
+            elif isinstance(u, LogBatch):
+                node.last_line_at = datetime.now().astimezone()
+                self._batch(node, u)
+                changed = True
+            elif isinstance(u, BootState):
+                changed = True
+        return changed
+
     def _sink(self, node: DeploymentNode, sink: DeploymentSink) -> Callable[[Sequence[MonitorUpdate]], None]:
         def on_updates(updates: Sequence[MonitorUpdate]) -> None:
-            changed = False
-            for u in updates:
-                if isinstance(u, ConnUpdate):
-                    node.status = u.status
-                elif isinstance(u, LogBatch):
-                    node.last_line_at = datetime.now().astimezone()
-                    self._batch(node, u)
-                    changed = True
-                elif isinstance(u, BootState):
-                    changed = True
-            sink(node, updates, self.merged() if changed else None)
+            sink(node, updates, self.merged() if self.take(node, updates) else None)
 
         return on_updates
 
-    def start(self, sink: DeploymentSink) -> list[asyncio.Task[None]]:
-        """Run every node's monitor (one task per node, in node order); their updates go to ``sink``.
-        Where each node's backlog ends is now (``backlog_pending``)."""
+    def begin(self) -> None:
+        """Where each node's backlog ends is now (``backlog_pending``)."""
         self.started_mono = self.mono()
         self.started_at = datetime.fromtimestamp(self.wall()).astimezone()
+
+    def start(self, sink: DeploymentSink) -> list[asyncio.Task[None]]:
+        """Run every node's monitor (one task per node, in node order); their updates go to ``sink``.
+        Where each node's backlog ends is now (``begin``)."""
+        self.begin()
         self._tasks = [asyncio.create_task(n.monitor.run(self._sink(n, sink))) for n in self.nodes]
         return list(self._tasks)
 

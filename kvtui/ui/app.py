@@ -26,11 +26,12 @@ from kvtui.config import CalcConfig, Config, UiConfig
 from kvtui.hosts.service import plan_restart
 from kvtui.monitor import MonitorOptions
 from kvtui.ui import formatting as fmt
-from kvtui.ui.bindings import DEPLOYMENT_BINDING_IDS, FLEET_BINDING_IDS, MAIN_BINDINGS, WIDGET_BINDING_IDS
+from kvtui.ui.bindings import FLEET_BINDING_IDS, MAIN_BINDINGS, WIDGET_BINDING_IDS
 from kvtui.ui.calc.panel import CalculatorPanel
-from kvtui.ui.deployment_screen import DeploymentScreen, DeploymentSpec
+from kvtui.ui.deployment import DeploymentGroup
 from kvtui.ui.fleet.screen import FleetScreen, FleetSource, PromFleetSource
 from kvtui.ui.gpu.widgets import ProcessTable
+from kvtui.ui.history.deployment import DeploymentHistoryScreen
 from kvtui.ui.history.screen import HistoryScreen
 from kvtui.ui.host_pane import BackendFactory, Clock, HostPane, HostSpec, Panel
 from kvtui.ui.keys import is_printable_key
@@ -54,7 +55,11 @@ from kvtui.ui.widgets.host import FleetSummary, HostBar, ZoomHeader
 BundleWriter = Callable[[HostPane, str], Awaitable[Path]]
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from textual.theme import Theme
+
+    from kvtui.config import DeploymentConfig
 
 CHANGES_HOST = frozenset({"restart", "apply", "rollback", "serving_apply"})
 PACE_HIDDEN_FROM = 5  # hosts in one console from which hidden hosts' monitors flush less often
@@ -62,7 +67,8 @@ WARM_UP_QUIET = 2.0  # seconds without input before hidden panes are prepared in
 
 
 class MainScreen(Screen[None]):
-    """The console: one pane per host."""
+    """The console: one pane per host; a deployment's nodes are a group of panes
+    (``kvtui.ui.deployment``: its strip on each, one change controller for all)."""
 
     BINDINGS: ClassVar[list[BindingType]] = MAIN_BINDINGS
     COMMANDS: ClassVar = {KvtuiCommands}
@@ -89,8 +95,13 @@ class MainScreen(Screen[None]):
         monitor_options: MonitorOptions | None = None,
         record_history: bool = True,
         screen_id: str = "main",
+        deployments: Mapping[str, DeploymentConfig] | None = None,
     ) -> None:
+        """``deployments``: the ``[deployments.NAME]`` opened (their nodes among ``specs``); one of
+        several nodes is a group of their panes, one of one node its host's pane alone."""
         super().__init__(id=screen_id)  # another id: a host opened from the fleet screen
+        self.deployments = dict(deployments or {})
+        self.groups: list[DeploymentGroup] = []
         self.monitor_options = monitor_options
         self.record_history = record_history
         self.specs = list(specs)
@@ -123,14 +134,19 @@ class MainScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield ZoomHeader()
+        panes = [self._pane(spec, shown=i == 0) for i, spec in enumerate(self.specs)]  # the first tab shown
+        by_name = {p.host_name: p for p in panes}
+        for name, dep in self.deployments.items():
+            if len(dep.nodes) > 1 and all(n in by_name for n in dep.nodes):
+                self.groups.append(DeploymentGroup(name, [by_name[n] for n in dep.nodes], hang_s=dep.hang_seconds))
         if len(self.specs) > 1:
             yield FleetSummary(self.host_names, expanded=False)
             with TabbedContent(id="hosts"):
-                for i, spec in enumerate(self.specs):
+                for spec, pane in zip(self.specs, panes, strict=True):
                     with TabPane(spec.name, id=f"host-{spec.name}"):
-                        yield self._pane(spec, shown=i == 0)  # the first tab is the one shown
+                        yield pane
         else:
-            yield self._pane(self.specs[0])
+            yield panes[0]
         yield KeysFooter()
 
     def on_mount(self) -> None:
@@ -159,6 +175,8 @@ class MainScreen(Screen[None]):
         """Once a second: each pane ticks (the shown one refreshes its clocks and stall notice),
         and the fleet summary takes every host's row in one repaint."""
         rows = [pane.tick_row() for pane in self.panes]
+        for group in self.groups:
+            group.tick()
         if len(self.specs) > 1:
             self._fleet().update_rows(rows)
         if self.maximized is not None:
@@ -326,6 +344,8 @@ class MainScreen(Screen[None]):
                 return False
         if action == "demo_speed" and (pane is None or not pane.spec.config.demo or pane.readonly):
             return False
+        if action == "next_node" and (pane is None or pane.group is None):
+            return False  # a deployment's node only
         if action == "cancel_change" and (pane is None or pane.busy is None or self.app.screen is not self):
             return False  # offered (in the footer too) while a change runs, not while its dialog asks
         if action in CHANGES_HOST or action == "tune":
@@ -365,11 +385,11 @@ class MainScreen(Screen[None]):
     def action_quit(self) -> None:
         """Quit; while an apply, rollback or restart is running, ask first (quitting stops
         following it, and with it the automatic rollback)."""
-        busy = [p for p in self.panes if p.busy is not None]
+        busy = list({id(p.changes): p.changes for p in self.panes if p.busy is not None}.values())
         if not busy:
             self.app.exit()
             return
-        what = "; ".join(f"{p.busy} on {p.host_name}" for p in busy)
+        what = "; ".join(f"{c.busy} on {c.name}" for c in busy)
         body = (
             f"{what[0].upper()}{what[1:]} is still running.\n\n"
             "Quitting stops following it: what was written stays, a restart already issued goes on, "
@@ -534,6 +554,12 @@ class MainScreen(Screen[None]):
         index = self.host_names.index(pane.host_name)
         self.switch_host(self.host_names[(index + step) % len(self.host_names)])
 
+    def action_next_node(self) -> None:
+        """``#`` on a deployment's node: the next node's console (its tab, round the end)."""
+        pane = self.active_pane
+        if pane is not None and pane.group is not None:
+            self.switch_host(pane.group.next_pane(pane).host_name)
+
     def action_host_number(self, number: int) -> None:
         """``1``-``9``: the host in that tab."""
         if 1 <= number <= len(self.host_names):
@@ -586,7 +612,10 @@ class MainScreen(Screen[None]):
         """``H``: the host's remembered boots; ``d``: opened on the newest boot's diff against the
         last good one (issue 13)."""
         pane = self.active_pane
-        if pane is not None:
+        if pane is not None and pane.group is not None:  # the deployment's starts, node by node
+            group = pane.group
+            self.app.push_screen(DeploymentHistoryScreen(group.name, group.node_names(), diff_newest=diff))
+        elif pane is not None:
             self.app.push_screen(HistoryScreen(pane.host_name, diff_newest=diff))
 
     def action_fleet(self) -> None:
@@ -648,6 +677,9 @@ class MainScreen(Screen[None]):
                     self.call_after_refresh(self.action_restart)
 
             self.app.push_screen(ConfirmScreen(f"Restart {pane.host_name} now?", body), replace_it)
+            return
+        if pane.group is not None:
+            pane.group.ask_restart()  # every node, node 0 first
             return
         if pane.backend is None:
             self.notify(f"{pane.host_name} is not connected yet", severity="warning", timeout=4)
@@ -753,10 +785,12 @@ class KvtuiApp(App[int]):
         freeze_gc: bool = False,
         probe_ready: bool = False,
         bundle_writer: BundleWriter | None = None,
-        deployment: DeploymentSpec | None = None,
         fleet_source: FleetSource | None = None,
+        deployments: Sequence[str] = (),
     ) -> None:
-        """``monitor_options``: how each ``HostMonitor`` runs (tests shorten its intervals);
+        """``deployments``: the ``[deployments.NAME]`` whose nodes are among ``specs`` (each of
+        several nodes: a group of their panes, ``kvtui.ui.deployment``).
+        ``monitor_options``: how each ``HostMonitor`` runs (tests shorten its intervals);
         ``record_history``: the monitors record the boots they see (not a bundle's).
         ``freeze_gc``: once the console is built, its objects leave the garbage collector's scans
         (``kvtui connect``, which runs one console per process, sets it; see ``_freeze_gc``).
@@ -772,15 +806,15 @@ class KvtuiApp(App[int]):
         self.bundle_writer = bundle_writer
         self.gc_pacer = GcPacer()
         self.last_input = -1e18  # time.monotonic() of the last key, click or scroll
-        self.deployment = deployment  # a [deployments.NAME]: its one pane (kvtui.ui.deployment_screen)
         # ``F``'s rows (``kvtui.ui.fleet.screen``; None: from [prometheus]); without hosts the
         # console is the fleet screen alone (``kvtui connect`` with no HOST and a [prometheus])
         self.fleet_source = fleet_source
-        self.fleet_only = not specs and deployment is None
+        self.fleet_only = not specs
         if self.fleet_only and fleet_source is None and (config is None or config.prometheus is None):
             raise ValueError("KvtuiApp needs at least one host, or a [prometheus] for the fleet screen")
         self.specs = list(specs)
         self.config = config or Config()
+        self.deployments = {n: d for n in deployments if (d := self.config.deployment(n)) is not None}
         self.readonly = readonly
         self.clock = clock
         self._backend_factory = backend_factory
@@ -827,7 +861,7 @@ class KvtuiApp(App[int]):
     @staticmethod
     def binding_ids() -> list[str]:
         ids = [b.id for b in MAIN_BINDINGS if isinstance(b, Binding) and b.id]
-        return [*ids, *WIDGET_BINDING_IDS, *DEPLOYMENT_BINDING_IDS, *FLEET_BINDING_IDS]
+        return [*ids, *WIDGET_BINDING_IDS, *FLEET_BINDING_IDS]
 
     def _keymap_problems(self, keymap: dict[str, str]) -> list[str]:
         known = set(self.binding_ids())
@@ -843,10 +877,6 @@ class KvtuiApp(App[int]):
     def get_default_screen(self) -> Screen[None]:
         if self.fleet_only:
             return self.fleet_screen(standalone=True)
-        if self.deployment is not None:
-            return DeploymentScreen(self.deployment, backend_factory=self._backend_factory, clock=self.clock,
-                                    calc=self.config.calc, readonly=self.readonly,
-                                    pass_clock=self.clock is not time.time, history=self.config.history)
         return MainScreen(
             self.specs,
             backend_factory=self._backend_factory,
@@ -856,6 +886,7 @@ class KvtuiApp(App[int]):
             readonly=self.readonly,
             monitor_options=self.monitor_options,
             record_history=self.record_history,
+            deployments=self.deployments,
         )
 
     def on_mount(self) -> None:
@@ -913,7 +944,7 @@ class KvtuiApp(App[int]):
         """Textual's ``ctrl+q`` (a priority binding of the app): the same question ``q`` asks
         while a change is running; on the question itself, or before the console exists, quit."""
         screen = self.screen_stack[0] if self.screen_stack else None
-        if isinstance(screen, MainScreen | DeploymentScreen) and not isinstance(self.screen, ConfirmScreen):
+        if isinstance(screen, MainScreen) and not isinstance(self.screen, ConfirmScreen):
             screen.action_quit()
             return
         self.exit()

@@ -1,11 +1,7 @@
 """The console's key bindings: the main screen's table (ids are what users remap in hosts.toml
-[keymap]) and the ids of the keys that widgets, dialogs, the fleet screen and the deployment
-console bind, all remappable."""
+[keymap]) and the ids of the keys that widgets, dialogs and the fleet screen bind, all remappable."""
 
 from __future__ import annotations
-
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 from textual.binding import Binding, BindingType
 
@@ -63,6 +59,8 @@ MAIN_BINDINGS: list[BindingType] = [
     Binding("escape", "escape", "Leave field", show=False, id="escape"),
     Binding("right_square_bracket", "host(1)", "Next host", show=False, id="host.next"),
     Binding("left_square_bracket", "host(-1)", "Previous host", show=False, id="host.previous"),
+    Binding("number_sign", "next_node", "Next node", show=False, id="node.filter",
+            tooltip="a deployment's node: the next node's console (its tab)"),
     *[Binding(str(n), f"host_number({n})", f"Host {n}", show=False, id=f"host.{n}") for n in range(1, 10)],
     Binding("T", "next_theme", "Next theme", show=False, id="theme.next", tooltip="cycle kvtui's colour themes"),
     Binding("D", "demo_speed", "Demo speed", show=False, id="demo.speed",
@@ -84,22 +82,3 @@ WIDGET_BINDING_IDS = (
 # Ids of the fleet screen's keys (kvtui.ui.fleet.screen, kvtui.ui.fleet.table).
 FLEET_BINDING_IDS = ("fleet.open", "fleet.filter", "fleet.sort", "fleet.reverse", "fleet.refresh", "fleet.back",
                      "fleet.close", "fleet.quit", "instance.close", "instance.reload")
-
-# Ids only the deployment console binds (kvtui.ui.deployment_screen; it shares the others).
-DEPLOYMENT_BINDING_IDS = ("node.filter", "gpu.plot")
-
-
-def shared_bindings(entries: Sequence[str | Binding], tooltips: Mapping[str, str],
-                    hidden: frozenset[str] = frozenset()) -> list[BindingType]:
-    """A screen's binding list in ``entries``' order: an id is ``MAIN_BINDINGS``' binding of that id
-    (its key, action, description), with the tooltip ``tooltips`` gives it and not shown in the footer
-    if in ``hidden``; a ``Binding`` is the screen's own."""
-    main = {b.id: b for b in MAIN_BINDINGS if isinstance(b, Binding) and b.id}
-    out: list[BindingType] = []
-    for entry in entries:
-        if isinstance(entry, Binding):
-            out.append(entry)
-            continue
-        b = main[entry]
-        out.append(replace(b, tooltip=tooltips.get(entry, b.tooltip), show=b.show and entry not in hidden))
-    return out

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widget import Widget
 from textual.worker import Worker, WorkerState
@@ -35,6 +36,7 @@ from kvtui.ui import formatting as fmt
 from kvtui.ui.calc.panel import CalculatorPanel
 from kvtui.ui.changes.action import ActionBanner
 from kvtui.ui.changes.controller import ChangeController, ChangeNode, demo_target
+from kvtui.ui.deployment import DeploymentStrip
 from kvtui.ui.gpu.widgets import (
     ForeignWarning,
     GpuBars,
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     from kvtui import changes
     from kvtui.history.doc import BootDoc
     from kvtui.hosts.probe import ProbeResult
+    from kvtui.ui.deployment import DeploymentGroup
 else:
     changes = lazy_module("kvtui.changes")  # lazy: imports kvcalc (test_ui_startup): +65 ms CPU
 
@@ -226,11 +229,15 @@ class HostPane(Vertical):
         self.probes: dict[int, ProbeResult | None] = {}  # boot index -> the readiness probe (None: asking)
         self.changes = ChangeController(self, self, spec.name, on_demo_speed=self._show_demo_speed)  # a/u/R/D/O/ctrl+x
         self.serving = ServingSampler(self)  # the serving view (issue 24)
+        # a node of a deployment (kvtui.ui.deployment): its strip, and ``changes`` is the group's
+        self.group: DeploymentGroup | None = None
 
     # ---- layout -----------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield HostBar(self.info)
+        if self.group is not None:
+            yield DeploymentStrip()  # the deployment's state (a node of one)
         yield ChangedStrip()  # what this boot does differently from the last good one
         yield ConnBanner()
         yield FailureBanner()
@@ -327,6 +334,21 @@ class HostPane(Vertical):
         self.query_one(HostBar).refresh()
 
     @property
+    def deployment_strip(self) -> DeploymentStrip | None:
+        if self.group is None or not self.is_attached:
+            return None
+        try:
+            return self._one(DeploymentStrip)
+        except NoMatches:  # unmounted
+            return None
+
+    def calibration(self) -> tuple[Boot | None, list[Boot]]:
+        """What the calculator is calibrated from: the boot and its host's boots; a deployment's node,
+        the merged boot (P = min over every rank of every node)."""
+        merged = self.group.merged_boot if self.group is not None else None
+        return (merged, [merged]) if merged is not None else (self.boot, self.boots)
+
+    @property
     def gpu_plot(self) -> GpuHistoryPlot:
         return self._one(GpuHistoryPlot)
 
@@ -396,7 +418,7 @@ class HostPane(Vertical):
         way); shown later, the pane only brings them up to date. True when it did."""
         if not self.needs_warm_up:
             return False
-        self.calculator.set_boot(self.boot, self.boots)
+        self.calculator.set_boot(*self.calibration())
         return True
 
     def _catch_up(self) -> None:
@@ -507,6 +529,8 @@ class HostPane(Vertical):
 
     def apply_updates(self, updates: Sequence[MonitorUpdate]) -> None:
         now = self.clock()
+        if self.group is not None:
+            self.group.feed(self, updates)
         self.serving.wake()
         parts: list[LinePart] = []
         count = 0
@@ -618,7 +642,7 @@ class HostPane(Vertical):
             if not calc.basis_looked_up and self._basis_for is not boot:
                 self._basis_for = boot
                 self._look_up_basis(boot)
-        calc.set_boot(boot, self.boots)
+        calc.set_boot(*self.calibration())
         self.gpu_plot.set_bands(self._bands(), self._origin())
 
     @work(exclusive=True, group="serving-basis", exit_on_error=False, description="calculator history")

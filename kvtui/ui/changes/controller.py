@@ -1,6 +1,6 @@
 """The changing actions of a console (``a`` apply, ``u`` rollback, ``R`` restart, ``D`` demo speed,
 ``O`` tune, ``ctrl+x`` cancel) over N ≥ 1 nodes: ``ChangeController``, owned by the pane it changes
-(``HostPane.changes``: one node; ``DeploymentPane.changes``: the deployment's nodes), which gives
+(``HostPane.changes``: one node; ``DeploymentGroup.changes``: a deployment's node panes), which gives
 it what it needs as a ``ChangeSite``. It plans through ``kvtui.changes`` / ``kvtui.tune``, confirms
 in a dialog, runs the change in a ``service`` worker of the pane and shows its progress and outcome
 in the pane's action banner. One node (a host, or a deployment of one) goes through
@@ -86,7 +86,7 @@ class ChangeNode(NamedTuple):
 
 class ChangeSite(Protocol):
     """What a ``ChangeController`` needs of the pane it changes (``HostPane``: one node;
-    ``DeploymentPane``: its nodes, node 0 first)."""
+    ``ui.deployment.GroupSite``: its nodes, node 0 first)."""
 
     readonly: bool
     clock: Callable[[], float]
