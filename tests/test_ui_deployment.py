@@ -535,7 +535,10 @@ def test_snapshot_two_node_demo_deployment(snap_compare: SnapCompare, tmp_path: 
     from test_ui_helpers import settle
 
     clock = FakeClock()
-    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    # two nodes' first boots would be numbered in the order their recorders write them (one row-id
+    # sequence for every host: a race, as test_ui_snapshots' two hosts): nothing recorded, the
+    # header says "boot N of this log"
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock, extra="\n[history]\nrecord = false\n")
     clock.advance(30.0)  # both halves ready by then (30 s at ×100)
 
     async def run_before(pilot: Pilot[Any]) -> None:
