@@ -17,8 +17,7 @@ import pytest
 from nodes_gen import at, sglang_node
 
 from kvtui.boot import BootStatus
-from kvtui.commands.wait import follow
-from kvtui.commands.wait_deployment import DeploymentWaiter, Result
+from kvtui.commands.wait import Outcome, Waiter, follow
 from kvtui.config import parse_config
 from kvtui.engines.events import LogRecord
 from kvtui.exits import EXIT_FAILED, EXIT_TIMEOUT
@@ -117,7 +116,7 @@ async def _node1_stopped(dm: DeploymentMonitor, limit: float = 30.0) -> None:
     raise AssertionError(f"node 1's stop not read within {limit:g} s")
 
 
-async def _ready(result: Result, tasks: list[asyncio.Task[None]]) -> Result:
+async def _ready(result: Outcome, tasks: list[asyncio.Task[None]]) -> Outcome:
     return result
 
 
@@ -131,7 +130,7 @@ async def test_the_wait_names_no_node_before_every_nodes_backlog_is_read(tmp_pat
     dm = _dm(tmp_path, [a, b])
     err = io.StringIO()
     loop = asyncio.get_running_loop()
-    waiter = DeploymentWaiter(dm, err, t0=loop.time(), clock=loop.time)
+    waiter = Waiter(dm, err, next_boot=False, follow_restarts=False, t0=loop.time(), clock=loop.time)
 
     async def late_node0() -> None:
         # node 0's lines come after node 1's stop was read and the wait had a second to decide on it
@@ -162,7 +161,7 @@ async def test_a_node_whose_log_never_comes_is_said_at_the_timeout(tmp_path: Pat
     dm = _dm(tmp_path, [a, b])
     err = io.StringIO()
     loop = asyncio.get_running_loop()
-    waiter = DeploymentWaiter(dm, err, t0=loop.time(), clock=loop.time)
+    waiter = Waiter(dm, err, next_boot=False, follow_restarts=False, t0=loop.time(), clock=loop.time)
     expired = asyncio.Event()
 
     async def timer(_: float) -> None:
@@ -211,6 +210,38 @@ async def test_the_deployment_console_names_no_hang_before_every_nodes_backlog_i
         assert "reading the log so far" not in said, said
         assert "hang:" in said, said
         assert "not started" not in said, said
+    finally:
+        await dm.close()
+        for t in tasks:
+            t.cancel()
+
+
+async def test_hang_is_none_while_a_nodes_backlog_is_unread(tmp_path: Path) -> None:
+    """The backlog rule lives in ``DeploymentMonitor.hang`` itself (no caller can forget it): while
+    node 0's lines have not come, no hang is diagnosed however late it is; once they came, it is."""
+    start = datetime.now() - timedelta(seconds=30)
+    a = _Node("a", [_systemd("Started sglang.service - SGLang."),
+                    *_records(at(start, lambda: sglang_node(0, stall_node0=True)))], gate=asyncio.Event())
+    b = _Node("b", [_systemd("Started sglang.service - SGLang."),
+                    *_records(at(start, lambda: sglang_node(1, stall=True))),
+                    _systemd("Stopping sglang.service - SGLang..."), _systemd("Stopped sglang.service - SGLang.")])
+    dm = _dm(tmp_path, [a, b])
+    tasks = dm.start(lambda node, updates, dep: None)
+    try:
+        await _node1_stopped(dm)
+        later = datetime.now().astimezone() + timedelta(hours=1)  # far past the hang bound
+        assert "a" in [n.name for n in dm.backlog_pending()]
+        assert dm.hang(now=later) is None
+        assert dm.hang(now=later, bound_s=0.0) is None
+        assert a.gate is not None
+        a.gate.set()
+        for _ in range(int(30 / 0.05)):
+            if not dm.backlog_pending():
+                break
+            await asyncio.sleep(0.05)
+        hang = dm.hang(now=later)
+        assert hang is not None
+        assert hang.summary.startswith("node 1 (b) stopped at launch"), hang.summary
     finally:
         await dm.close()
         for t in tasks:

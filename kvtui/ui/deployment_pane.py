@@ -495,10 +495,8 @@ class DeploymentPane(Vertical):
 
     def _notes(self, dep: DeploymentBoot, now: datetime) -> Text:
         t = Text()
-        # no hang names a node before every node's backlog is read (the wait's rule: a node whose
-        # lines have not come yet would be said "not started")
-        pending = self.dm.backlog_pending()
-        hang = None if pending else self.dm.hang(self.probed or None, now=now)
+        pending = self.dm.backlog_pending()  # no hang while one is: ``DeploymentMonitor.hang``'s rule
+        hang = self.dm.hang(self.probed or None, now=now)
         if pending:
             t.append("reading the log so far of " + ", ".join(self.node_label(n.index) for n in pending)
                      + ": no hang is named before every node's is read\n", style="dim")
