@@ -20,7 +20,7 @@ from kvtui.boot import BootStatus
 from kvtui.commands.wait import Outcome, Waiter, follow
 from kvtui.config import parse_config
 from kvtui.engines.events import LogRecord
-from kvtui.exits import EXIT_FAILED, EXIT_TIMEOUT
+from kvtui.exits import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
 from kvtui.monitor import HostMonitor, MonitorOptions
@@ -246,3 +246,68 @@ async def test_hang_is_none_while_a_nodes_backlog_is_unread(tmp_path: Path) -> N
         await dm.close()
         for t in tasks:
             t.cancel()
+
+
+class _Restarted(_Node):
+    """A host whose log comes in two parts: ``records`` at once, ``then`` once ``gate`` is set."""
+
+    def __init__(self, name: str, records: list[LogRecord], then: list[LogRecord], gate: asyncio.Event) -> None:
+        super().__init__(name, records)
+        self.then, self.later = then, gate
+
+    async def follow_log(self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None, *,
+                         began: float | None = None) -> AsyncIterator[list[LogRecord]]:
+        yield self.records
+        await self.later.wait()
+        yield self.then
+        await self.closed.wait()
+
+
+def _unit(text: str, ts: datetime) -> LogRecord:
+    return LogRecord(text=text, ts=ts.astimezone(), source="journal", ident="systemd")
+
+
+@pytest.mark.parametrize("follow_restarts", [False, True])
+async def test_follow_restarts_waits_through_a_deployments_failed_start(tmp_path: Path, follow_restarts: bool) -> None:
+    """One decider: ``--follow-restarts`` works on a deployment as on a host. Node 1 fails its
+    start (out of memory); without the flag the wait ends there (exit 1, node 1 named); with it the
+    wait says the failure and waits for the next start, which is ready (main: exit 1 either way)."""
+    t1 = datetime.now() - timedelta(minutes=30)
+    t2 = t1 + timedelta(minutes=15)
+    gate = asyncio.Event()
+    oom = LogRecord(text="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", source="journal")
+    a = _Restarted("a", [_unit("Started sglang.service - SGLang.", t1),
+                         *_records(at(t1, lambda: sglang_node(0, stall_node0=True)))],
+                   [_unit("Started sglang.service - SGLang.", t2), *_records(at(t2, lambda: sglang_node(0)))], gate)
+    exited = t1 + timedelta(seconds=30)
+    b = _Restarted("b", [_unit("Started sglang.service - SGLang.", t1),
+                         *_records(at(t1, lambda: sglang_node(1, stall=True))), oom,
+                         _unit("sglang.service: Main process exited, code=exited, status=1/FAILURE", exited),
+                         _unit("sglang.service: Failed with result 'exit-code'.", exited)],
+                   [_unit("Started sglang.service - SGLang.", t2), *_records(at(t2, lambda: sglang_node(1)))], gate)
+    dm = _dm(tmp_path, [a, b])
+    err = io.StringIO()
+    loop = asyncio.get_running_loop()
+    waiter = Waiter(dm, err, next_boot=False, follow_restarts=follow_restarts, t0=loop.time(), clock=loop.time)
+
+    async def restart() -> None:
+        for _ in range(int(60 / 0.05)):
+            if "failed on node 1 (b)" in err.getvalue() or (waiter.done is not None and waiter.done.done()):
+                break
+            await asyncio.sleep(0.05)
+        gate.set()
+
+    restarting = asyncio.create_task(restart())
+    result = await follow(waiter, dm, 120, None, _ready)
+    await restarting
+    said = err.getvalue()
+    if not follow_restarts:
+        assert result.code == EXIT_FAILED, said
+        assert result.message.startswith("r1: failed on node 1 (b)"), result.message
+        assert "CUDA out of memory" in result.message, result.message
+        return
+    assert result.code == EXIT_OK, (result.message, said)
+    assert "] failed on node 1 (b)" in said, said
+    assert "waiting for an automatic restart (--follow-restarts)" in said, said
+    assert "boot 2 of this wait started at " in said, said
+    assert result.index == 1
