@@ -137,6 +137,7 @@ class Waiter:
     notes_said: dict[str, int] = field(default_factory=dict)  # per node, its follower's notes printed
     hang_said: str | None = None
     probing: asyncio.Task[None] | None = None
+    held: bool = False  # a failure not decided yet (``DeploymentMonitor.names_held``): the beat decides it
 
     @property
     def several(self) -> bool:
@@ -229,6 +230,7 @@ class Waiter:
         return index > 0 or any(p.name is Phase.LAUNCH for p in boot.phases)
 
     def _boots(self) -> None:
+        self.held = False
         count = self.dm.start_count()
         if not count:
             return
@@ -254,7 +256,8 @@ class Waiter:
                 return
             if boot.status is BootStatus.FAILED:
                 if self.dm.names_held():
-                    return  # the node that failed first may be one whose backlog is unread: decided on the beat
+                    self.held = True  # the node that failed first may be one whose backlog is unread
+                    return  # decided on the beat
                 if not self.follow_restarts:
                     self._finish(Outcome(EXIT_FAILED, boot, i, self._failed(dep), dep=dep))
                     return
@@ -439,16 +442,20 @@ class Waiter:
 
     async def beat(self) -> None:
         """Print ``heartbeat_text`` whenever nothing was printed for ``HEARTBEAT_S``; at least every
-        ``TICK_S`` take a decision held back (a backlog read since), look at a silent log's stall."""
+        ``TICK_S`` take a decision held back (a backlog read since), look for a hang and at a silent
+        log's stall (time passing is their evidence too)."""
         while self.done is not None and not self.done.done():
             last = self.t0 if self.last_out is None else self.last_out
             due = last + HEARTBEAT_S - self.clock()
             if due > 0:
                 await asyncio.sleep(min(due, TICK_S))
-                if not self.done.done():
-                    self.dm.merged()  # (several nodes: the start as it is now)
+                if self.done.done():
+                    return
+                if self.held:
                     self._boots()
-                    self.check_stall()
+                else:  # (not ``_boots``: a boot's lines are said as the monitor's updates bring them)
+                    self.check_hang()
+                self.check_stall()
                 continue
             self.say(self.heartbeat_text())
 

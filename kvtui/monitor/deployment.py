@@ -169,8 +169,9 @@ class DeploymentMonitor:
     def hang(self, extra: dict[int, NodeObservation] | None = None, *, bound_s: float | None = None,
              now: datetime | None = None) -> Hang | None:
         """The hang diagnosis of the merged boot now (``bound_s``: default the deployment's); None
-        while ``names_held`` (a node whose backlog is unread would be said "not started")."""
-        if self.names_held():
+        for one node (it holds no other back) and while a node's backlog is unread (``backlog_pending``:
+        that node would be said "not started")."""
+        if len(self.nodes) < 2 or self.backlog_pending():
             return None
         dep = self.merged()
         return diagnose_hang(dep, now or datetime.now().astimezone(), self.bound_s if bound_s is None else bound_s,
