@@ -17,11 +17,10 @@ import pytest
 from nodes_gen import at, sglang_node
 
 from kvtui.boot import BootStatus
-from kvtui.commands.wait import follow
-from kvtui.commands.wait_deployment import DeploymentWaiter, Result
+from kvtui.commands.wait import Outcome, Waiter, follow
 from kvtui.config import parse_config
 from kvtui.engines.events import LogRecord
-from kvtui.exits import EXIT_FAILED, EXIT_TIMEOUT
+from kvtui.exits import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT
 from kvtui.gpu import GpuProcess, GpuSample
 from kvtui.hosts.backend import BackendError, CommandResult, ConnState, ConnStatus, LogStart
 from kvtui.monitor import HostMonitor, MonitorOptions
@@ -117,7 +116,7 @@ async def _node1_stopped(dm: DeploymentMonitor, limit: float = 30.0) -> None:
     raise AssertionError(f"node 1's stop not read within {limit:g} s")
 
 
-async def _ready(result: Result, tasks: list[asyncio.Task[None]]) -> Result:
+async def _ready(result: Outcome, tasks: list[asyncio.Task[None]]) -> Outcome:
     return result
 
 
@@ -131,7 +130,7 @@ async def test_the_wait_names_no_node_before_every_nodes_backlog_is_read(tmp_pat
     dm = _dm(tmp_path, [a, b])
     err = io.StringIO()
     loop = asyncio.get_running_loop()
-    waiter = DeploymentWaiter(dm, err, t0=loop.time(), clock=loop.time)
+    waiter = Waiter(dm, err, next_boot=False, follow_restarts=False, t0=loop.time(), clock=loop.time)
 
     async def late_node0() -> None:
         # node 0's lines come after node 1's stop was read and the wait had a second to decide on it
@@ -162,7 +161,7 @@ async def test_a_node_whose_log_never_comes_is_said_at_the_timeout(tmp_path: Pat
     dm = _dm(tmp_path, [a, b])
     err = io.StringIO()
     loop = asyncio.get_running_loop()
-    waiter = DeploymentWaiter(dm, err, t0=loop.time(), clock=loop.time)
+    waiter = Waiter(dm, err, next_boot=False, follow_restarts=False, t0=loop.time(), clock=loop.time)
     expired = asyncio.Event()
 
     async def timer(_: float) -> None:
@@ -214,3 +213,100 @@ async def test_the_deployment_console_names_no_hang_before_every_nodes_backlog_i
         await dm.close()
         for t in tasks:
             t.cancel()
+
+
+async def test_hang_is_none_while_a_nodes_backlog_is_unread(tmp_path: Path) -> None:
+    """The backlog rule lives in ``DeploymentMonitor.hang`` itself (no caller can forget it): while
+    node 0's lines have not come, no hang is diagnosed however late it is; once they came, it is."""
+    start = datetime.now() - timedelta(seconds=30)
+    a = _Node("a", [_systemd("Started sglang.service - SGLang."),
+                    *_records(at(start, lambda: sglang_node(0, stall_node0=True)))], gate=asyncio.Event())
+    b = _Node("b", [_systemd("Started sglang.service - SGLang."),
+                    *_records(at(start, lambda: sglang_node(1, stall=True))),
+                    _systemd("Stopping sglang.service - SGLang..."), _systemd("Stopped sglang.service - SGLang.")])
+    dm = _dm(tmp_path, [a, b])
+    tasks = dm.start(lambda node, updates, dep: None)
+    try:
+        await _node1_stopped(dm)
+        later = datetime.now().astimezone() + timedelta(hours=1)  # far past the hang bound
+        assert "a" in [n.name for n in dm.backlog_pending()]
+        assert dm.hang(now=later) is None
+        assert dm.hang(now=later, bound_s=0.0) is None
+        assert a.gate is not None
+        a.gate.set()
+        for _ in range(int(30 / 0.05)):
+            if not dm.backlog_pending():
+                break
+            await asyncio.sleep(0.05)
+        hang = dm.hang(now=later)
+        assert hang is not None
+        assert hang.summary.startswith("node 1 (b) stopped at launch"), hang.summary
+    finally:
+        await dm.close()
+        for t in tasks:
+            t.cancel()
+
+
+class _Restarted(_Node):
+    """A host whose log comes in two parts: ``records`` at once, ``then`` once ``gate`` is set."""
+
+    def __init__(self, name: str, records: list[LogRecord], then: list[LogRecord], gate: asyncio.Event) -> None:
+        super().__init__(name, records)
+        self.then, self.later = then, gate
+
+    async def follow_log(self, start: LogStart = LogStart.CURRENT_BOOT, after_cursor: str | None = None, *,
+                         began: float | None = None) -> AsyncIterator[list[LogRecord]]:
+        yield self.records
+        await self.later.wait()
+        yield self.then
+        await self.closed.wait()
+
+
+def _unit(text: str, ts: datetime) -> LogRecord:
+    return LogRecord(text=text, ts=ts.astimezone(), source="journal", ident="systemd")
+
+
+@pytest.mark.parametrize("follow_restarts", [False, True])
+async def test_follow_restarts_waits_through_a_deployments_failed_start(tmp_path: Path, follow_restarts: bool) -> None:
+    """One decider: ``--follow-restarts`` works on a deployment as on a host. Node 1 fails its
+    start (out of memory); without the flag the wait ends there (exit 1, node 1 named); with it the
+    wait says the failure and waits for the next start, which is ready (main: exit 1 either way)."""
+    t1 = datetime.now() - timedelta(minutes=30)
+    t2 = t1 + timedelta(minutes=15)
+    gate = asyncio.Event()
+    oom = LogRecord(text="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", source="journal")
+    a = _Restarted("a", [_unit("Started sglang.service - SGLang.", t1),
+                         *_records(at(t1, lambda: sglang_node(0, stall_node0=True)))],
+                   [_unit("Started sglang.service - SGLang.", t2), *_records(at(t2, lambda: sglang_node(0)))], gate)
+    exited = t1 + timedelta(seconds=30)
+    b = _Restarted("b", [_unit("Started sglang.service - SGLang.", t1),
+                         *_records(at(t1, lambda: sglang_node(1, stall=True))), oom,
+                         _unit("sglang.service: Main process exited, code=exited, status=1/FAILURE", exited),
+                         _unit("sglang.service: Failed with result 'exit-code'.", exited)],
+                   [_unit("Started sglang.service - SGLang.", t2), *_records(at(t2, lambda: sglang_node(1)))], gate)
+    dm = _dm(tmp_path, [a, b])
+    err = io.StringIO()
+    loop = asyncio.get_running_loop()
+    waiter = Waiter(dm, err, next_boot=False, follow_restarts=follow_restarts, t0=loop.time(), clock=loop.time)
+
+    async def restart() -> None:
+        for _ in range(int(60 / 0.05)):
+            if "failed on node 1 (b)" in err.getvalue() or (waiter.done is not None and waiter.done.done()):
+                break
+            await asyncio.sleep(0.05)
+        gate.set()
+
+    restarting = asyncio.create_task(restart())
+    result = await follow(waiter, dm, 120, None, _ready)
+    await restarting
+    said = err.getvalue()
+    if not follow_restarts:
+        assert result.code == EXIT_FAILED, said
+        assert result.message.startswith("r1: failed on node 1 (b)"), result.message
+        assert "CUDA out of memory" in result.message, result.message
+        return
+    assert result.code == EXIT_OK, (result.message, said)
+    assert "] failed on node 1 (b)" in said, said
+    assert "waiting for an automatic restart (--follow-restarts)" in said, said
+    assert "boot 2 of this wait started at " in said, said
+    assert result.index == 1

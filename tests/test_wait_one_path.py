@@ -37,8 +37,10 @@ def test_a_host_and_a_deployment_wait_through_the_same_loop(tmp_path: Path, monk
     assert " is ready" in err, err
     assert out.startswith("Boot ")  # the host's own boot, as before
     assert main(["--hosts", str(path), "wait", "dep1", "--timeout", "60"]) == 0
-    _, err = capsys.readouterr()
-    assert "ready on all 1 nodes" in err
+    out, err = capsys.readouterr()
+    assert "kvtui wait: dep1: boot " in err, err  # one decider: a deployment of one node waits as a host
+    assert " is ready" in err, err
+    assert out.startswith("Boot ")
     assert started == [("solo", ["solo"]), ("dep1", ["one"])]  # a host: a deployment of one node
 
 
@@ -61,3 +63,36 @@ def test_wait_serving_on_a_deployment_opens_its_nodes_once(tmp_path: Path, monke
     assert doc["serving"]["samples"] == 1
     assert doc["serving"]["deployment"] == "r1"
     assert opened == ["r1-a", "r1-b"]  # the wait's monitors read the sample too
+
+
+def _volatile(doc: Any) -> Any:
+    """The boot's JSON without what differs between two runs of one scenario: times, durations,
+    its boot key, its history number."""
+    if isinstance(doc, dict):
+        return {k: _volatile(v) for k, v in doc.items()
+                if k not in ("boot", "boot_key", "started_at", "ended_at", "start", "end", "seconds", "first_line",
+                             "last_line")}
+    if isinstance(doc, list):
+        return [_volatile(v) for v in doc]
+    return doc
+
+
+def test_a_host_and_a_one_node_deployment_give_the_same_json(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """One decider for every N: ``wait dep1 --json`` (a deployment of one node) prints the same boot
+    object as ``wait solo --json`` (a host): its number and key in the history, the probe, no
+    per-node part (main printed the merged boot's ``nodes``/``figure_nodes`` and no number)."""
+    path = tmp_path / "hosts.toml"
+    path.write_text(HOSTS)
+    docs = []
+    for name in ("solo", "dep1"):
+        assert main(["--hosts", str(path), "wait", name, "--json", "--timeout", "60"]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    host, one = docs
+    assert list(one) == list(host)
+    assert isinstance(one["boot"], int)  # numbered by the history
+    assert isinstance(host["boot"], int)
+    assert "nodes" not in one
+    assert one.pop("probe")["ok"]  # ready proved by the probe on both
+    assert host.pop("probe")["ok"]
+    assert _volatile(one) == _volatile(host)

@@ -2,9 +2,10 @@
 
 One wait for a host and a ``[deployments.NAME]`` (issue 23): a host is a deployment of one node.
 The nodes' monitors are built once (``config.node_hosts``), run under a ``DeploymentMonitor`` and
-driven by one loop (``follow``); a ``View`` decides: ``Waiter`` below for a host (the node's own
-boots, as described here), ``kvtui.commands.wait_deployment.DeploymentWaiter`` for a deployment (the
-merged boot). The last lines and the boot on stdout: ``kvtui.commands.wait_report``.
+driven by one loop (``follow``) into one decider (``Waiter``), which follows the deployment's
+starts (``DeploymentMonitor.start_boot``: one node's boots, as they are; several nodes' merged boot
+per start, ``kvtui.boot.deployment``). The last lines and the start on stdout:
+``kvtui.commands.wait_report``.
 
 Follows the host's current boot (``--next``: the next one to start) until it is ready (exit 0)
 or fails (exit 1); ``--follow-restarts`` keeps waiting through automatic restarts until a boot is
@@ -26,6 +27,17 @@ shared memory broadcast block' 4× in 4m 00s — a rank has not joined (multi-no
 running (grouped by the tracker into a boot without a launch) are never that boot, and a timeout
 without a new boot says so ("no new boot started") instead of reporting the running one.
 
+Several nodes: the whole is ready when the head serves and the others caught up; a phase line
+names the nodes not in it yet; a failure is named with its node. A node that holds the others
+back is named by the hang diagnosis (``DeploymentMonitor.hang``, bound = the deployment's
+``hang_seconds``): at once when its boot stopped, else when it trails the phase another node
+reached for longer than the bound; the lagging nodes' hosts are asked what they can see (the
+unit's state, its NCCL_*/GLOO_* environment): a lagging node whose unit is not running (or that
+stopped) ends the wait with exit 1, else the diagnosis is printed and the wait goes on. No
+decision names a node before every node's backlog — its log as it stood when the wait began — is
+read (``DeploymentMonitor.names_held``); a node given up on is said with the decision. Each node
+has its own stall detector: ``--stall-timeout`` ends the wait once no node made progress.
+
 ``--timeout`` holds on every path: the wait itself races a timer; closing the host afterwards is
 bounded (a host that does not close, a stream that ignores cancellation are left behind); and in
 the main thread a hard deadline (``--timeout`` + ``HARD_GRACE``, SIGALRM) ends a wait whose event
@@ -37,20 +49,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import re
 import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
-from kvtui.boot.stall import Stall, StallDetector
-from kvtui.commands.wait_deployment import DeploymentWaiter, Result
-from kvtui.commands.wait_report import report_deployment, report_host
+from kvtui.boot.deployment import HEAD_ONLY, DeploymentBoot, Hang, NodeObservation
+from kvtui.commands.wait_report import report, start_json
 from kvtui.commands.watch import first_deployment_sample, human_line, sample_json
 from kvtui.config import ConfigError, load_config
 from kvtui.engines.events import Model, Phase
@@ -62,13 +74,12 @@ from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
 from kvtui.hosts.factory import make_backend
 from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, can_probe, mark_not_serving, probe, served_model
 from kvtui.monitor import HostMonitor, MonitorOptions
-from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode
+from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode, NodeStalls, probe_nodes
 from kvtui.serving_live import DeploymentServingReader, ServingReader, first_reading
 from kvtui.spool import SpoolError
-from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, MonitorUpdate, columns
+from kvtui.updates import BootState, ConnUpdate, LogBatch, MonitorUpdate
 
 if TYPE_CHECKING:
-    from kvtui.boot.deployment import DeploymentBoot
     from kvtui.config import HostConfig
     from kvtui.history.doc import BootDoc
 
@@ -76,6 +87,7 @@ _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnStat
 CLOSE_LIMIT = 1.5  # seconds for the history's last writes after the wait (its flush, its close)
 HARD_GRACE = 5.0  # the hard deadline: --timeout + this, when the event loop itself did not get there
 HEARTBEAT_S = fmt.HEARTBEAT_S  # a heartbeat line after this long without output
+TICK_S = 1.0  # at least this often a quiet wait looks again (a held decision, a silent log's stall)
 # a new boot's "started" line waits at most this long (loop clock) for the boot's number in the
 # history (``kvtui.history.ident``: the recorder writes it off the loop within milliseconds)
 NAME_WAIT_S = 2.0
@@ -84,19 +96,24 @@ NAME_WAIT_S = 2.0
 @dataclass(slots=True)
 class Outcome:
     code: int
-    boot: Boot | None = None
-    index: int | None = None
+    boot: Boot | None = None  # the start's boot (merged: ``dep.boot``)
+    index: int | None = None  # the start's index (``DeploymentMonitor.start_boot``)
     message: str = ""
     # the boot's JSON taken when the wait decided (the monitor goes on feeding serving lines into
     # the same Boot until it is closed: the printed object is the boot at its ready/failed moment)
     snapshot: dict[str, object] | None = None
+    dep: DeploymentBoot | None = None  # the start, its nodes' side (several nodes: the per-node report)
+    hang: Hang | None = None  # the hang diagnosis that decided (several nodes)
 
 
 @dataclass(slots=True)
 class Waiter:
-    """The sink of the monitor: decides when the wait is over, prints progress."""
+    """The one decider of a wait (the deployment monitor's sink): follows the deployment's starts
+    (one node: its boots; ``DeploymentMonitor.start_boot``), decides when the wait is over, prints
+    progress. What only several nodes have — a node named with a failure or a phase it has not
+    reached, each node's stall, the hang diagnosis — comes from the merged state itself."""
 
-    monitor: HostMonitor
+    dm: DeploymentMonitor
     err: TextIO
     next_boot: bool
     follow_restarts: bool
@@ -104,123 +121,123 @@ class Waiter:
     clock: Callable[[], float] = time.monotonic
     done: asyncio.Future[Outcome] | None = None
     following: int | None = None
-    base: int = 0  # the first boot followed: the later ones are announced ("boot #14 started")
-    first_seen: dict[int, float] = field(default_factory=dict)  # boot index -> clock() when first seen
-    printed: dict[int, int] = field(default_factory=dict)  # boot index -> phase spans printed
+    base: int = 0  # the first start followed: the later ones are announced ("boot #14 started")
+    first_seen: dict[int, float] = field(default_factory=dict)  # start index -> clock() when first seen
+    printed: dict[int, set[tuple[Phase, Model]]] = field(default_factory=dict)  # start index -> phases printed
     noted_end: set[int] = field(default_factory=set)
-    last_conn: ConnStatus | None = None
+    last_conn: dict[str, ConnStatus] = field(default_factory=dict)  # per node
     last_out: float | None = None  # clock() of the last line printed (None: t0)
-    history: Sequence[BootDoc] = ()  # the host's stored boots, for the phase ETAs
-    now: Callable[[], float] = time.time  # the host's wall clock (the ETA's elapsed time, the stall's)
-    # the console's stall detector (on the host's clock): the heartbeat names a stall once it is
-    # ``stall_notice_s`` old; ``stall_timeout`` (--stall-timeout, None: off) ends the wait (exit 5)
-    stall: StallDetector = field(default_factory=lambda: StallDetector(0.0))
+    history: Sequence[BootDoc] = ()  # one node's stored boots, for the phase ETAs
+    now: Callable[[], float] = time.time  # the hosts' wall clock (the ETA's elapsed time, the stall's)
+    # per node the console's stall detector (on the hosts' clock): the heartbeat names a stall once
+    # it is ``stall_notice_s`` old; ``stall_timeout`` (--stall-timeout, None: off) ends the wait (exit 5)
+    stalls: NodeStalls = field(default_factory=NodeStalls)
     stall_notice_s: float = 120.0
     stall_timeout: float | None = None
-    notes_said: int = 0  # the follower's notes printed so far (``HostMonitor.notes``)
+    notes_said: dict[str, int] = field(default_factory=dict)  # per node, its follower's notes printed
+    hang_said: str | None = None
+    probing: asyncio.Task[None] | None = None
+    held: bool = False  # a failure not decided yet (``DeploymentMonitor.names_held``): the beat decides it
 
-    def __call__(self, updates: Sequence[MonitorUpdate]) -> None:
+    @property
+    def several(self) -> bool:
+        return len(self.dm.nodes) > 1
+
+    def on_updates(self, node: DeploymentNode, updates: Sequence[MonitorUpdate], dep: DeploymentBoot | None) -> None:
+        """The deployment monitor's sink: a node's own updates."""
         if self.done is None or self.done.done():
             return
         self.say_notes()
         boots_changed = False
-        now = self.now()
-        if any(isinstance(u, BootState) and u.new_boot for u in updates):
-            self.stall.reset(now)  # before its lines: they are the new boot's
+        self.stalls.feed(node.name, updates, self.now())
         for u in updates:
             if isinstance(u, ConnUpdate):
-                self._conn(u.status)
+                self._conn(node, u.status)
             elif isinstance(u, BootState | LogBatch):
                 # lines too: a boot's status can change without a BootState (the tracker reports no
                 # change when a "Stopping …" line stops a boot that is still starting)
                 boots_changed = True
-                if isinstance(u, LogBatch):
-                    self.stall.feed(list(columns(u.parts)), now)
-            elif isinstance(u, GpuUpdate):
-                self.stall.gpu(u.samples, now)
         if boots_changed and not self.done.done():
             self._boots()
         if not self.done.done():
             self.check_stall()
 
     def say_notes(self) -> None:
-        """The follower's notes ("no server start in the last N bytes of FILE", a rotation), once
+        """The followers' notes ("no server start in the last N bytes of FILE", a rotation), once
         each, on stderr."""
-        m = self.monitor
-        new = m.notes_seen - self.notes_said
-        if new <= 0:
-            return
-        self.notes_said = m.notes_seen
-        for note in list(m.notes)[-new:]:
-            self.say(f"note: {note}")
+        for n in self.dm.nodes:
+            m = n.monitor
+            new = m.notes_seen - self.notes_said.get(n.name, 0)
+            if new <= 0:
+                continue
+            self.notes_said[n.name] = m.notes_seen
+            for note in list(m.notes)[-new:]:
+                self.say(f"note: {n.name}: {note}" if self.several else f"note: {note}")
 
     # -- stall -------------------------------------------------------------------------------
 
-    def followed(self) -> tuple[int, Boot] | None:
-        boots = self.monitor.tracker.boots
-        if self.following is None or self.following >= len(boots):
+    def followed(self) -> tuple[int, DeploymentBoot] | None:
+        if self.following is None or self.following >= self.dm.start_count():
             return None
-        return self.following, boots[self.following]
-
-    def current_stall(self, threshold: float) -> Stall | None:
-        """The followed boot's stall once ``threshold`` seconds passed without progress."""
-        got = self.followed()
-        if got is None:
-            return None
-        return self.stall.stall(got[1], self.now(), threshold)
+        return self.following, self.dm.start_boot(self.following)
 
     def check_stall(self) -> None:
-        """``--stall-timeout``: no progress for that long ends the wait (exit 5) with the stall."""
+        """``--stall-timeout``: no progress on any node still starting for that long ends the wait
+        (exit 5), each node's stall named."""
         if self.stall_timeout is None or self.done is None or self.done.done():
             return
-        stall = self.current_stall(self.stall_timeout)
         got = self.followed()
-        if stall is None or got is None:
+        if got is None:
             return
-        idx, boot = got
-        where = f"{self.label(idx)} still {_where(boot)}"
-        self._finish(Outcome(EXIT_TIMEOUT, boot, idx, f"no progress for {fmt.duration(stall.seconds)} "
-                             f"(--stall-timeout {self.stall_timeout:g} s): {where}: {stall.text()}"))
-
-    async def watch_stall(self, every: float = 1.0) -> None:
-        """A silent log sends no update: look at the stall every ``every`` seconds too."""
-        while self.done is not None and not self.done.done():
-            self.check_stall()
-            await asyncio.sleep(every)
+        idx, dep = got
+        starting = [(nb, st) for nb, st in self.stalls.stalls(dep, self.now(), self.stall_timeout)
+                    if nb.boot is not None and nb.boot.status is BootStatus.STARTING]
+        stalls = [st for _, st in starting if st is not None]
+        if not starting or len(stalls) < len(starting):
+            return
+        quiet, limit = fmt.duration(min(st.seconds for st in stalls)), f"(--stall-timeout {self.stall_timeout:g} s)"
+        if self.several:
+            said = "; ".join(f"{nb.label()}: {st.text()}" for nb, st in starting if st is not None)
+            text = f"{self.dm.name}: no progress on any node for {quiet} {limit}: {said}"
+        else:
+            text = f"no progress for {quiet} {limit}: {self.label(idx)} still {_where(dep.boot)}: {stalls[0].text()}"
+        self._finish(Outcome(EXIT_TIMEOUT, dep.boot, idx, text, dep=dep))
 
     # -- connection ------------------------------------------------------------------------
 
-    def _conn(self, st: ConnStatus) -> None:
-        prev, self.last_conn = self.last_conn, st
+    def _conn(self, node: DeploymentNode, st: ConnStatus) -> None:
+        prev, self.last_conn[node.name] = self.last_conn.get(node.name), st
         if st.state in _FATAL_STATES:
             msg = st.detail or st.state.value
             if st.state is ConnState.HOSTKEY_REFUSED and st.fingerprint and st.fingerprint not in msg:
                 msg += f" (offered key {st.fingerprint})"
-            self._finish(Outcome(EXIT_INPUT, message=f"{self.monitor.name}: {st.state.value}: {msg}"))
+            self._finish(Outcome(EXIT_INPUT, message=f"{node.name}: {st.state.value}: {msg}"))
             return
+        who = f"{node.name}: " if self.several else ""
         if st.state is ConnState.RECONNECTING and prev is not None and prev.state is ConnState.CONNECTED:
             retry = f", retrying in {st.retry_in:.0f} s" if st.retry_in else ""
-            self.say(f"connection lost{retry}: {st.detail}" if st.detail else f"connection lost{retry}")
+            self.say(f"{who}connection lost{retry}" + (f": {st.detail}" if st.detail else ""))
         elif st.state is ConnState.CONNECTED and prev is not None and prev.state is ConnState.RECONNECTING:
-            self.say("reconnected")
+            self.say(f"{who}reconnected")
 
-    # -- boots -------------------------------------------------------------------------------
+    # -- starts ------------------------------------------------------------------------------
 
     def _eligible(self, index: int, boot: Boot) -> bool:
-        """``--next``: the first boot that really starts after now (not the running server's
+        """``--next``: the first start that really begins after now (not the running server's
         lines, which the tracker groups into an implicit boot without a launch phase)."""
-        if not self.next_boot:
+        if not self.next_boot or self.several:  # (several: the monitor's starts begin after now)
             return True
         return index > 0 or any(p.name is Phase.LAUNCH for p in boot.phases)
 
     def _boots(self) -> None:
-        boots = self.monitor.tracker.boots
-        if not boots:
+        self.held = False
+        count = self.dm.start_count()
+        if not count:
             return
-        last = len(boots) - 1
+        last = count - 1
         if self.following is None:
             if self.next_boot:
-                first = next((i for i, b in enumerate(boots) if self._eligible(i, b)), None)
+                first = next((i for i in range(count) if self._eligible(i, self.dm.start_boot(i).boot)), None)
                 if first is None:
                     return
                 self.following = first
@@ -228,41 +245,57 @@ class Waiter:
                 self.following = last
             self.base = self.following
         for i in range(self.following, last + 1):
-            boot = boots[i]
-            if i != self.following:
-                self.following = i
+            dep = self.dm.start_boot(i)
+            boot = dep.boot
+            self.following = i
             if self._awaits_number(i, boot):
                 return  # its lines (and what follows) once the history has numbered it
-            self._progress(i, boot)
+            self._progress(i, dep)
             if boot.status is BootStatus.READY:
-                self._finish(Outcome(EXIT_OK, boot, i))
+                self._finish(Outcome(EXIT_OK, boot, i, dep=dep))
                 return
             if boot.status is BootStatus.FAILED:
+                if self.dm.names_held():
+                    self.held = True  # the node that failed first may be one whose backlog is unread
+                    return  # decided on the beat
                 if not self.follow_restarts:
-                    self._finish(Outcome(EXIT_FAILED, boot, i))
+                    self._finish(Outcome(EXIT_FAILED, boot, i, self._failed(dep), dep=dep))
                     return
                 if i not in self.noted_end:
                     self.noted_end.add(i)
-                    self.say_failure(i, boot)
+                    self.say_failure(i, dep)
                     self.say("waiting for an automatic restart (--follow-restarts)")
-            elif boot.status is BootStatus.STOPPED and i not in self.noted_end:
+            elif boot.status is BootStatus.STOPPED and i not in self.noted_end and (i < last or not self.several):
+                # (the last start of several nodes stopped on a node: the hang diagnosis says which)
                 self.noted_end.add(i)
                 self.say(f"{self.label(i)} stopped before it was ready; waiting for the next boot")
+        self.check_hang()
+
+    def _failed(self, dep: DeploymentBoot) -> str:
+        """Several nodes: the failure, named with its node (one node's is said by ``say_failure``)."""
+        if not self.several:
+            return ""
+        f = dep.boot.failure
+        who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
+        what = f"{f.kind.value}: {fmt.one_line(f.message, 300)}" if f is not None else "failed"
+        where = f" in {fmt.phase_label(f.phase)}" if f is not None and f.phase is not None else ""
+        return f"{self.dm.name}: failed on {who}{where}: {what}" + self._unread_note()
 
     def _announced(self, index: int) -> bool:
-        """Whether boot ``index`` gets a "started" line (a boot after the first one followed)."""
+        """Whether start ``index`` gets a "started" line (a start after the first one followed)."""
         return index > self.base or self.next_boot
 
     def _awaits_number(self, index: int, boot: Boot) -> bool:
-        """A new boot about to be announced waits (at most ``NAME_WAIT_S``) for its number in the
-        history, so that its "started" line names it as every later line does; a timer looks
+        """One node's new boot about to be announced waits (at most ``NAME_WAIT_S``) for its number
+        in the history, so that its "started" line names it as every later line does; a timer looks
         again when the time is up (the monitor also publishes the boot again once numbered)."""
-        if index in self.printed or not self._announced(index):
+        if self.several or index in self.printed or not self._announced(index):
             return False
-        hist = self.monitor.history
+        monitor = self.dm.nodes[0].monitor
+        hist = monitor.history
         if hist is None or hist.problem is not None or not recordable(boot):
             return False
-        if self.monitor.boot_number(index) is not None:
+        if monitor.boot_number(index) is not None:
             return False
         now = self.clock()
         first = self.first_seen.get(index)
@@ -286,35 +319,80 @@ class Waiter:
                 pass
         return self.clock() - self.t0
 
-    def _progress(self, index: int, boot: Boot) -> None:
+    def _progress(self, index: int, dep: DeploymentBoot) -> None:
+        boot = dep.boot
         done = self.printed.get(index)
         if done is None:
-            done = self.printed[index] = 0
+            done = self.printed[index] = set()
             self.first_seen.pop(index, None)
             if self._announced(index):
                 when = f" at {boot.started_at:%H:%M:%S}" if boot.started_at is not None else ""
                 self.say(f"{self.label(index)} started{when}")
-        for span in boot.phases[done:]:
+        for span in boot.phases:
+            if (span.name, span.model) in done:
+                continue
+            done.add((span.name, span.model))
+            late = [n for n in dep.nodes if n.span(span.name, span.model) is None and n.boot is not None
+                    and span.name not in HEAD_ONLY]
+            note = f" (not yet on {', '.join(n.label() for n in late)})" if late else ""
             name = fmt.phase_label(span.name) + (" (draft)" if span.model is Model.DRAFT else "")
-            self.say(name, self.elapsed(boot, span.start))
-        self.printed[index] = len(boot.phases)
+            self.say(name + note, self.elapsed(boot, span.start))
 
-    def say_failure(self, index: int, boot: Boot) -> None:
-        f = boot.failure
+    def say_failure(self, index: int, dep: DeploymentBoot) -> None:
+        boot, f = dep.boot, dep.boot.failure
         if f is None:
             self.say(f"{self.label(index)} failed")
             return
+        who = f" on {dep.node(dep.failed_node).label()}" if self.several and dep.failed_node is not None else ""
         where = f" in {fmt.phase_label(f.phase)}" if f.phase is not None else ""
-        self.say(f"failed{where}: {f.kind.value}: {fmt.one_line(f.message, 300)}", self.elapsed(boot, boot.ended_at))
+        self.say(f"failed{who}{where}: {f.kind.value}: {fmt.one_line(f.message, 300)}",
+                 self.elapsed(boot, boot.ended_at))
         if f.hint:
             self.say(f"hint: {f.hint}")
+
+    # -- hang (several nodes) ------------------------------------------------------------------
+
+    def check_hang(self) -> None:
+        """A node that holds the others back (``DeploymentMonitor.hang``): its host is asked what it
+        can see (its unit, its environment), then the wait decides."""
+        if self.probing is None and self.done is not None and not self.done.done() and self.dm.hang() is not None:
+            self.probing = asyncio.get_running_loop().create_task(self._probe_and_decide())
+
+    async def _probe_and_decide(self) -> None:
+        """A lagging node whose unit is not running (or that stopped) fails the wait with the
+        diagnosis; else the diagnosis is said once (again when it changes) and the wait goes on."""
+        try:
+            probed = await probe_nodes(self.dm.nodes, self.dm.merged())
+            hang = self.dm.hang(probed)
+            if self.done is None or self.done.done() or hang is None:
+                return
+            dep = self.dm.merged()
+            dead = any(probed.get(r, NodeObservation()).unit_active is False for r in hang.lagging)
+            stopped = any((b := dep.node(r).boot) is not None and b.status is BootStatus.STOPPED for r in hang.lagging)
+            if dead or stopped:
+                self._finish(Outcome(EXIT_FAILED, dep.boot, self.following, f"{self.dm.name}: hung: {hang.summary}"
+                                     + self._unread_note(), dep=dep, hang=hang))
+                return
+            said = re.sub(r"\d+(\.\d+)?", "#", "\n".join(hang.lines()))  # its clocks moved on: not news
+            if said != self.hang_said:
+                self.hang_said = said
+                self.say(f"hang: {hang.summary}")
+                for c in hang.causes:
+                    self.say(f"  - {c}")
+        finally:
+            self.probing = None
+
+    def _unread_note(self) -> str:
+        """The nodes whose backlog was given up on (``DeploymentMonitor.backlog_pending``), said
+        with the decision: what it knows of them is not their whole log."""
+        return "".join(f"\n  - {note}" for note in self.dm.backlog_notes())
 
     # -- output --------------------------------------------------------------------------------
 
     def label(self, index: int) -> str:
-        """The boot in messages: ``boot #13`` (its number in the history), else ``boot 2 of this
-        log`` (``kvtui.history.ident``)."""
-        return self.monitor.boot_label(index)
+        """The start in messages: one node's ``boot #13`` (its number in the history), else ``boot 2
+        of this log`` (``kvtui.history.ident``); several nodes' ``boot 2 of this wait``."""
+        return f"boot {index + 1} of this wait" if self.several else self.dm.nodes[0].monitor.boot_label(index)
 
     def say(self, text: str, elapsed: float | None = None) -> None:
         stamp = f"{fmt.stamp(elapsed)} " if elapsed is not None else ""
@@ -324,82 +402,98 @@ class Waiter:
     # -- heartbeat -----------------------------------------------------------------------------
 
     def heartbeat_text(self) -> str:
-        """Where the wait is: the followed boot's phase and its progress, or what it waits for."""
+        """Where the wait is: the followed start's phase and its progress (several nodes: each
+        node's), its stall, or what it waits for."""
         waited = fmt.duration(self.clock() - self.t0)
-        boots = self.monitor.tracker.boots
-        if self.following is not None and self.following < len(boots):
-            boot = boots[self.following]
-            text = f"… still waiting after {waited}: {self.label(self.following)} {_where(boot)}"
-            notice = self.stall_notice_s if self.stall_timeout is None else min(self.stall_notice_s, self.stall_timeout)
-            stall = self.stall.stall(boot, self.now(), notice)
+        notice = self.stall_notice_s if self.stall_timeout is None else min(self.stall_notice_s, self.stall_timeout)
+        got = self.followed()
+        if self.several:
+            dep = got[1] if got is not None else self.dm.merged()
+            parts = []
+            for n, st in self.stalls.stalls(dep, self.now(), notice):
+                b = n.boot
+                part = f"{n.label()} " + ("no boot yet" if b is None else
+                                          f"{b.status.value}" + (f" in {fmt.phase_label(b.phase)}" if b.phase else ""))
+                parts.append(part + (f" ({st.text()})" if st is not None else ""))
+            return f"… still waiting after {waited}: {'; '.join(parts)}"
+        if got is not None:
+            idx, dep = got
+            boot = dep.boot
+            text = f"… still waiting after {waited}: {self.label(idx)} {_where(boot)}"
+            stall = self.stalls.stalls(dep, self.now(), notice)[0][1]
             if stall is not None:
                 text += "; " + stall.text()
             if boot.status is BootStatus.STARTING and boot.phases:
                 text += "; " + self.eta_text(boot)
             return text
-        st = self.last_conn
-        if st is not None and st.state is not ConnState.CONNECTED:
-            return f"… still waiting after {waited}: connection {st.state.value}" + (
-                f" ({st.detail})" if st.detail else "")
+        conn = self.last_conn.get(self.dm.nodes[0].name)
+        if conn is not None and conn.state is not ConnState.CONNECTED:
+            return f"… still waiting after {waited}: connection {conn.state.value}" + (
+                f" ({conn.detail})" if conn.detail else "")
         if self.next_boot:
-            running = " (the running server goes on; nothing has restarted it)" if boots else ""
+            running = " (the running server goes on; nothing has restarted it)" if self.dm.start_count() else ""
             return f"… still waiting after {waited}: no new boot has started{running}"
         return f"… still waiting after {waited}: no server log line yet"
 
     def eta_text(self, boot: Boot) -> str:
         """The boot's ETA from the host's history (``kvtui.history.eta``), or why there is none."""
         now = datetime.fromtimestamp(self.now(), tz=UTC)
-        return eta.estimate(boot, self.history, now, host=self.monitor.name).text()
+        return eta.estimate(boot, self.history, now, host=self.dm.nodes[0].name).text()
 
-    async def heartbeat(self, every: float) -> None:
-        """Print ``heartbeat_text`` whenever nothing was printed for ``every`` seconds."""
-        while True:
+    async def beat(self) -> None:
+        """Print ``heartbeat_text`` whenever nothing was printed for ``HEARTBEAT_S``; at least every
+        ``TICK_S`` take a decision held back (a backlog read since), look for a hang and at a silent
+        log's stall (time passing is their evidence too)."""
+        while self.done is not None and not self.done.done():
             last = self.t0 if self.last_out is None else self.last_out
-            due = last + every - self.clock()
+            due = last + HEARTBEAT_S - self.clock()
             if due > 0:
-                await asyncio.sleep(due)
+                await asyncio.sleep(min(due, TICK_S))
+                if self.done.done():
+                    return
+                if self.held:
+                    self._boots()
+                else:  # (not ``_boots``: a boot's lines are said as the monitor's updates bring them)
+                    self.check_hang()
+                self.check_stall()
                 continue
-            if self.done is not None and self.done.done():
-                return
             self.say(self.heartbeat_text())
 
-    # -- the wait's view (``View``) ---------------------------------------------------------------
-
-    def on_updates(self, node: DeploymentNode, updates: Sequence[MonitorUpdate], dep: DeploymentBoot | None) -> None:
-        """The sink of the one node's monitor (through ``DeploymentMonitor``): its own updates."""
-        self(updates)
-
-    def beats(self) -> list[Coroutine[Any, Any, None]]:
-        """The heartbeat, and with ``--stall-timeout`` the look at a silent log's stall."""
-        beats = [self.heartbeat(HEARTBEAT_S)]
-        if self.stall_timeout is not None:
-            beats.append(self.watch_stall())
-        return beats
-
-    def crashed(self, message: str) -> Outcome:
-        return Outcome(EXIT_INPUT, message=message)
+    # -- the wait's ends -------------------------------------------------------------------------
 
     async def timed_out(self, timeout: float) -> Outcome:
-        """``--timeout`` ran out: the followed boot, where it is (``--next`` with no new boot: so)."""
-        monitor = self.monitor
+        """``--timeout`` ran out: the followed start, where it is (``--next`` with no new boot: so);
+        several nodes: where each node is, and the hang diagnosis when a node trails."""
+        if self.several:
+            dep = self.dm.merged()
+            hang = self.dm.hang(bound_s=0.0)
+            msg = f"timed out after {timeout:g} s: {self.heartbeat_text().split(': ', 1)[-1]}"
+            if hang is not None:
+                msg += f"\nkvtui wait: hang: {hang.summary}" + "".join(f"\n  - {c}" for c in hang.causes)
+            msg += "".join(f"\n  - {n.name}: its backlog still being read" for n in self.dm.backlog_pending())
+            msg += self._unread_note()
+            seen = any(n.boot for n in dep.nodes)
+            return Outcome(EXIT_TIMEOUT, dep.boot if seen else None, self.following, msg, dep=dep if seen else None,
+                           hang=hang)
+        monitor = self.dm.nodes[0].monitor
         if self.next_boot and self.following is None:
             # the running server's lines are not the next boot: say that none started
             running = " (the running server went on; nothing restarted it)" if monitor.tracker.boots else ""
             return Outcome(EXIT_TIMEOUT, message=f"timed out after {timeout:g} s: no new boot started{running}")
         if monitor.history is not None:  # the boot's number (its first write may be under way): bounded
             await asyncio.to_thread(monitor.history.flush, CLOSE_LIMIT)
-        boots = monitor.tracker.boots
-        idx = self.following if self.following is not None else (len(boots) - 1 if boots else None)
-        boot = boots[idx] if idx is not None and boots else None
-        seen = "no boot seen"
-        if boot is not None and idx is not None:
-            seen = f"{self.label(idx)} still {_where(boot)}"
-        return Outcome(EXIT_TIMEOUT, boot, idx, f"timed out after {timeout:g} s: {seen}")
+        count = self.dm.start_count()
+        idx = self.following if self.following is not None else (count - 1 if count else None)
+        if idx is None:
+            return Outcome(EXIT_TIMEOUT, message=f"timed out after {timeout:g} s: no boot seen")
+        dep = self.dm.start_boot(idx)
+        return Outcome(EXIT_TIMEOUT, dep.boot, idx, f"timed out after {timeout:g} s: {self.label(idx)} still "
+                       f"{_where(dep.boot)}", dep=dep)
 
     def _finish(self, outcome: Outcome) -> None:
         if self.done is not None and not self.done.done():
             if outcome.boot is not None and outcome.snapshot is None:
-                outcome.snapshot = outcome.boot.to_json()
+                outcome.snapshot = start_json(outcome)
             self.done.set_result(outcome)
 
 
@@ -411,40 +505,19 @@ def _where(boot: Boot) -> str:
     return boot.status.value + (f" in {fmt.phase_label(boot.phase)}" if boot.phase is not None else "")
 
 
-
-R = TypeVar("R")
-
-
-class View(Protocol[R]):
-    """What decides a wait and says its progress: ``Waiter`` (a host: the node's own boots) or
-    ``kvtui.commands.wait_deployment.DeploymentWaiter`` (a deployment: the nodes' merged boot). The one
-    loop (``follow``) feeds it the deployment monitor's updates and sets ``done`` for it."""
-
-    done: asyncio.Future[R] | None
-
-    def on_updates(self, node: DeploymentNode, updates: Sequence[MonitorUpdate],
-                   dep: DeploymentBoot | None) -> None: ...
-
-    def beats(self) -> list[Coroutine[Any, Any, None]]: ...
-
-    def crashed(self, message: str) -> R: ...
-
-    async def timed_out(self, timeout: float) -> R: ...
-
-
-async def follow(view: View[R], dm: DeploymentMonitor, timeout: float,
+async def follow(view: Waiter, dm: DeploymentMonitor, timeout: float,
                  timer: Callable[[float], Awaitable[object]] | None,
-                 ready: Callable[[R, list[asyncio.Task[None]]], Awaitable[R]]) -> R:
+                 ready: Callable[[Outcome, list[asyncio.Task[None]]], Awaitable[Outcome]]) -> Outcome:
     """The one wait, for a host (a deployment of one node) and a deployment: run the nodes'
     monitors into ``view`` until it decides, ``--timeout`` runs out (``timer``) or a node's monitor
     ends; then ``ready`` (the proof of a ready boot, while the monitors still run: the probe, the
     first serving sample); then every node is closed, bounded, and its history closed."""
     loop = asyncio.get_running_loop()
-    done: asyncio.Future[R] = loop.create_future()
+    done: asyncio.Future[Outcome] = loop.create_future()
     view.done = done
     tasks = dm.start(view.on_updates)
     expiry = asyncio.ensure_future((timer or asyncio.sleep)(timeout))
-    beats = [asyncio.create_task(b) for b in view.beats()]
+    beat = asyncio.create_task(view.beat())
     try:
         pending: set[asyncio.Future[Any]] = {done, expiry, *tasks}
         finished, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -456,13 +529,14 @@ async def follow(view: View[R], dm: DeploymentMonitor, timeout: float,
             crash = crashed.exception()
             st = node.monitor.status
             detail = str(crash) if crash is not None else (st.detail or st.state.value)
-            result = view.crashed(f"{node.name}: cannot follow the host: {detail}")
+            result = Outcome(EXIT_INPUT, message=f"{node.name}: cannot follow the host: {detail}")
         else:
             result = await view.timed_out(timeout)
         result = await ready(result, tasks)
     finally:
-        for beat in beats:
-            beat.cancel()
+        for task in (beat, view.probing):
+            if task is not None:
+                task.cancel()
         expiry.cancel()
         await dm.close()  # each node bounded (``monitor.deployment.CLOSE_LIMIT``): a host that does not close,
         # a stream that ignores its cancellation must not hold the exit code back
@@ -520,78 +594,48 @@ async def wait_for_boot(
     except (BackendError, SpoolError) as exc:
         print(f"kvtui wait: {name}: {exc}", file=stderr)
         return EXIT_INPUT
-    if dep_cfg is None:
-        dm = DeploymentMonitor(name, nodes, next_boot=bool(args.next))
-        return await _wait_host(args, config.ui.stall_seconds, dm, stdout=stdout, stderr=stderr, clock=clock,
-                                timer=timer)
-    dm = DeploymentMonitor(name, nodes, next_boot=bool(args.next), bound_s=dep_cfg.hang_seconds)
-    return await _wait_deployment(args, config.ui.stall_seconds, dm, stdout=stdout, stderr=stderr, clock=clock,
-                                  timer=timer)
-
-
-async def _wait_host(args: argparse.Namespace, stall_notice_s: float, dm: DeploymentMonitor, *, stdout: TextIO,
-                     stderr: TextIO, clock: Callable[[], float] | None,
-                     timer: Callable[[float], Awaitable[object]] | None) -> int:
-    """A host: its one node's boots decide (``Waiter``), numbered by the history; ready is proved
-    by the probe, and with ``--serving`` by a first serving sample."""
-    node = dm.nodes[0]
-    monitor, host = node.monitor, node.host
-    serving = None
-    if getattr(args, "serving", False):  # before the monitor runs: the log fallback sees the boot's lines
-        serving = ServingReader(monitor, clock or time.time)
+    dm = DeploymentMonitor(name, nodes, next_boot=bool(args.next))
+    if dep_cfg is not None:
+        dm.bound_s = dep_cfg.hang_seconds
+    now = clock or time.time
+    one = dm.nodes[0] if len(dm.nodes) == 1 else None
+    # before the monitors run: the log fallback sees the boots' lines
+    wants_serving = bool(getattr(args, "serving", False))
+    reader = ServingReader(one.monitor, now) if wants_serving and one is not None else None
+    readers = DeploymentServingReader(dm, now) if wants_serving and one is None else None
     loop = asyncio.get_running_loop()
-    waiter = Waiter(monitor, stderr, next_boot=bool(args.next), follow_restarts=bool(args.follow_restarts),
+    waiter = Waiter(dm, stderr, next_boot=bool(args.next), follow_restarts=bool(args.follow_restarts),
                     t0=loop.time(), clock=loop.time)
-    waiter.now = clock or time.time
-    waiter.stall_notice_s = stall_notice_s
-    waiter.stall_timeout = getattr(args, "stall_timeout", None)
-    waiter.history = await asyncio.to_thread(past_boots, args.host)
+    waiter.now = dm.wall = now  # the hosts' clock: their lines' stamps say where each node's backlog ends
+    waiter.stall_notice_s = config.ui.stall_seconds
+    waiter.stall_timeout = stall_timeout
+    if one is not None:
+        waiter.history = await asyncio.to_thread(past_boots, one.name)
+    said = (one.host.source_label or one.host.kind) if one is not None else (
+        f"{len(dm.nodes)} nodes: {', '.join(n.name for n in dm.nodes)}")
     what = "the next boot" if args.next else "the current boot"
-    print(f"kvtui wait: {args.host} ({host.source_label or host.kind}): following {what}", file=stderr)
+    print(f"kvtui wait: {name} ({said}): following {what}", file=stderr)
 
     async def ready(outcome: Outcome, tasks: list[asyncio.Task[None]]) -> Outcome:
-        if outcome.code == EXIT_OK and outcome.boot is not None:
-            outcome = await _probe_ready(outcome, monitor, host, args, stderr, args.timeout - (loop.time() - waiter.t0))
-        if outcome.code == EXIT_OK and outcome.boot is not None and serving is not None:
-            outcome = await _first_serving(outcome, serving, args, stderr, args.timeout - (loop.time() - waiter.t0))
+        """The proof of a ready start: one node's probe, and with ``--serving`` a first serving
+        sample (several nodes': through the same node monitors)."""
+        if outcome.code != EXIT_OK or outcome.boot is None:
+            return outcome
+        if one is not None:
+            outcome = await _probe_ready(outcome, one.monitor, one.host, args, stderr,
+                                         args.timeout - (loop.time() - waiter.t0))
+            if outcome.code == EXIT_OK and reader is not None:
+                outcome = await _first_serving(outcome, reader, args, stderr, args.timeout - (loop.time() - waiter.t0))
+        elif readers is not None:
+            left = max(1.0, float(args.timeout) - (loop.time() - waiter.t0))
+            print(f"kvtui wait: {name}: reading a first serving sample", file=stderr, flush=True)
+            by_name = [(n.name, t) for n, t in zip(dm.nodes, tasks, strict=True)]
+            code, sample = await first_deployment_sample(name, readers, by_name, left, stderr, now)
+            snap = outcome.snapshot if outcome.snapshot is not None else start_json(outcome)
+            outcome = replace(outcome, code=code, snapshot={**snap, "serving": sample})
         return outcome
 
-    outcome = await follow(waiter, dm, args.timeout, timer, ready)
-    note = monitor.history.unwritten_note() if monitor.history is not None else None
-    if note:
-        print(f"kvtui wait: {args.host}: note: {note}", file=stderr)
-    return report_host(outcome, monitor, args, stdout, stderr, waiter)
-
-
-async def _wait_deployment(args: argparse.Namespace, stall_notice_s: float, dm: DeploymentMonitor, *,
-                           stdout: TextIO, stderr: TextIO, clock: Callable[[], float] | None,
-                           timer: Callable[[float], Awaitable[object]] | None) -> int:
-    """A ``[deployments.NAME]``: the nodes' merged boot decides (``DeploymentWaiter``); with
-    ``--serving`` a first serving sample through the same node monitors."""
-    name: str = args.host
-    now = clock or time.time
-    # before the monitors run: the log fallback sees the boots' lines
-    serving = DeploymentServingReader(dm, now) if getattr(args, "serving", False) else None
-    loop = asyncio.get_running_loop()
-    waiter = DeploymentWaiter(dm, stderr, t0=loop.time(), clock=loop.time)
-    waiter.now = dm.wall = now  # the hosts' clock: their lines' stamps say where each node's backlog ends
-    waiter.stall_notice_s = stall_notice_s
-    waiter.stall_timeout = getattr(args, "stall_timeout", None)
-    what = "the next boot" if args.next else "the current boot"
-    print(f"kvtui wait: {name} ({len(dm.nodes)} nodes: {', '.join(n.name for n in dm.nodes)}): following {what}",
-          file=stderr)
-
-    async def ready(result: Result, tasks: list[asyncio.Task[None]]) -> Result:
-        if result.code != EXIT_OK or serving is None:
-            return result
-        left = max(1.0, float(args.timeout) - (loop.time() - waiter.t0))
-        print(f"kvtui wait: {name}: reading a first serving sample", file=stderr, flush=True)
-        by_name = [(n.name, t) for n, t in zip(dm.nodes, tasks, strict=True)]
-        result.serving_code, result.serving = await first_deployment_sample(name, serving, by_name, left, stderr, now)
-        return result
-
-    result = await follow(waiter, dm, args.timeout, timer, ready)
-    return report_deployment(result, dm.nodes, args, stdout, stderr)
+    return report(await follow(waiter, dm, args.timeout, timer, ready), waiter, args, stdout, stderr)
 
 
 async def _probe_ready(outcome: Outcome, monitor: HostMonitor, host: HostConfig, args: argparse.Namespace,
@@ -621,11 +665,11 @@ async def _probe_ready(outcome: Outcome, monitor: HostMonitor, host: HostConfig,
     snap["probe"] = res.to_json()
     if res.ok:
         print(f"kvtui wait: {args.host}: ✔ {res.headline()}", file=stderr, flush=True)
-        return Outcome(outcome.code, boot, outcome.index, outcome.message, snap)
+        return replace(outcome, snapshot=snap)
     mark_not_serving(boot, res)
     failed = boot.to_json()
     failed["probe"] = res.to_json()
-    return Outcome(EXIT_FAILED, boot, outcome.index, outcome.message, failed)
+    return replace(outcome, code=EXIT_FAILED, snapshot=failed)
 
 
 async def _first_serving(outcome: Outcome, reader: ServingReader, args: argparse.Namespace, stderr: TextIO,
@@ -640,14 +684,14 @@ async def _first_serving(outcome: Outcome, reader: ServingReader, args: argparse
     if r is None:
         snap["serving"] = None
         why = reader.metrics_error or "and no serving line in the log"
-        return Outcome(EXIT_TIMEOUT, boot, outcome.index, f"ready, but no serving sample in {max(1.0, left):.0f} s "
-                       f"({why})", snap)
+        return replace(outcome, code=EXIT_TIMEOUT, snapshot=snap,
+                       message=f"ready, but no serving sample in {max(1.0, left):.0f} s ({why})")
     now = time.time()
     if reader.source == "log":
         print(f"kvtui wait: {args.host}: {reader.metrics_error}; from the log's serving lines", file=stderr)
     print(f"kvtui wait: {args.host}: serving: {human_line(r, now, args.host)}", file=stderr, flush=True)
     snap["serving"] = sample_json(r, args.host, now, reader.metrics_error)
-    return Outcome(outcome.code, boot, outcome.index, outcome.message, snap)
+    return replace(outcome, snapshot=snap)
 
 
 class _Overdue(SystemExit):

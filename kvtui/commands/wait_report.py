@@ -1,14 +1,13 @@
 """What ``kvtui wait NAME`` prints once the wait has decided (``kvtui.commands.wait``): the last
 lines on stderr (the failure, what changed since the last good boot, "ready after …") and the
 boot on stdout, in full (``kvtui replay``'s rendering) or as JSON (``--json``: ``kvtui replay
---json``'s boot object). ``report_host`` for a host (the node's own boot, named by its number in
-the history), ``report_deployment`` for the merged boot of a ``[deployments.NAME]``."""
+--json``'s boot object): one node's own boot, named by its number in the history; several nodes'
+merged boot with its nodes."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from kvtui import fmt, longrun
@@ -19,13 +18,9 @@ from kvtui.exits import EXIT_FAILED, EXIT_OK
 from kvtui.history import boot_doc
 from kvtui.history.diff import since_last_good
 from kvtui.history.record import boot_key
-from kvtui.monitor.deployment import unwritten
 
 if TYPE_CHECKING:
     from kvtui.commands.wait import Outcome, Waiter
-    from kvtui.commands.wait_deployment import Result
-    from kvtui.monitor import HostMonitor
-    from kvtui.monitor.deployment import DeploymentNode
 
 
 def summary(boot: Boot, index: int, total: int, number: int | None, host: str) -> str:
@@ -49,36 +44,64 @@ def serving_line(boot: Boot) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def report_host(
-    outcome: Outcome, monitor: HostMonitor, args: argparse.Namespace, stdout: TextIO, stderr: TextIO, waiter: Waiter
-) -> int:
-    boot, idx = outcome.boot, outcome.index
+def start_json(outcome: Outcome) -> dict[str, object]:
+    """The decided start's JSON: one node's boot, as ``kvtui replay --json``; several nodes' merged
+    boot with its nodes (``DeploymentBoot.to_json``)."""
+    if outcome.dep is not None and len(outcome.dep.nodes) > 1:
+        return outcome.dep.to_json()
+    return outcome.boot.to_json() if outcome.boot is not None else {}
+
+
+def report(outcome: Outcome, waiter: Waiter, args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    """The last lines (each node's unwritten history, the failure, ready, what changed since the
+    last good boot) and the start on stdout. One node: its boot, named by its number in the
+    history; several: the merged boot with its nodes (``ready on all N nodes``, the hang's causes)."""
+    name: str = args.host
+    nodes = waiter.dm.nodes
+    for n in nodes:  # (after the close: a boot the history misses is said, never silent)
+        note = n.monitor.history.unwritten_note() if n.monitor.history is not None else None
+        if note:
+            print(f"kvtui wait: {name}: note: " + (f"{n.name}: {note}" if waiter.several else note), file=stderr)
+    boot, idx, dep, node = outcome.boot, outcome.index, outcome.dep, nodes[0]
     waiter.say_notes()
-    if outcome.code == EXIT_FAILED and boot is not None and idx is not None:
-        waiter.say_failure(idx, boot)
-        _say_changed(waiter, boot, args.host)
+    if waiter.several:
+        if outcome.code == EXIT_OK:
+            print(f"kvtui wait: {name}: ready on all {len(nodes)} nodes", file=stderr)
+    elif outcome.code == EXIT_FAILED and dep is not None and idx is not None:
+        waiter.say_failure(idx, dep)
+        _say_changed(waiter, dep.boot, node.name)
     elif outcome.code == EXIT_OK and boot is not None and idx is not None and boot.start_missing is not None:
         # up since before the log kvtui could read: it serves; say what is known and from where
-        print(f"kvtui wait: {args.host}: {waiter.label(idx)} is {serving_line(boot)}", file=stderr)
+        print(f"kvtui wait: {name}: {waiter.label(idx)} is {serving_line(boot)}", file=stderr)
     elif outcome.code == EXIT_OK and boot is not None and idx is not None:
         took = boot.phases[-1].start if boot.phases else None
         unread = f" ({longrun.skipped(boot)})" if boot.skipped_lines else ""
-        print(f"kvtui wait: {args.host}: {waiter.label(idx)} is ready"
+        print(f"kvtui wait: {name}: {waiter.label(idx)} is ready"
               + (f" after {fmt.duration(waiter.elapsed(boot, took))}" if took is not None else "") + unread,
               file=stderr)
     if outcome.message:
         print(f"kvtui wait: {outcome.message}", file=stderr)
-    if boot is not None and idx is not None:
-        number = monitor.boot_number(idx)
-        if args.json:
-            doc = outcome.snapshot if outcome.snapshot is not None else boot.to_json()
-            # the boot's identity (``kvtui.history.ident``): its number in the history (null: none)
-            doc = {"boot": number, "boot_key": boot_key(args.host, boot) if number is not None else None, **doc}
-            json.dump(doc, stdout, indent=2, ensure_ascii=False)
-            stdout.write("\n")
-        else:
-            stdout.write(summary(boot, idx, len(monitor.tracker.boots), number, args.host))
-        stdout.flush()
+    if outcome.hang is not None and outcome.code == EXIT_FAILED:
+        for c in outcome.hang.causes:
+            print(f"  - {c}", file=stderr)
+    if boot is None or (dep is None if waiter.several else idx is None):
+        return outcome.code
+    doc = outcome.snapshot if outcome.snapshot is not None else start_json(outcome)
+    if waiter.several:
+        assert dep is not None
+        text = "\n".join(render_deployment(dep, render_boot(boot, 1, 1), 1, 1)) + "\n"
+    else:
+        assert idx is not None
+        number = node.monitor.boot_number(idx)
+        # the boot's identity (``kvtui.history.ident``): its number in the history (null: none)
+        doc = {"boot": number, "boot_key": boot_key(node.name, boot) if number is not None else None, **doc}
+        text = summary(boot, idx, len(node.monitor.tracker.boots), number, node.name)
+    if args.json:
+        json.dump(doc, stdout, indent=2, ensure_ascii=False)
+        stdout.write("\n")
+    else:
+        stdout.write(text)
+    stdout.flush()
     return outcome.code
 
 
@@ -92,32 +115,3 @@ def _say_changed(waiter: Waiter, boot: Boot, host: str) -> None:
     for line in got[1]:
         waiter.say(f"  {line}")
     waiter.say(f"  (kvtui history {host} --diff: the whole comparison)")
-
-
-def report_deployment(result: Result, nodes: Sequence[DeploymentNode], args: argparse.Namespace, stdout: TextIO,
-                      stderr: TextIO) -> int:
-    """The deployment's last lines (each node's unwritten history, ready on all nodes, the failure
-    or hang) and its merged boot; with ``--serving`` the JSON's ``serving`` is the first sample
-    (``kvtui watch --json``'s object) and its exit code the wait's."""
-    name: str = args.host
-    for line in unwritten(nodes):
-        print(f"kvtui wait: {name}: note: {line}", file=stderr)
-    if result.code == EXIT_OK:
-        print(f"kvtui wait: {name}: ready on all {len(nodes)} nodes", file=stderr)
-    if result.message:
-        print(f"kvtui wait: {result.message}", file=stderr)
-    if result.hang is not None and result.code == EXIT_FAILED:
-        for c in result.hang.causes:
-            print(f"  - {c}", file=stderr)
-    if result.dep is not None:
-        if args.json:
-            doc = result.snapshot or result.dep.to_json()
-            if result.serving_code is not None:
-                doc["serving"] = result.serving
-            json.dump(doc, stdout, indent=2, ensure_ascii=False)
-            stdout.write("\n")
-        else:
-            lines = render_deployment(result.dep, render_boot(result.dep.boot, 1, 1), 1, 1)
-            stdout.write("\n".join(lines) + "\n")
-        stdout.flush()
-    return result.code if result.serving_code is None else result.serving_code

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -50,6 +51,7 @@ PROBE_TIMEOUT = 15.0  # seconds a node's unit/environment probe may take
 # after that start came, or once its stream, having delivered, stayed quiet this long
 BACKLOG_QUIET_S = 1.5
 BACKLOG_LIMIT_S = 30.0  # seconds after which a node whose backlog is not read is said so, not waited for
+MAX_STARTS = 16  # the starts of several nodes kept (``start_boot``): a wait follows the newest
 
 
 @dataclass(slots=True)
@@ -88,6 +90,9 @@ class DeploymentMonitor:
         self.wall: Callable[[], float] = time.time  # the hosts' clock (their lines' stamps)
         self.started_mono: float | None = None  # when ``start`` ran
         self.started_at: datetime | None = None  # the same, on the wall clock: where each node's backlog ends
+        # several nodes: each start's last merge, oldest first, and its node boots (listed order)
+        self._starts: deque[tuple[tuple[Boot | None, ...], DeploymentBoot]] = deque(maxlen=MAX_STARTS)
+        self._dropped = 0  # the starts no longer kept
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -107,7 +112,32 @@ class DeploymentMonitor:
         boots; they are named as not in this start)."""
         kept, earlier = current_start([self.current(n) for n in self.nodes])
         self.dep = merge_boots([(n.name, b) for n, b in zip(self.nodes, kept, strict=True)], earlier)
+        key = tuple(kept)
+        if any(b is not None for b in key):
+            last = self._starts[-1][0] if self._starts else None
+            if last is not None and all(old is None or old is new for old, new in zip(last, key, strict=True)):
+                self._starts[-1] = (key, self.dep)  # the same start, further on
+            else:  # a node's boot of the last start was replaced: a new start
+                if len(self._starts) == self._starts.maxlen:
+                    self._dropped += 1
+                self._starts.append((key, self.dep))
         return self.dep
+
+    def start_count(self) -> int:
+        """How many starts the deployment had since the monitor started (``start_boot``)."""
+        if len(self.nodes) == 1:
+            return len(self.nodes[0].monitor.tracker.boots)
+        return self._dropped + len(self._starts)
+
+    def start_boot(self, index: int) -> DeploymentBoot:
+        """Start ``index`` (0: the first seen): one node's is its boot ``index``, as it is (the merge
+        of one node is its boot); several nodes' is the last merge of that start (``merged``: a start
+        ends when a node's boot of it is replaced by a newer one — a restart)."""
+        if len(self.nodes) == 1:
+            n = self.nodes[0]
+            boot = n.monitor.tracker.boots[index]
+            return DeploymentBoot(boot, [NodeBoot(n.name, 0, 0, boot)])
+        return self._starts[max(index - self._dropped, 0)][1]
 
     def observed(self, extra: dict[int, NodeObservation] | None = None) -> dict[int, NodeObservation]:
         """What the hang diagnosis knows of each node (by node rank): its last line's time, plus
@@ -138,7 +168,11 @@ class DeploymentMonitor:
 
     def hang(self, extra: dict[int, NodeObservation] | None = None, *, bound_s: float | None = None,
              now: datetime | None = None) -> Hang | None:
-        """The hang diagnosis of the merged boot now (``bound_s``: default the deployment's)."""
+        """The hang diagnosis of the merged boot now (``bound_s``: default the deployment's); None
+        for one node (it holds no other back) and while a node's backlog is unread (``backlog_pending``:
+        that node would be said "not started")."""
+        if len(self.nodes) < 2 or self.backlog_pending():
+            return None
         dep = self.merged()
         return diagnose_hang(dep, now or datetime.now().astimezone(), self.bound_s if bound_s is None else bound_s,
                              self.observed(extra))
@@ -174,6 +208,11 @@ class DeploymentMonitor:
             else:
                 pending.append(n)
         return pending
+
+    def names_held(self) -> bool:
+        """Whether a decision that names a node (a hang, the node that failed) must wait: several
+        nodes, and one's backlog is not read yet (``backlog_pending``)."""
+        return len(self.nodes) > 1 and bool(self.backlog_pending())
 
     def backlog_notes(self) -> list[str]:
         """Per node whose backlog was given up on, why (said with a decision)."""
@@ -340,5 +379,5 @@ async def probe_nodes(nodes: Sequence[DeploymentNode], dep: DeploymentBoot) -> d
     return dict(await asyncio.gather(*(one(n) for n in nodes)))
 
 
-__all__ = ["BACKLOG_LIMIT_S", "BACKLOG_QUIET_S", "CLOSE_LIMIT", "PROBE_TIMEOUT", "DeploymentMonitor",
+__all__ = ["BACKLOG_LIMIT_S", "BACKLOG_QUIET_S", "CLOSE_LIMIT", "MAX_STARTS", "PROBE_TIMEOUT", "DeploymentMonitor",
            "DeploymentNode", "DeploymentSink", "NodeStalls", "node_monitor", "probe_nodes", "unwritten"]

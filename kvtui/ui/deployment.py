@@ -52,8 +52,8 @@ class DeploymentStrip(Static):
 
 
 def notes(dm: DeploymentMonitor, probed: dict[int, NodeObservation] | None, now: datetime) -> Text:
-    """The deployment's notes: the nodes whose backlog is still read (no hang is named before
-    every node's is: the wait's rule), the backlogs given up on, the hang, the findings, the node
+    """The deployment's notes: the nodes whose backlog is still read (``DeploymentMonitor.hang``
+    names no hang before every node's is: the wait's rule), the backlogs given up on, the hang, the findings, the node
     that failed first."""
     t = Text()
     dep = dm.merged()
@@ -63,7 +63,7 @@ def notes(dm: DeploymentMonitor, probed: dict[int, NodeObservation] | None, now:
                  + ": no hang is named before every node's is read\n", style="dim")
     for note in dm.backlog_notes():
         t.append(f"note: {note}\n", style="dim")
-    hang = None if pending else dm.hang(probed or None, now=now)
+    hang = dm.hang(probed or None, now=now)  # None while a backlog is read
     if hang is not None:
         t.append("hang: ", style="bold red")
         t.append(hang.summary + "\n")
