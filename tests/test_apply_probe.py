@@ -81,7 +81,7 @@ def test_a_deployment_whose_node_0_does_not_answer_fails_not_serving(
                   "--timeout", "60", "--rollback-on-failure")
     out, err = capsys.readouterr()
     assert code == 1, err
-    assert "r1-a: rolling back every node (--rollback-on-failure)" in err
+    assert "rolling back every node (--rollback-on-failure)" in err
     assert err.count("r1-a: ✘ not serving: /v1/completions: HTTP 404") == 2, err
     assert "r1: the new boot failed" in out, out  # the rolled-back boot failed too (a host's headline then)
     # --no-probe over probe_model: the log's word

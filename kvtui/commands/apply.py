@@ -313,7 +313,7 @@ async def _execute(name: str, nodes: Sequence[NodeSide], plans: Sequence[ApplyPl
     outs = await service.execute_nodes(
         [service.Node(p, n.backend, changes.prefixed(progress, n.name) if many else progress)
          for n, p in zip(nodes, plans, strict=True)], clock=clock, heartbeat=progress, eta=eta, hang_s=hang_s,
-        stage=stage)
+        stage=stage, say=progress)
     for p, out in zip(plans, outs, strict=True):
         _record(p, out, args, stderr, verb)
     for m in dict.fromkeys(o.messages[-1] if o.messages else o.status for o in outs

@@ -89,6 +89,8 @@ async def execute_nodes(
     eta: EtaFn | None = None,
     hang_s: float = 180.0,
     stage: Callable[[str], None] | None = None,
+    proceed: Callable[[], bool] | None = None,
+    say: ProgressFn | None = None,
 ) -> list[ApplyOutcome]:
     """Carry out the plans of N ≥ 1 nodes as one change, all or nothing (a host is the deployment
     of one node: the same steps): a refusal on any node refuses the whole; every file is written
@@ -100,7 +102,11 @@ async def execute_nodes(
     happened and in which state it was left; every attempt is audited, per node. ``heartbeat``
     gets a line saying where node 0's new boot is whenever nothing was said for
     ``fmt.HEARTBEAT_S`` while it waits (the CLI's stderr), with its ETA from ``eta`` (the
-    caller's: ``kvtui.history.eta``). ``stage``: as ``follow_restarts`` says, and ``"write"``."""
+    caller's: ``kvtui.history.eta``). ``stage``: as ``follow_restarts`` says, and ``"write"``;
+    ``proceed``, asked once every file is written: False restores them and restarts nothing
+    (status ``cancelled``: the console's ctrl+x while the files were written). ``say``: where the
+    lines about the whole go (the merged boot's end, the dump check, a hang, the rollback; kept in
+    node 0's outcome), default node 0's progress."""
     runs = [Run(n.plan, n.backend.service_ops(), Say(n.progress, heartbeat, eta), clock, sleep, stop_wait_s,
                 settle_s) for n in nodes]
     if any(r.plan.refused for r in runs):
@@ -111,8 +117,12 @@ async def execute_nodes(
         return outs
     if not any(r.plan.changed for r in runs):
         return [_unchanged(r.plan) for r in runs]
+    whole = runs[0].say
+    if say is not None:
+        whole = Say(say, heartbeat, eta)
+        whole.log = runs[0].say.log  # kept with node 0's lines
     try:
-        outs = await _execute(runs, hang_s, stage)
+        outs = await _execute(runs, whole, hang_s, stage, proceed)
     except ServiceError as exc:
         outs = [_error(r, exc) for r in runs]
     except asyncio.CancelledError:
@@ -138,7 +148,8 @@ def _error(r: Run, exc: ServiceError, *more: str) -> ApplyOutcome:
     return ApplyOutcome(exc.code, "error", [*r.say.log, str(exc), *more], backup_path=r.plan.saved_copy)
 
 
-async def _execute(runs: Sequence[Run], hang_s: float, stage: Callable[[str], None] | None) -> list[ApplyOutcome]:
+async def _execute(runs: Sequence[Run], say: Say, hang_s: float, stage: Callable[[str], None] | None,
+                   proceed: Callable[[], bool] | None) -> list[ApplyOutcome]:
     head = runs[0]
     plan = head.plan
     if stage is not None:
@@ -157,10 +168,14 @@ async def _execute(runs: Sequence[Run], hang_s: float, stage: Callable[[str], No
             return [_error(x, exc, *tail) if x is r else ApplyOutcome(exc.code, "error", [*x.say.log, *tail])
                     for x in runs]
         written.append(r)
+    if proceed is not None and not proceed():
+        restored = [await _restore(w, "the change was cancelled") for w in reversed(written)]
+        return [ApplyOutcome(EXIT_INTERRUPTED, "cancelled", restored or ["no node's file had to be written"])
+                for _ in runs]
     if not plan.restart:
         return [_not_restarted(r) for r in runs]
     try:
-        boots, code, status = await _restart_and_follow(runs, hang_s, stage)
+        boots, code, status = await _restart_and_follow(runs, say, hang_s, stage)
     except ServiceError as exc:
         return [_error(r, exc) for r in runs]
     probed = await _prove_ready(head, boots[0]) if status == "ready" and boots[0] is not None else None
@@ -174,7 +189,7 @@ async def _execute(runs: Sequence[Run], hang_s: float, stage: Callable[[str], No
             out.reality = reality(r.plan, boot)
         outs.append(out)
     if code != EXIT_OK and plan.rollback_on_failure and plan.action == "apply":
-        outs = await _auto_rollback(runs, written, outs, hang_s)
+        outs = await _auto_rollback(runs, say, outs, hang_s)
     return outs
 
 
@@ -206,10 +221,10 @@ def _not_restarted(run: Run) -> ApplyOutcome:
     return ApplyOutcome(EXIT_OK, "written", list(say.log), backup_path=saved)
 
 
-async def _restart_and_follow(runs: Sequence[Run], hang_s: float,
+async def _restart_and_follow(runs: Sequence[Run], say: Say, hang_s: float,
                               stage: Callable[[str], None] | None) -> tuple[list[Boot | None], int, str]:
     head = runs[0]
-    plan, say = head.plan, head.say
+    plan = head.plan
     calls = [RestartCall(r.ops.restart_how(r.plan.cmd), r.plan.cmd, unit_name(r.plan), r.say, r.plan.timeout,
                          r.sleep, r.clock, r.stop_wait_s, r.say.heartbeat) for r in runs]
     sides = [FollowSide(r.plan.name, r.ops.backend, r.plan.engine, r.say, partial(r.ops.issue_restart, c),
@@ -337,11 +352,11 @@ async def _check_server_env(run: Run, boot: Boot) -> list[str]:
     return problems
 
 
-async def _auto_rollback(runs: Sequence[Run], written: Sequence[Run], outs: list[ApplyOutcome],
+async def _auto_rollback(runs: Sequence[Run], say: Say, outs: list[ApplyOutcome],
                          hang_s: float) -> list[ApplyOutcome]:
-    """Every node written by the failed change back to its backup and restarted (all or nothing)."""
+    """Every node of the failed change back to its backup and restarted (all or nothing)."""
     head = runs[0]
-    plan, say = head.plan, head.say
+    plan = head.plan
     say(f"rolling back to {plan.backup_path} (--rollback-on-failure)" if len(runs) == 1 else
         "rolling back every node (--rollback-on-failure)")
     rbs: list[Node] = []
@@ -356,7 +371,8 @@ async def _auto_rollback(runs: Sequence[Run], written: Sequence[Run], outs: list
             return outs
         rbs.append(Node(rb, r.ops.backend, r.say))
     rb_outs = await execute_nodes(rbs, clock=head.clock, sleep=head.sleep, stop_wait_s=head.stop_wait_s,
-                                  settle_s=head.settle_s, heartbeat=say.heartbeat, eta=say.eta, hang_s=hang_s)
+                                  settle_s=head.settle_s, heartbeat=say.heartbeat, eta=say.eta, hang_s=hang_s,
+                                  say=say if len(runs) > 1 else None)
     for r, out, rb_out in zip(runs, outs, rb_outs, strict=True):
         out.rolled_back = rb_out.status in ("ready", "written")
         tail = ("the previous flags are back and the boot is ready" if rb_out.status == "ready"
