@@ -5,23 +5,18 @@ wired into the guarded service (``kvtui.hosts.service``, which speaks only to a 
 
 Planning (``plan_apply`` / ``plan_rollback``: the service's planners with kvtui's calculator and
 boot reader, predicting as ``kvtui calc`` would) and the history's record of a restart
-(``record_restart``) are per node. A change of N nodes (``kvtui apply NAME`` / ``kvtui rollback
-NAME``, ``kvtui tune NAME``, the deployment console) goes through these steps; each caller does its
-own asking and printing:
+(``record_restart``) are per node. A change of N >= 1 nodes (``kvtui apply NAME`` / ``kvtui
+rollback NAME``, ``kvtui tune NAME``, the console's ``a`` / ``u``) is every node's plan carried
+out as one by ``kvtui.hosts.service.execute_nodes`` (written and verified node by node, a failed
+write restoring the nodes before it; node 0 restarted first; the merged boot followed; node 0's
+server probed; every node rolled back on failure), each caller doing its own asking and printing.
 
-1. ``plan_nodes``: every node's change planned at once through the one guarded path (no restart in
-   the node plans); the caller refuses the whole when any plan is refused;
-2. ``write_nodes``: the files written and verified node by node (backup, atomic write, re-read;
-   for a unit, daemon-reload and ``systemctl show``): every file is verified before any restart.
-   When a node's write fails, every node written before it is restored from the backup just made
-   (``restore``) and nothing restarts;
-3. ``restart_and_follow``: one ``BootFollower`` per node (positioned before any restart), node
-   rank 0 restarted first (it hosts the rendezvous), the others right after without waiting; the
-   nodes' new boots merged (``kvtui.boot.deployment``; for one node the merge is that node's boot) until the
-   whole is ready, a node failed, or the timeout; a hang is said once per diagnosis;
-4. ``probe_head``: once the whole is ready, node 0's server (the one that serves HTTP) is asked
-   for one token (``kvtui.hosts.probe``); no answer fails the change as ``not_serving``;
-5. ``record_nodes``: each node's followed boot into the history with its edit and prediction.
+A restart of several nodes with no edit (the deployment console's ``R``) goes through the steps
+here: ``restart_and_follow`` (one ``BootFollower`` per node, positioned before any restart, node
+rank 0 restarted first, the others right after; the nodes' new boots merged by
+``kvtui.boot.deployment`` until the whole is ready, a node failed, or the timeout; a hang is said
+once per diagnosis), ``probe_head`` (node 0's server asked for one token) and ``record_nodes``
+(each node's followed boot into the history).
 """
 
 from __future__ import annotations
@@ -31,7 +26,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -379,89 +374,6 @@ class NodeSide:
     boots: list[Boot] = field(default_factory=list)  # the node's known boots (predictions), if any
 
 
-@dataclass
-class WriteResult:
-    """``write_nodes``: ``code`` None when every file is written and verified; else the exit code,
-    ``messages`` what went wrong and what was restored."""
-
-    code: int | None
-    messages: list[str]
-    written: list[NodeSide]
-
-
-async def plan_nodes(
-    nodes: Sequence[NodeSide], edits: Sequence[fl.Edit], *, verb: str = "apply", force: bool = False,
-    timeout: float = 600.0, graph_margin_gib: float | None = None, clock: Callable[[], float] = time.time,
-    env_edits: Sequence[envedit.EnvEdit] = (),
-) -> list[tuple[NodeSide, BaseException]]:
-    """Plan every node's change at once (``n.plan``); the nodes whose planning raised, with what."""
-
-    async def plan(n: NodeSide) -> ApplyPlan:
-        if verb == "rollback":
-            return await plan_rollback(n.name, n.host, n.backend, restart=False, timeout=timeout,
-                                       boots=n.boots or None, clock=clock)
-        return await plan_apply(
-            n.name, n.host, n.backend, list(edits), restart=False, force=force, timeout=timeout,
-            boots=n.boots or None, graph_margin_gib=graph_margin_gib, clock=clock, env_edits=list(env_edits))
-
-    planned = await asyncio.gather(*(plan(n) for n in nodes), return_exceptions=True)
-    errors: list[tuple[NodeSide, BaseException]] = []
-    for n, p in zip(nodes, planned, strict=True):
-        if isinstance(p, BaseException):
-            errors.append((n, p))
-        else:
-            n.plan = p
-    return errors
-
-
-async def write_nodes(nodes: Sequence[NodeSide], say: Say, *, verb: str = "apply",
-                      clock: Callable[[], float] = time.time) -> WriteResult:
-    """Write and verify every planned node's file, node by node; a failure restores the nodes
-    written before it (see the module docstring)."""
-
-    written: list[NodeSide] = []
-    for n in nodes:
-        assert n.plan is not None
-        if not n.plan.changed:
-            say(f"{n.name}: {n.plan.source.path} already says this")
-            continue
-        out = await service.execute(n.plan, n.backend, prefixed(say, n.name), clock=clock)
-        n.outcome = out
-        if out.status != "written":
-            why = f"{n.name}: " + (out.messages[-1] if out.messages else out.status)
-            restored = await restore(written, clock, say)
-            tail = "; ".join(restored) if restored else "no other node had been written"
-            return WriteResult(out.code if out.code != EXIT_OK else EXIT_INPUT,
-                               [why, f"not {'applied' if verb == 'apply' else 'rolled back'}: {tail}; "
-                                     "nothing was restarted"], written)
-        written.append(n)
-    return WriteResult(None, [], written)
-
-
-async def restore(written: Sequence[NodeSide], clock: Callable[[], float], say: Say,
-                  to: Mapping[str, str] | None = None) -> list[str]:
-    """Put back each written node's previous file (the backup its write just made; ``to``: the
-    backup named for each node), newest first."""
-    said: list[str] = []
-    for n in reversed(written):
-        backup = to.get(n.name) if to is not None else n.outcome.backup_path if n.outcome is not None else None
-        if not backup:
-            said.append(f"{n.name}: NOT restored (no backup path known)")
-            continue
-        try:
-            rb = await plan_rollback(n.name, n.host, n.backend, to=backup, restart=False, clock=clock)
-            out = await service.execute(rb, n.backend, prefixed(say, n.name), clock=clock)
-        except service.ServiceError as exc:
-            said.append(f"{n.name}: NOT restored ({exc}); its previous file is {backup}")
-            continue
-        if out.status == "written":
-            said.append(f"{n.name} restored from {backup}")
-        else:
-            said.append(f"{n.name}: NOT restored ({out.messages[-1] if out.messages else out.status}); "
-                        f"its previous file is {backup}")
-    return said
-
-
 async def restart_and_follow(
     nodes: Sequence[NodeSide], hang_s: float, timeout: float, clock: Callable[[], float], say: Say,
     expect: Sequence[fl.Edit], *, stage: Callable[[str], None] | None = None,
@@ -583,25 +495,6 @@ async def record_nodes(nodes: Sequence[NodeSide], code: int, config: HistoryConf
     return problems
 
 
-async def restart_nodes(
-    nodes: Sequence[NodeSide], hang_s: float, timeout: float, clock: Callable[[], float], say: Say,
-    expect: Sequence[fl.Edit], history: HistoryConfig | None, *, probe_on: bool | None = None,
-    probe_timeout: float | None = None, note: Say | None = None,
-) -> tuple[int, DeploymentBoot | None, ProbeResult | None]:
-    """Steps 3 to 5 (the module docstring): every node restarted and the merged boot followed,
-    node 0's server asked for a token once the whole is ready (no answer: exit 1), each node's boot
-    recorded (what could not be is said, to ``note``). (exit code, the merged boot, the probe's answer)."""
-    code, dep = await restart_and_follow(nodes, hang_s, timeout, clock, say, expect)
-    res = None
-    if code == EXIT_OK and dep is not None:
-        res = await probe_head(dep, nodes, say, enabled=probe_on, timeout=probe_timeout)
-        if res is not None and not res.ok:
-            code = EXIT_FAILED
-    for problem in await record_nodes(nodes, code, history):
-        (note or say)(f"note: the boot is not in the history: {problem}")
-    return code, dep, res
-
-
 async def close_followers(nodes: Sequence[NodeSide]) -> None:
     """End every node's follower (bounded)."""
     for n in nodes:
@@ -611,9 +504,8 @@ async def close_followers(nodes: Sequence[NodeSide]) -> None:
 
 
 __all__ = [
-    "NOT_ANSWERING", "OUTCOME_OF_EXIT", "NodeSide", "ServingConfig", "WriteResult", "calculate", "calculate_on",
-    "calibration_note", "close_followers", "gpu_total_gib", "host_boots", "plan_apply", "plan_nodes",
-    "plan_rollback", "prefixed", "probe_head", "record_nodes", "record_restart", "record_restart_numbered",
-    "restart_and_follow", "restart_nodes", "restart_record", "restore", "serving_basis", "serving_config",
-    "stored_siblings", "write_nodes",
+    "NOT_ANSWERING", "OUTCOME_OF_EXIT", "NodeSide", "ServingConfig", "calculate", "calculate_on",
+    "calibration_note", "close_followers", "gpu_total_gib", "host_boots", "plan_apply", "plan_rollback", "prefixed",
+    "probe_head", "record_nodes", "record_restart", "record_restart_numbered", "restart_and_follow",
+    "restart_record", "serving_basis", "serving_config", "stored_siblings",
 ]

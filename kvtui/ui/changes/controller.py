@@ -571,8 +571,6 @@ class ChangeController:
                           detail)
         finally:
             self.tune_stop = None
-            if len(sides) > 1:
-                await changes.close_followers(sides)
             self._end(gen)
 
 
