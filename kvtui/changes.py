@@ -26,15 +26,14 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from kvtui import envedit, kvcalc
 from kvtui import flags as fl
 from kvtui.boot import Boot, BootStatus
-from kvtui.boot.deployment import DeploymentBoot, diagnose_hang, merge_boots
+from kvtui.boot.deployment import DeploymentBoot, merge_boots
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.history import HistoryError, Limits, boot_from_doc, open_store, record_numbered
@@ -52,6 +51,7 @@ from kvtui.hosts.probe import (
     served_model,
 )
 from kvtui.hosts.service import ApplyOutcome, ApplyPlan, BootFollower
+from kvtui.hosts.service.follow import FollowSide, RestartFailed, follow_restarts
 from kvtui.hosts.service.model import Calculator, EditsFor, Forecast
 from kvtui.hosts.service.plan import engine_of
 from kvtui.knobs import pool_env, pool_env_names
@@ -375,68 +375,46 @@ class NodeSide:
 
 
 async def restart_and_follow(
-    nodes: Sequence[NodeSide], hang_s: float, timeout: float, clock: Callable[[], float], say: Say,
-    expect: Sequence[fl.Edit], *, stage: Callable[[str], None] | None = None,
+    nodes: Sequence[NodeSide], hang_s: float, timeout: float, clock: Callable[[], float], say: Say, *,
+    stage: Callable[[str], None] | None = None,
 ) -> tuple[int, DeploymentBoot | None]:
-    """Restart every node (node 0 first) and follow the merged new boot (see the module docstring):
+    """Restart every node (node 0 first, each through ``service.restart``) and follow the merged
+    new boot (``service.follow.follow_restarts``, as a change does; see the module docstring):
     (exit code, the merged boot when one was followed). ``stage`` hears ``"restart"`` before the
     first restart is issued and ``"follow"`` once every node's restart is (the console's cancel
     waits for it: a deployment is never left half restarted by kvtui)."""
 
-    for n in nodes:
-        if n.follower is not None:
-            await n.follower.close()
-        n.follower = BootFollower(n.backend, engine_of(n.host), progress=prefixed(say, n.name))
-    await asyncio.gather(*(n.follower.start(n.backend.service_ops().settle_s) for n in nodes if n.follower))
-    for n in nodes:
-        assert n.follower is not None
-        n.follower.mark()
-    if stage is not None:
-        stage("restart")
-    for n in nodes:  # node 0 first: it hosts the rendezvous
-        rp = service.plan_restart(n.name, n.host, n.backend)
-        if rp.refused:
-            say(f"{n.name}: restart refused: {rp.refusals[0].reason}")
-            return EXIT_INPUT, None
-        out = await service.restart(rp, n.backend, prefixed(say, n.name), clock=clock)
-        if out.status != "restarted":
-            say(f"kvtui: {n.name}: restart failed: " + (out.messages[-1] if out.messages else out.status))
-            return (out.code if out.code != EXIT_OK else EXIT_INPUT), None
-    for n in nodes:
-        assert n.follower is not None
-        n.follower.triggered()
-    if stage is not None:
-        stage("follow")
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    said_hang = ""
-    while True:
-        dep = merge_boots([(n.name, n.follower.current() if n.follower else None) for n in nodes])
-        if dep.boot.status is BootStatus.READY:
-            say(f"the deployment is ready on all {len(nodes)} nodes")
-            wrong = [f"{n.label()}: {'; '.join(p)}" for n in dep.nodes if n.boot is not None and n.boot.flags
-                     and (p := fl.check_dump(n.boot.engine, n.boot.flags, list(expect)))]
-            if wrong:
-                say("edit not in effect: " + " | ".join(wrong))
-                return EXIT_FAILED, dep
-            if expect:
-                say("every node's own argument dump carries the edits")
-            return EXIT_OK, dep
-        if dep.boot.status is BootStatus.FAILED:
-            who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
-            f = dep.boot.failure
-            say(f"the new boot failed on {who}" + (f": {f.kind.value}: {f.message[:200]}" if f else ""))
-            return EXIT_FAILED, dep
-        hang = diagnose_hang(dep, datetime.now().astimezone(), hang_s)
-        if hang is not None and hang.summary != said_hang:
-            said_hang = hang.summary
-            say(f"hang: {hang.summary}")
-            for c in hang.causes:
-                say(f"  - {c}")
-        if loop.time() >= deadline:
-            say(f"timed out after {timeout:g} s waiting for the new boot on every node")
-            return EXIT_TIMEOUT, dep
-        await asyncio.sleep(POLL_S)
+    def trigger(n: NodeSide) -> Callable[[], Awaitable[None]]:
+        async def restart() -> None:
+            rp = service.plan_restart(n.name, n.host, n.backend)
+            if rp.refused:
+                raise service.ServiceError(f"restart refused: {rp.refusals[0].reason}", EXIT_INPUT)
+            out = await service.restart(rp, n.backend, prefixed(say, n.name), clock=clock)
+            if out.status != "restarted":
+                raise service.ServiceError("restart failed: " + (out.messages[-1] if out.messages else out.status),
+                                           out.code if out.code != EXIT_OK else EXIT_INPUT)
+        return restart
+
+    sides = [FollowSide(n.name, n.backend, engine_of(n.host), prefixed(say, n.name), trigger(n),
+                        n.backend.service_ops().settle_s) for n in nodes]
+    try:
+        followers, got = await follow_restarts(sides, say, timeout=timeout, hang_s=hang_s, stage=stage)
+    except RestartFailed as exc:
+        say(f"kvtui: {nodes[exc.node].name}: {exc.error}")
+        return exc.error.code, None
+    for n, f in zip(nodes, followers, strict=True):
+        n.follower = f  # each node's new boot, for the history (``record_nodes``)
+    if got is None:
+        say(f"timed out after {timeout:g} s waiting for the new boot on every node")
+        return EXIT_TIMEOUT, merge_boots([(n.name, f.current()) for n, f in zip(nodes, followers, strict=True)])
+    dep = got[1]
+    if dep.boot.status is BootStatus.READY:
+        say(f"the deployment is ready on all {len(nodes)} nodes")
+        return EXIT_OK, dep
+    who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
+    fail = dep.boot.failure
+    say(f"the new boot failed on {who}" + (f": {fail.kind.value}: {fail.message[:200]}" if fail else ""))
+    return EXIT_FAILED, dep
 
 
 async def probe_head(dep: DeploymentBoot, nodes: Sequence[NodeSide], say: Say, *, enabled: bool | None = None,

@@ -27,7 +27,6 @@ from kvtui.hosts.service.follow import (
     FollowSide,
     RestartFailed,
     boot_result,
-    follow_restart,
     follow_restarts,
     timed_out,
 )
@@ -408,8 +407,10 @@ async def restart(
     try:
         if plan.follow:
             settle = settle_s if settle_s is not None else ops.settle_s
-            follower, boot = await follow_restart(backend, engine_of(plan.host), say, lambda: ops.issue_restart(call),
-                                                  timeout=plan.timeout, settle=settle, stopped=call.stopped)
+            side = FollowSide(plan.name, backend, engine_of(plan.host), say, partial(ops.issue_restart, call), settle,
+                              call.stopped)
+            followers, got = await follow_restarts([side], say, timeout=plan.timeout)
+            follower, boot = followers[0], None if got is None else got[0][0]
             unsettled = await _rollout_settled(ops, say, boot) if boot is not None else None
             boot, code, status = timed_out(say, follower, plan.timeout) if boot is None else (
                 unsettled or boot_result(say, boot))

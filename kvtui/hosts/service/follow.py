@@ -1,6 +1,7 @@
-"""Following a restart: a ``BootFollower`` reads the host's log from *now* on its own stream
-(next to the monitor's), the restart is issued, and the first new boot that is ready or failed
-(or whose argument dump contradicts the edits) ends the wait; heartbeats say where it is.
+"""Following a restart of N >= 1 nodes (``follow_restarts``): a ``BootFollower`` per node reads
+its log from *now* on its own stream (next to the monitor's), the restarts are issued (node 0
+first), and the nodes' merged new boot (of one node: its boot) ready or failed, or a node's boot
+whose argument dump contradicts the edits, ends the wait; heartbeats say where node 0's is.
 
 The restart is issued only once the follower is *positioned*: its stream knows where the log ends
 now, so a fast engine's whole boot cannot be written before the follower's start point (a
@@ -49,25 +50,6 @@ class FollowSide:
     trigger: Callable[[], Awaitable[None]]
     settle: float
     stopped: set[int] | None = None
-
-
-async def follow_restart(
-    backend: HostBackend,
-    engine: Engine | None,
-    say: ProgressFn,
-    trigger: Callable[[], Awaitable[None]],
-    *,
-    timeout: float,
-    expect: Sequence[fl.Edit] = (),
-    settle: float,
-    heartbeat: ProgressFn | None = None,
-    stopped: set[int] | None = None,
-    eta: EtaFn | None = None,
-) -> tuple[BootFollower, Boot | None]:
-    """``follow_restarts`` of one node: (its follower, its new boot; None: timed out)."""
-    followers, got = await follow_restarts([FollowSide("", backend, engine, say, trigger, settle, stopped)], say,
-                                           timeout=timeout, expect=expect, heartbeat=heartbeat, eta=eta)
-    return followers[0], None if got is None else got[0][0]
 
 
 async def follow_restarts(

@@ -483,7 +483,7 @@ class ChangeController:
         try:
             banner.start(f"restart of {name} ({len(sides)} nodes)")
             self.stage = "position"
-            code, dep = await changes.restart_and_follow(sides, self.hang_s, CHANGE_TIMEOUT_S, clock, say, [],
+            code, dep = await changes.restart_and_follow(sides, self.hang_s, CHANGE_TIMEOUT_S, clock, say,
                                                          stage=self._stage)
             if code == 0 and dep is not None and getattr(self.pane.app, "probe_ready", False):  # node 0: 1 token
                 res = await changes.probe_head(dep, sides, say)
