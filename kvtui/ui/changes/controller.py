@@ -338,10 +338,10 @@ class ChangeController:
             if outs[0].status == "cancelled":
                 banner.finish("warning", f"{verb} on {self.name} cancelled: nothing was restarted",
                               outs[0].messages[-len(sides):])
-            elif many:
-                self._finish_nodes(verb, outs[0], said)
-            else:
-                self._show_outcome(service.outcome_headline(outs[0], plan.action, plan.name), outs[0], verb)
+            else:  # several nodes: the whole's headline and the lines that say how it ended
+                self._show_outcome(f"{verb} on {self.name}: {nodes_headline(outs[0])}" if many else
+                                   service.outcome_headline(outs[0], plan.action, plan.name), outs[0], verb,
+                                   outcome_lines(said) if many else None)
         finally:
             self._end(gen)
 
@@ -418,24 +418,11 @@ class ChangeController:
             self._written = True
         return not self._cancel_asked
 
-    def _finish_nodes(self, verb: str, out: ApplyOutcome, said: Sequence[str]) -> None:
-        """A change of several nodes ended: its banner (``out``: node 0's outcome)."""
-        code = out.code
-        silent = out.probe is not None and not out.probe.ok
-        severity: Severity = "ok" if code == 0 else ("warning" if code == 5 or out.rolled_back else "failed")
-        if out.status in ("error", "refused"):
-            head = "not done"
-        else:
-            head = (changes.NOT_ANSWERING if silent else
-                    {0: "ready on every node", 1: "the new boot failed", 5: "timed out"}.get(code, f"exit {code}"))
-            head += "; every node rolled back to the previous flags" if out.rolled_back else ""
-        self.site.action_banner.finish(severity, f"{verb} on {self.name}: {head}",
-                                       out.messages[-2:] if head == "not done" else outcome_lines(said))
-
     def _history(self) -> HistoryConfig | None:
         return getattr(getattr(self.pane.app, "config", None), "history", None)
 
-    def _show_outcome(self, headline: str, outcome: ApplyOutcome, verb: str) -> None:
+    def _show_outcome(self, headline: str, outcome: ApplyOutcome, verb: str, lines: list[str] | None = None) -> None:
+        """The banner and the toast of a change's end (``lines``: the banner's, else the outcome's)."""
         if outcome.code == 0:
             severity: Severity = "ok"
         elif outcome.status == "timeout" or outcome.rolled_back:
@@ -449,7 +436,7 @@ class ChangeController:
             why = [m for m in outcome.messages if m.startswith(("the new boot failed", "hint:", "edit not in effect",
                                                                  "rolled back", "refused", "timed out"))]
             detail += why or outcome.messages[-2:]
-        self.site.action_banner.finish(severity, headline, detail)
+        self.site.action_banner.finish(severity, headline, detail if lines is None else lines)
         toast: SeverityLevel = "information" if severity == "ok" else (
             "warning" if severity == "warning" else "error")
         self.pane.notify("\n".join([headline, *outcome.reality]), title=f"{self.name}: {verb}", severity=toast,
@@ -487,16 +474,12 @@ class ChangeController:
                                                          stage=self._stage)
             if code == 0 and dep is not None and getattr(self.pane.app, "probe_ready", False):  # node 0: 1 token
                 res = await changes.probe_head(dep, sides, say)
-            silent = code == 0 and res is not None and not res.ok
-            if silent:
-                code = EXIT_FAILED
+            code = EXIT_FAILED if code == 0 and res is not None and not res.ok else code
             for problem in await changes.record_nodes(sides, code, self._history()):  # each node's outcome
                 say(f"note: the boot is not in the history: {problem}")
+            out = service.ApplyOutcome(code, changes.OUTCOME_OF_EXIT.get(code, "error"), probe=res)
             self.last_code = code
-            severity: Severity = "ok" if code == 0 else ("warning" if code == 5 else "failed")
-            head = (changes.NOT_ANSWERING if silent else
-                    {0: "ready on every node", 1: "the new boot failed", 5: "timed out"}.get(code, f"exit {code}"))
-            banner.finish(severity, f"restart on {name}: {head}", outcome_lines(said))
+            self._show_outcome(f"restart on {name}: {nodes_headline(out)}", out, "restart", outcome_lines(said))
         finally:
             await changes.close_followers(sides)
             self._end(gen)
@@ -572,6 +555,16 @@ class ChangeController:
         finally:
             self.tune_stop = None
             self._end(gen)
+
+
+def nodes_headline(out: ApplyOutcome) -> str:
+    """How a change of several nodes ended (``out``: node 0's outcome), after "apply on r1: "."""
+    if out.status in ("error", "refused"):
+        return "not done"
+    silent = out.probe is not None and not out.probe.ok
+    head = changes.NOT_ANSWERING if silent else {0: "ready on every node", 1: "the new boot failed",
+                                                 5: "timed out"}.get(out.code, f"exit {out.code}")
+    return head + ("; every node rolled back to the previous flags" if out.rolled_back else "")
 
 
 OUTCOME_WORDS = ("ready on all", "failed", "hang:", "edit not in effect", "argument dump", "timed out", "refused",
