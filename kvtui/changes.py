@@ -5,23 +5,18 @@ wired into the guarded service (``kvtui.hosts.service``, which speaks only to a 
 
 Planning (``plan_apply`` / ``plan_rollback``: the service's planners with kvtui's calculator and
 boot reader, predicting as ``kvtui calc`` would) and the history's record of a restart
-(``record_restart``) are per node. A change of N nodes (``kvtui apply NAME`` / ``kvtui rollback
-NAME``, ``kvtui tune NAME``, the deployment console) goes through these steps; each caller does its
-own asking and printing:
+(``record_restart``) are per node. A change of N >= 1 nodes (``kvtui apply NAME`` / ``kvtui
+rollback NAME``, ``kvtui tune NAME``, the console's ``a`` / ``u``) is every node's plan carried
+out as one by ``kvtui.hosts.service.execute_nodes`` (written and verified node by node, a failed
+write restoring the nodes before it; node 0 restarted first; the merged boot followed; node 0's
+server probed; every node rolled back on failure), each caller doing its own asking and printing.
 
-1. ``plan_nodes``: every node's change planned at once through the one guarded path (no restart in
-   the node plans); the caller refuses the whole when any plan is refused;
-2. ``write_nodes``: the files written and verified node by node (backup, atomic write, re-read;
-   for a unit, daemon-reload and ``systemctl show``): every file is verified before any restart.
-   When a node's write fails, every node written before it is restored from the backup just made
-   (``restore``) and nothing restarts;
-3. ``restart_and_follow``: one ``BootFollower`` per node (positioned before any restart), node
-   rank 0 restarted first (it hosts the rendezvous), the others right after without waiting; the
-   nodes' new boots merged (``kvtui.boot.deployment``; for one node the merge is that node's boot) until the
-   whole is ready, a node failed, or the timeout; a hang is said once per diagnosis;
-4. ``probe_head``: once the whole is ready, node 0's server (the one that serves HTTP) is asked
-   for one token (``kvtui.hosts.probe``); no answer fails the change as ``not_serving``;
-5. ``record_nodes``: each node's followed boot into the history with its edit and prediction.
+A restart of several nodes with no edit (the deployment console's ``R``) goes through the steps
+here: ``restart_and_follow`` (one ``BootFollower`` per node, positioned before any restart, node
+rank 0 restarted first, the others right after; the nodes' new boots merged by
+``kvtui.boot.deployment`` until the whole is ready, a node failed, or the timeout; a hang is said
+once per diagnosis), ``probe_head`` (node 0's server asked for one token) and ``record_nodes``
+(each node's followed boot into the history).
 """
 
 from __future__ import annotations
@@ -31,15 +26,14 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from kvtui import envedit, kvcalc
 from kvtui import flags as fl
 from kvtui.boot import Boot, BootStatus
-from kvtui.boot.deployment import DeploymentBoot, diagnose_hang, merge_boots
+from kvtui.boot.deployment import DeploymentBoot, merge_boots
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.history import HistoryError, Limits, boot_from_doc, open_store, record_numbered
@@ -57,6 +51,7 @@ from kvtui.hosts.probe import (
     served_model,
 )
 from kvtui.hosts.service import ApplyOutcome, ApplyPlan, BootFollower
+from kvtui.hosts.service.follow import FollowSide, RestartFailed, follow_restarts
 from kvtui.hosts.service.model import Calculator, EditsFor, Forecast
 from kvtui.hosts.service.plan import engine_of
 from kvtui.knobs import pool_env, pool_env_names
@@ -379,152 +374,47 @@ class NodeSide:
     boots: list[Boot] = field(default_factory=list)  # the node's known boots (predictions), if any
 
 
-@dataclass
-class WriteResult:
-    """``write_nodes``: ``code`` None when every file is written and verified; else the exit code,
-    ``messages`` what went wrong and what was restored."""
-
-    code: int | None
-    messages: list[str]
-    written: list[NodeSide]
-
-
-async def plan_nodes(
-    nodes: Sequence[NodeSide], edits: Sequence[fl.Edit], *, verb: str = "apply", force: bool = False,
-    timeout: float = 600.0, graph_margin_gib: float | None = None, clock: Callable[[], float] = time.time,
-    env_edits: Sequence[envedit.EnvEdit] = (),
-) -> list[tuple[NodeSide, BaseException]]:
-    """Plan every node's change at once (``n.plan``); the nodes whose planning raised, with what."""
-
-    async def plan(n: NodeSide) -> ApplyPlan:
-        if verb == "rollback":
-            return await plan_rollback(n.name, n.host, n.backend, restart=False, timeout=timeout,
-                                       boots=n.boots or None, clock=clock)
-        return await plan_apply(
-            n.name, n.host, n.backend, list(edits), restart=False, force=force, timeout=timeout,
-            boots=n.boots or None, graph_margin_gib=graph_margin_gib, clock=clock, env_edits=list(env_edits))
-
-    planned = await asyncio.gather(*(plan(n) for n in nodes), return_exceptions=True)
-    errors: list[tuple[NodeSide, BaseException]] = []
-    for n, p in zip(nodes, planned, strict=True):
-        if isinstance(p, BaseException):
-            errors.append((n, p))
-        else:
-            n.plan = p
-    return errors
-
-
-async def write_nodes(nodes: Sequence[NodeSide], say: Say, *, verb: str = "apply",
-                      clock: Callable[[], float] = time.time) -> WriteResult:
-    """Write and verify every planned node's file, node by node; a failure restores the nodes
-    written before it (see the module docstring)."""
-
-    written: list[NodeSide] = []
-    for n in nodes:
-        assert n.plan is not None
-        if not n.plan.changed:
-            say(f"{n.name}: {n.plan.source.path} already says this")
-            continue
-        out = await service.execute(n.plan, n.backend, prefixed(say, n.name), clock=clock)
-        n.outcome = out
-        if out.status != "written":
-            why = f"{n.name}: " + (out.messages[-1] if out.messages else out.status)
-            restored = await restore(written, clock, say)
-            tail = "; ".join(restored) if restored else "no other node had been written"
-            return WriteResult(out.code if out.code != EXIT_OK else EXIT_INPUT,
-                               [why, f"not {'applied' if verb == 'apply' else 'rolled back'}: {tail}; "
-                                     "nothing was restarted"], written)
-        written.append(n)
-    return WriteResult(None, [], written)
-
-
-async def restore(written: Sequence[NodeSide], clock: Callable[[], float], say: Say,
-                  to: Mapping[str, str] | None = None) -> list[str]:
-    """Put back each written node's previous file (the backup its write just made; ``to``: the
-    backup named for each node), newest first."""
-    said: list[str] = []
-    for n in reversed(written):
-        backup = to.get(n.name) if to is not None else n.outcome.backup_path if n.outcome is not None else None
-        if not backup:
-            said.append(f"{n.name}: NOT restored (no backup path known)")
-            continue
-        try:
-            rb = await plan_rollback(n.name, n.host, n.backend, to=backup, restart=False, clock=clock)
-            out = await service.execute(rb, n.backend, prefixed(say, n.name), clock=clock)
-        except service.ServiceError as exc:
-            said.append(f"{n.name}: NOT restored ({exc}); its previous file is {backup}")
-            continue
-        if out.status == "written":
-            said.append(f"{n.name} restored from {backup}")
-        else:
-            said.append(f"{n.name}: NOT restored ({out.messages[-1] if out.messages else out.status}); "
-                        f"its previous file is {backup}")
-    return said
-
-
 async def restart_and_follow(
-    nodes: Sequence[NodeSide], hang_s: float, timeout: float, clock: Callable[[], float], say: Say,
-    expect: Sequence[fl.Edit], *, stage: Callable[[str], None] | None = None,
+    nodes: Sequence[NodeSide], hang_s: float, timeout: float, clock: Callable[[], float], say: Say, *,
+    stage: Callable[[str], None] | None = None,
 ) -> tuple[int, DeploymentBoot | None]:
-    """Restart every node (node 0 first) and follow the merged new boot (see the module docstring):
+    """Restart every node (node 0 first, each through ``service.restart``) and follow the merged
+    new boot (``service.follow.follow_restarts``, as a change does; see the module docstring):
     (exit code, the merged boot when one was followed). ``stage`` hears ``"restart"`` before the
     first restart is issued and ``"follow"`` once every node's restart is (the console's cancel
     waits for it: a deployment is never left half restarted by kvtui)."""
 
-    for n in nodes:
-        if n.follower is not None:
-            await n.follower.close()
-        n.follower = BootFollower(n.backend, engine_of(n.host), progress=prefixed(say, n.name))
-    await asyncio.gather(*(n.follower.start(n.backend.service_ops().settle_s) for n in nodes if n.follower))
-    for n in nodes:
-        assert n.follower is not None
-        n.follower.mark()
-    if stage is not None:
-        stage("restart")
-    for n in nodes:  # node 0 first: it hosts the rendezvous
-        rp = service.plan_restart(n.name, n.host, n.backend)
-        if rp.refused:
-            say(f"{n.name}: restart refused: {rp.refusals[0].reason}")
-            return EXIT_INPUT, None
-        out = await service.restart(rp, n.backend, prefixed(say, n.name), clock=clock)
-        if out.status != "restarted":
-            say(f"kvtui: {n.name}: restart failed: " + (out.messages[-1] if out.messages else out.status))
-            return (out.code if out.code != EXIT_OK else EXIT_INPUT), None
-    for n in nodes:
-        assert n.follower is not None
-        n.follower.triggered()
-    if stage is not None:
-        stage("follow")
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    said_hang = ""
-    while True:
-        dep = merge_boots([(n.name, n.follower.current() if n.follower else None) for n in nodes])
-        if dep.boot.status is BootStatus.READY:
-            say(f"the deployment is ready on all {len(nodes)} nodes")
-            wrong = [f"{n.label()}: {'; '.join(p)}" for n in dep.nodes if n.boot is not None and n.boot.flags
-                     and (p := fl.check_dump(n.boot.engine, n.boot.flags, list(expect)))]
-            if wrong:
-                say("edit not in effect: " + " | ".join(wrong))
-                return EXIT_FAILED, dep
-            if expect:
-                say("every node's own argument dump carries the edits")
-            return EXIT_OK, dep
-        if dep.boot.status is BootStatus.FAILED:
-            who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
-            f = dep.boot.failure
-            say(f"the new boot failed on {who}" + (f": {f.kind.value}: {f.message[:200]}" if f else ""))
-            return EXIT_FAILED, dep
-        hang = diagnose_hang(dep, datetime.now().astimezone(), hang_s)
-        if hang is not None and hang.summary != said_hang:
-            said_hang = hang.summary
-            say(f"hang: {hang.summary}")
-            for c in hang.causes:
-                say(f"  - {c}")
-        if loop.time() >= deadline:
-            say(f"timed out after {timeout:g} s waiting for the new boot on every node")
-            return EXIT_TIMEOUT, dep
-        await asyncio.sleep(POLL_S)
+    def trigger(n: NodeSide) -> Callable[[], Awaitable[None]]:
+        async def restart() -> None:
+            rp = service.plan_restart(n.name, n.host, n.backend)
+            if rp.refused:
+                raise service.ServiceError(f"restart refused: {rp.refusals[0].reason}", EXIT_INPUT)
+            out = await service.restart(rp, n.backend, prefixed(say, n.name), clock=clock)
+            if out.status != "restarted":
+                raise service.ServiceError("restart failed: " + (out.messages[-1] if out.messages else out.status),
+                                           out.code if out.code != EXIT_OK else EXIT_INPUT)
+        return restart
+
+    sides = [FollowSide(n.name, n.backend, engine_of(n.host), prefixed(say, n.name), trigger(n),
+                        n.backend.service_ops().settle_s) for n in nodes]
+    try:
+        followers, got = await follow_restarts(sides, say, timeout=timeout, hang_s=hang_s, stage=stage)
+    except RestartFailed as exc:
+        say(f"kvtui: {nodes[exc.node].name}: {exc.error}")
+        return exc.error.code, None
+    for n, f in zip(nodes, followers, strict=True):
+        n.follower = f  # each node's new boot, for the history (``record_nodes``)
+    if got is None:
+        say(f"timed out after {timeout:g} s waiting for the new boot on every node")
+        return EXIT_TIMEOUT, merge_boots([(n.name, f.current()) for n, f in zip(nodes, followers, strict=True)])
+    dep = got[1]
+    if dep.boot.status is BootStatus.READY:
+        say(f"the deployment is ready on all {len(nodes)} nodes")
+        return EXIT_OK, dep
+    who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
+    fail = dep.boot.failure
+    say(f"the new boot failed on {who}" + (f": {fail.kind.value}: {fail.message[:200]}" if fail else ""))
+    return EXIT_FAILED, dep
 
 
 async def probe_head(dep: DeploymentBoot, nodes: Sequence[NodeSide], say: Say, *, enabled: bool | None = None,
@@ -583,25 +473,6 @@ async def record_nodes(nodes: Sequence[NodeSide], code: int, config: HistoryConf
     return problems
 
 
-async def restart_nodes(
-    nodes: Sequence[NodeSide], hang_s: float, timeout: float, clock: Callable[[], float], say: Say,
-    expect: Sequence[fl.Edit], history: HistoryConfig | None, *, probe_on: bool | None = None,
-    probe_timeout: float | None = None, note: Say | None = None,
-) -> tuple[int, DeploymentBoot | None, ProbeResult | None]:
-    """Steps 3 to 5 (the module docstring): every node restarted and the merged boot followed,
-    node 0's server asked for a token once the whole is ready (no answer: exit 1), each node's boot
-    recorded (what could not be is said, to ``note``). (exit code, the merged boot, the probe's answer)."""
-    code, dep = await restart_and_follow(nodes, hang_s, timeout, clock, say, expect)
-    res = None
-    if code == EXIT_OK and dep is not None:
-        res = await probe_head(dep, nodes, say, enabled=probe_on, timeout=probe_timeout)
-        if res is not None and not res.ok:
-            code = EXIT_FAILED
-    for problem in await record_nodes(nodes, code, history):
-        (note or say)(f"note: the boot is not in the history: {problem}")
-    return code, dep, res
-
-
 async def close_followers(nodes: Sequence[NodeSide]) -> None:
     """End every node's follower (bounded)."""
     for n in nodes:
@@ -611,9 +482,8 @@ async def close_followers(nodes: Sequence[NodeSide]) -> None:
 
 
 __all__ = [
-    "NOT_ANSWERING", "OUTCOME_OF_EXIT", "NodeSide", "ServingConfig", "WriteResult", "calculate", "calculate_on",
-    "calibration_note", "close_followers", "gpu_total_gib", "host_boots", "plan_apply", "plan_nodes",
-    "plan_rollback", "prefixed", "probe_head", "record_nodes", "record_restart", "record_restart_numbered",
-    "restart_and_follow", "restart_nodes", "restart_record", "restore", "serving_basis", "serving_config",
-    "stored_siblings", "write_nodes",
+    "NOT_ANSWERING", "OUTCOME_OF_EXIT", "NodeSide", "ServingConfig", "calculate", "calculate_on",
+    "calibration_note", "close_followers", "gpu_total_gib", "host_boots", "plan_apply", "plan_rollback", "prefixed",
+    "probe_head", "record_nodes", "record_restart", "record_restart_numbered", "restart_and_follow",
+    "restart_record", "serving_basis", "serving_config", "stored_siblings",
 ]

@@ -1,7 +1,8 @@
 """``kvtui apply NAME --restart`` on a ``[deployments.NAME]`` proves "ready" with a real request, as
 ``apply HOST --restart`` (``--probe``/``--no-probe`` over the host's ``probe``, tested here) and the
 deployment console do: once the merged boot is ready, node 0's
-server (the one that serves HTTP) is asked for one token (``changes.probe_head``); no
+server (the one that serves HTTP) is asked for one token (``service.execute_nodes``: a host's probe,
+said with node 0's name); no
 answer fails the change as ``not_serving`` (exit 1, "ready on every node, but node 0's server does
 not answer"); ``--no-probe`` (or node 0's ``probe = false``) takes the log's word.
 
@@ -51,15 +52,14 @@ def test_apply_restart_on_the_two_node_demo_asks_node_0_for_one_token(
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "the deployment is ready on all 2 nodes" in err
-    assert "node 0 (r1-a): asking the server on port 30000 for one token…" in err
-    assert re.search(r"node 0 \(r1-a\): answered a 1-token request in \d+ ms", err), err
+    assert "r1-a: the log says ready; asking the server on port 30000 for one token" in err
+    assert re.search(r"r1-a: ✔ answered a 1-token request in \d+ ms", err), err
     assert "READY · 16 ranks" in out
     # --no-probe: the log's word, and said
     code = _kvtui(demo_hosts, "rollback", "r1", "--restart", "--yes", "--timeout", "60", "--no-probe")
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "node 0 (r1-a): not probed (--no-probe)" in err
-    assert "asking the server" not in err
+    assert "asking the server" not in err  # as a host's: said by nothing
 
 
 def test_a_deployment_whose_node_0_does_not_answer_fails_not_serving(
@@ -71,7 +71,7 @@ def test_a_deployment_whose_node_0_does_not_answer_fails_not_serving(
     out, err = capsys.readouterr()
     assert code == 1, err
     assert "the deployment is ready on all 2 nodes" in err
-    assert "node 0 (r1-a): not serving: /v1/completions: HTTP 404" in err
+    assert "r1-a: ✘ not serving: /v1/completions: HTTP 404" in err
     assert ("kvtui apply: r1: ready on every node, but node 0's server does not answer: the new boot is failed "
             "(not_serving)") in err
     assert "not_serving" in out  # the merged boot as printed: failed, with the kind
@@ -81,15 +81,15 @@ def test_a_deployment_whose_node_0_does_not_answer_fails_not_serving(
                   "--timeout", "60", "--rollback-on-failure")
     out, err = capsys.readouterr()
     assert code == 1, err
-    assert "rolling back every node of r1 (--rollback-on-failure)" in err
-    assert err.count("node 0 (r1-a): not serving: /v1/completions: HTTP 404") == 2, err
-    assert "r1: rolled back: the previous flags are back; the boot ended with exit 1" in err
+    assert "rolling back every node (--rollback-on-failure)" in err
+    assert err.count("r1-a: ✘ not serving: /v1/completions: HTTP 404") == 2, err
+    assert "r1: the new boot failed" in out, out  # the rolled-back boot failed too (a host's headline then)
     # --no-probe over probe_model: the log's word
     code = _kvtui(demo_hosts, "apply", "r1", "--set", "mem-fraction-static=0.83", "--restart", "--yes",
                   "--timeout", "60", "--no-probe")
     _out, err = capsys.readouterr()
     assert code == 0, err
-    assert "not probed (--no-probe)" in err
+    assert "asking the server" not in err
 
 
 def test_probe_and_no_probe_over_the_hosts_probe_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -215,8 +215,8 @@ def test_a_deployment_whose_port_has_no_listener_fails_not_serving(
     out, err = capsys.readouterr()
     assert code == 1, err
     assert "the deployment is ready on all 2 nodes" in err
-    assert f"node 0 (n0): asking the server on port {port} for one token…" in err
-    assert re.search(rf"node 0 \(n0\): not serving: no healthy answer within \d+ s \(.*{port}", err), err
+    assert f"n0: the log says ready; asking the server on port {port} for one token" in err
+    assert re.search(rf"n0: ✘ not serving: no healthy answer within \d+ s \(.*{port}", err), err
     assert "ready on every node, but node 0's server does not answer: the new boot is failed (not_serving)" in err
     assert "not_serving" in out
     for rank in (0, 1):  # the edit is written (the change failed as not serving; nothing rolled it back)

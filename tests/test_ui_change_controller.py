@@ -143,3 +143,35 @@ async def test_an_apply_of_every_node_records_each_node_s_edit_in_the_history(
                 restarts = [r.doc["restart"] for r in store.boots(node, limit=20) if r.doc.get("restart")]
                 assert [(r["action"], r["edit"], r["outcome"]) for r in restarts] == [  # type: ignore[index,call-overload]
                     ("apply", ["--set mem-fraction-static=0.85"], "ready")], node
+
+
+async def test_a_failed_apply_of_two_nodes_rolls_every_node_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # all or nothing, as a host's apply (one path: service.execute_nodes): node 0's server does not
+    # answer the new boot's 1-token request (a model it does not serve: 404), so the change fails;
+    # the running boot was ready, so the automatic rollback is on: BOTH nodes' files go back
+    text = two_node_hosts().replace("[hosts.r1-a]\n", '[hosts.r1-a]\nprobe_model = "no-such-model"\n', 1)
+    app = _app(tmp_path, monkeypatch, text, "r1")
+    demo = tmp_path / "state" / "kvtui" / "demo"
+
+    def fractions() -> list[str | None]:
+        return [get_flag((demo / n / "sglang-r1.service").read_text(), "unit", "mem-fraction-static")
+                for n in ("r1-a", "r1-b")]
+
+    async with app.run_test(size=SIZE) as pilot:
+        pane = _pane(app)
+        await _until(pilot, lambda: pane.boot is not None and pane.boot.status is BootStatus.READY
+                     and pane.calculator.result is not None)
+        assert fractions() == ["0.88", "0.88"]
+        await pilot.press("c", *"0.85", "enter", "escape")
+        await _until(pilot, lambda: pane.calculator.result is not None
+                     and pane.calculator.result["edits"] == {"mem_fraction_static": 0.85})
+        await pilot.press("a")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "every node is rolled back (automatic rollback on by default" in str(app.screen.body)  # type: ignore[attr-defined]
+        await pilot.press("y")
+        await _until(pilot, lambda: pane.busy is None and pane.changes.last_code is not None, timeout=150)
+        assert pane.changes.last_code == 1, pane.action_banner.detail
+        assert pane.action_banner.headline.startswith("apply on r1: ready on every node, but node 0's server")
+        assert "rolling back every node (--rollback-on-failure)" in pane.changes.last_outcome.messages
+        assert fractions() == ["0.88", "0.88"]  # both nodes back on the flags they ran before

@@ -20,26 +20,26 @@ edit, a prediction of ``no_fit``/``oom_risk`` or a flag the engine does not acce
 malformed as given (``--set mem-fraction-static=abc``) is a usage error, 2, as in ``kvtui calc``.
 
 ``kvtui apply NAME …`` where NAME is a ``[deployments.NAME]`` does the same on every node, as one,
-all or nothing (``kvtui.changes``: a host is the deployment of one node), in this order:
+all or nothing, on the same path (``service.execute_nodes``: a host is the deployment of one node,
+and a deployment of one node prints what its host would):
 
-1. every node's host is opened and its edit planned (``changes.plan_nodes``, no restart: the
-   effective flags file of each node, its diff, its prediction from its own last boot); a refusal
-   on any node refuses the whole (exit 4: nothing is written anywhere);
+1. every node's host is opened and its change planned (its effective flags file, its diff, its
+   prediction from its own last boot); a refusal on any node refuses the whole (exit 4: nothing is
+   written anywhere);
 2. one confirmation for all nodes (or ``--yes``), the same gate as a host's (``_gate``);
-3. the files are written node by node through the guarded path (``changes.write_nodes``): every
-   file is verified before any restart. When a node's write fails, every node written before it is
-   restored from the backup just made (verified the same way), and the command exits with that
-   node's error: no node is left with the new flags, nothing restarts;
-4. with ``--restart``: ``changes.restart_and_follow``: node rank 0 first (it hosts the rendezvous
-   the others connect to; SGLang ``--dist-init-addr``, vLLM ``--master-addr``), the others right
-   after, without waiting; the nodes' new boots are merged (``kvtui.boot.deployment``) until the whole is
-   ready (0), a node failed (1; ``--rollback-on-failure`` then restores and restarts every node),
-   a node holds the others back past the deployment's ``hang_seconds`` with its unit gone (1), or
-   the timeout (5);
-5. the merged boot ready: node 0's server is asked for one token (``changes.probe_head``;
-   ``--no-probe`` or node 0's ``probe = false`` take the log's word): no answer within
-   ``min(--timeout, 60 s)`` fails the change as ``not_serving`` (1; ``--rollback-on-failure`` then
-   acts, and the rolled-back boot is asked the same way).
+3. the files are written node by node: every file is verified before any restart. When a node's
+   write fails, every node written before it is restored from the backup just made, and the
+   command exits with that node's error: no node is left with the new flags, nothing restarts;
+4. with ``--restart``: node rank 0 first (it hosts the rendezvous the others connect to; SGLang
+   ``--dist-init-addr``, vLLM ``--master-addr``), the others right after, without waiting; the
+   nodes' new boots are merged (``kvtui.boot.deployment``) until the whole is ready (0), a node
+   failed or a node's dump does not carry the edits (1), or the timeout (5); a hang past the
+   deployment's ``hang_seconds`` is said; each node's environment is checked, a node that failed
+   for memory other processes hold names its orphans;
+5. the merged boot ready: node 0's server is asked for one token (``--no-probe`` or node 0's
+   ``probe = false`` take the log's word): no answer fails the change as ``not_serving`` (1).
+   A failure with ``--rollback-on-failure`` restores and restarts every node (the rolled-back boot
+   is asked the same way).
 
 Exit codes as for a host.
 """
@@ -56,16 +56,16 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from kvtui import changes, envedit
 from kvtui import flags as fl
+from kvtui.boot.deployment import merge_boots
 from kvtui.changes import NOT_ANSWERING, NodeSide
 from kvtui.commands.bootview import render_boot
 from kvtui.commands.bootview_deployment import render_deployment
 from kvtui.config import Config, ConfigError, DeploymentConfig, HistoryConfig, HostConfig, load_config
-from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from kvtui.exits import EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from kvtui.history.eta import expected_text, heartbeat_eta, past_boots
 from kvtui.hosts import service
 from kvtui.hosts.backend import BackendError, HostBackend
 from kvtui.hosts.factory import make_backend
-from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S
 
 if TYPE_CHECKING:
     from kvtui.hosts.service import ApplyOutcome, ApplyPlan
@@ -83,6 +83,7 @@ class CommandMain(Protocol):
     ) -> Coroutine[Any, Any, int]: ...
 
 
+DEFAULT_HANG_S = 180.0  # a host's (one node: never a hang between nodes)
 PlanMaker = Callable[[str, HostConfig, HostBackend, float | None], Coroutine[Any, Any, "ApplyPlan"]]
 
 
@@ -126,11 +127,6 @@ async def apply_main(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO
     if args.rollback_on_failure and not args.restart:
         print("kvtui apply: note: --rollback-on-failure acts only with --restart (nothing is restarted)",
               file=stderr)
-    found = deployment_of(args)
-    if found is not None:
-        return await apply_deployment(args, *found, edits, env_edits, stdout=stdout, stderr=stderr, stdin=stdin,
-                                      clock=clock)
-
     async def make_plan(name: str, host: HostConfig, backend: HostBackend, margin: float | None) -> ApplyPlan:
         return await changes.plan_apply(
             name, host, backend, edits,
@@ -164,29 +160,61 @@ async def plan_and_execute(
     stdin: TextIO,
     clock: Callable[[], float] | None,
 ) -> int:
-    """Open the host, make the plan (``apply`` or ``rollback``), print it, pass the gate (``_gate``:
-    refusal, dry run, nothing to do, confirmation) and execute it; the backend is closed whatever
+    """Open NAME's nodes (a host: one; a ``[deployments.NAME]``: each), make every node's plan
+    (``apply`` or ``rollback``), print them, pass the gate (``_gate``: refusal, dry run, nothing to
+    do, confirmation) and carry them out as one (``_execute``); the backends are closed whatever
     happens."""
-    opened = await open_host(args, stderr, clock)
-    if isinstance(opened, int):
-        return opened
-    name, host, backend, margin = opened
+    found = deployment_of(args)
+    if found is None:
+        opened = await open_host(args, stderr, clock)
+        if isinstance(opened, int):
+            return opened
+        name, host, backend, margin = opened
+        nodes, hang_s = [NodeSide(name, host, backend)], DEFAULT_HANG_S
+    else:
+        config, dep = found
+        opened_nodes = await open_nodes(config, args.host, verb, stderr, clock)
+        if isinstance(opened_nodes, int):
+            return opened_nodes
+        name, nodes, margin, hang_s = args.host, opened_nodes, config.calc.graph_margin_gib, dep.hang_seconds
+        wanted = getattr(args, "probe", None)  # --probe / --no-probe over node 0's ``probe``
+        for n in nodes if wanted is not None else ():
+            n.host = n.host.model_copy(update={"probe": bool(wanted)})
     try:
-        try:
-            plan = await make_plan(name, host, backend, margin)
-        except service.ServiceError as exc:
-            print(f"kvtui {verb}: {exc}", file=stderr)
-            return exc.code
-        stdout.write(service.render_plan(plan))
-        stdout.flush()
-        side = NodeSide(plan.name, host, backend, plan=plan)
-        gate = await _gate(args, [side], plan.name, verb=verb, restart=plan.restart, deployment=False,
-                           stderr=stderr, stdin=stdin, clock=clock or time.time)
-        if gate is not None:
-            return gate
-        return await _execute(plan, backend, args, stdout=stdout, stderr=stderr, clock=clock, verb=verb)
+        return await _plan_and_execute(args, name, nodes, make_plan, margin, hang_s, verb=verb, stdout=stdout,
+                                       stderr=stderr, stdin=stdin, clock=clock or time.time)
     finally:
-        await backend.close()
+        await close_nodes(nodes)
+
+
+async def _plan_and_execute(
+    args: argparse.Namespace, name: str, nodes: list[NodeSide], make_plan: PlanMaker, margin: float | None,
+    hang_s: float, *, verb: str, stdout: TextIO, stderr: TextIO, stdin: TextIO, clock: Callable[[], float],
+) -> int:
+    many = len(nodes) > 1
+    planned = await asyncio.gather(*(make_plan(n.name, n.host, n.backend, margin) for n in nodes),
+                                   return_exceptions=True)
+    for n, p in zip(nodes, planned, strict=True):
+        if isinstance(p, service.ServiceError):
+            print(f"kvtui {verb}: {f'{name}: {n.name}: ' if many else ''}{p}", file=stderr)
+            return p.code
+        if isinstance(p, BaseException):
+            raise p
+        n.plan = p
+    plans = [p for p in planned if not isinstance(p, BaseException)]
+    for i, (n, plan) in enumerate(zip(nodes, plans, strict=True)):
+        if many:
+            stdout.write(f"== node {i} of {name}: {n.name} ==\n")
+        stdout.write(service.render_plan(plan))
+    if many and plans[0].restart:
+        stdout.write(f"then: restart every node ({', '.join(n.name for n in nodes)}; node 0 first, the others right "
+                     "after) and follow the merged boot until it is ready or failed\n")
+    stdout.flush()
+    gate = await _gate(args, nodes, name, verb=verb, restart=plans[0].restart, deployment=many, stderr=stderr,
+                       stdin=stdin, clock=clock)
+    if gate is not None:
+        return gate
+    return await _execute(name, nodes, plans, args, hang_s, stdout=stdout, stderr=stderr, clock=clock, verb=verb)
 
 
 async def open_host(
@@ -258,49 +286,54 @@ async def _gate(args: argparse.Namespace, nodes: Sequence[NodeSide], name: str, 
     return None
 
 
-async def _execute(plan: ApplyPlan, backend: HostBackend, args: argparse.Namespace, *, stdout: TextIO,
-                   stderr: TextIO, clock: Callable[[], float] | None, verb: str) -> int:
-    """One host's change through the service's guarded path (write, and with ``--restart`` the
-    restart followed, probed, rolled back on failure), recorded in the history and summed up."""
+async def _execute(name: str, nodes: Sequence[NodeSide], plans: Sequence[ApplyPlan], args: argparse.Namespace,
+                   hang_s: float, *, stdout: TextIO, stderr: TextIO, clock: Callable[[], float], verb: str) -> int:
+    """The change of N >= 1 nodes through the service's guarded path, as one (``service.execute_nodes``:
+    the files written, and with ``--restart`` every node restarted, the merged boot followed, node
+    0's server probed, every node rolled back on failure), each node's boot recorded in the
+    history, and summed up. Several nodes' progress lines carry their node's name."""
 
     def progress(msg: str) -> None:
         print(msg, file=stderr, flush=True)
 
+    many, head = len(nodes) > 1, plans[0]
     eta = None
-    if plan.restart:  # how long the new boot usually takes (the history), apply and rollback alike
-        past = await asyncio.to_thread(past_boots, plan.name)
-        flags = _eta_flags(plan)
+    if head.restart:  # how long the new boot usually takes (the history), apply and rollback alike
+        past = await asyncio.to_thread(past_boots, head.name)
+        flags = _eta_flags(head)
         if flags is not None:
-            progress(expected_text(past, flags, host=plan.name))
-        eta = heartbeat_eta(past, plan.name, clock or time.time)  # the follower's heartbeat says it too
+            progress(expected_text(past, flags, host=head.name))
+        eta = heartbeat_eta(past, head.name, clock)  # the follower's heartbeat says it too
+    what = "the backups are restored" if verb == "rollback" else "the new flags are written"
 
-    outcome = await service.execute(plan, backend, progress, clock=clock or time.time, heartbeat=progress, eta=eta)
-    _record(plan, outcome, args, stderr, verb)
-    if outcome.status in ("error", "refused"):
-        print(f"kvtui {verb}: {outcome.messages[-1] if outcome.messages else outcome.status}", file=stderr)
-    summary = _summary(outcome, plan)
-    if summary:
-        stdout.write(summary)
-        stdout.flush()
-    return outcome.code
+    def stage(step: str) -> None:
+        if many and step == "restart":
+            progress(f"{name}: {what} and verified on every node")
 
-
-async def apply_deployment(
-    args: argparse.Namespace, config: Config, dep_cfg: DeploymentConfig, edits: Sequence[fl.Edit],
-    env_edits: Sequence[envedit.EnvEdit], *, stdout: TextIO, stderr: TextIO, stdin: TextIO,
-    clock: Callable[[], float] | None = None, verb: str = "apply",
-) -> int:
-    """Every node of a deployment changed as one (the module docstring); ``verb`` "rollback":
-    every node's newest backup instead of an edit (``edits`` empty), on the same path."""
-    name: str = args.host
-    opened = await open_nodes(config, name, verb, stderr, clock)
-    if isinstance(opened, int):
-        return opened
-    try:
-        return await _apply_nodes(args, config, dep_cfg, opened, edits, env_edits, stdout=stdout, stderr=stderr,
-                                  stdin=stdin, clock=clock or time.time, verb=verb)
-    finally:
-        await close_nodes(opened)
+    outs = await service.execute_nodes(
+        [service.Node(p, n.backend, changes.prefixed(progress, n.name) if many else progress)
+         for n, p in zip(nodes, plans, strict=True)], clock=clock, heartbeat=progress, eta=eta, hang_s=hang_s,
+        stage=stage, say=progress)
+    for p, out in zip(plans, outs, strict=True):
+        _record(p, out, args, stderr, verb)
+    for m in dict.fromkeys(o.messages[-1] if o.messages else o.status for o in outs
+                           if o.status in ("error", "refused")):
+        print(f"kvtui {verb}: {m}", file=stderr)
+    if many and outs[0].status == "written":
+        progress(f"{name}: {what} and verified on every node")
+    if many and outs[0].probe is not None and not outs[0].probe.ok:
+        progress(f"kvtui {verb}: {name}: {NOT_ANSWERING}: the new boot is failed (not_serving)")
+    lines = [service.outcome_headline(outs[0], head.action, name)]
+    for n, out in zip(nodes, outs, strict=True):
+        if out.backup_path and out.status not in ("error", "refused", "unchanged"):
+            lines.append(f"  previous version{f' ({n.name})' if many else ''}: {out.backup_path}")
+        lines.extend(out.reality)
+    if many and any(o.boot is not None for o in outs):
+        dep = merge_boots([(n.name, o.boot) for n, o in zip(nodes, outs, strict=True)])
+        lines.extend(render_deployment(dep, render_boot(dep.boot, 1, 1), 1, 1))
+    stdout.write("\n".join(lines) + "\n")
+    stdout.flush()
+    return outs[0].code
 
 
 async def open_nodes(config: Config, name: str, verb: str, stderr: TextIO,
@@ -341,77 +374,6 @@ async def close_nodes(nodes: Sequence[NodeSide]) -> None:
             await n.backend.close()
 
 
-async def _apply_nodes(
-    args: argparse.Namespace, config: Config, dep_cfg: DeploymentConfig, nodes: list[NodeSide],
-    edits: Sequence[fl.Edit], env_edits: Sequence[envedit.EnvEdit], *, stdout: TextIO, stderr: TextIO,
-    stdin: TextIO, clock: Callable[[], float], verb: str = "apply",
-) -> int:
-    name: str = args.host
-    timeout = float(args.timeout)
-
-    def say(msg: str) -> None:
-        print(msg, file=stderr, flush=True)
-
-    # 1. plan every node at once (no restart in the node plans: the deployment restarts as one)
-    errors = await changes.plan_nodes(nodes, edits, verb=verb, force=bool(getattr(args, "force", False)),
-                                      timeout=timeout, graph_margin_gib=config.calc.graph_margin_gib, clock=clock,
-                                      env_edits=env_edits)
-    for n, exc in errors:
-        if isinstance(exc, service.ServiceError):
-            say(f"kvtui {verb}: {name}: {n.name}: {exc}")
-            return exc.code
-        raise exc
-    for i, n in enumerate(nodes):
-        assert n.plan is not None
-        stdout.write(f"== node {i} of {name}: {n.name} ==\n")
-        stdout.write(service.render_plan(n.plan))
-    if args.restart:
-        order = ", ".join(f"{n.name}" for n in nodes)
-        stdout.write(f"then: restart every node ({order}; node 0 first, the others right after) and follow "
-                     "the merged boot until it is ready or failed\n")
-    stdout.flush()
-    gate = await _gate(args, nodes, name, verb=verb, restart=bool(args.restart), deployment=True, stderr=stderr,
-                       stdin=stdin, clock=clock)
-    if gate is not None:
-        return gate
-
-    # 2. write and verify every file; a failure restores the nodes already written
-    wrote = await changes.write_nodes(nodes, say, verb=verb, clock=clock)
-    if wrote.code is not None:
-        for m in wrote.messages:
-            say(f"kvtui {verb}: {name}: {m}")
-        return wrote.code
-    written = wrote.written
-    what = "the backups are restored" if verb == "rollback" else "the new flags are written"
-    say(f"{name}: {what} and verified on every node")
-    if not args.restart:
-        say(f"not restarted: restart the deployment for it to take effect (kvtui {verb} {name} … --restart)")
-        return EXIT_OK
-
-    # 3. restart all (node 0 first) and follow the merged boot; 4. ask node 0's server for a token
-    def note(msg: str) -> None:
-        say(f"kvtui {verb}: {msg}")
-
-    probe_on, probe_s = getattr(args, "probe", None), min(timeout, DEFAULT_PROBE_TIMEOUT_S)
-    code, dep, res = await changes.restart_nodes(nodes, dep_cfg.hang_seconds, timeout, clock, say, edits,
-                                                 config.history, note=note, probe_on=probe_on, probe_timeout=probe_s)
-    if res is not None and not res.ok:
-        say(f"kvtui {verb}: {name}: {NOT_ANSWERING}: the new boot is failed (not_serving)")
-    if dep is not None:
-        stdout.write("\n".join(render_deployment(dep, render_boot(dep.boot, 1, 1), 1, 1)) + "\n")
-        stdout.flush()
-    if code != EXIT_OK and verb == "apply" and getattr(args, "rollback_on_failure", False):
-        say(f"rolling back every node of {name} (--rollback-on-failure)")
-        restored = await changes.restore(written, clock, say)
-        say(f"{name}: " + "; ".join(restored))
-        rc, _, _ = await changes.restart_nodes(nodes, dep_cfg.hang_seconds, timeout, clock, say, (), config.history,
-                                               note=note, probe_on=probe_on, probe_timeout=probe_s)
-        say(f"{name}: rolled back: the previous flags " + ("are back and the boot is ready" if rc == EXIT_OK
-                                                          else f"are back; the boot ended with exit {rc}"))
-        return EXIT_FAILED if code in (EXIT_OK, EXIT_FAILED) else code
-    return code
-
-
 def history_config(args: argparse.Namespace) -> HistoryConfig | None:
     """The hosts file's [history] for recording a restart's boot; None (the defaults) when the
     file cannot be read."""
@@ -443,14 +405,6 @@ def _record(plan: ApplyPlan, outcome: ApplyOutcome, args: argparse.Namespace, st
         print(f"kvtui {verb}: note: the boot is not in the history: {problem}", file=stderr)
     elif number is not None:  # its name in every view from now on (``kvtui.history.ident``)
         print(f"kvtui {verb}: {plan.name}: the new boot is boot #{number} in the history", file=stderr)
-
-
-def _summary(outcome: ApplyOutcome, plan: ApplyPlan) -> str:
-    lines = [service.outcome_headline(outcome, plan.action, plan.name)]
-    if outcome.backup_path and outcome.status not in ("error", "refused", "unchanged"):
-        lines.append(f"  previous version: {outcome.backup_path}")
-    lines.extend(outcome.reality)
-    return "\n".join(lines) + "\n"
 
 
 async def _ask(stdin: TextIO, stderr: TextIO, prompt: str) -> str | None:

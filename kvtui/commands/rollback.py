@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from kvtui import changes
-from kvtui.commands.apply import apply_deployment, plan_and_execute, run_main
+from kvtui.commands.apply import plan_and_execute, run_main
 from kvtui.config import ConfigError, HostConfig, load_config
 from kvtui.exits import EXIT_USAGE
 from kvtui.hosts.backend import HostBackend
@@ -41,13 +41,10 @@ async def rollback_main(args: argparse.Namespace, *, stdout: TextIO, stderr: Tex
         dep = config.deployment(args.host)
     except ConfigError:
         dep = None  # the host path reports the file's problems
-    if dep is not None:  # every node's newest backup, all or nothing (kvtui.commands.apply.apply_deployment)
-        if args.to:
-            print(f"kvtui rollback: --to names one file; {args.host} is a deployment of {len(dep.nodes)} nodes: "
-                  "roll back each node's newest backup without --to, or one node by its host name", file=stderr)
-            return EXIT_USAGE
-        return await apply_deployment(args, config, dep, [], [], stdout=stdout, stderr=stderr, stdin=stdin,
-                                      clock=clock, verb="rollback")
+    if dep is not None and args.to:  # a deployment: every node's newest backup, all or nothing
+        print(f"kvtui rollback: --to names one file; {args.host} is a deployment of {len(dep.nodes)} nodes: "
+              "roll back each node's newest backup without --to, or one node by its host name", file=stderr)
+        return EXIT_USAGE
 
     async def make_plan(
         name: str, host: HostConfig, backend: HostBackend, _margin: float | None

@@ -1,16 +1,16 @@
 """The tune loop's driver: each candidate of the ``Planner`` goes through the one guarded apply
-path (``kvtui.changes.plan_apply`` + ``kvtui.hosts.service.execute``: diff, backup, verify,
+path (``kvtui.changes.plan_apply`` + ``kvtui.hosts.service.execute_nodes``: diff, backup, verify,
 restart, follow the new boot, edit-in-effect check); the boot it ends with goes back to the
 planner. A tune that ends on a failed boot rolls back to the last ready configuration through
 ``plan_rollback`` (the backup the step after it made) and says so. A stop request (Ctrl-C,
 ``Esc``) is honoured between steps, never inside one: the unit is never left half-edited.
 Every step is audited by the service (action ``apply``); the tune adds one entry (``tune``).
 
-A deployment (``TuneRun.nodes``) is tuned through the same controller as ``kvtui apply NAME``
-(``kvtui.changes``): each candidate planned on every node, refused as a whole, written and verified
-node by node, every node restarted (node 0 first), the merged boot followed and node 0's server
-asked for a token; the planner learns from node 0's boot; the closing rollback restores every
-node's backup of the last ready configuration."""
+A deployment (``TuneRun.nodes``) is tuned on the same path as a host and ``kvtui apply NAME``
+(``service.execute_nodes``): each candidate planned on every node, refused as a whole, written and
+verified node by node, every node restarted (node 0 first), the merged boot followed and node 0's
+server asked for a token; the planner learns from node 0's boot; the closing rollback restores
+every node's backup of the last ready configuration."""
 
 from __future__ import annotations
 
@@ -193,31 +193,46 @@ async def tune(run: TuneRun) -> TuneResult:
 
 
 async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, Restore | None] | int:
-    """Apply one candidate and follow its boot; an exit code when the tune cannot go on."""
+    """Apply one candidate on every node (a host: one) and follow its boot as one change
+    (``service.execute_nodes``); an exit code when the tune cannot go on."""
     c = step.candidate
     edits = [fl.Edit(k, v) for k, v in c.edits(run.planner.engine)]
     calib = _calibration_boots(run)
-    if run.nodes:
-        return await _one_step_nodes(run, step, edits, calib)
-    try:
-        plan = await changes.plan_apply(run.name, run.host, run.backend, edits, restart=True, timeout=run.timeout,
-                                        graph_margin_gib=run.margin_gib, boots=calib, clock=run.clock)
-        plan.probe_timeout = run.probe_timeout
-    except service.ServiceError as exc:
-        step.outcome, step.failure = "error", str(exc)
-        run.say(f"step {step.index}: cannot plan: {exc}")
-        return exc.code
-    if plan.refused:
-        return await _refused(run, step, [NodeSide(run.name, run.host, run.backend, plan=plan)], named=False)
-    if not plan.changed:
+    sides = run.nodes or [NodeSide(run.name, run.host, run.backend)]
+    many = len(sides) > 1
+    planned = await asyncio.gather(*(changes.plan_apply(
+        n.name, n.host, n.backend, edits, restart=True, timeout=run.timeout, graph_margin_gib=run.margin_gib,
+        boots=calib, clock=run.clock) for n in sides), return_exceptions=True)
+    for n, p in zip(sides, planned, strict=True):
+        if isinstance(p, service.ServiceError):
+            step.outcome, step.failure = "error", f"{n.name}: {p}" if many else str(p)
+            run.say(f"step {step.index}: cannot plan: {step.failure}")
+            return p.code
+        if isinstance(p, BaseException):
+            raise p
+        p.probe_timeout = run.probe_timeout
+        n.plan = p
+    plans = [p for p in planned if not isinstance(p, BaseException)]
+    refused = [n for n in sides if n.plan is not None and n.plan.refused]
+    if refused:
+        return await _refused(run, step, refused, named=many)
+    if not any(p.changed for p in plans):
         return _unchanged(run, step)
     progress = _indented(run)
-    out = await service.execute(plan, run.backend, progress, clock=run.clock, heartbeat=progress,
-                                eta=await _heartbeat_eta(run))
-    await _remember(run, plan, out)
-    step.backup = out.backup_path
+    outs = await service.execute_nodes(
+        [service.Node(p, n.backend, changes.prefixed(progress, n.name) if many else progress)
+         for n, p in zip(sides, plans, strict=True)], clock=run.clock, heartbeat=progress,
+        eta=await _heartbeat_eta(run), hang_s=run.hang_s, say=progress)
+    for p, o in zip(plans, outs, strict=True):
+        await _remember(run, p, o)
+    out = outs[0]
+    backups = {n.name: o.backup_path for n, o in zip(sides, outs, strict=True) if o.backup_path}
+    step.backup = "; ".join(backups.values()) or None
     step.outcome = out.status
-    boot = out.boot
+    boot = out.boot  # node 0's: what the planner learns from (another node's failure is the whole's)
+    other = next((o.boot.failure for o in outs if o.boot is not None and o.boot.failure is not None), None)
+    if boot is not None and boot.failure is None and other is not None and out.status == "failed":
+        boot.status, boot.failure = BootStatus.FAILED, other
     if boot is not None:
         run.boots.append(boot)
         step.tokens = boot.metrics.max_total_num_tokens
@@ -230,66 +245,10 @@ async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, Restore | None
         step.failure = out.messages[-1] if out.messages else "error"
         run.say(f"step {step.index}: {step.failure}")
         if out.backup_path:
-            run.say(f"the previous flags are saved as {out.backup_path}: `kvtui rollback {run.name} --restart` "
+            run.say(f"the previous flags are saved as {step.backup}: `kvtui rollback {run.name} --restart` "
                     "restores them")
         return out.code
-    return Tried(c, step.outcome, boot), {run.name: out.backup_path} if out.backup_path else None
-
-
-async def _one_step_nodes(run: TuneRun, step: TuneStep, edits: list[fl.Edit],
-                          calib: list[Boot]) -> tuple[Tried, Restore | None] | int:
-    """A deployment's step through ``kvtui.changes`` (the module docstring)."""
-    c = step.candidate
-    for n in run.nodes:
-        n.boots = list(calib)
-    errors = await changes.plan_nodes(run.nodes, edits, timeout=run.timeout, graph_margin_gib=run.margin_gib,
-                                      clock=run.clock)
-    for n, exc in errors:
-        if not isinstance(exc, service.ServiceError):
-            raise exc
-        step.outcome, step.failure = "error", f"{n.name}: {exc}"
-        run.say(f"step {step.index}: cannot plan: {step.failure}")
-        return exc.code
-    refused = [n for n in run.nodes if n.plan is not None and n.plan.refused]
-    if refused:
-        return await _refused(run, step, refused, named=True)
-    if not any(n.plan is not None and n.plan.changed for n in run.nodes):
-        return _unchanged(run, step)
-    wrote = await changes.write_nodes(run.nodes, _indented(run), clock=run.clock)
-    if wrote.code is not None:
-        step.outcome, step.failure = "error", "; ".join(wrote.messages)
-        run.say(f"step {step.index}: {step.failure}")
-        return wrote.code
-    backups = {n.name: n.outcome.backup_path for n in wrote.written if n.outcome and n.outcome.backup_path}
-    step.backup = "; ".join(backups.values()) or None
-    code, boot = await _restart_nodes(run, edits, step)
-    step.outcome = changes.OUTCOME_OF_EXIT.get(code, "error")
-    if boot is not None:
-        run.boots.append(boot)
-        step.tokens = boot.metrics.max_total_num_tokens
-        step.seconds = boot_seconds(boot)
-    if code not in (EXIT_OK, EXIT_FAILED, EXIT_TIMEOUT):
-        return code
     return Tried(c, step.outcome, boot), backups or None
-
-
-async def _restart_nodes(run: TuneRun, expect: Sequence[fl.Edit], step: TuneStep | None = None,
-                         ) -> tuple[int, Boot | None]:
-    """Every node restarted and the merged boot followed, node 0's server asked for a token, each
-    node's boot recorded: (exit code, node 0's boot: what the planner learns from)."""
-    code, dep, res = await changes.restart_nodes(run.nodes, run.hang_s, run.timeout, run.clock, _indented(run),
-                                                 expect, run.history, probe_timeout=run.probe_timeout, note=run.say)
-    if res is not None and step is not None:
-        step.probe = res.headline()
-    await changes.close_followers(run.nodes)
-    if dep is None:
-        return code, None
-    if step is not None and dep.boot.failure is not None:
-        step.failure = dep.boot.failure.kind.value
-    head = dep.head.boot
-    if head is not None and dep.boot.status is BootStatus.FAILED and head.failure is None:
-        head.status, head.failure = BootStatus.FAILED, dep.boot.failure  # another node failed the whole
-    return code, head
 
 
 def _indented(run: TuneRun) -> Say:
@@ -357,22 +316,26 @@ async def _roll_back(run: TuneRun, result: TuneResult, restore: Restore | None) 
         return
     shown = "; ".join(restore.values())
     run.say(f"the last step did not end ready: rolling back to the last ready configuration ({shown})")
-    if run.nodes:
-        await _roll_back_nodes(run, result, restore)
-        return
+    sides = run.nodes or [NodeSide(run.name, run.host, run.backend)]
+    many = len(sides) > 1
     try:
-        rb = await changes.plan_rollback(run.name, run.host, run.backend, to=restore[run.name], restart=True,
-                                         timeout=run.timeout, clock=run.clock)
-    except service.ServiceError as exc:
+        rbs = [await changes.plan_rollback(n.name, n.host, n.backend, to=restore[n.name], restart=True,
+                                           timeout=run.timeout, clock=run.clock) for n in sides]
+    except (service.ServiceError, KeyError) as exc:
         result.rolled_back = f"the rollback could not be planned: {exc}"
-        result.code = exc.code
+        result.code = exc.code if isinstance(exc, service.ServiceError) else EXIT_FAILED
         run.say(result.rolled_back)
         return
     progress = _indented(run)
-    out = await service.execute(rb, run.backend, progress, clock=run.clock, heartbeat=progress,
-                                eta=await _heartbeat_eta(run))
-    await _remember(run, rb, out)
-    _rolled_back(run, result, out.status, out.boot, shown)
+    outs = await service.execute_nodes(
+        [service.Node(rb, n.backend, changes.prefixed(progress, n.name) if many else progress)
+         for n, rb in zip(sides, rbs, strict=True)], clock=run.clock, heartbeat=progress,
+        eta=await _heartbeat_eta(run), hang_s=run.hang_s, say=progress)
+    for rb, out in zip(rbs, outs, strict=True):
+        await _remember(run, rb, out)
+    if many and outs[0].status not in ("error", "refused"):
+        run.say(f"{run.name}: " + "; ".join(f"{n.name} restored from {restore[n.name]}" for n in sides))
+    _rolled_back(run, result, outs[0].status, outs[0].boot, shown)
 
 
 def _rolled_back(run: TuneRun, result: TuneResult, status: str, boot: Boot | None, shown: str) -> None:
@@ -389,15 +352,6 @@ def _rolled_back(run: TuneRun, result: TuneResult, status: str, boot: Boot | Non
     elif result.code == EXIT_OK:
         result.code = EXIT_FAILED
     run.say(result.rolled_back)
-
-
-async def _roll_back_nodes(run: TuneRun, result: TuneResult, restore: Restore) -> None:
-    """Every node's backup of the last ready configuration written back (``changes.restore``),
-    every node restarted and the merged boot followed."""
-    said = await changes.restore(run.nodes, run.clock, _indented(run), to=restore)
-    run.say(f"{run.name}: " + "; ".join(said))
-    code, boot = await _restart_nodes(run, ())
-    _rolled_back(run, result, changes.OUTCOME_OF_EXIT.get(code, "error"), boot, "; ".join(restore.values()))
 
 
 def _audit(run: TuneRun, result: TuneResult) -> None:

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT, EXIT_USAGE
-from kvtui.hosts.service.execute import execute, restart
+from kvtui.hosts.service.execute import Node, execute, execute_nodes, restart
 from kvtui.hosts.service.follow import BootFollower
 from kvtui.hosts.service.model import (
     BACKUP_MARK,
@@ -120,6 +120,7 @@ __all__ = [
     "FlagSource",
     "Forecast",
     "HostOps",
+    "Node",
     "PlanStep",
     "ProgressFn",
     "Refusal",
@@ -129,6 +130,7 @@ __all__ = [
     "backup_name",
     "backup_sort_key",
     "execute",
+    "execute_nodes",
     "list_backups",
     "locate_source",
     "outcome_headline",

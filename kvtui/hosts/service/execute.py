@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from kvtui import audit
@@ -17,10 +19,17 @@ from kvtui.config import SshHost
 from kvtui.engines.events import FailureKind
 from kvtui.engines.orphans import hint_text
 from kvtui.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT
+from kvtui.fmt import one_line
 from kvtui.hosts.backend import HostBackend
 from kvtui.hosts.orphans import host_orphans
 from kvtui.hosts.probe import ProbeResult, boot_port, mark_not_serving, not_probed_reason, probe, served_model
-from kvtui.hosts.service.follow import RestartFailed, boot_result, follow_restart, timed_out
+from kvtui.hosts.service.follow import (
+    FollowSide,
+    RestartFailed,
+    boot_result,
+    follow_restarts,
+    timed_out,
+)
 from kvtui.hosts.service.model import (
     DEFAULT_STOP_WAIT_S,
     ApplyOutcome,
@@ -41,6 +50,15 @@ if TYPE_CHECKING:
     from kvtui.config import HostConfig
 
 
+@dataclass(slots=True)
+class Node:
+    """One node of a change: its plan, its host's backend, where its progress lines go."""
+
+    plan: ApplyPlan
+    backend: HostBackend
+    progress: ProgressFn | None = None
+
+
 async def execute(
     plan: ApplyPlan,
     backend: HostBackend,
@@ -53,94 +71,218 @@ async def execute(
     heartbeat: ProgressFn | None = None,
     eta: EtaFn | None = None,
 ) -> ApplyOutcome:
-    """Carry out a plan (see ``kvtui.hosts.service``). Never raises for a host-side failure: the
-    outcome says what happened and in which state the host was left; every attempt is audited.
-    ``heartbeat`` gets a line saying where the restart is (the new boot's phase and progress)
-    whenever nothing was said for ``fmt.HEARTBEAT_S`` while it waits (the CLI's stderr), with the
-    new boot's ETA from ``eta`` (the caller's: ``kvtui.history.eta``) when it has one."""
-    run = Run(plan, backend.service_ops(), Say(progress, heartbeat, eta), clock, sleep, stop_wait_s, settle_s)
-    if plan.refused:
-        out = ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {r.reason}" for r in plan.blocking])
-        _audit(run, out)
-        return out
-    if not plan.changed:
-        out = ApplyOutcome(EXIT_OK, "unchanged", [f"{plan.source.path} already says this; nothing to do"])
-        if plan.restart:
-            out.messages.append("not restarting: nothing changed")
-        return out
+    """Carry out a plan (see ``kvtui.hosts.service``): ``execute_nodes`` of one node."""
+    outs = await execute_nodes([Node(plan, backend, progress)], clock=clock, sleep=sleep, stop_wait_s=stop_wait_s,
+                               settle_s=settle_s, heartbeat=heartbeat, eta=eta)
+    return outs[0]
+
+
+async def execute_nodes(
+    nodes: Sequence[Node],
+    *,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    stop_wait_s: float = DEFAULT_STOP_WAIT_S,
+    settle_s: float | None = None,
+    heartbeat: ProgressFn | None = None,
+    eta: EtaFn | None = None,
+    hang_s: float = 180.0,
+    stage: Callable[[str], None] | None = None,
+    proceed: Callable[[], bool] | None = None,
+    say: ProgressFn | None = None,
+) -> list[ApplyOutcome]:
+    """Carry out the plans of N ≥ 1 nodes as one change, all or nothing (a host is the deployment
+    of one node: the same steps): a refusal on any node refuses the whole; every file is written
+    and verified (a failed write restores the nodes written before it, nothing restarts); with
+    ``restart`` every node is restarted (node 0 first) and the nodes' merged new boot followed
+    (``follow_restarts``), each node's argument dump and environment checked, node 0's server
+    asked for one token; a failure with ``rollback_on_failure`` (node 0's plan) restores and
+    restarts every node. Never raises for a host-side failure: each node's outcome says what
+    happened and in which state it was left; every attempt is audited, per node. ``heartbeat``
+    gets a line saying where node 0's new boot is whenever nothing was said for
+    ``fmt.HEARTBEAT_S`` while it waits (the CLI's stderr), with its ETA from ``eta`` (the
+    caller's: ``kvtui.history.eta``). ``stage``: as ``follow_restarts`` says, and ``"write"``;
+    ``proceed``, asked once every file is written: False restores them and restarts nothing
+    (status ``cancelled``: the console's ctrl+x while the files were written). ``say``: where the
+    lines about the whole go (the merged boot's end, the dump check, a hang, the rollback; kept in
+    node 0's outcome), default node 0's progress."""
+    runs = [Run(n.plan, n.backend.service_ops(), Say(n.progress, heartbeat, eta), clock, sleep, stop_wait_s,
+                settle_s) for n in nodes]
+    if any(r.plan.refused for r in runs):
+        outs = [ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {x.reason}" for x in r.plan.blocking]) for r in runs]
+        for r, out in zip(runs, outs, strict=True):
+            if r.plan.refused:
+                _audit(r, out)
+        return outs
+    if not any(r.plan.changed for r in runs):
+        return [_unchanged(r.plan) for r in runs]
+    whole = runs[0].say
+    if say is not None:
+        whole = Say(say, heartbeat, eta)
+        whole.log = runs[0].say.log  # kept with node 0's lines
     try:
-        out = await _execute(run)
+        outs = await _execute(runs, whole, hang_s, stage, proceed)
     except ServiceError as exc:
-        out = ApplyOutcome(exc.code, "error", [*run.say.log, str(exc)], backup_path=plan.saved_copy)
+        outs = [_error(r, exc) for r in runs]
     except asyncio.CancelledError:
-        out = ApplyOutcome(EXIT_INTERRUPTED, "error", [*run.say.log, "interrupted"], backup_path=plan.saved_copy)
-        _audit(run, out)
+        for r in runs:
+            if r.plan.changed:
+                _audit(r, ApplyOutcome(EXIT_INTERRUPTED, "error", [*r.say.log, "interrupted"],
+                                       backup_path=r.plan.saved_copy))
         raise
-    _audit(run, out)
+    for r, out in zip(runs, outs, strict=True):
+        if r.plan.changed:
+            _audit(r, out)
+    return outs
+
+
+def _unchanged(plan: ApplyPlan) -> ApplyOutcome:
+    out = ApplyOutcome(EXIT_OK, "unchanged", [f"{plan.source.path} already says this; nothing to do"])
+    if plan.restart:
+        out.messages.append("not restarting: nothing changed")
     return out
 
 
-async def _execute(run: Run) -> ApplyOutcome:
-    plan, say = run.plan, run.say
-    saved = plan.saved_copy
-    await run.ops.write(run, saved)
-    what = "rolled back to " + plan.backup_path if plan.action == "rollback" else "written"
-    say(f"{plan.source.path}: {what}; the previous version is saved as {saved}")
+def _error(r: Run, exc: ServiceError, *more: str) -> ApplyOutcome:
+    return ApplyOutcome(exc.code, "error", [*r.say.log, str(exc), *more], backup_path=r.plan.saved_copy)
+
+
+async def _execute(runs: Sequence[Run], say: Say, hang_s: float, stage: Callable[[str], None] | None,
+                   proceed: Callable[[], bool] | None) -> list[ApplyOutcome]:
+    head = runs[0]
+    plan = head.plan
+    if stage is not None:
+        stage("write")
+    written: list[Run] = []
+    for r in runs:
+        if not r.plan.changed:
+            r.say(f"{r.plan.source.path} already says this")
+            continue
+        try:
+            await _write(r)
+        except ServiceError as exc:  # the nodes written before it go back: nothing restarts
+            restored = [await _restore(w, f"{r.plan.name} could not be written") for w in reversed(written)]
+            tail = [f"not {'applied' if plan.action == 'apply' else 'rolled back'}: {'; '.join(restored)}; "
+                    "nothing was restarted"] if restored else []
+            return [_error(x, exc, *tail) if x is r else ApplyOutcome(exc.code, "error", [*x.say.log, *tail])
+                    for x in runs]
+        written.append(r)
+    if proceed is not None and not proceed():
+        restored = [await _restore(w, "the change was cancelled") for w in reversed(written)]
+        return [ApplyOutcome(EXIT_INTERRUPTED, "cancelled", restored or ["no node's file had to be written"])
+                for _ in runs]
     if not plan.restart:
-        if getattr(run.ops, "restarts_on_write", False):  # kube: the patched template rolls the pod out
-            say("not followed: the controller rolls the pod out now (--restart follows the new boot)")
-            return ApplyOutcome(EXIT_OK, "rolling", list(say.log), backup_path=saved)
-        hint = "restart the server for it to take effect" if plan.action == "apply" else "restart to use it"
-        say(f"not restarted: {hint}")
-        return ApplyOutcome(EXIT_OK, "written", list(say.log), backup_path=saved)
-    boot, code, status = await _restart_and_follow(run)
-    probed = await _prove_ready(run, boot) if status == "ready" and boot is not None else None
+        return [_not_restarted(r) for r in runs]
+    try:
+        boots, code, status = await _restart_and_follow(runs, say, hang_s, stage)
+    except ServiceError as exc:
+        return [_error(r, exc) for r in runs]
+    probed = await _prove_ready(head, boots[0]) if status == "ready" and boots[0] is not None else None
     if probed is not None and not probed.ok:
         code, status = EXIT_FAILED, "failed"
-    out = ApplyOutcome(code, status, list(say.log), backup_path=saved, boot=boot, probe=probed)
-    if boot is not None and plan.prediction is not None:
-        out.reality = reality(plan, boot)
+    outs = []
+    for r, boot in zip(runs, boots, strict=True):
+        out = ApplyOutcome(code, status, list(r.say.log), backup_path=r.plan.saved_copy if r in written else None,
+                           boot=boot, probe=probed if r is head else None)
+        if boot is not None and r.plan.prediction is not None:
+            out.reality = reality(r.plan, boot)
+        outs.append(out)
     if code != EXIT_OK and plan.rollback_on_failure and plan.action == "apply":
-        out = await _auto_rollback(run, out)
-    return out
+        outs = await _auto_rollback(runs, say, outs, hang_s)
+    return outs
 
 
-async def _restart_and_follow(run: Run) -> tuple[Boot | None, int, str]:
-    plan, ops, say = run.plan, run.ops, run.say
-    call = RestartCall(ops.restart_how(plan.cmd), plan.cmd, unit_name(plan), say, plan.timeout, run.sleep, run.clock,
-                       run.stop_wait_s, say.heartbeat)
+async def _write(run: Run) -> None:
+    plan, say = run.plan, run.say
+    await run.ops.write(run, plan.saved_copy)
+    what = "rolled back to " + plan.backup_path if plan.action == "rollback" else "written"
+    say(f"{plan.source.path}: {what}; the previous version is saved as {plan.saved_copy}")
+
+
+async def _restore(run: Run, why: str) -> str:
+    """Put a node's file written by this change back (its backup, just made)."""
+    saved = run.plan.saved_copy
     try:
-        follower, boot = await follow_restart(
-            ops.backend, plan.engine, say, lambda: ops.issue_restart(call),
-            timeout=plan.timeout, expect=plan.edits,
-            settle=run.settle_s if run.settle_s is not None else ops.settle_s,
-            heartbeat=say.heartbeat, stopped=call.stopped, eta=say.eta,
-        )
+        await run.ops.restore(run, saved, why)
+    except ServiceError as exc:
+        return f"{run.plan.name}: NOT restored ({exc}); its previous file is {saved}"
+    return f"{run.plan.name} restored from {saved}"
+
+
+def _not_restarted(run: Run) -> ApplyOutcome:
+    plan, say = run.plan, run.say
+    saved = plan.saved_copy if plan.changed else None
+    if getattr(run.ops, "restarts_on_write", False):  # kube: the patched template rolls the pod out
+        say("not followed: the controller rolls the pod out now (--restart follows the new boot)")
+        return ApplyOutcome(EXIT_OK, "rolling", list(say.log), backup_path=saved)
+    hint = "restart the server for it to take effect" if plan.action == "apply" else "restart to use it"
+    say(f"not restarted: {hint}")
+    return ApplyOutcome(EXIT_OK, "written", list(say.log), backup_path=saved)
+
+
+async def _restart_and_follow(runs: Sequence[Run], say: Say, hang_s: float,
+                              stage: Callable[[str], None] | None) -> tuple[list[Boot | None], int, str]:
+    head = runs[0]
+    plan = head.plan
+    calls = [RestartCall(r.ops.restart_how(r.plan.cmd), r.plan.cmd, unit_name(r.plan), r.say, r.plan.timeout,
+                         r.sleep, r.clock, r.stop_wait_s, r.say.heartbeat) for r in runs]
+    sides = [FollowSide(r.plan.name, r.ops.backend, r.plan.engine, r.say, partial(r.ops.issue_restart, c),
+                        r.settle_s if r.settle_s is not None else r.ops.settle_s, c.stopped)
+             for r, c in zip(runs, calls, strict=True)]
+    try:
+        followers, got = await follow_restarts(sides, say, timeout=plan.timeout, expect=plan.edits,
+                                               heartbeat=say.heartbeat, eta=say.eta, hang_s=hang_s, stage=stage)
     except RestartFailed as exc:
+        failed = runs[exc.node].plan
         raise ServiceError(
-            f"{exc.error}; the new flags are written (previous version: {plan.saved_copy}) but the server was not "
-            f"restarted with them: restart it, or run 'kvtui rollback {plan.name}'",
+            f"{exc.error}; the new flags are written (previous version: {failed.saved_copy}) but the server was not "
+            f"restarted with them: restart it, or run 'kvtui rollback {failed.name}'",
             exc.error.code,
         ) from exc.error
-    if boot is None:
-        return timed_out(say, follower, plan.timeout)
-    problems = fl.check_dump(plan.engine, boot.flags, plan.edits) if boot.flags else []
-    if not boot.flags:
-        say("note: the new boot printed no argument dump; the edit was checked in systemd/the file only")
+    if got is None:
+        boot, code, status = timed_out(say, followers[0], plan.timeout)
+        return [boot, *(f.current() for f in followers[1:])], code, status
+    boots, dep = got
+    many = len(runs) > 1
+    problems = []
+    for r, b in zip(runs, boots, strict=True):
+        if b is None:
+            continue
+        wrong = fl.check_dump(r.plan.engine, b.flags, r.plan.edits) if b.flags else []
+        if not b.flags:
+            r.say("note: the new boot printed no argument dump; the edit was checked in systemd/the file only")
+        if wrong:
+            problems.append((f"{r.plan.name}: " if many else "") + "; ".join(wrong))
     if problems:
-        say("edit not in effect: " + "; ".join(problems))
-        return boot, EXIT_FAILED, "not_in_effect"
-    if boot.flags:
-        say("the new boot's own argument dump carries the edits")
-    if plan.env_edits and boot.status is BootStatus.READY:
-        env_problems = await _check_server_env(run, boot)
+        say("edit not in effect: " + " | ".join(problems))
+        return boots, EXIT_FAILED, "not_in_effect"
+    if all(b is not None and b.flags for b in boots):
+        say("every node's own argument dump carries the edits" if many
+            else "the new boot's own argument dump carries the edits")
+    if plan.env_edits and dep.boot.status is BootStatus.READY:
+        env_problems = [p for r, b in zip(runs, boots, strict=True) if b is not None
+                        for p in await _check_server_env(r, b)]
         if env_problems:
             say("environment not in effect: " + "; ".join(env_problems))
-            return boot, EXIT_FAILED, "not_in_effect"
-    unsettled = await _rollout_settled(ops, say, boot)
-    result = unsettled or boot_result(say, boot)
-    await name_orphans(say, ops.backend, boot)
-    return result
+            return boots, EXIT_FAILED, "not_in_effect"
+    for r, b in zip(runs, boots, strict=True):
+        unsettled = await _rollout_settled(r.ops, r.say, b) if b is not None else None
+        if unsettled is not None:
+            return boots, unsettled[1], unsettled[2]
+    if many and dep.boot.status is BootStatus.READY:
+        say(f"the deployment is ready on all {len(runs)} nodes")
+        code, status = EXIT_OK, "ready"
+    elif many and dep.failed_node is not None:
+        f = dep.boot.failure
+        say(f"the new boot failed on {dep.node(dep.failed_node).label()}"
+            + (f": {f.kind.value}: {one_line(f.message, 200)}" if f else ""))
+        code, status = EXIT_FAILED, "failed"
+    else:
+        _, code, status = boot_result(say, dep.boot)
+    for r, b in zip(runs, boots, strict=True):
+        if b is not None:
+            await name_orphans(r.say, r.ops.backend, b)
+    return boots, code, status
 
 
 async def name_orphans(say: ProgressFn, backend: HostBackend, boot: Boot) -> None:
@@ -209,25 +351,36 @@ async def _check_server_env(run: Run, boot: Boot) -> list[str]:
     return problems
 
 
-async def _auto_rollback(run: Run, out: ApplyOutcome) -> ApplyOutcome:
-    plan, say = run.plan, run.say
-    say(f"rolling back to {plan.backup_path} (--rollback-on-failure)")
-    try:
-        rb = await plan_rollback(plan.name, plan.host, run.ops.backend, to=plan.backup_path, restart=True,
-                                 timeout=plan.timeout, clock=run.clock, check_orphans=False)
-    except ServiceError as exc:
-        out.messages.append(f"rollback could not be planned: {exc}")
-        return out
-    rb_out = await execute(rb, run.ops.backend, say, clock=run.clock, sleep=run.sleep, stop_wait_s=run.stop_wait_s,
-                           settle_s=run.settle_s, heartbeat=say.heartbeat, eta=say.eta)
-    out.rolled_back = rb_out.status in ("ready", "written")
-    tail = ("the previous flags are back and the boot is ready" if rb_out.status == "ready"
-            else f"the rollback ended {rb_out.status}")
-    out.messages = [*say.log, f"rolled back: {tail}"]
-    if rb_out.status != "ready":
-        out.messages.extend(rb_out.messages[-3:])
-    out.code = EXIT_FAILED if out.code in (EXIT_OK, EXIT_FAILED) else out.code
-    return out
+async def _auto_rollback(runs: Sequence[Run], say: Say, outs: list[ApplyOutcome],
+                         hang_s: float) -> list[ApplyOutcome]:
+    """Every node of the failed change back to its backup and restarted (all or nothing)."""
+    head = runs[0]
+    plan = head.plan
+    say(f"rolling back to {plan.backup_path} (--rollback-on-failure)" if len(runs) == 1 else
+        "rolling back every node (--rollback-on-failure)")
+    rbs: list[Node] = []
+    for r in runs:
+        try:
+            rb = await plan_rollback(r.plan.name, r.plan.host, r.ops.backend, to=r.plan.backup_path, restart=True,
+                                     timeout=r.plan.timeout, clock=r.clock, check_orphans=False)
+        except ServiceError as exc:
+            for out in outs:
+                who = f"{r.plan.name}: " if len(runs) > 1 else ""
+                out.messages.append(f"rollback could not be planned: {who}{exc}")
+            return outs
+        rbs.append(Node(rb, r.ops.backend, r.say))
+    rb_outs = await execute_nodes(rbs, clock=head.clock, sleep=head.sleep, stop_wait_s=head.stop_wait_s,
+                                  settle_s=head.settle_s, heartbeat=say.heartbeat, eta=say.eta, hang_s=hang_s,
+                                  say=say if len(runs) > 1 else None)
+    for r, out, rb_out in zip(runs, outs, rb_outs, strict=True):
+        out.rolled_back = rb_out.status in ("ready", "written")
+        tail = ("the previous flags are back and the boot is ready" if rb_out.status == "ready"
+                else f"the rollback ended {rb_out.status}")
+        out.messages = [*r.say.log, f"rolled back: {tail}"]
+        if rb_out.status != "ready":
+            out.messages.extend(rb_out.messages[-3:])
+        out.code = EXIT_FAILED if out.code in (EXIT_OK, EXIT_FAILED) else out.code
+    return outs
 
 
 async def restart(
@@ -254,8 +407,10 @@ async def restart(
     try:
         if plan.follow:
             settle = settle_s if settle_s is not None else ops.settle_s
-            follower, boot = await follow_restart(backend, engine_of(plan.host), say, lambda: ops.issue_restart(call),
-                                                  timeout=plan.timeout, settle=settle, stopped=call.stopped)
+            side = FollowSide(plan.name, backend, engine_of(plan.host), say, partial(ops.issue_restart, call), settle,
+                              call.stopped)
+            followers, got = await follow_restarts([side], say, timeout=plan.timeout)
+            follower, boot = followers[0], None if got is None else got[0][0]
             unsettled = await _rollout_settled(ops, say, boot) if boot is not None else None
             boot, code, status = timed_out(say, follower, plan.timeout) if boot is None else (
                 unsettled or boot_result(say, boot))

@@ -1,6 +1,7 @@
-"""Following a restart: a ``BootFollower`` reads the host's log from *now* on its own stream
-(next to the monitor's), the restart is issued, and the first new boot that is ready or failed
-(or whose argument dump contradicts the edits) ends the wait; heartbeats say where it is.
+"""Following a restart of N >= 1 nodes (``follow_restarts``): a ``BootFollower`` per node reads
+its log from *now* on its own stream (next to the monitor's), the restarts are issued (node 0
+first), and the nodes' merged new boot (of one node: its boot) ready or failed, or a node's boot
+whose argument dump contradicts the edits, ends the wait; heartbeats say where node 0's is.
 
 The restart is issued only once the follower is *positioned*: its stream knows where the log ends
 now, so a fast engine's whole boot cannot be written before the follower's start point (a
@@ -11,12 +12,14 @@ others get the fixed settle time their ``HostOps`` names."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 
 from kvtui import flags as fl
 from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
+from kvtui.boot.deployment import DeploymentBoot, diagnose_hang, merge_boots
 from kvtui.bootlog import BootLog
 from kvtui.engines.events import Engine
 from kvtui.engines.exit_record import EXIT_IDENT, parse_exit
@@ -29,40 +32,93 @@ POSITION_LIMIT = 30.0  # seconds a positioning backend is given to locate the lo
 
 
 class RestartFailed(Exception):
-    def __init__(self, error: ServiceError) -> None:
+    def __init__(self, error: ServiceError, node: int = 0) -> None:
         super().__init__(str(error))
         self.error = error
+        self.node = node  # the index of the node whose restart failed
 
 
-async def follow_restart(
-    backend: HostBackend,
-    engine: Engine | None,
-    say: ProgressFn,
-    trigger: Callable[[], Awaitable[None]],
-    *,
-    timeout: float,
-    expect: Sequence[fl.Edit] = (),
-    settle: float,
-    heartbeat: ProgressFn | None = None,
-    stopped: set[int] | None = None,
-    eta: EtaFn | None = None,
-) -> tuple[BootFollower, Boot | None]:
-    """Start following the log, issue the restart, wait for the new boot to end (None: timed
-    out). A failed ``trigger`` raises ``RestartFailed``. ``stopped``: the old server's PIDs the
-    trigger stops (a set it fills as it runs): their exit is the restart itself."""
-    follower = BootFollower(backend, engine, progress=say, heartbeat=heartbeat, stopped=stopped, eta=eta)
-    await follower.start(settle)
+@dataclass(slots=True)
+class FollowSide:
+    """One node's restart to follow: its backend, engine, where its lines go, how long its log
+    follower settles, and the restart (``stopped``: the old server's PIDs it stops)."""
+
+    name: str
+    backend: HostBackend
+    engine: Engine | None
+    say: ProgressFn
+    trigger: Callable[[], Awaitable[None]]
+    settle: float
+    stopped: set[int] | None = None
+
+
+async def follow_restarts(
+    sides: Sequence[FollowSide], say: ProgressFn, *, timeout: float, expect: Sequence[fl.Edit] = (),
+    heartbeat: ProgressFn | None = None, eta: EtaFn | None = None, hang_s: float = 180.0,
+    stage: Callable[[str], None] | None = None,
+) -> tuple[list[BootFollower], tuple[list[Boot | None], DeploymentBoot] | None]:
+    """Start following every node's log (each positioned before any restart), issue the
+    restarts in order (node 0 first: it hosts the rendezvous; the others right after), and wait
+    until the nodes' merged new boot (``kvtui.boot.deployment``; of one node: its boot) is ready or
+    failed, or a node's argument dump contradicts the edits: each node's new boot and the merged
+    one (None: timed out); a hang is said once
+    per diagnosis. A failed ``trigger`` raises ``RestartFailed``. ``stage`` hears ``"restart"``
+    before the first restart and ``"follow"`` once every restart is issued. Heartbeats (with
+    ``eta``) follow node 0's boot."""
+    followers = [BootFollower(s.backend, s.engine, progress=s.say, heartbeat=heartbeat if i == 0 else None,
+                              stopped=s.stopped, eta=eta) for i, s in enumerate(sides)]
+    await asyncio.gather(*(f.start(s.settle) for f, s in zip(followers, sides, strict=True)))
     try:
-        try:
-            follower.mark()
-            await trigger()
-            follower.triggered()
-        except ServiceError as exc:
-            raise RestartFailed(exc) from exc
-        boot = await follower.wait(timeout, expect=expect)
+        for f in followers:
+            f.mark()
+        if stage is not None:
+            stage("restart")
+        for i, s in enumerate(sides):
+            try:
+                await s.trigger()
+            except ServiceError as exc:
+                raise RestartFailed(exc, i) from exc
+        for f in followers:
+            f.triggered()
+        if stage is not None:
+            stage("follow")
+        return followers, await _wait(followers, [s.name for s in sides], say, timeout, list(expect), hang_s)
     finally:
-        await follower.close()
-    return follower, boot
+        for f in followers:
+            await f.close()
+
+
+async def _wait(followers: Sequence[BootFollower], names: Sequence[str], say: ProgressFn, timeout: float,
+                expect: list[fl.Edit], hang_s: float) -> tuple[list[Boot | None], DeploymentBoot] | None:
+    loop = asyncio.get_running_loop()
+    since = loop.time()
+    deadline = since + timeout
+    said_hang = ""
+    while True:
+        followers[0].beat(loop.time(), since)
+        picks = [f.settled(expect) for f in followers]
+        dep = merge_boots([(n, p or f.current()) for n, f, p in zip(names, followers, picks, strict=True)])
+        if dep.boot.status in (BootStatus.READY, BootStatus.FAILED) or any(
+                p is not None and p.status not in (BootStatus.READY, BootStatus.FAILED) for p in picks):
+            return [p or f.current() for p, f in zip(picks, followers, strict=True)], dep
+        for f in followers:
+            f.check()
+        hang = diagnose_hang(dep, datetime.now().astimezone(), hang_s)
+        if hang is not None and hang.summary != said_hang:
+            said_hang = hang.summary
+            say(f"hang: {hang.summary}")
+            for c in hang.causes:
+                say(f"  - {c}")
+        left = deadline - loop.time()
+        if left <= 0:
+            return None
+        nap = min([left, 1.0, *(f.nap(loop.time()) for f in followers[:1])])
+        waits = [asyncio.ensure_future(f.changed()) for f in followers]
+        try:
+            await asyncio.wait(waits, timeout=nap, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
 
 def timed_out(say: ProgressFn, follower: BootFollower, timeout: float) -> tuple[Boot | None, int, str]:
@@ -174,7 +230,7 @@ class BootFollower:
                 self._progress(f"boot: {fmt.phase_label(b.phase)}")
                 self._last_out = asyncio.get_running_loop().time()
 
-    def _beat(self, now: float, since: float) -> None:
+    def beat(self, now: float, since: float) -> None:
         """A heartbeat when nothing was said for ``fmt.HEARTBEAT_S``: the new boot's phase and
         its progress (shards, batches), or that none has started yet."""
         if self._heartbeat is None:
@@ -223,32 +279,31 @@ class BootFollower:
         b = self.current()
         return None if b is None or b.phase is None else b.phase.value
 
-    async def wait(self, timeout: float, expect: Iterable[fl.Edit] = ()) -> Boot | None:
-        """The first boot that is ready or failed (None on timeout). A boot whose argument dump
-        contradicts ``expect`` is returned as soon as its dump is seen."""
-        loop = asyncio.get_running_loop()
-        since = loop.time()
-        deadline = since + timeout
-        expect = list(expect)
-        while True:
-            self._beat(loop.time(), since)
-            for b in self._candidates():
-                if b.status in (BootStatus.READY, BootStatus.FAILED):
-                    return b
-                # a boot that began after the restart returned and runs other flags: not in effect
-                if id(b) not in self._during and b.flags and expect and fl.check_dump(b.engine, b.flags, expect):
-                    return b
-            if self._error is not None:
-                raise ServiceError(f"lost the host's log while following the new boot: {self._error}", EXIT_INPUT)
-            left = deadline - loop.time()
-            if left <= 0:
-                return None
-            self._changed.clear()
-            nap = min(left, 1.0)
-            if self._heartbeat is not None and self._last_out is not None:  # wake for the next heartbeat
-                nap = min(nap, max(0.01, self._last_out + fmt.HEARTBEAT_S - loop.time()))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), nap)
+    def settled(self, expect: Sequence[fl.Edit] = ()) -> Boot | None:
+        """The first new boot that is ready or failed, or that began after the restart returned
+        and whose argument dump contradicts ``expect`` (not in effect); None while there is none."""
+        for b in self._candidates():
+            if b.status in (BootStatus.READY, BootStatus.FAILED):
+                return b
+            if id(b) not in self._during and b.flags and expect and fl.check_dump(b.engine, b.flags, expect):
+                return b
+        return None
+
+    def check(self) -> None:
+        """Raise when the log stream was lost."""
+        if self._error is not None:
+            raise ServiceError(f"lost the host's log while following the new boot: {self._error}", EXIT_INPUT)
+
+    def nap(self, now: float) -> float:
+        """How long the wait may sleep before this follower's next heartbeat is due."""
+        if self._heartbeat is not None and self._last_out is not None:
+            return max(0.01, self._last_out + fmt.HEARTBEAT_S - now)
+        return 1.0
+
+    async def changed(self) -> None:
+        """Return when new lines came (at once when some came since the last call)."""
+        await self._changed.wait()
+        self._changed.clear()
 
     async def close(self, grace: float = 5.0) -> None:
         """Stop following (bounded: a backend that is slow to let go is left to finish alone)."""

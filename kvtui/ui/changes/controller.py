@@ -3,11 +3,13 @@
 (``HostPane.changes``: one node; ``DeploymentGroup.changes``: a deployment's node panes), which gives
 it what it needs as a ``ChangeSite``. It plans through ``kvtui.changes`` / ``kvtui.tune``, confirms
 in a dialog, runs the change in a ``service`` worker of the pane and shows its progress and outcome
-in the pane's action banner. One node (a host, or a deployment of one) goes through
-``kvtui.hosts.service``'s guarded path (the apply dialog with its diff and prediction, automatic
-rollback, the 1-token probe, the history record); several nodes as one, all or nothing, through
-``kvtui.changes``'s steps (``plan_nodes`` → ``write_nodes`` → ``restart_and_follow`` →
-``probe_head`` → ``record_nodes``), as ``kvtui apply NAME`` does. Tune is ``kvtui.tune``'s loop
+in the pane's action banner. An apply or a rollback of any N >= 1 nodes takes one path
+(``_change_worker``: every node planned, confirmed — one node in the apply dialog with its diff,
+prediction and automatic rollback, several in one confirmation of every diff —, then
+``service.execute_nodes``, as ``kvtui apply NAME`` does: written, restarted, the merged boot
+followed and probed, every node rolled back on failure, each node's boot recorded). ``R`` of
+several nodes goes through ``kvtui.changes``'s steps (``restart_and_follow`` → ``probe_head`` →
+``record_nodes``). Tune is ``kvtui.tune``'s loop
 either way (``TuneRun.nodes`` for several)."""
 
 from __future__ import annotations
@@ -226,6 +228,8 @@ class ChangeController:
 
     def _stage(self, stage: str) -> None:
         """A change of several nodes reached ``stage`` (a cancel asked during the step before acts now)."""
+        if not self.stage:  # one node: a cancel acts at once, whatever the step
+            return
         self.stage = stage
         if stage == "follow":
             self.restart_issued = True
@@ -261,13 +265,11 @@ class ChangeController:
         if isinstance(edits, str):
             self.pane.notify(edits, severity="warning", timeout=5)
             return
-        self._run(lambda gen, sides: self._one_worker("apply", edits, gen, sides[0]) if len(sides) == 1 else
-                  self._nodes_worker("apply", edits, gen, sides), "an apply")
+        self._run(lambda gen, sides: self._change_worker("apply", edits, gen, sides), "an apply")
 
     def start_rollback(self) -> None:
         """``u``: restore the newest backup of the flags file (every node's), confirm, restart."""
-        self._run(lambda gen, sides: self._one_worker("rollback", [], gen, sides[0]) if len(sides) == 1 else
-                  self._nodes_worker("rollback", [], gen, sides), "a rollback")
+        self._run(lambda gen, sides: self._change_worker("rollback", [], gen, sides), "a rollback")
 
     def toggle_demo_speed(self) -> None:
         """``D``: a demo host's simulation restarts in real time (×1), or at its configured speed
@@ -299,56 +301,128 @@ class ChangeController:
         the caller), several as one (node 0 first, the merged boot followed)."""
         def work(gen: int, sides: list[NodeSide]) -> Awaitable[None]:
             if len(sides) > 1:
-                return self._nodes_worker("restart", [], gen, sides)
+                return self._restart_nodes_worker(gen, sides)
             one = plan or service.plan_restart(sides[0].name, sides[0].host, sides[0].backend)
             return self._restart_worker(one, gen, sides[0])
         self._run(work, "a restart")
 
-    async def _one_worker(self, verb: str, edits: list[Edit], gen: int, side: NodeSide) -> None:
-        """One node's apply or rollback through ``kvtui.hosts.service``: planned, confirmed in the
-        apply dialog (the diff, the prediction; an apply's automatic rollback), executed with its
-        restart followed, recorded in the history."""
+    async def _change_worker(self, verb: str, edits: list[Edit], gen: int, sides: list[NodeSide]) -> None:
+        """An apply or rollback of the site's N >= 1 nodes as one, all or nothing: every node's change
+        planned, confirmed (``_confirm``), carried out by ``service.execute_nodes`` (the files
+        written, every node restarted, the merged boot followed and probed, every node rolled back
+        on failure when asked), each node's boot recorded in the history."""
+        banner, clock, many = self.site.action_banner, self.site.clock, len(sides) > 1
+        title = f"{verb} on {self.name}" + (f" ({len(sides)} nodes)" if many else "")
+        said: list[str] = []
 
-        banner, app, margin, clock = self.site.action_banner, self.pane.app, self.site.calculator.graph_margin_gib, \
-            self.site.clock
+        def say(prefix: str) -> Callable[[str], None]:  # several nodes' lines carry their node's name
+            def line(msg: str) -> None:
+                said.append(prefix + msg)
+                self._progress(said[-1])
+            return line
         try:
-            banner.start(f"{verb} on {self.name}", "reading the server's flags…" if verb == "apply" else
-                         "looking for kvtui's backups…")
-            try:
-                plan = await (changes.plan_apply(side.name, side.host, side.backend, edits, restart=True,
-                                                 boots=side.boots, graph_margin_gib=margin, clock=clock,
-                                                 calculator=self._calculator_for_apply())
-                              if verb == "apply" else
-                              changes.plan_rollback(side.name, side.host, side.backend, restart=True,
-                                                    boots=side.boots, graph_margin_gib=margin, clock=clock))
-            except service.ServiceError as exc:
-                banner.stop()
-                title = f"Cannot apply on {self.name}" if verb == "apply" else f"Cannot roll back {self.name}"
-                await app.push_screen_wait(NoticeScreen(title, str(exc)))
+            banner.start(title, "reading every node's flags…" if many else "reading the server's flags…"
+                         if verb == "apply" else "looking for kvtui's backups…")
+            if not await self._plan(verb, edits, sides) or not await self._confirm(verb, sides):
                 return
-            banner.hide()
-            on, why = self.rollback_default() if verb == "apply" else (False, "")
-            decision = await app.push_screen_wait(ApplyScreen(plan, rollback_default=on, rollback_why=why))
-            if decision is None:
-                banner.stop()
-                self.pane.notify("nothing was changed", title=f"{self.name}: {verb} cancelled", timeout=4)
-                return
-            if verb == "apply":
-                plan.force = decision.force
-                plan.rollback_on_failure = decision.rollback_on_failure
-            banner.start(f"{verb} on {self.name}")
-            outcome = await service.execute(plan, side.backend, self._progress, clock=clock)
-            self.last_outcome, self.last_code = outcome, outcome.code
-            if plan.restart and outcome.boot is not None:  # the history keeps the edit, prediction and outcome
-                await asyncio.to_thread(changes.record_restart, plan, outcome, self._history())
-            self._show_outcome(service.outcome_headline(outcome, plan.action, plan.name), outcome, verb)
+            banner.start(title)
+            outs = await service.execute_nodes(
+                [service.Node(n.plan, n.backend, say(f"{n.name}: " if many else "")) for n in sides if n.plan],
+                clock=clock, hang_s=self.hang_s, stage=self._stage, proceed=self._proceed, say=say(""))
+            self.last_outcome, self.last_code = outs[0], outs[0].code
+            for n, out in zip(sides, outs, strict=True):  # the history keeps each node's edit, prediction, outcome
+                if n.plan is not None and n.plan.restart and out.boot is not None:
+                    await asyncio.to_thread(changes.record_restart, n.plan, out, self._history())
+            plan = sides[0].plan
+            assert plan is not None
+            if outs[0].status == "cancelled":
+                banner.finish("warning", f"{verb} on {self.name} cancelled: nothing was restarted",
+                              outs[0].messages[-len(sides):])
+            else:  # several nodes: the whole's headline and the lines that say how it ended
+                self._show_outcome(f"{verb} on {self.name}: {nodes_headline(outs[0])}" if many else
+                                   service.outcome_headline(outs[0], plan.action, plan.name), outs[0], verb,
+                                   outcome_lines(said) if many else None)
         finally:
             self._end(gen)
+
+    async def _plan(self, verb: str, edits: list[Edit], sides: list[NodeSide]) -> bool:
+        """Plan every node's change (``n.plan``, with its restart); False (said) when one cannot be."""
+        margin, clock = self.site.calculator.graph_margin_gib, self.site.clock
+
+        async def plan(n: NodeSide) -> service.ApplyPlan:
+            if verb == "apply":
+                return await changes.plan_apply(n.name, n.host, n.backend, edits, restart=True, boots=n.boots,
+                                                graph_margin_gib=margin, clock=clock,
+                                                calculator=self._calculator_for_apply())
+            return await changes.plan_rollback(n.name, n.host, n.backend, restart=True, boots=n.boots,
+                                               graph_margin_gib=margin, clock=clock)
+        planned = await asyncio.gather(*(plan(n) for n in sides), return_exceptions=True)
+        errors = [(n, p) for n, p in zip(sides, planned, strict=True) if isinstance(p, BaseException)]
+        if errors:
+            self.site.action_banner.stop()
+            title = f"Cannot apply on {self.name}" if verb == "apply" else f"Cannot roll back {self.name}"
+            text = "\n".join(f"{n.name}: {exc}" if len(sides) > 1 else str(exc) for n, exc in errors)
+            await self.pane.app.push_screen_wait(NoticeScreen(title, text))
+            return False
+        for n, p in zip(sides, planned, strict=True):
+            n.plan = None if isinstance(p, BaseException) else p
+        return True
+
+    async def _confirm(self, verb: str, sides: list[NodeSide]) -> bool:
+        """One node: the apply dialog (its diff, its prediction; force and the automatic rollback to
+        choose); several: a refusal on any refuses the whole, else one confirmation of every
+        node's diff (the automatic rollback as ``rollback_default`` says). False: not confirmed."""
+        banner, app, plans = self.site.action_banner, self.pane.app, [n.plan for n in sides if n.plan is not None]
+        on, why = self.rollback_default() if verb == "apply" else (False, "")
+        if len(sides) == 1:
+            banner.hide()
+            decision = await app.push_screen_wait(ApplyScreen(plans[0], rollback_default=on, rollback_why=why))
+            if decision is not None and verb == "apply":
+                plans[0].force = decision.force
+                plans[0].rollback_on_failure = decision.rollback_on_failure
+            ok = decision is not None
+        else:
+            refused = [n for n in sides if n.plan is not None and n.plan.refused]
+            if refused:
+                for n in refused:
+                    assert n.plan is not None
+                    await service.execute(n.plan, n.backend, clock=self.site.clock)  # audits the refusal
+                reasons = [f"{n.name}: {r.reason}" for n in refused if n.plan for r in n.plan.blocking]
+                banner.finish("failed", f"{verb} on {self.name}: refused as a whole: nothing was written on any node",
+                              reasons)
+                return False
+            if not any(p.changed for p in plans):
+                banner.stop()
+                self.pane.notify("every node's file already says this; nothing to do", title=f"{self.name}: {verb}")
+                return False
+            banner.hide()
+            body = "\n".join(f"== node {i}: {n.name} ==\n{service.render_plan(n.plan)}"
+                             for i, n in enumerate(sides) if n.plan is not None)
+            body += ("\nthen: restart every node (node 0 first, the others right after) and follow the merged "
+                     "boot until it is ready or failed")
+            if verb == "apply":
+                body += f"; if it fails, every node is rolled back (automatic rollback {why})"
+                for p in plans:
+                    p.rollback_on_failure = on
+            title = f"{verb.capitalize()} on all {len(sides)} nodes of {self.name}"
+            ok = await app.push_screen_wait(ConfirmScreen(title, body, verb.capitalize()))
+        if not ok:
+            banner.stop()
+            self.pane.notify("nothing was changed", title=f"{self.name}: {verb} cancelled", timeout=4)
+        return bool(ok)
+
+    def _proceed(self) -> bool:
+        """Every node's file is written: False when ctrl+x was asked meanwhile (they are restored)."""
+        if self.stage:
+            self.stage = "position"
+            self._written = True
+        return not self._cancel_asked
 
     def _history(self) -> HistoryConfig | None:
         return getattr(getattr(self.pane.app, "config", None), "history", None)
 
-    def _show_outcome(self, headline: str, outcome: ApplyOutcome, verb: str) -> None:
+    def _show_outcome(self, headline: str, outcome: ApplyOutcome, verb: str, lines: list[str] | None = None) -> None:
+        """The banner and the toast of a change's end (``lines``: the banner's, else the outcome's)."""
         if outcome.code == 0:
             severity: Severity = "ok"
         elif outcome.status == "timeout" or outcome.rolled_back:
@@ -362,7 +436,7 @@ class ChangeController:
             why = [m for m in outcome.messages if m.startswith(("the new boot failed", "hint:", "edit not in effect",
                                                                  "rolled back", "refused", "timed out"))]
             detail += why or outcome.messages[-2:]
-        self.site.action_banner.finish(severity, headline, detail)
+        self.site.action_banner.finish(severity, headline, detail if lines is None else lines)
         toast: SeverityLevel = "information" if severity == "ok" else (
             "warning" if severity == "warning" else "error")
         self.pane.notify("\n".join([headline, *outcome.reality]), title=f"{self.name}: {verb}", severity=toast,
@@ -384,8 +458,8 @@ class ChangeController:
 
     # ---- several nodes as one (kvtui.changes's steps, as ``kvtui apply NAME``) --------------------
 
-    async def _nodes_worker(self, verb: str, edits: list[Edit], gen: int, sides: list[NodeSide]) -> None:
-
+    async def _restart_nodes_worker(self, gen: int, sides: list[NodeSide]) -> None:
+        """``R`` on several nodes: every node restarted (node 0 first), the merged boot followed."""
         banner, name, clock = self.site.action_banner, self.name, self.site.clock
         said: list[str] = []
         res: ProbeResult | None = None
@@ -394,69 +468,18 @@ class ChangeController:
             said.append(line)
             banner.progress(line)
         try:
-            if verb != "restart":
-                banner.start(f"{verb} on {name} ({len(sides)} nodes)", "reading every node's flags…")
-                errors = await changes.plan_nodes(sides, edits, verb=verb, timeout=CHANGE_TIMEOUT_S, clock=clock,
-                                             graph_margin_gib=self.site.calculator.graph_margin_gib)
-                if errors:
-                    banner.stop()
-                    text = "\n".join(f"{n.name}: {exc}" for n, exc in errors)
-                    await self.pane.app.push_screen_wait(NoticeScreen(f"Cannot {verb} on {name}", text))
-                    return
-                refused = [n for n in sides if n.plan is not None and n.plan.refused]
-                if refused:
-                    for n in refused:
-                        assert n.plan is not None
-                        await service.execute(n.plan, n.backend, clock=clock)  # audits the refusal
-                    reasons = [f"{n.name}: {r.reason}" for n in refused if n.plan for r in n.plan.blocking]
-                    banner.finish("failed", f"{verb} on {name}: refused as a whole: nothing was written on any node",
-                                  reasons)
-                    return
-                if not any(n.plan is not None and n.plan.changed for n in sides):
-                    banner.stop()
-                    self.pane.notify("every node's file already says this; nothing to do", title=f"{name}: {verb}")
-                    return
-                banner.hide()
-                body = "\n".join(f"== node {i}: {n.name} ==\n{service.render_plan(n.plan)}"
-                                 for i, n in enumerate(sides) if n.plan is not None)
-                body += ("\nthen: restart every node (node 0 first, the others right after) and follow the merged "
-                         "boot until it is ready or failed")
-                title = f"{verb.capitalize()} on all {len(sides)} nodes of {name}"
-                if not await self.pane.app.push_screen_wait(ConfirmScreen(title, body, verb.capitalize())):
-                    self.pane.notify("nothing was changed", title=f"{name}: {verb} cancelled", timeout=4)
-                    return
-                banner.start(f"{verb} on {name} ({len(sides)} nodes)")
-                self.stage = "write"
-                wrote = await changes.write_nodes(sides, say, verb=verb, clock=clock)
-                if wrote.code is not None:
-                    self.last_code = wrote.code
-                    banner.finish("failed", f"{verb} on {name}: not done", wrote.messages)
-                    return
-                if self._cancel_asked:  # ctrl+x while the files were written: all of them restored
-                    restored = await changes.restore(wrote.written, clock, say)
-                    banner.finish("warning", f"{verb} on {name} cancelled: nothing was restarted",
-                                  restored or ["no node's file had to be written"])
-                    return
-                self._written = True
-                say(f"{name}: " + ("the backups are restored" if verb == "rollback" else "the new flags are written")
-                    + " and verified on every node")
-            else:
-                banner.start(f"restart of {name} ({len(sides)} nodes)")
+            banner.start(f"restart of {name} ({len(sides)} nodes)")
             self.stage = "position"
-            code, dep = await changes.restart_and_follow(sides, self.hang_s, CHANGE_TIMEOUT_S, clock, say, edits,
-                                                    stage=self._stage)
+            code, dep = await changes.restart_and_follow(sides, self.hang_s, CHANGE_TIMEOUT_S, clock, say,
+                                                         stage=self._stage)
             if code == 0 and dep is not None and getattr(self.pane.app, "probe_ready", False):  # node 0: 1 token
                 res = await changes.probe_head(dep, sides, say)
-            silent = code == 0 and res is not None and not res.ok
-            if silent:
-                code = EXIT_FAILED
-            for problem in await changes.record_nodes(sides, code, self._history()):  # each node's edit and outcome
+            code = EXIT_FAILED if code == 0 and res is not None and not res.ok else code
+            for problem in await changes.record_nodes(sides, code, self._history()):  # each node's outcome
                 say(f"note: the boot is not in the history: {problem}")
+            out = service.ApplyOutcome(code, changes.OUTCOME_OF_EXIT.get(code, "error"), probe=res)
             self.last_code = code
-            severity: Severity = "ok" if code == 0 else ("warning" if code == 5 else "failed")
-            head = (changes.NOT_ANSWERING if silent else
-                    {0: "ready on every node", 1: "the new boot failed", 5: "timed out"}.get(code, f"exit {code}"))
-            banner.finish(severity, f"{verb} on {name}: {head}", outcome_lines(said))
+            self._show_outcome(f"restart on {name}: {nodes_headline(out)}", out, "restart", outcome_lines(said))
         finally:
             await changes.close_followers(sides)
             self._end(gen)
@@ -531,9 +554,17 @@ class ChangeController:
                           detail)
         finally:
             self.tune_stop = None
-            if len(sides) > 1:
-                await changes.close_followers(sides)
             self._end(gen)
+
+
+def nodes_headline(out: ApplyOutcome) -> str:
+    """How a change of several nodes ended (``out``: node 0's outcome), after "apply on r1: "."""
+    if out.status in ("error", "refused"):
+        return "not done"
+    silent = out.probe is not None and not out.probe.ok
+    head = changes.NOT_ANSWERING if silent else {0: "ready on every node", 1: "the new boot failed",
+                                                 5: "timed out"}.get(out.code, f"exit {out.code}")
+    return head + ("; every node rolled back to the previous flags" if out.rolled_back else "")
 
 
 OUTCOME_WORDS = ("ready on all", "failed", "hang:", "edit not in effect", "argument dump", "timed out", "refused",
