@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, cast
 from rich.text import Text
 from textual.widgets import Static
 
+from kvtui.boot import BootStatus
 from kvtui.boot.deployment import node_state
 from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode, probe_nodes
 from kvtui.ui.changes.controller import ChangeController, ChangeNode
@@ -188,6 +189,19 @@ class DeploymentGroup:
                 self.changes.start_restart()
 
         self.panes[0].app.push_screen(ConfirmScreen(f"Restart {self.name}", body), done)
+
+    def up_through(self, pane: HostPane) -> str | None:
+        """Node 0's label (``node 0 (r1-a)``) when the pane's boot is a node's other than node 0 in
+        a merged boot that is ready: such a node prints nothing after its CUDA graph capture (its
+        ranks serve through node 0), its own boot stays "starting" — its pane says "✔ up", not a
+        phase clock that never stops, nor a stall notice. Else None."""
+        dep = self.dm.dep if self.dm is not None else None
+        if dep is None or dep.boot.status is not BootStatus.READY or pane.boot is None:
+            return None
+        nb = next((b for b in dep.nodes if b.name == pane.host_name), None)
+        if nb is None or nb is dep.head or nb.boot is not pane.boot or pane.boot.status is not BootStatus.STARTING:
+            return None
+        return dep.head.label()
 
     def next_pane(self, pane: HostPane) -> HostPane:
         """``#``: the next node's pane (round the end)."""
