@@ -68,7 +68,7 @@ def _group(app: KvtuiApp) -> DeploymentGroup:
 
 
 def _strip(app: KvtuiApp, rank: int = 0) -> str:
-    return str(_node(app, rank).query_one(DeploymentStrip).render())
+    return _node(app, rank).query_one(DeploymentStrip).full.plain  # every line (what b shows)
 
 
 def _units(tmp_path: Path) -> list[str]:
@@ -596,3 +596,35 @@ async def test_node_1_serving_through_node_0_says_up_not_a_phase_clock_nor_a_sta
         await _until(pilot, lambda: len(ticks) >= 2)  # ... and the screen's ticks since the clock moved
         assert not b.query_one(StallNotice).display  # say nothing of it
         assert a.up_through() is None  # node 0's own boot is ready
+
+
+async def test_a_long_hang_diagnosis_at_80x24_says_how_many_lines_b_shows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 80×24 a hang with its causes wraps past the strip's six rows: the rows past the sixth were
+    cut without a word (the NCCL cause did not show, seen in tmux); the strip now ends with how many
+    lines are left and the key that shows them, ``b`` shows every line (and again, six rows)."""
+    app = _app(tmp_path, monkeypatch, stall=1, hang=0.5)
+    async with app.run_test(size=(80, 24)) as pilot:
+        a = _node(app, 0)
+        strip = a.query_one(DeploymentStrip)
+        group = _group(app)
+        await _until(pilot, lambda: "hang:" in _strip(app) and group.probes >= 1)
+        group.probed = {1: NodeObservation(unit_active=False, unit_state="inactive",
+                                           env={"NCCL_SOCKET_IFNAME": "eth1"}),
+                        0: NodeObservation(unit_active=True, unit_state="active", env={"NCCL_SOCKET_IFNAME": "eth0"})}
+        group._dirty = True
+        group.refresh()
+        assert "NCCL_SOCKET_IFNAME differs" in _strip(app)
+        await _until(pilot, lambda: "more line" in str(strip.render()) and strip.region.height == 6)
+        shown = str(strip.render()).splitlines()
+        assert len(shown) == 6
+        assert shown[0].startswith("r1 · deployment of 2 nodes · starting")
+        assert shown[-1].startswith("… ")
+        assert shown[-1].endswith(" more lines  b: details")
+        assert "NCCL_SOCKET_IFNAME" not in str(strip.render())
+        assert a.log_view.region.height >= 4  # the log keeps its rows
+        await pilot.press("b")
+        await _until(pilot, lambda: "NCCL_SOCKET_IFNAME" in str(strip.render()) and strip.region.height > 6)
+        assert "more line" not in str(strip.render())
+        await pilot.press("b")
+        await _until(pilot, lambda: "b: details" in str(strip.render()) and strip.region.height == 6)

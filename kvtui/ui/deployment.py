@@ -31,6 +31,7 @@ from kvtui.boot.deployment import node_state
 from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode, probe_nodes
 from kvtui.ui.changes.controller import ChangeController, ChangeNode
 from kvtui.ui.screens import ConfirmScreen
+from kvtui.ui.widgets.banner import expand_key
 from kvtui.updates import BootState, ConnUpdate, LogBatch, MonitorUpdate
 
 if TYPE_CHECKING:
@@ -44,12 +45,64 @@ REFRESH_S = 0.25  # how soon after a node's log or boot changed the strips are d
 PROBE_EVERY_S = 15.0  # how often each node's unit/pod state and environment are asked for
 
 
-class DeploymentStrip(Static):
-    """A deployment's state on one of its node panes (see the module docstring)."""
+STRIP_ROWS = 6  # the strip's rows unless expanded (``b``): its CSS max-height
 
+
+class DeploymentStrip(Static):
+    """A deployment's state on one of its node panes (see the module docstring). Its text is
+    ``full``; it takes at most ``STRIP_ROWS`` rows at the terminal's width — a longer text (a
+    hang with its causes, wrapped at 80 columns) shows its first rows and "… N more lines
+    b: details" (the rows past the sixth were cut without a word: the NCCL cause of a hang at
+    80×24); ``b`` (the banners in full) shows it all, up to ``EXPANDED_ROWS``."""
+
+    EXPANDED_ROWS = 16
     DEFAULT_CSS = """
     DeploymentStrip { height: auto; max-height: 6; padding: 0 1; background: $boost; }
+    DeploymentStrip.-expanded { max-height: 16; }
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.full = Text()  # every line (what ``b`` shows)
+        self.expanded = False
+        self._shown_for: tuple[Text, int, bool] | None = None  # what was drawn: the text, width, expanded
+
+    def show(self, text: Text) -> None:
+        """The deployment's state (redrawn only when it, the width or ``expanded`` changed)."""
+        self.full = text
+        self._draw()
+
+    def set_expanded(self, expanded: bool) -> None:
+        self.expanded = expanded
+        self.set_class(expanded, "-expanded")
+        self._draw()
+
+    def on_resize(self) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
+        width = self.content_region.width if self.is_mounted else 0
+        key = (self.full, width, self.expanded)
+        if key == self._shown_for:
+            return
+        self._shown_for = key
+        self.update(self.shown_text(width))
+
+    def shown_text(self, width: int) -> Text:
+        """``full`` as it fits ``width`` columns (every row when expanded)."""
+        rows = self.EXPANDED_ROWS if self.expanded else STRIP_ROWS
+        if width <= 0 or not self.is_attached:
+            return self.full
+        lines = self.full.wrap(self.app.console, width)
+        if len(lines) <= rows:
+            return self.full
+        kept = list(lines)[:rows - 1]
+        more = len(lines) - len(kept)
+        out = Text("\n").join(kept)
+        out.append(f"\n… {more} more line{'s' if more > 1 else ''}", style="dim")
+        if not self.expanded:
+            out.append(f"  {expand_key(self)}: details", style="dim")
+        return out
 
 
 def notes(dm: DeploymentMonitor, probed: dict[int, NodeObservation] | None, now: datetime) -> Text:
@@ -269,7 +322,7 @@ class DeploymentGroup:
             if body.plain:
                 t.append("\n")
                 t.append_text(body)
-            strip.update(t)
+            strip.show(t)
         self._calibrate()
 
     def texts(self, now: datetime) -> tuple[Text, Text]:
@@ -321,4 +374,4 @@ class DeploymentGroup:
             pane.calculator.set_boot(self.merged_boot, [self.merged_boot])
 
 
-__all__ = ["PROBE_EVERY_S", "REFRESH_S", "DeploymentGroup", "DeploymentStrip", "GroupSite", "notes"]
+__all__ = ["PROBE_EVERY_S", "REFRESH_S", "STRIP_ROWS", "DeploymentGroup", "DeploymentStrip", "GroupSite", "notes"]

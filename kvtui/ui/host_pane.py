@@ -364,6 +364,8 @@ class HostPane(Vertical):
         """``b``: the banners in full, or one line each."""
         for banner in self.query(Banner):
             banner.set_expanded(expanded)
+        if (strip := self.deployment_strip) is not None:
+            strip.set_expanded(expanded)  # a deployment's: every row of its notes
 
     # ---- on screen or not -----------------------------------------------------------------------
 
