@@ -68,7 +68,7 @@ def _group(app: KvtuiApp) -> DeploymentGroup:
 
 
 def _strip(app: KvtuiApp, rank: int = 0) -> str:
-    return str(_node(app, rank).query_one(DeploymentStrip).render())
+    return _node(app, rank).query_one(DeploymentStrip).full.plain  # every line (what b shows)
 
 
 def _units(tmp_path: Path) -> list[str]:
@@ -562,3 +562,69 @@ def test_snapshot_two_node_demo_deployment(snap_compare: SnapCompare, tmp_path: 
         await pilot.pause(0.1)
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+async def test_node_1_serving_through_node_0_says_up_not_a_phase_clock_nor_a_stall(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node 1 prints nothing after its CUDA graph capture (its ranks serve through node 0): once the
+    deployment is ready its tab, header and boot panel say "up" — they said "▶ graph capture 2m 19s"
+    for ever, and after ``stall_seconds`` its console said "possibly hung in graph capture" while
+    the deployment served (seen in tmux at 120×36)."""
+    from kvtui.ui.widgets.host import FleetSummary, HostBar
+
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock, extra="[ui]\nstall_seconds = 60\n")
+    clock.advance(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        a, b = _node(app, 0), _node(app, 1)
+        await _until(pilot, lambda: _ready(app) and "up (" in _strip(app))
+        fleet = app.main_screen.query_one(FleetSummary)
+        await _until(pilot, lambda: "r1-b ✔ up" in fleet.one_line(200).plain)
+        assert "r1-a ✔ ready" in fleet.one_line(200).plain
+        assert b.boot is not None
+        assert b.boot.status is BootStatus.STARTING  # its own boot never says ready
+        clock.advance(300.0)  # past the stall threshold: no line from node 1 since its capture
+        await pilot.press("number_sign")
+        await _until(pilot, lambda: app.main_screen.active_pane is b)
+        await _until(pilot, lambda: b.query_one(HostBar).right().plain.endswith("✔ up"))
+        await _until(pilot, lambda: b.query_one("#boot-panel").border_subtitle
+                     == "up · its ranks serve through node 0 (r1-a)")
+        assert b.stall.stall(b.boot, clock()) is not None  # its detector sees no progress ...
+        ticks: list[float] = []
+        real = b.tick_row
+        monkeypatch.setattr(b, "tick_row", lambda: (ticks.append(clock()), real())[1])
+        await _until(pilot, lambda: len(ticks) >= 2)  # ... and the screen's ticks since the clock moved
+        assert not b.query_one(StallNotice).display  # say nothing of it
+        assert a.up_through() is None  # node 0's own boot is ready
+
+
+async def test_a_long_hang_diagnosis_at_80x24_says_how_many_lines_b_shows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 80×24 a hang with its causes wraps past the strip's six rows: the rows past the sixth were
+    cut without a word (the NCCL cause did not show, seen in tmux); the strip now ends with how many
+    lines are left and the key that shows them, ``b`` shows every line (and again, six rows)."""
+    app = _app(tmp_path, monkeypatch, stall=1, hang=0.5)
+    async with app.run_test(size=(80, 24)) as pilot:
+        a = _node(app, 0)
+        strip = a.query_one(DeploymentStrip)
+        group = _group(app)
+        await _until(pilot, lambda: "hang:" in _strip(app) and group.probes >= 1)
+        group.probed = {1: NodeObservation(unit_active=False, unit_state="inactive",
+                                           env={"NCCL_SOCKET_IFNAME": "eth1"}),
+                        0: NodeObservation(unit_active=True, unit_state="active", env={"NCCL_SOCKET_IFNAME": "eth0"})}
+        group._dirty = True
+        group.refresh()
+        assert "NCCL_SOCKET_IFNAME differs" in _strip(app)
+        await _until(pilot, lambda: "more line" in str(strip.render()) and strip.region.height == 6)
+        shown = str(strip.render()).splitlines()
+        assert len(shown) == 6
+        assert shown[0].startswith("r1 · deployment of 2 nodes · starting")
+        assert shown[-1].startswith("… ")
+        assert shown[-1].endswith(" more lines  b: details")
+        assert "NCCL_SOCKET_IFNAME" not in str(strip.render())
+        assert a.log_view.region.height >= 4  # the log keeps its rows
+        await pilot.press("b")
+        await _until(pilot, lambda: "NCCL_SOCKET_IFNAME" in str(strip.render()) and strip.region.height > 6)
+        assert "more line" not in str(strip.render())
+        await pilot.press("b")
+        await _until(pilot, lambda: "b: details" in str(strip.render()) and strip.region.height == 6)

@@ -26,10 +26,12 @@ from typing import TYPE_CHECKING, cast
 from rich.text import Text
 from textual.widgets import Static
 
+from kvtui.boot import BootStatus
 from kvtui.boot.deployment import node_state
 from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode, probe_nodes
 from kvtui.ui.changes.controller import ChangeController, ChangeNode
 from kvtui.ui.screens import ConfirmScreen
+from kvtui.ui.widgets.banner import expand_key
 from kvtui.updates import BootState, ConnUpdate, LogBatch, MonitorUpdate
 
 if TYPE_CHECKING:
@@ -43,12 +45,64 @@ REFRESH_S = 0.25  # how soon after a node's log or boot changed the strips are d
 PROBE_EVERY_S = 15.0  # how often each node's unit/pod state and environment are asked for
 
 
-class DeploymentStrip(Static):
-    """A deployment's state on one of its node panes (see the module docstring)."""
+STRIP_ROWS = 6  # the strip's rows unless expanded (``b``): its CSS max-height
 
+
+class DeploymentStrip(Static):
+    """A deployment's state on one of its node panes (see the module docstring). Its text is
+    ``full``; it takes at most ``STRIP_ROWS`` rows at the terminal's width — a longer text (a
+    hang with its causes, wrapped at 80 columns) shows its first rows and "… N more lines
+    b: details" (the rows past the sixth were cut without a word: the NCCL cause of a hang at
+    80×24); ``b`` (the banners in full) shows it all, up to ``EXPANDED_ROWS``."""
+
+    EXPANDED_ROWS = 16
     DEFAULT_CSS = """
     DeploymentStrip { height: auto; max-height: 6; padding: 0 1; background: $boost; }
+    DeploymentStrip.-expanded { max-height: 16; }
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.full = Text()  # every line (what ``b`` shows)
+        self.expanded = False
+        self._shown_for: tuple[Text, int, bool] | None = None  # what was drawn: the text, width, expanded
+
+    def show(self, text: Text) -> None:
+        """The deployment's state (redrawn only when it, the width or ``expanded`` changed)."""
+        self.full = text
+        self._draw()
+
+    def set_expanded(self, expanded: bool) -> None:
+        self.expanded = expanded
+        self.set_class(expanded, "-expanded")
+        self._draw()
+
+    def on_resize(self) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
+        width = self.content_region.width if self.is_mounted else 0
+        key = (self.full, width, self.expanded)
+        if key == self._shown_for:
+            return
+        self._shown_for = key
+        self.update(self.shown_text(width))
+
+    def shown_text(self, width: int) -> Text:
+        """``full`` as it fits ``width`` columns (every row when expanded)."""
+        rows = self.EXPANDED_ROWS if self.expanded else STRIP_ROWS
+        if width <= 0 or not self.is_attached:
+            return self.full
+        lines = self.full.wrap(self.app.console, width)
+        if len(lines) <= rows:
+            return self.full
+        kept = list(lines)[:rows - 1]
+        more = len(lines) - len(kept)
+        out = Text("\n").join(kept)
+        out.append(f"\n… {more} more line{'s' if more > 1 else ''}", style="dim")
+        if not self.expanded:
+            out.append(f"  {expand_key(self)}: details", style="dim")
+        return out
 
 
 def notes(dm: DeploymentMonitor, probed: dict[int, NodeObservation] | None, now: datetime) -> Text:
@@ -189,6 +243,19 @@ class DeploymentGroup:
 
         self.panes[0].app.push_screen(ConfirmScreen(f"Restart {self.name}", body), done)
 
+    def up_through(self, pane: HostPane) -> str | None:
+        """Node 0's label (``node 0 (r1-a)``) when the pane's boot is a node's other than node 0 in
+        a merged boot that is ready: such a node prints nothing after its CUDA graph capture (its
+        ranks serve through node 0), its own boot stays "starting" — its pane says "✔ up", not a
+        phase clock that never stops, nor a stall notice. Else None."""
+        dep = self.dm.dep if self.dm is not None else None
+        if dep is None or dep.boot.status is not BootStatus.READY or pane.boot is None:
+            return None
+        nb = next((b for b in dep.nodes if b.name == pane.host_name), None)
+        if nb is None or nb is dep.head or nb.boot is not pane.boot or pane.boot.status is not BootStatus.STARTING:
+            return None
+        return dep.head.label()
+
     def next_pane(self, pane: HostPane) -> HostPane:
         """``#``: the next node's pane (round the end)."""
         return self.panes[(self.panes.index(pane) + 1) % len(self.panes)]
@@ -255,7 +322,7 @@ class DeploymentGroup:
             if body.plain:
                 t.append("\n")
                 t.append_text(body)
-            strip.update(t)
+            strip.show(t)
         self._calibrate()
 
     def texts(self, now: datetime) -> tuple[Text, Text]:
@@ -307,4 +374,4 @@ class DeploymentGroup:
             pane.calculator.set_boot(self.merged_boot, [self.merged_boot])
 
 
-__all__ = ["PROBE_EVERY_S", "REFRESH_S", "DeploymentGroup", "DeploymentStrip", "GroupSite", "notes"]
+__all__ = ["PROBE_EVERY_S", "REFRESH_S", "STRIP_ROWS", "DeploymentGroup", "DeploymentStrip", "GroupSite", "notes"]

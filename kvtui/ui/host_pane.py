@@ -364,6 +364,8 @@ class HostPane(Vertical):
         """``b``: the banners in full, or one line each."""
         for banner in self.query(Banner):
             banner.set_expanded(expanded)
+        if (strip := self.deployment_strip) is not None:
+            strip.set_expanded(expanded)  # a deployment's: every row of its notes
 
     # ---- on screen or not -----------------------------------------------------------------------
 
@@ -700,7 +702,8 @@ class HostPane(Vertical):
         if boot is not None and boot.version_hint is None:  # a boot that has not told it yet: the last one's
             known = next((b.version_hint for b in reversed(self.boots)
                           if b is not boot and b.engine is boot.engine and b.version_hint), None)
-        self._one(HostBar).show(status, boot, elapsed, number, known)
+        up = self.up_through()
+        self._one(HostBar).show(status, boot, elapsed, number, known, up=up is not None)
         self._one(ConnBanner).show(status)
         if boot is not None:
             start = boot.started_at or (boot.phases[0].start if boot.phases else None)
@@ -720,13 +723,15 @@ class HostPane(Vertical):
             slow = slow_reason(eta, self.stall.stall(boot, now))  # past 3× the median, or no progress
             if slow is not None:
                 subtitle += f" · {slow}"
+            if up is not None:  # a deployment's node: its own boot never says ready
+                subtitle = f"up · its ranks serve through {up}"
             panel = self._boot_panel
             if panel is None:
                 panel = self._boot_panel = self.query_one("#boot-panel")
             if self.offline is None and panel.border_subtitle != subtitle:
                 panel.border_subtitle = subtitle
         self._show_connection(status)
-        stall = self.stall.stall(boot, now)
+        stall = self.stall.stall(boot, now) if up is None else None
         self._one(StallNotice).show(boot.phase if boot else None, stall.seconds if stall else None, stall)
         row = self.summary_row(elapsed)
         if post:
@@ -808,12 +813,18 @@ class HostPane(Vertical):
         return (
             None if status is None else (status.state, status.detail, status.fingerprint, status.strict_host_key),
             self.boot_index,
+            self.up_through(),
             None if boot is None else (boot.status, boot.phase, boot.failure.kind if boot.failure else None,
                                        boot.engine, boot.metrics.max_total_num_tokens),
         )
 
     def summary_row(self, elapsed: float | None = None) -> FleetRow:
-        return FleetRow(self.host_name, self.status, self.boot, elapsed, readonly=self.readonly)
+        return FleetRow(self.host_name, self.status, self.boot, elapsed, readonly=self.readonly,
+                        up=self.up_through() is not None)
+
+    def up_through(self) -> str | None:
+        """A deployment's node serving through node 0: node 0's label (``DeploymentGroup.up_through``)."""
+        return self.group.up_through(self) if self.group is not None else None
 
     def _post_summary(self, elapsed: float | None = None) -> None:
         self.post_message(self.Summary(self.summary_row(elapsed)))

@@ -64,10 +64,14 @@ def pod_text(kind: str, status: ConnStatus | None) -> Content | None:
     return Content.styled(text if len(text) <= 110 else text[:109] + "…", "$text-muted" if healthy else "$warning")
 
 
-def boot_state_text(boot: Boot | None, elapsed: float | None) -> Content:
-    """The boot in a few words: "▶ graph capture 2m 13s", "✔ ready", "✖ failed: OOM graph capture"."""
+def boot_state_text(boot: Boot | None, elapsed: float | None, *, up: bool = False) -> Content:
+    """The boot in a few words: "▶ graph capture 2m 13s", "✔ ready", "✖ failed: OOM graph capture";
+    ``up``: a deployment's node other than node 0 whose boot still starts (it prints nothing after
+    its capture) while the deployment is ready through node 0 — "✔ up"."""
     if boot is None:
         return Content.styled("no boot yet", "$text-muted")
+    if up and boot.status is BootStatus.STARTING:
+        return Content.styled("✔ up", "$phase-ready bold")
     if boot.status is BootStatus.READY:
         if boot.start_missing is not None:  # up since before the log kvtui could read
             return Content.styled("✔ serving", "$phase-ready bold")
@@ -148,17 +152,18 @@ class HostBar(Widget):
         self.elapsed: float | None = None
         self.boot_label: str | None = None  # "boot #13" (the history's number) or "boot 2 of this log"
         self.version: str | None = None
+        self.up = False  # a deployment's node serving through node 0 (``boot_state_text``)
         self._shown: tuple[str, str] | None = None
 
     def show(
         self, status: ConnStatus | None, boot: Boot | None, elapsed: float | None, boot_label: str | None,
-        version: str | None = None,
+        version: str | None = None, *, up: bool = False,
     ) -> None:
         """``boot_label``: the boot's name (``kvtui.history.ident``: ``boot #13``, else ``boot 2 of
         this log``). ``version``: the engine's version to show when ``boot`` has not told its own
         yet (the host's previous boot's: a boot that has printed less is not another version)."""
         self.status, self.boot, self.elapsed, self.boot_label = status, boot, elapsed, boot_label
-        self.version = version
+        self.version, self.up = version, up
         shown = (self.left().markup, self.right().markup)
         if shown != self._shown:  # the bar is told the state every second: repaint only a change
             self._shown = shown
@@ -194,7 +199,7 @@ class HostBar(Widget):
 
     def right(self) -> Content:
         number = f"{self.boot_label}  " if self.boot_label else ""
-        return Content.assemble((number, "$text-muted"), boot_state_text(self.boot, self.elapsed))
+        return Content.assemble((number, "$text-muted"), boot_state_text(self.boot, self.elapsed, up=self.up))
 
     def render(self) -> Content:
         return self.line(self.size.width or 120)
@@ -252,6 +257,7 @@ class FleetRow:
     boot: Boot | None
     elapsed: float | None
     readonly: bool = False
+    up: bool = False  # a deployment's node serving through node 0 (``boot_state_text``)
 
 
 class FleetSummary(Widget):
@@ -315,7 +321,7 @@ class FleetSummary(Widget):
             active = row.name == self.active
             state = (conn_text(row.status, with_detail=False)
                      if row.status is not None and row.status.state is not ConnState.CONNECTED
-                     else boot_state_text(row.boot, row.elapsed))
+                     else boot_state_text(row.boot, row.elapsed, up=row.up))
             parts.append(Content.assemble(
                 ("▸ " if active else "", "$accent bold"),
                 (row.name, "$accent bold" if active else "$foreground bold"), " ", state,
@@ -377,9 +383,9 @@ class FleetSummary(Widget):
             elif boot is not None and boot.status is BootStatus.FAILED:
                 counts["failed"] += 1
                 first_failed = first_failed or name
-            elif boot is not None and boot.status is BootStatus.STARTING:
+            elif boot is not None and boot.status is BootStatus.STARTING and not row.up:
                 counts["booting"] += 1
-            elif boot is not None and boot.status is BootStatus.READY:
+            elif boot is not None and (boot.status is BootStatus.READY or row.up):
                 counts["ready"] += 1
             else:
                 counts["idle"] += 1
@@ -464,7 +470,7 @@ class FleetSummary(Widget):
             (f"{row.name:<{self._width}}", "$accent bold" if active else "$foreground bold"),
             "  ",
             _pad(conn_text(row.status), 18),
-            _pad(boot_state_text(boot, row.elapsed), 28),
+            _pad(boot_state_text(boot, row.elapsed, up=row.up), 28),
             ("tokens ", "$text-muted"),
             (f"{tokens:>10}", "$foreground"),
             ("   KV ", "$text-muted"),
