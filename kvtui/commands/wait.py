@@ -72,10 +72,10 @@ from kvtui.history.eta import past_boots
 from kvtui.history.recorder import recordable
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
 from kvtui.hosts.factory import make_backend
-from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, can_probe, mark_not_serving, probe, served_model
+from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, mark_not_serving, not_probed_reason, probe, served_model
 from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode, NodeStalls, probe_nodes
-from kvtui.serving_live import DeploymentServingReader, first_reading
+from kvtui.serving_live import DeploymentServingReader, boot_port_of, first_reading
 from kvtui.spool import SpoolError
 from kvtui.updates import BootState, ConnUpdate, LogBatch, MonitorUpdate
 
@@ -630,25 +630,21 @@ async def wait_for_boot(
 async def _probe_ready(outcome: Outcome, waiter: Waiter, args: argparse.Namespace, stderr: TextIO,
                        left: float) -> Outcome:
     """Prove "ready" with a real request (``kvtui.hosts.probe``) to node 0's server, the one serving
-    HTTP (a host: its own), with node 0's host's settings: on by default when the boot's arguments
-    name its port (``--no-probe`` or ``probe = false`` turn it off); a start whose server does not
-    answer a 1-token request within the time left is failed, kind ``not_serving`` (several nodes:
-    on node 0, as ``execute_nodes`` does)."""
+    HTTP, with node 0's host's settings (as ``execute_nodes``): on by default when the boot's
+    arguments name its port (``--no-probe`` or ``probe = false`` turn it off); a start whose server
+    does not answer a 1-token request within the time left is failed on node 0, kind ``not_serving``."""
     boot, dep = outcome.boot, outcome.dep
     assert boot is not None
     node = next((n for n in waiter.dm.nodes if dep is not None and n.name == dep.head.name), waiter.dm.nodes[0])
-    host = node.host
-    wanted = getattr(args, "probe", None)
-    if wanted is False or (wanted is None and not getattr(host, "probe", True)):
-        return outcome
-    port = boot_port(boot.flags)
-    if port is None:
-        if wanted:
+    host, wanted = node.host, getattr(args, "probe", None)
+    why = not_probed_reason(node.monitor.backend, boot.flags,
+                            enabled=wanted if wanted is not None else getattr(host, "probe", True))
+    port = boot_port_of(boot)
+    if why is not None or port is None:
+        if port is None and wanted:
             print(f"kvtui wait: {args.host}: --probe: the boot's arguments name no port; not probed", file=stderr)
-        return outcome
-    if not can_probe(node.monitor.backend):
-        print(f"kvtui wait: {args.host}: this kind of host cannot reach the server's port yet; "
-              "ready on the log's word (not probed)", file=stderr)
+        elif why is not None and why.startswith("this kind of host"):
+            print(f"kvtui wait: {args.host}: {why}", file=stderr)
         return outcome
     model = getattr(host, "probe_model", None) or served_model(boot.flags)
     who = f"node 0's server ({node.name})" if waiter.several else "the server"
@@ -661,12 +657,10 @@ async def _probe_ready(outcome: Outcome, waiter: Waiter, args: argparse.Namespac
         print(f"kvtui wait: {args.host}: ✔ {res.headline()}", file=stderr, flush=True)
         return replace(outcome, snapshot=snap)
     mark_not_serving(boot, res)
-    if waiter.several and dep is not None:  # the merged boot failed on node 0: its own boot too
-        if dep.head.boot is not None:
-            mark_not_serving(dep.head.boot, res)
+    if waiter.several and dep is not None and dep.head.boot is not None:  # failed on node 0: its boot too
+        mark_not_serving(dep.head.boot, res)
         dep.failed_node = dep.head.node_rank
-    failed = start_json(outcome)
-    failed["probe"] = res.to_json()
+    failed = {**start_json(outcome), "probe": res.to_json()}
     return replace(outcome, code=EXIT_FAILED, snapshot=failed, message=waiter.failed_text(dep))
 
 
