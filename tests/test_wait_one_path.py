@@ -135,7 +135,8 @@ def test_a_host_and_a_one_node_deployment_give_the_same_serving_json(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], metrics: bool) -> None:
     """One reader for ``wait --serving`` at every N (``DeploymentServingReader``; one node: its
     ``ServingReader``): a host and a one-node deployment give the same sample apart from names,
-    from /metrics and from the log's serving lines."""
+    from /metrics and from the log's serving lines; two nodes' is the same object with its
+    ``deployment``, after the same probe."""
     monkeypatch.setattr(DemoBackend, "serve_metrics", metrics)
     path = tmp_path / "hosts.toml"
     path.write_text(HOSTS)
@@ -158,3 +159,11 @@ def test_a_host_and_a_one_node_deployment_give_the_same_serving_json(
     for name, err in zip(("solo", "dep1"), errs, strict=True):
         assert f"kvtui wait: {name}: reading a first serving sample" in err
         assert f"kvtui wait: {name}: serving: " in err
+    if metrics:  # several nodes: proved by node 0's probe, then the same sample, with its deployment and node
+        path.write_text(_hosts(speed=500))
+        assert main(["--hosts", str(path), "wait", "r1", "--serving", "--json", "--timeout", "120"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["probe"]["ok"]  # (main: a deployment's ready was the log's word)
+        two = doc["serving"]
+        assert (two.pop("deployment"), two["host"]) == ("r1", "r1-a")
+        assert _keys(two) == _keys(host)
