@@ -201,10 +201,11 @@ def boot_port_of(boot: Boot) -> int | None:
 
 
 async def first_reading(
-    reader: ServingReader, boot: Boot, *, timeout: float, every: float = 1.0
+    reader: DeploymentServingReader, boot: Boot, *, timeout: float, every: float = 1.0
 ) -> Reading | None:
-    """``kvtui wait --serving``: the first sample of a ready boot (``/metrics``, else the log), read
-    every ``every`` seconds until ``timeout``; None when none came."""
+    """``kvtui wait --serving`` (a host: a deployment of one node): the first sample of a ready
+    start (node 0's ``/metrics`` on ``boot``'s port, else a node's log), read every ``every``
+    seconds until ``timeout``; None when none came."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
@@ -218,13 +219,14 @@ async def first_reading(
 
 
 class DeploymentServingReader:
-    """Serving samples of a ``[deployments.NAME]`` (``kvtui watch NAME``, ``kvtui wait NAME
-    --serving``): the ``/metrics`` of the node that serves HTTP (the head, node rank 0: vLLM and
-    SGLang multi-node serve and export metrics there), else the log's serving lines of the nodes —
-    the head's when it prints them, else the first node whose log does (SGLang's ``Decode batch``
-    lines come from the scheduler of attention-TP rank 0). Samples of one node's log only: two
-    nodes' counters do not add up into one window. One ``ServingReader`` per node, attached to its
-    monitor before the deployment monitor runs."""
+    """Serving samples of a ``[deployments.NAME]`` (``kvtui watch NAME``) and of every ``kvtui wait
+    --serving`` (a host is a deployment of one node: its samples are its ``ServingReader``'s): the
+    ``/metrics`` of the node that serves HTTP (the head, node rank 0: vLLM and SGLang multi-node
+    serve and export metrics there), else the log's serving lines of the nodes — the head's when it
+    prints them, else the first node whose log does (SGLang's ``Decode batch`` lines come from the
+    scheduler of attention-TP rank 0). Samples of one node's log only: two nodes' counters do not
+    add up into one window. One ``ServingReader`` per node, attached to its monitor before the
+    deployment monitor runs."""
 
     def __init__(self, dm: DeploymentMonitor, clock: Callable[[], float] = time.time) -> None:
         self.dm = dm
@@ -253,17 +255,23 @@ class DeploymentServingReader:
             self.source = source
 
     async def read_current(self, *, timeout: float = 10.0) -> ServingSample | None:
-        """The next sample (added to ``window``): the head's ``/metrics``, else one node's new log
-        samples; None when neither has anything new."""
-        name, boot = self.head()
+        """``read`` for the head's boot's port (``kvtui watch NAME``)."""
+        boot = self.head()[1]
+        return await self.read(boot_port_of(boot) if boot is not None else None, timeout=timeout)
+
+    async def read(self, port: int | None, *, timeout: float = 10.0) -> ServingSample | None:
+        """The next sample (added to ``window``): the head's ``/metrics`` on ``port``, else one
+        node's new log samples (``metrics_error`` says why); None when neither has anything new.
+        One node: what its ``ServingReader.read`` gives."""
+        name = self.head()[0]
         head = self.readers[name]
-        sample = await head.scrape(boot_port_of(boot) if boot is not None else None, timeout=timeout)
+        sample = await head.scrape(port, timeout=timeout)
+        self.metrics_error = head.metrics_error
         if sample is not None:
             self._use("metrics")
             self.node = name
             self.window.add(sample)
             return sample
-        self.metrics_error = head.metrics_error
         order = [self._log_node] if self._log_node is not None else [name, *(n for n in self.readers if n != name)]
         for node in order:
             new = self.readers[node].take_log()

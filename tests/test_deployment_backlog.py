@@ -116,7 +116,7 @@ async def _node1_stopped(dm: DeploymentMonitor, limit: float = 30.0) -> None:
     raise AssertionError(f"node 1's stop not read within {limit:g} s")
 
 
-async def _ready(result: Outcome, tasks: list[asyncio.Task[None]]) -> Outcome:
+async def _ready(result: Outcome) -> Outcome:
     return result
 
 

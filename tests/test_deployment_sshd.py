@@ -75,7 +75,8 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeNode, 
 
 def _hosts(tmp_path: Path, a: FakeNode, b: FakeNode, hang_seconds: float = 180) -> Path:
     path = tmp_path / "hosts.toml"
-    path.write_text(a.host_table("h20-a") + b.host_table("h20-b")
+    # a journal, no server behind node 0: not probed (the probe of node 0: test_wait_one_path.py)
+    path.write_text(a.host_table("h20-a").replace("\n\n", "\nprobe = false\n\n") + b.host_table("h20-b")
                     + f'[deployments.r1]\nnodes = ["h20-a", "h20-b"]\nhang_seconds = {hang_seconds}\n')
     return path
 

@@ -17,6 +17,7 @@ from test_demo_2node import _hosts
 from kvtui.cli import main
 from kvtui.monitor import HostMonitor
 from kvtui.monitor.deployment import DeploymentMonitor
+from kvtui.sim.backend import DemoBackend
 
 
 def test_a_host_and_a_deployment_wait_through_the_same_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -96,3 +97,73 @@ def test_a_host_and_a_one_node_deployment_give_the_same_json(tmp_path: Path,
     assert one.pop("probe")["ok"]  # ready proved by the probe on both
     assert host.pop("probe")["ok"]
     assert _volatile(one) == _volatile(host)
+
+
+def test_a_deployment_whose_node_0_does_not_serve_fails_as_a_host_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One ready proof for every N: once the merged boot is ready, node 0's server (the one serving
+    HTTP; the probe settings of node 0's host) is asked for one token. Here it does not serve the
+    model asked for (404): the wait ends as a host's does, exit 1, kind ``not_serving``, on node 0
+    (main took the log's word for a deployment: exit 0, no probe)."""
+    path = tmp_path / "hosts.toml"
+    path.write_text(_hosts(speed=500).replace("[hosts.r1-a]\n", '[hosts.r1-a]\nprobe_model = "no-such-model"\n', 1))
+    code = main(["--hosts", str(path), "wait", "r1", "--json", "--timeout", "120"])
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    assert "kvtui wait: r1: the log says ready; asking node 0's server (r1-a) on port " in err
+    assert "kvtui wait: r1: failed on node 0 (r1-a) in ready: not_serving: " in err
+    assert "ready on all 2 nodes" not in err
+    doc = json.loads(out)
+    assert doc["status"] == "failed"
+    assert doc["failure"]["kind"] == "not_serving"
+    assert doc["failed_node"] == 0
+    assert doc["nodes"][0]["status"] == "failed"
+    assert doc["probe"]["ok"] is False
+    # the same 404 on a host: the same exit code
+    path.write_text(HOSTS.replace("[hosts.solo]\n", '[hosts.solo]\nprobe_model = "no-such-model"\n', 1))
+    assert main(["--hosts", str(path), "wait", "solo", "--timeout", "60"]) == code
+    capsys.readouterr()
+
+
+def _keys(doc: Any) -> Any:
+    """``doc``'s keys, nested (the load moves the figures, and whether some are known yet)."""
+    return {k: _keys(v) for k, v in doc.items()} if isinstance(doc, dict) else None
+
+
+@pytest.mark.parametrize("metrics", [True, False])
+def test_a_host_and_a_one_node_deployment_give_the_same_serving_json(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], metrics: bool) -> None:
+    """One reader for ``wait --serving`` at every N (``DeploymentServingReader``; one node: its
+    ``ServingReader``): a host and a one-node deployment give the same sample apart from names,
+    from /metrics and from the log's serving lines; two nodes' is the same object with its
+    ``deployment``, after the same probe."""
+    monkeypatch.setattr(DemoBackend, "serve_metrics", metrics)
+    path = tmp_path / "hosts.toml"
+    path.write_text(HOSTS)
+    docs, errs = [], []
+    for name in ("solo", "dep1"):
+        assert main(["--hosts", str(path), "wait", name, "--serving", "--json", "--timeout", "60"]) == 0
+        out, err = capsys.readouterr()
+        docs.append(json.loads(out)["serving"])
+        errs.append(err)
+    host, one = docs
+    assert "deployment" not in one
+    assert host["source"] == one["source"] == ("metrics" if metrics else "log")
+    assert host["host"] == "solo"
+    assert one["host"] == "dep1"  # the name the wait was given, as a host's
+    assert _keys(one) == _keys(host)
+    stable = ("source", "engine", "dialect", "pool_tokens", "metrics_error", "samples")
+    assert ({k: str(one[k]).replace(" on one ", " on NODE ") for k in stable}
+            == {k: str(host[k]).replace(" on solo ", " on NODE ") for k in stable})
+    assert one["diagnosis"]["limit"] == host["diagnosis"]["limit"]
+    for name, err in zip(("solo", "dep1"), errs, strict=True):
+        assert f"kvtui wait: {name}: reading a first serving sample" in err
+        assert f"kvtui wait: {name}: serving: " in err
+    if metrics:  # several nodes: proved by node 0's probe, then the same sample, with its deployment and node
+        path.write_text(_hosts(speed=500))
+        assert main(["--hosts", str(path), "wait", "r1", "--serving", "--json", "--timeout", "120"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["probe"]["ok"]  # (main: a deployment's ready was the log's word)
+        two = doc["serving"]
+        assert (two.pop("deployment"), two["host"]) == ("r1", "r1-a")
+        assert _keys(two) == _keys(host)

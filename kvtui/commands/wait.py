@@ -63,7 +63,7 @@ from kvtui import fmt
 from kvtui.boot import Boot, BootStatus
 from kvtui.boot.deployment import HEAD_ONLY, DeploymentBoot, Hang, NodeObservation
 from kvtui.commands.wait_report import report, start_json
-from kvtui.commands.watch import first_deployment_sample, human_line, sample_json
+from kvtui.commands.watch import human_line, sample_json
 from kvtui.config import ConfigError, load_config
 from kvtui.engines.events import Model, Phase
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
@@ -72,15 +72,14 @@ from kvtui.history.eta import past_boots
 from kvtui.history.recorder import recordable
 from kvtui.hosts.backend import BackendError, ConnState, ConnStatus, LogStart
 from kvtui.hosts.factory import make_backend
-from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, boot_port, can_probe, mark_not_serving, probe, served_model
+from kvtui.hosts.probe import DEFAULT_PROBE_TIMEOUT_S, mark_not_serving, not_probed_reason, probe, served_model
 from kvtui.monitor import HostMonitor, MonitorOptions
 from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode, NodeStalls, probe_nodes
-from kvtui.serving_live import DeploymentServingReader, ServingReader, first_reading
+from kvtui.serving_live import DeploymentServingReader, boot_port_of, first_reading
 from kvtui.spool import SpoolError
 from kvtui.updates import BootState, ConnUpdate, LogBatch, MonitorUpdate
 
 if TYPE_CHECKING:
-    from kvtui.config import HostConfig
     from kvtui.history.doc import BootDoc
 
 _FATAL_STATES = frozenset({ConnState.FAILED, ConnState.HOSTKEY_REFUSED, ConnState.AUTH_FAILED})
@@ -259,7 +258,7 @@ class Waiter:
                     self.held = True  # the node that failed first may be one whose backlog is unread
                     return  # decided on the beat
                 if not self.follow_restarts:
-                    self._finish(Outcome(EXIT_FAILED, boot, i, self._failed(dep), dep=dep))
+                    self._finish(Outcome(EXIT_FAILED, boot, i, self.failed_text(dep), dep=dep))
                     return
                 if i not in self.noted_end:
                     self.noted_end.add(i)
@@ -271,9 +270,9 @@ class Waiter:
                 self.say(f"{self.label(i)} stopped before it was ready; waiting for the next boot")
         self.check_hang()
 
-    def _failed(self, dep: DeploymentBoot) -> str:
+    def failed_text(self, dep: DeploymentBoot | None) -> str:
         """Several nodes: the failure, named with its node (one node's is said by ``say_failure``)."""
-        if not self.several:
+        if not self.several or dep is None:
             return ""
         f = dep.boot.failure
         who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
@@ -507,7 +506,7 @@ def _where(boot: Boot) -> str:
 
 async def follow(view: Waiter, dm: DeploymentMonitor, timeout: float,
                  timer: Callable[[float], Awaitable[object]] | None,
-                 ready: Callable[[Outcome, list[asyncio.Task[None]]], Awaitable[Outcome]]) -> Outcome:
+                 ready: Callable[[Outcome], Awaitable[Outcome]]) -> Outcome:
     """The one wait, for a host (a deployment of one node) and a deployment: run the nodes'
     monitors into ``view`` until it decides, ``--timeout`` runs out (``timer``) or a node's monitor
     ends; then ``ready`` (the proof of a ready boot, while the monitors still run: the probe, the
@@ -532,7 +531,7 @@ async def follow(view: Waiter, dm: DeploymentMonitor, timeout: float,
             result = Outcome(EXIT_INPUT, message=f"{node.name}: cannot follow the host: {detail}")
         else:
             result = await view.timed_out(timeout)
-        result = await ready(result, tasks)
+        result = await ready(result)
     finally:
         for task in (beat, view.probing):
             if task is not None:
@@ -599,10 +598,8 @@ async def wait_for_boot(
         dm.bound_s = dep_cfg.hang_seconds
     now = clock or time.time
     one = dm.nodes[0] if len(dm.nodes) == 1 else None
-    # before the monitors run: the log fallback sees the boots' lines
-    wants_serving = bool(getattr(args, "serving", False))
-    reader = ServingReader(one.monitor, now) if wants_serving and one is not None else None
-    readers = DeploymentServingReader(dm, now) if wants_serving and one is None else None
+    # before the monitors run: the log fallback sees the boots' lines (one node: its ServingReader's)
+    reader = DeploymentServingReader(dm, now) if getattr(args, "serving", False) else None
     loop = asyncio.get_running_loop()
     waiter = Waiter(dm, stderr, next_boot=bool(args.next), follow_restarts=bool(args.follow_restarts),
                     t0=loop.time(), clock=loop.time)
@@ -616,81 +613,83 @@ async def wait_for_boot(
     what = "the next boot" if args.next else "the current boot"
     print(f"kvtui wait: {name} ({said}): following {what}", file=stderr)
 
-    async def ready(outcome: Outcome, tasks: list[asyncio.Task[None]]) -> Outcome:
-        """The proof of a ready start: one node's probe, and with ``--serving`` a first serving
-        sample (several nodes': through the same node monitors)."""
+    async def ready(outcome: Outcome) -> Outcome:
+        """The proof of a ready start, for N >= 1 nodes: node 0's server answers one token (the
+        probe), and with ``--serving`` a first serving sample through the one reader."""
         if outcome.code != EXIT_OK or outcome.boot is None:
             return outcome
-        if one is not None:
-            outcome = await _probe_ready(outcome, one.monitor, one.host, args, stderr,
-                                         args.timeout - (loop.time() - waiter.t0))
-            if outcome.code == EXIT_OK and reader is not None:
-                outcome = await _first_serving(outcome, reader, args, stderr, args.timeout - (loop.time() - waiter.t0))
-        elif readers is not None:
-            left = max(1.0, float(args.timeout) - (loop.time() - waiter.t0))
-            print(f"kvtui wait: {name}: reading a first serving sample", file=stderr, flush=True)
-            by_name = [(n.name, t) for n, t in zip(dm.nodes, tasks, strict=True)]
-            code, sample = await first_deployment_sample(name, readers, by_name, left, stderr, now)
-            snap = outcome.snapshot if outcome.snapshot is not None else start_json(outcome)
-            outcome = replace(outcome, code=code, snapshot={**snap, "serving": sample})
+        outcome = await _probe_ready(outcome, waiter, args, stderr, args.timeout - (loop.time() - waiter.t0))
+        if outcome.code == EXIT_OK and reader is not None:
+            outcome = await _first_serving(outcome, reader, waiter.several, args, stderr,
+                                           args.timeout - (loop.time() - waiter.t0))
         return outcome
 
     return report(await follow(waiter, dm, args.timeout, timer, ready), waiter, args, stdout, stderr)
 
 
-async def _probe_ready(outcome: Outcome, monitor: HostMonitor, host: HostConfig, args: argparse.Namespace,
-                       stderr: TextIO, left: float) -> Outcome:
-    """Prove "ready" with a real request (``kvtui.hosts.probe``): on by default when the boot's
-    arguments name its port (``--no-probe`` or ``probe = false`` turn it off); a boot that does
-    not answer a 1-token request within the time left is failed, kind ``not_serving``."""
-    boot = outcome.boot
+async def _probe_ready(outcome: Outcome, waiter: Waiter, args: argparse.Namespace, stderr: TextIO,
+                       left: float) -> Outcome:
+    """Prove "ready" with a real request (``kvtui.hosts.probe``) to node 0's server, the one serving
+    HTTP, with node 0's host's settings (as ``execute_nodes``): on by default when the boot's
+    arguments name its port (``--no-probe`` or ``probe = false`` turn it off); a start whose server
+    does not answer a 1-token request within the time left is failed on node 0, kind ``not_serving``."""
+    boot, dep = outcome.boot, outcome.dep
     assert boot is not None
-    wanted = getattr(args, "probe", None)
-    if wanted is False or (wanted is None and not getattr(host, "probe", True)):
-        return outcome
-    port = boot_port(boot.flags)
-    if port is None:
-        if wanted:
+    node = next((n for n in waiter.dm.nodes if dep is not None and n.name == dep.head.name), waiter.dm.nodes[0])
+    host, wanted = node.host, getattr(args, "probe", None)
+    why = not_probed_reason(node.monitor.backend, boot.flags,
+                            enabled=wanted if wanted is not None else getattr(host, "probe", True))
+    port = boot_port_of(boot)
+    if why is not None or port is None:
+        if port is None and wanted:
             print(f"kvtui wait: {args.host}: --probe: the boot's arguments name no port; not probed", file=stderr)
-        return outcome
-    if not can_probe(monitor.backend):
-        print(f"kvtui wait: {args.host}: this kind of host cannot reach the server's port yet; "
-              "ready on the log's word (not probed)", file=stderr)
+        elif why is not None and why.startswith("this kind of host"):
+            print(f"kvtui wait: {args.host}: {why}", file=stderr)
         return outcome
     model = getattr(host, "probe_model", None) or served_model(boot.flags)
-    print(f"kvtui wait: {args.host}: the log says ready; asking the server on port {port} for one token",
+    who = f"node 0's server ({node.name})" if waiter.several else "the server"
+    print(f"kvtui wait: {args.host}: the log says ready; asking {who} on port {port} for one token",
           file=stderr, flush=True)
-    res = await probe(monitor.backend, port, model=model, timeout=max(1.0, min(left, DEFAULT_PROBE_TIMEOUT_S)))
-    snap = outcome.snapshot if outcome.snapshot is not None else boot.to_json()
+    res = await probe(node.monitor.backend, port, model=model, timeout=max(1.0, min(left, DEFAULT_PROBE_TIMEOUT_S)))
+    snap = outcome.snapshot if outcome.snapshot is not None else start_json(outcome)
     snap["probe"] = res.to_json()
     if res.ok:
         print(f"kvtui wait: {args.host}: ✔ {res.headline()}", file=stderr, flush=True)
         return replace(outcome, snapshot=snap)
     mark_not_serving(boot, res)
-    failed = boot.to_json()
-    failed["probe"] = res.to_json()
-    return replace(outcome, code=EXIT_FAILED, snapshot=failed)
+    if waiter.several and dep is not None and dep.head.boot is not None:  # failed on node 0: its boot too
+        mark_not_serving(dep.head.boot, res)
+        dep.failed_node = dep.head.node_rank
+    failed = {**start_json(outcome), "probe": res.to_json()}
+    return replace(outcome, code=EXIT_FAILED, snapshot=failed, message=waiter.failed_text(dep))
 
 
-async def _first_serving(outcome: Outcome, reader: ServingReader, args: argparse.Namespace, stderr: TextIO,
-                         left: float) -> Outcome:
-    """``--serving``: after ready, a first serving sample (``kvtui.commands.watch``), on stderr and
-    as the JSON's ``serving`` (``kvtui watch --json``'s object); none within the time left: exit 5."""
+async def _first_serving(outcome: Outcome, reader: DeploymentServingReader, several: bool,
+                         args: argparse.Namespace, stderr: TextIO, left: float) -> Outcome:
+    """``--serving``: after ready, a first serving sample (node 0's /metrics, else a node's log: ``kvtui
+    watch``'s), on stderr and as the JSON's ``serving`` (``kvtui watch --json``'s object; several
+    nodes: with ``"deployment"``, its ``host`` the node it came from); none within the time left: exit 5."""
     boot = outcome.boot
     assert boot is not None
-    print(f"kvtui wait: {args.host}: reading a first serving sample", file=stderr, flush=True)
+    name: str = args.host
+    print(f"kvtui wait: {name}: reading a first serving sample", file=stderr, flush=True)
     r = await first_reading(reader, boot, timeout=max(1.0, left))
-    snap = outcome.snapshot if outcome.snapshot is not None else boot.to_json()
+    snap = outcome.snapshot if outcome.snapshot is not None else start_json(outcome)
     if r is None:
         snap["serving"] = None
         why = reader.metrics_error or "and no serving line in the log"
         return replace(outcome, code=EXIT_TIMEOUT, snapshot=snap,
                        message=f"ready, but no serving sample in {max(1.0, left):.0f} s ({why})")
     now = time.time()
+    node = (reader.node or name) if several else name
     if reader.source == "log":
-        print(f"kvtui wait: {args.host}: {reader.metrics_error}; from the log's serving lines", file=stderr)
-    print(f"kvtui wait: {args.host}: serving: {human_line(r, now, args.host)}", file=stderr, flush=True)
-    snap["serving"] = sample_json(r, args.host, now, reader.metrics_error)
+        of = f" of {node}" if several else ""
+        print(f"kvtui wait: {name}: {reader.metrics_error}; from the log's serving lines{of}", file=stderr)
+    print(f"kvtui wait: {name}: serving: {human_line(r, now, name)}", file=stderr, flush=True)
+    doc = sample_json(r, node, now, reader.metrics_error, name)
+    if several:
+        doc["deployment"] = name
+    snap["serving"] = doc
     return replace(outcome, snapshot=snap)
 
 

@@ -17,7 +17,7 @@ one object per line (``sample_json``; README "kvtui watch").
 A ``[deployments.NAME]``: while the merged boot is ready, the ``/metrics`` of the node that serves
 HTTP (node 0, the head), else the log's serving lines of the nodes (``DeploymentServingReader``);
 ``--json`` adds ``"deployment"``, ``host`` is the node the sample came from. ``kvtui wait NAME
---serving`` reads a first sample the same way (``first_deployment_sample``), through the wait's monitors.
+--serving`` reads a first sample through the same reader (``kvtui.serving_live.first_reading``).
 
 The boot's serving figures over the whole watched time (peak KV usage and tokens held,
 preemptions / retractions and requests, TTFT and queue-time histograms) are written into its
@@ -254,30 +254,6 @@ def _deployment_sink(fatal: list[str]) -> DeploymentSink:
                 fatal.append(f"{node.name}: {u.status.state.value}: {u.status.detail}".rstrip(": "))
 
     return sink
-
-
-async def first_deployment_sample(name: str, reader: DeploymentServingReader,
-                                  tasks: Sequence[tuple[str, asyncio.Task[None]]], left: float, stderr: TextIO,
-                                  now: Callable[[], float]) -> tuple[int, dict[str, object] | None]:
-    """``kvtui wait NAME --serving`` of a ``[deployments.NAME]``, once the wait says ready: a first
-    serving sample as ``kvtui watch NAME`` reads it (the head's /metrics, else the nodes' logs),
-    through the wait's own node monitors (``reader`` was attached before they ran; ``tasks``: their
-    tasks, by node name), within ``left`` seconds, on stderr. The exit code (0, or 5 when no sample
-    came in time) and the sample's JSON with ``"deployment"`` (None: no sample)."""
-    got: list[dict[str, object]] = []
-
-    def emit(r: Reading, t: float) -> None:
-        if reader.source == "log":
-            print(f"kvtui wait: {name}: {reader.metrics_error}; from the log's serving lines of {reader.node}",
-                  file=stderr)
-        print(f"kvtui wait: {name}: serving: {human_line(r, t, name)}", file=stderr, flush=True)
-        doc = sample_json(r, _sample_host(name, reader), t, reader.metrics_error, name)
-        doc["deployment"] = name
-        got.append(doc)
-
-    code = await _loop(name, reader, tasks, [], interval=1.0, timeout=left, count=1, emit=emit, stderr=stderr,
-                       now=now, loop=asyncio.get_running_loop(), prog="kvtui wait", say_source=False)
-    return code, (got[0] if got else None)
 
 
 def _recorder(host: str, config: HistoryConfig) -> ServingRecorder | None:
