@@ -11,7 +11,7 @@ out as one by ``kvtui.hosts.service.execute_nodes`` (written and verified node b
 write restoring the nodes before it; node 0 restarted first; the merged boot followed; node 0's
 server probed; every node rolled back on failure), each caller doing its own asking and printing.
 
-A restart of N >= 1 nodes with no edit (the console's ``R``) is ``service.restart_nodes``, the
+A restart of N >= 1 nodes with no edit (the console's ``R``) is ``service.execute_nodes`` of a restart plan, the
 same steps without the files.
 """
 

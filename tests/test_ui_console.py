@@ -273,7 +273,7 @@ async def test_the_restart_question_names_the_boot_state_once() -> None:
 
 
 async def test_r_follows_the_new_boot_to_its_outcome_in_the_banner() -> None:
-    """A host's ``R`` is a restart of one node (``service.restart_nodes``): like ``a`` it follows the
+    """A host's ``R`` is a restart of one node (``service.execute_nodes`` of a restart plan): like ``a`` it follows the
     new boot and ends with its outcome in the action banner (it used to stop at "restarted")."""
     clock = ready_clock()
     app = demo_app(clock, speed=SPEED)

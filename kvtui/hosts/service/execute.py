@@ -1,6 +1,7 @@
 """Carrying out a plan: write through the host's ``HostOps`` (check, back up, write, verify),
 restart and follow the new boot, check the edits are in effect, roll back on failure when asked,
-and audit every attempt — ``execute`` (an apply or rollback) and ``restart`` (the console's ``R``)."""
+and audit every attempt — ``execute_nodes`` (an apply, a rollback, or a plain restart: the
+console's ``R``) and ``execute``, its one-node case."""
 
 from __future__ import annotations
 
@@ -62,15 +63,16 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class Node:
-    """One node of a change: its plan, its host's backend, where its progress lines go."""
+    """One node of a change: its plan (an apply's or rollback's, or a plain restart's), its host's
+    backend, where its progress lines go."""
 
-    plan: ApplyPlan
+    plan: ApplyPlan | RestartPlan
     backend: HostBackend
     progress: ProgressFn | None = None
 
 
 async def execute(
-    plan: ApplyPlan,
+    plan: ApplyPlan | RestartPlan,
     backend: HostBackend,
     progress: ProgressFn | None = None,
     *,
@@ -81,7 +83,8 @@ async def execute(
     heartbeat: ProgressFn | None = None,
     eta: EtaFn | None = None,
 ) -> ApplyOutcome:
-    """Carry out a plan (see ``kvtui.hosts.service``): ``execute_nodes`` of one node."""
+    """Carry out a plan (see ``kvtui.hosts.service``; a ``RestartPlan``: restart the server and, with
+    ``plan.follow``, follow the new boot): ``execute_nodes`` of one node."""
     outs = await execute_nodes([Node(plan, backend, progress)], clock=clock, sleep=sleep, stop_wait_s=stop_wait_s,
                                settle_s=settle_s, heartbeat=heartbeat, eta=eta)
     return outs[0]
@@ -100,6 +103,7 @@ async def execute_nodes(
     stage: Callable[[str], None] | None = None,
     proceed: Callable[[], bool] | None = None,
     say: ProgressFn | None = None,
+    probe: bool = True,
 ) -> list[ApplyOutcome]:
     """Carry out the plans of N ≥ 1 nodes as one change, all or nothing (a host is the deployment
     of one node: the same steps): a refusal on any node refuses the whole; every file is written
@@ -115,9 +119,20 @@ async def execute_nodes(
     ``proceed``, asked once every file is written: False restores them and restarts nothing
     (status ``cancelled``: the console's ctrl+x while the files were written). ``say``: where the
     lines about the whole go (the merged boot's end, the dump check, a hang, the rollback; kept in
-    node 0's outcome), default node 0's progress."""
-    runs = [Run(n.plan, n.backend.service_ops(), Say(n.progress, heartbeat, eta), clock, sleep, stop_wait_s,
-                settle_s) for n in nodes]
+    node 0's outcome), default node 0's progress. ``probe``: False takes the log's word for ready.
+    Plain restarts (``RestartPlan``s, every node's: the console's ``R``) take the same steps
+    without the files (``_restart``)."""
+    says = [Say(n.progress, heartbeat, eta) for n in nodes]
+    whole = says[0]
+    if say is not None:
+        whole = Say(say, heartbeat, eta)
+        whole.log = says[0].log  # kept with node 0's lines
+    restarts = [n.plan for n in nodes if isinstance(n.plan, RestartPlan)]
+    if restarts:
+        return await _restart(nodes, restarts, says, whole, clock=clock, sleep=sleep, stop_wait_s=stop_wait_s,
+                              settle_s=settle_s, hang_s=hang_s, stage=stage, probe=probe)
+    runs = [Run(p, n.backend.service_ops(), s, clock, sleep, stop_wait_s, settle_s)
+            for n, s, p in zip(nodes, says, [n.plan for n in nodes if isinstance(n.plan, ApplyPlan)], strict=True)]
     if any(r.plan.refused for r in runs):
         outs = [ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {x.reason}" for x in r.plan.blocking]) for r in runs]
         for r, out in zip(runs, outs, strict=True):
@@ -126,12 +141,8 @@ async def execute_nodes(
         return outs
     if not any(r.plan.changed for r in runs):
         return [_unchanged(r.plan) for r in runs]
-    whole = runs[0].say
-    if say is not None:
-        whole = Say(say, heartbeat, eta)
-        whole.log = runs[0].say.log  # kept with node 0's lines
     try:
-        outs = await _execute(runs, whole, hang_s, stage, proceed)
+        outs = await _execute(runs, whole, hang_s, stage, proceed, probe)
     except ServiceError as exc:
         outs = [_error(r, exc) for r in runs]
     except asyncio.CancelledError:
@@ -158,7 +169,7 @@ def _error(r: Run, exc: ServiceError, *more: str) -> ApplyOutcome:
 
 
 async def _execute(runs: Sequence[Run], say: Say, hang_s: float, stage: Callable[[str], None] | None,
-                   proceed: Callable[[], bool] | None) -> list[ApplyOutcome]:
+                   proceed: Callable[[], bool] | None, probe: bool) -> list[ApplyOutcome]:
     head = runs[0]
     plan = head.plan
     if stage is not None:
@@ -188,7 +199,7 @@ async def _execute(runs: Sequence[Run], say: Say, hang_s: float, stage: Callable
     except ServiceError as exc:
         return [_error(r, exc) for r in runs]
     probed = await _prove_ready(plan.host, head.ops.backend, head.say, boots[0], min(plan.timeout, plan.probe_timeout)
-                                ) if status == "ready" and boots[0] is not None else None
+                                ) if probe and status == "ready" and boots[0] is not None else None
     if probed is not None and not probed.ok:
         code, status = EXIT_FAILED, "failed"
     outs = []
@@ -409,82 +420,39 @@ async def _auto_rollback(runs: Sequence[Run], say: Say, outs: list[ApplyOutcome]
     return outs
 
 
-@dataclass(slots=True)
-class RestartNode:
-    """One node of a restart: its plan, its host's backend, where its progress lines go."""
-
-    plan: RestartPlan
-    backend: HostBackend
-    progress: ProgressFn | None = None
-
-
-async def restart(
-    plan: RestartPlan,
-    backend: HostBackend,
-    progress: ProgressFn | None = None,
-    *,
-    clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    stop_wait_s: float = DEFAULT_STOP_WAIT_S,
-    settle_s: float | None = None,
-) -> ApplyOutcome:
-    """Restart the server as planned: ``restart_nodes`` of one node."""
-    outs = await restart_nodes([RestartNode(plan, backend, progress)], clock=clock, sleep=sleep,
-                               stop_wait_s=stop_wait_s, settle_s=settle_s)
-    return outs[0]
-
-
-async def restart_nodes(
-    nodes: Sequence[RestartNode],
-    *,
-    clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    stop_wait_s: float = DEFAULT_STOP_WAIT_S,
-    settle_s: float | None = None,
-    heartbeat: ProgressFn | None = None,
-    eta: EtaFn | None = None,
-    hang_s: float = 180.0,
-    stage: Callable[[str], None] | None = None,
-    say: ProgressFn | None = None,
-    probe: bool = True,
-) -> list[ApplyOutcome]:
-    """Restart N >= 1 nodes as one (the console's ``R``; a host is the deployment of one node):
-    a refusal on any node refuses the whole (nothing restarts); node 0 is restarted first, the
-    others right after; with node 0's ``plan.follow`` the nodes' merged new boot is followed until
-    it is ready or failed (``follow_restarts``, as ``execute_nodes`` does: ``heartbeat``/``eta``,
-    ``hang_s``, ``stage``, ``say`` likewise) and, ready, node 0's server asked for one token
-    (``probe``: False takes the log's word). Never raises for the host; every node's attempt is
-    audited (action ``restart``)."""
-    says = [Say(n.progress, heartbeat, eta) for n in nodes]
+async def _restart(nodes: Sequence[Node], plans: Sequence[RestartPlan], says: Sequence[Say], whole: Say, *,
+                   clock: Callable[[], float], sleep: Callable[[float], Awaitable[None]], stop_wait_s: float,
+                   settle_s: float | None, hang_s: float, stage: Callable[[str], None] | None,
+                   probe: bool) -> list[ApplyOutcome]:
+    """Restart N >= 1 nodes as one (``execute_nodes`` of ``RestartPlan``s): a refusal on any node
+    refuses the whole (nothing restarts); node 0 is restarted first, the others right after; with
+    node 0's ``plan.follow`` the nodes' merged new boot is followed until it is ready or failed (as
+    an apply's) and, ready, node 0's server asked for one token. Every node's attempt is audited
+    (action ``restart``)."""
     ops = [n.backend.service_ops() for n in nodes]
-    for n in nodes:
-        if not n.plan.refused and n.plan.how is not None:
-            await refuse_orphans(n.plan.refusals, n.backend)
-    if any(n.plan.refused or n.plan.how is None for n in nodes):
-        outs = [ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {r.reason}" for r in n.plan.blocking])
-                for n in nodes]
-        for n, o, out in zip(nodes, ops, outs, strict=True):
-            if n.plan.refused or n.plan.how is None:
-                _audit_restart(n.plan, out, clock, o.login)
+    for n, p in zip(nodes, plans, strict=True):
+        if not p.refused and p.how is not None:
+            await refuse_orphans(p.refusals, n.backend)
+    if any(p.refused or p.how is None for p in plans):
+        outs = [ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {r.reason}" for r in p.blocking]) for p in plans]
+        for p, o, out in zip(plans, ops, outs, strict=True):
+            if p.refused or p.how is None:
+                _audit_restart(p, out, clock, o.login)
         return outs
-    whole = says[0]
-    if say is not None:
-        whole = Say(say, heartbeat, eta)
-        whole.log = says[0].log  # kept with node 0's lines
-    head = nodes[0].plan
-    calls = [RestartCall(n.plan.how, n.plan.cmd, n.plan.unit, s, n.plan.timeout, sleep, clock, stop_wait_s)
-             for n, s in zip(nodes, says, strict=True) if n.plan.how is not None]
+    head = plans[0]
+    calls = [RestartCall(p.how, p.cmd, p.unit, s, p.timeout, sleep, clock, stop_wait_s)
+             for p, s in zip(plans, says, strict=True) if p.how is not None]
     boots: list[Boot | None] = [None] * len(nodes)
     probed: ProbeResult | None = None
     try:
         if head.follow:
-            sides = [FollowSide(n.plan.name, n.backend, engine_of(n.plan.host), s, partial(o.issue_restart, c),
+            sides = [FollowSide(p.name, n.backend, engine_of(p.host), s, partial(o.issue_restart, c),
                                 settle_s if settle_s is not None else o.settle_s, c.stopped)
-                     for n, s, o, c in zip(nodes, says, ops, calls, strict=True)]
+                     for n, p, s, o, c in zip(nodes, plans, says, ops, calls, strict=True)]
             boots, code, status = await _follow(sides, ops, whole, head.timeout, hang_s, stage)
             if probe and status == "ready" and boots[0] is not None:
                 probed = await _prove_ready(head.host, nodes[0].backend, says[0], boots[0],
-                                             min(head.timeout, DEFAULT_PROBE_TIMEOUT_S))
+                                            min(head.timeout, DEFAULT_PROBE_TIMEOUT_S))
                 if probed is not None and not probed.ok:
                     code, status = EXIT_FAILED, "failed"
         else:
@@ -496,14 +464,14 @@ async def restart_nodes(
                 for i, (s, b) in enumerate(zip(says, boots, strict=True))]
     except (RestartFailed, ServiceError) as exc:
         err = exc.error if isinstance(exc, RestartFailed) else exc
-        who = f"{nodes[exc.node].plan.name}: " if isinstance(exc, RestartFailed) and len(nodes) > 1 else ""
+        who = f"{plans[exc.node].name}: " if isinstance(exc, RestartFailed) and len(nodes) > 1 else ""
         outs = [ApplyOutcome(err.code, "error", [*s.log, who + str(err)]) for s in says]
     except asyncio.CancelledError:
-        for n, s, o in zip(nodes, says, ops, strict=True):
-            _audit_restart(n.plan, ApplyOutcome(EXIT_INTERRUPTED, "error", [*s.log, "interrupted"]), clock, o.login)
+        for p, s, o in zip(plans, says, ops, strict=True):
+            _audit_restart(p, ApplyOutcome(EXIT_INTERRUPTED, "error", [*s.log, "interrupted"]), clock, o.login)
         raise
-    for n, o, out in zip(nodes, ops, outs, strict=True):
-        _audit_restart(n.plan, out, clock, o.login)
+    for p, o, out in zip(plans, ops, outs, strict=True):
+        _audit_restart(p, out, clock, o.login)
     return outs
 
 

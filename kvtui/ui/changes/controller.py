@@ -8,8 +8,9 @@ in the pane's action banner. An apply or a rollback of any N >= 1 nodes takes on
 prediction and automatic rollback, several in one confirmation of every diff —, then
 ``service.execute_nodes``, as ``kvtui apply NAME`` does: written, restarted, the merged boot
 followed and probed, every node rolled back on failure, each node's boot recorded). ``R`` of
-N >= 1 nodes is ``service.restart_nodes`` (node 0 first, the merged boot followed to ready or
-failed in the banner). Tune is ``kvtui.tune``'s loop either way (``TuneRun.nodes`` for several)."""
+N >= 1 nodes is ``service.execute_nodes`` of restart plans (node 0 first, the merged boot
+followed to ready or failed in the banner). Tune is ``kvtui.tune``'s loop either way
+(``TuneRun.nodes`` for several)."""
 
 from __future__ import annotations
 
@@ -292,9 +293,9 @@ class ChangeController:
         self.start_restart(plan)
 
     def start_restart(self, plan: RestartPlan | None = None) -> None:
-        """``R`` (after its confirm): every node restarted as one (``service.restart_nodes``: node 0
-        first, the merged new boot followed to ready or failed, node 0 asked for a token);
-        ``plan``: node 0's, made by the caller (``D``'s is not followed)."""
+        """``R`` (after its confirm): every node restarted as one (``service.execute_nodes`` of
+        restart plans: node 0 first, the merged new boot followed to ready or failed, node 0 asked
+        for a token); ``plan``: node 0's, made by the caller (``D``'s is not followed)."""
         self._run(lambda gen, sides: self._restart_worker(plan, gen, sides), "a restart")
 
     async def _change_worker(self, verb: str, edits: list[Edit], gen: int, sides: list[NodeSide]) -> None:
@@ -444,8 +445,8 @@ class ChangeController:
             banner.start(f"restart on {self.name}" + (f" ({len(sides)} nodes)" if many else ""))
             plans = [plan if plan is not None and i == 0 else
                      service.plan_restart(n.name, n.host, n.backend, follow=True) for i, n in enumerate(sides)]
-            outs = await service.restart_nodes(
-                [service.RestartNode(p, n.backend, say(f"{n.name}: " if many else ""))
+            outs = await service.execute_nodes(
+                [service.Node(p, n.backend, say(f"{n.name}: " if many else ""))
                  for p, n in zip(plans, sides, strict=True)],
                 clock=self.site.clock, hang_s=self.hang_s, stage=self._stage, say=say(""),
                 probe=getattr(self.pane.app, "probe_ready", False))
