@@ -135,9 +135,10 @@ class TuneRun:
 async def _heartbeat_eta(run: TuneRun) -> Callable[[Boot], str | None]:
     """The new boot's ETA for the follower's heartbeat, from the host's stored boots (as
     ``apply --restart`` says it: "… the new boot is in load weights 12/61 shards; load weights
-    0:40 / ~4:05, ready in ~4:50")."""
-    past = await asyncio.to_thread(past_boots, run.name)
-    return heartbeat_eta(past, run.name, run.clock)
+    0:40 / ~4:05, ready in ~4:50"; a deployment's: node 0's, as ``apply NAME`` says it)."""
+    name = run.nodes[0].name if run.nodes else run.name
+    past = await asyncio.to_thread(past_boots, name)
+    return heartbeat_eta(past, name, run.clock)
 
 
 async def _remember(run: TuneRun, plan: service.ApplyPlan, out: service.ApplyOutcome) -> None:
