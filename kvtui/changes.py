@@ -11,12 +11,8 @@ out as one by ``kvtui.hosts.service.execute_nodes`` (written and verified node b
 write restoring the nodes before it; node 0 restarted first; the merged boot followed; node 0's
 server probed; every node rolled back on failure), each caller doing its own asking and printing.
 
-A restart of several nodes with no edit (the deployment console's ``R``) goes through the steps
-here: ``restart_and_follow`` (one ``BootFollower`` per node, positioned before any restart, node
-rank 0 restarted first, the others right after; the nodes' new boots merged by
-``kvtui.boot.deployment`` until the whole is ready, a node failed, or the timeout; a hang is said
-once per diagnosis), ``probe_head`` (node 0's server asked for one token) and ``record_nodes``
-(each node's followed boot into the history).
+A restart of N >= 1 nodes with no edit (the console's ``R``) is ``service.execute_nodes`` of a restart plan, the
+same steps without the files.
 """
 
 from __future__ import annotations
@@ -26,34 +22,21 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kvtui import envedit, kvcalc
 from kvtui import flags as fl
-from kvtui.boot import Boot, BootStatus
-from kvtui.boot.deployment import DeploymentBoot, merge_boots
+from kvtui.boot import Boot
 from kvtui.engines.events import Engine
-from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_TIMEOUT
 from kvtui.history import HistoryError, Limits, boot_from_doc, open_store, record_numbered
 from kvtui.history import record as rec
 from kvtui.history.doc import FRACTION_FLAGS, flag_value, num
 from kvtui.hosts import service, shellcmd
 from kvtui.hosts.backend import BackendError, HostBackend, aclose_iter
-from kvtui.hosts.probe import (
-    DEFAULT_PROBE_TIMEOUT_S,
-    ProbeResult,
-    boot_port,
-    mark_not_serving,
-    not_probed_reason,
-    probe,
-    served_model,
-)
-from kvtui.hosts.service import ApplyOutcome, ApplyPlan, BootFollower
-from kvtui.hosts.service.follow import FollowSide, RestartFailed, follow_restarts
+from kvtui.hosts.service import ApplyOutcome, ApplyPlan
 from kvtui.hosts.service.model import Calculator, EditsFor, Forecast
-from kvtui.hosts.service.plan import engine_of
 from kvtui.knobs import pool_env, pool_env_names
 from kvtui.monitor import read_boots
 
@@ -286,19 +269,17 @@ def restart_record(plan: ApplyPlan, outcome: ApplyOutcome) -> dict[str, object]:
     }
 
 
-def record_restart(plan: ApplyPlan, outcome: ApplyOutcome, config: HistoryConfig | None = None, *,
-                   restarted: bool = False) -> str | None:
+def record_restart(plan: ApplyPlan, outcome: ApplyOutcome, config: HistoryConfig | None = None) -> str | None:
     """Record the boot an ``apply``/``rollback --restart`` followed, with its ``restart`` part;
-    the problem when it could not be (said, never raised), None when recorded or nothing to record.
-    ``restarted``: the caller restarted it (a deployment's node: its plan has no restart of its own)."""
-    return record_restart_numbered(plan, outcome, config, restarted=restarted)[1]
+    the problem when it could not be (said, never raised), None when recorded or nothing to record."""
+    return record_restart_numbered(plan, outcome, config)[1]
 
 
-def record_restart_numbered(plan: ApplyPlan, outcome: ApplyOutcome, config: HistoryConfig | None = None, *,
-                            restarted: bool = False) -> tuple[int | None, str | None]:
+def record_restart_numbered(plan: ApplyPlan, outcome: ApplyOutcome,
+                            config: HistoryConfig | None = None) -> tuple[int | None, str | None]:
     """``record_restart`` with the boot's number in the history (``kvtui.history.ident``; None:
     not recorded) before the problem."""
-    if not (plan.restart or restarted) or outcome.boot is None or (config is not None and not config.record):
+    if not plan.restart or outcome.boot is None or (config is not None and not config.record):
         return None, None
     limits = Limits(config.max_age_days, config.max_boots_per_host) if config is not None else None
     return record_numbered(plan.name, outcome.boot, restart=restart_record(plan, outcome),
@@ -352,7 +333,6 @@ async def plan_rollback(
 
 # ---- N >= 1 nodes changed as one (see the module docstring) ----------------------------------------
 
-POLL_S = 0.25
 NOT_ANSWERING = "ready on every node, but node 0's server does not answer"  # the change's headline then
 Say = Callable[[str], None]
 
@@ -363,127 +343,17 @@ def prefixed(say: Say, who: str) -> Say:
 
 @dataclass
 class NodeSide:
-    """One node of a change: its host, its backend (opened by the caller) and what happened."""
+    """One node of a change: its host, its backend (opened by the caller), its plan."""
 
     name: str
     host: HostConfig
     backend: HostBackend
     plan: ApplyPlan | None = None
-    outcome: ApplyOutcome | None = None
-    follower: BootFollower | None = None
     boots: list[Boot] = field(default_factory=list)  # the node's known boots (predictions), if any
 
 
-async def restart_and_follow(
-    nodes: Sequence[NodeSide], hang_s: float, timeout: float, clock: Callable[[], float], say: Say, *,
-    stage: Callable[[str], None] | None = None,
-) -> tuple[int, DeploymentBoot | None]:
-    """Restart every node (node 0 first, each through ``service.restart``) and follow the merged
-    new boot (``service.follow.follow_restarts``, as a change does; see the module docstring):
-    (exit code, the merged boot when one was followed). ``stage`` hears ``"restart"`` before the
-    first restart is issued and ``"follow"`` once every node's restart is (the console's cancel
-    waits for it: a deployment is never left half restarted by kvtui)."""
-
-    def trigger(n: NodeSide) -> Callable[[], Awaitable[None]]:
-        async def restart() -> None:
-            rp = service.plan_restart(n.name, n.host, n.backend)
-            if rp.refused:
-                raise service.ServiceError(f"restart refused: {rp.refusals[0].reason}", EXIT_INPUT)
-            out = await service.restart(rp, n.backend, prefixed(say, n.name), clock=clock)
-            if out.status != "restarted":
-                raise service.ServiceError("restart failed: " + (out.messages[-1] if out.messages else out.status),
-                                           out.code if out.code != EXIT_OK else EXIT_INPUT)
-        return restart
-
-    sides = [FollowSide(n.name, n.backend, engine_of(n.host), prefixed(say, n.name), trigger(n),
-                        n.backend.service_ops().settle_s) for n in nodes]
-    try:
-        followers, got = await follow_restarts(sides, say, timeout=timeout, hang_s=hang_s, stage=stage)
-    except RestartFailed as exc:
-        say(f"kvtui: {nodes[exc.node].name}: {exc.error}")
-        return exc.error.code, None
-    for n, f in zip(nodes, followers, strict=True):
-        n.follower = f  # each node's new boot, for the history (``record_nodes``)
-    if got is None:
-        say(f"timed out after {timeout:g} s waiting for the new boot on every node")
-        return EXIT_TIMEOUT, merge_boots([(n.name, f.current()) for n, f in zip(nodes, followers, strict=True)])
-    dep = got[1]
-    if dep.boot.status is BootStatus.READY:
-        say(f"the deployment is ready on all {len(nodes)} nodes")
-        return EXIT_OK, dep
-    who = dep.node(dep.failed_node).label() if dep.failed_node is not None else "a node"
-    fail = dep.boot.failure
-    say(f"the new boot failed on {who}" + (f": {fail.kind.value}: {fail.message[:200]}" if fail else ""))
-    return EXIT_FAILED, dep
-
-
-async def probe_head(dep: DeploymentBoot, nodes: Sequence[NodeSide], say: Say, *, enabled: bool | None = None,
-                     timeout: float | None = None) -> ProbeResult | None:
-    """The merged boot is ready: ask node 0's server (the one that serves HTTP) for one token,
-    as a host's change does (``kvtui.hosts.probe``). ``enabled``: ``--probe``/``--no-probe``;
-    None: node 0's host's ``probe`` (``probe_model`` names the model). None when it is not asked
-    (turned off, no port in node 0's arguments, a host that cannot reach it: said); an answer
-    that is not one fails node 0's boot as ``not_serving``."""
-
-    head = dep.head
-    side = next((n for n in nodes if n.name == head.name), None)
-    boot = head.boot
-    if side is None or boot is None:
-        return None
-    on = enabled if enabled is not None else getattr(side.host, "probe", True)
-    why = not_probed_reason(side.backend, boot.flags, enabled=on)
-    if why is not None:
-        say(f"{head.label()}: not probed ({'--no-probe' if enabled is False else why})")
-        return None
-    port = boot_port(boot.flags)
-    assert port is not None  # not_probed_reason checked it
-    say(f"{head.label()}: asking the server on port {port} for one token…")
-    model = getattr(side.host, "probe_model", None) or served_model(boot.flags)
-    res = await probe(side.backend, port, model=model,
-                      timeout=DEFAULT_PROBE_TIMEOUT_S if timeout is None else max(1.0, timeout))
-    say(f"{head.label()}: {res.headline()}")
-    if not res.ok:  # node 0's boot and the whole's: failed, by node 0
-        mark_not_serving(boot, res)
-        if dep.boot is not boot:
-            mark_not_serving(dep.boot, res)
-        dep.failed_node = head.node_rank
-    return res
-
-
-OUTCOME_OF_EXIT = {EXIT_OK: "ready", EXIT_FAILED: "failed", EXIT_TIMEOUT: "timeout"}
-
-
-async def record_nodes(nodes: Sequence[NodeSide], code: int, config: HistoryConfig | None) -> list[str]:
-    """Record each node's followed boot (after ``restart_and_follow``) in the history under its
-    host name, with the change (``kvtui.record_restart``: the node's edit and prediction)
-    and the deployment's outcome (``code``); nothing with ``[history] record = false``. What could
-    not be recorded, per node (the caller says it)."""
-
-    problems: list[str] = []
-    for n in nodes:
-        boot = n.follower.current() if n.follower is not None else None
-        if n.plan is None or boot is None:
-            continue
-        out = ApplyOutcome(code, OUTCOME_OF_EXIT.get(code, "error"), boot=boot,
-                           backup_path=n.outcome.backup_path if n.outcome is not None else None)
-        plan = n.plan
-        problem = await asyncio.to_thread(record_restart, plan, out, config, restarted=True)
-        if problem:
-            problems.append(f"{n.name}: {problem}")
-    return problems
-
-
-async def close_followers(nodes: Sequence[NodeSide]) -> None:
-    """End every node's follower (bounded)."""
-    for n in nodes:
-        if n.follower is not None:
-            await n.follower.close()
-            n.follower = None
-
-
 __all__ = [
-    "NOT_ANSWERING", "OUTCOME_OF_EXIT", "NodeSide", "ServingConfig", "calculate", "calculate_on",
-    "calibration_note", "close_followers", "gpu_total_gib", "host_boots", "plan_apply", "plan_rollback", "prefixed",
-    "probe_head", "record_nodes", "record_restart", "record_restart_numbered", "restart_and_follow",
+    "NOT_ANSWERING", "NodeSide", "ServingConfig", "calculate", "calculate_on", "calibration_note", "gpu_total_gib",
+    "host_boots", "plan_apply", "plan_rollback", "prefixed", "record_restart", "record_restart_numbered",
     "restart_record", "serving_basis", "serving_config", "stored_siblings",
 ]

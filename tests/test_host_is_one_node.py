@@ -6,12 +6,14 @@ the rollback) and the history's records of the restarts."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from one_node_support import HOSTS
 
+from kvtui.audit import read_entries
 from kvtui.cli import main
 from kvtui.config import parse_config
 from kvtui.flags import get_flag
@@ -83,3 +85,25 @@ def test_the_same_change_on_a_host_and_on_a_one_node_deployment_ends_the_same(
     assert all(r["status"] == "ready" and r["outcome"] == "ready" and r["exit"] == 0 for r in recs[:2])
     # the one-node deployment: the same codes, the same file edited the same way, the same records
     assert one == host
+
+
+def _tune(hosts: Path, name: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, dict[str, Any], str]:
+    """``kvtui tune NAME`` of one boot: the exit code, the plan's first line, the result, the audited host."""
+    code = main(["--hosts", str(hosts), "tune", name, "--goal", "max-tokens", "--yes", "--json", "--max-boots", "1",
+                 "--timeout", "60"])
+    out = capsys.readouterr().out
+    plan, _, js = out.partition("{")
+    return code, plan.splitlines()[0], json.loads("{" + js), str(read_entries()[-1]["host"])
+
+
+def test_a_one_node_deployment_tunes_as_its_host(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``kvtui tune dep1`` (one node, ``one``) is ``kvtui tune one``: the run's name — its plan's,
+    its result's, its audit entry's, the history it reads — is the host's, as ``kvtui tune solo``'s is."""
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(HOSTS)
+    code, head, result, audited = _tune(hosts, "solo", capsys)
+    assert code in (0, 1)  # met, or its budget of one boot spent
+    assert (head.split(":")[0], result["host"], audited) == ("kvtui tune solo", "solo", "solo")
+    one = _tune(hosts, "dep1", capsys)
+    assert (one[0], one[1].split(":")[0], one[2]["host"], one[3]) == (code, "kvtui tune one", "one", "one")
+    assert [s["outcome"] for s in one[2]["steps"]] == [s["outcome"] for s in result["steps"]]

@@ -259,7 +259,7 @@ async def test_a_plain_restart_is_a_rollout_restart_followed_to_the_new_boot(kub
     try:
         plan = service.plan_restart("r1", host, backend, follow=True, timeout=60)
         assert not plan.refused
-        out = await service.restart(plan, backend)
+        out = await service.execute(plan, backend)
     finally:
         await backend.close()
     assert out.status == "ready", out.messages

@@ -248,7 +248,7 @@ async def test_a_restart_waits_for_no_settle_time(kube: FakeKube, tmp_path: Path
     await backend.start()
     try:
         plan = service.plan_restart("r1", host, backend, follow=True, timeout=60)
-        out = await asyncio.wait_for(service.restart(plan, backend, settle_s=600), 120)
+        out = await asyncio.wait_for(service.execute(plan, backend, settle_s=600), 120)
     finally:
         await backend.close()
     assert out.status == "ready", out.messages

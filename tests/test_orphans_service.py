@@ -128,17 +128,17 @@ async def test_the_service_restart_is_refused_unless_forced() -> None:
     backend.orphans = [ORPHAN]
     try:
         plan = service.plan_restart("demo", cfg, backend)
-        out = await service.restart(plan, backend)
+        out = await service.execute(plan, backend)
         assert (out.code, out.status) == (service.EXIT_REFUSED, "refused")
         assert any("PID 31337" in m for m in out.messages)
         backend.orphans = []
         plan = service.plan_restart("demo", cfg, backend)
-        out = await service.restart(plan, backend)
+        out = await service.execute(plan, backend)
         assert out.status == "restarted"
         backend.orphans = [ORPHAN]
         plan = service.plan_restart("demo", cfg, backend)
         plan.force = True
-        out = await service.restart(plan, backend)
+        out = await service.execute(plan, backend)
         assert out.status == "restarted"
     finally:
         await backend.close()

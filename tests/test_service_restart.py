@@ -1,4 +1,4 @@
-"""``service.plan_restart`` / ``service.restart``: the one restart path (the console's ``R``, the
+"""``service.plan_restart`` / ``service.execute``: the one restart path (the console's ``R``, the
 end of an apply) on a demo host, a local unit host (the fake ``systemctl`` first in PATH) and
 hosts kvtui must not or cannot restart; every attempt audited."""
 
@@ -47,7 +47,7 @@ async def test_a_refused_restart_is_audited_and_changes_nothing(tmp_path: Path) 
         plan = service.plan_restart("box", cfg, backend)
         assert plan.refused
         assert plan.how is None
-        out = await service.restart(plan, backend)
+        out = await service.execute(plan, backend)
     finally:
         await backend.close()
     assert (out.code, out.status) == (service.EXIT_REFUSED, "refused")
@@ -75,7 +75,7 @@ async def test_demo_restart_followed_to_ready() -> None:
 
         ticker = asyncio.create_task(advance())
         try:
-            out = await service.restart(plan, backend, seen.append)
+            out = await service.execute(plan, backend, seen.append)
         finally:
             ticker.cancel()
     finally:
@@ -109,7 +109,7 @@ async def test_unit_restart_runs_systemctl_with_sudo(tmp_path: Path, monkeypatch
         assert plan.how == "unit"
         assert plan.cmd["restart"].startswith("sudo -n ")
         assert "systemctl restart llm.service" in plan.cmd["restart"]
-        out = await service.restart(plan, backend)
+        out = await service.execute(plan, backend)
     finally:
         await backend.close()
     assert (out.code, out.status) == (0, "restarted"), out.messages

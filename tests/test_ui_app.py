@@ -291,10 +291,12 @@ async def test_restart_asks_first_and_marks_the_log() -> None:
         # the log kept following through the restart (the shorter boot panel made the view taller)
         assert following(pane.log_view)
         assert pane.log_view.pending == 0
-        # through the service layer: audited like every change kvtui makes to a host
+        # through the service layer: audited like every change kvtui makes to a host, once the
+        # new boot it follows (R follows it, as an apply does) is ready
+        await run_clock(pilot, app, clock, until=lambda: pane.busy is None, step=0.5, limit=60)
         entry = read_entries()[-1]
         assert (entry["action"], entry["how"], entry["outcome"], entry["host"]) == (
-            "restart", "demo", "restarted", "demo")
+            "restart", "demo", "ready", "demo")
 
 
 async def test_readonly_hides_every_action_that_changes_a_host() -> None:
@@ -469,9 +471,12 @@ async def test_restart_on_a_local_host_runs_its_stop_and_start_commands(tmp_path
         await pilot.press("y")
         await wait_for(pilot, lambda: record.exists() and record.read_text().count("\n") >= 2, timeout=10)
         assert record.read_text().split() == ["stop", "start"]
-        await wait_for(pilot, lambda: pane.busy is None)
+        assert pane.busy == "a restart"  # R follows the new boot (none comes here): ctrl+x stops following
+        await pilot.press("ctrl+x")
+        assert pane.action_banner.headline == "restart of box: no longer followed"
+        await wait_for(pilot, lambda: bool(read_entries()) and read_entries()[-1]["action"] == "restart")
         entry = read_entries()[-1]
-        assert (entry["action"], entry["how"], entry["outcome"]) == ("restart", "commands", "restarted")
+        assert (entry["action"], entry["how"], entry["detail"][-1]) == ("restart", "commands", "interrupted")
         # started detached, its output appended to the host's log file (which the console follows)
         assert entry["commands"] == [f"sh -c 'echo stop >> {record}'", f"nohup setsid sh -c 'echo start >> {record}' "
                                      f"</dev/null >>{log} 2>&1 & echo $!"]

@@ -272,6 +272,24 @@ async def test_the_restart_question_names_the_boot_state_once() -> None:
         assert "ready in ready" not in app.screen.body
 
 
+async def test_r_follows_the_new_boot_to_its_outcome_in_the_banner() -> None:
+    """A host's ``R`` is a restart of one node (``service.execute_nodes`` of a restart plan): like ``a`` it follows the
+    new boot and ends with its outcome in the action banner (it used to stop at "restarted")."""
+    clock = ready_clock()
+    app = demo_app(clock, speed=SPEED)
+    async with app.run_test(size=(130, 38)) as pilot:
+        pane = await ready_app(pilot, app, clock)
+        await pilot.press("R")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "follow the new boot until it is ready or failed" in app.screen.body
+        await pilot.press("y")
+        await wait_for(pilot, lambda: pane.busy == "a restart" or pane.changes.last_code is not None)
+        await run_clock(pilot, app, clock, until=lambda: pane.busy is None, step=0.5, limit=120)
+        assert pane.changes.last_code == 0, pane.action_banner.detail
+        assert pane.action_banner.headline == "demo: restarted; the new boot is ready"
+        assert pane.boot_index == 1
+
+
 async def test_an_error_jump_replaces_the_last_miss_in_the_status_line() -> None:
     panel = LogPanel(window=1000)
     async with Harness(panel).run_test(size=(100, 20)) as pilot:

@@ -507,7 +507,7 @@ async def test_a_restart_ready_on_every_node_asks_node_0_for_one_token(
         assert pane.action_banner.headline == "restart on r1: ready on every node"
         said = [ln for ln in pane.action_banner.detail if "1-token" in ln]
         assert said
-        assert said[-1].startswith("node 0 (r1-a): answered a 1-token request in ")  # node 0's own server
+        assert said[-1].startswith("r1-a: ✔ answered a 1-token request in ")  # node 0's own server, as an apply's
 
 
 def test_connect_on_a_deployment_opens_a_pane_per_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

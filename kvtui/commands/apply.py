@@ -365,11 +365,8 @@ async def open_nodes(config: Config, name: str, verb: str, stderr: TextIO,
 
 
 async def close_nodes(nodes: Sequence[NodeSide]) -> None:
-    """End every node's follower and close its backend (errors passed over)."""
+    """Close every node's backend (errors passed over)."""
     for n in nodes:
-        if n.follower is not None:
-            with contextlib.suppress(Exception):
-                await n.follower.close()
         with contextlib.suppress(Exception):
             await n.backend.close()
 

@@ -147,7 +147,8 @@ async def tune_main(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO,
         if isinstance(opened_nodes, int):
             return opened_nodes
         nodes, hang_s = opened_nodes, found[1].hang_seconds
-        name, host, backend, margin = args.host, nodes[0].host, nodes[0].backend, found[0].calc.graph_margin_gib
+        name = args.host if len(nodes) > 1 else nodes[0].name  # a one-node deployment's tune is its host's
+        host, backend, margin = nodes[0].host, nodes[0].backend, found[0].calc.graph_margin_gib
     else:
         opened = await open_host(args, stderr, clock)
         if isinstance(opened, int):

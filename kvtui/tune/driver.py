@@ -135,9 +135,10 @@ class TuneRun:
 async def _heartbeat_eta(run: TuneRun) -> Callable[[Boot], str | None]:
     """The new boot's ETA for the follower's heartbeat, from the host's stored boots (as
     ``apply --restart`` says it: "… the new boot is in load weights 12/61 shards; load weights
-    0:40 / ~4:05, ready in ~4:50")."""
-    past = await asyncio.to_thread(past_boots, run.name)
-    return heartbeat_eta(past, run.name, run.clock)
+    0:40 / ~4:05, ready in ~4:50"; a deployment's: node 0's, as ``apply NAME`` says it)."""
+    name = run.nodes[0].name if run.nodes else run.name
+    past = await asyncio.to_thread(past_boots, name)
+    return heartbeat_eta(past, name, run.clock)
 
 
 async def _remember(run: TuneRun, plan: service.ApplyPlan, out: service.ApplyOutcome) -> None:
@@ -218,13 +219,7 @@ async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, Restore | None
         return await _refused(run, step, refused, named=many)
     if not any(p.changed for p in plans):
         return _unchanged(run, step)
-    progress = _indented(run)
-    outs = await service.execute_nodes(
-        [service.Node(p, n.backend, changes.prefixed(progress, n.name) if many else progress)
-         for n, p in zip(sides, plans, strict=True)], clock=run.clock, heartbeat=progress,
-        eta=await _heartbeat_eta(run), hang_s=run.hang_s, say=progress)
-    for p, o in zip(plans, outs, strict=True):
-        await _remember(run, p, o)
+    outs = await _carry_out(run, sides, plans)
     out = outs[0]
     backups = {n.name: o.backup_path for n, o in zip(sides, outs, strict=True) if o.backup_path}
     step.backup = "; ".join(backups.values()) or None
@@ -249,6 +244,20 @@ async def _one_step(run: TuneRun, step: TuneStep) -> tuple[Tried, Restore | None
                     "restores them")
         return out.code
     return Tried(c, step.outcome, boot), backups or None
+
+
+async def _carry_out(run: TuneRun, sides: Sequence[NodeSide],
+                     plans: Sequence[service.ApplyPlan]) -> list[service.ApplyOutcome]:
+    """Every node's plan carried out as one change (``service.execute_nodes``; several nodes'
+    lines carry their node's name), each node's boot remembered."""
+    progress, many = _indented(run), len(sides) > 1
+    outs = await service.execute_nodes(
+        [service.Node(p, n.backend, changes.prefixed(progress, n.name) if many else progress)
+         for n, p in zip(sides, plans, strict=True)], clock=run.clock, heartbeat=progress,
+        eta=await _heartbeat_eta(run), hang_s=run.hang_s, say=progress)
+    for p, o in zip(plans, outs, strict=True):
+        await _remember(run, p, o)
+    return outs
 
 
 def _indented(run: TuneRun) -> Say:
@@ -326,13 +335,7 @@ async def _roll_back(run: TuneRun, result: TuneResult, restore: Restore | None) 
         result.code = exc.code if isinstance(exc, service.ServiceError) else EXIT_FAILED
         run.say(result.rolled_back)
         return
-    progress = _indented(run)
-    outs = await service.execute_nodes(
-        [service.Node(rb, n.backend, changes.prefixed(progress, n.name) if many else progress)
-         for n, rb in zip(sides, rbs, strict=True)], clock=run.clock, heartbeat=progress,
-        eta=await _heartbeat_eta(run), hang_s=run.hang_s, say=progress)
-    for rb, out in zip(rbs, outs, strict=True):
-        await _remember(run, rb, out)
+    outs = await _carry_out(run, sides, rbs)
     if many and outs[0].status not in ("error", "refused"):
         run.say(f"{run.name}: " + "; ".join(f"{n.name} restored from {restore[n.name]}" for n in sides))
     _rolled_back(run, result, outs[0].status, outs[0].boot, shown)

@@ -684,7 +684,7 @@ class MainScreen(Screen[None]):
         if pane.backend is None:
             self.notify(f"{pane.host_name} is not connected yet", severity="warning", timeout=4)
             return
-        plan = plan_restart(pane.host_name, pane.spec.config, pane.backend)
+        plan = plan_restart(pane.host_name, pane.spec.config, pane.backend, follow=True)
         if plan.refused:
             self.notify(plan.refusals[0].reason, title="restart", severity="warning", timeout=8)
             return

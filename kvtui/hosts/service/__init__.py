@@ -50,11 +50,13 @@ From a UI (the console's ``a`` / ``u`` / ``R``, ``kvtui.ui.host_pane``)::
     outcome = await execute(plan, backend, progress=lambda line: ...)   # never raises for the host
     outcome.code / .status / .messages / .reality / .rolled_back / .boot; outcome_headline(...)
     # rollback: plan = await changes.plan_rollback(name, host, backend, restart=True, boots=…); execute(...)
-    # restart:  plan = plan_restart(name, host, backend); outcome = await restart(plan, backend, progress)
+    # restart:  plan = plan_restart(name, host, backend, follow=True); outcome = await execute(plan, backend, …)
 
-``plan_restart`` / ``restart`` are the restart an apply ends with (demo ``restart()``, ``systemctl
-restart UNIT``, or stop_command + wait for the GPU memory + start_command detached), on their own
-and audited (action ``restart``); ``restart_unavailable`` says why a host cannot be restarted.
+``plan_restart`` plans the restart an apply ends with (demo ``restart()``, ``systemctl restart
+UNIT``, or stop_command + wait for the GPU memory + start_command detached) on its own, carried
+out by ``execute`` / ``execute_nodes`` as a change without files (N >= 1 nodes, node 0 first; with
+``follow=True`` the merged new boot followed and node 0 probed) and audited (action ``restart``);
+``restart_unavailable`` says why a host cannot be restarted.
 
 ``execute`` follows the new boot on its own log stream (``follow_log(NEXT_BOOT)``), next to the
 monitor's; it never blocks the event loop (demo file operations are a few KiB).
@@ -68,7 +70,7 @@ from __future__ import annotations
 
 from kvtui.engines.events import Engine
 from kvtui.exits import EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT, EXIT_USAGE
-from kvtui.hosts.service.execute import Node, execute, execute_nodes, restart
+from kvtui.hosts.service.execute import Node, execute, execute_nodes
 from kvtui.hosts.service.follow import BootFollower
 from kvtui.hosts.service.model import (
     BACKUP_MARK,
@@ -140,7 +142,6 @@ __all__ = [
     "read_remote_file",
     "render_plan",
     "render_prediction",
-    "restart",
     "restart_unavailable",
     "sha256_text",
     "split_env_edits",

@@ -1,6 +1,7 @@
 """Carrying out a plan: write through the host's ``HostOps`` (check, back up, write, verify),
 restart and follow the new boot, check the edits are in effect, roll back on failure when asked,
-and audit every attempt — ``execute`` (an apply or rollback) and ``restart`` (the console's ``R``)."""
+and audit every attempt — ``execute_nodes`` (an apply, a rollback, or a plain restart: the
+console's ``R``) and ``execute``, its one-node case."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from kvtui import audit
 from kvtui import flags as fl
 from kvtui.boot import Boot, BootStatus
+from kvtui.boot.deployment import DeploymentBoot
 from kvtui.config import SshHost
 from kvtui.engines.events import FailureKind
 from kvtui.engines.orphans import hint_text
@@ -22,7 +24,15 @@ from kvtui.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EX
 from kvtui.fmt import one_line
 from kvtui.hosts.backend import HostBackend
 from kvtui.hosts.orphans import host_orphans
-from kvtui.hosts.probe import ProbeResult, boot_port, mark_not_serving, not_probed_reason, probe, served_model
+from kvtui.hosts.probe import (
+    DEFAULT_PROBE_TIMEOUT_S,
+    ProbeResult,
+    boot_port,
+    mark_not_serving,
+    not_probed_reason,
+    probe,
+    served_model,
+)
 from kvtui.hosts.service.follow import (
     FollowSide,
     RestartFailed,
@@ -35,6 +45,7 @@ from kvtui.hosts.service.model import (
     ApplyOutcome,
     ApplyPlan,
     EtaFn,
+    HostOps,
     ProgressFn,
     RestartCall,
     RestartPlan,
@@ -52,15 +63,16 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class Node:
-    """One node of a change: its plan, its host's backend, where its progress lines go."""
+    """One node of a change: its plan (an apply's or rollback's, or a plain restart's), its host's
+    backend, where its progress lines go."""
 
-    plan: ApplyPlan
+    plan: ApplyPlan | RestartPlan
     backend: HostBackend
     progress: ProgressFn | None = None
 
 
 async def execute(
-    plan: ApplyPlan,
+    plan: ApplyPlan | RestartPlan,
     backend: HostBackend,
     progress: ProgressFn | None = None,
     *,
@@ -71,7 +83,8 @@ async def execute(
     heartbeat: ProgressFn | None = None,
     eta: EtaFn | None = None,
 ) -> ApplyOutcome:
-    """Carry out a plan (see ``kvtui.hosts.service``): ``execute_nodes`` of one node."""
+    """Carry out a plan (see ``kvtui.hosts.service``; a ``RestartPlan``: restart the server and, with
+    ``plan.follow``, follow the new boot): ``execute_nodes`` of one node."""
     outs = await execute_nodes([Node(plan, backend, progress)], clock=clock, sleep=sleep, stop_wait_s=stop_wait_s,
                                settle_s=settle_s, heartbeat=heartbeat, eta=eta)
     return outs[0]
@@ -90,6 +103,7 @@ async def execute_nodes(
     stage: Callable[[str], None] | None = None,
     proceed: Callable[[], bool] | None = None,
     say: ProgressFn | None = None,
+    probe: bool = True,
 ) -> list[ApplyOutcome]:
     """Carry out the plans of N ≥ 1 nodes as one change, all or nothing (a host is the deployment
     of one node: the same steps): a refusal on any node refuses the whole; every file is written
@@ -105,9 +119,20 @@ async def execute_nodes(
     ``proceed``, asked once every file is written: False restores them and restarts nothing
     (status ``cancelled``: the console's ctrl+x while the files were written). ``say``: where the
     lines about the whole go (the merged boot's end, the dump check, a hang, the rollback; kept in
-    node 0's outcome), default node 0's progress."""
-    runs = [Run(n.plan, n.backend.service_ops(), Say(n.progress, heartbeat, eta), clock, sleep, stop_wait_s,
-                settle_s) for n in nodes]
+    node 0's outcome), default node 0's progress. ``probe``: False takes the log's word for ready.
+    Plain restarts (``RestartPlan``s, every node's: the console's ``R``) take the same steps
+    without the files (``_restart``)."""
+    says = [Say(n.progress, heartbeat, eta) for n in nodes]
+    whole = says[0]
+    if say is not None:
+        whole = Say(say, heartbeat, eta)
+        whole.log = says[0].log  # kept with node 0's lines
+    restarts = [n.plan for n in nodes if isinstance(n.plan, RestartPlan)]
+    if restarts:
+        return await _restart(nodes, restarts, says, whole, clock=clock, sleep=sleep, stop_wait_s=stop_wait_s,
+                              settle_s=settle_s, hang_s=hang_s, stage=stage, probe=probe)
+    runs = [Run(p, n.backend.service_ops(), s, clock, sleep, stop_wait_s, settle_s)
+            for n, s, p in zip(nodes, says, [n.plan for n in nodes if isinstance(n.plan, ApplyPlan)], strict=True)]
     if any(r.plan.refused for r in runs):
         outs = [ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {x.reason}" for x in r.plan.blocking]) for r in runs]
         for r, out in zip(runs, outs, strict=True):
@@ -116,12 +141,8 @@ async def execute_nodes(
         return outs
     if not any(r.plan.changed for r in runs):
         return [_unchanged(r.plan) for r in runs]
-    whole = runs[0].say
-    if say is not None:
-        whole = Say(say, heartbeat, eta)
-        whole.log = runs[0].say.log  # kept with node 0's lines
     try:
-        outs = await _execute(runs, whole, hang_s, stage, proceed)
+        outs = await _execute(runs, whole, hang_s, stage, proceed, probe)
     except ServiceError as exc:
         outs = [_error(r, exc) for r in runs]
     except asyncio.CancelledError:
@@ -148,7 +169,7 @@ def _error(r: Run, exc: ServiceError, *more: str) -> ApplyOutcome:
 
 
 async def _execute(runs: Sequence[Run], say: Say, hang_s: float, stage: Callable[[str], None] | None,
-                   proceed: Callable[[], bool] | None) -> list[ApplyOutcome]:
+                   proceed: Callable[[], bool] | None, probe: bool) -> list[ApplyOutcome]:
     head = runs[0]
     plan = head.plan
     if stage is not None:
@@ -177,7 +198,8 @@ async def _execute(runs: Sequence[Run], say: Say, hang_s: float, stage: Callable
         boots, code, status = await _restart_and_follow(runs, say, hang_s, stage)
     except ServiceError as exc:
         return [_error(r, exc) for r in runs]
-    probed = await _prove_ready(head, boots[0]) if status == "ready" and boots[0] is not None else None
+    probed = await _prove_ready(plan.host, head.ops.backend, head.say, boots[0], min(plan.timeout, plan.probe_timeout)
+                                ) if probe and status == "ready" and boots[0] is not None else None
     if probed is not None and not probed.ok:
         code, status = EXIT_FAILED, "failed"
     outs = []
@@ -222,16 +244,37 @@ def _not_restarted(run: Run) -> ApplyOutcome:
 
 async def _restart_and_follow(runs: Sequence[Run], say: Say, hang_s: float,
                               stage: Callable[[str], None] | None) -> tuple[list[Boot | None], int, str]:
-    head = runs[0]
-    plan = head.plan
+    plan = runs[0].plan
     calls = [RestartCall(r.ops.restart_how(r.plan.cmd), r.plan.cmd, unit_name(r.plan), r.say, r.plan.timeout,
                          r.sleep, r.clock, r.stop_wait_s, r.say.heartbeat) for r in runs]
     sides = [FollowSide(r.plan.name, r.ops.backend, r.plan.engine, r.say, partial(r.ops.issue_restart, c),
                         r.settle_s if r.settle_s is not None else r.ops.settle_s, c.stopped)
              for r, c in zip(runs, calls, strict=True)]
+    many = len(runs) > 1
+
+    async def in_effect(boots: list[Boot | None], dep: DeploymentBoot) -> tuple[int, str] | None:
+        problems = []
+        for r, b in zip(runs, boots, strict=True):
+            wrong = fl.check_dump(r.plan.engine, b.flags, r.plan.edits) if b is not None and b.flags else []
+            if b is not None and not b.flags:
+                r.say("note: the new boot printed no argument dump; the edit was checked in systemd/the file only")
+            if wrong:
+                problems.append((f"{r.plan.name}: " if many else "") + "; ".join(wrong))
+        if problems:
+            say("edit not in effect: " + " | ".join(problems))
+            return EXIT_FAILED, "not_in_effect"
+        if all(b is not None and b.flags for b in boots):
+            say("every node's own argument dump carries the edits" if many
+                else "the new boot's own argument dump carries the edits")
+        if plan.env_edits and dep.boot.status is BootStatus.READY:
+            env_problems = [p for r, b in zip(runs, boots, strict=True) if b is not None
+                            for p in await _check_server_env(r, b)]
+            if env_problems:
+                say("environment not in effect: " + "; ".join(env_problems))
+                return EXIT_FAILED, "not_in_effect"
+        return None
     try:
-        followers, got = await follow_restarts(sides, say, timeout=plan.timeout, expect=plan.edits,
-                                               heartbeat=say.heartbeat, eta=say.eta, hang_s=hang_s, stage=stage)
+        return await _follow(sides, [r.ops for r in runs], say, plan.timeout, hang_s, stage, plan.edits, in_effect)
     except RestartFailed as exc:
         failed = runs[exc.node].plan
         raise ServiceError(
@@ -239,38 +282,32 @@ async def _restart_and_follow(runs: Sequence[Run], say: Say, hang_s: float,
             f"restarted with them: restart it, or run 'kvtui rollback {failed.name}'",
             exc.error.code,
         ) from exc.error
+
+
+async def _follow(sides: Sequence[FollowSide], ops: Sequence[HostOps], say: Say, timeout: float, hang_s: float,
+                  stage: Callable[[str], None] | None, expect: Sequence[fl.Edit] = (),
+                  check: Callable[[list[Boot | None], DeploymentBoot], Awaitable[tuple[int, str] | None]] | None = None,
+                  ) -> tuple[list[Boot | None], int, str]:
+    """Restart the nodes and follow their merged new boot (``follow_restarts``; ``RestartFailed``
+    raised): each node's boot, the exit code and the status. ``check``: an apply's edit-in-effect
+    checks of the boots (a code and a status when they fail); then a rollout must have settled, and
+    a failure for memory others hold names the orphans."""
+    followers, got = await follow_restarts(sides, say, timeout=timeout, expect=expect, heartbeat=say.heartbeat,
+                                           eta=say.eta, hang_s=hang_s, stage=stage)
     if got is None:
-        boot, code, status = timed_out(say, followers[0], plan.timeout)
+        boot, code, status = timed_out(say, followers[0], timeout)
         return [boot, *(f.current() for f in followers[1:])], code, status
     boots, dep = got
-    many = len(runs) > 1
-    problems = []
-    for r, b in zip(runs, boots, strict=True):
-        if b is None:
-            continue
-        wrong = fl.check_dump(r.plan.engine, b.flags, r.plan.edits) if b.flags else []
-        if not b.flags:
-            r.say("note: the new boot printed no argument dump; the edit was checked in systemd/the file only")
-        if wrong:
-            problems.append((f"{r.plan.name}: " if many else "") + "; ".join(wrong))
-    if problems:
-        say("edit not in effect: " + " | ".join(problems))
-        return boots, EXIT_FAILED, "not_in_effect"
-    if all(b is not None and b.flags for b in boots):
-        say("every node's own argument dump carries the edits" if many
-            else "the new boot's own argument dump carries the edits")
-    if plan.env_edits and dep.boot.status is BootStatus.READY:
-        env_problems = [p for r, b in zip(runs, boots, strict=True) if b is not None
-                        for p in await _check_server_env(r, b)]
-        if env_problems:
-            say("environment not in effect: " + "; ".join(env_problems))
-            return boots, EXIT_FAILED, "not_in_effect"
-    for r, b in zip(runs, boots, strict=True):
-        unsettled = await _rollout_settled(r.ops, r.say, b) if b is not None else None
+    bad = await check(boots, dep) if check is not None else None
+    if bad is not None:
+        return boots, *bad
+    for s, o, b in zip(sides, ops, boots, strict=True):
+        unsettled = await _rollout_settled(o, s.say, b) if b is not None else None
         if unsettled is not None:
             return boots, unsettled[1], unsettled[2]
+    many = len(sides) > 1
     if many and dep.boot.status is BootStatus.READY:
-        say(f"the deployment is ready on all {len(runs)} nodes")
+        say(f"the deployment is ready on all {len(sides)} nodes")
         code, status = EXIT_OK, "ready"
     elif many and dep.failed_node is not None:
         f = dep.boot.failure
@@ -279,9 +316,9 @@ async def _restart_and_follow(runs: Sequence[Run], say: Say, hang_s: float,
         code, status = EXIT_FAILED, "failed"
     else:
         _, code, status = boot_result(say, dep.boot)
-    for r, b in zip(runs, boots, strict=True):
+    for s, b in zip(sides, boots, strict=True):
         if b is not None:
-            await name_orphans(r.say, r.ops.backend, b)
+            await name_orphans(s.say, s.backend, b)
     return boots, code, status
 
 
@@ -310,26 +347,26 @@ async def _rollout_settled(ops: object, say: ProgressFn, boot: Boot) -> tuple[Bo
     return boot, EXIT_TIMEOUT if timeout else EXIT_FAILED, "timeout" if timeout else "failed"
 
 
-async def _prove_ready(run: Run, boot: Boot) -> ProbeResult | None:
+async def _prove_ready(host: HostConfig, backend: HostBackend, say: ProgressFn, boot: Boot,
+                       timeout: float) -> ProbeResult | None:
     """The log says ready: ask the server for one token, as ``kvtui wait`` does (``probe = false``
     turns it off; a boot naming no port, or a host that cannot reach it, is ready on the log's
     word). No answer within the timeout: the boot is failed, ``not_serving``."""
-    host = run.plan.host
-    why = not_probed_reason(run.ops.backend, boot.flags, enabled=getattr(host, "probe", True))
+    why = not_probed_reason(backend, boot.flags, enabled=getattr(host, "probe", True))
     if why is not None:
         if why.startswith("this kind of host"):
-            run.say(why)
+            say(why)
         return None
     port = boot_port(boot.flags)
     assert port is not None
-    run.say(f"the log says ready; asking the server on port {port} for one token")
-    res = await probe(run.ops.backend, port, model=getattr(host, "probe_model", None) or served_model(boot.flags),
-                      timeout=max(1.0, min(run.plan.timeout, run.plan.probe_timeout)))
+    say(f"the log says ready; asking the server on port {port} for one token")
+    res = await probe(backend, port, model=getattr(host, "probe_model", None) or served_model(boot.flags),
+                      timeout=max(1.0, timeout))
     if res.ok:
-        run.say(f"✔ {res.headline()}")
+        say(f"✔ {res.headline()}")
         return res
     mark_not_serving(boot, res)
-    run.say(f"✘ {res.headline()}: the new boot is failed (not_serving)")
+    say(f"✘ {res.headline()}: the new boot is failed (not_serving)")
     return res
 
 
@@ -383,53 +420,59 @@ async def _auto_rollback(runs: Sequence[Run], say: Say, outs: list[ApplyOutcome]
     return outs
 
 
-async def restart(
-    plan: RestartPlan,
-    backend: HostBackend,
-    progress: ProgressFn | None = None,
-    *,
-    clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    stop_wait_s: float = DEFAULT_STOP_WAIT_S,
-    settle_s: float | None = None,
-) -> ApplyOutcome:
-    """Restart the server as planned; with ``plan.follow`` wait until the new boot is ready or
-    failed. Never raises for the host; every attempt is audited (action ``restart``)."""
-    say = Say(progress)
-    ops = backend.service_ops()
-    if not plan.refused and plan.how is not None:
-        await refuse_orphans(plan.refusals, backend)
-    if plan.refused or plan.how is None:
-        out = ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {r.reason}" for r in plan.blocking])
-        _audit_restart(plan, out, clock, ops.login)
-        return out
-    call = RestartCall(plan.how, plan.cmd, plan.unit, say, plan.timeout, sleep, clock, stop_wait_s)
+async def _restart(nodes: Sequence[Node], plans: Sequence[RestartPlan], says: Sequence[Say], whole: Say, *,
+                   clock: Callable[[], float], sleep: Callable[[float], Awaitable[None]], stop_wait_s: float,
+                   settle_s: float | None, hang_s: float, stage: Callable[[str], None] | None,
+                   probe: bool) -> list[ApplyOutcome]:
+    """Restart N >= 1 nodes as one (``execute_nodes`` of ``RestartPlan``s): a refusal on any node
+    refuses the whole (nothing restarts); node 0 is restarted first, the others right after; with
+    node 0's ``plan.follow`` the nodes' merged new boot is followed until it is ready or failed (as
+    an apply's) and, ready, node 0's server asked for one token. Every node's attempt is audited
+    (action ``restart``)."""
+    ops = [n.backend.service_ops() for n in nodes]
+    for n, p in zip(nodes, plans, strict=True):
+        if not p.refused and p.how is not None:
+            await refuse_orphans(p.refusals, n.backend)
+    if any(p.refused or p.how is None for p in plans):
+        outs = [ApplyOutcome(EXIT_REFUSED, "refused", [f"refused: {r.reason}" for r in p.blocking]) for p in plans]
+        for p, o, out in zip(plans, ops, outs, strict=True):
+            if p.refused or p.how is None:
+                _audit_restart(p, out, clock, o.login)
+        return outs
+    head = plans[0]
+    calls = [RestartCall(p.how, p.cmd, p.unit, s, p.timeout, sleep, clock, stop_wait_s)
+             for p, s in zip(plans, says, strict=True) if p.how is not None]
+    boots: list[Boot | None] = [None] * len(nodes)
+    probed: ProbeResult | None = None
     try:
-        if plan.follow:
-            settle = settle_s if settle_s is not None else ops.settle_s
-            side = FollowSide(plan.name, backend, engine_of(plan.host), say, partial(ops.issue_restart, call), settle,
-                              call.stopped)
-            followers, got = await follow_restarts([side], say, timeout=plan.timeout)
-            follower, boot = followers[0], None if got is None else got[0][0]
-            unsettled = await _rollout_settled(ops, say, boot) if boot is not None else None
-            boot, code, status = timed_out(say, follower, plan.timeout) if boot is None else (
-                unsettled or boot_result(say, boot))
-            if boot is not None:
-                await name_orphans(say, backend, boot)
-            out = ApplyOutcome(code, status, list(say.log), boot=boot)
+        if head.follow:
+            sides = [FollowSide(p.name, n.backend, engine_of(p.host), s, partial(o.issue_restart, c),
+                                settle_s if settle_s is not None else o.settle_s, c.stopped)
+                     for n, p, s, o, c in zip(nodes, plans, says, ops, calls, strict=True)]
+            boots, code, status = await _follow(sides, ops, whole, head.timeout, hang_s, stage)
+            if probe and status == "ready" and boots[0] is not None:
+                probed = await _prove_ready(head.host, nodes[0].backend, says[0], boots[0],
+                                            min(head.timeout, DEFAULT_PROBE_TIMEOUT_S))
+                if probed is not None and not probed.ok:
+                    code, status = EXIT_FAILED, "failed"
         else:
-            await ops.issue_restart(call)
-            say("restarted: a new boot starts")
-            out = ApplyOutcome(EXIT_OK, "restarted", list(say.log))
-    except RestartFailed as exc:
-        out = ApplyOutcome(exc.error.code, "error", [*say.log, str(exc.error)])
-    except ServiceError as exc:
-        out = ApplyOutcome(exc.code, "error", [*say.log, str(exc)])
+            for s, o, c in zip(says, ops, calls, strict=True):
+                await o.issue_restart(c)
+                s("restarted: a new boot starts")
+            code, status = EXIT_OK, "restarted"
+        outs = [ApplyOutcome(code, status, list(s.log), boot=b, probe=probed if i == 0 else None)
+                for i, (s, b) in enumerate(zip(says, boots, strict=True))]
+    except (RestartFailed, ServiceError) as exc:
+        err = exc.error if isinstance(exc, RestartFailed) else exc
+        who = f"{plans[exc.node].name}: " if isinstance(exc, RestartFailed) and len(nodes) > 1 else ""
+        outs = [ApplyOutcome(err.code, "error", [*s.log, who + str(err)]) for s in says]
     except asyncio.CancelledError:
-        _audit_restart(plan, ApplyOutcome(EXIT_INTERRUPTED, "error", [*say.log, "interrupted"]), clock, ops.login)
+        for p, s, o in zip(plans, says, ops, strict=True):
+            _audit_restart(p, ApplyOutcome(EXIT_INTERRUPTED, "error", [*s.log, "interrupted"]), clock, o.login)
         raise
-    _audit_restart(plan, out, clock, ops.login)
-    return out
+    for p, o, out in zip(plans, ops, outs, strict=True):
+        _audit_restart(p, out, clock, o.login)
+    return outs
 
 
 # -- the audit log -----------------------------------------------------------------------------

@@ -8,9 +8,9 @@ in the pane's action banner. An apply or a rollback of any N >= 1 nodes takes on
 prediction and automatic rollback, several in one confirmation of every diff —, then
 ``service.execute_nodes``, as ``kvtui apply NAME`` does: written, restarted, the merged boot
 followed and probed, every node rolled back on failure, each node's boot recorded). ``R`` of
-several nodes goes through ``kvtui.changes``'s steps (``restart_and_follow`` → ``probe_head`` →
-``record_nodes``). Tune is ``kvtui.tune``'s loop
-either way (``TuneRun.nodes`` for several)."""
+N >= 1 nodes is ``service.execute_nodes`` of restart plans (node 0 first, the merged boot
+followed to ready or failed in the banner). Tune is ``kvtui.tune``'s loop either way
+(``TuneRun.nodes`` for several)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from textual.notifications import SeverityLevel
 from kvtui import flags
 from kvtui.boot import Boot, BootStatus
 from kvtui.config import DEMO_DEFAULT_SPEED
-from kvtui.exits import EXIT_FAILED
 from kvtui.hosts import service
 from kvtui.hosts.backend import BackendError
 from kvtui.lazy import lazy_module
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
     from kvtui.config import HistoryConfig, HostConfig
     from kvtui.flags import Edit
     from kvtui.hosts.backend import HostBackend
-    from kvtui.hosts.probe import ProbeResult
     from kvtui.hosts.service import ApplyOutcome, Calculator, RestartPlan
     from kvtui.tune import driver
     from kvtui.tune import planner as tp
@@ -51,8 +49,6 @@ else:
     kvcalc = lazy_module("kvtui.kvcalc")  # lazy: after the console's first frame (test_ui_startup): +47 ms CPU
     driver = lazy_module("kvtui.tune.driver")  # lazy: imports kvcalc (test_ui_startup): +79 ms CPU
     tp = lazy_module("kvtui.tune.planner")  # lazy: imports kvcalc (test_ui_startup): +79 ms CPU
-
-CHANGE_TIMEOUT_S = 1800.0  # how long a change of several nodes follows their new boots
 
 
 def demo_target(speed: float) -> str:
@@ -297,14 +293,10 @@ class ChangeController:
         self.start_restart(plan)
 
     def start_restart(self, plan: RestartPlan | None = None) -> None:
-        """``R`` (after its confirm): restart one node through the service layer (``plan``: made by
-        the caller), several as one (node 0 first, the merged boot followed)."""
-        def work(gen: int, sides: list[NodeSide]) -> Awaitable[None]:
-            if len(sides) > 1:
-                return self._restart_nodes_worker(gen, sides)
-            one = plan or service.plan_restart(sides[0].name, sides[0].host, sides[0].backend)
-            return self._restart_worker(one, gen, sides[0])
-        self._run(work, "a restart")
+        """``R`` (after its confirm): every node restarted as one (``service.execute_nodes`` of
+        restart plans: node 0 first, the merged new boot followed to ready or failed, node 0 asked
+        for a token); ``plan``: node 0's, made by the caller (``D``'s is not followed)."""
+        self._run(lambda gen, sides: self._restart_worker(plan, gen, sides), "a restart")
 
     async def _change_worker(self, verb: str, edits: list[Edit], gen: int, sides: list[NodeSide]) -> None:
         """An apply or rollback of the site's N >= 1 nodes as one, all or nothing: every node's change
@@ -314,12 +306,7 @@ class ChangeController:
         banner, clock, many = self.site.action_banner, self.site.clock, len(sides) > 1
         title = f"{verb} on {self.name}" + (f" ({len(sides)} nodes)" if many else "")
         said: list[str] = []
-
-        def say(prefix: str) -> Callable[[str], None]:  # several nodes' lines carry their node's name
-            def line(msg: str) -> None:
-                said.append(prefix + msg)
-                self._progress(said[-1])
-            return line
+        say = self._sayer(said)
         try:
             banner.start(title, "reading every node's flags…" if many else "reading the server's flags…"
                          if verb == "apply" else "looking for kvtui's backups…")
@@ -344,6 +331,15 @@ class ChangeController:
                                    outcome_lines(said) if many else None)
         finally:
             self._end(gen)
+
+    def _sayer(self, said: list[str]) -> Callable[[str], Callable[[str], None]]:
+        """Progress lines with a prefix (several nodes' carry their node's name), kept in ``said``."""
+        def say(prefix: str) -> Callable[[str], None]:
+            def line(msg: str) -> None:
+                said.append(prefix + msg)
+                self._progress(said[-1])
+            return line
+        return say
 
     async def _plan(self, verb: str, edits: list[Edit], sides: list[NodeSide]) -> bool:
         """Plan every node's change (``n.plan``, with its restart); False (said) when one cannot be."""
@@ -442,46 +438,29 @@ class ChangeController:
         self.pane.notify("\n".join([headline, *outcome.reality]), title=f"{self.name}: {verb}", severity=toast,
                          timeout=8 if severity == "ok" else 15)
 
-    async def _restart_worker(self, plan: RestartPlan, gen: int, side: NodeSide) -> None:
+    async def _restart_worker(self, plan: RestartPlan | None, gen: int, sides: list[NodeSide]) -> None:
+        banner, many, said = self.site.action_banner, len(sides) > 1, list[str]()
+        say = self._sayer(said)
         try:
-            self.site.action_banner.start(f"restart on {self.name}")
-            outcome = await service.restart(plan, side.backend, self._progress, clock=self.site.clock)
-            self.last_outcome, self.last_code = outcome, outcome.code
-            if outcome.code == 0:
-                self.site.action_banner.stop()
+            banner.start(f"restart on {self.name}" + (f" ({len(sides)} nodes)" if many else ""))
+            plans = [plan if plan is not None and i == 0 else
+                     service.plan_restart(n.name, n.host, n.backend, follow=True) for i, n in enumerate(sides)]
+            outs = await service.execute_nodes(
+                [service.Node(p, n.backend, say(f"{n.name}: " if many else ""))
+                 for p, n in zip(plans, sides, strict=True)],
+                clock=self.site.clock, hang_s=self.hang_s, stage=self._stage, say=say(""),
+                probe=getattr(self.pane.app, "probe_ready", False))
+            out = self.last_outcome = outs[0]
+            self.last_code = out.code
+            if out.status == "restarted":  # not followed (``D``: the simulation's restart)
+                banner.stop()
                 self.pane.notify(f"{self.name}: restarted — following the new boot; the log marks it",
                                  title=f"{self.name}: restart")
-            else:
-                self._show_outcome(service.outcome_headline(outcome, "restart", self.name), outcome, "restart")
+            else:  # the new boot's outcome, as an apply's
+                self._show_outcome(f"restart on {self.name}: {nodes_headline(out)}" if many else
+                                   service.outcome_headline(out, "restart", self.name), out, "restart",
+                                   outcome_lines(said) if many else None)
         finally:
-            self._end(gen)
-
-    # ---- several nodes as one (kvtui.changes's steps, as ``kvtui apply NAME``) --------------------
-
-    async def _restart_nodes_worker(self, gen: int, sides: list[NodeSide]) -> None:
-        """``R`` on several nodes: every node restarted (node 0 first), the merged boot followed."""
-        banner, name, clock = self.site.action_banner, self.name, self.site.clock
-        said: list[str] = []
-        res: ProbeResult | None = None
-
-        def say(line: str) -> None:
-            said.append(line)
-            banner.progress(line)
-        try:
-            banner.start(f"restart of {name} ({len(sides)} nodes)")
-            self.stage = "position"
-            code, dep = await changes.restart_and_follow(sides, self.hang_s, CHANGE_TIMEOUT_S, clock, say,
-                                                         stage=self._stage)
-            if code == 0 and dep is not None and getattr(self.pane.app, "probe_ready", False):  # node 0: 1 token
-                res = await changes.probe_head(dep, sides, say)
-            code = EXIT_FAILED if code == 0 and res is not None and not res.ok else code
-            for problem in await changes.record_nodes(sides, code, self._history()):  # each node's outcome
-                say(f"note: the boot is not in the history: {problem}")
-            out = service.ApplyOutcome(code, changes.OUTCOME_OF_EXIT.get(code, "error"), probe=res)
-            self.last_code = code
-            self._show_outcome(f"restart on {name}: {nodes_headline(out)}", out, "restart", outcome_lines(said))
-        finally:
-            await changes.close_followers(sides)
             self._end(gen)
 
     # ---- tune (O) -------------------------------------------------------------------------------
