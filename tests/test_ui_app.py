@@ -474,6 +474,8 @@ async def test_restart_on_a_local_host_runs_its_stop_and_start_commands(tmp_path
         assert pane.busy == "a restart"  # R follows the new boot (none comes here): ctrl+x stops following
         await pilot.press("ctrl+x")
         assert pane.action_banner.headline == "restart of box: no longer followed"
+        # one host: "the restart", not a deployment's "every node's restart"
+        assert pane.action_banner.detail[0].startswith("the restart was issued and goes on")
         await wait_for(pilot, lambda: bool(read_entries()) and read_entries()[-1]["action"] == "restart")
         entry = read_entries()[-1]
         assert (entry["action"], entry["how"], entry["detail"][-1]) == ("restart", "commands", "interrupted")

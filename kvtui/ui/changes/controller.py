@@ -191,10 +191,14 @@ class ChangeController:
             return None
         if self.stage in ("write", "restart"):
             self._cancel_asked = True
-            line = ("cancel asked: the write in progress ends, then every node written is restored"
-                    if self.stage == "write" else
-                    "cancel asked: every node's restart is issued first (a deployment is not left half "
-                    "restarted), then the following stops")
+            several = len(self.site.change_nodes()) > 1
+            if self.stage == "write":
+                line = ("cancel asked: the write in progress ends, then "
+                        + ("every node written is restored" if several else "the file is restored"))
+            else:
+                line = ("cancel asked: " + ("every node's restart is issued first (a deployment is not left half "
+                                            "restarted)" if several else "the restart is issued first")
+                        + ", then the following stops")
             self.site.action_banner.progress(line)
             self.pane.notify(line, title=f"{self.name}: cancelling", timeout=5)
             return line
@@ -204,7 +208,8 @@ class ChangeController:
         what = (self.busy or "a change").removeprefix("an ").removeprefix("a ")
         if self.restart_issued:
             headline = f"{what} of {self.name}: no longer followed"
-            detail = ["every node's restart was issued and goes on; the log and the boot panel show the new boot"]
+            detail = [("every node's restart was issued" if len(self.site.change_nodes()) > 1
+                       else "the restart was issued") + " and goes on; the log and the boot panel show the new boot"]
         elif self._written and what != "restart":
             headline = f"{what} on {self.name} cancelled before the restart"
             detail = [("the backups are restored" if what == "rollback" else "the new flags are written")
