@@ -664,3 +664,19 @@ async def test_a_node_that_failed_and_restarted_alone_is_still_named_on_every_no
         assert "node 1 (r1-b): its previous boot failed (KV pool too big, " in _strip(app, 1)
         await pilot.press("number_sign")
         await _until(pilot, lambda: b.query_one(FailureBanner).display)  # node 1's own: its failed boot
+
+
+async def test_the_strip_names_a_node_s_phase_as_its_tab_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """During the weights' load the tab line said "▶ load weights 4.5s" and the strip under it
+    "starting at load_weights" (the phase's code; at 80 columns it wrapped alone onto a row)."""
+    from kvtui.ui.widgets.host import FleetSummary
+
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(1.0)  # both nodes loading their weights (launch and init take ~0.1 s at ×100)
+    async with app.run_test(size=SIZE) as pilot:
+        fleet = app.main_screen.query_one(FleetSummary)
+        await _until(pilot, lambda: "node 1 · r1-b: starting at" in _strip(app)
+                     and "r1-b ▶ load weights" in fleet.one_line(200).plain)
+        assert _strip(app).splitlines()[1] == ("node 0 · r1-a: starting at load weights · "
+                                               "node 1 · r1-b: starting at load weights")
