@@ -628,3 +628,55 @@ async def test_a_long_hang_diagnosis_at_80x24_says_how_many_lines_b_shows(
         assert "more line" not in str(strip.render())
         await pilot.press("b")
         await _until(pilot, lambda: "b: details" in str(strip.render()) and strip.region.height == 6)
+
+
+async def test_a_node_that_failed_and_restarted_alone_is_still_named_on_every_node(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``R`` with a stale process holding 60 GiB of node 1's GPU 3: node 1's boot fails (its
+    failure banner on its tab), its unit restarts it by itself (``Restart=on-failure``) and the
+    newest start is node 1's alone — node 0's strip said only "node 0: not in this start · node 1:
+    starting" a second after the failure, nothing of it (seen in tmux). The strip keeps naming the
+    node whose previous boot failed, and why, until the deployment is ready again."""
+    from kvtui.ui.widgets.boot import FailureBanner
+
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        a, b = _node(app, 0), _node(app, 1)
+        await _until(pilot, lambda: _ready(app), timeout=60)
+        cfg = parse_config(_hosts(speed=100), tmp_path / "hosts.toml")
+        DemoBackend("r1-b", cfg.host("r1-b"), clock=clock).set_foreign_process(gpu=3, mib=62000)
+        await pilot.press("R")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await _until(pilot, lambda: a.changes.stage == "follow", timeout=60)
+        clock.advance(60.0)  # node 1's new boot fails at its KV pool, and its unit starts it again
+
+        def failed_and_restarted() -> bool:
+            boots = b.monitor.tracker.boots if b.monitor is not None else []
+            return (len(boots) >= 3 and boots[-1].status is BootStatus.STARTING
+                    and boots[-2].status is BootStatus.FAILED)
+        await _until(pilot, failed_and_restarted, timeout=60)
+        await _until(pilot, lambda: "node 1 · r1-b: starting" in _strip(app)
+                     and "node 0 · r1-a: not in this start" in _strip(app))
+        await _until(pilot, lambda: "node 1 (r1-b): its previous boot failed (KV pool too big, " in _strip(app))
+        assert "node 1 (r1-b): its previous boot failed (KV pool too big, " in _strip(app, 1)
+        await pilot.press("number_sign")
+        await _until(pilot, lambda: b.query_one(FailureBanner).display)  # node 1's own: its failed boot
+
+
+async def test_the_strip_names_a_node_s_phase_as_its_tab_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """During the weights' load the tab line said "▶ load weights 4.5s" and the strip under it
+    "starting at load_weights" (the phase's code; at 80 columns it wrapped alone onto a row)."""
+    from kvtui.ui.widgets.host import FleetSummary
+
+    clock = FakeClock()
+    app = _app(tmp_path, monkeypatch, speed=100, clock=clock)
+    clock.advance(1.0)  # both nodes loading their weights (launch and init take ~0.1 s at ×100)
+    async with app.run_test(size=SIZE) as pilot:
+        fleet = app.main_screen.query_one(FleetSummary)
+        await _until(pilot, lambda: "node 1 · r1-b: starting at" in _strip(app)
+                     and "r1-b ▶ load weights" in fleet.one_line(200).plain)
+        assert _strip(app).splitlines()[1] == ("node 0 · r1-a: starting at load weights · "
+                                               "node 1 · r1-b: starting at load weights")

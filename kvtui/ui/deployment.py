@@ -29,6 +29,7 @@ from textual.widgets import Static
 from kvtui.boot import BootStatus
 from kvtui.boot.deployment import node_state
 from kvtui.monitor.deployment import DeploymentMonitor, DeploymentNode, probe_nodes
+from kvtui.ui import formatting as fmt
 from kvtui.ui.changes.controller import ChangeController, ChangeNode
 from kvtui.ui.screens import ConfirmScreen
 from kvtui.ui.widgets.banner import expand_key
@@ -128,8 +129,27 @@ def notes(dm: DeploymentMonitor, probed: dict[int, NodeObservation] | None, now:
         t.append(f"{f}\n")
     if dep.failed_node is not None:
         t.append(f"failed first on {dep.node(dep.failed_node).label()}\n", style="bold red")
+    if dep.boot.status is not BootStatus.READY:
+        for node in dm.nodes:  # a node that failed and started again (its unit's Restart=, or a restart)
+            said = _failed_before(node)
+            if said is not None:
+                t.append(f"node {dm.node_rank(node)} ({node.name}): its previous boot failed ({said})\n",
+                         style="bold red")
     t.rstrip()
     return t
+
+
+def _failed_before(node: DeploymentNode) -> str | None:
+    """Why and when a node's boot before its newest one failed, when the newest still starts: a
+    node that failed and was started again by its unit (``Restart=on-failure``) makes a start of
+    its own, the others "not in this start" — the failure is no longer in the merged boot, and
+    was said on no other node's tab."""
+    boots = node.monitor.tracker.boots
+    if len(boots) < 2 or boots[-1].status is not BootStatus.STARTING or boots[-2].status is not BootStatus.FAILED:
+        return None
+    prev = boots[-2]
+    why = fmt.failure_short(prev.failure.kind, prev.failure.phase) if prev.failure is not None else "unknown"
+    return why + (f", {prev.ended_at.astimezone():%H:%M:%S}" if prev.ended_at is not None else "")
 
 
 def _label(dm: DeploymentMonitor, node: DeploymentNode) -> str:
@@ -350,6 +370,8 @@ class DeploymentGroup:
             nb = None if dep is None else next((b for b in dep.nodes if b.name == p.host_name), None)
             where = ("no boot yet" if dep is None or nb is None or (nb.boot is None and nb.earlier is None)
                      else node_state(dep, nb))
+            if nb is not None and nb.boot is not None and nb.boot.phase is not None:  # the tab's words
+                where = where.replace(f" at {nb.boot.phase.value}", f" at {fmt.phase_label(nb.boot.phase)}")
             if p.offline is not None:
                 where = f"{p.offline.lstrip('◌○✖ ')} · {where}"
             t.append(f"{label}: ", style="bold" if p is pane else "")
