@@ -337,32 +337,3 @@ def process_from_nvml(
         gpu_uuid=gpu_uuid,
         name=name,
     )
-
-
-def format_query_gpu_line(sample: GpuSample) -> str:
-    """The ``--query-gpu=QUERY_GPU_FIELDS --format=csv,noheader,nounits`` line for a sample
-    (what nvidia-smi would print; used by simulated hosts and tests)."""
-
-    def opt(v: float | None, fmt: str) -> str:
-        return "[N/A]" if v is None else format(v, fmt)
-
-    return ", ".join(
-        [
-            str(sample.index),
-            sample.uuid or "[N/A]",
-            sample.name or "[N/A]",
-            f"{sample.used_mib:.0f}",
-            f"{sample.total_mib:.0f}",
-            opt(sample.util, ".0f"),
-            opt(sample.temperature_c, ".0f"),
-            opt(sample.power_w, ".2f"),
-            opt(sample.power_limit_w, ".2f"),
-            f"0x{throttle_mask(sample.throttle):016x}",
-        ]
-    )
-
-
-def throttle_mask(text: str | None) -> int:
-    """The bitmask of the reasons ``throttle_text`` named (what nvidia-smi would print)."""
-    names = {n.strip() for n in (text or "").split(",")}
-    return sum(bit for bit, name in THROTTLE_REASONS if name in names)

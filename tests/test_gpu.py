@@ -12,10 +12,10 @@ from kvtui.gpu import (
     QUERY_APPS_FIELDS,
     QUERY_GPU_FIELDS,
     QUERY_GPU_LEGACY_FIELDS,
+    THROTTLE_REASONS,
     GpuProcess,
     GpuSample,
     QueryGpuTicks,
-    format_query_gpu_line,
     mark_stale,
     parse_compute_apps_csv,
     parse_compute_apps_line,
@@ -28,6 +28,19 @@ from kvtui.gpu import (
 )
 
 GPU_FIX = Path(__file__).parent / "fixtures" / "gpu"
+
+
+def format_query_gpu_line(sample: GpuSample) -> str:
+    """The ``--query-gpu=QUERY_GPU_FIELDS --format=csv,noheader,nounits`` line nvidia-smi would print."""
+
+    def opt(v: float | None, fmt: str) -> str:
+        return "[N/A]" if v is None else format(v, fmt)
+
+    names = {n.strip() for n in (sample.throttle or "").split(",")}
+    mask = sum(bit for bit, name in THROTTLE_REASONS if name in names)
+    return ", ".join([str(sample.index), sample.uuid or "[N/A]", sample.name or "[N/A]", f"{sample.used_mib:.0f}",
+                      f"{sample.total_mib:.0f}", opt(sample.util, ".0f"), opt(sample.temperature_c, ".0f"),
+                      opt(sample.power_w, ".2f"), opt(sample.power_limit_w, ".2f"), f"0x{mask:016x}"])
 
 
 def test_field_lists_are_the_nvidia_smi_arguments() -> None:

@@ -12,7 +12,7 @@ from textual.widget import Widget
 from kvtui.monitor import LogLine
 from kvtui.ui.log.panel import LogPanel
 from kvtui.ui.log.view import LogView
-from kvtui.ui.widgets.quiet import QuietStatic
+from kvtui.ui.perf import QuietStatic
 
 
 def _row_texts(view: LogView) -> list[str]:

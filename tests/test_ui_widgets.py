@@ -201,7 +201,7 @@ async def test_stall_notice_text() -> None:
 def test_stall_detector_needs_both_log_and_gpu_silence() -> None:
     boot = loading_boot()
     det = StallDetector(120)
-    det.log_activity(0.0)
+    det.reset(0.0)
     det.gpu_activity(gpu_samples(10.0), 0.0)
     assert det.check(boot, 100.0) is None
     det.gpu_activity(gpu_samples(10.01), 100.0)  # a few MiB of jitter is not progress
@@ -209,13 +209,13 @@ def test_stall_detector_needs_both_log_and_gpu_silence() -> None:
     det.gpu_activity(gpu_samples(12.0), 130.0)  # memory moved: alive
     assert det.check(boot, 200.0) is None
     assert det.check(boot, 251.0) == 121.0
-    det.log_activity(251.0)
+    det.reset(251.0)
     assert det.check(boot, 300.0) is None
 
 
 def test_stall_detector_is_quiet_in_final_states_and_when_off() -> None:
     det = StallDetector(10)
-    det.log_activity(0.0)
+    det.reset(0.0)
     for boot in (ready_boot(), failed_boot()):
         assert det.check(boot, 1000.0) is None
     stopped = loading_boot()

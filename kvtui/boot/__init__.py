@@ -41,29 +41,18 @@ How the tracker reads a log:
 
 from __future__ import annotations
 
-from kvtui.boot.facts import fact_rule, rank_sort_key, refresh_metrics
-from kvtui.boot.hints import EXIT_CONTEXT_LINES, exit_diagnosis, hint_for
+from kvtui.boot.facts import rank_sort_key
+from kvtui.boot.hints import hint_for
 from kvtui.boot.model import Boot, BootDelta, BootMetrics, BootStatus, Failure, LiveMetrics, PhaseSpan
 from kvtui.boot.tracker import (
-    MAX_EVIDENCE,
-    MAX_RANKS,
-    MAX_TRACEBACK_LINE_CHARS,
     MAX_TRACEBACK_LINES,
     MAX_TRAIL,
-    MAX_UNRECOGNISED,
-    MAX_WARNINGS,
     BootTracker,
 )
 
 __all__ = [
-    "EXIT_CONTEXT_LINES",
-    "MAX_EVIDENCE",
-    "MAX_RANKS",
     "MAX_TRACEBACK_LINES",
-    "MAX_TRACEBACK_LINE_CHARS",
     "MAX_TRAIL",
-    "MAX_UNRECOGNISED",
-    "MAX_WARNINGS",
     "Boot",
     "BootDelta",
     "BootMetrics",
@@ -72,9 +61,6 @@ __all__ = [
     "Failure",
     "LiveMetrics",
     "PhaseSpan",
-    "exit_diagnosis",
-    "fact_rule",
     "hint_for",
     "rank_sort_key",
-    "refresh_metrics",
 ]

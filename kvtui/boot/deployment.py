@@ -655,11 +655,10 @@ class NodeObservation:
 @dataclass(frozen=True, slots=True)
 class Hang:
     """A deployment that waits for some of its nodes: ``lagging`` node ranks, ``phase`` the others
-    reached, ``waiting_s`` how long the first node has been in it, and the sentences."""
+    reached, and the sentences."""
 
     lagging: tuple[int, ...]
     phase: Phase
-    waiting_s: float
     summary: str
     causes: tuple[str, ...]
 
@@ -753,8 +752,8 @@ def diagnose_hang(dep: DeploymentBoot, now: datetime, bound_s: float,
     if not causes:
         causes.append("nothing kvtui can see explains it: check the network between the nodes (the "
                       "rendezvous port, NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME) and the lagging node's own log")
-    return Hang(lagging=tuple(n.node_rank for n in lagging), phase=phase, waiting_s=waiting,
-                summary=summary, causes=tuple(causes))
+    return Hang(lagging=tuple(n.node_rank for n in lagging), phase=phase, summary=summary,
+                causes=tuple(causes))
 
 
 def env_differences(nodes: Sequence[NodeBoot], observed: Mapping[int, NodeObservation]) -> list[str]:

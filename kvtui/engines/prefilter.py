@@ -631,7 +631,6 @@ class LivePrefilter:
 
 
 _NEVER_S = "\x00never\x00"
-_STAMP_OF = operator.itemgetter(slice(1, 20))
 _TZINFO = operator.attrgetter("tzinfo")
 
 

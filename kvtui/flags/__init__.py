@@ -33,12 +33,12 @@ written file, a command line or the engine's argument dump). The flag table itse
 
 from __future__ import annotations
 
-from kvtui.flags.cmdline import FlagOccurrence, ServerCommand, parse_argv, parse_systemctl_execstart
-from kvtui.flags.edit import Edit, EditedLine, EditResult, apply_edits, edits_from_mapping, parse_edit_args
+from kvtui.flags.cmdline import ServerCommand, parse_argv, parse_systemctl_execstart
+from kvtui.flags.edit import Edit, EditedLine, apply_edits, edits_from_mapping, parse_edit_args
 from kvtui.flags.errors import BadValue, FlagError, NoServerCommand
 from kvtui.flags.lexer import Kind, Word
-from kvtui.flags.locate import find_effective_execstart, get_flag, parse_command, unit_has_execstart
-from kvtui.flags.values import EditValue, same_value, validate_value
+from kvtui.flags.locate import find_effective_execstart, get_flag, parse_command
+from kvtui.flags.values import same_value, validate_value
 from kvtui.flags.verify import check_command, check_dump, check_text
 from kvtui.knobs import SPECS, Knob, ValueKind, dest_name, known_names, lookup, suggest
 from kvtui.knobs import written_name as canonical_flag
@@ -47,11 +47,8 @@ __all__ = [
     "SPECS",
     "BadValue",
     "Edit",
-    "EditResult",
-    "EditValue",
     "EditedLine",
     "FlagError",
-    "FlagOccurrence",
     "Kind",
     "Knob",
     "NoServerCommand",
@@ -75,6 +72,5 @@ __all__ = [
     "parse_systemctl_execstart",
     "same_value",
     "suggest",
-    "unit_has_execstart",
     "validate_value",
 ]

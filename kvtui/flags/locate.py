@@ -23,8 +23,6 @@ _EXEC_RE = re.compile(r"[ \t]*ExecStart[ \t]*=[ \t]*")
 @dataclass(frozen=True, slots=True)
 class _ExecLine:
     line: int  # 1-based
-    key_start: int  # where "ExecStart" begins
-    value_start: int
     items: list[_Item]
     end: int  # the newline that ends the logical line
 
@@ -64,8 +62,8 @@ def _service_key_lines(text: str, key_re: re.Pattern[str]) -> list[tuple[int, in
 def _unit_exec_lines(text: str) -> list[_ExecLine]:
     """Every ``ExecStart=`` of the ``[Service]`` section, empty ones (resets) included."""
     return [
-        _ExecLine(_line_no(text, pos), pos, vstart, items, end)
-        for pos, vstart, items, end in _service_key_lines(text, _EXEC_RE)
+        _ExecLine(_line_no(text, pos), items, end)
+        for pos, _vstart, items, end in _service_key_lines(text, _EXEC_RE)
     ]
 
 
@@ -89,11 +87,6 @@ def _logical_end(text: str, pos: int) -> int:
             break
         if pos >= n:
             return n
-
-
-def unit_has_execstart(text: str) -> bool:
-    """Whether this unit file (or drop-in) sets ``ExecStart=`` at all (a reset counts)."""
-    return bool(_unit_exec_lines(text))
 
 
 def find_effective_execstart(files: Sequence[tuple[str, str]]) -> int:

@@ -9,12 +9,11 @@ live reader's boots off its event loop.
 
 from __future__ import annotations
 
-from kvtui.history.doc import DOC_SCHEMA_VERSION, BootDoc, DocError, DocVersionError
-from kvtui.history.record import boot_doc, boot_from_doc, boot_key, merge
+from kvtui.history.doc import DOC_SCHEMA_VERSION, BootDoc, DocVersionError
+from kvtui.history.record import boot_doc, boot_from_doc, boot_key
 from kvtui.history.recorder import BootRecorder, record_boot, record_numbered, recordable, recorder_for
 from kvtui.history.store import (
     SCHEMA_VERSION,
-    HistoryBusy,
     HistoryError,
     Limits,
     Store,
@@ -28,9 +27,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "BootDoc",
     "BootRecorder",
-    "DocError",
     "DocVersionError",
-    "HistoryBusy",
     "HistoryError",
     "Limits",
     "Store",
@@ -39,7 +36,6 @@ __all__ = [
     "boot_from_doc",
     "boot_key",
     "default_path",
-    "merge",
     "open_store",
     "record_boot",
     "record_numbered",

@@ -54,9 +54,6 @@ class PhaseEstimate:
     high: float
     boots: int
 
-    def spread(self) -> str:
-        return f"{fmt.duration(self.low)}–{fmt.duration(self.high)}"
-
 
 @dataclass(frozen=True, slots=True)
 class BootEta:

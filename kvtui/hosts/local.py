@@ -101,7 +101,6 @@ MAX_LINE_BYTES: Final = 1 << 20  # longer lines are cut (the rest up to the newl
 READ_CHUNK: Final = 256 << 10  # small enough that splitting one chunk never stalls the event loop
 DEFAULT_TAIL_BYTES: Final = TAIL_BYTES  # the recent tail of a log file read before following it
 DEFAULT_JOURNAL_SCAN_LINES: Final = 20_000
-_TERMINATOR: Final = re.compile(rb"[\r\n]")
 
 
 # ---------------------------------------------------------------------------------------------

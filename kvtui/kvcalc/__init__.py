@@ -40,59 +40,43 @@ from __future__ import annotations
 
 from kvtui.engines.events import Engine
 from kvtui.knobs import EDITABLE_FLAGS, fraction_flag
-from kvtui.kvcalc.arith import GIB, MIB_PER_GIB, floor_page
+from kvtui.kvcalc.arith import GIB, floor_page
 from kvtui.kvcalc.boots import same_setup, select_boot, sized_pool
 from kvtui.kvcalc.calibrate import calibrate
-from kvtui.kvcalc.config import estimate_weights_gib, from_config
-from kvtui.kvcalc.defaults import KV_DTYPE_BYTES, default_mem_fraction, default_running_requests, extend_capture_bs
+from kvtui.kvcalc.config import from_config
+from kvtui.kvcalc.defaults import default_mem_fraction
 from kvtui.kvcalc.model import (
-    ACTIVATION_MIB_PER_TOKEN,
-    DEFAULT_CHUNK,
     DEFAULT_GRAPH_MARGIN_GIB,
     VERDICT_RANK,
     Basis,
     CalcError,
-    Confidence,
-    GraphModel,
     GraphSource,
-    IdentityCheck,
     MemoryModel,
     Verdict,
     activation_allowance_gib,
 )
 from kvtui.kvcalc.predict import HistoryCalibration, Prediction, grid_search, predict
 from kvtui.kvcalc.serving import model_path, serving_model
-from kvtui.kvcalc.whatif import FLAG_ALIASES, WhatIf, canonical_flag, parse_what_if, what_if_from_mapping
+from kvtui.kvcalc.whatif import FLAG_ALIASES, canonical_flag, parse_what_if
 
 __all__ = [
-    "ACTIVATION_MIB_PER_TOKEN",
-    "DEFAULT_CHUNK",
     "DEFAULT_GRAPH_MARGIN_GIB",
     "EDITABLE_FLAGS",
     "FLAG_ALIASES",
     "GIB",
-    "KV_DTYPE_BYTES",
-    "MIB_PER_GIB",
     "VERDICT_RANK",
     "Basis",
     "CalcError",
-    "Confidence",
     "Engine",
-    "GraphModel",
     "GraphSource",
     "HistoryCalibration",
-    "IdentityCheck",
     "MemoryModel",
     "Prediction",
     "Verdict",
-    "WhatIf",
     "activation_allowance_gib",
     "calibrate",
     "canonical_flag",
     "default_mem_fraction",
-    "default_running_requests",
-    "estimate_weights_gib",
-    "extend_capture_bs",
     "floor_page",
     "fraction_flag",
     "from_config",
@@ -104,5 +88,4 @@ __all__ = [
     "select_boot",
     "serving_model",
     "sized_pool",
-    "what_if_from_mapping",
 ]

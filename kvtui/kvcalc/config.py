@@ -39,7 +39,7 @@ def _cfg_int(cfg: Mapping[str, object], *keys: str) -> int | None:
 
 
 def _config_cell(
-    cfg: Mapping[str, object], *, tp: int, kv_bytes: float, swa_ratio: float = 0.8
+    cfg: Mapping[str, object], *, tp: int, kv_bytes: float
 ) -> tuple[int, str, bool]:
     """(cell bytes per token per rank, what kind, scales with tp) from a HF ``config.json``."""
     layers = _cfg_int(cfg, "num_hidden_layers", "n_layer", "num_layers")
@@ -72,7 +72,7 @@ def _config_cell(
         n_swa = sum(1 for t in layer_types if "sliding" in str(t))
         n_full = len(layer_types) - n_swa
         if n_swa and n_full:
-            return round(per_layer * n_full + swa_ratio * per_layer * n_swa), "swa", True
+            return round(per_layer * n_full + 0.8 * per_layer * n_swa), "swa", True
     return round(per_layer * layers), "mha", True
 
 

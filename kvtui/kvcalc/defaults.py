@@ -84,14 +84,13 @@ def default_mem_fraction(
     chunk: int | None = None,
     max_bs: int | None = None,
     speculative: bool = False,
-    pp: int = 1,
 ) -> float:
     """SGLang 0.5.10's default ``--mem-fraction-static`` for a card of ``gpu_gib``."""
     tier_chunk, tier_bs = _sglang_tier(gpu_gib, tp)
     chunk = tier_chunk if chunk is None or chunk <= 0 else chunk
     max_bs = tier_bs if max_bs is None else max_bs
     gpu_mib = gpu_gib * 1024
-    reserved = 512 + max(chunk, 2048) * 1.5 + max_bs * 2 + tp * pp / 8 * 1024
+    reserved = 512 + max(chunk, 2048) * 1.5 + max_bs * 2 + tp / 8 * 1024
     if gpu_gib > 60:
         reserved = max(reserved, 10240)
     if speculative:

@@ -18,26 +18,17 @@ CONTRACT shared with ``kvtui/ui`` and ``kvtui/commands/wait.py``: the update typ
 ``kvtui.updates`` and are re-exported here for the views that import them from the monitor.
 """
 
-from kvtui.monitor.connection import MAX_NOTES
-from kvtui.monitor.gaps import MAX_GAPS
-from kvtui.monitor.host import CLOSE_GRACE, HostMonitor
-from kvtui.monitor.ingest import INGEST_SLICE, INGEST_STEP_BUDGET, MARKER_RULE, SKIPPED_SLICE, line_style
+from kvtui.monitor.host import HostMonitor
+from kvtui.monitor.ingest import SKIPPED_SLICE, line_style
 from kvtui.monitor.oneshot import host_boots, read_boots
-from kvtui.monitor.options import MIN_FLUSH_INTERVAL, MonitorHost, MonitorOptions, Sink, engine_hint_for
-from kvtui.monitor.publisher import STORM_BATCH, STORM_FLUSH_INTERVAL, STORM_SERVING_INTERVAL
+from kvtui.monitor.options import MIN_FLUSH_INTERVAL, MonitorOptions, engine_hint_for
+from kvtui.monitor.publisher import STORM_BATCH, STORM_SERVING_INTERVAL
 from kvtui.updates import BootState, ConnUpdate, GpuUpdate, LogBatch, LogLine, MonitorUpdate
 
 __all__ = [
-    "CLOSE_GRACE",
-    "INGEST_SLICE",
-    "INGEST_STEP_BUDGET",
-    "MARKER_RULE",
-    "MAX_GAPS",
-    "MAX_NOTES",
     "MIN_FLUSH_INTERVAL",
     "SKIPPED_SLICE",
     "STORM_BATCH",
-    "STORM_FLUSH_INTERVAL",
     "STORM_SERVING_INTERVAL",
     "BootState",
     "ConnUpdate",
@@ -45,10 +36,8 @@ __all__ = [
     "HostMonitor",
     "LogBatch",
     "LogLine",
-    "MonitorHost",
     "MonitorOptions",
     "MonitorUpdate",
-    "Sink",
     "engine_hint_for",
     "host_boots",
     "line_style",

@@ -24,7 +24,6 @@ async def read_boots(
     start_backend: bool = True,
     engine: Engine | None = None,
     first: float | None = None,
-    close_grace: float = 5.0,
 ) -> list[Boot]:
     """Follow the host's current boot until it is over (ready, failed or stopped: a serving
     server never goes quiet), until the stream goes quiet for ``idle`` seconds (a stalled or
@@ -34,7 +33,7 @@ async def read_boots(
     The one reader of "the host's boots now" (``kvtui calc --host``, the service layer's
     prediction): ``engine`` overrides the host's declared engine (the service knows it from the
     flags file); ``first`` gives up on a log that yields nothing within that many seconds
-    (default: ``timeout``); closing the log stream waits at most ``close_grace`` seconds."""
+    (default: ``timeout``); closing the log stream waits at most 5 seconds."""
     hint = engine if engine in (Engine.SGLANG, Engine.VLLM) else engine_hint_for(host)
     reader = BootLog(hint)
     if start_backend:
@@ -65,7 +64,7 @@ async def read_boots(
     finally:
         # bounded: a follower slow to let go (a dropped SSH channel) is left to finish alone
         with contextlib.suppress(TimeoutError, BackendError):
-            await asyncio.wait_for(aclose_iter(it), close_grace)
+            await asyncio.wait_for(aclose_iter(it), 5.0)
     return reader.boots
 
 

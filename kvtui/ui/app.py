@@ -986,6 +986,3 @@ class KvtuiApp(App[int]):
 
     def action_switch_host(self, name: str) -> None:
         self.main_screen.switch_host(name)
-
-    def host_panes(self) -> Iterable[Widget]:
-        return self.main_screen.panes

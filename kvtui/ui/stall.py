@@ -19,9 +19,5 @@ class StallDetector(CoreStallDetector):
     def log_parts(self, parts: Iterable[LinePart], now: float) -> None:
         self.feed(list(columns(parts)), now)
 
-    def log_activity(self, now: float) -> None:
-        """Progress that is not a line of the log (kept for callers that have no text)."""
-        self.reset(now)
-
     def gpu_activity(self, samples: Iterable[GpuSample], now: float) -> None:
         self.gpu(samples, now)

@@ -23,7 +23,7 @@ import json
 import os
 import tempfile
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -35,18 +35,6 @@ from textual.theme import BUILTIN_THEMES, Theme
 from kvtui.config import state_dir
 
 DEFAULT_THEME = "kvtui-dark"
-
-# Phase -> the CSS variable holding its colour (``$phase-load`` …).
-PHASE_VARIABLES: dict[str, str] = {
-    "launch": "phase-launch",
-    "init": "phase-init",
-    "load_weights": "phase-load",
-    "compile": "phase-compile",
-    "kv_allocate": "phase-kv",
-    "graph_capture": "phase-graph",
-    "http_up": "phase-http",
-    "ready": "phase-ready",
-}
 
 # kvtui's own variables and the standard colour each one defaults to.
 _DERIVED: dict[str, str] = {
@@ -270,10 +258,6 @@ def usable_theme(theme: Theme) -> bool:
     ``ansi-light``) leaves colours to the terminal's 16: kvtui's bars draw their empty cells in the
     foreground at 10 % opacity, which an ANSI colour cannot blend — empty cells looked full."""
     return not theme.ansi and not theme.name.startswith("ansi")
-
-
-def theme_names(themes: Sequence[Theme]) -> list[str]:
-    return sorted(t.name for t in themes)
 
 
 def accepted_theme_names(loaded: LoadedThemes | None = None) -> list[str]:

@@ -20,18 +20,12 @@ a long log, so they are recognised with ``str.startswith`` and read with ``str.f
 
 from __future__ import annotations
 
-from kvtui.engines.sglang.args import MAX_ARGS_CHARS, parse_server_args
-from kvtui.engines.sglang.failures import exception_line, generic_failure, is_oom_text, oom_metrics
+from kvtui.engines.sglang.args import parse_server_args
 from kvtui.engines.sglang.grammar import SglangGrammar
 from kvtui.engines.sglang.patterns import rank_of_process_title
 
 __all__ = [
-    "MAX_ARGS_CHARS",
     "SglangGrammar",
-    "exception_line",
-    "generic_failure",
-    "is_oom_text",
-    "oom_metrics",
     "parse_server_args",
     "rank_of_process_title",
 ]

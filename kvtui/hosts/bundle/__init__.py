@@ -6,7 +6,6 @@ every edit and restart with the reason)."""
 
 from __future__ import annotations
 
-from kvtui.hosts.bundle.backend import Bundle, BundleBackend, BundleError, load_bundle
-from kvtui.hosts.bundle.ops import BundleOps, read_only_reason
+from kvtui.hosts.bundle.backend import BundleBackend, BundleError, load_bundle
 
-__all__ = ["Bundle", "BundleBackend", "BundleError", "BundleOps", "load_bundle", "read_only_reason"]
+__all__ = ["BundleBackend", "BundleError", "load_bundle"]

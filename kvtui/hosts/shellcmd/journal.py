@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-
 from kvtui.hosts.shellcmd.base import CONTROL_PREFIX, guard, q, sh_c, sudo_prefix
 
 # Fields asked of `journalctl -o json` (cursor and timestamps always come with it).
@@ -22,7 +19,7 @@ JOURNAL_FIELDS: tuple[str, ...] = (
 # systemd's catalog ids of the manager's "Starting …" / "Started …" lines.
 MESSAGE_ID_UNIT_STARTING = "7d4958e842da4a758f6c1cdc7b36dcc5"
 MESSAGE_ID_UNIT_STARTED = "39f53479d3a045ac8e11786248231fbf"
-_INVOCATION_RE = re.compile(r"^[0-9a-f]{32}$")
+_FIELDS_ARG = "--output-fields=" + q(",".join(JOURNAL_FIELDS))
 
 
 def journal_follow(
@@ -32,14 +29,13 @@ def journal_follow(
     after_cursor: str | None = None,
     lines: int | None = None,
     sudo: bool = False,
-    fields: Sequence[str] = JOURNAL_FIELDS,
 ) -> str:
     """``journalctl -u UNIT -o json -f`` from a cursor (inclusive), after a cursor (exclusive),
     the last ``lines`` entries (``0``: only new ones) or, with none of these, every entry.
     ``--all``: without it ``-o json`` prints a field over 4096 bytes as null (SGLang's
     ``server_args=ServerArgs(…)`` line is longer)."""
     args = [
-        "journalctl", "-u", q(unit), "-o", "json", "--output-fields=" + q(",".join(fields)),
+        "journalctl", "-u", q(unit), "-o", "json", _FIELDS_ARG,
         "--all", "--no-pager", "-q", "-f",
     ]
     # `-f` alone shows only the last 10 entries, even from a cursor: --no-tail shows them all
@@ -135,11 +131,9 @@ def journal_uptime(
     startup_done: tuple[str, str, str] | None = None,
     journalctl: str | None = None,
     sudo: bool = False,
-    fields: Sequence[str] = JOURNAL_FIELDS,
     margin: int = JOURNAL_STARTUP_MARGIN,
     cap: int = JOURNAL_STARTUP_CAP,
     tail: int = JOURNAL_TAIL_LINES,
-    count_max: int = JOURNAL_GAP_COUNT_MAX,
 ) -> str:
     """The current boot of a unit up for days, in constant time: the startup part whole, one gap,
     the recent tail, then ``-f``. A ``sh`` script (not guarded: ``guard(sh_c(...))`` or run it
@@ -155,11 +149,11 @@ def journal_uptime(
        ``startup_done`` = (C1, T1, next): that part was read already (a resume): skip it.
     2. the tail's first two entries (``-n tail+1``): when the tail begins after C1, ``gap
        after=C1 before=C2 lines=N|- first=TS last=TS`` (N counted on the host up to
-       ``count_max``, else ``-``), then ``journalctl -f`` from C2 (the tail, then new entries);
+       ``JOURNAL_GAP_COUNT_MAX``, else ``-``), then ``journalctl -f`` from C2 (the tail, then new entries);
        else ``-f`` after C1 (the rest is short)."""
     jc = journalctl if journalctl is not None else sudo_prefix(sudo) + "journalctl"
     u = q(unit)
-    out = "-o json --output-fields=" + q(",".join(fields)) + " --all --no-pager -q"  # as journal_follow
+    out = "-o json " + _FIELDS_ARG + " --all --no-pager -q"  # as journal_follow
     mark = "\\000" + CONTROL_PREFIX[1:].decode()
     follow_after = f'exec {jc} -u {u} {out} -f --no-tail --after-cursor="$c1"'
     if startup_done is not None:
@@ -190,8 +184,8 @@ if [ "$stop" != 1 ]; then {follow_after}; fi
 case "$2$t1" in ''|*[!0-9]*) {follow_after} ;; esac
 if [ $# -lt 4 ] || [ "$2" -le "$t1" ]; then {follow_after}; fi
 n=$({jc} -u {u} --after-cursor="$c1" --until=@$(($2 / 1000000)).$(printf %06d $(($2 % 1000000))) -q -o cat \\
-  2>/dev/null | head -n {int(count_max) + 1} | wc -l)
-if [ "$n" -gt {int(count_max)} ]; then n=-; fi
+  2>/dev/null | head -n {JOURNAL_GAP_COUNT_MAX + 1} | wc -l)
+if [ "$n" -gt {JOURNAL_GAP_COUNT_MAX} ]; then n=-; fi
 printf '{mark}gap after=%s before=%s lines=%s first=%s last=%s\\n' "$c1" "$3" "$n" "$nx" "$2"
 exec {jc} -u {u} {out} -f --no-tail --cursor="$3"
 """
@@ -222,13 +216,12 @@ def journal_search(
     limit: int = 100,
     journalctl: str | None = None,
     sudo: bool = False,
-    fields: Sequence[str] = JOURNAL_FIELDS,
 ) -> str:
     """``journalctl --grep`` (PCRE2 ``pattern``) over the unit's entries after ``after_cursor``
     (or from ``since_us``) through ``until_us`` (µs since the epoch, inclusive), as JSON: the
     first ``limit`` matches, or with ``newest`` the last ``limit`` (newest first)."""
     jc = journalctl if journalctl is not None else sudo_prefix(sudo) + "journalctl"
-    args = [jc, "-u", q(unit), "-o", "json", "--output-fields=" + q(",".join(fields)), "--all", "-q", "--no-pager",
+    args = [jc, "-u", q(unit), "-o", "json", _FIELDS_ARG, "--all", "-q", "--no-pager",
             "--grep=" + q(pattern), "--case-sensitive=" + ("no" if ignore_case else "yes")]
     if after_cursor is not None and not newest:
         args.append("--after-cursor=" + q(after_cursor))

@@ -12,14 +12,14 @@ from kvtui.hosts.shellcmd.base import q, sudo_prefix
 _PROP_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
-def systemctl_show(unit: str, props: Iterable[str], *, sudo: bool = False, value: bool = False) -> str:
-    """``systemctl show -p A -p B UNIT`` (``A=…`` lines; ``--value`` prints bare values)."""
+def systemctl_show(unit: str, props: Iterable[str], *, sudo: bool = False) -> str:
+    """``systemctl show -p A -p B UNIT`` (``A=…`` lines)."""
     plist = list(props)
     for p in plist:
         if not _PROP_RE.match(p):
             raise ValueError(f"not a systemd property name: {p!r}")
     ps = " ".join(f"-p {p}" for p in plist)
-    return f"{sudo_prefix(sudo)}systemctl show {ps}{' --value' if value else ''} {q(unit)}"
+    return f"{sudo_prefix(sudo)}systemctl show {ps} {q(unit)}"
 
 
 def systemctl(verb: str, unit: str | None = None, *, sudo: bool = False) -> str:

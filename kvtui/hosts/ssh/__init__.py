@@ -23,7 +23,7 @@ Modules: ``backend`` (``SshBackend``) and ``followers`` (the log streams).
 
 from __future__ import annotations
 
-from kvtui.hosts.ssh.backend import PREFERRED_CIPHERS, SshBackend
+from kvtui.hosts.ssh.backend import SshBackend
 from kvtui.retry import Backoff
 
-__all__ = ["PREFERRED_CIPHERS", "Backoff", "SshBackend"]
+__all__ = ["Backoff", "SshBackend"]

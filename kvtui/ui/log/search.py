@@ -20,7 +20,6 @@ from kvtui.updates import GapMark, GapSearchError, HostMatch, LogLine, make_line
 if TYPE_CHECKING:
     from kvtui.ui.log.view import LogView
 
-SPOOL_MATCH_LIMIT = 1000
 HOST_CONTEXT = 2  # lines of context each side of a match found on the host
 HOST_SEQ_BASE = -(1 << 40)  # the rows of a host search's results: never a spool seq
 # what ``e``/``E`` look for in a gap on the host (the lines the console would colour as errors)
@@ -324,15 +323,3 @@ class LogSearch:
             self.view.follow = False
             self.view.show_rows(lines, ViewMode.HISTORY)
         self.view.set_cursor(seq)
-
-    async def count_matches(self) -> int | None:
-        """How many lines of the whole log match the search (capped at SPOOL_MATCH_LIMIT)."""
-        if self.view.search_query is None:
-            return None
-        if self.view.source is None:
-            pattern = self.view.search_query.compiled()
-            return sum(1 for line in self.view.shown_rows if pattern.search(line.text))
-        pattern_s, regex = self.view.search_query.spool_args()
-        source = self.view.source
-        hits = await asyncio.to_thread(source.search, pattern_s, regex=regex, limit=SPOOL_MATCH_LIMIT)
-        return len(hits)

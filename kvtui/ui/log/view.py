@@ -180,10 +180,6 @@ class LogView(ScrollView, can_focus=True):
         return self.shown_rows
 
     @property
-    def live_lines(self) -> Sequence[LogLine]:
-        return self.live_rows
-
-    @property
     def held(self) -> bool:
         return self._held
 
