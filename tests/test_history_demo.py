@@ -96,7 +96,7 @@ def test_five_restarts_then_the_ledger_and_an_eta(tmp_path: Path, capsys: pytest
     starting = dataclasses.replace(newest, status=BootStatus.STARTING, phase=newest.phases[2].name,
                                    phases=[dataclasses.replace(p) for p in newest.phases[:3]])
     starting.phases[-1].end = None
-    eta = asyncio.run(driver._heartbeat_eta(SimpleNamespace(name="demo", clock=time.time)))  # type: ignore[arg-type]
+    eta = asyncio.run(driver._heartbeat_eta(SimpleNamespace(name="demo", nodes=[], clock=time.time)))  # type: ignore[arg-type]
     assert "ready in ~" in (eta(starting) or "")
 
 

@@ -57,7 +57,7 @@ from kvtui.kvcalc.model import (
 )
 from kvtui.kvcalc.predict import HistoryCalibration, Prediction, grid_search, predict
 from kvtui.kvcalc.serving import model_path, serving_model
-from kvtui.kvcalc.whatif import FLAG_ALIASES, canonical_flag, parse_what_if
+from kvtui.kvcalc.whatif import FLAG_ALIASES, WhatIf, canonical_flag, parse_what_if
 
 __all__ = [
     "DEFAULT_GRAPH_MARGIN_GIB",
@@ -73,6 +73,7 @@ __all__ = [
     "MemoryModel",
     "Prediction",
     "Verdict",
+    "WhatIf",
     "activation_allowance_gib",
     "calibrate",
     "canonical_flag",
