@@ -32,7 +32,7 @@ stopped.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -73,15 +73,17 @@ WAIT_WORDS: dict[Phase, str] = {
 }
 
 
-def node_state(dep: DeploymentBoot, n: NodeBoot) -> str:
+def node_state(dep: DeploymentBoot, n: NodeBoot, phase_word: Callable[[Phase], str] = lambda p: p.value) -> str:
     """How far a node's boot got, in words: ``ready``, ``starting at init``, ``failed``, … and, for a
-    node other than node 0 once the whole is ready, ``up (its ranks serve through node 0 (…))``."""
+    node other than node 0 once the whole is ready, ``up (its ranks serve through node 0 (…))``.
+    ``phase_word``: how a phase is named (the phase's code, as ``replay`` prints it; the console
+    passes its tabs' words)."""
     b = n.boot
     if b is None:
         if n.earlier is not None:
             return "not in this start (its boot is of an earlier one: not restarted)"
         return "no boot of this start in its log"
-    where = f" at {b.phase.value}" if b.phase is not None and b.status is BootStatus.STARTING else ""
+    where = f" at {phase_word(b.phase)}" if b.phase is not None and b.status is BootStatus.STARTING else ""
     if dep.boot.status is BootStatus.READY and b.status is BootStatus.STARTING and n is not dep.head:
         return f"up (its ranks serve through {dep.head.label()})"
     return f"{b.status.value}{where}"

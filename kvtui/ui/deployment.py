@@ -369,9 +369,7 @@ class DeploymentGroup:
             label = _label(dm, node) if dm is not None and node is not None else f"node {i} · {p.host_name}"
             nb = None if dep is None else next((b for b in dep.nodes if b.name == p.host_name), None)
             where = ("no boot yet" if dep is None or nb is None or (nb.boot is None and nb.earlier is None)
-                     else node_state(dep, nb))
-            if nb is not None and nb.boot is not None and nb.boot.phase is not None:  # the tab's words
-                where = where.replace(f" at {nb.boot.phase.value}", f" at {fmt.phase_label(nb.boot.phase)}")
+                     else node_state(dep, nb, fmt.phase_label))  # the phase in the tab's words
             if p.offline is not None:
                 where = f"{p.offline.lstrip('◌○✖ ')} · {where}"
             t.append(f"{label}: ", style="bold" if p is pane else "")
