@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.widgets import Static
@@ -157,7 +157,7 @@ def _label(dm: DeploymentMonitor, node: DeploymentNode) -> str:
 
 
 class GroupBanner:
-    """The action banner of a change of every node: each node pane's (the controller calls it as one)."""
+    """The ``ChangeBanner`` of a change of every node: each node pane's action banner, as one."""
 
     def __init__(self, group: DeploymentGroup) -> None:
         self.group = group
@@ -186,10 +186,6 @@ class GroupBanner:
         for b in self.banners:
             b.hide()
 
-    @property
-    def shown(self) -> bool:
-        return any(b.shown for b in self.banners)
-
 
 class GroupSite:
     """The group as a ``ChangeSite``: every node pane's node (node-rank order), the merged boot,
@@ -211,8 +207,8 @@ class GroupSite:
         return self.group.shown_pane.calculator
 
     @property
-    def action_banner(self) -> ActionBanner:
-        return cast("ActionBanner", self._banner)  # duck-typed: each node pane's banner, as one
+    def action_banner(self) -> GroupBanner:
+        return self._banner
 
     def change_nodes(self) -> list[ChangeNode]:
         nodes = [p.change_nodes() for p in self.group.panes]

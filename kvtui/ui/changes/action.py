@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, Protocol
 
 from textual.content import Content
 
@@ -22,6 +22,21 @@ _ICON: dict[Severity, tuple[str, str]] = {
     "warning": ("▲", "$warning"),
     "failed": ("✖", "$error"),
 }
+
+
+class ChangeBanner(Protocol):
+    """What a ``ChangeController`` says a change through: an ``ActionBanner``, or a deployment's
+    banners as one (``ui.deployment.GroupBanner``: every node pane's)."""
+
+    def start(self, title: str, first: str | None = None) -> None: ...
+
+    def progress(self, line: str) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def finish(self, severity: Severity, headline: str, detail: Sequence[str] = ()) -> None: ...
+
+    def hide(self) -> None: ...
 
 
 class ActionBanner(Banner):

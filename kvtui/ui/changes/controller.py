@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from kvtui.tune import planner as tp
     from kvtui.tune.driver import TuneResult
     from kvtui.ui.calc.panel import CalculatorPanel
-    from kvtui.ui.changes.action import ActionBanner
+    from kvtui.ui.changes.action import ChangeBanner
 else:
     changes = lazy_module("kvtui.changes")  # lazy: imports kvcalc (test_ui_startup): +65 ms CPU
     kvcalc = lazy_module("kvtui.kvcalc")  # lazy: after the console's first frame (test_ui_startup): +47 ms CPU
@@ -96,7 +96,7 @@ class ChangeSite(Protocol):
     def calculator(self) -> CalculatorPanel: ...
 
     @property
-    def action_banner(self) -> ActionBanner: ...
+    def action_banner(self) -> ChangeBanner: ...
 
     def change_nodes(self) -> list[ChangeNode]:  # node 0 first; [] until connected
         ...
