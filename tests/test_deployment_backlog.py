@@ -120,14 +120,30 @@ async def _ready(result: Outcome) -> Outcome:
     return result
 
 
-async def test_the_wait_names_no_node_before_every_nodes_backlog_is_read(tmp_path: Path) -> None:
+def _node0_held(tmp_path: Path) -> tuple[_Node, DeploymentMonitor]:
+    """Node 0 (``a``) stalls before its rendezvous and its log is held back (``gate``); node 1
+    (``b``) stalls too, then its unit stops: without node 0's lines, node 0 would look "not started"."""
     start = datetime.now() - timedelta(seconds=30)
     a = _Node("a", [_systemd("Started sglang.service - SGLang."),
                     *_records(at(start, lambda: sglang_node(0, stall_node0=True)))], gate=asyncio.Event())
     b = _Node("b", [_systemd("Started sglang.service - SGLang."),
                     *_records(at(start, lambda: sglang_node(1, stall=True))),
                     _systemd("Stopping sglang.service - SGLang..."), _systemd("Stopped sglang.service - SGLang.")])
-    dm = _dm(tmp_path, [a, b])
+    return a, _dm(tmp_path, [a, b])
+
+
+async def _release(a: _Node, dm: DeploymentMonitor) -> None:
+    """Node 0's lines come; return once every node's backlog is read (30 s at most)."""
+    assert a.gate is not None
+    a.gate.set()
+    for _ in range(int(30 / 0.05)):
+        if not dm.backlog_pending():
+            break
+        await asyncio.sleep(0.05)
+
+
+async def test_the_wait_names_no_node_before_every_nodes_backlog_is_read(tmp_path: Path) -> None:
+    a, dm = _node0_held(tmp_path)
     err = io.StringIO()
     loop = asyncio.get_running_loop()
     waiter = Waiter(dm, err, next_boot=False, follow_restarts=False, t0=loop.time(), clock=loop.time)
@@ -184,13 +200,7 @@ async def test_the_deployment_console_names_no_hang_before_every_nodes_backlog_i
     """The console's deployment strip holds its hang diagnosis by the same rule as the wait: while
     node 0's lines have not come, it says it is reading them instead of naming node 0 "not
     started"; once they came, the diagnosis names the real state."""
-    start = datetime.now() - timedelta(seconds=30)
-    a = _Node("a", [_systemd("Started sglang.service - SGLang."),
-                    *_records(at(start, lambda: sglang_node(0, stall_node0=True)))], gate=asyncio.Event())
-    b = _Node("b", [_systemd("Started sglang.service - SGLang."),
-                    *_records(at(start, lambda: sglang_node(1, stall=True))),
-                    _systemd("Stopping sglang.service - SGLang..."), _systemd("Stopped sglang.service - SGLang.")])
-    dm = _dm(tmp_path, [a, b])
+    a, dm = _node0_held(tmp_path)
     tasks = dm.start(lambda node, updates, dep: None)
     try:
         await _node1_stopped(dm)
@@ -199,12 +209,7 @@ async def test_the_deployment_console_names_no_hang_before_every_nodes_backlog_i
         assert "reading the log so far of node 0 · a" in held, held
         assert "hang:" not in held, held
         assert "not started" not in held, held
-        assert a.gate is not None
-        a.gate.set()
-        for _ in range(int(30 / 0.05)):
-            if not dm.backlog_pending():
-                break
-            await asyncio.sleep(0.05)
+        await _release(a, dm)
         said = notes(dm, None, later).plain
         assert "reading the log so far" not in said, said
         assert "hang:" in said, said
@@ -218,13 +223,7 @@ async def test_the_deployment_console_names_no_hang_before_every_nodes_backlog_i
 async def test_hang_is_none_while_a_nodes_backlog_is_unread(tmp_path: Path) -> None:
     """The backlog rule lives in ``DeploymentMonitor.hang`` itself (no caller can forget it): while
     node 0's lines have not come, no hang is diagnosed however late it is; once they came, it is."""
-    start = datetime.now() - timedelta(seconds=30)
-    a = _Node("a", [_systemd("Started sglang.service - SGLang."),
-                    *_records(at(start, lambda: sglang_node(0, stall_node0=True)))], gate=asyncio.Event())
-    b = _Node("b", [_systemd("Started sglang.service - SGLang."),
-                    *_records(at(start, lambda: sglang_node(1, stall=True))),
-                    _systemd("Stopping sglang.service - SGLang..."), _systemd("Stopped sglang.service - SGLang.")])
-    dm = _dm(tmp_path, [a, b])
+    a, dm = _node0_held(tmp_path)
     tasks = dm.start(lambda node, updates, dep: None)
     try:
         await _node1_stopped(dm)
@@ -232,12 +231,7 @@ async def test_hang_is_none_while_a_nodes_backlog_is_unread(tmp_path: Path) -> N
         assert "a" in [n.name for n in dm.backlog_pending()]
         assert dm.hang(now=later) is None
         assert dm.hang(now=later, bound_s=0.0) is None
-        assert a.gate is not None
-        a.gate.set()
-        for _ in range(int(30 / 0.05)):
-            if not dm.backlog_pending():
-                break
-            await asyncio.sleep(0.05)
+        await _release(a, dm)
         hang = dm.hang(now=later)
         assert hang is not None
         assert hang.summary.startswith("node 1 (b) stopped at launch"), hang.summary
